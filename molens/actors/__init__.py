@@ -1,0 +1,1 @@
+"""pykka actors: thin shells over the pure classes."""

@@ -1,0 +1,1 @@
+"""The replicated task state machine: commands, pure transition rules, lmdb store, history."""

@@ -1,0 +1,196 @@
+"""The Raft log contract: entries, hard state, snapshots, and the LogView the core reads.
+
+Shaped like etcd's ``raft.Storage``: the core keeps its own unstable tail in memory and reads the
+*stable* log through :class:`LogView`. The node appends what a ``Ready`` hands it to stable storage,
+then calls ``advance``. :class:`MemoryLog` is the in-memory implementation used by the simulator and
+tests; ``storage.py`` implements the same protocol over lmdb.
+
+Index conventions (as etcd): the log always has a "dummy" position at ``snapshot.index`` whose term
+is ``snapshot.term``; real entries run ``first_index() .. last_index()`` with
+``first_index() == snapshot.index + 1``. An empty log has snapshot index 0, term 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class LogError(Exception):
+    """Base for log access errors the core must handle."""
+
+
+class CompactedError(LogError):
+    """The requested index is below the first available index (it lives only in the snapshot)."""
+
+
+class UnavailableError(LogError):
+    """The requested index is above the last index."""
+
+
+class EntryKind(enum.IntEnum):
+    NORMAL = 0
+    """Application data; an empty ``data`` is the leader's no-op at the start of a term."""
+    CONF_CHANGE = 1
+    """A membership change (encoded by the core)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    index: int
+    term: int
+    kind: EntryKind = EntryKind.NORMAL
+    data: bytes = b""
+
+    def size(self) -> int:
+        """Approximate encoded size, used for byte-bounded batches."""
+        return len(self.data) + 24
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be durable before any message that depends on it leaves the node."""
+
+    term: int = 0
+    vote: str | None = None
+    commit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    voters: tuple[str, ...] = ()
+    learners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMeta:
+    index: int = 0
+    term: int = 0
+    membership: Membership = field(default_factory=Membership)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    meta: SnapshotMeta
+    data: bytes = b""
+
+
+class LogView(Protocol):
+    """Read access to the stable log, as the core needs it."""
+
+    def initial_state(self) -> tuple[HardState, Membership]:
+        """The hard state and membership recovered from storage at start-up."""
+        ...
+
+    def first_index(self) -> int: ...
+
+    def last_index(self) -> int: ...
+
+    def term(self, index: int) -> int:
+        """Term of ``index`` for ``snapshot.index <= index <= last_index``; raises Compacted/Unavailable."""
+        ...
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        """Entries in ``[lo, hi)``; at least one entry even past ``max_bytes``."""
+        ...
+
+    def snapshot(self) -> Snapshot:
+        """The latest snapshot (meta index 0 when there is none)."""
+        ...
+
+
+class MemoryLog:
+    """In-memory stable log: the simulator's "disk". Also the reference for ``storage.py``."""
+
+    def __init__(self, membership: Membership | None = None) -> None:
+        self._hard = HardState()
+        self._snap = Snapshot(SnapshotMeta(membership=membership or Membership()))
+        self._membership = membership or Membership()
+        # _ents[0] is the dummy entry at snapshot.index
+        self._ents: list[Entry] = [Entry(0, 0)]
+
+    # --- LogView ---------------------------------------------------------------------------
+    def initial_state(self) -> tuple[HardState, Membership]:
+        return self._hard, self._membership
+
+    def first_index(self) -> int:
+        return self._ents[0].index + 1
+
+    def last_index(self) -> int:
+        return self._ents[0].index + len(self._ents) - 1
+
+    def term(self, index: int) -> int:
+        off = self._ents[0].index
+        if index < off:
+            raise CompactedError(index)
+        if index - off >= len(self._ents):
+            raise UnavailableError(index)
+        return self._ents[index - off].term
+
+    def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
+        off = self._ents[0].index
+        if lo <= off:
+            raise CompactedError(lo)
+        if hi > self.last_index() + 1:
+            raise UnavailableError(hi)
+        out = self._ents[lo - off : hi - off]
+        if max_bytes is None or not out:
+            return list(out)
+        total = 0
+        for n, e in enumerate(out):
+            total += e.size()
+            if total > max_bytes and n > 0:
+                return list(out[:n])
+        return list(out)
+
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    # --- mutation, driven by the node after a Ready -----------------------------------------
+    def set_hard_state(self, hs: HardState) -> None:
+        self._hard = hs
+
+    def set_membership(self, membership: Membership) -> None:
+        self._membership = membership
+
+    def append(self, entries: list[Entry]) -> None:
+        """Append, replacing any existing suffix from ``entries[0].index`` (the core decided it conflicts)."""
+        if not entries:
+            return
+        off = self._ents[0].index
+        first = entries[0].index
+        if first <= off:
+            # entries already covered by the snapshot: skip them
+            entries = [e for e in entries if e.index > off]
+            if not entries:
+                return
+            first = entries[0].index
+        if first > self.last_index() + 1:
+            raise UnavailableError(f"gap: appending {first} after {self.last_index()}")
+        del self._ents[first - off :]
+        self._ents.extend(entries)
+
+    def apply_snapshot(self, snap: Snapshot) -> None:
+        """Install a snapshot received from the leader: the log restarts after it."""
+        if snap.meta.index <= self._snap.meta.index:
+            return
+        self._snap = snap
+        self._membership = snap.meta.membership
+        self._ents = [Entry(snap.meta.index, snap.meta.term)]
+
+    def create_snapshot(self, index: int, membership: Membership, data: bytes) -> Snapshot:
+        """Record a snapshot of the applied state at ``index`` (must be in the log)."""
+        snap = Snapshot(SnapshotMeta(index, self.term(index), membership), data)
+        self._snap = snap
+        return snap
+
+    def compact(self, index: int) -> None:
+        """Discard entries up to and including ``index``; ``index`` must be <= the snapshot index."""
+        off = self._ents[0].index
+        if index <= off:
+            return
+        if index > self._snap.meta.index:
+            raise LogError(f"compact {index} past snapshot {self._snap.meta.index}")
+        term = self.term(index)
+        self._ents = [Entry(index, term), *self._ents[index - off + 1 :]]

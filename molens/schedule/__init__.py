@@ -1,0 +1,1 @@
+"""Pure scheduling logic: the hierarchical time wheel and cron/fixed-rate next-fire computation."""

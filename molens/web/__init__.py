@@ -1,0 +1,1 @@
+"""The Bottle REST API, OpenAPI document, metrics, and the built UI."""

@@ -1,0 +1,1 @@
+"""mooncat_checkpoint: claim / done / fail step records with leases and fencing tokens."""
