@@ -1,0 +1,474 @@
+"""Node configuration: YAML -> frozen dataclasses, with defaults, validation and env overrides.
+
+Every option lives here and is documented in ``conf/node.yaml``. Loading refuses unknown keys and
+bad values with the key path and the reason (``config error: raft.tick_ms: must be an integer >= 1``),
+so a typo stops the node at start instead of being silently ignored.
+
+Environment overrides: ``MOLENS_<SECTION>__<KEY>=value`` (nested keys joined by ``__``, case
+insensitive), e.g. ``MOLENS_HTTP__PORT=18090`` or ``MOLENS_RAFT__CURVE__ENABLED=true``. The value is
+parsed as a YAML scalar/flow value (so ``[a, b]`` is a list) and validated like the file.
+
+Addresses are ``host:port``; ZeroMQ endpoints are derived with :func:`zmq_endpoint`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import ipaddress
+import os
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "MOLENS_"
+
+Check = Callable[[Any], str | None]
+
+
+class ConfigError(ValueError):
+    """A config file or override is invalid; ``str()`` is the one-line message for the operator."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"config error: {path}: {reason}" if path else f"config error: {reason}")
+
+
+# --- checks used in field metadata -------------------------------------------------------------
+
+
+def _int_min(lo: int) -> Check:
+    def check(v: Any) -> str | None:
+        return None if v >= lo else f"must be an integer >= {lo}"
+
+    return check
+
+
+def _int_range(lo: int, hi: int) -> Check:
+    def check(v: Any) -> str | None:
+        return None if lo <= v <= hi else f"must be an integer in {lo}..{hi}"
+
+    return check
+
+
+def _nonempty(v: Any) -> str | None:
+    return None if v else "must not be empty"
+
+
+_NODE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _node_id(v: Any) -> str | None:
+    return None if _NODE_ID.match(v) else "must match [A-Za-z0-9_.-]{1,64}"
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[v6]:port`` allowed); raises ValueError with a reason."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host:
+        raise ValueError("must be host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError("port must be an integer in 1..65535")
+    return host, int(port)
+
+
+def _addr(v: Any) -> str | None:
+    try:
+        parse_addr(v)
+    except ValueError as exc:
+        return f"{exc} (got {v!r})"
+    return None
+
+
+def _addr_list(v: Any) -> str | None:
+    for a in v:
+        err = _addr(a)
+        if err:
+            return err
+    return None
+
+
+def _cidrs(v: Any) -> str | None:
+    for c in v:
+        try:
+            ipaddress.ip_network(c, strict=False)
+        except ValueError:
+            return f"not a CIDR: {c!r}"
+    return None
+
+
+def zmq_endpoint(addr: str) -> str:
+    """``127.0.0.1:18091`` -> ``tcp://127.0.0.1:18091``."""
+    host, port = parse_addr(addr)
+    if ":" in host:
+        host = f"[{host}]"
+    return f"tcp://{host}:{port}"
+
+
+def _opt(
+    default: Any,
+    check: Check | None = None,
+    *,
+    factory: Callable[[], Any] | None = None,
+    required: bool = False,
+) -> Any:
+    meta: dict[str, Any] = {"check": check} if check else {}
+    if required:
+        meta["required"] = True
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# --- sections ---------------------------------------------------------------------------------
+
+
+class LogLevel(enum.StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    id: str = _opt("n1", _node_id)
+    data_dir: str = _opt("./data", _nonempty)
+    stop_timeout_s: float = _opt(30.0, lambda v: None if v > 0 else "must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PeerConfig:
+    id: str = _opt("", _node_id, required=True)
+    raft_addr: str = _opt("", _addr, required=True)
+    rpc_addr: str = _opt("", _addr, required=True)
+    http_addr: str = _opt("", _addr, required=True)
+    admin_addr: str = _opt("", lambda v: None if v == "" else _addr(v))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    peers: tuple[PeerConfig, ...] = _opt((), factory=tuple)
+    join_addrs: tuple[str, ...] = _opt((), _addr_list, factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class CurveConfig:
+    enabled: bool = False
+    secret_key_file: str = ""
+    public_key_file: str = ""
+    authorized_keys_dir: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    bind_addr: str = _opt("127.0.0.1:18091", _addr)
+    tick_ms: int = _opt(50, _int_range(1, 10_000))
+    election_ticks: int = _opt(10, _int_min(2))
+    heartbeat_ticks: int = _opt(2, _int_min(1))
+    max_inflight: int = _opt(256, _int_min(1))
+    max_batch_bytes: int = _opt(1 << 20, _int_min(1024))
+    max_proposal_batch: int = _opt(4096, _int_min(1))
+    max_pending_proposals: int = _opt(100_000, _int_min(1))
+    apply_batch_entries: int = _opt(4096, _int_min(1))
+    send_queue_max: int = _opt(10_000, _int_min(1))
+    snapshot_every_entries: int = _opt(100_000, _int_min(1))
+    keep_log_tail: int = _opt(10_000, _int_min(0))
+    keep_snapshots: int = _opt(2, _int_min(1))
+    curve: CurveConfig = field(default_factory=CurveConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class RpcConfig:
+    bind_addr: str = _opt("127.0.0.1:18101", _addr)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    host: str = _opt("127.0.0.1", _nonempty)
+    port: int = _opt(18081, _int_range(1, 65535))
+    auth_token: str = ""
+    max_body_bytes: int = _opt(8 << 20, _int_min(1024))
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    bind_addr: str = _opt("127.0.0.1:18111", _addr)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    concurrency: int = _opt(32, _int_range(1, 10_000))
+    signing_secret: str = ""
+    signing_secret_next: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackPolicyConfig:
+    allow_hosts: tuple[str, ...] = _opt((), factory=tuple)
+    deny_hosts: tuple[str, ...] = _opt((), factory=tuple)
+    allow_cidrs: tuple[str, ...] = _opt((), _cidrs, factory=tuple)
+    deny_cidrs: tuple[str, ...] = _opt((), _cidrs, factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    tick_ms: int = _opt(10, _int_range(1, 1000))
+    dispatch_timeout_ms: int = _opt(10_000, _int_min(100))
+    default_max_retries: int = _opt(3, _int_range(0, 20))
+    ack_ttl: int = _opt(3, _int_range(0, 20))
+    max_payload_bytes: int = _opt(65536, _int_min(0))
+    task_retention_minutes: int = _opt(1440, _int_min(1))
+    expire_rate_limit_qps: int = _opt(100, _int_min(1))
+    history_max_records_per_task: int = _opt(200, _int_min(1))
+    max_inflight_fires: int = _opt(10_000, _int_min(1))
+    callback_policy: CallbackPolicyConfig = field(default_factory=CallbackPolicyConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    level: LogLevel = LogLevel.INFO
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    node: NodeConfig = field(default_factory=NodeConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    raft: RaftConfig = field(default_factory=RaftConfig)
+    rpc: RpcConfig = field(default_factory=RpcConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    source: str = field(default="", compare=False)
+    """The file this was loaded from ("" when built in code); not a config key."""
+
+    # --- derived views ---------------------------------------------------------------------------
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.node.data_dir)
+
+    def self_peer(self) -> PeerConfig:
+        """This node's addresses as others should dial them."""
+        for p in self.cluster.peers:
+            if p.id == self.node.id:
+                return p
+        return PeerConfig(
+            id=self.node.id,
+            raft_addr=self.raft.bind_addr,
+            rpc_addr=self.rpc.bind_addr,
+            http_addr=self.http.addr,
+            admin_addr=self.admin.bind_addr,
+        )
+
+    def initial_peers(self) -> tuple[PeerConfig, ...]:
+        """Peers known from the file: the listed ones, or only this node for a single-node setup."""
+        if self.cluster.peers:
+            if any(p.id == self.node.id for p in self.cluster.peers):
+                return self.cluster.peers
+            return (*self.cluster.peers, self.self_peer())
+        return (self.self_peer(),)
+
+    def bootstrap_voters(self) -> tuple[str, ...]:
+        """Voters of a brand-new cluster; empty for a node that joins an existing one."""
+        if self.cluster.join_addrs:
+            return ()
+        return tuple(p.id for p in self.initial_peers())
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+_HINTS_CACHE: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    h = _HINTS_CACHE.get(cls)
+    if h is None:
+        h = typing.get_type_hints(cls)
+        _HINTS_CACHE[cls] = h
+    return h
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    """Convert a YAML value to ``tp`` or raise ConfigError naming ``path``."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(path, "must be a mapping")
+        return _build(tp, value, path)
+    if origin is tuple:
+        item_tp = typing.get_args(tp)[0]
+        if value is None:
+            return ()
+        if isinstance(value, str) and item_tp is str:
+            value = [s for s in (x.strip() for x in value.split(",")) if s]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(path, "must be a list")
+        return tuple(_convert(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin in (typing.Union, types.UnionType):
+        raise TypeError(f"unsupported config type at {path}: {tp}")  # pragma: no cover
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(str(value).upper() if issubclass(tp, LogLevel) else value)
+        except ValueError:
+            return _fail(path, "must be one of " + ", ".join(str(m.value) for m in tp))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        return _fail(path, "must be true or false")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            return _fail(path, "must be an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return _fail(path, "must be a number")
+        return float(value)
+    if tp is str:
+        if value is None:
+            return ""
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            return _fail(path, "must be a string")
+        return str(value)
+    raise TypeError(f"unsupported config type at {path}: {tp}")  # pragma: no cover
+
+
+def _fail(path: str, reason: str) -> Any:
+    raise ConfigError(path, reason)
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    for key in data:
+        if key not in fields:
+            where = f"{prefix}.{key}" if prefix else str(key)
+            raise ConfigError(where, "unknown key (allowed: " + ", ".join(fields) + ")")
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        path = f"{prefix}.{name}" if prefix else name
+        if name in data:
+            value = _convert(hints[name], data[name], path)
+        elif f.metadata.get("required"):
+            raise ConfigError(path, "is required")
+        elif dataclasses.is_dataclass(hints[name]):
+            value = _convert(hints[name], {}, path)
+        else:
+            continue
+        check = f.metadata.get("check")
+        if check is not None:
+            err = check(value)
+            if err:
+                # a bad int gets the type-aware message (e.g. "must be an integer >= 100")
+                raise ConfigError(path, err)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _env_overrides(env: Mapping[str, str]) -> list[tuple[list[str], Any, str]]:
+    out = []
+    for key, raw in env.items():
+        if not key.startswith(ENV_PREFIX) or "__" not in key[len(ENV_PREFIX) :]:
+            continue
+        parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((parts, value, key))
+    return sorted(out, key=lambda t: t[2])
+
+
+def _apply_override(data: dict[str, Any], parts: list[str], value: Any, env_key: str) -> None:
+    node: dict[str, Any] = data
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = {}
+            node[part] = nxt
+        if not isinstance(nxt, dict):
+            raise ConfigError(
+                ".".join(parts[: i + 1]), f"cannot override inside a non-mapping (from {env_key})"
+            )
+        node = nxt
+    node[parts[-1]] = value
+
+
+def _cross_checks(cfg: Config) -> None:
+    ids = [p.id for p in cfg.cluster.peers]
+    for i, pid in enumerate(ids):
+        if pid in ids[:i]:
+            raise ConfigError(f"cluster.peers[{i}].id", f"duplicate peer id {pid!r}")
+    if cfg.cluster.peers and not cfg.cluster.join_addrs and cfg.node.id not in ids:
+        raise ConfigError(
+            "node.id", f"{cfg.node.id!r} is not in cluster.peers (and cluster.join_addrs is empty)"
+        )
+    if cfg.raft.heartbeat_ticks >= cfg.raft.election_ticks:
+        raise ConfigError("raft.heartbeat_ticks", "must be smaller than raft.election_ticks")
+    if cfg.raft.curve.enabled:
+        for name in ("secret_key_file", "public_key_file"):
+            if not getattr(cfg.raft.curve, name):
+                raise ConfigError(f"raft.curve.{name}", "is required when raft.curve.enabled is true")
+    own = {
+        "raft.bind_addr": cfg.raft.bind_addr,
+        "rpc.bind_addr": cfg.rpc.bind_addr,
+        "admin.bind_addr": cfg.admin.bind_addr,
+        "http": cfg.http.addr,
+    }
+    seen: dict[str, str] = {}
+    for name, addr in own.items():
+        if addr in seen:
+            raise ConfigError(name, f"same address as {seen[addr]} ({addr})")
+        seen[addr] = name
+
+
+def load_dict(
+    data: Mapping[str, Any] | None, env: Mapping[str, str] | None = None, source: str = ""
+) -> Config:
+    """Build a validated Config from parsed YAML plus ``MOLENS_*`` overrides from ``env``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError("", "the file must hold a mapping of sections")
+    merged: dict[str, Any] = _deep_copy(data)
+    for parts, value, key in _env_overrides(env if env is not None else {}):
+        _apply_override(merged, parts, value, key)
+    cfg: Config = _build(Config, merged, "")
+    cfg = dataclasses.replace(cfg, source=source)
+    _cross_checks(cfg)
+    return cfg
+
+
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in data.items()}
+
+
+def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    """Load ``path``; ``env`` defaults to ``os.environ``. Relative ``node.data_dir`` stays relative
+    to the current directory (as an operator typing the command expects)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("", f"cannot read {p}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"{p}: invalid YAML: {exc}") from exc
+    return load_dict(data, os.environ if env is None else env, source=str(p))

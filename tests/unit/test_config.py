@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from molens import config
+from molens.config import ConfigError, LogLevel, load, load_dict, zmq_endpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shipped_configs_load_with_their_documented_values() -> None:
+    cfg = load(ROOT / "conf" / "node.yaml", env={})
+    assert cfg == load_dict({}, env={}, source=cfg.source)  # node.yaml documents exactly the defaults
+    assert cfg.http.port == 18081 and cfg.http.host == "127.0.0.1"
+    assert cfg.bootstrap_voters() == ("n1",)
+    ports = set()
+    for i in (1, 2, 3):
+        c = load(ROOT / "conf" / "cluster" / f"n{i}.yaml", env={})
+        assert c.node.id == f"n{i}"
+        assert c.http.port == 18080 + i
+        assert c.bootstrap_voters() == ("n1", "n2", "n3")
+        assert c.self_peer().raft_addr == c.raft.bind_addr
+        assert c.self_peer().admin_addr == c.admin.bind_addr
+        ports |= {c.raft.bind_addr, c.rpc.bind_addr, c.admin.bind_addr, c.http.addr}
+    assert len(ports) == 12
+
+
+def test_defaults_cover_the_whole_product() -> None:
+    cfg = load_dict({}, env={})
+    assert cfg.scheduler.tick_ms == 10
+    assert cfg.scheduler.default_max_retries == 3
+    assert cfg.scheduler.ack_ttl == 3
+    assert cfg.scheduler.max_payload_bytes == 65536
+    assert cfg.scheduler.history_max_records_per_task == 200
+    assert cfg.admin.bind_addr.startswith("127.0.0.1:")
+    assert cfg.logging.level is LogLevel.INFO
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"raft": {"tick_ms": 0}}, "config error: raft.tick_ms: must be an integer in 1..10000"),
+        ({"raft": {"election_ticks": "ten"}}, "config error: raft.election_ticks: must be an integer"),
+        ({"raft": {"election_ticks": 1}}, "config error: raft.election_ticks: must be an integer >= 2"),
+        ({"raft": {"heartbeat_ticks": 10}}, "config error: raft.heartbeat_ticks: must be smaller than"),
+        ({"raft": {"electon_ticks": 5}}, "config error: raft.electon_ticks: unknown key"),
+        ({"nodes": {}}, "config error: nodes: unknown key"),
+        ({"http": {"port": 70000}}, "config error: http.port: must be an integer in 1..65535"),
+        ({"http": "x"}, "config error: http: must be a mapping"),
+        ({"admin": {"bind_addr": "localhost"}}, "config error: admin.bind_addr: must be host:port"),
+        ({"node": {"id": "bad id"}}, "config error: node.id: must match"),
+        ({"logging": {"level": "LOUD"}}, "config error: logging.level: must be one of"),
+        ({"worker": {"concurrency": True}}, "config error: worker.concurrency: must be an integer"),
+        (
+            {"scheduler": {"callback_policy": {"deny_cidrs": ["10.0.0.0/33"]}}},
+            "config error: scheduler.callback_policy.deny_cidrs: not a CIDR",
+        ),
+        ({"raft": {"curve": {"enabled": True}}}, "config error: raft.curve.secret_key_file: is required"),
+        (
+            {"cluster": {"peers": [{"id": "n1", "raft_addr": "127.0.0.1:1"}]}},
+            "config error: cluster.peers[0].rpc_addr: is required",
+        ),
+        (
+            {"rpc": {"bind_addr": "127.0.0.1:18091"}},
+            "config error: rpc.bind_addr: same address as raft.bind_addr",
+        ),
+    ],
+)
+def test_bad_values_are_refused_with_key_path_and_reason(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_dict(data, env={})
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def _peer(i: int) -> dict[str, str]:
+    return {
+        "id": f"n{i}",
+        "raft_addr": f"127.0.0.1:{2000 + i}",
+        "rpc_addr": f"127.0.0.1:{3000 + i}",
+        "http_addr": f"127.0.0.1:{4000 + i}",
+    }
+
+
+def test_node_must_be_a_listed_peer_unless_it_joins() -> None:
+    peers = [_peer(1), _peer(2)]
+    with pytest.raises(ConfigError, match=r"node.id: 'n3' is not in cluster.peers"):
+        load_dict({"node": {"id": "n3"}, "cluster": {"peers": peers}}, env={})
+    cfg = load_dict(
+        {"node": {"id": "n3"}, "cluster": {"peers": peers, "join_addrs": ["127.0.0.1:5001"]}}, env={}
+    )
+    assert cfg.bootstrap_voters() == ()
+    assert [p.id for p in cfg.initial_peers()] == ["n1", "n2", "n3"]
+    with pytest.raises(ConfigError, match=r"cluster.peers\[1\].id: duplicate"):
+        load_dict({"cluster": {"peers": [_peer(1), _peer(1)]}}, env={})
+
+
+def test_env_overrides_are_parsed_and_validated() -> None:
+    env = {
+        "MOLENS_HTTP__PORT": "18090",
+        "MOLENS_RAFT__CURVE__ENABLED": "false",
+        "MOLENS_CLUSTER__JOIN_ADDRS": "127.0.0.1:1,127.0.0.1:2",
+        "MOLENS_NODE__DATA_DIR": "/tmp/x",
+        "UNRELATED": "1",
+    }
+    cfg = load_dict({"http": {"port": 1}}, env=env)
+    assert cfg.http.port == 18090
+    assert cfg.cluster.join_addrs == ("127.0.0.1:1", "127.0.0.1:2")
+    assert cfg.data_dir == Path("/tmp/x")
+    with pytest.raises(ConfigError, match=r"^config error: raft.tick_ms: must be an integer in"):
+        load_dict({}, env={"MOLENS_RAFT__TICK_MS": "-5"})
+    with pytest.raises(ConfigError, match=r"^config error: raft.tikc_ms: unknown key"):
+        load_dict({}, env={"MOLENS_RAFT__TIKC_MS": "5"})
+
+
+def test_file_errors_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(tmp_path / "missing.yaml", env={})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("raft: [unclosed\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load(bad, env={})
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- 1\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load(lst, env={})
+
+
+def test_zmq_endpoint() -> None:
+    assert zmq_endpoint("127.0.0.1:18091") == "tcp://127.0.0.1:18091"
+    assert zmq_endpoint("[::1]:5") == "tcp://[::1]:5"
+    assert config.parse_addr("host:1") == ("host", 1)
