@@ -1,0 +1,202 @@
+"""The ZeroMQ admin socket: one JSON request, one JSON reply (DESIGN §7).
+
+Request ``{"cmd": "status" | "stop" | "transfer_leader" | "snapshot" | "add_node" | "remove_node" |
+"stats" | "propose", ...}``; reply ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. A
+request carrying ``"id"`` gets it echoed in the reply.
+
+The server binds a ROUTER, which is wire-compatible with REQ clients (a REQ client sees exactly REP
+behaviour) but lets a handler answer later: a handler returns a dict, or a
+``concurrent.futures.Future`` of one (e.g. a proposal waiting for commit). Slow answers therefore do
+not hold up ``status``, and DEALER clients may pipeline many requests (benchmarks do).
+
+:class:`AdminClient` is the blocking REQ client used by the CLI, with a timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import zmq
+
+from molens.config import zmq_endpoint
+
+log = logging.getLogger(__name__)
+
+Reply = dict[str, Any]
+Handler = Callable[[dict[str, Any]], "Reply | Future[Reply]"]
+
+
+class AdminError(Exception):
+    """The admin socket could not be reached or answered badly."""
+
+
+class AdminServer:
+    """Serves admin requests on ``bind_addr`` from its own thread until :meth:`close`."""
+
+    def __init__(self, bind_addr: str, handler: Handler, ctx: zmq.Context[Any] | None = None) -> None:
+        self._handler = handler
+        self._ctx = ctx or zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        try:
+            self._sock.bind(zmq_endpoint(bind_addr))
+        except zmq.ZMQError as exc:
+            self._sock.close()
+            raise AdminError(f"cannot bind admin socket {bind_addr}: {exc}") from exc
+        self.bind_addr = bind_addr
+        self._done: collections.deque[tuple[list[bytes], Reply]] = collections.deque()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="admin", daemon=True)
+
+    def start(self) -> AdminServer:
+        self._thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._sock.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    # --- I/O thread ------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # pipe full (a wake-up is already pending) or closed
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        while not self._stop.is_set():
+            events = dict(poller.poll(1000))
+            if self._wake_r in events:
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            while self._done:
+                envelope, reply = self._done.popleft()
+                self._send(envelope, reply)
+            if self._sock in events:
+                while True:
+                    try:
+                        frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_request(frames)
+        # answer what finished while stopping (e.g. the reply to "stop")
+        while self._done:
+            envelope, reply = self._done.popleft()
+            self._send(envelope, reply)
+
+    def _send(self, envelope: list[bytes], reply: Reply) -> None:
+        try:
+            body = json.dumps(reply, separators=(",", ":"), default=str).encode()
+            self._sock.send_multipart([*envelope, body], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.warning("admin reply dropped: %s", exc)
+
+    def _on_request(self, frames: list[bytes]) -> None:
+        if len(frames) < 2:
+            return
+        envelope, body = frames[:-1], frames[-1]
+        try:
+            req = json.loads(body)
+            if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
+                raise ValueError('expected a JSON object with a string "cmd"')
+        except ValueError as exc:
+            self._send(envelope, {"ok": False, "error": f"bad request: {exc}"})
+            return
+        rid = req.get("id")
+        try:
+            result = self._handler(req)
+        except Exception as exc:
+            log.exception("admin cmd=%s failed", req.get("cmd"))
+            result = {"ok": False, "error": f"internal error: {exc}"}
+        if isinstance(result, Future):
+            result.add_done_callback(lambda f: self._finish(envelope, rid, f))
+        else:
+            self._send(envelope, _with_id(result, rid))
+
+    def _finish(self, envelope: list[bytes], rid: Any, fut: Future[Reply]) -> None:
+        try:
+            reply = fut.result()
+        except Exception as exc:
+            reply = {"ok": False, "error": f"internal error: {exc}"}
+        self._done.append((envelope, _with_id(reply, rid)))
+        self._wake()
+
+
+def _with_id(reply: Reply, rid: Any) -> Reply:
+    if rid is None:
+        return reply
+    return {**reply, "id": rid}
+
+
+class AdminClient:
+    """Blocking client: ``AdminClient("127.0.0.1:18111").call("status")``."""
+
+    def __init__(self, addr: str, timeout_s: float = 5.0, ctx: zmq.Context[Any] | None = None) -> None:
+        self.addr = addr
+        self.timeout_s = timeout_s
+        self._ctx = ctx or zmq.Context.instance()
+        self._sock: zmq.Socket[Any] | None = None
+
+    def _socket(self) -> zmq.Socket[Any]:
+        if self._sock is None:
+            s = self._ctx.socket(zmq.REQ)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(zmq_endpoint(self.addr))
+            self._sock = s
+        return self._sock
+
+    def request(self, req: dict[str, Any], timeout_s: float | None = None) -> Reply:
+        """Send ``req`` and return the reply dict (``ok`` may be false); AdminError when no answer."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        sock = self._socket()
+        try:
+            sock.send(json.dumps(req).encode())
+            if not sock.poll(int(timeout * 1000), zmq.POLLIN):
+                raise AdminError(f"no answer from admin socket {self.addr} within {timeout:g} s")
+            reply = json.loads(sock.recv())
+        except (AdminError, zmq.ZMQError, ValueError) as exc:
+            self.close()  # a REQ socket is stuck after a lost reply: start afresh next time
+            if isinstance(exc, AdminError):
+                raise
+            raise AdminError(f"admin socket {self.addr}: {exc}") from exc
+        if not isinstance(reply, dict):
+            raise AdminError(f"admin socket {self.addr}: reply is not a JSON object")
+        return reply
+
+    def call(self, cmd: str, timeout_s: float | None = None, **args: Any) -> Reply:
+        """``request({"cmd": cmd, **args})``; raises AdminError when the reply is not ok."""
+        reply = self.request({"cmd": cmd, **args}, timeout_s)
+        if not reply.get("ok"):
+            raise AdminError(str(reply.get("error", "request failed")))
+        return reply
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
