@@ -1,0 +1,204 @@
+"""LmdbLog behaves exactly like MemoryLog, survives reopen, and refuses corrupted snapshots."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from molens.raft.log import (
+    CompactedError,
+    Entry,
+    EntryKind,
+    HardState,
+    LogError,
+    Membership,
+    MemoryLog,
+    Snapshot,
+    SnapshotMeta,
+    UnavailableError,
+)
+from molens.raft.storage import LmdbLog, SnapshotCorruptError, SnapshotStore
+
+M3 = Membership(("n1", "n2", "n3"))
+
+
+def ents(first: int, terms: list[int], size: int = 3) -> list[Entry]:
+    return [Entry(first + i, t, EntryKind.NORMAL, bytes([i % 256]) * size) for i, t in enumerate(terms)]
+
+
+def outcome(fn: object, *args: object) -> object:
+    try:
+        return ("ok", fn(*args))  # type: ignore[operator]
+    except LogError as exc:
+        return ("err", type(exc).__name__)
+
+
+def assert_same(a: LmdbLog, b: MemoryLog) -> None:
+    assert a.initial_state() == b.initial_state()
+    assert a.first_index() == b.first_index()
+    assert a.last_index() == b.last_index()
+    assert a.snapshot() == b.snapshot()
+    lo, hi = b.first_index() - 2, b.last_index() + 2
+    for i in range(max(lo, 0), hi + 1):
+        assert outcome(a.term, i) == outcome(b.term, i), i
+    for i in range(max(lo, 0), hi + 1):
+        for j in (i, i + 1, i + 3, hi):
+            for mb in (None, 0, 60):
+                assert outcome(a.entries, i, j, mb) == outcome(b.entries, i, j, mb), (i, j, mb)
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(-2, 3), st.lists(st.integers(1, 6), min_size=0, max_size=6)),
+        st.tuples(st.just("hard"), st.integers(0, 9), st.sampled_from([None, "n1", "n2"]), st.integers(0, 30)),
+        st.tuples(st.just("membership"), st.sampled_from([M3, Membership(("n1",), ("n4",))])),
+        st.tuples(st.just("create_snapshot"), st.integers(-2, 1), st.binary(max_size=40)),
+        st.tuples(st.just("compact"), st.integers(-3, 1)),
+        st.tuples(st.just("apply_snapshot"), st.integers(-3, 5), st.integers(1, 7), st.binary(max_size=40)),
+        st.tuples(st.just("save"), st.integers(0, 2), st.lists(st.integers(1, 6), max_size=4), st.integers(0, 9)),
+        st.tuples(st.just("reopen")),
+    ),
+    max_size=25,
+)
+
+
+def run_op(op: tuple[object, ...], disk: LmdbLog, mem: MemoryLog, root: Path) -> LmdbLog:
+    kind = op[0]
+    if kind == "append":
+        _, rel, terms = op
+        first = mem.last_index() + 1 + int(rel)  # type: ignore[call-overload]
+        batch = ents(max(first, 1), list(terms))  # type: ignore[call-overload]
+        assert outcome(disk.append, batch) == outcome(mem.append, batch)
+    elif kind == "hard":
+        hs = HardState(int(op[1]), op[2], int(op[3]))  # type: ignore[call-overload, arg-type]
+        disk.set_hard_state(hs)
+        mem.set_hard_state(hs)
+    elif kind == "membership":
+        disk.set_membership(op[1])  # type: ignore[arg-type]
+        mem.set_membership(op[1])  # type: ignore[arg-type]
+    elif kind == "create_snapshot":
+        idx = mem.last_index() + int(op[1])  # type: ignore[call-overload]
+        assert outcome(disk.create_snapshot, idx, M3, op[2]) == outcome(mem.create_snapshot, idx, M3, op[2])
+    elif kind == "compact":
+        idx = mem.snapshot().meta.index + int(op[1])  # type: ignore[call-overload]
+        assert outcome(disk.compact, idx) == outcome(mem.compact, idx)
+    elif kind == "apply_snapshot":
+        idx = max(0, mem.last_index() + int(op[1]))  # type: ignore[call-overload]
+        snap = Snapshot(SnapshotMeta(idx, int(op[2]), Membership(("n2",))), op[3])  # type: ignore[call-overload, arg-type]
+        disk.apply_snapshot(snap)
+        mem.apply_snapshot(snap)
+    elif kind == "save":
+        # save() must equal the three MemoryLog mutators in etcd's order
+        _, rel, terms, commit = op
+        batch = ents(mem.last_index() + 1 - int(rel), list(terms))  # type: ignore[call-overload]
+        batch = [e for e in batch if e.index >= 1]
+        hs = HardState(7, "n3", int(commit))  # type: ignore[call-overload]
+        before = outcome(mem.entries, mem.first_index(), mem.last_index() + 1)
+        ref = outcome(mem.append, batch)
+        if ref[0] == "ok":
+            mem.set_hard_state(hs)
+        else:
+            assert outcome(mem.entries, mem.first_index(), mem.last_index() + 1) == before
+        assert outcome(disk.save, hs, batch) == ref
+    elif kind == "reopen":
+        disk.close()
+        disk = LmdbLog(root, durable=False)
+    return disk
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops)
+def test_lmdb_log_matches_memory_log_on_random_operations(seq: list[tuple[object, ...]]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        disk = LmdbLog(root, M3, durable=False, keep_snapshots=2)
+        mem = MemoryLog(M3)
+        try:
+            for op in seq:
+                disk = run_op(op, disk, mem, root)
+                assert_same(disk, mem)
+            disk.close()
+            disk = LmdbLog(root, durable=False)
+            assert_same(disk, mem)
+            assert len(disk.snapshots.files()) <= 2
+        finally:
+            disk.close()
+
+
+def test_reopen_after_close_recovers_hard_state_log_membership_and_snapshot(tmp_path: Path) -> None:
+    with LmdbLog(tmp_path, M3) as lg:
+        lg.save(HardState(3, "n2", 5), ents(1, [1, 1, 2, 3, 3, 3]))
+        lg.create_snapshot(4, M3, b"state@4" * 100)
+        lg.compact(3)
+        lg.set_membership(Membership(("n1", "n2"), ("n9",)))
+    with LmdbLog(tmp_path, Membership(("ignored",))) as lg:
+        assert lg.initial_state() == (HardState(3, "n2", 5), Membership(("n1", "n2"), ("n9",)))
+        assert (lg.first_index(), lg.last_index()) == (4, 6)
+        assert lg.term(3) == 2
+        with pytest.raises(CompactedError):
+            lg.term(2)
+        assert [e.term for e in lg.entries(4, 7)] == [3, 3, 3]
+        assert lg.snapshot() == Snapshot(SnapshotMeta(4, 3, M3), b"state@4" * 100)
+
+
+def test_save_is_one_transaction_for_snapshot_entries_and_hard_state(tmp_path: Path) -> None:
+    with LmdbLog(tmp_path, M3) as lg:
+        lg.append(ents(1, [1, 1, 1]))
+        before = lg.syncs
+        snap = Snapshot(SnapshotMeta(10, 2, M3), b"x")
+        lg.save(HardState(2, "n1", 10), ents(11, [2, 2]), snap)
+        assert lg.syncs == before + 1
+        assert (lg.first_index(), lg.last_index(), lg.term(10)) == (11, 12, 2)
+
+
+def test_conflicting_suffix_is_replaced_and_gap_is_refused_without_change(tmp_path: Path) -> None:
+    with LmdbLog(tmp_path, M3) as lg:
+        lg.append(ents(1, [1, 1, 1, 1]))
+        lg.append(ents(3, [2]))
+        assert lg.last_index() == 3 and lg.term(3) == 2
+        with pytest.raises(UnavailableError):
+            lg.save(HardState(9, None, 0), ents(5, [2]))
+        assert lg.initial_state()[0] == HardState()
+        assert lg.last_index() == 3
+
+
+def test_map_grows_when_full(tmp_path: Path) -> None:
+    with LmdbLog(tmp_path, M3, durable=False, map_size=64 * 1024) as lg:
+        for n in range(20):
+            lg.append([Entry(n * 10 + i + 1, 1, data=b"z" * 1000) for i in range(10)])
+        assert lg.last_index() == 200
+        assert lg.entries(199, 201)[1].data == b"z" * 1000
+
+
+def test_corrupted_snapshot_is_refused_at_open(tmp_path: Path) -> None:
+    with LmdbLog(tmp_path, M3) as lg:
+        lg.append(ents(1, [1, 1]))
+        lg.create_snapshot(2, M3, b"important state" * 50)
+    (path,) = SnapshotStore(tmp_path / "snapshots").files()
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(SnapshotCorruptError):
+        LmdbLog(tmp_path, M3)
+    path.unlink()
+    with pytest.raises(SnapshotCorruptError):
+        LmdbLog(tmp_path, M3)
+
+
+def test_snapshot_files_are_pruned_and_leftover_temp_files_removed(tmp_path: Path) -> None:
+    with LmdbLog(tmp_path, M3, keep_snapshots=2) as lg:
+        lg.append(ents(1, [1] * 10))
+        for i in range(1, 6):
+            lg.create_snapshot(i, M3, b"s%d" % i)
+        names = [p.name for p in lg.snapshots.files()]
+        assert len(names) == 2 and names[-1].startswith("snap-00000000000000000005")
+        (tmp_path / "snapshots" / "snap-x.snap.tmp").write_bytes(b"half")
+    with LmdbLog(tmp_path, M3, keep_snapshots=2) as lg:
+        assert not list((tmp_path / "snapshots").glob("*.tmp"))
+        out = tmp_path / "restore.mdb"
+        assert lg.export_snapshot(out).index == 5
+        assert out.read_bytes() == b"s5"
