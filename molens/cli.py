@@ -1,0 +1,223 @@
+"""``molens-node``: run a node in the foreground, or start/stop/restart/status a detached one.
+
+    molens-node CONFIG                      run in the foreground (Ctrl-C / SIGTERM stop gracefully)
+    molens-node CONFIG start                detach; pid in data_dir/node.pid, output in data_dir/node.log
+    molens-node CONFIG stop                 graceful stop through the admin socket, waits for exit
+    molens-node CONFIG restart              stop (if running), then start
+    molens-node CONFIG status [--json]      role, term, leader, indexes, peers
+
+Errors are one line on stderr and a non-zero exit (2 for config errors, 1 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from molens.admin import AdminClient, AdminError
+from molens.config import Config, ConfigError, load
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 30.0
+
+
+class CliError(Exception):
+    """A one-line message for the operator."""
+
+
+def _pid_path(cfg: Config) -> Path:
+    return cfg.data_dir / "node.pid"
+
+
+def _log_path(cfg: Config) -> Path:
+    return cfg.data_dir / "node.log"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours counts as gone
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == 0
+
+
+def read_pid(cfg: Config) -> int | None:
+    """The pid of the node running on this data_dir, or None."""
+    try:
+        pid = int(_pid_path(cfg).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def _admin(cfg: Config, timeout_s: float = 5.0) -> AdminClient:
+    return AdminClient(cfg.admin.bind_addr, timeout_s=timeout_s)
+
+
+def cmd_foreground(cfg: Config) -> int:
+    from molens.node import Node  # imported late: the CLI's other commands stay light
+
+    return Node(cfg).run()
+
+
+def cmd_start(cfg: Config, config_path: str) -> int:
+    pid = read_pid(cfg)
+    if pid is not None:
+        raise CliError(f"{cfg.node.id}: already running (pid {pid}, data_dir {cfg.data_dir})")
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    logfile = _log_path(cfg)
+    with open(logfile, "ab") as out, open(os.devnull, "rb") as devnull:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "molens.cli", str(Path(config_path).resolve())],
+            stdin=devnull,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=os.getcwd(),
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    with _admin(cfg, timeout_s=1.0) as admin:
+        while time.monotonic() < deadline:
+            rc = proc.poll()
+            if rc is not None:
+                raise CliError(f"{cfg.node.id}: failed to start (exit {rc}): {_last_error(logfile)}")
+            try:
+                st = admin.call("status")
+            except AdminError:
+                time.sleep(0.1)
+                continue
+            if st.get("pid") == proc.pid:
+                print(
+                    f"{cfg.node.id}: started (pid {proc.pid}); admin {cfg.admin.bind_addr}, "
+                    f"raft {cfg.raft.bind_addr}, log {logfile}"
+                )
+                return 0
+            time.sleep(0.1)
+    proc.terminate()
+    raise CliError(f"{cfg.node.id}: did not answer on {cfg.admin.bind_addr} within {START_TIMEOUT_S:g} s")
+
+
+def _last_error(logfile: Path) -> str:
+    try:
+        lines = [ln for ln in logfile.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    for ln in reversed(lines[-50:]):
+        if "error" in ln.lower():
+            return ln.strip()
+    return lines[-1].strip() if lines else f"see {logfile}"
+
+
+def cmd_stop(cfg: Config) -> int:
+    pid = read_pid(cfg)
+    if pid is None:
+        print(f"{cfg.node.id}: not running")
+        return 0
+    wait_s = cfg.node.stop_timeout_s + 10
+    try:
+        with _admin(cfg, timeout_s=5.0) as admin:
+            admin.call("stop")
+    except AdminError as exc:
+        log.debug("admin stop failed (%s); sending SIGTERM", exc)
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            print(f"{cfg.node.id}: stopped (pid {pid})")
+            return 0
+        time.sleep(0.05)
+    raise CliError(f"{cfg.node.id}: still running after {wait_s:g} s (pid {pid})")
+
+
+def cmd_status(cfg: Config, as_json: bool) -> int:
+    try:
+        with _admin(cfg, timeout_s=3.0) as admin:
+            st = admin.call("status")
+    except AdminError as exc:
+        pid = read_pid(cfg)
+        state = f"not answering ({exc})" if pid else "not running"
+        if as_json:
+            print(json.dumps({"node_id": cfg.node.id, "running": pid is not None, "error": state}))
+        else:
+            print(f"{cfg.node.id}: {state}")
+        return 1
+    st.pop("ok", None)
+    if as_json:
+        print(json.dumps(st, indent=2, sort_keys=True))
+    else:
+        print(format_status(st))
+    return 0
+
+
+def format_status(st: dict[str, Any]) -> str:
+    peers = st.get("peers") or []
+    lines = [
+        f"node      {st.get('node_id')} (pid {st.get('pid')})",
+        f"role      {st.get('role')}   term {st.get('term')}   leader {st.get('leader_id') or '-'}",
+        f"log       last {st.get('last_index')}   commit {st.get('commit_index')}   "
+        f"applied {st.get('applied_index')}   snapshot {st.get('snapshot_index')}",
+        "peers     "
+        + (", ".join(f"{p.get('id')}({p.get('suffrage')}) {p.get('raft_addr')}" for p in peers) or "-"),
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="molens-node", description="Run or control a Molens node.")
+    p.add_argument("config", help="path to the node's YAML config (e.g. conf/node.yaml)")
+    p.add_argument(
+        "action",
+        nargs="?",
+        choices=["start", "stop", "restart", "status"],
+        help="omit to run in the foreground",
+    )
+    p.add_argument("--json", action="store_true", help="status: machine-readable output")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        cfg = load(args.config)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=cfg.logging.level.value,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    try:
+        if args.action is None:
+            return cmd_foreground(cfg)
+        if args.action == "start":
+            return cmd_start(cfg, args.config)
+        if args.action == "stop":
+            return cmd_stop(cfg)
+        if args.action == "restart":
+            cmd_stop(cfg)
+            return cmd_start(cfg, args.config)
+        return cmd_status(cfg, args.json)
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
