@@ -106,7 +106,7 @@ def run_op(op: tuple[object, ...], disk: LmdbLog, mem: MemoryLog, root: Path) ->
         assert outcome(disk.save, hs, batch) == ref
     elif kind == "reopen":
         disk.close()
-        disk = LmdbLog(root, durable=False)
+        disk = LmdbLog(root, durable=False, keep_snapshots=2)
     return disk
 
 
@@ -122,7 +122,7 @@ def test_lmdb_log_matches_memory_log_on_random_operations(seq: list[tuple[object
                 disk = run_op(op, disk, mem, root)
                 assert_same(disk, mem)
             disk.close()
-            disk = LmdbLog(root, durable=False)
+            disk = LmdbLog(root, durable=False, keep_snapshots=2)
             assert_same(disk, mem)
             assert len(disk.snapshots.files()) <= 2
         finally:
