@@ -1,0 +1,741 @@
+"""Tasks, executions, their enums, validation of user input and task ids (DESIGN §6).
+
+Everything here is pure: validation takes ``now_ms`` and the policy/limits as arguments, never reads
+a clock, a config file or DNS. The web layer calls :func:`validate_create` before proposing a
+``CreateTasks`` command; the leader then assigns ids with :func:`new_task_id` (replicas receive
+the id inside the command, so they agree).
+
+Decisions recorded here:
+
+- **One error per request.** Fields are checked in a fixed order and the first bad one raises a
+  :class:`ValidationError` naming it; unknown fields are rejected (a typo must not silently fall
+  back to a default). Types are strict: ``true`` is not an int, ``1.0`` is not an int.
+- **Callback host policy** checks the URL's host *as written*: names are matched against
+  allow/deny host lists (``.example.com`` matches subdomains), IP literals (including the
+  inet_aton forms ``2852039166``/``0xa9.0xfe.0xa9.0xfe`` and IPv4-mapped IPv6) against CIDR lists.
+  No DNS lookup happens here (pure code, and the answer could change before the fire anyway); a
+  name that resolves to a denied address must be refused by the fire worker at connect time.
+  Link-local ``169.254.0.0/16`` (cloud metadata), ``fd00:ec2::254`` and
+  ``metadata.google.internal`` are denied by default; loopback is allowed (the built-in test
+  endpoints live there). Deny wins over allow; a non-empty allow list admits only what it names.
+- **Task ids** are ULID-like: 48-bit creation ms + 80 random bits, 26 Crockford base32 characters,
+  so ids sort by creation time and lmdb range scans are in creation order.
+- **max_fails "auto"** is an hour's worth of periods clamped to 3..100; for cron the period is the
+  gap between the next two fire times after creation.
+- ``ack_url`` is only meaningful for delayed at_least_once tasks: periodic tasks ignore it (dropped
+  at validation, as DESIGN §6 says); with ``at_most_once`` it is rejected, because the ACK
+  protocol retries and the user asked for at most one request.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import ipaddress
+import json
+import logging
+import re
+import socket
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+# -------------------------------------------------------------------------------------------------
+# errors
+
+
+class MolensError(Exception):
+    """Base of every error Molens raises on purpose; carries the REST error body fields."""
+
+    code: str = "internal"
+    http_status: int = 500
+
+    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``{"error": {...}}`` body of DESIGN §7."""
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            err["field"] = self.field
+        return {"error": err}
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is type(self)
+            and isinstance(other, MolensError)
+            and (self.code, self.message, self.field) == (other.code, other.message, other.field)
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.code, self.message, self.field))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, field={self.field!r}, message={self.message!r})"
+
+
+class ValidationError(MolensError):
+    """Bad user input (400): names the field and why."""
+
+    code = "invalid_argument"
+    http_status = 400
+
+
+class PayloadTooLargeError(ValidationError):
+    """The encoded payload is over ``max_payload_bytes`` (413)."""
+
+    code = "payload_too_large"
+    http_status = 413
+
+
+class NotFoundError(MolensError):
+    code = "not_found"
+    http_status = 404
+
+
+class IllegalTransitionError(MolensError):
+    """The operation is not allowed in the task's current status (409)."""
+
+    code = "illegal_transition"
+    http_status = 409
+
+
+# -------------------------------------------------------------------------------------------------
+# enums
+
+
+class TaskType(enum.StrEnum):
+    DELAYED = "delayed"
+    PERIODIC = "periodic"
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"
+    """Waiting for its next occurrence (has a due time unless the task is being dispatched)."""
+    FIRING = "firing"
+    """An occurrence is in flight or waiting for a retry."""
+    AWAITING_ACK = "awaiting_ack"
+    """Callback answered 2xx; the ACK probe is scheduled or in flight."""
+    PAUSED = "paused"
+    DONE = "done"
+    FAILED = "failed"
+    INACTIVE = "inactive"
+
+
+TERMINAL_STATUSES = frozenset({Status.DONE, Status.FAILED, Status.INACTIVE})
+
+
+class Reliability(enum.StrEnum):
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"
+
+
+class FireKind(enum.StrEnum):
+    """Value of the ``X-Molens-Kind`` header."""
+
+    CALLBACK = "callback"
+    ACK = "ack"
+
+
+class Outcome(enum.StrEnum):
+    """What a worker (or the Monitor) observed for one HTTP attempt."""
+
+    RESPONSE = "response"
+    """An HTTP response arrived; see the status code."""
+    TIMEOUT = "timeout"
+    NETWORK_ERROR = "network_error"
+    LOST = "lost"
+    """No result before the fire's deadline (worker or leader lost); proposed by the Monitor."""
+
+
+class ExecutionResult(enum.StrEnum):
+    SUCCESS = "success"
+    FAILED = "failed"
+    """Non-2xx answer other than 404."""
+    TIMEOUT = "timeout"
+    NETWORK_ERROR = "network_error"
+    NOT_FOUND = "not_found"
+    LOST = "lost"
+    """at_least_once attempt that produced no result before its deadline; it is fired again."""
+    UNKNOWN = "unknown"
+    """at_most_once fire with no result: it may or may not have been delivered, and never will be again."""
+    ACK_SUCCESS = "ack_success"
+    ACK_FAILED = "ack_failed"
+
+
+# -------------------------------------------------------------------------------------------------
+# policy and limits
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackPolicy:
+    """Which callback hosts are acceptable (see the module docstring for the matching rules)."""
+
+    allow_hosts: tuple[str, ...] = ()
+    allow_cidrs: tuple[str, ...] = ()
+    deny_hosts: tuple[str, ...] = ("metadata.google.internal",)
+    deny_cidrs: tuple[str, ...] = ("169.254.0.0/16", "fd00:ec2::254/128", "fe80::/10")
+    schemes: tuple[str, ...] = ("http", "https")
+
+    def __post_init__(self) -> None:
+        for c in (*self.allow_cidrs, *self.deny_cidrs):
+            ipaddress.ip_network(c, strict=False)  # fail at config time, not at the first request
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Named bounds on task fields; built from the node config (defaults match conf/node.yaml)."""
+
+    max_payload_bytes: int = 65_536
+    default_max_retries: int = 3
+    max_retries: int = 20
+    max_timeout_ms: int = 300_000
+    default_timeout_ms: int = 5_000
+    default_ack_delay_ms: int = 1_000
+    max_ack_delay_ms: int = 86_400_000
+    min_period_ms: int = 1_000
+    max_delay_ms: int = 5 * 365 * 86_400_000
+    max_url_length: int = 2_048
+    max_idempotency_key: int = 128
+    max_cron_length: int = 256
+
+
+DEFAULT_POLICY = CallbackPolicy()
+DEFAULT_LIMITS = Limits()
+
+# -------------------------------------------------------------------------------------------------
+# values
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """A validated create request: what the user asked for, with defaults resolved."""
+
+    type: TaskType
+    callback_url: str
+    interval_ms: int | None = None
+    run_at: int | None = None
+    cron_expr: str | None = None
+    timezone: str = "UTC"
+    ack_url: str | None = None
+    ack_delay_ms: int = 1_000
+    payload: Any = None
+    scene: str = "default"
+    timeout_ms: int = 5_000
+    max_retries: int = 3
+    max_fails: int = 3
+    reliability: Reliability = Reliability.AT_LEAST_ONCE
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A task as replicated in the state store.
+
+    ``due_ms`` is the time of the next action (callback occurrence, retry or ACK probe) and is
+    indexed; ``None`` while a fire is in flight or when nothing is scheduled. ``seq`` numbers the
+    current occurrence (fire id ``{id}-{seq}``); ``sched_ms`` is its scheduled instant, from which a
+    periodic task computes the next one (fixed rate). ``attempt`` counts callback attempts of the
+    current occurrence, ``ack_attempt`` ACK probes. ``inflight`` is the fire id in flight, if any.
+    """
+
+    id: str
+    spec: TaskSpec
+    status: Status
+    created_ms: int
+    updated_ms: int
+    due_ms: int | None
+    sched_ms: int
+    seq: int = 1
+    attempt: int = 0
+    ack_attempt: int = 0
+    fail_count: int = 0
+    inflight: str | None = None
+    last_result: ExecutionResult | None = None
+    last_status_code: int | None = None
+    last_response: str | None = None
+    last_fire_ms: int | None = None
+
+    @property
+    def fire_id(self) -> str:
+        return f"{self.id}-{self.seq}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The bare JSON object the REST API returns (times are epoch ms)."""
+        s = self.spec
+        return {
+            "id": self.id,
+            "type": s.type.value,
+            "status": self.status.value,
+            "interval_ms": s.interval_ms,
+            "run_at": s.run_at,
+            "cron_expr": s.cron_expr,
+            "timezone": s.timezone,
+            "callback_url": s.callback_url,
+            "ack_url": s.ack_url,
+            "ack_delay_ms": s.ack_delay_ms,
+            "payload": s.payload,
+            "scene": s.scene,
+            "timeout_ms": s.timeout_ms,
+            "max_retries": s.max_retries,
+            "max_fails": s.max_fails,
+            "reliability": s.reliability.value,
+            "idempotency_key": s.idempotency_key,
+            "created_at": self.created_ms,
+            "updated_at": self.updated_ms,
+            "next_run_at": self.due_ms,
+            "seq": self.seq,
+            "attempt": self.attempt,
+            "ack_attempt": self.ack_attempt,
+            "fail_count": self.fail_count,
+            "last_execution_result": self.last_result.value if self.last_result else None,
+            "last_status_code": self.last_status_code,
+            "last_response": self.last_response,
+            "last_fire_at": self.last_fire_ms,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Task:
+        spec = TaskSpec(
+            type=TaskType(d["type"]),
+            callback_url=d["callback_url"],
+            interval_ms=d["interval_ms"],
+            run_at=d["run_at"],
+            cron_expr=d["cron_expr"],
+            timezone=d["timezone"],
+            ack_url=d["ack_url"],
+            ack_delay_ms=d["ack_delay_ms"],
+            payload=d["payload"],
+            scene=d["scene"],
+            timeout_ms=d["timeout_ms"],
+            max_retries=d["max_retries"],
+            max_fails=d["max_fails"],
+            reliability=Reliability(d["reliability"]),
+            idempotency_key=d["idempotency_key"],
+        )
+        lr = d["last_execution_result"]
+        return cls(
+            id=d["id"],
+            spec=spec,
+            status=Status(d["status"]),
+            created_ms=d["created_at"],
+            updated_ms=d["updated_at"],
+            due_ms=d["next_run_at"],
+            sched_ms=d.get("sched_at", d["next_run_at"] or d["created_at"]),
+            seq=d["seq"],
+            attempt=d["attempt"],
+            ack_attempt=d["ack_attempt"],
+            fail_count=d["fail_count"],
+            last_result=ExecutionResult(lr) if lr else None,
+            last_status_code=d["last_status_code"],
+            last_response=d["last_response"],
+            last_fire_ms=d["last_fire_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One HTTP attempt (callback or ACK probe) as recorded in the history."""
+
+    task_id: str
+    fire_id: str
+    seq: int
+    attempt: int
+    kind: FireKind
+    result: ExecutionResult
+    status_code: int | None
+    latency_ms: int | None
+    worker: str
+    url: str
+    scene: str
+    fired_ms: int
+    finished_ms: int
+    response_head: str | None = None
+    id: int | None = None
+    """History row id (assigned by the history database; ``None`` before insert)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "task_id": self.task_id,
+            "fire_id": self.fire_id,
+            "seq": self.seq,
+            "attempt": self.attempt,
+            "kind": self.kind.value,
+            "result": self.result.value,
+            "status_code": self.status_code,
+            "latency_ms": self.latency_ms,
+            "worker": self.worker,
+            "url": self.url,
+            "scene": self.scene,
+            "fired_at": self.fired_ms,
+            "finished_at": self.finished_ms,
+            "response_head": self.response_head,
+        }
+
+
+# -------------------------------------------------------------------------------------------------
+# task ids
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TASK_ID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def new_task_id(now_ms: int, random80: int) -> str:
+    """A 26-character id sorting by ``now_ms``; ``random80`` is 80 random bits chosen by the leader."""
+    if not 0 <= now_ms < 1 << 48:
+        raise ValueError("now_ms out of range for a task id")
+    n = (now_ms << 80) | (random80 & ((1 << 80) - 1))
+    out = []
+    for _ in range(26):
+        out.append(_CROCKFORD[n & 31])
+        n >>= 5
+    return "".join(reversed(out))
+
+
+def task_id_ms(task_id: str) -> int:
+    """Creation ms encoded in a task id."""
+    n = 0
+    for ch in task_id[:10]:
+        n = (n << 5) | _CROCKFORD.index(ch)
+    return n  # 26 chars hold 130 bits, the top two are zero: the first 10 chars are the 48-bit ms
+
+
+def is_task_id(s: str) -> bool:
+    return bool(_TASK_ID_RE.match(s))
+
+
+# -------------------------------------------------------------------------------------------------
+# validation
+
+_FIELDS = frozenset(
+    {
+        "type",
+        "interval_ms",
+        "run_at",
+        "cron_expr",
+        "timezone",
+        "callback_url",
+        "ack_url",
+        "ack_delay_ms",
+        "payload",
+        "scene",
+        "timeout_ms",
+        "max_retries",
+        "max_fails",
+        "reliability",
+        "idempotency_key",
+    }
+)
+_SCENE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_INET_ATON_RE = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$", re.IGNORECASE)
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?$")
+
+_MISSING = object()
+
+
+def _int(req: dict[str, Any], name: str, lo: int, hi: int | None, default: Any = _MISSING) -> Any:
+    v = req.get(name, _MISSING)
+    if v is _MISSING or v is None:
+        if default is _MISSING:
+            raise ValidationError(f"{name} is required", name)
+        return default
+    if type(v) is not int:
+        raise ValidationError(f"{name} must be an integer, got {_json_type(v)}", name)
+    if v < lo or (hi is not None and v > hi):
+        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise ValidationError(f"{name} must be in {rng}, got {v}", name)
+    return v
+
+
+def _str(req: dict[str, Any], name: str, default: Any = _MISSING) -> Any:
+    v = req.get(name, _MISSING)
+    if v is _MISSING or v is None:
+        if default is _MISSING:
+            raise ValidationError(f"{name} is required", name)
+        return default
+    if not isinstance(v, str):
+        raise ValidationError(f"{name} must be a string, got {_json_type(v)}", name)
+    return v
+
+
+def _json_type(v: object) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int | float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
+
+
+def _host_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address an IP-literal host denotes, as a resolver would read it; ``None`` for names."""
+    h = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(h.split("%", 1)[0])
+    except ValueError:
+        if _INET_ATON_RE.match(h):
+            try:
+                return ipaddress.IPv4Address(socket.inet_aton(h))
+            except OSError:
+                return None
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _host_matches(host: str, patterns: tuple[str, ...]) -> bool:
+    for p in patterns:
+        p = p.lower().rstrip(".")
+        if p.startswith("."):
+            if host.endswith(p) or host == p[1:]:
+                return True
+        elif host == p:
+            return True
+    return False
+
+
+def _ip_in(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, cidrs: tuple[str, ...]) -> bool:
+    for c in cidrs:
+        net = ipaddress.ip_network(c, strict=False)
+        if ip.version == net.version and ip in net:
+            return True
+    return False
+
+
+def check_url(url: Any, name: str, policy: CallbackPolicy, limits: Limits) -> str:
+    """Check a callback/ACK URL against syntax and the host policy; returns it unchanged."""
+    if not isinstance(url, str):
+        raise ValidationError(f"{name} must be a string, got {_json_type(url)}", name)
+    if not url:
+        raise ValidationError(f"{name} must not be empty", name)
+    if len(url) > limits.max_url_length:
+        raise ValidationError(f"{name} is longer than {limits.max_url_length} characters", name)
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise ValidationError(f"{name} contains whitespace or control characters", name)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise ValidationError(f"{name} is not a valid URL: {e}", name) from None
+    scheme = parts.scheme.lower()
+    if scheme not in policy.schemes:
+        raise ValidationError(f"{name} must be an {' or '.join(policy.schemes)} URL", name)
+    host = (parts.hostname or "").lower().rstrip(".")
+    if not host:
+        raise ValidationError(f"{name} has no host", name)
+    if port == 0:
+        raise ValidationError(f"{name} has an invalid port 0", name)
+    if parts.fragment:
+        raise ValidationError(f"{name} must not contain a fragment", name)
+    ip = _host_ip(host)
+    if ip is None and not _HOSTNAME_RE.match(host):
+        raise ValidationError(f"{name} has an invalid host {host!r}", name)
+    if _host_matches(host, policy.deny_hosts) or (ip is not None and _ip_in(ip, policy.deny_cidrs)):
+        raise ValidationError(f"{name} host {host} is denied by the callback host policy", name)
+    if policy.allow_hosts or policy.allow_cidrs:
+        ok = _host_matches(host, policy.allow_hosts) or (ip is not None and _ip_in(ip, policy.allow_cidrs))
+        if not ok:
+            raise ValidationError(f"{name} host {host} is not in the callback host allow list", name)
+    return url
+
+
+def encode_payload(payload: Any) -> bytes:
+    """The exact callback body: compact JSON, UTF-8, NaN/Infinity refused."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def auto_max_fails(period_ms: int) -> int:
+    """An hour's worth of periods, clamped to 3..100."""
+    return max(3, min(100, 3_600_000 // max(1, period_ms)))
+
+
+def _cron() -> Any:
+    """molens.schedule.cron, imported late: only cron/timezone requests need it."""
+    return importlib.import_module("molens.schedule.cron")
+
+
+def validate_create(
+    request: Any,
+    policy: CallbackPolicy = DEFAULT_POLICY,
+    limits: Limits = DEFAULT_LIMITS,
+    now_ms: int = 0,
+) -> TaskSpec:
+    """Validate one create request (a parsed JSON object) and resolve defaults.
+
+    Raises :class:`ValidationError` (or :class:`PayloadTooLargeError`) for the first bad field.
+    ``now_ms`` bounds ``run_at`` and resolves the period of a cron expression for ``max_fails``.
+    """
+    if not isinstance(request, dict):
+        raise ValidationError(f"a task must be a JSON object, got {_json_type(request)}", None)
+    for k in request:
+        if k not in _FIELDS:
+            raise ValidationError(f"unknown field {k!r}", str(k))
+
+    raw_type = _str(request, "type")
+    try:
+        ttype = TaskType(raw_type)
+    except ValueError:
+        raise ValidationError("type must be 'delayed' or 'periodic'", "type") from None
+
+    max_delay = limits.max_delay_ms
+    interval_ms = run_at = cron_expr = None
+    timezone = _str(request, "timezone", "UTC")
+
+    if ttype is TaskType.DELAYED:
+        if request.get("cron_expr") is not None:
+            raise ValidationError("cron_expr is only for periodic tasks", "cron_expr")
+        has_iv = request.get("interval_ms") is not None
+        has_at = request.get("run_at") is not None
+        if has_iv and has_at:
+            raise ValidationError("give interval_ms or run_at, not both", "run_at")
+        if has_at:
+            run_at = _int(request, "run_at", 0, now_ms + max_delay)
+        else:
+            if not has_iv:
+                raise ValidationError("delayed tasks need interval_ms or run_at", "interval_ms")
+            interval_ms = _int(request, "interval_ms", 0, max_delay)
+    else:
+        if request.get("run_at") is not None:
+            raise ValidationError("run_at is only for delayed tasks", "run_at")
+        has_iv = request.get("interval_ms") is not None
+        has_cron = request.get("cron_expr") is not None
+        if has_iv and has_cron:
+            raise ValidationError("give interval_ms or cron_expr, not both", "cron_expr")
+        if has_cron:
+            cron_expr = _str(request, "cron_expr")
+            if len(cron_expr) > limits.max_cron_length:
+                raise ValidationError(f"cron_expr is longer than {limits.max_cron_length}", "cron_expr")
+        elif not has_iv:
+            raise ValidationError("periodic tasks need interval_ms or cron_expr", "interval_ms")
+        else:
+            interval_ms = _int(request, "interval_ms", limits.min_period_ms, max_delay)
+
+    if request.get("timezone") is not None or cron_expr is not None:
+        cron = _cron()
+
+        try:
+            cron.validate_timezone(timezone)
+        except ValueError as e:
+            raise ValidationError(str(e) or f"unknown timezone {timezone!r}", "timezone") from None
+    if cron_expr is not None:
+        try:
+            cron.validate_cron(cron_expr, timezone)
+        except ValueError as e:
+            fld = getattr(e, "field", "cron_expr") or "cron_expr"
+            raise ValidationError(str(e) or "invalid cron expression", fld) from None
+
+    if request.get("callback_url") is None:
+        raise ValidationError("callback_url is required", "callback_url")
+    callback_url = check_url(request["callback_url"], "callback_url", policy, limits)
+
+    reliability_raw = _str(request, "reliability", Reliability.AT_LEAST_ONCE.value)
+    try:
+        reliability = Reliability(reliability_raw)
+    except ValueError:
+        raise ValidationError("reliability must be 'at_least_once' or 'at_most_once'", "reliability") from None
+
+    ack_url = None
+    if request.get("ack_url") is not None:
+        ack_url = check_url(request["ack_url"], "ack_url", policy, limits)
+        if ttype is TaskType.PERIODIC:
+            ack_url = None  # DESIGN §6: periodic tasks ignore ack_url
+        elif reliability is Reliability.AT_MOST_ONCE:
+            raise ValidationError("ack_url needs reliability at_least_once", "ack_url")
+    ack_delay_ms = _int(request, "ack_delay_ms", 0, limits.max_ack_delay_ms, limits.default_ack_delay_ms)
+
+    payload = request.get("payload")
+    try:
+        body = encode_payload(payload)
+    except (TypeError, ValueError) as e:
+        raise ValidationError(f"payload is not JSON: {e}", "payload") from None
+    if len(body) > limits.max_payload_bytes:
+        raise PayloadTooLargeError(
+            f"payload is {len(body)} bytes encoded, more than {limits.max_payload_bytes}", "payload"
+        )
+
+    scene = _str(request, "scene", "default")
+    if not _SCENE_RE.match(scene):
+        raise ValidationError("scene must match [A-Za-z0-9_.-]{1,64}", "scene")
+    timeout_ms = _int(request, "timeout_ms", 1, limits.max_timeout_ms, limits.default_timeout_ms)
+    max_retries = _int(request, "max_retries", 0, limits.max_retries, limits.default_max_retries)
+
+    if ttype is TaskType.PERIODIC:
+        if request.get("max_fails") is not None:
+            max_fails = _int(request, "max_fails", 1, None)
+        elif interval_ms is not None:
+            max_fails = auto_max_fails(interval_ms)
+        else:
+            cron = _cron()
+            assert cron_expr is not None
+            first = cron.next_cron_fire(cron_expr, timezone, now_ms)
+            second = cron.next_cron_fire(cron_expr, timezone, first)
+            max_fails = auto_max_fails(second - first)
+    else:
+        max_fails = _int(request, "max_fails", 1, None, 1)
+
+    key = _str(request, "idempotency_key", None)
+    if key is not None and not 1 <= len(key) <= limits.max_idempotency_key:
+        raise ValidationError(f"idempotency_key must be 1..{limits.max_idempotency_key} characters", "idempotency_key")
+
+    return TaskSpec(
+        type=ttype,
+        callback_url=callback_url,
+        interval_ms=interval_ms,
+        run_at=run_at,
+        cron_expr=cron_expr,
+        timezone=timezone,
+        ack_url=ack_url,
+        ack_delay_ms=ack_delay_ms,
+        payload=payload,
+        scene=scene,
+        timeout_ms=timeout_ms,
+        max_retries=max_retries,
+        max_fails=max_fails,
+        reliability=reliability,
+        idempotency_key=key,
+    )
+
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "DEFAULT_POLICY",
+    "TERMINAL_STATUSES",
+    "CallbackPolicy",
+    "Execution",
+    "ExecutionResult",
+    "FireKind",
+    "IllegalTransitionError",
+    "Limits",
+    "MolensError",
+    "NotFoundError",
+    "Outcome",
+    "PayloadTooLargeError",
+    "Reliability",
+    "Status",
+    "Task",
+    "TaskSpec",
+    "TaskType",
+    "ValidationError",
+    "auto_max_fails",
+    "check_url",
+    "encode_payload",
+    "is_task_id",
+    "new_task_id",
+    "task_id_ms",
+    "validate_create",
+]

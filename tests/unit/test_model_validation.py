@@ -1,0 +1,322 @@
+"""Every rule of the DESIGN §6 request table: a bad field gives one error naming that field."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from molens.model import (
+    CallbackPolicy,
+    Limits,
+    PayloadTooLargeError,
+    Reliability,
+    TaskType,
+    ValidationError,
+    auto_max_fails,
+    is_task_id,
+    new_task_id,
+    task_id_ms,
+    validate_create,
+)
+
+NOW = 1_700_000_000_000
+URL = "http://127.0.0.1:18081/api/v1/test/callback"
+
+
+def ok(**kw: Any) -> dict[str, Any]:
+    req: dict[str, Any] = {"type": "delayed", "interval_ms": 1000, "callback_url": URL}
+    req.update(kw)
+    return {k: v for k, v in req.items() if v is not _DROP}
+
+
+_DROP = object()
+
+
+def bad(req: Any, field: str | None, policy: CallbackPolicy | None = None, limits: Limits | None = None) -> str:
+    with pytest.raises(ValidationError) as ei:
+        validate_create(req, policy or CallbackPolicy(), limits or Limits(), NOW)
+    assert ei.value.field == field, (ei.value.field, ei.value.message)
+    assert ei.value.http_status in (400, 413)
+    body = ei.value.to_json()
+    assert body["error"]["code"] and body["error"]["message"]
+    return ei.value.message
+
+
+def test_minimal_delayed_task_gets_defaults() -> None:
+    s = validate_create(ok(), now_ms=NOW)
+    assert s.type is TaskType.DELAYED and s.interval_ms == 1000
+    assert (s.timezone, s.scene, s.timeout_ms, s.max_retries, s.reliability) == (
+        "UTC",
+        "default",
+        5000,
+        3,
+        Reliability.AT_LEAST_ONCE,
+    )
+    assert s.ack_delay_ms == 1000 and s.payload is None and s.idempotency_key is None
+
+
+def test_request_must_be_an_object() -> None:
+    bad([1, 2], None)
+
+
+def test_unknown_field_is_named() -> None:
+    bad(ok(intervall_ms=5), "intervall_ms")
+
+
+@pytest.mark.parametrize("v", [None, _DROP])
+def test_type_is_required(v: Any) -> None:
+    bad(ok(type=v), "type")
+
+
+@pytest.mark.parametrize("v", ["cron", "", 1, True])
+def test_type_must_be_delayed_or_periodic(v: Any) -> None:
+    bad(ok(type=v), "type")
+
+
+@pytest.mark.parametrize("v", [True, 1.0, "1000", [1]])
+def test_interval_ms_must_be_an_int_not_bool_or_float(v: Any) -> None:
+    bad(ok(interval_ms=v), "interval_ms")
+
+
+def test_delayed_interval_ms_must_not_be_negative() -> None:
+    bad(ok(interval_ms=-1), "interval_ms")
+    assert validate_create(ok(interval_ms=0), now_ms=NOW).interval_ms == 0
+
+
+def test_delayed_interval_beyond_horizon_rejected() -> None:
+    bad(ok(interval_ms=Limits().max_delay_ms + 1), "interval_ms")
+
+
+def test_delayed_needs_interval_or_run_at() -> None:
+    bad(ok(interval_ms=_DROP), "interval_ms")
+
+
+def test_delayed_run_at_accepted_and_both_rejected() -> None:
+    s = validate_create(ok(interval_ms=_DROP, run_at=NOW + 5000), now_ms=NOW)
+    assert s.run_at == NOW + 5000 and s.interval_ms is None
+    bad(ok(run_at=NOW + 5000), "run_at")
+
+
+@pytest.mark.parametrize("v", [True, 1.5, "x", -1])
+def test_run_at_must_be_epoch_ms_int(v: Any) -> None:
+    bad(ok(interval_ms=_DROP, run_at=v), "run_at")
+
+
+def test_run_at_beyond_horizon_rejected() -> None:
+    bad(ok(interval_ms=_DROP, run_at=NOW + Limits().max_delay_ms + 1), "run_at")
+
+
+def test_cron_expr_is_only_for_periodic() -> None:
+    bad(ok(cron_expr="* * * * *"), "cron_expr")
+
+
+def test_run_at_is_only_for_delayed() -> None:
+    bad(ok(type="periodic", interval_ms=_DROP, run_at=NOW), "run_at")
+
+
+def test_periodic_needs_interval_or_cron() -> None:
+    bad(ok(type="periodic", interval_ms=_DROP), "interval_ms")
+
+
+def test_periodic_interval_below_minimum_rejected() -> None:
+    bad(ok(type="periodic", interval_ms=999), "interval_ms")
+    assert validate_create(ok(type="periodic", interval_ms=1000), now_ms=NOW).interval_ms == 1000
+
+
+def test_periodic_interval_and_cron_both_rejected() -> None:
+    bad(ok(type="periodic", cron_expr="* * * * *"), "cron_expr")
+
+
+def test_periodic_max_fails_auto_is_an_hour_of_periods_clamped() -> None:
+    assert validate_create(ok(type="periodic", interval_ms=60_000), now_ms=NOW).max_fails == 60
+    assert validate_create(ok(type="periodic", interval_ms=1000), now_ms=NOW).max_fails == 100
+    assert validate_create(ok(type="periodic", interval_ms=3_600_000), now_ms=NOW).max_fails == 3
+    assert auto_max_fails(1_200_000) == 3 and auto_max_fails(36_000) == 100 and auto_max_fails(72_000) == 50
+
+
+def test_periodic_max_fails_explicit() -> None:
+    assert validate_create(ok(type="periodic", interval_ms=1000, max_fails=7), now_ms=NOW).max_fails == 7
+    bad(ok(type="periodic", interval_ms=1000, max_fails=0), "max_fails")
+    bad(ok(type="periodic", interval_ms=1000, max_fails=True), "max_fails")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/x",
+        "example.com/x",
+        "http://",
+        "http:///path",
+        "",
+        "http://exa mple.com/",
+        "http://example.com:99999/",
+        "http://example.com:0/",
+        "http://ex_ample..com/",
+        "javascript:alert(1)",
+        "http://example.com/#frag",
+    ],
+)
+def test_callback_url_must_be_http_with_a_host(url: str) -> None:
+    bad(ok(callback_url=url), "callback_url")
+
+
+@pytest.mark.parametrize("v", [None, _DROP, 5, True, ["http://x"]])
+def test_callback_url_required_string(v: Any) -> None:
+    bad(ok(callback_url=v), "callback_url")
+
+
+def test_callback_url_too_long() -> None:
+    bad(ok(callback_url="http://example.com/" + "a" * 3000), "callback_url")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fd00:ec2::254]/latest/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://2852039166/",  # 169.254.169.254 as one decimal number
+        "http://0xa9.0xfe.0xa9.0xfe/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://169.254.1.1.:80/",
+    ],
+)
+def test_metadata_addresses_denied_by_default(url: str) -> None:
+    msg = bad(ok(callback_url=url), "callback_url")
+    assert "denied" in msg
+
+
+def test_loopback_and_public_names_allowed_by_default() -> None:
+    for u in ("http://127.0.0.1:9/x", "https://example.com/hook?a=1", "http://[::1]:8080/", "http://localhost/"):
+        assert validate_create(ok(callback_url=u), now_ms=NOW).callback_url == u
+
+
+def test_deny_lists_of_hosts_and_cidrs() -> None:
+    pol = CallbackPolicy(deny_hosts=(".internal.corp", "evil.com"), deny_cidrs=("10.0.0.0/8",))
+    bad(ok(callback_url="http://a.b.internal.corp/"), "callback_url", pol)
+    bad(ok(callback_url="http://internal.corp/"), "callback_url", pol)
+    bad(ok(callback_url="http://EVIL.com/"), "callback_url", pol)
+    bad(ok(callback_url="http://10.1.2.3/"), "callback_url", pol)
+    assert validate_create(ok(callback_url="http://notevil.com/"), pol, now_ms=NOW)
+
+
+def test_allow_list_admits_only_what_it_names_and_deny_wins() -> None:
+    pol = CallbackPolicy(allow_hosts=(".example.com",), allow_cidrs=("192.168.0.0/16",), deny_hosts=("bad.example.com",))
+    assert validate_create(ok(callback_url="http://api.example.com/"), pol, now_ms=NOW)
+    assert validate_create(ok(callback_url="http://192.168.1.5/"), pol, now_ms=NOW)
+    bad(ok(callback_url="http://other.org/"), "callback_url", pol)
+    bad(ok(callback_url="http://10.0.0.1/"), "callback_url", pol)
+    bad(ok(callback_url="http://bad.example.com/"), "callback_url", pol)
+
+
+def test_policy_rejects_bad_cidr_at_construction() -> None:
+    with pytest.raises(ValueError):
+        CallbackPolicy(deny_cidrs=("not-a-cidr",))
+
+
+def test_ack_url_checked_like_callback_url() -> None:
+    bad(ok(ack_url="ftp://x/"), "ack_url")
+    bad(ok(ack_url="http://169.254.169.254/"), "ack_url")
+    bad(ok(ack_url=3), "ack_url")
+    s = validate_create(ok(ack_url="http://127.0.0.1/ack"), now_ms=NOW)
+    assert s.ack_url == "http://127.0.0.1/ack"
+
+
+def test_ack_url_with_at_most_once_rejected() -> None:
+    bad(ok(ack_url="http://127.0.0.1/ack", reliability="at_most_once"), "ack_url")
+
+
+def test_periodic_tasks_ignore_ack_url() -> None:
+    s = validate_create(ok(type="periodic", ack_url="http://127.0.0.1/ack"), now_ms=NOW)
+    assert s.ack_url is None
+
+
+@pytest.mark.parametrize("v", [-1, True, 1.5, "10"])
+def test_ack_delay_ms_must_be_non_negative_int(v: Any) -> None:
+    bad(ok(ack_delay_ms=v), "ack_delay_ms")
+
+
+def test_payload_any_json_up_to_limit() -> None:
+    for p in ({"a": [1, 2.5, None, True]}, "text", 3, [], 10**30):
+        assert validate_create(ok(payload=p), now_ms=NOW).payload == p
+    lim = Limits()
+    exact = "x" * (lim.max_payload_bytes - 2)  # two quote characters
+    assert validate_create(ok(payload=exact), now_ms=NOW)
+    with pytest.raises(PayloadTooLargeError) as ei:
+        validate_create(ok(payload=exact + "x"), now_ms=NOW)
+    assert ei.value.field == "payload" and ei.value.http_status == 413
+
+
+def test_payload_size_is_measured_utf8_encoded() -> None:
+    lim = Limits(max_payload_bytes=10)
+    assert validate_create(ok(payload="ééé"), limits=lim, now_ms=NOW)  # 8 bytes with quotes
+    assert validate_create(ok(payload="éééé"), limits=lim, now_ms=NOW)  # exactly 10 bytes
+    bad(ok(payload="éééé" + "a"), "payload", limits=lim)  # 11 bytes
+
+
+def test_payload_must_be_json() -> None:
+    bad(ok(payload=float("nan")), "payload")
+    bad(ok(payload={1, 2}), "payload")
+
+
+@pytest.mark.parametrize("v", ["", "a" * 65, "with space", "é", "a/b", 5])
+def test_scene_pattern(v: Any) -> None:
+    bad(ok(scene=v), "scene")
+
+
+def test_scene_accepted() -> None:
+    assert validate_create(ok(scene="A-z_0.9"), now_ms=NOW).scene == "A-z_0.9"
+
+
+@pytest.mark.parametrize("v", [0, 300_001, True, 1.0, "5"])
+def test_timeout_ms_range(v: Any) -> None:
+    bad(ok(timeout_ms=v), "timeout_ms")
+
+
+def test_timeout_ms_bounds_accepted() -> None:
+    assert validate_create(ok(timeout_ms=1), now_ms=NOW).timeout_ms == 1
+    assert validate_create(ok(timeout_ms=300_000), now_ms=NOW).timeout_ms == 300_000
+
+
+@pytest.mark.parametrize("v", [-1, 21, False, 2.0])
+def test_max_retries_range(v: Any) -> None:
+    bad(ok(max_retries=v), "max_retries")
+
+
+def test_max_retries_default_from_config() -> None:
+    assert validate_create(ok(), limits=Limits(default_max_retries=5), now_ms=NOW).max_retries == 5
+    assert validate_create(ok(max_retries=0), now_ms=NOW).max_retries == 0
+    assert validate_create(ok(max_retries=20), now_ms=NOW).max_retries == 20
+
+
+@pytest.mark.parametrize("v", ["exactly_once", "", 1])
+def test_reliability_values(v: Any) -> None:
+    bad(ok(reliability=v), "reliability")
+
+
+def test_at_most_once_accepted() -> None:
+    assert validate_create(ok(reliability="at_most_once"), now_ms=NOW).reliability is Reliability.AT_MOST_ONCE
+
+
+@pytest.mark.parametrize("v", ["", "k" * 129, 5])
+def test_idempotency_key_length_and_type(v: Any) -> None:
+    bad(ok(idempotency_key=v), "idempotency_key")
+
+
+def test_idempotency_key_accepted() -> None:
+    assert validate_create(ok(idempotency_key="k" * 128), now_ms=NOW).idempotency_key == "k" * 128
+
+
+def test_timezone_must_be_string() -> None:
+    bad(ok(timezone=5), "timezone")
+
+
+def test_task_ids_sort_by_time_and_encode_it() -> None:
+    rng = random.Random(1)
+    ids = [new_task_id(NOW + i, rng.getrandbits(80)) for i in range(200)]
+    assert ids == sorted(ids)
+    assert all(is_task_id(i) and len(i) == 26 for i in ids)
+    assert task_id_ms(ids[7]) == NOW + 7
+    assert not is_task_id("hello")
