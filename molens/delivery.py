@@ -1,0 +1,322 @@
+"""Delivery of one fire: the HTTP POST of a callback or ACK probe (DESIGN §3, §6), and its values.
+
+``FireRequest`` goes from the Dispatcher to a worker node in a ``FireBatch`` frame, ``FireResult``
+comes back in a ``FireResults`` frame; both frames are msgpack arrays of compact tuples (the codec
+below). ``Deliverer.deliver`` carries out one request with urllib3 and never raises.
+
+Rules of one attempt, decided here:
+
+- ``POST url`` with ``Content-Type: application/json``, ``X-Fire-ID``, ``X-Task-ID``, ``X-Scene``,
+  ``X-Molens-Attempt``, ``X-Molens-Kind`` and, when a signing secret is set, ``X-Molens-Signature``
+  (one ``v1`` per secret while ``signing_secret_next`` is set; see ``molens.signing``).
+- No retries inside urllib3 (``retries=False``): retrying is the state machine's job.
+- No redirects are followed: a 3xx is an ``http_error`` (a callback URL that moved is a
+  configuration error worth seeing, and following it would bypass the callback host policy).
+- The attempt is bounded by ``timeout_ms``: urllib3's ``Timeout(total=...)`` bounds connect and each
+  read; reading the body is also bounded by the same deadline (the socket timeout is set to the time
+  left before every read), so a server that trickles its body cannot hold a worker.
+- At most ``head_limit`` (512) bytes of the response body are kept. The rest is read and dropped up
+  to ``drain_limit`` (64 KiB) so the keep-alive connection goes back to the pool; a longer (or
+  declared longer, or too slow) body closes the connection instead.
+- Outcome: 2xx -> success, 404 -> not_found, any other status -> http_error, a timeout before the
+  status line -> timeout, failure to connect/send/receive the status -> network_error. Once a status
+  line has arrived the outcome follows the status even when reading the body then fails: the receiver
+  has answered, and retrying a 2xx would deliver twice.
+- ``latency_ms`` is measured with ``time.monotonic`` from just before the request until the head is read.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import urllib3
+from urllib3.exceptions import HTTPError, NewConnectionError, ProtocolError
+from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
+
+from molens import __version__
+from molens.signing import SIGNATURE_HEADER, signature_header
+
+__all__ = [
+    "FireKind",
+    "Outcome",
+    "FireRequest",
+    "FireResult",
+    "DeliveryCodecError",
+    "encode_fire_batch",
+    "decode_fire_batch",
+    "encode_fire_results",
+    "decode_fire_results",
+    "Deliverer",
+    "HEAD_LIMIT",
+    "DRAIN_LIMIT",
+]
+
+log = logging.getLogger(__name__)
+
+HEAD_LIMIT = 512
+DRAIN_LIMIT = 64 * 1024
+_ERROR_TEXT_LIMIT = 200
+_DRAIN_CHUNK = 16 * 1024
+
+
+class FireKind(enum.StrEnum):
+    CALLBACK = "callback"
+    ACK = "ack"
+
+
+class Outcome(enum.StrEnum):
+    SUCCESS = "success"
+    HTTP_ERROR = "http_error"
+    NOT_FOUND = "not_found"
+    TIMEOUT = "timeout"
+    NETWORK_ERROR = "network_error"
+
+
+@dataclass(frozen=True, slots=True)
+class FireRequest:
+    """One HTTP attempt to carry out. ``deadline_ms`` (epoch ms, 0 = none) is when the leader's
+    Monitor will count this fire as lost; a worker does not start a fire past it."""
+
+    fire_id: str
+    task_id: str
+    attempt: int
+    kind: FireKind
+    url: str
+    body: bytes
+    scene: str
+    timeout_ms: int
+    deadline_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FireResult:
+    """What happened to one FireRequest. ``error`` is a short reason for timeout/network_error."""
+
+    fire_id: str
+    kind: FireKind
+    status_code: int | None
+    outcome: Outcome
+    response_head: bytes
+    latency_ms: int
+    worker: str
+    error: str = ""
+
+
+class DeliveryCodecError(ValueError):
+    """A FireBatch / FireResults frame that cannot be decoded."""
+
+
+_FIRE_BATCH = "fire_batch"
+_FIRE_RESULTS = "fire_results"
+
+
+def encode_fire_batch(requests: Iterable[FireRequest]) -> bytes:
+    """``[b"fire_batch", [[fire_id, task_id, attempt, kind, url, body, scene, timeout_ms, deadline_ms], ...]]``."""
+    items = [
+        (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms)
+        for r in requests
+    ]
+    return msgpack.packb((_FIRE_BATCH, items), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def encode_fire_results(results: Iterable[FireResult]) -> bytes:
+    """``[b"fire_results", [[fire_id, kind, status, outcome, head, latency_ms, worker, error], ...]]``."""
+    items = [
+        (r.fire_id, r.kind.value, r.status_code, r.outcome.value, r.response_head, r.latency_ms, r.worker, r.error)
+        for r in results
+    ]
+    return msgpack.packb((_FIRE_RESULTS, items), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def _unpack(frame: bytes, tag: str, width: int) -> list[Any]:
+    try:
+        obj = msgpack.unpackb(frame, raw=False, use_list=True, strict_map_key=True)
+    except Exception as e:
+        raise DeliveryCodecError(f"{tag}: not msgpack: {e}") from e
+    if not isinstance(obj, list) or len(obj) != 2 or obj[0] != tag or not isinstance(obj[1], list):
+        raise DeliveryCodecError(f"{tag}: wrong frame shape")
+    for i, item in enumerate(obj[1]):
+        if not isinstance(item, list) or len(item) != width:
+            raise DeliveryCodecError(f"{tag}: item {i} is not a {width}-tuple")
+    return obj[1]
+
+
+def decode_fire_batch(frame: bytes) -> list[FireRequest]:
+    out = []
+    for i, (fid, tid, att, kind, url, body, scene, tmo, dl) in enumerate(_unpack(frame, _FIRE_BATCH, 9)):
+        try:
+            if not (isinstance(fid, str) and isinstance(tid, str) and isinstance(url, str)
+                    and isinstance(scene, str) and isinstance(body, bytes)):
+                raise TypeError("wrong field type")
+            out.append(FireRequest(fid, tid, _int(att), FireKind(kind), url, body, scene, _int(tmo), _int(dl)))
+        except (TypeError, ValueError) as e:
+            raise DeliveryCodecError(f"fire_batch: item {i}: {e}") from e
+    return out
+
+
+def decode_fire_results(frame: bytes) -> list[FireResult]:
+    out = []
+    for i, (fid, kind, status, outcome, head, lat, worker, err) in enumerate(_unpack(frame, _FIRE_RESULTS, 8)):
+        try:
+            if not (isinstance(fid, str) and isinstance(head, bytes) and isinstance(worker, str)
+                    and isinstance(err, str)):
+                raise TypeError("wrong field type")
+            sc = None if status is None else _int(status)
+            out.append(FireResult(fid, FireKind(kind), sc, Outcome(outcome), head, _int(lat), worker, err))
+        except (TypeError, ValueError) as e:
+            raise DeliveryCodecError(f"fire_results: item {i}: {e}") from e
+    return out
+
+
+def _int(v: object) -> int:
+    if type(v) is not int:
+        raise TypeError(f"expected int, got {type(v).__name__}")
+    return v
+
+
+def outcome_for_status(status: int) -> Outcome:
+    if 200 <= status < 300:
+        return Outcome.SUCCESS
+    if status == 404:
+        return Outcome.NOT_FOUND
+    return Outcome.HTTP_ERROR
+
+
+class _DeadlinePassed(Exception):
+    pass
+
+
+class Deliverer:
+    """Carries out FireRequests over a shared, thread-safe ``urllib3.PoolManager``.
+
+    Safe to call ``deliver`` from many threads at once. ``wall_ms`` is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        pool: urllib3.PoolManager,
+        node_id: str,
+        signing_secret: str | bytes = "",
+        signing_secret_next: str | bytes = "",
+        user_agent: str = f"molens/{__version__}",
+        head_limit: int = HEAD_LIMIT,
+        drain_limit: int = DRAIN_LIMIT,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._pool = pool
+        self.node_id = node_id
+        self._secrets = tuple(s for s in (signing_secret, signing_secret_next) if s)
+        self._user_agent = user_agent
+        self._head_limit = head_limit
+        self._drain_limit = drain_limit
+        self._wall_ms = wall_ms
+
+    def headers_for(self, req: FireRequest) -> dict[str, str]:
+        """The request headers of one attempt, signature included (stamped with the wall clock now)."""
+        h = {
+            "Content-Type": "application/json",
+            "User-Agent": self._user_agent,
+            "X-Fire-ID": req.fire_id,
+            "X-Task-ID": req.task_id,
+            "X-Scene": req.scene,
+            "X-Molens-Attempt": str(req.attempt),
+            "X-Molens-Kind": req.kind.value,
+        }
+        if self._secrets:
+            h[SIGNATURE_HEADER] = signature_header(self._secrets, req.fire_id, req.body, self._wall_ms())
+        return h
+
+    def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> FireResult:
+        """POST one fire and classify the answer. Never raises. ``timeout_ms`` overrides the request's
+        (the pool passes a smaller one when the fire's deadline is nearer)."""
+        budget_s = max(1, req.timeout_ms if timeout_ms is None else timeout_ms) / 1000.0
+        start = time.monotonic()
+        deadline = start + budget_s
+        try:
+            headers = self.headers_for(req)
+            resp = self._pool.request(
+                "POST",
+                req.url,
+                body=req.body,
+                headers=headers,
+                timeout=urllib3.Timeout(total=budget_s),
+                retries=False,
+                redirect=False,
+                preload_content=False,
+                decode_content=False,
+            )
+        except NewConnectionError as e:  # before the timeout branch: it subclasses ConnectTimeoutError
+            return self._failed(req, start, Outcome.NETWORK_ERROR, e)
+        except (TimeoutError, Urllib3TimeoutError) as e:
+            return self._failed(req, start, Outcome.TIMEOUT, e)
+        except (HTTPError, OSError, ValueError) as e:  # ProtocolError, SSLError, bad URL (LocationValueError)
+            return self._failed(req, start, Outcome.NETWORK_ERROR, e)
+        except Exception as e:  # a bug must not kill the worker thread; say so loudly
+            log.exception("unexpected error delivering fire=%s url=%s", req.fire_id, req.url)
+            return self._failed(req, start, Outcome.NETWORK_ERROR, e)
+
+        status = resp.status
+        head = b""
+        reusable = False
+        try:
+            head = self._read_head(resp, deadline)
+            latency_ms = _elapsed_ms(start)
+            reusable = self._drain(resp, deadline)
+        except (TimeoutError, _DeadlinePassed, Urllib3TimeoutError, ProtocolError, HTTPError, OSError) as e:
+            latency_ms = _elapsed_ms(start)
+            log.debug("fire=%s status=%s body read cut short: %r", req.fire_id, status, e)
+        finally:
+            if not reusable:
+                resp.close()  # closes the socket: the pool will reconnect for the next request
+            resp.release_conn()
+        return FireResult(
+            req.fire_id, req.kind, status, outcome_for_status(status), head, latency_ms, self.node_id
+        )
+
+    def _failed(self, req: FireRequest, start: float, outcome: Outcome, e: BaseException) -> FireResult:
+        text = f"{type(e).__name__}: {e}"[:_ERROR_TEXT_LIMIT]
+        log.debug("fire=%s url=%s outcome=%s error=%s", req.fire_id, req.url, outcome, text)
+        return FireResult(req.fire_id, req.kind, None, outcome, b"", _elapsed_ms(start), self.node_id, text)
+
+    def _read_head(self, resp: urllib3.BaseHTTPResponse, deadline: float) -> bytes:
+        buf = bytearray()
+        while len(buf) < self._head_limit:
+            _bound_next_read(resp, deadline)
+            chunk = resp.read1(self._head_limit - len(buf))
+            if not chunk:
+                break
+            buf += chunk
+        return bytes(buf)
+
+    def _drain(self, resp: urllib3.BaseHTTPResponse, deadline: float) -> bool:
+        """Reads and drops the rest of the body; True when it ended within the bounds (reusable)."""
+        length = resp.length_remaining if isinstance(resp, urllib3.HTTPResponse) else None
+        if length is not None and length > self._drain_limit:
+            return False
+        drained = 0
+        while drained <= self._drain_limit:
+            _bound_next_read(resp, deadline)
+            chunk = resp.read1(_DRAIN_CHUNK)
+            if not chunk:
+                return True
+            drained += len(chunk)
+        return False
+
+
+def _bound_next_read(resp: urllib3.BaseHTTPResponse, deadline: float) -> None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _DeadlinePassed()
+    sock = getattr(resp.connection, "sock", None)
+    if sock is not None:
+        sock.settimeout(left)
+
+
+def _elapsed_ms(start: float) -> int:
+    return round((time.monotonic() - start) * 1000)

@@ -1,0 +1,182 @@
+"""Deliverer against a real HTTP server on 127.0.0.1: headers, signature, capture, outcomes, reuse."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+import urllib3
+
+from molens.delivery import (
+    Deliverer,
+    DeliveryCodecError,
+    FireKind,
+    FireRequest,
+    FireResult,
+    Outcome,
+    decode_fire_batch,
+    decode_fire_results,
+    encode_fire_batch,
+    encode_fire_results,
+)
+from molens.receiver import verify_signature
+from tests.integration.callback_server import CallbackServer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server() -> Iterator[CallbackServer]:
+    srv = CallbackServer()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def pool() -> Iterator[urllib3.PoolManager]:
+    pm = urllib3.PoolManager(num_pools=8, maxsize=4)
+    try:
+        yield pm
+    finally:
+        pm.clear()
+
+
+def _req(url: str, *, fire_id: str = "task1-7", kind: FireKind = FireKind.CALLBACK, timeout_ms: int = 5000,
+         body: bytes = b'{"hello": "world"}') -> FireRequest:
+    return FireRequest(fire_id, "task1", 2, kind, url, body, "billing.v2", timeout_ms, 0)
+
+
+def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(
+    server: CallbackServer, pool: urllib3.PoolManager
+) -> None:
+    d = Deliverer(pool, "n1", signing_secret="s1")
+    res = d.deliver(_req(server.url("/ok")))
+    assert res == FireResult("task1-7", FireKind.CALLBACK, 200, Outcome.SUCCESS, b"ok", res.latency_ms, "n1")
+    assert res.latency_ms >= 0
+    [got] = server.recorded("/ok")
+    assert got.body == b'{"hello": "world"}'
+    h = {k.lower(): v for k, v in got.headers.items()}
+    assert h["content-type"] == "application/json"
+    assert h["x-fire-id"] == "task1-7"
+    assert h["x-task-id"] == "task1"
+    assert h["x-scene"] == "billing.v2"
+    assert h["x-molens-attempt"] == "2"
+    assert h["x-molens-kind"] == "callback"
+    assert h["user-agent"].startswith("molens/")
+    assert verify_signature(got.headers, got.body, ["s1"])
+    assert not verify_signature(got.headers, got.body + b"x", ["s1"])
+    assert not verify_signature(got.headers, got.body, ["other"])
+
+
+def test_no_signature_header_without_a_secret(server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    Deliverer(pool, "n1").deliver(_req(server.url("/ok"), kind=FireKind.ACK))
+    [got] = server.recorded("/ok")
+    assert "x-molens-signature" not in {k.lower() for k in got.headers}
+    assert got.headers["X-Molens-Kind"] == "ack"
+
+
+def test_rotation_signs_with_both_secrets(server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    Deliverer(pool, "n1", signing_secret="old", signing_secret_next="new").deliver(_req(server.url("/ok")))
+    [got] = server.recorded("/ok")
+    assert got.headers["X-Molens-Signature"].count("v1=") == 2
+    assert verify_signature(got.headers, got.body, ["old"])
+    assert verify_signature(got.headers, got.body, ["new"])
+
+
+@pytest.mark.parametrize("n", [0, 100, 512, 513, 4000, 60_000])
+def test_at_most_512_bytes_of_the_response_are_kept(
+    n: int, server: CallbackServer, pool: urllib3.PoolManager
+) -> None:
+    res = Deliverer(pool, "n1").deliver(_req(server.url(f"/bytes/{n}")))
+    assert res.outcome is Outcome.SUCCESS
+    assert res.response_head == (bytes(range(256)) * 256)[: min(n, 512)]
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [(200, Outcome.SUCCESS), (201, Outcome.SUCCESS), (204, Outcome.SUCCESS), (299, Outcome.SUCCESS),
+     (404, Outcome.NOT_FOUND), (400, Outcome.HTTP_ERROR), (410, Outcome.HTTP_ERROR),
+     (500, Outcome.HTTP_ERROR), (503, Outcome.HTTP_ERROR)],
+)
+def test_status_maps_to_outcome(status: int, outcome: Outcome, server: CallbackServer,
+                                pool: urllib3.PoolManager) -> None:
+    res = Deliverer(pool, "n1").deliver(_req(server.url(f"/status/{status}")))
+    assert (res.status_code, res.outcome) == (status, outcome)
+    assert res.response_head == (b"" if status == 204 else b"status body")
+
+
+def test_redirect_is_not_followed_and_is_an_http_error(server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    res = Deliverer(pool, "n1").deliver(_req(server.url("/redirect")))
+    assert (res.status_code, res.outcome) == (302, Outcome.HTTP_ERROR)
+    assert server.recorded("/ok") == []
+
+
+def test_no_answer_within_timeout_is_a_timeout(server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    res = Deliverer(pool, "n1").deliver(_req(server.url("/hang"), timeout_ms=200))
+    assert (res.status_code, res.outcome) == (None, Outcome.TIMEOUT)
+    assert "Timeout" in res.error
+    assert res.latency_ms >= 200
+
+
+def test_connection_refused_is_a_network_error(pool: urllib3.PoolManager) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = Deliverer(pool, "n1").deliver(_req(f"http://127.0.0.1:{port}/cb"))
+    assert (res.status_code, res.outcome) == (None, Outcome.NETWORK_ERROR)
+    assert res.error
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/x", "not a url", "http://"])
+def test_bad_url_is_a_network_error_not_an_exception(url: str, pool: urllib3.PoolManager) -> None:
+    res = Deliverer(pool, "n1").deliver(_req(url))
+    assert res.outcome is Outcome.NETWORK_ERROR
+
+
+def test_small_responses_reuse_the_keep_alive_connection(server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    d = Deliverer(pool, "n1")
+    for path in ["/ok", "/bytes/600", "/status/500", "/bytes/60000", "/status/404", "/ok"]:
+        d.deliver(_req(server.url(path)))
+    assert len({r.client_port for r in server.recorded()}) == 1
+
+
+@pytest.mark.parametrize("path", ["/bytes/10000000", "/endless", "/trickle"])
+def test_huge_or_endless_response_does_not_stall_and_the_connection_is_replaced(
+    path: str, server: CallbackServer, pool: urllib3.PoolManager
+) -> None:
+    # An unbounded read would never return from /endless or /trickle: reaching the asserts is the check.
+    d = Deliverer(pool, "n1")
+    d.deliver(_req(server.url("/ok")))
+    res = d.deliver(_req(server.url(path), timeout_ms=500))
+    assert (res.status_code, res.outcome) == (200, Outcome.SUCCESS)
+    assert len(res.response_head) == 512 or path == "/trickle"
+    d.deliver(_req(server.url("/ok")))
+    ports = [r.client_port for r in server.recorded()]
+    assert ports[0] == ports[1] != ports[2]
+
+
+def test_codec_round_trips_batches() -> None:
+    reqs = [
+        FireRequest("t-1", "t", 0, FireKind.CALLBACK, "http://a/b", b"{}", "default", 5000, 1_700_000_000_000),
+        FireRequest("t-2", "t", 3, FireKind.ACK, "https://x/é", b"\x00\xff", "s", 1, 0),
+    ]
+    assert decode_fire_batch(encode_fire_batch(reqs)) == reqs
+    results = [
+        FireResult("t-1", FireKind.CALLBACK, 200, Outcome.SUCCESS, b"ok", 3, "n1"),
+        FireResult("t-2", FireKind.ACK, None, Outcome.TIMEOUT, b"", 5000, "n2", "ReadTimeoutError"),
+    ]
+    assert decode_fire_results(encode_fire_results(results)) == results
+    assert decode_fire_batch(encode_fire_batch([])) == []
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b"", b"\xc1", encode_fire_results([]), b"\x92\xaafire_batch\x91\x90",
+     b"\x92\xaafire_batch\x91\x99\x01\x02\x03\x04\x05\x06\x07\x08\x09"],
+)
+def test_codec_rejects_bad_frames_with_its_own_error(frame: bytes) -> None:
+    with pytest.raises(DeliveryCodecError):
+        decode_fire_batch(frame)
