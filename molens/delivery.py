@@ -18,7 +18,7 @@ Rules of one attempt, decided here:
 - At most ``head_limit`` (512) bytes of the response body are kept. The rest is read and dropped up
   to ``drain_limit`` (64 KiB) so the keep-alive connection goes back to the pool; a longer (or
   declared longer, or too slow) body closes the connection instead.
-- Outcome: 2xx -> success, 404 -> not_found, any other status -> http_error, a timeout before the
+- Outcome (``DeliveryOutcome``): 2xx -> success, 404 -> not_found, any other status -> http_error, a timeout before the
   status line -> timeout, failure to connect/send/receive the status -> network_error. Once a status
   line has arrived the outcome follows the status even when reading the body then fails: the receiver
   has answered, and retrying a 2xx would deliver twice.
@@ -40,11 +40,15 @@ from urllib3.exceptions import HTTPError, NewConnectionError, ProtocolError
 from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
 
 from molens import __version__
+from molens.fsm.commands import ResultItem
+from molens.model import FireKind, Outcome
 from molens.signing import SIGNATURE_HEADER, signature_header
 
 __all__ = [
+    "DeliveryOutcome",
     "FireKind",
-    "Outcome",
+    "to_result_item",
+    "outcome_for_status",
     "FireRequest",
     "FireResult",
     "DeliveryCodecError",
@@ -65,12 +69,9 @@ _ERROR_TEXT_LIMIT = 200
 _DRAIN_CHUNK = 16 * 1024
 
 
-class FireKind(enum.StrEnum):
-    CALLBACK = "callback"
-    ACK = "ack"
+class DeliveryOutcome(enum.StrEnum):
+    """How one attempt ended, as the worker classifies it (finer than ``model.Outcome``)."""
 
-
-class Outcome(enum.StrEnum):
     SUCCESS = "success"
     HTTP_ERROR = "http_error"
     NOT_FOUND = "not_found"
@@ -101,7 +102,7 @@ class FireResult:
     fire_id: str
     kind: FireKind
     status_code: int | None
-    outcome: Outcome
+    outcome: DeliveryOutcome
     response_head: bytes
     latency_ms: int
     worker: str
@@ -168,7 +169,7 @@ def decode_fire_results(frame: bytes) -> list[FireResult]:
                     and isinstance(err, str)):
                 raise TypeError("wrong field type")
             sc = None if status is None else _int(status)
-            out.append(FireResult(fid, FireKind(kind), sc, Outcome(outcome), head, _int(lat), worker, err))
+            out.append(FireResult(fid, FireKind(kind), sc, DeliveryOutcome(outcome), head, _int(lat), worker, err))
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_results: item {i}: {e}") from e
     return out
@@ -180,12 +181,30 @@ def _int(v: object) -> int:
     return v
 
 
-def outcome_for_status(status: int) -> Outcome:
+def outcome_for_status(status: int) -> DeliveryOutcome:
     if 200 <= status < 300:
-        return Outcome.SUCCESS
+        return DeliveryOutcome.SUCCESS
     if status == 404:
-        return Outcome.NOT_FOUND
-    return Outcome.HTTP_ERROR
+        return DeliveryOutcome.NOT_FOUND
+    return DeliveryOutcome.HTTP_ERROR
+
+
+_MODEL_OUTCOME = {
+    DeliveryOutcome.SUCCESS: Outcome.RESPONSE,
+    DeliveryOutcome.HTTP_ERROR: Outcome.RESPONSE,
+    DeliveryOutcome.NOT_FOUND: Outcome.RESPONSE,
+    DeliveryOutcome.TIMEOUT: Outcome.TIMEOUT,
+    DeliveryOutcome.NETWORK_ERROR: Outcome.NETWORK_ERROR,
+}
+
+
+def to_result_item(r: FireResult) -> ResultItem:
+    """The fsm's ``Results`` item for one FireResult (the Dispatcher proposes these in batches).
+
+    The head becomes text (UTF-8, undecodable bytes replaced) as the execution record stores it.
+    """
+    head = r.response_head.decode("utf-8", "replace") if r.status_code is not None else None
+    return ResultItem(r.fire_id, r.kind, r.status_code, _MODEL_OUTCOME[r.outcome], head, r.latency_ms, r.worker)
 
 
 class _DeadlinePassed(Exception):
@@ -252,14 +271,14 @@ class Deliverer:
                 decode_content=False,
             )
         except NewConnectionError as e:  # before the timeout branch: it subclasses ConnectTimeoutError
-            return self._failed(req, start, Outcome.NETWORK_ERROR, e)
+            return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)
         except (TimeoutError, Urllib3TimeoutError) as e:
-            return self._failed(req, start, Outcome.TIMEOUT, e)
+            return self._failed(req, start, DeliveryOutcome.TIMEOUT, e)
         except (HTTPError, OSError, ValueError) as e:  # ProtocolError, SSLError, bad URL (LocationValueError)
-            return self._failed(req, start, Outcome.NETWORK_ERROR, e)
+            return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)
         except Exception as e:  # a bug must not kill the worker thread; say so loudly
             log.exception("unexpected error delivering fire=%s url=%s", req.fire_id, req.url)
-            return self._failed(req, start, Outcome.NETWORK_ERROR, e)
+            return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)
 
         status = resp.status
         head = b""
@@ -279,7 +298,7 @@ class Deliverer:
             req.fire_id, req.kind, status, outcome_for_status(status), head, latency_ms, self.node_id
         )
 
-    def _failed(self, req: FireRequest, start: float, outcome: Outcome, e: BaseException) -> FireResult:
+    def _failed(self, req: FireRequest, start: float, outcome: DeliveryOutcome, e: BaseException) -> FireResult:
         text = f"{type(e).__name__}: {e}"[:_ERROR_TEXT_LIMIT]
         log.debug("fire=%s url=%s outcome=%s error=%s", req.fire_id, req.url, outcome, text)
         return FireResult(req.fire_id, req.kind, None, outcome, b"", _elapsed_ms(start), self.node_id, text)

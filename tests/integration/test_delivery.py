@@ -11,15 +11,18 @@ import urllib3
 from molens.delivery import (
     Deliverer,
     DeliveryCodecError,
+    DeliveryOutcome,
     FireKind,
     FireRequest,
     FireResult,
-    Outcome,
     decode_fire_batch,
     decode_fire_results,
     encode_fire_batch,
     encode_fire_results,
+    to_result_item,
 )
+from molens.fsm.commands import ResultItem
+from molens.model import Outcome
 from molens.receiver import verify_signature
 from tests.integration.callback_server import CallbackServer
 
@@ -54,7 +57,7 @@ def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(
 ) -> None:
     d = Deliverer(pool, "n1", signing_secret="s1")
     res = d.deliver(_req(server.url("/ok")))
-    assert res == FireResult("task1-7", FireKind.CALLBACK, 200, Outcome.SUCCESS, b"ok", res.latency_ms, "n1")
+    assert res == FireResult("task1-7", FireKind.CALLBACK, 200, DeliveryOutcome.SUCCESS, b"ok", res.latency_ms, "n1")
     assert res.latency_ms >= 0
     [got] = server.recorded("/ok")
     assert got.body == b'{"hello": "world"}'
@@ -91,17 +94,17 @@ def test_at_most_512_bytes_of_the_response_are_kept(
     n: int, server: CallbackServer, pool: urllib3.PoolManager
 ) -> None:
     res = Deliverer(pool, "n1").deliver(_req(server.url(f"/bytes/{n}")))
-    assert res.outcome is Outcome.SUCCESS
+    assert res.outcome is DeliveryOutcome.SUCCESS
     assert res.response_head == (bytes(range(256)) * 256)[: min(n, 512)]
 
 
 @pytest.mark.parametrize(
     ("status", "outcome"),
-    [(200, Outcome.SUCCESS), (201, Outcome.SUCCESS), (204, Outcome.SUCCESS), (299, Outcome.SUCCESS),
-     (404, Outcome.NOT_FOUND), (400, Outcome.HTTP_ERROR), (410, Outcome.HTTP_ERROR),
-     (500, Outcome.HTTP_ERROR), (503, Outcome.HTTP_ERROR)],
+    [(200, DeliveryOutcome.SUCCESS), (201, DeliveryOutcome.SUCCESS), (204, DeliveryOutcome.SUCCESS), (299, DeliveryOutcome.SUCCESS),
+     (404, DeliveryOutcome.NOT_FOUND), (400, DeliveryOutcome.HTTP_ERROR), (410, DeliveryOutcome.HTTP_ERROR),
+     (500, DeliveryOutcome.HTTP_ERROR), (503, DeliveryOutcome.HTTP_ERROR)],
 )
-def test_status_maps_to_outcome(status: int, outcome: Outcome, server: CallbackServer,
+def test_status_maps_to_outcome(status: int, outcome: DeliveryOutcome, server: CallbackServer,
                                 pool: urllib3.PoolManager) -> None:
     res = Deliverer(pool, "n1").deliver(_req(server.url(f"/status/{status}")))
     assert (res.status_code, res.outcome) == (status, outcome)
@@ -110,13 +113,13 @@ def test_status_maps_to_outcome(status: int, outcome: Outcome, server: CallbackS
 
 def test_redirect_is_not_followed_and_is_an_http_error(server: CallbackServer, pool: urllib3.PoolManager) -> None:
     res = Deliverer(pool, "n1").deliver(_req(server.url("/redirect")))
-    assert (res.status_code, res.outcome) == (302, Outcome.HTTP_ERROR)
+    assert (res.status_code, res.outcome) == (302, DeliveryOutcome.HTTP_ERROR)
     assert server.recorded("/ok") == []
 
 
 def test_no_answer_within_timeout_is_a_timeout(server: CallbackServer, pool: urllib3.PoolManager) -> None:
     res = Deliverer(pool, "n1").deliver(_req(server.url("/hang"), timeout_ms=200))
-    assert (res.status_code, res.outcome) == (None, Outcome.TIMEOUT)
+    assert (res.status_code, res.outcome) == (None, DeliveryOutcome.TIMEOUT)
     assert "Timeout" in res.error
     assert res.latency_ms >= 200
 
@@ -126,14 +129,14 @@ def test_connection_refused_is_a_network_error(pool: urllib3.PoolManager) -> Non
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     res = Deliverer(pool, "n1").deliver(_req(f"http://127.0.0.1:{port}/cb"))
-    assert (res.status_code, res.outcome) == (None, Outcome.NETWORK_ERROR)
+    assert (res.status_code, res.outcome) == (None, DeliveryOutcome.NETWORK_ERROR)
     assert res.error
 
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/x", "not a url", "http://"])
 def test_bad_url_is_a_network_error_not_an_exception(url: str, pool: urllib3.PoolManager) -> None:
     res = Deliverer(pool, "n1").deliver(_req(url))
-    assert res.outcome is Outcome.NETWORK_ERROR
+    assert res.outcome is DeliveryOutcome.NETWORK_ERROR
 
 
 def test_small_responses_reuse_the_keep_alive_connection(server: CallbackServer, pool: urllib3.PoolManager) -> None:
@@ -151,7 +154,7 @@ def test_huge_or_endless_response_does_not_stall_and_the_connection_is_replaced(
     d = Deliverer(pool, "n1")
     d.deliver(_req(server.url("/ok")))
     res = d.deliver(_req(server.url(path), timeout_ms=500))
-    assert (res.status_code, res.outcome) == (200, Outcome.SUCCESS)
+    assert (res.status_code, res.outcome) == (200, DeliveryOutcome.SUCCESS)
     assert len(res.response_head) == 512 or path == "/trickle"
     d.deliver(_req(server.url("/ok")))
     ports = [r.client_port for r in server.recorded()]
@@ -165,8 +168,8 @@ def test_codec_round_trips_batches() -> None:
     ]
     assert decode_fire_batch(encode_fire_batch(reqs)) == reqs
     results = [
-        FireResult("t-1", FireKind.CALLBACK, 200, Outcome.SUCCESS, b"ok", 3, "n1"),
-        FireResult("t-2", FireKind.ACK, None, Outcome.TIMEOUT, b"", 5000, "n2", "ReadTimeoutError"),
+        FireResult("t-1", FireKind.CALLBACK, 200, DeliveryOutcome.SUCCESS, b"ok", 3, "n1"),
+        FireResult("t-2", FireKind.ACK, None, DeliveryOutcome.TIMEOUT, b"", 5000, "n2", "ReadTimeoutError"),
     ]
     assert decode_fire_results(encode_fire_results(results)) == results
     assert decode_fire_batch(encode_fire_batch([])) == []
@@ -180,3 +183,10 @@ def test_codec_round_trips_batches() -> None:
 def test_codec_rejects_bad_frames_with_its_own_error(frame: bytes) -> None:
     with pytest.raises(DeliveryCodecError):
         decode_fire_batch(frame)
+
+
+def test_results_convert_to_fsm_result_items() -> None:
+    ok = to_result_item(FireResult("t-1", FireKind.ACK, 404, DeliveryOutcome.NOT_FOUND, b"gone \xff", 7, "n2"))
+    assert ok == ResultItem("t-1", FireKind.ACK, 404, Outcome.RESPONSE, "gone \ufffd", 7, "n2")
+    lost = to_result_item(FireResult("t-2", FireKind.CALLBACK, None, DeliveryOutcome.TIMEOUT, b"", 9, "n1", "x"))
+    assert lost == ResultItem("t-2", FireKind.CALLBACK, None, Outcome.TIMEOUT, None, 9, "n1")
