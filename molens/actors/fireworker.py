@@ -1,0 +1,293 @@
+"""FireWorker: the pool that carries out FireBatches on every node, leader included (DESIGN §3).
+
+Shape: one shared bounded queue feeding ``concurrency`` plain threads, each calling the blocking
+``Deliverer.deliver``, plus one flusher thread that hands results back in batches. Why not N pykka
+actors: round-robin into per-actor mailboxes puts a fast fire behind a slow one (head-of-line
+blocking) and costs a mailbox hop per fire; a shared queue lets any free thread take the next fire,
+and a batch enters with one lock round-trip. ``FirePool`` is that engine (thread-safe, usable
+directly from the RPC I/O thread); ``FireWorker`` is the pykka actor shell the node supervises.
+
+Rules:
+
+- At most ``concurrency`` HTTP attempts in flight; at most ``queue_limit`` more waiting. ``submit``
+  accepts fires in order while there is room and returns the rest as ``refused`` (the clear signal:
+  the Dispatcher may send them elsewhere; otherwise the Monitor counts them lost at their deadline).
+- ``free_capacity()`` = room left = concurrency + queue_limit - (queued + in flight), for weighted
+  dispatch.
+- A fire whose ``deadline_ms`` has passed when a thread picks it up is not sent (the leader has
+  already counted it lost; sending it now could deliver twice); it is counted in ``stats().expired``.
+  A fire is never given more than the time left before its deadline.
+- Results go to ``on_results(list[FireResult])`` from the flusher thread, at most ``flush_count``
+  per call, at most ``flush_interval_ms`` after the first unflushed result.
+- ``stop()``: refuses new work, drops fires not yet started (returned to the caller), waits for
+  in-flight fires to finish or time out, flushes their results, and joins every thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import pykka
+import urllib3
+
+from molens.delivery import Deliverer, FireRequest, FireResult, decode_fire_batch
+
+__all__ = ["SubmitReceipt", "FirePoolStats", "FirePool", "FireWorker", "make_pool_manager"]
+
+log = logging.getLogger(__name__)
+
+ResultsCallback = Callable[[list[FireResult]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitReceipt:
+    """What ``submit`` did with a batch: the first ``accepted`` fires are queued, ``refused`` are not."""
+
+    accepted: int
+    refused: tuple[FireRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FirePoolStats:
+    concurrency: int
+    capacity: int
+    queued: int
+    in_flight: int
+    delivered: int
+    refused: int
+    expired: int
+    result_batches: int
+
+
+def make_pool_manager(concurrency: int) -> urllib3.PoolManager:
+    """A PoolManager sized for ``concurrency`` threads: that many keep-alive connections per host."""
+    return urllib3.PoolManager(num_pools=256, maxsize=concurrency, block=False, retries=False)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class FirePool:
+    """``concurrency`` delivery threads fed by one bounded queue; results flushed in batches."""
+
+    def __init__(
+        self,
+        deliverer: Deliverer,
+        concurrency: int,
+        on_results: ResultsCallback,
+        queue_limit: int | None = None,
+        flush_count: int = 256,
+        flush_interval_ms: float = 5.0,
+        wall_ms: Callable[[], int] = _wall_ms,
+        name: str = "fireworker",
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self._deliverer = deliverer
+        self.concurrency = concurrency
+        self.queue_limit = 4 * concurrency if queue_limit is None else queue_limit
+        self.capacity = concurrency + self.queue_limit
+        self._on_results = on_results
+        self._flush_count = max(1, flush_count)
+        self._flush_interval_s = flush_interval_ms / 1000.0
+        self._wall_ms = wall_ms
+        self._name = name
+
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._queue: collections.deque[FireRequest] = collections.deque()
+        self._in_flight = 0
+        self._accepting = False
+        self._draining = False
+        self._delivered = self._refused = self._expired = self._batches = 0
+
+        self._rlock = threading.Lock()
+        self._rcond = threading.Condition(self._rlock)
+        self._results: list[FireResult] = []
+        self._first_result_at = 0.0
+        self._flusher_done = False
+
+        self._threads: list[threading.Thread] = []
+        self._flusher: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._lock:
+            if self._threads:
+                raise RuntimeError("FirePool already started")
+            self._accepting = True
+        self._threads = [
+            threading.Thread(target=self._run_worker, name=f"{self._name}-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        self._flusher = threading.Thread(target=self._run_flusher, name=f"{self._name}-flush", daemon=True)
+        for t in (*self._threads, self._flusher):
+            t.start()
+        log.info("fire pool started concurrency=%d queue_limit=%d", self.concurrency, self.queue_limit)
+
+    def stop(self, timeout_s: float = 30.0) -> list[FireRequest]:
+        """Stops cleanly; returns the fires that were queued but never started."""
+        end = time.monotonic() + timeout_s
+        with self._lock:
+            self._accepting = False
+            self._draining = True
+            dropped = list(self._queue)
+            self._queue.clear()
+            self._work.notify_all()
+        for t in self._threads:
+            t.join(max(0.0, end - time.monotonic()))
+        still = [t.name for t in self._threads if t.is_alive()]
+        with self._rlock:
+            self._flusher_done = True
+            self._rcond.notify_all()
+        if self._flusher is not None:
+            self._flusher.join(max(0.1, end - time.monotonic()))
+        if still:
+            log.warning("fire pool stop timed out with %d fires in flight threads=%s", len(still), still)
+        log.info("fire pool stopped dropped_unstarted=%d", len(dropped))
+        return dropped
+
+    # --- the surface the Dispatcher / RPC server use -----------------------------------------------
+    def submit(self, batch: Sequence[FireRequest]) -> SubmitReceipt:
+        """Queues as many fires as fit, in order; never blocks."""
+        with self._lock:
+            room = self.capacity - len(self._queue) - self._in_flight if self._accepting else 0
+            n = max(0, min(room, len(batch)))
+            if n:
+                self._queue.extend(batch[:n])
+                if n == 1:
+                    self._work.notify()
+                else:
+                    self._work.notify(n)
+            refused = tuple(batch[n:])
+            self._refused += len(refused)
+        if refused:
+            log.warning("fire pool full: refused=%d of batch=%d", len(refused), len(batch))
+        return SubmitReceipt(n, refused)
+
+    def free_capacity(self) -> int:
+        with self._lock:
+            if not self._accepting:
+                return 0
+            return self.capacity - len(self._queue) - self._in_flight
+
+    def stats(self) -> FirePoolStats:
+        with self._lock:
+            return FirePoolStats(
+                self.concurrency, self.capacity, len(self._queue), self._in_flight,
+                self._delivered, self._refused, self._expired, self._batches,
+            )
+
+    # --- threads -----------------------------------------------------------------------------------
+    def _run_worker(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._draining:
+                    self._work.wait()
+                if not self._queue:
+                    return
+                req = self._queue.popleft()
+                self._in_flight += 1
+            result: FireResult | None = None
+            try:
+                timeout_ms = req.timeout_ms
+                if req.deadline_ms:
+                    left = req.deadline_ms - self._wall_ms()
+                    timeout_ms = min(timeout_ms, left)
+                if timeout_ms <= 0:
+                    log.warning("fire=%s not sent: deadline passed while queued", req.fire_id)
+                else:
+                    result = self._deliverer.deliver(req, timeout_ms)
+            finally:
+                with self._lock:
+                    self._in_flight -= 1
+                    if result is None:
+                        self._expired += 1
+                    else:
+                        self._delivered += 1
+            if result is not None:
+                self._add_result(result)
+
+    def _add_result(self, result: FireResult) -> None:
+        with self._rlock:
+            self._results.append(result)
+            n = len(self._results)
+            if n == 1:
+                self._first_result_at = time.monotonic()
+                self._rcond.notify()
+            elif n >= self._flush_count:
+                self._rcond.notify()
+
+    def _run_flusher(self) -> None:
+        while True:
+            with self._rlock:
+                while not self._results and not self._flusher_done:
+                    self._rcond.wait()
+                if not self._results:
+                    return
+                flush_at = self._first_result_at + self._flush_interval_s
+                while len(self._results) < self._flush_count and not self._flusher_done:
+                    left = flush_at - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._rcond.wait(left)
+                batch = self._results[: self._flush_count]
+                del self._results[: self._flush_count]
+                if self._results:
+                    self._first_result_at = time.monotonic()
+            with self._lock:
+                self._batches += 1
+            try:
+                self._on_results(batch)
+            except Exception:  # the results consumer's bug must not stop deliveries; say so loudly
+                log.exception("fire results callback failed; %d results not handed over", len(batch))
+
+
+class FireWorker(pykka.ThreadingActor):
+    """The node's FireWorker actor: owns a PoolManager and a FirePool for its lifetime."""
+
+    def __init__(
+        self,
+        node_id: str,
+        concurrency: int,
+        on_results: ResultsCallback,
+        signing_secret: str = "",
+        signing_secret_next: str = "",
+        queue_limit: int | None = None,
+        flush_count: int = 256,
+        flush_interval_ms: float = 5.0,
+    ) -> None:
+        super().__init__()
+        self._http = make_pool_manager(concurrency)
+        deliverer = Deliverer(self._http, node_id, signing_secret, signing_secret_next)
+        self.pool = FirePool(deliverer, concurrency, on_results, queue_limit, flush_count, flush_interval_ms)
+
+    def on_start(self) -> None:
+        self.pool.start()
+
+    def on_stop(self) -> None:
+        self.pool.stop()
+        self._http.clear()
+
+    def on_failure(self, exception_type: object, exception_value: object, traceback: object) -> None:
+        self.pool.stop()
+        self._http.clear()
+
+    def submit(self, batch: Iterable[FireRequest]) -> SubmitReceipt:
+        return self.pool.submit(list(batch))
+
+    def submit_frame(self, frame: bytes) -> SubmitReceipt:
+        """Accepts an encoded FireBatch frame as it arrives over the RPC socket."""
+        return self.pool.submit(decode_fire_batch(frame))
+
+    def free_capacity(self) -> int:
+        return self.pool.free_capacity()
+
+    def stats(self) -> FirePoolStats:
+        return self.pool.stats()

@@ -1,0 +1,207 @@
+"""FirePool / FireWorker against a real HTTP server: bound, refusal, batching, expiry, clean stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import urllib3
+
+from molens.actors.fireworker import FirePool, FireWorker
+from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult, encode_fire_batch
+from tests.integration.callback_server import CallbackServer
+
+pytestmark = pytest.mark.integration
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError("condition not met before the deadline")
+        time.sleep(0.005)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches: list[list[FireResult]] = []
+
+    def __call__(self, results: list[FireResult]) -> None:
+        with self.lock:
+            self.batches.append(list(results))
+
+    def results(self) -> list[FireResult]:
+        with self.lock:
+            return [r for b in self.batches for r in b]
+
+
+@pytest.fixture
+def server() -> Iterator[CallbackServer]:
+    srv = CallbackServer()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def http() -> Iterator[urllib3.PoolManager]:
+    pm = urllib3.PoolManager(num_pools=8, maxsize=16)
+    try:
+        yield pm
+    finally:
+        pm.clear()
+
+
+def _fires(url: str, n: int, timeout_ms: int = 5000, deadline_ms: int = 0, prefix: str = "t") -> list[FireRequest]:
+    return [FireRequest(f"{prefix}-{i}", prefix, 0, FireKind.CALLBACK, url, b"{}", "default", timeout_ms, deadline_ms)
+            for i in range(n)]
+
+
+def _no_pool_threads(name: str) -> bool:
+    return not any(t.name.startswith(name) and t.is_alive() for t in threading.enumerate())
+
+
+def test_every_fire_is_delivered_once_and_results_come_back_in_bounded_batches(
+    server: CallbackServer, http: urllib3.PoolManager
+) -> None:
+    sink = Sink()
+    pool = FirePool(Deliverer(http, "n1"), 4, sink, queue_limit=40, flush_count=5, name="fw-batch")
+    pool.start()
+    try:
+        receipt = pool.submit(_fires(server.url("/ok"), 40))
+        assert (receipt.accepted, receipt.refused) == (40, ())
+        wait_until(lambda: len(sink.results()) == 40)
+    finally:
+        pool.stop()
+    assert sorted(r.fire_id for r in sink.results()) == sorted(f"t-{i}" for i in range(40))
+    assert all(r.outcome is DeliveryOutcome.SUCCESS and r.worker == "n1" for r in sink.results())
+    assert all(1 <= len(b) <= 5 for b in sink.batches)
+    assert len(server.recorded("/ok")) == 40
+    assert pool.stats().delivered == 40
+    assert _no_pool_threads("fw-batch")
+
+
+def test_concurrency_bound_is_respected_and_free_capacity_reflects_outstanding_fires(
+    server: CallbackServer, http: urllib3.PoolManager
+) -> None:
+    sink = Sink()
+    pool = FirePool(Deliverer(http, "n1"), 4, sink, queue_limit=20, name="fw-bound")
+    pool.start()
+    try:
+        assert pool.free_capacity() == 24
+        assert pool.submit(_fires(server.url("/gate"), 12)).accepted == 12
+        wait_until(lambda: server.in_gate == 4)
+        assert pool.free_capacity() == 12
+        st = pool.stats()
+        assert (st.in_flight, st.queued) == (4, 8)
+        server.gate.set()
+        wait_until(lambda: len(sink.results()) == 12)
+        assert pool.free_capacity() == 24
+    finally:
+        pool.stop()
+    assert server.max_in_gate == 4
+
+
+def test_a_full_pool_refuses_the_excess_in_order(server: CallbackServer, http: urllib3.PoolManager) -> None:
+    sink = Sink()
+    pool = FirePool(Deliverer(http, "n1"), 2, sink, queue_limit=2, name="fw-full")
+    pool.start()
+    try:
+        fires = _fires(server.url("/gate"), 6)
+        receipt = pool.submit(fires)
+        assert receipt.accepted == 4
+        assert receipt.refused == tuple(fires[4:])
+        assert pool.free_capacity() == 0
+        assert pool.submit(_fires(server.url("/ok"), 1, prefix="u")).refused != ()
+        server.gate.set()
+        wait_until(lambda: len(sink.results()) == 4)
+    finally:
+        pool.stop()
+    assert sorted(r.fire_id for r in sink.results()) == [f"t-{i}" for i in range(4)]
+    assert pool.stats().refused == 3
+
+
+def test_a_fire_past_its_deadline_is_not_sent(server: CallbackServer, http: urllib3.PoolManager) -> None:
+    sink = Sink()
+    now = time.time_ns() // 1_000_000
+    pool = FirePool(Deliverer(http, "n1"), 1, sink, name="fw-expired")
+    pool.start()
+    try:
+        pool.submit(_fires(server.url("/ok"), 1, deadline_ms=now - 1, prefix="late")
+                    + _fires(server.url("/ok"), 1, deadline_ms=now + 60_000, prefix="fine"))
+        wait_until(lambda: len(sink.results()) == 1)
+        wait_until(lambda: pool.stats().expired == 1)
+    finally:
+        pool.stop()
+    assert [r.fire_id for r in sink.results()] == ["fine-0"]
+    assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["fine-0"]
+
+
+def test_a_fire_gets_no_more_time_than_its_deadline_leaves(server: CallbackServer, http: urllib3.PoolManager) -> None:
+    sink = Sink()
+    pool = FirePool(Deliverer(http, "n1"), 1, sink, name="fw-capped")
+    pool.start()
+    try:
+        # a 60 s HTTP timeout but a deadline 300 ms away: /hang must end as a timeout well before 60 s
+        pool.submit(_fires(server.url("/hang"), 1, timeout_ms=60_000,
+                           deadline_ms=time.time_ns() // 1_000_000 + 300))
+        wait_until(lambda: len(sink.results()) == 1)
+    finally:
+        pool.stop()
+    assert sink.results()[0].outcome is DeliveryOutcome.TIMEOUT
+
+
+def test_stop_lets_in_flight_fires_finish_returns_unstarted_ones_and_leaves_no_threads(
+    server: CallbackServer, http: urllib3.PoolManager
+) -> None:
+    sink = Sink()
+    pool = FirePool(Deliverer(http, "n1"), 2, sink, name="fw-stop")
+    pool.start()
+    fires = _fires(server.url("/hang"), 5, timeout_ms=300)
+    pool.submit(fires)
+    wait_until(lambda: pool.stats().in_flight == 2)
+    dropped = pool.stop()
+    assert dropped == fires[2:]
+    assert sorted(r.fire_id for r in sink.results()) == ["t-0", "t-1"]
+    assert all(r.outcome is DeliveryOutcome.TIMEOUT for r in sink.results())
+    assert pool.free_capacity() == 0
+    assert pool.submit(fires).accepted == 0
+    assert _no_pool_threads("fw-stop")
+
+
+def test_a_failing_results_callback_does_not_stop_deliveries(server: CallbackServer, http: urllib3.PoolManager) -> None:
+    seen: list[str] = []
+
+    def flaky(results: list[FireResult]) -> None:
+        seen.extend(r.fire_id for r in results)
+        if len(seen) == 1:
+            raise RuntimeError("consumer bug")
+
+    pool = FirePool(Deliverer(http, "n1"), 1, flaky, flush_count=1, name="fw-flaky")
+    pool.start()
+    try:
+        pool.submit(_fires(server.url("/ok"), 3))
+        wait_until(lambda: len(seen) == 3)
+    finally:
+        pool.stop()
+
+
+def test_fireworker_actor_accepts_batches_and_frames_and_stops_cleanly(server: CallbackServer) -> None:
+    sink = Sink()
+    ref = FireWorker.start("n7", 3, sink, signing_secret="k")
+    try:
+        proxy = ref.proxy()
+        assert proxy.free_capacity().get(timeout=5) == 15
+        assert proxy.submit(_fires(server.url("/ok"), 3)).get(timeout=5).accepted == 3
+        assert proxy.submit_frame(encode_fire_batch(_fires(server.url("/ok"), 2, prefix="f"))).get(timeout=5).accepted == 2
+        wait_until(lambda: len(sink.results()) == 5)
+        assert proxy.stats().get(timeout=5).delivered == 5
+    finally:
+        ref.stop(timeout=10)
+    assert {r.worker for r in sink.results()} == {"n7"}
+    assert all("X-Molens-Signature" in r.headers for r in server.recorded())
+    assert _no_pool_threads("fireworker")
