@@ -1,0 +1,641 @@
+"""The pure transition rules of the task state machine (DESIGN §5, §6).
+
+``apply(view, cmd)`` reads through ``view`` (the store's transaction, or a dict in tests) and
+returns an :class:`Applied`: the *writes* to make (tasks, fires, idempotency keys, meta, execution
+rows, history deletions), the *effects* for the leader's actors (wheel add/remove, fire requests),
+and one *result* per command item for the proposer (REST 201/200/404/409 answers). It never reads
+a clock: ``now_ms`` is the leader's stamp on the command, so every replica computes the same state.
+
+Rules and timings decided here (all replicas must run the same :class:`MachineConfig`):
+
+- **Dispatch protocol.** Nothing fires unless planned under the current term: the leader proposes
+  ``Dispatched`` for a due task *before* sending, and sends only the items whose result is ``None``
+  (accepted) in the :class:`FireRequest` effects of that committed entry. An item is refused when the
+  task is not due yet, is paused/terminal, already has a fire in flight (no overlapping
+  occurrences), or the fire id/attempt is stale. Accepting stores a fire record (``fires``) until a
+  result arrives.
+- **Results.** 2xx is ``success``; 404 on a callback is ``not_found``; any other status ``failed``;
+  ``timeout`` and ``network_error`` as reported. ``Outcome.LOST`` is proposed by the Monitor when a
+  fire's deadline passes without a result (worker or leader lost): for at_least_once it is a failed
+  attempt (result ``lost``) that is fired again *immediately* with the same fire id and the next
+  attempt number; for at_most_once it is recorded as ``unknown`` (maybe delivered, maybe not) and
+  the fire is never sent again — a delayed task then ends ``failed``, a periodic one moves to its
+  next occurrence without counting a failure (the endpoint did nothing wrong).
+- **Retries.** at_least_once retries a failed attempt ``n`` (1-based) after ``2^(n-1)`` seconds
+  (1 s, 2 s, 4 s ...) measured from the result's ``now_ms``, while ``n <= max_retries``. Then the
+  occurrence has failed: delayed -> ``failed``; periodic -> ``fail_count += 1`` and ``inactive`` once
+  it reaches ``max_fails``, else the next occurrence. at_most_once never retries.
+- **ACK phase** (delayed tasks with ``ack_url``): after the callback's 2xx the task is
+  ``awaiting_ack`` and the probe is due ``ack_delay_ms`` later; it reuses the fire id, with
+  ``X-Molens-Kind: ack``. 2xx -> ``done``; anything else retries after ``ack_delay_ms`` until
+  ``ack_ttl`` (3) probes were made -> ``failed`` (result ``ack_failed``).
+- **Periodic timing** is fixed-rate: the next occurrence is computed from the *scheduled* instant of
+  the one that just ended (``sched_ms``), never from its completion. If that instant has already
+  passed (a long retry chain, or the cluster was down), the missed instants collapse into one
+  occurrence due now; the schedule then continues from there. Interval tasks are anchored at their
+  creation time (``created + k * interval_ms``).
+- **Pause** (from pending, firing, awaiting_ack) drops the due entry and keeps everything else; a
+  fire already in flight still reports, and its result is recorded (a delayed task that succeeds
+  while paused is ``done``). **Resume** (from paused, and from inactive for periodic tasks, which
+  also resets ``fail_count``) recomputes the next run: a delayed task fires at its time or now if
+  that has passed; a periodic task that was between occurrences skips what it missed while paused
+  and continues at its next scheduled instant; a retry chain or ACK phase in progress continues
+  now. **Trigger** (from pending, with nothing in flight) moves the upcoming occurrence to now; for
+  a periodic task the schedule then continues at the next regular instant, so the trigger adds one
+  occurrence. **Delete** removes the task, its fire record, idempotency key and history.
+- **Idempotency keys**: a create whose key is already known answers the existing task (200).
+- **Expire** deletes a task only if it is still terminal and unchanged since the Cleaner looked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from molens.fsm.commands import (
+    Command,
+    CreateItem,
+    CreateTasks,
+    DeleteTasks,
+    Dispatched,
+    DispatchItem,
+    Expire,
+    ExpireItem,
+    PauseTasks,
+    PutMeta,
+    ResultItem,
+    Results,
+    ResumeTasks,
+    TriggerTask,
+)
+from molens.model import (
+    TERMINAL_STATUSES,
+    Execution,
+    ExecutionResult,
+    FireKind,
+    IllegalTransitionError,
+    MolensError,
+    NotFoundError,
+    Outcome,
+    Reliability,
+    Status,
+    Task,
+    TaskType,
+    encode_payload,
+)
+
+log = logging.getLogger(__name__)
+
+_replace = dataclasses.replace
+
+
+@dataclass(frozen=True, slots=True)
+class MachineConfig:
+    ack_ttl: int = 3
+    retry_base_ms: int = 1_000
+    response_head_chars: int = 512
+
+
+DEFAULT_CONFIG = MachineConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    """An in-flight attempt (lmdb ``fires``): planned under some term, no result yet."""
+
+    fire_id: str
+    task_id: str
+    kind: FireKind
+    attempt: int
+    worker: str
+    deadline_ms: int
+    dispatched_ms: int
+
+
+class View(Protocol):
+    """Read access the machine needs (the store's write transaction implements it)."""
+
+    def get_task(self, task_id: str) -> Task | None: ...
+    def get_fire(self, fire_id: str) -> Fire | None: ...
+    def get_idem(self, key: str) -> str | None: ...
+
+
+class ScanView(View, Protocol):
+    """What a new leader streams from (the store implements it without loading everything)."""
+
+    def scan_due(self) -> Iterator[tuple[int, str]]: ...
+    def scan_fires(self) -> Iterator[Fire]: ...
+
+
+# -------------------------------------------------------------------------------------------------
+# outputs
+
+
+@dataclass(frozen=True, slots=True)
+class WheelAdd:
+    key: str
+    due_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class WheelRemove:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class FireRequest:
+    """Send this attempt now (the Dispatched entry that planned it has committed)."""
+
+    fire: Fire
+    url: str
+    body: bytes
+    scene: str
+    timeout_ms: int
+    reliability: Reliability
+
+
+Effect = WheelAdd | WheelRemove | FireRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """Result of one CreateTasks item: ``created`` False when an idempotency key matched (200)."""
+
+    task: Task
+    created: bool
+
+
+ItemResult = Any
+"""Per item: ``Created`` / ``Task`` / ``None`` (accepted) / ``bool`` (expired) or a MolensError."""
+
+
+@dataclass(slots=True)
+class Writes:
+    """Final state of everything a command touched (``None`` = delete)."""
+
+    tasks: dict[str, Task | None] = field(default_factory=dict)
+    fires: dict[str, Fire | None] = field(default_factory=dict)
+    idem: dict[str, str | None] = field(default_factory=dict)
+    meta: dict[str, bytes | None] = field(default_factory=dict)
+    executions: list[Execution] = field(default_factory=list)
+    history_deletes: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Applied:
+    writes: Writes
+    effects: list[Effect]
+    results: list[ItemResult]
+
+
+# -------------------------------------------------------------------------------------------------
+# transaction overlay
+
+
+class _Tx:
+    """Reads through the view, sees its own writes, remembers originals to derive wheel effects."""
+
+    __slots__ = ("effects", "orig", "view", "w")
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self.w = Writes()
+        self.orig: dict[str, Task | None] = {}
+        self.effects: list[Effect] = []
+
+    def task(self, tid: str) -> Task | None:
+        tasks = self.w.tasks
+        if tid in tasks:
+            return tasks[tid]
+        if tid in self.orig:
+            return self.orig[tid]
+        t = self.view.get_task(tid)
+        self.orig[tid] = t
+        return t
+
+    def put(self, t: Task) -> None:
+        if t.id not in self.orig and t.id not in self.w.tasks:
+            self.orig[t.id] = self.view.get_task(t.id)
+        self.w.tasks[t.id] = t
+
+    def put_new(self, t: Task) -> None:
+        """Put a task known to be absent (create); skips the original lookup."""
+        self.orig.setdefault(t.id, None)
+        self.w.tasks[t.id] = t
+
+    def delete(self, t: Task) -> None:
+        if t.id not in self.orig and t.id not in self.w.tasks:
+            self.orig[t.id] = self.view.get_task(t.id)
+        self.w.tasks[t.id] = None
+
+    def fire(self, fid: str) -> Fire | None:
+        if fid in self.w.fires:
+            return self.w.fires[fid]
+        return self.view.get_fire(fid)
+
+    def idem(self, key: str) -> str | None:
+        if key in self.w.idem:
+            return self.w.idem[key]
+        return self.view.get_idem(key)
+
+    def finish(self, results: list[ItemResult]) -> Applied:
+        eff: list[Effect] = []
+        for tid, new in self.w.tasks.items():
+            old = self.orig.get(tid)
+            od = old.due_ms if old is not None else None
+            nd = new.due_ms if new is not None else None
+            if od == nd:
+                continue
+            eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
+        eff.extend(self.effects)
+        return Applied(self.w, eff, results)
+
+
+# -------------------------------------------------------------------------------------------------
+# schedule
+
+
+def _cron() -> Any:
+    return importlib.import_module("molens.schedule.cron")
+
+
+def next_scheduled(task: Task, after_ms: int) -> int:
+    """The periodic task's first scheduled instant strictly after ``after_ms`` (fixed rate)."""
+    spec = task.spec
+    if spec.interval_ms is not None:
+        anchor, iv = task.created_ms, spec.interval_ms
+        if after_ms < anchor:
+            return anchor + iv
+        return anchor + ((after_ms - anchor) // iv + 1) * iv
+    assert spec.cron_expr is not None
+    nxt: int = _cron().next_cron_fire(spec.cron_expr, spec.timezone, after_ms)
+    return nxt
+
+
+def first_due(spec_task: Task) -> int:
+    """Due time of a newly created task's first occurrence."""
+    s = spec_task.spec
+    now = spec_task.created_ms
+    if s.type is TaskType.DELAYED:
+        if s.run_at is not None:
+            return s.run_at
+        assert s.interval_ms is not None
+        return now + s.interval_ms
+    return next_scheduled(spec_task, now)
+
+
+def _next_occurrence(t: Task, now: int, **changes: Any) -> Task:
+    """Start the periodic task's next occurrence (misfires collapse into one due now)."""
+    nxt = next_scheduled(t, t.sched_ms)
+    if nxt < now:
+        nxt = now
+    return _replace(
+        t,
+        status=Status.PENDING,
+        seq=t.seq + 1,
+        attempt=0,
+        ack_attempt=0,
+        due_ms=nxt,
+        sched_ms=nxt,
+        **changes,
+    )
+
+
+# -------------------------------------------------------------------------------------------------
+# the rules
+
+
+def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineConfig = DEFAULT_CONFIG) -> Applied:
+    """Apply one committed command; ``now_ms`` defaults to the command's leader stamp."""
+    now = cmd.now_ms if now_ms is None else now_ms
+    tx = _Tx(view)
+    results: list[ItemResult]
+    match cmd:
+        case CreateTasks():
+            results = [_create(tx, it, now) for it in cmd.items]
+        case Dispatched():
+            results = [_dispatch(tx, it, now) for it in cmd.items]
+        case Results():
+            results = [_result(tx, it, now, config) for it in cmd.items]
+        case DeleteTasks():
+            results = [_delete(tx, tid) for tid in cmd.task_ids]
+        case PauseTasks():
+            results = [_pause(tx, tid, now) for tid in cmd.task_ids]
+        case ResumeTasks():
+            results = [_resume(tx, tid, now) for tid in cmd.task_ids]
+        case TriggerTask():
+            results = [_trigger(tx, cmd.task_id, now)]
+        case Expire():
+            results = [_expire(tx, it) for it in cmd.items]
+        case PutMeta():
+            tx.w.meta[cmd.key] = cmd.value
+            results = [None]
+        case _:
+            raise TypeError(f"not a command: {cmd!r}")
+    return tx.finish(results)
+
+
+def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
+    spec = it.spec
+    key = spec.idempotency_key
+    if key is not None:
+        existing_id = tx.idem(key)
+        if existing_id is not None:
+            existing = tx.task(existing_id)
+            if existing is not None:
+                return Created(existing, False)
+    existing = tx.task(it.task_id)
+    if existing is not None:
+        return Created(existing, False)
+    t = Task(it.task_id, spec, Status.PENDING, now, now, None, now)
+    due = first_due(t)
+    t = _replace(t, due_ms=due, sched_ms=due)
+    tx.put_new(t)
+    if key is not None:
+        tx.w.idem[key] = t.id
+    return Created(t, True)
+
+
+def _dispatch(tx: _Tx, it: DispatchItem, now: int) -> ItemResult:
+    t = tx.task(it.task_id)
+    if t is None:
+        return NotFoundError(f"task {it.task_id} not found", "task_id")
+    if t.inflight is not None:
+        return IllegalTransitionError(f"task {t.id} already has fire {t.inflight} in flight", "fire_id")
+    if t.status is Status.AWAITING_ACK:
+        kind, expected = FireKind.ACK, t.ack_attempt + 1
+    elif t.status in (Status.PENDING, Status.FIRING):
+        kind, expected = FireKind.CALLBACK, t.attempt + 1
+    else:
+        return IllegalTransitionError(f"task {t.id} is {t.status}, nothing to fire", "task_id")
+    if t.due_ms is None or t.due_ms > now:
+        return IllegalTransitionError(f"task {t.id} is not due (due {t.due_ms}, now {now})", "task_id")
+    if it.fire_id != t.fire_id or it.attempt != expected:
+        return IllegalTransitionError(
+            f"stale fire {it.fire_id} attempt {it.attempt}; expected {t.fire_id} attempt {expected}", "fire_id"
+        )
+    fire = Fire(it.fire_id, t.id, kind, it.attempt, it.worker, it.deadline_ms, now)
+    tx.w.fires[fire.fire_id] = fire
+    if kind is FireKind.ACK:
+        nt = _replace(t, ack_attempt=it.attempt, due_ms=None, inflight=fire.fire_id, updated_ms=now)
+        url = t.spec.ack_url
+        assert url is not None
+    else:
+        nt = _replace(
+            t,
+            status=Status.FIRING,
+            attempt=it.attempt,
+            due_ms=None,
+            inflight=fire.fire_id,
+            last_fire_ms=now,
+            updated_ms=now,
+        )
+        url = t.spec.callback_url
+    tx.put(nt)
+    tx.effects.append(
+        FireRequest(fire, url, encode_payload(t.spec.payload), t.spec.scene, t.spec.timeout_ms, t.spec.reliability)
+    )
+    return None
+
+
+def _classify(it: ResultItem, kind: FireKind, reliability: Reliability) -> ExecutionResult:
+    if it.outcome is Outcome.RESPONSE:
+        code = it.status_code or 0
+        ok = 200 <= code < 300
+        if kind is FireKind.ACK:
+            return ExecutionResult.ACK_SUCCESS if ok else ExecutionResult.ACK_FAILED
+        if ok:
+            return ExecutionResult.SUCCESS
+        return ExecutionResult.NOT_FOUND if code == 404 else ExecutionResult.FAILED
+    if kind is FireKind.ACK:
+        return ExecutionResult.ACK_FAILED
+    if it.outcome is Outcome.LOST:
+        return ExecutionResult.UNKNOWN if reliability is Reliability.AT_MOST_ONCE else ExecutionResult.LOST
+    if it.outcome is Outcome.TIMEOUT:
+        return ExecutionResult.TIMEOUT
+    return ExecutionResult.NETWORK_ERROR
+
+
+def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult:
+    fire = tx.fire(it.fire_id)
+    if fire is None or fire.kind is not it.kind:
+        return NotFoundError(f"no {it.kind} fire {it.fire_id} in flight (stale or duplicate result)", "fire_id")
+    tx.w.fires[fire.fire_id] = None
+    t = tx.task(fire.task_id)
+    if t is None:
+        return None
+    spec = t.spec
+    res = _classify(it, fire.kind, spec.reliability)
+    head = it.response_head
+    if head is not None and len(head) > cfg.response_head_chars:
+        head = head[: cfg.response_head_chars]
+    url = spec.ack_url if fire.kind is FireKind.ACK else spec.callback_url
+    tx.w.executions.append(
+        Execution(
+            t.id,
+            fire.fire_id,
+            t.seq,
+            fire.attempt,
+            fire.kind,
+            res,
+            it.status_code,
+            it.latency_ms,
+            it.worker,
+            url or "",
+            spec.scene,
+            fire.dispatched_ms,
+            now,
+            head,
+        )
+    )
+    if t.inflight != fire.fire_id:  # cannot happen with a correct store; keep the task as is
+        log.warning("result for fire=%s but task=%s has inflight=%s", fire.fire_id, t.id, t.inflight)
+        return None
+    base = _replace(
+        t,
+        inflight=None,
+        last_result=res,
+        last_status_code=it.status_code,
+        last_response=head,
+        updated_ms=now,
+    )
+    nt = _after_ack(base, res, fire, now, cfg) if fire.kind is FireKind.ACK else _after_callback(base, res, fire, now, cfg)
+    if t.status is Status.PAUSED and nt.status not in TERMINAL_STATUSES:
+        nt = _replace(nt, status=Status.PAUSED, due_ms=None)
+    tx.put(nt)
+    return None
+
+
+def _after_callback(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> Task:
+    spec = t.spec
+    periodic = spec.type is TaskType.PERIODIC
+    if res is ExecutionResult.SUCCESS:
+        if periodic:
+            return _next_occurrence(t, now, fail_count=0)
+        if spec.ack_url is not None:
+            return _replace(t, status=Status.AWAITING_ACK, ack_attempt=0, due_ms=now + spec.ack_delay_ms)
+        return _replace(t, status=Status.DONE, due_ms=None)
+    if res is ExecutionResult.NOT_FOUND:
+        return _replace(t, status=Status.INACTIVE if periodic else Status.FAILED, due_ms=None)
+    if res is ExecutionResult.UNKNOWN:
+        return _next_occurrence(t, now) if periodic else _replace(t, status=Status.FAILED, due_ms=None)
+    if spec.reliability is Reliability.AT_LEAST_ONCE and fire.attempt <= spec.max_retries:
+        delay = 0 if res is ExecutionResult.LOST else cfg.retry_base_ms << (fire.attempt - 1)
+        return _replace(t, status=Status.FIRING, due_ms=now + delay)
+    if not periodic:
+        return _replace(t, status=Status.FAILED, due_ms=None)
+    fails = t.fail_count + 1
+    if fails >= spec.max_fails:
+        return _replace(t, status=Status.INACTIVE, fail_count=fails, due_ms=None)
+    return _next_occurrence(t, now, fail_count=fails)
+
+
+def _after_ack(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> Task:
+    if res is ExecutionResult.ACK_SUCCESS:
+        return _replace(t, status=Status.DONE, due_ms=None)
+    if fire.attempt < cfg.ack_ttl:
+        return _replace(t, status=Status.AWAITING_ACK, due_ms=now + t.spec.ack_delay_ms)
+    return _replace(t, status=Status.FAILED, due_ms=None)
+
+
+def _remove(tx: _Tx, t: Task) -> None:
+    tx.delete(t)
+    if t.inflight is not None:
+        tx.w.fires[t.inflight] = None
+    key = t.spec.idempotency_key
+    if key is not None and tx.idem(key) == t.id:
+        tx.w.idem[key] = None
+    tx.w.history_deletes.append(t.id)
+
+
+def _delete(tx: _Tx, tid: str) -> ItemResult:
+    t = tx.task(tid)
+    if t is None:
+        return NotFoundError(f"task {tid} not found", "task_id")
+    _remove(tx, t)
+    return t
+
+
+def _pause(tx: _Tx, tid: str, now: int) -> ItemResult:
+    t = tx.task(tid)
+    if t is None:
+        return NotFoundError(f"task {tid} not found", "task_id")
+    if t.status not in (Status.PENDING, Status.FIRING, Status.AWAITING_ACK):
+        return IllegalTransitionError(f"cannot pause a task that is {t.status}", "status")
+    nt = _replace(t, status=Status.PAUSED, due_ms=None, updated_ms=now)
+    tx.put(nt)
+    return nt
+
+
+def _resume(tx: _Tx, tid: str, now: int) -> ItemResult:
+    t = tx.task(tid)
+    if t is None:
+        return NotFoundError(f"task {tid} not found", "task_id")
+    periodic = t.spec.type is TaskType.PERIODIC
+    if t.status is Status.INACTIVE and periodic:
+        nxt = next_scheduled(t, now)
+        nt = _replace(
+            t,
+            status=Status.PENDING,
+            seq=t.seq + 1,
+            attempt=0,
+            ack_attempt=0,
+            fail_count=0,
+            due_ms=nxt,
+            sched_ms=nxt,
+            updated_ms=now,
+        )
+    elif t.status is not Status.PAUSED:
+        return IllegalTransitionError(f"cannot resume a task that is {t.status}", "status")
+    elif t.ack_attempt > 0 or (t.last_result is ExecutionResult.SUCCESS and t.spec.ack_url and not periodic):
+        nt = _replace(t, status=Status.AWAITING_ACK, due_ms=now, updated_ms=now)
+    elif t.attempt > 0:
+        nt = _replace(t, status=Status.FIRING, due_ms=max(now, t.sched_ms), updated_ms=now)
+    elif periodic:
+        nxt = t.sched_ms if t.sched_ms >= now else next_scheduled(t, now)
+        nt = _replace(t, status=Status.PENDING, due_ms=nxt, sched_ms=nxt, updated_ms=now)
+    else:
+        nt = _replace(t, status=Status.PENDING, due_ms=max(now, t.sched_ms), updated_ms=now)
+    tx.put(nt)
+    return nt
+
+
+def _trigger(tx: _Tx, tid: str, now: int) -> ItemResult:
+    t = tx.task(tid)
+    if t is None:
+        return NotFoundError(f"task {tid} not found", "task_id")
+    if t.status is not Status.PENDING or t.inflight is not None:
+        return IllegalTransitionError(f"cannot trigger a task that is {t.status}", "status")
+    nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)
+    tx.put(nt)
+    return nt
+
+
+def _expire(tx: _Tx, it: ExpireItem) -> ItemResult:
+    t = tx.task(it.task_id)
+    if t is None or t.status not in TERMINAL_STATUSES or t.updated_ms != it.updated_ms:
+        return False
+    _remove(tx, t)
+    return True
+
+
+# -------------------------------------------------------------------------------------------------
+# leadership
+
+
+@dataclass(slots=True)
+class LeadershipPlan:
+    """What a new leader streams: every due entry for its wheel, every in-flight fire to watch."""
+
+    due: Iterator[tuple[int, str]]
+    inflight: Iterator[Fire]
+
+
+def reconcile_on_leadership(view: ScanView, now_ms: int) -> LeadershipPlan:
+    """Start-of-term reconciliation (DESIGN §6 Failover).
+
+    The wheel is rebuilt from ``due``; every fire still in ``fires`` had no result: the Monitor
+    watches it and, once ``deadline_ms`` passes, proposes :func:`lost_result` for it. The machine
+    then re-fires at_least_once fires (same fire id, next attempt) and records at_most_once ones as
+    ``unknown``. Nothing is re-sent without a new ``Dispatched`` under the new term.
+    """
+    del now_ms  # deadlines are compared by the Monitor as time passes
+    return LeadershipPlan(view.scan_due(), view.scan_fires())
+
+
+def lost_result(fire: Fire, worker: str = "") -> ResultItem:
+    """The Monitor's result for a fire whose deadline passed without an answer."""
+    return ResultItem(fire.fire_id, fire.kind, None, Outcome.LOST, None, None, worker or fire.worker)
+
+
+def expired_fires(fires: Iterator[Fire] | list[Fire], now_ms: int) -> list[ResultItem]:
+    """``lost_result`` for every fire whose deadline is at or before ``now_ms``."""
+    return [lost_result(f) for f in fires if f.deadline_ms <= now_ms]
+
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "Applied",
+    "Created",
+    "Effect",
+    "Fire",
+    "FireRequest",
+    "LeadershipPlan",
+    "MachineConfig",
+    "MolensError",
+    "ScanView",
+    "View",
+    "WheelAdd",
+    "WheelRemove",
+    "Writes",
+    "apply",
+    "expired_fires",
+    "first_due",
+    "lost_result",
+    "next_scheduled",
+    "reconcile_on_leadership",
+]

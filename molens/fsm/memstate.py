@@ -1,0 +1,91 @@
+"""An in-memory state store with the lmdb store's semantics, for tests and the simulator.
+
+It applies the machine's writes exactly as ``store.py`` does (tasks, due index, fires, idempotency
+keys, meta, execution rows), so a simulated replica's state can be digested and compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+from molens.fsm import machine
+from molens.fsm.commands import Command
+from molens.fsm.machine import Applied, Fire, MachineConfig
+from molens.model import Execution, Task
+
+
+class MemoryState:
+    """Dict-backed ``ScanView`` plus ``apply``; keeps every execution row (tests bound their runs)."""
+
+    def __init__(self, config: MachineConfig = machine.DEFAULT_CONFIG) -> None:
+        self.config = config
+        self.tasks: dict[str, Task] = {}
+        self.fires: dict[str, Fire] = {}
+        self.idem: dict[str, str] = {}
+        self.meta: dict[str, bytes] = {}
+        self.due: set[tuple[int, str]] = set()
+        self.executions: list[Execution] = []
+
+    def get_task(self, task_id: str) -> Task | None:
+        return self.tasks.get(task_id)
+
+    def get_fire(self, fire_id: str) -> Fire | None:
+        return self.fires.get(fire_id)
+
+    def get_idem(self, key: str) -> str | None:
+        return self.idem.get(key)
+
+    def scan_due(self) -> Iterator[tuple[int, str]]:
+        return iter(sorted(self.due))
+
+    def scan_fires(self) -> Iterator[Fire]:
+        return iter([self.fires[k] for k in sorted(self.fires)])
+
+    def apply(self, cmd: Command) -> Applied:
+        out = machine.apply(self, cmd, config=self.config)
+        self.write(out)
+        return out
+
+    def write(self, out: Applied) -> None:
+        w = out.writes
+        for tid, t in w.tasks.items():
+            old = self.tasks.get(tid)
+            if old is not None and old.due_ms is not None:
+                self.due.discard((old.due_ms, tid))
+            if t is None:
+                self.tasks.pop(tid, None)
+            else:
+                self.tasks[tid] = t
+                if t.due_ms is not None:
+                    self.due.add((t.due_ms, tid))
+        for fid, f in w.fires.items():
+            if f is None:
+                self.fires.pop(fid, None)
+            else:
+                self.fires[fid] = f
+        for k, v in w.idem.items():
+            if v is None:
+                self.idem.pop(k, None)
+            else:
+                self.idem[k] = v
+        for k, b in w.meta.items():
+            if b is None:
+                self.meta.pop(k, None)
+            else:
+                self.meta[k] = b
+        gone = set(w.history_deletes)
+        if gone:
+            self.executions = [e for e in self.executions if e.task_id not in gone]
+        self.executions.extend(w.executions)
+
+    def digest(self) -> str:
+        """A hash of the replicated state (tasks, due, fires, idem, meta)."""
+        h = hashlib.sha256()
+        for tid in sorted(self.tasks):
+            h.update(repr(self.tasks[tid]).encode())
+        h.update(repr(sorted(self.due)).encode())
+        h.update(repr([self.fires[k] for k in sorted(self.fires)]).encode())
+        h.update(repr(sorted(self.idem.items())).encode())
+        h.update(repr(sorted(self.meta.items())).encode())
+        return h.hexdigest()
