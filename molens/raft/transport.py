@@ -1,0 +1,421 @@
+"""ZeroMQ peer links: one ROUTER to receive, one DEALER per peer to send, one I/O thread owning them.
+
+The transport moves opaque payloads (the core's codec makes the bytes); each frame on the wire is
+``msgpack([from_id, payload])``. Every node binds a ROUTER and keeps a DEALER (routing id = its own
+node id) connected to every peer's ROUTER, so traffic in each direction rides the sender's DEALER.
+:class:`RaftTransport` runs on ``raft.bind_addr``; :class:`RpcEndpoint` is the same machinery on
+``rpc.bind_addr`` for worker RPC, so a large fire batch never queues behind, or in front of, a
+heartbeat.
+
+Threading contract (what the RaftPeer relies on):
+
+* :meth:`Endpoint.send`, :meth:`Endpoint.add_peer`, :meth:`Endpoint.remove_peer` and
+  :meth:`Endpoint.close` are thread-safe and never block on the network: they append to a bounded
+  queue and wake the I/O thread through a pipe. ``send`` returns ``False`` (and counts
+  ``dropped_queue``) when that queue is full.
+* ``on_message(from_id, payload)`` runs ON THE I/O THREAD: it must be quick and must not block --
+  hand the message on (``actor_ref.tell(...)``) and return. While it runs, nothing is sent or
+  received. An exception in it is logged and the loop goes on.
+* Bounded, lossy, like the network Raft assumes: each DEALER has ``SNDHWM`` messages of buffer and
+  ``IMMEDIATE`` set (no queueing towards a peer whose connection is down), sends are non-blocking, and
+  a message that does not fit is dropped and counted (``dropped_full``); Raft retries. Reconnects
+  are ZMQ's (``RECONNECT_IVL`` .. ``RECONNECT_IVL_MAX``); ZMTP heartbeats detect dead connections;
+  the ROUTER has ``ROUTER_HANDOVER`` so a restarted peer reusing its id takes over at once.
+* Optional CURVE (:class:`CurveKeys`): each node has a zcert keypair; ``public_keys_dir`` holds
+  ``<node_id>.key`` for every node. It is both the list of server keys to connect to and the allow
+  list of clients (a ThreadAuthenticator on this endpoint's own context): a peer whose key is not
+  there never completes the handshake, and nothing it sends is delivered.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+log = logging.getLogger(__name__)
+
+OnMessage = Callable[[str, bytes], None]
+
+
+class TransportError(Exception):
+    """The endpoint cannot be started or used (bad keys, closed, bind failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransportConfig:
+    """Bounds and timers of one endpoint (all named, all with defaults)."""
+
+    sndhwm: int = 1000
+    """Messages buffered per peer DEALER before new ones are dropped."""
+    rcvhwm: int = 10000
+    max_pending: int = 10000
+    """Messages waiting for the I/O thread (all peers) before ``send`` drops."""
+    reconnect_ivl_ms: int = 100
+    reconnect_ivl_max_ms: int = 1000
+    heartbeat_ivl_ms: int = 1000
+    heartbeat_timeout_ms: int = 3000
+    max_message_bytes: int = 64 * 1024 * 1024
+    """Larger inbound messages make ZMQ drop the connection."""
+    recv_batch: int = 512
+    """Inbound messages handled per loop turn before the send queue is serviced again."""
+
+
+@dataclass(frozen=True, slots=True)
+class CurveKeys:
+    """This node's CURVE keypair and the directory of every node's public key (``<id>.key``)."""
+
+    public_key: bytes
+    secret_key: bytes
+    public_keys_dir: Path
+
+    @classmethod
+    def load(cls, secret_key_file: str | os.PathLike[str], public_keys_dir: str | os.PathLike[str]) -> CurveKeys:
+        """Load a zcert secret certificate (``zmq.auth.create_certificates`` format) and the key dir."""
+        try:
+            public, secret = zmq.auth.load_certificate(secret_key_file)
+        except (OSError, ValueError) as exc:
+            raise TransportError(f"{secret_key_file}: cannot load CURVE certificate: {exc}") from exc
+        if secret is None:
+            raise TransportError(f"{secret_key_file}: no secret key in certificate")
+        d = Path(public_keys_dir)
+        if not d.is_dir():
+            raise TransportError(f"{d}: public keys directory does not exist")
+        return cls(public, secret, d)
+
+    def server_key_for(self, peer_id: str) -> bytes:
+        path = self.public_keys_dir / f"{peer_id}.key"
+        try:
+            public, _ = zmq.auth.load_certificate(path)
+        except (OSError, ValueError) as exc:
+            raise TransportError(f"{path}: no public key for peer {peer_id}: {exc}") from exc
+        return public
+
+
+_CMD_SEND = 0
+_CMD_ADD = 1
+_CMD_REMOVE = 2
+
+
+class Endpoint:
+    """A ROUTER bound on ``bind_addr`` plus a DEALER per peer, all owned by one I/O thread.
+
+    ``bind_addr`` may use port ``*`` (``tcp://127.0.0.1:*``); :attr:`bound_addr` is the real one.
+    Sockets are created and bound in :meth:`start` (bind errors raise there), then handed to the
+    I/O thread, which alone touches them afterwards.
+    """
+
+    kind = "endpoint"
+
+    def __init__(
+        self,
+        node_id: str,
+        bind_addr: str,
+        on_message: OnMessage,
+        peers: Mapping[str, str] | None = None,
+        *,
+        config: TransportConfig | None = None,
+        curve: CurveKeys | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.bind_addr = bind_addr
+        self.bound_addr = ""
+        self.config = config or TransportConfig()
+        self.curve = curve
+        self._on_message = on_message
+        self._peers: dict[str, str] = dict(peers or {})
+        self._pending: collections.deque[tuple[int, str, Any]] = collections.deque()
+        self._signaled = False
+        self._stop = False
+        self._started = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._auth: ThreadAuthenticator | None = None
+        self._router: zmq.Socket[bytes] | None = None
+        self._dealers: dict[str, zmq.Socket[bytes]] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        # every key exists up front: stats() copies the dict while the I/O thread updates it
+        self._counters: dict[str, int] = dict.fromkeys(
+            ("sent", "received", "dropped_queue", "dropped_full", "dropped_unknown_peer", "dropped_closed",
+             "malformed", "callback_errors"), 0)
+        self._prefix_from = msgpack.packb(node_id)
+
+    # --- public API (any thread) --------------------------------------------------------------
+    def start(self) -> Endpoint:
+        if self._started:
+            raise TransportError("already started")
+        self._started = True
+        self._ctx = zmq.Context(io_threads=1)
+        try:
+            if self.curve is not None:
+                self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
+                self._auth.start()
+                self._auth.configure_curve(domain="*", location=str(self.curve.public_keys_dir))
+            self._router = self._make_router()
+            for pid, addr in self._peers.items():
+                self._dealers[pid] = self._make_dealer(pid, addr)
+        except (zmq.ZMQError, TransportError) as exc:
+            self._teardown()
+            raise TransportError(f"{self.kind} {self.node_id}: cannot start on {self.bind_addr}: {exc}") from exc
+        self._thread = threading.Thread(target=self._run, name=f"{self.kind}-io-{self.node_id}", daemon=True)
+        self._thread.start()
+        log.info("%s started node=%s bound=%s peers=%s", self.kind, self.node_id, self.bound_addr,
+                 sorted(self._peers))
+        return self
+
+    def send(self, to: str, payload: bytes) -> bool:
+        """Queue ``payload`` for peer ``to``; ``False`` if dropped at once (queue full or closed)."""
+        return self._enqueue(_CMD_SEND, to, payload)
+
+    def add_peer(self, peer_id: str, addr: str) -> None:
+        """Connect a DEALER to ``addr`` for ``peer_id`` (replacing an existing one with another address)."""
+        with self._lock:
+            self._peers[peer_id] = addr
+        self._enqueue(_CMD_ADD, peer_id, addr, force=True)
+
+    def remove_peer(self, peer_id: str) -> None:
+        with self._lock:
+            self._peers.pop(peer_id, None)
+        self._enqueue(_CMD_REMOVE, peer_id, None, force=True)
+
+    def peers(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._peers)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: sent, received, dropped_queue, dropped_full, dropped_unknown_peer, malformed, ..."""
+        out = dict(self._counters)
+        out["pending"] = len(self._pending)
+        return out
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the I/O thread and close every socket (LINGER=0: queued messages are dropped)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._stop = True
+        if self._thread is not None:
+            self._wake()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.error("%s io thread did not stop node=%s", self.kind, self.node_id)
+                return
+        self._teardown()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        log.info("%s closed node=%s", self.kind, self.node_id)
+
+    def __enter__(self) -> Endpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals ----------------------------------------------------------------------------
+    def _enqueue(self, cmd: int, peer: str, arg: Any, force: bool = False) -> bool:
+        if self._stop:
+            self._counters["dropped_closed"] += 1
+            return False
+        if not force and len(self._pending) >= self.config.max_pending:
+            with self._lock:
+                self._counters["dropped_queue"] += 1
+            return False
+        self._pending.append((cmd, peer, arg))
+        # append THEN test the flag; the I/O thread clears it THEN drains: no lost wake-up
+        if not self._signaled:
+            self._signaled = True
+            self._wake()
+        return True
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: the I/O thread is already due to wake
+
+    def _common_opts(self, s: zmq.Socket[bytes]) -> None:
+        c = self.config
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.HEARTBEAT_IVL, c.heartbeat_ivl_ms)
+        s.setsockopt(zmq.HEARTBEAT_TIMEOUT, c.heartbeat_timeout_ms)
+        s.setsockopt(zmq.HEARTBEAT_TTL, c.heartbeat_timeout_ms)
+
+    def _make_router(self) -> zmq.Socket[bytes]:
+        assert self._ctx is not None
+        s = self._ctx.socket(zmq.ROUTER)
+        try:
+            self._common_opts(s)
+            s.setsockopt(zmq.RCVHWM, self.config.rcvhwm)
+            s.setsockopt(zmq.MAXMSGSIZE, self.config.max_message_bytes)
+            s.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            if self.curve is not None:
+                s.setsockopt(zmq.CURVE_SERVER, 1)
+                s.setsockopt(zmq.CURVE_SECRETKEY, self.curve.secret_key)
+                s.setsockopt(zmq.CURVE_PUBLICKEY, self.curve.public_key)
+            s.bind(self.bind_addr)
+            self.bound_addr = s.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            s.close(0)
+            raise
+        return s
+
+    def _make_dealer(self, peer_id: str, addr: str) -> zmq.Socket[bytes]:
+        assert self._ctx is not None
+        server_key = self.curve.server_key_for(peer_id) if self.curve is not None else None
+        c = self.config
+        s = self._ctx.socket(zmq.DEALER)
+        try:
+            self._common_opts(s)
+            s.setsockopt(zmq.ROUTING_ID, self.node_id.encode())
+            s.setsockopt(zmq.SNDHWM, c.sndhwm)
+            s.setsockopt(zmq.IMMEDIATE, 1)
+            s.setsockopt(zmq.RECONNECT_IVL, c.reconnect_ivl_ms)
+            s.setsockopt(zmq.RECONNECT_IVL_MAX, c.reconnect_ivl_max_ms)
+            if self.curve is not None and server_key is not None:
+                s.setsockopt(zmq.CURVE_SERVERKEY, server_key)
+                s.setsockopt(zmq.CURVE_PUBLICKEY, self.curve.public_key)
+                s.setsockopt(zmq.CURVE_SECRETKEY, self.curve.secret_key)
+            s.connect(addr)
+        except BaseException:
+            s.close(0)
+            raise
+        return s
+
+    def _run(self) -> None:
+        router = self._router
+        assert router is not None
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        try:
+            while not self._stop:
+                events = dict(poller.poll(1000))
+                if self._wake_r in events:
+                    try:
+                        while os.read(self._wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self._signaled = False
+                if self._stop:
+                    break
+                if router in events:
+                    self._receive(router)
+                self._drain()
+        except Exception:
+            log.exception("%s io thread failed node=%s", self.kind, self.node_id)
+            self._stop = True
+        finally:
+            self._close_sockets()
+
+    def _receive(self, router: zmq.Socket[bytes]) -> None:
+        for _ in range(self.config.recv_batch):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self._counters["malformed"] += 1
+                continue
+            try:
+                from_id, payload = msgpack.unpackb(frames[1], raw=False)
+                if not isinstance(from_id, str) or not isinstance(payload, bytes):
+                    raise ValueError("bad frame types")
+            except (ValueError, TypeError, msgpack.UnpackException):
+                self._counters["malformed"] += 1
+                continue
+            self._counters["received"] += 1
+            try:
+                self._on_message(from_id, payload)
+            except Exception:
+                self._counters["callback_errors"] += 1
+                log.exception("%s on_message failed node=%s from=%s", self.kind, self.node_id, from_id)
+
+    def _drain(self) -> None:
+        pending = self._pending
+        dealers = self._dealers
+        counters = self._counters
+        while pending and not self._stop:
+            cmd, peer, arg = pending.popleft()
+            if cmd == _CMD_SEND:
+                s = dealers.get(peer)
+                if s is None:
+                    counters["dropped_unknown_peer"] += 1
+                    continue
+                frame = b"\x92" + self._prefix_from + msgpack.packb(arg, use_bin_type=True)
+                try:
+                    s.send(frame, zmq.NOBLOCK)
+                    counters["sent"] += 1
+                except zmq.Again:
+                    counters["dropped_full"] += 1
+            elif cmd == _CMD_ADD:
+                old = dealers.pop(peer, None)
+                if old is not None:
+                    old.close(0)
+                try:
+                    dealers[peer] = self._make_dealer(peer, arg)
+                    log.info("%s peer added node=%s peer=%s addr=%s", self.kind, self.node_id, peer, arg)
+                except (zmq.ZMQError, TransportError):
+                    log.exception("%s cannot add peer node=%s peer=%s addr=%s", self.kind, self.node_id,
+                                  peer, arg)
+            elif cmd == _CMD_REMOVE:
+                old = dealers.pop(peer, None)
+                if old is not None:
+                    old.close(0)
+                    log.info("%s peer removed node=%s peer=%s", self.kind, self.node_id, peer)
+
+    def _close_sockets(self) -> None:
+        for s in self._dealers.values():
+            s.close(0)
+        self._dealers.clear()
+        if self._router is not None:
+            self._router.close(0)
+            self._router = None
+
+    def _teardown(self) -> None:
+        self._close_sockets()
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+
+class RaftTransport(Endpoint):
+    """Raft peer traffic on ``raft.bind_addr``."""
+
+    kind = "raft-transport"
+
+
+class RpcEndpoint(Endpoint):
+    """Worker RPC (FireBatch / FireResults) on ``rpc.bind_addr``: same machinery, its own sockets."""
+
+    kind = "rpc"
+
+
+__all__ = [
+    "CurveKeys",
+    "Endpoint",
+    "OnMessage",
+    "RaftTransport",
+    "RpcEndpoint",
+    "TransportConfig",
+    "TransportError",
+]

@@ -1,0 +1,229 @@
+"""Real ZMQ sockets on 127.0.0.1: delivery, reconnect after restart, bounded drops, CURVE, clean close."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+import zmq.auth
+
+from molens.raft.transport import (
+    CurveKeys,
+    Endpoint,
+    RaftTransport,
+    RpcEndpoint,
+    TransportConfig,
+    TransportError,
+)
+
+pytestmark = pytest.mark.integration
+
+ANY_PORT = "tcp://127.0.0.1:*"
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.items: list[tuple[str, bytes]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, from_id: str, payload: bytes) -> None:
+        with self.lock:
+            self.items.append((from_id, payload))
+
+    def snapshot(self) -> list[tuple[str, bytes]]:
+        with self.lock:
+            return list(self.items)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0, every: Callable[[], object] | None = None) -> None:
+    """Poll ``cond`` with a deadline; ``every`` (e.g. a resend, since the transport is lossy) runs each turn."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        if every is not None:
+            every()
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def endpoints() -> Iterator[list[Endpoint]]:
+    made: list[Endpoint] = []
+    yield made
+    for e in made:
+        e.close()
+
+
+def test_three_endpoints_exchange_messages_both_ways(endpoints: list[Endpoint]) -> None:
+    ids = ["n1", "n2", "n3"]
+    inboxes = {i: Inbox() for i in ids}
+    eps = {i: RaftTransport(i, ANY_PORT, inboxes[i]).start() for i in ids}
+    endpoints.extend(eps.values())
+    for i in ids:
+        for j in ids:
+            if i != j:
+                eps[i].add_peer(j, eps[j].bound_addr)
+
+    def everyone_sends() -> None:
+        for i in ids:
+            for j in ids:
+                if i != j:
+                    eps[i].send(j, f"{i}->{j}".encode())
+
+    def all_arrived() -> bool:
+        return all(
+            {(f, p) for f, p in inboxes[j].snapshot()} >= {(i, f"{i}->{j}".encode()) for i in ids if i != j}
+            for j in ids
+        )
+
+    wait_until(all_arrived, every=everyone_sends)
+    # once connected, a burst arrives complete and in order per sender
+    for n in range(500):
+        eps["n1"].send("n2", b"burst%d" % n)
+    wait_until(lambda: sum(1 for f, p in inboxes["n2"].snapshot() if p.startswith(b"burst")) == 500)
+    bursts = [p for f, p in inboxes["n2"].snapshot() if p.startswith(b"burst")]
+    assert bursts == [b"burst%d" % n for n in range(500)]
+    assert eps["n1"].stats()["sent"] >= 500 and eps["n2"].stats()["received"] >= 500
+
+
+def test_restarted_peer_is_reached_again_and_can_send_with_same_id(endpoints: list[Endpoint]) -> None:
+    a_in, b_in = Inbox(), Inbox()
+    a = RaftTransport("a", ANY_PORT, a_in).start()
+    b = RaftTransport("b", ANY_PORT, b_in, {"a": a.bound_addr}).start()
+    endpoints.extend([a, b])
+    a.add_peer("b", b.bound_addr)
+    wait_until(lambda: len(b_in.snapshot()) > 0, every=lambda: a.send("b", b"before"))
+    wait_until(lambda: len(a_in.snapshot()) > 0, every=lambda: b.send("a", b"before"))
+
+    b_addr = b.bound_addr
+    b.close()
+    for _ in range(10):
+        a.send("b", b"while-down")  # dropped (IMMEDIATE) or lost with the connection; never blocks
+    b2_in = Inbox()
+    b2 = RaftTransport("b", b_addr, b2_in, {"a": a.bound_addr}).start()
+    endpoints.append(b2)
+    wait_until(lambda: (("a", b"after") in b2_in.snapshot()), every=lambda: a.send("b", b"after"))
+    # ROUTER_HANDOVER: the new DEALER with the old routing id is accepted at once
+    wait_until(lambda: (("b", b"after") in a_in.snapshot()), every=lambda: b2.send("a", b"after"))
+
+
+def test_full_queue_drops_instead_of_blocking(endpoints: list[Endpoint]) -> None:
+    release = threading.Event()
+    got_first = threading.Event()
+
+    def slow(from_id: str, payload: bytes) -> None:
+        got_first.set()
+        release.wait(30)
+
+    cfg = TransportConfig(sndhwm=4, rcvhwm=4, max_pending=10)
+    x = RaftTransport("x", ANY_PORT, slow, config=TransportConfig(sndhwm=4, rcvhwm=4, max_pending=1000)).start()
+    y = RaftTransport("y", ANY_PORT, slow, config=cfg).start()
+    endpoints.extend([x, y])
+    x.add_peer("y", y.bound_addr)
+    y.add_peer("x", x.bound_addr)
+    try:
+        # y's I/O thread is now stuck in its callback: its own send queue can only fill up
+        wait_until(got_first.is_set, every=lambda: x.send("y", b"hello"))
+        results = [y.send("x", b"m%d" % n) for n in range(100)]
+        assert results.count(True) == 10 and results.count(False) == 90
+        assert y.stats()["dropped_queue"] == 90
+        # x keeps sending big messages to the stuck y: its DEALER fills and drops, send never blocks
+        big = b"z" * (256 * 1024)
+        before = x.stats()
+        assert all(x.send("y", big) for _ in range(400))
+        wait_until(lambda: x.stats()["pending"] == 0)
+        st = x.stats()
+        assert st["dropped_full"] > 0
+        assert st["sent"] - before["sent"] + st["dropped_full"] - before["dropped_full"] == 400
+    finally:
+        release.set()
+
+
+def test_unknown_peer_and_removed_peer_messages_are_counted_drops(endpoints: list[Endpoint]) -> None:
+    inbox = Inbox()
+    a = RaftTransport("a", ANY_PORT, Inbox()).start()
+    b = RaftTransport("b", ANY_PORT, inbox).start()
+    endpoints.extend([a, b])
+    a.send("nobody", b"x")
+    a.add_peer("b", b.bound_addr)
+    wait_until(lambda: len(inbox.snapshot()) > 0, every=lambda: a.send("b", b"x"))
+    a.remove_peer("b")
+    assert "b" not in a.peers()
+    before = a.stats()["dropped_unknown_peer"]
+    a.send("b", b"y")
+    wait_until(lambda: a.stats()["dropped_unknown_peer"] == before + 1)
+
+
+def test_close_leaves_no_thread_and_frees_the_port(endpoints: list[Endpoint]) -> None:
+    before = set(threading.enumerate())
+    a = RpcEndpoint("w1", ANY_PORT, Inbox()).start()
+    b = RpcEndpoint("w2", ANY_PORT, Inbox(), {"w1": a.bound_addr}).start()
+    b.send("w1", b"x")
+    addr = a.bound_addr
+    a.close()
+    b.close()
+    b.close()  # idempotent
+    assert not b.send("w1", b"after close")
+    wait_until(lambda: set(threading.enumerate()) <= before)
+    again = RpcEndpoint("w1", addr, Inbox()).start()
+    endpoints.append(again)
+    assert again.bound_addr == addr
+
+
+def test_bind_failure_raises_at_start(endpoints: list[Endpoint]) -> None:
+    a = RaftTransport("a", ANY_PORT, Inbox()).start()
+    endpoints.append(a)
+    with pytest.raises(TransportError):
+        RaftTransport("b", a.bound_addr, Inbox()).start()
+
+
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_curve_refuses_unknown_and_plain_peers_and_accepts_listed_ones(
+    tmp_path: Path, endpoints: list[Endpoint]
+) -> None:
+    keys = tmp_path / "keys"
+    public = tmp_path / "public"
+    keys.mkdir()
+    public.mkdir()
+    for name in ("server", "good", "rogue"):
+        zmq.auth.create_certificates(keys, name)
+    for name in ("server", "good"):  # rogue's public key is NOT in the allow list
+        (public / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    rogue_public = tmp_path / "rogue_public"
+    rogue_public.mkdir()
+    for name in ("server", "rogue"):
+        (rogue_public / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+
+    inbox = Inbox()
+    server = RaftTransport("server", ANY_PORT, inbox, curve=CurveKeys.load(keys / "server.key_secret", public))
+    server.start()
+    endpoints.append(server)
+    peers = {"server": server.bound_addr}
+    good = RaftTransport("good", ANY_PORT, Inbox(), peers, curve=CurveKeys.load(keys / "good.key_secret", public))
+    rogue = RaftTransport(
+        "rogue", ANY_PORT, Inbox(), peers, curve=CurveKeys.load(keys / "rogue.key_secret", rogue_public)
+    )
+    plain = RaftTransport("plain", ANY_PORT, Inbox(), peers)
+    for e in (good, rogue, plain):
+        e.start()
+        endpoints.append(e)
+
+    def all_send() -> None:
+        for e in (rogue, plain, good):
+            e.send("server", e.node_id.encode())
+
+    # the good peer gets through many times while the others try just as often
+    wait_until(lambda: sum(1 for f, _ in inbox.snapshot() if f == "good") >= 20, every=all_send)
+    senders = {f for f, _ in inbox.snapshot()}
+    assert senders == {"good"}
+    assert rogue.stats()["sent"] == 0 and rogue.stats()["dropped_full"] > 0
+    assert plain.stats()["sent"] == 0 and plain.stats()["dropped_full"] > 0
+
+
+def test_curve_load_refuses_missing_files(tmp_path: Path) -> None:
+    with pytest.raises(TransportError):
+        CurveKeys.load(tmp_path / "nope.key_secret", tmp_path)
