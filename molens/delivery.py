@@ -22,7 +22,8 @@ Rules of one attempt, decided here:
   status line -> timeout, failure to connect/send/receive the status -> network_error. Once a status
   line has arrived the outcome follows the status even when reading the body then fails: the receiver
   has answered, and retrying a 2xx would deliver twice.
-- ``latency_ms`` is measured with ``time.monotonic`` from just before the request until the head is read.
+- ``latency_ms`` (float, µs resolution) is measured with ``time.monotonic`` from just before the request
+  until the head is read; ``to_result_item`` rounds it to the fsm's integer ms.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class FireResult:
     status_code: int | None
     outcome: DeliveryOutcome
     response_head: bytes
-    latency_ms: int
+    latency_ms: float
     worker: str
     error: str = ""
 
@@ -169,10 +170,16 @@ def decode_fire_results(frame: bytes) -> list[FireResult]:
                     and isinstance(err, str)):
                 raise TypeError("wrong field type")
             sc = None if status is None else _int(status)
-            out.append(FireResult(fid, FireKind(kind), sc, DeliveryOutcome(outcome), head, _int(lat), worker, err))
+            out.append(FireResult(fid, FireKind(kind), sc, DeliveryOutcome(outcome), head, _num(lat), worker, err))
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_results: item {i}: {e}") from e
     return out
+
+
+def _num(v: object) -> float:
+    if type(v) not in (int, float):
+        raise TypeError(f"expected a number, got {type(v).__name__}")
+    return float(v)  # type: ignore[arg-type]
 
 
 def _int(v: object) -> int:
@@ -204,7 +211,7 @@ def to_result_item(r: FireResult) -> ResultItem:
     The head becomes text (UTF-8, undecodable bytes replaced) as the execution record stores it.
     """
     head = r.response_head.decode("utf-8", "replace") if r.status_code is not None else None
-    return ResultItem(r.fire_id, r.kind, r.status_code, _MODEL_OUTCOME[r.outcome], head, r.latency_ms, r.worker)
+    return ResultItem(r.fire_id, r.kind, r.status_code, _MODEL_OUTCOME[r.outcome], head, round(r.latency_ms), r.worker)
 
 
 class _DeadlinePassed(Exception):
@@ -337,5 +344,5 @@ def _bound_next_read(resp: urllib3.BaseHTTPResponse, deadline: float) -> None:
         sock.settimeout(left)
 
 
-def _elapsed_ms(start: float) -> int:
-    return round((time.monotonic() - start) * 1000)
+def _elapsed_ms(start: float) -> float:
+    return round((time.monotonic() - start) * 1000, 3)
