@@ -1,0 +1,309 @@
+"""Raft messages as frozen dataclasses, and their compact msgpack codec.
+
+Every message carries ``frm``, ``to`` and ``term``. On the wire a message is one msgpack array
+``[tag, frm, to, term, field...]`` (tuples, never dicts with long keys); entries are
+``[index, term, kind, data]`` and snapshot metadata ``[index, term, voters, learners]``.
+:func:`encode` / :func:`decode` are exact inverses for every message type.
+
+Membership changes travel inside log entries of kind ``CONF_CHANGE``; their payload is a
+:class:`ConfChange` encoded with :func:`encode_conf_change`. It carries the *resulting*
+membership, so a node never needs earlier state to interpret it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import msgpack
+
+from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
+
+
+class CodecError(ValueError):
+    """Bytes that do not decode to a known message."""
+
+
+class MsgTag(enum.IntEnum):
+    """Wire tag of each message type."""
+
+    VOTE = 1
+    VOTE_RESP = 2
+    APP = 3
+    APP_RESP = 4
+    HEARTBEAT = 5
+    HEARTBEAT_RESP = 6
+    SNAP = 7
+    SNAP_RESP = 8
+    TIMEOUT_NOW = 9
+    READ_INDEX = 10
+    READ_INDEX_RESP = 11
+
+
+@dataclass(frozen=True, slots=True)
+class RequestVote:
+    """(Pre-)vote request. A pre-vote (``pre``) asks for ``term`` without the sender adopting it.
+
+    ``transfer`` marks an election started by TimeoutNow: voters then ignore their leader lease.
+    """
+
+    frm: str
+    to: str
+    term: int
+    last_index: int
+    last_term: int
+    pre: bool = False
+    transfer: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    frm: str
+    to: str
+    term: int
+    granted: bool
+    pre: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AppendEntries:
+    frm: str
+    to: str
+    term: int
+    prev_index: int
+    prev_term: int
+    entries: tuple[Entry, ...]
+    commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    """Success: ``index`` is the follower's last index known to match the leader.
+
+    Reject: ``index`` is the rejected ``prev_index``; ``hint_index``/``hint_term`` locate the
+    follower's last entry whose term is at most the leader's ``prev_term`` (fast back-tracking).
+    """
+
+    frm: str
+    to: str
+    term: int
+    index: int
+    reject: bool = False
+    hint_index: int = 0
+    hint_term: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Leader liveness plus commit; ``ctx`` non-empty when it also confirms a ReadIndex request."""
+
+    frm: str
+    to: str
+    term: int
+    commit: int
+    ctx: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    frm: str
+    to: str
+    term: int
+    ctx: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class InstallSnapshot:
+    """One chunk ``data`` of the snapshot ``meta`` starting at byte ``offset``; ``done`` on the last."""
+
+    frm: str
+    to: str
+    term: int
+    meta: SnapshotMeta
+    offset: int
+    data: bytes
+    done: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotResponse:
+    """Chunk flow control: ``offset`` is the next byte the follower expects of snapshot ``index``."""
+
+    frm: str
+    to: str
+    term: int
+    index: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """Leadership transfer: the recipient campaigns at once, skipping pre-vote."""
+
+    frm: str
+    to: str
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexRequest:
+    """A follower forwards a linearizable-read request to its leader."""
+
+    frm: str
+    to: str
+    term: int
+    ctx: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ReadIndexResponse:
+    frm: str
+    to: str
+    term: int
+    ctx: bytes
+    index: int
+
+
+Message: TypeAlias = (
+    RequestVote
+    | VoteResponse
+    | AppendEntries
+    | AppendResponse
+    | Heartbeat
+    | HeartbeatResponse
+    | InstallSnapshot
+    | SnapshotResponse
+    | TimeoutNow
+    | ReadIndexRequest
+    | ReadIndexResponse
+)
+
+MESSAGE_TYPES: tuple[type, ...] = (
+    RequestVote,
+    VoteResponse,
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    SnapshotResponse,
+    TimeoutNow,
+    ReadIndexRequest,
+    ReadIndexResponse,
+)
+
+
+class ConfChangeOp(enum.IntEnum):
+    ADD_LEARNER = 1
+    """Add a new, non-voting member that receives the log."""
+    PROMOTE = 2
+    """Turn a learner into a voter."""
+    REMOVE = 3
+    """Remove a voter (the leader too) or a learner."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfChange:
+    """Payload of a ``CONF_CHANGE`` entry: the operation and the membership it results in."""
+
+    op: ConfChangeOp
+    node_id: str
+    membership: Membership
+    context: bytes = b""
+
+
+def encode_conf_change(cc: ConfChange) -> bytes:
+    return bytes(
+        msgpack.packb(
+            [int(cc.op), cc.node_id, list(cc.membership.voters), list(cc.membership.learners), cc.context],
+            use_bin_type=True,
+        )
+    )
+
+
+def decode_conf_change(data: bytes) -> ConfChange:
+    try:
+        op, node_id, voters, learners, context = msgpack.unpackb(data, raw=False)
+        return ConfChange(ConfChangeOp(op), node_id, Membership(tuple(voters), tuple(learners)), context)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise CodecError(f"bad conf change: {e}") from e
+
+
+def _enc_entries(entries: tuple[Entry, ...]) -> list[list[Any]]:
+    return [[e.index, e.term, int(e.kind), e.data] for e in entries]
+
+
+def _dec_entries(raw: list[list[Any]]) -> tuple[Entry, ...]:
+    return tuple(Entry(i, t, EntryKind(k), d) for i, t, k, d in raw)
+
+
+def _enc_meta(meta: SnapshotMeta) -> list[Any]:
+    return [meta.index, meta.term, list(meta.membership.voters), list(meta.membership.learners)]
+
+
+def _dec_meta(raw: list[Any]) -> SnapshotMeta:
+    index, term, voters, learners = raw
+    return SnapshotMeta(index, term, Membership(tuple(voters), tuple(learners)))
+
+
+def encode(m: Message) -> bytes:
+    """One message to its compact msgpack form."""
+    head: list[Any]
+    if isinstance(m, RequestVote):
+        head = [MsgTag.VOTE, m.last_index, m.last_term, m.pre, m.transfer]
+    elif isinstance(m, VoteResponse):
+        head = [MsgTag.VOTE_RESP, m.granted, m.pre]
+    elif isinstance(m, AppendEntries):
+        head = [MsgTag.APP, m.prev_index, m.prev_term, _enc_entries(m.entries), m.commit]
+    elif isinstance(m, AppendResponse):
+        head = [MsgTag.APP_RESP, m.index, m.reject, m.hint_index, m.hint_term]
+    elif isinstance(m, Heartbeat):
+        head = [MsgTag.HEARTBEAT, m.commit, m.ctx]
+    elif isinstance(m, HeartbeatResponse):
+        head = [MsgTag.HEARTBEAT_RESP, m.ctx]
+    elif isinstance(m, InstallSnapshot):
+        head = [MsgTag.SNAP, _enc_meta(m.meta), m.offset, m.data, m.done]
+    elif isinstance(m, SnapshotResponse):
+        head = [MsgTag.SNAP_RESP, m.index, m.offset]
+    elif isinstance(m, TimeoutNow):
+        head = [MsgTag.TIMEOUT_NOW]
+    elif isinstance(m, ReadIndexRequest):
+        head = [MsgTag.READ_INDEX, m.ctx]
+    elif isinstance(m, ReadIndexResponse):
+        head = [MsgTag.READ_INDEX_RESP, m.ctx, m.index]
+    else:  # pragma: no cover - the union is closed
+        raise CodecError(f"not a raft message: {type(m).__name__}")
+    tag, *rest = head
+    return bytes(msgpack.packb([int(tag), m.frm, m.to, m.term, *rest], use_bin_type=True))
+
+
+def decode(data: bytes) -> Message:
+    """Inverse of :func:`encode`; raises :class:`CodecError` on anything else."""
+    try:
+        raw = msgpack.unpackb(data, raw=False)
+        tag, frm, to, term, *f = raw
+        tag = MsgTag(tag)
+        if tag is MsgTag.VOTE:
+            return RequestVote(frm, to, term, f[0], f[1], f[2], f[3])
+        if tag is MsgTag.VOTE_RESP:
+            return VoteResponse(frm, to, term, f[0], f[1])
+        if tag is MsgTag.APP:
+            return AppendEntries(frm, to, term, f[0], f[1], _dec_entries(f[2]), f[3])
+        if tag is MsgTag.APP_RESP:
+            return AppendResponse(frm, to, term, f[0], f[1], f[2], f[3])
+        if tag is MsgTag.HEARTBEAT:
+            return Heartbeat(frm, to, term, f[0], f[1])
+        if tag is MsgTag.HEARTBEAT_RESP:
+            return HeartbeatResponse(frm, to, term, f[0])
+        if tag is MsgTag.SNAP:
+            return InstallSnapshot(frm, to, term, _dec_meta(f[0]), f[1], f[2], f[3])
+        if tag is MsgTag.SNAP_RESP:
+            return SnapshotResponse(frm, to, term, f[0], f[1])
+        if tag is MsgTag.TIMEOUT_NOW:
+            return TimeoutNow(frm, to, term)
+        if tag is MsgTag.READ_INDEX:
+            return ReadIndexRequest(frm, to, term, f[0])
+        return ReadIndexResponse(frm, to, term, f[0], f[1])
+    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as e:
+        raise CodecError(f"bad raft message: {e}") from e

@@ -1,0 +1,57 @@
+"""Command line for the simulator: ``scripts/sim --seeds N [--nodes 3|5] [--seed S --trace]``.
+
+Runs swarm seeds of the Raft simulator and ends with ``sim: seeds=N failures=F`` (exit 1 when
+F > 0). A failing seed prints its violation and the one-line replay command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from molens.raft.core import UnsafeRule
+from tests.sim.raft_harness import Violation, default_config, run_seed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/sim", description=__doc__)
+    p.add_argument("--seeds", type=int, default=100, help="number of seeds to run")
+    p.add_argument("--start", type=int, default=0, help="first seed")
+    p.add_argument("--seed", type=int, default=None, help="run only this seed")
+    p.add_argument("--nodes", type=int, choices=(3, 5), default=None, help="cluster size (default: both)")
+    p.add_argument("--trace", action="store_true", help="print every step of the run")
+    p.add_argument("--unsafe", choices=[r.value for r in UnsafeRule], default=None,
+                   help="break one rule on purpose (the simulator must catch it)")
+    p.add_argument("--stop-on-failure", action="store_true")
+    args = p.parse_args(argv)
+
+    seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
+    sizes = [args.nodes] if args.nodes else [3, 5]
+    config = None
+    if args.unsafe:
+        config = default_config(unsafe=UnsafeRule(args.unsafe))
+    trace = print if args.trace else None
+    failures = 0
+    runs = 0
+    t0 = time.monotonic()
+    for seed in seeds:
+        n = sizes[seed % len(sizes)] if args.seed is None else sizes[0]
+        runs += 1
+        try:
+            run_seed(seed, n, trace=trace, config=config)
+        except Violation as e:
+            failures += 1
+            print(f"FAIL {e}", flush=True)
+            if args.stop_on_failure:
+                break
+        if runs % 500 == 0:
+            print(f"... {runs} seeds, {failures} failures, {time.monotonic() - t0:.0f}s", flush=True)
+    dt = time.monotonic() - t0
+    print(f"ran {runs} seeds in {dt:.1f}s ({runs / dt if dt else 0:.1f} seeds/s)")
+    print(f"sim: seeds={runs} failures={failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
