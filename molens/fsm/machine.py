@@ -190,6 +190,8 @@ class Applied:
     writes: Writes
     effects: list[Effect]
     results: list[ItemResult]
+    before: dict[str, Task | None] = field(default_factory=dict)
+    """The view's version of every task the command read or wrote (lets the store fix its indexes)."""
 
 
 # -------------------------------------------------------------------------------------------------
@@ -252,7 +254,7 @@ class _Tx:
                 continue
             eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
         eff.extend(self.effects)
-        return Applied(self.w, eff, results)
+        return Applied(self.w, eff, results, self.orig)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -1,0 +1,497 @@
+"""The lmdb state store of the task FSM (DESIGN §5), shaped as ``molens.raft.fsm.StateMachine``.
+
+``apply_batch(entries)`` decodes each committed command, runs :func:`molens.fsm.machine.apply`
+against the open write transaction (so a command sees the writes of the commands before it), writes
+the result and finally ``applied_index`` -- all in ONE lmdb write transaction. Databases under
+``data_dir/fsm/``:
+
+- ``tasks``  task id -> task record (msgpack array, see :func:`task_to_bytes`)
+- ``due``    ``due_ms`` (u64 big-endian) ``|`` task id -> ``b""`` -- scans in due order
+- ``fires``  fire id -> in-flight fire record
+- ``idem``   idempotency key -> task id
+- ``meta``   ``applied_index``, ``applied_term``, ``counts`` (tasks per status), ``m:<key>`` user meta
+
+History rows (executions) of the batch go to :class:`molens.fsm.history.History` in one SQLite
+transaction committed just *before* the lmdb transaction; the history remembers the last entry index
+it holds, so a batch replayed after a crash between the two commits does not duplicate rows.
+
+Durability: lmdb ``sync=True, metasync=False`` (one fdatasync per batch; on power loss the last batch
+may roll back and is replayed from the Raft log). Entries at or below ``applied_index`` are skipped
+(result ``None``). A command that cannot be decoded yields a :class:`CodecError` result on every
+replica alike and changes nothing. Snapshots are ``env.copyfd(compact=True)`` of a read transaction.
+
+Leader effects (wheel adds/removes, fire requests) are returned in each entry's :class:`EntryResult`
+and also passed, after the commit, to ``on_effects`` if one is set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import lmdb
+import msgpack
+
+from molens.fsm import machine
+from molens.fsm.commands import CodecError, decode, spec_from_list, spec_to_list
+from molens.fsm.history import History
+from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
+from molens.model import ExecutionResult, FireKind, MolensError, Status, Task
+
+log = logging.getLogger(__name__)
+
+_U64 = struct.Struct(">Q")
+_APPLIED = b"applied_index"
+_APPLIED_TERM = b"applied_term"
+_COUNTS = b"counts"
+
+DEFAULT_MAP_SIZE = 1 << 30
+MAX_MAP_SIZE = 1 << 40
+
+_STATUSES = tuple(Status)
+_STATUS_IX = {s: i for i, s in enumerate(_STATUSES)}
+_RESULTS = tuple(ExecutionResult)
+_RESULT_IX = {r: i for i, r in enumerate(_RESULTS)}
+_KINDS = tuple(FireKind)
+_KIND_IX = {k: i for i, k in enumerate(_KINDS)}
+
+
+class StoreError(MolensError):
+    """A caller bug (entries out of order) or an unusable snapshot."""
+
+
+class EntryLike(Protocol):
+    """What the store needs of a Raft log entry (``molens.raft.log.Entry`` fits)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def term(self) -> int: ...
+    @property
+    def kind(self) -> int: ...
+    @property
+    def data(self) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EntryResult:
+    """What applying one entry produced: per-item results for the proposer, effects for the leader."""
+
+    index: int
+    results: list[Any]
+    effects: list[Effect]
+
+
+# -------------------------------------------------------------------------------------------------
+# record codecs
+
+
+def task_to_bytes(t: Task) -> bytes:
+    b: bytes = msgpack.packb(
+        [
+            spec_to_list(t.spec),
+            _STATUS_IX[t.status],
+            t.created_ms,
+            t.updated_ms,
+            t.due_ms,
+            t.sched_ms,
+            t.seq,
+            t.attempt,
+            t.ack_attempt,
+            t.fail_count,
+            t.inflight,
+            None if t.last_result is None else _RESULT_IX[t.last_result],
+            t.last_status_code,
+            t.last_response,
+            t.last_fire_ms,
+        ],
+        use_bin_type=True,
+    )
+    return b
+
+
+def task_from_bytes(tid: str, raw: bytes | memoryview) -> Task:
+    v = msgpack.unpackb(raw, raw=False, use_list=True)
+    return Task(
+        tid,
+        spec_from_list(v[0]),
+        _STATUSES[v[1]],
+        v[2],
+        v[3],
+        v[4],
+        v[5],
+        v[6],
+        v[7],
+        v[8],
+        v[9],
+        v[10],
+        None if v[11] is None else _RESULTS[v[11]],
+        v[12],
+        v[13],
+        v[14],
+    )
+
+
+def fire_to_bytes(f: Fire) -> bytes:
+    b: bytes = msgpack.packb(
+        [f.task_id, _KIND_IX[f.kind], f.attempt, f.worker, f.deadline_ms, f.dispatched_ms], use_bin_type=True
+    )
+    return b
+
+
+def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
+    v = msgpack.unpackb(raw, raw=False, use_list=True)
+    return Fire(fid, v[0], _KINDS[v[1]], v[2], v[3], v[4], v[5])
+
+
+def due_key(due_ms: int, tid: str) -> bytes:
+    return _U64.pack(due_ms) + tid.encode()
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+class _TxnView:
+    """machine.View over an lmdb transaction."""
+
+    __slots__ = ("_fires", "_idem", "_tasks", "_txn")
+
+    def __init__(self, txn: lmdb.Transaction, tasks: Any, fires: Any, idem: Any) -> None:
+        self._txn, self._tasks, self._fires, self._idem = txn, tasks, fires, idem
+
+    def get_task(self, task_id: str) -> Task | None:
+        raw = self._txn.get(task_id.encode(), db=self._tasks)
+        return None if raw is None else task_from_bytes(task_id, raw)
+
+    def get_fire(self, fire_id: str) -> Fire | None:
+        raw = self._txn.get(fire_id.encode(), db=self._fires)
+        return None if raw is None else fire_from_bytes(fire_id, raw)
+
+    def get_idem(self, key: str) -> str | None:
+        raw = self._txn.get(key.encode(), db=self._idem)
+        return None if raw is None else bytes(raw).decode()
+
+
+class TaskStore:
+    """The task FSM on lmdb under ``data_dir/fsm/`` plus the node's history database."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        history: History | None = None,
+        durable: bool = True,
+        map_size: int = DEFAULT_MAP_SIZE,
+        config: MachineConfig = machine.DEFAULT_CONFIG,
+        on_effects: Callable[[list[Effect]], None] | None = None,
+    ) -> None:
+        self.dir = Path(data_dir) / "fsm"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.history = history
+        self.config = config
+        self.on_effects = on_effects
+        self._durable = durable
+        self._map_size = map_size
+        self._open()
+
+    def _open(self) -> None:
+        self._env = lmdb.open(
+            str(self.dir),
+            map_size=self._map_size,
+            max_dbs=5,
+            sync=self._durable,
+            metasync=False,
+            readahead=False,
+        )
+        self._tasks = self._env.open_db(b"tasks")
+        self._due = self._env.open_db(b"due")
+        self._fires = self._env.open_db(b"fires")
+        self._idem = self._env.open_db(b"idem")
+        self._meta = self._env.open_db(b"meta")
+        with self._env.begin() as txn:
+            raw = txn.get(_APPLIED, db=self._meta)
+            raw_term = txn.get(_APPLIED_TERM, db=self._meta)
+            raw_counts = txn.get(_COUNTS, db=self._meta)
+        self._applied = _U64.unpack(raw)[0] if raw is not None else 0
+        self._applied_term = _U64.unpack(raw_term)[0] if raw_term is not None else 0
+        self._counts: dict[str, int] = dict(msgpack.unpackb(raw_counts, raw=False)) if raw_counts else {}
+        log.info("task store opened dir=%s applied_index=%d", self.dir, self._applied)
+
+    # ------------------------------------------------------------------ StateMachine
+
+    def applied_index(self) -> int:
+        return int(self._applied)
+
+    def applied_term(self) -> int:
+        return int(self._applied_term)
+
+    def apply_batch(self, entries: Sequence[EntryLike]) -> list[Any]:
+        """Apply committed entries in one write transaction; one result per entry."""
+        fresh = [e for e in entries if e.index > self._applied]
+        skipped = len(entries) - len(fresh)
+        for n, e in enumerate(fresh):
+            if e.index != self._applied + 1 + n:
+                raise StoreError(f"gap: entry {e.index} where {self._applied + 1 + n} was expected")
+        results: list[Any] = [None] * skipped
+        if not fresh:
+            return results
+        while True:
+            counts = dict(self._counts)
+            try:
+                with self._env.begin(write=True) as txn:
+                    out, hist = self._apply_in(txn, fresh, counts)
+                    txn.put(_APPLIED, _U64.pack(fresh[-1].index), db=self._meta)
+                    txn.put(_APPLIED_TERM, _U64.pack(fresh[-1].term), db=self._meta)
+                    txn.put(_COUNTS, msgpack.packb(counts, use_bin_type=True), db=self._meta)
+                    if self.history is not None and hist:
+                        self.history.apply(hist)
+                break
+            except lmdb.MapFullError:
+                self._grow()
+        self._applied = fresh[-1].index
+        self._applied_term = fresh[-1].term
+        self._counts = counts
+        if self.on_effects is not None:
+            effects = [eff for r in out if isinstance(r, EntryResult) for eff in r.effects]
+            if effects:
+                self.on_effects(effects)
+        return results + out
+
+    def _apply_in(
+        self, txn: lmdb.Transaction, entries: list[EntryLike], counts: dict[str, int]
+    ) -> tuple[list[Any], list[tuple[int, Writes]]]:
+        view = _TxnView(txn, self._tasks, self._fires, self._idem)
+        out: list[Any] = []
+        hist: list[tuple[int, Writes]] = []
+        for e in entries:
+            if e.kind != 0 or not e.data:
+                out.append(None)
+                continue
+            try:
+                cmd = decode(e.data)
+            except CodecError as exc:
+                log.error("undecodable entry index=%d: %s", e.index, exc)
+                out.append(exc)
+                continue
+            applied = machine.apply(view, cmd, config=self.config)
+            self._write(txn, applied, counts)
+            if applied.writes.executions or applied.writes.history_deletes:
+                hist.append((e.index, applied.writes))
+            out.append(EntryResult(e.index, applied.results, applied.effects))
+        return out, hist
+
+    def _write(self, txn: lmdb.Transaction, applied: Applied, counts: dict[str, int]) -> None:
+        w = applied.writes
+        before = applied.before
+        put, delete = txn.put, txn.delete
+        tasks_db, due_db = self._tasks, self._due
+        for tid, t in w.tasks.items():
+            old = before.get(tid)
+            k = tid.encode()
+            if old is not None:
+                counts[old.status.value] = counts.get(old.status.value, 0) - 1
+                if old.due_ms is not None and (t is None or t.due_ms != old.due_ms):
+                    delete(due_key(old.due_ms, tid), db=due_db)
+            if t is None:
+                delete(k, db=tasks_db)
+                continue
+            counts[t.status.value] = counts.get(t.status.value, 0) + 1
+            put(k, task_to_bytes(t), db=tasks_db)
+            if t.due_ms is not None and (old is None or old.due_ms != t.due_ms):
+                put(due_key(t.due_ms, tid), b"", db=due_db)
+        for fid, f in w.fires.items():
+            if f is None:
+                delete(fid.encode(), db=self._fires)
+            else:
+                put(fid.encode(), fire_to_bytes(f), db=self._fires)
+        for key, v in w.idem.items():
+            if v is None:
+                delete(key.encode(), db=self._idem)
+            else:
+                put(key.encode(), v.encode(), db=self._idem)
+        for mk, mv in w.meta.items():
+            if mv is None:
+                delete(b"m:" + mk.encode(), db=self._meta)
+            else:
+                put(b"m:" + mk.encode(), mv, db=self._meta)
+
+    def _grow(self) -> None:
+        size = self._env.info()["map_size"] * 2
+        if size > MAX_MAP_SIZE:
+            raise StoreError("task store map is full")
+        log.info("task store map grows map_size=%d", size)
+        self._env.set_mapsize(size)
+        self._map_size = size
+
+    def snapshot(self, path: str | os.PathLike[str]) -> int:
+        """A consistent compacted copy of the store in one file; returns its applied index."""
+        dest = Path(path)
+        tmp = dest.with_name(dest.name + ".tmp")
+        with self._env.begin() as txn:
+            raw = txn.get(_APPLIED, db=self._meta)
+            index = _U64.unpack(raw)[0] if raw is not None else 0
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                self._env.copyfd(fd, compact=True, txn=txn)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, dest)
+        log.info("task store snapshot path=%s applied_index=%d", dest, index)
+        return int(index)
+
+    def restore(self, path: str | os.PathLike[str]) -> None:
+        """Replace the whole state with a :meth:`snapshot` file (history is per node and kept,
+        except that rows of tasks that no longer exist are dropped)."""
+        src = Path(path)
+        staged = self.dir / "data.mdb.restore"
+        with open(src, "rb") as fin, open(staged, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                fout.write(chunk)
+            fout.flush()
+            os.fsync(fout.fileno())
+        try:
+            check = lmdb.open(str(staged), subdir=False, readonly=True, lock=False, max_dbs=5)
+            try:
+                check.open_db(b"tasks", create=False)
+                check.open_db(b"meta", create=False)
+            finally:
+                check.close()
+        except lmdb.Error as exc:
+            staged.unlink(missing_ok=True)
+            raise StoreError(f"{src}: not a task store snapshot: {exc}") from exc
+        self._env.close()
+        os.replace(staged, self.dir / "data.mdb")
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._open()
+        if self.history is not None:
+            self.history.retain_tasks(self.task_ids(), self._applied)
+        log.info("task store restored from=%s applied_index=%d", src, self._applied)
+
+    def close(self) -> None:
+        self._env.close()
+        if self.history is not None:
+            self.history.close()
+
+    def __enter__(self) -> TaskStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reads (any thread)
+
+    def get_task(self, task_id: str) -> Task | None:
+        with self._env.begin() as txn:
+            raw = txn.get(task_id.encode(), db=self._tasks)
+            return None if raw is None else task_from_bytes(task_id, raw)
+
+    def get_fire(self, fire_id: str) -> Fire | None:
+        with self._env.begin() as txn:
+            raw = txn.get(fire_id.encode(), db=self._fires)
+            return None if raw is None else fire_from_bytes(fire_id, raw)
+
+    def get_idem(self, key: str) -> str | None:
+        with self._env.begin() as txn:
+            raw = txn.get(key.encode(), db=self._idem)
+            return None if raw is None else bytes(raw).decode()
+
+    def get_meta(self, key: str) -> bytes | None:
+        with self._env.begin() as txn:
+            raw = txn.get(b"m:" + key.encode(), db=self._meta)
+            return None if raw is None else bytes(raw)
+
+    def counts(self) -> dict[str, int]:
+        """Tasks per status (every status present, zeros included)."""
+        return {s.value: self._counts.get(s.value, 0) for s in Status}
+
+    def __len__(self) -> int:
+        with self._env.begin() as txn:
+            return int(txn.stat(self._tasks)["entries"])
+
+    def scan_due(self, chunk: int = 4096) -> Iterator[tuple[int, str]]:
+        """Every due entry in due order, read in chunks of short read transactions (streaming)."""
+        start = b""
+        while True:
+            rows: list[bytes] = []
+            with self._env.begin(db=self._due) as txn:
+                cur = txn.cursor()
+                ok = cur.set_range(start) if start else cur.first()
+                while ok and len(rows) < chunk:
+                    rows.append(bytes(cur.key()))
+                    ok = cur.next()
+            for k in rows:
+                yield _U64.unpack_from(k)[0], k[8:].decode()
+            if len(rows) < chunk:
+                return
+            start = rows[-1] + b"\x00"
+
+    def scan_fires(self, chunk: int = 4096) -> Iterator[Fire]:
+        """Every in-flight fire, in fire id order, streaming."""
+        for k, v in self._scan(self._fires, b"", chunk):
+            yield fire_from_bytes(k.decode(), v)
+
+    def scan_tasks(self, after: str = "", chunk: int = 1024) -> Iterator[Task]:
+        """Tasks in id (= creation) order, starting after task id ``after`` (cursor pagination)."""
+        start = (after.encode() + b"\x00") if after else b""
+        for k, v in self._scan(self._tasks, start, chunk):
+            yield task_from_bytes(k.decode(), v)
+
+    def task_ids(self) -> Iterator[str]:
+        for k, _ in self._scan(self._tasks, b"", 4096):
+            yield k.decode()
+
+    def _scan(self, db: Any, start: bytes, chunk: int) -> Iterator[tuple[bytes, bytes]]:
+        while True:
+            rows: list[tuple[bytes, bytes]] = []
+            with self._env.begin(db=db) as txn:
+                cur = txn.cursor()
+                ok = cur.set_range(start) if start else cur.first()
+                while ok and len(rows) < chunk:
+                    rows.append((bytes(cur.key()), bytes(cur.value())))
+                    ok = cur.next()
+            yield from rows
+            if len(rows) < chunk:
+                return
+            start = rows[-1][0] + b"\x00"
+
+    def digest(self) -> str:
+        """sha256 over every database's sorted (key, value) pairs except volatile meta."""
+        h = hashlib.sha256()
+        with self._env.begin() as txn:
+            for name, db in (
+                (b"tasks", self._tasks),
+                (b"due", self._due),
+                (b"fires", self._fires),
+                (b"idem", self._idem),
+                (b"meta", self._meta),
+            ):
+                h.update(name)
+                for k, v in txn.cursor(db=db):
+                    if db is self._meta and bytes(k) in (_APPLIED, _APPLIED_TERM, _COUNTS):
+                        continue
+                    h.update(_U64.pack(len(k)) + bytes(k) + _U64.pack(len(v)) + bytes(v))
+        return h.hexdigest()
+
+
+__all__ = [
+    "EntryLike",
+    "EntryResult",
+    "StoreError",
+    "TaskStore",
+    "due_key",
+    "fire_from_bytes",
+    "fire_to_bytes",
+    "task_from_bytes",
+    "task_to_bytes",
+]

@@ -1,0 +1,223 @@
+"""The lmdb task store: one transaction per batch with applied_index, scans, snapshot/restore."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from molens.fsm.commands import (
+    Command,
+    CreateItem,
+    CreateTasks,
+    DeleteTasks,
+    Dispatched,
+    DispatchItem,
+    PutMeta,
+    ResultItem,
+    Results,
+    encode,
+)
+from molens.fsm.history import History
+from molens.fsm.machine import Created, Effect, FireRequest, WheelAdd
+from molens.fsm.memstate import MemoryState
+from molens.fsm.store import EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
+from molens.model import ExecutionResult, FireKind, Outcome, Status, new_task_id, validate_create
+from molens.raft.log import Entry, EntryKind
+
+T0 = 1_700_000_000_000
+URL = "http://127.0.0.1:9/cb"
+
+
+def spec(**kw: Any) -> Any:
+    r: dict[str, Any] = {"type": "delayed", "interval_ms": 1000, "callback_url": URL}
+    r.update(kw)
+    return validate_create(r, now_ms=T0)
+
+
+class Log:
+    """Feeds commands to a store as Raft entries with increasing indexes."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        self.index = store.applied_index()
+
+    def entries(self, cmds: list[Command]) -> list[Entry]:
+        out = []
+        for c in cmds:
+            self.index += 1
+            out.append(Entry(self.index, 1, EntryKind.NORMAL, encode(c)))
+        return out
+
+    def apply(self, *cmds: Command) -> list[Any]:
+        return self.store.apply_batch(self.entries(list(cmds)))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = TaskStore(tmp_path / "n1", history=History(tmp_path / "n1" / "history.sqlite", max_records_per_task=3))
+    yield s
+    s.close()
+
+
+def test_task_record_round_trips() -> None:
+    from molens.fsm.machine import first_due  # noqa: F401  (import check)
+
+    ms = MemoryState()
+    ms.apply(CreateTasks(T0, (CreateItem("A" * 26, spec(payload={"x": [1, 2]}, idempotency_key="k")),)))
+    t = ms.tasks["A" * 26]
+    assert task_from_bytes(t.id, task_to_bytes(t)) == t
+
+
+def test_batch_applies_in_one_transaction_and_records_applied_index(tmp_path: Path, store: TaskStore) -> None:
+    lg = Log(store)
+    ids = [new_task_id(T0, i) for i in range(5)]
+    res = lg.apply(*(CreateTasks(T0, (CreateItem(i, spec(interval_ms=1000 * (5 - n))),)) for n, i in enumerate(ids)))
+    assert all(isinstance(r, EntryResult) and isinstance(r.results[0], Created) for r in res)
+    assert store.applied_index() == 5 and len(store) == 5
+    assert [tid for _, tid in store.scan_due()] == list(reversed(ids))
+    store.close()
+    reopened = TaskStore(tmp_path / "n1")
+    assert reopened.applied_index() == 5 and reopened.counts()["pending"] == 5
+    reopened.close()
+
+
+def test_replayed_entries_are_skipped_and_gaps_refused(store: TaskStore) -> None:
+    lg = Log(store)
+    es = lg.entries([CreateTasks(T0, (CreateItem(new_task_id(T0, 1), spec()),))])
+    store.apply_batch(es)
+    assert store.apply_batch(es) == [None] and len(store) == 1
+    with pytest.raises(StoreError):
+        store.apply_batch([Entry(store.applied_index() + 2, 1, EntryKind.NORMAL, b"")])
+
+
+def test_noop_conf_change_and_garbage_entries_advance_index_without_change(store: TaskStore) -> None:
+    before = store.digest()
+    out = store.apply_batch(
+        [Entry(1, 1, EntryKind.NORMAL, b""), Entry(2, 1, EntryKind.CONF_CHANGE, b"xx"), Entry(3, 1, EntryKind.NORMAL, b"\xc1")]
+    )
+    assert out[0] is None and out[1] is None and isinstance(out[2], ValueError)
+    assert store.applied_index() == 3 and store.digest() == before
+
+
+def test_commands_in_one_batch_see_each_other(store: TaskStore) -> None:
+    lg = Log(store)
+    tid = new_task_id(T0, 1)
+    res = lg.apply(
+        CreateTasks(T0, (CreateItem(tid, spec(interval_ms=0)),)),
+        Dispatched(T0, (DispatchItem(f"{tid}-1", tid, 1, "w", T0 + 9000),)),
+        Results(T0 + 20, (ResultItem(f"{tid}-1", FireKind.CALLBACK, 200, Outcome.RESPONSE, "ok", 20, "w"),)),
+    )
+    assert res[1].results == [None] and any(isinstance(e, FireRequest) for e in res[1].effects)
+    t = store.get_task(tid)
+    assert t is not None and t.status is Status.DONE
+    assert list(store.scan_due()) == [] and list(store.scan_fires()) == []
+    assert store.counts()["done"] == 1 and store.counts()["pending"] == 0
+    assert store.history is not None
+    (e,) = store.history.list_executions(task_id=tid).items
+    assert e.result is ExecutionResult.SUCCESS and e.response_head == "ok"
+
+
+def test_effects_reach_on_effects_after_commit(tmp_path: Path) -> None:
+    seen: list[Effect] = []
+    s = TaskStore(tmp_path, on_effects=seen.extend)
+    tid = new_task_id(T0, 3)
+    Log(s).apply(CreateTasks(T0, (CreateItem(tid, spec()),)))
+    assert seen == [WheelAdd(tid, T0 + 1000)]
+    s.close()
+
+
+def test_scans_stream_in_chunks(store: TaskStore) -> None:
+    lg = Log(store)
+    rng = random.Random(5)
+    items = tuple(CreateItem(new_task_id(T0, i), spec(interval_ms=rng.randrange(0, 10**6))) for i in range(300))
+    lg.apply(CreateTasks(T0, items))
+    due = list(store.scan_due(chunk=7))
+    assert len(due) == 300 and due == sorted(due)
+    tasks = list(store.scan_tasks(chunk=11))
+    assert [t.id for t in tasks] == sorted(i.task_id for i in items)
+    page = list(store.scan_tasks(after=tasks[149].id, chunk=11))
+    assert [t.id for t in page] == [t.id for t in tasks[150:]]
+
+
+def test_store_matches_memory_state_and_snapshot_restores_it(tmp_path: Path, store: TaskStore) -> None:
+    lg, ms = Log(store), MemoryState()
+    cmds: list[Command] = []
+    ids = [new_task_id(T0, i) for i in range(20)]
+    cmds.append(CreateTasks(T0, tuple(CreateItem(t, spec(interval_ms=0, max_retries=2)) for t in ids)))
+    cmds.append(Dispatched(T0, tuple(DispatchItem(f"{t}-1", t, 1, "w", T0 + 5000) for t in ids)))
+    cmds.append(
+        Results(
+            T0 + 10,
+            tuple(ResultItem(f"{t}-1", FireKind.CALLBACK, 500 if n % 2 else 200, Outcome.RESPONSE, "", 5, "w") for n, t in enumerate(ids)),
+        )
+    )
+    cmds.append(DeleteTasks(T0 + 11, (ids[0], ids[1])))
+    cmds.append(PutMeta(T0 + 12, "membership", b"n1,n2"))
+    for c in cmds:
+        lg.apply(c)
+        ms.apply(c)
+    for t in ids:
+        assert store.get_task(t) == ms.get_task(t)
+    assert list(store.scan_due()) == list(ms.scan_due())
+    assert store.get_meta("membership") == b"n1,n2"
+    snap = tmp_path / "snap.mdb"
+    assert store.snapshot(snap) == store.applied_index()
+    other = TaskStore(tmp_path / "n2", history=History(tmp_path / "n2" / "h.sqlite"))
+    other.restore(snap)
+    assert other.digest() == store.digest() and other.applied_index() == store.applied_index()
+    assert other.counts() == store.counts()
+    other.close()
+
+
+def test_restore_refuses_a_non_snapshot(tmp_path: Path, store: TaskStore) -> None:
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"not lmdb" * 100)
+    with pytest.raises(StoreError):
+        store.restore(bad)
+    assert store.applied_index() == 0
+
+
+def test_history_trimmed_per_task_and_deleted_with_task(store: TaskStore) -> None:
+    lg = Log(store)
+    tid = new_task_id(T0, 9)
+    lg.apply(CreateTasks(T0, (CreateItem(tid, spec(type="periodic", interval_ms=1000, max_fails=100, max_retries=0)),)))
+    now = T0
+    for k in range(1, 6):
+        now = T0 + k * 1000
+        lg.apply(
+            Dispatched(now, (DispatchItem(f"{tid}-{k}", tid, 1, "w", now + 9000),)),
+            Results(now + 1, (ResultItem(f"{tid}-{k}", FireKind.CALLBACK, 500, Outcome.RESPONSE, "", 1, "w"),)),
+        )
+    assert store.history is not None
+    rows = store.history.list_executions(task_id=tid).items
+    assert [r.seq for r in rows] == [5, 4, 3]
+    lg.apply(DeleteTasks(now, (tid,)))
+    assert store.history.count(tid) == 0
+
+
+def test_history_not_duplicated_when_lmdb_commit_was_lost(tmp_path: Path) -> None:
+    """History commits before lmdb; a replay of entries it already holds adds nothing."""
+    h = History(tmp_path / "h.sqlite")
+    s = TaskStore(tmp_path / "a", history=h)
+    lg = Log(s)
+    tid = new_task_id(T0, 1)
+    es = lg.entries(
+        [
+            CreateTasks(T0, (CreateItem(tid, spec(interval_ms=0)),)),
+            Dispatched(T0, (DispatchItem(f"{tid}-1", tid, 1, "w", T0 + 9000),)),
+            Results(T0 + 1, (ResultItem(f"{tid}-1", FireKind.CALLBACK, 200, Outcome.RESPONSE, "", 1, "w"),)),
+        ]
+    )
+    s.apply_batch(es)
+    assert h.count() == 1
+    s.close()
+    # a fresh lmdb (as if its commit had been lost) replays the same entries into the same history
+    h2 = History(tmp_path / "h.sqlite")
+    s2 = TaskStore(tmp_path / "b", history=h2)
+    s2.apply_batch(es[:2])
+    s2.apply_batch(es[2:])
+    assert h2.count() == 1 and h2.applied_index() == 3
+    s2.close()
