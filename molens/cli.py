@@ -72,9 +72,12 @@ def _admin(cfg: Config, timeout_s: float = 5.0) -> AdminClient:
 
 
 def cmd_foreground(cfg: Config) -> int:
-    from molens.node import Node  # imported late: the CLI's other commands stay light
+    from molens.node import Node, NodeError  # imported late: the CLI's other commands stay light
 
-    return Node(cfg).run()
+    try:
+        return Node(cfg).run()
+    except NodeError as exc:
+        raise CliError(f"{cfg.node.id}: {exc}") from exc
 
 
 def cmd_start(cfg: Config, config_path: str) -> int:

@@ -165,8 +165,7 @@ class ClusterConfig:
 class CurveConfig:
     enabled: bool = False
     secret_key_file: str = ""
-    public_key_file: str = ""
-    authorized_keys_dir: str = ""
+    public_keys_dir: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,7 +421,7 @@ def _cross_checks(cfg: Config) -> None:
     if cfg.raft.heartbeat_ticks >= cfg.raft.election_ticks:
         raise ConfigError("raft.heartbeat_ticks", "must be smaller than raft.election_ticks")
     if cfg.raft.curve.enabled:
-        for name in ("secret_key_file", "public_key_file"):
+        for name in ("secret_key_file", "public_keys_dir"):
             if not getattr(cfg.raft.curve, name):
                 raise ConfigError(f"raft.curve.{name}", "is required when raft.curve.enabled is true")
     own = {

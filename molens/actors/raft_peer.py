@@ -1,0 +1,755 @@
+"""RaftPeer: the pykka actor that drives the pure Raft core with lmdb storage, ZeroMQ and an FSM.
+
+Everything Raft happens on this actor's thread. Inputs arrive as actor messages: ticks (from a
+ticker thread), peer messages (from the transport's I/O thread), proposals and admin requests.
+The actor handles every queued message before it runs one Ready cycle, so proposals arriving
+together become ONE append and ONE fsync (group commit), bounded by ``raft.max_proposal_batch``.
+
+One cycle, in the order the core's module docstring prescribes::
+
+    rd = core.ready()
+    publish rd.soft_state -> leadership subscribers (and fail proposals whose outcome became unknown)
+    send rd.messages
+    log.save(snapshot, entries, hard_state)              # one durable lmdb transaction
+    send rd.messages_after_persist
+    fsm.restore(rd.snapshot); fsm.apply_batch(rd.committed_entries) in batches -> resolve futures
+    core.advance(rd)
+
+Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
+
+* result: the FSM's result for the entry, once applied on this node;
+* :class:`NotLeader` (carries ``leader_id``) or :class:`ProposalRefused`: nothing was appended,
+  retrying is safe;
+* :class:`LeadershipLost`: appended, but this node stopped being leader before the entry was
+  applied -- the outcome is UNKNOWN (it may still commit under the next leader).
+
+Membership: a conf-change entry carries the new node's addresses in its ``context`` (msgpack map),
+so every replica learns how to reach it; the peer keeps an address book in ``data_dir/peers.json``.
+The leader promotes learners to voters once they have caught up with its commit index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pykka
+
+from molens.config import PeerConfig, RaftConfig, zmq_endpoint
+from molens.raft import core as rc
+from molens.raft.fsm import StateMachine
+from molens.raft.log import Entry, EntryKind, Membership
+from molens.raft.messages import CodecError, ConfChangeOp, decode, decode_conf_change, encode
+from molens.raft.storage import LmdbLog
+from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
+
+log = logging.getLogger(__name__)
+
+
+# --- errors a proposer sees ------------------------------------------------------------------------
+
+
+class RaftPeerError(Exception):
+    """Base of the errors a proposal future can fail with."""
+
+
+class NotLeader(RaftPeerError):
+    """This node is not the leader; nothing was appended. ``leader_id`` is the known leader, if any."""
+
+    def __init__(self, leader_id: str | None) -> None:
+        super().__init__(f"not the leader (leader={leader_id})")
+        self.leader_id = leader_id
+
+
+class ProposalRefused(RaftPeerError):
+    """Not appended (leadership transfer in progress, overloaded, stopping, or superseded)."""
+
+
+class LeadershipLost(RaftPeerError):
+    """Appended, then leadership was lost before it applied here: the outcome is unknown."""
+
+
+# --- published values --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """Published to subscribers whenever this node's role or the known leader changes."""
+
+    node_id: str
+    role: str
+    leader_id: str | None
+    term: int
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == "leader"
+
+
+Subscriber = Callable[[LeaderChange], None]
+
+
+# --- actor messages ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Inbound:
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Propose:
+    datas: tuple[bytes, ...]
+    futs: tuple[Future[Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """Run ``fn(peer)`` on the actor thread (admin requests); the reply is its return value."""
+
+    fn: Callable[[RaftPeer], Any]
+
+
+@dataclass(slots=True)
+class Lifecycle:
+    """Shared with the handle: set when the actor has stopped, and why if it failed."""
+
+    stopped: threading.Event = field(default_factory=threading.Event)
+    failure: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Raise:
+    exc: Exception
+
+
+@dataclass(slots=True)
+class _Counters:
+    proposals: int = 0
+    appends: int = 0
+    cycles: int = 0
+    saves: int = 0
+    applied_entries: int = 0
+    snapshots_taken: int = 0
+    snapshots_installed: int = 0
+    fsm_restored_at_start: int = 0
+    messages_out: int = 0
+    messages_in: int = 0
+    bad_messages: int = 0
+    leadership_lost_proposals: int = 0
+    leader_changes: int = 0
+    started_applied_index: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def role_name(core: rc.RaftCore) -> str:
+    """``leader`` | ``follower`` | ``candidate`` | ``learner`` (DESIGN §7 status)."""
+    if core.role is rc.Role.LEADER:
+        return "leader"
+    if core.id in core.membership.learners:
+        return "learner"
+    if core.role in (rc.Role.CANDIDATE, rc.Role.PRE_CANDIDATE):
+        return "candidate"
+    if core.id not in core.membership.voters:
+        return "removed" if core.last_index > 0 else "joining"
+    return "follower"
+
+
+def _core_config(cfg: RaftConfig) -> rc.RaftConfig:
+    return rc.RaftConfig(
+        election_tick=cfg.election_ticks,
+        heartbeat_tick=cfg.heartbeat_ticks,
+        max_inflight=cfg.max_inflight,
+        max_msg_bytes=cfg.max_batch_bytes,
+    )
+
+
+class AddressBook:
+    """Node id -> PeerConfig, persisted in ``data_dir/peers.json`` (config peers + learned ones)."""
+
+    def __init__(self, path: Path, initial: tuple[PeerConfig, ...]) -> None:
+        self.path = path
+        self.peers: dict[str, PeerConfig] = {p.id: p for p in initial}
+        try:
+            stored = json.loads(path.read_text())
+        except (OSError, ValueError):
+            stored = {}
+        for pid, d in stored.items():
+            if pid not in self.peers:
+                self.peers[pid] = PeerConfig(**d)
+
+    def update(self, peer: PeerConfig) -> bool:
+        if self.peers.get(peer.id) == peer:
+            return False
+        self.peers[peer.id] = peer
+        self.save()
+        return True
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({pid: asdict(p) for pid, p in self.peers.items()}, indent=1))
+        os.replace(tmp, self.path)
+
+    def as_wire(self) -> dict[str, dict[str, str]]:
+        return {pid: asdict(p) for pid, p in self.peers.items()}
+
+
+def peer_context(p: PeerConfig) -> bytes:
+    """Conf-change context: the addresses of the node being added."""
+    return bytes(msgpack.packb(asdict(p), use_bin_type=True))
+
+
+def peer_from_context(ctx: bytes) -> PeerConfig | None:
+    try:
+        d = msgpack.unpackb(ctx, raw=False)
+        return PeerConfig(**{k: str(v) for k, v in d.items()})
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+
+
+class RaftPeer(pykka.ThreadingActor):
+    """Drives :class:`~molens.raft.core.RaftCore`; see the module docstring. Use :class:`RaftPeerHandle`."""
+
+    use_daemon_thread = True
+
+    def __init__(
+        self,
+        node_id: str,
+        cfg: RaftConfig,
+        data_dir: Path,
+        fsm: StateMachine,
+        peers: tuple[PeerConfig, ...],
+        bootstrap_voters: tuple[str, ...],
+        *,
+        durable: bool = True,
+        lifecycle: Lifecycle | None = None,
+    ) -> None:
+        super().__init__()
+        self.node_id = node_id
+        self.cfg = cfg
+        self.data_dir = data_dir
+        self.fsm = fsm
+        self.counters = _Counters()
+        self.book = AddressBook(data_dir / "peers.json", peers)
+        self.log = LmdbLog(
+            data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots
+        )
+        self._restore_fsm_if_behind()
+        self.counters.started_applied_index = fsm.applied_index()
+        self.core = rc.RaftCore(
+            node_id,
+            bootstrap_voters,
+            self.log,
+            _core_config(cfg),
+            random.Random(),
+            applied=self._start_applied(),
+        )
+        self.transport = RaftTransport(
+            node_id,
+            zmq_endpoint(cfg.bind_addr),
+            self._on_transport_message,
+            {p.id: zmq_endpoint(p.raft_addr) for p in self.book.peers.values() if p.id != node_id},
+            config=TransportConfig(max_pending=cfg.send_queue_max),
+            curve=CurveKeys.load(cfg.curve.secret_key_file, cfg.curve.public_keys_dir)
+            if cfg.curve.enabled
+            else None,
+        )
+        self._subscribers: list[Subscriber] = []
+        self._pending: dict[int, tuple[int, Future[Any]]] = {}
+        self._batch_datas: list[bytes] = []
+        self._batch_futs: list[Future[Any]] = []
+        self._since_cycle = 0
+        self._last_snapshot_index = self.log.snapshot_meta().index
+        self._last: LeaderChange = LeaderChange(node_id, role_name(self.core), None, self.core.term)
+        self._waiters: list[tuple[Callable[[RaftPeer], bool], Future[Any]]] = []
+        self._ticker_stop = threading.Event()
+        self._tick_queued = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_loop, name=f"raft-ticker-{node_id}", daemon=True)
+        self.lifecycle = lifecycle or Lifecycle()
+        try:
+            # bind now, in the caller's thread: a port in use is an error of start(), not of the actor
+            self.transport.start()
+        except Exception:
+            self.log.close()
+            raise
+
+    def _start_applied(self) -> int:
+        """Where the core resumes handing out committed entries: the FSM's applied index."""
+        lo = self.log.first_index() - 1
+        hi = max(lo, min(self.log.hard_state().commit, self.log.last_index()))
+        return max(lo, min(self.fsm.applied_index(), hi))
+
+    # --- start-up -----------------------------------------------------------------------------
+    def _restore_fsm_if_behind(self) -> None:
+        snap = self.log.snapshot_meta()
+        if self.fsm.applied_index() < snap.index:
+            path = self.data_dir / "snapshots" / "restore.tmp"
+            self.log.export_snapshot(path)
+            self.fsm.restore(path)
+            path.unlink(missing_ok=True)
+            self.counters.fsm_restored_at_start += 1
+            log.info("fsm restored from log snapshot index=%d", snap.index)
+
+    def on_start(self) -> None:
+        self._ticker.start()
+        log.info(
+            "raft peer started node=%s term=%d last=%d commit=%d applied=%d voters=%s learners=%s",
+            self.node_id,
+            self.core.term,
+            self.core.last_index,
+            self.core.commit,
+            self.fsm.applied_index(),
+            list(self.core.membership.voters),
+            list(self.core.membership.learners),
+        )
+
+    def on_stop(self) -> None:
+        self._shutdown()
+
+    def on_failure(self, exception_type: Any, exception_value: Any, traceback: Any) -> None:
+        log.error("raft peer failed node=%s: %s", self.node_id, exception_value)
+        self.lifecycle.failure = exception_value
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._ticker_stop.set()
+        err = ProposalRefused("raft peer stopped")
+        for fut in self._batch_futs:
+            _fail(fut, err)
+        for _, fut in self._pending.values():
+            _fail(fut, LeadershipLost("raft peer stopped before the entry applied: outcome unknown"))
+        self._pending.clear()
+        self.transport.close()
+        self.log.close()
+        self.lifecycle.stopped.set()
+
+    # --- threads feeding the actor ------------------------------------------------------------
+    def _tick_loop(self) -> None:
+        period = self.cfg.tick_ms / 1000
+        nxt = time.monotonic() + period
+        ref = self.actor_ref
+        while not self._ticker_stop.wait(max(0.0, nxt - time.monotonic())):
+            nxt += period
+            if nxt < time.monotonic():  # fell behind (suspended): do not burst
+                nxt = time.monotonic() + period
+            if not self._tick_queued.is_set():
+                self._tick_queued.set()
+                try:
+                    ref.tell(_Tick())
+                except pykka.ActorDeadError:
+                    return
+
+    def _on_transport_message(self, frm: str, payload: bytes) -> None:
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.actor_ref.tell(_Inbound(payload))
+
+    # --- the actor loop ---------------------------------------------------------------------------
+    def on_receive(self, message: Any) -> Any:
+        reply: Any = None
+        if isinstance(message, _Inbound):
+            self.counters.messages_in += 1
+            try:
+                m = decode(message.payload)
+            except CodecError as exc:
+                self.counters.bad_messages += 1
+                log.warning("bad raft message dropped: %s", exc)
+            else:
+                self.core.step(m)
+        elif isinstance(message, _Propose):
+            self._batch_datas.extend(message.datas)
+            self._batch_futs.extend(message.futs)
+        elif isinstance(message, _Tick):
+            self._tick_queued.clear()
+            self.core.tick()
+            self._leader_housekeeping()
+        elif isinstance(message, _Call):
+            self._flush_proposals()
+            try:
+                reply = message.fn(self)
+            except Exception as exc:  # handed to the asker by pykka, after this cycle ran
+                reply = _Raise(exc)
+        self._since_cycle += 1
+        # group commit: run the cycle once the mailbox is drained (or the batch bound is reached)
+        if self.actor_inbox.empty() or self._since_cycle >= self.cfg.max_proposal_batch:
+            self._flush_proposals()
+            self._cycle()
+            self._since_cycle = 0
+        return reply  # a _Raise is re-raised by RaftPeerHandle.call (pykka would log a traceback)
+
+    def _flush_proposals(self) -> None:
+        if not self._batch_datas:
+            return
+        datas, futs = self._batch_datas, self._batch_futs
+        self._batch_datas, self._batch_futs = [], []
+        if len(self._pending) + len(datas) > self.cfg.max_pending_proposals:
+            err: Exception = ProposalRefused(f"overloaded: {len(self._pending)} proposals pending")
+            for f in futs:
+                _fail(f, err)
+            return
+        try:
+            first, _ = self.core.propose_batch(datas)
+        except rc.NotLeaderError as exc:
+            err = NotLeader(exc.leader)
+        except rc.ProposalDroppedError as exc:
+            err = ProposalRefused(str(exc))
+        else:
+            term = self.core.term
+            for i, f in enumerate(futs, first):
+                self._pending[i] = (term, f)
+            self.counters.proposals += len(datas)
+            self.counters.appends += 1
+            return
+        for f in futs:
+            _fail(f, err)
+
+    def _cycle(self) -> None:
+        core = self.core
+        while core.has_ready():
+            rd = core.ready()
+            self.counters.cycles += 1
+            if rd.soft_state is not None:
+                self._on_soft_state()
+            self._send(rd.messages)
+            if rd.must_persist:
+                self.log.save(hard_state=rd.hard_state, entries=rd.entries, snapshot=rd.snapshot)
+                self.counters.saves += 1
+            self._send(rd.messages_after_persist)
+            if rd.snapshot is not None:
+                self._install_snapshot()
+            if rd.committed_entries:
+                self._apply(rd.committed_entries)
+            core.advance(rd)
+        self._maybe_snapshot()
+        if self._waiters:
+            self._check_waiters()
+
+    def _send(self, msgs: tuple[Any, ...]) -> None:
+        for m in msgs:
+            self.transport.send(m.to, encode(m))
+        self.counters.messages_out += len(msgs)
+
+    def _on_soft_state(self) -> None:
+        now = LeaderChange(self.node_id, role_name(self.core), self.core.leader, self.core.term)
+        was_leader = self._last.is_leader
+        self._last = now
+        self.counters.leader_changes += 1
+        log.info(
+            "raft role node=%s role=%s leader=%s term=%d", self.node_id, now.role, now.leader_id, now.term
+        )
+        if was_leader and not now.is_leader and self._pending:
+            err = LeadershipLost(f"leadership lost at term {now.term}: outcome unknown")
+            self.counters.leadership_lost_proposals += len(self._pending)
+            for _, fut in self._pending.values():
+                _fail(fut, err)
+            self._pending.clear()
+        for sub in list(self._subscribers):
+            try:
+                sub(now)
+            except Exception:
+                log.exception("leadership subscriber failed")
+
+    def _install_snapshot(self) -> None:
+        meta = self.log.snapshot_meta()
+        path = self.data_dir / "snapshots" / "install.tmp"
+        self.log.export_snapshot(path)
+        self.fsm.restore(path)
+        path.unlink(missing_ok=True)
+        self._last_snapshot_index = meta.index
+        self.counters.snapshots_installed += 1
+        for p in self._book_from_membership(meta.membership):
+            self.transport.add_peer(p.id, zmq_endpoint(p.raft_addr))
+        log.info("snapshot installed node=%s index=%d term=%d", self.node_id, meta.index, meta.term)
+
+    def _book_from_membership(self, m: Membership) -> list[PeerConfig]:
+        return [
+            self.book.peers[i] for i in (*m.voters, *m.learners) if i in self.book.peers and i != self.node_id
+        ]
+
+    def _apply(self, entries: tuple[Entry, ...]) -> None:
+        step = self.cfg.apply_batch_entries
+        for lo in range(0, len(entries), step):
+            chunk = entries[lo : lo + step]
+            results = self.fsm.apply_batch(chunk)
+            self.counters.applied_entries += len(chunk)
+            pending = self._pending
+            for e, res in zip(chunk, results):
+                if e.kind is EntryKind.CONF_CHANGE:
+                    self._on_conf_change_applied(e)
+                if pending:
+                    p = pending.pop(e.index, None)
+                    if p is not None:
+                        term, fut = p
+                        if term == e.term:
+                            if not fut.done():
+                                fut.set_result(res)
+                        else:
+                            _fail(fut, ProposalRefused(f"entry {e.index} superseded by term {e.term}"))
+
+    def _on_conf_change_applied(self, e: Entry) -> None:
+        cc = decode_conf_change(e.data)
+        log.info(
+            "membership change applied node=%s op=%s target=%s voters=%s learners=%s",
+            self.node_id,
+            cc.op.name,
+            cc.node_id,
+            list(cc.membership.voters),
+            list(cc.membership.learners),
+        )
+        if cc.op is ConfChangeOp.ADD_LEARNER and cc.context:
+            p = peer_from_context(cc.context)
+            if p is not None and p.id != self.node_id:
+                self.book.update(p)
+                self.transport.add_peer(p.id, zmq_endpoint(p.raft_addr))
+        elif cc.op is ConfChangeOp.REMOVE and cc.node_id != self.node_id:
+            self.transport.remove_peer(cc.node_id)
+
+    def _leader_housekeeping(self) -> None:
+        """Promote caught-up learners (one membership change at a time; retried next tick)."""
+        core = self.core
+        if core.role is not rc.Role.LEADER or not core.membership.learners:
+            return
+        for lid in core.membership.learners:
+            pr = core.progress(lid)
+            # caught up: within one proposal batch of the commit index (under load it never equals it)
+            caught_up = pr is not None and pr.match + self.cfg.max_proposal_batch >= core.commit
+            if pr is not None and caught_up and pr.state is rc.ProgressState.REPLICATE:
+                try:
+                    core.propose_conf_change(ConfChangeOp.PROMOTE, lid)
+                except rc.RaftError as exc:
+                    log.debug("promote %s deferred: %s", lid, exc)
+                else:
+                    log.info("promoting learner %s (match=%d commit=%d)", lid, pr.match, core.commit)
+                return
+
+    def _maybe_snapshot(self, force: bool = False) -> int | None:
+        applied = self.fsm.applied_index()
+        if applied <= self._last_snapshot_index:
+            return None
+        if not force and applied - self._last_snapshot_index < self.cfg.snapshot_every_entries:
+            return None
+        path = self.data_dir / "snapshots" / "fsm.tmp"
+        index = self.fsm.snapshot(path)
+        data = path.read_bytes()
+        path.unlink(missing_ok=True)
+        self.log.create_snapshot(index, self.core.membership_at(index), data)
+        self._last_snapshot_index = index
+        self.counters.snapshots_taken += 1
+        upto = index - self.cfg.keep_log_tail
+        if upto >= self.log.first_index():
+            self.log.compact(upto)
+        log.info(
+            "snapshot taken node=%s index=%d bytes=%d first_index=%d",
+            self.node_id,
+            index,
+            len(data),
+            self.log.first_index(),
+        )
+        return index
+
+    def _check_waiters(self) -> None:
+        keep = []
+        for pred, fut in self._waiters:
+            if fut.done():
+                continue
+            if pred(self):
+                fut.set_result(True)
+            else:
+                keep.append((pred, fut))
+        self._waiters = keep
+
+    # --- operations run on the actor thread through _Call -------------------------------------
+    def status(self) -> dict[str, Any]:
+        core = self.core
+        m = core.membership
+        peers = []
+        for pid in (*m.voters, *m.learners):
+            p = self.book.peers.get(pid)
+            entry: dict[str, Any] = {"id": pid, "suffrage": "voter" if pid in m.voters else "learner"}
+            if p is not None:
+                entry.update(
+                    raft_addr=p.raft_addr, rpc_addr=p.rpc_addr, http_addr=p.http_addr, admin_addr=p.admin_addr
+                )
+            pr = core.progress(pid)
+            if pr is not None:
+                entry.update(match=pr.match, state=str(pr.state))
+            peers.append(entry)
+        return {
+            "node_id": self.node_id,
+            "role": role_name(core),
+            "term": core.term,
+            "leader_id": core.leader,
+            "last_index": core.last_index,
+            "first_index": core.first_index,
+            "commit_index": core.commit,
+            "applied_index": self.fsm.applied_index(),
+            "snapshot_index": self.log.snapshot_meta().index,
+            "voters": list(m.voters),
+            "learners": list(m.learners),
+            "peers": peers,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counters
+        out: dict[str, Any] = {k: v for k, v in asdict(c).items() if k != "extra"}
+        out["pending_proposals"] = len(self._pending)
+        out["log_syncs"] = self.log.syncs
+        out["transport"] = self.transport.stats()
+        fsm_stats = getattr(self.fsm, "stats", None)
+        if callable(fsm_stats):
+            out["fsm"] = fsm_stats()
+        digest = getattr(self.fsm, "digest", None)
+        if callable(digest):
+            out["fsm_digest"] = digest()
+        return out
+
+    def add_node(self, peer: PeerConfig) -> dict[str, Any]:
+        core = self.core
+        if core.role is not rc.Role.LEADER:
+            raise NotLeader(core.leader)
+        m = core.membership
+        self.book.update(peer)
+        self.transport.add_peer(peer.id, zmq_endpoint(peer.raft_addr))
+        if peer.id in m.voters or peer.id in m.learners:
+            return {"index": None, "already_member": True, "peers": self.book.as_wire()}
+        index = core.propose_conf_change(ConfChangeOp.ADD_LEARNER, peer.id, peer_context(peer))
+        return {"index": index, "already_member": False, "peers": self.book.as_wire()}
+
+    def remove_node(self, node_id: str) -> dict[str, Any]:
+        core = self.core
+        if core.role is not rc.Role.LEADER:
+            raise NotLeader(core.leader)
+        index = core.propose_conf_change(ConfChangeOp.REMOVE, node_id)
+        return {"index": index}
+
+    def transfer_leader(self, to: str | None) -> dict[str, Any]:
+        core = self.core
+        if core.role is not rc.Role.LEADER:
+            raise NotLeader(core.leader)
+        target = to or self.best_transferee()
+        if target is None:
+            raise ProposalRefused("no other voter to transfer leadership to")
+        core.transfer_leader(target)
+        return {"to": target}
+
+    def best_transferee(self) -> str | None:
+        core = self.core
+        best: tuple[int, str] | None = None
+        for v in core.membership.voters:
+            if v == self.node_id:
+                continue
+            pr = core.progress(v)
+            match = pr.match if pr is not None else 0
+            if best is None or match > best[0]:
+                best = (match, v)
+        return best[1] if best else None
+
+    def snapshot_now(self) -> dict[str, Any]:
+        index = self._maybe_snapshot(force=True)
+        return {"index": index if index is not None else self._last_snapshot_index}
+
+    def learn_peers(self, peers: list[PeerConfig]) -> None:
+        for p in peers:
+            if p.id != self.node_id:
+                self.book.update(p)
+                self.transport.add_peer(p.id, zmq_endpoint(p.raft_addr))
+
+    def subscribe(self, fn: Subscriber) -> LeaderChange:
+        self._subscribers.append(fn)
+        return self._last
+
+    def wait_until(self, pred: Callable[[RaftPeer], bool], fut: Future[Any]) -> None:
+        if pred(self):
+            fut.set_result(True)
+        else:
+            self._waiters.append((pred, fut))
+
+
+def _fail(fut: Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+class RaftPeerHandle:
+    """Thread-safe face of a running RaftPeer: propose, status, admin operations, subscriptions."""
+
+    def __init__(self, ref: pykka.ActorRef[RaftPeer], node_id: str, lifecycle: Lifecycle) -> None:
+        self.ref = ref
+        self.node_id = node_id
+        self.lifecycle = lifecycle
+
+    @classmethod
+    def start(cls, node_id: str, *args: Any, **kwargs: Any) -> RaftPeerHandle:
+        """Construct and start a RaftPeer (same arguments); binding errors raise here."""
+        lifecycle = Lifecycle()
+        ref = RaftPeer.start(node_id, *args, lifecycle=lifecycle, **kwargs)
+        return cls(ref, node_id, lifecycle)
+
+    def propose(self, data: bytes) -> Future[Any]:
+        """Propose one entry; the future resolves with the FSM's result (see module docstring)."""
+        fut: Future[Any] = Future()
+        try:
+            self.ref.tell(_Propose((data,), (fut,)))
+        except pykka.ActorDeadError:
+            _fail(fut, ProposalRefused("raft peer stopped"))
+        return fut
+
+    def propose_many(self, datas: list[bytes]) -> list[Future[Any]]:
+        futs: list[Future[Any]] = [Future() for _ in datas]
+        try:
+            self.ref.tell(_Propose(tuple(datas), tuple(futs)))
+        except pykka.ActorDeadError:
+            for f in futs:
+                _fail(f, ProposalRefused("raft peer stopped"))
+        return futs
+
+    def call(self, fn: Callable[[RaftPeer], Any], timeout: float | None = 10.0) -> Any:
+        """Run ``fn(peer)`` on the actor thread and return its result (re-raising its exception)."""
+        reply = self.ref.ask(_Call(fn), timeout=timeout)
+        if isinstance(reply, _Raise):
+            raise reply.exc
+        return reply
+
+    def status(self, timeout: float = 5.0) -> dict[str, Any]:
+        return dict(self.call(RaftPeer.status, timeout))
+
+    def stats(self, timeout: float = 10.0) -> dict[str, Any]:
+        return dict(self.call(RaftPeer.stats, timeout))
+
+    def subscribe(self, fn: Subscriber) -> LeaderChange:
+        """Call ``fn`` (on the actor thread; keep it quick) on every role/leader change."""
+        return self.call(lambda p: p.subscribe(fn))  # type: ignore[no-any-return]
+
+    def wait_until(self, pred: Callable[[RaftPeer], bool]) -> Future[Any]:
+        """A future set once ``pred(peer)`` holds after a Raft cycle."""
+        fut: Future[Any] = Future()
+        self.call(lambda p: p.wait_until(pred, fut))
+        return fut
+
+    @property
+    def stopped(self) -> threading.Event:
+        return self.lifecycle.stopped
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.lifecycle.failure
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.ref.stop(block=True, timeout=timeout)
+        self.lifecycle.stopped.wait(timeout)

@@ -1,0 +1,384 @@
+"""Wires one Molens node: start order, admin commands, joining a cluster, graceful stop order.
+
+Start: lock ``data_dir`` (one process per data directory) -> open the state machine -> RaftPeer
+(binds the Raft port, recovers log + FSM, replays only entries after the FSM's applied index) ->
+admin socket -> join the cluster when ``cluster.join_addrs`` is set and this node has no data.
+
+Stop (graceful, bounded by ``node.stop_timeout_s``): refuse new proposals -> a leader hands
+leadership to its most up-to-date voter and waits until it has stepped down -> RaftPeer stops
+(transport, log closed) -> state machine closed -> admin socket closed -> lock released. Local data
+is kept. The HTTP API and scheduler actors of later issues stop before leadership is handed over.
+
+The state machine is pluggable: ``Node(cfg, fsm_factory=...)``; the default is the replicated
+key-value FSM (``molens.raft.fsm.KVStateMachine``) used by tests and benchmarks until the task FSM
+arrives.
+
+Admin command ``propose`` (``{"cmd": "propose", "data": "<base64>"}`` or ``"datas": [...]``) is for
+tests and benchmarks: it proposes raw entries to the local RaftPeer and answers when they apply
+(``{"ok": true, "results": [...]}``) or with ``{"ok": false, "error": "not_leader" |
+"leadership_lost" | "refused", "outcome": "not_applied" | "unknown", "leader_id": ...}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import functools
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from molens import __version__
+from molens.actors import raft_peer as rp
+from molens.admin import AdminClient, AdminError, AdminServer
+from molens.config import Config, PeerConfig
+from molens.raft import core as rc
+from molens.raft.fsm import KVError, KVStateMachine, StateMachine
+from molens.raft.transport import TransportError
+
+log = logging.getLogger(__name__)
+
+FsmFactory = Callable[[Path], StateMachine]
+
+
+class NodeError(Exception):
+    """The node cannot start (one line for the operator)."""
+
+
+def _default_fsm(data_dir: Path) -> StateMachine:
+    return KVStateMachine(data_dir)
+
+
+def jsonable(value: Any) -> Any:
+    """An FSM result as JSON: bytes -> {"b64": ...}, KVError -> {"error": ...}."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"b64": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, KVError):
+        return {"error": value.reason, "index": value.index}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
+def error_reply(exc: BaseException) -> dict[str, Any]:
+    """Map a proposal/operation failure to an admin reply that says whether anything happened."""
+    if isinstance(exc, rp.NotLeader | rc.NotLeaderError):
+        leader = exc.leader_id if isinstance(exc, rp.NotLeader) else exc.leader
+        return {"ok": False, "error": "not_leader", "outcome": "not_applied", "leader_id": leader}
+    if isinstance(exc, rp.LeadershipLost):
+        return {"ok": False, "error": "leadership_lost", "outcome": "unknown", "detail": str(exc)}
+    if isinstance(exc, rp.ProposalRefused | rc.ProposalDroppedError):
+        return {"ok": False, "error": "refused", "outcome": "not_applied", "detail": str(exc)}
+    if isinstance(exc, rc.RaftError):
+        return {"ok": False, "error": str(exc)}
+    return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+
+class Node:
+    """One node process. ``run()`` for the CLI; ``start()``/``stop()`` for embedding and tests."""
+
+    def __init__(self, cfg: Config, fsm_factory: FsmFactory | None = None) -> None:
+        self.cfg = cfg
+        self.data_dir = cfg.data_dir
+        self._fsm_factory = fsm_factory or _default_fsm
+        self.fsm: StateMachine | None = None
+        self.peer: rp.RaftPeerHandle | None = None
+        self.admin: AdminServer | None = None
+        self._lock_fd: int | None = None
+        self._stop_requested = threading.Event()
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._join_thread: threading.Thread | None = None
+        self.started_at = 0.0
+
+    # --- start ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.cfg
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        try:
+            self.fsm = self._fsm_factory(self.data_dir)
+            try:
+                self.peer = rp.RaftPeerHandle.start(
+                    cfg.node.id,
+                    cfg.raft,
+                    self.data_dir,
+                    self.fsm,
+                    cfg.initial_peers(),
+                    cfg.bootstrap_voters(),
+                )
+            except TransportError as exc:
+                raise NodeError(f"raft.bind_addr {cfg.raft.bind_addr}: {_port_hint(exc)}") from exc
+            try:
+                self.admin = AdminServer(cfg.admin.bind_addr, self._handle).start()
+            except AdminError as exc:
+                raise NodeError(f"admin.bind_addr {cfg.admin.bind_addr}: {_port_hint(exc)}") from exc
+        except BaseException:
+            self._close_all()
+            raise
+        self.started_at = time.time()
+        st = self.peer.status()
+        log.info(
+            "node started id=%s pid=%d role=%s term=%d last=%d applied=%d admin=%s raft=%s",
+            cfg.node.id,
+            os.getpid(),
+            st["role"],
+            st["term"],
+            st["last_index"],
+            st["applied_index"],
+            cfg.admin.bind_addr,
+            cfg.raft.bind_addr,
+        )
+        if cfg.cluster.join_addrs and st["role"] == "joining":
+            self._join_thread = threading.Thread(target=self._join, name="join", daemon=True)
+            self._join_thread.start()
+
+    def _lock_data_dir(self) -> None:
+        path = self.data_dir / "node.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            pid = (
+                (self.data_dir / "node.pid").read_text().strip()
+                if (self.data_dir / "node.pid").exists()
+                else "?"
+            )
+            raise NodeError(f"already running: data_dir {self.data_dir} is locked by pid {pid}") from None
+        self._lock_fd = fd
+        pid_path = self.data_dir / "node.pid"
+        pid_path.write_text(f"{os.getpid()}\n")
+
+    # --- run (foreground) -----------------------------------------------------------------------
+    def run(self) -> int:
+        """Start, wait for SIGTERM/SIGINT or an admin ``stop``, stop gracefully. Exit code.
+
+        Raises :class:`NodeError` when the node cannot start."""
+        self.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._stop_requested.set())
+        assert self.peer is not None
+        while not self._stop_requested.wait(0.2):
+            if self.peer.stopped.is_set():
+                break
+        failure = self.peer.failure
+        self.stop()
+        if failure is not None:
+            log.error("node stopped after a failure: %s", failure)
+            return 1
+        return 0
+
+    def request_stop(self) -> None:
+        self._stop_requested.set()
+
+    # --- stop -------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        if self._stopping:
+            self._stopped.wait(self.cfg.node.stop_timeout_s + 5)
+            return
+        self._stopping = True
+        t0 = time.monotonic()
+        deadline = t0 + self.cfg.node.stop_timeout_s
+        self._stop_requested.set()
+        if self.peer is not None and not self.peer.stopped.is_set():
+            try:
+                self._hand_over_leadership(deadline)
+            except Exception:
+                log.exception("leadership hand-over failed; stopping anyway")
+        self._close_all()
+        log.info("node stopped id=%s in %.0f ms", self.cfg.node.id, (time.monotonic() - t0) * 1000)
+        self._stopped.set()
+
+    def _hand_over_leadership(self, deadline: float) -> None:
+        assert self.peer is not None
+        peer = self.peer
+        election_s = 2 * self.cfg.raft.election_ticks * self.cfg.raft.tick_ms / 1000
+        while time.monotonic() < deadline:
+            try:
+                moved = peer.call(lambda p: p.transfer_leader(None), timeout=5)
+            except (rp.NotLeader, rc.NotLeaderError):
+                return
+            except rp.ProposalRefused as exc:  # single voter: nobody to hand over to
+                log.info("no leadership hand-over: %s", exc)
+                return
+            t = time.monotonic()
+            fut = peer.wait_until(lambda p: p.core.role is not rc.Role.LEADER)
+            try:
+                fut.result(timeout=max(0.1, min(election_s, deadline - t)))
+            except FutureTimeout:
+                log.warning("leadership transfer to %s timed out; retrying", moved["to"])
+                continue
+            log.info("leadership handed to %s in %.0f ms", moved["to"], (time.monotonic() - t) * 1000)
+            return
+
+    def _close_all(self) -> None:
+        if self.peer is not None:
+            self.peer.stop(timeout=10)
+        if self.fsm is not None:
+            self.fsm.close()
+            self.fsm = None
+        if self.admin is not None:
+            self.admin.close()
+            self.admin = None
+        if self._lock_fd is not None:
+            (self.data_dir / "node.pid").unlink(missing_ok=True)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # --- joining a cluster ----------------------------------------------------------------------
+    def _join(self) -> None:
+        """Ask ``cluster.join_addrs`` (any member; the leader accepts) to add this node as learner."""
+        me = self.cfg.self_peer()
+        req = {
+            "cmd": "add_node",
+            "id": me.id,
+            "raft_addr": me.raft_addr,
+            "rpc_addr": me.rpc_addr,
+            "http_addr": me.http_addr,
+            "admin_addr": me.admin_addr or self.cfg.admin.bind_addr,
+        }
+        addrs = list(self.cfg.cluster.join_addrs)
+        attempt = 0
+        while not self._stop_requested.is_set():
+            addr = addrs[attempt % len(addrs)]
+            attempt += 1
+            try:
+                with AdminClient(addr, timeout_s=3) as client:
+                    reply = client.request(req)
+            except AdminError as exc:
+                log.info("join via %s: %s", addr, exc)
+                reply = {"ok": False}
+            if reply.get("ok"):
+                peers = [PeerConfig(**d) for d in reply.get("peers", {}).values()]
+                assert self.peer is not None
+                self.peer.call(functools.partial(rp.RaftPeer.learn_peers, peers=peers))
+                log.info(
+                    "joined via %s as learner (index %s); peers=%s",
+                    addr,
+                    reply.get("index"),
+                    sorted(reply.get("peers", {})),
+                )
+                return
+            leader_admin = reply.get("leader_admin_addr")
+            if leader_admin and leader_admin not in addrs:
+                addrs.insert(0, leader_admin)
+                attempt = 0
+            elif leader_admin:
+                attempt = addrs.index(leader_admin)
+            self._stop_requested.wait(0.2 if leader_admin else 0.5)
+
+    # --- admin ----------------------------------------------------------------------------------
+    def _handle(self, req: dict[str, Any]) -> dict[str, Any] | Future[dict[str, Any]]:
+        cmd = req["cmd"]
+        peer = self.peer
+        if peer is None or peer.stopped.is_set():
+            return {"ok": False, "error": "node is stopping"}
+        try:
+            if cmd == "status":
+                st = peer.status()
+                st.update(pid=os.getpid(), version=__version__, stopping=self._stopping)
+                return {"ok": True, **st}
+            if cmd == "stats":
+                return {"ok": True, **jsonable(peer.stats())}
+            if cmd == "stop":
+                threading.Thread(target=self.request_stop, name="admin-stop", daemon=True).start()
+                return {"ok": True, "stopping": True}
+            if cmd == "transfer_leader":
+                to = req.get("to")
+                return {"ok": True, **peer.call(lambda p: p.transfer_leader(to))}
+            if cmd == "snapshot":
+                return {"ok": True, **peer.call(rp.RaftPeer.snapshot_now, timeout=60)}
+            if cmd == "add_node":
+                return self._add_node(req)
+            if cmd == "remove_node":
+                nid = str(req.get("id", ""))
+                return {"ok": True, **peer.call(lambda p: p.remove_node(nid))}
+            if cmd == "propose":
+                return self._propose(req)
+        except (rp.RaftPeerError, rc.RaftError) as exc:
+            reply = error_reply(exc)
+            if reply.get("error") == "not_leader":
+                reply.update(self._leader_addrs(reply.get("leader_id")))
+            return reply
+        except pykka.Timeout:
+            return {"ok": False, "error": f"{cmd}: raft peer did not answer in time"}
+        return {"ok": False, "error": f"unknown cmd {cmd!r}"}
+
+    def _leader_addrs(self, leader_id: str | None) -> dict[str, Any]:
+        if not leader_id or self.peer is None:
+            return {}
+        book = self.peer.call(lambda p: dict(p.book.peers))
+        lp = book.get(leader_id)
+        return {"leader_admin_addr": lp.admin_addr} if lp is not None and lp.admin_addr else {}
+
+    def _add_node(self, req: dict[str, Any]) -> dict[str, Any]:
+        assert self.peer is not None
+        try:
+            p = PeerConfig(
+                id=str(req["id"]),
+                raft_addr=str(req["raft_addr"]),
+                rpc_addr=str(req.get("rpc_addr", "")),
+                http_addr=str(req.get("http_addr", "")),
+                admin_addr=str(req.get("admin_addr", "")),
+            )
+        except KeyError as exc:
+            return {"ok": False, "error": f"add_node: missing {exc.args[0]}"}
+        return {"ok": True, **self.peer.call(lambda peer: peer.add_node(p))}
+
+    def _propose(self, req: dict[str, Any]) -> dict[str, Any] | Future[dict[str, Any]]:
+        assert self.peer is not None
+        if self._stopping:
+            return {"ok": False, "error": "refused", "outcome": "not_applied", "detail": "node is stopping"}
+        try:
+            if "datas" in req:
+                datas = [base64.b64decode(d, validate=True) for d in req["datas"]]
+            else:
+                datas = [base64.b64decode(req["data"], validate=True)]
+        except (KeyError, TypeError, ValueError) as exc:
+            return {"ok": False, "error": f"propose: need base64 'data' or 'datas' ({exc})"}
+        futs = self.peer.propose_many(datas)
+        out: Future[dict[str, Any]] = Future()
+        remaining = [len(futs)]
+        lock = threading.Lock()
+
+        def done(_: Future[Any]) -> None:
+            with lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            errors = [f.exception() for f in futs if f.exception() is not None]
+            if errors:
+                # the most informative failure: unknown outcome beats not-applied
+                lost = [e for e in errors if isinstance(e, rp.LeadershipLost)]
+                exc = lost[0] if lost else errors[0]
+                assert exc is not None
+                reply = error_reply(exc)
+                reply["failed"] = len(errors)
+                out.set_result(reply)
+            else:
+                out.set_result({"ok": True, "results": [jsonable(f.result()) for f in futs]})
+
+        for f in futs:
+            f.add_done_callback(done)
+        return out
+
+
+def _port_hint(exc: BaseException) -> str:
+    msg = str(exc)
+    if "in use" in msg.lower():
+        return "port in use (another process is listening there)"
+    return msg
