@@ -6,7 +6,7 @@ the other. Layout under ``data_dir``::
 
     raft/data.mdb        lmdb: db "log" (big-endian u64 index -> term u64 | kind u8 | data),
                          db "meta" (hard state, membership, log offset, current snapshot meta)
-    snapshots/snap-<index>-<term>.snap   compressed FSM snapshots (see :class:`SnapshotStore`)
+    snapshots/snap-<index>-<term>-<sha>.snap   compressed FSM snapshots (see :class:`SnapshotStore`)
 
 Durability invariants (what the RaftPeer relies on):
 
@@ -78,7 +78,7 @@ _META_SNAPSHOT = b"snapshot"
 
 _SNAP_MAGIC = b"MOLSNAP1"
 _SNAP_HEAD_LEN = struct.Struct(">I")
-_SNAP_NAME = re.compile(r"^snap-(\d{20})-(\d{20})\.snap$")
+_SNAP_NAME = re.compile(r"^snap-(\d{20})-(\d{20})-([0-9a-f]{12})\.snap$")
 
 DEFAULT_MAP_SIZE = 256 * 1024 * 1024
 MAX_MAP_SIZE = 1 << 40
@@ -134,7 +134,8 @@ class SnapshotStore:
 
     File format: ``MOLSNAP1`` | u32 header length | msgpack header | zlib(data). The header holds
     index, term, membership, the uncompressed size and the sha256 of the compressed payload. Files
-    are named ``snap-<index:020>-<term:020>.snap`` so the newest sorts last.
+    are named ``snap-<index:020>-<term:020>-<sha256[:12]>.snap``: the newest sorts last, and a second
+    snapshot at the same index with other bytes never overwrites the file the log still points to.
     """
 
     def __init__(self, directory: str | os.PathLike[str], keep: int = 3, level: int = 1) -> None:
@@ -145,8 +146,8 @@ class SnapshotStore:
         self.keep = keep
         self.level = level
 
-    def path_for(self, meta: SnapshotMeta) -> Path:
-        return self.dir / f"snap-{meta.index:020d}-{meta.term:020d}.snap"
+    def path_for(self, meta: SnapshotMeta, sha256: str) -> Path:
+        return self.dir / f"snap-{meta.index:020d}-{meta.term:020d}-{sha256[:12]}.snap"
 
     def write(self, meta: SnapshotMeta, data: bytes) -> SnapshotFile:
         """Write ``data`` for ``meta`` durably (temp + fsync + rename + dir fsync)."""
@@ -163,7 +164,7 @@ class SnapshotStore:
             },
             use_bin_type=True,
         )
-        path = self.path_for(meta)
+        path = self.path_for(meta, digest)
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as f:
             f.write(_SNAP_MAGIC)
@@ -204,7 +205,7 @@ class SnapshotStore:
             meta = SnapshotMeta(head["index"], head["term"], _membership_from_wire(head["membership"]))
         except (ValueError, KeyError, TypeError, struct.error, zlib.error, msgpack.UnpackException) as exc:
             raise SnapshotCorruptError(f"{path}: {exc}") from exc
-        if path.name != self.path_for(meta).name:
+        if path.name != self.path_for(meta, digest).name:
             raise SnapshotCorruptError(f"{path}: header says index={meta.index} term={meta.term}")
         return SnapshotFile(meta, path, digest, len(data)), data
 

@@ -34,6 +34,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ import msgpack
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import recv_monitor_message
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,10 @@ class CurveKeys:
         return public
 
 
+_HANDSHAKE_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+)
+
 _CMD_SEND = 0
 _CMD_ADD = 1
 _CMD_REMOVE = 2
@@ -146,13 +152,19 @@ class Endpoint:
         self._auth: ThreadAuthenticator | None = None
         self._router: zmq.Socket[bytes] | None = None
         self._dealers: dict[str, zmq.Socket[bytes]] = {}
+        # CURVE only: a DEALER whose handshake was refused is never retried by libzmq, so a monitor
+        # socket per DEALER reports the failure and the I/O thread re-creates it after a back-off
+        self._monitors: dict[str, zmq.Socket[bytes]] = {}
+        self._monitor_peer: dict[zmq.Socket[bytes], str] = {}
+        self._redial: dict[str, float] = {}
+        self._poller = zmq.Poller()
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
         # every key exists up front: stats() copies the dict while the I/O thread updates it
         self._counters: dict[str, int] = dict.fromkeys(
             ("sent", "received", "dropped_queue", "dropped_full", "dropped_unknown_peer", "dropped_closed",
-             "malformed", "callback_errors"), 0)
+             "malformed", "callback_errors", "handshake_failed"), 0)
         self._prefix_from = msgpack.packb(node_id)
 
     # --- public API (any thread) --------------------------------------------------------------
@@ -168,7 +180,7 @@ class Endpoint:
                 self._auth.configure_curve(domain="*", location=str(self.curve.public_keys_dir))
             self._router = self._make_router()
             for pid, addr in self._peers.items():
-                self._dealers[pid] = self._make_dealer(pid, addr)
+                self._open_dealer(pid, addr)
         except (zmq.ZMQError, TransportError) as exc:
             self._teardown()
             raise TransportError(f"{self.kind} {self.node_id}: cannot start on {self.bind_addr}: {exc}") from exc
@@ -193,6 +205,11 @@ class Endpoint:
             self._peers.pop(peer_id, None)
         self._enqueue(_CMD_REMOVE, peer_id, None, force=True)
 
+    def reload_curve_keys(self) -> None:
+        """Re-read the allow list from ``public_keys_dir`` (after a node's key was added or removed)."""
+        if self._auth is not None and self.curve is not None:
+            self._auth.configure_curve(domain="*", location=str(self.curve.public_keys_dir))
+
     def peers(self) -> dict[str, str]:
         with self._lock:
             return dict(self._peers)
@@ -205,6 +222,8 @@ class Endpoint:
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the I/O thread and close every socket (LINGER=0: queued messages are dropped)."""
+        if self._thread is not None and threading.current_thread() is self._thread:
+            raise TransportError("close() called from on_message: hand it to another thread")
         with self._lock:
             if self._closed:
                 return
@@ -300,12 +319,15 @@ class Endpoint:
     def _run(self) -> None:
         router = self._router
         assert router is not None
-        poller = zmq.Poller()
+        poller = self._poller
         poller.register(router, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         try:
             while not self._stop:
-                events = dict(poller.poll(1000))
+                timeout = 1000
+                if self._redial:
+                    timeout = max(0, min(timeout, int((min(self._redial.values()) - time.monotonic()) * 1000)))
+                events = dict(poller.poll(timeout))
                 if self._wake_r in events:
                     try:
                         while os.read(self._wake_r, 4096):
@@ -317,6 +339,8 @@ class Endpoint:
                     break
                 if router in events:
                     self._receive(router)
+                if self._monitors:
+                    self._check_monitors(events)
                 self._drain()
         except Exception:
             log.exception("%s io thread failed node=%s", self.kind, self.node_id)
@@ -365,25 +389,66 @@ class Endpoint:
                 except zmq.Again:
                     counters["dropped_full"] += 1
             elif cmd == _CMD_ADD:
-                old = dealers.pop(peer, None)
-                if old is not None:
-                    old.close(0)
+                self._close_dealer(peer)
                 try:
-                    dealers[peer] = self._make_dealer(peer, arg)
+                    self._open_dealer(peer, arg)
                     log.info("%s peer added node=%s peer=%s addr=%s", self.kind, self.node_id, peer, arg)
                 except (zmq.ZMQError, TransportError):
                     log.exception("%s cannot add peer node=%s peer=%s addr=%s", self.kind, self.node_id,
                                   peer, arg)
             elif cmd == _CMD_REMOVE:
-                old = dealers.pop(peer, None)
-                if old is not None:
-                    old.close(0)
+                if self._close_dealer(peer):
                     log.info("%s peer removed node=%s peer=%s", self.kind, self.node_id, peer)
 
-    def _close_sockets(self) -> None:
-        for s in self._dealers.values():
+    def _open_dealer(self, peer_id: str, addr: str) -> None:
+        s = self._make_dealer(peer_id, addr)
+        self._dealers[peer_id] = s
+        self._redial.pop(peer_id, None)
+        if self.curve is not None:
+            mon = s.get_monitor_socket(_HANDSHAKE_FAILED)
+            self._monitors[peer_id] = mon
+            self._monitor_peer[mon] = peer_id
+            self._poller.register(mon, zmq.POLLIN)
+
+    def _close_dealer(self, peer_id: str) -> bool:
+        self._redial.pop(peer_id, None)
+        mon = self._monitors.pop(peer_id, None)
+        s = self._dealers.pop(peer_id, None)
+        if mon is not None:
+            self._poller.unregister(mon)
+            del self._monitor_peer[mon]
+            if s is not None:
+                s.disable_monitor()
+            mon.close(0)
+        if s is not None:
             s.close(0)
-        self._dealers.clear()
+        return s is not None
+
+    def _check_monitors(self, events: dict[Any, int]) -> None:
+        for mon, peer in list(self._monitor_peer.items()):
+            if mon not in events:
+                continue
+            while True:
+                try:
+                    ev = recv_monitor_message(mon, zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if ev["event"] & _HANDSHAKE_FAILED and peer not in self._redial:
+                    self._counters["handshake_failed"] += 1
+                    log.warning("%s handshake refused node=%s peer=%s event=%s; retrying later",
+                                self.kind, self.node_id, peer, ev["event"])
+                    self._redial[peer] = time.monotonic() + self.config.reconnect_ivl_max_ms / 1000
+        now = time.monotonic()
+        for peer, due in list(self._redial.items()):
+            if due <= now:
+                addr = self.peers().get(peer)
+                self._close_dealer(peer)
+                if addr is not None:
+                    self._open_dealer(peer, addr)
+
+    def _close_sockets(self) -> None:
+        for peer in list(self._dealers):
+            self._close_dealer(peer)
         if self._router is not None:
             self._router.close(0)
             self._router = None

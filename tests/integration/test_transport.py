@@ -222,6 +222,26 @@ def test_curve_refuses_unknown_and_plain_peers_and_accepts_listed_ones(
     assert senders == {"good"}
     assert rogue.stats()["sent"] == 0 and rogue.stats()["dropped_full"] > 0
     assert plain.stats()["sent"] == 0 and plain.stats()["dropped_full"] > 0
+    # membership change: the new node's key is added to the directory, the allow list reloaded
+    (public / "rogue.key").write_bytes((keys / "rogue.key").read_bytes())
+    server.reload_curve_keys()
+    wait_until(lambda: ("rogue", b"rogue") in inbox.snapshot(), every=all_send)
+    assert ("plain", b"plain") not in inbox.snapshot()
+
+
+def test_close_from_the_io_thread_is_refused_not_deadlocked(endpoints: list[Endpoint]) -> None:
+    errors: list[Exception] = []
+
+    def on_message(from_id: str, payload: bytes) -> None:
+        try:
+            b.close()
+        except TransportError as exc:
+            errors.append(exc)
+
+    b = RaftTransport("b", ANY_PORT, on_message).start()
+    a = RaftTransport("a", ANY_PORT, Inbox(), {"b": b.bound_addr}).start()
+    endpoints.extend([a, b])
+    wait_until(lambda: bool(errors), every=lambda: a.send("b", b"x"))
 
 
 def test_curve_load_refuses_missing_files(tmp_path: Path) -> None:
