@@ -207,7 +207,9 @@ class Node:
         assert self.peer is not None
         peer = self.peer
         election_s = 2 * self.cfg.raft.election_ticks * self.cfg.raft.tick_ms / 1000
-        while time.monotonic() < deadline:
+        for _attempt in range(3):
+            if time.monotonic() >= deadline:
+                break
             try:
                 moved = peer.call(lambda p: p.transfer_leader(None), timeout=5)
             except (rp.NotLeader, rc.NotLeaderError):

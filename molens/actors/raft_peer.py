@@ -643,7 +643,7 @@ class RaftPeer(pykka.ThreadingActor):
             raise NotLeader(core.leader)
         target = to or self.best_transferee()
         if target is None:
-            raise ProposalRefused("no other voter to transfer leadership to")
+            raise ProposalRefused("no other live voter to transfer leadership to")
         core.transfer_leader(target)
         return {"to": target}
 
@@ -651,12 +651,12 @@ class RaftPeer(pykka.ThreadingActor):
         core = self.core
         best: tuple[int, str] | None = None
         for v in core.membership.voters:
-            if v == self.node_id:
-                continue
             pr = core.progress(v)
-            match = pr.match if pr is not None else 0
-            if best is None or match > best[0]:
-                best = (match, v)
+            # only a voter we heard from recently: a transfer to a dead node just wastes the timeout
+            if v == self.node_id or pr is None or not pr.recent_active:
+                continue
+            if best is None or pr.match > best[0]:
+                best = (pr.match, v)
         return best[1] if best else None
 
     def snapshot_now(self) -> dict[str, Any]:
