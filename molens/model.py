@@ -225,13 +225,19 @@ class TaskSpec:
     timezone: str = "UTC"
     ack_url: str | None = None
     ack_delay_ms: int = 1_000
-    payload: Any = None
+    payload_json: bytes = b"null"
+    """The payload as the exact callback body (compact UTF-8 JSON); see :attr:`payload`."""
     scene: str = "default"
     timeout_ms: int = 5_000
     max_retries: int = 3
     max_fails: int = 3
     reliability: Reliability = Reliability.AT_LEAST_ONCE
     idempotency_key: str | None = None
+
+    @property
+    def payload(self) -> Any:
+        """The payload as a JSON value (decoded on each access; the body is kept encoded)."""
+        return json.loads(self.payload_json)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +317,7 @@ class Task:
             timezone=d["timezone"],
             ack_url=d["ack_url"],
             ack_delay_ms=d["ack_delay_ms"],
-            payload=d["payload"],
+            payload_json=encode_payload(d["payload"]),
             scene=d["scene"],
             timeout_ms=d["timeout_ms"],
             max_retries=d["max_retries"],
@@ -701,7 +707,7 @@ def validate_create(
         timezone=timezone,
         ack_url=ack_url,
         ack_delay_ms=ack_delay_ms,
-        payload=payload,
+        payload_json=body,
         scene=scene,
         timeout_ms=timeout_ms,
         max_retries=max_retries,

@@ -3,15 +3,14 @@
 Every command carries ``now_ms``, stamped by the leader when it proposes, so applying it gives the
 same result on every replica. Batch commands carry tuples of small item records. The wire form is
 a msgpack array ``[tag, now_ms, ...fields]`` with items as nested arrays (no field names); payloads
-travel as their JSON encoding so any JSON value (including integers beyond 64 bits) round-trips
-exactly.
+travel as their JSON encoding (``TaskSpec.payload_json``, the exact callback body) so any JSON value
+(including integers beyond 64 bits) round-trips exactly and is never re-encoded.
 
 Task ids are chosen by the leader before proposing (``model.new_task_id``), never on apply.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,6 @@ from molens.model import (
     Reliability,
     TaskSpec,
     TaskType,
-    encode_payload,
 )
 
 
@@ -153,7 +151,7 @@ def spec_to_list(s: TaskSpec) -> list[Any]:
         s.timezone,
         s.ack_url,
         s.ack_delay_ms,
-        None if s.payload is None else encode_payload(s.payload),
+        s.payload_json,
         s.scene,
         s.timeout_ms,
         s.max_retries,
@@ -173,7 +171,7 @@ def spec_from_list(v: list[Any]) -> TaskSpec:
         v[5],
         v[6],
         v[7],
-        None if v[8] is None else json.loads(v[8]),
+        v[8],
         v[9],
         v[10],
         v[11],

@@ -22,6 +22,7 @@ latency percentiles p50/p90/p99 overall and per time bucket (trend).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -121,6 +122,7 @@ def bin_value(b: int) -> int:
     return 1 if b <= 0 else round(math.exp(b * _LOG_BASE))
 
 
+@functools.lru_cache(maxsize=4096)
 def url_key(url: str) -> str:
     """``scheme://host[:port]/path`` of a callback URL (no query, no fragment, no credentials)."""
     try:
@@ -202,39 +204,16 @@ class History:
         counts = self._counts
         db.execute("BEGIN IMMEDIATE")
         try:
+            pending: list[Execution] = []
             for _, w in fresh:
-                for tid in w.history_deletes:
-                    db.execute("DELETE FROM executions WHERE task_id = ?", (tid,))
-                    counts.pop(tid, None)
-                if not w.executions:
-                    continue
-                rows = [
-                    (
-                        e.task_id,
-                        e.fire_id,
-                        e.seq,
-                        e.attempt,
-                        e.kind.value,
-                        e.result.value,
-                        e.status_code,
-                        e.latency_ms,
-                        e.worker,
-                        e.url,
-                        e.scene,
-                        e.fired_ms,
-                        e.finished_ms,
-                        e.response_head,
-                    )
-                    for e in w.executions
-                ]
-                db.executemany(
-                    "INSERT INTO executions (task_id, fire_id, seq, attempt, kind, result, status_code, "
-                    "latency_ms, worker, url, scene, fired_ms, finished_ms, response_head) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    rows,
-                )
-                self._trim(db, Counter(e.task_id for e in w.executions))
-                self._latency(db, w.executions)
+                if w.history_deletes:
+                    self._insert(db, pending)  # rows before a deletion belong before it
+                    pending = []
+                    for tid in w.history_deletes:
+                        db.execute("DELETE FROM executions WHERE task_id = ?", (tid,))
+                        counts.pop(tid, None)
+                pending.extend(w.executions)
+            self._insert(db, pending)
             db.execute(
                 "INSERT INTO hmeta (k, v) VALUES ('applied_index', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
                 (fresh[-1][0],),
@@ -245,6 +224,36 @@ class History:
             self._counts.clear()
             raise
         self._applied = fresh[-1][0]
+
+    def _insert(self, db: sqlite3.Connection, execs: list[Execution]) -> None:
+        if not execs:
+            return
+        db.executemany(
+            "INSERT INTO executions (task_id, fire_id, seq, attempt, kind, result, status_code, "
+            "latency_ms, worker, url, scene, fired_ms, finished_ms, response_head) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [
+                (
+                    e.task_id,
+                    e.fire_id,
+                    e.seq,
+                    e.attempt,
+                    e.kind.value,
+                    e.result.value,
+                    e.status_code,
+                    e.latency_ms,
+                    e.worker,
+                    e.url,
+                    e.scene,
+                    e.fired_ms,
+                    e.finished_ms,
+                    e.response_head,
+                )
+                for e in execs
+            ],
+        )
+        self._trim(db, Counter(e.task_id for e in execs))
+        self._latency(db, execs)
 
     def _trim(self, db: sqlite3.Connection, added: Counter[str]) -> None:
         cap = self.max_records_per_task

@@ -54,6 +54,7 @@ import importlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Protocol
 
 from molens.fsm.commands import (
@@ -85,12 +86,21 @@ from molens.model import (
     Status,
     Task,
     TaskType,
-    encode_payload,
 )
 
 log = logging.getLogger(__name__)
 
-_replace = dataclasses.replace
+_TASK_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
+_TASK_IX = {n: i for i, n in enumerate(_TASK_FIELDS)}
+_task_values = attrgetter(*_TASK_FIELDS)
+
+
+def _replace(t: Task, **changes: Any) -> Task:
+    """``dataclasses.replace`` for Task, several times faster (it is on every apply path)."""
+    v = list(_task_values(t))
+    for k, x in changes.items():
+        v[_TASK_IX[k]] = x
+    return Task(*v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,21 +300,19 @@ def first_due(spec_task: Task) -> int:
     return next_scheduled(spec_task, now)
 
 
-def _next_occurrence(t: Task, now: int, **changes: Any) -> Task:
-    """Start the periodic task's next occurrence (misfires collapse into one due now)."""
+def _next_occurrence(t: Task, now: int) -> dict[str, Any]:
+    """Changes that start the periodic task's next occurrence (misfires collapse into one due now)."""
     nxt = next_scheduled(t, t.sched_ms)
     if nxt < now:
         nxt = now
-    return _replace(
-        t,
-        status=Status.PENDING,
-        seq=t.seq + 1,
-        attempt=0,
-        ack_attempt=0,
-        due_ms=nxt,
-        sched_ms=nxt,
-        **changes,
-    )
+    return {
+        "status": Status.PENDING,
+        "seq": t.seq + 1,
+        "attempt": 0,
+        "ack_attempt": 0,
+        "due_ms": nxt,
+        "sched_ms": nxt,
+    }
 
 
 # -------------------------------------------------------------------------------------------------
@@ -399,7 +407,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int) -> ItemResult:
         url = t.spec.callback_url
     tx.put(nt)
     tx.effects.append(
-        FireRequest(fire, url, encode_payload(t.spec.payload), t.spec.scene, t.spec.timeout_ms, t.spec.reliability)
+        FireRequest(fire, url, t.spec.payload_json, t.spec.scene, t.spec.timeout_ms, t.spec.reliability)
     )
     return None
 
@@ -457,51 +465,60 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     if t.inflight != fire.fire_id:  # cannot happen with a correct store; keep the task as is
         log.warning("result for fire=%s but task=%s has inflight=%s", fire.fire_id, t.id, t.inflight)
         return None
-    base = _replace(
-        t,
-        inflight=None,
-        last_result=res,
-        last_status_code=it.status_code,
-        last_response=head,
-        updated_ms=now,
-    )
-    nt = _after_ack(base, res, fire, now, cfg) if fire.kind is FireKind.ACK else _after_callback(base, res, fire, now, cfg)
-    if t.status is Status.PAUSED and nt.status not in TERMINAL_STATUSES:
-        nt = _replace(nt, status=Status.PAUSED, due_ms=None)
-    tx.put(nt)
+    changes: dict[str, Any] = {
+        "inflight": None,
+        "last_result": res,
+        "last_status_code": it.status_code,
+        "last_response": head,
+        "updated_ms": now,
+    }
+    if fire.kind is FireKind.ACK:
+        changes.update(_after_ack(t, res, fire, now, cfg))
+    else:
+        changes.update(_after_callback(t, res, fire, now, cfg))
+    if t.status is Status.PAUSED and changes["status"] not in TERMINAL_STATUSES:
+        changes["status"] = Status.PAUSED
+        changes["due_ms"] = None
+    tx.put(_replace(t, **changes))
     return None
 
 
-def _after_callback(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> Task:
+_DONE: dict[str, Any] = {"status": Status.DONE, "due_ms": None}
+_FAILED: dict[str, Any] = {"status": Status.FAILED, "due_ms": None}
+_INACTIVE: dict[str, Any] = {"status": Status.INACTIVE, "due_ms": None}
+
+
+def _after_callback(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> dict[str, Any]:
+    """Changes after a callback attempt's result (``t`` is the task before it)."""
     spec = t.spec
     periodic = spec.type is TaskType.PERIODIC
     if res is ExecutionResult.SUCCESS:
         if periodic:
-            return _next_occurrence(t, now, fail_count=0)
+            return {**_next_occurrence(t, now), "fail_count": 0}
         if spec.ack_url is not None:
-            return _replace(t, status=Status.AWAITING_ACK, ack_attempt=0, due_ms=now + spec.ack_delay_ms)
-        return _replace(t, status=Status.DONE, due_ms=None)
+            return {"status": Status.AWAITING_ACK, "ack_attempt": 0, "due_ms": now + spec.ack_delay_ms}
+        return _DONE
     if res is ExecutionResult.NOT_FOUND:
-        return _replace(t, status=Status.INACTIVE if periodic else Status.FAILED, due_ms=None)
+        return _INACTIVE if periodic else _FAILED
     if res is ExecutionResult.UNKNOWN:
-        return _next_occurrence(t, now) if periodic else _replace(t, status=Status.FAILED, due_ms=None)
+        return _next_occurrence(t, now) if periodic else _FAILED
     if spec.reliability is Reliability.AT_LEAST_ONCE and fire.attempt <= spec.max_retries:
         delay = 0 if res is ExecutionResult.LOST else cfg.retry_base_ms << (fire.attempt - 1)
-        return _replace(t, status=Status.FIRING, due_ms=now + delay)
+        return {"status": Status.FIRING, "due_ms": now + delay}
     if not periodic:
-        return _replace(t, status=Status.FAILED, due_ms=None)
+        return _FAILED
     fails = t.fail_count + 1
     if fails >= spec.max_fails:
-        return _replace(t, status=Status.INACTIVE, fail_count=fails, due_ms=None)
-    return _next_occurrence(t, now, fail_count=fails)
+        return {**_INACTIVE, "fail_count": fails}
+    return {**_next_occurrence(t, now), "fail_count": fails}
 
 
-def _after_ack(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> Task:
+def _after_ack(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> dict[str, Any]:
     if res is ExecutionResult.ACK_SUCCESS:
-        return _replace(t, status=Status.DONE, due_ms=None)
+        return _DONE
     if fire.attempt < cfg.ack_ttl:
-        return _replace(t, status=Status.AWAITING_ACK, due_ms=now + t.spec.ack_delay_ms)
-    return _replace(t, status=Status.FAILED, due_ms=None)
+        return {"status": Status.AWAITING_ACK, "due_ms": now + t.spec.ack_delay_ms}
+    return _FAILED
 
 
 def _remove(tx: _Tx, t: Task) -> None:

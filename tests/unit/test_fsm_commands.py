@@ -25,14 +25,14 @@ from molens.fsm.commands import (
     decode,
     encode,
 )
-from molens.model import FireKind, Outcome, Reliability, TaskSpec, TaskType
+from molens.model import FireKind, Outcome, Reliability, TaskSpec, TaskType, encode_payload
 
 SPEC = TaskSpec(
     type=TaskType.PERIODIC,
     callback_url="http://127.0.0.1/cb",
     cron_expr="*/5 * * * * *",
     timezone="Europe/Berlin",
-    payload={"big": 10**40, "list": [1.5, None, "é"]},
+    payload_json=encode_payload({"big": 10**40, "list": [1.5, None, "é"]}),
     reliability=Reliability.AT_MOST_ONCE,
     idempotency_key="k1",
     max_fails=7,
@@ -98,7 +98,7 @@ json_values = st.recursive(
 
 @given(json_values)
 def test_payload_round_trips_any_json(p: object) -> None:
-    spec = TaskSpec(TaskType.DELAYED, "http://x/", 1, payload=p)
+    spec = TaskSpec(TaskType.DELAYED, "http://x/", 1, payload_json=encode_payload(p))
     cmd = CreateTasks(1, (CreateItem("id", spec),))
     back = decode(encode(cmd))
     assert isinstance(back, CreateTasks)
