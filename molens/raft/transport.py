@@ -152,6 +152,7 @@ class Endpoint:
         self._auth: ThreadAuthenticator | None = None
         self._router: zmq.Socket[bytes] | None = None
         self._dealers: dict[str, zmq.Socket[bytes]] = {}
+        self._dealer_addr: dict[str, str] = {}
         # CURVE only: a DEALER whose handshake was refused is never retried by libzmq, so a monitor
         # socket per DEALER reports the failure and the I/O thread re-creates it after a back-off
         self._monitors: dict[str, zmq.Socket[bytes]] = {}
@@ -195,7 +196,7 @@ class Endpoint:
         return self._enqueue(_CMD_SEND, to, payload)
 
     def add_peer(self, peer_id: str, addr: str) -> None:
-        """Connect a DEALER to ``addr`` for ``peer_id`` (replacing an existing one with another address)."""
+        """Connect a DEALER to ``addr`` for ``peer_id``; a no-op if it already has that address, else replaced."""
         with self._lock:
             self._peers[peer_id] = addr
         self._enqueue(_CMD_ADD, peer_id, addr, force=True)
@@ -389,6 +390,8 @@ class Endpoint:
                 except zmq.Again:
                     counters["dropped_full"] += 1
             elif cmd == _CMD_ADD:
+                if self._dealer_addr.get(peer) == arg and peer not in self._redial:
+                    continue  # same peer, same address: keep the live connection and its queue
                 self._close_dealer(peer)
                 try:
                     self._open_dealer(peer, arg)
@@ -403,6 +406,7 @@ class Endpoint:
     def _open_dealer(self, peer_id: str, addr: str) -> None:
         s = self._make_dealer(peer_id, addr)
         self._dealers[peer_id] = s
+        self._dealer_addr[peer_id] = addr
         self._redial.pop(peer_id, None)
         if self.curve is not None:
             mon = s.get_monitor_socket(_HANDSHAKE_FAILED)
@@ -414,6 +418,7 @@ class Endpoint:
         self._redial.pop(peer_id, None)
         mon = self._monitors.pop(peer_id, None)
         s = self._dealers.pop(peer_id, None)
+        self._dealer_addr.pop(peer_id, None)
         if mon is not None:
             self._poller.unregister(mon)
             del self._monitor_peer[mon]

@@ -151,6 +151,11 @@ def test_unknown_peer_and_removed_peer_messages_are_counted_drops(endpoints: lis
     a.send("nobody", b"x")
     a.add_peer("b", b.bound_addr)
     wait_until(lambda: len(inbox.snapshot()) > 0, every=lambda: a.send("b", b"x"))
+    sent, dropped = a.stats()["sent"], a.stats()["dropped_full"]
+    a.add_peer("b", b.bound_addr)  # same address again: the live DEALER is kept, nothing is lost
+    assert a.send("b", b"kept")
+    wait_until(lambda: ("a", b"kept") in inbox.snapshot())
+    assert a.stats()["sent"] == sent + 1 and a.stats()["dropped_full"] == dropped
     a.remove_peer("b")
     assert "b" not in a.peers()
     before = a.stats()["dropped_unknown_peer"]
