@@ -1,0 +1,491 @@
+"""A pure hierarchical time wheel (Kafka ``TimingWheel`` style): time is the ``now_ms`` argument.
+
+Level ``l`` has ``wheel_size`` buckets of ``tick_ms * wheel_size**l`` ms each. A timer goes to the
+lowest level whose window (measured from the current tick) still contains its due time. When a
+bucket's start is reached its timers are handed out if due, and the rest cascade down to finer
+levels; a reached level-1 bucket is instead sorted once and read in order as a *run* (cheaper in
+Python than scattering it over level-0 buckets). Timers beyond the top level wait in an overflow set
+that is re-examined when the top level can take its earliest member. Timers due in the current
+tick wait in a small heap, so :meth:`TimeWheel.advance` returns them in exact due order: firing
+precision is not limited by the tick.
+
+Representation (sized for millions of timers): a bucket is a plain ``dict`` ``key -> stamp`` and
+``_where`` maps ``key -> the dict that holds it``, so ``remove`` is two dict deletions. The stamp is
+one int, ``due_ms << 64 | seq``: sorting by it gives due order with ties in ``add`` order. Non-empty
+buckets are found through a heap of bucket ids (``start_ms * (levels + 1) + level``), so advancing
+over a long empty stretch costs nothing per empty tick, and :meth:`TimeWheel.next_deadline` is the
+start of the first non-empty bucket or the first due time among the opened ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from operator import itemgetter
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+DEFAULT_TICK_MS = 10
+DEFAULT_WHEEL_SIZE = 512
+#: the wheel levels (without overflow) cover at least this far ahead: five years, leap days included
+DEFAULT_HORIZON_MS = 5 * 366 * 86_400_000
+
+_SEQ_BITS = 64
+_second = itemgetter(1)
+
+
+@dataclass(frozen=True, slots=True)
+class BucketStat:
+    """One cell of the occupancy heatmap: a bucket's window ``[start_ms, start_ms + span_ms)``."""
+
+    start_ms: int
+    span_ms: int
+    count: int
+
+
+class _Run(Generic[K]):
+    """A reached bucket, sorted once: ``keys[pos:]`` (stamps in ``stamps[pos:]``) may be pending.
+
+    ``entries`` is the bucket's dict and stays the truth for what is pending: ``_where`` points at
+    it and it never gains members, so a key at or after ``pos`` that is no longer in it was removed
+    or moved and is skipped. Keys handed out stay in ``entries`` (saving a dict write per timer);
+    ``skipped`` counts the dead keys before ``pos``, so ``len(entries) - (pos - skipped)`` are live.
+    """
+
+    __slots__ = ("entries", "keys", "level", "pos", "skipped", "stamps")
+
+    def __init__(self, entries: dict[K, int], level: int) -> None:
+        self.entries = entries
+        self.level = level
+        self.keys = sorted(entries, key=entries.__getitem__)
+        self.stamps = list(map(entries.__getitem__, self.keys))
+        self.pos = 0
+        self.skipped = 0
+
+    def live(self) -> int:
+        return len(self.entries) - (self.pos - self.skipped)
+
+    def head(self) -> int | None:
+        """Stamp of the first live entry (skipping dead ones for good), or ``None`` when used up."""
+        keys, entries, pos = self.keys, self.entries, self.pos
+        n = len(keys)
+        while pos < n and keys[pos] not in entries:
+            pos += 1
+            self.skipped += 1
+        self.pos = pos
+        return self.stamps[pos] if pos < n else None
+
+    def take(self, due_lim: int, where: dict[K, dict[K, int]]) -> tuple[list[int], list[K]]:
+        """Hand out the live entries with stamp < ``due_lim``: their stamps and keys, in order."""
+        pos, keys, entries = self.pos, self.keys, self.entries
+        j = bisect_left(self.stamps, due_lim, pos)
+        self.pos = j
+        if len(entries) + self.skipped == len(keys):  # nothing removed from keys[pos:]
+            chunk = keys[pos:j]
+            deque(map(where.__delitem__, chunk), maxlen=0)
+            return self.stamps[pos:j], chunk
+        stamps: list[int] = []
+        chunk = []
+        for i in range(pos, j):
+            key = keys[i]
+            if key in entries:
+                del where[key]
+                stamps.append(self.stamps[i])
+                chunk.append(key)
+            else:
+                self.skipped += 1
+        return stamps, chunk
+
+
+class TimeWheel(Generic[K]):
+    """Timers keyed by any hashable (task ids); ``advance(now_ms)`` hands out the due keys in order.
+
+    Keys are unique: adding a present key moves it. ``now_ms`` passed to :meth:`advance` should not
+    go backwards; an earlier value than a previous call's is treated as the current tick.
+    """
+
+    __slots__ = (
+        "_buckets",
+        "_cur",
+        "_levels",
+        "_limits",
+        "_near",
+        "_near_end",
+        "_near_heap",
+        "_nl",
+        "_over",
+        "_over_mark",
+        "_queue",
+        "_rebase_at",
+        "_runs",
+        "_seq",
+        "_size",
+        "_spans",
+        "_tick",
+        "_where",
+        "_window0",
+    )
+
+    def __init__(
+        self,
+        tick_ms: int = DEFAULT_TICK_MS,
+        wheel_size: int = DEFAULT_WHEEL_SIZE,
+        start_ms: int = 0,
+        horizon_ms: int = DEFAULT_HORIZON_MS,
+    ) -> None:
+        """``start_ms`` is the current time; levels are added until they cover ``horizon_ms`` ahead."""
+        if tick_ms < 1:
+            raise ValueError(f"tick_ms must be >= 1, got {tick_ms}")
+        if wheel_size < 2:
+            raise ValueError(f"wheel_size must be >= 2, got {wheel_size}")
+        levels = 1
+        # The top level always accepts anything less than (size - 1) of its buckets ahead.
+        while (wheel_size - 1) * tick_ms * wheel_size ** (levels - 1) < horizon_ms:
+            levels += 1
+        self._tick = tick_ms
+        self._size = wheel_size
+        self._levels = levels
+        self._nl = levels + 1  # bucket id multiplier; level == levels marks the overflow set
+        self._spans: tuple[int, ...] = tuple(tick_ms * wheel_size**lv for lv in range(levels))
+        self._limits: list[int] = []
+        self._cur = 0
+        self._near_end = 0
+        self._where: dict[K, dict[K, int]] = {}
+        self._buckets: dict[int, dict[K, int]] = {}
+        self._queue: list[int] = []
+        self._near: dict[K, int] = {}
+        self._near_heap: list[tuple[int, K]] = []
+        self._over: dict[K, int] = {}
+        self._over_mark: int | None = None
+        self._runs: list[_Run[K]] = []
+        self._seq = 0
+        self._window0 = tick_ms * wheel_size  # the span of level 0, and of a level-1 bucket
+        self._cur = start_ms - start_ms % tick_ms
+        self._near_end = self._cur + tick_ms
+        self._rebase_at = 0
+        self._set_limits()
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    @property
+    def tick_ms(self) -> int:
+        return self._tick
+
+    @property
+    def wheel_size(self) -> int:
+        return self._size
+
+    @property
+    def levels(self) -> int:
+        """Number of wheel levels (the overflow set not counted)."""
+        return self._levels
+
+    @property
+    def current_ms(self) -> int:
+        """Start of the current tick: the last ``advance`` time (or ``start_ms``) rounded down."""
+        return self._cur
+
+    @property
+    def overflow_count(self) -> int:
+        """Timers beyond the top level's window, waiting in the overflow set."""
+        return len(self._over)
+
+    def level_span_ms(self, level: int) -> int:
+        """Width of one bucket at ``level``."""
+        return self._spans[level]
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._where
+
+    def due_of(self, key: K) -> int | None:
+        """The due time ``key`` was added with, or ``None`` when it is not pending."""
+        b = self._where.get(key)
+        return None if b is None else b[key] >> _SEQ_BITS
+
+    def next_deadline(self) -> int | None:
+        """Earliest instant at which :meth:`advance` returns something or must cascade; ``None`` if empty.
+
+        It may be in the past (a timer added already overdue): advance now.
+        """
+        heap, near = self._near_heap, self._near
+        while heap and near.get(heap[0][1]) != heap[0][0]:
+            heappop(heap)
+        best = heap[0][0] >> _SEQ_BITS if heap else None
+        used_up = False
+        for run in self._runs:
+            head = run.head()
+            if head is None:
+                used_up = True
+            elif best is None or head >> _SEQ_BITS < best:
+                best = head >> _SEQ_BITS
+        if used_up:
+            self._runs = [run for run in self._runs if run.pos < len(run.keys)]
+        queue, nl, buckets = self._queue, self._nl, self._buckets
+        while queue:
+            bid = queue[0]
+            if bid % nl == self._levels:
+                if bid // nl == self._over_mark:
+                    if self._over:
+                        break
+                    self._over_mark = None
+                heappop(queue)
+            elif buckets.get(bid):
+                break
+            else:
+                heappop(queue)
+                buckets.pop(bid, None)
+        if queue:
+            start = queue[0] // nl
+            if best is None or start < best:
+                best = start
+        return best
+
+    def distribution(self, level: int) -> list[BucketStat]:
+        """Occupancy of ``level``'s ``wheel_size`` windows from the current one (heatmap row).
+
+        Level 0's first window is the current tick, including overdue timers; a level's first
+        window includes its current bucket when it has been reached and opened as a run.
+        """
+        if not 0 <= level < self._levels:
+            raise ValueError(f"level must be in 0..{self._levels - 1}, got {level}")
+        span = self._spans[level]
+        base = self._cur - self._cur % span
+        counts = [0] * self._size
+        nl = self._nl
+        for bid, b in self._buckets.items():
+            if b and bid % nl == level:
+                i = (bid // nl - base) // span
+                counts[min(max(i, 0), self._size - 1)] += len(b)
+        if level == 0:
+            counts[0] += len(self._near)
+        counts[0] += sum(run.live() for run in self._runs if run.level == level)
+        return [BucketStat(base + i * span, span, c) for i, c in enumerate(counts)]
+
+    # -- updates ---------------------------------------------------------------------------------
+
+    def add(self, key: K, due_ms: int) -> None:
+        """Schedule ``key`` at ``due_ms`` (moving it if present); an overdue time fires next advance."""
+        where = self._where
+        old = where.get(key)
+        if old is not None:
+            del old[key]
+        seq = self._seq
+        self._seq = seq + 1
+        stamp = (due_ms << _SEQ_BITS) + seq
+        # Inlined _place for the common case (levels 0 and 1): add is the hot path of a rebuild.
+        if self._near_end <= due_ms:
+            limits = self._limits
+            if due_ms < limits[0]:
+                level = 0
+            elif self._levels > 1 and due_ms < limits[1]:
+                level = 1
+            else:
+                self._place(key, stamp, due_ms)
+                return
+            span = self._spans[level]
+            bid = (due_ms - due_ms % span) * self._nl + level
+            b = self._buckets.get(bid)
+            if b is None:
+                b = self._buckets[bid] = {}
+                heappush(self._queue, bid)
+            b[key] = stamp
+            where[key] = b
+        else:
+            self._near[key] = stamp
+            heappush(self._near_heap, (stamp, key))
+            where[key] = self._near
+
+    def remove(self, key: K) -> bool:
+        """Forget ``key``; ``False`` if it was not pending. O(1)."""
+        b = self._where.pop(key, None)
+        if b is None:
+            return False
+        del b[key]
+        return True
+
+    def advance(self, now_ms: int) -> list[K]:
+        """Move the clock to ``now_ms``; return every key due at or before it, in due order.
+
+        Ties come out in ``add`` order. Each non-empty bucket whose start has been reached is
+        handled once; empty ticks cost nothing.
+        """
+        due_lim = (now_ms + 1) << _SEQ_BITS  # stamp < due_lim  <=>  due <= now_ms
+        where = self._where
+        out: list[tuple[int, K]] = []  # (stamp, key): stamps are unique, so keys are never compared
+        merge = False  # out may hold more than one sorted sequence
+        if now_ms >= self._near_end:
+            # A new tick: everything in the old current tick is due.
+            near = self._near
+            if near:
+                out.extend(zip(near.values(), near.keys()))
+                deque(map(where.__delitem__, near), maxlen=0)
+                self._near = {}
+                self._near_heap = []
+                merge = True
+            queue = self._queue
+            target = now_ms - now_ms % self._tick
+            if queue and queue[0] < (now_ms + 1) * self._nl:
+                self._reach(now_ms, target, due_lim, out)
+                merge = True
+            else:
+                self._cur = target
+                self._near_end = target + self._tick
+                if target >= self._rebase_at:
+                    self._set_limits()
+                else:
+                    self._limits[0] = target + self._window0
+        else:
+            heap, near = self._near_heap, self._near
+            while heap and heap[0][0] < due_lim:
+                item = heappop(heap)
+                if near.get(item[1]) == item[0]:
+                    del near[item[1]]
+                    del where[item[1]]
+                    out.append(item)
+        runs = self._runs
+        if not runs:
+            if merge and len(out) > 1:
+                out.sort()
+            return list(map(_second, out))
+        if not out and len(runs) == 1:
+            run = runs[0]
+            if run.stamps[run.pos] >= due_lim:
+                return []
+            keys = run.take(due_lim, where)[1]
+            if run.pos == len(run.keys):
+                self._runs = []
+            return keys
+        used_up = False
+        for run in runs:
+            if run.stamps[run.pos] < due_lim:
+                out.extend(zip(*run.take(due_lim, where)))
+                used_up = used_up or run.pos == len(run.keys)
+        if used_up:
+            self._runs = [run for run in runs if run.pos < len(run.keys)]
+        if len(out) > 1:
+            out.sort()
+        return list(map(_second, out))
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _set_limits(self) -> None:
+        """Per level, the first instant beyond its window; level 0's alone moves every tick."""
+        cur, size = self._cur, self._size
+        self._limits = [cur - cur % span + span * size for span in self._spans]
+        self._rebase_at = cur - cur % self._window0 + self._window0
+
+    def _reach(self, now_ms: int, target: int, due_lim: int, out: list[tuple[int, K]]) -> None:
+        """Open every bucket whose start is <= ``now_ms`` and move the clock to ``target``."""
+        queue, nl, levels, buckets, where = self._queue, self._nl, self._levels, self._buckets, self._where
+        bid_lim = (now_ms + 1) * nl
+        reached: list[tuple[int, dict[K, int]]] = []
+        near: dict[K, int] = self._near
+        while queue and queue[0] < bid_lim:
+            bid = heappop(queue)
+            if bid == target * nl:
+                # The level-0 bucket of the new current tick becomes the near set as it is.
+                near = buckets.pop(bid, near)
+            elif bid % nl == levels:
+                if bid // nl == self._over_mark:
+                    self._over_mark = None
+                    if self._over:
+                        reached.append((bid, self._over))
+                        self._over = {}
+            else:
+                b = buckets.pop(bid, None)
+                if b:
+                    reached.append((bid, b))
+        self._cur = target
+        self._near_end = target + self._tick
+        self._set_limits()
+        if near:
+            heap = sorted(zip(near.values(), near.keys()))
+            i = bisect_left(heap, (due_lim,))
+            if i:
+                out.extend(heap[:i])
+                for _, key in heap[:i]:
+                    del near[key]
+                    del where[key]
+                del heap[:i]
+            self._near = near
+            self._near_heap = heap  # sorted, hence a heap
+        spans = self._spans
+        for bid, b in reached:
+            level = bid % nl
+            if level == levels:
+                self._cascade(b, due_lim, out)
+            elif bid // nl + spans[level] <= now_ms + 1:
+                out.extend(zip(b.values(), b.keys()))
+                deque(map(where.__delitem__, b), maxlen=0)
+            else:
+                # Sorted once and read in order, rather than cascaded entry by entry to finer levels.
+                self._runs.append(_Run(b, level))
+
+    def _cascade(self, b: dict[K, int], due_lim: int, out: list[tuple[int, K]]) -> None:
+        """Hand out the due timers of a reached bucket, re-place the rest (inlined ``_place``)."""
+        where, near, near_heap = self._where, self._near, self._near_heap
+        near_end, limits, spans, nl = self._near_end, self._limits, self._spans, self._nl
+        buckets, queue = self._buckets, self._queue
+        nlimits = len(limits)
+        for key, stamp in b.items():
+            if stamp < due_lim:
+                out.append((stamp, key))
+                del where[key]
+                continue
+            due = stamp >> _SEQ_BITS
+            if due < near_end:
+                near[key] = stamp
+                heappush(near_heap, (stamp, key))
+                where[key] = near
+                continue
+            level = 0
+            while level < nlimits and due >= limits[level]:
+                level += 1
+            if level == nlimits:
+                self._place(key, stamp, due)
+                continue
+            span = spans[level]
+            bid = (due - due % span) * nl + level
+            nb = buckets.get(bid)
+            if nb is None:
+                nb = buckets[bid] = {}
+                heappush(queue, bid)
+            nb[key] = stamp
+            where[key] = nb
+
+    def _place(self, key: K, stamp: int, due: int) -> None:
+        """Put a timer (not in any bucket) where it belongs relative to the current tick."""
+        if due < self._near_end:
+            self._near[key] = stamp
+            heappush(self._near_heap, (stamp, key))
+            self._where[key] = self._near
+            return
+        for level, limit in enumerate(self._limits):
+            if due < limit:
+                span = self._spans[level]
+                bid = (due - due % span) * self._nl + level
+                b = self._buckets.get(bid)
+                if b is None:
+                    b = self._buckets[bid] = {}
+                    heappush(self._queue, bid)
+                b[key] = stamp
+                self._where[key] = b
+                return
+        self._over[key] = stamp
+        self._where[key] = self._over
+        # The top level takes ``due`` once its current bucket start is > due - size * span.
+        span = self._spans[-1]
+        mark = -((self._size * span - 1 - due) // span) * span
+        if self._over_mark is None or mark < self._over_mark:
+            self._over_mark = mark
+            heappush(self._queue, mark * self._nl + self._levels)
