@@ -30,6 +30,9 @@ from molens.config import zmq_endpoint
 log = logging.getLogger(__name__)
 
 Reply = dict[str, Any]
+
+REPLY_HWM = 100_000
+"""Replies queued towards one admin client before new ones are dropped (and logged)."""
 Handler = Callable[[dict[str, Any]], "Reply | Future[Reply]"]
 
 
@@ -45,6 +48,10 @@ class AdminServer:
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        # replies are bounded by the requests a client has in flight; a ROUTER at its HWM drops
+        # silently, so allow plenty and make a drop visible (ROUTER_MANDATORY raises instead)
+        self._sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
+        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         try:
             self._sock.bind(zmq_endpoint(bind_addr))
         except zmq.ZMQError as exc:
@@ -108,8 +115,10 @@ class AdminServer:
         try:
             body = json.dumps(reply, separators=(",", ":"), default=str).encode()
             self._sock.send_multipart([*envelope, body], zmq.NOBLOCK)
+        except zmq.Again:
+            log.warning("admin reply dropped: client is not reading (%d replies queued)", REPLY_HWM)
         except zmq.ZMQError as exc:
-            log.warning("admin reply dropped: %s", exc)
+            log.debug("admin reply dropped: %s (client gone)", exc)
 
     def _on_request(self, frames: list[bytes]) -> None:
         if len(frames) < 2:

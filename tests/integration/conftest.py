@@ -15,6 +15,7 @@ the scheduler, HTTP, etc.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -69,6 +70,12 @@ def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGKILL it when the test process dies, so a killed pytest leaks no node."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for k, v in extra.items():
@@ -104,6 +111,7 @@ class NodeProc:
                 stdin=subprocess.DEVNULL,
                 cwd=self.dir,
                 env=env,
+                preexec_fn=_die_with_parent,
             )
         return self
 
