@@ -262,7 +262,12 @@ class LmdbLog:
         self._snap_data: bytes | None = None
         self.syncs = 0
         """Write transactions committed (each one durable when ``durable``)."""
-        self._load(membership or Membership())
+        try:
+            self._load(membership or Membership())
+        except BaseException:
+            self._closed = True
+            self._env.close()  # a refused open must not keep the environment locked in this process
+            raise
 
     # --- recovery -----------------------------------------------------------------------------
     def _load(self, initial: Membership) -> None:
