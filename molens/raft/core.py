@@ -680,10 +680,13 @@ class RaftCore:
         return active >= len(voters) // 2 + 1
 
     # --- elections --------------------------------------------------------------------------------
-    def campaign(self) -> None:
-        """Start an election now (as a timeout would); no-op for leaders and non-voters."""
+    def campaign(self, force: bool = False) -> None:
+        """Start an election now, as a timeout would; no-op for leaders and non-voters.
+
+        ``force`` skips pre-vote and overrides the voters' leader lease, as TimeoutNow does.
+        """
         if self.role is not Role.LEADER and self.is_voter():
-            self._campaign(pre=self.cfg.pre_vote, transfer=False)
+            self._campaign(pre=self.cfg.pre_vote and not force, transfer=force)
 
     def _campaign(self, pre: bool, transfer: bool) -> None:
         if pre:
@@ -867,7 +870,8 @@ class RaftCore:
             if pr.state is ProgressState.REPLICATE and len(pr.inflight) >= self.cfg.max_inflight:
                 pr.inflight.popleft()
             if pr.match < self._log.last_index():
-                self._maybe_send_append(m.frm, pr, False)
+                # empty if need be: a lost append is then found by the follower's rejection
+                self._maybe_send_append(m.frm, pr, True)
             if m.ctx:
                 self._read_ack(m.ctx, m.frm)
         elif isinstance(m, SnapshotResponse):

@@ -183,8 +183,8 @@ class Cluster:
         self.now = 0
         self.blocked: set[tuple[str, str]] = set()
         self.flapping: tuple[str, str] | None = None
-        self.msg_filter: Callable[[Message], bool] | None = None
-        """Scenario hook: return False to drop a message at delivery."""
+        self.msg_filter: Callable[[Message], Message | None] | None = None
+        """Scenario hook at delivery: return the message (possibly rewritten) or None to drop it."""
         self.chaos_on = False
         self.ops: list[Op] = []
         self.op_seq = 0
@@ -211,6 +211,15 @@ class Cluster:
         for nid in list(self.nodes):
             self._boot(self.nodes[nid])
             self._push(self.rng.randrange(TICK), EV_TICK, nid)
+
+    def preload(self, nid: str, terms: list[int], term: int, vote: str | None = None) -> None:
+        """Before ``start()``: give ``nid`` a stored log with entry terms ``terms`` (index 1..)."""
+        st = self.nodes[nid].storage
+        st.append([Entry(i, t, EntryKind.NORMAL, f"pre {i} {t}".encode()) for i, t in enumerate(terms, 1)])
+        st.set_hard_state(HardState(term, vote, 0))
+        for i, t in enumerate(terms, 1):
+            prev = terms[i - 2] if i > 1 else 0
+            self.chain.setdefault((i, t), (int(EntryKind.NORMAL), f"pre {i} {t}".encode(), prev))
 
     def _push(self, delay: int, kind: int, payload: object) -> None:
         self.seq += 1
@@ -317,8 +326,11 @@ class Cluster:
         node = self.nodes.get(m.to)
         if node is None or not node.alive or node.core is None:
             return
-        if self.msg_filter is not None and not self.msg_filter(m):
-            return
+        if self.msg_filter is not None:
+            m2 = self.msg_filter(m)
+            if m2 is None:
+                return
+            m = m2
         if self.faults.codec and self.rng.random() < self.faults.codec:
             m2 = decode(encode(m))
             if m2 != m:
@@ -778,6 +790,8 @@ class Cluster:
         mem = self.committed_membership()
         for nid in (*mem.voters, *mem.learners):
             node = self.nodes.get(nid)
+            if node is not None and node.stopped:
+                continue
             if node is None or not node.alive or node.applied < index:
                 return False
         return True
@@ -792,8 +806,12 @@ class Cluster:
         self.heal()
         self.log("=== healed phase ===")
         mem = self.committed_membership()
+        wanted = set(mem.voters) | set(mem.learners)
+        for node in self.nodes.values():
+            if node.core is not None:
+                wanted |= set(node.core.membership.voters) | set(node.core.membership.learners)
         for nid, node in self.nodes.items():
-            if nid not in mem.voters and nid not in mem.learners and not node.stopped:
+            if nid not in wanted and not node.stopped:
                 self.stop(nid)
             elif not node.alive and not node.stopped:
                 self._boot(node)
@@ -854,9 +872,18 @@ def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = No
     """One swarm run; raises Violation (with the seed in the message) on failure."""
     frng = random.Random(seed * 7919 + nodes)
     faults = Faults.draw(frng)
+    base = config or default_config()
+    config = replace(
+        base,
+        pre_vote=frng.random() < 0.8,
+        check_quorum=frng.random() < 0.8,
+        max_msg_bytes=frng.choice((40, 256, 4096)),
+        max_inflight=frng.choice((1, 4, 64)),
+        snapshot_chunk_bytes=frng.choice((16, 64, 1 << 20)),
+    )
     cl = Cluster(nodes, seed=seed, faults=faults, config=config, trace=trace)
     if trace is not None:
-        trace(f"seed={seed} nodes={nodes} faults={faults}")
+        trace(f"seed={seed} nodes={nodes} faults={faults} config={config}")
     try:
         cl.run_swarm(faulty_ticks, heal_ticks)
     except (Violation, RaftError) as e:
