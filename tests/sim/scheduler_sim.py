@@ -1,0 +1,685 @@
+"""Whole-scheduler simulation in virtual time (issue 5): machine + replicas + wheel + dispatcher +
+monitor + workers + receivers, with seeded faults, checking the delivery promises of DESIGN §6.
+
+Raft is replaced by a single-log stand-in with Raft's observable behaviour: a leader (one per
+term) proposes; a proposal commits after a small latency, in proposal order, and is applied by every
+live replica (a restarted replica catches up from the log). When the leader crashes or is
+partitioned away, a random *prefix* of its uncommitted proposals is committed by the next leader
+(entries it had replicated to a majority) and the rest are lost -- so a ``Dispatched`` entry can
+commit without its leader ever sending the fire, the case failover reconciliation exists for.
+
+The leader runs the shells of DESIGN §3 in miniature: a real :class:`TimeWheel` fed by the
+machine's wheel effects and rebuilt from ``due`` at the start of each term, a Dispatcher that
+proposes ``Dispatched`` for due tasks and sends only the fires of entries committed in its own term,
+a Monitor that proposes ``Outcome.LOST`` results for fires past their deadline, and a results
+buffer flushed every few ms. Workers run on every node; receivers answer by the behaviour encoded
+in the task's URL (2xx / 404 / 500 / too slow / random; ACK endpoints 2xx or 500) and record every
+request they get. Faults per seed: leader crashes (losing its wheel, buffers and its workers'
+requests), leader partitions (it steps down, its workers keep going), worker crashes mid-callback,
+lost result messages, and clients that retry creates with the same idempotency key.
+
+After a quiet period the run checks (:func:`check`): replicas identical; at_most_once fire ids
+delivered at most once; every request at or after its due time, and within tick + latencies of it
+while the cluster is healthy; no overlapping requests per task; every at_least_once occurrence
+delivered with 2xx or ended with its retries exhausted on record; 404 deactivation and max_fails
+exactly at the threshold; the ACK phase; fixed-rate periodic timing without drift; one task per
+idempotency key.
+
+    .venv/bin/python -m tests.sim.scheduler_sim --seeds 5000        # ends with: sim: seeds=N failures=F
+    .venv/bin/python -m tests.sim.scheduler_sim --seed 17 --trace   # replay one seed
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import random
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from molens.fsm.commands import (
+    Command,
+    CreateItem,
+    CreateTasks,
+    Dispatched,
+    DispatchItem,
+    ResultItem,
+    Results,
+)
+from molens.fsm.machine import Applied, Fire, FireRequest, WheelAdd, WheelRemove, lost_result
+from molens.fsm.memstate import MemoryState
+from molens.model import (
+    ExecutionResult,
+    FireKind,
+    Outcome,
+    Reliability,
+    Status,
+    TaskType,
+    new_task_id,
+    validate_create,
+)
+from molens.schedule.wheel import TimeWheel
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+TICK = 10
+COMMIT_LAT = (1, 5)
+NET_LAT = (0, 3)
+RESULT_FLUSH = 5
+DISPATCH_SLACK = 1_000
+LATENESS_BOUND = TICK + COMMIT_LAT[1] + 2 * NET_LAT[1] + 1
+FAULT_WINDOW = 25_000
+END = 100_000
+ACK_TTL = 3
+RECOVERY_WINDOW = 15_000
+"""After a fault, how long an affected occurrence may take to recover (deadline + retries)."""
+
+
+class Violation(AssertionError):
+    """A broken promise; the message names the seed and what went wrong."""
+
+
+@dataclass
+class Delivery:
+    """One HTTP request as the receiver saw it."""
+
+    task_id: str
+    fire_id: str
+    kind: FireKind
+    attempt: int
+    due: int
+    at: int
+    end: int = -1
+    code: int | None = None
+    """The answer the receiver gave (None: still running, timed out or cut)."""
+    ok: bool = False
+
+
+@dataclass
+class Plan:
+    behaviour: str
+    ack: str | None = None
+    idem: str | None = None
+
+
+@dataclass
+class _Job:
+    node: str
+    incarnation: int
+    delivery: Delivery
+    fr: FireRequest
+    done: bool = False
+
+
+@dataclass
+class Leader:
+    node: str
+    term: int
+    wheel: TimeWheel[str]
+    wake_at: int | None = None
+    results: list[ResultItem] = field(default_factory=list)
+    flush_at: int | None = None
+    lost_sent: set[tuple[str, int, FireKind]] = field(default_factory=set)
+
+
+class Sim:
+    def __init__(self, seed: int, nodes: int = 3, trace: Callable[[str], None] | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.trace = trace
+        self.now = T0
+        self._q: list[tuple[int, int, Callable[[], None]]] = []
+        self._n = 0
+        self.nodes = [f"n{i}" for i in range(nodes)]
+        self.alive = dict.fromkeys(self.nodes, True)
+        self.incarnation = dict.fromkeys(self.nodes, 0)
+        self.replicas = {n: MemoryState() for n in self.nodes}
+        self.applied = dict.fromkeys(self.nodes, 0)
+        self.log: list[Command] = []
+        self.term = 0
+        self.leader: Leader | None = None
+        self.pending: list[tuple[int, Command]] = []
+        self.last_commit_at = 0
+        self.faults: list[int] = []
+        self.deliveries: list[Delivery] = []
+        self.jobs: dict[str, list[_Job]] = defaultdict(list)
+        self.planned: dict[tuple[str, FireKind, int], int] = {}
+        self.plans: dict[str, Plan] = {}
+        self.idem_done: set[str] = set()
+        r = self.rng
+        self.p_result_loss = r.choice([0.0, 0.0, 0.02, 0.1])
+        self.p_worker_crash = r.choice([0, 1, 2])
+        self.leader_crashes = r.choice([0, 1, 1, 2, 3])
+        self.partitions = r.choice([0, 0, 1, 2])
+
+    # ---------------------------------------------------------------- event loop
+
+    def at(self, t: int, fn: Callable[[], None]) -> None:
+        self._n += 1
+        heapq.heappush(self._q, (t, self._n, fn))
+
+    def log_(self, msg: str) -> None:
+        if self.trace:
+            self.trace(f"{self.now - T0:>7} {msg}")
+
+    def run(self) -> None:
+        self.elect()
+        self.workload()
+        self.schedule_faults()
+        while self._q:
+            t, _, fn = heapq.heappop(self._q)
+            if t > T0 + END:
+                break
+            self.now = max(self.now, t)
+            fn()
+        for n in self.nodes:  # everyone back for the final comparison
+            if not self.alive[n]:
+                self.alive[n] = True
+            self.catch_up(n)
+
+    # ---------------------------------------------------------------- the log stand-in
+
+    def propose(self, cmd: Command) -> None:
+        if self.leader is None:
+            return
+        t = max(self.now + self.rng.randint(*COMMIT_LAT), self.last_commit_at)
+        self.last_commit_at = t
+        item = (self.term, cmd)
+        self.pending.append(item)
+        self.at(t, lambda: self._commit(item))
+
+    def _commit(self, item: tuple[int, Command]) -> None:
+        if not self.pending or self.pending[0] is not item or self.leader is None or item[0] != self.term:
+            return
+        self.pending.pop(0)
+        self.append(item[1])
+
+    def append(self, cmd: Command) -> None:
+        self.log.append(cmd)
+        for n in self.nodes:
+            if self.alive[n]:
+                self.catch_up(n)
+
+    def catch_up(self, n: str) -> None:
+        rep = self.replicas[n]
+        while self.applied[n] < len(self.log):
+            cmd = self.log[self.applied[n]]
+            self.applied[n] += 1
+            ld = self.leader
+            is_leader = ld is not None and ld.node == n
+            dues: dict[str, int | None] = {}
+            if is_leader and isinstance(cmd, Dispatched):
+                for it in cmd.items:
+                    t = rep.get_task(it.task_id)
+                    dues[it.fire_id] = t.due_ms if t else None
+            out = rep.apply(cmd)
+            if is_leader:
+                self.on_applied(cmd, out, dues)
+
+    # ---------------------------------------------------------------- leadership
+
+    def elect(self) -> None:
+        if self.leader is not None:
+            return
+        cands = [n for n in self.nodes if self.alive[n]]
+        if not cands:
+            self.at(self.now + 200, self.elect)
+            return
+        self.term += 1
+        node = self.rng.choice(cands)
+        self.leader = Leader(node, self.term, TimeWheel(tick_ms=TICK, start_ms=self.now))
+        self.faults.append(self.now)
+        self.log_(f"leader {node} term {self.term}")
+        for n in cands:
+            self.catch_up(n)
+        rep = self.replicas[node]
+        ld = self.leader
+        for due, tid in rep.scan_due():
+            ld.wheel.add(tid, due)
+        for f in rep.scan_fires():
+            self.watch(f)
+        self.wake()
+
+    def lose_leader(self, crash: bool) -> None:
+        ld = self.leader
+        if ld is None:
+            return
+        self.faults.append(self.now)
+        self.leader = None
+        keep = self.rng.randint(0, len(self.pending))
+        survivors = [cmd for _, cmd in self.pending[:keep]]
+        self.pending = []
+        self.log_(f"{'crash' if crash else 'partition'} leader {ld.node}; {keep} uncommitted entries survive")
+        if crash:
+            self.crash(ld.node)
+        delay = self.rng.randint(300, 1_500)
+
+        def new_term() -> None:
+            for cmd in survivors:  # committed by the next leader, whose term starts after them
+                self.append(cmd)
+            self.elect()
+
+        self.at(self.now + delay, new_term)
+
+    def crash(self, n: str) -> None:
+        self.faults.append(self.now)
+        self.alive[n] = False
+        self.incarnation[n] += 1
+        for job in self.jobs.pop(n, []):
+            if not job.done and job.delivery.end < 0:
+                job.delivery.end = self.now  # the connection is cut
+            job.done = True
+        self.log_(f"crash {n}")
+
+        def restart() -> None:
+            self.alive[n] = True
+            self.faults.append(self.now)
+            self.catch_up(n)
+            if self.leader is None:
+                self.elect()
+
+        self.at(self.now + self.rng.randint(500, 3_000), restart)
+
+    # ---------------------------------------------------------------- leader shells
+
+    def on_applied(self, cmd: Command, out: Applied, dues: dict[str, int | None]) -> None:
+        ld = self.leader
+        assert ld is not None
+        for e in out.effects:
+            if isinstance(e, WheelAdd):
+                ld.wheel.add(e.key, e.due_ms)
+            elif isinstance(e, WheelRemove):
+                ld.wheel.remove(e.key)
+            elif isinstance(e, FireRequest):
+                due = dues.get(e.fire.fire_id)
+                assert due is not None
+                self.planned[(e.fire.fire_id, e.fire.kind, e.fire.attempt)] = due
+                self.watch(e.fire)
+                self.send_fire(e, ld.term)
+        self.wake()
+
+    def wake(self) -> None:
+        ld = self.leader
+        if ld is None:
+            return
+        nd = ld.wheel.next_deadline()
+        if nd is None:
+            return
+        t = max(nd, self.now)
+        if ld.wake_at is not None and ld.wake_at <= t:
+            return
+        ld.wake_at = t
+        term = ld.term
+
+        def fire() -> None:
+            if self.leader is None or self.leader.term != term:
+                return
+            self.leader.wake_at = None
+            self.dispatch()
+            self.wake()
+
+        self.at(t, fire)
+
+    def dispatch(self) -> None:
+        ld = self.leader
+        assert ld is not None
+        rep = self.replicas[ld.node]
+        items = []
+        workers = [n for n in self.nodes if self.alive[n]]
+        for tid in ld.wheel.advance(self.now):
+            t = rep.get_task(tid)
+            if t is None or t.due_ms is None or t.due_ms > self.now or t.inflight is not None:
+                continue
+            att = (t.ack_attempt if t.status is Status.AWAITING_ACK else t.attempt) + 1
+            dl = self.now + t.spec.timeout_ms + DISPATCH_SLACK
+            items.append(DispatchItem(t.fire_id, tid, att, self.rng.choice(workers), dl))
+        if items:
+            self.propose(Dispatched(self.now, tuple(items)))
+
+    def watch(self, f: Fire) -> None:
+        ld = self.leader
+        assert ld is not None
+        term = ld.term
+
+        def check() -> None:
+            ld2 = self.leader
+            if ld2 is None or ld2.term != term:
+                return
+            cur = self.replicas[ld2.node].get_fire(f.fire_id)
+            key = (f.fire_id, f.attempt, f.kind)
+            if cur is None or cur.attempt != f.attempt or cur.kind is not f.kind or key in ld2.lost_sent:
+                return
+            ld2.lost_sent.add(key)
+            self.log_(f"monitor: {f.fire_id} attempt {f.attempt} lost")
+            self.to_leader(lost_result(cur))
+
+        self.at(max(self.now, f.deadline_ms), check)
+
+    def to_leader(self, item: ResultItem) -> None:
+        ld = self.leader
+        if ld is None:
+            return
+        ld.results.append(item)
+        if ld.flush_at is None:
+            ld.flush_at = self.now + RESULT_FLUSH
+            term = ld.term
+
+            def flush() -> None:
+                ld2 = self.leader
+                if ld2 is None or ld2.term != term:
+                    return
+                items, ld2.results, ld2.flush_at = ld2.results, [], None
+                self.propose(Results(self.now, tuple(items)))
+
+            self.at(ld.flush_at, flush)
+
+    # ---------------------------------------------------------------- workers and receivers
+
+    def send_fire(self, fr: FireRequest, term: int) -> None:
+        w = fr.fire.worker
+
+        def arrive() -> None:
+            if not self.alive[w]:
+                return
+            self.start_request(w, fr)
+
+        self.at(self.now + self.rng.randint(*NET_LAT), arrive)
+
+    def start_request(self, w: str, fr: FireRequest) -> None:
+        f = fr.fire
+        t = self.replicas[w].get_task(f.task_id) or self.replicas[self.leader.node if self.leader else w].get_task(
+            f.task_id
+        )
+        d = Delivery(f.task_id, f.fire_id, f.kind, f.attempt, self.planned.get((f.fire_id, f.kind, f.attempt), -1), -1)
+        job = _Job(w, self.incarnation[w], d, fr)
+        self.jobs[w].append(job)
+        inc = self.incarnation[w]
+        net = self.rng.randint(*NET_LAT)
+        plan = self.plans[f.task_id]
+        beh = plan.ack if f.kind is FireKind.ACK else plan.behaviour
+        code, proc = self.behave(beh or "ok")
+        timeout = fr.timeout_ms
+        start = self.now
+
+        def received() -> None:
+            if self.incarnation[w] != inc:
+                return
+            d.at = self.now
+            self.deliveries.append(d)
+
+        self.at(start + net, received)
+        if net + proc >= timeout:
+            finish_at, outcome, sc = start + timeout, Outcome.TIMEOUT, None
+        else:
+            finish_at, outcome, sc = start + net + proc + self.rng.randint(*NET_LAT), Outcome.RESPONSE, code
+        del t
+
+        def finished() -> None:
+            if self.incarnation[w] != inc or job.done:
+                return
+            job.done = True
+            d.end = min(self.now, start + net + proc) if outcome is Outcome.RESPONSE else self.now
+            if outcome is Outcome.RESPONSE:
+                d.code = sc
+                d.ok = sc is not None and 200 <= sc < 300
+            item = ResultItem(f.fire_id, f.kind, sc, outcome, None if sc is None else f"{sc}", self.now - start, w)
+            if self.rng.random() < self.p_result_loss:
+                self.log_(f"result of {f.fire_id} lost")
+                self.faults.append(self.now)
+                return
+            self.at(self.now + self.rng.randint(*NET_LAT), lambda: self.to_leader(item))
+
+        self.at(finish_at, finished)
+
+    def behave(self, b: str) -> tuple[int, int]:
+        r = self.rng
+        if b == "ok":
+            return 200, r.randint(1, 30)
+        if b == "notfound":
+            return 404, r.randint(1, 30)
+        if b == "err":
+            return 500, r.randint(1, 30)
+        if b == "slow":
+            return 200, 5_000
+        if b == "ackfail":
+            return 503, r.randint(1, 30)
+        # flaky
+        return r.choice([(200, 5), (500, 5), (200, 5_000), (204, 20)])
+
+    # ---------------------------------------------------------------- workload and faults
+
+    def workload(self) -> None:
+        r = self.rng
+        kinds: list[tuple[dict[str, Any], Plan]] = []
+        for _ in range(r.randint(6, 12)):
+            b = r.choice(["ok", "ok", "err", "slow", "flaky", "notfound"])
+            req: dict[str, Any] = {"type": "delayed", "interval_ms": r.randint(0, 10_000), "max_retries": r.randint(0, 3)}
+            plan = Plan(b)
+            if r.random() < 0.3:
+                plan.ack = r.choice(["ok", "ackfail", "flaky"])
+                req["ack_url"] = f"http://127.0.0.1/ack/{plan.ack}"
+                req["ack_delay_ms"] = r.choice([100, 500])
+            kinds.append((req, plan))
+        for _ in range(r.randint(3, 8)):
+            b = r.choice(["ok", "err", "slow", "flaky"])
+            kinds.append(({"type": "delayed", "interval_ms": r.randint(0, 10_000), "reliability": "at_most_once"}, Plan(b)))
+        for _ in range(r.randint(1, 4)):
+            b = r.choice(["ok", "ok", "err", "notfound", "flaky"])
+            req = {"type": "periodic", "interval_ms": r.choice([1_000, 1_500, 3_000]), "max_retries": r.randint(0, 2),
+                   "max_fails": r.randint(2, 3)}
+            kinds.append((req, Plan(b)))
+        for _ in range(r.randint(0, 2)):
+            req = {"type": "periodic", "interval_ms": r.choice([1_000, 2_000]), "reliability": "at_most_once",
+                   "max_fails": 3}
+            kinds.append((req, Plan(r.choice(["ok", "flaky"]))))
+        for i, (req, plan) in enumerate(kinds):
+            req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
+            req["timeout_ms"] = 1_000
+            plan.idem = f"k{i}"
+            req["idempotency_key"] = plan.idem
+            when = T0 + (0 if r.random() < 0.5 else r.randint(0, 20_000))
+            self.at(when, lambda req=req, plan=plan: self.client_create(req, plan))
+
+    def client_create(self, req: dict[str, Any], plan: Plan) -> None:
+        """A client creating with an idempotency key, retrying until the task exists."""
+        assert plan.idem is not None
+        ld = self.leader
+        if ld is not None:
+            rep = self.replicas[ld.node]
+            tid = rep.get_idem(plan.idem)
+            if tid is not None:
+                self.plans.setdefault(tid, plan)
+                return
+            spec = validate_create(req, now_ms=self.now)
+            new_id = new_task_id(self.now, self.rng.getrandbits(80))
+            self.plans[new_id] = plan  # harmless if this attempt is lost: it never fires
+            self.propose(CreateTasks(self.now, (CreateItem(new_id, spec),)))
+        self.at(self.now + 300, lambda: self.client_create(req, plan))
+
+    def schedule_faults(self) -> None:
+        r = self.rng
+        for _ in range(self.leader_crashes):
+            self.at(T0 + r.randint(500, FAULT_WINDOW), lambda: self.lose_leader(crash=True))
+        for _ in range(self.partitions):
+            self.at(T0 + r.randint(500, FAULT_WINDOW), lambda: self.lose_leader(crash=False))
+        for _ in range(self.p_worker_crash):
+
+            def worker_crash() -> None:
+                others = [n for n in self.nodes if self.alive[n] and (self.leader is None or n != self.leader.node)]
+                if others:
+                    self.crash(r.choice(others))
+
+            self.at(T0 + r.randint(500, FAULT_WINDOW), worker_crash)
+
+
+# -------------------------------------------------------------------- invariants
+
+
+def _healthy(sim: Sim, start: int, end: int) -> bool:
+    return not any(start <= f <= end for f in sim.faults)
+
+
+def check(sim: Sim) -> None:
+    """Raise :class:`Violation` on the first broken promise."""
+    seed = sim.seed
+
+    def fail(msg: str) -> None:
+        raise Violation(f"seed={seed}: {msg}")
+
+    reps = list(sim.replicas.values())
+    digests = {sim.replicas[n].digest() for n in sim.nodes}
+    if len(digests) != 1:
+        fail("replicas differ")
+    state = reps[0]
+    tasks = state.tasks
+    by_task: dict[str, list[Delivery]] = defaultdict(list)
+    for d in sim.deliveries:
+        by_task[d.task_id].append(d)
+
+    # one task per idempotency key
+    keys: dict[str, int] = defaultdict(int)
+    for t in tasks.values():
+        if t.spec.idempotency_key:
+            keys[t.spec.idempotency_key] += 1
+    for k, n in keys.items():
+        if n != 1:
+            fail(f"{n} tasks for idempotency key {k}")
+    # deliveries only for tasks that exist (creates lost in failover never fire)
+    for d in sim.deliveries:
+        if d.task_id not in tasks:
+            fail(f"delivery for a task that does not exist: {d}")
+
+    for d in sim.deliveries:
+        if d.due < 0:
+            fail(f"delivery of a fire that was never planned: {d}")
+        if d.at < d.due:
+            fail(f"fired early: {d}")
+        if _healthy(sim, d.due - 2 * DISPATCH_SLACK, d.at) and d.at - d.due > LATENESS_BOUND:
+            fail(f"late by {d.at - d.due} ms on a healthy cluster: {d}")
+
+    for tid, ds in by_task.items():
+        t = tasks[tid]
+        plan = sim.plans[tid]
+        ds.sort(key=lambda d: d.at)
+        for a, b in itertools.pairwise(ds):
+            if a.end < 0 or b.at < a.end:
+                fail(f"overlapping requests for task {tid}: {a} / {b}")
+        if t.spec.reliability is Reliability.AT_MOST_ONCE:
+            seen = set()
+            for d in ds:
+                if d.kind is FireKind.CALLBACK:
+                    if d.fire_id in seen:
+                        fail(f"at_most_once fire {d.fire_id} delivered twice")
+                    seen.add(d.fire_id)
+        del plan
+
+    execs: dict[str, list[Any]] = defaultdict(list)
+    for e in state.executions:
+        execs[e.task_id].append(e)
+
+    for tid, t in tasks.items():
+        plan = sim.plans[tid]
+        spec = t.spec
+        ds = by_task.get(tid, [])
+        ex = execs.get(tid, [])
+        alo = spec.reliability is Reliability.AT_LEAST_ONCE
+        if spec.type is TaskType.DELAYED:
+            if t.status not in (Status.DONE, Status.FAILED):
+                fail(f"delayed task not finished at the end: {t}")
+            if t.status is Status.DONE:
+                if not any(d.ok and d.kind is FireKind.CALLBACK for d in ds):
+                    fail(f"done without a 2xx delivery: {t}")
+                if spec.ack_url and not any(d.ok and d.kind is FireKind.ACK for d in ds):
+                    fail(f"done without a 2xx ACK: {t}")
+            elif alo:
+                cb = [e for e in ex if e.kind is FireKind.CALLBACK]
+                acks = [e for e in ex if e.kind is FireKind.ACK]
+                exhausted = len(cb) == spec.max_retries + 1 and all(
+                    e.result is not ExecutionResult.SUCCESS for e in cb
+                )
+                if not (
+                    exhausted
+                    or (cb and cb[-1].result is ExecutionResult.NOT_FOUND)
+                    or (len(acks) == ACK_TTL and all(e.result is ExecutionResult.ACK_FAILED for e in acks))
+                ):
+                    fail(f"at_least_once task failed without exhausting its retries: {t} {ex}")
+            if spec.ack_url:
+                succ = [d for d in ds if d.kind is FireKind.CALLBACK and d.ok]
+                for d in ds:
+                    if d.kind is FireKind.ACK and succ and d.at < succ[0].at + spec.ack_delay_ms:
+                        fail(f"ACK probe before ack_delay_ms: {d}")
+                if plan.ack == "ackfail" and t.status is Status.DONE:
+                    fail(f"done although every ACK failed: {t}")
+        else:
+            by_seq: dict[int, list[Any]] = defaultdict(list)
+            for e in ex:
+                by_seq[e.seq].append(e)
+            if alo:
+                for seq in range(1, t.seq):
+                    es = by_seq.get(seq, [])
+                    if not (
+                        any(e.result in (ExecutionResult.SUCCESS, ExecutionResult.NOT_FOUND) for e in es)
+                        or len(es) >= spec.max_retries + 1
+                    ):
+                        fail(f"periodic occurrence {seq} of {tid} neither delivered nor exhausted: {es}")
+                if plan.behaviour == "notfound":
+                    nf = [e.seq for e in ex if e.result is ExecutionResult.NOT_FOUND]
+                    if t.status is not Status.INACTIVE or (nf and (t.seq != nf[0] or len(nf) != 1)):
+                        fail(f"periodic 404 must go inactive at its first 404: {t} {nf}")
+                    if not nf and t.fail_count != spec.max_fails:  # never reached: lost until max_fails
+                        fail(f"periodic task inactive without a 404 or max_fails: {t}")
+                if plan.behaviour == "err":
+                    if t.status is not Status.INACTIVE or t.fail_count != spec.max_fails or t.seq != spec.max_fails:
+                        fail(f"periodic max_fails not exactly at threshold: {t}")
+            if any(d.kind is FireKind.CALLBACK and int(d.fire_id.rsplit("-", 1)[1]) > t.seq for d in ds):
+                fail(f"delivery of an occurrence after the last one: {t}")
+            if plan.behaviour == "ok" and spec.interval_ms:
+                iv, anchor = spec.interval_ms, t.created_ms
+                firsts = sorted(d.due for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK)
+                for due in firsts:
+                    if (due - anchor) % iv and _healthy(sim, due - RECOVERY_WINDOW, due):
+                        fail(f"periodic off its fixed-rate grid on a healthy cluster: task {tid} due {due}")
+                for a, b in itertools.pairwise(firsts):
+                    if b - a != iv and _healthy(sim, a - 1_000, b + 1_000) and (a - anchor) % iv == 0:
+                        fail(f"periodic drift/skip between {a} and {b} on a healthy cluster (interval {iv})")
+
+
+def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = None) -> Sim:
+    sim = Sim(seed, nodes, trace)
+    sim.run()
+    check(sim)
+    return sim
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scheduler_sim", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=200)
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--trace", action="store_true")
+    args = p.parse_args(argv)
+    seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
+    failures = 0
+    t0 = time.monotonic()
+    fires = 0
+    for s in seeds:
+        try:
+            sim = run_seed(s, trace=print if args.trace else None)
+            fires += len(sim.deliveries)
+        except Violation as e:
+            failures += 1
+            print(f"FAIL {e}\n  replay: .venv/bin/python -m tests.sim.scheduler_sim --seed {s} --trace", flush=True)
+    dt = time.monotonic() - t0
+    print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
+          f"{fires} callbacks delivered")
+    print(f"sim: seeds={len(seeds)} failures={failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
