@@ -30,7 +30,6 @@ Decisions recorded here:
 from __future__ import annotations
 
 import enum
-import importlib
 import ipaddress
 import json
 import logging
@@ -39,6 +38,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from molens.schedule import cron
 
 log = logging.getLogger(__name__)
 
@@ -570,11 +571,6 @@ def auto_max_fails(period_ms: int) -> int:
     return max(3, min(100, 3_600_000 // max(1, period_ms)))
 
 
-def _cron() -> Any:
-    """molens.schedule.cron, imported late: only cron/timezone requests need it."""
-    return importlib.import_module("molens.schedule.cron")
-
-
 def validate_create(
     request: Any,
     policy: CallbackPolicy = DEFAULT_POLICY,
@@ -632,8 +628,6 @@ def validate_create(
             interval_ms = _int(request, "interval_ms", limits.min_period_ms, max_delay)
 
     if request.get("timezone") is not None or cron_expr is not None:
-        cron = _cron()
-
         try:
             cron.validate_timezone(timezone)
         except ValueError as e:
@@ -686,7 +680,6 @@ def validate_create(
         elif interval_ms is not None:
             max_fails = auto_max_fails(interval_ms)
         else:
-            cron = _cron()
             assert cron_expr is not None
             first = cron.next_cron_fire(cron_expr, timezone, now_ms)
             second = cron.next_cron_fire(cron_expr, timezone, first)

@@ -30,10 +30,13 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   ``X-Molens-Kind: ack``. 2xx -> ``done``; anything else retries after ``ack_delay_ms`` until
   ``ack_ttl`` (3) probes were made -> ``failed`` (result ``ack_failed``).
 - **Periodic timing** is fixed-rate: the next occurrence is computed from the *scheduled* instant of
-  the one that just ended (``sched_ms``), never from its completion. If that instant has already
-  passed (a long retry chain, or the cluster was down), the missed instants collapse into one
-  occurrence due now; the schedule then continues from there. Interval tasks are anchored at their
-  creation time (``created + k * interval_ms``).
+  the one that just ended (``sched_ms``), never from its completion, with
+  ``cron.next_after_misfire``: the first schedule instant after it that is not in the past. An
+  occurrence that fires late (the cluster was down, the wheel was being rebuilt) fires once, at
+  once, and stands for every instant missed meanwhile; instants that pass while an occurrence is
+  still firing or retrying are skipped (never overlapping, never a burst). Interval tasks are
+  anchored at their creation time (``created + k * interval_ms``), cron tasks follow
+  ``cron.next_cron_fire`` in their time zone (DST rules there).
 - **Pause** (from pending, firing, awaiting_ack) drops the due entry and keeps everything else; a
   fire already in flight still reports, and its result is recorded (a delayed task that succeeds
   while paused is ``done``). **Resume** (from paused, and from inactive for periodic tasks, which
@@ -50,7 +53,6 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -87,6 +89,7 @@ from molens.model import (
     Task,
     TaskType,
 )
+from molens.schedule.cron import ScheduleSpec, next_after_misfire, next_fire_after
 
 log = logging.getLogger(__name__)
 
@@ -271,21 +274,21 @@ class _Tx:
 # schedule
 
 
-def _cron() -> Any:
-    return importlib.import_module("molens.schedule.cron")
+def schedule_of(task: Task) -> ScheduleSpec:
+    """The periodic task's schedule: interval tasks are anchored at their creation time."""
+    s = task.spec
+    return ScheduleSpec(task.created_ms, s.interval_ms, s.cron_expr, s.timezone)
 
 
 def next_scheduled(task: Task, after_ms: int) -> int:
-    """The periodic task's first scheduled instant strictly after ``after_ms`` (fixed rate)."""
+    """The periodic task's first scheduled instant strictly after ``after_ms`` (fixed rate / cron)."""
     spec = task.spec
-    if spec.interval_ms is not None:
+    if spec.interval_ms is not None:  # inline fast path of cron.next_fixed_rate
         anchor, iv = task.created_ms, spec.interval_ms
         if after_ms < anchor:
             return anchor + iv
         return anchor + ((after_ms - anchor) // iv + 1) * iv
-    assert spec.cron_expr is not None
-    nxt: int = _cron().next_cron_fire(spec.cron_expr, spec.timezone, after_ms)
-    return nxt
+    return next_fire_after(schedule_of(task), after_ms)
 
 
 def first_due(spec_task: Task) -> int:
@@ -301,10 +304,13 @@ def first_due(spec_task: Task) -> int:
 
 
 def _next_occurrence(t: Task, now: int) -> dict[str, Any]:
-    """Changes that start the periodic task's next occurrence (misfires collapse into one due now)."""
-    nxt = next_scheduled(t, t.sched_ms)
-    if nxt < now:
-        nxt = now
+    """Changes that start the periodic task's next occurrence.
+
+    ``cron.next_after_misfire``: the first schedule instant after the one that just ran that is not
+    in the past; instants missed meanwhile (downtime, a long retry chain) are represented by the late
+    occurrence that just ran and are not fired again.
+    """
+    nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
     return {
         "status": Status.PENDING,
         "seq": t.seq + 1,

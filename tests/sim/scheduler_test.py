@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
+
 import pytest
 
-from tests.sim.scheduler_sim import Violation, run_seed
+from tests.sim.scheduler_sim import LATENESS_BOUND, Sim, Violation, run_seed
 
 SEEDS = 200
 REGRESSION_SEEDS = [0, 5, 27, 41, 130, 136, 666]
@@ -22,3 +25,47 @@ def test_scheduler_promises_hold_for_200_seeds() -> None:
             failures.append(str(e)[:300])
     assert not failures, "\n".join(failures)
     assert delivered > SEEDS * 50  # the runs really fire
+
+
+def _utc(*a: int) -> int:
+    return int(datetime(*a, tzinfo=UTC).timestamp() * 1000)
+
+
+DAY = 86_400_000
+DST_CASES = [
+    # (zone, expression, run from, expected fire instants in UTC)
+    ("Europe/Berlin", "30 2 * * *", _utc(2026, 3, 27, 12),  # 02:30 missing on 03-29: fires at 03:00 CEST
+     [_utc(2026, 3, 28, 1, 30), _utc(2026, 3, 29, 1), _utc(2026, 3, 30, 0, 30)]),
+    ("Europe/Berlin", "30 2 * * *", _utc(2026, 10, 23, 12),  # 02:30 twice on 10-25: first pass only
+     [_utc(2026, 10, 24, 0, 30), _utc(2026, 10, 25, 0, 30), _utc(2026, 10, 26, 1, 30)]),
+    ("America/New_York", "30 2 * * *", _utc(2026, 3, 6, 12),
+     [_utc(2026, 3, 7, 7, 30), _utc(2026, 3, 8, 7), _utc(2026, 3, 9, 6, 30)]),
+    ("America/New_York", "30 1 * * *", _utc(2026, 10, 30, 12),
+     [_utc(2026, 10, 31, 5, 30), _utc(2026, 11, 1, 5, 30), _utc(2026, 11, 2, 6, 30)]),
+]
+
+
+def _cron_workload(tz: str, expr: str, crash_before: list[int]) -> Callable[[Sim], None]:
+    def w(sim: Sim) -> None:
+        sim.create_at(sim.t0, {"type": "periodic", "cron_expr": expr, "timezone": tz})
+        for t in crash_before:
+            sim.at(t - 300, lambda: sim.lose_leader(crash=True))
+
+    return w
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize(("tz", "expr", "t0", "expected"), DST_CASES)
+@pytest.mark.parametrize("crash", [False, True], ids=["healthy", "leader-crash-before-each-fire"])
+def test_cron_tasks_fire_exactly_once_on_the_expected_instants_across_dst(
+    tz: str, expr: str, t0: int, expected: list[int], crash: bool
+) -> None:
+    sim = run_seed(7, t0=t0, end_ms=expected[-1] - t0 + 60_000, faults=False,
+                   workload=_cron_workload(tz, expr, expected if crash else []))
+    firsts = sorted((d for d in sim.deliveries if d.attempt == 1), key=lambda d: d.at)
+    assert [d.due for d in firsts] == expected
+    assert len({d.fire_id for d in sim.deliveries}) == len(expected)  # once per instant
+    for d in firsts:
+        assert d.at >= d.due
+        if not crash:
+            assert d.at - d.due <= LATENESS_BOUND

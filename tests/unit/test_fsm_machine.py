@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -350,7 +350,7 @@ def test_periodic_occurrence_fails_only_after_its_retries(h: H) -> None:
     assert nt.fail_count == 1 and nt.seq == 2 and nt.due_ms == T0 + 120_000
 
 
-def test_periodic_no_overlap_and_missed_occurrences_collapse(h: H) -> None:
+def test_periodic_no_overlap_instants_passed_while_retrying_are_skipped(h: H) -> None:
     t = h.create(type="periodic", interval_ms=1000, max_retries=3, max_fails=10)
     # occurrence 1 retries for 1+2+4 s: occurrences at +2..+8 s are never started concurrently
     for _ in range(3):
@@ -359,9 +359,27 @@ def test_periodic_no_overlap_and_missed_occurrences_collapse(h: H) -> None:
     h.fire_due(t.id)
     h.answer(t.id, 500)
     nt = h.t(t.id)
-    assert nt.seq == 2 and nt.due_ms == h.now  # one immediate fire for everything missed
+    assert h.now == T0 + 8_200
+    assert nt.seq == 2 and nt.due_ms == T0 + 9_000  # the next instant on the grid, no burst
     h.cycle(t.id, 200)
-    assert h.t(t.id).due_ms == T0 + ((h.now - T0) // 1000 + 1) * 1000  # back on the fixed schedule
+    assert h.t(t.id).due_ms == T0 + 10_000
+
+
+def test_periodic_missed_while_down_collapse_into_the_one_late_fire(h: H) -> None:
+    t = h.create(type="periodic", interval_ms=1000)
+    h.now = T0 + 5_500  # the cluster was down: instants 1..5 s passed
+    out = h.dispatch(t.id)
+    assert out.results == [None]  # the overdue occurrence fires at once
+    h.answer(t.id, 200)
+    nt = h.t(t.id)
+    assert nt.seq == 2 and nt.due_ms == T0 + 6_000  # and stood for all the missed ones
+
+
+def test_periodic_instant_equal_to_now_fires_right_away(h: H) -> None:
+    t = h.create(type="periodic", interval_ms=1000)
+    h.fire_due(t.id)
+    h.answer(t.id, 200, after_ms=1000)  # the answer arrives exactly at the next instant
+    assert h.t(t.id).due_ms == h.now == T0 + 2_000
 
 
 def test_periodic_ignores_ack_url(h: H) -> None:
@@ -590,24 +608,40 @@ def test_put_meta(h: H) -> None:
     assert h.s.meta == {}
 
 
-# ------------------------------------------------------------------ cron (needs molens.schedule.cron)
+# ------------------------------------------------------------------ cron
 
-needs_cron = pytest.mark.skipif(
-    importlib.util.find_spec("molens.schedule.cron") is None, reason="molens.schedule.cron not written yet"
-)
-
-
-@needs_cron
 def test_cron_periodic_fires_on_cron_instants(h: H) -> None:
     h.now = 1_700_000_000_000  # 2023-11-14T22:13:20Z
     t = h.create(type="periodic", interval_ms=None, cron_expr="*/15 * * * * *")
     assert t.due_ms == 1_700_000_010_000
-    assert t.max_fails == 100
+    assert t.spec.max_fails == 100
     h.cycle(t.id)
     assert h.t(t.id).due_ms == 1_700_000_025_000
 
 
-@needs_cron
 def test_cron_auto_max_fails_uses_the_cron_period(h: H) -> None:
     t = h.create(type="periodic", interval_ms=None, cron_expr="0 * * * *")
-    assert t.max_fails == 3
+    assert t.spec.max_fails == 3
+
+
+def _utc(*a: int) -> int:
+    return int(datetime(*a, tzinfo=UTC).timestamp() * 1000)
+
+
+@pytest.mark.parametrize(
+    ("tz", "start", "expected"),
+    [
+        # 02:30 does not exist on 2026-03-29 in Berlin: it fires once at 03:00 CEST (01:00 UTC)
+        ("Europe/Berlin", _utc(2026, 3, 27, 12), [_utc(2026, 3, 28, 1, 30), _utc(2026, 3, 29, 1), _utc(2026, 3, 30, 0, 30)]),
+        # 01:30 happens twice on 2026-11-01 in New York: it fires once, on the first pass (EDT)
+        ("America/New_York", _utc(2026, 10, 30, 12), [_utc(2026, 10, 31, 5, 30), _utc(2026, 11, 1, 5, 30), _utc(2026, 11, 2, 6, 30)]),
+    ],
+)
+def test_cron_task_fires_once_across_dst_changes(h: H, tz: str, start: int, expected: list[int]) -> None:
+    h.now = start
+    expr = "30 2 * * *" if tz == "Europe/Berlin" else "30 1 * * *"
+    t = h.create(type="periodic", interval_ms=None, cron_expr=expr, timezone=tz)
+    got = []
+    for _ in expected:
+        got.append(h.cycle(t.id).fire.dispatched_ms)
+    assert got == expected
