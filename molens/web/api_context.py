@@ -1,0 +1,130 @@
+"""What the REST app needs from the node: :class:`ApiContext` (the node implements it over RaftPeer).
+
+The app (:func:`molens.web.app.make_app`) validates requests, builds FSM commands and renders
+results; everything stateful is behind this protocol so the same app runs on a Raft node and on
+:class:`molens.web.local_context.LocalContext` (a single-process stand-in used by tests, benchmarks
+and ``python -m molens.web``).
+
+Contract for implementers:
+
+- :meth:`ApiContext.propose` blocks until every command has applied on this node and returns,
+  per command, the FSM's per-item results (``machine.Created`` / ``Task`` / ``None`` /
+  ``MolensError``) in order. It raises :class:`~molens.web.errors.NotLeader` (nothing applied,
+  with the leader's HTTP base URL when known), :class:`~molens.web.errors.NoLeader` (nothing
+  applied, no leader known), :class:`~molens.web.errors.OutcomeUnknown` (appended, then leadership
+  lost), or :class:`~molens.web.errors.Unavailable` (refused / timed out / stopping). Commands of
+  one call should be proposed together (one Raft batch) but each is its own log entry.
+- Reads (:meth:`get_task`, :meth:`scan_tasks`, :meth:`task_counts`, :attr:`history`) come from the
+  local replica and may lag the leader; the app marks every answer with ``X-Molens-Role``.
+- :meth:`leader_info` is cheap (called on every write reaching a follower, and by ``/readyz``).
+- Status/stats methods return JSON-ready dicts; the keys listed in the OpenAPI document
+  (``ClusterStatus``, ``Stats``) are required, more keys are welcome.
+- Every method is called from waitress worker threads concurrently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from molens.fsm.commands import Command
+from molens.fsm.history import Page, TrendPoint, UrlStats
+from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """Static settings of the API on one node (from the node config)."""
+
+    node_id: str = "n1"
+    limits: Limits = DEFAULT_LIMITS
+    policy: CallbackPolicy = DEFAULT_POLICY
+    auth_token: str = ""
+    """Bearer token required on /api/v1 (except test endpoints and openapi.json); "" = open."""
+    max_body_bytes: int = 8 << 20
+    max_batch: int = 1_000
+    propose_timeout_s: float = 10.0
+    retry_after_s: int = 1
+    """``Retry-After`` sent with 503 answers."""
+    test_endpoint_delay_ms: int = 100
+    extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderInfo:
+    """Who leads, as this node knows it. ``leader_url`` is the leader's HTTP base URL."""
+
+    leader_id: str | None
+    leader_url: str | None
+    term: int
+    role: str
+    """This node's role: ``leader`` | ``follower`` | ``candidate`` | ``learner`` | ``joining`` | ..."""
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == "leader"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "leader_id": self.leader_id,
+            "leader_url": self.leader_url,
+            "term": self.term,
+            "role": self.role,
+        }
+
+
+class HistoryReader(Protocol):
+    """The read side of :class:`molens.fsm.history.History` the API uses."""
+
+    def list_executions(
+        self,
+        *,
+        task_id: str | None = None,
+        result: ExecutionResult | str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> Page: ...
+
+    def url_stats(self, since_ms: int, until_ms: int, url: str | None = None) -> list[UrlStats]: ...
+
+    def url_trend(self, url: str, since_ms: int, until_ms: int, bucket_ms: int = 300_000) -> list[TrendPoint]: ...
+
+
+class ApiContext(Protocol):
+    """Everything the REST app needs from a node (see the module docstring for the contract)."""
+
+    @property
+    def settings(self) -> ApiSettings: ...
+
+    @property
+    def history(self) -> HistoryReader: ...
+
+    def leader_info(self) -> LeaderInfo: ...
+
+    def propose(self, commands: Sequence[Command], timeout_s: float) -> list[list[Any]]: ...
+
+    def get_task(self, task_id: str) -> Task | None: ...
+
+    def scan_tasks(self, after: str = "") -> Iterator[Task]:
+        """Tasks in id (= creation) order strictly after task id ``after``, streaming."""
+        ...
+
+    def task_counts(self) -> dict[str, int]:
+        """Tasks per status, every status present."""
+        ...
+
+    def cluster_status(self) -> dict[str, Any]: ...
+
+    def cluster_stats(self) -> dict[str, Any]: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def now_ms(self) -> int: ...
+
+    def new_task_id(self) -> str: ...
+
+
+__all__ = ["ApiContext", "ApiSettings", "HistoryReader", "LeaderInfo"]

@@ -1,0 +1,631 @@
+"""The REST API of DESIGN §7 as a Bottle app: :func:`make_app(ctx) <make_app>`.
+
+Every route is registered through :class:`Api.route`, which adds, in this order: the bearer-token
+check (unless the route is open), the leader check for writes (a follower answers ``307`` with
+``Location`` on the leader plus ``X-Molens-Leader``; with no leader ``503`` + ``Retry-After``), the
+``X-Molens-Role`` header, and rendering of any :class:`~molens.model.MolensError` as
+``{"error": {"code", "message", "field"}}``. Handlers only validate, build FSM commands, call
+:meth:`ApiContext.propose` and render.
+
+Decisions recorded here:
+
+- **Batch create is atomic**: every item is validated first; if any is bad the answer is ``400``
+  with ``{"items": [null...], "errors": [{"index", "error"}], "error": {...}}`` and nothing is
+  proposed. Otherwise all tasks go in ONE ``CreateTasks`` entry (all or nothing in the log).
+- **Task listing** is in id (= creation) order. Filters (``status`` comma list, ``type``, ``scene``,
+  ``url`` substring, case-insensitive) are applied while scanning; one request examines at most
+  :data:`MAX_SCAN` tasks, so a page may hold fewer than ``limit`` items with a non-null
+  ``next_cursor``: keep following the cursor until it is null. Cursors are opaque.
+- **Open routes** (no token): ``/healthz``, ``/readyz``, ``/api/v1/openapi.json`` and the test
+  endpoints (they are callback targets; the fire worker sends no bearer token).
+- **Content type**: JSON bodies must be ``application/json`` (or ``*+json``, or no content type);
+  anything else is ``415``. Bodies over ``max_body_bytes`` are ``413`` before being read.
+- A task id that is not well formed is simply not found (``404``), like an unknown one.
+- Token and bodies are never logged.
+
+Issue 7 adds routes by calling :meth:`Api.route` on the :class:`Api` returned by
+:func:`build_api` (and the paths to :mod:`molens.web.openapi`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hmac
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import bottle
+
+from molens import model
+from molens.fsm.commands import (
+    Command,
+    CreateItem,
+    CreateTasks,
+    DeleteTasks,
+    PauseTasks,
+    ResumeTasks,
+    TriggerTask,
+)
+from molens.fsm.machine import Created
+from molens.model import (
+    ExecutionResult,
+    MolensError,
+    NotFoundError,
+    Status,
+    Task,
+    TaskType,
+    ValidationError,
+)
+from molens.web import openapi
+from molens.web.api_context import ApiContext
+from molens.web.errors import (
+    BodyTooLarge,
+    InternalError,
+    MethodNotAllowed,
+    NoLeader,
+    NotLeader,
+    RouteNotFound,
+    Unauthorized,
+    UnsupportedMediaType,
+)
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/api/v1"
+MAX_SCAN = 10_000
+"""Most tasks one list request examines (bounds a filtered scan over a large store)."""
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1_000
+MAX_URL_FILTER = 2_048
+DEFAULT_STATS_WINDOW_MS = 3_600_000
+MAX_STATS_WINDOW_MS = 7 * 86_400_000
+
+Handler = Callable[..., Any]
+
+_JSON_CT = "application/json"
+_TYPES = frozenset(t.value for t in TaskType)
+
+
+class BatchInvalid(ValidationError):
+    """At least one item of a batch create is invalid; carries every item's error."""
+
+    def __init__(self, count: int, errors: list[tuple[int, MolensError]]) -> None:
+        first_ix, first = errors[0]
+        field = f"tasks[{first_ix}]" + (f".{first.field}" if first.field else "")
+        super().__init__(
+            f"{len(errors)} of {count} tasks are invalid (first: tasks[{first_ix}]: {first.message}); "
+            "nothing was created",
+            field,
+        )
+        self.count = count
+        self.errors = errors
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        body["items"] = [None] * self.count
+        body["errors"] = [{"index": i, **e.to_json()} for i, e in self.errors]
+        return body
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _openapi_path(rule: str) -> str:
+    return re.sub(r"<(\w+)(?::[^>]*)?>", r"{\1}", rule)
+
+
+# -------------------------------------------------------------------------------------------------
+# cursors (opaque to clients: base64url of "<kind>:<position>")
+
+
+def encode_cursor(kind: str, position: str) -> str:
+    return base64.urlsafe_b64encode(f"{kind}:{position}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(kind: str, cursor: str) -> str:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValidationError("cursor is not a cursor this API issued", "cursor") from None
+    k, sep, pos = raw.partition(":")
+    if not sep or k != kind or not pos:
+        raise ValidationError("cursor is not a cursor this API issued", "cursor")
+    return pos
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+class Api:
+    """The routes of one app over one context (see the module docstring)."""
+
+    def __init__(self, ctx: ApiContext, app: bottle.Bottle) -> None:
+        self.ctx = ctx
+        self.app = app
+        s = ctx.settings
+        self._token = s.auth_token.encode() if s.auth_token else b""
+        self.routes: list[tuple[str, str]] = []
+        """(method, OpenAPI path) of every route registered through :meth:`route`."""
+
+    # ------------------------------------------------------------------ plumbing
+
+    def route(self, method: str, rule: str, *, write: bool = False, open_: bool = False) -> Callable[[Handler], Handler]:
+        """Register ``handler`` at ``rule`` with auth, leader check, role header and error rendering.
+
+        A handler returns ``(status, body)`` where ``body`` is JSON-able (or ``bytes`` already
+        encoded), or a ``bottle.HTTPResponse``.
+        """
+
+        def deco(fn: Handler) -> Handler:
+            @functools.wraps(fn)
+            def wrapper(**kw: Any) -> Any:
+                return self._handle(fn, kw, write=write, open_=open_)
+
+            self.app.route(rule, method, wrapper)
+            self.routes.append((method, _openapi_path(rule)))
+            return fn
+
+        return deco
+
+    def _handle(self, fn: Handler, kw: dict[str, Any], *, write: bool, open_: bool) -> Any:
+        resp = bottle.response
+        t0 = time.perf_counter()
+        try:
+            li = self.ctx.leader_info()
+            resp.set_header("X-Molens-Role", li.role)
+            if self._token and not open_:
+                self._check_auth()
+            if write and not li.is_leader:
+                if li.leader_url:
+                    raise NotLeader(li.leader_url, li.leader_id)
+                raise NoLeader()
+            status, body = fn(**kw)
+        except MolensError as exc:
+            status, body = self._error(exc)
+        except Exception:
+            log.exception("unhandled error method=%s path=%s", bottle.request.method, bottle.request.path)
+            status, body = 500, InternalError("internal error; see the node log").to_json()
+        resp.status = status
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "http method=%s path=%s status=%d ms=%.1f",
+                bottle.request.method,
+                bottle.request.path,
+                status,
+                (time.perf_counter() - t0) * 1000,
+            )
+        if isinstance(body, bytes):
+            resp.content_type = _JSON_CT
+            return body
+        resp.content_type = _JSON_CT
+        return _dumps(body)
+
+    def _error(self, exc: MolensError) -> tuple[int, Any]:
+        resp = bottle.response
+        if isinstance(exc, NotLeader):
+            assert exc.leader_url is not None
+            req = bottle.request
+            qs = req.query_string
+            resp.set_header("Location", exc.leader_url.rstrip("/") + req.path + (f"?{qs}" if qs else ""))
+            resp.set_header("X-Molens-Leader", exc.leader_url)
+            if exc.leader_id:
+                resp.set_header("X-Molens-Leader-Id", exc.leader_id)
+        elif exc.http_status == 503:
+            resp.set_header("Retry-After", str(self.ctx.settings.retry_after_s))
+        elif exc.http_status == 401:
+            resp.set_header("WWW-Authenticate", 'Bearer realm="molens"')
+        return exc.http_status, exc.to_json()
+
+    def _check_auth(self) -> None:
+        h = bottle.request.get_header("Authorization", "")
+        scheme, _, token = h.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
+            raise Unauthorized()
+
+    def read_json(self) -> Any:
+        """The request body parsed as JSON (415/413/400 as the module docstring says)."""
+        req = bottle.request
+        ctype = (req.content_type or "").split(";", 1)[0].strip().lower()
+        if ctype and ctype != _JSON_CT and not ctype.endswith("+json"):
+            raise UnsupportedMediaType(f"Content-Type must be application/json, got {ctype}", "Content-Type")
+        limit = self.ctx.settings.max_body_bytes
+        length = req.content_length
+        if length > limit:
+            raise BodyTooLarge(f"request body is {length} bytes, more than {limit}", "body")
+        stream = req.environ["wsgi.input"]
+        raw = stream.read(length if length >= 0 else limit + 1)
+        if len(raw) > limit:
+            raise BodyTooLarge(f"request body is more than {limit} bytes", "body")
+        if not raw.strip():
+            raise ValidationError("request body is empty; expected JSON", "body")
+        try:
+            return json.loads(raw, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            raise ValidationError(f"request body is not valid JSON: {exc}", "body") from None
+
+    def propose_one(self, cmd: Command) -> list[Any]:
+        out = self.ctx.propose([cmd], self.ctx.settings.propose_timeout_s)
+        return out[0]
+
+    # ------------------------------------------------------------------ query parameters
+
+    @staticmethod
+    def q_int(name: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
+        raw = bottle.request.query.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            v = int(raw, 10)
+        except ValueError:
+            raise ValidationError(f"{name} must be an integer, got {raw[:40]!r}", name) from None
+        if v < lo or (hi is not None and v > hi):
+            rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            raise ValidationError(f"{name} must be in {rng}, got {v}", name)
+        return v
+
+    @staticmethod
+    def q_str(name: str) -> str | None:
+        raw = bottle.request.query.getunicode(name)
+        if raw is None and name in bottle.request.query:
+            raise ValidationError(f"{name} is not valid UTF-8", name)
+        return raw if raw else None
+
+    def q_limit(self) -> int:
+        v = self.q_int("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        assert v is not None
+        return v
+
+
+def task_or_404(ctx: ApiContext, task_id: str) -> Task:
+    t = ctx.get_task(task_id) if model.is_task_id(task_id) else None
+    if t is None:
+        raise NotFoundError(f"task {task_id[:64]} not found", "task_id")
+    return t
+
+
+def _item(res: Any) -> Any:
+    if isinstance(res, BaseException):
+        if isinstance(res, MolensError):
+            raise res
+        raise InternalError(f"the state machine failed: {type(res).__name__}")
+    return res
+
+
+# -------------------------------------------------------------------------------------------------
+# routes
+
+
+def _install_tasks(api: Api) -> None:
+    ctx = api.ctx
+
+    def validate(body: Any, now: int) -> model.TaskSpec:
+        s = ctx.settings
+        return model.validate_create(body, s.policy, s.limits, now)
+
+    @api.route("POST", f"{PREFIX}/tasks", write=True)
+    def create_task() -> tuple[int, Any]:
+        body = api.read_json()
+        if not isinstance(body, dict):
+            raise ValidationError("the body must be a JSON object (one task)", "body")
+        key = bottle.request.get_header("Idempotency-Key")
+        if key and body.get("idempotency_key") is None:
+            body["idempotency_key"] = key
+        now = ctx.now_ms()
+        spec = validate(body, now)
+        res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
+        assert isinstance(res, Created)
+        return (201 if res.created else 200), res.task.to_json()
+
+    @api.route("POST", f"{PREFIX}/tasks/batch", write=True)
+    def create_batch() -> tuple[int, Any]:
+        body = api.read_json()
+        if not isinstance(body, dict):
+            raise ValidationError('the body must be an object {"tasks": [...]}', "body")
+        for k in body:
+            if k != "tasks":
+                raise ValidationError(f"unknown field {k!r}", str(k))
+        tasks = body.get("tasks")
+        if not isinstance(tasks, list):
+            raise ValidationError("tasks must be an array of task objects", "tasks")
+        limit = ctx.settings.max_batch
+        if len(tasks) > limit:
+            raise ValidationError(f"a batch holds at most {limit} tasks, got {len(tasks)}", "tasks")
+        now = ctx.now_ms()
+        items: list[CreateItem] = []
+        errors: list[tuple[int, MolensError]] = []
+        for i, t in enumerate(tasks):
+            try:
+                items.append(CreateItem(ctx.new_task_id(), validate(t, now)))
+            except ValidationError as exc:
+                errors.append((i, exc))
+        if errors:
+            raise BatchInvalid(len(tasks), errors)
+        if not items:
+            return 200, {"items": [], "errors": []}
+        results = api.propose_one(CreateTasks(now, tuple(items)))
+        out: list[Any] = []
+        errs: list[dict[str, Any]] = []
+        created = False
+        for i, r in enumerate(results):
+            if isinstance(r, Created):
+                out.append(r.task.to_json())
+                created = created or r.created
+            else:
+                out.append(None)
+                err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
+                errs.append({"index": i, **err.to_json()})
+        return (201 if created else 200), {"items": out, "errors": errs}
+
+    @api.route("GET", f"{PREFIX}/tasks")
+    def list_tasks() -> tuple[int, Any]:
+        q = bottle.request.query
+        statuses: set[str] | None = None
+        raw_status = api.q_str("status")
+        if raw_status:
+            statuses = set()
+            for s in raw_status.split(","):
+                try:
+                    statuses.add(Status(s.strip()).value)
+                except ValueError:
+                    allowed = ", ".join(x.value for x in Status)
+                    raise ValidationError(f"status must be one of {allowed}, got {s[:40]!r}", "status") from None
+        ttype = api.q_str("type")
+        if ttype is not None and ttype not in _TYPES:
+            raise ValidationError("type must be 'delayed' or 'periodic'", "type")
+        scene = api.q_str("scene")
+        if scene is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", scene):
+            raise ValidationError("scene must match [A-Za-z0-9_.-]{1,64}", "scene")
+        url = api.q_str("url")
+        if url is not None and len(url) > MAX_URL_FILTER:
+            raise ValidationError(f"url filter is longer than {MAX_URL_FILTER}", "url")
+        url_l = url.lower() if url else None
+        limit = api.q_limit()
+        after = ""
+        raw_cursor = q.get("cursor")
+        if raw_cursor:
+            after = decode_cursor("t", raw_cursor)
+            if not model.is_task_id(after):
+                raise ValidationError("cursor is not a cursor this API issued", "cursor")
+        items: list[dict[str, Any]] = []
+        scanned = 0
+        last = ""
+        more = False
+        for t in ctx.scan_tasks(after):
+            if len(items) >= limit or scanned >= MAX_SCAN:
+                more = True
+                break
+            scanned += 1
+            last = t.id
+            if statuses is not None and t.status.value not in statuses:
+                continue
+            if ttype is not None and t.spec.type.value != ttype:
+                continue
+            if scene is not None and t.spec.scene != scene:
+                continue
+            if url_l is not None and url_l not in t.spec.callback_url.lower():
+                continue
+            items.append(t.to_json())
+        return 200, {"items": items, "next_cursor": encode_cursor("t", last) if more else None}
+
+    @api.route("GET", f"{PREFIX}/tasks/<task_id>")
+    def get_task(task_id: str) -> tuple[int, Any]:
+        return 200, task_or_404(ctx, task_id).to_json()
+
+    def by_id(cmd: Callable[[int, str], Command], task_id: str) -> tuple[int, Any]:
+        task_or_404(ctx, task_id)  # the leader has applied every write it acknowledged: no entry for junk ids
+        res = _item(api.propose_one(cmd(ctx.now_ms(), task_id))[0])
+        assert isinstance(res, Task)
+        return 200, res.to_json()
+
+    @api.route("DELETE", f"{PREFIX}/tasks/<task_id>", write=True)
+    def delete_task(task_id: str) -> tuple[int, Any]:
+        return by_id(lambda now, tid: DeleteTasks(now, (tid,)), task_id)
+
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/pause", write=True)
+    def pause_task(task_id: str) -> tuple[int, Any]:
+        return by_id(lambda now, tid: PauseTasks(now, (tid,)), task_id)
+
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/resume", write=True)
+    def resume_task(task_id: str) -> tuple[int, Any]:
+        return by_id(lambda now, tid: ResumeTasks(now, (tid,)), task_id)
+
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True)
+    def trigger_task(task_id: str) -> tuple[int, Any]:
+        return by_id(TriggerTask, task_id)
+
+
+def _install_executions(api: Api) -> None:
+    ctx = api.ctx
+
+    def listing(task_id: str | None) -> tuple[int, Any]:
+        result = api.q_str("result")
+        if result is not None:
+            try:
+                result = ExecutionResult(result).value
+            except ValueError:
+                allowed = ", ".join(x.value for x in ExecutionResult)
+                raise ValidationError(f"result must be one of {allowed}", "result") from None
+        since = api.q_int("since", None, 0)
+        until = api.q_int("until", None, 0)
+        if since is not None and until is not None and until < since:
+            raise ValidationError("until must not be before since", "until")
+        raw_cursor = bottle.request.query.get("cursor")
+        cursor = None
+        if raw_cursor:
+            cursor = decode_cursor("e", raw_cursor)
+            if not cursor.isdigit():
+                raise ValidationError("cursor is not a cursor this API issued", "cursor")
+        page = ctx.history.list_executions(
+            task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=cursor, limit=api.q_limit()
+        )
+        nxt = encode_cursor("e", page.next_cursor) if page.next_cursor else None
+        return 200, {"items": [e.to_json() for e in page.items], "next_cursor": nxt}
+
+    @api.route("GET", f"{PREFIX}/tasks/<task_id>/executions")
+    def task_executions(task_id: str) -> tuple[int, Any]:
+        task_or_404(ctx, task_id)
+        return listing(task_id)
+
+    @api.route("GET", f"{PREFIX}/executions")
+    def executions() -> tuple[int, Any]:
+        tid = api.q_str("task_id")
+        if tid is not None and not model.is_task_id(tid):
+            raise ValidationError("task_id is not a task id", "task_id")
+        return listing(tid)
+
+
+def _install_cluster(api: Api) -> None:
+    ctx = api.ctx
+
+    @api.route("GET", f"{PREFIX}/cluster/status")
+    def cluster_status() -> tuple[int, Any]:
+        return 200, ctx.cluster_status()
+
+    @api.route("GET", f"{PREFIX}/cluster/leader")
+    def cluster_leader() -> tuple[int, Any]:
+        return 200, ctx.leader_info().to_json()
+
+    @api.route("GET", f"{PREFIX}/cluster/stats")
+    def cluster_stats() -> tuple[int, Any]:
+        return 200, ctx.cluster_stats()
+
+    @api.route("GET", f"{PREFIX}/stats")
+    def stats() -> tuple[int, Any]:
+        counts = ctx.task_counts()
+        li = ctx.leader_info()
+        return 200, {
+            **ctx.stats(),
+            "node_id": ctx.settings.node_id,
+            "role": li.role,
+            "leader_id": li.leader_id,
+            "term": li.term,
+            "tasks": counts,
+            "tasks_total": sum(counts.values()),
+            "time_ms": ctx.now_ms(),
+        }
+
+    @api.route("GET", f"{PREFIX}/stats/urls")
+    def url_stats() -> tuple[int, Any]:
+        now = ctx.now_ms()
+        until = api.q_int("until", now, 0)
+        assert until is not None
+        since = api.q_int("since", until - DEFAULT_STATS_WINDOW_MS, 0)
+        assert since is not None
+        if until <= since:
+            raise ValidationError("until must be after since", "until")
+        if until - since > MAX_STATS_WINDOW_MS:
+            raise ValidationError(f"the window is at most {MAX_STATS_WINDOW_MS} ms", "since")
+        bucket = api.q_int("bucket_ms", 300_000, 60_000, MAX_STATS_WINDOW_MS)
+        assert bucket is not None
+        url = api.q_str("url")
+        limit = api.q_limit()
+        rows = ctx.history.url_stats(since, until, url)
+        rows.sort(key=lambda r: (-r.count, r.url))
+        items = []
+        for r in rows[:limit]:
+            trend = ctx.history.url_trend(r.url, since, until, bucket)
+            items.append(
+                {
+                    "url": r.url,
+                    "count": r.count,
+                    "p50_ms": r.p50_ms,
+                    "p90_ms": r.p90_ms,
+                    "p99_ms": r.p99_ms,
+                    "trend": [
+                        {
+                            "bucket_ms": p.bucket_ms,
+                            "count": p.count,
+                            "p50_ms": p.p50_ms,
+                            "p90_ms": p.p90_ms,
+                            "p99_ms": p.p99_ms,
+                        }
+                        for p in trend
+                    ],
+                }
+            )
+        return 200, {"since": since, "until": until, "bucket_ms": bucket, "items": items}
+
+
+_OK = _dumps({"ok": True})
+
+
+def _install_misc(api: Api) -> None:
+    ctx = api.ctx
+
+    def test_endpoint() -> tuple[int, Any]:
+        limit = ctx.settings.max_body_bytes
+        if bottle.request.content_length > limit:
+            raise BodyTooLarge(f"request body is more than {limit} bytes", "body")
+        bottle.request.environ["wsgi.input"].read(max(0, bottle.request.content_length))
+        time.sleep(ctx.settings.test_endpoint_delay_ms / 1000)
+        return 200, _OK
+
+    @api.route("POST", f"{PREFIX}/test/callback", open_=True)
+    def test_callback() -> tuple[int, Any]:
+        return test_endpoint()
+
+    @api.route("POST", f"{PREFIX}/test/ack", open_=True)
+    def test_ack() -> tuple[int, Any]:
+        return test_endpoint()
+
+    doc = _dumps(openapi.document())
+
+    @api.route("GET", f"{PREFIX}/openapi.json", open_=True)
+    def openapi_json() -> tuple[int, Any]:
+        return 200, doc
+
+    @api.route("GET", "/healthz", open_=True)
+    def healthz() -> tuple[int, Any]:
+        return 200, {"ok": True, "node_id": ctx.settings.node_id}
+
+    @api.route("GET", "/readyz", open_=True)
+    def readyz() -> tuple[int, Any]:
+        li = ctx.leader_info()
+        if li.is_leader or li.leader_id or li.leader_url:
+            return 200, {"ready": True, "node_id": ctx.settings.node_id, "role": li.role, "leader_id": li.leader_id}
+        raise NoLeader("not ready: no leader is known")
+
+
+def build_api(ctx: ApiContext) -> Api:
+    """The app and its route registry (issue 7 adds its routes through :meth:`Api.route`)."""
+    app = bottle.Bottle(catchall=True)
+    api = Api(ctx, app)
+
+    def json_error(err: bottle.HTTPError) -> bytes:
+        if err.status_code == 405:
+            exc: MolensError = MethodNotAllowed(f"method {bottle.request.method} is not allowed here")
+        elif err.status_code == 404:
+            exc = RouteNotFound(f"no route {bottle.request.path[:200]}")
+        else:
+            exc = InternalError("internal error; see the node log")
+            if err.status_code < 500:
+                exc = MolensError(str(err.body)[:200], code="http_error")
+        bottle.response.content_type = _JSON_CT
+        return _dumps(exc.to_json())
+
+    for code in (400, 404, 405, 413, 500):
+        app.error_handler[code] = json_error
+    _install_tasks(api)
+    _install_executions(api)
+    _install_cluster(api)
+    _install_misc(api)
+    return api
+
+
+def make_app(ctx: ApiContext) -> bottle.Bottle:
+    """The WSGI app of the REST API over ``ctx``."""
+    return build_api(ctx).app
+
+
+__all__ = ["MAX_SCAN", "PREFIX", "Api", "BatchInvalid", "build_api", "decode_cursor", "encode_cursor", "make_app"]

@@ -1,0 +1,113 @@
+"""Errors of the REST layer and of the contexts behind it, all rendering DESIGN §7's error body.
+
+Every error the API answers is a :class:`molens.model.MolensError` (``code``, ``message``,
+``field``, ``http_status``), so a handler raises and one place renders ``{"error": {...}}``.
+
+The three *routing* errors are raised by an :class:`~molens.web.api_context.ApiContext` when it
+cannot apply a write here:
+
+- :class:`NotLeader` -- this node is not the leader and knows who is: the app answers ``307``
+  with ``Location`` on the leader (nothing was applied).
+- :class:`NoLeader` -- no leader is known (election in progress): ``503`` + ``Retry-After``
+  (nothing was applied; retrying is always safe).
+- :class:`OutcomeUnknown` -- the proposal was appended but leadership was lost before it applied:
+  ``503`` with code ``outcome_unknown``; the write may or may not have happened. Creates with an
+  idempotency key are safe to retry; the SDK retries those only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from molens.model import MolensError
+
+
+class NotLeader(MolensError):
+    """Not the leader; ``leader_url`` is the leader's HTTP base URL (``http://host:port``) if known."""
+
+    code = "not_leader"
+    http_status = 307
+
+    def __init__(self, leader_url: str | None, leader_id: str | None = None) -> None:
+        super().__init__(f"this node is not the leader (leader: {leader_id or leader_url or 'unknown'})")
+        self.leader_url = leader_url
+        self.leader_id = leader_id
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        body["error"]["leader"] = self.leader_url
+        return body
+
+
+class NoLeader(MolensError):
+    """No leader is known right now; nothing was applied."""
+
+    code = "no_leader"
+    http_status = 503
+
+    def __init__(self, message: str = "no leader is known (election in progress); retry shortly") -> None:
+        super().__init__(message)
+
+
+class OutcomeUnknown(MolensError):
+    """The write was appended but leadership changed before it applied: it may or may not exist."""
+
+    code = "outcome_unknown"
+    http_status = 503
+
+    def __init__(self, message: str = "leadership changed before the write applied; outcome unknown") -> None:
+        super().__init__(message)
+
+
+class Unavailable(MolensError):
+    """The node cannot serve the request now (stopping, overloaded, proposal timed out)."""
+
+    code = "unavailable"
+    http_status = 503
+
+
+class Unauthorized(MolensError):
+    code = "unauthorized"
+    http_status = 401
+
+    def __init__(self, message: str = "missing or wrong bearer token") -> None:
+        super().__init__(message)
+
+
+class BodyTooLarge(MolensError):
+    code = "body_too_large"
+    http_status = 413
+
+
+class UnsupportedMediaType(MolensError):
+    code = "unsupported_media_type"
+    http_status = 415
+
+
+class MethodNotAllowed(MolensError):
+    code = "method_not_allowed"
+    http_status = 405
+
+
+class RouteNotFound(MolensError):
+    code = "not_found"
+    http_status = 404
+
+
+class InternalError(MolensError):
+    code = "internal"
+    http_status = 500
+
+
+__all__ = [
+    "BodyTooLarge",
+    "InternalError",
+    "MethodNotAllowed",
+    "NoLeader",
+    "NotLeader",
+    "OutcomeUnknown",
+    "RouteNotFound",
+    "Unauthorized",
+    "Unavailable",
+    "UnsupportedMediaType",
+]

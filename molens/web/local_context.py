@@ -1,0 +1,225 @@
+"""A single-process :class:`~molens.web.api_context.ApiContext`: the real FSM without Raft.
+
+Commands are encoded with the real codec, numbered as log entries and applied to a real
+:class:`~molens.fsm.store.TaskStore` (lmdb) + :class:`~molens.fsm.history.History` (SQLite) by one
+committer thread that groups whatever proposals are waiting into one ``apply_batch`` (one lmdb
+transaction, like RaftPeer's group commit). It is what the REST tests, the ingest benchmark and
+``python -m molens.web`` run on; nothing fires (there is no scheduler behind it).
+
+Test hooks: :attr:`LocalContext.role` / :attr:`leader_url` make it answer as a follower
+(``NotLeader``) or without a leader (``NoLeader``); :meth:`inject_fault` makes the next proposal
+fail before applying (``no_leader``) or *after* applying (``unknown_after_apply``: the write
+happened, the proposer sees ``OutcomeUnknown``) -- the lost-response case the SDK's idempotency
+keys exist for.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any
+
+from molens import model
+from molens.fsm.commands import Command, encode
+from molens.fsm.history import History
+from molens.fsm.store import EntryResult, TaskStore
+from molens.model import Task
+from molens.raft.log import Entry
+from molens.web.api_context import ApiSettings, LeaderInfo
+from molens.web.errors import NoLeader, NotLeader, OutcomeUnknown, Unavailable
+
+log = logging.getLogger(__name__)
+
+MAX_GROUP = 1024
+"""Most proposals applied in one lmdb transaction."""
+
+
+class LocalContext:
+    """Single-node ApiContext over a real store in ``data_dir`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        settings: ApiSettings | None = None,
+        *,
+        durable: bool = False,
+        history_max_records_per_task: int = 200,
+    ) -> None:
+        self._settings = settings or ApiSettings()
+        self.data_dir = Path(data_dir)
+        self._history = History(
+            self.data_dir / "history.sqlite", max_records_per_task=history_max_records_per_task
+        )
+        self.store = TaskStore(self.data_dir, history=self._history, durable=durable)
+        self.role = "leader"
+        """``leader`` applies; anything else refuses writes with NotLeader/NoLeader."""
+        self.leader_url: str | None = None
+        """The leader's HTTP base URL reported when :attr:`role` is not ``leader``."""
+        self.leader_id: str | None = None
+        self.term = 1
+        self._index = self.store.applied_index()
+        self._faults: collections.deque[str] = collections.deque()
+        self._queue: collections.deque[tuple[list[bytes], Future[list[list[Any]]], str | None]] = (
+            collections.deque()
+        )
+        self._cv = threading.Condition()
+        self._closed = False
+        self.proposals = 0
+        self.batches = 0
+        self._thread = threading.Thread(target=self._commit_loop, name="local-commit", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ ApiContext
+
+    @property
+    def settings(self) -> ApiSettings:
+        return self._settings
+
+    @property
+    def history(self) -> History:
+        return self._history
+
+    def leader_info(self) -> LeaderInfo:
+        if self.role == "leader":
+            return LeaderInfo(self._settings.node_id, None, self.term, "leader")
+        return LeaderInfo(self.leader_id, self.leader_url, self.term, self.role)
+
+    def inject_fault(self, kind: str) -> None:
+        """Make the next proposal fail: ``no_leader`` (before applying) or ``unknown_after_apply``."""
+        if kind not in ("no_leader", "unknown_after_apply"):
+            raise ValueError(kind)
+        with self._cv:
+            self._faults.append(kind)
+
+    def propose(self, commands: Sequence[Command], timeout_s: float) -> list[list[Any]]:
+        if self.role != "leader":
+            if self.leader_url:
+                raise NotLeader(self.leader_url, self.leader_id)
+            raise NoLeader()
+        datas = [encode(c) for c in commands]
+        fut: Future[list[list[Any]]] = Future()
+        with self._cv:
+            if self._closed:
+                raise Unavailable("node is stopping")
+            fault = self._faults.popleft() if self._faults else None
+            if fault == "no_leader":
+                raise NoLeader()
+            self._queue.append((datas, fut, fault))
+            self._cv.notify()
+        try:
+            return fut.result(timeout=timeout_s)
+        except FutureTimeout:
+            raise OutcomeUnknown(f"proposal did not apply within {timeout_s:g} s; outcome unknown") from None
+
+    def get_task(self, task_id: str) -> Task | None:
+        return self.store.get_task(task_id)
+
+    def scan_tasks(self, after: str = "") -> Iterator[Task]:
+        return self.store.scan_tasks(after, chunk=256)
+
+    def task_counts(self) -> dict[str, int]:
+        return self.store.counts()
+
+    def cluster_status(self) -> dict[str, Any]:
+        li = self.leader_info()
+        applied = self.store.applied_index()
+        return {
+            "node_id": self._settings.node_id,
+            "role": li.role,
+            "term": li.term,
+            "leader_id": li.leader_id,
+            "leader_url": li.leader_url,
+            "commit_index": applied,
+            "applied_index": applied,
+            "nodes": [
+                {
+                    "id": self._settings.node_id,
+                    "role": li.role,
+                    "suffrage": "voter",
+                    "http_url": None,
+                    "match_index": applied,
+                }
+            ],
+            "mode": "local",
+        }
+
+    def cluster_stats(self) -> dict[str, Any]:
+        return {"nodes": [{"node_id": self._settings.node_id, **self.stats()}]}
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "node_id": self._settings.node_id,
+            "role": self.role,
+            "applied_index": self.store.applied_index(),
+            "proposals": self.proposals,
+            "apply_batches": self.batches,
+            "mode": "local",
+        }
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def new_task_id(self) -> str:
+        return model.new_task_id(self.now_ms(), secrets.randbits(80))
+
+    # ------------------------------------------------------------------ committer
+
+    def _commit_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue and self._closed:
+                    return
+                group = []
+                n = 0
+                while self._queue and n < MAX_GROUP:
+                    item = self._queue.popleft()
+                    group.append(item)
+                    n += len(item[0])
+            try:
+                self._apply_group(group)
+            except BaseException as exc:  # the store is unusable: fail loudly, every waiter sees it
+                log.exception("local context apply failed")
+                for _, fut, _ in group:
+                    if not fut.done():
+                        fut.set_exception(Unavailable(f"apply failed: {type(exc).__name__}"))
+
+    def _apply_group(self, group: list[tuple[list[bytes], Future[list[list[Any]]], str | None]]) -> None:
+        entries: list[Entry] = []
+        for datas, _, _ in group:
+            for d in datas:
+                self._index += 1
+                entries.append(Entry(self._index, self.term, data=d))
+        results = self.store.apply_batch(entries)
+        self.proposals += len(group)
+        self.batches += 1
+        pos = 0
+        for datas, fut, fault in group:
+            per_cmd: list[list[Any]] = []
+            for _ in datas:
+                r = results[pos]
+                pos += 1
+                per_cmd.append(r.results if isinstance(r, EntryResult) else [r])
+            if fault == "unknown_after_apply":
+                fut.set_exception(OutcomeUnknown())
+            else:
+                fut.set_result(per_cmd)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        self._thread.join(timeout=10)
+        self.store.close()
+
+
+__all__ = ["LocalContext"]

@@ -1,0 +1,606 @@
+"""The OpenAPI 3.1 document of the REST API, built in code (served at ``/api/v1/openapi.json``).
+
+Schemas are JSON Schema 2020-12, so tests validate real responses against them; a test also checks
+that every route of the app is here and every path here is a route. When a route changes, this
+file and ``docs/api.md`` change in the same commit.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+from molens import __version__
+from molens.model import DEFAULT_LIMITS, ExecutionResult, FireKind, Reliability, Status, TaskType
+
+_P = "/api/v1"
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(t: str, **kw: Any) -> dict[str, Any]:
+    return {"type": [t, "null"], **kw}
+
+
+def _json(schema: dict[str, Any], description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+_ROLE_HEADER = {"X-Molens-Role": {"$ref": "#/components/headers/X-Molens-Role"}}
+
+
+def _ok(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+    return _json(schema, description, _ROLE_HEADER)
+
+
+def _err(*codes: int) -> dict[str, Any]:
+    names = {
+        307: "NotLeader",
+        400: "BadRequest",
+        401: "Unauthorized",
+        404: "NotFound",
+        409: "Conflict",
+        413: "TooLarge",
+        415: "UnsupportedMediaType",
+        503: "Unavailable",
+    }
+    return {str(c): {"$ref": f"#/components/responses/{names[c]}"} for c in codes}
+
+
+def _param(name: str, where: str, schema: dict[str, Any], description: str, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path", "schema": schema, "description": description}
+
+
+_TASK_ID = _param("task_id", "path", {"type": "string"}, "Task id (26 Crockford base32 characters)")
+_CURSOR = _param("cursor", "query", {"type": "string"}, "Opaque cursor from a previous page's next_cursor")
+_LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "Page size")
+_EXEC_FILTERS = [
+    _param("result", "query", {"type": "string", "enum": [r.value for r in ExecutionResult]}, "Only this result"),
+    _param("since", "query", {"type": "integer", "minimum": 0}, "finished_at >= since (epoch ms)"),
+    _param("until", "query", {"type": "integer", "minimum": 0}, "finished_at < until (epoch ms)"),
+    _CURSOR,
+    _LIMIT,
+]
+
+_WRITE_ERRORS = (307, 401, 503)
+
+
+def _schemas() -> dict[str, Any]:
+    lim = DEFAULT_LIMITS
+    error_obj = {
+        "type": "object",
+        "required": ["code", "message"],
+        "properties": {
+            "code": {"type": "string", "description": "Machine-readable error code"},
+            "message": {"type": "string"},
+            "field": {"type": "string", "description": "The request field (or header/parameter) at fault"},
+            "leader": _nullable("string", description="Leader's HTTP base URL (not_leader only)"),
+        },
+    }
+    task_create = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["type", "callback_url"],
+        "properties": {
+            "type": {"type": "string", "enum": [t.value for t in TaskType]},
+            "interval_ms": _nullable(
+                "integer",
+                minimum=0,
+                description="delayed: delay from creation; periodic: period (>= 1000). "
+                "Required unless run_at (delayed) or cron_expr (periodic)",
+            ),
+            "run_at": _nullable("integer", minimum=0, description="delayed only: absolute fire time (epoch ms)"),
+            "cron_expr": _nullable(
+                "string", maxLength=lim.max_cron_length, description="periodic only; 5 fields, or 6 with seconds first"
+            ),
+            "timezone": _nullable("string", description="IANA time zone for cron (default UTC)"),
+            "callback_url": {"type": "string", "maxLength": lim.max_url_length, "description": "http(s) URL"},
+            "ack_url": _nullable("string", maxLength=lim.max_url_length, description="delayed at_least_once only"),
+            "ack_delay_ms": _nullable("integer", minimum=0, maximum=lim.max_ack_delay_ms, default=1000),
+            "payload": {"description": f"Any JSON value, at most {lim.max_payload_bytes} bytes encoded"},
+            "scene": _nullable("string", pattern="^[A-Za-z0-9_.-]{1,64}$", default="default"),
+            "timeout_ms": _nullable("integer", minimum=1, maximum=lim.max_timeout_ms, default=5000),
+            "max_retries": _nullable("integer", minimum=0, maximum=lim.max_retries),
+            "max_fails": _nullable("integer", minimum=1, description="periodic: failed occurrences before inactive"),
+            "reliability": _nullable("string", enum=[*(r.value for r in Reliability), None], default="at_least_once"),
+            "idempotency_key": _nullable(
+                "string",
+                minLength=1,
+                maxLength=lim.max_idempotency_key,
+                description="Same key again returns the first task (200 instead of 201)",
+            ),
+        },
+    }
+    task_props: dict[str, Any] = {
+        "id": {"type": "string"},
+        "type": {"type": "string", "enum": [t.value for t in TaskType]},
+        "status": {"type": "string", "enum": [s.value for s in Status]},
+        "interval_ms": _nullable("integer"),
+        "run_at": _nullable("integer"),
+        "cron_expr": _nullable("string"),
+        "timezone": {"type": "string"},
+        "callback_url": {"type": "string"},
+        "ack_url": _nullable("string"),
+        "ack_delay_ms": {"type": "integer"},
+        "payload": {"description": "The payload as given"},
+        "scene": {"type": "string"},
+        "timeout_ms": {"type": "integer"},
+        "max_retries": {"type": "integer"},
+        "max_fails": {"type": "integer"},
+        "reliability": {"type": "string", "enum": [r.value for r in Reliability]},
+        "idempotency_key": _nullable("string"),
+        "created_at": {"type": "integer", "description": "epoch ms"},
+        "updated_at": {"type": "integer", "description": "epoch ms"},
+        "next_run_at": _nullable("integer", description="epoch ms of the next action (null while firing)"),
+        "seq": {"type": "integer", "description": "Current occurrence; X-Fire-ID is {id}-{seq}"},
+        "attempt": {"type": "integer"},
+        "ack_attempt": {"type": "integer"},
+        "fail_count": {"type": "integer"},
+        "last_execution_result": _nullable("string", enum=[r.value for r in ExecutionResult] + [None]),
+        "last_status_code": _nullable("integer"),
+        "last_response": _nullable("string", description="First 512 bytes of the last response"),
+        "last_fire_at": _nullable("integer"),
+    }
+    execution_props: dict[str, Any] = {
+        "id": {"type": "integer"},
+        "task_id": {"type": "string"},
+        "fire_id": {"type": "string"},
+        "seq": {"type": "integer"},
+        "attempt": {"type": "integer"},
+        "kind": {"type": "string", "enum": [k.value for k in FireKind]},
+        "result": {"type": "string", "enum": [r.value for r in ExecutionResult]},
+        "status_code": _nullable("integer"),
+        "latency_ms": _nullable("integer"),
+        "worker": {"type": "string"},
+        "url": {"type": "string"},
+        "scene": {"type": "string"},
+        "fired_at": {"type": "integer"},
+        "finished_at": {"type": "integer"},
+        "response_head": _nullable("string"),
+    }
+    percentiles = {
+        "count": {"type": "integer"},
+        "p50_ms": {"type": "integer"},
+        "p90_ms": {"type": "integer"},
+        "p99_ms": {"type": "integer"},
+    }
+    counts = {
+        "type": "object",
+        "required": [s.value for s in Status],
+        "properties": {s.value: {"type": "integer"} for s in Status},
+    }
+    return {
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {"error": error_obj},
+        },
+        "TaskCreate": task_create,
+        "Task": {
+            "type": "object",
+            "required": list(task_props),
+            "additionalProperties": False,
+            "properties": task_props,
+        },
+        "TaskList": {
+            "type": "object",
+            "required": ["items", "next_cursor"],
+            "properties": {"items": {"type": "array", "items": _ref("Task")}, "next_cursor": _nullable("string")},
+        },
+        "BatchCreateRequest": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["tasks"],
+            "properties": {"tasks": {"type": "array", "maxItems": 1000, "items": _ref("TaskCreate")}},
+        },
+        "BatchItemError": {
+            "type": "object",
+            "required": ["index", "error"],
+            "properties": {"index": {"type": "integer", "minimum": 0}, "error": error_obj},
+        },
+        "BatchCreateResponse": {
+            "type": "object",
+            "required": ["items", "errors"],
+            "properties": {
+                "items": {"type": "array", "items": {"oneOf": [_ref("Task"), {"type": "null"}]}},
+                "errors": {"type": "array", "items": _ref("BatchItemError")},
+            },
+        },
+        "BatchCreateError": {
+            "description": "An invalid batch: nothing was created; every bad item is listed",
+            "type": "object",
+            "required": ["error", "items", "errors"],
+            "properties": {
+                "error": error_obj,
+                "items": {"type": "array", "items": {"type": "null"}},
+                "errors": {"type": "array", "items": _ref("BatchItemError")},
+            },
+        },
+        "Execution": {
+            "type": "object",
+            "required": list(execution_props),
+            "additionalProperties": False,
+            "properties": execution_props,
+        },
+        "ExecutionList": {
+            "type": "object",
+            "required": ["items", "next_cursor"],
+            "properties": {
+                "items": {"type": "array", "items": _ref("Execution")},
+                "next_cursor": _nullable("string"),
+            },
+        },
+        "LeaderInfo": {
+            "type": "object",
+            "required": ["leader_id", "leader_url", "term", "role"],
+            "properties": {
+                "leader_id": _nullable("string"),
+                "leader_url": _nullable("string", description="Leader's HTTP base URL (null on the leader)"),
+                "term": {"type": "integer"},
+                "role": {"type": "string", "description": "This node's role"},
+            },
+        },
+        "ClusterStatus": {
+            "type": "object",
+            "required": ["node_id", "role", "term", "leader_id", "applied_index", "nodes"],
+            "properties": {
+                "node_id": {"type": "string"},
+                "role": {"type": "string"},
+                "term": {"type": "integer"},
+                "leader_id": _nullable("string"),
+                "commit_index": {"type": "integer"},
+                "applied_index": {"type": "integer"},
+                "nodes": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["id"],
+                        "properties": {
+                            "id": {"type": "string"},
+                            "role": {"type": "string"},
+                            "suffrage": {"type": "string", "enum": ["voter", "learner"]},
+                            "http_url": _nullable("string"),
+                            "match_index": _nullable("integer"),
+                        },
+                    },
+                },
+            },
+        },
+        "ClusterStats": {
+            "type": "object",
+            "required": ["nodes"],
+            "properties": {
+                "nodes": {
+                    "type": "array",
+                    "items": {"type": "object", "required": ["node_id"], "properties": {"node_id": {"type": "string"}}},
+                }
+            },
+        },
+        "TaskCounts": counts,
+        "Stats": {
+            "type": "object",
+            "required": ["node_id", "role", "term", "tasks", "tasks_total", "time_ms"],
+            "properties": {
+                "node_id": {"type": "string"},
+                "role": {"type": "string"},
+                "leader_id": _nullable("string"),
+                "term": {"type": "integer"},
+                "tasks": _ref("TaskCounts"),
+                "tasks_total": {"type": "integer"},
+                "time_ms": {"type": "integer"},
+            },
+        },
+        "TrendPoint": {
+            "type": "object",
+            "required": ["bucket_ms", *percentiles],
+            "properties": {"bucket_ms": {"type": "integer"}, **percentiles},
+        },
+        "UrlStats": {
+            "type": "object",
+            "required": ["url", *percentiles, "trend"],
+            "properties": {
+                "url": {"type": "string", "description": "scheme://host[:port]/path (no query)"},
+                **percentiles,
+                "trend": {"type": "array", "items": _ref("TrendPoint")},
+            },
+        },
+        "UrlStatsList": {
+            "type": "object",
+            "required": ["since", "until", "bucket_ms", "items"],
+            "properties": {
+                "since": {"type": "integer"},
+                "until": {"type": "integer"},
+                "bucket_ms": {"type": "integer"},
+                "items": {"type": "array", "items": _ref("UrlStats")},
+            },
+        },
+        "Ok": {"type": "object", "required": ["ok"], "properties": {"ok": {"const": True}}},
+        "Health": {
+            "type": "object",
+            "required": ["ok", "node_id"],
+            "properties": {"ok": {"const": True}, "node_id": {"type": "string"}},
+        },
+        "Ready": {
+            "type": "object",
+            "required": ["ready", "node_id", "role", "leader_id"],
+            "properties": {
+                "ready": {"const": True},
+                "node_id": {"type": "string"},
+                "role": {"type": "string"},
+                "leader_id": _nullable("string"),
+            },
+        },
+    }
+
+
+def _paths() -> dict[str, Any]:
+    task_ok = _ok(_ref("Task"))
+    open_: dict[str, Any] = {"security": []}
+
+    def task_action(op: str, summary: str, extra: tuple[int, ...] = ()) -> dict[str, Any]:
+        return {
+            "post": {
+                "operationId": f"{op}Task",
+                "summary": summary,
+                "tags": ["tasks"],
+                "parameters": [_TASK_ID],
+                "responses": {"200": task_ok, **_err(404, *extra, *_WRITE_ERRORS)},
+            }
+        }
+
+    return {
+        f"{_P}/tasks": {
+            "post": {
+                "operationId": "createTask",
+                "summary": "Create a task",
+                "tags": ["tasks"],
+                "parameters": [
+                    _param(
+                        "Idempotency-Key",
+                        "header",
+                        {"type": "string", "maxLength": 128},
+                        "Alternative to the idempotency_key field",
+                    )
+                ],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("TaskCreate")}}},
+                "responses": {
+                    "201": _ok(_ref("Task"), "Created"),
+                    "200": _ok(_ref("Task"), "The idempotency key matched an existing task"),
+                    **_err(400, 413, 415, *_WRITE_ERRORS),
+                },
+            },
+            "get": {
+                "operationId": "listTasks",
+                "summary": "List tasks in creation order with filters",
+                "tags": ["tasks"],
+                "parameters": [
+                    _param("status", "query", {"type": "string"}, "Comma-separated statuses"),
+                    _param("type", "query", {"type": "string", "enum": [t.value for t in TaskType]}, "Task type"),
+                    _param("scene", "query", {"type": "string"}, "Exact scene"),
+                    _param("url", "query", {"type": "string"}, "Callback URL substring (case-insensitive)"),
+                    _CURSOR,
+                    _LIMIT,
+                ],
+                "responses": {"200": _ok(_ref("TaskList")), **_err(400, 401)},
+            },
+        },
+        f"{_P}/tasks/batch": {
+            "post": {
+                "operationId": "createTasks",
+                "summary": "Create up to 1,000 tasks atomically",
+                "tags": ["tasks"],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("BatchCreateRequest")}},
+                },
+                "responses": {
+                    "201": _ok(_ref("BatchCreateResponse"), "Created (at least one new task)"),
+                    "200": _ok(_ref("BatchCreateResponse"), "Every item matched an existing idempotency key"),
+                    "400": _json(_ref("BatchCreateError"), "Invalid batch; nothing created"),
+                    **_err(413, 415, *_WRITE_ERRORS),
+                },
+            }
+        },
+        f"{_P}/tasks/{{task_id}}": {
+            "get": {
+                "operationId": "getTask",
+                "summary": "Get a task",
+                "tags": ["tasks"],
+                "parameters": [_TASK_ID],
+                "responses": {"200": task_ok, **_err(401, 404)},
+            },
+            "delete": {
+                "operationId": "deleteTask",
+                "summary": "Delete a task and its history (answers the task as it was)",
+                "tags": ["tasks"],
+                "parameters": [_TASK_ID],
+                "responses": {"200": task_ok, **_err(404, *_WRITE_ERRORS)},
+            },
+        },
+        f"{_P}/tasks/{{task_id}}/pause": task_action("pause", "Pause a task", (409,)),
+        f"{_P}/tasks/{{task_id}}/resume": task_action("resume", "Resume a paused (or inactive periodic) task", (409,)),
+        f"{_P}/tasks/{{task_id}}/trigger": task_action("trigger", "Run the next occurrence now", (409,)),
+        f"{_P}/tasks/{{task_id}}/executions": {
+            "get": {
+                "operationId": "listTaskExecutions",
+                "summary": "A task's executions, newest first",
+                "tags": ["executions"],
+                "parameters": [_TASK_ID, *_EXEC_FILTERS],
+                "responses": {"200": _ok(_ref("ExecutionList")), **_err(400, 401, 404)},
+            }
+        },
+        f"{_P}/executions": {
+            "get": {
+                "operationId": "listExecutions",
+                "summary": "All executions, newest first",
+                "tags": ["executions"],
+                "parameters": [_param("task_id", "query", {"type": "string"}, "Only this task"), *_EXEC_FILTERS],
+                "responses": {"200": _ok(_ref("ExecutionList")), **_err(400, 401)},
+            }
+        },
+        f"{_P}/cluster/status": {
+            "get": {
+                "operationId": "clusterStatus",
+                "summary": "This node's view of the cluster",
+                "tags": ["cluster"],
+                "responses": {"200": _ok(_ref("ClusterStatus")), **_err(401)},
+            }
+        },
+        f"{_P}/cluster/leader": {
+            "get": {
+                "operationId": "clusterLeader",
+                "summary": "Who leads",
+                "tags": ["cluster"],
+                "responses": {"200": _ok(_ref("LeaderInfo")), **_err(401)},
+            }
+        },
+        f"{_P}/cluster/stats": {
+            "get": {
+                "operationId": "clusterStats",
+                "summary": "Per-node statistics",
+                "tags": ["cluster"],
+                "responses": {"200": _ok(_ref("ClusterStats")), **_err(401)},
+            }
+        },
+        f"{_P}/stats": {
+            "get": {
+                "operationId": "stats",
+                "summary": "This node's statistics and task counts",
+                "tags": ["stats"],
+                "responses": {"200": _ok(_ref("Stats")), **_err(401)},
+            }
+        },
+        f"{_P}/stats/urls": {
+            "get": {
+                "operationId": "urlStats",
+                "summary": "Callback latency p50/p90/p99 per URL with a trend",
+                "tags": ["stats"],
+                "parameters": [
+                    _param("since", "query", {"type": "integer", "minimum": 0}, "Window start (default: until - 1 h)"),
+                    _param("until", "query", {"type": "integer", "minimum": 0}, "Window end (default: now)"),
+                    _param("url", "query", {"type": "string"}, "Only this callback URL"),
+                    _param(
+                        "bucket_ms",
+                        "query",
+                        {"type": "integer", "minimum": 60000, "default": 300000},
+                        "Trend bucket width",
+                    ),
+                    _LIMIT,
+                ],
+                "responses": {"200": _ok(_ref("UrlStatsList")), **_err(400, 401)},
+            }
+        },
+        f"{_P}/test/callback": {
+            "post": {
+                "operationId": "testCallback",
+                "summary": "Built-in callback target: answers {ok: true} after 100 ms",
+                "tags": ["test"],
+                **open_,
+                "requestBody": {"required": False, "content": {"*/*": {"schema": {}}}},
+                "responses": {"200": _ok(_ref("Ok")), **_err(413)},
+            }
+        },
+        f"{_P}/test/ack": {
+            "post": {
+                "operationId": "testAck",
+                "summary": "Built-in ACK target: answers {ok: true} after 100 ms",
+                "tags": ["test"],
+                **open_,
+                "requestBody": {"required": False, "content": {"*/*": {"schema": {}}}},
+                "responses": {"200": _ok(_ref("Ok")), **_err(413)},
+            }
+        },
+        f"{_P}/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "summary": "This document",
+                "tags": ["meta"],
+                **open_,
+                "responses": {"200": _ok({"type": "object"})},
+            }
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "summary": "Liveness: the process answers",
+                "tags": ["meta"],
+                **open_,
+                "responses": {"200": _ok(_ref("Health"))},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "summary": "Readiness: a leader is known",
+                "tags": ["meta"],
+                **open_,
+                "responses": {"200": _ok(_ref("Ready")), **_err(503)},
+            }
+        },
+    }
+
+
+def _responses() -> dict[str, Any]:
+    err = _ref("Error")
+    return {
+        "BadRequest": _json(err, "Invalid request; error.field names the culprit"),
+        "Unauthorized": {
+            **_json(err, "Missing or wrong bearer token"),
+            "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
+        },
+        "NotFound": _json(err, "Unknown task"),
+        "Conflict": _json(err, "Illegal transition for the task's status"),
+        "TooLarge": _json(err, "Body or payload too large"),
+        "UnsupportedMediaType": _json(err, "Content-Type is not application/json"),
+        "NotLeader": {
+            **_json(err, "This node is a follower: repeat the request at Location (the leader)"),
+            "headers": {
+                "Location": {"schema": {"type": "string"}, "description": "Same path on the leader"},
+                "X-Molens-Leader": {"schema": {"type": "string"}, "description": "Leader's HTTP base URL"},
+            },
+        },
+        "Unavailable": {
+            **_json(err, "No leader (code no_leader) or outcome unknown (code outcome_unknown); retry later"),
+            "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+        },
+    }
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Molens REST API",
+            "version": __version__,
+            "description": "Delayed, periodic and cron HTTP callbacks on a Raft-replicated scheduler. "
+            "Times are epoch milliseconds. Writes must reach the leader: followers answer 307.",
+            "license": {"name": "MIT", "identifier": "MIT"},
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearerAuth": []}, {}],
+        "tags": [{"name": n} for n in ("tasks", "executions", "cluster", "stats", "test", "meta")],
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(),
+            "responses": _responses(),
+            "headers": {
+                "X-Molens-Role": {"schema": {"type": "string"}, "description": "Role of the answering node"}
+            },
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def document() -> dict[str, Any]:
+    """A fresh copy of the OpenAPI document."""
+    return copy.deepcopy(_document())
+
+
+__all__ = ["document"]

@@ -1,0 +1,154 @@
+"""Serving the REST app with waitress: bounded bodies, a thread pool, a clean stop.
+
+:class:`ApiServer` binds at construction (so a port conflict fails at start, and port 0 picks a
+free one), runs waitress's event loop on its own thread, and :meth:`ApiServer.stop` stops accepting,
+lets requests in progress finish (bounded), then closes every connection and joins the worker
+threads. ``threads`` bounds concurrent requests; the built-in test endpoints hold a thread for
+100 ms each, so size it for the callback rate they must absorb.
+
+``python -m molens.web.server --data-dir DIR [--port P]`` serves the API over a
+:class:`~molens.web.local_context.LocalContext` (no Raft, nothing fires): for the SDK's tests, the
+ingest benchmark and API development.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import bottle
+from waitress import wasyncore
+from waitress.server import create_server
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    host: str = "127.0.0.1"
+    port: int = 18081
+    threads: int = 16
+    max_body_bytes: int = 8 << 20
+    connection_limit: int = 1000
+    channel_timeout_s: int = 120
+    stop_grace_s: float = 5.0
+
+
+class ApiServer:
+    """A waitress server for one WSGI app on one address (see the module docstring)."""
+
+    def __init__(self, app: bottle.Bottle, options: ServerOptions | None = None) -> None:
+        self.options = o = options or ServerOptions()
+        self._map: dict[int, Any] = {}
+        self._server = create_server(
+            app,
+            map=self._map,
+            host=o.host,
+            port=o.port,
+            threads=o.threads,
+            # waitress's own 413 guards chunked bodies; the app answers JSON 413 by Content-Length first
+            max_request_body_size=o.max_body_bytes + 1024,
+            connection_limit=o.connection_limit,
+            channel_timeout=o.channel_timeout_s,
+            ident="molens",
+            clear_untrusted_proxy_headers=True,
+            expose_tracebacks=False,
+            asyncore_use_poll=True,
+        )
+        self.port: int = self._server.effective_port
+        self.host: str = o.host
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> ApiServer:
+        self._thread = threading.Thread(target=self._run, name=f"http-{self.port}", daemon=True)
+        self._thread.start()
+        log.info("http api listening url=%s threads=%d", self.url, self.options.threads)
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            wasyncore.loop(timeout=0.5, map=self._map, use_poll=True, count=1)
+        # graceful: no new connections; let requests in progress finish and their answers go out
+        srv = self._server
+        srv.accepting = False
+        disp = srv.task_dispatcher
+        deadline = time.monotonic() + self.options.stop_grace_s
+        while time.monotonic() < deadline:
+            busy = disp.active_count > 0 or len(disp.queue) > 0
+            pending_out = any(
+                getattr(ch, "total_outbufs_len", 0) > 0 for ch in list(self._map.values()) if ch is not srv
+            )
+            if not busy and not pending_out:
+                break
+            wasyncore.loop(timeout=0.05, map=self._map, use_poll=True, count=1)
+        disp.shutdown(cancel_pending=True, timeout=self.options.stop_grace_s)
+        wasyncore.close_all(self._map)
+
+    def stop(self) -> None:
+        """Stop accepting, finish what is in progress (bounded), close everything. Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            try:
+                self._server.pull_trigger()
+            except OSError:
+                pass
+            self._thread.join(timeout=self.options.stop_grace_s * 2 + 5)
+            self._thread = None
+        else:
+            self._server.task_dispatcher.shutdown(timeout=1)
+            wasyncore.close_all(self._map)
+        log.info("http api stopped url=%s", self.url)
+
+    def __enter__(self) -> ApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the API over a LocalContext until SIGTERM/SIGINT; prints ``listening URL``."""
+    from molens.web.api_context import ApiSettings
+    from molens.web.app import make_app
+    from molens.web.local_context import LocalContext
+
+    ap = argparse.ArgumentParser(prog="python -m molens.web.server", description=__doc__)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=18081)
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--token", default="")
+    ap.add_argument("--durable", action="store_true", help="fsync every applied batch")
+    ap.add_argument("--role", default="leader", help="answer as this role (tests): leader|follower|candidate")
+    ap.add_argument("--leader-url", default=None, help="with --role follower: the leader's base URL")
+    ap.add_argument("--log-level", default="WARNING")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    ctx = LocalContext(args.data_dir, ApiSettings(auth_token=args.token), durable=args.durable)
+    ctx.role = args.role
+    ctx.leader_url = args.leader_url
+    server = ApiServer(make_app(ctx), ServerOptions(host=args.host, port=args.port, threads=args.threads))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    print(f"listening {server.url}", flush=True)
+    stop.wait()
+    server.stop()
+    ctx.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

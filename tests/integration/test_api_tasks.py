@@ -1,0 +1,254 @@
+"""Happy paths of every REST endpoint on real waitress over a real store (LocalContext).
+
+Every response body is validated against its schema in the served OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
+from molens.model import FireKind, Outcome
+from molens.web.api_context import ApiSettings
+from tests.integration.api_server import Served, check_schema, delayed, serve
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory.mktemp("api")) as s:
+        yield s
+
+
+def create(api: Served, **kw: object) -> dict[str, object]:
+    st, h, body = api.call("POST", "/api/v1/tasks", delayed(**kw))
+    assert st == 201, body
+    assert h["X-Molens-Role"] == "leader"
+    check_schema(body, "Task")
+    return body  # type: ignore[no-any-return]
+
+
+def test_create_delayed_task_answers_201_with_the_task(api: Served) -> None:
+    before = int(time.time() * 1000)
+    t = create(api, payload={"order": 42, "items": ["a", "b"]}, scene="billing.v2")
+    assert t["status"] == "pending"
+    assert t["payload"] == {"order": 42, "items": ["a", "b"]}
+    assert t["scene"] == "billing.v2"
+    assert isinstance(t["next_run_at"], int) and t["next_run_at"] >= before + 60_000
+    st, _, got = api.call("GET", f"/api/v1/tasks/{t['id']}")
+    assert st == 200 and got == t
+
+
+def test_create_periodic_interval_task(api: Served) -> None:
+    st, _, t = api.call(
+        "POST",
+        "/api/v1/tasks",
+        {"type": "periodic", "interval_ms": 5_000, "callback_url": "http://127.0.0.1:9/p", "reliability": "at_most_once"},
+    )
+    assert st == 201, t
+    check_schema(t, "Task")
+    assert t["type"] == "periodic" and t["max_fails"] == 100 and t["reliability"] == "at_most_once"
+
+
+def test_same_idempotency_key_answers_200_with_the_first_task(api: Served) -> None:
+    first = create(api, idempotency_key="order-7")
+    st, _, again = api.call("POST", "/api/v1/tasks", delayed(idempotency_key="order-7", interval_ms=1))
+    assert st == 200
+    assert again["id"] == first["id"] and again["interval_ms"] == 60_000
+
+
+def test_idempotency_key_header_is_honoured(api: Served) -> None:
+    st, _, a = api.call("POST", "/api/v1/tasks", delayed(), headers={"Idempotency-Key": "hdr-1"})
+    assert st == 201 and a["idempotency_key"] == "hdr-1"
+    st, _, b = api.call("POST", "/api/v1/tasks", delayed(), headers={"Idempotency-Key": "hdr-1"})
+    assert st == 200 and b["id"] == a["id"]
+
+
+def test_batch_create_creates_all_in_one_entry(api: Served) -> None:
+    n0 = api.task_count()
+    entries0 = api.ctx.store.applied_index()
+    tasks = [delayed(scene="batch", payload=i) for i in range(250)]
+    st, _, body = api.call("POST", "/api/v1/tasks/batch", {"tasks": tasks})
+    assert st == 201
+    check_schema(body, "BatchCreateResponse")
+    assert body["errors"] == [] and len(body["items"]) == 250
+    assert [t["payload"] for t in body["items"]] == list(range(250))
+    assert len({t["id"] for t in body["items"]}) == 250
+    assert api.task_count() == n0 + 250
+    assert api.ctx.store.applied_index() == entries0 + 1
+
+
+def test_batch_with_only_known_idempotency_keys_answers_200(api: Served) -> None:
+    tasks = [delayed(idempotency_key=f"b-{i}") for i in range(3)]
+    st, _, first = api.call("POST", "/api/v1/tasks/batch", {"tasks": tasks})
+    assert st == 201
+    st, _, again = api.call("POST", "/api/v1/tasks/batch", {"tasks": tasks})
+    assert st == 200
+    assert [t["id"] for t in again["items"]] == [t["id"] for t in first["items"]]
+
+
+def test_empty_batch_is_fine(api: Served) -> None:
+    st, _, body = api.call("POST", "/api/v1/tasks/batch", {"tasks": []})
+    assert (st, body) == (200, {"items": [], "errors": []})
+
+
+def test_list_pages_through_every_task_with_cursors(api: Served) -> None:
+    ids = [create(api, scene="paging")["id"] for _ in range(7)]
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        q = "/api/v1/tasks?scene=paging&limit=3" + (f"&cursor={cursor}" if cursor else "")
+        st, _, page = api.call("GET", q)
+        assert st == 200
+        check_schema(page, "TaskList")
+        seen += [t["id"] for t in page["items"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    # id order (= creation order to the millisecond), no duplicates, nothing missed
+    assert seen == sorted(ids)
+    assert pages >= 3
+
+
+def test_list_filters_by_status_type_scene_and_url(api: Served) -> None:
+    a = create(api, scene="flt", callback_url="http://127.0.0.1:9/Hooks/Alpha")
+    b = create(api, scene="flt", callback_url="http://127.0.0.1:9/hooks/beta")
+    api.call("POST", f"/api/v1/tasks/{b['id']}/pause")
+
+    def ids(q: str) -> list[str]:
+        st, _, page = api.call("GET", "/api/v1/tasks?limit=1000&" + q)
+        assert st == 200, page
+        return [t["id"] for t in page["items"]]
+
+    both = sorted([a["id"], b["id"]])
+    assert ids("scene=flt") == both
+    assert ids("scene=flt&status=paused") == [b["id"]]
+    assert ids("scene=flt&status=pending,paused") == both
+    assert ids("scene=flt&url=hooks/alpha") == [a["id"]]
+    assert ids("scene=flt&type=periodic") == []
+    assert ids("scene=flt&type=delayed&status=done") == []
+
+
+def test_pause_resume_trigger_delete(api: Served) -> None:
+    t = create(api)
+    tid = t["id"]
+    st, _, p = api.call("POST", f"/api/v1/tasks/{tid}/pause")
+    assert st == 200 and p["status"] == "paused" and p["next_run_at"] is None
+    check_schema(p, "Task")
+    st, _, r = api.call("POST", f"/api/v1/tasks/{tid}/resume")
+    assert st == 200 and r["status"] == "pending" and r["next_run_at"] == t["next_run_at"]
+    now = int(time.time() * 1000)
+    st, _, g = api.call("POST", f"/api/v1/tasks/{tid}/trigger")
+    assert st == 200 and g["status"] == "pending" and now - 1000 <= g["next_run_at"] < t["next_run_at"]
+    n = api.task_count()
+    st, _, d = api.call("DELETE", f"/api/v1/tasks/{tid}")
+    assert st == 200 and d["id"] == tid
+    assert api.task_count() == n - 1
+    st, _, err = api.call("GET", f"/api/v1/tasks/{tid}")
+    assert st == 404 and err["error"]["field"] == "task_id"
+
+
+def _fire(api: Served, tid: str, code: int, latency_ms: int, head: str = "ok") -> None:
+    """Drive one callback attempt through the real machine: Dispatched, then its Results."""
+    now = int(time.time() * 1000)
+    task = api.ctx.get_task(tid)
+    assert task is not None
+    fid = task.fire_id
+    api.ctx.propose([Dispatched(now, (DispatchItem(fid, tid, task.attempt + 1, "n1", now + 10_000),))], 5)
+    res = ResultItem(fid, FireKind.CALLBACK, code, Outcome.RESPONSE, head, latency_ms, "n1")
+    api.ctx.propose([Results(now + latency_ms, (res,))], 5)
+
+
+def test_executions_per_task_and_global_with_filters_and_cursors(api: Served) -> None:
+    t1 = create(api, interval_ms=0, max_retries=5, callback_url="http://127.0.0.1:9/exec?x=1")
+    t2 = create(api, interval_ms=0)
+    _fire(api, t1["id"], 500, 30, "boom")
+    _fire(api, t2["id"], 200, 10)
+    st, _, task = api.call("GET", f"/api/v1/tasks/{t1['id']}")
+    assert task["status"] == "firing" and task["last_execution_result"] == "failed" and task["last_response"] == "boom"
+    st, _, page = api.call("GET", f"/api/v1/tasks/{t1['id']}/executions")
+    assert st == 200
+    check_schema(page, "ExecutionList")
+    assert [(e["result"], e["status_code"], e["response_head"]) for e in page["items"]] == [("failed", 500, "boom")]
+    st, _, page = api.call("GET", "/api/v1/executions?result=success&limit=1000")
+    assert t2["id"] in {e["task_id"] for e in page["items"]}
+    assert all(e["result"] == "success" for e in page["items"])
+    st, _, page = api.call("GET", f"/api/v1/executions?task_id={t2['id']}")
+    assert [e["task_id"] for e in page["items"]] == [t2["id"]]
+    # cursor paging over the global list, newest first
+    st, _, p1 = api.call("GET", "/api/v1/executions?limit=1")
+    assert p1["next_cursor"] is not None
+    st, _, p2 = api.call("GET", f"/api/v1/executions?limit=1&cursor={p1['next_cursor']}")
+    assert p2["items"][0]["id"] < p1["items"][0]["id"]
+    future = int(time.time() * 1000) + 3_600_000
+    st, _, none = api.call("GET", f"/api/v1/executions?since={future}")
+    assert (st, none["items"]) == (200, [])
+
+
+def test_url_stats_report_percentiles_and_trend(api: Served) -> None:
+    tasks = [create(api, interval_ms=0, callback_url="http://127.0.0.1:9/lat?task=" + str(i)) for i in range(10)]
+    for i, t in enumerate(tasks):
+        _fire(api, t["id"], 200, 10 * (i + 1))
+    st, _, body = api.call("GET", "/api/v1/stats/urls?url=http://127.0.0.1:9/lat")
+    assert st == 200, body
+    check_schema(body, "UrlStatsList")
+    [row] = body["items"]
+    assert row["url"] == "http://127.0.0.1:9/lat" and row["count"] == 10
+    assert 45 <= row["p50_ms"] <= 55 and 90 <= row["p90_ms"] <= 100 and 95 <= row["p99_ms"] <= 105
+    assert sum(p["count"] for p in row["trend"]) == 10
+
+
+def test_cluster_and_stats_endpoints(api: Served) -> None:
+    for path, schema in (
+        ("/api/v1/cluster/status", "ClusterStatus"),
+        ("/api/v1/cluster/leader", "LeaderInfo"),
+        ("/api/v1/cluster/stats", "ClusterStats"),
+        ("/api/v1/stats", "Stats"),
+    ):
+        st, h, body = api.call("GET", path)
+        assert st == 200, (path, body)
+        assert h["X-Molens-Role"] == "leader"
+        check_schema(body, schema)
+    st, _, stats = api.call("GET", "/api/v1/stats")
+    assert stats["tasks_total"] == api.task_count() == sum(stats["tasks"].values())
+    st, _, leader = api.call("GET", "/api/v1/cluster/leader")
+    assert leader["role"] == "leader" and leader["leader_id"] == "n1"
+
+
+def test_health_ready_and_openapi(api: Served) -> None:
+    st, _, body = api.call("GET", "/healthz")
+    assert st == 200 and body["ok"] is True
+    check_schema(body, "Health")
+    st, _, body = api.call("GET", "/readyz")
+    assert st == 200
+    check_schema(body, "Ready")
+    st, h, doc = api.call("GET", "/api/v1/openapi.json")
+    assert st == 200 and doc["openapi"].startswith("3.1") and h["Content-Type"].startswith("application/json")
+
+
+def test_test_endpoints_answer_after_100ms_without_blocking_others(api: Served) -> None:
+    t0 = time.monotonic()
+    st, _, body = api.call("POST", "/api/v1/test/callback", {"hello": "world"})
+    assert (st, body) == (200, {"ok": True})
+    assert time.monotonic() - t0 >= 0.1  # the documented minimum delay, not a speed bound
+
+
+def test_test_endpoints_do_not_block_other_requests(tmp_path: Path) -> None:
+    # a long delay makes "answered while the test calls still sleep" independent of machine speed
+    with (
+        serve(tmp_path, ApiSettings(test_endpoint_delay_ms=2_000), threads=8) as slow_api,
+        concurrent.futures.ThreadPoolExecutor(6) as pool,
+    ):
+        slow = [pool.submit(slow_api.call, "POST", "/api/v1/test/ack", {"i": i}) for i in range(5)]
+        fast = pool.submit(slow_api.call, "GET", "/healthz")
+        assert fast.result()[0] == 200
+        assert not any(f.done() for f in slow)
+        assert [f.result()[:3:2] for f in slow] == [(200, {"ok": True})] * 5
