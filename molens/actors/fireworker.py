@@ -16,7 +16,8 @@ Rules:
   dispatch.
 - A fire whose ``deadline_ms`` has passed when a thread picks it up is not sent (the leader has
   already counted it lost; sending it now could deliver twice); it is counted in ``stats().expired``.
-  A fire is never given more than the time left before its deadline.
+  A fire is never given more than the time left before its deadline. ``deadline_ms`` is the leader's
+  wall clock, so this assumes node clocks agree (NTP) to well within ``dispatch_timeout_ms``.
 - Results go to ``on_results(list[FireResult])`` from the flusher thread, at most ``flush_count``
   per call, at most ``flush_interval_ms`` after the first unflushed result.
 - ``stop()``: refuses new work, drops fires not yet started (returned to the caller), waits for
