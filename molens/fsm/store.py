@@ -10,6 +10,8 @@ the result and finally ``applied_index`` -- all in ONE lmdb write transaction. D
 - ``fires``  fire id -> in-flight fire record
 - ``idem``   idempotency key -> task id
 - ``meta``   ``applied_index``, ``applied_term``, ``counts`` (tasks per status), ``m:<key>`` user meta
+- ``expiry`` ``updated_ms | task id`` of every done/failed/inactive task, so the Cleaner finds
+  what retention expires without walking all tasks (:meth:`TaskStore.scan_expirable`)
 
 History rows (executions) of the batch go to :class:`molens.fsm.history.History` in one SQLite
 transaction committed just *before* the lmdb transaction; the history remembers the last entry index
@@ -39,10 +41,10 @@ import lmdb
 import msgpack
 
 from molens.fsm import machine
-from molens.fsm.commands import CodecError, decode, spec_from_list, spec_to_list
+from molens.fsm.commands import CodecError, ExpireItem, decode, spec_from_list, spec_to_list
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
-from molens.model import ExecutionResult, FireKind, MolensError, Status, Task
+from molens.model import TERMINAL_STATUSES, ExecutionResult, FireKind, MolensError, Status, Task
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +206,7 @@ class TaskStore:
         self._env = lmdb.open(
             str(self.dir),
             map_size=self._map_size,
-            max_dbs=5,
+            max_dbs=6,
             sync=self._durable,
             metasync=False,
             readahead=False,
@@ -214,6 +216,7 @@ class TaskStore:
         self._fires = self._env.open_db(b"fires")
         self._idem = self._env.open_db(b"idem")
         self._meta = self._env.open_db(b"meta")
+        self._expiry = self._env.open_db(b"expiry")
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED, db=self._meta)
             raw_term = txn.get(_APPLIED_TERM, db=self._meta)
@@ -291,6 +294,7 @@ class TaskStore:
         before = applied.before
         put, delete = txn.put, txn.delete
         tasks_db, due_db = self._tasks, self._due
+        exp_db = self._expiry
         for tid, t in w.tasks.items():
             old = before.get(tid)
             k = tid.encode()
@@ -298,6 +302,8 @@ class TaskStore:
                 counts[old.status.value] = counts.get(old.status.value, 0) - 1
                 if old.due_ms is not None and (t is None or t.due_ms != old.due_ms):
                     delete(due_key(old.due_ms, tid), db=due_db)
+                if old.status in TERMINAL_STATUSES:
+                    delete(due_key(old.updated_ms, tid), db=exp_db)
             if t is None:
                 delete(k, db=tasks_db)
                 continue
@@ -305,6 +311,8 @@ class TaskStore:
             put(k, task_to_bytes(t), db=tasks_db)
             if t.due_ms is not None and (old is None or old.due_ms != t.due_ms):
                 put(due_key(t.due_ms, tid), b"", db=due_db)
+            if t.status in TERMINAL_STATUSES:
+                put(due_key(t.updated_ms, tid), b"", db=exp_db)
         for fid, f in w.fires.items():
             if f is None:
                 delete(fid.encode(), db=self._fires)
@@ -357,7 +365,7 @@ class TaskStore:
             fout.flush()
             os.fsync(fout.fileno())
         try:
-            check = lmdb.open(str(staged), subdir=False, readonly=True, lock=False, max_dbs=5)
+            check = lmdb.open(str(staged), subdir=False, readonly=True, lock=False, max_dbs=6)
             try:
                 check.open_db(b"tasks", create=False)
                 check.open_db(b"meta", create=False)
@@ -436,6 +444,22 @@ class TaskStore:
                 return
             start = rows[-1] + b"\x00"
 
+    def scan_expirable(self, updated_before_ms: int, limit: int) -> list[ExpireItem]:
+        """Up to ``limit`` terminal tasks last updated before ``updated_before_ms``, oldest first
+        (the Cleaner proposes them as ``Expire`` items; the machine re-checks on apply)."""
+        out: list[ExpireItem] = []
+        with self._env.begin(db=self._expiry) as txn:
+            cur = txn.cursor()
+            ok = cur.first()
+            while ok and len(out) < limit:
+                k = bytes(cur.key())
+                ms = _U64.unpack_from(k)[0]
+                if ms >= updated_before_ms:
+                    break
+                out.append(ExpireItem(k[8:].decode(), ms))
+                ok = cur.next()
+        return out
+
     def scan_fires(self, chunk: int = 4096) -> Iterator[Fire]:
         """Every in-flight fire, in fire id order, streaming."""
         for k, v in self._scan(self._fires, b"", chunk):
@@ -475,6 +499,7 @@ class TaskStore:
                 (b"fires", self._fires),
                 (b"idem", self._idem),
                 (b"meta", self._meta),
+                (b"expiry", self._expiry),
             ):
                 h.update(name)
                 for k, v in txn.cursor(db=db):

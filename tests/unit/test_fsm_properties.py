@@ -149,6 +149,8 @@ def test_lmdb_store_agrees_with_memory_state_on_a_long_random_run(tmp_path: Path
     assert {t.id: t for t in store.scan_tasks()} == d.s.tasks
     assert list(store.scan_due()) == sorted(d.s.due)
     assert {f.fire_id: f for f in store.scan_fires()} == d.s.fires
+    terminal = sorted((t.updated_ms, t.id) for t in d.s.tasks.values() if t.status in TERMINAL_STATUSES)
+    assert [(i.updated_ms, i.task_id) for i in store.scan_expirable(2**62, 10**6)] == terminal
     counts = store.counts()
     for st_ in Status:
         assert counts[st_.value] == sum(1 for t in d.s.tasks.values() if t.status is st_)

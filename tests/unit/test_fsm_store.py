@@ -15,6 +15,7 @@ from molens.fsm.commands import (
     DeleteTasks,
     Dispatched,
     DispatchItem,
+    Expire,
     PutMeta,
     ResultItem,
     Results,
@@ -221,3 +222,19 @@ def test_history_not_duplicated_when_lmdb_commit_was_lost(tmp_path: Path) -> Non
     s2.apply_batch(es[2:])
     assert h2.count() == 1 and h2.applied_index() == 3
     s2.close()
+
+
+def test_scan_expirable_lists_terminal_tasks_by_last_update(store: TaskStore) -> None:
+    lg = Log(store)
+    ids = [new_task_id(T0, i) for i in range(4)]
+    lg.apply(CreateTasks(T0, tuple(CreateItem(t, spec(interval_ms=0, max_retries=0)) for t in ids)))
+    lg.apply(Dispatched(T0, tuple(DispatchItem(f"{t}-1", t, 1, "w", T0 + 5000) for t in ids[:3])))
+    for n, t in enumerate(ids[:3]):
+        code = 200 if n else 500
+        lg.apply(Results(T0 + 10 + n, (ResultItem(f"{t}-1", FireKind.CALLBACK, code, Outcome.RESPONSE, "", 1, "w"),)))
+    items = store.scan_expirable(T0 + 12, 10)
+    assert [(i.task_id, i.updated_ms) for i in items] == [(ids[0], T0 + 10), (ids[1], T0 + 11)]
+    assert len(store.scan_expirable(T0 + 100, 2)) == 2
+    lg.apply(Expire(T0 + 100, tuple(items)))
+    assert store.get_task(ids[0]) is None and store.get_task(ids[1]) is None
+    assert [i.task_id for i in store.scan_expirable(T0 + 100, 10)] == [ids[2]]
