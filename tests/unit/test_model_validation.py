@@ -320,3 +320,22 @@ def test_task_ids_sort_by_time_and_encode_it() -> None:
     assert all(is_task_id(i) and len(i) == 26 for i in ids)
     assert task_id_ms(ids[7]) == NOW + 7
     assert not is_task_id("hello")
+
+
+@pytest.mark.parametrize("expr", ["* * *", "61 * * * *", "* * * * * * *", "H * * * *", "0 0 30 2 *", "bogus"])
+def test_bad_cron_expr_names_cron_expr(expr: str) -> None:
+    bad(ok(type="periodic", interval_ms=None, cron_expr=expr), "cron_expr")
+
+
+def test_cron_expr_must_be_a_string() -> None:
+    bad(ok(type="periodic", interval_ms=None, cron_expr=5), "cron_expr")
+
+
+@pytest.mark.parametrize("tz", ["Mars/Olympus", "", "utc ", "../etc/passwd"])
+def test_unknown_timezone_names_timezone(tz: str) -> None:
+    bad(ok(type="periodic", interval_ms=None, cron_expr="0 * * * *", timezone=tz), "timezone")
+
+
+def test_cron_accepted_with_seconds_and_zone() -> None:
+    s = validate_create(ok(type="periodic", interval_ms=None, cron_expr="*/5 * * * * *", timezone="Europe/Berlin"), now_ms=NOW)
+    assert (s.cron_expr, s.timezone, s.interval_ms, s.max_fails) == ("*/5 * * * * *", "Europe/Berlin", None, 100)
