@@ -23,7 +23,8 @@ may roll back and is replayed from the Raft log). Entries at or below ``applied_
 replica alike and changes nothing. Snapshots are ``env.copyfd(compact=True)`` of a read transaction.
 
 Leader effects (wheel adds/removes, fire requests) are returned in each entry's :class:`EntryResult`
-and also passed, after the commit, to ``on_effects`` if one is set.
+(with the entry's term: see there for which fire requests a leader may send) and also passed, after
+the commit, to ``on_applied`` (the entries that have effects) if one is set.
 """
 
 from __future__ import annotations
@@ -83,9 +84,16 @@ class EntryLike(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class EntryResult:
-    """What applying one entry produced: per-item results for the proposer, effects for the leader."""
+    """What applying one entry produced: per-item results for the proposer, effects for the leader.
+
+    ``term`` is the entry's Raft term. The leader's Dispatcher sends the ``FireRequest`` effects of
+    an entry only if ``term`` is its own current term: a ``Dispatched`` entry of an earlier leader
+    that commits at the start of a new term was never sent by the new leader, and is left to the
+    Monitor (its fires stay in ``fires`` until their deadline, then go ``lost``/``unknown``).
+    """
 
     index: int
+    term: int
     results: list[Any]
     effects: list[Effect]
 
@@ -191,13 +199,13 @@ class TaskStore:
         durable: bool = True,
         map_size: int = DEFAULT_MAP_SIZE,
         config: MachineConfig = machine.DEFAULT_CONFIG,
-        on_effects: Callable[[list[Effect]], None] | None = None,
+        on_applied: Callable[[list[EntryResult]], None] | None = None,
     ) -> None:
         self.dir = Path(data_dir) / "fsm"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.history = history
         self.config = config
-        self.on_effects = on_effects
+        self.on_applied = on_applied
         self._durable = durable
         self._map_size = map_size
         self._open()
@@ -260,10 +268,10 @@ class TaskStore:
         self._applied = fresh[-1].index
         self._applied_term = fresh[-1].term
         self._counts = counts
-        if self.on_effects is not None:
-            effects = [eff for r in out if isinstance(r, EntryResult) for eff in r.effects]
-            if effects:
-                self.on_effects(effects)
+        if self.on_applied is not None:
+            with_effects = [r for r in out if isinstance(r, EntryResult) and r.effects]
+            if with_effects:
+                self.on_applied(with_effects)
         return results + out
 
     def _apply_in(
@@ -286,7 +294,7 @@ class TaskStore:
             self._write(txn, applied, counts)
             if applied.writes.executions or applied.writes.history_deletes:
                 hist.append((e.index, applied.writes))
-            out.append(EntryResult(e.index, applied.results, applied.effects))
+            out.append(EntryResult(e.index, e.term, applied.results, applied.effects))
         return out, hist
 
     def _write(self, txn: lmdb.Transaction, applied: Applied, counts: dict[str, int]) -> None:

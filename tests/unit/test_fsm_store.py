@@ -22,7 +22,7 @@ from molens.fsm.commands import (
     encode,
 )
 from molens.fsm.history import History
-from molens.fsm.machine import Created, Effect, FireRequest, WheelAdd
+from molens.fsm.machine import Created, FireRequest, WheelAdd
 from molens.fsm.memstate import MemoryState
 from molens.fsm.store import EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
 from molens.model import ExecutionResult, FireKind, Outcome, Status, new_task_id, validate_create
@@ -121,12 +121,12 @@ def test_commands_in_one_batch_see_each_other(store: TaskStore) -> None:
     assert e.result is ExecutionResult.SUCCESS and e.response_head == "ok"
 
 
-def test_effects_reach_on_effects_after_commit(tmp_path: Path) -> None:
-    seen: list[Effect] = []
-    s = TaskStore(tmp_path, on_effects=seen.extend)
+def test_effects_reach_on_applied_after_commit_with_their_term(tmp_path: Path) -> None:
+    seen: list[EntryResult] = []
+    s = TaskStore(tmp_path, on_applied=seen.extend)
     tid = new_task_id(T0, 3)
-    Log(s).apply(CreateTasks(T0, (CreateItem(tid, spec()),)))
-    assert seen == [WheelAdd(tid, T0 + 1000)]
+    Log(s).apply(CreateTasks(T0, (CreateItem(tid, spec()),)), PutMeta(T0, "x", b"y"))
+    assert [(r.index, r.term, r.effects) for r in seen] == [(1, 1, [WheelAdd(tid, T0 + 1000)])]
     s.close()
 
 
