@@ -1,0 +1,550 @@
+"""Python SDK for the Molens REST API: :class:`MolensClient` and :class:`BatchingClient`.
+
+>>> c = MolensClient(["http://127.0.0.1:18081", "http://127.0.0.1:18082"], token=None)
+>>> t = c.create(type="delayed", interval_ms=5000, callback_url="http://127.0.0.1:18081/api/v1/test/callback")
+>>> c.get(t["id"])["status"]
+'pending'
+
+Behaviour:
+
+- **Leader discovery.** Requests go to the node believed to lead (first the first URL). A follower
+  answers writes with ``307``; the client re-sends the same request (body included) to
+  ``Location`` and remembers that node. On a connection error it moves to the next URL.
+- **Retries** with exponential backoff and full jitter (``backoff_base_s * 2^n``, capped at
+  ``backoff_max_s``, times a random factor in [0.5, 1]), bounded by ``max_attempts`` and
+  ``retry_deadline_s``: on connection errors and on ``503`` (no leader / outcome unknown /
+  unavailable). Other errors are raised at once as typed :class:`ApiError` subclasses.
+- **Idempotency.** :meth:`MolensClient.create` and :meth:`~MolensClient.create_many` give every task
+  without an ``idempotency_key`` a random one (uuid4), so a retry after a lost response returns the
+  task created by the first attempt instead of creating a duplicate. Pause/resume/trigger/delete are
+  retried too; if a retry after an unknown outcome meets ``404``/``409`` (the first attempt may have
+  done it), :class:`OutcomeUnknownError` is raised rather than a misleading not-found/conflict.
+- Reads go to the same node as writes, so a client reads its own writes.
+
+Thread-safe: one client may be shared by threads (urllib3 keeps a keep-alive pool per node).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import urllib3
+
+from molens.model import MolensError
+
+log = logging.getLogger(__name__)
+
+Task = dict[str, Any]
+"""A task as the API returns it (see ``Task`` in the OpenAPI document)."""
+
+# -------------------------------------------------------------------------------------------------
+# errors
+
+
+class ClientError(MolensError):
+    """Base of every error the SDK raises."""
+
+    code = "client_error"
+
+
+class ApiError(ClientError):
+    """The API answered with an error body ``{"error": {"code", "message", "field"}}``."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None, body: Any = None) -> None:
+        super().__init__(message, field, code)
+        self.status = status
+        self.http_status = status
+        self.body = body
+
+    def __str__(self) -> str:
+        where = f" (field {self.field})" if self.field else ""
+        return f"{self.status} {self.code}: {self.message}{where}"
+
+
+class BadRequestError(ApiError):
+    """400 / 413 / 415: the request is invalid; ``field`` names the culprit."""
+
+
+class BatchRejectedError(BadRequestError):
+    """A batch create was rejected (nothing created); ``item_errors`` maps item index -> error."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None, body: Any) -> None:
+        super().__init__(status, code, message, field, body)
+        self.item_errors: dict[int, ApiError] = {}
+        for e in (body or {}).get("errors", []):
+            err = e.get("error", {})
+            self.item_errors[int(e["index"])] = _error_class(400, err.get("code", ""))(
+                400, err.get("code", ""), err.get("message", ""), err.get("field"), e
+            )
+
+
+class UnauthorizedError(ApiError):
+    """401: missing or wrong bearer token."""
+
+
+class TaskNotFoundError(ApiError):
+    """404: no such task."""
+
+
+class ConflictError(ApiError):
+    """409: the operation is illegal in the task's current status."""
+
+
+class UnavailableError(ApiError):
+    """503 after every retry: no leader, or the cluster is not serving."""
+
+
+class OutcomeUnknownError(ClientError):
+    """A write may or may not have happened (lost response and the retry could not tell)."""
+
+    code = "outcome_unknown"
+
+
+class ConnectionFailedError(ClientError):
+    """No node could be reached within the retry budget."""
+
+    code = "connection_failed"
+
+
+def _error_class(status: int, code: str) -> type[ApiError]:
+    if status == 400 and code == "invalid_argument":
+        return BadRequestError
+    if status in (400, 413, 415):
+        return BadRequestError
+    return {401: UnauthorizedError, 404: TaskNotFoundError, 409: ConflictError, 503: UnavailableError}.get(
+        status, ApiError
+    )
+
+
+def _raise_for(status: int, body: Any, path: str) -> None:
+    err = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(err, dict):
+        raise ApiError(status, "http_error", f"HTTP {status} from {path}", None, body)
+    code = str(err.get("code", "http_error"))
+    message = str(err.get("message", ""))
+    field = err.get("field")
+    if isinstance(body, dict) and "errors" in body and status == 400:
+        raise BatchRejectedError(status, code, message, field, body)
+    raise _error_class(status, code)(status, code, message, field, body)
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+def _base(url: str) -> str:
+    p = urlsplit(url)
+    return f"{p.scheme}://{p.netloc}"
+
+
+class MolensClient:
+    """A client of one Molens cluster (see the module docstring for routing and retries).
+
+    ``urls`` are the nodes' HTTP base URLs (any subset; the leader is discovered). ``timeout`` is
+    the per-request read timeout in seconds.
+    """
+
+    def __init__(
+        self,
+        urls: Sequence[str] | str,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        max_attempts: int = 8,
+        retry_deadline_s: float = 30.0,
+        backoff_base_s: float = 0.05,
+        backoff_max_s: float = 2.0,
+        pool_maxsize: int = 16,
+    ) -> None:
+        if isinstance(urls, str):
+            urls = [urls]
+        if not urls:
+            raise ValueError("give at least one node URL")
+        self._urls = [_base(u) for u in urls]
+        self._lock = threading.Lock()
+        self._target = self._urls[0]
+        self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._http = urllib3.PoolManager(
+            num_pools=max(4, len(self._urls) * 2),
+            maxsize=pool_maxsize,
+            retries=False,
+            timeout=urllib3.Timeout(connect=min(timeout, 5.0), read=timeout),
+        )
+        self.max_attempts = max_attempts
+        self.retry_deadline_s = retry_deadline_s
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self._rng = random.Random()
+
+    # ------------------------------------------------------------------ tasks
+
+    def create(self, task: Mapping[str, Any] | None = None, /, **fields: Any) -> Task:
+        """Create one task from ``task`` and/or keyword fields (DESIGN §6); returns it.
+
+        An ``idempotency_key`` is added when missing, so retries never create a duplicate. When the
+        key matched an existing task, that task is returned.
+        """
+        body = {**(task or {}), **fields}
+        if body.get("idempotency_key") is None:
+            body["idempotency_key"] = uuid.uuid4().hex
+        _, out = self._request("POST", "/api/v1/tasks", body, safe_retry=True)
+        return dict(out)
+
+    def create_many(self, tasks: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
+        """Create tasks in batches of at most 1,000 (each batch atomic); returns them in order.
+
+        Raises :class:`BatchRejectedError` (with ``item_errors`` by index within the failing batch)
+        when a batch holds an invalid task; earlier batches stay created.
+        """
+        out: builtins.list[Task] = []
+        bodies = [self._keyed(t) for t in tasks]
+        for i in range(0, len(bodies), 1000):
+            out.extend(self._create_batch(bodies[i : i + 1000]))
+        return out
+
+    def _keyed(self, t: Mapping[str, Any]) -> dict[str, Any]:
+        d = dict(t)
+        if d.get("idempotency_key") is None:
+            d["idempotency_key"] = uuid.uuid4().hex
+        return d
+
+    def _create_batch(self, bodies: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
+        _, out = self._request("POST", "/api/v1/tasks/batch", {"tasks": bodies}, safe_retry=True)
+        if out.get("errors"):
+            first = out["errors"][0]
+            err = first.get("error", {})
+            raise ApiError(500, err.get("code", "internal"), err.get("message", ""), err.get("field"), out)
+        return [dict(t) for t in out["items"]]
+
+    def get(self, task_id: str) -> Task:
+        """The task, or :class:`TaskNotFoundError`."""
+        return dict(self._request("GET", f"/api/v1/tasks/{task_id}")[1])
+
+    def list(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        type: str | None = None,
+        scene: str | None = None,
+        url: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Task]:
+        """Every matching task in creation order, following cursors lazily."""
+        q: dict[str, Any] = {"limit": page_size}
+        if status:
+            q["status"] = status if isinstance(status, str) else ",".join(status)
+        for k, v in (("type", type), ("scene", scene), ("url", url)):
+            if v:
+                q[k] = v
+        yield from self._pages("/api/v1/tasks", q)
+
+    def delete(self, task_id: str) -> Task:
+        """Delete the task and its history; returns it as it was."""
+        return self._act("DELETE", f"/api/v1/tasks/{task_id}")
+
+    def pause(self, task_id: str) -> Task:
+        return self._act("POST", f"/api/v1/tasks/{task_id}/pause")
+
+    def resume(self, task_id: str) -> Task:
+        return self._act("POST", f"/api/v1/tasks/{task_id}/resume")
+
+    def trigger(self, task_id: str) -> Task:
+        """Run the task's upcoming occurrence now."""
+        return self._act("POST", f"/api/v1/tasks/{task_id}/trigger")
+
+    def _act(self, method: str, path: str) -> Task:
+        return dict(self._request(method, path, None, safe_retry=False)[1])
+
+    def executions(
+        self,
+        task_id: str | None = None,
+        *,
+        result: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        page_size: int = 100,
+    ) -> Iterator[dict[str, Any]]:
+        """Executions newest first (of one task, or all), following cursors lazily."""
+        q: dict[str, Any] = {"limit": page_size}
+        for k, v in (("result", result), ("since", since), ("until", until)):
+            if v is not None:
+                q[k] = v
+        path = f"/api/v1/tasks/{task_id}/executions" if task_id else "/api/v1/executions"
+        yield from self._pages(path, q)
+
+    # ------------------------------------------------------------------ cluster
+
+    def cluster_status(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/api/v1/cluster/status")[1])
+
+    def leader(self) -> dict[str, Any]:
+        """``{"leader_id", "leader_url", "term", "role"}`` as the answering node sees it."""
+        return dict(self._request("GET", "/api/v1/cluster/leader")[1])
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._request("GET", "/api/v1/stats")[1])
+
+    def close(self) -> None:
+        self._http.clear()
+
+    def __enter__(self) -> MolensClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ transport
+
+    def _pages(self, path: str, q: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        cursor: str | None = None
+        while True:
+            qq = dict(q)
+            if cursor:
+                qq["cursor"] = cursor
+            _, page = self._request("GET", f"{path}?{urlencode(qq)}")
+            yield from page["items"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def _backoff(self, n: int, deadline: float) -> None:
+        delay = min(self.backoff_max_s, self.backoff_base_s * (2 ** (n - 1))) * self._rng.uniform(0.5, 1.0)
+        time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+
+    def _next_node(self, failed: str) -> str:
+        with self._lock:
+            i = self._urls.index(failed) if failed in self._urls else -1
+            self._target = self._urls[(i + 1) % len(self._urls)]
+            return self._target
+
+    def _request(
+        self, method: str, path: str, body: Any = None, *, safe_retry: bool = True
+    ) -> tuple[int, dict[str, Any]]:
+        """Send with redirects, retries and backoff; returns ``(status, json)`` of a 2xx answer.
+
+        ``safe_retry``: retrying after an unknown outcome cannot do harm (reads, keyed creates).
+        """
+        data = json.dumps(body).encode() if body is not None else None
+        deadline = time.monotonic() + self.retry_deadline_s
+        target = self._target
+        attempt = 0
+        redirects = 0
+        unknown = False  # an earlier attempt may have been applied
+        last_exc: BaseException | None = None
+        while True:
+            attempt += 1
+            try:
+                r = self._http.request(
+                    method, target + path, body=data, headers=self._headers, redirect=False, retries=False
+                )
+            except urllib3.exceptions.HTTPError as exc:
+                sent = not isinstance(exc, urllib3.exceptions.ConnectTimeoutError)
+                unknown = unknown or (sent and method != "GET")
+                last_exc = exc
+                log.debug("request failed node=%s attempt=%d: %s", target, attempt, type(exc).__name__)
+                if attempt >= self.max_attempts or time.monotonic() >= deadline:
+                    if unknown and not safe_retry:
+                        raise OutcomeUnknownError(f"{method} {path}: no answer; it may have been applied") from exc
+                    raise ConnectionFailedError(
+                        f"{method} {path}: no node answered after {attempt} attempts ({exc})"
+                    ) from exc
+                target = self._next_node(target)
+                self._backoff(attempt, deadline)
+                continue
+            status = r.status
+            if status in (307, 308) and redirects < 5 and r.headers.get("Location"):
+                redirects += 1
+                attempt -= 1  # following the leader is not a failure
+                target = _base(r.headers["Location"])
+                with self._lock:
+                    self._target = target
+                continue
+            try:
+                parsed = json.loads(r.data) if r.data else {}
+            except ValueError:
+                parsed = {"error": {"code": "http_error", "message": r.data[:200].decode("utf-8", "replace")}}
+            if status == 503:
+                code = str((parsed.get("error") or {}).get("code", "unavailable"))
+                unknown = unknown or code == "outcome_unknown"
+                if attempt >= self.max_attempts or time.monotonic() >= deadline:
+                    if unknown and not safe_retry:
+                        raise OutcomeUnknownError(f"{method} {path}: leadership changed; it may have been applied")
+                    _raise_for(status, parsed, path)
+                retry_after = r.headers.get("Retry-After")
+                if code == "no_leader" and len(self._urls) > 1:
+                    target = self._next_node(target)
+                self._backoff(attempt, deadline)
+                if retry_after and retry_after.isdigit() and attempt > 2:
+                    time.sleep(max(0.0, min(float(retry_after), deadline - time.monotonic())))
+                continue
+            if status >= 400:
+                if unknown and status in (404, 409) and method != "GET":
+                    raise OutcomeUnknownError(
+                        f"{method} {path}: answered {status} after a lost response; the first attempt "
+                        "may have been applied"
+                    ) from last_exc
+                _raise_for(status, parsed, path)
+            with self._lock:
+                self._target = target
+            return status, parsed
+
+
+# -------------------------------------------------------------------------------------------------
+
+
+class BatchingClient:
+    """Collects :meth:`submit` calls into batch creates (flush by count or interval) on a thread.
+
+    Each submitted task gets a :class:`~concurrent.futures.Future` resolved with the created task
+    or failed with its own error: an invalid task fails only its future, the rest of its batch is
+    re-sent at once. :meth:`close` flushes everything first. ``max_pending`` bounds the queue:
+    :meth:`submit` blocks while it is full.
+    """
+
+    def __init__(
+        self,
+        client: MolensClient,
+        *,
+        max_batch: int = 500,
+        flush_interval_s: float = 0.05,
+        max_pending: int = 100_000,
+    ) -> None:
+        if not 1 <= max_batch <= 1000:
+            raise ValueError("max_batch must be in 1..1000")
+        self.client = client
+        self.max_batch = max_batch
+        self.flush_interval_s = flush_interval_s
+        self.max_pending = max_pending
+        self._queue: deque[tuple[dict[str, Any], Future[Task]]] = deque()
+        self._cv = threading.Condition()
+        self._inflight = 0
+        self._closing = False
+        self._oldest = 0.0
+        self._flush_now = False
+        self._thread = threading.Thread(target=self._run, name="molens-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, task: Mapping[str, Any] | None = None, /, **fields: Any) -> Future[Task]:
+        """Queue one task for creation; the future resolves with the created task."""
+        body = self.client._keyed({**(task or {}), **fields})
+        fut: Future[Task] = Future()
+        with self._cv:
+            if self._closing:
+                raise ClientError("the batching client is closed")
+            while len(self._queue) >= self.max_pending:
+                self._cv.wait()
+            first = not self._queue
+            if first:
+                self._oldest = time.monotonic()
+            self._queue.append((body, fut))
+            if first or len(self._queue) >= self.max_batch:
+                self._cv.notify_all()  # start the interval clock, or send a full batch now
+        return fut
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything submitted so far and wait until it has been answered."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            self._flush_now = True
+            self._cv.notify_all()
+            while self._queue or self._inflight:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("flush timed out")
+                self._cv.wait(left)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the background thread."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        self._thread.join(timeout)
+
+    def __enter__(self) -> BatchingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    n = len(self._queue)
+                    if n >= self.max_batch or (n and (self._closing or self._flush_now)):
+                        break
+                    if not n:
+                        self._flush_now = False
+                        if self._closing:
+                            return
+                        self._cv.wait()
+                        continue
+                    left = self._oldest + self.flush_interval_s - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cv.wait(left)
+                batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                if self._queue:
+                    self._oldest = time.monotonic()
+                self._inflight += len(batch)
+                self._cv.notify_all()
+            try:
+                self._send(batch)
+            finally:
+                with self._cv:
+                    self._inflight -= len(batch)
+                    self._cv.notify_all()
+
+    def _send(self, batch: builtins.list[tuple[dict[str, Any], Future[Task]]]) -> None:
+        while batch:
+            try:
+                tasks = self.client._create_batch([b for b, _ in batch])
+            except BatchRejectedError as exc:
+                keep = []
+                for i, (body, fut) in enumerate(batch):
+                    err = exc.item_errors.get(i)
+                    if err is not None:
+                        fut.set_exception(err)
+                    else:
+                        keep.append((body, fut))
+                if len(keep) == len(batch):  # nothing attributable: do not loop forever
+                    for _, fut in batch:
+                        fut.set_exception(exc)
+                    return
+                batch = keep
+                continue
+            except BaseException as exc:
+                for _, fut in batch:
+                    fut.set_exception(exc)
+                return
+            for (_, fut), t in zip(batch, tasks):
+                fut.set_result(t)
+            return
+
+
+__all__ = [
+    "ApiError",
+    "BadRequestError",
+    "BatchRejectedError",
+    "BatchingClient",
+    "ClientError",
+    "ConflictError",
+    "ConnectionFailedError",
+    "MolensClient",
+    "OutcomeUnknownError",
+    "TaskNotFoundError",
+    "UnauthorizedError",
+    "UnavailableError",
+]

@@ -1,0 +1,194 @@
+"""The Python SDK against the real REST server (waitress + LocalContext over lmdb/SQLite)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from molens.client import (
+    BadRequestError,
+    BatchingClient,
+    BatchRejectedError,
+    ConflictError,
+    ConnectionFailedError,
+    MolensClient,
+    OutcomeUnknownError,
+    TaskNotFoundError,
+    UnauthorizedError,
+)
+from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
+from molens.model import FireKind, Outcome
+from molens.web.api_context import ApiSettings
+from tests.integration.api_server import Served, delayed, serve
+from tests.integration.conftest import free_ports
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory.mktemp("client")) as s:
+        yield s
+
+
+@pytest.fixture
+def client(api: Served) -> Iterator[MolensClient]:
+    with MolensClient([api.url], backoff_base_s=0.01, backoff_max_s=0.05) as c:
+        yield c
+
+
+def dead_url() -> str:
+    return f"http://127.0.0.1:{free_ports(1)[0]}"
+
+
+def test_task_lifecycle_through_the_sdk(api: Served, client: MolensClient) -> None:
+    t = client.create(delayed(scene="sdk"), payload={"k": 1})
+    assert t["status"] == "pending" and t["payload"] == {"k": 1}
+    assert t["idempotency_key"]  # added automatically
+    assert client.get(t["id"]) == t
+    assert client.pause(t["id"])["status"] == "paused"
+    with pytest.raises(ConflictError) as ei:
+        client.pause(t["id"])
+    assert ei.value.field == "status" and ei.value.status == 409
+    assert client.resume(t["id"])["status"] == "pending"
+    assert client.trigger(t["id"])["next_run_at"] <= int(time.time() * 1000)
+    assert client.delete(t["id"])["id"] == t["id"]
+    with pytest.raises(TaskNotFoundError):
+        client.get(t["id"])
+
+
+def test_list_iterates_over_every_page(client: MolensClient) -> None:
+    made = client.create_many([delayed(scene="sdk-list") for _ in range(23)])
+    got = [t["id"] for t in client.list(scene="sdk-list", page_size=5)]
+    assert got == sorted(t["id"] for t in made)
+    assert [t["id"] for t in client.list(scene="sdk-list", status=["pending"], page_size=50)] == got
+    assert list(client.list(scene="sdk-list", type="periodic")) == []
+
+
+def test_executions_and_cluster_calls(api: Served, client: MolensClient) -> None:
+    t = client.create(delayed(interval_ms=0))
+    now = int(time.time() * 1000)
+    fid = f"{t['id']}-1"
+    api.ctx.propose([Dispatched(now, (DispatchItem(fid, t["id"], 1, "n1", now + 5000),))], 5)
+    api.ctx.propose([Results(now, (ResultItem(fid, FireKind.CALLBACK, 200, Outcome.RESPONSE, "ok", 3, "n1"),))], 5)
+    [e] = list(client.executions(t["id"]))
+    assert (e["fire_id"], e["result"]) == (fid, "success")
+    assert any(x["task_id"] == t["id"] for x in client.executions(result="success"))
+    assert client.cluster_status()["role"] == "leader"
+    assert client.leader()["leader_id"] == "n1"
+    assert client.stats()["tasks_total"] >= 1
+
+
+def test_validation_errors_are_typed_and_name_the_field(client: MolensClient) -> None:
+    with pytest.raises(BadRequestError) as ei:
+        client.create(delayed(callback_url="ftp://x/"))
+    assert (ei.value.status, ei.value.code, ei.value.field) == (400, "invalid_argument", "callback_url")
+    with pytest.raises(BadRequestError) as ei:
+        client.create(delayed(payload="x" * 70_000))
+    assert (ei.value.status, ei.value.field) == (413, "payload")
+
+
+def test_retry_after_a_lost_response_never_creates_a_duplicate(api: Served, client: MolensClient) -> None:
+    before = api.task_count()
+    api.ctx.inject_fault("unknown_after_apply")  # applied, but the answer says "outcome unknown"
+    t = client.create(delayed())
+    assert api.task_count() == before + 1
+    assert client.get(t["id"])["idempotency_key"] == t["idempotency_key"]
+
+
+def test_batch_retry_after_a_lost_response_never_duplicates(api: Served, client: MolensClient) -> None:
+    before = api.task_count()
+    api.ctx.inject_fault("unknown_after_apply")
+    made = client.create_many([delayed() for _ in range(10)])
+    assert len({t["id"] for t in made}) == 10
+    assert api.task_count() == before + 10
+
+
+def test_no_leader_is_retried_with_backoff(api: Served, client: MolensClient) -> None:
+    for _ in range(3):
+        api.ctx.inject_fault("no_leader")
+    before = api.task_count()
+    client.create(delayed())
+    assert api.task_count() == before + 1
+
+
+def test_unknown_outcome_of_a_pause_is_reported_not_disguised_as_a_conflict(api: Served, client: MolensClient) -> None:
+    t = client.create(delayed())
+    api.ctx.inject_fault("unknown_after_apply")
+    with pytest.raises(OutcomeUnknownError):
+        client.pause(t["id"])
+    assert client.get(t["id"])["status"] == "paused"
+
+
+def test_follower_redirect_is_followed_with_the_body(tmp_path: Path) -> None:
+    with (
+        serve(tmp_path / "l") as leader,
+        serve(tmp_path / "f", role="follower", leader_url=leader.url) as f,
+        MolensClient([f.url]) as c,
+    ):
+        t = c.create(delayed(payload={"via": "follower"}))
+        assert leader.task_count() == 1 and f.task_count() == 0
+        assert leader.ctx.get_task(t["id"]) is not None
+        assert c.pause(t["id"])["status"] == "paused"  # now sent straight to the leader
+        assert c.get(t["id"])["status"] == "paused"  # reads follow the writes' node
+        made = c.create_many([delayed() for _ in range(5)])
+        assert leader.task_count() == 6 and len(made) == 5
+
+
+def test_a_dead_node_is_skipped(api: Served) -> None:
+    with MolensClient([dead_url(), api.url], backoff_base_s=0.01) as c:
+        assert c.create(delayed())["status"] == "pending"
+
+
+def test_unreachable_cluster_fails_after_bounded_attempts() -> None:
+    with (
+        MolensClient([dead_url(), dead_url()], max_attempts=4, backoff_base_s=0.01, backoff_max_s=0.02) as c,
+        pytest.raises(ConnectionFailedError),
+    ):
+        c.create(delayed())
+
+
+def test_token_is_sent(tmp_path: Path) -> None:
+    with serve(tmp_path, ApiSettings(auth_token="tok")) as s:
+        with MolensClient([s.url], token="tok") as c:
+            c.create(delayed())
+        with MolensClient([s.url], token="nope") as c, pytest.raises(UnauthorizedError):
+            c.create(delayed())
+
+
+def test_create_many_splits_into_batches_and_reports_bad_items(api: Served, client: MolensClient) -> None:
+    before = api.task_count()
+    entries = api.ctx.store.applied_index()
+    made = client.create_many([delayed(payload=i) for i in range(2_100)])
+    assert [t["payload"] for t in made] == list(range(2_100))
+    assert api.task_count() == before + 2_100
+    assert api.ctx.store.applied_index() == entries + 3
+    with pytest.raises(BatchRejectedError) as ei:
+        client.create_many([delayed(), delayed(timeout_ms=0), delayed()])
+    assert list(ei.value.item_errors) == [1]
+    assert ei.value.item_errors[1].field == "timeout_ms"
+    assert api.task_count() == before + 2_100
+
+
+def test_batching_client_resolves_each_future_and_flushes_on_close(api: Served, client: MolensClient) -> None:
+    before = api.task_count()
+    with BatchingClient(client, max_batch=200, flush_interval_s=0.5) as b:
+        futs = [b.submit(delayed(payload=i)) for i in range(450)]
+        bad = [b.submit(delayed(scene="no spaces")), b.submit(delayed(callback_url="gopher://x/"))]
+        more = [b.submit(delayed(payload=i)) for i in range(450, 455)]
+    assert [f.result(0)["payload"] for f in futs + more] == list(range(455))
+    errs = [f.exception(0) for f in bad]
+    assert [type(e) for e in errs] == [BadRequestError, BadRequestError]
+    assert [e.field for e in errs if isinstance(e, BadRequestError)] == ["scene", "callback_url"]
+    assert api.task_count() == before + 455
+
+
+def test_batching_client_flushes_by_interval(api: Served, client: MolensClient) -> None:
+    with BatchingClient(client, max_batch=1000, flush_interval_s=0.05) as b:
+        futs = [b.submit(delayed()) for _ in range(3)]
+        # no close, no flush: the interval sends them
+        assert all(f.result(timeout=10)["status"] == "pending" for f in futs)
+        b.flush(timeout=10)
