@@ -93,6 +93,10 @@ class ResultItem:
     response_head: str | None
     latency_ms: int | None
     worker: str
+    attempt: int | None = None
+    """The attempt this result is for (``X-Molens-Attempt``). Workers should always set it: a result
+    of an attempt the Monitor already declared lost, arriving after the retry was dispatched with
+    the same fire id, is then recognised as stale instead of being credited to the retry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +217,7 @@ def encode(cmd: Command) -> bytes:
                         i.response_head,
                         i.latency_ms,
                         i.worker,
+                        i.attempt,
                     ]
                     for i in items
                 ],
@@ -247,7 +252,7 @@ def decode(data: bytes) -> Command:
         if tag == _T_RESULTS:
             return Results(
                 now,
-                tuple(ResultItem(a, _KINDS[b], c, _OUTCOMES[d], e, f, g) for a, b, c, d, e, f, g in v[2]),
+                tuple(ResultItem(a, _KINDS[b], c, _OUTCOMES[d], e, f, g, h) for a, b, c, d, e, f, g, h in v[2]),
             )
         if tag == _T_EXPIRE:
             return Expire(now, tuple(ExpireItem(a, b) for a, b in v[2]))

@@ -438,8 +438,10 @@ def _classify(it: ResultItem, kind: FireKind, reliability: Reliability) -> Execu
 
 def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult:
     fire = tx.fire(it.fire_id)
-    if fire is None or fire.kind is not it.kind:
-        return NotFoundError(f"no {it.kind} fire {it.fire_id} in flight (stale or duplicate result)", "fire_id")
+    if fire is None or fire.kind is not it.kind or (it.attempt is not None and it.attempt != fire.attempt):
+        return NotFoundError(
+            f"no {it.kind} fire {it.fire_id} attempt {it.attempt} in flight (stale or duplicate result)", "fire_id"
+        )
     tx.w.fires[fire.fire_id] = None
     t = tx.task(fire.task_id)
     if t is None:
@@ -634,7 +636,7 @@ def reconcile_on_leadership(view: ScanView, now_ms: int) -> LeadershipPlan:
 
 def lost_result(fire: Fire, worker: str = "") -> ResultItem:
     """The Monitor's result for a fire whose deadline passed without an answer."""
-    return ResultItem(fire.fire_id, fire.kind, None, Outcome.LOST, None, None, worker or fire.worker)
+    return ResultItem(fire.fire_id, fire.kind, None, Outcome.LOST, None, None, worker or fire.worker, fire.attempt)
 
 
 def expired_fires(fires: Iterator[Fire] | list[Fire], now_ms: int) -> list[ResultItem]:

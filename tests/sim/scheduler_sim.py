@@ -166,6 +166,7 @@ class Sim:
         self.client_n = 0
         r = self.rng
         self.p_result_loss = r.choice([0.0, 0.0, 0.02, 0.1])
+        self.p_slow_result = r.choice([0.0, 0.0, 0.02, 0.05])
         self.p_worker_crash = r.choice([0, 1, 2])
         self.leader_crashes = r.choice([0, 1, 1, 2, 3])
         self.partitions = r.choice([0, 0, 1, 2])
@@ -444,12 +445,18 @@ class Sim:
             if outcome is Outcome.RESPONSE:
                 d.code = sc
                 d.ok = sc is not None and 200 <= sc < 300
-            item = ResultItem(f.fire_id, f.kind, sc, outcome, None if sc is None else f"{sc}", self.now - start, w)
+            item = ResultItem(
+                f.fire_id, f.kind, sc, outcome, None if sc is None else f"{sc}", self.now - start, w, f.attempt
+            )
             if self.rng.random() < self.p_result_loss:
                 self.log_(f"result of {f.fire_id} lost")
                 self.faults.append(self.now)
                 return
-            self.at(self.now + self.rng.randint(*NET_LAT), lambda: self.to_leader(item))
+            late = self.rng.random() < self.p_slow_result
+            if late:  # a stalled worker: the result arrives after the Monitor gave the attempt up
+                self.faults.append(self.now)
+            delay = fr.timeout_ms + DISPATCH_SLACK + 500 if late else self.rng.randint(*NET_LAT)
+            self.at(self.now + delay, lambda: self.to_leader(item))
 
         self.at(finish_at, finished)
 

@@ -49,7 +49,7 @@ COMMANDS: list[Command] = [
         7,
         (
             ResultItem("a-1", FireKind.CALLBACK, 200, Outcome.RESPONSE, "ok", 12, "n1"),
-            ResultItem("a-2", FireKind.ACK, None, Outcome.LOST, None, None, "n2"),
+            ResultItem("a-2", FireKind.ACK, None, Outcome.LOST, None, None, "n2", 3),
         ),
     ),
     Expire(8, (ExpireItem("a", 5),)),
@@ -79,6 +79,7 @@ def test_garbage_is_a_codec_error() -> None:
             st.one_of(st.none(), st.text(max_size=50)),
             st.one_of(st.none(), st.integers(0, 10**6)),
             st.text(max_size=10),
+            st.one_of(st.none(), st.integers(1, 30)),
         ),
         max_size=20,
     ),

@@ -103,7 +103,9 @@ class H:
         f = self.s.get_fire(t.inflight)
         assert f is not None
         self.now += after_ms
-        return self.apply(Results(self.now, (ResultItem(f.fire_id, f.kind, code, outcome, "body", after_ms, "w1"),)))
+        return self.apply(
+            Results(self.now, (ResultItem(f.fire_id, f.kind, code, outcome, "body", after_ms, "w1", f.attempt),))
+        )
 
     def cycle(self, tid: str, code: int | None = 200, outcome: Outcome = Outcome.RESPONSE) -> FireRequest:
         fr = self.fire_due(tid)
@@ -431,6 +433,21 @@ def test_reconcile_streams_due_entries_in_order(h: H) -> None:
     a = h.create(interval_ms=5000)
     b = h.create(interval_ms=1000)
     assert list(reconcile_on_leadership(h.s, h.now).due) == [(T0 + 1000, b.id), (T0 + 5000, a.id)]
+
+
+def test_late_result_of_an_attempt_given_up_is_not_credited_to_the_retry(h: H) -> None:
+    t = h.create(max_retries=3)
+    fr = h.fire_due(t.id)
+    h.now = fr.fire.deadline_ms
+    h.apply(Results(h.now, (expired_fires(list(h.s.scan_fires()), h.now)[0],)))
+    fr2 = h.fire_due(t.id)
+    assert fr2.fire.attempt == 2
+    late = ResultItem(fr.fire.fire_id, FireKind.CALLBACK, 500, Outcome.RESPONSE, "", 1, "w", attempt=1)
+    out = h.apply(Results(h.now, (late,)))
+    assert isinstance(out.results[0], NotFoundError)
+    assert h.t(t.id).inflight == fr2.fire.fire_id and h.t(t.id).status is Status.FIRING  # no retry on top
+    h.answer(t.id, 200)
+    assert h.t(t.id).status is Status.DONE
 
 
 def test_duplicate_result_is_ignored(h: H) -> None:
