@@ -20,7 +20,8 @@ start of the first non-empty bucket or the first due time among the opened ones.
 from __future__ import annotations
 
 import logging
-from bisect import bisect_left
+from array import array
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -51,21 +52,22 @@ class BucketStat:
 
 
 class _Run(Generic[K]):
-    """A reached bucket, sorted once: ``keys[pos:]`` (stamps in ``stamps[pos:]``) may be pending.
+    """A reached bucket, sorted once: ``keys[pos:]`` (due times in ``dues[pos:]``) may be pending.
 
     ``entries`` is the bucket's dict and stays the truth for what is pending: ``_where`` points at
     it and it never gains members, so a key at or after ``pos`` that is no longer in it was removed
     or moved and is skipped. Keys handed out stay in ``entries`` (saving a dict write per timer);
     ``skipped`` counts the dead keys before ``pos``, so ``len(entries) - (pos - skipped)`` are live.
+    ``dues`` is a packed array so that finding the due prefix does not chase int objects.
     """
 
-    __slots__ = ("entries", "keys", "level", "pos", "skipped", "stamps")
+    __slots__ = ("dues", "entries", "keys", "level", "pos", "skipped")
 
     def __init__(self, entries: dict[K, int], level: int) -> None:
         self.entries = entries
         self.level = level
         self.keys = sorted(entries, key=entries.__getitem__)
-        self.stamps = list(map(entries.__getitem__, self.keys))
+        self.dues = array("q", [entries[key] >> _SEQ_BITS for key in self.keys])
         self.pos = 0
         self.skipped = 0
 
@@ -73,35 +75,33 @@ class _Run(Generic[K]):
         return len(self.entries) - (self.pos - self.skipped)
 
     def head(self) -> int | None:
-        """Stamp of the first live entry (skipping dead ones for good), or ``None`` when used up."""
+        """Due time of the first live entry (skipping dead ones for good), or ``None`` when used up."""
         keys, entries, pos = self.keys, self.entries, self.pos
         n = len(keys)
         while pos < n and keys[pos] not in entries:
             pos += 1
             self.skipped += 1
         self.pos = pos
-        return self.stamps[pos] if pos < n else None
+        return self.dues[pos] if pos < n else None
 
-    def take(self, due_lim: int, where: dict[K, dict[K, int]]) -> tuple[list[int], list[K]]:
-        """Hand out the live entries with stamp < ``due_lim``: their stamps and keys, in order."""
+    def take(self, now_ms: int, where: dict[K, dict[K, int]]) -> list[K]:
+        """Hand out the live entries due at or before ``now_ms``, in order."""
         pos, keys, entries = self.pos, self.keys, self.entries
-        j = bisect_left(self.stamps, due_lim, pos)
+        j = bisect_right(self.dues, now_ms, pos)
         self.pos = j
         if len(entries) + self.skipped == len(keys):  # nothing removed from keys[pos:]
             chunk = keys[pos:j]
             deque(map(where.__delitem__, chunk), maxlen=0)
-            return self.stamps[pos:j], chunk
-        stamps: list[int] = []
+            return chunk
         chunk = []
         for i in range(pos, j):
             key = keys[i]
             if key in entries:
                 del where[key]
-                stamps.append(self.stamps[i])
                 chunk.append(key)
             else:
                 self.skipped += 1
-        return stamps, chunk
+        return chunk
 
 
 class TimeWheel(Generic[K]):
@@ -226,8 +226,8 @@ class TimeWheel(Generic[K]):
             head = run.head()
             if head is None:
                 used_up = True
-            elif best is None or head >> _SEQ_BITS < best:
-                best = head >> _SEQ_BITS
+            elif best is None or head < best:
+                best = head
         if used_up:
             self._runs = [run for run in self._runs if run.pos < len(run.keys)]
         queue, nl, buckets = self._queue, self._nl, self._buckets
@@ -359,16 +359,17 @@ class TimeWheel(Generic[K]):
             return list(map(_second, out))
         if not out and len(runs) == 1:
             run = runs[0]
-            if run.stamps[run.pos] >= due_lim:
+            if run.dues[run.pos] > now_ms:
                 return []
-            keys = run.take(due_lim, where)[1]
+            keys = run.take(now_ms, where)
             if run.pos == len(run.keys):
                 self._runs = []
             return keys
         used_up = False
         for run in runs:
-            if run.stamps[run.pos] < due_lim:
-                out.extend(zip(*run.take(due_lim, where)))
+            if run.dues[run.pos] <= now_ms:
+                keys = run.take(now_ms, where)
+                out.extend(zip(map(run.entries.__getitem__, keys), keys))
                 used_up = used_up or run.pos == len(run.keys)
         if used_up:
             self._runs = [run for run in runs if run.pos < len(run.keys)]
