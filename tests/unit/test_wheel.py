@@ -249,3 +249,17 @@ def test_pending_timer_costs_at_most_200_bytes_of_heap() -> None:
         tracemalloc.stop()
     assert len(wheel) == n
     assert used / n <= 200
+
+
+def test_handed_out_key_is_gone_and_can_come_back() -> None:
+    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    for i in range(30):
+        wheel.add(f"k{i}", 100 + 10 * i)  # spread over level-1 buckets: opened as sorted runs
+    assert wheel.advance(150) == [f"k{i}" for i in range(6)]
+    assert not wheel.remove("k2") and "k2" not in wheel and len(wheel) == 24
+    wheel.add("k2", 155)  # a periodic task's next occurrence, same key
+    wheel.add("k9", 151)  # moved out of an opened run
+    assert wheel.remove("k10")  # removed from inside an opened run
+    assert wheel.next_deadline() == 151
+    assert wheel.advance(200) == ["k9", "k2", "k6", "k7", "k8"]
+    assert sum(c.count for lv in range(wheel.levels) for c in wheel.distribution(lv)) == len(wheel) == 19
