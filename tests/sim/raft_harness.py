@@ -189,6 +189,8 @@ class Cluster:
         self.ops: list[Op] = []
         self.op_seq = 0
         self.event_no = 0
+        self.check_durable_sends = True
+        """Off only to show that the deeper invariants catch a durability bug on their own."""
         self.to_stop: list[str] = []
         self.keys = ("a", "b", "c")
         self.max_ops_per_key = 24
@@ -418,6 +420,8 @@ class Cluster:
                 node.applied = item.meta.index
                 node.fsm_membership = item.meta.membership
                 self.log(f"{node.id} restored snapshot {item.meta.index}")
+                for idx in [i for i in node.writes if i <= item.meta.index]:
+                    node.writes.pop(idx).status = Status.UNKNOWN  # outcome hidden inside the snapshot
                 continue
             self._apply_entry(node, item)
         self._serve_reads(node)
@@ -680,6 +684,8 @@ class Cluster:
 
     # --- invariants ---------------------------------------------------------------------------------
     def _check_send(self, node: SimNode, m: Message) -> None:
+        if not self.check_durable_sends:
+            return
         hs = self.durable[node.id]
         if isinstance(m, AppendResponse) and not m.reject and m.term == hs.term:
             st = node.storage
@@ -840,6 +846,12 @@ class Cluster:
                 f"liveness: no leader committing and applied everywhere {heal_ticks} ticks after healing "
                 f"(leader={ld.id if ld else None}, probe={probe})"
             )
+        # every proposal still pending on a live member resolves once the probe is applied there
+        mem = self.committed_membership()
+        for nid in (*mem.voters, *mem.learners):
+            node = self.nodes.get(nid)
+            if node is not None and node.alive and node.writes and min(node.writes) <= self.max_committed:
+                raise Violation(f"liveness: {nid} still has unresolved proposals {sorted(node.writes)[:5]}")
         for node in self.nodes.values():
             for op in node.writes.values():
                 op.status = Status.UNKNOWN
@@ -868,7 +880,8 @@ def _short(m: Message) -> str:
 
 
 def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = None,
-             config: RaftConfig | None = None, faulty_ticks: int = 300, heal_ticks: int = 300) -> Cluster:
+             config: RaftConfig | None = None, faulty_ticks: int = 300, heal_ticks: int = 300,
+             check_durable_sends: bool = True) -> Cluster:
     """One swarm run; raises Violation (with the seed in the message) on failure."""
     frng = random.Random(seed * 7919 + nodes)
     faults = Faults.draw(frng)
@@ -882,6 +895,7 @@ def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = No
         snapshot_chunk_bytes=frng.choice((16, 64, 1 << 20)),
     )
     cl = Cluster(nodes, seed=seed, faults=faults, config=config, trace=trace)
+    cl.check_durable_sends = check_durable_sends
     if trace is not None:
         trace(f"seed={seed} nodes={nodes} faults={faults} config={config}")
     try:
