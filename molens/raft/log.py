@@ -8,6 +8,12 @@ tests; ``storage.py`` implements the same protocol over lmdb.
 Index conventions (as etcd): the log always has a "dummy" position at ``snapshot.index`` whose term
 is ``snapshot.term``; real entries run ``first_index() .. last_index()`` with
 ``first_index() == snapshot.index + 1``. An empty log has snapshot index 0, term 0.
+
+How ``RaftCore`` reads this at start-up: term, vote and commit come from ``initial_state()``; the
+membership is the snapshot's when ``snapshot().meta.index > 0``, else ``initial_state()``'s when it
+names any member, else the bootstrap peers given to the core; then every ``CONF_CHANGE`` entry in
+``first_index() .. last_index()`` is replayed on top (a node uses the newest configuration in its
+log, committed or not). So storage need not track membership beyond the snapshot's.
 """
 
 from __future__ import annotations
