@@ -141,7 +141,7 @@ def _parse(expr: str) -> _Cron:
     try:
         it = croniter(text, _EPOCH, ret_type=datetime, second_at_beginning=len(fields) == 6)
     except (CroniterError, ValueError, TypeError, KeyError, IndexError) as e:
-        raise ScheduleError(f"invalid cron_expr {expr!r}: {e}") from None
+        raise ScheduleError(f"invalid cron_expr {expr!r}: {' '.join(str(e).split())}") from None
     hours = it.expanded[1]
     every_hour = hours == ["*"] or set(hours) >= set(range(24))
     return _Cron(it, every_hour, threading.Lock())
@@ -196,8 +196,8 @@ def next_cron_fire(expr: str, tz: str, after_ms: int) -> int:
     """
     cron = _parse(expr)
     zone = _zone(tz)
-    wall = _wall(after_ms, zone)
     try:
+        wall = _wall(after_ms, zone)
         best = _next_first_pass(cron, zone, after_ms, wall)
         if cron.every_hour:
             second = _next_second_pass(cron, zone, after_ms, wall)
@@ -205,6 +205,8 @@ def next_cron_fire(expr: str, tz: str, after_ms: int) -> int:
                 best = second
     except CroniterBadDateError:
         raise ScheduleError(f"cron_expr {expr!r} never fires after {after_ms}") from None
+    except OverflowError:
+        raise ScheduleError(f"cron_expr {expr!r}: no fire time representable after {after_ms}") from None
     return best
 
 
@@ -217,12 +219,13 @@ def _next_first_pass(cron: _Cron, zone: ZoneInfo, after_ms: int, wall: datetime)
     so the wall time matching ``after_ms`` on that pass is ``wall(s) + (after_ms - s)``.
     """
     start = wall.replace(fold=0)
-    while True:
+    for _ in range(1_000):  # two rounds at most in practice: one jump past an overlap or gap
         cand = cron.next_wall(start)
         s = _first_instant(cand, zone)
         if s > after_ms:
             return s
         start = max(_wall(s, zone).replace(fold=0) + (after_ms - s) * _MS, cand)
+    raise ScheduleError(f"no next fire found after {after_ms} (time zone data?)", "timezone")
 
 
 def _next_second_pass(cron: _Cron, zone: ZoneInfo, after_ms: int, wall: datetime) -> int | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -141,6 +143,62 @@ def test_dst_transitions_match_brute_force(tz: str, which: str, expr: str, half:
     center = TRANSITIONS[tz][0 if which == "spring" else 1]
     lo, hi = center - half, center + half
     assert computed_fires(expr, tz, lo, hi) == expected_fires(expr, tz, lo, hi)
+
+
+def transitions_2026(tz: str) -> list[int]:
+    """UTC instants (s resolution) at which ``tz`` changes offset during 2026."""
+    zone = ZoneInfo(tz)
+
+    def off(t: int) -> object:
+        return datetime.fromtimestamp(t / 1000, UTC).astimezone(zone).utcoffset()
+
+    out = []
+    t, end = ms("2026-01-01T00:00:00+00:00"), ms("2027-01-01T00:00:00+00:00")
+    while t < end:
+        if off(t) != off(t + DAY):
+            lo, hi = t, t + DAY
+            while hi - lo > 1000:
+                mid = (lo + hi) // 2 // 1000 * 1000
+                lo, hi = (mid, hi) if off(mid) == off(lo) else (lo, mid)
+            out.append(hi)
+        t += DAY
+    return out
+
+
+@pytest.mark.parametrize("tz", ["Australia/Sydney", "Australia/Lord_Howe", "America/Sao_Paulo", "Asia/Kolkata"])
+@pytest.mark.parametrize("expr", ["30 2 * * *", "0 2 * * *", "15,45 * * * *", "*/10 * * * *", "*/20 * * * * *"])
+def test_other_zones_including_half_hour_dst(tz: str, expr: str) -> None:
+    """Southern hemisphere, Lord Howe's 30-minute shift, a zone without DST in 2026."""
+    half = HOUR if len(expr.split()) == 6 else 6 * HOUR
+    centers = transitions_2026(tz) or [ms("2026-06-01T00:00:00+00:00")]
+    for center in centers:
+        lo, hi = center - half, center + half
+        assert computed_fires(expr, tz, lo, hi) == expected_fires(expr, tz, lo, hi)
+
+
+@functools.cache
+def expected_around(expr: str, tz: str, which: str) -> tuple[int, ...]:
+    center = TRANSITIONS[tz][0 if which == "spring" else 1]
+    return tuple(expected_fires(expr, tz, center - 3 * HOUR, center + 3 * HOUR))
+
+
+@settings(max_examples=int(os.environ.get("CRON_EXAMPLES", "300")), deadline=None)
+@given(
+    expr=st.sampled_from(["30 2 * * *", "30 1 * * *", "0 * * * *", "*/7 * * * *", "*/13 * * * * *", "30 * 2 * * *"]),
+    tz=st.sampled_from(sorted(TRANSITIONS)),
+    which=st.sampled_from(["spring", "fall"]),
+    offset=st.integers(-2 * HOUR, 2 * HOUR),
+)
+def test_next_fire_from_any_instant_near_a_transition(expr: str, tz: str, which: str, offset: int) -> None:
+    """From any millisecond (inside gaps' collapse, either pass of an overlap): the first expected fire after it."""
+    center = TRANSITIONS[tz][0 if which == "spring" else 1]
+    after = center + offset
+    fires = [f for f in expected_around(expr, tz, which) if f > after]
+    got = next_cron_fire(expr, tz, after)
+    if fires:
+        assert got == fires[0]
+    else:
+        assert got >= center + 3 * HOUR  # beyond the scanned window
 
 
 def test_gap_time_fires_once_at_first_instant_after_gap() -> None:
