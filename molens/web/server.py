@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" on every burst
     ctx = LocalContext(args.data_dir, ApiSettings(auth_token=args.token), durable=args.durable)
     ctx.role = args.role
     ctx.leader_url = args.leader_url

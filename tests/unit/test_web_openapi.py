@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,13 @@ def test_every_schema_is_referenced_somewhere() -> None:
     text = repr(doc["paths"]) + repr(doc["components"]["responses"]) + repr(doc["components"]["schemas"])
     for name in doc["components"]["schemas"]:
         assert f"#/components/schemas/{name}'" in text, name
+
+
+def test_docs_api_md_covers_every_route() -> None:
+    md = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    headings = set(re.findall(r"^#{2,4} `(GET|POST|DELETE|PUT) ([^`]+)`", md, re.MULTILINE))
+    documented = {(m.lower(), p) for m, p in headings}
+    assert documented == _app_routes()
 
 
 def test_cursor_round_trip_and_rejects_foreign_cursors() -> None:

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Tasks created per second through the REST API with the Python SDK.
+
+Two modes, in turn: ``single`` (``MolensClient.create`` from 16 threads over keep-alive) and
+``batch`` (``create_many`` of 500 tasks per request from a few threads). Every create carries an
+idempotency key (the SDK adds one), as real clients do.
+
+Target: ``--url`` of a running node or cluster (comma-separated URLs); without it the benchmark
+starts ``python -m molens.web.server`` over a LocalContext (real lmdb + SQLite, fsync per applied
+batch, but no Raft replication) in a subprocess and says so (``target=local``). The 3-node number
+of issue 6 needs ``--url`` pointing at a real cluster.
+
+Prints one line per mode: ``ingest: mode=single creates_per_s=... target=...`` and
+``ingest: mode=batch creates_per_s=... target=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from molens.client import MolensClient  # noqa: E402
+
+CALLBACK = "http://127.0.0.1:9/bench"
+
+
+def _task(i: int) -> dict[str, object]:
+    return {"type": "delayed", "interval_ms": 3_600_000, "callback_url": CALLBACK, "payload": {"i": i}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_local(data_dir: str, threads: int) -> tuple[subprocess.Popen[str], str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "molens.web.server",
+            "--data-dir",
+            data_dir,
+            "--port",
+            str(port),
+            "--threads",
+            str(threads),
+            "--durable",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening "):
+        proc.kill()
+        raise SystemExit(f"server did not start: {line!r}")
+    return proc, line.split(" ", 1)[1]
+
+
+def run_threads(n: int, seconds: float, work: callable) -> tuple[int, float]:  # type: ignore[valid-type]
+    stop = time.monotonic() + seconds
+    counts = [0] * n
+    errors: list[BaseException] = []
+
+    def loop(k: int) -> None:
+        try:
+            i = 0
+            while time.monotonic() < stop:
+                counts[k] += work(k, i)
+                i += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=loop, args=(k,)) for k in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    elapsed = time.monotonic() - t0
+    if errors:
+        raise errors[0]
+    return sum(counts), elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", default="", help="comma-separated node URLs (default: start a local server)")
+    ap.add_argument("--token", default=None)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per mode")
+    ap.add_argument("--threads", type=int, default=16, help="client threads in single mode")
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--batch-threads", type=int, default=4)
+    ap.add_argument("--server-threads", type=int, default=16)
+    args = ap.parse_args()
+
+    proc = None
+    tmp = None
+    if args.url:
+        urls = args.url.split(",")
+        target = "cluster" if len(urls) > 1 else "node"
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="molens-ingest-")
+        proc, url = start_local(tmp.name, args.server_threads)
+        urls = [url]
+        target = "local"
+        print(f"started python -m molens.web.server (LocalContext, durable, no Raft) at {url} pid={proc.pid}")
+    try:
+        client = MolensClient(urls, token=args.token, pool_maxsize=max(args.threads, args.batch_threads))
+        client.create(_task(-1))  # warm up + leader discovery
+
+        def single(k: int, i: int) -> int:
+            client.create(_task(i))
+            return 1
+
+        n, el = run_threads(args.threads, args.seconds, single)
+        rate_single = n / el
+        print(f"single: {n} creates in {el:.1f} s from {args.threads} threads ({rate_single:.0f}/s)")
+
+        def batch(k: int, i: int) -> int:
+            return len(client.create_many([_task(j) for j in range(args.batch)]))
+
+        n2, el2 = run_threads(args.batch_threads, args.seconds, batch)
+        rate_batch = n2 / el2
+        print(
+            f"batch: {n2} creates in {el2:.1f} s, {args.batch} per request from {args.batch_threads} threads "
+            f"({rate_batch:.0f}/s)"
+        )
+        st = client.stats()
+        print(f"server: tasks_total={st.get('tasks_total')} role={st.get('role')} mode={st.get('mode', 'raft')}")
+        client.close()
+        cpu = os.cpu_count()
+        print(
+            f"ingest: mode=single creates_per_s={rate_single:.0f} threads={args.threads} target={target} cpus={cpu}"
+        )
+        print(
+            f"ingest: mode=batch creates_per_s={rate_batch:.0f} batch={args.batch} threads={args.batch_threads} "
+            f"target={target} cpus={cpu}"
+        )
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
