@@ -252,3 +252,16 @@ def test_test_endpoints_do_not_block_other_requests(tmp_path: Path) -> None:
         assert fast.result()[0] == 200
         assert not any(f.done() for f in slow)
         assert [f.result()[:3:2] for f in slow] == [(200, {"ok": True})] * 5
+
+
+def test_create_cron_task_with_seconds_field_and_timezone(api: Served) -> None:
+    now = int(time.time() * 1000)
+    st, _, t = api.call(
+        "POST",
+        "/api/v1/tasks",
+        {"type": "periodic", "cron_expr": "*/5 * * * * *", "timezone": "Asia/Shanghai", "callback_url": "http://127.0.0.1:9/c"},
+    )
+    assert st == 201, t
+    check_schema(t, "Task")
+    assert t["cron_expr"] == "*/5 * * * * *" and t["timezone"] == "Asia/Shanghai"
+    assert now < t["next_run_at"] <= now + 6_000 and t["next_run_at"] % 5_000 == 0

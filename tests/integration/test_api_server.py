@@ -1,0 +1,68 @@
+"""ApiServer lifecycle: graceful stop finishes requests in progress; the module entry point serves
+over LocalContext in its own process and exits cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import urllib3
+
+from molens.client import ConnectionFailedError, MolensClient
+from molens.web.api_context import ApiSettings
+from molens.web.app import make_app
+from molens.web.local_context import LocalContext
+from molens.web.server import ApiServer, ServerOptions
+from tests.integration.api_server import delayed
+from tests.integration.conftest import ROOT, free_ports, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def test_stop_lets_a_request_in_progress_finish_then_refuses_connections(tmp_path: Path) -> None:
+    ctx = LocalContext(tmp_path, ApiSettings(test_endpoint_delay_ms=500))
+    server = ApiServer(make_app(ctx), ServerOptions(port=0, threads=4)).start()
+    http = urllib3.PoolManager(retries=False)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(http.request, "POST", server.url + "/api/v1/test/callback", body=b"{}")
+            wait_for(lambda: server._server.task_dispatcher.active_count > 0, 10, "the request to start")
+            server.stop()
+            r = fut.result(timeout=10)
+        assert (r.status, r.data) == (200, b'{"ok":true}')
+        with pytest.raises(urllib3.exceptions.HTTPError):
+            urllib3.PoolManager(retries=False).request("GET", server.url + "/healthz")
+    finally:
+        server.stop()
+        ctx.close()
+
+
+def test_module_entry_point_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_ports(1)[0]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "molens.web.server", "--data-dir", str(tmp_path), "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"listening http://127.0.0.1:{port}"
+        with MolensClient([f"http://127.0.0.1:{port}"]) as c:
+            t = c.create(delayed())
+            assert c.get(t["id"])["id"] == t["id"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        with (
+            MolensClient([f"http://127.0.0.1:{port}"], max_attempts=2, backoff_base_s=0.01) as c,
+            pytest.raises(ConnectionFailedError),
+        ):
+            c.get(t["id"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
