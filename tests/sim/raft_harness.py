@@ -38,8 +38,10 @@ from molens.raft.messages import (
     AppendResponse,
     ConfChangeOp,
     Heartbeat,
+    HeartbeatResponse,
     InstallSnapshot,
     Message,
+    SnapshotResponse,
     TimeoutNow,
     VoteResponse,
     decode,
@@ -687,7 +689,13 @@ class Cluster:
         if not self.check_durable_sends:
             return
         hs = self.durable[node.id]
-        if isinstance(m, AppendResponse) and not m.reject and m.term == hs.term:
+        if (
+            isinstance(m, AppendResponse | VoteResponse | HeartbeatResponse | SnapshotResponse)
+            and m.term > hs.term
+            and not (isinstance(m, VoteResponse) and m.pre)
+        ):
+            raise Violation(f"durability: {node.id} answers in term {m.term} but persisted {hs}")
+        if isinstance(m, AppendResponse) and not m.reject:
             st = node.storage
             if m.index > st.last_index():
                 raise Violation(f"durability: {node.id} acks {m.index} but persisted only {st.last_index()}")
