@@ -1,0 +1,103 @@
+// REST client for /api/v1 (DESIGN §7): bearer token, JSON errors, leader/role tracking.
+import { reactive } from 'vue'
+
+const TOKEN_KEY = 'molens.token'
+
+export const session = reactive({
+  needLogin: false, // the API answered 401
+  role: null, // X-Molens-Role of the last answer
+  leader: null, // last /cluster/leader answer
+  noLeader: false, // no leader known (election in progress)
+  leaderUnreachable: false, // a leader is known but not its HTTP address
+  offline: false, // the node did not answer at all
+})
+
+export function getToken() {
+  return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY) || ''
+}
+
+export function setToken(token, remember) {
+  sessionStorage.removeItem(TOKEN_KEY)
+  localStorage.removeItem(TOKEN_KEY)
+  if (token) (remember ? localStorage : sessionStorage).setItem(TOKEN_KEY, token)
+  session.needLogin = false
+}
+
+export class ApiError extends Error {
+  constructor(status, body, fallback) {
+    const err = (body && body.error) || {}
+    super(err.message || fallback || `HTTP ${status}`)
+    this.status = status
+    this.code = err.code || (status ? `http_${status}` : 'network')
+    this.field = err.field || null
+    this.body = body
+  }
+}
+
+function qs(query) {
+  if (!query) return ''
+  const p = new URLSearchParams()
+  for (const [k, v] of Object.entries(query)) {
+    if (v !== undefined && v !== null && v !== '') p.set(k, String(v))
+  }
+  const s = p.toString()
+  return s ? `?${s}` : ''
+}
+
+const listeners = new Set()
+/** Called with no argument when a write was redirected to the leader (307). */
+export function onRedirect(fn) {
+  listeners.add(fn)
+  return () => listeners.delete(fn)
+}
+
+/**
+ * One API call. Resolves with the parsed JSON body; rejects with ApiError.
+ * Writes go with redirect: 'manual' so a follower's 307 is seen here (the app then moves the
+ * whole UI to the leader) instead of being replayed cross-origin without the token.
+ */
+export async function api(method, path, { query, body, signal } = {}) {
+  const headers = { Accept: 'application/json' }
+  const token = getToken()
+  if (token) headers.Authorization = `Bearer ${token}`
+  if (body !== undefined) headers['Content-Type'] = 'application/json'
+  let res
+  try {
+    res = await fetch(`/api/v1${path}${qs(query)}`, {
+      method,
+      headers,
+      body: body !== undefined ? JSON.stringify(body) : undefined,
+      redirect: method === 'GET' ? 'follow' : 'manual',
+      cache: 'no-store',
+      signal,
+    })
+  } catch (e) {
+    if (e && e.name === 'AbortError') throw e
+    session.offline = true
+    throw new ApiError(0, null, 'network error: the node did not answer')
+  }
+  session.offline = false
+  if (res.type === 'opaqueredirect' || res.status === 307) {
+    listeners.forEach((fn) => fn())
+    throw new ApiError(307, null, 'this node is a follower; moving to the leader')
+  }
+  const role = res.headers.get('X-Molens-Role')
+  if (role) session.role = role
+  let data = null
+  const text = await res.text()
+  if (text) {
+    try {
+      data = JSON.parse(text)
+    } catch {
+      data = null
+    }
+  }
+  if (res.status === 401) session.needLogin = true
+  if (res.status === 503 && data && data.error && data.error.code === 'no_leader') session.noLeader = true
+  if (!res.ok) throw new ApiError(res.status, data)
+  return data
+}
+
+export const get = (path, query, opts) => api('GET', path, { ...opts, query })
+export const post = (path, body, opts) => api('POST', path, { ...opts, body })
+export const del = (path, opts) => api('DELETE', path, opts)

@@ -1,0 +1,17 @@
+// Which optional endpoints this node serves, read once from its OpenAPI document (an open route).
+let doc = null
+
+function load() {
+  if (!doc) {
+    doc = fetch('/api/v1/openapi.json', { headers: { Accept: 'application/json' } })
+      .then((r) => (r.ok ? r.json() : { paths: {} }))
+      .catch(() => ({ paths: {} }))
+  }
+  return doc
+}
+
+/** The OpenAPI path item of `/api/v1${path}` ({get, post, ...}) or null when the node lacks it. */
+export async function endpoint(path) {
+  const d = await load()
+  return (d && d.paths && d.paths[`/api/v1${path}`]) || null
+}

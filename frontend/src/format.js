@@ -1,0 +1,94 @@
+// Display helpers: times (epoch ms), durations, bytes, numbers. Everything returns plain text.
+import { locale } from './i18n.js'
+
+const tag = () => (locale.value === 'zh' ? 'zh-CN' : 'en-GB')
+
+export function fmtTime(ms, timeZone) {
+  if (ms === null || ms === undefined || ms === '') return '—'
+  const d = new Date(Number(ms))
+  if (Number.isNaN(d.getTime())) return '—'
+  try {
+    return new Intl.DateTimeFormat(tag(), {
+      year: 'numeric', month: '2-digit', day: '2-digit',
+      hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false,
+      timeZone: timeZone || undefined,
+    }).format(d)
+  } catch {
+    return d.toISOString()
+  }
+}
+
+export function fmtRelative(ms, now = Date.now()) {
+  if (ms === null || ms === undefined) return ''
+  const s = Math.round((Number(ms) - now) / 1000)
+  const a = Math.abs(s)
+  const unit = a < 60 ? [s, 'second'] : a < 3600 ? [Math.round(s / 60), 'minute']
+    : a < 86400 ? [Math.round(s / 3600), 'hour'] : [Math.round(s / 86400), 'day']
+  try {
+    return new Intl.RelativeTimeFormat(tag(), { numeric: 'auto' }).format(unit[0], unit[1])
+  } catch {
+    return ''
+  }
+}
+
+export function fmtDuration(ms) {
+  if (ms === null || ms === undefined || ms === '') return '—'
+  let n = Number(ms)
+  if (!Number.isFinite(n)) return '—'
+  if (n < 1000) return `${+n.toFixed(n < 10 ? 2 : 0)} ms`
+  const parts = []
+  for (const [u, v] of [['d', 86400000], ['h', 3600000], ['m', 60000], ['s', 1000]]) {
+    if (n >= v) {
+      const q = Math.floor(n / v)
+      parts.push(`${q}${u}`)
+      n -= q * v
+    }
+  }
+  if (n && parts.length < 2) parts.push(`${Math.round(n)}ms`)
+  return parts.slice(0, 2).join(' ')
+}
+
+export function fmtBytes(b) {
+  if (b === null || b === undefined || b === '') return '—'
+  let n = Number(b)
+  if (!Number.isFinite(n)) return '—'
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB']
+  let i = 0
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024
+    i++
+  }
+  return `${n.toFixed(i === 0 || n >= 100 ? 0 : 1)} ${units[i]}`
+}
+
+export function fmtNum(n, digits = 0) {
+  if (n === null || n === undefined || n === '' || !Number.isFinite(Number(n))) return '—'
+  return new Intl.NumberFormat(tag(), { maximumFractionDigits: digits, minimumFractionDigits: 0 }).format(Number(n))
+}
+
+export function fmtPercent(x) {
+  if (x === null || x === undefined || !Number.isFinite(Number(x))) return '—'
+  return `${(Number(x) * 100).toFixed(Number(x) >= 0.999 && Number(x) < 1 ? 2 : 1)}%`
+}
+
+/** The task's schedule in words: cron (tz), every N, after N, at time. */
+export function scheduleText(task, t) {
+  if (task.cron_expr) return `${task.cron_expr} (${task.timezone || 'UTC'})`
+  if (task.type === 'periodic') return t('task.every', { d: fmtDuration(task.interval_ms) })
+  if (task.run_at !== null && task.run_at !== undefined) return t('task.at', { time: fmtTime(task.run_at) })
+  return t('task.after', { d: fmtDuration(task.interval_ms) })
+}
+
+/** Parse a datetime-local value (local time) to epoch ms, or null. */
+export function localInputToMs(v) {
+  if (!v) return null
+  const d = new Date(v)
+  return Number.isNaN(d.getTime()) ? null : d.getTime()
+}
+
+export function msToLocalInput(ms) {
+  if (ms === null || ms === undefined) return ''
+  const d = new Date(Number(ms))
+  const p = (x) => String(x).padStart(2, '0')
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`
+}
