@@ -33,6 +33,10 @@ Reply = dict[str, Any]
 
 REPLY_HWM = 100_000
 """Replies queued towards one admin client before new ones are dropped (and logged)."""
+MAX_DEFERRED = 5_000
+"""Requests waiting for a deferred answer (e.g. proposals) before the server stops reading more."""
+RECV_BATCH = 256
+"""Requests read per loop turn, so finished answers go out between bursts."""
 Handler = Callable[[dict[str, Any]], "Reply | Future[Reply]"]
 
 
@@ -43,8 +47,16 @@ class AdminError(Exception):
 class AdminServer:
     """Serves admin requests on ``bind_addr`` from its own thread until :meth:`close`."""
 
-    def __init__(self, bind_addr: str, handler: Handler, ctx: zmq.Context[Any] | None = None) -> None:
+    def __init__(
+        self,
+        bind_addr: str,
+        handler: Handler,
+        ctx: zmq.Context[Any] | None = None,
+        max_deferred: int = MAX_DEFERRED,
+    ) -> None:
         self._handler = handler
+        self.max_deferred = max_deferred
+        self._deferred = 0
         self._ctx = ctx or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -89,7 +101,14 @@ class AdminServer:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        reading = True
         while not self._stop.is_set():
+            # backpressure: with max_deferred answers outstanding, stop reading requests (clients'
+            # sends then block in ZeroMQ) instead of queueing unbounded work behind the node
+            want = self._deferred < self.max_deferred
+            if want != reading:
+                poller.modify(self._sock, zmq.POLLIN if want else 0)
+                reading = want
             events = dict(poller.poll(1000))
             if self._wake_r in events:
                 try:
@@ -98,9 +117,12 @@ class AdminServer:
                     pass
             while self._done:
                 envelope, reply = self._done.popleft()
+                self._deferred -= 1
                 self._send(envelope, reply)
-            if self._sock in events:
-                while True:
+            if reading and self._sock in events:
+                for _ in range(RECV_BATCH):
+                    if self._deferred >= self.max_deferred:
+                        break
                     try:
                         frames = self._sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
@@ -138,6 +160,7 @@ class AdminServer:
             log.exception("admin cmd=%s failed", req.get("cmd"))
             result = {"ok": False, "error": f"internal error: {exc}"}
         if isinstance(result, Future):
+            self._deferred += 1
             result.add_done_callback(lambda f: self._finish(envelope, rid, f))
         else:
             self._send(envelope, _with_id(result, rid))
@@ -158,7 +181,8 @@ def _with_id(reply: Reply, rid: Any) -> Reply:
 
 
 class AdminClient:
-    """Blocking client: ``AdminClient("127.0.0.1:18111").call("status")``."""
+    """Blocking client: ``AdminClient("127.0.0.1:18111").call("status")``. One thread at a time
+    (it owns a ZeroMQ socket); give each thread its own client."""
 
     def __init__(self, addr: str, timeout_s: float = 5.0, ctx: zmq.Context[Any] | None = None) -> None:
         self.addr = addr
@@ -170,6 +194,7 @@ class AdminClient:
         if self._sock is None:
             s = self._ctx.socket(zmq.REQ)
             s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SNDTIMEO, int(self.timeout_s * 1000))
             s.connect(zmq_endpoint(self.addr))
             self._sock = s
         return self._sock

@@ -27,6 +27,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -48,6 +49,8 @@ from molens.raft.transport import TransportError
 log = logging.getLogger(__name__)
 
 FsmFactory = Callable[[Path], StateMachine]
+
+SWITCH_INTERVAL_S = 0.0005
 
 
 class NodeError(Exception):
@@ -107,6 +110,10 @@ class Node:
     # --- start ----------------------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.cfg
+        # The Raft actor releases the GIL on every lmdb/ZeroMQ call and must win it back from busy
+        # threads (admin, HTTP) each time; with the default 5 ms switch interval a heavy cycle then
+        # stalls for hundreds of ms and followers start elections (the GIL "convoy effect").
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
         try:

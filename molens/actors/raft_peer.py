@@ -30,6 +30,7 @@ The leader promotes learners to voters once they have caught up with its commit 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -55,6 +56,9 @@ from molens.raft.storage import LmdbLog
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
 log = logging.getLogger(__name__)
+
+SLOW_CYCLE_MS = 200.0
+"""A Ready cycle longer than this is logged: it delays heartbeats (elections start at 8+ ticks)."""
 
 
 # --- errors a proposer sees ------------------------------------------------------------------------
@@ -105,7 +109,8 @@ Subscriber = Callable[[LeaderChange], None]
 
 @dataclass(frozen=True, slots=True)
 class _Tick:
-    pass
+    sent: float
+    """time.monotonic() when the ticker queued it (tick delay = how far behind the actor runs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +119,64 @@ class _Inbound:
 
 
 @dataclass(frozen=True, slots=True)
-class _Propose:
-    datas: tuple[bytes, ...]
-    futs: tuple[Future[Any], ...]
+class _ProposalsReady:
+    """Wake-up: the ProposalQueue has work (at most one of these is queued at a time)."""
+
+
+class ProposalQueue:
+    """Proposals waiting for the actor, kept OUT of its mailbox: a burst of thousands of proposals
+    then costs one wake-up message, and ticks and peer messages never queue behind it (a leader
+    whose heartbeats wait behind a backlog would lose its followers)."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._datas: collections.deque[bytes] = collections.deque()
+        self._futs: collections.deque[Future[Any]] = collections.deque()
+        self._wake_pending = False
+        self.closed = False
+
+    def put(self, datas: list[bytes], futs: list[Future[Any]]) -> bool:
+        """Queue; returns True when the caller must send the actor a wake-up."""
+        with self._lock:
+            if self.closed:
+                err: Exception = ProposalRefused("raft peer stopped")
+            elif len(self._datas) + len(datas) > self.limit:
+                err = ProposalRefused(f"overloaded: {len(self._datas)} proposals queued")
+            else:
+                self._datas.extend(datas)
+                self._futs.extend(futs)
+                if self._wake_pending:
+                    return False
+                self._wake_pending = True
+                return True
+        for f in futs:
+            _fail(f, err)
+        return False
+
+    def take(self, n: int, max_bytes: int) -> tuple[list[bytes], list[Future[Any]], bool]:
+        """Up to ``n`` proposals / ``max_bytes`` (at least one), and whether more remain (the
+        wake-up then stays pending)."""
+        with self._lock:
+            datas: list[bytes] = []
+            size = 0
+            src = self._datas
+            while src and len(datas) < n and (size < max_bytes or not datas):
+                d = src.popleft()
+                size += len(d)
+                datas.append(d)
+            futs = [self._futs.popleft() for _ in range(len(datas))]
+            more = bool(self._datas)
+            self._wake_pending = more
+            return datas, futs, more
+
+    def close(self) -> list[Future[Any]]:
+        with self._lock:
+            self.closed = True
+            futs = list(self._futs)
+            self._datas.clear()
+            self._futs.clear()
+            return futs
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +192,7 @@ class Lifecycle:
 
     stopped: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
+    proposals: ProposalQueue = field(default_factory=ProposalQueue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +215,8 @@ class _Counters:
     bad_messages: int = 0
     leadership_lost_proposals: int = 0
     leader_changes: int = 0
+    max_cycle_ms: float = 0.0
+    max_tick_delay_ms: float = 0.0
     started_applied_index: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
@@ -177,6 +240,7 @@ def _core_config(cfg: RaftConfig) -> rc.RaftConfig:
         heartbeat_tick=cfg.heartbeat_ticks,
         max_inflight=cfg.max_inflight,
         max_msg_bytes=cfg.max_batch_bytes,
+        max_apply_bytes=cfg.max_apply_bytes,
     )
 
 
@@ -275,6 +339,7 @@ class RaftPeer(pykka.ThreadingActor):
         self._batch_datas: list[bytes] = []
         self._batch_futs: list[Future[Any]] = []
         self._since_cycle = 0
+        self._since_cycle_bytes = 0
         self._last_snapshot_index = self.log.snapshot_meta().index
         self._last: LeaderChange = LeaderChange(node_id, role_name(self.core), None, self.core.term)
         self._waiters: list[tuple[Callable[[RaftPeer], bool], Future[Any]]] = []
@@ -282,6 +347,7 @@ class RaftPeer(pykka.ThreadingActor):
         self._tick_queued = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name=f"raft-ticker-{node_id}", daemon=True)
         self.lifecycle = lifecycle or Lifecycle()
+        self.lifecycle.proposals.limit = cfg.max_pending_proposals
         try:
             # bind now, in the caller's thread: a port in use is an error of start(), not of the actor
             self.transport.start()
@@ -330,7 +396,7 @@ class RaftPeer(pykka.ThreadingActor):
     def _shutdown(self) -> None:
         self._ticker_stop.set()
         err = ProposalRefused("raft peer stopped")
-        for fut in self._batch_futs:
+        for fut in [*self._batch_futs, *self.lifecycle.proposals.close()]:
             _fail(fut, err)
         for _, fut in self._pending.values():
             _fail(fut, LeadershipLost("raft peer stopped before the entry applied: outcome unknown"))
@@ -351,7 +417,7 @@ class RaftPeer(pykka.ThreadingActor):
             if not self._tick_queued.is_set():
                 self._tick_queued.set()
                 try:
-                    ref.tell(_Tick())
+                    ref.tell(_Tick(time.monotonic()))
                 except pykka.ActorDeadError:
                     return
 
@@ -364,6 +430,7 @@ class RaftPeer(pykka.ThreadingActor):
         reply: Any = None
         if isinstance(message, _Inbound):
             self.counters.messages_in += 1
+            self._since_cycle_bytes += len(message.payload)
             try:
                 m = decode(message.payload)
             except CodecError as exc:
@@ -371,11 +438,21 @@ class RaftPeer(pykka.ThreadingActor):
                 log.warning("bad raft message dropped: %s", exc)
             else:
                 self.core.step(m)
-        elif isinstance(message, _Propose):
-            self._batch_datas.extend(message.datas)
-            self._batch_futs.extend(message.futs)
+        elif isinstance(message, _ProposalsReady):
+            datas, futs, more = self.lifecycle.proposals.take(
+                self.cfg.max_proposal_batch, self.cfg.max_batch_bytes
+            )
+            self._batch_datas.extend(datas)
+            self._batch_futs.extend(futs)
+            self._since_cycle += len(datas)
+            self._since_cycle_bytes += sum(map(len, datas))
+            if more:  # let queued ticks and peer messages in before the next slice
+                self.actor_ref.tell(_ProposalsReady())
         elif isinstance(message, _Tick):
             self._tick_queued.clear()
+            delay = (time.monotonic() - message.sent) * 1000
+            if delay > self.counters.max_tick_delay_ms:
+                self.counters.max_tick_delay_ms = delay
             self.core.tick()
             self._leader_housekeeping()
         elif isinstance(message, _Call):
@@ -386,10 +463,15 @@ class RaftPeer(pykka.ThreadingActor):
                 reply = _Raise(exc)
         self._since_cycle += 1
         # group commit: run the cycle once the mailbox is drained (or the batch bound is reached)
-        if self.actor_inbox.empty() or self._since_cycle >= self.cfg.max_proposal_batch:
+        if (
+            self.actor_inbox.empty()
+            or self._since_cycle >= self.cfg.max_proposal_batch
+            or self._since_cycle_bytes >= self.cfg.max_batch_bytes
+        ):
             self._flush_proposals()
             self._cycle()
             self._since_cycle = 0
+            self._since_cycle_bytes = 0
         return reply  # a _Raise is re-raised by RaftPeerHandle.call (pykka would log a traceback)
 
     def _flush_proposals(self) -> None:
@@ -419,6 +501,15 @@ class RaftPeer(pykka.ThreadingActor):
             _fail(f, err)
 
     def _cycle(self) -> None:
+        t0 = time.monotonic()
+        self._cycle_once()
+        ms = (time.monotonic() - t0) * 1000
+        if ms > self.counters.max_cycle_ms:
+            self.counters.max_cycle_ms = ms
+            if ms > SLOW_CYCLE_MS:
+                log.warning("slow raft cycle node=%s ms=%.0f", self.node_id, ms)
+
+    def _cycle_once(self) -> None:
         core = self.core
         while core.has_ready():
             rd = core.ready()
@@ -702,20 +793,17 @@ class RaftPeerHandle:
 
     def propose(self, data: bytes) -> Future[Any]:
         """Propose one entry; the future resolves with the FSM's result (see module docstring)."""
-        fut: Future[Any] = Future()
-        try:
-            self.ref.tell(_Propose((data,), (fut,)))
-        except pykka.ActorDeadError:
-            _fail(fut, ProposalRefused("raft peer stopped"))
-        return fut
+        return self.propose_many([data])[0]
 
     def propose_many(self, datas: list[bytes]) -> list[Future[Any]]:
+        """Propose entries (appended together when the actor is free); one future each."""
         futs: list[Future[Any]] = [Future() for _ in datas]
-        try:
-            self.ref.tell(_Propose(tuple(datas), tuple(futs)))
-        except pykka.ActorDeadError:
-            for f in futs:
-                _fail(f, ProposalRefused("raft peer stopped"))
+        if self.lifecycle.proposals.put(datas, futs):
+            try:
+                self.ref.tell(_ProposalsReady())
+            except pykka.ActorDeadError:
+                for f in self.lifecycle.proposals.close():
+                    _fail(f, ProposalRefused("raft peer stopped"))
         return futs
 
     def call(self, fn: Callable[[RaftPeer], Any], timeout: float | None = 10.0) -> Any:

@@ -99,7 +99,7 @@ class MolensCluster:
                 "rpc": {"bind_addr": a["rpc_addr"]},
                 "http": {"port": int(a["http_addr"].rsplit(":", 1)[1])},
                 "admin": {"bind_addr": a["admin_addr"]},
-                "logging": {"level": "WARNING"},
+                "logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")},
             }
             path = root / f"{nid}.yaml"
             path.write_text(yaml.safe_dump(cfg))
@@ -165,6 +165,7 @@ def run_load(addr: str, payload: int, concurrency: int, seconds: float, start_i:
     i = start_i
     done = 0
     failed = 0
+    errors: dict[str, int] = {}
     t0 = time.perf_counter()
     end = t0 + seconds
     try:
@@ -192,6 +193,7 @@ def run_load(addr: str, payload: int, concurrency: int, seconds: float, start_i:
                     lat.append((time.perf_counter() - t) * 1000)
                 else:
                     failed += 1
+                    errors[r.get("error", "?")] = errors.get(r.get("error", "?"), 0) + 1
         elapsed = time.perf_counter() - t0
     finally:
         sock.close(0)
@@ -201,6 +203,7 @@ def run_load(addr: str, payload: int, concurrency: int, seconds: float, start_i:
         "p99_ms": pct(lat, 99),
         "done": done,
         "failed": failed,
+        "errors": errors,
         "next_i": i,
     }
 
@@ -224,7 +227,7 @@ def bench_molens(args: argparse.Namespace, root: Path) -> dict[int, dict[str, An
                 f"molens payload={size}B: light load (1 in flight) p50={light['p50_ms']:.2f} ms "
                 f"p99={light['p99_ms']:.2f} ms; {args.concurrency} in flight: "
                 f"{heavy['commits_per_s']:.0f} commits/s p50={heavy['p50_ms']:.1f} ms p99={heavy['p99_ms']:.1f} ms "
-                f"(failed {heavy['failed']})"
+                f"(failed {heavy['failed']} {heavy['errors'] or ''})"
             )
         with AdminClient(addr, timeout_s=10) as c:
             st = c.call("stats")
@@ -411,8 +414,9 @@ def main() -> None:
     ap.add_argument("--failover-trials", type=int, default=3)
     ap.add_argument("--skip-pysyncobj", action="store_true")
     args = ap.parse_args()
+    keep = os.environ.get("BENCH_KEEP")  # keep the data and node logs for a look afterwards
     with tempfile.TemporaryDirectory(prefix="molens-bench-") as tmp:
-        root = Path(tmp)
+        root = Path(tempfile.mkdtemp(prefix="molens-bench-kept-")) if keep else Path(tmp)
         m = bench_molens(args, root)
         summary: dict[str, str] = {}
         for size, label in ((16, "16B"), (1024, "1KiB")):

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,7 +98,7 @@ class NodeProc:
         self.admin_addr: str = self.settings["admin"]["bind_addr"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.dir / "stdout.log"
-        self._admin: AdminClient | None = None
+        self._local = threading.local()  # one admin client per thread: ZMQ sockets are not thread-safe
 
     # --- process control -------------------------------------------------------------------------
     def start(self) -> NodeProc:
@@ -164,14 +165,18 @@ class NodeProc:
 
     # --- admin -----------------------------------------------------------------------------------
     def admin(self) -> AdminClient:
-        if self._admin is None:
-            self._admin = AdminClient(self.admin_addr, timeout_s=5.0)
-        return self._admin
+        """This thread's admin client for the node."""
+        client: AdminClient | None = getattr(self._local, "client", None)
+        if client is None:
+            client = AdminClient(self.admin_addr, timeout_s=5.0)
+            self._local.client = client
+        return client
 
     def _drop_admin(self) -> None:
-        if self._admin is not None:
-            self._admin.close()
-            self._admin = None
+        client: AdminClient | None = getattr(self._local, "client", None)
+        if client is not None:
+            client.close()
+            self._local.client = None
 
     def status(self) -> dict[str, Any] | None:
         """The node's status, or None when it does not answer within a second."""
