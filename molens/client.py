@@ -221,12 +221,22 @@ class MolensClient:
         return d
 
     def _create_batch(self, bodies: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
+        items = self._create_batch_items(bodies)
+        for it in items:
+            if isinstance(it, ApiError):
+                raise it
+        return [t for t in items if not isinstance(t, ApiError)]
+
+    def _create_batch_items(self, bodies: Sequence[Mapping[str, Any]]) -> builtins.list[Task | ApiError]:
+        """One batch request; per item the task, or the error the state machine gave it."""
         _, out = self._request("POST", "/api/v1/tasks/batch", {"tasks": bodies}, safe_retry=True)
-        if out.get("errors"):
-            first = out["errors"][0]
-            err = first.get("error", {})
-            raise ApiError(500, err.get("code", "internal"), err.get("message", ""), err.get("field"), out)
-        return [dict(t) for t in out["items"]]
+        missing = ApiError(500, "internal", "the server returned no task for this item")
+        items: builtins.list[Task | ApiError] = [dict(t) if t is not None else missing for t in out["items"]]
+        for e in out.get("errors", []):
+            err = e.get("error", {})
+            code = str(err.get("code", "internal"))
+            items[int(e["index"])] = _error_class(400, code)(400, code, str(err.get("message", "")), err.get("field"), e)
+        return items
 
     def get(self, task_id: str) -> Task:
         """The task, or :class:`TaskNotFoundError`."""
@@ -510,7 +520,7 @@ class BatchingClient:
     def _send(self, batch: builtins.list[tuple[dict[str, Any], Future[Task]]]) -> None:
         while batch:
             try:
-                tasks = self.client._create_batch([b for b, _ in batch])
+                results = self.client._create_batch_items([b for b, _ in batch])
             except BatchRejectedError as exc:
                 keep = []
                 for i, (body, fut) in enumerate(batch):
@@ -529,8 +539,11 @@ class BatchingClient:
                 for _, fut in batch:
                     fut.set_exception(exc)
                 return
-            for (_, fut), t in zip(batch, tasks):
-                fut.set_result(t)
+            for (_, fut), r in zip(batch, results):
+                if isinstance(r, ApiError):
+                    fut.set_exception(r)
+                else:
+                    fut.set_result(r)
             return
 
 
