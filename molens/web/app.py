@@ -190,7 +190,10 @@ class Api:
                 if li.leader_url:
                     raise NotLeader(li.leader_url, li.leader_id)
                 raise NoLeader()
-            status, body = fn(**kw)
+            result = fn(**kw)
+            if isinstance(result, bottle.HTTPResponse):
+                return result  # non-JSON answers (PNG, Prometheus text, static UI files)
+            status, body = result
         except MolensError as exc:
             status, body = self._error(exc)
         except Exception:
@@ -612,6 +615,10 @@ def build_api(ctx: ApiContext) -> Api:
             if err.status_code < 500:
                 exc = MolensError(str(err.body)[:200], code="http_error")
         bottle.response.content_type = _JSON_CT
+        try:
+            bottle.response.set_header("X-Molens-Role", ctx.leader_info().role)
+        except Exception:  # an error page must render even if the context cannot answer
+            log.debug("no role for an error page", exc_info=True)
         return _dumps(exc.to_json())
 
     for code in (400, 404, 405, 413, 500):

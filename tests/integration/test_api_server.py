@@ -66,3 +66,29 @@ def test_module_entry_point_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_later_routes_plug_in_with_auth_and_non_json_answers(tmp_path: Path) -> None:
+    import bottle
+
+    from molens.web.app import build_api
+
+    ctx = LocalContext(tmp_path, ApiSettings(auth_token="t"))
+    api = build_api(ctx)
+
+    @api.route("GET", "/metrics")
+    def metrics() -> bottle.HTTPResponse:
+        return bottle.HTTPResponse("molens_up 1\n", status=200, headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    server = ApiServer(api.app, ServerOptions(port=0)).start()
+    http = urllib3.PoolManager(retries=False)
+    try:
+        assert http.request("GET", server.url + "/metrics").status == 401
+        r = http.request("GET", server.url + "/metrics", headers={"Authorization": "Bearer t"})
+        assert (r.status, r.data, r.headers["Content-Type"]) == (200, b"molens_up 1\n", "text/plain; version=0.0.4")
+        assert ("GET", "/metrics") in api.routes
+        r = http.request("GET", server.url + "/nope")
+        assert r.status == 404 and r.headers["X-Molens-Role"] == "leader"
+    finally:
+        server.stop()
+        ctx.close()
