@@ -20,7 +20,12 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   attempt (result ``lost``) that is fired again *immediately* with the same fire id and the next
   attempt number; for at_most_once it is recorded as ``unknown`` (maybe delivered, maybe not) and
   the fire is never sent again — a delayed task then ends ``failed``, a periodic one moves to its
-  next occurrence without counting a failure (the endpoint did nothing wrong).
+  next occurrence without counting a failure (the endpoint did nothing wrong). A lost attempt
+  counts against ``max_retries`` like any failed one. A result is applied only to the fire record
+  it names (fire id, kind and, when the worker sends it, attempt): duplicates, results for deleted
+  tasks and late results of an attempt already given up are answered ``NotFoundError`` and change
+  nothing. Only the leader of the term that proposed a ``Dispatched`` entry sends its fires (see
+  ``store.EntryResult.term``).
 - **Retries.** at_least_once retries a failed attempt ``n`` (1-based) after ``2^(n-1)`` seconds
   (1 s, 2 s, 4 s ...) measured from the result's ``now_ms``, while ``n <= max_retries``. Then the
   occurrence has failed: delayed -> ``failed``; periodic -> ``fail_count += 1`` and ``inactive`` once
