@@ -24,10 +24,12 @@ Contract for implementers:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from molens.config import Config, parse_addr
 from molens.fsm.commands import Command
 from molens.fsm.history import Page, TrendPoint, UrlStats
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
@@ -72,6 +74,40 @@ class LeaderInfo:
             "term": self.term,
             "role": self.role,
         }
+
+
+def settings_from_config(cfg: Config) -> ApiSettings:
+    """The API settings of a node: limits and callback host policy from ``scheduler``, token and
+    body bound from ``http``. The built-in deny lists (cloud metadata) always apply; the config's
+    deny lists add to them."""
+    sc = cfg.scheduler
+    cp = sc.callback_policy
+    policy = CallbackPolicy(
+        allow_hosts=cp.allow_hosts,
+        allow_cidrs=cp.allow_cidrs,
+        deny_hosts=(*DEFAULT_POLICY.deny_hosts, *cp.deny_hosts),
+        deny_cidrs=(*DEFAULT_POLICY.deny_cidrs, *cp.deny_cidrs),
+    )
+    limits = dataclasses.replace(
+        DEFAULT_LIMITS, max_payload_bytes=sc.max_payload_bytes, default_max_retries=sc.default_max_retries
+    )
+    return ApiSettings(
+        node_id=cfg.node.id,
+        limits=limits,
+        policy=policy,
+        auth_token=cfg.http.auth_token,
+        max_body_bytes=cfg.http.max_body_bytes,
+    )
+
+
+def http_url(http_addr: str) -> str | None:
+    """``127.0.0.1:18082`` (a peer's ``http_addr``) -> ``http://127.0.0.1:18082``; None if empty."""
+    if not http_addr:
+        return None
+    host, port = parse_addr(http_addr)
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
 
 
 class HistoryReader(Protocol):
@@ -127,4 +163,4 @@ class ApiContext(Protocol):
     def new_task_id(self) -> str: ...
 
 
-__all__ = ["ApiContext", "ApiSettings", "HistoryReader", "LeaderInfo"]
+__all__ = ["ApiContext", "ApiSettings", "HistoryReader", "LeaderInfo", "http_url", "settings_from_config"]

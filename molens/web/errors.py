@@ -17,6 +17,7 @@ cannot apply a write here:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from molens.model import MolensError
@@ -99,7 +100,28 @@ class InternalError(MolensError):
     http_status = 500
 
 
+def from_proposal_error(exc: BaseException, leader_url: Callable[[str | None], str | None]) -> MolensError:
+    """Map a RaftPeer proposal failure to the API error (for ApiContext implementations).
+
+    ``leader_url(leader_id)`` gives the leader's HTTP base URL (``None`` when unknown). Anything that
+    is not a known Raft failure becomes :class:`Unavailable` (the cause is logged by the caller).
+    """
+    from molens.actors import raft_peer as rp  # late: the REST layer does not need pykka otherwise
+
+    if isinstance(exc, rp.NotLeader):
+        url = leader_url(exc.leader_id) if exc.leader_id else None
+        return NotLeader(url, exc.leader_id) if url else NoLeader()
+    if isinstance(exc, rp.LeadershipLost):
+        return OutcomeUnknown(f"leadership changed before the write applied; outcome unknown ({exc})")
+    if isinstance(exc, rp.ProposalRefused):
+        return Unavailable(f"the write was refused and not applied: {exc}")
+    if isinstance(exc, MolensError):
+        return exc
+    return Unavailable(f"the write could not be proposed: {type(exc).__name__}")
+
+
 __all__ = [
+    "from_proposal_error",
     "BodyTooLarge",
     "InternalError",
     "MethodNotAllowed",

@@ -25,6 +25,8 @@ import bottle
 from waitress import wasyncore
 from waitress.server import create_server
 
+from molens.config import HttpConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -37,6 +39,11 @@ class ServerOptions:
     connection_limit: int = 1000
     channel_timeout_s: int = 120
     stop_grace_s: float = 5.0
+
+    @classmethod
+    def from_http_config(cls, http: HttpConfig, threads: int = 16) -> ServerOptions:
+        """Options of a node's API server from its ``http`` config section."""
+        return cls(host=http.host, port=http.port, threads=threads, max_body_bytes=http.max_body_bytes)
 
 
 class ApiServer:

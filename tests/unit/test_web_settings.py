@@ -1,0 +1,55 @@
+"""Node config -> API settings, peer addresses -> URLs, Raft proposal failures -> API errors."""
+
+from __future__ import annotations
+
+from molens.actors import raft_peer as rp
+from molens.config import load_dict
+from molens.model import ValidationError, check_url
+from molens.web.api_context import http_url, settings_from_config
+from molens.web.errors import NoLeader, NotLeader, OutcomeUnknown, Unavailable, from_proposal_error
+from molens.web.server import ServerOptions
+
+
+def test_settings_come_from_the_http_and_scheduler_sections() -> None:
+    cfg = load_dict(
+        {
+            "node": {"id": "n7"},
+            "http": {"auth_token": "tok", "max_body_bytes": 4096, "port": 18090},
+            "scheduler": {
+                "max_payload_bytes": 1024,
+                "default_max_retries": 5,
+                "callback_policy": {"deny_hosts": ["evil.example"], "allow_cidrs": ["127.0.0.0/8"]},
+            },
+        }
+    )
+    s = settings_from_config(cfg)
+    assert (s.node_id, s.auth_token, s.max_body_bytes) == ("n7", "tok", 4096)
+    assert (s.limits.max_payload_bytes, s.limits.default_max_retries) == (1024, 5)
+    assert "metadata.google.internal" in s.policy.deny_hosts and "evil.example" in s.policy.deny_hosts
+    assert "169.254.0.0/16" in s.policy.deny_cidrs
+    check_url("http://127.0.0.1:9/x", "callback_url", s.policy, s.limits)
+    for bad in ("http://evil.example/", "http://10.0.0.1/", "http://169.254.169.254/"):
+        try:
+            check_url(bad, "callback_url", s.policy, s.limits)
+        except ValidationError:
+            continue
+        raise AssertionError(f"{bad} was accepted")
+    o = ServerOptions.from_http_config(cfg.http)
+    assert (o.host, o.port, o.max_body_bytes) == ("127.0.0.1", 18090, 4096)
+
+
+def test_http_url_of_a_peer_address() -> None:
+    assert http_url("127.0.0.1:18082") == "http://127.0.0.1:18082"
+    assert http_url("[::1]:18082") == "http://[::1]:18082"
+    assert http_url("") is None
+
+
+def test_proposal_failures_map_to_api_errors() -> None:
+    urls = {"n2": "http://127.0.0.1:18082"}
+    e = from_proposal_error(rp.NotLeader("n2"), urls.get)
+    assert isinstance(e, NotLeader) and e.leader_url == "http://127.0.0.1:18082" and e.leader_id == "n2"
+    assert isinstance(from_proposal_error(rp.NotLeader(None), urls.get), NoLeader)
+    assert isinstance(from_proposal_error(rp.NotLeader("n9"), urls.get), NoLeader)  # address unknown
+    assert isinstance(from_proposal_error(rp.LeadershipLost("x"), urls.get), OutcomeUnknown)
+    assert isinstance(from_proposal_error(rp.ProposalRefused("x"), urls.get), Unavailable)
+    assert isinstance(from_proposal_error(RuntimeError("x"), urls.get), Unavailable)
