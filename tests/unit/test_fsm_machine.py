@@ -662,3 +662,14 @@ def test_cron_task_fires_once_across_dst_changes(h: H, tz: str, start: int, expe
     for _ in expected:
         got.append(h.cycle(t.id).fire.dispatched_ms)
     assert got == expected
+
+
+def test_response_head_kept_to_512_characters_and_task_json_round_trips(h: H) -> None:
+    t = h.create(payload={"k": [1, "é"]}, idempotency_key="key")
+    fr = h.fire_due(t.id)
+    h.apply(Results(h.now, (ResultItem(fr.fire.fire_id, FireKind.CALLBACK, 200, Outcome.RESPONSE, "x" * 600, 3, "w", 1),)))
+    nt = h.t(t.id)
+    assert nt.last_response == "x" * 512 and h.s.executions[-1].response_head == "x" * 512
+    j = nt.to_json()
+    assert j["payload"] == {"k": [1, "é"]} and j["status"] == "done" and j["last_execution_result"] == "success"
+    assert Task.from_json(j).to_json() == j
