@@ -29,7 +29,8 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from operator import itemgetter
+from itertools import repeat
+from operator import itemgetter, rshift
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ DEFAULT_HORIZON_MS = 5 * 366 * 86_400_000
 
 _SEQ_BITS = 64
 _second = itemgetter(1)
+_drain = deque(maxlen=0).extend  # consume an iterator at C speed
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,7 @@ class _Run(Generic[K]):
         self.entries = entries
         self.level = level
         self.keys = sorted(entries, key=entries.__getitem__)
-        self.dues = array("q", [entries[key] >> _SEQ_BITS for key in self.keys])
+        self.dues = array("q", map(rshift, map(entries.__getitem__, self.keys), repeat(_SEQ_BITS)))
         self.pos = 0
         self.skipped = 0
 
@@ -94,7 +96,7 @@ class _Run(Generic[K]):
         self.pos = j
         if len(entries) + self.skipped == len(keys):  # nothing removed from keys[pos:]
             chunk = keys[pos:j]
-            deque(map(where.__delitem__, chunk), maxlen=0)
+            _drain(map(where.__delitem__, chunk))
             return chunk
         chunk = []
         for i in range(pos, j):
@@ -332,7 +334,7 @@ class TimeWheel(Generic[K]):
             near = self._near
             if near:
                 out.extend(zip(near.values(), near.keys()))
-                deque(map(where.__delitem__, near), maxlen=0)
+                _drain(map(where.__delitem__, near))
                 self._near = {}
                 self._near_heap = []
                 merge = True
@@ -362,13 +364,22 @@ class TimeWheel(Generic[K]):
                 out.sort()
             return list(map(_second, out))
         if not out and len(runs) == 1:
+            # The common case, inlined: one open run, nothing else due.
             run = runs[0]
-            if run.dues[run.pos] > now_ms:
+            pos = run.pos
+            if run.dues[pos] > now_ms:
                 return []
-            keys = run.take(now_ms, where)
-            if run.pos == len(run.keys):
+            keys = run.keys
+            j = bisect_right(run.dues, now_ms, pos)
+            run.pos = j
+            if j == len(keys):
                 self._runs = []
-            return keys
+            if len(run.entries) + run.skipped == len(keys):  # nothing removed from keys[pos:]
+                chunk = keys[pos:j]
+                _drain(map(where.__delitem__, chunk))
+                return chunk
+            run.pos = pos
+            return run.take(now_ms, where)
         used_up = False
         for run in runs:
             if run.dues[run.pos] <= now_ms:
@@ -431,7 +442,7 @@ class TimeWheel(Generic[K]):
                 self._cascade(b, due_lim, out)
             elif bid // nl + spans[level] <= now_ms + 1:
                 out.extend(zip(b.values(), b.keys()))
-                deque(map(where.__delitem__, b), maxlen=0)
+                _drain(map(where.__delitem__, b))
             else:
                 # Sorted once and read in order, rather than cascaded entry by entry to finer levels.
                 self._runs.append(_Run(b, level))
