@@ -372,9 +372,11 @@ def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
     existing = tx.task(it.task_id)
     if existing is not None:
         return Created(existing, False)
-    t = Task(it.task_id, spec, Status.PENDING, now, now, None, now)
-    due = first_due(t)
-    t = _replace(t, due_ms=due, sched_ms=due)
+    if spec.type is TaskType.DELAYED:
+        due = spec.run_at if spec.run_at is not None else now + (spec.interval_ms or 0)
+    else:
+        due = first_due(Task(it.task_id, spec, Status.PENDING, now, now, None, now))
+    t = Task(it.task_id, spec, Status.PENDING, now, now, due, due)
     tx.put_new(t)
     if key is not None:
         tx.w.idem[key] = t.id
