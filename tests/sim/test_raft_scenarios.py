@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from molens.raft.core import ConfChangeError, ProposalDroppedError, RaftConfig, Role, UnsafeRule
-from molens.raft.messages import AppendEntries, ConfChangeOp, InstallSnapshot, Message
+from molens.raft.messages import AppendEntries, ConfChangeOp, InstallSnapshot, Message, RequestVote
 from tests.sim.linearizability import Status, check_history
 from tests.sim.raft_harness import Cluster, Faults, SimNode, Violation, default_config
 
@@ -80,6 +80,7 @@ def figure8(config: RaftConfig) -> Cluster:
 
 
 def test_figure8_previous_term_entry_is_not_committed_by_counting() -> None:
+    """§5.4.2, figure 8: an entry from an earlier term on a majority is not thereby committed."""
     cfg = replace(default_config(), max_msg_bytes=1)
     cl = figure8(cfg)
     assert core(cl, "n5").role is Role.LEADER
@@ -90,6 +91,7 @@ def test_figure8_previous_term_entry_is_not_committed_by_counting() -> None:
 
 
 def test_figure8_with_the_rule_broken_is_caught() -> None:
+    """Figure 8 with commit-by-counting for old terms: the simulator reports the lost commit."""
     cfg = replace(default_config(), max_msg_bytes=1, unsafe=UnsafeRule.COMMIT_PREVIOUS_TERM)
     with pytest.raises(Violation, match=r"state machine safety|leader completeness"):
         figure8(cfg)
@@ -108,6 +110,7 @@ FIG7 = {
 
 
 def test_figure7_divergent_followers_converge_on_the_leader_log() -> None:
+    """§5.3, figure 7 (a)-(f): missing, extra and conflicting suffixes are all repaired."""
     cl = Cluster(7, seed=7, start=False)
     for nid, terms in FIG7.items():
         cl.preload(nid, terms, 7)
@@ -125,6 +128,7 @@ def test_figure7_divergent_followers_converge_on_the_leader_log() -> None:
 
 # --- client semantics (§8) and ReadIndex (§6.4) -----------------------------------------------------
 def test_isolated_old_leader_never_reports_success() -> None:
+    """§5.4/§8: a deposed leader's proposals in a minority are never acknowledged as committed."""
     cl = Cluster(3, seed=11)
     old = leader_of(cl)
     cl.write(old.id, "a")
@@ -147,6 +151,7 @@ def test_isolated_old_leader_never_reports_success() -> None:
 
 @pytest.mark.parametrize("check_quorum", [True, False])
 def test_stale_leader_never_answers_read_index(check_quorum: bool) -> None:
+    """§6.4 ReadIndex: a leader cut off from its quorum never serves a read (would be stale)."""
     cfg = replace(default_config(), check_quorum=check_quorum, pre_vote=check_quorum)
     cl = Cluster(3, seed=12, config=cfg)
     old = leader_of(cl)
@@ -171,6 +176,7 @@ def test_stale_leader_never_answers_read_index(check_quorum: bool) -> None:
 # --- elections (§5.2, thesis §9.6 pre-vote, §6.2 check-quorum) ----------------------------------------
 @pytest.mark.parametrize("pre_vote", [True, False])
 def test_dueling_candidates_elect_exactly_one_leader(pre_vote: bool) -> None:
+    """§5.2 split votes: simultaneous candidates, randomized timeouts, one leader per term."""
     cfg = replace(default_config(), pre_vote=pre_vote)
     for seed in range(5):
         cl = Cluster(5, seed=seed, config=cfg)
@@ -184,19 +190,31 @@ def test_dueling_candidates_elect_exactly_one_leader(pre_vote: bool) -> None:
 
 
 def test_rejoining_partitioned_node_does_not_depose_a_healthy_leader() -> None:
+    """Thesis §9.6 pre-vote (+ §6.2 lease): an isolated node keeps asking for a higher term but
+    never adopts it, and once back its requests are refused while the leader is healthy."""
     cl = Cluster(3, seed=13)
     ld = leader_of(cl)
     term = core(cl, ld.id).term
     follower = next(n for n in cl.ids if n != ld.id)
+    asked: list[int] = []
+
+    def watch(m: Message) -> Message | None:
+        if isinstance(m, RequestVote) and m.frm == follower:
+            asked.append(m.term)
+        return m
+
+    cl.msg_filter = watch
     cl.isolate(follower)
     settle(cl, 150)
     assert core(cl, follower).term == term  # pre-vote: failed pre-campaigns never raise the term
     cl.heal()
     settle(cl, 50)
+    assert asked and max(asked) > term  # it did ask for a higher term, after rejoining too
     assert core(cl, ld.id).role is Role.LEADER and core(cl, ld.id).term == term
 
 
 def test_leader_that_loses_its_quorum_steps_down() -> None:
+    """Thesis §6.2 check-quorum: no quorum heard for an election timeout -> step down."""
     cl = Cluster(3, seed=14)
     ld = leader_of(cl)
     cl.isolate(ld.id)
@@ -205,6 +223,7 @@ def test_leader_that_loses_its_quorum_steps_down() -> None:
 
 # --- crashes and restarts (§5.1 persistent state) -------------------------------------------------
 def test_whole_cluster_simultaneous_restart_keeps_committed_entries() -> None:
+    """§5.1 persistent state: every node crashes at once (unpersisted Readys lost) and recovers."""
     cl = Cluster(3, seed=15, faults=Faults(persist_delay=(0, 4), apply_delay=3))
     ld = leader_of(cl)
     ops = [cl.write(ld.id, "a") for _ in range(5)]
@@ -224,6 +243,8 @@ def test_whole_cluster_simultaneous_restart_keeps_committed_entries() -> None:
 @pytest.mark.parametrize("point", ["before_persist", "after_persist_before_send", "before_apply"])
 @pytest.mark.parametrize("who", ["leader", "follower"])
 def test_crash_at_each_persistence_point(point: str, who: str) -> None:
+    """§5.1 / etcd Ready contract: crash before persisting, between persisting and sending, and
+    before applying; nothing acknowledged is lost."""
     faults = Faults(persist_delay=(2, 6), apply_delay=5)
     cl = Cluster(3, seed=16, faults=faults)
     ld = leader_of(cl)
@@ -257,6 +278,7 @@ def test_crash_at_each_persistence_point(point: str, who: str) -> None:
 
 # --- replication (§5.3): reordering and duplication never truncate --------------------------------
 def test_reordered_and_duplicated_appends_never_lose_entries() -> None:
+    """§5.3 (and PySyncObj's bug): stale or duplicate appends never truncate; only conflicts do."""
     faults = Faults(dup=0.5, delay=(1, 40))
     cl = Cluster(3, seed=17, faults=faults)
     ld = leader_of(cl)
@@ -270,6 +292,7 @@ def test_reordered_and_duplicated_appends_never_lose_entries() -> None:
 
 # --- snapshots (§7) ------------------------------------------------------------------------------
 def test_snapshot_install_interrupted_by_leader_change() -> None:
+    """§7 InstallSnapshot in chunks: a half-sent snapshot is dropped and the new leader finishes."""
     cfg = replace(default_config(), snapshot_chunk_bytes=2)
     cl = Cluster(3, seed=18, config=cfg)
     ld = leader_of(cl)
@@ -301,6 +324,7 @@ def test_snapshot_install_interrupted_by_leader_change() -> None:
 
 
 def test_stale_snapshot_is_ignored() -> None:
+    """§7: a snapshot older than the follower's commit is ignored, never rolling the log back."""
     cl = Cluster(3, seed=19)
     ld = leader_of(cl)
     for _ in range(5):
@@ -325,6 +349,8 @@ def test_stale_snapshot_is_ignored() -> None:
 
 # --- membership (thesis §4.1, the 2015 single-server change bug) -------------------------------------
 def test_conf_change_refused_before_leader_commits_in_its_term() -> None:
+    """Ongaro, raft-dev 2015, single-server change bug: no change before the leader commits in
+    its own term; thesis §4.1: one change at a time."""
     cl = Cluster(3, seed=20, faults=Faults(persist_delay=(5, 5)))
     ld = leader_of(cl)
     c = core(cl, ld.id)
@@ -338,6 +364,7 @@ def test_conf_change_refused_before_leader_commits_in_its_term() -> None:
 
 
 def test_learner_joins_is_promoted_and_counts() -> None:
+    """Thesis §4.2.1: a new server catches up as a non-voting learner, then is promoted."""
     cl = Cluster(3, seed=21)
     ld = leader_of(cl)
     settle(cl, 10)
@@ -357,6 +384,7 @@ def test_learner_joins_is_promoted_and_counts() -> None:
 
 
 def test_removing_the_leader() -> None:
+    """Thesis §4.2.2: the leader removed from the configuration steps down once that commits."""
     cl = Cluster(3, seed=22)
     ld = leader_of(cl)
     settle(cl, 10)
@@ -371,6 +399,7 @@ def test_removing_the_leader() -> None:
 
 
 def test_transfer_while_proposals_are_in_flight() -> None:
+    """Thesis §3.10 leadership transfer (TimeoutNow) with proposals in flight; new ones refused."""
     cl = Cluster(3, seed=23, faults=Faults(delay=(2, 8), persist_delay=(0, 3)))
     ld = leader_of(cl)
     settle(cl, 10)
