@@ -26,7 +26,7 @@ import logging
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from itertools import repeat
@@ -44,7 +44,8 @@ DEFAULT_HORIZON_MS = 5 * 366 * 86_400_000
 
 _SEQ_BITS = 64
 _second = itemgetter(1)
-_drain: Callable[[Iterable[object]], None] = deque(maxlen=0).extend  # consume an iterator at C speed
+_sink: deque[object] = deque(maxlen=0)
+_drain = _sink.extend  # consumes an iterator at C speed
 
 
 @dataclass(frozen=True, slots=True)
