@@ -92,15 +92,16 @@ class ApiServer:
         disp = srv.task_dispatcher
         deadline = time.monotonic() + self.options.stop_grace_s
         while time.monotonic() < deadline:
-            busy = disp.active_count > 0 or len(disp.queue) > 0
-            pending_out = any(
-                getattr(ch, "total_outbufs_len", 0) > 0 for ch in list(self._map.values()) if ch is not srv
-            )
-            if not busy and not pending_out:
+            pending_out = any(getattr(ch, "total_outbufs_len", 0) > 0 for ch in list(self._map.values()))
+            if not self.requests_in_progress() and not disp.queue and not pending_out:
                 break
             wasyncore.loop(timeout=0.05, map=self._map, use_poll=True, count=1)
         disp.shutdown(cancel_pending=True, timeout=self.options.stop_grace_s)
         wasyncore.close_all(self._map)
+
+    def requests_in_progress(self) -> int:
+        """Requests read and not yet answered (queued or running), over all connections."""
+        return sum(len(getattr(ch, "requests", ()) or ()) for ch in list(self._map.values()))
 
     def stop(self) -> None:
         """Stop accepting, finish what is in progress (bounded), close everything. Idempotent."""

@@ -30,7 +30,7 @@ def test_stop_lets_a_request_in_progress_finish_then_refuses_connections(tmp_pat
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             fut = pool.submit(http.request, "POST", server.url + "/api/v1/test/callback", body=b"{}")
-            wait_for(lambda: server._server.task_dispatcher.active_count > 0, 10, "the request to start")
+            wait_for(lambda: server.requests_in_progress() > 0, 10, "the request to start")
             server.stop()
             r = fut.result(timeout=10)
         assert (r.status, r.data) == (200, b'{"ok":true}')
