@@ -123,6 +123,8 @@ def _last_error(logfile: Path) -> str:
     except OSError:
         return "no log"
     for ln in reversed(lines[-50:]):
+        if ln.startswith("error: "):  # the foreground run's own one-line error
+            return ln[len("error: ") :].strip()
         if "error" in ln.lower():
             return ln.strip()
     return lines[-1].strip() if lines else f"see {logfile}"

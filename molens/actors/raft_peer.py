@@ -394,6 +394,8 @@ class RaftPeer(pykka.ThreadingActor):
         self._shutdown()
 
     def _shutdown(self) -> None:
+        if self._ticker_stop.is_set():  # on_failure and on_stop may both run
+            return
         self._ticker_stop.set()
         err = ProposalRefused("raft peer stopped")
         for fut in [*self._batch_futs, *self.lifecycle.proposals.close()]:
