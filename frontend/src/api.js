@@ -20,7 +20,6 @@ export function setToken(token, remember) {
   sessionStorage.removeItem(TOKEN_KEY)
   localStorage.removeItem(TOKEN_KEY)
   if (token) (remember ? localStorage : sessionStorage).setItem(TOKEN_KEY, token)
-  session.needLogin = false
 }
 
 export class ApiError extends Error {

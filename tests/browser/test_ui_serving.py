@@ -1,0 +1,67 @@
+"""molens.web.ui: the console's files, SPA fallback, cache headers and the "not built" page (plain HTTP)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import urllib3
+
+from molens.web.ui import IMMUTABLE
+from tests.browser.conftest import serve_ui
+
+
+def _get(url: str) -> urllib3.BaseHTTPResponse:
+    return urllib3.request("GET", url, redirect=False, retries=False, timeout=10)
+
+
+def _fake_build(root: Path) -> Path:
+    static = root / "static"
+    (static / "assets").mkdir(parents=True)
+    (static / "index.html").write_text(
+        '<!doctype html><script type="module" src="/ui/assets/app-abc123.js"></script>'
+    )
+    (static / "assets" / "app-abc123.js").write_text("console.log('x')")
+    (static / "robots.txt").write_text("User-agent: *\n")
+    return static
+
+
+def test_built_console_files_fallback_and_cache_headers(tmp_path: Path) -> None:
+    static = _fake_build(tmp_path)
+    with serve_ui(tmp_path / "d", static_dir=static) as s:
+        r = _get(s.url + "/ui/")
+        assert r.status == 200 and b"app-abc123.js" in r.data
+        assert r.headers["Cache-Control"] == "no-cache"
+        assert "default-src 'self'" in r.headers["Content-Security-Policy"]
+        r = _get(s.url + "/ui/assets/app-abc123.js")
+        assert r.status == 200 and r.headers["Cache-Control"] == IMMUTABLE
+        assert r.headers["Content-Type"].startswith("text/javascript")
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+        # history routes of the single-page app load index.html
+        for route in ("/ui/tasks", "/ui/tasks/01ARZ3NDEKTSV4RRFFQ69G5FAV", "/ui/cluster"):
+            r = _get(s.url + route)
+            assert r.status == 200 and b"app-abc123.js" in r.data, route
+        # a missing file is a 404, not the app
+        assert _get(s.url + "/ui/assets/gone-123.js").status == 404
+        assert _get(s.url + "/ui/favicon.ico").status == 404
+        assert _get(s.url + "/ui/robots.txt").status == 200
+        # nothing outside the build directory
+        for bad in ("/ui/../../etc/passwd", "/ui/%2e%2e/%2e%2e/etc/passwd", "/ui/assets/..%2f..%2fsetup.cfg"):
+            r = _get(s.url + bad)
+            assert r.status in (400, 404) and b"root:" not in r.data, bad
+        # / and /ui lead to the console
+        r = _get(s.url + "/")
+        assert r.status == 302 and r.headers["Location"].endswith("/ui/")
+        r = _get(s.url + "/ui")
+        assert r.status == 301 and r.headers["Location"].endswith("/ui/")
+        # the API is untouched
+        assert _get(s.url + "/api/v1/cluster/leader").status == 200
+
+
+def test_missing_build_answers_a_clear_page(tmp_path: Path) -> None:
+    with serve_ui(tmp_path / "d", static_dir=tmp_path / "nothing") as s:
+        for route in ("/ui/", "/ui/tasks", "/ui/assets/app.js"):
+            r = _get(s.url + route)
+            assert r.status == 503, route
+            assert r.headers["Content-Type"].startswith("text/html")
+            assert b"UI not built" in r.data and b"scripts/setup" in r.data
+        assert _get(s.url + "/healthz").status == 200
