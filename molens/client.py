@@ -374,10 +374,13 @@ class MolensClient:
                 self._backoff(attempt, deadline)
                 continue
             status = r.status
-            if status in (307, 308) and redirects < 5 and r.headers.get("Location"):
+            if status in (307, 308):
+                loc = r.headers.get("Location", "")
+                if redirects >= 5 or not loc.startswith(("http://", "https://")):
+                    raise UnavailableError(status, "redirect", f"{method} {path}: bad or looping redirect to {loc!r}")
                 redirects += 1
                 attempt -= 1  # following the leader is not a failure
-                target = _base(r.headers["Location"])
+                target = _base(loc)
                 with self._lock:
                     self._target = target
                 continue

@@ -18,6 +18,7 @@ from molens.client import (
     OutcomeUnknownError,
     TaskNotFoundError,
     UnauthorizedError,
+    UnavailableError,
 )
 from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
 from molens.model import FireKind, Outcome
@@ -192,3 +193,15 @@ def test_batching_client_flushes_by_interval(api: Served, client: MolensClient) 
         # no close, no flush: the interval sends them
         assert all(f.result(timeout=10)["status"] == "pending" for f in futs)
         b.flush(timeout=10)
+
+
+def test_a_redirect_loop_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    with (
+        serve(tmp_path / "a", role="follower", leader_url="http://127.0.0.1:1") as a,
+        serve(tmp_path / "b", role="follower", leader_url=a.url) as b,
+    ):
+        a.ctx.leader_url = b.url  # a says b leads, b says a leads
+        with MolensClient([a.url]) as c, pytest.raises(UnavailableError) as ei:
+            c.create(delayed())
+        assert ei.value.code == "redirect"
+        assert a.task_count() == b.task_count() == 0
