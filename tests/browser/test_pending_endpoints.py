@@ -1,0 +1,152 @@
+"""The console's use of endpoints this node does not serve yet (issue 7's server side).
+
+``/api/v1/schedule/preview`` and ``/api/v1/timewheel/distribution`` are added by another part of
+issue 7. Until then the console must hide what depends on them (checked against the real server),
+and draw them right once they exist: those checks answer the two endpoints in the browser
+(``page.route``) with the shapes the console reads, and add them to the served OpenAPI document,
+which is how the console learns an endpoint exists.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, Route, expect
+
+from tests.browser.conftest import Console, Served
+
+pytestmark = pytest.mark.browser
+
+
+def _serve_extra(
+    page: Page, paths: dict[str, dict[str, Any]], handlers: dict[str, Callable[[Route], None]]
+) -> None:
+    def openapi(route: Route) -> None:
+        resp = route.fetch()
+        doc = resp.json()
+        doc["paths"].update(paths)
+        route.fulfill(response=resp, body=json.dumps(doc))
+
+    page.route("**/api/v1/openapi.json", openapi)
+    for pattern, fn in handlers.items():
+        page.route(pattern, fn)
+
+
+def _served_paths(served: Served) -> set[str]:
+    _, doc = served.api("GET", "/openapi.json")
+    return set(doc["paths"])
+
+
+def test_without_the_endpoints_the_console_hides_preview_and_says_so_for_the_wheel(
+    served: Served, page: Page
+) -> None:
+    paths = _served_paths(served)
+    if "/api/v1/schedule/preview" in paths or "/api/v1/timewheel/distribution" in paths:
+        pytest.skip("the node serves these endpoints now: see test_pages / test_real_node")
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("kind-cron").click()
+    expect(page.get_by_test_id("f-cron")).to_be_visible()
+    expect(page.get_by_test_id("preview")).to_have_count(0)
+    page.goto(served.url + "/ui/timewheel")
+    expect(page.get_by_test_id("tw-unsupported")).to_be_visible()
+
+
+def test_create_form_shows_the_next_five_fire_times_in_the_chosen_zone(
+    served: Served, page: Page, console: Console
+) -> None:
+    console.allow.append(r"status of 400")
+    asked: list[dict[str, str]] = []
+    base = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+    def preview(route: Route) -> None:
+        from urllib.parse import parse_qsl, urlsplit
+
+        q = dict(parse_qsl(urlsplit(route.request.url).query))
+        asked.append(q)
+        if q.get("cron_expr") == "bad":
+            body = {
+                "error": {"code": "invalid_argument", "message": "cron_expr: bad field", "field": "cron_expr"}
+            }
+            route.fulfill(status=400, content_type="application/json", body=json.dumps(body))
+            return
+        step = int(q["interval_ms"]) if "interval_ms" in q else 3_600_000
+        items = [base + i * step for i in range(5)]
+        route.fulfill(status=200, content_type="application/json", body=json.dumps({"items": items}))
+
+    _serve_extra(
+        page,
+        {"/api/v1/schedule/preview": {"get": {"responses": {"200": {"description": "next fire times"}}}}},
+        {"**/api/v1/schedule/preview?*": preview},
+    )
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-cron").fill("0 * * * *")
+    page.get_by_test_id("f-tz").fill("Asia/Shanghai")
+    items = page.get_by_test_id("preview-list").locator("li")
+    expect(items).to_have_count(5)
+    # 00:00Z is 08:00 in Shanghai
+    expect(items.first).to_have_text("01/01/2026, 08:00:00")
+    expect(items.nth(4)).to_have_text("01/01/2026, 12:00:00")
+    expect(page.get_by_test_id("preview")).to_contain_text("Asia/Shanghai")
+    last = asked[-1]
+    assert (last["type"], last["cron_expr"], last["timezone"], last["count"]) == (
+        "periodic",
+        "0 * * * *",
+        "Asia/Shanghai",
+        "5",
+    )
+    page.get_by_test_id("kind-interval").click()
+    page.get_by_test_id("f-interval").fill("90")
+    # an interval previews in the browser's zone (UTC in these tests)
+    expect(items.nth(1)).to_have_text("01/01/2026, 01:30:00")
+    expect(page.get_by_test_id("preview")).to_contain_text("(UTC)")
+    assert asked[-1]["interval_ms"] == str(90 * 60_000)
+    # the server's complaint about a schedule is shown in place of the times
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-cron").fill("bad")
+    expect(page.get_by_test_id("preview-error")).to_have_text("cron_expr: bad field")
+
+
+def test_time_wheel_heatmap_per_level_with_hover_details(served: Served, page: Page) -> None:
+    now = 1_767_225_600_000
+    levels = []
+    for lv, span in enumerate((10, 5_120, 2_621_440)):
+        counts = [0] * 512
+        counts[3] = 5 + lv
+        counts[100] = 1_000 * (lv + 1)
+        levels.append(
+            {
+                "level": lv,
+                "buckets": [
+                    {"start_ms": now + i * span, "span_ms": span, "count": c} for i, c in enumerate(counts)
+                ],
+            }
+        )
+    body = {"levels": levels, "overflow": 7, "tick_ms": 10, "wheel_size": 512}
+
+    def dist(route: Route) -> None:
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    _serve_extra(
+        page,
+        {"/api/v1/timewheel/distribution": {"get": {"responses": {"200": {"description": "occupancy"}}}}},
+        {"**/api/v1/timewheel/distribution": dist},
+    )
+    page.goto(served.url + "/ui/timewheel")
+    for lv in range(3):
+        expect(page.get_by_test_id(f"tw-level-{lv}").locator(".cell")).to_have_count(512)
+    expect(page.get_by_test_id("tw-level-1")).to_contain_text("2,006 timers")
+    cell = page.get_by_test_id("tw-level-2").locator(".cell").nth(100)
+    cell.hover()
+    hover = page.get_by_test_id("tw-hover")
+    expect(hover).to_contain_text("Level 2 · #100")
+    expect(hover).to_contain_text("3,000 timers")
+    expect(hover).to_contain_text("Beyond the top level: 7")
+    # busy and empty buckets are drawn differently
+    empty = page.get_by_test_id("tw-level-2").locator(".cell").nth(0)
+    assert cell.evaluate("e => getComputedStyle(e).backgroundColor") != empty.evaluate(
+        "e => getComputedStyle(e).backgroundColor"
+    )
