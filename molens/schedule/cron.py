@@ -21,7 +21,8 @@ wall time becomes UTC instants by these rules:
 
 The result is strictly increasing, without duplicates, whatever the zone. Computation is in UTC
 instants; croniter is only asked for the next matching *naive wall time* (no tz), which it does
-with plain calendar arithmetic. Parsed expressions are cached (``functools.lru_cache``).
+with plain calendar arithmetic. Parsed expressions are cached (``functools.lru_cache``), and so is
+the last answer per expression and zone.
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ _MS = timedelta(milliseconds=1)
 _US = timedelta(microseconds=1)
 #: validation looks for a first fire from here (any fixed instant: the result must not depend on it)
 _VALIDATE_FROM_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+#: per (expr, tz), the last query and its answer: many tasks on one expression ask about the same
+#: instant (a burst of results at the top of the hour), and any ``after`` in ``[query, answer)`` has
+#: that same answer. Tuples are replaced whole, so threads need no lock.
+_last: dict[tuple[str, str], tuple[int, int]] = {}
+_LAST_MAX = 4096
 
 
 class ScheduleError(ValueError):
@@ -194,6 +202,10 @@ def next_cron_fire(expr: str, tz: str, after_ms: int) -> int:
     DST rules are in the module docstring. Raises :class:`ScheduleError` for a bad expression or
     zone, or when the expression never fires again (croniter gives up after 50 years).
     """
+    memo_key = (expr, tz)
+    hit = _last.get(memo_key)
+    if hit is not None and hit[0] <= after_ms < hit[1]:
+        return hit[1]  # nothing fires in (hit[0], hit[1]): same answer
     cron = _parse(expr)
     zone = _zone(tz)
     try:
@@ -207,6 +219,9 @@ def next_cron_fire(expr: str, tz: str, after_ms: int) -> int:
         raise ScheduleError(f"cron_expr {expr!r} never fires after {after_ms}") from None
     except OverflowError:
         raise ScheduleError(f"cron_expr {expr!r}: no fire time representable after {after_ms}") from None
+    if len(_last) >= _LAST_MAX:
+        _last.clear()
+    _last[memo_key] = (after_ms, best)
     return best
 
 

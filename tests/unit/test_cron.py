@@ -359,3 +359,21 @@ def test_parsed_expressions_are_cached_and_thread_safe() -> None:
     for th in threads:
         th.join()
     assert results == [expected] * 4
+
+
+def test_last_answer_memo_never_changes_results() -> None:
+    """Queries in any order give what a fresh computation gives (the memo only serves [query, answer))."""
+    import random
+
+    from molens.schedule import cron as cron_mod
+
+    rng = random.Random(5)
+    center = TRANSITIONS["America/New_York"][1]
+    afters = [center + rng.randrange(-2 * HOUR, 2 * HOUR) for _ in range(300)]
+    for expr in ("*/7 * * * *", "30 1 * * *", "0 * * * *"):
+        fresh = []
+        for a in afters:
+            cron_mod._last.clear()
+            fresh.append(next_cron_fire(expr, "America/New_York", a))
+        assert [next_cron_fire(expr, "America/New_York", a) for a in afters] == fresh
+        assert [next_cron_fire(expr, "America/New_York", a) for a in sorted(afters)] == sorted(fresh)
