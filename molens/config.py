@@ -172,8 +172,8 @@ class CurveConfig:
 class RaftConfig:
     bind_addr: str = _opt("127.0.0.1:18091", _addr)
     tick_ms: int = _opt(50, _int_range(1, 10_000))
-    election_ticks: int = _opt(10, _int_min(2))
-    heartbeat_ticks: int = _opt(2, _int_min(1))
+    election_ticks: int = _opt(8, _int_min(2))
+    heartbeat_ticks: int = _opt(1, _int_min(1))
     max_inflight: int = _opt(256, _int_min(1))
     max_batch_bytes: int = _opt(256 * 1024, _int_min(1024))
     max_proposal_batch: int = _opt(1024, _int_min(1))

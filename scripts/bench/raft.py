@@ -132,6 +132,24 @@ class MolensCluster:
                 except subprocess.TimeoutExpired:
                     p.kill()
 
+    def wait_converged(self, timeout: float = 60) -> None:
+        """Until all three nodes answer and have applied the same commit index."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen = set()
+            for nid in self.procs:
+                try:
+                    with AdminClient(self.admin(nid), timeout_s=0.5) as c:
+                        st = c.call("status")
+                except AdminError:
+                    break
+                seen.add((st["commit_index"], st["applied_index"]))
+            else:
+                if len(seen) == 1 and len({x for pair in seen for x in pair}) == 1:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("cluster did not converge")
+
     def admin(self, nid: str) -> str:
         return self.addrs[nid]["admin_addr"]
 
@@ -274,9 +292,7 @@ def bench_failover(cluster: MolensCluster, trials: int) -> list[float]:
             f"failover trial {trial + 1}: kill -9 {leader} -> next commit after {(t_commit - t_kill) * 1000:.0f} ms"
         )
         cluster.start(leader)
-        cluster.leader()
-        # let the restarted node catch up before the next trial
-        time.sleep(1.0)
+        cluster.wait_converged()
     return results
 
 
