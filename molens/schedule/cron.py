@@ -21,7 +21,8 @@ wall time becomes UTC instants by these rules:
 
 The result is strictly increasing, without duplicates, whatever the zone. Computation is in UTC
 instants; croniter is only asked for the next matching *naive wall time* (no tz), which it does
-with plain calendar arithmetic. Parsed expressions are cached (``functools.lru_cache``), and so is
+with plain calendar arithmetic. (A trap avoided: croniter 7's own tz-aware mode fires a daily
+``30 2 * * *`` twice in Europe/Berlin on 2026-10-25, at 02:30+02:00 and 02:30+01:00.) Parsed expressions are cached (``functools.lru_cache``), and so is
 the last answer per expression and zone.
 """
 
