@@ -34,10 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     trace = print if args.trace else None
     failures = 0
     runs = 0
+    slowest = (-1, 0.0)
     t0 = time.monotonic()
     for seed in seeds:
         n = sizes[seed % len(sizes)] if args.seed is None else sizes[0]
         runs += 1
+        t1 = time.monotonic()
         try:
             run_seed(seed, n, trace=trace, config=config)
         except Violation as e:
@@ -45,10 +47,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAIL {e}", flush=True)
             if args.stop_on_failure:
                 break
+        took = time.monotonic() - t1
+        if took > slowest[1]:
+            slowest = (seed, took)
         if runs % 500 == 0:
             print(f"... {runs} seeds, {failures} failures, {time.monotonic() - t0:.0f}s", flush=True)
     dt = time.monotonic() - t0
-    print(f"ran {runs} seeds in {dt:.1f}s ({runs / dt if dt else 0:.1f} seeds/s)")
+    print(f"ran {runs} seeds in {dt:.1f}s ({runs / dt if dt else 0:.1f} seeds/s), "
+          f"slowest seed {slowest[0]} took {slowest[1]:.2f}s")
     print(f"sim: seeds={runs} failures={failures}")
     return 1 if failures else 0
 

@@ -196,6 +196,7 @@ class Cluster:
         self.to_stop: list[str] = []
         self.keys = ("a", "b", "c")
         self.max_ops_per_key = 24
+        self.max_open_per_key = 3
         # invariant state
         self.leaders: dict[int, str] = {}
         self.committed: dict[int, Entry] = {}
@@ -599,7 +600,11 @@ class Cluster:
         alive = [n for n in self.nodes.values() if n.alive]
         if f.client and rng.random() < f.client and alive:
             key = rng.choice(self.keys)
-            if sum(1 for o in self.ops if o.key == key) < self.max_ops_per_key:
+            # bounded history and bounded concurrency per key keep the linearizability check exact
+            # and cheap: an unknown write stays concurrent with everything after it
+            mine = [o for o in self.ops if o.key == key]
+            open_ops = sum(1 for o in mine if o.status is Status.PENDING or o.status is Status.UNKNOWN)
+            if len(mine) < self.max_ops_per_key and open_ops < self.max_open_per_key:
                 ld = self.leader()
                 node = ld if ld is not None and rng.random() < 0.7 else rng.choice(alive)
                 if rng.random() < f.read_ratio:
