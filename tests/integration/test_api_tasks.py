@@ -265,3 +265,25 @@ def test_create_cron_task_with_seconds_field_and_timezone(api: Served) -> None:
     check_schema(t, "Task")
     assert t["cron_expr"] == "*/5 * * * * *" and t["timezone"] == "Asia/Shanghai"
     assert now < t["next_run_at"] <= now + 6_000 and t["next_run_at"] % 5_000 == 0
+
+
+def test_a_sparse_filter_pages_through_bounded_scans(api: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    import molens.web.app as web_app
+
+    monkeypatch.setattr(web_app, "MAX_SCAN", 10)
+    st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(scene="sparse-a") for _ in range(25)]})
+    assert st == 201
+    want = create(api, scene="sparse-b")["id"]
+    found: list[str] = []
+    pages = 0
+    cursor = None
+    while True:
+        st, _, page = api.call("GET", "/api/v1/tasks?scene=sparse-b" + (f"&cursor={cursor}" if cursor else ""))
+        assert st == 200
+        pages += 1
+        found += [t["id"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert found == [want]
+    assert pages >= 3  # every request examined at most 10 tasks
