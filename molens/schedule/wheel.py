@@ -230,7 +230,7 @@ class TimeWheel(Generic[K]):
         best = heap[0][0] >> _SEQ_BITS if heap else None
         used_up = False
         for run in self._runs:
-            head = run.head()
+            head = run.dues[run.pos] if run.keys[run.pos] in run.entries else run.head()
             if head is None:
                 used_up = True
             elif best is None or head < best:
@@ -240,17 +240,16 @@ class TimeWheel(Generic[K]):
         queue, nl, buckets = self._queue, self._nl, self._buckets
         while queue:
             bid = queue[0]
+            if buckets.get(bid):
+                break
             if bid % nl == self._levels:
                 if bid // nl == self._over_mark:
                     if self._over:
                         break
                     self._over_mark = None
-                heappop(queue)
-            elif buckets.get(bid):
-                break
             else:
-                heappop(queue)
                 buckets.pop(bid, None)
+            heappop(queue)
         if queue:
             start = queue[0] // nl
             if best is None or start < best:
