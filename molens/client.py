@@ -423,7 +423,8 @@ class BatchingClient:
     Each submitted task gets a :class:`~concurrent.futures.Future` resolved with the created task
     or failed with its own error: an invalid task fails only its future, the rest of its batch is
     re-sent at once. :meth:`close` flushes everything first. ``max_pending`` bounds the queue:
-    :meth:`submit` blocks while it is full.
+    :meth:`submit` blocks while it is full. ``senders`` threads send batches concurrently (more
+    than one overlaps the network and apply latency of one batch with the next).
     """
 
     def __init__(
@@ -433,6 +434,7 @@ class BatchingClient:
         max_batch: int = 500,
         flush_interval_s: float = 0.05,
         max_pending: int = 100_000,
+        senders: int = 1,
     ) -> None:
         if not 1 <= max_batch <= 1000:
             raise ValueError("max_batch must be in 1..1000")
@@ -446,8 +448,11 @@ class BatchingClient:
         self._closing = False
         self._oldest = 0.0
         self._flush_now = False
-        self._thread = threading.Thread(target=self._run, name="molens-batcher", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"molens-batcher-{i}", daemon=True) for i in range(max(1, senders))
+        ]
+        for t in self._threads:
+            t.start()
 
     def submit(self, task: Mapping[str, Any] | None = None, /, **fields: Any) -> Future[Task]:
         """Queue one task for creation; the future resolves with the created task."""
@@ -483,7 +488,9 @@ class BatchingClient:
         with self._cv:
             self._closing = True
             self._cv.notify_all()
-        self._thread.join(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> BatchingClient:
         return self

@@ -205,3 +205,13 @@ def test_a_redirect_loop_is_an_error_not_a_hang(tmp_path: Path) -> None:
             c.create(delayed())
         assert ei.value.code == "redirect"
         assert a.task_count() == b.task_count() == 0
+
+
+def test_batching_client_with_several_senders(api: Served, client: MolensClient) -> None:
+    before = api.task_count()
+    with BatchingClient(client, max_batch=50, flush_interval_s=0.01, senders=3) as b:
+        futs = [b.submit(delayed(payload=i)) for i in range(400)]
+        b.flush(timeout=30)
+        assert all(f.done() for f in futs)
+    assert sorted(f.result()["payload"] for f in futs) == list(range(400))
+    assert api.task_count() == before + 400
