@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -35,7 +36,7 @@ REPLY_HWM = 100_000
 """Replies queued towards one admin client before new ones are dropped (and logged)."""
 MAX_DEFERRED = 5_000
 """Requests waiting for a deferred answer (e.g. proposals) before the server stops reading more."""
-RECV_BATCH = 256
+RECV_BATCH = 64
 """Requests read per loop turn, so finished answers go out between bursts."""
 Handler = Callable[[dict[str, Any]], "Reply | Future[Reply]"]
 
@@ -128,6 +129,7 @@ class AdminServer:
                     except zmq.Again:
                         break
                     self._on_request(frames)
+                time.sleep(0)  # yield the GIL: a request flood must not starve the Raft actor
         # answer what finished while stopping (e.g. the reply to "stop")
         while self._done:
             envelope, reply = self._done.popleft()
