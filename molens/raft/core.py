@@ -22,6 +22,24 @@ Driving it (what the runtime's actor does)::
            applied index >= its index
         6. core.advance(rd)
 
+Calls and what they raise: ``propose``/``propose_batch`` (many entries, one broadcast: use it to
+batch client writes) raise ``NotLeaderError(leader)`` on a non-leader and ``ProposalDroppedError``
+during a leadership transfer; ``propose_conf_change`` also raises ``ConfChangeError``;
+``read_index(ctx)`` needs a unique non-empty ``ctx``, is forwarded to the leader by a follower
+and raises ``NotLeaderError(None)`` when no leader is known; ``transfer_leader(to)`` (graceful
+shutdown) sends TimeoutNow once ``to`` is caught up and gives up after an election timeout;
+``campaign(force=False)`` starts an election at once. A proposal's index is only a promise: the
+write succeeded when the FSM applies *that* index with *that* entry; if another entry shows up
+there (a new leader overwrote it) it failed; if leadership changes first, its outcome is unknown.
+Read-only state for status pages: ``term``, ``vote``, ``role``, ``leader``, ``commit``,
+``applied``, ``last_index``, ``membership``, ``progress(peer)``.
+
+A follower's ``Ready.committed_entries`` may include entries that arrive in the same Ready's
+``entries``: persist first (step 3), then apply (step 5). ``messages`` hold only what a durable
+leader sends (AppendEntries, heartbeats, snapshot chunks, TimeoutNow, ReadIndex answers), pre-vote
+requests and forwarded reads; everything that reveals a new term, vote or log position to others
+waits in ``messages_after_persist``.
+
 Only one Ready is outstanding: ``has_ready()`` is False and ``ready()`` raises until ``advance``.
 ``tick``/``step``/``propose`` may be called in between; their effects go into the next Ready.
 Applying may lag (the node may queue committed entries and apply them later), but entries must be
