@@ -208,16 +208,14 @@ class Api:
                 status,
                 (time.perf_counter() - t0) * 1000,
             )
-        if isinstance(body, bytes):
-            resp.content_type = _JSON_CT
-            return body
         resp.content_type = _JSON_CT
-        return _dumps(body)
+        return body if isinstance(body, bytes) else _dumps(body)
 
     def _error(self, exc: MolensError) -> tuple[int, Any]:
         resp = bottle.response
-        if isinstance(exc, NotLeader):
-            assert exc.leader_url is not None
+        if isinstance(exc, NotLeader) and not exc.leader_url:
+            exc = NoLeader()  # a follower that cannot name the leader's address: retry later
+        if isinstance(exc, NotLeader) and exc.leader_url:
             req = bottle.request
             qs = req.query_string
             resp.set_header("Location", exc.leader_url.rstrip("/") + req.path + (f"?{qs}" if qs else ""))

@@ -282,3 +282,16 @@ def test_bearer_token_is_required_except_on_open_routes(tmp_path: Path, caplog: 
         assert s.call("POST", "/api/v1/test/callback", {"x": 1})[0] == 200
     assert token not in caplog.text
     assert "secret-payload" not in caplog.text
+
+
+def test_leadership_lost_between_the_check_and_the_proposal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from molens.web.errors import NotLeader
+
+    with serve(tmp_path) as s:
+        monkeypatch.setattr(s.ctx, "propose", lambda *a: (_ for _ in ()).throw(NotLeader("http://127.0.0.1:18082", "n2")))
+        st, h, body = s.call("POST", T + "?a=b", delayed())
+        assert (st, h["Location"], h["X-Molens-Leader-Id"]) == (307, "http://127.0.0.1:18082/api/v1/tasks?a=b", "n2")
+        monkeypatch.setattr(s.ctx, "propose", lambda *a: (_ for _ in ()).throw(NotLeader(None)))
+        st, h, body = s.call("POST", T, delayed())
+        assert (st, body["error"]["code"], h["Retry-After"]) == (503, "no_leader", "1")
+        assert s.task_count() == 0
