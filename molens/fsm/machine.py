@@ -315,7 +315,11 @@ def _next_occurrence(t: Task, now: int) -> dict[str, Any]:
     in the past; instants missed meanwhile (downtime, a long retry chain) are represented by the late
     occurrence that just ran and are not fired again.
     """
-    nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
+    try:
+        nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
+    except ValueError as exc:  # the schedule has no next instant (deterministic on every replica)
+        log.error("task=%s has no next occurrence (%s): inactive", t.id, exc)
+        return dict(_INACTIVE)
     return {
         "status": Status.PENDING,
         "seq": t.seq + 1,

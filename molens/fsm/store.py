@@ -19,8 +19,9 @@ it holds, so a batch replayed after a crash between the two commits does not dup
 
 Durability: lmdb ``sync=True, metasync=False`` (one fdatasync per batch; on power loss the last batch
 may roll back and is replayed from the Raft log). Entries at or below ``applied_index`` are skipped
-(result ``None``). A command that cannot be decoded yields a :class:`CodecError` result on every
-replica alike and changes nothing. Snapshots are ``env.copyfd(compact=True)`` of a read transaction.
+(result ``None``). A command that cannot be decoded yields a :class:`CodecError` result, and one
+whose application raises (a bug: the machine is deterministic, so every replica raises alike) a
+:class:`StoreError` result; either changes nothing and never stops the replica. Snapshots are ``env.copyfd(compact=True)`` of a read transaction.
 
 Leader effects (wheel adds/removes, fire requests) are returned in each entry's :class:`EntryResult`
 (with the entry's term: see there for which fire requests a leader may send) and also passed, after
@@ -290,7 +291,12 @@ class TaskStore:
                 log.error("undecodable entry index=%d: %s", e.index, exc)
                 out.append(exc)
                 continue
-            applied = machine.apply(view, cmd, config=self.config)
+            try:
+                applied = machine.apply(view, cmd, config=self.config)
+            except Exception as exc:  # a machine bug: same on every replica, so skip the entry alike
+                log.exception("entry index=%d (%s) failed to apply; it changes nothing", e.index, type(cmd).__name__)
+                out.append(StoreError(f"entry {e.index} failed to apply: {type(exc).__name__}: {exc}", code="internal"))
+                continue
             self._write(txn, applied, counts)
             if applied.writes.executions or applied.writes.history_deletes:
                 hist.append((e.index, applied.writes))

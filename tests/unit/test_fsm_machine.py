@@ -673,3 +673,17 @@ def test_response_head_kept_to_512_characters_and_task_json_round_trips(h: H) ->
     j = nt.to_json()
     assert j["payload"] == {"k": [1, "é"]} and j["status"] == "done" and j["last_execution_result"] == "success"
     assert Task.from_json(j).to_json() == j
+
+
+def test_periodic_without_a_next_instant_goes_inactive(h: H, monkeypatch: pytest.MonkeyPatch) -> None:
+    from molens.fsm import machine
+
+    t = h.create(type="periodic", interval_ms=1000)
+    h.fire_due(t.id)
+
+    def no_more(*a: object) -> int:
+        raise ValueError("no next fire")
+
+    monkeypatch.setattr(machine, "next_after_misfire", no_more)
+    h.answer(t.id, 200)
+    assert h.t(t.id).status is Status.INACTIVE and h.t(t.id).due_ms is None

@@ -238,3 +238,23 @@ def test_scan_expirable_lists_terminal_tasks_by_last_update(store: TaskStore) ->
     lg.apply(Expire(T0 + 100, tuple(items)))
     assert store.get_task(ids[0]) is None and store.get_task(ids[1]) is None
     assert [i.task_id for i in store.scan_expirable(T0 + 100, 10)] == [ids[2]]
+
+
+def test_an_entry_whose_apply_raises_changes_nothing_and_does_not_stop_the_store(
+    store: TaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from molens.fsm import machine
+
+    lg = Log(store)
+    before = store.digest()
+
+    def boom(*a: object, **k: object) -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(machine, "_create", boom)
+    out = lg.apply(CreateTasks(T0, (CreateItem(new_task_id(T0, 1), spec()),)))
+    assert isinstance(out[0], StoreError) and out[0].code == "internal"
+    assert store.digest() == before and store.applied_index() == 1
+    monkeypatch.undo()
+    lg.apply(CreateTasks(T0, (CreateItem(new_task_id(T0, 2), spec()),)))
+    assert len(store) == 1
