@@ -1,11 +1,13 @@
 """Wires one Molens node: start order, admin commands, joining a cluster, graceful stop order.
 
-Start: lock ``data_dir`` (one process per data directory) -> open the state machine -> RaftPeer
+Start: lock ``data_dir`` (one process per data directory) -> open the state machine -> worker RPC
+endpoint (``rpc.bind_addr``; messages go to the handler set with ``set_rpc_handler``) -> RaftPeer
 (binds the Raft port, recovers log + FSM, replays only entries after the FSM's applied index) ->
 admin socket -> join the cluster when ``cluster.join_addrs`` is set and this node has no data.
 
 Stop (graceful, bounded by ``node.stop_timeout_s``): refuse new proposals -> a leader hands
-leadership to its most up-to-date voter and waits until it has stepped down -> RaftPeer stops
+leadership to its most up-to-date voter and waits until it has stepped down -> RPC endpoint
+closed -> RaftPeer stops
 (transport, log closed) -> state machine closed -> admin socket closed -> lock released. Local data
 is kept. The HTTP API and scheduler actors of later issues stop before leadership is handed over.
 
@@ -41,14 +43,15 @@ import pykka
 from molens import __version__
 from molens.actors import raft_peer as rp
 from molens.admin import AdminClient, AdminError, AdminServer
-from molens.config import Config, PeerConfig
+from molens.config import Config, PeerConfig, zmq_endpoint
 from molens.raft import core as rc
 from molens.raft.fsm import KVError, KVStateMachine, StateMachine
-from molens.raft.transport import TransportError
+from molens.raft.transport import RpcEndpoint, TransportError
 
 log = logging.getLogger(__name__)
 
 FsmFactory = Callable[[Path], StateMachine]
+RpcHandler = Callable[[str, bytes], None]
 
 SWITCH_INTERVAL_S = 0.0005
 
@@ -100,6 +103,8 @@ class Node:
         self.fsm: StateMachine | None = None
         self.peer: rp.RaftPeerHandle | None = None
         self.admin: AdminServer | None = None
+        self.rpc: RpcEndpoint | None = None
+        self._rpc_handler: RpcHandler | None = None
         self._lock_fd: int | None = None
         self._stop_requested = threading.Event()
         self._stopping = False
@@ -119,6 +124,17 @@ class Node:
         try:
             self.fsm = self._fsm_factory(self.data_dir)
             try:
+                rpc = RpcEndpoint(
+                    cfg.node.id,
+                    zmq_endpoint(cfg.rpc.bind_addr),
+                    self._on_rpc,
+                    {p.id: zmq_endpoint(p.rpc_addr) for p in cfg.initial_peers() if p.id != cfg.node.id},
+                )
+                rpc.start()
+                self.rpc = rpc
+            except TransportError as exc:
+                raise NodeError(f"rpc.bind_addr {cfg.rpc.bind_addr}: {_port_hint(exc)}") from exc
+            try:
                 self.peer = rp.RaftPeerHandle.start(
                     cfg.node.id,
                     cfg.raft,
@@ -126,6 +142,7 @@ class Node:
                     self.fsm,
                     cfg.initial_peers(),
                     cfg.bootstrap_voters(),
+                    on_peer_change=self._on_peer_change,
                 )
             except TransportError as exc:
                 raise NodeError(f"raft.bind_addr {cfg.raft.bind_addr}: {_port_hint(exc)}") from exc
@@ -234,7 +251,27 @@ class Node:
             log.info("leadership handed to %s in %.0f ms", moved["to"], (time.monotonic() - t) * 1000)
             return
 
+    # --- worker RPC -------------------------------------------------------------------------------
+    def set_rpc_handler(self, handler: RpcHandler | None) -> None:
+        """Where worker-RPC messages go (``handler(from_id, payload)`` on the RPC I/O thread; keep it
+        quick). Until a handler is set (the scheduler's), RPC messages are dropped."""
+        self._rpc_handler = handler
+
+    def _on_rpc(self, frm: str, payload: bytes) -> None:
+        handler = self._rpc_handler
+        if handler is None:
+            log.debug("rpc message from %s dropped: no handler", frm)
+            return
+        handler(frm, payload)
+
+    def _on_peer_change(self, p: PeerConfig) -> None:
+        if self.rpc is not None and p.id != self.cfg.node.id and p.rpc_addr:
+            self.rpc.add_peer(p.id, zmq_endpoint(p.rpc_addr))
+
     def _close_all(self) -> None:
+        if self.rpc is not None:  # stop accepting worker traffic first
+            self.rpc.close()
+            self.rpc = None
         if self.peer is not None:
             self.peer.stop(timeout=10)
         if self.fsm is not None:

@@ -247,8 +247,15 @@ def _core_config(cfg: RaftConfig) -> rc.RaftConfig:
 class AddressBook:
     """Node id -> PeerConfig, persisted in ``data_dir/peers.json`` (config peers + learned ones)."""
 
-    def __init__(self, path: Path, initial: tuple[PeerConfig, ...]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        initial: tuple[PeerConfig, ...],
+        on_change: Callable[[PeerConfig], None] | None = None,
+    ) -> None:
         self.path = path
+        self.on_change = on_change
+        """Called (on the actor thread) with every added or changed peer, e.g. to dial its RPC port."""
         self.peers: dict[str, PeerConfig] = {p.id: p for p in initial}
         try:
             stored = json.loads(path.read_text())
@@ -263,6 +270,8 @@ class AddressBook:
             return False
         self.peers[peer.id] = peer
         self.save()
+        if self.on_change is not None:
+            self.on_change(peer)
         return True
 
     def save(self) -> None:
@@ -303,6 +312,7 @@ class RaftPeer(pykka.ThreadingActor):
         *,
         durable: bool = True,
         lifecycle: Lifecycle | None = None,
+        on_peer_change: Callable[[PeerConfig], None] | None = None,
     ) -> None:
         super().__init__()
         self.node_id = node_id
@@ -310,7 +320,7 @@ class RaftPeer(pykka.ThreadingActor):
         self.data_dir = data_dir
         self.fsm = fsm
         self.counters = _Counters()
-        self.book = AddressBook(data_dir / "peers.json", peers)
+        self.book = AddressBook(data_dir / "peers.json", peers, on_peer_change)
         self.log = LmdbLog(
             data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots
         )
