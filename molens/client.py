@@ -371,6 +371,7 @@ class MolensClient:
                         f"{method} {path}: no node answered after {attempt} attempts ({exc})"
                     ) from exc
                 target = self._next_node(target)
+                redirects = 0  # loop detection counts consecutive redirects only (a dead leader is not a loop)
                 self._backoff(attempt, deadline)
                 continue
             status = r.status
@@ -388,6 +389,9 @@ class MolensClient:
                 parsed = json.loads(r.data) if r.data else {}
             except ValueError:
                 parsed = {"error": {"code": "http_error", "message": r.data[:200].decode("utf-8", "replace")}}
+            if not isinstance(parsed, dict):
+                parsed = {"error": {"code": "http_error", "message": f"unexpected JSON from {path}"}}
+                status = status if status >= 400 else 502
             if status == 503:
                 code = str((parsed.get("error") or {}).get("code", "unavailable"))
                 unknown = unknown or code == "outcome_unknown"

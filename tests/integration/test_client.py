@@ -215,3 +215,21 @@ def test_batching_client_with_several_senders(api: Served, client: MolensClient)
         assert all(f.done() for f in futs)
     assert sorted(f.result()["payload"] for f in futs) == list(range(400))
     assert api.task_count() == before + 400
+
+
+def test_writes_survive_a_dead_leader_until_the_new_one_is_known(tmp_path: Path) -> None:
+    import threading
+
+    with (
+        serve(tmp_path / "new") as new_leader,
+        serve(tmp_path / "f", role="follower", leader_url=dead_url()) as f,
+        MolensClient([f.url], backoff_base_s=0.05, backoff_max_s=0.2, max_attempts=30) as c,
+    ):
+        # the follower keeps naming the dead leader until the "election" ends
+        election = threading.Timer(0.3, lambda: setattr(f.ctx, "leader_url", new_leader.url))
+        election.start()
+        try:
+            t = c.create(delayed())
+        finally:
+            election.cancel()
+        assert new_leader.ctx.get_task(t["id"]) is not None
