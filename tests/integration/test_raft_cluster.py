@@ -416,3 +416,87 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         assert r.stderr.strip() == "config error: raft.election_ticks: must be an integer >= 2"
     finally:
         run("stop")
+
+
+def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: Path) -> None:
+    """The RaftPeerHandle API the scheduler will use, on three in-process nodes."""
+    from concurrent.futures import Future
+
+    from molens.actors.raft_peer import LeaderChange, NotLeader
+    from molens.config import load_dict
+    from molens.node import Node
+    from molens.raft.fsm import encode_get
+
+    from .conftest import free_ports
+
+    ids = ["a", "b", "c"]
+    ports = {nid: free_ports(4) for nid in ids}
+    peers = [
+        {
+            "id": nid,
+            "raft_addr": f"127.0.0.1:{p[0]}",
+            "rpc_addr": f"127.0.0.1:{p[1]}",
+            "http_addr": f"127.0.0.1:{p[2]}",
+            "admin_addr": f"127.0.0.1:{p[3]}",
+        }
+        for nid, p in ports.items()
+    ]
+    nodes = {}
+    for nid, p in ports.items():
+        cfg = load_dict(
+            {
+                "node": {"id": nid, "data_dir": str(tmp_path / nid)},
+                "cluster": {"peers": peers},
+                "raft": {"bind_addr": f"127.0.0.1:{p[0]}"},
+                "rpc": {"bind_addr": f"127.0.0.1:{p[1]}"},
+                "http": {"port": p[2]},
+                "admin": {"bind_addr": f"127.0.0.1:{p[3]}"},
+            },
+            env={},
+        )
+        nodes[nid] = Node(cfg)
+    events: list[LeaderChange] = []
+    try:
+        for n in nodes.values():
+            n.start()
+        for n in nodes.values():
+            assert n.peer is not None
+            n.peer.subscribe(events.append)
+
+        def leader() -> str | None:
+            for nid, n in nodes.items():
+                assert n.peer is not None
+                if n.peer.status()["role"] == "leader":
+                    return nid
+            return None
+
+        lid = wait_for(leader, 15, "a leader")
+        wait_for(
+            lambda: any(e.is_leader and e.node_id == lid for e in events) or None, 15, "a leadership event"
+        )
+        lead = nodes[lid].peer
+        assert lead is not None
+        futs = lead.propose_many([encode_put(b"k", b"v"), encode_get(b"k")])
+        assert [f.result(10) for f in futs] == [True, b"v"]
+        other = next(n for nid, n in nodes.items() if nid != lid)
+        assert other.peer is not None
+        wait_for(
+            lambda: other.peer is not None and other.peer.status()["leader_id"] == lid,
+            15,
+            "follower knows leader",
+        )
+        fut: Future[object] = other.peer.propose(encode_put(b"x", b"y"))
+        with pytest.raises(NotLeader) as exc:
+            fut.result(10)
+        assert exc.value.leader_id == lid
+        # leadership moves on a graceful stop of the leader; subscribers of the others hear it
+        nodes[lid].stop()
+        new = wait_for(
+            lambda: next((e for e in events if e.is_leader and e.node_id != lid), None),
+            15,
+            "new leader event",
+        )
+        assert new.term > 0
+    finally:
+        for n in nodes.values():
+            n.stop()
