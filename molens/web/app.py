@@ -355,6 +355,9 @@ def _install_tasks(api: Api) -> None:
         if not items:
             return 200, {"items": [], "errors": []}
         results = api.propose_one(CreateTasks(now, tuple(items)))
+        if len(results) != len(items):  # the whole entry failed (undecodable / apply raised): one error
+            _item(results[0] if results else InternalError("no result for the batch"))
+            raise InternalError("the state machine answered a batch of the wrong size")
         out: list[Any] = []
         errs: list[dict[str, Any]] = []
         created = False

@@ -295,3 +295,19 @@ def test_leadership_lost_between_the_check_and_the_proposal(tmp_path: Path, monk
         st, h, body = s.call("POST", T, delayed())
         assert (st, body["error"]["code"], h["Retry-After"]) == (503, "no_leader", "1")
         assert s.task_count() == 0
+
+
+def test_an_entry_the_state_machine_fails_answers_500_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from molens.fsm import machine
+
+    def broken(*a: object, **kw: object) -> None:
+        raise RuntimeError("bug")
+
+    with serve(tmp_path) as s:
+        monkeypatch.setattr(machine, "apply", broken)
+        for path, body in ((T, delayed()), (f"{T}/batch", {"tasks": [delayed(), delayed()]})):
+            st, _, got = s.call("POST", path, body)
+            assert st == 500, got
+            check_schema(got, "Error")
+            assert got["error"]["code"] == "internal"
+        assert s.task_count() == 0
