@@ -563,6 +563,7 @@ def _responses() -> dict[str, Any]:
             "headers": {
                 "Location": {"schema": {"type": "string"}, "description": "Same path on the leader"},
                 "X-Molens-Leader": {"schema": {"type": "string"}, "description": "Leader's HTTP base URL"},
+                "X-Molens-Leader-Id": {"schema": {"type": "string"}, "description": "Leader's node id"},
             },
         },
         "Unavailable": {
