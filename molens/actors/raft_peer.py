@@ -8,11 +8,11 @@ together become ONE append and ONE fsync (group commit), bounded by ``raft.max_p
 One cycle, in the order the core's module docstring prescribes::
 
     rd = core.ready()
-    publish rd.soft_state -> leadership subscribers (and fail proposals whose outcome became unknown)
     send rd.messages
     log.save(snapshot, entries, hard_state)              # one durable lmdb transaction
     send rd.messages_after_persist
     fsm.restore(rd.snapshot); fsm.apply_batch(rd.committed_entries) in batches -> resolve futures
+    publish rd.soft_state -> leadership subscribers (and fail proposals whose outcome became unknown)
     core.advance(rd)
 
 Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
@@ -526,8 +526,6 @@ class RaftPeer(pykka.ThreadingActor):
         while core.has_ready():
             rd = core.ready()
             self.counters.cycles += 1
-            if rd.soft_state is not None:
-                self._on_soft_state()
             self._send(rd.messages)
             if rd.must_persist:
                 self.log.save(hard_state=rd.hard_state, entries=rd.entries, snapshot=rd.snapshot)
@@ -537,6 +535,10 @@ class RaftPeer(pykka.ThreadingActor):
                 self._install_snapshot()
             if rd.committed_entries:
                 self._apply(rd.committed_entries)
+            if rd.soft_state is not None:
+                # after applying: proposals committed in this very Ready get their result, not
+                # "outcome unknown", and subscribers see a state machine as fresh as it gets
+                self._on_soft_state()
             core.advance(rd)
         self._maybe_snapshot()
         if self._waiters:
