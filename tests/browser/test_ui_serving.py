@@ -65,3 +65,13 @@ def test_missing_build_answers_a_clear_page(tmp_path: Path) -> None:
             assert r.headers["Content-Type"].startswith("text/html")
             assert b"UI not built" in r.data and b"scripts/setup" in r.data
         assert _get(s.url + "/healthz").status == 200
+
+
+def test_built_console_is_under_400_kib_gzipped() -> None:
+    import gzip
+
+    from molens.web.ui import STATIC_DIR
+
+    assert (STATIC_DIR / "index.html").is_file(), "the console is not built: run scripts/setup"
+    total = sum(len(gzip.compress(p.read_bytes(), 9)) for p in STATIC_DIR.rglob("*") if p.is_file())
+    assert total < 400 * 1024, f"the built console is {total} bytes gzipped"
