@@ -447,7 +447,7 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
             {
                 "node": {"id": nid, "data_dir": str(tmp_path / nid)},
                 "cluster": {"peers": peers},
-                "raft": {"bind_addr": f"127.0.0.1:{p[0]}"},
+                "raft": {"bind_addr": f"127.0.0.1:{p[0]}", "snapshot_every_entries": 50, "keep_log_tail": 10},
                 "rpc": {"bind_addr": f"127.0.0.1:{p[1]}"},
                 "http": {"port": p[2]},
                 "admin": {"bind_addr": f"127.0.0.1:{p[3]}"},
@@ -478,6 +478,14 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
         assert lead is not None
         futs = lead.propose_many([encode_put(b"k", b"v"), encode_get(b"k")])
         assert [f.result(10) for f in futs] == [True, b"v"]
+        # automatic snapshots every 50 applied entries, log compacted behind them (tail of 10)
+        results = [
+            f.result(10) for f in lead.propose_many([encode_put(b"n%d" % i, b"1") for i in range(200)])
+        ]
+        assert results == [True] * 200
+        st = lead.status()
+        assert st["snapshot_index"] >= 150 and st["first_index"] == st["snapshot_index"] - 10 + 1
+        assert lead.stats()["snapshots_taken"] >= 1  # checked once per Raft cycle
         other = next(n for nid, n in nodes.items() if nid != lid)
         assert other.peer is not None
         wait_for(
