@@ -402,6 +402,9 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
             assert k in st
         r = run("status")
         assert r.returncode == 0 and "role      leader" in r.stdout
+        r = run("restart")
+        assert r.returncode == 0 and "stopped" in r.stdout and "started" in r.stdout, r.stderr
+        assert int((data / "node.pid").read_text()) != pid
         r = run("stop")
         assert r.returncode == 0 and "stopped" in r.stdout
         assert not (data / "node.pid").exists()
