@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
+from molens.fsm.commands import encode
+from molens.fsm.history import History
+from molens.fsm.store import TaskStore
+from molens.raft.log import Entry, EntryKind
 from tests.sim.scheduler_sim import LATENESS_BOUND, Sim, Violation, run_seed
 
 SEEDS = 200
@@ -69,3 +74,22 @@ def test_cron_tasks_fire_exactly_once_on_the_expected_instants_across_dst(
         assert d.at >= d.due
         if not crash:
             assert d.at - d.due <= LATENESS_BOUND
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("seed", [3, 11, 42])
+def test_lmdb_store_replaying_a_simulated_log_equals_the_simulated_replicas(seed: int, tmp_path: Path) -> None:
+    sim = run_seed(seed)
+    store = TaskStore(tmp_path, history=History(tmp_path / "history.sqlite", max_records_per_task=1_000))
+    entries = [Entry(i + 1, 1, EntryKind.NORMAL, encode(c)) for i, c in enumerate(sim.log)]
+    for i in range(0, len(entries), 250):
+        store.apply_batch(entries[i : i + 250])
+    rep = sim.replicas["n0"]
+    assert {t.id: t for t in store.scan_tasks()} == rep.tasks
+    assert list(store.scan_due()) == sorted(rep.due)
+    assert {f.fire_id: f for f in store.scan_fires()} == rep.fires
+    assert store.history is not None
+    assert [(e.fire_id, e.attempt, e.result) for e in store.history.iter_all()] == [
+        (e.fire_id, e.attempt, e.result) for e in rep.executions
+    ]
+    store.close()
