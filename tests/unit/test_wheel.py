@@ -78,7 +78,7 @@ ops = st.lists(
 @settings(max_examples=int(os.environ.get("WHEEL_EXAMPLES", "400")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     tick=st.sampled_from([1, 3, 10]),
-    size=st.sampled_from([2, 3, 4, 16]),
+    size=st.sampled_from([2, 3, 4, 16, 512]),
     horizon=st.sampled_from([1, 1_000, 10**6, 10**9]),
     start=st.integers(-(10**6), 10**6),
     script=ops,
