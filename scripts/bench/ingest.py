@@ -72,6 +72,17 @@ def start_local(data_dir: str, threads: int) -> tuple[subprocess.Popen[str], str
     return proc, line.split(" ", 1)[1]
 
 
+def cpu_s(pid: int | None) -> float:
+    """User+system CPU seconds of a local process (Linux /proc), 0 when unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_threads(n: int, seconds: float, work: callable) -> tuple[int, float]:  # type: ignore[valid-type]
     stop = time.monotonic() + seconds
     counts = [0] * n
@@ -128,15 +139,24 @@ def main() -> int:
             client.create(_task(i))
             return 1
 
+        pid = proc.pid if proc is not None else None
+        c0 = cpu_s(pid)
         n, el = run_threads(args.threads, args.seconds, single)
         rate_single = n / el
+        cpu_single = (cpu_s(pid) - c0) / n * 1e6
         print(f"single: {n} creates in {el:.1f} s from {args.threads} threads ({rate_single:.0f}/s)")
+        if pid is not None:
+            print(f"single: server CPU {cpu_single:.0f} us per create")
 
         def batch(k: int, i: int) -> int:
             return len(client.create_many([_task(j) for j in range(args.batch)]))
 
+        c0 = cpu_s(pid)
         n2, el2 = run_threads(args.batch_threads, args.seconds, batch)
         rate_batch = n2 / el2
+        cpu_batch = (cpu_s(pid) - c0) / n2 * 1e6
+        if pid is not None:
+            print(f"batch: server CPU {cpu_batch:.0f} us per create")
         print(
             f"batch: {n2} creates in {el2:.1f} s, {args.batch} per request from {args.batch_threads} threads "
             f"({rate_batch:.0f}/s)"
@@ -145,12 +165,16 @@ def main() -> int:
         print(f"server: tasks_total={st.get('tasks_total')} role={st.get('role')} mode={st.get('mode', 'raft')}")
         client.close()
         cpu = os.cpu_count()
+        load = os.getloadavg()[0]
+        extra_s = f" server_cpu_us_per_create={cpu_single:.0f}" if pid is not None else ""
+        extra_b = f" server_cpu_us_per_create={cpu_batch:.0f}" if pid is not None else ""
         print(
-            f"ingest: mode=single creates_per_s={rate_single:.0f} threads={args.threads} target={target} cpus={cpu}"
+            f"ingest: mode=single creates_per_s={rate_single:.0f} threads={args.threads} target={target} "
+            f"cpus={cpu} load1={load:.1f}{extra_s}"
         )
         print(
             f"ingest: mode=batch creates_per_s={rate_batch:.0f} batch={args.batch} threads={args.batch_threads} "
-            f"target={target} cpus={cpu}"
+            f"target={target} cpus={cpu} load1={load:.1f}{extra_b}"
         )
     finally:
         if proc is not None:
