@@ -84,6 +84,16 @@ class EntryLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class _Pair:
+    """An ``(index, data)`` pair seen as a normal entry of term 0."""
+
+    index: int
+    data: bytes
+    term: int = 0
+    kind: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class EntryResult:
     """What applying one entry produced: per-item results for the proposer, effects for the leader.
 
@@ -243,9 +253,13 @@ class TaskStore:
     def applied_term(self) -> int:
         return int(self._applied_term)
 
-    def apply_batch(self, entries: Sequence[EntryLike]) -> list[Any]:
-        """Apply committed entries in one write transaction; one result per entry."""
-        fresh = [e for e in entries if e.index > self._applied]
+    def apply_batch(self, entries: Sequence[EntryLike] | Sequence[tuple[int, bytes]]) -> list[Any]:
+        """Apply committed entries in one write transaction; one result per entry.
+
+        ``entries`` are Raft log entries (``index``, ``term``, ``kind``, ``data``) or plain
+        ``(index, command_bytes)`` pairs (term 0)."""
+        norm: list[EntryLike] = [_Pair(e[0], e[1]) if isinstance(e, tuple) else e for e in entries]
+        fresh = [e for e in norm if e.index > self._applied]
         skipped = len(entries) - len(fresh)
         for n, e in enumerate(fresh):
             if e.index != self._applied + 1 + n:

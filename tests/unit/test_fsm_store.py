@@ -258,3 +258,10 @@ def test_an_entry_whose_apply_raises_changes_nothing_and_does_not_stop_the_store
     monkeypatch.undo()
     lg.apply(CreateTasks(T0, (CreateItem(new_task_id(T0, 2), spec()),)))
     assert len(store) == 1
+
+
+def test_apply_batch_accepts_index_data_pairs(store: TaskStore) -> None:
+    tid = new_task_id(T0, 5)
+    out = store.apply_batch([(1, encode(CreateTasks(T0, (CreateItem(tid, spec()),)))), (2, b"")])
+    assert isinstance(out[0], EntryResult) and out[0].term == 0 and out[1] is None
+    assert store.applied_index() == 2 and store.get_task(tid) is not None
