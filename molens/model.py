@@ -661,7 +661,7 @@ def validate_create(
     payload = request.get("payload")
     try:
         body = encode_payload(payload)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise ValidationError(f"payload is not JSON: {e}", "payload") from None
     if len(body) > limits.max_payload_bytes:
         raise PayloadTooLargeError(

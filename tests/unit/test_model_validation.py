@@ -259,6 +259,10 @@ def test_payload_size_is_measured_utf8_encoded() -> None:
 def test_payload_must_be_json() -> None:
     bad(ok(payload=float("nan")), "payload")
     bad(ok(payload={1, 2}), "payload")
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    bad(ok(payload=deep), "payload")
 
 
 @pytest.mark.parametrize("v", ["", "a" * 65, "with space", "é", "a/b", 5])
