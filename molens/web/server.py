@@ -51,6 +51,8 @@ class ApiServer:
 
     def __init__(self, app: bottle.Bottle, options: ServerOptions | None = None) -> None:
         self.options = o = options or ServerOptions()
+        # waitress warns "Task queue depth is N" on every burst of more requests than threads: noise
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)
         self._map: dict[int, Any] = {}
         self._server = create_server(
             app,
@@ -143,7 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" on every burst
     ctx = LocalContext(args.data_dir, ApiSettings(auth_token=args.token), durable=args.durable)
     ctx.role = args.role
     ctx.leader_url = args.leader_url
