@@ -325,6 +325,40 @@ class TimeWheel(Generic[K]):
         Ties come out in ``add`` order. Each non-empty bucket whose start has been reached is
         opened once (O(n log n) for its n timers); empty ticks cost nothing.
         """
+        if now_ms < self._near_end or self._near:
+            return self._advance(now_ms)
+        queue = self._queue
+        if queue and queue[0] < (now_ms + 1) * self._nl:
+            return self._advance(now_ms)
+        # The busy leader's common case, inlined: a new tick, nothing in the old one, no bucket to
+        # open, at most one open run.
+        target = now_ms - now_ms % self._tick
+        self._cur = target
+        self._near_end = target + self._tick
+        if target >= self._rebase_at:
+            self._set_limits()
+        else:
+            self._limits[0] = target + self._window0
+        runs = self._runs
+        if len(runs) != 1:
+            return self._take_runs(now_ms, [], False) if runs else []
+        run = runs[0]
+        pos = run.pos
+        if run.dues[pos] > now_ms:
+            return []
+        keys = run.keys
+        j = bisect_right(run.dues, now_ms, pos)
+        if len(run.entries) + run.skipped != len(keys):  # some of keys[pos:] were removed
+            return self._take_runs(now_ms, [], False)
+        run.pos = j
+        if j == len(keys):
+            self._runs = []
+        chunk = keys[pos:j]
+        _drain(map(self._where.__delitem__, chunk))
+        return chunk
+
+    def _advance(self, now_ms: int) -> list[K]:
+        """The general case of :meth:`advance`."""
         due_lim = (now_ms + 1) << _SEQ_BITS  # stamp < due_lim  <=>  due <= now_ms
         where = self._where
         out: list[tuple[int, K]] = []  # (stamp, key): stamps are unique, so keys are never compared
@@ -358,28 +392,21 @@ class TimeWheel(Generic[K]):
                     del near[item[1]]
                     del where[item[1]]
                     out.append(item)
-        runs = self._runs
+        return self._take_runs(now_ms, out, merge)
+
+    def _take_runs(self, now_ms: int, out: list[tuple[int, K]], merge: bool) -> list[K]:
+        """Add the due entries of the open runs to ``out``; return all of it as keys in due order."""
+        runs, where = self._runs, self._where
         if not runs:
             if merge and len(out) > 1:
                 out.sort()
             return list(map(_second, out))
         if not out and len(runs) == 1:
-            # The common case, inlined: one open run, nothing else due.
             run = runs[0]
-            pos = run.pos
-            if run.dues[pos] > now_ms:
-                return []
-            keys = run.keys
-            j = bisect_right(run.dues, now_ms, pos)
-            run.pos = j
-            if j == len(keys):
+            keys = run.take(now_ms, where)
+            if run.pos == len(run.keys):
                 self._runs = []
-            if len(run.entries) + run.skipped == len(keys):  # nothing removed from keys[pos:]
-                chunk = keys[pos:j]
-                _drain(map(where.__delitem__, chunk))
-                return chunk
-            run.pos = pos
-            return run.take(now_ms, where)
+            return keys
         used_up = False
         for run in runs:
             if run.dues[run.pos] <= now_ms:
