@@ -303,12 +303,18 @@ def pysyncobj_node(argv: list[str]) -> None:
     """Child process: one PySyncObj node; the leader runs the load and prints JSON results."""
     from pysyncobj import SyncObj, SyncObjConf, replicated
 
-    me, partners_csv, concurrency, seconds, light_seconds, result_path = argv
+    me, partners_csv, concurrency, seconds, light_seconds, result_path, batch_bytes = argv
     partners = partners_csv.split(",")
+    # PySyncObj's defaults cap an AppendEntries batch (and its socket buffers) at 64 KiB
+    tuned: dict[str, int] = {}
+    if int(batch_bytes):
+        tuned = dict.fromkeys(
+            ("appendEntriesBatchSizeBytes", "sendBufferSize", "recvBufferSize"), int(batch_bytes)
+        )
 
     class KV(SyncObj):  # type: ignore[misc]
         def __init__(self) -> None:
-            super().__init__(me, partners, SyncObjConf(dynamicMembershipChange=False))
+            super().__init__(me, partners, SyncObjConf(dynamicMembershipChange=False, **tuned))
             self._d: dict[bytes, bytes] = {}
 
         @replicated  # type: ignore[misc]
@@ -346,6 +352,7 @@ def pysyncobj_node(argv: list[str]) -> None:
                 "commits_per_s": w.done / elapsed,
                 "p50_ms": pct(w.lat, 50),
                 "p99_ms": pct(w.lat, 99),
+                "errors": w.errors,
             }
     Path(result_path).write_text(json.dumps(res))
     Path(result_path + ".done").write_text("")
@@ -359,6 +366,7 @@ class _Window:
         self.sem = threading.Semaphore(n)
         self.lock = threading.Lock()
         self.done = 0
+        self.errors: dict[str, int] = {}
         self.lat: list[float] = []
 
     def callback(self, t: float) -> Callable[[Any, Any], None]:
@@ -367,6 +375,8 @@ class _Window:
                 if error == 0:
                     self.done += 1
                     self.lat.append((time.perf_counter() - t) * 1000)
+                else:
+                    self.errors[str(error)] = self.errors.get(str(error), 0) + 1
             self.sem.release()
 
         return cb
@@ -396,6 +406,7 @@ def bench_pysyncobj(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     str(args.seconds),
                     str(args.light_seconds),
                     str(result),
+                    str(args.pysyncobj_batch_bytes),
                 ],
                 cwd=root,
             )
@@ -429,6 +440,12 @@ def main() -> None:
     )
     ap.add_argument("--failover-trials", type=int, default=3)
     ap.add_argument("--skip-pysyncobj", action="store_true")
+    ap.add_argument(
+        "--pysyncobj-batch-bytes",
+        type=int,
+        default=0,
+        help="raise PySyncObj's 64 KiB append batch and socket buffers to this (0: its defaults)",
+    )
     args = ap.parse_args()
     keep = os.environ.get("BENCH_KEEP")  # keep the data and node logs for a look afterwards
     with tempfile.TemporaryDirectory(prefix="molens-bench-") as tmp:
