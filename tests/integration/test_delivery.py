@@ -190,3 +190,10 @@ def test_results_convert_to_fsm_result_items() -> None:
     assert ok == ResultItem("t-1", FireKind.ACK, 404, Outcome.RESPONSE, "gone \ufffd", 7, "n2")
     lost = to_result_item(FireResult("t-2", FireKind.CALLBACK, None, DeliveryOutcome.TIMEOUT, b"", 9, "n1", "x"))
     assert lost == ResultItem("t-2", FireKind.CALLBACK, None, Outcome.TIMEOUT, None, 9, "n1")
+
+
+def test_query_string_and_default_path_reach_the_server(server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    d = Deliverer(pool, "n1")
+    assert d.deliver(_req(server.url("/ok?x=1&y=%20"))).status_code == 404
+    assert d.deliver(_req(f"http://127.0.0.1:{server.port}")).status_code == 404
+    assert [r.path for r in server.recorded()] == ["/ok?x=1&y=%20", "/"]
