@@ -53,6 +53,20 @@ def test_without_a_leader_the_console_says_it_waits_for_an_election(tmp_path: Pa
         expect(page.get_by_test_id("no-leader")).to_be_hidden(timeout=15_000)
 
 
+def test_a_write_without_a_leader_is_refused_with_the_election_banner(
+    tmp_path: Path, page: Page, console: Console
+) -> None:
+    console.allow.append(r"status of 503")
+    with serve_ui(tmp_path / "c", role="leader", node_id="n3") as node:
+        page.goto(node.url + "/ui/tasks/new")
+        expect(page.get_by_test_id("task-form")).to_be_visible()
+        node.ctx.role = "candidate"  # leadership lost while the form is open
+        page.get_by_test_id("submit").click()
+        expect(page.get_by_test_id("form-error")).to_be_visible()
+        expect(page.get_by_test_id("no-leader")).to_be_visible()
+        assert len(node.ctx.store) == 0
+
+
 def test_token_login_when_the_api_answers_401(tmp_path: Path, page: Page, console: Console) -> None:
     console.allow.append(r"status of 401")
     with serve_ui(tmp_path / "a", token="s3cret-token") as s:

@@ -187,6 +187,16 @@ def test_filters_narrow_the_list_and_live_in_the_url(served: Served, page: Page)
     expect(page.locator("tr[data-task-id]")).to_have_count(2)
     assert rows() == {b_delayed, a_periodic}
 
+    # a task created elsewhere appears on Refresh, filters kept
+    _, extra = served.api(
+        "POST",
+        "/tasks",
+        {"type": "delayed", "interval_ms": 600_000, "callback_url": "http://127.0.0.1:9/beta2"},
+    )
+    page.get_by_test_id("refresh").click()
+    expect(page.locator("tr[data-task-id]")).to_have_count(3)
+    assert extra["id"] in rows()
+
     page.get_by_test_id("filter-url").fill("no-such-url-anywhere")
     page.get_by_test_id("filter-apply").click()
     expect(page.get_by_test_id("tasks-empty")).to_be_visible()

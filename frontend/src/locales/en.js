@@ -11,7 +11,7 @@ export default {
     timewheel: 'Time wheel', cluster: 'Cluster',
   },
   common: {
-    any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
+    refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
     loading: 'Loading…', more: 'Load more', next: 'Next', prev: 'Previous', page: 'Page {n}', saving: 'Saving…',
   },
   role: {

@@ -10,7 +10,7 @@ export default {
     menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', cluster: '集群',
   },
   common: {
-    any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…',
+    refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…',
     more: '加载更多', next: '下一页', prev: '上一页', page: '第 {n} 页', saving: '保存中…',
   },
   role: {
