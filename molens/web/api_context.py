@@ -110,6 +110,35 @@ def http_url(http_addr: str) -> str | None:
     return f"http://{host}:{port}"
 
 
+def cluster_status_from_raft(status: dict[str, Any]) -> dict[str, Any]:
+    """The ``ClusterStatus`` answer from ``RaftPeer.status()`` (its ``peers`` become ``nodes`` with
+    an HTTP URL and a role each; ``leader_url`` is added). Unknown keys are kept."""
+    leader = status.get("leader_id")
+    nodes = []
+    leader_url = None
+    for p in status.get("peers", []):
+        url = http_url(p.get("http_addr", ""))
+        if p.get("id") == leader:
+            role = "leader"
+            leader_url = url
+        else:
+            role = "learner" if p.get("suffrage") == "learner" else "follower"
+        nodes.append(
+            {
+                "id": p.get("id"),
+                "role": role,
+                "suffrage": p.get("suffrage", "voter"),
+                "http_url": url,
+                "match_index": p.get("match"),
+                **{k: v for k, v in p.items() if k not in ("id", "suffrage", "match")},
+            }
+        )
+    nodes.sort(key=lambda n: (n["role"] != "leader", str(n["id"])))
+    out = {k: v for k, v in status.items() if k != "peers"}
+    out.update(nodes=nodes, leader_url=leader_url)
+    return out
+
+
 class HistoryReader(Protocol):
     """The read side of :class:`molens.fsm.history.History` the API uses."""
 
@@ -163,4 +192,4 @@ class ApiContext(Protocol):
     def new_task_id(self) -> str: ...
 
 
-__all__ = ["ApiContext", "ApiSettings", "HistoryReader", "LeaderInfo", "http_url", "settings_from_config"]
+__all__ = ["ApiContext", "ApiSettings", "HistoryReader", "LeaderInfo", "cluster_status_from_raft", "http_url", "settings_from_config"]

@@ -53,3 +53,42 @@ def test_proposal_failures_map_to_api_errors() -> None:
     assert isinstance(from_proposal_error(rp.LeadershipLost("x"), urls.get), OutcomeUnknown)
     assert isinstance(from_proposal_error(rp.ProposalRefused("x"), urls.get), Unavailable)
     assert isinstance(from_proposal_error(RuntimeError("x"), urls.get), Unavailable)
+
+
+def test_cluster_status_from_raft_peer_status() -> None:
+    import jsonschema
+
+    from molens.web.api_context import cluster_status_from_raft
+    from molens.web.openapi import document
+
+    raft = {
+        "node_id": "n2",
+        "role": "follower",
+        "term": 4,
+        "leader_id": "n1",
+        "last_index": 90,
+        "first_index": 1,
+        "commit_index": 88,
+        "applied_index": 87,
+        "snapshot_index": 0,
+        "voters": ["n1", "n2", "n3"],
+        "learners": ["n4"],
+        "peers": [
+            {"id": "n2", "suffrage": "voter", "raft_addr": "127.0.0.1:18092", "http_addr": "127.0.0.1:18082"},
+            {"id": "n1", "suffrage": "voter", "http_addr": "127.0.0.1:18081", "match": 88, "state": "replicate"},
+            {"id": "n3", "suffrage": "voter", "http_addr": "127.0.0.1:18083"},
+            {"id": "n4", "suffrage": "learner"},
+        ],
+    }
+    st = cluster_status_from_raft(raft)
+    schema = {"$ref": "#/components/schemas/ClusterStatus", "components": document()["components"]}
+    jsonschema.Draft202012Validator(schema).validate(st)
+    assert st["leader_url"] == "http://127.0.0.1:18081"
+    assert [(n["id"], n["role"], n["http_url"]) for n in st["nodes"]] == [
+        ("n1", "leader", "http://127.0.0.1:18081"),
+        ("n2", "follower", "http://127.0.0.1:18082"),
+        ("n3", "follower", "http://127.0.0.1:18083"),
+        ("n4", "learner", None),
+    ]
+    assert st["nodes"][0]["match_index"] == 88 and st["nodes"][0]["state"] == "replicate"
+    assert st["commit_index"] == 88 and "peers" not in st
