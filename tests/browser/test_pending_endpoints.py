@@ -50,6 +50,9 @@ def test_without_the_endpoints_the_console_hides_preview_and_says_so_for_the_whe
     page.get_by_test_id("kind-cron").click()
     expect(page.get_by_test_id("f-cron")).to_be_visible()
     expect(page.get_by_test_id("preview")).to_have_count(0)
+    # a delayed task's single fire time needs no server
+    page.get_by_test_id("kind-delayed").click()
+    expect(page.get_by_test_id("preview-list").locator("li")).to_have_count(1)
     page.goto(served.url + "/ui/timewheel")
     expect(page.get_by_test_id("tw-unsupported")).to_be_visible()
 

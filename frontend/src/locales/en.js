@@ -56,7 +56,7 @@ export default {
     when: 'When', afterDelay: 'After a delay', atTime: 'At a time', delay: 'Delay', unit: 'Unit', runAt: 'Run at',
     localTime: 'In your browser’s time zone ({tz}).', interval: 'Interval', intervalHint: 'Fixed rate; at least 1 s.',
     cron: 'Cron expression', cronHint: '5 fields (min hour day month weekday), or 6 with seconds first.',
-    timezone: 'Time zone', preview: 'Next fire times ({tz})', noPreview: 'Fill in the schedule to see the next fire times.',
+    previewOnce: 'Fires at ({tz})', timezone: 'Time zone', preview: 'Next fire times ({tz})', noPreview: 'Fill in the schedule to see the next fire times.',
     callbackUrl: 'Callback URL', callbackHint: 'POSTed with the payload as JSON. The default is this node’s built-in test endpoint.',
     payload: 'Payload (JSON)', payloadInvalid: 'Payload is not valid JSON: {msg}', advanced: 'More options',
     auto: 'auto', create: 'Create task',
