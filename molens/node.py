@@ -457,6 +457,7 @@ class Node:
 
 
 def _port_hint(exc: BaseException) -> str:
+    """"port in use" in plain words; any other reason (e.g. unreadable CURVE keys) as it is."""
     msg = str(exc)
     if "in use" in msg.lower():
         return "port in use (another process is listening there)"

@@ -315,6 +315,12 @@ class RaftPeer(pykka.ThreadingActor):
         on_peer_change: Callable[[PeerConfig], None] | None = None,
     ) -> None:
         super().__init__()
+        # key files are checked before anything is opened (a bad path must not leak the log)
+        curve = (
+            CurveKeys.load(cfg.curve.secret_key_file, cfg.curve.public_keys_dir)
+            if cfg.curve.enabled
+            else None
+        )
         self.node_id = node_id
         self.cfg = cfg
         self.data_dir = data_dir
@@ -340,9 +346,7 @@ class RaftPeer(pykka.ThreadingActor):
             self._on_transport_message,
             {p.id: zmq_endpoint(p.raft_addr) for p in self.book.peers.values() if p.id != node_id},
             config=TransportConfig(max_pending=cfg.send_queue_max),
-            curve=CurveKeys.load(cfg.curve.secret_key_file, cfg.curve.public_keys_dir)
-            if cfg.curve.enabled
-            else None,
+            curve=curve,
         )
         self._subscribers: list[Subscriber] = []
         self._pending: dict[int, tuple[int, Future[Any]]] = {}
@@ -852,6 +856,11 @@ class RaftPeerHandle:
         return self.lifecycle.failure
 
     def stop(self, timeout: float = 10.0) -> None:
-        with contextlib.suppress(pykka.ActorDeadError):
+        """Stop the actor (transport and log closed); gives up waiting after ``timeout``."""
+        try:
             self.ref.stop(block=True, timeout=timeout)
+        except pykka.ActorDeadError:
+            pass
+        except pykka.Timeout:
+            log.warning("raft peer %s did not stop within %.0f s", self.node_id, timeout)
         self.lifecycle.stopped.wait(timeout)
