@@ -20,12 +20,22 @@ export function usePoll(load, ms) {
     clearTimeout(timer)
     if (!stopped) timer = setTimeout(tick, ms)
   }
-  onMounted(tick)
-  onBeforeUnmount(() => {
+  function stop() {
     stopped = true
     clearTimeout(timer)
+  }
+  let unmounted = false
+  function resume() {
+    if (unmounted || !stopped) return
+    stopped = false
+    schedule()
+  }
+  onMounted(tick)
+  onBeforeUnmount(() => {
+    unmounted = true
+    stop()
   })
-  return { refresh: tick }
+  return { refresh: tick, stop, resume }
 }
 
 /** The first defined value among dotted paths of obj (tolerant of optional stats keys). */
