@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from molens.actors.raft_peer import (
+    AddressBook,
+    ProposalQueue,
+    ProposalRefused,
+    peer_context,
+    peer_from_context,
+)
+from molens.config import PeerConfig
+
+
+def _futs(n: int) -> list[Future[Any]]:
+    return [Future() for _ in range(n)]
+
+
+def test_proposal_queue_wakes_the_actor_once_per_burst() -> None:
+    q = ProposalQueue(limit=100)
+    assert q.put([b"a"], _futs(1)) is True  # first put: send a wake-up
+    assert q.put([b"b", b"c"], _futs(2)) is False  # a wake-up is already pending
+    datas, futs, more = q.take(2, max_bytes=1 << 20)
+    assert datas == [b"a", b"b"] and len(futs) == 2 and more
+    assert q.put([b"d"], _futs(1)) is False  # still pending: the actor re-wakes itself
+    datas, _, more = q.take(10, max_bytes=1 << 20)
+    assert datas == [b"c", b"d"] and not more
+    assert q.put([b"e"], _futs(1)) is True
+
+
+def test_proposal_queue_slices_by_bytes_but_always_takes_one() -> None:
+    q = ProposalQueue()
+    q.put([b"x" * 10, b"y" * 10, b"z" * 10], _futs(3))
+    datas, _, more = q.take(10, max_bytes=15)
+    assert datas == [b"x" * 10, b"y" * 10] and more
+    q2 = ProposalQueue()
+    q2.put([b"big" * 100], _futs(1))
+    assert q2.take(10, max_bytes=1)[0] == [b"big" * 100]
+
+
+def test_proposal_queue_refuses_beyond_its_bound_and_after_close() -> None:
+    q = ProposalQueue(limit=2)
+    ok, over = _futs(2), _futs(1)
+    q.put([b"a", b"b"], ok)
+    q.put([b"c"], over)
+    with pytest.raises(ProposalRefused, match="overloaded"):
+        over[0].result(0)
+    assert q.close() == ok
+    late = _futs(1)
+    q.put([b"d"], late)
+    with pytest.raises(ProposalRefused, match="stopped"):
+        late[0].result(0)
+
+
+def test_address_book_persists_learned_peers_and_reports_changes(tmp_path: Path) -> None:
+    n1 = PeerConfig("n1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4")
+    n4 = PeerConfig("n4", "127.0.0.1:11", "127.0.0.1:12", "127.0.0.1:13", "127.0.0.1:14")
+    seen: list[PeerConfig] = []
+    book = AddressBook(tmp_path / "peers.json", (n1,), seen.append)
+    assert book.update(n4) is True and book.update(n4) is False
+    assert seen == [n4]
+    again = AddressBook(tmp_path / "peers.json", (n1,))
+    assert again.peers == {"n1": n1, "n4": n4}
+
+
+def test_conf_change_context_carries_the_addresses() -> None:
+    p = PeerConfig("n4", "127.0.0.1:11", "127.0.0.1:12", "127.0.0.1:13", "127.0.0.1:14")
+    assert peer_from_context(peer_context(p)) == p
+    assert peer_from_context(b"\xc1garbage") is None
