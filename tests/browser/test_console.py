@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from molens.model import Execution, ExecutionResult, FireKind
 from tests.browser.conftest import Browsing, Console, Served, serve_ui
@@ -187,3 +188,71 @@ def test_dashboard_and_cluster_at_phone_size(with_history: tuple[Served, str], b
         page.get_by_role("button", name="Menu").click()
     page.get_by_test_id("nav-dashboard").click()
     expect(page.get_by_test_id("tasks-total")).to_have_text("1")
+
+
+def test_cluster_page_lists_every_node_leader_first(served: Served, page: Page) -> None:
+    """A 3-node answer (given in the browser: the LocalContext is one node) drawn leader first."""
+    status = {
+        "node_id": "n1",
+        "role": "follower",
+        "term": 7,
+        "leader_id": "n2",
+        "leader_url": served.url,
+        "commit_index": 1_000,
+        "applied_index": 990,
+        "nodes": [
+            {
+                "id": "n1",
+                "role": "follower",
+                "suffrage": "voter",
+                "http_url": "http://h1",
+                "match_index": 990,
+            },
+            {
+                "id": "n2",
+                "role": "leader",
+                "suffrage": "voter",
+                "http_url": "http://h2",
+                "match_index": 1_000,
+            },
+            {
+                "id": "n3",
+                "role": "learner",
+                "suffrage": "learner",
+                "http_url": "http://h3",
+                "match_index": 400,
+            },
+        ],
+    }
+    stats = {
+        "nodes": [
+            {
+                "node_id": "n1",
+                "role": "follower",
+                "term": 7,
+                "applied_index": 990,
+                "qps": 12.5,
+                "rss_bytes": 50 << 20,
+            },
+            {"node_id": "n2", "role": "leader", "term": 7, "applied_index": 1_000, "fires_total": 4_321},
+            {"node_id": "n3", "error": "unreachable"},
+        ]
+    }
+
+    def answer(body: object) -> Callable[[Route], None]:
+        return lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    page.route("**/api/v1/cluster/status", answer(status))
+    page.route("**/api/v1/cluster/stats", answer(stats))
+    page.goto(served.url + "/ui/cluster")
+    rows = page.locator("tr[data-node]")
+    expect(rows).to_have_count(3)
+    assert rows.evaluate_all("els => els.map(e => e.dataset.node)") == ["n2", "n1", "n3"]
+    n1 = page.locator('tr[data-node="n1"]')
+    expect(n1).to_contain_text("Follower")
+    expect(n1).to_contain_text("12.5")
+    expect(n1).to_contain_text("50.0 MiB")
+    expect(page.locator('tr[data-node="n2"]')).to_contain_text("4,321")
+    # lag = leader commit - match index
+    expect(page.locator('tr[data-node="n3"] td').nth(6)).to_have_text("600")
+    expect(page.locator('tr[data-node="n3"]')).to_have_class(re.compile("unreachable"))
