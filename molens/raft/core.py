@@ -466,7 +466,9 @@ class RaftCore:
     """One Raft peer as a deterministic state machine. See the module docstring for the driving loop.
 
     ``peers`` is the bootstrap membership (a ``Membership`` or the initial voter ids), used only when
-    storage holds neither a snapshot nor a membership. ``applied`` is the FSM's applied index at
+    storage holds neither a snapshot nor a membership. A founding member starting on empty storage
+    writes it to the log as entry 1 (see ``_bootstrap``); a node joining an existing cluster must
+    start with empty storage and ``peers=None`` (the leader adds it with ``propose_conf_change``). ``applied`` is the FSM's applied index at
     start-up (default: the snapshot index); committed entries after it are handed out again.
     """
 
@@ -526,7 +528,19 @@ class RaftCore:
         self._heartbeat_elapsed = 0
         self._randomized_timeout = self.cfg.election_tick
         self._become_follower(self.term, None)
+        if log_view.last_index() == 0 and snap_meta.index == 0 and hs.term == 0 and base.voters:
+            self._bootstrap(base)
         log.debug("raft start node=%s term=%d commit=%d applied=%d", node_id, self.term, self.commit, start_applied)
+
+    def _bootstrap(self, mem: Membership) -> None:
+        """A founding member with empty storage writes the initial configuration as entry 1, term 1,
+        committed (as etcd's Bootstrap): identical on every founder, so it is in every log and a
+        member that joins later learns the founding configuration from the log itself."""
+        founding = Membership(tuple(sorted(mem.voters)), tuple(sorted(mem.learners)))
+        cc = ConfChange(ConfChangeOp.BOOTSTRAP, "", founding)
+        self._become_follower(1, None)
+        self._append([Entry(1, 1, EntryKind.CONF_CHANGE, encode_conf_change(cc))])
+        self._log.committed = 1
 
     # --- public read-only view ---------------------------------------------------------------
     @property

@@ -195,6 +195,8 @@ MESSAGE_TYPES: tuple[type, ...] = (
 
 
 class ConfChangeOp(enum.IntEnum):
+    BOOTSTRAP = 0
+    """The initial configuration, written as entry 1 by every founding member (``node_id`` empty)."""
     ADD_LEARNER = 1
     """Add a new, non-voting member that receives the log."""
     PROMOTE = 2

@@ -566,6 +566,26 @@ class Cluster:
         self._drain(node)
         return op
 
+    def write_batch(self, nid: str, keys: list[str]) -> list[Op]:
+        """Several writes in one ``propose_batch`` (one broadcast), one op each."""
+        node = self.nodes[nid]
+        if not node.alive or node.core is None:
+            return []
+        ops = []
+        for key in keys:
+            self.op_seq += 1
+            ops.append(Op(self.op_seq, key, Kind.WRITE, self.op_seq, self.op_seq, node=nid))
+        try:
+            first, last = node.core.propose_batch(f"w {o.op_id} {o.key} {o.value}".encode() for o in ops)
+        except (NotLeaderError, ProposalDroppedError):
+            return []
+        for idx, op in zip(range(first, last + 1), ops, strict=True):
+            node.writes[idx] = op
+        self.ops.extend(ops)
+        self.log(f"client batch {[o.op_id for o in ops]} at {nid} index={first}..{last}")
+        self._drain(node)
+        return ops
+
     def read(self, nid: str, key: str) -> Op | None:
         node = self.nodes[nid]
         if not node.alive or node.core is None:
@@ -589,6 +609,11 @@ class Cluster:
         if not node.alive or node.applied <= st.snapshot().meta.index or node.applied > st.last_index():
             return False
         data = encode_state(node.kv)
+        if node.core is not None and node.core.membership_at(node.applied) != node.fsm_membership:
+            raise Violation(
+                f"{nid} membership at {node.applied}: core {node.core.membership_at(node.applied)} "
+                f"vs applied {node.fsm_membership}"
+            )
         st.create_snapshot(node.applied, node.fsm_membership, data)
         st.compact(max(st.first_index() - 1, node.applied - keep))
         self.log(f"{nid} snapshot at {node.applied}, log from {st.first_index()}")
@@ -610,6 +635,8 @@ class Cluster:
                 node = ld if ld is not None and rng.random() < 0.7 else rng.choice(alive)
                 if rng.random() < f.read_ratio:
                     self.read(node.id, key)
+                elif rng.random() < 0.2 and open_ops + 2 <= self.max_open_per_key:
+                    self.write_batch(node.id, [key, key])
                 else:
                     self.write(node.id, key)
         if f.partition and rng.random() < f.partition:
@@ -635,6 +662,13 @@ class Cluster:
             ld = self.leader()
             if ld is not None and ld.core is not None:
                 voters = [v for v in ld.core.membership.voters if v != ld.id]
+                for learner in ld.core.membership.learners:
+                    try:
+                        ld.core.transfer_leader(learner)
+                    except RaftError:
+                        pass
+                    else:
+                        raise Violation(f"leadership transferred to learner {learner}")
                 if voters:
                     to = rng.choice(voters)
                     self.log(f"transfer leadership {ld.id} -> {to}")
@@ -669,6 +703,23 @@ class Cluster:
         core = ld.core
         mem = core.membership
         rng = self.rng
+        if rng.random() < 0.2:
+            # bad requests get a clear error and change nothing
+            last = core.last_index
+            bad = rng.choice([
+                (ConfChangeOp.ADD_LEARNER, rng.choice(mem.voters)),
+                (ConfChangeOp.PROMOTE, rng.choice(mem.voters)),
+                (ConfChangeOp.REMOVE, "nobody"),
+            ])
+            try:
+                core.propose_conf_change(*bad)
+            except (ConfChangeError, NotLeaderError, ProposalDroppedError):
+                pass
+            else:
+                raise Violation(f"invalid conf change {bad} accepted")
+            if core.last_index != last:
+                raise Violation(f"refused conf change {bad} changed the log")
+            return
         try:
             if mem.learners:
                 nid = mem.learners[0]
