@@ -73,6 +73,7 @@ class AdminServer:
         self.bind_addr = bind_addr
         self._done: collections.deque[tuple[list[bytes], Reply]] = collections.deque()
         self._wake_r, self._wake_w = os.pipe()
+        self._signaled = False
         os.set_blocking(self._wake_w, False)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="admin", daemon=True)
@@ -93,6 +94,9 @@ class AdminServer:
 
     # --- I/O thread ------------------------------------------------------------------------------
     def _wake(self) -> None:
+        if self._signaled:  # one pending wake-up is enough (the I/O thread drains everything)
+            return
+        self._signaled = True
         try:
             os.write(self._wake_w, b"x")
         except (BlockingIOError, OSError):
@@ -112,6 +116,7 @@ class AdminServer:
                 reading = want
             events = dict(poller.poll(1000))
             if self._wake_r in events:
+                self._signaled = False  # before draining: a later completion signals again
                 try:
                     os.read(self._wake_r, 4096)
                 except BlockingIOError:

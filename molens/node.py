@@ -429,30 +429,15 @@ class Node:
                 datas = [base64.b64decode(req["data"], validate=True)]
         except (KeyError, TypeError, ValueError) as exc:
             return {"ok": False, "error": f"propose: need base64 'data' or 'datas' ({exc})"}
-        futs = self.peer.propose_many(datas)
         out: Future[dict[str, Any]] = Future()
-        remaining = [len(futs)]
-        lock = threading.Lock()
 
-        def done(_: Future[Any]) -> None:
-            with lock:
-                remaining[0] -= 1
-                if remaining[0]:
-                    return
-            errors = [f.exception() for f in futs if f.exception() is not None]
-            if errors:
-                # the most informative failure: unknown outcome beats not-applied
-                lost = [e for e in errors if isinstance(e, rp.LeadershipLost)]
-                exc = lost[0] if lost else errors[0]
-                assert exc is not None
-                reply = error_reply(exc)
-                reply["failed"] = len(errors)
-                out.set_result(reply)
+        def done(results: list[Any], error: BaseException | None) -> None:
+            if error is not None:
+                out.set_result(error_reply(error))
             else:
-                out.set_result({"ok": True, "results": [jsonable(f.result()) for f in futs]})
+                out.set_result({"ok": True, "results": [jsonable(r) for r in results]})
 
-        for f in futs:
-            f.add_done_callback(done)
+        self.peer.propose_batch(datas, done)
         return out
 
 

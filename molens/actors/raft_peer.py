@@ -42,7 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgpack
 import pykka
@@ -123,6 +123,10 @@ class _ProposalsReady:
     """Wake-up: the ProposalQueue has work (at most one of these is queued at a time)."""
 
 
+Waiter: TypeAlias = "Future[Any] | _Slot"
+"""Where a proposal's outcome goes: a Future, or one slot of a batch callback."""
+
+
 class ProposalQueue:
     """Proposals waiting for the actor, kept OUT of its mailbox: a burst of thousands of proposals
     then costs one wake-up message, and ticks and peer messages never queue behind it (a leader
@@ -132,11 +136,11 @@ class ProposalQueue:
         self.limit = limit
         self._lock = threading.Lock()
         self._datas: collections.deque[bytes] = collections.deque()
-        self._futs: collections.deque[Future[Any]] = collections.deque()
+        self._futs: collections.deque[Waiter] = collections.deque()
         self._wake_pending = False
         self.closed = False
 
-    def put(self, datas: list[bytes], futs: list[Future[Any]]) -> bool:
+    def put(self, datas: list[bytes], futs: list[Waiter]) -> bool:
         """Queue; returns True when the caller must send the actor a wake-up."""
         with self._lock:
             if self.closed:
@@ -154,7 +158,7 @@ class ProposalQueue:
             _fail(f, err)
         return False
 
-    def take(self, n: int, max_bytes: int) -> tuple[list[bytes], list[Future[Any]], bool]:
+    def take(self, n: int, max_bytes: int) -> tuple[list[bytes], list[Waiter], bool]:
         """Up to ``n`` proposals / ``max_bytes`` (at least one), and whether more remain (the
         wake-up then stays pending)."""
         with self._lock:
@@ -170,7 +174,7 @@ class ProposalQueue:
             self._wake_pending = more
             return datas, futs, more
 
-    def close(self) -> list[Future[Any]]:
+    def close(self) -> list[Waiter]:
         with self._lock:
             self.closed = True
             futs = list(self._futs)
@@ -349,9 +353,9 @@ class RaftPeer(pykka.ThreadingActor):
             curve=curve,
         )
         self._subscribers: list[Subscriber] = []
-        self._pending: dict[int, tuple[int, Future[Any]]] = {}
+        self._pending: dict[int, tuple[int, Waiter]] = {}
         self._batch_datas: list[bytes] = []
-        self._batch_futs: list[Future[Any]] = []
+        self._batch_futs: list[Waiter] = []
         self._since_cycle = 0
         self._since_cycle_bytes = 0
         self._last_snapshot_index = self.log.snapshot_meta().index
@@ -789,7 +793,62 @@ class RaftPeer(pykka.ThreadingActor):
             self._waiters.append((pred, fut))
 
 
-def _fail(fut: Future[Any], exc: BaseException) -> None:
+BatchCallback = Callable[[list[Any], BaseException | None], None]
+
+
+class _Batch:
+    """Outcome of a batch of proposals, reported once through a callback."""
+
+    __slots__ = ("error", "left", "lock", "on_done", "results")
+
+    def __init__(self, n: int, on_done: BatchCallback) -> None:
+        self.results: list[Any] = [None] * n
+        self.error: BaseException | None = None
+        self.left = n
+        self.on_done = on_done
+        self.lock = threading.Lock()
+
+    def settle(self, i: int, value: Any, exc: BaseException | None) -> None:
+        with self.lock:
+            if exc is not None:
+                if self.error is None or isinstance(exc, LeadershipLost):
+                    self.error = exc
+            else:
+                self.results[i] = value
+            self.left -= 1
+            finished = self.left == 0
+        if finished:
+            try:
+                self.on_done(self.results, self.error)
+            except Exception:
+                log.exception("proposal batch callback failed")
+
+
+class _Slot:
+    """One entry of a :class:`_Batch`; quacks like the Future methods the peer uses."""
+
+    __slots__ = ("_done", "batch", "i")
+
+    def __init__(self, batch: _Batch, i: int) -> None:
+        self.batch = batch
+        self.i = i
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: Any) -> None:
+        if not self._done:
+            self._done = True
+            self.batch.settle(self.i, value, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        if not self._done:
+            self._done = True
+            self.batch.settle(self.i, None, exc)
+
+
+def _fail(fut: Waiter, exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
 
@@ -816,13 +875,24 @@ class RaftPeerHandle:
     def propose_many(self, datas: list[bytes]) -> list[Future[Any]]:
         """Propose entries (appended together when the actor is free); one future each."""
         futs: list[Future[Any]] = [Future() for _ in datas]
-        if self.lifecycle.proposals.put(datas, futs):
+        self._enqueue(datas, futs)
+        return futs
+
+    def propose_batch(self, datas: list[bytes], on_done: BatchCallback) -> None:
+        """Like :meth:`propose_many` without a future per entry (cheaper for high-rate callers):
+        ``on_done(results, error)`` runs once, on the actor thread, when every entry has an
+        outcome; ``error`` is None when all applied, else the most telling failure
+        (:class:`LeadershipLost` -- outcome unknown -- wins over a refusal)."""
+        batch = _Batch(len(datas), on_done)
+        self._enqueue(datas, [_Slot(batch, i) for i in range(len(datas))])
+
+    def _enqueue(self, datas: list[bytes], waiters: list[Any]) -> None:
+        if self.lifecycle.proposals.put(datas, waiters):
             try:
                 self.ref.tell(_ProposalsReady())
             except pykka.ActorDeadError:
                 for f in self.lifecycle.proposals.close():
                     _fail(f, ProposalRefused("raft peer stopped"))
-        return futs
 
     def call(self, fn: Callable[[RaftPeer], Any], timeout: float | None = 10.0) -> Any:
         """Run ``fn(peer)`` on the actor thread and return its result (re-raising its exception)."""

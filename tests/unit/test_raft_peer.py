@@ -71,3 +71,24 @@ def test_conf_change_context_carries_the_addresses() -> None:
     p = PeerConfig("n4", "127.0.0.1:11", "127.0.0.1:12", "127.0.0.1:13", "127.0.0.1:14")
     assert peer_from_context(peer_context(p)) == p
     assert peer_from_context(b"\xc1garbage") is None
+
+
+def test_batch_reports_once_and_unknown_outcome_wins_over_refusal() -> None:
+    from molens.actors.raft_peer import LeadershipLost, _Batch, _Slot
+
+    calls: list[tuple[list[Any], BaseException | None]] = []
+    batch = _Batch(3, lambda results, err: calls.append((results, err)))
+    slots = [_Slot(batch, i) for i in range(3)]
+    slots[0].set_result("r0")
+    slots[1].set_exception(ProposalRefused("x"))
+    assert not calls
+    slots[2].set_exception(LeadershipLost("y"))
+    slots[2].set_result("ignored: already done")
+    assert len(calls) == 1
+    results, err = calls[0]
+    assert results[0] == "r0" and isinstance(err, LeadershipLost)
+    ok: list[tuple[list[Any], BaseException | None]] = []
+    b2 = _Batch(2, lambda results, err: ok.append((results, err)))
+    _Slot(b2, 1).set_result(True)
+    _Slot(b2, 0).set_result(False)
+    assert ok == [([False, True], None)]
