@@ -73,7 +73,10 @@ class _Run(Generic[K]):
         self.entries = entries
         self.level = level
         self.keys = sorted(entries, key=entries.__getitem__)
-        self.dues = array("q", map(rshift, map(entries.__getitem__, self.keys), repeat(_SEQ_BITS)))
+        # Same order either way (stamps are unique); for big buckets a second sort of the stamps
+        # beats looking each key up again in sorted (random) order, which misses the cache.
+        stamps = sorted(entries.values()) if len(entries) > 20_000 else map(entries.__getitem__, self.keys)
+        self.dues = array("q", map(rshift, stamps, repeat(_SEQ_BITS)))
         self.pos = 0
         self.skipped = 0
 
@@ -396,25 +399,23 @@ class TimeWheel(Generic[K]):
 
     def _take_runs(self, now_ms: int, out: list[tuple[int, K]], merge: bool) -> list[K]:
         """Add the due entries of the open runs to ``out``; return all of it as keys in due order."""
-        runs, where = self._runs, self._where
-        if not runs:
+        where = self._where
+        due = [run for run in self._runs if run.dues[run.pos] <= now_ms]
+        if not due:
             if merge and len(out) > 1:
                 out.sort()
             return list(map(_second, out))
-        if not out and len(runs) == 1:
-            run = runs[0]
+        if not out and len(due) == 1:
+            # A bucket opened early (its first timers are far off) overlaps the run being read.
+            run = due[0]
             keys = run.take(now_ms, where)
             if run.pos == len(run.keys):
-                self._runs = []
+                self._runs = [r for r in self._runs if r is not run]
             return keys
-        used_up = False
-        for run in runs:
-            if run.dues[run.pos] <= now_ms:
-                keys = run.take(now_ms, where)
-                out.extend(zip(map(run.entries.__getitem__, keys), keys))
-                used_up = used_up or run.pos == len(run.keys)
-        if used_up:
-            self._runs = [run for run in runs if run.pos < len(run.keys)]
+        for run in due:
+            keys = run.take(now_ms, where)
+            out.extend(zip(map(run.entries.__getitem__, keys), keys))
+        self._runs = [run for run in self._runs if run.pos < len(run.keys)]
         if len(out) > 1:
             out.sort()
         return list(map(_second, out))

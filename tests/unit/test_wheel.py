@@ -263,3 +263,17 @@ def test_handed_out_key_is_gone_and_can_come_back() -> None:
     assert wheel.next_deadline() == 151
     assert wheel.advance(200) == ["k9", "k2", "k6", "k7", "k8"]
     assert sum(c.count for lv in range(wheel.levels) for c in wheel.distribution(lv)) == len(wheel) == 19
+
+
+def test_big_bucket_opens_in_exact_order_with_ties_in_add_order() -> None:
+    """More than 20,000 timers in one bucket (the second-sort path), many with equal due times."""
+    wheel: TimeWheel[int] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    n = 25_000
+    dues = [700 + (i * 7_919) % 600 for i in range(n)]  # one level-2 bucket (640 ms wide)
+    for i, due in enumerate(dues):
+        wheel.add(i, due)
+    wheel.remove(17)
+    got: list[int] = []
+    for now in range(0, 1_400, 3):
+        got.extend(wheel.advance(now))
+    assert got == sorted((i for i in range(n) if i != 17), key=lambda i: (dues[i], i))
