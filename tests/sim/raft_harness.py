@@ -8,7 +8,23 @@ crashes that lose everything not yet persisted, slow persistence and slow apply,
 ReadIndex reads, membership changes, leadership transfers and snapshots.
 
 Invariants are checked after every event (:meth:`Cluster.check`), and at the points where a
-violation would be born (persisting, sending, applying); a violation raises :class:`Violation`.
+violation would be born (persisting, sending, applying); a violation raises :class:`Violation`:
+
+- election safety: at most one leader per term, ever;
+- leader append-only: a leader's log never shrinks or changes under it within its term;
+- log matching: every stored (index, term) has one payload and one predecessor term, cluster-wide;
+- leader completeness: a new leader of term T holds every entry committed in a term < T;
+- state machine safety: every commit and every applied entry equals the one global history;
+  installed snapshots hold exactly the state of the committed prefix (and its membership);
+- term and commit monotonic: durable term/commit never decrease, a vote never changes within a
+  term, across any crash and restart; the in-memory term/commit never fall below the durable ones;
+- durability: a vote grant, append ack or any response is sent only once what it promises is
+  persisted; a leader replicates only once its term is durable;
+- ``applied <= commit <= last`` on every node;
+- at the end: bounded liveness after healing, and linearizability of the client history.
+
+Client writes are proposals on a node (ok when that node applies the entry at the returned index,
+fail when another entry lands there, unknown when the node crashes first); reads use ReadIndex.
 """
 
 from __future__ import annotations
@@ -806,7 +822,7 @@ class Cluster:
         self.snapshots_verified += 1
 
     def check(self) -> None:
-        """The per-step invariants (see module docstring of tests/sim)."""
+        """The per-step invariants (see the module docstring)."""
         for node in self.nodes.values():
             c = node.core
             if not node.alive or c is None:
