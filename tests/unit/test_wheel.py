@@ -277,3 +277,18 @@ def test_big_bucket_opens_in_exact_order_with_ties_in_add_order() -> None:
     for now in range(0, 1_400, 3):
         got.extend(wheel.advance(now))
     assert got == sorted((i for i in range(n) if i != 17), key=lambda i: (dues[i], i))
+
+
+def test_deadline_skips_removed_timers_at_the_head_of_an_opened_bucket() -> None:
+    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    for i in range(6):
+        wheel.add(f"a{i}", 200 + i)  # one level-1 bucket [160, 240), opened at 160
+    wheel.add("b", 700)
+    assert wheel.advance(160) == [] and wheel.next_deadline() == 200
+    assert wheel.remove("a0") and wheel.remove("a1")
+    assert wheel.next_deadline() == 202
+    for i in range(2, 6):
+        wheel.remove(f"a{i}")
+    assert wheel.next_deadline() == 640  # the bucket holding "b"
+    assert sum(c.count for c in wheel.distribution(1)) == 0
+    assert wheel.advance(700) == ["b"] and len(wheel) == 0
