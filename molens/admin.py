@@ -116,11 +116,14 @@ class AdminServer:
                 reading = want
             events = dict(poller.poll(1000))
             if self._wake_r in events:
-                self._signaled = False  # before draining: a later completion signals again
                 try:
                     os.read(self._wake_r, 4096)
                 except BlockingIOError:
                     pass
+                # cleared after reading the pipe and before draining: a completion from now on
+                # writes a fresh byte; one before is drained below (clearing first could leave
+                # the flag set with the pipe empty, and the next answer waiting for the poll timeout)
+                self._signaled = False
             while self._done:
                 envelope, reply = self._done.popleft()
                 self._deferred -= 1
