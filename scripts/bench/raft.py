@@ -253,6 +253,13 @@ def bench_molens(args: argparse.Namespace, root: Path) -> dict[int, dict[str, An
             f"molens: leader stats: proposals={st['proposals']} appends={st['appends']} log_syncs={st['log_syncs']} "
             f"(entries per fsync ~{st['proposals'] / max(1, st['appends']):.1f})"
         )
+        for nid in cluster.procs:
+            with AdminClient(cluster.admin(nid), timeout_s=10) as c:
+                s = c.call("stats")
+            print(
+                f"molens: {nid} max_cycle_ms={s['max_cycle_ms']:.0f} max_tick_delay_ms={s['max_tick_delay_ms']:.0f} "
+                f"leader_changes={s['leader_changes']}"
+            )
         if args.failover:
             out[0] = {"failover": bench_failover(cluster, args.failover_trials)}
     finally:
