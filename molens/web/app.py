@@ -38,6 +38,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import bottle
@@ -74,6 +75,7 @@ from molens.web.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
+from molens.web.ui import install_ui
 
 log = logging.getLogger(__name__)
 
@@ -601,8 +603,11 @@ def _install_misc(api: Api) -> None:
         raise NoLeader("not ready: no leader is known")
 
 
-def build_api(ctx: ApiContext) -> Api:
-    """The app and its route registry (issue 7 adds its routes through :meth:`Api.route`)."""
+def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
+    """The app and its route registry (issue 7 adds its routes through :meth:`Api.route`).
+
+    The built console is served from ``static_dir`` (default ``molens/web/static``) at ``/ui/``.
+    """
     app = bottle.Bottle(catchall=True)
     api = Api(ctx, app)
 
@@ -628,12 +633,13 @@ def build_api(ctx: ApiContext) -> Api:
     _install_executions(api)
     _install_cluster(api)
     _install_misc(api)
+    install_ui(app, static_dir)
     return api
 
 
-def make_app(ctx: ApiContext) -> bottle.Bottle:
-    """The WSGI app of the REST API over ``ctx``."""
-    return build_api(ctx).app
+def make_app(ctx: ApiContext, static_dir: Path | None = None) -> bottle.Bottle:
+    """The WSGI app of the REST API and the console over ``ctx``."""
+    return build_api(ctx, static_dir).app
 
 
 __all__ = ["MAX_SCAN", "PREFIX", "Api", "BatchInvalid", "build_api", "decode_cursor", "encode_cursor", "make_app"]

@@ -29,7 +29,7 @@ from molens.web.api_context import ApiSettings
 from molens.web.app import make_app
 from molens.web.local_context import LocalContext
 from molens.web.server import ApiServer, ServerOptions
-from molens.web.ui import STATIC_DIR, install_ui
+from molens.web.ui import STATIC_DIR
 
 T = TypeVar("T")
 
@@ -97,9 +97,7 @@ def serve_ui(
     ctx.leader_id = leader_id
     server = None
     try:
-        app = make_app(ctx)
-        if not any(r.rule == "/ui/<path:path>" for r in app.routes):
-            install_ui(app, static_dir)
+        app = make_app(ctx, static_dir)
         server = ApiServer(app, ServerOptions(port=0, threads=8)).start()
         yield Served(ctx, server)
     finally:
