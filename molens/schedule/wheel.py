@@ -334,7 +334,7 @@ class TimeWheel(Generic[K]):
         if queue and queue[0] < (now_ms + 1) * self._nl:
             return self._advance(now_ms)
         # The busy leader's common case, inlined: a new tick, nothing in the old one, no bucket to
-        # open, at most one open run.
+        # open, at most one open run with something due.
         target = now_ms - now_ms % self._tick
         self._cur = target
         self._near_end = target + self._tick
@@ -342,20 +342,21 @@ class TimeWheel(Generic[K]):
             self._set_limits()
         else:
             self._limits[0] = target + self._window0
-        runs = self._runs
-        if len(runs) != 1:
-            return self._take_runs(now_ms, [], False) if runs else []
-        run = runs[0]
-        pos = run.pos
-        if run.dues[pos] > now_ms:
+        run = None
+        for r in self._runs:
+            if r.dues[r.pos] <= now_ms:
+                if run is not None:
+                    return self._take_runs(now_ms, [], False)  # two runs to merge
+                run = r
+        if run is None:
             return []
-        keys = run.keys
-        j = bisect_right(run.dues, now_ms, pos)
+        pos, keys = run.pos, run.keys
         if len(run.entries) + run.skipped != len(keys):  # some of keys[pos:] were removed
             return self._take_runs(now_ms, [], False)
+        j = bisect_right(run.dues, now_ms, pos)
         run.pos = j
         if j == len(keys):
-            self._runs = []
+            self._runs = [r for r in self._runs if r is not run]
         chunk = keys[pos:j]
         _drain(map(self._where.__delitem__, chunk))
         return chunk
