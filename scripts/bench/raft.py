@@ -37,6 +37,7 @@ import yaml
 import zmq
 
 from molens.admin import AdminClient, AdminError
+from molens.config import NodeConfig
 from molens.raft.fsm import encode_put
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +102,8 @@ class MolensCluster:
                 "admin": {"bind_addr": a["admin_addr"]},
                 "logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")},
             }
+            if "state_machine" in NodeConfig.__dataclass_fields__:  # the KV FSM, not the task store
+                cfg["node"]["state_machine"] = "kv"
             path = root / f"{nid}.yaml"
             path.write_text(yaml.safe_dump(cfg))
             self.configs[nid] = path

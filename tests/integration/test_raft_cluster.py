@@ -437,7 +437,7 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
     from molens.actors.raft_peer import LeaderChange, NotLeader
     from molens.config import load_dict
     from molens.node import Node
-    from molens.raft.fsm import encode_get
+    from molens.raft.fsm import KVStateMachine, encode_get
 
     from .conftest import free_ports
 
@@ -466,7 +466,7 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
             },
             env={},
         )
-        nodes[nid] = Node(cfg)
+        nodes[nid] = Node(cfg, fsm_factory=KVStateMachine)  # the KV FSM, whatever the default is
     events: list[LeaderChange] = []
     try:
         for n in nodes.values():
