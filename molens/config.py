@@ -144,6 +144,7 @@ class NodeConfig:
     id: str = _opt("n1", _node_id)
     data_dir: str = _opt("./data", _nonempty)
     stop_timeout_s: float = _opt(30.0, lambda v: None if v > 0 else "must be > 0")
+    state_machine: str = _opt("tasks", lambda v: None if v in ("tasks", "kv") else "must be tasks or kv")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,13 @@ closed -> RaftPeer stops
 (transport, log closed) -> state machine closed -> admin socket closed -> lock released. Local data
 is kept. The HTTP API and scheduler actors of later issues stop before leadership is handed over.
 
-The state machine is pluggable: ``Node(cfg, fsm_factory=...)``; the default is the replicated
-key-value FSM (``molens.raft.fsm.KVStateMachine``) used by tests and benchmarks until the task FSM
-arrives.
+The state machine is pluggable: ``Node(cfg, fsm_factory=...)``; by default ``node.state_machine``
+picks it: ``tasks`` (the scheduler: ``molens.fsm.store.TaskStore`` + ``History``) or ``kv`` (the
+replicated key-value FSM the Raft tests and benchmarks drive). With the task FSM the node also
+runs the scheduler (``molens.scheduler``: a FireWorker pool on every node, the leader-only actors
+while it leads, worker RPC) and the HTTP API + UI (``molens.web``), started after RaftPeer; a
+graceful stop first stops the HTTP API and the leader's scheduler, then hands leadership over,
+then lets the worker pool finish its in-flight fires and hand their results to the new leader.
 
 Admin command ``propose`` (``{"cmd": "propose", "data": "<base64>"}`` or ``"datas": [...]``) is for
 tests and benchmarks: it proposes raw entries to the local RaftPeer and answers when they apply
@@ -64,6 +68,20 @@ def _default_fsm(data_dir: Path) -> StateMachine:
     return KVStateMachine(data_dir)
 
 
+def _task_fsm(cfg: Config) -> FsmFactory:
+    def make(data_dir: Path) -> StateMachine:
+        from molens.fsm.history import History
+        from molens.fsm.machine import MachineConfig
+        from molens.fsm.store import TaskStore
+
+        history = History(
+            data_dir / "history.sqlite", max_records_per_task=cfg.scheduler.history_max_records_per_task
+        )
+        return TaskStore(data_dir, history=history, config=MachineConfig(ack_ttl=cfg.scheduler.ack_ttl))
+
+    return make
+
+
 def jsonable(value: Any) -> Any:
     """An FSM result as JSON: bytes -> {"b64": ...}, KVError -> {"error": ...}."""
     if isinstance(value, bytes | bytearray | memoryview):
@@ -99,7 +117,12 @@ class Node:
     def __init__(self, cfg: Config, fsm_factory: FsmFactory | None = None) -> None:
         self.cfg = cfg
         self.data_dir = cfg.data_dir
-        self._fsm_factory = fsm_factory or _default_fsm
+        self._fsm_factory = fsm_factory or (
+            _task_fsm(cfg) if cfg.node.state_machine == "tasks" else _default_fsm
+        )
+        self.scheduler: Any = None
+        self.api: Any = None
+        self.api_ctx: Any = None
         self.fsm: StateMachine | None = None
         self.peer: rp.RaftPeerHandle | None = None
         self.admin: AdminServer | None = None
@@ -146,6 +169,7 @@ class Node:
                 )
             except TransportError as exc:
                 raise NodeError(f"raft.bind_addr {cfg.raft.bind_addr}: {_port_hint(exc)}") from exc
+            self._start_scheduling()
             try:
                 self.admin = AdminServer(cfg.admin.bind_addr, self._handle).start()
             except AdminError as exc:
@@ -218,6 +242,7 @@ class Node:
         t0 = time.monotonic()
         deadline = t0 + self.cfg.node.stop_timeout_s
         self._stop_requested.set()
+        self._stop_front()
         if self.peer is not None and not self.peer.stopped.is_set():
             try:
                 self._hand_over_leadership(deadline)
@@ -268,7 +293,47 @@ class Node:
         if self.rpc is not None and p.id != self.cfg.node.id and p.rpc_addr:
             self.rpc.add_peer(p.id, zmq_endpoint(p.rpc_addr))
 
+    def _start_scheduling(self) -> None:
+        """Scheduler + HTTP API on a task-FSM node (after RaftPeer: they subscribe to it)."""
+        from molens.fsm.store import TaskStore
+
+        if not isinstance(self.fsm, TaskStore):
+            return
+        from molens.scheduler import Scheduler
+        from molens.web.app import make_app
+        from molens.web.node_context import NodeContext
+        from molens.web.server import ApiServer, ServerOptions
+        from molens.web.ui import install_ui
+
+        assert self.peer is not None and self.rpc is not None and self.fsm.history is not None
+        self.scheduler = Scheduler(self.cfg, self.fsm, self.peer, self.rpc, on_fatal=lambda _e: self.request_stop())
+        self.scheduler.start()
+        self.set_rpc_handler(self.scheduler.on_rpc)
+        self.api_ctx = NodeContext(self.cfg, self.peer, self.fsm, self.fsm.history, self.scheduler.to_json).start()
+        app = make_app(self.api_ctx)
+        install_ui(app)
+        try:
+            self.api = ApiServer(app, ServerOptions.from_http_config(self.cfg.http, threads=32)).start()
+        except OSError as exc:
+            raise NodeError(f"http {self.cfg.http.host}:{self.cfg.http.port}: {_port_hint(exc)}") from exc
+        log.info("http api url=%s ui=%s/ui/", self.api.url, self.api.url)
+
+    def _stop_front(self) -> None:
+        """Graceful stop, first steps: HTTP API stops accepting, the leader's scheduler stops."""
+        if self.api_ctx is not None:
+            self.api_ctx.stopping = True
+        if self.api is not None:
+            self.api.stop()
+            self.api = None
+        if self.scheduler is not None:
+            self.scheduler.stop_leader()
+
     def _close_all(self) -> None:
+        self._stop_front()
+        if self.scheduler is not None:  # in-flight fires finish; results go out before RPC closes
+            self.scheduler.stop(timeout=10)
+            self.scheduler = None
+        self.set_rpc_handler(None)
         if self.rpc is not None:  # stop accepting worker traffic first
             self.rpc.close()
             self.rpc = None

@@ -50,7 +50,7 @@ def _up(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("ui-cluster"), 3)
+    c = Cluster(tmp_path_factory.mktemp("ui-cluster"), 3, state_machine="tasks")
     try:
         c.start()
         c.leader(timeout=30)

@@ -9,7 +9,8 @@
   on failure) and ``cluster3`` (one 3-node cluster shared by a module: cheap to reuse).
 
 Later issues reuse this: pass ``extra`` settings (dict merged into each node's YAML) to configure
-the scheduler, HTTP, etc.
+the scheduler, HTTP, etc. Clusters run the key-value FSM (``node.state_machine: kv``) the Raft tests
+drive unless made with ``state_machine="tasks"`` (the scheduler, its HTTP API and UI).
 """
 
 from __future__ import annotations
@@ -195,9 +196,11 @@ class NodeProc:
 class Cluster:
     """N nodes configured as ``conf/cluster/n*.yaml``, on free ports, under ``root``."""
 
-    def __init__(self, root: Path, n: int = 3, extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, root: Path, n: int = 3, extra: dict[str, Any] | None = None, state_machine: str = "kv"
+    ) -> None:
         self.root = root
-        self.extra = extra or {}
+        self.extra = _merge({"node": {"state_machine": state_machine}}, extra or {})
         self.nodes: dict[str, NodeProc] = {}
         ids = [f"n{i}" for i in range(1, n + 1)]
         self._addrs = {nid: self._new_addrs() for nid in ids}
@@ -307,8 +310,10 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     """``make_cluster(n=3, extra=None)`` -> a started Cluster; every node is killed at teardown."""
     made: list[Cluster] = []
 
-    def make(n: int = 3, extra: dict[str, Any] | None = None, start: bool = True) -> Cluster:
-        c = Cluster(tmp_path / f"cluster{len(made)}", n, extra)
+    def make(
+        n: int = 3, extra: dict[str, Any] | None = None, start: bool = True, state_machine: str = "kv"
+    ) -> Cluster:
+        c = Cluster(tmp_path / f"cluster{len(made)}", n, extra, state_machine)
         made.append(c)
         return c.start() if start else c
 
