@@ -1,0 +1,136 @@
+"""A recording callback receiver for scheduling tests: a keep-alive HTTP/1.1 server on 127.0.0.1.
+
+Behaviour by path (the last path segment is a free-form tag tests use to tell tasks apart):
+``/ok/TAG`` 200 ``ok``; ``/status/N/TAG`` answers N; ``/big/N/TAG`` 200 with N bytes ``0123456789...``;
+``/flaky/K/TAG`` answers 500 to the first K requests of TAG, then 200. Every request is recorded with
+its receive time (epoch ms), path, headers and body. Run in-process (:class:`RecordingReceiver`) or as
+its own process (``python -m tests.integration.recording_receiver PORT OUT.jsonl``), writing one JSON
+line per request (used by the load tests, so recording never competes with the test's own threads).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import IO, Any
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    at_ms: int
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def tag(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    @property
+    def kind(self) -> str:
+        return self.headers.get("X-Molens-Kind", "")
+
+
+def _answer(path: str, counts: collections.Counter[str]) -> tuple[int, bytes]:
+    parts = path.strip("/").split("/")
+    if parts[0] == "status" and len(parts) >= 2:
+        return int(parts[1]), b'{"status": %s}' % parts[1].encode()
+    if parts[0] == "big" and len(parts) >= 2:
+        n = int(parts[1])
+        return 200, (b"0123456789" * (n // 10 + 1))[:n]
+    if parts[0] == "flaky" and len(parts) >= 2:
+        counts[path] += 1
+        return (500, b"not yet") if counts[path] <= int(parts[1]) else (200, b"ok")
+    return 200, b"ok"
+
+
+class RecordingReceiver:
+    """In-process receiver thread; ``requests`` grows as callbacks arrive."""
+
+    def __init__(self, out: IO[str] | None = None, port: int = 0) -> None:
+        self.requests: list[Received] = []
+        self.lock = threading.Lock()
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._out = out
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.httpd.daemon_threads = True
+        self.httpd.request_queue_size = 1024
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="recv", daemon=True
+        )
+        self._thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def record(self, r: Received) -> tuple[int, bytes]:
+        with self.lock:
+            self.requests.append(r)
+            code, body = _answer(r.path, self._counts)
+            if self._out is not None:
+                self._out.write(
+                    json.dumps(
+                        {
+                            "at": r.at_ms,
+                            "path": r.path,
+                            "fire": r.headers.get("X-Fire-ID", ""),
+                            "attempt": r.headers.get("X-Molens-Attempt", ""),
+                            "kind": r.kind,
+                            "body": r.body.decode(errors="replace"),
+                        }
+                    )
+                    + "\n"
+                )
+        return code, body
+
+    def by_tag(self, tag: str) -> list[Received]:
+        with self.lock:
+            return [r for r in self.requests if r.tag == tag]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _handler(rec: RecordingReceiver) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            at = time.time_ns() // 1_000_000
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else b""
+            code, answer = rec.record(Received(at, self.path, {k: v for k, v in self.headers.items()}, body))
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+def main(argv: list[str]) -> int:
+    port, path = int(argv[0]), argv[1]
+    with open(path, "a", buffering=1) as out:
+        rec = RecordingReceiver(out, port)
+        print(f"listening {rec.port}", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+        rec.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
