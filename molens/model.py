@@ -30,6 +30,7 @@ Decisions recorded here:
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import json
 import logging
@@ -516,18 +517,26 @@ def _host_matches(host: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=64)
+def _networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Parsed once per policy: parsing CIDRs dominated batch validation before."""
+    return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+
+
 def _ip_in(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, cidrs: tuple[str, ...]) -> bool:
-    for c in cidrs:
-        net = ipaddress.ip_network(c, strict=False)
-        if ip.version == net.version and ip in net:
-            return True
-    return False
+    return any(ip.version == net.version and ip in net for net in _networks(cidrs))
 
 
 def check_url(url: Any, name: str, policy: CallbackPolicy, limits: Limits) -> str:
     """Check a callback/ACK URL against syntax and the host policy; returns it unchanged."""
     if not isinstance(url, str):
         raise ValidationError(f"{name} must be a string, got {_json_type(url)}", name)
+    return _check_url_str(url, name, policy, limits)
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_url_str(url: str, name: str, policy: CallbackPolicy, limits: Limits) -> str:
+    """The string checks, cached: a batch usually repeats a few callback URLs (errors are not cached)."""
     if not url:
         raise ValidationError(f"{name} must not be empty", name)
     if len(url) > limits.max_url_length:
