@@ -1,0 +1,1 @@
+"""Storage backends: ``file`` (default), ``sqlite`` and ``memory``; see ``base.Backend`` for the contract."""

@@ -1,0 +1,159 @@
+"""``mooncat-checkpoint``: inspect and repair checkpoint stores from a shell.
+
+    mooncat-checkpoint [--url URL] url
+    mooncat-checkpoint [--url URL] list NS [--status claimed|done|failed] [--expired]
+    mooncat-checkpoint [--url URL] get NS KEY
+    mooncat-checkpoint [--url URL] reset NS KEY [--if-expired]
+    mooncat-checkpoint [--url URL] gc [--older-than MS]
+
+Output is JSON on stdout: one object per line for ``list``, one object otherwise. Exit status: 0 done;
+1 nothing there (``get`` of a missing key, ``reset`` that deleted nothing); 2 bad usage or arguments,
+or an unusable backend. Errors are one line on stderr. ``--url`` may also follow the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from mooncat_checkpoint.errors import CheckpointError, InvalidArgumentError
+from mooncat_checkpoint.model import CheckpointStatus
+from mooncat_checkpoint.sync_client import SyncCheckpointClient
+from mooncat_checkpoint.urls import DEFAULT_URL, ENV_VAR, resolve_url, split_url
+
+__all__ = ["main", "build_parser"]
+
+PROG = "mooncat-checkpoint"
+EXIT_OK = 0
+EXIT_NOT_FOUND = 1
+EXIT_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line (and still exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _NotFound(Exception):
+    pass
+
+
+def _ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of milliseconds: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    url_help = f"backend URL (default: ${ENV_VAR}, else {DEFAULT_URL})"
+    common = _Parser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help=url_help)
+
+    parser = _Parser(
+        prog=PROG,
+        description="Inspect and repair mooncat_checkpoint stores (file://DIR, sqlite://PATH, memory://).",
+        epilog="Output is JSON. Exit status: 0 ok, 1 nothing there, 2 usage or backend error.",
+    )
+    parser.add_argument("--url", default=None, help=url_help)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    sub.add_parser("url", parents=[common], help="print the effective backend URL and where it came from")
+
+    p = sub.add_parser("list", parents=[common], help="list a namespace's records, one JSON object per line")
+    p.add_argument("namespace", metavar="NS")
+    p.add_argument("--status", choices=[s.value for s in CheckpointStatus], help="only records in this state")
+    p.add_argument("--expired", action="store_true", help="only claims whose lease has run out")
+
+    p = sub.add_parser("get", parents=[common], help="print one record (exit 1 if there is none)")
+    p.add_argument("namespace", metavar="NS")
+    p.add_argument("key", metavar="KEY")
+
+    p = sub.add_parser("reset", parents=[common], help="delete a record so the step can run again")
+    p.add_argument("namespace", metavar="NS")
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("--if-expired", action="store_true", help="only if it is a claim whose lease has run out")
+
+    p = sub.add_parser("gc", parents=[common], help="delete expired claims (and old done/failed records)")
+    p.add_argument(
+        "--older-than", type=_ms, default=None, metavar="MS",
+        help="also delete done/failed records not updated for MS milliseconds",
+    )
+    return parser
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    line = json.dumps(obj, ensure_ascii=False) + "\n"
+    out = getattr(sys.stdout, "buffer", None)
+    if out is not None:
+        sys.stdout.flush()
+        out.write(line.encode("utf-8"))
+        out.flush()
+    else:
+        sys.stdout.write(line)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "url":
+        url, source = resolve_url(args.url)
+        scheme, _ = split_url(url)
+        _emit({"url": url, "source": source, "backend": scheme})
+        return EXIT_OK
+    with SyncCheckpointClient(args.url) as cp:
+        if args.command == "list":
+            for rec in cp.list(args.namespace, args.status, expired=args.expired):
+                _emit(rec.to_dict())
+            return EXIT_OK
+        if args.command == "get":
+            found = cp.get(args.namespace, args.key)
+            if found is None:
+                raise _NotFound(f"no record {args.namespace}/{args.key!r}")
+            _emit(found.to_dict())
+            return EXIT_OK
+        if args.command == "reset":
+            if not cp.reset(args.namespace, args.key, if_expired=args.if_expired):
+                found = cp.get(args.namespace, args.key)
+                if found is None:
+                    raise _NotFound(f"no record {args.namespace}/{args.key!r}")
+                raise _NotFound(
+                    f"not reset: {args.namespace}/{args.key!r} is {found.status.value}"
+                    + (", not an expired claim" if found.status is CheckpointStatus.CLAIMED else "")
+                )
+            _emit({"namespace": args.namespace, "key": args.key, "reset": True})
+            return EXIT_OK
+        if args.command == "gc":
+            _emit({"removed": cp.gc(args.older_than)})
+            return EXIT_OK
+    raise InvalidArgumentError(f"unknown command {args.command!r}")  # argparse prevents this
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except _NotFound as e:
+        print(f"{PROG}: {_one_line(e)}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except CheckpointError as e:
+        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # `mooncat-checkpoint list ns | head`: stop quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

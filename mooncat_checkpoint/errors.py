@@ -1,0 +1,82 @@
+"""The one exception hierarchy of mooncat_checkpoint: everything it raises on purpose is a ``CheckpointError``.
+
+Errors caused by bad arguments also derive from ``ValueError`` or ``TypeError`` so generic handlers work,
+and ``WaitTimeoutError`` is also a ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mooncat_checkpoint.model import Checkpoint
+
+__all__ = [
+    "CheckpointError",
+    "LeaseLostError",
+    "FingerprintMismatchError",
+    "CheckpointResultTooLargeError",
+    "CheckpointResultSerializationError",
+    "InvalidArgumentError",
+    "InvalidNamespaceError",
+    "InvalidKeyError",
+    "BackendUnavailableError",
+    "CorruptRecordError",
+    "StepFailedError",
+    "WaitTimeoutError",
+]
+
+
+class CheckpointError(Exception):
+    """Base class of every error mooncat_checkpoint raises on purpose."""
+
+
+class LeaseLostError(CheckpointError):
+    """The lease token is not the current token of a claimed record: it expired and was re-claimed,
+    the record was reset or collected, or it was already marked done/failed."""
+
+
+class FingerprintMismatchError(CheckpointError):
+    """A claim brought a fingerprint different from the one stored with the record (other inputs)."""
+
+
+class CheckpointResultTooLargeError(CheckpointError, ValueError):
+    """The JSON encoding of ``result`` is over 64 KiB (65,536 bytes UTF-8); use ``result_ref``."""
+
+
+class CheckpointResultSerializationError(CheckpointError, TypeError):
+    """``result`` cannot be encoded as JSON (an object, a cycle, NaN, ...)."""
+
+
+class InvalidArgumentError(CheckpointError, ValueError):
+    """An argument is out of range or of the wrong type (lease_ms <= 0, a non-str key, ...)."""
+
+
+class InvalidNamespaceError(InvalidArgumentError):
+    """A namespace must match ``[A-Za-z0-9_-]{1,128}`` (ASCII only)."""
+
+
+class InvalidKeyError(InvalidArgumentError):
+    """A key must be a ``str`` that encodes as UTF-8 (no lone surrogates); any other content is fine."""
+
+
+class BackendUnavailableError(CheckpointError):
+    """The backend cannot be opened or used: unknown URL scheme, unwritable directory, locked database."""
+
+
+class CorruptRecordError(CheckpointError):
+    """A stored record cannot be read back (a hand-edited file with bad JSON, a wrong key, ...)."""
+
+
+class StepFailedError(CheckpointError):
+    """``@checkpointed`` found the step in the terminal ``failed`` state; ``reset`` it to run again."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        super().__init__(
+            f"{checkpoint.namespace}/{checkpoint.key!r} failed earlier ({checkpoint.error}); reset it to retry"
+        )
+        self.checkpoint = checkpoint
+
+
+class WaitTimeoutError(CheckpointError, TimeoutError):
+    """``wait_done`` (or a busy ``@checkpointed`` call) gave up before the step finished."""

@@ -1,0 +1,170 @@
+"""The checkpoint state machine, pure: current record (or None) + inputs -> ``Decision``.
+
+::
+
+    none --claim--> claimed --done--> done      (terminal)
+                      |   \\--fail--> failed    (terminal until reset)
+                      \\-- lease expired: claim again -> claimed (new token, fence + 1, attempts + 1)
+
+* ``touch``/``done``/``fail`` need the current token of a claimed record, else ``LeaseLostError``. The
+  token stays current after the lease expires until somebody claims again, so a late but unchallenged
+  owner can still finish; an owner that was overtaken cannot (that is the fencing guarantee).
+* ``fence``: a fresh record starts at ``floor + 1`` where ``floor`` (kept per namespace by the backend)
+  is at least the fence of every record deleted from the namespace; so a key's fence never repeats or
+  goes down, across expiry, ``reset`` and ``gc``.
+* ``fingerprint``: stored by the claim that creates (or re-claims) the record; a claim bringing a
+  different one raises ``FingerprintMismatchError`` whatever the record's state. A claim without a
+  fingerprint is not checked.
+
+Backends run a decision function under their lock (per key, or the database write lock) and apply
+``Decision.write`` / ``Decision.delete``; nothing here knows about clocks, threads or disks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from mooncat_checkpoint.errors import FingerprintMismatchError, LeaseLostError
+from mooncat_checkpoint.model import Busy, Checkpoint, CheckpointStatus, Claimed, ClaimResult, Done, Failed
+from mooncat_checkpoint.record import StoredRecord
+
+__all__ = ["Decision", "claim", "touch", "complete", "fail", "reset", "collectable", "gc", "matches"]
+
+T = TypeVar("T")
+
+_CLAIMED = CheckpointStatus.CLAIMED
+_DONE = CheckpointStatus.DONE
+_FAILED = CheckpointStatus.FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class Decision(Generic[T]):
+    """What to return, and what the backend must do first: write a record, delete it, or nothing."""
+
+    value: T
+    write: StoredRecord | None = None
+    delete: bool = False
+
+
+def _where(namespace: str, key: str) -> str:
+    shown = key if len(key) <= 80 else key[:77] + "..."
+    return f"{namespace}/{shown!r}"
+
+
+def _check_token(current: StoredRecord | None, namespace: str, key: str, token: str) -> StoredRecord:
+    if current is None:
+        raise LeaseLostError(f"{_where(namespace, key)}: lease lost: no record (it was reset or collected)")
+    if current.status is not _CLAIMED:
+        raise LeaseLostError(f"{_where(namespace, key)}: lease lost: the record is already {current.status.value}")
+    if current.lease_token != token:
+        raise LeaseLostError(
+            f"{_where(namespace, key)}: lease lost: the token is not the current one "
+            f"(claimed again, now fence {current.fence} owned by {current.owner_run_id!r})"
+        )
+    return current
+
+
+def claim(
+    current: StoredRecord | None,
+    floor: int,
+    *,
+    namespace: str,
+    key: str,
+    now_ms: int,
+    owner_run_id: str | None,
+    lease_ms: int,
+    fingerprint: str | None,
+    token: str,
+) -> Decision[ClaimResult]:
+    """``floor`` is the namespace fence floor; it is only read when there is no record."""
+    if current is None:
+        rec = StoredRecord(
+            namespace, key, _CLAIMED, owner_run_id, now_ms + lease_ms, lease_ms, token, 1, floor + 1,
+            fingerprint, now_ms, now_ms,
+        )
+        return Decision(Claimed(rec.public(), token, rec.fence), write=rec)
+    if fingerprint is not None and current.fingerprint is not None and fingerprint != current.fingerprint:
+        raise FingerprintMismatchError(
+            f"{_where(namespace, key)}: fingerprint {fingerprint!r} does not match the stored {current.fingerprint!r}"
+        )
+    status = current.status
+    if status is _DONE:
+        return Decision(Done(current.public()))
+    if status is _FAILED:
+        return Decision(Failed(current.public()))
+    if not current.expired(now_ms):
+        return Decision(Busy(current.public()))
+    rec = StoredRecord(
+        namespace, key, _CLAIMED, owner_run_id, now_ms + lease_ms, lease_ms, token, current.attempts + 1,
+        current.fence + 1, current.fingerprint if fingerprint is None else fingerprint, current.created_at, now_ms,
+    )
+    return Decision(Claimed(rec.public(), token, rec.fence), write=rec)
+
+
+def touch(
+    current: StoredRecord | None, *, namespace: str, key: str, now_ms: int, token: str, extend_ms: int | None
+) -> Decision[Checkpoint | None]:
+    """Renew the lease to ``now + extend_ms`` (default: the claim's lease). No record at all -> None."""
+    if current is None:
+        return Decision(None)
+    cur = _check_token(current, namespace, key, token)
+    lease = cur.lease_ms if extend_ms is None else extend_ms
+    rec = cur._replace(lease_until=now_ms + (lease or 0), updated_at=now_ms)
+    return Decision(rec.public(), write=rec)
+
+
+def complete(
+    current: StoredRecord | None,
+    *,
+    namespace: str,
+    key: str,
+    now_ms: int,
+    token: str,
+    result_json: str | None,
+    result_ref: str | None,
+) -> Decision[Checkpoint]:
+    cur = _check_token(current, namespace, key, token)
+    rec = StoredRecord(
+        namespace, key, _DONE, cur.owner_run_id, None, None, None, cur.attempts, cur.fence, cur.fingerprint,
+        cur.created_at, now_ms, result_json, result_ref, None,
+    )
+    return Decision(rec.public(), write=rec)
+
+
+def fail(
+    current: StoredRecord | None, *, namespace: str, key: str, now_ms: int, token: str, error: str
+) -> Decision[Checkpoint]:
+    cur = _check_token(current, namespace, key, token)
+    rec = StoredRecord(
+        namespace, key, _FAILED, cur.owner_run_id, None, None, None, cur.attempts, cur.fence, cur.fingerprint,
+        cur.created_at, now_ms, None, None, error,
+    )
+    return Decision(rec.public(), write=rec)
+
+
+def reset(current: StoredRecord | None, *, now_ms: int, if_expired: bool) -> Decision[bool]:
+    """Delete the record (any state); with ``if_expired`` only a claim whose lease ran out."""
+    if current is None or (if_expired and not current.expired(now_ms)):
+        return Decision(False)
+    return Decision(True, delete=True)
+
+
+def collectable(record: StoredRecord, now_ms: int, older_than_ms: int | None) -> bool:
+    """gc removes expired claims, and with ``older_than_ms`` terminal records idle for at least that long."""
+    if record.status is _CLAIMED:
+        return record.expired(now_ms)
+    return older_than_ms is not None and now_ms - record.updated_at >= older_than_ms
+
+
+def gc(current: StoredRecord | None, *, now_ms: int, older_than_ms: int | None) -> Decision[bool]:
+    if current is None or not collectable(current, now_ms, older_than_ms):
+        return Decision(False)
+    return Decision(True, delete=True)
+
+
+def matches(record: StoredRecord, *, status: CheckpointStatus | None, expired: bool, now_ms: int) -> bool:
+    """The ``list`` filter: a status, and/or claims whose lease ran out."""
+    if status is not None and record.status is not status:
+        return False
+    return not expired or record.expired(now_ms)

@@ -1,0 +1,65 @@
+"""Which backend a client uses: ``url`` argument > ``$MOONCAT_CHECKPOINT_URL`` > the default.
+
+A URL is ``scheme://path`` and the path is everything after ``://``, taken literally: so
+``sqlite:///var/x.db`` is the absolute ``/var/x.db`` and ``sqlite://./x.db`` or ``file://data/cp`` are
+relative to the working directory (resolved once, when the client is made). ``memory://`` takes no
+path (anything after it is ignored, e.g. ``memory://tests`` as a label).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from mooncat_checkpoint.backends.base import Backend
+from mooncat_checkpoint.errors import BackendUnavailableError
+
+__all__ = ["ENV_VAR", "DEFAULT_URL", "SCHEMES", "resolve_url", "split_url", "open_backend"]
+
+ENV_VAR = "MOONCAT_CHECKPOINT_URL"
+DEFAULT_URL = "file://./.mooncat/checkpoints"
+SCHEMES = ("file", "sqlite", "memory")
+
+
+def resolve_url(url: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The effective URL, exactly as given, and where it came from: argument, environment or default."""
+    if url is not None:
+        return url, "argument"
+    env = (os.environ if environ is None else environ).get(ENV_VAR)
+    if env:
+        return env, "environment"
+    return DEFAULT_URL, "default"
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """``(scheme, path)``; raises ``BackendUnavailableError`` naming what is wrong."""
+    if not isinstance(url, str):
+        raise BackendUnavailableError(f"checkpoint URL must be a str, not {type(url).__name__}")
+    scheme, sep, path = url.partition("://")
+    if not sep:
+        raise BackendUnavailableError(
+            f"checkpoint URL {url!r} has no scheme: use file://DIR, sqlite://PATH or memory://"
+        )
+    scheme = scheme.lower()
+    if scheme not in SCHEMES:
+        raise BackendUnavailableError(
+            f"unknown checkpoint URL scheme {scheme!r} in {url!r}: use file://DIR, sqlite://PATH or memory://"
+        )
+    if scheme != "memory" and not path:
+        raise BackendUnavailableError(f"checkpoint URL {url!r} has no path after {scheme}://")
+    return scheme, path
+
+
+def open_backend(url: str) -> Backend:
+    scheme, path = split_url(url)
+    if scheme == "memory":
+        from mooncat_checkpoint.backends.memory import MemoryBackend
+
+        return MemoryBackend()
+    if scheme == "sqlite":
+        from mooncat_checkpoint.backends.sqlite import SqliteBackend
+
+        return SqliteBackend(path)
+    from mooncat_checkpoint.backends.file import FileBackend
+
+    return FileBackend(path)

@@ -1,0 +1,90 @@
+"""Fixtures for the mooncat_checkpoint unit tests.
+
+* ``async def`` tests run in a fresh event loop each (``asyncio.run``); no plugin needed.
+* ``FakeClock``: epoch milliseconds that move only when a test says so.
+* ``backend`` is parametrized over memory, file and sqlite; ``make_client`` opens clients on the
+  same store (for memory, the same client: ``memory://`` is private to its client) and closes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from mooncat_checkpoint import CheckpointClient, SyncCheckpointClient
+
+BACKENDS = ("memory", "file", "sqlite")
+START_MS = 1_700_000_000_000
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        asyncio.run(pyfuncitem.obj(**args))
+        return True
+    return None
+
+
+class FakeClock:
+    """A clock for ``CheckpointClient(clock=...)``: ``now`` ms since the epoch, moved by ``advance``."""
+
+    def __init__(self, now: int = START_MS) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> int:
+        self.now += ms
+        return self.now
+
+
+def store_url(backend: str, tmp: Path) -> str:
+    return {"memory": "memory://", "file": f"file://{tmp}/store", "sqlite": f"sqlite://{tmp}/store.db"}[backend]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def url(backend: str, tmp_path: Path) -> str:
+    return store_url(backend, tmp_path)
+
+
+@pytest.fixture
+def make_client(url: str, clock: FakeClock) -> Iterator[Callable[[], CheckpointClient]]:
+    """Clients on the test's store, all on the fake clock. For memory:// every call returns the first."""
+    made: list[CheckpointClient] = []
+
+    def make() -> CheckpointClient:
+        if made and url.startswith("memory"):
+            return made[0]
+        made.append(CheckpointClient(url, clock=clock))
+        return made[-1]
+
+    yield make
+    for cp in made:
+        cp._engine.close()
+
+
+@pytest.fixture
+def cp(make_client: Callable[[], CheckpointClient]) -> CheckpointClient:
+    return make_client()
+
+
+@pytest.fixture
+def sync_cp(url: str, clock: FakeClock) -> Iterator[SyncCheckpointClient]:
+    with SyncCheckpointClient(url, clock=clock) as client:
+        yield client

@@ -1,0 +1,603 @@
+"""The backend contract (DESIGN §8, issue 2): every test runs on memory://, file:// and sqlite://."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from mooncat_checkpoint import (
+    BackendUnavailableError,
+    Busy,
+    Checkpoint,
+    CheckpointClient,
+    CheckpointError,
+    CheckpointResultSerializationError,
+    CheckpointResultTooLargeError,
+    CheckpointStatus,
+    Claimed,
+    ClaimResult,
+    Done,
+    Failed,
+    FingerprintMismatchError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    InvalidNamespaceError,
+    LeaseLostError,
+    WaitTimeoutError,
+)
+
+from .conftest import START_MS, FakeClock
+
+NS = "contract"
+LEASE = 10_000
+
+
+async def claimed(cp: CheckpointClient, key: str, owner: str | None = None, lease_ms: int = LEASE) -> Claimed:
+    c = await cp.claim(NS, key, owner, lease_ms)
+    assert isinstance(c, Claimed), c
+    return c
+
+
+# -- transitions ---------------------------------------------------------------------------------
+
+
+async def test_first_claim_returns_claimed_with_a_32_hex_token_and_fence_1(cp: CheckpointClient) -> None:
+    c = await cp.claim(NS, "k", "run-1", 5_000)
+    assert isinstance(c, Claimed) and c.kind == "claimed"
+    assert re.fullmatch(r"[0-9a-f]{32}", c.lease_token)
+    assert c.fence == 1 and c.checkpoint.fence == 1
+    rec = c.checkpoint
+    assert (rec.namespace, rec.key, rec.status, rec.owner_run_id) == (NS, "k", CheckpointStatus.CLAIMED, "run-1")
+    assert (rec.lease_until, rec.attempts, rec.created_at, rec.updated_at) == (START_MS + 5_000, 1, START_MS, START_MS)
+    assert (rec.result, rec.result_ref, rec.error) == (None, None, None)
+    assert await cp.get(NS, "k") == rec
+
+
+async def test_claim_while_the_lease_is_live_is_busy(cp: CheckpointClient, clock: FakeClock) -> None:
+    first = await claimed(cp, "k", "run-1")
+    clock.advance(LEASE - 1)
+    c = await cp.claim(NS, "k", "run-2")
+    assert isinstance(c, Busy) and c.kind == "busy"
+    assert c.checkpoint.owner_run_id == "run-1" and c.checkpoint.fence == first.fence
+    assert not hasattr(c, "lease_token")
+
+
+async def test_done_is_returned_to_later_claims_with_its_result(cp: CheckpointClient, clock: FakeClock) -> None:
+    c = await claimed(cp, "k", "run-1")
+    clock.advance(5)
+    rec = await cp.done(NS, "k", c.lease_token, {"count": 42, "items": [1, "two", None]}, "artifacts/k.png")
+    assert rec.status is CheckpointStatus.DONE and rec.lease_until is None
+    assert (rec.result, rec.result_ref, rec.updated_at) == ({"count": 42, "items": [1, "two", None]}, "artifacts/k.png", START_MS + 5)
+    clock.advance(10 * LEASE)
+    again = await cp.claim(NS, "k", "run-2")
+    assert isinstance(again, Done) and again.kind == "done"
+    assert again.checkpoint == rec
+
+
+async def test_failed_is_terminal_until_reset(cp: CheckpointClient, clock: FakeClock) -> None:
+    c = await claimed(cp, "k")
+    rec = await cp.fail(NS, "k", ValueError("boom"), c.lease_token)
+    assert rec.status is CheckpointStatus.FAILED and rec.error == "ValueError: boom" and rec.lease_until is None
+    for _ in range(3):
+        clock.advance(10 * LEASE)
+        again = await cp.claim(NS, "k")
+        assert isinstance(again, Failed) and again.kind == "failed" and again.checkpoint == rec
+    assert await cp.gc() == 0  # gc without older_than keeps terminal records
+    assert await cp.reset(NS, "k") is True
+    assert await cp.get(NS, "k") is None
+    assert isinstance(await cp.claim(NS, "k"), Claimed)
+
+
+async def test_fail_accepts_a_plain_message(cp: CheckpointClient) -> None:
+    c = await claimed(cp, "k")
+    assert (await cp.fail(NS, "k", "quota exceeded", c.lease_token)).error == "quota exceeded"
+
+
+async def test_expired_lease_can_be_claimed_again_with_a_new_token(cp: CheckpointClient, clock: FakeClock) -> None:
+    a = await claimed(cp, "k", "run-a")
+    clock.advance(LEASE - 1)
+    assert isinstance(await cp.claim(NS, "k", "run-b"), Busy)
+    clock.advance(1)  # now == lease_until: expired
+    b = await claimed(cp, "k", "run-b", 3_000)
+    assert b.lease_token != a.lease_token
+    assert b.fence == a.fence + 1
+    assert b.checkpoint.attempts == 2
+    assert b.checkpoint.owner_run_id == "run-b"
+    assert b.checkpoint.created_at == START_MS and b.checkpoint.lease_until == clock.now + 3_000
+
+
+async def test_stale_token_after_reclaim_raises_lease_lost_and_changes_nothing(
+    cp: CheckpointClient, clock: FakeClock
+) -> None:
+    a = await claimed(cp, "k", "run-a")
+    clock.advance(LEASE)
+    b = await claimed(cp, "k", "run-b")
+    before = await cp.get(NS, "k")
+    with pytest.raises(LeaseLostError):
+        await cp.done(NS, "k", a.lease_token, {"from": "a"})
+    with pytest.raises(LeaseLostError):
+        await cp.fail(NS, "k", "a gave up", a.lease_token)
+    with pytest.raises(LeaseLostError):
+        await cp.touch(NS, "k", a.lease_token)
+    assert await cp.get(NS, "k") == before
+    done = await cp.done(NS, "k", b.lease_token, {"from": "b"})
+    assert done.result == {"from": "b"} and done.owner_run_id == "run-b" and done.fence == b.fence
+
+
+async def test_an_unchallenged_late_owner_can_still_finish(cp: CheckpointClient, clock: FakeClock) -> None:
+    a = await claimed(cp, "k")
+    clock.advance(3 * LEASE)  # expired, but nobody claimed it since
+    assert (await cp.done(NS, "k", a.lease_token, 1)).status is CheckpointStatus.DONE
+
+
+@pytest.mark.parametrize("op", ["done", "fail", "touch"])
+async def test_wrong_token_raises_lease_lost(cp: CheckpointClient, op: str) -> None:
+    await claimed(cp, "k")
+    before = await cp.get(NS, "k")
+    with pytest.raises(LeaseLostError):
+        if op == "done":
+            await cp.done(NS, "k", "0" * 32)
+        elif op == "fail":
+            await cp.fail(NS, "k", "x", "0" * 32)
+        else:
+            await cp.touch(NS, "k", "0" * 32)
+    assert await cp.get(NS, "k") == before
+
+
+async def test_no_terminal_record_without_a_claim(cp: CheckpointClient) -> None:
+    with pytest.raises(LeaseLostError):
+        await cp.done(NS, "never", "0" * 32, 1)
+    with pytest.raises(LeaseLostError):
+        await cp.fail(NS, "never", "x", "0" * 32)
+    assert await cp.get(NS, "never") is None
+    assert await cp.touch(NS, "never", "0" * 32) is None  # nothing to renew
+
+
+async def test_terminal_records_reject_their_old_token(cp: CheckpointClient) -> None:
+    c = await claimed(cp, "k")
+    await cp.done(NS, "k", c.lease_token, 1)
+    for call in (
+        cp.done(NS, "k", c.lease_token, 2),
+        cp.fail(NS, "k", "x", c.lease_token),
+        cp.touch(NS, "k", c.lease_token),
+    ):
+        with pytest.raises(LeaseLostError):
+            await call
+    assert (await cp.get(NS, "k")).result == 1  # type: ignore[union-attr]
+
+
+async def test_touch_extends_and_zero_releases(cp: CheckpointClient, clock: FakeClock) -> None:
+    c = await claimed(cp, "k", "run-a")
+    clock.advance(LEASE - 100)
+    rec = await cp.touch(NS, "k", c.lease_token)
+    assert rec is not None and rec.lease_until == clock.now + LEASE and rec.updated_at == clock.now
+    clock.advance(LEASE - 1)
+    assert isinstance(await cp.claim(NS, "k", "run-b"), Busy)
+    rec = await cp.touch(NS, "k", c.lease_token, extend_ms=50)
+    assert rec is not None and rec.lease_until == clock.now + 50
+    rec = await cp.touch(NS, "k", c.lease_token, extend_ms=0)
+    assert rec is not None and rec.expired(clock.now)
+    b = await claimed(cp, "k", "run-b")
+    assert b.fence == c.fence + 1
+
+
+async def test_fence_is_monotonic_across_reclaim_reset_and_gc(cp: CheckpointClient, clock: FakeClock) -> None:
+    fences = [(await claimed(cp, "k")).fence]
+    clock.advance(LEASE)
+    c = await claimed(cp, "k")  # re-claim after expiry
+    fences.append(c.fence)
+    await cp.done(NS, "k", c.lease_token, "v1")
+    assert await cp.reset(NS, "k")
+    c = await claimed(cp, "k")  # after reset
+    fences.append(c.fence)
+    await cp.fail(NS, "k", "x", c.lease_token)
+    assert await cp.reset(NS, "k")
+    fences.append((await claimed(cp, "k")).fence)
+    clock.advance(LEASE)
+    assert await cp.gc() == 1  # the expired claim goes
+    fences.append((await claimed(cp, "k")).fence)  # after gc
+    c = await claimed(cp, "other")
+    await cp.done(NS, "other", c.lease_token)
+    clock.advance(LEASE)
+    assert await cp.gc(older_than_ms=0) == 2
+    fences.append((await claimed(cp, "k")).fence)
+    assert fences == sorted(set(fences)), fences
+    assert fences[:2] == [1, 2]  # +1 on every re-claim of a live record
+
+
+async def test_attempts_count_claims_of_the_record(cp: CheckpointClient, clock: FakeClock) -> None:
+    for n in range(1, 4):
+        c = await claimed(cp, "k")
+        assert c.checkpoint.attempts == n
+        clock.advance(LEASE)
+    await cp.reset(NS, "k")
+    assert (await claimed(cp, "k")).checkpoint.attempts == 1
+
+
+async def test_reset(cp: CheckpointClient, clock: FakeClock) -> None:
+    assert await cp.reset(NS, "missing") is False
+    assert await cp.reset(NS, "missing", if_expired=True) is False
+    c = await claimed(cp, "k")
+    assert await cp.reset(NS, "k", if_expired=True) is False  # live claim
+    clock.advance(LEASE)
+    assert await cp.reset(NS, "k", if_expired=True) is True
+    c = await claimed(cp, "k")
+    await cp.done(NS, "k", c.lease_token)
+    assert await cp.reset(NS, "k", if_expired=True) is False  # done is not an expired claim
+    assert await cp.reset(NS, "k") is True
+    assert await cp.reset(NS, "k") is False
+    with pytest.raises(LeaseLostError):
+        await cp.done(NS, "k", c.lease_token)
+
+
+# -- results -------------------------------------------------------------------------------------
+
+
+def _string_with_json_size(size: int) -> str:
+    """A str whose compact JSON encoding is exactly ``size`` UTF-8 bytes, mostly 2-byte characters."""
+    body = size - 2  # the quotes
+    s = "é" * (body // 2) + "a" * (body % 2)
+    assert len(json.dumps(s, ensure_ascii=False).encode("utf-8")) == size
+    return s
+
+
+async def test_result_of_exactly_64_kib_utf8_is_stored(cp: CheckpointClient) -> None:
+    value = _string_with_json_size(65_536)
+    c = await claimed(cp, "k")
+    assert (await cp.done(NS, "k", c.lease_token, value)).result == value
+    assert (await cp.get(NS, "k")).result == value  # type: ignore[union-attr]
+
+
+async def test_result_of_64_kib_plus_one_byte_is_refused_and_changes_nothing(cp: CheckpointClient) -> None:
+    value = _string_with_json_size(65_537)
+    assert len(value) < 65_536  # measured in bytes, not characters
+    c = await claimed(cp, "k")
+    before = await cp.get(NS, "k")
+    with pytest.raises(CheckpointResultTooLargeError):
+        await cp.done(NS, "k", c.lease_token, value)
+    with pytest.raises(CheckpointResultTooLargeError):
+        await cp.done(NS, "k", c.lease_token, {"blob": "x" * 70_000})
+    assert await cp.get(NS, "k") == before
+    assert (await cp.done(NS, "k", c.lease_token, None, "s3://bucket/big.bin")).result_ref == "s3://bucket/big.bin"
+
+
+def _cycle() -> list[object]:
+    a: list[object] = []
+    a.append(a)
+    return a
+
+
+@pytest.mark.parametrize(
+    "bad", [object(), {"s": {1, 2}}, b"bytes", float("nan"), float("inf"), _cycle()], ids=repr
+)
+async def test_non_serializable_result_is_refused_and_changes_nothing(cp: CheckpointClient, bad: object) -> None:
+    c = await claimed(cp, "k")
+    before = await cp.get(NS, "k")
+    with pytest.raises(CheckpointResultSerializationError):
+        await cp.done(NS, "k", c.lease_token, bad)
+    assert await cp.get(NS, "k") == before
+    await cp.done(NS, "k", c.lease_token, "fine")  # the token is still good
+
+
+async def test_results_come_back_as_json(cp: CheckpointClient) -> None:
+    c = await claimed(cp, "k")
+    rec = await cp.done(NS, "k", c.lease_token, {"t": (1, 2), "f": 1.5, "u": "ünï😀", "n": None, "b": True})
+    assert rec.result == {"t": [1, 2], "f": 1.5, "u": "ünï😀", "n": None, "b": True}
+    assert (await cp.get(NS, "k")) == rec
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+BAD_NAMESPACES = ["../x", "", "a/b", "ünï", "a b", "..", ".", "x" * 129, "a\x00b", "tab\t"]
+
+
+@pytest.mark.parametrize("ns", BAD_NAMESPACES, ids=repr)
+async def test_invalid_namespaces_are_refused_everywhere(cp: CheckpointClient, ns: str) -> None:
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: cp.claim(ns, "k"),
+        lambda: cp.get(ns, "k"),
+        lambda: cp.touch(ns, "k", "0" * 32),
+        lambda: cp.done(ns, "k", "0" * 32),
+        lambda: cp.fail(ns, "k", "x", "0" * 32),
+        lambda: cp.reset(ns, "k"),
+        lambda: cp.list(ns),
+        lambda: cp.wait_done(ns, "k", 0),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidNamespaceError):
+            await call()
+    assert issubclass(InvalidNamespaceError, ValueError)
+
+
+async def test_a_namespace_must_be_a_str(cp: CheckpointClient) -> None:
+    with pytest.raises(InvalidNamespaceError):
+        await cp.claim(42, "k")  # type: ignore[arg-type]
+
+
+UNSAFE_KEYS = [
+    "../../etc/passwd",
+    "x" * 10_000,
+    "",
+    "😀",
+    "a/b",
+    "..",
+    ".hidden",
+    "/abs",
+    "back\\slash",
+    "new\nline",
+    "nul\x00byte",
+    "sha256-" + "0" * 64,
+    "ünïcödé key with spaces",
+    "-rf",
+]
+
+
+async def test_unsafe_keys_round_trip_and_never_escape_the_store(
+    cp: CheckpointClient, backend: str, tmp_path: Path
+) -> None:
+    for i, key in enumerate(UNSAFE_KEYS):
+        c = await claimed(cp, key)
+        assert c.checkpoint.key == key
+        await cp.done(NS, key, c.lease_token, {"i": i})
+    for i, key in enumerate(UNSAFE_KEYS):
+        rec = await cp.get(NS, key)
+        assert rec is not None and rec.key == key and rec.result == {"i": i}
+        assert isinstance(await cp.claim(NS, key), Done)
+    listed = await cp.list(NS)
+    assert [r.key for r in listed] == sorted(UNSAFE_KEYS)
+    if backend == "file":
+        store = tmp_path / "store"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]  # nothing beside the store
+        assert not (tmp_path.parent / "etc").exists()
+        names = sorted(p.name for p in (store / NS).iterdir() if not p.name.startswith("."))
+        assert len(names) == len(UNSAFE_KEYS)
+        for name in names:
+            assert re.fullmatch(r"(sha256-[0-9a-f]{64}|-rf)\.json", name), name
+        for dirpath, _dirs, files in os.walk(store):
+            for f in files:
+                assert Path(dirpath, f).resolve().is_relative_to(store.resolve())
+    for key in UNSAFE_KEYS:
+        assert await cp.reset(NS, key)
+    assert await cp.list(NS) == []
+
+
+@pytest.mark.parametrize("key", [None, 7, b"bytes", "lone\ud800surrogate"], ids=repr)
+async def test_keys_must_be_utf8_strings(cp: CheckpointClient, key: object) -> None:
+    with pytest.raises(InvalidKeyError):
+        await cp.claim(NS, key)  # type: ignore[arg-type]
+
+
+async def test_safe_and_hashed_keys_do_not_collide(cp: CheckpointClient) -> None:
+    import hashlib
+
+    tricky = "../x"
+    lookalike = "sha256-" + hashlib.sha256(tricky.encode()).hexdigest()
+    a = await claimed(cp, tricky)
+    b = await claimed(cp, lookalike)
+    await cp.done(NS, tricky, a.lease_token, "tricky")
+    await cp.done(NS, lookalike, b.lease_token, "lookalike")
+    assert (await cp.get(NS, tricky)).result == "tricky"  # type: ignore[union-attr]
+    assert (await cp.get(NS, lookalike)).result == "lookalike"  # type: ignore[union-attr]
+
+
+# -- fingerprint ---------------------------------------------------------------------------------
+
+
+async def test_fingerprint_mismatch_is_refused_on_every_path(cp: CheckpointClient, clock: FakeClock) -> None:
+    c = await cp.claim(NS, "k", lease_ms=LEASE, fingerprint="inputs-v1")
+    assert isinstance(c, Claimed) and c.checkpoint.fingerprint == "inputs-v1"
+    with pytest.raises(FingerprintMismatchError):  # busy path
+        await cp.claim(NS, "k", fingerprint="inputs-v2")
+    assert isinstance(await cp.claim(NS, "k", fingerprint="inputs-v1"), Busy)
+    clock.advance(LEASE)
+    with pytest.raises(FingerprintMismatchError):  # expired: would re-claim
+        await cp.claim(NS, "k", fingerprint="inputs-v2")
+    c = await cp.claim(NS, "k", fingerprint="inputs-v1")
+    assert isinstance(c, Claimed) and c.fence == 2
+    await cp.done(NS, "k", c.lease_token, "r")
+    with pytest.raises(FingerprintMismatchError):  # done path
+        await cp.claim(NS, "k", fingerprint="inputs-v2")
+    assert isinstance(await cp.claim(NS, "k"), Done)  # no fingerprint: not checked
+    await cp.reset(NS, "k")
+    c = await cp.claim(NS, "k", fingerprint="inputs-v2")  # a reset forgets the old one
+    assert isinstance(c, Claimed)
+    await cp.fail(NS, "k", "x", c.lease_token)
+    with pytest.raises(FingerprintMismatchError):  # failed path
+        await cp.claim(NS, "k", fingerprint="inputs-v1")
+    assert (await cp.get(NS, "k")).fingerprint == "inputs-v2"  # type: ignore[union-attr]
+
+
+async def test_a_later_claim_may_add_a_fingerprint(cp: CheckpointClient, clock: FakeClock) -> None:
+    await claimed(cp, "k")
+    clock.advance(LEASE)
+    c = await cp.claim(NS, "k", lease_ms=LEASE, fingerprint="fp")
+    assert isinstance(c, Claimed) and c.checkpoint.fingerprint == "fp"
+    clock.advance(LEASE)
+    c = await cp.claim(NS, "k")
+    assert isinstance(c, Claimed) and c.checkpoint.fingerprint == "fp"  # kept
+
+
+# -- list / gc / wait_done -----------------------------------------------------------------------
+
+
+async def test_list_filters_and_sorts_by_key(cp: CheckpointClient, clock: FakeClock) -> None:
+    assert await cp.list(NS) == []
+    assert await cp.list("never_used") == []
+    d = await claimed(cp, "d")
+    await cp.done(NS, "d", d.lease_token, "D")
+    f = await claimed(cp, "c")
+    await cp.fail(NS, "c", "x", f.lease_token)
+    await claimed(cp, "b", lease_ms=100)
+    await claimed(cp, "a", lease_ms=LEASE)
+    other = await cp.claim("elsewhere", "z")
+    assert isinstance(other, Claimed)
+    clock.advance(100)
+    assert [r.key for r in await cp.list(NS)] == ["a", "b", "c", "d"]
+    assert [r.key for r in await cp.list(NS, "claimed")] == ["a", "b"]
+    assert [r.key for r in await cp.list(NS, CheckpointStatus.DONE)] == ["d"]
+    assert [r.key for r in await cp.list(NS, status="failed")] == ["c"]
+    assert [r.key for r in await cp.list(NS, expired=True)] == ["b"]
+    assert [r.key for r in await cp.list(NS, "done", expired=True)] == []
+    with pytest.raises(InvalidArgumentError):
+        await cp.list(NS, "running")
+
+
+async def test_gc_removes_expired_claims_and_optionally_idle_terminal_records(
+    cp: CheckpointClient, clock: FakeClock
+) -> None:
+    await claimed(cp, "expired", lease_ms=100)
+    await claimed(cp, "live", lease_ms=LEASE)
+    d = await claimed(cp, "done")
+    await cp.done(NS, "done", d.lease_token)
+    f = await claimed(cp, "failed")
+    await cp.fail(NS, "failed", "x", f.lease_token)
+    x = await cp.claim("other_ns", "expired", lease_ms=100)
+    assert isinstance(x, Claimed)
+    assert await cp.gc() == 0
+    clock.advance(100)
+    assert await cp.gc() == 2
+    assert [r.key for r in await cp.list(NS)] == ["done", "failed", "live"]
+    assert await cp.list("other_ns") == []
+    assert await cp.gc(older_than_ms=101) == 0  # idle for exactly 100 ms
+    clock.advance(1)
+    assert await cp.gc(older_than_ms=101) == 2
+    assert [r.key for r in await cp.list(NS)] == ["live"]
+    with pytest.raises(InvalidArgumentError):
+        await cp.gc(older_than_ms=-1)
+
+
+async def test_wait_done_returns_the_finished_record(cp: CheckpointClient) -> None:
+    c = await claimed(cp, "k")
+
+    async def finish() -> None:
+        await asyncio.sleep(0.05)
+        await cp.done(NS, "k", c.lease_token, "ready")
+
+    task = asyncio.create_task(finish())
+    rec = await cp.wait_done(NS, "k", timeout_s=10)
+    await task
+    assert rec.status is CheckpointStatus.DONE and rec.result == "ready"
+    f = await claimed(cp, "f")
+    await cp.fail(NS, "f", "bad", f.lease_token)
+    assert (await cp.wait_done(NS, "f", None)).status is CheckpointStatus.FAILED
+
+
+async def test_wait_done_times_out(cp: CheckpointClient) -> None:
+    await claimed(cp, "k")
+    with pytest.raises(WaitTimeoutError) as info:
+        await cp.wait_done(NS, "k", timeout_s=0.05)
+    assert isinstance(info.value, TimeoutError)
+    with pytest.raises(TimeoutError):
+        await cp.wait_done(NS, "missing", timeout_s=0)
+
+
+# -- values and errors ---------------------------------------------------------------------------
+
+
+async def test_records_are_frozen_and_never_carry_the_token(cp: CheckpointClient) -> None:
+    c = await claimed(cp, "k")
+    rec = await cp.get(NS, "k")
+    assert rec is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rec.status = CheckpointStatus.DONE  # type: ignore[misc]
+    field_names = {f.name for f in dataclasses.fields(Checkpoint)}
+    assert {"namespace", "key", "status", "owner_run_id", "lease_until", "attempts", "fence", "created_at",
+            "updated_at", "result", "result_ref", "error"} <= field_names
+    assert not any("token" in name for name in field_names)
+    listed = await cp.list(NS)
+    for shown in (repr(rec), json.dumps(rec.to_dict()), repr(listed), repr(c)):
+        assert c.lease_token not in shown
+
+
+def describe(c: ClaimResult) -> str:
+    match c:
+        case Done(checkpoint=rec):
+            by_class = f"done:{rec.result}"
+        case Claimed(fence=fence):
+            by_class = f"claimed:{fence}"
+        case Busy():
+            by_class = "busy"
+        case Failed(checkpoint=rec):
+            by_class = f"failed:{rec.error}"
+    match c.kind:
+        case "done" | "claimed" | "busy" | "failed":
+            assert by_class.startswith(c.kind)
+    return by_class
+
+
+async def test_claim_results_match_on_class_and_on_kind(cp: CheckpointClient) -> None:
+    a = await claimed(cp, "a")
+    assert describe(await cp.claim(NS, "b")) == "claimed:1"
+    assert describe(await cp.claim(NS, "a")) == "busy"
+    await cp.done(NS, "a", a.lease_token, 7)
+    assert describe(await cp.claim(NS, "a")) == "done:7"
+
+
+def test_every_error_is_a_checkpoint_error() -> None:
+    import mooncat_checkpoint as m
+
+    for name in m.__all__:
+        obj = getattr(m, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, CheckpointError), name
+
+
+async def test_arguments_are_checked(cp: CheckpointClient) -> None:
+    for bad in (0, -1, 1.5, True, "100"):
+        with pytest.raises(InvalidArgumentError):
+            await cp.claim(NS, "k", lease_ms=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        await cp.claim(NS, "k", owner_run_id=123)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        await cp.claim(NS, "k", fingerprint="f" * 5000)
+    c = await claimed(cp, "k")
+    with pytest.raises(InvalidArgumentError):
+        await cp.touch(NS, "k", c.lease_token, extend_ms=-1)
+    with pytest.raises(InvalidArgumentError):
+        await cp.done(NS, "k", None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        await cp.fail(NS, "k", 42, c.lease_token)  # type: ignore[arg-type]
+
+
+async def test_long_error_texts_are_cut_to_64_kib(cp: CheckpointClient) -> None:
+    c = await claimed(cp, "k")
+    rec = await cp.fail(NS, "k", "é" * 40_000, c.lease_token)
+    assert rec.error is not None and len(rec.error.encode()) == 65_536
+
+
+async def test_a_closed_client_refuses_calls(make_client: Callable[[], CheckpointClient], backend: str) -> None:
+    cp = CheckpointClient("memory://") if backend == "memory" else make_client()
+    await cp.aclose()
+    with pytest.raises(BackendUnavailableError):
+        await cp.get(NS, "k")
+
+
+async def test_memory_stores_are_private_to_their_client() -> None:
+    a, b = CheckpointClient("memory://"), CheckpointClient("memory://")
+    await a.claim(NS, "k")
+    assert await b.get(NS, "k") is None
+
+
+async def test_two_clients_on_one_store_see_each_other(
+    make_client: Callable[[], CheckpointClient], backend: str
+) -> None:
+    a, b = make_client(), make_client()
+    c = await a.claim(NS, "k", "run-a")
+    assert isinstance(c, Claimed)
+    busy = await b.claim(NS, "k", "run-b")
+    assert isinstance(busy, Busy) and busy.checkpoint.owner_run_id == "run-a"
+    await a.done(NS, "k", c.lease_token, "x")
+    assert (await b.get(NS, "k")).result == "x"  # type: ignore[union-attr]
+
+
+async def test_concurrent_claims_in_one_process_have_one_winner(cp: CheckpointClient) -> None:
+    results = await asyncio.gather(*(cp.claim(NS, "k", f"run-{i}") for i in range(16)))
+    assert sum(isinstance(r, Claimed) for r in results) == 1
+    assert sum(isinstance(r, Busy) for r in results) == 15

@@ -1,0 +1,112 @@
+"""Which store a client opens: URL precedence, path rules, and clear errors at construction."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mooncat_checkpoint import DEFAULT_URL, BackendUnavailableError, CheckpointClient, SyncCheckpointClient
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MOONCAT_CHECKPOINT_URL", raising=False)
+
+
+def test_the_default_is_a_file_store_under_the_working_directory(tmp_path: Path) -> None:
+    cp = SyncCheckpointClient()
+    assert cp.url == DEFAULT_URL == "file://./.mooncat/checkpoints" and cp.backend == "file"
+    cp.claim("ns", "k")
+    assert (tmp_path / ".mooncat" / "checkpoints" / "ns" / "k.json").is_file()
+
+
+def test_the_environment_beats_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOONCAT_CHECKPOINT_URL", "sqlite://./from-env.db")
+    cp = SyncCheckpointClient()
+    assert cp.url == "sqlite://./from-env.db" and cp.backend == "sqlite"
+    assert (tmp_path / "from-env.db").is_file()
+
+
+def test_an_explicit_url_beats_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOONCAT_CHECKPOINT_URL", "sqlite://./from-env.db")
+    cp = CheckpointClient("file://explicit")
+    assert cp.url == "file://explicit"  # exactly as given
+    assert (tmp_path / "explicit").is_dir() and not (tmp_path / "from-env.db").exists()
+
+
+def test_an_empty_environment_variable_is_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOONCAT_CHECKPOINT_URL", "")
+    assert SyncCheckpointClient().url == DEFAULT_URL
+
+
+def test_the_path_is_everything_after_the_scheme(tmp_path: Path) -> None:
+    rel = SyncCheckpointClient("sqlite://./rel.db")
+    assert (tmp_path / "rel.db").is_file()
+    absolute = tmp_path / "abs" / "x.db"
+    SyncCheckpointClient(f"sqlite://{absolute}")  # sqlite:///... : an absolute path
+    assert absolute.is_file()
+    SyncCheckpointClient("file://nested/dir")
+    assert (tmp_path / "nested" / "dir").is_dir()
+    rel.close()
+
+
+def test_a_relative_store_stays_put_when_the_working_directory_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cp = SyncCheckpointClient("file://./here")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    cp.claim("ns", "k")
+    assert (tmp_path / "here" / "ns" / "k.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://localhost", "unknown checkpoint URL scheme 'redis'"),
+        ("./just/a/path", "has no scheme"),
+        ("file://", "has no path"),
+        ("sqlite://", "has no path"),
+    ],
+)
+def test_bad_urls_fail_at_construction_with_one_line(url: str, message: str) -> None:
+    with pytest.raises(BackendUnavailableError, match=message) as info:
+        CheckpointClient(url)
+    assert "\n" not in str(info.value)
+
+
+def test_an_unusable_directory_fails_at_construction(tmp_path: Path) -> None:
+    (tmp_path / "plain-file").write_text("not a directory")
+    with pytest.raises(BackendUnavailableError, match="not usable") as info:
+        CheckpointClient(f"file://{tmp_path}/plain-file/sub")
+    assert "\n" not in str(info.value)
+    with pytest.raises(BackendUnavailableError):
+        CheckpointClient(f"sqlite://{tmp_path}/plain-file/sub/x.db")
+
+
+def test_a_file_that_is_not_a_database_fails_at_construction(tmp_path: Path) -> None:
+    (tmp_path / "junk.db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(BackendUnavailableError, match=r"junk\.db"):
+        CheckpointClient(f"sqlite://{tmp_path}/junk.db")
+    with pytest.raises(BackendUnavailableError):
+        CheckpointClient(f"sqlite://{tmp_path}")  # a directory
+
+
+def test_memory_urls_may_carry_a_label() -> None:
+    assert CheckpointClient("memory://tests").backend == "memory"
+
+
+def test_sqlite_is_opened_in_wal_mode_with_a_migration_table(tmp_path: Path) -> None:
+    SyncCheckpointClient(f"sqlite://{tmp_path}/m.db").close()
+    SyncCheckpointClient(f"sqlite://{tmp_path}/m.db").close()  # a second open migrates nothing
+    with sqlite3.connect(tmp_path / "m.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute("SELECT version, description FROM schema_migrations").fetchall() == [
+            (1, "checkpoints and fence floors")
+        ]
+        db.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', 0)")
+    with pytest.raises(BackendUnavailableError, match="schema version 99"):
+        SyncCheckpointClient(f"sqlite://{tmp_path}/m.db")
