@@ -267,6 +267,8 @@ class LeaderSession:
                 if er.term == self.term:
                     sends.extend(fires)
         if sends:
+            now = wall_ms()
+            self.svc.stats.sample("plan_to_send", [now - e.fire.dispatched_ms for e in sends])
             self.svc.send_fires(Dispatcher.group(sends), self.dispatcher)
 
     def _can_dispatch(self) -> bool:
@@ -294,6 +296,7 @@ class LeaderSession:
             used = len(chunk) - len(later)
             pos += used
             if items:
+                self.svc.stats.sample("dispatch_lag", self.dispatcher.lags)
                 self._dispatch_proposals += 1
                 self._dispatch_items += len(items)
                 self.svc.stats.add(dispatched_proposed=len(items))

@@ -67,6 +67,8 @@ class Dispatcher:
         self._workers: dict[str, _Worker] = {}
         self.planned = 0
         self.skipped = 0
+        self.lags: list[float] = []
+        """due -> planned, ms, of the items of the last ``plan`` call."""
 
     def report(self, worker: str, free: int) -> None:
         """A worker's free capacity as it just reported it."""
@@ -95,6 +97,8 @@ class Dispatcher:
         total = sum(caps.values())
         items: list[DispatchItem] = []
         later: list[str] = []
+        lags: list[float] = []
+        self.lags = lags
         get = self._get_task
         for tid in task_ids:
             if len(items) >= limit or total <= 0:
@@ -116,6 +120,7 @@ class Dispatcher:
             total -= 1
             deadline = now_ms + t.spec.timeout_ms + self.dispatch_timeout_ms
             items.append(DispatchItem(t.fire_id, tid, attempt, wid, deadline))
+            lags.append(now_ms - t.due_ms)
         self.planned += len(items)
         return items, later
 

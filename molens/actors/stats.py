@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any
 
@@ -24,13 +25,41 @@ COUNTERS = (
 )
 
 
+SAMPLES = 2048
+"""Recent samples kept per timing (a ring), for p50/p99/max in ``to_json``."""
+
+
 class SchedulerStats:
-    """Monotonic counters (this process's lifetime) plus gauges set by the leader session."""
+    """Monotonic counters (this process's lifetime), gauges set by the leader session, and recent
+    timings in ms (``dispatch_lag``: due -> planned; ``commit``: Dispatched proposed -> applied here;
+    ``send_lag``: due -> sent to the worker)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._c: dict[str, float] = dict.fromkeys(COUNTERS, 0)
         self._g: dict[str, Any] = {}
+        self._t: dict[str, collections.deque[float]] = {}
+
+    def sample(self, name: str, values: list[float]) -> None:
+        with self._lock:
+            ring = self._t.get(name)
+            if ring is None:
+                ring = self._t[name] = collections.deque(maxlen=SAMPLES)
+            ring.extend(values)
+
+    def timings(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            rings = {k: sorted(v) for k, v in self._t.items()}
+        out = {}
+        for k, xs in rings.items():
+            if xs:
+                out[k] = {
+                    "p50_ms": round(xs[len(xs) // 2], 1),
+                    "p99_ms": round(xs[min(len(xs) - 1, int(len(xs) * 0.99))], 1),
+                    "max_ms": round(xs[-1], 1),
+                    "n": len(xs),
+                }
+        return out
 
     def add(self, **counts: float) -> None:
         with self._lock:
@@ -47,7 +76,9 @@ class SchedulerStats:
 
     def to_json(self) -> dict[str, Any]:
         with self._lock:
-            return {**self._c, **self._g}
+            out = {**self._c, **self._g}
+        out["timings"] = self.timings()
+        return out
 
 
 __all__ = ["COUNTERS", "SchedulerStats"]

@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Fire lateness on a 3-node cluster at a given rate, the highest sustained rate, and APScheduler 3.
+
+For each rate R: R*D delayed at_least_once tasks (D = ``--duration`` s) whose ``run_at`` are spaced
+1/R s apart, created in batches before the first is due, each with ``{"due": run_at}`` as payload;
+a recording receiver in its own process notes when each callback arrives. Lateness = receive time -
+due time of the first delivery of each fire id. ``fires_per_s`` = deliveries / (last - first
+receive). A rate is *sustained* when every fire arrived, ``fires_per_s`` >= 95 % of R and p99 <= 1 s.
+
+Then ``--search`` raises the rate (x1.5) from the last listed one until it is no longer sustained.
+
+APScheduler 3 (dev extra) fires the same schedule of the same callbacks to the same receiver, in
+this process (``BackgroundScheduler``, ``ThreadPoolExecutor(--ap-workers)``, one ``date`` job per
+fire, a shared urllib3 pool), once with ``SQLAlchemyJobStore`` on SQLite (its durable mode) and
+once with the memory store. Jobs are added before the first is due (SQLite adds are slow).
+``p99_ratio`` = APScheduler p99 / Molens p99 at the compared rate (higher = Molens better);
+``max_fires_ratio`` = Molens highest sustained rate / APScheduler's.
+
+    .venv/bin/python scripts/bench/lateness.py                 # 1000, 2000, search, APScheduler
+    .venv/bin/python scripts/bench/lateness.py --rates 1000 --no-search --no-apscheduler
+
+Lines: ``lateness: rate=R fires_per_s=... p50_ms=... p99_ms=... max_ms=...`` per rate,
+``lateness_vs_apscheduler: store=... p99_ratio=... max_fires_ratio=...`` per store, and a final
+``lateness: summary ...`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import urllib3  # noqa: E402
+
+from molens.client import MolensClient  # noqa: E402
+from tests.integration.conftest import Cluster, free_ports  # noqa: E402
+
+LEAD_S = 3.0
+
+
+@dataclass
+class Result:
+    rate: float
+    n: int
+    delivered: int
+    fires_per_s: float
+    p50: int
+    p99: int
+    max: int
+
+    @property
+    def sustained(self) -> bool:
+        return self.delivered >= self.n and self.fires_per_s >= 0.95 * self.rate and self.p99 <= 1000
+
+    def line(self, name: str = "lateness", **extra: Any) -> str:
+        more = "".join(f" {k}={v}" for k, v in extra.items())
+        return (
+            f"{name}: rate={self.rate:g} fires_per_s={self.fires_per_s:.0f} p50_ms={self.p50} p99_ms={self.p99} "
+            f"max_ms={self.max} delivered={self.delivered}/{self.n} sustained={str(self.sustained).lower()}{more}"
+        )
+
+
+class Receiver:
+    """The recording receiver as a subprocess writing JSON lines; read back by tag."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_ports(1)[0]
+        self.path = root / "received.jsonl"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.recording_receiver", str(self.port), str(self.path)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert self.proc.stdout is not None
+        self.proc.stdout.readline()  # "listening PORT"
+
+    def url(self, tag: str) -> str:
+        return f"http://127.0.0.1:{self.port}/ok/{tag}"
+
+    def lines(self, tag: str) -> list[dict[str, Any]]:
+        out = []
+        suffix = f"/{tag}"
+        with open(self.path) as f:
+            for line in f:
+                d = json.loads(line)
+                if d["path"].endswith(suffix):
+                    out.append(d)
+        return out
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def measure(rec: Receiver, tag: str, n: int, rate: float, key: str, deadline_s: float) -> Result:
+    """Wait until ``n`` distinct ``key``s arrived for ``tag`` (or the deadline); lateness stats."""
+    end = time.monotonic() + deadline_s
+    first: dict[str, tuple[int, int]] = {}
+    while True:
+        first = {}
+        for d in rec.lines(tag):
+            k = d["fire"] if key == "fire" else d["body"]
+            if k not in first:
+                first[k] = (d["at"], json.loads(d["body"])["due"])
+        if len(first) >= n or time.monotonic() > end:
+            break
+        time.sleep(0.5)
+    lat = sorted(at - due for at, due in first.values())
+    recv = sorted(at for at, _ in first.values())
+    span = (recv[-1] - recv[0]) / 1000 if len(recv) > 1 else 0.0
+
+    def pct(p: float) -> int:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else -1
+
+    return Result(rate, n, len(first), len(recv) / span if span else 0.0, pct(0.5), pct(0.99), lat[-1] if lat else -1)
+
+
+# ----------------------------------------------------------------------------------------------- molens
+
+
+def molens_run(client: MolensClient, urls: list[str], rec: Receiver, rate: float, duration: float) -> Result:
+    n = int(rate * duration)
+    tag = f"m{int(rate)}-{int(time.time())}"
+    t0 = int(time.time() * 1000 + (LEAD_S + n / 15_000) * 1000)
+    bodies = [
+        {"type": "delayed", "run_at": (due := t0 + int(i * 1000 / rate)), "callback_url": rec.url(tag), "payload": {"due": due}}
+        for i in range(n)
+    ]
+    chunks = [bodies[i : i + 1000] for i in range(0, n, 1000)]
+    t = time.monotonic()
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(client.create_many, chunks))
+    created_s = time.monotonic() - t
+    if time.time() * 1000 > t0:
+        print(f"  warning: creating {n} tasks took {created_s:.1f} s, past the first due time", flush=True)
+    print(f"  molens rate={rate:g}: {n} tasks created in {created_s:.1f} s", flush=True)
+    res = measure(rec, tag, n, rate, "fire", duration + LEAD_S + n / 15_000 + 30)
+    for url in urls:
+        try:
+            st = json.loads(_ap_http.request("GET", url + "/api/v1/stats").data)
+        except (urllib3.exceptions.HTTPError, ValueError):
+            continue
+        if st.get("role") == "leader":
+            print(f"  leader {st['node_id']} scheduler timings (last {2048} samples): {st['scheduler']['timings']}")
+    return res
+
+
+# ----------------------------------------------------------------------------------------------- apscheduler
+
+
+def apscheduler_run(store: str, rec: Receiver, rate: float, duration: float, workers: int, tmp: Path) -> Result:
+    from apscheduler.executors.pool import ThreadPoolExecutor as ApPool
+    from apscheduler.jobstores.memory import MemoryJobStore
+    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    n = int(rate * duration)
+    tag = f"ap-{store}-{int(rate)}-{int(time.time())}"
+    url = rec.url(tag)
+    if store == "sqlite":
+        db = tmp / f"ap-{tag}.sqlite"
+        jobstore: Any = SQLAlchemyJobStore(url=f"sqlite:///{db}")
+        add_rate = 600.0
+    else:
+        jobstore = MemoryJobStore()
+        add_rate = 20_000.0
+    sched = BackgroundScheduler(
+        jobstores={"default": jobstore},
+        executors={"default": ApPool(workers)},
+        job_defaults={"misfire_grace_time": None, "coalesce": False},
+        timezone=dt.UTC,
+    )
+    sched.start(paused=True)
+    t0 = int(time.time() * 1000 + (LEAD_S + n / add_rate) * 1000)
+    t = time.monotonic()
+    for i in range(n):
+        due = t0 + int(i * 1000 / rate)
+        sched.add_job(
+            _post, "date", run_date=dt.datetime.fromtimestamp(due / 1000, dt.UTC), args=[url, due], id=f"{tag}-{i}"
+        )
+    added_s = time.monotonic() - t
+    if time.time() * 1000 > t0:
+        print(f"  warning: adding {n} jobs took {added_s:.1f} s, past the first due time", flush=True)
+    print(f"  apscheduler store={store} rate={rate:g}: {n} jobs added in {added_s:.1f} s", flush=True)
+    sched.resume()
+    try:
+        return measure(rec, tag, n, rate, "body", duration + LEAD_S + n / add_rate + 30)
+    finally:
+        sched.shutdown(wait=False)
+
+
+_ap_http = urllib3.PoolManager(maxsize=64, retries=False, timeout=5)
+
+
+def _post(url: str, due: int) -> None:
+    _ap_http.request("POST", url, body=json.dumps({"due": due}).encode(), headers={"Content-Type": "application/json"})
+
+
+def search(run: Callable[[float], Result], start: float, limit: float) -> Result | None:
+    """Raise the rate x1.5 from ``start`` until a run is not sustained; the last sustained run."""
+    best = None
+    rate = start
+    while rate <= limit:
+        r = run(rate)
+        print(r.line("lateness_search"), flush=True)
+        if not r.sustained:
+            break
+        best = r
+        rate = round(rate * 1.5, -2)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rates", default="1000,2000")
+    ap.add_argument("--duration", type=float, default=15.0, help="seconds of fires per rate")
+    ap.add_argument("--no-search", action="store_true")
+    ap.add_argument("--max-rate", type=float, default=12_000)
+    ap.add_argument("--no-apscheduler", action="store_true")
+    ap.add_argument("--ap-duration", type=float, default=8.0)
+    ap.add_argument("--ap-workers", type=int, default=32)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    tmp = Path(tempfile.mkdtemp(prefix="molens-lateness-"))
+    rec = Receiver(tmp)
+    extra = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
+    cluster = Cluster(tmp / "cluster", 3, extra=extra, state_machine="tasks")
+    results: dict[float, Result] = {}
+    summary: dict[str, Any] = {}
+    try:
+        cluster.start()
+        cluster.leader(timeout=30)
+        urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
+        client = MolensClient(urls, retry_deadline_s=60)
+        rates = [float(r) for r in args.rates.split(",") if r]
+        for rate in rates:
+            r = molens_run(client, urls, rec, rate, args.duration)
+            results[rate] = r
+            print(r.line(), flush=True)
+            summary[f"p99_{int(rate)}_ms"] = r.p99
+        best = None
+        if not args.no_search:
+            best = search(lambda x: molens_run(client, urls, rec, x, args.duration), max(rates) * 1.5, args.max_rate)
+        sustained = [r for r in results.values() if r.sustained] + ([best] if best else [])
+        top = max(sustained, key=lambda r: r.rate, default=None)
+        if top is not None:
+            print(top.line(), "highest_sustained=true", flush=True)
+            summary["max_sustained_per_s"] = f"{top.fires_per_s:.0f}"
+        client.close()
+        cluster.kill_all()
+        if not args.no_apscheduler:
+            base = rates[0]
+            for store in ("sqlite", "memory"):
+                a = apscheduler_run(store, rec, base, args.ap_duration, args.ap_workers, tmp)
+                print(a.line(f"apscheduler_{store}"), flush=True)
+                ap_best = search(
+                    lambda x, s=store: apscheduler_run(s, rec, x, args.ap_duration, args.ap_workers, tmp),  # type: ignore[misc]
+                    base * 1.5,
+                    args.max_rate,
+                )
+                ap_top = max([r for r in (a, ap_best) if r is not None and r.sustained], key=lambda r: r.rate, default=None)
+                m = results[base]
+                p99_ratio = a.p99 / m.p99 if m.p99 > 0 else float("inf")
+                ap_max = ap_top.fires_per_s if ap_top else 0.0
+                max_ratio = (top.fires_per_s / ap_max) if (top and ap_max) else float("nan")
+                print(
+                    f"lateness_vs_apscheduler: store={'sqlalchemy_sqlite' if store == 'sqlite' else 'memory'} "
+                    f"rate={base:g} p99_ratio={p99_ratio:.1f} max_fires_ratio={max_ratio:.2f} molens_p99_ms={m.p99} "
+                    f"apscheduler_p99_ms={a.p99} molens_max_fires_per_s={top.fires_per_s if top else 0:.0f} "
+                    f"apscheduler_max_fires_per_s={ap_max:.0f}",
+                    flush=True,
+                )
+                summary[f"ap_{store}_p99_ratio"] = f"{p99_ratio:.1f}"
+                summary[f"ap_{store}_max_fires_ratio"] = f"{max_ratio:.2f}"
+    finally:
+        cluster.kill_all()
+        rec.close()
+    print("lateness: summary " + " ".join(f"{k}={v}" for k, v in summary.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
