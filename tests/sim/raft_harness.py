@@ -98,6 +98,8 @@ class Faults:
     codec: float = 0.0
     persist_delay: tuple[int, int] = (0, 0)
     crash_at_persist: float = 0.0
+    crash_on_commit: float = 0.0
+    """A leader crashes right after advancing its commit index (before telling anyone)."""
     apply_delay: int = 0
     partition: float = 0.0
     heal: float = 0.0
@@ -128,6 +130,7 @@ class Faults:
             codec=0.05,
             persist_delay=(0, pmax),
             crash_at_persist=some(0.01, 0.3),
+            crash_on_commit=some(0.3, 0.3),
             apply_delay=rng.choice((0, 0, 5, 20)),
             partition=some(0.05),
             heal=rng.uniform(0.05, 0.3),
@@ -853,6 +856,11 @@ class Cluster:
             if commit > node.seen_commit:
                 self._observe_commit(node, c, node.seen_commit, commit)
                 node.seen_commit = commit
+                f = self.faults
+                if f.crash_on_commit and c.role is Role.LEADER and self.rng.random() < f.crash_on_commit:
+                    self.log(f"{node.id} crashes right after committing {commit}")
+                    self.crash(node.id)
+                    self._push(self.rng.randint(*f.restart_after) * TICK, EV_RESTART, node.id)
 
     def _observe_commit(self, node: SimNode, c: RaftCore, lo: int, hi: int) -> None:
         start = max(lo + 1, c.first_index)
@@ -904,7 +912,9 @@ class Cluster:
         self._push(TICK, EV_CHAOS, None)
         self.run_for(faulty_ticks)
         self.chaos_on = False
-        self.faults = replace(self.faults, drop=0.0, dup=0.0, partition=0.0, crash=0.0, crash_at_persist=0.0)
+        self.faults = replace(
+            self.faults, drop=0.0, dup=0.0, partition=0.0, crash=0.0, crash_at_persist=0.0, crash_on_commit=0.0
+        )
         self.heal()
         self.log("=== healed phase ===")
         mem = self.committed_membership()
