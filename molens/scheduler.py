@@ -47,11 +47,10 @@ from molens.actors.cleaner import Cleaner
 from molens.actors.dispatcher import REPORT_INTERVAL_S, Dispatcher
 from molens.actors.fireworker import FirePool, make_pool_manager
 from molens.actors.monitor import Monitor
-from molens.actors.stats import SchedulerStats
+from molens.actors.stats import ReportingDeliverer, SchedulerStats
 from molens.actors.timewheel import LeaderWheel
 from molens.config import Config
 from molens.delivery import (
-    Deliverer,
     DeliveryOutcome,
     FireResult,
     decode_fire_batch,
@@ -254,6 +253,12 @@ class LeaderSession:
         elif kind == "retry":
             for tid in ev[1]:
                 wheel.add(tid, ev[2])
+        elif kind == "call":  # a read of the loop's state for another thread (the API's wheel view)
+            fn, fut = ev[1], ev[2]
+            try:
+                fut.set_result(fn(self))
+            except Exception as exc:
+                fut.set_exception(exc)
 
     def _on_applied(self, entries: list[EntryResult]) -> None:
         wheel = self.wheel
@@ -362,7 +367,7 @@ class Scheduler:
         self.stats = SchedulerStats()
         w = cfg.worker
         self._http = make_pool_manager(w.concurrency)
-        deliverer = Deliverer(self._http, self.node_id, w.signing_secret, w.signing_secret_next)
+        deliverer = ReportingDeliverer(self.stats, self._http, self.node_id, w.signing_secret, w.signing_secret_next)
         self.pool = FirePool(deliverer, w.concurrency, self._on_pool_results, flush_interval_ms=2.0)
         self._lock = threading.Lock()
         self._session: LeaderSession | None = None

@@ -1,10 +1,28 @@
-"""Counters of the leader's scheduler and the node's worker side, as JSON for ``/api/v1/stats``."""
+"""Counters of the leader's scheduler and the node's worker side, as JSON for ``/api/v1/stats``.
+
+Hook for ``/metrics``: :attr:`SchedulerStats.observer` (a :class:`StatsObserver`, set by the node's
+API context) sees every timing sample and, through :class:`ReportingDeliverer`, every HTTP attempt
+of this node's fire pool, as they happen.
+"""
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
+
+from molens.delivery import Deliverer, FireRequest, FireResult
+
+log = logging.getLogger(__name__)
+
+
+class StatsObserver(Protocol):
+    """Told about events as they happen (``molens.web.metrics.FireMetrics``); must be quick."""
+
+    def sampled(self, name: str, values_ms: list[float]) -> None: ...
+
+    def delivered(self, req: FireRequest, result: FireResult) -> None: ...
 
 COUNTERS = (
     "terms_led",
@@ -39,6 +57,7 @@ class SchedulerStats:
         self._c: dict[str, float] = dict.fromkeys(COUNTERS, 0)
         self._g: dict[str, Any] = {}
         self._t: dict[str, collections.deque[float]] = {}
+        self.observer: StatsObserver | None = None
 
     def sample(self, name: str, values: list[float]) -> None:
         with self._lock:
@@ -46,6 +65,14 @@ class SchedulerStats:
             if ring is None:
                 ring = self._t[name] = collections.deque(maxlen=SAMPLES)
             ring.extend(values)
+        obs = self.observer
+        if obs is not None:
+            obs.sampled(name, values)
+
+    def delivered(self, req: FireRequest, result: FireResult) -> None:
+        obs = self.observer
+        if obs is not None:
+            obs.delivered(req, result)
 
     def timings(self) -> dict[str, dict[str, float]]:
         with self._lock:
@@ -81,4 +108,20 @@ class SchedulerStats:
         return out
 
 
-__all__ = ["COUNTERS", "SchedulerStats"]
+class ReportingDeliverer(Deliverer):
+    """A :class:`~molens.delivery.Deliverer` that reports every attempt to ``stats.delivered``."""
+
+    def __init__(self, stats: SchedulerStats, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._stats = stats
+
+    def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> FireResult:
+        result = super().deliver(req, timeout_ms)
+        try:
+            self._stats.delivered(req, result)
+        except Exception:  # metrics must never cost a result
+            log.exception("stats observer failed fire=%s", req.fire_id)
+        return result
+
+
+__all__ = ["COUNTERS", "ReportingDeliverer", "SchedulerStats", "StatsObserver"]
