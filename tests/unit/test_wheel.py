@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from molens.schedule.wheel import DEFAULT_HORIZON_MS, TimeWheel
 
 YEAR_MS = 365 * 86_400_000
+KEYS = 41  # small key pool: lots of re-adds, moves and removes of the same keys
 T0 = 1_790_000_000_000
 
 
@@ -46,6 +47,9 @@ def check_same(wheel: TimeWheel[object], ref: Reference) -> None:
     for key, (due, _) in ref.pending.items():
         assert key in wheel
         assert wheel.due_of(key) == due
+    for key in range(KEYS):
+        if key not in ref.pending:  # never added, removed, or handed out
+            assert key not in wheel and wheel.due_of(key) is None
     deadline = wheel.next_deadline()
     earliest = ref.earliest()
     if earliest is None:
@@ -66,12 +70,38 @@ offsets = st.one_of(
 steps = st.one_of(st.just(0), st.integers(0, 30), st.integers(0, 5_000), st.integers(0, 10**9), st.integers(0, 10**12))
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("add"), st.integers(0, 40), offsets),
-        st.tuples(st.just("remove"), st.integers(0, 40), st.just(0)),
+        st.tuples(st.just("add"), st.integers(0, KEYS - 1), offsets),
+        st.tuples(st.just("remove"), st.integers(0, KEYS - 1), st.just(0)),
         st.tuples(st.just("advance"), st.just(0), steps),
         st.tuples(st.just("deadline"), st.just(0), st.just(0)),
+        # eight keys 3 ms apart: dense buckets, read a part at a time
+        st.tuples(st.just("spread"), st.integers(0, KEYS - 1), offsets),
+        # the key fired last: re-added (a periodic task's next occurrence) or removed
+        st.tuples(st.just("readd_fired"), st.integers(0, 3), offsets),
+        st.tuples(st.just("remove_fired"), st.integers(0, 3), st.just(0)),
     ),
     max_size=120,
+)
+
+
+_advance_small = st.tuples(st.just("advance"), st.just(0), st.integers(1, 25))
+_touch_fired = st.one_of(
+    st.tuples(st.just("readd_fired"), st.integers(0, 3), st.integers(0, 300)),
+    st.tuples(st.just("remove_fired"), st.integers(0, 3), st.just(0)),
+)
+dense_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("spread"), st.integers(0, KEYS - 1), st.integers(0, 300)),
+        _advance_small,
+        _advance_small,
+        _advance_small,
+        _touch_fired,
+        _touch_fired,
+        st.tuples(st.just("remove"), st.integers(0, KEYS - 1), st.just(0)),
+        st.tuples(st.just("add"), st.integers(0, KEYS - 1), st.integers(0, 300)),
+    ),
+    min_size=20,
+    max_size=150,
 )
 
 
@@ -85,24 +115,50 @@ ops = st.lists(
 )
 def test_wheel_matches_sorted_reference(tick: int, size: int, horizon: int, start: int, script: list[tuple[str, int, int]]) -> None:
     """Random adds/removes/advances: every timer comes out exactly once, never early, in due order."""
-    wheel: TimeWheel[object] = TimeWheel(tick_ms=tick, wheel_size=size, start_ms=start, horizon_ms=horizon)
+    run_script(TimeWheel(tick_ms=tick, wheel_size=size, start_ms=start, horizon_ms=horizon), start, script)
+
+
+@settings(max_examples=int(os.environ.get("WHEEL_EXAMPLES", "200")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tick=st.sampled_from([1, 10]), size=st.sampled_from([4, 8, 16]), script=dense_ops)
+def test_dense_buckets_read_in_small_steps_match_reference(tick: int, size: int, script: list[tuple[str, int, int]]) -> None:
+    """Opened buckets read a part at a time, with fired keys re-added or removed meanwhile."""
+    run_script(TimeWheel(tick_ms=tick, wheel_size=size, start_ms=0), 0, script)
+
+
+def run_script(wheel: TimeWheel[object], start: int, script: list[tuple[str, int, int]]) -> None:
     ref = Reference()
     now = start
+    fired: list[object] = []
     for op, key, arg in script:
+        if op in ("readd_fired", "remove_fired"):
+            if not fired:
+                continue
+            key = fired[key % len(fired)]  # type: ignore[assignment]
+            op = op.split("_")[0] if op == "remove_fired" else "add"
         if op == "add":
             wheel.add(key, now + arg)
             ref.add(key, now + arg)
+        elif op == "spread":
+            for j in range(8):
+                wheel.add((key + j) % KEYS, now + arg + 3 * j)
+                ref.add((key + j) % KEYS, now + arg + 3 * j)
         elif op == "remove":
             assert wheel.remove(key) == ref.remove(key)
         elif op == "advance":
             now += arg
-            assert wheel.advance(now) == ref.advance(now)
+            got = wheel.advance(now)
+            assert got == ref.advance(now)
+            fired = got or fired
         else:
             deadline = wheel.next_deadline()
             if deadline is not None and deadline > now:
                 # Sleeping until the deadline: nothing is due before it.
                 assert wheel.advance(deadline - 1) == ref.advance(deadline - 1)
                 now = deadline - 1
+            elif deadline is not None:
+                got = wheel.advance(now)
+                assert got == ref.advance(now)
+                fired = got or fired
         check_same(wheel, ref)
     # Drain by following next_deadline, as the leader's shell does.
     for _ in range(10_000):
@@ -292,3 +348,20 @@ def test_deadline_skips_removed_timers_at_the_head_of_an_opened_bucket() -> None
     assert wheel.next_deadline() == 640  # the bucket holding "b"
     assert sum(c.count for c in wheel.distribution(1)) == 0
     assert wheel.advance(700) == ["b"] and len(wheel) == 0
+
+
+def test_keys_handed_out_from_a_partly_read_bucket_are_gone() -> None:
+    """Handed-out keys linger (stale) in the index until their bucket is used up: never visible."""
+    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    for i in range(8):
+        wheel.add(f"k{i}", 170 + 10 * i)  # one level-1 bucket, [160, 240)
+    assert wheel.advance(185) == ["k0", "k1"]
+    assert len(wheel) == 6 and "k0" not in wheel and wheel.due_of("k1") is None
+    assert not wheel.remove("k0")
+    wheel.add("k1", 500)  # re-added after firing
+    assert len(wheel) == 7 and wheel.due_of("k1") == 500
+    wheel.add("k2", 600)  # moved while still pending
+    assert wheel.remove("k3")
+    assert wheel.advance(240) == ["k4", "k5", "k6", "k7"]
+    assert len(wheel) == 2 and sorted(k for k in ("k0", "k1", "k2", "k3") if k in wheel) == ["k1", "k2"]
+    assert wheel.advance(1_000) == ["k1", "k2"] and len(wheel) == 0
