@@ -10,8 +10,9 @@ of a Python loop per timer and level). Timers due in the current tick wait in a 
 :meth:`TimeWheel.advance` returns timers in exact due order: firing precision is not limited by the
 tick.
 
-Representation (sized for millions of timers): a bucket is a plain ``dict`` ``key -> stamp`` and
-``_where`` maps ``key -> the dict that holds it``, so ``remove`` is two dict deletions. The stamp is
+Representation (sized for millions of timers): a bucket is a ``dict`` ``key -> stamp`` and
+``_where`` maps ``key -> the dict that holds it``, so ``remove`` is two dict deletions (keys handed
+out from an opened bucket linger there, marked stale, until the bucket is used up: see ``_Run``). The stamp is
 one int, ``due_ms << 64 | seq``: sorting by it gives due order with ties in ``add`` order. Non-empty
 buckets are found through a heap of bucket ids (``start_ms * (levels + 1) + level``), so advancing
 over a long empty stretch costs nothing per empty tick, and :meth:`TimeWheel.next_deadline` is the
