@@ -32,7 +32,6 @@ Worker RPC frames (``Node.set_rpc_handler``): ``b"B" + fire_batch`` (leader -> w
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import logging
 import threading
@@ -532,7 +531,9 @@ class Scheduler:
         for r in results:
             it = to_result_item(r)
             a = attempts.get(r.fire_id)
-            items.append(dataclasses.replace(it, attempt=a) if a else it)
+            if a:  # the attempt the worker carried out: a late result never lands on a newer attempt
+                it = ResultItem(it.fire_id, it.kind, it.status_code, it.outcome, it.response_head, it.latency_ms, it.worker, a)
+            items.append(it)
         s.post("results", items)
         if free is not None:
             s.post("report", frm, free)

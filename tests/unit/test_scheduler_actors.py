@@ -1,0 +1,133 @@
+"""The leader's scheduler boxes without threads or sockets: Dispatcher planning and worker choice,
+Monitor deadlines, Cleaner rate limit, LeaderWheel effects."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from molens.actors.cleaner import Cleaner
+from molens.actors.dispatcher import WORKER_LIVENESS_S, Dispatcher
+from molens.actors.monitor import Monitor
+from molens.actors.timewheel import LeaderWheel
+from molens.fsm.commands import ExpireItem
+from molens.fsm.machine import Fire, WheelAdd, WheelRemove
+from molens.model import FireKind, Outcome, Status, Task, validate_create
+
+NOW = 1_767_225_600_000
+
+
+def _task(tid: str, due: int | None = NOW, status: Status = Status.PENDING, inflight: str | None = None) -> Task:
+    spec = validate_create({"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x"}, now_ms=NOW)
+    return Task(tid, spec, status, NOW, NOW, due, NOW, inflight=inflight)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _dispatcher(tasks: dict[str, Task], local_free: int = 10, clock: Clock | None = None) -> Dispatcher:
+    return Dispatcher("n1", tasks.get, lambda: local_free, 1_000, clock or Clock())
+
+
+def test_plan_skips_tasks_not_due_in_flight_or_gone_and_numbers_the_next_attempt() -> None:
+    tasks = {
+        "a": _task("a"),
+        "b": _task("b", due=NOW + 1),
+        "c": _task("c", inflight="c-1"),
+        "d": dataclasses.replace(_task("d"), attempt=2, status=Status.FIRING),
+        "e": dataclasses.replace(_task("e"), status=Status.AWAITING_ACK, ack_attempt=1),
+        "f": _task("f", status=Status.PAUSED),
+    }
+    d = _dispatcher(tasks)
+    items, later = d.plan(["a", "b", "c", "d", "e", "f", "gone"], NOW, limit=100)
+    assert later == []
+    assert [(i.task_id, i.fire_id, i.attempt) for i in items] == [("a", "a-1", 1), ("d", "d-1", 3), ("e", "e-1", 2)]
+    assert all(i.deadline_ms == NOW + 5_000 + 1_000 for i in items)  # timeout_ms + dispatch_timeout_ms
+    assert d.lags == [0, 0, 0]
+
+
+def test_plan_keeps_what_exceeds_the_limit_or_the_capacity_for_later() -> None:
+    tasks = {k: _task(k) for k in "abcde"}
+    items, later = _dispatcher(tasks).plan(list("abcde"), NOW, limit=2)
+    assert [i.task_id for i in items] == ["a", "b"] and later == ["c", "d", "e"]
+    items, later = _dispatcher(tasks, local_free=3).plan(list("abcde"), NOW, limit=100)
+    assert len(items) == 3 and later == ["d", "e"]
+
+
+def test_workers_are_picked_round_robin_weighted_by_free_capacity_and_dead_ones_are_skipped() -> None:
+    tasks = {f"t{i}": _task(f"t{i}") for i in range(60)}
+    clock = Clock()
+    d = _dispatcher(tasks, local_free=10, clock=clock)
+    d.report("n2", 20)
+    d.report("n3", 30)
+    items, later = d.plan(list(tasks), NOW, limit=100)
+    assert later == []
+    assert collections.Counter(i.worker for i in items) == {"n1": 10, "n2": 20, "n3": 30}
+    assert [i.worker for i in items[:6]] != sorted(i.worker for i in items[:6])  # interleaved, not in blocks
+    clock.t += WORKER_LIVENESS_S + 1
+    d.report("n2", 20)
+    assert set(d.live_workers()) == {"n1", "n2"}
+
+
+def test_settle_gives_capacity_back() -> None:
+    tasks = {k: _task(k) for k in "ab"}
+    d = _dispatcher(tasks, local_free=0)
+    d.report("n2", 2)
+    items, _ = d.plan(["a", "b"], NOW, limit=10)
+    assert d.live_workers()["n2"] == 0
+    d.settle(items)
+    assert d.live_workers()["n2"] == 2
+
+
+def _fire(fid: str, attempt: int = 1, deadline: int = NOW + 100, kind: FireKind = FireKind.CALLBACK) -> Fire:
+    return Fire(fid, fid.split("-")[0], kind, attempt, "n2", deadline, NOW)
+
+
+def test_monitor_reports_a_fire_lost_only_if_the_same_attempt_is_still_in_flight_at_its_deadline() -> None:
+    store = {"a-1": _fire("a-1"), "b-1": _fire("b-1", attempt=2), "c-1": _fire("c-1", kind=FireKind.ACK)}
+    m = Monitor(store.get)
+    m.watch([_fire("a-1"), _fire("b-1"), _fire("c-1"), _fire("d-1")])  # b and c moved on, d answered
+    assert m.in_flight == 4 and m.next_deadline() == NOW + 100
+    assert m.due(NOW + 99) == []
+    lost = m.due(NOW + 100)
+    assert [(r.fire_id, r.outcome, r.attempt) for r in lost] == [("a-1", Outcome.LOST, 1)]
+    assert m.in_flight == 0 and m.next_deadline() is None
+    assert m.due(NOW + 10_000) == []
+
+
+def test_monitor_answered_fires_stop_counting_as_in_flight() -> None:
+    m = Monitor(lambda _fid: None)
+    m.watch([_fire("a-1")])
+    m.answered("a-1")
+    assert m.in_flight == 0
+
+
+def test_cleaner_proposes_at_most_the_rate_once_a_second_and_one_at_a_time() -> None:
+    seen: list[tuple[int, int]] = []
+
+    def scan(before: int, limit: int) -> list[ExpireItem]:
+        seen.append((before, limit))
+        return [ExpireItem(f"t{i}", 0) for i in range(limit)]
+
+    c = Cleaner(scan, retention_minutes=1, rate_limit_qps=5)
+    cmd = c.run(NOW)
+    assert cmd is not None and len(cmd.items) == 5 and seen == [(NOW - 60_000, 5)]
+    assert c.run(NOW + 2_000) is None  # busy until done
+    c.done(5)
+    assert c.run(NOW + 500) is None  # not before a second has passed
+    assert c.run(NOW + 1_000) is not None
+    assert c.expired == 5
+
+
+def test_leader_wheel_rebuilds_then_follows_adds_and_removes() -> None:
+    w = LeaderWheel(10, NOW)
+    assert w.rebuild(iter([(NOW + 50, "a"), (NOW + 20, "b")])) == 2
+    w.apply([WheelRemove("a"), WheelAdd("c", NOW + 30), WheelAdd("b", NOW + 40)])
+    assert len(w) == 2
+    assert w.advance(NOW + 35) == ["c"]
+    assert w.advance(NOW + 100) == ["b"]
