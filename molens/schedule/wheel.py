@@ -442,8 +442,7 @@ class TimeWheel(Generic[K]):
             self._count -= len(out)
             return list(map(_second, out))
         if not out and len(due) == 1:
-            # A bucket opened early (its first timers are far off) overlaps the run being read.
-            run = due[0]
+            run = due[0]  # alone: its keys come out in order as they are
             keys = run.take(now_ms)
             if run.pos == len(run.keys):
                 self._drop_used_runs()
@@ -459,6 +458,7 @@ class TimeWheel(Generic[K]):
         return list(map(_second, out))
 
     def _drop_used_runs(self) -> None:
+        """Close the runs with nothing pending left; their stale keys leave the index."""
         keep = []
         for run in self._runs:
             if run.pos < len(run.keys):
