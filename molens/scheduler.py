@@ -513,11 +513,13 @@ class Scheduler:
         with self._alock:
             attempts = {r.fire_id: self._attempts.pop(r.fire_id, 0) for r in results}
         leader = self._leader_id
-        if leader == self.node_id:
+        if leader == self.node_id and self._session is not None:
             self._results_in(self.node_id, None, attempts, results)
             return
+        # no leader known, or this node is handing leadership over (its session has stopped):
+        # keep the results for whoever leads next rather than leave them to the Monitor
         frame = b"R" + msgpack.packb([self.pool.free_capacity(), attempts, encode_fire_results(results)])
-        if leader is None or not self.rpc.send(leader, frame):
+        if leader is None or leader == self.node_id or not self.rpc.send(leader, frame):
             self._unsent.append((time.monotonic(), frame))
         else:
             self.stats.add(results_forwarded=len(results))
@@ -558,7 +560,7 @@ class Scheduler:
                 self.stats.add(results_dropped=1)
                 continue
             if leader is None or leader == self.node_id:
-                if leader == self.node_id:
+                if leader == self.node_id and self._session is not None:
                     self._unsent.popleft()
                     _free, attempts, fr = msgpack.unpackb(frame[1:], raw=False)
                     self._results_in(self.node_id, None, attempts, decode_fire_results(fr))
