@@ -309,7 +309,9 @@ class Node:
         self.scheduler = Scheduler(self.cfg, self.fsm, self.peer, self.rpc, on_fatal=lambda _e: self.request_stop())
         self.scheduler.start()
         self.set_rpc_handler(self.scheduler.on_rpc)
-        self.api_ctx = NodeContext(self.cfg, self.peer, self.fsm, self.fsm.history, self.scheduler.to_json).start()
+        self.api_ctx = NodeContext(
+            self.cfg, self.peer, self.fsm, self.fsm.history, self.scheduler.to_json, scheduler=self.scheduler
+        ).start()
         app = make_app(self.api_ctx)
         install_ui(app)
         try:

@@ -33,6 +33,8 @@ from molens.config import Config, parse_addr
 from molens.fsm.commands import Command
 from molens.fsm.history import Page, TrendPoint, UrlStats
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
+from molens.web.heatmap import WheelDistribution
+from molens.web.metrics import NodeMetrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +185,30 @@ class ApiContext(Protocol):
 
     def cluster_status(self) -> dict[str, Any]: ...
 
-    def cluster_stats(self) -> dict[str, Any]: ...
+    def cluster_stats(self) -> dict[str, Any]:
+        """``{"nodes": [...]}``: every member's ``/api/v1/stats?local=1`` answer (this node's without
+        a request), leader first; an unreachable member is ``{"node_id", "error"}``."""
+        ...
 
     def stats(self) -> dict[str, Any]: ...
+
+    def node_stats(self, node_id: str) -> dict[str, Any]:
+        """Another member's local stats (its ``/api/v1/stats?local=1``). Raises
+        :class:`~molens.model.NotFoundError` (field ``node_id``) for a node not in the cluster and
+        :class:`~molens.web.errors.Unavailable` when it does not answer."""
+        ...
+
+    def wheel_distribution(self) -> WheelDistribution | None:
+        """The leader's time wheel now; None on a node without one (a follower, no scheduler)."""
+        ...
+
+    def metrics(self) -> NodeMetrics:
+        """The node's Prometheus registry (built once, on first use)."""
+        ...
+
+    def request_seen(self) -> None:
+        """Counts one HTTP request (for ``qps`` in the stats)."""
+        ...
 
     def now_ms(self) -> int: ...
 

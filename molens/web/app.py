@@ -75,6 +75,7 @@ from molens.web.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
+from molens.web.observability import install_observability
 from molens.web.ui import install_ui
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class Api:
         resp = bottle.response
         t0 = time.perf_counter()
         try:
+            self.ctx.request_seen()
             li = self.ctx.leader_info()
             resp.set_header("X-Molens-Role", li.role)
             if self._token and not open_:
@@ -508,6 +510,14 @@ def _install_cluster(api: Api) -> None:
 
     @api.route("GET", f"{PREFIX}/stats")
     def stats() -> tuple[int, Any]:
+        node_id = api.q_str("node_id")
+        local = api.q_str("local")
+        if local not in (None, "0", "1", "true", "false"):
+            raise ValidationError("local must be 1 or 0", "local")
+        if node_id is not None and node_id != ctx.settings.node_id:
+            if local in ("1", "true"):
+                raise ValidationError("local=1 asks this node only; drop node_id or local", "node_id")
+            return 200, ctx.node_stats(node_id)  # asked of that node's API (?local=1)
         counts = ctx.task_counts()
         li = ctx.leader_info()
         return 200, {
@@ -633,6 +643,7 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     _install_executions(api)
     _install_cluster(api)
     _install_misc(api)
+    install_observability(api)
     install_ui(app, static_dir)
     return api
 

@@ -31,10 +31,14 @@ from molens import model
 from molens.fsm.commands import Command, encode
 from molens.fsm.history import History
 from molens.fsm.store import EntryResult, TaskStore
-from molens.model import Task
+from molens.model import NotFoundError, Task
 from molens.raft.log import Entry
+from molens.schedule.wheel import TimeWheel
 from molens.web.api_context import ApiSettings, LeaderInfo
 from molens.web.errors import NoLeader, NotLeader, OutcomeUnknown, Unavailable
+from molens.web.heatmap import WheelDistribution, distribution_of
+from molens.web.metrics import MetricsSnapshot, NodeMetrics
+from molens.web.node_stats import DiskUsage, RecentFires, RequestRate, rss_bytes
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,11 @@ class LocalContext:
         self._closed = False
         self.proposals = 0
         self.batches = 0
+        self._metrics: NodeMetrics | None = None
+        self._requests = RequestRate()
+        self._disk = DiskUsage(self.data_dir)
+        self._recent = RecentFires(self.data_dir / "history.sqlite")
+        self._wheel_cache: tuple[int, WheelDistribution] | None = None
         self._thread = threading.Thread(target=self._commit_loop, name="local-commit", daemon=True)
         self._thread.start()
 
@@ -152,17 +161,72 @@ class LocalContext:
         }
 
     def cluster_stats(self) -> dict[str, Any]:
-        return {"nodes": [{"node_id": self._settings.node_id, **self.stats()}]}
+        return {"nodes": [{**self.stats(), "lag": 0}]}
 
     def stats(self) -> dict[str, Any]:
+        li = self.leader_info()
+        counts = self.store.counts()
+        applied = self.store.applied_index()
         return {
             "node_id": self._settings.node_id,
-            "role": self.role,
-            "applied_index": self.store.applied_index(),
+            "role": li.role,
+            "term": li.term,
+            "leader_id": li.leader_id,
+            "tasks": counts,
+            "tasks_total": sum(counts.values()),
+            "time_ms": self.now_ms(),
+            "commit_index": applied,
+            "applied_index": applied,
+            **self._recent.summary(self.now_ms()),
+            "qps": self._requests.per_s(),
+            "rss_bytes": rss_bytes(),
+            "disk": self._disk.get(),
             "proposals": self.proposals,
             "apply_batches": self.batches,
             "mode": "local",
         }
+
+    def node_stats(self, node_id: str) -> dict[str, Any]:
+        if node_id == self._settings.node_id:
+            return self.stats()
+        raise NotFoundError(f"node {node_id[:64]} is not in the cluster", "node_id")
+
+    def wheel_distribution(self) -> WheelDistribution | None:
+        """What a leader's wheel would hold: built from the store's due index (cached per applied
+        index for a second; there is no scheduler in a LocalContext)."""
+        now = self.now_ms()
+        applied = self.store.applied_index()
+        c = self._wheel_cache
+        if c is not None and c[0] == applied and now - c[1].time_ms < 1000:
+            return c[1]
+        wheel: TimeWheel[str] = TimeWheel(start_ms=now)
+        for due_ms, tid in self.store.scan_due():
+            wheel.add(tid, due_ms)
+        dist = distribution_of(wheel, now)
+        self._wheel_cache = (applied, dist)
+        return dist
+
+    def metrics(self) -> NodeMetrics:
+        with self._cv:
+            if self._metrics is None:
+                self._metrics = NodeMetrics(self._metrics_snapshot)
+            return self._metrics
+
+    def _metrics_snapshot(self) -> MetricsSnapshot:
+        li = self.leader_info()
+        applied = self.store.applied_index()
+        return MetricsSnapshot(
+            node_id=self._settings.node_id,
+            role=li.role,
+            tasks=self.store.counts(),
+            raft={"term": li.term, "commit_index": applied, "applied_index": applied},
+            queues={"proposals_waiting": len(self._queue)},
+            history_rows=self._recent.rows(),
+            disk_bytes={k.removesuffix("_bytes"): v for k, v in self._disk.get().items()},
+        )
+
+    def request_seen(self) -> None:
+        self._requests.hit()
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)

@@ -19,8 +19,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from molens import model
 from molens.actors import raft_peer as rp
@@ -28,7 +29,7 @@ from molens.config import Config
 from molens.fsm.commands import Command, encode
 from molens.fsm.history import History
 from molens.fsm.store import EntryResult, TaskStore
-from molens.model import Task
+from molens.model import NotFoundError, Task
 from molens.web.api_context import (
     ApiSettings,
     LeaderInfo,
@@ -37,8 +38,17 @@ from molens.web.api_context import (
     settings_from_config,
 )
 from molens.web.errors import OutcomeUnknown, Unavailable, from_proposal_error
+from molens.web.heatmap import WheelDistribution, distribution_of
+from molens.web.metrics import MetricsSnapshot, NodeMetrics
+from molens.web.node_stats import DiskUsage, PeerStats, RecentFires, RequestRate, order_nodes, rss_bytes
+
+if TYPE_CHECKING:
+    from molens.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
+
+WHEEL_READ_TIMEOUT_S = 2.0
+"""How long a wheel read waits for the leader session's loop."""
 
 
 class NodeContext:
@@ -52,6 +62,7 @@ class NodeContext:
         history: History,
         extra_stats: Callable[[], dict[str, Any]] | None = None,
         settings: ApiSettings | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.cfg = cfg
         self.peer = peer
@@ -64,6 +75,15 @@ class NodeContext:
         self._last = rp.LeaderChange(cfg.node.id, "follower", None, 0)
         self.stopping = False
         self.proposals = 0
+        self.scheduler = scheduler
+        self.leader_changes = 0
+        self._requests = RequestRate()
+        self._disk = DiskUsage(cfg.data_dir)
+        self._recent = RecentFires(cfg.data_dir / "history.sqlite")
+        self._peers = PeerStats(self._settings.auth_token)
+        self._metrics = NodeMetrics(self._metrics_snapshot)
+        if scheduler is not None:
+            scheduler.stats.observer = self._metrics.fires
 
     def start(self) -> NodeContext:
         self._on_change(self.peer.subscribe(self._on_change))
@@ -72,6 +92,8 @@ class NodeContext:
     def _on_change(self, ch: rp.LeaderChange) -> None:
         with self._lock:
             if ch.term >= self._last.term:
+                if ch.leader_id != self._last.leader_id and ch.leader_id is not None:
+                    self.leader_changes += 1
                 self._last = ch
 
     # ------------------------------------------------------------------ ApiContext
@@ -137,23 +159,129 @@ class NodeContext:
             self._urls.setdefault(p["id"], http_url(p.get("http_addr", "")))
         return cluster_status_from_raft(st)
 
+    def _members(self) -> dict[str, str | None]:
+        """Member id -> HTTP base URL, from Raft's membership (config URLs for the rest)."""
+        st = self.peer.status()
+        out: dict[str, str | None] = {}
+        for p in st.get("peers", []):
+            url = http_url(p.get("http_addr", "")) or self._urls.get(p["id"])
+            self._urls.setdefault(p["id"], url)
+            out[p["id"]] = url
+        return out
+
     def cluster_stats(self) -> dict[str, Any]:
-        return {"nodes": [self.stats()]}
+        me = self.cfg.node.id
+        members = self._members()
+        others = {nid: url for nid, url in members.items() if nid != me}
+        nodes = [self.stats(), *self._peers.fetch_all(others)]
+        commit = max((n.get("commit_index") or 0 for n in nodes if "error" not in n), default=0)
+        for n in nodes:
+            if "error" not in n and isinstance(n.get("applied_index"), int):
+                n["lag"] = max(0, commit - n["applied_index"])
+        return {"nodes": order_nodes(nodes), "time_ms": self.now_ms()}
+
+    def node_stats(self, node_id: str) -> dict[str, Any]:
+        if node_id == self.cfg.node.id:
+            return self.stats()
+        members = self._members()
+        if node_id not in members:
+            raise NotFoundError(f"node {node_id[:64]} is not in the cluster", "node_id")
+        out = self._peers.fetch(node_id, members[node_id])
+        if "error" in out:
+            raise Unavailable(f"node {node_id} did not answer: {out['error']}", "node_id")
+        return out
 
     def stats(self) -> dict[str, Any]:
         li = self.leader_info()
+        now = self.now_ms()
+        counts = self.store.counts()
+        st = self.peer.status()
         out: dict[str, Any] = {
             "node_id": self.cfg.node.id,
             "role": li.role,
             "term": li.term,
             "leader_id": li.leader_id,
+            "tasks": counts,
+            "tasks_total": sum(counts.values()),
+            "time_ms": now,
+            "commit_index": st.get("commit_index"),
             "applied_index": self.store.applied_index(),
-            "tasks": self.store.counts(),
+            "last_index": st.get("last_index"),
+            "leader_changes": self.leader_changes,
+            **self._recent.summary(now),
+            "fires_total": self._fires_total(),
+            "qps": self._requests.per_s(),
+            "rss_bytes": rss_bytes(),
+            "disk": self._disk.get(),
             "api_proposals": self.proposals,
         }
-        if self._extra_stats is not None:
-            out["scheduler"] = self._extra_stats()
+        sched = self._extra_stats() if self._extra_stats is not None else None
+        if sched is not None:
+            out["scheduler"] = sched
+            lag = sched.get("timings", {}).get("dispatch_lag")
+            out["lateness_p99_ms"] = lag["p99_ms"] if lag else None
+            out["cleanup"] = {
+                "expired": sched.get("expired", 0),
+                "retention_ms": self.cfg.scheduler.task_retention_minutes * 60_000,
+                "rate_limit_qps": self.cfg.scheduler.expire_rate_limit_qps,
+            }
         return out
+
+    def _fires_total(self) -> int:
+        total = 0.0
+        for fam in self._metrics.fires.fires.collect():
+            total += sum(s.value for s in fam.samples if s.name.endswith("_total"))
+        return int(total)
+
+    def wheel_distribution(self) -> WheelDistribution | None:
+        sched = self.scheduler
+        s = sched.session if sched is not None else None
+        if s is None or s.wheel is None:
+            return None
+        fut: Future[WheelDistribution] = Future()
+        s.post("call", lambda sess: distribution_of(sess.wheel.wheel, self.now_ms()), fut)
+        try:
+            return fut.result(timeout=WHEEL_READ_TIMEOUT_S)
+        except FutureTimeout:
+            raise Unavailable("the leader's scheduler is busy; try again") from None
+
+    def metrics(self) -> NodeMetrics:
+        return self._metrics
+
+    def _metrics_snapshot(self) -> MetricsSnapshot:
+        li = self.leader_info()
+        st = self.peer.status()
+        raft = {k: int(st[k]) for k in ("term", "commit_index", "applied_index", "last_index", "snapshot_index") if st.get(k) is not None}
+        raft["leader_changes"] = self.leader_changes
+        wheel: dict[str, int] = {}
+        queues: dict[str, int] = {}
+        counters: dict[str, float] = {}
+        sched = self.scheduler
+        if sched is not None:
+            ps = sched.pool.stats()
+            queues.update(fire_pool_queued=ps.queued, fire_pool_in_flight=ps.in_flight)
+            counters = {k: float(v) for k, v in sched.stats.to_json().items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            s = sched.session
+            if s is not None and s.wheel is not None:
+                wheel["timers"] = len(s.wheel)
+                wheel["overflow"] = s.wheel.wheel.overflow_count
+                queues["fires_in_flight"] = s.monitor.in_flight
+                queues["dispatch_backlog"] = len(s._backlog)
+                queues["results_unproposed"] = len(s._results)
+        return MetricsSnapshot(
+            node_id=self.cfg.node.id,
+            role=li.role,
+            tasks=self.store.counts(),
+            raft=raft,
+            wheel=wheel,
+            queues=queues,
+            history_rows=self._recent.rows(),
+            disk_bytes={k.removesuffix("_bytes"): v for k, v in self._disk.get().items()},
+            scheduler=counters,
+        )
+
+    def request_seen(self) -> None:
+        self._requests.hit()
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000

@@ -278,8 +278,18 @@ def _schemas() -> dict[str, Any]:
             "properties": {
                 "nodes": {
                     "type": "array",
-                    "items": {"type": "object", "required": ["node_id"], "properties": {"node_id": {"type": "string"}}},
-                }
+                    "description": "Every member's Stats, leader first; an unreachable one has only node_id and error",
+                    "items": {
+                        "type": "object",
+                        "required": ["node_id"],
+                        "properties": {
+                            "node_id": {"type": "string"},
+                            "lag": {"type": "integer", "description": "Highest commit index seen - applied_index"},
+                            "error": {"type": "string", "description": "Set when the node did not answer"},
+                        },
+                    },
+                },
+                "time_ms": {"type": "integer"},
             },
         },
         "TaskCounts": counts,
@@ -294,6 +304,51 @@ def _schemas() -> dict[str, Any]:
                 "tasks": _ref("TaskCounts"),
                 "tasks_total": {"type": "integer"},
                 "time_ms": {"type": "integer"},
+                "commit_index": _nullable("integer"),
+                "applied_index": {"type": "integer"},
+                "fires_per_s": {"type": "number", "description": "Executions finished per second (last window_ms)"},
+                "success_rate": _nullable("number", minimum=0, maximum=1),
+                "window_ms": {"type": "integer"},
+                "by_result": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "fires_total": {"type": "integer", "description": "HTTP attempts made by this node's workers"},
+                "lateness_p99_ms": _nullable("number", description="Due -> planned, recent p99 (leader)"),
+                "qps": {"type": "number", "description": "HTTP API requests per second"},
+                "rss_bytes": _nullable("integer"),
+                "disk": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "cleanup": {"type": "object"},
+            },
+        },
+        "WheelLevel": {
+            "type": "object",
+            "required": ["level", "start_ms", "span_ms", "total", "counts"],
+            "properties": {
+                "level": {"type": "integer"},
+                "start_ms": {"type": "integer", "description": "Start of bucket 0 (the current one)"},
+                "span_ms": {"type": "integer", "description": "Width of one bucket"},
+                "total": {"type": "integer"},
+                "counts": {"type": "array", "items": {"type": "integer"}, "description": "Timers per bucket"},
+            },
+        },
+        "WheelDistribution": {
+            "type": "object",
+            "required": ["time_ms", "tick_ms", "wheel_size", "timers", "overflow", "levels"],
+            "properties": {
+                "time_ms": {"type": "integer"},
+                "tick_ms": {"type": "integer"},
+                "wheel_size": {"type": "integer"},
+                "timers": {"type": "integer"},
+                "overflow": {"type": "integer", "description": "Timers beyond the top level"},
+                "levels": {"type": "array", "items": _ref("WheelLevel")},
+            },
+        },
+        "SchedulePreview": {
+            "type": "object",
+            "required": ["items", "local", "timezone", "after"],
+            "properties": {
+                "items": {"type": "array", "items": {"type": "integer"}, "description": "Fire times, epoch ms"},
+                "local": {"type": "array", "items": {"type": "string"}, "description": "The same, ISO 8601 in timezone"},
+                "timezone": {"type": "string"},
+                "after": {"type": "integer"},
             },
         },
         "TrendPoint": {
@@ -471,9 +526,72 @@ def _paths() -> dict[str, Any]:
         f"{_P}/stats": {
             "get": {
                 "operationId": "stats",
-                "summary": "This node's statistics and task counts",
+                "summary": "This node's statistics and task counts (or another member's)",
                 "tags": ["stats"],
-                "responses": {"200": _ok(_ref("Stats")), **_err(401)},
+                "parameters": [
+                    _param("node_id", "query", {"type": "string"}, "Answer for this member (asked over its HTTP API)"),
+                    _param("local", "query", {"type": "string", "enum": ["0", "1", "true", "false"]}, "1: this node only"),
+                ],
+                "responses": {"200": _ok(_ref("Stats")), **_err(400, 401, 404, 503)},
+            }
+        },
+        f"{_P}/timewheel/distribution": {
+            "get": {
+                "operationId": "wheelDistribution",
+                "summary": "Occupancy of the leader's time wheel per level and bucket",
+                "tags": ["stats"],
+                "responses": {"200": _ok(_ref("WheelDistribution")), **_err(307, 401, 503)},
+            }
+        },
+        f"{_P}/timewheel/distribution.png": {
+            "get": {
+                "operationId": "wheelDistributionPng",
+                "summary": "The time wheel's occupancy as a PNG heatmap",
+                "tags": ["stats"],
+                "parameters": [
+                    _param("level", "query", {"type": "integer", "minimum": 0}, "Only this level (default: all)"),
+                    _param(
+                        "width", "query", {"type": "integer", "minimum": 400, "maximum": 4000, "default": 800}, "Pixels"
+                    ),
+                ],
+                "responses": {
+                    "200": {
+                        "description": "PNG image",
+                        "content": {"image/png": {"schema": {"type": "string", "contentMediaType": "image/png"}}},
+                    },
+                    **_err(307, 400, 401, 503),
+                },
+            }
+        },
+        f"{_P}/schedule/preview": {
+            "get": {
+                "operationId": "schedulePreview",
+                "summary": "Next fire times of a cron or fixed-rate schedule in a time zone",
+                "tags": ["tasks"],
+                "parameters": [
+                    _param("type", "query", {"type": "string", "enum": ["periodic", "delayed"], "default": "periodic"}, "Task type"),
+                    _param("cron_expr", "query", {"type": "string"}, "Cron expression (5 or 6 fields)"),
+                    _param("timezone", "query", {"type": "string", "default": "UTC"}, "IANA time zone"),
+                    _param("interval_ms", "query", {"type": "integer", "minimum": 0}, "Period (periodic) or delay (delayed)"),
+                    _param("run_at", "query", {"type": "integer", "minimum": 0}, "Delayed: the absolute fire time"),
+                    _param("count", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 5}, "How many"),
+                    _param("after", "query", {"type": "integer", "minimum": 0}, "Start (epoch ms, default now)"),
+                ],
+                "responses": {"200": _ok(_ref("SchedulePreview")), **_err(400, 401)},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics of this node (text exposition format)",
+                "tags": ["meta"],
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format 0.0.4",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **_err(401),
+                },
             }
         },
         f"{_P}/stats/urls": {

@@ -1,0 +1,198 @@
+"""The time wheel's occupancy: the JSON the console draws and a PNG heatmap rendered with Pillow.
+
+:class:`WheelDistribution` is what the leader's wheel looks like at one instant: per level, the
+timer count of each of its ``size`` buckets counted from the current one (bucket ``i`` of level
+``l`` covers ``[start_ms + i * span_ms, start_ms + (i + 1) * span_ms)``), plus the overflow set.
+
+:func:`render_png` draws one band per level: a grid of ``COLUMNS`` buckets per row (so 512 buckets
+are 8 rows), colour on a log scale (empty = light grey, then blue to dark red) shared by all levels
+drawn, row labels with the offset from now, column ticks, a title per level and a legend. Layout
+is computed from ``width`` so the picture stays readable from 400 to 4000 px (800 px is the target).
+"""
+
+from __future__ import annotations
+
+import colorsys
+import functools
+import io
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image, ImageDraw, ImageFont
+
+from molens.schedule.wheel import TimeWheel
+
+log = logging.getLogger(__name__)
+
+MIN_WIDTH = 400
+MAX_WIDTH = 4000
+DEFAULT_WIDTH = 800
+COLUMNS = 64
+"""Buckets per grid row."""
+
+_BG = (255, 255, 255)
+_EMPTY = (243, 245, 249)
+_TEXT = (34, 40, 49)
+_MUTED = (110, 118, 130)
+_GRID = (225, 229, 236)
+
+
+@dataclass(frozen=True, slots=True)
+class WheelLevel:
+    """One level's buckets, from the current one on."""
+
+    level: int
+    start_ms: int
+    span_ms: int
+    counts: tuple[int, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "start_ms": self.start_ms,
+            "span_ms": self.span_ms,
+            "total": self.total,
+            "counts": list(self.counts),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WheelDistribution:
+    """The wheel at ``time_ms``: every level, the overflow set and the total timer count."""
+
+    time_ms: int
+    tick_ms: int
+    size: int
+    levels: tuple[WheelLevel, ...]
+    overflow: int
+    timers: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time_ms": self.time_ms,
+            "tick_ms": self.tick_ms,
+            "wheel_size": self.size,
+            "timers": self.timers,
+            "overflow": self.overflow,
+            "levels": [lv.to_json() for lv in self.levels],
+        }
+
+
+def distribution_of(wheel: TimeWheel[Any], now_ms: int) -> WheelDistribution:
+    """Read every level of ``wheel`` (call it on the wheel's owner thread)."""
+    levels = []
+    for lv in range(wheel.levels):
+        cells = wheel.distribution(lv)
+        levels.append(WheelLevel(lv, cells[0].start_ms, cells[0].span_ms, tuple(c.count for c in cells)))
+    return WheelDistribution(now_ms, wheel.tick_ms, wheel.wheel_size, tuple(levels), wheel.overflow_count, len(wheel))
+
+
+def color(count: int, max_count: int) -> tuple[int, int, int]:
+    """Log-scale colour of a cell (the console's scale): empty -> grey, 1 -> light blue, max -> dark red."""
+    if count <= 0:
+        return _EMPTY
+    x = math.log1p(count) / math.log1p(max(1, max_count))
+    hue = (220 - 220 * x) / 360
+    light = (80 - 45 * x) / 100
+    r, g, b = colorsys.hls_to_rgb(hue, light, 0.7)
+    return round(r * 255), round(g * 255), round(b * 255)
+
+
+def fmt_duration(ms: int) -> str:
+    """``750 ms``, ``5.12 s``, ``43.7 min``, ``15.5 d`` -- short labels for spans and offsets."""
+    if ms < 1000:
+        return f"{ms} ms"
+    for unit, size in (("y", 31_557_600_000), ("d", 86_400_000), ("h", 3_600_000), ("min", 60_000)):
+        if ms >= size:
+            return f"{ms / size:.3g} {unit}"
+    return f"{ms / 1000:.3g} s"
+
+
+@functools.lru_cache(maxsize=8)
+def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except (TypeError, OSError, ImportError):  # Pillow without FreeType: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+def render_png(dist: WheelDistribution, width: int = DEFAULT_WIDTH, level: int | None = None) -> bytes:
+    """The heatmap of ``dist`` (all levels, or just ``level``) as a PNG exactly ``width`` px wide."""
+    if not MIN_WIDTH <= width <= MAX_WIDTH:
+        raise ValueError(f"width must be in {MIN_WIDTH}..{MAX_WIDTH}, got {width}")
+    levels: Sequence[WheelLevel] = dist.levels if level is None else [lv for lv in dist.levels if lv.level == level]
+    scale = width / DEFAULT_WIDTH
+    fs = max(11, round(13 * scale))
+    font, small = _font(fs), _font(max(10, fs - 2))
+    margin_l = round(78 * scale)
+    margin_r = round(16 * scale)
+    cell = max(3, (width - margin_l - margin_r) // COLUMNS)
+    grid_w = cell * COLUMNS
+    line = fs + 6
+    max_count = max([1, *(c for lv in levels for c in lv.counts)])
+
+    bands = []
+    for lv in levels:
+        rows = max(1, math.ceil(len(lv.counts) / COLUMNS))
+        bands.append((lv, rows, 2 * line + rows * cell + line))
+    legend_h = 3 * line
+    height = line + 8 + sum(b[2] for b in bands) + legend_h + (line if not levels else 0)
+
+    img = Image.new("RGB", (width, height), _BG)
+    d = ImageDraw.Draw(img)
+    title = f"Time wheel occupancy: {dist.timers:,} timers, tick {fmt_duration(dist.tick_ms)}"
+    d.text((8, 4), title, fill=_TEXT, font=font)
+    y = line + 8
+    if not levels:
+        d.text((8, y), "no level to show", fill=_MUTED, font=font)
+        y += line
+    for lv, rows, _band_h in bands:
+        head = (
+            f"Level {lv.level}: bucket {fmt_duration(lv.span_ms)}, "
+            f"window {fmt_duration(lv.span_ms * len(lv.counts))}, {lv.total:,} timers"
+        )
+        d.text((8, y), head, fill=_TEXT, font=font)
+        y += line
+        for c in range(0, COLUMNS, 16):  # column ticks: bucket index within the row
+            x = margin_l + c * cell
+            d.line([(x, y + line - 4), (x, y + line - 1)], fill=_MUTED)
+            d.text((x + 2, y), f"+{c}", fill=_MUTED, font=small)
+        y += line
+        for r in range(rows):
+            label = "now" if r == 0 else "+" + fmt_duration(r * COLUMNS * lv.span_ms)
+            d.text((8, y + (cell - fs) // 2 - 1), label, fill=_MUTED, font=small)
+            for c in range(COLUMNS):
+                i = r * COLUMNS + c
+                if i >= len(lv.counts):
+                    break
+                x0, y0 = margin_l + c * cell, y
+                d.rectangle([x0, y0, x0 + cell - 2, y0 + cell - 2], fill=color(lv.counts[i], max_count))
+            y += cell
+        y += line
+
+    # legend: the log colour scale with its ends, and the overflow set
+    d.line([(8, y - line // 2), (width - 8, y - line // 2)], fill=_GRID)
+    bar_x, bar_w = margin_l, min(grid_w, round(320 * scale))
+    d.text((8, y + 2), "timers", fill=_MUTED, font=small)
+    for i in range(bar_w):
+        n = round(math.expm1(math.log1p(max_count) * (i + 1) / bar_w))
+        d.line([(bar_x + i, y + 2), (bar_x + i, y + line - 2)], fill=color(max(1, n), max_count))
+    d.text((bar_x, y + line), "1", fill=_TEXT, font=small)
+    d.text((bar_x + bar_w - 6 * len(f"{max_count:,}"), y + line), f"{max_count:,}", fill=_TEXT, font=small)
+    d.rectangle([bar_x + bar_w + 16, y + 2, bar_x + bar_w + 16 + cell, y + 2 + cell], fill=_EMPTY)
+    d.text((bar_x + bar_w + 22 + cell, y + 2), "empty (log colour scale)", fill=_MUTED, font=small)
+    d.text((bar_x + bar_w + 16, y + line + 2), f"overflow: {dist.overflow:,}", fill=_TEXT, font=small)
+
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", optimize=False, compress_level=6)
+    return buf.getvalue()
+
+
+__all__ = ["COLUMNS", "DEFAULT_WIDTH", "MAX_WIDTH", "MIN_WIDTH", "WheelDistribution", "WheelLevel", "color", "distribution_of", "render_png"]

@@ -1,0 +1,228 @@
+"""``/metrics``: the node's Prometheus registry (``prometheus-client``), text format 0.0.4.
+
+Two kinds of series:
+
+- **Live values read at scrape time** by :class:`LiveCollector` from a :class:`MetricsSnapshot`
+  the context builds on demand (nothing duplicated, nothing to keep in step): tasks by status,
+  Raft term / commit / applied / last index, leader changes seen, whether this node leads, the
+  wheel size and overflow, queue depths (fire pool queued / in flight / free, fires in flight,
+  wheel backlog), history rows, disk usage per part, and the scheduler's own counters.
+- **Events observed when they happen** by :class:`FireMetrics`, the scheduler's stats observer
+  (``SchedulerStats.observer``, see :mod:`molens.actors.stats`): every HTTP attempt this node's
+  fire pool makes (``molens_fires_total{kind,outcome}``, ``molens_callback_latency_seconds{host}``)
+  and the leader's timings (``molens_fire_lateness_seconds``: due -> planned;
+  ``molens_fire_send_delay_seconds``: planned -> sent to the worker). Fires are counted on the
+  worker that made them, so ``sum()`` over the cluster's nodes is the cluster's rate.
+
+Host labels are bounded: after :data:`MAX_HOSTS` distinct hosts, the rest share ``host="other"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+MAX_HOSTS = 200
+"""Distinct ``host`` label values of the callback latency histogram (then ``other``)."""
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""Text format 0.0.4: what every Prometheus version parses (the series names need no escaping)."""
+
+
+class _Request(Protocol):
+    @property
+    def url(self) -> str: ...
+
+
+class _Result(Protocol):
+    @property
+    def kind(self) -> Any: ...
+    @property
+    def outcome(self) -> Any: ...
+    @property
+    def latency_ms(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSnapshot:
+    """Live values of one node at scrape time (absent parts are simply not exported)."""
+
+    node_id: str
+    role: str
+    tasks: Mapping[str, int]
+    raft: Mapping[str, int] = field(default_factory=dict)
+    """``term``, ``commit_index``, ``applied_index``, ``last_index``, ``leader_changes``..."""
+    wheel: Mapping[str, int] = field(default_factory=dict)
+    """``timers``, ``overflow`` (leader only)."""
+    queues: Mapping[str, int] = field(default_factory=dict)
+    """Queue depths by name (``fire_pool_queued``, ``fire_pool_in_flight``, ``fires_in_flight``...)."""
+    history_rows: int | None = None
+    disk_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Bytes by part (``lmdb``, ``history``, ``raft``, ``snapshots``) and ``free``."""
+    scheduler: Mapping[str, float] = field(default_factory=dict)
+    """The scheduler's monotonic counters (``SchedulerStats``), exported as ``molens_scheduler_<name>_total``."""
+
+
+class LiveCollector(Collector):
+    """Reads a :class:`MetricsSnapshot` at every scrape and turns it into metric families."""
+
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> list[Metric]:
+        return []  # no fixed set: keeps registration from calling collect()
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._snapshot()
+        g = GaugeMetricFamily("molens_tasks", "Tasks in the local replica by status", labels=["status"])
+        for status, n in sorted(s.tasks.items()):
+            g.add_metric([status], n)
+        yield g
+        yield GaugeMetricFamily(
+            "molens_is_leader", "1 when this node is the Raft leader", value=1 if s.role == "leader" else 0
+        )
+        for key, help_ in (
+            ("term", "Current Raft term"),
+            ("commit_index", "Raft commit index known to this node"),
+            ("applied_index", "Last log index applied to the state machine"),
+            ("last_index", "Last index in this node's Raft log"),
+            ("snapshot_index", "Index of the latest local snapshot"),
+        ):
+            if key in s.raft:
+                yield GaugeMetricFamily(f"molens_raft_{key}", help_, value=s.raft[key])
+        if "leader_changes" in s.raft:
+            yield CounterMetricFamily(
+                "molens_raft_leader_changes", "Leader changes this node has seen", value=s.raft["leader_changes"]
+            )
+        if "timers" in s.wheel:
+            yield GaugeMetricFamily("molens_wheel_timers", "Timers in the leader's time wheel", value=s.wheel["timers"])
+        if "overflow" in s.wheel:
+            yield GaugeMetricFamily(
+                "molens_wheel_overflow", "Timers beyond the top wheel level", value=s.wheel["overflow"]
+            )
+        if s.queues:
+            q = GaugeMetricFamily("molens_queue_depth", "Items waiting or in flight by queue", labels=["queue"])
+            for name, n in sorted(s.queues.items()):
+                q.add_metric([name], n)
+            yield q
+        if s.history_rows is not None:
+            yield GaugeMetricFamily("molens_history_rows", "Execution records in the local history", value=s.history_rows)
+        if s.disk_bytes:
+            d = GaugeMetricFamily("molens_disk_bytes", "Disk usage of the data directory by part", labels=["part"])
+            for part, n in sorted(s.disk_bytes.items()):
+                d.add_metric([part], n)
+            yield d
+        if s.scheduler:
+            c = CounterMetricFamily(
+                "molens_scheduler_events", "Scheduler events on this node by kind (process lifetime)", labels=["event"]
+            )
+            for name, v in sorted(s.scheduler.items()):
+                c.add_metric([name], v)
+            yield c
+
+
+def url_host(url: str) -> str:
+    """``https://api.example.com:8443/x`` -> ``api.example.com:8443`` (``?`` when unparseable)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        return f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        return "?"
+
+
+class FireMetrics:
+    """Counters and histograms observed as fires happen (the scheduler's stats observer)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.fires = Counter(
+            "molens_fires", "HTTP attempts made by this node's fire pool", ["kind", "outcome"], registry=registry
+        )
+        self.latency = Histogram(
+            "molens_callback_latency_seconds",
+            "Callback/ACK HTTP latency by URL host (attempts made by this node)",
+            ["host"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.lateness = Histogram(
+            "molens_fire_lateness_seconds",
+            "Due time -> fire planned by the leader's dispatcher",
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self.send_delay = Histogram(
+            "molens_fire_send_delay_seconds",
+            "Fire planned -> sent to its worker (the Dispatched entry's commit)",
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self._hosts: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _host(self, url: str) -> str:
+        h = self._hosts.get(url)
+        if h is None:
+            h = url_host(url)
+            with self._lock:
+                if len(self._hosts) >= 4 * MAX_HOSTS:
+                    self._hosts.clear()
+                known = set(self._hosts.values())
+                if h not in known and len(known) >= MAX_HOSTS:
+                    h = "other"
+                self._hosts[url] = h
+        return h
+
+    # --- the StatsObserver protocol (molens.actors.stats) ----------------------------------------
+    def delivered(self, req: _Request, result: _Result) -> None:
+        kind = getattr(result.kind, "value", str(result.kind))
+        outcome = getattr(result.outcome, "value", str(result.outcome))
+        self.fires.labels(kind, outcome).inc()
+        self.latency.labels(self._host(req.url)).observe(max(0.0, result.latency_ms) / 1000)
+
+    def sampled(self, name: str, values_ms: list[float]) -> None:
+        if name == "dispatch_lag":
+            h = self.lateness
+        elif name == "plan_to_send":
+            h = self.send_delay
+        else:
+            return
+        for v in values_ms:
+            h.observe(max(0.0, v) / 1000)
+
+
+class NodeMetrics:
+    """One node's registry: the live collector plus the fire-time instruments."""
+
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.fires = FireMetrics(self.registry)
+        self.registry.register(LiveCollector(snapshot))
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every series."""
+        return generate_latest(self.registry)
+
+
+__all__ = [
+    "CONTENT_TYPE",
+    "FireMetrics",
+    "LiveCollector",
+    "MetricsSnapshot",
+    "NodeMetrics",
+    "url_host",
+]

@@ -1,0 +1,218 @@
+"""What a node reports about itself beyond its counters: disk, memory, request rate, recent fires,
+and its peers' reports (``/api/v1/cluster/stats``, ``/api/v1/stats?node_id=``).
+
+- :func:`disk_usage`: bytes per part of ``data_dir`` (``lmdb`` = ``fsm/``, ``history`` =
+  ``history.sqlite*``, ``raft/``, ``snapshots/``) and the file system's ``free`` bytes.
+- :class:`RecentFires`: executions finished in the last ``window_ms`` by result, read from the
+  node's history with its own read-only SQLite connection per thread (the history is replicated,
+  so every node gives the cluster-wide figure). Cached for :data:`RECENT_CACHE_S`.
+- :class:`RequestRate`: HTTP requests per second over the last few seconds (one lock, a deque).
+- :class:`PeerStats`: asks peers' ``GET /api/v1/stats?local=1`` in parallel with a short timeout
+  (the bearer token of this node, the cluster shares it); an unreachable peer is reported as
+  ``{"node_id", "error"}`` instead of failing the whole answer.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import urllib3
+
+log = logging.getLogger(__name__)
+
+PEER_TIMEOUT_S = 1.0
+"""Per-peer budget of a cluster stats call (connect + read)."""
+RECENT_WINDOW_MS = 10_000
+RECENT_CACHE_S = 1.0
+DISK_CACHE_S = 5.0
+
+_SUCCESS = frozenset({"success", "ack_success"})
+
+
+def _tree_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+class DiskUsage:
+    """Bytes used under ``data_dir`` by part, cached for :data:`DISK_CACHE_S` (a walk per scrape is waste)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self._at = 0.0
+        self._value: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def get(self) -> dict[str, int]:
+        with self._lock:
+            if time.monotonic() - self._at < DISK_CACHE_S:
+                return dict(self._value)
+        d = self.data_dir
+        out = {
+            "lmdb_bytes": _tree_bytes(d / "fsm") if (d / "fsm").exists() else 0,
+            "history_bytes": sum(_tree_bytes(p) for p in d.glob("history.sqlite*")),
+            "raft_bytes": _tree_bytes(d / "raft") if (d / "raft").exists() else 0,
+            "snapshots_bytes": _tree_bytes(d / "snapshots") if (d / "snapshots").exists() else 0,
+        }
+        try:
+            out["free_bytes"] = shutil.disk_usage(d).free
+        except OSError:
+            pass
+        with self._lock:
+            self._value, self._at = out, time.monotonic()
+        return dict(out)
+
+
+def rss_bytes() -> int | None:
+    """Resident set size of this process (Linux ``/proc``), None elsewhere."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class RequestRate:
+    """Requests per second over the last ``window_s`` seconds."""
+
+    def __init__(self, window_s: float = 10.0) -> None:
+        self.window_s = window_s
+        self._times: collections.deque[float] = collections.deque()
+        self._lock = threading.Lock()
+        self.total = 0
+
+    def hit(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.total += 1
+            self._times.append(now)
+            while self._times and now - self._times[0] > self.window_s:
+                self._times.popleft()
+
+    def per_s(self) -> float:
+        now = time.monotonic()
+        with self._lock:
+            while self._times and now - self._times[0] > self.window_s:
+                self._times.popleft()
+            return round(len(self._times) / self.window_s, 2)
+
+
+class RecentFires:
+    """Executions (callbacks and ACK probes) finished in the last ``window_ms``, by result."""
+
+    def __init__(self, history_path: Path, window_ms: int = RECENT_WINDOW_MS) -> None:
+        self.path = history_path
+        self.window_ms = window_ms
+        self._local = threading.local()
+        self._cache: tuple[float, dict[str, Any]] | None = None
+
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False, timeout=5)
+            self._local.db = db
+        return db
+
+    def summary(self, now_ms: int) -> dict[str, Any]:
+        """``{"fires_per_s", "success_rate" (None without fires), "window_ms", "by_result"}``."""
+        c = self._cache
+        if c is not None and time.monotonic() - c[0] < RECENT_CACHE_S:
+            return c[1]
+        by: dict[str, int] = {}
+        try:
+            rows = self._db().execute(
+                "SELECT result, COUNT(*) FROM executions WHERE finished_ms >= ? GROUP BY result",
+                (now_ms - self.window_ms,),
+            ).fetchall()
+            by = {str(r): int(n) for r, n in rows}
+        except sqlite3.Error as exc:  # no table yet on a fresh node, or the file is being created
+            log.debug("recent fires unavailable: %s", exc)
+        total = sum(by.values())
+        ok = sum(n for r, n in by.items() if r in _SUCCESS)
+        out = {
+            "fires_per_s": round(total * 1000 / self.window_ms, 2),
+            "success_rate": round(ok / total, 4) if total else None,
+            "window_ms": self.window_ms,
+            "by_result": by,
+        }
+        self._cache = (time.monotonic(), out)
+        return out
+
+    def rows(self) -> int | None:
+        """Execution records held (all tasks); None when the history cannot be read."""
+        try:
+            return int(self._db().execute("SELECT COUNT(*) FROM executions").fetchone()[0])
+        except sqlite3.Error:
+            return None
+
+
+class PeerStats:
+    """Fetches peers' local stats over their HTTP API (see the module docstring)."""
+
+    def __init__(self, auth_token: str = "", timeout_s: float = PEER_TIMEOUT_S) -> None:
+        self._http = urllib3.PoolManager(num_pools=16, maxsize=4, retries=False)
+        self._timeout = urllib3.Timeout(connect=timeout_s, read=timeout_s)
+        self._headers = {"Accept": "application/json"}
+        if auth_token:
+            self._headers["Authorization"] = f"Bearer {auth_token}"
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="peer-stats")
+
+    def fetch(self, node_id: str, base_url: str | None) -> dict[str, Any]:
+        """One peer's ``/api/v1/stats?local=1`` answer, or ``{"node_id", "error"}``."""
+        if not base_url:
+            return {"node_id": node_id, "error": "no HTTP address known for this node"}
+        t0 = time.monotonic()
+        try:
+            r = self._http.request(
+                "GET", base_url.rstrip("/") + "/api/v1/stats?local=1", headers=self._headers, timeout=self._timeout
+            )
+        except urllib3.exceptions.HTTPError as exc:
+            return {"node_id": node_id, "http_url": base_url, "error": f"unreachable: {type(exc).__name__}"}
+        if r.status != 200:
+            return {"node_id": node_id, "http_url": base_url, "error": f"HTTP {r.status}"}
+        try:
+            body = json.loads(r.data)
+        except ValueError:
+            return {"node_id": node_id, "http_url": base_url, "error": "answer is not JSON"}
+        if not isinstance(body, dict):
+            return {"node_id": node_id, "http_url": base_url, "error": "answer is not an object"}
+        body.setdefault("node_id", node_id)
+        body["http_url"] = base_url
+        body["fetch_ms"] = round((time.monotonic() - t0) * 1000, 1)
+        return body
+
+    def fetch_all(self, peers: Mapping[str, str | None]) -> list[dict[str, Any]]:
+        """Every peer's answer, fetched in parallel (order of ``peers``)."""
+        futs = [self._pool.submit(self.fetch, nid, url) for nid, url in peers.items()]
+        return [f.result() for f in futs]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._http.clear()
+
+
+def order_nodes(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Leader first, then by node id."""
+    return sorted(nodes, key=lambda n: (n.get("role") != "leader", str(n.get("node_id"))))
+
+
+__all__ = ["DiskUsage", "PeerStats", "RecentFires", "RequestRate", "order_nodes", "rss_bytes"]

@@ -1,0 +1,159 @@
+"""Observability routes of the REST app (issue 7): ``/metrics``, the time wheel's distribution (JSON
+and PNG) and the schedule preview. Installed by :func:`molens.web.app.build_api`.
+
+- ``GET /metrics``: Prometheus text (:mod:`molens.web.metrics`); behind the bearer token like the
+  API (Prometheus sends one with ``authorization: {credentials: ...}``).
+- ``GET /api/v1/timewheel/distribution``: ``{"time_ms", "tick_ms", "wheel_size", "timers",
+  "overflow", "levels": [{"level", "start_ms", "span_ms", "total", "counts": [n, ...]}]}`` --
+  bucket ``i`` of a level covers ``start_ms + i * span_ms`` for ``span_ms``. The wheel lives on the
+  leader: a follower answers ``307`` to the leader's same URL (``503`` with no leader).
+- ``GET /api/v1/timewheel/distribution.png?level=&width=``: the same as a heatmap
+  (:mod:`molens.web.heatmap`); ``level`` omitted = every level; ``width`` 400..4000 (800).
+- ``GET /api/v1/schedule/preview?type=periodic&cron_expr=&timezone=|interval_ms=&count=&after=``:
+  the next ``count`` (1..100, default 5) fire instants after ``after`` (default now) with the same
+  validation as task creation (a bad field is a ``400`` naming it), as epoch ms in ``items`` and
+  as ISO-8601 local times of ``timezone`` in ``local``. ``type=delayed`` previews the one fire of
+  ``interval_ms`` (from ``after``) or ``run_at``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+import bottle
+
+from molens.model import TaskType, ValidationError
+from molens.schedule import cron
+from molens.web import heatmap, metrics
+from molens.web.errors import NoLeader, NotLeader
+
+if TYPE_CHECKING:
+    from molens.web.app import Api
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/api/v1"
+MAX_PREVIEW = 100
+DEFAULT_PREVIEW = 5
+_PREVIEW_FIELDS = frozenset({"type", "cron_expr", "timezone", "interval_ms", "run_at", "count", "after"})
+
+
+def install_observability(api: Api) -> None:
+    """Register the routes of this module on ``api``."""
+    ctx = api.ctx
+
+    @api.route("GET", "/metrics")
+    def prometheus() -> bottle.HTTPResponse:
+        body = ctx.metrics().render()
+        return bottle.HTTPResponse(body, 200, {"Content-Type": metrics.CONTENT_TYPE, "Cache-Control": "no-store"})
+
+    def wheel() -> heatmap.WheelDistribution:
+        dist = ctx.wheel_distribution()
+        if dist is None:
+            li = ctx.leader_info()
+            if li.leader_url and not li.is_leader:
+                raise NotLeader(li.leader_url, li.leader_id)
+            raise NoLeader("the time wheel lives on the leader and no leader is known (or it is rebuilding)")
+        return dist
+
+    @api.route("GET", f"{PREFIX}/timewheel/distribution")
+    def wheel_json() -> tuple[int, Any]:
+        return 200, wheel().to_json()
+
+    @api.route("GET", f"{PREFIX}/timewheel/distribution.png")
+    def wheel_png() -> bottle.HTTPResponse:
+        width = api.q_int("width", heatmap.DEFAULT_WIDTH, heatmap.MIN_WIDTH, heatmap.MAX_WIDTH)
+        assert width is not None
+        level = api.q_int("level", None, 0, 63)
+        dist = wheel()
+        if level is not None and level >= len(dist.levels):
+            raise ValidationError(f"level must be in 0..{len(dist.levels) - 1}, got {level}", "level")
+        png = heatmap.render_png(dist, width, level)
+        return bottle.HTTPResponse(png, 200, {"Content-Type": "image/png", "Cache-Control": "no-store"})
+
+    @api.route("GET", f"{PREFIX}/schedule/preview")
+    def schedule_preview() -> tuple[int, Any]:
+        q = bottle.request.query
+        for k in q:
+            if k not in _PREVIEW_FIELDS:
+                raise ValidationError(f"unknown parameter {k[:40]!r}", k[:64])
+        now = ctx.now_ms()
+        count = api.q_int("count", DEFAULT_PREVIEW, 1, MAX_PREVIEW)
+        after = api.q_int("after", now, 0)
+        assert count is not None and after is not None
+        return 200, preview(
+            api.q_str("type") or TaskType.PERIODIC.value,
+            cron_expr=api.q_str("cron_expr"),
+            timezone=api.q_str("timezone"),
+            interval_ms=api.q_int("interval_ms", None, 0),
+            run_at=api.q_int("run_at", None, 0),
+            count=count,
+            after_ms=after,
+            min_period_ms=ctx.settings.limits.min_period_ms,
+            max_delay_ms=ctx.settings.limits.max_delay_ms,
+            max_cron_length=ctx.settings.limits.max_cron_length,
+        )
+
+
+def preview(
+    type_: str,
+    *,
+    cron_expr: str | None,
+    timezone: str | None,
+    interval_ms: int | None,
+    run_at: int | None,
+    count: int,
+    after_ms: int,
+    min_period_ms: int = 1_000,
+    max_delay_ms: int = 5 * 365 * 86_400_000,
+    max_cron_length: int = 256,
+) -> dict[str, Any]:
+    """The preview answer (see the module docstring); :class:`ValidationError` names the bad field."""
+    try:
+        ttype = TaskType(type_)
+    except ValueError:
+        raise ValidationError("type must be 'delayed' or 'periodic'", "type") from None
+    tz = timezone or "UTC"
+    try:
+        cron.validate_timezone(tz)
+    except cron.ScheduleError as e:
+        raise ValidationError(str(e), "timezone") from None
+    if ttype is TaskType.DELAYED:
+        if cron_expr is not None:
+            raise ValidationError("cron_expr is only for periodic tasks", "cron_expr")
+        if (interval_ms is None) == (run_at is None):
+            raise ValidationError("a delayed preview needs interval_ms or run_at (one of them)", "interval_ms")
+        if interval_ms is not None and interval_ms > max_delay_ms:
+            raise ValidationError(f"interval_ms must be at most {max_delay_ms}", "interval_ms")
+        items = [run_at if run_at is not None else after_ms + (interval_ms or 0)]
+    else:
+        if run_at is not None:
+            raise ValidationError("run_at is only for delayed tasks", "run_at")
+        if (interval_ms is None) == (cron_expr is None):
+            raise ValidationError("a periodic preview needs interval_ms or cron_expr (one of them)", "cron_expr")
+        if cron_expr is not None:
+            if len(cron_expr) > max_cron_length:
+                raise ValidationError(f"cron_expr is longer than {max_cron_length}", "cron_expr")
+            spec = cron.ScheduleSpec(after_ms, None, cron_expr, tz)
+        else:
+            assert interval_ms is not None
+            if not min_period_ms <= interval_ms <= max_delay_ms:
+                raise ValidationError(f"interval_ms must be in {min_period_ms}..{max_delay_ms}", "interval_ms")
+            spec = cron.ScheduleSpec(after_ms, interval_ms, None, tz)
+        try:
+            if cron_expr is not None:
+                cron.validate_cron(cron_expr, tz)
+            items = cron.preview(spec, after_ms, count)
+        except cron.ScheduleError as e:
+            raise ValidationError(str(e), e.field) from None
+        except ValueError as e:
+            raise ValidationError(str(e) or "invalid schedule", "cron_expr") from None
+    zone = ZoneInfo(tz)
+    local = [datetime.fromtimestamp(ms / 1000, UTC).astimezone(zone).isoformat(timespec="milliseconds") for ms in items]
+    return {"items": items, "local": local, "timezone": tz, "after": after_ms}
+
+
+__all__ = ["install_observability", "preview"]

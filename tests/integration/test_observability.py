@@ -1,0 +1,255 @@
+"""Observability end to end (issue 7): ``/metrics``, the time wheel (JSON + PNG), the schedule
+preview, ``/api/v1/stats?node_id=`` and ``/api/v1/cluster/stats``.
+
+First against the REST app over a LocalContext (in process: route validation and schemas), then
+against a real single ``molens-node`` (the key Prometheus series move when tasks fire), then a
+real 3-node cluster (stats aggregated from every node in one call; a killed node is marked).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
+
+from .api_server import Served, check_schema, delayed, serve
+from .conftest import Cluster, NodeProc, wait_for
+
+_http = urllib3.PoolManager(retries=False, timeout=10)
+
+
+def _base(n: NodeProc) -> str:
+    return f"http://127.0.0.1:{n.settings['http']['port']}"
+
+
+def _get(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        r = _http.request("GET", url, redirect=False)
+    except urllib3.exceptions.HTTPError:
+        return 0, {}, b""
+    return r.status, dict(r.headers), r.data
+
+
+def _json(url: str) -> tuple[int, Any]:
+    status, _, data = _get(url)
+    return status, json.loads(data) if data else None
+
+
+def _post(url: str, body: Any) -> tuple[int, Any]:
+    r = _http.request("POST", url, body=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return r.status, json.loads(r.data)
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a Prometheus text page, keyed by (name, sorted labels)."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _sum(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return sum(
+        v for (n, lab), v in samples.items() if n == name and all(dict(lab).get(k) == x for k, x in labels.items())
+    )
+
+
+# ------------------------------------------------------------------------------------- LocalContext
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serve(tmp_path_factory.mktemp("obs-local")) as s:
+        yield s
+
+
+def test_metrics_page_parses_and_reads_task_counts_live(served: Served) -> None:
+    st, h, body = served.call("GET", "/metrics")
+    assert st == 200 and h["Content-Type"].startswith("text/plain; version=0.0.4")
+    before = _sum(_samples(body.decode()), "molens_tasks", status="pending")
+    assert served.call("POST", "/api/v1/tasks", delayed())[0] == 201
+    after = _sum(_samples(served.call("GET", "/metrics")[2].decode()), "molens_tasks", status="pending")
+    assert after == before + 1
+
+
+def test_wheel_distribution_counts_every_due_task_in_the_right_level(served: Served) -> None:
+    for ms in (2_000, 600_000, 3 * 86_400_000):
+        assert served.call("POST", "/api/v1/tasks", delayed(interval_ms=ms))[0] == 201
+    st, _, body = served.call("GET", "/api/v1/timewheel/distribution")
+    assert st == 200
+    check_schema(body, "WheelDistribution")
+    assert body["timers"] == sum(lv["total"] for lv in body["levels"]) + body["overflow"]
+    assert body["timers"] == served.task_count()
+    totals = [lv["total"] for lv in body["levels"]]
+    assert totals[0] >= 1 and totals[1] >= 1 and totals[2] >= 1  # 2 s, 10 min, 3 days ahead
+    assert all(len(lv["counts"]) == body["wheel_size"] for lv in body["levels"])
+
+
+def test_wheel_png_is_a_png_of_the_asked_width_and_bad_parameters_are_400(served: Served) -> None:
+    st, h, body = served.call("GET", "/api/v1/timewheel/distribution.png?width=1000&level=1")
+    assert st == 200 and h["Content-Type"] == "image/png"
+    img = Image.open(io.BytesIO(body))
+    img.verify()
+    assert Image.open(io.BytesIO(body)).size[0] == 1000
+    for query, field in (("width=100", "width"), ("width=abc", "width"), ("level=9", "level"), ("level=-1", "level")):
+        st, _, err = served.call("GET", f"/api/v1/timewheel/distribution.png?{query}")
+        assert st == 400 and err["error"]["field"] == field, (query, err)
+
+
+def test_schedule_preview_cron_in_a_dst_zone_and_errors_name_the_field(served: Served) -> None:
+    # 2026-03-29 01:00 UTC; 02:30 does not exist in Berlin that night: it fires once at 03:00 CEST
+    st, _, body = served.call(
+        "GET", "/api/v1/schedule/preview?cron_expr=30+2+*+*+*&timezone=Europe/Berlin&after=1774746000000&count=3"
+    )
+    assert st == 200, body
+    check_schema(body, "SchedulePreview")
+    assert body["local"] == [
+        "2026-03-30T02:30:00.000+02:00",
+        "2026-03-31T02:30:00.000+02:00",
+        "2026-04-01T02:30:00.000+02:00",
+    ]
+    st, _, body = served.call(
+        "GET", "/api/v1/schedule/preview?cron_expr=30+2+*+*+*&timezone=Europe/Berlin&after=1774738800000&count=2"
+    )
+    assert body["items"][0] == 1774746000000 and body["local"][0] == "2026-03-29T03:00:00.000+02:00"
+    st, _, body = served.call("GET", "/api/v1/schedule/preview?type=periodic&interval_ms=60000&after=1000&count=5")
+    assert st == 200 and body["items"] == [61_000, 121_000, 181_000, 241_000, 301_000]
+    for query, field in (
+        ("cron_expr=61+*+*+*+*", "cron_expr"),
+        ("cron_expr=*+*+*+*+*&timezone=Mars/Base", "timezone"),
+        ("interval_ms=10", "interval_ms"),
+        ("interval_ms=1000&cron_expr=*+*+*+*+*", "cron_expr"),
+        ("interval_ms=1000&count=0", "count"),
+        ("interval_ms=1000&bogus=1", "bogus"),
+        ("type=weekly&interval_ms=1000", "type"),
+    ):
+        st, _, err = served.call("GET", f"/api/v1/schedule/preview?{query}")
+        assert st == 400 and err["error"]["field"] == field, (query, err)
+
+
+def test_stats_and_cluster_stats_of_a_single_node(served: Served) -> None:
+    st, _, body = served.call("GET", "/api/v1/stats?node_id=n1")
+    assert st == 200 and body["node_id"] == "n1"
+    check_schema(body, "Stats")
+    st, _, body = served.call("GET", "/api/v1/stats?node_id=nope")
+    assert st == 404 and body["error"]["field"] == "node_id"
+    st, _, body = served.call("GET", "/api/v1/cluster/stats")
+    assert st == 200 and [n["node_id"] for n in body["nodes"]] == ["n1"]
+    check_schema(body, "ClusterStats")
+
+
+# ---------------------------------------------------------------------------------- one real node
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    c = Cluster(tmp_path_factory.mktemp("obs1"), 1, extra={"raft": {"tick_ms": 20}}, state_machine="tasks")
+    try:
+        c.start()
+        n = c.leader(timeout=30)
+        wait_for(lambda: _get(_base(n) + "/readyz")[0] == 200, 30, "the HTTP API to be ready")
+        yield n
+    finally:
+        c.kill_all()
+
+
+def _metrics(n: NodeProc) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    st, _, data = _get(_base(n) + "/metrics")
+    assert st == 200
+    return _samples(data.decode())
+
+
+def test_key_series_move_when_tasks_fire(node: NodeProc) -> None:
+    base = _base(node)
+    m0 = _metrics(node)
+    for key in ("molens_raft_term", "molens_raft_commit_index", "molens_raft_applied_index", "molens_is_leader"):
+        assert _sum(m0, key) >= 1, key
+    assert _sum(m0, "molens_disk_bytes", part="lmdb") > 0
+    cb = base + "/api/v1/test/callback"
+    n = 5
+    for i in range(n):
+        st, _ = _post(base + "/api/v1/tasks", {"type": "delayed", "interval_ms": 100 + 50 * i, "callback_url": cb})
+        assert st == 201
+    far = _post(base + "/api/v1/tasks", {"type": "delayed", "interval_ms": 3_600_000, "callback_url": cb})[1]
+
+    def moved() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
+        m = _metrics(node)
+        ok = _sum(m, "molens_fires_total", kind="callback", outcome="success") - _sum(
+            m0, "molens_fires_total", kind="callback", outcome="success"
+        )
+        return m if ok >= n else None
+
+    m1 = wait_for(moved, 30, f"{n} successful fires in /metrics")
+    host = "127.0.0.1:" + str(node.settings["http"]["port"])
+    assert _sum(m1, "molens_callback_latency_seconds_count", host=host) >= n
+    assert _sum(m1, "molens_callback_latency_seconds_sum", host=host) >= n * 0.1  # the test endpoint waits 100 ms
+    assert _sum(m1, "molens_fire_lateness_seconds_count") >= n
+    assert _sum(m1, "molens_fire_send_delay_seconds_count") >= n
+    assert _sum(m1, "molens_raft_commit_index") > _sum(m0, "molens_raft_commit_index")
+    assert _sum(m1, "molens_scheduler_events_total", event="dispatched_accepted") >= n
+    wait_for(lambda: _sum(_metrics(node), "molens_tasks", status="done") >= n, 20, "tasks done in /metrics")
+    assert _sum(_metrics(node), "molens_history_rows") >= n
+    m2 = _metrics(node)
+    assert _sum(m2, "molens_wheel_timers") >= 1  # the far task is still waiting
+
+    # the same fires in the dashboard's stats
+    st, stats = _json(base + "/api/v1/stats")
+    assert st == 200
+    check_schema(stats, "Stats")
+    assert stats["fires_total"] >= n and stats["success_rate"] == 1.0 and stats["fires_per_s"] > 0
+    assert stats["lateness_p99_ms"] is not None and stats["disk"]["lmdb_bytes"] > 0
+
+    # and the far task in the wheel: level 1 (buckets of 5.12 s) cannot hold an hour; level 2 can
+    st, wheel = _json(base + "/api/v1/timewheel/distribution")
+    assert st == 200
+    check_schema(wheel, "WheelDistribution")
+    assert wheel["levels"][2]["total"] >= 1, wheel["levels"][2]["total"]
+    st, _, png = _get(base + "/api/v1/timewheel/distribution.png")
+    assert st == 200 and Image.open(io.BytesIO(png)).size[0] == 800
+    assert _http.request("DELETE", f"{base}/api/v1/tasks/{far['id']}").status == 200
+
+
+# ------------------------------------------------------------------------------------ 3-node cluster
+
+
+def test_cluster_stats_come_from_every_node_in_one_call_and_a_dead_node_is_marked(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, 3, extra={"raft": {"tick_ms": 20}}, state_machine="tasks")
+    try:
+        c.start()
+        leader = c.leader(timeout=30)
+        for n in c.nodes.values():
+            wait_for(lambda n=n: _get(_base(n) + "/readyz")[0] == 200, 30, f"{n.node_id} HTTP ready")
+        follower = c.followers()[0]
+
+        def full() -> Any:
+            st, body = _json(_base(follower) + "/api/v1/cluster/stats")
+            return body if st == 200 and all("error" not in x for x in body["nodes"]) else None
+
+        body = wait_for(full, 20, "every node in cluster stats")
+        check_schema(body, "ClusterStats")
+        nodes = body["nodes"]
+        assert nodes[0]["node_id"] == leader.node_id  # leader first
+        assert sorted(x["node_id"] for x in nodes) == ["n1", "n2", "n3"]
+        assert all(x["role"] in ("leader", "follower") and x["term"] >= 1 and x["lag"] >= 0 for x in nodes)
+
+        st, other = _json(_base(follower) + f"/api/v1/stats?node_id={leader.node_id}")
+        assert st == 200 and other["node_id"] == leader.node_id and other["role"] == "leader"
+
+        victim = next(n for n in c.nodes.values() if n is not leader and n is not follower)
+        victim.kill()
+        st, body = _json(_base(leader) + "/api/v1/cluster/stats")
+        assert st == 200
+        dead = [x for x in body["nodes"] if x["node_id"] == victim.node_id]
+        assert dead and "error" in dead[0]
+        st, err = _json(_base(leader) + f"/api/v1/stats?node_id={victim.node_id}")
+        assert st == 503 and err["error"]["field"] == "node_id"
+    finally:
+        c.kill_all()

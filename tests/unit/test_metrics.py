@@ -1,0 +1,120 @@
+"""/metrics building blocks: live values read at scrape time, fire-time instruments fed by the
+scheduler's stats hook, bounded host labels, and output that prometheus-client's parser reads."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import urllib3
+from prometheus_client.parser import text_string_to_metric_families
+
+from molens.actors.stats import ReportingDeliverer, SchedulerStats
+from molens.delivery import FireRequest
+from molens.model import FireKind
+from molens.web.metrics import MAX_HOSTS, MetricsSnapshot, NodeMetrics, url_host
+
+
+def _parse(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text.decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _snap(**kw: object) -> MetricsSnapshot:
+    base = MetricsSnapshot(
+        node_id="n1",
+        role="leader",
+        tasks={"pending": 3, "done": 1},
+        raft={"term": 2, "commit_index": 10, "applied_index": 9, "leader_changes": 1},
+        wheel={"timers": 3, "overflow": 0},
+        queues={"fire_pool_queued": 4},
+        history_rows=7,
+        disk_bytes={"lmdb": 4096, "free": 1 << 30},
+        scheduler={"dispatched_accepted": 5.0},
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_live_values_are_read_at_every_scrape() -> None:
+    current = [_snap()]
+    m = NodeMetrics(lambda: current[0])
+    s = _parse(m.render())
+    assert s[("molens_tasks", (("status", "pending"),))] == 3
+    assert s[("molens_raft_term", ())] == 2
+    assert s[("molens_raft_commit_index", ())] == 10
+    assert s[("molens_raft_leader_changes_total", ())] == 1
+    assert s[("molens_is_leader", ())] == 1
+    assert s[("molens_wheel_timers", ())] == 3
+    assert s[("molens_queue_depth", (("queue", "fire_pool_queued"),))] == 4
+    assert s[("molens_history_rows", ())] == 7
+    assert s[("molens_disk_bytes", (("part", "lmdb"),))] == 4096
+    assert s[("molens_scheduler_events_total", (("event", "dispatched_accepted"),))] == 5
+    current[0] = _snap(tasks={"pending": 0, "done": 4}, role="follower", wheel={})
+    s = _parse(m.render())
+    assert s[("molens_tasks", (("status", "done"),))] == 4
+    assert s[("molens_is_leader", ())] == 0
+    assert ("molens_wheel_timers", ()) not in s  # a follower has no wheel: the series is absent
+
+
+def test_fire_hooks_count_outcomes_latency_by_host_and_lateness() -> None:
+    m = NodeMetrics(_snap)
+    stats = SchedulerStats()
+    stats.observer = m.fires
+    req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://cb.example:8080/x?y=1", b"{}", "default", 1000)
+
+    class Result:
+        kind = FireKind.CALLBACK
+        outcome = "success"
+        latency_ms = 120.0
+
+    for _ in range(3):
+        stats.delivered(req, Result())  # type: ignore[arg-type]
+    stats.sample("dispatch_lag", [2.0, 40.0])
+    stats.sample("plan_to_send", [1.0])
+    stats.sample("something_else", [1.0])
+    s = _parse(m.render())
+    assert s[("molens_fires_total", (("kind", "callback"), ("outcome", "success")))] == 3
+    assert s[("molens_callback_latency_seconds_count", (("host", "cb.example:8080"),))] == 3
+    assert abs(s[("molens_callback_latency_seconds_sum", (("host", "cb.example:8080"),))] - 0.36) < 1e-9
+    assert s[("molens_callback_latency_seconds_bucket", (("host", "cb.example:8080"), ("le", "0.25")))] == 3
+    assert s[("molens_fire_lateness_seconds_count", ())] == 2
+    assert s[("molens_fire_lateness_seconds_bucket", (("le", "0.005"),))] == 1
+    assert s[("molens_fire_send_delay_seconds_count", ())] == 1
+
+
+def test_reporting_deliverer_reports_every_attempt_even_a_failed_one() -> None:
+    m = NodeMetrics(_snap)
+    stats = SchedulerStats()
+    stats.observer = m.fires
+    http = urllib3.PoolManager(retries=False)
+    d = ReportingDeliverer(stats, http, "n1")
+    req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://127.0.0.1:9/cb", b"{}", "default", 500)
+    result = d.deliver(req)  # port 9 (discard) is closed here: a network error, at once
+    s = _parse(m.render())
+    assert s[("molens_fires_total", (("kind", "callback"), ("outcome", result.outcome.value)))] == 1
+    assert s[("molens_callback_latency_seconds_count", (("host", "127.0.0.1:9"),))] == 1
+
+
+def test_host_labels_are_bounded() -> None:
+    m = NodeMetrics(_snap)
+
+    class Result:
+        kind = FireKind.CALLBACK
+        outcome = "success"
+        latency_ms = 1.0
+
+    for i in range(MAX_HOSTS + 50):
+        req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, f"http://h{i}.example/", b"", "default", 1000)
+        m.fires.delivered(req, Result())
+    s = _parse(m.render())
+    hosts = {dict(k[1])["host"] for k in s if k[0] == "molens_callback_latency_seconds_count"}
+    assert len(hosts) == MAX_HOSTS + 1 and "other" in hosts
+    assert s[("molens_callback_latency_seconds_count", (("host", "other"),))] == 50
+
+
+def test_url_host_keeps_the_port_and_drops_the_rest() -> None:
+    assert url_host("https://API.example.com:8443/a/b?c=d") == "api.example.com:8443"
+    assert url_host("http://[::1]:80/") == "::1:80"
+    assert url_host("not a url") == "?"
