@@ -70,8 +70,9 @@ MAX_PROPOSAL_ITEMS = 1_000
 """Most items in one Dispatched / Results proposal."""
 MAX_DISPATCH_PROPOSALS = 8
 """Dispatched proposals in flight at once (more due tasks wait in the backlog)."""
-RESULTS_FLUSH_MS = 3
-"""A results batch is proposed at most this long after its first item."""
+RESULTS_FLUSH_MS = 10
+"""A results batch is proposed at most this long after its first item (fewer, fuller Results
+entries: the next occurrence of a periodic task is computed from its schedule, not from this)."""
 RETRY_REFUSED_MS = 100
 """A task whose Dispatched proposal was refused (not appended) is due again this much later."""
 UNSENT_RESULTS_TTL_S = 30.0
