@@ -1,19 +1,29 @@
 #!/usr/bin/env python3
 """Latency of the API calls the web console makes, with 100,000 tasks in the store.
 
-Starts the REST app over a :class:`~molens.web.local_context.LocalContext` (real lmdb + SQLite, no
-Raft) on a free port in this process, loads ``--tasks`` tasks (5 % of them paused) by proposing
-``CreateTasks`` / ``PauseTasks`` batches directly, then times each console call ``--repeat`` times over
-one keep-alive connection: the dashboard's ``/stats`` and ``/cluster/leader`` (every few seconds),
-the cluster page's ``/cluster/status`` + ``/cluster/stats``, and one page of the task list
-(unfiltered, and filtered by a rare status, which scans up to the API's per-request bound).
+Three targets:
 
-Prints a table and one line: ``dashboard_api: tasks=N stats_p50_ms=... stats_p99_ms=... ...``.
+- default: the REST app over a :class:`~molens.web.local_context.LocalContext` (real lmdb + SQLite,
+  no Raft) on a free port in this process; ``--tasks`` tasks (5 % of them paused) are loaded by
+  proposing ``CreateTasks`` / ``PauseTasks`` batches directly.
+- ``--node``: a real single ``molens-node`` (Raft, scheduler, time wheel) started on free ports in a
+  temporary directory; the tasks are loaded through ``POST /api/v1/tasks/batch`` (1,000 a request),
+  delayed 1-2 h so they all sit in the leader's wheel and nothing fires while measuring.
+- ``--url URL``: a node already running at URL (loads ``--tasks`` the same way unless ``--tasks 0``).
+
+Then it times each console call ``--repeat`` times over one keep-alive connection: the dashboard's
+``/stats`` and ``/cluster/leader``, the cluster page's ``/cluster/status`` + ``/cluster/stats``, one
+page of the task list (unfiltered, and filtered by a rare status, which scans up to the API's
+per-request bound), the time wheel page's ``/timewheel/distribution``, the create form's
+``/schedule/preview``, plus ``/metrics`` (a Prometheus scrape) and the PNG heatmap.
+
+Prints a table and one line: ``dashboard_api: target=... tasks=N stats_p50_ms=... stats_p99_ms=... ...``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -39,7 +49,110 @@ CALLS = [
     ("cluster_stats", "/api/v1/cluster/stats"),
     ("tasks_page", "/api/v1/tasks?limit=50"),
     ("tasks_paused", "/api/v1/tasks?limit=50&status=paused"),
+    ("wheel_json", "/api/v1/timewheel/distribution"),
+    ("preview", "/api/v1/schedule/preview?type=periodic&cron_expr=*%2F5+*+*+*+*&timezone=Europe%2FBerlin&count=5"),
+    ("metrics", "/metrics"),
+    ("wheel_png", "/api/v1/timewheel/distribution.png"),
 ]
+
+
+def load_http(url: str, n: int, batch: int = 1_000) -> float:
+    """``n`` tasks through the REST batch endpoint (delayed 1-2 h, 5 % paused afterwards)."""
+    http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=120))
+    t0 = time.perf_counter()
+    made = 0
+    while made < n:
+        tasks = [
+            {
+                "type": "delayed",
+                "interval_ms": 3_600_000 + (i * 36_000) % 3_600_000,
+                "callback_url": f"http://127.0.0.1:9/bench/{i % 50}",
+                "scene": f"s{i % 7}",
+            }
+            for i in range(made, min(n, made + batch))
+        ]
+        r = http.request(
+            "POST", url + "/api/v1/tasks/batch", body=json.dumps({"tasks": tasks}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        assert r.status in (200, 201), (r.status, r.data[:300])
+        items = json.loads(r.data)["items"]
+        for k, t in enumerate(items):
+            if t is not None and (made + k) % 20 == 0:
+                http.request("POST", f"{url}/api/v1/tasks/{t['id']}/pause")
+        made += len(tasks)
+    return time.perf_counter() - t0
+
+
+def measure(base: str, repeat: int, summary: list[str]) -> None:
+    u = urllib3.util.parse_url(base)
+    http = urllib3.HTTPConnectionPool(u.host, u.port, maxsize=1, timeout=60)
+    print(f"{'call':<16}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  bytes")
+    for name, path in CALLS:
+        http.request("GET", path)  # warm
+        times = []
+        size = 0
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            r = http.request("GET", path)
+            times.append((time.perf_counter() - t0) * 1000)
+            assert r.status == 200, (path, r.status, r.data[:200])
+            size = len(r.data)
+        times.sort()
+        p50 = statistics.median(times)
+        p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+        print(f"{name:<16}{p50:>9.2f}{p99:>9.2f}{times[-1]:>9.2f}  {size}")
+        summary += [f"{name}_p50_ms={p50:.2f}", f"{name}_p99_ms={p99:.2f}"]
+    http.close()
+
+
+def wait_counted(url: str, n: int, timeout_s: float = 120) -> dict[str, int]:
+    """The node's task counts once it holds ``n`` tasks (the batch answer comes after apply)."""
+    http = urllib3.PoolManager(retries=False, timeout=30)
+    end = time.monotonic() + timeout_s
+    while True:
+        counts: dict[str, int] = json.loads(http.request("GET", url + "/api/v1/stats").data)["tasks"]
+        if sum(counts.values()) >= n or time.monotonic() > end:
+            return counts
+        time.sleep(0.2)
+
+
+def run_remote(url: str, n: int, repeat: int) -> list[str]:
+    url = url.rstrip("/")
+    if n:
+        secs = load_http(url, n)
+        print(f"loaded {n:,} tasks over REST in {secs:.1f} s ({n / secs:,.0f}/s)")
+    counts = wait_counted(url, n)
+    http = urllib3.PoolManager(retries=False, timeout=30)
+    wheel = json.loads(http.request("GET", url + "/api/v1/timewheel/distribution").data)
+    print(f"node holds {sum(counts.values()):,} tasks {counts}; wheel timers={wheel.get('timers')}")
+    summary = [f"tasks={sum(counts.values())}", f"wheel_timers={wheel.get('timers')}"]
+    measure(url, repeat, summary)
+    return summary
+
+
+def run_node(n: int, repeat: int) -> list[str]:
+    from tests.integration.conftest import Cluster, wait_for
+
+    with tempfile.TemporaryDirectory() as d:
+        c = Cluster(Path(d), 1, state_machine="tasks")
+        try:
+            c.start()
+            node = c.leader(timeout=30)
+            url = f"http://127.0.0.1:{node.settings['http']['port']}"
+            http = urllib3.PoolManager(retries=False, timeout=5)
+
+            def ready() -> bool:
+                try:
+                    return http.request("GET", url + "/readyz").status == 200
+                except urllib3.exceptions.HTTPError:
+                    return False
+
+            wait_for(ready, 30, "the node's HTTP API")
+            print(f"started molens-node pid={node.pid} at {url}")
+            return run_remote(url, n, repeat)
+        finally:
+            c.kill_all()
 
 
 def load(ctx: LocalContext, n: int, batch: int = 1_000) -> float:
@@ -66,39 +179,31 @@ def load(ctx: LocalContext, n: int, batch: int = 1_000) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=50)
+    target = ap.add_mutually_exclusive_group()
+    target.add_argument("--node", action="store_true", help="start a real single molens-node and load it over REST")
+    target.add_argument("--url", help="a running node's HTTP base URL (tasks loaded over REST)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as d:
-        ctx = LocalContext(d, ApiSettings())
-        server = ApiServer(make_app(ctx), ServerOptions(port=0, threads=4)).start()
-        try:
-            secs = load(ctx, args.tasks)
-            counts = ctx.task_counts()
-            print(f"loaded {sum(counts.values()):,} tasks in {secs:.1f} s: {counts}")
-            http = urllib3.HTTPConnectionPool("127.0.0.1", server.port, maxsize=1, timeout=30)
-            summary = [f"tasks={sum(counts.values())}"]
-            print(f"{'call':<16}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  bytes")
-            for name, path in CALLS:
-                http.request("GET", path)  # warm
-                times = []
-                size = 0
-                for _ in range(args.repeat):
-                    t0 = time.perf_counter()
-                    r = http.request("GET", path)
-                    times.append((time.perf_counter() - t0) * 1000)
-                    assert r.status == 200, (path, r.status, r.data[:200])
-                    size = len(r.data)
-                times.sort()
-                p50 = statistics.median(times)
-                p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
-                print(f"{name:<16}{p50:>9.2f}{p99:>9.2f}{times[-1]:>9.2f}  {size}")
-                summary += [f"{name}_p50_ms={p50:.2f}", f"{name}_p99_ms={p99:.2f}"]
-            http.close()
-        finally:
-            server.stop()
-            ctx.close()
+    if args.node:
+        summary = ["target=node", *run_node(args.tasks, args.repeat)]
+    elif args.url:
+        summary = ["target=url", *run_remote(args.url, args.tasks, args.repeat)]
+    else:
+        summary = ["target=local"]
+        with tempfile.TemporaryDirectory() as d:
+            ctx = LocalContext(d, ApiSettings())
+            server = ApiServer(make_app(ctx), ServerOptions(port=0, threads=4)).start()
+            try:
+                secs = load(ctx, args.tasks)
+                counts = ctx.task_counts()
+                print(f"loaded {sum(counts.values()):,} tasks in {secs:.1f} s: {counts}")
+                summary.append(f"tasks={sum(counts.values())}")
+                measure(server.url, args.repeat, summary)
+            finally:
+                server.stop()
+                ctx.close()
     print("dashboard_api: " + " ".join(summary))
     return 0
 
