@@ -1,7 +1,8 @@
-"""Command line for the simulator: ``scripts/sim --seeds N [--nodes 3|5] [--seed S --trace]``.
+"""Command line for the simulators: ``scripts/sim [--scheduler] --seeds N [--nodes 3|5] [--seed S --trace]``.
 
-Runs swarm seeds of the Raft simulator and ends with ``sim: seeds=N failures=F`` (exit 1 when
-F > 0). A failing seed prints its violation and the one-line replay command.
+Runs swarm seeds of the Raft simulator — or, with ``--scheduler``, of the whole-scheduler
+simulation (``tests/sim/scheduler_sim.py``) — and ends with ``sim: seeds=N failures=F`` (exit 1
+when F > 0). A failing seed prints its violation and the one-line replay command.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from tests.sim.raft_harness import Violation, default_config, run_seed
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if "--scheduler" in args_in:
+        from tests.sim import scheduler_sim
+
+        args_in.remove("--scheduler")
+        return scheduler_sim.main(args_in)
+    argv = args_in
     p = argparse.ArgumentParser(prog="scripts/sim", description=__doc__)
+    p.add_argument("--scheduler", action="store_true",
+                   help="run the whole-scheduler simulation instead (options: --seeds, --start, --seed, --trace)")
     p.add_argument("--seeds", type=int, default=100, help="number of seeds to run")
     p.add_argument("--start", type=int, default=0, help="first seed")
     p.add_argument("--seed", type=int, default=None, help="run only this seed")

@@ -689,7 +689,7 @@ def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="scheduler_sim", description=__doc__,
+    p = argparse.ArgumentParser(prog="scripts/sim --scheduler", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=200)
     p.add_argument("--start", type=int, default=0)
@@ -706,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
             fires += len(sim.deliveries)
         except Violation as e:
             failures += 1
-            print(f"FAIL {e}\n  replay: .venv/bin/python -m tests.sim.scheduler_sim --seed {s} --trace", flush=True)
+            print(f"FAIL {e}\n  replay: scripts/sim --scheduler --seed {s} --trace", flush=True)
     dt = time.monotonic() - t0
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
           f"{fires} callbacks delivered")
