@@ -36,6 +36,7 @@ PEER_TIMEOUT_S = 1.0
 RECENT_WINDOW_MS = 10_000
 RECENT_CACHE_S = 1.0
 DISK_CACHE_S = 5.0
+ROWS_CACHE_S = 5.0
 
 _SUCCESS = frozenset({"success", "ack_success"})
 
@@ -124,6 +125,7 @@ class RecentFires:
         self.window_ms = window_ms
         self._local = threading.local()
         self._cache: tuple[float, dict[str, Any]] | None = None
+        self._rows: tuple[float, int] | None = None
 
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
@@ -158,11 +160,17 @@ class RecentFires:
         return out
 
     def rows(self) -> int | None:
-        """Execution records held (all tasks); None when the history cannot be read."""
+        """Execution records held (all tasks), cached for :data:`ROWS_CACHE_S` (a count walks an
+        index); None when the history cannot be read."""
+        c = self._rows
+        if c is not None and time.monotonic() - c[0] < ROWS_CACHE_S:
+            return c[1]
         try:
-            return int(self._db().execute("SELECT COUNT(*) FROM executions").fetchone()[0])
+            n = int(self._db().execute("SELECT COUNT(*) FROM executions").fetchone()[0])
         except sqlite3.Error:
             return None
+        self._rows = (time.monotonic(), n)
+        return n
 
 
 class PeerStats:
