@@ -243,6 +243,12 @@ def test_cluster_stats_come_from_every_node_in_one_call_and_a_dead_node_is_marke
         st, other = _json(_base(follower) + f"/api/v1/stats?node_id={leader.node_id}")
         assert st == 200 and other["node_id"] == leader.node_id and other["role"] == "leader"
 
+        # the wheel lives on the leader: a follower sends the client there
+        st, h, _ = _get(_base(follower) + "/api/v1/timewheel/distribution.png?level=0")
+        assert st == 307 and h["Location"] == _base(leader) + "/api/v1/timewheel/distribution.png?level=0"
+        st, wheel = _json(_base(leader) + "/api/v1/timewheel/distribution")
+        assert st == 200 and wheel["timers"] == 0
+
         victim = next(n for n in c.nodes.values() if n is not leader and n is not follower)
         victim.kill()
         st, body = _json(_base(leader) + "/api/v1/cluster/stats")
