@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 WHEEL_READ_TIMEOUT_S = 2.0
 """How long a wheel read waits for the leader session's loop."""
+STATUS_TIMEOUT_S = 2.0
+"""How long a stats page or scrape waits for RaftPeer's status."""
 
 
 class NodeContext:
@@ -159,9 +161,20 @@ class NodeContext:
             self._urls.setdefault(p["id"], http_url(p.get("http_addr", "")))
         return cluster_status_from_raft(st)
 
+    def _raft_status(self) -> dict[str, Any]:
+        """RaftPeer's status, or {} when the Raft actor does not answer in time (a stats page
+        then shows what it can instead of failing)."""
+        try:
+            return self.peer.status(timeout=STATUS_TIMEOUT_S)
+        except Exception as exc:  # pykka.Timeout, or the actor is stopping
+            log.info("raft status unavailable for stats: %s", type(exc).__name__)
+            return {}
+
     def _members(self) -> dict[str, str | None]:
-        """Member id -> HTTP base URL, from Raft's membership (config URLs for the rest)."""
-        st = self.peer.status()
+        """Member id -> HTTP base URL, from Raft's membership (config URLs when Raft does not answer)."""
+        st = self._raft_status()
+        if not st:
+            return dict(self._urls)
         out: dict[str, str | None] = {}
         for p in st.get("peers", []):
             url = http_url(p.get("http_addr", "")) or self._urls.get(p["id"])
@@ -195,7 +208,7 @@ class NodeContext:
         li = self.leader_info()
         now = self.now_ms()
         counts = self.store.counts()
-        st = self.peer.status()
+        st = self._raft_status()
         out: dict[str, Any] = {
             "node_id": self.cfg.node.id,
             "role": li.role,
@@ -250,7 +263,7 @@ class NodeContext:
 
     def _metrics_snapshot(self) -> MetricsSnapshot:
         li = self.leader_info()
-        st = self.peer.status()
+        st = self._raft_status()
         raft = {k: int(st[k]) for k in ("term", "commit_index", "applied_index", "last_index", "snapshot_index") if st.get(k) is not None}
         raft["leader_changes"] = self.leader_changes
         wheel: dict[str, int] = {}
