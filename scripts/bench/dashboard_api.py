@@ -6,7 +6,8 @@ Three targets:
 - default: the REST app over a :class:`~molens.web.local_context.LocalContext` (real lmdb + SQLite,
   no Raft) on a free port in this process; ``--tasks`` tasks (5 % of them paused) are loaded by
   proposing ``CreateTasks`` / ``PauseTasks`` batches directly.
-- ``--node``: a real single ``molens-node`` (Raft, scheduler, time wheel) started on free ports in a
+- ``--node``: a real ``molens-node`` (Raft, scheduler, time wheel; ``--nodes 3`` for a cluster,
+  measured on its leader, so ``/cluster/stats`` asks two peers) started on free ports in a
   temporary directory; the tasks are loaded through ``POST /api/v1/tasks/batch`` (1,000 a request),
   delayed 1-2 h so they all sit in the leader's wheel and nothing fires while measuring.
 - ``--url URL``: a node already running at URL (loads ``--tasks`` the same way unless ``--tasks 0``).
@@ -131,26 +132,28 @@ def run_remote(url: str, n: int, repeat: int) -> list[str]:
     return summary
 
 
-def run_node(n: int, repeat: int) -> list[str]:
+def run_node(n: int, repeat: int, nodes: int) -> list[str]:
     from tests.integration.conftest import Cluster, wait_for
 
     with tempfile.TemporaryDirectory() as d:
-        c = Cluster(Path(d), 1, state_machine="tasks")
+        c = Cluster(Path(d), nodes, state_machine="tasks")
         try:
             c.start()
-            node = c.leader(timeout=30)
-            url = f"http://127.0.0.1:{node.settings['http']['port']}"
             http = urllib3.PoolManager(retries=False, timeout=5)
+            for node in c.nodes.values():
+                u = f"http://127.0.0.1:{node.settings['http']['port']}"
 
-            def ready() -> bool:
-                try:
-                    return http.request("GET", url + "/readyz").status == 200
-                except urllib3.exceptions.HTTPError:
-                    return False
+                def ready(u: str = u) -> bool:
+                    try:
+                        return http.request("GET", u + "/readyz").status == 200
+                    except urllib3.exceptions.HTTPError:
+                        return False
 
-            wait_for(ready, 30, "the node's HTTP API")
-            print(f"started molens-node pid={node.pid} at {url}")
-            return run_remote(url, n, repeat)
+                wait_for(ready, 30, f"{node.node_id}'s HTTP API")
+            leader = c.leader(timeout=30)
+            url = f"http://127.0.0.1:{leader.settings['http']['port']}"
+            print(f"started {nodes} molens-node process(es); leader {leader.node_id} pid={leader.pid} at {url}")
+            return [f"nodes={nodes}", *run_remote(url, n, repeat)]
         finally:
             c.kill_all()
 
@@ -183,11 +186,12 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=50)
     target = ap.add_mutually_exclusive_group()
-    target.add_argument("--node", action="store_true", help="start a real single molens-node and load it over REST")
+    target.add_argument("--node", action="store_true", help="start real molens-node processes and load them over REST")
     target.add_argument("--url", help="a running node's HTTP base URL (tasks loaded over REST)")
+    ap.add_argument("--nodes", type=int, default=1, help="with --node: cluster size (the leader is measured)")
     args = ap.parse_args()
     if args.node:
-        summary = ["target=node", *run_node(args.tasks, args.repeat)]
+        summary = ["target=node", *run_node(args.tasks, args.repeat, args.nodes)]
     elif args.url:
         summary = ["target=url", *run_remote(args.url, args.tasks, args.repeat)]
     else:
