@@ -75,6 +75,8 @@ RESULTS_FLUSH_MS = 10
 entries: the next occurrence of a periodic task is computed from its schedule, not from this)."""
 RETRY_REFUSED_MS = 100
 """A task whose Dispatched proposal was refused (not appended) is due again this much later."""
+MAX_TRACKED_ATTEMPTS = 200_000
+"""Bound of the worker's fire id -> attempt map (results then go without an attempt: still valid)."""
 UNSENT_RESULTS_TTL_S = 30.0
 """Results with no known leader to go to are kept this long, then dropped (the Monitor covers them)."""
 
@@ -477,6 +479,9 @@ class Scheduler:
     def submit(self, fires: list[WireFire]) -> None:
         """Queue fires on the local pool; fires it cannot take are answered as not sent."""
         with self._alock:
+            if len(self._attempts) > MAX_TRACKED_ATTEMPTS:  # fires the pool dropped unsent leave entries
+                log.warning("forgetting %d tracked fire attempts", len(self._attempts))
+                self._attempts.clear()
             for f in fires:
                 self._attempts[f.fire_id] = f.attempt
         receipt = self.pool.submit(fires)

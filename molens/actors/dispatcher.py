@@ -82,7 +82,7 @@ class Dispatcher:
         """Worker id -> estimated free capacity, for every live worker (this node included)."""
         now = self._clock()
         out = {self.node_id: max(0, self._local_free() - self._given(self.node_id))}
-        for wid, w in self._workers.items():
+        for wid, w in list(self._workers.items()):  # a copy: the API thread reads it too (stats)
             if wid != self.node_id and now - w.seen <= WORKER_LIVENESS_S:
                 out[wid] = max(0, w.free - w.given)
         return out

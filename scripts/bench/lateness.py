@@ -196,7 +196,7 @@ def apscheduler_run(store: str, rec: Receiver, rate: float, duration: float, wor
     t = time.monotonic()  # calibrate: how fast this store adds jobs here, now
     far = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
     for i in range(100):
-        sched.add_job(_post, "date", run_date=far, args=[url, 0], id=f"cal-{tag}-{i}")
+        sched.add_job(_post, "date", run_date=far, args=[url, 0, i], id=f"cal-{tag}-{i}")
     add_rate = 100 / (time.monotonic() - t)
     sched.remove_all_jobs()
     t0 = int(time.time() * 1000 + (LEAD_S + 1.3 * n / add_rate) * 1000)
@@ -204,7 +204,7 @@ def apscheduler_run(store: str, rec: Receiver, rate: float, duration: float, wor
     for i in range(n):
         due = t0 + int(i * 1000 / rate)
         sched.add_job(
-            _post, "date", run_date=dt.datetime.fromtimestamp(due / 1000, dt.UTC), args=[url, due], id=f"{tag}-{i}"
+            _post, "date", run_date=dt.datetime.fromtimestamp(due / 1000, dt.UTC), args=[url, due, i], id=f"{tag}-{i}"
         )
     added_s = time.monotonic() - t
     if time.time() * 1000 > t0:
@@ -220,8 +220,9 @@ def apscheduler_run(store: str, rec: Receiver, rate: float, duration: float, wor
 _ap_http = urllib3.PoolManager(maxsize=64, retries=False, timeout=5)
 
 
-def _post(url: str, due: int) -> None:
-    _ap_http.request("POST", url, body=json.dumps({"due": due}).encode(), headers={"Content-Type": "application/json"})
+def _post(url: str, due: int, i: int = 0) -> None:
+    body = json.dumps({"due": due, "i": i}).encode()  # i: two jobs may share a due ms
+    _ap_http.request("POST", url, body=body, headers={"Content-Type": "application/json"})
 
 
 def search(
