@@ -36,6 +36,7 @@ import json
 import logging
 import re
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -276,6 +277,12 @@ class Task:
 
     def to_json(self) -> dict[str, Any]:
         """The bare JSON object the REST API returns (times are epoch ms)."""
+        d = self._json_fields()
+        d["payload"] = self.spec.payload
+        return d
+
+    def _json_fields(self) -> dict[str, Any]:
+        """:meth:`to_json` with ``payload`` still ``None`` (see :func:`tasks_json`)."""
         s = self.spec
         return {
             "id": self.id,
@@ -288,7 +295,7 @@ class Task:
             "callback_url": s.callback_url,
             "ack_url": s.ack_url,
             "ack_delay_ms": s.ack_delay_ms,
-            "payload": s.payload,
+            "payload": None,
             "scene": s.scene,
             "timeout_ms": s.timeout_ms,
             "max_retries": s.max_retries,
@@ -347,6 +354,29 @@ class Task:
         )
 
 
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_PAYLOAD_SLOT = b'"payload":null'
+
+
+def tasks_json(tasks: Sequence[Task | None]) -> bytes:
+    """The compact UTF-8 JSON array of ``[t.to_json() or null, ...]``, spliced with each task's stored
+    payload bytes instead of decoding and re-encoding every payload (most of a batch answer's cost).
+
+    The slot is found safely: ``"payload":null`` can only be our key (user strings in the other
+    fields are encoded with their quotes escaped), and there is exactly one per task.
+    """
+    present = [t for t in tasks if t is not None]
+    parts = _JSON_ENCODER.encode([None if t is None else t._json_fields() for t in tasks]).encode().split(
+        _PAYLOAD_SLOT
+    )
+    if len(parts) != len(present) + 1:
+        raise AssertionError(f"{len(parts) - 1} payload slots for {len(present)} tasks")
+    out = [parts[0]]
+    for t, part in zip(present, parts[1:]):
+        out += (b'"payload":', t.spec.payload_json, part)
+    return b"".join(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Execution:
     """One HTTP attempt (callback or ACK probe) as recorded in the history."""
@@ -392,6 +422,8 @@ class Execution:
 # task ids
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_CROCKFORD_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+_PAIR_SHIFTS = tuple(range(120, -1, -10))
 _TASK_ID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 
 
@@ -400,11 +432,7 @@ def new_task_id(now_ms: int, random80: int) -> str:
     if not 0 <= now_ms < 1 << 48:
         raise ValueError("now_ms out of range for a task id")
     n = (now_ms << 80) | (random80 & ((1 << 80) - 1))
-    out = []
-    for _ in range(26):
-        out.append(_CROCKFORD[n & 31])
-        n >>= 5
-    return "".join(reversed(out))
+    return "".join([_CROCKFORD_PAIRS[(n >> shift) & 1023] for shift in _PAIR_SHIFTS])  # 13 x 10 bits
 
 
 def task_id_ms(task_id: str) -> int:
@@ -446,6 +474,8 @@ _INET_ATON_RE = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?$")
 
 _MISSING = object()
+_TASK_TYPES = {t.value: t for t in TaskType}
+_RELIABILITIES = {r.value: r for r in Reliability}
 
 
 def _int(req: dict[str, Any], name: str, lo: int, hi: int | None, default: Any = _MISSING) -> Any:
@@ -570,9 +600,12 @@ def _check_url_str(url: str, name: str, policy: CallbackPolicy, limits: Limits) 
     return url
 
 
+_PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode_payload(payload: Any) -> bytes:
     """The exact callback body: compact JSON, UTF-8, NaN/Infinity refused."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return _PAYLOAD_ENCODER.encode(payload).encode()
 
 
 def auto_max_fails(period_ms: int) -> int:
@@ -598,10 +631,9 @@ def validate_create(
             raise ValidationError(f"unknown field {k!r}", str(k))
 
     raw_type = _str(request, "type")
-    try:
-        ttype = TaskType(raw_type)
-    except ValueError:
-        raise ValidationError("type must be 'delayed' or 'periodic'", "type") from None
+    ttype = _TASK_TYPES.get(raw_type)
+    if ttype is None:
+        raise ValidationError("type must be 'delayed' or 'periodic'", "type")
 
     max_delay = limits.max_delay_ms
     interval_ms = run_at = cron_expr = None
@@ -653,10 +685,9 @@ def validate_create(
     callback_url = check_url(request["callback_url"], "callback_url", policy, limits)
 
     reliability_raw = _str(request, "reliability", Reliability.AT_LEAST_ONCE.value)
-    try:
-        reliability = Reliability(reliability_raw)
-    except ValueError:
-        raise ValidationError("reliability must be 'at_least_once' or 'at_most_once'", "reliability") from None
+    reliability = _RELIABILITIES.get(reliability_raw)
+    if reliability is None:
+        raise ValidationError("reliability must be 'at_least_once' or 'at_most_once'", "reliability")
 
     ack_url = None
     if request.get("ack_url") is not None:
@@ -745,5 +776,6 @@ __all__ = [
     "is_task_id",
     "new_task_id",
     "task_id_ms",
+    "tasks_json",
     "validate_create",
 ]

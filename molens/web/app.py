@@ -362,18 +362,19 @@ def _install_tasks(api: Api) -> None:
         if len(results) != len(items):  # the whole entry failed (undecodable / apply raised): one error
             _item(results[0] if results else InternalError("no result for the batch"))
             raise InternalError("the state machine answered a batch of the wrong size")
-        out: list[Any] = []
+        out: list[Task | None] = []
         errs: list[dict[str, Any]] = []
         created = False
         for i, r in enumerate(results):
             if isinstance(r, Created):
-                out.append(r.task.to_json())
+                out.append(r.task)
                 created = created or r.created
             else:
                 out.append(None)
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
                 errs.append({"index": i, **err.to_json()})
-        return (201 if created else 200), {"items": out, "errors": errs}
+        # {"items": [...], "errors": [...]} as _dumps would write it, payloads spliced in as stored
+        return (201 if created else 200), b'{"items":' + model.tasks_json(out) + b',"errors":' + _dumps(errs) + b"}"
 
     @api.route("GET", f"{PREFIX}/tasks")
     def list_tasks() -> tuple[int, Any]:
