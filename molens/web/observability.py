@@ -6,7 +6,8 @@ and PNG) and the schedule preview. Installed by :func:`molens.web.app.build_api`
 - ``GET /api/v1/timewheel/distribution``: ``{"time_ms", "tick_ms", "wheel_size", "timers",
   "overflow", "levels": [{"level", "start_ms", "span_ms", "total", "counts": [n, ...]}]}`` --
   bucket ``i`` of a level covers ``start_ms + i * span_ms`` for ``span_ms``. The wheel lives on the
-  leader: a follower answers ``307`` to the leader's same URL (``503`` with no leader).
+  leader: a follower passes the request to the leader and returns its answer (``503`` with no
+  leader), so the console on any node can draw it without a cross-origin request.
 - ``GET /api/v1/timewheel/distribution.png?level=&width=``: the same as a heatmap
   (:mod:`molens.web.heatmap`); ``level`` omitted = every level; ``width`` 400..4000 (800).
 - ``GET /api/v1/schedule/preview?type=periodic&cron_expr=&timezone=|interval_ms=&count=&after=``:
@@ -24,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import bottle
+import urllib3
 
 from molens.model import TaskType, ValidationError
 from molens.schedule import cron
 from molens.web import heatmap, metrics
-from molens.web.errors import NoLeader, NotLeader
+from molens.web.errors import NoLeader, Unavailable
 
 if TYPE_CHECKING:
     from molens.web.app import Api
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 PREFIX = "/api/v1"
 MAX_PREVIEW = 100
 DEFAULT_PREVIEW = 5
+_http = urllib3.PoolManager(num_pools=4, maxsize=4, retries=False)
+_LEADER_TIMEOUT = urllib3.Timeout(connect=1.0, read=5.0)
 _PREVIEW_FIELDS = frozenset({"type", "cron_expr", "timezone", "interval_ms", "run_at", "count", "after"})
 
 
@@ -50,18 +54,20 @@ def install_observability(api: Api) -> None:
         body = ctx.metrics().render()
         return bottle.HTTPResponse(body, 200, {"Content-Type": metrics.CONTENT_TYPE, "Cache-Control": "no-store"})
 
-    def wheel() -> heatmap.WheelDistribution:
+    def wheel() -> heatmap.WheelDistribution | bottle.HTTPResponse:
+        """This node's wheel, or the leader's answer to the same request (a follower has none)."""
         dist = ctx.wheel_distribution()
-        if dist is None:
-            li = ctx.leader_info()
-            if li.leader_url and not li.is_leader:
-                raise NotLeader(li.leader_url, li.leader_id)
-            raise NoLeader("the time wheel lives on the leader and no leader is known (or it is rebuilding)")
-        return dist
+        if dist is not None:
+            return dist
+        li = ctx.leader_info()
+        if li.leader_url and not li.is_leader:
+            return from_leader(li.leader_url)
+        raise NoLeader("the time wheel lives on the leader and no leader is known (or it is rebuilding)")
 
     @api.route("GET", f"{PREFIX}/timewheel/distribution")
-    def wheel_json() -> tuple[int, Any]:
-        return 200, wheel().to_json()
+    def wheel_json() -> tuple[int, Any] | bottle.HTTPResponse:
+        dist = wheel()
+        return dist if isinstance(dist, bottle.HTTPResponse) else (200, dist.to_json())
 
     @api.route("GET", f"{PREFIX}/timewheel/distribution.png")
     def wheel_png() -> bottle.HTTPResponse:
@@ -69,6 +75,8 @@ def install_observability(api: Api) -> None:
         assert width is not None
         level = api.q_int("level", None, 0, 63)
         dist = wheel()
+        if isinstance(dist, bottle.HTTPResponse):
+            return dist
         if level is not None and level >= len(dist.levels):
             raise ValidationError(f"level must be in 0..{len(dist.levels) - 1}, got {level}", "level")
         png = heatmap.render_png(dist, width, level)
@@ -96,6 +104,29 @@ def install_observability(api: Api) -> None:
             max_delay_ms=ctx.settings.limits.max_delay_ms,
             max_cron_length=ctx.settings.limits.max_cron_length,
         )
+
+
+def from_leader(leader_url: str) -> bottle.HTTPResponse:
+    """The leader's answer to this GET (same path, query and bearer token), passed through.
+
+    Why not a 307 as for writes: the console reads the wheel with ``fetch``, and following a
+    redirect to another origin fails on CORS with an error in the browser console."""
+    req = bottle.request
+    qs = req.query_string
+    url = leader_url.rstrip("/") + req.path + (f"?{qs}" if qs else "")
+    headers = {"Accept": req.get_header("Accept", "*/*")}
+    auth = req.get_header("Authorization")
+    if auth:
+        headers["Authorization"] = auth
+    try:
+        r = _http.request("GET", url, headers=headers, timeout=_LEADER_TIMEOUT, redirect=False)
+    except urllib3.exceptions.HTTPError as exc:
+        raise Unavailable(f"the leader at {leader_url} did not answer: {type(exc).__name__}") from None
+    out = {"Content-Type": r.headers.get("Content-Type", "application/octet-stream"), "Cache-Control": "no-store"}
+    out["X-Molens-Served-By"] = leader_url
+    if "Retry-After" in r.headers:
+        out["Retry-After"] = r.headers["Retry-After"]
+    return bottle.HTTPResponse(r.data, r.status, out)
 
 
 def preview(

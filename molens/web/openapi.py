@@ -540,7 +540,7 @@ def _paths() -> dict[str, Any]:
                 "operationId": "wheelDistribution",
                 "summary": "Occupancy of the leader's time wheel per level and bucket",
                 "tags": ["stats"],
-                "responses": {"200": _ok(_ref("WheelDistribution")), **_err(307, 401, 503)},
+                "responses": {"200": _ok(_ref("WheelDistribution")), **_err(401, 503)},
             }
         },
         f"{_P}/timewheel/distribution.png": {
@@ -559,7 +559,7 @@ def _paths() -> dict[str, Any]:
                         "description": "PNG image",
                         "content": {"image/png": {"schema": {"type": "string", "contentMediaType": "image/png"}}},
                     },
-                    **_err(307, 400, 401, 503),
+                    **_err(400, 401, 503),
                 },
             }
         },

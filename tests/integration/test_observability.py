@@ -243,11 +243,16 @@ def test_cluster_stats_come_from_every_node_in_one_call_and_a_dead_node_is_marke
         st, other = _json(_base(follower) + f"/api/v1/stats?node_id={leader.node_id}")
         assert st == 200 and other["node_id"] == leader.node_id and other["role"] == "leader"
 
-        # the wheel lives on the leader: a follower sends the client there
-        st, h, _ = _get(_base(follower) + "/api/v1/timewheel/distribution.png?level=0")
-        assert st == 307 and h["Location"] == _base(leader) + "/api/v1/timewheel/distribution.png?level=0"
-        st, wheel = _json(_base(leader) + "/api/v1/timewheel/distribution")
-        assert st == 200 and wheel["timers"] == 0
+        # the wheel lives on the leader: a follower answers with the leader's (no cross-origin hop)
+        cb = _base(leader) + "/api/v1/test/callback"
+        assert _post(_base(leader) + "/api/v1/tasks", {"type": "delayed", "interval_ms": 600_000, "callback_url": cb})[0] == 201
+        st, h, png = _get(_base(follower) + "/api/v1/timewheel/distribution.png?level=0&width=600")
+        assert st == 200 and h["X-Molens-Served-By"] == _base(leader)
+        assert Image.open(io.BytesIO(png)).size[0] == 600
+        st, wheel = _json(_base(follower) + "/api/v1/timewheel/distribution")
+        assert st == 200 and wheel["timers"] == 1 and wheel["levels"][1]["total"] == 1
+        st, _, err = _get(_base(follower) + "/api/v1/timewheel/distribution.png?width=5")
+        assert st == 400 and json.loads(err)["error"]["field"] == "width"  # validated before asking
 
         victim = next(n for n in c.nodes.values() if n is not leader and n is not follower)
         victim.kill()
