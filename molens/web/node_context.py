@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from molens import model
 from molens.actors import raft_peer as rp
+from molens.actors.stats import COUNTERS
 from molens.config import Config
 from molens.fsm.commands import Command, encode
 from molens.fsm.history import History
@@ -273,7 +274,8 @@ class NodeContext:
         if sched is not None:
             ps = sched.pool.stats()
             queues.update(fire_pool_queued=ps.queued, fire_pool_in_flight=ps.in_flight)
-            counters = {k: float(v) for k, v in sched.stats.to_json().items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            # counters only: rebuild_* and term are per-term gauges kept under the same names
+            counters = {k: float(sched.stats.get(k)) for k in COUNTERS if not k.startswith("rebuild_")}
             s = sched.session
             if s is not None and s.wheel is not None:
                 wheel["timers"] = len(s.wheel)
