@@ -75,6 +75,8 @@ RESULTS_FLUSH_MS = 10
 entries: the next occurrence of a periodic task is computed from its schedule, not from this)."""
 RETRY_REFUSED_MS = 100
 """A task whose Dispatched proposal was refused (not appended) is due again this much later."""
+DRAIN_S = 5.0
+"""How long a stopping leader waits for the results of the fires it sent."""
 MAX_TRACKED_ATTEMPTS = 200_000
 """Bound of the worker's fire id -> attempt map (results then go without an attempt: still valid)."""
 UNSENT_RESULTS_TTL_S = 30.0
@@ -99,6 +101,11 @@ class LeaderSession:
         self._cv = threading.Condition()
         self._inbox: collections.deque[tuple[Any, ...]] = collections.deque()
         self._stopping = False
+        self._draining = False
+        self._drain_until = 0.0
+        self._results_pending = 0
+        self._sent: dict[str, int] = {}
+        """fire id -> attempt of the fires this session sent and has no result for yet."""
         store = svc.store
         self.dispatcher = Dispatcher(svc.node_id, store.get_task, svc.pool.free_capacity, cfg.dispatch_timeout_ms)
         self.monitor = Monitor(store.get_fire)
@@ -134,6 +141,15 @@ class LeaderSession:
             self._cv.notify()
         if timeout is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+
+    def drain(self, timeout: float) -> None:
+        """Graceful end (the node is stopping while it leads): plan nothing new, wait up to
+        ``timeout`` for the results of the fires this session sent and get them committed, then
+        stop. A fire still out after that is left to the next leader's Monitor."""
+        self.post("drain", timeout)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout + 1.0)
+        self.stop()
 
     @property
     def stopping(self) -> bool:
@@ -176,6 +192,16 @@ class LeaderSession:
             if lost:
                 st.add(lost=len(lost))
                 self._add_results(lost)
+                for r in lost:
+                    self._sent.pop(r.fire_id, None)
+            if self._draining:
+                if self._results:
+                    self._flush_results(now)
+                if (not self._sent and not self._results and self._results_pending == 0
+                        and self._dispatch_proposals == 0) or time.monotonic() >= self._drain_until:
+                    log.info("leader scheduler drained term=%d unanswered=%d", self.term, len(self._sent))
+                    break
+                continue
             self._dispatch(now)
             if self._results and (
                 len(self._results) >= MAX_PROPOSAL_ITEMS or time.monotonic() - self._results_first >= RESULTS_FLUSH_MS / 1000
@@ -194,6 +220,8 @@ class LeaderSession:
         if self._backlog and self._can_dispatch():
             deadlines.append(max(now, self._backlog_at))
         timeout = (min(deadlines) - now) / 1000 if deadlines else 1.0
+        if self._draining:
+            timeout = min(timeout, 0.02)
         if self._results:
             timeout = min(timeout, self._results_first + RESULTS_FLUSH_MS / 1000 - time.monotonic())
         with self._cv:
@@ -215,6 +243,7 @@ class LeaderSession:
             items: list[ResultItem] = ev[1]
             for it in items:
                 self.monitor.answered(it.fire_id)
+                self._sent.pop(it.fire_id, None)
             self.svc.stats.add(results_received=len(items))
             self._add_results(items)
         elif kind == "report":
@@ -239,6 +268,7 @@ class LeaderSession:
         elif kind == "results_done":
             items3: list[ResultItem] = ev[1]
             err = ev[3]
+            self._results_pending -= 1
             if err is not None:
                 self.svc.stats.add(proposals_failed=1)
                 if isinstance(err, rp.ProposalRefused):
@@ -252,6 +282,9 @@ class LeaderSession:
                 n = sum(1 for r in res[0].results if r is True)
             self.cleaner.done(n)
             self.svc.stats.add(expired=n)
+        elif kind == "drain":
+            self._draining = True
+            self._drain_until = time.monotonic() + float(ev[1])
         elif kind == "retry":
             for tid in ev[1]:
                 wheel.add(tid, ev[2])
@@ -274,6 +307,8 @@ class LeaderSession:
                 if er.term == self.term:
                     sends.extend(fires)
         if sends:
+            for e in sends:
+                self._sent[e.fire.fire_id] = e.fire.attempt
             now = wall_ms()
             self.svc.stats.sample("plan_to_send", [now - e.fire.dispatched_ms for e in sends])
             self.svc.send_fires(Dispatcher.group(sends), self.dispatcher)
@@ -324,6 +359,7 @@ class LeaderSession:
         items, self._results = self._results[:MAX_PROPOSAL_ITEMS], self._results[MAX_PROPOSAL_ITEMS:]
         if self._results:
             self._results_first = time.monotonic()
+        self._results_pending += 1
         self._propose(Results(now, tuple(items)), functools.partial(self._posted, "results_done", items))
 
     def _posted(self, kind: str, items: list[Any], res: list[Any], err: BaseException | None) -> None:
@@ -390,13 +426,18 @@ class Scheduler:
         self._reporter.start()
         return self
 
-    def stop_leader(self, timeout: float = 10.0) -> None:
-        """No more leader sessions on this node; the current one stops now (graceful stop, step 2)."""
+    def stop_leader(self, timeout: float = DRAIN_S) -> None:
+        """No more leader sessions on this node; the current one drains (bounded by ``timeout``:
+        the results of fires it sent get committed, so the next leader re-fires none of them) and
+        stops (graceful stop, before leadership is handed over)."""
         with self._lock:
             self._leading_allowed = False
-            s, self._session = self._session, None
+            s = self._session
         if s is not None:
-            s.stop(timeout)
+            s.drain(timeout)
+            with self._lock:
+                if self._session is s:
+                    self._session = None
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the worker side: in-flight fires finish and their results are handed over."""
@@ -465,6 +506,11 @@ class Scheduler:
             if tag == b"B":
                 self.submit(decode_fire_batch(body))
             elif tag == b"R":
+                if self._session is None:  # not (or no longer) leading: pass them on to the leader
+                    leader = self._leader_id
+                    if leader is None or leader == self.node_id or not self.rpc.send(leader, payload):
+                        self._unsent.append((time.monotonic(), payload))
+                    return
                 free, attempts, frame = msgpack.unpackb(body, raw=False)
                 self._results_in(frm, int(free), attempts, decode_fire_results(frame))
             elif tag == b"H":
