@@ -88,6 +88,8 @@ def test_a_task_created_in_the_form_fires_and_shows_in_its_history(
     page.get_by_test_id(f"kind-{kind}").click()
     for testid, value in fill.items():
         page.get_by_test_id(testid).fill(value)
+    if kind == "interval":
+        page.get_by_test_id("f-interval-unit").select_option("s")  # every second, not the default minutes
     # the default callback is the node's own test endpoint
     expect(page.get_by_test_id("f-url")).to_have_value(leader + "/api/v1/test/callback")
     page.get_by_test_id("submit").click()
