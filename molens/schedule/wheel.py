@@ -6,7 +6,8 @@ whose window, measured from the current tick, still contains its due time; timer
 level wait in an overflow set that is re-examined when the top level can take its earliest member.
 When a bucket's start is reached, it is *opened*: where Kafka cascades each timer into finer
 levels, this wheel sorts the bucket once and reads it in order as a *run* (one C-level sort instead
-of a Python loop per timer and level). Timers due in the current tick wait in a small heap. So
+of a Python loop per timer and level; a bucket of more than 20,000 timers is split in one pass and
+sorted window by window of the level below, as a whole-bucket sort misses the cache). Timers due in the current tick wait in a small heap. So
 :meth:`TimeWheel.advance` returns timers in exact due order: firing precision is not limited by the
 tick.
 
@@ -42,8 +43,8 @@ DEFAULT_WHEEL_SIZE = 512
 DEFAULT_HORIZON_MS = 5 * 366 * 86_400_000
 
 _SEQ_BITS = 64
-#: a reached bucket with more timers than this is cascaded into finer levels instead of sorted whole
-_CASCADE_MIN = 20_000
+#: a reached bucket with more timers than this is sorted window by window rather than whole
+_CHUNK_MIN = 20_000
 _second = itemgetter(1)
 _sink: deque[object] = deque(maxlen=0)
 _drain = _sink.extend  # consumes an iterator at C speed
@@ -84,47 +85,78 @@ class _Run(Generic[K]):
     by bisecting them against ``(now_ms + 1) << 64`` (no per-timer shift into a packed array).
     """
 
-    __slots__ = ("entries", "keys", "level", "pos", "skipped", "stamps")
+    __slots__ = ("chunks", "entries", "keys", "level", "pos", "skipped", "stamps")
 
-    def __init__(self, entries: _Bucket[K], level: int) -> None:
+    def __init__(self, entries: _Bucket[K], level: int, chunk_span: int = 0) -> None:
+        """``chunk_span`` > 0: a big bucket, split in one pass into windows of that many ms that
+        are each sorted when reached (sorting it whole missed the cache on every comparison)."""
         self.entries = entries
         entries.removed = 0
         self.level = level
-        self.keys = sorted(entries, key=entries.__getitem__)
-        self.stamps = list(map(entries.__getitem__, self.keys))  # small (see _CASCADE_MIN): in cache
-        self.pos = 0
         self.skipped = 0
+        self.chunks: list[dict[K, int]] = []  # the windows still to sort, last one first
+        if not chunk_span:
+            self._load(entries)
+            return
+        parts: dict[int, dict[K, int]] = {}
+        unit = chunk_span << _SEQ_BITS
+        for key, stamp in entries.items():
+            w = stamp // unit
+            part = parts.get(w)
+            if part is None:
+                part = parts[w] = {}
+            part[key] = stamp
+        self.chunks = [parts[w] for w in sorted(parts, reverse=True)]
+        self._load(self.chunks.pop())
+
+    def _load(self, part: dict[K, int]) -> None:
+        self.keys = sorted(part, key=part.__getitem__)
+        self.stamps = list(map(part.__getitem__, self.keys))  # a small dict: in cache
+        self.pos = 0
 
     def live(self) -> int:
-        return len(self.keys) - self.pos - (self.entries.removed - self.skipped)
+        rest = len(self.keys) - self.pos + sum(map(len, self.chunks))
+        return rest - (self.entries.removed - self.skipped)
 
     def head(self) -> int | None:
         """Due time of the first live entry (skipping dead ones for good), or ``None`` when used up."""
-        keys, entries, pos = self.keys, self.entries, self.pos
-        n = len(keys)
-        while pos < n and keys[pos] not in entries:
-            pos += 1
-            self.skipped += 1
-        self.pos = pos
-        return self.stamps[pos] >> _SEQ_BITS if pos < n else None
+        entries = self.entries
+        while True:
+            keys, pos = self.keys, self.pos
+            n = len(keys)
+            while pos < n and keys[pos] not in entries:
+                pos += 1
+                self.skipped += 1
+            self.pos = pos
+            if pos < n:
+                return self.stamps[pos] >> _SEQ_BITS
+            if not self.chunks:
+                return None
+            self._load(self.chunks.pop())
 
     def take(self, now_ms: int) -> list[K]:
         """Hand out the live entries due at or before ``now_ms``, in order."""
-        pos, keys, entries = self.pos, self.keys, self.entries
+        entries = self.entries
         lim = (now_ms + 1) << _SEQ_BITS
-        j = bisect_left(self.stamps, lim, pos)
-        self.pos = j
-        entries.taken = lim
-        if entries.removed == self.skipped:  # nothing removed from keys[pos:]
-            return keys[pos:j]
-        chunk = []
-        for i in range(pos, j):
-            key = keys[i]
-            if key in entries:
-                chunk.append(key)
+        out: list[K] = []
+        while True:
+            pos, keys = self.pos, self.keys
+            j = bisect_left(self.stamps, lim, pos)
+            self.pos = j
+            if entries.removed == self.skipped:  # nothing removed from keys[pos:] (nor later chunks)
+                out += keys[pos:j]
             else:
-                self.skipped += 1
-        return chunk
+                for i in range(pos, j):
+                    key = keys[i]
+                    if key in entries:
+                        out.append(key)
+                    else:
+                        self.skipped += 1
+            if j < len(keys) or not self.chunks:
+                break
+            self._load(self.chunks.pop())  # the next window may hold due entries too
+        entries.taken = lim
+        return out
 
     def purge(self, where: dict[K, _Bucket[K]]) -> None:
         """The run is used up: its handed-out keys still here leave the key index."""
@@ -388,6 +420,8 @@ class TimeWheel(Generic[K]):
         if run.entries.removed != run.skipped:  # some of keys[pos:] were removed
             return self._take_runs(now_ms, [], False)
         j = bisect_left(run.stamps, lim, pos)
+        if j == len(keys) and run.chunks:  # the next window may hold due entries too
+            return self._take_runs(now_ms, [], False)
         run.pos = j
         run.entries.taken = lim
         self._count -= j - pos
@@ -461,7 +495,7 @@ class TimeWheel(Generic[K]):
         """Close the runs with nothing pending left; their stale keys leave the index."""
         keep = []
         for run in self._runs:
-            if run.pos < len(run.keys):
+            if run.pos < len(run.keys) or run.head() is not None:  # head() opens the next window
                 keep.append(run)
             else:
                 run.purge(self._where)
@@ -518,10 +552,10 @@ class TimeWheel(Generic[K]):
             elif bid // nl + spans[level] <= now_ms + 1:
                 out.extend(zip(b.values(), b.keys()))
                 _drain(map(where.pop, b))
-            elif len(b) > _CASCADE_MIN:
+            elif len(b) > _CHUNK_MIN:
                 # Sorting a big bucket in one go misses the cache on every comparison (1.1 us per
-                # timer at 270,000); re-placed into finer buckets it sorts in cache-sized pieces.
-                self._cascade(b, due_lim, out)
+                # timer at 270,000): it is sorted window by window of the level below instead.
+                self._runs.append(_Run(b, level, spans[level - 1] if level else self._tick))
             else:
                 # Sorted once and read in order, rather than cascaded entry by entry to finer levels.
                 self._runs.append(_Run(b, level))
