@@ -330,6 +330,8 @@ class RaftPeer(pykka.ThreadingActor):
         self.data_dir = data_dir
         self.fsm = fsm
         self.counters = _Counters()
+        self._heard: dict[str, float] = {}
+        """Monotonic time of the last Raft message from each peer (``last_contact_ms`` in status)."""
         self.book = AddressBook(data_dir / "peers.json", peers, on_peer_change)
         self.log = LmdbLog(
             data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots
@@ -457,6 +459,7 @@ class RaftPeer(pykka.ThreadingActor):
                 self.counters.bad_messages += 1
                 log.warning("bad raft message dropped: %s", exc)
             else:
+                self._heard[m.frm] = time.monotonic()
                 self.core.step(m)
         elif isinstance(message, _ProposalsReady):
             datas, futs, more = self.lifecycle.proposals.take(
@@ -701,6 +704,9 @@ class RaftPeer(pykka.ThreadingActor):
             pr = core.progress(pid)
             if pr is not None:
                 entry.update(match=pr.match, state=str(pr.state))
+            heard = self._heard.get(pid)
+            if heard is not None and pid != self.node_id:
+                entry["last_contact_ms"] = int((time.monotonic() - heard) * 1000)  # how long ago
             peers.append(entry)
         return {
             "node_id": self.node_id,

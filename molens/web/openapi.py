@@ -267,6 +267,10 @@ def _schemas() -> dict[str, Any]:
                             "suffrage": {"type": "string", "enum": ["voter", "learner"]},
                             "http_url": _nullable("string"),
                             "match_index": _nullable("integer"),
+                            "last_contact_ms": {
+                                "type": "integer",
+                                "description": "How long ago this node last heard a Raft message from that peer (ms)",
+                            },
                         },
                     },
                 },

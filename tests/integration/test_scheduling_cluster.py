@@ -77,6 +77,20 @@ def test_a_write_to_a_follower_answers_307_to_the_leader_and_reads_are_served_lo
     wait_for(done_on_follower, 20, "the follower's replica to show the task done")
 
 
+def test_cluster_status_on_the_leader_says_when_each_peer_was_last_heard(cluster: Cluster) -> None:
+    leader = cluster.leader()
+
+    def contacts() -> dict[str, int] | None:
+        r = _req("GET", _base(leader) + "/api/v1/cluster/status")
+        nodes = json.loads(r.data)["nodes"]
+        got = {n["id"]: n.get("last_contact_ms") for n in nodes if n["id"] != leader.node_id}
+        return got if len(got) == 2 and all(isinstance(v, int) for v in got.values()) else None
+
+    seen = wait_for(contacts, 20, "last_contact_ms for both followers")
+    # followers answer every heartbeat, so the leader heard from them within a few election timeouts
+    assert all(0 <= ms < 10_000 for ms in seen.values()), seen
+
+
 def test_a_periodic_task_keeps_firing_across_a_graceful_leader_stop_and_restart(
     cluster: Cluster, receiver: RecordingReceiver
 ) -> None:
@@ -113,3 +127,4 @@ def test_without_a_quorum_writes_answer_503_with_retry_after(cluster: Cluster, r
     assert r.status == 503, r.data
     assert int(r.headers["Retry-After"]) >= 1
     assert json.loads(r.data)["error"]["code"]
+
