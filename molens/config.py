@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from molens.fsm.machine import DEFAULT_CONFIG as MACHINE_DEFAULTS
+
 ENV_PREFIX = "MOLENS_"
 
 Check = Callable[[Any], str | None]
@@ -229,6 +231,7 @@ class CallbackPolicyConfig:
 class SchedulerConfig:
     tick_ms: int = _opt(10, _int_range(1, 1000))
     dispatch_timeout_ms: int = _opt(10_000, _int_min(100))
+    dispatch_lead_ms: int = _opt(100, _int_range(0, MACHINE_DEFAULTS.max_dispatch_lead_ms))
     default_max_retries: int = _opt(3, _int_range(0, 20))
     ack_ttl: int = _opt(3, _int_range(0, 20))
     max_payload_bytes: int = _opt(65536, _int_min(0))

@@ -85,7 +85,8 @@ class DeliveryOutcome(enum.StrEnum):
 @dataclass(frozen=True, slots=True)
 class FireRequest:
     """One HTTP attempt to carry out. ``deadline_ms`` (epoch ms, 0 = none) is when the leader's
-    Monitor will count this fire as lost; a worker does not start a fire past it."""
+    Monitor will count this fire as lost; a worker does not start a fire past it. ``not_before_ms``
+    (epoch ms, 0 = now) is its due time: a worker holds a fire planned ahead until then."""
 
     fire_id: str
     task_id: str
@@ -96,6 +97,7 @@ class FireRequest:
     scene: str
     timeout_ms: int
     deadline_ms: int = 0
+    not_before_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +123,11 @@ _FIRE_RESULTS = "fire_results"
 
 
 def encode_fire_batch(requests: Iterable[FireRequest]) -> bytes:
-    """``[b"fire_batch", [[fire_id, task_id, attempt, kind, url, body, scene, timeout_ms, deadline_ms], ...]]``."""
+    """``[b"fire_batch", [[fire_id, task_id, attempt, kind, url, body, scene, timeout_ms, deadline_ms,
+    not_before_ms], ...]]``."""
     items = [
-        (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms)
+        (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
+         r.not_before_ms)
         for r in requests
     ]
     return msgpack.packb((_FIRE_BATCH, items), use_bin_type=True)  # type: ignore[no-any-return]
@@ -153,12 +157,14 @@ def _unpack(frame: bytes, tag: str, width: int) -> list[Any]:
 
 def decode_fire_batch(frame: bytes) -> list[FireRequest]:
     out = []
-    for i, (fid, tid, att, kind, url, body, scene, tmo, dl) in enumerate(_unpack(frame, _FIRE_BATCH, 9)):
+    for i, (fid, tid, att, kind, url, body, scene, tmo, dl, nb) in enumerate(_unpack(frame, _FIRE_BATCH, 10)):
         try:
             if not (isinstance(fid, str) and isinstance(tid, str) and isinstance(url, str)
                     and isinstance(scene, str) and isinstance(body, bytes)):
                 raise TypeError("wrong field type")
-            out.append(FireRequest(fid, tid, _int(att), FireKind(kind), url, body, scene, _int(tmo), _int(dl)))
+            out.append(
+                FireRequest(fid, tid, _int(att), FireKind(kind), url, body, scene, _int(tmo), _int(dl), _int(nb))
+            )
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_batch: item {i}: {e}") from e
     return out

@@ -12,9 +12,11 @@ DESIGN §3 in this node. Two parts:
   store's ``due`` index and hands every fire in ``fires`` to the
   :class:`~molens.actors.monitor.Monitor` (``machine.reconcile_on_leadership``), then loops: wait
   until the earliest of (wheel deadline, monitor deadline, results flush, cleaner) or an event;
-  apply wheel effects of applied entries; plan due tasks
-  (:class:`~molens.actors.dispatcher.Dispatcher`) and propose ``Dispatched`` batches; send the
-  ``FireRequest`` effects of entries committed **in its own term** to their workers; batch worker
+  apply wheel effects of applied entries; plan tasks due within ``scheduler.dispatch_lead_ms``
+  (:class:`~molens.actors.dispatcher.Dispatcher`; *dispatch ahead*, so the Raft commit is off the
+  fire's critical path) and propose ``Dispatched`` batches; send the ``FireRequest`` effects of
+  entries committed **in its own term** to their workers, which hold each fire until its due time
+  (``not_before_ms``); batch worker
   results and lost fires into ``Results`` proposals; let the
   :class:`~molens.actors.cleaner.Cleaner` propose ``Expire``.
 
@@ -112,6 +114,7 @@ class LeaderSession:
         self.cleaner = Cleaner(store.scan_expirable, cfg.task_retention_minutes, cfg.expire_rate_limit_qps)
         self.wheel: LeaderWheel | None = None
         self.max_inflight = cfg.max_inflight_fires
+        self.lead_ms = cfg.dispatch_lead_ms
         self._backlog: list[str] = []
         self._backlog_at = 0
         self._dispatch_proposals = 0
@@ -214,8 +217,10 @@ class LeaderSession:
 
     def _wait(self, wheel: LeaderWheel) -> list[tuple[Any, ...]] | None:
         now = wall_ms()
+        wd = wheel.next_deadline()
         deadlines = [
-            d for d in (wheel.next_deadline(), self.monitor.next_deadline(), self.cleaner.next_deadline()) if d is not None
+            d for d in (None if wd is None else wd - self.lead_ms, self.monitor.next_deadline(), self.cleaner.next_deadline())
+            if d is not None
         ]
         if self._backlog and self._can_dispatch():
             deadlines.append(max(now, self._backlog_at))
@@ -322,7 +327,7 @@ class LeaderSession:
     def _dispatch(self, now: int) -> None:
         wheel = self.wheel
         assert wheel is not None
-        due = wheel.advance(now)
+        due = wheel.advance(now + self.lead_ms)
         if self._backlog:
             due = self._backlog + due
             self._backlog = []
@@ -334,7 +339,7 @@ class LeaderSession:
                 break
             room = min(MAX_PROPOSAL_ITEMS, self.max_inflight - self.monitor.in_flight - self._dispatch_items)
             chunk = due[pos : pos + MAX_PROPOSAL_ITEMS]
-            items, later = self.dispatcher.plan(chunk, now, room)
+            items, later = self.dispatcher.plan(chunk, now, room, self.lead_ms)
             used = len(chunk) - len(later)
             pos += used
             if items:

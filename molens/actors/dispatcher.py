@@ -6,6 +6,10 @@ Two halves, both run by the leader session's loop thread (:mod:`molens.scheduler
   worker, deadline) read from the local replica, skipping what is no longer due or already in
   flight. The session proposes them as one ``Dispatched`` entry per batch: nothing is sent before
   that entry commits under the session's own term (DESIGN §6: nothing fires unless planned).
+  *Dispatch ahead*: a task counts as due ``lead_ms`` (``scheduler.dispatch_lead_ms``) before its due
+  time, so the commit happens while the fire waits; the worker holds it until the due time
+  (``not_before_ms``), and its deadline counts from the due time: due + HTTP timeout +
+  ``dispatch_timeout_ms``.
 - :meth:`Dispatcher.send` groups the committed ``FireRequest`` effects by worker and sends one
   frame per worker (the local pool gets the list directly).
 
@@ -45,7 +49,9 @@ class _Worker:
 def to_wire(e: FireRequest) -> WireFire:
     """The worker's FireRequest for a committed fire effect."""
     f = e.fire
-    return WireFire(f.fire_id, f.task_id, f.attempt, f.kind, e.url, e.body, e.scene, e.timeout_ms, f.deadline_ms)
+    return WireFire(
+        f.fire_id, f.task_id, f.attempt, f.kind, e.url, e.body, e.scene, e.timeout_ms, f.deadline_ms, e.not_before_ms
+    )
 
 
 class Dispatcher:
@@ -91,8 +97,12 @@ class Dispatcher:
         w = self._workers.get(wid)
         return w.given if w is not None else 0
 
-    def plan(self, task_ids: Iterable[str], now_ms: int, limit: int) -> tuple[list[DispatchItem], list[str]]:
-        """Items to propose for due ``task_ids`` (at most ``limit``), and the ids left for later."""
+    def plan(
+        self, task_ids: Iterable[str], now_ms: int, limit: int, lead_ms: int = 0
+    ) -> tuple[list[DispatchItem], list[str]]:
+        """Items to propose for ``task_ids`` due by ``now_ms + lead_ms`` (at most ``limit``), and the
+        ids left for later."""
+        due_by = now_ms + lead_ms
         caps = self.live_workers()
         total = sum(caps.values())
         items: list[DispatchItem] = []
@@ -105,7 +115,7 @@ class Dispatcher:
                 later.append(tid)
                 continue
             t = get(tid)
-            if t is None or t.due_ms is None or t.due_ms > now_ms or t.inflight is not None:
+            if t is None or t.due_ms is None or t.due_ms > due_by or t.inflight is not None:
                 self.skipped += 1
                 continue
             if t.status is Status.AWAITING_ACK:
@@ -118,7 +128,8 @@ class Dispatcher:
             wid = self._pick(caps, total)
             caps[wid] -= 1
             total -= 1
-            deadline = now_ms + t.spec.timeout_ms + self.dispatch_timeout_ms
+            at = max(now_ms, t.due_ms)
+            deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms
             items.append(DispatchItem(t.fire_id, tid, attempt, wid, deadline))
             lags.append(now_ms - t.due_ms)
         self.planned += len(items)

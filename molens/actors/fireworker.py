@@ -14,19 +14,24 @@ Rules:
   the Dispatcher may send them elsewhere; otherwise the Monitor counts them lost at their deadline).
 - ``free_capacity()`` = room left = concurrency + queue_limit - (queued + in flight), for weighted
   dispatch.
+- A fire with ``not_before_ms`` still ahead (planned ahead by the leader: dispatch ahead) is held by
+  one holder thread, in a heap by that time, and queued once this node's wall clock reaches it:
+  never sent early. Held fires count against the capacity like queued ones.
 - A fire whose ``deadline_ms`` has passed when a thread picks it up is not sent (the leader has
   already counted it lost; sending it now could deliver twice); it is counted in ``stats().expired``.
   A fire is never given more than the time left before its deadline. ``deadline_ms`` is the leader's
   wall clock, so this assumes node clocks agree (NTP) to well within ``dispatch_timeout_ms``.
 - Results go to ``on_results(list[FireResult])`` from the flusher thread, at most ``flush_count``
   per call, at most ``flush_interval_ms`` after the first unflushed result.
-- ``stop()``: refuses new work, drops fires not yet started (returned to the caller), waits for
+- ``stop()``: refuses new work, drops fires not yet started, held ones included (returned to the caller), waits for
   in-flight fires to finish or time out, flushes their results, and joins every thread.
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
+import itertools
 import logging
 import threading
 import time
@@ -63,6 +68,7 @@ class FirePoolStats:
     refused: int
     expired: int
     result_batches: int
+    held: int = 0
 
 
 def make_pool_manager(concurrency: int) -> urllib3.PoolManager:
@@ -103,6 +109,10 @@ class FirePool:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._queue: collections.deque[FireRequest] = collections.deque()
+        self._held: list[tuple[int, int, FireRequest]] = []
+        """(not_before_ms, seq, fire): fires planned ahead, waiting for their due time."""
+        self._hold_cv = threading.Condition(self._lock)
+        self._seq = itertools.count()
         self._in_flight = 0
         self._accepting = False
         self._draining = False
@@ -116,6 +126,7 @@ class FirePool:
 
         self._threads: list[threading.Thread] = []
         self._flusher: threading.Thread | None = None
+        self._holder: threading.Thread | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -128,7 +139,8 @@ class FirePool:
             for i in range(self.concurrency)
         ]
         self._flusher = threading.Thread(target=self._run_flusher, name=f"{self._name}-flush", daemon=True)
-        for t in (*self._threads, self._flusher):
+        self._holder = threading.Thread(target=self._run_holder, name=f"{self._name}-hold", daemon=True)
+        for t in (*self._threads, self._flusher, self._holder):
             t.start()
         log.info("fire pool started concurrency=%d queue_limit=%d", self.concurrency, self.queue_limit)
 
@@ -138,9 +150,13 @@ class FirePool:
         with self._lock:
             self._accepting = False
             self._draining = True
-            dropped = list(self._queue)
+            dropped = list(self._queue) + [f for _, _, f in sorted(self._held)]
             self._queue.clear()
+            self._held.clear()
             self._work.notify_all()
+            self._hold_cv.notify_all()
+        if self._holder is not None:
+            self._holder.join(max(0.1, end - time.monotonic()))
         for t in self._threads:
             t.join(max(0.0, end - time.monotonic()))
         still = [t.name for t in self._threads if t.is_alive()]
@@ -158,14 +174,23 @@ class FirePool:
     def submit(self, batch: Sequence[FireRequest]) -> SubmitReceipt:
         """Queues as many fires as fit, in order; never blocks."""
         with self._lock:
-            room = self.capacity - len(self._queue) - self._in_flight if self._accepting else 0
+            room = self.capacity - len(self._queue) - len(self._held) - self._in_flight if self._accepting else 0
             n = max(0, min(room, len(batch)))
             if n:
-                self._queue.extend(batch[:n])
-                if n == 1:
-                    self._work.notify()
-                else:
-                    self._work.notify(n)
+                now = self._wall_ms()
+                ready = 0
+                held = self._held
+                head = held[0][0] if held else None
+                for f in batch[:n]:
+                    if f.not_before_ms > now:
+                        heapq.heappush(held, (f.not_before_ms, next(self._seq), f))
+                    else:
+                        self._queue.append(f)
+                        ready += 1
+                if ready:
+                    self._work.notify(ready)
+                if held and (head is None or held[0][0] < head):
+                    self._hold_cv.notify()
             refused = tuple(batch[n:])
             self._refused += len(refused)
         if refused:
@@ -176,16 +201,31 @@ class FirePool:
         with self._lock:
             if not self._accepting:
                 return 0
-            return self.capacity - len(self._queue) - self._in_flight
+            return self.capacity - len(self._queue) - len(self._held) - self._in_flight
 
     def stats(self) -> FirePoolStats:
         with self._lock:
             return FirePoolStats(
                 self.concurrency, self.capacity, len(self._queue), self._in_flight,
-                self._delivered, self._refused, self._expired, self._batches,
+                self._delivered, self._refused, self._expired, self._batches, len(self._held),
             )
 
     # --- threads -----------------------------------------------------------------------------------
+    def _run_holder(self) -> None:
+        """Moves held fires to the queue once the wall clock reaches their ``not_before_ms``."""
+        held = self._held
+        with self._lock:
+            while not self._draining:
+                now = self._wall_ms()
+                ready = 0
+                while held and held[0][0] <= now:
+                    self._queue.append(heapq.heappop(held)[2])
+                    ready += 1
+                if ready:
+                    self._work.notify(ready)
+                # a wait may end a little early: the loop checks the clock again before moving any
+                self._hold_cv.wait((held[0][0] - now) / 1000.0 if held else None)
+
     def _run_worker(self) -> None:
         while True:
             with self._lock:

@@ -14,6 +14,12 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   task is not due yet, is paused/terminal, already has a fire in flight (no overlapping
   occurrences), or the fire id/attempt is stale. Accepting stores a fire record (``fires``) until a
   result arrives.
+- **Dispatch ahead.** A task counts as due for ``Dispatched`` when its due time is at most
+  ``MachineConfig.max_dispatch_lead_ms`` after the entry's ``now_ms``: the leader plans a fire up to
+  ``scheduler.dispatch_lead_ms`` (<= that bound) early so the entry's commit is off the fire's
+  critical path, and the ``FireRequest`` carries ``not_before_ms`` (the due time) before which the
+  worker must not send it. The bound is a code constant, not node config, so every replica accepts
+  and refuses the same items. ``last_fire_ms`` is the later of the stamp and the due time.
 - **Results.** 2xx is ``success``; 404 on a callback is ``not_found``; any other status ``failed``;
   ``timeout`` and ``network_error`` as reported. ``Outcome.LOST`` is proposed by the Monitor when a
   fire's deadline passes without a result (worker or leader lost): for at_least_once it is a failed
@@ -44,13 +50,15 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   ``cron.next_cron_fire`` in their time zone (DST rules there).
 - **Pause** (from pending, firing, awaiting_ack) drops the due entry and keeps everything else; a
   fire already in flight still reports, and its result is recorded (a delayed task that succeeds
-  while paused is ``done``). **Resume** (from paused, and from inactive for periodic tasks, which
-  also resets ``fail_count``) recomputes the next run: a delayed task fires at its time or now if
-  that has passed; a periodic task that was between occurrences skips what it missed while paused
-  and continues at its next scheduled instant; a retry chain or ACK phase in progress continues
-  now. **Trigger** (from pending, with nothing in flight) moves the upcoming occurrence to now; for
-  a periodic task the schedule then continues at the next regular instant, so the trigger adds one
-  occurrence. **Delete** removes the task, its fire record, idempotency key and history.
+  while paused is ``done``). A fire planned ahead (dispatch ahead) is in flight from its commit, so a
+  pause or delete less than the dispatch lead before the due time does not stop that fire.
+  **Resume** (from paused, and from inactive for periodic tasks, which also resets ``fail_count``)
+  recomputes the next run: a delayed task fires at its time or now if that has passed; a periodic
+  task that was between occurrences skips what it missed while paused and continues at its next
+  scheduled instant; a retry chain or ACK phase in progress continues now. **Trigger** (from
+  pending, with nothing in flight) moves the upcoming occurrence to now; for a periodic task the
+  schedule then continues at the next regular instant, so the trigger adds one occurrence.
+  **Delete** removes the task, its fire record, idempotency key and history.
 - **Idempotency keys**: a create whose key is already known answers the existing task (200).
 - **Expire** deletes a task only if it is still terminal and unchanged since the Cleaner looked.
 """
@@ -116,6 +124,9 @@ class MachineConfig:
     ack_ttl: int = 3
     retry_base_ms: int = 1_000
     response_head_chars: int = 512
+    max_dispatch_lead_ms: int = 1_000
+    """How far before its due time a fire may be planned (leaders use ``scheduler.dispatch_lead_ms``,
+    at most this). Deliberately not read from node config: replicas must agree on it."""
 
 
 DEFAULT_CONFIG = MachineConfig()
@@ -166,7 +177,8 @@ class WheelRemove:
 
 @dataclass(frozen=True, slots=True)
 class FireRequest:
-    """Send this attempt now (the Dispatched entry that planned it has committed)."""
+    """Send this attempt (the Dispatched entry that planned it has committed), not before
+    ``not_before_ms`` (the due time it was planned for; it may still be ahead: dispatch ahead)."""
 
     fire: Fire
     url: str
@@ -174,6 +186,7 @@ class FireRequest:
     scene: str
     timeout_ms: int
     reliability: Reliability
+    not_before_ms: int = 0
 
 
 Effect = WheelAdd | WheelRemove | FireRequest
@@ -343,7 +356,8 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case CreateTasks():
             results = [_create(tx, it, now) for it in cmd.items]
         case Dispatched():
-            results = [_dispatch(tx, it, now) for it in cmd.items]
+            lead = now + config.max_dispatch_lead_ms
+            results = [_dispatch(tx, it, now, lead) for it in cmd.items]
         case Results():
             results = [_result(tx, it, now, config) for it in cmd.items]
         case DeleteTasks():
@@ -387,7 +401,7 @@ def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
     return Created(t, True)
 
 
-def _dispatch(tx: _Tx, it: DispatchItem, now: int) -> ItemResult:
+def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
     t = tx.task(it.task_id)
     if t is None:
         return NotFoundError(f"task {it.task_id} not found", "task_id")
@@ -399,8 +413,9 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int) -> ItemResult:
         kind, expected = FireKind.CALLBACK, t.attempt + 1
     else:
         return IllegalTransitionError(f"task {t.id} is {t.status}, nothing to fire", "task_id")
-    if t.due_ms is None or t.due_ms > now:
-        return IllegalTransitionError(f"task {t.id} is not due (due {t.due_ms}, now {now})", "task_id")
+    due = t.due_ms
+    if due is None or due > due_by:
+        return IllegalTransitionError(f"task {t.id} is not due (due {due}, now {now})", "task_id")
     if it.fire_id != t.fire_id or it.attempt != expected:
         return IllegalTransitionError(
             f"stale fire {it.fire_id} attempt {it.attempt}; expected {t.fire_id} attempt {expected}", "fire_id"
@@ -418,13 +433,13 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int) -> ItemResult:
             attempt=it.attempt,
             due_ms=None,
             inflight=fire.fire_id,
-            last_fire_ms=now,
+            last_fire_ms=max(now, due),
             updated_ms=now,
         )
         url = t.spec.callback_url
     tx.put(nt)
     tx.effects.append(
-        FireRequest(fire, url, t.spec.payload_json, t.spec.scene, t.spec.timeout_ms, t.spec.reliability)
+        FireRequest(fire, url, t.spec.payload_json, t.spec.scene, t.spec.timeout_ms, t.spec.reliability, due)
     )
     return None
 

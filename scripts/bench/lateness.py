@@ -19,6 +19,7 @@ The search (both systems) only runs when every listed rate was sustained.
 
     .venv/bin/python scripts/bench/lateness.py                 # 1000, 2000, search, APScheduler
     .venv/bin/python scripts/bench/lateness.py --rates 1000 --no-search --no-apscheduler
+    .venv/bin/python scripts/bench/lateness.py --dispatch-lead-ms 0 ...  # plan at the due time (no dispatch ahead)
 
 Lines: ``lateness: rate=R fires_per_s=... p50_ms=... p99_ms=... max_ms=...`` per rate,
 ``lateness_vs_apscheduler: store=... p99_ratio=... max_fires_ratio=...`` per store, and a final
@@ -252,11 +253,21 @@ def main() -> int:
     ap.add_argument("--no-apscheduler", action="store_true")
     ap.add_argument("--ap-duration", type=float, default=5.0)
     ap.add_argument("--ap-workers", type=int, default=32)
+    ap.add_argument("--dispatch-lead-ms", type=int, default=None,
+                    help="the nodes' scheduler.dispatch_lead_ms (default: conf/node.yaml's)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix="molens-lateness-"))
     rec = Receiver(tmp)
-    extra = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
+    extra: dict[str, Any] = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
+    if args.dispatch_lead_ms is not None:
+        extra["scheduler"] = {"dispatch_lead_ms": args.dispatch_lead_ms}
+        summary_lead = args.dispatch_lead_ms
+    else:
+        from molens.config import SchedulerConfig
+
+        summary_lead = SchedulerConfig().dispatch_lead_ms
+    print(f"lateness: dispatch_lead_ms={summary_lead} load={os.getloadavg()[0]:.2f}", flush=True)
     cluster = Cluster(tmp / "cluster", 3, extra=extra, state_machine="tasks")
     results: dict[float, Result] = {}
     summary: dict[str, Any] = {}

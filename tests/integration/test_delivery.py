@@ -165,6 +165,7 @@ def test_codec_round_trips_batches() -> None:
     reqs = [
         FireRequest("t-1", "t", 0, FireKind.CALLBACK, "http://a/b", b"{}", "default", 5000, 1_700_000_000_000),
         FireRequest("t-2", "t", 3, FireKind.ACK, "https://x/é", b"\x00\xff", "s", 1, 0),
+        FireRequest("t-3", "t", 1, FireKind.CALLBACK, "http://a/b", b"{}", "s", 1, 1_700_000_009_000, 1_700_000_000_100),
     ]
     assert decode_fire_batch(encode_fire_batch(reqs)) == reqs
     results = [

@@ -205,3 +205,55 @@ def test_fireworker_actor_accepts_batches_and_frames_and_stops_cleanly(server: C
     assert {r.worker for r in sink.results()} == {"n7"}
     assert all("X-Molens-Signature" in r.headers for r in server.recorded())
     assert _no_pool_threads("fireworker")
+
+
+class _Deliveries(Deliverer):
+    """A Deliverer that notes the pool's wall clock when each fire starts."""
+
+    def __init__(self, http: urllib3.PoolManager, clock: Callable[[], int]) -> None:
+        super().__init__(http, "n1")
+        self.clock = clock
+        self.started: dict[str, int] = {}
+
+    def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> FireResult:
+        self.started[req.fire_id] = self.clock()
+        return super().deliver(req, timeout_ms)
+
+
+def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_early(
+    server: CallbackServer, http: urllib3.PoolManager
+) -> None:
+    now = [1_767_225_600_000]
+    clock = lambda: now[0]  # noqa: E731 -- the pool's wall clock, moved by the test
+    sink = Sink()
+    dl = _Deliveries(http, clock)
+    pool = FirePool(dl, 2, sink, wall_ms=clock, name="fw-hold")
+    pool.start()
+    try:
+        due = now[0] + 50
+        held = FireRequest("ahead-0", "ahead", 1, FireKind.CALLBACK, server.url("/ok"), b"{}", "default", 5000, 0, due)
+        pool.submit([held, *_fires(server.url("/ok"), 1, prefix="now")])
+        assert pool.stats().held == 1 and pool.free_capacity() <= pool.capacity - 1  # held fires take room
+        wait_until(lambda: [r.fire_id for r in sink.results()] == ["now-0"])
+        assert pool.stats().held == 1 and "ahead-0" not in dl.started  # the clock has not reached it
+        now[0] = due - 1
+        assert "ahead-0" not in dl.started
+        now[0] = due
+        wait_until(lambda: len(sink.results()) == 2)
+    finally:
+        pool.stop()
+    assert dl.started["ahead-0"] >= due and pool.stats().held == 0
+    assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["now-0", "ahead-0"]
+
+
+def test_stop_returns_held_fires_unsent(server: CallbackServer, http: urllib3.PoolManager) -> None:
+    sink = Sink()
+    pool = FirePool(Deliverer(http, "n1"), 1, sink, name="fw-hold-stop")
+    pool.start()
+    far = time.time_ns() // 1_000_000 + 3_600_000
+    fires = [FireRequest(f"h-{i}", "h", 1, FireKind.CALLBACK, server.url("/ok"), b"{}", "default", 5000, 0, far + i)
+             for i in range(3)]
+    assert pool.submit(fires).accepted == 3 and pool.stats().held == 3
+    assert pool.stop() == fires
+    assert sink.results() == [] and server.recorded() == []
+    assert _no_pool_threads("fw-hold-stop")

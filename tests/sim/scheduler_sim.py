@@ -10,7 +10,9 @@ commit without its leader ever sending the fire, the case failover reconciliatio
 
 The leader runs the shells of DESIGN §3 in miniature: a real :class:`TimeWheel` fed by the
 machine's wheel effects and rebuilt from ``due`` at the start of each term, a Dispatcher that
-proposes ``Dispatched`` for due tasks and sends only the fires of entries committed in its own term,
+proposes ``Dispatched`` for tasks due within the seed's dispatch lead (0, 100 ms or the machine's
+bound: dispatch ahead) and sends only the fires of entries committed in its own term, each held by
+its worker until the due time (``not_before_ms``),
 a Monitor that proposes ``Outcome.LOST`` results for fires past their deadline, and a results
 buffer flushed every few ms. Workers run on every node; receivers answer by the behaviour encoded
 in the task's URL (2xx / 404 / 500 / too slow / random; ACK endpoints 2xx or 500) and record every
@@ -51,7 +53,7 @@ from molens.fsm.commands import (
     ResultItem,
     Results,
 )
-from molens.fsm.machine import Applied, Fire, FireRequest, WheelAdd, WheelRemove, lost_result
+from molens.fsm.machine import DEFAULT_CONFIG, Applied, Fire, FireRequest, WheelAdd, WheelRemove, lost_result
 from molens.fsm.memstate import MemoryState
 from molens.model import (
     ExecutionResult,
@@ -170,6 +172,8 @@ class Sim:
         self.p_worker_crash = r.choice([0, 1, 2])
         self.leader_crashes = r.choice([0, 1, 1, 2, 3])
         self.partitions = r.choice([0, 0, 1, 2])
+        self.lead = r.choice([0, 100, 100, DEFAULT_CONFIG.max_dispatch_lead_ms])
+        """Dispatch ahead: the leader plans fires this long before their due time."""
 
     # ---------------------------------------------------------------- event loop
 
@@ -328,7 +332,7 @@ class Sim:
         nd = ld.wheel.next_deadline()
         if nd is None:
             return
-        t = max(nd, self.now)
+        t = max(nd - self.lead, self.now)
         if ld.wake_at is not None and ld.wake_at <= t:
             return
         ld.wake_at = t
@@ -349,12 +353,13 @@ class Sim:
         rep = self.replicas[ld.node]
         items = []
         workers = [n for n in self.nodes if self.alive[n]]
-        for tid in ld.wheel.advance(self.now):
+        due_by = self.now + self.lead
+        for tid in ld.wheel.advance(due_by):
             t = rep.get_task(tid)
-            if t is None or t.due_ms is None or t.due_ms > self.now or t.inflight is not None:
+            if t is None or t.due_ms is None or t.due_ms > due_by or t.inflight is not None:
                 continue
             att = (t.ack_attempt if t.status is Status.AWAITING_ACK else t.attempt) + 1
-            dl = self.now + t.spec.timeout_ms + DISPATCH_SLACK
+            dl = max(self.now, t.due_ms) + t.spec.timeout_ms + DISPATCH_SLACK
             items.append(DispatchItem(t.fire_id, tid, att, self.rng.choice(workers), dl))
         if items:
             self.propose(Dispatched(self.now, tuple(items)))
@@ -403,6 +408,15 @@ class Sim:
 
         def arrive() -> None:
             if not self.alive[w]:
+                return
+            if fr.not_before_ms > self.now:  # planned ahead: the worker holds it until its due time
+                inc = self.incarnation[w]
+
+                def release() -> None:
+                    if self.alive[w] and self.incarnation[w] == inc:
+                        self.start_request(w, fr)
+
+                self.at(fr.not_before_ms, release)
                 return
             self.start_request(w, fr)
 

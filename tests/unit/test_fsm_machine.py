@@ -24,6 +24,7 @@ from molens.fsm.commands import (
     TriggerTask,
 )
 from molens.fsm.machine import (
+    DEFAULT_CONFIG,
     Applied,
     Created,
     FireRequest,
@@ -162,10 +163,22 @@ def test_replayed_create_with_same_id_is_not_duplicated(h: H) -> None:
 # ------------------------------------------------------------------ dispatch
 
 
-def test_dispatch_refused_before_due(h: H) -> None:
-    t = h.create(interval_ms=1000)
+def test_dispatch_refused_more_than_the_dispatch_lead_before_due(h: H) -> None:
+    t = h.create(interval_ms=DEFAULT_CONFIG.max_dispatch_lead_ms + 1)
     out = h.dispatch(t.id)
     assert isinstance(out.results[0], IllegalTransitionError) and h.s.fires == {}
+    assert h.t(t.id).status is Status.PENDING and h.t(t.id).due_ms == t.due_ms
+
+
+def test_dispatch_ahead_within_the_lead_carries_the_due_time_as_not_before(h: H) -> None:
+    lead = DEFAULT_CONFIG.max_dispatch_lead_ms
+    t = h.create(interval_ms=lead)
+    out = h.dispatch(t.id)
+    assert out.results == [None]
+    fr = next(e for e in out.effects if isinstance(e, FireRequest))
+    assert t.due_ms == h.now + lead and fr.not_before_ms == t.due_ms
+    # the fire counts as made at its due time, not when it was planned
+    assert h.t(t.id).last_fire_ms == t.due_ms and fr.fire.dispatched_ms == h.now
 
 
 def test_dispatch_plans_a_fire_with_headers_material(h: H) -> None:

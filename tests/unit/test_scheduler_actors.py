@@ -51,6 +51,17 @@ def test_plan_skips_tasks_not_due_in_flight_or_gone_and_numbers_the_next_attempt
     assert d.lags == [0, 0, 0]
 
 
+def test_plan_with_a_lead_takes_tasks_due_within_it_and_counts_the_deadline_from_the_due_time() -> None:
+    tasks = {"a": _task("a", due=NOW - 5), "b": _task("b", due=NOW + 100), "c": _task("c", due=NOW + 101)}
+    d = _dispatcher(tasks)
+    items, later = d.plan(["a", "b", "c"], NOW, limit=100, lead_ms=100)
+    assert later == [] and [i.task_id for i in items] == ["a", "b"]
+    # deadline = max(now, due) + timeout_ms + dispatch_timeout_ms: the wait before the due time is not
+    # taken from the fire's time to answer
+    assert [i.deadline_ms for i in items] == [NOW + 6_000, NOW + 100 + 6_000]
+    assert d.lags == [5, -100]
+
+
 def test_plan_keeps_what_exceeds_the_limit_or_the_capacity_for_later() -> None:
     tasks = {k: _task(k) for k in "abcde"}
     items, later = _dispatcher(tasks).plan(list("abcde"), NOW, limit=2)
