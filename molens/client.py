@@ -15,13 +15,13 @@ Behaviour:
   ``retry_deadline_s``: on connection errors and on ``503`` (no leader / outcome unknown /
   unavailable). Other errors are raised at once as typed :class:`ApiError` subclasses.
 - **Idempotency.** :meth:`MolensClient.create` and :meth:`~MolensClient.create_many` give every task
-  without an ``idempotency_key`` a random one (uuid4), so a retry after a lost response returns the
+  without an ``idempotency_key`` a random one (128 bits), so a retry after a lost response returns the
   task created by the first attempt instead of creating a duplicate. Pause/resume/trigger/delete are
   retried too; if a retry after an unknown outcome meets ``404``/``409`` (the first attempt may have
   done it), :class:`OutcomeUnknownError` is raised rather than a misleading not-found/conflict.
 - Reads go to the same node as writes, so a client reads its own writes.
 
-Thread-safe: one client may be shared by threads (urllib3 keeps a keep-alive pool per node).
+Thread-safe: one client may be shared by threads (one urllib3 keep-alive pool per node).
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from __future__ import annotations
 import builtins
 import json
 import logging
+import os
 import random
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -40,6 +40,8 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from molens.model import MolensError
 
@@ -147,6 +149,52 @@ def _base(url: str) -> str:
     return f"{p.scheme}://{p.netloc}"
 
 
+def _new_key() -> str:
+    """A random idempotency key (128 bits, hex): uuid4().hex without building a UUID."""
+    return os.urandom(16).hex()
+
+
+class _OneWrite:
+    """Sends the request head and a ``bytes`` body in one write.
+
+    urllib3 (and http.client since 3.x) write them with two ``sendall`` calls; with TCP_NODELAY the
+    body then often travels in a segment of its own and the server's event loop wakes twice per
+    request.
+    """
+
+    _body: bytes | None = None
+
+    def request(self, method: str, url: str, body: Any = None, headers: Any = None, **kw: Any) -> None:
+        if isinstance(body, bytes) and body and headers is not None and "Content-Length" in headers:
+            self._body = body  # appended to the head by send(); urllib3 sends no body of its own
+            try:
+                super().request(method, url, None, headers, **kw)  # type: ignore[misc]
+            finally:
+                self._body = None
+        else:
+            super().request(method, url, body, headers, **kw)  # type: ignore[misc]
+
+    def send(self, data: Any) -> None:
+        body, self._body = self._body, None
+        super().send(data if body is None else data + body)  # type: ignore[misc]
+
+
+class _HTTPConnection(_OneWrite, HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_OneWrite, HTTPSConnection):
+    pass
+
+
+class _HTTPPool(HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
 class MolensClient:
     """A client of one Molens cluster (see the module docstring for routing and retries).
 
@@ -176,12 +224,10 @@ class MolensClient:
         self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._http = urllib3.PoolManager(
-            num_pools=max(4, len(self._urls) * 2),
-            maxsize=pool_maxsize,
-            retries=False,
-            timeout=urllib3.Timeout(connect=min(timeout, 5.0), read=timeout),
-        )
+        self._pool_maxsize = pool_maxsize
+        self._timeout = urllib3.Timeout(connect=min(timeout, 5.0), read=timeout)
+        self._pools: dict[str, HTTPConnectionPool] = {}
+        """One keep-alive pool per node base URL (the given ones and those redirects named)."""
         self.max_attempts = max_attempts
         self.retry_deadline_s = retry_deadline_s
         self.backoff_base_s = backoff_base_s
@@ -198,7 +244,7 @@ class MolensClient:
         """
         body = {**(task or {}), **fields}
         if body.get("idempotency_key") is None:
-            body["idempotency_key"] = uuid.uuid4().hex
+            body["idempotency_key"] = _new_key()
         _, out = self._request("POST", "/api/v1/tasks", body, safe_retry=True)
         return dict(out)
 
@@ -217,7 +263,7 @@ class MolensClient:
     def _keyed(self, t: Mapping[str, Any]) -> dict[str, Any]:
         d = dict(t)
         if d.get("idempotency_key") is None:
-            d["idempotency_key"] = uuid.uuid4().hex
+            d["idempotency_key"] = _new_key()
         return d
 
     def _create_batch(self, bodies: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
@@ -307,7 +353,10 @@ class MolensClient:
         return dict(self._request("GET", "/api/v1/stats")[1])
 
     def close(self) -> None:
-        self._http.clear()
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
 
     def __enter__(self) -> MolensClient:
         return self
@@ -333,6 +382,19 @@ class MolensClient:
         delay = min(self.backoff_max_s, self.backoff_base_s * (2 ** (n - 1))) * self._rng.uniform(0.5, 1.0)
         time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
 
+    def _pool(self, base: str) -> HTTPConnectionPool:
+        """The keep-alive pool of a node (a dict lookup: PoolManager parsed the URL per request)."""
+        pool = self._pools.get(base)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(base)
+                if pool is None:
+                    p = urlsplit(base)
+                    cls = _HTTPSPool if p.scheme == "https" else _HTTPPool
+                    pool = cls(p.hostname or "", p.port, maxsize=self._pool_maxsize, timeout=self._timeout, retries=False)
+                    self._pools[base] = pool
+        return pool
+
     def _next_node(self, failed: str) -> str:
         with self._lock:
             i = self._urls.index(failed) if failed in self._urls else -1
@@ -347,6 +409,7 @@ class MolensClient:
         ``safe_retry``: retrying after an unknown outcome cannot do harm (reads, keyed creates).
         """
         data = json.dumps(body).encode() if body is not None else None
+        headers = self._headers if data is None else {**self._headers, "Content-Length": str(len(data))}
         deadline = time.monotonic() + self.retry_deadline_s
         target = self._target
         attempt = 0
@@ -356,8 +419,8 @@ class MolensClient:
         while True:
             attempt += 1
             try:
-                r = self._http.request(
-                    method, target + path, body=data, headers=self._headers, redirect=False, retries=False
+                r = self._pool(target).urlopen(
+                    method, path, body=data, headers=headers, redirect=False, retries=False, assert_same_host=False
                 )
             except urllib3.exceptions.HTTPError as exc:
                 sent = not isinstance(exc, urllib3.exceptions.ConnectTimeoutError)

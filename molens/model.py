@@ -34,8 +34,10 @@ import functools
 import ipaddress
 import json
 import logging
+import os
 import re
 import socket
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring as _encode_str
@@ -463,6 +465,29 @@ def new_task_id(now_ms: int, random80: int) -> str:
     return "".join([_CROCKFORD_PAIRS[(n >> shift) & 1023] for shift in _PAIR_SHIFTS])  # 13 x 10 bits
 
 
+class TaskIds:
+    """Thread-safe source of :func:`new_task_id` ids, the 80 random bits drawn from a buffer.
+
+    One ``getrandom()`` system call per id was a tenth of a batch create's server CPU; the buffer
+    takes one per ``buffer_ids`` ids.
+    """
+
+    def __init__(self, buffer_ids: int = 1024) -> None:
+        self._size = 10 * buffer_ids
+        self._lock = threading.Lock()
+        self._buf = b""
+        self._pos = 0
+
+    def new(self, now_ms: int) -> str:
+        with self._lock:
+            pos = self._pos
+            if pos >= len(self._buf):
+                self._buf, pos = os.urandom(self._size), 0
+            self._pos = pos + 10
+            random80 = int.from_bytes(self._buf[pos : pos + 10], "big")
+        return new_task_id(now_ms, random80)
+
+
 def task_id_ms(task_id: str) -> int:
     """Creation ms encoded in a task id."""
     n = 0
@@ -795,6 +820,7 @@ __all__ = [
     "Reliability",
     "Status",
     "Task",
+    "TaskIds",
     "TaskSpec",
     "TaskType",
     "ValidationError",

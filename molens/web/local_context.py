@@ -44,10 +44,6 @@ log = logging.getLogger(__name__)
 MAX_GROUP = 1024
 """Most proposals applied in one lmdb transaction."""
 
-_RAND_BUFFER = 10 * 1024
-"""Bytes of os.urandom drawn at a time for task ids (10 per id)."""
-
-
 class LocalContext:
     """Single-node ApiContext over a real store in ``data_dir`` (see the module docstring)."""
 
@@ -78,9 +74,7 @@ class LocalContext:
         )
         self._cv = threading.Condition()
         self._closed = False
-        self._rand_lock = threading.Lock()
-        self._rand = b""
-        self._rand_pos = 0
+        self._ids = model.TaskIds()
         self.proposals = 0
         self.batches = 0
         self._metrics: NodeMetrics | None = None
@@ -237,15 +231,7 @@ class LocalContext:
         return int(time.time() * 1000)
 
     def new_task_id(self) -> str:
-        # 80 random bits from a buffer of os.urandom: one getrandom() call per id was a tenth of a
-        # batch create's server CPU.
-        with self._rand_lock:
-            pos = self._rand_pos
-            if pos >= len(self._rand):
-                self._rand, pos = os.urandom(_RAND_BUFFER), 0
-            self._rand_pos = pos + 10
-            random80 = int.from_bytes(self._rand[pos : pos + 10], "big")
-        return model.new_task_id(self.now_ms(), random80)
+        return self._ids.new(self.now_ms())
 
     # ------------------------------------------------------------------ committer
 

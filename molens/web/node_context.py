@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -75,6 +74,7 @@ class NodeContext:
         self._extra_stats = extra_stats
         self._urls: dict[str, str | None] = {p.id: http_url(p.http_addr) for p in cfg.initial_peers()}
         self._lock = threading.Lock()
+        self._ids = model.TaskIds()
         self._last = rp.LeaderChange(cfg.node.id, "follower", None, 0)
         self.stopping = False
         self.proposals = 0
@@ -302,7 +302,7 @@ class NodeContext:
         return time.time_ns() // 1_000_000
 
     def new_task_id(self) -> str:
-        return model.new_task_id(self.now_ms(), secrets.randbits(80))
+        return self._ids.new(self.now_ms())
 
 
 __all__ = ["NodeContext"]

@@ -12,6 +12,7 @@ from molens.model import (
     Limits,
     PayloadTooLargeError,
     Reliability,
+    TaskIds,
     TaskType,
     ValidationError,
     auto_max_fails,
@@ -324,6 +325,13 @@ def test_task_ids_sort_by_time_and_encode_it() -> None:
     assert all(is_task_id(i) and len(i) == 26 for i in ids)
     assert task_id_ms(ids[7]) == NOW + 7
     assert not is_task_id("hello")
+
+
+def test_task_id_source_gives_distinct_valid_ids_across_buffer_refills() -> None:
+    ids = TaskIds(buffer_ids=8)
+    out = [ids.new(NOW) for _ in range(100)]  # 12 refills
+    assert len(set(out)) == 100
+    assert all(is_task_id(i) and task_id_ms(i) == NOW for i in out)
 
 
 @pytest.mark.parametrize("expr", ["* * *", "61 * * * *", "* * * * * * *", "H * * * *", "0 0 30 2 *", "bogus"])
