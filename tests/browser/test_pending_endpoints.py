@@ -1,10 +1,9 @@
-"""The console's use of endpoints this node does not serve yet (issue 7's server side).
+"""The console against nodes with and without ``/api/v1/schedule/preview`` and
+``/api/v1/timewheel/distribution`` (an older node may lack them).
 
-``/api/v1/schedule/preview`` and ``/api/v1/timewheel/distribution`` are added by another part of
-issue 7. Until then the console must hide what depends on them (checked against the real server),
-and draw them right once they exist: those checks answer the two endpoints in the browser
-(``page.route``) with the shapes the console reads, and add them to the served OpenAPI document,
-which is how the console learns an endpoint exists.
+The console learns which endpoints exist from the served OpenAPI document. Without them it must
+hide what depends on them (the document is served with the two paths removed); with them it must
+draw them right (answered in the browser with ``page.route`` in the shapes the console reads).
 """
 
 from __future__ import annotations
@@ -35,17 +34,23 @@ def _serve_extra(
         page.route(pattern, fn)
 
 
-def _served_paths(served: Served) -> set[str]:
-    _, doc = served.api("GET", "/openapi.json")
-    return set(doc["paths"])
+def _hide_paths(page: Page, hidden: tuple[str, ...]) -> None:
+    """Serve the node's OpenAPI document without ``hidden`` paths (an older node, as the console sees it)."""
+
+    def openapi(route: Route) -> None:
+        resp = route.fetch()
+        doc = resp.json()
+        for p in hidden:
+            doc["paths"].pop(p, None)
+        route.fulfill(response=resp, body=json.dumps(doc))
+
+    page.route("**/api/v1/openapi.json", openapi)
 
 
 def test_without_the_endpoints_the_console_hides_preview_and_says_so_for_the_wheel(
     served: Served, page: Page
 ) -> None:
-    paths = _served_paths(served)
-    if "/api/v1/schedule/preview" in paths or "/api/v1/timewheel/distribution" in paths:
-        pytest.skip("the node serves these endpoints now: see test_pages / test_real_node")
+    _hide_paths(page, ("/api/v1/schedule/preview", "/api/v1/timewheel/distribution"))
     page.goto(served.url + "/ui/tasks/new")
     page.get_by_test_id("kind-cron").click()
     expect(page.get_by_test_id("f-cron")).to_be_visible()
