@@ -8,7 +8,8 @@ idempotency key (the SDK adds one), as real clients do.
 Target: ``--url`` of a running node or cluster (comma-separated URLs); without it the benchmark
 starts ``python -m molens.web.server`` over a LocalContext (real lmdb + SQLite, fsync per applied
 batch, but no Raft replication) in a subprocess and says so (``target=local``). The 3-node number
-of issue 6 needs ``--url`` pointing at a real cluster.
+of issue 6 needs ``--url`` pointing at a real cluster; ``--server-pids`` of its local nodes adds their
+CPU per create (summed over the nodes).
 
 Prints one line per mode: ``ingest: mode=single creates_per_s=... target=...`` and
 ``ingest: mode=batch creates_per_s=... target=...``.
@@ -119,6 +120,9 @@ def main() -> int:
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--server-threads", type=int, default=16)
     ap.add_argument("--modes", default="single,batch", help="comma-separated, run in this order")
+    ap.add_argument(
+        "--server-pids", default="", help="comma-separated PIDs of local cluster nodes: report their CPU per create"
+    )
     args = ap.parse_args()
 
     proc = None
@@ -143,7 +147,7 @@ def main() -> int:
         def batch(k: int, i: int) -> int:
             return len(client.create_many([_task(j) for j in range(args.batch)]))
 
-        pid = proc.pid if proc is not None else None
+        pids = [proc.pid] if proc is not None else [int(p) for p in args.server_pids.split(",") if p]
         cpu = os.cpu_count()
         lines = []
         for mode in args.modes.split(","):
@@ -153,15 +157,15 @@ def main() -> int:
                 work, threads, what = batch, args.batch_threads, f"batch={args.batch} threads={args.batch_threads}"
             else:
                 raise SystemExit(f"unknown mode {mode!r}")
-            c0, cc0 = cpu_s(pid), time.process_time()
+            c0, cc0 = sum(cpu_s(p) for p in pids), time.process_time()
             n, el = run_threads(threads, args.seconds, work)
             rate = n / el
-            server_us = (cpu_s(pid) - c0) / n * 1e6
+            server_us = (sum(cpu_s(p) for p in pids) - c0) / n * 1e6
             client_us = (time.process_time() - cc0) / n * 1e6
             load = os.getloadavg()[0]
             print(f"{mode}: {n} creates in {el:.1f} s ({what}): {rate:.0f}/s wall-clock, load1 {load:.1f}")
             extra = f" client_cpu_us_per_create={client_us:.1f}"
-            if pid is not None:
+            if pids:
                 # The machine is shared: CPU per create is the steadier figure; 1e6 / it is the rate one
                 # core would sustain for the server alone.
                 print(f"{mode}: server CPU {server_us:.1f} us per create ({1e6 / server_us:.0f}/s per CPU second)")
