@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 from molens.delivery import Deliverer, FireRequest, FireResult
@@ -49,8 +50,9 @@ SAMPLES = 2048
 
 class SchedulerStats:
     """Monotonic counters (this process's lifetime), gauges set by the leader session, and recent
-    timings in ms (``dispatch_lag``: due -> planned; ``commit``: Dispatched proposed -> applied here;
-    ``send_lag``: due -> sent to the worker)."""
+    timings in ms (``fire_lateness``: due -> the HTTP request started on this node's worker, the
+    lateness a receiver sees; ``dispatch_lag``: due -> planned by the leader, negative when planned
+    ahead; ``plan_to_send``: planned -> sent to the worker)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -70,6 +72,9 @@ class SchedulerStats:
             obs.sampled(name, values)
 
     def delivered(self, req: FireRequest, result: FireResult) -> None:
+        if req.not_before_ms > 0:  # the due time the leader planned for (DESIGN §3, dispatch ahead)
+            started_ms = time.time() * 1000 - float(result.latency_ms)
+            self.sample("fire_lateness", [started_ms - req.not_before_ms])
         obs = self.observer
         if obs is not None:
             obs.delivered(req, result)

@@ -10,8 +10,9 @@ Two kinds of series:
 - **Events observed when they happen** by :class:`FireMetrics`, the scheduler's stats observer
   (``SchedulerStats.observer``, see :mod:`molens.actors.stats`): every HTTP attempt this node's
   fire pool makes (``molens_fires_total{kind,outcome}``, ``molens_callback_latency_seconds{host}``)
-  and the leader's timings (``molens_fire_lateness_seconds``: due -> planned;
-  ``molens_fire_send_delay_seconds``: planned -> sent to the worker). Fires are counted on the
+  the lateness of those attempts (``molens_fire_lateness_seconds``: due -> HTTP request started on
+  this worker), and the leader's timings (``molens_fire_plan_lag_seconds``: due -> planned, 0 when
+  planned ahead; ``molens_fire_send_delay_seconds``: planned -> sent to the worker). Fires are counted on the
   worker that made them, so ``sum()`` over the cluster's nodes is the cluster's rate.
 
 Host labels are bounded: after :data:`MAX_HOSTS` distinct hosts, the rest share ``host="other"``.
@@ -161,7 +162,13 @@ class FireMetrics:
         )
         self.lateness = Histogram(
             "molens_fire_lateness_seconds",
-            "Due time -> fire planned by the leader's dispatcher",
+            "Due time -> HTTP request started by this node's worker (what a receiver sees)",
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self.plan_lag = Histogram(
+            "molens_fire_plan_lag_seconds",
+            "Due time -> fire planned by the leader's dispatcher (0 when planned ahead)",
             buckets=LATENESS_BUCKETS,
             registry=registry,
         )
@@ -195,8 +202,10 @@ class FireMetrics:
         self.latency.labels(self._host(req.url)).observe(max(0.0, result.latency_ms) / 1000)
 
     def sampled(self, name: str, values_ms: list[float]) -> None:
-        if name == "dispatch_lag":
+        if name == "fire_lateness":
             h = self.lateness
+        elif name == "dispatch_lag":
+            h = self.plan_lag
         elif name == "plan_to_send":
             h = self.send_delay
         else:

@@ -232,8 +232,8 @@ class NodeContext:
         sched = self._extra_stats() if self._extra_stats is not None else None
         if sched is not None:
             out["scheduler"] = sched
-            lag = sched.get("timings", {}).get("dispatch_lag")
-            out["lateness_p99_ms"] = lag["p99_ms"] if lag else None
+            late = sched.get("timings", {}).get("fire_lateness")  # due -> sent, on this node's worker
+            out["lateness_p99_ms"] = late["p99_ms"] if late else None
             out["cleanup"] = {
                 "expired": sched.get("expired", 0),
                 "retention_ms": self.cfg.scheduler.task_retention_minutes * 60_000,

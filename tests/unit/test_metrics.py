@@ -3,6 +3,7 @@ scheduler's stats hook, bounded host labels, and output that prometheus-client's
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import urllib3
@@ -71,7 +72,8 @@ def test_fire_hooks_count_outcomes_latency_by_host_and_lateness() -> None:
 
     for _ in range(3):
         stats.delivered(req, Result())  # type: ignore[arg-type]
-    stats.sample("dispatch_lag", [2.0, 40.0])
+    stats.sample("fire_lateness", [2.0, 40.0])
+    stats.sample("dispatch_lag", [-90.0, 3.0, 7.0])
     stats.sample("plan_to_send", [1.0])
     stats.sample("something_else", [1.0])
     s = _parse(m.render())
@@ -81,7 +83,27 @@ def test_fire_hooks_count_outcomes_latency_by_host_and_lateness() -> None:
     assert s[("molens_callback_latency_seconds_bucket", (("host", "cb.example:8080"), ("le", "0.25")))] == 3
     assert s[("molens_fire_lateness_seconds_count", ())] == 2
     assert s[("molens_fire_lateness_seconds_bucket", (("le", "0.005"),))] == 1
+    assert s[("molens_fire_plan_lag_seconds_count", ())] == 3
+    assert s[("molens_fire_plan_lag_seconds_bucket", (("le", "0.005"),))] == 2  # planned ahead counts as 0
     assert s[("molens_fire_send_delay_seconds_count", ())] == 1
+
+
+def test_fire_lateness_is_measured_from_the_due_time_to_the_request_start_on_the_worker() -> None:
+    stats = SchedulerStats()
+    due = int(time.time() * 1000) - 250  # the request started 50 ms late and took 200 ms
+    req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://cb/x", b"{}", "default", 1000, not_before_ms=due)
+
+    class Result:
+        kind = FireKind.CALLBACK
+        outcome = "success"
+        latency_ms = 200.0
+
+    stats.delivered(req, Result())  # type: ignore[arg-type]
+    late = stats.timings()["fire_lateness"]
+    assert 50 <= late["max_ms"] < 50 + 1_000, late
+    stats.delivered(FireRequest("t-2", "t", 1, FireKind.CALLBACK, "http://cb/x", b"{}", "default", 1000),
+                    Result())  # type: ignore[arg-type]
+    assert stats.timings()["fire_lateness"]["n"] == 1  # no due time known: no sample
 
 
 def test_reporting_deliverer_reports_every_attempt_even_a_failed_one() -> None:
