@@ -232,13 +232,27 @@ def encode(cmd: Command) -> bytes:
     return out
 
 
+def _create_items(raw: list[Any]) -> tuple[CreateItem, ...]:
+    """Create items of one command; items with equal specs share one TaskSpec (batches often
+    repeat a spec, and the store encodes a shared spec once)."""
+    specs: dict[tuple[Any, ...], TaskSpec] = {}
+    items = []
+    for tid, sl in raw:
+        k = tuple(sl)
+        spec = specs.get(k)
+        if spec is None:
+            spec = specs[k] = spec_from_list(sl)
+        items.append(CreateItem(tid, spec))
+    return tuple(items)
+
+
 def decode(data: bytes) -> Command:
     """Inverse of :func:`encode`; raises :class:`CodecError` on anything else."""
     try:
         v = msgpack.unpackb(data, raw=False, use_list=True)
         tag, now = v[0], v[1]
         if tag == _T_CREATE:
-            return CreateTasks(now, tuple(CreateItem(t, spec_from_list(s)) for t, s in v[2]))
+            return CreateTasks(now, _create_items(v[2]))
         if tag == _T_DELETE:
             return DeleteTasks(now, tuple(v[2]))
         if tag == _T_PAUSE:

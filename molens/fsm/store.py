@@ -46,7 +46,7 @@ from molens.fsm import machine
 from molens.fsm.commands import CodecError, ExpireItem, decode, spec_from_list, spec_to_list
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
-from molens.model import TERMINAL_STATUSES, ExecutionResult, FireKind, MolensError, Status, Task
+from molens.model import TERMINAL_STATUSES, ExecutionResult, FireKind, MolensError, Status, Task, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +113,26 @@ class EntryResult:
 # record codecs
 
 
+_spec_packed: tuple[TaskSpec | None, bytes] = (None, b"")
+
+
+def _pack_spec(spec: TaskSpec) -> bytes:
+    """``spec_to_list(spec)`` packed; remembers the last spec, which a batch often repeats."""
+    global _spec_packed
+    last, b = _spec_packed
+    if last is spec:
+        return b
+    packed: bytes = msgpack.packb(spec_to_list(spec), use_bin_type=True)
+    _spec_packed = (spec, packed)
+    return packed
+
+
 def task_to_bytes(t: Task) -> bytes:
-    b: bytes = msgpack.packb(
+    # the msgpack array [spec_list, status, ...] of 15 items: fixarray header 0x9f, the packed
+    # spec, then the 14 other items (their own fixarray header 0x9e dropped); bytes identical to
+    # packing the whole list at once.
+    rest: bytes = msgpack.packb(
         [
-            spec_to_list(t.spec),
             _STATUS_IX[t.status],
             t.created_ms,
             t.updated_ms,
@@ -134,7 +150,7 @@ def task_to_bytes(t: Task) -> bytes:
         ],
         use_bin_type=True,
     )
-    return b
+    return b"\x9f" + _pack_spec(t.spec) + rest[1:]
 
 
 def task_from_bytes(tid: str, raw: bytes | memoryview) -> Task:
@@ -323,24 +339,28 @@ class TaskStore:
         put, delete = txn.put, txn.delete
         tasks_db, due_db = self._tasks, self._due
         exp_db = self._expiry
+        pack_u64 = _U64.pack
+        delta: dict[Status, int] = {}  # status count changes of this command, folded in below
         for tid, t in w.tasks.items():
             old = before.get(tid)
             k = tid.encode()
             if old is not None:
-                counts[old.status.value] = counts.get(old.status.value, 0) - 1
+                delta[old.status] = delta.get(old.status, 0) - 1
                 if old.due_ms is not None and (t is None or t.due_ms != old.due_ms):
-                    delete(due_key(old.due_ms, tid), db=due_db)
+                    delete(pack_u64(old.due_ms) + k, db=due_db)
                 if old.status in TERMINAL_STATUSES:
-                    delete(due_key(old.updated_ms, tid), db=exp_db)
+                    delete(pack_u64(old.updated_ms) + k, db=exp_db)
             if t is None:
                 delete(k, db=tasks_db)
                 continue
-            counts[t.status.value] = counts.get(t.status.value, 0) + 1
+            delta[t.status] = delta.get(t.status, 0) + 1
             put(k, task_to_bytes(t), db=tasks_db)
             if t.due_ms is not None and (old is None or old.due_ms != t.due_ms):
-                put(due_key(t.due_ms, tid), b"", db=due_db)
+                put(pack_u64(t.due_ms) + k, b"", db=due_db)
             if t.status in TERMINAL_STATUSES:
-                put(due_key(t.updated_ms, tid), b"", db=exp_db)
+                put(pack_u64(t.updated_ms) + k, b"", db=exp_db)
+        for st, d in delta.items():
+            counts[st.value] = counts.get(st.value, 0) + d
         for fid, f in w.fires.items():
             if f is None:
                 delete(fid.encode(), db=self._fires)
