@@ -127,29 +127,29 @@ def _pack_spec(spec: TaskSpec) -> bytes:
     return packed
 
 
-def task_to_bytes(t: Task) -> bytes:
+def task_to_bytes(t: Task, pack: Callable[[Any], bytes] | None = None) -> bytes:
+    """The task record; ``pack`` is a caller's own ``msgpack.Packer(use_bin_type=True).pack``
+    (cheaper than a new packer per record; a Packer must not be shared between threads)."""
     # the msgpack array [spec_list, status, ...] of 15 items: fixarray header 0x9f, the packed
     # spec, then the 14 other items (their own fixarray header 0x9e dropped); bytes identical to
     # packing the whole list at once.
-    rest: bytes = msgpack.packb(
-        [
-            _STATUS_IX[t.status],
-            t.created_ms,
-            t.updated_ms,
-            t.due_ms,
-            t.sched_ms,
-            t.seq,
-            t.attempt,
-            t.ack_attempt,
-            t.fail_count,
-            t.inflight,
-            None if t.last_result is None else _RESULT_IX[t.last_result],
-            t.last_status_code,
-            t.last_response,
-            t.last_fire_ms,
-        ],
-        use_bin_type=True,
-    )
+    fields = [
+        _STATUS_IX[t.status],
+        t.created_ms,
+        t.updated_ms,
+        t.due_ms,
+        t.sched_ms,
+        t.seq,
+        t.attempt,
+        t.ack_attempt,
+        t.fail_count,
+        t.inflight,
+        None if t.last_result is None else _RESULT_IX[t.last_result],
+        t.last_status_code,
+        t.last_response,
+        t.last_fire_ms,
+    ]
+    rest: bytes = msgpack.packb(fields, use_bin_type=True) if pack is None else pack(fields)
     return b"\x9f" + _pack_spec(t.spec) + rest[1:]
 
 
@@ -235,6 +235,7 @@ class TaskStore:
         self.on_applied = on_applied
         self._durable = durable
         self._map_size = map_size
+        self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
         self._open()
 
     def _open(self) -> None:
@@ -339,7 +340,7 @@ class TaskStore:
         put, delete = txn.put, txn.delete
         tasks_db, due_db = self._tasks, self._due
         exp_db = self._expiry
-        pack_u64 = _U64.pack
+        pack_u64, pack = _U64.pack, self._pack
         delta: dict[Status, int] = {}  # status count changes of this command, folded in below
         for tid, t in w.tasks.items():
             old = before.get(tid)
@@ -354,7 +355,7 @@ class TaskStore:
                 delete(k, db=tasks_db)
                 continue
             delta[t.status] = delta.get(t.status, 0) + 1
-            put(k, task_to_bytes(t), db=tasks_db)
+            put(k, task_to_bytes(t, pack), db=tasks_db)
             if t.due_ms is not None and (old is None or old.due_ms != t.due_ms):
                 put(pack_u64(t.due_ms) + k, b"", db=due_db)
             if t.status in TERMINAL_STATUSES:
