@@ -47,6 +47,7 @@ from molens.fsm.commands import CodecError, ExpireItem, decode, spec_from_list, 
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
 from molens.model import TERMINAL_STATUSES, ExecutionResult, FireKind, MolensError, Status, Task, TaskSpec
+from molens.raft.fsm import snapshot_env, stage_env_file, swap_env_file
 
 log = logging.getLogger(__name__)
 
@@ -389,47 +390,25 @@ class TaskStore:
     def snapshot(self, path: str | os.PathLike[str]) -> int:
         """A consistent compacted copy of the store in one file; returns its applied index."""
         dest = Path(path)
-        tmp = dest.with_name(dest.name + ".tmp")
-        with self._env.begin() as txn:
-            raw = txn.get(_APPLIED, db=self._meta)
-            index = _U64.unpack(raw)[0] if raw is not None else 0
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                self._env.copyfd(fd, compact=True, txn=txn)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.replace(tmp, dest)
+        index = snapshot_env(self._env, self._meta, dest)
         log.info("task store snapshot path=%s applied_index=%d", dest, index)
-        return int(index)
+        return index
 
     def restore(self, path: str | os.PathLike[str]) -> None:
         """Replace the whole state with a :meth:`snapshot` file (history is per node and kept,
         except that rows of tasks that no longer exist are dropped)."""
         src = Path(path)
-        staged = self.dir / "data.mdb.restore"
-        with open(src, "rb") as fin, open(staged, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk)
-            fout.flush()
-            os.fsync(fout.fileno())
+
+        def is_task_store(env: lmdb.Environment) -> None:
+            env.open_db(b"tasks", create=False)
+            env.open_db(b"meta", create=False)
+
         try:
-            check = lmdb.open(str(staged), subdir=False, readonly=True, lock=False, max_dbs=6)
-            try:
-                check.open_db(b"tasks", create=False)
-                check.open_db(b"meta", create=False)
-            finally:
-                check.close()
+            staged, _ = stage_env_file(src, self.dir, is_task_store)
         except lmdb.Error as exc:
-            staged.unlink(missing_ok=True)
             raise StoreError(f"{src}: not a task store snapshot: {exc}") from exc
         self._env.close()
-        os.replace(staged, self.dir / "data.mdb")
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        swap_env_file(staged, self.dir)
         self._open()
         if self.history is not None:
             self.history.retain_tasks(self.task_ids(), self._applied)

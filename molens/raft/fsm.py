@@ -32,10 +32,10 @@ import hashlib
 import logging
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import lmdb
 import msgpack
@@ -226,46 +226,25 @@ class KVStateMachine:
 
     def snapshot(self, path: str | os.PathLike[str]) -> int:
         dest = Path(path)
-        tmp = dest.with_name(dest.name + ".tmp")
-        with self._env.begin() as txn:
-            raw = txn.get(_META_APPLIED, db=self._meta)
-            index = _U64.unpack(raw)[0] if raw is not None else 0
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                self._env.copyfd(fd, compact=True, txn=txn)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        os.replace(tmp, dest)
+        index = snapshot_env(self._env, self._meta, dest)
         log.info("kv fsm snapshot path=%s applied_index=%d bytes=%d", dest, index, dest.stat().st_size)
-        return int(index)
+        return index
 
     def restore(self, path: str | os.PathLike[str]) -> None:
         src = Path(path)
-        staged = self.dir / "data.mdb.restore"
-        with open(src, "rb") as fin, open(staged, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk)
-            fout.flush()
-            os.fsync(fout.fileno())
+
+        def applied_in(env: lmdb.Environment) -> bytes | None:
+            meta = env.open_db(b"meta", create=False)
+            with env.begin() as txn:
+                raw: bytes | None = txn.get(_META_APPLIED, db=meta)
+            return raw
+
         try:
-            check = lmdb.open(str(staged), subdir=False, readonly=True, lock=False, max_dbs=2)
-            try:
-                meta = check.open_db(b"meta", create=False)
-                with check.begin() as txn:
-                    raw = txn.get(_META_APPLIED, db=meta)
-            finally:
-                check.close()
+            staged, raw = stage_env_file(src, self.dir, applied_in)
         except lmdb.Error as exc:
-            staged.unlink(missing_ok=True)
             raise FSMError(f"{src}: not a KV FSM snapshot: {exc}") from exc
         self._env.close()
-        os.replace(staged, self.dir / "data.mdb")
-        fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        swap_env_file(staged, self.dir)
         self._open()
         log.info("kv fsm restored from=%s applied_index=%d (snapshot says %s)", src, self._applied,
                  _U64.unpack(raw)[0] if raw else 0)
@@ -314,7 +293,63 @@ class KVStateMachine:
         self.close()
 
 
+
+T = TypeVar("T")
+
+
+def snapshot_env(env: lmdb.Environment, meta_db: Any, dest: Path) -> int:
+    """Write a consistent compacted copy of ``env`` to ``dest`` (temp file, fsync, rename); returns
+    the ``applied_index`` recorded in ``meta_db`` by the same read transaction. Shared by every
+    lmdb state machine (this KV FSM and the task store)."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    with env.begin() as txn:
+        raw = txn.get(_META_APPLIED, db=meta_db)
+        index = _U64.unpack(raw)[0] if raw is not None else 0
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            env.copyfd(fd, compact=True, txn=txn)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.replace(tmp, dest)
+    return int(index)
+
+
+def stage_env_file(src: Path, env_dir: Path, check: Callable[[lmdb.Environment], T]) -> tuple[Path, T]:
+    """Copy a snapshot file into ``env_dir`` (fsync'd) and open it read-only for ``check``; on an
+    lmdb error the staged copy is removed and the error re-raised. Returns the staged path and what
+    ``check`` returned."""
+    staged = env_dir / "data.mdb.restore"
+    with open(src, "rb") as fin, open(staged, "wb") as fout:
+        while chunk := fin.read(1 << 20):
+            fout.write(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
+    try:
+        probe = lmdb.open(str(staged), subdir=False, readonly=True, lock=False, max_dbs=8)
+        try:
+            found = check(probe)
+        finally:
+            probe.close()
+    except lmdb.Error:
+        staged.unlink(missing_ok=True)
+        raise
+    return staged, found
+
+
+def swap_env_file(staged: Path, env_dir: Path) -> None:
+    """Make a staged copy the environment's data file (the environment must be closed)."""
+    os.replace(staged, env_dir / "data.mdb")
+    fd = os.open(env_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 __all__ = [
+    "snapshot_env",
+    "stage_env_file",
+    "swap_env_file",
     "FSMError",
     "KVError",
     "KVStateMachine",
