@@ -276,6 +276,28 @@ class Node:
             log.info("leadership handed to %s in %.0f ms", moved["to"], (time.monotonic() - t) * 1000)
             return
 
+    def _transfer_leader(self, to: str | None, wait: bool) -> dict[str, Any]:
+        """Start a leadership transfer; with ``wait`` (the default) reply once this node has stepped
+        down, or ``ok: false`` when the transfer aborted (the target did not catch up within an
+        election timeout), so the caller never mistakes "asked" for "done"."""
+        assert self.peer is not None
+        peer = self.peer
+        moved = peer.call(lambda p: p.transfer_leader(to))
+        if not wait:
+            return {"ok": True, **moved}
+        t = time.monotonic()
+        election_s = 2 * self.cfg.raft.election_ticks * self.cfg.raft.tick_ms / 1000
+        fut = peer.wait_until(lambda p: p.core.role is not rc.Role.LEADER)
+        try:
+            fut.result(timeout=election_s)
+        except FutureTimeout:
+            return {
+                "ok": False,
+                "error": f"leadership transfer to {moved['to']} did not complete within "
+                f"{election_s * 1000:.0f} ms (is it caught up and reachable?)",
+            }
+        return {"ok": True, **moved, "ms": round((time.monotonic() - t) * 1000, 1)}
+
     # --- worker RPC -------------------------------------------------------------------------------
     def set_rpc_handler(self, handler: RpcHandler | None) -> None:
         """Where worker-RPC messages go (``handler(from_id, payload)`` on the RPC I/O thread; keep it
@@ -411,8 +433,7 @@ class Node:
                 threading.Thread(target=self.request_stop, name="admin-stop", daemon=True).start()
                 return {"ok": True, "stopping": True}
             if cmd == "transfer_leader":
-                to = req.get("to")
-                return {"ok": True, **peer.call(lambda p: p.transfer_leader(to))}
+                return self._transfer_leader(req.get("to"), bool(req.get("wait", True)))
             if cmd == "snapshot":
                 return {"ok": True, **peer.call(rp.RaftPeer.snapshot_now, timeout=60)}
             if cmd == "add_node":

@@ -22,6 +22,7 @@ import lmdb
 import pytest
 import zmq
 
+from molens.admin import AdminError
 from molens.raft.fsm import encode_put
 
 from .conftest import Cluster, NodeProc, wait_for
@@ -329,8 +330,19 @@ def test_fourth_node_joins_as_voter_then_is_removed_while_writes_continue(cluste
 
     wait_for(n4_is_voter, 60, "n4 to join and be promoted to voter")
     # n4 leads, then is removed: as a leader it hands leadership over before it goes
-    cluster.leader().call("transfer_leader", to="n4")
-    assert cluster.leader(timeout=15) is n4
+    # the reply comes once the old leader stepped down; a transfer may abort (n4 still catching
+    # up under the writes), so ask again until n4 leads
+    def n4_leads() -> bool:
+        lead = cluster.leader()
+        if lead is n4:
+            return True
+        try:
+            lead.call("transfer_leader", to="n4", timeout_s=10)
+        except AdminError:
+            return False
+        return cluster.leader() is n4
+
+    wait_for(n4_leads, 45, "n4 to take over leadership", interval=0.5)
     reply = n4.call("remove_node", id="n4", timeout_s=30)
     assert reply["via"] in ("n1", "n2", "n3")
 
