@@ -61,7 +61,7 @@ from molens.delivery import (
     to_result_item,
 )
 from molens.delivery import FireRequest as WireFire
-from molens.fsm.commands import Command, Dispatched, DispatchItem, ResultItem, Results, encode
+from molens.fsm.commands import Command, Dispatched, DispatchItem, ResultItem, Results
 from molens.fsm.machine import FireRequest
 from molens.fsm.store import EntryResult, TaskStore
 from molens.raft.transport import RpcEndpoint
@@ -371,7 +371,7 @@ class LeaderSession:
         self.post(kind, items, res, err)
 
     def _propose(self, cmd: Command, on_done: Callable[[list[Any], BaseException | None], None]) -> None:
-        self.svc.peer.propose_batch([encode(cmd)], on_done)
+        self.svc.peer.propose_batch([self.svc.store.encode_proposal(cmd)], on_done)
 
 
 def svc_tick(svc: Scheduler) -> int:

@@ -43,7 +43,7 @@ import lmdb
 import msgpack
 
 from molens.fsm import machine
-from molens.fsm.commands import CodecError, ExpireItem, decode, spec_from_list, spec_to_list
+from molens.fsm.commands import CodecError, Command, ExpireItem, decode, encode, spec_from_list, spec_to_list
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
 from molens.model import TERMINAL_STATUSES, ExecutionResult, FireKind, MolensError, Status, Task, TaskSpec
@@ -188,6 +188,9 @@ def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
     return Fire(fid, v[0], _KINDS[v[1]], v[2], v[3], v[4], v[5])
 
 
+_KNOWN_MAX = 512  # proposals in flight at once stay far below this
+
+
 def due_key(due_ms: int, tid: str) -> bytes:
     return _U64.pack(due_ms) + tid.encode()
 
@@ -237,6 +240,9 @@ class TaskStore:
         self._durable = durable
         self._map_size = map_size
         self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
+        # commands this node proposed, by the id of their encoded bytes (see encode_proposal)
+        self._known: dict[int, tuple[bytes, Command]] = {}
+        self.decodes_skipped = 0
         self._open()
 
     def _open(self) -> None:
@@ -262,6 +268,19 @@ class TaskStore:
         self._applied_term = _U64.unpack(raw_term)[0] if raw_term is not None else 0
         self._counts: dict[str, int] = dict(msgpack.unpackb(raw_counts, raw=False)) if raw_counts else {}
         log.info("task store opened dir=%s applied_index=%d", self.dir, self._applied)
+
+    def encode_proposal(self, cmd: Command) -> bytes:
+        """``encode(cmd)`` for a proposal of this node. The store remembers ``cmd`` for those very
+        bytes, so when the entry comes back to be applied here (the same object: the leader applies
+        from its in-memory log) it is not decoded again -- about 2 us of the leader's CPU per
+        created task, on the process whose GIL bounds batch ingest. Bounded: proposals that never
+        apply (leadership lost) are dropped when the map fills."""
+        data = encode(cmd)
+        known = self._known
+        if len(known) >= _KNOWN_MAX:
+            known.clear()
+        known[id(data)] = (data, cmd)
+        return data
 
     # ------------------------------------------------------------------ StateMachine
 
@@ -311,18 +330,24 @@ class TaskStore:
         self, txn: lmdb.Transaction, entries: list[EntryLike], counts: dict[str, int]
     ) -> tuple[list[Any], list[tuple[int, Writes]]]:
         view = _TxnView(txn, self._tasks, self._fires, self._idem)
+        known = self._known
         out: list[Any] = []
         hist: list[tuple[int, Writes]] = []
         for e in entries:
             if e.kind != 0 or not e.data:
                 out.append(None)
                 continue
-            try:
-                cmd = decode(e.data)
-            except CodecError as exc:
-                log.error("undecodable entry index=%d: %s", e.index, exc)
-                out.append(exc)
-                continue
+            hit = known.pop(id(e.data), None) if known else None
+            if hit is not None and hit[0] is e.data:
+                cmd = hit[1]
+                self.decodes_skipped += 1
+            else:
+                try:
+                    cmd = decode(e.data)
+                except CodecError as exc:
+                    log.error("undecodable entry index=%d: %s", e.index, exc)
+                    out.append(exc)
+                    continue
             try:
                 applied = machine.apply(view, cmd, config=self.config)
             except Exception as exc:  # a machine bug: same on every replica, so skip the entry alike
@@ -446,6 +471,10 @@ class TaskStore:
         with self._env.begin() as txn:
             raw = txn.get(b"m:" + key.encode(), db=self._meta)
             return None if raw is None else bytes(raw)
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for the admin ``stats`` command."""
+        return {"applied_index": self._applied, "decodes_skipped": self.decodes_skipped}
 
     def counts(self) -> dict[str, int]:
         """Tasks per status (every status present, zeros included)."""

@@ -242,6 +242,7 @@ class LmdbLog:
         map_size: int = DEFAULT_MAP_SIZE,
         keep_snapshots: int = 3,
         snapshot_level: int = 1,
+        cache_max_bytes: int = 64 << 20,
     ) -> None:
         root = Path(data_dir)
         self._raft_dir = root / "raft"
@@ -260,6 +261,14 @@ class LmdbLog:
         self._meta_db = self._env.open_db(b"meta")
         self._closed = False
         self._snap_data: bytes | None = None
+        # the newest entries as they were saved (contiguous, from index _cache_first): apply and
+        # replication read them back without an lmdb read and decode, and the leader applies the
+        # very data objects it proposed (TaskStore.encode_proposal then skips decoding them)
+        self._cache: list[Entry] = []
+        self._cache_first = 0
+        self._cache_bytes = 0
+        self.cache_max_bytes = cache_max_bytes
+        self.cache_hits = 0
         self.syncs = 0
         """Write transactions committed (each one durable when ``durable``)."""
         try:
@@ -399,6 +408,18 @@ class LmdbLog:
         out: list[Entry] = []
         if lo >= hi:
             return out
+        cache, first = self._cache, self._cache_first
+        if cache and first <= lo and hi <= first + len(cache):
+            self.cache_hits += 1
+            window = cache[lo - first : hi - first]
+            if max_bytes is None:
+                return window
+            total = 0
+            for n, e in enumerate(window):
+                total += e.size()
+                if total > max_bytes and n:
+                    return window[:n]
+            return window
         total = 0
         with self._env.begin(write=False, db=self._log_db, buffers=True) as txn:
             cur = txn.cursor()
@@ -515,6 +536,47 @@ class LmdbLog:
         self.snapshots.prune(sf.path)
         return Snapshot(meta, data)
 
+    # --- tail cache (actor thread only, like the rest of the log) -------------------------------
+    def _cache_clear(self) -> None:
+        self._cache, self._cache_first, self._cache_bytes = [], 0, 0
+
+    def _cache_add(self, entries: list[Entry]) -> None:
+        """Entries just made durable: a conflicting cached suffix goes, then they are appended
+        (the cache restarts at them when it would not be contiguous); the oldest half is dropped
+        once over ``cache_max_bytes``."""
+        if self.cache_max_bytes <= 0:
+            return
+        first = entries[0].index
+        cache = self._cache
+        if cache and first <= self._cache_first:
+            self._cache_clear()
+            cache = self._cache
+        elif cache and first <= self._cache_first + len(cache) - 1:
+            del cache[first - self._cache_first :]
+            self._cache_bytes = sum(e.size() for e in cache)
+        if not cache or self._cache_first + len(cache) != first:
+            self._cache = cache = []
+            self._cache_first, self._cache_bytes = first, 0
+        cache.extend(entries)
+        self._cache_bytes += sum(e.size() for e in entries)
+        if self._cache_bytes > self.cache_max_bytes:
+            drop = len(cache) // 2 or len(cache)
+            self._cache_bytes -= sum(e.size() for e in cache[:drop])
+            del cache[:drop]
+            self._cache_first += drop
+
+    def _cache_trim(self, through: int) -> None:
+        """Forget cached entries up to ``through`` (compacted)."""
+        n = through - self._cache_first + 1
+        if n <= 0 or not self._cache:
+            return
+        if n >= len(self._cache):
+            self._cache_clear()
+            return
+        self._cache_bytes -= sum(e.size() for e in self._cache[:n])
+        del self._cache[:n]
+        self._cache_first += n
+
     def compact(self, index: int) -> None:
         """Discard entries up to and including ``index`` (range delete); ``index`` <= snapshot index."""
         if index <= self._off:
@@ -530,6 +592,7 @@ class LmdbLog:
 
         n = self._write(txn_fn)
         self._off, self._off_term = index, term
+        self._cache_trim(index)
         log.debug("raft log compacted through=%d removed=%d", index, n)
 
     def close(self) -> None:
@@ -554,6 +617,7 @@ class _Staged:
         self.last = owner._last
         self.last_term = owner._last_term
         self.snap: tuple[SnapshotMeta, SnapshotFile] | None = None
+        self.appended: list[Entry] = []
 
     def install_snapshot(self, txn: lmdb.Transaction, snap: Snapshot, sf: SnapshotFile) -> None:
         o = self.o
@@ -581,6 +645,7 @@ class _Staged:
         cur.putmulti(items, append=True)
         self.last = entries[-1].index
         self.last_term = entries[-1].term
+        self.appended = entries
 
     def publish(self) -> None:
         o = self.o
@@ -588,6 +653,9 @@ class _Staged:
         if self.snap is not None:
             o._snap_meta, o._snap_file = self.snap
             o._membership = self.snap[0].membership
+            o._cache_clear()
+        if self.appended:
+            o._cache_add(self.appended)
 
 
 __all__ = [

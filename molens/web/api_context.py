@@ -214,5 +214,9 @@ class ApiContext(Protocol):
 
     def new_task_id(self) -> str: ...
 
+    def new_task_ids(self, n: int) -> list[str]:
+        """``n`` fresh task ids of this millisecond (a batch create's)."""
+        ...
+
 
 __all__ = ["ApiContext", "ApiSettings", "HistoryReader", "LeaderInfo", "cluster_status_from_raft", "http_url", "settings_from_config"]

@@ -349,9 +349,10 @@ def _install_tasks(api: Api) -> None:
         now = ctx.now_ms()
         items: list[CreateItem] = []
         errors: list[tuple[int, MolensError]] = []
+        ids = ctx.new_task_ids(len(tasks))
         for i, t in enumerate(tasks):
             try:
-                items.append(CreateItem(ctx.new_task_id(), validate(t, now)))
+                items.append(CreateItem(ids[i], validate(t, now)))
             except ValidationError as exc:
                 errors.append((i, exc))
         if errors:

@@ -233,6 +233,9 @@ class LocalContext:
     def new_task_id(self) -> str:
         return self._ids.new(self.now_ms())
 
+    def new_task_ids(self, n: int) -> list[str]:
+        return self._ids.new_many(self.now_ms(), n)
+
     # ------------------------------------------------------------------ committer
 
     def _commit_loop(self) -> None:

@@ -26,7 +26,7 @@ from molens import model
 from molens.actors import raft_peer as rp
 from molens.actors.stats import COUNTERS
 from molens.config import Config
-from molens.fsm.commands import Command, encode
+from molens.fsm.commands import Command
 from molens.fsm.history import History
 from molens.fsm.store import EntryResult, TaskStore
 from molens.model import NotFoundError, Task
@@ -133,7 +133,7 @@ class NodeContext:
         ch = self._last
         if not ch.is_leader:
             raise from_proposal_error(rp.NotLeader(ch.leader_id), self._leader_url)
-        futs = self.peer.propose_many([encode(c) for c in commands])
+        futs = self.peer.propose_many([self.store.encode_proposal(c) for c in commands])
         self.proposals += 1
         deadline = time.monotonic() + timeout_s
         out: list[list[Any]] = []
@@ -303,6 +303,9 @@ class NodeContext:
 
     def new_task_id(self) -> str:
         return self._ids.new(self.now_ms())
+
+    def new_task_ids(self, n: int) -> list[str]:
+        return self._ids.new_many(self.now_ms(), n)
 
 
 __all__ = ["NodeContext"]

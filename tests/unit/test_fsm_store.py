@@ -265,3 +265,43 @@ def test_apply_batch_accepts_index_data_pairs(store: TaskStore) -> None:
     out = store.apply_batch([(1, encode(CreateTasks(T0, (CreateItem(tid, spec()),)))), (2, b"")])
     assert isinstance(out[0], EntryResult) and out[0].term == 0 and out[1] is None
     assert store.applied_index() == 2 and store.get_task(tid) is not None
+
+
+def test_own_proposals_apply_without_decoding_and_leave_the_same_state(tmp_path: Path) -> None:
+    """encode_proposal: the leader applies the command object it proposed; a replica decoding the
+    same bytes ends in the same state with the same results."""
+    rng = random.Random(5)
+    ids = [new_task_id(T0, i) for i in range(40)]
+    cmds: list[Command] = [
+        CreateTasks(T0, tuple(CreateItem(t, spec(payload={"i": n}, idempotency_key=f"k{n % 30}")) for n, t in enumerate(ids))),
+        Dispatched(T0 + 1000, tuple(DispatchItem(f"{t}-1", t, 1, "n1", T0 + 11_000) for t in ids[:20])),
+        Results(
+            T0 + 1010,
+            tuple(
+                ResultItem(f"{t}-1", FireKind.CALLBACK, rng.choice([200, 404, 500]), Outcome.RESPONSE, "x", 5, "n1")
+                for t in ids[:20]
+            ),
+        ),
+        DeleteTasks(T0 + 1020, tuple(ids[30:35])),
+    ]
+    leader = TaskStore(tmp_path / "leader")
+    replica = TaskStore(tmp_path / "replica")
+    datas = [leader.encode_proposal(c) for c in cmds]
+    entries = [Entry(i + 1, 1, EntryKind.NORMAL, d) for i, d in enumerate(datas)]
+    got = leader.apply_batch(entries)
+    assert leader.decodes_skipped == len(cmds)
+    # equal bytes in another object (read back from disk, received from a leader) are decoded
+    want = replica.apply_batch([Entry(e.index, e.term, e.kind, bytes(bytearray(e.data))) for e in entries])
+    assert replica.decodes_skipped == 0
+    assert [(r.results, r.effects) for r in got] == [(r.results, r.effects) for r in want]
+    assert leader.digest() == replica.digest()
+    leader.close()
+    replica.close()
+
+
+def test_proposals_that_never_apply_are_forgotten_within_a_bound(store: TaskStore) -> None:
+    from molens.fsm import store as store_mod
+
+    for n in range(store_mod._KNOWN_MAX * 3):
+        store.encode_proposal(DeleteTasks(T0, (f"t{n}",)))
+    assert len(store._known) <= store_mod._KNOWN_MAX

@@ -19,6 +19,7 @@ from molens.model import (
     is_task_id,
     new_task_id,
     task_id_ms,
+    task_ids_from_bytes,
     validate_create,
 )
 
@@ -331,6 +332,25 @@ def test_task_id_source_gives_distinct_valid_ids_across_buffer_refills() -> None
     ids = TaskIds(buffer_ids=8)
     out = [ids.new(NOW) for _ in range(100)]  # 12 refills
     assert len(set(out)) == 100
+    assert all(is_task_id(i) and task_id_ms(i) == NOW for i in out)
+
+
+def test_batch_task_ids_equal_one_by_one_encoding() -> None:
+    rng = random.Random(7)
+    raw = bytes(rng.getrandbits(8) for _ in range(10 * 300))
+    raw = b"\x00" * 10 + b"\xff" * 10 + raw  # the extremes of the 80 random bits
+    for ms in (0, NOW, (1 << 48) - 1):
+        got = task_ids_from_bytes(ms, raw)
+        want = [new_task_id(ms, int.from_bytes(raw[i : i + 10], "big")) for i in range(0, len(raw), 10)]
+        assert got == want
+    with pytest.raises(ValueError):
+        task_ids_from_bytes(NOW, b"123")
+
+
+def test_task_id_source_batches_are_distinct_across_refills_and_mix_with_single_ids() -> None:
+    ids = TaskIds(buffer_ids=8)
+    out = [*ids.new_many(NOW, 5), ids.new(NOW), *ids.new_many(NOW, 20), *ids.new_many(NOW, 3), *ids.new_many(NOW, 0)]
+    assert len(out) == 29 and len(set(out)) == 29
     assert all(is_task_id(i) and task_id_ms(i) == NOW for i in out)
 
 

@@ -66,7 +66,7 @@ ops = st.lists(
 )
 
 
-def run_op(op: tuple[object, ...], disk: LmdbLog, mem: MemoryLog, root: Path) -> LmdbLog:
+def run_op(op: tuple[object, ...], disk: LmdbLog, mem: MemoryLog, root: Path, cache: int = 64 << 20) -> LmdbLog:
     kind = op[0]
     if kind == "append":
         _, rel, terms = op
@@ -106,23 +106,25 @@ def run_op(op: tuple[object, ...], disk: LmdbLog, mem: MemoryLog, root: Path) ->
         assert outcome(disk.save, hs, batch) == ref
     elif kind == "reopen":
         disk.close()
-        disk = LmdbLog(root, durable=False, keep_snapshots=2)
+        disk = LmdbLog(root, durable=False, keep_snapshots=2, cache_max_bytes=cache)
     return disk
 
 
+@pytest.mark.parametrize("cache", [64 << 20, 40, 0], ids=["cache-all", "cache-few", "cache-none"])
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops)
-def test_lmdb_log_matches_memory_log_on_random_operations(seq: list[tuple[object, ...]]) -> None:
+def test_lmdb_log_matches_memory_log_on_random_operations(cache: int, seq: list[tuple[object, ...]]) -> None:
+    """With the tail cache holding everything, a few entries (trimmed all the time) or nothing."""
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
-        disk = LmdbLog(root, M3, durable=False, keep_snapshots=2)
+        disk = LmdbLog(root, M3, durable=False, keep_snapshots=2, cache_max_bytes=cache)
         mem = MemoryLog(M3)
         try:
             for op in seq:
-                disk = run_op(op, disk, mem, root)
+                disk = run_op(op, disk, mem, root, cache)
                 assert_same(disk, mem)
             disk.close()
-            disk = LmdbLog(root, durable=False, keep_snapshots=2)
+            disk = LmdbLog(root, durable=False, keep_snapshots=2, cache_max_bytes=cache)
             assert_same(disk, mem)
             assert len(disk.snapshots.files()) <= 2
         finally:
@@ -219,3 +221,18 @@ def test_second_snapshot_at_same_index_does_not_overwrite_the_recorded_file(tmp_
         assert first.path.exists()  # still there until pruned: a crash in between finds it intact
     with LmdbLog(tmp_path, M3) as lg:
         assert lg.snapshot().data == b"other bytes, same state"
+
+
+def test_recent_entries_are_read_back_as_saved_without_touching_lmdb(tmp_path: Path) -> None:
+    disk = LmdbLog(tmp_path, M3, durable=False)
+    batch = ents(1, [1, 1, 1, 2])
+    disk.append(batch)
+    got = disk.entries(2, 5)
+    assert got == batch[1:] and all(a is b for a, b in zip(got, batch[1:], strict=True))
+    assert disk.cache_hits == 1
+    disk.append(ents(3, [3, 3]))  # a conflicting suffix replaces cached entries too
+    assert [e.term for e in disk.entries(1, 5)] == [1, 1, 3, 3]
+    disk.close()
+    reopened = LmdbLog(tmp_path, durable=False)
+    assert [e.term for e in reopened.entries(1, 5)] == [1, 1, 3, 3] and reopened.cache_hits == 0
+    reopened.close()
