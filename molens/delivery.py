@@ -22,6 +22,14 @@ Rules of one attempt, decided here:
   status line -> timeout, failure to connect/send/receive the status -> network_error. Once a status
   line has arrived the outcome follows the status even when reading the body then fails: the receiver
   has answered, and retrying a 2xx would deliver twice.
+- Callback host policy at connect time (DNS rebinding, names resolving to metadata or internal
+  addresses): a ``GuardedPoolManager`` connection resolves the host itself, checks *every* address
+  against the node's policy (``model.address_denial``) and connects only to an address it checked,
+  so the socket goes where the policy said it may; the Host header, SNI and certificate check keep
+  the name, and keep-alive connections are reused as before (each was vetted when it was opened).
+  A denied address is a network_error whose response head is the reason, e.g. ``callback host
+  evil.example resolves to 169.254.169.254, denied by the callback host policy``; nothing is sent.
+  A name that does not resolve is an ordinary network_error.
 - ``latency_ms`` (float, µs resolution) is measured with ``time.monotonic`` from just before the request
   until the head is read; ``to_result_item`` rounds it to the fsm's integer ms.
 """
@@ -30,6 +38,8 @@ from __future__ import annotations
 
 import enum
 import logging
+import socket
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -37,13 +47,24 @@ from typing import Any
 
 import msgpack
 import urllib3
-from urllib3.exceptions import HTTPError, LocationValueError, NewConnectionError, ProtocolError
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    LocationValueError,
+    NameResolutionError,
+    NewConnectionError,
+    ProtocolError,
+)
 from urllib3.exceptions import TimeoutError as Urllib3TimeoutError
 from urllib3.util import parse_url
+from urllib3.util.connection import allowed_gai_family
+from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from molens import __version__
 from molens.fsm.commands import ResultItem
-from molens.model import FireKind, Outcome
+from molens.model import DEFAULT_POLICY, CallbackPolicy, FireKind, Outcome, address_denial
 from molens.signing import SIGNATURE_HEADER, signature_header
 
 __all__ = [
@@ -59,6 +80,8 @@ __all__ = [
     "encode_fire_results",
     "decode_fire_results",
     "Deliverer",
+    "GuardedPoolManager",
+    "CallbackHostDenied",
     "HEAD_LIMIT",
     "DRAIN_LIMIT",
 ]
@@ -217,13 +240,105 @@ def to_result_item(r: FireResult) -> ResultItem:
     """The fsm's ``Results`` item for one FireResult (the Dispatcher proposes these in batches).
 
     The head becomes text (UTF-8, undecodable bytes replaced) as the execution record stores it.
+    Without a status there is no head, except the reason of a callback host policy refusal.
     """
-    head = r.response_head.decode("utf-8", "replace") if r.status_code is not None else None
+    head = r.response_head.decode("utf-8", "replace") if r.status_code is not None or r.response_head else None
     return ResultItem(r.fire_id, r.kind, r.status_code, _MODEL_OUTCOME[r.outcome], head, round(r.latency_ms), r.worker)
 
 
 class _DeadlinePassed(Exception):
     pass
+
+
+class CallbackHostDenied(NewConnectionError):
+    """The callback host resolved to an address the callback host policy denies; nothing was sent."""
+
+    def __init__(self, conn: HTTPConnection, reason: str) -> None:
+        super().__init__(conn, reason)
+        self.reason = reason
+
+
+def _vetted_socket(conn: HTTPConnection, policy: CallbackPolicy) -> socket.socket:
+    """``HTTPConnection._new_conn`` with the policy between resolving and connecting: resolve the
+    host once, refuse if any address is denied, then connect to those same addresses, in order."""
+    host = conn.host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, conn.port, allowed_gai_family(), socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise NameResolutionError(conn.host, conn, e) from e
+    for info in infos:
+        why = address_denial(host, str(info[4][0]), policy)
+        if why is not None:
+            raise CallbackHostDenied(conn, why)
+    err: OSError | None = None
+    for family, kind, proto, _, sockaddr in infos:
+        sock = None
+        try:
+            sock = socket.socket(family, kind, proto)
+            for opt in conn.socket_options or ():
+                sock.setsockopt(*opt)
+            if conn.timeout is not _DEFAULT_TIMEOUT:
+                sock.settimeout(conn.timeout)
+            if conn.source_address:
+                sock.bind(conn.source_address)
+            sock.connect(sockaddr)
+        except OSError as e:  # as urllib3 does: try the next address
+            if sock is not None:
+                sock.close()
+            err = e
+            continue
+        sys.audit("http.client.connect", conn, conn.host, conn.port)
+        return sock
+    if isinstance(err, TimeoutError):
+        raise ConnectTimeoutError(
+            conn, f"Connection to {conn.host} timed out. (connect timeout={conn.timeout})"
+        ) from err
+    raise NewConnectionError(conn, f"Failed to establish a new connection: {err or 'no address'}") from err
+
+
+class _GuardedHTTPConnection(HTTPConnection):
+    def __init__(self, *args: Any, callback_policy: CallbackPolicy = DEFAULT_POLICY, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.callback_policy = callback_policy
+
+    def _new_conn(self) -> socket.socket:
+        return _vetted_socket(self, self.callback_policy)
+
+
+class _GuardedHTTPSConnection(HTTPSConnection):
+    def __init__(self, *args: Any, callback_policy: CallbackPolicy = DEFAULT_POLICY, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.callback_policy = callback_policy
+
+    def _new_conn(self) -> socket.socket:
+        return _vetted_socket(self, self.callback_policy)
+
+
+class _GuardedHTTPConnectionPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSConnectionPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+class GuardedPoolManager(urllib3.PoolManager):
+    """A ``PoolManager`` whose connections go only to addresses ``policy`` admits (module docstring).
+
+    The policy reaches each connection through the pool's connection keywords, not
+    ``connection_pool_kw`` (that would become part of urllib3's pool key)."""
+
+    def __init__(self, policy: CallbackPolicy = DEFAULT_POLICY, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.pool_classes_by_scheme = {"http": _GuardedHTTPConnectionPool, "https": _GuardedHTTPSConnectionPool}
+        self.callback_policy = policy
+
+    def _new_pool(
+        self, scheme: str, host: str, port: int, request_context: dict[str, Any] | None = None
+    ) -> HTTPConnectionPool:
+        ctx = dict(self.connection_pool_kw if request_context is None else request_context)
+        ctx["callback_policy"] = self.callback_policy
+        return super()._new_pool(scheme, host, port, ctx)
 
 
 class Deliverer:
@@ -287,6 +402,12 @@ class Deliverer:
                 preload_content=False,
                 decode_content=False,
                 assert_same_host=False,
+            )
+        except CallbackHostDenied as e:
+            log.warning("fire=%s kind=%s refused: %s", req.fire_id, req.kind, e.reason)
+            return FireResult(
+                req.fire_id, req.kind, None, DeliveryOutcome.NETWORK_ERROR, e.reason.encode(), _elapsed_ms(start),
+                self.node_id, e.reason,
             )
         except NewConnectionError as e:  # before the timeout branch: it subclasses ConnectTimeoutError
             return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)

@@ -14,7 +14,8 @@ Decisions recorded here:
   allow/deny host lists (``.example.com`` matches subdomains), IP literals (including the
   inet_aton forms ``2852039166``/``0xa9.0xfe.0xa9.0xfe`` and IPv4-mapped IPv6) against CIDR lists.
   No DNS lookup happens here (pure code, and the answer could change before the fire anyway); a
-  name that resolves to a denied address must be refused by the fire worker at connect time.
+  name that resolves to a denied address is refused by the fire worker at connect time
+  (:func:`address_denial`, called by ``molens.delivery`` for every address the name resolves to).
   Link-local ``169.254.0.0/16`` (cloud metadata), ``fd00:ec2::254`` and
   ``metadata.google.internal`` are denied by default; loopback is allowed (the built-in test
   endpoints live there). Deny wins over allow; a non-empty allow list admits only what it names.
@@ -670,13 +671,37 @@ def _check_url_str(url: str, name: str, policy: CallbackPolicy, limits: Limits) 
     ip = _host_ip(host)
     if ip is None and not _HOSTNAME_RE.match(host):
         raise ValidationError(f"{name} has an invalid host {host!r}", name)
+    why = _host_verdict(host, ip, policy)
+    if why is not None:
+        raise ValidationError(f"{name} host {host} is {why}", name)
+    return url
+
+
+def _host_verdict(
+    host: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None, policy: CallbackPolicy
+) -> str | None:
+    """The host policy rule, shared by validation and the fire worker: None when ``host`` (lower
+    case, no trailing dot), reached at ``ip`` (None: a name, address unknown), passes; else why not.
+    Deny wins; a non-empty allow list admits the host by name or by address."""
     if _host_matches(host, policy.deny_hosts) or (ip is not None and _ip_in(ip, policy.deny_cidrs)):
-        raise ValidationError(f"{name} host {host} is denied by the callback host policy", name)
+        return "denied by the callback host policy"
     if policy.allow_hosts or policy.allow_cidrs:
         ok = _host_matches(host, policy.allow_hosts) or (ip is not None and _ip_in(ip, policy.allow_cidrs))
         if not ok:
-            raise ValidationError(f"{name} host {host} is not in the callback host allow list", name)
-    return url
+            return "not in the callback host allow list"
+    return None
+
+
+def address_denial(host: str, address: str, policy: CallbackPolicy) -> str | None:
+    """Why the fire worker must not connect to ``address`` (one address a resolver returned for the
+    callback host ``host``), or None when it may: the rules of :func:`check_url`, applied to the
+    address the host resolves to at fire time instead of the one it is written as (DNS rebinding)."""
+    host = host.lower().rstrip(".")
+    ip = _host_ip(address)
+    if ip is None:  # fail closed: not an address a resolver should return
+        return f"callback host {host} resolves to {address!r}, not an IP address"
+    why = _host_verdict(host, ip, policy)
+    return None if why is None else f"callback host {host} resolves to {ip}, {why}"
 
 
 _PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -850,6 +875,7 @@ __all__ = [
     "TaskSpec",
     "TaskType",
     "ValidationError",
+    "address_denial",
     "auto_max_fails",
     "check_url",
     "encode_payload",

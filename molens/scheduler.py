@@ -65,6 +65,7 @@ from molens.fsm.commands import Command, Dispatched, DispatchItem, ResultItem, R
 from molens.fsm.machine import FireRequest
 from molens.fsm.store import EntryResult, TaskStore
 from molens.raft.transport import RpcEndpoint
+from molens.web.api_context import settings_from_config
 
 log = logging.getLogger(__name__)
 
@@ -409,7 +410,7 @@ class Scheduler:
         self._on_fatal = on_fatal
         self.stats = SchedulerStats()
         w = cfg.worker
-        self._http = make_pool_manager(w.concurrency)
+        self._http = make_pool_manager(w.concurrency, settings_from_config(cfg).policy)  # as validated
         deliverer = ReportingDeliverer(self.stats, self._http, self.node_id, w.signing_secret, w.signing_secret_next)
         self.pool = FirePool(deliverer, w.concurrency, self._on_pool_results, flush_interval_ms=2.0)
         self._lock = threading.Lock()

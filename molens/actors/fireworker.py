@@ -41,7 +41,8 @@ from dataclasses import dataclass
 import pykka
 import urllib3
 
-from molens.delivery import Deliverer, FireRequest, FireResult, decode_fire_batch
+from molens.delivery import Deliverer, FireRequest, FireResult, GuardedPoolManager, decode_fire_batch
+from molens.model import DEFAULT_POLICY, CallbackPolicy
 
 __all__ = ["SubmitReceipt", "FirePoolStats", "FirePool", "FireWorker", "make_pool_manager"]
 
@@ -71,9 +72,10 @@ class FirePoolStats:
     held: int = 0
 
 
-def make_pool_manager(concurrency: int) -> urllib3.PoolManager:
-    """A PoolManager sized for ``concurrency`` threads: that many keep-alive connections per host."""
-    return urllib3.PoolManager(num_pools=256, maxsize=concurrency, block=False, retries=False)
+def make_pool_manager(concurrency: int, policy: CallbackPolicy = DEFAULT_POLICY) -> urllib3.PoolManager:
+    """A PoolManager sized for ``concurrency`` threads: that many keep-alive connections per host;
+    it connects only to addresses the callback host ``policy`` admits (``molens.delivery``)."""
+    return GuardedPoolManager(policy, num_pools=256, maxsize=concurrency, block=False, retries=False)
 
 
 def _wall_ms() -> int:
@@ -303,9 +305,10 @@ class FireWorker(pykka.ThreadingActor):
         queue_limit: int | None = None,
         flush_count: int = 256,
         flush_interval_ms: float = 5.0,
+        policy: CallbackPolicy = DEFAULT_POLICY,
     ) -> None:
         super().__init__()
-        self._http = make_pool_manager(concurrency)
+        self._http = make_pool_manager(concurrency, policy)
         deliverer = Deliverer(self._http, node_id, signing_secret, signing_secret_next)
         self.pool = FirePool(deliverer, concurrency, on_results, queue_limit, flush_count, flush_interval_ms)
 
