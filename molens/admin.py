@@ -1,6 +1,6 @@
 """The ZeroMQ admin socket: one JSON request, one JSON reply (DESIGN §7).
 
-Request ``{"cmd": "status" | "stop" | "transfer_leader" | "snapshot" | "add_node" | "remove_node" |
+Request ``{"cmd": "status" | "stop" | "transfer_leader" | "snapshot" | "digest" | "add_node" | "remove_node" |
 "stats" | "propose", ...}``; reply ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. A
 request carrying ``"id"`` gets it echoed in the reply.
 

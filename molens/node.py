@@ -434,8 +434,25 @@ class Node:
                 return {"ok": True, "stopping": True}
             if cmd == "transfer_leader":
                 return self._transfer_leader(req.get("to"), bool(req.get("wait", True)))
-            if cmd == "snapshot":
-                return {"ok": True, **peer.call(rp.RaftPeer.snapshot_now, timeout=60)}
+            if cmd == "snapshot":  # answered when recorded; the admin socket serves others meanwhile
+                return _reply_when_done(peer.call(rp.RaftPeer.snapshot_now), "snapshot")
+            if cmd == "digest":
+                # on a thread of its own, in one read transaction: never on the Raft actor, where
+                # hashing a large store would silence heartbeats
+                digest_state = getattr(self.fsm, "digest_state", None)
+                if digest_state is None:
+                    return {"ok": False, "error": "this state machine has no digest"}
+                fut: Future[dict[str, Any]] = Future()
+
+                def run() -> None:
+                    try:
+                        applied, digest = digest_state()
+                        fut.set_result({"applied_index": applied, "digest": digest})
+                    except Exception as exc:
+                        fut.set_exception(exc)
+
+                threading.Thread(target=run, name="admin-digest", daemon=True).start()
+                return _reply_when_done(fut, "digest")
             if cmd == "add_node":
                 return self._add_node(req)
             if cmd == "remove_node":
@@ -527,6 +544,20 @@ class Node:
 
         self.peer.propose_batch(datas, done)
         return out
+
+
+def _reply_when_done(inner: Future[dict[str, Any]], what: str) -> Future[dict[str, Any]]:
+    """An admin reply future: ``{"ok": true, **result}``, or ``ok: false`` naming the failure."""
+    out: Future[dict[str, Any]] = Future()
+
+    def done(f: Future[dict[str, Any]]) -> None:
+        try:
+            out.set_result({"ok": True, **f.result()})
+        except Exception as exc:
+            out.set_result({"ok": False, "error": f"{what} failed: {type(exc).__name__}: {exc}"})
+
+    inner.add_done_callback(done)
+    return out
 
 
 def _port_hint(exc: BaseException) -> str:

@@ -50,9 +50,9 @@ import pykka
 from molens.config import PeerConfig, RaftConfig, zmq_endpoint
 from molens.raft import core as rc
 from molens.raft.fsm import StateMachine
-from molens.raft.log import Entry, EntryKind, Membership
+from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
 from molens.raft.messages import CodecError, ConfChangeOp, decode, decode_conf_change, encode
-from molens.raft.storage import LmdbLog
+from molens.raft.storage import LmdbLog, SnapshotFile
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,17 @@ class _Inbound:
 @dataclass(frozen=True, slots=True)
 class _ProposalsReady:
     """Wake-up: the ProposalQueue has work (at most one of these is queued at a time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _SnapshotDone:
+    """From the snapshot thread: the file is written (or the attempt failed)."""
+
+    meta: SnapshotMeta | None
+    sf: SnapshotFile | None
+    data: bytes
+    error: BaseException | None
+    seconds: float
 
 
 Waiter: TypeAlias = "Future[Any] | _Slot"
@@ -212,6 +223,7 @@ class _Counters:
     saves: int = 0
     applied_entries: int = 0
     snapshots_taken: int = 0
+    snapshot_failures: int = 0
     snapshots_installed: int = 0
     fsm_restored_at_start: int = 0
     messages_out: int = 0
@@ -361,6 +373,8 @@ class RaftPeer(pykka.ThreadingActor):
         self._since_cycle = 0
         self._since_cycle_bytes = 0
         self._last_snapshot_index = self.log.snapshot_meta().index
+        self._snap_job: threading.Thread | None = None
+        self._snap_waiters: list[Future[Any]] = []
         self._last: LeaderChange = LeaderChange(node_id, role_name(self.core), None, self.core.term)
         self._waiters: list[tuple[Callable[[RaftPeer], bool], Future[Any]]] = []
         self._ticker_stop = threading.Event()
@@ -478,6 +492,8 @@ class RaftPeer(pykka.ThreadingActor):
                 self.counters.max_tick_delay_ms = delay
             self.core.tick()
             self._leader_housekeeping()
+        elif isinstance(message, _SnapshotDone):
+            self._snapshot_done(message)
         elif isinstance(message, _Call):
             self._flush_proposals()
             try:
@@ -653,30 +669,78 @@ class RaftPeer(pykka.ThreadingActor):
                     log.info("promoting learner %s (match=%d commit=%d)", lid, pr.match, core.commit)
                 return
 
-    def _maybe_snapshot(self, force: bool = False) -> int | None:
+    def _maybe_snapshot(self, force: bool = False) -> None:
+        """Start a snapshot on a background thread when enough entries applied since the last one
+        (or ``force``). Copying, compressing and writing a large state machine takes seconds (4.6 s
+        for 1M tasks); on the actor thread that silenced heartbeats and cost the leadership."""
+        if self._snap_job is not None:
+            return
         applied = self.fsm.applied_index()
         if applied <= self._last_snapshot_index:
-            return None
+            return
         if not force and applied - self._last_snapshot_index < self.cfg.snapshot_every_entries:
-            return None
-        path = self.data_dir / "snapshots" / "fsm.tmp"
-        index = self.fsm.snapshot(path)
-        data = path.read_bytes()
-        path.unlink(missing_ok=True)
-        self.log.create_snapshot(index, self.core.membership_at(index), data)
-        self._last_snapshot_index = index
-        self.counters.snapshots_taken += 1
-        upto = index - self.cfg.keep_log_tail
-        if upto >= self.log.first_index():
-            self.log.compact(upto)
-        log.info(
-            "snapshot taken node=%s index=%d bytes=%d first_index=%d",
-            self.node_id,
-            index,
-            len(data),
-            self.log.first_index(),
-        )
-        return index
+            return
+        self._snap_job = threading.Thread(target=self._snapshot_job, name=f"snapshot-{self.node_id}", daemon=True)
+        self._snap_job.start()
+
+    def _snapshot_job(self) -> None:
+        """Snapshot thread: a consistent copy of the FSM (one read transaction, entries keep
+        applying), its meta from the actor, the compressed file; then the actor records it."""
+        t0 = time.monotonic()
+        data = b""
+        meta: SnapshotMeta | None = None
+        sf: SnapshotFile | None = None
+        error: BaseException | None = None
+        try:
+            path = self.data_dir / "snapshots" / "fsm.tmp"
+            index = self.fsm.snapshot(path)
+            data = path.read_bytes()
+            path.unlink(missing_ok=True)
+            reply: Any = self.actor_ref.ask(_Call(lambda p: p._snapshot_meta(index)), timeout=60)
+            if isinstance(reply, _Raise):
+                raise reply.exc
+            meta = reply
+            sf = self.log.snapshots.write(meta, data)
+        except BaseException as exc:  # reported to the actor; the next cycle tries again
+            error = exc
+        with contextlib.suppress(pykka.ActorDeadError):
+            self.actor_ref.tell(_SnapshotDone(meta, sf, data, error, time.monotonic() - t0))
+
+    def _snapshot_meta(self, index: int) -> SnapshotMeta:
+        return SnapshotMeta(index, self.log.term(index), self.core.membership_at(index))
+
+    def _snapshot_done(self, done: _SnapshotDone) -> None:
+        self._snap_job = None
+        waiters, self._snap_waiters = self._snap_waiters, []
+        if done.error is not None or done.meta is None or done.sf is None:
+            self.counters.snapshot_failures += 1
+            log.warning("snapshot failed node=%s: %s", self.node_id, done.error)
+            for fut in waiters:
+                _fail(fut, done.error or RuntimeError("snapshot failed"))
+            return
+        meta = done.meta
+        if meta.index <= self.log.snapshot_meta().index:  # a leader's snapshot was installed meanwhile
+            if done.sf.path != getattr(self.log.snapshot_file(), "path", None):
+                done.sf.path.unlink(missing_ok=True)
+        else:
+            self.log.record_snapshot(meta, done.sf, done.data)
+            self._last_snapshot_index = meta.index
+            self.counters.snapshots_taken += 1
+            upto = meta.index - self.cfg.keep_log_tail
+            if upto >= self.log.first_index():
+                self.log.compact(upto)
+            log.info(
+                "snapshot taken node=%s index=%d bytes=%d first_index=%d in %.0f ms (background)",
+                self.node_id,
+                meta.index,
+                len(done.data),
+                self.log.first_index(),
+                done.seconds * 1000,
+            )
+        index = self.log.snapshot_meta().index
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result({"index": index})
 
     def _check_waiters(self) -> None:
         keep = []
@@ -732,9 +796,7 @@ class RaftPeer(pykka.ThreadingActor):
         fsm_stats = getattr(self.fsm, "stats", None)
         if callable(fsm_stats):
             out["fsm"] = fsm_stats()
-        digest = getattr(self.fsm, "digest", None)
-        if callable(digest):
-            out["fsm_digest"] = digest()
+        out["snapshot_running"] = self._snap_job is not None
         return out
 
     def add_node(self, peer: PeerConfig) -> dict[str, Any]:
@@ -778,9 +840,15 @@ class RaftPeer(pykka.ThreadingActor):
                 best = (pr.match, v)
         return best[1] if best else None
 
-    def snapshot_now(self) -> dict[str, Any]:
-        index = self._maybe_snapshot(force=True)
-        return {"index": index if index is not None else self._last_snapshot_index}
+    def snapshot_now(self) -> Future[Any]:
+        """Take a snapshot now (or join the one running); the future gets ``{"index": ...}``."""
+        fut: Future[Any] = Future()
+        self._maybe_snapshot(force=True)
+        if self._snap_job is None:  # nothing applied since the last one
+            fut.set_result({"index": self._last_snapshot_index})
+        else:
+            self._snap_waiters.append(fut)
+        return fut
 
     def learn_peers(self, peers: list[PeerConfig]) -> None:
         for p in peers:

@@ -34,6 +34,7 @@ import hashlib
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,9 @@ _APPLIED = b"applied_index"
 _APPLIED_TERM = b"applied_term"
 _COUNTS = b"counts"
 
-DEFAULT_MAP_SIZE = 1 << 30
+# Address space, not disk: the file grows with the data. Large enough never to grow in practice
+# (~140M tasks), because lmdb must not remap while other threads (HTTP reads) hold read transactions.
+DEFAULT_MAP_SIZE = 64 << 30
 MAX_MAP_SIZE = 1 << 40
 
 _STATUSES = tuple(Status)
@@ -239,6 +242,8 @@ class TaskStore:
         self.on_applied = on_applied
         self._durable = durable
         self._map_size = map_size
+        # snapshot() may copy the map on a background thread: resize, restore and close wait for it
+        self._env_lock = threading.Lock()
         self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
         # commands this node proposed, by the id of their encoded bytes (see encode_proposal)
         self._known: dict[int, tuple[bytes, Command]] = {}
@@ -409,13 +414,15 @@ class TaskStore:
         if size > MAX_MAP_SIZE:
             raise StoreError("task store map is full")
         log.info("task store map grows map_size=%d", size)
-        self._env.set_mapsize(size)
+        with self._env_lock:
+            self._env.set_mapsize(size)
         self._map_size = size
 
     def snapshot(self, path: str | os.PathLike[str]) -> int:
         """A consistent compacted copy of the store in one file; returns its applied index."""
         dest = Path(path)
-        index = snapshot_env(self._env, self._meta, dest)
+        with self._env_lock:
+            index = snapshot_env(self._env, self._meta, dest)
         log.info("task store snapshot path=%s applied_index=%d", dest, index)
         return index
 
@@ -432,15 +439,17 @@ class TaskStore:
             staged, _ = stage_env_file(src, self.dir, is_task_store)
         except lmdb.Error as exc:
             raise StoreError(f"{src}: not a task store snapshot: {exc}") from exc
-        self._env.close()
-        swap_env_file(staged, self.dir)
-        self._open()
+        with self._env_lock:
+            self._env.close()
+            swap_env_file(staged, self.dir)
+            self._open()
         if self.history is not None:
             self.history.retain_tasks(self.task_ids(), self._applied)
         log.info("task store restored from=%s applied_index=%d", src, self._applied)
 
     def close(self) -> None:
-        self._env.close()
+        with self._env_lock:
+            self._env.close()
         if self.history is not None:
             self.history.close()
 
@@ -548,8 +557,13 @@ class TaskStore:
 
     def digest(self) -> str:
         """sha256 over every database's sorted (key, value) pairs except volatile meta."""
+        return self.digest_state()[1]
+
+    def digest_state(self) -> tuple[int, str]:
+        """``(applied_index, digest)`` read in one transaction (any thread)."""
         h = hashlib.sha256()
         with self._env.begin() as txn:
+            raw = txn.get(_APPLIED, db=self._meta)
             for name, db in (
                 (b"tasks", self._tasks),
                 (b"due", self._due),
@@ -563,7 +577,7 @@ class TaskStore:
                     if db is self._meta and bytes(k) in (_APPLIED, _APPLIED_TERM, _COUNTS):
                         continue
                     h.update(_U64.pack(len(k)) + bytes(k) + _U64.pack(len(v)) + bytes(v))
-        return h.hexdigest()
+        return (_U64.unpack(raw)[0] if raw is not None else 0), h.hexdigest()
 
 
 __all__ = [

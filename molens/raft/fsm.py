@@ -32,6 +32,7 @@ import hashlib
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,8 @@ class FSMError(Exception):
 
 
 class StateMachine(Protocol):
-    """What the RaftPeer applies committed entries to (one owner thread)."""
+    """What the RaftPeer applies committed entries to (one owner thread, except :meth:`snapshot`,
+    which a background thread may run while entries apply)."""
 
     def applied_index(self) -> int:
         """Index of the last entry whose effects are durable in the FSM (0 when empty)."""
@@ -68,7 +70,8 @@ class StateMachine(Protocol):
         ...
 
     def snapshot(self, path: str | os.PathLike[str]) -> int:
-        """Write a consistent copy of the state to ``path``; returns the applied index it reflects."""
+        """Write a consistent copy of the state to ``path``; returns the applied index it reflects.
+        Runs on a background thread, concurrently with :meth:`apply_batch` (one read transaction)."""
         ...
 
     def restore(self, path: str | os.PathLike[str]) -> None:
@@ -126,6 +129,9 @@ class KVStateMachine:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._durable = durable
         self._map_size = map_size
+        # a snapshot may copy the map on another thread while entries apply: map resize, restore
+        # and close wait for it (lmdb must not remap or close under a live read transaction)
+        self._env_lock = threading.Lock()
         self.applied_total = 0
         """Entries applied (not skipped) since this object was created: a restart that replays only
         the missing entries shows a small number here, a replay from zero shows the whole log."""
@@ -186,7 +192,8 @@ class KVStateMachine:
         if size > MAX_MAP_SIZE:
             raise FSMError("kv fsm map is full")
         log.info("kv fsm map grows map_size=%d", size)
-        self._env.set_mapsize(size)
+        with self._env_lock:  # not while a snapshot reads the map on another thread
+            self._env.set_mapsize(size)
         self._map_size = size
 
     def _apply_one(self, txn: lmdb.Transaction, e: Entry) -> Any:
@@ -226,7 +233,8 @@ class KVStateMachine:
 
     def snapshot(self, path: str | os.PathLike[str]) -> int:
         dest = Path(path)
-        index = snapshot_env(self._env, self._meta, dest)
+        with self._env_lock:
+            index = snapshot_env(self._env, self._meta, dest)
         log.info("kv fsm snapshot path=%s applied_index=%d bytes=%d", dest, index, dest.stat().st_size)
         return index
 
@@ -243,14 +251,16 @@ class KVStateMachine:
             staged, raw = stage_env_file(src, self.dir, applied_in)
         except lmdb.Error as exc:
             raise FSMError(f"{src}: not a KV FSM snapshot: {exc}") from exc
-        self._env.close()
-        swap_env_file(staged, self.dir)
-        self._open()
+        with self._env_lock:
+            self._env.close()
+            swap_env_file(staged, self.dir)
+            self._open()
         log.info("kv fsm restored from=%s applied_index=%d (snapshot says %s)", src, self._applied,
                  _U64.unpack(raw)[0] if raw else 0)
 
     def close(self) -> None:
-        self._env.close()
+        with self._env_lock:
+            self._env.close()
 
     # --- local reads and test helpers ---------------------------------------------------------
     def get(self, key: bytes | str) -> bytes | None:
@@ -269,13 +279,19 @@ class KVStateMachine:
 
     def digest(self) -> str:
         """sha256 over the sorted (key, value) pairs: equal on replicas with equal state."""
+        return self.digest_state()[1]
+
+    def digest_state(self) -> tuple[int, str]:
+        """``(applied_index, digest)`` read in one transaction (any thread)."""
         h = hashlib.sha256()
-        for k, v in self.items():
-            h.update(_U64.pack(len(k)))
-            h.update(k)
-            h.update(_U64.pack(len(v)))
-            h.update(v)
-        return h.hexdigest()
+        with self._env.begin() as txn:
+            raw = txn.get(_META_APPLIED, db=self._meta)
+            for k, v in txn.cursor(db=self._kv):
+                h.update(_U64.pack(len(k)))
+                h.update(k)
+                h.update(_U64.pack(len(v)))
+                h.update(v)
+        return (_U64.unpack(raw)[0] if raw is not None else 0), h.hexdigest()
 
     def stats(self) -> dict[str, int]:
         return {

@@ -526,7 +526,11 @@ class LmdbLog:
     def create_snapshot(self, index: int, membership: Membership, data: bytes) -> Snapshot:
         """Record a snapshot of the applied state at ``index`` (must be in the log)."""
         meta = SnapshotMeta(index, self.term(index), membership)
-        sf = self.snapshots.write(meta, data)
+        return self.record_snapshot(meta, self.snapshots.write(meta, data), data)
+
+    def record_snapshot(self, meta: SnapshotMeta, sf: SnapshotFile, data: bytes) -> Snapshot:
+        """Record a snapshot file already written by ``self.snapshots.write(meta, data)`` -- the
+        slow part (compress, fsync), which may run on another thread -- as the log's snapshot."""
 
         def txn_fn(txn: lmdb.Transaction) -> None:
             self._put_snap(txn, meta, sf)
