@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from molens.fsm.machine import DEFAULT_CONFIG as MACHINE_DEFAULTS
+from molens.model import DEFAULT_POLICY, CallbackPolicy
 
 ENV_PREFIX = "MOLENS_"
 
@@ -476,3 +477,16 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
     except yaml.YAMLError as exc:
         raise ConfigError("", f"{p}: invalid YAML: {exc}") from exc
     return load_dict(data, os.environ if env is None else env, source=str(p))
+
+
+def callback_policy(cfg: Config) -> CallbackPolicy:
+    """The node's callback host policy (``scheduler.callback_policy``), as the API validates with
+    and the workers enforce at fire time. The built-in deny lists (cloud metadata) always apply;
+    the config's deny lists add to them."""
+    cp = cfg.scheduler.callback_policy
+    return CallbackPolicy(
+        allow_hosts=cp.allow_hosts,
+        allow_cidrs=cp.allow_cidrs,
+        deny_hosts=(*DEFAULT_POLICY.deny_hosts, *cp.deny_hosts),
+        deny_cidrs=(*DEFAULT_POLICY.deny_cidrs, *cp.deny_cidrs),
+    )

@@ -50,7 +50,7 @@ from molens.actors.fireworker import FirePool, make_pool_manager
 from molens.actors.monitor import Monitor
 from molens.actors.stats import ReportingDeliverer, SchedulerStats
 from molens.actors.timewheel import LeaderWheel
-from molens.config import Config
+from molens.config import Config, callback_policy
 from molens.delivery import (
     DeliveryOutcome,
     FireResult,
@@ -65,7 +65,6 @@ from molens.fsm.commands import Command, Dispatched, DispatchItem, ResultItem, R
 from molens.fsm.machine import FireRequest
 from molens.fsm.store import EntryResult, TaskStore
 from molens.raft.transport import RpcEndpoint
-from molens.web.api_context import settings_from_config
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +409,7 @@ class Scheduler:
         self._on_fatal = on_fatal
         self.stats = SchedulerStats()
         w = cfg.worker
-        self._http = make_pool_manager(w.concurrency, settings_from_config(cfg).policy)  # as validated
+        self._http = make_pool_manager(w.concurrency, callback_policy(cfg))  # as validated
         deliverer = ReportingDeliverer(self.stats, self._http, self.node_id, w.signing_secret, w.signing_secret_next)
         self.pool = FirePool(deliverer, w.concurrency, self._on_pool_results, flush_interval_ms=2.0)
         self._lock = threading.Lock()

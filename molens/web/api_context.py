@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from molens.config import Config, parse_addr
+from molens.config import Config, callback_policy, parse_addr
 from molens.fsm.commands import Command
 from molens.fsm.history import Page, TrendPoint, UrlStats
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
@@ -83,13 +83,7 @@ def settings_from_config(cfg: Config) -> ApiSettings:
     body bound from ``http``. The built-in deny lists (cloud metadata) always apply; the config's
     deny lists add to them."""
     sc = cfg.scheduler
-    cp = sc.callback_policy
-    policy = CallbackPolicy(
-        allow_hosts=cp.allow_hosts,
-        allow_cidrs=cp.allow_cidrs,
-        deny_hosts=(*DEFAULT_POLICY.deny_hosts, *cp.deny_hosts),
-        deny_cidrs=(*DEFAULT_POLICY.deny_cidrs, *cp.deny_cidrs),
-    )
+    policy = callback_policy(cfg)
     limits = dataclasses.replace(
         DEFAULT_LIMITS, max_payload_bytes=sc.max_payload_bytes, default_max_retries=sc.default_max_retries
     )
