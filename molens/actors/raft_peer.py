@@ -312,6 +312,27 @@ def peer_from_context(ctx: bytes) -> PeerConfig | None:
         return None
 
 
+def book_context(book: AddressBook, membership: Membership) -> bytes:
+    """A snapshot's context: the addresses of its members this node knows. A node that installs the
+    snapshot learns them; otherwise a member added in a conf-change entry that was compacted away
+    would stay unreachable from it (it could lead without ever replicating to that member)."""
+    known = [book.peers[i] for i in (*membership.voters, *membership.learners) if i in book.peers]
+    return bytes(msgpack.packb([peer_context(p) for p in known], use_bin_type=True))
+
+
+def peers_from_book_context(ctx: bytes) -> list[PeerConfig]:
+    """Inverse of :func:`book_context`; nothing for an empty or unreadable context."""
+    if not ctx:
+        return []
+    try:
+        raw = msgpack.unpackb(ctx, raw=False)
+    except (ValueError, msgpack.UnpackException):
+        return []
+    if not isinstance(raw, list):
+        return []
+    return [p for p in (peer_from_context(c) for c in raw if isinstance(c, bytes)) if p is not None]
+
+
 class RaftPeer(pykka.ThreadingActor):
     """Drives :class:`~molens.raft.core.RaftCore`; see the module docstring. Use :class:`RaftPeerHandle`."""
 
@@ -598,6 +619,9 @@ class RaftPeer(pykka.ThreadingActor):
 
     def _install_snapshot(self) -> None:
         meta = self.log.snapshot_meta()
+        for p in peers_from_book_context(meta.context):
+            if p.id != self.node_id:
+                self.book.update(p)
         path = self.data_dir / "snapshots" / "install.tmp"
         self.log.export_snapshot(path)
         self.fsm.restore(path)
@@ -707,7 +731,10 @@ class RaftPeer(pykka.ThreadingActor):
             self.actor_ref.tell(_SnapshotDone(meta, sf, data, error, time.monotonic() - t0))
 
     def _snapshot_meta(self, index: int) -> SnapshotMeta:
-        return SnapshotMeta(index, self.log.term(index), self.core.membership_at(index))
+        """The meta of a snapshot at ``index``; its context carries the members' addresses (see
+        :func:`book_context`)."""
+        membership = self.core.membership_at(index)
+        return SnapshotMeta(index, self.log.term(index), membership, book_context(self.book, membership))
 
     def _snapshot_done(self, done: _SnapshotDone) -> None:
         self._snap_job = None

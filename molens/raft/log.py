@@ -74,6 +74,9 @@ class SnapshotMeta:
     index: int = 0
     term: int = 0
     membership: Membership = field(default_factory=Membership)
+    context: bytes = b""
+    """Opaque to Raft, carried with the snapshot: the runtime puts the members' addresses here, which
+    otherwise travel only in conf-change entries that a compacted log no longer holds."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -241,12 +241,15 @@ def _dec_entries(raw: list[list[Any]]) -> tuple[Entry, ...]:
 
 
 def _enc_meta(meta: SnapshotMeta) -> list[Any]:
-    return [meta.index, meta.term, list(meta.membership.voters), list(meta.membership.learners)]
+    return [meta.index, meta.term, list(meta.membership.voters), list(meta.membership.learners), meta.context]
 
 
 def _dec_meta(raw: list[Any]) -> SnapshotMeta:
-    index, term, voters, learners = raw
-    return SnapshotMeta(index, term, Membership(tuple(voters), tuple(learners)))
+    index, term, voters, learners = raw[:4]
+    context = raw[4] if len(raw) > 4 else b""  # a peer of an older version sends four fields
+    if not isinstance(context, bytes):
+        raise CodecError("snapshot context must be bytes")
+    return SnapshotMeta(index, term, Membership(tuple(voters), tuple(learners)), context)
 
 
 def encode(m: Message) -> bytes:

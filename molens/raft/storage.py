@@ -158,6 +158,7 @@ class SnapshotStore:
                 "index": meta.index,
                 "term": meta.term,
                 "membership": _membership_to_wire(meta.membership),
+                "context": meta.context,
                 "size": len(data),
                 "sha256": digest,
                 "codec": "zlib",
@@ -202,7 +203,9 @@ class SnapshotStore:
             data = zlib.decompress(payload)
             if len(data) != head["size"]:
                 raise ValueError("size mismatch")
-            meta = SnapshotMeta(head["index"], head["term"], _membership_from_wire(head["membership"]))
+            meta = SnapshotMeta(
+                head["index"], head["term"], _membership_from_wire(head["membership"]), head.get("context", b"")
+            )
         except (ValueError, KeyError, TypeError, struct.error, zlib.error, msgpack.UnpackException) as exc:
             raise SnapshotCorruptError(f"{path}: {exc}") from exc
         if path.name != self.path_for(meta, digest).name:
@@ -308,7 +311,9 @@ class LmdbLog:
             if cur.last():
                 self._last = int(_KEY.unpack(bytes(cur.key()))[0])
                 self._last_term = int(_ENTRY_HEAD.unpack_from(cur.value())[0])
-        self._snap_meta = SnapshotMeta(s["index"], s["term"], _membership_from_wire(s["membership"]))
+        self._snap_meta = SnapshotMeta(
+            s["index"], s["term"], _membership_from_wire(s["membership"]), s.get("context", b"")
+        )
         self._snap_file: SnapshotFile | None = None
         if s["file"] is not None:
             path = self.snapshots.dir / s["file"]
@@ -353,6 +358,7 @@ class LmdbLog:
                     "index": meta.index,
                     "term": meta.term,
                     "membership": _membership_to_wire(meta.membership),
+                    "context": meta.context,
                     "file": sf.path.name if sf else None,
                     "sha256": sf.sha256 if sf else None,
                 }

@@ -368,6 +368,53 @@ def test_fourth_node_joins_as_voter_then_is_removed_while_writes_continue(cluste
     assert sorted(cluster.leader().call("status")["voters"]) == ["n1", "n2", "n3"]
 
 
+def test_member_added_while_a_follower_was_down_is_learned_from_the_snapshot(cluster: Cluster) -> None:
+    """A member's address travels in its conf-change entry; once the log is compacted past it, a
+    follower that was down learns the address from the snapshot it installs (snapshot context).
+    Without it, that follower could become leader and never replicate to the new member."""
+    follower = cluster.followers()[0]
+    follower.kill()
+    n5 = cluster.add_joiner("n5").start()
+    n5.wait_ready()
+    n5_raft = n5.settings["raft"]["bind_addr"]
+
+    def n5_is_voter() -> dict[str, Any] | None:
+        st: dict[str, Any] | None = cluster.leader().status()
+        n5st = n5.status()
+        return st if st and n5st and "n5" in st["voters"] and n5st["role"] == "follower" else None
+
+    joined_at = wait_for(n5_is_voter, 60, "n5 to join as a voter")["last_index"]
+    KvWriter(cluster, keys("learn", 400), clients=2, window=8).run()
+    leader = cluster.leader()
+    leader.call("snapshot", timeout_s=30)
+    assert leader.status()["first_index"] > joined_at, "the log is compacted past n5's conf change"
+    follower.start().wait_ready()
+
+    def follower_knows_n5() -> bool:
+        st = follower.status()
+        peers = {p["id"]: p for p in st["peers"]} if st else {}
+        return peers.get("n5", {}).get("raft_addr") == n5_raft
+
+    wait_for(follower_knows_n5, 30, f"{follower.node_id} to learn n5's address from the snapshot")
+    assert follower.call("stats")["snapshots_installed"] == 1
+    assert_converged(cluster)
+    # leave the module's cluster as it was: n1..n3
+    leader = cluster.leader()
+    if leader is n5:
+        leader.call("transfer_leader")
+        leader = cluster.leader(exclude=("n5",))
+    leader.call("remove_node", id="n5", timeout_s=30)
+
+    def n5_removed() -> bool:
+        st = cluster.leader(exclude=("n5",)).status()
+        return bool(st) and "n5" not in st["voters"] + st["learners"]
+
+    wait_for(n5_removed, 30, "n5 to be removed")
+    n5.stop()
+    del cluster.nodes["n5"]
+    assert_converged(cluster)
+
+
 def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> None:
     import subprocess
     import sys

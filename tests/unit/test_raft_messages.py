@@ -50,6 +50,7 @@ SAMPLES: list[Message] = [
     HeartbeatResponse("n2", "n1", 3, b"ctx-1"),
     InstallSnapshot("n1", "n4", 5, SnapshotMeta(100, 4, Membership(("n1", "n2"), ("n4",))), 64, b"chunk", False),
     InstallSnapshot("n1", "n4", 5, SnapshotMeta(100, 4, Membership(("n1",))), 0, b"", True),
+    InstallSnapshot("n1", "n4", 5, SnapshotMeta(100, 4, Membership(("n1", "n4")), b"\x92addresses"), 0, b"", True),
     SnapshotResponse("n4", "n1", 5, 100, 128),
     TimeoutNow("n1", "n2", 11),
     ReadIndexRequest("n2", "n1", 4, b"r1"),
@@ -83,3 +84,15 @@ def test_conf_change_round_trips() -> None:
     assert decode_conf_change(encode_conf_change(cc)) == cc
     with pytest.raises(CodecError):
         decode_conf_change(b"\x01")
+
+
+def test_snapshot_meta_of_an_older_peer_without_context_decodes() -> None:
+    import msgpack
+
+    m = InstallSnapshot("n1", "n4", 5, SnapshotMeta(100, 4, Membership(("n1",)), b"ctx"), 0, b"", True)
+    raw = msgpack.unpackb(encode(m), raw=False)
+    # drop the context field from the meta, wherever the codec put it
+    meta_pos = next(i for i, v in enumerate(raw) if isinstance(v, list) and v[:2] == [100, 4])
+    raw[meta_pos] = raw[meta_pos][:4]
+    old = decode(msgpack.packb(raw, use_bin_type=True))
+    assert isinstance(old, InstallSnapshot) and old.meta == SnapshotMeta(100, 4, Membership(("n1",)))

@@ -88,7 +88,8 @@ def run_op(op: tuple[object, ...], disk: LmdbLog, mem: MemoryLog, root: Path, ca
         assert outcome(disk.compact, idx) == outcome(mem.compact, idx)
     elif kind == "apply_snapshot":
         idx = max(0, mem.last_index() + int(op[1]))  # type: ignore[call-overload]
-        snap = Snapshot(SnapshotMeta(idx, int(op[2]), Membership(("n2",))), op[3])  # type: ignore[call-overload, arg-type]
+        ctx = bytes(op[3][:3])  # type: ignore[index]
+        snap = Snapshot(SnapshotMeta(idx, int(op[2]), Membership(("n2",)), ctx), op[3])  # type: ignore[call-overload, arg-type]
         disk.apply_snapshot(snap)
         mem.apply_snapshot(snap)
     elif kind == "save":
