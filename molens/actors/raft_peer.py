@@ -57,6 +57,9 @@ from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
 log = logging.getLogger(__name__)
 
+SNAPSHOT_RETRY_S = 10.0
+"""After a failed snapshot (disk full, say), automatic attempts pause this long."""
+
 SLOW_CYCLE_MS = 200.0
 """A Ready cycle longer than this is logged: it delays heartbeats (elections start at 8+ ticks)."""
 
@@ -396,6 +399,7 @@ class RaftPeer(pykka.ThreadingActor):
         self._last_snapshot_index = self.log.snapshot_meta().index
         self._snap_job: threading.Thread | None = None
         self._snap_waiters: list[Future[Any]] = []
+        self._snap_retry_at = 0.0  # monotonic; after a failed snapshot, automatic retries wait
         self._last: LeaderChange = LeaderChange(node_id, role_name(self.core), None, self.core.term)
         self._waiters: list[tuple[Callable[[RaftPeer], bool], Future[Any]]] = []
         self._ticker_stop = threading.Event()
@@ -697,7 +701,7 @@ class RaftPeer(pykka.ThreadingActor):
         """Start a snapshot on a background thread when enough entries applied since the last one
         (or ``force``). Copying, compressing and writing a large state machine takes seconds (4.6 s
         for 1M tasks); on the actor thread that silenced heartbeats and cost the leadership."""
-        if self._snap_job is not None:
+        if self._snap_job is not None or (not force and time.monotonic() < self._snap_retry_at):
             return
         applied = self.fsm.applied_index()
         if applied <= self._last_snapshot_index:
@@ -725,7 +729,7 @@ class RaftPeer(pykka.ThreadingActor):
                 raise reply.exc
             meta = reply
             sf = self.log.snapshots.write(meta, data)
-        except BaseException as exc:  # reported to the actor; the next cycle tries again
+        except BaseException as exc:  # reported to the actor, which retries later
             error = exc
         with contextlib.suppress(pykka.ActorDeadError):
             self.actor_ref.tell(_SnapshotDone(meta, sf, data, error, time.monotonic() - t0))
@@ -741,7 +745,8 @@ class RaftPeer(pykka.ThreadingActor):
         waiters, self._snap_waiters = self._snap_waiters, []
         if done.error is not None or done.meta is None or done.sf is None:
             self.counters.snapshot_failures += 1
-            log.warning("snapshot failed node=%s: %s", self.node_id, done.error)
+            self._snap_retry_at = time.monotonic() + SNAPSHOT_RETRY_S
+            log.warning("snapshot failed node=%s (next try in %.0f s): %s", self.node_id, SNAPSHOT_RETRY_S, done.error)
             for fut in waiters:
                 _fail(fut, done.error or RuntimeError("snapshot failed"))
             return

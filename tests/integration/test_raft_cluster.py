@@ -586,15 +586,39 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
             n.stop()
 
 
+def _solo_config(tmp_path: Path) -> tuple[Any, str]:
+    """A one-node cluster's config (snapshots only on request, log tail 5) and its admin address."""
+    from molens.config import load_dict
+
+    from .conftest import free_ports
+
+    raft, rpc, http, admin = free_ports(4)
+    addrs = {
+        "raft_addr": f"127.0.0.1:{raft}",
+        "rpc_addr": f"127.0.0.1:{rpc}",
+        "http_addr": f"127.0.0.1:{http}",
+        "admin_addr": f"127.0.0.1:{admin}",
+    }
+    cfg = load_dict(
+        {
+            "node": {"id": "solo", "data_dir": str(tmp_path / "solo")},
+            "cluster": {"peers": [{"id": "solo", **addrs}]},
+            "raft": {"bind_addr": addrs["raft_addr"], "snapshot_every_entries": 1_000_000, "keep_log_tail": 5},
+            "rpc": {"bind_addr": addrs["rpc_addr"]},
+            "http": {"port": http},
+            "admin": {"bind_addr": addrs["admin_addr"]},
+        },
+        env={},
+    )
+    return cfg, addrs["admin_addr"]
+
+
 def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Path) -> None:
     """While the state machine is being copied (held open here), the peer keeps answering,
     committing and applying; the snapshot is recorded and the log compacted once the copy ends.
     (On the actor thread, a 1M-task snapshot took 4.6 s of silence: the leader lost its term.)"""
-    from molens.config import load_dict
     from molens.node import Node
     from molens.raft.fsm import KVStateMachine
-
-    from .conftest import free_ports
 
     copying, release = threading.Event(), threading.Event()
 
@@ -604,28 +628,7 @@ def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Pa
             assert release.wait(30), "test never released the snapshot"
             return super().snapshot(path)
 
-    raft, rpc, http, admin = free_ports(4)
-    cfg = load_dict(
-        {
-            "node": {"id": "solo", "data_dir": str(tmp_path / "solo")},
-            "cluster": {
-                "peers": [
-                    {
-                        "id": "solo",
-                        "raft_addr": f"127.0.0.1:{raft}",
-                        "rpc_addr": f"127.0.0.1:{rpc}",
-                        "http_addr": f"127.0.0.1:{http}",
-                        "admin_addr": f"127.0.0.1:{admin}",
-                    }
-                ]
-            },
-            "raft": {"bind_addr": f"127.0.0.1:{raft}", "snapshot_every_entries": 1_000_000, "keep_log_tail": 5},
-            "rpc": {"bind_addr": f"127.0.0.1:{rpc}"},
-            "http": {"port": http},
-            "admin": {"bind_addr": f"127.0.0.1:{admin}"},
-        },
-        env={},
-    )
+    cfg, admin = _solo_config(tmp_path)
     node = Node(cfg, fsm_factory=GatedFSM)
     try:
         node.start()
@@ -649,10 +652,47 @@ def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Pa
         # the admin digest is computed off the actor, with the applied index of the same read
         from molens.admin import AdminClient
 
-        with AdminClient(f"127.0.0.1:{admin}") as client:
+        with AdminClient(admin) as client:
             d = client.call("digest")
         assert d["applied_index"] == peer.status()["applied_index"]
         assert node.fsm is not None and d["digest"] == node.fsm.digest()  # type: ignore[attr-defined]
     finally:
         release.set()
+        node.stop()
+
+
+def test_failed_snapshot_is_reported_and_retried_later_not_in_a_loop(tmp_path: Path) -> None:
+    from molens.admin import AdminClient, AdminError
+    from molens.node import Node
+    from molens.raft.fsm import KVStateMachine
+
+    attempts: list[int] = []
+
+    class DiskFullOnce(KVStateMachine):
+        def snapshot(self, path: Any) -> int:
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise OSError(28, "No space left on device")
+            return super().snapshot(path)
+
+    cfg, admin = _solo_config(tmp_path)
+    node = Node(cfg, fsm_factory=DiskFullOnce)
+    try:
+        node.start()
+        peer = node.peer
+        assert peer is not None
+        wait_for(lambda: peer.status()["role"] == "leader", 15, "the single node to lead")
+        assert [f.result(10) for f in peer.propose_many([encode_put(b"k%d" % i, b"v") for i in range(20)])] == [True] * 20
+        with AdminClient(admin) as client:
+            with pytest.raises(AdminError, match="No space left on device"):
+                client.call("snapshot", timeout_s=30)
+            stats = peer.stats()
+            assert stats["snapshot_failures"] == 1 and stats["snapshot_running"] is False
+            # more writes and Raft cycles: no automatic retry within the pause
+            assert [f.result(10) for f in peer.propose_many([encode_put(b"m%d" % i, b"v") for i in range(20)])] == [True] * 20
+            assert len(attempts) == 1
+            # an operator's request does not wait for the pause
+            index = client.call("snapshot", timeout_s=30)["index"]
+        assert index == peer.status()["snapshot_index"] > 0 and len(attempts) == 2
+    finally:
         node.stop()
