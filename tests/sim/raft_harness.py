@@ -5,7 +5,12 @@ applies, restarts, chaos actions) ordered by virtual time and a sequence number,
 from one seeded ``random.Random``. A :class:`Faults` draw ("swarm" style: every seed its own fault
 rates) drives drops, duplicates, delays/reordering, partitions (symmetric, one-way, flapping),
 crashes that lose everything not yet persisted, slow persistence and slow apply, client writes and
-ReadIndex reads, membership changes, leadership transfers and snapshots.
+ReadIndex reads, membership changes, leadership transfers and snapshots. Leader-targeted faults
+cut a leader off (with a minority) while the client keeps writing to it, at random, the moment it
+wins an election and the moment it advances its commit index (in-flight messages are lost, as in
+a real partition); a leader may also crash, or die mid-send with its appends on only some links.
+A share of seeds (``CHURN_SEEDS``) runs in that "leader churn" mode: several leaders with
+diverging logs, which is what figure 8 of the Raft paper needs.
 
 Invariants are checked after every event (:meth:`Cluster.check`), and at the points where a
 violation would be born (persisting, sending, applying); a violation raises :class:`Violation`:
@@ -69,6 +74,9 @@ from tests.sim.linearizability import Kind, Op, Status, check_history
 TICK = 10
 """Virtual time units per node tick."""
 
+CHURN_SEEDS = 0.35
+"""Share of swarm seeds drawn in "leader churn" mode (see :meth:`Faults.draw`)."""
+
 EV_TICK, EV_MSG, EV_PERSIST, EV_APPLY, EV_RESTART, EV_CHAOS = range(6)
 
 
@@ -113,6 +121,19 @@ class Faults:
     transfer: float = 0.0
     snapshot: float = 0.0
     snap_keep: int = 2
+    leader_isolate: float = 0.0
+    """Per tick: cut the newest leader off with a minority (maybe alone) for ``isolate_ticks`` while
+    the client keeps proposing to it, so that logs diverge across terms (figure 7/8 shapes)."""
+    isolate_ticks: tuple[int, int] = (3, 30)
+    isolate_new_leader: float = 0.0
+    isolate_on_commit: float = 0.0
+    """A leader is cut off right after advancing its commit index: what it has in flight is lost."""
+    """Per election won: the same isolation, the moment the leader wins (before its no-op leaves)."""
+    leader_crash: float = 0.0
+    """Per tick: crash the newest leader; it restarts after ``quick_restart`` ticks."""
+    crash_mid_send: float = 0.0
+    """Per leader ready carrying new entries: its appends reach a random subset, then it crashes."""
+    quick_restart: tuple[int, int] = (1, 15)
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -122,6 +143,10 @@ class Faults:
             return rng.uniform(0, hi) if rng.random() < p_on else 0.0
 
         dmax = rng.choice((2, 5, 10, 30))
+        # "leader churn" seeds: leaders are cut off the moment they win and the moment they commit,
+        # so logs diverge across several terms and an old-term entry gets re-replicated under a new
+        # leader that then vanishes (the shapes of figures 7 and 8)
+        churn = rng.random() < CHURN_SEEDS
         pmax = rng.choice((0, 0, 3, 12))
         return cls(
             drop=some(0.2),
@@ -143,6 +168,13 @@ class Faults:
             transfer=some(0.02, 0.4),
             snapshot=some(0.05, 0.5),
             snap_keep=rng.choice((0, 2, 10)),
+            leader_isolate=rng.uniform(0.01, 0.05) if churn else some(0.03, 0.3),
+            isolate_ticks=(rng.randint(1, 5), rng.choice((10, 20, 40))),
+            isolate_new_leader=rng.uniform(0.3, 0.9) if churn else 0.0,
+            isolate_on_commit=rng.uniform(0.5, 0.95) if churn else 0.0,
+            leader_crash=some(0.03, 0.4),
+            crash_mid_send=some(0.1, 0.4),
+            quick_restart=(1, rng.choice((5, 15, 40))),
         )
 
 
@@ -204,6 +236,8 @@ class Cluster:
         self.now = 0
         self.blocked: set[tuple[str, str]] = set()
         self.flapping: tuple[str, str] | None = None
+        self.heal_at: int | None = None
+        """Virtual time at which a leader isolation ends (None: no timed isolation running)."""
         self.msg_filter: Callable[[Message], Message | None] | None = None
         """Scenario hook at delivery: return the message (possibly rewritten) or None to drop it."""
         self.chaos_on = False
@@ -374,6 +408,16 @@ class Cluster:
             rd = core.ready()
             if rd.soft_state is not None:
                 self.log(f"{node.id} {rd.soft_state.role} leader={rd.soft_state.leader} term={core.term}")
+            if (
+                rd.soft_state is not None
+                and rd.soft_state.role is Role.LEADER
+                and self.faults.isolate_new_leader
+                and self.chaos_on
+                and self.rng.random() < self.faults.isolate_new_leader
+            ):
+                self._isolate_leader(node, writes=False)
+            if self._crashes_mid_send(node, rd):
+                return
             for m in rd.messages:
                 self._send(node, m)
             for rs in rd.read_states:
@@ -392,7 +436,32 @@ class Cluster:
                 core.advance(rd)
             self._serve_reads(node)
 
-    def _persist(self, node: SimNode) -> None:
+    def _crashes_mid_send(self, node: SimNode, rd: Ready) -> bool:
+        """Fault: a leader dies while its new entries are on the wire to only some followers."""
+        f = self.faults
+        if not (
+            f.crash_mid_send
+            and rd.entries
+            and any(isinstance(m, AppendEntries) and m.entries for m in rd.messages)
+            and self.rng.random() < f.crash_mid_send
+        ):
+            return False
+        sent = [m for m in rd.messages if self.rng.random() < 0.5]
+        for m in sent:
+            self._send(node, m)
+        synced = self.rng.random() < 0.5
+        self.log(f"{node.id} crashes mid-send (sent to {sorted({m.to for m in sent})}, own fsync done: {synced})")
+        if synced:
+            node.pending = rd
+            self._persist(node, crash=True)
+        else:
+            self.crash(node.id)
+        self._push(self.rng.randint(*f.quick_restart) * TICK, EV_RESTART, node.id)
+        return True
+
+    def _persist(self, node: SimNode, crash: bool = False) -> None:
+        """Make ``node.pending`` durable, then send what waited for it and queue the applies
+        (``crash``: the node dies right after the write, before any of that)."""
         rd = node.pending
         core = node.core
         assert rd is not None and core is not None
@@ -415,7 +484,7 @@ class Cluster:
             st.set_hard_state(hs)
             self.durable[node.id] = hs
         f = self.faults
-        if f.crash_at_persist and rd.must_persist and self.rng.random() < f.crash_at_persist:
+        if crash or (f.crash_at_persist and rd.must_persist and self.rng.random() < f.crash_at_persist):
             self.log(f"{node.id} crashes right after persisting")
             self.crash(node.id)
             return
@@ -548,6 +617,7 @@ class Cluster:
     def heal(self) -> None:
         self.blocked.clear()
         self.flapping = None
+        self.heal_at = None
 
     def add_node(self) -> str:
         nid = f"n{self.next_node}"
@@ -658,7 +728,13 @@ class Cluster:
                     self.write_batch(node.id, [key, key])
                 else:
                     self.write(node.id, key)
-        if f.partition and rng.random() < f.partition:
+        if self.heal_at is not None and self.now >= self.heal_at:
+            self.heal_at = None
+            self.log("leader isolation ends")
+            self.heal()
+        if f.leader_isolate and rng.random() < f.leader_isolate:
+            self._isolate_leader()
+        elif f.partition and rng.random() < f.partition:
             self._new_partition()
         elif self.blocked and rng.random() < f.heal * 0.2:
             self.log("network heals")
@@ -675,6 +751,12 @@ class Cluster:
             victim = rng.choice(alive)
             self.crash(victim.id)
             self._push(rng.randint(*f.restart_after) * TICK, EV_RESTART, victim.id)
+        if f.leader_crash and rng.random() < f.leader_crash:
+            ld = self.leader()
+            if ld is not None:
+                self.log(f"{ld.id} (leader) crashes")
+                self.crash(ld.id)
+                self._push(rng.randint(*f.quick_restart) * TICK, EV_RESTART, ld.id)
         if f.conf and rng.random() < f.conf:
             self._conf_chaos()
         if f.transfer and rng.random() < f.transfer:
@@ -695,6 +777,29 @@ class Cluster:
                     self._drain(ld)
         if f.snapshot and rng.random() < f.snapshot and alive:
             self.snapshot(rng.choice(alive).id, f.snap_keep)
+
+    def _isolate_leader(self, ld: SimNode | None = None, writes: bool = True) -> None:
+        """Cut a leader (default: the newest) off with a minority for a while; the client keeps
+        writing to it."""
+        ld = ld or self.leader()
+        if ld is None:
+            return
+        rng = self.rng
+        ids = [n for n in self.nodes if not self.nodes[n].stopped]
+        others = [n for n in ids if n != ld.id]
+        rng.shuffle(others)
+        k = rng.randint(0, max(0, (len(ids) - 1) // 2 - 1))
+        group = [ld.id, *others[:k]]
+        self.heal()
+        self.partition(group, others[k:])
+        self.heal_at = self.now + rng.randint(*self.faults.isolate_ticks) * TICK
+        self.log(f"leader isolated {sorted(group)} | {sorted(others[k:])} until t={self.heal_at}")
+        for _ in range(rng.randint(0, 3) if writes else 0):
+            key = rng.choice(self.keys)
+            mine = [o for o in self.ops if o.key == key]
+            open_ops = sum(1 for o in mine if o.status is Status.PENDING or o.status is Status.UNKNOWN)
+            if len(mine) < self.max_ops_per_key and open_ops < self.max_open_per_key and ld.alive:
+                self.write(ld.id, key)
 
     def _new_partition(self) -> None:
         rng = self.rng
@@ -861,6 +966,14 @@ class Cluster:
                     self.log(f"{node.id} crashes right after committing {commit}")
                     self.crash(node.id)
                     self._push(self.rng.randint(*f.restart_after) * TICK, EV_RESTART, node.id)
+                elif (
+                    f.isolate_on_commit
+                    and self.chaos_on
+                    and c.role is Role.LEADER
+                    and self.rng.random() < f.isolate_on_commit
+                ):
+                    self.log(f"{node.id} is cut off right after committing {commit}")
+                    self._isolate_leader(node, writes=False)
 
     def _observe_commit(self, node: SimNode, c: RaftCore, lo: int, hi: int) -> None:
         start = max(lo + 1, c.first_index)
@@ -913,7 +1026,8 @@ class Cluster:
         self.run_for(faulty_ticks)
         self.chaos_on = False
         self.faults = replace(
-            self.faults, drop=0.0, dup=0.0, partition=0.0, crash=0.0, crash_at_persist=0.0, crash_on_commit=0.0
+            self.faults, drop=0.0, dup=0.0, partition=0.0, crash=0.0, crash_at_persist=0.0, crash_on_commit=0.0,
+            leader_isolate=0.0, isolate_new_leader=0.0, isolate_on_commit=0.0, leader_crash=0.0, crash_mid_send=0.0,
         )
         self.heal()
         self.log("=== healed phase ===")
@@ -996,7 +1110,9 @@ def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = No
         base,
         pre_vote=frng.random() < 0.8,
         check_quorum=frng.random() < 0.8,
-        max_msg_bytes=frng.choice((40, 256, 4096)),
+        # churn seeds mostly split appends entry by entry: an old-term entry can then reach a
+        # majority a message ahead of the new leader's no-op
+        max_msg_bytes=frng.choice((40, 40, 256) if faults.isolate_new_leader else (40, 256, 4096)),
         max_inflight=frng.choice((1, 4, 64)),
         snapshot_chunk_bytes=frng.choice((16, 64, 1 << 20)),
     )
