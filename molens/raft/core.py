@@ -783,8 +783,12 @@ class RaftCore:
             if isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
                 # tell the stale leader about the newer term so it steps down
                 self._send(AppendResponse(self.id, m.frm, self.term, 0))
-            elif isinstance(m, RequestVote) and m.pre:
-                self._send(VoteResponse(self.id, m.frm, self.term, False, True))
+            elif isinstance(m, RequestVote):
+                # a rejection carrying our term (the Raft paper's RequestVote reply): a candidate
+                # behind in terms catches up instead of campaigning below them forever, e.g. while
+                # a node with a stale configuration, which never messages it, keeps raising the
+                # others' term (simulator, 3 nodes, seeds 5017 and 6944, pre-vote off)
+                self._send(VoteResponse(self.id, m.frm, self.term, False, m.pre))
             return
 
         if isinstance(m, RequestVote):
@@ -1185,8 +1189,18 @@ class RaftCore:
 
     def _append(self, ents: Sequence[Entry]) -> None:
         """Append to the (unstable) log, truncating a conflicting suffix, tracking conf entries."""
-        self._log.truncate_and_append(ents)
         first = ents[0].index
+        if first <= self._log.last_index() and self._msgs_after:
+            # Acks still waiting for this Ready's persistence that cover replaced entries would
+            # promise entries this node will never have stored: an older-term leader could count
+            # one and commit without a real majority. They go; that leader probes again. (Found
+            # by the simulator's leader-churn faults, seed 3227.)
+            self._msgs_after = [
+                m
+                for m in self._msgs_after
+                if not (isinstance(m, AppendResponse) and not m.reject and m.index >= first)
+            ]
+        self._log.truncate_and_append(ents)
         hist = self._conf_hist
         changed = False
         while len(hist) > 1 and hist[-1][0] >= first:

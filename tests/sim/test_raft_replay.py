@@ -45,3 +45,19 @@ def test_cli_summary_line(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "replay: scripts/sim --nodes 3 --seed 0 --trace" in out
     assert out.splitlines()[-1] == "sim: seeds=1 failures=1"
+
+
+def test_seed_3227_stale_ack_for_replaced_unpersisted_entries() -> None:
+    """Found by the leader-churn faults: a follower acked entries of an older-term leader, a newer
+    leader replaced them before they were persisted, and the old ack still went out after the save
+    (``durability: n4 acks 28 but persisted only 23``). Fixed in ``RaftCore._append``."""
+    run_seed(3227, 3)  # raises Violation on the unfixed core
+
+
+@pytest.mark.parametrize("seed", [5017, 6944])
+def test_candidate_behind_in_terms_learns_the_term_from_a_refusal(seed: int) -> None:
+    """Found by the leader-churn faults with pre-vote off: a node with a stale configuration kept
+    raising the others' term without ever messaging the one up-to-date candidate, whose requests
+    of an older term were ignored -- no leader after healing. A refused vote now carries the
+    refuser's term. Fixed in ``RaftCore.step``."""
+    run_seed(seed, 3)

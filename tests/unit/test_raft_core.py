@@ -201,3 +201,44 @@ def test_follower_snapshot_chunks_out_of_order_and_fast_forward() -> None:
     rd = f.ready()
     assert rd.snapshot is None and f.commit == 6 and f.last_index == 7
     assert any(isinstance(m, AppendResponse) and m.index == 7 for m in rd.messages_after_persist)
+
+
+def test_acks_for_entries_replaced_before_they_were_persisted_are_not_sent() -> None:
+    """Two appends stepped before one Ready: the term-2 ack for 1..5 must not go out after a
+    term-3 leader replaced 2..5, or that old leader could commit entries never stored here."""
+    from molens.raft.log import EntryKind
+
+    mem = Membership(("a", "b", "c"))
+    c = RaftCore("c", mem, MemoryLog(mem), RaftConfig(), random.Random(1))
+    # entry 1 is the founding membership (term 1)
+    old = tuple(Entry(i, 2, EntryKind.NORMAL, b"old") for i in range(2, 7))
+    c.step(AppendEntries("a", "c", 2, 1, 1, old, 0))
+    c.step(AppendEntries("b", "c", 3, 2, 2, (Entry(3, 3, EntryKind.NORMAL, b"new"),), 0))
+    rd = c.ready()
+    assert [(e.index, e.term) for e in rd.entries] == [(1, 1), (2, 2), (3, 3)]
+    acks = [m for m in rd.messages_after_persist if isinstance(m, AppendResponse) and not m.reject]
+    assert [(m.to, m.term, m.index) for m in acks] == [("b", 3, 3)]
+
+
+def test_a_vote_request_of_an_older_term_is_refused_with_our_term_and_the_candidate_catches_up() -> None:
+    from molens.raft.messages import RequestVote, VoteResponse
+
+    mem = Membership(("a", "b", "c"))
+    ahead = RaftCore("a", mem, MemoryLog(mem), RaftConfig(pre_vote=False), random.Random(1))
+    ahead.step(RequestVote("c", "a", 9, 0, 0))  # a third node raised a's term to 9 (vote refused: log)
+    ahead.advance(ahead.ready())
+    behind = RaftCore("b", mem, MemoryLog(mem), RaftConfig(pre_vote=False), random.Random(2))
+    for _ in range(100):
+        if behind.role is Role.CANDIDATE:
+            break
+        behind.tick()
+    assert behind.role is Role.CANDIDATE and behind.term < 9
+    rd = behind.ready()
+    behind.advance(rd)
+    request = next(m for m in (*rd.messages, *rd.messages_after_persist) if isinstance(m, RequestVote) and m.to == "a")
+    ahead.step(request)
+    rd = ahead.ready()
+    replies = [m for m in (*rd.messages, *rd.messages_after_persist) if isinstance(m, VoteResponse)]
+    assert [(m.to, m.term, m.granted) for m in replies] == [("b", 9, False)]
+    behind.step(replies[0])
+    assert behind.term == 9 and behind.role is Role.FOLLOWER
