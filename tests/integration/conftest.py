@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -38,19 +39,32 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+_PORTS_GIVEN: set[int] = set()
+_PORTS_LOCK = threading.Lock()
+_PORT_RANGE = (20_000, 32_000)  # below Linux's ephemeral range (32768-60999): outgoing connections never take them
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` TCP ports free on 127.0.0.1 now and never handed out before in this test session.
+
+    Asking the kernel for port 0 gave ephemeral ports, which outgoing connections (and a second
+    call before the first caller bound them: a cluster draws 4 ports per node, then starts the
+    nodes) could take again: "n1: admin.bind_addr ...: port in use" in CI."""
+    rng = random.Random()
+    out: list[int] = []
+    with _PORTS_LOCK:
+        while len(out) < n:
+            port = rng.randint(*_PORT_RANGE)
+            if port in _PORTS_GIVEN:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _PORTS_GIVEN.add(port)
+            out.append(port)
+    return out
 
 
 def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.02) -> T:
