@@ -7,7 +7,8 @@ a recording receiver in its own process notes when each callback arrives. Latene
 due time of the first delivery of each fire id. ``fires_per_s`` = deliveries / (last - first
 receive). A rate is *sustained* when every fire arrived, ``fires_per_s`` >= 95 % of R and p99 <= 1 s.
 
-Then ``--search`` raises the rate (x1.5) from the last listed one until it is no longer sustained.
+Then the search raises the rate (x ``--search-factor``, default 1.25) from the last listed one until it is
+no longer sustained.
 
 APScheduler 3 (dev extra) fires the same schedule of the same callbacks to the same receiver, in
 this process (``BackgroundScheduler``, ``ThreadPoolExecutor(--ap-workers)``, one ``date`` job per
@@ -227,9 +228,10 @@ def _post(url: str, due: int, i: int = 0) -> None:
 
 
 def search(
-    run: Callable[[float], Result], start: float, limit: float, runs: list[Result] | None = None
+    run: Callable[[float], Result], start: float, limit: float, runs: list[Result] | None = None,
+    factor: float = 1.25,
 ) -> Result | None:
-    """Raise the rate x1.5 from ``start`` until a run is not sustained; the last sustained run."""
+    """Raise the rate x ``factor`` from ``start`` until a run is not sustained; the last sustained run."""
     best = None
     rate = start
     while rate <= limit:
@@ -240,7 +242,7 @@ def search(
         if not r.sustained:
             break
         best = r
-        rate = round(rate * 1.5, -2)
+        rate = round(rate * factor, -2)
     return best
 
 
@@ -250,6 +252,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of fires per rate")
     ap.add_argument("--no-search", action="store_true")
     ap.add_argument("--max-rate", type=float, default=12_000)
+    ap.add_argument("--search-factor", type=float, default=1.25, help="rate step of the search (was 1.5)")
     ap.add_argument("--no-apscheduler", action="store_true")
     ap.add_argument("--ap-duration", type=float, default=5.0)
     ap.add_argument("--ap-workers", type=int, default=32)
@@ -285,7 +288,13 @@ def main() -> int:
         best = None
         all_runs: list[Result] = []
         if not args.no_search and all(r.sustained for r in results.values()):
-            best = search(lambda x: molens_run(client, urls, rec, x, args.duration), max(rates) * 1.5, args.max_rate, all_runs)
+            best = search(
+                lambda x: molens_run(client, urls, rec, x, args.duration),
+                round(max(rates) * args.search_factor, -2),
+                args.max_rate,
+                all_runs,
+                args.search_factor,
+            )
         sustained = [r for r in results.values() if r.sustained] + ([best] if best else [])
         top = max(sustained, key=lambda r: r.rate, default=None)
         if top is not None:
@@ -304,8 +313,9 @@ def main() -> int:
                 if a.sustained and not args.no_search:
                     best_ap = search(
                         lambda x, s=store: apscheduler_run(s, rec, x, args.ap_duration, args.ap_workers, tmp),  # type: ignore[misc]
-                        base * 1.5,
+                        round(base * args.search_factor, -2),
                         args.max_rate,
+                        factor=args.search_factor,
                     )
                     ap_runs += [best_ap] if best_ap else []
                 m = results[base]
