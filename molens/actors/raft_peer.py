@@ -824,6 +824,7 @@ class RaftPeer(pykka.ThreadingActor):
         out: dict[str, Any] = {k: v for k, v in asdict(c).items() if k != "extra"}
         out["pending_proposals"] = len(self._pending)
         out["log_syncs"] = self.log.syncs
+        out["log_cache_hits"] = self.log.cache_hits
         out["transport"] = self.transport.stats()
         fsm_stats = getattr(self.fsm, "stats", None)
         if callable(fsm_stats):

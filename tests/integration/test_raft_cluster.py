@@ -649,6 +649,7 @@ def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Pa
         st = peer.status()
         assert st["snapshot_index"] == index and st["first_index"] == index - 5 + 1
         assert peer.stats()["snapshots_taken"] == 1 and peer.stats()["snapshot_running"] is False
+        assert peer.stats()["log_cache_hits"] > 0  # committed entries came back from the tail cache
         # the admin digest is computed off the actor, with the applied index of the same read
         from molens.admin import AdminClient
 
