@@ -600,6 +600,15 @@ class RaftCore:
         if term != self.term:
             self.term = term
             self.vote = None
+            if self._msgs_after:
+                # a vote granted in an older term and still waiting for persistence would leave
+                # after a HardState that no longer records it: drop it (its candidate is outdated;
+                # simulator durability check, seeds 3869, 4826, 7035 at 5 nodes)
+                self._msgs_after = [
+                    m
+                    for m in self._msgs_after
+                    if not (isinstance(m, VoteResponse) and m.granted and not m.pre and m.term < term)
+                ]
         self.leader = None
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0

@@ -61,3 +61,11 @@ def test_candidate_behind_in_terms_learns_the_term_from_a_refusal(seed: int) -> 
     of an older term were ignored -- no leader after healing. A refused vote now carries the
     refuser's term. Fixed in ``RaftCore.step``."""
     run_seed(seed, 3)
+
+
+@pytest.mark.parametrize("seed", [3869, 4826, 7035])
+def test_vote_granted_in_a_term_left_before_persisting_is_not_sent(seed: int) -> None:
+    """Found by the leader-churn faults at 5 nodes: a grant waiting for persistence went out after
+    a newer term arrived, so the persisted HardState no longer recorded it. Such grants are dropped
+    when the term moves on (``RaftCore._reset``)."""
+    run_seed(seed, 5)

@@ -242,3 +242,16 @@ def test_a_vote_request_of_an_older_term_is_refused_with_our_term_and_the_candid
     assert [(m.to, m.term, m.granted) for m in replies] == [("b", 9, False)]
     behind.step(replies[0])
     assert behind.term == 9 and behind.role is Role.FOLLOWER
+
+
+def test_a_vote_granted_in_a_term_left_before_it_was_persisted_is_not_sent() -> None:
+    from molens.raft.messages import RequestVote, VoteResponse
+
+    mem = Membership(("a", "b", "c", "d", "e"))
+    c = RaftCore("c", mem, MemoryLog(mem), RaftConfig(pre_vote=False), random.Random(1))
+    c.step(RequestVote("b", "c", 6, 1, 1))  # granted, waiting for the HardState(6, b) to persist
+    c.step(RequestVote("d", "c", 7, 0, 0))  # a newer term arrives first (d's log is behind: refused)
+    rd = c.ready()
+    assert rd.hard_state is not None and (rd.hard_state.term, rd.hard_state.vote) == (7, None)
+    votes = [m for m in rd.messages_after_persist if isinstance(m, VoteResponse)]
+    assert [(m.to, m.term, m.granted) for m in votes] == [("d", 7, False)]
