@@ -613,6 +613,20 @@ def _solo_config(tmp_path: Path) -> tuple[Any, str]:
     return cfg, addrs["admin_addr"]
 
 
+def _put_all(peer: Any, prefix: bytes, n: int) -> None:
+    """``n`` KV puts through the peer, every one committed and applied."""
+    assert [f.result(10) for f in peer.propose_many([encode_put(prefix + b"%d" % i, b"1") for i in range(n)])] == [True] * n
+
+
+def _start_solo(node: Any) -> Any:
+    """Start a one-node cluster's node; its peer once it leads."""
+    node.start()
+    peer = node.peer
+    assert peer is not None
+    wait_for(lambda: peer.status()["role"] == "leader", 15, "the single node to lead")
+    return peer
+
+
 def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Path) -> None:
     """While the state machine is being copied (held open here), the peer keeps answering,
     committing and applying; the snapshot is recorded and the log compacted once the copy ends.
@@ -631,15 +645,12 @@ def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Pa
     cfg, admin = _solo_config(tmp_path)
     node = Node(cfg, fsm_factory=GatedFSM)
     try:
-        node.start()
-        peer = node.peer
-        assert peer is not None
-        wait_for(lambda: peer.status()["role"] == "leader", 15, "the single node to lead")
-        assert [f.result(10) for f in peer.propose_many([encode_put(b"a%d" % i, b"1") for i in range(50)])] == [True] * 50
+        peer = _start_solo(node)
+        _put_all(peer, b"a", 50)
         snap = peer.call(lambda p: p.snapshot_now())
         assert copying.wait(10)
         # the copy is held open: writes still commit and apply, status answers
-        assert [f.result(10) for f in peer.propose_many([encode_put(b"b%d" % i, b"2") for i in range(50)])] == [True] * 50
+        _put_all(peer, b"b", 50)
         st = peer.status()
         assert st["snapshot_index"] == 0 and peer.stats()["snapshot_running"] is True
         assert not snap.done()
@@ -679,18 +690,15 @@ def test_failed_snapshot_is_reported_and_retried_later_not_in_a_loop(tmp_path: P
     cfg, admin = _solo_config(tmp_path)
     node = Node(cfg, fsm_factory=DiskFullOnce)
     try:
-        node.start()
-        peer = node.peer
-        assert peer is not None
-        wait_for(lambda: peer.status()["role"] == "leader", 15, "the single node to lead")
-        assert [f.result(10) for f in peer.propose_many([encode_put(b"k%d" % i, b"v") for i in range(20)])] == [True] * 20
+        peer = _start_solo(node)
+        _put_all(peer, b"k", 20)
         with AdminClient(admin) as client:
             with pytest.raises(AdminError, match="No space left on device"):
                 client.call("snapshot", timeout_s=30)
             stats = peer.stats()
             assert stats["snapshot_failures"] == 1 and stats["snapshot_running"] is False
             # more writes and Raft cycles: no automatic retry within the pause
-            assert [f.result(10) for f in peer.propose_many([encode_put(b"m%d" % i, b"v") for i in range(20)])] == [True] * 20
+            _put_all(peer, b"m", 20)
             assert len(attempts) == 1
             # an operator's request does not wait for the pause
             index = client.call("snapshot", timeout_s=30)["index"]
