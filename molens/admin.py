@@ -231,7 +231,12 @@ class AdminClient:
         """``request({"cmd": cmd, **args})``; raises AdminError when the reply is not ok."""
         reply = self.request({"cmd": cmd, **args}, timeout_s)
         if not reply.get("ok"):
-            raise AdminError(str(reply.get("error", "request failed")))
+            msg = str(reply.get("error", "request failed"))
+            if reply.get("detail"):
+                msg += f": {reply['detail']}"
+            if reply.get("leader_id"):
+                msg += f" (leader {reply['leader_id']})"
+            raise AdminError(msg)
         return reply
 
     def close(self) -> None:

@@ -5,6 +5,10 @@
     molens-node CONFIG stop                 graceful stop through the admin socket, waits for exit
     molens-node CONFIG restart              stop (if running), then start
     molens-node CONFIG status [--json]      role, term, leader, indexes, peers
+    molens-node CONFIG stats                Raft, transport and state-machine counters (JSON)
+    molens-node CONFIG snapshot             take a snapshot now and compact the log; prints its index
+    molens-node CONFIG digest               applied index and sha256 of the state (equal on replicas)
+    molens-node CONFIG transfer-leader [--to ID]   this leader hands over (default: best follower)
 
 Errors are one line on stderr and a non-zero exit (2 for config errors, 1 otherwise).
 """
@@ -171,6 +175,28 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
     return 0
 
 
+def cmd_admin(cfg: Config, action: str, to: str | None) -> int:
+    """One admin command for an operator: ``stats``, ``snapshot``, ``digest``, ``transfer-leader``."""
+    cmd = {"transfer-leader": "transfer_leader"}.get(action, action)
+    args: dict[str, Any] = {"to": to} if cmd == "transfer_leader" and to else {}
+    try:
+        # a snapshot or digest of a large store takes seconds
+        with _admin(cfg, timeout_s=600.0 if cmd in ("snapshot", "digest") else 10.0) as admin:
+            reply = admin.call(cmd, **args)
+    except AdminError as exc:
+        raise CliError(f"{cfg.node.id}: {action}: {exc}") from None
+    reply.pop("ok", None)
+    if cmd == "stats":
+        print(json.dumps(reply, indent=2, sort_keys=True))
+    elif cmd == "snapshot":
+        print(f"{cfg.node.id}: snapshot at index {reply['index']}")
+    elif cmd == "digest":
+        print(f"{cfg.node.id}: applied {reply['applied_index']} digest {reply['digest']}")
+    else:
+        print(f"{cfg.node.id}: leadership handed to {reply['to']} in {reply.get('ms', 0):.0f} ms")
+    return 0
+
+
 def format_status(st: dict[str, Any]) -> str:
     peers = st.get("peers") or []
     lines = [
@@ -190,10 +216,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "action",
         nargs="?",
-        choices=["start", "stop", "restart", "status"],
+        choices=["start", "stop", "restart", "status", "stats", "snapshot", "digest", "transfer-leader"],
         help="omit to run in the foreground",
     )
     p.add_argument("--json", action="store_true", help="status: machine-readable output")
+    p.add_argument("--to", default=None, help="transfer-leader: the voter to hand leadership to")
     return p.parse_args(argv)
 
 
@@ -218,7 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.action == "restart":
             cmd_stop(cfg)
             return cmd_start(cfg, args.config)
-        return cmd_status(cfg, args.json)
+        if args.action == "status":
+            return cmd_status(cfg, args.json)
+        return cmd_admin(cfg, args.action, args.to)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -471,6 +472,17 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
             assert k in st
         r = run("status")
         assert r.returncode == 0 and "role      leader" in r.stdout
+        # operator actions on the admin socket
+        r = run("snapshot")
+        assert r.returncode == 0 and re.fullmatch(r"n1: snapshot at index \d+\n", r.stdout), r.stdout + r.stderr
+        snap_index = int(r.stdout.split()[-1])
+        assert json.loads(run("status", "--json").stdout)["snapshot_index"] == snap_index
+        r = run("digest")
+        assert r.returncode == 0 and re.fullmatch(r"n1: applied \d+ digest [0-9a-f]{64}\n", r.stdout), r.stdout
+        r = run("stats")
+        assert r.returncode == 0 and json.loads(r.stdout)["snapshots_taken"] == 1
+        r = run("transfer-leader")  # a single voter has nobody to hand over to
+        assert r.returncode == 1 and "n1: transfer-leader:" in r.stderr and "no other live voter" in r.stderr
         r = run("restart")
         assert r.returncode == 0 and "stopped" in r.stdout and "started" in r.stdout, r.stderr
         assert int((data / "node.pid").read_text()) != pid
