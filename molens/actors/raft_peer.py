@@ -728,34 +728,39 @@ class RaftPeer(pykka.ThreadingActor):
             if isinstance(reply, _Raise):
                 raise reply.exc
             meta = reply
-            sf = self.log.snapshots.write(meta, data)
+            if meta is not None:  # None: a newer snapshot (a leader's) was installed meanwhile
+                sf = self.log.snapshots.write(meta, data)
         except BaseException as exc:  # reported to the actor, which retries later
             error = exc
         with contextlib.suppress(pykka.ActorDeadError):
             self.actor_ref.tell(_SnapshotDone(meta, sf, data, error, time.monotonic() - t0))
 
-    def _snapshot_meta(self, index: int) -> SnapshotMeta:
+    def _snapshot_meta(self, index: int) -> SnapshotMeta | None:
         """The meta of a snapshot at ``index``; its context carries the members' addresses (see
-        :func:`book_context`)."""
+        :func:`book_context`). None when the log already holds a snapshot at or past ``index``."""
+        if index <= self.log.snapshot_meta().index:
+            return None
         membership = self.core.membership_at(index)
         return SnapshotMeta(index, self.log.term(index), membership, book_context(self.book, membership))
 
     def _snapshot_done(self, done: _SnapshotDone) -> None:
         self._snap_job = None
         waiters, self._snap_waiters = self._snap_waiters, []
-        if done.error is not None or done.meta is None or done.sf is None:
+        if done.error is not None or (done.meta is not None and done.sf is None):
             self.counters.snapshot_failures += 1
             self._snap_retry_at = time.monotonic() + SNAPSHOT_RETRY_S
             log.warning("snapshot failed node=%s (next try in %.0f s): %s", self.node_id, SNAPSHOT_RETRY_S, done.error)
             for fut in waiters:
                 _fail(fut, done.error or RuntimeError("snapshot failed"))
             return
-        meta = done.meta
-        if meta.index <= self.log.snapshot_meta().index:  # a leader's snapshot was installed meanwhile
-            if done.sf.path != getattr(self.log.snapshot_file(), "path", None):
-                done.sf.path.unlink(missing_ok=True)
+        meta, sf = done.meta, done.sf
+        if meta is None or sf is None or meta.index <= self.log.snapshot_meta().index:
+            # a newer snapshot (a leader's) was installed while this one was being made
+            log.info("snapshot superseded node=%s: the log holds a newer one", self.node_id)
+            if sf is not None and sf.path != getattr(self.log.snapshot_file(), "path", None):
+                sf.path.unlink(missing_ok=True)
         else:
-            self.log.record_snapshot(meta, done.sf, done.data)
+            self.log.record_snapshot(meta, sf, done.data)
             self._last_snapshot_index = meta.index
             self.counters.snapshots_taken += 1
             upto = meta.index - self.cfg.keep_log_tail

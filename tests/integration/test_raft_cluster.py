@@ -717,3 +717,30 @@ def test_failed_snapshot_is_reported_and_retried_later_not_in_a_loop(tmp_path: P
         assert index == peer.status()["snapshot_index"] > 0 and len(attempts) == 2
     finally:
         node.stop()
+
+
+def test_a_snapshot_overtaken_by_a_newer_one_is_dropped_not_counted_as_failed(tmp_path: Path) -> None:
+    """A follower's own background snapshot can lose the race with a leader's snapshot install:
+    its meta is then refused (the log holds a newer snapshot) and it ends as superseded."""
+    from molens.actors.raft_peer import _SnapshotDone
+    from molens.node import Node
+    from molens.raft.fsm import KVStateMachine
+
+    cfg, _ = _solo_config(tmp_path)
+    node = Node(cfg, fsm_factory=KVStateMachine)
+    try:
+        peer = _start_solo(node)
+        _put_all(peer, b"s", 10)
+        index = peer.call(lambda p: p.snapshot_now()).result(30)["index"]
+        assert index > 0
+        # a job that copied the state at an older index asks for its meta: refused
+        assert peer.call(lambda p: p._snapshot_meta(index - 1)) is None
+        peer.call(lambda p: p._snapshot_done(_SnapshotDone(None, None, b"", None, 0.1)))
+        stats = peer.stats()
+        assert stats["snapshot_failures"] == 0 and stats["snapshots_taken"] == 1
+        assert peer.status()["snapshot_index"] == index
+        # and the next automatic or requested snapshot is not held back
+        _put_all(peer, b"t", 10)
+        assert peer.call(lambda p: p.snapshot_now()).result(30)["index"] > index
+    finally:
+        node.stop()
