@@ -47,6 +47,10 @@ from molens.model import MolensError
 
 log = logging.getLogger(__name__)
 
+MAX_REDIRECTS = 5
+"""Consecutive redirects followed before the client takes them for a loop (nodes naming each other
+as leader while an election settles) and backs off before asking again."""
+
 Task = dict[str, Any]
 """A task as the API returns it (see ``Task`` in the OpenAPI document)."""
 
@@ -446,8 +450,16 @@ class MolensClient:
             status = r.status
             if status in (307, 308):
                 loc = r.headers.get("Location", "")
-                if redirects >= 5 or not loc.startswith(("http://", "https://")):
-                    raise UnavailableError(status, "redirect", f"{method} {path}: bad or looping redirect to {loc!r}")
+                if not loc.startswith(("http://", "https://")):
+                    raise UnavailableError(status, "redirect", f"{method} {path}: bad redirect to {loc!r}")
+                if redirects >= MAX_REDIRECTS:
+                    # nodes name each other as leader: an election is settling. Back off and ask
+                    # again, as after a failed attempt; a loop that outlasts the retries is an error
+                    if attempt >= self.max_attempts or time.monotonic() >= deadline:
+                        raise UnavailableError(status, "redirect", f"{method} {path}: looping redirect to {loc!r}")
+                    redirects = 0
+                    self._backoff(attempt, deadline)
+                    continue
                 redirects += 1
                 attempt -= 1  # following the leader is not a failure
                 target = _base(loc)

@@ -97,6 +97,15 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
+def live_actors() -> dict[str, int]:
+    """Class name -> how many live pykka actors of that class this process runs."""
+    out: dict[str, int] = {}
+    for ref in pykka.ActorRegistry.get_all():
+        name = ref.actor_class.__name__
+        out[name] = out.get(name, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def error_reply(exc: BaseException) -> dict[str, Any]:
     """Map a proposal/operation failure to an admin reply that says whether anything happened."""
     if isinstance(exc, rp.NotLeader | rc.NotLeaderError):
@@ -429,6 +438,8 @@ class Node:
                 return {"ok": True, **st}
             if cmd == "stats":
                 return {"ok": True, **jsonable(peer.stats())}
+            if cmd == "actors":  # the live pykka actors of this process, by class (docs/architecture.md#actors)
+                return {"ok": True, "actors": live_actors()}
             if cmd == "stop":
                 threading.Thread(target=self.request_stop, name="admin-stop", daemon=True).start()
                 return {"ok": True, "stopping": True}

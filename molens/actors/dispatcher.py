@@ -1,41 +1,71 @@
-"""The leader's Dispatcher: due task ids -> ``Dispatched`` items -> (after commit) FireBatches.
+"""Dispatcher: the leader actor that turns due task ids into planned fires and sends them.
 
-Two halves, both run by the leader session's loop thread (:mod:`molens.scheduler`):
+Owns a :class:`DispatchPlan` (worker capacity estimates, smooth weighted round-robin) and the
+backlog of due task ids not yet planned. Receives: ``DueBatch`` (TimeWheel), ``DispatchedBatch``
+(outcome of its own ``Dispatched`` proposals, from the Raft thread), ``Committed`` (TimeWheel: fire
+effects of entries committed in this term), ``WorkerReport`` (workers' free capacity), ``InFlight``
+(Monitor), ``Drain``, ``Wake`` (its alarm), ``GetGauges`` (ask). Sends: ``Dispatched`` proposals
+(up to ``MAX_PROPOSAL_ITEMS`` items, at most ``MAX_DISPATCH_PROPOSALS`` in flight), ``FireBatch``
+frames to workers (one per worker per ``Committed``), ``Requeue`` to TimeWheel for refused
+proposals, and ``FireResults`` to the Monitor for fires it could not send. Runs on its own thread.
 
-- :meth:`Dispatcher.plan` turns due task ids into :class:`DispatchItem` s (fire id, next attempt,
-  worker, deadline) read from the local replica, skipping what is no longer due or already in
-  flight. The session proposes them as one ``Dispatched`` entry per batch: nothing is sent before
-  that entry commits under the session's own term (DESIGN §6: nothing fires unless planned).
-  *Dispatch ahead*: a task counts as due ``lead_ms`` (``scheduler.dispatch_lead_ms``) before its due
-  time, so the commit happens while the fire waits; the worker holds it until the due time
-  (``not_before_ms``), and its deadline counts from the due time: due + HTTP timeout +
-  ``dispatch_timeout_ms``.
-- :meth:`Dispatcher.send` groups the committed ``FireRequest`` effects by worker and sends one
-  frame per worker (the local pool gets the list directly).
+Nothing is sent before the ``Dispatched`` entry that planned it commits under this leader's term
+(``docs/architecture.md#invariants``). *Dispatch ahead*: a task counts as due ``lead_ms``
+(``scheduler.dispatch_lead_ms``) before its due time, so the commit happens while the fire waits;
+the worker holds it until the due time (``not_before_ms``), and its deadline counts from the due
+time: due + HTTP timeout + ``dispatch_timeout_ms``.
 
 Workers are picked by smooth weighted round-robin (nginx's), weighted by each live worker's free
 capacity: the local pool's as it is now, a remote node's as last reported (every results frame and
 a heartbeat every ``REPORT_INTERVAL_S`` carry it) minus what was given to it since. A worker not
-heard from for ``WORKER_LIVENESS_S`` is not used. With no capacity anywhere, ``plan`` keeps the
-rest for later (the session retries them on its next loop).
+heard from for ``WORKER_LIVENESS_S`` is not used. With no capacity anywhere, due ids wait in the
+backlog and are looked at again a tick later or when a worker reports.
+
+Fires in flight are bounded by ``scheduler.max_inflight_fires``: the Monitor's open fires, plus
+accepted items it has not been told of yet, plus items in proposals without an outcome.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
+from molens.actors.alarm import wall_ms
+from molens.actors.messages import (
+    Committed,
+    DispatchedBatch,
+    Drain,
+    DueBatch,
+    FireResults,
+    GetGauges,
+    InFlight,
+    Requeue,
+    Wake,
+    WorkerReport,
+)
+from molens.actors.raft_peer import ProposalRefused
+from molens.actors.term import LeaderActor, TermContext
+from molens.delivery import DeliveryOutcome, FireResult, to_result_item
 from molens.delivery import FireRequest as WireFire
-from molens.fsm.commands import DispatchItem
+from molens.fsm.commands import Dispatched, DispatchItem, ResultItem
 from molens.fsm.machine import FireRequest
+from molens.fsm.store import EntryResult
 from molens.model import Status, Task
 
 log = logging.getLogger(__name__)
 
 REPORT_INTERVAL_S = 0.5
 WORKER_LIVENESS_S = 2.5
+MAX_PROPOSAL_ITEMS = 1_000
+"""Most items in one Dispatched / Results proposal."""
+MAX_DISPATCH_PROPOSALS = 8
+"""Dispatched proposals in flight at once (more due tasks wait in the backlog)."""
+RETRY_REFUSED_MS = 100
+"""A task whose Dispatched proposal was refused (not appended) is due again this much later."""
 
 
 @dataclass(slots=True)
@@ -50,12 +80,13 @@ def to_wire(e: FireRequest) -> WireFire:
     """The worker's FireRequest for a committed fire effect."""
     f = e.fire
     return WireFire(
-        f.fire_id, f.task_id, f.attempt, f.kind, e.url, e.body, e.scene, e.timeout_ms, f.deadline_ms, e.not_before_ms
+        fire_id=f.fire_id, task_id=f.task_id, attempt=f.attempt, kind=f.kind, url=e.url, body=e.body, scene=e.scene,
+        timeout_ms=e.timeout_ms, deadline_ms=f.deadline_ms, not_before_ms=e.not_before_ms,
     )
 
 
-class Dispatcher:
-    """Plans fires and picks workers (see the module docstring)."""
+class DispatchPlan:
+    """Plans fires and picks workers (pure apart from the clock it is given; see the module docstring)."""
 
     def __init__(
         self,
@@ -166,6 +197,10 @@ class Dispatcher:
         if w is not None:
             w.given = max(0, w.given - n)
 
+    def capacity(self) -> int:
+        """Free capacity of every live worker together."""
+        return sum(self.live_workers().values())
+
     @staticmethod
     def group(effects: Iterable[FireRequest]) -> dict[str, list[WireFire]]:
         """Committed fire effects grouped by the worker they were planned for."""
@@ -175,4 +210,157 @@ class Dispatcher:
         return out
 
 
-__all__ = ["REPORT_INTERVAL_S", "WORKER_LIVENESS_S", "Dispatcher", "to_wire"]
+
+
+class Dispatcher(LeaderActor):
+    """The leader's dispatcher actor (see the module docstring)."""
+
+    name = "dispatcher"
+
+    def __init__(self, ctx: TermContext) -> None:
+        super().__init__(ctx)
+        self.plan = DispatchPlan(ctx.node_id, ctx.store.get_task, ctx.local_free, ctx.cfg.dispatch_timeout_ms)
+        self.backlog: collections.deque[str] = collections.deque()
+        self.backlog_at = 0
+        """No worker capacity: the backlog is looked at again from then (epoch ms)."""
+        self.proposals = 0
+        self.items_proposed = 0
+        """Items in Dispatched proposals without an outcome."""
+        self.accepted = 0
+        """Items of this term's Dispatched entries that were applied (each one a fire)."""
+        self.monitor_open = 0
+        self.monitor_own_seen = 0
+        self.max_inflight = ctx.cfg.max_inflight_fires
+        self.lead_ms = ctx.cfg.dispatch_lead_ms
+        self.tick_ms = max(10, ctx.cfg.tick_ms)
+        self.drain: Drain | None = None
+        self.drain_answered = False
+
+    # ---- messages --------------------------------------------------------------------------------
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, DueBatch):
+            self.backlog.extend(message.task_ids)
+        elif isinstance(message, Committed):
+            self._send(message.own)
+        elif isinstance(message, DispatchedBatch):
+            self._outcome(message)
+        elif isinstance(message, InFlight):
+            self.monitor_open, self.monitor_own_seen = message.open, message.own_seen
+        elif isinstance(message, WorkerReport):
+            for wid, free in message.free:
+                self.plan.report(wid, free)
+            self.backlog_at = 0
+        elif isinstance(message, Wake):
+            pass
+        elif isinstance(message, Drain):
+            self.drain = message
+        elif isinstance(message, GetGauges):
+            return {"dispatch_backlog": len(self.backlog), "live_workers": sorted(self.plan.live_workers())}
+        else:
+            return super().on_receive(message)
+        self._pump()
+        return None
+
+    def _pump(self) -> None:
+        assert self.alarm is not None
+        if self.drain is not None:
+            if self.proposals == 0 and not self.drain_answered:
+                self.drain_answered = True
+                self.drain.done.set(0)
+            self.alarm.set(None)
+            return
+        if self.ended or not self.backlog:
+            self.alarm.set(None)
+            return
+        now = wall_ms()
+        if now >= self.backlog_at:
+            self._dispatch(now)
+        self.alarm.set(self.backlog_at if self.backlog and self.backlog_at > now and self._can_dispatch() else None)
+
+    # ---- planning --------------------------------------------------------------------------------
+    def in_flight(self) -> int:
+        return self.monitor_open + max(0, self.accepted - self.monitor_own_seen) + self.items_proposed
+
+    def _can_dispatch(self) -> bool:
+        return self.proposals < MAX_DISPATCH_PROPOSALS and self.in_flight() < self.max_inflight
+
+    def _dispatch(self, now: int) -> None:
+        backlog, plan, ctx = self.backlog, self.plan, self.ctx
+        while backlog and self._can_dispatch():
+            if plan.capacity() <= 0:
+                self.backlog_at = now + self.tick_ms
+                return
+            room = min(MAX_PROPOSAL_ITEMS, self.max_inflight - self.in_flight())
+            chunk = [backlog.popleft() for _ in range(min(MAX_PROPOSAL_ITEMS, len(backlog)))]
+            items, later = plan.plan(chunk, now, room, self.lead_ms)
+            if later:
+                backlog.extendleft(reversed(later))
+            if items:
+                ctx.stats.sample("dispatch_lag", plan.lags)
+                ctx.stats.add(dispatched_proposed=len(items))
+                self.proposals += 1
+                self.items_proposed += len(items)
+                ctx.propose(
+                    Dispatched(now, tuple(items)),
+                    self.outcome_to_self(lambda res, err, items=items: DispatchedBatch(items, res, err)),
+                )
+            if later:
+                self.backlog_at = now + self.tick_ms
+                return
+
+    def _outcome(self, m: DispatchedBatch) -> None:
+        self.proposals -= 1
+        self.items_proposed -= len(m.items)
+        ctx = self.ctx
+        if m.error is not None:
+            self.plan.settle(m.items)
+            ctx.stats.add(proposals_failed=1)
+            if isinstance(m.error, ProposalRefused) and self.refs is not None and not self.ended:
+                self.tell(self.refs.wheel, Requeue([d.task_id for d in m.items], wall_ms() + RETRY_REFUSED_MS))
+            return
+        out = m.results[0].results if m.results and isinstance(m.results[0], EntryResult) else []
+        refused = [it for it, r in zip(m.items, out) if r is not None]
+        self.plan.settle(refused)
+        self.accepted += len(m.items) - len(refused)
+        ctx.stats.add(dispatched_accepted=len(m.items) - len(refused))
+
+    # ---- sending ---------------------------------------------------------------------------------
+    def _send(self, fires: list[FireRequest]) -> None:
+        if self.ended or not fires:
+            return
+        ctx = self.ctx
+        now = wall_ms()
+        ctx.stats.sample("plan_to_send", [now - e.fire.dispatched_ms for e in fires])
+        groups = DispatchPlan.group(fires)
+        local = len(groups.get(ctx.node_id, ()))
+        failed = ctx.send_fires(groups)
+        if local and ctx.node_id not in failed:
+            self.plan.sent_local(local)
+        sent = len(fires) - sum(len(v) for v in failed.values())
+        ctx.stats.add(fires_sent=sent, fires_sent_local=local if ctx.node_id not in failed else 0)
+        if failed and self.refs is not None:  # not queued: answer at once instead of waiting for the deadline
+            items: list[ResultItem] = []
+            for wid, wf in failed.items():
+                log.warning("fires not sent to worker=%s n=%d", wid, len(wf))
+                for f in wf:
+                    r = FireResult(f.fire_id, f.kind, None, DeliveryOutcome.NETWORK_ERROR, b"", 0.0, wid, "rpc send failed")
+                    items.append(with_attempt(to_result_item(r), f.attempt))
+            self.tell(self.refs.monitor, FireResults(items))
+
+
+def with_attempt(it: ResultItem, attempt: int) -> ResultItem:
+    """``it`` for the attempt a worker carried out (a late result never lands on a newer attempt)."""
+    if not attempt:
+        return it
+    return ResultItem(
+        fire_id=it.fire_id, kind=it.kind, status_code=it.status_code, outcome=it.outcome,
+        response_head=it.response_head, latency_ms=it.latency_ms, worker=it.worker, attempt=attempt,
+    )
+
+
+
+
+__all__ = [
+    "MAX_DISPATCH_PROPOSALS", "MAX_PROPOSAL_ITEMS", "REPORT_INTERVAL_S", "WORKER_LIVENESS_S", "DispatchPlan", "Dispatcher",
+    "to_wire", "with_attempt",
+]

@@ -1,11 +1,20 @@
-"""FireWorker: the pool that carries out FireBatches on every node, leader included (DESIGN §3).
+"""FireWorkerPool: the actor that carries out FireBatches on every node, leader included.
 
-Shape: one shared bounded queue feeding ``concurrency`` plain threads, each calling the blocking
-``Deliverer.deliver``, plus one flusher thread that hands results back in batches. Why not N pykka
-actors: round-robin into per-actor mailboxes puts a fast fire behind a slow one (head-of-line
-blocking) and costs a mailbox hop per fire; a shared queue lets any free thread take the next fire,
-and a batch enters with one lock round-trip. ``FirePool`` is that engine (thread-safe, usable
-directly from the RPC I/O thread); ``FireWorker`` is the pykka actor shell the node supervises.
+:class:`FireWorkerPool` (a pykka actor, one per node) owns a :class:`FirePool`, the map of fire
+id -> attempt of the fires it took, and the results it could not hand over yet. Receives:
+``FireBatch`` (from this node's Dispatcher, or a leader's over worker RPC), ``PoolResults`` (the
+pool's flusher), ``LeaderIs`` (who leads; the local leader actors when this node does),
+``ForwardFrame`` (a results frame that reached this node while it does not lead), ``Wake`` (its
+alarm, every ``REPORT_INTERVAL_S``: heartbeat with the free capacity to a remote leader, retry of
+unsent results), ``GetGauges`` (ask). Sends: ``FireResults`` to the local Monitor, or ``R`` frames
+to the remote leader over worker RPC; ``Delivered`` to Stats.
+
+Why the HTTP attempts are not themselves actors: round-robin into per-actor mailboxes puts a fast
+fire behind a slow one (head-of-line blocking) and costs a mailbox hop per fire; the pool's shared
+bounded queue lets any free thread take the next fire, and a batch enters with one lock round-trip.
+``FirePool`` is that engine: ``concurrency`` plain threads calling the blocking
+``Deliverer.deliver``, one holder thread for fires planned ahead, one flusher handing results back
+in batches.
 
 Rules:
 
@@ -35,16 +44,33 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import msgpack
 import pykka
 import urllib3
 
-from molens.delivery import Deliverer, FireRequest, FireResult, GuardedPoolManager, decode_fire_batch
+from molens.actors.alarm import Alarm
+from molens.actors.dispatcher import with_attempt
+from molens.actors.messages import FireBatch, FireResults, GetGauges, LeaderIs, LeaderRefs, PoolResults, Wake
+from molens.actors.stats import ReportingDeliverer, StatsClient
+from molens.delivery import (
+    Deliverer,
+    DeliveryOutcome,
+    FireRequest,
+    FireResult,
+    GuardedPoolManager,
+    decode_fire_results,
+    encode_fire_results,
+    to_result_item,
+)
+from molens.delivery import FireRequest as WireFire
+from molens.fsm.commands import ResultItem
 from molens.model import DEFAULT_POLICY, CallbackPolicy
 
-__all__ = ["SubmitReceipt", "FirePoolStats", "FirePool", "FireWorker", "make_pool_manager"]
+__all__ = ["FirePool", "FirePoolStats", "FireWorkerPool", "ForwardFrame", "SubmitReceipt", "make_pool_manager"]
 
 log = logging.getLogger(__name__)
 
@@ -292,46 +318,190 @@ class FirePool:
                 log.exception("fire results callback failed; %d results not handed over", len(batch))
 
 
-class FireWorker(pykka.ThreadingActor):
-    """The node's FireWorker actor: owns a PoolManager and a FirePool for its lifetime."""
+@dataclass(frozen=True, slots=True)
+class ForwardFrame:
+    """Worker RPC -> FireWorkerPool: a results frame for a leader this node is not (pass it on)."""
+
+    frame: bytes
+
+
+MAX_TRACKED_ATTEMPTS = 200_000
+"""Bound of the fire id -> attempt map (results then go without an attempt: still valid)."""
+UNSENT_RESULTS_TTL_S = 30.0
+"""Results with no known leader to go to are kept this long, then dropped (the Monitor covers them)."""
+REPORT_INTERVAL_MS = 500
+"""Heartbeat to a remote leader with this worker's free capacity."""
+
+
+def results_frame(free: int, attempts: dict[str, int], results: list[FireResult]) -> bytes:
+    """``R`` + msgpack([free, attempts, fire results]): results going to the leader."""
+    return b"R" + msgpack.packb([free, attempts, encode_fire_results(results)])
+
+
+def decode_results_frame(body: bytes) -> tuple[int, dict[str, int], list[FireResult]]:
+    free, attempts, frame = msgpack.unpackb(body, raw=False)
+    return int(free), attempts, decode_fire_results(frame)
+
+
+def result_items(attempts: dict[str, int], results: list[FireResult]) -> list[ResultItem]:
+    """``Results`` items for worker results, each for the attempt the worker carried out."""
+    return [with_attempt(to_result_item(r), attempts.get(r.fire_id, 0)) for r in results]
+
+
+class FireWorkerPool(pykka.ThreadingActor):
+    """The node's fire worker actor (see the module docstring)."""
 
     def __init__(
         self,
         node_id: str,
+        deliverer: Deliverer,
         concurrency: int,
-        on_results: ResultsCallback,
-        signing_secret: str = "",
-        signing_secret_next: str = "",
+        send: Callable[[str, bytes], bool],
+        stats: StatsClient,
         queue_limit: int | None = None,
-        flush_count: int = 256,
-        flush_interval_ms: float = 5.0,
-        policy: CallbackPolicy = DEFAULT_POLICY,
+        flush_interval_ms: float = 2.0,
+        fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         super().__init__()
-        self._http = make_pool_manager(concurrency, policy)
-        deliverer = Deliverer(self._http, node_id, signing_secret, signing_secret_next)
-        self.pool = FirePool(deliverer, concurrency, on_results, queue_limit, flush_count, flush_interval_ms)
+        self.node_id = node_id
+        self._deliverer = deliverer
+        self._send = send
+        self._stats = stats
+        self._fatal = fatal
+        self.pool = FirePool(deliverer, concurrency, self._pool_results, queue_limit, flush_interval_ms=flush_interval_ms)
+        self._attempts: dict[str, int] = {}
+        self._unsent: collections.deque[tuple[float, bytes]] = collections.deque()
+        self._leader_id: str | None = None
+        self._local: LeaderRefs | None = None
+        self._alarm: Alarm | None = None
+        self._stopping = False
 
+    # ---- lifecycle -------------------------------------------------------------------------------
     def on_start(self) -> None:
         self.pool.start()
+        self._alarm = Alarm(self.actor_ref, "fireworker")
+        self._alarm.set(_wall_ms() + REPORT_INTERVAL_MS)
 
     def on_stop(self) -> None:
+        """In-flight fires finish; their results are routed from the flusher thread directly (this
+        thread waits in ``pool.stop``, so nothing else touches the actor's state meanwhile)."""
+        self._stopping = True
+        if self._alarm is not None:
+            self._alarm.close()
         self.pool.stop()
-        self._http.clear()
+        self._flush_unsent()
 
     def on_failure(self, exception_type: object, exception_value: object, traceback: object) -> None:
+        self._stopping = True
+        if self._alarm is not None:
+            self._alarm.close()
         self.pool.stop()
-        self._http.clear()
+        log.error("fire worker actor failed: %r", exception_value)
+        if self._fatal is not None:
+            self._fatal(exception_value if isinstance(exception_value, BaseException) else RuntimeError("fire worker failed"))
 
-    def submit(self, batch: Iterable[FireRequest]) -> SubmitReceipt:
-        return self.pool.submit(list(batch))
+    def _pool_results(self, results: list[FireResult]) -> None:
+        """The pool's flusher thread."""
+        if self._stopping:
+            self._route(results)
+            return
+        try:
+            self.actor_ref.tell(PoolResults(results))
+        except pykka.ActorDeadError:
+            self._route(results)
 
-    def submit_frame(self, frame: bytes) -> SubmitReceipt:
-        """Accepts an encoded FireBatch frame as it arrives over the RPC socket."""
-        return self.pool.submit(decode_fire_batch(frame))
+    # ---- messages --------------------------------------------------------------------------------
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, FireBatch):
+            self._submit(message.fires)
+        elif isinstance(message, PoolResults):
+            self._route(message.results)
+        elif isinstance(message, LeaderIs):
+            self._leader_id, self._local = message.leader_id, message.local
+            self._flush_unsent()
+        elif isinstance(message, ForwardFrame):
+            self._forward(message.frame)
+        elif isinstance(message, Wake):
+            self._heartbeat()
+        elif isinstance(message, GetGauges):
+            ps = self.pool.stats()
+            return {
+                "concurrency": ps.concurrency, "queued": ps.queued, "in_flight": ps.in_flight,
+                "delivered": ps.delivered, "refused": ps.refused, "expired": ps.expired,
+                "free_capacity": self.pool.free_capacity(),
+            }
+        else:
+            return super().on_receive(message)
+        return None
 
-    def free_capacity(self) -> int:
-        return self.pool.free_capacity()
+    def _submit(self, fires: list[WireFire]) -> None:
+        att = self._attempts
+        if len(att) > MAX_TRACKED_ATTEMPTS:  # fires the pool dropped unsent leave entries
+            log.warning("forgetting %d tracked fire attempts", len(att))
+            att.clear()
+        for f in fires:
+            att[f.fire_id] = f.attempt
+        receipt = self.pool.submit(fires)
+        if receipt.refused:
+            self._stats.add(worker_refused=len(receipt.refused))
+            self._route([
+                FireResult(f.fire_id, f.kind, None, DeliveryOutcome.NETWORK_ERROR, b"", 0.0, self.node_id, "worker queue full")
+                for f in receipt.refused
+            ])
 
-    def stats(self) -> FirePoolStats:
-        return self.pool.stats()
+    def _route(self, results: list[FireResult]) -> None:
+        self._stats.delivered(self._deliverer.take() if isinstance(self._deliverer, ReportingDeliverer) else [])
+        att = self._attempts
+        attempts = {r.fire_id: att.pop(r.fire_id, 0) for r in results}
+        local = self._local
+        if local is not None:
+            _tell(local.monitor, FireResults(result_items(attempts, results)))
+            return
+        # no leader known, or another node leads: keep the results for whoever leads next rather
+        # than leave them to the Monitor
+        self._forward(results_frame(self.pool.free_capacity(), attempts, results))
+
+    def _forward(self, frame: bytes) -> None:
+        local = self._local
+        if local is not None:
+            _free, attempts, results = decode_results_frame(frame[1:])
+            _tell(local.monitor, FireResults(result_items(attempts, results)))
+            return
+        leader = self._leader_id
+        if leader is None or leader == self.node_id or not self._send(leader, frame):
+            self._unsent.append((time.monotonic(), frame))
+        else:
+            self._stats.add(results_forwarded=1)
+
+    def _heartbeat(self) -> None:
+        self._flush_unsent()
+        leader = self._leader_id
+        if leader is not None and leader != self.node_id:
+            self._send(leader, b"H" + msgpack.packb(self.pool.free_capacity()))
+        if self._alarm is not None:
+            self._alarm.set(_wall_ms() + REPORT_INTERVAL_MS)
+
+    def _flush_unsent(self) -> None:
+        now = time.monotonic()
+        unsent = self._unsent
+        while unsent:
+            at, frame = unsent[0]
+            if now - at > UNSENT_RESULTS_TTL_S:
+                unsent.popleft()
+                self._stats.add(results_dropped=1)
+                continue
+            if self._local is not None:
+                unsent.popleft()
+                self._forward(frame)
+                continue
+            leader = self._leader_id
+            if leader is None or leader == self.node_id or not self._send(leader, frame):
+                return
+            unsent.popleft()
+
+
+def _tell(ref: pykka.ActorRef[Any], msg: Any) -> None:
+    try:
+        ref.tell(msg)
+    except pykka.ActorDeadError:  # that term's actors stopped: its Monitor no longer needs them
+        pass

@@ -1,29 +1,59 @@
-"""The leader's Monitor: a fire with no result by its deadline is a failed attempt (worker lost).
+"""Monitor: the leader actor that owns every fire in flight until its result is committed.
 
-It watches every fire record the leader learns of -- those in ``fires`` when it took over
-(``machine.reconcile_on_leadership``) and every ``FireRequest`` effect applied since, of any term
-(a ``Dispatched`` entry of a previous leader that commits in this term is never sent, and must
-still be given up). At a fire's ``deadline_ms`` it re-reads the record from the local replica: if
-that same attempt is still in flight, :func:`machine.lost_result` goes into the results batch. The
-machine then re-fires an at_least_once fire (same fire id, next attempt) and records an
-at_most_once one as ``unknown``. Driven by the leader session's loop (``next_deadline``/``due``).
+Owns a :class:`FireWatch` (deadline heap of fires with no result) and the results buffer.
+Receives: ``Rebuild`` (first: watch the fires in ``fires`` when the term began, ``machine.reconcile_on_leadership``),
+``Committed`` (TimeWheel: fire effects of applied ``Dispatched`` entries of any term),
+``FireResults`` (workers' results, local or over RPC; the Dispatcher's unsendable fires),
+``ResultsProposed`` (outcome of its ``Results`` proposals, from the Raft thread), ``Drain``,
+``Wake`` (its alarm), ``GetGauges`` (ask). Sends: ``Results`` proposals (at most
+``MAX_PROPOSAL_ITEMS`` items, at most ``RESULTS_FLUSH_MS`` after the first buffered result) and
+``InFlight`` to the Dispatcher. Runs on its own pykka thread.
+
+A watched fire with no result by its ``deadline_ms`` is a failed attempt (worker lost): the record
+is re-read from the local replica and, if that same attempt is still in flight,
+:func:`~molens.fsm.machine.lost_result` goes into the next batch. The machine then re-fires an
+at_least_once fire (same fire id, next attempt) and records an at_most_once one as ``unknown``.
+A ``Dispatched`` entry of a previous leader that commits in this term is never sent, and is given
+up the same way.
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
-from molens.fsm.commands import ResultItem
+from molens.actors.alarm import wall_ms
+from molens.actors.dispatcher import MAX_PROPOSAL_ITEMS
+from molens.actors.messages import (
+    Committed,
+    Drain,
+    FireResults,
+    GetGauges,
+    InFlight,
+    Rebuild,
+    ResultsProposed,
+    Wake,
+)
+from molens.actors.raft_peer import ProposalRefused
+from molens.actors.term import LeaderActor, TermContext
+from molens.fsm.commands import ResultItem, Results
 from molens.fsm.machine import Fire, lost_result
 from molens.model import FireKind
 
 log = logging.getLogger(__name__)
 
+RESULTS_FLUSH_MS = 10
+"""A results batch is proposed at most this long after its first item (fewer, fuller Results
+entries: the next occurrence of a periodic task is computed from its schedule, not from this)."""
+DRAIN_POLL_MS = 20
+"""While draining, the Monitor looks at its drain deadline this often."""
 
-class Monitor:
-    """Deadline heap of in-flight fires (see the module docstring)."""
+
+class FireWatch:
+    """Deadline heap of in-flight fires (pure apart from the store read it is given)."""
 
     def __init__(self, get_fire: Callable[[str], Fire | None]) -> None:
         self._get_fire = get_fire
@@ -40,9 +70,6 @@ class Monitor:
     def answered(self, fire_id: str) -> None:
         """A result for ``fire_id`` is on its way to the log: it no longer counts as in flight."""
         self._open.pop(fire_id, None)
-
-    def attempt_of(self, fire_id: str) -> int | None:
-        return self._open.get(fire_id)
 
     @property
     def in_flight(self) -> int:
@@ -69,4 +96,112 @@ class Monitor:
         return out
 
 
-__all__ = ["Monitor"]
+class Monitor(LeaderActor):
+    """The leader's monitor actor (see the module docstring)."""
+
+    name = "monitor"
+
+    def __init__(self, ctx: TermContext) -> None:
+        super().__init__(ctx)
+        self.watch = FireWatch(ctx.store.get_fire)
+        self.results: list[ResultItem] = []
+        self.results_first = 0
+        """Wall ms of the oldest buffered result."""
+        self.pending = 0
+        """Results proposals without an outcome."""
+        self.sent: dict[str, int] = {}
+        """Fire id -> attempt of the fires this term sent that have no result yet."""
+        self.own_seen = 0
+        self.reported: tuple[int, int] = (-1, -1)
+        self.drain: Drain | None = None
+        self.drain_answered = False
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, FireResults):
+            self._results_in(message.items)
+        elif isinstance(message, Committed):
+            self.watch.watch(e.fire for e in message.own)
+            self.watch.watch(e.fire for e in message.other)
+            for e in message.own:
+                self.sent[e.fire.fire_id] = e.fire.attempt
+            self.own_seen += len(message.own)
+        elif isinstance(message, ResultsProposed):
+            self.pending -= 1
+            if message.error is not None:
+                self.ctx.stats.add(proposals_failed=1)
+                if isinstance(message.error, ProposalRefused):
+                    self._add(message.items)
+            else:
+                self.ctx.stats.add(results_proposed=len(message.items))
+        elif isinstance(message, Wake):
+            pass
+        elif isinstance(message, Rebuild):
+            fires = list(self.ctx.store.scan_fires())
+            self.watch.watch(fires)
+            self.ctx.stats.gauge(rebuild_fires=len(fires))
+        elif isinstance(message, Drain):
+            self.drain = message
+        elif isinstance(message, GetGauges):
+            return {"fires_in_flight": self.watch.in_flight, "results_unproposed": len(self.results)}
+        else:
+            return super().on_receive(message)
+        self._pump()
+        return None
+
+    def _results_in(self, items: list[ResultItem]) -> None:
+        w, sent = self.watch, self.sent
+        for it in items:
+            w.answered(it.fire_id)
+            sent.pop(it.fire_id, None)
+        self.ctx.stats.add(results_received=len(items))
+        self._add(items)
+
+    def _add(self, items: list[ResultItem]) -> None:
+        if not self.results:
+            self.results_first = wall_ms()
+        self.results.extend(items)
+
+    def _pump(self) -> None:
+        if self.ended:
+            return
+        now = wall_ms()
+        lost = self.watch.due(now)
+        if lost:
+            self.ctx.stats.add(lost=len(lost))
+            for r in lost:
+                self.sent.pop(r.fire_id, None)
+            self._add(lost)
+        flush_at = self.results_first + (0 if self.drain is not None else RESULTS_FLUSH_MS)
+        while self.results and (len(self.results) >= MAX_PROPOSAL_ITEMS or now >= flush_at):
+            self._flush(now)
+        rep = (self.watch.in_flight, self.own_seen)
+        if rep != self.reported and self.refs is not None:
+            self.reported = rep
+            self.tell(self.refs.dispatcher, InFlight(*rep))
+        deadlines = [d for d in (self.watch.next_deadline(), self.results_first + RESULTS_FLUSH_MS if self.results else None)
+                     if d is not None]
+        if self.drain is not None and not self.drain_answered:
+            self._drain_check()
+            if not self.drain_answered:
+                deadlines.append(now + DRAIN_POLL_MS)
+        assert self.alarm is not None
+        self.alarm.set(min(deadlines) if deadlines else None)
+
+    def _drain_check(self) -> None:
+        d = self.drain
+        if d is None or self.drain_answered:
+            return
+        if (not self.sent and not self.results and self.pending == 0) or time.monotonic() >= d.until:
+            self.drain_answered = True
+            log.info("leader scheduler drained term=%d unanswered=%d", self.ctx.term, len(self.sent))
+            d.done.set(len(self.sent))
+
+    def _flush(self, now: int) -> None:
+        items, self.results = self.results[:MAX_PROPOSAL_ITEMS], self.results[MAX_PROPOSAL_ITEMS:]
+        if self.results:
+            self.results_first = now
+        self.pending += 1
+        self.ctx.propose(Results(now, tuple(items)), self.outcome_to_self(lambda _res, err: ResultsProposed(items, err)))
+
+
+__all__ = ["RESULTS_FLUSH_MS", "FireWatch", "Monitor"]

@@ -1,9 +1,15 @@
-"""The leader's time wheel shell: a :class:`~molens.schedule.wheel.TimeWheel` fed by FSM effects.
+"""TimeWheel: the leader actor that owns the time wheel of task ids keyed by their next due time.
 
-Owned by one thread, the leader session's loop (see :mod:`molens.scheduler`), which sleeps until
-:meth:`LeaderWheel.next_deadline` -- never a busy tick. A new leader rebuilds it by streaming the
-store's ``due`` index (:meth:`LeaderWheel.rebuild`); effects applied meanwhile are queued by the
-session and applied afterwards in log order, so the last word on every key wins.
+Owns a :class:`LeaderWheel` (a :class:`~molens.schedule.wheel.TimeWheel` of task ids).
+Receives: ``Rebuild`` (first, after ``Join``: stream the store's ``due`` index in), ``Applied``
+(entries applied on this node, from the Raft thread), ``Requeue`` (from the Dispatcher), ``Wake``
+(its alarm), ``ReadWheel`` / ``GetGauges`` (ask). Sends: ``DueBatch`` to the Dispatcher (tasks due
+within ``scheduler.dispatch_lead_ms``), ``Committed`` to the Monitor and the Dispatcher (the fire
+effects of applied ``Dispatched`` entries, split by term). Runs on its own pykka thread, which
+sleeps until the wheel's next deadline minus the lead (its alarm): never a busy tick.
+
+``Applied`` messages that arrive while the rebuild streams wait in the mailbox and are applied
+afterwards, in log order, so the last word on every key wins.
 """
 
 from __future__ import annotations
@@ -11,18 +17,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
-from molens.fsm.machine import Effect, WheelAdd, WheelRemove
-from molens.schedule.wheel import BucketStat, TimeWheel
+from molens.actors.alarm import wall_ms
+from molens.actors.messages import Applied, Committed, DueBatch, GetGauges, ReadWheel, Rebuild, Requeue, Wake
+from molens.actors.term import LeaderActor, TermContext
+from molens.fsm.machine import Effect, FireRequest, WheelAdd, WheelRemove
+from molens.schedule.wheel import BucketStat
+from molens.schedule.wheel import TimeWheel as Wheel
 
 log = logging.getLogger(__name__)
+
+STOP_CHECK_EVERY = 4096
+"""The rebuild looks at the term-over flag this often (items): a deposed leader stops rebuilding."""
 
 
 class LeaderWheel:
     """Task ids keyed by their next due time (callback, retry or ACK probe)."""
 
     def __init__(self, tick_ms: int, now_ms: int) -> None:
-        self.wheel: TimeWheel[str] = TimeWheel(tick_ms=tick_ms, start_ms=now_ms)
+        self.wheel: Wheel[str] = Wheel(tick_ms=tick_ms, start_ms=now_ms)
         self.rebuild_ms = 0.0
 
     def rebuild(self, due: Iterator[tuple[int, str]]) -> int:
@@ -34,7 +48,6 @@ class LeaderWheel:
             add(tid, due_ms)
             n += 1
         self.rebuild_ms = (time.monotonic() - t0) * 1000
-        log.info("wheel rebuilt tasks=%d in %.0f ms", n, self.rebuild_ms)
         return n
 
     def apply(self, effects: Iterable[Effect]) -> None:
@@ -62,4 +75,79 @@ class LeaderWheel:
         return self.wheel.distribution(level)
 
 
-__all__ = ["LeaderWheel"]
+def _until(it: Iterator[Any], stop: Any) -> Iterator[Any]:
+    for n, x in enumerate(it):
+        if n % STOP_CHECK_EVERY == 0 and stop():
+            return
+        yield x
+
+
+class TimeWheel(LeaderActor):
+    """The leader's time wheel actor (see the module docstring)."""
+
+    name = "timewheel"
+
+    def __init__(self, ctx: TermContext) -> None:
+        super().__init__(ctx)
+        self.wheel: LeaderWheel | None = None
+        self.lead_ms = ctx.cfg.dispatch_lead_ms
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, Applied):
+            self._applied(message)
+        elif isinstance(message, Wake):
+            pass
+        elif isinstance(message, Requeue):
+            if self.wheel is not None:
+                for tid in message.task_ids:
+                    self.wheel.add(tid, message.due_ms)
+        elif isinstance(message, Rebuild):
+            self._rebuild()
+        elif isinstance(message, ReadWheel):
+            return None if self.wheel is None else message.fn(self.wheel.wheel)
+        elif isinstance(message, GetGauges):
+            w = self.wheel
+            return {} if w is None else {"wheel_size": len(w), "overflow": w.wheel.overflow_count}
+        else:
+            return super().on_receive(message)
+        self._advance()
+        return None
+
+    def _rebuild(self) -> None:
+        ctx = self.ctx
+        wheel = LeaderWheel(ctx.cfg.tick_ms, wall_ms())
+        n = wheel.rebuild(_until(ctx.store.scan_due(), lambda: self.ended))
+        self.wheel = wheel
+        ctx.stats.gauge(rebuild_tasks=n, rebuild_ms=round(wheel.rebuild_ms, 1), term=ctx.term)
+        log.info("wheel rebuilt term=%d tasks=%d in %.0f ms", ctx.term, n, wheel.rebuild_ms)
+
+    def _applied(self, msg: Applied) -> None:
+        wheel = self.wheel
+        assert wheel is not None, "Applied before Rebuild"
+        own: list[FireRequest] = []
+        other: list[FireRequest] = []
+        term = self.ctx.term
+        for er in msg.entries:
+            wheel.apply(er.effects)
+            for e in er.effects:
+                if isinstance(e, FireRequest):
+                    (own if er.term == term else other).append(e)
+        if (own or other) and self.refs is not None:
+            c = Committed(own, other)
+            self.tell(self.refs.monitor, c)  # the Monitor first: it watches before any result arrives
+            if own:
+                self.tell(self.refs.dispatcher, c)
+
+    def _advance(self) -> None:
+        wheel = self.wheel
+        if wheel is None or self.ended or self.refs is None:
+            return
+        due = wheel.advance(wall_ms() + self.lead_ms)
+        if due:
+            self.tell(self.refs.dispatcher, DueBatch(due))
+        nd = wheel.next_deadline()
+        assert self.alarm is not None
+        self.alarm.set(None if nd is None else nd - self.lead_ms)
+
+
+__all__ = ["LeaderWheel", "TimeWheel"]

@@ -8,7 +8,7 @@ Two kinds of series:
   wheel size and overflow, queue depths (fire pool queued / in flight / free, fires in flight,
   wheel backlog), history rows, disk usage per part, and the scheduler's own counters.
 - **Events observed when they happen** by :class:`FireMetrics`, the scheduler's stats observer
-  (``SchedulerStats.observer``, see :mod:`molens.actors.stats`): every HTTP attempt this node's
+  (the Stats actor's observer, see :mod:`molens.actors.stats`): every HTTP attempt this node's
   fire pool makes (``molens_fires_total{kind,outcome}``, ``molens_callback_latency_seconds{host}``)
   the lateness of those attempts (``molens_fire_lateness_seconds``: due -> HTTP request started on
   this worker), and the leader's timings (``molens_fire_plan_lag_seconds``: due -> planned, 0 when
@@ -75,7 +75,7 @@ class MetricsSnapshot:
     disk_bytes: Mapping[str, int] = field(default_factory=dict)
     """Bytes by part (``lmdb``, ``history``, ``raft``, ``snapshots``) and ``free``."""
     scheduler: Mapping[str, float] = field(default_factory=dict)
-    """The scheduler's monotonic counters (``SchedulerStats``), exported as ``molens_scheduler_<name>_total``."""
+    """The scheduler's monotonic counters (the Stats actor's), exported as ``molens_scheduler_<name>_total``."""
 
 
 class LiveCollector(Collector):

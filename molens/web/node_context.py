@@ -18,9 +18,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
+
+import pykka
 
 from molens import model
 from molens.actors import raft_peer as rp
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WHEEL_READ_TIMEOUT_S = 2.0
-"""How long a wheel read waits for the leader session's loop."""
+"""How long a wheel read waits for the TimeWheel actor."""
 STATUS_TIMEOUT_S = 2.0
 """How long a stats page or scrape waits for RaftPeer's status."""
 
@@ -86,7 +87,7 @@ class NodeContext:
         self._peers = PeerStats(self._settings.auth_token)
         self._metrics = NodeMetrics(self._metrics_snapshot)
         if scheduler is not None:
-            scheduler.stats.observer = self._metrics.fires
+            scheduler.set_observer(self._metrics.fires)
 
     def start(self) -> NodeContext:
         self._on_change(self.peer.subscribe(self._on_change))
@@ -249,15 +250,14 @@ class NodeContext:
 
     def wheel_distribution(self) -> WheelDistribution | None:
         sched = self.scheduler
-        s = sched.session if sched is not None else None
-        if s is None or s.wheel is None:
+        if sched is None:
             return None
-        fut: Future[WheelDistribution] = Future()
-        s.post("call", lambda sess: distribution_of(sess.wheel.wheel, self.now_ms()), fut)
+        now = self.now_ms()
         try:
-            return fut.result(timeout=WHEEL_READ_TIMEOUT_S)
-        except FutureTimeout:
+            dist: WheelDistribution | None = sched.read_wheel(lambda wheel: distribution_of(wheel, now), WHEEL_READ_TIMEOUT_S)
+        except pykka.Timeout:
             raise Unavailable("the leader's scheduler is busy; try again") from None
+        return dist
 
     def metrics(self) -> NodeMetrics:
         return self._metrics
@@ -272,17 +272,19 @@ class NodeContext:
         counters: dict[str, float] = {}
         sched = self.scheduler
         if sched is not None:
-            ps = sched.pool.stats()
+            ps = sched.pool_stats()
             queues.update(fire_pool_queued=ps.queued, fire_pool_in_flight=ps.in_flight)
             # counters only: rebuild_* and term are per-term gauges kept under the same names
-            counters = {k: float(sched.stats.get(k)) for k in COUNTERS if not k.startswith("rebuild_")}
-            s = sched.session
-            if s is not None and s.wheel is not None:
-                wheel["timers"] = len(s.wheel)
-                wheel["overflow"] = s.wheel.wheel.overflow_count
-                queues["fires_in_flight"] = s.monitor.in_flight
-                queues["dispatch_backlog"] = len(s._backlog)
-                queues["results_unproposed"] = len(s._results)
+            assert sched.stats is not None
+            st_json = sched.stats.to_json()
+            counters = {k: float(st_json.get(k, 0)) for k in COUNTERS if not k.startswith("rebuild_")}
+            g = sched.leader_gauges()
+            if "wheel_size" in g:
+                wheel["timers"] = g["wheel_size"]
+                wheel["overflow"] = g["overflow"]
+            for k in ("fires_in_flight", "dispatch_backlog", "results_unproposed"):
+                if k in g:
+                    queues[k] = g[k]
         return MetricsSnapshot(
             node_id=self.cfg.node.id,
             role=li.role,

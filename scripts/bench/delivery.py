@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""POSTs/s through the FireWorker pool (FirePool + Deliverer + urllib3) to a local receiver process.
+"""POSTs/s through the fire pool (FirePool + Deliverer + urllib3) to a local receiver process.
 
 The receiver runs in a subprocess so it does not share our GIL: by default a minimal asyncio
 HTTP/1.1 keep-alive server (so the pool, not the receiver, is what is measured); ``--receiver

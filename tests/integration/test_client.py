@@ -201,9 +201,32 @@ def test_a_redirect_loop_is_an_error_not_a_hang(tmp_path: Path) -> None:
         serve(tmp_path / "b", role="follower", leader_url=a.url) as b,
     ):
         a.ctx.leader_url = b.url  # a says b leads, b says a leads
-        with MolensClient([a.url]) as c, pytest.raises(UnavailableError) as ei:
+        with (
+            MolensClient([a.url], backoff_base_s=0.01, backoff_max_s=0.05, max_attempts=3) as c,
+            pytest.raises(UnavailableError) as ei,
+        ):
             c.create(delayed())
         assert ei.value.code == "redirect"
+        assert a.task_count() == b.task_count() == 0
+
+
+def test_a_redirect_loop_while_an_election_settles_is_retried_until_a_leader_answers(tmp_path: Path) -> None:
+    import threading
+
+    with (
+        serve(tmp_path / "leader") as leader,
+        serve(tmp_path / "a", role="follower", leader_url="http://127.0.0.1:1") as a,
+        serve(tmp_path / "b", role="follower", leader_url=a.url) as b,
+        MolensClient([a.url], backoff_base_s=0.05, backoff_max_s=0.2, max_attempts=30) as c,
+    ):
+        a.ctx.leader_url = b.url  # a and b name each other until the "election" ends
+        settled = threading.Timer(0.3, lambda: setattr(b.ctx, "leader_url", leader.url))
+        settled.start()
+        try:
+            t = c.create(delayed())
+        finally:
+            settled.cancel()
+        assert leader.ctx.get_task(t["id"]) is not None
         assert a.task_count() == b.task_count() == 0
 
 

@@ -1,16 +1,21 @@
-"""FirePool / FireWorker against a real HTTP server: bound, refusal, batching, expiry, clean stop."""
+"""FirePool / FireWorkerPool against a real HTTP server: bound, refusal, batching, expiry, clean stop."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
+import pykka
 import pytest
 import urllib3
 
-from molens.actors.fireworker import FirePool, FireWorker
-from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult, encode_fire_batch
+from molens.actors.fireworker import FirePool, FireWorkerPool, decode_results_frame, make_pool_manager
+from molens.actors.messages import FireBatch, FireResults, GetGauges, LeaderIs, LeaderRefs
+from molens.actors.stats import ReportingDeliverer, Stats, StatsClient
+from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult
 from tests.integration.callback_server import CallbackServer
 
 pytestmark = pytest.mark.integration
@@ -190,19 +195,50 @@ def test_a_failing_results_callback_does_not_stop_deliveries(server: CallbackSer
         pool.stop()
 
 
-def test_fireworker_actor_accepts_batches_and_frames_and_stops_cleanly(server: CallbackServer) -> None:
-    sink = Sink()
-    ref = FireWorker.start("n7", 3, sink, signing_secret="k")
+class _Collector(pykka.ThreadingActor):
+    """Stands in for a leader's Monitor: keeps what it is told."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.got: list[Any] = []
+
+    def on_receive(self, message: Any) -> Any:
+        if message == "got":
+            return list(self.got)
+        self.got.append(message)
+        return None
+
+
+def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_local_monitor(
+    server: CallbackServer,
+) -> None:
+    frames: list[tuple[str, bytes]] = []
+    stats_ref = Stats.start()
+    http = make_pool_manager(3)
+    deliverer = ReportingDeliverer(http, "n7", "k")
+    ref = FireWorkerPool.start("n7", deliverer, 3, lambda to, f: frames.append((to, f)) is None, StatsClient(stats_ref))
+    monitor = _Collector.start()
     try:
-        proxy = ref.proxy()
-        assert proxy.free_capacity().get(timeout=5) == 15
-        assert proxy.submit(_fires(server.url("/ok"), 3)).get(timeout=5).accepted == 3
-        assert proxy.submit_frame(encode_fire_batch(_fires(server.url("/ok"), 2, prefix="f"))).get(timeout=5).accepted == 2
-        wait_until(lambda: len(sink.results()) == 5)
-        assert proxy.stats().get(timeout=5).delivered == 5
+        ref.tell(LeaderIs("n9", None))  # another node leads: results go there as one R frame
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=2) for f in _fires(server.url("/ok"), 3)]))
+        wait_until(lambda: sum(len(decode_results_frame(f[1:])[2]) for _to, f in frames if f[:1] == b"R") == 3)
+        got = [decode_results_frame(f[1:]) for to, f in frames if f[:1] == b"R" and to == "n9"]
+        assert {fid: a for _free, att, _r in got for fid, a in att.items()} == {"t-0": 2, "t-1": 2, "t-2": 2}
+        assert all(r.worker == "n7" and r.outcome is DeliveryOutcome.SUCCESS for _f, _a, rs in got for r in rs)
+        # this node leads: results go to its Monitor as FireResults, each for the attempt carried out
+        refs = LeaderRefs(term=3, wheel=monitor, dispatcher=monitor, monitor=monitor, cleaner=monitor)
+        ref.tell(LeaderIs("n7", refs))
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=4) for f in _fires(server.url("/ok"), 2, prefix="f")]))
+        wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 2)
+        items = [it for m in monitor.ask("got") if isinstance(m, FireResults) for it in m.items]
+        assert sorted((it.fire_id, it.attempt, it.status_code) for it in items) == [("f-0", 4, 200), ("f-1", 4, 200)]
+        gauges = ref.ask(GetGauges(), timeout=5)
+        assert gauges["delivered"] == 5 and gauges["free_capacity"] == 15
     finally:
         ref.stop(timeout=10)
-    assert {r.worker for r in sink.results()} == {"n7"}
+        monitor.stop()
+        stats_ref.stop()
+        http.clear()
     assert all("X-Molens-Signature" in r.headers for r in server.recorded())
     assert _no_pool_threads("fireworker")
 

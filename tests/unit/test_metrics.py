@@ -4,13 +4,17 @@ scheduler's stats hook, bounded host labels, and output that prometheus-client's
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
+import pytest
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from molens.actors.stats import ReportingDeliverer, SchedulerStats
-from molens.delivery import FireRequest
+from molens.actors.messages import SetObserver
+from molens.actors.stats import ReportingDeliverer, Stats, StatsClient
+from molens.delivery import Deliverer, FireRequest
 from molens.model import FireKind
 from molens.web.metrics import MAX_HOSTS, MetricsSnapshot, NodeMetrics, url_host
 
@@ -59,10 +63,19 @@ def test_live_values_are_read_at_every_scrape() -> None:
     assert ("molens_wheel_timers", ()) not in s  # a follower has no wheel: the series is absent
 
 
-def test_fire_hooks_count_outcomes_latency_by_host_and_lateness() -> None:
+@pytest.fixture
+def stats() -> Iterator[StatsClient]:
+    """A running Stats actor; ``to_json`` (an ask) returns once every earlier message is handled."""
+    ref = Stats.start()
+    try:
+        yield StatsClient(ref)
+    finally:
+        ref.stop()
+
+
+def test_fire_hooks_count_outcomes_latency_by_host_and_lateness(stats: StatsClient) -> None:
     m = NodeMetrics(_snap)
-    stats = SchedulerStats()
-    stats.observer = m.fires
+    stats.ref.tell(SetObserver(m.fires))
     req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://cb.example:8080/x?y=1", b"{}", "default", 1000)
 
     class Result:
@@ -70,12 +83,12 @@ def test_fire_hooks_count_outcomes_latency_by_host_and_lateness() -> None:
         outcome = "success"
         latency_ms = 120.0
 
-    for _ in range(3):
-        stats.delivered(req, Result())  # type: ignore[arg-type]
+    stats.delivered([(req, Result(), 0.0)] * 3)  # type: ignore[list-item]
     stats.sample("fire_lateness", [2.0, 40.0])
     stats.sample("dispatch_lag", [-90.0, 3.0, 7.0])
     stats.sample("plan_to_send", [1.0])
     stats.sample("something_else", [1.0])
+    stats.to_json()
     s = _parse(m.render())
     assert s[("molens_fires_total", (("kind", "callback"), ("outcome", "success")))] == 3
     assert s[("molens_callback_latency_seconds_count", (("host", "cb.example:8080"),))] == 3
@@ -88,32 +101,40 @@ def test_fire_hooks_count_outcomes_latency_by_host_and_lateness() -> None:
     assert s[("molens_fire_send_delay_seconds_count", ())] == 1
 
 
-def test_fire_lateness_is_measured_from_the_due_time_to_the_request_start_on_the_worker() -> None:
-    stats = SchedulerStats()
+def test_fire_lateness_is_measured_from_the_due_time_to_the_request_start_on_the_worker(stats: StatsClient) -> None:
     due = int(time.time() * 1000) - 250  # the request started 50 ms late and took 200 ms
     req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://cb/x", b"{}", "default", 1000, not_before_ms=due)
 
-    class Result:
-        kind = FireKind.CALLBACK
-        outcome = "success"
-        latency_ms = 200.0
+    class Answered200msLater(Deliverer):
+        def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> Any:
+            class Result:
+                kind = FireKind.CALLBACK
+                outcome = "success"
+                latency_ms = 200.0
 
-    stats.delivered(req, Result())  # type: ignore[arg-type]
-    late = stats.timings()["fire_lateness"]
+            return Result()
+
+    class Reporting(ReportingDeliverer, Answered200msLater):
+        pass
+
+    d = Reporting(urllib3.PoolManager(), "n1")
+    d.deliver(req)
+    d.deliver(FireRequest("t-2", "t", 1, FireKind.CALLBACK, "http://cb/x", b"{}", "default", 1000))
+    stats.delivered(d.take())
+    late = stats.to_json()["timings"]["fire_lateness"]
     assert 50 <= late["max_ms"] < 50 + 1_000, late
-    stats.delivered(FireRequest("t-2", "t", 1, FireKind.CALLBACK, "http://cb/x", b"{}", "default", 1000),
-                    Result())  # type: ignore[arg-type]
-    assert stats.timings()["fire_lateness"]["n"] == 1  # no due time known: no sample
+    assert late["n"] == 1  # no due time known: no sample
 
 
-def test_reporting_deliverer_reports_every_attempt_even_a_failed_one() -> None:
+def test_reporting_deliverer_reports_every_attempt_even_a_failed_one(stats: StatsClient) -> None:
     m = NodeMetrics(_snap)
-    stats = SchedulerStats()
-    stats.observer = m.fires
+    stats.ref.tell(SetObserver(m.fires))
     http = urllib3.PoolManager(retries=False)
-    d = ReportingDeliverer(stats, http, "n1")
+    d = ReportingDeliverer(http, "n1")
     req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://127.0.0.1:9/cb", b"{}", "default", 500)
     result = d.deliver(req)  # port 9 (discard) is closed here: a network error, at once
+    stats.delivered(d.take())
+    stats.to_json()
     s = _parse(m.render())
     assert s[("molens_fires_total", (("kind", "callback"), ("outcome", result.outcome.value)))] == 1
     assert s[("molens_callback_latency_seconds_count", (("host", "127.0.0.1:9"),))] == 1

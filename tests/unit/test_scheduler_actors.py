@@ -1,14 +1,14 @@
-"""The leader's scheduler boxes without threads or sockets: Dispatcher planning and worker choice,
-Monitor deadlines, Cleaner rate limit, LeaderWheel effects."""
+"""The pure parts of the leader actors, without threads or sockets: DispatchPlan planning and worker
+choice, FireWatch deadlines, ExpiryScan rate limit, LeaderWheel effects."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
 
-from molens.actors.cleaner import Cleaner
-from molens.actors.dispatcher import WORKER_LIVENESS_S, Dispatcher
-from molens.actors.monitor import Monitor
+from molens.actors.cleaner import ExpiryScan
+from molens.actors.dispatcher import WORKER_LIVENESS_S, DispatchPlan
+from molens.actors.monitor import FireWatch
 from molens.actors.timewheel import LeaderWheel
 from molens.fsm.commands import ExpireItem
 from molens.fsm.machine import Fire, WheelAdd, WheelRemove
@@ -30,8 +30,8 @@ class Clock:
         return self.t
 
 
-def _dispatcher(tasks: dict[str, Task], local_free: int = 10, clock: Clock | None = None) -> Dispatcher:
-    return Dispatcher("n1", tasks.get, lambda: local_free, 1_000, clock or Clock())
+def _dispatcher(tasks: dict[str, Task], local_free: int = 10, clock: Clock | None = None) -> DispatchPlan:
+    return DispatchPlan("n1", tasks.get, lambda: local_free, 1_000, clock or Clock())
 
 
 def test_plan_skips_tasks_not_due_in_flight_or_gone_and_numbers_the_next_attempt() -> None:
@@ -101,7 +101,7 @@ def _fire(fid: str, attempt: int = 1, deadline: int = NOW + 100, kind: FireKind 
 
 def test_monitor_reports_a_fire_lost_only_if_the_same_attempt_is_still_in_flight_at_its_deadline() -> None:
     store = {"a-1": _fire("a-1"), "b-1": _fire("b-1", attempt=2), "c-1": _fire("c-1", kind=FireKind.ACK)}
-    m = Monitor(store.get)
+    m = FireWatch(store.get)
     m.watch([_fire("a-1"), _fire("b-1"), _fire("c-1"), _fire("d-1")])  # b and c moved on, d answered
     assert m.in_flight == 4 and m.next_deadline() == NOW + 100
     assert m.due(NOW + 99) == []
@@ -112,7 +112,7 @@ def test_monitor_reports_a_fire_lost_only_if_the_same_attempt_is_still_in_flight
 
 
 def test_monitor_answered_fires_stop_counting_as_in_flight() -> None:
-    m = Monitor(lambda _fid: None)
+    m = FireWatch(lambda _fid: None)
     m.watch([_fire("a-1")])
     m.answered("a-1")
     assert m.in_flight == 0
@@ -125,7 +125,7 @@ def test_cleaner_proposes_at_most_the_rate_once_a_second_and_one_at_a_time() -> 
         seen.append((before, limit))
         return [ExpireItem(f"t{i}", 0) for i in range(limit)]
 
-    c = Cleaner(scan, retention_minutes=1, rate_limit_qps=5)
+    c = ExpiryScan(scan, retention_minutes=1, rate_limit_qps=5)
     cmd = c.run(NOW)
     assert cmd is not None and len(cmd.items) == 5 and seen == [(NOW - 60_000, 5)]
     assert c.run(NOW + 2_000) is None  # busy until done

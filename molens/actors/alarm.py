@@ -1,0 +1,74 @@
+"""Alarm: tells an actor :class:`~molens.actors.messages.Wake` at a wall-clock deadline.
+
+A pykka ``ThreadingActor`` blocks on its inbox with no timeout, so an actor that must act at a
+time (the wheel's next slot, the Monitor's next fire deadline, the Cleaner's next scan) keeps one
+Alarm: after each message it calls :meth:`Alarm.set` with its next deadline (or None). One small
+thread per alarm sleeps on a condition until then and tells ``Wake()`` once; it never ticks.
+Setting a new deadline replaces the old one, so the actor's own view is the only source of truth.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pykka
+
+from molens.actors.messages import Wake
+
+log = logging.getLogger(__name__)
+
+_WAKE = Wake()
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Alarm:
+    """One pending deadline (epoch ms) for one actor; see the module docstring."""
+
+    def __init__(self, ref: pykka.ActorRef[Any], name: str) -> None:
+        self._ref = ref
+        self._cv = threading.Condition()
+        self._at: int | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"alarm-{name}", daemon=True)
+        self._thread.start()
+
+    def set(self, at_ms: int | None) -> None:
+        """Wake the actor at ``at_ms`` (now if past); None: no wake-up wanted."""
+        with self._cv:
+            if at_ms == self._at:
+                return
+            earlier = at_ms is not None and (self._at is None or at_ms < self._at)
+            self._at = at_ms
+            if earlier:
+                self._cv.notify()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+
+    def _run(self) -> None:
+        with self._cv:
+            while not self._closed:
+                at = self._at
+                if at is None:
+                    self._cv.wait()
+                    continue
+                left = at - wall_ms()
+                if left > 0:
+                    self._cv.wait(left / 1000)
+                    continue
+                self._at = None
+                try:
+                    self._ref.tell(_WAKE)
+                except pykka.ActorDeadError:
+                    return
+
+
+__all__ = ["Alarm", "wall_ms"]

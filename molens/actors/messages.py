@@ -1,0 +1,233 @@
+"""The messages the scheduler's actors send each other: frozen, slotted, each carrying a batch.
+
+One message per batch, never one per task: at 3,000 fires/s the mailboxes see hundreds of messages
+per second (``docs/architecture.md#actors``). ``tell`` carries events; ``ask`` is used only for the
+queries at the bottom (stats, the console's wheel view, metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from molens.delivery import FireRequest as WireFire
+from molens.fsm.commands import DispatchItem, ResultItem
+from molens.fsm.machine import FireRequest
+from molens.fsm.store import EntryResult
+
+# --- events ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """From an actor's :class:`~molens.actors.alarm.Alarm`: a deadline it asked for has come."""
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """Supervisor -> each leader actor, first message of a term: the refs of the others."""
+
+    refs: LeaderRefs
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuild:
+    """To TimeWheel and Monitor after ``Join``: stream the store's ``due`` index into the wheel;
+    watch every fire in ``fires`` (no result when this term began)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """RaftPeer -> TimeWheel: entries applied to the local replica that have leader effects."""
+
+    entries: list[EntryResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """TimeWheel -> Monitor and Dispatcher: the fire effects of applied ``Dispatched`` entries.
+
+    ``own`` are those of entries committed in this leader's term (the Dispatcher sends them);
+    ``other`` those of an earlier term's entries (never sent by this leader; the Monitor gives
+    them up at their deadline)."""
+
+    own: list[FireRequest]
+    other: list[FireRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class DueBatch:
+    """TimeWheel -> Dispatcher: task ids due within the dispatch lead."""
+
+    task_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Dispatcher -> TimeWheel: put these task ids back, due at ``due_ms``."""
+
+    task_ids: list[str]
+    due_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchedBatch:
+    """RaftPeer -> Dispatcher: the outcome of one ``Dispatched`` proposal."""
+
+    items: list[DispatchItem]
+    results: list[Any]
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class FireResults:
+    """Workers -> Monitor: results of fires (attempts as carried out)."""
+
+    items: list[ResultItem]
+
+
+@dataclass(frozen=True, slots=True)
+class ResultsProposed:
+    """RaftPeer -> Monitor: the outcome of one ``Results`` proposal."""
+
+    items: list[ResultItem]
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """Monitor -> Dispatcher: fires it watches with no result yet, and how many own-term fires it
+    has ever been told of (so the Dispatcher can count the ones on their way to it)."""
+
+    open: int
+    own_seen: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """Worker side -> Dispatcher: workers' free capacity as they reported it."""
+
+    free: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireDone:
+    """RaftPeer -> Cleaner: the outcome of one ``Expire`` proposal."""
+
+    results: list[Any]
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Supervisor -> Dispatcher, then Monitor: the node is stopping while it leads. The Dispatcher
+    plans nothing new and sets ``done`` once its proposals have outcomes; the Monitor sets it once
+    the fires sent this term have committed results, or at ``until`` (monotonic seconds)."""
+
+    until: float
+    done: pykka.Future[int]
+
+
+@dataclass(frozen=True, slots=True)
+class FireBatch:
+    """Dispatcher / worker RPC -> FireWorkerPool: fires to carry out on this node."""
+
+    fires: list[WireFire]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolResults:
+    """FirePool's flusher -> FireWorkerPool: results of carried-out fires, to route to the leader."""
+
+    results: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIs:
+    """Supervisor -> FireWorkerPool: who leads now; ``local`` is set when this node does."""
+
+    leader_id: str | None
+    local: LeaderRefs | None
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """To Stats: counter increments."""
+
+    values: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Gauge:
+    """To Stats: gauge values."""
+
+    values: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """To Stats: timing samples (ms) of one kind."""
+
+    name: str
+    values: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """FireWorkerPool -> Stats: attempts this node carried out, ``(request, result, started_ms)``."""
+
+    attempts: list[tuple[WireFire, Any, float]]
+
+
+# --- queries (ask) -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReadWheel:
+    """Ask TimeWheel: ``fn(wheel)`` on its thread (the console's distribution view)."""
+
+    fn: Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GetGauges:
+    """Ask any actor for its gauges as a dict."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetStats:
+    """Ask Stats for counters, gauges and timing percentiles."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetObserver:
+    """To Stats: who else hears about samples and deliveries (the node's metrics)."""
+
+    observer: Any
+
+
+# --- refs of one term's leader actors ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRefs:
+    """The leader-only actors of one term (what workers' results and reports go to)."""
+
+    term: int
+    wheel: pykka.ActorRef[Any]
+    dispatcher: pykka.ActorRef[Any]
+    monitor: pykka.ActorRef[Any]
+    cleaner: pykka.ActorRef[Any]
+
+    def all(self) -> tuple[pykka.ActorRef[Any], ...]:
+        return (self.wheel, self.dispatcher, self.monitor, self.cleaner)
+
+
+__all__ = [
+    "Applied", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
+    "FireResults", "Gauge", "GetGauges", "GetStats", "InFlight", "Join", "LeaderIs", "LeaderRefs", "PoolResults", "ReadWheel",
+    "Rebuild", "Requeue", "ResultsProposed", "Sampled", "SetObserver", "Wake", "WorkerReport",
+]

@@ -1,0 +1,170 @@
+"""LeaderSupervisor: starts the leader-only actors when this node gains leadership, ends them on loss.
+
+Per term led it starts one :class:`~molens.actors.timewheel.TimeWheel`,
+:class:`~molens.actors.dispatcher.Dispatcher`, :class:`~molens.actors.monitor.Monitor` and
+:class:`~molens.actors.cleaner.Cleaner` (pykka actors sharing one
+:class:`~molens.actors.term.TermContext`), tells each ``Join`` with the others' refs, then
+``Rebuild`` to the wheel (stream ``due``) and the Monitor (watch ``fires``). It is not itself an
+actor: its two entry points run on the Raft thread and must be quick.
+
+- :meth:`on_leader_change` (RaftPeer subscription): a new term led starts a new set; losing
+  leadership sets the term's ``ended`` flag at once (nothing more is proposed or sent) and stops
+  the set without waiting. The node's FireWorkerPool is told who leads (``LeaderIs``).
+- :meth:`on_applied` (the store's hook, per applied batch with effects): one ``Applied`` message
+  to the current wheel, which forwards fire effects to the Monitor and Dispatcher.
+- :meth:`stop` (graceful stop while leading): the Dispatcher plans nothing new, the Monitor waits
+  (bounded) until the fires sent this term have committed results, then the set stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from molens.actors.cleaner import Cleaner
+from molens.actors.dispatcher import Dispatcher
+from molens.actors.messages import Applied, Drain, Join, LeaderIs, LeaderRefs, Rebuild
+from molens.actors.monitor import Monitor
+from molens.actors.raft_peer import LeaderChange
+from molens.actors.stats import StatsClient
+from molens.actors.term import ProposeCallback, TermContext
+from molens.actors.timewheel import TimeWheel
+from molens.config import SchedulerConfig
+from molens.fsm.store import EntryResult, TaskStore
+
+log = logging.getLogger(__name__)
+
+STOP_JOIN_S = 5.0
+"""How long ending a term waits for its actors' threads when it waits at all (graceful stop)."""
+
+
+class _Term:
+    def __init__(self, refs: LeaderRefs, ended: threading.Event) -> None:
+        self.refs = refs
+        self.ended = ended
+
+
+class LeaderSupervisor:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        node_id: str,
+        cfg: SchedulerConfig,
+        store: TaskStore,
+        propose_batch: Callable[[list[bytes], ProposeCallback], None],
+        stats: StatsClient,
+        pool: pykka.ActorRef[Any],
+        send_fires: Callable[[dict[str, list[Any]]], dict[str, list[Any]]],
+        local_free: Callable[[], int],
+        fatal: Callable[[BaseException], None],
+    ) -> None:
+        self.node_id = node_id
+        self.cfg = cfg
+        self.store = store
+        self._propose_batch = propose_batch
+        self.stats = stats
+        self.pool = pool
+        self._send_fires = send_fires
+        self._local_free = local_free
+        self._fatal = fatal
+        self._lock = threading.Lock()
+        self._term: _Term | None = None
+        self._allowed = True
+        self.leader_id: str | None = None
+
+    @property
+    def current(self) -> LeaderRefs | None:
+        """The refs of the term's leader actors while this node leads, else None."""
+        t = self._term
+        return None if t is None or t.ended.is_set() else t.refs
+
+    # ---- Raft thread ------------------------------------------------------------------------------
+    def on_leader_change(self, ch: LeaderChange) -> None:
+        old: _Term | None = None
+        with self._lock:
+            self.leader_id = ch.leader_id
+            cur = self._term
+            if ch.is_leader and self._allowed:
+                if cur is None or cur.refs.term != ch.term:
+                    old, self._term = cur, self._start(ch.term)
+            elif cur is not None:
+                old, self._term = cur, None
+            new = self._term
+        if old is not None:
+            self._end(old, wait=False)
+        try:
+            self.pool.tell(LeaderIs(ch.leader_id, None if new is None else new.refs))
+        except pykka.ActorDeadError:
+            pass
+
+    def on_applied(self, entries: list[EntryResult]) -> None:
+        t = self._term
+        if t is not None and not t.ended.is_set():
+            try:
+                t.refs.wheel.tell(Applied(entries))
+            except pykka.ActorDeadError:
+                pass
+
+    # ---- terms ------------------------------------------------------------------------------------
+    def _start(self, term: int) -> _Term:
+        ended = threading.Event()
+        ctx = TermContext(
+            node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
+            stats=self.stats, send_fires=self._send_fires, local_free=self._local_free, fatal=self._fatal, ended=ended,
+        )
+        refs = LeaderRefs(
+            term=term, wheel=TimeWheel.start(ctx), dispatcher=Dispatcher.start(ctx), monitor=Monitor.start(ctx),
+            cleaner=Cleaner.start(ctx),
+        )
+        join = Join(refs)
+        for ref in refs.all():
+            ref.tell(join)
+        refs.wheel.tell(Rebuild())
+        refs.monitor.tell(Rebuild())
+        self.stats.add(terms_led=1)
+        log.info("leader actors started term=%d", term)
+        return _Term(refs, ended)
+
+    def _end(self, t: _Term, wait: bool) -> None:
+        t.ended.set()
+        for ref in t.refs.all():
+            try:
+                ref.stop(block=False)
+            except pykka.ActorDeadError:
+                pass
+        if wait:
+            end = time.monotonic() + STOP_JOIN_S
+            for ref in t.refs.all():
+                ref.actor_stopped.wait(max(0.0, end - time.monotonic()))
+        log.info("leader actors stopped term=%d", t.refs.term)
+
+    # ---- graceful stop ----------------------------------------------------------------------------
+    def stop(self, timeout: float) -> None:
+        """No more terms on this node; the current one drains (bounded by ``timeout``: the results
+        of the fires it sent get committed, so the next leader re-fires none of them) and ends."""
+        with self._lock:
+            self._allowed = False
+            t = self._term
+        if t is None:
+            return
+        until = time.monotonic() + timeout
+        for ref in (t.refs.dispatcher, t.refs.monitor):
+            fut: pykka.ThreadingFuture[int] = pykka.ThreadingFuture()
+            try:
+                ref.tell(Drain(until, fut))
+                fut.get(timeout=max(0.0, until - time.monotonic()) + 0.5)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                pass
+        with self._lock:
+            if self._term is t:
+                self._term = None
+        self._end(t, wait=True)
+
+
+__all__ = ["LeaderSupervisor"]

@@ -1,0 +1,114 @@
+"""What every leader-only actor of one term shares: :class:`TermContext` and :class:`LeaderActor`.
+
+The :class:`~molens.actors.supervisor.LeaderSupervisor` starts one TimeWheel, Dispatcher, Monitor
+and Cleaner per term led, all with the same context. Leadership loss sets ``ended`` at once (from
+the Raft thread) and then stops the actors: a message still queued behind it sees ``ended`` and
+proposes or sends nothing (``docs/architecture.md#invariants``). An actor that raises stops the node
+loudly through ``fatal`` (pykka's ``on_failure``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import pykka
+
+from molens.actors.alarm import Alarm
+from molens.actors.messages import Join, LeaderRefs
+from molens.actors.stats import StatsClient
+from molens.config import SchedulerConfig
+from molens.fsm.commands import Command
+from molens.fsm.store import TaskStore
+
+log = logging.getLogger(__name__)
+
+ProposeCallback = Callable[[list[Any], BaseException | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TermContext:
+    """The world of one term's leader actors (read-only after start)."""
+
+    node_id: str
+    term: int
+    cfg: SchedulerConfig
+    store: TaskStore
+    propose_batch: Callable[[list[bytes], ProposeCallback], None]
+    stats: StatsClient
+    send_fires: Callable[[dict[str, list[Any]]], dict[str, list[Any]]]
+    """Sends fires grouped by worker (one frame each); returns the groups it could not send."""
+    local_free: Callable[[], int]
+    fatal: Callable[[BaseException], None]
+    ended: threading.Event
+
+    def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
+        self.propose_batch([self.store.encode_proposal(cmd)], on_done)
+
+
+class LeaderActor(pykka.ThreadingActor):
+    """Base of the leader-only actors: context, refs of the others, an alarm, loud failure."""
+
+    name = "leader"
+
+    def __init__(self, ctx: TermContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.refs: LeaderRefs | None = None
+        self.alarm: Alarm | None = None
+
+    def on_start(self) -> None:
+        self.alarm = Alarm(self.actor_ref, f"{self.name}-t{self.ctx.term}")
+
+    def on_stop(self) -> None:
+        if self.alarm is not None:
+            self.alarm.close()
+
+    def on_failure(
+        self, exception_type: type[BaseException] | None, exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.alarm is not None:
+            self.alarm.close()
+        log.error("%s actor failed term=%d: %r", self.name, self.ctx.term, exception_value)
+        self.ctx.fatal(exception_value or RuntimeError(f"{self.name} actor failed"))
+
+    @property
+    def ended(self) -> bool:
+        return self.ctx.ended.is_set()
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Join):
+            self.refs = message.refs
+            return None
+        return self.handle(message)
+
+    def handle(self, message: Any) -> Any:
+        raise NotImplementedError
+
+    def outcome_to_self(self, make: Callable[[list[Any], BaseException | None], Any]) -> ProposeCallback:
+        """A proposal callback (it runs on the Raft thread) that tells this actor ``make(results,
+        error)``; once the actor has stopped (term over) the outcome no longer matters to anyone."""
+        ref = self.actor_ref
+
+        def done(res: list[Any], err: BaseException | None) -> None:
+            try:
+                ref.tell(make(res, err))
+            except pykka.ActorDeadError:
+                pass
+
+        return done
+
+    def tell(self, ref: pykka.ActorRef[Any], message: Any) -> None:
+        """Tell another actor of this term; a stopped one (term over) is no error."""
+        try:
+            ref.tell(message)
+        except pykka.ActorDeadError:
+            pass
+
+
+__all__ = ["LeaderActor", "ProposeCallback", "TermContext"]
