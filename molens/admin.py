@@ -1,4 +1,4 @@
-"""The ZeroMQ admin socket: one JSON request, one JSON reply (DESIGN §7).
+"""The ZeroMQ admin socket: one JSON request, one JSON reply (docs/deploy.md#admin-socket).
 
 Request ``{"cmd": "status" | "stop" | "transfer_leader" | "snapshot" | "digest" | "add_node" | "remove_node" |
 "stats" | "actors" | "propose", ...}``; reply ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. A
@@ -27,6 +27,7 @@ from typing import Any
 import zmq
 
 from molens.config import zmq_endpoint
+from molens.errors import MolensError
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ RECV_BATCH = 64
 Handler = Callable[[dict[str, Any]], "Reply | Future[Reply]"]
 
 
-class AdminError(Exception):
+class AdminError(MolensError):
     """The admin socket could not be reached or answered badly."""
 
 

@@ -29,13 +29,14 @@ from typing import Any
 
 from molens.admin import AdminClient, AdminError
 from molens.config import Config, ConfigError, load
+from molens.errors import MolensError
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
 
 
-class CliError(Exception):
+class CliError(MolensError):
     """A one-line message for the operator."""
 
 

@@ -43,7 +43,7 @@ import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from molens.model import MolensError
+from molens.errors import MolensError
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ class MolensClient:
     # ------------------------------------------------------------------ tasks
 
     def create(self, task: Mapping[str, Any] | None = None, /, **fields: Any) -> Task:
-        """Create one task from ``task`` and/or keyword fields (DESIGN §6); returns it.
+        """Create one task from ``task`` and/or keyword fields (docs/architecture.md#task-rules); returns it.
 
         An ``idempotency_key`` is added when missing, so retries never create a duplicate. When the
         key matched an existing task, that task is returned.

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from molens.errors import MolensError
 from molens.fsm.machine import DEFAULT_CONFIG as MACHINE_DEFAULTS
 from molens.model import DEFAULT_POLICY, CallbackPolicy
 
@@ -35,7 +36,7 @@ ENV_PREFIX = "MOLENS_"
 Check = Callable[[Any], str | None]
 
 
-class ConfigError(ValueError):
+class ConfigError(MolensError, ValueError):
     """A config file or override is invalid; ``str()`` is the one-line message for the operator."""
 
     def __init__(self, path: str, reason: str) -> None:

@@ -1,4 +1,4 @@
-"""Delivery of one fire: the HTTP POST of a callback or ACK probe (DESIGN §3, §6), and its values.
+"""Delivery of one fire: the HTTP POST of a callback or ACK probe (docs/architecture.md#life-of-a-task, #task-rules), and its values.
 
 ``FireRequest`` goes from the Dispatcher to a worker node in a ``FireBatch`` frame, ``FireResult``
 comes back in a ``FireResults`` frame; both frames are msgpack arrays of compact tuples (the codec
@@ -63,6 +63,7 @@ from urllib3.util.connection import allowed_gai_family
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from molens import __version__
+from molens.errors import MolensError
 from molens.fsm.commands import ResultItem
 from molens.model import DEFAULT_POLICY, CallbackPolicy, FireKind, Outcome, address_denial
 from molens.signing import SIGNATURE_HEADER, signature_header
@@ -137,7 +138,7 @@ class FireResult:
     error: str = ""
 
 
-class DeliveryCodecError(ValueError):
+class DeliveryCodecError(MolensError, ValueError):
     """A FireBatch / FireResults frame that cannot be decoded."""
 
 

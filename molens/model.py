@@ -1,4 +1,4 @@
-"""Tasks, executions, their enums, validation of user input and task ids (DESIGN §6).
+"""Tasks, executions, their enums, validation of user input and task ids (docs/architecture.md#task-rules).
 
 Everything here is pure: validation takes ``now_ms`` and the policy/limits as arguments, never reads
 a clock, a config file or DNS. The web layer calls :func:`validate_create` before proposing a
@@ -24,7 +24,7 @@ Decisions recorded here:
 - **max_fails "auto"** is an hour's worth of periods clamped to 3..100; for cron the period is the
   gap between the next two fire times after creation.
 - ``ack_url`` is only meaningful for delayed at_least_once tasks: periodic tasks ignore it (dropped
-  at validation, as DESIGN §6 says); with ``at_most_once`` it is rejected, because the ACK
+  at validation, as docs/architecture.md#task-rules says); with ``at_most_once`` it is rejected, because the ACK
   protocol retries and the user asked for at most one request.
 """
 
@@ -46,72 +46,19 @@ from json.encoder import encode_basestring as _encode_str
 from typing import Any
 from urllib.parse import urlsplit
 
+from molens.errors import (
+    IllegalTransitionError,
+    MolensError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ValidationError,
+)
 from molens.schedule import cron
 
 log = logging.getLogger(__name__)
 
 # -------------------------------------------------------------------------------------------------
 # errors
-
-
-class MolensError(Exception):
-    """Base of every error Molens raises on purpose; carries the REST error body fields."""
-
-    code: str = "internal"
-    http_status: int = 500
-
-    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        if code is not None:
-            self.code = code
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``{"error": {...}}`` body of DESIGN §7."""
-        err: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.field is not None:
-            err["field"] = self.field
-        return {"error": err}
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is type(self)
-            and isinstance(other, MolensError)
-            and (self.code, self.message, self.field) == (other.code, other.message, other.field)
-        )
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.code, self.message, self.field))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(code={self.code!r}, field={self.field!r}, message={self.message!r})"
-
-
-class ValidationError(MolensError):
-    """Bad user input (400): names the field and why."""
-
-    code = "invalid_argument"
-    http_status = 400
-
-
-class PayloadTooLargeError(ValidationError):
-    """The encoded payload is over ``max_payload_bytes`` (413)."""
-
-    code = "payload_too_large"
-    http_status = 413
-
-
-class NotFoundError(MolensError):
-    code = "not_found"
-    http_status = 404
-
-
-class IllegalTransitionError(MolensError):
-    """The operation is not allowed in the task's current status (409)."""
-
-    code = "illegal_transition"
-    http_status = 409
 
 
 # -------------------------------------------------------------------------------------------------
@@ -797,7 +744,7 @@ def validate_create(
     if request.get("ack_url") is not None:
         ack_url = check_url(request["ack_url"], "ack_url", policy, limits)
         if ttype is TaskType.PERIODIC:
-            ack_url = None  # DESIGN §6: periodic tasks ignore ack_url
+            ack_url = None  # docs/architecture.md#task-rules: periodic tasks ignore ack_url
         elif reliability is Reliability.AT_MOST_ONCE:
             raise ValidationError("ack_url needs reliability at_least_once", "ack_url")
     ack_delay_ms = _int(request, "ack_delay_ms", 0, limits.max_ack_delay_ms, limits.default_ack_delay_ms)

@@ -9,7 +9,7 @@ Stop (graceful, bounded by ``node.stop_timeout_s``): refuse new proposals -> a l
 leadership to its most up-to-date voter and waits until it has stepped down -> RPC endpoint
 closed -> RaftPeer stops
 (transport, log closed) -> state machine closed -> admin socket closed -> lock released. Local data
-is kept. The HTTP API and scheduler actors of later issues stop before leadership is handed over.
+is kept. The HTTP API and the scheduler actors stop before leadership is handed over.
 
 The state machine is pluggable: ``Node(cfg, fsm_factory=...)``; by default ``node.state_machine``
 picks it: ``tasks`` (the scheduler: ``molens.fsm.store.TaskStore`` + ``History``) or ``kv`` (the
@@ -48,9 +48,12 @@ from molens import __version__
 from molens.actors import raft_peer as rp
 from molens.admin import AdminClient, AdminError, AdminServer
 from molens.config import Config, PeerConfig, zmq_endpoint
+from molens.errors import MolensError
+from molens.kv import KVError, KVStateMachine
 from molens.raft import core as rc
-from molens.raft.fsm import KVError, KVStateMachine, StateMachine
-from molens.raft.transport import RpcEndpoint, TransportError
+from molens.raft.fsm import StateMachine
+from molens.raft.transport import TransportError
+from molens.worker_rpc import RpcEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,7 @@ RpcHandler = Callable[[str, bytes], None]
 SWITCH_INTERVAL_S = 0.0005
 
 
-class NodeError(Exception):
+class NodeError(MolensError):
     """The node cannot start (one line for the operator)."""
 
 
@@ -108,9 +111,8 @@ def live_actors() -> dict[str, int]:
 
 def error_reply(exc: BaseException) -> dict[str, Any]:
     """Map a proposal/operation failure to an admin reply that says whether anything happened."""
-    if isinstance(exc, rp.NotLeader | rc.NotLeaderError):
-        leader = exc.leader_id if isinstance(exc, rp.NotLeader) else exc.leader
-        return {"ok": False, "error": "not_leader", "outcome": "not_applied", "leader_id": leader}
+    if isinstance(exc, rc.NotLeaderError):
+        return {"ok": False, "error": "not_leader", "outcome": "not_applied", "leader_id": exc.leader_id}
     if isinstance(exc, rp.LeadershipLost):
         return {"ok": False, "error": "leadership_lost", "outcome": "unknown", "detail": str(exc)}
     if isinstance(exc, rp.ProposalRefused | rc.ProposalDroppedError):
@@ -270,7 +272,7 @@ class Node:
                 break
             try:
                 moved = peer.call(lambda p: p.transfer_leader(None), timeout=5)
-            except (rp.NotLeader, rc.NotLeaderError):
+            except rc.NotLeaderError:
                 return
             except rp.ProposalRefused as exc:  # single voter: nobody to hand over to
                 log.info("no leadership hand-over: %s", exc)
@@ -330,9 +332,9 @@ class Node:
 
         if not isinstance(self.fsm, TaskStore):
             return
+        from molens.node_context import NodeContext
         from molens.scheduler import Scheduler
         from molens.web.app import make_app
-        from molens.web.node_context import NodeContext
         from molens.web.server import ApiServer, ServerOptions
         from molens.web.ui import install_ui
 

@@ -35,7 +35,7 @@ from molens.config import Config, callback_policy
 from molens.delivery import FireRequest as WireFire
 from molens.delivery import decode_fire_batch, encode_fire_batch
 from molens.fsm.store import TaskStore
-from molens.raft.transport import RpcEndpoint
+from molens.worker_rpc import RpcEndpoint
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Callback signatures: ``X-Molens-Signature`` (DESIGN §6), shared by the FireWorker and receivers.
+"""Callback signatures: ``X-Molens-Signature`` (docs/architecture.md#task-rules), shared by the FireWorker and receivers.
 
 Header format, modelled on Stripe's::
 

@@ -1,4 +1,4 @@
-// REST client for /api/v1 (DESIGN §7): bearer token, JSON errors, leader/role tracking.
+// REST client for /api/v1 (docs/api.md): bearer token, JSON errors, leader/role tracking.
 import { reactive } from 'vue'
 
 const TOKEN_KEY = 'molens.token'

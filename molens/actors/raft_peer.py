@@ -18,7 +18,7 @@ One cycle, in the order the core's module docstring prescribes::
 Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
 
 * result: the FSM's result for the entry, once applied on this node;
-* :class:`NotLeader` (carries ``leader_id``) or :class:`ProposalRefused`: nothing was appended,
+* :class:`molens.raft.core.NotLeaderError` (carries ``leader_id``) or :class:`ProposalRefused`: nothing was appended,
   retrying is safe;
 * :class:`LeadershipLost`: appended, but this node stopped being leader before the entry was
   applied -- the outcome is UNKNOWN (it may still commit under the next leader).
@@ -48,10 +48,12 @@ import msgpack
 import pykka
 
 from molens.config import PeerConfig, RaftConfig, zmq_endpoint
+from molens.errors import MolensError
 from molens.raft import core as rc
+from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
-from molens.raft.messages import CodecError, ConfChangeOp, decode, decode_conf_change, encode
+from molens.raft.messages import ConfChangeOp, decode, decode_conf_change, encode
 from molens.raft.storage import LmdbLog, SnapshotFile
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
@@ -67,16 +69,8 @@ SLOW_CYCLE_MS = 200.0
 # --- errors a proposer sees ------------------------------------------------------------------------
 
 
-class RaftPeerError(Exception):
+class RaftPeerError(MolensError):
     """Base of the errors a proposal future can fail with."""
-
-
-class NotLeader(RaftPeerError):
-    """This node is not the leader; nothing was appended. ``leader_id`` is the known leader, if any."""
-
-    def __init__(self, leader_id: str | None) -> None:
-        super().__init__(f"not the leader (leader={leader_id})")
-        self.leader_id = leader_id
 
 
 class ProposalRefused(RaftPeerError):
@@ -241,7 +235,7 @@ class _Counters:
 
 
 def role_name(core: rc.RaftCore) -> str:
-    """``leader`` | ``follower`` | ``candidate`` | ``learner`` (DESIGN §7 status)."""
+    """``leader`` | ``follower`` | ``candidate`` | ``learner`` (the admin ``status`` reply)."""
     if core.role is rc.Role.LEADER:
         return "leader"
     if core.id in core.membership.learners:
@@ -551,7 +545,7 @@ class RaftPeer(pykka.ThreadingActor):
         try:
             first, _ = self.core.propose_batch(datas)
         except rc.NotLeaderError as exc:
-            err = NotLeader(exc.leader)
+            err = exc
         except rc.ProposalDroppedError as exc:
             err = ProposalRefused(str(exc))
         else:
@@ -840,7 +834,7 @@ class RaftPeer(pykka.ThreadingActor):
     def add_node(self, peer: PeerConfig) -> dict[str, Any]:
         core = self.core
         if core.role is not rc.Role.LEADER:
-            raise NotLeader(core.leader)
+            raise rc.NotLeaderError(core.leader)
         m = core.membership
         self.book.update(peer)
         self.transport.add_peer(peer.id, zmq_endpoint(peer.raft_addr))
@@ -852,14 +846,14 @@ class RaftPeer(pykka.ThreadingActor):
     def remove_node(self, node_id: str) -> dict[str, Any]:
         core = self.core
         if core.role is not rc.Role.LEADER:
-            raise NotLeader(core.leader)
+            raise rc.NotLeaderError(core.leader)
         index = core.propose_conf_change(ConfChangeOp.REMOVE, node_id)
         return {"index": index}
 
     def transfer_leader(self, to: str | None) -> dict[str, Any]:
         core = self.core
         if core.role is not rc.Role.LEADER:
-            raise NotLeader(core.leader)
+            raise rc.NotLeaderError(core.leader)
         target = to or self.best_transferee()
         if target is None:
             raise ProposalRefused("no other live voter to transfer leadership to")

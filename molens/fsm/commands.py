@@ -1,4 +1,4 @@
-"""Commands of the replicated state machine (DESIGN §5) and their compact msgpack codec.
+"""Commands of the replicated state machine (docs/architecture.md#state-machine) and their compact msgpack codec.
 
 Every command carries ``now_ms``, stamped by the leader when it proposes, so applying it gives the
 same result on every replica. Batch commands carry tuples of small item records. The wire form is
@@ -16,6 +16,7 @@ from typing import Any
 
 import msgpack
 
+from molens.errors import MolensError
 from molens.model import (
     FireKind,
     Outcome,
@@ -25,7 +26,7 @@ from molens.model import (
 )
 
 
-class CodecError(ValueError):
+class CodecError(MolensError, ValueError):
     """Bytes that do not decode to a known command."""
 
 

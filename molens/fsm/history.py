@@ -1,4 +1,4 @@
-"""Per-node execution history and callback URL latency in SQLite (WAL) (DESIGN §5).
+"""Per-node execution history and callback URL latency in SQLite (WAL) (docs/architecture.md#state-machine).
 
 Every node writes it while applying committed entries, one transaction per applied batch
 (:meth:`History.apply`), so the history is the same on every replica up to trimming. Bounds:

@@ -1,4 +1,4 @@
-"""The pure transition rules of the task state machine (DESIGN §5, §6).
+"""The pure transition rules of the task state machine (docs/architecture.md#state-machine, #task-rules).
 
 ``apply(view, cmd)`` reads through ``view`` (the store's transaction, or a dict in tests) and
 returns an :class:`Applied`: the *writes* to make (tasks, fires, idempotency keys, meta, execution
@@ -649,7 +649,7 @@ class LeadershipPlan:
 
 
 def reconcile_on_leadership(view: ScanView, now_ms: int) -> LeadershipPlan:
-    """Start-of-term reconciliation (DESIGN §6 Failover).
+    """Start-of-term reconciliation (docs/architecture.md#task-rules, Failover).
 
     The wheel is rebuilt from ``due``; every fire still in ``fires`` had no result: the Monitor
     watches it and, once ``deadline_ms`` passes, proposes :func:`lost_result` for it. The machine

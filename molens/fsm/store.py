@@ -1,4 +1,4 @@
-"""The lmdb state store of the task FSM (DESIGN §5), shaped as ``molens.raft.fsm.StateMachine``.
+"""The lmdb state store of the task FSM (docs/architecture.md#state-machine), shaped as ``molens.raft.fsm.StateMachine``.
 
 ``apply_batch(entries)`` decodes each committed command, runs :func:`molens.fsm.machine.apply`
 against the open write transaction (so a command sees the writes of the commands before it), writes
@@ -47,8 +47,8 @@ from molens.fsm import machine
 from molens.fsm.commands import CodecError, Command, ExpireItem, decode, encode, spec_from_list, spec_to_list
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
+from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file
 from molens.model import TERMINAL_STATUSES, ExecutionResult, FireKind, MolensError, Status, Task, TaskSpec
-from molens.raft.fsm import snapshot_env, stage_env_file, swap_env_file
 
 log = logging.getLogger(__name__)
 

@@ -74,17 +74,23 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from molens.raft.log import (
+from molens.raft.errors import (
     CompactedError,
+    ConfChangeError,
+    EntryUnavailableError,
+    LogError,
+    NotLeaderError,
+    ProposalDroppedError,
+    RaftError,
+)
+from molens.raft.log import (
     Entry,
     EntryKind,
     HardState,
-    LogError,
     LogView,
     Membership,
     Snapshot,
     SnapshotMeta,
-    UnavailableError,
 )
 from molens.raft.messages import (
     AppendEntries,
@@ -108,24 +114,13 @@ from molens.raft.messages import (
 log = logging.getLogger(__name__)
 
 
-class RaftError(Exception):
-    """Base of the errors the core raises to its caller."""
 
 
-class NotLeaderError(RaftError):
-    """The operation needs the leader; ``leader`` is the one this node knows of, if any."""
-
-    def __init__(self, leader: str | None) -> None:
-        super().__init__(f"not the leader (leader={leader})")
-        self.leader = leader
 
 
-class ProposalDroppedError(RaftError):
-    """The leader cannot take proposals right now (leadership transfer, or removed from the cluster)."""
 
 
-class ConfChangeError(RaftError):
-    """A membership change that is refused: invalid, too early in the term, or another in flight."""
+
 
 
 class Role(enum.StrEnum):
@@ -326,7 +321,7 @@ class _RaftLog:
             k = i - off
             if k < len(self.ents):
                 return self.ents[k].term
-            raise UnavailableError(i)
+            raise EntryUnavailableError(i)
         if self.snap is not None:
             if i == self.snap.meta.index:
                 return self.snap.meta.term

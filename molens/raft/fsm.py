@@ -1,4 +1,4 @@
-"""The state-machine interface the RaftPeer applies committed entries to, and a replicated KV FSM.
+"""The state-machine interface the RaftPeer applies committed entries to.
 
 In the spirit of hashicorp/raft's ``FSM``, batched: :meth:`StateMachine.apply_batch` gets committed
 entries in index order and returns one result per entry. The contract that makes restarts cheap and
@@ -9,7 +9,7 @@ exactly-once:
   are handed in again are skipped (result ``None``), never applied twice.
 * Every entry advances ``applied_index``, including the leader's no-op (empty ``data``) and
   membership entries (``EntryKind.CONF_CHANGE``, result ``None``): the FSM never waits for them.
-* A command that cannot be decoded or is invalid yields an error *result* (:class:`KVError`) and
+* A command that cannot be decoded or is invalid yields an error *result* and
   changes nothing; it must not raise, or one bad entry would stop every replica forever.
   :class:`FSMError` is raised only for caller bugs (a gap in indexes).
 * :meth:`StateMachine.snapshot` writes a consistent copy of the state (at the applied index it
@@ -20,41 +20,18 @@ the log's snapshot (a crash between installing a snapshot in the log and restori
 transaction lost to power failure after compaction): restore the FSM from
 ``LmdbLog.export_snapshot`` first, then replay the log after it.
 
-Durability of :class:`KVStateMachine`: lmdb ``sync=True, metasync=False`` by default -- one
-fdatasync per batch, database integrity kept on power loss, the last batch may be rolled back (then
-it is replayed from the Raft log, which is the durable record). ``durable=False`` skips the sync
-(kill -9 safe, not power-loss safe).
+Implementations: ``molens.fsm.store.TaskStore`` (the scheduler) and ``molens.kv.KVStateMachine``
+(the replicated key-value FSM the Raft tests and benchmark drive).
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
-import struct
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-import lmdb
-import msgpack
-
-from molens.raft.log import Entry, EntryKind
-
-log = logging.getLogger(__name__)
-
-_U64 = struct.Struct(">Q")
-_META_APPLIED = b"applied_index"
-_META_APPLIED_TERM = b"applied_term"
-
-DEFAULT_MAP_SIZE = 256 * 1024 * 1024
-MAX_MAP_SIZE = 1 << 40
-
-
-class FSMError(Exception):
-    """A caller bug: entries handed to the FSM out of order, or an unusable snapshot file."""
+from molens.raft.errors import FSMError
+from molens.raft.log import Entry
 
 
 class StateMachine(Protocol):
@@ -81,297 +58,7 @@ class StateMachine(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class KVError:
-    """Result of a KV command that was refused; the state did not change."""
-
-    index: int
-    reason: str
-
-
-def _b(x: bytes | str) -> bytes:
-    return x.encode() if isinstance(x, str) else x
-
-
-def encode_put(key: bytes | str, value: bytes | str) -> bytes:
-    return msgpack.packb(["put", _b(key), _b(value)], use_bin_type=True)  # type: ignore[no-any-return]
-
-
-def encode_delete(key: bytes | str) -> bytes:
-    return msgpack.packb(["delete", _b(key)], use_bin_type=True)  # type: ignore[no-any-return]
-
-
-def encode_cas(key: bytes | str, expected: bytes | str | None, new: bytes | str | None) -> bytes:
-    """Set ``key`` to ``new`` (``None``: delete) iff its value is ``expected`` (``None``: absent)."""
-    return msgpack.packb(  # type: ignore[no-any-return]
-        ["cas", _b(key), None if expected is None else _b(expected), None if new is None else _b(new)],
-        use_bin_type=True,
-    )
-
-
-def encode_get(key: bytes | str) -> bytes:
-    """A read through the log (linearizable): the result is the value at that point, or ``None``."""
-    return msgpack.packb(["get", _b(key)], use_bin_type=True)  # type: ignore[no-any-return]
-
-
-class KVStateMachine:
-    """Replicated key-value FSM on lmdb under ``data_dir/fsm/`` (dbs ``kv`` and ``meta``).
-
-    Commands are msgpack lists: ``["put", k, v]`` -> ``True``; ``["delete", k]`` -> whether it
-    existed; ``["cas", k, expected|None, new|None]`` -> whether it swapped; ``["get", k]`` -> value or
-    ``None``. Keys and values are bytes (``encode_*`` accept str and UTF-8 encode it).
-    """
-
-    def __init__(
-        self, data_dir: str | os.PathLike[str], *, durable: bool = True, map_size: int = DEFAULT_MAP_SIZE
-    ) -> None:
-        self.dir = Path(data_dir) / "fsm"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._durable = durable
-        self._map_size = map_size
-        # a snapshot may copy the map on another thread while entries apply: map resize, restore
-        # and close wait for it (lmdb must not remap or close under a live read transaction)
-        self._env_lock = threading.Lock()
-        self.applied_total = 0
-        """Entries applied (not skipped) since this object was created: a restart that replays only
-        the missing entries shows a small number here, a replay from zero shows the whole log."""
-        self.skipped_total = 0
-        self.batches_total = 0
-        self._open()
-
-    def _open(self) -> None:
-        self._env = lmdb.open(
-            str(self.dir), map_size=self._map_size, max_dbs=2, sync=self._durable, metasync=False,
-            readahead=False,
-        )
-        self._kv = self._env.open_db(b"kv")
-        self._meta = self._env.open_db(b"meta")
-        with self._env.begin() as txn:
-            raw = txn.get(_META_APPLIED, db=self._meta)
-            raw_term = txn.get(_META_APPLIED_TERM, db=self._meta)
-        self._applied = _U64.unpack(raw)[0] if raw is not None else 0
-        self._applied_term = _U64.unpack(raw_term)[0] if raw_term is not None else 0
-        log.info("kv fsm opened dir=%s applied_index=%d", self.dir, self._applied)
-
-    # --- StateMachine -------------------------------------------------------------------------
-    def applied_index(self) -> int:
-        return int(self._applied)
-
-    def applied_term(self) -> int:
-        return int(self._applied_term)
-
-    def apply_batch(self, entries: Sequence[Entry]) -> list[Any]:
-        fresh = [e for e in entries if e.index > self._applied]
-        skipped = len(entries) - len(fresh)
-        for n, e in enumerate(fresh):
-            expect = self._applied + 1 + n
-            if e.index != expect:
-                raise FSMError(f"gap: entry {e.index} where {expect} was expected")
-        results: list[Any] = [None] * skipped
-        if not fresh:
-            self.skipped_total += skipped
-            return results
-        while True:
-            try:
-                with self._env.begin(write=True) as txn:
-                    out = [self._apply_one(txn, e) for e in fresh]
-                    txn.put(_META_APPLIED, _U64.pack(fresh[-1].index), db=self._meta)
-                    txn.put(_META_APPLIED_TERM, _U64.pack(fresh[-1].term), db=self._meta)
-                break
-            except lmdb.MapFullError:
-                self._grow()
-        self._applied = fresh[-1].index
-        self._applied_term = fresh[-1].term
-        self.applied_total += len(fresh)
-        self.skipped_total += skipped
-        self.batches_total += 1
-        return results + out
-
-    def _grow(self) -> None:
-        size = self._env.info()["map_size"] * 2
-        if size > MAX_MAP_SIZE:
-            raise FSMError("kv fsm map is full")
-        log.info("kv fsm map grows map_size=%d", size)
-        with self._env_lock:  # not while a snapshot reads the map on another thread
-            self._env.set_mapsize(size)
-        self._map_size = size
-
-    def _apply_one(self, txn: lmdb.Transaction, e: Entry) -> Any:
-        if e.kind != EntryKind.NORMAL or not e.data:
-            return None
-        try:
-            cmd = msgpack.unpackb(e.data, raw=False)
-        except (ValueError, msgpack.UnpackException) as exc:
-            return KVError(e.index, f"undecodable command: {exc}")
-        if not isinstance(cmd, list) or not cmd or not isinstance(cmd[0], str):
-            return KVError(e.index, "command must be a list [op, ...]")
-        op, args = cmd[0], cmd[1:]
-        if not args or not isinstance(args[0], bytes) or not args[0]:
-            return KVError(e.index, "key must be non-empty bytes")
-        if not all(a is None or isinstance(a, bytes) for a in args):
-            return KVError(e.index, "arguments must be bytes or nil")
-        if op == "put" and len(args) == 2 and args[1] is not None:
-            try:
-                txn.put(args[0], args[1], db=self._kv)
-            except lmdb.BadValsizeError as exc:
-                return KVError(e.index, f"key too long: {exc}")
-            return True
-        if op == "delete" and len(args) == 1:
-            return bool(txn.delete(args[0], db=self._kv))
-        if op == "get" and len(args) == 1:
-            return txn.get(args[0], db=self._kv)
-        if op == "cas" and len(args) == 3:
-            key, expected, new = args
-            if txn.get(key, db=self._kv) != expected:
-                return False
-            if new is None:
-                txn.delete(key, db=self._kv)
-            else:
-                txn.put(key, new, db=self._kv)
-            return True
-        return KVError(e.index, f"unknown command {op!r} with {len(args)} arguments")
-
-    def snapshot(self, path: str | os.PathLike[str]) -> int:
-        dest = Path(path)
-        with self._env_lock:
-            index = snapshot_env(self._env, self._meta, dest)
-        log.info("kv fsm snapshot path=%s applied_index=%d bytes=%d", dest, index, dest.stat().st_size)
-        return index
-
-    def restore(self, path: str | os.PathLike[str]) -> None:
-        src = Path(path)
-
-        def applied_in(env: lmdb.Environment) -> bytes | None:
-            meta = env.open_db(b"meta", create=False)
-            with env.begin() as txn:
-                raw: bytes | None = txn.get(_META_APPLIED, db=meta)
-            return raw
-
-        try:
-            staged, raw = stage_env_file(src, self.dir, applied_in)
-        except lmdb.Error as exc:
-            raise FSMError(f"{src}: not a KV FSM snapshot: {exc}") from exc
-        with self._env_lock:
-            self._env.close()
-            swap_env_file(staged, self.dir)
-            self._open()
-        log.info("kv fsm restored from=%s applied_index=%d (snapshot says %s)", src, self._applied,
-                 _U64.unpack(raw)[0] if raw else 0)
-
-    def close(self) -> None:
-        with self._env_lock:
-            self._env.close()
-
-    # --- local reads and test helpers ---------------------------------------------------------
-    def get(self, key: bytes | str) -> bytes | None:
-        with self._env.begin(db=self._kv) as txn:
-            v = txn.get(_b(key))
-        return None if v is None else bytes(v)
-
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        with self._env.begin(db=self._kv) as txn:
-            for k, v in txn.cursor():
-                yield bytes(k), bytes(v)
-
-    def __len__(self) -> int:
-        with self._env.begin(db=self._kv) as txn:
-            return int(txn.stat(self._kv)["entries"])
-
-    def digest(self) -> str:
-        """sha256 over the sorted (key, value) pairs: equal on replicas with equal state."""
-        return self.digest_state()[1]
-
-    def digest_state(self) -> tuple[int, str]:
-        """``(applied_index, digest)`` read in one transaction (any thread)."""
-        h = hashlib.sha256()
-        with self._env.begin() as txn:
-            raw = txn.get(_META_APPLIED, db=self._meta)
-            for k, v in txn.cursor(db=self._kv):
-                h.update(_U64.pack(len(k)))
-                h.update(k)
-                h.update(_U64.pack(len(v)))
-                h.update(v)
-        return (_U64.unpack(raw)[0] if raw is not None else 0), h.hexdigest()
-
-    def stats(self) -> dict[str, int]:
-        return {
-            "applied_index": self.applied_index(),
-            "applied_total": self.applied_total,
-            "skipped_total": self.skipped_total,
-            "batches_total": self.batches_total,
-            "keys": len(self),
-        }
-
-    def __enter__(self) -> KVStateMachine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-
-T = TypeVar("T")
-
-
-def snapshot_env(env: lmdb.Environment, meta_db: Any, dest: Path) -> int:
-    """Write a consistent compacted copy of ``env`` to ``dest`` (temp file, fsync, rename); returns
-    the ``applied_index`` recorded in ``meta_db`` by the same read transaction. Shared by every
-    lmdb state machine (this KV FSM and the task store)."""
-    tmp = dest.with_name(dest.name + ".tmp")
-    with env.begin() as txn:
-        raw = txn.get(_META_APPLIED, db=meta_db)
-        index = _U64.unpack(raw)[0] if raw is not None else 0
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            env.copyfd(fd, compact=True, txn=txn)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    os.replace(tmp, dest)
-    return int(index)
-
-
-def stage_env_file(src: Path, env_dir: Path, check: Callable[[lmdb.Environment], T]) -> tuple[Path, T]:
-    """Copy a snapshot file into ``env_dir`` (fsync'd) and open it read-only for ``check``; on an
-    lmdb error the staged copy is removed and the error re-raised. Returns the staged path and what
-    ``check`` returned."""
-    staged = env_dir / "data.mdb.restore"
-    with open(src, "rb") as fin, open(staged, "wb") as fout:
-        while chunk := fin.read(1 << 20):
-            fout.write(chunk)
-        fout.flush()
-        os.fsync(fout.fileno())
-    try:
-        probe = lmdb.open(str(staged), subdir=False, readonly=True, lock=False, max_dbs=8)
-        try:
-            found = check(probe)
-        finally:
-            probe.close()
-    except lmdb.Error:
-        staged.unlink(missing_ok=True)
-        raise
-    return staged, found
-
-
-def swap_env_file(staged: Path, env_dir: Path) -> None:
-    """Make a staged copy the environment's data file (the environment must be closed)."""
-    os.replace(staged, env_dir / "data.mdb")
-    fd = os.open(env_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 __all__ = [
-    "snapshot_env",
-    "stage_env_file",
-    "swap_env_file",
     "FSMError",
-    "KVError",
-    "KVStateMachine",
     "StateMachine",
-    "encode_cas",
-    "encode_delete",
-    "encode_get",
-    "encode_put",
 ]

@@ -22,17 +22,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
-
-class LogError(Exception):
-    """Base for log access errors the core must handle."""
-
-
-class CompactedError(LogError):
-    """The requested index is below the first available index (it lives only in the snapshot)."""
-
-
-class UnavailableError(LogError):
-    """The requested index is above the last index."""
+from molens.raft.errors import CompactedError, EntryUnavailableError, LogError
 
 
 class EntryKind(enum.IntEnum):
@@ -134,7 +124,7 @@ class MemoryLog:
         if index < off:
             raise CompactedError(index)
         if index - off >= len(self._ents):
-            raise UnavailableError(index)
+            raise EntryUnavailableError(index)
         return self._ents[index - off].term
 
     def entries(self, lo: int, hi: int, max_bytes: int | None = None) -> list[Entry]:
@@ -142,7 +132,7 @@ class MemoryLog:
         if lo <= off:
             raise CompactedError(lo)
         if hi > self.last_index() + 1:
-            raise UnavailableError(hi)
+            raise EntryUnavailableError(hi)
         out = self._ents[lo - off : hi - off]
         if max_bytes is None or not out:
             return list(out)
@@ -176,7 +166,7 @@ class MemoryLog:
                 return
             first = entries[0].index
         if first > self.last_index() + 1:
-            raise UnavailableError(f"gap: appending {first} after {self.last_index()}")
+            raise EntryUnavailableError(f"gap: appending {first} after {self.last_index()}")
         del self._ents[first - off :]
         self._ents.extend(entries)
 

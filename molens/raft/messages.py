@@ -18,11 +18,8 @@ from typing import Any, TypeAlias
 
 import msgpack
 
+from molens.raft.errors import CodecError
 from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
-
-
-class CodecError(ValueError):
-    """Bytes that do not decode to a known message."""
 
 
 class MsgTag(enum.IntEnum):

@@ -51,16 +51,20 @@ from typing import Any, TypeVar
 import lmdb
 import msgpack
 
-from molens.raft.log import (
+from molens.raft.errors import (
     CompactedError,
+    EntryUnavailableError,
+    LogError,
+    SnapshotCorruptError,
+    StorageError,
+)
+from molens.raft.log import (
     Entry,
     EntryKind,
     HardState,
-    LogError,
     Membership,
     Snapshot,
     SnapshotMeta,
-    UnavailableError,
 )
 
 log = logging.getLogger(__name__)
@@ -84,12 +88,8 @@ DEFAULT_MAP_SIZE = 256 * 1024 * 1024
 MAX_MAP_SIZE = 1 << 40
 
 
-class StorageError(LogError):
-    """The stored log or a snapshot file cannot be used."""
 
 
-class SnapshotCorruptError(StorageError):
-    """A snapshot file is missing, truncated, or fails its checksum; it is refused."""
 
 
 def _membership_to_wire(m: Membership) -> list[list[str]]:
@@ -395,7 +395,7 @@ class LmdbLog:
         if index < self._off:
             raise CompactedError(index)
         if index > self._last:
-            raise UnavailableError(index)
+            raise EntryUnavailableError(index)
         if index == self._off:
             return self._off_term
         if index == self._last:
@@ -410,7 +410,7 @@ class LmdbLog:
         if lo <= self._off:
             raise CompactedError(lo)
         if hi > self._last + 1:
-            raise UnavailableError(hi)
+            raise EntryUnavailableError(hi)
         out: list[Entry] = []
         if lo >= hi:
             return out
@@ -647,7 +647,7 @@ class _Staged:
                 return
             first = entries[0].index
         if first > self.last + 1:
-            raise UnavailableError(f"gap: appending {first} after {self.last}")
+            raise EntryUnavailableError(f"gap: appending {first} after {self.last}")
         if first <= self.last:
             self.o._delete_range(txn, first, None)
         cur = txn.cursor(db=self.o._log_db)

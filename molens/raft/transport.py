@@ -46,13 +46,11 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import recv_monitor_message
 
+from molens.raft.errors import TransportError
+
 log = logging.getLogger(__name__)
 
 OnMessage = Callable[[str, bytes], None]
-
-
-class TransportError(Exception):
-    """The endpoint cannot be started or used (bad keys, closed, bind failure)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,18 +472,11 @@ class RaftTransport(Endpoint):
     kind = "raft-transport"
 
 
-class RpcEndpoint(Endpoint):
-    """Worker RPC (FireBatch / FireResults) on ``rpc.bind_addr``: same machinery, its own sockets."""
-
-    kind = "rpc"
-
-
 __all__ = [
     "CurveKeys",
     "Endpoint",
     "OnMessage",
     "RaftTransport",
-    "RpcEndpoint",
     "TransportConfig",
     "TransportError",
 ]

@@ -295,7 +295,7 @@ def preview(spec: ScheduleSpec, after_ms: int, n: int) -> list[int]:
 def next_after_misfire(spec: ScheduleSpec, due_ms: int, now_ms: int) -> int:
     """The occurrence to schedule after the one due at ``due_ms`` ran at ``now_ms``.
 
-    Rule (DESIGN §6): the first schedule instant ``t`` with ``t > due_ms`` and ``t >= now_ms``. On
+    Rule (docs/architecture.md#task-rules): the first schedule instant ``t`` with ``t > due_ms`` and ``t >= now_ms``. On
     time, that is simply the next instant. If the occurrence ran late -- the cluster was down, or
     the previous occurrence was still firing or retrying -- every instant in ``(due_ms, now_ms)`` was
     missed, and the late fire stood for all of them: they collapse into that one fire and the
@@ -304,19 +304,3 @@ def next_after_misfire(spec: ScheduleSpec, due_ms: int, now_ms: int) -> int:
     returned and fires right away.
     """
     return next_fire_after(spec, max(due_ms, now_ms - 1))
-
-
-def missed_count(spec: ScheduleSpec, due_ms: int, now_ms: int, limit: int = 10_000) -> int:
-    """How many instants ``next_after_misfire`` skipped (at most ``limit``), for logs and history."""
-    if spec.cron_expr is None and spec.interval_ms is not None:
-        if now_ms <= due_ms:
-            return 0
-        first = next_fixed_rate(spec.anchor_ms, spec.interval_ms, due_ms)
-        return 0 if first >= now_ms else min(limit, (now_ms - 1 - first) // spec.interval_ms + 1)
-    n, t = 0, due_ms
-    while n < limit:
-        t = next_fire_after(spec, t)
-        if t >= now_ms:
-            break
-        n += 1
-    return n

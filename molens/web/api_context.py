@@ -9,7 +9,7 @@ Contract for implementers:
 
 - :meth:`ApiContext.propose` blocks until every command has applied on this node and returns,
   per command, the FSM's per-item results (``machine.Created`` / ``Task`` / ``None`` /
-  ``MolensError``) in order. It raises :class:`~molens.web.errors.NotLeader` (nothing applied,
+  ``MolensError``) in order. It raises :class:`~molens.web.errors.LeaderElsewhere` (nothing applied,
   with the leader's HTTP base URL when known), :class:`~molens.web.errors.NoLeader` (nothing
   applied, no leader known), :class:`~molens.web.errors.OutcomeUnknown` (appended, then leadership
   lost), or :class:`~molens.web.errors.Unavailable` (refused / timed out / stopping). Commands of

@@ -1,4 +1,4 @@
-"""The REST API of DESIGN §7 as a Bottle app: :func:`make_app(ctx) <make_app>`.
+"""The REST API (docs/api.md) as a Bottle app: :func:`make_app(ctx) <make_app>`.
 
 Every route is registered through :class:`Api.route`, which adds, in this order: the bearer-token
 check (unless the route is open), the leader check for writes (a follower answers ``307`` with
@@ -23,7 +23,7 @@ Decisions recorded here:
 - A task id that is not well formed is simply not found (``404``), like an unknown one.
 - Token and bodies are never logged.
 
-Issue 7 adds routes by calling :meth:`Api.route` on the :class:`Api` returned by
+Other modules (``molens.web.observability``) add routes by calling :meth:`Api.route` on the :class:`Api` returned by
 :func:`build_api` (and the paths to :mod:`molens.web.openapi`).
 """
 
@@ -68,9 +68,9 @@ from molens.web.api_context import ApiContext
 from molens.web.errors import (
     BodyTooLarge,
     InternalError,
+    LeaderElsewhere,
     MethodNotAllowed,
     NoLeader,
-    NotLeader,
     RouteNotFound,
     Unauthorized,
     UnsupportedMediaType,
@@ -192,7 +192,7 @@ class Api:
                 self._check_auth()
             if write and not li.is_leader:
                 if li.leader_url:
-                    raise NotLeader(li.leader_url, li.leader_id)
+                    raise LeaderElsewhere(li.leader_url, li.leader_id)
                 raise NoLeader()
             result = fn(**kw)
             if isinstance(result, bottle.HTTPResponse):
@@ -217,9 +217,9 @@ class Api:
 
     def _error(self, exc: MolensError) -> tuple[int, Any]:
         resp = bottle.response
-        if isinstance(exc, NotLeader) and not exc.leader_url:
+        if isinstance(exc, LeaderElsewhere) and not exc.leader_url:
             exc = NoLeader()  # a follower that cannot name the leader's address: retry later
-        if isinstance(exc, NotLeader) and exc.leader_url:
+        if isinstance(exc, LeaderElsewhere) and exc.leader_url:
             req = bottle.request
             qs = req.query_string
             resp.set_header("Location", exc.leader_url.rstrip("/") + req.path + (f"?{qs}" if qs else ""))
@@ -616,7 +616,7 @@ def _install_misc(api: Api) -> None:
 
 
 def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
-    """The app and its route registry (issue 7 adds its routes through :meth:`Api.route`).
+    """The app and its route registry (more routes are added through :meth:`Api.route`).
 
     The built console is served from ``static_dir`` (default ``molens/web/static``) at ``/ui/``.
     """

@@ -1,12 +1,12 @@
-"""Errors of the REST layer and of the contexts behind it, all rendering DESIGN §7's error body.
+"""Errors of the REST layer and of the contexts behind it, all rendering the API's error body (docs/api.md).
 
-Every error the API answers is a :class:`molens.model.MolensError` (``code``, ``message``,
+Every error the API answers is a :class:`molens.errors.MolensError` (``code``, ``message``,
 ``field``, ``http_status``), so a handler raises and one place renders ``{"error": {...}}``.
 
 The three *routing* errors are raised by an :class:`~molens.web.api_context.ApiContext` when it
 cannot apply a write here:
 
-- :class:`NotLeader` -- this node is not the leader and knows who is: the app answers ``307``
+- :class:`LeaderElsewhere` -- this node is not the leader and knows who is: the app answers ``307``
   with ``Location`` on the leader (nothing was applied).
 - :class:`NoLeader` -- no leader is known (election in progress): ``503`` + ``Retry-After``
   (nothing was applied; retrying is always safe).
@@ -17,13 +17,12 @@ cannot apply a write here:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from molens.model import MolensError
+from molens.errors import MolensError
 
 
-class NotLeader(MolensError):
+class LeaderElsewhere(MolensError):
     """Not the leader; ``leader_url`` is the leader's HTTP base URL (``http://host:port``) if known."""
 
     code = "not_leader"
@@ -100,33 +99,12 @@ class InternalError(MolensError):
     http_status = 500
 
 
-def from_proposal_error(exc: BaseException, leader_url: Callable[[str | None], str | None]) -> MolensError:
-    """Map a RaftPeer proposal failure to the API error (for ApiContext implementations).
-
-    ``leader_url(leader_id)`` gives the leader's HTTP base URL (``None`` when unknown). Anything that
-    is not a known Raft failure becomes :class:`Unavailable` (the cause is logged by the caller).
-    """
-    from molens.actors import raft_peer as rp  # late: the REST layer does not need pykka otherwise
-
-    if isinstance(exc, rp.NotLeader):
-        url = leader_url(exc.leader_id) if exc.leader_id else None
-        return NotLeader(url, exc.leader_id) if url else NoLeader()
-    if isinstance(exc, rp.LeadershipLost):
-        return OutcomeUnknown(f"leadership changed before the write applied; outcome unknown ({exc})")
-    if isinstance(exc, rp.ProposalRefused):
-        return Unavailable(f"the write was refused and not applied: {exc}")
-    if isinstance(exc, MolensError):
-        return exc
-    return Unavailable(f"the write could not be proposed: {type(exc).__name__}")
-
-
 __all__ = [
-    "from_proposal_error",
     "BodyTooLarge",
     "InternalError",
     "MethodNotAllowed",
     "NoLeader",
-    "NotLeader",
+    "LeaderElsewhere",
     "OutcomeUnknown",
     "RouteNotFound",
     "Unauthorized",

@@ -7,7 +7,7 @@ transaction, like RaftPeer's group commit). It is what the REST tests, the inges
 ``python -m molens.web`` run on; nothing fires (there is no scheduler behind it).
 
 Test hooks: :attr:`LocalContext.role` / :attr:`leader_url` make it answer as a follower
-(``NotLeader``) or without a leader (``NoLeader``); :meth:`inject_fault` makes the next proposal
+(``LeaderElsewhere``) or without a leader (``NoLeader``); :meth:`inject_fault` makes the next proposal
 fail before applying (``no_leader``) or *after* applying (``unknown_after_apply``: the write
 happened, the proposer sees ``OutcomeUnknown``) -- the lost-response case the SDK's idempotency
 keys exist for.
@@ -34,7 +34,7 @@ from molens.model import NotFoundError, Task
 from molens.raft.log import Entry
 from molens.schedule.wheel import TimeWheel
 from molens.web.api_context import ApiSettings, LeaderInfo
-from molens.web.errors import NoLeader, NotLeader, OutcomeUnknown, Unavailable
+from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
 from molens.web.heatmap import WheelDistribution, distribution_of
 from molens.web.metrics import MetricsSnapshot, NodeMetrics
 from molens.web.node_stats import DiskUsage, RecentFires, RequestRate, rss_bytes
@@ -62,7 +62,7 @@ class LocalContext:
         )
         self.store = TaskStore(self.data_dir, history=self._history, durable=durable)
         self.role = "leader"
-        """``leader`` applies; anything else refuses writes with NotLeader/NoLeader."""
+        """``leader`` applies; anything else refuses writes with LeaderElsewhere/NoLeader."""
         self.leader_url: str | None = None
         """The leader's HTTP base URL reported when :attr:`role` is not ``leader``."""
         self.leader_id: str | None = None
@@ -110,7 +110,7 @@ class LocalContext:
     def propose(self, commands: Sequence[Command], timeout_s: float) -> list[list[Any]]:
         if self.role != "leader":
             if self.leader_url:
-                raise NotLeader(self.leader_url, self.leader_id)
+                raise LeaderElsewhere(self.leader_url, self.leader_id)
             raise NoLeader()
         datas = [encode(c) for c in commands]
         fut: Future[list[list[Any]]] = Future()

@@ -1,4 +1,4 @@
-"""Observability routes of the REST app (issue 7): ``/metrics``, the time wheel's distribution (JSON
+"""Observability routes of the REST app: ``/metrics``, the time wheel's distribution (JSON
 and PNG) and the schedule preview. Installed by :func:`molens.web.app.build_api`.
 
 - ``GET /metrics``: Prometheus text (:mod:`molens.web.metrics`); behind the bearer token like the

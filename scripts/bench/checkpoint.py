@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from mooncat_checkpoint import CheckpointClient, Claimed, SyncCheckpointClient
 
-TARGETS = {"memory": 50_000, "file": 800, "sqlite": 5_000}  # issue 2: one process, async, this 2-core machine
+TARGETS = {"memory": 50_000, "file": 800, "sqlite": 5_000}  # one process, async, this 2-core machine
 WARMUP_PAIRS = 50
 CHECK_EVERY = 20  # pairs between looks at the clock
 

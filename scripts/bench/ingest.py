@@ -8,7 +8,7 @@ idempotency key (the SDK adds one), as real clients do.
 Target: ``--url`` of a running node or cluster (comma-separated URLs); without it the benchmark
 starts ``python -m molens.web.server`` over a LocalContext (real lmdb + SQLite, fsync per applied
 batch, but no Raft replication) in a subprocess and says so (``target=local``). The 3-node number
-of issue 6 needs ``--url`` pointing at a real cluster; ``--server-pids`` of its local nodes adds their
+needs ``--url`` pointing at a real cluster; ``--server-pids`` of its local nodes adds their
 CPU per create (summed over the nodes).
 
 Prints one line per mode: ``ingest: mode=single creates_per_s=... target=...`` and

@@ -38,7 +38,7 @@ import zmq
 
 from molens.admin import AdminClient, AdminError
 from molens.config import NodeConfig
-from molens.raft.fsm import encode_put
+from molens.kv import encode_put
 
 ROOT = Path(__file__).resolve().parents[2]
 PAYLOADS = (16, 1024)

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from molens.raft.fsm import KVStateMachine, encode_put
+from molens.kv import KVStateMachine, encode_put
 from molens.raft.log import Entry, HardState, Membership
 from molens.raft.storage import LmdbLog
 

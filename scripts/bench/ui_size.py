@@ -1,6 +1,6 @@
 """Size of the built web console (molens/web/static/): every file raw and gzip -9, and the total.
 
-Run ``scripts/setup`` (or ``npm run build`` in frontend/) first. The budget of issue 7 is 400 KB
+Run ``scripts/setup`` (or ``npm run build`` in frontend/) first. The budget is 400 KB
 gzipped for the whole console.
 """
 

@@ -1,15 +1,10 @@
 """The console against real ``molens-node`` processes: tasks created in the form fire and show in the
 detail page's history, and a follower's console moves to the leader's (3-node cluster).
-
-These need a node that serves the REST API and the console and fires callbacks (the node wiring of
-issue 6). Until ``molens.node`` mounts the web app they are skipped with that reason; they run
-unchanged once it does.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -18,21 +13,10 @@ import pytest
 import urllib3
 from playwright.sync_api import Page, expect
 
-import molens.node
 from tests.browser.conftest import wait_until
 from tests.integration.conftest import Cluster
 
 pytestmark = pytest.mark.browser
-
-
-def _node_serves_http() -> bool:
-    return "molens.web" in inspect.getsource(molens.node)
-
-
-requires_node_http = pytest.mark.skipif(
-    not _node_serves_http(),
-    reason="molens-node does not serve the REST API / console yet (node wiring, issue 6)",
-)
 
 
 def _http_url(node: Any) -> str:
@@ -61,7 +45,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.kill_all()
 
 
-@requires_node_http
 def test_a_followers_console_moves_to_the_leader_of_a_3_node_cluster(cluster: Cluster, page: Page) -> None:
     leader = _http_url(cluster.leader())
     follower = _http_url(cluster.followers()[0])
@@ -71,7 +54,6 @@ def test_a_followers_console_moves_to_the_leader_of_a_3_node_cluster(cluster: Cl
     expect(page.locator("tr[data-node]").first).to_contain_text("Leader")
 
 
-@requires_node_http
 @pytest.mark.parametrize(
     ("kind", "fill"),
     [

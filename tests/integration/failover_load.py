@@ -1,4 +1,4 @@
-"""The 3-node failover-under-load scenario (issue 6), shared by the CI test and the full benchmark.
+"""The 3-node failover-under-load scenario, shared by the CI test and the full benchmark.
 
 ``run(cluster, receiver, n_alo, n_amo, spread_s)`` creates ``n_alo`` at_least_once and ``n_amo``
 at_most_once delayed tasks due evenly over ``spread_s`` seconds (starting ``LEAD_S`` after the

@@ -1,4 +1,4 @@
-"""Bad input gets a clear JSON error naming the field and changes nothing (DESIGN §1, §7).
+"""Bad input gets a clear JSON error naming the field and changes nothing (docs/architecture.md#principles, docs/api.md).
 
 A table of malformed requests, each checked for status, ``error.code``/``error.field`` and an
 unchanged task count; then follower (307) / no-leader (503) behaviour, body limits and auth.
@@ -285,13 +285,13 @@ def test_bearer_token_is_required_except_on_open_routes(tmp_path: Path, caplog: 
 
 
 def test_leadership_lost_between_the_check_and_the_proposal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from molens.web.errors import NotLeader
+    from molens.web.errors import LeaderElsewhere
 
     with serve(tmp_path) as s:
-        monkeypatch.setattr(s.ctx, "propose", lambda *a: (_ for _ in ()).throw(NotLeader("http://127.0.0.1:18082", "n2")))
+        monkeypatch.setattr(s.ctx, "propose", lambda *a: (_ for _ in ()).throw(LeaderElsewhere("http://127.0.0.1:18082", "n2")))
         st, h, body = s.call("POST", T + "?a=b", delayed())
         assert (st, h["Location"], h["X-Molens-Leader-Id"]) == (307, "http://127.0.0.1:18082/api/v1/tasks?a=b", "n2")
-        monkeypatch.setattr(s.ctx, "propose", lambda *a: (_ for _ in ()).throw(NotLeader(None)))
+        monkeypatch.setattr(s.ctx, "propose", lambda *a: (_ for _ in ()).throw(LeaderElsewhere(None)))
         st, h, body = s.call("POST", T, delayed())
         assert (st, body["error"]["code"], h["Retry-After"]) == (503, "no_leader", "1")
         assert s.task_count() == 0

@@ -1,5 +1,5 @@
-"""The malformed-request table of ``test_api_errors`` against a real ``molens-node`` process (issue 6:
-bad input gets the right status and a JSON error naming the field, and changes nothing).
+"""The malformed-request table of ``test_api_errors`` against a real ``molens-node`` process:
+bad input gets the right status and a JSON error naming the field, and changes nothing.
 
 ``test_api_errors`` runs the same table over the single-node ``LocalContext`` stand-in, where it can
 also look inside the store; here the node is a real process with Raft, so "changes nothing" is

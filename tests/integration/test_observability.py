@@ -1,4 +1,4 @@
-"""Observability end to end (issue 7): ``/metrics``, the time wheel (JSON + PNG), the schedule
+"""Observability end to end: ``/metrics``, the time wheel (JSON + PNG), the schedule
 preview, ``/api/v1/stats?node_id=`` and ``/api/v1/cluster/stats``.
 
 First against the REST app over a LocalContext (in process: route validation and schemas), then

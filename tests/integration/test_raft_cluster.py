@@ -1,4 +1,4 @@
-"""Issue 4 acceptance: a real 3-node Raft cluster (processes on 127.0.0.1) with the KV state machine.
+"""A real 3-node Raft cluster (processes on 127.0.0.1) with the KV state machine.
 
 Writes go through the admin ``propose`` command (documented in molens/node.py as the test/benchmark
 path) with KV commands. One cluster is shared by the module; tests run in file order and each
@@ -24,7 +24,7 @@ import pytest
 import zmq
 
 from molens.admin import AdminError
-from molens.raft.fsm import encode_put
+from molens.kv import encode_put
 
 from .conftest import Cluster, NodeProc, wait_for
 
@@ -506,10 +506,11 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
     """The RaftPeerHandle API the scheduler will use, on three in-process nodes."""
     from concurrent.futures import Future
 
-    from molens.actors.raft_peer import LeaderChange, NotLeader
+    from molens.actors.raft_peer import LeaderChange
     from molens.config import load_dict
+    from molens.kv import KVStateMachine, encode_get
     from molens.node import Node
-    from molens.raft.fsm import KVStateMachine, encode_get
+    from molens.raft.core import NotLeaderError
 
     from .conftest import free_ports
 
@@ -545,7 +546,7 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
             n.start()
         for n in nodes.values():
             assert n.peer is not None
-            n.peer.subscribe(events.append)
+            events.append(n.peer.subscribe(events.append))  # the state now, then every change
 
         def leader() -> str | None:
             for nid, n in nodes.items():
@@ -582,7 +583,7 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
             "follower knows leader",
         )
         fut: Future[object] = other.peer.propose(encode_put(b"x", b"y"))
-        with pytest.raises(NotLeader) as exc:
+        with pytest.raises(NotLeaderError) as exc:
             fut.result(10)
         assert exc.value.leader_id == lid
         # leadership moves on a graceful stop of the leader; subscribers of the others hear it
@@ -643,8 +644,8 @@ def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Pa
     """While the state machine is being copied (held open here), the peer keeps answering,
     committing and applying; the snapshot is recorded and the log compacted once the copy ends.
     (On the actor thread, a 1M-task snapshot took 4.6 s of silence: the leader lost its term.)"""
+    from molens.kv import KVStateMachine
     from molens.node import Node
-    from molens.raft.fsm import KVStateMachine
 
     copying, release = threading.Event(), threading.Event()
 
@@ -687,8 +688,8 @@ def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Pa
 
 def test_failed_snapshot_is_reported_and_retried_later_not_in_a_loop(tmp_path: Path) -> None:
     from molens.admin import AdminClient, AdminError
+    from molens.kv import KVStateMachine
     from molens.node import Node
-    from molens.raft.fsm import KVStateMachine
 
     attempts: list[int] = []
 
@@ -723,8 +724,8 @@ def test_a_snapshot_overtaken_by_a_newer_one_is_dropped_not_counted_as_failed(tm
     """A follower's own background snapshot can lose the race with a leader's snapshot install:
     its meta is then refused (the log holds a newer snapshot) and it ends as superseded."""
     from molens.actors.raft_peer import _SnapshotDone
+    from molens.kv import KVStateMachine
     from molens.node import Node
-    from molens.raft.fsm import KVStateMachine
 
     cfg, _ = _solo_config(tmp_path)
     node = Node(cfg, fsm_factory=KVStateMachine)

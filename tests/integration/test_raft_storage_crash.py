@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from molens.raft.fsm import KVStateMachine
+from molens.kv import KVStateMachine
 from molens.raft.log import Entry, HardState, Membership
 from molens.raft.storage import LmdbLog
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 WRITER = textwrap.dedent(
     """
     import sys
-    from molens.raft.fsm import KVStateMachine, encode_put
+    from molens.kv import KVStateMachine, encode_put
     from molens.raft.log import Entry, HardState, Membership
     from molens.raft.storage import LmdbLog
 

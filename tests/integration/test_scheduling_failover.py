@@ -1,4 +1,4 @@
-"""3-node failover under load (issue 6 acceptance) at full size: 20,000 at_least_once + 2,000
+"""3-node failover under load at full size: 20,000 at_least_once + 2,000
 at_most_once delayed tasks due over 60 s, the leader kill -9'd twice (the second time the new one).
 Every at_least_once task is delivered at least once; no at_most_once fire id is delivered twice.
 Duplicates and lateness are printed (``-s``); ``scripts/bench/failover.py --full`` runs the same

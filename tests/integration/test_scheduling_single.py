@@ -1,4 +1,4 @@
-"""Single-node scheduling end to end (issue 6 acceptance): a real ``molens-node`` process, tasks
+"""Single-node scheduling end to end: a real ``molens-node`` process, tasks
 created over REST, callbacks received by a recording receiver (and a signature-checking receiver
 process), results read back over REST.
 

@@ -15,10 +15,10 @@ from molens.raft.transport import (
     CurveKeys,
     Endpoint,
     RaftTransport,
-    RpcEndpoint,
     TransportConfig,
     TransportError,
 )
+from molens.worker_rpc import RpcEndpoint
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
-"""Whole-scheduler simulation in virtual time (issue 5): machine + replicas + wheel + dispatcher +
-monitor + workers + receivers, with seeded faults, checking the delivery promises of DESIGN §6.
+"""Whole-scheduler simulation in virtual time: machine + replicas + wheel + dispatcher +
+monitor + workers + receivers, with seeded faults, checking the delivery promises of docs/architecture.md#task-rules.
 
 Raft is replaced by a single-log stand-in with Raft's observable behaviour: a leader (one per
 term) proposes; a proposal commits after a small latency, in proposal order, and is applied by every
@@ -8,7 +8,7 @@ partitioned away, a random *prefix* of its uncommitted proposals is committed by
 (entries it had replicated to a majority) and the rest are lost -- so a ``Dispatched`` entry can
 commit without its leader ever sending the fire, the case failover reconciliation exists for.
 
-The leader runs the shells of DESIGN §3 in miniature: a real :class:`TimeWheel` fed by the
+The leader runs the actors of docs/architecture.md#actors in miniature: a real :class:`TimeWheel` fed by the
 machine's wheel effects and rebuilt from ``due`` at the start of each term, a Dispatcher that
 proposes ``Dispatched`` for tasks due within the seed's dispatch lead (0, 100 ms or the machine's
 bound: dispatch ahead) and sends only the fires of entries committed in its own term, each held by

@@ -1,4 +1,4 @@
-"""Every transition of DESIGN §6, driven through machine.apply on an in-memory state."""
+"""Every transition of docs/architecture.md#task-rules, driven through machine.apply on an in-memory state."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every rule of the DESIGN §6 request table: a bad field gives one error naming that field."""
+"""Every rule of the task request table (docs/api.md): a bad field gives one error naming that field."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def test_follower_rejects_proposals_naming_the_leader() -> None:
     net.elect("a")
     with pytest.raises(NotLeaderError) as ei:
         net.cores["b"].propose(b"x")
-    assert ei.value.leader == "a"
+    assert ei.value.leader_id == "a"
     with pytest.raises(NotLeaderError):
         net.cores["b"].transfer_leader("c")
     with pytest.raises(NotLeaderError):

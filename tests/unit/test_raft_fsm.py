@@ -9,16 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from molens.raft.fsm import (
-    FSMError,
-    KVError,
-    KVStateMachine,
-    StateMachine,
-    encode_cas,
-    encode_delete,
-    encode_get,
-    encode_put,
-)
+from molens.kv import KVError, KVStateMachine, encode_cas, encode_delete, encode_get, encode_put
+from molens.raft.fsm import FSMError, StateMachine
 from molens.raft.log import Entry, EntryKind
 
 

@@ -13,13 +13,13 @@ from molens.raft.log import (
     CompactedError,
     Entry,
     EntryKind,
+    EntryUnavailableError,
     HardState,
     LogError,
     Membership,
     MemoryLog,
     Snapshot,
     SnapshotMeta,
-    UnavailableError,
 )
 from molens.raft.storage import LmdbLog, SnapshotCorruptError, SnapshotStore
 
@@ -163,7 +163,7 @@ def test_conflicting_suffix_is_replaced_and_gap_is_refused_without_change(tmp_pa
         lg.append(ents(1, [1, 1, 1, 1]))
         lg.append(ents(3, [2]))
         assert lg.last_index() == 3 and lg.term(3) == 2
-        with pytest.raises(UnavailableError):
+        with pytest.raises(EntryUnavailableError):
             lg.save(HardState(9, None, 0), ents(5, [2]))
         assert lg.initial_state()[0] == HardState()
         assert lg.last_index() == 3

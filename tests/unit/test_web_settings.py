@@ -5,8 +5,10 @@ from __future__ import annotations
 from molens.actors import raft_peer as rp
 from molens.config import load_dict
 from molens.model import ValidationError, check_url
+from molens.node_context import from_proposal_error
+from molens.raft.core import NotLeaderError
 from molens.web.api_context import http_url, settings_from_config
-from molens.web.errors import NoLeader, NotLeader, OutcomeUnknown, Unavailable, from_proposal_error
+from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
 from molens.web.server import ServerOptions
 
 
@@ -46,10 +48,10 @@ def test_http_url_of_a_peer_address() -> None:
 
 def test_proposal_failures_map_to_api_errors() -> None:
     urls = {"n2": "http://127.0.0.1:18082"}
-    e = from_proposal_error(rp.NotLeader("n2"), urls.get)
-    assert isinstance(e, NotLeader) and e.leader_url == "http://127.0.0.1:18082" and e.leader_id == "n2"
-    assert isinstance(from_proposal_error(rp.NotLeader(None), urls.get), NoLeader)
-    assert isinstance(from_proposal_error(rp.NotLeader("n9"), urls.get), NoLeader)  # address unknown
+    e = from_proposal_error(NotLeaderError("n2"), urls.get)
+    assert isinstance(e, LeaderElsewhere) and e.leader_url == "http://127.0.0.1:18082" and e.leader_id == "n2"
+    assert isinstance(from_proposal_error(NotLeaderError(None), urls.get), NoLeader)
+    assert isinstance(from_proposal_error(NotLeaderError("n9"), urls.get), NoLeader)  # address unknown
     assert isinstance(from_proposal_error(rp.LeadershipLost("x"), urls.get), OutcomeUnknown)
     assert isinstance(from_proposal_error(rp.ProposalRefused("x"), urls.get), Unavailable)
     assert isinstance(from_proposal_error(RuntimeError("x"), urls.get), Unavailable)

@@ -1,4 +1,4 @@
-"""The backend contract (DESIGN §8, issue 2): every test runs on memory://, file:// and sqlite://."""
+"""The backend contract (docs/checkpoint.md): every test runs on memory://, file:// and sqlite://."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Hypothesis drives each backend with random claim/touch/done/fail/reset/gc/time steps and compares every
-answer, and every stored record, with a small reference model written straight from DESIGN §8."""
+answer, and every stored record, with a small reference model written straight from docs/checkpoint.md."""
 
 from __future__ import annotations
 

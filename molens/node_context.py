@@ -2,7 +2,7 @@
 
 - Writes: :meth:`NodeContext.propose` encodes the commands and proposes them together (one Raft
   append) and waits until they apply here, bounded by ``timeout_s``. Not the leader:
-  :class:`~molens.web.errors.NotLeader` with the leader's HTTP URL (the app answers 307) or
+  :class:`~molens.web.errors.LeaderElsewhere` with the leader's HTTP URL (the app answers 307) or
   :class:`~molens.web.errors.NoLeader` (503 + Retry-After); appended then leadership lost, or no
   answer in time: :class:`~molens.web.errors.OutcomeUnknown` (the SDK retries with the same
   idempotency key); refused/stopping: :class:`~molens.web.errors.Unavailable`.
@@ -27,10 +27,12 @@ from molens import model
 from molens.actors import raft_peer as rp
 from molens.actors.stats import COUNTERS
 from molens.config import Config
+from molens.errors import MolensError
 from molens.fsm.commands import Command
 from molens.fsm.history import History
 from molens.fsm.store import EntryResult, TaskStore
 from molens.model import NotFoundError, Task
+from molens.raft import core as rc
 from molens.web.api_context import (
     ApiSettings,
     LeaderInfo,
@@ -38,7 +40,7 @@ from molens.web.api_context import (
     http_url,
     settings_from_config,
 )
-from molens.web.errors import OutcomeUnknown, Unavailable, from_proposal_error
+from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
 from molens.web.heatmap import WheelDistribution, distribution_of
 from molens.web.metrics import MetricsSnapshot, NodeMetrics
 from molens.web.node_stats import DiskUsage, PeerStats, RecentFires, RequestRate, order_nodes, rss_bytes
@@ -52,6 +54,25 @@ WHEEL_READ_TIMEOUT_S = 2.0
 """How long a wheel read waits for the TimeWheel actor."""
 STATUS_TIMEOUT_S = 2.0
 """How long a stats page or scrape waits for RaftPeer's status."""
+
+
+def from_proposal_error(exc: BaseException, leader_url: Callable[[str | None], str | None]) -> MolensError:
+    """Map a RaftPeer proposal failure to the API error (for ApiContext implementations).
+
+    ``leader_url(leader_id)`` gives the leader's HTTP base URL (``None`` when unknown). Anything that
+    is not a known Raft failure becomes :class:`Unavailable` (the cause is logged by the caller).
+    """
+    if isinstance(exc, rc.NotLeaderError):
+        url = leader_url(exc.leader_id) if exc.leader_id else None
+        return LeaderElsewhere(url, exc.leader_id) if url else NoLeader()
+    if isinstance(exc, rp.LeadershipLost):
+        return OutcomeUnknown(f"leadership changed before the write applied; outcome unknown ({exc})")
+    if isinstance(exc, rp.ProposalRefused):
+        return Unavailable(f"the write was refused and not applied: {exc}")
+    if isinstance(exc, MolensError):
+        return exc
+    return Unavailable(f"the write could not be proposed: {type(exc).__name__}")
+
 
 
 class NodeContext:
@@ -133,7 +154,7 @@ class NodeContext:
             raise Unavailable("node is stopping")
         ch = self._last
         if not ch.is_leader:
-            raise from_proposal_error(rp.NotLeader(ch.leader_id), self._leader_url)
+            raise from_proposal_error(rc.NotLeaderError(ch.leader_id), self._leader_url)
         futs = self.peer.propose_many([self.store.encode_proposal(c) for c in commands])
         self.proposals += 1
         deadline = time.monotonic() + timeout_s
@@ -310,4 +331,4 @@ class NodeContext:
         return self._ids.new_many(self.now_ms(), n)
 
 
-__all__ = ["NodeContext"]
+__all__ = ["NodeContext", "from_proposal_error"]

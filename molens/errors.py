@@ -1,0 +1,100 @@
+"""The exceptions Molens raises on purpose, one tree (the Raft package keeps its own, ``RaftError``).
+
+Each carries the REST error body (``code``, ``message``, ``field``) and the HTTP status the API
+answers with, so an error raised deep in validation reaches the client unchanged::
+
+    MolensError (500 internal)
+    ├── ValidationError (400 invalid_argument)
+    │   ├── PayloadTooLargeError (413 payload_too_large)
+    │   └── BatchInvalid (400, molens.web.app: a batch with no valid item)
+    ├── NotFoundError (404 not_found)
+    ├── IllegalTransitionError (409 illegal_transition)
+    ├── StoreError (molens.fsm.store), CodecError (molens.fsm.commands), DeliveryCodecError
+    ├── ConfigError (molens.config), NodeError (molens.node), AdminError, CliError
+    ├── RaftPeerError (molens.actors.raft_peer: a proposal's outcome)
+    │   ├── ProposalRefused (not appended; retrying is safe)
+    │   └── LeadershipLost (appended, outcome unknown)
+    ├── molens.web.errors: LeaderElsewhere (307), NoLeader (503), OutcomeUnknown (503),
+    │   Unavailable (503), Unauthorized (401), BodyTooLarge (413), UnsupportedMediaType (415),
+    │   MethodNotAllowed (405), RouteNotFound (404), InternalError (500)
+    └── ClientError (molens.client: what the SDK raises)
+        ├── ApiError (an error answer, with its code and field)
+        │   ├── BadRequestError ── BatchRejectedError
+        │   ├── UnauthorizedError, TaskNotFoundError, ConflictError
+        │   └── UnavailableError
+        ├── OutcomeUnknownError
+        └── ConnectionFailedError
+
+"Not the leader" is one exception, ``molens.raft.core.NotLeaderError`` (with the known leader id),
+from the Raft core through RaftPeer to the admin socket; the REST API answers it with
+``LeaderElsewhere`` (a 307 to the leader's URL) or ``NoLeader``.
+
+This module imports nothing: the client and receiver use it without the server's dependencies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MolensError(Exception):
+    """Base of every error Molens raises on purpose; carries the REST error body fields."""
+
+    code: str = "internal"
+    http_status: int = 500
+
+    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``{"error": {...}}`` body the REST API answers with (docs/api.md)."""
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            err["field"] = self.field
+        return {"error": err}
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is type(self)
+            and isinstance(other, MolensError)
+            and (self.code, self.message, self.field) == (other.code, other.message, other.field)
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.code, self.message, self.field))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, field={self.field!r}, message={self.message!r})"
+
+
+class ValidationError(MolensError):
+    """Bad user input (400): names the field and why."""
+
+    code = "invalid_argument"
+    http_status = 400
+
+
+class PayloadTooLargeError(ValidationError):
+    """The encoded payload is over ``max_payload_bytes`` (413)."""
+
+    code = "payload_too_large"
+    http_status = 413
+
+
+class NotFoundError(MolensError):
+    code = "not_found"
+    http_status = 404
+
+
+class IllegalTransitionError(MolensError):
+    """The operation is not allowed in the task's current status (409)."""
+
+    code = "illegal_transition"
+    http_status = 409
+
+
+__all__ = ["IllegalTransitionError", "MolensError", "NotFoundError", "PayloadTooLargeError", "ValidationError"]
