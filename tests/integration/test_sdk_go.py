@@ -35,6 +35,7 @@ def test_go_sdk_passes_its_tests_against_a_real_node_and_a_3_node_cluster(tmp_pa
     go = shutil.which("go")
     assert go, "go is missing: scripts/test installs Debian's golang-go"
     run_runner([go, "vet", "./..."], SDK, go_env(), 120)
+    run_runner([go, "vet", "."], ROOT / "scripts" / "bench" / "sdk_go", go_env(), 120)  # the benchmark's program
     with sdk_nodes(tmp_path) as env:
         out = run_runner([go, "test", "-count=1", "-v", "-timeout", "240s", "./..."], SDK, {**go_env(), **env}, 280)
     skipped = re.findall(r"--- SKIP: (\S+)", out)
