@@ -311,20 +311,17 @@ func (c *Client) executions(ctx context.Context, path string, o ExecutionOptions
 
 // ClusterStatus is the answering node's view of the cluster.
 func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
-	var s ClusterStatus
-	return &s, c.do(ctx, "GET", "/api/v1/cluster/status", nil, nil, true, &s)
+	return getJSON[ClusterStatus](ctx, c, "/api/v1/cluster/status", nil)
 }
 
 // ClusterLeader is who leads, as the answering node sees it.
 func (c *Client) ClusterLeader(ctx context.Context) (*LeaderInfo, error) {
-	var s LeaderInfo
-	return &s, c.do(ctx, "GET", "/api/v1/cluster/leader", nil, nil, true, &s)
+	return getJSON[LeaderInfo](ctx, c, "/api/v1/cluster/leader", nil)
 }
 
 // ClusterStats is every member's Stats, leader first.
 func (c *Client) ClusterStats(ctx context.Context) (*ClusterStats, error) {
-	var s ClusterStats
-	return &s, c.do(ctx, "GET", "/api/v1/cluster/stats", nil, nil, true, &s)
+	return getJSON[ClusterStats](ctx, c, "/api/v1/cluster/stats", nil)
 }
 
 // Stats is one node's statistics and task counts.
@@ -334,8 +331,7 @@ func (c *Client) Stats(ctx context.Context, o StatsOptions) (*Stats, error) {
 	if o.Local {
 		q.Set("local", "1")
 	}
-	var s Stats
-	return &s, c.do(ctx, "GET", "/api/v1/stats", q, nil, true, &s)
+	return getJSON[Stats](ctx, c, "/api/v1/stats", q)
 }
 
 // URLStats is callback latency per URL over a window.
@@ -346,14 +342,12 @@ func (c *Client) URLStats(ctx context.Context, o URLStatsOptions) (*URLStatsList
 	setStr(q, "url", o.URL)
 	setInt(q, "bucket_ms", o.BucketMs)
 	setInt(q, "limit", int64(o.Limit))
-	var s URLStatsList
-	return &s, c.do(ctx, "GET", "/api/v1/stats/urls", q, nil, true, &s)
+	return getJSON[URLStatsList](ctx, c, "/api/v1/stats/urls", q)
 }
 
 // WheelDistribution is how the leader's time wheel is filled.
 func (c *Client) WheelDistribution(ctx context.Context) (*WheelDistribution, error) {
-	var s WheelDistribution
-	return &s, c.do(ctx, "GET", "/api/v1/timewheel/distribution", nil, nil, true, &s)
+	return getJSON[WheelDistribution](ctx, c, "/api/v1/timewheel/distribution", nil)
 }
 
 // WheelDistributionPNG is the same as a PNG heatmap (level < 0: every level; width 0: default).
@@ -364,7 +358,10 @@ func (c *Client) WheelDistributionPNG(ctx context.Context, level, width int) ([]
 	}
 	setInt(q, "width", int64(width))
 	var raw []byte
-	return raw, c.do(ctx, "GET", "/api/v1/timewheel/distribution.png", q, nil, true, &raw)
+	if err := c.do(ctx, "GET", "/api/v1/timewheel/distribution.png", q, nil, true, &raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
 }
 
 // SchedulePreview is the next fire times of a schedule, validated like a create.
@@ -377,30 +374,37 @@ func (c *Client) SchedulePreview(ctx context.Context, p PreviewRequest) (*Schedu
 	setInt(q, "run_at", p.RunAt)
 	setInt(q, "count", int64(p.Count))
 	setInt(q, "after", p.After)
-	var s SchedulePreview
-	return &s, c.do(ctx, "GET", "/api/v1/schedule/preview", q, nil, true, &s)
+	return getJSON[SchedulePreview](ctx, c, "/api/v1/schedule/preview", q)
 }
 
 // Metrics is the answering node's Prometheus text.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
 	var raw []byte
-	err := c.do(ctx, "GET", "/metrics", nil, nil, true, &raw)
-	return string(raw), err
+	if err := c.do(ctx, "GET", "/metrics", nil, nil, true, &raw); err != nil {
+		return "", err
+	}
+	return string(raw), nil
 }
 
 // Healthz is liveness of the answering node.
 func (c *Client) Healthz(ctx context.Context) (*Health, error) {
-	var s Health
-	return &s, c.do(ctx, "GET", "/healthz", nil, nil, true, &s)
+	return getJSON[Health](ctx, c, "/healthz", nil)
 }
 
 // Readyz is readiness (a leader is known) of the answering node; 503 is retried like any call.
 func (c *Client) Readyz(ctx context.Context) (*Ready, error) {
-	var s Ready
-	return &s, c.do(ctx, "GET", "/readyz", nil, nil, true, &s)
+	return getJSON[Ready](ctx, c, "/readyz", nil)
 }
 
 // -------------------------------------------------------------------------------------- transport
+
+func getJSON[T any](ctx context.Context, c *Client, path string, q url.Values) (*T, error) {
+	var v T
+	if err := c.do(ctx, "GET", path, q, nil, true, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
 
 func setStr(q url.Values, k, v string) {
 	if v != "" {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -541,4 +542,46 @@ func TestKillingTheLeaderMidBatchLosesAndDuplicatesNothing(t *testing.T) {
 		}
 	}
 	t.Logf("killed leader %s mid-batch; %s took over; %d tasks, each exactly once", leaderID, newLeader, total)
+}
+
+// Runs after the failover test (one node already dead): kill -9 a second node, and the survivor has
+// no quorum. Its 503 no_leader (with Retry-After) is retried, then reported with the API's code.
+func TestNoLeaderIsRetriedThenReportedWithItsCode(t *testing.T) {
+	urls := clusterURLs(t)
+	pids := map[string]int{}
+	for _, kv := range strings.Split(os.Getenv("MOLENS_CLUSTER_PIDS"), ",") {
+		id, pid, _ := strings.Cut(kv, "=")
+		pids[id], _ = strconv.Atoi(pid)
+	}
+	ctx := ctxT(t)
+	var alive []string
+	var aliveIDs []string
+	for _, u := range urls {
+		c := newClient(t, []string{u}, WithMaxAttempts(1))
+		if st, err := c.ClusterStatus(ctx); err == nil {
+			alive = append(alive, u)
+			aliveIDs = append(aliveIDs, st.NodeID)
+		}
+	}
+	if len(alive) != 2 {
+		t.Fatalf("want the 2 nodes the failover test left, found %v", aliveIDs)
+	}
+	if err := syscall.Kill(pids[aliveIDs[0]], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	survivor := alive[1]
+	pollUntil(t, "the survivor to know it has no leader", 30*time.Second, func() (bool, error) {
+		resp, err := http.Get(survivor + "/readyz")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503, nil
+	})
+	c := newClient(t, []string{survivor}, WithMaxAttempts(4), WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+	_, err := c.CreateTask(ctx, far(survivor, "no-leader"))
+	e := mustAPIError(t, err, 503, "no_leader", "")
+	if !IsUnavailable(e) {
+		t.Fatal("IsUnavailable")
+	}
 }
