@@ -108,4 +108,47 @@ public class ClusterFailoverTest {
         System.out.println("killed leader " + lead[0] + " mid-batch; " + now[0] + " took over; " + all.size()
                 + " tasks, each exactly once");
     }
+
+    /** After the failover test: kill -9 a second node; the survivor's 503 no_leader is retried, then thrown with its code. */
+    @Test
+    public void lastlyNoLeaderIsRetriedThenReportedWithItsCode() throws Exception {
+        Map<String, String> pids = new HashMap<String, String>();
+        for (String kv : NodeEnv.require("MOLENS_CLUSTER_PIDS").split(",")) {
+            String[] p = kv.split("=");
+            pids.put(p[0], p[1]);
+        }
+        List<String> alive = new ArrayList<String>();
+        List<String> aliveIds = new ArrayList<String>();
+        for (String u : urls()) {
+            try {
+                aliveIds.add(MolensClient.builder(u).maxAttempts(1).build().clusterStatus().nodeId);
+                alive.add(u);
+            } catch (MolensException e) {
+                // the node the failover test killed
+            }
+        }
+        assertEquals("the 2 nodes the failover test left: " + aliveIds, 2, alive.size());
+        Process kill = new ProcessBuilder("kill", "-9", pids.get(aliveIds.get(0))).inheritIO().start();
+        assertEquals(0, kill.waitFor());
+        final String survivor = alive.get(1);
+        NodeEnv.pollUntil("the survivor to know it has no leader", 30000, new java.util.concurrent.Callable<Boolean>() {
+            public Boolean call() throws Exception {
+                java.net.HttpURLConnection conn = (java.net.HttpURLConnection) new java.net.URL(survivor + "/readyz").openConnection();
+                try {
+                    return conn.getResponseCode() == 503;
+                } finally {
+                    conn.disconnect();
+                }
+            }
+        });
+        MolensClient c = MolensClient.builder(survivor).maxAttempts(4).backoffMs(10, 50).build();
+        try {
+            c.create(far(survivor, "no-leader"));
+            fail("created without a leader");
+        } catch (ApiException e) {
+            assertEquals(e.toString(), 503, e.getStatus());
+            assertEquals("no_leader", e.getCode());
+            assertTrue(e.isUnavailable());
+        }
+    }
 }

@@ -22,7 +22,7 @@ final class NodeEnv {
                 if (fn.call()) {
                     return;
                 }
-            } catch (MolensException e) {
+            } catch (MolensException | java.io.IOException e) {
                 last = e;
             }
             if (System.currentTimeMillis() > deadline) {
