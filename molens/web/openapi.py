@@ -25,6 +25,12 @@ def _nullable(t: str, **kw: Any) -> dict[str, Any]:
     return {"type": [t, "null"], **kw}
 
 
+def _nullable_enum(values: list[str], **kw: Any) -> dict[str, Any]:
+    """One of ``values`` or null. An ``anyOf`` rather than ``type: [string, null]`` with null in the
+    enum: both are valid JSON Schema, but client generators read the second as three types."""
+    return {"anyOf": [{"type": "string", "enum": values}, {"type": "null"}], **kw}
+
+
 def _json(schema: dict[str, Any], description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
     if headers:
@@ -70,6 +76,16 @@ _EXEC_FILTERS = [
 
 _WRITE_ERRORS = (307, 401, 503)
 
+# The test endpoints read any body. Declared as the two media types a callback target gets (a fire's
+# JSON payload, or any bytes) rather than "*/*", which client generators cannot map to a parameter.
+_ANY_BODY: dict[str, Any] = {
+    "required": False,
+    "content": {
+        "application/json": {"schema": {}},
+        "application/octet-stream": {"schema": {"type": "string", "contentMediaType": "application/octet-stream"}},
+    },
+}
+
 
 def _schemas() -> dict[str, Any]:
     lim = DEFAULT_LIMITS
@@ -108,7 +124,7 @@ def _schemas() -> dict[str, Any]:
             "timeout_ms": _nullable("integer", minimum=1, maximum=lim.max_timeout_ms, default=5000),
             "max_retries": _nullable("integer", minimum=0, maximum=lim.max_retries),
             "max_fails": _nullable("integer", minimum=1, description="periodic: failed occurrences before inactive"),
-            "reliability": _nullable("string", enum=[*(r.value for r in Reliability), None], default="at_least_once"),
+            "reliability": _nullable_enum([r.value for r in Reliability], default="at_least_once"),
             "idempotency_key": _nullable(
                 "string",
                 minLength=1,
@@ -142,7 +158,7 @@ def _schemas() -> dict[str, Any]:
         "attempt": {"type": "integer"},
         "ack_attempt": {"type": "integer"},
         "fail_count": {"type": "integer"},
-        "last_execution_result": _nullable("string", enum=[r.value for r in ExecutionResult] + [None]),
+        "last_execution_result": _nullable_enum([r.value for r in ExecutionResult]),
         "last_status_code": _nullable("integer"),
         "last_response": _nullable("string", description="First 512 bytes of the last response"),
         "last_fire_at": _nullable("integer"),
@@ -624,7 +640,7 @@ def _paths() -> dict[str, Any]:
                 "summary": "Built-in callback target: answers {ok: true} after 100 ms",
                 "tags": ["test"],
                 **open_,
-                "requestBody": {"required": False, "content": {"*/*": {"schema": {}}}},
+                "requestBody": _ANY_BODY,
                 "responses": {"200": _ok(_ref("Ok")), **_err(413)},
             }
         },
@@ -634,7 +650,7 @@ def _paths() -> dict[str, Any]:
                 "summary": "Built-in ACK target: answers {ok: true} after 100 ms",
                 "tags": ["test"],
                 **open_,
-                "requestBody": {"required": False, "content": {"*/*": {"schema": {}}}},
+                "requestBody": _ANY_BODY,
                 "responses": {"200": _ok(_ref("Ok")), **_err(413)},
             }
         },

@@ -1,0 +1,249 @@
+package molens
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// BatcherOptions configures NewBatcher. Zero values take the defaults.
+type BatcherOptions struct {
+	MaxBatch      int           // tasks per batch request, 1..1000 (default 500): a full batch is sent at once
+	FlushInterval time.Duration // the oldest queued task waits at most this long (default 50 ms)
+	MaxPending    int           // submitted but unanswered tasks; Submit blocks beyond it (default 100,000)
+	Senders       int           // batch requests in flight at once (default 1)
+}
+
+// Pending is the future result of one submitted task.
+type Pending struct {
+	done chan struct{}
+	task *Task
+	err  error
+}
+
+// Done is closed once the task is created or has failed.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// Wait returns the created task, or the task's own error (an invalid task fails only itself).
+func (p *Pending) Wait(ctx context.Context) (*Task, error) {
+	select {
+	case <-p.done:
+		return p.task, p.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type batchItem struct {
+	req *TaskRequest
+	p   *Pending
+}
+
+// Batcher collects Submit calls into batch creates, sent when MaxBatch tasks are queued, when the
+// oldest has waited FlushInterval, on Flush and on Close. Every task gets an idempotency key when it
+// is submitted, so a batch retried after a lost response (a leader killed mid-request) creates each
+// task exactly once. Safe for concurrent use.
+type Batcher struct {
+	c     *Client
+	opts  BatcherOptions
+	in    chan batchItem
+	flush chan struct{}
+	work  chan []batchItem
+	slots chan struct{}
+	wg    sync.WaitGroup
+
+	mu     sync.RWMutex // closed, and Submit's send on in against Close's close(in)
+	closed bool
+
+	idleMu      sync.Mutex
+	outstanding int           // submitted, not yet answered
+	idle        chan struct{} // closed while outstanding == 0
+}
+
+// NewBatcher starts a batcher over c.
+func (c *Client) NewBatcher(o BatcherOptions) *Batcher {
+	if o.MaxBatch <= 0 || o.MaxBatch > 1000 {
+		o.MaxBatch = 500
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = 50 * time.Millisecond
+	}
+	if o.MaxPending <= 0 {
+		o.MaxPending = 100_000
+	}
+	if o.Senders <= 0 {
+		o.Senders = 1
+	}
+	b := &Batcher{
+		c: c, opts: o,
+		in:    make(chan batchItem),
+		flush: make(chan struct{}),
+		work:  make(chan []batchItem),
+		slots: make(chan struct{}, o.MaxPending),
+		idle:  make(chan struct{}),
+	}
+	close(b.idle)
+	b.wg.Add(1 + o.Senders)
+	go b.collect()
+	for i := 0; i < o.Senders; i++ {
+		go b.send()
+	}
+	return b
+}
+
+// Submit queues one task for creation (r is copied). It blocks while MaxPending tasks are unanswered.
+func (b *Batcher) Submit(ctx context.Context, r *TaskRequest) (*Pending, error) {
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p := &Pending{done: make(chan struct{})}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		<-b.slots
+		return nil, ErrBatcherClosed
+	}
+	b.track(1)
+	b.in <- batchItem{req: keyed(r), p: p} // the collector always receives: it never waits on us
+	return p, nil
+}
+
+// Flush sends everything queued now and waits until every submitted task has been answered.
+func (b *Batcher) Flush(ctx context.Context) error {
+	b.mu.RLock()
+	closed := b.closed
+	if !closed {
+		b.flush <- struct{}{}
+	}
+	b.mu.RUnlock()
+	b.idleMu.Lock()
+	idle := b.idle
+	b.idleMu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close sends everything queued, waits for the answers and stops the batcher.
+func (b *Batcher) Close() error {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.in)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+	return nil
+}
+
+func (b *Batcher) track(delta int) {
+	b.idleMu.Lock()
+	defer b.idleMu.Unlock()
+	if b.outstanding == 0 && delta > 0 {
+		b.idle = make(chan struct{})
+	}
+	b.outstanding += delta
+	if b.outstanding == 0 {
+		close(b.idle)
+	}
+}
+
+func (b *Batcher) collect() {
+	defer b.wg.Done()
+	defer close(b.work)
+	var batch []batchItem
+	var timer *time.Timer
+	var timeout <-chan time.Time
+	emit := func() {
+		if timer != nil {
+			timer.Stop()
+			timer, timeout = nil, nil
+		}
+		if len(batch) > 0 {
+			b.work <- batch
+			batch = nil
+		}
+	}
+	for {
+		select {
+		case it, ok := <-b.in:
+			if !ok {
+				emit()
+				return
+			}
+			batch = append(batch, it)
+			if len(batch) == 1 {
+				timer = time.NewTimer(b.opts.FlushInterval)
+				timeout = timer.C
+			}
+			if len(batch) >= b.opts.MaxBatch {
+				emit()
+			}
+		case <-timeout:
+			timer, timeout = nil, nil
+			emit()
+		case <-b.flush:
+			emit()
+		}
+	}
+}
+
+func (b *Batcher) send() {
+	defer b.wg.Done()
+	for batch := range b.work {
+		b.sendBatch(batch)
+	}
+}
+
+func (b *Batcher) sendBatch(batch []batchItem) {
+	ctx := context.Background() // the client's retry budget bounds it
+	for len(batch) > 0 {
+		reqs := make([]*TaskRequest, len(batch))
+		for i, it := range batch {
+			reqs[i] = it.req
+		}
+		tasks, errs, err := b.c.createBatch(ctx, reqs)
+		if err != nil {
+			var ae *APIError
+			if errors.As(err, &ae) && len(ae.ItemErrors) > 0 {
+				keep := batch[:0:0]
+				for i, it := range batch {
+					if e := ae.ItemErrors[i]; e != nil {
+						b.resolve(it.p, nil, e)
+					} else {
+						keep = append(keep, it)
+					}
+				}
+				if len(keep) < len(batch) { // the valid rest is re-sent at once
+					batch = keep
+					continue
+				}
+			}
+			for _, it := range batch {
+				b.resolve(it.p, nil, err)
+			}
+			return
+		}
+		for i, it := range batch {
+			if errs[i] != nil {
+				b.resolve(it.p, nil, errs[i])
+			} else {
+				b.resolve(it.p, tasks[i], nil)
+			}
+		}
+		return
+	}
+}
+
+func (b *Batcher) resolve(p *Pending, t *Task, err error) {
+	p.task, p.err = t, err
+	close(p.done)
+	<-b.slots
+	b.track(-1)
+}

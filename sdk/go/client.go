@@ -1,0 +1,633 @@
+package molens
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client is a client of one Molens cluster (see the package doc for routing and retries).
+type Client struct {
+	addrs         []string
+	hc            *http.Client
+	token         string
+	maxAttempts   int
+	retryDeadline time.Duration
+	backoffBase   time.Duration
+	backoffMax    time.Duration
+
+	mu     sync.Mutex
+	target string
+}
+
+// Option configures NewClient.
+type Option func(*Client)
+
+// WithToken sends "Authorization: Bearer <token>" (the nodes' http.auth_token).
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient replaces the http.Client (its CheckRedirect is overridden: the SDK follows 307 itself).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithTimeout is the per-request timeout (default 10 s).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.hc.Timeout = d } }
+
+// WithMaxAttempts bounds the attempts of one call (default 8; redirects to the leader do not count).
+func WithMaxAttempts(n int) Option { return func(c *Client) { c.maxAttempts = n } }
+
+// WithRetryDeadline bounds the time one call spends retrying (default 30 s).
+func WithRetryDeadline(d time.Duration) Option { return func(c *Client) { c.retryDeadline = d } }
+
+// WithBackoff sets the backoff: attempt n waits a random time in [0, min(max, base*2^(n-1))]
+// (defaults 50 ms and 2 s).
+func WithBackoff(base, max time.Duration) Option {
+	return func(c *Client) { c.backoffBase, c.backoffMax = base, max }
+}
+
+// NewClient makes a client of the nodes at addrs (HTTP base URLs, any subset of the cluster: the
+// leader is discovered).
+func NewClient(addrs []string, opts ...Option) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("molens: give at least one node address")
+	}
+	c := &Client{
+		hc: &http.Client{
+			Timeout: 10 * time.Second,
+			Transport: &http.Transport{
+				Proxy:               nil, // nodes are addressed directly
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConns:        64,
+				MaxIdleConnsPerHost: 16,
+				IdleConnTimeout:     90 * time.Second,
+			},
+		},
+		maxAttempts:   8,
+		retryDeadline: 30 * time.Second,
+		backoffBase:   50 * time.Millisecond,
+		backoffMax:    2 * time.Second,
+	}
+	for _, a := range addrs {
+		b, err := baseURL(a)
+		if err != nil {
+			return nil, err
+		}
+		c.addrs = append(c.addrs, b)
+	}
+	c.target = c.addrs[0]
+	for _, o := range opts {
+		o(c)
+	}
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
+	return c, nil
+}
+
+// Close releases idle connections.
+func (c *Client) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+// NewIdempotencyKey is 32 hex digits: the wall-clock ms (48 bits) then 80 random bits, like the
+// Python SDK's. Keys that sort by time keep the server's idempotency index writes local; the random
+// bits keep keys unique across clients and within a millisecond.
+func NewIdempotencyKey() string {
+	var r [10]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		panic("molens: crypto/rand failed: " + err.Error())
+	}
+	return fmt.Sprintf("%012x%s", time.Now().UnixMilli()&0xffffffffffff, hex.EncodeToString(r[:]))
+}
+
+func keyed(r *TaskRequest) *TaskRequest {
+	cp := *r
+	if cp.IdempotencyKey == nil {
+		k := NewIdempotencyKey()
+		cp.IdempotencyKey = &k
+	}
+	return &cp
+}
+
+// ------------------------------------------------------------------------------------------ tasks
+
+// CreateTask creates one task and returns it. An idempotency key is added when r has none (r is
+// not modified), so retries never create a duplicate; when the key matched an existing task, that
+// task is returned.
+func (c *Client) CreateTask(ctx context.Context, r *TaskRequest) (*Task, error) {
+	var t Task
+	if err := c.do(ctx, "POST", "/api/v1/tasks", nil, keyed(r), true, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// CreateTasks creates tasks in batches of at most 1,000 (each batch atomic) and returns them in
+// order. A batch holding an invalid task is rejected whole: the *APIError has ItemErrors by index
+// within that batch, and the tasks of earlier batches are returned with it.
+func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, error) {
+	bodies := make([]*TaskRequest, len(rs))
+	for i, r := range rs {
+		bodies[i] = keyed(r)
+	}
+	out := make([]*Task, 0, len(rs))
+	for i := 0; i < len(bodies); i += 1000 {
+		j := i + 1000
+		if j > len(bodies) {
+			j = len(bodies)
+		}
+		items, errs, err := c.createBatch(ctx, bodies[i:j])
+		if err != nil {
+			return out, err
+		}
+		for k, t := range items {
+			if errs[k] != nil {
+				return out, errs[k]
+			}
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// createBatch sends one batch; per item the task, or the error the state machine gave it.
+func (c *Client) createBatch(ctx context.Context, bodies []*TaskRequest) ([]*Task, []*APIError, error) {
+	var resp batchResponse
+	if err := c.do(ctx, "POST", "/api/v1/tasks/batch", nil, batchRequest{Tasks: bodies}, true, &resp); err != nil {
+		return nil, nil, err
+	}
+	errs := make([]*APIError, len(bodies))
+	for _, e := range resp.Errors {
+		if e.Index >= 0 && e.Index < len(errs) {
+			errs[e.Index] = e.Error.apiError(400)
+		}
+	}
+	if len(resp.Items) != len(bodies) {
+		return nil, nil, fmt.Errorf("molens: batch of %d answered %d items", len(bodies), len(resp.Items))
+	}
+	for i, t := range resp.Items {
+		if t == nil && errs[i] == nil {
+			errs[i] = &APIError{Status: 500, Code: "internal", Message: "the server returned no task for this item"}
+		}
+	}
+	return resp.Items, errs, nil
+}
+
+// GetTask returns the task (an *APIError with Status 404 when there is none).
+func (c *Client) GetTask(ctx context.Context, id string) (*Task, error) {
+	return c.taskCall(ctx, "GET", "/api/v1/tasks/"+url.PathEscape(id), true)
+}
+
+// DeleteTask deletes the task and its history; returns it as it was.
+func (c *Client) DeleteTask(ctx context.Context, id string) (*Task, error) {
+	return c.taskCall(ctx, "DELETE", "/api/v1/tasks/"+url.PathEscape(id), false)
+}
+
+// PauseTask takes a pending, firing or awaiting_ack task off the schedule (409 otherwise).
+func (c *Client) PauseTask(ctx context.Context, id string) (*Task, error) {
+	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/pause", false)
+}
+
+// ResumeTask puts a paused (or inactive periodic) task back on the schedule.
+func (c *Client) ResumeTask(ctx context.Context, id string) (*Task, error) {
+	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/resume", false)
+}
+
+// TriggerTask runs the task's upcoming occurrence now.
+func (c *Client) TriggerTask(ctx context.Context, id string) (*Task, error) {
+	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/trigger", false)
+}
+
+func (c *Client) taskCall(ctx context.Context, method, path string, safe bool) (*Task, error) {
+	var t Task
+	if err := c.do(ctx, method, path, nil, nil, safe, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// ListTasks returns one page of tasks in creation order. A page can hold fewer than Limit items
+// while NextCursor is set (one request examines a bounded number of tasks): follow it until nil,
+// or use EachTask.
+func (c *Client) ListTasks(ctx context.Context, o ListOptions) (*TaskList, error) {
+	q := url.Values{}
+	if len(o.Status) > 0 {
+		q.Set("status", strings.Join(o.Status, ","))
+	}
+	setStr(q, "type", o.Type)
+	setStr(q, "scene", o.Scene)
+	setStr(q, "url", o.URL)
+	setInt(q, "limit", int64(o.Limit))
+	setStr(q, "cursor", o.Cursor)
+	var page TaskList
+	if err := c.do(ctx, "GET", "/api/v1/tasks", q, nil, true, &page); err != nil {
+		return nil, err
+	}
+	return &page, nil
+}
+
+// EachTask calls fn for every matching task in creation order, following cursors; it stops at the
+// first error fn returns and returns it.
+func (c *Client) EachTask(ctx context.Context, o ListOptions, fn func(*Task) error) error {
+	for {
+		page, err := c.ListTasks(ctx, o)
+		if err != nil {
+			return err
+		}
+		for i := range page.Items {
+			if err := fn(&page.Items[i]); err != nil {
+				return err
+			}
+		}
+		if page.NextCursor == nil || *page.NextCursor == "" {
+			return nil
+		}
+		o.Cursor = *page.NextCursor
+	}
+}
+
+// ------------------------------------------------------------------------------------- executions
+
+// TaskExecutions returns one page of a task's executions, newest first.
+func (c *Client) TaskExecutions(ctx context.Context, taskID string, o ExecutionOptions) (*ExecutionList, error) {
+	o.TaskID = ""
+	return c.executions(ctx, "/api/v1/tasks/"+url.PathEscape(taskID)+"/executions", o)
+}
+
+// Executions returns one page of every execution on the answering node's replica, newest first
+// (only one task's with TaskID).
+func (c *Client) Executions(ctx context.Context, o ExecutionOptions) (*ExecutionList, error) {
+	return c.executions(ctx, "/api/v1/executions", o)
+}
+
+// EachExecution calls fn for every matching execution (of o.TaskID's task when set), following cursors.
+func (c *Client) EachExecution(ctx context.Context, o ExecutionOptions, fn func(*Execution) error) error {
+	for {
+		page, err := c.Executions(ctx, o)
+		if err != nil {
+			return err
+		}
+		for i := range page.Items {
+			if err := fn(&page.Items[i]); err != nil {
+				return err
+			}
+		}
+		if page.NextCursor == nil || *page.NextCursor == "" {
+			return nil
+		}
+		o.Cursor = *page.NextCursor
+	}
+}
+
+func (c *Client) executions(ctx context.Context, path string, o ExecutionOptions) (*ExecutionList, error) {
+	q := url.Values{}
+	setStr(q, "task_id", o.TaskID)
+	setStr(q, "result", o.Result)
+	setInt(q, "since", o.Since)
+	setInt(q, "until", o.Until)
+	setInt(q, "limit", int64(o.Limit))
+	setStr(q, "cursor", o.Cursor)
+	var page ExecutionList
+	if err := c.do(ctx, "GET", path, q, nil, true, &page); err != nil {
+		return nil, err
+	}
+	return &page, nil
+}
+
+// ---------------------------------------------------------------------------- cluster and stats
+
+// ClusterStatus is the answering node's view of the cluster.
+func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
+	return getJSON[ClusterStatus](ctx, c, "/api/v1/cluster/status", nil)
+}
+
+// ClusterLeader is who leads, as the answering node sees it.
+func (c *Client) ClusterLeader(ctx context.Context) (*LeaderInfo, error) {
+	return getJSON[LeaderInfo](ctx, c, "/api/v1/cluster/leader", nil)
+}
+
+// ClusterStats is every member's Stats, leader first.
+func (c *Client) ClusterStats(ctx context.Context) (*ClusterStats, error) {
+	return getJSON[ClusterStats](ctx, c, "/api/v1/cluster/stats", nil)
+}
+
+// Stats is one node's statistics and task counts.
+func (c *Client) Stats(ctx context.Context, o StatsOptions) (*Stats, error) {
+	q := url.Values{}
+	setStr(q, "node_id", o.NodeID)
+	if o.Local {
+		q.Set("local", "1")
+	}
+	return getJSON[Stats](ctx, c, "/api/v1/stats", q)
+}
+
+// URLStats is callback latency per URL over a window.
+func (c *Client) URLStats(ctx context.Context, o URLStatsOptions) (*URLStatsList, error) {
+	q := url.Values{}
+	setInt(q, "since", o.Since)
+	setInt(q, "until", o.Until)
+	setStr(q, "url", o.URL)
+	setInt(q, "bucket_ms", o.BucketMs)
+	setInt(q, "limit", int64(o.Limit))
+	return getJSON[URLStatsList](ctx, c, "/api/v1/stats/urls", q)
+}
+
+// WheelDistribution is how the leader's time wheel is filled.
+func (c *Client) WheelDistribution(ctx context.Context) (*WheelDistribution, error) {
+	return getJSON[WheelDistribution](ctx, c, "/api/v1/timewheel/distribution", nil)
+}
+
+// WheelDistributionPNG is the same as a PNG heatmap (level < 0: every level; width 0: default).
+func (c *Client) WheelDistributionPNG(ctx context.Context, level, width int) ([]byte, error) {
+	q := url.Values{}
+	if level >= 0 {
+		q.Set("level", strconv.Itoa(level))
+	}
+	setInt(q, "width", int64(width))
+	var raw []byte
+	if err := c.do(ctx, "GET", "/api/v1/timewheel/distribution.png", q, nil, true, &raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+// SchedulePreview is the next fire times of a schedule, validated like a create.
+func (c *Client) SchedulePreview(ctx context.Context, p PreviewRequest) (*SchedulePreview, error) {
+	q := url.Values{}
+	setStr(q, "type", p.Type)
+	setStr(q, "cron_expr", p.CronExpr)
+	setStr(q, "timezone", p.Timezone)
+	setInt(q, "interval_ms", p.IntervalMs)
+	setInt(q, "run_at", p.RunAt)
+	setInt(q, "count", int64(p.Count))
+	setInt(q, "after", p.After)
+	return getJSON[SchedulePreview](ctx, c, "/api/v1/schedule/preview", q)
+}
+
+// Metrics is the answering node's Prometheus text.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	var raw []byte
+	if err := c.do(ctx, "GET", "/metrics", nil, nil, true, &raw); err != nil {
+		return "", err
+	}
+	return string(raw), nil
+}
+
+// Healthz is liveness of the answering node.
+func (c *Client) Healthz(ctx context.Context) (*Health, error) {
+	return getJSON[Health](ctx, c, "/healthz", nil)
+}
+
+// Readyz is readiness (a leader is known) of the answering node; 503 is retried like any call.
+func (c *Client) Readyz(ctx context.Context) (*Ready, error) {
+	return getJSON[Ready](ctx, c, "/readyz", nil)
+}
+
+// -------------------------------------------------------------------------------------- transport
+
+func getJSON[T any](ctx context.Context, c *Client, path string, q url.Values) (*T, error) {
+	var v T
+	if err := c.do(ctx, "GET", path, q, nil, true, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+func setStr(q url.Values, k, v string) {
+	if v != "" {
+		q.Set(k, v)
+	}
+}
+
+func setInt(q url.Values, k string, v int64) {
+	if v != 0 {
+		q.Set(k, strconv.FormatInt(v, 10))
+	}
+}
+
+func baseURL(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("molens: %q is not an http(s) URL", raw)
+	}
+	return u.Scheme + "://" + u.Host, nil
+}
+
+func (c *Client) currentTarget() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.target
+}
+
+func (c *Client) setTarget(t string) {
+	c.mu.Lock()
+	c.target = t
+	c.mu.Unlock()
+}
+
+func (c *Client) nextNode(failed string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := -1
+	for k, a := range c.addrs {
+		if a == failed {
+			i = k
+		}
+	}
+	c.target = c.addrs[(i+1)%len(c.addrs)]
+	return c.target
+}
+
+// backoff waits a full-jitter delay for attempt n (at least floor), within the deadline and ctx.
+func (c *Client) backoff(ctx context.Context, n int, floor time.Duration, deadline time.Time) error {
+	ceil := c.backoffBase << uint(n-1)
+	if ceil > c.backoffMax || ceil <= 0 {
+		ceil = c.backoffMax
+	}
+	var d time.Duration
+	if ceil > 0 {
+		r, err := rand.Int(rand.Reader, big.NewInt(int64(ceil)+1))
+		if err == nil {
+			d = time.Duration(r.Int64())
+		}
+	}
+	if d < floor {
+		d = floor
+	}
+	if left := time.Until(deadline); d > left {
+		d = left
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// notSent: the request certainly never reached a node (it could not connect).
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// do sends with redirects, retries and backoff and decodes a 2xx answer into out (a *[]byte takes
+// the raw body). safe: retrying after an unknown outcome cannot do harm (reads, keyed creates).
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body interface{}, safe bool, out interface{}) error {
+	var data []byte
+	if body != nil {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("molens: encoding the request: %w", err)
+		}
+	}
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	op := method + " " + path
+	deadline := time.Now().Add(c.retryDeadline)
+	target := c.currentTarget()
+	attempt, redirects := 0, 0
+	unknown := false // an earlier attempt may have been applied
+	var lastErr error
+	for {
+		attempt++
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var rd io.Reader
+		if data != nil {
+			rd = bytes.NewReader(data)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, target+path, rd)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Accept", "application/json")
+		if data != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		resp, err := c.hc.Do(req)
+		var raw []byte
+		if err == nil {
+			raw, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			unknown = unknown || (!notSent(err) && method != "GET")
+			lastErr = err
+			if attempt >= c.maxAttempts || !time.Now().Before(deadline) {
+				if unknown && !safe {
+					return &OutcomeUnknownError{Op: op, Err: err}
+				}
+				return &ConnectionError{Op: op, Attempts: attempt, Err: err}
+			}
+			target = c.nextNode(target)
+			redirects = 0 // loop detection counts consecutive redirects only (a dead leader is not a loop)
+			if err := c.backoff(ctx, attempt, 0, deadline); err != nil {
+				return err
+			}
+			continue
+		}
+		status := resp.StatusCode
+		if status == 307 || status == 308 {
+			next := ""
+			if l := resp.Header.Get("X-Molens-Leader"); l != "" {
+				next, _ = baseURL(l)
+			}
+			if next == "" {
+				next, _ = baseURL(resp.Header.Get("Location"))
+			}
+			if redirects >= 5 || next == "" {
+				return &APIError{Status: status, Code: "redirect", Message: fmt.Sprintf("%s: bad or looping redirect to %q", op, resp.Header.Get("Location"))}
+			}
+			redirects++
+			attempt-- // following the leader is not a failure
+			target = next
+			c.setTarget(target)
+			continue
+		}
+		if status == 503 {
+			e := parseError(status, raw)
+			unknown = unknown || e.Code == "outcome_unknown"
+			if attempt >= c.maxAttempts || !time.Now().Before(deadline) {
+				if unknown && !safe {
+					return &OutcomeUnknownError{Op: op, Err: e}
+				}
+				return e
+			}
+			if e.Code == "no_leader" && len(c.addrs) > 1 {
+				target = c.nextNode(target)
+			}
+			var floor time.Duration
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && attempt > 2 {
+				floor = time.Duration(s) * time.Second
+			}
+			if err := c.backoff(ctx, attempt, floor, deadline); err != nil {
+				return err
+			}
+			continue
+		}
+		if status >= 400 {
+			e := parseError(status, raw)
+			if unknown && (status == 404 || status == 409) && method != "GET" {
+				return &OutcomeUnknownError{Op: op, Err: fmt.Errorf("answered %d after a lost response (%v); the first attempt may have been applied", status, lastErr)}
+			}
+			return e
+		}
+		c.setTarget(target)
+		if p, ok := out.(*[]byte); ok {
+			*p = raw
+			return nil
+		}
+		if out != nil && len(raw) > 0 {
+			if err := json.Unmarshal(raw, out); err != nil {
+				return fmt.Errorf("molens: %s: decoding the answer: %w", op, err)
+			}
+		}
+		return nil
+	}
+}
+
+func parseError(status int, raw []byte) *APIError {
+	var env errorEnvelope
+	if err := json.Unmarshal(raw, &env); err != nil || env.Error == nil {
+		msg := string(raw)
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
+		return &APIError{Status: status, Code: "http_error", Message: fmt.Sprintf("HTTP %d: %s", status, msg)}
+	}
+	e := env.Error.apiError(status)
+	if len(env.Errors) > 0 {
+		e.ItemErrors = map[int]*APIError{}
+		for _, it := range env.Errors {
+			e.ItemErrors[it.Index] = it.Error.apiError(status)
+		}
+	}
+	return e
+}

@@ -1,0 +1,28 @@
+// Package molens is the Go SDK of the Molens REST API (docs/api.md): delayed, periodic and cron
+// HTTP callbacks on a Raft-replicated scheduler. Standard library only.
+//
+//	c, err := molens.NewClient([]string{"http://127.0.0.1:18081", "http://127.0.0.1:18082"})
+//	t, err := c.CreateTask(ctx, molens.NewTaskRequest("delayed", "http://127.0.0.1:18081/api/v1/test/callback").
+//		SetIntervalMs(5000).SetPayload(map[string]any{"order_id": 42}))
+//	t, err = c.PauseTask(ctx, t.ID)
+//
+// Behaviour, as in the Python SDK (molens/client.py):
+//
+//   - Leader discovery. Requests go to the node believed to lead (first the first address). A
+//     follower answers writes with 307; the client re-sends the same request (body included) to the
+//     leader named by X-Molens-Leader (or Location) and remembers it. On a connection error it moves
+//     to the next address.
+//   - Retries with exponential backoff and full jitter (a random delay in [0, min(max, base*2^n)]),
+//     bounded by WithMaxAttempts and WithRetryDeadline: on connection errors and on 503 (no leader,
+//     outcome unknown, unavailable), waiting at least Retry-After once a few attempts have failed.
+//     Other errors are returned at once as *APIError, carrying the API's code and field.
+//   - Idempotency. CreateTask and CreateTasks give every task without an IdempotencyKey a fresh,
+//     time-ordered one (NewIdempotencyKey), so a retry after a lost response returns the task the
+//     first attempt created instead of creating a duplicate. Pause, resume, trigger and delete are
+//     retried too; when a retry after an unknown outcome meets 404/409, *OutcomeUnknownError is
+//     returned rather than a misleading not-found or conflict.
+//   - Reads go to the same node as writes, so a client reads its own writes.
+//
+// A Client is safe for concurrent use. Batcher collects single creates into batch requests.
+// VerifySignature checks the X-Molens-Signature header of a callback a receiver got.
+package molens

@@ -1,0 +1,94 @@
+package molens
+
+import (
+	"errors"
+	"fmt"
+)
+
+// APIError is an error answer of the API: {"error": {"code", "message", "field"}}.
+//
+//	400 invalid_argument (Field names the culprit), 401 unauthorized, 404 not_found,
+//	409 illegal_transition, 413 payload_too_large/body_too_large, 415 unsupported_media_type,
+//	503 no_leader/outcome_unknown/unavailable (after every retry).
+//
+// A rejected batch (400, nothing created) has ItemErrors: the error of each bad item by index.
+type APIError struct {
+	Status     int
+	Code       string
+	Message    string
+	Field      string
+	ItemErrors map[int]*APIError
+}
+
+func (e *APIError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("molens: %d %s: %s (field %s)", e.Status, e.Code, e.Message, e.Field)
+	}
+	return fmt.Sprintf("molens: %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// OutcomeUnknownError: a write may or may not have been applied (its response was lost and a retry
+// could not tell). Creates never return it: their idempotency key makes the retry safe.
+type OutcomeUnknownError struct {
+	Op  string
+	Err error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("molens: %s: outcome unknown, it may have been applied: %v", e.Op, e.Err)
+}
+
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// ConnectionError: no node answered within the retry budget.
+type ConnectionError struct {
+	Op       string
+	Attempts int
+	Err      error
+}
+
+func (e *ConnectionError) Error() string {
+	return fmt.Sprintf("molens: %s: no node answered after %d attempts: %v", e.Op, e.Attempts, e.Err)
+}
+
+func (e *ConnectionError) Unwrap() error { return e.Err }
+
+// ErrBatcherClosed is returned by Batcher.Submit after Close.
+var ErrBatcherClosed = errors.New("molens: the batcher is closed")
+
+func hasStatus(err error, status int) bool {
+	var e *APIError
+	return errors.As(err, &e) && e.Status == status
+}
+
+// IsNotFound reports a 404 (unknown task).
+func IsNotFound(err error) bool { return hasStatus(err, 404) }
+
+// IsConflict reports a 409 (illegal transition for the task's status).
+func IsConflict(err error) bool { return hasStatus(err, 409) }
+
+// IsBadRequest reports a 400, 413 or 415.
+func IsBadRequest(err error) bool {
+	return hasStatus(err, 400) || hasStatus(err, 413) || hasStatus(err, 415)
+}
+
+// IsUnauthorized reports a 401 (missing or wrong token).
+func IsUnauthorized(err error) bool { return hasStatus(err, 401) }
+
+// IsUnavailable reports a 503 that outlasted every retry.
+func IsUnavailable(err error) bool { return hasStatus(err, 503) }
+
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field"`
+}
+
+type errorEnvelope struct {
+	Error  *errorBody       `json:"error"`
+	Errors []batchItemError `json:"errors"`
+}
+
+func (b errorBody) apiError(status int) *APIError {
+	return &APIError{Status: status, Code: b.Code, Message: b.Message, Field: b.Field}
+}

@@ -1,0 +1,3 @@
+module molens.dev/sdk/go
+
+go 1.19

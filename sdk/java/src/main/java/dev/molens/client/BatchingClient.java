@@ -1,0 +1,222 @@
+package dev.molens.client;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Collects {@link #submit} calls into batch creates, sent when {@code maxBatch} tasks are queued, when
+ * the oldest has waited {@code flushIntervalMs}, on {@link #flush()} and on {@link #close()}. Every task
+ * gets its idempotency key when submitted, so a batch retried after a lost response (a leader killed
+ * mid-request) creates each task exactly once. An invalid task fails only its own future; the valid
+ * rest of its batch is re-sent at once. Thread-safe.
+ *
+ * <pre>{@code
+ * try (BatchingClient b = new BatchingClient(client, 500, 50, 100_000, 1)) {
+ *     CompletableFuture<Task> f = b.submit(new TaskRequest().setType("delayed").setIntervalMs(60000L)
+ *             .setCallbackUrl(url));
+ * } // close() flushes
+ * }</pre>
+ */
+public final class BatchingClient implements AutoCloseable {
+    private static final class Item {
+        final TaskRequest req;
+        final CompletableFuture<Task> future = new CompletableFuture<Task>();
+
+        Item(TaskRequest req) { this.req = req; }
+    }
+
+    private final MolensClient client;
+    private final int maxBatch;
+    private final long flushIntervalNanos;
+    private final Semaphore slots;
+    private final List<Thread> senders = new ArrayList<Thread>();
+    private final ArrayDeque<Item> queue = new ArrayDeque<Item>();
+    private long oldest;
+    private int inflight;
+    private boolean closing;
+    private boolean flushNow;
+
+    /** Batches of 500, a 50 ms interval, 100,000 pending at most, one sender. */
+    public BatchingClient(MolensClient client) { this(client, 500, 50, 100000, 1); }
+
+    /**
+     * @param maxBatch tasks per request, 1..1000
+     * @param flushIntervalMs how long the oldest queued task waits at most
+     * @param maxPending submitted but unanswered tasks; {@link #submit} blocks beyond it
+     * @param senderThreads batch requests in flight at once
+     */
+    public BatchingClient(MolensClient client, int maxBatch, long flushIntervalMs, int maxPending, int senderThreads) {
+        if (maxBatch < 1 || maxBatch > 1000) {
+            throw new IllegalArgumentException("maxBatch must be in 1..1000");
+        }
+        this.client = client;
+        this.maxBatch = maxBatch;
+        this.flushIntervalNanos = TimeUnit.MILLISECONDS.toNanos(flushIntervalMs);
+        this.slots = new Semaphore(maxPending);
+        for (int i = 0; i < Math.max(1, senderThreads); i++) {
+            Thread t = new Thread(new Runnable() {
+                @Override
+                public void run() { loop(); }
+            }, "molens-batcher-" + i);
+            t.setDaemon(true);
+            senders.add(t);
+            t.start();
+        }
+    }
+
+    /** Queues one task (a copy of r) for creation; the future completes with the created task. */
+    public CompletableFuture<Task> submit(TaskRequest r) {
+        Item it = new Item(MolensClient.keyed(r));
+        slots.acquireUninterruptibly();
+        synchronized (this) {
+            if (closing) {
+                slots.release();
+                throw new MolensException("the batching client is closed");
+            }
+            boolean first = queue.isEmpty();
+            if (first) {
+                oldest = System.nanoTime();
+            }
+            queue.add(it);
+            if (first || queue.size() >= maxBatch) {
+                notifyAll(); // start the interval clock, or send a full batch now
+            }
+        }
+        return it.future;
+    }
+
+    /** Sends everything submitted so far and waits until it has been answered. */
+    public synchronized void flush() throws InterruptedException {
+        flushNow = true;
+        notifyAll();
+        while (!queue.isEmpty() || inflight > 0) {
+            wait();
+        }
+    }
+
+    /** Flushes, then stops the sender threads. */
+    @Override
+    public void close() {
+        synchronized (this) {
+            closing = true;
+            notifyAll();
+        }
+        boolean interrupted = false;
+        for (Thread t : senders) {
+            while (t.isAlive()) {
+                try {
+                    t.join();
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private void loop() {
+        while (true) {
+            List<Item> batch = new ArrayList<Item>();
+            synchronized (this) {
+                try {
+                    while (true) {
+                        int n = queue.size();
+                        if (n >= maxBatch || (n > 0 && (closing || flushNow))) {
+                            break;
+                        }
+                        if (n == 0) {
+                            flushNow = false;
+                            if (closing) {
+                                return;
+                            }
+                            wait();
+                            continue;
+                        }
+                        long left = oldest + flushIntervalNanos - System.nanoTime();
+                        if (left <= 0) {
+                            break;
+                        }
+                        TimeUnit.NANOSECONDS.timedWait(this, left);
+                    }
+                } catch (InterruptedException e) {
+                    return;
+                }
+                while (batch.size() < maxBatch && !queue.isEmpty()) {
+                    batch.add(queue.poll());
+                }
+                if (!queue.isEmpty()) {
+                    oldest = System.nanoTime();
+                }
+                inflight += batch.size();
+                notifyAll();
+            }
+            try {
+                send(batch);
+            } finally {
+                synchronized (this) {
+                    inflight -= batch.size();
+                    notifyAll();
+                }
+            }
+        }
+    }
+
+    private void send(List<Item> batch) {
+        while (!batch.isEmpty()) {
+            List<TaskRequest> reqs = new ArrayList<TaskRequest>(batch.size());
+            for (Item it : batch) {
+                reqs.add(it.req);
+            }
+            MolensClient.BatchResult res;
+            try {
+                res = client.createBatch(reqs);
+            } catch (ApiException e) {
+                if (!e.getItemErrors().isEmpty()) {
+                    List<Item> keep = new ArrayList<Item>();
+                    for (int i = 0; i < batch.size(); i++) {
+                        ApiException ie = e.getItemErrors().get(i);
+                        if (ie != null) {
+                            complete(batch.get(i), null, ie);
+                        } else {
+                            keep.add(batch.get(i));
+                        }
+                    }
+                    if (keep.size() < batch.size()) {
+                        batch = keep;
+                        continue;
+                    }
+                }
+                failAll(batch, e);
+                return;
+            } catch (RuntimeException e) {
+                failAll(batch, e);
+                return;
+            }
+            for (int i = 0; i < batch.size(); i++) {
+                complete(batch.get(i), res.tasks.get(i), res.errors.get(i));
+            }
+            return;
+        }
+    }
+
+    private void failAll(List<Item> batch, RuntimeException e) {
+        for (Item it : batch) {
+            complete(it, null, e);
+        }
+    }
+
+    private void complete(Item it, Task t, RuntimeException e) {
+        if (e != null) {
+            it.future.completeExceptionally(e);
+        } else {
+            it.future.complete(t);
+        }
+        slots.release();
+    }
+}

@@ -1,0 +1,629 @@
+package dev.molens.client;
+
+import com.fasterxml.jackson.annotation.JsonAutoDetect;
+import com.fasterxml.jackson.annotation.JsonInclude;
+import com.fasterxml.jackson.annotation.PropertyAccessor;
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.JavaType;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.PropertyNamingStrategies;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.ConnectException;
+import java.net.HttpURLConnection;
+import java.net.URL;
+import java.net.URLEncoder;
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ThreadLocalRandom;
+
+/**
+ * A client of one Molens cluster over {@link HttpURLConnection} (JDK 8 and later). Thread-safe.
+ *
+ * <pre>{@code
+ * MolensClient c = MolensClient.builder("http://127.0.0.1:18081", "http://127.0.0.1:18082").build();
+ * Task t = c.create(new TaskRequest().setType("delayed").setIntervalMs(5000L)
+ *         .setCallbackUrl("http://127.0.0.1:18081/api/v1/test/callback"));
+ * c.pause(t.id);
+ * }</pre>
+ *
+ * <p>Behaviour, as in the Python SDK (molens/client.py):
+ * <ul>
+ * <li><b>Leader discovery.</b> Requests go to the node believed to lead (first the first address). A
+ * follower answers writes with 307; the client re-sends the same request (body included) to the leader
+ * named by {@code X-Molens-Leader} (or {@code Location}) and remembers it. On a connection error it
+ * moves to the next address.</li>
+ * <li><b>Retries</b> with exponential backoff and full jitter (a random delay in
+ * [0, min(max, base * 2^n)]), bounded by attempts and a deadline: on connection errors and on 503,
+ * waiting at least {@code Retry-After} once a few attempts have failed. Other errors are thrown at once
+ * as {@link ApiException} with the API's code and field.</li>
+ * <li><b>Idempotency.</b> {@link #create} and {@link #createAll} give every task without an
+ * idempotency key a fresh, time-ordered one ({@link #newIdempotencyKey()}), so a retry after a lost
+ * response returns the task the first attempt created. When a retried pause/resume/trigger/delete meets
+ * 404/409 after an unknown outcome, {@link OutcomeUnknownException} is thrown instead.</li>
+ * <li>Reads go to the same node as writes, so a client reads its own writes.</li>
+ * </ul>
+ */
+public final class MolensClient implements AutoCloseable {
+    static final ObjectMapper JSON = new ObjectMapper()
+            .setPropertyNamingStrategy(PropertyNamingStrategies.SNAKE_CASE)
+            .setVisibility(PropertyAccessor.ALL, JsonAutoDetect.Visibility.NONE)
+            .setVisibility(PropertyAccessor.FIELD, JsonAutoDetect.Visibility.ANY)
+            .setSerializationInclusion(JsonInclude.Include.NON_NULL)
+            .configure(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES, false);
+    private static final SecureRandom RANDOM = new SecureRandom();
+    private static final char[] HEX = "0123456789abcdef".toCharArray();
+
+    private final List<String> addrs;
+    private final String token;
+    private final int connectTimeoutMs;
+    private final int readTimeoutMs;
+    private final int maxAttempts;
+    private final long retryDeadlineMs;
+    private final long backoffBaseMs;
+    private final long backoffMaxMs;
+    private volatile String target;
+
+    /** Options of a client; {@link #build()} makes it. */
+    public static final class Builder {
+        private final List<String> addrs;
+        private String token;
+        private int connectTimeoutMs = 5000;
+        private int readTimeoutMs = 10000;
+        private int maxAttempts = 8;
+        private long retryDeadlineMs = 30000;
+        private long backoffBaseMs = 50;
+        private long backoffMaxMs = 2000;
+
+        Builder(List<String> addrs) { this.addrs = addrs; }
+
+        /** Sends {@code Authorization: Bearer <token>} (the nodes' http.auth_token). */
+        public Builder token(String v) { token = v; return this; }
+        public Builder connectTimeoutMs(int v) { connectTimeoutMs = v; return this; }
+        /** Per-request read timeout (default 10 s). */
+        public Builder readTimeoutMs(int v) { readTimeoutMs = v; return this; }
+        /** Attempts of one call (default 8; redirects to the leader do not count). */
+        public Builder maxAttempts(int v) { maxAttempts = v; return this; }
+        /** Time one call spends retrying (default 30 s). */
+        public Builder retryDeadlineMs(long v) { retryDeadlineMs = v; return this; }
+        /** Attempt n waits a random time in [0, min(max, base * 2^(n-1))] (defaults 50 ms, 2 s). */
+        public Builder backoffMs(long base, long max) { backoffBaseMs = base; backoffMaxMs = max; return this; }
+
+        public MolensClient build() { return new MolensClient(this); }
+    }
+
+    /** A builder for the nodes at these HTTP base URLs (any subset of the cluster). */
+    public static Builder builder(String... addrs) { return new Builder(Arrays.asList(addrs)); }
+
+    public static Builder builder(List<String> addrs) { return new Builder(new ArrayList<String>(addrs)); }
+
+    private MolensClient(Builder b) {
+        if (b.addrs.isEmpty()) {
+            throw new IllegalArgumentException("give at least one node address");
+        }
+        List<String> bases = new ArrayList<String>();
+        for (String a : b.addrs) {
+            bases.add(base(a));
+        }
+        addrs = Collections.unmodifiableList(bases);
+        target = addrs.get(0);
+        token = b.token;
+        connectTimeoutMs = b.connectTimeoutMs;
+        readTimeoutMs = b.readTimeoutMs;
+        maxAttempts = b.maxAttempts;
+        retryDeadlineMs = b.retryDeadlineMs;
+        backoffBaseMs = b.backoffBaseMs;
+        backoffMaxMs = b.backoffMaxMs;
+    }
+
+    /** The node requests go to now (the leader, once discovered). */
+    public String currentNode() { return target; }
+
+    /**
+     * 32 hex digits: the wall-clock ms (48 bits) then 80 random bits, like the Python SDK's. Keys that
+     * sort by time keep the server's idempotency index writes local.
+     */
+    public static String newIdempotencyKey() {
+        byte[] r = new byte[10];
+        RANDOM.nextBytes(r);
+        StringBuilder sb = new StringBuilder(32);
+        String ms = Long.toHexString(System.currentTimeMillis() & 0xffffffffffffL);
+        for (int i = ms.length(); i < 12; i++) {
+            sb.append('0');
+        }
+        sb.append(ms);
+        for (byte x : r) {
+            sb.append(HEX[(x >> 4) & 0xf]).append(HEX[x & 0xf]);
+        }
+        return sb.toString();
+    }
+
+    static TaskRequest keyed(TaskRequest r) {
+        TaskRequest c = r.copy();
+        if (c.getIdempotencyKey() == null) {
+            c.setIdempotencyKey(newIdempotencyKey());
+        }
+        return c;
+    }
+
+    // ------------------------------------------------------------------------------------- tasks
+
+    /** Creates one task (an idempotency key is added to a copy when unset); the existing task when the key is known. */
+    public Task create(TaskRequest r) {
+        return call("POST", "/api/v1/tasks", keyed(r), true, type(Task.class));
+    }
+
+    /**
+     * Creates tasks in batches of at most 1,000 (each atomic) and returns them in order. A batch holding
+     * an invalid task is rejected whole: {@link ApiException#getItemErrors()} by index within that batch;
+     * earlier batches stay created.
+     */
+    public List<Task> createAll(List<TaskRequest> rs) {
+        List<TaskRequest> bodies = new ArrayList<TaskRequest>(rs.size());
+        for (TaskRequest r : rs) {
+            bodies.add(keyed(r));
+        }
+        List<Task> out = new ArrayList<Task>(rs.size());
+        for (int i = 0; i < bodies.size(); i += 1000) {
+            BatchResult res = createBatch(bodies.subList(i, Math.min(bodies.size(), i + 1000)));
+            for (int k = 0; k < res.tasks.size(); k++) {
+                if (res.errors.get(k) != null) {
+                    throw res.errors.get(k);
+                }
+                out.add(res.tasks.get(k));
+            }
+        }
+        return out;
+    }
+
+    static final class BatchResult {
+        final List<Task> tasks;
+        final List<ApiException> errors;
+
+        BatchResult(List<Task> tasks, List<ApiException> errors) {
+            this.tasks = tasks;
+            this.errors = errors;
+        }
+    }
+
+    /** One batch request: per item the task, or the error the state machine gave it. */
+    BatchResult createBatch(List<TaskRequest> bodies) {
+        Map<String, Object> body = new HashMap<String, Object>();
+        body.put("tasks", bodies);
+        JsonNode out = call("POST", "/api/v1/tasks/batch", body, true, type(JsonNode.class));
+        List<Task> tasks = new ArrayList<Task>();
+        List<ApiException> errors = new ArrayList<ApiException>();
+        JsonNode items = out.path("items");
+        if (items.size() != bodies.size()) {
+            throw new MolensException("a batch of " + bodies.size() + " answered " + items.size() + " items");
+        }
+        for (JsonNode it : items) {
+            tasks.add(it.isNull() ? null : JSON.convertValue(it, Task.class));
+            errors.add(it.isNull() ? new ApiException(500, "internal", "the server returned no task for this item", null, null) : null);
+        }
+        for (JsonNode e : out.path("errors")) {
+            int i = e.path("index").asInt(-1);
+            if (i >= 0 && i < errors.size()) {
+                errors.set(i, errorOf(400, e.path("error"), null));
+            }
+        }
+        return new BatchResult(tasks, errors);
+    }
+
+    /** The task; {@link ApiException} 404 when there is none. */
+    public Task get(String id) { return call("GET", "/api/v1/tasks/" + enc(id), null, true, type(Task.class)); }
+
+    /** Deletes the task and its history; returns it as it was. */
+    public Task delete(String id) { return call("DELETE", "/api/v1/tasks/" + enc(id), null, false, type(Task.class)); }
+
+    /** Takes a pending, firing or awaiting_ack task off the schedule (409 otherwise). */
+    public Task pause(String id) { return action(id, "pause"); }
+
+    /** Puts a paused (or inactive periodic) task back on the schedule. */
+    public Task resume(String id) { return action(id, "resume"); }
+
+    /** Runs the task's upcoming occurrence now. */
+    public Task trigger(String id) { return action(id, "trigger"); }
+
+    private Task action(String id, String what) {
+        return call("POST", "/api/v1/tasks/" + enc(id) + "/" + what, null, false, type(Task.class));
+    }
+
+    /**
+     * One page of tasks in creation order. A page can hold fewer than the limit while nextCursor is set:
+     * follow it until null, or use {@link #listAllTasks}.
+     */
+    public Page<Task> listTasks(ListOptions o) {
+        Map<String, Object> q = new LinkedHashMap<String, Object>();
+        if (o.status != null && !o.status.isEmpty()) {
+            q.put("status", join(o.status));
+        }
+        q.put("type", o.type);
+        q.put("scene", o.scene);
+        q.put("url", o.url);
+        q.put("limit", o.limit);
+        q.put("cursor", o.cursor);
+        return call("GET", "/api/v1/tasks" + query(q), null, true, pageOf(Task.class));
+    }
+
+    /** Every matching task in creation order, following cursors. */
+    public List<Task> listAllTasks(ListOptions o) {
+        List<Task> out = new ArrayList<Task>();
+        ListOptions cur = copy(o);
+        while (true) {
+            Page<Task> p = listTasks(cur);
+            out.addAll(p.items);
+            if (p.nextCursor == null || p.nextCursor.isEmpty()) {
+                return out;
+            }
+            cur.cursor = p.nextCursor;
+        }
+    }
+
+    private static ListOptions copy(ListOptions o) {
+        ListOptions c = new ListOptions();
+        c.status = o.status; c.type = o.type; c.scene = o.scene; c.url = o.url; c.limit = o.limit; c.cursor = o.cursor;
+        return c;
+    }
+
+    // -------------------------------------------------------------------------------- executions
+
+    /** One page of a task's executions, newest first. */
+    public Page<Execution> taskExecutions(String taskId, ExecutionOptions o) {
+        return executionsAt("/api/v1/tasks/" + enc(taskId) + "/executions", o, false);
+    }
+
+    /** One page of every execution on the answering node's replica (one task's with taskId), newest first. */
+    public Page<Execution> executions(ExecutionOptions o) {
+        return executionsAt("/api/v1/executions", o, true);
+    }
+
+    private Page<Execution> executionsAt(String path, ExecutionOptions o, boolean withTask) {
+        Map<String, Object> q = new LinkedHashMap<String, Object>();
+        if (withTask) {
+            q.put("task_id", o.taskId);
+        }
+        q.put("result", o.result);
+        q.put("since", o.since);
+        q.put("until", o.until);
+        q.put("limit", o.limit);
+        q.put("cursor", o.cursor);
+        return call("GET", path + query(q), null, true, pageOf(Execution.class));
+    }
+
+    // ------------------------------------------------------------------------- cluster and stats
+
+    public Cluster.Status clusterStatus() { return get("/api/v1/cluster/status", Cluster.Status.class); }
+
+    public Cluster.LeaderInfo clusterLeader() { return get("/api/v1/cluster/leader", Cluster.LeaderInfo.class); }
+
+    public Cluster.ClusterStats clusterStats() { return get("/api/v1/cluster/stats", Cluster.ClusterStats.class); }
+
+    /** This node's statistics. */
+    public Cluster.Stats stats() { return get("/api/v1/stats", Cluster.Stats.class); }
+
+    /** Another member's statistics (asked over its HTTP API), or this node's only ({@code local}). */
+    public Cluster.Stats stats(String nodeId, boolean local) {
+        Map<String, Object> q = new LinkedHashMap<String, Object>();
+        q.put("node_id", nodeId);
+        q.put("local", local ? "1" : null);
+        return get("/api/v1/stats" + query(q), Cluster.Stats.class);
+    }
+
+    /** Callback latency per URL; null arguments take the server's defaults. */
+    public Cluster.UrlStatsList urlStats(Long since, Long until, String url, Long bucketMs, Integer limit) {
+        Map<String, Object> q = new LinkedHashMap<String, Object>();
+        q.put("since", since);
+        q.put("until", until);
+        q.put("url", url);
+        q.put("bucket_ms", bucketMs);
+        q.put("limit", limit);
+        return get("/api/v1/stats/urls" + query(q), Cluster.UrlStatsList.class);
+    }
+
+    public Cluster.WheelDistribution wheelDistribution() {
+        return get("/api/v1/timewheel/distribution", Cluster.WheelDistribution.class);
+    }
+
+    /** The time wheel as a PNG heatmap (null level: every level; null width: 800). */
+    public byte[] wheelDistributionPng(Integer level, Integer width) {
+        Map<String, Object> q = new LinkedHashMap<String, Object>();
+        q.put("level", level);
+        q.put("width", width);
+        return send("GET", "/api/v1/timewheel/distribution.png" + query(q), null, true);
+    }
+
+    /** The next fire times of a schedule, validated like a create. */
+    public Cluster.SchedulePreview schedulePreview(PreviewRequest p) {
+        Map<String, Object> q = new LinkedHashMap<String, Object>();
+        q.put("type", p.type);
+        q.put("cron_expr", p.cronExpr);
+        q.put("timezone", p.timezone);
+        q.put("interval_ms", p.intervalMs);
+        q.put("run_at", p.runAt);
+        q.put("count", p.count);
+        q.put("after", p.after);
+        return get("/api/v1/schedule/preview" + query(q), Cluster.SchedulePreview.class);
+    }
+
+    /** The answering node's Prometheus text. */
+    public String metrics() {
+        try {
+            return new String(send("GET", "/metrics", null, true), "UTF-8");
+        } catch (java.io.UnsupportedEncodingException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    public Cluster.Health healthz() { return get("/healthz", Cluster.Health.class); }
+
+    public Cluster.Ready readyz() { return get("/readyz", Cluster.Ready.class); }
+
+    /** Nothing to release: HttpURLConnection pools keep-alive connections JVM-wide. */
+    @Override
+    public void close() {}
+
+    // --------------------------------------------------------------------------------- transport
+
+    private <T> T get(String path, Class<T> cls) { return call("GET", path, null, true, type(cls)); }
+
+    private static JavaType type(Class<?> cls) { return JSON.getTypeFactory().constructType(cls); }
+
+    private static JavaType pageOf(Class<?> cls) {
+        return JSON.getTypeFactory().constructParametricType(Page.class, cls);
+    }
+
+    private <T> T call(String method, String path, Object body, boolean safe, JavaType type) {
+        byte[] raw = send(method, path, body, safe);
+        try {
+            return JSON.readValue(raw, type);
+        } catch (IOException e) {
+            throw new MolensException(method + " " + path + ": decoding the answer: " + e.getMessage(), e);
+        }
+    }
+
+    private static String base(String raw) {
+        try {
+            URL u = new URL(raw.trim());
+            if (!u.getProtocol().equals("http") && !u.getProtocol().equals("https") || u.getHost().isEmpty()) {
+                throw new IllegalArgumentException(raw + " is not an http(s) URL");
+            }
+            return u.getProtocol() + "://" + u.getAuthority();
+        } catch (java.net.MalformedURLException e) {
+            throw new IllegalArgumentException(raw + " is not an http(s) URL", e);
+        }
+    }
+
+    private static String enc(String s) {
+        try {
+            return URLEncoder.encode(s, "UTF-8").replace("+", "%20");
+        } catch (java.io.UnsupportedEncodingException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private static String join(List<String> xs) {
+        StringBuilder sb = new StringBuilder();
+        for (String x : xs) {
+            if (sb.length() > 0) {
+                sb.append(',');
+            }
+            sb.append(x);
+        }
+        return sb.toString();
+    }
+
+    private static String query(Map<String, Object> q) {
+        StringBuilder sb = new StringBuilder();
+        for (Map.Entry<String, Object> e : q.entrySet()) {
+            if (e.getValue() == null) {
+                continue;
+            }
+            sb.append(sb.length() == 0 ? '?' : '&').append(enc(e.getKey())).append('=').append(enc(String.valueOf(e.getValue())));
+        }
+        return sb.toString();
+    }
+
+    private synchronized String nextNode(String failed) {
+        int i = addrs.indexOf(failed);
+        target = addrs.get((i + 1) % addrs.size());
+        return target;
+    }
+
+    private void backoff(int n, long floorMs, long deadline) {
+        long ceil = backoffBaseMs << Math.min(n - 1, 30);
+        if (ceil > backoffMaxMs || ceil <= 0) {
+            ceil = backoffMaxMs;
+        }
+        long d = ceil > 0 ? ThreadLocalRandom.current().nextLong(ceil + 1) : 0;
+        d = Math.max(d, floorMs);
+        d = Math.min(d, deadline - System.currentTimeMillis());
+        if (d <= 0) {
+            return;
+        }
+        try {
+            Thread.sleep(d);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new MolensException("interrupted while backing off", e);
+        }
+    }
+
+    private static final class Answer {
+        int status;
+        byte[] body;
+        Map<String, List<String>> headers;
+
+        String header(String name) {
+            for (Map.Entry<String, List<String>> e : headers.entrySet()) {
+                if (e.getKey() != null && e.getKey().equalsIgnoreCase(name) && !e.getValue().isEmpty()) {
+                    return e.getValue().get(0);
+                }
+            }
+            return null;
+        }
+    }
+
+    private Answer exchange(String base, String method, String path, byte[] data) throws IOException {
+        HttpURLConnection conn = (HttpURLConnection) new URL(base + path).openConnection(java.net.Proxy.NO_PROXY);
+        conn.setInstanceFollowRedirects(false);
+        conn.setConnectTimeout(connectTimeoutMs);
+        conn.setReadTimeout(readTimeoutMs);
+        conn.setRequestMethod(method);
+        conn.setRequestProperty("Accept", "application/json");
+        if (token != null) {
+            conn.setRequestProperty("Authorization", "Bearer " + token);
+        }
+        if (data != null) {
+            conn.setDoOutput(true);
+            conn.setRequestProperty("Content-Type", "application/json");
+            conn.setFixedLengthStreamingMode(data.length);
+            OutputStream os = conn.getOutputStream();
+            try {
+                os.write(data);
+            } finally {
+                os.close();
+            }
+        }
+        Answer a = new Answer();
+        a.status = conn.getResponseCode();
+        a.headers = conn.getHeaderFields();
+        InputStream in = a.status >= 400 ? conn.getErrorStream() : conn.getInputStream();
+        a.body = in == null ? new byte[0] : readAll(in); // read to the end and closed: the connection is reused
+        return a;
+    }
+
+    private static byte[] readAll(InputStream in) throws IOException {
+        try {
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            byte[] buf = new byte[8192];
+            int n;
+            while ((n = in.read(buf)) >= 0) {
+                out.write(buf, 0, n);
+            }
+            return out.toByteArray();
+        } finally {
+            in.close();
+        }
+    }
+
+    /**
+     * Sends with redirects, retries and backoff; the body of a 2xx answer. {@code safe}: retrying after
+     * an unknown outcome cannot do harm (reads, keyed creates).
+     */
+    private byte[] send(String method, String path, Object body, boolean safe) {
+        byte[] data;
+        try {
+            data = body == null ? null : JSON.writeValueAsBytes(body);
+        } catch (IOException e) {
+            throw new MolensException("encoding the request: " + e.getMessage(), e);
+        }
+        String op = method + " " + path;
+        long deadline = System.currentTimeMillis() + retryDeadlineMs;
+        String node = target;
+        int attempt = 0;
+        int redirects = 0;
+        boolean unknown = false; // an earlier attempt may have been applied
+        IOException last = null;
+        while (true) {
+            attempt++;
+            Answer a;
+            try {
+                a = exchange(node, method, path, data);
+            } catch (IOException e) {
+                unknown = unknown || (!(e instanceof ConnectException) && !method.equals("GET"));
+                last = e;
+                if (attempt >= maxAttempts || System.currentTimeMillis() >= deadline) {
+                    if (unknown && !safe) {
+                        throw new OutcomeUnknownException(op + ": no answer; it may have been applied", e);
+                    }
+                    throw new ConnectionFailedException(op + ": no node answered after " + attempt + " attempts (" + e + ")", e);
+                }
+                node = nextNode(node);
+                redirects = 0; // loop detection counts consecutive redirects only (a dead leader is not a loop)
+                backoff(attempt, 0, deadline);
+                continue;
+            }
+            if (a.status == 307 || a.status == 308) {
+                String next = a.header("X-Molens-Leader");
+                if (next == null) {
+                    next = a.header("Location");
+                }
+                if (redirects >= 5 || next == null || !(next.startsWith("http://") || next.startsWith("https://"))) {
+                    throw new ApiException(a.status, "redirect", op + ": bad or looping redirect to " + next, null, null);
+                }
+                redirects++;
+                attempt--; // following the leader is not a failure
+                node = base(next);
+                target = node;
+                continue;
+            }
+            if (a.status == 503) {
+                ApiException e = parseError(a.status, a.body);
+                unknown = unknown || "outcome_unknown".equals(e.getCode());
+                if (attempt >= maxAttempts || System.currentTimeMillis() >= deadline) {
+                    if (unknown && !safe) {
+                        throw new OutcomeUnknownException(op + ": leadership changed; it may have been applied", e);
+                    }
+                    throw e;
+                }
+                if ("no_leader".equals(e.getCode()) && addrs.size() > 1) {
+                    node = nextNode(node);
+                }
+                long floor = 0;
+                String ra = a.header("Retry-After");
+                if (ra != null && ra.matches("\\d{1,6}") && attempt > 2) {
+                    floor = Long.parseLong(ra) * 1000;
+                }
+                backoff(attempt, floor, deadline);
+                continue;
+            }
+            if (a.status >= 400) {
+                ApiException e = parseError(a.status, a.body);
+                if (unknown && (a.status == 404 || a.status == 409) && !method.equals("GET")) {
+                    throw new OutcomeUnknownException(op + ": answered " + a.status
+                            + " after a lost response; the first attempt may have been applied", last);
+                }
+                throw e;
+            }
+            target = node;
+            return a.body;
+        }
+    }
+
+    static ApiException parseError(int status, byte[] raw) {
+        JsonNode root;
+        try {
+            root = JSON.readTree(raw);
+        } catch (IOException e) {
+            root = null;
+        }
+        if (root == null || !root.path("error").isObject()) {
+            String text = new String(raw, java.nio.charset.StandardCharsets.UTF_8);
+            return new ApiException(status, "http_error", "HTTP " + status + ": " + text.substring(0, Math.min(200, text.length())), null, null);
+        }
+        Map<Integer, ApiException> items = null;
+        if (root.path("errors").size() > 0) {
+            items = new HashMap<Integer, ApiException>();
+            for (JsonNode e : root.path("errors")) {
+                items.put(e.path("index").asInt(), errorOf(status, e.path("error"), null));
+            }
+        }
+        return errorOf(status, root.path("error"), items);
+    }
+
+    private static ApiException errorOf(int status, JsonNode err, Map<Integer, ApiException> items) {
+        JsonNode f = err.path("field");
+        return new ApiException(status, err.path("code").asText("http_error"), err.path("message").asText(""),
+                f.isTextual() ? f.asText() : null, items);
+    }
+}

@@ -1,0 +1,35 @@
+package dev.molens.client;
+
+import com.fasterxml.jackson.databind.JsonNode;
+
+/** A task as the API returns it ({@code Task} in openapi.json). Nullable fields are boxed. */
+public final class Task {
+    public String id;
+    public String type;
+    public String status;
+    public Long intervalMs;
+    public Long runAt;
+    public String cronExpr;
+    public String timezone;
+    public String callbackUrl;
+    public String ackUrl;
+    public long ackDelayMs;
+    public JsonNode payload;
+    public String scene;
+    public long timeoutMs;
+    public int maxRetries;
+    public int maxFails;
+    public String reliability;
+    public String idempotencyKey;
+    public long createdAt;
+    public long updatedAt;
+    public Long nextRunAt;
+    public long seq;
+    public int attempt;
+    public int ackAttempt;
+    public int failCount;
+    public String lastExecutionResult;
+    public Integer lastStatusCode;
+    public String lastResponse;
+    public Long lastFireAt;
+}

@@ -1,0 +1,292 @@
+package dev.molens.client;
+
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertNotNull;
+import static org.junit.Assert.assertNull;
+import static org.junit.Assert.assertTrue;
+import static org.junit.Assert.fail;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import org.junit.Before;
+import org.junit.Test;
+
+/** Against the single node MOLENS_NODE_URL names. */
+public class MolensClientTest {
+    String base;
+    MolensClient c;
+
+    @Before
+    public void setUp() {
+        base = NodeEnv.require("MOLENS_NODE_URL");
+        c = MolensClient.builder(base).backoffMs(10, 200).build();
+    }
+
+    TaskRequest far(String scene) {
+        return new TaskRequest().setType("delayed").setIntervalMs(3600000L)
+                .setCallbackUrl(base + "/api/v1/test/callback").setScene(scene);
+    }
+
+    static String scene(String prefix) { return prefix + "-" + System.nanoTime(); }
+
+    static ApiException apiError(Runnable r, int status, String code, String field) {
+        try {
+            r.run();
+        } catch (ApiException e) {
+            assertEquals(e.toString(), status, e.getStatus());
+            assertEquals(e.toString(), code, e.getCode());
+            assertEquals(e.toString(), field, e.getField());
+            return e;
+        }
+        fail("expected " + status + " " + code);
+        return null;
+    }
+
+    @Test
+    public void taskLifecycle() {
+        TaskRequest req = far(scene("life")).setPayload(Collections.singletonMap("order_id", 42)).setMaxRetries(2);
+        final Task t = c.create(req);
+        assertEquals("pending", t.status);
+        assertEquals("{\"order_id\":42}", t.payload.toString());
+        assertEquals(2, t.maxRetries);
+        assertNotNull(t.nextRunAt);
+        assertNull("the SDK's key goes on a copy, not the caller's request", req.getIdempotencyKey());
+        assertTrue(t.idempotencyKey.matches("[0-9a-f]{32}"));
+        assertEquals(t.id, c.get(t.id).id);
+        Task p = c.pause(t.id);
+        assertEquals("paused", p.status);
+        assertNull(p.nextRunAt);
+        ApiException e = apiError(new Runnable() { public void run() { c.pause(t.id); } }, 409, "illegal_transition", "status");
+        assertTrue(e.isConflict());
+        assertEquals("pending", c.resume(t.id).status);
+        assertEquals(t.id, c.delete(t.id).id);
+        e = apiError(new Runnable() { public void run() { c.get(t.id); } }, 404, "not_found", "task_id");
+        assertTrue(e.isNotFound());
+    }
+
+    @Test
+    public void theSameIdempotencyKeyReturnsTheFirstTask() {
+        String key = MolensClient.newIdempotencyKey();
+        Task a = c.create(far("idem").setIdempotencyKey(key));
+        Task b = c.create(far("idem").setIdempotencyKey(key).setPayload("other"));
+        assertEquals(a.id, b.id);
+    }
+
+    @Test
+    public void idempotencyKeysAreTimeOrderedHex() {
+        long before = System.currentTimeMillis();
+        String prev = "";
+        for (int i = 0; i < 1000; i++) {
+            String k = MolensClient.newIdempotencyKey();
+            assertTrue(k, k.matches("[0-9a-f]{32}"));
+            assertTrue(k.substring(0, 12).compareTo(prev) >= 0);
+            prev = k.substring(0, 12);
+        }
+        long ms = Long.parseLong(prev, 16);
+        assertTrue(ms >= before && ms <= System.currentTimeMillis());
+    }
+
+    @Test
+    public void validationErrorsCarryCodeAndField() {
+        apiError(new Runnable() { public void run() {
+            c.create(new TaskRequest().setType("delayed").setCallbackUrl(base + "/cb")); } }, 400, "invalid_argument", "interval_ms");
+        ApiException e = apiError(new Runnable() { public void run() {
+            c.create(new TaskRequest().setType("delayed").setIntervalMs(1000L).setCallbackUrl("http://169.254.169.254/")); } },
+                400, "invalid_argument", "callback_url");
+        assertTrue(e.isBadRequest());
+        apiError(new Runnable() { public void run() { c.listTasks(new ListOptions().setLimit(5000)); } }, 400, "invalid_argument", "limit");
+    }
+
+    @Test
+    public void batchCreateAndARejectedBatchNamesEachBadItem() {
+        String sc = scene("batch");
+        List<TaskRequest> reqs = new ArrayList<TaskRequest>();
+        for (int i = 0; i < 1203; i++) {
+            reqs.add(far(sc).setPayload(Collections.singletonMap("i", i)));
+        }
+        List<Task> made = c.createAll(reqs);
+        assertEquals(1203, made.size());
+        for (int i = 0; i < made.size(); i++) {
+            assertEquals(i, made.get(i).payload.path("i").asInt());
+        }
+        final List<TaskRequest> bad = Arrays.asList(far(sc), new TaskRequest().setType("delayed").setCallbackUrl(base + "/cb"),
+                far("bad scene!"));
+        ApiException e = apiError(new Runnable() { public void run() { c.createAll(bad); } }, 400, "invalid_argument",
+                "tasks[1].interval_ms");
+        assertEquals(2, e.getItemErrors().size());
+        assertEquals("interval_ms", e.getItemErrors().get(1).getField());
+        assertEquals("scene", e.getItemErrors().get(2).getField());
+        assertEquals("nothing of the rejected batch exists", 1203, c.listAllTasks(new ListOptions().setScene(sc).setLimit(1000)).size());
+    }
+
+    @Test
+    public void listFiltersAndFollowsCursors() {
+        String sc = scene("list");
+        List<String> ids = new ArrayList<String>();
+        for (int i = 0; i < 7; i++) {
+            ids.add(c.create(far(sc)).id);
+        }
+        c.pause(ids.get(3));
+        Page<Task> page = c.listTasks(new ListOptions().setScene(sc).setLimit(3));
+        assertEquals(3, page.items.size());
+        assertNotNull(page.nextCursor);
+        List<String> all = new ArrayList<String>();
+        for (Task t : c.listAllTasks(new ListOptions().setScene(sc).setLimit(2))) {
+            all.add(t.id);
+        }
+        assertEquals(ids, all);
+        List<Task> paused = c.listAllTasks(new ListOptions().setScene(sc).setStatus("paused", "done").setType("delayed")
+                .setUrl("TEST/CALLBACK"));
+        assertEquals(1, paused.size());
+        assertEquals(ids.get(3), paused.get(0).id);
+    }
+
+    @Test
+    public void aTriggeredTaskHasExecutions() throws Exception {
+        final Task t = c.create(far(scene("exec")));
+        c.trigger(t.id);
+        final List<Execution> got = new ArrayList<Execution>();
+        NodeEnv.pollUntil("the triggered fire's execution record", 30000, new java.util.concurrent.Callable<Boolean>() {
+            public Boolean call() {
+                got.clear();
+                got.addAll(c.taskExecutions(t.id, new ExecutionOptions().setLimit(10)).items);
+                return !got.isEmpty();
+            }
+        });
+        Execution e = got.get(0);
+        assertEquals(t.id, e.taskId);
+        assertEquals(t.id + "-1", e.fireId);
+        assertEquals("callback", e.kind);
+        assertEquals("success", e.result);
+        assertEquals(Integer.valueOf(200), e.statusCode);
+        Page<Execution> f = c.executions(new ExecutionOptions().setTaskId(t.id).setResult("success")
+                .setSince(e.finishedAt).setUntil(e.finishedAt + 1));
+        assertEquals(1, f.items.size());
+        assertEquals(e.id, f.items.get(0).id);
+        apiError(new Runnable() { public void run() {
+            c.taskExecutions("01ARZ3NDEKTSV4RRFFQ69G5FAV", new ExecutionOptions()); } }, 404, "not_found", "task_id");
+    }
+
+    @Test
+    public void clusterStatsAndMetaEndpoints() {
+        Cluster.Status st = c.clusterStatus();
+        assertEquals("leader", st.role);
+        assertEquals(st.nodeId, st.leaderId);
+        assertEquals(1, st.nodes.size());
+        Cluster.LeaderInfo li = c.clusterLeader();
+        assertEquals(st.nodeId, li.leaderId);
+        assertTrue(li.term >= 1);
+        Cluster.Stats s = c.stats(null, true);
+        assertEquals(st.nodeId, s.nodeId);
+        assertTrue(s.tasks.size() >= 7);
+        assertEquals(st.nodeId, c.stats().nodeId);
+        assertTrue("stats of an unknown member: 404", statsOfAnUnknownMemberIs404());
+        Cluster.ClusterStats cs = c.clusterStats();
+        assertEquals(1, cs.nodes.size());
+        assertNotNull(cs.nodes.get(0).lag);
+        Cluster.SchedulePreview p = c.schedulePreview(new PreviewRequest().setCronExpr("30 2 * * *").setTimezone("Europe/Berlin")
+                .setAfter(1774738800000L).setCount(3));
+        assertEquals(Arrays.asList(1774746000000L, 1774830600000L, 1774917000000L), p.items);
+        assertEquals("2026-03-29T03:00:00.000+02:00", p.local.get(0));
+        apiError(new Runnable() { public void run() { c.schedulePreview(new PreviewRequest().setCronExpr("not cron")); } },
+                400, "invalid_argument", "cron_expr");
+        Cluster.UrlStatsList u = c.urlStats(null, null, null, null, null);
+        assertTrue(u.until > u.since);
+        Cluster.WheelDistribution w = c.wheelDistribution();
+        assertFalse(w.levels.isEmpty());
+        byte[] png = c.wheelDistributionPng(1, 400);
+        assertEquals("PNG", new String(png, 1, 3, java.nio.charset.StandardCharsets.US_ASCII));
+        assertTrue(c.metrics().contains("molens_raft_term"));
+        assertTrue(c.healthz().ok);
+        assertTrue(c.readyz().ready);
+    }
+
+    private boolean statsOfAnUnknownMemberIs404() {
+        try {
+            c.stats("nope", false);
+        } catch (ApiException e) {
+            return e.isNotFound();
+        }
+        return false;
+    }
+
+    @Test
+    public void unreachableNodesFailAfterBoundedAttempts() {
+        MolensClient dead = MolensClient.builder("http://127.0.0.1:9", "http://127.0.0.1:7").maxAttempts(3).backoffMs(5, 20).build();
+        try {
+            dead.create(far("x"));
+            fail("created on no node");
+        } catch (ConnectionFailedException e) {
+            assertTrue(e.getMessage(), e.getMessage().contains("after 3 attempts"));
+        }
+    }
+
+    @Test
+    public void aDeadNodeIsSkipped() {
+        MolensClient m = MolensClient.builder("http://127.0.0.1:9", base).backoffMs(5, 20).build();
+        assertEquals("pending", m.create(far("skip")).status);
+        assertEquals(base, m.currentNode());
+    }
+
+    @Test
+    public void batchingClientFlushesByCountIntervalFlushAndClose() throws Exception {
+        // by count: a full batch goes at once, the interval is an hour away
+        BatchingClient b = new BatchingClient(c, 10, 3600000, 1000, 1);
+        List<CompletableFuture<Task>> fs = new ArrayList<CompletableFuture<Task>>();
+        for (int i = 0; i < 10; i++) {
+            fs.add(b.submit(far("batcher").setPayload(i)));
+        }
+        for (int i = 0; i < 10; i++) {
+            assertEquals(i, fs.get(i).get().payload.asInt());
+        }
+        // by close
+        fs.clear();
+        for (int i = 0; i < 3; i++) {
+            fs.add(b.submit(far("batcher")));
+        }
+        assertFalse("a partial batch went before its interval or close", fs.get(0).isDone());
+        b.close();
+        for (CompletableFuture<Task> f : fs) {
+            assertTrue("close returned before every task was answered", f.isDone());
+            assertEquals("pending", f.get().status);
+        }
+        try {
+            b.submit(far("batcher"));
+            fail("submit after close");
+        } catch (MolensException e) {
+            assertTrue(e.getMessage().contains("closed"));
+        }
+        // by interval
+        BatchingClient bi = new BatchingClient(c, 1000, 20, 1000, 1);
+        try {
+            assertEquals("pending", bi.submit(far("batcher")).get().status);
+        } finally {
+            bi.close();
+        }
+        // flush, and an invalid task fails only itself
+        BatchingClient bf = new BatchingClient(c, 1000, 3600000, 1000, 2);
+        try {
+            CompletableFuture<Task> good = bf.submit(far("batcher"));
+            CompletableFuture<Task> bad = bf.submit(new TaskRequest().setType("delayed").setCallbackUrl(base + "/cb"));
+            CompletableFuture<Task> good2 = bf.submit(far("batcher"));
+            bf.flush();
+            assertTrue(good.isDone() && bad.isDone() && good2.isDone());
+            assertEquals("pending", good.get().status);
+            assertEquals("pending", good2.get().status);
+            try {
+                bad.get();
+                fail("an invalid task was created");
+            } catch (ExecutionException e) {
+                ApiException ae = (ApiException) e.getCause();
+                assertEquals("interval_ms", ae.getField());
+            }
+        } finally {
+            bf.close();
+        }
+    }
+}
