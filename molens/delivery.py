@@ -187,7 +187,10 @@ def decode_fire_batch(frame: bytes) -> list[FireRequest]:
                     and isinstance(scene, str) and isinstance(body, bytes)):
                 raise TypeError("wrong field type")
             out.append(
-                FireRequest(fid, tid, _int(att), FireKind(kind), url, body, scene, _int(tmo), _int(dl), _int(nb))
+                FireRequest(
+                    fire_id=fid, task_id=tid, attempt=_int(att), kind=FireKind(kind), url=url, body=body,
+                    scene=scene, timeout_ms=_int(tmo), deadline_ms=_int(dl), not_before_ms=_int(nb),
+                )
             )
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_batch: item {i}: {e}") from e
@@ -202,7 +205,10 @@ def decode_fire_results(frame: bytes) -> list[FireResult]:
                     and isinstance(err, str)):
                 raise TypeError("wrong field type")
             sc = None if status is None else _int(status)
-            out.append(FireResult(fid, FireKind(kind), sc, DeliveryOutcome(outcome), head, _num(lat), worker, err))
+            out.append(FireResult(
+                fire_id=fid, kind=FireKind(kind), status_code=sc, outcome=DeliveryOutcome(outcome),
+                response_head=head, latency_ms=_num(lat), worker=worker, error=err,
+            ))
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_results: item {i}: {e}") from e
     return out
@@ -244,7 +250,10 @@ def to_result_item(r: FireResult) -> ResultItem:
     Without a status there is no head, except the reason of a callback host policy refusal.
     """
     head = r.response_head.decode("utf-8", "replace") if r.status_code is not None or r.response_head else None
-    return ResultItem(r.fire_id, r.kind, r.status_code, _MODEL_OUTCOME[r.outcome], head, round(r.latency_ms), r.worker)
+    return ResultItem(
+        fire_id=r.fire_id, kind=r.kind, status_code=r.status_code, outcome=_MODEL_OUTCOME[r.outcome],
+        response_head=head, latency_ms=round(r.latency_ms), worker=r.worker,
+    )
 
 
 class _DeadlinePassed(Exception):
@@ -407,8 +416,8 @@ class Deliverer:
         except CallbackHostDenied as e:
             log.warning("fire=%s kind=%s refused: %s", req.fire_id, req.kind, e.reason)
             return FireResult(
-                req.fire_id, req.kind, None, DeliveryOutcome.NETWORK_ERROR, e.reason.encode(), _elapsed_ms(start),
-                self.node_id, e.reason,
+                fire_id=req.fire_id, kind=req.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR, response_head=e.reason.encode(), latency_ms=_elapsed_ms(start),
+                worker=self.node_id, error=e.reason,
             )
         except NewConnectionError as e:  # before the timeout branch: it subclasses ConnectTimeoutError
             return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)
@@ -435,7 +444,7 @@ class Deliverer:
                 resp.close()  # closes the socket: the pool will reconnect for the next request
             resp.release_conn()
         return FireResult(
-            req.fire_id, req.kind, status, outcome_for_status(status), head, latency_ms, self.node_id
+            fire_id=req.fire_id, kind=req.kind, status_code=status, outcome=outcome_for_status(status), response_head=head, latency_ms=latency_ms, worker=self.node_id
         )
 
     def _route(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
@@ -456,7 +465,10 @@ class Deliverer:
     def _failed(self, req: FireRequest, start: float, outcome: DeliveryOutcome, e: BaseException) -> FireResult:
         text = f"{type(e).__name__}: {e}"[:_ERROR_TEXT_LIMIT]
         log.debug("fire=%s url=%s outcome=%s error=%s", req.fire_id, req.url, outcome, text)
-        return FireResult(req.fire_id, req.kind, None, outcome, b"", _elapsed_ms(start), self.node_id, text)
+        return FireResult(
+            fire_id=req.fire_id, kind=req.kind, status_code=None, outcome=outcome, response_head=b"",
+            latency_ms=_elapsed_ms(start), worker=self.node_id, error=text,
+        )
 
     def _read_head(self, resp: urllib3.BaseHTTPResponse, deadline: float) -> bytes:
         buf = bytearray()

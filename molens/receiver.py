@@ -159,8 +159,8 @@ class ReceiverApp:
             return _answer(409, {"fire_id": fire_id, "state": "claimed"},
                            [("Retry-After", _RETRY_AFTER_S), ("X-Receiver-Outcome", "busy")])
         token = c.lease_token
-        fire = Fire(fire_id, headers.get("x-task-id", ""), headers.get("x-scene", ""),
-                    _int(headers.get("x-molens-attempt")), body, c.fence, headers)
+        fire = Fire(fire_id=fire_id, task_id=headers.get("x-task-id", ""), scene=headers.get("x-scene", ""),
+                    attempt=_int(headers.get("x-molens-attempt")), body=body, fence=c.fence, headers=headers)
         started = time.monotonic()
         try:
             result = self.handler(fire)

@@ -161,7 +161,9 @@ class DispatchPlan:
             total -= 1
             at = max(now_ms, t.due_ms)
             deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms
-            items.append(DispatchItem(t.fire_id, tid, attempt, wid, deadline))
+            items.append(DispatchItem(
+                fire_id=t.fire_id, task_id=tid, attempt=attempt, worker=wid, deadline_ms=deadline,
+            ))
             lags.append(now_ms - t.due_ms)
         self.planned += len(items)
         return items, later
@@ -343,7 +345,11 @@ class Dispatcher(LeaderActor):
             for wid, wf in failed.items():
                 log.warning("fires not sent to worker=%s n=%d", wid, len(wf))
                 for f in wf:
-                    r = FireResult(f.fire_id, f.kind, None, DeliveryOutcome.NETWORK_ERROR, b"", 0.0, wid, "rpc send failed")
+                    r = FireResult(
+                        fire_id=f.fire_id, kind=f.kind, status_code=None,
+                        outcome=DeliveryOutcome.NETWORK_ERROR, response_head=b"", latency_ms=0.0, worker=wid,
+                        error="rpc send failed",
+                    )
                     items.append(with_attempt(to_result_item(r), f.attempt))
             self.tell(self.refs.monitor, FireResults(items))
 

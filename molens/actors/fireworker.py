@@ -234,8 +234,8 @@ class FirePool:
     def stats(self) -> FirePoolStats:
         with self._lock:
             return FirePoolStats(
-                self.concurrency, self.capacity, len(self._queue), self._in_flight,
-                self._delivered, self._refused, self._expired, self._batches, len(self._held),
+                concurrency=self.concurrency, capacity=self.capacity, queued=len(self._queue), in_flight=self._in_flight,
+                delivered=self._delivered, refused=self._refused, expired=self._expired, result_batches=self._batches, held=len(self._held),
             )
 
     # --- threads -----------------------------------------------------------------------------------
@@ -445,7 +445,10 @@ class FireWorkerPool(pykka.ThreadingActor):
         if receipt.refused:
             self._stats.add(worker_refused=len(receipt.refused))
             self._route([
-                FireResult(f.fire_id, f.kind, None, DeliveryOutcome.NETWORK_ERROR, b"", 0.0, self.node_id, "worker queue full")
+                FireResult(
+                    fire_id=f.fire_id, kind=f.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
+                    response_head=b"", latency_ms=0.0, worker=self.node_id, error="worker queue full",
+                )
                 for f in receipt.refused
             ])
 

@@ -702,7 +702,9 @@ class RaftPeer(pykka.ThreadingActor):
             return
         if not force and applied - self._last_snapshot_index < self.cfg.snapshot_every_entries:
             return
-        self._snap_job = threading.Thread(target=self._snapshot_job, name=f"snapshot-{self.node_id}", daemon=True)
+        self._snap_job = threading.Thread(
+            target=self._snapshot_job, name=f"snapshot-{self.node_id}", daemon=True,
+        )
         self._snap_job.start()
 
     def _snapshot_job(self) -> None:
@@ -727,7 +729,9 @@ class RaftPeer(pykka.ThreadingActor):
         except BaseException as exc:  # reported to the actor, which retries later
             error = exc
         with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_SnapshotDone(meta, sf, data, error, time.monotonic() - t0))
+            self.actor_ref.tell(_SnapshotDone(
+                meta=meta, sf=sf, data=data, error=error, seconds=time.monotonic() - t0,
+            ))
 
     def _snapshot_meta(self, index: int) -> SnapshotMeta | None:
         """The meta of a snapshot at ``index``; its context carries the members' addresses (see

@@ -168,21 +168,21 @@ def spec_to_list(s: TaskSpec) -> list[Any]:
 
 def spec_from_list(v: list[Any]) -> TaskSpec:
     return TaskSpec(
-        _TYPES[v[0]],
-        v[1],
-        v[2],
-        v[3],
-        v[4],
-        v[5],
-        v[6],
-        v[7],
-        v[8],
-        v[9],
-        v[10],
-        v[11],
-        v[12],
-        _RELS[v[13]],
-        v[14],
+        type=_TYPES[v[0]],
+        callback_url=v[1],
+        interval_ms=v[2],
+        run_at=v[3],
+        cron_expr=v[4],
+        timezone=v[5],
+        ack_url=v[6],
+        ack_delay_ms=v[7],
+        payload_json=v[8],
+        scene=v[9],
+        timeout_ms=v[10],
+        max_retries=v[11],
+        max_fails=v[12],
+        reliability=_RELS[v[13]],
+        idempotency_key=v[14],
     )
 
 
@@ -263,11 +263,16 @@ def decode(data: bytes) -> Command:
         if tag == _T_TRIGGER:
             return TriggerTask(now, v[2])
         if tag == _T_DISPATCHED:
-            return Dispatched(now, tuple(DispatchItem(a, b, c, d, e) for a, b, c, d, e in v[2]))
+            return Dispatched(now, tuple(DispatchItem(
+                fire_id=a, task_id=b, attempt=c, worker=d, deadline_ms=e,
+            ) for a, b, c, d, e in v[2]))
         if tag == _T_RESULTS:
             return Results(
                 now,
-                tuple(ResultItem(a, _KINDS[b], c, _OUTCOMES[d], e, f, g, h) for a, b, c, d, e, f, g, h in v[2]),
+                tuple(ResultItem(
+                    fire_id=a, kind=_KINDS[b], status_code=c, outcome=_OUTCOMES[d], response_head=e,
+                    latency_ms=f, worker=g, attempt=h,
+                ) for a, b, c, d, e, f, g, h in v[2]),
             )
         if tag == _T_EXPIRE:
             return Expire(now, tuple(ExpireItem(a, b) for a, b in v[2]))

@@ -382,7 +382,7 @@ class History:
         out = []
         for u in sorted(hists):
             total, p50, p90, p99 = _percentiles(hists[u])
-            out.append(UrlStats(u, total, p50, p90, p99))
+            out.append(UrlStats(url=u, count=total, p50_ms=p50, p90_ms=p90, p99_ms=p99))
         return out
 
     def url_trend(self, url: str, since_ms: int, until_ms: int, bucket_ms: int = 300_000) -> list[TrendPoint]:

@@ -393,8 +393,14 @@ def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
     if spec.type is TaskType.DELAYED:
         due = spec.run_at if spec.run_at is not None else now + (spec.interval_ms or 0)
     else:
-        due = first_due(Task(it.task_id, spec, Status.PENDING, now, now, None, now))
-    t = Task(it.task_id, spec, Status.PENDING, now, now, due, due)
+        due = first_due(Task(
+            id=it.task_id, spec=spec, status=Status.PENDING, created_ms=now, updated_ms=now, due_ms=None,
+            sched_ms=now,
+        ))
+    t = Task(
+        id=it.task_id, spec=spec, status=Status.PENDING, created_ms=now, updated_ms=now, due_ms=due,
+        sched_ms=due,
+    )
     tx.put_new(t)
     if key is not None:
         tx.w.idem[key] = t.id
@@ -420,7 +426,10 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         return IllegalTransitionError(
             f"stale fire {it.fire_id} attempt {it.attempt}; expected {t.fire_id} attempt {expected}", "fire_id"
         )
-    fire = Fire(it.fire_id, t.id, kind, it.attempt, it.worker, it.deadline_ms, now)
+    fire = Fire(
+        fire_id=it.fire_id, task_id=t.id, kind=kind, attempt=it.attempt, worker=it.worker,
+        deadline_ms=it.deadline_ms, dispatched_ms=now,
+    )
     tx.w.fires[fire.fire_id] = fire
     if kind is FireKind.ACK:
         nt = _replace(t, ack_attempt=it.attempt, due_ms=None, inflight=fire.fire_id, updated_ms=now)
@@ -439,7 +448,10 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         url = t.spec.callback_url
     tx.put(nt)
     tx.effects.append(
-        FireRequest(fire, url, t.spec.payload_json, t.spec.scene, t.spec.timeout_ms, t.spec.reliability, due)
+        FireRequest(
+            fire=fire, url=url, body=t.spec.payload_json, scene=t.spec.scene, timeout_ms=t.spec.timeout_ms,
+            reliability=t.spec.reliability, not_before_ms=due,
+        )
     )
     return None
 
@@ -480,20 +492,20 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     url = spec.ack_url if fire.kind is FireKind.ACK else spec.callback_url
     tx.w.executions.append(
         Execution(
-            t.id,
-            fire.fire_id,
-            t.seq,
-            fire.attempt,
-            fire.kind,
-            res,
-            it.status_code,
-            it.latency_ms,
-            it.worker,
-            url or "",
-            spec.scene,
-            fire.dispatched_ms,
-            now,
-            head,
+            task_id=t.id,
+            fire_id=fire.fire_id,
+            seq=t.seq,
+            attempt=fire.attempt,
+            kind=fire.kind,
+            result=res,
+            status_code=it.status_code,
+            latency_ms=it.latency_ms,
+            worker=it.worker,
+            url=url or "",
+            scene=spec.scene,
+            fired_ms=fire.dispatched_ms,
+            finished_ms=now,
+            response_head=head,
         )
     )
     if t.inflight != fire.fire_id:  # cannot happen with a correct store; keep the task as is
@@ -662,7 +674,10 @@ def reconcile_on_leadership(view: ScanView, now_ms: int) -> LeadershipPlan:
 
 def lost_result(fire: Fire, worker: str = "") -> ResultItem:
     """The Monitor's result for a fire whose deadline passed without an answer."""
-    return ResultItem(fire.fire_id, fire.kind, None, Outcome.LOST, None, None, worker or fire.worker, fire.attempt)
+    return ResultItem(
+        fire_id=fire.fire_id, kind=fire.kind, status_code=None, outcome=Outcome.LOST, response_head=None,
+        latency_ms=None, worker=worker or fire.worker, attempt=fire.attempt,
+    )
 
 
 def expired_fires(fires: Iterator[Fire] | list[Fire], now_ms: int) -> list[ResultItem]:

@@ -160,22 +160,22 @@ def task_to_bytes(t: Task, pack: Callable[[Any], bytes] | None = None) -> bytes:
 def task_from_bytes(tid: str, raw: bytes | memoryview) -> Task:
     v = msgpack.unpackb(raw, raw=False, use_list=True)
     return Task(
-        tid,
-        spec_from_list(v[0]),
-        _STATUSES[v[1]],
-        v[2],
-        v[3],
-        v[4],
-        v[5],
-        v[6],
-        v[7],
-        v[8],
-        v[9],
-        v[10],
-        None if v[11] is None else _RESULTS[v[11]],
-        v[12],
-        v[13],
-        v[14],
+        id=tid,
+        spec=spec_from_list(v[0]),
+        status=_STATUSES[v[1]],
+        created_ms=v[2],
+        updated_ms=v[3],
+        due_ms=v[4],
+        sched_ms=v[5],
+        seq=v[6],
+        attempt=v[7],
+        ack_attempt=v[8],
+        fail_count=v[9],
+        inflight=v[10],
+        last_result=None if v[11] is None else _RESULTS[v[11]],
+        last_status_code=v[12],
+        last_response=v[13],
+        last_fire_ms=v[14],
     )
 
 
@@ -188,7 +188,10 @@ def fire_to_bytes(f: Fire) -> bytes:
 
 def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
     v = msgpack.unpackb(raw, raw=False, use_list=True)
-    return Fire(fid, v[0], _KINDS[v[1]], v[2], v[3], v[4], v[5])
+    return Fire(
+        fire_id=fid, task_id=v[0], kind=_KINDS[v[1]], attempt=v[2], worker=v[3], deadline_ms=v[4],
+        dispatched_ms=v[5],
+    )
 
 
 _KNOWN_MAX = 512  # proposals in flight at once stay far below this

@@ -737,7 +737,9 @@ class RaftCore:
         lt = self._log.last_term()
         for v in self.membership.voters:
             if v != self.id:
-                self._send(RequestVote(self.id, v, vote_term, li, lt, pre, transfer))
+                self._send(RequestVote(
+                    frm=self.id, to=v, term=vote_term, last_index=li, last_term=lt, pre=pre, transfer=transfer,
+                ))
 
     def _poll(self, frm: str, granted: bool, pre: bool) -> bool:
         """Record a vote; True when the election was decided (won or lost)."""
@@ -786,13 +788,13 @@ class RaftCore:
         elif m.term < self.term:
             if isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
                 # tell the stale leader about the newer term so it steps down
-                self._send(AppendResponse(self.id, m.frm, self.term, 0))
+                self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=0))
             elif isinstance(m, RequestVote):
                 # a rejection carrying our term (the Raft paper's RequestVote reply): a candidate
                 # behind in terms catches up instead of campaigning below them forever, e.g. while
                 # a node with a stale configuration, which never messages it, keeps raising the
                 # others' term (simulator, 3 nodes, seeds 5017 and 6944, pre-vote off)
-                self._send(VoteResponse(self.id, m.frm, self.term, False, m.pre))
+                self._send(VoteResponse(frm=self.id, to=m.frm, term=self.term, granted=False, pre=m.pre))
             return
 
         if isinstance(m, RequestVote):
@@ -810,12 +812,12 @@ class RaftCore:
             or (m.pre and m.term > self.term)
         )
         if can_vote and self._up_to_date(m.last_index, m.last_term):
-            self._send(VoteResponse(self.id, m.frm, m.term, True, m.pre))
+            self._send(VoteResponse(frm=self.id, to=m.frm, term=m.term, granted=True, pre=m.pre))
             if not m.pre:
                 self._election_elapsed = 0
                 self.vote = m.frm
         else:
-            self._send(VoteResponse(self.id, m.frm, self.term, False, m.pre))
+            self._send(VoteResponse(frm=self.id, to=m.frm, term=self.term, granted=False, pre=m.pre))
 
     def _step_follower(self, m: Message) -> None:
         if isinstance(m, AppendEntries):
@@ -849,7 +851,7 @@ class RaftCore:
     def _handle_append(self, m: AppendEntries) -> None:
         lg = self._log
         if m.prev_index < lg.committed:
-            self._send(AppendResponse(self.id, m.frm, self.term, lg.committed))
+            self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=lg.committed))
             return
         if lg.match_term(m.prev_index, m.prev_term):
             ents = m.entries
@@ -861,17 +863,20 @@ class RaftCore:
                         raise RaftError(f"entry {ci} conflicts with committed {lg.committed}")
                     self._append(ents[ci - m.prev_index - 1 :])
             lg.commit_to(min(m.commit, last_new))
-            self._send(AppendResponse(self.id, m.frm, self.term, last_new))
+            self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=last_new))
         else:
             hint = min(m.prev_index, lg.last_index())
             hi, ht = lg.find_conflict_by_term(hint, m.prev_term)
-            self._send(AppendResponse(self.id, m.frm, self.term, m.prev_index, True, hi, ht))
+            self._send(AppendResponse(
+                frm=self.id, to=m.frm, term=self.term, index=m.prev_index, reject=True, hint_index=hi,
+                hint_term=ht,
+            ))
 
     def _handle_snapshot(self, m: InstallSnapshot) -> None:
         lg = self._log
         if m.meta.index <= lg.committed:
             # stale or duplicate: never roll back; tell the leader where we are
-            self._send(AppendResponse(self.id, m.frm, self.term, lg.committed))
+            self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=lg.committed))
             return
         key = (m.frm, m.term, m.meta.index)
         buf = self._snap_buf
@@ -881,21 +886,27 @@ class RaftCore:
             buf[1].extend(m.data)
         else:
             have = len(buf[1]) if buf is not None and buf[0] == key else 0
-            self._send(SnapshotResponse(self.id, m.frm, self.term, m.meta.index, have))
+            self._send(SnapshotResponse(
+                frm=self.id, to=m.frm, term=self.term, index=m.meta.index, offset=have,
+            ))
             return
         if not m.done:
-            self._send(SnapshotResponse(self.id, m.frm, self.term, m.meta.index, len(buf[1])))
+            self._send(SnapshotResponse(
+                frm=self.id, to=m.frm, term=self.term, index=m.meta.index, offset=len(buf[1]),
+            ))
             return
         self._snap_buf = None
         snap = Snapshot(m.meta, bytes(buf[1]))
-        self._send(SnapshotResponse(self.id, m.frm, self.term, m.meta.index, len(buf[1])))
+        self._send(SnapshotResponse(
+            frm=self.id, to=m.frm, term=self.term, index=m.meta.index, offset=len(buf[1]),
+        ))
         if lg.match_term(snap.meta.index, snap.meta.term):
             lg.commit_to(snap.meta.index)  # we already have that prefix: just fast-forward
         else:
             log.info("raft install snapshot node=%s index=%d term=%d", self.id, m.meta.index, m.meta.term)
             lg.restore(snap)
             self._conf_hist = [(snap.meta.index, snap.meta.membership)]
-        self._send(AppendResponse(self.id, m.frm, self.term, lg.last_index()))
+        self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=lg.last_index()))
 
     # --- leader ---------------------------------------------------------------------------------
     def _step_leader(self, m: Message) -> None:
@@ -1009,7 +1020,9 @@ class RaftCore:
         for nid, pr in self._prs.items():
             if nid == self.id:
                 continue
-            self._send(Heartbeat(self.id, nid, self.term, min(pr.match, committed), ctx))
+            self._send(Heartbeat(
+                frm=self.id, to=nid, term=self.term, commit=min(pr.match, committed), ctx=ctx,
+            ))
             if pr.state is ProgressState.SNAPSHOT:
                 self._send_snapshot_chunk(nid, pr)
 
@@ -1035,7 +1048,10 @@ class RaftCore:
         else:
             if pr.state is ProgressState.PROBE:
                 pr.probe_sent = True
-        self._send(AppendEntries(self.id, to, self.term, prev, prev_term, tuple(ents), lg.committed))
+        self._send(AppendEntries(
+            frm=self.id, to=to, term=self.term, prev_index=prev, prev_term=prev_term, entries=tuple(ents),
+            commit=lg.committed,
+        ))
         return True
 
     def _start_snapshot(self, to: str, pr: Progress) -> bool:
@@ -1057,7 +1073,10 @@ class RaftCore:
         if off >= total:
             off = max(0, (total - 1) // size * size) if total else 0
         chunk = snap.data[off : off + size]
-        self._send(InstallSnapshot(self.id, to, self.term, snap.meta, off, chunk, off + len(chunk) >= total))
+        self._send(InstallSnapshot(
+            frm=self.id, to=to, term=self.term, meta=snap.meta, offset=off, data=chunk, done=off + len(chunk)
+            >= total,
+        ))
 
     # --- ReadIndex --------------------------------------------------------------------------------
     def read_index(self, ctx: bytes) -> None:
@@ -1108,7 +1127,9 @@ class RaftCore:
         if requester == self.id:
             self._read_states.append(rs)
         else:
-            self._send(ReadIndexResponse(self.id, requester, self.term, rs.ctx, rs.index))
+            self._send(ReadIndexResponse(
+                frm=self.id, to=requester, term=self.term, ctx=rs.ctx, index=rs.index,
+            ))
 
     # --- proposals --------------------------------------------------------------------------------
     def _check_can_propose(self) -> None:

@@ -287,25 +287,34 @@ def decode(data: bytes) -> Message:
         tag, frm, to, term, *f = raw
         tag = MsgTag(tag)
         if tag is MsgTag.VOTE:
-            return RequestVote(frm, to, term, f[0], f[1], f[2], f[3])
+            return RequestVote(
+                frm=frm, to=to, term=term, last_index=f[0], last_term=f[1], pre=f[2], transfer=f[3],
+            )
         if tag is MsgTag.VOTE_RESP:
-            return VoteResponse(frm, to, term, f[0], f[1])
+            return VoteResponse(frm=frm, to=to, term=term, granted=f[0], pre=f[1])
         if tag is MsgTag.APP:
-            return AppendEntries(frm, to, term, f[0], f[1], _dec_entries(f[2]), f[3])
+            return AppendEntries(
+                frm=frm, to=to, term=term, prev_index=f[0], prev_term=f[1], entries=_dec_entries(f[2]),
+                commit=f[3],
+            )
         if tag is MsgTag.APP_RESP:
-            return AppendResponse(frm, to, term, f[0], f[1], f[2], f[3])
+            return AppendResponse(
+                frm=frm, to=to, term=term, index=f[0], reject=f[1], hint_index=f[2], hint_term=f[3],
+            )
         if tag is MsgTag.HEARTBEAT:
-            return Heartbeat(frm, to, term, f[0], f[1])
+            return Heartbeat(frm=frm, to=to, term=term, commit=f[0], ctx=f[1])
         if tag is MsgTag.HEARTBEAT_RESP:
             return HeartbeatResponse(frm, to, term, f[0])
         if tag is MsgTag.SNAP:
-            return InstallSnapshot(frm, to, term, _dec_meta(f[0]), f[1], f[2], f[3])
+            return InstallSnapshot(
+                frm=frm, to=to, term=term, meta=_dec_meta(f[0]), offset=f[1], data=f[2], done=f[3],
+            )
         if tag is MsgTag.SNAP_RESP:
-            return SnapshotResponse(frm, to, term, f[0], f[1])
+            return SnapshotResponse(frm=frm, to=to, term=term, index=f[0], offset=f[1])
         if tag is MsgTag.TIMEOUT_NOW:
             return TimeoutNow(frm, to, term)
         if tag is MsgTag.READ_INDEX:
             return ReadIndexRequest(frm, to, term, f[0])
-        return ReadIndexResponse(frm, to, term, f[0], f[1])
+        return ReadIndexResponse(frm=frm, to=to, term=term, ctx=f[0], index=f[1])
     except (ValueError, TypeError, IndexError, msgpack.UnpackException) as e:
         raise CodecError(f"bad raft message: {e}") from e

@@ -91,7 +91,10 @@ def distribution_of(wheel: TimeWheel[Any], now_ms: int) -> WheelDistribution:
     for lv in range(wheel.levels):
         cells = wheel.distribution(lv)
         levels.append(WheelLevel(lv, cells[0].start_ms, cells[0].span_ms, tuple(c.count for c in cells)))
-    return WheelDistribution(now_ms, wheel.tick_ms, wheel.wheel_size, tuple(levels), wheel.overflow_count, len(wheel))
+    return WheelDistribution(
+        time_ms=now_ms, tick_ms=wheel.tick_ms, size=wheel.wheel_size, levels=tuple(levels),
+        overflow=wheel.overflow_count, timers=len(wheel),
+    )
 
 
 def color(count: int, max_count: int) -> tuple[int, int, int]:

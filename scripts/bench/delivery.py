@@ -88,7 +88,10 @@ def _run(port: int, concurrency: int, fires: int, profile: bool) -> tuple[float,
     http = make_pool_manager(concurrency)
     pool = FirePool(Deliverer(http, "bench", signing_secret="bench-secret"), concurrency, collect)
     body = b'{"order": 12345, "note": "benchmark payload"}'
-    reqs = [FireRequest(f"b{concurrency}-{i}", f"b{concurrency}", 0, FireKind.CALLBACK, url, body, "bench", 5000, 0)
+    reqs = [FireRequest(
+        fire_id=f"b{concurrency}-{i}", task_id=f"b{concurrency}", attempt=0, kind=FireKind.CALLBACK, url=url,
+        body=body, scene="bench", timeout_ms=5000, deadline_ms=0,
+    )
             for i in range(fires)]
     pool.start()
     profiler = None

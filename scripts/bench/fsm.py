@@ -87,14 +87,19 @@ def main() -> None:
         dt_create = feed.run([CreateTasks(T0, (CreateItem(t, spec),)) for t in ids], "create (1 task/command)")
         now = T0 + 1
         dt_disp = feed.run(
-            [Dispatched(now, (DispatchItem(f"{t}-1", t, 1, "n1", now + 10_000),)) for t in ids], "dispatched"
+            [Dispatched(now, (DispatchItem(
+                fire_id=f"{t}-1", task_id=t, attempt=1, worker="n1", deadline_ms=now + 10_000,
+            ),)) for t in ids], "dispatched"
         )
         now += 30
         results: list[Command] = []
         for k, t in enumerate(ids):
             code = 200 if k % 4 else 500
             results.append(
-                Results(now, (ResultItem(f"{t}-1", FireKind.CALLBACK, code, Outcome.RESPONSE, '{"ok": true}', 12 + k % 50, "n1"),))
+                Results(now, (ResultItem(
+                    fire_id=f"{t}-1", kind=FireKind.CALLBACK, status_code=code, outcome=Outcome.RESPONSE,
+                    response_head='{"ok": true}', latency_ms=12 + k % 50, worker="n1",
+                ),))
             )
         if args.profile:
             from pyinstrument import Profiler

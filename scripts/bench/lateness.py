@@ -138,7 +138,10 @@ def measure(rec: Receiver, tag: str, n: int, rate: float, key: str, deadline_s: 
     def pct(p: float) -> int:
         return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else -1
 
-    return Result(rate, n, len(first), len(recv) / span if span else 0.0, pct(0.5), pct(0.99), lat[-1] if lat else -1)
+    return Result(
+        rate=rate, n=n, delivered=len(first), fires_per_s=len(recv) / span if span else 0.0, p50=pct(0.5),
+        p99=pct(0.99), max=lat[-1] if lat else -1,
+    )
 
 
 # ----------------------------------------------------------------------------------------------- molens

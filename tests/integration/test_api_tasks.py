@@ -162,8 +162,13 @@ def _fire(api: Served, tid: str, code: int, latency_ms: int, head: str = "ok") -
     task = api.ctx.get_task(tid)
     assert task is not None
     fid = task.fire_id
-    api.ctx.propose([Dispatched(now, (DispatchItem(fid, tid, task.attempt + 1, "n1", now + 10_000),))], 5)
-    res = ResultItem(fid, FireKind.CALLBACK, code, Outcome.RESPONSE, head, latency_ms, "n1")
+    api.ctx.propose([Dispatched(now, (DispatchItem(
+        fire_id=fid, task_id=tid, attempt=task.attempt + 1, worker="n1", deadline_ms=now + 10_000,
+    ),))], 5)
+    res = ResultItem(
+        fire_id=fid, kind=FireKind.CALLBACK, status_code=code, outcome=Outcome.RESPONSE, response_head=head,
+        latency_ms=latency_ms, worker="n1",
+    )
     api.ctx.propose([Results(now + latency_ms, (res,))], 5)
 
 
@@ -271,7 +276,9 @@ def test_a_sparse_filter_pages_through_bounded_scans(api: Served, monkeypatch: p
     import molens.web.app as web_app
 
     monkeypatch.setattr(web_app, "MAX_SCAN", 10)
-    st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(scene="sparse-a") for _ in range(25)]})
+    st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(
+        scene="sparse-a",
+    ) for _ in range(25)]})
     assert st == 201
     want = create(api, scene="sparse-b")["id"]
     found: list[str] = []

@@ -73,8 +73,13 @@ def test_executions_and_cluster_calls(api: Served, client: MolensClient) -> None
     t = client.create(delayed(interval_ms=0))
     now = int(time.time() * 1000)
     fid = f"{t['id']}-1"
-    api.ctx.propose([Dispatched(now, (DispatchItem(fid, t["id"], 1, "n1", now + 5000),))], 5)
-    api.ctx.propose([Results(now, (ResultItem(fid, FireKind.CALLBACK, 200, Outcome.RESPONSE, "ok", 3, "n1"),))], 5)
+    api.ctx.propose([Dispatched(now, (DispatchItem(
+        fire_id=fid, task_id=t["id"], attempt=1, worker="n1", deadline_ms=now + 5000,
+    ),))], 5)
+    api.ctx.propose([Results(now, (ResultItem(
+        fire_id=fid, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE, response_head="ok",
+        latency_ms=3, worker="n1",
+    ),))], 5)
     [e] = list(client.executions(t["id"]))
     assert (e["fire_id"], e["result"]) == (fid, "success")
     assert any(x["task_id"] == t["id"] for x in client.executions(result="success"))

@@ -49,7 +49,10 @@ def pool() -> Iterator[urllib3.PoolManager]:
 
 def _req(url: str, *, fire_id: str = "task1-7", kind: FireKind = FireKind.CALLBACK, timeout_ms: int = 5000,
          body: bytes = b'{"hello": "world"}') -> FireRequest:
-    return FireRequest(fire_id, "task1", 2, kind, url, body, "billing.v2", timeout_ms, 0)
+    return FireRequest(
+        fire_id=fire_id, task_id="task1", attempt=2, kind=kind, url=url, body=body, scene="billing.v2",
+        timeout_ms=timeout_ms, deadline_ms=0,
+    )
 
 
 def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(
@@ -57,7 +60,10 @@ def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(
 ) -> None:
     d = Deliverer(pool, "n1", signing_secret="s1")
     res = d.deliver(_req(server.url("/ok")))
-    assert res == FireResult("task1-7", FireKind.CALLBACK, 200, DeliveryOutcome.SUCCESS, b"ok", res.latency_ms, "n1")
+    assert res == FireResult(
+        fire_id="task1-7", kind=FireKind.CALLBACK, status_code=200, outcome=DeliveryOutcome.SUCCESS,
+        response_head=b"ok", latency_ms=res.latency_ms, worker="n1",
+    )
     assert res.latency_ms >= 0
     [got] = server.recorded("/ok")
     assert got.body == b'{"hello": "world"}'
@@ -163,14 +169,29 @@ def test_huge_or_endless_response_does_not_stall_and_the_connection_is_replaced(
 
 def test_codec_round_trips_batches() -> None:
     reqs = [
-        FireRequest("t-1", "t", 0, FireKind.CALLBACK, "http://a/b", b"{}", "default", 5000, 1_700_000_000_000),
-        FireRequest("t-2", "t", 3, FireKind.ACK, "https://x/é", b"\x00\xff", "s", 1, 0),
-        FireRequest("t-3", "t", 1, FireKind.CALLBACK, "http://a/b", b"{}", "s", 1, 1_700_000_009_000, 1_700_000_000_100),
+        FireRequest(
+            fire_id="t-1", task_id="t", attempt=0, kind=FireKind.CALLBACK, url="http://a/b", body=b"{}",
+            scene="default", timeout_ms=5000, deadline_ms=1_700_000_000_000,
+        ),
+        FireRequest(
+            fire_id="t-2", task_id="t", attempt=3, kind=FireKind.ACK, url="https://x/é", body=b"\x00\xff",
+            scene="s", timeout_ms=1, deadline_ms=0,
+        ),
+        FireRequest(
+            fire_id="t-3", task_id="t", attempt=1, kind=FireKind.CALLBACK, url="http://a/b", body=b"{}",
+            scene="s", timeout_ms=1, deadline_ms=1_700_000_009_000, not_before_ms=1_700_000_000_100,
+        ),
     ]
     assert decode_fire_batch(encode_fire_batch(reqs)) == reqs
     results = [
-        FireResult("t-1", FireKind.CALLBACK, 200, DeliveryOutcome.SUCCESS, b"ok", 3, "n1"),
-        FireResult("t-2", FireKind.ACK, None, DeliveryOutcome.TIMEOUT, b"", 5000, "n2", "ReadTimeoutError"),
+        FireResult(
+            fire_id="t-1", kind=FireKind.CALLBACK, status_code=200, outcome=DeliveryOutcome.SUCCESS,
+            response_head=b"ok", latency_ms=3, worker="n1",
+        ),
+        FireResult(
+            fire_id="t-2", kind=FireKind.ACK, status_code=None, outcome=DeliveryOutcome.TIMEOUT,
+            response_head=b"", latency_ms=5000, worker="n2", error="ReadTimeoutError",
+        ),
     ]
     assert decode_fire_results(encode_fire_results(results)) == results
     assert decode_fire_batch(encode_fire_batch([])) == []
@@ -187,10 +208,27 @@ def test_codec_rejects_bad_frames_with_its_own_error(frame: bytes) -> None:
 
 
 def test_results_convert_to_fsm_result_items() -> None:
-    ok = to_result_item(FireResult("t-1", FireKind.ACK, 404, DeliveryOutcome.NOT_FOUND, b"gone \xff", 7, "n2"))
-    assert ok == ResultItem("t-1", FireKind.ACK, 404, Outcome.RESPONSE, "gone \ufffd", 7, "n2")
-    lost = to_result_item(FireResult("t-2", FireKind.CALLBACK, None, DeliveryOutcome.TIMEOUT, b"", 9, "n1", "x"))
-    assert lost == ResultItem("t-2", FireKind.CALLBACK, None, Outcome.TIMEOUT, None, 9, "n1")
+    ok = to_result_item(FireResult(
+        fire_id="t-1", kind=FireKind.ACK, status_code=404, outcome=DeliveryOutcome.NOT_FOUND,
+        response_head=b"gone \xff", latency_ms=7, worker="n2",
+    ))
+    assert ok == ResultItem(
+        fire_id="t-1",
+        kind=FireKind.ACK,
+        status_code=404,
+        outcome=Outcome.RESPONSE,
+        response_head="gone \ufffd",
+        latency_ms=7,
+        worker="n2",
+    )
+    lost = to_result_item(FireResult(
+        fire_id="t-2", kind=FireKind.CALLBACK, status_code=None, outcome=DeliveryOutcome.TIMEOUT,
+        response_head=b"", latency_ms=9, worker="n1", error="x",
+    ))
+    assert lost == ResultItem(
+        fire_id="t-2", kind=FireKind.CALLBACK, status_code=None, outcome=Outcome.TIMEOUT, response_head=None,
+        latency_ms=9, worker="n1",
+    )
 
 
 def test_query_string_and_default_path_reach_the_server(server: CallbackServer, pool: urllib3.PoolManager) -> None:

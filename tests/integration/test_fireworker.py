@@ -62,7 +62,10 @@ def http() -> Iterator[urllib3.PoolManager]:
 
 
 def _fires(url: str, n: int, timeout_ms: int = 5000, deadline_ms: int = 0, prefix: str = "t") -> list[FireRequest]:
-    return [FireRequest(f"{prefix}-{i}", prefix, 0, FireKind.CALLBACK, url, b"{}", "default", timeout_ms, deadline_ms)
+    return [FireRequest(
+        fire_id=f"{prefix}-{i}", task_id=prefix, attempt=0, kind=FireKind.CALLBACK, url=url, body=b"{}",
+        scene="default", timeout_ms=timeout_ms, deadline_ms=deadline_ms,
+    )
             for i in range(n)]
 
 
@@ -267,7 +270,10 @@ def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_e
     pool.start()
     try:
         due = now[0] + 50
-        held = FireRequest("ahead-0", "ahead", 1, FireKind.CALLBACK, server.url("/ok"), b"{}", "default", 5000, 0, due)
+        held = FireRequest(
+            fire_id="ahead-0", task_id="ahead", attempt=1, kind=FireKind.CALLBACK, url=server.url("/ok"),
+            body=b"{}", scene="default", timeout_ms=5000, deadline_ms=0, not_before_ms=due,
+        )
         pool.submit([held, *_fires(server.url("/ok"), 1, prefix="now")])
         assert pool.stats().held == 1 and pool.free_capacity() <= pool.capacity - 1  # held fires take room
         wait_until(lambda: [r.fire_id for r in sink.results()] == ["now-0"])
@@ -287,7 +293,10 @@ def test_stop_returns_held_fires_unsent(server: CallbackServer, http: urllib3.Po
     pool = FirePool(Deliverer(http, "n1"), 1, sink, name="fw-hold-stop")
     pool.start()
     far = time.time_ns() // 1_000_000 + 3_600_000
-    fires = [FireRequest(f"h-{i}", "h", 1, FireKind.CALLBACK, server.url("/ok"), b"{}", "default", 5000, 0, far + i)
+    fires = [FireRequest(
+        fire_id=f"h-{i}", task_id="h", attempt=1, kind=FireKind.CALLBACK, url=server.url("/ok"), body=b"{}",
+        scene="default", timeout_ms=5000, deadline_ms=0, not_before_ms=far + i,
+    )
              for i in range(3)]
     assert pool.submit(fires).accepted == 3 and pool.stats().held == 3
     assert pool.stop() == fires

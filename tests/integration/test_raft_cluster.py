@@ -736,7 +736,9 @@ def test_a_snapshot_overtaken_by_a_newer_one_is_dropped_not_counted_as_failed(tm
         assert index > 0
         # a job that copied the state at an older index asks for its meta: refused
         assert peer.call(lambda p: p._snapshot_meta(index - 1)) is None
-        peer.call(lambda p: p._snapshot_done(_SnapshotDone(None, None, b"", None, 0.1)))
+        peer.call(lambda p: p._snapshot_done(_SnapshotDone(
+            meta=None, sf=None, data=b"", error=None, seconds=0.1,
+        )))
         stats = peer.stats()
         assert stats["snapshot_failures"] == 0 and stats["snapshots_taken"] == 1
         assert peer.status()["snapshot_index"] == index

@@ -110,7 +110,10 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Served]]:
 def _fire(
     url: str, fire_id: str = "task9-1", kind: FireKind = FireKind.CALLBACK, attempt: int = 0
 ) -> FireRequest:
-    return FireRequest(fire_id, "task9", attempt, kind, url, b'{"amount": 5}', "pay", 5000, 0)
+    return FireRequest(
+        fire_id=fire_id, task_id="task9", attempt=attempt, kind=kind, url=url, body=b'{"amount": 5}',
+        scene="pay", timeout_ms=5000, deadline_ms=0,
+    )
 
 
 def test_a_fire_is_processed_once_and_duplicates_get_the_stored_result(
@@ -302,7 +305,10 @@ def test_the_documented_receiver_runs_as_a_process_and_processes_each_fire_once(
         assert first.response_head == again.response_head == b'{"ok":true,"fire":"task9-1"}'
         assert d.deliver(ack).status_code == 200
         assert Deliverer(http, "n1", signing_secret="forged").deliver(_fire(url)).status_code == 401
-        bad = FireRequest("task9-2", "task9", 0, FireKind.CALLBACK, url, b"[1, 2]", "pay", 5000, 0)
+        bad = FireRequest(
+            fire_id="task9-2", task_id="task9", attempt=0, kind=FireKind.CALLBACK, url=url, body=b"[1, 2]",
+            scene="pay", timeout_ms=5000, deadline_ms=0,
+        )
         assert d.deliver(bad).status_code == 422
     finally:
         proc.terminate()

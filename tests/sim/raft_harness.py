@@ -228,7 +228,9 @@ class Cluster:
         self.trace = trace
         self.ids = [f"n{i}" for i in range(1, n + 1)]
         self.initial = Membership(tuple(self.ids))
-        self.nodes: dict[str, SimNode] = {nid: SimNode(nid, MemoryLog(self.initial)) for nid in self.ids}
+        self.nodes: dict[str, SimNode] = {nid: SimNode(
+            id=nid, storage=MemoryLog(self.initial),
+        ) for nid in self.ids}
         self.next_node = n + 1
         self.max_nodes = n + 2
         self.q: list[tuple[int, int, int, object]] = []
@@ -622,7 +624,7 @@ class Cluster:
     def add_node(self) -> str:
         nid = f"n{self.next_node}"
         self.next_node += 1
-        node = SimNode(nid, MemoryLog(Membership()))
+        node = SimNode(id=nid, storage=MemoryLog(Membership()))
         self.nodes[nid] = node
         self._boot(node)
         self._push(self.rng.randrange(TICK), EV_TICK, nid)
@@ -644,7 +646,7 @@ class Cluster:
         self.op_seq += 1
         op_id = self.op_seq
         value = op_id if value is None else value
-        op = Op(op_id, key, Kind.WRITE, value, self.op_seq, node=nid)
+        op = Op(op_id=op_id, key=key, kind=Kind.WRITE, value=value, invoke=self.op_seq, node=nid)
         try:
             idx = node.core.propose(f"w {op_id} {key} {value}".encode())
         except (NotLeaderError, ProposalDroppedError):
@@ -663,7 +665,9 @@ class Cluster:
         ops = []
         for key in keys:
             self.op_seq += 1
-            ops.append(Op(self.op_seq, key, Kind.WRITE, self.op_seq, self.op_seq, node=nid))
+            ops.append(Op(
+                op_id=self.op_seq, key=key, kind=Kind.WRITE, value=self.op_seq, invoke=self.op_seq, node=nid,
+            ))
         try:
             first, last = node.core.propose_batch(f"w {o.op_id} {o.key} {o.value}".encode() for o in ops)
         except (NotLeaderError, ProposalDroppedError):
@@ -680,7 +684,7 @@ class Cluster:
         if not node.alive or node.core is None:
             return None
         self.op_seq += 1
-        op = Op(self.op_seq, key, Kind.READ, None, self.op_seq, node=nid)
+        op = Op(op_id=self.op_seq, key=key, kind=Kind.READ, value=None, invoke=self.op_seq, node=nid)
         ctx = f"r{op.op_id}".encode()
         try:
             node.core.read_index(ctx)

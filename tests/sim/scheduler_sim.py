@@ -254,7 +254,7 @@ class Sim:
             return
         self.term += 1
         node = self.rng.choice(cands)
-        self.leader = Leader(node, self.term, TimeWheel(tick_ms=TICK, start_ms=self.now))
+        self.leader = Leader(node=node, term=self.term, wheel=TimeWheel(tick_ms=TICK, start_ms=self.now))
         self.faults.append(self.now)
         self.log_(f"leader {node} term {self.term}")
         for n in cands:
@@ -360,7 +360,9 @@ class Sim:
                 continue
             att = (t.ack_attempt if t.status is Status.AWAITING_ACK else t.attempt) + 1
             dl = max(self.now, t.due_ms) + t.spec.timeout_ms + DISPATCH_SLACK
-            items.append(DispatchItem(t.fire_id, tid, att, self.rng.choice(workers), dl))
+            items.append(DispatchItem(
+                fire_id=t.fire_id, task_id=tid, attempt=att, worker=self.rng.choice(workers), deadline_ms=dl,
+            ))
         if items:
             self.propose(Dispatched(self.now, tuple(items)))
 
@@ -427,8 +429,11 @@ class Sim:
         t = self.replicas[w].get_task(f.task_id) or self.replicas[self.leader.node if self.leader else w].get_task(
             f.task_id
         )
-        d = Delivery(f.task_id, f.fire_id, f.kind, f.attempt, self.planned.get((f.fire_id, f.kind, f.attempt), -1), -1)
-        job = _Job(w, self.incarnation[w], d, fr)
+        d = Delivery(
+            task_id=f.task_id, fire_id=f.fire_id, kind=f.kind, attempt=f.attempt,
+            due=self.planned.get((f.fire_id, f.kind, f.attempt), -1), at=-1,
+        )
+        job = _Job(node=w, incarnation=self.incarnation[w], delivery=d, fr=fr)
         self.jobs[w].append(job)
         inc = self.incarnation[w]
         net = self.rng.randint(*NET_LAT)
@@ -460,7 +465,7 @@ class Sim:
                 d.code = sc
                 d.ok = sc is not None and 200 <= sc < 300
             item = ResultItem(
-                f.fire_id, f.kind, sc, outcome, None if sc is None else f"{sc}", self.now - start, w, f.attempt
+                fire_id=f.fire_id, kind=f.kind, status_code=sc, outcome=outcome, response_head=None if sc is None else f"{sc}", latency_ms=self.now - start, worker=w, attempt=f.attempt
             )
             if self.rng.random() < self.p_result_loss:
                 self.log_(f"result of {f.fire_id} lost")

@@ -6,11 +6,11 @@ from tests.sim.linearizability import Kind, Op, Status, check_history, check_reg
 
 
 def w(i: int, v: int, inv: int, resp: int | None, status: Status = Status.OK) -> Op:
-    return Op(i, "k", Kind.WRITE, v, inv, resp, status)
+    return Op(op_id=i, key="k", kind=Kind.WRITE, value=v, invoke=inv, resp=resp, status=status)
 
 
 def r(i: int, v: int | None, inv: int, resp: int, status: Status = Status.OK) -> Op:
-    return Op(i, "k", Kind.READ, v, inv, resp, status)
+    return Op(op_id=i, key="k", kind=Kind.READ, value=v, invoke=inv, resp=resp, status=status)
 
 
 def test_sequential_history_is_linearizable() -> None:
@@ -39,7 +39,9 @@ def test_failed_write_never_happened() -> None:
 
 
 def test_keys_are_checked_independently() -> None:
-    a = Op(1, "a", Kind.WRITE, 1, 1, 2, Status.OK)
-    b = Op(2, "b", Kind.READ, 1, 3, 4, Status.OK)
+    a = Op(op_id=1, key="a", kind=Kind.WRITE, value=1, invoke=1, resp=2, status=Status.OK)
+    b = Op(op_id=2, key="b", kind=Kind.READ, value=1, invoke=3, resp=4, status=Status.OK)
     assert not check_history([a, b])[0]
-    assert check_history([a, Op(3, "a", Kind.READ, 1, 3, 4, Status.OK)])[0]
+    assert check_history([a, Op(
+        op_id=3, key="a", kind=Kind.READ, value=1, invoke=3, resp=4, status=Status.OK,
+    )])[0]

@@ -343,7 +343,7 @@ def test_stale_snapshot_is_ignored() -> None:
     f = next(n for n in cl.ids if n != ld.id)
     fc = core(cl, f)
     commit_before = fc.commit
-    fc.step(InstallSnapshot(ld.id, f, fc.term, old.meta, 0, old.data, True))
+    fc.step(InstallSnapshot(frm=ld.id, to=f, term=fc.term, meta=old.meta, offset=0, data=old.data, done=True))
     rd = fc.ready()
     assert rd.snapshot is None
     assert fc.commit == commit_before and fc.last_index >= commit_before

@@ -68,7 +68,9 @@ class Server:
             tls.sni_callback = on_sni
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -110,7 +112,10 @@ def resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, Callable[[], list[str
 def _fire(url: str, policy: CallbackPolicy = DEFAULT_POLICY, kind: FireKind = FireKind.CALLBACK,
           pm: urllib3.PoolManager | None = None) -> FireResult:
     pm = pm or make_pool_manager(2, policy)
-    return Deliverer(pm, "n1").deliver(FireRequest("t1-1", "t1", 1, kind, url, b"{}", "default", 2000))
+    return Deliverer(pm, "n1").deliver(FireRequest(
+        fire_id="t1-1", task_id="t1", attempt=1, kind=kind, url=url, body=b"{}", scene="default",
+        timeout_ms=2000,
+    ))
 
 
 def _assert_refused(res: FireResult, reason: str) -> None:

@@ -39,17 +39,25 @@ SPEC = TaskSpec(
 )
 
 COMMANDS: list[Command] = [
-    CreateTasks(1, (CreateItem("A" * 26, SPEC), CreateItem("B" * 26, TaskSpec(TaskType.DELAYED, "http://x/", 5)))),
+    CreateTasks(1, (CreateItem("A" * 26, SPEC), CreateItem("B" * 26, TaskSpec(
+        type=TaskType.DELAYED, callback_url="http://x/", interval_ms=5,
+    )))),
     DeleteTasks(2, ("a", "b")),
     PauseTasks(3, ("a",)),
     ResumeTasks(4, ()),
     TriggerTask(5, "a"),
-    Dispatched(6, (DispatchItem("a-1", "a", 1, "n1", 100),)),
+    Dispatched(6, (DispatchItem(fire_id="a-1", task_id="a", attempt=1, worker="n1", deadline_ms=100),)),
     Results(
         7,
         (
-            ResultItem("a-1", FireKind.CALLBACK, 200, Outcome.RESPONSE, "ok", 12, "n1"),
-            ResultItem("a-2", FireKind.ACK, None, Outcome.LOST, None, None, "n2", 3),
+            ResultItem(
+                fire_id="a-1", kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+                response_head="ok", latency_ms=12, worker="n1",
+            ),
+            ResultItem(
+                fire_id="a-2", kind=FireKind.ACK, status_code=None, outcome=Outcome.LOST, response_head=None,
+                latency_ms=None, worker="n2", attempt=3,
+            ),
         ),
     ),
     Expire(8, (ExpireItem("a", 5),)),
@@ -99,7 +107,9 @@ json_values = st.recursive(
 
 @given(json_values)
 def test_payload_round_trips_any_json(p: object) -> None:
-    spec = TaskSpec(TaskType.DELAYED, "http://x/", 1, payload_json=encode_payload(p))
+    spec = TaskSpec(
+        type=TaskType.DELAYED, callback_url="http://x/", interval_ms=1, payload_json=encode_payload(p),
+    )
     cmd = CreateTasks(1, (CreateItem("id", spec),))
     back = decode(encode(cmd))
     assert isinstance(back, CreateTasks)

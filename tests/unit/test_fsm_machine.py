@@ -82,7 +82,10 @@ class H:
         if attempt is None:
             attempt = (t.ack_attempt if t.status is Status.AWAITING_ACK else t.attempt) + 1
         return self.apply(
-            Dispatched(self.now, (DispatchItem(t.fire_id, tid, attempt, worker, self.now + t.spec.timeout_ms + 1000),))
+            Dispatched(self.now, (DispatchItem(
+                fire_id=t.fire_id, task_id=tid, attempt=attempt, worker=worker, deadline_ms=self.now +
+                t.spec.timeout_ms + 1000,
+            ),))
         )
 
     def fire_due(self, tid: str) -> FireRequest:
@@ -105,7 +108,10 @@ class H:
         assert f is not None
         self.now += after_ms
         return self.apply(
-            Results(self.now, (ResultItem(f.fire_id, f.kind, code, outcome, "body", after_ms, "w1", f.attempt),))
+            Results(self.now, (ResultItem(
+                fire_id=f.fire_id, kind=f.kind, status_code=code, outcome=outcome, response_head="body",
+                latency_ms=after_ms, worker="w1", attempt=f.attempt,
+            ),))
         )
 
     def cycle(self, tid: str, code: int | None = 200, outcome: Outcome = Outcome.RESPONSE) -> FireRequest:
@@ -201,13 +207,17 @@ def test_no_second_fire_while_one_is_in_flight(h: H) -> None:
 def test_stale_fire_id_or_attempt_refused(h: H) -> None:
     t = h.create()
     h.now = t.due_ms or 0
-    out = h.apply(Dispatched(h.now, (DispatchItem(f"{t.id}-2", t.id, 1, "w", h.now + 1),)))
+    out = h.apply(Dispatched(h.now, (DispatchItem(
+        fire_id=f"{t.id}-2", task_id=t.id, attempt=1, worker="w", deadline_ms=h.now + 1,
+    ),)))
     assert isinstance(out.results[0], IllegalTransitionError)
     assert isinstance(h.dispatch(t.id, attempt=3).results[0], IllegalTransitionError)
 
 
 def test_dispatch_unknown_task_is_not_found(h: H) -> None:
-    out = h.apply(Dispatched(h.now, (DispatchItem("x-1", "x", 1, "w", 1),)))
+    out = h.apply(Dispatched(h.now, (DispatchItem(
+        fire_id="x-1", task_id="x", attempt=1, worker="w", deadline_ms=1,
+    ),)))
     assert isinstance(out.results[0], NotFoundError)
 
 
@@ -431,7 +441,10 @@ def test_lost_at_most_once_fire_is_unknown_and_never_refired(h: H) -> None:
     assert nt.status is Status.FAILED and nt.last_result is ExecutionResult.UNKNOWN and nt.due_ms is None
     assert isinstance(h.dispatch(t.id, attempt=2).results[0], IllegalTransitionError)
     # the real answer arriving late is stale
-    late = h.apply(Results(h.now, (ResultItem(fr.fire.fire_id, FireKind.CALLBACK, 200, Outcome.RESPONSE, "", 1, "w"),)))
+    late = h.apply(Results(h.now, (ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+        response_head="", latency_ms=1, worker="w",
+    ),)))
     assert isinstance(late.results[0], NotFoundError) and h.t(t.id).status is Status.FAILED
 
 
@@ -455,7 +468,10 @@ def test_late_result_of_an_attempt_given_up_is_not_credited_to_the_retry(h: H) -
     h.apply(Results(h.now, (expired_fires(list(h.s.scan_fires()), h.now)[0],)))
     fr2 = h.fire_due(t.id)
     assert fr2.fire.attempt == 2
-    late = ResultItem(fr.fire.fire_id, FireKind.CALLBACK, 500, Outcome.RESPONSE, "", 1, "w", attempt=1)
+    late = ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=500, outcome=Outcome.RESPONSE,
+        response_head="", latency_ms=1, worker="w", attempt=1,
+    )
     out = h.apply(Results(h.now, (late,)))
     assert isinstance(out.results[0], NotFoundError)
     assert h.t(t.id).inflight == fr2.fire.fire_id and h.t(t.id).status is Status.FIRING  # no retry on top
@@ -466,7 +482,10 @@ def test_late_result_of_an_attempt_given_up_is_not_credited_to_the_retry(h: H) -
 def test_duplicate_result_is_ignored(h: H) -> None:
     t = h.create(max_retries=3)
     fr = h.fire_due(t.id)
-    item = ResultItem(fr.fire.fire_id, FireKind.CALLBACK, 500, Outcome.RESPONSE, "", 1, "w")
+    item = ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=500, outcome=Outcome.RESPONSE,
+        response_head="", latency_ms=1, worker="w",
+    )
     h.apply(Results(h.now, (item,)))
     snapshot = h.t(t.id)
     out = h.apply(Results(h.now, (item,)))
@@ -610,7 +629,10 @@ def test_delete_removes_task_fire_key_and_history(h: H) -> None:
     out = h.apply(DeleteTasks(h.now, (t.id,)))
     assert out.results[0].id == t.id and out.writes.history_deletes == [t.id]
     assert h.s.tasks == {} and h.s.fires == {} and h.s.idem == {} and h.s.executions == []
-    late = h.apply(Results(h.now, (ResultItem(fr.fire.fire_id, FireKind.CALLBACK, 200, Outcome.RESPONSE, "", 1, "w"),)))
+    late = h.apply(Results(h.now, (ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+        response_head="", latency_ms=1, worker="w",
+    ),)))
     assert isinstance(late.results[0], NotFoundError) and h.s.executions == []
     assert h.create(idempotency_key="k").id != t.id  # the key is free again
 
@@ -680,7 +702,10 @@ def test_cron_task_fires_once_across_dst_changes(h: H, tz: str, start: int, expe
 def test_response_head_kept_to_512_characters_and_task_json_round_trips(h: H) -> None:
     t = h.create(payload={"k": [1, "é"]}, idempotency_key="key")
     fr = h.fire_due(t.id)
-    h.apply(Results(h.now, (ResultItem(fr.fire.fire_id, FireKind.CALLBACK, 200, Outcome.RESPONSE, "x" * 600, 3, "w", 1),)))
+    h.apply(Results(h.now, (ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+        response_head="x" * 600, latency_ms=3, worker="w", attempt=1,
+    ),)))
     nt = h.t(t.id)
     assert nt.last_response == "x" * 512 and h.s.executions[-1].response_head == "x" * 512
     j = nt.to_json()

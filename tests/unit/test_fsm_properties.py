@@ -93,14 +93,19 @@ class Driver:
                     break
                 t = s.tasks[t_id]
                 att = (t.ack_attempt if t.status is Status.AWAITING_ACK else t.attempt) + 1
-                items.append(DispatchItem(t.fire_id, t_id, att, "w", now + 2000))
+                items.append(DispatchItem(
+                    fire_id=t.fire_id, task_id=t_id, attempt=att, worker="w", deadline_ms=now + 2000,
+                ))
             if items:
                 self.apply(Dispatched(now, tuple(items)))
         elif op == 3 and s.fires:  # a worker answers one fire
             f = s.fires[sorted(s.fires)[pick % len(s.fires)]]
             code, oc = [(200, Outcome.RESPONSE), (404, Outcome.RESPONSE), (500, Outcome.RESPONSE),
                         (None, Outcome.TIMEOUT), (None, Outcome.NETWORK_ERROR)][outcome % 5]
-            self.apply(Results(now, (ResultItem(f.fire_id, f.kind, code, oc, "", 5, "w"),)))
+            self.apply(Results(now, (ResultItem(
+                fire_id=f.fire_id, kind=f.kind, status_code=code, outcome=oc, response_head="", latency_ms=5,
+                worker="w",
+            ),)))
         elif op == 4:  # the monitor
             lost = expired_fires(list(s.fires.values()), now)
             if lost:
@@ -117,7 +122,10 @@ class Driver:
             t = s.tasks[tid]
             self.apply(Expire(now, (ExpireItem(tid, t.updated_ms),)))
         elif op == 10 and s.fires:  # a duplicate / late result of an old fire id
-            self.apply(Results(now, (ResultItem(f"{tid}-0", FireKind.CALLBACK, 200, Outcome.RESPONSE, "", 1, "w"),)))
+            self.apply(Results(now, (ResultItem(
+                fire_id=f"{tid}-0", kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+                response_head="", latency_ms=1, worker="w",
+            ),)))
 
 
 ops = st.lists(st.tuples(st.integers(0, 10), st.integers(0, 1000), st.integers(0, 4)), min_size=1, max_size=80)

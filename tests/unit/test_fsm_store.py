@@ -75,7 +75,9 @@ def test_task_record_round_trips() -> None:
 def test_batch_applies_in_one_transaction_and_records_applied_index(tmp_path: Path, store: TaskStore) -> None:
     lg = Log(store)
     ids = [new_task_id(T0, i) for i in range(5)]
-    res = lg.apply(*(CreateTasks(T0, (CreateItem(i, spec(interval_ms=1000 * (5 - n))),)) for n, i in enumerate(ids)))
+    res = lg.apply(*(CreateTasks(T0, (CreateItem(i, spec(
+        interval_ms=1000 * (5 - n),
+    )),)) for n, i in enumerate(ids)))
     assert all(isinstance(r, EntryResult) and isinstance(r.results[0], Created) for r in res)
     assert store.applied_index() == 5 and len(store) == 5
     assert [tid for _, tid in store.scan_due()] == list(reversed(ids))
@@ -108,8 +110,13 @@ def test_commands_in_one_batch_see_each_other(store: TaskStore) -> None:
     tid = new_task_id(T0, 1)
     res = lg.apply(
         CreateTasks(T0, (CreateItem(tid, spec(interval_ms=0)),)),
-        Dispatched(T0, (DispatchItem(f"{tid}-1", tid, 1, "w", T0 + 9000),)),
-        Results(T0 + 20, (ResultItem(f"{tid}-1", FireKind.CALLBACK, 200, Outcome.RESPONSE, "ok", 20, "w"),)),
+        Dispatched(T0, (DispatchItem(
+            fire_id=f"{tid}-1", task_id=tid, attempt=1, worker="w", deadline_ms=T0 + 9000,
+        ),)),
+        Results(T0 + 20, (ResultItem(
+            fire_id=f"{tid}-1", kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+            response_head="ok", latency_ms=20, worker="w",
+        ),)),
     )
     assert res[1].results == [None] and any(isinstance(e, FireRequest) for e in res[1].effects)
     t = store.get_task(tid)
@@ -133,7 +140,9 @@ def test_effects_reach_on_applied_after_commit_with_their_term(tmp_path: Path) -
 def test_scans_stream_in_chunks(store: TaskStore) -> None:
     lg = Log(store)
     rng = random.Random(5)
-    items = tuple(CreateItem(new_task_id(T0, i), spec(interval_ms=rng.randrange(0, 10**6))) for i in range(300))
+    items = tuple(CreateItem(new_task_id(T0, i), spec(
+        interval_ms=rng.randrange(0, 10**6),
+    )) for i in range(300))
     lg.apply(CreateTasks(T0, items))
     due = list(store.scan_due(chunk=7))
     assert len(due) == 300 and due == sorted(due)
@@ -148,11 +157,16 @@ def test_store_matches_memory_state_and_snapshot_restores_it(tmp_path: Path, sto
     cmds: list[Command] = []
     ids = [new_task_id(T0, i) for i in range(20)]
     cmds.append(CreateTasks(T0, tuple(CreateItem(t, spec(interval_ms=0, max_retries=2)) for t in ids)))
-    cmds.append(Dispatched(T0, tuple(DispatchItem(f"{t}-1", t, 1, "w", T0 + 5000) for t in ids)))
+    cmds.append(Dispatched(T0, tuple(DispatchItem(
+        fire_id=f"{t}-1", task_id=t, attempt=1, worker="w", deadline_ms=T0 + 5000,
+    ) for t in ids)))
     cmds.append(
         Results(
             T0 + 10,
-            tuple(ResultItem(f"{t}-1", FireKind.CALLBACK, 500 if n % 2 else 200, Outcome.RESPONSE, "", 5, "w") for n, t in enumerate(ids)),
+            tuple(ResultItem(
+                fire_id=f"{t}-1", kind=FireKind.CALLBACK, status_code=500 if n % 2 else 200,
+                outcome=Outcome.RESPONSE, response_head="", latency_ms=5, worker="w",
+            ) for n, t in enumerate(ids)),
         )
     )
     cmds.append(DeleteTasks(T0 + 11, (ids[0], ids[1])))
@@ -184,13 +198,20 @@ def test_restore_refuses_a_non_snapshot(tmp_path: Path, store: TaskStore) -> Non
 def test_history_trimmed_per_task_and_deleted_with_task(store: TaskStore) -> None:
     lg = Log(store)
     tid = new_task_id(T0, 9)
-    lg.apply(CreateTasks(T0, (CreateItem(tid, spec(type="periodic", interval_ms=1000, max_fails=100, max_retries=0)),)))
+    lg.apply(CreateTasks(T0, (CreateItem(tid, spec(
+        type="periodic", interval_ms=1000, max_fails=100, max_retries=0,
+    )),)))
     now = T0
     for k in range(1, 6):
         now = T0 + k * 1000
         lg.apply(
-            Dispatched(now, (DispatchItem(f"{tid}-{k}", tid, 1, "w", now + 9000),)),
-            Results(now + 1, (ResultItem(f"{tid}-{k}", FireKind.CALLBACK, 500, Outcome.RESPONSE, "", 1, "w"),)),
+            Dispatched(now, (DispatchItem(
+                fire_id=f"{tid}-{k}", task_id=tid, attempt=1, worker="w", deadline_ms=now + 9000,
+            ),)),
+            Results(now + 1, (ResultItem(
+                fire_id=f"{tid}-{k}", kind=FireKind.CALLBACK, status_code=500, outcome=Outcome.RESPONSE,
+                response_head="", latency_ms=1, worker="w",
+            ),)),
         )
     assert store.history is not None
     rows = store.history.list_executions(task_id=tid).items
@@ -208,8 +229,13 @@ def test_history_not_duplicated_when_lmdb_commit_was_lost(tmp_path: Path) -> Non
     es = lg.entries(
         [
             CreateTasks(T0, (CreateItem(tid, spec(interval_ms=0)),)),
-            Dispatched(T0, (DispatchItem(f"{tid}-1", tid, 1, "w", T0 + 9000),)),
-            Results(T0 + 1, (ResultItem(f"{tid}-1", FireKind.CALLBACK, 200, Outcome.RESPONSE, "", 1, "w"),)),
+            Dispatched(T0, (DispatchItem(
+                fire_id=f"{tid}-1", task_id=tid, attempt=1, worker="w", deadline_ms=T0 + 9000,
+            ),)),
+            Results(T0 + 1, (ResultItem(
+                fire_id=f"{tid}-1", kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+                response_head="", latency_ms=1, worker="w",
+            ),)),
         ]
     )
     s.apply_batch(es)
@@ -228,10 +254,15 @@ def test_scan_expirable_lists_terminal_tasks_by_last_update(store: TaskStore) ->
     lg = Log(store)
     ids = [new_task_id(T0, i) for i in range(4)]
     lg.apply(CreateTasks(T0, tuple(CreateItem(t, spec(interval_ms=0, max_retries=0)) for t in ids)))
-    lg.apply(Dispatched(T0, tuple(DispatchItem(f"{t}-1", t, 1, "w", T0 + 5000) for t in ids[:3])))
+    lg.apply(Dispatched(T0, tuple(DispatchItem(
+        fire_id=f"{t}-1", task_id=t, attempt=1, worker="w", deadline_ms=T0 + 5000,
+    ) for t in ids[:3])))
     for n, t in enumerate(ids[:3]):
         code = 200 if n else 500
-        lg.apply(Results(T0 + 10 + n, (ResultItem(f"{t}-1", FireKind.CALLBACK, code, Outcome.RESPONSE, "", 1, "w"),)))
+        lg.apply(Results(T0 + 10 + n, (ResultItem(
+            fire_id=f"{t}-1", kind=FireKind.CALLBACK, status_code=code, outcome=Outcome.RESPONSE,
+            response_head="", latency_ms=1, worker="w",
+        ),)))
     items = store.scan_expirable(T0 + 12, 10)
     assert [(i.task_id, i.updated_ms) for i in items] == [(ids[0], T0 + 10), (ids[1], T0 + 11)]
     assert len(store.scan_expirable(T0 + 100, 2)) == 2
@@ -273,12 +304,19 @@ def test_own_proposals_apply_without_decoding_and_leave_the_same_state(tmp_path:
     rng = random.Random(5)
     ids = [new_task_id(T0, i) for i in range(40)]
     cmds: list[Command] = [
-        CreateTasks(T0, tuple(CreateItem(t, spec(payload={"i": n}, idempotency_key=f"k{n % 30}")) for n, t in enumerate(ids))),
-        Dispatched(T0 + 1000, tuple(DispatchItem(f"{t}-1", t, 1, "n1", T0 + 11_000) for t in ids[:20])),
+        CreateTasks(T0, tuple(CreateItem(t, spec(
+            payload={"i": n}, idempotency_key=f"k{n % 30}",
+        )) for n, t in enumerate(ids))),
+        Dispatched(T0 + 1000, tuple(DispatchItem(
+            fire_id=f"{t}-1", task_id=t, attempt=1, worker="n1", deadline_ms=T0 + 11_000,
+        ) for t in ids[:20])),
         Results(
             T0 + 1010,
             tuple(
-                ResultItem(f"{t}-1", FireKind.CALLBACK, rng.choice([200, 404, 500]), Outcome.RESPONSE, "x", 5, "n1")
+                ResultItem(
+                    fire_id=f"{t}-1", kind=FireKind.CALLBACK, status_code=rng.choice([200, 404, 500]),
+                    outcome=Outcome.RESPONSE, response_head="x", latency_ms=5, worker="n1",
+                )
                 for t in ids[:20]
             ),
         ),

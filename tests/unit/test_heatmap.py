@@ -26,7 +26,10 @@ TIMERS = 100_000
 def _dist(level0: list[int], other: int = 0) -> WheelDistribution:
     levels = [WheelLevel(0, 0, 10, tuple(level0))]
     levels += [WheelLevel(lv, 0, 10 * SIZE**lv, tuple([other] * SIZE)) for lv in (1, 2, 3)]
-    return WheelDistribution(0, 10, SIZE, tuple(levels), 0, sum(level0) + 3 * SIZE * other)
+    return WheelDistribution(
+        time_ms=0, tick_ms=10, size=SIZE, levels=tuple(levels), overflow=0, timers=sum(level0) + 3 * SIZE *
+        other,
+    )
 
 
 def _uniform() -> WheelDistribution:

@@ -17,7 +17,11 @@ T0 = 1_700_000_000_000 - 1_700_000_000_000 % LATENCY_BUCKET_MS
 def ex(task: str, n: int, result: ExecutionResult = ExecutionResult.SUCCESS, latency: int = 10, url: str = "http://h/cb?x=1",
        kind: FireKind = FireKind.CALLBACK, at: int | None = None) -> Execution:
     at = T0 + n * 1000 if at is None else at
-    return Execution(task, f"{task}-{n}", n, 1, kind, result, 200, latency, "w1", url, "default", at - latency, at, "ok")
+    return Execution(
+        task_id=task, fire_id=f"{task}-{n}", seq=n, attempt=1, kind=kind, result=result, status_code=200,
+        latency_ms=latency, worker="w1", url=url, scene="default", fired_ms=at - latency, finished_ms=at,
+        response_head="ok",
+    )
 
 
 def w(execs: list[Execution] = (), deletes: list[str] = ()) -> Writes:  # type: ignore[assignment]

@@ -76,7 +76,10 @@ def stats() -> Iterator[StatsClient]:
 def test_fire_hooks_count_outcomes_latency_by_host_and_lateness(stats: StatsClient) -> None:
     m = NodeMetrics(_snap)
     stats.ref.tell(SetObserver(m.fires))
-    req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://cb.example:8080/x?y=1", b"{}", "default", 1000)
+    req = FireRequest(
+        fire_id="t-1", task_id="t", attempt=1, kind=FireKind.CALLBACK, url="http://cb.example:8080/x?y=1",
+        body=b"{}", scene="default", timeout_ms=1000,
+    )
 
     class Result:
         kind = FireKind.CALLBACK
@@ -103,7 +106,10 @@ def test_fire_hooks_count_outcomes_latency_by_host_and_lateness(stats: StatsClie
 
 def test_fire_lateness_is_measured_from_the_due_time_to_the_request_start_on_the_worker(stats: StatsClient) -> None:
     due = int(time.time() * 1000) - 250  # the request started 50 ms late and took 200 ms
-    req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://cb/x", b"{}", "default", 1000, not_before_ms=due)
+    req = FireRequest(
+        fire_id="t-1", task_id="t", attempt=1, kind=FireKind.CALLBACK, url="http://cb/x", body=b"{}",
+        scene="default", timeout_ms=1000, not_before_ms=due,
+    )
 
     class Answered200msLater(Deliverer):
         def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> Any:
@@ -119,7 +125,10 @@ def test_fire_lateness_is_measured_from_the_due_time_to_the_request_start_on_the
 
     d = Reporting(urllib3.PoolManager(), "n1")
     d.deliver(req)
-    d.deliver(FireRequest("t-2", "t", 1, FireKind.CALLBACK, "http://cb/x", b"{}", "default", 1000))
+    d.deliver(FireRequest(
+        fire_id="t-2", task_id="t", attempt=1, kind=FireKind.CALLBACK, url="http://cb/x", body=b"{}",
+        scene="default", timeout_ms=1000,
+    ))
     stats.delivered(d.take())
     late = stats.to_json()["timings"]["fire_lateness"]
     assert 50 <= late["max_ms"] < 50 + 1_000, late
@@ -131,7 +140,10 @@ def test_reporting_deliverer_reports_every_attempt_even_a_failed_one(stats: Stat
     stats.ref.tell(SetObserver(m.fires))
     http = urllib3.PoolManager(retries=False)
     d = ReportingDeliverer(http, "n1")
-    req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, "http://127.0.0.1:9/cb", b"{}", "default", 500)
+    req = FireRequest(
+        fire_id="t-1", task_id="t", attempt=1, kind=FireKind.CALLBACK, url="http://127.0.0.1:9/cb",
+        body=b"{}", scene="default", timeout_ms=500,
+    )
     result = d.deliver(req)  # port 9 (discard) is closed here: a network error, at once
     stats.delivered(d.take())
     stats.to_json()
@@ -149,7 +161,10 @@ def test_host_labels_are_bounded() -> None:
         latency_ms = 1.0
 
     for i in range(MAX_HOSTS + 50):
-        req = FireRequest("t-1", "t", 1, FireKind.CALLBACK, f"http://h{i}.example/", b"", "default", 1000)
+        req = FireRequest(
+            fire_id="t-1", task_id="t", attempt=1, kind=FireKind.CALLBACK, url=f"http://h{i}.example/",
+            body=b"", scene="default", timeout_ms=1000,
+        )
         m.fires.delivered(req, Result())
     s = _parse(m.render())
     hosts = {dict(k[1])["host"] for k in s if k[0] == "molens_callback_latency_seconds_count"}

@@ -21,7 +21,7 @@ def _task(req: dict[str, Any], **kw: Any) -> Task:
     spec = model.validate_create(req, now_ms=NOW)
     fields: dict[str, Any] = {"status": Status.PENDING, "created_ms": NOW, "updated_ms": NOW + 1}
     fields |= {"due_ms": NOW + 5, "sched_ms": NOW + 5} | kw
-    return Task(model.new_task_id(NOW, 12345), spec, **fields)
+    return Task(id=model.new_task_id(NOW, 12345), spec=spec, **fields)
 
 
 TASKS = [

@@ -178,13 +178,15 @@ def test_follower_snapshot_chunks_out_of_order_and_fast_forward() -> None:
     st = MemoryLog(Membership(("l", "f")))
     f = RaftCore("f", None, st, RaftConfig())
     meta = SnapshotMeta(5, 2, Membership(("l", "f")))
-    f.step(InstallSnapshot("l", "f", 2, meta, 3, b"def", False))  # chunk without its start
+    f.step(InstallSnapshot(
+        frm="l", to="f", term=2, meta=meta, offset=3, data=b"def", done=False,
+    ))  # chunk without its start
     rd = f.ready()
     resp = [m for m in rd.messages_after_persist if isinstance(m, SnapshotResponse)]
     assert resp and resp[0].offset == 0
     f.advance(rd)
-    f.step(InstallSnapshot("l", "f", 2, meta, 0, b"abc", False))
-    f.step(InstallSnapshot("l", "f", 2, meta, 3, b"def", True))
+    f.step(InstallSnapshot(frm="l", to="f", term=2, meta=meta, offset=0, data=b"abc", done=False))
+    f.step(InstallSnapshot(frm="l", to="f", term=2, meta=meta, offset=3, data=b"def", done=True))
     rd = f.ready()
     assert rd.snapshot == Snapshot(meta, b"abcdef")
     assert f.log_term(5) == 2 and f.log_term(4) is None
@@ -193,11 +195,15 @@ def test_follower_snapshot_chunks_out_of_order_and_fast_forward() -> None:
     st.set_hard_state(rd.hard_state or HardState())
     f.advance(rd)
     # the leader's log also holds entries 6..7; a snapshot at 6 matching our log only fast-forwards
-    f.step(AppendEntries("l", "f", 2, 5, 2, (Entry(6, 2), Entry(7, 2)), 5))
+    f.step(AppendEntries(
+        frm="l", to="f", term=2, prev_index=5, prev_term=2, entries=(Entry(6, 2), Entry(7, 2)), commit=5,
+    ))
     rd = f.ready()
     st.append(list(rd.entries))
     f.advance(rd)
-    f.step(InstallSnapshot("l", "f", 2, SnapshotMeta(6, 2, meta.membership), 0, b"x", True))
+    f.step(InstallSnapshot(
+        frm="l", to="f", term=2, meta=SnapshotMeta(6, 2, meta.membership), offset=0, data=b"x", done=True,
+    ))
     rd = f.ready()
     assert rd.snapshot is None and f.commit == 6 and f.last_index == 7
     assert any(isinstance(m, AppendResponse) and m.index == 7 for m in rd.messages_after_persist)
@@ -212,8 +218,11 @@ def test_acks_for_entries_replaced_before_they_were_persisted_are_not_sent() -> 
     c = RaftCore("c", mem, MemoryLog(mem), RaftConfig(), random.Random(1))
     # entry 1 is the founding membership (term 1)
     old = tuple(Entry(i, 2, EntryKind.NORMAL, b"old") for i in range(2, 7))
-    c.step(AppendEntries("a", "c", 2, 1, 1, old, 0))
-    c.step(AppendEntries("b", "c", 3, 2, 2, (Entry(3, 3, EntryKind.NORMAL, b"new"),), 0))
+    c.step(AppendEntries(frm="a", to="c", term=2, prev_index=1, prev_term=1, entries=old, commit=0))
+    c.step(AppendEntries(
+        frm="b", to="c", term=3, prev_index=2, prev_term=2, entries=(Entry(3, 3, EntryKind.NORMAL, b"new"),),
+        commit=0,
+    ))
     rd = c.ready()
     assert [(e.index, e.term) for e in rd.entries] == [(1, 1), (2, 2), (3, 3)]
     acks = [m for m in rd.messages_after_persist if isinstance(m, AppendResponse) and not m.reject]
@@ -225,7 +234,9 @@ def test_a_vote_request_of_an_older_term_is_refused_with_our_term_and_the_candid
 
     mem = Membership(("a", "b", "c"))
     ahead = RaftCore("a", mem, MemoryLog(mem), RaftConfig(pre_vote=False), random.Random(1))
-    ahead.step(RequestVote("c", "a", 9, 0, 0))  # a third node raised a's term to 9 (vote refused: log)
+    ahead.step(RequestVote(
+        frm="c", to="a", term=9, last_index=0, last_term=0,
+    ))  # a third node raised a's term to 9 (vote refused: log)
     ahead.advance(ahead.ready())
     behind = RaftCore("b", mem, MemoryLog(mem), RaftConfig(pre_vote=False), random.Random(2))
     for _ in range(100):
@@ -249,8 +260,12 @@ def test_a_vote_granted_in_a_term_left_before_it_was_persisted_is_not_sent() -> 
 
     mem = Membership(("a", "b", "c", "d", "e"))
     c = RaftCore("c", mem, MemoryLog(mem), RaftConfig(pre_vote=False), random.Random(1))
-    c.step(RequestVote("b", "c", 6, 1, 1))  # granted, waiting for the HardState(6, b) to persist
-    c.step(RequestVote("d", "c", 7, 0, 0))  # a newer term arrives first (d's log is behind: refused)
+    c.step(RequestVote(
+        frm="b", to="c", term=6, last_index=1, last_term=1,
+    ))  # granted, waiting for the HardState(6, b) to persist
+    c.step(RequestVote(
+        frm="d", to="c", term=7, last_index=0, last_term=0,
+    ))  # a newer term arrives first (d's log is behind: refused)
     rd = c.ready()
     assert rd.hard_state is not None and (rd.hard_state.term, rd.hard_state.vote) == (7, None)
     votes = [m for m in rd.messages_after_persist if isinstance(m, VoteResponse)]

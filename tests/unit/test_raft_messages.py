@@ -29,32 +29,41 @@ from molens.raft.messages import (
 )
 
 SAMPLES: list[Message] = [
-    RequestVote("n1", "n2", 7, 42, 6, pre=True, transfer=False),
-    RequestVote("n1", "n2", 7, 42, 6, pre=False, transfer=True),
-    VoteResponse("n2", "n1", 7, True, pre=True),
-    VoteResponse("n2", "n1", 8, False),
+    RequestVote(frm="n1", to="n2", term=7, last_index=42, last_term=6, pre=True, transfer=False),
+    RequestVote(frm="n1", to="n2", term=7, last_index=42, last_term=6, pre=False, transfer=True),
+    VoteResponse(frm="n2", to="n1", term=7, granted=True, pre=True),
+    VoteResponse(frm="n2", to="n1", term=8, granted=False),
     AppendEntries(
-        "n1",
-        "n3",
-        9,
-        10,
-        8,
-        (Entry(11, 9, EntryKind.NORMAL, b"x" * 10), Entry(12, 9, EntryKind.CONF_CHANGE, b"\x00\xff")),
-        11,
+        frm="n1",
+        to="n3",
+        term=9,
+        prev_index=10,
+        prev_term=8,
+        entries=(Entry(11, 9, EntryKind.NORMAL, b"x" * 10), Entry(12, 9, EntryKind.CONF_CHANGE, b"\x00\xff")),
+        commit=11,
     ),
-    AppendEntries("n1", "n3", 9, 10, 8, (), 10),
-    AppendResponse("n3", "n1", 9, 12),
-    AppendResponse("n3", "n1", 9, 10, True, 7, 5),
-    Heartbeat("n1", "n2", 3, 5, b"ctx-1"),
-    Heartbeat("n1", "n2", 3, 5),
+    AppendEntries(frm="n1", to="n3", term=9, prev_index=10, prev_term=8, entries=(), commit=10),
+    AppendResponse(frm="n3", to="n1", term=9, index=12),
+    AppendResponse(frm="n3", to="n1", term=9, index=10, reject=True, hint_index=7, hint_term=5),
+    Heartbeat(frm="n1", to="n2", term=3, commit=5, ctx=b"ctx-1"),
+    Heartbeat(frm="n1", to="n2", term=3, commit=5),
     HeartbeatResponse("n2", "n1", 3, b"ctx-1"),
-    InstallSnapshot("n1", "n4", 5, SnapshotMeta(100, 4, Membership(("n1", "n2"), ("n4",))), 64, b"chunk", False),
-    InstallSnapshot("n1", "n4", 5, SnapshotMeta(100, 4, Membership(("n1",))), 0, b"", True),
-    InstallSnapshot("n1", "n4", 5, SnapshotMeta(100, 4, Membership(("n1", "n4")), b"\x92addresses"), 0, b"", True),
-    SnapshotResponse("n4", "n1", 5, 100, 128),
+    InstallSnapshot(
+        frm="n1", to="n4", term=5, meta=SnapshotMeta(100, 4, Membership(("n1", "n2"), ("n4",))), offset=64,
+        data=b"chunk", done=False,
+    ),
+    InstallSnapshot(
+        frm="n1", to="n4", term=5, meta=SnapshotMeta(100, 4, Membership(("n1",))), offset=0, data=b"",
+        done=True,
+    ),
+    InstallSnapshot(
+        frm="n1", to="n4", term=5, meta=SnapshotMeta(100, 4, Membership(("n1", "n4")), b"\x92addresses"),
+        offset=0, data=b"", done=True,
+    ),
+    SnapshotResponse(frm="n4", to="n1", term=5, index=100, offset=128),
     TimeoutNow("n1", "n2", 11),
     ReadIndexRequest("n2", "n1", 4, b"r1"),
-    ReadIndexResponse("n1", "n2", 4, b"r1", 99),
+    ReadIndexResponse(frm="n1", to="n2", term=4, ctx=b"r1", index=99),
 ]
 
 
@@ -68,7 +77,7 @@ def test_samples_cover_every_message_type() -> None:
 
 
 def test_encoding_is_compact_tuples_not_dicts() -> None:
-    raw = encode(AppendResponse("n3", "n1", 9, 12))
+    raw = encode(AppendResponse(frm="n3", to="n1", term=9, index=12))
     assert len(raw) < 20
     assert b"index" not in raw
 
@@ -89,7 +98,10 @@ def test_conf_change_round_trips() -> None:
 def test_snapshot_meta_of_an_older_peer_without_context_decodes() -> None:
     import msgpack
 
-    m = InstallSnapshot("n1", "n4", 5, SnapshotMeta(100, 4, Membership(("n1",)), b"ctx"), 0, b"", True)
+    m = InstallSnapshot(
+        frm="n1", to="n4", term=5, meta=SnapshotMeta(100, 4, Membership(("n1",)), b"ctx"), offset=0, data=b"",
+        done=True,
+    )
     raw = msgpack.unpackb(encode(m), raw=False)
     # drop the context field from the meta, wherever the codec put it
     meta_pos = next(i for i, v in enumerate(raw) if isinstance(v, list) and v[:2] == [100, 4])

@@ -57,8 +57,14 @@ def test_proposal_queue_refuses_beyond_its_bound_and_after_close() -> None:
 
 
 def test_address_book_persists_learned_peers_and_reports_changes(tmp_path: Path) -> None:
-    n1 = PeerConfig("n1", "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4")
-    n4 = PeerConfig("n4", "127.0.0.1:11", "127.0.0.1:12", "127.0.0.1:13", "127.0.0.1:14")
+    n1 = PeerConfig(
+        id="n1", raft_addr="127.0.0.1:1", rpc_addr="127.0.0.1:2", http_addr="127.0.0.1:3",
+        admin_addr="127.0.0.1:4",
+    )
+    n4 = PeerConfig(
+        id="n4", raft_addr="127.0.0.1:11", rpc_addr="127.0.0.1:12", http_addr="127.0.0.1:13",
+        admin_addr="127.0.0.1:14",
+    )
     seen: list[PeerConfig] = []
     book = AddressBook(tmp_path / "peers.json", (n1,), seen.append)
     assert book.update(n4) is True and book.update(n4) is False
@@ -68,7 +74,10 @@ def test_address_book_persists_learned_peers_and_reports_changes(tmp_path: Path)
 
 
 def test_conf_change_context_carries_the_addresses() -> None:
-    p = PeerConfig("n4", "127.0.0.1:11", "127.0.0.1:12", "127.0.0.1:13", "127.0.0.1:14")
+    p = PeerConfig(
+        id="n4", raft_addr="127.0.0.1:11", rpc_addr="127.0.0.1:12", http_addr="127.0.0.1:13",
+        admin_addr="127.0.0.1:14",
+    )
     assert peer_from_context(peer_context(p)) == p
     assert peer_from_context(b"\xc1garbage") is None
 

@@ -19,7 +19,10 @@ NOW = 1_767_225_600_000
 
 def _task(tid: str, due: int | None = NOW, status: Status = Status.PENDING, inflight: str | None = None) -> Task:
     spec = validate_create({"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x"}, now_ms=NOW)
-    return Task(tid, spec, status, NOW, NOW, due, NOW, inflight=inflight)
+    return Task(
+        id=tid, spec=spec, status=status, created_ms=NOW, updated_ms=NOW, due_ms=due, sched_ms=NOW,
+        inflight=inflight,
+    )
 
 
 class Clock:
@@ -96,7 +99,10 @@ def test_settle_gives_capacity_back() -> None:
 
 
 def _fire(fid: str, attempt: int = 1, deadline: int = NOW + 100, kind: FireKind = FireKind.CALLBACK) -> Fire:
-    return Fire(fid, fid.split("-")[0], kind, attempt, "n2", deadline, NOW)
+    return Fire(
+        fire_id=fid, task_id=fid.split("-")[0], kind=kind, attempt=attempt, worker="n2", deadline_ms=deadline,
+        dispatched_ms=NOW,
+    )
 
 
 def test_monitor_reports_a_fire_lost_only_if_the_same_attempt_is_still_in_flight_at_its_deadline() -> None:

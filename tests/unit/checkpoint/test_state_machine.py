@@ -119,8 +119,8 @@ class CheckpointMachine(RuleBasedStateMachine):
         else:
             assert isinstance(got, Claimed), got
             if m is None:
-                m = Model(CheckpointStatus.CLAIMED, owner, now + lease, lease, got.lease_token, 1, self.floor + 1, fp,
-                          now, now)
+                m = Model(status=CheckpointStatus.CLAIMED, owner_run_id=owner, lease_until=now + lease, lease_ms=lease, token=got.lease_token, attempts=1, fence=self.floor + 1, fingerprint=fp,
+                          created_at=now, updated_at=now)
             else:
                 m = replace(m, owner_run_id=owner, lease_until=now + lease, lease_ms=lease, token=got.lease_token,
                             attempts=m.attempts + 1, fence=m.fence + 1, fingerprint=fp or m.fingerprint,
