@@ -105,7 +105,8 @@ def test_sqlite_is_opened_in_wal_mode_with_a_migration_table(tmp_path: Path) -> 
     with sqlite3.connect(tmp_path / "m.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("SELECT version, description FROM schema_migrations").fetchall() == [
-            (1, "checkpoints and fence floors")
+            (1, "checkpoints and fence floors"),
+            (2, "the original library's table layout (storage_key) and a fence high mark"),
         ]
         db.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', 0)")
     with pytest.raises(BackendUnavailableError, match="schema version 99"):
