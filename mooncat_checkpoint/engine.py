@@ -47,6 +47,14 @@ class Engine:
     def scheme(self) -> str:
         return self.url.partition("://")[0].lower()
 
+    def twin(self, backend: Backend) -> Engine:
+        """An engine on the same store, URL and clock that calls ``backend`` (another face of ours,
+        e.g. ``SqliteBackend.nowait()``) instead; closing stays with this one."""
+        t = Engine.__new__(Engine)
+        t.__dict__.update(self.__dict__)
+        t.backend = t.local = backend
+        return t
+
     def _server_now(self) -> int | None:
         return None if self._given_clock is None else self._given_clock()
 
