@@ -17,8 +17,9 @@ time per pair (all threads of the worker processes, kernel time included) and th
 the run started: on a shared machine the rate moves with the load, the CPU cost much less. The first
 line calibrates: the cost of one fsync'd atomic file replace (a file pair needs two, so
 ``fsync_bound_pairs_per_s`` = 1000 / (2 x that)) and bare SQLite commits per second, on this machine
-at this moment; each one-process file run measures that bound again just before it and prints it with
-``of_fsync_bound`` (its pairs/s over the bound).
+at this moment. The disk of a shared machine changes its mind within seconds, so each one-process file
+run measures the replace cost for a second just before and just after it, prints the bound from their
+mean and ``of_fsync_bound`` (the run's pairs/s over that bound).
 
 Prints one line per run and a final summary line; no timed assertions (CONVENTIONS: benchmarks).
     .venv/bin/python scripts/bench/checkpoint.py [--seconds 3] [--backends memory,file,sqlite,redis,postgresql]
@@ -132,27 +133,38 @@ def run(client: str, backend: str, procs: int, seconds: float, servers: dict[str
     return pairs / max(r.wall_s for r in results), sum(r.cpu_s for r in results) / pairs * 1e6, results[0].durability
 
 
-def calibrate() -> tuple[float, float]:
-    """What this machine's disk and SQLite do right now, without mooncat_checkpoint: the cost of one
-    fsync'd atomic file replace (write, fsync, rename, fsync of the directory) in ms, and bare SQLite
-    WAL/NORMAL commits per second. The file and sqlite figures follow these two numbers."""
-    import sqlite3
-
+def fsync_replace_ms(seconds: float = 1.0) -> float:
+    """The cost, in ms, of one fsync'd atomic file replace (write, fsync, rename, fsync of the
+    directory) on this disk now, averaged over ``seconds`` of them: the file backend does two per pair."""
     tmp = tempfile.mkdtemp(prefix="bench-checkpoint-cal-", dir=os.environ.get("BENCH_TMPDIR"))
     try:
-        n = 100
+        n = 0
         start = time.perf_counter()
-        for i in range(n):
-            part = os.path.join(tmp, f".tmp-{i}")
+        while n < 20 or time.perf_counter() < start + seconds:
+            part = os.path.join(tmp, f".tmp-{n}")
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.write(fd, b'{"status": "done"}\n' * 20)
             os.fsync(fd)
             os.close(fd)
-            os.replace(part, os.path.join(tmp, f"k{i % 10}.json"))
+            os.replace(part, os.path.join(tmp, f"k{n % 10}.json"))
             dfd = os.open(tmp, os.O_RDONLY)
             os.fsync(dfd)
             os.close(dfd)
-        replace_ms = (time.perf_counter() - start) / n * 1000
+            n += 1
+        return (time.perf_counter() - start) / n * 1000
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def calibrate() -> tuple[float, float]:
+    """What this machine's disk and SQLite do right now, without mooncat_checkpoint: the fsync'd
+    replace cost (``fsync_replace_ms``) and bare SQLite WAL/NORMAL commits per second. The file and
+    sqlite figures follow these two numbers."""
+    import sqlite3
+
+    replace_ms = fsync_replace_ms()
+    tmp = tempfile.mkdtemp(prefix="bench-checkpoint-cal-", dir=os.environ.get("BENCH_TMPDIR"))
+    try:
         db = sqlite3.connect(os.path.join(tmp, "cal.db"), isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
@@ -192,12 +204,13 @@ def main() -> None:
             for procs in (int(p) for p in args.procs.split(",")):
                 for client in args.clients.split(","):
                     extra = ""
-                    if backend == "file" and procs == 1:  # the disk's cost right now, not minutes ago
-                        bound = 1000 / (2 * calibrate()[0])
+                    if backend == "file" and procs == 1:  # the disk's cost right around the run
+                        before = fsync_replace_ms()
                     load = os.getloadavg()[0]
                     rate, cpu_us, durability = run(client, backend, procs, args.seconds, servers)
                     summary[f"{backend}_{procs}" + ("" if client == "async" else "_sync")] = rate
                     if backend == "file" and procs == 1:
+                        bound = 1000 / (before + fsync_replace_ms())  # 2 replaces per pair, mean of 2
                         extra = f" fsync_bound_pairs_per_s={bound:.0f} of_fsync_bound={rate / bound:.2f}"
                     print(
                         f"checkpoint: backend={backend} procs={procs} claim_done_pairs_per_s={rate:.0f} "
