@@ -61,6 +61,30 @@ _temp_ids = itertools.count()  # shared by every backend in the process: temp na
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 
 
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
+
+
+def _read_file(path: str) -> bytes | None:
+    """The file's bytes, or None if it does not exist. O_NOATIME: with relatime, reading a file written
+    moments ago (a claim, read back by its done) would dirty its inode for the next fsync to flush."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return None
+    except PermissionError:  # O_NOATIME needs the file's owner (or CAP_FOWNER)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -232,22 +256,18 @@ class FileBackend:
         _fsync_dir(ns_dir)
 
     def _read(self, path: str, key: str | None) -> StoredRecord | None:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        return _decode(data, path, key)
+        data = _read_file(path)
+        return None if data is None else _decode(data, path, key)
 
     def _read_fences(self, ns_dir: str) -> tuple[int, int | None]:
         """(floor, high): floor >= the fence of every deleted record; high >= every fence handed out
         (None in a store of the first format, until ``_init_fences``)."""
-        try:
-            with open(os.path.join(ns_dir, _FLOOR_FILE), "rb") as f:
-                doc = json.loads(f.read())
-            floor, high = doc["floor"], doc.get("high")
-        except FileNotFoundError:
+        data = _read_file(os.path.join(ns_dir, _FLOOR_FILE))
+        if data is None:
             return 0, None
+        try:
+            doc = json.loads(data)
+            floor, high = doc["floor"], doc.get("high")
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptRecordError(f"unreadable fence floor in {ns_dir}: {e!r}") from None
         if type(floor) is not int or (high is not None and type(high) is not int):

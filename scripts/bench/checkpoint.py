@@ -134,8 +134,9 @@ def run(client: str, backend: str, procs: int, seconds: float, servers: dict[str
 
 
 def fsync_replace_ms(seconds: float = 1.0) -> float:
-    """The cost, in ms, of one fsync'd atomic file replace (write, fsync, rename, fsync of the
-    directory) on this disk now, averaged over ``seconds`` of them: the file backend does two per pair."""
+    """The cost, in ms, of one fsync'd atomic file write (temp file, fsync, rename, fsync of the
+    directory) on this disk now, averaged over ``seconds`` of them. Like a claim + done, each name is
+    written twice, first as a new file and then replaced: the file backend does two per pair."""
     tmp = tempfile.mkdtemp(prefix="bench-checkpoint-cal-", dir=os.environ.get("BENCH_TMPDIR"))
     try:
         n = 0
@@ -146,7 +147,7 @@ def fsync_replace_ms(seconds: float = 1.0) -> float:
             os.write(fd, b'{"status": "done"}\n' * 20)
             os.fsync(fd)
             os.close(fd)
-            os.replace(part, os.path.join(tmp, f"k{n % 10}.json"))
+            os.replace(part, os.path.join(tmp, f"k{n // 2}.json"))  # as a pair: create, then replace
             dfd = os.open(tmp, os.O_RDONLY)
             os.fsync(dfd)
             os.close(dfd)
