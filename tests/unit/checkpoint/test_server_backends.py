@@ -3,6 +3,7 @@ outlive reset and gc, no KEYS, one round trip per change. Real servers (see conf
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -65,8 +66,9 @@ def test_the_fence_counter_outlives_reset_and_gc(server_url: str) -> None:
         assert cp.reset("ns", "k") and cp.get("ns", "k") is None and cp.list("ns") == []
         second = cp.claim("ns", "k", lease_ms=1)
         assert isinstance(second, Claimed) and second.fence == 2 and second.checkpoint.attempts == 1
-        while cp.gc() == 0:  # the 1 ms lease runs out on the server's clock; bounded by the test timeout
-            pass
+        deadline = time.monotonic() + 10
+        while cp.gc() == 0:  # the 1 ms lease runs out on the server's clock
+            assert time.monotonic() < deadline
         third = cp.claim("ns", "k")
         assert isinstance(third, Claimed) and third.fence == 3
         with pytest.raises(LeaseLostError):
@@ -88,8 +90,9 @@ def test_redis_lists_and_collects_by_sscan_never_keys(servers: object) -> None:
                 c = cp.claim("ns", f"k{i}", lease_ms=60_000 if i % 2 else 1)
                 assert isinstance(c, Claimed)
             assert len(cp.list("ns")) == 1200
+            deadline = time.monotonic() + 10
             while len(cp.list("ns", expired=True)) < 600:
-                pass
+                assert time.monotonic() < deadline
             assert cp.gc() == 600
             assert sorted(r.key for r in cp.list("ns")) == sorted(f"k{i}" for i in range(1, 1200, 2))
         stats = r.info("commandstats")
