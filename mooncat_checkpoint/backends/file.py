@@ -85,6 +85,15 @@ def _read_file(path: str) -> bytes | None:
         os.close(fd)
 
 
+def _unlink_if_there(path: str, fsync_dir: str | None) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    if fsync_dir is not None:
+        _fsync_dir(fsync_dir)
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -352,14 +361,11 @@ class FileBackend:
         path = os.path.join(ns_dir, name + ".json")
         with self._locked(ns_dir, stripe):
             current = self._read(path, key)
-            legacy = None
-            if current is None:
-                old = legacy_storage_name(key)
-                if old != name:
-                    legacy = os.path.join(ns_dir, old + ".json")
-                    current = self._read(legacy, key)
-                    if current is None:
-                        legacy = None
+            old = legacy_storage_name(key)
+            # A key whose first-format name differs (hashed, long, dotted): that file may still be there.
+            legacy = None if old == name else os.path.join(ns_dir, old + ".json")
+            if current is None and legacy is not None:
+                current = self._read(legacy, key)
             if current is None:
                 floor = self._read_fences(ns_dir)[0]
             else:
@@ -373,11 +379,12 @@ class FileBackend:
                     self._raise_fences(namespace, ns_dir, high=w.fence)
                 self._write(ns_dir, path, _encode(w))
                 if legacy is not None:
-                    os.unlink(legacy)
-                    _fsync_dir(ns_dir)
+                    _unlink_if_there(legacy, ns_dir)
             elif d.delete and current is not None:
                 self._raise_fences(namespace, ns_dir, floor=current.fence)
-                os.unlink(legacy if legacy is not None else path)
+                _unlink_if_there(path, None)
+                if legacy is not None:  # else a first-format record would come back from under it
+                    _unlink_if_there(legacy, None)
                 _fsync_dir(ns_dir)
             return d.value
 

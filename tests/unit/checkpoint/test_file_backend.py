@@ -216,3 +216,25 @@ def test_a_store_removed_under_a_running_client_is_made_again(fcp: SyncCheckpoin
     shutil.rmtree(store)
     c = fcp.claim("ns", "b")
     assert isinstance(c, Claimed) and (store / "ns" / "b.json").is_file()
+
+
+def test_a_first_format_file_left_beside_a_current_one_never_comes_back_after_reset(
+    fcp: SyncCheckpointClient, store: Path
+) -> None:
+    key = "a/b"  # hashed by both rules, to names of different lengths
+    ns = store / "ns"
+    ns.mkdir(parents=True)
+    old_name = "sha256-" + hashlib.sha256(key.encode()).hexdigest() + ".json"
+    (ns / old_name).write_text(json.dumps(_legacy_doc(key, fence=5)))
+    c = fcp.claim("ns", "other")  # the original, say, wrote the current name meanwhile
+    assert isinstance(c, Claimed)
+    current = ns / ("sha256-" + hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+    current.write_text(json.dumps({
+        "namespace": "ns", "key": key, "status": "done", "ownerRunId": "node", "leaseToken": None,
+        "leaseUntil": None, "result": "node", "resultRef": None, "attempts": 1, "createdAt": 1, "updatedAt": 2,
+    }))
+    rec = fcp.get("ns", key)
+    assert rec is not None and rec.result == "node"  # the current name wins
+    assert [r.key for r in fcp.list("ns")].count(key) == 1
+    assert fcp.reset("ns", key)
+    assert fcp.get("ns", key) is None and not (ns / old_name).exists()
