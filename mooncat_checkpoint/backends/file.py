@@ -268,6 +268,15 @@ class FileBackend:
         data = _read_file(path)
         return None if data is None else _decode(data, path, key)
 
+    def _read_legacy(self, path: str, key: str) -> StoredRecord | None:
+        """The record at ``key``'s first-format name, if it is ``key``'s: that name can be the current
+        name of another key (``sha256-<64 hex>`` is a safe key now), whose record it then is."""
+        data = _read_file(path)
+        if data is None:
+            return None
+        rec = _decode(data, path, None)
+        return rec if rec.key == key else None
+
     def _read_fences(self, ns_dir: str) -> tuple[int, int | None]:
         """(floor, high): floor >= the fence of every deleted record; high >= every fence handed out
         (None in a store of the first format, until ``_init_fences``)."""
@@ -361,11 +370,15 @@ class FileBackend:
         path = os.path.join(ns_dir, name + ".json")
         with self._locked(ns_dir, stripe):
             current = self._read(path, key)
+            # A key whose first-format name differs (hashed, long, dotted): its file may still be there.
+            legacy = None
             old = legacy_storage_name(key)
-            # A key whose first-format name differs (hashed, long, dotted): that file may still be there.
-            legacy = None if old == name else os.path.join(ns_dir, old + ".json")
-            if current is None and legacy is not None:
-                current = self._read(legacy, key)
+            if old != name:
+                found = self._read_legacy(os.path.join(ns_dir, old + ".json"), key)
+                if found is not None:
+                    legacy = os.path.join(ns_dir, old + ".json")
+                    if current is None:
+                        current = found
             if current is None:
                 floor = self._read_fences(ns_dir)[0]
             else:
@@ -394,7 +407,7 @@ class FileBackend:
             name = storage_name(key)
             rec = self._read(os.path.join(ns_dir, name + ".json"), key)
             if rec is None and legacy_storage_name(key) != name:
-                rec = self._read(os.path.join(ns_dir, legacy_storage_name(key) + ".json"), key)
+                rec = self._read_legacy(os.path.join(ns_dir, legacy_storage_name(key) + ".json"), key)
             if rec is not None and rec.fence == 0:
                 rec = rec._replace(fence=self._fence_base(ns_dir))
             return rec

@@ -238,3 +238,19 @@ def test_a_first_format_file_left_beside_a_current_one_never_comes_back_after_re
     assert [r.key for r in fcp.list("ns")].count(key) == 1
     assert fcp.reset("ns", key)
     assert fcp.get("ns", key) is None and not (ns / old_name).exists()
+
+
+def test_a_key_named_like_another_keys_first_format_file_is_left_alone(
+    fcp: SyncCheckpointClient, store: Path
+) -> None:
+    tricky = "../x"
+    lookalike = "sha256-" + hashlib.sha256(tricky.encode()).hexdigest()  # tricky's first-format name
+    b = fcp.claim("ns", lookalike)
+    assert isinstance(b, Claimed)
+    a = fcp.claim("ns", tricky)  # not taken for a first-format record of tricky
+    assert isinstance(a, Claimed) and a.fence == 1
+    fcp.done("ns", tricky, a.lease_token, "tricky")
+    assert fcp.reset("ns", tricky)
+    rec = fcp.get("ns", lookalike)
+    assert rec is not None and rec.status is CheckpointStatus.CLAIMED  # survived tricky's write and reset
+    assert fcp.get("ns", tricky) is None
