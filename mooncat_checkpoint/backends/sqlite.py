@@ -337,7 +337,9 @@ class SqliteBackend:
         """A face of this backend whose calls never wait (for a lock, another process's write lock or a
         busy timeout): they raise ``WouldBlock`` instead, and the async client then runs the call in a
         worker thread. A WAL/NORMAL transaction needs no fsync, so an uncontended one (~25 us) runs on
-        the event loop in less time than a hop to a thread and back costs."""
+        the event loop in less time than a hop to a thread and back costs. The trap: the commit that
+        takes the WAL past its auto-checkpoint size (1,000 pages, a few hundred pairs) also runs the
+        checkpoint, fsyncs included, so the loop pauses for a few ms that often."""
         return None if self._nowait_conn is None else SqliteNowait(self)
 
     def transact_nowait(self, namespace: str, key: str, decide: Callable[[StoredRecord | None, int], Decision[T]]) -> T:
