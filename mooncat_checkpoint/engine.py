@@ -12,6 +12,7 @@ import secrets
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import cast
 
 from mooncat_checkpoint import codec, rules
 from mooncat_checkpoint.backends.base import Backend, ServerBackend
@@ -36,9 +37,14 @@ class Engine:
     def __init__(self, url: str | None = None, clock: Clock | None = None) -> None:
         self.url, self.url_source = resolve_url(url)
         self.backend: Backend | ServerBackend = open_backend(self.url)
-        # Stores shared by many hosts keep time themselves; a clock given here overrides theirs (tests).
-        self.server: ServerBackend | None = self.backend if getattr(self.backend, "server_side", False) else None  # type: ignore[assignment]
-        self.local: Backend | None = None if self.server is not None else self.backend  # type: ignore[assignment]
+        # Exactly one of the two is set. Stores shared by many hosts (``server_side``) run the rules
+        # and keep time themselves; a clock given here overrides theirs (tests drive leases with one).
+        self.server: ServerBackend | None = None
+        self.local: Backend | None = None
+        if getattr(self.backend, "server_side", False):
+            self.server = cast(ServerBackend, self.backend)
+        else:
+            self.local = cast(Backend, self.backend)
         self._given_clock = clock
         self.clock: Clock = clock if clock is not None else wall_clock_ms
         self.closed = False
