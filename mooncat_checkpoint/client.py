@@ -58,7 +58,7 @@ class CheckpointClient:
 
     @property
     def backend(self) -> str:
-        """``"file"``, ``"sqlite"`` or ``"memory"``."""
+        """The URL scheme: ``"file"``, ``"sqlite"``, ``"memory"``, ``"redis"``, ``"postgresql"`` (or ``"postgres"``)."""
         return self._engine.scheme
 
     @property
