@@ -1,7 +1,9 @@
 """mooncat_checkpoint: claim / done / fail step records with leases and fencing tokens.
 
-"Did this step already run?" answered exactly, on ``file://`` (default), ``sqlite://`` or ``memory://``,
-with nothing outside the standard library::
+"Did this step already run?" answered exactly, on ``file://`` (default), ``sqlite://`` or ``memory://``
+with nothing outside the standard library, and for many hosts on ``redis://`` (redis-py) or
+``postgresql://`` (psycopg 3), imported only when used. The file and SQLite stores are those of the
+TypeScript ``mooncat-checkpoint``, so Node and Python steps can share one::
 
     cp = CheckpointClient()                   # url > $MOONCAT_CHECKPOINT_URL > file://./.mooncat/checkpoints
     c = await cp.claim("vision", image_hash, owner_run_id="run-1")

@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(
         prog=PROG,
-        description="Inspect and repair mooncat_checkpoint stores (file://DIR, sqlite://PATH, memory://).",
+        description="Inspect and repair mooncat_checkpoint stores (file://DIR, sqlite://PATH, memory://, "
+        "redis://HOST:PORT/DB, postgresql://USER@HOST:PORT/DB).",
         epilog="Output is JSON. Exit status: 0 ok, 1 nothing there, 2 usage or backend error.",
     )
     parser.add_argument("--url", default=None, help=url_help)

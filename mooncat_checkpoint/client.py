@@ -1,8 +1,11 @@
-"""``CheckpointClient``: the async API (DESIGN §8).
+"""``CheckpointClient``: the async API (docs/checkpoint.md).
 
 Each call runs the shared ``Engine`` in a worker thread (``offload``) when the backend can block (file,
-sqlite), so the event loop never waits on a disk or a lock; ``memory://`` does no I/O and runs inline. A client may be used by
-many tasks at once and from several event loops in turn; it holds no loop-bound state.
+redis, postgresql), so the event loop never waits on a disk, a socket or a lock; ``memory://`` does no
+I/O and runs inline. SQLite single-record calls first try inline on a second connection that never
+waits (``SqliteBackend.nowait``: an uncontended WAL commit costs less than the hop to a thread and
+back) and go to a worker thread only when they would have to wait for a lock. A client may be used
+by many tasks at once and from several event loops in turn; it holds no loop-bound state.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import builtins
 from types import TracebackType
 
 from mooncat_checkpoint.engine import DEFAULT_LEASE_MS, Clock, Engine
-from mooncat_checkpoint.errors import WaitTimeoutError
+from mooncat_checkpoint.errors import WaitTimeoutError, WouldBlock
 from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, JSONValue
 from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.offload import offload
@@ -32,15 +35,20 @@ class CheckpointClient:
     """
 
     def __init__(self, url: str | None = None, *, clock: Clock | None = None) -> None:
-        self._engine = Engine(url, clock)
-        self._blocking = self._engine.backend.blocking
+        self._attach(Engine(url, clock))
+
+    def _attach(self, engine: Engine) -> None:
+        self._engine = engine
+        self._blocking = engine.backend.blocking
+        nowait = getattr(engine.backend, "nowait", None)
+        face = None if nowait is None else nowait()
+        self._inline: Engine | None = None if face is None else engine.twin(face)
 
     @classmethod
     def _over(cls, engine: Engine) -> CheckpointClient:
         """An async client sharing ``engine`` (and so its store) with a sync client."""
         self = cls.__new__(cls)
-        self._engine = engine
-        self._blocking = engine.backend.blocking
+        self._attach(engine)
         return self
 
     @property
@@ -50,7 +58,7 @@ class CheckpointClient:
 
     @property
     def backend(self) -> str:
-        """``"file"``, ``"sqlite"`` or ``"memory"``."""
+        """The URL scheme: ``"file"``, ``"sqlite"``, ``"memory"``, ``"redis"``, ``"postgresql"`` (or ``"postgres"``)."""
         return self._engine.scheme
 
     @property
@@ -72,6 +80,11 @@ class CheckpointClient:
         """Try to own the step: ``Claimed`` (with ``lease_token`` and ``fence``), or ``Done``, ``Busy``,
         ``Failed``. ``fingerprint`` guards against reusing a key for other inputs
         (``FingerprintMismatchError``)."""
+        if self._inline is not None:
+            try:
+                return self._inline.claim(namespace, key, owner_run_id, lease_ms, fingerprint)
+            except WouldBlock:
+                pass
         if self._blocking:
             return await offload(self._engine.claim, namespace, key, owner_run_id, lease_ms, fingerprint)
         return self._engine.claim(namespace, key, owner_run_id, lease_ms, fingerprint)
@@ -81,6 +94,11 @@ class CheckpointClient:
     ) -> Checkpoint | None:
         """Renew the lease to now + ``extend_ms`` (default: the claim's lease_ms; 0 releases it now).
         None if the record no longer exists; ``LeaseLostError`` if the token is not current."""
+        if self._inline is not None:
+            try:
+                return self._inline.touch(namespace, key, lease_token, extend_ms)
+            except WouldBlock:
+                pass
         if self._blocking:
             return await offload(self._engine.touch, namespace, key, lease_token, extend_ms)
         return self._engine.touch(namespace, key, lease_token, extend_ms)
@@ -94,17 +112,32 @@ class CheckpointClient:
         result_ref: str | None = None,
     ) -> Checkpoint:
         """Mark the step done with a JSON ``result`` (<= 64 KiB) and/or a ``result_ref``."""
+        if self._inline is not None:
+            try:
+                return self._inline.done(namespace, key, lease_token, result, result_ref)
+            except WouldBlock:
+                pass
         if self._blocking:
             return await offload(self._engine.done, namespace, key, lease_token, result, result_ref)
         return self._engine.done(namespace, key, lease_token, result, result_ref)
 
     async def fail(self, namespace: str, key: str, error: str | BaseException, lease_token: str) -> Checkpoint:
         """Mark the step failed: terminal until ``reset``."""
+        if self._inline is not None:
+            try:
+                return self._inline.fail(namespace, key, error, lease_token)
+            except WouldBlock:
+                pass
         if self._blocking:
             return await offload(self._engine.fail, namespace, key, error, lease_token)
         return self._engine.fail(namespace, key, error, lease_token)
 
     async def get(self, namespace: str, key: str) -> Checkpoint | None:
+        if self._inline is not None:
+            try:
+                return self._inline.get(namespace, key)
+            except WouldBlock:
+                pass
         if self._blocking:
             return await offload(self._engine.get, namespace, key)
         return self._engine.get(namespace, key)
@@ -112,6 +145,11 @@ class CheckpointClient:
     async def reset(self, namespace: str, key: str, *, if_expired: bool = False) -> bool:
         """Delete the record so the step can run again (the fence keeps counting up). With
         ``if_expired`` only a claim whose lease ran out is deleted. True if a record was deleted."""
+        if self._inline is not None:
+            try:
+                return self._inline.reset(namespace, key, if_expired)
+            except WouldBlock:
+                pass
         if self._blocking:
             return await offload(self._engine.reset, namespace, key, if_expired)
         return self._engine.reset(namespace, key, if_expired)
@@ -170,6 +208,8 @@ class CheckpointClient:
 
     async def aclose(self) -> None:
         """Close the backend (the SQLite connection). Further calls raise ``BackendUnavailableError``."""
+        if self._inline is not None:
+            self._inline.closed = True
         if self._blocking:
             await offload(self._engine.close)
         else:

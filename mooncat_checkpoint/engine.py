@@ -12,9 +12,10 @@ import secrets
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import cast
 
 from mooncat_checkpoint import codec, rules
-from mooncat_checkpoint.backends.base import Backend
+from mooncat_checkpoint.backends.base import Backend, ServerBackend
 from mooncat_checkpoint.errors import BackendUnavailableError, InvalidArgumentError
 from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, JSONValue
 from mooncat_checkpoint.naming import check_key, check_namespace
@@ -35,13 +36,37 @@ def wall_clock_ms() -> int:
 class Engine:
     def __init__(self, url: str | None = None, clock: Clock | None = None) -> None:
         self.url, self.url_source = resolve_url(url)
-        self.backend: Backend = open_backend(self.url)
+        self.backend: Backend | ServerBackend = open_backend(self.url)
+        # Exactly one of the two is set. Stores shared by many hosts (``server_side``) run the rules
+        # and keep time themselves; a clock given here overrides theirs (tests drive leases with one).
+        self.server: ServerBackend | None = None
+        self.local: Backend | None = None
+        if getattr(self.backend, "server_side", False):
+            self.server = cast(ServerBackend, self.backend)
+        else:
+            self.local = cast(Backend, self.backend)
+        self._given_clock = clock
         self.clock: Clock = clock if clock is not None else wall_clock_ms
         self.closed = False
 
     @property
     def scheme(self) -> str:
         return self.url.partition("://")[0].lower()
+
+    def twin(self, backend: Backend) -> Engine:
+        """An engine on the same store, URL and clock that calls ``backend`` (another face of ours,
+        e.g. ``SqliteBackend.nowait()``) instead; closing stays with this one."""
+        t = Engine.__new__(Engine)
+        t.__dict__.update(self.__dict__)
+        t.backend = t.local = backend
+        return t
+
+    def _server_now(self) -> int | None:
+        return None if self._given_clock is None else self._given_clock()
+
+    def _local(self) -> Backend:
+        assert self.local is not None
+        return self.local
 
     def _check_open(self) -> None:
         if self.closed:
@@ -62,8 +87,10 @@ class Engine:
         lease = codec.check_ms("lease_ms", lease_ms, minimum=1)
         fp = codec.check_label("fingerprint", fingerprint)
         token = secrets.token_hex(16)
+        if self.server is not None:
+            return self.server.claim(ns, key, self._server_now(), owner, lease, fp, token)
         clock = self.clock
-        return self.backend.transact(
+        return self._local().transact(
             ns,
             key,
             lambda cur, floor: rules.claim(
@@ -78,8 +105,10 @@ class Engine:
         key = check_key(key)
         token = _check_token(lease_token)
         ext = None if extend_ms is None else codec.check_ms("extend_ms", extend_ms, minimum=0)
+        if self.server is not None:
+            return self.server.touch(ns, key, self._server_now(), token, ext)
         clock = self.clock
-        return self.backend.transact(
+        return self._local().transact(
             ns, key, lambda cur, _: rules.touch(cur, namespace=ns, key=key, now_ms=clock(), token=token, extend_ms=ext)
         )
 
@@ -97,8 +126,10 @@ class Engine:
         token = _check_token(lease_token)
         text = codec.encode_result(result)
         ref = codec.check_label("result_ref", result_ref)
+        if self.server is not None:
+            return self.server.done(ns, key, self._server_now(), token, text, ref)
         clock = self.clock
-        return self.backend.transact(
+        return self._local().transact(
             ns,
             key,
             lambda cur, _: rules.complete(
@@ -112,8 +143,10 @@ class Engine:
         key = check_key(key)
         token = _check_token(lease_token)
         text = codec.error_text(error)
+        if self.server is not None:
+            return self.server.fail(ns, key, self._server_now(), token, text)
         clock = self.clock
-        return self.backend.transact(
+        return self._local().transact(
             ns, key, lambda cur, _: rules.fail(cur, namespace=ns, key=key, now_ms=clock(), token=token, error=text)
         )
 
@@ -126,8 +159,10 @@ class Engine:
         self._check_open()
         ns = check_namespace(namespace)
         key = check_key(key)
+        if self.server is not None:
+            return self.server.reset(ns, key, self._server_now(), bool(if_expired))
         clock = self.clock
-        return self.backend.transact(
+        return self._local().transact(
             ns, key, lambda cur, _: rules.reset(cur, now_ms=clock(), if_expired=bool(if_expired))
         )
 
@@ -137,7 +172,7 @@ class Engine:
         self._check_open()
         ns = check_namespace(namespace)
         want = _check_status(status)
-        now = self.clock()
+        now = self.clock() if self.server is None or self._given_clock is not None else self.server.now_ms()
         return [
             r.public() for r in self.backend.list(ns) if rules.matches(r, status=want, expired=expired, now_ms=now)
         ]
@@ -146,19 +181,22 @@ class Engine:
         """Delete expired claims (and, with ``older_than_ms``, idle terminal records); how many went."""
         self._check_open()
         older = None if older_than_ms is None else codec.check_ms("older_than_ms", older_than_ms, minimum=0)
-        self.backend.clean_debris()
+        if self.server is not None:
+            return self.server.gc(self._server_now(), older)
+        backend = self._local()
+        backend.clean_debris()
         clock = self.clock
         removed = 0
-        for ns in self.backend.namespaces():
+        for ns in backend.namespaces():
             now = clock()
-            doomed = [r for r in self.backend.list(ns) if rules.collectable(r, now, older)]
+            doomed = [r for r in backend.list(ns) if rules.collectable(r, now, older)]
             if not doomed:
                 continue
             # One floor write for the batch, instead of one per deleted record.
-            self.backend.raise_floor(ns, max(r.fence for r in doomed))
+            backend.raise_floor(ns, max(r.fence for r in doomed))
             decide = partial(_gc_decide, clock, older)
             for r in doomed:
-                if self.backend.transact(ns, r.key, decide):
+                if backend.transact(ns, r.key, decide):
                     removed += 1
         return removed
 

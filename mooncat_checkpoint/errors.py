@@ -80,3 +80,8 @@ class StepFailedError(CheckpointError):
 
 class WaitTimeoutError(CheckpointError, TimeoutError):
     """``wait_done`` (or a busy ``@checkpointed`` call) gave up before the step finished."""
+
+
+class WouldBlock(CheckpointError):
+    """Internal, never raised to callers: a call on the async client's inline path would have had to
+    wait (for a lock), so the client runs it in a worker thread instead."""

@@ -1,11 +1,18 @@
-"""Namespace and key validation, and the file name a key is stored under.
+"""Namespace and key validation, and the name a key is stored under (the original library's rule).
 
 A namespace is a directory name, so it is strict: ``[A-Za-z0-9_-]{1,128}``, ASCII only. A key is any
-string that encodes as UTF-8 (the empty string too); the file backend uses it as the file name when it
-matches ``[A-Za-z0-9._-]{1,120}`` and does not start with ``.``, else ``sha256-<hex of the UTF-8 key>``.
-(A key that itself starts with ``sha256-`` is hashed too, so no key can take another key's file.)
-Either way the record carries the original key, so every backend returns it unchanged. File names
-are compared case-sensitively: keep the file backend on a case-sensitive filesystem (Linux's are).
+string that encodes as UTF-8 (the empty string too). The file name stem and the SQLite ``storage_key``
+of a key are exactly those of the TypeScript ``mooncat-checkpoint`` (its ``safeKeySegment``): the key
+itself when it matches ``[a-zA-Z0-9_.-]+``, is at most 128 characters and is not ``.`` or ``..``;
+else ``sha256-`` + the first 32 hex digits of sha256(UTF-8 key). So a Node step and a Python step
+find each other's records. Either way the record carries the original key, and a backend that finds
+another key under a name (two keys of one name: a literal ``sha256-...`` key, or a 128-bit collision)
+raises ``CorruptRecordError`` rather than return the other key's record. File names are compared
+case-sensitively: keep the file backend on a case-sensitive filesystem (Linux's are).
+
+``legacy_storage_name`` is the rule of this library's first on-disk format (``sha256-<64 hex>`` for
+keys longer than 120 characters, starting with ``.`` or with ``sha256-``): records stored under it are
+still read, and move to the current name on their next write.
 """
 
 from __future__ import annotations
@@ -15,11 +22,12 @@ import re
 
 from mooncat_checkpoint.errors import InvalidKeyError, InvalidNamespaceError
 
-__all__ = ["MAX_NAMESPACE_LEN", "check_namespace", "check_key", "storage_name"]
+__all__ = ["MAX_NAMESPACE_LEN", "check_namespace", "check_key", "storage_name", "legacy_storage_name"]
 
 MAX_NAMESPACE_LEN = 128
 _NAMESPACE = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_NAMESPACE_LEN}}}", re.ASCII)
-_SAFE_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,119}", re.ASCII)
+_SAFE_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}", re.ASCII)
+_LEGACY_SAFE_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,119}", re.ASCII)
 _checked_namespaces: set[str] = set()
 
 
@@ -47,7 +55,14 @@ def check_key(key: object) -> str:
 
 
 def storage_name(key: str) -> str:
-    """The file name stem for ``key``: the key itself when safe, else ``sha256-<64 hex>``."""
-    if _SAFE_KEY.fullmatch(key) is not None and not key.startswith("sha256-"):
+    """The file name stem / ``storage_key`` for ``key``: the key itself when safe, else ``sha256-<32 hex>``."""
+    if _SAFE_KEY.fullmatch(key) is not None and key != "." and key != "..":
+        return key
+    return "sha256-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def legacy_storage_name(key: str) -> str:
+    """The name this library's first format used: the key when safe by its stricter rule, else ``sha256-<64 hex>``."""
+    if _LEGACY_SAFE_KEY.fullmatch(key) is not None and not key.startswith("sha256-"):
         return key
     return "sha256-" + hashlib.sha256(key.encode("utf-8")).hexdigest()

@@ -29,7 +29,7 @@ from mooncat_checkpoint.errors import FingerprintMismatchError, LeaseLostError
 from mooncat_checkpoint.model import Busy, Checkpoint, CheckpointStatus, Claimed, ClaimResult, Done, Failed
 from mooncat_checkpoint.record import StoredRecord
 
-__all__ = ["Decision", "claim", "touch", "complete", "fail", "reset", "collectable", "gc", "matches"]
+__all__ = ["Decision", "lease_lost", "fingerprint_mismatch", "claim", "touch", "complete", "fail", "reset", "collectable", "gc", "matches"]
 
 T = TypeVar("T")
 
@@ -52,16 +52,28 @@ def _where(namespace: str, key: str) -> str:
     return f"{namespace}/{shown!r}"
 
 
-def _check_token(current: StoredRecord | None, namespace: str, key: str, token: str) -> StoredRecord:
+def lease_lost(current: StoredRecord | None, namespace: str, key: str) -> LeaseLostError:
+    """The error for a token that is not the current token of ``current`` (stores that check tokens
+    themselves, Redis and PostgreSQL, raise it with the record they found)."""
     if current is None:
-        raise LeaseLostError(f"{_where(namespace, key)}: lease lost: no record (it was reset or collected)")
+        return LeaseLostError(f"{_where(namespace, key)}: lease lost: no record (it was reset or collected)")
     if current.status is not _CLAIMED:
-        raise LeaseLostError(f"{_where(namespace, key)}: lease lost: the record is already {current.status.value}")
-    if current.lease_token != token:
-        raise LeaseLostError(
-            f"{_where(namespace, key)}: lease lost: the token is not the current one "
-            f"(claimed again, now fence {current.fence} owned by {current.owner_run_id!r})"
-        )
+        return LeaseLostError(f"{_where(namespace, key)}: lease lost: the record is already {current.status.value}")
+    return LeaseLostError(
+        f"{_where(namespace, key)}: lease lost: the token is not the current one "
+        f"(claimed again, now fence {current.fence} owned by {current.owner_run_id!r})"
+    )
+
+
+def fingerprint_mismatch(current: StoredRecord, namespace: str, key: str, fingerprint: str) -> FingerprintMismatchError:
+    return FingerprintMismatchError(
+        f"{_where(namespace, key)}: fingerprint {fingerprint!r} does not match the stored {current.fingerprint!r}"
+    )
+
+
+def _check_token(current: StoredRecord | None, namespace: str, key: str, token: str) -> StoredRecord:
+    if current is None or current.status is not _CLAIMED or current.lease_token != token:
+        raise lease_lost(current, namespace, key)
     return current
 
 
@@ -85,9 +97,7 @@ def claim(
         )
         return Decision(Claimed(rec.public(), token, rec.fence), write=rec)
     if fingerprint is not None and current.fingerprint is not None and fingerprint != current.fingerprint:
-        raise FingerprintMismatchError(
-            f"{_where(namespace, key)}: fingerprint {fingerprint!r} does not match the stored {current.fingerprint!r}"
-        )
+        raise fingerprint_mismatch(current, namespace, key, fingerprint)
     status = current.status
     if status is _DONE:
         return Decision(Done(current.public()))

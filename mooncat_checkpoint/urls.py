@@ -3,7 +3,9 @@
 A URL is ``scheme://path`` and the path is everything after ``://``, taken literally: so
 ``sqlite:///var/x.db`` is the absolute ``/var/x.db`` and ``sqlite://./x.db`` or ``file://data/cp`` are
 relative to the working directory (resolved once, when the client is made). ``memory://`` takes no
-path (anything after it is ignored, e.g. ``memory://tests`` as a label).
+path (anything after it is ignored, e.g. ``memory://tests`` as a label). ``redis://host:port/db`` and
+``postgresql://user:password@host:port/db`` (also ``postgres://``) are passed whole to redis-py and
+psycopg, which are imported only when such a URL is opened.
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from mooncat_checkpoint.backends.base import Backend
+from mooncat_checkpoint.backends.base import Backend, ServerBackend
 from mooncat_checkpoint.errors import BackendUnavailableError
 
-__all__ = ["ENV_VAR", "DEFAULT_URL", "SCHEMES", "resolve_url", "split_url", "open_backend"]
+__all__ = ["shown_url", "ENV_VAR", "DEFAULT_URL", "SCHEMES", "resolve_url", "split_url", "open_backend"]
 
 ENV_VAR = "MOONCAT_CHECKPOINT_URL"
 DEFAULT_URL = "file://./.mooncat/checkpoints"
-SCHEMES = ("file", "sqlite", "memory")
+SCHEMES = ("file", "sqlite", "memory", "redis", "postgresql", "postgres")
+_USE = "use file://DIR, sqlite://PATH, memory://, redis://HOST:PORT/DB or postgresql://USER@HOST:PORT/DB"
 
 
 def resolve_url(url: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -38,20 +41,28 @@ def split_url(url: str) -> tuple[str, str]:
     scheme, sep, path = url.partition("://")
     if not sep:
         raise BackendUnavailableError(
-            f"checkpoint URL {url!r} has no scheme: use file://DIR, sqlite://PATH or memory://"
+            f"checkpoint URL {url!r} has no scheme: {_USE}"
         )
     scheme = scheme.lower()
     if scheme not in SCHEMES:
         raise BackendUnavailableError(
-            f"unknown checkpoint URL scheme {scheme!r} in {url!r}: use file://DIR, sqlite://PATH or memory://"
+            f"unknown checkpoint URL scheme {scheme!r} in {url!r}: {_USE}"
         )
-    if scheme != "memory" and not path:
+    if scheme in ("file", "sqlite") and not path:
         raise BackendUnavailableError(f"checkpoint URL {url!r} has no path after {scheme}://")
     return scheme, path
 
 
-def open_backend(url: str) -> Backend:
+def open_backend(url: str) -> Backend | ServerBackend:
     scheme, path = split_url(url)
+    if scheme == "redis":
+        from mooncat_checkpoint.backends.redis import RedisBackend
+
+        return RedisBackend(url)
+    if scheme in ("postgresql", "postgres"):
+        from mooncat_checkpoint.backends.postgres import PostgresBackend
+
+        return PostgresBackend(url)
     if scheme == "memory":
         from mooncat_checkpoint.backends.memory import MemoryBackend
 
@@ -63,3 +74,12 @@ def open_backend(url: str) -> Backend:
     from mooncat_checkpoint.backends.file import FileBackend
 
     return FileBackend(path)
+
+
+def shown_url(url: str) -> str:
+    """The URL as error messages show it: any password replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if at and ":" in creds:
+        return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"
+    return url

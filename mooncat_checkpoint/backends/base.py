@@ -5,6 +5,10 @@ record of one key under a lock that excludes every other writer of that key (oth
 other processes), calls ``decide(current, floor)`` and applies the returned write or delete before it
 lets go. ``floor`` is the namespace's fence floor, read only when there is no record; deleting a record
 raises the floor to the record's fence first, so fences never repeat (see ``rules``).
+
+A ``ServerBackend`` (Redis, PostgreSQL: stores shared by many hosts) runs the state machine of
+``rules`` itself, one atomic round trip per change (a Lua script, one SQL statement), on the store's
+clock: ``now_ms`` is None unless the client was given a clock (tests drive leases with one).
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ import builtins
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from mooncat_checkpoint.model import Busy, Checkpoint, Claimed, ClaimResult, Done, Failed
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.rules import Decision
 
-__all__ = ["Backend", "Decide"]
+__all__ = ["Backend", "Decide", "ServerBackend", "kind_result"]
 
 T = TypeVar("T")
 
@@ -51,3 +56,51 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ServerBackend(Protocol):
+    blocking: bool
+    durability: str
+
+    def now_ms(self) -> int:
+        """The store's clock, epoch milliseconds."""
+        ...
+
+    def claim(
+        self, namespace: str, key: str, now_ms: int | None, owner_run_id: str | None, lease_ms: int,
+        fingerprint: str | None, token: str,
+    ) -> ClaimResult: ...
+
+    def touch(
+        self, namespace: str, key: str, now_ms: int | None, token: str, extend_ms: int | None
+    ) -> Checkpoint | None: ...
+
+    def done(
+        self, namespace: str, key: str, now_ms: int | None, token: str, result_json: str | None,
+        result_ref: str | None,
+    ) -> Checkpoint: ...
+
+    def fail(self, namespace: str, key: str, now_ms: int | None, token: str, error: str) -> Checkpoint: ...
+
+    def reset(self, namespace: str, key: str, now_ms: int | None, if_expired: bool) -> bool: ...
+
+    def gc(self, now_ms: int | None, older_than_ms: int | None) -> int: ...
+
+    def get(self, namespace: str, key: str) -> StoredRecord | None: ...
+
+    def list(self, namespace: str) -> builtins.list[StoredRecord]:
+        """Every record of the namespace, sorted by key (code point order)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def kind_result(kind: str, rec: StoredRecord, token: str) -> ClaimResult:
+    """The claim result a server-side script or statement reported as ``kind``."""
+    if kind == "claimed":
+        return Claimed(rec.public(), token, rec.fence)
+    if kind == "done":
+        return Done(rec.public())
+    if kind == "failed":
+        return Failed(rec.public())
+    return Busy(rec.public())

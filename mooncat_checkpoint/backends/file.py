@@ -1,12 +1,22 @@
-"""``file://DIR``: one readable JSON file per key, ``DIR/<namespace>/<name>.json``.
+"""``file://DIR``: one readable JSON file per key, ``DIR/<namespace>/<name>.json``, in the on-disk format
+of the TypeScript ``mooncat-checkpoint`` (npm, 0.5.1), so a Node step and a Python step share a store.
 
 Layout of a namespace directory::
 
-    DIR/<ns>/<key>.json              the record (``naming.storage_name`` picks the name)
-    DIR/<ns>/sha256-<hex>.json       a key that is not a safe file name; the record holds the key
+    DIR/<ns>/<key>.json              the record (``naming.storage_name`` picks the name, as the original does)
+    DIR/<ns>/sha256-<32 hex>.json    a key that is not a safe file name; the record holds the key
     DIR/<ns>/.locks/00 .. 3f         flock(2) lock files, one per stripe of keys (never deleted)
-    DIR/<ns>/.fence-floor            {"floor": N}: the highest fence of any deleted record
+    DIR/<ns>/.fence-floor            {"floor": F, "high": H}: F >= the fence of every deleted record,
+                                     H >= every fence handed out in the namespace
     DIR/<ns>/.tmp-<pid>-<n>          a write in progress (gc removes ones older than an hour)
+
+A record is the original's camelCase JSON (``namespace key status ownerRunId leaseToken leaseUntil
+result resultRef attempts createdAt updatedAt``) plus our ``error fence fingerprint leaseMs format``,
+which the original ignores (and keeps when it updates a record in place). Three kinds are read:
+ours; the original's (no fence: it gets the namespace's ``max(F, H)``, so the next claim's fence has
+never been handed out); and this library's first format (snake_case, ``format: 1``, some keys under
+``sha256-<64 hex>``), rewritten in the current format and name on its next write. What the original
+cannot see: it locks only within its own process, and its reset/gc deletes a record without raising F.
 
 Every change happens under an exclusive ``flock`` on the key's stripe lock file, so a claim is atomic
 across threads and processes on one machine (flock is per open file description; each operation
@@ -34,7 +44,7 @@ from typing import Any, TypeVar
 from mooncat_checkpoint.codec import encode_json
 from mooncat_checkpoint.errors import BackendUnavailableError, CorruptRecordError
 from mooncat_checkpoint.model import CheckpointStatus
-from mooncat_checkpoint.naming import check_namespace, storage_name
+from mooncat_checkpoint.naming import check_namespace, legacy_storage_name, storage_name
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.rules import Decision
 
@@ -43,12 +53,45 @@ __all__ = ["FileBackend", "STRIPES"]
 T = TypeVar("T")
 
 STRIPES = 64
-FORMAT = 1
+FORMAT = 2  # 1: this library's first, snake_case format (still read)
 _DEBRIS_AGE_S = 3600.0
 _FLOOR_FILE = ".fence-floor"
 _FLOOR_LOCK = "floor"
 _temp_ids = itertools.count()  # shared by every backend in the process: temp names never collide
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
+
+
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
+
+
+def _read_file(path: str) -> bytes | None:
+    """The file's bytes, or None if it does not exist. O_NOATIME: with relatime, reading a file written
+    moments ago (a claim, read back by its done) would dirty its inode for the next fsync to flush."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return None
+    except PermissionError:  # O_NOATIME needs the file's owner (or CAP_FOWNER)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _unlink_if_there(path: str, fsync_dir: str | None) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    if fsync_dir is not None:
+        _fsync_dir(fsync_dir)
 
 
 def _fsync_dir(path: str) -> None:
@@ -60,54 +103,95 @@ def _fsync_dir(path: str) -> None:
 
 
 def _encode(rec: StoredRecord) -> bytes:
-    """The file text: one field per line, the result inline as its stored compact JSON."""
+    """The file text: the original library's record (its camelCase fields, in its order), then ours.
+
+    One field per line as ``JSON.stringify(record, null, 2)`` writes it, the result inline as its
+    stored compact JSON. The other side ignores ``error``, ``fence``, ``fingerprint``, ``leaseMs`` and
+    ``format``, and keeps them when it spreads the record into an update (its touch and done).
+    """
     e = _dumps
     lines = (
-        f'{{\n  "format": {FORMAT},\n'
-        f'  "namespace": {e(rec.namespace)},\n'
+        f'{{\n  "namespace": {e(rec.namespace)},\n'
         f'  "key": {e(rec.key)},\n'
         f'  "status": "{rec.status.value}",\n'
-        f'  "owner_run_id": {e(rec.owner_run_id)},\n'
-        f'  "lease_until": {e(rec.lease_until)},\n'
-        f'  "lease_ms": {e(rec.lease_ms)},\n'
-        f'  "lease_token": {e(rec.lease_token)},\n'
+        f'  "ownerRunId": {e(rec.owner_run_id)},\n'
+        f'  "leaseToken": {e(rec.lease_token)},\n'
+        f'  "leaseUntil": {e(rec.lease_until)},\n'
+        f'  "result": {"null" if rec.result_json is None else rec.result_json},\n'
+        f'  "resultRef": {e(rec.result_ref)},\n'
         f'  "attempts": {rec.attempts},\n'
+        f'  "createdAt": {rec.created_at},\n'
+        f'  "updatedAt": {rec.updated_at},\n'
+        f'  "error": {e(rec.error)},\n'
         f'  "fence": {rec.fence},\n'
         f'  "fingerprint": {e(rec.fingerprint)},\n'
-        f'  "created_at": {rec.created_at},\n'
-        f'  "updated_at": {rec.updated_at},\n'
-        f'  "result": {"null" if rec.result_json is None else rec.result_json},\n'
-        f'  "result_ref": {e(rec.result_ref)},\n'
-        f'  "error": {e(rec.error)}\n}}\n'
+        f'  "leaseMs": {e(rec.lease_ms)},\n'
+        f'  "format": {FORMAT}\n}}\n'
     )
     return lines.encode("utf-8")
 
 
+def _opt_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():  # JSON numbers written by JavaScript
+        return int(value)
+    raise TypeError(f"not an integer: {value!r}")
+
+
 def _decode(data: bytes, path: str, key: str | None) -> StoredRecord:
+    """A record of either format. ``fence`` is 0 when the record has none (the other side wrote it
+    afresh): the backend then puts the namespace's fence base in its place."""
     try:
         doc: dict[str, Any] = json.loads(data)
-        result = doc["result"]
-        rec = StoredRecord(
-            namespace=doc["namespace"],
-            key=doc["key"],
-            status=CheckpointStatus(doc["status"]),
-            owner_run_id=doc["owner_run_id"],
-            lease_until=doc["lease_until"],
-            lease_ms=doc["lease_ms"],
-            lease_token=doc["lease_token"],
-            attempts=doc["attempts"],
-            fence=doc["fence"],
-            fingerprint=doc["fingerprint"],
-            created_at=doc["created_at"],
-            updated_at=doc["updated_at"],
-            result_json=None if result is None else encode_json(result),
-            result_ref=doc["result_ref"],
-            error=doc["error"],
-        )
-    except (ValueError, KeyError, TypeError) as e:
+        result = doc.get("result")
+        if "owner_run_id" in doc:  # this library's first format (snake_case)
+            rec = StoredRecord(
+                namespace=doc["namespace"],
+                key=doc["key"],
+                status=CheckpointStatus(doc["status"]),
+                owner_run_id=doc["owner_run_id"],
+                lease_until=doc["lease_until"],
+                lease_ms=doc["lease_ms"],
+                lease_token=doc["lease_token"],
+                attempts=doc["attempts"],
+                fence=doc["fence"],
+                fingerprint=doc["fingerprint"],
+                created_at=doc["created_at"],
+                updated_at=doc["updated_at"],
+                result_json=None if result is None else encode_json(result),
+                result_ref=doc["result_ref"],
+                error=doc["error"],
+            )
+        else:
+            fence = _opt_int(doc.get("fence"))
+            created = _opt_int(doc["createdAt"])
+            updated = _opt_int(doc.get("updatedAt"))
+            rec = StoredRecord(
+                namespace=doc["namespace"],
+                key=doc["key"],
+                status=CheckpointStatus(doc["status"]),
+                owner_run_id=doc.get("ownerRunId"),
+                lease_until=_opt_int(doc.get("leaseUntil")),
+                lease_ms=_opt_int(doc.get("leaseMs")),
+                lease_token=doc.get("leaseToken"),
+                attempts=_opt_int(doc.get("attempts")) or 0,
+                fence=0 if fence is None or fence < 1 else fence,
+                fingerprint=doc.get("fingerprint"),
+                created_at=0 if created is None else created,
+                updated_at=(0 if created is None else created) if updated is None else updated,
+                result_json=None if result is None else encode_json(result),
+                result_ref=doc.get("resultRef"),
+                error=doc.get("error"),
+            )
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CorruptRecordError(f"unreadable checkpoint file {path}: {e!r}") from None
     if not isinstance(rec.key, str) or (key is not None and rec.key != key):
-        raise CorruptRecordError(f"checkpoint file {path} holds key {rec.key!r}, expected {key!r}")
+        raise CorruptRecordError(
+            f"checkpoint file {path} holds key {rec.key!r}, not {key!r} (two keys share one file name)"
+        )
     return rec
 
 
@@ -117,7 +201,8 @@ class FileBackend:
 
     def __init__(self, directory: str) -> None:
         self.root = os.path.abspath(directory)
-        self._ready: set[str] = set()  # namespaces whose directories this backend has made or seen
+        self._ready: set[str] = set()  # namespaces whose directories and fence file this backend has seen
+        self._high: dict[str, int] = {}  # a lower bound of each namespace's "high" (it only grows)
         try:
             os.makedirs(self.root, exist_ok=True)
             probe = os.path.join(self.root, f".tmp-{os.getpid()}-{next(_temp_ids)}")
@@ -138,8 +223,20 @@ class FileBackend:
             os.makedirs(os.path.join(path, ".locks"), exist_ok=True)
             if not existed:
                 _fsync_dir(self.root)
+            self._init_fences(namespace, path)
             self._ready.add(namespace)
         return path
+
+    def _init_fences(self, namespace: str, ns_dir: str) -> None:
+        """Give a namespace its "high" mark once: stores of the first format only kept the floor."""
+        floor, high = self._read_fences(ns_dir)
+        if high is None:
+            with self._locked(ns_dir, _FLOOR_LOCK):
+                floor, high = self._read_fences(ns_dir)
+                if high is None:
+                    high = max([floor, *(r.fence for r in self._scan(ns_dir))])
+                    self._write_fences(ns_dir, floor, high)
+        self._high[namespace] = max(high, self._high.get(namespace, 0))
 
     @contextlib.contextmanager
     def _locked(self, ns_dir: str, lock_name: str) -> Iterator[None]:
@@ -168,31 +265,75 @@ class FileBackend:
         _fsync_dir(ns_dir)
 
     def _read(self, path: str, key: str | None) -> StoredRecord | None:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        return _decode(data, path, key)
+        data = _read_file(path)
+        return None if data is None else _decode(data, path, key)
 
-    def _read_floor(self, ns_dir: str) -> int:
+    def _read_legacy(self, path: str, key: str) -> StoredRecord | None:
+        """The record at ``key``'s first-format name, if it is ``key``'s: that name can be the current
+        name of another key (``sha256-<64 hex>`` is a safe key now), whose record it then is."""
+        data = _read_file(path)
+        if data is None:
+            return None
+        rec = _decode(data, path, None)
+        return rec if rec.key == key else None
+
+    def _read_fences(self, ns_dir: str) -> tuple[int, int | None]:
+        """(floor, high): floor >= the fence of every deleted record; high >= every fence handed out
+        (None in a store of the first format, until ``_init_fences``)."""
+        data = _read_file(os.path.join(ns_dir, _FLOOR_FILE))
+        if data is None:
+            return 0, None
         try:
-            with open(os.path.join(ns_dir, _FLOOR_FILE), "rb") as f:
-                floor = json.loads(f.read())["floor"]
-        except FileNotFoundError:
-            return 0
+            doc = json.loads(data)
+            floor, high = doc["floor"], doc.get("high")
         except (ValueError, KeyError, TypeError) as e:
             raise CorruptRecordError(f"unreadable fence floor in {ns_dir}: {e!r}") from None
-        if not isinstance(floor, int):
-            raise CorruptRecordError(f"unreadable fence floor in {ns_dir}: {floor!r}")
-        return floor
+        if type(floor) is not int or (high is not None and type(high) is not int):
+            raise CorruptRecordError(f"unreadable fence floor in {ns_dir}: {doc!r}")
+        return floor, high
 
-    def _raise_floor(self, ns_dir: str, fence: int) -> None:
-        if fence <= self._read_floor(ns_dir):
+    def _write_fences(self, ns_dir: str, floor: int, high: int) -> None:
+        self._write(ns_dir, os.path.join(ns_dir, _FLOOR_FILE), b'{"floor": %d, "high": %d}\n' % (floor, high))
+
+    def _raise_fences(self, namespace: str, ns_dir: str, *, floor: int = 0, high: int = 0) -> None:
+        cur_floor, cur_high = self._read_fences(ns_dir)
+        if floor <= cur_floor and high <= (cur_high or 0):
+            self._high[namespace] = max(cur_high or 0, self._high.get(namespace, 0))
             return
         with self._locked(ns_dir, _FLOOR_LOCK):
-            if fence > self._read_floor(ns_dir):
-                self._write(ns_dir, os.path.join(ns_dir, _FLOOR_FILE), b'{"floor": %d}\n' % fence)
+            cur_floor, cur_high = self._read_fences(ns_dir)
+            new_floor, new_high = max(floor, cur_floor), max(high, floor, cur_high or 0)
+            if (new_floor, new_high) != (cur_floor, cur_high):
+                self._write_fences(ns_dir, new_floor, new_high)
+        self._high[namespace] = max(new_high, self._high.get(namespace, 0))
+
+    def _fence_base(self, ns_dir: str) -> int:
+        """The fence of a record the other side wrote afresh: at least every fence handed out, so the
+        next claim's fence (one more) has never been handed out."""
+        floor, high = self._read_fences(ns_dir)
+        return max(floor, high or 0)
+
+    def _scan(self, ns_dir: str) -> builtins.list[StoredRecord]:
+        """Every record in the directory, one per key (a current-format name wins over a legacy one)."""
+        found: dict[str, tuple[bool, StoredRecord]] = {}
+        try:
+            entries = list(os.scandir(ns_dir))
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(".json") or not entry.is_file(follow_symlinks=False):
+                continue
+            rec = self._read(entry.path, None)
+            if rec is None:
+                continue
+            current = storage_name(rec.key) + ".json" == name
+            if not current and legacy_storage_name(rec.key) + ".json" != name:
+                continue  # a file under a name its key does not give (copied by hand?): not a record
+            prev = found.get(rec.key)
+            if prev is None or (current and not prev[0]):
+                found[rec.key] = (current, rec)
+        return [rec for _, rec in found.values()]
 
     @contextlib.contextmanager
     def _io(self, what: str) -> Iterator[None]:
@@ -229,32 +370,55 @@ class FileBackend:
         path = os.path.join(ns_dir, name + ".json")
         with self._locked(ns_dir, stripe):
             current = self._read(path, key)
-            d = decide(current, self._read_floor(ns_dir) if current is None else 0)
-            if d.write is not None:
-                self._write(ns_dir, path, _encode(d.write))
+            # A key whose first-format name differs (hashed, long, dotted): its file may still be there.
+            legacy = None
+            old = legacy_storage_name(key)
+            if old != name:
+                found = self._read_legacy(os.path.join(ns_dir, old + ".json"), key)
+                if found is not None:
+                    legacy = os.path.join(ns_dir, old + ".json")
+                    if current is None:
+                        current = found
+            if current is None:
+                floor = self._read_fences(ns_dir)[0]
+            else:
+                floor = 0
+                if current.fence == 0:
+                    current = current._replace(fence=self._fence_base(ns_dir))
+            d = decide(current, floor)
+            w = d.write
+            if w is not None:
+                if w.fence > self._high.get(namespace, 0):
+                    self._raise_fences(namespace, ns_dir, high=w.fence)
+                self._write(ns_dir, path, _encode(w))
+                if legacy is not None:
+                    _unlink_if_there(legacy, ns_dir)
             elif d.delete and current is not None:
-                self._raise_floor(ns_dir, current.fence)
-                os.unlink(path)
+                self._raise_fences(namespace, ns_dir, floor=current.fence)
+                _unlink_if_there(path, None)
+                if legacy is not None:  # else a first-format record would come back from under it
+                    _unlink_if_there(legacy, None)
                 _fsync_dir(ns_dir)
             return d.value
 
     def get(self, namespace: str, key: str) -> StoredRecord | None:
         with self._io(f"cannot read {namespace}"):
-            return self._read(os.path.join(self.root, namespace, storage_name(key) + ".json"), key)
+            ns_dir = os.path.join(self.root, namespace)
+            name = storage_name(key)
+            rec = self._read(os.path.join(ns_dir, name + ".json"), key)
+            if rec is None and legacy_storage_name(key) != name:
+                rec = self._read_legacy(os.path.join(ns_dir, legacy_storage_name(key) + ".json"), key)
+            if rec is not None and rec.fence == 0:
+                rec = rec._replace(fence=self._fence_base(ns_dir))
+            return rec
 
     def list(self, namespace: str) -> builtins.list[StoredRecord]:
         ns_dir = os.path.join(self.root, namespace)
-        records = []
         with self._io(f"cannot list {namespace}"):
-            try:
-                entries = list(os.scandir(ns_dir))
-            except FileNotFoundError:
-                return []
-            for entry in entries:
-                if entry.name.endswith(".json") and not entry.name.startswith("."):
-                    rec = self._read(entry.path, None)
-                    if rec is not None:
-                        records.append(rec)
+            records = self._scan(ns_dir)
+            if any(r.fence == 0 for r in records):
+                base = self._fence_base(ns_dir)
+                records = [r._replace(fence=base) if r.fence == 0 else r for r in records]
         records.sort(key=lambda r: r.key)
         return records
 
@@ -271,7 +435,7 @@ class FileBackend:
 
     def raise_floor(self, namespace: str, fence: int) -> None:
         with self._io(f"cannot raise the fence floor of {namespace}"):
-            self._raise_floor(self._ns_dir(namespace, create=True), fence)
+            self._raise_fences(namespace, self._ns_dir(namespace, create=True), floor=fence)
 
     def clean_debris(self) -> None:
         cutoff = time.time() - _DEBRIS_AGE_S
@@ -279,7 +443,11 @@ class FileBackend:
             for ns in [".", *self.namespaces()]:
                 with os.scandir(os.path.join(self.root, ns)) as it:
                     for entry in it:
-                        if entry.name.startswith(".tmp-") and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                        name = entry.name
+                        # ours (.tmp-<pid>-<n>) and the original library's (<name>.json.tmp.<pid>)
+                        if (name.startswith(".tmp-") or ".json.tmp." in name) and entry.stat(
+                            follow_symlinks=False
+                        ).st_mtime < cutoff:
                             try:
                                 os.unlink(entry.path)
                             except OSError as e:

@@ -1,31 +1,40 @@
 #!/usr/bin/env python3
-"""Benchmark: claim + done pairs per second, per backend, with 1 and 4 processes.
+"""Benchmark: claim + done pairs per second, per backend, with 1 and 8 processes, async and sync clients.
 
-For each backend (memory, file, sqlite) and each process count, every process opens its own client on
-one fresh store, waits at a barrier, then for ``--seconds`` runs a sequential loop of ``claim`` +
-``done`` on keys nobody else uses (so each pair is a fresh claim and a real completion: two durable
-writes on file and sqlite). The rate is all pairs over the wall time of the slowest process.
-``memory://`` is private to each client, so its 4-process figure is 4 independent stores.
+For each backend (memory, file, sqlite, redis, postgresql) and each process count, every process opens
+its own client on one fresh store (a fresh namespace on the servers), waits at a barrier, then for
+``--seconds`` runs a sequential loop of ``claim`` + ``done`` on keys nobody else uses (so each pair is
+a fresh claim and a real completion: two durable writes on file and sqlite, two round trips on the
+servers). The rate is all pairs over the wall time of the slowest process. ``memory://`` is private to
+each client, so its 8-process figure is 8 independent stores. Redis and PostgreSQL are Debian's
+servers started here on 127.0.0.1 (tests/checkpoint_servers.py), PostgreSQL with fsync on, Redis with
+its defaults (no AOF).
 
-The headline runs use the async ``CheckpointClient`` (file and sqlite calls hop to a worker thread
-and back); ``--clients async,sync`` adds the same runs through ``SyncCheckpointClient`` to show what
-the backend alone does. Each line also gives the CPU time per pair (all threads of the worker
-processes, kernel time included) and the load average when the run started: on a shared machine the
-rate moves with the load, the CPU cost much less. The first line calibrates: the cost of one fsync'd
-atomic file replace and bare SQLite commits per second on this machine at this moment.
+Runs go backend by backend, async then sync for each process count, so the two clients of one backend
+are measured minutes apart at most. For every backend measured with both clients at one process a
+line gives ``async_sync_ratio`` (async pairs/s over sync pairs/s). Each run's line also gives the CPU
+time per pair (all threads of the worker processes, kernel time included) and the load average when
+the run started: on a shared machine the rate moves with the load, the CPU cost much less. The first
+line calibrates: the cost of one fsync'd atomic file replace (a file pair needs two, so
+``fsync_bound_pairs_per_s`` = 1000 / (2 x that)) and bare SQLite commits per second, on this machine
+at this moment. The disk of a shared machine changes its mind within seconds, so each one-process file
+run measures the replace cost for a second just before and just after it, prints the bound from their
+mean and ``of_fsync_bound`` (the run's pairs/s over that bound).
 
 Prints one line per run and a final summary line; no timed assertions (CONVENTIONS: benchmarks).
-    .venv/bin/python scripts/bench/checkpoint.py [--seconds 3] [--backends memory,file,sqlite]
-                                                 [--procs 1,4] [--clients async]
+    .venv/bin/python scripts/bench/checkpoint.py [--seconds 3] [--backends memory,file,sqlite,redis,postgresql]
+                                                 [--procs 1,8] [--clients async,sync]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import shutil
+import sys
 import tempfile
 import time
 from multiprocessing.synchronize import Barrier
@@ -33,6 +42,7 @@ from typing import NamedTuple
 
 from mooncat_checkpoint import CheckpointClient, Claimed, SyncCheckpointClient
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TARGETS = {"memory": 50_000, "file": 800, "sqlite": 5_000}  # one process, async, this 2-core machine
 WARMUP_PAIRS = 50
 CHECK_EVERY = 20  # pairs between looks at the clock
@@ -45,63 +55,69 @@ class Outcome(NamedTuple):
     durability: str
 
 
-async def _async_pairs(url: str, worker: int, seconds: float, barrier: Barrier) -> Outcome:
+async def _async_pairs(url: str, ns: str, worker: int, seconds: float, barrier: Barrier) -> Outcome:
     cp = CheckpointClient(url)
     for i in range(WARMUP_PAIRS):
-        c = await cp.claim("warmup", f"w{worker}-{i}")
+        c = await cp.claim(ns + "-warmup", f"w{worker}-{i}")
         assert isinstance(c, Claimed)
-        await cp.done("warmup", f"w{worker}-{i}", c.lease_token)
+        await cp.done(ns + "-warmup", f"w{worker}-{i}", c.lease_token)
     barrier.wait()
     n = 0
     cpu, start = time.process_time(), time.perf_counter()
     while time.perf_counter() < start + seconds:
         for _ in range(CHECK_EVERY):
             key = f"p{worker}-{n}"
-            c = await cp.claim("bench", key, "bench")
+            c = await cp.claim(ns, key, "bench")
             assert isinstance(c, Claimed), c
-            await cp.done("bench", key, c.lease_token, {"n": n})
+            await cp.done(ns, key, c.lease_token, {"n": n})
             n += 1
     out = Outcome(n, time.perf_counter() - start, time.process_time() - cpu, cp.durability)
     await cp.aclose()
     return out
 
 
-def _sync_pairs(url: str, worker: int, seconds: float, barrier: Barrier) -> Outcome:
+def _sync_pairs(url: str, ns: str, worker: int, seconds: float, barrier: Barrier) -> Outcome:
     cp = SyncCheckpointClient(url)
     for i in range(WARMUP_PAIRS):
-        c = cp.claim("warmup", f"w{worker}-{i}")
+        c = cp.claim(ns + "-warmup", f"w{worker}-{i}")
         assert isinstance(c, Claimed)
-        cp.done("warmup", f"w{worker}-{i}", c.lease_token)
+        cp.done(ns + "-warmup", f"w{worker}-{i}", c.lease_token)
     barrier.wait()
     n = 0
     cpu, start = time.process_time(), time.perf_counter()
     while time.perf_counter() < start + seconds:
         for _ in range(CHECK_EVERY):
             key = f"p{worker}-{n}"
-            c = cp.claim("bench", key, "bench")
+            c = cp.claim(ns, key, "bench")
             assert isinstance(c, Claimed), c
-            cp.done("bench", key, c.lease_token, {"n": n})
+            cp.done(ns, key, c.lease_token, {"n": n})
             n += 1
     out = Outcome(n, time.perf_counter() - start, time.process_time() - cpu, cp.durability)
     cp.close()
     return out
 
 
-def _worker(client: str, url: str, worker: int, seconds: float, barrier: Barrier, out: mp.Queue[Outcome]) -> None:
+def _worker(
+    client: str, url: str, ns: str, worker: int, seconds: float, barrier: Barrier, out: mp.Queue[Outcome]
+) -> None:
     if client == "async":
-        out.put(asyncio.run(_async_pairs(url, worker, seconds, barrier)))
+        out.put(asyncio.run(_async_pairs(url, ns, worker, seconds, barrier)))
     else:
-        out.put(_sync_pairs(url, worker, seconds, barrier))
+        out.put(_sync_pairs(url, ns, worker, seconds, barrier))
 
 
-def run(client: str, backend: str, procs: int, seconds: float) -> tuple[float, float, str]:
+def run(client: str, backend: str, procs: int, seconds: float, servers: dict[str, str]) -> tuple[float, float, str]:
     """(pairs/s over all processes, CPU microseconds per pair, durability setting)."""
     tmp = tempfile.mkdtemp(prefix="bench-checkpoint-", dir=os.environ.get("BENCH_TMPDIR"))
-    url = {"memory": "memory://", "file": f"file://{tmp}/cp", "sqlite": f"sqlite://{tmp}/cp.db"}[backend]
+    if backend in servers:
+        url = servers[backend]
+    else:
+        url = {"memory": "memory://", "file": f"file://{tmp}/cp", "sqlite": f"sqlite://{tmp}/cp.db"}[backend]
+    ns = f"bench-{client}-{procs}-{os.getpid()}-{time.monotonic_ns()}"
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(procs)
     out: mp.Queue[Outcome] = ctx.Queue()
-    workers = [ctx.Process(target=_worker, args=(client, url, w, seconds, barrier, out)) for w in range(procs)]
+    workers = [ctx.Process(target=_worker, args=(client, url, ns, w, seconds, barrier, out)) for w in range(procs)]
     try:
         for p in workers:
             p.start()
@@ -117,27 +133,39 @@ def run(client: str, backend: str, procs: int, seconds: float) -> tuple[float, f
     return pairs / max(r.wall_s for r in results), sum(r.cpu_s for r in results) / pairs * 1e6, results[0].durability
 
 
-def calibrate() -> tuple[float, float]:
-    """What this machine's disk and SQLite do right now, without mooncat_checkpoint: the cost of one
-    fsync'd atomic file replace (write, fsync, rename, fsync of the directory) in ms, and bare SQLite
-    WAL/NORMAL commits per second. The file and sqlite figures follow these two numbers."""
-    import sqlite3
-
+def fsync_replace_ms(seconds: float = 1.0) -> float:
+    """The cost, in ms, of one fsync'd atomic file write (temp file, fsync, rename, fsync of the
+    directory) on this disk now, averaged over ``seconds`` of them. Like a claim + done, each name is
+    written twice, first as a new file and then replaced: the file backend does two per pair."""
     tmp = tempfile.mkdtemp(prefix="bench-checkpoint-cal-", dir=os.environ.get("BENCH_TMPDIR"))
     try:
-        n = 100
+        n = 0
         start = time.perf_counter()
-        for i in range(n):
-            part = os.path.join(tmp, f".tmp-{i}")
+        while n < 20 or time.perf_counter() < start + seconds:
+            part = os.path.join(tmp, f".tmp-{n}")
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.write(fd, b'{"status": "done"}\n' * 20)
             os.fsync(fd)
             os.close(fd)
-            os.replace(part, os.path.join(tmp, f"k{i % 10}.json"))
+            os.replace(part, os.path.join(tmp, f"k{n // 2}.json"))  # as a pair: create, then replace
             dfd = os.open(tmp, os.O_RDONLY)
             os.fsync(dfd)
             os.close(dfd)
-        replace_ms = (time.perf_counter() - start) / n * 1000
+            n += 1
+        return (time.perf_counter() - start) / n * 1000
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def calibrate() -> tuple[float, float]:
+    """What this machine's disk and SQLite do right now, without mooncat_checkpoint: the fsync'd
+    replace cost (``fsync_replace_ms``) and bare SQLite WAL/NORMAL commits per second. The file and
+    sqlite figures follow these two numbers."""
+    import sqlite3
+
+    replace_ms = fsync_replace_ms()
+    tmp = tempfile.mkdtemp(prefix="bench-checkpoint-cal-", dir=os.environ.get("BENCH_TMPDIR"))
+    try:
         db = sqlite3.connect(os.path.join(tmp, "cal.db"), isolation_level=None)
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
@@ -158,31 +186,61 @@ def calibrate() -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description="claim + done pairs per second per mooncat_checkpoint backend")
     ap.add_argument("--seconds", type=float, default=3.0, help="measured time of each run (default 3)")
-    ap.add_argument("--backends", default="memory,file,sqlite")
-    ap.add_argument("--procs", default="1,4")
-    ap.add_argument("--clients", default="async", help="async, sync or async,sync")
+    ap.add_argument("--backends", default="memory,file,sqlite,redis,postgresql")
+    ap.add_argument("--procs", default="1,8")
+    ap.add_argument("--clients", default="async,sync", help="async, sync or async,sync")
     args = ap.parse_args()
+    backends = args.backends.split(",")
     replace_ms, commits = calibrate()
+    bound = 1000 / (2 * replace_ms)
     print(
         f"checkpoint: cpus={os.cpu_count()} seconds={args.seconds} loadavg={os.getloadavg()[0]:.2f} "
-        f"fsync_replace_ms={replace_ms:.2f} sqlite_bare_commits_per_s={commits:.0f}"
+        f"fsync_replace_ms={replace_ms:.2f} fsync_bound_pairs_per_s={bound:.0f} sqlite_bare_commits_per_s={commits:.0f}",
+        flush=True,
     )
     summary: dict[str, float] = {}
-    for client in args.clients.split(","):
-        for backend in args.backends.split(","):
+    with contextlib.ExitStack() as stack:
+        servers = _start_servers(stack, backends)
+        for backend in backends:
             for procs in (int(p) for p in args.procs.split(",")):
-                load = os.getloadavg()[0]
-                rate, cpu_us, durability = run(client, backend, procs, args.seconds)
-                summary[f"{backend}_{procs}" + ("" if client == "async" else "_sync")] = rate
-                print(
-                    f"checkpoint: backend={backend} procs={procs} claim_done_pairs_per_s={rate:.0f} "
-                    f"client={client} cpu_us_per_pair={cpu_us:.0f} loadavg={load:.2f} "
-                    f'durability="{durability}"',
-                    flush=True,
-                )
+                for client in args.clients.split(","):
+                    extra = ""
+                    if backend == "file" and procs == 1:  # the disk's cost right around the run
+                        before = fsync_replace_ms()
+                    load = os.getloadavg()[0]
+                    rate, cpu_us, durability = run(client, backend, procs, args.seconds, servers)
+                    summary[f"{backend}_{procs}" + ("" if client == "async" else "_sync")] = rate
+                    if backend == "file" and procs == 1:
+                        bound = 1000 / (before + fsync_replace_ms())  # 2 replaces per pair, mean of 2
+                        extra = f" fsync_bound_pairs_per_s={bound:.0f} of_fsync_bound={rate / bound:.2f}"
+                    print(
+                        f"checkpoint: backend={backend} procs={procs} claim_done_pairs_per_s={rate:.0f} "
+                        f"client={client} cpu_us_per_pair={cpu_us:.0f}{extra} loadavg={load:.2f} "
+                        f'durability="{durability}"',
+                        flush=True,
+                    )
+            if f"{backend}_1" in summary and f"{backend}_1_sync" in summary:
+                a, s = summary[f"{backend}_1"], summary[f"{backend}_1_sync"]
+                print(f"checkpoint: backend={backend} async_sync_ratio={a / s:.2f} async_pairs_per_s={a:.0f} "
+                      f"sync_pairs_per_s={s:.0f} procs=1", flush=True)
     met = all(summary.get(f"{b}_1", t) >= t for b, t in TARGETS.items())
     parts = " ".join(f"{k}={v:.0f}" for k, v in summary.items())
     print(f"checkpoint: {parts} one_process_targets_met={'yes' if met else 'no'} loadavg={os.getloadavg()[0]:.2f}")
+
+
+def _start_servers(stack: contextlib.ExitStack, backends: list[str]) -> dict[str, str]:
+    """Debian's redis-server / postgres on free ports, stopped when the stack closes."""
+    if not {"redis", "postgresql"} & set(backends):
+        return {}
+    sys.path.insert(0, ROOT)
+    from tests.checkpoint_servers import postgres_server, redis_server
+
+    servers = {}
+    if "redis" in backends:
+        servers["redis"] = stack.enter_context(redis_server())
+    if "postgresql" in backends:
+        servers["postgresql"] = stack.enter_context(postgres_server(fsync=True))
+    return servers
 
 
 if __name__ == "__main__":

@@ -2,13 +2,16 @@
 
 * ``async def`` tests run in a fresh event loop each (``asyncio.run``); no plugin needed.
 * ``FakeClock``: epoch milliseconds that move only when a test says so.
-* ``backend`` is parametrized over memory, file and sqlite; ``make_client`` opens clients on the
-  same store (for memory, the same client: ``memory://`` is private to its client) and closes them.
+* ``backend`` is parametrized over memory, file, sqlite, redis and postgresql; ``make_client`` opens
+  clients on the same store (for memory, the same client: ``memory://`` is private to its client) and
+  closes them. Redis and PostgreSQL are real servers started once per session
+  (``tests.checkpoint_servers``) and emptied before each test; a missing server binary fails the test.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +20,7 @@ import pytest
 
 from mooncat_checkpoint import CheckpointClient, SyncCheckpointClient
 
-BACKENDS = ("memory", "file", "sqlite")
+BACKENDS = ("memory", "file", "sqlite", "redis", "postgresql")
 START_MS = 1_700_000_000_000
 
 
@@ -48,6 +51,50 @@ def store_url(backend: str, tmp: Path) -> str:
     return {"memory": "memory://", "file": f"file://{tmp}/store", "sqlite": f"sqlite://{tmp}/store.db"}[backend]
 
 
+class _Servers:
+    """The session's Redis and PostgreSQL, started on first use and stopped at the end of the session."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.urls: dict[str, str] = {}
+
+    def url(self, backend: str) -> str:
+        if backend not in self.urls:
+            from tests.checkpoint_servers import ServerMissing, postgres_server, redis_server
+
+            try:
+                self.urls[backend] = self.stack.enter_context(
+                    redis_server() if backend == "redis" else postgres_server()
+                )
+            except ServerMissing as e:
+                pytest.fail(str(e))
+        return self.urls[backend]
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[_Servers]:
+    s = _Servers()
+    with s.stack:
+        yield s
+
+
+def empty_server_store(url: str) -> None:
+    """Remove every checkpoint from a Redis or PostgreSQL store (each test starts on an empty one)."""
+    if url.startswith("redis"):
+        import redis
+
+        with redis.Redis.from_url(url) as r:
+            r.flushdb()
+    else:
+        import psycopg
+
+        from mooncat_checkpoint.backends.postgres import TABLE
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (namespace text)")  # the first test makes it
+            conn.execute(f"DROP TABLE {TABLE}")
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
@@ -59,7 +106,11 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def url(backend: str, tmp_path: Path) -> str:
+def url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if backend in ("redis", "postgresql"):
+        server_url: str = request.getfixturevalue("servers").url(backend)
+        empty_server_store(server_url)
+        return server_url
     return store_url(backend, tmp_path)
 
 

@@ -54,3 +54,36 @@ async def test_a_claim_waiting_for_a_lock_does_not_block_the_event_loop(backend:
     result = await asyncio.wait_for(claim, 30)
     assert isinstance(result, Claimed) and ticks == 20
     await cp.aclose()
+
+
+INLINE_PROBE = r"""
+import asyncio, sys, threading
+from mooncat_checkpoint import CheckpointClient, Claimed
+
+async def main():
+    cp = CheckpointClient(sys.argv[1])
+    for i in range(50):
+        c = await cp.claim("ns", f"k{i}")
+        assert isinstance(c, Claimed)
+        await cp.done("ns", f"k{i}", c.lease_token, i)
+        assert (await cp.get("ns", f"k{i}")).result == i
+    print(sorted(t.name for t in threading.enumerate() if t.name.startswith("mooncat-checkpoint-io")))
+    await cp.aclose()
+
+asyncio.run(main())
+"""
+
+
+def test_uncontended_sqlite_calls_run_on_the_event_loop_without_a_thread(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", INLINE_PROBE, f"sqlite://{tmp_path}/s.db"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"  # no worker thread was ever started
+    # A file store always goes through a worker thread (its writes fsync).
+    out = subprocess.run([sys.executable, "-c", INLINE_PROBE, f"file://{tmp_path}/f"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() != "[]"

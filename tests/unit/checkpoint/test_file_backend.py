@@ -15,6 +15,7 @@ from mooncat_checkpoint import (
     CheckpointStatus,
     Claimed,
     CorruptRecordError,
+    LeaseLostError,
     SyncCheckpointClient,
 )
 
@@ -31,29 +32,98 @@ def fcp(store: Path, clock: FakeClock) -> SyncCheckpointClient:
     return SyncCheckpointClient(f"file://{store}", clock=clock)
 
 
-def test_a_safe_key_is_its_own_readable_json_file(fcp: SyncCheckpointClient, store: Path) -> None:
+def test_a_safe_key_is_its_own_file_in_the_original_librarys_camelcase_format(
+    fcp: SyncCheckpointClient, store: Path
+) -> None:
     c = fcp.claim("vision", "img-001.png", "run-1")
     assert isinstance(c, Claimed)
+    doc = json.loads((store / "vision" / "img-001.png.json").read_text(encoding="utf-8"))
+    assert doc["ownerRunId"] == "run-1" and doc["leaseToken"] == c.lease_token
+    assert doc["leaseUntil"] == c.checkpoint.lease_until and doc["leaseMs"] == 60_000
     fcp.done("vision", "img-001.png", c.lease_token, {"count": 42}, "artifacts/a.png")
     path = store / "vision" / "img-001.png.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
+    # The original's fields, in its order, then ours.
+    assert list(doc) == [
+        "namespace", "key", "status", "ownerRunId", "leaseToken", "leaseUntil", "result", "resultRef",
+        "attempts", "createdAt", "updatedAt", "error", "fence", "fingerprint", "leaseMs", "format",
+    ]
     assert doc["key"] == "img-001.png" and doc["namespace"] == "vision" and doc["status"] == "done"
-    assert doc["result"] == {"count": 42} and doc["result_ref"] == "artifacts/a.png" and doc["fence"] == 1
-    assert doc["lease_token"] is None  # cleared once done
+    assert doc["result"] == {"count": 42} and doc["resultRef"] == "artifacts/a.png" and doc["fence"] == 1
+    assert doc["leaseToken"] is None and doc["leaseUntil"] is None  # cleared once done
+    assert doc["format"] == 2
     assert path.read_text().count("\n") > 10  # one field per line: diffable, hand-readable
 
 
-@pytest.mark.parametrize("key", ["../x", ".hidden", "a" * 121, "sp ace", "", "sha256-abc", "ü"])
-def test_other_keys_are_stored_under_their_sha256(fcp: SyncCheckpointClient, store: Path, key: str) -> None:
+@pytest.mark.parametrize("key", ["../x", ".", "..", "a" * 129, "sp ace", "", "ü", "a/b"])
+def test_unsafe_keys_are_stored_under_sha256_and_32_hex(fcp: SyncCheckpointClient, store: Path, key: str) -> None:
     assert isinstance(fcp.claim("ns", key), Claimed)
-    name = "sha256-" + hashlib.sha256(key.encode()).hexdigest() + ".json"
+    name = "sha256-" + hashlib.sha256(key.encode()).hexdigest()[:32] + ".json"
     assert json.loads((store / "ns" / name).read_text(encoding="utf-8"))["key"] == key
 
 
-def test_the_longest_safe_key_is_used_as_is(fcp: SyncCheckpointClient, store: Path) -> None:
-    key = "k" * 120
-    fcp.claim("ns", key)
-    assert (store / "ns" / f"{key}.json").is_file()
+@pytest.mark.parametrize("key", ["k" * 128, ".hidden", "sha256-abc", "a.b-c_D9", "...", "-"])
+def test_keys_the_original_keeps_are_used_as_file_names(fcp: SyncCheckpointClient, store: Path, key: str) -> None:
+    assert isinstance(fcp.claim("ns", key), Claimed)
+    assert json.loads((store / "ns" / f"{key}.json").read_text(encoding="utf-8"))["key"] == key
+    assert [r.key for r in fcp.list("ns")] == [key]
+
+
+def _legacy_doc(key: str, **changes: object) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "format": 1, "namespace": "ns", "key": key, "status": "done", "owner_run_id": "old-run",
+        "lease_until": None, "lease_ms": None, "lease_token": None, "attempts": 2, "fence": 7,
+        "fingerprint": "fp", "created_at": 1_000, "updated_at": 2_000, "result": {"v": 1},
+        "result_ref": "r", "error": None,
+    }
+    doc.update(changes)
+    return doc
+
+
+def test_a_store_of_the_first_format_is_read_and_upgraded_on_the_next_write(
+    fcp: SyncCheckpointClient, store: Path, clock: FakeClock
+) -> None:
+    ns = store / "ns"
+    ns.mkdir(parents=True)
+    long_key = "x" * 125  # first format hashed it (> 120 characters); the original keeps it
+    old_name = "sha256-" + hashlib.sha256(long_key.encode()).hexdigest() + ".json"
+    (ns / old_name).write_text(json.dumps(_legacy_doc(long_key, status="claimed", lease_until=clock.now - 1,
+                                                       lease_ms=10, lease_token="a" * 32, result=None)))
+    (ns / "plain.json").write_text(json.dumps(_legacy_doc("plain", fence=3)))
+    (ns / ".fence-floor").write_text('{"floor": 2}')
+    rec = fcp.get("ns", long_key)
+    assert rec is not None and rec.status is CheckpointStatus.CLAIMED and rec.fence == 7 and rec.fingerprint == "fp"
+    plain = fcp.get("ns", "plain")
+    assert plain is not None and plain.result == {"v": 1} and plain.owner_run_id == "old-run" and plain.fence == 3
+    assert sorted(r.key for r in fcp.list("ns")) == sorted([long_key, "plain"])
+    c = fcp.claim("ns", long_key, "new-run")  # the expired claim is taken over: written anew
+    assert isinstance(c, Claimed) and c.fence == 8 and c.checkpoint.attempts == 3
+    assert not (ns / old_name).exists()
+    doc = json.loads((ns / f"{long_key}.json").read_text())
+    assert doc["format"] == 2 and doc["ownerRunId"] == "new-run" and doc["fence"] == 8
+    assert json.loads((ns / ".fence-floor").read_text()) == {"floor": 2, "high": 8}
+    assert fcp.reset("ns", "plain") and not (ns / "plain.json").exists()
+
+
+def test_a_record_the_original_rewrote_without_our_fields_gets_a_fence_never_handed_out(
+    fcp: SyncCheckpointClient, store: Path, clock: FakeClock
+) -> None:
+    for _ in range(3):  # fence 3 handed out for "k"
+        c = fcp.claim("ns", "k", lease_ms=1)
+        assert isinstance(c, Claimed)
+        clock.advance(2)
+    # The original took over the expired claim: a fresh record, no fence, fingerprint or leaseMs.
+    (store / "ns" / "k.json").write_text(json.dumps({
+        "namespace": "ns", "key": "k", "status": "claimed", "ownerRunId": "node", "leaseToken": "b" * 32,
+        "leaseUntil": clock.now - 1, "result": None, "resultRef": None, "attempts": 4,
+        "createdAt": clock.now - 10, "updatedAt": clock.now - 5,
+    }, indent=2))
+    rec = fcp.get("ns", "k")
+    assert rec is not None and rec.owner_run_id == "node" and rec.fence == 3 and rec.expired(clock.now)
+    with pytest.raises(LeaseLostError):
+        fcp.done("ns", "k", c.lease_token)  # our overtaken owner stays refused
+    again = fcp.claim("ns", "k")
+    assert isinstance(again, Claimed) and again.fence == 4 and again.checkpoint.attempts == 5
 
 
 def test_writes_leave_no_temp_files(fcp: SyncCheckpointClient, store: Path) -> None:
@@ -127,7 +197,7 @@ def test_the_fence_floor_survives_reset_on_disk(fcp: SyncCheckpointClient, store
         c = fcp.claim("ns", "k")
         assert isinstance(c, Claimed)
         fcp.reset("ns", "k")
-    assert json.loads((store / "ns" / ".fence-floor").read_text()) == {"floor": 3}
+    assert json.loads((store / "ns" / ".fence-floor").read_text()) == {"floor": 3, "high": 3}
     again = SyncCheckpointClient(f"file://{store}").claim("ns", "k")  # a new client, same disk
     assert isinstance(again, Claimed) and again.fence == 4
 
@@ -146,3 +216,41 @@ def test_a_store_removed_under_a_running_client_is_made_again(fcp: SyncCheckpoin
     shutil.rmtree(store)
     c = fcp.claim("ns", "b")
     assert isinstance(c, Claimed) and (store / "ns" / "b.json").is_file()
+
+
+def test_a_first_format_file_left_beside_a_current_one_never_comes_back_after_reset(
+    fcp: SyncCheckpointClient, store: Path
+) -> None:
+    key = "a/b"  # hashed by both rules, to names of different lengths
+    ns = store / "ns"
+    ns.mkdir(parents=True)
+    old_name = "sha256-" + hashlib.sha256(key.encode()).hexdigest() + ".json"
+    (ns / old_name).write_text(json.dumps(_legacy_doc(key, fence=5)))
+    c = fcp.claim("ns", "other")  # the original, say, wrote the current name meanwhile
+    assert isinstance(c, Claimed)
+    current = ns / ("sha256-" + hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+    current.write_text(json.dumps({
+        "namespace": "ns", "key": key, "status": "done", "ownerRunId": "node", "leaseToken": None,
+        "leaseUntil": None, "result": "node", "resultRef": None, "attempts": 1, "createdAt": 1, "updatedAt": 2,
+    }))
+    rec = fcp.get("ns", key)
+    assert rec is not None and rec.result == "node"  # the current name wins
+    assert [r.key for r in fcp.list("ns")].count(key) == 1
+    assert fcp.reset("ns", key)
+    assert fcp.get("ns", key) is None and not (ns / old_name).exists()
+
+
+def test_a_key_named_like_another_keys_first_format_file_is_left_alone(
+    fcp: SyncCheckpointClient, store: Path
+) -> None:
+    tricky = "../x"
+    lookalike = "sha256-" + hashlib.sha256(tricky.encode()).hexdigest()  # tricky's first-format name
+    b = fcp.claim("ns", lookalike)
+    assert isinstance(b, Claimed)
+    a = fcp.claim("ns", tricky)  # not taken for a first-format record of tricky
+    assert isinstance(a, Claimed) and a.fence == 1
+    fcp.done("ns", tricky, a.lease_token, "tricky")
+    assert fcp.reset("ns", tricky)
+    rec = fcp.get("ns", lookalike)
+    assert rec is not None and rec.status is CheckpointStatus.CLAIMED  # survived tricky's write and reset
+    assert fcp.get("ns", tricky) is None

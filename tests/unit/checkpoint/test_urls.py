@@ -66,7 +66,7 @@ def test_a_relative_store_stays_put_when_the_working_directory_changes(
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("redis://localhost", "unknown checkpoint URL scheme 'redis'"),
+        ("ftp://localhost", "unknown checkpoint URL scheme 'ftp'"),
         ("./just/a/path", "has no scheme"),
         ("file://", "has no path"),
         ("sqlite://", "has no path"),
@@ -105,8 +105,21 @@ def test_sqlite_is_opened_in_wal_mode_with_a_migration_table(tmp_path: Path) -> 
     with sqlite3.connect(tmp_path / "m.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("SELECT version, description FROM schema_migrations").fetchall() == [
-            (1, "checkpoints and fence floors")
+            (1, "checkpoints and fence floors"),
+            (2, "the original library's table layout (storage_key) and a fence high mark"),
         ]
         db.execute("INSERT INTO schema_migrations VALUES (99, 'from the future', 0)")
     with pytest.raises(BackendUnavailableError, match="schema version 99"):
         SyncCheckpointClient(f"sqlite://{tmp_path}/m.db")
+
+
+@pytest.mark.parametrize("scheme", ["redis", "postgresql"])
+def test_a_server_that_is_not_there_fails_at_construction_with_one_line(scheme: str) -> None:
+    from tests.integration.conftest import free_ports
+
+    (port,) = free_ports(1)  # nothing listens there
+    url = f"redis://127.0.0.1:{port}/0" if scheme == "redis" else f"postgresql://nobody:secret@127.0.0.1:{port}/db"
+    with pytest.raises(BackendUnavailableError, match=f"{scheme} backend: cannot reach") as info:
+        CheckpointClient(url)
+    assert "\n" not in str(info.value)
+    assert "secret" not in str(info.value)  # the password is not shown

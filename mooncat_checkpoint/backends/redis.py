@@ -1,0 +1,319 @@
+"""``redis://host:port/db``: a store shared by many hosts, on the Redis server's clock (redis-py, imported lazily).
+
+Every change is one Lua script (one round trip, atomic on the server): ``claim``, ``touch``, ``done``,
+``fail``, ``reset`` and gc's per-key ``collect`` run the state machine of ``rules`` where the record
+lives, and read the time with ``TIME`` there, so clients on hosts whose clocks disagree still agree
+on leases. Keys of a namespace share one hash tag (``{ns}``), so a cluster keeps them on one slot::
+
+    mooncat:{<ns>}:r:<key>    hash: the record (absent fields are None)
+    mooncat:{<ns>}:f:<key>    the key's fence counter: INCR on every successful claim, never deleted,
+                              so fences keep growing across expiry, reset and gc
+    mooncat:{<ns>}:i          set of the namespace's keys: list and gc SSCAN it (never KEYS)
+    mooncat:namespaces        set of namespaces
+
+Durability is the server's: with Redis's default (RDB snapshots, no AOF) a crash of the server loses
+the changes since the last snapshot; run it with ``appendonly yes`` (``appendfsync everysec``: up to
+about a second lost) when a lost ``done`` would mean a step runs twice. A fence counter survives only
+as long as the server's data does.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+from mooncat_checkpoint import rules
+from mooncat_checkpoint.backends.base import kind_result
+from mooncat_checkpoint.errors import BackendUnavailableError, CheckpointError, CorruptRecordError
+from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult
+from mooncat_checkpoint.record import StoredRecord
+from mooncat_checkpoint.urls import shown_url
+
+__all__ = ["RedisBackend"]
+
+_SCAN_COUNT = 500
+_NAMESPACES = "mooncat:namespaces"
+
+# Shared by every script: the clock, optional arguments ('' is None, else '=' .. value), the record.
+_PRELUDE = """
+local function now_ms(arg)
+  local n = tonumber(arg)
+  if n >= 0 then return n end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function opt(v)
+  if v == '' then return nil end
+  return string.sub(v, 2)
+end
+local function load(k)
+  local flat = redis.call('HGETALL', k)
+  if #flat == 0 then return nil, flat end
+  local r = {}
+  for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
+  return r, flat
+end
+local function lost(r, token)
+  return r == nil or r.status ~= 'claimed' or r.lease_token ~= token
+end
+"""
+
+# KEYS: record, fence counter, index, namespaces. ARGV: now, namespace, key, owner, lease_ms, fingerprint, token.
+_CLAIM = _PRELUDE + """
+local now = now_ms(ARGV[1])
+local owner, lease, fp, token = opt(ARGV[4]), tonumber(ARGV[5]), opt(ARGV[6]), ARGV[7]
+local r, flat = load(KEYS[1])
+local attempts, created = 1, now
+if r ~= nil then
+  if fp ~= nil and r.fingerprint ~= nil and fp ~= r.fingerprint then return {'fingerprint', now, flat} end
+  if r.status == 'done' then return {'done', now, flat} end
+  if r.status == 'failed' then return {'failed', now, flat} end
+  if tonumber(r.lease_until) > now then return {'busy', now, flat} end
+  attempts, created = tonumber(r.attempts) + 1, r.created_at
+  if fp == nil then fp = r.fingerprint end
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SADD', KEYS[3], ARGV[3])
+  redis.call('SADD', KEYS[4], ARGV[2])
+end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'namespace', ARGV[2], 'key', ARGV[3], 'status', 'claimed',
+  'lease_until', now + lease, 'lease_ms', lease, 'lease_token', token, 'attempts', attempts,
+  'fence', fence, 'created_at', created, 'updated_at', now)
+if owner ~= nil then redis.call('HSET', KEYS[1], 'owner_run_id', owner) end
+if fp ~= nil then redis.call('HSET', KEYS[1], 'fingerprint', fp) end
+return {'claimed', now, redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: record. ARGV: now, token, extend_ms ('' = the claim's lease).
+_TOUCH = _PRELUDE + """
+local now = now_ms(ARGV[1])
+local r, flat = load(KEYS[1])
+if r == nil then return {'none', now, flat} end
+if lost(r, ARGV[2]) then return {'lost', now, flat} end
+local ext = opt(ARGV[3])
+local lease = tonumber(ext or r.lease_ms or '0')
+redis.call('HSET', KEYS[1], 'lease_until', now + lease, 'updated_at', now)
+return {'ok', now, redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: record. ARGV: now, token, result, result_ref.
+_DONE = _PRELUDE + """
+local now = now_ms(ARGV[1])
+local r, flat = load(KEYS[1])
+if lost(r, ARGV[2]) then return {'lost', now, flat} end
+redis.call('HDEL', KEYS[1], 'lease_until', 'lease_ms', 'lease_token', 'error', 'result', 'result_ref')
+redis.call('HSET', KEYS[1], 'status', 'done', 'updated_at', now)
+local result, ref = opt(ARGV[3]), opt(ARGV[4])
+if result ~= nil then redis.call('HSET', KEYS[1], 'result', result) end
+if ref ~= nil then redis.call('HSET', KEYS[1], 'result_ref', ref) end
+return {'ok', now, redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: record. ARGV: now, token, error.
+_FAIL = _PRELUDE + """
+local now = now_ms(ARGV[1])
+local r, flat = load(KEYS[1])
+if lost(r, ARGV[2]) then return {'lost', now, flat} end
+redis.call('HDEL', KEYS[1], 'lease_until', 'lease_ms', 'lease_token', 'result', 'result_ref')
+redis.call('HSET', KEYS[1], 'status', 'failed', 'updated_at', now, 'error', ARGV[3])
+return {'ok', now, redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS: record, index. ARGV: now, key, mode ('reset', 'expired' or 'gc'), older_than_ms ('' = none).
+# The record goes, its fence counter stays.
+_DELETE = _PRELUDE + """
+local now = now_ms(ARGV[1])
+local r = load(KEYS[1])
+if r == nil then return 0 end
+local mode = ARGV[3]
+if mode ~= 'reset' then
+  local expired = r.status == 'claimed' and now >= tonumber(r.lease_until)
+  local older = opt(ARGV[4])
+  local idle = mode == 'gc' and older ~= nil and r.status ~= 'claimed' and now - tonumber(r.updated_at) >= tonumber(older)
+  if not (expired or idle) then return 0 end
+end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[2])
+return 1
+"""
+
+_INT_FIELDS = frozenset({"lease_until", "lease_ms", "attempts", "fence", "created_at", "updated_at"})
+
+
+def _opt(value: str | None) -> str:
+    return "" if value is None else "=" + value
+
+
+def _now_arg(now_ms: int | None) -> int:
+    return -1 if now_ms is None else now_ms
+
+
+class RedisBackend:
+    blocking = True
+    server_side = True
+    durability = "the Redis server's (appendonly/appendfsync); changes are atomic Lua scripts"
+
+    def __init__(self, url: str) -> None:
+        try:
+            import redis
+        except ImportError:
+            raise BackendUnavailableError(
+                f"{shown_url(url)}: the redis backend needs the redis package: pip install 'molens[redis]' (or: pip install redis)"
+            ) from None
+        self.url = url
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError,)
+        try:
+            self._r = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+            self._r.ping()
+        except (redis.RedisError, ValueError) as e:
+            raise BackendUnavailableError(f"redis backend: cannot reach {shown_url(url)}: {e}") from None
+        self._claim = self._r.register_script(_CLAIM)
+        self._touch = self._r.register_script(_TOUCH)
+        self._done = self._r.register_script(_DONE)
+        self._fail = self._r.register_script(_FAIL)
+        self._delete = self._r.register_script(_DELETE)
+
+    # -- layout ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _record_key(namespace: str, key: str) -> bytes:
+        return b"mooncat:{" + namespace.encode() + b"}:r:" + key.encode("utf-8")
+
+    @staticmethod
+    def _fence_key(namespace: str, key: str) -> bytes:
+        return b"mooncat:{" + namespace.encode() + b"}:f:" + key.encode("utf-8")
+
+    @staticmethod
+    def _index_key(namespace: str) -> bytes:
+        return b"mooncat:{" + namespace.encode() + b"}:i"
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except CheckpointError:
+            raise
+        except self._errors as e:
+            raise BackendUnavailableError(f"redis backend {shown_url(self.url)}: {what}: {e}") from e
+
+    @staticmethod
+    def _record(found: builtins.list[bytes] | dict[bytes, bytes]) -> StoredRecord | None:
+        """A record from a script's flat HGETALL reply or redis-py's dict; None when empty (no record)."""
+        if not found:
+            return None
+        pairs = found.items() if isinstance(found, dict) else zip(found[::2], found[1::2], strict=True)
+        return _from_hash({f.decode(): v.decode("utf-8") for f, v in pairs})
+
+    # -- ServerBackend -----------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        sec, usec = self._call("cannot read the clock", self._r.time)
+        return int(sec) * 1000 + int(usec) // 1000
+
+    def claim(
+        self, namespace: str, key: str, now_ms: int | None, owner_run_id: str | None, lease_ms: int,
+        fingerprint: str | None, token: str,
+    ) -> ClaimResult:
+        kind, _now, flat = self._call(
+            f"cannot claim in {namespace}", self._claim,
+            keys=[self._record_key(namespace, key), self._fence_key(namespace, key), self._index_key(namespace),
+                  _NAMESPACES],
+            args=[_now_arg(now_ms), namespace, key.encode("utf-8"), _opt(owner_run_id), lease_ms, _opt(fingerprint),
+                  token],
+        )
+        kind = kind.decode()
+        rec = self._record(flat)
+        assert rec is not None
+        if kind == "fingerprint":
+            assert fingerprint is not None
+            raise rules.fingerprint_mismatch(rec, namespace, key, fingerprint)
+        return kind_result(kind, rec, token)
+
+    def _change(self, what: str, script: Any, namespace: str, key: str, args: list[Any]) -> tuple[str, StoredRecord | None]:
+        kind, _now, flat = self._call(f"cannot {what} in {namespace}", script,
+                                      keys=[self._record_key(namespace, key)], args=args)
+        kind = kind.decode()
+        rec = self._record(flat)
+        if kind == "lost":
+            raise rules.lease_lost(rec, namespace, key)
+        return kind, rec
+
+    def touch(self, namespace: str, key: str, now_ms: int | None, token: str, extend_ms: int | None) -> Checkpoint | None:
+        ext = "" if extend_ms is None else "=" + str(extend_ms)
+        kind, rec = self._change("touch", self._touch, namespace, key, [_now_arg(now_ms), token, ext])
+        return None if rec is None or kind == "none" else rec.public()
+
+    def done(
+        self, namespace: str, key: str, now_ms: int | None, token: str, result_json: str | None, result_ref: str | None
+    ) -> Checkpoint:
+        _, rec = self._change(
+            "mark done", self._done, namespace, key, [_now_arg(now_ms), token, _opt(result_json), _opt(result_ref)]
+        )
+        assert rec is not None
+        return rec.public()
+
+    def fail(self, namespace: str, key: str, now_ms: int | None, token: str, error: str) -> Checkpoint:
+        _, rec = self._change("mark failed", self._fail, namespace, key, [_now_arg(now_ms), token, error])
+        assert rec is not None
+        return rec.public()
+
+    def reset(self, namespace: str, key: str, now_ms: int | None, if_expired: bool) -> bool:
+        n = self._call(
+            f"cannot reset in {namespace}", self._delete,
+            keys=[self._record_key(namespace, key), self._index_key(namespace)],
+            args=[_now_arg(now_ms), key.encode("utf-8"), "expired" if if_expired else "reset", ""],
+        )
+        return bool(n)
+
+    def _keys(self, namespace: str) -> builtins.list[bytes]:
+        return list(self._call(f"cannot list {namespace}", self._r.sscan_iter, self._index_key(namespace),
+                               count=_SCAN_COUNT))
+
+    def gc(self, now_ms: int | None, older_than_ms: int | None) -> int:
+        removed = 0
+        older = "" if older_than_ms is None else "=" + str(older_than_ms)
+        for ns in self._namespaces():
+            keys = self._keys(ns)
+            for start in range(0, len(keys), _SCAN_COUNT):
+                pipe = self._r.pipeline(transaction=False)
+                for k in keys[start:start + _SCAN_COUNT]:
+                    self._delete(keys=[self._record_key(ns, k.decode("utf-8")), self._index_key(ns)],
+                                 args=[_now_arg(now_ms), k, "gc", older], client=pipe)
+                removed += sum(self._call("cannot collect", pipe.execute))
+        return removed
+
+    def _namespaces(self) -> builtins.list[str]:
+        return sorted(m.decode() for m in self._call("cannot list namespaces", self._r.smembers, _NAMESPACES))
+
+    def get(self, namespace: str, key: str) -> StoredRecord | None:
+        return self._record(self._call(f"cannot read {namespace}", self._r.hgetall, self._record_key(namespace, key)))
+
+    def list(self, namespace: str) -> builtins.list[StoredRecord]:
+        keys = self._keys(namespace)
+        records = []
+        for start in range(0, len(keys), _SCAN_COUNT):
+            pipe = self._r.pipeline(transaction=False)
+            for k in keys[start:start + _SCAN_COUNT]:
+                pipe.hgetall(self._record_key(namespace, k.decode("utf-8")))
+            for flat in self._call(f"cannot list {namespace}", pipe.execute):
+                rec = self._record(flat)
+                if rec is not None:
+                    records.append(rec)
+        records.sort(key=lambda r: r.key)
+        return records
+
+    def close(self) -> None:
+        self._r.close()
+
+
+def _from_hash(doc: dict[str, str]) -> StoredRecord:
+    try:
+        ints = {f: int(doc[f]) if f in doc else None for f in _INT_FIELDS}
+        return StoredRecord(
+            doc["namespace"], doc["key"], CheckpointStatus(doc["status"]), doc.get("owner_run_id"),
+            ints["lease_until"], ints["lease_ms"], doc.get("lease_token"), ints["attempts"] or 0, ints["fence"] or 0,
+            doc.get("fingerprint"), ints["created_at"] or 0, ints["updated_at"] or 0, doc.get("result"),
+            doc.get("result_ref"), doc.get("error"),
+        )
+    except (KeyError, ValueError) as e:
+        raise CorruptRecordError(f"unreadable redis checkpoint record {doc.get('key')!r}: {e!r}") from None

@@ -1,0 +1,144 @@
+"""Cross-implementation: the TypeScript ``mooncat-checkpoint`` 0.5.1 and ours share one file store.
+
+The original (installed by scripts/test into ``$MOONCAT_CHECKPOINT_NODE_DIR``) runs under node with
+``interop/original.mjs``. Every key kind is tried: a safe name, the longest safe name (128), a longer
+one, unicode, ``..``, one that looks like the original's hashed names, one with a ``sha256-`` prefix.
+* The original writes done / live-claimed / expired records; ours reads and lists them, sees done
+  as done (with its result) and a live lease as busy, takes over an expired claim, and refuses the
+  original's stale token; the original then refuses ours too.
+* The reverse: ours writes, the original reads done as done and a live lease as busy, and takes
+  over only expired claims.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mooncat_checkpoint import Busy, CheckpointStatus, Claimed, Done, LeaseLostError, SyncCheckpointClient
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("interop") / "original.mjs"
+VERSION = "0.5.1"
+KEYS = [
+    "img-001.png",
+    "k" * 128,
+    "L" * 300,
+    "ünïcödé/键 with spaces",
+    "..",
+    "sha256-" + "0" * 32,
+    "sha256-prefixed",
+]
+
+
+@pytest.fixture(scope="module")
+def original() -> Path:
+    """The original package's directory; scripts/test installs it (pinned) into its cache folder."""
+    base = Path(os.environ.get("MOONCAT_CHECKPOINT_NODE_DIR", ROOT / ".cache" / f"npm-mooncat-checkpoint-{VERSION}"))
+    pkg = base / "node_modules" / "mooncat-checkpoint"
+    if not (pkg / "package.json").is_file():
+        pytest.fail(f"mooncat-checkpoint@{VERSION} (npm) is not installed in {base}: run scripts/test, which installs it")
+    assert json.loads((pkg / "package.json").read_text())["version"] == VERSION
+    if shutil.which("node") is None:
+        pytest.fail("node is not installed: the cross-implementation test needs Node.js")
+    return pkg
+
+
+def run_original(pkg: Path, url: str, command: str, *extra: str) -> dict[str, Any]:
+    out = subprocess.run(
+        ["node", str(SCRIPT), str(pkg), url, command, json.dumps(KEYS), *extra],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return doc
+
+
+def _wait_expired(cp: SyncCheckpointClient, ns: str) -> None:
+    deadline = time.monotonic() + 10
+    while any(not r.expired(time.time_ns() // 1_000_000) for r in cp.list(ns)):
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+
+
+def test_ours_reads_claims_lists_and_takes_over_what_the_original_wrote(original: Path, tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/store"
+    wrote = run_original(original, url, "write")
+    cp = SyncCheckpointClient(url)
+    for ns, status in (("done", "done"), ("claimed", "claimed"), ("expired", "claimed")):
+        listed = cp.list(ns)
+        assert [r.key for r in listed] == sorted(KEYS), ns
+        assert all(r.status is CheckpointStatus(status) and r.owner_run_id == "node" for r in listed)
+    _wait_expired(cp, "expired")
+    fences: dict[str, int] = {}
+    for key in KEYS:
+        done = cp.claim("done", key, "py")
+        assert isinstance(done, Done) and done.checkpoint.key == key
+        assert done.checkpoint.result == {"by": "node", "key": key}
+        busy = cp.claim("claimed", key, "py")
+        assert isinstance(busy, Busy) and busy.checkpoint.owner_run_id == "node", key
+        with pytest.raises(LeaseLostError):
+            cp.done("claimed", key, "f" * 32)  # not the original's token: refused
+        took = cp.claim("expired", key, "py")
+        assert isinstance(took, Claimed), key
+        assert took.checkpoint.attempts == 2
+        fences[key] = took.fence
+        with pytest.raises(LeaseLostError):
+            cp.done("expired", key, wrote["tokens"]["expired"][key])  # the overtaken original's token
+        cp.done("expired", key, took.lease_token, {"by": "py"})
+    assert len(set(fences.values())) == len(KEYS)  # no fence handed out twice
+    assert {r.key: r.result for r in cp.list("expired", "done")} == {key: {"by": "py"} for key in KEYS}
+    # The original sees our results as done; its own live claims stay busy for it too.
+    seen = run_original(original, url, "read")
+    for key in KEYS:
+        assert seen["claim"]["expired"][key] == {"kind": "done", "result": {"by": "py"}, "owner": "py"}
+        assert seen["claim"]["done"][key]["kind"] == "done"
+        assert seen["claim"]["claimed"][key]["kind"] == "busy"
+    # The original's token for a claim ours took over is refused by the original as well.
+    stale_tokens = {}
+    for key in KEYS:
+        c = cp.claim("stale", key, "py", 600_000)
+        assert isinstance(c, Claimed)
+        stale_tokens[key] = "0" * 32
+    assert run_original(original, url, "stale", json.dumps(stale_tokens)) == {"refused": len(KEYS), "accepted": 0}
+    cp.close()
+
+
+def test_the_original_reads_ours_done_as_done_and_a_live_lease_as_busy(original: Path, tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/store"
+    cp = SyncCheckpointClient(url)
+    for key in KEYS:
+        c = cp.claim("done", key, "py")
+        assert isinstance(c, Claimed)
+        cp.done("done", key, c.lease_token, {"by": "py", "key": key})
+        assert isinstance(cp.claim("claimed", key, "py", 600_000), Claimed)
+        assert isinstance(cp.claim("expired", key, "py", 1), Claimed)
+    _wait_expired(cp, "expired")
+    seen = run_original(original, url, "read")
+    for ns in ("done", "claimed", "expired"):
+        assert seen["list"][ns] == sorted(KEYS), ns
+    for key in KEYS:
+        assert seen["get"]["done"][key] == {"key": key, "status": "done", "result": {"by": "py", "key": key},
+                                            "leaseUntil": None}
+        assert seen["claim"]["done"][key] == {"kind": "done", "result": {"by": "py", "key": key}, "owner": "py"}
+        live = seen["get"]["claimed"][key]
+        assert live["status"] == "claimed" and live["leaseUntil"] > time.time() * 1000 + 500_000
+        assert seen["claim"]["claimed"][key]["kind"] == "busy" and seen["claim"]["claimed"][key]["owner"] == "py"
+        assert seen["claim"]["expired"][key]["kind"] == "claimed"  # an expired lease is taken over
+    # After the original took over and finished the expired ones, ours sees them done by the original
+    # and keeps fences monotonic for any later claim.
+    for key in KEYS:
+        rec = cp.get("expired", key)
+        assert rec is not None and rec.status is CheckpointStatus.DONE and rec.result == {"by": "node", "key": key}
+        assert cp.get("claimed", key) is not None
+        assert isinstance(cp.claim("claimed", key), Busy)
+    cp.close()
