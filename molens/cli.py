@@ -177,7 +177,7 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
 
 
 def cmd_admin(cfg: Config, action: str, to: str | None) -> int:
-    """One admin command for an operator: ``stats``, ``snapshot``, ``digest``, ``transfer-leader``."""
+    """One admin command for an operator: ``stats``, ``actors``, ``snapshot``, ``digest``, ``transfer-leader``."""
     cmd = {"transfer-leader": "transfer_leader"}.get(action, action)
     args: dict[str, Any] = {"to": to} if cmd == "transfer_leader" and to else {}
     try:
@@ -189,6 +189,8 @@ def cmd_admin(cfg: Config, action: str, to: str | None) -> int:
     reply.pop("ok", None)
     if cmd == "stats":
         print(json.dumps(reply, indent=2, sort_keys=True))
+    elif cmd == "actors":
+        print(json.dumps(reply["actors"], sort_keys=True))
     elif cmd == "snapshot":
         print(f"{cfg.node.id}: snapshot at index {reply['index']}")
     elif cmd == "digest":
@@ -217,7 +219,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "action",
         nargs="?",
-        choices=["start", "stop", "restart", "status", "stats", "snapshot", "digest", "transfer-leader"],
+        choices=["start", "stop", "restart", "status", "stats", "actors", "snapshot", "digest", "transfer-leader"],
         help="omit to run in the foreground",
     )
     p.add_argument("--json", action="store_true", help="status: machine-readable output")

@@ -481,6 +481,8 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         assert r.returncode == 0 and re.fullmatch(r"n1: applied \d+ digest [0-9a-f]{64}\n", r.stdout), r.stdout
         r = run("stats")
         assert r.returncode == 0 and json.loads(r.stdout)["snapshots_taken"] == 1
+        r = run("actors")
+        assert r.returncode == 0 and json.loads(r.stdout)["RaftPeer"] == 1, r.stdout + r.stderr
         r = run("transfer-leader")  # a single voter has nobody to hand over to
         assert r.returncode == 1 and "n1: transfer-leader:" in r.stderr and "no other live voter" in r.stderr
         r = run("restart")
