@@ -22,6 +22,9 @@ Behaviour:
 - Reads go to the same node as writes, so a client reads its own writes.
 
 Thread-safe: one client may be shared by threads (one urllib3 keep-alive pool per node).
+
+Size: MolensClient and BatchingClient share the retry, redirect and error mapping; the module is
+the whole SDK (urllib3 only), so an application can read or vendor one file.
 """
 
 from __future__ import annotations

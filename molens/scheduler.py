@@ -20,14 +20,8 @@ import msgpack
 import pykka
 
 from molens.actors import raft_peer as rp
-from molens.actors.fireworker import (
-    FirePoolStats,
-    FireWorkerPool,
-    ForwardFrame,
-    decode_results_frame,
-    make_pool_manager,
-    result_items,
-)
+from molens.actors.firepool import FirePoolStats, make_pool_manager
+from molens.actors.fireworker import FireWorkerPool, ForwardFrame, decode_results_frame, result_items
 from molens.actors.messages import FireBatch, FireResults, GetGauges, ReadWheel, SetObserver, WorkerReport
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor

@@ -9,313 +9,40 @@ alarm, every ``REPORT_INTERVAL_S``: heartbeat with the free capacity to a remote
 unsent results), ``GetGauges`` (ask). Sends: ``FireResults`` to the local Monitor, or ``R`` frames
 to the remote leader over worker RPC; ``Delivered`` to Stats.
 
-Why the HTTP attempts are not themselves actors: round-robin into per-actor mailboxes puts a fast
-fire behind a slow one (head-of-line blocking) and costs a mailbox hop per fire; the pool's shared
-bounded queue lets any free thread take the next fire, and a batch enters with one lock round-trip.
-``FirePool`` is that engine: ``concurrency`` plain threads calling the blocking
-``Deliverer.deliver``, one holder thread for fires planned ahead, one flusher handing results back
-in batches.
-
-Rules:
-
-- At most ``concurrency`` HTTP attempts in flight; at most ``queue_limit`` more waiting. ``submit``
-  accepts fires in order while there is room and returns the rest as ``refused`` (the clear signal:
-  the Dispatcher may send them elsewhere; otherwise the Monitor counts them lost at their deadline).
-- ``free_capacity()`` = room left = concurrency + queue_limit - (queued + in flight), for weighted
-  dispatch.
-- A fire with ``not_before_ms`` still ahead (planned ahead by the leader: dispatch ahead) is held by
-  one holder thread, in a heap by that time, and queued once this node's wall clock reaches it:
-  never sent early. Held fires count against the capacity like queued ones.
-- A fire whose ``deadline_ms`` has passed when a thread picks it up is not sent (the leader has
-  already counted it lost; sending it now could deliver twice); it is counted in ``stats().expired``.
-  A fire is never given more than the time left before its deadline. ``deadline_ms`` is the leader's
-  wall clock, so this assumes node clocks agree (NTP) to well within ``dispatch_timeout_ms``.
-- Results go to ``on_results(list[FireResult])`` from the flusher thread, at most ``flush_count``
-  per call, at most ``flush_interval_ms`` after the first unflushed result.
-- ``stop()``: refuses new work, drops fires not yet started, held ones included (returned to the caller), waits for
-  in-flight fires to finish or time out, flushes their results, and joins every thread.
+The HTTP attempts themselves run on a :class:`~molens.actors.firepool.FirePool` (see there why
+they are not actors of their own).
 """
+
 
 from __future__ import annotations
 
 import collections
-import heapq
-import itertools
 import logging
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 import pykka
-import urllib3
 
-from molens.actors.alarm import Alarm
+from molens.actors.alarm import Alarm, wall_ms
 from molens.actors.dispatcher import with_attempt
+from molens.actors.firepool import FirePool
 from molens.actors.messages import FireBatch, FireResults, GetGauges, LeaderIs, LeaderRefs, PoolResults, Wake
 from molens.actors.stats import ReportingDeliverer, StatsClient
 from molens.delivery import (
     Deliverer,
     DeliveryOutcome,
-    FireRequest,
     FireResult,
-    GuardedPoolManager,
     decode_fire_results,
     encode_fire_results,
     to_result_item,
 )
 from molens.delivery import FireRequest as WireFire
 from molens.fsm.commands import ResultItem
-from molens.model import DEFAULT_POLICY, CallbackPolicy
-
-__all__ = ["FirePool", "FirePoolStats", "FireWorkerPool", "ForwardFrame", "SubmitReceipt", "make_pool_manager"]
 
 log = logging.getLogger(__name__)
-
-ResultsCallback = Callable[[list[FireResult]], None]
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitReceipt:
-    """What ``submit`` did with a batch: the first ``accepted`` fires are queued, ``refused`` are not."""
-
-    accepted: int
-    refused: tuple[FireRequest, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class FirePoolStats:
-    concurrency: int
-    capacity: int
-    queued: int
-    in_flight: int
-    delivered: int
-    refused: int
-    expired: int
-    result_batches: int
-    held: int = 0
-
-
-def make_pool_manager(concurrency: int, policy: CallbackPolicy = DEFAULT_POLICY) -> urllib3.PoolManager:
-    """A PoolManager sized for ``concurrency`` threads: that many keep-alive connections per host;
-    it connects only to addresses the callback host ``policy`` admits (``molens.delivery``)."""
-    return GuardedPoolManager(policy, num_pools=256, maxsize=concurrency, block=False, retries=False)
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class FirePool:
-    """``concurrency`` delivery threads fed by one bounded queue; results flushed in batches."""
-
-    def __init__(
-        self,
-        deliverer: Deliverer,
-        concurrency: int,
-        on_results: ResultsCallback,
-        queue_limit: int | None = None,
-        flush_count: int = 256,
-        flush_interval_ms: float = 5.0,
-        wall_ms: Callable[[], int] = _wall_ms,
-        name: str = "fireworker",
-    ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
-        self._deliverer = deliverer
-        self.concurrency = concurrency
-        self.queue_limit = 4 * concurrency if queue_limit is None else queue_limit
-        self.capacity = concurrency + self.queue_limit
-        self._on_results = on_results
-        self._flush_count = max(1, flush_count)
-        self._flush_interval_s = flush_interval_ms / 1000.0
-        self._wall_ms = wall_ms
-        self._name = name
-
-        self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._queue: collections.deque[FireRequest] = collections.deque()
-        self._held: list[tuple[int, int, FireRequest]] = []
-        """(not_before_ms, seq, fire): fires planned ahead, waiting for their due time."""
-        self._hold_cv = threading.Condition(self._lock)
-        self._seq = itertools.count()
-        self._in_flight = 0
-        self._accepting = False
-        self._draining = False
-        self._delivered = self._refused = self._expired = self._batches = 0
-
-        self._rlock = threading.Lock()
-        self._rcond = threading.Condition(self._rlock)
-        self._results: list[FireResult] = []
-        self._first_result_at = 0.0
-        self._flusher_done = False
-
-        self._threads: list[threading.Thread] = []
-        self._flusher: threading.Thread | None = None
-        self._holder: threading.Thread | None = None
-
-    # --- lifecycle ---------------------------------------------------------------------------------
-    def start(self) -> None:
-        with self._lock:
-            if self._threads:
-                raise RuntimeError("FirePool already started")
-            self._accepting = True
-        self._threads = [
-            threading.Thread(target=self._run_worker, name=f"{self._name}-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
-        self._flusher = threading.Thread(target=self._run_flusher, name=f"{self._name}-flush", daemon=True)
-        self._holder = threading.Thread(target=self._run_holder, name=f"{self._name}-hold", daemon=True)
-        for t in (*self._threads, self._flusher, self._holder):
-            t.start()
-        log.info("fire pool started concurrency=%d queue_limit=%d", self.concurrency, self.queue_limit)
-
-    def stop(self, timeout_s: float = 30.0) -> list[FireRequest]:
-        """Stops cleanly; returns the fires that were queued but never started."""
-        end = time.monotonic() + timeout_s
-        with self._lock:
-            self._accepting = False
-            self._draining = True
-            dropped = list(self._queue) + [f for _, _, f in sorted(self._held)]
-            self._queue.clear()
-            self._held.clear()
-            self._work.notify_all()
-            self._hold_cv.notify_all()
-        if self._holder is not None:
-            self._holder.join(max(0.1, end - time.monotonic()))
-        for t in self._threads:
-            t.join(max(0.0, end - time.monotonic()))
-        still = [t.name for t in self._threads if t.is_alive()]
-        with self._rlock:
-            self._flusher_done = True
-            self._rcond.notify_all()
-        if self._flusher is not None:
-            self._flusher.join(max(0.1, end - time.monotonic()))
-        if still:
-            log.warning("fire pool stop timed out with %d fires in flight threads=%s", len(still), still)
-        log.info("fire pool stopped dropped_unstarted=%d", len(dropped))
-        return dropped
-
-    # --- the surface the Dispatcher / RPC server use -----------------------------------------------
-    def submit(self, batch: Sequence[FireRequest]) -> SubmitReceipt:
-        """Queues as many fires as fit, in order; never blocks."""
-        with self._lock:
-            room = self.capacity - len(self._queue) - len(self._held) - self._in_flight if self._accepting else 0
-            n = max(0, min(room, len(batch)))
-            if n:
-                now = self._wall_ms()
-                ready = 0
-                held = self._held
-                head = held[0][0] if held else None
-                for f in batch[:n]:
-                    if f.not_before_ms > now:
-                        heapq.heappush(held, (f.not_before_ms, next(self._seq), f))
-                    else:
-                        self._queue.append(f)
-                        ready += 1
-                if ready:
-                    self._work.notify(ready)
-                if held and (head is None or held[0][0] < head):
-                    self._hold_cv.notify()
-            refused = tuple(batch[n:])
-            self._refused += len(refused)
-        if refused:
-            log.warning("fire pool full: refused=%d of batch=%d", len(refused), len(batch))
-        return SubmitReceipt(n, refused)
-
-    def free_capacity(self) -> int:
-        with self._lock:
-            if not self._accepting:
-                return 0
-            return self.capacity - len(self._queue) - len(self._held) - self._in_flight
-
-    def stats(self) -> FirePoolStats:
-        with self._lock:
-            return FirePoolStats(
-                concurrency=self.concurrency, capacity=self.capacity, queued=len(self._queue), in_flight=self._in_flight,
-                delivered=self._delivered, refused=self._refused, expired=self._expired, result_batches=self._batches, held=len(self._held),
-            )
-
-    # --- threads -----------------------------------------------------------------------------------
-    def _run_holder(self) -> None:
-        """Moves held fires to the queue once the wall clock reaches their ``not_before_ms``."""
-        held = self._held
-        with self._lock:
-            while not self._draining:
-                now = self._wall_ms()
-                ready = 0
-                while held and held[0][0] <= now:
-                    self._queue.append(heapq.heappop(held)[2])
-                    ready += 1
-                if ready:
-                    self._work.notify(ready)
-                # a wait may end a little early: the loop checks the clock again before moving any
-                self._hold_cv.wait((held[0][0] - now) / 1000.0 if held else None)
-
-    def _run_worker(self) -> None:
-        while True:
-            with self._lock:
-                while not self._queue and not self._draining:
-                    self._work.wait()
-                if not self._queue:
-                    return
-                req = self._queue.popleft()
-                self._in_flight += 1
-            result: FireResult | None = None
-            try:
-                timeout_ms = req.timeout_ms
-                if req.deadline_ms:
-                    left = req.deadline_ms - self._wall_ms()
-                    timeout_ms = min(timeout_ms, left)
-                if timeout_ms <= 0:
-                    log.warning("fire=%s not sent: deadline passed while queued", req.fire_id)
-                else:
-                    result = self._deliverer.deliver(req, timeout_ms)
-            finally:
-                with self._lock:
-                    self._in_flight -= 1
-                    if result is None:
-                        self._expired += 1
-                    else:
-                        self._delivered += 1
-            if result is not None:
-                self._add_result(result)
-
-    def _add_result(self, result: FireResult) -> None:
-        with self._rlock:
-            self._results.append(result)
-            n = len(self._results)
-            if n == 1:
-                self._first_result_at = time.monotonic()
-                self._rcond.notify()
-            elif n >= self._flush_count:
-                self._rcond.notify()
-
-    def _run_flusher(self) -> None:
-        while True:
-            with self._rlock:
-                while not self._results and not self._flusher_done:
-                    self._rcond.wait()
-                if not self._results:
-                    return
-                flush_at = self._first_result_at + self._flush_interval_s
-                while len(self._results) < self._flush_count and not self._flusher_done:
-                    left = flush_at - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._rcond.wait(left)
-                batch = self._results[: self._flush_count]
-                del self._results[: self._flush_count]
-                if self._results:
-                    self._first_result_at = time.monotonic()
-            with self._lock:
-                self._batches += 1
-            try:
-                self._on_results(batch)
-            except Exception:  # the results consumer's bug must not stop deliveries; say so loudly
-                log.exception("fire results callback failed; %d results not handed over", len(batch))
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +107,7 @@ class FireWorkerPool(pykka.ThreadingActor):
     def on_start(self) -> None:
         self.pool.start()
         self._alarm = Alarm(self.actor_ref, "fireworker")
-        self._alarm.set(_wall_ms() + REPORT_INTERVAL_MS)
+        self._alarm.set(wall_ms() + REPORT_INTERVAL_MS)
 
     def on_stop(self) -> None:
         """In-flight fires finish; their results are routed from the flusher thread directly (this
@@ -482,7 +209,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         if leader is not None and leader != self.node_id:
             self._send(leader, b"H" + msgpack.packb(self.pool.free_capacity()))
         if self._alarm is not None:
-            self._alarm.set(_wall_ms() + REPORT_INTERVAL_MS)
+            self._alarm.set(wall_ms() + REPORT_INTERVAL_MS)
 
     def _flush_unsent(self) -> None:
         now = time.monotonic()
@@ -508,3 +235,6 @@ def _tell(ref: pykka.ActorRef[Any], msg: Any) -> None:
         ref.tell(msg)
     except pykka.ActorDeadError:  # that term's actors stopped: its Monitor no longer needs them
         pass
+
+
+__all__ = ["FireWorkerPool", "ForwardFrame", "decode_results_frame", "result_items", "results_frame"]

@@ -26,6 +26,9 @@ Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
 Membership: a conf-change entry carries the new node's addresses in its ``context`` (msgpack map),
 so every replica learns how to reach it; the peer keeps an address book in ``data_dir/peers.json``.
 The leader promotes learners to voters once they have caught up with its commit index.
+
+Size: the Ready cycle, proposals, background snapshots and membership all touch the core and the
+log on the actor's thread; split into actors of their own they would need shared state.
 """
 
 from __future__ import annotations

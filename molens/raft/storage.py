@@ -33,6 +33,9 @@ Durability invariants (what the RaftPeer relies on):
 
 Thread-safety: one owner thread (the RaftPeer actor) calls everything; reads and writes are not
 meant to be interleaved from several threads.
+
+Size: the lmdb log and the snapshot files share the durability rules (fsync order, checksums)
+stated here.
 """
 
 from __future__ import annotations

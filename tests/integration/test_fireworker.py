@@ -12,7 +12,8 @@ import pykka
 import pytest
 import urllib3
 
-from molens.actors.fireworker import FirePool, FireWorkerPool, decode_results_frame, make_pool_manager
+from molens.actors.firepool import FirePool, make_pool_manager
+from molens.actors.fireworker import FireWorkerPool, decode_results_frame
 from molens.actors.messages import FireBatch, FireResults, GetGauges, LeaderIs, LeaderRefs
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from molens.actors.fireworker import make_pool_manager
+from molens.actors.firepool import make_pool_manager
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult, to_result_item
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, Outcome, check_url
 
