@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 DRAIN_S = 5.0
 """How long a stopping leader waits for the results of the fires it sent."""
+POOL_FLUSH_MS = 10.0
+"""The fire pool hands results over at most this long after the first of a batch (the Monitor
+batches them for ``RESULTS_FLUSH_MS`` before proposing anyway)."""
 ASK_TIMEOUT_S = 1.0
 """Queries (stats, gauges, the wheel view) give up on a busy actor after this long."""
 
@@ -70,7 +73,8 @@ class Scheduler:
         self.stats = StatsClient(self._stats_ref)
         deliverer = ReportingDeliverer(self._http, self.node_id, w.signing_secret, w.signing_secret_next)
         self._pool_ref = FireWorkerPool.start(
-            self.node_id, deliverer, w.concurrency, self.rpc.send, self.stats, fatal=self.fatal,
+            self.node_id, deliverer, w.concurrency, self.rpc.send, self.stats, flush_interval_ms=POOL_FLUSH_MS,
+            fatal=self.fatal, stop_timeout_s=DRAIN_S * 2,
         )
         pool = self._pool_ref.proxy().pool.get(timeout=5)
         self.supervisor = LeaderSupervisor(
@@ -98,7 +102,7 @@ class Scheduler:
         for ref in (self._pool_ref, self._stats_ref):
             if ref is not None:
                 try:
-                    ref.stop(block=True, timeout=timeout)
+                    ref.stop(block=True, timeout=timeout + 2.0)  # the pool waits up to ``timeout`` for its fires
                 except (pykka.ActorDeadError, pykka.Timeout):
                     log.warning("scheduler actor did not stop in time: %s", ref)
         self._http.clear()
@@ -170,7 +174,21 @@ class Scheduler:
         for k in ("wheel_size", "fires_in_flight", "live_workers"):
             if k in g:
                 out[k] = g[k]
+        # messages each actor has handled (this process's lifetime; leader actors: this term)
+        pool_g = self._ask_pool_gauges()
+        out["mailbox_messages"] = {
+            "stats": out.pop("stats_messages", None), "fireworker": pool_g.get("fireworker_messages"),
+            **{k.removesuffix("_messages"): v for k, v in g.items() if k.endswith("_messages")},
+        }
         return out
+
+    def _ask_pool_gauges(self) -> dict[str, Any]:
+        if self._pool_ref is None:
+            return {}
+        try:
+            return self._pool_ref.ask(GetGauges(), timeout=ASK_TIMEOUT_S)  # type: ignore[no-any-return]
+        except (pykka.ActorDeadError, pykka.Timeout):
+            return {}
 
     # ---- worker RPC and sends ---------------------------------------------------------------------
     def on_rpc(self, frm: str, payload: bytes) -> None:
@@ -185,8 +203,7 @@ class Scheduler:
                     self._tell_pool(ForwardFrame(payload))
                     return
                 free, attempts, results = decode_results_frame(body)
-                refs.monitor.tell(FireResults(result_items(attempts, results)))
-                refs.dispatcher.tell(WorkerReport(((frm, free),)))
+                refs.monitor.tell(FireResults(result_items(attempts, results), frm, free))
             elif tag == b"H":
                 refs = self.supervisor.current if self.supervisor is not None else None
                 if refs is not None:

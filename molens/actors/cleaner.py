@@ -76,7 +76,7 @@ class Cleaner(LeaderActor):
             if message.error is None and message.results and isinstance(message.results[0], EntryResult):
                 n = sum(1 for r in message.results[0].results if r is True)
             self.scan.done(n)
-            self.ctx.stats.add(expired=n)
+            self.stats.add(expired=n)
         elif not isinstance(message, Wake):
             return super().on_receive(message)
         if self.ended:
@@ -84,8 +84,7 @@ class Cleaner(LeaderActor):
         cmd = self.scan.run(wall_ms())
         if cmd is not None:
             self.ctx.propose(cmd, self.outcome_to_self(ExpireDone))
-        assert self.alarm is not None
-        self.alarm.set(self.scan.next_deadline())
+        self.set_alarm(self.scan.next_deadline())
         return None
 
 

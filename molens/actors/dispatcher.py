@@ -41,7 +41,6 @@ from molens.actors.messages import (
     Drain,
     DueBatch,
     FireResults,
-    GetGauges,
     InFlight,
     Requeue,
     Wake,
@@ -248,6 +247,10 @@ class Dispatcher(LeaderActor):
             self._outcome(message)
         elif isinstance(message, InFlight):
             self.monitor_open, self.monitor_own_seen = message.open, message.own_seen
+            for wid, free in message.reports:
+                self.plan.report(wid, free)
+            if message.reports:
+                self.backlog_at = 0
         elif isinstance(message, WorkerReport):
             for wid, free in message.free:
                 self.plan.report(wid, free)
@@ -256,12 +259,13 @@ class Dispatcher(LeaderActor):
             pass
         elif isinstance(message, Drain):
             self.drain = message
-        elif isinstance(message, GetGauges):
-            return {"dispatch_backlog": len(self.backlog), "live_workers": sorted(self.plan.live_workers())}
         else:
             return super().on_receive(message)
         self._pump()
         return None
+
+    def gauges(self) -> dict[str, Any]:
+        return {"dispatch_backlog": len(self.backlog), "live_workers": sorted(self.plan.live_workers())}
 
     def _pump(self) -> None:
         assert self.alarm is not None
@@ -269,15 +273,15 @@ class Dispatcher(LeaderActor):
             if self.proposals == 0 and not self.drain_answered:
                 self.drain_answered = True
                 self.drain.done.set(0)
-            self.alarm.set(None)
+            self.set_alarm(None)
             return
         if self.ended or not self.backlog:
-            self.alarm.set(None)
+            self.set_alarm(None)
             return
         now = wall_ms()
         if now >= self.backlog_at:
             self._dispatch(now)
-        self.alarm.set(self.backlog_at if self.backlog and self.backlog_at > now and self._can_dispatch() else None)
+        self.set_alarm(self.backlog_at if self.backlog and self.backlog_at > now and self._can_dispatch() else None)
 
     # ---- planning --------------------------------------------------------------------------------
     def in_flight(self) -> int:
@@ -298,8 +302,8 @@ class Dispatcher(LeaderActor):
             if later:
                 backlog.extendleft(reversed(later))
             if items:
-                ctx.stats.sample("dispatch_lag", plan.lags)
-                ctx.stats.add(dispatched_proposed=len(items))
+                self.stats.sample("dispatch_lag", plan.lags)
+                self.stats.add(dispatched_proposed=len(items))
                 self.proposals += 1
                 self.items_proposed += len(items)
                 ctx.propose(
@@ -313,10 +317,9 @@ class Dispatcher(LeaderActor):
     def _outcome(self, m: DispatchedBatch) -> None:
         self.proposals -= 1
         self.items_proposed -= len(m.items)
-        ctx = self.ctx
         if m.error is not None:
             self.plan.settle(m.items)
-            ctx.stats.add(proposals_failed=1)
+            self.stats.add(proposals_failed=1)
             if isinstance(m.error, ProposalRefused) and self.refs is not None and not self.ended:
                 self.tell(self.refs.wheel, Requeue([d.task_id for d in m.items], wall_ms() + RETRY_REFUSED_MS))
             return
@@ -324,7 +327,7 @@ class Dispatcher(LeaderActor):
         refused = [it for it, r in zip(m.items, out) if r is not None]
         self.plan.settle(refused)
         self.accepted += len(m.items) - len(refused)
-        ctx.stats.add(dispatched_accepted=len(m.items) - len(refused))
+        self.stats.add(dispatched_accepted=len(m.items) - len(refused))
 
     # ---- sending ---------------------------------------------------------------------------------
     def _send(self, fires: list[FireRequest]) -> None:
@@ -332,14 +335,14 @@ class Dispatcher(LeaderActor):
             return
         ctx = self.ctx
         now = wall_ms()
-        ctx.stats.sample("plan_to_send", [now - e.fire.dispatched_ms for e in fires])
+        self.stats.sample("plan_to_send", [now - e.fire.dispatched_ms for e in fires])
         groups = DispatchPlan.group(fires)
         local = len(groups.get(ctx.node_id, ()))
         failed = ctx.send_fires(groups)
         if local and ctx.node_id not in failed:
             self.plan.sent_local(local)
         sent = len(fires) - sum(len(v) for v in failed.values())
-        ctx.stats.add(fires_sent=sent, fires_sent_local=local if ctx.node_id not in failed else 0)
+        self.stats.add(fires_sent=sent, fires_sent_local=local if ctx.node_id not in failed else 0)
         if failed and self.refs is not None:  # not queued: answer at once instead of waiting for the deadline
             items: list[ResultItem] = []
             for wid, wf in failed.items():

@@ -30,7 +30,7 @@ from molens.actors.alarm import Alarm, wall_ms
 from molens.actors.dispatcher import with_attempt
 from molens.actors.firepool import FirePool
 from molens.actors.messages import FireBatch, FireResults, GetGauges, LeaderIs, LeaderRefs, PoolResults, Wake
-from molens.actors.stats import ReportingDeliverer, StatsClient
+from molens.actors.stats import STATS_FLUSH_MS, ReportingDeliverer, StatsClient
 from molens.delivery import (
     Deliverer,
     DeliveryOutcome,
@@ -88,8 +88,11 @@ class FireWorkerPool(pykka.ThreadingActor):
         queue_limit: int | None = None,
         flush_interval_ms: float = 2.0,
         fatal: Callable[[BaseException], None] | None = None,
+        stop_timeout_s: float = 10.0,
     ) -> None:
         super().__init__()
+        self._stop_timeout_s = stop_timeout_s
+        self.handled = 0
         self.node_id = node_id
         self._deliverer = deliverer
         self._send = send
@@ -102,6 +105,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         self._local: LeaderRefs | None = None
         self._alarm: Alarm | None = None
         self._stopping = False
+        self._delivered_at = 0
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def on_start(self) -> None:
@@ -115,7 +119,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         self._stopping = True
         if self._alarm is not None:
             self._alarm.close()
-        self.pool.stop()
+        self.pool.stop(self._stop_timeout_s)
         self._flush_unsent()
 
     def on_failure(self, exception_type: object, exception_value: object, traceback: object) -> None:
@@ -139,6 +143,7 @@ class FireWorkerPool(pykka.ThreadingActor):
 
     # ---- messages --------------------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
+        self.handled += 1
         if isinstance(message, FireBatch):
             self._submit(message.fires)
         elif isinstance(message, PoolResults):
@@ -155,7 +160,7 @@ class FireWorkerPool(pykka.ThreadingActor):
             return {
                 "concurrency": ps.concurrency, "queued": ps.queued, "in_flight": ps.in_flight,
                 "delivered": ps.delivered, "refused": ps.refused, "expired": ps.expired,
-                "free_capacity": self.pool.free_capacity(),
+                "free_capacity": self.pool.free_capacity(), "fireworker_messages": self.handled,
             }
         else:
             return super().on_receive(message)
@@ -180,7 +185,11 @@ class FireWorkerPool(pykka.ThreadingActor):
             ])
 
     def _route(self, results: list[FireResult]) -> None:
-        self._stats.delivered(self._deliverer.take() if isinstance(self._deliverer, ReportingDeliverer) else [])
+        if isinstance(self._deliverer, ReportingDeliverer):
+            now = wall_ms()
+            if self._stopping or now >= self._delivered_at:  # one Delivered per STATS_FLUSH_MS
+                self._stats.delivered(self._deliverer.take())
+                self._delivered_at = now + STATS_FLUSH_MS
         att = self._attempts
         attempts = {r.fire_id: att.pop(r.fire_id, 0) for r in results}
         local = self._local
@@ -204,6 +213,8 @@ class FireWorkerPool(pykka.ThreadingActor):
             self._stats.add(results_forwarded=1)
 
     def _heartbeat(self) -> None:
+        if isinstance(self._deliverer, ReportingDeliverer):
+            self._stats.delivered(self._deliverer.take())
         self._flush_unsent()
         leader = self._leader_id
         if leader is not None and leader != self.node_id:

@@ -84,9 +84,12 @@ class DispatchedBatch:
 
 @dataclass(frozen=True, slots=True)
 class FireResults:
-    """Workers -> Monitor: results of fires (attempts as carried out)."""
+    """Workers -> Monitor: results of fires (attempts as carried out), and the sending worker's free
+    capacity when it is another node (``free``: the Monitor passes it on to the Dispatcher)."""
 
     items: list[ResultItem]
+    worker: str = ""
+    free: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +102,13 @@ class ResultsProposed:
 
 @dataclass(frozen=True, slots=True)
 class InFlight:
-    """Monitor -> Dispatcher: fires it watches with no result yet, and how many own-term fires it
-    has ever been told of (so the Dispatcher can count the ones on their way to it)."""
+    """Monitor -> Dispatcher: fires it watches with no result yet, how many own-term fires it has
+    ever been told of (so the Dispatcher can count the ones on their way to it), and the free
+    capacity workers reported with their results since the last ``InFlight``."""
 
     open: int
     own_seen: int
+    reports: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +181,14 @@ class Sampled:
 
 
 @dataclass(frozen=True, slots=True)
+class StatsBatch:
+    """To Stats from one actor, at most every ``STATS_FLUSH_MS``: its counts and samples since the last."""
+
+    counts: tuple[tuple[str, float], ...]
+    samples: tuple[tuple[str, list[float]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Delivered:
     """FireWorkerPool -> Stats: attempts this node carried out, ``(request, result, started_ms)``."""
 
@@ -229,5 +242,5 @@ class LeaderRefs:
 __all__ = [
     "Applied", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
     "FireResults", "Gauge", "GetGauges", "GetStats", "InFlight", "Join", "LeaderIs", "LeaderRefs", "PoolResults", "ReadWheel",
-    "Rebuild", "Requeue", "ResultsProposed", "Sampled", "SetObserver", "Wake", "WorkerReport",
+    "Rebuild", "Requeue", "ResultsProposed", "Sampled", "SetObserver", "StatsBatch", "Wake", "WorkerReport",
 ]

@@ -31,7 +31,6 @@ from molens.actors.messages import (
     Committed,
     Drain,
     FireResults,
-    GetGauges,
     InFlight,
     Rebuild,
     ResultsProposed,
@@ -48,6 +47,8 @@ log = logging.getLogger(__name__)
 RESULTS_FLUSH_MS = 10
 """A results batch is proposed at most this long after its first item (fewer, fuller Results
 entries: the next occurrence of a periodic task is computed from its schedule, not from this)."""
+INFLIGHT_EVERY_MS = 10
+"""The Dispatcher hears the count of fires in flight at most this often (``InFlight``)."""
 DRAIN_POLL_MS = 20
 """While draining, the Monitor looks at its drain deadline this often."""
 
@@ -113,11 +114,15 @@ class Monitor(LeaderActor):
         """Fire id -> attempt of the fires this term sent that have no result yet."""
         self.own_seen = 0
         self.reported: tuple[int, int] = (-1, -1)
+        self.report_at = 0
+        self.reports: dict[str, int] = {}
+        """Worker -> free capacity reported with results since the last ``InFlight``."""
         self.drain: Drain | None = None
         self.drain_answered = False
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, FireResults):
+            self._report(message)
             self._results_in(message.items)
         elif isinstance(message, Committed):
             self.watch.watch(e.fire for e in message.own)
@@ -128,32 +133,37 @@ class Monitor(LeaderActor):
         elif isinstance(message, ResultsProposed):
             self.pending -= 1
             if message.error is not None:
-                self.ctx.stats.add(proposals_failed=1)
+                self.stats.add(proposals_failed=1)
                 if isinstance(message.error, ProposalRefused):
                     self._add(message.items)
             else:
-                self.ctx.stats.add(results_proposed=len(message.items))
+                self.stats.add(results_proposed=len(message.items))
         elif isinstance(message, Wake):
             pass
         elif isinstance(message, Rebuild):
             fires = list(self.ctx.store.scan_fires())
             self.watch.watch(fires)
-            self.ctx.stats.gauge(rebuild_fires=len(fires))
+            self.stats.gauge(rebuild_fires=len(fires))
         elif isinstance(message, Drain):
             self.drain = message
-        elif isinstance(message, GetGauges):
-            return {"fires_in_flight": self.watch.in_flight, "results_unproposed": len(self.results)}
         else:
             return super().on_receive(message)
         self._pump()
         return None
+
+    def gauges(self) -> dict[str, Any]:
+        return {"fires_in_flight": self.watch.in_flight, "results_unproposed": len(self.results)}
+
+    def _report(self, m: FireResults) -> None:
+        if m.free is not None:
+            self.reports[m.worker] = m.free
 
     def _results_in(self, items: list[ResultItem]) -> None:
         w, sent = self.watch, self.sent
         for it in items:
             w.answered(it.fire_id)
             sent.pop(it.fire_id, None)
-        self.ctx.stats.add(results_received=len(items))
+        self.stats.add(results_received=len(items))
         self._add(items)
 
     def _add(self, items: list[ResultItem]) -> None:
@@ -167,25 +177,29 @@ class Monitor(LeaderActor):
         now = wall_ms()
         lost = self.watch.due(now)
         if lost:
-            self.ctx.stats.add(lost=len(lost))
+            self.stats.add(lost=len(lost))
             for r in lost:
                 self.sent.pop(r.fire_id, None)
             self._add(lost)
         flush_at = self.results_first + (0 if self.drain is not None else RESULTS_FLUSH_MS)
         while self.results and (len(self.results) >= MAX_PROPOSAL_ITEMS or now >= flush_at):
             self._flush(now)
-        rep = (self.watch.in_flight, self.own_seen)
-        if rep != self.reported and self.refs is not None:
-            self.reported = rep
-            self.tell(self.refs.dispatcher, InFlight(*rep))
         deadlines = [d for d in (self.watch.next_deadline(), self.results_first + RESULTS_FLUSH_MS if self.results else None)
                      if d is not None]
+        rep = (self.watch.in_flight, self.own_seen)
+        if (rep != self.reported or self.reports) and self.refs is not None:
+            if now >= self.report_at:  # at most one InFlight per INFLIGHT_EVERY_MS
+                self.reported = rep
+                self.report_at = now + INFLIGHT_EVERY_MS
+                self.tell(self.refs.dispatcher, InFlight(*rep, reports=tuple(self.reports.items())))
+                self.reports = {}
+            else:
+                deadlines.append(self.report_at)
         if self.drain is not None and not self.drain_answered:
             self._drain_check()
             if not self.drain_answered:
                 deadlines.append(now + DRAIN_POLL_MS)
-        assert self.alarm is not None
-        self.alarm.set(min(deadlines) if deadlines else None)
+        self.set_alarm(min(deadlines) if deadlines else None)
 
     def _drain_check(self) -> None:
         d = self.drain

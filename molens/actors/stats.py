@@ -1,7 +1,8 @@
 """Stats: the actor that owns the scheduler's counters, gauges and recent timings of one node.
 
-Owns a :class:`StatsBook`. Receives ``Count``, ``Gauge``, ``Sampled`` and ``Delivered`` batches
-(``tell``, from every other scheduler actor through a :class:`StatsClient`) and ``SetObserver``;
+Owns a :class:`StatsBook`. Receives ``StatsBatch`` (each actor's counts and samples, at most every
+``STATS_FLUSH_MS``, through its :class:`StatsBuffer`), ``Count``, ``Gauge``, ``Sampled`` and
+``Delivered`` (``tell``, through a :class:`StatsClient`) and ``SetObserver``;
 answers ``GetStats`` (``ask``: ``/api/v1/stats``, ``/metrics``). Runs on its own pykka thread, so
 the metrics observer (``molens.web.metrics.FireMetrics``) runs there too, off the HTTP threads.
 
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 import pykka
 
-from molens.actors.messages import Count, Delivered, Gauge, GetStats, Sampled, SetObserver
+from molens.actors.messages import Count, Delivered, Gauge, GetStats, Sampled, SetObserver, StatsBatch
 from molens.delivery import Deliverer, FireRequest, FireResult
 
 log = logging.getLogger(__name__)
@@ -94,42 +95,54 @@ class Stats(pykka.ThreadingActor):
         super().__init__()
         self.book = StatsBook()
         self.observer: StatsObserver | None = None
+        self.handled = 0
 
     def on_receive(self, message: Any) -> Any:
+        self.handled += 1
         book = self.book
-        if isinstance(message, Count):
+        if isinstance(message, StatsBatch):
+            c = book.counters
+            for k, v in message.counts:
+                c[k] = c.get(k, 0) + v
+            for name, values in message.samples:
+                self._sample(name, values)
+        elif isinstance(message, Count):
             c = book.counters
             for k, v in message.values:
                 c[k] = c.get(k, 0) + v
         elif isinstance(message, Sampled):
-            book.sample(message.name, message.values)
-            if self.observer is not None:
-                self._observe(lambda o: o.sampled(message.name, message.values))
+            self._sample(message.name, message.values)
         elif isinstance(message, Delivered):
-            late = [started - req.not_before_ms for req, _r, started in message.attempts if req.not_before_ms > 0]
-            if late:
-                book.sample("fire_lateness", late)
-            obs = self.observer
-            if obs is not None:
-                if late:
-                    self._observe(lambda o: o.sampled("fire_lateness", late))
-                for req, result, _s in message.attempts:
-                    self._observe(lambda o: o.delivered(req, result))  # noqa: B023 (called at once)
+            self._delivered(message)
         elif isinstance(message, Gauge):
             book.gauges.update(message.values)
         elif isinstance(message, GetStats):
-            return book.to_json()
+            return {**book.to_json(), "stats_messages": self.handled}
         elif isinstance(message, SetObserver):
             self.observer = message.observer
         else:
             return super().on_receive(message)
         return None
 
-    def _observe(self, fn: Any) -> None:
-        try:
-            fn(self.observer)
-        except Exception:  # metrics must never stop the stats actor
-            log.exception("stats observer failed")
+    def _sample(self, name: str, values: list[float]) -> None:
+        self.book.sample(name, values)
+        if self.observer is not None:
+            try:
+                self.observer.sampled(name, values)
+            except Exception:  # metrics must never stop the stats actor
+                log.exception("stats observer failed")
+
+    def _delivered(self, m: Delivered) -> None:
+        late = [started - req.not_before_ms for req, _r, started in m.attempts if req.not_before_ms > 0]
+        if late:
+            self._sample("fire_lateness", late)
+        obs = self.observer
+        if obs is not None:
+            try:
+                for req, result, _s in m.attempts:
+                    obs.delivered(req, result)
+            except Exception:  # metrics must never stop the stats actor
+                log.exception("stats observer failed")
 
 
 class StatsClient:
@@ -168,6 +181,48 @@ class StatsClient:
         return float(self.to_json().get(name, 0))
 
 
+STATS_FLUSH_MS = 100
+"""An actor's counts and samples reach Stats at most this often (one ``StatsBatch``)."""
+
+
+class StatsBuffer:
+    """One actor's counts and samples, sent to Stats as one ``StatsBatch`` at most every
+    ``STATS_FLUSH_MS``: a mailbox message per flush, not per event. Owned by that actor's thread;
+    the actor calls :meth:`flush_due` after each message and wakes for :meth:`next_flush`."""
+
+    def __init__(self, client: StatsClient, every_ms: int = STATS_FLUSH_MS) -> None:
+        self.client = client
+        self.every_ms = every_ms
+        self._counts: dict[str, float] = {}
+        self._samples: dict[str, list[float]] = {}
+        self._last = 0
+
+    def add(self, **counts: float) -> None:
+        c = self._counts
+        for k, v in counts.items():
+            c[k] = c.get(k, 0) + v
+
+    def sample(self, name: str, values: list[float]) -> None:
+        if values:
+            self._samples.setdefault(name, []).extend(values)
+
+    def gauge(self, **values: Any) -> None:
+        self.client.gauge(**values)
+
+    def next_flush(self) -> int | None:
+        return self._last + self.every_ms if self._counts or self._samples else None
+
+    def flush_due(self, now_ms: int) -> None:
+        if (self._counts or self._samples) and now_ms >= self._last + self.every_ms:
+            self.flush(now_ms)
+
+    def flush(self, now_ms: int) -> None:
+        if self._counts or self._samples:
+            self.client._tell(StatsBatch(tuple(self._counts.items()), tuple(self._samples.items())))
+            self._counts, self._samples = {}, {}
+        self._last = now_ms
+
+
 class ReportingDeliverer(Deliverer):
     """A :class:`~molens.delivery.Deliverer` that keeps every attempt for the Stats actor; the
     FireWorkerPool actor hands them over with each results batch (:meth:`take`)."""
@@ -190,4 +245,4 @@ class ReportingDeliverer(Deliverer):
         return out
 
 
-__all__ = ["COUNTERS", "ReportingDeliverer", "Stats", "StatsBook", "StatsClient", "StatsObserver"]
+__all__ = ["COUNTERS", "STATS_FLUSH_MS", "ReportingDeliverer", "Stats", "StatsBook", "StatsBuffer", "StatsClient", "StatsObserver"]

@@ -18,9 +18,9 @@ from typing import Any
 
 import pykka
 
-from molens.actors.alarm import Alarm
-from molens.actors.messages import Join, LeaderRefs
-from molens.actors.stats import StatsClient
+from molens.actors.alarm import Alarm, wall_ms
+from molens.actors.messages import GetGauges, Join, LeaderRefs
+from molens.actors.stats import StatsBuffer, StatsClient
 from molens.config import SchedulerConfig
 from molens.fsm.commands import Command
 from molens.fsm.store import TaskStore
@@ -60,6 +60,9 @@ class LeaderActor(pykka.ThreadingActor):
         self.ctx = ctx
         self.refs: LeaderRefs | None = None
         self.alarm: Alarm | None = None
+        self.stats = StatsBuffer(ctx.stats)
+        self.handled = 0
+        """Messages this actor has handled (``GetGauges``: ``<name>_messages``)."""
 
     def on_start(self) -> None:
         self.alarm = Alarm(self.actor_ref, f"{self.name}-t{self.ctx.term}")
@@ -67,6 +70,7 @@ class LeaderActor(pykka.ThreadingActor):
     def on_stop(self) -> None:
         if self.alarm is not None:
             self.alarm.close()
+        self.stats.flush(wall_ms())
 
     def on_failure(
         self, exception_type: type[BaseException] | None, exception_value: BaseException | None,
@@ -82,10 +86,26 @@ class LeaderActor(pykka.ThreadingActor):
         return self.ctx.ended.is_set()
 
     def on_receive(self, message: Any) -> Any:
+        self.handled += 1
         if isinstance(message, Join):
             self.refs = message.refs
             return None
-        return self.handle(message)
+        if isinstance(message, GetGauges):
+            return {**self.gauges(), f"{self.name}_messages": self.handled}
+        out = self.handle(message)
+        self.stats.flush_due(wall_ms())
+        return out
+
+    def set_alarm(self, at_ms: int | None) -> None:
+        """Wake at ``at_ms`` (None: no wake-up of its own), or earlier to flush stats."""
+        nf = self.stats.next_flush()
+        if nf is not None and (at_ms is None or nf < at_ms):
+            at_ms = nf
+        assert self.alarm is not None
+        self.alarm.set(at_ms)
+
+    def gauges(self) -> dict[str, Any]:
+        return {}
 
     def handle(self, message: Any) -> Any:
         raise NotImplementedError

@@ -6,7 +6,9 @@ Receives: ``Rebuild`` (first, after ``Join``: stream the store's ``due`` index i
 (its alarm), ``ReadWheel`` / ``GetGauges`` (ask). Sends: ``DueBatch`` to the Dispatcher (tasks due
 within ``scheduler.dispatch_lead_ms``), ``Committed`` to the Monitor and the Dispatcher (the fire
 effects of applied ``Dispatched`` entries, split by term). Runs on its own pykka thread, which
-sleeps until the wheel's next deadline minus the lead (its alarm): never a busy tick.
+sleeps until the wheel's next deadline minus the lead (its alarm): never a busy tick, and it
+advances at most once per ``scheduler.tick_ms``, so timers due within one tick go to the Dispatcher
+as one ``DueBatch`` (the workers still hold each fire until its own due time).
 
 ``Applied`` messages that arrive while the rebuild streams wait in the mailbox and are applied
 afterwards, in log order, so the last word on every key wins.
@@ -20,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from molens.actors.alarm import wall_ms
-from molens.actors.messages import Applied, Committed, DueBatch, GetGauges, ReadWheel, Rebuild, Requeue, Wake
+from molens.actors.messages import Applied, Committed, DueBatch, ReadWheel, Rebuild, Requeue, Wake
 from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.machine import Effect, FireRequest, WheelAdd, WheelRemove
 from molens.schedule.wheel import BucketStat
@@ -91,6 +93,8 @@ class TimeWheel(LeaderActor):
         super().__init__(ctx)
         self.wheel: LeaderWheel | None = None
         self.lead_ms = ctx.cfg.dispatch_lead_ms
+        self.tick_ms = ctx.cfg.tick_ms
+        self.next_advance_ms = 0
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, Applied):
@@ -105,20 +109,21 @@ class TimeWheel(LeaderActor):
             self._rebuild()
         elif isinstance(message, ReadWheel):
             return None if self.wheel is None else message.fn(self.wheel.wheel)
-        elif isinstance(message, GetGauges):
-            w = self.wheel
-            return {} if w is None else {"wheel_size": len(w), "overflow": w.wheel.overflow_count}
         else:
             return super().on_receive(message)
         self._advance()
         return None
+
+    def gauges(self) -> dict[str, Any]:
+        w = self.wheel
+        return {} if w is None else {"wheel_size": len(w), "overflow": w.wheel.overflow_count}
 
     def _rebuild(self) -> None:
         ctx = self.ctx
         wheel = LeaderWheel(ctx.cfg.tick_ms, wall_ms())
         n = wheel.rebuild(_until(ctx.store.scan_due(), lambda: self.ended))
         self.wheel = wheel
-        ctx.stats.gauge(rebuild_tasks=n, rebuild_ms=round(wheel.rebuild_ms, 1), term=ctx.term)
+        self.stats.gauge(rebuild_tasks=n, rebuild_ms=round(wheel.rebuild_ms, 1), term=ctx.term)
         log.info("wheel rebuilt term=%d tasks=%d in %.0f ms", ctx.term, n, wheel.rebuild_ms)
 
     def _applied(self, msg: Applied) -> None:
@@ -142,12 +147,15 @@ class TimeWheel(LeaderActor):
         wheel = self.wheel
         if wheel is None or self.ended or self.refs is None:
             return
-        due = wheel.advance(wall_ms() + self.lead_ms)
-        if due:
-            self.tell(self.refs.dispatcher, DueBatch(due))
+        now = wall_ms()
+        if now >= self.next_advance_ms:
+            due = wheel.advance(now + self.lead_ms)
+            self.next_advance_ms = now + self.tick_ms
+            if due:
+                self.tell(self.refs.dispatcher, DueBatch(due))
         nd = wheel.next_deadline()
-        assert self.alarm is not None
-        self.alarm.set(None if nd is None else nd - self.lead_ms)
+        # at most one advance (one DueBatch) per tick: timers due within a tick travel together
+        self.set_alarm(None if nd is None else max(nd - self.lead_ms, self.next_advance_ms))
 
 
 __all__ = ["LeaderWheel", "TimeWheel"]

@@ -64,12 +64,16 @@ class Result:
     p50: int
     p99: int
     max: int
+    cpu_us_per_fire: float | None = None
+    """CPU time of the three node processes while the fires went out, per fire delivered."""
 
     @property
     def sustained(self) -> bool:
         return self.delivered >= self.n and self.fires_per_s >= 0.95 * self.rate and self.p99 <= 1000
 
     def line(self, name: str = "lateness", **extra: Any) -> str:
+        if self.cpu_us_per_fire is not None:
+            extra = {"cluster_cpu_us_per_fire": self.cpu_us_per_fire, **extra}
         more = "".join(f" {k}={v}" for k, v in extra.items())
         return (
             f"{name}: rate={self.rate:g} fires_per_s={self.fires_per_s:.0f} p50_ms={self.p50} p99_ms={self.p99} "
@@ -163,15 +167,50 @@ def molens_run(client: MolensClient, urls: list[str], rec: Receiver, rate: float
     if time.time() * 1000 > t0:
         print(f"  warning: creating {n} tasks took {created_s:.1f} s, past the first due time", flush=True)
     print(f"  molens rate={rate:g}: {n} tasks created in {created_s:.1f} s", flush=True)
+    before, t_before, cpu_before = _leader_stats(urls), time.monotonic(), _cpu_s(NODE_PIDS)
     res = measure(rec, tag, n, rate, "fire", duration + LEAD_S + n / 15_000 + 30)
+    if NODE_PIDS and res.delivered:
+        res.cpu_us_per_fire = round((_cpu_s(NODE_PIDS) - cpu_before) * 1e6 / res.delivered, 1)
+    st = _leader_stats(urls)
+    if st is not None:
+        sched = st["scheduler"]
+        print(f"  leader {st['node_id']} scheduler timings (last {2048} samples): {sched['timings']}")
+        if before is not None and before["node_id"] == st["node_id"] and "mailbox_messages" in sched:
+            # messages handled by each actor of the leader while the fires went out
+            secs = time.monotonic() - t_before
+            old = before["scheduler"].get("mailbox_messages", {})
+            per_s = {k: round(((v or 0) - (old.get(k) or 0)) / secs) for k, v in sched["mailbox_messages"].items()}
+            print(f"  leader mailbox messages/s: {per_s} (total {sum(per_s.values())}/s over {secs:.0f} s)")
+    return res
+
+
+NODE_PIDS: list[int] = []
+"""The cluster's node processes (set once it has started)."""
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """utime + stime of ``pids`` in seconds (from /proc)."""
+    total = 0.0
+    tck = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tck
+        except OSError:
+            pass
+    return total
+
+
+def _leader_stats(urls: list[str]) -> dict[str, Any] | None:
     for url in urls:
         try:
             st = json.loads(_ap_http.request("GET", url + "/api/v1/stats").data)
         except (urllib3.exceptions.HTTPError, ValueError):
             continue
         if st.get("role") == "leader":
-            print(f"  leader {st['node_id']} scheduler timings (last {2048} samples): {st['scheduler']['timings']}")
-    return res
+            return st  # type: ignore[no-any-return]
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- apscheduler
@@ -280,6 +319,7 @@ def main() -> int:
     try:
         cluster.start()
         cluster.leader(timeout=30)
+        NODE_PIDS[:] = [n.pid for n in cluster.nodes.values()]
         urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
         client = MolensClient(urls, retry_deadline_s=60)
         rates = [float(r) for r in args.rates.split(",") if r]
