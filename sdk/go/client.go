@@ -242,20 +242,33 @@ func (c *Client) ListTasks(ctx context.Context, o ListOptions) (*TaskList, error
 // EachTask calls fn for every matching task in creation order, following cursors; it stops at the
 // first error fn returns and returns it.
 func (c *Client) EachTask(ctx context.Context, o ListOptions, fn func(*Task) error) error {
-	for {
+	return eachPage(o.Cursor, func(cursor string) ([]Task, *string, error) {
+		o.Cursor = cursor
 		page, err := c.ListTasks(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		return page.Items, page.NextCursor, nil
+	}, fn)
+}
+
+// eachPage calls fn for every item of every page that page returns, from cursor on, following
+// next cursors until there is none; it stops at the first error.
+func eachPage[T any](cursor string, page func(cursor string) ([]T, *string, error), fn func(*T) error) error {
+	for {
+		items, next, err := page(cursor)
 		if err != nil {
 			return err
 		}
-		for i := range page.Items {
-			if err := fn(&page.Items[i]); err != nil {
+		for i := range items {
+			if err := fn(&items[i]); err != nil {
 				return err
 			}
 		}
-		if page.NextCursor == nil || *page.NextCursor == "" {
+		if next == nil || *next == "" {
 			return nil
 		}
-		o.Cursor = *page.NextCursor
+		cursor = *next
 	}
 }
 
@@ -275,21 +288,14 @@ func (c *Client) Executions(ctx context.Context, o ExecutionOptions) (*Execution
 
 // EachExecution calls fn for every matching execution (of o.TaskID's task when set), following cursors.
 func (c *Client) EachExecution(ctx context.Context, o ExecutionOptions, fn func(*Execution) error) error {
-	for {
+	return eachPage(o.Cursor, func(cursor string) ([]Execution, *string, error) {
+		o.Cursor = cursor
 		page, err := c.Executions(ctx, o)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		for i := range page.Items {
-			if err := fn(&page.Items[i]); err != nil {
-				return err
-			}
-		}
-		if page.NextCursor == nil || *page.NextCursor == "" {
-			return nil
-		}
-		o.Cursor = *page.NextCursor
-	}
+		return page.Items, page.NextCursor, nil
+	}, fn)
 }
 
 func (c *Client) executions(ctx context.Context, path string, o ExecutionOptions) (*ExecutionList, error) {
