@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pykka
+import pytest
 
 from molens.actors.alarm import wall_ms
 from molens.actors.messages import Applied, DueBatch, Join, LeaderRefs, Rebuild
@@ -17,6 +18,8 @@ from molens.actors.timewheel import TimeWheel
 from molens.config import SchedulerConfig
 from molens.fsm.machine import WheelAdd
 from molens.fsm.store import EntryResult
+
+pytestmark = pytest.mark.integration
 
 
 class Collector(pykka.ThreadingActor):
