@@ -290,7 +290,7 @@ def _vetted_socket(conn: HTTPConnection, policy: CallbackPolicy) -> socket.socke
             sock = socket.socket(family, kind, proto)
             for opt in conn.socket_options or ():
                 sock.setsockopt(*opt)
-            if conn.timeout is not _DEFAULT_TIMEOUT:
+            if conn.timeout is not _DEFAULT_TIMEOUT:  # type: ignore[comparison-overlap]  # urllib3 types it as float
                 sock.settimeout(conn.timeout)
             if conn.source_address:
                 sock.bind(conn.source_address)

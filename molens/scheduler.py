@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import pykka
 
 from molens.actors import raft_peer as rp
-from molens.actors.firepool import FirePoolStats, make_pool_manager
+from molens.actors.firepool import FirePool, FirePoolStats, make_pool_manager
 from molens.actors.fireworker import FireWorkerPool, ForwardFrame, decode_results_frame, result_items
 from molens.actors.messages import FireBatch, FireResults, GetGauges, ReadWheel, SetObserver, WorkerReport
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
@@ -61,7 +61,8 @@ class Scheduler:
         self._on_fatal = on_fatal
         self._stats_ref: pykka.ActorRef[Stats] | None = None
         self._pool_ref: pykka.ActorRef[FireWorkerPool] | None = None
-        self._pool: FireWorkerPool | None = None
+        self._firepool: FirePool | None = None
+        """The pool engine inside the FireWorkerPool actor (thread-safe: read for capacity and stats)."""
         self.supervisor: LeaderSupervisor | None = None
         self.stats: StatsClient | None = None
         self._http = make_pool_manager(cfg.worker.concurrency, callback_policy(cfg))  # as validated
@@ -76,14 +77,13 @@ class Scheduler:
             self.node_id, deliverer, w.concurrency, self.rpc.send, self.stats, flush_interval_ms=POOL_FLUSH_MS,
             fatal=self.fatal, stop_timeout_s=DRAIN_S * 2,
         )
-        pool = self._pool_ref.proxy().pool.get(timeout=5)
+        pool: FirePool = self._pool_ref.proxy().pool.get(timeout=5)
+        self._firepool = pool
         self.supervisor = LeaderSupervisor(
             node_id=self.node_id, cfg=cfg.scheduler, store=self.store, propose_batch=self.peer.propose_batch,
             stats=self.stats, pool=self._pool_ref, send_fires=self.send_fires, local_free=pool.free_capacity,
             fatal=self.fatal,
         )
-        self._free = pool.free_capacity
-        self._pool_stats = pool.stats
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
         self.supervisor.on_leader_change(last)
@@ -122,7 +122,8 @@ class Scheduler:
             self._stats_ref.tell(SetObserver(observer))
 
     def pool_stats(self) -> FirePoolStats:
-        return self._pool_stats()
+        assert self._firepool is not None
+        return self._firepool.stats()
 
     def leader_gauges(self) -> dict[str, Any]:
         """Gauges of the leader actors (wheel size, fires in flight, backlog...); {} off the leader
@@ -167,7 +168,7 @@ class Scheduler:
                 "delivered": ps.delivered,
                 "refused": ps.refused,
                 "expired": ps.expired,
-                "free_capacity": self._free(),
+                "free_capacity": self._firepool.free_capacity() if self._firepool is not None else 0,
             },
         }
         g = self.leader_gauges()
@@ -186,7 +187,7 @@ class Scheduler:
         if self._pool_ref is None:
             return {}
         try:
-            return self._pool_ref.ask(GetGauges(), timeout=ASK_TIMEOUT_S)  # type: ignore[no-any-return]
+            return cast(dict[str, Any], self._pool_ref.ask(GetGauges(), timeout=ASK_TIMEOUT_S))
         except (pykka.ActorDeadError, pykka.Timeout):
             return {}
 

@@ -28,6 +28,7 @@ accepted items it has not been told of yet, plus items in proposals without an o
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -308,7 +309,7 @@ class Dispatcher(LeaderActor):
                 self.items_proposed += len(items)
                 ctx.propose(
                     Dispatched(now, tuple(items)),
-                    self.outcome_to_self(lambda res, err, items=items: DispatchedBatch(items, res, err)),
+                    self.outcome_to_self(functools.partial(DispatchedBatch, items)),
                 )
             if later:
                 self.backlog_at = now + self.tick_ms

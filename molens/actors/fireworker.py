@@ -62,7 +62,8 @@ REPORT_INTERVAL_MS = 500
 
 def results_frame(free: int, attempts: dict[str, int], results: list[FireResult]) -> bytes:
     """``R`` + msgpack([free, attempts, fire results]): results going to the leader."""
-    return b"R" + msgpack.packb([free, attempts, encode_fire_results(results)])
+    packed: bytes = msgpack.packb([free, attempts, encode_fire_results(results)])
+    return b"R" + packed
 
 
 def decode_results_frame(body: bytes) -> tuple[int, dict[str, int], list[FireResult]]:

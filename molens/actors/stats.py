@@ -17,7 +17,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import pykka
 
@@ -173,7 +173,7 @@ class StatsClient:
 
     def to_json(self, timeout: float = 2.0) -> dict[str, Any]:
         try:
-            return self.ref.ask(GetStats(), timeout=timeout)  # type: ignore[no-any-return]
+            return cast(dict[str, Any], self.ref.ask(GetStats(), timeout=timeout))
         except (pykka.ActorDeadError, pykka.Timeout):
             return {}
 
