@@ -238,6 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=cfg.logging.level.value,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # pykka logs every exception an ask hands back to its caller (a routine "not the leader" to an
+    # admin request) at INFO with a traceback; an actor that fails is logged at ERROR either way
+    logging.getLogger("pykka").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         if args.action is None:
             return cmd_foreground(cfg)

@@ -15,6 +15,12 @@ One cycle, in the order the core's module docstring prescribes::
     publish rd.soft_state -> leadership subscribers (and fail proposals whose outcome became unknown)
     core.advance(rd)
 
+Admin operations and queries run as ``_Call(fn)`` messages (:meth:`RaftPeerHandle.call`) answered
+through pykka's own future: ``fn``'s return value, or its exception raised to the asker. Not pykka
+proxies: a proxy call is handled before ``on_receive``, so it would skip the group-commit rule above
+(pending proposals appended before the operation, a Ready cycle right after it, so what it changed,
+a transfer or a membership entry, goes out at once instead of at the next tick).
+
 Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
 
 * result: the FSM's result for the entry, once applied on this node;
@@ -45,7 +51,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import msgpack
 import pykka
@@ -208,11 +214,6 @@ class Lifecycle:
     stopped: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
     proposals: ProposalQueue = field(default_factory=ProposalQueue)
-
-
-@dataclass(frozen=True, slots=True)
-class _Raise:
-    exc: Exception
 
 
 @dataclass(slots=True)
@@ -486,6 +487,7 @@ class RaftPeer(pykka.ThreadingActor):
     # --- the actor loop ---------------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
         reply: Any = None
+        failed: Exception | None = None
         if isinstance(message, _Inbound):
             self.counters.messages_in += 1
             self._since_cycle_bytes += len(message.payload)
@@ -520,8 +522,8 @@ class RaftPeer(pykka.ThreadingActor):
             self._flush_proposals()
             try:
                 reply = message.fn(self)
-            except Exception as exc:  # handed to the asker by pykka, after this cycle ran
-                reply = _Raise(exc)
+            except Exception as exc:  # raised to the asker (pykka's future) once this cycle ran
+                failed = exc
         self._since_cycle += 1
         # group commit: run the cycle once the mailbox is drained (or the batch bound is reached)
         if (
@@ -533,7 +535,9 @@ class RaftPeer(pykka.ThreadingActor):
             self._cycle()
             self._since_cycle = 0
             self._since_cycle_bytes = 0
-        return reply  # a _Raise is re-raised by RaftPeerHandle.call (pykka would log a traceback)
+        if failed is not None:
+            raise failed
+        return reply
 
     def _flush_proposals(self) -> None:
         if not self._batch_datas:
@@ -723,10 +727,7 @@ class RaftPeer(pykka.ThreadingActor):
             index = self.fsm.snapshot(path)
             data = path.read_bytes()
             path.unlink(missing_ok=True)
-            reply: Any = self.actor_ref.ask(_Call(lambda p: p._snapshot_meta(index)), timeout=60)
-            if isinstance(reply, _Raise):
-                raise reply.exc
-            meta = reply
+            meta = cast("SnapshotMeta | None", self.actor_ref.ask(_Call(lambda p: p._snapshot_meta(index)), timeout=60))
             if meta is not None:  # None: a newer snapshot (a leader's) was installed meanwhile
                 sf = self.log.snapshots.write(meta, data)
         except BaseException as exc:  # reported to the actor, which retries later
@@ -1009,10 +1010,7 @@ class RaftPeerHandle:
 
     def call(self, fn: Callable[[RaftPeer], Any], timeout: float | None = 10.0) -> Any:
         """Run ``fn(peer)`` on the actor thread and return its result (re-raising its exception)."""
-        reply = self.ref.ask(_Call(fn), timeout=timeout)
-        if isinstance(reply, _Raise):
-            raise reply.exc
-        return reply
+        return self.ref.ask(_Call(fn), timeout=timeout)
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         return dict(self.call(RaftPeer.status, timeout))
