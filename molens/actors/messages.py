@@ -173,14 +173,6 @@ class Gauge:
 
 
 @dataclass(frozen=True, slots=True)
-class Sampled:
-    """To Stats: timing samples (ms) of one kind."""
-
-    name: str
-    values: list[float]
-
-
-@dataclass(frozen=True, slots=True)
 class StatsBatch:
     """To Stats from one actor, at most every ``STATS_FLUSH_MS``: its counts and samples since the last."""
 
@@ -242,5 +234,5 @@ class LeaderRefs:
 __all__ = [
     "Applied", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
     "FireResults", "Gauge", "GetGauges", "GetStats", "InFlight", "Join", "LeaderIs", "LeaderRefs", "PoolResults", "ReadWheel",
-    "Rebuild", "Requeue", "ResultsProposed", "Sampled", "SetObserver", "StatsBatch", "Wake", "WorkerReport",
+    "Rebuild", "Requeue", "ResultsProposed", "SetObserver", "StatsBatch", "Wake", "WorkerReport",
 ]

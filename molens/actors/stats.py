@@ -1,7 +1,7 @@
 """Stats: the actor that owns the scheduler's counters, gauges and recent timings of one node.
 
 Owns a :class:`StatsBook`. Receives ``StatsBatch`` (each actor's counts and samples, at most every
-``STATS_FLUSH_MS``, through its :class:`StatsBuffer`), ``Count``, ``Gauge``, ``Sampled`` and
+``STATS_FLUSH_MS``, through its :class:`StatsBuffer`), ``Count``, ``Gauge`` and
 ``Delivered`` (``tell``, through a :class:`StatsClient`) and ``SetObserver``;
 answers ``GetStats`` (``ask``: ``/api/v1/stats``, ``/metrics``). Runs on its own pykka thread, so
 the metrics observer (``molens.web.metrics.FireMetrics``) runs there too, off the HTTP threads.
@@ -21,7 +21,7 @@ from typing import Any, Protocol, cast
 
 import pykka
 
-from molens.actors.messages import Count, Delivered, Gauge, GetStats, Sampled, SetObserver, StatsBatch
+from molens.actors.messages import Count, Delivered, Gauge, GetStats, SetObserver, StatsBatch
 from molens.delivery import Deliverer, FireRequest, FireResult
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,6 @@ class Stats(pykka.ThreadingActor):
             c = book.counters
             for k, v in message.values:
                 c[k] = c.get(k, 0) + v
-        elif isinstance(message, Sampled):
-            self._sample(message.name, message.values)
         elif isinstance(message, Delivered):
             self._delivered(message)
         elif isinstance(message, Gauge):
@@ -151,25 +149,21 @@ class StatsClient:
     def __init__(self, ref: pykka.ActorRef[Stats]) -> None:
         self.ref = ref
 
-    def _tell(self, msg: Any) -> None:
+    def tell(self, msg: Any) -> None:
         try:
             self.ref.tell(msg)
         except pykka.ActorDeadError:  # stopping: counts no longer matter
             pass
 
     def add(self, **counts: float) -> None:
-        self._tell(Count(tuple(counts.items())))
+        self.tell(Count(tuple(counts.items())))
 
     def gauge(self, **values: Any) -> None:
-        self._tell(Gauge(tuple(values.items())))
-
-    def sample(self, name: str, values: list[float]) -> None:
-        if values:
-            self._tell(Sampled(name, values))
+        self.tell(Gauge(tuple(values.items())))
 
     def delivered(self, attempts: list[tuple[FireRequest, FireResult, float]]) -> None:
         if attempts:
-            self._tell(Delivered(attempts))
+            self.tell(Delivered(attempts))
 
     def to_json(self, timeout: float = 2.0) -> dict[str, Any]:
         try:
@@ -218,7 +212,7 @@ class StatsBuffer:
 
     def flush(self, now_ms: int) -> None:
         if self._counts or self._samples:
-            self.client._tell(StatsBatch(tuple(self._counts.items()), tuple(self._samples.items())))
+            self.client.tell(StatsBatch(tuple(self._counts.items()), tuple(self._samples.items())))
             self._counts, self._samples = {}, {}
         self._last = now_ms
 

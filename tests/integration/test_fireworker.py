@@ -236,8 +236,9 @@ def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_lo
         wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 2)
         items = [it for m in monitor.ask("got") if isinstance(m, FireResults) for it in m.items]
         assert sorted((it.fire_id, it.attempt, it.status_code) for it in items) == [("f-0", 4, 200), ("f-1", 4, 200)]
-        gauges = ref.ask(GetGauges(), timeout=5)
-        assert gauges["delivered"] == 5 and gauges["free_capacity"] == 15
+        pool = ref.proxy().pool.get(timeout=5)
+        assert pool.stats().delivered == 5 and pool.free_capacity() == 15
+        assert ref.ask(GetGauges(), timeout=5)["fireworker_messages"] >= 4  # LeaderIs x2, FireBatch x2, results
     finally:
         ref.stop(timeout=10)
         monitor.stop()

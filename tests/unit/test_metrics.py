@@ -13,7 +13,7 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from molens.actors.messages import SetObserver
-from molens.actors.stats import ReportingDeliverer, Stats, StatsClient
+from molens.actors.stats import ReportingDeliverer, Stats, StatsBuffer, StatsClient
 from molens.delivery import Deliverer, FireRequest
 from molens.model import FireKind
 from molens.web.metrics import MAX_HOSTS, MetricsSnapshot, NodeMetrics, url_host
@@ -87,10 +87,12 @@ def test_fire_hooks_count_outcomes_latency_by_host_and_lateness(stats: StatsClie
         latency_ms = 120.0
 
     stats.delivered([(req, Result(), 0.0)] * 3)  # type: ignore[list-item]
-    stats.sample("fire_lateness", [2.0, 40.0])
-    stats.sample("dispatch_lag", [-90.0, 3.0, 7.0])
-    stats.sample("plan_to_send", [1.0])
-    stats.sample("something_else", [1.0])
+    buf = StatsBuffer(stats)  # how an actor sends its samples: one StatsBatch per flush
+    buf.sample("fire_lateness", [2.0, 40.0])
+    buf.sample("dispatch_lag", [-90.0, 3.0, 7.0])
+    buf.sample("plan_to_send", [1.0])
+    buf.sample("something_else", [1.0])
+    buf.flush(0)
     stats.to_json()
     s = _parse(m.render())
     assert s[("molens_fires_total", (("kind", "callback"), ("outcome", "success")))] == 3
