@@ -1,15 +1,19 @@
-"""Tasks, executions, their enums, validation of user input and task ids (docs/architecture.md#task-rules).
+"""The rules of a task (docs/architecture.md#task-rules): validation of a create request, the
+callback host policy, limits, executions and task ids. The task's fields themselves are declared
+in :mod:`molens.schema` (re-exported here).
 
 Everything here is pure: validation takes ``now_ms`` and the policy/limits as arguments, never reads
-a clock, a config file or DNS. The web layer calls :func:`validate_create` before proposing a
-``CreateTasks`` command; the leader then assigns ids with :func:`new_task_id` (replicas receive
-the id inside the command, so they agree).
+a clock, a config file or DNS. The web layer calls :func:`decode_create` on the request body before
+proposing a ``CreateTasks`` command; the leader then assigns ids with :func:`new_task_id` (replicas
+receive the id inside the command, so they agree).
 
 Decisions recorded here:
 
-- **One error per request.** Fields are checked in a fixed order and the first bad one raises a
-  :class:`ValidationError` naming it; unknown fields are rejected (a typo must not silently fall
-  back to a default). Types are strict: ``true`` is not an int, ``1.0`` is not an int.
+- **One error per request.** The body is decoded into the schema's request type (shape, types and
+  bounds, in the order of the document), then the rules between fields are checked in a fixed
+  order; the first bad field raises a :class:`ValidationError` naming it. Unknown fields are
+  rejected (a typo must not silently fall back to a default). Types are strict: ``true`` is not an
+  int, ``1.0`` is not an int; null means "absent".
 - **Callback host policy** checks the URL's host *as written*: names are matched against
   allow/deny host lists (``.example.com`` matches subdomains), IP literals (including the
   inet_aton forms ``2852039166``/``0xa9.0xfe.0xa9.0xfe`` and IPv4-mapped IPv6) against CIDR lists.
@@ -27,13 +31,12 @@ Decisions recorded here:
   at validation, as docs/architecture.md#task-rules says); with ``at_most_once`` it is rejected, because the ACK
   protocol retries and the user asked for at most one request.
 
-Size: the task's fields, their validation and their JSON shape are kept together.
+Size: the host policy and the task's validation rules are kept together.
 """
 
 from __future__ import annotations
 
 import base64
-import enum
 import functools
 import ipaddress
 import json
@@ -42,11 +45,11 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
-from json.encoder import encode_basestring as _encode_str
 from typing import Any
 from urllib.parse import urlsplit
+
+import msgspec
 
 from molens.errors import (
     IllegalTransitionError,
@@ -56,75 +59,24 @@ from molens.errors import (
     ValidationError,
 )
 from molens.schedule import cron
+from molens.schema import (
+    ExecutionResult,
+    FireKind,
+    Outcome,
+    Reliability,
+    Status,
+    Task,
+    TaskSpec,
+    TaskType,
+    create_type,
+    request_error,
+    spec_defaults,
+    tasks_json,
+)
 
 log = logging.getLogger(__name__)
 
-# -------------------------------------------------------------------------------------------------
-# errors
-
-
-# -------------------------------------------------------------------------------------------------
-# enums
-
-
-class TaskType(enum.StrEnum):
-    DELAYED = "delayed"
-    PERIODIC = "periodic"
-
-
-class Status(enum.StrEnum):
-    PENDING = "pending"
-    """Waiting for its next occurrence (has a due time unless the task is being dispatched)."""
-    FIRING = "firing"
-    """An occurrence is in flight or waiting for a retry."""
-    AWAITING_ACK = "awaiting_ack"
-    """Callback answered 2xx; the ACK probe is scheduled or in flight."""
-    PAUSED = "paused"
-    DONE = "done"
-    FAILED = "failed"
-    INACTIVE = "inactive"
-
-
 TERMINAL_STATUSES = frozenset({Status.DONE, Status.FAILED, Status.INACTIVE})
-
-
-class Reliability(enum.StrEnum):
-    AT_LEAST_ONCE = "at_least_once"
-    AT_MOST_ONCE = "at_most_once"
-
-
-class FireKind(enum.StrEnum):
-    """Value of the ``X-Molens-Kind`` header."""
-
-    CALLBACK = "callback"
-    ACK = "ack"
-
-
-class Outcome(enum.StrEnum):
-    """What a worker (or the Monitor) observed for one HTTP attempt."""
-
-    RESPONSE = "response"
-    """An HTTP response arrived; see the status code."""
-    TIMEOUT = "timeout"
-    NETWORK_ERROR = "network_error"
-    LOST = "lost"
-    """No result before the fire's deadline (worker or leader lost); proposed by the Monitor."""
-
-
-class ExecutionResult(enum.StrEnum):
-    SUCCESS = "success"
-    FAILED = "failed"
-    """Non-2xx answer other than 404."""
-    TIMEOUT = "timeout"
-    NETWORK_ERROR = "network_error"
-    NOT_FOUND = "not_found"
-    LOST = "lost"
-    """at_least_once attempt that produced no result before its deadline; it is fired again."""
-    UNKNOWN = "unknown"
-    """at_most_once fire with no result: it may or may not have been delivered, and never will be again."""
-    ACK_SUCCESS = "ack_success"
-    ACK_FAILED = "ack_failed"
-
 
 # -------------------------------------------------------------------------------------------------
 # policy and limits
@@ -168,194 +120,6 @@ DEFAULT_LIMITS = Limits()
 
 # -------------------------------------------------------------------------------------------------
 # values
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
-    """A validated create request: what the user asked for, with defaults resolved."""
-
-    type: TaskType
-    callback_url: str
-    interval_ms: int | None = None
-    run_at: int | None = None
-    cron_expr: str | None = None
-    timezone: str = "UTC"
-    ack_url: str | None = None
-    ack_delay_ms: int = 1_000
-    payload_json: bytes = b"null"
-    """The payload as the exact callback body (compact UTF-8 JSON); see :attr:`payload`."""
-    scene: str = "default"
-    timeout_ms: int = 5_000
-    max_retries: int = 3
-    max_fails: int = 3
-    reliability: Reliability = Reliability.AT_LEAST_ONCE
-    idempotency_key: str | None = None
-
-    @property
-    def payload(self) -> Any:
-        """The payload as a JSON value (decoded on each access; the body is kept encoded)."""
-        return json.loads(self.payload_json)
-
-
-@dataclass(frozen=True, slots=True)
-class Task:
-    """A task as replicated in the state store.
-
-    ``due_ms`` is the time of the next action (callback occurrence, retry or ACK probe) and is
-    indexed; ``None`` while a fire is in flight or when nothing is scheduled. ``seq`` numbers the
-    current occurrence (fire id ``{id}-{seq}``); ``sched_ms`` is its scheduled instant, from which a
-    periodic task computes the next one (fixed rate). ``attempt`` counts callback attempts of the
-    current occurrence, ``ack_attempt`` ACK probes. ``inflight`` is the fire id in flight, if any.
-    """
-
-    id: str
-    spec: TaskSpec
-    status: Status
-    created_ms: int
-    updated_ms: int
-    due_ms: int | None
-    sched_ms: int
-    seq: int = 1
-    attempt: int = 0
-    ack_attempt: int = 0
-    fail_count: int = 0
-    inflight: str | None = None
-    last_result: ExecutionResult | None = None
-    last_status_code: int | None = None
-    last_response: str | None = None
-    last_fire_ms: int | None = None
-
-    @property
-    def fire_id(self) -> str:
-        return f"{self.id}-{self.seq}"
-
-    def to_json(self) -> dict[str, Any]:
-        """The bare JSON object the REST API returns (times are epoch ms)."""
-        s = self.spec
-        return {
-            "id": self.id,
-            "type": s.type.value,
-            "status": self.status.value,
-            "interval_ms": s.interval_ms,
-            "run_at": s.run_at,
-            "cron_expr": s.cron_expr,
-            "timezone": s.timezone,
-            "callback_url": s.callback_url,
-            "ack_url": s.ack_url,
-            "ack_delay_ms": s.ack_delay_ms,
-            "payload": s.payload,
-            "scene": s.scene,
-            "timeout_ms": s.timeout_ms,
-            "max_retries": s.max_retries,
-            "max_fails": s.max_fails,
-            "reliability": s.reliability.value,
-            "idempotency_key": s.idempotency_key,
-            "created_at": self.created_ms,
-            "updated_at": self.updated_ms,
-            "next_run_at": self.due_ms,
-            "seq": self.seq,
-            "attempt": self.attempt,
-            "ack_attempt": self.ack_attempt,
-            "fail_count": self.fail_count,
-            "last_execution_result": self.last_result.value if self.last_result else None,
-            "last_status_code": self.last_status_code,
-            "last_response": self.last_response,
-            "last_fire_at": self.last_fire_ms,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Task:
-        spec = TaskSpec(
-            type=TaskType(d["type"]),
-            callback_url=d["callback_url"],
-            interval_ms=d["interval_ms"],
-            run_at=d["run_at"],
-            cron_expr=d["cron_expr"],
-            timezone=d["timezone"],
-            ack_url=d["ack_url"],
-            ack_delay_ms=d["ack_delay_ms"],
-            payload_json=encode_payload(d["payload"]),
-            scene=d["scene"],
-            timeout_ms=d["timeout_ms"],
-            max_retries=d["max_retries"],
-            max_fails=d["max_fails"],
-            reliability=Reliability(d["reliability"]),
-            idempotency_key=d["idempotency_key"],
-        )
-        lr = d["last_execution_result"]
-        return cls(
-            id=d["id"],
-            spec=spec,
-            status=Status(d["status"]),
-            created_ms=d["created_at"],
-            updated_ms=d["updated_at"],
-            due_ms=d["next_run_at"],
-            sched_ms=d.get("sched_at", d["next_run_at"] or d["created_at"]),
-            seq=d["seq"],
-            attempt=d["attempt"],
-            ack_attempt=d["ack_attempt"],
-            fail_count=d["fail_count"],
-            last_result=ExecutionResult(lr) if lr else None,
-            last_status_code=d["last_status_code"],
-            last_response=d["last_response"],
-            last_fire_ms=d["last_fire_at"],
-        )
-
-
-_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_NULL = "null"
-_ENUM_JSON: dict[Any, str] = {
-    m: _JSON_ENCODER.encode(m.value) for e in (TaskType, Status, Reliability, ExecutionResult) for m in e
-}
-_ENUM_JSON[None] = _NULL
-
-
-def _j(v: Any) -> str:
-    """One JSON value as the compact encoder writes it (``str`` and ``int`` without its overhead)."""
-    if v is None:
-        return _NULL
-    if v.__class__ is str:
-        return _encode_str(v)
-    if v.__class__ is int:
-        return int.__repr__(v)
-    return _JSON_ENCODER.encode(v)
-
-
-# The fields in to_json's order; always-int fields formatted with :d (the dataclasses hold ints).
-def _task_json_head(t: Task) -> str:
-    s = t.spec
-    return (
-        f'{{"id":{_j(t.id)},"type":{_ENUM_JSON[s.type]},"status":{_ENUM_JSON[t.status]},'
-        f'"interval_ms":{_j(s.interval_ms)},"run_at":{_j(s.run_at)},"cron_expr":{_j(s.cron_expr)},'
-        f'"timezone":{_j(s.timezone)},"callback_url":{_j(s.callback_url)},"ack_url":{_j(s.ack_url)},'
-        f'"ack_delay_ms":{s.ack_delay_ms:d},"payload":'
-    )
-
-
-def _task_json_tail(t: Task) -> str:
-    s = t.spec
-    return (
-        f',"scene":{_j(s.scene)},"timeout_ms":{s.timeout_ms:d},"max_retries":{s.max_retries:d},'
-        f'"max_fails":{s.max_fails:d},"reliability":{_ENUM_JSON[s.reliability]},'
-        f'"idempotency_key":{_j(s.idempotency_key)},"created_at":{t.created_ms:d},'
-        f'"updated_at":{t.updated_ms:d},"next_run_at":{_j(t.due_ms)},"seq":{t.seq:d},'
-        f'"attempt":{t.attempt:d},"ack_attempt":{t.ack_attempt:d},"fail_count":{t.fail_count:d},'
-        f'"last_execution_result":{_ENUM_JSON[t.last_result]},"last_status_code":{_j(t.last_status_code)},'
-        f'"last_response":{_j(t.last_response)},"last_fire_at":{_j(t.last_fire_ms)}}}'
-    )
-
-
-def tasks_json(tasks: Sequence[Task | None]) -> bytes:
-    """The compact UTF-8 JSON array ``[t.to_json() or null, ...]``: the same bytes as ``json.dumps``
-    with ``separators=(",", ":"), ensure_ascii=False``, written field by field with each task's
-    stored payload bytes spliced in. Encoding 500 ``to_json()`` dicts (payloads decoded just to be
-    encoded again) was the biggest single cost of a batch create's answer; tests pin the equality.
-    """
-    items = [
-        b"null" if t is None else b"".join((_task_json_head(t).encode(), t.spec.payload_json, _task_json_tail(t).encode()))
-        for t in tasks
-    ]
-    return b"[" + b",".join(items) + b"]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,57 +243,9 @@ def is_task_id(s: str) -> bool:
 # -------------------------------------------------------------------------------------------------
 # validation
 
-_FIELDS = frozenset(
-    {
-        "type",
-        "interval_ms",
-        "run_at",
-        "cron_expr",
-        "timezone",
-        "callback_url",
-        "ack_url",
-        "ack_delay_ms",
-        "payload",
-        "scene",
-        "timeout_ms",
-        "max_retries",
-        "max_fails",
-        "reliability",
-        "idempotency_key",
-    }
-)
 _SCENE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _INET_ATON_RE = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$", re.IGNORECASE)
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?$")
-
-_MISSING = object()
-_TASK_TYPES = {t.value: t for t in TaskType}
-_RELIABILITIES = {r.value: r for r in Reliability}
-
-
-def _int(req: dict[str, Any], name: str, lo: int, hi: int | None, default: Any = _MISSING) -> Any:
-    v = req.get(name, _MISSING)
-    if v is _MISSING or v is None:
-        if default is _MISSING:
-            raise ValidationError(f"{name} is required", name)
-        return default
-    if type(v) is not int:
-        raise ValidationError(f"{name} must be an integer, got {_json_type(v)}", name)
-    if v < lo or (hi is not None and v > hi):
-        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise ValidationError(f"{name} must be in {rng}, got {v}", name)
-    return v
-
-
-def _str(req: dict[str, Any], name: str, default: Any = _MISSING) -> Any:
-    v = req.get(name, _MISSING)
-    if v is _MISSING or v is None:
-        if default is _MISSING:
-            raise ValidationError(f"{name} is required", name)
-        return default
-    if not isinstance(v, str):
-        raise ValidationError(f"{name} must be a string, got {_json_type(v)}", name)
-    return v
 
 
 def _json_type(v: object) -> str:
@@ -672,56 +388,108 @@ def validate_create(
     limits: Limits = DEFAULT_LIMITS,
     now_ms: int = 0,
 ) -> TaskSpec:
-    """Validate one create request (a parsed JSON object) and resolve defaults.
-
-    Raises :class:`ValidationError` (or :class:`PayloadTooLargeError`) for the first bad field.
-    ``now_ms`` bounds ``run_at`` and resolves the period of a cron expression for ``max_fails``.
-    """
+    """Validate one create request given as Python values (a parsed JSON object): encoded once and
+    checked exactly as :func:`decode_create` checks the request body."""
     if not isinstance(request, dict):
         raise ValidationError(f"a task must be a JSON object, got {_json_type(request)}", None)
-    for k in request:
-        if k not in _FIELDS:
-            raise ValidationError(f"unknown field {k!r}", str(k))
+    try:
+        body = _PAYLOAD_ENCODER.encode(request).encode()
+    except (TypeError, ValueError, RecursionError, UnicodeError):
+        raise _unencodable(request) from None
+    return decode_create(body, policy, limits, now_ms)
 
-    raw_type = _str(request, "type")
-    ttype = _TASK_TYPES.get(raw_type)
-    if ttype is None:
-        raise ValidationError("type must be 'delayed' or 'periodic'", "type")
 
+def _unencodable(request: dict[Any, Any]) -> ValidationError:
+    """The error naming the first key or value of ``request`` that is not JSON."""
+    for k, v in request.items():
+        if not isinstance(k, str) or _bad_text(k):
+            return ValidationError("a field name is not a JSON string (lone surrogate?)", None)
+        try:
+            _PAYLOAD_ENCODER.encode(v).encode()
+        except UnicodeError:
+            return ValidationError(f"{k} holds a lone UTF-16 surrogate", k)
+        except (TypeError, ValueError, RecursionError) as e:
+            return ValidationError(f"{k} is not JSON: {e}", k)
+    return ValidationError("the task is not JSON", None)
+
+
+def _bad_text(s: str) -> bool:
+    try:
+        s.encode()
+    except UnicodeError:
+        return True
+    return False
+
+
+def decode_create(
+    body: bytes,
+    policy: CallbackPolicy = DEFAULT_POLICY,
+    limits: Limits = DEFAULT_LIMITS,
+    now_ms: int = 0,
+    *,
+    idempotency_key: str | None = None,
+    spec_type: type[TaskSpec] = TaskSpec,
+) -> TaskSpec:
+    """Decode and validate one create request body (JSON bytes) and resolve defaults.
+
+    Shape and bounds come from the schema (:func:`molens.schema.create_type`); the rules between
+    fields are applied here. Raises :class:`ValidationError` (or :class:`PayloadTooLargeError`)
+    naming the first bad field. ``idempotency_key`` (the ``Idempotency-Key`` header) applies when
+    the body has none. ``now_ms`` bounds ``run_at`` and resolves the period of a cron expression
+    for ``max_fails``.
+    """
+    try:
+        req = msgspec.json.decode(body, type=create_type(limits, spec_type))
+    except (msgspec.MsgspecError, RecursionError) as e:
+        if isinstance(e, RecursionError):
+            raise ValidationError("request body is nested too deeply", "body") from None
+        raise request_error(e, limits, spec_type) from None
+    fields = msgspec.structs.fields(spec_type)
+    given: dict[str, Any] = {f.encode_name: getattr(req, f.encode_name) for f in fields}
+    if given["payload"] is msgspec.UNSET:
+        given["payload"] = None
+    out = dict(spec_defaults(limits, spec_type))
+    out.update({f.name: given[f.encode_name] for f in fields if given[f.encode_name] is not None})
+    if out.get("idempotency_key") is None and idempotency_key:
+        if not 1 <= len(idempotency_key) <= limits.max_idempotency_key:
+            raise ValidationError(
+                f"Idempotency-Key must be 1..{limits.max_idempotency_key} characters", "Idempotency-Key"
+            )
+        out["idempotency_key"] = idempotency_key
+    _apply_rules(out, given, policy, limits, now_ms)
+    return spec_type(**out)
+
+
+def _apply_rules(
+    out: dict[str, Any], given: dict[str, Any], policy: CallbackPolicy, limits: Limits, now_ms: int
+) -> None:
+    """The rules between fields (docs/architecture.md#task-rules), on the resolved values ``out``
+    (by attribute name); ``given`` holds what the request said (by JSON name, None when absent)."""
+    ttype = out["type"]
     max_delay = limits.max_delay_ms
-    interval_ms = run_at = cron_expr = None
-    timezone = _str(request, "timezone", "UTC")
-
+    iv, at, cron_expr = given["interval_ms"], given["run_at"], given["cron_expr"]
     if ttype is TaskType.DELAYED:
-        if request.get("cron_expr") is not None:
+        if cron_expr is not None:
             raise ValidationError("cron_expr is only for periodic tasks", "cron_expr")
-        has_iv = request.get("interval_ms") is not None
-        has_at = request.get("run_at") is not None
-        if has_iv and has_at:
+        if iv is not None and at is not None:
             raise ValidationError("give interval_ms or run_at, not both", "run_at")
-        if has_at:
-            run_at = _int(request, "run_at", 0, now_ms + max_delay)
-        else:
-            if not has_iv:
-                raise ValidationError("delayed tasks need interval_ms or run_at", "interval_ms")
-            interval_ms = _int(request, "interval_ms", 0, max_delay)
+        if at is not None:
+            if at > now_ms + max_delay:
+                raise ValidationError(f"run_at must be in 0..{now_ms + max_delay}, got {at}", "run_at")
+        elif iv is None:
+            raise ValidationError("delayed tasks need interval_ms or run_at", "interval_ms")
     else:
-        if request.get("run_at") is not None:
+        if at is not None:
             raise ValidationError("run_at is only for delayed tasks", "run_at")
-        has_iv = request.get("interval_ms") is not None
-        has_cron = request.get("cron_expr") is not None
-        if has_iv and has_cron:
+        if iv is not None and cron_expr is not None:
             raise ValidationError("give interval_ms or cron_expr, not both", "cron_expr")
-        if has_cron:
-            cron_expr = _str(request, "cron_expr")
-            if len(cron_expr) > limits.max_cron_length:
-                raise ValidationError(f"cron_expr is longer than {limits.max_cron_length}", "cron_expr")
-        elif not has_iv:
+        if cron_expr is None and iv is None:
             raise ValidationError("periodic tasks need interval_ms or cron_expr", "interval_ms")
-        else:
-            interval_ms = _int(request, "interval_ms", limits.min_period_ms, max_delay)
+        if iv is not None and iv < limits.min_period_ms:
+            raise ValidationError(f"interval_ms must be in {limits.min_period_ms}..{max_delay}, got {iv}", "interval_ms")
 
-    if request.get("timezone") is not None or cron_expr is not None:
+    timezone = out["timezone"]
+    if given["timezone"] is not None or cron_expr is not None:
         try:
             cron.validate_timezone(timezone)
         except ValueError as e:
@@ -733,74 +501,32 @@ def validate_create(
             fld = getattr(e, "field", "cron_expr") or "cron_expr"
             raise ValidationError(str(e) or "invalid cron expression", fld) from None
 
-    if request.get("callback_url") is None:
-        raise ValidationError("callback_url is required", "callback_url")
-    callback_url = check_url(request["callback_url"], "callback_url", policy, limits)
-
-    reliability_raw = _str(request, "reliability", Reliability.AT_LEAST_ONCE.value)
-    reliability = _RELIABILITIES.get(reliability_raw)
-    if reliability is None:
-        raise ValidationError("reliability must be 'at_least_once' or 'at_most_once'", "reliability")
-
-    ack_url = None
-    if request.get("ack_url") is not None:
-        ack_url = check_url(request["ack_url"], "ack_url", policy, limits)
+    check_url(out["callback_url"], "callback_url", policy, limits)
+    if given["ack_url"] is not None:
+        check_url(given["ack_url"], "ack_url", policy, limits)
         if ttype is TaskType.PERIODIC:
-            ack_url = None  # docs/architecture.md#task-rules: periodic tasks ignore ack_url
-        elif reliability is Reliability.AT_MOST_ONCE:
+            out["ack_url"] = None  # docs/architecture.md#task-rules: periodic tasks ignore ack_url
+        elif out["reliability"] is Reliability.AT_MOST_ONCE:
             raise ValidationError("ack_url needs reliability at_least_once", "ack_url")
-    ack_delay_ms = _int(request, "ack_delay_ms", 0, limits.max_ack_delay_ms, limits.default_ack_delay_ms)
 
-    payload = request.get("payload")
-    try:
-        body = encode_payload(payload)
-    except (TypeError, ValueError, RecursionError) as e:
-        raise ValidationError(f"payload is not JSON: {e}", "payload") from None
+    raw = given["payload"]
+    body = b"null" if raw is None else msgspec.json.format(bytes(raw), indent=-1)
     if len(body) > limits.max_payload_bytes:
         raise PayloadTooLargeError(
             f"payload is {len(body)} bytes encoded, more than {limits.max_payload_bytes}", "payload"
         )
-
-    scene = _str(request, "scene", "default")
-    if not _SCENE_RE.match(scene):
-        raise ValidationError("scene must match [A-Za-z0-9_.-]{1,64}", "scene")
-    timeout_ms = _int(request, "timeout_ms", 1, limits.max_timeout_ms, limits.default_timeout_ms)
-    max_retries = _int(request, "max_retries", 0, limits.max_retries, limits.default_max_retries)
+    out["payload_json"] = body
 
     if ttype is TaskType.PERIODIC:
-        if request.get("max_fails") is not None:
-            max_fails = _int(request, "max_fails", 1, None)
-        elif interval_ms is not None:
-            max_fails = auto_max_fails(interval_ms)
-        else:
-            assert cron_expr is not None
-            first = cron.next_cron_fire(cron_expr, timezone, now_ms)
-            second = cron.next_cron_fire(cron_expr, timezone, first)
-            max_fails = auto_max_fails(second - first)
-    else:
-        max_fails = _int(request, "max_fails", 1, None, 1)
-
-    key = _str(request, "idempotency_key", None)
-    if key is not None and not 1 <= len(key) <= limits.max_idempotency_key:
-        raise ValidationError(f"idempotency_key must be 1..{limits.max_idempotency_key} characters", "idempotency_key")
-
-    return TaskSpec(
-        type=ttype,
-        callback_url=callback_url,
-        interval_ms=interval_ms,
-        run_at=run_at,
-        cron_expr=cron_expr,
-        timezone=timezone,
-        ack_url=ack_url,
-        ack_delay_ms=ack_delay_ms,
-        payload_json=body,
-        scene=scene,
-        timeout_ms=timeout_ms,
-        max_retries=max_retries,
-        max_fails=max_fails,
-        reliability=reliability,
-        idempotency_key=key,
-    )
+        if given["max_fails"] is None:
+            if iv is not None:
+                out["max_fails"] = auto_max_fails(iv)
+            else:
+                first = cron.next_cron_fire(cron_expr, timezone, now_ms)
+                second = cron.next_cron_fire(cron_expr, timezone, first)
+                out["max_fails"] = auto_max_fails(second - first)
+    elif given["max_fails"] is None:
+        out["max_fails"] = 1
 
 
 __all__ = [
@@ -827,6 +553,7 @@ __all__ = [
     "address_denial",
     "auto_max_fails",
     "check_url",
+    "decode_create",
     "encode_payload",
     "is_task_id",
     "task_ids_from_bytes",

@@ -1,73 +1,61 @@
-"""Commands of the replicated state machine (docs/architecture.md#state-machine) and their compact msgpack codec.
+"""Commands of the replicated state machine (docs/architecture.md#state-machine) and their codec.
 
 Every command carries ``now_ms``, stamped by the leader when it proposes, so applying it gives the
-same result on every replica. Batch commands carry tuples of small item records. The wire form is
-a msgpack array ``[tag, now_ms, ...fields]`` with items as nested arrays (no field names); payloads
-travel as their JSON encoding (``TaskSpec.payload_json``, the exact callback body) so any JSON value
-(including integers beyond 64 bits) round-trips exactly and is never re-encoded.
+same result on every replica. Batch commands carry tuples of small item records. Commands are
+msgspec Structs encoded as msgpack arrays (``array_like``: fields by position, no names), the first
+element the command's tag (16 and up); a create item's spec is the schema's ``TaskSpec``
+(:mod:`molens.schema`). Payloads travel as their JSON encoding (``TaskSpec.payload_json``, the
+exact callback body) so any JSON value round-trips exactly and is never re-encoded.
+
+Entries written by data format 1 (tags 0..8, hand-written lists) are still decoded
+(:mod:`molens.fsm.format_v1`), so a node reads the Raft log of the previous version.
 
 Task ids are chosen by the leader before proposing (``model.new_task_id``), never on apply.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-import msgpack
+import msgspec
 
 from molens.errors import MolensError
-from molens.model import (
-    FireKind,
-    Outcome,
-    Reliability,
-    TaskSpec,
-    TaskType,
-)
+from molens.schema import FireKind, Outcome, TaskSpec
 
 
 class CodecError(MolensError, ValueError):
     """Bytes that do not decode to a known command."""
 
 
-@dataclass(frozen=True, slots=True)
-class CreateItem:
+class CreateItem(msgspec.Struct, frozen=True, array_like=True):
     task_id: str
     spec: TaskSpec
 
 
-@dataclass(frozen=True, slots=True)
-class CreateTasks:
+class CreateTasks(msgspec.Struct, frozen=True, array_like=True, tag=16):
     now_ms: int
     items: tuple[CreateItem, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteTasks:
+class DeleteTasks(msgspec.Struct, frozen=True, array_like=True, tag=17):
     now_ms: int
     task_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PauseTasks:
+class PauseTasks(msgspec.Struct, frozen=True, array_like=True, tag=18):
     now_ms: int
     task_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ResumeTasks:
+class ResumeTasks(msgspec.Struct, frozen=True, array_like=True, tag=19):
     now_ms: int
     task_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class TriggerTask:
+class TriggerTask(msgspec.Struct, frozen=True, array_like=True, tag=20):
     now_ms: int
     task_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class DispatchItem:
+class DispatchItem(msgspec.Struct, frozen=True, array_like=True):
     """The leader's plan to send one HTTP attempt; proposed *before* the fire is sent."""
 
     fire_id: str
@@ -77,14 +65,12 @@ class DispatchItem:
     deadline_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Dispatched:
+class Dispatched(msgspec.Struct, frozen=True, array_like=True, tag=21):
     now_ms: int
     items: tuple[DispatchItem, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ResultItem:
+class ResultItem(msgspec.Struct, frozen=True, array_like=True):
     """What one attempt produced. ``outcome`` LOST is proposed by the Monitor after the deadline."""
 
     fire_id: str
@@ -100,28 +86,24 @@ class ResultItem:
     the same fire id, is then recognised as stale instead of being credited to the retry."""
 
 
-@dataclass(frozen=True, slots=True)
-class Results:
+class Results(msgspec.Struct, frozen=True, array_like=True, tag=22):
     now_ms: int
     items: tuple[ResultItem, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ExpireItem:
+class ExpireItem(msgspec.Struct, frozen=True, array_like=True):
     """Delete ``task_id`` if it is still terminal and unchanged since ``updated_ms``."""
 
     task_id: str
     updated_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Expire:
+class Expire(msgspec.Struct, frozen=True, array_like=True, tag=23):
     now_ms: int
     items: tuple[ExpireItem, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class PutMeta:
+class PutMeta(msgspec.Struct, frozen=True, array_like=True, tag=24):
     """Node metadata (e.g. membership as seen by the FSM); ``value`` None deletes the key."""
 
     now_ms: int
@@ -136,153 +118,31 @@ Command = (
 # -------------------------------------------------------------------------------------------------
 # codec
 
-_TYPES = tuple(TaskType)
-_RELS = tuple(Reliability)
-_KINDS = tuple(FireKind)
-_OUTCOMES = tuple(Outcome)
-_TYPE_IX = {t: i for i, t in enumerate(_TYPES)}
-_REL_IX = {t: i for i, t in enumerate(_RELS)}
-_KIND_IX = {t: i for i, t in enumerate(_KINDS)}
-_OUTCOME_IX = {t: i for i, t in enumerate(_OUTCOMES)}
-
-
-def spec_to_list(s: TaskSpec) -> list[Any]:
-    return [
-        _TYPE_IX[s.type],
-        s.callback_url,
-        s.interval_ms,
-        s.run_at,
-        s.cron_expr,
-        s.timezone,
-        s.ack_url,
-        s.ack_delay_ms,
-        s.payload_json,
-        s.scene,
-        s.timeout_ms,
-        s.max_retries,
-        s.max_fails,
-        _REL_IX[s.reliability],
-        s.idempotency_key,
-    ]
-
-
-def spec_from_list(v: list[Any]) -> TaskSpec:
-    return TaskSpec(
-        type=_TYPES[v[0]],
-        callback_url=v[1],
-        interval_ms=v[2],
-        run_at=v[3],
-        cron_expr=v[4],
-        timezone=v[5],
-        ack_url=v[6],
-        ack_delay_ms=v[7],
-        payload_json=v[8],
-        scene=v[9],
-        timeout_ms=v[10],
-        max_retries=v[11],
-        max_fails=v[12],
-        reliability=_RELS[v[13]],
-        idempotency_key=v[14],
-    )
-
-
-_T_CREATE, _T_DELETE, _T_PAUSE, _T_RESUME, _T_TRIGGER, _T_DISPATCHED, _T_RESULTS, _T_EXPIRE, _T_META = range(9)
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(Command)
 
 
 def encode(cmd: Command) -> bytes:
     """Serialise a command for the Raft log."""
-    body: list[Any]
-    match cmd:
-        case CreateTasks(now, items):
-            body = [_T_CREATE, now, [[i.task_id, spec_to_list(i.spec)] for i in items]]
-        case DeleteTasks(now, ids):
-            body = [_T_DELETE, now, list(ids)]
-        case PauseTasks(now, ids):
-            body = [_T_PAUSE, now, list(ids)]
-        case ResumeTasks(now, ids):
-            body = [_T_RESUME, now, list(ids)]
-        case TriggerTask(now, tid):
-            body = [_T_TRIGGER, now, tid]
-        case Dispatched(now, items):
-            body = [_T_DISPATCHED, now, [[i.fire_id, i.task_id, i.attempt, i.worker, i.deadline_ms] for i in items]]
-        case Results(now, items):
-            body = [
-                _T_RESULTS,
-                now,
-                [
-                    [
-                        i.fire_id,
-                        _KIND_IX[i.kind],
-                        i.status_code,
-                        _OUTCOME_IX[i.outcome],
-                        i.response_head,
-                        i.latency_ms,
-                        i.worker,
-                        i.attempt,
-                    ]
-                    for i in items
-                ],
-            ]
-        case Expire(now, items):
-            body = [_T_EXPIRE, now, [[i.task_id, i.updated_ms] for i in items]]
-        case PutMeta(now, key, value):
-            body = [_T_META, now, key, value]
-        case _:
-            raise CodecError(f"not a command: {cmd!r}")
-    out: bytes = msgpack.packb(body, use_bin_type=True)
-    return out
-
-
-def _create_items(raw: list[Any]) -> tuple[CreateItem, ...]:
-    """Create items of one command; items with equal specs share one TaskSpec (batches often
-    repeat a spec, and the store encodes a shared spec once)."""
-    specs: dict[tuple[Any, ...], TaskSpec] = {}
-    items = []
-    for tid, sl in raw:
-        k = tuple(sl)
-        spec = specs.get(k)
-        if spec is None:
-            spec = specs[k] = spec_from_list(sl)
-        items.append(CreateItem(tid, spec))
-    return tuple(items)
+    if not isinstance(cmd, _COMMANDS):
+        raise CodecError(f"not a command: {cmd!r}")
+    return _ENCODER.encode(cmd)
 
 
 def decode(data: bytes) -> Command:
-    """Inverse of :func:`encode`; raises :class:`CodecError` on anything else."""
+    """Inverse of :func:`encode` (and of format 1's encoder); raises :class:`CodecError` on
+    anything else."""
+    if len(data) > 1 and data[0] & 0xF0 == 0x90 and data[1] < 16:  # fixarray, tag 0..15: format 1
+        from molens.fsm import format_v1
+
+        return format_v1.decode_command(data)
     try:
-        v = msgpack.unpackb(data, raw=False, use_list=True)
-        tag, now = v[0], v[1]
-        if tag == _T_CREATE:
-            return CreateTasks(now, _create_items(v[2]))
-        if tag == _T_DELETE:
-            return DeleteTasks(now, tuple(v[2]))
-        if tag == _T_PAUSE:
-            return PauseTasks(now, tuple(v[2]))
-        if tag == _T_RESUME:
-            return ResumeTasks(now, tuple(v[2]))
-        if tag == _T_TRIGGER:
-            return TriggerTask(now, v[2])
-        if tag == _T_DISPATCHED:
-            return Dispatched(now, tuple(DispatchItem(
-                fire_id=a, task_id=b, attempt=c, worker=d, deadline_ms=e,
-            ) for a, b, c, d, e in v[2]))
-        if tag == _T_RESULTS:
-            return Results(
-                now,
-                tuple(ResultItem(
-                    fire_id=a, kind=_KINDS[b], status_code=c, outcome=_OUTCOMES[d], response_head=e,
-                    latency_ms=f, worker=g, attempt=h,
-                ) for a, b, c, d, e, f, g, h in v[2]),
-            )
-        if tag == _T_EXPIRE:
-            return Expire(now, tuple(ExpireItem(a, b) for a, b in v[2]))
-        if tag == _T_META:
-            return PutMeta(now, v[2], v[3])
-    except CodecError:
-        raise
-    except Exception as e:
+        return _DECODER.decode(data)
+    except msgspec.MsgspecError as e:
         raise CodecError(f"undecodable command: {e}") from e
-    raise CodecError(f"unknown command tag {tag!r}")
+
+
+_COMMANDS = (CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta)
 
 
 __all__ = [
@@ -303,6 +163,4 @@ __all__ = [
     "TriggerTask",
     "decode",
     "encode",
-    "spec_from_list",
-    "spec_to_list",
 ]

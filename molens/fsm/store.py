@@ -45,13 +45,15 @@ from typing import Any, Protocol
 
 import lmdb
 import msgpack
+import msgspec
 
-from molens.fsm import machine
-from molens.fsm.commands import CodecError, Command, ExpireItem, decode, encode, spec_from_list, spec_to_list
+from molens.fsm import format_v1, machine
+from molens.fsm.commands import CodecError, Command, ExpireItem, decode, encode
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
 from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file
-from molens.model import TERMINAL_STATUSES, ExecutionResult, FireKind, MolensError, Status, Task, TaskSpec
+from molens.model import TERMINAL_STATUSES, FireKind, MolensError, Status, Task
+from molens.schema import FORMAT
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +61,13 @@ _U64 = struct.Struct(">Q")
 _APPLIED = b"applied_index"
 _APPLIED_TERM = b"applied_term"
 _COUNTS = b"counts"
+_FORMAT = b"format"
 
 # Address space, not disk: the file grows with the data. Large enough never to grow in practice
 # (~140M tasks), because lmdb must not remap while other threads (HTTP reads) hold read transactions.
 DEFAULT_MAP_SIZE = 64 << 30
 MAX_MAP_SIZE = 1 << 40
 
-_STATUSES = tuple(Status)
-_STATUS_IX = {s: i for i, s in enumerate(_STATUSES)}
-_RESULTS = tuple(ExecutionResult)
-_RESULT_IX = {r: i for i, r in enumerate(_RESULTS)}
 _KINDS = tuple(FireKind)
 _KIND_IX = {k: i for i, k in enumerate(_KINDS)}
 
@@ -120,66 +119,17 @@ class EntryResult:
 # record codecs
 
 
-_spec_packed: tuple[TaskSpec | None, bytes] = (None, b"")
+_TASK_ENCODER = msgspec.msgpack.Encoder()
+_TASK_DECODER = msgspec.msgpack.Decoder(Task)
 
 
-def _pack_spec(spec: TaskSpec) -> bytes:
-    """``spec_to_list(spec)`` packed; remembers the last spec, which a batch often repeats."""
-    global _spec_packed
-    last, b = _spec_packed
-    if last is spec:
-        return b
-    packed: bytes = msgpack.packb(spec_to_list(spec), use_bin_type=True)
-    _spec_packed = (spec, packed)
-    return packed
+def task_to_bytes(t: Task) -> bytes:
+    """The task record: the schema's ``Task`` as an msgpack array (data format 2)."""
+    return _TASK_ENCODER.encode(t)
 
 
-def task_to_bytes(t: Task, pack: Callable[[Any], bytes] | None = None) -> bytes:
-    """The task record; ``pack`` is a caller's own ``msgpack.Packer(use_bin_type=True).pack``
-    (cheaper than a new packer per record; a Packer must not be shared between threads)."""
-    # the msgpack array [spec_list, status, ...] of 15 items: fixarray header 0x9f, the packed
-    # spec, then the 14 other items (their own fixarray header 0x9e dropped); bytes identical to
-    # packing the whole list at once.
-    fields = [
-        _STATUS_IX[t.status],
-        t.created_ms,
-        t.updated_ms,
-        t.due_ms,
-        t.sched_ms,
-        t.seq,
-        t.attempt,
-        t.ack_attempt,
-        t.fail_count,
-        t.inflight,
-        None if t.last_result is None else _RESULT_IX[t.last_result],
-        t.last_status_code,
-        t.last_response,
-        t.last_fire_ms,
-    ]
-    rest: bytes = msgpack.packb(fields, use_bin_type=True) if pack is None else pack(fields)
-    return b"\x9f" + _pack_spec(t.spec) + rest[1:]
-
-
-def task_from_bytes(tid: str, raw: bytes | memoryview) -> Task:
-    v = msgpack.unpackb(raw, raw=False, use_list=True)
-    return Task(
-        id=tid,
-        spec=spec_from_list(v[0]),
-        status=_STATUSES[v[1]],
-        created_ms=v[2],
-        updated_ms=v[3],
-        due_ms=v[4],
-        sched_ms=v[5],
-        seq=v[6],
-        attempt=v[7],
-        ack_attempt=v[8],
-        fail_count=v[9],
-        inflight=v[10],
-        last_result=None if v[11] is None else _RESULTS[v[11]],
-        last_status_code=v[12],
-        last_response=v[13],
-        last_fire_ms=v[14],
-    )
+def task_from_bytes(raw: bytes | memoryview) -> Task:
+    return _TASK_DECODER.decode(raw)
 
 
 def fire_to_bytes(f: Fire) -> bytes:
@@ -217,7 +167,7 @@ class _TxnView:
 
     def get_task(self, task_id: str) -> Task | None:
         raw = self._txn.get(task_id.encode(), db=self._tasks)
-        return None if raw is None else task_from_bytes(task_id, raw)
+        return None if raw is None else task_from_bytes(raw)
 
     def get_fire(self, fire_id: str) -> Fire | None:
         raw = self._txn.get(fire_id.encode(), db=self._fires)
@@ -250,7 +200,6 @@ class TaskStore:
         self._map_size = map_size
         # snapshot() may copy the map on a background thread: resize, restore and close wait for it
         self._env_lock = threading.Lock()
-        self._pack: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True).pack
         # commands this node proposed, by the id of their encoded bytes (see encode_proposal)
         self._known: dict[int, tuple[bytes, Command]] = {}
         self.decodes_skipped = 0
@@ -278,7 +227,35 @@ class TaskStore:
         self._applied = _U64.unpack(raw)[0] if raw is not None else 0
         self._applied_term = _U64.unpack(raw_term)[0] if raw_term is not None else 0
         self._counts: dict[str, int] = dict(msgpack.unpackb(raw_counts, raw=False)) if raw_counts else {}
+        self._check_format()
         log.info("task store opened dir=%s applied_index=%d", self.dir, self._applied)
+
+    def _check_format(self) -> None:
+        """Write :data:`molens.schema.FORMAT` into a new store, migrate a store of format 1 (the
+        previous version's, which wrote no format key), refuse any other."""
+        with self._env.begin() as txn:
+            raw = txn.get(_FORMAT, db=self._meta)
+            empty = txn.stat(self._tasks)["entries"] == 0
+        fmt = _U64.unpack(raw)[0] if raw is not None else (FORMAT if empty and not self._applied else 1)
+        if fmt == FORMAT:
+            if raw is None:
+                with self._env.begin(write=True) as txn:
+                    txn.put(_FORMAT, _U64.pack(FORMAT), db=self._meta)
+            return
+        if fmt != 1:
+            self._env.close()
+            raise StoreError(
+                f"{self.dir}: task store of data format {fmt}; this molens reads formats 1 and {FORMAT} "
+                "(a newer molens wrote it: run that version, or start this node on an empty data directory)"
+            )
+        n = 0
+        with self._env.begin(write=True) as txn:  # one transaction: the store is either format 1 or 2
+            cur = txn.cursor(db=self._tasks)
+            for k, v in list(cur.iternext()):
+                txn.put(k, _TASK_ENCODER.encode(format_v1.task_from_bytes(k.decode(), v)), db=self._tasks)
+                n += 1
+            txn.put(_FORMAT, _U64.pack(FORMAT), db=self._meta)
+        log.warning("task store migrated from data format 1 to %d dir=%s tasks=%d", FORMAT, self.dir, n)
 
     def encode_proposal(self, cmd: Command) -> bytes:
         """``encode(cmd)`` for a proposal of this node. The store remembers ``cmd`` for those very
@@ -377,7 +354,7 @@ class TaskStore:
         put, delete = txn.put, txn.delete
         tasks_db, due_db = self._tasks, self._due
         exp_db = self._expiry
-        pack_u64, pack = _U64.pack, self._pack
+        pack_u64 = _U64.pack
         delta: dict[Status, int] = {}  # status count changes of this command, folded in below
         for tid, t in w.tasks.items():
             old = before.get(tid)
@@ -392,7 +369,7 @@ class TaskStore:
                 delete(k, db=tasks_db)
                 continue
             delta[t.status] = delta.get(t.status, 0) + 1
-            put(k, task_to_bytes(t, pack), db=tasks_db)
+            put(k, _TASK_ENCODER.encode(t), db=tasks_db)
             if t.due_ms is not None and (old is None or old.due_ms != t.due_ms):
                 put(pack_u64(t.due_ms) + k, b"", db=due_db)
             if t.status in TERMINAL_STATUSES:
@@ -470,7 +447,7 @@ class TaskStore:
     def get_task(self, task_id: str) -> Task | None:
         with self._env.begin() as txn:
             raw = txn.get(task_id.encode(), db=self._tasks)
-            return None if raw is None else task_from_bytes(task_id, raw)
+            return None if raw is None else task_from_bytes(raw)
 
     def get_fire(self, fire_id: str) -> Fire | None:
         with self._env.begin() as txn:
@@ -540,8 +517,8 @@ class TaskStore:
     def scan_tasks(self, after: str = "", chunk: int = 1024) -> Iterator[Task]:
         """Tasks in id (= creation) order, starting after task id ``after`` (cursor pagination)."""
         start = (after.encode() + b"\x00") if after else b""
-        for k, v in self._scan(self._tasks, start, chunk):
-            yield task_from_bytes(k.decode(), v)
+        for _k, v in self._scan(self._tasks, start, chunk):
+            yield task_from_bytes(v)
 
     def task_ids(self) -> Iterator[str]:
         for k, _ in self._scan(self._tasks, b"", 4096):

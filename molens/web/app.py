@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import bottle
+import msgspec
 
 from molens import model
 from molens.fsm.commands import (
@@ -58,6 +59,7 @@ from molens.fsm.commands import (
 )
 from molens.fsm.machine import Created
 from molens.model import (
+    DEFAULT_LIMITS,
     ExecutionResult,
     MolensError,
     NotFoundError,
@@ -66,6 +68,7 @@ from molens.model import (
     TaskType,
     ValidationError,
 )
+from molens.schema import request_error, task_json
 from molens.web import openapi
 from molens.web.api_context import ApiContext
 from molens.web.errors import (
@@ -121,6 +124,36 @@ class BatchInvalid(ValidationError):
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class _BatchBody(msgspec.Struct, forbid_unknown_fields=True):
+    tasks: list[msgspec.Raw]
+    """Each item is decoded and validated on its own, so every bad one is listed."""
+
+
+def _batch_items(body: bytes) -> list[msgspec.Raw]:
+    try:
+        return msgspec.json.decode(body, type=_BatchBody).tasks
+    except msgspec.ValidationError as exc:
+        err = request_error(exc, DEFAULT_LIMITS)
+        if err.field == "tasks":
+            raise ValidationError("tasks must be an array of task objects", "tasks") from None
+        if err.field is None:
+            raise ValidationError('the body must be an object {"tasks": [...]}', "body") from None
+        raise err from None
+    except msgspec.DecodeError as exc:
+        raise request_error(exc, DEFAULT_LIMITS) from None
+
+
+def _header_text(name: str) -> str | None:
+    """A request header as text: WSGI hands headers over as latin-1; the bytes must be UTF-8."""
+    raw = bottle.request.get_header(name)
+    if raw is None:
+        return None
+    try:
+        return str(raw.encode("latin-1").decode("utf-8"))
+    except UnicodeError:
+        raise ValidationError(f"{name} is not valid UTF-8", name) from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -243,6 +276,14 @@ class Api:
 
     def read_json(self) -> Any:
         """The request body parsed as JSON (415/413/400 as the module docstring says)."""
+        raw = self.read_body()
+        try:
+            return json.loads(raw, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            raise ValidationError(f"request body is not valid JSON: {exc}", "body") from None
+
+    def read_body(self) -> bytes:
+        """The request body's bytes, checked for Content-Type, size and emptiness."""
         req = bottle.request
         ctype = (req.content_type or "").split(";", 1)[0].strip().lower()
         if ctype and ctype != _JSON_CT and not ctype.endswith("+json"):
@@ -257,10 +298,7 @@ class Api:
             raise BodyTooLarge(f"request body is more than {limit} bytes", "body")
         if not raw.strip():
             raise ValidationError("request body is empty; expected JSON", "body")
-        try:
-            return json.loads(raw, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise ValidationError(f"request body is not valid JSON: {exc}", "body") from None
+        return bytes(raw)
 
     def propose_one(self, cmd: Command) -> list[Any]:
         out = self.ctx.propose([cmd], self.ctx.settings.propose_timeout_s)
@@ -317,35 +355,23 @@ def _item(res: Any) -> Any:
 def _install_tasks(api: Api) -> None:
     ctx = api.ctx
 
-    def validate(body: Any, now: int) -> model.TaskSpec:
+    def validate(body: bytes, now: int, key: str | None = None) -> model.TaskSpec:
         s = ctx.settings
-        return model.validate_create(body, s.policy, s.limits, now)
+        return model.decode_create(body, s.policy, s.limits, now, idempotency_key=key)
 
     @api.route("POST", f"{PREFIX}/tasks", write=True)
     def create_task() -> tuple[int, Any]:
-        body = api.read_json()
-        if not isinstance(body, dict):
-            raise ValidationError("the body must be a JSON object (one task)", "body")
-        key = bottle.request.get_header("Idempotency-Key")
-        if key and body.get("idempotency_key") is None:
-            body["idempotency_key"] = key
+        body = api.read_body()
+        key = _header_text("Idempotency-Key")
         now = ctx.now_ms()
-        spec = validate(body, now)
+        spec = validate(body, now, key)
         res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
         assert isinstance(res, Created)
-        return (201 if res.created else 200), res.task.to_json()
+        return (201 if res.created else 200), task_json(res.task)
 
     @api.route("POST", f"{PREFIX}/tasks/batch", write=True)
     def create_batch() -> tuple[int, Any]:
-        body = api.read_json()
-        if not isinstance(body, dict):
-            raise ValidationError('the body must be an object {"tasks": [...]}', "body")
-        for k in body:
-            if k != "tasks":
-                raise ValidationError(f"unknown field {k!r}", str(k))
-        tasks = body.get("tasks")
-        if not isinstance(tasks, list):
-            raise ValidationError("tasks must be an array of task objects", "tasks")
+        tasks = _batch_items(api.read_body())
         limit = ctx.settings.max_batch
         if len(tasks) > limit:
             raise ValidationError(f"a batch holds at most {limit} tasks, got {len(tasks)}", "tasks")
@@ -357,6 +383,8 @@ def _install_tasks(api: Api) -> None:
             try:
                 items.append(CreateItem(ids[i], validate(t, now)))
             except ValidationError as exc:
+                if exc.field == "body":  # the item itself, not the request body
+                    exc = ValidationError(exc.message.replace("the body must be a JSON object (one task)", "a task must be a JSON object"), None)
                 errors.append((i, exc))
         if errors:
             raise BatchInvalid(len(tasks), errors)
@@ -433,13 +461,13 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")
     def get_task(task_id: str) -> tuple[int, Any]:
-        return 200, task_or_404(ctx, task_id).to_json()
+        return 200, task_json(task_or_404(ctx, task_id))
 
     def by_id(cmd: Callable[[int, str], Command], task_id: str) -> tuple[int, Any]:
         task_or_404(ctx, task_id)  # the leader has applied every write it acknowledged: no entry for junk ids
         res = _item(api.propose_one(cmd(ctx.now_ms(), task_id))[0])
         assert isinstance(res, Task)
-        return 200, res.to_json()
+        return 200, task_json(res)
 
     @api.route("DELETE", f"{PREFIX}/tasks/<task_id>", write=True)
     def delete_task(task_id: str) -> tuple[int, Any]:

@@ -14,7 +14,8 @@ import functools
 from typing import Any
 
 from molens import __version__
-from molens.model import DEFAULT_LIMITS, ExecutionResult, FireKind, Reliability, Status, TaskType
+from molens.model import DEFAULT_LIMITS, ExecutionResult, FireKind, Status, TaskType
+from molens.schema import openapi_components
 
 _P = "/api/v1"
 
@@ -101,70 +102,6 @@ def _schemas() -> dict[str, Any]:
             "leader": _nullable("string", description="Leader's HTTP base URL (not_leader only)"),
         },
     }
-    task_create = {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["type", "callback_url"],
-        "properties": {
-            "type": {"type": "string", "enum": [t.value for t in TaskType]},
-            "interval_ms": _nullable(
-                "integer",
-                minimum=0,
-                description="delayed: delay from creation; periodic: period (>= 1000). "
-                "Required unless run_at (delayed) or cron_expr (periodic)",
-            ),
-            "run_at": _nullable("integer", minimum=0, description="delayed only: absolute fire time (epoch ms)"),
-            "cron_expr": _nullable(
-                "string", maxLength=lim.max_cron_length, description="periodic only; 5 fields, or 6 with seconds first"
-            ),
-            "timezone": _nullable("string", description="IANA time zone for cron (default UTC)"),
-            "callback_url": {"type": "string", "maxLength": lim.max_url_length, "description": "http(s) URL"},
-            "ack_url": _nullable("string", maxLength=lim.max_url_length, description="delayed at_least_once only"),
-            "ack_delay_ms": _nullable("integer", minimum=0, maximum=lim.max_ack_delay_ms, default=1000),
-            "payload": {"description": f"Any JSON value, at most {lim.max_payload_bytes} bytes encoded"},
-            "scene": _nullable("string", pattern="^[A-Za-z0-9_.-]{1,64}$", default="default"),
-            "timeout_ms": _nullable("integer", minimum=1, maximum=lim.max_timeout_ms, default=5000),
-            "max_retries": _nullable("integer", minimum=0, maximum=lim.max_retries),
-            "max_fails": _nullable("integer", minimum=1, description="periodic: failed occurrences before inactive"),
-            "reliability": _nullable_enum([r.value for r in Reliability], default="at_least_once"),
-            "idempotency_key": _nullable(
-                "string",
-                minLength=1,
-                maxLength=lim.max_idempotency_key,
-                description="Same key again returns the first task (200 instead of 201)",
-            ),
-        },
-    }
-    task_props: dict[str, Any] = {
-        "id": {"type": "string"},
-        "type": {"type": "string", "enum": [t.value for t in TaskType]},
-        "status": {"type": "string", "enum": [s.value for s in Status]},
-        "interval_ms": _nullable("integer"),
-        "run_at": _nullable("integer"),
-        "cron_expr": _nullable("string"),
-        "timezone": {"type": "string"},
-        "callback_url": {"type": "string"},
-        "ack_url": _nullable("string"),
-        "ack_delay_ms": {"type": "integer"},
-        "payload": {"description": "The payload as given"},
-        "scene": {"type": "string"},
-        "timeout_ms": {"type": "integer"},
-        "max_retries": {"type": "integer"},
-        "max_fails": {"type": "integer"},
-        "reliability": {"type": "string", "enum": [r.value for r in Reliability]},
-        "idempotency_key": _nullable("string"),
-        "created_at": {"type": "integer", "description": "epoch ms"},
-        "updated_at": {"type": "integer", "description": "epoch ms"},
-        "next_run_at": _nullable("integer", description="epoch ms of the next action (null while firing)"),
-        "seq": {"type": "integer", "description": "Current occurrence; X-Fire-ID is {id}-{seq}"},
-        "attempt": {"type": "integer"},
-        "ack_attempt": {"type": "integer"},
-        "fail_count": {"type": "integer"},
-        "last_execution_result": _nullable_enum([r.value for r in ExecutionResult]),
-        "last_status_code": _nullable("integer"),
-        "last_response": _nullable("string", description="First 512 bytes of the last response"),
-        "last_fire_at": _nullable("integer"),
-    }
     execution_props: dict[str, Any] = {
         "id": {"type": "integer"},
         "task_id": {"type": "string"},
@@ -199,13 +136,7 @@ def _schemas() -> dict[str, Any]:
             "required": ["error"],
             "properties": {"error": error_obj},
         },
-        "TaskCreate": task_create,
-        "Task": {
-            "type": "object",
-            "required": list(task_props),
-            "additionalProperties": False,
-            "properties": task_props,
-        },
+        **openapi_components(lim),  # TaskCreate, Task and their enums, from molens.schema
         "TaskList": {
             "type": "object",
             "required": ["items", "next_cursor"],

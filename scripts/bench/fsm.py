@@ -5,7 +5,8 @@ Creates N delayed tasks, dispatches them and applies one callback result each, i
 1,000 entries (each entry one single-item command, the worst case for per-command overhead; the
 REST batch endpoint packs up to 1,000 items in one command, measured separately as
 ``creates_batched``). Commands are encoded before timing (that is the leader's cost). Prints one
-line per phase and a final summary line ``fsm: creates_per_s=... results_per_s=...``.
+line per phase and a final summary line ``fsm: creates_per_s=... results_per_s=... cpu_us: ...``
+(process CPU per item of each phase: the figure that stays comparable on a loaded machine).
 
     .venv/bin/python scripts/bench/fsm.py [--tasks 50000] [--profile]
 """
@@ -43,7 +44,7 @@ class Feeder:
         self.store = store
         self.index = store.applied_index()
 
-    def run(self, cmds: list[Command], label: str) -> float:
+    def run(self, cmds: list[Command], label: str) -> tuple[float, float]:
         data = [encode(c) for c in cmds]
         c0 = time.process_time()
         t0 = time.perf_counter()
@@ -59,7 +60,7 @@ class Feeder:
             f"  {label}: {len(cmds)} commands in {dt:.2f}s = {len(cmds) / dt:,.0f}/s "
             f"(process CPU {cpu:.2f}s = {len(cmds) / cpu:,.0f}/s of CPU; the rest is fsync and waiting for a core)"
         )
-        return dt
+        return dt, cpu
 
 
 def main() -> None:
@@ -84,9 +85,9 @@ def main() -> None:
         ids = [new_task_id(T0, rng.getrandbits(80)) for _ in range(n)]
         print(f"fsm bench: {n} tasks, batches of {BATCH} entries, lmdb sync=True, history synchronous=NORMAL, dir={tmp}")
 
-        dt_create = feed.run([CreateTasks(T0, (CreateItem(t, spec),)) for t in ids], "create (1 task/command)")
+        dt_create, cpu_create = feed.run([CreateTasks(T0, (CreateItem(t, spec),)) for t in ids], "create (1 task/command)")
         now = T0 + 1
-        dt_disp = feed.run(
+        dt_disp, cpu_disp = feed.run(
             [Dispatched(now, (DispatchItem(
                 fire_id=f"{t}-1", task_id=t, attempt=1, worker="n1", deadline_ms=now + 10_000,
             ),)) for t in ids], "dispatched"
@@ -106,7 +107,7 @@ def main() -> None:
 
             prof = Profiler()
             prof.start()
-        dt_res = feed.run(results, "results (25% 500 -> retry scheduled)")
+        dt_res, cpu_res = feed.run(results, "results (25% 500 -> retry scheduled)")
         if args.profile:
             prof.stop()
             print(prof.output_text(unicode=False, color=False, show_all=False))
@@ -115,18 +116,22 @@ def main() -> None:
             CreateTasks(T0 + 5, tuple(CreateItem(t, spec) for t in ids2[i : i + BATCH])) for i in range(0, n, BATCH)
         ]
         data = [encode(c) for c in batched]
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for d in data:
             feed.index += 1
             store.apply_batch([Entry(feed.index, 1, EntryKind.NORMAL, d)])
         dt_cb = time.perf_counter() - t0
+        cpu_cb = time.process_time() - c0
         print(f"  create (1,000 tasks/command, one command per batch): {n} tasks in {dt_cb:.2f}s = {n / dt_cb:,.0f}/s")
         assert store.history is not None
         print(f"  store: tasks={len(store)} counts={store.counts()} history_rows={store.history.count()}")
         store.close()
         print(
             f"fsm: creates_per_s={n / dt_create:.0f} results_per_s={n / dt_res:.0f} "
-            f"dispatched_per_s={n / dt_disp:.0f} creates_batched_per_s={n / dt_cb:.0f} tasks={n} sync=on"
+            f"dispatched_per_s={n / dt_disp:.0f} creates_batched_per_s={n / dt_cb:.0f} tasks={n} sync=on "
+            f"cpu_us: create={cpu_create / n * 1e6:.1f} dispatched={cpu_disp / n * 1e6:.1f} "
+            f"result={cpu_res / n * 1e6:.1f} create_batched={cpu_cb / n * 1e6:.1f}"
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -75,7 +75,7 @@ def test_generated_client_creates_gets_lists_pauses_and_deletes_a_task(generated
     client = generated.Client(base_url=node_url, raise_on_unexpected_status=True)
     with client:
         body = models.TaskCreate(
-            type_=models.TaskCreateType.DELAYED,
+            type_=models.TaskType.DELAYED,
             callback_url=f"{node_url}/api/v1/test/callback",
             interval_ms=3_600_000,
             scene="generated",
@@ -86,7 +86,7 @@ def test_generated_client_creates_gets_lists_pauses_and_deletes_a_task(generated
         assert r.status_code == 201, r.content
         task = r.parsed
         assert isinstance(task, models.Task)
-        assert task.status == models.TaskStatus.PENDING and task.payload == {"order_id": 42}
+        assert task.status == models.Status.PENDING and task.payload == {"order_id": 42}
 
         again = api.create_task.sync_detailed(client=client, body=body)
         assert again.status_code == 200 and again.parsed.id == task.id  # same idempotency key
@@ -98,7 +98,7 @@ def test_generated_client_creates_gets_lists_pauses_and_deletes_a_task(generated
         assert isinstance(page, models.TaskList) and [t.id for t in page.items] == [task.id]
 
         paused = api.pause_task.sync(client=client, task_id=task.id)
-        assert isinstance(paused, models.Task) and paused.status == models.TaskStatus.PAUSED
+        assert isinstance(paused, models.Task) and paused.status == models.Status.PAUSED
         conflict = api.pause_task.sync(client=client, task_id=task.id)
         assert isinstance(conflict, models.Error) and conflict.error.code == "illegal_transition"
         assert conflict.error.field == "status"
@@ -109,5 +109,5 @@ def test_generated_client_creates_gets_lists_pauses_and_deletes_a_task(generated
         assert isinstance(gone, models.Error) and gone.error.code == "not_found"
 
         bad = api.create_task.sync(client=client, body=models.TaskCreate(
-            type_=models.TaskCreateType.DELAYED, callback_url=f"{node_url}/cb"))
+            type_=models.TaskType.DELAYED, callback_url=f"{node_url}/cb"))
         assert isinstance(bad, models.Error) and bad.error.field == "interval_ms"

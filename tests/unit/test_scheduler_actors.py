@@ -4,7 +4,8 @@ choice, FireWatch deadlines, ExpiryScan rate limit, LeaderWheel effects."""
 from __future__ import annotations
 
 import collections
-import dataclasses
+
+import msgspec
 
 from molens.actors.cleaner import ExpiryScan
 from molens.actors.dispatcher import WORKER_LIVENESS_S, DispatchPlan
@@ -42,8 +43,8 @@ def test_plan_skips_tasks_not_due_in_flight_or_gone_and_numbers_the_next_attempt
         "a": _task("a"),
         "b": _task("b", due=NOW + 1),
         "c": _task("c", inflight="c-1"),
-        "d": dataclasses.replace(_task("d"), attempt=2, status=Status.FIRING),
-        "e": dataclasses.replace(_task("e"), status=Status.AWAITING_ACK, ack_attempt=1),
+        "d": msgspec.structs.replace(_task("d"), attempt=2, status=Status.FIRING),
+        "e": msgspec.structs.replace(_task("e"), status=Status.AWAITING_ACK, ack_attempt=1),
         "f": _task("f", status=Status.PAUSED),
     }
     d = _dispatcher(tasks)

@@ -1,0 +1,506 @@
+"""The task schema, declared once (docs/architecture.md#schema).
+
+:class:`TaskSpec` (what the user asked for) and :class:`Task` (a task as replicated) are msgspec
+Structs; every other shape of a task is derived from their fields here:
+
+- the **create request** (:func:`create_type`): each ``TaskSpec`` field under its JSON name,
+  nullable (null = absent = the default), with the bounds its :func:`rule` states, the upper
+  bounds that are node settings read from the given ``Limits``;
+- the **JSON object** the API returns (:func:`view_type`, :func:`tasks_json`): ``Task``'s fields in
+  order with ``spec`` flattened into them, JSON names from ``msgspec.field(name=...)``, fields
+  marked ``internal`` left out, ``bytes`` fields (pre-encoded JSON) spliced in as ``msgspec.Raw``;
+- the **stored and Raft encoding**: the Structs themselves, ``array_like`` msgpack (fields by
+  position, enums by value; :data:`FORMAT` numbers the layout);
+- the **OpenAPI components** (:func:`openapi_components`) from ``msgspec.json.schema_components``.
+
+So a new field is one line in ``TaskSpec`` (or ``Task``) with a default: the request accepts and
+bounds it, the JSON shows it, ``openapi.json`` documents it, records written before it decode with
+the default (``array_like`` decoding fills missing trailing fields), and records written after it
+are read by an older build that ignores the extra trailing field. Fields are only ever appended.
+
+The cross-field rules (a delayed task has ``interval_ms`` or ``run_at``, the callback host policy,
+the automatic ``max_fails``...) are not shape: :func:`molens.model.validate_create` applies them to
+the decoded request.
+
+Bounds live in ``Meta.extra`` (:func:`rule`), not in ``Meta``'s own constraints, so that decoding a
+stored record checks none of them: a bound tightened in a later version must not make a stored
+task unreadable.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import operator
+import re
+import types
+import typing
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import msgspec
+
+from molens.errors import ValidationError
+
+FORMAT = 2
+"""Version of the stored layout: 1 was the hand-written msgpack lists (enums as indexes), 2 these
+Structs. ``molens.fsm.store`` writes it into the store's ``meta`` and reads format 1 by migrating."""
+
+# -------------------------------------------------------------------------------------------------
+# enums
+
+
+class TaskType(enum.StrEnum):
+    DELAYED = "delayed"
+    PERIODIC = "periodic"
+
+
+class Status(enum.StrEnum):
+    PENDING = "pending"
+    """Waiting for its next occurrence (has a due time unless the task is being dispatched)."""
+    FIRING = "firing"
+    """An occurrence is in flight or waiting for a retry."""
+    AWAITING_ACK = "awaiting_ack"
+    """Callback answered 2xx; the ACK probe is scheduled or in flight."""
+    PAUSED = "paused"
+    DONE = "done"
+    FAILED = "failed"
+    INACTIVE = "inactive"
+
+
+class Reliability(enum.StrEnum):
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"
+
+
+class FireKind(enum.StrEnum):
+    """Value of the ``X-Molens-Kind`` header."""
+
+    CALLBACK = "callback"
+    ACK = "ack"
+
+
+class Outcome(enum.StrEnum):
+    """What a worker (or the Monitor) observed for one HTTP attempt."""
+
+    RESPONSE = "response"
+    """An HTTP response arrived; see the status code."""
+    TIMEOUT = "timeout"
+    NETWORK_ERROR = "network_error"
+    LOST = "lost"
+    """No result before the fire's deadline (worker or leader lost); proposed by the Monitor."""
+
+
+class ExecutionResult(enum.StrEnum):
+    SUCCESS = "success"
+    FAILED = "failed"
+    """Non-2xx answer other than 404."""
+    TIMEOUT = "timeout"
+    NETWORK_ERROR = "network_error"
+    NOT_FOUND = "not_found"
+    LOST = "lost"
+    """at_least_once attempt that produced no result before its deadline; it is fired again."""
+    UNKNOWN = "unknown"
+    """at_most_once fire with no result: it may or may not have been delivered, and never will be again."""
+    ACK_SUCCESS = "ack_success"
+    ACK_FAILED = "ack_failed"
+
+
+# -------------------------------------------------------------------------------------------------
+# the declaration
+
+
+def rule(
+    description: str,
+    *,
+    ge: int | None = None,
+    le: int | str | None = None,
+    min_length: int | None = None,
+    max_length: int | str | None = None,
+    pattern: str | None = None,
+    default: str | None = None,
+    internal: bool = False,
+) -> msgspec.Meta:
+    """A field's description and request bounds. A ``str`` bound or ``default`` names a ``Limits``
+    attribute (a node setting), ``default="rule"`` a default that a rule of
+    :func:`molens.model.validate_create` decides; ``internal`` keeps the field out of the API's JSON."""
+    extra = {
+        k: v
+        for k, v in (
+            ("ge", ge), ("le", le), ("min_length", min_length), ("max_length", max_length),
+            ("pattern", pattern), ("default", default), ("internal", internal or None),
+        )
+        if v is not None
+    }
+    return msgspec.Meta(description=description, extra=extra)
+
+
+class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
+    """A validated create request: what the user asked for, with defaults resolved."""
+
+    type: Annotated[TaskType, rule("delayed fires once; periodic repeats (interval_ms or cron_expr)")]
+    callback_url: Annotated[str, rule("http(s) URL the callback is POSTed to", max_length="max_url_length")]
+    interval_ms: Annotated[
+        int | None,
+        rule(
+            "delayed: delay from creation; periodic: period (>= 1000). "
+            "Required unless run_at (delayed) or cron_expr (periodic)",
+            ge=0,
+            le="max_delay_ms",
+        ),
+    ] = None
+    run_at: Annotated[int | None, rule("delayed only: absolute fire time (epoch ms)", ge=0)] = None
+    cron_expr: Annotated[
+        str | None, rule("periodic only; 5 fields, or 6 with seconds first", max_length="max_cron_length")
+    ] = None
+    timezone: Annotated[str, rule("IANA time zone of cron_expr (default UTC)")] = "UTC"
+    ack_url: Annotated[str | None, rule("delayed at_least_once only", max_length="max_url_length")] = None
+    ack_delay_ms: Annotated[
+        int, rule("Delay of the ACK probe after a 2xx", ge=0, le="max_ack_delay_ms", default="default_ack_delay_ms")
+    ] = 1_000
+    payload_json: Annotated[
+        bytes, rule("Any JSON value; POSTed as the callback body (max_payload_bytes encoded)")
+    ] = msgspec.field(default=b"null", name="payload")
+    """The payload as the exact callback body (compact UTF-8 JSON); see :attr:`payload`."""
+    scene: Annotated[str, rule("Label for grouping and stats", pattern="^[A-Za-z0-9_.-]{1,64}$")] = "default"
+    timeout_ms: Annotated[
+        int, rule("HTTP timeout of one attempt", ge=1, le="max_timeout_ms", default="default_timeout_ms")
+    ] = 5_000
+    max_retries: Annotated[
+        int, rule("Retries of one occurrence", ge=0, le="max_retries", default="default_max_retries")
+    ] = 3
+    max_fails: Annotated[
+        int,
+        rule(
+            "periodic: failed occurrences in a row before inactive (default: an hour's worth, 3..100)",
+            ge=1,
+            le=1_000_000,
+            default="rule",
+        ),
+    ] = 3
+    reliability: Annotated[Reliability, rule("at_least_once (default) or at_most_once")] = Reliability.AT_LEAST_ONCE
+    idempotency_key: Annotated[
+        str | None,
+        rule(
+            "Same key again returns the first task (200 instead of 201)",
+            min_length=1,
+            max_length="max_idempotency_key",
+        ),
+    ] = None
+
+    @property
+    def payload(self) -> Any:
+        """The payload as a JSON value (decoded on each access; the body is kept encoded)."""
+        return msgspec.json.decode(self.payload_json)
+
+
+class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
+    """A task as replicated in the state store.
+
+    ``due_ms`` is the time of the next action (callback occurrence, retry or ACK probe) and is
+    indexed; ``None`` while a fire is in flight or when nothing is scheduled. ``seq`` numbers the
+    current occurrence (fire id ``{id}-{seq}``); ``sched_ms`` is its scheduled instant, from which a
+    periodic task computes the next one (fixed rate). ``attempt`` counts callback attempts of the
+    current occurrence, ``ack_attempt`` ACK probes. ``inflight`` is the fire id in flight, if any.
+    """
+
+    id: Annotated[str, rule("Task id (26 Crockford base32 characters, sorting by creation time)")]
+    spec: TaskSpec
+    status: Annotated[Status, rule("Where the task is in its life (docs/architecture.md#state-machine)")]
+    created_ms: Annotated[int, rule("epoch ms")] = msgspec.field(name="created_at")
+    updated_ms: Annotated[int, rule("epoch ms")] = msgspec.field(name="updated_at")
+    due_ms: Annotated[int | None, rule("epoch ms of the next action (null while firing)")] = msgspec.field(
+        name="next_run_at"
+    )
+    sched_ms: Annotated[int, rule("Scheduled instant of the current occurrence", internal=True)]
+    seq: Annotated[int, rule("Current occurrence; X-Fire-ID is {id}-{seq}")] = 1
+    attempt: Annotated[int, rule("Callback attempts of the current occurrence")] = 0
+    ack_attempt: Annotated[int, rule("ACK probes of the current occurrence")] = 0
+    fail_count: Annotated[int, rule("Failed occurrences in a row (periodic)")] = 0
+    inflight: Annotated[str | None, rule("Fire id in flight", internal=True)] = None
+    last_result: Annotated[ExecutionResult | None, rule("Outcome of the last attempt")] = msgspec.field(
+        default=None, name="last_execution_result"
+    )
+    last_status_code: Annotated[int | None, rule("HTTP status of the last attempt")] = None
+    last_response: Annotated[str | None, rule("First 512 bytes of the last response")] = None
+    last_fire_ms: Annotated[int | None, rule("epoch ms of the last attempt")] = msgspec.field(
+        default=None, name="last_fire_at"
+    )
+
+    @property
+    def fire_id(self) -> str:
+        return f"{self.id}-{self.seq}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object the REST API returns, as Python values (times are epoch ms)."""
+        out: dict[str, Any] = msgspec.json.decode(task_json(self))
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Task:
+        """Inverse of :meth:`to_json` (internal fields: ``sched_ms`` from ``sched_at`` or the next
+        run, ``inflight`` none)."""
+        return _from_view(cls, d)
+
+
+# -------------------------------------------------------------------------------------------------
+# derivations
+
+
+@typing.no_type_check
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _split(hint: Any) -> tuple[Any, dict[str, Any], str]:
+    """``(bare type, rule extra, description)`` of an ``Annotated[T, rule(...)]`` hint."""
+    if typing.get_origin(hint) is Annotated:
+        bare, *metas = typing.get_args(hint)
+        extra: dict[str, Any] = {}
+        desc = ""
+        for m in metas:
+            if isinstance(m, msgspec.Meta):
+                extra.update(m.extra or {})
+                desc = m.description or desc
+        return bare, extra, desc
+    return hint, {}, ""
+
+
+def _non_null(t: Any) -> Any:
+    """``T`` of ``T | None``; ``t`` itself otherwise."""
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(t) if a is not type(None)]
+        return args[0] if len(args) == 1 else t
+    return t
+
+
+def _bound(v: int | str | None, limits: Any) -> int | None:
+    return getattr(limits, v) if isinstance(v, str) else v
+
+
+@functools.cache
+def create_type(limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> type[msgspec.Struct]:
+    """The create request for a node with ``limits``: every ``spec_type`` field under its JSON
+    name, nullable, with its bounds; unknown fields refused."""
+    fields: list[tuple[str, Any, Any]] = []
+    hints = _hints(spec_type)
+    for f in msgspec.structs.fields(spec_type):
+        bare, extra, desc = _split(hints[f.name])
+        inner = _non_null(bare)
+        if inner is bytes:
+            raw_t: Any = Annotated[msgspec.Raw | msgspec.UnsetType, msgspec.Meta(description=desc)]
+            fields.append((f.encode_name, raw_t, msgspec.UNSET))
+            continue
+        cons: dict[str, Any] = {}
+        for k in ("ge", "le", "min_length", "max_length", "pattern"):
+            v = extra.get(k)
+            if v is not None:
+                cons[k] = _bound(v, limits) if k != "pattern" else v
+        required = f.required
+        bounded: Any = Annotated[inner, msgspec.Meta(**cons)] if cons else inner
+        typ: Any = Annotated[bounded if required else bounded | None, msgspec.Meta(description=desc)]
+        fields.append((f.encode_name, typ, msgspec.NODEFAULT if required else None))
+    return msgspec.defstruct(
+        "TaskCreate", fields, forbid_unknown_fields=True, frozen=True, kw_only=True,
+        module=__name__,
+    )
+
+
+def _plain(v: Any) -> Any:
+    return v.value if isinstance(v, enum.Enum) else v
+
+
+def spec_defaults(limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> dict[str, Any]:
+    """Each ``spec_type`` field's value when a request leaves it out (``Limits`` defaults applied)."""
+    out: dict[str, Any] = {}
+    hints = _hints(spec_type)
+    for f in msgspec.structs.fields(spec_type):
+        _, extra, _ = _split(hints[f.name])
+        if extra.get("default", "rule") != "rule":
+            out[f.name] = getattr(limits, extra["default"])
+        elif f.default is not msgspec.NODEFAULT:
+            out[f.name] = f.default
+    return out
+
+
+class _View:
+    """The JSON object of a ``task_type``: its fields, and one getter that reads them all."""
+
+    def __init__(self, task_type: type[Task]) -> None:
+        hints = _hints(task_type)
+        fields: list[tuple[str, Any]] = []
+        paths: list[str] = []
+        self._raw: list[int] = []
+        for f in msgspec.structs.fields(task_type):
+            bare, extra, desc = _split(hints[f.name])
+            if extra.get("internal"):
+                continue
+            if isinstance(bare, type) and issubclass(bare, msgspec.Struct):  # the spec, flattened
+                shints = _hints(bare)
+                for sf in msgspec.structs.fields(bare):
+                    sbare, sextra, sdesc = _split(shints[sf.name])
+                    if sextra.get("internal"):
+                        continue
+                    if _non_null(sbare) is bytes:
+                        self._raw.append(len(fields))
+                        sbare = Any
+                    fields.append((sf.encode_name, Annotated[sbare, msgspec.Meta(description=sdesc)]))
+                    paths.append(f"{f.name}.{sf.name}")
+                continue
+            fields.append((f.encode_name, Annotated[bare, msgspec.Meta(description=desc)]))
+            paths.append(f.name)
+        self.type: type[msgspec.Struct] = msgspec.defstruct("Task", fields, module=__name__)
+        self._get = operator.attrgetter(*paths)
+
+    def render(self, t: Task) -> msgspec.Struct:
+        v = list(self._get(t))
+        for i in self._raw:
+            v[i] = msgspec.Raw(v[i])
+        return self.type(*v)
+
+
+@functools.cache
+def view(task_type: type[Task] = Task) -> _View:
+    return _View(task_type)
+
+
+def view_type(task_type: type[Task] = Task) -> type[msgspec.Struct]:
+    """The JSON object of a task (what GET /tasks/{id} returns)."""
+    return view(task_type).type
+
+
+_JSON = msgspec.json.Encoder()
+
+
+def task_json(t: Task) -> bytes:
+    """The task's JSON object (compact UTF-8, the stored payload bytes spliced in)."""
+    return _JSON.encode(view(type(t)).render(t))
+
+
+def tasks_json(tasks: Sequence[Task | None]) -> bytes:
+    """``[task_json(t) or null, ...]`` as one JSON array."""
+    return _JSON.encode([None if t is None else view(type(t)).render(t) for t in tasks])
+
+
+def _from_view(cls: type[Task], d: dict[str, Any]) -> Task:
+    hints = _hints(cls)
+    spec_cls = _hints(cls)["spec"]
+    spec_kw = {}
+    for sf in msgspec.structs.fields(spec_cls):
+        v = d[sf.encode_name]
+        spec_kw[sf.name] = msgspec.json.encode(v) if _non_null(_split(_hints(spec_cls)[sf.name])[0]) is bytes else v
+    kw: dict[str, Any] = {"spec": _convert(spec_kw, spec_cls)}
+    for f in msgspec.structs.fields(cls):
+        if f.name == "spec" or _split(hints[f.name])[1].get("internal"):
+            continue
+        kw[f.name] = d[f.encode_name]
+    kw["sched_ms"] = d.get("sched_at", d["next_run_at"] or d["created_at"])
+    task: Task = _convert(kw, cls)
+    return task
+
+
+def _convert(kw: dict[str, Any], cls: type[Any]) -> Any:
+    """``cls`` (an ``array_like`` Struct) from field values by name, types checked."""
+    return msgspec.convert([kw.get(f.name, f.default) for f in msgspec.structs.fields(cls)], cls)
+
+
+def openapi_components(
+    limits: Any, spec_type: type[TaskSpec] = TaskSpec, task_type: type[Task] = Task
+) -> dict[str, Any]:
+    """JSON Schema of ``TaskCreate`` and ``Task`` (refs as ``#/components/schemas/{name}``); a
+    request field's ``default`` is the value a node with ``limits`` uses when it is left out."""
+    (_, _), comps = msgspec.json.schema_components(
+        [create_type(limits, spec_type), view_type(task_type)], ref_template="#/components/schemas/{name}"
+    )
+    props = comps["TaskCreate"]["properties"]
+    defaults = spec_defaults(limits, spec_type)
+    for f in msgspec.structs.fields(spec_type):
+        p = props[f.encode_name]
+        p.pop("default", None)
+        d = defaults.get(f.name)
+        by_rule = _split(_hints(spec_type)[f.name])[1].get("default") == "rule"
+        if d is not None and not f.required and not isinstance(d, bytes) and not by_rule:
+            p["default"] = _plain(d)
+    return comps
+
+
+# -------------------------------------------------------------------------------------------------
+# msgspec's errors, as the API's
+
+
+_AT = re.compile(r" - at `\$(?:\[\d+\])?\.?(?P<path>[^`]*)`$")
+_TYPE_NAMES = {"int": "an integer", "str": "a string", "float": "a number", "bool": "a boolean",
+               "null": "null", "array": "an array", "object": "an object"}
+
+
+def _kind(spec: str) -> str:
+    names = [_TYPE_NAMES.get(p.strip(), p.strip()) for p in spec.split("|") if p.strip() != "null"]
+    return " or ".join(names) or "null"
+
+
+def request_error(exc: msgspec.MsgspecError, limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> ValidationError:
+    """The :class:`ValidationError` (naming the field) for a create request msgspec refused."""
+    msg = str(exc)
+    if not isinstance(exc, msgspec.ValidationError):  # malformed JSON (ValidationError subclasses DecodeError)
+        if "truncated" in msg:
+            msg = "truncated, or a string holds a lone UTF-16 surrogate"
+        return ValidationError(f"request body is not valid JSON: {msg}", "body")
+    m = _AT.search(msg)
+    field = m.group("path") if m else None
+    what = msg[: m.start()] if m else msg
+    if mm := re.fullmatch(r"Object contains unknown field `(.*)`", what, re.S):
+        return ValidationError(f"unknown field {mm.group(1)!r}", mm.group(1))
+    if mm := re.fullmatch(r"Object missing required field `(.*)`", what, re.S):
+        return ValidationError(f"{mm.group(1)} is required", mm.group(1))
+    if field is None:
+        if mm := re.fullmatch(r"Expected `object`, got `(\w+)`", what):
+            return ValidationError(f"the body must be a JSON object (one task), got {mm.group(1)}", "body")
+        return ValidationError(what, None)
+    if mm := re.fullmatch(r"Expected `([^`]*)`, got `(\w+)`", what):
+        got = _TYPE_NAMES.get(mm.group(2), mm.group(2)).split(" ")[-1]
+        return ValidationError(f"{field} must be {_kind(mm.group(1))}, got {got}", field)
+    if what.startswith("Invalid enum value"):
+        f = next((f for f in msgspec.structs.fields(spec_type) if f.encode_name == field), None)
+        if f is not None:
+            bare = _non_null(_split(_hints(spec_type)[f.name])[0])
+            if isinstance(bare, type) and issubclass(bare, enum.Enum):
+                allowed = " or ".join(repr(e.value) for e in bare)
+                return ValidationError(f"{field} must be {allowed}", field)
+    for f in msgspec.structs.fields(spec_type):
+        if f.encode_name != field:
+            continue
+        _, extra, _ = _split(_hints(spec_type)[f.name])
+        if "pattern" in extra and "regex" in what:
+            return ValidationError(f"{field} must match {extra['pattern'].strip('^$')}", field)
+        if "length" in what:
+            lo, hi = extra.get("min_length", 0), _bound(extra.get("max_length"), limits)
+            if hi is None:
+                return ValidationError(f"{field} must be at least {lo} characters", field)
+            return ValidationError(f"{field} must be {lo}..{hi} characters", field)
+        if "ge" in extra or "le" in extra:
+            lo, hi = extra.get("ge"), _bound(extra.get("le"), limits)
+            rng = f"{lo}..{hi}" if lo is not None and hi is not None else (f">= {lo}" if lo is not None else f"<= {hi}")
+            return ValidationError(f"{field} must be in {rng}", field)
+    return ValidationError(f"{field}: {what}", field)
+
+
+__all__ = [
+    "FORMAT",
+    "ExecutionResult",
+    "FireKind",
+    "Outcome",
+    "Reliability",
+    "Status",
+    "Task",
+    "TaskSpec",
+    "TaskType",
+    "create_type",
+    "openapi_components",
+    "request_error",
+    "rule",
+    "spec_defaults",
+    "task_json",
+    "tasks_json",
+    "view",
+    "view_type",
+]
