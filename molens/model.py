@@ -71,6 +71,7 @@ from molens.schema import (
     create_type,
     request_error,
     spec_defaults,
+    spec_fields,
     tasks_json,
 )
 
@@ -444,7 +445,7 @@ def decode_create(
         if isinstance(e, RecursionError):
             raise ValidationError("request body is nested too deeply", "body") from None
         raise request_error(e, limits, spec_type) from None
-    fields = msgspec.structs.fields(spec_type)
+    fields = spec_fields(spec_type)
     given: dict[str, Any] = {f.encode_name: getattr(req, f.encode_name) for f in fields}
     if given["payload"] is msgspec.UNSET:
         given["payload"] = None

@@ -247,7 +247,7 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
 # derivations
 
 
-@typing.no_type_check
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls, include_extras=True)
 
@@ -310,8 +310,15 @@ def _plain(v: Any) -> Any:
     return v.value if isinstance(v, enum.Enum) else v
 
 
+@functools.cache
+def spec_fields(spec_type: type[TaskSpec] = TaskSpec) -> tuple[msgspec.structs.FieldInfo, ...]:
+    return msgspec.structs.fields(spec_type)
+
+
+@functools.cache
 def spec_defaults(limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> dict[str, Any]:
-    """Each ``spec_type`` field's value when a request leaves it out (``Limits`` defaults applied)."""
+    """Each ``spec_type`` field's value when a request leaves it out (``Limits`` defaults applied).
+    Cached: the caller copies it."""
     out: dict[str, Any] = {}
     hints = _hints(spec_type)
     for f in msgspec.structs.fields(spec_type):
