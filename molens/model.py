@@ -116,6 +116,18 @@ class Limits:
     max_cron_length: int = 256
 
 
+MAX_EPOCH_MS = 253_402_300_799_999
+"""The last millisecond of year 9999 (UTC): the largest time any field or parameter may hold, so
+that every time can be stored (SQLite, msgpack int64) and shown as a date."""
+
+
+def check_epoch_ms(v: int, name: str) -> int:
+    """``v`` if it is a time this API supports (0..:data:`MAX_EPOCH_MS`); else a ValidationError."""
+    if not 0 <= v <= MAX_EPOCH_MS:
+        raise ValidationError(f"{name} must be epoch ms in 0..{MAX_EPOCH_MS} (up to year 9999), got {v}", name)
+    return v
+
+
 DEFAULT_POLICY = CallbackPolicy()
 DEFAULT_LIMITS = Limits()
 
@@ -277,9 +289,36 @@ def _host_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
             except OSError:
                 return None
         return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        return _embedded_ipv4(ip) or ip
     return ip
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries and reaches: IPv4-mapped (``::ffff:a.b.c.d``),
+    IPv4-compatible (``::a.b.c.d``), NAT64 (``64:ff9b::/96``, and RFC 8215's local-use
+    ``64:ff9b:1::/48`` in the RFC 6052 /48 layout), 6to4 (``2002::/16``) and Teredo (the client).
+    The host policy is applied to that IPv4 address: ``[::169.254.169.254]`` is the metadata
+    address."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    n = int(ip)
+    if n >> 32 == 0 and n > 1:  # ::a.b.c.d (:: and ::1 are not IPv4)
+        return ipaddress.IPv4Address(n)
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(n & 0xFFFFFFFF)
+    if ip in _NAT64_LOCAL:  # RFC 6052 prefix /48: IPv4 in bits 48..63 and 72..87
+        b = ip.packed
+        return ipaddress.IPv4Address(bytes((b[6], b[7], b[9], b[10])))
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    return None
 
 
 def _host_matches(host: str, patterns: tuple[str, ...]) -> bool:
@@ -319,6 +358,10 @@ def _check_url_str(url: str, name: str, policy: CallbackPolicy, limits: Limits) 
         raise ValidationError(f"{name} is longer than {limits.max_url_length} characters", name)
     if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
         raise ValidationError(f"{name} contains whitespace or control characters", name)
+    if "\\" in url:  # parsers disagree on it: http://127.0.0.1\@evil.com/ is either host
+        raise ValidationError(f"{name} contains a backslash; write %5C if the path needs one", name)
+    if _bad_text(url):
+        raise ValidationError(f"{name} holds a lone UTF-16 surrogate", name)
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -327,6 +370,12 @@ def _check_url_str(url: str, name: str, policy: CallbackPolicy, limits: Limits) 
     scheme = parts.scheme.lower()
     if scheme not in policy.schemes:
         raise ValidationError(f"{name} must be an {' or '.join(policy.schemes)} URL", name)
+    if "@" in parts.netloc:
+        raise ValidationError(
+            f"{name} must not hold credentials (user:password@host): they would be stored and shown "
+            "with the task; let the receiver check X-Molens-Signature instead",
+            name,
+        )
     host = (parts.hostname or "").lower().rstrip(".")
     if not host:
         raise ValidationError(f"{name} has no host", name)
@@ -553,6 +602,8 @@ __all__ = [
     "ValidationError",
     "address_denial",
     "auto_max_fails",
+    "MAX_EPOCH_MS",
+    "check_epoch_ms",
     "check_url",
     "decode_create",
     "encode_payload",

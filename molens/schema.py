@@ -109,6 +109,8 @@ class ExecutionResult(enum.StrEnum):
 # -------------------------------------------------------------------------------------------------
 # the declaration
 
+_MAX_EPOCH_MS = 253_402_300_799_999  # molens.model.MAX_EPOCH_MS: the end of year 9999
+
 
 def rule(
     description: str,
@@ -149,7 +151,10 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
             le="max_delay_ms",
         ),
     ] = None
-    run_at: Annotated[int | None, rule("delayed only: absolute fire time (epoch ms)", ge=0)] = None
+    run_at: Annotated[
+        int | None,
+        rule("delayed only: absolute fire time (epoch ms), at most max_delay_ms from now", ge=0, le=_MAX_EPOCH_MS),
+    ] = None
     cron_expr: Annotated[
         str | None, rule("periodic only; 5 fields, or 6 with seconds first", max_length="max_cron_length")
     ] = None

@@ -147,7 +147,7 @@ def _batch_items(body: bytes) -> list[msgspec.Raw]:
 
 def _header_text(name: str) -> str | None:
     """A request header as text: WSGI hands headers over as latin-1; the bytes must be UTF-8."""
-    raw = bottle.request.get_header(name)
+    raw = bottle.request.environ.get("HTTP_" + name.upper().replace("-", "_"))
     if raw is None:
         return None
     try:
@@ -173,14 +173,29 @@ def encode_cursor(kind: str, position: str) -> str:
 
 
 def decode_cursor(kind: str, cursor: str) -> str:
+    """The position in a cursor of ``kind``; anything this API did not issue is refused (strictly:
+    base64url of ASCII ``kind:position``, a position of printable ASCII)."""
+    bad = ValidationError("cursor is not a cursor this API issued", "cursor")
+    if not _CURSOR_RE.fullmatch(cursor):
+        raise bad
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValidationError("cursor is not a cursor this API issued", "cursor") from None
+        raise bad from None
     k, sep, pos = raw.partition(":")
-    if not sep or k != kind or not pos:
-        raise ValidationError("cursor is not a cursor this API issued", "cursor")
+    if not sep or k != kind or not pos or not pos.isascii() or not pos.isprintable():
+        raise bad
     return pos
+
+
+_CURSOR_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
+_INT_RE = re.compile(r"-?[0-9]{1,20}")
+_ROW_ID_RE = re.compile(r"[0-9]{1,18}")
+
+
+def _quote(s: str, n: int = 40) -> str:
+    """``s`` for an error message: cut to ``n`` characters, non-printable ones escaped."""
+    return ascii(s[:n])
 
 
 # -------------------------------------------------------------------------------------------------
@@ -269,9 +284,10 @@ class Api:
         return exc.http_status, exc.to_json()
 
     def _check_auth(self) -> None:
-        h = bottle.request.get_header("Authorization", "")
+        # the header's bytes as sent (WSGI hands them over as latin-1), never decoded as UTF-8
+        h = str(bottle.request.environ.get("HTTP_AUTHORIZATION", ""))
         scheme, _, token = h.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._token):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("latin-1"), self._token):
             raise Unauthorized()
 
     def read_json(self) -> Any:
@@ -307,25 +323,41 @@ class Api:
     # ------------------------------------------------------------------ query parameters
 
     @staticmethod
-    def q_int(name: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
+    def q_raw(name: str) -> str | None:
+        """A query parameter as given; ``None`` when absent; an empty value is refused (a client
+        that means "no filter" leaves the parameter out)."""
         raw = bottle.request.query.get(name)
-        if raw is None or raw == "":
+        if raw is not None and raw == "":
+            raise ValidationError(f"{name} is empty; leave it out for the default", name)
+        return None if raw is None else str(raw)
+
+    @staticmethod
+    def q_int(name: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
+        """An integer parameter: ASCII digits only (no sign other than '-', no spaces, no '_')."""
+        raw = Api.q_raw(name)
+        if raw is None:
             return default
-        try:
-            v = int(raw, 10)
-        except ValueError:
-            raise ValidationError(f"{name} must be an integer, got {raw[:40]!r}", name) from None
+        if not _INT_RE.fullmatch(raw):
+            raise ValidationError(f"{name} must be an integer, got {_quote(raw)}", name)
+        v = int(raw, 10)
         if v < lo or (hi is not None and v > hi):
             rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-            raise ValidationError(f"{name} must be in {rng}, got {v}", name)
+            raise ValidationError(f"{name} must be in {rng}, got {_quote(raw)}", name)
         return v
 
     @staticmethod
+    def q_ms(name: str, default: int | None) -> int | None:
+        """An epoch-ms parameter (0 .. the end of year 9999)."""
+        return Api.q_int(name, default, 0, model.MAX_EPOCH_MS)
+
+    @staticmethod
     def q_str(name: str) -> str | None:
+        if Api.q_raw(name) is None:
+            return None
         raw = bottle.request.query.getunicode(name)
-        if raw is None and name in bottle.request.query:
+        if raw is None:
             raise ValidationError(f"{name} is not valid UTF-8", name)
-        return raw if raw else None
+        return str(raw)
 
     def q_limit(self) -> int:
         v = self.q_int("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
@@ -379,9 +411,19 @@ def _install_tasks(api: Api) -> None:
         items: list[CreateItem] = []
         errors: list[tuple[int, MolensError]] = []
         ids = ctx.new_task_ids(len(tasks))
+        keys: dict[str, int] = {}
         for i, t in enumerate(tasks):
             try:
-                items.append(CreateItem(ids[i], validate(t, now)))
+                spec = validate(t, now)
+                k = spec.idempotency_key
+                if k is not None:
+                    if k in keys:
+                        raise ValidationError(
+                            f"idempotency_key {_quote(k)} is also the key of item {keys[k]} of this batch",
+                            "idempotency_key",
+                        )
+                    keys[k] = i
+                items.append(CreateItem(ids[i], spec))
             except ValidationError as exc:
                 if exc.field == "body":  # the item itself, not the request body
                     exc = ValidationError(exc.message.replace("the body must be a JSON object (one task)", "a task must be a JSON object"), None)
@@ -410,7 +452,6 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("GET", f"{PREFIX}/tasks")
     def list_tasks() -> tuple[int, Any]:
-        q = bottle.request.query
         statuses: set[str] | None = None
         raw_status = api.q_str("status")
         if raw_status:
@@ -433,7 +474,7 @@ def _install_tasks(api: Api) -> None:
         url_l = url.lower() if url else None
         limit = api.q_limit()
         after = ""
-        raw_cursor = q.get("cursor")
+        raw_cursor = api.q_raw("cursor")
         if raw_cursor:
             after = decode_cursor("t", raw_cursor)
             if not model.is_task_id(after):
@@ -497,15 +538,15 @@ def _install_executions(api: Api) -> None:
             except ValueError:
                 allowed = ", ".join(x.value for x in ExecutionResult)
                 raise ValidationError(f"result must be one of {allowed}", "result") from None
-        since = api.q_int("since", None, 0)
-        until = api.q_int("until", None, 0)
+        since = api.q_ms("since", None)
+        until = api.q_ms("until", None)
         if since is not None and until is not None and until < since:
             raise ValidationError("until must not be before since", "until")
-        raw_cursor = bottle.request.query.get("cursor")
+        raw_cursor = api.q_raw("cursor")
         cursor = None
         if raw_cursor:
             cursor = decode_cursor("e", raw_cursor)
-            if not cursor.isdigit():
+            if not _ROW_ID_RE.fullmatch(cursor):
                 raise ValidationError("cursor is not a cursor this API issued", "cursor")
         page = ctx.history.list_executions(
             task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=cursor, limit=api.q_limit()
@@ -567,9 +608,9 @@ def _install_cluster(api: Api) -> None:
     @api.route("GET", f"{PREFIX}/stats/urls")
     def url_stats() -> tuple[int, Any]:
         now = ctx.now_ms()
-        until = api.q_int("until", now, 0)
+        until = api.q_ms("until", now)
         assert until is not None
-        since = api.q_int("since", until - DEFAULT_STATS_WINDOW_MS, 0)
+        since = api.q_ms("since", max(0, until - DEFAULT_STATS_WINDOW_MS))
         assert since is not None
         if until <= since:
             raise ValidationError("until must be after since", "until")
@@ -672,6 +713,15 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
 
     for code in (400, 404, 405, 413, 500):
         app.error_handler[code] = json_error
+
+    def batch_takes_post_only() -> bytes:
+        # a static route: without it GET /tasks/batch reached GET /tasks/{task_id} ("task batch not found")
+        bottle.response.status = 405
+        bottle.response.set_header("Allow", "POST")
+        bottle.response.content_type = _JSON_CT
+        return _dumps(MethodNotAllowed(f"{PREFIX}/tasks/batch takes POST only").to_json())
+
+    app.route(f"{PREFIX}/tasks/batch", ["GET", "PUT", "PATCH", "DELETE", "OPTIONS"], batch_takes_post_only)
     _install_tasks(api)
     _install_executions(api)
     _install_cluster(api)

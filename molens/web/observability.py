@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo
 import bottle
 import urllib3
 
-from molens.model import TaskType, ValidationError
+from molens.model import TaskType, ValidationError, check_epoch_ms
 from molens.schedule import cron
 from molens.web import heatmap, metrics
 from molens.web.errors import NoLeader, Unavailable
@@ -90,14 +90,14 @@ def install_observability(api: Api) -> None:
                 raise ValidationError(f"unknown parameter {k[:40]!r}", k[:64])
         now = ctx.now_ms()
         count = api.q_int("count", DEFAULT_PREVIEW, 1, MAX_PREVIEW)
-        after = api.q_int("after", now, 0)
+        after = api.q_ms("after", now)
         assert count is not None and after is not None
         return 200, preview(
             api.q_str("type") or TaskType.PERIODIC.value,
             cron_expr=api.q_str("cron_expr"),
             timezone=api.q_str("timezone"),
             interval_ms=api.q_int("interval_ms", None, 0),
-            run_at=api.q_int("run_at", None, 0),
+            run_at=api.q_ms("run_at", None),
             count=count,
             after_ms=after,
             min_period_ms=ctx.settings.limits.min_period_ms,
@@ -114,8 +114,9 @@ def from_leader(leader_url: str) -> bottle.HTTPResponse:
     req = bottle.request
     qs = req.query_string
     url = leader_url.rstrip("/") + req.path + (f"?{qs}" if qs else "")
-    headers = {"Accept": req.get_header("Accept", "*/*")}
-    auth = req.get_header("Authorization")
+    env = req.environ  # headers as sent (latin-1 strings), passed on without decoding them as UTF-8
+    headers = {"Accept": env.get("HTTP_ACCEPT", "*/*")}
+    auth = env.get("HTTP_AUTHORIZATION")
     if auth:
         headers["Authorization"] = auth
     try:
@@ -182,6 +183,8 @@ def preview(
             raise ValidationError(str(e), e.field) from None
         except ValueError as e:
             raise ValidationError(str(e) or "invalid schedule", "cron_expr") from None
+    for ms in items:
+        check_epoch_ms(ms, "run_at" if run_at is not None else "after")
     zone = ZoneInfo(tz)
     local = [datetime.fromtimestamp(ms / 1000, UTC).astimezone(zone).isoformat(timespec="milliseconds") for ms in items]
     return {"items": items, "local": local, "timezone": tz, "after": after_ms}

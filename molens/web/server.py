@@ -6,6 +6,13 @@ lets requests in progress finish (bounded), then closes every connection and joi
 threads. ``threads`` bounds concurrent requests; the built-in test endpoints hold a thread for
 100 ms each, so size it for the callback rate they must absorb.
 
+HTTP framing is strict: a request with both ``Content-Length`` and ``Transfer-Encoding`` is refused
+with 400 and its connection closed (RFC 9112 section 6.3: a proxy in front that trusted the length
+would otherwise see a different next request than waitress does: request smuggling); waitress
+itself refuses duplicate or invalid ``Content-Length`` and unknown transfer codings, and closes the
+connection after each of its own errors. Those errors (400, 413, 431, 501 for requests it cannot
+parse) carry the API's JSON error body too, code ``http_error`` (:class:`_JsonErrorTask`).
+
 ``python -m molens.web.server --data-dir DIR [--port P]`` serves the API over a
 :class:`~molens.web.local_context.LocalContext` (no Raft, nothing fires): for the SDK's tests, the
 ingest benchmark and API development.
@@ -14,6 +21,7 @@ ingest benchmark and API development.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import threading
@@ -23,11 +31,40 @@ from typing import Any
 
 import bottle
 from waitress import wasyncore
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import create_server
+from waitress.task import ErrorTask
 
 from molens.config import HttpConfig
 
 log = logging.getLogger(__name__)
+
+
+class _StrictParser(HTTPRequestParser):  # type: ignore[misc]
+    def parse_header(self, header_plus: bytes) -> None:
+        super().parse_header(header_plus)
+        if self.chunked and "CONTENT_LENGTH" in self.headers:
+            raise ParsingError("a request must not have both Content-Length and Transfer-Encoding")
+
+
+class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
+    """waitress's own error answers in the API's error shape (it closes the connection after)."""
+
+    def execute(self) -> None:
+        e = self.request.error
+        message = f"{e.reason}: {e.body}"[:300]
+        body = json.dumps({"error": {"code": "http_error", "message": message}}).encode()
+        self.status = f"{e.code} {e.reason}"
+        self.response_headers.append(("Content-Type", "application/json"))
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
+class _StrictChannel(HTTPChannel):  # type: ignore[misc]
+    parser_class = _StrictParser
+    error_task_class = _JsonErrorTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +106,7 @@ class ApiServer:
             expose_tracebacks=False,
             asyncore_use_poll=True,
         )
+        self._server.channel_class = _StrictChannel
         self.port: int = self._server.effective_port
         self.host: str = o.host
         self._stop = threading.Event()
