@@ -122,6 +122,7 @@ def rule(
     pattern: str | None = None,
     default: str | None = None,
     internal: bool = False,
+    format: str | None = None,
 ) -> msgspec.Meta:
     """A field's description and request bounds. A ``str`` bound or ``default`` names a ``Limits``
     attribute (a node setting), ``default="rule"`` a default that a rule of
@@ -130,7 +131,7 @@ def rule(
         k: v
         for k, v in (
             ("ge", ge), ("le", le), ("min_length", min_length), ("max_length", max_length),
-            ("pattern", pattern), ("default", default), ("internal", internal or None),
+            ("pattern", pattern), ("default", default), ("internal", internal or None), ("format", format),
         )
         if v is not None
     }
@@ -141,7 +142,9 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     """A validated create request: what the user asked for, with defaults resolved."""
 
     type: Annotated[TaskType, rule("delayed fires once; periodic repeats (interval_ms or cron_expr)")]
-    callback_url: Annotated[str, rule("http(s) URL the callback is POSTed to", max_length="max_url_length")]
+    callback_url: Annotated[
+        str, rule("http(s) URL the callback is POSTed to", max_length="max_url_length", format="uri")
+    ]
     interval_ms: Annotated[
         int | None,
         rule(
@@ -159,7 +162,9 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         str | None, rule("periodic only; 5 fields, or 6 with seconds first", max_length="max_cron_length")
     ] = None
     timezone: Annotated[str, rule("IANA time zone of cron_expr (default UTC)")] = "UTC"
-    ack_url: Annotated[str | None, rule("delayed at_least_once only", max_length="max_url_length")] = None
+    ack_url: Annotated[
+        str | None, rule("delayed at_least_once only", max_length="max_url_length", format="uri")
+    ] = None
     ack_delay_ms: Annotated[
         int, rule("Delay of the ACK probe after a 2xx", ge=0, le="max_ack_delay_ms", default="default_ack_delay_ms")
     ] = 1_000
@@ -302,6 +307,8 @@ def create_type(limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> type[msgsp
             if v is not None:
                 cons[k] = _bound(v, limits) if k != "pattern" else v
         required = f.required
+        if "format" in extra:
+            cons["extra_json_schema"] = {"format": extra["format"]}
         bounded: Any = Annotated[inner, msgspec.Meta(**cons)] if cons else inner
         typ: Any = Annotated[bounded if required else bounded | None, msgspec.Meta(description=desc)]
         fields.append((f.encode_name, typ, msgspec.NODEFAULT if required else None))

@@ -63,6 +63,9 @@ def _err(*codes: int) -> dict[str, Any]:
 
 
 def _param(name: str, where: str, schema: dict[str, Any], description: str, required: bool = False) -> dict[str, Any]:
+    """A parameter; a string in the query is never empty (an empty value is refused: leave it out)."""
+    if where == "query" and schema.get("type") == "string" and "enum" not in schema:
+        schema = {"minLength": 1, **schema}
     return {"name": name, "in": where, "required": required or where == "path", "schema": schema, "description": description}
 
 
@@ -347,6 +350,20 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+_TASK_LINKS = {
+    name: {"operationId": op, "parameters": {"task_id": "$response.body#/id"}, "description": f"{name} this task"}
+    for name, op in (
+        ("Get", "getTask"),
+        ("Pause", "pauseTask"),
+        ("Resume", "resumeTask"),
+        ("Trigger", "triggerTask"),
+        ("Executions", "listTaskExecutions"),
+        ("Delete", "deleteTask"),
+    )
+}
+"""The operations a created task's id leads to (OpenAPI links: clients and fuzzers follow them)."""
+
+
 def _paths() -> dict[str, Any]:
     task_ok = _ok(_ref("Task"))
     open_: dict[str, Any] = {"security": []}
@@ -378,8 +395,8 @@ def _paths() -> dict[str, Any]:
                 ],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("TaskCreate")}}},
                 "responses": {
-                    "201": _ok(_ref("Task"), "Created"),
-                    "200": _ok(_ref("Task"), "The idempotency key matched an existing task"),
+                    "201": {**_ok(_ref("Task"), "Created"), "links": _TASK_LINKS},
+                    "200": {**_ok(_ref("Task"), "The idempotency key matched an existing task"), "links": _TASK_LINKS},
                     **_err(400, 413, 415, *_WRITE_ERRORS),
                 },
             },
@@ -410,7 +427,10 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "201": _ok(_ref("BatchCreateResponse"), "Created (at least one new task)"),
                     "200": _ok(_ref("BatchCreateResponse"), "Every item matched an existing idempotency key"),
-                    "400": _json(_ref("BatchCreateError"), "Invalid batch; nothing created"),
+                    "400": _json(
+                        {"anyOf": [_ref("BatchCreateError"), _ref("Error")]},
+                        "Invalid batch; nothing created: BatchCreateError lists the bad items, Error a bad body",
+                    ),
                     **_err(413, 415, *_WRITE_ERRORS),
                 },
             }
@@ -502,7 +522,7 @@ def _paths() -> dict[str, Any]:
                 "summary": "The time wheel's occupancy as a PNG heatmap",
                 "tags": ["stats"],
                 "parameters": [
-                    _param("level", "query", {"type": "integer", "minimum": 0}, "Only this level (default: all)"),
+                    _param("level", "query", {"type": "integer", "minimum": 0, "maximum": 63}, "Only this level (default: all)"),
                     _param(
                         "width", "query", {"type": "integer", "minimum": 400, "maximum": 4000, "default": 800}, "Pixels"
                     ),
