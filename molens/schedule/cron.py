@@ -2,22 +2,26 @@
 
 Expressions: 5 fields ``minute hour day-of-month month day-of-week``, or 6 with **seconds first**
 (``second minute hour dom month dow``). Lists, ranges, steps, month/day names, ``?``, ``L``, ``W``
-and ``#`` follow croniter (day-of-month and day-of-week OR-ed, as Vixie cron). Also accepted, as
-their 5-field equivalents: ``@yearly``/``@annually`` ``0 0 1 1 *``, ``@monthly`` ``0 0 1 * *``,
-``@weekly`` ``0 0 * * 0``, ``@daily``/``@midnight`` ``0 0 * * *``, ``@hourly`` ``0 * * * *``.
-Refused: 7 fields (years), croniter's hashed ``H`` and random ``R`` (replicas would disagree), and
-expressions that never fire.
+and ``#`` follow croniter; ``5L``/``friL`` (the last Friday, Quartz's and cronsim's spelling) is
+read as croniter's ``L5``. Day-of-month and day-of-week follow Debian cron: OR-ed when both are
+restricted, AND-ed when either *starts with* ``*`` (``*/10`` too). Also accepted, as their 5-field
+equivalents: ``@yearly``/``@annually`` ``0 0 1 1 *``, ``@monthly`` ``0 0 1 * *``, ``@weekly``
+``0 0 * * 0``, ``@daily``/``@midnight`` ``0 0 * * *``, ``@hourly`` ``0 * * * *``. Refused, naming
+the field: 7 fields (years), croniter's hashed ``H`` and random ``R`` (replicas would disagree),
+and expressions that never fire.
 
-Time zones (IANA names) and DST. Matching is on the local wall clock of ``timezone``; each matching
-wall time becomes UTC instants by these rules:
+Time zones (IANA names) and DST, as Debian cron (docs/api.md#cron-expressions). Matching is on the
+local wall clock of ``timezone``. An expression at a specific time (its minute and hour fields do
+not start with ``*``) fires once per matching wall time:
 
 * a wall time that does not exist (spring-forward gap) fires once, at the first instant after the
   gap (the transition instant) -- several gap times, or a gap time and the wall time ending the gap,
   are one fire;
-* a wall time that happens twice (fall-back overlap) fires once, on its first pass -- unless the
-  hour field matches every hour (``*``, ``0-23``...): such an expression repeats *within* hours
-  (hourly, every minute, every second) and fires on both passes, so it never skips real time; this
-  is Vixie cron's rule for wildcard jobs.
+* a wall time that happens twice (fall-back overlap) fires once, on its first pass.
+
+A *wildcard* expression (its minute or hour field starts with ``*``, or it has 6 fields) follows
+real time instead: it fires at every real instant whose wall time matches, so wall times in a gap
+never fire and repeated ones fire on both passes.
 
 The result is strictly increasing, without duplicates, whatever the zone. Computation is in UTC
 instants; croniter is only asked for the next matching *naive wall time* (no tz), which it does
@@ -93,17 +97,30 @@ class ScheduleSpec:
 
 @dataclass(frozen=True, slots=True)
 class _Cron:
-    """A parsed expression: a croniter over naive wall times (guarded: croniter objects are stateful)."""
+    """A parsed expression: a croniter over naive wall times (guarded: croniter objects are stateful).
 
-    it: croniter
-    every_hour: bool
+    ``wildcard``: the minute or hour field starts with ``*`` (or the expression has seconds): such
+    an expression follows real time across DST changes (see the module docstring)."""
+
+    its: tuple[croniter, ...]
+    """One croniter; or, for a restricted day-of-month OR a restricted day-of-week, one per day
+    field (the other ``*``): croniter itself AND-s them when the weekday uses ``L`` or ``#``."""
+    wildcard: bool
     lock: threading.Lock
 
     def next_wall(self, after: datetime) -> datetime:
         """First matching naive wall time strictly after ``after``."""
+        found: list[datetime] = []
         with self.lock:
-            result: datetime = self.it.get_next(datetime, start_time=after)
-        return result
+            for it in self.its:
+                try:
+                    found.append(it.get_next(datetime, start_time=after))
+                except CroniterBadDateError:
+                    if len(self.its) == 1:
+                        raise
+        if not found:
+            raise CroniterBadDateError("no match")
+        return min(found)
 
 
 # -- validation -------------------------------------------------------------------------------------
@@ -147,13 +164,44 @@ def _parse(expr: str) -> _Cron:
         )
     if _NONDETERMINISTIC.search(text):
         raise ScheduleError("cron_expr: hashed (H) and random (R) values are not supported")
+    six = len(fields) == 6
+    minute, hour, dom, _month, dow = fields[1:] if six else fields
+    # the last given weekday of the month: Quartz and cronsim write 5L (friL), croniter L5
+    fields[-1] = dow = _LAST_WEEKDAY.sub(lambda m: "L" + _DAY_NUMBERS.get(m.group(1).lower(), m.group(1)), dow)
+    # Debian cron: a day-of-month or day-of-week field starting with * (*/10 too) makes the two AND-ed
+    day_or = not (dom.startswith("*") or dow.startswith("*"))
+    variants = [fields]
+    if day_or and dom != "?" and dow != "?":  # both restricted: either day field may match
+        d = len(fields) - 3
+        variants = [[*fields[:d], dom, fields[d + 1], "*"], [*fields[:d], "*", fields[d + 1], dow]]
     try:
-        it = croniter(text, _EPOCH, ret_type=datetime, second_at_beginning=len(fields) == 6)
+        its = tuple(
+            croniter(" ".join(v), _EPOCH, ret_type=datetime, second_at_beginning=six, day_or=False) for v in variants
+        )
     except (CroniterError, ValueError, TypeError, KeyError, IndexError) as e:
-        raise ScheduleError(f"invalid cron_expr {expr!r}: {' '.join(str(e).split())}") from None
-    hours = it.expanded[1]
-    every_hour = hours == ["*"] or set(hours) >= set(range(24))
-    return _Cron(it, every_hour, threading.Lock())
+        why = " ".join(str(e).split())
+        raise ScheduleError(_which_field(expr, fields, six) or f"invalid cron_expr {expr!r}: {why}") from None
+    wildcard = six or minute.startswith("*") or hour.startswith("*")
+    return _Cron(its, wildcard, threading.Lock())
+
+
+_LAST_WEEKDAY = re.compile(r"\b([0-7]|sun|mon|tue|wed|thu|fri|sat)L\b", re.IGNORECASE)
+_DAY_NUMBERS = {d: str(i) for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
+_FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
+
+
+def _which_field(expr: str, fields: list[str], six: bool) -> str | None:
+    """The refusal naming the field croniter cannot read (each tried alone, the others ``*``)."""
+    names = ("second", *_FIELD_NAMES) if six else _FIELD_NAMES
+    for i, name in enumerate(names):
+        probe = ["*"] * len(fields)
+        probe[i] = fields[i]
+        try:
+            croniter(" ".join(probe), _EPOCH, second_at_beginning=six)
+        except (CroniterError, ValueError, TypeError, KeyError, IndexError) as e:
+            why = " ".join(str(e).split())
+            return f"invalid cron_expr {expr!r}: the {name} field {fields[i]!r} is not valid ({why})"
+    return None
 
 
 # -- wall clock <-> instants -------------------------------------------------------------------------
@@ -212,7 +260,7 @@ def next_cron_fire(expr: str, tz: str, after_ms: int) -> int:
     try:
         wall = _wall(after_ms, zone)
         best = _next_first_pass(cron, zone, after_ms, wall)
-        if cron.every_hour:
+        if cron.wildcard:
             second = _next_second_pass(cron, zone, after_ms, wall)
             if second is not None and second < best:
                 best = second
@@ -238,6 +286,9 @@ def _next_first_pass(cron: _Cron, zone: ZoneInfo, after_ms: int, wall: datetime)
     for _ in range(1_000):  # two rounds at most in practice: one jump past an overlap or gap
         cand = cron.next_wall(start)
         s = _first_instant(cand, zone)
+        if cron.wildcard and _wall(s, zone) != cand:  # a wall time in a gap: it never happens
+            start = _wall(s, zone).replace(fold=0) - _US  # s is the gap's end: go on from there
+            continue
         if s > after_ms:
             return s
         start = max(_wall(s, zone).replace(fold=0) + (after_ms - s) * _MS, cand)

@@ -55,11 +55,14 @@ class Matcher:
 
     def __init__(self, expr: str) -> None:
         f = expr.split()
-        if len(f) == 5:
+        six = len(f) == 6
+        if not six:
             f = ["0", *f]
         self.sec, self.min, self.hour = field_set(f[0], 0, 59), field_set(f[1], 0, 59), field_set(f[2], 0, 23)
         assert f[3:] == ["*", "*", "*"]
-        self.every_hour = self.hour == set(range(24))
+        # Debian cron: a job whose minute or hour starts with * follows real time across DST changes
+        # (gap wall times never come, overlap ones come twice); cronsim treats 6-field ones so too
+        self.wildcard = six or f[1].startswith("*") or f[2].startswith("*")
         self.step_s = 1 if len(expr.split()) == 6 else 60
 
     def matches(self, wall: datetime) -> bool:
@@ -77,8 +80,8 @@ def expected_fires(expr: str, tz: str, lo: int, hi: int) -> list[int]:
         aware = datetime.fromtimestamp(t / 1000, UTC).astimezone(zone)
         off = aware.utcoffset()
         assert off is not None
-        if prev_off is not None and off > prev_off:
-            # spring forward: find the transition instant and the skipped wall times
+        if prev_off is not None and off > prev_off and not m.wildcard:
+            # spring forward: a job at a specific time runs once at the transition instant
             tr = t - step
             while datetime.fromtimestamp((tr + 1000) / 1000, UTC).astimezone(zone).utcoffset() == prev_off:
                 tr += 1000
@@ -93,7 +96,7 @@ def expected_fires(expr: str, tz: str, lo: int, hi: int) -> list[int]:
                 w += timedelta(seconds=m.step_s)
         prev_off = off
         wall = aware.replace(tzinfo=None)
-        if m.matches(wall) and (aware.fold == 0 or m.every_hour):
+        if m.matches(wall) and (aware.fold == 0 or m.wildcard):
             fires.add(t)
         t += step
     return sorted(f for f in fires if lo <= f < hi)
@@ -137,8 +140,9 @@ CASES = [
 @pytest.mark.parametrize("which", ["spring", "fall"])
 @pytest.mark.parametrize(("expr", "half"), CASES)
 def test_dst_transitions_match_brute_force(tz: str, which: str, expr: str, half: int) -> None:
-    """No duplicates, no missed real instants, strictly increasing; gaps fire once at the transition,
-    overlaps once (first pass) unless the hour field is every hour."""
+    """No duplicates, no missed real instants, strictly increasing; for a job at a specific time
+    gaps fire once at the transition and overlaps once (first pass); a job whose minute or hour
+    starts with * fires at the real instants whose wall time matches (none in a gap, both passes)."""
     center = TRANSITIONS[tz][0 if which == "spring" else 1]
     lo, hi = center - half, center + half
     assert computed_fires(expr, tz, lo, hi) == expected_fires(expr, tz, lo, hi)
@@ -216,6 +220,13 @@ def test_repeated_time_fires_once_on_first_pass() -> None:
     assert next_cron_fire("30 1 * * *", "America/New_York", first) == ms("2026-11-02T06:30:00+00:00")
     # asked from inside the second pass, it does not fire again that day
     assert next_cron_fire("30 1 * * *", "America/New_York", ms("2026-11-01T06:10:00+00:00")) == ms("2026-11-02T06:30:00+00:00")
+
+
+def test_wildcard_hour_expressions_skip_gap_wall_times() -> None:
+    # New York 2026-03-08: 02:30 EST does not exist; `30 * * * *` fires 01:30 EST then 03:30 EDT (Debian)
+    t = next_cron_fire("30 * * * *", "America/New_York", ms("2026-03-08T06:00:00+00:00"))
+    assert t == ms("2026-03-08T06:30:00+00:00")
+    assert next_cron_fire("30 * * * *", "America/New_York", t) == ms("2026-03-08T07:30:00+00:00")
 
 
 def test_every_hour_expressions_fire_on_both_passes_of_an_overlap() -> None:
