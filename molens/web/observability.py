@@ -29,6 +29,7 @@ import urllib3
 
 from molens.model import TaskType, ValidationError, check_epoch_ms
 from molens.schedule import cron
+from molens.schedule.describe import describe_cron, describe_interval
 from molens.web import heatmap, metrics
 from molens.web.errors import NoLeader, Unavailable
 
@@ -187,7 +188,10 @@ def preview(
         check_epoch_ms(ms, "run_at" if run_at is not None else "after")
     zone = ZoneInfo(tz)
     local = [datetime.fromtimestamp(ms / 1000, UTC).astimezone(zone).isoformat(timespec="milliseconds") for ms in items]
-    return {"items": items, "local": local, "timezone": tz, "after": after_ms}
+    description = describe_cron(cron_expr) if cron_expr is not None else (
+        describe_interval(interval_ms) if ttype is TaskType.PERIODIC and interval_ms is not None else None
+    )
+    return {"items": items, "local": local, "timezone": tz, "after": after_ms, "description": description}
 
 
 __all__ = ["install_observability", "preview"]

@@ -299,12 +299,24 @@ def _schemas() -> dict[str, Any]:
         },
         "SchedulePreview": {
             "type": "object",
-            "required": ["items", "local", "timezone", "after"],
+            "required": ["items", "local", "timezone", "after", "description"],
             "properties": {
                 "items": {"type": "array", "items": {"type": "integer"}, "description": "Fire times, epoch ms"},
                 "local": {"type": "array", "items": {"type": "string"}, "description": "The same, ISO 8601 in timezone"},
                 "timezone": {"type": "string"},
                 "after": {"type": "integer"},
+                "description": {
+                    "description": "The periodic schedule in words (cron-descriptor), English and Chinese; "
+                    "null for a delayed task",
+                    "anyOf": [
+                        {
+                            "type": "object",
+                            "required": ["en", "zh"],
+                            "properties": {"en": {"type": "string"}, "zh": {"type": "string"}},
+                        },
+                        {"type": "null"},
+                    ],
+                },
             },
         },
         "TrendPoint": {

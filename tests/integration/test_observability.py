@@ -264,3 +264,14 @@ def test_cluster_stats_come_from_every_node_in_one_call_and_a_dead_node_is_marke
         assert st == 503 and err["error"]["field"] == "node_id"
     finally:
         c.kill_all()
+
+
+def test_schedule_preview_describes_the_schedule_in_english_and_chinese(served: Served) -> None:
+    s = served
+    st, _, body = s.call("GET", "/api/v1/schedule/preview?cron_expr=30+9+*+*+1-5&timezone=Asia/Shanghai")
+    assert st == 200, body
+    assert body["description"] == {"en": "At 09:30, Monday through Friday", "zh": "在 09:30, 周一 到 周五"}
+    st, _, body = s.call("GET", "/api/v1/schedule/preview?interval_ms=90000")
+    assert st == 200 and body["description"] == {"en": "Every 90 seconds", "zh": "每 90 秒"}, body
+    st, _, body = s.call("GET", "/api/v1/schedule/preview?type=delayed&interval_ms=5000")
+    assert st == 200 and body["description"] is None, body
