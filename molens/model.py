@@ -538,6 +538,13 @@ def _apply_rules(
         if iv is not None and iv < limits.min_period_ms:
             raise ValidationError(f"interval_ms must be in {limits.min_period_ms}..{max_delay}, got {iv}", "interval_ms")
 
+    bounds = [k for k in ("start_at", "end_at", "max_runs") if given[k] is not None]
+    if ttype is TaskType.DELAYED and bounds:
+        raise ValidationError(f"{bounds[0]} is only for periodic tasks", bounds[0])
+    start_at, end_at = given["start_at"], given["end_at"]
+    if end_at is not None and end_at <= max(now_ms, start_at or 0):
+        raise ValidationError("end_at must be after now and after start_at", "end_at")
+
     timezone = out["timezone"]
     if given["timezone"] is not None or cron_expr is not None:
         try:

@@ -198,6 +198,25 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         ),
     ] = None
 
+    jitter_ms: Annotated[
+        int,
+        rule(
+            "Each occurrence fires up to this much after its scheduled instant, by an offset fixed by "
+            "(task id, occurrence): spreads tasks scheduled at one instant",
+            ge=0,
+            le=86_400_000,
+        ),
+    ] = 0
+    start_at: Annotated[
+        int | None, rule("periodic only: no occurrence before this epoch ms", ge=0, le=_MAX_EPOCH_MS)
+    ] = None
+    end_at: Annotated[
+        int | None, rule("periodic only: no occurrence at or after this epoch ms (then done)", ge=0, le=_MAX_EPOCH_MS)
+    ] = None
+    max_runs: Annotated[
+        int | None, rule("periodic only: done after this many occurrences", ge=1, le=1_000_000_000)
+    ] = None
+
     @property
     def payload(self) -> Any:
         """The payload as a JSON value (decoded on each access; the body is kept encoded)."""

@@ -68,6 +68,7 @@ simulation and the store run exactly the same rules.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -286,16 +287,22 @@ class _Tx:
 
 
 def schedule_of(task: Task) -> ScheduleSpec:
-    """The periodic task's schedule: interval tasks are anchored at their creation time."""
+    """The periodic task's schedule: interval tasks run on the grid ``start_at + k * interval_ms``
+    (``start_at`` itself first) or, without ``start_at``, ``created + k * interval_ms`` (k >= 1)."""
     s = task.spec
-    return ScheduleSpec(task.created_ms, s.interval_ms, s.cron_expr, s.timezone)
+    anchor = task.created_ms if s.start_at is None or s.interval_ms is None else s.start_at - s.interval_ms
+    return ScheduleSpec(anchor, s.interval_ms, s.cron_expr, s.timezone)
 
 
 def next_scheduled(task: Task, after_ms: int) -> int:
-    """The periodic task's first scheduled instant strictly after ``after_ms`` (fixed rate / cron)."""
+    """The periodic task's first scheduled instant strictly after ``after_ms`` (fixed rate / cron),
+    and not before its ``start_at``."""
     spec = task.spec
+    if spec.start_at is not None and after_ms < spec.start_at:
+        after_ms = spec.start_at - 1
     if spec.interval_ms is not None:  # inline fast path of cron.next_fixed_rate
-        anchor, iv = task.created_ms, spec.interval_ms
+        iv = spec.interval_ms
+        anchor = task.created_ms if spec.start_at is None else spec.start_at - iv
         if after_ms < anchor:
             return anchor + iv
         return anchor + ((after_ms - anchor) // iv + 1) * iv
@@ -303,7 +310,7 @@ def next_scheduled(task: Task, after_ms: int) -> int:
 
 
 def first_due(spec_task: Task) -> int:
-    """Due time of a newly created task's first occurrence."""
+    """Scheduled instant of a newly created task's first occurrence (before jitter)."""
     s = spec_task.spec
     now = spec_task.created_ms
     if s.type is TaskType.DELAYED:
@@ -314,8 +321,23 @@ def first_due(spec_task: Task) -> int:
     return next_scheduled(spec_task, now)
 
 
+def jitter(task_id: str, seq: int, jitter_ms: int) -> int:
+    """The offset of occurrence ``seq`` from its scheduled instant: in ``[0, jitter_ms)``, the same
+    on every replica and under every leader (a hash of the task id and ``seq``, not a random draw)."""
+    if jitter_ms <= 1:
+        return 0
+    h = hashlib.blake2b(f"{task_id}:{seq}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") % jitter_ms
+
+
+def _beyond_bounds(t: Task, seq: int, sched: int) -> bool:
+    """Whether occurrence ``seq`` at ``sched`` is past the task's ``max_runs`` or ``end_at``."""
+    s = t.spec
+    return (s.max_runs is not None and seq > s.max_runs) or (s.end_at is not None and sched >= s.end_at)
+
+
 def _next_occurrence(t: Task, now: int) -> dict[str, Any]:
-    """Changes that start the periodic task's next occurrence.
+    """Changes that start the periodic task's next occurrence (or end the task at its bounds).
 
     ``cron.next_after_misfire``: the first schedule instant after the one that just ran that is not
     in the past; instants missed meanwhile (downtime, a long retry chain) are represented by the late
@@ -326,12 +348,14 @@ def _next_occurrence(t: Task, now: int) -> dict[str, Any]:
     except ValueError as exc:  # the schedule has no next instant (deterministic on every replica)
         log.error("task=%s has no next occurrence (%s): inactive", t.id, exc)
         return dict(_INACTIVE)
+    if _beyond_bounds(t, t.seq + 1, nxt):
+        return dict(_DONE)
     return {
         "status": Status.PENDING,
         "seq": t.seq + 1,
         "attempt": 0,
         "ack_attempt": 0,
-        "due_ms": nxt,
+        "due_ms": nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms),
         "sched_ms": nxt,
     }
 
@@ -384,16 +408,18 @@ def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
     if existing is not None:
         return Created(existing, False)
     if spec.type is TaskType.DELAYED:
-        due = spec.run_at if spec.run_at is not None else now + (spec.interval_ms or 0)
+        sched = spec.run_at if spec.run_at is not None else now + (spec.interval_ms or 0)
     else:
-        due = first_due(Task(
+        sched = first_due(Task(
             id=it.task_id, spec=spec, status=Status.PENDING, created_ms=now, updated_ms=now, due_ms=None,
             sched_ms=now,
         ))
     t = Task(
-        id=it.task_id, spec=spec, status=Status.PENDING, created_ms=now, updated_ms=now, due_ms=due,
-        sched_ms=due,
+        id=it.task_id, spec=spec, status=Status.PENDING, created_ms=now, updated_ms=now,
+        due_ms=sched + jitter(it.task_id, 1, spec.jitter_ms), sched_ms=sched,
     )
+    if spec.type is TaskType.PERIODIC and _beyond_bounds(t, 1, sched):  # no occurrence before end_at
+        t = _replace(t, status=Status.DONE, due_ms=None)
     tx.put_new(t)
     if key is not None:
         tx.w.idem[key] = t.id
@@ -603,10 +629,12 @@ def _resume(tx: _Tx, tid: str, now: int) -> ItemResult:
             attempt=0,
             ack_attempt=0,
             fail_count=0,
-            due_ms=nxt,
+            due_ms=nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms),
             sched_ms=nxt,
             updated_ms=now,
         )
+        if _beyond_bounds(t, t.seq + 1, nxt):
+            nt = _replace(nt, status=Status.DONE, due_ms=None)
     elif t.status is not Status.PAUSED:
         return IllegalTransitionError(f"cannot resume a task that is {t.status}", "status")
     elif t.ack_attempt > 0 or (t.last_result is ExecutionResult.SUCCESS and t.spec.ack_url and not periodic):
@@ -615,7 +643,11 @@ def _resume(tx: _Tx, tid: str, now: int) -> ItemResult:
         nt = _replace(t, status=Status.FIRING, due_ms=max(now, t.sched_ms), updated_ms=now)
     elif periodic:
         nxt = t.sched_ms if t.sched_ms >= now else next_scheduled(t, now)
-        nt = _replace(t, status=Status.PENDING, due_ms=nxt, sched_ms=nxt, updated_ms=now)
+        nt = _replace(
+            t, status=Status.PENDING, due_ms=nxt + jitter(t.id, t.seq, t.spec.jitter_ms), sched_ms=nxt, updated_ms=now
+        )
+        if _beyond_bounds(t, t.seq, nxt):
+            nt = _replace(nt, status=Status.DONE, due_ms=None)
     else:
         nt = _replace(t, status=Status.PENDING, due_ms=max(now, t.sched_ms), updated_ms=now)
     tx.put(nt)
@@ -696,6 +728,7 @@ __all__ = [
     "apply",
     "expired_fires",
     "first_due",
+    "jitter",
     "lost_result",
     "next_scheduled",
     "reconcile_on_leadership",
