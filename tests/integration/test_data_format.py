@@ -33,6 +33,12 @@ def _call(node: NodeProc, method: str, path: str, body: Any = None) -> tuple[int
     return r.status, json.loads(r.data) if r.data else None
 
 
+_SPEC_KEYS = {
+    "id", "type", "interval_ms", "run_at", "cron_expr", "timezone", "callback_url", "ack_url", "ack_delay_ms",
+    "payload", "scene", "timeout_ms", "max_retries", "max_fails", "reliability", "idempotency_key", "created_at",
+}
+
+
 def _expected(name: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = json.loads((FIXTURE / name).read_text())["items"]
     return items
@@ -64,14 +70,20 @@ def _check_state_and_use(node: NodeProc) -> None:
     status, page = _call(node, "GET", "/api/v1/tasks?limit=100")
     assert status == 200
     expected = _expected("tasks.json")
-    # what the old node answered, field for field; fields added since have their defaults
-    assert [{k: t[k] for k in old} for t, old in zip(page["items"], expected, strict=True)] == expected
+    # what the old node answered, field for field (the periodic tasks' state only where it cannot
+    # have moved on since the fixture was made: their occurrences come due as the clock runs);
+    # fields added since have their defaults
+    assert [t["id"] for t in page["items"]] == [t["id"] for t in expected]
+    for got, old in zip(page["items"], expected, strict=True):
+        keys = [k for k in old if old["type"] == "delayed" or k in _SPEC_KEYS]
+        assert {k: got[k] for k in keys} == {k: old[k] for k in keys}, (got, old)
     added = {"jitter_ms": 0, "start_at": None, "end_at": None, "max_runs": None}
     assert all({k: t[k] for k in added} == added for t in page["items"])
-    status, execs = _call(node, "GET", "/api/v1/executions?limit=100")
-    assert status == 200
+    old_execs = _expected("executions.json")
+    status, execs = _call(node, "GET", f"/api/v1/tasks/{old_execs[0]['task_id']}/executions?limit=100")
+    assert status == 200  # that task is done: its history cannot grow (the periodic ones' can)
     got = [{k: v for k, v in e.items() if k != "id"} for e in execs["items"]]
-    assert got == [{k: v for k, v in e.items() if k != "id"} for e in _expected("executions.json")]
+    assert got == [{k: v for k, v in e.items() if k != "id"} for e in old_execs]
     by_key = {t["idempotency_key"]: t for t in page["items"]}
     assert by_key["k-1"]["payload"] == {"order": 1, "big": 123456789012345678901234567890, "s": "é"}
     # the idempotency index came along: the same key answers the old task
