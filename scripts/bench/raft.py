@@ -4,8 +4,8 @@
 Mode ``inprocess`` (the comparison): each system runs as three processes on this machine, and the
 leader process itself keeps ``--window`` calls in flight (PySyncObj's own way: a semaphore released
 by each call's callback). Molens: ``molens.node.Node`` with its default configuration (every commit
-fsync'd, group commit) and the KV state machine, proposals through ``RaftPeerHandle.propose`` (one
-entry, one future per call). PySyncObj 0.3.17: a replicated dict, ``put(..., callback=...)``, in its
+fsync'd, group commit) and the KV state machine, proposals through ``RaftPeerHandle.propose_batch``
+with one entry and one callback per call. PySyncObj 0.3.17: a replicated dict, ``put(..., callback=...)``, in its
 default ``SyncObjConf`` and in a tuned one (1 MiB append batches and socket buffers), in memory with no
 fsync. Every run starts a fresh cluster, waits 1 s after a leader is known, loads for ``--warmup``
 seconds uncounted, then counts the commits of ``--seconds``; calls still in flight then drain
@@ -423,7 +423,8 @@ def _wait_file(path: str, timeout: float) -> None:
 def molens_node(config_path: str, plan_json: str, result_path: str) -> None:
     """Child process: one Molens node (``molens.node.Node``, as ``molens-node`` runs it); once a
     leader is known and 1 s has passed (as for PySyncObj), the leader runs the plan in-process
-    through ``RaftPeerHandle.propose`` -- one entry and one future per call -- and writes the result."""
+    through ``RaftPeerHandle.propose_batch`` with one entry per call and its callback (as
+    PySyncObj's ``put(..., callback=...)``), and writes the result."""
     from molens.config import load
     from molens.node import Node
 
@@ -443,16 +444,18 @@ def molens_node(config_path: str, plan_json: str, result_path: str) -> None:
             _wait_file(result_path, 120 + plan.warmup + plan.seconds + plan.drain_s)
             return
         value = value_for(plan.payload)
-        propose = peer.propose
+        propose = peer.propose_batch
 
         def submit(i: int, on_done: Callable[[str | None], None]) -> None:
-            fut = propose(encode_put((i & 0xFFFFFFFF).to_bytes(4, "big"), value))
-            fut.add_done_callback(lambda f: on_done(None if f.exception() is None else type(f.exception()).__name__))
+            propose([encode_put((i & 0xFFFFFFFF).to_bytes(4, "big"), value)],
+                    lambda _res, err: on_done(None if err is None else type(err).__name__))
 
         res = window_load(submit, plan)
         st = peer.stats()
         res["entries_per_append"] = st["proposals"] / max(1, st["appends"])
+        res["entries_per_message"] = 2 * st["proposals"] / max(1, st["messages_out"])
         res["log_syncs"] = st["log_syncs"]
+        res["cycles"] = st["cycles"]
         _finish(result_path, res)
     finally:
         logging.disable(logging.CRITICAL)
@@ -601,7 +604,8 @@ def describe(name: str, plan: Plan, r: dict[str, Any]) -> str:
                  f"{' ' + json.dumps(r['errors'], separators=(',', ':')) if r['errors'] else ''}"
                  f" timeouts={r['timeouts']} leader_cpu_us_per_commit={r['leader_cpu_us_per_commit']:.1f}")
     if "entries_per_append" in r:
-        extra += f" entries_per_append={r['entries_per_append']:.0f}"
+        extra += (f" entries_per_append={r['entries_per_append']:.0f}"
+                  f" entries_per_message={r['entries_per_message']:.1f}")
     return (f"{name}: payload={label_of(plan.payload)} window={plan.window} commits_per_s={r['commits_per_s']:.0f}"
             f"{extra} loadavg={r['loadavg']:.2f}")
 
