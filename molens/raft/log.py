@@ -32,6 +32,10 @@ class EntryKind(enum.IntEnum):
     """A membership change (encoded by the core)."""
 
 
+ENTRY_OVERHEAD = 24
+"""What :meth:`Entry.size` adds to the data's length for an entry's index, term and framing."""
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     index: int
@@ -41,7 +45,7 @@ class Entry:
 
     def size(self) -> int:
         """Approximate encoded size, used for byte-bounded batches."""
-        return len(self.data) + 24
+        return len(self.data) + ENTRY_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)
