@@ -109,7 +109,7 @@ class MolensCluster:
             cfg = {
                 "node": {"id": nid, "data_dir": str(root / nid)},
                 "cluster": {"peers": peers},
-                "raft": {"bind_addr": a["raft_addr"]},
+                "raft": {"bind_addr": a["raft_addr"], **json.loads(os.environ.get("BENCH_RAFT", "{}"))},
                 "rpc": {"bind_addr": a["rpc_addr"]},
                 "http": {"port": int(a["http_addr"].rsplit(":", 1)[1])},
                 "admin": {"bind_addr": a["admin_addr"]},
@@ -546,9 +546,9 @@ def reference_node(me: str, partners_csv: str, payload: int, seconds: float, res
                 n0 = ok[0]
             if now >= start + seconds:
                 break
-            sem.acquire()
-            o.put(b"%010d" % i, v, callback=cb)
-            i += 1
+            if sem.acquire(timeout=0.1):  # callbacks lost with a leader change must not hang the run
+                o.put(b"%010d" % i, v, callback=cb)
+                i += 1
         _finish(result_path, {"commits_per_s": (ok[0] - (n0 or 0)) / (now - start)})
     finally:
         os._exit(0)
@@ -623,15 +623,17 @@ def bench_inprocess(args: argparse.Namespace, root: Path) -> dict[str, str]:
     for size in PAYLOADS:
         runs: dict[str, dict[str, Any]] = {}
         order = ["molens"] if args.skip_pysyncobj else ["molens", "pysyncobj_default", "reference", "pysyncobj_tuned"]
-        for name in order:
-            system, _, conf = name.partition("_")
-            plan = Plan(system=system, payload=size, window=args.window, warmup=args.warmup,
-                        seconds=args.seconds, conf=conf or "default")
-            n += 1
-            r = run_plan(plan, root, n)
-            runs[name] = r
-            print(describe({"molens": "molens", "reference": "pysyncobj_reference"}.get(name, name), plan, r),
-                  flush=True)
+        for _round in range(args.rounds):  # each system's best run counts: the peer gets its best case
+            for name in order:
+                system, _, conf = name.partition("_")
+                plan = Plan(system=system, payload=size, window=args.window, warmup=args.warmup,
+                            seconds=args.seconds, conf=conf or "default")
+                n += 1
+                r = run_plan(plan, root, n)
+                if name not in runs or r["commits_per_s"] > runs[name]["commits_per_s"]:
+                    runs[name] = r
+                print(describe({"molens": "molens", "reference": "pysyncobj_reference"}.get(name, name), plan, r),
+                      flush=True)
         light = Plan(system="molens", payload=size, window=1, warmup=0.5, seconds=args.light_seconds)
         n += 1
         lt = run_plan(light, root, n)
@@ -684,6 +686,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="measured interval of each loaded run")
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds of load before the measured interval")
     ap.add_argument("--light-seconds", type=float, default=2.0, help="duration of each light-load run")
+    ap.add_argument("--rounds", type=int, default=1, help="loaded runs per system and payload, in turn; the best counts")
     ap.add_argument("--skip-pysyncobj", action="store_true")
     ap.add_argument(
         "--client", action="store_true",
