@@ -63,7 +63,7 @@ from molens.raft import core as rc
 from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
-from molens.raft.messages import ConfChangeOp, decode, decode_conf_change, encode
+from molens.raft.messages import ConfChangeOp, decode, decode_conf_change, encode_all
 from molens.raft.storage import LmdbLog, SnapshotFile
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
@@ -621,8 +621,8 @@ class RaftPeer(pykka.ThreadingActor):
             self._check_waiters()
 
     def _send(self, msgs: tuple[Any, ...]) -> None:
-        for m in msgs:
-            self.transport.send(m.to, encode(m))
+        for m, data in zip(msgs, encode_all(msgs)):
+            self.transport.send(m.to, data)
         self.counters.messages_out += len(msgs)
 
     def _on_soft_state(self) -> None:

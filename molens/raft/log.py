@@ -32,6 +32,10 @@ class EntryKind(enum.IntEnum):
     """A membership change (encoded by the core)."""
 
 
+ENTRY_KINDS: dict[int, EntryKind] = {int(k): k for k in EntryKind}
+"""Stored or wire value -> kind: a dict lookup (KeyError when unknown) costs a fraction of
+``EntryKind(value)``, and decoding does it for every entry."""
+
 ENTRY_OVERHEAD = 24
 """What :meth:`Entry.size` adds to the data's length for an entry's index, term and framing."""
 

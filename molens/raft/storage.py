@@ -62,9 +62,9 @@ from molens.raft.errors import (
     StorageError,
 )
 from molens.raft.log import (
+    ENTRY_KINDS,
     ENTRY_OVERHEAD,
     Entry,
-    EntryKind,
     HardState,
     Membership,
     Snapshot,
@@ -111,7 +111,7 @@ def _encode_entry(e: Entry) -> bytes:
 
 def _decode_entry(index: int, raw: bytes | memoryview) -> Entry:
     term, kind = _ENTRY_HEAD.unpack_from(raw)
-    return Entry(index, term, EntryKind(kind), bytes(raw[_ENTRY_HEAD.size :]))
+    return Entry(index, term, ENTRY_KINDS[kind], bytes(raw[_ENTRY_HEAD.size :]))
 
 
 def _fsync_dir(path: Path) -> None:
