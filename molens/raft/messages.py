@@ -285,14 +285,16 @@ def encode(m: Message) -> bytes:
 def encode_all(msgs: Sequence[Message]) -> list[bytes]:
     """:func:`encode` of each message, byte for byte, packing the entries of AppendEntries that
     carry the same range only once: a leader usually sends the same new entries to every follower in
-    one Ready. (Within one Ready the leader's log does not change, so a range names its entries.)"""
+    one Ready. A range is named by its first index and its last entry's index and term: two entries
+    with the same index and term are the same and so are all before them (Raft's Log Matching
+    Property, §5.3)."""
     out: list[bytes] = []
-    packed: dict[tuple[int, int], bytes] = {}
+    packed: dict[tuple[int, int, int], bytes] = {}
     for m in msgs:
         if not isinstance(m, AppendEntries) or not m.entries:
             out.append(encode(m))
             continue
-        key = (m.entries[0].index, m.entries[-1].index)
+        key = (m.entries[0].index, m.entries[-1].index, m.entries[-1].term)
         ents = packed.get(key)
         if ents is None:
             ents = packed[key] = msgpack.packb(_enc_entries(m.entries), use_bin_type=True)
