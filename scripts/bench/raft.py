@@ -6,8 +6,8 @@ leader process itself keeps ``--window`` calls in flight (PySyncObj's own way: a
 by each call's callback). Molens: ``molens.node.Node`` with its default configuration (every commit
 fsync'd, group commit) and the KV state machine, proposals through ``RaftPeerHandle.propose_batch``
 with one entry and one callback per call. PySyncObj 0.3.17: a replicated dict, ``put(..., callback=...)``, in its
-default ``SyncObjConf`` and in a tuned one (1 MiB append batches and socket buffers), in memory with no
-fsync. Every run starts a fresh cluster, waits 1 s after a leader is known, loads for ``--warmup``
+default ``SyncObjConf`` and in a tuned one (1 MiB append batches and socket buffers, 1.5-3 s election
+timeouts), in memory with no fsync. Every run starts a fresh cluster, waits 1 s after a leader is known, loads for ``--warmup``
 seconds uncounted, then counts the commits of ``--seconds``; calls still in flight then drain
 uncounted. Errors and calls never answered (timeouts) are printed for every run. Light-load latency:
 a window of 1. A minimal PySyncObj harness of its own (default conf, 30,000-call window, 1 s warm-up)
@@ -326,7 +326,11 @@ PYSYNCOBJ_FAIL = {1: "queue_full", 2: "missing_leader", 3: "discarded", 4: "not_
 """pysyncobj.FAIL_REASON codes, by name."""
 
 TUNED_BYTES = 1 << 20
-"""PySyncObj's tuned configuration: append batches and socket buffers of 1 MiB (default 64 KiB)."""
+"""PySyncObj's tuned configuration: append batches and socket buffers of 1 MiB (default 64 KiB)..."""
+
+TUNED_TIMEOUTS = {"raftMinTimeout": 1.5, "raftMaxTimeout": 3.0}
+"""... and election timeouts of 1.5-3 s (default 0.4-1.4 s): on a busy machine its leader's
+heartbeats run late and the default timeouts cost it the leadership mid-run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,7 +475,8 @@ def pysyncobj_node(me: str, partners_csv: str, plan_json: str, result_path: str)
     conf = SyncObjConf()
     if plan.conf == "tuned":
         conf = SyncObjConf(
-            appendEntriesBatchSizeBytes=TUNED_BYTES, sendBufferSize=TUNED_BYTES, recvBufferSize=TUNED_BYTES
+            appendEntriesBatchSizeBytes=TUNED_BYTES, sendBufferSize=TUNED_BYTES, recvBufferSize=TUNED_BYTES,
+            **TUNED_TIMEOUTS,
         )
 
     class KV(SyncObj):  # type: ignore[misc]
