@@ -13,6 +13,9 @@ uncounted. Errors and calls never answered (timeouts) are printed for every run.
 a window of 1. A minimal PySyncObj harness of its own (default conf, 30,000-call window, 1 s warm-up)
 runs in turn with the others, and ``peer_vs_reference`` is the peer's figure over it.
 
+``BENCH_RAFT='{"max_proposal_batch": 4096}'`` (JSON) overrides ``raft`` config keys of the Molens
+nodes, for experiments; ``BENCH_KEEP=1`` keeps the data and node logs.
+
 ``--client``: Molens also through the admin socket from a client process (``propose``, one entry per
 request), ``mode=client``, no peer figure. ``--failover``: kill -9 the leader while a client writes;
 time from the kill to the next commit.
