@@ -154,12 +154,21 @@ class KVStateMachine:
         self._map_size = size
 
     def _apply_one(self, txn: lmdb.Transaction, e: Entry) -> Any:
-        if e.kind != EntryKind.NORMAL or not e.data:
+        if e.kind is not EntryKind.NORMAL or not e.data:
             return None
         try:
             cmd = msgpack.unpackb(e.data, raw=False)
         except (ValueError, msgpack.UnpackException) as exc:
             return KVError(e.index, f"undecodable command: {exc}")
+        # the common case first, the same rules as below: ["put", non-empty bytes key, bytes value]
+        if type(cmd) is list and len(cmd) == 3 and cmd[0] == "put":
+            key, value = cmd[1], cmd[2]
+            if type(key) is bytes and key and type(value) is bytes:
+                try:
+                    txn.put(key, value, db=self._kv)
+                except lmdb.BadValsizeError as exc:
+                    return KVError(e.index, f"key too long: {exc}")
+                return True
         if not isinstance(cmd, list) or not cmd or not isinstance(cmd[0], str):
             return KVError(e.index, "command must be a list [op, ...]")
         op, args = cmd[0], cmd[1:]

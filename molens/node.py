@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import functools
+import gc
 import logging
 import os
 import signal
@@ -64,6 +65,12 @@ FsmFactory = Callable[[Path], StateMachine]
 RpcHandler = Callable[[str, bytes], None]
 
 SWITCH_INTERVAL_S = 0.0005
+
+GC_THRESHOLDS = (50_000, 20, 10)
+"""``gc.set_threshold`` for the node process (CPython's default: 700, 10, 10). Every proposal in
+flight holds a few tracked objects (entry, waiter, callback) for longer than several young
+collections, so with the default a loaded leader spent about a third of its CPU in the collector
+(docs/benchmarks.md, the Raft section)."""
 
 
 class NodeError(MolensError):
@@ -156,6 +163,7 @@ class Node:
         # threads (admin, HTTP) each time; with the default 5 ms switch interval a heavy cycle then
         # stalls for hundreds of ms and followers start elections (the GIL "convoy effect").
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        gc.set_threshold(*GC_THRESHOLDS)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
         try:

@@ -39,8 +39,9 @@ log on the actor's thread; split into actors of their own they would need shared
 
 from __future__ import annotations
 
-import collections
+import bisect
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -62,7 +63,7 @@ from molens.raft import core as rc
 from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
-from molens.raft.messages import ConfChangeOp, decode, decode_conf_change, encode
+from molens.raft.messages import ConfChangeOp, decode, decode_conf_change, encode_all
 from molens.raft.storage import LmdbLog, SnapshotFile
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
@@ -140,30 +141,37 @@ class _SnapshotDone:
     seconds: float
 
 
-Waiter: TypeAlias = "Future[Any] | _Slot"
-"""Where a proposal's outcome goes: a Future, or one slot of a batch callback."""
+Waiter: TypeAlias = "Future[Any] | _Slot | _One"
+"""Where a proposal's outcome goes: a Future, one slot of a batch callback, or a one-entry callback."""
 
 
 class ProposalQueue:
     """Proposals waiting for the actor, kept OUT of its mailbox: a burst of thousands of proposals
     then costs one wake-up message, and ticks and peer messages never queue behind it (a leader
-    whose heartbeats wait behind a backlog would lose its followers)."""
+    whose heartbeats wait behind a backlog would lose its followers).
+
+    Producers append to one pair of lists; the actor swaps the whole pair out at once and slices
+    its batches from that copy (``_held`` from ``_off`` on), so the lock is held for a swap, never
+    for a loop over proposals (a producer blocked on it would wait for the GIL round trip too)."""
 
     def __init__(self, limit: int = 100_000) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._datas: collections.deque[bytes] = collections.deque()
-        self._futs: collections.deque[Waiter] = collections.deque()
+        self._datas: list[bytes] = []
+        self._futs: list[Waiter] = []
+        self._held: tuple[list[bytes], list[Waiter]] = ([], [])
+        self._off = 0
         self._wake_pending = False
         self.closed = False
 
     def put(self, datas: list[bytes], futs: list[Waiter]) -> bool:
         """Queue; returns True when the caller must send the actor a wake-up."""
         with self._lock:
+            queued = len(self._datas) + len(self._held[0]) - self._off
             if self.closed:
                 err: Exception = ProposalRefused("raft peer stopped")
-            elif len(self._datas) + len(datas) > self.limit:
-                err = ProposalRefused(f"overloaded: {len(self._datas)} proposals queued")
+            elif queued + len(datas) > self.limit:
+                err = ProposalRefused(f"overloaded: {queued} proposals queued")
             else:
                 self._datas.extend(datas)
                 self._futs.extend(futs)
@@ -178,25 +186,40 @@ class ProposalQueue:
     def take(self, n: int, max_bytes: int) -> tuple[list[bytes], list[Waiter], bool]:
         """Up to ``n`` proposals / ``max_bytes`` (at least one), and whether more remain (the
         wake-up then stays pending)."""
+        datas: list[bytes] = []
+        futs: list[Waiter] = []
+        size = 0
         with self._lock:
-            datas: list[bytes] = []
-            size = 0
-            src = self._datas
-            while src and len(datas) < n and (size < max_bytes or not datas):
-                d = src.popleft()
-                size += len(d)
-                datas.append(d)
-            futs = [self._futs.popleft() for _ in range(len(datas))]
-            more = bool(self._datas)
+            while len(datas) < n and (size < max_bytes or not datas):
+                held_d, held_f = self._held
+                off = self._off
+                if off >= len(held_d):
+                    if not self._datas:
+                        break
+                    held_d, held_f = self._held = (self._datas, self._futs)
+                    self._datas, self._futs = [], []
+                    off = 0
+                part = held_d[off : off + n - len(datas)]
+                # keep adding while the total so far is below max_bytes (and at least one in all)
+                sizes = list(itertools.accumulate(map(len, part), initial=size))
+                k = bisect.bisect_left(sizes, max_bytes)
+                k = min(max(k, 0 if datas else 1), len(part))
+                datas += part[:k]
+                futs += held_f[off : off + k]
+                size = sizes[k]
+                self._off = off + k
+                if self._off >= len(held_d):
+                    self._held, self._off = ([], []), 0
+            more = self._off > 0 or bool(self._datas)
             self._wake_pending = more
-            return datas, futs, more
+        return datas, futs, more
 
     def close(self) -> list[Waiter]:
         with self._lock:
             self.closed = True
-            futs = list(self._futs)
-            self._datas.clear()
-            self._futs.clear()
+            futs = self._held[1][self._off :] + self._futs
+            self._held, self._off = ([], []), 0
+            self._datas, self._futs = [], []
             return futs
 
 
@@ -598,8 +621,8 @@ class RaftPeer(pykka.ThreadingActor):
             self._check_waiters()
 
     def _send(self, msgs: tuple[Any, ...]) -> None:
-        for m in msgs:
-            self.transport.send(m.to, encode(m))
+        for m, data in zip(msgs, encode_all(msgs)):
+            self.transport.send(m.to, data)
         self.counters.messages_out += len(msgs)
 
     def _on_soft_state(self) -> None:
@@ -962,6 +985,36 @@ class _Slot:
             self.batch.settle(self.i, None, exc)
 
 
+class _One:
+    """The outcome of a one-entry :meth:`RaftPeerHandle.propose_batch`: the callback itself, with
+    no per-batch state or lock (a single outcome needs no counting)."""
+
+    __slots__ = ("_done", "on_done")
+
+    def __init__(self, on_done: BatchCallback) -> None:
+        self.on_done = on_done
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, value: Any) -> None:
+        if not self._done:
+            self._done = True
+            self._call([value], None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        if not self._done:
+            self._done = True
+            self._call([None], exc)
+
+    def _call(self, results: list[Any], exc: BaseException | None) -> None:
+        try:
+            self.on_done(results, exc)
+        except Exception:
+            log.exception("proposal batch callback failed")
+
+
 def _fail(fut: Waiter, exc: BaseException) -> None:
     if not fut.done():
         fut.set_exception(exc)
@@ -997,6 +1050,9 @@ class RaftPeerHandle:
         ``on_done(results, error)`` runs once, on the actor thread, when every entry has an
         outcome; ``error`` is None when all applied, else the most telling failure
         (:class:`LeadershipLost` -- outcome unknown -- wins over a refusal)."""
+        if len(datas) == 1:
+            self._enqueue(datas, [_One(on_done)])
+            return
         batch = _Batch(len(datas), on_done)
         self._enqueue(datas, [_Slot(batch, i) for i in range(len(datas))])
 

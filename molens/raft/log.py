@@ -32,6 +32,14 @@ class EntryKind(enum.IntEnum):
     """A membership change (encoded by the core)."""
 
 
+ENTRY_KINDS: dict[int, EntryKind] = {int(k): k for k in EntryKind}
+"""Stored or wire value -> kind: a dict lookup (KeyError when unknown) costs a fraction of
+``EntryKind(value)``, and decoding does it for every entry."""
+
+ENTRY_OVERHEAD = 24
+"""What :meth:`Entry.size` adds to the data's length for an entry's index, term and framing."""
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     index: int
@@ -41,7 +49,7 @@ class Entry:
 
     def size(self) -> int:
         """Approximate encoded size, used for byte-bounded batches."""
-        return len(self.data) + 24
+        return len(self.data) + ENTRY_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,14 @@ membership, so a node never needs earlier state to interpret it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import msgpack
 
 from molens.raft.errors import CodecError
-from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
+from molens.raft.log import ENTRY_KINDS, Entry, Membership, SnapshotMeta
 
 
 class MsgTag(enum.IntEnum):
@@ -234,7 +235,8 @@ def _enc_entries(entries: tuple[Entry, ...]) -> list[list[Any]]:
 
 
 def _dec_entries(raw: list[list[Any]]) -> tuple[Entry, ...]:
-    return tuple(Entry(i, t, EntryKind(k), d) for i, t, k, d in raw)
+    kinds = ENTRY_KINDS
+    return tuple(Entry(i, t, kinds[k], d) for i, t, k, d in raw)
 
 
 def _enc_meta(meta: SnapshotMeta) -> list[Any]:
@@ -280,6 +282,28 @@ def encode(m: Message) -> bytes:
     return bytes(msgpack.packb([int(tag), m.frm, m.to, m.term, *rest], use_bin_type=True))
 
 
+def encode_all(msgs: Sequence[Message]) -> list[bytes]:
+    """:func:`encode` of each message, byte for byte, packing the entries of AppendEntries that
+    carry the same range only once: a leader usually sends the same new entries to every follower in
+    one Ready. A range is named by its first index and its last entry's index and term: two entries
+    with the same index and term are the same and so are all before them (Raft's Log Matching
+    Property, §5.3)."""
+    out: list[bytes] = []
+    packed: dict[tuple[int, int, int], bytes] = {}
+    for m in msgs:
+        if not isinstance(m, AppendEntries) or not m.entries:
+            out.append(encode(m))
+            continue
+        key = (m.entries[0].index, m.entries[-1].index, m.entries[-1].term)
+        ents = packed.get(key)
+        if ents is None:
+            ents = packed[key] = msgpack.packb(_enc_entries(m.entries), use_bin_type=True)
+        # [tag, frm, to, term, prev_index, prev_term] is a 6-element fixarray; the message is 8
+        head = msgpack.packb([int(MsgTag.APP), m.frm, m.to, m.term, m.prev_index, m.prev_term], use_bin_type=True)
+        out.append(b"\x98" + head[1:] + ents + msgpack.packb(m.commit))
+    return out
+
+
 def decode(data: bytes) -> Message:
     """Inverse of :func:`encode`; raises :class:`CodecError` on anything else."""
     try:
@@ -316,5 +340,5 @@ def decode(data: bytes) -> Message:
         if tag is MsgTag.READ_INDEX:
             return ReadIndexRequest(frm, to, term, f[0])
         return ReadIndexResponse(frm=frm, to=to, term=term, ctx=f[0], index=f[1])
-    except (ValueError, TypeError, IndexError, msgpack.UnpackException) as e:
+    except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as e:
         raise CodecError(f"bad raft message: {e}") from e

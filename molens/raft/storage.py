@@ -62,8 +62,9 @@ from molens.raft.errors import (
     StorageError,
 )
 from molens.raft.log import (
+    ENTRY_KINDS,
+    ENTRY_OVERHEAD,
     Entry,
-    EntryKind,
     HardState,
     Membership,
     Snapshot,
@@ -110,7 +111,7 @@ def _encode_entry(e: Entry) -> bytes:
 
 def _decode_entry(index: int, raw: bytes | memoryview) -> Entry:
     term, kind = _ENTRY_HEAD.unpack_from(raw)
-    return Entry(index, term, EntryKind(kind), bytes(raw[_ENTRY_HEAD.size :]))
+    return Entry(index, term, ENTRY_KINDS[kind], bytes(raw[_ENTRY_HEAD.size :]))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -425,7 +426,7 @@ class LmdbLog:
                 return window
             total = 0
             for n, e in enumerate(window):
-                total += e.size()
+                total += len(e.data) + ENTRY_OVERHEAD  # Entry.size(), inlined: this runs per entry sent
                 if total > max_bytes and n:
                     return window[:n]
             return window
@@ -571,7 +572,7 @@ class LmdbLog:
             self._cache = cache = []
             self._cache_first, self._cache_bytes = first, 0
         cache.extend(entries)
-        self._cache_bytes += sum(e.size() for e in entries)
+        self._cache_bytes += sum(len(e.data) for e in entries) + ENTRY_OVERHEAD * len(entries)
         if self._cache_bytes > self.cache_max_bytes:
             drop = len(cache) // 2 or len(cache)
             self._cache_bytes -= sum(e.size() for e in cache[:drop])

@@ -53,6 +53,16 @@ log = logging.getLogger(__name__)
 OnMessage = Callable[[str, bytes], None]
 
 
+def bin_header(n: int) -> bytes:
+    """The msgpack ``bin`` header of an ``n``-byte payload, so a frame is one join (one copy of the
+    payload) rather than ``packb`` copying it into a fresh buffer and the concatenation again."""
+    if n < 0x100:
+        return b"\xc4" + n.to_bytes(1, "big")
+    if n < 0x10000:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
 @dataclass(frozen=True, slots=True)
 class TransportConfig:
     """Bounds and timers of one endpoint (all named, all with defaults)."""
@@ -381,7 +391,7 @@ class Endpoint:
                 if s is None:
                     counters["dropped_unknown_peer"] += 1
                     continue
-                frame = b"\x92" + self._prefix_from + msgpack.packb(arg, use_bin_type=True)
+                frame = b"".join((b"\x92", self._prefix_from, bin_header(len(arg)), arg))
                 try:
                     s.send(frame, zmq.NOBLOCK)
                     counters["sent"] += 1

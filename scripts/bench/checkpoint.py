@@ -183,13 +183,115 @@ def calibrate() -> tuple[float, float]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+TS_VERSION = "0.5.1"
+"""The original TypeScript mooncat-checkpoint, as scripts/test installs it (npm, into .cache/)."""
+
+TS_DURABILITY = {
+    "memory": "none (process memory)",
+    "file": "none: writeFileSync of a temp file + renameSync, no fsync",
+}
+
+TS_LOOP = r"""
+import { CheckpointClient } from "%(lib)s";
+const [url, seconds] = [process.argv[2], Number(process.argv[3])];
+const cp = new CheckpointClient({ url });
+const ns = "bench-ts-" + process.pid;
+for (let i = 0; i < 50; i++) {  // warm-up, as the Python loop
+  const c = await cp.claim(ns + "-warmup", "w" + i, { ownerRunId: "bench" });
+  await cp.done(ns + "-warmup", "w" + i, { leaseToken: c.leaseToken });
+}
+const cpu0 = process.cpuUsage();
+const t0 = performance.now();
+let n = 0;
+while (performance.now() < t0 + seconds * 1000) {
+  for (let k = 0; k < 20; k++) {
+    const key = "p-" + n;
+    const c = await cp.claim(ns, key, { ownerRunId: "bench" });
+    if (c.kind !== "claimed") throw new Error("not claimed: " + c.kind);
+    await cp.done(ns, key, { leaseToken: c.leaseToken, result: { n } });
+    n++;
+  }
+}
+const wall = (performance.now() - t0) / 1000;
+const cpu = process.cpuUsage(cpu0);
+console.log(JSON.stringify({ pairs: n, wall_s: wall, cpu_s: (cpu.user + cpu.system) / 1e6 }));
+"""
+
+
+def ts_lib_dir() -> str | None:
+    """Where the npm package is, or None when it (or node) is missing."""
+    d = os.environ.get("MOONCAT_CHECKPOINT_NODE_DIR") or os.path.join(ROOT, ".cache", f"npm-mooncat-checkpoint-{TS_VERSION}")
+    lib = os.path.join(d, "node_modules", "mooncat-checkpoint", "dist", "index.js")
+    return lib if os.path.exists(lib) and shutil.which("node") else None
+
+
+def run_typescript(lib: str, backend: str, seconds: float) -> tuple[float, float]:
+    """The same one-process claim + done loop in Node with the TypeScript library: (pairs/s, CPU us per pair)."""
+    import json
+    import subprocess
+
+    tmp = tempfile.mkdtemp(prefix="bench-checkpoint-ts-", dir=os.environ.get("BENCH_TMPDIR"))
+    try:
+        script = os.path.join(tmp, "loop.mjs")
+        with open(script, "w") as f:
+            f.write(TS_LOOP % {"lib": lib})
+        url = {"memory": "memory://", "file": f"file://{tmp}/cp"}[backend]
+        out = subprocess.run(["node", script, url, str(seconds)], capture_output=True, text=True, timeout=seconds + 120,
+                             check=True, cwd=tmp)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        return r["pairs"] / r["wall_s"], r["cpu_s"] / r["pairs"] * 1e6
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def versus_typescript(seconds: float, rounds: int) -> dict[str, float]:
+    """Python (async client, the same loop as above) and the TypeScript original, in turn, one process
+    each, memory and file backends (the TypeScript SQLite backend needs the native better-sqlite3,
+    which the install leaves out). Ratio = Python pairs/s over TypeScript's, the better run of each."""
+    lib = ts_lib_dir()
+    if lib is None:
+        print("checkpoint_vs_typescript: skipped (node or the npm package is missing: run scripts/test once)")
+        return {}
+    out: dict[str, float] = {}
+    for backend in ("memory", "file"):
+        py: list[float] = []
+        ts: list[float] = []
+        for _ in range(rounds):
+            load = os.getloadavg()[0]
+            rate, cpu_us, durability = run("async", backend, 1, seconds, {})
+            py.append(rate)
+            print(f"checkpoint: side=python backend={backend} claim_done_pairs_per_s={rate:.0f} cpu_us_per_pair={cpu_us:.0f} "
+                  f'loadavg={load:.2f} durability="{durability}"', flush=True)
+            load = os.getloadavg()[0]
+            rate, cpu_us = run_typescript(lib, backend, seconds)
+            ts.append(rate)
+            print(f"checkpoint: side=typescript backend={backend} claim_done_pairs_per_s={rate:.0f} cpu_us_per_pair={cpu_us:.0f} "
+                  f'loadavg={load:.2f} durability="{TS_DURABILITY[backend]}"', flush=True)
+        ratio = max(py) / max(ts)
+        fsyncs = "python" if backend == "file" else "neither"
+        print(f"checkpoint_vs_typescript: backend={backend} ratio={ratio:.2f} python_pairs_per_s={max(py):.0f} "
+              f"typescript_pairs_per_s={max(ts):.0f} fsyncs={fsyncs} typescript_version={TS_VERSION}", flush=True)
+        out[f"vs_ts_{backend}_ratio"] = ratio
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="claim + done pairs per second per mooncat_checkpoint backend")
     ap.add_argument("--seconds", type=float, default=3.0, help="measured time of each run (default 3)")
     ap.add_argument("--backends", default="memory,file,sqlite,redis,postgresql")
     ap.add_argument("--procs", default="1,8")
     ap.add_argument("--clients", default="async,sync", help="async, sync or async,sync")
+    ap.add_argument(
+        "--vs-typescript", type=int, default=0, metavar="ROUNDS",
+        help="only compare with the original TypeScript library (memory, file), this many rounds each",
+    )
     args = ap.parse_args()
+    if args.vs_typescript:
+        print(f"checkpoint: cpus={os.cpu_count()} seconds={args.seconds} loadavg={os.getloadavg()[0]:.2f} "
+              f"fsync_replace_ms={fsync_replace_ms():.2f}", flush=True)
+        res = versus_typescript(args.seconds, args.vs_typescript)
+        print("checkpoint: " + " ".join(f"{k}={v:.2f}" for k, v in res.items()) + f" loadavg={os.getloadavg()[0]:.2f}")
+        return
     backends = args.backends.split(",")
     replace_ms, commits = calibrate()
     bound = 1000 / (2 * replace_ms)

@@ -5,14 +5,17 @@ Two modes, in turn: ``single`` (``MolensClient.create`` from 16 threads over kee
 ``batch`` (``create_many`` of 500 tasks per request from a few threads). Every create carries an
 idempotency key (the SDK adds one), as real clients do.
 
-Target: ``--url`` of a running node or cluster (comma-separated URLs); without it the benchmark
-starts ``python -m molens.web.server`` over a LocalContext (real lmdb + SQLite, fsync per applied
-batch, but no Raft replication) in a subprocess and says so (``target=local``). The 3-node number
-needs ``--url`` pointing at a real cluster; ``--server-pids`` of its local nodes adds their
-CPU per create (summed over the nodes).
+Target, by default: a real 3-node cluster (``molens-node`` processes with the task state machine
+and the scheduler, on free ports under a temporary directory, as ``lateness.py`` starts it),
+``target=cluster``; the nodes' CPU per create is printed summed over the three and for the leader
+alone (the leader's GIL is the ceiling). ``--url`` targets a running node or cluster instead
+(comma-separated URLs; ``--server-pids`` of its local nodes adds their CPU per create).
+``--local`` measures the in-process stand-in instead: ``python -m molens.web.server`` over a
+LocalContext (real lmdb + SQLite, fsync per applied batch, but no Raft and no scheduler),
+labelled ``target=local_standin``; its figures do not describe the product.
 
-Prints one line per mode: ``ingest: mode=single creates_per_s=... target=...`` and
-``ingest: mode=batch creates_per_s=... target=...``.
+Prints one line per mode, ``ingest: mode=single creates_per_s=... target=cluster ...`` and
+``ingest: mode=batch ...``, then a summary line ``ingest: summary ...``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from molens.client import MolensClient  # noqa: E402
+from tests.integration.conftest import Cluster  # noqa: E402
 
 CALLBACK = "http://127.0.0.1:9/bench"
 
@@ -112,13 +116,17 @@ def run_threads(n: int, seconds: float, work: callable) -> tuple[int, float]:  #
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--url", default="", help="comma-separated node URLs (default: start a local server)")
+    ap.add_argument("--url", default="", help="comma-separated node URLs (default: start a 3-node cluster)")
+    ap.add_argument(
+        "--local", action="store_true",
+        help="measure the LocalContext stand-in (one process, no Raft, no scheduler) instead of a cluster",
+    )
     ap.add_argument("--token", default=None)
     ap.add_argument("--seconds", type=float, default=10.0, help="per mode")
     ap.add_argument("--threads", type=int, default=16, help="client threads in single mode")
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--batch-threads", type=int, default=4)
-    ap.add_argument("--server-threads", type=int, default=16)
+    ap.add_argument("--server-threads", type=int, default=16, help="--local: the stand-in's threads")
     ap.add_argument("--modes", default="single,batch", help="comma-separated, run in this order")
     ap.add_argument(
         "--server-pids", default="", help="comma-separated PIDs of local cluster nodes: report their CPU per create"
@@ -127,15 +135,30 @@ def main() -> int:
 
     proc = None
     tmp = None
+    cluster: Cluster | None = None
+    leader_pid: int | None = None
     if args.url:
         urls = args.url.split(",")
         target = "cluster" if len(urls) > 1 else "node"
-    else:
+    elif args.local:
         tmp = tempfile.TemporaryDirectory(prefix="molens-ingest-")
         proc, url = start_local(tmp.name, args.server_threads)
         urls = [url]
-        target = "local"
-        print(f"started python -m molens.web.server (LocalContext, durable, no Raft) at {url} pid={proc.pid}")
+        target = "local_standin"
+        print(f"started python -m molens.web.server (LocalContext stand-in: durable, no Raft, no scheduler) "
+              f"at {url} pid={proc.pid}")
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="molens-ingest-")
+        extra = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
+        cluster = Cluster(Path(tmp.name) / "cluster", 3, extra=extra, state_machine="tasks")
+        cluster.start()
+        leader = cluster.leader(timeout=30)
+        leader_pid = leader.pid
+        urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
+        args.server_pids = ",".join(str(n.pid) for n in cluster.nodes.values())
+        target = "cluster"
+        print(f"started a 3-node cluster (task state machine, scheduler, every commit fsync'd): leader "
+              f"{leader.node_id} pid={leader_pid}, urls {','.join(urls)}")
     try:
         client = MolensClient(urls, token=args.token, pool_maxsize=max(args.threads, args.batch_threads))
         client.create(_task(-1))  # warm up + leader discovery
@@ -150,6 +173,7 @@ def main() -> int:
         pids = [proc.pid] if proc is not None else [int(p) for p in args.server_pids.split(",") if p]
         cpu = os.cpu_count()
         lines = []
+        summary: dict[str, str] = {"target": target}
         for mode in args.modes.split(","):
             if mode == "single":
                 work, threads, what = single, args.threads, f"threads={args.threads}"
@@ -157,10 +181,11 @@ def main() -> int:
                 work, threads, what = batch, args.batch_threads, f"batch={args.batch} threads={args.batch_threads}"
             else:
                 raise SystemExit(f"unknown mode {mode!r}")
-            c0, cc0 = sum(cpu_s(p) for p in pids), time.process_time()
+            c0, cc0, l0 = sum(cpu_s(p) for p in pids), time.process_time(), cpu_s(leader_pid)
             n, el = run_threads(threads, args.seconds, work)
             rate = n / el
             server_us = (sum(cpu_s(p) for p in pids) - c0) / n * 1e6
+            leader_us = (cpu_s(leader_pid) - l0) / n * 1e6
             client_us = (time.process_time() - cc0) / n * 1e6
             load = os.getloadavg()[0]
             print(f"{mode}: {n} creates in {el:.1f} s ({what}): {rate:.0f}/s wall-clock, load1 {load:.1f}")
@@ -170,6 +195,11 @@ def main() -> int:
                 # core would sustain for the server alone.
                 print(f"{mode}: server CPU {server_us:.1f} us per create ({1e6 / server_us:.0f}/s per CPU second)")
                 extra = f" server_cpu_us_per_create={server_us:.1f} server_cpu_rate={1e6 / server_us:.0f}" + extra
+            if leader_pid is not None:
+                print(f"{mode}: leader CPU {leader_us:.1f} us per create ({1e6 / leader_us:.0f}/s per CPU second)")
+                extra = f" leader_cpu_us_per_create={leader_us:.1f}" + extra
+                summary[f"{mode}_leader_cpu_us_per_create"] = f"{leader_us:.1f}"
+            summary[f"{mode}_creates_per_s"] = f"{rate:.0f}"
             lines.append(
                 f"ingest: mode={mode} creates_per_s={rate:.0f} {what} target={target} cpus={cpu} load1={load:.1f}{extra}"
             )
@@ -178,7 +208,11 @@ def main() -> int:
         client.close()
         for line in lines:
             print(line)
+        summary["load1"] = f"{os.getloadavg()[0]:.1f}"
+        print("ingest: summary " + " ".join(f"{k}={v}" for k, v in summary.items()))
     finally:
+        if cluster is not None:
+            cluster.kill_all()
         if proc is not None:
             proc.terminate()
             try:

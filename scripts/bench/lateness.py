@@ -12,8 +12,12 @@ no longer sustained.
 
 APScheduler 3 (dev extra) fires the same schedule of the same callbacks to the same receiver, in
 this process (``BackgroundScheduler``, ``ThreadPoolExecutor(--ap-workers)``, one ``date`` job per
-fire, a shared urllib3 pool), once with ``SQLAlchemyJobStore`` on SQLite (its durable mode) and
-once with the memory store. Jobs are added before the first is due (SQLite adds are slow).
+fire, a shared urllib3 pool), with ``SQLAlchemyJobStore`` on SQLite as it comes, the same in WAL
+mode with ``synchronous=FULL`` (its best durable setting: still an fsync per commit), and the memory
+store (not durable). Jobs are added before the first is due (SQLite adds are slow). Then a minimal
+APScheduler harness of its own (``BackgroundScheduler()`` defaults, fires counted by its
+``EVENT_JOB_EXECUTED`` listener) runs at the rate of the memory store's best run and one step above;
+``peer_vs_reference`` = the harness's best memory-store figure / the reference's at that rate.
 ``p99_ratio`` = APScheduler p99 / Molens p99 at the first listed rate (higher = Molens better);
 ``max_fires_ratio`` = the most fires/s Molens delivered in any run / the most APScheduler did.
 The search (both systems) only runs when every listed rate was sustained.
@@ -23,7 +27,8 @@ The search (both systems) only runs when every listed rate was sustained.
     .venv/bin/python scripts/bench/lateness.py --dispatch-lead-ms 0 ...  # plan at the due time (no dispatch ahead)
 
 Lines: ``lateness: rate=R fires_per_s=... p50_ms=... p99_ms=... max_ms=...`` per rate,
-``lateness_vs_apscheduler: store=... p99_ratio=... max_fires_ratio=...`` per store, and a final
+``lateness_vs_apscheduler: store=... p99_ratio=... max_fires_ratio=...`` per store,
+``apscheduler_reference: ... peer_vs_reference=...``, and a final
 ``lateness: summary ...`` line.
 """
 
@@ -53,6 +58,12 @@ from molens.client import MolensClient  # noqa: E402
 from tests.integration.conftest import Cluster, free_ports  # noqa: E402
 
 LEAD_S = 3.0
+
+AP_STORES = {
+    "sqlite": "sqlalchemy_sqlite",  # SQLAlchemyJobStore on SQLite as it comes (rollback journal, synchronous=FULL)
+    "sqlite_wal": "sqlalchemy_sqlite_wal",  # the same, WAL mode, synchronous=FULL: its best durable setting
+    "memory": "memory",  # MemoryJobStore: not durable
+}
 
 
 @dataclass
@@ -228,6 +239,8 @@ def apscheduler_run(store: str, rec: Receiver, rate: float, duration: float, wor
     if store == "sqlite":
         db = tmp / f"ap-{tag}.sqlite"
         jobstore: Any = SQLAlchemyJobStore(url=f"sqlite:///{db}")
+    elif store == "sqlite_wal":
+        jobstore = SQLAlchemyJobStore(engine=_wal_engine(tmp / f"ap-{tag}.sqlite"))
     else:
         jobstore = MemoryJobStore()
     sched = BackgroundScheduler(
@@ -262,6 +275,49 @@ def apscheduler_run(store: str, rec: Receiver, rate: float, duration: float, wor
 
 
 _ap_http = urllib3.PoolManager(maxsize=64, retries=False, timeout=5)
+
+
+def _wal_engine(db: Path) -> Any:
+    """SQLite in WAL mode with ``synchronous=FULL``: still one fsync per commit (durable), but a
+    write no longer rewrites a rollback journal -- the faster of SQLite's durable settings."""
+    from sqlalchemy import create_engine, event
+
+    engine = create_engine(f"sqlite:///{db}")
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(conn: Any, _record: Any) -> None:
+        cur = conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.close()
+
+    return engine
+
+
+def apscheduler_reference(rec: Receiver, rate: float, duration: float) -> float:
+    """A minimal APScheduler harness of its own, to check the one above does not handicap it:
+    ``BackgroundScheduler()`` with its defaults (memory store, 10-thread pool), one ``date`` job per
+    fire due ``rate`` per second, each a plain POST to the same receiver; fires per second counted
+    by APScheduler's own ``EVENT_JOB_EXECUTED`` listener (first to last execution)."""
+    from apscheduler.events import EVENT_JOB_EXECUTED
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    n = int(rate * duration)
+    url = rec.url(f"apref-{int(rate)}-{int(time.time())}")
+    done: list[float] = []
+    sched = BackgroundScheduler(timezone=dt.UTC)
+    sched.add_listener(lambda _ev: done.append(time.monotonic()), EVENT_JOB_EXECUTED)
+    sched.start(paused=True)
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=LEAD_S + n / 20_000)
+    for i in range(n):
+        sched.add_job(_post, "date", run_date=start + dt.timedelta(seconds=i / rate), args=[url, 0, i],
+                      misfire_grace_time=None)
+    sched.resume()
+    deadline = time.monotonic() + LEAD_S + duration * 4 + 30
+    while len(done) < n and time.monotonic() < deadline:
+        time.sleep(0.2)
+    sched.shutdown(wait=False)
+    return (len(done) - 1) / (done[-1] - done[0]) if len(done) > 1 else 0.0
 
 
 def _post(url: str, due: int, i: int = 0) -> None:
@@ -349,7 +405,9 @@ def main() -> int:
         cluster.kill_all()
         if not args.no_apscheduler:
             base = rates[0]
-            for store in ("sqlite", "memory"):
+            ap_best: dict[str, float] = {}
+            ap_best_rate: dict[str, float] = {}
+            for store in ("sqlite", "sqlite_wal", "memory"):
                 a = apscheduler_run(store, rec, base, args.ap_duration, args.ap_workers, tmp)
                 print(a.line(f"apscheduler_{store}"), flush=True)
                 ap_runs = [a]
@@ -366,8 +424,10 @@ def main() -> int:
                 # the most fires per second each system delivered in any run (its ceiling here)
                 ap_max = max(r.fires_per_s for r in ap_runs)
                 max_ratio = molens_max / ap_max if ap_max else float("nan")
+                ap_best[store] = ap_max
+                ap_best_rate[store] = max(ap_runs, key=lambda r: r.fires_per_s).rate
                 print(
-                    f"lateness_vs_apscheduler: store={'sqlalchemy_sqlite' if store == 'sqlite' else 'memory'} "
+                    f"lateness_vs_apscheduler: store={AP_STORES[store]} "
                     f"rate={base:g} p99_ratio={p99_ratio:.1f} max_fires_ratio={max_ratio:.2f} molens_p99_ms={m.p99} "
                     f"apscheduler_p99_ms={a.p99} molens_max_fires_per_s={molens_max:.0f} "
                     f"apscheduler_max_fires_per_s={ap_max:.0f}",
@@ -375,6 +435,23 @@ def main() -> int:
                 )
                 summary[f"ap_{store}_p99_ratio"] = f"{p99_ratio:.1f}"
                 summary[f"ap_{store}_max_fires_ratio"] = f"{max_ratio:.2f}"
+            # the reference harness at the rate of our memory store's best run (same schedule, so the
+            # figures compare), then one step above it (did our harness stop APScheduler early?)
+            ref_rate = ap_best_rate["memory"]
+            ref = apscheduler_reference(rec, ref_rate, args.ap_duration)
+            above = round(ref_rate * args.search_factor, -2)
+            ref_above = apscheduler_reference(rec, above, args.ap_duration)
+            check = ap_best["memory"] / ref if ref else float("nan")
+            print(
+                f"apscheduler_reference: defaults rate={ref_rate:g} fires_per_s={ref:.0f} rate={above:g} "
+                f"fires_per_s={ref_above:.0f} harness_memory_fires_per_s={ap_best['memory']:.0f} "
+                f"peer_vs_reference={check:.2f}",
+                flush=True,
+            )
+            summary["ap_peer_vs_reference"] = f"{check:.2f}"
+            summary["ap_reference_max_fires_per_s"] = f"{max(ref, ref_above):.0f}"
+            durable = max(ap_best["sqlite"], ap_best["sqlite_wal"])
+            summary["ap_durable_max_fires_ratio"] = f"{molens_max / durable:.2f}" if durable else "nan"
     finally:
         cluster.kill_all()
         rec.close()

@@ -1,25 +1,36 @@
 #!/usr/bin/env python3
-"""Raft replication benchmark: a local 3-node Molens cluster vs PySyncObj on the same machine.
+"""Raft replication benchmark: a local 3-node Molens cluster vs PySyncObj, driven the same way.
 
-Molens: three ``molens-node`` processes (default config: every commit fsync'd, group commit) with the
-KV state machine; a client process keeps ``--concurrency`` proposals in flight through the leader's
-admin socket (``propose``, one entry per request) and measures commits/s and per-request latency.
-Light-load latency is measured with one request in flight.
+Mode ``inprocess`` (the comparison): each system runs as three processes on this machine, and the
+leader process itself keeps ``--window`` calls in flight (PySyncObj's own way: a semaphore released
+by each call's callback). Molens: ``molens.node.Node`` with its default configuration (every commit
+fsync'd, group commit) and the KV state machine, proposals through ``RaftPeerHandle.propose_batch``
+with one entry and one callback per call. PySyncObj 0.3.17: a replicated dict, ``put(..., callback=...)``, in its
+default ``SyncObjConf`` and in a tuned one (1 MiB append batches and socket buffers, 1.5-3 s election
+timeouts), in memory with no fsync. Every run starts a fresh cluster, waits 1 s after a leader is known, loads for ``--warmup``
+seconds uncounted, then counts the commits of ``--seconds``; calls still in flight then drain
+uncounted. Errors and calls never answered (timeouts) are printed for every run. Light-load latency:
+a window of 1. A minimal PySyncObj harness of its own (default conf, 30,000-call window, 1 s warm-up)
+runs in turn with the others, and ``peer_vs_reference`` is the peer's figure over it.
 
-PySyncObj 0.3.17: three processes, a replicated dict; the leader process keeps the same number of
-calls in flight (in-process callbacks, so no client protocol at all) with the same payload sizes.
+``BENCH_RAFT='{"max_proposal_batch": 4096}'`` (JSON) overrides ``raft`` config keys of the Molens
+nodes, for experiments; ``BENCH_KEEP=1`` keeps the data and node logs.
 
-``--failover``: kill -9 the leader while a client writes; time from the kill to the next commit.
+``--client``: Molens also through the admin socket from a client process (``propose``, one entry per
+request), ``mode=client``, no peer figure. ``--failover``: kill -9 the leader while a client writes;
+time from the kill to the next commit.
 
-Prints ``raft: payload=16B commits_per_s=... p50_ms=... p99_ms=...`` (p50/p99 at light load), the
-same for 1 KiB, ``raft_vs_pysyncobj: ratio=...``, and a final summary line.
+Prints per payload ``raft: mode=inprocess payload=16B commits_per_s=... ratio=... peer_vs_reference=...``,
+then ``raft_vs_pysyncobj: mode=inprocess ratio=... peer_vs_reference=...`` and a final summary line.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
+import logging
 import os
 import signal
 import socket
@@ -30,6 +41,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,14 +73,18 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
 
 
+def value_for(size: int) -> bytes:
+    """The value that makes a KV put with a 4-byte key exactly ``size`` bytes (at least 13)."""
+    overhead = len(encode_put(b"kkkk", b""))
+    v = b"x" * max(0, size - overhead)
+    while v and len(encode_put(b"kkkk", v)) > size:  # msgpack's length prefix grows past 255 bytes
+        v = v[:-1]
+    return v
+
+
 def entry(i: int, size: int) -> bytes:
     """A KV put (4-byte key) whose encoded entry is ``size`` bytes (at least 13)."""
-    key = (i & 0xFFFFFFFF).to_bytes(4, "big")
-    overhead = len(encode_put(key, b""))
-    data = encode_put(key, b"x" * max(0, size - overhead))
-    if len(data) > size:  # msgpack needs a longer length prefix past 255 bytes
-        data = encode_put(key, b"x" * max(0, size - overhead - (len(data) - size)))
-    return data
+    return encode_put((i & 0xFFFFFFFF).to_bytes(4, "big"), value_for(size))
 
 
 # --- molens cluster ---------------------------------------------------------------------------------
@@ -96,7 +112,7 @@ class MolensCluster:
             cfg = {
                 "node": {"id": nid, "data_dir": str(root / nid)},
                 "cluster": {"peers": peers},
-                "raft": {"bind_addr": a["raft_addr"]},
+                "raft": {"bind_addr": a["raft_addr"], **json.loads(os.environ.get("BENCH_RAFT", "{}"))},
                 "rpc": {"bind_addr": a["rpc_addr"]},
                 "http": {"port": int(a["http_addr"].rsplit(":", 1)[1])},
                 "admin": {"bind_addr": a["admin_addr"]},
@@ -306,25 +322,169 @@ def bench_failover(cluster: MolensCluster, trials: int) -> list[float]:
     return results
 
 
-# --- PySyncObj ----------------------------------------------------------------------------------------
+# --- in-process load: the leader process proposes through a bounded window ------------------------
+
+PYSYNCOBJ_FAIL = {1: "queue_full", 2: "missing_leader", 3: "discarded", 4: "not_leader", 5: "leader_changed",
+                  6: "request_denied"}
+"""pysyncobj.FAIL_REASON codes, by name."""
+
+TUNED_BYTES = 1 << 20
+"""PySyncObj's tuned configuration: append batches and socket buffers of 1 MiB (default 64 KiB)..."""
+
+TUNED_TIMEOUTS = {"raftMinTimeout": 1.5, "raftMaxTimeout": 3.0}
+"""... and election timeouts of 1.5-3 s (default 0.4-1.4 s): on a busy machine its leader's
+heartbeats run late and the default timeouts cost it the leadership mid-run."""
 
 
-def pysyncobj_node(argv: list[str]) -> None:
-    """Child process: one PySyncObj node; the leader runs the load and prints JSON results."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One measured run: a fresh 3-node cluster, ``window`` proposals in flight from the leader
+    process, ``warmup`` seconds not counted, then ``seconds`` counted; the drain is not counted."""
+
+    system: str  # molens | pysyncobj | reference
+    payload: int
+    window: int
+    warmup: float
+    seconds: float
+    conf: str = "default"  # pysyncobj: default | tuned
+    drain_s: float = 30.0
+
+
+class _Window:
+    """At most ``n`` calls in flight; counts what completes inside the measured interval."""
+
+    def __init__(self, n: int, t_measure: float, t_end: float) -> None:
+        self.sem = threading.Semaphore(n)
+        self.lock = threading.Lock()
+        self.t_measure = t_measure
+        self.t_end = t_end
+        self.done = 0
+        self.lat: list[float] = []
+        self.errors: dict[str, int] = {}
+        self.completed = 0
+
+    def settle(self, t_sent: float, error: str | None) -> None:
+        now = time.perf_counter()
+        with self.lock:
+            self.completed += 1
+            if error is not None:
+                self.errors[error] = self.errors.get(error, 0) + 1
+            elif self.t_measure <= now < self.t_end:
+                self.done += 1
+                self.lat.append((now - t_sent) * 1000)
+        self.sem.release()
+
+
+def window_load(submit: Callable[[int, Callable[[str | None], None]], None], plan: Plan) -> dict[str, Any]:
+    """Drive ``submit(i, on_done)`` as PySyncObj's own examples do: a semaphore of ``plan.window``
+    calls, released by each call's callback. Commits/s over the interval after the warm-up; the
+    calls still in flight at its end drain afterwards, uncounted (timeouts: left after ``drain_s``)."""
+    t0 = time.perf_counter()
+    w = _Window(plan.window, t0 + plan.warmup, t0 + plan.warmup + plan.seconds)
+    i = 0
+    cpu0: float | None = None
+    while True:
+        now = time.perf_counter()
+        if now >= w.t_end:
+            break
+        if cpu0 is None and now >= w.t_measure:
+            cpu0 = time.process_time()
+        if not w.sem.acquire(timeout=0.05):
+            continue
+        t = time.perf_counter()
+        submit(i, functools.partial(w.settle, t))
+        i += 1
+    cpu = time.process_time() - (cpu0 if cpu0 is not None else time.process_time())
+    sent = i
+    deadline = time.perf_counter() + plan.drain_s
+    while time.perf_counter() < deadline:
+        with w.lock:
+            if w.completed >= sent:
+                break
+        time.sleep(0.01)
+    with w.lock:
+        timeouts = sent - w.completed
+        return {
+            "commits_per_s": w.done / plan.seconds,
+            "done": w.done,
+            "p50_ms": pct(w.lat, 50),
+            "p99_ms": pct(w.lat, 99),
+            "errors": dict(w.errors),
+            "timeouts": timeouts,
+            "sent": sent,
+            "leader_cpu_us_per_commit": cpu / max(1, w.done) * 1e6,
+        }
+
+
+def _finish(result_path: str, res: dict[str, Any]) -> None:
+    Path(result_path + ".tmp").write_text(json.dumps(res))
+    os.replace(result_path + ".tmp", result_path)
+
+
+def _wait_file(path: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def molens_node(config_path: str, plan_json: str, result_path: str) -> None:
+    """Child process: one Molens node (``molens.node.Node``, as ``molens-node`` runs it); once a
+    leader is known and 1 s has passed (as for PySyncObj), the leader runs the plan in-process
+    through ``RaftPeerHandle.propose_batch`` with one entry per call and its callback (as
+    PySyncObj's ``put(..., callback=...)``), and writes the result."""
+    from molens.config import load
+    from molens.node import Node
+
+    plan = Plan(**json.loads(plan_json))
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("pykka").setLevel(logging.ERROR)
+    node = Node(load(config_path))
+    node.start()
+    try:
+        peer = node.peer
+        assert peer is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and peer.status()["leader_id"] is None:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        if peer.status()["role"] != "leader":
+            _wait_file(result_path, 120 + plan.warmup + plan.seconds + plan.drain_s)
+            return
+        value = value_for(plan.payload)
+        propose = peer.propose_batch
+
+        def submit(i: int, on_done: Callable[[str | None], None]) -> None:
+            propose([encode_put((i & 0xFFFFFFFF).to_bytes(4, "big"), value)],
+                    lambda _res, err: on_done(None if err is None else type(err).__name__))
+
+        res = window_load(submit, plan)
+        st = peer.stats()
+        res["entries_per_append"] = st["proposals"] / max(1, st["appends"])
+        res["entries_per_message"] = 2 * st["proposals"] / max(1, st["messages_out"])
+        res["log_syncs"] = st["log_syncs"]
+        res["cycles"] = st["cycles"]
+        _finish(result_path, res)
+    finally:
+        logging.disable(logging.CRITICAL)
+        os._exit(0)  # the run's data is thrown away; no graceful hand-over needed
+
+
+def pysyncobj_node(me: str, partners_csv: str, plan_json: str, result_path: str) -> None:
+    """Child process: one PySyncObj node (a replicated dict) in ``plan.conf``; once it has a leader
+    and 1 s has passed, the leader runs the plan with ``put(..., callback=...)``."""
     from pysyncobj import SyncObj, SyncObjConf, replicated
 
-    me, partners_csv, concurrency, seconds, light_seconds, result_path, batch_bytes = argv
-    partners = partners_csv.split(",")
-    # PySyncObj's defaults cap an AppendEntries batch (and its socket buffers) at 64 KiB
-    tuned: dict[str, int] = {}
-    if int(batch_bytes):
-        tuned = dict.fromkeys(
-            ("appendEntriesBatchSizeBytes", "sendBufferSize", "recvBufferSize"), int(batch_bytes)
+    plan = Plan(**json.loads(plan_json))
+    conf = SyncObjConf()
+    if plan.conf == "tuned":
+        conf = SyncObjConf(
+            appendEntriesBatchSizeBytes=TUNED_BYTES, sendBufferSize=TUNED_BYTES, recvBufferSize=TUNED_BYTES,
+            **TUNED_TIMEOUTS,
         )
 
     class KV(SyncObj):  # type: ignore[misc]
         def __init__(self) -> None:
-            super().__init__(me, partners, SyncObjConf(dynamicMembershipChange=False, **tuned))
+            super().__init__(me, partners_csv.split(","), conf)
             self._d: dict[bytes, bytes] = {}
 
         @replicated  # type: ignore[misc]
@@ -333,161 +493,241 @@ def pysyncobj_node(argv: list[str]) -> None:
             return True
 
     kv = KV()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (kv._isReady() and kv._getLeader() is not None):
-        time.sleep(0.05)
-    time.sleep(1.0)
-    if str(kv._getLeader()) != me:
-        while not os.path.exists(result_path + ".done"):
-            time.sleep(0.2)
-        return
-    res: dict[str, Any] = {}
-    i = 0
-    for size in PAYLOADS:
-        for label, conc, secs in (
-            ("light", 1, float(light_seconds)),
-            ("heavy", int(concurrency), float(seconds)),
-        ):
-            w = _Window(conc)
-            t0 = time.perf_counter()
-            end = t0 + secs
-            while time.perf_counter() < end:
-                w.sem.acquire()
-                k = b"%010d" % i
-                i += 1
-                kv.put(k, b"x" * max(0, size - 12), callback=w.callback(time.perf_counter()))
-            w.drain()
-            elapsed = time.perf_counter() - t0
-            res[f"{size}_{label}"] = {
-                "commits_per_s": w.done / elapsed,
-                "p50_ms": pct(w.lat, 50),
-                "p99_ms": pct(w.lat, 99),
-                "errors": w.errors,
-            }
-    Path(result_path).write_text(json.dumps(res))
-    Path(result_path + ".done").write_text("")
-
-
-class _Window:
-    """At most ``n`` PySyncObj calls in flight; counts commits and their latencies."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.sem = threading.Semaphore(n)
-        self.lock = threading.Lock()
-        self.done = 0
-        self.errors: dict[str, int] = {}
-        self.lat: list[float] = []
-
-    def callback(self, t: float) -> Callable[[Any, Any], None]:
-        def cb(result: Any, error: Any) -> None:
-            with self.lock:
-                if error == 0:
-                    self.done += 1
-                    self.lat.append((time.perf_counter() - t) * 1000)
-                else:
-                    self.errors[str(error)] = self.errors.get(str(error), 0) + 1
-            self.sem.release()
-
-        return cb
-
-    def drain(self) -> None:
-        for _ in range(self.n):
-            if not self.sem.acquire(timeout=30):
-                break
-
-
-def bench_pysyncobj(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    ports = free_ports(3)
-    addrs = [f"127.0.0.1:{p}" for p in ports]
-    result = root / "pysyncobj.json"
-    procs = []
-    for a in addrs:
-        partners = ",".join(x for x in addrs if x != a)
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    __file__,
-                    "--pysyncobj-node",
-                    a,
-                    partners,
-                    str(args.concurrency),
-                    str(args.seconds),
-                    str(args.light_seconds),
-                    str(result),
-                    str(args.pysyncobj_batch_bytes),
-                ],
-                cwd=root,
-            )
-        )
     try:
-        deadline = time.monotonic() + 120 + 4 * (args.seconds + args.light_seconds)
-        while not Path(str(result) + ".done").exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError("pysyncobj run did not finish")
-            time.sleep(0.2)
-        return dict(json.loads(result.read_text()))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (kv._isReady() and kv._getLeader() is not None):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        if str(kv._getLeader()) != me:
+            _wait_file(result_path, 120 + plan.warmup + plan.seconds + plan.drain_s)
+            return
+        value = b"x" * max(0, plan.payload - 12)
+
+        def submit(i: int, on_done: Callable[[str | None], None]) -> None:
+            kv.put(b"%010d" % i, value, callback=lambda _r, err: on_done(
+                None if err == 0 else PYSYNCOBJ_FAIL.get(err, str(err))))
+
+        _finish(result_path, window_load(submit, plan))
     finally:
-        Path(str(result) + ".done").touch()
+        os._exit(0)
+
+
+def reference_node(me: str, partners_csv: str, payload: int, seconds: float, result_path: str) -> None:
+    """The minimal PySyncObj harness the peer's figure is checked against, written apart from the
+    one above: default ``SyncObjConf``, load in the leader with a 30,000-call window, the first
+    second not counted, no drain in the interval."""
+    from pysyncobj import SyncObj, replicated
+
+    class Ref(SyncObj):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(me, partners_csv.split(","))
+            self.d: dict[bytes, bytes] = {}
+
+        @replicated  # type: ignore[misc]
+        def put(self, k: bytes, v: bytes) -> None:
+            self.d[k] = v
+
+    o = Ref()
+    try:
+        while not (o._isReady() and o._getLeader() is not None):
+            time.sleep(0.05)
+        time.sleep(1.0)
+        if str(o._getLeader()) != me:
+            _wait_file(result_path, 120 + seconds)
+            return
+        sem = threading.Semaphore(30_000)
+        ok = [0]
+
+        def cb(_res: Any, err: int) -> None:
+            if err == 0:
+                ok[0] += 1
+            sem.release()
+
+        v = b"x" * max(0, payload - 12)
+        i = 0
+        t0 = time.perf_counter()
+        start = t0 + 1.0
+        n0 = None
+        while True:
+            now = time.perf_counter()
+            if n0 is None and now >= start:
+                n0 = ok[0]
+            if now >= start + seconds:
+                break
+            if sem.acquire(timeout=0.1):  # callbacks lost with a leader change must not hang the run
+                o.put(b"%010d" % i, v, callback=cb)
+                i += 1
+        _finish(result_path, {"commits_per_s": (ok[0] - (n0 or 0)) / (now - start)})
+    finally:
+        os._exit(0)
+
+
+def run_plan(plan: Plan, root: Path, n: int) -> dict[str, Any]:
+    """A fresh 3-node cluster of ``plan.system``, the plan run in its leader; the leader's result."""
+    d = root / f"run{n}-{plan.system}-{plan.conf}-{plan.payload}"
+    d.mkdir(parents=True)
+    result = str(d / "result.json")
+    pj = json.dumps(asdict(plan))
+    load1 = os.getloadavg()[0]
+    if plan.system == "molens":
+        cluster = MolensCluster(d)
+        cmds = [[sys.executable, __file__, "--molens-node", str(cluster.configs[nid]), pj, result]
+                for nid in cluster.procs]
+    else:
+        addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
+        cmds = []
+        for a in addrs:
+            partners = ",".join(x for x in addrs if x != a)
+            if plan.system == "reference":
+                cmds.append([sys.executable, __file__, "--reference-node", a, partners, str(plan.payload),
+                             str(plan.seconds), result])
+            else:
+                cmds.append([sys.executable, __file__, "--pysyncobj-node", a, partners, pj, result])
+    logs = [open(d / f"node{k}.out", "wb") for k in range(3)]  # noqa: SIM115 - closed below
+    procs = [subprocess.Popen(c, cwd=ROOT, stdout=lg, stderr=subprocess.STDOUT) for c, lg in zip(cmds, logs)]
+    try:
+        deadline = time.monotonic() + 60 + 2 * (plan.warmup + plan.seconds) + plan.drain_s
+        while not os.path.exists(result):
+            if time.monotonic() > deadline or all(p.poll() is not None for p in procs):
+                raise RuntimeError(f"{plan.system} run did not finish; logs in {d}")
+            time.sleep(0.1)
+        res = dict(json.loads(Path(result).read_text()))
+    finally:
         for p in procs:
             try:
-                p.wait(10)
+                p.wait(15)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
+        for lg in logs:
+            lg.close()
+    res["loadavg"] = load1
+    return res
+
+
+def describe(name: str, plan: Plan, r: dict[str, Any]) -> str:
+    extra = ""
+    if "errors" in r:
+        extra = (f" p50_ms={r['p50_ms']:.2f} p99_ms={r['p99_ms']:.2f} errors={sum(r['errors'].values())}"
+                 f"{' ' + json.dumps(r['errors'], separators=(',', ':')) if r['errors'] else ''}"
+                 f" timeouts={r['timeouts']} leader_cpu_us_per_commit={r['leader_cpu_us_per_commit']:.1f}")
+    if "entries_per_append" in r:
+        extra += (f" entries_per_append={r['entries_per_append']:.0f}"
+                  f" entries_per_message={r['entries_per_message']:.1f}")
+    return (f"{name}: payload={label_of(plan.payload)} window={plan.window} commits_per_s={r['commits_per_s']:.0f}"
+            f"{extra} loadavg={r['loadavg']:.2f}")
+
+
+def label_of(size: int) -> str:
+    return "16B" if size == 16 else f"{size // 1024}KiB" if size % 1024 == 0 else f"{size}B"
+
+
+def bench_inprocess(args: argparse.Namespace, root: Path) -> dict[str, str]:
+    """Molens and PySyncObj (default, tuned, and the reference harness) in turn, per payload."""
+    n = 0
+    summary: dict[str, str] = {}
+    ratios: dict[int, float] = {}
+    check: list[float] = []
+    for size in PAYLOADS:
+        runs: dict[str, dict[str, Any]] = {}
+        order = ["molens"] if args.skip_pysyncobj else ["molens", "pysyncobj_default", "reference", "pysyncobj_tuned"]
+        for _round in range(args.rounds):  # each system's best run counts: the peer gets its best case
+            for name in order:
+                system, _, conf = name.partition("_")
+                plan = Plan(system=system, payload=size, window=args.window, warmup=args.warmup,
+                            seconds=args.seconds, conf=conf or "default")
+                n += 1
+                r = run_plan(plan, root, n)
+                if name not in runs or r["commits_per_s"] > runs[name]["commits_per_s"]:
+                    runs[name] = r
+                print(describe({"molens": "molens", "reference": "pysyncobj_reference"}.get(name, name), plan, r),
+                      flush=True)
+        light = Plan(system="molens", payload=size, window=1, warmup=0.5, seconds=args.light_seconds)
+        n += 1
+        lt = run_plan(light, root, n)
+        print(describe("molens_light", light, lt), flush=True)
+        m = runs["molens"]
+        summary[f"commits_per_s_{label_of(size)}"] = f"{m['commits_per_s']:.0f}"
+        summary[f"p50_ms_{label_of(size)}"] = f"{lt['p50_ms']:.2f}"
+        if not args.skip_pysyncobj:
+            plt = Plan(system="pysyncobj", payload=size, window=1, warmup=0.5, seconds=args.light_seconds)
+            n += 1
+            plr = run_plan(plt, root, n)
+            print(describe("pysyncobj_light", plt, plr), flush=True)
+            best = max(runs["pysyncobj_default"]["commits_per_s"], runs["pysyncobj_tuned"]["commits_per_s"])
+            ratios[size] = m["commits_per_s"] / best
+            check.append(runs["pysyncobj_default"]["commits_per_s"] / runs["reference"]["commits_per_s"])
+            print(
+                f"raft: mode=inprocess payload={label_of(size)} commits_per_s={m['commits_per_s']:.0f} "
+                f"p50_ms={lt['p50_ms']:.2f} p99_ms={lt['p99_ms']:.2f} fsync=every_commit "
+                f"pysyncobj_best={best:.0f} pysyncobj_p50_ms={plr['p50_ms']:.2f} ratio={ratios[size]:.2f} "
+                f"peer_vs_reference={check[-1]:.2f} loadavg={m['loadavg']:.2f}",
+                flush=True,
+            )
+        else:
+            print(f"raft: mode=inprocess payload={label_of(size)} commits_per_s={m['commits_per_s']:.0f} "
+                  f"p50_ms={lt['p50_ms']:.2f} p99_ms={lt['p99_ms']:.2f} loadavg={m['loadavg']:.2f}", flush=True)
+    if ratios:
+        print(
+            f"raft_vs_pysyncobj: mode=inprocess ratio={ratios[16]:.2f} ratio_1KiB={ratios[1024]:.2f} "
+            f"peer_vs_reference={check[0]:.2f} peer_vs_reference_1KiB={check[1]:.2f} window={args.window} "
+            f"molens_fsync=every_commit pysyncobj_fsync=none",
+            flush=True,
+        )
+        summary["ratio"] = f"{ratios[16]:.2f}"
+        summary["ratio_1KiB"] = f"{ratios[1024]:.2f}"
+        summary["peer_vs_reference"] = f"{check[0]:.2f}"
+    return summary
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--pysyncobj-node":
-        pysyncobj_node(sys.argv[2:])
+    child = {"--molens-node": molens_node, "--pysyncobj-node": pysyncobj_node}
+    if len(sys.argv) > 1 and sys.argv[1] in child:
+        child[sys.argv[1]](*sys.argv[2:])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--reference-node":
+        me, partners, payload, seconds, result = sys.argv[2:]
+        reference_node(me, partners, int(payload), float(seconds), result)
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--concurrency", type=int, default=1000, help="requests in flight under load")
-    ap.add_argument("--seconds", type=float, default=5.0, help="duration of each loaded run")
+    ap.add_argument("--window", type=int, default=30_000, help="calls in flight from the leader process")
+    ap.add_argument("--seconds", type=float, default=5.0, help="measured interval of each loaded run")
+    ap.add_argument("--warmup", type=float, default=1.0, help="seconds of load before the measured interval")
     ap.add_argument("--light-seconds", type=float, default=2.0, help="duration of each light-load run")
+    ap.add_argument("--rounds", type=int, default=1, help="loaded runs per system and payload, in turn; the best counts")
+    ap.add_argument("--skip-pysyncobj", action="store_true")
+    ap.add_argument(
+        "--client", action="store_true",
+        help="also measure Molens through the admin socket from a client process (no peer figure)",
+    )
+    ap.add_argument("--concurrency", type=int, default=1000, help="--client: requests in flight")
     ap.add_argument(
         "--failover", action="store_true", help="also measure kill -9 of the leader -> next commit"
     )
     ap.add_argument("--failover-trials", type=int, default=3)
-    ap.add_argument("--skip-pysyncobj", action="store_true")
-    ap.add_argument(
-        "--pysyncobj-batch-bytes",
-        type=int,
-        default=0,
-        help="raise PySyncObj's 64 KiB append batch and socket buffers to this (0: its defaults)",
-    )
     args = ap.parse_args()
     keep = os.environ.get("BENCH_KEEP")  # keep the data and node logs for a look afterwards
     with tempfile.TemporaryDirectory(prefix="molens-bench-") as tmp:
         root = Path(tempfile.mkdtemp(prefix="molens-bench-kept-")) if keep else Path(tmp)
-        m = bench_molens(args, root)
-        summary: dict[str, str] = {}
-        for size, label in ((16, "16B"), (1024, "1KiB")):
-            light, heavy = m[size]["light"], m[size]["heavy"]
-            print(
-                f"raft: payload={label} commits_per_s={heavy['commits_per_s']:.0f} "
-                f"p50_ms={light['p50_ms']:.2f} p99_ms={light['p99_ms']:.2f} "
-                f"load_p50_ms={heavy['p50_ms']:.1f} load_p99_ms={heavy['p99_ms']:.1f} concurrency={args.concurrency}"
-            )
-            summary[f"commits_per_s_{label}"] = f"{heavy['commits_per_s']:.0f}"
-            summary[f"p50_ms_{label}"] = f"{light['p50_ms']:.2f}"
-        if args.failover:
-            fo = m[0]["failover"]
-            print(f"raft: failover_s={statistics.median(fo):.3f} max_s={max(fo):.3f} trials={len(fo)}")
-            summary["failover_s"] = f"{statistics.median(fo):.3f}"
-        if not args.skip_pysyncobj:
-            p = bench_pysyncobj(args, root)
-            for size, label in ((16, "16B"), (1024, "1KiB")):
-                h, lt = p[f"{size}_heavy"], p[f"{size}_light"]
+        print(f"raft: cpus={os.cpu_count()} loadavg={os.getloadavg()[0]:.2f} window={args.window} "
+              f"warmup_s={args.warmup} seconds={args.seconds}", flush=True)
+        summary = {"mode": "inprocess", **bench_inprocess(args, root)}
+        if args.client or args.failover:
+            m = bench_molens(args, root)
+            for size in PAYLOADS if args.client else ():
+                light, heavy = m[size]["light"], m[size]["heavy"]
                 print(
-                    f"pysyncobj: payload={label} commits_per_s={h['commits_per_s']:.0f} "
-                    f"p50_ms={lt['p50_ms']:.2f} p99_ms={lt['p99_ms']:.2f} load_p50_ms={h['p50_ms']:.1f}"
+                    f"raft: mode=client payload={label_of(size)} commits_per_s={heavy['commits_per_s']:.0f} "
+                    f"p50_ms={light['p50_ms']:.2f} p99_ms={light['p99_ms']:.2f} "
+                    f"load_p50_ms={heavy['p50_ms']:.1f} load_p99_ms={heavy['p99_ms']:.1f} "
+                    f"concurrency={args.concurrency} failed={heavy['failed']}"
                 )
-            r16 = m[16]["heavy"]["commits_per_s"] / p["16_heavy"]["commits_per_s"]
-            r1k = m[1024]["heavy"]["commits_per_s"] / p["1024_heavy"]["commits_per_s"]
-            print(f"raft_vs_pysyncobj: ratio={r16:.2f} ratio_1KiB={r1k:.2f} concurrency={args.concurrency}")
-            summary["ratio"] = f"{r16:.2f}"
-            summary["ratio_1KiB"] = f"{r1k:.2f}"
+                summary[f"client_commits_per_s_{label_of(size)}"] = f"{heavy['commits_per_s']:.0f}"
+            if args.failover:
+                fo = m[0]["failover"]
+                print(f"raft: failover_s={statistics.median(fo):.3f} max_s={max(fo):.3f} trials={len(fo)}")
+                summary["failover_s"] = f"{statistics.median(fo):.3f}"
+        summary["loadavg"] = f"{os.getloadavg()[0]:.2f}"
         print("raft: " + " ".join(f"{k}={v}" for k, v in summary.items()))
 
 

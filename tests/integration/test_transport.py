@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgpack
 import pytest
 import zmq
 import zmq.auth
@@ -17,6 +18,7 @@ from molens.raft.transport import (
     RaftTransport,
     TransportConfig,
     TransportError,
+    bin_header,
 )
 from molens.worker_rpc import RpcEndpoint
 
@@ -252,3 +254,9 @@ def test_close_from_the_io_thread_is_refused_not_deadlocked(endpoints: list[Endp
 def test_curve_load_refuses_missing_files(tmp_path: Path) -> None:
     with pytest.raises(TransportError):
         CurveKeys.load(tmp_path / "nope.key_secret", tmp_path)
+
+
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 65_535, 65_536, 300_000])
+def test_frame_header_is_msgpacks_bin_header(n: int) -> None:
+    payload = b"x" * n
+    assert bin_header(n) + payload == msgpack.packb(payload, use_bin_type=True)

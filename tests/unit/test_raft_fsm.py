@@ -124,3 +124,10 @@ def test_batching_does_not_change_the_state(ops: list[tuple[str, bytes]], split:
         assert r1 == r2 and one.digest() == many.digest()
         one.close()
         many.close()
+
+
+def test_a_put_with_a_key_lmdb_cannot_hold_is_a_kv_error_not_a_crash(tmp_path: Path) -> None:
+    with KVStateMachine(tmp_path) as fsm:
+        res = fsm.apply_batch(entries(1, [encode_put(b"k" * 600, b"v"), encode_put(b"k", b"v")]))
+        assert isinstance(res[0], KVError) and "key too long" in res[0].reason
+        assert res[1] is True and fsm.get(b"k") == b"v" and fsm.applied_index() == 2

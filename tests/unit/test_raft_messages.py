@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
@@ -16,6 +17,7 @@ from molens.raft.messages import (
     HeartbeatResponse,
     InstallSnapshot,
     Message,
+    MsgTag,
     ReadIndexRequest,
     ReadIndexResponse,
     RequestVote,
@@ -25,6 +27,7 @@ from molens.raft.messages import (
     decode,
     decode_conf_change,
     encode,
+    encode_all,
     encode_conf_change,
 )
 
@@ -108,3 +111,23 @@ def test_snapshot_meta_of_an_older_peer_without_context_decodes() -> None:
     raw[meta_pos] = raw[meta_pos][:4]
     old = decode(msgpack.packb(raw, use_bin_type=True))
     assert isinstance(old, InstallSnapshot) and old.meta == SnapshotMeta(100, 4, Membership(("n1",)))
+
+
+def test_encode_all_is_encode_of_each_and_shares_the_entries_of_one_range() -> None:
+    ents = (Entry(11, 9, EntryKind.NORMAL, b"x" * 10), Entry(12, 9, EntryKind.CONF_CHANGE, b"\x00\xff"))
+    msgs = [
+        AppendEntries(frm="n1", to=to, term=9, prev_index=10, prev_term=8, entries=ents, commit=c)
+        for to, c in (("n2", 10), ("n3", 11))
+    ] + [
+        AppendEntries(frm="n1", to="n2", term=9, prev_index=11, prev_term=9, entries=ents[1:], commit=12),
+        AppendEntries(frm="n1", to="n3", term=9, prev_index=12, prev_term=9, entries=(), commit=12),
+        *SAMPLES,
+    ]
+    assert encode_all(msgs) == [encode(m) for m in msgs]
+    assert [decode(b) for b in encode_all(msgs)] == msgs
+
+
+def test_an_unknown_entry_kind_is_a_codec_error() -> None:
+    bad = msgpack.packb([int(MsgTag.APP), "n1", "n2", 1, 0, 0, [[1, 1, 7, b""]], 0], use_bin_type=True)
+    with pytest.raises(CodecError):
+        decode(bad)
