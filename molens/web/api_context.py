@@ -192,6 +192,13 @@ class ApiContext(Protocol):
         :class:`~molens.web.errors.Unavailable` when it does not answer."""
         ...
 
+    def transfer_leader(self, to: str | None) -> dict[str, Any]:
+        """Hand leadership to voter ``to`` (None: the best caught-up one) and wait until this node
+        stepped down; ``{"to": id, ...}``. Raises :class:`~molens.web.errors.LeaderElsewhere` /
+        :class:`~molens.web.errors.NoLeader` off the leader and
+        :class:`~molens.web.errors.Unavailable` when no transfer happened."""
+        ...
+
     def wheel_distribution(self) -> WheelDistribution | None:
         """The leader's time wheel now; None on a node without one (a follower, no scheduler)."""
         ...

@@ -513,6 +513,21 @@ def _install_cluster(api: Api) -> None:
     def cluster_stats() -> tuple[int, Any]:
         return 200, ctx.cluster_stats()
 
+    @api.route("POST", f"{PREFIX}/cluster/transfer-leader", write=True)
+    def transfer_leader() -> tuple[int, Any]:
+        body = api.read_json() if bottle.request.content_length > 0 else {}
+        if not isinstance(body, dict):
+            raise ValidationError('the body must be an object {"to": "node id"} (or empty)', "body")
+        for k in body:
+            if k != "to":
+                raise ValidationError(f"unknown field {k!r}", str(k))
+        to = body.get("to")
+        if to is not None:
+            voters = {n.get("id") for n in ctx.cluster_status().get("nodes", []) if n.get("suffrage", "voter") == "voter"}
+            if not isinstance(to, str) or to not in voters or to == ctx.settings.node_id:
+                raise ValidationError("to must be the id of another voter of the cluster", "to")
+        return 200, ctx.transfer_leader(to)
+
     @api.route("GET", f"{PREFIX}/stats")
     def stats() -> tuple[int, Any]:
         node_id = api.q_str("node_id")
@@ -606,12 +621,16 @@ def _install_misc(api: Api) -> None:
     def openapi_json() -> tuple[int, Any]:
         return 200, doc
 
+    # Readable from any origin: a console whose node stopped answering asks the other members
+    # who leads (docs/architecture.md#console); both answers are open and carry no secret.
     @api.route("GET", "/healthz", open_=True)
     def healthz() -> tuple[int, Any]:
+        bottle.response.set_header("Access-Control-Allow-Origin", "*")
         return 200, {"ok": True, "node_id": ctx.settings.node_id}
 
     @api.route("GET", "/readyz", open_=True)
     def readyz() -> tuple[int, Any]:
+        bottle.response.set_header("Access-Control-Allow-Origin", "*")
         li = ctx.leader_info()
         if li.is_leader or li.leader_id or li.leader_url:
             return 200, {"ready": True, "node_id": ctx.settings.node_id, "role": li.role, "leader_id": li.leader_id}
@@ -649,8 +668,18 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     _install_cluster(api)
     _install_misc(api)
     install_observability(api)
-    install_ui(app, static_dir)
+    install_ui(app, static_dir, connect_origins=lambda: _member_origins(ctx))
     return api
+
+
+def _member_origins(ctx: ApiContext) -> list[str]:
+    """The HTTP origins of the cluster's members (the console's CSP lets it probe them)."""
+    out = []
+    for n in ctx.cluster_status().get("nodes", []):
+        url = n.get("http_url")
+        if isinstance(url, str) and re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", url.rstrip("/")):
+            out.append(url.rstrip("/"))
+    return out
 
 
 def make_app(ctx: ApiContext, static_dir: Path | None = None) -> bottle.Bottle:

@@ -159,6 +159,13 @@ class LocalContext:
             "mode": "local",
         }
 
+    def transfer_leader(self, to: str | None) -> dict[str, Any]:
+        if self.role != "leader":
+            if self.leader_url:
+                raise LeaderElsewhere(self.leader_url, self.leader_id)
+            raise NoLeader()
+        raise Unavailable("a single-process node has no other voter to hand leadership to")
+
     def cluster_stats(self) -> dict[str, Any]:
         return {"nodes": [{**self.stats(), "lag": 0}]}
 
