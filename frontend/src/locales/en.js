@@ -5,6 +5,11 @@ export default {
     offline: 'The node does not answer. Retrying…',
     noLeader: 'No leader: waiting for an election. Writes are refused until a leader is elected; this page retries by itself.',
     leaderUnknownAddr: 'The leader is {id}, but its HTTP address is not known yet; retrying.',
+    members: 'Cluster members: {ids}',
+    leaderIs: 'leader {id}',
+    searching: '{id} does not answer. Looking for the leader among {others}…',
+    movedDown: '{from} stopped answering: this tab moved to the console of the new leader, {to}.',
+    movedFollower: '{from} is a follower: this tab moved to the console of the leader, {to}.',
   },
   nav: {
     menu: 'Menu', dashboard: 'Dashboard', tasks: 'Tasks', executions: 'Executions', latency: 'Latency',
@@ -12,11 +17,12 @@ export default {
   },
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
-    loading: 'Loading…', more: 'Load more', next: 'Next', prev: 'Previous', page: 'Page {n}', saving: 'Saving…',
+    loading: 'Loading…', dismiss: 'Dismiss', more: 'Load more', next: 'Next', prev: 'Previous', page: 'Page {n}', saving: 'Saving…',
   },
   role: {
     leader: 'Leader', follower: 'Follower', candidate: 'Candidate', learner: 'Learner', joining: 'Joining',
-    precandidate: 'Pre-candidate', 'pre-candidate': 'Pre-candidate', stopping: 'Stopping',
+    precandidate: 'Pre-candidate', 'pre-candidate': 'Pre-candidate', stopping: 'Stopping', unreachable: 'Unreachable',
+    down: 'Down',
   },
   status: {
     pending: 'Pending', firing: 'Firing', awaiting_ack: 'Awaiting ACK', paused: 'Paused', done: 'Done',
@@ -87,7 +93,9 @@ export default {
   },
   cluster: {
     node: 'Node', role: 'Role', commit: 'Commit index', applied: 'Applied index', match: 'Match index', lag: 'Lag',
-    fires: 'Fires', memory: 'Memory', contact: 'Last contact', ago: '{d} ago', learner: 'learner', empty: 'No nodes.',
+    fires: 'Fires', memory: 'Memory', contact: 'Last contact', ago: '{d} ago', learner: 'learner', empty: 'No nodes.', qps: 'Requests / s',
+    makeLeader: 'Make leader', confirmTransfer: 'Hand leadership to {id}? Writes pause for the hand-over (well under a second).',
+    transferred: 'Leadership handed to {id}.', transferFailed: 'Leadership stays here; the hand-over to {id} failed: {msg}',
   },
   login: {
     title: 'Sign in', hint: 'This node requires an API token (http.auth_token).', token: 'API token',

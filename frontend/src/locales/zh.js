@@ -5,17 +5,22 @@ export default {
     offline: '节点无响应，正在重试…',
     noLeader: '没有 Leader：正在等待选举。选出 Leader 之前写操作会被拒绝；本页会自动重试。',
     leaderUnknownAddr: 'Leader 是 {id}，但还不知道它的 HTTP 地址；正在重试。',
+    members: '集群成员：{ids}',
+    leaderIs: '主节点 {id}',
+    searching: '{id} 无响应。正在其余节点（{others}）中查找主节点…',
+    movedDown: '{from} 已无响应：本标签页已转到新主节点 {to} 的控制台。',
+    movedFollower: '{from} 是从节点：本标签页已转到主节点 {to} 的控制台。',
   },
   nav: {
     menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', cluster: '集群',
   },
   common: {
-    refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…',
+    refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…', dismiss: '关闭',
     more: '加载更多', next: '下一页', prev: '上一页', page: '第 {n} 页', saving: '保存中…',
   },
   role: {
-    leader: 'Leader', follower: 'Follower', candidate: '候选者', learner: '学习者', joining: '加入中',
-    precandidate: '预候选者', 'pre-candidate': '预候选者', stopping: '停止中',
+    leader: '主节点', follower: '从节点', candidate: '候选者', learner: '学习者', joining: '加入中',
+    precandidate: '预候选者', 'pre-candidate': '预候选者', stopping: '停止中', unreachable: '无法连接', down: '宕机',
   },
   status: {
     pending: '等待中', firing: '执行中', awaiting_ack: '等待确认', paused: '已暂停', done: '已完成', failed: '已失败', inactive: '已停用',
@@ -78,7 +83,9 @@ export default {
   },
   cluster: {
     node: '节点', role: '角色', commit: '提交索引', applied: '应用索引', match: '匹配索引', lag: '落后', fires: '触发次数',
-    memory: '内存', contact: '上次联系', ago: '{d} 前', learner: '学习者', empty: '没有节点。',
+    memory: '内存', contact: '上次联系', ago: '{d} 前', learner: '学习者', empty: '没有节点。', qps: '请求 / 秒',
+    makeLeader: '设为主节点', confirmTransfer: '把主节点身份交给 {id}？交接期间写操作会暂停（远少于一秒）。',
+    transferred: '主节点已交给 {id}。', transferFailed: '主节点未变；交给 {id} 失败：{msg}',
   },
   login: {
     title: '登录', hint: '本节点需要 API 令牌（http.auth_token）。', token: 'API 令牌', remember: '在此设备上记住',
