@@ -3,19 +3,31 @@ import { locale } from './i18n.js'
 
 const tag = () => (locale.value === 'zh' ? 'zh-CN' : 'en-GB')
 
-export function fmtTime(ms, timeZone) {
+/**
+ * One date-time format in every language: `2026-12-01 09:30:00` (24 h), in `timeZone` (default:
+ * the browser's), with the weekday when asked and the zone's short name unless `zone: false`.
+ */
+export function fmtTime(ms, timeZone, { weekday = false, zone = true } = {}) {
   if (ms === null || ms === undefined || ms === '') return '—'
   const d = new Date(Number(ms))
   if (Number.isNaN(d.getTime())) return '—'
+  let parts
   try {
-    return new Intl.DateTimeFormat(tag(), {
-      year: 'numeric', month: '2-digit', day: '2-digit',
-      hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false,
-      timeZone: timeZone || undefined,
-    }).format(d)
+    parts = new Intl.DateTimeFormat('en-CA', {
+      year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit',
+      hourCycle: 'h23', timeZone: timeZone || undefined, timeZoneName: 'short',
+    }).formatToParts(d)
   } catch {
     return d.toISOString()
   }
+  const p = Object.fromEntries(parts.map((x) => [x.type, x.value]))
+  let out = `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second}`
+  if (weekday) {
+    const wd = new Intl.DateTimeFormat(tag(), { weekday: 'short', timeZone: timeZone || undefined }).format(d)
+    out = `${out} ${wd}`
+  }
+  if (zone && p.timeZoneName) out = `${out} ${p.timeZoneName}`
+  return out
 }
 
 export function fmtRelative(ms, now = Date.now()) {
