@@ -177,6 +177,12 @@ class NodeContext:
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         return self.store.scan_tasks(after, chunk=256)
 
+    def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
+        return self.store.scan_tasks_before(before, chunk=256)
+
+    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
+        return self.store.scan_due(chunk=256, after=after)
+
     def task_counts(self) -> dict[str, int]:
         return self.store.counts()
 

@@ -173,6 +173,14 @@ class ApiContext(Protocol):
         """Tasks in id (= creation) order strictly after task id ``after``, streaming."""
         ...
 
+    def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
+        """Tasks newest first, strictly before task id ``before`` ("" = from the newest), streaming."""
+        ...
+
+    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
+        """``(due_ms, task_id)`` of every scheduled task, soonest first, strictly after ``after``."""
+        ...
+
     def task_counts(self) -> dict[str, int]:
         """Tasks per status, every status present."""
         ...

@@ -474,6 +474,13 @@ def _paths() -> dict[str, Any]:
                     _param("type", "query", {"type": "string", "enum": [t.value for t in TaskType]}, "Task type"),
                     _param("scene", "query", {"type": "string"}, "Exact scene"),
                     _param("url", "query", {"type": "string"}, "Callback URL substring (case-insensitive)"),
+                    _param(
+                        "order",
+                        "query",
+                        {"type": "string", "enum": ["created", "-created", "next_run"], "default": "created"},
+                        "created: oldest first; -created: newest first; next_run: soonest next run first "
+                        "(only tasks that have one)",
+                    ),
                     _CURSOR,
                     _LIMIT,
                 ],
