@@ -17,7 +17,7 @@ export default {
   },
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
-    loading: 'Loading…', dismiss: 'Dismiss', more: 'Load more', next: 'Next', prev: 'Previous', page: 'Page {n}', saving: 'Saving…',
+    loading: 'Loading…', dismiss: 'Dismiss', pageOf: 'Page {n} of {of}', more: 'Load more', next: 'Next', prev: 'Previous', page: 'Page {n}', saving: 'Saving…',
   },
   role: {
     leader: 'Leader', follower: 'Follower', candidate: 'Candidate', learner: 'Learner', joining: 'Joining',
@@ -48,7 +48,11 @@ export default {
   tasks: {
     title: 'Tasks', new: 'New task', id: 'ID', status: 'Status', type: 'Type', scene: 'Scene', schedule: 'Schedule',
     callback: 'Callback URL', nextRun: 'Next run', lastResult: 'Last result', urlSearch: 'URL contains',
-    urlPlaceholder: 'e.g. example.com/hook', empty: 'No tasks match.',
+    urlPlaceholder: 'e.g. example.com/hook', empty: 'No tasks match.', created: 'Created', sort: 'Sort',
+    order: { '-created': 'Newest first', created: 'Oldest first', next_run: 'Next run (soonest)', status: 'Status' },
+    total: 'Total: {n}', totalAll: 'Total in the store: {n} (the filtered count is not known)', jump: 'Open',
+    jumpPlaceholder: 'task id', notAnId: 'Not a task id (26 letters and digits).', autoRefresh: 'Auto-refresh',
+    nextRunNote: 'Only tasks with a next run (not paused, firing or finished).',
   },
   task: {
     type: 'Type', schedule: 'Schedule', callback_url: 'Callback URL', scene: 'Scene', reliability: 'Reliability',
@@ -76,7 +80,7 @@ export default {
     confirm_resume: 'Resume task {id}? Its next run is recomputed (a missed delayed task fires now).',
     confirm_trigger: 'Run one extra occurrence of task {id} now?',
     confirm_delete: 'Delete task {id} and its whole history? This cannot be undone.',
-    done_pause: 'Task paused.', done_resume: 'Task resumed.', done_trigger: 'Extra occurrence triggered.',
+    done_pause: 'Task paused.', clone: 'Clone', failed: '{action} failed: {msg}', done_resume: 'Task resumed.', done_trigger: 'Extra occurrence triggered.',
   },
   exec: {
     firedAt: 'Fired at', task: 'Task', fireId: 'Fire ID', result: 'Result', status: 'HTTP status', latency: 'Latency',
@@ -130,6 +134,15 @@ export default {
       body: 'The request was not valid JSON.', status: 'Not possible in the task’s current state.', task_id: 'Not found: it was deleted or has expired.',
       to: 'Not another voter of this cluster.',
     },
+  },
+  bulk: {
+    selected: '{n} selected', selectAll: 'Select every task on this page',
+    confirm_pause: 'Pause the {n} selected tasks (those that can be paused)?',
+    confirm_resume: 'Resume the {n} selected tasks (those that can be resumed)?',
+    confirm_trigger: 'Run one extra occurrence of the {n} selected tasks (pending ones) now?',
+    confirm_delete: 'Delete the {n} selected tasks and their whole history? This cannot be undone.',
+    result: '{action}: {ok} done, {skipped} skipped (their state does not allow it).', failedOne: '{id}: {msg}',
+    failedMore: '… and {n} more failed.',
   },
   login: {
     title: 'Sign in', hint: 'This node requires an API token (http.auth_token).', token: 'API token',

@@ -16,7 +16,7 @@ export default {
   },
   common: {
     refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…', dismiss: '关闭',
-    more: '加载更多', next: '下一页', prev: '上一页', page: '第 {n} 页', saving: '保存中…',
+    more: '加载更多', next: '下一页', prev: '上一页', page: '第 {n} 页', pageOf: '第 {n} 页，共 {of} 页', saving: '保存中…',
   },
   role: {
     leader: '主节点', follower: '从节点', candidate: '候选者', learner: '学习者', joining: '加入中',
@@ -44,7 +44,10 @@ export default {
   tasks: {
     title: '任务', new: '新建任务', id: 'ID', status: '状态', type: '类型', scene: '场景', schedule: '调度',
     callback: '回调地址', nextRun: '下次运行', lastResult: '上次结果', urlSearch: 'URL 包含', urlPlaceholder: '例如 example.com/hook',
-    empty: '没有匹配的任务。',
+    empty: '没有匹配的任务。', created: '创建时间', sort: '排序',
+    order: { '-created': '最新优先', created: '最早优先', next_run: '下次运行（最近优先）', status: '状态' },
+    total: '共 {n} 个任务', totalAll: '全部共 {n} 个任务（筛选后的数量未知）', jump: '打开', jumpPlaceholder: '任务 ID',
+    notAnId: '不是任务 ID（26 个字母和数字）。', autoRefresh: '自动刷新', nextRunNote: '只列出有下次运行时间的任务（不含暂停、触发中或已结束的）。',
   },
   task: {
     type: '类型', schedule: '调度', callback_url: '回调地址', scene: '场景', reliability: '可靠性', timeout_ms: '超时 (毫秒)',
@@ -70,7 +73,7 @@ export default {
     confirm_resume: '恢复任务 {id}？将重新计算下次运行时间（已错过的延时任务会立即触发）。',
     confirm_trigger: '立即额外运行一次任务 {id}？',
     confirm_delete: '删除任务 {id} 及其全部历史？此操作无法撤销。',
-    done_pause: '任务已暂停。', done_resume: '任务已恢复。', done_trigger: '已触发一次额外运行。',
+    clone: '克隆', failed: '{action}失败：{msg}', done_pause: '任务已暂停。', done_resume: '任务已恢复。', done_trigger: '已触发一次额外运行。',
   },
   exec: {
     firedAt: '触发时间', task: '任务', fireId: '触发 ID', result: '结果', status: 'HTTP 状态码', latency: '耗时',
@@ -118,6 +121,13 @@ export default {
       idempotency_key: '幂等键被拒绝（长度）。', type: '未知的任务类型。', body: '请求不是有效的 JSON。',
       status: '任务当前的状态不允许此操作。', task_id: '不存在：已被删除或已过期。', to: '不是本集群的其他投票成员。',
     },
+  },
+  bulk: {
+    selected: '已选 {n} 个', selectAll: '选择本页所有任务',
+    confirm_pause: '暂停所选的 {n} 个任务（可暂停的那些）？', confirm_resume: '恢复所选的 {n} 个任务（可恢复的那些）？',
+    confirm_trigger: '立即为所选的 {n} 个任务（等待中的那些）额外运行一次？',
+    confirm_delete: '删除所选的 {n} 个任务及其全部历史？此操作不可撤销。',
+    result: '{action}：完成 {ok} 个，跳过 {skipped} 个（状态不允许）。', failedOne: '{id}：{msg}', failedMore: '……另有 {n} 个失败。',
   },
   login: {
     title: '登录', hint: '本节点需要 API 令牌（http.auth_token）。', token: 'API 令牌', remember: '在此设备上记住',
