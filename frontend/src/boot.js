@@ -3,3 +3,4 @@
 import { consumeHandoff } from './cluster.js'
 
 consumeHandoff()
+import './theme.js'

@@ -1,6 +1,6 @@
 export default {
   app: {
-    language: 'Language',
+    language: 'Language', zone: 'Show times in', theme: 'Theme',
     thisNode: 'this node',
     offline: 'The node does not answer. Retrying…',
     noLeader: 'No leader: waiting for an election. Writes are refused until a leader is elected; this page retries by itself.',
@@ -37,14 +37,19 @@ export default {
   dash: {
     updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate',
     lateness: 'Fire lateness p99', leader: 'Leader', noLeader: 'none (election)', term: 'Term', thisNode: 'This node',
-    cleanup: 'Cleanup', disk: 'Disk usage', replication: 'Replication', mode: 'Mode',
+    cleanup: 'Cleanup', disk: 'Disk usage', replication: 'Replication', mode: 'Mode', modes: { local: 'Single process (no Raft)', raft: 'Raft cluster' },
     notReported: 'Not reported by this node.',
   },
   stat: {
     expired_total: 'Expired tasks', deleted_total: 'Deleted tasks', last_run_at: 'Last run', pending: 'Waiting to expire',
     rate_limit_qps: 'Rate limit (/s)', data_bytes: 'Data', lmdb_bytes: 'Task store', history_bytes: 'History',
     raft_bytes: 'Raft log', snapshot_bytes: 'Snapshots', free_bytes: 'Free', total_bytes: 'Total', used_bytes: 'Used',
+    expired: 'Expired tasks (since start)', retention_ms: 'Kept after finishing', snapshots_bytes: 'Snapshots',
   },
+  dur: { ms: 'ms', s: 's', m: 'm', h: 'h', d: 'd' },
+  zone: { local: 'Local time', utc: 'UTC', task: 'Task’s zone' },
+  theme: { system: 'System theme', light: 'Light', dark: 'Dark' },
+  chart: { time: 'Time' },
   tasks: {
     title: 'Tasks', new: 'New task', id: 'ID', status: 'Status', type: 'Type', scene: 'Scene', schedule: 'Schedule',
     callback: 'Callback URL', nextRun: 'Next run', lastResult: 'Last result', urlSearch: 'URL contains',
@@ -83,7 +88,7 @@ export default {
     done_pause: 'Task paused.', clone: 'Clone', failed: '{action} failed: {msg}', done_resume: 'Task resumed.', done_trigger: 'Extra occurrence triggered.',
   },
   exec: {
-    firedAt: 'Fired at', task: 'Task', fireId: 'Fire ID', result: 'Result', status: 'HTTP status', latency: 'Latency',
+    ack: 'ACK', firedAt: 'Fired at', task: 'Task', fireId: 'Fire ID', result: 'Result', status: 'HTTP status', latency: 'Latency',
     attempt: 'Attempt', worker: 'Worker', response: 'Response', since: 'From', until: 'To',
     taskPlaceholder: 'task id', empty: 'No executions.',
   },
@@ -145,7 +150,7 @@ export default {
     failedMore: '… and {n} more failed.',
   },
   login: {
-    title: 'Sign in', hint: 'This node requires an API token (http.auth_token).', token: 'API token',
+    title: 'Sign in', hint: 'This node requires an API token, set in', token: 'API token',
     remember: 'Remember on this device', submit: 'Sign in', wrong: 'The token was refused.',
   },
   notFound: { title: 'Page not found', home: 'Go to the dashboard' },

@@ -1,6 +1,6 @@
 export default {
   app: {
-    language: '语言',
+    language: '语言', zone: '时间显示', theme: '主题',
     thisNode: '本节点',
     offline: '节点无响应，正在重试…',
     noLeader: '没有 Leader：正在等待选举。选出 Leader 之前写操作会被拒绝；本页会自动重试。',
@@ -33,14 +33,19 @@ export default {
   reliability: { at_least_once: '至少一次', at_most_once: '至多一次' },
   dash: {
     updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', lateness: '触发延迟 p99',
-    leader: 'Leader', noLeader: '无（选举中）', term: '任期', thisNode: '本节点', cleanup: '清理', disk: '磁盘占用',
-    replication: '复制', mode: '模式', notReported: '本节点未提供。',
+    leader: '主节点', noLeader: '无（选举中）', term: '任期', thisNode: '本节点', cleanup: '清理', disk: '磁盘占用',
+    replication: '复制', mode: '模式', modes: { local: '单进程（无 Raft）', raft: 'Raft 集群' }, notReported: '本节点未提供。',
   },
   stat: {
     expired_total: '已过期任务', deleted_total: '已删除任务', last_run_at: '上次运行', pending: '待过期',
     rate_limit_qps: '速率上限 (/秒)', data_bytes: '数据', lmdb_bytes: '任务存储', history_bytes: '历史记录',
     raft_bytes: 'Raft 日志', snapshot_bytes: '快照', free_bytes: '可用', total_bytes: '总计', used_bytes: '已用',
+    expired: '已过期清理的任务（启动以来）', retention_ms: '结束后保留', snapshots_bytes: '快照',
   },
+  dur: { ms: '毫秒', s: '秒', m: '分', h: '小时', d: '天' },
+  zone: { local: '本地时间', utc: 'UTC', task: '任务时区' },
+  theme: { system: '跟随系统', light: '浅色', dark: '深色' },
+  chart: { time: '时间' },
   tasks: {
     title: '任务', new: '新建任务', id: 'ID', status: '状态', type: '类型', scene: '场景', schedule: '调度',
     callback: '回调地址', nextRun: '下次运行', lastResult: '上次结果', urlSearch: 'URL 包含', urlPlaceholder: '例如 example.com/hook',
@@ -76,7 +81,7 @@ export default {
     clone: '克隆', failed: '{action}失败：{msg}', done_pause: '任务已暂停。', done_resume: '任务已恢复。', done_trigger: '已触发一次额外运行。',
   },
   exec: {
-    firedAt: '触发时间', task: '任务', fireId: '触发 ID', result: '结果', status: 'HTTP 状态码', latency: '耗时',
+    ack: '确认', firedAt: '触发时间', task: '任务', fireId: '触发 ID', result: '结果', status: 'HTTP 状态码', latency: '耗时',
     attempt: '尝试', worker: '执行节点', response: '响应', since: '开始', until: '结束', taskPlaceholder: '任务 ID',
     empty: '没有执行记录。',
   },
@@ -130,7 +135,7 @@ export default {
     result: '{action}：完成 {ok} 个，跳过 {skipped} 个（状态不允许）。', failedOne: '{id}：{msg}', failedMore: '……另有 {n} 个失败。',
   },
   login: {
-    title: '登录', hint: '本节点需要 API 令牌（http.auth_token）。', token: 'API 令牌', remember: '在此设备上记住',
+    title: '登录', hint: '本节点需要 API 令牌，配置项：', token: 'API 令牌', remember: '在此设备上记住',
     submit: '登录', wrong: '令牌被拒绝。',
   },
   notFound: { title: '页面不存在', home: '返回概览' },
