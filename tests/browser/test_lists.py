@@ -128,3 +128,15 @@ def test_the_list_is_cards_on_a_phone_with_the_next_run_on_screen(
     box = cell.bounding_box()
     assert box is not None and box["x"] + box["width"] <= PHONE["width"]
     expect(page.get_by_test_id("role")).to_be_visible()  # the role pill stays on a phone
+
+
+def test_a_phone_can_select_every_row_for_a_bulk_action(
+    big: tuple[Served, list[dict[str, object]]], desk: Browsing
+) -> None:
+    s, _ = big
+    page = desk.new_page()
+    page.set_viewport_size(PHONE)
+    page.goto(s.url + "/ui/tasks?scene=big")
+    expect(page.locator("tr[data-task-id]")).to_have_count(50)
+    page.get_by_test_id("select-all-sm").check()  # the table's header is hidden on a phone
+    expect(page.get_by_test_id("bulk-bar")).to_contain_text("50 selected")
