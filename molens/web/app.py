@@ -698,18 +698,31 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     _install_cluster(api)
     _install_misc(api)
     install_observability(api)
-    install_ui(app, static_dir, connect_origins=lambda: _member_origins(ctx))
+    install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
     return api
 
 
-def _member_origins(ctx: ApiContext) -> list[str]:
-    """The HTTP origins of the cluster's members (the console's CSP lets it probe them)."""
-    out = []
-    for n in ctx.cluster_status().get("nodes", []):
-        url = n.get("http_url")
-        if isinstance(url, str) and re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", url.rstrip("/")):
-            out.append(url.rstrip("/"))
-    return out
+class _MemberOrigins:
+    """The HTTP origins of the cluster's members, for the console's CSP (it probes their ``/readyz``).
+    Asked of the context at most every :attr:`TTL_S`, so loading the console costs no Raft round trip."""
+
+    TTL_S = 10.0
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self._at = -self.TTL_S
+        self._origins: list[str] = []
+
+    def __call__(self) -> list[str]:
+        now = time.monotonic()
+        if now - self._at >= self.TTL_S:
+            out = []
+            for n in self.ctx.cluster_status().get("nodes", []):
+                url = n.get("http_url")
+                if isinstance(url, str) and re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", url.rstrip("/")):
+                    out.append(url.rstrip("/"))
+            self._origins, self._at = out, now
+        return self._origins
 
 
 def make_app(ctx: ApiContext, static_dir: Path | None = None) -> bottle.Bottle:
