@@ -122,16 +122,23 @@ export function scheduleText(task, t) {
   return t('task.after', { d: fmtDuration(task.interval_ms) })
 }
 
-/** Parse a datetime-local value (local time) to epoch ms, or null. */
-export function localInputToMs(v) {
-  if (!v) return null
-  const d = new Date(v)
-  return Number.isNaN(d.getTime()) ? null : d.getTime()
+/**
+ * Parse `2026-12-01 09:30` or `2026-12-01 09:30:00` (the console's own format; a `T` also works)
+ * as a time in the browser's zone, or in UTC when `utc`; epoch ms, or null when it is not one.
+ */
+export function parseTime(v, utc = false) {
+  const m = /^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\s*$/.exec(v || '')
+  if (!m) return null
+  const [y, mo, d, h, mi, s] = m.slice(1).map((x) => Number(x || 0))
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 59) return null
+  const ms = utc ? Date.UTC(y, mo - 1, d, h, mi, s) : new Date(y, mo - 1, d, h, mi, s).getTime()
+  const back = new Date(ms)
+  const day = utc ? back.getUTCDate() : back.getDate()
+  return day === d ? ms : null // 2026-02-31 is not a day
 }
 
-export function msToLocalInput(ms) {
+/** `ms` in the format parseTime reads (no zone), in the browser's zone or UTC. */
+export function formatInput(ms, utc = false) {
   if (ms === null || ms === undefined) return ''
-  const d = new Date(Number(ms))
-  const p = (x) => String(x).padStart(2, '0')
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`
+  return fmtTime(ms, utc ? 'UTC' : browserZone, { zone: false })
 }

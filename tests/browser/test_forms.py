@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Page, Request, expect
+from playwright.sync_api import Browser, Page, Request, expect
 
-from tests.browser.conftest import Console, Served
+from tests.browser.conftest import DESKTOP, Console, Served
 
 pytestmark = pytest.mark.browser
 
@@ -66,7 +66,7 @@ def test_every_error_shows_at_once_next_to_its_field_in_the_users_units(served: 
 def test_a_run_at_in_the_past_is_warned_about_but_allowed(served: Served, page: Page) -> None:
     page.goto(served.url + "/ui/tasks/new")
     page.get_by_test_id("mode-at").check()
-    page.get_by_test_id("f-runat").fill("2020-03-01T10:00")
+    page.get_by_test_id("f-runat").fill("2020-03-01 10:00")
     expect(page.get_by_test_id("warn-run_at")).to_contain_text("in the past")
     page.get_by_test_id("submit").click()
     page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
@@ -96,3 +96,33 @@ def test_a_server_error_is_shown_by_field_in_the_users_language(served: Served, 
     expect(err).to_have_text(re.compile("^回调网址被拒绝.*回调主机策略禁止"))
     expect(err).to_have_attribute("title", re.compile("denied"))  # the server's own words, on hover
     expect(page.get_by_test_id("f-delay-unit").locator("option:checked")).to_have_text("秒")
+
+
+def test_run_at_is_typed_in_the_consoles_format_and_the_chosen_zone(served: Served, browser: Browser) -> None:
+    ctx = browser.new_context(viewport=DESKTOP, timezone_id="Asia/Shanghai")  # type: ignore[arg-type]
+    try:
+        page = ctx.new_page()
+        page.goto(served.url + "/ui/tasks/new")
+        page.get_by_test_id("mode-at").check()
+        runat = page.get_by_test_id("f-runat")
+        expect(runat).to_have_value(re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:00$"))  # the display format, not mm/dd/yyyy
+        runat.fill("2031-02-31 08:00")
+        expect(page.get_by_test_id("err-run_at")).to_have_count(0)  # checked once submitted
+        page.get_by_test_id("submit").click()
+        expect(page.get_by_test_id("err-run_at")).to_have_text("Not a valid date and time.")
+        runat.fill("2031-01-01 08:00")  # 08:00 in Shanghai = 00:00 UTC
+        page.get_by_test_id("submit").click()
+        page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+        _, task = served.api("GET", f"/tasks/{page.url.rsplit('/', 1)[-1]}")
+        assert task["run_at"] == 1924992000000
+        page.get_by_test_id("zone").select_option("utc")
+        page.goto(served.url + "/ui/tasks/new")
+        page.get_by_test_id("mode-at").check()
+        expect(page.get_by_test_id("f-runat").locator("xpath=..")).to_contain_text("UTC")
+        page.get_by_test_id("f-runat").fill("2031-01-01 08:00")  # now read as UTC
+        page.get_by_test_id("submit").click()
+        page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+        _, task = served.api("GET", f"/tasks/{page.url.rsplit('/', 1)[-1]}")
+        assert task["run_at"] == 1924992000000 + 8 * 3_600_000
+    finally:
+        ctx.close()

@@ -155,7 +155,7 @@ def test_no_english_ui_string_on_a_zh_page(
         expect(page.get_by_test_id("err-max_retries")).to_be_visible()
         _assert_zh(page, "/ui/tasks/new (errors)")
         page.get_by_test_id("mode-at").check()
-        page.get_by_test_id("f-runat").fill("2020-01-01T10:00")
+        page.get_by_test_id("f-runat").fill("2020-01-01 10:00")
         expect(page.get_by_test_id("warn-run_at")).to_be_visible()
         _assert_zh(page, "/ui/tasks/new (warning)")
         # dialogs, toasts and the bulk bar

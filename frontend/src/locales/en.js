@@ -69,7 +69,7 @@ export default {
   form: {
     title: 'New task', kind: 'Kind', kind_delayed: 'Delayed', kind_interval: 'Periodic (interval)', kind_cron: 'Periodic (cron)',
     when: 'When', afterDelay: 'After a delay', atTime: 'At a time', delay: 'Delay', unit: 'Unit', runAt: 'Run at',
-    localTime: 'In your browser’s time zone ({tz}).', interval: 'Interval', intervalHint: 'Fixed rate; at least 1 s.',
+    timeIn: 'Year-month-day hours:minutes(:seconds), in {tz} (the time-zone switch at the top).', interval: 'Interval', intervalHint: 'Fixed rate; at least 1 s.',
     cron: 'Cron expression', cronHint: '5 fields (min hour day month weekday), or 6 with seconds first.',
     previewOnce: 'Fires at ({tz})', timezone: 'Time zone', preview: 'Next fire times ({tz})', noPreview: 'Fill in the schedule to see the next fire times.',
     callbackUrl: 'Callback URL', callbackHint: 'POSTed with the payload as JSON. The default is this node’s built-in test endpoint.',

@@ -64,7 +64,7 @@ export default {
   form: {
     title: '新建任务', kind: '种类', kind_delayed: '延时', kind_interval: '周期（间隔）', kind_cron: '周期（cron）',
     when: '时间', afterDelay: '延迟一段时间', atTime: '指定时间', delay: '延迟', unit: '单位', runAt: '运行时间',
-    localTime: '使用浏览器时区（{tz}）。', interval: '间隔', intervalHint: '固定速率；至少 1 秒。',
+    timeIn: '年-月-日 时:分(:秒)，时区为 {tz}（见顶部的时区切换）。', interval: '间隔', intervalHint: '固定速率；至少 1 秒。',
     cron: 'Cron 表达式', cronHint: '5 个字段（分 时 日 月 周），或 6 个字段（秒在最前）。', timezone: '时区',
     previewOnce: '触发时间（{tz}）', preview: '接下来的触发时间（{tz}）', noPreview: '填写调度后可预览触发时间。', callbackUrl: '回调地址',
     callbackHint: '以 JSON 形式 POST 负载。默认是本节点内置的测试端点。', payload: '负载 (JSON)',
