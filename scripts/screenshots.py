@@ -2,7 +2,8 @@
 """Every console page in en and zh, light and dark, desktop (1440x900) and phone (390x844).
 
 Starts the REST app + console over a seeded :class:`~molens.web.local_context.LocalContext` (tasks
-of every kind and state, execution history, a token-protected second node for the sign-in page),
+of every kind and state, execution history, a token-protected second node for the sign-in page)
+and a real 3-node cluster with one follower killed (the Cluster page with a Down member),
 drives Debian's chromium with Playwright, and writes ``OUT/<lang>-<theme>-<viewport>-<page>.png``
 plus ``OUT/index.html`` showing them side by side. Run through ``scripts/screenshots``.
 """
@@ -10,12 +11,16 @@ plus ``OUT/index.html`` showing them side by side. Run through ``scripts/screens
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import urllib3
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -23,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
 from molens.model import Execution, ExecutionResult, FireKind  # noqa: E402
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, Served, serve_ui  # noqa: E402
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, Served, serve_ui, wait_until  # noqa: E402
 
 VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
 LANGS = ("en", "zh")
@@ -88,6 +93,31 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str, str]]:
     ]
 
 
+@contextlib.contextmanager
+def real_cluster(root: Path) -> Iterator[str]:
+    """A real 3-node cluster with one follower killed (the Cluster page shows it Down); the leader's URL."""
+    from tests.integration.conftest import Cluster
+
+    c = Cluster(root, 3, state_machine="tasks")
+    try:
+        c.start()
+        leader = c.leader(timeout=30)
+        url = f"http://127.0.0.1:{leader.settings['http']['port']}"
+        http = urllib3.PoolManager(retries=False, timeout=2)
+        wait_until(lambda: _ready(http, url), 30, "the leader's HTTP API")
+        c.followers()[-1].kill()
+        yield url
+    finally:
+        c.kill_all()
+
+
+def _ready(http: urllib3.PoolManager, url: str) -> bool:
+    try:
+        return http.request("GET", url + "/readyz").status == 200
+    except urllib3.exceptions.HTTPError:
+        return False
+
+
 def shoot(page: Page, out: Path, stem: str) -> str:
     name = f"{stem}.png"
     page.wait_for_timeout(300)  # let charts settle after their first draw (a picture, not a test)
@@ -102,7 +132,12 @@ def main() -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     shots: list[tuple[str, str]] = []
-    with tempfile.TemporaryDirectory() as d, serve_ui(Path(d) / "n1") as s, serve_ui(Path(d) / "tok", token="t") as tok:
+    with (
+        tempfile.TemporaryDirectory() as d,
+        serve_ui(Path(d) / "n1") as s,
+        serve_ui(Path(d) / "tok", token="t") as tok,
+        real_cluster(Path(d) / "cluster") as cluster_url,
+    ):
         ids = seed(s)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
@@ -127,6 +162,9 @@ def main() -> int:
                         page.goto(s.url + "/ui/tasks")
                         page.get_by_test_id("select-all" if vname == "desktop" else "select-all-sm").check()
                         shots.append((f"{stem}-tasks-selected", shoot(page, out, f"{stem}-tasks-selected")))
+                        page.goto(cluster_url + "/ui/cluster")
+                        page.locator("[data-testid=node-down]").wait_for()
+                        shots.append((f"{stem}-cluster-3-nodes", shoot(page, out, f"{stem}-cluster-3-nodes")))
                         page.goto(tok.url + "/ui/")
                         page.get_by_test_id("login-form").wait_for()
                         shots.append((f"{stem}-login", shoot(page, out, f"{stem}-login")))
