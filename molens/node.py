@@ -347,17 +347,21 @@ class Node:
         from molens.scheduler import Scheduler
         from molens.web.app import make_app
         from molens.web.server import ApiServer, ServerOptions
-        from molens.web.ui import install_ui
 
         assert self.peer is not None and self.rpc is not None and self.fsm.history is not None
         self.scheduler = Scheduler(self.cfg, self.fsm, self.peer, self.rpc, on_fatal=lambda _e: self.request_stop())
         self.scheduler.start()
         self.set_rpc_handler(self.scheduler.on_rpc)
         self.api_ctx = NodeContext(
-            self.cfg, self.peer, self.fsm, self.fsm.history, self.scheduler.to_json, scheduler=self.scheduler
+            self.cfg,
+            self.peer,
+            self.fsm,
+            self.fsm.history,
+            self.scheduler.to_json,
+            scheduler=self.scheduler,
+            transfer_leader=lambda to: self._transfer_leader(to, wait=True),
         ).start()
-        app = make_app(self.api_ctx)
-        install_ui(app)
+        app = make_app(self.api_ctx)  # the console included (molens.web.ui)
         try:
             self.api = ApiServer(app, ServerOptions.from_http_config(self.cfg.http, threads=32)).start()
         except OSError as exc:

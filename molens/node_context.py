@@ -87,8 +87,10 @@ class NodeContext:
         extra_stats: Callable[[], dict[str, Any]] | None = None,
         settings: ApiSettings | None = None,
         scheduler: Scheduler | None = None,
+        transfer_leader: Callable[[str | None], dict[str, Any]] | None = None,
     ) -> None:
         self.cfg = cfg
+        self._transfer = transfer_leader
         self.peer = peer
         self.store = store
         self._history = history
@@ -175,6 +177,12 @@ class NodeContext:
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         return self.store.scan_tasks(after, chunk=256)
 
+    def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
+        return self.store.scan_tasks_before(before, chunk=256)
+
+    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
+        return self.store.scan_due(chunk=256, after=after)
+
     def task_counts(self) -> dict[str, int]:
         return self.store.counts()
 
@@ -183,6 +191,18 @@ class NodeContext:
         for p in st.get("peers", []):
             self._urls.setdefault(p["id"], http_url(p.get("http_addr", "")))
         return cluster_status_from_raft(st)
+
+    def transfer_leader(self, to: str | None) -> dict[str, Any]:
+        """The admin ``transfer_leader`` command (waits until this node stepped down)."""
+        if self._transfer is None:
+            raise Unavailable("this node cannot hand over leadership")
+        try:
+            out = self._transfer(to)
+        except (rc.RaftError, rp.RaftPeerError) as exc:
+            raise from_proposal_error(exc, self._leader_url) from exc
+        if not out.get("ok"):
+            raise Unavailable(str(out.get("error") or "the leadership transfer did not complete"))
+        return {k: v for k, v in out.items() if k != "ok"}
 
     def _raft_status(self) -> dict[str, Any]:
         """RaftPeer's status, or {} when the Raft actor does not answer in time (a stats page

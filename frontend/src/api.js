@@ -16,6 +16,11 @@ export function getToken() {
   return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY) || ''
 }
 
+/** Whether the token is kept across browser restarts ("remember"). */
+export function tokenRemembered() {
+  return !!localStorage.getItem(TOKEN_KEY)
+}
+
 export function setToken(token, remember) {
   sessionStorage.removeItem(TOKEN_KEY)
   localStorage.removeItem(TOKEN_KEY)

@@ -15,3 +15,9 @@ export async function endpoint(path) {
   const d = await load()
   return (d && d.paths && d.paths[`/api/v1${path}`]) || null
 }
+
+/** A schema of the document's components (e.g. 'TaskCreate'), or null: the rules the API states. */
+export async function schema(name) {
+  const d = await load()
+  return (d && d.components && d.components.schemas && d.components.schemas[name]) || null
+}

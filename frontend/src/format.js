@@ -1,21 +1,64 @@
 // Display helpers: times (epoch ms), durations, bytes, numbers. Everything returns plain text.
-import { locale } from './i18n.js'
+import { ref } from 'vue'
+import { locale, t } from './i18n.js'
+
+const ZONE_KEY = 'molens.zone'
+const ZONES = ['local', 'utc', 'task']
+/** Which zone times are shown in: the browser's (local), UTC, or each task's own zone (task). */
+export const zoneMode = ref(ZONES.includes(localStorage.getItem(ZONE_KEY)) ? localStorage.getItem(ZONE_KEY) : 'local')
+export function setZoneMode(m) {
+  if (!ZONES.includes(m)) return
+  zoneMode.value = m
+  localStorage.setItem(ZONE_KEY, m)
+}
+export const browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'
+
+/** The zone to show a time of a task in (`taskTz`: its `timezone`; none for times of no task). */
+export function zoneFor(taskTz) {
+  if (zoneMode.value === 'utc') return 'UTC'
+  if (zoneMode.value === 'task' && taskTz) return taskTz
+  return undefined
+}
 
 const tag = () => (locale.value === 'zh' ? 'zh-CN' : 'en-GB')
 
-export function fmtTime(ms, timeZone) {
+/**
+ * One date-time format in every language: `2026-12-01 09:30:00` (24 h), in `timeZone` (default:
+ * the browser's), with the weekday when asked and the zone's short name unless `zone: false`.
+ */
+export function fmtTime(ms, timeZone, { weekday = false, zone = true } = {}) {
   if (ms === null || ms === undefined || ms === '') return '—'
   const d = new Date(Number(ms))
   if (Number.isNaN(d.getTime())) return '—'
+  let parts
   try {
-    return new Intl.DateTimeFormat(tag(), {
-      year: 'numeric', month: '2-digit', day: '2-digit',
-      hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false,
-      timeZone: timeZone || undefined,
-    }).format(d)
+    parts = new Intl.DateTimeFormat('en-CA', {
+      year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit',
+      hourCycle: 'h23', timeZone: timeZone || zoneFor(undefined), timeZoneName: 'short',
+    }).formatToParts(d)
   } catch {
     return d.toISOString()
   }
+  const p = Object.fromEntries(parts.map((x) => [x.type, x.value]))
+  let out = `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute}:${p.second}`
+  if (weekday) {
+    const wd = new Intl.DateTimeFormat(tag(), { weekday: 'short', timeZone: timeZone || zoneFor(undefined) }).format(d)
+    out = `${out} ${wd}`
+  }
+  if (zone && p.timeZoneName) out = `${out} ${p.timeZoneName}`
+  return out
+}
+
+/** A time of `task` (next run, created, ...) in the zone the switch asks for. */
+export function fmtTaskTime(ms, task, opts) {
+  return fmtTime(ms, zoneFor(task && task.timezone), opts)
+}
+
+/** An axis tick: `09:30` within a day, `12-01 09:30` across days (24 h, any language). */
+export function fmtAxis(ms, spanMs) {
+  const full = fmtTime(ms, undefined, { zone: false })
+  if (full === '—') return ''
+  return spanMs > 86400000 ? full.slice(5, 16) : full.slice(11, 16)
 }
 
 export function fmtRelative(ms, now = Date.now()) {
@@ -35,16 +78,16 @@ export function fmtDuration(ms) {
   if (ms === null || ms === undefined || ms === '') return '—'
   let n = Number(ms)
   if (!Number.isFinite(n)) return '—'
-  if (n < 1000) return `${+n.toFixed(n < 10 ? 2 : 0)} ms`
+  if (n < 1000) return `${+n.toFixed(n < 10 ? 2 : 0)} ${t('dur.ms')}`
   const parts = []
   for (const [u, v] of [['d', 86400000], ['h', 3600000], ['m', 60000], ['s', 1000]]) {
     if (n >= v) {
       const q = Math.floor(n / v)
-      parts.push(`${q}${u}`)
+      parts.push(`${q}${t(`dur.${u}`)}`)
       n -= q * v
     }
   }
-  if (n && parts.length < 2) parts.push(`${Math.round(n)}ms`)
+  if (n && parts.length < 2) parts.push(`${Math.round(n)}${t('dur.ms')}`)
   return parts.slice(0, 2).join(' ')
 }
 
@@ -75,20 +118,27 @@ export function fmtPercent(x) {
 export function scheduleText(task, t) {
   if (task.cron_expr) return `${task.cron_expr} (${task.timezone || 'UTC'})`
   if (task.type === 'periodic') return t('task.every', { d: fmtDuration(task.interval_ms) })
-  if (task.run_at !== null && task.run_at !== undefined) return t('task.at', { time: fmtTime(task.run_at) })
+  if (task.run_at !== null && task.run_at !== undefined) return t('task.at', { time: fmtTaskTime(task.run_at, task) })
   return t('task.after', { d: fmtDuration(task.interval_ms) })
 }
 
-/** Parse a datetime-local value (local time) to epoch ms, or null. */
-export function localInputToMs(v) {
-  if (!v) return null
-  const d = new Date(v)
-  return Number.isNaN(d.getTime()) ? null : d.getTime()
+/**
+ * Parse `2026-12-01 09:30` or `2026-12-01 09:30:00` (the console's own format; a `T` also works)
+ * as a time in the browser's zone, or in UTC when `utc`; epoch ms, or null when it is not one.
+ */
+export function parseTime(v, utc = false) {
+  const m = /^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\s*$/.exec(v || '')
+  if (!m) return null
+  const [y, mo, d, h, mi, s] = m.slice(1).map((x) => Number(x || 0))
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 59) return null
+  const ms = utc ? Date.UTC(y, mo - 1, d, h, mi, s) : new Date(y, mo - 1, d, h, mi, s).getTime()
+  const back = new Date(ms)
+  const day = utc ? back.getUTCDate() : back.getDate()
+  return day === d ? ms : null // 2026-02-31 is not a day
 }
 
-export function msToLocalInput(ms) {
+/** `ms` in the format parseTime reads (no zone), in the browser's zone or UTC. */
+export function formatInput(ms, utc = false) {
   if (ms === null || ms === undefined) return ''
-  const d = new Date(Number(ms))
-  const p = (x) => String(x).padStart(2, '0')
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`
+  return fmtTime(ms, utc ? 'UTC' : browserZone, { zone: false })
 }

@@ -1,3 +1,4 @@
+import './boot.js'
 import { createApp } from 'vue'
 import 'uplot/dist/uPlot.min.css'
 import './style.css'

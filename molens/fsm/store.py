@@ -476,9 +476,10 @@ class TaskStore:
         with self._env.begin() as txn:
             return int(txn.stat(self._tasks)["entries"])
 
-    def scan_due(self, chunk: int = 4096) -> Iterator[tuple[int, str]]:
-        """Every due entry in due order, read in chunks of short read transactions (streaming)."""
-        start = b""
+    def scan_due(self, chunk: int = 4096, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
+        """Every due entry in due order (strictly after ``(due_ms, task_id)`` when given), read in
+        chunks of short read transactions (streaming)."""
+        start = due_key(*after) + b"\x00" if after else b""
         while True:
             rows: list[bytes] = []
             with self._env.begin(db=self._due) as txn:
@@ -519,6 +520,27 @@ class TaskStore:
         start = (after.encode() + b"\x00") if after else b""
         for _k, v in self._scan(self._tasks, start, chunk):
             yield task_from_bytes(v)
+
+    def scan_tasks_before(self, before: str = "", chunk: int = 1024) -> Iterator[Task]:
+        """Tasks newest first (reverse id order), starting before task id ``before`` ("" = the newest)."""
+        end = before.encode() if before else None
+        while True:
+            rows: list[tuple[bytes, bytes]] = []
+            with self._env.begin(db=self._tasks) as txn:
+                cur = txn.cursor()
+                if end is None:
+                    ok = cur.last()
+                else:
+                    ok = cur.set_range(end)  # first key >= end: step back from it (or from the end)
+                    ok = cur.prev() if ok else cur.last()
+                while ok and len(rows) < chunk:
+                    rows.append((bytes(cur.key()), bytes(cur.value())))
+                    ok = cur.prev()
+            for k, v in rows:
+                yield task_from_bytes(k.decode(), v)
+            if len(rows) < chunk:
+                return
+            end = rows[-1][0]
 
     def task_ids(self) -> Iterator[str]:
         for k, _ in self._scan(self._tasks, b"", 4096):

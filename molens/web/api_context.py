@@ -173,6 +173,14 @@ class ApiContext(Protocol):
         """Tasks in id (= creation) order strictly after task id ``after``, streaming."""
         ...
 
+    def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
+        """Tasks newest first, strictly before task id ``before`` ("" = from the newest), streaming."""
+        ...
+
+    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
+        """``(due_ms, task_id)`` of every scheduled task, soonest first, strictly after ``after``."""
+        ...
+
     def task_counts(self) -> dict[str, int]:
         """Tasks per status, every status present."""
         ...
@@ -190,6 +198,13 @@ class ApiContext(Protocol):
         """Another member's local stats (its ``/api/v1/stats?local=1``). Raises
         :class:`~molens.model.NotFoundError` (field ``node_id``) for a node not in the cluster and
         :class:`~molens.web.errors.Unavailable` when it does not answer."""
+        ...
+
+    def transfer_leader(self, to: str | None) -> dict[str, Any]:
+        """Hand leadership to voter ``to`` (None: the best caught-up one) and wait until this node
+        stepped down; ``{"to": id, ...}``. Raises :class:`~molens.web.errors.LeaderElsewhere` /
+        :class:`~molens.web.errors.NoLeader` off the leader and
+        :class:`~molens.web.errors.Unavailable` when no transfer happened."""
         ...
 
     def wheel_distribution(self) -> WheelDistribution | None:

@@ -12,7 +12,9 @@ Decisions recorded here:
 - **Batch create is atomic**: every item is validated first; if any is bad the answer is ``400``
   with ``{"items": [null...], "errors": [{"index", "error"}], "error": {...}}`` and nothing is
   proposed. Otherwise all tasks go in ONE ``CreateTasks`` entry (all or nothing in the log).
-- **Task listing** is in id (= creation) order. Filters (``status`` comma list, ``type``, ``scene``,
+- **Task listing** is in id (= creation) order, or with ``order`` newest first (``-created``) or by
+  next run, soonest first (``next_run``: from the store's due index, so only tasks with a next run
+  are listed). Filters (``status`` comma list, ``type``, ``scene``,
   ``url`` substring, case-insensitive) are applied while scanning; one request examines at most
   :data:`MAX_SCAN` tasks, so a page may hold fewer than ``limit`` items with a non-null
   ``next_cursor``: keep following the cursor until it is null. Cursors are opaque.
@@ -40,7 +42,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -384,6 +386,32 @@ def _item(res: Any) -> Any:
 # routes
 
 
+_ORDERS = {"created": "t", "-created": "r", "next_run": "n"}
+"""List orders and their cursor kinds: id (= creation) order, newest first, soonest next run first."""
+
+
+def _ordered(ctx: ApiContext, order: str, position: str) -> Iterator[tuple[str, Task | None]]:
+    """``(cursor position, task)`` in ``order`` after ``position``; None for a due entry whose
+    task moved on meanwhile (it still counts toward the scan bound)."""
+    bad = ValidationError("cursor is not a cursor this API issued", "cursor")
+    if order == "next_run":
+        after = None
+        if position:
+            ms, _, tid = position.partition(":")
+            if not _ROW_ID_RE.fullmatch(ms) or int(ms) > model.MAX_EPOCH_MS or not model.is_task_id(tid):
+                raise bad
+            after = (int(ms), tid)
+        for due_ms, tid in ctx.scan_due(after):
+            t = ctx.get_task(tid)
+            yield f"{due_ms}:{tid}", (t if t is not None and t.due_ms == due_ms else None)
+        return
+    if position and not model.is_task_id(position):
+        raise bad
+    tasks = ctx.scan_tasks(position) if order == "created" else ctx.scan_tasks_before(position)
+    for t in tasks:
+        yield t.id, t
+
+
 def _install_tasks(api: Api) -> None:
     ctx = api.ctx
 
@@ -473,22 +501,24 @@ def _install_tasks(api: Api) -> None:
             raise ValidationError(f"url filter is longer than {MAX_URL_FILTER}", "url")
         url_l = url.lower() if url else None
         limit = api.q_limit()
-        after = ""
+        order = api.q_str("order") or "created"
+        if order not in _ORDERS:
+            raise ValidationError(f"order must be one of {', '.join(_ORDERS)}, got {order[:40]!r}", "order")
+        kind = _ORDERS[order]
         raw_cursor = api.q_raw("cursor")
-        if raw_cursor:
-            after = decode_cursor("t", raw_cursor)
-            if not model.is_task_id(after):
-                raise ValidationError("cursor is not a cursor this API issued", "cursor")
+        position = decode_cursor(kind, raw_cursor) if raw_cursor else ""
         items: list[dict[str, Any]] = []
         scanned = 0
         last = ""
         more = False
-        for t in ctx.scan_tasks(after):
+        for pos, t in _ordered(ctx, order, position):
             if len(items) >= limit or scanned >= MAX_SCAN:
                 more = True
                 break
             scanned += 1
-            last = t.id
+            last = pos
+            if t is None:
+                continue
             if statuses is not None and t.status.value not in statuses:
                 continue
             if ttype is not None and t.spec.type.value != ttype:
@@ -498,7 +528,7 @@ def _install_tasks(api: Api) -> None:
             if url_l is not None and url_l not in t.spec.callback_url.lower():
                 continue
             items.append(t.to_json())
-        return 200, {"items": items, "next_cursor": encode_cursor("t", last) if more else None}
+        return 200, {"items": items, "next_cursor": encode_cursor(kind, last) if more else None}
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")
     def get_task(task_id: str) -> tuple[int, Any]:
@@ -581,6 +611,21 @@ def _install_cluster(api: Api) -> None:
     @api.route("GET", f"{PREFIX}/cluster/stats")
     def cluster_stats() -> tuple[int, Any]:
         return 200, ctx.cluster_stats()
+
+    @api.route("POST", f"{PREFIX}/cluster/transfer-leader", write=True)
+    def transfer_leader() -> tuple[int, Any]:
+        body = api.read_json() if bottle.request.content_length > 0 else {}
+        if not isinstance(body, dict):
+            raise ValidationError('the body must be an object {"to": "node id"} (or empty)', "body")
+        for k in body:
+            if k != "to":
+                raise ValidationError(f"unknown field {k!r}", str(k))
+        to = body.get("to")
+        if to is not None:
+            voters = {n.get("id") for n in ctx.cluster_status().get("nodes", []) if n.get("suffrage", "voter") == "voter"}
+            if not isinstance(to, str) or to not in voters or to == ctx.settings.node_id:
+                raise ValidationError("to must be the id of another voter of the cluster", "to")
+        return 200, ctx.transfer_leader(to)
 
     @api.route("GET", f"{PREFIX}/stats")
     def stats() -> tuple[int, Any]:
@@ -675,12 +720,16 @@ def _install_misc(api: Api) -> None:
     def openapi_json() -> tuple[int, Any]:
         return 200, doc
 
+    # Readable from any origin: a console whose node stopped answering asks the other members
+    # who leads (docs/architecture.md#console); both answers are open and carry no secret.
     @api.route("GET", "/healthz", open_=True)
     def healthz() -> tuple[int, Any]:
+        bottle.response.set_header("Access-Control-Allow-Origin", "*")
         return 200, {"ok": True, "node_id": ctx.settings.node_id}
 
     @api.route("GET", "/readyz", open_=True)
     def readyz() -> tuple[int, Any]:
+        bottle.response.set_header("Access-Control-Allow-Origin", "*")
         li = ctx.leader_info()
         if li.is_leader or li.leader_id or li.leader_url:
             return 200, {"ready": True, "node_id": ctx.settings.node_id, "role": li.role, "leader_id": li.leader_id}
@@ -727,8 +776,31 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     _install_cluster(api)
     _install_misc(api)
     install_observability(api)
-    install_ui(app, static_dir)
+    install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
     return api
+
+
+class _MemberOrigins:
+    """The HTTP origins of the cluster's members, for the console's CSP (it probes their ``/readyz``).
+    Asked of the context at most every :attr:`TTL_S`, so loading the console costs no Raft round trip."""
+
+    TTL_S = 10.0
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self._at = -self.TTL_S
+        self._origins: list[str] = []
+
+    def __call__(self) -> list[str]:
+        now = time.monotonic()
+        if now - self._at >= self.TTL_S:
+            out = []
+            for n in self.ctx.cluster_status().get("nodes", []):
+                url = n.get("http_url")
+                if isinstance(url, str) and re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", url.rstrip("/")):
+                    out.append(url.rstrip("/"))
+            self._origins, self._at = out, now
+        return self._origins
 
 
 def make_app(ctx: ApiContext, static_dir: Path | None = None) -> bottle.Bottle:

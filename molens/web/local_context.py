@@ -133,6 +133,12 @@ class LocalContext:
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         return self.store.scan_tasks(after, chunk=256)
 
+    def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
+        return self.store.scan_tasks_before(before, chunk=256)
+
+    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
+        return self.store.scan_due(chunk=256, after=after)
+
     def task_counts(self) -> dict[str, int]:
         return self.store.counts()
 
@@ -158,6 +164,13 @@ class LocalContext:
             ],
             "mode": "local",
         }
+
+    def transfer_leader(self, to: str | None) -> dict[str, Any]:
+        if self.role != "leader":
+            if self.leader_url:
+                raise LeaderElsewhere(self.leader_url, self.leader_id)
+            raise NoLeader()
+        raise Unavailable("a single-process node has no other voter to hand leadership to")
 
     def cluster_stats(self) -> dict[str, Any]:
         return {"nodes": [{**self.stats(), "lag": 0}]}

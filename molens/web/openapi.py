@@ -228,6 +228,19 @@ def _schemas() -> dict[str, Any]:
                 },
             },
         },
+        "TransferLeaderRequest": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"to": _nullable("string", description="The voter to hand leadership to (default: the best caught-up one)")},
+        },
+        "TransferLeader": {
+            "type": "object",
+            "required": ["to"],
+            "properties": {
+                "to": {"type": "string", "description": "The node that leads now"},
+                "ms": {"type": "number", "description": "How long the hand-over took"},
+            },
+        },
         "ClusterStats": {
             "type": "object",
             "required": ["nodes"],
@@ -421,6 +434,13 @@ def _paths() -> dict[str, Any]:
                     _param("type", "query", {"type": "string", "enum": [t.value for t in TaskType]}, "Task type"),
                     _param("scene", "query", {"type": "string"}, "Exact scene"),
                     _param("url", "query", {"type": "string"}, "Callback URL substring (case-insensitive)"),
+                    _param(
+                        "order",
+                        "query",
+                        {"type": "string", "enum": ["created", "-created", "next_run"], "default": "created"},
+                        "created: oldest first; -created: newest first; next_run: soonest next run first "
+                        "(only tasks that have one)",
+                    ),
                     _CURSOR,
                     _LIMIT,
                 ],
@@ -506,6 +526,18 @@ def _paths() -> dict[str, Any]:
                 "summary": "Per-node statistics",
                 "tags": ["cluster"],
                 "responses": {"200": _ok(_ref("ClusterStats")), **_err(401)},
+            }
+        },
+        f"{_P}/cluster/transfer-leader": {
+            "post": {
+                "operationId": "transferLeader",
+                "summary": "Hand leadership to another voter (the admin transfer-leader command)",
+                "tags": ["cluster"],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("TransferLeaderRequest")}},
+                },
+                "responses": {"200": _ok(_ref("TransferLeader")), **_err(400, 415, *_WRITE_ERRORS)},
             }
         },
         f"{_P}/stats": {

@@ -9,14 +9,16 @@ with history routing, so ``/ui/tasks/ID`` must load it too), and ``/`` redirects
 - The console needs no token to load (it shows its own login when the API answers 401).
 - When ``static/index.html`` is missing, every console URL answers ``503`` with a short HTML page
   saying to run ``scripts/setup`` (which runs ``npm ci && npm run build``), instead of a bare 404.
-- ``index.html`` carries a Content-Security-Policy allowing only same-origin scripts and
-  connections; the console never renders API text as HTML.
+- ``index.html`` carries a Content-Security-Policy allowing only same-origin scripts, and
+  connections to this node and the other cluster members (whose open ``/readyz`` the console asks
+  who leads when its node stops answering); the console never renders API text as HTML.
 """
 
 from __future__ import annotations
 
 import logging
 import mimetypes
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import bottle
@@ -30,6 +32,13 @@ CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "connect-src 'self'; font-src 'self' data:; object-src 'none'; base-uri 'self'; frame-ancestors 'none'"
 )
+
+
+def csp(connect_origins: Iterable[str] = ()) -> str:
+    """:data:`CSP` with ``connect-src`` widened to the cluster members' origins (the console asks
+    their open ``/readyz`` who leads when its own node stops answering)."""
+    extra = " ".join(sorted(set(connect_origins)))
+    return CSP.replace("connect-src 'self'", f"connect-src 'self' {extra}") if extra else CSP
 
 NOT_BUILT_HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -72,25 +81,41 @@ def _not_found(path: str) -> bottle.HTTPResponse:
     return resp
 
 
-def _serve(static_dir: Path, rel: str, cache: str) -> bottle.HTTPResponse:
+def _serve(static_dir: Path, rel: str, cache: str, policy: str = CSP) -> bottle.HTTPResponse:
     resp = bottle.static_file(rel, root=str(static_dir))
     if resp.status_code in (200, 206, 304):
         resp.set_header("Cache-Control", cache)
         if rel == "index.html":
-            resp.set_header("Content-Security-Policy", CSP)
+            resp.set_header("Content-Security-Policy", policy)
     _security_headers(resp)
     assert isinstance(resp, bottle.HTTPResponse)
     return resp
 
 
-def install_ui(app: bottle.Bottle, static_dir: Path | None = None) -> None:
-    """Add the console routes (``/``, ``/ui``, ``/ui/<path>``) to ``app``; see the module docstring."""
+def install_ui(
+    app: bottle.Bottle,
+    static_dir: Path | None = None,
+    connect_origins: Callable[[], Iterable[str]] | None = None,
+) -> None:
+    """Add the console routes (``/``, ``/ui``, ``/ui/<path>``) to ``app``; see the module docstring.
+
+    ``connect_origins`` names the members' origins for the CSP of ``index.html`` (see :func:`csp`).
+    """
     root = (static_dir or STATIC_DIR).resolve()
+
+    def policy() -> str:
+        if connect_origins is None:
+            return CSP
+        try:
+            return csp(connect_origins())
+        except Exception:  # membership unknown right now: the console still loads, same-origin only
+            log.info("no member origins for the console CSP", exc_info=True)
+            return CSP
 
     def index() -> bottle.HTTPResponse:
         if not (root / "index.html").is_file():
             return _not_built()
-        return _serve(root, "index.html", "no-cache")
+        return _serve(root, "index.html", "no-cache", policy())
 
     def asset(path: str) -> bottle.HTTPResponse:
         if not (root / "index.html").is_file():
@@ -126,4 +151,4 @@ def ui_built(static_dir: Path | None = None) -> bool:
     return ((static_dir or STATIC_DIR) / "index.html").is_file()
 
 
-__all__ = ["CSP", "STATIC_DIR", "install_ui", "ui_built"]
+__all__ = ["CSP", "STATIC_DIR", "csp", "install_ui", "ui_built"]

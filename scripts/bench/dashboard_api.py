@@ -16,7 +16,9 @@ Then it times each console call ``--repeat`` times over one keep-alive connectio
 ``/stats`` and ``/cluster/leader``, the cluster page's ``/cluster/status`` + ``/cluster/stats``, one
 page of the task list (unfiltered, and filtered by a rare status, which scans up to the API's
 per-request bound), the time wheel page's ``/timewheel/distribution``, the create form's
-``/schedule/preview``, plus ``/metrics`` (a Prometheus scrape) and the PNG heatmap.
+``/schedule/preview``, plus ``/metrics`` (a Prometheus scrape) and the PNG heatmap. Then one page
+of the console's task list *as the console fetches it* (following ``next_cursor`` until 50 rows, at
+most 20 requests) for each of its orders and filters, and one half-way down the newest-first list.
 
 Prints a table and one line: ``dashboard_api: target=... tasks=N stats_p50_ms=... stats_p99_ms=... ...``.
 """
@@ -49,6 +51,8 @@ CALLS = [
     ("cluster_status", "/api/v1/cluster/status"),
     ("cluster_stats", "/api/v1/cluster/stats"),
     ("tasks_page", "/api/v1/tasks?limit=50"),
+    ("tasks_newest", "/api/v1/tasks?limit=50&order=-created"),
+    ("tasks_next_run", "/api/v1/tasks?limit=50&order=next_run"),
     ("tasks_paused", "/api/v1/tasks?limit=50&status=paused"),
     ("wheel_json", "/api/v1/timewheel/distribution"),
     ("preview", "/api/v1/schedule/preview?type=periodic&cron_expr=*%2F5+*+*+*+*&timezone=Europe%2FBerlin&count=5"),
@@ -107,6 +111,72 @@ def measure(base: str, repeat: int, summary: list[str]) -> None:
     http.close()
 
 
+PAGES = [
+    # (name, query): one page of the console's task list as the console fetches it: follow
+    # next_cursor until 50 rows or the end, at most 20 requests (frontend/src/views/TasksView.vue)
+    ("page_newest", "order=-created"),
+    ("page_next_run", "order=next_run"),
+    ("page_scene", "order=-created&scene=s3"),
+    ("page_paused", "order=-created&status=paused"),
+    ("page_url", "order=-created&url=bench/7"),
+    ("page_deep", "order=-created&cursor={deep}"),
+    ("page_no_match", "order=-created&url=matches-nothing"),
+]
+"""(A status filter nobody has costs the console no request: it reads the status counts first.)"""
+
+
+def console_page(http: urllib3.HTTPConnectionPool, query: str) -> tuple[int, int]:
+    """One console list page: (rows, requests)."""
+    got, cursor = 0, None
+    for n in range(1, 21):
+        q = f"/api/v1/tasks?{query}&limit={50 - got}" + (f"&cursor={cursor}" if cursor else "")
+        r = http.request("GET", q)
+        assert r.status == 200, (q, r.status, r.data[:200])
+        body = json.loads(r.data)
+        got += len(body["items"])
+        cursor = body["next_cursor"]
+        if not cursor or got >= 50:
+            return got, n
+    return got, 20
+
+
+def deep_cursor(http: urllib3.HTTPConnectionPool, pages: int = 50) -> str:
+    """The cursor ``pages`` x 1,000 tasks into the newest-first list (half of 100,000)."""
+    cursor = ""
+    for _ in range(pages):
+        r = http.request("GET", "/api/v1/tasks?order=-created&limit=1000" + (f"&cursor={cursor}" if cursor else ""))
+        nxt = json.loads(r.data)["next_cursor"]
+        if not nxt:
+            break
+        cursor = nxt
+    return cursor
+
+
+def measure_pages(base: str, repeat: int, summary: list[str]) -> None:
+    u = urllib3.util.parse_url(base)
+    http = urllib3.HTTPConnectionPool(u.host, u.port, maxsize=1, timeout=60)
+    deep = deep_cursor(http)
+    print(f"\n{'console page':<16}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  rows requests")
+    worst = 0.0
+    for name, query in PAGES:
+        q = query.format(deep=deep)
+        console_page(http, q)  # warm
+        times = []
+        rows = reqs = 0
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            rows, reqs = console_page(http, q)
+            times.append((time.perf_counter() - t0) * 1000)
+        times.sort()
+        p50 = statistics.median(times)
+        p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+        worst = max(worst, p99)
+        print(f"{name:<16}{p50:>9.2f}{p99:>9.2f}{times[-1]:>9.2f}  {rows:>4} {reqs:>8}")
+        summary += [f"{name}_p50_ms={p50:.2f}", f"{name}_p99_ms={p99:.2f}", f"{name}_requests={reqs}"]
+    summary.append(f"pages_worst_p99_ms={worst:.2f}")
+    http.close()
+
+
 def wait_counted(url: str, n: int, timeout_s: float = 120) -> dict[str, int]:
     """The node's task counts once it holds ``n`` tasks (the batch answer comes after apply)."""
     http = urllib3.PoolManager(retries=False, timeout=30)
@@ -129,6 +199,7 @@ def run_remote(url: str, n: int, repeat: int) -> list[str]:
     print(f"node holds {sum(counts.values()):,} tasks {counts}; wheel timers={wheel.get('timers')}")
     summary = [f"tasks={sum(counts.values())}", f"wheel_timers={wheel.get('timers')}"]
     measure(url, repeat, summary)
+    measure_pages(url, repeat, summary)
     return summary
 
 
@@ -205,6 +276,7 @@ def main() -> int:
                 print(f"loaded {sum(counts.values()):,} tasks in {secs:.1f} s: {counts}")
                 summary.append(f"tasks={sum(counts.values())}")
                 measure(server.url, args.repeat, summary)
+                measure_pages(server.url, args.repeat, summary)
             finally:
                 server.stop()
                 ctx.close()

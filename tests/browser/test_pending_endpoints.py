@@ -96,8 +96,8 @@ def test_create_form_shows_the_next_five_fire_times_in_the_chosen_zone(
     items = page.get_by_test_id("preview-list").locator("li")
     expect(items).to_have_count(5)
     # 00:00Z is 08:00 in Shanghai
-    expect(items.first).to_have_text("01/01/2026, 08:00:00")
-    expect(items.nth(4)).to_have_text("01/01/2026, 12:00:00")
+    expect(items.first).to_have_text("2026-01-01 08:00:00 Thu GMT+8")  # one format, weekday and zone
+    expect(items.nth(4)).to_have_text("2026-01-01 12:00:00 Thu GMT+8")
     expect(page.get_by_test_id("preview")).to_contain_text("Asia/Shanghai")
     last = asked[-1]
     assert (last["type"], last["cron_expr"], last["timezone"], last["count"]) == (
@@ -109,13 +109,16 @@ def test_create_form_shows_the_next_five_fire_times_in_the_chosen_zone(
     page.get_by_test_id("kind-interval").click()
     page.get_by_test_id("f-interval").fill("90")
     # an interval previews in the browser's zone (UTC in these tests)
-    expect(items.nth(1)).to_have_text("01/01/2026, 01:30:00")
+    expect(items.nth(1)).to_have_text("2026-01-01 01:30:00 Thu UTC")
     expect(page.get_by_test_id("preview")).to_contain_text("(UTC)")
     assert asked[-1]["interval_ms"] == str(90 * 60_000)
-    # the server's complaint about a schedule is shown in place of the times
+    # the server's complaint about a schedule is shown once, at its field, translated by code/field
     page.get_by_test_id("kind-cron").click()
     page.get_by_test_id("f-cron").fill("bad")
-    expect(page.get_by_test_id("preview-error")).to_have_text("cron_expr: bad field")
+    err = page.get_by_test_id("err-cron_expr")
+    expect(err).to_have_text("Not a valid cron expression (5 fields, or 6 with seconds first).")
+    expect(err).to_have_attribute("title", "cron_expr: bad field")
+    expect(page.get_by_test_id("preview-error")).to_have_count(0)
 
 
 def test_time_wheel_heatmap_per_level_with_hover_details(served: Served, page: Page) -> None:

@@ -123,7 +123,7 @@ def test_pause_resume_trigger_and_delete_with_confirmation(served: Served, page:
 
     page.get_by_test_id("act-trigger").click()
     page.get_by_test_id("confirm-ok").click()
-    expect(page.get_by_test_id("action-msg")).to_have_text("Extra occurrence triggered.")
+    expect(page.get_by_test_id("toast").filter(has_text="Extra occurrence triggered.")).to_be_visible()
 
     page.get_by_test_id("act-delete").click()
     expect(page.get_by_test_id("confirm-dialog")).to_contain_text("cannot be undone")
@@ -212,7 +212,7 @@ def test_cursor_paging_walks_every_task_once(tmp_path_factory: pytest.TempPathFa
         ]
         st, res = s.api("POST", "/tasks/batch", {"tasks": bodies})
         assert st == 201
-        want = sorted(t["id"] for t in res["items"])  # the list is in id order
+        want = sorted((t["id"] for t in res["items"]), reverse=True)  # newest first by default
         page.goto(s.url + "/ui/tasks")
         seen: list[str] = []
         for expected in (50, 50, 20):

@@ -75,3 +75,19 @@ def test_built_console_is_under_400_kib_gzipped() -> None:
     assert (STATIC_DIR / "index.html").is_file(), "the console is not built: run scripts/setup"
     total = sum(len(gzip.compress(p.read_bytes(), 9)) for p in STATIC_DIR.rglob("*") if p.is_file())
     assert total < 400 * 1024, f"the built console is {total} bytes gzipped"
+
+
+def test_the_console_may_probe_the_members_and_only_them(tmp_path: Path) -> None:
+    """CSP connect-src names every member's origin (the console asks their /readyz who leads when its
+    node dies), and /readyz + /healthz are readable cross-origin; the rest of the API is not."""
+    static = _fake_build(tmp_path)
+    with serve_ui(tmp_path / "d", static_dir=static) as s:
+        nodes = [{"id": "n1", "http_url": s.url}, {"id": "n2", "http_url": "http://10.0.0.2:18082"},
+                 {"id": "n3", "http_url": "javascript:alert(1)"}]
+        s.ctx.cluster_status = lambda: {"nodes": nodes}  # type: ignore[method-assign]
+        csp = _get(s.url + "/ui/").headers["Content-Security-Policy"]
+        connect = next(d for d in csp.split(";") if d.strip().startswith("connect-src")).split()
+        assert connect == ["connect-src", "'self'", "http://10.0.0.2:18082", s.url]  # not the junk URL
+        for path in ("/readyz", "/healthz"):
+            assert _get(s.url + path).headers["Access-Control-Allow-Origin"] == "*"
+        assert "Access-Control-Allow-Origin" not in _get(s.url + "/api/v1/cluster/status").headers

@@ -118,6 +118,39 @@ def test_list_pages_through_every_task_with_cursors(api: Served) -> None:
     assert pages >= 3
 
 
+def _walk(api: Served, query: str, limit: int = 3) -> list[dict[str, object]]:
+    seen: list[dict[str, object]] = []
+    cursor = None
+    for _ in range(100):
+        st, _, page = api.call("GET", f"/api/v1/tasks?{query}&limit={limit}" + (f"&cursor={cursor}" if cursor else ""))
+        assert st == 200, page
+        check_schema(page, "TaskList")
+        seen += page["items"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return seen
+    raise AssertionError("the cursor never ended")
+
+
+def test_list_newest_first_and_by_next_run_page_through_every_task_once(api: Served) -> None:
+    delays = [300_000, 120_000, 900_000, 60_000, 600_000, 180_000, 240_000]
+    made = [create(api, scene="order", interval_ms=d) for d in delays]
+    paused = made[2]
+    api.call("POST", f"/api/v1/tasks/{paused['id']}/pause")
+    ids = [t["id"] for t in made]
+    newest = [t["id"] for t in _walk(api, "scene=order&order=-created")]
+    assert newest == sorted(ids, reverse=True)
+    by_due = _walk(api, "scene=order&order=next_run")
+    # soonest first; the paused task has no next run, so it is not in this order
+    assert [t["id"] for t in by_due] == [t["id"] for t in sorted(made, key=lambda t: t["next_run_at"]) if t is not paused]
+    st, _, body = api.call("GET", "/api/v1/tasks?order=sideways")
+    assert (st, body["error"]["field"]) == (400, "order")
+    # a cursor belongs to its order
+    st, _, page = api.call("GET", "/api/v1/tasks?scene=order&order=-created&limit=1")
+    st, _, body = api.call("GET", f"/api/v1/tasks?order=next_run&cursor={page['next_cursor']}")
+    assert (st, body["error"]["field"]) == (400, "cursor")
+
+
 def test_list_filters_by_status_type_scene_and_url(api: Served) -> None:
     a = create(api, scene="flt", callback_url="http://127.0.0.1:9/Hooks/Alpha")
     b = create(api, scene="flt", callback_url="http://127.0.0.1:9/hooks/beta")

@@ -1,0 +1,172 @@
+// The cluster-aware side of the console (docs/architecture.md#console): every member's address
+// from /cluster/status, a heartbeat on this node, and when it stops answering, a search for the
+// new leader among the others (their open /readyz) and a move to that leader's console, same path
+// and query. The bearer token travels in the URL fragment (never sent to a server) and only to an
+// address the authenticated cluster status named; the new console stores it and drops the fragment.
+import { reactive } from 'vue'
+import { get, getToken, session, setToken, tokenRemembered } from './api.js'
+
+const HANDOFF = 'molens-handoff='
+const HEARTBEAT_MS = 1000
+const SEARCH_MS = 300
+const PROBE_TIMEOUT_MS = 800
+const STATUS_EVERY = 10
+
+export const cluster = reactive({
+  selfId: null, // this node's id
+  members: [], // [{id, url}] every member (url: its HTTP base, null when unknown)
+  searching: false, // this node does not answer: looking for the leader among the others
+  tried: [], // ids asked in the last search round
+  moved: null, // {from, to, why: 'down' | 'follower'} after this tab moved here
+})
+
+function encode(obj) {
+  const bytes = new TextEncoder().encode(JSON.stringify(obj))
+  let bin = ''
+  for (const b of bytes) bin += String.fromCharCode(b)
+  return btoa(bin).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '')
+}
+
+function decode(s) {
+  const bin = atob(s.replace(/-/g, '+').replace(/_/g, '/'))
+  return JSON.parse(new TextDecoder().decode(Uint8Array.from(bin, (c) => c.charCodeAt(0))))
+}
+
+/** On load: take over the token and the move notice a previous node's console handed over. */
+export function consumeHandoff() {
+  const h = window.location.hash
+  if (!h.startsWith(`#${HANDOFF}`)) return
+  try {
+    const x = decode(h.slice(HANDOFF.length + 1))
+    if (x.tok) setToken(x.tok, !!x.rem)
+    if (x.from) cluster.moved = { from: x.from, to: x.to || null, why: x.why || 'down' }
+  } catch {
+    // a garbled fragment: ignore it, the login form asks for the token if one is needed
+  }
+  window.history.replaceState(window.history.state, '', window.location.pathname + window.location.search)
+}
+
+let currentPath = () => window.location.pathname.replace(/^\/ui/, '') + window.location.search
+
+/** Where the router says the tab is (path + query, without the /ui base). */
+export function setPathSource(fn) {
+  currentPath = fn
+}
+
+let moving = false
+
+/** Move the whole tab to the console of the member at `base`, keeping path and query. */
+export function moveTo(base, why, toId) {
+  if (moving) return
+  moving = true
+  const path = currentPath().split('#')[0]
+  const frag = encode({ tok: getToken(), rem: tokenRemembered(), from: cluster.selfId || '', to: toId || '', why })
+  window.location.replace(`${base.replace(/\/+$/, '')}/ui${path}#${HANDOFF}${frag}`)
+}
+
+async function probe(url) {
+  const ctl = new AbortController()
+  const timer = setTimeout(() => ctl.abort(), PROBE_TIMEOUT_MS)
+  try {
+    const r = await fetch(`${url}/readyz`, { cache: 'no-store', credentials: 'omit', signal: ctl.signal })
+    return await r.json()
+  } catch {
+    return null
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/** The member whose own /readyz says it leads, or null. */
+async function findLeader() {
+  const others = cluster.members.filter((m) => m.url && m.id !== cluster.selfId)
+  cluster.tried = others.map((m) => m.id)
+  const answers = await Promise.all(others.map(async (m) => [m, await probe(m.url)]))
+  const hit = answers.find(([, r]) => r && r.role === 'leader')
+  return hit ? hit[0] : null
+}
+
+async function refreshMembers() {
+  const st = await get('/cluster/status')
+  cluster.selfId = st.node_id
+  const members = (st.nodes || []).map((n) => ({ id: n.id, url: n.http_url ? n.http_url.replace(/\/+$/, '') : null }))
+  // the leader lists every member's address; a follower may not know its own: keep what we knew
+  const known = new Map(cluster.members.map((m) => [m.id, m.url]))
+  cluster.members = members.map((m) => ({ id: m.id, url: m.url || known.get(m.id) || null }))
+}
+
+/**
+ * One heartbeat: who leads as this node sees it. A follower that knows the leader's address moves
+ * the tab there; no leader shows the election banner; no answer starts the search.
+ */
+export async function checkLeader() {
+  if (moving) return
+  const ctl = new AbortController()
+  const timer = setTimeout(() => ctl.abort(), 3 * HEARTBEAT_MS)
+  let li
+  try {
+    li = await get('/cluster/leader', undefined, { signal: ctl.signal })
+  } catch (e) {
+    if ((e && e.name === 'AbortError') || (e && e.status === 0)) session.offline = true
+    return
+  } finally {
+    clearTimeout(timer)
+  }
+  session.offline = false
+  cluster.searching = false
+  session.leader = li
+  session.role = li.role
+  if (li.role === 'leader') {
+    session.noLeader = false
+    session.leaderUnreachable = false
+    return
+  }
+  if (li.leader_url) {
+    let origin = ''
+    try {
+      origin = new URL(li.leader_url).origin
+    } catch {
+      origin = ''
+    }
+    if (origin && origin !== window.location.origin) {
+      moveTo(origin, 'follower', li.leader_id)
+      return
+    }
+  }
+  session.noLeader = !li.leader_id && !li.leader_url
+  session.leaderUnreachable = !!li.leader_id && !li.leader_url
+}
+
+let timer = null
+let beats = 0
+let running = false
+
+async function beat() {
+  if (running) return // the running beat schedules the next
+  running = true
+  try {
+    await checkLeader()
+    if (!session.offline && !session.needLogin && (beats++ % STATUS_EVERY === 0 || !cluster.members.length)) {
+      await refreshMembers().catch(() => {})
+    }
+    if (session.offline && !moving) {
+      cluster.searching = true
+      const leader = await findLeader()
+      if (leader) moveTo(leader.url, 'down', leader.id)
+    }
+  } finally {
+    running = false
+    clearTimeout(timer)
+    if (!moving) timer = setTimeout(beat, session.offline ? SEARCH_MS : HEARTBEAT_MS)
+  }
+}
+
+/** Start the heartbeat (once, for the life of the tab). */
+export function startHeartbeat() {
+  if (timer === null) beat()
+}
+
+/** Run one heartbeat now (after a redirect answer or a leadership change asked from this tab). */
+export function beatNow() {
+  beat()
+}

@@ -1,0 +1,128 @@
+"""The create form checks what the API states in openapi.json before sending, shows every error at
+once next to its field in the user's units and language, warns about a run_at in the past, shows a
+cron error once, and maps server errors by code/field to translated text."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Browser, Page, Request, expect
+
+from tests.browser.conftest import DESKTOP, Console, Served
+
+pytestmark = pytest.mark.browser
+
+
+def _posts(page: Page) -> list[str]:
+    sent: list[str] = []
+
+    def on_request(r: Request) -> None:
+        if r.method == "POST" and r.url.endswith("/api/v1/tasks"):
+            sent.append(r.url)
+
+    page.on("request", on_request)
+    return sent
+
+
+def test_an_empty_delay_is_refused_not_sent_as_zero(served: Served, page: Page) -> None:
+    before = len(served.ctx.store)
+    sent = _posts(page)
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("f-delay").fill("")
+    page.get_by_test_id("submit").click()
+    expect(page.get_by_test_id("err-delay")).to_have_text("Required.")
+    assert page.url.endswith("/ui/tasks/new")
+    assert sent == [] and len(served.ctx.store) == before
+
+
+def test_every_error_shows_at_once_next_to_its_field_in_the_users_units(served: Served, page: Page) -> None:
+    before = len(served.ctx.store)
+    sent = _posts(page)
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("f-delay").fill("-5")  # seconds, the form's default unit
+    page.get_by_test_id("f-url").fill("not a url")
+    page.get_by_test_id("f-scene").fill("bad scene!")
+    page.locator("details.advanced summary").click()
+    page.get_by_test_id("f-retries").fill("50")
+    page.get_by_test_id("f-timeout").fill("0")
+    page.get_by_test_id("submit").click()
+    expect(page.get_by_test_id("err-delay")).to_have_text("Must be at least 0 s.")
+    expect(page.get_by_test_id("err-callback_url")).to_have_text("A URL cannot contain spaces.")
+    expect(page.get_by_test_id("err-scene")).to_contain_text("Letters, digits")
+    expect(page.get_by_test_id("err-max_retries")).to_have_text("Must be between 0 and 20.")  # openapi.json's bounds
+    expect(page.get_by_test_id("err-timeout_ms")).to_have_text("Must be between 1 ms and 300,000 ms.")
+    expect(page.get_by_test_id("error-count")).to_have_text("5 fields need attention.")
+    assert sent == [] and len(served.ctx.store) == before
+    # the bounds follow the chosen unit, and fixing a field clears its error at once
+    page.get_by_test_id("f-delay-unit").select_option("min")
+    expect(page.get_by_test_id("err-delay")).to_have_text("Must be at least 0 min.")
+    page.get_by_test_id("f-url").fill("notaurl")
+    expect(page.get_by_test_id("err-callback_url")).to_contain_text("Not a URL")
+    page.get_by_test_id("f-delay").fill("2")
+    expect(page.get_by_test_id("err-delay")).to_have_count(0)
+
+
+def test_a_run_at_in_the_past_is_warned_about_but_allowed(served: Served, page: Page) -> None:
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("mode-at").check()
+    page.get_by_test_id("f-runat").fill("2020-03-01 10:00")
+    expect(page.get_by_test_id("warn-run_at")).to_contain_text("in the past")
+    page.get_by_test_id("submit").click()
+    page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    _, task = served.api("GET", f"/tasks/{page.url.rsplit('/', 1)[-1]}")
+    assert task["run_at"] == 1583056800000  # 2020-03-01 10:00 in the browser's zone (UTC)
+
+
+def test_a_cron_error_is_shown_once(served: Served, page: Page, console: Console) -> None:
+    console.allow.append(r"status of 400")
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-cron").fill("61 * * * *")
+    err = page.get_by_test_id("err-cron_expr")
+    expect(err).to_have_text("Not a valid cron expression (5 fields, or 6 with seconds first).")  # from the preview
+    page.get_by_test_id("submit").click()
+    expect(page.get_by_test_id("preview-error")).to_have_count(0)
+    expect(page.locator(".field-error, .alert-error").filter(has_text="cron")).to_have_count(1)
+
+
+def test_a_server_error_is_shown_by_field_in_the_users_language(served: Served, page: Page, console: Console) -> None:
+    console.allow.append(r"status of 400")
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("lang").select_option("zh")
+    page.get_by_test_id("f-url").fill("http://169.254.169.254/latest")  # denied by the host policy, server-side
+    page.get_by_test_id("submit").click()
+    err = page.get_by_test_id("err-callback_url")
+    expect(err).to_have_text(re.compile("^回调网址被拒绝.*回调主机策略禁止"))
+    expect(err).to_have_attribute("title", re.compile("denied"))  # the server's own words, on hover
+    expect(page.get_by_test_id("f-delay-unit").locator("option:checked")).to_have_text("秒")
+
+
+def test_run_at_is_typed_in_the_consoles_format_and_the_chosen_zone(served: Served, browser: Browser) -> None:
+    ctx = browser.new_context(viewport=DESKTOP, timezone_id="Asia/Shanghai")  # type: ignore[arg-type]
+    try:
+        page = ctx.new_page()
+        page.goto(served.url + "/ui/tasks/new")
+        page.get_by_test_id("mode-at").check()
+        runat = page.get_by_test_id("f-runat")
+        expect(runat).to_have_value(re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:00$"))  # the display format, not mm/dd/yyyy
+        runat.fill("2031-02-31 08:00")
+        expect(page.get_by_test_id("err-run_at")).to_have_count(0)  # checked once submitted
+        page.get_by_test_id("submit").click()
+        expect(page.get_by_test_id("err-run_at")).to_have_text("Not a valid date and time.")
+        runat.fill("2031-01-01 08:00")  # 08:00 in Shanghai = 00:00 UTC
+        page.get_by_test_id("submit").click()
+        page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+        _, task = served.api("GET", f"/tasks/{page.url.rsplit('/', 1)[-1]}")
+        assert task["run_at"] == 1924992000000
+        page.get_by_test_id("zone").select_option("utc")
+        page.goto(served.url + "/ui/tasks/new")
+        page.get_by_test_id("mode-at").check()
+        expect(page.get_by_test_id("f-runat").locator("xpath=..")).to_contain_text("UTC")
+        page.get_by_test_id("f-runat").fill("2031-01-01 08:00")  # now read as UTC
+        page.get_by_test_id("submit").click()
+        page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+        _, task = served.api("GET", f"/tasks/{page.url.rsplit('/', 1)[-1]}")
+        assert task["run_at"] == 1924992000000 + 8 * 3_600_000
+    finally:
+        ctx.close()

@@ -1,0 +1,226 @@
+"""Time and language: no English UI string on a Chinese page (every page, with data, errors and
+dialogs), one date-time format per language with a local / UTC / task-zone switch, and dark mode
+that follows the system until the user picks one."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from molens.model import Execution, ExecutionResult, FireKind
+from tests.browser.conftest import DESKTOP, PHONE, Console, Served, serve_ui
+
+pytestmark = pytest.mark.browser
+
+# Words that are the same in every language here: product and protocol names, units, zone names.
+ALLOWED = {
+    "Molens", "English", "HTTP", "JSON", "URL", "UTC", "GMT", "ACK", "API", "IANA", "Cron", "cron", "Raft", "QPS",
+    "ID", "p50", "p90", "p99", "https", "http", "KiB", "MiB", "GiB", "TiB", "POST",
+}
+# Data shown as it is stored (not UI text): ids, URLs, zone names, cron expressions, JSON.
+DATA = [
+    r"https?://\S+",
+    r"\b[0-9A-HJKMNP-TV-Z]{26}(-\d+)?\b",
+    r"\b(?:Asia|Europe|America)/[A-Za-z_]+\b",
+    r"\bGMT[+-]\d+\b",
+    r"\bn\d\b",
+    r"\b(?:example\.com/hook)\b",
+]
+
+# Every visible text node, option label, placeholder, title and aria-label outside data cells
+# (.mono/code/pre hold ids, URLs, payloads and response heads as they are).
+COLLECT = """() => {
+  const out = []
+  const skip = (el) => !el || el.closest('.mono, code, pre, script, style, [data-raw]')
+  const shown = (el) => el.closest('option') || el.getClientRects().length > 0
+  const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT)
+  for (let n = w.nextNode(); n; n = w.nextNode()) {
+    const el = n.parentElement
+    const s = n.textContent.trim()
+    if (s && !skip(el) && shown(el)) out.push(s)
+  }
+  for (const el of document.body.querySelectorAll('[placeholder], [title], [aria-label]')) {
+    if (skip(el)) continue
+    for (const a of ['placeholder', 'title', 'aria-label']) { const v = el.getAttribute(a); if (v) out.push(v) }
+  }
+  return out
+}"""
+
+
+def english_words(texts: list[str]) -> list[str]:
+    """The English words among ``texts`` (what a zh page must not show)."""
+    bad = []
+    for s in texts:
+        for pat in DATA:
+            s = re.sub(pat, " ", s)
+        for w in re.findall(r"[A-Za-z][A-Za-z\u2019']{2,}", s):
+            if w not in ALLOWED:
+                bad.append(f"{w!r} in {s[:80]!r}")
+    return bad
+
+
+@dataclass(frozen=True)
+class _Writes:
+    executions: list[Execution]
+    history_deletes: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, dict[str, str]]]:
+    with serve_ui(tmp_path_factory.mktemp("zh")) as s:
+        ids = {}
+        for name, body in {
+            "cron": {"type": "periodic", "cron_expr": "0 30 9 * * mon-fri", "timezone": "Asia/Shanghai"},
+            "interval": {"type": "periodic", "interval_ms": 90_000, "max_fails": 3},
+            "delayed": {"type": "delayed", "interval_ms": 7_200_000, "ack_url": "http://127.0.0.1:9/ack"},
+            "paused": {"type": "delayed", "interval_ms": 3_600_000},
+        }.items():
+            st, task = s.api("POST", "/tasks", {"callback_url": "http://127.0.0.1:9/zh", "scene": "q1", **body})
+            assert st == 201, task
+            ids[name] = task["id"]
+        s.api("POST", f"/tasks/{ids['paused']}/pause")
+        now = int(time.time() * 1000)
+        rows = [
+            Execution(
+                task_id=ids["delayed"], fire_id=f"{ids['delayed']}-1", seq=1, attempt=i + 1,
+                kind=FireKind.ACK if i == 2 else FireKind.CALLBACK,
+                result=[ExecutionResult.SUCCESS, ExecutionResult.TIMEOUT, ExecutionResult.ACK_SUCCESS][i],
+                status_code=200 if i != 1 else None, latency_ms=30 + i, worker="n1", url="http://127.0.0.1:9/zh",
+                scene="q1", fired_ms=now - 120_000 * (3 - i), finished_ms=now - 120_000 * (3 - i) + 30,
+                response_head='{"ok": true}',
+            )
+            for i in range(3)
+        ]
+        s.ctx.history.apply([(10_000_000, _Writes(rows))])
+        yield s, ids
+
+
+def _zh(page: Page) -> None:
+    page.evaluate("localStorage.setItem('molens.lang', 'zh')")
+    page.reload()
+    expect(page.get_by_test_id("nav-tasks")).to_have_text("任务")
+
+
+def _assert_zh(page: Page, where: str) -> None:
+    bad = english_words(page.evaluate(COLLECT))
+    assert not bad, f"English on the zh page {where}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_no_english_ui_string_on_a_zh_page(
+    seeded: tuple[Served, dict[str, str]], browser: Browser, viewport: dict[str, int]
+) -> None:
+    s, ids = seeded
+    ctx = browser.new_context(viewport=viewport, locale="zh-CN", timezone_id="UTC")  # type: ignore[arg-type]
+    try:
+        page = ctx.new_page()
+        page.goto(s.url + "/ui/")
+        _zh(page)
+        expect(page.get_by_test_id("tasks-total")).to_have_text("4")
+        _assert_zh(page, "/ui/ (dashboard)")
+        checks = [
+            ("/ui/tasks", "tr[data-task-id]"),
+            ("/ui/tasks?order=next_run&scene=q1", "tr[data-task-id]"),
+            (f"/ui/tasks/{ids['cron']}", "[data-testid=task-fields]"),
+            (f"/ui/tasks/{ids['delayed']}", "tr[data-exec-id]"),
+            (f"/ui/tasks/{ids['paused']}", "[data-testid=act-resume]"),
+            ("/ui/executions", "tr[data-exec-id]"),
+            ("/ui/latency", "[data-testid=latency-table] tbody tr"),
+            ("/ui/timewheel", "h1"),
+            ("/ui/cluster", "tr[data-node]"),
+            ("/ui/tasks/01ARZ3NDEKTSV4RRFFQ69G5FAV", "[data-testid=not-found]"),
+            ("/ui/no/such/page", "h1"),
+        ]
+        for path, ready in checks:
+            page.goto(s.url + path)
+            expect(page.locator(ready).first).to_be_visible()
+            _assert_zh(page, path)
+        # the form: every kind, every error, the advanced options, a warning
+        page.goto(s.url + "/ui/tasks/new")
+        page.locator("details.advanced summary").click()
+        for kind in ("delayed", "interval", "cron"):
+            page.get_by_test_id(f"kind-{kind}").click()
+            _assert_zh(page, f"/ui/tasks/new ({kind})")
+        page.get_by_test_id("kind-delayed").click()
+        page.get_by_test_id("f-delay").fill("-1")
+        page.get_by_test_id("f-url").fill("not a url")
+        page.get_by_test_id("f-retries").fill("99")
+        page.get_by_test_id("submit").click()
+        expect(page.get_by_test_id("err-max_retries")).to_be_visible()
+        _assert_zh(page, "/ui/tasks/new (errors)")
+        page.get_by_test_id("mode-at").check()
+        page.get_by_test_id("f-runat").fill("2020-01-01 10:00")
+        expect(page.get_by_test_id("warn-run_at")).to_be_visible()
+        _assert_zh(page, "/ui/tasks/new (warning)")
+        # dialogs, toasts and the bulk bar
+        page.goto(s.url + "/ui/tasks")
+        page.locator("[data-testid=row-check]").first.check()
+        page.get_by_test_id("bulk-delete").click()
+        expect(page.get_by_test_id("confirm-dialog")).to_be_visible()
+        _assert_zh(page, "/ui/tasks (bulk delete dialog)")
+        page.get_by_test_id("confirm-dialog").get_by_role("button").first.click()
+        page.get_by_test_id("bulk-trigger").click()
+        page.get_by_test_id("confirm-ok").click()
+        expect(page.get_by_test_id("toast").first).to_be_visible()
+        _assert_zh(page, "/ui/tasks (toast)")
+    finally:
+        ctx.close()
+
+
+def test_the_login_page_in_zh(tmp_path: Path, page: Page, console: Console) -> None:
+    console.allow.append(r"status of 401")
+    with serve_ui(tmp_path / "tok", token="zh-token") as s:
+        page.goto(s.url + "/ui/")
+        _zh(page)
+        page.get_by_test_id("f-token").fill("wrong")
+        page.get_by_test_id("login-submit").click()
+        expect(page.get_by_test_id("login-error")).to_be_visible()
+        _assert_zh(page, "login")
+
+
+def test_one_date_time_format_and_the_zone_switch(seeded: tuple[Served, dict[str, str]], page: Page) -> None:
+    s, ids = seeded
+    page.goto(f"{s.url}/ui/tasks/{ids['cron']}")
+    created = page.locator('[data-field="created_at"]')
+    iso = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} "
+    expect(created).to_have_text(re.compile(iso + "UTC$"))  # the browser's zone here is UTC
+    page.get_by_test_id("zone").select_option("task")
+    expect(created).to_have_text(re.compile(iso + r"GMT\+8$"))  # the task's own zone, Asia/Shanghai
+    nxt = page.locator('[data-field="next_run_at"]').inner_text()
+    assert re.match(r"^\d{4}-\d{2}-\d{2} 09:30:00 GMT\+8", nxt), nxt  # 09:30 Shanghai, as its cron says
+    page.reload()  # the choice is remembered
+    expect(created).to_have_text(re.compile(iso + r"GMT\+8$"))
+    page.get_by_test_id("zone").select_option("utc")
+    expect(page.locator('[data-field="next_run_at"]')).to_have_text(re.compile(r"^\d{4}-\d{2}-\d{2} 01:30:00 UTC"))
+    page.get_by_test_id("lang").select_option("zh")  # the same format in Chinese
+    expect(created).to_have_text(re.compile(iso + "UTC$"))
+    expect(page.locator('[data-field="timeout"]')).to_have_text("5秒")
+
+
+def test_dark_mode_follows_the_system_until_the_user_picks(seeded: tuple[Served, dict[str, str]], browser: Browser) -> None:
+    s, _ = seeded
+    ctx = browser.new_context(viewport=DESKTOP, color_scheme="dark", timezone_id="UTC")  # type: ignore[arg-type]
+    try:
+        page = ctx.new_page()
+        page.goto(s.url + "/ui/tasks")
+        html = page.locator("html")
+        expect(html).to_have_attribute("data-theme", "dark")
+        bg = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+        assert bg == "rgb(18, 22, 31)", bg
+        page.get_by_test_id("theme").select_option("light")
+        expect(html).to_have_attribute("data-theme", "light")
+        assert page.evaluate("getComputedStyle(document.documentElement).backgroundColor") == "rgb(245, 247, 250)"
+        page.reload()
+        expect(html).to_have_attribute("data-theme", "light")  # remembered over the system's dark
+        page.get_by_test_id("theme").select_option("system")
+        expect(html).to_have_attribute("data-theme", "dark")
+        page.emulate_media(color_scheme="light")  # the system switches: the console follows
+        expect(html).to_have_attribute("data-theme", "light")
+    finally:
+        ctx.close()

@@ -1,0 +1,142 @@
+"""The task list at scale: 10,000 tasks, newest first by default, sortable, with totals, pages and
+filters in the URL, jump to a task id, auto-refresh, and a card layout on phones."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import PHONE, Browsing, Served, serve_ui
+
+pytestmark = pytest.mark.browser
+
+N = 10_000
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, list[dict[str, object]]]]:
+    with serve_ui(tmp_path_factory.mktemp("big")) as s:
+        made: list[dict[str, object]] = []
+        for b in range(N // 1000):
+            # delays that do not follow creation order, so "next run" sorts differently
+            bodies = [
+                {
+                    "type": "delayed",
+                    "interval_ms": 3_600_000 + ((b * 1000 + i) * 7919) % 5_000_000,
+                    "callback_url": f"http://127.0.0.1:9/big/{b}/{i}",
+                    "scene": "st" if b * 1000 + i < 30 else "big",
+                }
+                for i in range(1000)
+            ]
+            st, res = s.api("POST", "/tasks/batch", {"tasks": bodies})
+            assert st == 201
+            made += res["items"]
+        yield s, made
+
+
+def _ids(page: Page) -> list[str]:
+    return page.locator("tr[data-task-id]").evaluate_all("els => els.map(e => e.dataset.taskId)")
+
+
+def test_sorting_and_paging_through_10000_tasks(big: tuple[Served, list[dict[str, object]]], page: Page) -> None:
+    s, made = big
+    newest = sorted((str(t["id"]) for t in made), reverse=True)
+    page.goto(s.url + "/ui/tasks")
+    expect(page.get_by_test_id("total")).to_have_text("Total: 10,000")
+    expect(page.get_by_test_id("page-no")).to_have_text("Page 1 of 200")
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-task-id", newest[0])
+    assert _ids(page) == newest[:50]
+    page.get_by_test_id("next-page").click()
+    page.wait_for_url(re.compile(r"[?&]p=2"))
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-task-id", newest[50])
+    page.get_by_test_id("next-page").click()
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-task-id", newest[100])
+    page.reload()  # the page is in the URL
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-task-id", newest[100])
+    expect(page.get_by_test_id("page-no")).to_have_text("Page 3 of 200")
+    page.get_by_test_id("prev-page").click()
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-task-id", newest[50])
+
+    by_due = [str(t["id"]) for t in sorted(made, key=lambda t: (t["next_run_at"], t["id"]))]
+    page.get_by_test_id("sort").select_option("next_run")
+    page.wait_for_url(re.compile(r"order=next_run"))
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-task-id", by_due[0])
+    assert _ids(page) == by_due[:50]
+    page.get_by_test_id("next-page").click()
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-task-id", by_due[50])
+    assert _ids(page) == by_due[50:100]
+
+    page.get_by_test_id("sort").select_option("created")
+    expect(page.locator("tr[data-task-id]").first).to_have_attribute("data-task-id", newest[-1])
+
+
+def test_status_order_and_status_totals(big: tuple[Served, list[dict[str, object]]], page: Page) -> None:
+    s, made = big
+    st_tasks = [str(t["id"]) for t in made if t["scene"] == "st"]
+    for tid in st_tasks[:10]:
+        s.api("POST", f"/tasks/{tid}/pause")
+    page.goto(s.url + "/ui/tasks?scene=st&order=status")
+    expect(page.locator("tr[data-task-id]")).to_have_count(30)
+    statuses = page.locator("tr[data-task-id] td:nth-child(3)").all_inner_texts()
+    assert statuses == ["Pending"] * 20 + ["Paused"] * 10
+    # a status-only filter has an exact total, from the status counts
+    page.goto(s.url + "/ui/tasks?status=paused")
+    expect(page.get_by_test_id("total")).to_have_text("Total: 10")
+    expect(page.locator("tr[data-task-id]")).to_have_count(10)
+    for tid in st_tasks[:10]:
+        s.api("POST", f"/tasks/{tid}/resume")
+
+
+def test_jump_to_a_task_id(big: tuple[Served, list[dict[str, object]]], page: Page) -> None:
+    s, made = big
+    target = str(made[4321]["id"])
+    page.goto(s.url + "/ui/tasks")
+    page.get_by_test_id("jump-id").fill("not-an-id")
+    page.get_by_test_id("jump-id").press("Enter")
+    expect(page.get_by_test_id("jump-error")).to_be_visible()
+    page.get_by_test_id("jump-id").fill(target.lower())
+    page.get_by_test_id("jump-id").press("Enter")
+    page.wait_for_url(re.compile(rf"/ui/tasks/{target}$"))
+    expect(page.get_by_test_id("task-fields")).to_be_visible()
+
+
+def test_auto_refresh_shows_new_tasks_without_a_click(big: tuple[Served, list[dict[str, object]]], page: Page) -> None:
+    s, _ = big
+    page.goto(s.url + "/ui/tasks?scene=auto")
+    expect(page.get_by_test_id("tasks-empty")).to_be_visible()
+    page.get_by_test_id("auto-refresh").check()
+    page.wait_for_url(re.compile(r"auto=1"))
+    _, task = s.api("POST", "/tasks", {"type": "delayed", "interval_ms": 600_000, "callback_url": "http://127.0.0.1:9/a", "scene": "auto"})
+    expect(page.locator(f'tr[data-task-id="{task["id"]}"]')).to_be_visible(timeout=15_000)  # refreshed every 5 s
+
+
+def test_the_list_is_cards_on_a_phone_with_the_next_run_on_screen(
+    big: tuple[Served, list[dict[str, object]]], browser: object, desk: Browsing
+) -> None:
+    s, _ = big
+    page = desk.new_page()
+    page.set_viewport_size(PHONE)
+    page.goto(s.url + "/ui/tasks")
+    row = page.locator("tr[data-task-id]").first
+    expect(row).to_be_visible()
+    expect(page.locator("[data-testid=tasks-table] thead")).to_be_hidden()
+    cell = row.locator("td[data-label='Next run']")
+    expect(cell).to_be_visible()
+    box = cell.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= PHONE["width"]
+    expect(page.get_by_test_id("role")).to_be_visible()  # the role pill stays on a phone
+
+
+def test_a_phone_can_select_every_row_for_a_bulk_action(
+    big: tuple[Served, list[dict[str, object]]], desk: Browsing
+) -> None:
+    s, _ = big
+    page = desk.new_page()
+    page.set_viewport_size(PHONE)
+    page.goto(s.url + "/ui/tasks?scene=big")
+    expect(page.locator("tr[data-task-id]")).to_have_count(50)
+    page.get_by_test_id("select-all-sm").check()  # the table's header is hidden on a phone
+    expect(page.get_by_test_id("bulk-bar")).to_contain_text("50 selected")
