@@ -536,8 +536,8 @@ class TaskStore:
                 while ok and len(rows) < chunk:
                     rows.append((bytes(cur.key()), bytes(cur.value())))
                     ok = cur.prev()
-            for k, v in rows:
-                yield task_from_bytes(k.decode(), v)
+            for _k, v in rows:
+                yield task_from_bytes(v)
             if len(rows) < chunk:
                 return
             end = rows[-1][0]

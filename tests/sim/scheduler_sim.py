@@ -53,7 +53,16 @@ from molens.fsm.commands import (
     ResultItem,
     Results,
 )
-from molens.fsm.machine import DEFAULT_CONFIG, Applied, Fire, FireRequest, WheelAdd, WheelRemove, lost_result
+from molens.fsm.machine import (
+    DEFAULT_CONFIG,
+    Applied,
+    Fire,
+    FireRequest,
+    WheelAdd,
+    WheelRemove,
+    jitter,
+    lost_result,
+)
 from molens.fsm.memstate import MemoryState
 from molens.model import (
     ExecutionResult,
@@ -520,12 +529,22 @@ class Sim:
             req = {"type": "periodic", "interval_ms": r.choice([1_000, 2_000]), "reliability": "at_most_once",
                    "max_fails": 3}
             kinds.append((req, Plan(r.choice(["ok", "flaky"]))))
+        for _ in range(r.randint(0, 3)):  # jitter (under half the period: see docs/api.md) and bounds
+            req = {"type": "periodic", "interval_ms": r.choice([1_000, 2_000]), "jitter_ms": r.choice([0, 200, 400]),
+                   "reliability": r.choice(["at_least_once", "at_most_once"]), "max_fails": 3}
+            if r.random() < 0.5:
+                req["max_runs"] = r.randint(1, 6)
+            if r.random() < 0.5:
+                req["end_at"] = r.randint(5_000, 25_000)  # from the create: made absolute below
+            kinds.append((req, Plan(r.choice(["ok", "ok", "flaky"]))))
         for i, (req, plan) in enumerate(kinds):
             req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
             req["timeout_ms"] = 1_000
             plan.idem = f"k{i}"
             req["idempotency_key"] = plan.idem
             when = self.t0 + (0 if r.random() < 0.5 else r.randint(0, 20_000))
+            if "end_at" in req:
+                req["end_at"] += when + 1_000  # after every retried create of it
             self.at(when, lambda req=req, plan=plan: self.client_create(req, plan))
 
     def create_at(self, when: int, req: dict[str, Any], behaviour: str = "ok") -> None:
@@ -569,6 +588,10 @@ class Sim:
 
 
 # -------------------------------------------------------------------- invariants
+
+
+def _seq(d: Delivery) -> int:
+    return int(d.fire_id.rsplit("-", 1)[1])
 
 
 def _healthy(sim: Sim, start: int, end: int) -> bool:
@@ -689,9 +712,23 @@ def check(sim: Sim) -> None:
                         fail(f"periodic max_fails not exactly at threshold: {t}")
             if any(d.kind is FireKind.CALLBACK and int(d.fire_id.rsplit("-", 1)[1]) > t.seq for d in ds):
                 fail(f"delivery of an occurrence after the last one: {t}")
+            cbs = [d for d in ds if d.kind is FireKind.CALLBACK]
+            if spec.max_runs is not None and any(_seq(d) > spec.max_runs for d in cbs):
+                fail(f"occurrence after max_runs {spec.max_runs}: {t} {[d.fire_id for d in cbs]}")
+            if spec.end_at is not None and any(
+                d.attempt == 1 and d.due - jitter(tid, _seq(d), spec.jitter_ms) >= spec.end_at for d in cbs
+            ):
+                fail(f"occurrence at or after end_at {spec.end_at}: {t}")
+            if spec.jitter_ms and spec.interval_ms:  # the offset is the task's own, whoever led
+                for d in cbs:
+                    if d.attempt == 1 and (d.due - jitter(tid, _seq(d), spec.jitter_ms) - t.created_ms) % spec.interval_ms:
+                        fail(f"jittered occurrence {d.fire_id} due {d.due} is not its grid instant + its offset")
             if plan.behaviour == "ok" and spec.interval_ms:
                 iv, anchor = spec.interval_ms, t.created_ms
-                firsts = sorted(d.due for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK)
+                firsts = sorted(
+                    d.due - jitter(tid, _seq(d), spec.jitter_ms)
+                    for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK
+                )
                 for due in firsts:
                     if (due - anchor) % iv:
                         fail(f"periodic occurrence off its fixed-rate grid: task {tid} due {due}")
