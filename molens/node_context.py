@@ -31,7 +31,7 @@ from molens.errors import MolensError
 from molens.fsm.commands import Command
 from molens.fsm.history import History
 from molens.fsm.store import EntryResult, TaskStore
-from molens.model import NotFoundError, Task
+from molens.model import IllegalTransitionError, NotFoundError, Task
 from molens.raft import core as rc
 from molens.web.api_context import (
     ApiSettings,
@@ -198,6 +198,8 @@ class NodeContext:
             raise Unavailable("this node cannot hand over leadership")
         try:
             out = self._transfer(to)
+        except rp.NoTransferTarget as exc:  # nobody to hand over to: retrying will not help
+            raise IllegalTransitionError(str(exc), "to") from exc
         except (rc.RaftError, rp.RaftPeerError) as exc:
             raise from_proposal_error(exc, self._leader_url) from exc
         if not out.get("ok"):

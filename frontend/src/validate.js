@@ -60,9 +60,18 @@ export function checkUrl(raw, prop, { required = false } = {}) {
   return [s, null]
 }
 
-/** The properties of the TaskCreate schema (tolerant of a missing document: no bounds then). */
+/**
+ * The properties of the TaskCreate schema (tolerant of a missing document: no bounds then). A
+ * nullable field is `{anyOf: [{type, minimum, ...}, {type: 'null'}], default}`: its bounds are
+ * those of the non-null branch.
+ */
 export function props(schemaDoc) {
-  return (schemaDoc && schemaDoc.properties) || {}
+  const out = {}
+  for (const [name, p] of Object.entries((schemaDoc && schemaDoc.properties) || {})) {
+    const branch = Array.isArray(p.anyOf) ? p.anyOf.find((b) => b && b.type !== 'null') : null
+    out[name] = branch ? { ...branch, ...p, anyOf: undefined } : p
+  }
+  return out
 }
 
 export function isRequired(schemaDoc, name) {

@@ -87,6 +87,10 @@ class ProposalRefused(RaftPeerError):
     """Not appended (leadership transfer in progress, overloaded, stopping, or superseded)."""
 
 
+class NoTransferTarget(ProposalRefused):
+    """A leadership transfer with no other live voter to hand over to."""
+
+
 class LeadershipLost(RaftPeerError):
     """Appended, then leadership was lost before it applied here: the outcome is unknown."""
 
@@ -887,7 +891,7 @@ class RaftPeer(pykka.ThreadingActor):
             raise rc.NotLeaderError(core.leader)
         target = to or self.best_transferee()
         if target is None:
-            raise ProposalRefused("no other live voter to transfer leadership to")
+            raise NoTransferTarget("no other live voter to transfer leadership to")
         core.transfer_leader(target)
         return {"to": target}
 

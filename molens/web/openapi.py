@@ -537,7 +537,7 @@ def _paths() -> dict[str, Any]:
                     "required": False,
                     "content": {"application/json": {"schema": _ref("TransferLeaderRequest")}},
                 },
-                "responses": {"200": _ok(_ref("TransferLeader")), **_err(400, 415, *_WRITE_ERRORS)},
+                "responses": {"200": _ok(_ref("TransferLeader")), **_err(400, 409, 415, *_WRITE_ERRORS)},
             }
         },
         f"{_P}/stats": {
