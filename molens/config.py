@@ -233,6 +233,7 @@ class CallbackPolicyConfig:
 class SchedulerConfig:
     tick_ms: int = _opt(10, _int_range(1, 1000))
     dispatch_timeout_ms: int = _opt(10_000, _int_min(100))
+    worker_lost_ms: int = _opt(2_000, _int_min(600))
     dispatch_lead_ms: int = _opt(100, _int_range(0, MACHINE_DEFAULTS.max_dispatch_lead_ms))
     default_max_retries: int = _opt(3, _int_range(0, 20))
     ack_ttl: int = _opt(3, _int_range(0, 20))

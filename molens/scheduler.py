@@ -207,8 +207,10 @@ class Scheduler:
                 refs.monitor.tell(FireResults(result_items(attempts, results), frm, free))
             elif tag == b"H":
                 refs = self.supervisor.current if self.supervisor is not None else None
-                if refs is not None:
-                    refs.dispatcher.tell(WorkerReport(((frm, int(msgpack.unpackb(body))),)))
+                if refs is not None:  # capacity for the Dispatcher, liveness for the Monitor (docs/architecture.md#lost-workers)
+                    report = WorkerReport(((frm, int(msgpack.unpackb(body))),))
+                    refs.dispatcher.tell(report)
+                    refs.monitor.tell(report)
             else:
                 log.warning("rpc from=%s: unknown frame tag %r", frm, tag)
         except pykka.ActorDeadError:

@@ -150,8 +150,12 @@ class FireWorkerPool(pykka.ThreadingActor):
         elif isinstance(message, PoolResults):
             self._route(message.results)
         elif isinstance(message, LeaderIs):
+            changed = message.leader_id != self._leader_id
             self._leader_id, self._local = message.leader_id, message.local
-            self._flush_unsent()
+            if changed:  # a new leader hears from this worker at once (docs/architecture.md#lost-workers)
+                self._heartbeat()
+            else:
+                self._flush_unsent()
         elif isinstance(message, ForwardFrame):
             self._forward(message.frame)
         elif isinstance(message, Wake):

@@ -46,6 +46,7 @@ COUNTERS = (
     "results_received",
     "results_proposed",
     "lost",
+    "lost_on_worker",
     "expired",
     "proposals_failed",
     "worker_refused",
