@@ -7,7 +7,8 @@ Dispatcher, Monitor, Cleaner) for each term this node leads. :class:`Scheduler` 
 node and the HTTP API use: start/stop, the worker RPC handler, and queries answered by the actors.
 
 Worker RPC frames (``Node.set_rpc_handler``): ``b"B" + fire_batch`` (leader -> worker),
-``b"R" + msgpack([free, attempts, fire_results])`` and ``b"H" + msgpack(free)`` (worker -> leader).
+``b"R" + msgpack([free, attempts, fire_results])`` and ``b"H" + msgpack([free, held fire ids])``
+(worker -> leader).
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
-import msgpack
 import pykka
 
 from molens.actors import raft_peer as rp
 from molens.actors.firepool import FirePool, FirePoolStats, make_pool_manager
-from molens.actors.fireworker import FireWorkerPool, ForwardFrame, decode_results_frame, result_items
+from molens.actors.fireworker import (
+    FireWorkerPool,
+    ForwardFrame,
+    decode_heartbeat,
+    decode_results_frame,
+    result_items,
+)
 from molens.actors.messages import FireBatch, FireResults, GetGauges, ReadWheel, SetObserver, WorkerReport
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
@@ -208,7 +214,8 @@ class Scheduler:
             elif tag == b"H":
                 refs = self.supervisor.current if self.supervisor is not None else None
                 if refs is not None:  # capacity for the Dispatcher, liveness for the Monitor (docs/architecture.md#lost-workers)
-                    report = WorkerReport(((frm, int(msgpack.unpackb(body))),))
+                    free, held = decode_heartbeat(body)
+                    report = WorkerReport(((frm, free),), held)
                     refs.dispatcher.tell(report)
                     refs.monitor.tell(report)
             else:

@@ -116,9 +116,11 @@ class InFlight:
 @dataclass(frozen=True, slots=True)
 class WorkerReport:
     """Worker side -> Dispatcher and Monitor: workers' free capacity as they reported it (a heartbeat:
-    the worker is alive)."""
+    the worker is alive), and the fire ids a worker holds without having reported their result
+    (``None``: it did not say). One worker per report when ``held`` is given."""
 
     free: tuple[tuple[str, int], ...]
+    held: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,11 @@ up the same way.
 worker was last heard from (``WorkerReport`` heartbeats, results frames; from the start of the term
 for one not heard from yet). One silent for ``scheduler.worker_lost_ms`` is lost: its open fires are
 settled at once, exactly as at a deadline, and the Dispatcher is told (``InFlight.lost``) to give it
-no more fires until it reports again. ``deadline_ms`` stays the backstop for a worker that still
-seems alive.
+no more fires until it reports again. A heartbeat also lists the fires the worker holds: an open
+fire it does not list, watched at least ``HELD_GRACE_MS`` before the heartbeat arrived and with no
+result received before it (results and heartbeats share one ordered link), is gone from that worker
+(a restart quicker than ``worker_lost_ms``, fires dropped by a stop, results lost on the way to a
+leader that died) and is settled the same way. ``deadline_ms`` stays the backstop.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ RESULTS_FLUSH_MS = 10
 entries: the next occurrence of a periodic task is computed from its schedule, not from this)."""
 INFLIGHT_EVERY_MS = 10
 """The Dispatcher hears the count of fires in flight at most this often (``InFlight``)."""
+HELD_GRACE_MS = 1_000
+"""A fire watched less than this long before a heartbeat arrived may still be on its way to the
+worker: a heartbeat that does not list it says nothing yet."""
 DRAIN_POLL_MS = 20
 """While draining, the Monitor looks at its drain deadline this often."""
 
@@ -122,19 +128,24 @@ class FireWatch:
         """worker -> {fire id: attempt} of the open fires planned for it."""
         self._where: dict[str, str] = {}
         """fire id -> the worker of its open attempt."""
+        self._since: dict[str, int] = {}
+        """fire id -> when this leader began to watch its open attempt (ms)."""
         self.lost = 0
         self.lost_on_worker = 0
 
-    def watch(self, fires: Iterable[Fire]) -> None:
+    def watch(self, fires: Iterable[Fire], now_ms: int = 0) -> None:
+        """Watch ``fires`` from ``now_ms`` on (0: sent before this term, never by this leader)."""
         for f in fires:
             self._forget(f.fire_id)
             self._open[f.fire_id] = f.attempt
             self._where[f.fire_id] = f.worker
+            self._since[f.fire_id] = now_ms
             self._on.setdefault(f.worker, {})[f.fire_id] = f.attempt
             heapq.heappush(self._heap, (f.deadline_ms, f.fire_id, f.attempt, f.kind))
 
     def _forget(self, fire_id: str) -> None:
         self._open.pop(fire_id, None)
+        self._since.pop(fire_id, None)
         w = self._where.pop(fire_id, None)
         if w is not None:
             on = self._on.get(w)
@@ -188,11 +199,31 @@ class FireWatch:
             for fid, attempt in on.items():
                 self._open.pop(fid, None)
                 self._where.pop(fid, None)
+                self._since.pop(fid, None)
                 cur = self._get_fire(fid)
                 if cur is None or cur.attempt != attempt or cur.worker != w:
                     continue
                 out.append(lost_result(cur))
             log.warning("monitor: worker=%s lost; settling %d fires in flight on it", w, len(out))
+        self.lost_on_worker += len(out)
+        return out
+
+    def not_held(self, worker: str, held: frozenset[str], watched_by_ms: int) -> list[ResultItem]:
+        """Lost results for the open fires of ``worker`` watched by ``watched_by_ms`` that its
+        heartbeat (``held``) does not list."""
+        on = self._on.get(worker)
+        if not on:
+            return []
+        gone = [(fid, att) for fid, att in on.items() if fid not in held and self._since.get(fid, 0) <= watched_by_ms]
+        out: list[ResultItem] = []
+        for fid, attempt in gone:
+            self._forget(fid)
+            cur = self._get_fire(fid)
+            if cur is None or cur.attempt != attempt or cur.worker != worker:
+                continue
+            out.append(lost_result(cur))
+        if out:
+            log.warning("monitor: worker=%s no longer holds %d fires in flight on it; settling them", worker, len(out))
         self.lost_on_worker += len(out)
         return out
 
@@ -231,9 +262,13 @@ class Monitor(LeaderActor):
             now = wall_ms()
             for wid, _free in message.free:
                 self.workers.heard(wid, now)
+                if message.held is not None:
+                    gone = self.watch.not_held(wid, message.held, now - HELD_GRACE_MS)
+                    if gone:
+                        self._settle(gone)
         elif isinstance(message, Committed):
-            self.watch.watch(e.fire for e in message.own)
-            self.watch.watch(e.fire for e in message.other)
+            self.watch.watch((e.fire for e in message.own), wall_ms())
+            self.watch.watch(e.fire for e in message.other)  # never sent by this leader
             for e in message.own:
                 self.sent[e.fire.fire_id] = e.fire.attempt
             self.own_seen += len(message.own)
@@ -261,6 +296,14 @@ class Monitor(LeaderActor):
     def gauges(self) -> dict[str, Any]:
         return {"fires_in_flight": self.watch.in_flight, "results_unproposed": len(self.results),
                 "lost_workers": list(self.workers.take_lost())}
+
+    def _settle(self, lost: list[ResultItem]) -> None:
+        """Fires of a lost worker, or gone from a live one, go into the next results batch."""
+        if lost:
+            self.stats.add(lost=len(lost), lost_on_worker=len(lost))
+            for r in lost:
+                self.sent.pop(r.fire_id, None)
+            self._add(lost)
 
     def _report(self, m: FireResults) -> None:
         self.workers.heard(m.worker, wall_ms())
@@ -293,12 +336,7 @@ class Monitor(LeaderActor):
             self._add(lost)
         gone = self.workers.lost(self.watch.workers(), now)
         if gone:
-            settled = self.watch.on_lost_workers(gone)
-            if settled:
-                self.stats.add(lost=len(settled), lost_on_worker=len(settled))
-                for r in settled:
-                    self.sent.pop(r.fire_id, None)
-                self._add(settled)
+            self._settle(self.watch.on_lost_workers(gone))
         flush_at = self.results_first + (0 if self.drain is not None else RESULTS_FLUSH_MS)
         while self.results and (len(self.results) >= MAX_PROPOSAL_ITEMS or now >= flush_at):
             self._flush(now)
@@ -339,4 +377,4 @@ class Monitor(LeaderActor):
         self.ctx.propose(Results(now, tuple(items)), self.outcome_to_self(lambda _res, err: ResultsProposed(items, err)))
 
 
-__all__ = ["RESULTS_FLUSH_MS", "FireWatch", "Monitor", "WorkerWatch"]
+__all__ = ["HELD_GRACE_MS", "RESULTS_FLUSH_MS", "FireWatch", "Monitor", "WorkerWatch"]

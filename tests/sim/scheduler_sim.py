@@ -15,7 +15,8 @@ bound: dispatch ahead) and sends only the fires of entries committed in its own 
 its worker until the due time (``not_before_ms``),
 a Monitor that proposes ``Outcome.LOST`` results for fires past their deadline and, at once, for
 the fires of a worker dead for ``WORKER_LOST`` ms (counted from the start of the term at the latest:
-docs/architecture.md#lost-workers), and a results buffer flushed every few ms. Workers run on every node; receivers answer by the behaviour encoded
+docs/architecture.md#lost-workers) or, once a restarted worker's heartbeat shows it holds none of
+them, for the fires sent to it before its restart; and a results buffer flushed every few ms. Workers run on every node; receivers answer by the behaviour encoded
 in the task's URL (2xx / 404 / 500 / too slow / random; ACK endpoints 2xx or 500) and record every
 request they get. Faults per seed: leader crashes (losing its wheel, buffers and its workers'
 requests), leader partitions (it steps down, its workers keep going), worker crashes mid-callback,
@@ -80,6 +81,8 @@ END = 100_000
 ACK_TTL = 3
 WORKER_LOST = 2_000
 """``scheduler.worker_lost_ms``: the leader counts a worker dead this long as lost."""
+HELD_GRACE = 1_000
+"""``monitor.HELD_GRACE_MS``: a heartbeat not listing a fire counts for fires watched this long before."""
 RECOVERY_WINDOW = 15_000
 """After a fault, how long an affected occurrence may take to recover (deadline + retries)."""
 
@@ -171,6 +174,7 @@ class Sim:
         self.plans: dict[str, Plan] = {}
         self.client_n = 0
         self.settled_on_lost = 0
+        self.watched_at: dict[tuple[str, int, FireKind], int] = {}
         """Fires settled because their worker was seen gone (before their deadline)."""
         r = self.rng
         self.p_result_loss = r.choice([0.0, 0.0, 0.02, 0.1])
@@ -312,6 +316,7 @@ class Sim:
             self.alive[n] = True
             if self.leader is not None:
                 self.leader.lost_workers.discard(n)
+                self.not_held_check(n)
             self.faults.append(self.now)
             self.catch_up(n)
             if self.leader is None:
@@ -336,11 +341,28 @@ class Sim:
 
         self.at(self.now + WORKER_LOST, check)
 
-    def settle_lost(self, n: str) -> None:
+    def not_held_check(self, n: str) -> None:
+        """A restarted worker's heartbeats hold none of the fires sent to it before: the leader settles
+        those watched at least HELD_GRACE ms before a heartbeat (the first one that counts)."""
+        ld = self.leader
+        assert ld is not None
+        term, back = ld.term, self.now
+
+        def heartbeat() -> None:
+            ld2 = self.leader
+            if ld2 is None or ld2.term != term or not self.alive[n]:
+                return
+            self.settle_lost(n, watched_before=back)
+
+        self.at(self.now + HELD_GRACE + self.rng.randint(*NET_LAT), heartbeat)
+
+    def settle_lost(self, n: str, watched_before: int | None = None) -> None:
         ld = self.leader
         assert ld is not None
         for f in self.replicas[ld.node].scan_fires():
             key = (f.fire_id, f.attempt, f.kind)
+            if watched_before is not None and self.watched_at.get(key, 0) >= watched_before:
+                continue
             if f.worker == n and key not in ld.lost_sent:
                 ld.lost_sent.add(key)
                 self.settled_on_lost += 1
@@ -412,6 +434,7 @@ class Sim:
         ld = self.leader
         assert ld is not None
         term = ld.term
+        self.watched_at[(f.fire_id, f.attempt, f.kind)] = self.now
 
         def check() -> None:
             ld2 = self.leader

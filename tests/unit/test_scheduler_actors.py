@@ -6,8 +6,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import msgpack
+
 from molens.actors.cleaner import ExpiryScan
 from molens.actors.dispatcher import DispatchPlan
+from molens.actors.fireworker import decode_heartbeat, heartbeat_frame
 from molens.actors.monitor import FireWatch, WorkerWatch
 from molens.actors.timewheel import LeaderWheel
 from molens.fsm.commands import ExpireItem
@@ -159,6 +162,26 @@ def test_fires_on_a_worker_silent_for_worker_lost_ms_are_settled_at_once_not_at_
     # the deadline backstop no longer reports the settled fire once its result is on record
     del store["a-1"]
     assert [r.fire_id for r in fw.due(far)] == ["b-1", "l-1"]
+
+
+def test_an_open_fire_a_live_worker_no_longer_holds_is_settled_once_it_had_time_to_arrive() -> None:
+    far = NOW + 60_000
+    store = {f: _fire(f, deadline=far) for f in ("old-1", "held-1", "new-1", "gone-1")}
+    fw = FireWatch(store.get)
+    fw.watch([store["old-1"]])  # from a previous term (Rebuild): never sent by this leader
+    fw.watch([store["held-1"], store["gone-1"]], now_ms=NOW)
+    fw.watch([store["new-1"]], now_ms=NOW + 900)  # may still be on its way to the worker
+    lost = fw.not_held("n2", frozenset({"held-1"}), watched_by_ms=NOW + 1_500 - 1_000)
+    assert sorted(r.fire_id for r in lost) == ["gone-1", "old-1"]
+    assert all(r.outcome is Outcome.LOST and r.attempt == 1 for r in lost)
+    assert fw.in_flight == 2
+    assert fw.not_held("n3", frozenset(), watched_by_ms=far) == []  # nothing open on n3
+
+
+def test_heartbeats_of_older_workers_hold_nothing_known() -> None:
+    assert decode_heartbeat(msgpack.packb(7)) == (7, None)
+    assert decode_heartbeat(heartbeat_frame(3, ["a-1"])[1:]) == (3, frozenset({"a-1"}))
+    assert decode_heartbeat(heartbeat_frame(3, None)[1:]) == (3, None)
 
 
 def test_a_worker_never_heard_from_in_a_new_term_counts_from_the_term_start() -> None:
