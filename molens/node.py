@@ -47,7 +47,7 @@ from typing import Any
 
 import pykka
 
-from molens import __version__
+from molens import __version__, wallclock
 from molens.actors import raft_peer as rp
 from molens.admin import AdminClient, AdminError, AdminServer
 from molens.config import Config, PeerConfig, zmq_endpoint
@@ -156,6 +156,9 @@ class Node:
         # threads (admin, HTTP) each time; with the default 5 ms switch interval a heavy cycle then
         # stalls for hundreds of ms and followers start elections (the GIL "convoy effect").
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        if cfg.node.clock_offset_ms:
+            log.warning("node clock shifted by %+d ms (node.clock_offset_ms: tests only)", cfg.node.clock_offset_ms)
+            wallclock.set_offset_ms(cfg.node.clock_offset_ms)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
         try:

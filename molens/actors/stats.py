@@ -47,6 +47,7 @@ COUNTERS = (
     "results_proposed",
     "lost",
     "lost_on_worker",
+    "clock_holds",
     "expired",
     "proposals_failed",
     "worker_refused",
