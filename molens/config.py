@@ -149,6 +149,8 @@ class NodeConfig:
     data_dir: str = _opt("./data", _nonempty)
     stop_timeout_s: float = _opt(30.0, lambda v: None if v > 0 else "must be > 0")
     state_machine: str = _opt("tasks", lambda v: None if v in ("tasks", "kv") else "must be tasks or kv")
+    clock_offset_ms: int = _opt(0, _int_range(-86_400_000, 86_400_000))
+    """Tests only: shift this node's wall clock (``molens.wallclock``) by this much."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +191,7 @@ class RaftConfig:
     snapshot_every_entries: int = _opt(100_000, _int_min(1))
     keep_log_tail: int = _opt(10_000, _int_min(0))
     keep_snapshots: int = _opt(2, _int_min(1))
+    max_clock_skew_ms: int = _opt(500, _int_min(1))
     curve: CurveConfig = field(default_factory=CurveConfig)
 
 
@@ -233,6 +236,7 @@ class CallbackPolicyConfig:
 class SchedulerConfig:
     tick_ms: int = _opt(10, _int_range(1, 1000))
     dispatch_timeout_ms: int = _opt(10_000, _int_min(100))
+    worker_lost_ms: int = _opt(2_000, _int_min(600))
     dispatch_lead_ms: int = _opt(100, _int_range(0, MACHINE_DEFAULTS.max_dispatch_lead_ms))
     default_max_retries: int = _opt(3, _int_range(0, 20))
     ack_ttl: int = _opt(3, _int_range(0, 20))

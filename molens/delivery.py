@@ -65,7 +65,7 @@ from urllib3.util import parse_url
 from urllib3.util.connection import allowed_gai_family
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
-from molens import __version__
+from molens import __version__, wallclock
 from molens.errors import MolensError
 from molens.fsm.commands import ResultItem
 from molens.model import DEFAULT_POLICY, CallbackPolicy, FireKind, Outcome, address_denial
@@ -369,7 +369,7 @@ class Deliverer:
         user_agent: str = f"molens/{__version__}",
         head_limit: int = HEAD_LIMIT,
         drain_limit: int = DRAIN_LIMIT,
-        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        wall_ms: Callable[[], int] = wallclock.wall_ms,
     ) -> None:
         self._pool = pool
         self.node_id = node_id

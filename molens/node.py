@@ -48,7 +48,7 @@ from typing import Any
 
 import pykka
 
-from molens import __version__
+from molens import __version__, wallclock
 from molens.actors import raft_peer as rp
 from molens.admin import AdminClient, AdminError, AdminServer
 from molens.config import Config, PeerConfig, zmq_endpoint
@@ -164,6 +164,9 @@ class Node:
         # stalls for hundreds of ms and followers start elections (the GIL "convoy effect").
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         gc.set_threshold(*GC_THRESHOLDS)
+        if cfg.node.clock_offset_ms:
+            log.warning("node clock shifted by %+d ms (node.clock_offset_ms: tests only)", cfg.node.clock_offset_ms)
+            wallclock.set_offset_ms(cfg.node.clock_offset_ms)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
         try:

@@ -33,6 +33,7 @@ from molens.fsm.history import History
 from molens.fsm.store import EntryResult, TaskStore
 from molens.model import IllegalTransitionError, NotFoundError, Task
 from molens.raft import core as rc
+from molens.wallclock import wall_ms
 from molens.web.api_context import (
     ApiSettings,
     LeaderInfo,
@@ -157,6 +158,9 @@ class NodeContext:
         ch = self._last
         if not ch.is_leader:
             raise from_proposal_error(rc.NotLeaderError(ch.leader_id), self._leader_url)
+        problem = self.clock_problem()
+        if problem:  # its clock would be stamped into the commands (docs/architecture.md#clock-skew)
+            raise Unavailable(f"this node does not take writes: {problem}")
         futs = self.peer.propose_many([self.store.encode_proposal(c) for c in commands])
         self.proposals += 1
         deadline = time.monotonic() + timeout_s
@@ -338,13 +342,25 @@ class NodeContext:
             history_rows=self._recent.rows(),
             disk_bytes={k.removesuffix("_bytes"): v for k, v in self._disk.get().items()},
             scheduler=counters,
+            clock=self._clock_metrics(),
         )
+
+    def _clock_metrics(self) -> dict[str, int]:
+        sched = self.scheduler
+        v = sched.clock.verdict if sched is not None else None
+        if v is None:
+            return {}
+        return {"skew_ms": v.skew_ms, "skewed": 1 if v.state.value == "skewed" else 0}
 
     def request_seen(self) -> None:
         self._requests.hit()
 
+    def clock_problem(self) -> str:
+        sched = self.scheduler
+        return sched.clock.problem() if sched is not None else ""
+
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
+        return wall_ms()
 
     def new_task_id(self) -> str:
         return self._ids.new(self.now_ms())

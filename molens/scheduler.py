@@ -7,7 +7,9 @@ Dispatcher, Monitor, Cleaner) for each term this node leads. :class:`Scheduler` 
 node and the HTTP API use: start/stop, the worker RPC handler, and queries answered by the actors.
 
 Worker RPC frames (``Node.set_rpc_handler``): ``b"B" + fire_batch`` (leader -> worker),
-``b"R" + msgpack([free, attempts, fire_results])`` and ``b"H" + msgpack(free)`` (worker -> leader).
+``b"R" + msgpack([free, attempts, fire_results])`` and ``b"H" + msgpack([free, held fire ids])``
+(worker -> leader); ``b"T" + msgpack(ms)`` clock probes between any two nodes, answered at once with
+``b"t" + msgpack([ms, ms])`` (:mod:`molens.actors.clockprobe`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,25 @@ import logging
 from collections.abc import Callable
 from typing import Any, cast
 
-import msgpack
 import pykka
 
 from molens.actors import raft_peer as rp
+from molens.actors.clockprobe import (
+    ClockGate,
+    ClockProbe,
+    ProbeReply,
+    act_on_clock,
+    decode_reply,
+    reply_frame,
+)
 from molens.actors.firepool import FirePool, FirePoolStats, make_pool_manager
-from molens.actors.fireworker import FireWorkerPool, ForwardFrame, decode_results_frame, result_items
+from molens.actors.fireworker import (
+    FireWorkerPool,
+    ForwardFrame,
+    decode_heartbeat,
+    decode_results_frame,
+    result_items,
+)
 from molens.actors.messages import FireBatch, FireResults, GetGauges, ReadWheel, SetObserver, WorkerReport
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
@@ -29,6 +44,8 @@ from molens.config import Config, callback_policy
 from molens.delivery import FireRequest as WireFire
 from molens.delivery import decode_fire_batch, encode_fire_batch
 from molens.fsm.store import TaskStore
+from molens.raft.clock import ClockVerdict
+from molens.wallclock import wall_ms
 from molens.worker_rpc import RpcEndpoint
 
 log = logging.getLogger(__name__)
@@ -65,6 +82,8 @@ class Scheduler:
         """The pool engine inside the FireWorkerPool actor (thread-safe: read for capacity and stats)."""
         self.supervisor: LeaderSupervisor | None = None
         self.stats: StatsClient | None = None
+        self.clock = ClockGate(self.node_id, cfg.raft.max_clock_skew_ms)
+        self._probe_ref: pykka.ActorRef[ClockProbe] | None = None
         self._http = make_pool_manager(cfg.worker.concurrency, callback_policy(cfg))  # as validated
 
     # ---- lifecycle ------------------------------------------------------------------------------
@@ -72,6 +91,10 @@ class Scheduler:
         cfg, w = self.cfg, self.cfg.worker
         self._stats_ref = Stats.start()
         self.stats = StatsClient(self._stats_ref)
+        me = self.node_id
+        self._probe_ref = ClockProbe.start(
+            self.clock, lambda: [p for p in self.rpc.peers() if p != me], self.rpc.send, self._judge_clock,
+        )
         deliverer = ReportingDeliverer(self._http, self.node_id, w.signing_secret, w.signing_secret_next)
         self._pool_ref = FireWorkerPool.start(
             self.node_id, deliverer, w.concurrency, self.rpc.send, self.stats, flush_interval_ms=POOL_FLUSH_MS,
@@ -82,7 +105,7 @@ class Scheduler:
         self.supervisor = LeaderSupervisor(
             node_id=self.node_id, cfg=cfg.scheduler, store=self.store, propose_batch=self.peer.propose_batch,
             stats=self.stats, pool=self._pool_ref, send_fires=self.send_fires, local_free=pool.free_capacity,
-            fatal=self.fatal,
+            fatal=self.fatal, clock=self.clock,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
@@ -99,13 +122,24 @@ class Scheduler:
         """Stop the worker side: in-flight fires finish and their results are handed over."""
         self.stop_leader(timeout)
         self.store.on_applied = None
-        for ref in (self._pool_ref, self._stats_ref):
+        for ref in (self._probe_ref, self._pool_ref, self._stats_ref):
             if ref is not None:
                 try:
                     ref.stop(block=True, timeout=timeout + 2.0)  # the pool waits up to ``timeout`` for its fires
                 except (pykka.ActorDeadError, pykka.Timeout):
                     log.warning("scheduler actor did not stop in time: %s", ref)
         self._http.clear()
+
+    def _judge_clock(self, verdict_of: Callable[[list[str]], ClockVerdict]) -> tuple[list[str], ClockVerdict]:
+        """The clock verdict for the current voters, acted on at once on the Raft thread."""
+
+        def on_raft(p: rp.RaftPeer) -> tuple[list[str], ClockVerdict]:
+            voters = sorted(p.core.membership.voters)
+            v = verdict_of(voters)
+            act_on_clock(p.core, v)
+            return voters, v
+
+        return cast("tuple[list[str], ClockVerdict]", self.peer.call(on_raft, timeout=ASK_TIMEOUT_S))
 
     def fatal(self, exc: BaseException) -> None:
         log.error("scheduler actor failed: %r; stopping the node", exc)
@@ -205,10 +239,19 @@ class Scheduler:
                     return
                 free, attempts, results = decode_results_frame(body)
                 refs.monitor.tell(FireResults(result_items(attempts, results), frm, free))
+            elif tag == b"T":
+                self.rpc.send(frm, reply_frame(body, wall_ms()))
+            elif tag == b"t":
+                if self._probe_ref is not None:
+                    sent, peer_ms = decode_reply(body)
+                    self._probe_ref.tell(ProbeReply(frm, sent, peer_ms, wall_ms()))
             elif tag == b"H":
                 refs = self.supervisor.current if self.supervisor is not None else None
-                if refs is not None:
-                    refs.dispatcher.tell(WorkerReport(((frm, int(msgpack.unpackb(body))),)))
+                if refs is not None:  # capacity for the Dispatcher, liveness for the Monitor (docs/architecture.md#lost-workers)
+                    free, held = decode_heartbeat(body)
+                    report = WorkerReport(((frm, free),), held)
+                    refs.dispatcher.tell(report)
+                    refs.monitor.tell(report)
             else:
                 log.warning("rpc from=%s: unknown frame tag %r", frm, tag)
         except pykka.ActorDeadError:

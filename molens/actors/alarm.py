@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 import pykka
 
 from molens.actors.messages import Wake
+from molens.wallclock import wall_ms
 
 log = logging.getLogger(__name__)
 
 _WAKE = Wake()
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Alarm:

@@ -17,8 +17,12 @@ time: due + HTTP timeout + ``dispatch_timeout_ms``.
 
 Workers are picked by smooth weighted round-robin (nginx's), weighted by each live worker's free
 capacity: the local pool's as it is now, a remote node's as last reported (every results frame and
-a heartbeat every ``REPORT_INTERVAL_S`` carry it) minus what was given to it since. A worker not
-heard from for ``WORKER_LIVENESS_S`` is not used. With no capacity anywhere, due ids wait in the
+a heartbeat every ``REPORT_INTERVAL_S`` carry it) minus what was given to it since. Nothing is
+planned while this node's clock is not known to agree with a majority's, and a worker whose clock
+is not known to agree with this node's gets no fires (``TermContext.clock``,
+``docs/architecture.md#clock-skew``). A worker not
+heard from for ``scheduler.worker_lost_ms``, or one the Monitor counts as lost (``InFlight.lost``,
+``docs/architecture.md#lost-workers``), is not used until it reports again. With no capacity anywhere, due ids wait in the
 backlog and are looked at again a tick later or when a worker reports.
 
 Fires in flight are bounded by ``scheduler.max_inflight_fires``: the Monitor's open fires, plus
@@ -59,7 +63,6 @@ from molens.model import Status, Task
 log = logging.getLogger(__name__)
 
 REPORT_INTERVAL_S = 0.5
-WORKER_LIVENESS_S = 2.5
 MAX_PROPOSAL_ITEMS = 1_000
 """Most items in one Dispatched / Results proposal."""
 MAX_DISPATCH_PROPOSALS = 8
@@ -95,12 +98,17 @@ class DispatchPlan:
         local_free: Callable[[], int],
         dispatch_timeout_ms: int,
         clock: Callable[[], float] = time.monotonic,
+        liveness_ms: int = 2_000,
+        worker_ok: Callable[[str], bool] = lambda _w: True,
     ) -> None:
         self.node_id = node_id
         self._get_task = get_task
         self._local_free = local_free
         self.dispatch_timeout_ms = dispatch_timeout_ms
         self._clock = clock
+        self.liveness_s = liveness_ms / 1000
+        self._worker_ok = worker_ok
+        """Whether a worker's clock agrees with this node's (docs/architecture.md#clock-skew)."""
         self._workers: dict[str, _Worker] = {}
         self.planned = 0
         self.skipped = 0
@@ -115,12 +123,17 @@ class DispatchPlan:
         else:
             w.free, w.seen, w.given = free, self._clock(), 0
 
+    def forget(self, worker: str) -> None:
+        """``worker`` is lost (the Monitor settled its fires): not used until it reports again."""
+        if worker != self.node_id:
+            self._workers.pop(worker, None)
+
     def live_workers(self) -> dict[str, int]:
         """Worker id -> estimated free capacity, for every live worker (this node included)."""
         now = self._clock()
         out = {self.node_id: max(0, self._local_free() - self._given(self.node_id))}
         for wid, w in list(self._workers.items()):  # a copy: the API thread reads it too (stats)
-            if wid != self.node_id and now - w.seen <= WORKER_LIVENESS_S:
+            if wid != self.node_id and now - w.seen < self.liveness_s and self._worker_ok(wid):
                 out[wid] = max(0, w.free - w.given)
         return out
 
@@ -221,7 +234,10 @@ class Dispatcher(LeaderActor):
 
     def __init__(self, ctx: TermContext) -> None:
         super().__init__(ctx)
-        self.plan = DispatchPlan(ctx.node_id, ctx.store.get_task, ctx.local_free, ctx.cfg.dispatch_timeout_ms)
+        self.plan = DispatchPlan(
+            ctx.node_id, ctx.store.get_task, ctx.local_free, ctx.cfg.dispatch_timeout_ms,
+            liveness_ms=ctx.cfg.worker_lost_ms, worker_ok=ctx.clock.worker_ok,
+        )
         self.backlog: collections.deque[str] = collections.deque()
         self.backlog_at = 0
         """No worker capacity: the backlog is looked at again from then (epoch ms)."""
@@ -248,6 +264,8 @@ class Dispatcher(LeaderActor):
             self._outcome(message)
         elif isinstance(message, InFlight):
             self.monitor_open, self.monitor_own_seen = message.open, message.own_seen
+            for wid in message.lost:
+                self.plan.forget(wid)
             for wid, free in message.reports:
                 self.plan.report(wid, free)
             if message.reports:
@@ -293,6 +311,10 @@ class Dispatcher(LeaderActor):
 
     def _dispatch(self, now: int) -> None:
         backlog, plan, ctx = self.backlog, self.plan, self.ctx
+        if not ctx.clock.leading_ok():  # nothing planned from a clock not known to agree with a majority
+            self.stats.add(clock_holds=1)
+            self.backlog_at = now + self.tick_ms
+            return
         while backlog and self._can_dispatch():
             if plan.capacity() <= 0:
                 self.backlog_at = now + self.tick_ms
@@ -371,6 +393,6 @@ def with_attempt(it: ResultItem, attempt: int) -> ResultItem:
 
 
 __all__ = [
-    "MAX_DISPATCH_PROPOSALS", "MAX_PROPOSAL_ITEMS", "REPORT_INTERVAL_S", "WORKER_LIVENESS_S", "DispatchPlan", "Dispatcher",
+    "MAX_DISPATCH_PROPOSALS", "MAX_PROPOSAL_ITEMS", "REPORT_INTERVAL_S", "DispatchPlan", "Dispatcher",
     "to_wire", "with_attempt",
 ]

@@ -43,6 +43,7 @@ import urllib3
 
 from molens.delivery import Deliverer, FireRequest, FireResult, GuardedPoolManager
 from molens.model import DEFAULT_POLICY, CallbackPolicy
+from molens.wallclock import wall_ms
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def make_pool_manager(concurrency: int, policy: CallbackPolicy = DEFAULT_POLICY)
 
 
 def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return wall_ms()
 
 
 class FirePool:

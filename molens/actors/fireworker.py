@@ -5,8 +5,8 @@ id -> attempt of the fires it took, and the results it could not hand over yet. 
 ``FireBatch`` (from this node's Dispatcher, or a leader's over worker RPC), ``PoolResults`` (the
 pool's flusher), ``LeaderIs`` (who leads; the local leader actors when this node does),
 ``ForwardFrame`` (a results frame that reached this node while it does not lead), ``Wake`` (its
-alarm, every ``REPORT_INTERVAL_S``: heartbeat with the free capacity to a remote leader, retry of
-unsent results), ``GetGauges`` (ask). Sends: ``FireResults`` to the local Monitor, or ``R`` frames
+alarm, every ``REPORT_INTERVAL_S``: heartbeat with the free capacity and the fires held to a remote
+leader, or a ``WorkerReport`` of the fires held to the local Monitor; retry of unsent results), ``GetGauges`` (ask). Sends: ``FireResults`` to the local Monitor, or ``R`` frames
 to the remote leader over worker RPC; ``Delivered`` to Stats.
 
 The HTTP attempts themselves run on a :class:`~molens.actors.firepool.FirePool` (see there why
@@ -29,7 +29,16 @@ import pykka
 from molens.actors.alarm import Alarm, wall_ms
 from molens.actors.dispatcher import with_attempt
 from molens.actors.firepool import FirePool
-from molens.actors.messages import FireBatch, FireResults, GetGauges, LeaderIs, LeaderRefs, PoolResults, Wake
+from molens.actors.messages import (
+    FireBatch,
+    FireResults,
+    GetGauges,
+    LeaderIs,
+    LeaderRefs,
+    PoolResults,
+    Wake,
+    WorkerReport,
+)
 from molens.actors.stats import STATS_FLUSH_MS, ReportingDeliverer, StatsClient
 from molens.delivery import (
     Deliverer,
@@ -57,13 +66,30 @@ MAX_TRACKED_ATTEMPTS = 200_000
 UNSENT_RESULTS_TTL_S = 30.0
 """Results with no known leader to go to are kept this long, then dropped (the Monitor covers them)."""
 REPORT_INTERVAL_MS = 500
-"""Heartbeat to a remote leader with this worker's free capacity."""
+"""Heartbeat to a remote leader with this worker's free capacity and the fires it holds."""
+MAX_HELD_IN_HEARTBEAT = 5_000
+"""A heartbeat lists the fire ids held (taken, result not yet sent) up to this many; past it, none
+(the leader then cannot tell a dropped fire from a held one: docs/architecture.md#lost-workers)."""
 
 
 def results_frame(free: int, attempts: dict[str, int], results: list[FireResult]) -> bytes:
     """``R`` + msgpack([free, attempts, fire results]): results going to the leader."""
     packed: bytes = msgpack.packb([free, attempts, encode_fire_results(results)])
     return b"R" + packed
+
+
+def heartbeat_frame(free: int, held: list[str] | None) -> bytes:
+    """``H`` + msgpack([free capacity, fire ids held or None]) (worker -> leader)."""
+    return b"H" + bytes(msgpack.packb([free, held]))
+
+
+def decode_heartbeat(body: bytes) -> tuple[int, frozenset[str] | None]:
+    """``(free, held)`` of a heartbeat body; a bare int (a worker of an older version) holds ``None``."""
+    v = msgpack.unpackb(body)
+    if isinstance(v, int):
+        return v, None
+    free, held = v
+    return int(free), (frozenset(held) if held is not None else None)
 
 
 def decode_results_frame(body: bytes) -> tuple[int, dict[str, int], list[FireResult]]:
@@ -150,8 +176,12 @@ class FireWorkerPool(pykka.ThreadingActor):
         elif isinstance(message, PoolResults):
             self._route(message.results)
         elif isinstance(message, LeaderIs):
+            changed = message.leader_id != self._leader_id
             self._leader_id, self._local = message.leader_id, message.local
-            self._flush_unsent()
+            if changed:  # a new leader hears from this worker at once (docs/architecture.md#lost-workers)
+                self._heartbeat()
+            else:
+                self._flush_unsent()
         elif isinstance(message, ForwardFrame):
             self._forward(message.frame)
         elif isinstance(message, Wake):
@@ -213,8 +243,13 @@ class FireWorkerPool(pykka.ThreadingActor):
             self._stats.delivered(self._deliverer.take())
         self._flush_unsent()
         leader = self._leader_id
-        if leader is not None and leader != self.node_id:
-            self._send(leader, b"H" + msgpack.packb(self.pool.free_capacity()))
+        att = self._attempts
+        held = list(att) if len(att) <= MAX_HELD_IN_HEARTBEAT else None
+        if self._local is not None:  # this node leads: its Monitor learns which fires it still holds
+            _tell(self._local.monitor, WorkerReport(((self.node_id, self.pool.free_capacity()),),
+                                                    frozenset(held) if held is not None else None))
+        elif leader is not None and leader != self.node_id:
+            self._send(leader, heartbeat_frame(self.pool.free_capacity(), held))
         if self._alarm is not None:
             self._alarm.set(wall_ms() + REPORT_INTERVAL_MS)
 
@@ -244,4 +279,7 @@ def _tell(ref: pykka.ActorRef[Any], msg: Any) -> None:
         pass
 
 
-__all__ = ["FireWorkerPool", "ForwardFrame", "decode_results_frame", "result_items", "results_frame"]
+__all__ = [
+    "FireWorkerPool", "ForwardFrame", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "result_items",
+    "results_frame",
+]

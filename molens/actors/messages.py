@@ -104,18 +104,23 @@ class ResultsProposed:
 class InFlight:
     """Monitor -> Dispatcher: fires it watches with no result yet, how many own-term fires it has
     ever been told of (so the Dispatcher can count the ones on their way to it), and the free
-    capacity workers reported with their results since the last ``InFlight``."""
+    capacity workers reported with their results since the last ``InFlight``, and the workers it
+    counts as lost (``docs/architecture.md#lost-workers``): no new fires for them."""
 
     open: int
     own_seen: int
     reports: tuple[tuple[str, int], ...] = ()
+    lost: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerReport:
-    """Worker side -> Dispatcher: workers' free capacity as they reported it."""
+    """Worker side -> Dispatcher and Monitor: workers' free capacity as they reported it (a heartbeat:
+    the worker is alive), and the fire ids a worker holds without having reported their result
+    (``None``: it did not say). One worker per report when ``held`` is given."""
 
     free: tuple[tuple[str, int], ...]
+    held: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,16 @@ is re-read from the local replica and, if that same attempt is still in flight,
 at_least_once fire (same fire id, next attempt) and records an at_most_once one as ``unknown``.
 A ``Dispatched`` entry of a previous leader that commits in this term is never sent, and is given
 up the same way.
+
+*Lost workers* (``docs/architecture.md#lost-workers``): a :class:`WorkerWatch` keeps when each remote
+worker was last heard from (``WorkerReport`` heartbeats, results frames; from the start of the term
+for one not heard from yet). One silent for ``scheduler.worker_lost_ms`` is lost: its open fires are
+settled at once, exactly as at a deadline, and the Dispatcher is told (``InFlight.lost``) to give it
+no more fires until it reports again. A heartbeat also lists the fires the worker holds: an open
+fire it does not list, watched at least ``HELD_GRACE_MS`` before the heartbeat arrived and with no
+result received before it (results and heartbeats share one ordered link), is gone from that worker
+(a restart quicker than ``worker_lost_ms``, fires dropped by a stop, results lost on the way to a
+leader that died) and is settled the same way. ``deadline_ms`` stays the backstop.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from molens.actors.messages import (
     Rebuild,
     ResultsProposed,
     Wake,
+    WorkerReport,
 )
 from molens.actors.raft_peer import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
@@ -49,32 +60,113 @@ RESULTS_FLUSH_MS = 10
 entries: the next occurrence of a periodic task is computed from its schedule, not from this)."""
 INFLIGHT_EVERY_MS = 10
 """The Dispatcher hears the count of fires in flight at most this often (``InFlight``)."""
+HELD_GRACE_MS = 1_000
+"""A fire watched less than this long before a heartbeat arrived may still be on its way to the
+worker: a heartbeat that does not list it says nothing yet."""
 DRAIN_POLL_MS = 20
 """While draining, the Monitor looks at its drain deadline this often."""
 
 
+class WorkerWatch:
+    """When each remote worker was last heard from, and which are lost (pure: time is given).
+
+    >>> w = WorkerWatch("n1", lost_ms=2_000, start_ms=0)
+    >>> w.heard("n2", 500)
+    >>> w.lost(["n1", "n2", "n3"], 2_100)  # n3 never reported this term; n1 is this node
+    ['n3']
+    >>> w.lost(["n2"], 2_500), w.next_check(["n2"])
+    (['n2'], None)
+    """
+
+    def __init__(self, node_id: str, lost_ms: int, start_ms: int) -> None:
+        self.node_id = node_id
+        self.lost_ms = lost_ms
+        self._start = start_ms
+        self._heard: dict[str, int] = {}
+        self._lost: set[str] = set()
+
+    def heard(self, worker: str, now_ms: int) -> None:
+        """``worker`` sent something: it is alive (again)."""
+        if worker and worker != self.node_id:
+            self._heard[worker] = now_ms
+            self._lost.discard(worker)
+
+    def _silent_until(self, worker: str) -> int:
+        return self._heard.get(worker, self._start) + self.lost_ms
+
+    def lost(self, workers: Iterable[str], now_ms: int) -> list[str]:
+        """Those of ``workers`` silent for ``lost_ms`` by ``now_ms`` (this node never is)."""
+        out = []
+        for w in workers:
+            if w == self.node_id:
+                continue
+            if w in self._lost or self._silent_until(w) <= now_ms:
+                self._lost.add(w)
+                out.append(w)
+        return out
+
+    def next_check(self, workers: Iterable[str]) -> int | None:
+        """When the first of ``workers`` not lost yet would be."""
+        ts = [self._silent_until(w) for w in workers if w != self.node_id and w not in self._lost]
+        return min(ts) if ts else None
+
+    def take_lost(self) -> tuple[str, ...]:
+        """Every worker lost now (for the Dispatcher)."""
+        return tuple(sorted(self._lost))
+
+
 class FireWatch:
-    """Deadline heap of in-flight fires (pure apart from the store read it is given)."""
+    """Deadline heap of in-flight fires, and the open ones by worker (pure apart from the store
+    read it is given)."""
 
     def __init__(self, get_fire: Callable[[str], Fire | None]) -> None:
         self._get_fire = get_fire
         self._heap: list[tuple[int, str, int, FireKind]] = []
         self._open: dict[str, int] = {}
         """fire id -> attempt still waiting for a result (as far as this leader knows)."""
+        self._on: dict[str, dict[str, int]] = {}
+        """worker -> {fire id: attempt} of the open fires planned for it."""
+        self._where: dict[str, str] = {}
+        """fire id -> the worker of its open attempt."""
+        self._since: dict[str, int] = {}
+        """fire id -> when this leader began to watch its open attempt (ms)."""
         self.lost = 0
+        self.lost_on_worker = 0
 
-    def watch(self, fires: Iterable[Fire]) -> None:
+    def watch(self, fires: Iterable[Fire], now_ms: int = 0) -> None:
+        """Watch ``fires`` from ``now_ms`` on (0: sent before this term, never by this leader)."""
         for f in fires:
+            self._forget(f.fire_id)
             self._open[f.fire_id] = f.attempt
+            self._where[f.fire_id] = f.worker
+            self._since[f.fire_id] = now_ms
+            self._on.setdefault(f.worker, {})[f.fire_id] = f.attempt
             heapq.heappush(self._heap, (f.deadline_ms, f.fire_id, f.attempt, f.kind))
 
-    def answered(self, fire_id: str) -> None:
-        """A result for ``fire_id`` is on its way to the log: it no longer counts as in flight."""
+    def _forget(self, fire_id: str) -> None:
         self._open.pop(fire_id, None)
+        self._since.pop(fire_id, None)
+        w = self._where.pop(fire_id, None)
+        if w is not None:
+            on = self._on.get(w)
+            if on is not None:
+                on.pop(fire_id, None)
+                if not on:
+                    del self._on[w]
+
+    def answered(self, fire_id: str, attempt: int | None = None) -> None:
+        """A result for ``fire_id`` (``attempt``, when the worker said) is on its way to the log: it
+        no longer counts as in flight. A late result of an earlier attempt leaves the open one be."""
+        if attempt is None or self._open.get(fire_id) == attempt:
+            self._forget(fire_id)
 
     @property
     def in_flight(self) -> int:
         return len(self._open)
+
+    def workers(self) -> list[str]:
+        """Workers with open fires."""
+        return list(self._on)
 
     def next_deadline(self) -> int | None:
         return self._heap[0][0] if self._heap else None
@@ -88,12 +180,51 @@ class FireWatch:
             cur = self._get_fire(fid)
             if cur is None or cur.attempt != attempt or cur.kind is not kind:
                 if self._open.get(fid) == attempt:
-                    del self._open[fid]
+                    self._forget(fid)
                 continue
-            self._open.pop(fid, None)
+            self._forget(fid)
             log.warning("monitor: fire=%s attempt=%d kind=%s worker=%s lost", fid, attempt, kind, cur.worker)
             out.append(lost_result(cur))
         self.lost += len(out)
+        return out
+
+    def on_lost_workers(self, workers: Iterable[str]) -> list[ResultItem]:
+        """Lost results, now, for the open fires of ``workers`` whose attempt is still in flight
+        (their heap entries stay: at the deadline the store shows the attempt answered)."""
+        out: list[ResultItem] = []
+        for w in workers:
+            on = self._on.pop(w, None)
+            if not on:
+                continue
+            for fid, attempt in on.items():
+                self._open.pop(fid, None)
+                self._where.pop(fid, None)
+                self._since.pop(fid, None)
+                cur = self._get_fire(fid)
+                if cur is None or cur.attempt != attempt or cur.worker != w:
+                    continue
+                out.append(lost_result(cur))
+            log.warning("monitor: worker=%s lost; settling %d fires in flight on it", w, len(out))
+        self.lost_on_worker += len(out)
+        return out
+
+    def not_held(self, worker: str, held: frozenset[str], watched_by_ms: int) -> list[ResultItem]:
+        """Lost results for the open fires of ``worker`` watched by ``watched_by_ms`` that its
+        heartbeat (``held``) does not list."""
+        on = self._on.get(worker)
+        if not on:
+            return []
+        gone = [(fid, att) for fid, att in on.items() if fid not in held and self._since.get(fid, 0) <= watched_by_ms]
+        out: list[ResultItem] = []
+        for fid, attempt in gone:
+            self._forget(fid)
+            cur = self._get_fire(fid)
+            if cur is None or cur.attempt != attempt or cur.worker != worker:
+                continue
+            out.append(lost_result(cur))
+        if out:
+            log.warning("monitor: worker=%s no longer holds %d fires in flight on it; settling them", worker, len(out))
+        self.lost_on_worker += len(out)
         return out
 
 
@@ -105,6 +236,9 @@ class Monitor(LeaderActor):
     def __init__(self, ctx: TermContext) -> None:
         super().__init__(ctx)
         self.watch = FireWatch(ctx.store.get_fire)
+        self.workers = WorkerWatch(ctx.node_id, ctx.cfg.worker_lost_ms, wall_ms())
+        self.lost_told: tuple[str, ...] = ()
+        """The lost workers the Dispatcher was last told of."""
         self.results: list[ResultItem] = []
         self.results_first = 0
         """Wall ms of the oldest buffered result."""
@@ -124,9 +258,17 @@ class Monitor(LeaderActor):
         if isinstance(message, FireResults):
             self._report(message)
             self._results_in(message.items)
+        elif isinstance(message, WorkerReport):
+            now = wall_ms()
+            for wid, _free in message.free:
+                self.workers.heard(wid, now)
+                if message.held is not None:
+                    gone = self.watch.not_held(wid, message.held, now - HELD_GRACE_MS)
+                    if gone:
+                        self._settle(gone)
         elif isinstance(message, Committed):
-            self.watch.watch(e.fire for e in message.own)
-            self.watch.watch(e.fire for e in message.other)
+            self.watch.watch((e.fire for e in message.own), wall_ms())
+            self.watch.watch(e.fire for e in message.other)  # never sent by this leader
             for e in message.own:
                 self.sent[e.fire.fire_id] = e.fire.attempt
             self.own_seen += len(message.own)
@@ -152,17 +294,28 @@ class Monitor(LeaderActor):
         return None
 
     def gauges(self) -> dict[str, Any]:
-        return {"fires_in_flight": self.watch.in_flight, "results_unproposed": len(self.results)}
+        return {"fires_in_flight": self.watch.in_flight, "results_unproposed": len(self.results),
+                "lost_workers": list(self.workers.take_lost())}
+
+    def _settle(self, lost: list[ResultItem]) -> None:
+        """Fires of a lost worker, or gone from a live one, go into the next results batch."""
+        if lost:
+            self.stats.add(lost=len(lost), lost_on_worker=len(lost))
+            for r in lost:
+                self.sent.pop(r.fire_id, None)
+            self._add(lost)
 
     def _report(self, m: FireResults) -> None:
+        self.workers.heard(m.worker, wall_ms())
         if m.free is not None:
             self.reports[m.worker] = m.free
 
     def _results_in(self, items: list[ResultItem]) -> None:
         w, sent = self.watch, self.sent
         for it in items:
-            w.answered(it.fire_id)
-            sent.pop(it.fire_id, None)
+            w.answered(it.fire_id, it.attempt)
+            if it.attempt is None or sent.get(it.fire_id) == it.attempt:
+                sent.pop(it.fire_id, None)
         self.stats.add(results_received=len(items))
         self._add(items)
 
@@ -181,17 +334,23 @@ class Monitor(LeaderActor):
             for r in lost:
                 self.sent.pop(r.fire_id, None)
             self._add(lost)
+        gone = self.workers.lost(self.watch.workers(), now)
+        if gone:
+            self._settle(self.watch.on_lost_workers(gone))
         flush_at = self.results_first + (0 if self.drain is not None else RESULTS_FLUSH_MS)
         while self.results and (len(self.results) >= MAX_PROPOSAL_ITEMS or now >= flush_at):
             self._flush(now)
-        deadlines = [d for d in (self.watch.next_deadline(), self.results_first + RESULTS_FLUSH_MS if self.results else None)
+        deadlines = [d for d in (self.watch.next_deadline(), self.results_first + RESULTS_FLUSH_MS if self.results else None,
+                                 self.workers.next_check(self.watch.workers()))
                      if d is not None]
         rep = (self.watch.in_flight, self.own_seen)
-        if (rep != self.reported or self.reports) and self.refs is not None:
+        lost_workers = self.workers.take_lost()
+        if (rep != self.reported or self.reports or lost_workers != self.lost_told) and self.refs is not None:
             if now >= self.report_at:  # at most one InFlight per INFLIGHT_EVERY_MS
                 self.reported = rep
+                self.lost_told = lost_workers
                 self.report_at = now + INFLIGHT_EVERY_MS
-                self.tell(self.refs.dispatcher, InFlight(*rep, reports=tuple(self.reports.items())))
+                self.tell(self.refs.dispatcher, InFlight(*rep, reports=tuple(self.reports.items()), lost=lost_workers))
                 self.reports = {}
             else:
                 deadlines.append(self.report_at)
@@ -218,4 +377,4 @@ class Monitor(LeaderActor):
         self.ctx.propose(Results(now, tuple(items)), self.outcome_to_self(lambda _res, err: ResultsProposed(items, err)))
 
 
-__all__ = ["RESULTS_FLUSH_MS", "FireWatch", "Monitor"]
+__all__ = ["HELD_GRACE_MS", "RESULTS_FLUSH_MS", "FireWatch", "Monitor", "WorkerWatch"]

@@ -46,6 +46,8 @@ COUNTERS = (
     "results_received",
     "results_proposed",
     "lost",
+    "lost_on_worker",
+    "clock_holds",
     "expired",
     "proposals_failed",
     "worker_refused",

@@ -27,6 +27,7 @@ from typing import Any
 import pykka
 
 from molens.actors.cleaner import Cleaner
+from molens.actors.clockprobe import ClockGate
 from molens.actors.dispatcher import Dispatcher
 from molens.actors.messages import Applied, Drain, Join, LeaderIs, LeaderRefs, Rebuild
 from molens.actors.monitor import Monitor
@@ -63,8 +64,10 @@ class LeaderSupervisor:
         send_fires: Callable[[dict[str, list[Any]]], dict[str, list[Any]]],
         local_free: Callable[[], int],
         fatal: Callable[[BaseException], None],
+        clock: ClockGate | None = None,
     ) -> None:
         self.node_id = node_id
+        self.clock = clock if clock is not None else ClockGate.always_ok()
         self.cfg = cfg
         self.store = store
         self._propose_batch = propose_batch
@@ -117,6 +120,7 @@ class LeaderSupervisor:
         ctx = TermContext(
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
             stats=self.stats, send_fires=self._send_fires, local_free=self._local_free, fatal=self._fatal, ended=ended,
+            clock=self.clock,
         )
         refs = LeaderRefs(
             term=term, wheel=TimeWheel.start(ctx), dispatcher=Dispatcher.start(ctx), monitor=Monitor.start(ctx),

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 import pykka
 
 from molens.actors.alarm import Alarm, wall_ms
+from molens.actors.clockprobe import ClockGate
 from molens.actors.messages import GetGauges, Join, LeaderRefs
 from molens.actors.stats import StatsBuffer, StatsClient
 from molens.config import SchedulerConfig
@@ -45,6 +46,8 @@ class TermContext:
     local_free: Callable[[], int]
     fatal: Callable[[BaseException], None]
     ended: threading.Event
+    clock: ClockGate = field(default_factory=ClockGate.always_ok)
+    """Whether this node's clock (and each worker's) agrees with the majority (docs/architecture.md#clock-skew)."""
 
     def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
         self.propose_batch([self.store.encode_proposal(cmd)], on_done)

@@ -30,7 +30,7 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   counts against ``max_retries`` like any failed one. A result is applied only to the fire record
   it names (fire id, kind and, when the worker sends it, attempt): duplicates, results for deleted
   tasks and late results of an attempt already given up are answered ``NotFoundError`` and change
-  nothing. Only the leader of the term that proposed a ``Dispatched`` entry sends its fires (see
+  nothing but the history: a late result of a lost attempt is recorded there (``_late_result``). Only the leader of the term that proposed a ``Dispatched`` entry sends its fires (see
   ``store.EntryResult.term``).
 - **Retries.** at_least_once retries a failed attempt ``n`` (1-based) after ``2^(n-1)`` seconds
   (1 s, 2 s, 4 s ...) measured from the result's ``now_ms``, while ``n <= max_retries``. Then the
@@ -496,6 +496,7 @@ def _classify(it: ResultItem, kind: FireKind, reliability: Reliability) -> Execu
 def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult:
     fire = tx.fire(it.fire_id)
     if fire is None or fire.kind is not it.kind or (it.attempt is not None and it.attempt != fire.attempt):
+        _late_result(tx, it, fire, now, cfg)
         return NotFoundError(
             f"no {it.kind} fire {it.fire_id} attempt {it.attempt} in flight (stale or duplicate result)", "fire_id"
         )
@@ -546,6 +547,38 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
         changes["due_ms"] = None
     tx.put(_replace(t, **changes))
     return None
+
+
+def _late_result(tx: _Tx, it: ResultItem, fire: Fire | None, now: int, cfg: MachineConfig) -> None:
+    """A worker's result for an attempt already given up as lost (docs/architecture.md#lost-workers):
+    recorded in the history, the task left as it is. That is a callback result for the task's current
+    occurrence whose attempt is older than the task's latest one (the at_least_once fire was sent
+    again), or, for an at_most_once fire recorded ``unknown``, the unknown attempt itself.
+    (A result that arrives twice is recorded twice; the worker sends each once.)"""
+    del fire
+    if it.attempt is None or it.outcome is Outcome.LOST:
+        return
+    task_id, _, seq = it.fire_id.rpartition("-")
+    t = tx.task(task_id)
+    if t is None or not seq.isdigit() or t.fire_id != it.fire_id:
+        return
+    if it.kind is FireKind.ACK:  # a lost ACK probe is on record as ack_failed, like a refused one
+        return
+    if not (it.attempt < t.attempt or (
+            it.attempt == t.attempt and t.inflight is None and t.last_result is ExecutionResult.UNKNOWN)):
+        return
+    head = it.response_head
+    if head is not None and len(head) > cfg.response_head_chars:
+        head = head[: cfg.response_head_chars]
+    spec = t.spec
+    tx.w.executions.append(
+        Execution(
+            task_id=t.id, fire_id=it.fire_id, seq=int(seq), attempt=it.attempt, kind=it.kind,
+            result=_classify(it, it.kind, spec.reliability), status_code=it.status_code, latency_ms=it.latency_ms,
+            worker=it.worker, url=spec.callback_url,
+            scene=spec.scene, fired_ms=now, finished_ms=now, response_head=head,
+        )
+    )
 
 
 _DONE: dict[str, Any] = {"status": Status.DONE, "due_ms": None}

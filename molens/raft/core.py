@@ -518,6 +518,9 @@ class RaftCore:
         self._prs: dict[str, Progress] = {}
         self._votes: dict[str, bool] = {}
         self._transferee: str | None = None
+        self.no_campaign = ""
+        """Why this node must not campaign now (the shell sets it, e.g. its clock is off from the
+        majority's: docs/architecture.md#clock-skew); "" when it may. Votes are not affected."""
         self._term_start = 0
         self._reads: dict[bytes, _ReadRequest] = {}
         self._reads_waiting: list[tuple[bytes, str]] = []
@@ -692,7 +695,10 @@ class RaftCore:
             self._election_elapsed += 1
             if self._election_elapsed >= self._randomized_timeout and self.is_voter():
                 self._election_elapsed = 0
-                self._campaign(pre=self.cfg.pre_vote, transfer=False)
+                if self.no_campaign:
+                    log.debug("raft no campaign node=%s term=%d: %s", self.id, self.term, self.no_campaign)
+                else:
+                    self._campaign(pre=self.cfg.pre_vote, transfer=False)
 
     def _tick_leader(self) -> None:
         self._heartbeat_elapsed += 1
@@ -724,8 +730,15 @@ class RaftCore:
 
         ``force`` skips pre-vote and overrides the voters' leader lease, as TimeoutNow does.
         """
-        if self.role is not Role.LEADER and self.is_voter():
+        if self.role is not Role.LEADER and self.is_voter() and not self.no_campaign:
             self._campaign(pre=self.cfg.pre_vote and not force, transfer=force)
+
+    def step_down(self, reason: str) -> None:
+        """A leader gives up leadership in its term (the others elect a new one once their election
+        timeout passes); a no-op otherwise."""
+        if self.role is Role.LEADER:
+            log.warning("raft step down node=%s term=%d: %s", self.id, self.term, reason)
+            self._become_follower(self.term, None)
 
     def _campaign(self, pre: bool, transfer: bool) -> None:
         if pre:
@@ -839,7 +852,7 @@ class RaftCore:
             elif self.role is Role.CANDIDATE and not m.pre and m.term == self.term:
                 self._poll(m.frm, m.granted, False)
         elif isinstance(m, TimeoutNow):
-            if self.is_voter():
+            if self.is_voter() and not self.no_campaign:
                 log.info("raft timeout-now node=%s term=%d from=%s", self.id, self.term, m.frm)
                 self._campaign(pre=False, transfer=True)
         elif isinstance(m, ReadIndexResponse):

@@ -219,6 +219,11 @@ class ApiContext(Protocol):
         """Counts one HTTP request (for ``qps`` in the stats)."""
         ...
 
+    def clock_problem(self) -> str:
+        """Why this node's clock keeps it from leading ("" when it does not:
+        docs/architecture.md#clock-skew)."""
+        return ""
+
     def now_ms(self) -> int: ...
 
     def new_task_id(self) -> str: ...

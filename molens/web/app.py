@@ -81,6 +81,7 @@ from molens.web.errors import (
     NoLeader,
     RouteNotFound,
     Unauthorized,
+    Unavailable,
     UnsupportedMediaType,
 )
 from molens.web.observability import install_observability
@@ -730,6 +731,9 @@ def _install_misc(api: Api) -> None:
     @api.route("GET", "/readyz", open_=True)
     def readyz() -> tuple[int, Any]:
         bottle.response.set_header("Access-Control-Allow-Origin", "*")
+        problem = ctx.clock_problem()
+        if problem:
+            raise Unavailable(f"not ready: {problem}")
         li = ctx.leader_info()
         if li.is_leader or li.leader_id or li.leader_url:
             return 200, {"ready": True, "node_id": ctx.settings.node_id, "role": li.role, "leader_id": li.leader_id}

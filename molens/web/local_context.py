@@ -237,6 +237,9 @@ class LocalContext:
             disk_bytes={k.removesuffix("_bytes"): v for k, v in self._disk.get().items()},
         )
 
+    def clock_problem(self) -> str:
+        return ""  # one process, one clock
+
     def request_seen(self) -> None:
         self._requests.hit()
 

@@ -76,6 +76,9 @@ class MetricsSnapshot:
     """Bytes by part (``lmdb``, ``history``, ``raft``, ``snapshots``) and ``free``."""
     scheduler: Mapping[str, float] = field(default_factory=dict)
     """The scheduler's monotonic counters (the Stats actor's), exported as ``molens_scheduler_<name>_total``."""
+    clock: Mapping[str, int] = field(default_factory=dict)
+    """``skew_ms`` (median offset of the voters' clocks from this node's) and ``skewed`` (1 when this
+    node's clock is off from the majority's: it does not lead)."""
 
 
 class LiveCollector(Collector):
@@ -127,6 +130,15 @@ class LiveCollector(Collector):
             for part, n in sorted(s.disk_bytes.items()):
                 d.add_metric([part], n)
             yield d
+        if "skew_ms" in s.clock:
+            yield GaugeMetricFamily(
+                "molens_clock_skew_ms", "Median offset of the voters' clocks from this node's (ms)", value=s.clock["skew_ms"]
+            )
+        if "skewed" in s.clock:
+            yield GaugeMetricFamily(
+                "molens_clock_skewed", "1 when this node's clock is off from the majority's (it does not lead)",
+                value=s.clock["skewed"],
+            )
         if s.scheduler:
             c = CounterMetricFamily(
                 "molens_scheduler_events", "Scheduler events on this node by kind (process lifetime)", labels=["event"]

@@ -2,7 +2,9 @@
 
 Behaviour by path (the last path segment is a free-form tag tests use to tell tasks apart):
 ``/ok/TAG`` 200 ``ok``; ``/status/N/TAG`` answers N; ``/big/N/TAG`` 200 with N bytes ``0123456789...``;
-``/flaky/K/TAG`` answers 500 to the first K requests of TAG, then 200. Every request is recorded with
+``/flaky/K/TAG`` answers 500 to the first K requests of TAG, then 200; ``/slowfirst/MS/TAG`` answers
+the first request of TAG 200 after MS ms (a callback still running when its worker is lost), later
+ones at once (in-process receiver only). Every request is recorded with
 its receive time (epoch ms), path, headers and body. Run in-process (:class:`RecordingReceiver`) or as
 its own process (``python -m tests.integration.recording_receiver PORT OUT.jsonl``: asyncio, a minimal
 HTTP/1.1 parser, one JSON line per request, flushed every 50 ms) for the benchmarks, so the receiver is
@@ -58,6 +60,7 @@ class RecordingReceiver:
         self.requests: list[Received] = []
         self.lock = threading.Lock()
         self._counts: collections.Counter[str] = collections.Counter()
+        self._answered: collections.Counter[str] = collections.Counter()
         self._out = out
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.httpd.daemon_threads = True
@@ -71,10 +74,17 @@ class RecordingReceiver:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def record(self, r: Received) -> tuple[int, bytes]:
+    def record(self, r: Received) -> tuple[int, bytes, float]:
+        """Records ``r``; returns the answer and how long to hold it (seconds)."""
         with self.lock:
             self.requests.append(r)
             code, body = _answer(r.path, self._counts)
+            hold = 0.0
+            parts = r.path.strip("/").split("/")
+            if parts[0] == "slowfirst" and len(parts) >= 2:
+                self._counts[r.path] += 1
+                if self._counts[r.path] == 1:
+                    hold = int(parts[1]) / 1000
             if self._out is not None:
                 self._out.write(
                     json.dumps(
@@ -89,7 +99,16 @@ class RecordingReceiver:
                     )
                     + "\n"
                 )
-        return code, body
+        return code, body, hold
+
+    def answered(self, tag: str) -> int:
+        """How many requests of ``tag`` have had their answer written."""
+        with self.lock:
+            return self._answered[tag]
+
+    def mark_answered(self, r: Received) -> None:
+        with self.lock:
+            self._answered[r.tag] += 1
 
     def by_tag(self, tag: str) -> list[Received]:
         with self.lock:
@@ -108,12 +127,17 @@ def _handler(rec: RecordingReceiver) -> type[BaseHTTPRequestHandler]:
             at = time.time_ns() // 1_000_000
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
-            code, answer = rec.record(Received(at, self.path, {k: v for k, v in self.headers.items()}, body))
+            r = Received(at, self.path, {k: v for k, v in self.headers.items()}, body)
+            code, answer, hold = rec.record(r)
+            if hold:
+                time.sleep(hold)  # the endpoint's own slowness, not a test waiting for an effect
             self.send_response(code)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
             self.wfile.write(answer)
+            self.wfile.flush()
+            rec.mark_answered(r)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

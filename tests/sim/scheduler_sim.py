@@ -13,8 +13,10 @@ machine's wheel effects and rebuilt from ``due`` at the start of each term, a Di
 proposes ``Dispatched`` for tasks due within the seed's dispatch lead (0, 100 ms or the machine's
 bound: dispatch ahead) and sends only the fires of entries committed in its own term, each held by
 its worker until the due time (``not_before_ms``),
-a Monitor that proposes ``Outcome.LOST`` results for fires past their deadline, and a results
-buffer flushed every few ms. Workers run on every node; receivers answer by the behaviour encoded
+a Monitor that proposes ``Outcome.LOST`` results for fires past their deadline and, at once, for
+the fires of a worker dead for ``WORKER_LOST`` ms (counted from the start of the term at the latest:
+docs/architecture.md#lost-workers) or, once a restarted worker's heartbeat shows it holds none of
+them, for the fires sent to it before its restart; and a results buffer flushed every few ms. Workers run on every node; receivers answer by the behaviour encoded
 in the task's URL (2xx / 404 / 500 / too slow / random; ACK endpoints 2xx or 500) and record every
 request they get. Faults per seed: leader crashes (losing its wheel, buffers and its workers'
 requests), leader partitions (it steps down, its workers keep going), worker crashes mid-callback,
@@ -86,6 +88,10 @@ LATENESS_BOUND = TICK + COMMIT_LAT[1] + 2 * NET_LAT[1] + 1
 FAULT_WINDOW = 25_000
 END = 100_000
 ACK_TTL = 3
+WORKER_LOST = 2_000
+"""``scheduler.worker_lost_ms``: the leader counts a worker dead this long as lost."""
+HELD_GRACE = 1_000
+"""``monitor.HELD_GRACE_MS``: a heartbeat not listing a fire counts for fires watched this long before."""
 RECOVERY_WINDOW = 15_000
 """After a fault, how long an affected occurrence may take to recover (deadline + retries)."""
 
@@ -135,6 +141,7 @@ class Leader:
     results: list[ResultItem] = field(default_factory=list)
     flush_at: int | None = None
     lost_sent: set[tuple[str, int, FireKind]] = field(default_factory=set)
+    lost_workers: set[str] = field(default_factory=set)
 
 
 class Sim:
@@ -175,6 +182,9 @@ class Sim:
         self.planned: dict[tuple[str, FireKind, int], int] = {}
         self.plans: dict[str, Plan] = {}
         self.client_n = 0
+        self.settled_on_lost = 0
+        self.watched_at: dict[tuple[str, int, FireKind], int] = {}
+        """Fires settled because their worker was seen gone (before their deadline)."""
         r = self.rng
         self.p_result_loss = r.choice([0.0, 0.0, 0.02, 0.1])
         self.p_slow_result = r.choice([0.0, 0.0, 0.02, 0.05])
@@ -274,6 +284,9 @@ class Sim:
             ld.wheel.add(tid, due)
         for f in rep.scan_fires():
             self.watch(f)
+        for n in self.nodes:
+            if not self.alive[n]:
+                self.worker_lost_check(n)
         self.wake()
 
     def lose_leader(self, crash: bool) -> None:
@@ -297,7 +310,7 @@ class Sim:
 
         self.at(self.now + delay, new_term)
 
-    def crash(self, n: str) -> None:
+    def crash(self, n: str, down: tuple[int, int] = (500, 3_000)) -> None:
         self.faults.append(self.now)
         self.alive[n] = False
         self.incarnation[n] += 1
@@ -306,15 +319,64 @@ class Sim:
                 job.delivery.end = self.now  # the connection is cut
             job.done = True
         self.log_(f"crash {n}")
+        self.worker_lost_check(n)
 
         def restart() -> None:
             self.alive[n] = True
+            if self.leader is not None:
+                self.leader.lost_workers.discard(n)
+                self.not_held_check(n)
             self.faults.append(self.now)
             self.catch_up(n)
             if self.leader is None:
                 self.elect()
 
-        self.at(self.now + self.rng.randint(500, 3_000), restart)
+        self.at(self.now + self.rng.randint(*down), restart)
+
+    def worker_lost_check(self, n: str) -> None:
+        """The leader (of this term) sees ``n`` gone ``WORKER_LOST`` ms from now if it stays down."""
+        ld = self.leader
+        if ld is None or ld.node == n:
+            return
+        term, inc = ld.term, self.incarnation[n]
+
+        def check() -> None:
+            ld2 = self.leader
+            if ld2 is None or ld2.term != term or self.alive[n] or self.incarnation[n] != inc:
+                return
+            self.log_(f"monitor: worker {n} lost")
+            ld2.lost_workers.add(n)
+            self.settle_lost(n)
+
+        self.at(self.now + WORKER_LOST, check)
+
+    def not_held_check(self, n: str) -> None:
+        """A restarted worker's heartbeats hold none of the fires sent to it before: the leader settles
+        those watched at least HELD_GRACE ms before a heartbeat (the first one that counts)."""
+        ld = self.leader
+        assert ld is not None
+        term, back = ld.term, self.now
+
+        def heartbeat() -> None:
+            ld2 = self.leader
+            if ld2 is None or ld2.term != term or not self.alive[n]:
+                return
+            self.settle_lost(n, watched_before=back)
+
+        self.at(self.now + HELD_GRACE + self.rng.randint(*NET_LAT), heartbeat)
+
+    def settle_lost(self, n: str, watched_before: int | None = None) -> None:
+        ld = self.leader
+        assert ld is not None
+        for f in self.replicas[ld.node].scan_fires():
+            key = (f.fire_id, f.attempt, f.kind)
+            if watched_before is not None and self.watched_at.get(key, 0) >= watched_before:
+                continue
+            if f.worker == n and key not in ld.lost_sent:
+                ld.lost_sent.add(key)
+                self.settled_on_lost += 1
+                self.log_(f"monitor: {f.fire_id} attempt {f.attempt} on lost worker {n}")
+                self.to_leader(lost_result(f))
 
     # ---------------------------------------------------------------- leader shells
 
@@ -332,6 +394,8 @@ class Sim:
                 self.planned[(e.fire.fire_id, e.fire.kind, e.fire.attempt)] = due
                 self.watch(e.fire)
                 self.send_fire(e, ld.term)
+                if e.fire.worker in ld.lost_workers:  # planned before the worker was seen gone
+                    self.settle_lost(e.fire.worker)
         self.wake()
 
     def wake(self) -> None:
@@ -361,7 +425,7 @@ class Sim:
         assert ld is not None
         rep = self.replicas[ld.node]
         items = []
-        workers = [n for n in self.nodes if self.alive[n]]
+        workers = [n for n in self.nodes if self.alive[n] and n not in ld.lost_workers]
         due_by = self.now + self.lead
         for tid in ld.wheel.advance(due_by):
             t = rep.get_task(tid)
@@ -379,6 +443,7 @@ class Sim:
         ld = self.leader
         assert ld is not None
         term = ld.term
+        self.watched_at[(f.fire_id, f.attempt, f.kind)] = self.now
 
         def check() -> None:
             ld2 = self.leader
@@ -581,8 +646,8 @@ class Sim:
 
             def worker_crash() -> None:
                 others = [n for n in self.nodes if self.alive[n] and (self.leader is None or n != self.leader.node)]
-                if others:
-                    self.crash(r.choice(others))
+                if others:  # down long enough, often, for the leader to see it lost (WORKER_LOST)
+                    self.crash(r.choice(others), down=(500, 3 * WORKER_LOST))
 
             self.at(self.t0 + r.randint(500, FAULT_WINDOW), worker_crash)
 
@@ -652,9 +717,19 @@ def check(sim: Sim) -> None:
                     seen.add(d.fire_id)
         del plan
 
+    # each attempt is on record once; a second row for it is only the late result of an attempt
+    # given up as lost (docs/architecture.md#lost-workers), recorded and not applied
     execs: dict[str, list[Any]] = defaultdict(list)
+    first_row: dict[tuple[str, FireKind, int], Any] = {}
     for e in state.executions:
-        execs[e.task_id].append(e)
+        key = (e.fire_id, e.kind, e.attempt)
+        prev = first_row.get(key)
+        if prev is None:
+            first_row[key] = e
+            execs[e.task_id].append(e)
+        elif prev.result not in (ExecutionResult.LOST, ExecutionResult.UNKNOWN) or e.result in (
+                ExecutionResult.LOST, ExecutionResult.UNKNOWN):
+            fail(f"attempt recorded twice: {prev} / {e}")
 
     for tid, t in tasks.items():
         plan = sim.plans[tid]
@@ -755,17 +830,18 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     failures = 0
     t0 = time.monotonic()
-    fires = 0
+    fires = settled = 0
     for s in seeds:
         try:
             sim = run_seed(s, trace=print if args.trace else None)
             fires += len(sim.deliveries)
+            settled += sim.settled_on_lost
         except Violation as e:
             failures += 1
             print(f"FAIL {e}\n  replay: scripts/sim --scheduler --seed {s} --trace", flush=True)
     dt = time.monotonic() - t0
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
-          f"{fires} callbacks delivered")
+          f"{fires} callbacks delivered, {settled} fires settled on lost workers")
     print(f"sim: seeds={len(seeds)} failures={failures}")
     return 1 if failures else 0
 

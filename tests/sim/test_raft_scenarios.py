@@ -420,3 +420,28 @@ def test_transfer_while_proposals_are_in_flight() -> None:
     assert after is not None and after.status is Status.OK
     assert all(op is not None and op.status is not Status.PENDING for op in before)
     assert check_history(cl.ops)[0]
+
+
+# --- clock skew (docs/architecture.md#clock-skew) -----------------------------------------------------
+def test_a_leader_told_its_clock_is_off_steps_down_and_never_campaigns_again() -> None:
+    """The shell sets ``no_campaign`` and calls ``step_down``: another node leads, and neither an
+    election timeout nor a leadership transfer makes the skewed node leader again."""
+    cl = Cluster(3, seed=31)
+    ld = leader_of(cl)
+    settle(cl, 10)
+    skewed = core(cl, ld.id)
+    skewed.no_campaign = "clock off"
+    skewed.step_down("clock off")
+    assert skewed.role is not Role.LEADER
+    cl._drain(ld)
+    assert cl.run_until(lambda: (n := cl.leader()) is not None and n.id != ld.id, 200)
+    new = cl.leader()
+    assert new is not None
+    core(cl, new.id).transfer_leader(ld.id)
+    cl._drain(new)
+    for _ in range(20 * cl.cfg.election_tick):
+        cl.run_for(1)
+        assert core(cl, ld.id).role is not Role.LEADER
+    op = cl.write(cl.leader().id, "a")  # type: ignore[union-attr]
+    settle(cl, 40)
+    assert op is not None and op.status is Status.OK

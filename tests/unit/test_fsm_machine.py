@@ -479,6 +479,43 @@ def test_late_result_of_an_attempt_given_up_is_not_credited_to_the_retry(h: H) -
     assert h.t(t.id).status is Status.DONE
 
 
+def test_late_result_of_a_lost_attempt_is_recorded_in_the_history_and_changes_nothing(h: H) -> None:
+    t = h.create(max_retries=3)
+    fr = h.fire_due(t.id)
+    h.now += 2_000  # the Monitor settles the attempt of a lost worker
+    h.apply(Results(h.now, (expired_fires(list(h.s.scan_fires()), fr.fire.deadline_ms)[0],)))
+    h.fire_due(t.id)
+    before = h.t(t.id)
+    late = ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+        response_head="ok", latency_ms=1, worker="w2", attempt=1,
+    )
+    out = h.apply(Results(h.now, (late,)))
+    assert isinstance(out.results[0], NotFoundError) and h.t(t.id) == before
+    rows = [(e.attempt, e.result, e.worker) for e in h.s.executions if e.task_id == t.id]
+    assert rows == [(1, ExecutionResult.LOST, "w1"), (1, ExecutionResult.SUCCESS, "w2")]
+    h.answer(t.id, 200)  # the re-sent attempt's answer applies as usual
+    done = h.t(t.id)
+    assert done.status is Status.DONE
+    # still recorded after the re-sent attempt ended (the stopped worker came back later still)
+    assert isinstance(h.apply(Results(h.now, (late,))).results[0], NotFoundError) and h.t(t.id) == done
+    assert len([e for e in h.s.executions if e.task_id == t.id]) == 4
+
+
+def test_late_result_of_an_unknown_at_most_once_fire_is_recorded_and_the_task_stays_failed(h: H) -> None:
+    t = h.create(reliability="at_most_once")
+    fr = h.fire_due(t.id)
+    h.apply(Results(h.now, tuple(expired_fires(list(h.s.scan_fires()), fr.fire.deadline_ms))))
+    before = h.t(t.id)
+    late = ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+        response_head="", latency_ms=1, worker="w2", attempt=1,
+    )
+    assert isinstance(h.apply(Results(h.now, (late,))).results[0], NotFoundError)
+    assert h.t(t.id) == before and before.status is Status.FAILED
+    assert [e.result for e in h.s.executions if e.task_id == t.id] == [ExecutionResult.UNKNOWN, ExecutionResult.SUCCESS]
+
+
 def test_duplicate_result_is_ignored(h: H) -> None:
     t = h.create(max_retries=3)
     fr = h.fire_due(t.id)

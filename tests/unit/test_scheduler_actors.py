@@ -4,12 +4,15 @@ choice, FireWatch deadlines, ExpiryScan rate limit, LeaderWheel effects."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
+import msgpack
 import msgspec
 
 from molens.actors.cleaner import ExpiryScan
-from molens.actors.dispatcher import WORKER_LIVENESS_S, DispatchPlan
-from molens.actors.monitor import FireWatch
+from molens.actors.dispatcher import DispatchPlan
+from molens.actors.fireworker import decode_heartbeat, heartbeat_frame
+from molens.actors.monitor import FireWatch, WorkerWatch
 from molens.actors.timewheel import LeaderWheel
 from molens.fsm.commands import ExpireItem
 from molens.fsm.machine import Fire, WheelAdd, WheelRemove
@@ -84,7 +87,7 @@ def test_workers_are_picked_round_robin_weighted_by_free_capacity_and_dead_ones_
     assert later == []
     assert collections.Counter(i.worker for i in items) == {"n1": 10, "n2": 20, "n3": 30}
     assert [i.worker for i in items[:6]] != sorted(i.worker for i in items[:6])  # interleaved, not in blocks
-    clock.t += WORKER_LIVENESS_S + 1
+    clock.t += d.liveness_s + 1
     d.report("n2", 20)
     assert set(d.live_workers()) == {"n1", "n2"}
 
@@ -123,6 +126,81 @@ def test_monitor_answered_fires_stop_counting_as_in_flight() -> None:
     m.watch([_fire("a-1")])
     m.answered("a-1")
     assert m.in_flight == 0
+
+
+def test_a_late_result_of_an_earlier_attempt_leaves_the_open_attempt_in_flight() -> None:
+    m = FireWatch(lambda _fid: None)
+    m.watch([_fire("a-1", attempt=2)])
+    m.answered("a-1", attempt=1)  # the lost worker's late answer for attempt 1
+    assert m.in_flight == 1
+    m.answered("a-1", attempt=2)
+    assert m.in_flight == 0
+
+
+def test_fires_on_a_worker_silent_for_worker_lost_ms_are_settled_at_once_not_at_their_deadline() -> None:
+    far = NOW + 60_000
+    store = {
+        "a-1": _fire("a-1", deadline=far),
+        "b-1": dataclasses.replace(_fire("b-1", deadline=far), worker="n3"),
+        "c-1": _fire("c-1", attempt=2, deadline=far),  # moved on meanwhile (its result committed)
+        "l-1": dataclasses.replace(_fire("l-1", deadline=far), worker="n1"),  # the leader's own pool
+    }
+    fw = FireWatch(store.get)
+    fw.watch([store["a-1"], store["b-1"], _fire("c-1", deadline=far), store["l-1"]])
+    ww = WorkerWatch("n1", lost_ms=2_000, start_ms=NOW)
+    ww.heard("n2", NOW + 500)
+    ww.heard("n3", NOW + 1_500)
+    assert ww.lost(fw.workers(), NOW + 2_400) == []
+    assert ww.next_check(fw.workers()) == NOW + 2_500
+    gone = ww.lost(fw.workers(), NOW + 2_500)
+    assert gone == ["n2"]
+    lost = fw.on_lost_workers(gone)
+    assert [(r.fire_id, r.outcome, r.attempt, r.worker) for r in lost] == [("a-1", Outcome.LOST, 1, "n2")]
+    assert fw.in_flight == 2 and sorted(fw.workers()) == ["n1", "n3"]
+    assert ww.take_lost() == ("n2",)
+    ww.heard("n2", NOW + 3_000)  # back: usable again
+    assert ww.take_lost() == () and ww.lost(["n1"], far + 1) == []
+    # the deadline backstop no longer reports the settled fire once its result is on record
+    del store["a-1"]
+    assert [r.fire_id for r in fw.due(far)] == ["b-1", "l-1"]
+
+
+def test_an_open_fire_a_live_worker_no_longer_holds_is_settled_once_it_had_time_to_arrive() -> None:
+    far = NOW + 60_000
+    store = {f: _fire(f, deadline=far) for f in ("old-1", "held-1", "new-1", "gone-1")}
+    fw = FireWatch(store.get)
+    fw.watch([store["old-1"]])  # from a previous term (Rebuild): never sent by this leader
+    fw.watch([store["held-1"], store["gone-1"]], now_ms=NOW)
+    fw.watch([store["new-1"]], now_ms=NOW + 900)  # may still be on its way to the worker
+    lost = fw.not_held("n2", frozenset({"held-1"}), watched_by_ms=NOW + 1_500 - 1_000)
+    assert sorted(r.fire_id for r in lost) == ["gone-1", "old-1"]
+    assert all(r.outcome is Outcome.LOST and r.attempt == 1 for r in lost)
+    assert fw.in_flight == 2
+    assert fw.not_held("n3", frozenset(), watched_by_ms=far) == []  # nothing open on n3
+
+
+def test_heartbeats_of_older_workers_hold_nothing_known() -> None:
+    assert decode_heartbeat(msgpack.packb(7)) == (7, None)
+    assert decode_heartbeat(heartbeat_frame(3, ["a-1"])[1:]) == (3, frozenset({"a-1"}))
+    assert decode_heartbeat(heartbeat_frame(3, None)[1:]) == (3, None)
+
+
+def test_a_worker_never_heard_from_in_a_new_term_counts_from_the_term_start() -> None:
+    ww = WorkerWatch("n1", lost_ms=2_000, start_ms=NOW)
+    assert ww.next_check(["n2"]) == NOW + 2_000
+    assert ww.lost(["n2"], NOW + 1_999) == []
+    assert ww.lost(["n2"], NOW + 2_000) == ["n2"]
+
+
+def test_a_worker_the_monitor_counts_lost_gets_no_fires_until_it_reports_again() -> None:
+    tasks = {f"t{i}": _task(f"t{i}") for i in range(4)}
+    d = _dispatcher(tasks, local_free=2)
+    d.report("n2", 10)
+    d.forget("n2")
+    items, _ = d.plan(list(tasks), NOW, limit=10)
+    assert {i.worker for i in items} == {"n1"} and len(items) == 2
+    d.report("n2", 10)
+    assert "n2" in d.live_workers()
 
 
 def test_cleaner_proposes_at_most_the_rate_once_a_second_and_one_at_a_time() -> None:

@@ -1,0 +1,174 @@
+"""ClockProbe: the actor that checks this node's clock against the other members' (docs/architecture.md#clock-skew).
+
+Owns a :class:`~molens.raft.clock.ClockWatch` and publishes its verdict in a :class:`ClockGate`.
+Every ``PROBE_INTERVAL_MS`` (its alarm, ``Wake``) it sends each peer a ``T`` frame with its clock
+reading over worker RPC; the peer answers at once with a ``t`` frame carrying that reading and its
+own (``Scheduler.on_rpc``), which comes back here as :class:`ProbeReply`. After each round it
+judges the clock on the Raft thread (``RaftPeerHandle.call``, with the current voters) and acts:
+a node whose clock is off from a majority by more than ``raft.max_clock_skew_ms`` does not
+campaign (``RaftCore.no_campaign``) and, if it leads, steps down; the log says why, once per
+change. The leader's Dispatcher reads the gate before it plans (no fire from a clock not known to
+agree with a majority) and gives fires only to workers whose clocks agree with its own. Runs on
+its own pykka thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import pykka
+
+from molens.actors.alarm import Alarm, wall_ms
+from molens.actors.messages import Wake
+from molens.raft.clock import ClockState, ClockVerdict, ClockWatch
+
+log = logging.getLogger(__name__)
+
+PROBE_INTERVAL_MS = 500
+"""Each peer's clock is read this often."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReply:
+    """Worker RPC -> ClockProbe: a peer's answer to a ``T`` probe."""
+
+    peer: str
+    sent_ms: int
+    peer_ms: int
+    received_ms: int
+
+
+def probe_frame(sent_ms: int) -> bytes:
+    return b"T" + bytes(msgpack.packb(sent_ms))
+
+
+def reply_frame(probe_body: bytes, now_ms: int) -> bytes:
+    """The ``t`` answer to a ``T`` probe body: [the prober's reading, this node's]."""
+    return b"t" + bytes(msgpack.packb([int(msgpack.unpackb(probe_body)), now_ms]))
+
+
+def decode_reply(body: bytes) -> tuple[int, int]:
+    sent, peer_ms = msgpack.unpackb(body)
+    return int(sent), int(peer_ms)
+
+
+class ClockGate:
+    """The latest verdict on this node's clock, read from any thread. ``None`` before the first
+    one: nothing is planned from an unchecked clock. ``ClockGate.always_ok()`` for tests that run
+    leader actors without a probe."""
+
+    def __init__(self, node_id: str, max_skew_ms: int, verdict: ClockVerdict | None = None) -> None:
+        self.node_id = node_id
+        self.max_skew_ms = max_skew_ms
+        self.verdict = verdict
+
+    @classmethod
+    def always_ok(cls) -> ClockGate:
+        return cls("", 0, ClockVerdict(ClockState.OK, [], {}, 0, ""))
+
+    def leading_ok(self) -> bool:
+        """This node's clock agrees with a majority: it may plan fires."""
+        v = self.verdict
+        return v is not None and v.ok
+
+    def worker_ok(self, worker: str) -> bool:
+        """``worker``'s clock is known to agree with this node's (this node's own always does)."""
+        v = self.verdict
+        if v is None:
+            return False
+        if worker == self.node_id or not self.node_id:
+            return True
+        off = v.offsets_ms.get(worker)
+        return off is not None and abs(off) <= self.max_skew_ms
+
+    def problem(self) -> str:
+        """Why this node must not lead ("" when its clock is fine or not known to be off)."""
+        v = self.verdict
+        return v.reason if v is not None and v.state is ClockState.SKEWED else ""
+
+
+class ClockProbe(pykka.ThreadingActor):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        gate: ClockGate,
+        peers: Callable[[], list[str]],
+        send: Callable[[str, bytes], bool],
+        judge: Callable[[Callable[[list[str]], ClockVerdict]], tuple[list[str], ClockVerdict]],
+    ) -> None:
+        super().__init__()
+        self.gate = gate
+        self.watch = ClockWatch(gate.node_id, gate.max_skew_ms)
+        self._peers = peers
+        self._send = send
+        self._judge = judge
+        """Runs the given verdict function with the current voters where it can act on the verdict
+        (the Raft thread); returns the voters and the verdict."""
+        self._voters: list[str] = []
+        self._alarm: Alarm | None = None
+        self._said = ClockState.UNKNOWN
+
+    def on_start(self) -> None:
+        self._alarm = Alarm(self.actor_ref, "clockprobe")
+        self._alarm.set(wall_ms())
+
+    def on_stop(self) -> None:
+        if self._alarm is not None:
+            self._alarm.close()
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, ProbeReply):
+            now = wall_ms()
+            self.watch.sample(message.peer, message.sent_ms, message.peer_ms, message.received_ms, now)
+            if not self.gate.leading_ok() and self._voters:  # an OK clock is usable at once; acting waits for the round
+                v = self.watch.verdict(self._voters, now)
+                if v.ok:
+                    self.gate.verdict = v
+        elif isinstance(message, Wake):
+            self._round()
+        else:
+            return super().on_receive(message)
+        return None
+
+    def _round(self) -> None:
+        now = wall_ms()
+        verdict: ClockVerdict | None = None
+        try:
+            self._voters, verdict = self._judge(lambda voters: self.watch.verdict(voters, wall_ms()))
+        except (pykka.ActorDeadError, pykka.Timeout):
+            log.debug("clock: raft peer busy or gone; verdict kept")
+        if verdict is not None:
+            self.gate.verdict = verdict
+            if verdict.state is not self._said:
+                if verdict.state is ClockState.SKEWED:
+                    log.error("clock: %s; not campaigning or leading until it agrees", verdict.reason)
+                elif verdict.state is ClockState.OK:
+                    log.info("clock: agrees with the majority (median offset %+d ms)", verdict.skew_ms)
+                else:
+                    log.info("clock: %s (offsets %s)", verdict.reason, verdict.offsets_ms)
+                self._said = verdict.state
+        frame = probe_frame(now)
+        for p in self._peers():
+            self._send(p, frame)
+        if self._alarm is not None:
+            self._alarm.set(now + PROBE_INTERVAL_MS)
+
+
+def act_on_clock(core: Any, verdict: ClockVerdict) -> None:
+    """On the Raft thread: a node whose clock is off does not campaign, and steps down if it leads.
+    Only a clock seen to agree again lifts that: estimates that merely went stale (a peer down)
+    leave it as it was."""
+    if verdict.state is ClockState.SKEWED:
+        core.no_campaign = verdict.reason
+        core.step_down(verdict.reason)
+    elif verdict.state is ClockState.OK:
+        core.no_campaign = ""
+
+
+__all__ = ["PROBE_INTERVAL_MS", "ClockGate", "ClockProbe", "ProbeReply", "act_on_clock", "decode_reply",
+           "probe_frame", "reply_frame"]

@@ -1,0 +1,24 @@
+"""The wall clock every part of a node reads, in epoch ms (docs/architecture.md#clock-skew).
+
+One function, so a test can shift a whole node's clock: ``node.clock_offset_ms`` (0 in production)
+is added to every reading. Pure code never calls it; it receives ``now_ms``.
+"""
+
+from __future__ import annotations
+
+import time
+
+_offset_ms = 0
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000 + _offset_ms
+
+
+def set_offset_ms(ms: int) -> None:
+    """Shift this process's clock by ``ms`` (``node.clock_offset_ms``, for tests)."""
+    global _offset_ms
+    _offset_ms = int(ms)
+
+
+__all__ = ["set_offset_ms", "wall_ms"]

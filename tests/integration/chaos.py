@@ -1,0 +1,313 @@
+"""A chaos soak of a real 3-node cluster on 127.0.0.1: ``scripts/chaos --seconds N --seed S``.
+
+While a seeded schedule of faults runs -- kill -9 of the leader or a follower (restarted 1-3 s
+later), SIGSTOP of the leader for 2-4 s, graceful restarts -- a client creates delayed tasks
+(at_least_once, at_most_once, at_least_once with an ACK URL), due 0.5-4 s ahead, about
+``CREATE_PER_S`` a second, and ``N_PERIODIC`` periodic tasks fire every ``PERIODIC_MS``. Then the
+faults stop, every node runs again, and the run checks (:class:`Report`):
+
+- ``lost``: acknowledged at_least_once tasks whose callback was never answered 2xx (the promise:
+  never zero), plus ACK tasks never probed;
+- ``amo_twice``: at_most_once fire ids delivered more than once (the promise: never twice);
+- ``stuck``: delayed tasks still pending, firing or awaiting_ack when everything should have ended;
+- ``periodic_max_gap_ms``: the longest time between two occurrences of one periodic task;
+- ``digests_equal``: every replica's state digest the same at one applied index (each node reads
+  its index and digest in one transaction; the periodic tasks are paused first so the log settles).
+
+The last line is ``chaos: seed=... faults=... lost=0 amo_twice=0 periodic_max_gap_ms=... digests_equal=yes``;
+the exit status is 1 when a promise is broken. ``tests/integration/test_chaos.py`` runs 60 s of it.
+Network partitions are not among the faults here (they need network namespaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import itertools
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from molens.client import ApiError, MolensClient
+
+from .conftest import Cluster, NodeProc, wait_for
+from .recording_receiver import RecordingReceiver
+
+CREATE_PER_S = 40
+N_PERIODIC = 20
+PERIODIC_MS = 2_000
+TASK_TIMEOUT_MS = 2_000
+ALO_MAX_RETRIES = 5
+SETTINGS: dict[str, Any] = {"worker": {"concurrency": 32}}
+"""The product's defaults otherwise (worker_lost_ms 2 s, dispatch_timeout_ms 10 s)."""
+FAULT_GAP_S = (3.0, 7.0)
+"""Quiet time between the end of one fault (cluster serving again) and the next."""
+SETTLE_S = 120.0
+"""After the faults: how long every delayed task has to end."""
+
+
+@dataclass
+class Report:
+    seed: int
+    faults: list[str] = field(default_factory=list)
+    created: dict[str, str] = field(default_factory=dict)
+    """Task id -> kind (alo, amo, ack, periodic) of every acknowledged create."""
+    lost: list[str] = field(default_factory=list)
+    amo_twice: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
+    periodic_max_gap_ms: int = 0
+    periodic_max_gap_at: str = ""
+    """Which task and when (seconds into the run) the longest gap began."""
+    t0_ms: int = 0
+    digests_equal: bool = False
+    create_errors: int = 0
+    deliveries: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.lost and not self.amo_twice and not self.stuck and self.digests_equal
+
+    def line(self) -> str:
+        return (
+            f"chaos: seed={self.seed} faults={len(self.faults)} lost={len(self.lost)} "
+            f"amo_twice={len(self.amo_twice)} periodic_max_gap_ms={self.periodic_max_gap_ms} "
+            f"digests_equal={'yes' if self.digests_equal else 'no'}"
+        )
+
+
+def _url(n: NodeProc) -> str:
+    return f"http://127.0.0.1:{n.settings['http']['port']}"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Creator(threading.Thread):
+    """Creates delayed tasks until stopped; only acknowledged creates count."""
+
+    def __init__(self, client: MolensClient, rec: RecordingReceiver, rng: random.Random, report: Report) -> None:
+        super().__init__(name="chaos-creator", daemon=True)
+        self.client, self.rec, self.rng, self.report = client, rec, rng, report
+        self.stop = threading.Event()
+        self.n = 0
+        self.last_error = ""
+
+    def run(self) -> None:
+        batch = max(1, CREATE_PER_S // 10)
+        while not self.stop.wait(0.1):
+            bodies, kinds = [], []
+            for _ in range(batch):
+                self.n += 1
+                kind = self.rng.choices(("alo", "amo", "ack"), weights=(45, 35, 20))[0]
+                body: dict[str, Any] = {
+                    "type": "delayed", "run_at": _now_ms() + self.rng.randint(500, 4_000),
+                    "timeout_ms": TASK_TIMEOUT_MS, "idempotency_key": f"chaos-{self.report.seed}-{self.n}",
+                    "reliability": "at_most_once" if kind == "amo" else "at_least_once",
+                    "callback_url": self.rec.url(f"/ok/{kind}"),
+                }
+                if kind != "amo":
+                    body["max_retries"] = ALO_MAX_RETRIES
+                if kind == "ack":
+                    body["ack_url"] = self.rec.url("/ok/ackprobe")
+                    body["ack_delay_ms"] = 500
+                bodies.append(body)
+                kinds.append(kind)
+            try:
+                made = self.client.create_many(bodies)
+            except (ApiError, OSError) as exc:  # not acknowledged: the promise does not cover it
+                self.report.create_errors += 1
+                self.last_error = repr(exc)
+                continue
+            for t, kind in zip(made, kinds, strict=True):
+                self.report.created[t["id"]] = kind
+
+
+def _serving(c: Cluster, timeout: float = 60.0) -> NodeProc:
+    """Every node runs and one leader is recognised by all of them."""
+    for n in c.nodes.values():
+        if not n.running:
+            n.start()
+    for n in c.nodes.values():
+        n.wait_ready()
+    return c.leader(timeout=timeout)
+
+
+def _fault(c: Cluster, rng: random.Random, report: Report, log: Any) -> None:
+    leader = c.leader(timeout=60)
+    followers = [n for n in c.nodes.values() if n is not leader]
+    kind = rng.choice(("kill_leader", "kill_follower", "stop_leader", "restart"))
+    if kind == "kill_leader" or kind == "kill_follower":
+        victim = leader if kind == "kill_leader" else rng.choice(followers)
+        victim.kill()
+        down = rng.uniform(1.0, 3.0)
+        time.sleep(down)  # the fault's own duration
+        victim.start()
+    elif kind == "stop_leader":
+        victim = leader
+        down = rng.uniform(2.0, 4.0)
+        os.kill(victim.pid, signal.SIGSTOP)
+        try:
+            time.sleep(down)  # the fault's own duration
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
+    else:
+        victim = rng.choice(list(c.nodes.values()))
+        down = 0.0
+        victim.stop()
+        victim.start()
+    report.faults.append(f"{kind}:{victim.node_id}@{(_now_ms() - report.t0_ms) / 1000:.1f}s")
+    log(f"chaos: fault {len(report.faults)} {kind} {victim.node_id} ({down:.1f} s)")
+
+
+def run(seconds: float, seed: int, root: Path, log: Any = print) -> Report:
+    """One chaos run under ``root``; every node process is stopped before it returns."""
+    rng = random.Random(seed)
+    report = Report(seed=seed, t0_ms=_now_ms())
+    rec = RecordingReceiver()
+    c = Cluster(root, 3, SETTINGS, state_machine="tasks")
+    creator: _Creator | None = None
+    try:
+        c.start()
+        _serving(c)
+        client = MolensClient([_url(n) for n in c.nodes.values()], retry_deadline_s=60)
+        wait_for(lambda: client.cluster_status(), 30, "the cluster to serve")
+        for i in range(N_PERIODIC):
+            t = client.create(
+                type="periodic", interval_ms=PERIODIC_MS, timeout_ms=TASK_TIMEOUT_MS,
+                reliability="at_least_once" if i % 2 == 0 else "at_most_once",
+                callback_url=rec.url(f"/ok/periodic{i}"),
+            )
+            report.created[t["id"]] = "periodic"
+        creator = _Creator(client, rec, random.Random(rng.random()), report)
+        creator.start()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(rng.uniform(*FAULT_GAP_S))  # quiet time between faults
+            if time.monotonic() >= end:
+                break
+            _fault(c, rng, report, log)
+            _serving(c)
+        creator.stop.set()
+        creator.join(30)
+        _serving(c)
+        log(f"chaos: faults over; {len(report.created)} tasks created, {report.create_errors} create batches refused")
+        _settle(c, client, report)
+        _quiesce(c, client, report)
+        _check(c, client, rec, report)
+        client.close()
+    finally:
+        if creator is not None:
+            creator.stop.set()
+        for n in c.nodes.values():  # a node left stopped must not keep the others from exiting
+            with contextlib.suppress(ProcessLookupError, AssertionError):
+                if n.running:
+                    os.kill(n.pid, signal.SIGCONT)
+        c.kill_all()
+        rec.close()
+    return report
+
+
+def _settle(c: Cluster, client: MolensClient, report: Report) -> None:
+    delayed = {tid for tid, k in report.created.items() if k != "periodic"}
+
+    deadline = time.monotonic() + SETTLE_S
+    while True:  # what is still live at the deadline is reported stuck
+        live = {t["id"] for t in client.list(status=["pending", "firing", "awaiting_ack"], type="delayed")}
+        report.stuck = sorted(live & delayed)
+        if not report.stuck or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)  # poll interval
+    c.wait_converged(timeout=60)
+
+
+def _quiesce(c: Cluster, client: MolensClient, report: Report) -> None:
+    """Pause the periodic tasks, so the log soon stops growing (:func:`_digests` compares the
+    replicas at one applied index either way)."""
+    del c
+    for tid, kind in report.created.items():
+        if kind == "periodic":
+            client.pause(tid)
+
+
+def _digests(c: Cluster) -> set[tuple[int, str]] | None:
+    """Every replica's (applied index, digest) once all have applied the same index."""
+    ds = {(d["applied_index"], d["digest"]) for d in (n.call("digest") for n in c.running())}
+    return ds if len({i for i, _ in ds}) == 1 else None
+
+
+def _check(c: Cluster, client: MolensClient, rec: RecordingReceiver, report: Report) -> None:
+    with rec.lock:
+        reqs = list(rec.requests)
+    report.deliveries = len(reqs)
+    callbacks: dict[str, list[int]] = collections.defaultdict(list)
+    acks: set[str] = set()
+    for r in reqs:
+        fid = r.headers.get("X-Fire-ID", "")
+        if r.kind == "ack":
+            acks.add(fid)
+        else:
+            callbacks[fid].append(r.at_ms)
+    for tid, kind in report.created.items():
+        if kind == "periodic":
+            continue
+        got = callbacks.get(f"{tid}-1", [])
+        if kind in ("alo", "ack") and not got:
+            report.lost.append(tid)
+        if kind == "ack" and got and f"{tid}-1" not in acks:
+            report.lost.append(tid)
+        if kind == "amo" and len(got) > 1:
+            report.amo_twice.append(tid)
+    # the longest time between the first deliveries of consecutive occurrences of a periodic task
+    gap = 0
+    for tid, kind in report.created.items():
+        if kind != "periodic":
+            continue
+        firsts = sorted(min(ts) for fid, ts in callbacks.items() if fid.rpartition("-")[0] == tid)
+        for a, b in itertools.pairwise(firsts):
+            if b - a > gap:
+                gap = b - a
+                report.periodic_max_gap_at = f"{tid}@{(a - report.t0_ms) / 1000:.1f}s"
+    report.periodic_max_gap_ms = gap
+    c.wait_converged(timeout=60)
+    digests = wait_for(lambda: _digests(c), 60, "every replica at one applied index")
+    report.digests_equal = len(digests) == 1 and len(c.running()) == 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=60.0, help="how long faults are injected")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--keep", action="store_true", help="keep the nodes' data and logs (printed)")
+    args = p.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="molens-chaos-"))
+    try:
+        report = run(args.seconds, args.seed, root)
+    finally:
+        if args.keep:
+            print(f"chaos: data and logs in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(f"chaos: faults={','.join(report.faults)}")
+    print(f"chaos: periodic_max_gap_at={report.periodic_max_gap_at}")
+    print(f"chaos: tasks={len(report.created)} deliveries={report.deliveries} stuck={len(report.stuck)} "
+          f"create_batches_refused={report.create_errors}")
+    for what, ids in (("lost", report.lost), ("amo_twice", report.amo_twice), ("stuck", report.stuck)):
+        if ids:
+            print(f"chaos: {what}: {' '.join(ids[:20])}")
+    print(report.line(), flush=True)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Clock skew on a real 3-node cluster (docs/architecture.md#clock-skew): n3's clock is shifted with
+``node.clock_offset_ms`` (the whole process reads ``molens.wallclock``).
+
++60 s: once n3 has judged its clock (it may win the very first election before that, and then
+plans nothing and steps down) it refuses to campaign (a transfer to it and two leader kills never
+make it leader), says why on /readyz and /metrics, gets no fires, and nothing is delivered before
+its due time.
++300 ms (under ``raft.max_clock_skew_ms``): n3 may lead and work, and fires stay within the bound
+of their due time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import urllib3
+import yaml
+
+from molens.admin import AdminError
+from molens.client import MolensClient
+
+from .conftest import Cluster, NodeProc, _merge, wait_for
+from .recording_receiver import RecordingReceiver
+
+_http = urllib3.PoolManager(retries=False, timeout=5)
+
+
+@pytest.fixture
+def receiver() -> Iterator[RecordingReceiver]:
+    rec = RecordingReceiver()
+    yield rec
+    rec.close()
+
+
+def _base(n: NodeProc) -> str:
+    return f"http://127.0.0.1:{n.settings['http']['port']}"
+
+
+def _skewed_cluster(make_cluster: Any, offset_ms: int) -> Cluster:
+    c: Cluster = make_cluster(3, start=False, state_machine="tasks")
+    n3 = c.nodes["n3"]
+    n3.settings = _merge(n3.settings, {"node": {"clock_offset_ms": offset_ms}})
+    n3.config_path.write_text(yaml.safe_dump(n3.settings, sort_keys=False))
+    return c.start()
+
+
+def _metric(n: NodeProc, name: str) -> float | None:
+    r = _http.request("GET", _base(n) + "/metrics")
+    m = re.search(rf"^{name} (\S+)$", r.data.decode(), re.M)
+    return float(m.group(1)) if m else None
+
+
+def _create(client: MolensClient, rec: RecordingReceiver, tag: str, n: int, ahead_ms: int) -> dict[str, int]:
+    due = {}
+    for i in range(n):
+        run_at = time.time_ns() // 1_000_000 + ahead_ms
+        t = client.create(
+            type="delayed", run_at=run_at, callback_url=rec.url(f"/ok/{tag}{i}"),
+            reliability="at_most_once" if i % 2 else "at_least_once",
+        )
+        due[f"{tag}{i}"] = run_at
+        assert t["next_run_at"] == run_at
+    return due
+
+
+def _delivered(rec: RecordingReceiver, due: dict[str, int]) -> dict[str, int] | None:
+    got = {tag: min((r.at_ms for r in rec.by_tag(tag)), default=-1) for tag in due}
+    return got if all(v >= 0 for v in got.values()) else None
+
+
+def _led_after_its_clock_was_judged(n: NodeProc) -> bool:
+    text = n.log_path.read_text(errors="replace")
+    judged = text.find("clock: clock off from the majority")
+    assert judged >= 0, "n3 never logged why it does not lead"
+    return f"raft leader node={n.node_id} " in text[judged:]
+
+
+@pytest.mark.timeout(240)
+def test_a_node_60_s_ahead_never_leads_and_never_fires_early(make_cluster: Any, receiver: RecordingReceiver) -> None:
+    c = _skewed_cluster(make_cluster, 60_000)
+    n3 = c.nodes["n3"]
+    c.leader(timeout=30)  # n3 may win the first election, before any clock estimate: it plans nothing
+
+    def says_why() -> bool:
+        r = _http.request("GET", _base(n3) + "/readyz")
+        return r.status == 503 and "clock off from the majority" in json.loads(r.data)["error"]["message"]
+
+    wait_for(says_why, 30, "n3's /readyz to say its clock is off")
+    leader = c.leader(timeout=30)
+    assert leader is not n3
+    assert _metric(n3, "molens_clock_skewed") == 1
+    skew = _metric(n3, "molens_clock_skew_ms")
+    assert skew is not None and -61_000 < skew < -59_000  # the others are 60 s behind it
+    for n in c.nodes.values():
+        if n is not n3:
+            assert _http.request("GET", _base(n) + "/readyz").status == 200
+            assert _metric(n, "molens_clock_skewed") == 0
+    # a transfer to n3 does not make it leader: it refuses to campaign (checked in its log at the end)
+    with contextlib.suppress(AdminError):  # the transfer may also be refused or time out
+        leader.call("transfer_leader", to="n3", timeout_s=5)
+    assert c.leader(timeout=30) is not n3
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    due = _create(client, receiver, "a", 10, 3_000)
+    for _ in range(2):  # two leader losses (back at once, as a supervisor restarts it): n3 is never elected
+        old = c.leader(timeout=30)
+        old.kill()
+        old.start()
+        old.wait_ready()
+        assert c.leader(timeout=30) is not n3
+    due |= _create(client, receiver, "b", 10, 2_000)
+    got = wait_for(lambda: _delivered(receiver, due), 60, "every callback")
+    early = {tag: due[tag] - at for tag, at in got.items() if at < due[tag]}
+    assert early == {}, f"fired early (ms): {early}"
+    assert not _led_after_its_clock_was_judged(n3)
+    workers = {e["worker"] for e in client.executions()}
+    assert workers and "n3" not in workers  # its worker would have let them go 60 s early
+    client.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_node_300_ms_ahead_may_lead_and_fires_stay_within_the_bound(
+    make_cluster: Any, receiver: RecordingReceiver
+) -> None:
+    c = _skewed_cluster(make_cluster, 300)
+    n3 = c.nodes["n3"]
+    c.leader(timeout=30)
+    wait_for(lambda: _metric(n3, "molens_clock_skewed") == 0, 30, "n3's clock to be judged fine")
+    if c.leader() is not n3:
+        c.leader().call("transfer_leader", to="n3", timeout_s=5)
+    wait_for(lambda: c.leader() is n3, 30, "n3 to lead")
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    due = _create(client, receiver, "c", 30, 2_000)
+    got = wait_for(lambda: _delivered(receiver, due), 60, "every callback")
+    bound = 500  # raft.max_clock_skew_ms
+    too_early = {tag: due[tag] - at for tag, at in got.items() if at < due[tag] - bound}
+    assert too_early == {}, f"fired earlier than the skew bound (ms): {too_early}"
+    assert "n3" in {e["worker"] for e in client.executions()}  # n3 works too
+    client.close()
