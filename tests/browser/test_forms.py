@@ -127,3 +127,15 @@ def test_run_at_is_typed_in_the_consoles_format_and_the_chosen_zone(served: Serv
         assert task["run_at"] == 1924992000000 + 8 * 3_600_000
     finally:
         ctx.close()
+
+
+def test_the_form_describes_the_schedule_in_words_in_the_users_language(served: Served, page: Page) -> None:
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-cron").fill("30 9 * * 1-5")
+    expect(page.get_by_test_id("preview-description")).to_have_text("At 09:30, Monday through Friday")
+    page.evaluate("localStorage.setItem('molens.lang', 'zh')")
+    page.reload()
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-cron").fill("30 9 * * 1-5")
+    expect(page.get_by_test_id("preview-description")).to_have_text("在 09:30, 周一 到 周五")
