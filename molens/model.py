@@ -479,21 +479,22 @@ def decode_create(
     *,
     idempotency_key: str | None = None,
     spec_type: type[TaskSpec] = TaskSpec,
+    whole_body: bool = True,
 ) -> TaskSpec:
     """Decode and validate one create request body (JSON bytes) and resolve defaults.
 
     Shape and bounds come from the schema (:func:`molens.schema.create_type`); the rules between
     fields are applied here. Raises :class:`ValidationError` (or :class:`PayloadTooLargeError`)
     naming the first bad field. ``idempotency_key`` (the ``Idempotency-Key`` header) applies when
-    the body has none. ``now_ms`` bounds ``run_at`` and resolves the period of a cron expression
-    for ``max_fails``.
+    the body has none; ``whole_body`` is False when ``body`` is one item of a batch. ``now_ms``
+    bounds ``run_at`` and resolves the period of a cron expression for ``max_fails``.
     """
     try:
         req = msgspec.json.decode(body, type=create_type(limits, spec_type))
     except (msgspec.MsgspecError, RecursionError) as e:
         if isinstance(e, RecursionError):
             raise ValidationError("request body is nested too deeply", "body") from None
-        raise request_error(e, limits, spec_type) from None
+        raise request_error(e, limits, spec_type, whole_body=whole_body) from None
     fields = spec_fields(spec_type)
     given: dict[str, Any] = {f.encode_name: getattr(req, f.encode_name) for f in fields}
     if given["payload"] is msgspec.UNSET:

@@ -476,8 +476,11 @@ def _kind(spec: str) -> str:
     return " or ".join(names) or "null"
 
 
-def request_error(exc: msgspec.MsgspecError, limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> ValidationError:
-    """The :class:`ValidationError` (naming the field) for a create request msgspec refused."""
+def request_error(
+    exc: msgspec.MsgspecError, limits: Any, spec_type: type[TaskSpec] = TaskSpec, *, whole_body: bool = True
+) -> ValidationError:
+    """The :class:`ValidationError` (naming the field) for a create request msgspec refused;
+    ``whole_body`` False for one item of a batch (an item that is not an object names no field)."""
     msg = str(exc)
     if not isinstance(exc, msgspec.ValidationError):  # malformed JSON (ValidationError subclasses DecodeError)
         if "truncated" in msg:
@@ -492,6 +495,8 @@ def request_error(exc: msgspec.MsgspecError, limits: Any, spec_type: type[TaskSp
         return ValidationError(f"{mm.group(1)} is required", mm.group(1))
     if field is None:
         if mm := re.fullmatch(r"Expected `object`, got `(\w+)`", what):
+            if not whole_body:
+                return ValidationError(f"a task must be a JSON object, got {mm.group(1)}", None)
             return ValidationError(f"the body must be a JSON object (one task), got {mm.group(1)}", "body")
         return ValidationError(what, None)
     if mm := re.fullmatch(r"Expected `([^`]*)`, got `(\w+)`", what):

@@ -416,9 +416,9 @@ def _ordered(ctx: ApiContext, order: str, position: str) -> Iterator[tuple[str, 
 def _install_tasks(api: Api) -> None:
     ctx = api.ctx
 
-    def validate(body: bytes, now: int, key: str | None = None) -> model.TaskSpec:
+    def validate(body: bytes, now: int, key: str | None = None, *, whole_body: bool = True) -> model.TaskSpec:
         s = ctx.settings
-        return model.decode_create(body, s.policy, s.limits, now, idempotency_key=key)
+        return model.decode_create(body, s.policy, s.limits, now, idempotency_key=key, whole_body=whole_body)
 
     @api.route("POST", f"{PREFIX}/tasks", write=True)
     def create_task() -> tuple[int, Any]:
@@ -443,7 +443,7 @@ def _install_tasks(api: Api) -> None:
         keys: dict[str, int] = {}
         for i, t in enumerate(tasks):
             try:
-                spec = validate(t, now)
+                spec = validate(t, now, whole_body=False)
                 k = spec.idempotency_key
                 if k is not None:
                     if k in keys:
@@ -454,8 +454,6 @@ def _install_tasks(api: Api) -> None:
                     keys[k] = i
                 items.append(CreateItem(ids[i], spec))
             except ValidationError as exc:
-                if exc.field == "body":  # the item itself, not the request body
-                    exc = ValidationError(exc.message.replace("the body must be a JSON object (one task)", "a task must be a JSON object"), None)
                 errors.append((i, exc))
         if errors:
             raise BatchInvalid(len(tasks), errors)
@@ -508,7 +506,7 @@ def _install_tasks(api: Api) -> None:
         kind = _ORDERS[order]
         raw_cursor = api.q_raw("cursor")
         position = decode_cursor(kind, raw_cursor) if raw_cursor else ""
-        items: list[dict[str, Any]] = []
+        items: list[Task | None] = []
         scanned = 0
         last = ""
         more = False
@@ -528,8 +526,10 @@ def _install_tasks(api: Api) -> None:
                 continue
             if url_l is not None and url_l not in t.spec.callback_url.lower():
                 continue
-            items.append(t.to_json())
-        return 200, {"items": items, "next_cursor": encode_cursor(kind, last) if more else None}
+            items.append(t)
+        nxt = encode_cursor(kind, last) if more else None
+        # {"items": [...], "next_cursor": ...} as _dumps would write it, payloads spliced in as stored
+        return 200, b'{"items":' + model.tasks_json(items) + b',"next_cursor":' + _dumps(nxt) + b"}"
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")
     def get_task(task_id: str) -> tuple[int, Any]:
