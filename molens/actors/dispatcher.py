@@ -21,8 +21,9 @@ a heartbeat every ``REPORT_INTERVAL_S`` carry it) minus what was given to it sin
 planned while this node's clock is not known to agree with a majority's, and a worker whose clock
 is not known to agree with this node's gets no fires (``TermContext.clock``,
 ``docs/architecture.md#clock-skew``). A worker not
-heard from for ``scheduler.worker_lost_ms``, or one the Monitor counts as lost (``InFlight.lost``,
-``docs/architecture.md#lost-workers``), is not used until it reports again. With no capacity anywhere, due ids wait in the
+heard from for ``FRESH_REPORTS`` report intervals (1.5 s) gets no new fires until it reports again; one
+the Monitor counts as lost (no report for ``scheduler.worker_lost_ms``, ``InFlight.lost``,
+``docs/architecture.md#lost-workers``) also has its fires settled. With no capacity anywhere, due ids wait in the
 backlog and are looked at again a tick later or when a worker reports.
 
 Fires in flight are bounded by ``scheduler.max_inflight_fires``: the Monitor's open fires, plus
@@ -63,6 +64,10 @@ from molens.model import Status, Task
 log = logging.getLogger(__name__)
 
 REPORT_INTERVAL_S = 0.5
+FRESH_REPORTS = 3
+"""A remote worker gets new fires only while its last report is at most this many report intervals
+old (or ``worker_lost_ms``, if shorter): a worker that just died is not given fires for the whole
+time it takes to count it lost (docs/architecture.md#lost-workers)."""
 MAX_PROPOSAL_ITEMS = 1_000
 """Most items in one Dispatched / Results proposal."""
 MAX_DISPATCH_PROPOSALS = 8
@@ -106,7 +111,8 @@ class DispatchPlan:
         self._local_free = local_free
         self.dispatch_timeout_ms = dispatch_timeout_ms
         self._clock = clock
-        self.liveness_s = liveness_ms / 1000
+        self.liveness_s = min(liveness_ms / 1000, FRESH_REPORTS * REPORT_INTERVAL_S)
+        """A remote worker silent for longer gets no new fires."""
         self._worker_ok = worker_ok
         """Whether a worker's clock agrees with this node's (docs/architecture.md#clock-skew)."""
         self._workers: dict[str, _Worker] = {}

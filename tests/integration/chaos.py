@@ -67,6 +67,8 @@ class Report:
     periodic_max_gap_ms: int = 0
     periodic_max_gap_at: str = ""
     """Which task and when (seconds into the run) the longest gap began."""
+    periodic_gap_detail: list[str] = field(default_factory=list)
+    """That task's executions around the gap (seconds into the run), to tell which fault made it."""
     t0_ms: int = 0
     digests_equal: bool = False
     create_errors: int = 0
@@ -268,19 +270,32 @@ def _check(c: Cluster, client: MolensClient, rec: RecordingReceiver, report: Rep
         if kind == "amo" and len(got) > 1:
             report.amo_twice.append(tid)
     # the longest time between the first deliveries of consecutive occurrences of a periodic task
-    gap = 0
+    gap, gap_task, gap_start = 0, "", 0
     for tid, kind in report.created.items():
         if kind != "periodic":
             continue
         firsts = sorted(min(ts) for fid, ts in callbacks.items() if fid.rpartition("-")[0] == tid)
         for a, b in itertools.pairwise(firsts):
             if b - a > gap:
-                gap = b - a
+                gap, gap_task, gap_start = b - a, tid, a
                 report.periodic_max_gap_at = f"{tid}@{(a - report.t0_ms) / 1000:.1f}s"
     report.periodic_max_gap_ms = gap
+    if gap_task:
+        report.periodic_gap_detail = _gap_detail(client, report, gap_task, gap_start, gap_start + gap)
     c.wait_converged(timeout=60)
     digests = wait_for(lambda: _digests(c), 60, "every replica at one applied index")
     report.digests_equal = len(digests) == 1 and len(c.running()) == 3
+
+
+def _gap_detail(client: MolensClient, report: Report, tid: str, a: int, b: int) -> list[str]:
+    """The executions of ``tid`` that started within 3 s of the gap ``[a, b]`` (epoch ms)."""
+    def s(ms: Any) -> str:
+        return f"{(ms - report.t0_ms) / 1000:.2f}s" if isinstance(ms, int) else "-"
+    out = []
+    for e in client.executions(tid, since=a - 3_000, until=b + 3_000):
+        out.append(f"{e['fire_id']} attempt={e['attempt']} kind={e['kind']} worker={e['worker']} "
+                   f"fired={s(e['fired_at'])} finished={s(e['finished_at'])} result={e['result']}")
+    return out[::-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print(f"chaos: faults={','.join(report.faults)}")
     print(f"chaos: periodic_max_gap_at={report.periodic_max_gap_at}")
+    for line in report.periodic_gap_detail:
+        print(f"chaos:   {line}")
     print(f"chaos: tasks={len(report.created)} deliveries={report.deliveries} stuck={len(report.stuck)} "
           f"create_batches_refused={report.create_errors}")
     for what, ids in (("lost", report.lost), ("amo_twice", report.amo_twice), ("stuck", report.stuck)):

@@ -92,6 +92,20 @@ def test_workers_are_picked_round_robin_weighted_by_free_capacity_and_dead_ones_
     assert set(d.live_workers()) == {"n1", "n2"}
 
 
+def test_a_worker_silent_for_three_report_intervals_gets_no_new_fires_before_it_is_counted_lost() -> None:
+    tasks = {f"t{i}": _task(f"t{i}") for i in range(10)}
+    clock = Clock()
+    d = _dispatcher(tasks, local_free=10, clock=clock)
+    d.report("n2", 10)
+    clock.t += 1.6  # more than 3 x 500 ms since n2's last report, less than worker_lost_ms (2 s)
+    items, _ = d.plan(list(tasks), NOW, limit=100)
+    assert {i.worker for i in items} == {"n1"}
+    assert set(d.live_workers()) == {"n1"}
+    d.report("n2", 10)
+    items, _ = d.plan(list(tasks), NOW, limit=100)
+    assert {i.worker for i in items} == {"n2"}  # n1's capacity went to the first plan
+
+
 def test_settle_gives_capacity_back() -> None:
     tasks = {k: _task(k) for k in "ab"}
     d = _dispatcher(tasks, local_free=0)
