@@ -110,6 +110,10 @@ class ConflictError(ApiError):
     """409: the operation is illegal in the task's current status."""
 
 
+class PreconditionFailedError(ConflictError):
+    """412: the task's definition is no longer the version given as ``if_version``."""
+
+
 class UnavailableError(ApiError):
     """503 after every retry: no leader, or the cluster is not serving."""
 
@@ -131,9 +135,10 @@ def _error_class(status: int, code: str) -> type[ApiError]:
         return BadRequestError
     if status in (400, 413, 415):
         return BadRequestError
-    return {401: UnauthorizedError, 404: TaskNotFoundError, 409: ConflictError, 503: UnavailableError}.get(
-        status, ApiError
-    )
+    return {
+        401: UnauthorizedError, 404: TaskNotFoundError, 409: ConflictError, 412: PreconditionFailedError,
+        503: UnavailableError,
+    }.get(status, ApiError)
 
 
 def _raise_for(status: int, body: Any, path: str) -> None:
@@ -319,6 +324,20 @@ class MolensClient:
                 q[k] = v
         yield from self._pages("/api/v1/tasks", q)
 
+    def update(
+        self, task_id: str, changes: Mapping[str, Any] | None = None, /, *, if_version: int | None = None,
+        **fields: Any,
+    ) -> Task:
+        """Change the task's definition in place (``PATCH``): the fields given replace the stored
+        ones, ``None`` resets one to its default. With ``if_version`` (a task's ``version``) the
+        change applies only if the task is still at that version, else
+        :class:`PreconditionFailedError`; without it, to the current version."""
+        body = {**(changes or {}), **fields}
+        headers = {"If-Match": f'"{if_version}"'} if if_version is not None else None
+        # without If-Match the same patch again changes nothing: safe to retry after a lost answer
+        return dict(self._request("PATCH", f"/api/v1/tasks/{task_id}", body, safe_retry=if_version is None,
+                                  headers=headers)[1])
+
     def delete(self, task_id: str) -> Task:
         """Delete the task and its history; returns it as it was."""
         return self._act("DELETE", f"/api/v1/tasks/{task_id}")
@@ -415,14 +434,17 @@ class MolensClient:
             return self._target
 
     def _request(
-        self, method: str, path: str, body: Any = None, *, safe_retry: bool = True
+        self, method: str, path: str, body: Any = None, *, safe_retry: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """Send with redirects, retries and backoff; returns ``(status, json)`` of a 2xx answer.
 
         ``safe_retry``: retrying after an unknown outcome cannot do harm (reads, keyed creates).
         """
         data = json.dumps(body).encode() if body is not None else None
-        headers = self._headers if data is None else {**self._headers, "Content-Length": str(len(data))}
+        extra = dict(headers or {})
+        headers = {**self._headers, **extra} if data is None else {
+            **self._headers, **extra, "Content-Length": str(len(data))}
         deadline = time.monotonic() + self.retry_deadline_s
         target = self._target
         attempt = 0
@@ -491,7 +513,7 @@ class MolensClient:
                     time.sleep(max(0.0, min(float(retry_after), deadline - time.monotonic())))
                 continue
             if status >= 400:
-                if unknown and status in (404, 409) and method != "GET":
+                if unknown and status in (404, 409, 412) and method != "GET":
                     raise OutcomeUnknownError(
                         f"{method} {path}: answered {status} after a lost response; the first attempt "
                         "may have been applied"
@@ -655,6 +677,7 @@ __all__ = [
     "ConnectionFailedError",
     "MolensClient",
     "OutcomeUnknownError",
+    "PreconditionFailedError",
     "TaskNotFoundError",
     "UnauthorizedError",
     "UnavailableError",

@@ -7,7 +7,8 @@ below). ``Deliverer.deliver`` carries out one request with urllib3 and never rai
 Rules of one attempt, decided here:
 
 - ``POST url`` with ``Content-Type: application/json``, ``X-Fire-ID``, ``X-Task-ID``, ``X-Scene``,
-  ``X-Molens-Attempt``, ``X-Molens-Kind`` and, when a signing secret is set, ``X-Molens-Signature``
+  ``X-Molens-Attempt``, ``X-Molens-Kind``, ``X-Molens-Scheduled-At`` (the occurrence's nominal
+  epoch ms) and, when a signing secret is set, ``X-Molens-Signature``
   (one ``v1`` per secret while ``signing_secret_next`` is set; see ``molens.signing``).
 - No retries inside urllib3 (``retries=False``): retrying is the state machine's job.
 - No redirects are followed: a 3xx is an ``http_error`` (a callback URL that moved is a
@@ -125,6 +126,9 @@ class FireRequest:
     timeout_ms: int
     deadline_ms: int = 0
     not_before_ms: int = 0
+    scheduled_ms: int = 0
+    """The nominal instant of the occurrence (``X-Molens-Scheduled-At``; the same for every retry);
+    0 = not known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +155,10 @@ _FIRE_RESULTS = "fire_results"
 
 def encode_fire_batch(requests: Iterable[FireRequest]) -> bytes:
     """``[b"fire_batch", [[fire_id, task_id, attempt, kind, url, body, scene, timeout_ms, deadline_ms,
-    not_before_ms], ...]]``."""
+    not_before_ms, scheduled_ms], ...]]``."""
     items = [
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
-         r.not_before_ms)
+         r.not_before_ms, r.scheduled_ms)
         for r in requests
     ]
     return msgpack.packb((_FIRE_BATCH, items), use_bin_type=True)  # type: ignore[no-any-return]
@@ -184,7 +188,7 @@ def _unpack(frame: bytes, tag: str, width: int) -> list[Any]:
 
 def decode_fire_batch(frame: bytes) -> list[FireRequest]:
     out = []
-    for i, (fid, tid, att, kind, url, body, scene, tmo, dl, nb) in enumerate(_unpack(frame, _FIRE_BATCH, 10)):
+    for i, (fid, tid, att, kind, url, body, scene, tmo, dl, nb, sch) in enumerate(_unpack(frame, _FIRE_BATCH, 11)):
         try:
             if not (isinstance(fid, str) and isinstance(tid, str) and isinstance(url, str)
                     and isinstance(scene, str) and isinstance(body, bytes)):
@@ -193,6 +197,7 @@ def decode_fire_batch(frame: bytes) -> list[FireRequest]:
                 FireRequest(
                     fire_id=fid, task_id=tid, attempt=_int(att), kind=FireKind(kind), url=url, body=body,
                     scene=scene, timeout_ms=_int(tmo), deadline_ms=_int(dl), not_before_ms=_int(nb),
+                    scheduled_ms=_int(sch),
                 )
             )
         except (TypeError, ValueError) as e:
@@ -391,6 +396,8 @@ class Deliverer:
             "X-Molens-Attempt": str(req.attempt),
             "X-Molens-Kind": req.kind.value,
         }
+        if req.scheduled_ms:
+            h["X-Molens-Scheduled-At"] = str(req.scheduled_ms)
         if self._secrets:
             h[SIGNATURE_HEADER] = signature_header(self._secrets, req.fire_id, req.body, self._wall_ms())
         return h

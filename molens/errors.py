@@ -9,6 +9,7 @@ answers with, so an error raised deep in validation reaches the client unchanged
     │   └── BatchInvalid (400, molens.web.app: a batch with no valid item)
     ├── NotFoundError (404 not_found)
     ├── IllegalTransitionError (409 illegal_transition)
+    ├── PreconditionFailedError (412 precondition_failed: If-Match names another version)
     ├── StoreError (molens.fsm.store), CodecError (molens.fsm.commands), DeliveryCodecError
     ├── ConfigError (molens.config), NodeError (molens.node), AdminError, CliError
     ├── RaftPeerError (molens.actors.raft_peer: a proposal's outcome)
@@ -97,4 +98,18 @@ class IllegalTransitionError(MolensError):
     http_status = 409
 
 
-__all__ = ["IllegalTransitionError", "MolensError", "NotFoundError", "PayloadTooLargeError", "ValidationError"]
+class PreconditionFailedError(MolensError):
+    """The task's definition is no longer the version the request was based on (412)."""
+
+    code = "precondition_failed"
+    http_status = 412
+
+
+__all__ = [
+    "IllegalTransitionError",
+    "MolensError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PreconditionFailedError",
+    "ValidationError",
+]

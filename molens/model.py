@@ -56,6 +56,7 @@ from molens.errors import (
     MolensError,
     NotFoundError,
     PayloadTooLargeError,
+    PreconditionFailedError,
     ValidationError,
 )
 from molens.schedule import cron
@@ -480,6 +481,7 @@ def decode_create(
     idempotency_key: str | None = None,
     spec_type: type[TaskSpec] = TaskSpec,
     whole_body: bool = True,
+    carried: frozenset[str] = frozenset(),
 ) -> TaskSpec:
     """Decode and validate one create request body (JSON bytes) and resolve defaults.
 
@@ -487,7 +489,9 @@ def decode_create(
     fields are applied here. Raises :class:`ValidationError` (or :class:`PayloadTooLargeError`)
     naming the first bad field. ``idempotency_key`` (the ``Idempotency-Key`` header) applies when
     the body has none; ``whole_body`` is False when ``body`` is one item of a batch. ``now_ms``
-    bounds ``run_at`` and resolves the period of a cron expression for ``max_fails``.
+    bounds ``run_at`` and resolves the period of a cron expression for ``max_fails``; ``carried``
+    names (JSON names) fields an update keeps from the stored definition, which are not checked
+    against ``now_ms`` again (a task whose ``end_at`` has passed can still have its scene changed).
     """
     try:
         req = msgspec.json.decode(body, type=create_type(limits, spec_type))
@@ -507,12 +511,68 @@ def decode_create(
                 f"Idempotency-Key must be 1..{limits.max_idempotency_key} characters", "Idempotency-Key"
             )
         out["idempotency_key"] = idempotency_key
-    _apply_rules(out, given, policy, limits, now_ms)
+    _apply_rules(out, given, policy, limits, now_ms, carried)
     return spec_type(**out)
 
 
+_SCHEDULE_KEYS = ("interval_ms", "run_at", "cron_expr")
+_FIXED_KEYS = ("type", "idempotency_key")
+_PATCH_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def decode_update(
+    body: bytes,
+    current: TaskSpec,
+    policy: CallbackPolicy = DEFAULT_POLICY,
+    limits: Limits = DEFAULT_LIMITS,
+    now_ms: int = 0,
+) -> TaskSpec:
+    """The definition a PATCH body (a JSON merge patch: RFC 7396, top-level fields only) makes of
+    ``current``, validated exactly as a create (docs/api.md#update-a-task).
+
+    A field given replaces the stored one, ``null`` resets it to its default, a field left out is
+    kept. Giving one of ``interval_ms``, ``run_at``, ``cron_expr`` replaces the schedule: the other
+    two are dropped unless also given. ``type`` and ``idempotency_key`` cannot change."""
+    try:
+        patch = _PATCH_DECODER.decode(body)
+    except msgspec.ValidationError:
+        raise ValidationError("the body must be a JSON object (a merge patch of the task)", "body") from None
+    except msgspec.DecodeError as e:
+        raise request_error(e, limits, type(current)) from None
+    fields = spec_fields(type(current))
+    names = {f.encode_name for f in fields}
+    for k in patch:
+        if k not in names:
+            raise ValidationError(f"unknown field {k[:64]!a}", k[:64] if not _bad_text(k) else None)
+    for name in _FIXED_KEYS:
+        if name in patch and bytes(patch[name]) != msgspec.json.encode(getattr(current, name)):
+            raise ValidationError(f"{name} cannot be changed; create a new task", name)
+    base: dict[str, msgspec.Raw] = {}
+    for f in fields:
+        v = getattr(current, f.name)
+        if v is not None:
+            base[f.encode_name] = msgspec.Raw(v if f.encode_name == "payload" else msgspec.json.encode(v))
+    if any(k in patch and bytes(patch[k]) != b"null" for k in _SCHEDULE_KEYS):
+        for k in _SCHEDULE_KEYS:
+            base.pop(k, None)
+    for k, raw in patch.items():
+        if bytes(raw).strip() == b"null":
+            base.pop(k, None)
+        else:
+            base[k] = raw
+    carried = frozenset(k for k in base if k not in patch)
+    spec = decode_create(
+        msgspec.json.encode(base), policy, limits, now_ms, spec_type=type(current), carried=carried
+    )
+    for name in _FIXED_KEYS:
+        if getattr(spec, name) != getattr(current, name):
+            raise ValidationError(f"{name} cannot be changed; create a new task", name)
+    return spec
+
+
 def _apply_rules(
-    out: dict[str, Any], given: dict[str, Any], policy: CallbackPolicy, limits: Limits, now_ms: int
+    out: dict[str, Any], given: dict[str, Any], policy: CallbackPolicy, limits: Limits, now_ms: int,
+    carried: frozenset[str] = frozenset(),
 ) -> None:
     """The rules between fields (docs/architecture.md#task-rules), on the resolved values ``out``
     (by attribute name); ``given`` holds what the request said (by JSON name, None when absent)."""
@@ -525,7 +585,7 @@ def _apply_rules(
         if iv is not None and at is not None:
             raise ValidationError("give interval_ms or run_at, not both", "run_at")
         if at is not None:
-            if at > now_ms + max_delay:
+            if at > now_ms + max_delay and "run_at" not in carried:
                 raise ValidationError(f"run_at must be in 0..{now_ms + max_delay}, got {at}", "run_at")
         elif iv is None:
             raise ValidationError("delayed tasks need interval_ms or run_at", "interval_ms")
@@ -543,7 +603,7 @@ def _apply_rules(
     if ttype is TaskType.DELAYED and bounds:
         raise ValidationError(f"{bounds[0]} is only for periodic tasks", bounds[0])
     start_at, end_at = given["start_at"], given["end_at"]
-    if end_at is not None and end_at <= max(now_ms, start_at or 0):
+    if end_at is not None and end_at <= max(0 if "end_at" in carried else now_ms, start_at or 0):
         raise ValidationError("end_at must be after now and after start_at", "end_at")
 
     timezone = out["timezone"]
@@ -601,6 +661,7 @@ __all__ = [
     "NotFoundError",
     "Outcome",
     "PayloadTooLargeError",
+    "PreconditionFailedError",
     "Reliability",
     "Status",
     "Task",
@@ -614,6 +675,7 @@ __all__ = [
     "check_epoch_ms",
     "check_url",
     "decode_create",
+    "decode_update",
     "encode_payload",
     "is_task_id",
     "task_ids_from_bytes",

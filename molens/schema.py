@@ -78,6 +78,8 @@ class FireKind(enum.StrEnum):
 
     CALLBACK = "callback"
     ACK = "ack"
+    EVENT = "event"
+    """Only in the history: a row that is not an HTTP attempt (the definition was updated)."""
 
 
 class Outcome(enum.StrEnum):
@@ -104,6 +106,9 @@ class ExecutionResult(enum.StrEnum):
     """at_most_once fire with no result: it may or may not have been delivered, and never will be again."""
     ACK_SUCCESS = "ack_success"
     ACK_FAILED = "ack_failed"
+    UPDATED = "updated"
+    """History only (kind ``event``): the task's definition changed (PATCH); ``execution_result``
+    names the version and the fields."""
 
 
 # -------------------------------------------------------------------------------------------------
@@ -255,6 +260,12 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     last_fire_ms: Annotated[int | None, rule("epoch ms of the last attempt")] = msgspec.field(
         default=None, name="last_fire_at"
     )
+    version: Annotated[
+        int, rule("Version of the definition: 1 at create, one more at each update that changes it (ETag, If-Match)")
+    ] = 1
+    occ_spec: Annotated[TaskSpec | None, rule("The definition the fire in flight was sent under", internal=True)] = None
+    """Set when the definition changes while a fire is in flight: that fire's result is judged by
+    the reliability it was sent with (docs/architecture.md#update)."""
 
     @property
     def fire_id(self) -> str:

@@ -60,8 +60,8 @@ export function onRedirect(fn) {
  * Writes go with redirect: 'manual' so a follower's 307 is seen here (the app then moves the
  * whole UI to the leader) instead of being replayed cross-origin without the token.
  */
-export async function api(method, path, { query, body, signal } = {}) {
-  const headers = { Accept: 'application/json' }
+export async function api(method, path, { query, body, signal, headers: extra } = {}) {
+  const headers = { Accept: 'application/json', ...(extra || {}) }
   const token = getToken()
   if (token) headers.Authorization = `Bearer ${token}`
   if (body !== undefined) headers['Content-Type'] = 'application/json'
@@ -105,3 +105,4 @@ export async function api(method, path, { query, body, signal } = {}) {
 export const get = (path, query, opts) => api('GET', path, { ...opts, query })
 export const post = (path, body, opts) => api('POST', path, { ...opts, body })
 export const del = (path, opts) => api('DELETE', path, opts)
+export const patch = (path, body, opts) => api('PATCH', path, { ...opts, body })

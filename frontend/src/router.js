@@ -7,6 +7,7 @@ export const router = createRouter({
     { path: '/', name: 'dashboard', component: Dashboard },
     { path: '/tasks', name: 'tasks', component: () => import('./views/TasksView.vue') },
     { path: '/tasks/new', name: 'task-new', component: () => import('./views/TaskNewView.vue') },
+    { path: '/tasks/:id/edit', name: 'task-edit', component: () => import('./views/TaskNewView.vue') },
     { path: '/tasks/:id', name: 'task', component: () => import('./views/TaskDetailView.vue'), props: true },
     { path: '/executions', name: 'executions', component: () => import('./views/ExecutionsView.vue') },
     { path: '/latency', name: 'latency', component: () => import('./views/LatencyView.vue') },

@@ -111,8 +111,19 @@ class PutMeta(msgspec.Struct, frozen=True, array_like=True, tag=24):
     value: bytes | None
 
 
+class UpdateTask(msgspec.Struct, frozen=True, array_like=True, tag=25):
+    """Replace the definition of ``task_id`` with ``spec`` (validated like a create), if the task's
+    definition is still ``version`` (the one ``spec`` was computed from)."""
+
+    now_ms: int
+    task_id: str
+    spec: TaskSpec
+    version: int
+
+
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
+    | UpdateTask
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -142,7 +153,9 @@ def decode(data: bytes) -> Command:
         raise CodecError(f"undecodable command: {e}") from e
 
 
-_COMMANDS = (CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta)
+_COMMANDS = (
+    CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
+)
 
 
 __all__ = [
@@ -161,6 +174,7 @@ __all__ = [
     "Results",
     "ResumeTasks",
     "TriggerTask",
+    "UpdateTask",
     "decode",
     "encode",
 ]

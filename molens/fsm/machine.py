@@ -91,6 +91,7 @@ from molens.fsm.commands import (
     Results,
     ResumeTasks,
     TriggerTask,
+    UpdateTask,
 )
 from molens.model import (
     TERMINAL_STATUSES,
@@ -101,6 +102,7 @@ from molens.model import (
     MolensError,
     NotFoundError,
     Outcome,
+    PreconditionFailedError,
     Reliability,
     Status,
     Task,
@@ -181,6 +183,8 @@ class FireRequest:
     timeout_ms: int
     reliability: Reliability
     not_before_ms: int = 0
+    scheduled_ms: int = 0
+    """The occurrence's nominal instant (before jitter; the same for every retry and ACK probe)."""
 
 
 Effect = WheelAdd | WheelRemove | FireRequest
@@ -390,6 +394,8 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case PutMeta():
             tx.w.meta[cmd.key] = cmd.value
             results = [None]
+        case UpdateTask():
+            results = [_update(tx, cmd, now)]
         case _:
             raise TypeError(f"not a command: {cmd!r}")
     return tx.finish(results)
@@ -469,7 +475,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
     tx.effects.append(
         FireRequest(
             fire=fire, url=url, body=t.spec.payload_json, scene=t.spec.scene, timeout_ms=t.spec.timeout_ms,
-            reliability=t.spec.reliability, not_before_ms=due,
+            reliability=t.spec.reliability, not_before_ms=due, scheduled_ms=t.sched_ms,
         )
     )
     return None
@@ -504,12 +510,12 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     t = tx.task(fire.task_id)
     if t is None:
         return None
-    spec = t.spec
-    res = _classify(it, fire.kind, spec.reliability)
+    sent = t.occ_spec or t.spec  # the definition the fire went out under (docs/architecture.md#update)
+    res = _classify(it, fire.kind, sent.reliability)
     head = it.response_head
     if head is not None and len(head) > cfg.response_head_chars:
         head = head[: cfg.response_head_chars]
-    url = spec.ack_url if fire.kind is FireKind.ACK else spec.callback_url
+    url = sent.ack_url if fire.kind is FireKind.ACK else sent.callback_url
     tx.w.executions.append(
         Execution(
             task_id=t.id,
@@ -522,7 +528,7 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
             latency_ms=it.latency_ms,
             worker=it.worker,
             url=url or "",
-            scene=spec.scene,
+            scene=sent.scene,
             fired_ms=fire.dispatched_ms,
             finished_ms=now,
             response_head=head,
@@ -533,6 +539,7 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
         return None
     changes: dict[str, Any] = {
         "inflight": None,
+        "occ_spec": None,
         "last_result": res,
         "last_status_code": it.status_code,
         "last_response": head,
@@ -541,7 +548,7 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     if fire.kind is FireKind.ACK:
         changes.update(_after_ack(t, res, fire, now, cfg))
     else:
-        changes.update(_after_callback(t, res, fire, now, cfg))
+        changes.update(_after_callback(t, res, fire, now, cfg, sent.reliability))
     if t.status is Status.PAUSED and changes["status"] not in TERMINAL_STATUSES:
         changes["status"] = Status.PAUSED
         changes["due_ms"] = None
@@ -586,8 +593,11 @@ _FAILED: dict[str, Any] = {"status": Status.FAILED, "due_ms": None}
 _INACTIVE: dict[str, Any] = {"status": Status.INACTIVE, "due_ms": None}
 
 
-def _after_callback(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> dict[str, Any]:
-    """Changes after a callback attempt's result (``t`` is the task before it)."""
+def _after_callback(
+    t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig, sent_as: Reliability
+) -> dict[str, Any]:
+    """Changes after a callback attempt's result (``t`` is the task before it; ``sent_as`` the
+    reliability the attempt was sent with: an at_most_once fire is never sent again)."""
     spec = t.spec
     periodic = spec.type is TaskType.PERIODIC
     if res is ExecutionResult.SUCCESS:
@@ -600,7 +610,8 @@ def _after_callback(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: Ma
         return _INACTIVE if periodic else _FAILED
     if res is ExecutionResult.UNKNOWN:
         return _next_occurrence(t, now) if periodic else _FAILED
-    if spec.reliability is Reliability.AT_LEAST_ONCE and fire.attempt <= spec.max_retries:
+    if sent_as is Reliability.AT_LEAST_ONCE and spec.reliability is Reliability.AT_LEAST_ONCE \
+            and fire.attempt <= spec.max_retries:
         delay = 0 if res is ExecutionResult.LOST else cfg.retry_base_ms << (fire.attempt - 1)
         return {"status": Status.FIRING, "due_ms": now + delay}
     if not periodic:
@@ -695,6 +706,57 @@ def _trigger(tx: _Tx, tid: str, now: int) -> ItemResult:
         return IllegalTransitionError(f"cannot trigger a task that is {t.status}", "status")
     nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)
     tx.put(nt)
+    return nt
+
+
+_SCHEDULE_FIELDS = frozenset({"interval_ms", "run_at", "cron_expr", "timezone", "start_at", "end_at", "max_runs",
+                              "jitter_ms"})
+"""Fields whose change moves a task's next occurrence."""
+
+
+def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
+    """Replace the definition (docs/architecture.md#update): refused unless the task is still at
+    ``cmd.version``; a change of nothing keeps the version. A fire in flight finishes as it was
+    sent: its result is judged by the reliability it had (``occ_spec``); what follows (retries,
+    the ACK probe, the next occurrence) follows the new definition. A schedule change of an
+    occurrence not started yet moves it to the new schedule's first instant after now (a delayed
+    task: to its new time); one started keeps its retries and the next is taken from the new
+    schedule, after the instant of the one that ran, so no instant fires twice."""
+    t = tx.task(cmd.task_id)
+    if t is None:
+        return NotFoundError(f"task {cmd.task_id} not found", "task_id")
+    if t.version != cmd.version:
+        return PreconditionFailedError(
+            f"task {t.id} is at version {t.version}, not {cmd.version}", "If-Match"
+        )
+    old, new = t.spec, cmd.spec
+    if new.type is not old.type:
+        return IllegalTransitionError("a task's type cannot be changed; create a new task", "type")
+    if new.idempotency_key != old.idempotency_key:
+        return IllegalTransitionError("a task's idempotency_key cannot be changed", "idempotency_key")
+    changed = [f.encode_name for f in msgspec.structs.fields(old) if getattr(old, f.name) != getattr(new, f.name)]
+    if not changed:
+        return t
+    nt = _replace(
+        t, spec=new, version=t.version + 1, updated_ms=now,
+        occ_spec=(t.occ_spec or old) if t.inflight is not None else None,
+    )
+    started = t.inflight is not None or t.attempt > 0 or t.ack_attempt > 0 or t.status is Status.AWAITING_ACK
+    if _SCHEDULE_FIELDS.intersection(changed) and not started and t.status in (Status.PENDING, Status.PAUSED):
+        if new.type is TaskType.DELAYED:
+            sched = new.run_at if new.run_at is not None else t.created_ms + (new.interval_ms or 0)
+        else:
+            sched = next_scheduled(nt, now)
+        due = sched + jitter(t.id, t.seq, new.jitter_ms)
+        nt = _replace(nt, sched_ms=sched, due_ms=due if t.status is Status.PENDING else None)
+        if new.type is TaskType.PERIODIC and _beyond_bounds(nt, t.seq, sched):
+            nt = _replace(nt, status=Status.DONE, due_ms=None)
+    tx.put(nt)
+    tx.w.executions.append(Execution(
+        task_id=t.id, fire_id=t.fire_id, seq=t.seq, attempt=0, kind=FireKind.EVENT, result=ExecutionResult.UPDATED,
+        status_code=None, latency_ms=None, worker="", url=new.callback_url, scene=new.scene, fired_ms=now,
+        finished_ms=now, response_head=f"version {nt.version}: {', '.join(changed)}",
+    ))
     return nt
 
 

@@ -58,6 +58,7 @@ from molens.fsm.commands import (
     PauseTasks,
     ResumeTasks,
     TriggerTask,
+    UpdateTask,
 )
 from molens.fsm.machine import Created
 from molens.model import (
@@ -65,6 +66,7 @@ from molens.model import (
     ExecutionResult,
     MolensError,
     NotFoundError,
+    PreconditionFailedError,
     Status,
     Task,
     TaskType,
@@ -368,6 +370,30 @@ class Api:
         return v
 
 
+UPDATE_ATTEMPTS = 5
+_ETAG_RE = re.compile(r'\s*(?:W/)?"?([0-9]{1,18})"?\s*')
+
+
+def _etag(t: Task) -> str:
+    """A task's entity tag: the version of its definition (what ``If-Match`` compares)."""
+    return f'"{t.version}"'
+
+
+def _if_match() -> frozenset[int] | None:
+    """The versions ``If-Match`` accepts (``"3"``, ``W/"3"``, ``3``, a list of them); None when
+    absent or ``*``."""
+    raw = _header_text("If-Match")
+    if raw is None or raw.strip() == "*":
+        return None
+    out = set()
+    for part in raw.split(","):
+        m = _ETAG_RE.fullmatch(part)
+        if m is None:
+            raise ValidationError(f"If-Match must be a task version such as \"3\", got {_quote(raw)}", "If-Match")
+        out.add(int(m.group(1)))
+    return frozenset(out)
+
+
 def task_or_404(ctx: ApiContext, task_id: str) -> Task:
     t = ctx.get_task(task_id) if model.is_task_id(task_id) else None
     if t is None:
@@ -533,7 +559,31 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")
     def get_task(task_id: str) -> tuple[int, Any]:
-        return 200, task_json(task_or_404(ctx, task_id))
+        t = task_or_404(ctx, task_id)
+        bottle.response.set_header("ETag", _etag(t))
+        return 200, task_json(t)
+
+    @api.route("PATCH", f"{PREFIX}/tasks/<task_id>", write=True)
+    def update_task(task_id: str) -> tuple[int, Any]:
+        body = api.read_body()
+        wanted = _if_match()
+        s = ctx.settings
+        for _ in range(UPDATE_ATTEMPTS):  # without If-Match, a concurrent update is merged over, not refused
+            t = task_or_404(ctx, task_id)
+            if wanted is not None and t.version not in wanted:
+                raise PreconditionFailedError(
+                    f"task {t.id} is at version {t.version}, not {' or '.join(map(str, sorted(wanted)))}", "If-Match"
+                )
+            now = ctx.now_ms()
+            spec = model.decode_update(body, t.spec, s.policy, s.limits, now)
+            res = api.propose_one(UpdateTask(now, t.id, spec, t.version))[0]
+            if isinstance(res, PreconditionFailedError) and wanted is None:
+                continue
+            nt = _item(res)
+            assert isinstance(nt, Task)
+            bottle.response.set_header("ETag", _etag(nt))
+            return 200, task_json(nt)
+        raise Unavailable(f"task {task_id} kept changing under {UPDATE_ATTEMPTS} updates; try again")
 
     def by_id(cmd: Callable[[int, str], Command], task_id: str) -> tuple[int, Any]:
         task_or_404(ctx, task_id)  # the leader has applied every write it acknowledged: no entry for junk ids

@@ -55,6 +55,7 @@ def _err(*codes: int) -> dict[str, Any]:
         401: "Unauthorized",
         404: "NotFound",
         409: "Conflict",
+        412: "PreconditionFailed",
         413: "TooLarge",
         415: "UnsupportedMediaType",
         503: "Unavailable",
@@ -139,7 +140,14 @@ def _schemas() -> dict[str, Any]:
             "required": ["error"],
             "properties": {"error": error_obj},
         },
-        **openapi_components(lim),  # TaskCreate, Task and their enums, from molens.schema
+        **(comps := openapi_components(lim)),  # TaskCreate, Task and their enums, from molens.schema
+        "TaskUpdate": {
+            **{k: v for k, v in comps["TaskCreate"].items() if k not in ("required", "title")},
+            "title": "TaskUpdate",
+            "description": "A JSON merge patch of the task's definition (top-level fields): a field given "
+            "replaces the stored one, null resets it to its default, a field left out is kept. One of "
+            "interval_ms, run_at, cron_expr replaces the schedule. type and idempotency_key cannot change.",
+        },
         "TaskList": {
             "type": "object",
             "required": ["items", "next_cursor"],
@@ -375,10 +383,13 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+_ETAG = {"ETag": {"schema": {"type": "string"}, "description": 'The version of the definition, e.g. "3" (for If-Match)'}}
+
 _TASK_LINKS = {
     name: {"operationId": op, "parameters": {"task_id": "$response.body#/id"}, "description": f"{name} this task"}
     for name, op in (
         ("Get", "getTask"),
+        ("Update", "updateTask"),
         ("Pause", "pauseTask"),
         ("Resume", "resumeTask"),
         ("Trigger", "triggerTask"),
@@ -473,7 +484,31 @@ def _paths() -> dict[str, Any]:
                 "summary": "Get a task",
                 "tags": ["tasks"],
                 "parameters": [_TASK_ID],
-                "responses": {"200": task_ok, **_err(401, 404)},
+                "responses": {"200": {**task_ok, "headers": {**task_ok.get("headers", {}), **_ETAG}}, **_err(401, 404)},
+            },
+            "patch": {
+                "operationId": "updateTask",
+                "summary": "Change a task's definition in place (validated like a create)",
+                "tags": ["tasks"],
+                "parameters": [
+                    _TASK_ID,
+                    _param(
+                        "If-Match", "header", {"type": "string", "minLength": 1},
+                        'The version the change is based on (the ETag of a GET, e.g. "3"); without it, the '
+                        "change applies to the current version",
+                    ),
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/merge-patch+json": {"schema": _ref("TaskUpdate")},
+                        "application/json": {"schema": _ref("TaskUpdate")},
+                    },
+                },
+                "responses": {
+                    "200": {**task_ok, "headers": {**task_ok.get("headers", {}), **_ETAG}},
+                    **_err(400, 404, 412, 413, 415, *_WRITE_ERRORS),
+                },
             },
             "delete": {
                 "operationId": "deleteTask",
@@ -691,6 +726,7 @@ def _responses() -> dict[str, Any]:
         },
         "NotFound": _json(err, "Unknown task"),
         "Conflict": _json(err, "Illegal transition for the task's status"),
+        "PreconditionFailed": _json(err, "If-Match names another version of the task's definition; nothing changed"),
         "TooLarge": _json(err, "Body or payload too large"),
         "UnsupportedMediaType": _json(err, "Content-Type is not application/json"),
         "NotLeader": {

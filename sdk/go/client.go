@@ -211,6 +211,23 @@ func (c *Client) TriggerTask(ctx context.Context, id string) (*Task, error) {
 	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/trigger", false)
 }
 
+// UpdateTask changes the task's definition in place (PATCH, a JSON merge patch): a field given
+// replaces the stored one, a nil value resets it to its default, a field left out is kept. With
+// ifVersion > 0 the change applies only while the task is still at that version (Task.Version);
+// otherwise the error satisfies IsPreconditionFailed and nothing changed. Without it the change is
+// merged into the current version (and retried safely after a lost answer).
+func (c *Client) UpdateTask(ctx context.Context, id string, patch map[string]interface{}, ifVersion int64) (*Task, error) {
+	var h http.Header
+	if ifVersion > 0 {
+		h = http.Header{"If-Match": {fmt.Sprintf("%q", fmt.Sprint(ifVersion))}}
+	}
+	var t Task
+	if err := c.doWith(ctx, "PATCH", "/api/v1/tasks/"+url.PathEscape(id), nil, patch, ifVersion == 0, &t, h); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
 func (c *Client) taskCall(ctx context.Context, method, path string, safe bool) (*Task, error) {
 	var t Task
 	if err := c.do(ctx, method, path, nil, nil, safe, &t); err != nil {
@@ -498,6 +515,11 @@ func notSent(err error) bool {
 // do sends with redirects, retries and backoff and decodes a 2xx answer into out (a *[]byte takes
 // the raw body). safe: retrying after an unknown outcome cannot do harm (reads, keyed creates).
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body interface{}, safe bool, out interface{}) error {
+	return c.doWith(ctx, method, path, q, body, safe, out, nil)
+}
+
+// doWith is do with extra request headers (If-Match).
+func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, body interface{}, safe bool, out interface{}, extra http.Header) error {
 	var data []byte
 	if body != nil {
 		var err error
@@ -528,6 +550,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 			return err
 		}
 		req.Header.Set("Accept", "application/json")
+		for k, vs := range extra {
+			for _, v := range vs {
+				req.Header.Add(k, v)
+			}
+		}
 		if data != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}

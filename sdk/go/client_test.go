@@ -113,6 +113,18 @@ func TestTaskLifecycle(t *testing.T) {
 	if r, err := c.ResumeTask(ctx, task.ID); err != nil || r.Status != "pending" {
 		t.Fatalf("resume: %+v %v", r, err)
 	}
+	u, err := c.UpdateTask(ctx, task.ID, map[string]interface{}{"scene": "updated", "max_retries": nil}, task.Version)
+	if err != nil || u.Version != task.Version+1 || u.Scene != "updated" || u.MaxRetries != 3 {
+		t.Fatalf("update: %+v %v", u, err)
+	}
+	_, err = c.UpdateTask(ctx, task.ID, map[string]interface{}{"scene": "stale"}, task.Version)
+	mustAPIError(t, err, 412, "precondition_failed", "If-Match")
+	if !IsPreconditionFailed(err) {
+		t.Fatal("IsPreconditionFailed")
+	}
+	if u2, err := c.UpdateTask(ctx, task.ID, map[string]interface{}{"scene": "again"}, 0); err != nil || u2.Version != u.Version+1 {
+		t.Fatalf("update without a version: %+v %v", u2, err)
+	}
 	if d, err := c.DeleteTask(ctx, task.ID); err != nil || d.ID != task.ID {
 		t.Fatalf("delete: %+v %v", d, err)
 	}

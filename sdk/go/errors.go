@@ -8,7 +8,8 @@ import (
 // APIError is an error answer of the API: {"error": {"code", "message", "field"}}.
 //
 //	400 invalid_argument (Field names the culprit), 401 unauthorized, 404 not_found,
-//	409 illegal_transition, 413 payload_too_large/body_too_large, 415 unsupported_media_type,
+//	409 illegal_transition, 412 precondition_failed (UpdateTask), 413 payload_too_large/body_too_large,
+//	415 unsupported_media_type,
 //	503 no_leader/outcome_unknown/unavailable (after every retry).
 //
 // A rejected batch (400, nothing created) has ItemErrors: the error of each bad item by index.
@@ -66,6 +67,9 @@ func IsNotFound(err error) bool { return hasStatus(err, 404) }
 
 // IsConflict reports a 409 (illegal transition for the task's status).
 func IsConflict(err error) bool { return hasStatus(err, 409) }
+
+// IsPreconditionFailed reports a 412 (UpdateTask's ifVersion is no longer the task's version).
+func IsPreconditionFailed(err error) bool { return hasStatus(err, 412) }
 
 // IsBadRequest reports a 400, 413 or 415.
 func IsBadRequest(err error) bool {

@@ -71,6 +71,7 @@ type Task struct {
 	LastStatusCode      *int64          `json:"last_status_code"`
 	LastResponse        *string         `json:"last_response"`
 	LastFireAt          *int64          `json:"last_fire_at"`
+	Version             int64           `json:"version"`
 }
 
 // TaskList is one page of ListTasks; pass NextCursor back as Cursor until it is nil.

@@ -345,3 +345,13 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
     finally:
         c.kill_all()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Any]:
+    """A recording callback receiver (``recording_receiver.RecordingReceiver``) shared by a test module."""
+    from .recording_receiver import RecordingReceiver
+
+    rec = RecordingReceiver()
+    yield rec
+    rec.close()

@@ -180,6 +180,7 @@ def test_codec_round_trips_batches() -> None:
         FireRequest(
             fire_id="t-3", task_id="t", attempt=1, kind=FireKind.CALLBACK, url="http://a/b", body=b"{}",
             scene="s", timeout_ms=1, deadline_ms=1_700_000_009_000, not_before_ms=1_700_000_000_100,
+            scheduled_ms=1_700_000_000_000,
         ),
     ]
     assert decode_fire_batch(encode_fire_batch(reqs)) == reqs

@@ -122,6 +122,7 @@ def test_delayed_task_fires_once_at_its_time_with_headers_and_signature(node: No
     assert r.headers["X-Scene"] == "billing"
     assert r.headers["X-Molens-Attempt"] == "1"
     assert r.headers["X-Molens-Kind"] == "callback"
+    assert r.headers["X-Molens-Scheduled-At"] == str(t["next_run_at"])
     assert r.headers["Content-Type"] == "application/json"
     assert json.loads(r.body) == {"order": 42}
     assert verify_signature(r.headers, r.body, [SECRET])
@@ -138,6 +139,7 @@ def test_periodic_interval_task_fires_at_a_fixed_rate(node: NodeProc, receiver: 
     assert seqs == [1, 2, 3]
     for k, r in enumerate(got[:3]):  # never early: occurrence k is due at created + (k+1) * interval
         assert r.at_ms >= t["created_at"] + (k + 1) * 1000
+        assert r.headers["X-Molens-Scheduled-At"] == str(t["created_at"] + (k + 1) * 1000)
 
 
 def test_cron_every_second_fires_each_second(node: NodeProc, receiver: RecordingReceiver) -> None:
@@ -156,6 +158,7 @@ def test_ack_success_marks_the_task_done(node: NodeProc, receiver: RecordingRece
     (ack,) = _wait_requests(receiver, "ack-ok", 1)
     assert ack.headers["X-Molens-Kind"] == "ack"
     assert ack.headers["X-Fire-ID"] == cb.headers["X-Fire-ID"]
+    assert ack.headers["X-Molens-Scheduled-At"] == cb.headers["X-Molens-Scheduled-At"] == str(t["next_run_at"])
     assert ack.at_ms >= cb.at_ms + 300
     assert _wait_status(node, t["id"], "done")["last_execution_result"] == "ack_success"
 
@@ -180,6 +183,7 @@ def test_500_is_retried_after_1_2_4_seconds_then_the_task_fails(node: NodeProc, 
     got = receiver.by_tag("retry500")
     assert [r.headers["X-Molens-Attempt"] for r in got] == ["1", "2", "3", "4"]
     assert len({r.headers["X-Fire-ID"] for r in got}) == 1
+    assert {r.headers["X-Molens-Scheduled-At"] for r in got} == {str(t["next_run_at"])}
     gaps = [b.at_ms - a.at_ms for a, b in itertools.pairwise(got)]
     for gap, want in zip(gaps, (1000, 2000, 4000)):
         assert abs(gap - want) <= 150, gaps

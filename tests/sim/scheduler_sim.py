@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
+import json
 import random
 import sys
 import time
@@ -54,6 +55,7 @@ from molens.fsm.commands import (
     DispatchItem,
     ResultItem,
     Results,
+    UpdateTask,
 )
 from molens.fsm.machine import (
     DEFAULT_CONFIG,
@@ -72,7 +74,9 @@ from molens.model import (
     Outcome,
     Reliability,
     Status,
+    TaskSpec,
     TaskType,
+    decode_update,
     new_task_id,
     validate_create,
 )
@@ -114,6 +118,9 @@ class Delivery:
     code: int | None = None
     """The answer the receiver gave (None: still running, timed out or cut)."""
     ok: bool = False
+    scheduled: int = -1
+    """The occurrence's nominal instant as the fire carried it (``X-Molens-Scheduled-At``)."""
+    sent_as: Reliability | None = None
 
 
 @dataclass
@@ -182,6 +189,9 @@ class Sim:
         self.planned: dict[tuple[str, FireKind, int], int] = {}
         self.plans: dict[str, Plan] = {}
         self.client_n = 0
+        self.specs: dict[str, list[TaskSpec]] = defaultdict(list)
+        """Every definition a client proposed in an update, by task id (docs/architecture.md#update)."""
+        self.created_spec: dict[str, TaskSpec] = {}
         self.settled_on_lost = 0
         self.watched_at: dict[tuple[str, int, FireKind], int] = {}
         """Fires settled because their worker was seen gone (before their deadline)."""
@@ -505,7 +515,8 @@ class Sim:
         )
         d = Delivery(
             task_id=f.task_id, fire_id=f.fire_id, kind=f.kind, attempt=f.attempt,
-            due=self.planned.get((f.fire_id, f.kind, f.attempt), -1), at=-1,
+            due=self.planned.get((f.fire_id, f.kind, f.attempt), -1), at=-1, scheduled=fr.scheduled_ms,
+            sent_as=fr.reliability,
         )
         job = _Job(node=w, incarnation=self.incarnation[w], delivery=d, fr=fr)
         self.jobs[w].append(job)
@@ -602,6 +613,10 @@ class Sim:
             if r.random() < 0.5:
                 req["end_at"] = r.randint(5_000, 25_000)  # from the create: made absolute below
             kinds.append((req, Plan(r.choice(["ok", "ok", "flaky"]))))
+            for _ in range(r.choice([0, 0, 1, 2])):  # updated in place while it runs: a new period and jitter
+                patch = {"interval_ms": r.choice([1_000, 1_500, 2_000]), "jitter_ms": r.choice([0, 200, 400])}
+                k = len(kinds) - 1
+                self.at(self.t0 + r.randint(1_000, 25_000), lambda k=k, p=patch: self.client_update(k, p))
         for i, (req, plan) in enumerate(kinds):
             req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
             req["timeout_ms"] = 1_000
@@ -633,8 +648,30 @@ class Sim:
             spec = validate_create(req, now_ms=self.now)
             new_id = new_task_id(self.now, self.rng.getrandbits(80))
             self.plans[new_id] = plan  # harmless if this attempt is lost: it never fires
+            self.created_spec[new_id] = spec
             self.propose(CreateTasks(self.now, (CreateItem(new_id, spec),)))
         self.at(self.now + 300, lambda: self.client_create(req, plan))
+
+    def client_update(self, i: int, patch: dict[str, Any], after: int = 0) -> None:
+        """A client changing task ``k{i}`` (the workload's idempotency key) without If-Match, again
+        until the leader's replica shows the change or a version after the one it proposed from
+        (its change applied, maybe then changed again by another client)."""
+        ld = self.leader
+        if ld is not None:
+            rep = self.replicas[ld.node]
+            tid = rep.get_idem(f"k{i}")
+            t = rep.get_task(tid) if tid is not None else None
+            if tid is not None and t is None:
+                return  # gone (expired)
+            if t is not None:
+                if all(getattr(t.spec, k) == v for k, v in patch.items()) or (after and t.version > after):
+                    return
+                spec = decode_update(json.dumps(patch).encode(), t.spec, now_ms=self.now)
+                self.specs[tid].append(spec)
+                self.log_(f"client: update {tid} {patch} at version {t.version}")
+                self.propose(UpdateTask(self.now, tid, spec, t.version))
+                after = t.version
+        self.at(self.now + 300, lambda: self.client_update(i, patch, after))
 
     def schedule_faults(self) -> None:
         r = self.rng
@@ -715,6 +752,13 @@ def check(sim: Sim) -> None:
                     if d.fire_id in seen:
                         fail(f"at_most_once fire {d.fire_id} delivered twice")
                     seen.add(d.fire_id)
+        sent: dict[str, int] = defaultdict(int)  # a fire ever sent at_most_once is delivered once at most
+        amo = {d.fire_id for d in ds if d.kind is FireKind.CALLBACK and d.sent_as is Reliability.AT_MOST_ONCE}
+        for d in ds:
+            if d.kind is FireKind.CALLBACK and d.fire_id in amo:
+                sent[d.fire_id] += 1
+                if sent[d.fire_id] > 1:
+                    fail(f"fire {d.fire_id} sent at_most_once delivered twice")
         del plan
 
     # each attempt is on record once; a second row for it is only the late result of an attempt
@@ -722,6 +766,8 @@ def check(sim: Sim) -> None:
     execs: dict[str, list[Any]] = defaultdict(list)
     first_row: dict[tuple[str, FireKind, int], Any] = {}
     for e in state.executions:
+        if e.kind is FireKind.EVENT:  # an update on record, not an attempt
+            continue
         key = (e.fire_id, e.kind, e.attempt)
         prev = first_row.get(key)
         if prev is None:
@@ -790,10 +836,25 @@ def check(sim: Sim) -> None:
             cbs = [d for d in ds if d.kind is FireKind.CALLBACK]
             if spec.max_runs is not None and any(_seq(d) > spec.max_runs for d in cbs):
                 fail(f"occurrence after max_runs {spec.max_runs}: {t} {[d.fire_id for d in cbs]}")
-            if spec.end_at is not None and any(
-                d.attempt == 1 and d.due - jitter(tid, _seq(d), spec.jitter_ms) >= spec.end_at for d in cbs
-            ):
+            if spec.end_at is not None and any(d.attempt == 1 and d.scheduled >= spec.end_at for d in cbs):
                 fail(f"occurrence at or after end_at {spec.end_at}: {t}")
+            firsts_by_seq = sorted((_seq(d), d.scheduled) for d in cbs if d.attempt == 1)
+            for (sa, a), (sb, b) in itertools.pairwise(firsts_by_seq):  # no instant fired twice, in order
+                if sb == sa or b <= a:
+                    fail(f"occurrences {sa} and {sb} of {tid} at instants {a} and {b}")
+            if tid in sim.specs:  # updated in place: each occurrence on the grid and jitter of a definition it had
+                history = [sim.created_spec[tid], *sim.specs[tid]]
+                for d in cbs:
+                    if d.attempt != 1:
+                        continue
+                    if not any((d.scheduled - t.created_ms) % s.interval_ms == 0 for s in history if s.interval_ms):
+                        fail(f"updated task {tid}: occurrence {d.fire_id} at {d.scheduled} on no grid it had")
+                    if all(d.due - d.scheduled != jitter(tid, _seq(d), s.jitter_ms) for s in history):
+                        fail(f"updated task {tid}: occurrence {d.fire_id} due {d.due} has no jitter it had")
+                continue
+            for d in cbs:  # the due instant is the scheduled one plus the task's own offset, whoever led
+                if d.attempt == 1 and d.due - d.scheduled != jitter(tid, _seq(d), spec.jitter_ms):
+                    fail(f"occurrence {d.fire_id} due {d.due} is not its instant {d.scheduled} + its offset")
             if spec.jitter_ms and spec.interval_ms:  # the offset is the task's own, whoever led
                 for d in cbs:
                     if d.attempt == 1 and (d.due - jitter(tid, _seq(d), spec.jitter_ms) - t.created_ms) % spec.interval_ms:

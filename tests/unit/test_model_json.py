@@ -100,6 +100,7 @@ def _api_object(t: Task) -> dict[str, Any]:
         "last_status_code": t.last_status_code,
         "last_response": t.last_response,
         "last_fire_at": t.last_fire_ms,
+        "version": t.version,
     }
 
 

@@ -31,6 +31,7 @@ export default {
   result: {
     success: 'Success', failed: 'Failed', timeout: 'Timeout', network_error: 'Network error', not_found: 'Not found (404)',
     lost: 'Lost', unknown: 'Unknown', ack_success: 'ACK success', ack_failed: 'ACK failed',
+    updated: 'Updated',
   },
   type: { delayed: 'Delayed', periodic: 'Periodic' },
   reliability: { at_least_once: 'At least once', at_most_once: 'At most once' },
@@ -60,6 +61,7 @@ export default {
     nextRunNote: 'Only tasks with a next run (not paused, firing or finished).',
   },
   task: {
+    version: 'Version',
     type: 'Type', schedule: 'Schedule', callback_url: 'Callback URL', scene: 'Scene', reliability: 'Reliability',
     timeout_ms: 'Timeout (ms)', timeout: 'Timeout', ack_delay: 'ACK delay', max_retries: 'Max retries', max_fails: 'Max consecutive fails', created_at: 'Created',
     updated_at: 'Updated', next_run_at: 'Next run', last_fire_at: 'Last fired', seq: 'Occurrence', attempt: 'Attempt',
@@ -76,6 +78,9 @@ export default {
     payload: 'Payload (JSON)', payloadInvalid: 'Payload is not valid JSON: {msg}', advanced: 'More options',
     auto: 'auto', create: 'Create task', cloneTitle: 'New task (clone)', cloneOf: 'Filled in from task {id}; saving creates a new task.',
     errorCount: '{n} fields need attention.', fixSchedule: 'Fix the schedule to see the fire times.',
+    editTitle: 'Edit task {id}', editOf: 'Editing version {version}. Saving changes the task in place; a fire in flight finishes as it was sent.',
+    save: 'Save changes', saved: 'Task {id} updated.', stale: 'The task was changed meanwhile (by someone else, or by the API). Reload this page to edit the current version; nothing was saved.',
+    delayFromCreation: 'Counted from the task’s creation.',
   },
   detail: {
     title: 'Task', fields: 'Fields', lastResult: 'Last result', history: 'Execution history',
@@ -85,7 +90,7 @@ export default {
     confirm_resume: 'Resume task {id}? Its next run is recomputed (a missed delayed task fires now).',
     confirm_trigger: 'Run one extra occurrence of task {id} now?',
     confirm_delete: 'Delete task {id} and its whole history? This cannot be undone.',
-    done_pause: 'Task paused.', clone: 'Clone', failed: '{action} failed: {msg}', done_resume: 'Task resumed.', done_trigger: 'Extra occurrence triggered.',
+    done_pause: 'Task paused.', clone: 'Clone', edit: 'Edit', failed: '{action} failed: {msg}', done_resume: 'Task resumed.', done_trigger: 'Extra occurrence triggered.',
   },
   exec: {
     ack: 'ACK', firedAt: 'Fired at', task: 'Task', fireId: 'Fire ID', result: 'Result', status: 'HTTP status', latency: 'Latency',

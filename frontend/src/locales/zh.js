@@ -27,7 +27,7 @@ export default {
   },
   result: {
     success: '成功', failed: '失败', timeout: '超时', network_error: '网络错误', not_found: '未找到 (404)', lost: '丢失',
-    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败',
+    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改',
   },
   type: { delayed: '延时', periodic: '周期' },
   reliability: { at_least_once: '至少一次', at_most_once: '至多一次' },
@@ -55,6 +55,7 @@ export default {
     notAnId: '不是任务 ID（26 个字母和数字）。', autoRefresh: '自动刷新', nextRunNote: '只列出有下次运行时间的任务（不含暂停、触发中或已结束的）。',
   },
   task: {
+    version: '版本',
     type: '类型', schedule: '调度', callback_url: '回调地址', scene: '场景', reliability: '可靠性', timeout_ms: '超时 (毫秒)',
     max_retries: '最大重试次数', max_fails: '最大连续失败次数', created_at: '创建时间', updated_at: '更新时间',
     next_run_at: '下次运行', last_fire_at: '上次触发', seq: '第几次', attempt: '尝试次数', fail_count: '连续失败',
@@ -70,6 +71,9 @@ export default {
     callbackHint: '以 JSON 形式 POST 负载。默认是本节点内置的测试端点。', payload: '负载 (JSON)',
     payloadInvalid: '负载不是合法的 JSON：{msg}', advanced: '更多选项', auto: '自动', create: '创建任务', cloneTitle: '新建任务（克隆）',
     cloneOf: '已按任务 {id} 填写；保存会创建一个新任务。', errorCount: '有 {n} 个字段需要修改。', fixSchedule: '修正调度后可预览触发时间。',
+    editTitle: '编辑任务 {id}', editOf: '正在编辑版本 {version}。保存会原地修改该任务；正在进行的触发按发出时的定义完成。',
+    save: '保存修改', saved: '任务 {id} 已更新。', stale: '该任务在此期间已被修改（其他人或 API）。请刷新页面后编辑当前版本；本次未保存任何内容。',
+    delayFromCreation: '从任务创建时开始计算。',
   },
   detail: {
     title: '任务', fields: '字段', lastResult: '上次结果', history: '执行历史', notFound: '该任务不存在（已删除或已过期）。',
@@ -78,7 +82,7 @@ export default {
     confirm_resume: '恢复任务 {id}？将重新计算下次运行时间（已错过的延时任务会立即触发）。',
     confirm_trigger: '立即额外运行一次任务 {id}？',
     confirm_delete: '删除任务 {id} 及其全部历史？此操作无法撤销。',
-    clone: '克隆', failed: '{action}失败：{msg}', done_pause: '任务已暂停。', done_resume: '任务已恢复。', done_trigger: '已触发一次额外运行。',
+    clone: '克隆', edit: '编辑', failed: '{action}失败：{msg}', done_pause: '任务已暂停。', done_resume: '任务已恢复。', done_trigger: '已触发一次额外运行。',
   },
   exec: {
     ack: '确认', firedAt: '触发时间', task: '任务', fireId: '触发 ID', result: '结果', status: 'HTTP 状态码', latency: '耗时',

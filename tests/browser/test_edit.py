@@ -1,0 +1,82 @@
+"""Editing a task in the console (PATCH with If-Match): the form is filled from the task, only the
+kinds its type allows are offered, saving changes the task in place (version + 1, history row), an
+emptied field goes back to its default, and a task changed meanwhile is not overwritten."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import Console, Served
+
+pytestmark = pytest.mark.browser
+
+CB = "http://127.0.0.1:9/edit"
+
+
+def _task(served: Served, **kw: object) -> dict[str, object]:
+    body = {"type": "periodic", "interval_ms": 60_000, "callback_url": CB, "scene": "before", **kw}
+    st, task = served.api("POST", "/tasks", body)
+    assert st == 201, task
+    return task
+
+
+def test_edit_changes_the_task_in_place_and_shows_the_new_version(served: Served, page: Page) -> None:
+    tid = str(_task(served, timeout_ms=7_000)["id"])
+    page.goto(f"{served.url}/ui/tasks/{tid}")
+    page.get_by_test_id("act-edit").click()
+    expect(page).to_have_url(f"{served.url}/ui/tasks/{tid}/edit")
+    expect(page.get_by_test_id("edit-of")).to_contain_text("version 1")
+    expect(page.get_by_test_id("kind-delayed")).to_have_count(0)  # a task's type cannot change
+    expect(page.get_by_test_id("f-interval")).to_have_value("1")
+    page.get_by_test_id("f-interval").fill("2")
+    page.get_by_test_id("f-scene").fill("after")
+    page.locator("details.advanced summary").click()
+    expect(page.get_by_test_id("f-idem")).to_be_disabled()
+    page.get_by_test_id("f-timeout").fill("")  # emptied: back to the default
+    page.get_by_test_id("submit").click()
+    expect(page).to_have_url(f"{served.url}/ui/tasks/{tid}")
+    expect(page.locator('[data-field="version"]')).to_have_text("2")
+    st, task = served.api("GET", f"/tasks/{tid}")
+    assert st == 200
+    assert (task["version"], task["interval_ms"], task["scene"], task["timeout_ms"]) == (2, 120_000, "after", 5_000)
+    st, page_ = served.api("GET", f"/tasks/{tid}/executions")
+    assert [(e["kind"], e["result"]) for e in page_["items"]] == [("event", "updated")]
+
+
+def test_switching_an_interval_task_to_cron_replaces_its_schedule(served: Served, page: Page) -> None:
+    tid = str(_task(served)["id"])
+    page.goto(f"{served.url}/ui/tasks/{tid}/edit")
+    expect(page.get_by_test_id("edit-of")).to_be_visible()
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-cron").fill("0 9 * * mon-fri")
+    page.get_by_test_id("f-tz").fill("Europe/Amsterdam")
+    page.get_by_test_id("submit").click()
+    expect(page).to_have_url(f"{served.url}/ui/tasks/{tid}")
+    st, task = served.api("GET", f"/tasks/{tid}")
+    assert (task["interval_ms"], task["cron_expr"], task["timezone"], task["version"]) == (
+        None, "0 9 * * mon-fri", "Europe/Amsterdam", 2)
+
+
+def test_a_task_changed_meanwhile_is_not_overwritten(served: Served, page: Page, console: Console) -> None:
+    console.allow.append(r"status of 412")
+    tid = str(_task(served)["id"])
+    page.goto(f"{served.url}/ui/tasks/{tid}/edit")
+    expect(page.get_by_test_id("edit-of")).to_contain_text("version 1")
+    st, _ = served.api("PATCH", f"/tasks/{tid}", {"scene": "someone-else"})
+    assert st == 200
+    page.get_by_test_id("f-scene").fill("mine")
+    page.get_by_test_id("submit").click()
+    expect(page.get_by_test_id("form-error")).to_contain_text("changed meanwhile")
+    expect(page).to_have_url(f"{served.url}/ui/tasks/{tid}/edit")
+    st, task = served.api("GET", f"/tasks/{tid}")
+    assert (task["scene"], task["version"]) == ("someone-else", 2)
+
+
+def test_the_edit_form_speaks_chinese(served: Served, page: Page) -> None:
+    tid = str(_task(served)["id"])
+    page.goto(f"{served.url}/ui/tasks/{tid}/edit")
+    page.evaluate("localStorage.setItem('molens.lang', 'zh')")
+    page.reload()
+    expect(page.get_by_test_id("edit-of")).to_contain_text("正在编辑版本 1")
+    expect(page.get_by_test_id("submit")).to_have_text("保存修改")

@@ -1,0 +1,193 @@
+"""Updating a task in place (docs/architecture.md#update): ``UpdateTask`` through machine.apply, and
+``model.decode_update`` (the merge patch validated like a create)."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from molens.errors import PreconditionFailedError, ValidationError
+from molens.fsm.commands import PauseTasks, ResumeTasks, UpdateTask
+from molens.model import (
+    ExecutionResult,
+    FireKind,
+    IllegalTransitionError,
+    Outcome,
+    Reliability,
+    Status,
+    TaskSpec,
+    decode_update,
+    validate_create,
+)
+from molens.schema import task_json
+from tests.unit.test_fsm_machine import URL, H
+
+NEW_URL = "http://127.0.0.1:9/new"
+
+
+def _update(h: H, tid: str, body: bytes, version: int | None = None) -> object:
+    t = h.t(tid)
+    spec = decode_update(body, t.spec, now_ms=h.now)
+    out = h.apply(UpdateTask(h.now, tid, spec, t.version if version is None else version))
+    return out.results[0]
+
+
+def test_a_stale_version_is_refused_and_changes_nothing() -> None:
+    h = H()
+    t = h.create(interval_ms=60_000)
+    before = h.t(t.id)
+    spec = decode_update(b'{"scene":"billing"}', t.spec, now_ms=h.now)
+    out = h.apply(UpdateTask(h.now, t.id, spec, version=2))
+    assert isinstance(out.results[0], PreconditionFailedError)
+    assert out.results[0].field == "If-Match"
+    assert h.t(t.id) == before
+    assert out.writes.tasks == {} and out.writes.executions == []
+
+
+def test_an_update_bumps_the_version_records_the_fields_and_the_next_fire_uses_them() -> None:
+    h = H()
+    t = h.create(interval_ms=60_000)
+    h.now += 1_000
+    nt = _update(h, t.id, b'{"callback_url":"' + NEW_URL.encode() + b'","payload":{"n":1},"scene":"s2"}')
+    assert nt == h.t(t.id)
+    assert h.t(t.id).version == 2
+    assert h.t(t.id).due_ms == t.due_ms  # the schedule did not change
+    rows = h.s.executions
+    assert [(e.kind, e.result, e.response_head, e.url) for e in rows] == [
+        (FireKind.EVENT, ExecutionResult.UPDATED, "version 2: callback_url, payload, scene", NEW_URL)
+    ]
+    fr = h.fire_due(t.id)
+    assert (fr.url, fr.body, fr.scene) == (NEW_URL, b'{"n":1}', "s2")
+    assert msgspec.json.decode(task_json(h.t(t.id)))["version"] == 2
+
+
+def test_an_update_that_changes_nothing_keeps_the_version_and_writes_no_history() -> None:
+    h = H()
+    t = h.create(interval_ms=60_000, scene="a")
+    res = _update(h, t.id, b'{"scene":"a","interval_ms":60000}')
+    assert res == t and h.t(t.id).version == 1 and h.s.executions == []
+
+
+def test_a_schedule_change_moves_an_occurrence_not_started_to_the_new_schedule_and_none_fires_twice() -> None:
+    h = H()
+    t = h.create(type="periodic", interval_ms=10_000)
+    instants = [h.cycle(t.id).not_before_ms for _ in range(3)]
+    assert instants == [t.created_ms + k * 10_000 for k in (1, 2, 3)]
+    h.now += 2_500
+    _update(h, t.id, b'{"cron_expr":"* * * * *"}')  # interval_ms dropped: one schedule field replaces the schedule
+    u = h.t(t.id)
+    assert u.spec.interval_ms is None and u.spec.cron_expr == "* * * * *"
+    assert u.due_ms is not None and u.due_ms > h.now and u.due_ms % 60_000 == 0
+    assert u.seq == 4  # the occurrence that had not fired yet, moved
+    instants += [h.cycle(t.id).not_before_ms for _ in range(3)]
+    assert len(set(instants)) == len(instants) == 6
+    assert instants[3:] == [u.due_ms + k * 60_000 for k in range(3)]
+
+
+def test_an_at_most_once_fire_in_flight_changed_to_at_least_once_is_never_sent_again() -> None:
+    h = H()
+    t = h.create(reliability="at_most_once")
+    h.fire_due(t.id)
+    _update(h, t.id, b'{"reliability":"at_least_once","callback_url":"' + NEW_URL.encode() + b'"}')
+    occ = h.t(t.id).occ_spec
+    assert occ is not None and occ.reliability is Reliability.AT_MOST_ONCE
+    h.answer(t.id, None, Outcome.LOST)
+    after = h.t(t.id)
+    assert after.status is Status.FAILED and after.due_ms is None and after.occ_spec is None
+    callback_rows = [e for e in h.s.executions if e.kind is FireKind.CALLBACK]
+    assert [(e.result, e.url) for e in callback_rows] == [(ExecutionResult.UNKNOWN, URL)]
+
+
+def test_a_retry_after_an_update_goes_to_the_new_url() -> None:
+    h = H()
+    t = h.create(max_retries=2)
+    h.fire_due(t.id)
+    _update(h, t.id, b'{"callback_url":"' + NEW_URL.encode() + b'"}')
+    h.answer(t.id, 500)
+    assert h.t(t.id).status is Status.FIRING
+    fr = h.fire_due(t.id)
+    assert fr.url == NEW_URL and fr.fire.attempt == 2
+
+
+def test_a_schedule_change_of_a_running_periodic_task_keeps_its_occurrence_and_continues_on_the_new_one() -> None:
+    h = H()
+    t = h.create(type="periodic", interval_ms=10_000)
+    first = h.fire_due(t.id).not_before_ms
+    _update(h, t.id, b'{"interval_ms":25000}')
+    h.answer(t.id, 200)
+    u = h.t(t.id)
+    assert u.seq == 2 and u.due_ms == t.created_ms + 25_000 and u.due_ms > first
+
+
+def test_a_paused_task_resumes_on_its_new_schedule() -> None:
+    h = H()
+    t = h.create(type="periodic", interval_ms=10_000)
+    h.apply(PauseTasks(h.now, (t.id,)))
+    _update(h, t.id, b'{"interval_ms":30000}')
+    assert h.t(t.id).status is Status.PAUSED and h.t(t.id).due_ms is None
+    h.apply(ResumeTasks(h.now, (t.id,)))
+    assert h.t(t.id).due_ms == t.created_ms + 30_000
+
+
+def test_end_at_moved_before_the_next_occurrence_ends_the_task() -> None:
+    h = H()
+    t = h.create(type="periodic", interval_ms=10_000)
+    h.now += 1_000
+    _update(h, t.id, f'{{"end_at":{h.now + 5_000}}}'.encode())
+    assert h.t(t.id).status is Status.DONE and h.t(t.id).due_ms is None
+
+
+def test_the_machine_refuses_a_type_change_even_if_the_api_let_one_through() -> None:
+    h = H()
+    t = h.create(interval_ms=60_000)
+    spec = validate_create({"type": "periodic", "interval_ms": 60_000, "callback_url": URL}, now_ms=h.now)
+    out = h.apply(UpdateTask(h.now, t.id, spec, 1))
+    assert isinstance(out.results[0], IllegalTransitionError) and h.t(t.id) == t
+
+
+def _spec() -> TaskSpec:
+    return validate_create(
+        {"type": "periodic", "interval_ms": 60_000, "callback_url": URL, "payload": {"big": 12345678901234567890}},
+        now_ms=1_000_000,
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"[1]", "body"),
+        (b"{", "body"),
+        (b'{"type":"delayed"}', "type"),
+        (b'{"idempotency_key":"k"}', "idempotency_key"),
+        (b'{"nope":1}', "nope"),
+        (b'{"nope":null}', "nope"),
+        (b'{"interval_ms":5}', "interval_ms"),
+        (b'{"run_at":5}', "run_at"),
+        (b'{"timezone":"Mars/Base"}', "timezone"),
+        (b'{"callback_url":"http://169.254.169.254/"}', "callback_url"),
+        (b'{"interval_ms":null}', "interval_ms"),  # the schedule removed and none given
+    ],
+)
+def test_decode_update_refuses_what_a_create_would_and_what_cannot_change(body: bytes, field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        decode_update(body, _spec(), now_ms=2_000_000)
+    assert e.value.field == field, e.value
+
+
+def test_decode_update_keeps_what_is_left_out_exactly_and_null_resets_to_the_default() -> None:
+    s = _spec()
+    u = decode_update(b'{"scene":"x","max_retries":null}', s, now_ms=2_000_000)
+    assert u.payload_json == b'{"big":12345678901234567890}'
+    assert (u.scene, u.max_retries, u.interval_ms, u.max_fails) == ("x", 3, 60_000, s.max_fails)
+    u = decode_update(b'{"max_retries":7}', u, now_ms=2_000_000)
+    assert decode_update(b'{"max_retries":null}', u, now_ms=2_000_000).max_retries == 3
+
+
+def test_an_end_at_that_has_passed_does_not_block_other_changes() -> None:
+    s = validate_create(
+        {"type": "periodic", "interval_ms": 60_000, "callback_url": URL, "end_at": 5_000_000}, now_ms=1_000_000
+    )
+    assert decode_update(b'{"scene":"x"}', s, now_ms=9_000_000).end_at == 5_000_000
+    with pytest.raises(ValidationError) as e:
+        decode_update(b'{"end_at":6000000}', s, now_ms=9_000_000)
+    assert e.value.field == "end_at"
