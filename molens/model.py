@@ -61,6 +61,7 @@ from molens.errors import (
 )
 from molens.schedule import cron
 from molens.schema import (
+    CatchUp,
     ExecutionResult,
     FireKind,
     Outcome,
@@ -71,6 +72,7 @@ from molens.schema import (
     TaskType,
     create_type,
     request_error,
+    rule_defaulted,
     spec_defaults,
     spec_fields,
     tasks_json,
@@ -539,7 +541,8 @@ def decode_update(
         raise ValidationError("the body must be a JSON object (a merge patch of the task)", "body") from None
     except msgspec.DecodeError as e:
         raise request_error(e, limits, type(current)) from None
-    fields = spec_fields(type(current))
+    spec_type = type(current)
+    fields = spec_fields(spec_type)
     names = {f.encode_name for f in fields}
     for k in patch:
         if k not in names:
@@ -548,9 +551,10 @@ def decode_update(
         if name in patch and bytes(patch[name]) != msgspec.json.encode(getattr(current, name)):
             raise ValidationError(f"{name} cannot be changed; create a new task", name)
     base: dict[str, msgspec.Raw] = {}
+    defaults, by_rule = spec_defaults(limits, spec_type), rule_defaulted(spec_type)
     for f in fields:
         v = getattr(current, f.name)
-        if v is not None:
+        if v is not None and (f.name in by_rule or f.name not in defaults or v != defaults[f.name]):
             base[f.encode_name] = msgspec.Raw(v if f.encode_name == "payload" else msgspec.json.encode(v))
     if any(k in patch and bytes(patch[k]) != b"null" for k in _SCHEDULE_KEYS):
         for k in _SCHEDULE_KEYS:
@@ -599,7 +603,7 @@ def _apply_rules(
         if iv is not None and iv < limits.min_period_ms:
             raise ValidationError(f"interval_ms must be in {limits.min_period_ms}..{max_delay}, got {iv}", "interval_ms")
 
-    bounds = [k for k in ("start_at", "end_at", "max_runs") if given[k] is not None]
+    bounds = [k for k in ("start_at", "end_at", "max_runs", "catchup", "catchup_window_ms") if given[k] is not None]
     if ttype is TaskType.DELAYED and bounds:
         raise ValidationError(f"{bounds[0]} is only for periodic tasks", bounds[0])
     start_at, end_at = given["start_at"], given["end_at"]
@@ -651,6 +655,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_POLICY",
     "TERMINAL_STATUSES",
+    "CatchUp",
     "CallbackPolicy",
     "Execution",
     "ExecutionResult",

@@ -73,6 +73,17 @@ class Reliability(enum.StrEnum):
     AT_MOST_ONCE = "at_most_once"
 
 
+class CatchUp(enum.StrEnum):
+    """What a periodic task does with occurrences it missed (docs/architecture.md#catch-up)."""
+
+    ONE = "one"
+    """One fire, at once, stands for every occurrence missed (the default)."""
+    NONE = "none"
+    """Missed occurrences are skipped; the schedule continues at its next instant."""
+    ALL = "all"
+    """Each missed occurrence fires, oldest first, at most ``catchup_window_ms`` back."""
+
+
 class FireKind(enum.StrEnum):
     """Value of the ``X-Molens-Kind`` header."""
 
@@ -106,6 +117,9 @@ class ExecutionResult(enum.StrEnum):
     """at_most_once fire with no result: it may or may not have been delivered, and never will be again."""
     ACK_SUCCESS = "ack_success"
     ACK_FAILED = "ack_failed"
+    SKIPPED = "skipped"
+    """History only (kind ``event``): scheduled occurrences that were not fired (catch-up, overlap);
+    ``execution_result`` names the range and the rule."""
     UPDATED = "updated"
     """History only (kind ``event``): the task's definition changed (PATCH); ``execution_result``
     names the version and the fields."""
@@ -221,6 +235,17 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     max_runs: Annotated[
         int | None, rule("periodic only: done after this many occurrences", ge=1, le=1_000_000_000)
     ] = None
+    catchup: Annotated[
+        CatchUp,
+        rule(
+            "periodic only: occurrences missed (the next one was already due when one was started, or "
+            "came due while it ran): one (a single fire at once stands for them), none (skipped), all "
+            "(each fired, oldest first, at most catchup_window_ms back)"
+        ),
+    ] = CatchUp.ONE
+    catchup_window_ms: Annotated[
+        int, rule("periodic, catchup all: how far back missed occurrences are still fired", ge=0, le=31_536_000_000)
+    ] = 3_600_000
 
     @property
     def payload(self) -> Any:
@@ -370,6 +395,16 @@ def spec_defaults(limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> dict[str
         elif f.default is not msgspec.NODEFAULT:
             out[f.name] = f.default
     return out
+
+
+@functools.cache
+def rule_defaulted(spec_type: type[TaskSpec] = TaskSpec) -> frozenset[str]:
+    """Names of the fields whose default a rule of :func:`molens.model.validate_create` decides
+    (``default="rule"``, e.g. ``max_fails``)."""
+    hints = _hints(spec_type)
+    return frozenset(
+        f.name for f in msgspec.structs.fields(spec_type) if _split(hints[f.name])[1].get("default") == "rule"
+    )
 
 
 class _View:
@@ -540,6 +575,7 @@ def request_error(
 
 __all__ = [
     "FORMAT",
+    "CatchUp",
     "ExecutionResult",
     "FireKind",
     "Outcome",
@@ -552,6 +588,7 @@ __all__ = [
     "openapi_components",
     "request_error",
     "rule",
+    "rule_defaulted",
     "spec_defaults",
     "task_json",
     "tasks_json",

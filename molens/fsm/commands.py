@@ -48,6 +48,9 @@ class PauseTasks(msgspec.Struct, frozen=True, array_like=True, tag=18):
 class ResumeTasks(msgspec.Struct, frozen=True, array_like=True, tag=19):
     now_ms: int
     task_ids: tuple[str, ...]
+    from_schedule: bool = False
+    """``resume_from: schedule``: a paused periodic task takes up its schedule where it stopped, and
+    what it missed meanwhile follows its ``catchup`` (docs/architecture.md#catch-up)."""
 
 
 class TriggerTask(msgspec.Struct, frozen=True, array_like=True, tag=20):

@@ -40,6 +40,11 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   ``awaiting_ack`` and the probe is due ``ack_delay_ms`` later; it reuses the fire id, with
   ``X-Molens-Kind: ack``. 2xx -> ``done``; anything else retries after ``ack_delay_ms`` until
   ``ack_ttl`` (3) probes were made -> ``failed`` (result ``ack_failed``).
+- **Catch-up** (``catchup``): an occurrence is *missed* when its next instant is already due as it
+  is about to start. ``one`` (default) fires it at once and it stands for the others; ``none``
+  skips it and every passed instant (the task moves to its next instant not in the past); ``all``
+  fires each passed instant in turn, oldest first, from ``catchup_window_ms`` back. Skipped
+  instants are one ``skipped`` history row per decision.
 - **Periodic timing** is fixed-rate: the next occurrence is computed from the *scheduled* instant of
   the one that just ended (``sched_ms``), never from its completion, with
   ``cron.next_after_misfire``: the first schedule instant after it that is not in the past. An
@@ -55,7 +60,8 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   **Resume** (from paused, and from inactive for periodic tasks, which also resets ``fail_count``)
   recomputes the next run: a delayed task fires at its time or now if that has passed; a periodic
   task that was between occurrences skips what it missed while paused and continues at its next
-  scheduled instant; a retry chain or ACK phase in progress continues now. **Trigger** (from
+  scheduled instant (``resume_from: schedule``: it takes up the instant it was waiting for, and
+  what it missed follows its ``catchup``); a retry chain or ACK phase in progress continues now. **Trigger** (from
   pending, with nothing in flight) moves the upcoming occurrence to now; for a periodic task the
   schedule then continues at the next regular instant, so the trigger adds one occurrence.
   **Delete** removes the task, its fire record, idempotency key and history.
@@ -95,6 +101,7 @@ from molens.fsm.commands import (
 )
 from molens.model import (
     TERMINAL_STATUSES,
+    CatchUp,
     Execution,
     ExecutionResult,
     FireKind,
@@ -340,15 +347,38 @@ def _beyond_bounds(t: Task, seq: int, sched: int) -> bool:
     return (s.max_runs is not None and seq > s.max_runs) or (s.end_at is not None and sched >= s.end_at)
 
 
-def _next_occurrence(t: Task, now: int) -> dict[str, Any]:
-    """Changes that start the periodic task's next occurrence (or end the task at its bounds).
+def _skipped(tx: _Tx, t: Task, start: int, end: int, now: int, why: str) -> None:
+    """One history row for the occurrences scheduled in ``[start, end)`` that are not fired."""
+    tx.w.executions.append(Execution(
+        task_id=t.id, fire_id=t.fire_id, seq=t.seq, attempt=0, kind=FireKind.EVENT, result=ExecutionResult.SKIPPED,
+        status_code=None, latency_ms=None, worker="", url=t.spec.callback_url, scene=t.spec.scene, fired_ms=now,
+        finished_ms=now, response_head=f"skipped the occurrences scheduled in [{start}, {end}) ms: {why}",
+    ))
 
-    ``cron.next_after_misfire``: the first schedule instant after the one that just ran that is not
-    in the past; instants missed meanwhile (downtime, a long retry chain) are represented by the late
-    occurrence that just ran and are not fired again.
+
+def _next_occurrence(tx: _Tx, t: Task, now: int) -> dict[str, Any]:
+    """Changes that start the periodic task's next occurrence (or end the task at its bounds)
+    (docs/architecture.md#catch-up).
+
+    ``catchup`` one or none: the first schedule instant after the one that just ran that is not in
+    the past (``cron.next_after_misfire``); instants that came due meanwhile (downtime, a long retry
+    chain) are represented by the occurrence that just ran, recorded as skipped, and not fired.
+    ``catchup`` all: the next instant even if it has passed (it fires at once), unless it is more
+    than ``catchup_window_ms`` old: then the first instant within the window.
     """
+    spec = t.spec
     try:
-        nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
+        first = next_scheduled(t, t.sched_ms)
+        if spec.catchup is CatchUp.ALL:
+            floor = now - spec.catchup_window_ms
+            nxt = first if first >= floor else next_scheduled(t, floor - 1)
+            if nxt > first:
+                _skipped(tx, t, first, nxt, now, "more than catchup_window_ms ago (catchup all)")
+        else:
+            nxt = first if first >= now else next_after_misfire(schedule_of(t), t.sched_ms, now)
+            if nxt > first:
+                _skipped(tx, t, first, nxt, now, f"due while the cluster was down, the task paused or an "
+                                                 f"occurrence ran (catchup {spec.catchup})")
     except ValueError as exc:  # the schedule has no next instant (deterministic on every replica)
         log.error("task=%s has no next occurrence (%s): inactive", t.id, exc)
         return dict(_INACTIVE)
@@ -359,7 +389,7 @@ def _next_occurrence(t: Task, now: int) -> dict[str, Any]:
         "seq": t.seq + 1,
         "attempt": 0,
         "ack_attempt": 0,
-        "due_ms": nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms),
+        "due_ms": max(now, nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms)),  # catchup all: at once
         "sched_ms": nxt,
     }
 
@@ -386,7 +416,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case PauseTasks():
             results = [_pause(tx, tid, now) for tid in cmd.task_ids]
         case ResumeTasks():
-            results = [_resume(tx, tid, now) for tid in cmd.task_ids]
+            results = [_resume(tx, tid, now, cmd.from_schedule) for tid in cmd.task_ids]
         case TriggerTask():
             results = [_trigger(tx, cmd.task_id, now)]
         case Expire():
@@ -451,6 +481,11 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         return IllegalTransitionError(
             f"stale fire {it.fire_id} attempt {it.attempt}; expected {t.fire_id} attempt {expected}", "fire_id"
         )
+    if expected == 1 and kind is FireKind.CALLBACK and t.spec.type is TaskType.PERIODIC:
+        caught = _catch_up(tx, t, now)
+        if caught is None:
+            return IllegalTransitionError(f"task {t.id}: missed occurrences skipped (catchup)", "task_id")
+        t, due = caught, caught.due_ms or due
     fire = Fire(
         fire_id=it.fire_id, task_id=t.id, kind=kind, attempt=it.attempt, worker=it.worker,
         deadline_ms=it.deadline_ms, dispatched_ms=now,
@@ -479,6 +514,41 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         )
     )
     return None
+
+
+def _catch_up(tx: _Tx, t: Task, now: int) -> Task | None:
+    """The periodic occurrence about to start, after the catch-up rule (docs/architecture.md#catch-up):
+    ``t`` itself unless it was missed (its next instant is already due); then, with ``catchup``
+    none, None (the task moved to its next instant that is not in the past, nothing fires), with
+    all, ``t`` moved to its first instant within ``catchup_window_ms`` (fired now, the later ones
+    after it), with one, ``t`` (fired now; it stands for the others, skipped when it ends)."""
+    spec = t.spec
+    if spec.catchup is CatchUp.ONE:
+        return t
+    try:
+        if next_scheduled(t, t.sched_ms) > now:
+            return t
+        if spec.catchup is CatchUp.NONE:
+            nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
+            why = "missed (catchup none)"
+        else:
+            floor = now - spec.catchup_window_ms
+            if t.sched_ms >= floor:
+                return t
+            nxt = next_scheduled(t, floor - 1)
+            why = "more than catchup_window_ms ago (catchup all)"
+    except ValueError:
+        return t  # no next instant: this one fires, the task then ends (_next_occurrence)
+    _skipped(tx, t, t.sched_ms, nxt, now, why)
+    moved = _replace(t, sched_ms=nxt, due_ms=nxt + jitter(t.id, t.seq, spec.jitter_ms), updated_ms=now)
+    if _beyond_bounds(t, t.seq, nxt):
+        tx.put(_replace(moved, status=Status.DONE, due_ms=None))
+        return None
+    assert moved.due_ms is not None
+    if spec.catchup is CatchUp.NONE or moved.due_ms > now:
+        tx.put(moved)
+        return None
+    return moved
 
 
 def _classify(it: ResultItem, kind: FireKind, reliability: Reliability) -> ExecutionResult:
@@ -548,7 +618,7 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     if fire.kind is FireKind.ACK:
         changes.update(_after_ack(t, res, fire, now, cfg))
     else:
-        changes.update(_after_callback(t, res, fire, now, cfg, sent.reliability))
+        changes.update(_after_callback(tx, t, res, fire, now, cfg, sent.reliability))
     if t.status is Status.PAUSED and changes["status"] not in TERMINAL_STATUSES:
         changes["status"] = Status.PAUSED
         changes["due_ms"] = None
@@ -594,7 +664,7 @@ _INACTIVE: dict[str, Any] = {"status": Status.INACTIVE, "due_ms": None}
 
 
 def _after_callback(
-    t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig, sent_as: Reliability
+    tx: _Tx, t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig, sent_as: Reliability
 ) -> dict[str, Any]:
     """Changes after a callback attempt's result (``t`` is the task before it; ``sent_as`` the
     reliability the attempt was sent with: an at_most_once fire is never sent again)."""
@@ -602,14 +672,14 @@ def _after_callback(
     periodic = spec.type is TaskType.PERIODIC
     if res is ExecutionResult.SUCCESS:
         if periodic:
-            return {**_next_occurrence(t, now), "fail_count": 0}
+            return {**_next_occurrence(tx, t, now), "fail_count": 0}
         if spec.ack_url is not None:
             return {"status": Status.AWAITING_ACK, "ack_attempt": 0, "due_ms": now + spec.ack_delay_ms}
         return _DONE
     if res is ExecutionResult.NOT_FOUND:
         return _INACTIVE if periodic else _FAILED
     if res is ExecutionResult.UNKNOWN:
-        return _next_occurrence(t, now) if periodic else _FAILED
+        return _next_occurrence(tx, t, now) if periodic else _FAILED
     if sent_as is Reliability.AT_LEAST_ONCE and spec.reliability is Reliability.AT_LEAST_ONCE \
             and fire.attempt <= spec.max_retries:
         delay = 0 if res is ExecutionResult.LOST else cfg.retry_base_ms << (fire.attempt - 1)
@@ -619,7 +689,7 @@ def _after_callback(
     fails = t.fail_count + 1
     if fails >= spec.max_fails:
         return {**_INACTIVE, "fail_count": fails}
-    return {**_next_occurrence(t, now), "fail_count": fails}
+    return {**_next_occurrence(tx, t, now), "fail_count": fails}
 
 
 def _after_ack(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> dict[str, Any]:
@@ -659,7 +729,7 @@ def _pause(tx: _Tx, tid: str, now: int) -> ItemResult:
     return nt
 
 
-def _resume(tx: _Tx, tid: str, now: int) -> ItemResult:
+def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemResult:
     t = tx.task(tid)
     if t is None:
         return NotFoundError(f"task {tid} not found", "task_id")
@@ -686,7 +756,8 @@ def _resume(tx: _Tx, tid: str, now: int) -> ItemResult:
     elif t.attempt > 0:
         nt = _replace(t, status=Status.FIRING, due_ms=max(now, t.sched_ms), updated_ms=now)
     elif periodic:
-        nxt = t.sched_ms if t.sched_ms >= now else next_scheduled(t, now)
+        # resume_from now: what passed while paused is dropped; schedule: it is missed (catch-up rule)
+        nxt = t.sched_ms if t.sched_ms >= now or from_schedule else next_scheduled(t, now)
         nt = _replace(
             t, status=Status.PENDING, due_ms=nxt + jitter(t.id, t.seq, t.spec.jitter_ms), sched_ms=nxt, updated_ms=now
         )

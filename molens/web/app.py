@@ -601,7 +601,17 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/resume", write=True)
     def resume_task(task_id: str) -> tuple[int, Any]:
-        return by_id(lambda now, tid: ResumeTasks(now, (tid,)), task_id)
+        from_schedule = False
+        if bottle.request.content_length > 0:  # optional {"resume_from": "now" | "schedule"}
+            body = api.read_json()
+            if not isinstance(body, dict) or set(body) - {"resume_from"}:
+                raise ValidationError('the body is optional: {"resume_from": "now" | "schedule"}', "body")
+            where = body.get("resume_from", "now")
+            if where not in ("now", "schedule"):
+                raise ValidationError(f"resume_from must be 'now' or 'schedule', got {_quote(str(where))}",
+                                      "resume_from")
+            from_schedule = where == "schedule"
+        return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True)
     def trigger_task(task_id: str) -> tuple[int, Any]:

@@ -141,6 +141,17 @@ def _schemas() -> dict[str, Any]:
             "properties": {"error": error_obj},
         },
         **(comps := openapi_components(lim)),  # TaskCreate, Task and their enums, from molens.schema
+        "ResumeRequest": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "resume_from": {
+                    "type": "string", "enum": ["now", "schedule"], "default": "now",
+                    "description": "now: a periodic task skips what passed while paused; schedule: it takes "
+                    "up the instant it was waiting for, and what it missed follows its catchup",
+                }
+            },
+        },
         "TaskUpdate": {
             **{k: v for k, v in comps["TaskCreate"].items() if k not in ("required", "title")},
             "title": "TaskUpdate",
@@ -519,7 +530,15 @@ def _paths() -> dict[str, Any]:
             },
         },
         f"{_P}/tasks/{{task_id}}/pause": task_action("pause", "Pause a task", (409,)),
-        f"{_P}/tasks/{{task_id}}/resume": task_action("resume", "Resume a paused (or inactive periodic) task", (409,)),
+        f"{_P}/tasks/{{task_id}}/resume": {
+            "post": {
+                **task_action("resume", "Resume a paused (or inactive periodic) task", (400, 409, 415))["post"],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("ResumeRequest")}},
+                },
+            }
+        },
         f"{_P}/tasks/{{task_id}}/trigger": task_action("trigger", "Run the next occurrence now", (409,)),
         f"{_P}/tasks/{{task_id}}/executions": {
             "get": {

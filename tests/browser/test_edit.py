@@ -4,6 +4,8 @@ emptied field goes back to its default, and a task changed meanwhile is not over
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -54,6 +56,7 @@ def test_switching_an_interval_task_to_cron_replaces_its_schedule(served: Served
     page.get_by_test_id("submit").click()
     expect(page).to_have_url(f"{served.url}/ui/tasks/{tid}")
     st, task = served.api("GET", f"/tasks/{tid}")
+    assert st == 200
     assert (task["interval_ms"], task["cron_expr"], task["timezone"], task["version"]) == (
         None, "0 9 * * mon-fri", "Europe/Amsterdam", 2)
 
@@ -80,3 +83,28 @@ def test_the_edit_form_speaks_chinese(served: Served, page: Page) -> None:
     page.reload()
     expect(page.get_by_test_id("edit-of")).to_contain_text("正在编辑版本 1")
     expect(page.get_by_test_id("submit")).to_have_text("保存修改")
+
+
+def test_the_catch_up_policy_is_set_in_the_form_and_changed_in_an_edit(served: Served, page: Page) -> None:
+    page.goto(f"{served.url}/ui/tasks/new")
+    page.get_by_test_id("kind-interval").click()
+    page.get_by_test_id("f-interval").fill("5")
+    page.get_by_test_id("f-url").fill(CB)
+    page.locator("details.advanced summary").click()
+    page.get_by_test_id("f-catchup").select_option("all")
+    page.get_by_test_id("f-catchup-window").fill("60000")
+    page.get_by_test_id("submit").click()
+    expect(page).to_have_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    tid = page.url.rsplit("/", 1)[1]
+    expect(page.locator('[data-field="catchup"]')).to_contain_text("Fire each, oldest first")
+    st, task = served.api("GET", f"/tasks/{tid}")
+    assert (task["catchup"], task["catchup_window_ms"]) == ("all", 60_000)
+    page.get_by_test_id("act-edit").click()
+    page.locator("details.advanced summary").click()
+    expect(page.get_by_test_id("f-catchup")).to_have_value("all")
+    page.get_by_test_id("f-catchup").select_option("none")
+    page.get_by_test_id("submit").click()
+    expect(page.locator('[data-field="catchup"]')).to_contain_text("Skip them")
+    st, task = served.api("GET", f"/tasks/{tid}")
+    assert st == 200
+    assert (task["catchup"], task["catchup_window_ms"], task["version"]) == ("none", 3_600_000, 2)

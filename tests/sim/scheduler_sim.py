@@ -69,6 +69,7 @@ from molens.fsm.machine import (
 )
 from molens.fsm.memstate import MemoryState
 from molens.model import (
+    CatchUp,
     ExecutionResult,
     FireKind,
     Outcome,
@@ -201,6 +202,7 @@ class Sim:
         self.p_worker_crash = r.choice([0, 1, 2])
         self.leader_crashes = r.choice([0, 1, 1, 2, 3])
         self.partitions = r.choice([0, 0, 1, 2])
+        self.outages = r.choice([0, 0, 1])
         self.lead = r.choice([0, 100, 100, DEFAULT_CONFIG.max_dispatch_lead_ms])
         """Dispatch ahead: the leader plans fires this long before their due time."""
 
@@ -263,11 +265,11 @@ class Sim:
             self.applied[n] += 1
             ld = self.leader
             is_leader = ld is not None and ld.node == n
-            dues: dict[str, int | None] = {}
+            dues: dict[str, tuple[int | None, int]] = {}
             if is_leader and isinstance(cmd, Dispatched):
                 for it in cmd.items:
                     t = rep.get_task(it.task_id)
-                    dues[it.fire_id] = t.due_ms if t else None
+                    dues[it.fire_id] = (t.due_ms, t.sched_ms) if t else (None, -1)
             out = rep.apply(cmd)
             if is_leader:
                 self.on_applied(cmd, out, dues)
@@ -299,7 +301,9 @@ class Sim:
                 self.worker_lost_check(n)
         self.wake()
 
-    def lose_leader(self, crash: bool) -> None:
+    def lose_leader(self, crash: bool, delay: int | None = None) -> None:
+        """The leader crashes or is cut off; the next one is elected ``delay`` ms later (default
+        0.3-1.5 s; an outage of the whole cluster: several periods)."""
         ld = self.leader
         if ld is None:
             return
@@ -311,9 +315,11 @@ class Sim:
         self.log_(f"{'crash' if crash else 'partition'} leader {ld.node}; {keep} uncommitted entries survive")
         if crash:
             self.crash(ld.node)
-        delay = self.rng.randint(300, 1_500)
+        if delay is None:
+            delay = self.rng.randint(300, 1_500)
 
         def new_term() -> None:
+            self.faults.append(self.now)
             for cmd in survivors:  # committed by the next leader, whose term starts after them
                 self.append(cmd)
             self.elect()
@@ -390,7 +396,7 @@ class Sim:
 
     # ---------------------------------------------------------------- leader shells
 
-    def on_applied(self, cmd: Command, out: Applied, dues: dict[str, int | None]) -> None:
+    def on_applied(self, cmd: Command, out: Applied, dues: dict[str, tuple[int | None, int]]) -> None:
         ld = self.leader
         assert ld is not None
         for e in out.effects:
@@ -399,7 +405,9 @@ class Sim:
             elif isinstance(e, WheelRemove):
                 ld.wheel.remove(e.key)
             elif isinstance(e, FireRequest):
-                due = dues.get(e.fire.fire_id)
+                due, sched = dues.get(e.fire.fire_id, (None, -1))
+                if sched != e.scheduled_ms:  # catchup all moved it past instants too old for its window
+                    due = e.not_before_ms
                 assert due is not None
                 self.planned[(e.fire.fire_id, e.fire.kind, e.fire.attempt)] = due
                 self.watch(e.fire)
@@ -617,6 +625,11 @@ class Sim:
                 patch = {"interval_ms": r.choice([1_000, 1_500, 2_000]), "jitter_ms": r.choice([0, 200, 400])}
                 k = len(kinds) - 1
                 self.at(self.t0 + r.randint(1_000, 25_000), lambda k=k, p=patch: self.client_update(k, p))
+        for req, _ in kinds:  # catch-up of missed occurrences (docs/architecture.md#catch-up)
+            if req["type"] == "periodic" and r.random() < 0.6:
+                req["catchup"] = r.choice(["one", "none", "all", "all"])
+                if req["catchup"] == "all" and r.random() < 0.3:
+                    req["catchup_window_ms"] = 2_000
         for i, (req, plan) in enumerate(kinds):
             req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
             req["timeout_ms"] = 1_000
@@ -679,6 +692,9 @@ class Sim:
             self.at(self.t0 + r.randint(500, FAULT_WINDOW), lambda: self.lose_leader(crash=True))
         for _ in range(self.partitions):
             self.at(self.t0 + r.randint(500, FAULT_WINDOW), lambda: self.lose_leader(crash=False))
+        for _ in range(self.outages):  # no leader for several periods: what catch-up is for
+            self.at(self.t0 + r.randint(500, FAULT_WINDOW),
+                    lambda: self.lose_leader(crash=False, delay=r.randint(2_500, 6_000)))
         for _ in range(self.p_worker_crash):
 
             def worker_crash() -> None:
@@ -842,6 +858,16 @@ def check(sim: Sim) -> None:
             for (sa, a), (sb, b) in itertools.pairwise(firsts_by_seq):  # no instant fired twice, in order
                 if sb == sa or b <= a:
                     fail(f"occurrences {sa} and {sb} of {tid} at instants {a} and {b}")
+            if spec.catchup is CatchUp.NONE and spec.interval_ms and tid not in sim.specs:
+                for d in cbs:  # a missed occurrence (its next instant due when it would start) never fires
+                    if d.attempt == 1 and d.at >= d.scheduled + spec.interval_ms + LATENESS_BOUND:
+                        fail(f"catchup none fired a missed occurrence: {d} (interval {spec.interval_ms})")
+            if (spec.catchup is CatchUp.ALL and spec.interval_ms and tid not in sim.specs
+                    and spec.catchup_window_ms >= END):
+                got = sorted({(_seq(d), d.scheduled) for d in cbs})  # occurrence n is instant n: none skipped
+                for (sa, a), (sb, b) in itertools.pairwise(got):  # (one may never arrive: lost, no retries left)
+                    if b - a != (sb - sa) * spec.interval_ms:
+                        fail(f"catchup all skipped instants between {a} and {b}: {tid}")
             if tid in sim.specs:  # updated in place: each occurrence on the grid and jitter of a definition it had
                 history = [sim.created_spec[tid], *sim.specs[tid]]
                 for d in cbs:
@@ -849,22 +875,24 @@ def check(sim: Sim) -> None:
                         continue
                     if not any((d.scheduled - t.created_ms) % s.interval_ms == 0 for s in history if s.interval_ms):
                         fail(f"updated task {tid}: occurrence {d.fire_id} at {d.scheduled} on no grid it had")
-                    if all(d.due - d.scheduled != jitter(tid, _seq(d), s.jitter_ms) for s in history):
+                    late_ok = any(s.catchup is CatchUp.ALL for s in history)  # caught up: due when it could start
+                    if all(d.due - d.scheduled != jitter(tid, _seq(d), s.jitter_ms)
+                           and not (late_ok and d.due > d.scheduled + jitter(tid, _seq(d), s.jitter_ms))
+                           for s in history):
                         fail(f"updated task {tid}: occurrence {d.fire_id} due {d.due} has no jitter it had")
                 continue
             for d in cbs:  # the due instant is the scheduled one plus the task's own offset, whoever led
-                if d.attempt == 1 and d.due - d.scheduled != jitter(tid, _seq(d), spec.jitter_ms):
+                off = jitter(tid, _seq(d), spec.jitter_ms)  # (catchup all: or later, when it could start)
+                if d.attempt == 1 and d.due - d.scheduled != off and not (
+                        spec.catchup is CatchUp.ALL and d.due > d.scheduled + off):
                     fail(f"occurrence {d.fire_id} due {d.due} is not its instant {d.scheduled} + its offset")
             if spec.jitter_ms and spec.interval_ms:  # the offset is the task's own, whoever led
                 for d in cbs:
-                    if d.attempt == 1 and (d.due - jitter(tid, _seq(d), spec.jitter_ms) - t.created_ms) % spec.interval_ms:
+                    if d.attempt == 1 and (d.scheduled - t.created_ms) % spec.interval_ms:
                         fail(f"jittered occurrence {d.fire_id} due {d.due} is not its grid instant + its offset")
             if plan.behaviour == "ok" and spec.interval_ms:
                 iv, anchor = spec.interval_ms, t.created_ms
-                firsts = sorted(
-                    d.due - jitter(tid, _seq(d), spec.jitter_ms)
-                    for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK
-                )
+                firsts = sorted(d.scheduled for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK)
                 for due in firsts:
                     if (due - anchor) % iv:
                         fail(f"periodic occurrence off its fixed-rate grid: task {tid} due {due}")

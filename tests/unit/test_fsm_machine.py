@@ -760,5 +760,6 @@ def test_periodic_without_a_next_instant_goes_inactive(h: H, monkeypatch: pytest
         raise ValueError("no next fire")
 
     monkeypatch.setattr(machine, "next_after_misfire", no_more)
+    monkeypatch.setattr(machine, "next_scheduled", no_more)
     h.answer(t.id, 200)
     assert h.t(t.id).status is Status.INACTIVE and h.t(t.id).due_ms is None

@@ -89,6 +89,8 @@ def _api_object(t: Task) -> dict[str, Any]:
         "start_at": s.start_at,
         "end_at": s.end_at,
         "max_runs": s.max_runs,
+        "catchup": s.catchup.value,
+        "catchup_window_ms": s.catchup_window_ms,
         "created_at": t.created_ms,
         "updated_at": t.updated_ms,
         "next_run_at": t.due_ms,

@@ -34,6 +34,7 @@ export default {
     updated: 'Updated',
   },
   type: { delayed: 'Delayed', periodic: 'Periodic' },
+  catchup: { one: 'Fire once for all of them', none: 'Skip them', all: 'Fire each, oldest first' },
   reliability: { at_least_once: 'At least once', at_most_once: 'At most once' },
   dash: {
     updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate',
@@ -62,6 +63,7 @@ export default {
   },
   task: {
     version: 'Version',
+    catchup: 'Missed occurrences', catchup_window_ms: 'Catch-up window (ms)',
     type: 'Type', schedule: 'Schedule', callback_url: 'Callback URL', scene: 'Scene', reliability: 'Reliability',
     timeout_ms: 'Timeout (ms)', timeout: 'Timeout', ack_delay: 'ACK delay', max_retries: 'Max retries', max_fails: 'Max consecutive fails', created_at: 'Created',
     updated_at: 'Updated', next_run_at: 'Next run', last_fire_at: 'Last fired', seq: 'Occurrence', attempt: 'Attempt',
@@ -81,6 +83,7 @@ export default {
     editTitle: 'Edit task {id}', editOf: 'Editing version {version}. Saving changes the task in place; a fire in flight finishes as it was sent.',
     save: 'Save changes', saved: 'Task {id} updated.', stale: 'The task was changed meanwhile (by someone else, or by the API). Reload this page to edit the current version; nothing was saved.',
     delayFromCreation: 'Counted from the task’s creation.',
+    catchupHint: 'When the cluster was down or the task resumed from its schedule.',
   },
   detail: {
     title: 'Task', fields: 'Fields', lastResult: 'Last result', history: 'Execution history',

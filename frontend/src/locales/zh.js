@@ -30,6 +30,7 @@ export default {
     unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改',
   },
   type: { delayed: '延时', periodic: '周期' },
+  catchup: { one: '合并为一次运行', none: '跳过', all: '逐个补跑（从最早开始）' },
   reliability: { at_least_once: '至少一次', at_most_once: '至多一次' },
   dash: {
     updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', lateness: '触发延迟 p99',
@@ -56,6 +57,7 @@ export default {
   },
   task: {
     version: '版本',
+    catchup: '错过的运行', catchup_window_ms: '补跑窗口 (毫秒)',
     type: '类型', schedule: '调度', callback_url: '回调地址', scene: '场景', reliability: '可靠性', timeout_ms: '超时 (毫秒)',
     max_retries: '最大重试次数', max_fails: '最大连续失败次数', created_at: '创建时间', updated_at: '更新时间',
     next_run_at: '下次运行', last_fire_at: '上次触发', seq: '第几次', attempt: '尝试次数', fail_count: '连续失败',
@@ -74,6 +76,7 @@ export default {
     editTitle: '编辑任务 {id}', editOf: '正在编辑版本 {version}。保存会原地修改该任务；正在进行的触发按发出时的定义完成。',
     save: '保存修改', saved: '任务 {id} 已更新。', stale: '该任务在此期间已被修改（其他人或 API）。请刷新页面后编辑当前版本；本次未保存任何内容。',
     delayFromCreation: '从任务创建时开始计算。',
+    catchupHint: '集群停机期间，或任务按调度恢复时错过的运行。',
   },
   detail: {
     title: '任务', fields: '字段', lastResult: '上次结果', history: '执行历史', notFound: '该任务不存在（已删除或已过期）。',
