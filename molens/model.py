@@ -175,7 +175,7 @@ class Execution:
             "scene": self.scene,
             "fired_at": self.fired_ms,
             "finished_at": self.finished_ms,
-            "response_head": self.response_head,
+            "execution_result": self.response_head,
         }
 
 
@@ -603,7 +603,11 @@ def _apply_rules(
         if iv is not None and iv < limits.min_period_ms:
             raise ValidationError(f"interval_ms must be in {limits.min_period_ms}..{max_delay}, got {iv}", "interval_ms")
 
-    bounds = [k for k in ("start_at", "end_at", "max_runs", "catchup", "catchup_window_ms") if given[k] is not None]
+    bounds = [k for k in ("start_at", "end_at", "max_runs") if given[k] is not None]
+    # the catch-up fields have defaults a client may send for any task (generated clients do): only
+    # another value is refused on a delayed task
+    bounds += [k for k, d in (("catchup", CatchUp.ONE), ("catchup_window_ms", 3_600_000))
+               if given[k] is not None and given[k] != d]
     if ttype is TaskType.DELAYED and bounds:
         raise ValidationError(f"{bounds[0]} is only for periodic tasks", bounds[0])
     start_at, end_at = given["start_at"], given["end_at"]

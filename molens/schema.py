@@ -277,11 +277,13 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     ack_attempt: Annotated[int, rule("ACK probes of the current occurrence")] = 0
     fail_count: Annotated[int, rule("Failed occurrences in a row (periodic)")] = 0
     inflight: Annotated[str | None, rule("Fire id in flight", internal=True)] = None
-    last_result: Annotated[ExecutionResult | None, rule("Outcome of the last attempt")] = msgspec.field(
-        default=None, name="last_execution_result"
+    last_result: Annotated[ExecutionResult | None, rule("Outcome of the last attempt (success, failed, ...)")] = (
+        msgspec.field(default=None, name="last_outcome")
     )
     last_status_code: Annotated[int | None, rule("HTTP status of the last attempt")] = None
-    last_response: Annotated[str | None, rule("First 512 bytes of the last response")] = None
+    last_response: Annotated[
+        str | None, rule("The latest callback response: its first 512 bytes (the seed's LastExecutionResult)")
+    ] = msgspec.field(default=None, name="last_execution_result")
     last_fire_ms: Annotated[int | None, rule("epoch ms of the last attempt")] = msgspec.field(
         default=None, name="last_fire_at"
     )

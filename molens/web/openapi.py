@@ -121,7 +121,7 @@ def _schemas() -> dict[str, Any]:
         "scene": {"type": "string"},
         "fired_at": {"type": "integer"},
         "finished_at": {"type": "integer"},
-        "response_head": _nullable("string"),
+        "execution_result": _nullable("string", description="The response's first 512 bytes (events: what happened)"),
     }
     percentiles = {
         "count": {"type": "integer"},

@@ -67,9 +67,9 @@ type Task struct {
 	Attempt             int64           `json:"attempt"`
 	AckAttempt          int64           `json:"ack_attempt"`
 	FailCount           int64           `json:"fail_count"`
-	LastExecutionResult *string         `json:"last_execution_result"`
+	LastOutcome         *string         `json:"last_outcome"` // success, failed, not_found, ...
 	LastStatusCode      *int64          `json:"last_status_code"`
-	LastResponse        *string         `json:"last_response"`
+	LastExecutionResult *string         `json:"last_execution_result"` // the latest response's first 512 bytes
 	LastFireAt          *int64          `json:"last_fire_at"`
 	Version             int64           `json:"version"`
 }
@@ -82,21 +82,21 @@ type TaskList struct {
 
 // Execution is one HTTP attempt (a callback or an ACK probe).
 type Execution struct {
-	ID           int64   `json:"id"`
-	TaskID       string  `json:"task_id"`
-	FireID       string  `json:"fire_id"`
-	Seq          int64   `json:"seq"`
-	Attempt      int64   `json:"attempt"`
-	Kind         string  `json:"kind"`
-	Result       string  `json:"result"`
-	StatusCode   *int64  `json:"status_code"`
-	LatencyMs    *int64  `json:"latency_ms"`
-	Worker       string  `json:"worker"`
-	URL          string  `json:"url"`
-	Scene        string  `json:"scene"`
-	FiredAt      int64   `json:"fired_at"`
-	FinishedAt   int64   `json:"finished_at"`
-	ResponseHead *string `json:"response_head"`
+	ID              int64   `json:"id"`
+	TaskID          string  `json:"task_id"`
+	FireID          string  `json:"fire_id"`
+	Seq             int64   `json:"seq"`
+	Attempt         int64   `json:"attempt"`
+	Kind            string  `json:"kind"`
+	Result          string  `json:"result"`
+	StatusCode      *int64  `json:"status_code"`
+	LatencyMs       *int64  `json:"latency_ms"`
+	Worker          string  `json:"worker"`
+	URL             string  `json:"url"`
+	Scene           string  `json:"scene"`
+	FiredAt         int64   `json:"fired_at"`
+	FinishedAt      int64   `json:"finished_at"`
+	ExecutionResult *string `json:"execution_result"` // the response's first 512 bytes
 }
 
 // ExecutionList is one page of executions, newest first.

@@ -211,11 +211,11 @@ def test_executions_per_task_and_global_with_filters_and_cursors(api: Served) ->
     _fire(api, t1["id"], 500, 30, "boom")
     _fire(api, t2["id"], 200, 10)
     st, _, task = api.call("GET", f"/api/v1/tasks/{t1['id']}")
-    assert task["status"] == "firing" and task["last_execution_result"] == "failed" and task["last_response"] == "boom"
+    assert task["status"] == "firing" and task["last_outcome"] == "failed" and task["last_execution_result"] == "boom"
     st, _, page = api.call("GET", f"/api/v1/tasks/{t1['id']}/executions")
     assert st == 200
     check_schema(page, "ExecutionList")
-    assert [(e["result"], e["status_code"], e["response_head"]) for e in page["items"]] == [("failed", 500, "boom")]
+    assert [(e["result"], e["status_code"], e["execution_result"]) for e in page["items"]] == [("failed", 500, "boom")]
     st, _, page = api.call("GET", "/api/v1/executions?result=success&limit=1000")
     assert t2["id"] in {e["task_id"] for e in page["items"]}
     assert all(e["result"] == "success" for e in page["items"])

@@ -43,7 +43,7 @@ def _sched(rs: list[Received]) -> list[int]:
 def _skipped(n: NodeProc, tid: str) -> list[str]:
     st, page = _call(n, "GET", f"/api/v1/tasks/{tid}/executions?result=skipped&limit=100")
     assert st == 200
-    return [e["response_head"] for e in page["items"]]
+    return [e["execution_result"] for e in page["items"]]
 
 
 @pytest.mark.slow

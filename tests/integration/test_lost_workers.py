@@ -107,7 +107,7 @@ def test_fires_on_a_killed_worker_are_settled_in_seconds_not_at_the_dispatch_tim
             assert len({r.headers["X-Fire-ID"] for r in reqs}) == 1  # re-sent under the same fire id
         else:
             assert first["result"] == "unknown" and [e["result"] for e in ex] == ["unknown"]
-            assert t["status"] == "failed" and t["last_execution_result"] == "unknown"
+            assert t["status"] == "failed" and t["last_outcome"] == "unknown"
             assert len(reqs) == 1  # never sent again
     print(f"lost worker settled: n={len(settle_ms)} after_kill_ms max={max(settle_ms)} min={min(settle_ms)}")
 
@@ -148,7 +148,7 @@ def test_a_stopped_worker_that_comes_back_has_its_late_results_recorded_not_appl
             assert len(receiver.by_tag(v["tag"])) == 2
         else:
             assert mine == [(1, "unknown"), (1, "success")], ex
-            assert t["status"] == "failed" and t["last_execution_result"] == "unknown"  # recorded, not applied
+            assert t["status"] == "failed" and t["last_outcome"] == "unknown"  # recorded, not applied
             assert len(receiver.by_tag(v["tag"])) == 1
     c.wait_converged()
     assert len({(d["applied_index"], d["digest"]) for d in (n.call("digest") for n in c.running())}) == 1

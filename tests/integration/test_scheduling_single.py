@@ -127,7 +127,7 @@ def test_delayed_task_fires_once_at_its_time_with_headers_and_signature(node: No
     assert json.loads(r.body) == {"order": 42}
     assert verify_signature(r.headers, r.body, [SECRET])
     done = _wait_status(node, t["id"], "done")
-    assert done["last_execution_result"] == "success"
+    assert done["last_outcome"] == "success"
     assert len(receiver.by_tag("delayed")) == 1
 
 
@@ -160,7 +160,7 @@ def test_ack_success_marks_the_task_done(node: NodeProc, receiver: RecordingRece
     assert ack.headers["X-Fire-ID"] == cb.headers["X-Fire-ID"]
     assert ack.headers["X-Molens-Scheduled-At"] == cb.headers["X-Molens-Scheduled-At"] == str(t["next_run_at"])
     assert ack.at_ms >= cb.at_ms + 300
-    assert _wait_status(node, t["id"], "done")["last_execution_result"] == "ack_success"
+    assert _wait_status(node, t["id"], "done")["last_outcome"] == "ack_success"
 
 
 def test_ack_failure_fails_after_ack_ttl_probes_and_history_stays_bounded(
@@ -169,7 +169,7 @@ def test_ack_failure_fails_after_ack_ttl_probes_and_history_stays_bounded(
     t = _create(node, type="delayed", interval_ms=100, callback_url=receiver.url("/ok/ack-bad-cb"),
                 ack_url=receiver.url("/status/500/ack-bad"), ack_delay_ms=200)
     failed = _wait_status(node, t["id"], "failed")
-    assert failed["last_execution_result"] == "ack_failed"
+    assert failed["last_outcome"] == "ack_failed"
     assert len(receiver.by_tag("ack-bad")) == 3  # ack_ttl
     assert len(receiver.by_tag("ack-bad-cb")) == 1
     # 1 callback + 3 probes = 4 executions, the history keeps the newest HISTORY_MAX
@@ -193,7 +193,7 @@ def test_500_is_retried_after_1_2_4_seconds_then_the_task_fails(node: NodeProc, 
 def test_periodic_404_goes_inactive(node: NodeProc, receiver: RecordingReceiver) -> None:
     t = _create(node, type="periodic", interval_ms=1000, callback_url=receiver.url("/status/404/p404"))
     inactive = _wait_status(node, t["id"], "inactive")
-    assert inactive["last_execution_result"] == "not_found"
+    assert inactive["last_outcome"] == "not_found"
     assert len(receiver.by_tag("p404")) == 1
 
 
@@ -245,17 +245,17 @@ def test_idempotency_key_returns_the_first_task_and_fires_once(node: NodeProc, r
 def test_response_head_capture_is_512_bytes(node: NodeProc, receiver: RecordingReceiver) -> None:
     t = _create(node, type="delayed", interval_ms=100, callback_url=receiver.url("/big/5000/big"))
     done = _wait_status(node, t["id"], "done")
-    assert len(done["last_response"]) == 512
-    assert done["last_response"] == ("0123456789" * 52)[:512]
+    assert len(done["last_execution_result"]) == 512
+    assert done["last_execution_result"] == ("0123456789" * 52)[:512]
     (ex,) = _executions(node, t["id"])
-    assert ex["response_head"] == done["last_response"]
+    assert ex["execution_result"] == done["last_execution_result"]
 
 
 def test_builtin_test_endpoints_make_a_task_done(node: NodeProc) -> None:
     base = _base(node)
     t = _create(node, type="delayed", interval_ms=100, callback_url=f"{base}/api/v1/test/callback",
                 ack_url=f"{base}/api/v1/test/ack", ack_delay_ms=100)
-    assert _wait_status(node, t["id"], "done")["last_execution_result"] == "ack_success"
+    assert _wait_status(node, t["id"], "done")["last_outcome"] == "ack_success"
 
 
 _RECEIVER = textwrap.dedent(
@@ -300,7 +300,7 @@ def test_signature_is_verified_by_a_real_receiver_process(node: NodeProc, tmp_pa
         t = _create(node, type="delayed", interval_ms=100, callback_url=f"http://127.0.0.1:{port}/hook",
                     payload={"hello": "world"})
         done = _wait_status(node, t["id"], "done")
-        answer = json.loads(done["last_response"])
+        answer = json.loads(done["last_execution_result"])
         assert answer == {"verified": True, "fire": f"{t['id']}-1", "payload": {"hello": "world"}}
     finally:
         proc.kill()

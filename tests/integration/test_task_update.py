@@ -87,7 +87,7 @@ def test_the_next_fires_follow_a_new_url_and_schedule_and_no_occurrence_fires_tw
     assert all((s - t["created_at"]) % 2_000 == 0 for s in sched_b), (t["created_at"], sched_b)  # the new grid
     assert len(set(sched_a + sched_b)) == len(sched_a + sched_b) and min(sched_b) > max(sched_a)
     events = [e for e in _history(node, t["id"]) if e["kind"] == "event"]
-    assert [(e["result"], e["response_head"]) for e in events] == [
+    assert [(e["result"], e["execution_result"]) for e in events] == [
         ("updated", "version 2: callback_url, interval_ms, payload")  # in the schema's field order
     ]
 
@@ -101,7 +101,7 @@ def test_a_stale_if_match_is_a_412_and_changes_nothing(node: NodeProc, receiver:
     assert status == 412 and err["error"]["code"] == "precondition_failed" and err["error"]["field"] == "If-Match"
     status, now, _ = _call(node, "GET", path)
     assert now == u
-    assert [e["response_head"] for e in _history(node, t["id"])] == ["version 2: scene"]
+    assert [e["execution_result"] for e in _history(node, t["id"])] == ["version 2: scene"]
 
 
 @pytest.mark.parametrize(

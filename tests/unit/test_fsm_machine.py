@@ -746,7 +746,7 @@ def test_response_head_kept_to_512_characters_and_task_json_round_trips(h: H) ->
     nt = h.t(t.id)
     assert nt.last_response == "x" * 512 and h.s.executions[-1].response_head == "x" * 512
     j = nt.to_json()
-    assert j["payload"] == {"k": [1, "é"]} and j["status"] == "done" and j["last_execution_result"] == "success"
+    assert j["payload"] == {"k": [1, "é"]} and j["status"] == "done" and j["last_outcome"] == "success"
     assert Task.from_json(j).to_json() == j
 
 

@@ -98,9 +98,9 @@ def _api_object(t: Task) -> dict[str, Any]:
         "attempt": t.attempt,
         "ack_attempt": t.ack_attempt,
         "fail_count": t.fail_count,
-        "last_execution_result": None if t.last_result is None else t.last_result.value,
+        "last_outcome": None if t.last_result is None else t.last_result.value,
         "last_status_code": t.last_status_code,
-        "last_response": t.last_response,
+        "last_execution_result": t.last_response,
         "last_fire_at": t.last_fire_ms,
         "version": t.version,
     }

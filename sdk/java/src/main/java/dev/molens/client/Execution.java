@@ -16,5 +16,6 @@ public final class Execution {
     public String scene;
     public long firedAt;
     public long finishedAt;
-    public String responseHead;
+    /** The response's first 512 bytes. */
+    public String executionResult;
 }

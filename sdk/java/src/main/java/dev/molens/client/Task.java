@@ -28,8 +28,10 @@ public final class Task {
     public int attempt;
     public int ackAttempt;
     public int failCount;
-    public String lastExecutionResult;
+    /** Outcome of the last attempt: success, failed, not_found, ... */
+    public String lastOutcome;
     public Integer lastStatusCode;
-    public String lastResponse;
+    /** The latest callback response: its first 512 bytes. */
+    public String lastExecutionResult;
     public Long lastFireAt;
 }
