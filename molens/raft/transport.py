@@ -470,19 +470,31 @@ class Endpoint:
         bound = self.curve is not None
         counters = self._counters
         for _ in range(self.config.recv_batch):
-            try:
-                # with CURVE, frames (not bytes) so that each carries its connection's ZAP user id
-                frames: list[Any] = router.recv_multipart(zmq.NOBLOCK, copy=not bound)
-            except zmq.Again:
-                return
-            if len(frames) != 2:
-                counters["malformed"] += 1
-                continue
+            user: Any = None
+            body: Any
             if bound:
-                user = frames[1].get("User-Id")
-                routing, body = frames[0].bytes, frames[1].buffer
+                # the body as a zmq.Frame (one object per message, not per part): it carries the
+                # connection's ZAP user id
+                try:
+                    routing = router.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                frame = router.recv(copy=False)
+                if frame.more:
+                    while router.recv(copy=False).more:
+                        pass
+                    counters["malformed"] += 1
+                    continue
+                user, body = frame.get("User-Id"), frame.buffer
             else:
-                user, routing, body = None, frames[0], frames[1]
+                try:
+                    frames = router.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                if len(frames) != 2:
+                    counters["malformed"] += 1
+                    continue
+                routing, body = frames
             try:
                 from_id, payload = msgpack.unpackb(body, raw=False)
                 if not isinstance(from_id, str) or not isinstance(payload, bytes):

@@ -236,6 +236,61 @@ def test_curve_refuses_unknown_and_plain_peers_and_accepts_listed_ones(
     assert ("plain", b"plain") not in inbox.snapshot()
 
 
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_curve_binds_each_sender_to_the_node_its_key_is_listed_under(
+    tmp_path: Path, endpoints: list[Endpoint]
+) -> None:
+    keys = tmp_path / "keys"
+    public = tmp_path / "public"
+    keys.mkdir()
+    public.mkdir()
+    for name in ("server", "n1", "n2"):
+        zmq.auth.create_certificates(keys, name)
+        (public / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    inbox = Inbox()
+    server = RaftTransport("server", ANY_PORT, inbox, curve=CurveKeys.load(keys / "server.key_secret", public)).start()
+    endpoints.append(server)
+    honest = RaftTransport("n1", ANY_PORT, Inbox(), {"server": server.bound_addr},
+                           curve=CurveKeys.load(keys / "n1.key_secret", public)).start()
+    # n1's key, n2's name: the transport sets routing id and from_id to its node id, both "n2"
+    liar = RaftTransport("n2", ANY_PORT, Inbox(), {"server": server.bound_addr},
+                         curve=CurveKeys.load(keys / "n1.key_secret", public)).start()
+    endpoints.extend([honest, liar])
+    wait_until(lambda: server.stats()["forged_sender"] >= 3 and ("n1", b"n1") in inbox.snapshot(),
+               every=lambda: (honest.send("server", b"n1"), liar.send("server", b"n2")))
+    assert {f for f, _ in inbox.snapshot()} == {"n1"}
+    # a key removed from the directory stops speaking for its node once the keys are reloaded
+    (public / "n1.key").unlink()
+    assert server.reload_curve_keys() == ["n2", "server"]
+    before = server.stats()["forged_sender"]
+    wait_until(lambda: server.stats()["forged_sender"] >= before + 3, every=lambda: honest.send("server", b"late"))
+    assert ("n1", b"late") not in inbox.snapshot()
+
+
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_a_peer_whose_key_appears_later_is_dialled_on_reload(tmp_path: Path, endpoints: list[Endpoint]) -> None:
+    keys = tmp_path / "keys"
+    public = tmp_path / "public"
+    keys.mkdir()
+    public.mkdir()
+    for name in ("a", "b"):
+        zmq.auth.create_certificates(keys, name)
+    (public / "a.key").write_bytes((keys / "a.key").read_bytes())
+    b_public = tmp_path / "b_public"
+    b_public.mkdir()
+    for name in ("a", "b"):
+        (b_public / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    inbox = Inbox()
+    b = RaftTransport("b", ANY_PORT, inbox, curve=CurveKeys.load(keys / "b.key_secret", b_public)).start()
+    a = RaftTransport("a", ANY_PORT, Inbox(), curve=CurveKeys.load(keys / "a.key_secret", public)).start()
+    endpoints.extend([a, b])
+    a.add_peer("b", b.bound_addr)  # no b.key yet: cannot dial (logged), nothing is sent
+    wait_until(lambda: a.stats()["dropped_unknown_peer"] >= 1, every=lambda: a.send("b", b"early"))
+    (public / "b.key").write_bytes((keys / "b.key").read_bytes())
+    assert a.reload_curve_keys() == ["a", "b"]
+    wait_until(lambda: ("a", b"hi") in inbox.snapshot(), every=lambda: a.send("b", b"hi"))
+
+
 def test_close_from_the_io_thread_is_refused_not_deadlocked(endpoints: list[Endpoint]) -> None:
     errors: list[Exception] = []
 
