@@ -188,6 +188,21 @@ def test_bind_failure_raises_at_start(endpoints: list[Endpoint]) -> None:
         RaftTransport("b", a.bound_addr, Inbox()).start()
 
 
+def make_keys(tmp_path: Path, names: tuple[str, ...], listed: tuple[str, ...], public: str = "public") -> Path:
+    """Certificates for ``names`` under ``tmp_path/keys``; the public keys of ``listed`` in
+    ``tmp_path/<public>`` (returned)."""
+    keys = tmp_path / "keys"
+    keys.mkdir(exist_ok=True)
+    for name in names:
+        if not (keys / f"{name}.key").exists():
+            zmq.auth.create_certificates(keys, name)
+    d = tmp_path / public
+    d.mkdir()
+    for name in listed:
+        (d / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    return d
+
+
 @pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
 def test_curve_refuses_unknown_and_plain_peers_and_accepts_listed_ones(
     tmp_path: Path, endpoints: list[Endpoint]
@@ -240,13 +255,8 @@ def test_curve_refuses_unknown_and_plain_peers_and_accepts_listed_ones(
 def test_curve_binds_each_sender_to_the_node_its_key_is_listed_under(
     tmp_path: Path, endpoints: list[Endpoint]
 ) -> None:
+    public = make_keys(tmp_path, ("server", "n1", "n2"), ("server", "n1", "n2"))
     keys = tmp_path / "keys"
-    public = tmp_path / "public"
-    keys.mkdir()
-    public.mkdir()
-    for name in ("server", "n1", "n2"):
-        zmq.auth.create_certificates(keys, name)
-        (public / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
     inbox = Inbox()
     server = RaftTransport("server", ANY_PORT, inbox, curve=CurveKeys.load(keys / "server.key_secret", public)).start()
     endpoints.append(server)
@@ -269,17 +279,9 @@ def test_curve_binds_each_sender_to_the_node_its_key_is_listed_under(
 
 @pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
 def test_a_peer_whose_key_appears_later_is_dialled_on_reload(tmp_path: Path, endpoints: list[Endpoint]) -> None:
+    public = make_keys(tmp_path, ("a", "b"), ("a",))
+    b_public = make_keys(tmp_path, ("a", "b"), ("a", "b"), public="b_public")
     keys = tmp_path / "keys"
-    public = tmp_path / "public"
-    keys.mkdir()
-    public.mkdir()
-    for name in ("a", "b"):
-        zmq.auth.create_certificates(keys, name)
-    (public / "a.key").write_bytes((keys / "a.key").read_bytes())
-    b_public = tmp_path / "b_public"
-    b_public.mkdir()
-    for name in ("a", "b"):
-        (b_public / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
     inbox = Inbox()
     b = RaftTransport("b", ANY_PORT, inbox, curve=CurveKeys.load(keys / "b.key_secret", b_public)).start()
     a = RaftTransport("a", ANY_PORT, Inbox(), curve=CurveKeys.load(keys / "a.key_secret", public)).start()
