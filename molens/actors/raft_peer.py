@@ -35,7 +35,8 @@ The leader promotes learners to voters once they have caught up with its commit 
 a node added re-reads ``public_keys_dir`` first (its key is usually new). A removed node is told
 so (``docs/architecture.md#node-ports``): a member that gets a vote request from a node that is in
 neither its newest nor its committed configuration answers with :data:`REMOVED_NOTICE`; the removed
-node then stops ticking (no more campaigns) and reports role ``removed``.
+node then stops ticking (no more campaigns) and reports role ``removed``. Such a vote request is
+not stepped into the core (a removed node must not disrupt the cluster with its terms).
 
 What other threads read without asking the actor (the worker RPC handler, per frame) is published
 in :attr:`Lifecycle.standing` after every cycle: term, leader, members, removed.
@@ -496,6 +497,7 @@ class RaftPeer(pykka.ThreadingActor):
             log.info("fsm restored from log snapshot index=%d", snap.index)
 
     def on_start(self) -> None:
+        self._publish_standing()
         self._ticker.start()
         log.info(
             "raft peer started node=%s term=%d last=%d commit=%d applied=%d voters=%s learners=%s",
@@ -569,8 +571,9 @@ class RaftPeer(pykka.ThreadingActor):
                 else:
                     self._heard[m.frm] = time.monotonic()
                     if isinstance(m, RequestVote) and not self._is_member(m.frm):
-                        self._tell_removed(m.frm)
-                    self.core.step(m)
+                        self._tell_removed(m.frm)  # and not stepped: a removed node must not bump terms
+                    else:
+                        self.core.step(m)
         elif isinstance(message, _Removed):
             self._on_removed(message.frm)
         elif isinstance(message, _ProposalsReady):
