@@ -326,6 +326,7 @@ def test_a_fourth_node_joins_a_running_curve_cluster_without_restarts_and_a_remo
     assert {n: c.nodes[n].pid for n in pids} == pids  # nobody restarted
     assert all(c.nodes[n].running for n in pids)
 
+    lead_term = c.leader().status()["term"]  # type: ignore[index]
     out = _cli(c.nodes["n1"], "remove-node", "n4")
     assert out.returncode == 0, out.stderr
 
@@ -338,3 +339,4 @@ def test_a_fourth_node_joins_a_running_curve_cluster_without_restarts_and_a_remo
     assert g.status == 503  # a removed node serves no stale reads
     assert _req("GET", _base(n4) + "/readyz").status == 503
     assert c.leader().node_id in pids
+    assert c.leader().status()["term"] == lead_term  # type: ignore[index]  # n4's campaigns disturbed nobody
