@@ -27,7 +27,10 @@ Threading contract (what the RaftPeer relies on):
   key is not there never completes the handshake, and nothing it sends is delivered. Refused
   handshakes are counted (``handshake_refused``) and logged, at most one line per
   ``REFUSED_LOG_S`` per endpoint. :meth:`Endpoint.reload_curve_keys` re-reads the directory at run
-  time (allow list, key -> node map, and DEALERs to peers whose key appeared or changed).
+  time (allow list, key -> node map, and DEALERs to peers whose key appeared or changed); the I/O
+  thread also calls it when the directory's modification time changes (checked every
+  ``KEYS_WATCH_S``: a key file added, removed or renamed in place is noticed, one rewritten in
+  place is not).
 * Senders are bound to keys (``docs/architecture.md#node-ports``): the ZAP handler names a
   connection's user id after the key file it matched (``n2.key`` -> ``n2``), and a frame is
   delivered only when that user id, the connection's routing id and the ``from_id`` inside the
@@ -58,6 +61,10 @@ from zmq.utils.monitor import recv_monitor_message
 from molens.raft.errors import TransportError
 
 log = logging.getLogger(__name__)
+
+KEYS_WATCH_S = 2.0
+"""With CURVE, how often the I/O thread looks at ``public_keys_dir``'s modification time; a key file
+added or removed there is re-read (as :meth:`Endpoint.reload_curve_keys`) within about this long."""
 
 REFUSED_LOG_S = 10.0
 """At most one log line per this many seconds per endpoint and kind of refusal (a rogue peer
@@ -249,6 +256,8 @@ class Endpoint:
         self._refused_log = RefusalLog(f"{self.kind} {node_id}: handshake refused")
         self._forged_log = RefusalLog(f"{self.kind} {node_id}: frame dropped")
         self._dealer_key: dict[str, bytes | None] = {}
+        self._keys_mtime = -1
+        self._keys_check_at = 0.0
         self._dealers: dict[str, zmq.Socket[bytes]] = {}
         self._dealer_addr: dict[str, str] = {}
         # CURVE only: a DEALER whose handshake was refused is never retried by libzmq, so a monitor
@@ -276,8 +285,10 @@ class Endpoint:
             if self.curve is not None:
                 self._auth = NodeAuthenticator(self._ctx, self.curve, self._refused_log)
                 self._auth.start()
+                self._keys_mtime = self._dir_mtime()
                 self._auth.reload()
                 self._listed = frozenset(self._auth.ids_by_key.values())
+                self._keys_check_at = time.monotonic() + KEYS_WATCH_S
             self._router = self._make_router()
             if self.curve is not None:
                 self._router_monitor = self._router.get_monitor_socket(_HANDSHAKE_FAILED)
@@ -314,11 +325,26 @@ class Endpoint:
         key was removed are dropped from now on."""
         if self._auth is None or self.curve is None:
             return []
+        self._keys_mtime = self._dir_mtime()  # before reading: a change while reading is seen again
         self._auth.reload()
         self._listed = frozenset(self._auth.ids_by_key.values())
         self._enqueue(_CMD_RELOAD, "", None, force=True)
         log.info("%s curve keys reloaded node=%s listed=%s", self.kind, self.node_id, sorted(self._listed))
         return sorted(self._listed)
+
+    def _dir_mtime(self) -> int:
+        assert self.curve is not None
+        try:
+            return os.stat(self.curve.public_keys_dir).st_mtime_ns
+        except OSError:
+            return -1
+
+    def _watch_keys(self) -> None:
+        """(I/O thread) Re-read the keys when ``public_keys_dir`` changed since the last read."""
+        self._keys_check_at = time.monotonic() + KEYS_WATCH_S
+        if self._dir_mtime() != self._keys_mtime:
+            log.info("%s public_keys_dir changed node=%s: reloading", self.kind, self.node_id)
+            self.reload_curve_keys()
 
     def listed_ids(self) -> frozenset[str]:
         """Node ids with a key in ``public_keys_dir`` at the last (re)load (empty without CURVE)."""
@@ -459,6 +485,8 @@ class Endpoint:
                     self._check_router_monitor(self._router_monitor)
                 if self._monitors:
                     self._check_monitors(events)
+                if self._auth is not None and time.monotonic() >= self._keys_check_at:
+                    self._watch_keys()
                 self._drain()
         except Exception:
             log.exception("%s io thread failed node=%s", self.kind, self.node_id)

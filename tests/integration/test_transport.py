@@ -293,6 +293,25 @@ def test_a_peer_whose_key_appears_later_is_dialled_on_reload(tmp_path: Path, end
     wait_until(lambda: ("a", b"hi") in inbox.snapshot(), every=lambda: a.send("b", b"hi"))
 
 
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_a_key_file_added_to_the_directory_is_picked_up_without_a_reload(
+    tmp_path: Path, endpoints: list[Endpoint]
+) -> None:
+    server_public = make_keys(tmp_path, ("server", "late"), ("server",))
+    late_public = make_keys(tmp_path, ("server", "late"), ("server", "late"), public="late_public")
+    keys = tmp_path / "keys"
+    inbox = Inbox()
+    server = RaftTransport("server", ANY_PORT, inbox,
+                           curve=CurveKeys.load(keys / "server.key_secret", server_public)).start()
+    late = RaftTransport("late", ANY_PORT, Inbox(), {"server": server.bound_addr},
+                         curve=CurveKeys.load(keys / "late.key_secret", late_public)).start()
+    endpoints.extend([server, late])
+    wait_until(lambda: server.stats()["handshake_refused"] >= 1, every=lambda: late.send("server", b"early"))
+    (server_public / "late.key").write_bytes((keys / "late.key").read_bytes())  # no reload call
+    wait_until(lambda: ("late", b"hi") in inbox.snapshot(), every=lambda: late.send("server", b"hi"))
+    assert "late" in server.listed_ids()
+
+
 def test_close_from_the_io_thread_is_refused_not_deadlocked(endpoints: list[Endpoint]) -> None:
     errors: list[Exception] = []
 
