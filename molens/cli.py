@@ -9,6 +9,11 @@
     molens-node CONFIG snapshot             take a snapshot now and compact the log; prints its index
     molens-node CONFIG digest               applied index and sha256 of the state (equal on replicas)
     molens-node CONFIG transfer-leader [--to ID]   this leader hands over (default: best follower)
+    molens-node CONFIG reload-keys          re-read raft.curve.public_keys_dir on both node ports
+    molens-node CONFIG add-node ID --raft-addr H:P [--rpc-addr H:P --http-addr H:P --admin-addr H:P]
+                                            add a node (as a learner, promoted once caught up)
+    molens-node CONFIG remove-node ID       remove a node from the cluster (it is told so)
+add-node and remove-node go to this node's admin socket and, when it does not lead, to the leader's.
 
 Errors are one line on stderr and a non-zero exit (2 for config errors, 1 otherwise).
 """
@@ -177,8 +182,9 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
 
 
 def cmd_admin(cfg: Config, action: str, to: str | None) -> int:
-    """One admin command for an operator: ``stats``, ``actors``, ``snapshot``, ``digest``, ``transfer-leader``."""
-    cmd = {"transfer-leader": "transfer_leader"}.get(action, action)
+    """One admin command for an operator: ``stats``, ``actors``, ``snapshot``, ``digest``,
+    ``transfer-leader``, ``reload-keys``."""
+    cmd = {"transfer-leader": "transfer_leader", "reload-keys": "reload_keys"}.get(action, action)
     args: dict[str, Any] = {"to": to} if cmd == "transfer_leader" and to else {}
     try:
         # a snapshot or digest of a large store takes seconds
@@ -195,9 +201,33 @@ def cmd_admin(cfg: Config, action: str, to: str | None) -> int:
         print(f"{cfg.node.id}: snapshot at index {reply['index']}")
     elif cmd == "digest":
         print(f"{cfg.node.id}: applied {reply['applied_index']} digest {reply['digest']}")
+    elif cmd == "reload_keys":
+        print(f"{cfg.node.id}: keys reloaded; raft accepts {', '.join(reply['raft'])}; rpc accepts {', '.join(reply['rpc'])}")
     else:
         print(f"{cfg.node.id}: leadership handed to {reply['to']} in {reply.get('ms', 0):.0f} ms")
     return 0
+
+
+def cmd_membership(cfg: Config, req: dict[str, Any]) -> int:
+    """``add_node`` / ``remove_node`` through this node's admin socket, then the leader's if it
+    answers ``not_leader`` with the leader's admin address."""
+    addr = cfg.admin.bind_addr
+    for _hop in range(2):
+        try:
+            with AdminClient(addr, timeout_s=15.0) as admin:
+                reply = admin.request(req)
+        except AdminError as exc:
+            raise CliError(f"{req['cmd']} via {addr}: {exc}") from None
+        if reply.get("ok"):
+            what = "added (as a learner)" if req["cmd"] == "add_node" else "removed"
+            index = reply.get("index")
+            print(f"{req['id']}: {what}" + (f" at index {index}" if index is not None else " (already a member)"))
+            return 0
+        nxt = reply.get("leader_admin_addr")
+        if reply.get("error") != "not_leader" or not nxt:
+            break
+        addr = nxt
+    raise CliError(f"{req['cmd']} {req['id']}: {reply.get('error')} {reply.get('detail', '')}".rstrip())
 
 
 def format_status(st: dict[str, Any]) -> str:
@@ -219,9 +249,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "action",
         nargs="?",
-        choices=["start", "stop", "restart", "status", "stats", "actors", "snapshot", "digest", "transfer-leader"],
+        choices=["start", "stop", "restart", "status", "stats", "actors", "snapshot", "digest", "transfer-leader",
+                 "reload-keys", "add-node", "remove-node"],
         help="omit to run in the foreground",
     )
+    p.add_argument("node_id", nargs="?", help="add-node / remove-node: the node's id")
+    for name in ("raft", "rpc", "http", "admin"):
+        p.add_argument(f"--{name}-addr", default="", help=f"add-node: the new node's {name} address (host:port)")
     p.add_argument("--json", action="store_true", help="status: machine-readable output")
     p.add_argument("--to", default=None, help="transfer-leader: the voter to hand leadership to")
     return p.parse_args(argv)
@@ -253,6 +287,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_start(cfg, args.config)
         if args.action == "status":
             return cmd_status(cfg, args.json)
+        if args.action in ("add-node", "remove-node"):
+            if not args.node_id:
+                raise CliError(f"{args.action}: give the node's id")
+            if args.action == "remove-node":
+                return cmd_membership(cfg, {"cmd": "remove_node", "id": args.node_id})
+            if not args.raft_addr:
+                raise CliError("add-node: --raft-addr is required")
+            return cmd_membership(cfg, {
+                "cmd": "add_node", "id": args.node_id, "raft_addr": args.raft_addr, "rpc_addr": args.rpc_addr,
+                "http_addr": args.http_addr, "admin_addr": args.admin_addr,
+            })
         return cmd_admin(cfg, args.action, args.to)
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -56,7 +56,7 @@ from molens.errors import MolensError
 from molens.kv import KVError, KVStateMachine
 from molens.raft import core as rc
 from molens.raft.fsm import StateMachine
-from molens.raft.transport import TransportError
+from molens.raft.transport import CurveKeys, TransportError
 from molens.worker_rpc import RpcEndpoint
 
 log = logging.getLogger(__name__)
@@ -172,11 +172,14 @@ class Node:
         try:
             self.fsm = self._fsm_factory(self.data_dir)
             try:
+                curve = cfg.raft.curve
                 rpc = RpcEndpoint(
                     cfg.node.id,
                     zmq_endpoint(cfg.rpc.bind_addr),
                     self._on_rpc,
                     {p.id: zmq_endpoint(p.rpc_addr) for p in cfg.initial_peers() if p.id != cfg.node.id},
+                    # one setting for both node ports (docs/architecture.md#node-ports)
+                    curve=CurveKeys.load(curve.secret_key_file, curve.public_keys_dir) if curve.enabled else None,
                 )
                 rpc.start()
                 self.rpc = rpc
@@ -337,8 +340,20 @@ class Node:
         handler(frm, payload)
 
     def _on_peer_change(self, p: PeerConfig) -> None:
-        if self.rpc is not None and p.id != self.cfg.node.id and p.rpc_addr:
-            self.rpc.add_peer(p.id, zmq_endpoint(p.rpc_addr))
+        rpc = self.rpc
+        if rpc is not None and p.id != self.cfg.node.id and p.rpc_addr:
+            if rpc.curve is not None and p.id not in rpc.listed_ids():  # a node added: its key is new
+                rpc.reload_curve_keys()
+            rpc.add_peer(p.id, zmq_endpoint(p.rpc_addr))
+
+    def _reload_keys(self) -> dict[str, Any]:
+        """Admin ``reload_keys``: both node ports re-read ``raft.curve.public_keys_dir``."""
+        if not self.cfg.raft.curve.enabled:
+            return {"ok": False, "error": "raft.curve.enabled is false: there are no keys to reload"}
+        assert self.peer is not None
+        raft = self.peer.call(lambda p: p.transport.reload_curve_keys())
+        rpc = self.rpc.reload_curve_keys() if self.rpc is not None else []
+        return {"ok": True, "raft": raft, "rpc": rpc}
 
     def _start_scheduling(self) -> None:
         """Scheduler + HTTP API on a task-FSM node (after RaftPeer: they subscribe to it)."""
@@ -457,7 +472,9 @@ class Node:
                 st.update(pid=os.getpid(), version=__version__, stopping=self._stopping)
                 return {"ok": True, **st}
             if cmd == "stats":
-                return {"ok": True, **jsonable(peer.stats())}
+                return {"ok": True, **jsonable(peer.stats()), "rpc": self._rpc_stats()}
+            if cmd == "reload_keys":
+                return self._reload_keys()
             if cmd == "actors":  # the live pykka actors of this process, by class (docs/architecture.md#actors)
                 return {"ok": True, "actors": live_actors()}
             if cmd == "stop":
@@ -501,6 +518,13 @@ class Node:
         except pykka.Timeout:
             return {"ok": False, "error": f"{cmd}: raft peer did not answer in time"}
         return {"ok": False, "error": f"unknown cmd {cmd!r}"}
+
+    def _rpc_stats(self) -> dict[str, Any]:
+        """The worker RPC endpoint's counters and the frames the scheduler refused, by tag."""
+        out: dict[str, Any] = {"transport": self.rpc.stats() if self.rpc is not None else {}}
+        if self.scheduler is not None:
+            out["refused"] = dict(self.scheduler.rpc_refused)
+        return out
 
     def _remove_self_as_leader(self) -> Future[dict[str, Any]]:
         """A leader removing itself hands leadership over first, then asks the new leader to

@@ -343,7 +343,20 @@ class NodeContext:
             disk_bytes={k.removesuffix("_bytes"): v for k, v in self._disk.get().items()},
             scheduler=counters,
             clock=self._clock_metrics(),
+            refused=self._refused(st),
         )
+
+    def _refused(self, st: dict[str, Any]) -> dict[str, dict[str, int]]:
+        """Refusals on both node ports (docs/architecture.md#node-ports)."""
+        out: dict[str, dict[str, int]] = {}
+        if "refused" in st:
+            out["raft"] = dict(st["refused"])
+        sched = self.scheduler
+        if sched is not None:
+            t = sched.rpc.stats()
+            out["rpc"] = {"handshake_refused": t["handshake_refused"], "forged_sender": t["forged_sender"],
+                          **sched.rpc_refused}
+        return out
 
     def _clock_metrics(self) -> dict[str, int]:
         sched = self.scheduler

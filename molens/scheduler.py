@@ -6,10 +6,13 @@ Every node runs a :class:`~molens.actors.stats.Stats` actor and a
 Dispatcher, Monitor, Cleaner) for each term this node leads. :class:`Scheduler` is the seam the
 node and the HTTP API use: start/stop, the worker RPC handler, and queries answered by the actors.
 
-Worker RPC frames (``Node.set_rpc_handler``): ``b"B" + fire_batch`` (leader -> worker),
+Worker RPC frames (``Node.set_rpc_handler``): ``b"B" + msgpack(term) + fire_batch`` (leader -> worker),
 ``b"R" + msgpack([free, attempts, fire_results])`` and ``b"H" + msgpack([free, held fire ids])``
 (worker -> leader); ``b"T" + msgpack(ms)`` clock probes between any two nodes, answered at once with
-``b"t" + msgpack([ms, ms])`` (:mod:`molens.actors.clockprobe`).
+``b"t" + msgpack([ms, ms])`` (:mod:`molens.actors.clockprobe`). A frame the sender may not send
+(:func:`molens.worker_rpc.refusal`: a batch not from the leader of its term, results or heartbeats
+from a non-member) is dropped, counted (``rpc_refused``) and logged at most once per
+``REFUSED_LOG_S``.
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ from molens.delivery import FireRequest as WireFire
 from molens.delivery import decode_fire_batch, encode_fire_batch
 from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
+from molens.raft.transport import RefusalLog
 from molens.wallclock import wall_ms
-from molens.worker_rpc import RpcEndpoint
+from molens.worker_rpc import RpcEndpoint, batch_frame, refusal, split_batch
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,9 @@ class Scheduler:
         self.clock = ClockGate(self.node_id, cfg.raft.max_clock_skew_ms)
         self._probe_ref: pykka.ActorRef[ClockProbe] | None = None
         self._http = make_pool_manager(cfg.worker.concurrency, callback_policy(cfg))  # as validated
+        self.rpc_refused: dict[str, int] = {"B": 0, "R": 0, "H": 0}
+        """Frames dropped by :func:`molens.worker_rpc.refusal`, by tag (process lifetime)."""
+        self._refused_log = RefusalLog(f"rpc {self.node_id}: frame refused", log)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Scheduler:
@@ -230,6 +237,21 @@ class Scheduler:
         """Worker RPC handler (RPC I/O thread): one message to one actor per frame."""
         tag, body = payload[:1], payload[1:]
         try:
+            frame_term = None
+            why = ""
+            if tag == b"B":
+                try:
+                    frame_term, body = split_batch(body)
+                except ValueError as exc:  # e.g. the format without a term: a hostile or outdated sender
+                    why = str(exc)
+            if not why:
+                st = self.peer.standing
+                why = refusal(tag, frm, frame_term=frame_term, term=st.term, leader=st.leader, members=st.members,
+                              removed=st.removed)
+            if why:
+                self.rpc_refused[tag.decode()] += 1
+                self._refused_log.refused(f"from {frm}: {why}")
+                return
             if tag == b"B":
                 self._tell_pool(FireBatch(decode_fire_batch(body)))
             elif tag == b"R":
@@ -263,9 +285,9 @@ class Scheduler:
         if self._pool_ref is not None:
             self._pool_ref.tell(msg)
 
-    def send_fires(self, by_worker: dict[str, list[WireFire]]) -> dict[str, list[WireFire]]:
-        """Send committed fires to their workers, one frame each (the Dispatcher's thread);
-        returns the groups that could not be queued."""
+    def send_fires(self, by_worker: dict[str, list[WireFire]], term: int) -> dict[str, list[WireFire]]:
+        """Send fires committed in ``term`` (this node leads it) to their workers, one frame each
+        (the Dispatcher's thread); returns the groups that could not be queued."""
         failed: dict[str, list[WireFire]] = {}
         for wid, fires in by_worker.items():
             if wid == self.node_id:
@@ -273,7 +295,7 @@ class Scheduler:
                     self._tell_pool(FireBatch(fires))
                 except pykka.ActorDeadError:
                     failed[wid] = fires
-            elif not self.rpc.send(wid, b"B" + encode_fire_batch(fires)):
+            elif not self.rpc.send(wid, batch_frame(term, encode_fire_batch(fires))):
                 failed[wid] = fires
         return failed
 

@@ -31,7 +31,15 @@ Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
 
 Membership: a conf-change entry carries the new node's addresses in its ``context`` (msgpack map),
 so every replica learns how to reach it; the peer keeps an address book in ``data_dir/peers.json``.
-The leader promotes learners to voters once they have caught up with its commit index.
+The leader promotes learners to voters once they have caught up with its commit index. With CURVE,
+a node added re-reads ``public_keys_dir`` first (its key is usually new). A removed node is told
+so (``docs/architecture.md#node-ports``): a member that gets a vote request from a node that is in
+neither its newest nor its committed configuration answers with :data:`REMOVED_NOTICE`; the removed
+node then stops ticking (no more campaigns) and reports role ``removed``. Such a vote request is
+not stepped into the core (a removed node must not disrupt the cluster with its terms).
+
+What other threads read without asking the actor (the worker RPC handler, per frame) is published
+in :attr:`Lifecycle.standing` after every cycle: term, leader, members, removed.
 
 Size: the Ready cycle, proposals, background snapshots and membership all touch the core and the
 log on the actor's thread; split into actors of their own they would need shared state.
@@ -63,7 +71,7 @@ from molens.raft import core as rc
 from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
-from molens.raft.messages import ConfChangeOp, decode, decode_conf_change, encode_all
+from molens.raft.messages import ConfChangeOp, RequestVote, decode, decode_conf_change, encode_all
 from molens.raft.storage import LmdbLog, SnapshotFile
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
@@ -71,6 +79,10 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_RETRY_S = 10.0
 """After a failed snapshot (disk full, say), automatic attempts pause this long."""
+
+REMOVED_NOTICE = b"\x00removed"
+"""Raft-port payload a member sends to a node that is no longer in its configuration (not a core
+message: the core's codec never produces a leading NUL)."""
 
 SLOW_CYCLE_MS = 200.0
 """A Ready cycle longer than this is logged: it delays heartbeats (elections start at 8+ ticks)."""
@@ -126,7 +138,15 @@ class _Tick:
 
 @dataclass(frozen=True, slots=True)
 class _Inbound:
+    frm: str
     payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Removed:
+    """From the transport: ``frm`` says this node is no longer a member."""
+
+    frm: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,13 +254,25 @@ class _Call:
     fn: Callable[[RaftPeer], Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """This node's view of the cluster after its last Raft cycle (read from any thread)."""
+
+    term: int = 0
+    leader: str | None = None
+    members: frozenset[str] = frozenset()
+    """Voters and learners of the newest configuration."""
+    removed: bool = False
+
+
 @dataclass(slots=True)
 class Lifecycle:
-    """Shared with the handle: set when the actor has stopped, and why if it failed."""
+    """Shared with the handle: set when the actor has stopped, and why if it failed; the standing."""
 
     stopped: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
     proposals: ProposalQueue = field(default_factory=ProposalQueue)
+    standing: Standing = Standing()
 
 
 @dataclass(slots=True)
@@ -258,6 +290,8 @@ class _Counters:
     messages_in: int = 0
     bad_messages: int = 0
     leadership_lost_proposals: int = 0
+    forged_messages: int = 0
+    removed_notices_sent: int = 0
     leader_changes: int = 0
     max_cycle_ms: float = 0.0
     max_tick_delay_ms: float = 0.0
@@ -265,8 +299,11 @@ class _Counters:
     extra: dict[str, int] = field(default_factory=dict)
 
 
-def role_name(core: rc.RaftCore) -> str:
-    """``leader`` | ``follower`` | ``candidate`` | ``learner`` (the admin ``status`` reply)."""
+def role_name(core: rc.RaftCore, removed: bool = False) -> str:
+    """``leader`` | ``follower`` | ``candidate`` | ``learner`` | ``joining`` | ``removed`` (the
+    admin ``status`` reply); ``removed`` also when a member said so (:data:`REMOVED_NOTICE`)."""
+    if removed:
+        return "removed"
     if core.role is rc.Role.LEADER:
         return "leader"
     if core.id in core.membership.learners:
@@ -425,6 +462,9 @@ class RaftPeer(pykka.ThreadingActor):
         self._snap_job: threading.Thread | None = None
         self._snap_waiters: list[Future[Any]] = []
         self._snap_retry_at = 0.0  # monotonic; after a failed snapshot, automatic retries wait
+        self.removed = False
+        """A voter told this node it is no longer a member (see :meth:`_on_removed`)."""
+        self._standing_of: Membership | None = None
         self._last: LeaderChange = LeaderChange(node_id, role_name(self.core), None, self.core.term)
         self._waiters: list[tuple[Callable[[RaftPeer], bool], Future[Any]]] = []
         self._ticker_stop = threading.Event()
@@ -457,6 +497,7 @@ class RaftPeer(pykka.ThreadingActor):
             log.info("fsm restored from log snapshot index=%d", snap.index)
 
     def on_start(self) -> None:
+        self._publish_standing()
         self._ticker.start()
         log.info(
             "raft peer started node=%s term=%d last=%d commit=%d applied=%d voters=%s learners=%s",
@@ -509,7 +550,7 @@ class RaftPeer(pykka.ThreadingActor):
 
     def _on_transport_message(self, frm: str, payload: bytes) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_Inbound(payload))
+            self.actor_ref.tell(_Removed(frm) if payload == REMOVED_NOTICE else _Inbound(frm, payload))
 
     # --- the actor loop ---------------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
@@ -524,8 +565,17 @@ class RaftPeer(pykka.ThreadingActor):
                 self.counters.bad_messages += 1
                 log.warning("bad raft message dropped: %s", exc)
             else:
-                self._heard[m.frm] = time.monotonic()
-                self.core.step(m)
+                if m.frm != message.frm:  # the transport bound message.frm to the sender's key
+                    self.counters.forged_messages += 1
+                    log.warning("raft message dropped: claims to be from %s, sent by %s", m.frm, message.frm)
+                else:
+                    self._heard[m.frm] = time.monotonic()
+                    if isinstance(m, RequestVote) and not self._is_member(m.frm):
+                        self._tell_removed(m.frm)  # and not stepped: a removed node must not bump terms
+                    else:
+                        self.core.step(m)
+        elif isinstance(message, _Removed):
+            self._on_removed(message.frm)
         elif isinstance(message, _ProposalsReady):
             datas, futs, more = self.lifecycle.proposals.take(
                 self.cfg.max_proposal_batch, self.cfg.max_batch_bytes
@@ -541,8 +591,9 @@ class RaftPeer(pykka.ThreadingActor):
             delay = (time.monotonic() - message.sent) * 1000
             if delay > self.counters.max_tick_delay_ms:
                 self.counters.max_tick_delay_ms = delay
-            self.core.tick()
-            self._leader_housekeeping()
+            if not self.removed:  # a removed node neither campaigns nor leads
+                self.core.tick()
+                self._leader_housekeeping()
         elif isinstance(message, _SnapshotDone):
             self._snapshot_done(message)
         elif isinstance(message, _Call):
@@ -623,6 +674,58 @@ class RaftPeer(pykka.ThreadingActor):
         self._maybe_snapshot()
         if self._waiters:
             self._check_waiters()
+        self._publish_standing()
+
+    def _publish_standing(self) -> None:
+        core = self.core
+        st = self.lifecycle.standing
+        m = core.membership
+        if (st.term, st.leader, st.removed) != (core.term, core.leader, self.removed) or m is not self._standing_of:
+            self._standing_of = m
+            self.lifecycle.standing = Standing(
+                term=core.term, leader=core.leader, members=frozenset((*m.voters, *m.learners)), removed=self.removed,
+            )
+
+    # --- membership: who is a member, telling a removed node ------------------------------------
+    def _is_member(self, node_id: str) -> bool:
+        core = self.core
+        if node_id in core.membership.voters or node_id in core.membership.learners:
+            return True
+        committed = core.membership_at(core.commit)
+        return node_id in committed.voters or node_id in committed.learners
+
+    def _tell_removed(self, node_id: str) -> None:
+        """A vote request from a node in neither configuration: it was removed and does not know."""
+        if self.node_id not in self.core.membership.voters:
+            return  # only a voter's word counts (see _on_removed)
+        p = self.book.peers.get(node_id)
+        if p is None:
+            return
+        if node_id not in self.transport.peers():  # dropped when its removal applied: dial it to say so
+            self.transport.add_peer(node_id, zmq_endpoint(p.raft_addr))
+        self.counters.removed_notices_sent += 1
+        log.info("vote request from %s, which is not a member: telling it it was removed", node_id)
+        self.transport.send(node_id, REMOVED_NOTICE)
+
+    def _on_removed(self, frm: str) -> None:
+        if self.removed:
+            return
+        if frm not in self.core.membership.voters or self.core.role is rc.Role.LEADER:
+            log.warning("removal notice from %s ignored (not a voter here, or this node leads)", frm)
+            return
+        self.removed = True
+        log.warning(
+            "raft node=%s was removed from the cluster (told by %s): no more campaigns; it serves nothing",
+            self.node_id, frm,
+        )
+        self._on_soft_state()
+
+    def _dial(self, p: PeerConfig) -> None:
+        """Connect to a (new) peer; with CURVE re-read the key directory first when its key is not known."""
+        t = self.transport
+        if t.curve is not None and p.id not in t.listed_ids():
+            t.reload_curve_keys()
+        t.add_peer(p.id, zmq_endpoint(p.raft_addr))
 
     def _send(self, msgs: tuple[Any, ...]) -> None:
         for m, data in zip(msgs, encode_all(msgs)):
@@ -630,7 +733,7 @@ class RaftPeer(pykka.ThreadingActor):
         self.counters.messages_out += len(msgs)
 
     def _on_soft_state(self) -> None:
-        now = LeaderChange(self.node_id, role_name(self.core), self.core.leader, self.core.term)
+        now = LeaderChange(self.node_id, role_name(self.core, self.removed), self.core.leader, self.core.term)
         was_leader = self._last.is_leader
         self._last = now
         self.counters.leader_changes += 1
@@ -702,8 +805,8 @@ class RaftPeer(pykka.ThreadingActor):
         if cc.op is ConfChangeOp.ADD_LEARNER and cc.context:
             p = peer_from_context(cc.context)
             if p is not None and p.id != self.node_id:
+                self._dial(p)
                 self.book.update(p)
-                self.transport.add_peer(p.id, zmq_endpoint(p.raft_addr))
         elif cc.op is ConfChangeOp.REMOVE and cc.node_id != self.node_id:
             self.transport.remove_peer(cc.node_id)
 
@@ -840,7 +943,8 @@ class RaftPeer(pykka.ThreadingActor):
             peers.append(entry)
         return {
             "node_id": self.node_id,
-            "role": role_name(core),
+            "role": role_name(core, self.removed),
+            "removed": self.removed or role_name(core) == "removed",
             "term": core.term,
             "leader_id": core.leader,
             "last_index": core.last_index,
@@ -851,6 +955,15 @@ class RaftPeer(pykka.ThreadingActor):
             "voters": list(m.voters),
             "learners": list(m.learners),
             "peers": peers,
+            "refused": self.refused(),
+        }
+
+    def refused(self) -> dict[str, int]:
+        """What the Raft port refused: handshakes, frames whose sender did not match its key."""
+        t = self.transport.stats()
+        return {
+            "handshake_refused": t["handshake_refused"],
+            "forged_sender": t["forged_sender"] + self.counters.forged_messages,
         }
 
     def stats(self) -> dict[str, Any]:
@@ -871,8 +984,8 @@ class RaftPeer(pykka.ThreadingActor):
         if core.role is not rc.Role.LEADER:
             raise rc.NotLeaderError(core.leader)
         m = core.membership
+        self._dial(peer)
         self.book.update(peer)
-        self.transport.add_peer(peer.id, zmq_endpoint(peer.raft_addr))
         if peer.id in m.voters or peer.id in m.learners:
             return {"index": None, "already_member": True, "peers": self.book.as_wire()}
         index = core.propose_conf_change(ConfChangeOp.ADD_LEARNER, peer.id, peer_context(peer))
@@ -920,8 +1033,8 @@ class RaftPeer(pykka.ThreadingActor):
     def learn_peers(self, peers: list[PeerConfig]) -> None:
         for p in peers:
             if p.id != self.node_id:
+                self._dial(p)
                 self.book.update(p)
-                self.transport.add_peer(p.id, zmq_endpoint(p.raft_addr))
 
     def subscribe(self, fn: Subscriber) -> LeaderChange:
         self._subscribers.append(fn)
@@ -1087,6 +1200,11 @@ class RaftPeerHandle:
         fut: Future[Any] = Future()
         self.call(lambda p: p.wait_until(pred, fut))
         return fut
+
+    @property
+    def standing(self) -> Standing:
+        """Term, leader, members and removal as of the peer's last Raft cycle (no actor round trip)."""
+        return self.lifecycle.standing
 
     @property
     def stopped(self) -> threading.Event:

@@ -18,6 +18,7 @@ actor: its two entry points run on the Raft thread and must be quick.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -44,6 +45,12 @@ STOP_JOIN_S = 5.0
 """How long ending a term waits for its actors' threads when it waits at all (graceful stop)."""
 
 
+def _stamped(send: Callable[[dict[str, list[Any]], int], dict[str, list[Any]]], term: int,
+             groups: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """The term's ``send_fires``: every batch it sends carries the term (docs/architecture.md#node-ports)."""
+    return send(groups, term)
+
+
 class _Term:
     def __init__(self, refs: LeaderRefs, ended: threading.Event) -> None:
         self.refs = refs
@@ -61,7 +68,7 @@ class LeaderSupervisor:
         propose_batch: Callable[[list[bytes], ProposeCallback], None],
         stats: StatsClient,
         pool: pykka.ActorRef[Any],
-        send_fires: Callable[[dict[str, list[Any]]], dict[str, list[Any]]],
+        send_fires: Callable[[dict[str, list[Any]], int], dict[str, list[Any]]],
         local_free: Callable[[], int],
         fatal: Callable[[BaseException], None],
         clock: ClockGate | None = None,
@@ -119,7 +126,7 @@ class LeaderSupervisor:
         ended = threading.Event()
         ctx = TermContext(
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
-            stats=self.stats, send_fires=self._send_fires, local_free=self._local_free, fatal=self._fatal, ended=ended,
+            stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
             clock=self.clock,
         )
         refs = LeaderRefs(

@@ -23,8 +23,19 @@ Threading contract (what the RaftPeer relies on):
   the ROUTER has ``ROUTER_HANDOVER`` so a restarted peer reusing its id takes over at once.
 * Optional CURVE (:class:`CurveKeys`): each node has a zcert keypair; ``public_keys_dir`` holds
   ``<node_id>.key`` for every node. It is both the list of server keys to connect to and the allow
-  list of clients (a ThreadAuthenticator on this endpoint's own context): a peer whose key is not
-  there never completes the handshake, and nothing it sends is delivered.
+  list of clients (a :class:`NodeAuthenticator`, ZAP, on this endpoint's own context): a peer whose
+  key is not there never completes the handshake, and nothing it sends is delivered. Refused
+  handshakes are counted (``handshake_refused``) and logged, at most one line per
+  ``REFUSED_LOG_S`` per endpoint. :meth:`Endpoint.reload_curve_keys` re-reads the directory at run
+  time (allow list, key -> node map, and DEALERs to peers whose key appeared or changed); the I/O
+  thread also calls it when the directory's modification time changes (checked every
+  ``KEYS_WATCH_S``: a key file added, removed or renamed in place is noticed, one rewritten in
+  place is not).
+* Senders are bound to keys (``docs/architecture.md#node-ports``): the ZAP handler names a
+  connection's user id after the key file it matched (``n2.key`` -> ``n2``), and a frame is
+  delivered only when that user id, the connection's routing id and the ``from_id`` inside the
+  frame are one node id still listed; anything else is dropped and counted (``forged_sender``).
+  Without CURVE only the routing id and ``from_id`` are compared (nothing binds them to a host).
 """
 
 from __future__ import annotations
@@ -44,11 +55,20 @@ import msgpack
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from molens.raft.errors import TransportError
 
 log = logging.getLogger(__name__)
+
+KEYS_WATCH_S = 2.0
+"""With CURVE, how often the I/O thread looks at ``public_keys_dir``'s modification time; a key file
+added or removed there is re-read (as :meth:`Endpoint.reload_curve_keys`) within about this long."""
+
+REFUSED_LOG_S = 10.0
+"""At most one log line per this many seconds per endpoint and kind of refusal (a rogue peer
+retrying must not flood the log); the line says how many were refused since the last one."""
 
 OnMessage = Callable[[str, bytes], None]
 
@@ -104,6 +124,25 @@ class CurveKeys:
             raise TransportError(f"{d}: public keys directory does not exist")
         return cls(public, secret, d)
 
+    def node_ids_by_key(self) -> dict[bytes, str]:
+        """z85 public key -> node id (the ``<id>.key`` file it is in), read from the directory now.
+        A key listed under two names maps to neither (it could claim both)."""
+        out: dict[bytes, str] = {}
+        twice: set[bytes] = set()
+        for path in sorted(self.public_keys_dir.glob("*.key")):
+            try:
+                public, _ = zmq.auth.load_certificate(path)
+            except (OSError, ValueError) as exc:
+                log.warning("curve: unreadable public key %s: %s", path, exc)
+                continue
+            if public in out:
+                twice.add(public)
+            out[public] = path.stem
+        for public in twice:
+            log.warning("curve: one public key listed under several node ids (%s...): refused", public[:8].decode())
+            del out[public]
+        return out
+
     def server_key_for(self, peer_id: str) -> bytes:
         path = self.public_keys_dir / f"{peer_id}.key"
         try:
@@ -113,6 +152,57 @@ class CurveKeys:
         return public
 
 
+class RefusalLog:
+    """Counts refusals of one kind and logs at most one line per ``REFUSED_LOG_S`` (any thread)."""
+
+    def __init__(self, what: str, logger: logging.Logger = log) -> None:
+        self.what = what
+        self._log = logger
+        self._lock = threading.Lock()
+        self._unlogged = 0
+        self._next_log = 0.0
+
+    def refused(self, detail: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._unlogged += 1
+            if now < self._next_log:
+                return
+            n, self._unlogged = self._unlogged, 0
+            self._next_log = now + REFUSED_LOG_S
+        self._log.warning("%s: %s (%d refused since the last such line)", self.what, detail, n)
+
+
+class NodeAuthenticator(ThreadAuthenticator):
+    """ZAP for one endpoint: CURVE keys from ``public_keys_dir``; a connection's user id is the node
+    id its key is listed under, so every frame it delivers carries that id (``User-Id``)."""
+
+    def __init__(self, context: zmq.Context[Any], curve: CurveKeys, refusals: RefusalLog) -> None:
+        super().__init__(context, log=logging.getLogger(f"{__name__}.auth"))
+        self._curve = curve
+        self._refusals = refusals
+        self.ids_by_key: dict[bytes, str] = {}
+
+    def reload(self) -> None:
+        """Re-read the allow list and the key -> node id map (both from the directory)."""
+        self.ids_by_key = self._curve.node_ids_by_key()
+        self.configure_curve(domain="*", location=str(self._curve.public_keys_dir))
+
+    def curve_user_id(self, client_public_key: bytes) -> str:
+        return self.ids_by_key.get(z85.encode(client_public_key), "")
+
+    async def _authenticate_curve(self, domain: str, client_key: bytes) -> tuple[bool, bytes]:
+        allowed, reason = await super()._authenticate_curve(domain, client_key)
+        if allowed and z85.encode(client_key) not in self.ids_by_key:
+            allowed, reason = False, b"Key not bound to a node id"
+        if not allowed:
+            self._refusals.refused(
+                f"CURVE key refused: {reason.decode(errors='replace')} "
+                f"(key {z85.encode(client_key)[:8].decode()}...)"
+            )
+        return allowed, reason
+
+
 _HANDSHAKE_FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 )
@@ -120,6 +210,7 @@ _HANDSHAKE_FAILED = (
 _CMD_SEND = 0
 _CMD_ADD = 1
 _CMD_REMOVE = 2
+_CMD_RELOAD = 3
 
 
 class Endpoint:
@@ -157,8 +248,16 @@ class Endpoint:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._auth: ThreadAuthenticator | None = None
+        self._auth: NodeAuthenticator | None = None
         self._router: zmq.Socket[bytes] | None = None
+        self._router_monitor: zmq.Socket[bytes] | None = None
+        self._listed: frozenset[str] = frozenset()
+        """Node ids whose key is in ``public_keys_dir`` (CURVE): the only senders delivered."""
+        self._refused_log = RefusalLog(f"{self.kind} {node_id}: handshake refused")
+        self._forged_log = RefusalLog(f"{self.kind} {node_id}: frame dropped")
+        self._dealer_key: dict[str, bytes | None] = {}
+        self._keys_mtime = -1
+        self._keys_check_at = 0.0
         self._dealers: dict[str, zmq.Socket[bytes]] = {}
         self._dealer_addr: dict[str, str] = {}
         # CURVE only: a DEALER whose handshake was refused is never retried by libzmq, so a monitor
@@ -173,7 +272,7 @@ class Endpoint:
         # every key exists up front: stats() copies the dict while the I/O thread updates it
         self._counters: dict[str, int] = dict.fromkeys(
             ("sent", "received", "dropped_queue", "dropped_full", "dropped_unknown_peer", "dropped_closed",
-             "malformed", "callback_errors", "handshake_failed"), 0)
+             "malformed", "callback_errors", "handshake_failed", "handshake_refused", "forged_sender"), 0)
         self._prefix_from = msgpack.packb(node_id)
 
     # --- public API (any thread) --------------------------------------------------------------
@@ -184,10 +283,15 @@ class Endpoint:
         self._ctx = zmq.Context(io_threads=1)
         try:
             if self.curve is not None:
-                self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger(f"{__name__}.auth"))
+                self._auth = NodeAuthenticator(self._ctx, self.curve, self._refused_log)
                 self._auth.start()
-                self._auth.configure_curve(domain="*", location=str(self.curve.public_keys_dir))
+                self._keys_mtime = self._dir_mtime()
+                self._auth.reload()
+                self._listed = frozenset(self._auth.ids_by_key.values())
+                self._keys_check_at = time.monotonic() + KEYS_WATCH_S
             self._router = self._make_router()
+            if self.curve is not None:
+                self._router_monitor = self._router.get_monitor_socket(_HANDSHAKE_FAILED)
             for pid, addr in self._peers.items():
                 self._open_dealer(pid, addr)
         except (zmq.ZMQError, TransportError) as exc:
@@ -214,10 +318,37 @@ class Endpoint:
             self._peers.pop(peer_id, None)
         self._enqueue(_CMD_REMOVE, peer_id, None, force=True)
 
-    def reload_curve_keys(self) -> None:
-        """Re-read the allow list from ``public_keys_dir`` (after a node's key was added or removed)."""
-        if self._auth is not None and self.curve is not None:
-            self._auth.configure_curve(domain="*", location=str(self.curve.public_keys_dir))
+    def reload_curve_keys(self) -> list[str]:
+        """Re-read ``public_keys_dir`` (after a node's key was added or removed): the allow list, the
+        key -> node id map, and DEALERs to peers whose key appeared or changed. Returns the node ids
+        listed now ([] without CURVE). Connections already made stay up; frames from a node whose
+        key was removed are dropped from now on."""
+        if self._auth is None or self.curve is None:
+            return []
+        self._keys_mtime = self._dir_mtime()  # before reading: a change while reading is seen again
+        self._auth.reload()
+        self._listed = frozenset(self._auth.ids_by_key.values())
+        self._enqueue(_CMD_RELOAD, "", None, force=True)
+        log.info("%s curve keys reloaded node=%s listed=%s", self.kind, self.node_id, sorted(self._listed))
+        return sorted(self._listed)
+
+    def _dir_mtime(self) -> int:
+        assert self.curve is not None
+        try:
+            return os.stat(self.curve.public_keys_dir).st_mtime_ns
+        except OSError:
+            return -1
+
+    def _watch_keys(self) -> None:
+        """(I/O thread) Re-read the keys when ``public_keys_dir`` changed since the last read."""
+        self._keys_check_at = time.monotonic() + KEYS_WATCH_S
+        if self._dir_mtime() != self._keys_mtime:
+            log.info("%s public_keys_dir changed node=%s: reloading", self.kind, self.node_id)
+            self.reload_curve_keys()
+
+    def listed_ids(self) -> frozenset[str]:
+        """Node ids with a key in ``public_keys_dir`` at the last (re)load (empty without CURVE)."""
+        return self._listed
 
     def peers(self) -> dict[str, str]:
         with self._lock:
@@ -331,6 +462,8 @@ class Endpoint:
         poller = self._poller
         poller.register(router, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        if self._router_monitor is not None:
+            poller.register(self._router_monitor, zmq.POLLIN)
         try:
             while not self._stop:
                 timeout = 1000
@@ -348,8 +481,12 @@ class Endpoint:
                     break
                 if router in events:
                     self._receive(router)
+                if self._router_monitor is not None and self._router_monitor in events:
+                    self._check_router_monitor(self._router_monitor)
                 if self._monitors:
                     self._check_monitors(events)
+                if self._auth is not None and time.monotonic() >= self._keys_check_at:
+                    self._watch_keys()
                 self._drain()
         except Exception:
             log.exception("%s io thread failed node=%s", self.kind, self.node_id)
@@ -358,26 +495,53 @@ class Endpoint:
             self._close_sockets()
 
     def _receive(self, router: zmq.Socket[bytes]) -> None:
+        bound = self.curve is not None
+        counters = self._counters
         for _ in range(self.config.recv_batch):
+            user: Any = None
+            body: Any
+            if bound:
+                # the body as a zmq.Frame (one object per message, not per part): it carries the
+                # connection's ZAP user id
+                try:
+                    routing = router.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                frame = router.recv(copy=False)
+                if frame.more:
+                    while router.recv(copy=False).more:
+                        pass
+                    counters["malformed"] += 1
+                    continue
+                user, body = frame.get("User-Id"), frame.buffer
+            else:
+                try:
+                    frames = router.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    return
+                if len(frames) != 2:
+                    counters["malformed"] += 1
+                    continue
+                routing, body = frames
             try:
-                frames = router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if len(frames) != 2:
-                self._counters["malformed"] += 1
-                continue
-            try:
-                from_id, payload = msgpack.unpackb(frames[1], raw=False)
+                from_id, payload = msgpack.unpackb(body, raw=False)
                 if not isinstance(from_id, str) or not isinstance(payload, bytes):
                     raise ValueError("bad frame types")
             except (ValueError, TypeError, msgpack.UnpackException):
-                self._counters["malformed"] += 1
+                counters["malformed"] += 1
                 continue
-            self._counters["received"] += 1
+            if routing != from_id.encode() or (bound and (user != from_id or user not in self._listed)):
+                counters["forged_sender"] += 1
+                self._forged_log.refused(
+                    f"sender {from_id!r} does not match its connection (routing id "
+                    f"{routing.decode(errors='replace')!r}, key of {user!r})"
+                )
+                continue
+            counters["received"] += 1
             try:
                 self._on_message(from_id, payload)
             except Exception:
-                self._counters["callback_errors"] += 1
+                counters["callback_errors"] += 1
                 log.exception("%s on_message failed node=%s from=%s", self.kind, self.node_id, from_id)
 
     def _drain(self) -> None:
@@ -410,11 +574,34 @@ class Endpoint:
             elif cmd == _CMD_REMOVE:
                 if self._close_dealer(peer):
                     log.info("%s peer removed node=%s peer=%s", self.kind, self.node_id, peer)
+            elif cmd == _CMD_RELOAD:
+                self._redial_changed_keys()
+
+    def _redial_changed_keys(self) -> None:
+        """(I/O thread) Dial peers that had no listed key, and re-dial those whose key changed."""
+        assert self.curve is not None
+        for peer, addr in self.peers().items():
+            try:
+                key: bytes | None = self.curve.server_key_for(peer)
+            except TransportError:
+                key = None
+            if peer in self._dealers and self._dealer_key.get(peer) == key:
+                continue
+            self._close_dealer(peer)
+            if key is None:
+                log.warning("%s no public key for peer node=%s peer=%s: not dialled", self.kind, self.node_id, peer)
+                continue
+            try:
+                self._open_dealer(peer, addr)
+                log.info("%s peer dialled after key reload node=%s peer=%s", self.kind, self.node_id, peer)
+            except (zmq.ZMQError, TransportError):
+                log.exception("%s cannot dial peer node=%s peer=%s addr=%s", self.kind, self.node_id, peer, addr)
 
     def _open_dealer(self, peer_id: str, addr: str) -> None:
         s = self._make_dealer(peer_id, addr)
         self._dealers[peer_id] = s
         self._dealer_addr[peer_id] = addr
+        self._dealer_key[peer_id] = self.curve.server_key_for(peer_id) if self.curve is not None else None
         self._redial.pop(peer_id, None)
         if self.curve is not None:
             mon = s.get_monitor_socket(_HANDSHAKE_FAILED)
@@ -427,6 +614,7 @@ class Endpoint:
         mon = self._monitors.pop(peer_id, None)
         s = self._dealers.pop(peer_id, None)
         self._dealer_addr.pop(peer_id, None)
+        self._dealer_key.pop(peer_id, None)
         if mon is not None:
             self._poller.unregister(mon)
             del self._monitor_peer[mon]
@@ -459,9 +647,26 @@ class Endpoint:
                 if addr is not None:
                     self._open_dealer(peer, addr)
 
+    def _check_router_monitor(self, mon: zmq.Socket[bytes]) -> None:
+        """(I/O thread) A peer that dialled this endpoint failed the handshake: no key, an unlisted
+        key, or plaintext against CURVE."""
+        while True:
+            try:
+                ev = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if ev["event"] & _HANDSHAKE_FAILED:
+                self._counters["handshake_refused"] += 1
+                why = "plaintext or bad protocol" if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL else "authentication"
+                self._refused_log.refused(f"an incoming connection failed the CURVE handshake ({why})")
+
     def _close_sockets(self) -> None:
         for peer in list(self._dealers):
             self._close_dealer(peer)
+        if self._router_monitor is not None and self._router is not None:
+            self._router.disable_monitor()
+            self._router_monitor.close(0)
+            self._router_monitor = None
         if self._router is not None:
             self._router.close(0)
             self._router = None
@@ -484,6 +689,8 @@ class RaftTransport(Endpoint):
 
 __all__ = [
     "CurveKeys",
+    "NodeAuthenticator",
+    "RefusalLog",
     "Endpoint",
     "OnMessage",
     "RaftTransport",

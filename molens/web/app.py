@@ -246,6 +246,8 @@ class Api:
             resp.set_header("X-Molens-Role", li.role)
             if self._token and not open_:
                 self._check_auth()
+            if li.role == "removed" and not open_:  # stale replica: answers nothing (docs/architecture.md#node-ports)
+                raise Unavailable("this node was removed from the cluster; ask a member")
             if write and not li.is_leader:
                 if li.leader_url:
                     raise LeaderElsewhere(li.leader_url, li.leader_id)
@@ -795,6 +797,8 @@ def _install_misc(api: Api) -> None:
         if problem:
             raise Unavailable(f"not ready: {problem}")
         li = ctx.leader_info()
+        if li.role == "removed":
+            raise Unavailable("not ready: this node was removed from the cluster")
         if li.is_leader or li.leader_id or li.leader_url:
             return 200, {"ready": True, "node_id": ctx.settings.node_id, "role": li.role, "leader_id": li.leader_id}
         raise NoLeader("not ready: no leader is known")

@@ -76,6 +76,10 @@ class MetricsSnapshot:
     """Bytes by part (``lmdb``, ``history``, ``raft``, ``snapshots``) and ``free``."""
     scheduler: Mapping[str, float] = field(default_factory=dict)
     """The scheduler's monotonic counters (the Stats actor's), exported as ``molens_scheduler_<name>_total``."""
+    refused: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Per node port (``raft``, ``rpc``): ``handshake_refused`` (failed CURVE handshakes of peers
+    dialling in), ``forged_sender`` (frames whose claimed sender is not the node its key belongs
+    to), and for ``rpc`` the frames the scheduler refused by tag (``B``, ``R``, ``H``)."""
     clock: Mapping[str, int] = field(default_factory=dict)
     """``skew_ms`` (median offset of the voters' clocks from this node's) and ``skewed`` (1 when this
     node's clock is off from the majority's: it does not lead)."""
@@ -139,6 +143,32 @@ class LiveCollector(Collector):
                 "molens_clock_skewed", "1 when this node's clock is off from the majority's (it does not lead)",
                 value=s.clock["skewed"],
             )
+        if s.refused:
+            hs = CounterMetricFamily(
+                "molens_transport_handshake_refused",
+                "Incoming node connections that failed the CURVE handshake (no key, unlisted key, plaintext)",
+                labels=["port"],
+            )
+            fs = CounterMetricFamily(
+                "molens_transport_forged_frames",
+                "Frames dropped because their claimed sender is not the node their CURVE key belongs to",
+                labels=["port"],
+            )
+            rf = CounterMetricFamily(
+                "molens_rpc_frames_refused",
+                "Worker RPC frames refused: a fire batch not from the leader of its term, results or "
+                "heartbeats from a non-member",
+                labels=["tag"],
+            )
+            for port, counts in sorted(s.refused.items()):
+                hs.add_metric([port], counts.get("handshake_refused", 0))
+                fs.add_metric([port], counts.get("forged_sender", 0))
+            for tag in ("B", "R", "H"):
+                if tag in s.refused.get("rpc", {}):
+                    rf.add_metric([tag], s.refused["rpc"][tag])
+            yield hs
+            yield fs
+            yield rf
         if s.scheduler:
             c = CounterMetricFamily(
                 "molens_scheduler_events", "Scheduler events on this node by kind (process lifetime)", labels=["event"]

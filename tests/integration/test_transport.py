@@ -188,6 +188,21 @@ def test_bind_failure_raises_at_start(endpoints: list[Endpoint]) -> None:
         RaftTransport("b", a.bound_addr, Inbox()).start()
 
 
+def make_keys(tmp_path: Path, names: tuple[str, ...], listed: tuple[str, ...], public: str = "public") -> Path:
+    """Certificates for ``names`` under ``tmp_path/keys``; the public keys of ``listed`` in
+    ``tmp_path/<public>`` (returned)."""
+    keys = tmp_path / "keys"
+    keys.mkdir(exist_ok=True)
+    for name in names:
+        if not (keys / f"{name}.key").exists():
+            zmq.auth.create_certificates(keys, name)
+    d = tmp_path / public
+    d.mkdir()
+    for name in listed:
+        (d / f"{name}.key").write_bytes((keys / f"{name}.key").read_bytes())
+    return d
+
+
 @pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
 def test_curve_refuses_unknown_and_plain_peers_and_accepts_listed_ones(
     tmp_path: Path, endpoints: list[Endpoint]
@@ -234,6 +249,67 @@ def test_curve_refuses_unknown_and_plain_peers_and_accepts_listed_ones(
     server.reload_curve_keys()
     wait_until(lambda: ("rogue", b"rogue") in inbox.snapshot(), every=all_send)
     assert ("plain", b"plain") not in inbox.snapshot()
+
+
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_curve_binds_each_sender_to_the_node_its_key_is_listed_under(
+    tmp_path: Path, endpoints: list[Endpoint]
+) -> None:
+    public = make_keys(tmp_path, ("server", "n1", "n2"), ("server", "n1", "n2"))
+    keys = tmp_path / "keys"
+    inbox = Inbox()
+    server = RaftTransport("server", ANY_PORT, inbox, curve=CurveKeys.load(keys / "server.key_secret", public)).start()
+    endpoints.append(server)
+    honest = RaftTransport("n1", ANY_PORT, Inbox(), {"server": server.bound_addr},
+                           curve=CurveKeys.load(keys / "n1.key_secret", public)).start()
+    # n1's key, n2's name: the transport sets routing id and from_id to its node id, both "n2"
+    liar = RaftTransport("n2", ANY_PORT, Inbox(), {"server": server.bound_addr},
+                         curve=CurveKeys.load(keys / "n1.key_secret", public)).start()
+    endpoints.extend([honest, liar])
+    wait_until(lambda: server.stats()["forged_sender"] >= 3 and ("n1", b"n1") in inbox.snapshot(),
+               every=lambda: (honest.send("server", b"n1"), liar.send("server", b"n2")))
+    assert {f for f, _ in inbox.snapshot()} == {"n1"}
+    # a key removed from the directory stops speaking for its node once the keys are reloaded
+    (public / "n1.key").unlink()
+    assert server.reload_curve_keys() == ["n2", "server"]
+    before = server.stats()["forged_sender"]
+    wait_until(lambda: server.stats()["forged_sender"] >= before + 3, every=lambda: honest.send("server", b"late"))
+    assert ("n1", b"late") not in inbox.snapshot()
+
+
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_a_peer_whose_key_appears_later_is_dialled_on_reload(tmp_path: Path, endpoints: list[Endpoint]) -> None:
+    public = make_keys(tmp_path, ("a", "b"), ("a",))
+    b_public = make_keys(tmp_path, ("a", "b"), ("a", "b"), public="b_public")
+    keys = tmp_path / "keys"
+    inbox = Inbox()
+    b = RaftTransport("b", ANY_PORT, inbox, curve=CurveKeys.load(keys / "b.key_secret", b_public)).start()
+    a = RaftTransport("a", ANY_PORT, Inbox(), curve=CurveKeys.load(keys / "a.key_secret", public)).start()
+    endpoints.extend([a, b])
+    a.add_peer("b", b.bound_addr)  # no b.key yet: cannot dial (logged), nothing is sent
+    wait_until(lambda: a.stats()["dropped_unknown_peer"] >= 1, every=lambda: a.send("b", b"early"))
+    (public / "b.key").write_bytes((keys / "b.key").read_bytes())
+    assert a.reload_curve_keys() == ["a", "b"]
+    wait_until(lambda: ("a", b"hi") in inbox.snapshot(), every=lambda: a.send("b", b"hi"))
+
+
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_a_key_file_added_to_the_directory_is_picked_up_without_a_reload(
+    tmp_path: Path, endpoints: list[Endpoint]
+) -> None:
+    server_public = make_keys(tmp_path, ("server", "late"), ("server",))
+    late_public = make_keys(tmp_path, ("server", "late"), ("server", "late"), public="late_public")
+    keys = tmp_path / "keys"
+    inbox = Inbox()
+    server = RaftTransport("server", ANY_PORT, inbox,
+                           curve=CurveKeys.load(keys / "server.key_secret", server_public)).start()
+    late = RaftTransport("late", ANY_PORT, Inbox(), {"server": server.bound_addr},
+                         curve=CurveKeys.load(keys / "late.key_secret", late_public)).start()
+    endpoints.extend([server, late])
+    wait_until(lambda: server.stats()["handshake_refused"] >= 1, every=lambda: late.send("server", b"early"))
+    (server_public / "late.key").write_bytes((keys / "late.key").read_bytes())  # no reload call
+    wait_until(lambda: ("late", b"hi") in inbox.snapshot(), every=lambda: late.send("server", b"hi"))
+    assert "late" in server.listed_ids()
 
 
 def test_close_from_the_io_thread_is_refused_not_deadlocked(endpoints: list[Endpoint]) -> None:
