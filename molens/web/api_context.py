@@ -224,6 +224,10 @@ class ApiContext(Protocol):
         docs/architecture.md#clock-skew)."""
         return ""
 
+    def storage_problem(self) -> str:
+        """Why this node cannot write its disk now ("" when it can: docs/architecture.md#full-disk)."""
+        return ""
+
     def now_ms(self) -> int: ...
 
     def new_task_id(self) -> str: ...

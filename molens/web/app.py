@@ -280,7 +280,7 @@ class Api:
             resp.set_header("X-Molens-Leader", exc.leader_url)
             if exc.leader_id:
                 resp.set_header("X-Molens-Leader-Id", exc.leader_id)
-        elif exc.http_status == 503:
+        elif exc.http_status in (503, 507):
             resp.set_header("Retry-After", str(self.ctx.settings.retry_after_s))
         elif exc.http_status == 401:
             resp.set_header("WWW-Authenticate", 'Bearer realm="molens"')
@@ -731,7 +731,7 @@ def _install_misc(api: Api) -> None:
     @api.route("GET", "/readyz", open_=True)
     def readyz() -> tuple[int, Any]:
         bottle.response.set_header("Access-Control-Allow-Origin", "*")
-        problem = ctx.clock_problem()
+        problem = ctx.clock_problem() or ctx.storage_problem()
         if problem:
             raise Unavailable(f"not ready: {problem}")
         li = ctx.leader_info()

@@ -240,6 +240,9 @@ class LocalContext:
     def clock_problem(self) -> str:
         return ""  # one process, one clock
 
+    def storage_problem(self) -> str:
+        return ""
+
     def request_seen(self) -> None:
         self._requests.hit()
 

@@ -58,6 +58,7 @@ def _err(*codes: int) -> dict[str, Any]:
         413: "TooLarge",
         415: "UnsupportedMediaType",
         503: "Unavailable",
+        507: "InsufficientStorage",
     }
     return {str(c): {"$ref": f"#/components/responses/{names[c]}"} for c in codes}
 
@@ -80,7 +81,7 @@ _EXEC_FILTERS = [
     _LIMIT,
 ]
 
-_WRITE_ERRORS = (307, 401, 503)
+_WRITE_ERRORS = (307, 401, 503, 507)
 
 # The test endpoints read any body. Declared as the two media types a callback target gets (a fire's
 # JSON payload, or any bytes) rather than "*/*", which client generators cannot map to a parameter.
@@ -703,6 +704,11 @@ def _responses() -> dict[str, Any]:
         },
         "Unavailable": {
             **_json(err, "No leader (code no_leader) or outcome unknown (code outcome_unknown); retry later"),
+            "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+        },
+        "InsufficientStorage": {
+            **_json(err, "This node cannot write its disk (code insufficient_storage): nothing was applied; "
+                    "it takes writes again by itself once space returns. Retry later"),
             "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
         },
     }
