@@ -183,6 +183,14 @@ class NodeContext:
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)
 
+    def read_barrier(self, timeout_s: float) -> None:
+        try:
+            self.peer.read_index(timeout_s)
+        except rc.NotLeaderError:
+            raise NoLeader("no leader is known: a linearizable read cannot be confirmed") from None
+        except (FutureTimeout, TimeoutError):
+            raise Unavailable(f"the read was not confirmed by a quorum within {timeout_s:g} s") from None
+
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         return self.store.scan_tasks(after, chunk=256)
 

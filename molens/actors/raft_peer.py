@@ -530,6 +530,11 @@ class RaftPeer(pykka.ThreadingActor):
         self._snap_waiters: list[Future[Any]] = []
         self._snap_retry_at = 0.0  # monotonic; after a failed snapshot, automatic retries wait
         self._stall: _Stall | None = None
+        self._reads: dict[bytes, tuple[float, Future[Any]]] = {}
+        """ReadIndex requests by ctx, with when they give up (monotonic), until the core answers."""
+        self._reads_due: list[tuple[int, Future[Any]]] = []
+        """Answered reads waiting for the FSM to apply their index."""
+        self._read_seq = itertools.count(1)
         self._last: LeaderChange = LeaderChange(node_id, role_name(self.core), None, self.core.term)
         self._waiters: list[tuple[Callable[[RaftPeer], bool], Future[Any]]] = []
         self._ticker_stop = threading.Event()
@@ -757,12 +762,46 @@ class RaftPeer(pykka.ThreadingActor):
             return False
         if retry:
             self._unstalled()
+        if rd.read_states or self._reads_due:
+            self._serve_reads(rd.read_states)
         if rd.soft_state is not None or retry:
             # after applying: proposals committed in this very Ready get their result, not
             # "outcome unknown", and subscribers see a state machine as fresh as it gets
             self._publish_role()
         self.core.advance(rd)
         return True
+
+    def _serve_reads(self, answered: tuple[rc.ReadState, ...]) -> None:
+        for rs in answered:
+            req = self._reads.pop(rs.ctx, None)
+            if req is not None:
+                self._reads_due.append((rs.index, req[1]))
+        applied = self.fsm.applied_index()
+        keep = []
+        for index, fut in self._reads_due:
+            if index <= applied:
+                if not fut.done():
+                    fut.set_result(index)
+            else:
+                keep.append((index, fut))
+        self._reads_due = keep
+
+    def read_index(self, timeout_s: float) -> Future[Any]:
+        """A linearizable read barrier (Raft's ReadIndex, confirmed by a quorum heartbeat round):
+        the future gets the index once this node's FSM has applied everything committed when the
+        read was asked for; reading the local replica after that is linearizable. Raises
+        ``NotLeaderError(None)`` when no leader is known; a read the leader never confirms (it lost
+        its quorum) is given up after ``timeout_s`` (the future then fails with ``TimeoutError``)."""
+        fut: Future[Any] = Future()
+        ctx = b"r%d" % next(self._read_seq)
+        self.core.read_index(ctx)
+        now = time.monotonic()
+        self._reads[ctx] = (now + timeout_s, fut)
+        for c, (give_up, f) in list(self._reads.items()):
+            if give_up < now:
+                del self._reads[c]
+                _fail(f, TimeoutError("the read was not confirmed by a quorum in time"))
+        return fut
 
     def _stalled(self, rd: rc.Ready, step: int, reason: str) -> None:
         now = time.monotonic()
@@ -1272,6 +1311,12 @@ class RaftPeerHandle:
 
     def stats(self, timeout: float = 10.0) -> dict[str, Any]:
         return dict(self.call(RaftPeer.stats, timeout))
+
+    def read_index(self, timeout_s: float = 5.0) -> int:
+        """Wait until a linearizable read of the local replica is possible (see
+        :meth:`RaftPeer.read_index`); returns the read index."""
+        fut = self.call(lambda p: p.read_index(timeout_s))
+        return int(fut.result(timeout=timeout_s))
 
     def subscribe(self, fn: Subscriber) -> LeaderChange:
         """Call ``fn`` (on the actor thread; keep it quick) on every role/leader change."""

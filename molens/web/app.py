@@ -533,6 +533,11 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")
     def get_task(task_id: str) -> tuple[int, Any]:
+        consistency = api.q_raw("consistency") or "local"
+        if consistency not in ("local", "linearizable"):
+            raise ValidationError(f"consistency must be local or linearizable, got {_quote(consistency)}", "consistency")
+        if consistency == "linearizable":
+            ctx.read_barrier(ctx.settings.propose_timeout_s)
         return 200, task_json(task_or_404(ctx, task_id))
 
     def by_id(cmd: Callable[[int, str], Command], task_id: str) -> tuple[int, Any]:

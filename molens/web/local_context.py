@@ -243,6 +243,9 @@ class LocalContext:
     def storage_problem(self) -> str:
         return ""
 
+    def read_barrier(self, timeout_s: float) -> None:
+        """One process applies every write before answering it: every read is linearizable."""
+
     def request_seen(self) -> None:
         self._requests.hit()
 

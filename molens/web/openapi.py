@@ -473,8 +473,16 @@ def _paths() -> dict[str, Any]:
                 "operationId": "getTask",
                 "summary": "Get a task",
                 "tags": ["tasks"],
-                "parameters": [_TASK_ID],
-                "responses": {"200": task_ok, **_err(401, 404)},
+                "parameters": [
+                    _TASK_ID,
+                    _param(
+                        "consistency", "query", {"type": "string", "enum": ["local", "linearizable"], "default": "local"},
+                        "local: this node's replica as it is (may lag the leader); linearizable: first confirm with "
+                        "the leader's quorum (Raft ReadIndex) and apply up to its commit index, so the answer "
+                        "reflects every write acknowledged before the request",
+                    ),
+                ],
+                "responses": {"200": task_ok, **_err(400, 401, 404, 503)},
             },
             "delete": {
                 "operationId": "deleteTask",
