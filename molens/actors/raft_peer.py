@@ -965,11 +965,13 @@ class RaftPeer(pykka.ThreadingActor):
         meta: SnapshotMeta | None = None
         sf: SnapshotFile | None = None
         error: BaseException | None = None
+        path = self.data_dir / "snapshots" / "fsm.tmp"
         try:
-            path = self.data_dir / "snapshots" / "fsm.tmp"
-            index = self.fsm.snapshot(path)
-            data = path.read_bytes()
-            path.unlink(missing_ok=True)
+            try:
+                index = self.fsm.snapshot(path)
+                data = path.read_bytes()
+            finally:  # also after a failed copy (a full disk): no partial file left
+                path.unlink(missing_ok=True)
             meta = cast("SnapshotMeta | None", self.actor_ref.ask(_Call(lambda p: p._snapshot_meta(index)), timeout=60))
             if meta is not None:  # None: a newer snapshot (a leader's) was installed meanwhile
                 sf = self.log.snapshots.write(meta, data)

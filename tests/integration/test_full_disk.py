@@ -378,3 +378,15 @@ def test_storage_failure_tells_a_full_disk_from_other_errors(tmpfs: Any, tmp_pat
     assert storage_failure(ValueError("bug")) is None
     assert storage_failure(lmdb.CorruptedError("mdb_get: MDB_CORRUPTED")) is None
     assert storage_failure(OSError(errno.EACCES, "Permission denied")) is None
+
+
+def test_a_snapshot_that_meets_a_full_disk_leaves_no_partial_file(tmpfs: Any) -> None:
+    from molens.raft.log import Membership, SnapshotMeta
+    from molens.raft.storage import SnapshotStore
+
+    t = tmpfs("snap", 1 << 20)
+    store = SnapshotStore(t.path / "snapshots")
+    with pytest.raises(OSError) as err:
+        store.write(SnapshotMeta(10, 2, Membership(("n1",))), os.urandom(4 << 20))  # incompressible
+    assert err.value.errno == errno.ENOSPC
+    assert list((t.path / "snapshots").iterdir()) == []
