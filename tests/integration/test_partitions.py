@@ -42,6 +42,8 @@ from .conftest import NodeProc, wait_for
 from .netns import NetnsLab, NsCluster, netns_or_skip
 from .recording_receiver import RecordingReceiver
 
+pytestmark = pytest.mark.timeout(300)  # real faults under a shared machine's load; each test has its own deadlines
+
 CUT_AFTER_MS = 1500
 """How long after the cut the isolated old leader may still deliver: fires it planned (and had
 committed) before, held until due (``dispatch_lead_ms`` 100 ms ahead), plus the HTTP round trip."""
