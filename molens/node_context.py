@@ -41,7 +41,7 @@ from molens.web.api_context import (
     http_url,
     settings_from_config,
 )
-from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
+from molens.web.errors import InsufficientStorage, LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
 from molens.web.heatmap import WheelDistribution, distribution_of
 from molens.web.metrics import MetricsSnapshot, NodeMetrics
 from molens.web.node_stats import DiskUsage, PeerStats, RecentFires, RequestRate, order_nodes, rss_bytes
@@ -66,6 +66,8 @@ def from_proposal_error(exc: BaseException, leader_url: Callable[[str | None], s
     if isinstance(exc, rc.NotLeaderError):
         url = leader_url(exc.leader_id) if exc.leader_id else None
         return LeaderElsewhere(url, exc.leader_id) if url else NoLeader()
+    if isinstance(exc, rp.StorageFull):
+        return InsufficientStorage(f"this node cannot write its disk; nothing was applied: {exc}")
     if isinstance(exc, rp.LeadershipLost):
         return OutcomeUnknown(f"leadership changed before the write applied; outcome unknown ({exc})")
     if isinstance(exc, rp.ProposalRefused):
@@ -161,6 +163,9 @@ class NodeContext:
         problem = self.clock_problem()
         if problem:  # its clock would be stamped into the commands (docs/architecture.md#clock-skew)
             raise Unavailable(f"this node does not take writes: {problem}")
+        problem = self.storage_problem()
+        if problem:  # docs/architecture.md#full-disk
+            raise InsufficientStorage(f"this node cannot write its disk; nothing was applied: {problem}")
         futs = self.peer.propose_many([self.store.encode_proposal(c) for c in commands])
         self.proposals += 1
         deadline = time.monotonic() + timeout_s
@@ -177,6 +182,14 @@ class NodeContext:
 
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)
+
+    def read_barrier(self, timeout_s: float) -> None:
+        try:
+            self.peer.read_index(timeout_s)
+        except rc.NotLeaderError:
+            raise NoLeader("no leader is known: a linearizable read cannot be confirmed") from None
+        except (FutureTimeout, TimeoutError):
+            raise Unavailable(f"the read was not confirmed by a quorum within {timeout_s:g} s") from None
 
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         return self.store.scan_tasks(after, chunk=256)
@@ -344,6 +357,7 @@ class NodeContext:
             scheduler=counters,
             clock=self._clock_metrics(),
             refused=self._refused(st),
+            storage=self._storage_metrics(),
         )
 
     def _refused(self, st: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -358,6 +372,10 @@ class NodeContext:
                           **sched.rpc_refused}
         return out
 
+    def _storage_metrics(self) -> dict[str, int]:
+        h = self.peer.lifecycle.storage
+        return {"full": 1 if h.problem else 0, "stalls": h.stalls, "retries": h.retries}
+
     def _clock_metrics(self) -> dict[str, int]:
         sched = self.scheduler
         v = sched.clock.verdict if sched is not None else None
@@ -371,6 +389,10 @@ class NodeContext:
     def clock_problem(self) -> str:
         sched = self.scheduler
         return sched.clock.problem() if sched is not None else ""
+
+    def storage_problem(self) -> str:
+        problem = self.peer.lifecycle.storage.problem
+        return f"storage full: {problem}" if problem else ""
 
     def now_ms(self) -> int:
         return wall_ms()

@@ -29,6 +29,14 @@ Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
 * :class:`LeadershipLost`: appended, but this node stopped being leader before the entry was
   applied -- the outcome is UNKNOWN (it may still commit under the next leader).
 
+Full disk (docs/architecture.md#full-disk): a write of the Raft log, the task store or the history
+that fails for want of space (:func:`storage_failure`) does not stop the actor. The Ready stays
+outstanding and is carried out again, from the step that failed, with backoff (0.1 s doubling to
+5 s): nothing is acknowledged before it is on disk (a follower's acks of that Ready are dropped, so
+it simply does not ack and is caught up later), every lmdb/SQLite transaction either commits whole
+or not at all, and new proposals are refused with :class:`StorageFull` until a retry succeeds.
+:class:`StorageHealth` tells the API, ``/readyz`` and ``/metrics``.
+
 Membership: a conf-change entry carries the new node's addresses in its ``context`` (msgpack map),
 so every replica learns how to reach it; the peer keeps an address book in ``data_dir/peers.json``.
 The leader promotes learners to voters once they have caught up with its commit index. With CURVE,
@@ -49,11 +57,14 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import errno
 import itertools
 import json
 import logging
 import os
 import random
+import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +73,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeAlias, cast
 
+import lmdb
 import msgpack
 import pykka
 
@@ -87,6 +99,13 @@ message: the core's codec never produces a leading NUL)."""
 SLOW_CYCLE_MS = 200.0
 """A Ready cycle longer than this is logged: it delays heartbeats (elections start at 8+ ticks)."""
 
+STORAGE_RETRY_MIN_S = 0.1
+STORAGE_RETRY_MAX_S = 5.0
+"""A Ready whose write failed for want of space is tried again after 0.1 s, doubling up to 5 s."""
+
+STORAGE_LOG_EVERY_S = 30.0
+"""While writes keep failing, the warning is repeated at most this often."""
+
 
 # --- errors a proposer sees ------------------------------------------------------------------------
 
@@ -103,8 +122,52 @@ class NoTransferTarget(ProposalRefused):
     """A leadership transfer with no other live voter to hand over to."""
 
 
+class StorageFull(ProposalRefused):
+    """Not appended: this node cannot write its Raft log, task store or history now (disk or lmdb
+    map full); it retries by itself and takes writes again once a write succeeds."""
+
+
 class LeadershipLost(RaftPeerError):
     """Appended, then leadership was lost before it applied here: the outcome is unknown."""
+
+
+def storage_failure(exc: BaseException, data_dir: Path | None = None) -> str | None:
+    """Why ``exc`` is a write that failed for want of space (a reason for the log and ``/readyz``),
+    or None when it is something else (a bug, a corrupt file: the actor stops as before).
+
+    lmdb reports a data-page write that hit ENOSPC as a plain ``Input/output error`` of
+    ``mdb_txn_commit`` (the transaction is aborted whole); the reason then names the free space."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        reason = _space_reason(cur)
+        if reason is not None:
+            if data_dir is not None:
+                with contextlib.suppress(OSError):
+                    reason += f" ({shutil.disk_usage(data_dir).free} bytes free in {data_dir})"
+            return reason
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _space_reason(exc: BaseException) -> str | None:
+    if isinstance(exc, lmdb.MapFullError):
+        return f"lmdb map full: {exc}"
+    if isinstance(exc, lmdb.DiskError):
+        return f"lmdb disk error: {exc}"
+    if isinstance(exc, lmdb.Error) and not isinstance(exc, lmdb.PanicError):
+        text = str(exc)
+        if "Input/output error" in text or "No space left" in text or "Disk quota" in text:
+            return f"lmdb write failed, disk full? {text}"
+        return None
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{exc.strerror}: {exc.filename or ''}".rstrip(": ")
+    if isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return f"history database: {exc}"
+    if isinstance(exc, MolensError) and "map is full" in str(exc):
+        return str(exc)
+    return None
 
 
 # --- published values --------------------------------------------------------------------------------
@@ -266,6 +329,21 @@ class Standing:
 
 
 @dataclass(slots=True)
+class StorageHealth:
+    """Whether this node's writes reach its disk, read by the API, ``/readyz`` and ``/metrics``
+    (written by the actor only; each field is one atomic assignment)."""
+
+    problem: str = ""
+    """Why writes fail now ("" while they succeed)."""
+    since: float = 0.0
+    """time.monotonic() when they started failing."""
+    stalls: int = 0
+    """How many times writes started failing (process lifetime)."""
+    retries: int = 0
+    """Failed retries in all."""
+
+
+@dataclass(slots=True)
 class Lifecycle:
     """Shared with the handle: set when the actor has stopped, and why if it failed; the standing."""
 
@@ -273,6 +351,19 @@ class Lifecycle:
     failure: BaseException | None = None
     proposals: ProposalQueue = field(default_factory=ProposalQueue)
     standing: Standing = Standing()
+    storage: StorageHealth = field(default_factory=StorageHealth)
+
+
+@dataclass(slots=True)
+class _Stall:
+    """A Ready whose write failed for want of space, waiting to be carried out again."""
+
+    rd: rc.Ready
+    step: int
+    """The step of :meth:`RaftPeer._carry_out` that failed (it resumes there)."""
+    retry_at: float
+    delay: float
+    logged_at: float
 
 
 @dataclass(slots=True)
@@ -356,9 +447,18 @@ class AddressBook:
         return True
 
     def save(self) -> None:
+        """Write the file; on a full disk keep the book in memory (the log still holds every
+        member's address) and write it again with the next change."""
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({pid: asdict(p) for pid, p in self.peers.items()}, indent=1))
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps({pid: asdict(p) for pid, p in self.peers.items()}, indent=1))
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            if storage_failure(exc) is None:
+                raise
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            log.warning("address book not saved (%s): kept in memory", exc)
 
     def as_wire(self) -> dict[str, dict[str, str]]:
         return {pid: asdict(p) for pid, p in self.peers.items()}
@@ -396,6 +496,10 @@ def peers_from_book_context(ctx: bytes) -> list[PeerConfig]:
     if not isinstance(raw, list):
         return []
     return [p for p in (peer_from_context(c) for c in raw if isinstance(c, bytes)) if p is not None]
+
+
+_PERSIST, _INSTALL, _APPLY = 0, 1, 2
+_STEP_NAMES = ("persist", "install_snapshot", "apply")
 
 
 class RaftPeer(pykka.ThreadingActor):
@@ -465,6 +569,12 @@ class RaftPeer(pykka.ThreadingActor):
         self.removed = False
         """A voter told this node it is no longer a member (see :meth:`_on_removed`)."""
         self._standing_of: Membership | None = None
+        self._stall: _Stall | None = None
+        self._reads: dict[bytes, tuple[float, Future[Any]]] = {}
+        """ReadIndex requests by ctx, with when they give up (monotonic), until the core answers."""
+        self._reads_due: list[tuple[int, Future[Any]]] = []
+        """Answered reads waiting for the FSM to apply their index."""
+        self._read_seq = itertools.count(1)
         self._last: LeaderChange = LeaderChange(node_id, role_name(self.core), None, self.core.term)
         self._waiters: list[tuple[Callable[[RaftPeer], bool], Future[Any]]] = []
         self._ticker_stop = threading.Event()
@@ -622,8 +732,13 @@ class RaftPeer(pykka.ThreadingActor):
             return
         datas, futs = self._batch_datas, self._batch_futs
         self._batch_datas, self._batch_futs = [], []
+        if self._stall is not None:
+            err: Exception = StorageFull(f"storage full: {self.lifecycle.storage.problem}")
+            for f in futs:
+                _fail(f, err)
+            return
         if len(self._pending) + len(datas) > self.cfg.max_pending_proposals:
-            err: Exception = ProposalRefused(f"overloaded: {len(self._pending)} proposals pending")
+            err = ProposalRefused(f"overloaded: {len(self._pending)} proposals pending")
             for f in futs:
                 _fail(f, err)
             return
@@ -654,23 +769,17 @@ class RaftPeer(pykka.ThreadingActor):
 
     def _cycle_once(self) -> None:
         core = self.core
+        stall = self._stall
+        if stall is not None:
+            if time.monotonic() < stall.retry_at or not self._carry_out(stall.rd, stall.step):
+                self._publish_role()  # a stalled leader is replaced; its subscribers must hear it
+                return
         while core.has_ready():
             rd = core.ready()
             self.counters.cycles += 1
             self._send(rd.messages)
-            if rd.must_persist:
-                self.log.save(hard_state=rd.hard_state, entries=rd.entries, snapshot=rd.snapshot)
-                self.counters.saves += 1
-            self._send(rd.messages_after_persist)
-            if rd.snapshot is not None:
-                self._install_snapshot()
-            if rd.committed_entries:
-                self._apply(rd.committed_entries)
-            if rd.soft_state is not None:
-                # after applying: proposals committed in this very Ready get their result, not
-                # "outcome unknown", and subscribers see a state machine as fresh as it gets
-                self._on_soft_state()
-            core.advance(rd)
+            if not self._carry_out(rd, _PERSIST):
+                return
         self._maybe_snapshot()
         if self._waiters:
             self._check_waiters()
@@ -718,7 +827,7 @@ class RaftPeer(pykka.ThreadingActor):
             "raft node=%s was removed from the cluster (told by %s): no more campaigns; it serves nothing",
             self.node_id, frm,
         )
-        self._on_soft_state()
+        self._publish_role()
 
     def _dial(self, p: PeerConfig) -> None:
         """Connect to a (new) peer; with CURVE re-read the key directory first when its key is not known."""
@@ -727,13 +836,120 @@ class RaftPeer(pykka.ThreadingActor):
             t.reload_curve_keys()
         t.add_peer(p.id, zmq_endpoint(p.raft_addr))
 
+    def _carry_out(self, rd: rc.Ready, step: int) -> bool:
+        """Persist, install, apply and advance ``rd`` from ``step`` on; False when a write failed
+        for want of space (then ``rd`` stays outstanding in ``_stall``: docs/architecture.md#full-disk)."""
+        retry = self._stall is not None
+        try:
+            if step == _PERSIST:
+                if rd.must_persist:
+                    self.log.save(hard_state=rd.hard_state, entries=rd.entries, snapshot=rd.snapshot)
+                    self.counters.saves += 1
+                if not retry:  # a retry drops them: they may be stale now; the peers ask again
+                    self._send(rd.messages_after_persist)
+                step = _INSTALL
+            if step == _INSTALL:
+                if rd.snapshot is not None:
+                    self._install_snapshot()
+                step = _APPLY
+            if rd.committed_entries:
+                applied = self.fsm.applied_index()
+                todo = rd.committed_entries if not retry else tuple(e for e in rd.committed_entries if e.index > applied)
+                if todo:
+                    self._apply(todo)
+        except Exception as exc:
+            reason = storage_failure(exc, self.data_dir)
+            if reason is None:
+                raise
+            self._stalled(rd, step, reason)
+            return False
+        if retry:
+            self._unstalled()
+        if rd.read_states or self._reads_due:
+            self._serve_reads(rd.read_states)
+        if rd.soft_state is not None or retry:
+            # after applying: proposals committed in this very Ready get their result, not
+            # "outcome unknown", and subscribers see a state machine as fresh as it gets
+            self._publish_role()
+        self.core.advance(rd)
+        return True
+
+    def _serve_reads(self, answered: tuple[rc.ReadState, ...]) -> None:
+        for rs in answered:
+            req = self._reads.pop(rs.ctx, None)
+            if req is not None:
+                self._reads_due.append((rs.index, req[1]))
+        applied = self.fsm.applied_index()
+        keep = []
+        for index, fut in self._reads_due:
+            if index <= applied:
+                if not fut.done():
+                    fut.set_result(index)
+            else:
+                keep.append((index, fut))
+        self._reads_due = keep
+
+    def read_index(self, timeout_s: float) -> Future[Any]:
+        """A linearizable read barrier (Raft's ReadIndex, confirmed by a quorum heartbeat round):
+        the future gets the index once this node's FSM has applied everything committed when the
+        read was asked for; reading the local replica after that is linearizable. Raises
+        ``NotLeaderError(None)`` when no leader is known; a read the leader never confirms (it lost
+        its quorum) is given up after ``timeout_s`` (the future then fails with ``TimeoutError``)."""
+        fut: Future[Any] = Future()
+        ctx = b"r%d" % next(self._read_seq)
+        self.core.read_index(ctx)
+        now = time.monotonic()
+        self._reads[ctx] = (now + timeout_s, fut)
+        for c, (give_up, f) in list(self._reads.items()):
+            if give_up < now:
+                del self._reads[c]
+                _fail(f, TimeoutError("the read was not confirmed by a quorum in time"))
+        return fut
+
+    def _stalled(self, rd: rc.Ready, step: int, reason: str) -> None:
+        now = time.monotonic()
+        health = self.lifecycle.storage
+        stall = self._stall
+        if stall is None:
+            health.stalls += 1
+            health.since = now
+            health.problem = reason
+            self._stall = _Stall(rd, step, now + STORAGE_RETRY_MIN_S, STORAGE_RETRY_MIN_S, now)
+            log.warning(
+                "storage full node=%s step=%s: %s; writes refused, retrying every %.1f-%.0f s",
+                self.node_id, _STEP_NAMES[step], reason, STORAGE_RETRY_MIN_S, STORAGE_RETRY_MAX_S,
+            )
+            return
+        health.retries += 1
+        health.problem = reason
+        stall.step = step
+        stall.delay = min(stall.delay * 2, STORAGE_RETRY_MAX_S)
+        stall.retry_at = now + stall.delay
+        if now - stall.logged_at >= STORAGE_LOG_EVERY_S:
+            stall.logged_at = now
+            log.warning(
+                "storage still full node=%s step=%s for %.0f s (%d retries): %s",
+                self.node_id, _STEP_NAMES[step], now - health.since, health.retries, reason,
+            )
+
+    def _unstalled(self) -> None:
+        health = self.lifecycle.storage
+        log.warning(
+            "storage writable again node=%s after %.1f s; writes accepted",
+            self.node_id, time.monotonic() - health.since,
+        )
+        self._stall = None
+        health.problem = ""
+
     def _send(self, msgs: tuple[Any, ...]) -> None:
         for m, data in zip(msgs, encode_all(msgs)):
             self.transport.send(m.to, data)
         self.counters.messages_out += len(msgs)
 
-    def _on_soft_state(self) -> None:
+    def _publish_role(self) -> None:
         now = LeaderChange(self.node_id, role_name(self.core, self.removed), self.core.leader, self.core.term)
+        if now == self._last:
+            return
         was_leader = self._last.is_leader
         self._last = now
         self.counters.leader_changes += 1
@@ -832,7 +1048,7 @@ class RaftPeer(pykka.ThreadingActor):
         """Start a snapshot on a background thread when enough entries applied since the last one
         (or ``force``). Copying, compressing and writing a large state machine takes seconds (4.6 s
         for 1M tasks); on the actor thread that silenced heartbeats and cost the leadership."""
-        if self._snap_job is not None or (not force and time.monotonic() < self._snap_retry_at):
+        if self._snap_job is not None or self._stall is not None or (not force and time.monotonic() < self._snap_retry_at):
             return
         applied = self.fsm.applied_index()
         if applied <= self._last_snapshot_index:
@@ -852,11 +1068,13 @@ class RaftPeer(pykka.ThreadingActor):
         meta: SnapshotMeta | None = None
         sf: SnapshotFile | None = None
         error: BaseException | None = None
+        path = self.data_dir / "snapshots" / "fsm.tmp"
         try:
-            path = self.data_dir / "snapshots" / "fsm.tmp"
-            index = self.fsm.snapshot(path)
-            data = path.read_bytes()
-            path.unlink(missing_ok=True)
+            try:
+                index = self.fsm.snapshot(path)
+                data = path.read_bytes()
+            finally:  # also after a failed copy (a full disk): no partial file left
+                path.unlink(missing_ok=True)
             meta = cast("SnapshotMeta | None", self.actor_ref.ask(_Call(lambda p: p._snapshot_meta(index)), timeout=60))
             if meta is not None:  # None: a newer snapshot (a leader's) was installed meanwhile
                 sf = self.log.snapshots.write(meta, data)
@@ -892,12 +1110,30 @@ class RaftPeer(pykka.ThreadingActor):
             if sf is not None and sf.path != getattr(self.log.snapshot_file(), "path", None):
                 sf.path.unlink(missing_ok=True)
         else:
-            self.log.record_snapshot(meta, sf, done.data)
+            try:
+                self.log.record_snapshot(meta, sf, done.data)
+            except Exception as exc:
+                reason = storage_failure(exc, self.data_dir)
+                if reason is None:
+                    raise
+                self.counters.snapshot_failures += 1
+                self._snap_retry_at = time.monotonic() + SNAPSHOT_RETRY_S
+                log.warning("snapshot not recorded node=%s (next try in %.0f s): %s", self.node_id, SNAPSHOT_RETRY_S, reason)
+                sf.path.unlink(missing_ok=True)
+                for fut in waiters:
+                    _fail(fut, exc)
+                return
             self._last_snapshot_index = meta.index
             self.counters.snapshots_taken += 1
             upto = meta.index - self.cfg.keep_log_tail
             if upto >= self.log.first_index():
-                self.log.compact(upto)
+                try:
+                    self.log.compact(upto)
+                except Exception as exc:  # the log keeps its entries; the next snapshot compacts
+                    reason = storage_failure(exc, self.data_dir)
+                    if reason is None:
+                        raise
+                    log.warning("log compaction skipped node=%s: %s", self.node_id, reason)
             log.info(
                 "snapshot taken node=%s index=%d bytes=%d first_index=%d in %.0f ms (background)",
                 self.node_id,
@@ -1190,6 +1426,12 @@ class RaftPeerHandle:
 
     def stats(self, timeout: float = 10.0) -> dict[str, Any]:
         return dict(self.call(RaftPeer.stats, timeout))
+
+    def read_index(self, timeout_s: float = 5.0) -> int:
+        """Wait until a linearizable read of the local replica is possible (see
+        :meth:`RaftPeer.read_index`); returns the read index."""
+        fut = self.call(lambda p: p.read_index(timeout_s))
+        return int(fut.result(timeout=timeout_s))
 
     def subscribe(self, fn: Subscriber) -> LeaderChange:
         """Call ``fn`` (on the actor thread; keep it quick) on every role/leader change."""

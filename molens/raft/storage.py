@@ -171,14 +171,18 @@ class SnapshotStore:
         )
         path = self.path_for(meta, digest)
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(_SNAP_MAGIC)
-            f.write(_SNAP_HEAD_LEN.pack(len(header)))
-            f.write(header)
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_SNAP_MAGIC)
+                f.write(_SNAP_HEAD_LEN.pack(len(header)))
+                f.write(header)
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:  # a full disk: leave no partial file taking the space
+            tmp.unlink(missing_ok=True)
+            raise
         _fsync_dir(self.dir)
         log.info("snapshot written index=%d term=%d bytes=%d compressed=%d", meta.index, meta.term,
                  len(data), len(payload))

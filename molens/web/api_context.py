@@ -224,6 +224,16 @@ class ApiContext(Protocol):
         docs/architecture.md#clock-skew)."""
         return ""
 
+    def read_barrier(self, timeout_s: float) -> None:
+        """Return once a read of this node's replica is linearizable (Raft ReadIndex: the leader
+        confirms it still leads, this replica applies up to its commit index); ``NoLeader`` or
+        ``Unavailable`` when that cannot be confirmed within ``timeout_s``."""
+        ...
+
+    def storage_problem(self) -> str:
+        """Why this node cannot write its disk now ("" when it can: docs/architecture.md#full-disk)."""
+        return ""
+
     def now_ms(self) -> int: ...
 
     def new_task_id(self) -> str: ...

@@ -284,7 +284,7 @@ class Api:
             resp.set_header("X-Molens-Leader", exc.leader_url)
             if exc.leader_id:
                 resp.set_header("X-Molens-Leader-Id", exc.leader_id)
-        elif exc.http_status == 503:
+        elif exc.http_status in (503, 507):
             resp.set_header("Retry-After", str(self.ctx.settings.retry_after_s))
         elif exc.http_status == 401:
             resp.set_header("WWW-Authenticate", 'Bearer realm="molens"')
@@ -561,6 +561,11 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")
     def get_task(task_id: str) -> tuple[int, Any]:
+        consistency = api.q_raw("consistency") or "local"
+        if consistency not in ("local", "linearizable"):
+            raise ValidationError(f"consistency must be local or linearizable, got {_quote(consistency)}", "consistency")
+        if consistency == "linearizable":
+            ctx.read_barrier(ctx.settings.propose_timeout_s)
         t = task_or_404(ctx, task_id)
         bottle.response.set_header("ETag", _etag(t))
         return 200, task_json(t)
@@ -793,7 +798,7 @@ def _install_misc(api: Api) -> None:
     @api.route("GET", "/readyz", open_=True)
     def readyz() -> tuple[int, Any]:
         bottle.response.set_header("Access-Control-Allow-Origin", "*")
-        problem = ctx.clock_problem()
+        problem = ctx.clock_problem() or ctx.storage_problem()
         if problem:
             raise Unavailable(f"not ready: {problem}")
         li = ctx.leader_info()

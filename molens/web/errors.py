@@ -3,13 +3,15 @@
 Every error the API answers is a :class:`molens.errors.MolensError` (``code``, ``message``,
 ``field``, ``http_status``), so a handler raises and one place renders ``{"error": {...}}``.
 
-The three *routing* errors are raised by an :class:`~molens.web.api_context.ApiContext` when it
+The *routing* errors are raised by an :class:`~molens.web.api_context.ApiContext` when it
 cannot apply a write here:
 
 - :class:`LeaderElsewhere` -- this node is not the leader and knows who is: the app answers ``307``
   with ``Location`` on the leader (nothing was applied).
 - :class:`NoLeader` -- no leader is known (election in progress): ``503`` + ``Retry-After``
   (nothing was applied; retrying is always safe).
+- :class:`InsufficientStorage` -- this node's disk is full: ``507`` + ``Retry-After`` (nothing was
+  applied; it takes writes again by itself once space returns).
 - :class:`OutcomeUnknown` -- the proposal was appended but leadership was lost before it applied:
   ``503`` with code ``outcome_unknown``; the write may or may not have happened. Creates with an
   idempotency key are safe to retry; the SDK retries those only.
@@ -66,6 +68,14 @@ class Unavailable(MolensError):
     http_status = 503
 
 
+class InsufficientStorage(MolensError):
+    """This node cannot write its disk now (docs/architecture.md#full-disk): nothing was applied;
+    ``507`` + ``Retry-After``. The node retries by itself and takes writes again once space returns."""
+
+    code = "insufficient_storage"
+    http_status = 507
+
+
 class Unauthorized(MolensError):
     code = "unauthorized"
     http_status = 401
@@ -101,6 +111,7 @@ class InternalError(MolensError):
 
 __all__ = [
     "BodyTooLarge",
+    "InsufficientStorage",
     "InternalError",
     "MethodNotAllowed",
     "NoLeader",

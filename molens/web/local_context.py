@@ -240,6 +240,12 @@ class LocalContext:
     def clock_problem(self) -> str:
         return ""  # one process, one clock
 
+    def storage_problem(self) -> str:
+        return ""
+
+    def read_barrier(self, timeout_s: float) -> None:
+        """One process applies every write before answering it: every read is linearizable."""
+
     def request_seen(self) -> None:
         self._requests.hit()
 

@@ -83,6 +83,9 @@ class MetricsSnapshot:
     clock: Mapping[str, int] = field(default_factory=dict)
     """``skew_ms`` (median offset of the voters' clocks from this node's) and ``skewed`` (1 when this
     node's clock is off from the majority's: it does not lead)."""
+    storage: Mapping[str, int] = field(default_factory=dict)
+    """``full`` (1 while writes to this node's disk fail: docs/architecture.md#full-disk), ``stalls``
+    (times they started failing) and ``retries`` (failed retries)."""
 
 
 class LiveCollector(Collector):
@@ -169,6 +172,19 @@ class LiveCollector(Collector):
             yield hs
             yield fs
             yield rf
+        if "full" in s.storage:
+            yield GaugeMetricFamily(
+                "molens_storage_full", "1 while this node cannot write its Raft log, task store or history (writes refused)",
+                value=s.storage["full"],
+            )
+            yield CounterMetricFamily(
+                "molens_storage_stalls", "Times this node's disk writes started failing for want of space",
+                value=s.storage.get("stalls", 0),
+            )
+            yield CounterMetricFamily(
+                "molens_storage_retries", "Failed retries of a write that failed for want of space",
+                value=s.storage.get("retries", 0),
+            )
         if s.scheduler:
             c = CounterMetricFamily(
                 "molens_scheduler_events", "Scheduler events on this node by kind (process lifetime)", labels=["event"]

@@ -59,6 +59,7 @@ def _err(*codes: int) -> dict[str, Any]:
         413: "TooLarge",
         415: "UnsupportedMediaType",
         503: "Unavailable",
+        507: "InsufficientStorage",
     }
     return {str(c): {"$ref": f"#/components/responses/{names[c]}"} for c in codes}
 
@@ -81,7 +82,7 @@ _EXEC_FILTERS = [
     _LIMIT,
 ]
 
-_WRITE_ERRORS = (307, 401, 503)
+_WRITE_ERRORS = (307, 401, 503, 507)
 
 # The test endpoints read any body. Declared as the two media types a callback target gets (a fire's
 # JSON payload, or any bytes) rather than "*/*", which client generators cannot map to a parameter.
@@ -494,8 +495,19 @@ def _paths() -> dict[str, Any]:
                 "operationId": "getTask",
                 "summary": "Get a task",
                 "tags": ["tasks"],
-                "parameters": [_TASK_ID],
-                "responses": {"200": {**task_ok, "headers": {**task_ok.get("headers", {}), **_ETAG}}, **_err(401, 404)},
+                "parameters": [
+                    _TASK_ID,
+                    _param(
+                        "consistency", "query", {"type": "string", "enum": ["local", "linearizable"], "default": "local"},
+                        "local: this node's replica as it is (may lag the leader); linearizable: first confirm with "
+                        "the leader's quorum (Raft ReadIndex) and apply up to its commit index, so the answer "
+                        "reflects every write acknowledged before the request",
+                    ),
+                ],
+                "responses": {
+                    "200": {**task_ok, "headers": {**task_ok.get("headers", {}), **_ETAG}},
+                    **_err(400, 401, 404, 503),
+                },
             },
             "patch": {
                 "operationId": "updateTask",
@@ -518,7 +530,7 @@ def _paths() -> dict[str, Any]:
                 },
                 "responses": {
                     "200": {**task_ok, "headers": {**task_ok.get("headers", {}), **_ETAG}},
-                    **_err(400, 404, 412, 413, 415, *_WRITE_ERRORS),
+                    **_err(400, 404, 412, 413, 415, 507, *_WRITE_ERRORS),
                 },
             },
             "delete": {
@@ -758,6 +770,11 @@ def _responses() -> dict[str, Any]:
         },
         "Unavailable": {
             **_json(err, "No leader (code no_leader) or outcome unknown (code outcome_unknown); retry later"),
+            "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+        },
+        "InsufficientStorage": {
+            **_json(err, "This node cannot write its disk (code insufficient_storage): nothing was applied; "
+                    "it takes writes again by itself once space returns. Retry later"),
             "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
         },
     }

@@ -34,6 +34,8 @@ import yaml
 
 from molens.admin import AdminClient, AdminError
 
+from .recording_receiver import RecordingReceiver
+
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,6 +208,11 @@ class NodeProc:
     def call(self, cmd: str, **args: Any) -> dict[str, Any]:
         return self.admin().call(cmd, **args)
 
+    @property
+    def http_url(self) -> str:
+        """The node's REST base URL."""
+        return f"http://{self.settings['http']['host']}:{self.settings['http']['port']}"
+
 
 class Cluster:
     """N nodes configured as ``conf/cluster/n*.yaml``, on free ports, under ``root``."""
@@ -336,6 +343,14 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         c.kill_all()
 
 
+@pytest.fixture
+def receiver() -> Iterator[RecordingReceiver]:
+    """A started in-process :class:`RecordingReceiver`, closed at teardown."""
+    rec = RecordingReceiver()
+    yield rec
+    rec.close()
+
+
 @pytest.fixture(scope="module")
 def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One started 3-node cluster shared by a test module. Tests leave it with 3 nodes running."""
@@ -345,13 +360,3 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
     finally:
         c.kill_all()
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Any]:
-    """A recording callback receiver (``recording_receiver.RecordingReceiver``) shared by a test module."""
-    from .recording_receiver import RecordingReceiver
-
-    rec = RecordingReceiver()
-    yield rec
-    rec.close()

@@ -30,6 +30,8 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    peer: str = ""
+    """The sender's IP address (which node fired, where nodes have addresses of their own)."""
 
     @property
     def tag(self) -> str:
@@ -56,13 +58,14 @@ def _answer(path: str, counts: collections.Counter[str]) -> tuple[int, bytes]:
 class RecordingReceiver:
     """In-process receiver thread; ``requests`` grows as callbacks arrive."""
 
-    def __init__(self, out: IO[str] | None = None, port: int = 0) -> None:
+    def __init__(self, out: IO[str] | None = None, port: int = 0, host: str = "127.0.0.1") -> None:
         self.requests: list[Received] = []
         self.lock = threading.Lock()
         self._counts: collections.Counter[str] = collections.Counter()
         self._answered: collections.Counter[str] = collections.Counter()
         self._out = out
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
+        self.host = host
+        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self.httpd.request_queue_size = 1024
         self.port = self.httpd.server_address[1]
@@ -72,7 +75,7 @@ class RecordingReceiver:
         self._thread.start()
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"http://{self.host}:{self.port}{path}"
 
     def record(self, r: Received) -> tuple[int, bytes, float]:
         """Records ``r``; returns the answer and how long to hold it (seconds)."""
@@ -127,7 +130,7 @@ def _handler(rec: RecordingReceiver) -> type[BaseHTTPRequestHandler]:
             at = time.time_ns() // 1_000_000
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
-            r = Received(at, self.path, {k: v for k, v in self.headers.items()}, body)
+            r = Received(at, self.path, {k: v for k, v in self.headers.items()}, body, self.client_address[0])
             code, answer, hold = rec.record(r)
             if hold:
                 time.sleep(hold)  # the endpoint's own slowness, not a test waiting for an effect
