@@ -27,6 +27,7 @@ skips with one line saying why.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import re
@@ -54,7 +55,7 @@ def _sweep_stale() -> None:
     """Delete namespaces of this harness whose creating process is gone."""
     out = _ip("netns", "list", check=False).stdout
     for line in out.splitlines():
-        m = re.match(rf"({PREFIX}(\d+)x\d+)", line)
+        m = re.match(rf"({PREFIX}(\d+)(?:s\d+)?x\d+)", line)
         if m and not Path(f"/proc/{m.group(2)}").exists():
             _ip("netns", "del", m.group(1), check=False)
 
@@ -68,18 +69,25 @@ def _free_octet() -> int:
     return random.choice(choices)
 
 
+_LABS = itertools.count()
+_B36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
 class NetnsLab:
     """Namespaces, pair links and addresses for nodes ``n1..nN`` (more can be added later)."""
 
     def __init__(self) -> None:
         self.tag = f"{os.getpid()}"
+        self.seq = next(_LABS)
+        """Labs of one process get their own names: a namespace deleted by the previous lab may
+        still be going away (the kernel frees it asynchronously) when the next one is made."""
         self.octet = _free_octet()
         self.ns: dict[int, str] = {}
         self.receiver_host = f"10.{self.octet}.200.1"
         self._links_down: set[tuple[int, int]] = set()
 
     def name(self, i: int) -> str:
-        return f"{PREFIX}{self.tag}x{i}"
+        return f"{PREFIX}{self.tag}s{self.seq}x{i}"
 
     def addr(self, i: int) -> str:
         return f"10.{self.octet}.0.{i}"
@@ -91,7 +99,7 @@ class NetnsLab:
         self.ns[i] = ns
         _ip("-n", ns, "link", "set", "lo", "up")
         _ip("-n", ns, "addr", "add", f"{self.addr(i)}/32", "dev", "lo")
-        root_side = f"p{self.tag[-6:]}m{i}"
+        root_side = self._root_side(i)
         _ip("link", "add", "name", root_side, "type", "veth", "peer", "name", "mg", "netns", ns)
         net = f"10.{self.octet}.{100 + i}"
         _ip("addr", "add", f"{net}.1/24", "dev", root_side)
@@ -136,9 +144,14 @@ class NetnsLab:
         for a, b in list(self._links_down):
             self.heal(a, b)
 
+    def _root_side(self, i: int) -> str:
+        """The root end of node ``i``'s ``mg`` veth pair (at most 15 characters)."""
+        return f"p{self.tag[-6:]}{_B36[self.seq % 36]}m{i}"
+
     def destroy(self) -> None:
-        for ns in self.ns.values():
-            _ip("netns", "del", ns, check=False)  # takes its veth ends, and so their root-side peers
+        for i, ns in self.ns.items():
+            _ip("link", "del", self._root_side(i), check=False)  # at once, not when the namespace is freed
+            _ip("netns", "del", ns, check=False)  # takes its other veth ends
         self.ns.clear()
 
 

@@ -55,6 +55,11 @@ def _node_on_fixture(tmp_path: Path, *, drop_fsm: bool = False) -> tuple[Cluster
     return c, node
 
 
+_RENAMED = {"last_execution_result": "last_outcome", "last_response": "last_execution_result",
+            "response_head": "execution_result"}
+"""The fixture's field names (a10f301's API) -> this version's (the seed's names, docs/api.md)."""
+
+
 def _ready(node: NodeProc) -> None:
     def up() -> bool | None:
         try:
@@ -75,15 +80,17 @@ def _check_state_and_use(node: NodeProc) -> None:
     # fields added since have their defaults
     assert [t["id"] for t in page["items"]] == [t["id"] for t in expected]
     for got, old in zip(page["items"], expected, strict=True):
+        old = {_RENAMED.get(k, k): v for k, v in old.items()}  # the API's names of this version
         keys = [k for k in old if old["type"] == "delayed" or k in _SPEC_KEYS]
         assert {k: got[k] for k in keys} == {k: old[k] for k in keys}, (got, old)
-    added = {"jitter_ms": 0, "start_at": None, "end_at": None, "max_runs": None}
+    added = {"jitter_ms": 0, "start_at": None, "end_at": None, "max_runs": None, "catchup": "one",
+             "catchup_window_ms": 3_600_000, "version": 1}
     assert all({k: t[k] for k in added} == added for t in page["items"])
     old_execs = _expected("executions.json")
     status, execs = _call(node, "GET", f"/api/v1/tasks/{old_execs[0]['task_id']}/executions?limit=100")
     assert status == 200  # that task is done: its history cannot grow (the periodic ones' can)
     got = [{k: v for k, v in e.items() if k != "id"} for e in execs["items"]]
-    assert got == [{k: v for k, v in e.items() if k != "id"} for e in old_execs]
+    assert got == [{_RENAMED.get(k, k): v for k, v in e.items() if k != "id"} for e in old_execs]
     by_key = {t["idempotency_key"]: t for t in page["items"]}
     assert by_key["k-1"]["payload"] == {"order": 1, "big": 123456789012345678901234567890, "s": "é"}
     # the idempotency index came along: the same key answers the old task
