@@ -356,7 +356,7 @@ def _skipped(tx: _Tx, t: Task, start: int, end: int, now: int, why: str) -> None
     ))
 
 
-def _next_occurrence(tx: _Tx, t: Task, now: int) -> dict[str, Any]:
+def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str, Any]:
     """Changes that start the periodic task's next occurrence (or end the task at its bounds)
     (docs/architecture.md#catch-up).
 
@@ -365,6 +365,11 @@ def _next_occurrence(tx: _Tx, t: Task, now: int) -> dict[str, Any]:
     chain) are represented by the occurrence that just ran, recorded as skipped, and not fired.
     ``catchup`` all: the next instant even if it has passed (it fires at once), unless it is more
     than ``catchup_window_ms`` old: then the first instant within the window.
+
+    ``lost``: the occurrence that ended was an at_most_once fire whose worker was lost (``unknown``):
+    nothing was running while the instants after it came due (they were missed to a fault, not to
+    a running occurrence), so with ``catchup`` one the next instant fires, at once if it has passed,
+    instead of being skipped (docs/architecture.md#lost-workers).
     """
     spec = t.spec
     try:
@@ -375,7 +380,10 @@ def _next_occurrence(tx: _Tx, t: Task, now: int) -> dict[str, Any]:
             if nxt > first:
                 _skipped(tx, t, first, nxt, now, "more than catchup_window_ms ago (catchup all)")
         else:
-            nxt = first if first >= now else next_after_misfire(schedule_of(t), t.sched_ms, now)
+            if first >= now or (lost and spec.catchup is CatchUp.ONE):
+                nxt = first
+            else:
+                nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
             if nxt > first:
                 _skipped(tx, t, first, nxt, now, f"due while the cluster was down, the task paused or an "
                                                  f"occurrence ran (catchup {spec.catchup})")
@@ -679,7 +687,7 @@ def _after_callback(
     if res is ExecutionResult.NOT_FOUND:
         return _INACTIVE if periodic else _FAILED
     if res is ExecutionResult.UNKNOWN:
-        return _next_occurrence(tx, t, now) if periodic else _FAILED
+        return _next_occurrence(tx, t, now, lost=True) if periodic else _FAILED
     if sent_as is Reliability.AT_LEAST_ONCE and spec.reliability is Reliability.AT_LEAST_ONCE \
             and fire.attempt <= spec.max_retries:
         delay = 0 if res is ExecutionResult.LOST else cfg.retry_base_ms << (fire.attempt - 1)

@@ -8,7 +8,15 @@ import pytest
 
 from molens.errors import ValidationError
 from molens.fsm.commands import PauseTasks, ResumeTasks
-from molens.model import ExecutionResult, FireKind, IllegalTransitionError, Status, Task, validate_create
+from molens.model import (
+    ExecutionResult,
+    FireKind,
+    IllegalTransitionError,
+    Outcome,
+    Status,
+    Task,
+    validate_create,
+)
 from tests.unit.test_fsm_machine import URL, H
 
 IV = 10_000
@@ -123,3 +131,26 @@ def test_catchup_is_only_for_periodic_tasks(field: str) -> None:
     with pytest.raises(ValidationError) as e:
         validate_create({"type": "delayed", "interval_ms": 1_000, "callback_url": URL, field: value})
     assert e.value.field == field
+
+
+def test_an_at_most_once_occurrence_lost_with_its_worker_is_followed_at_once_by_the_next_instant() -> None:
+    """The lost fire was running nowhere while the next instant came due: that instant is missed to
+    the fault (catch-up one fires it at once), not skipped as an overlap (docs/architecture.md#lost-workers)."""
+    h = H()
+    t = _periodic(h, reliability="at_most_once")
+    c = t.created_ms
+    h.fire_due(t.id)
+    h.answer(t.id, None, Outcome.LOST, after_ms=10_500)  # settled just after the next instant (20 s)
+    u = h.t(t.id)
+    assert u.last_result is ExecutionResult.UNKNOWN
+    assert (u.seq, u.sched_ms, u.due_ms) == (2, c + 20_000, h.now)  # fires now, for its own instant
+    assert _skips(h) == []
+    assert _instants(h, t.id, 2) == [c + 20_000, c + 30_000]
+
+
+def test_a_lost_occurrence_with_catchup_none_still_skips_what_passed() -> None:
+    h = H()
+    t = _periodic(h, reliability="at_most_once", catchup="none")
+    h.fire_due(t.id)
+    h.answer(t.id, None, Outcome.LOST, after_ms=10_500)
+    assert h.t(t.id).due_ms == t.created_ms + 30_000
