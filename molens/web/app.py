@@ -836,6 +836,15 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     for code in (400, 404, 405, 413, 500):
         app.error_handler[code] = json_error
 
+    def method_override() -> None:
+        # POST + X-HTTP-Method-Override: PATCH is a PATCH (clients that cannot send PATCH, such as
+        # Java's HttpURLConnection); no other method can be reached this way
+        env = bottle.request.environ
+        if env.get("REQUEST_METHOD") == "POST" and str(env.get("HTTP_X_HTTP_METHOD_OVERRIDE", "")).upper() == "PATCH":
+            env["REQUEST_METHOD"] = "PATCH"
+
+    app.add_hook("before_request", method_override)
+
     def batch_takes_post_only() -> bytes:
         # a static route: without it GET /tasks/batch reached GET /tasks/{task_id} ("task batch not found")
         bottle.response.status = 405

@@ -152,3 +152,13 @@ def test_the_sdk_updates_with_and_without_a_version(node: NodeProc, receiver: Re
         assert e.value.status == 412
         u = client.update(t["id"], scene="two", timeout_ms=None)  # None: back to the default
         assert (u["version"], u["scene"], u["timeout_ms"]) == (3, "two", 5_000)
+
+
+def test_post_with_a_method_override_is_a_patch_and_nothing_else(node: NodeProc, receiver: RecordingReceiver) -> None:
+    t = _create(node, type="delayed", interval_ms=3_600_000, callback_url=receiver.url("/ok/upd-override"))
+    status, u, _ = _call(node, "POST", f"/api/v1/tasks/{t['id']}", {"scene": "via-post"},
+                         X_HTTP_Method_Override="PATCH", If_Match='"1"')
+    assert status == 200 and (u["scene"], u["version"]) == ("via-post", 2)
+    status, err, _ = _call(node, "POST", f"/api/v1/tasks/{t['id']}", None, X_HTTP_Method_Override="DELETE")
+    assert status == 405 and err["error"]["code"] == "method_not_allowed"
+    assert _call(node, "GET", f"/api/v1/tasks/{t['id']}")[1]["scene"] == "via-post"  # not deleted

@@ -86,6 +86,7 @@ export default {
     catchupHint: 'When the cluster was down or the task resumed from its schedule.',
   },
   detail: {
+    schedule: 'Schedule', nextFires: 'Next fire times',
     title: 'Task', fields: 'Fields', lastResult: 'Last result', history: 'Execution history',
     notFound: 'This task does not exist (deleted or expired).',
     pause: 'Pause', resume: 'Resume', trigger: 'Trigger now', delete: 'Delete',

@@ -79,6 +79,7 @@ export default {
     catchupHint: '集群停机期间，或任务按调度恢复时错过的运行。',
   },
   detail: {
+    schedule: '调度', nextFires: '接下来的触发时间',
     title: '任务', fields: '字段', lastResult: '上次结果', history: '执行历史', notFound: '该任务不存在（已删除或已过期）。',
     pause: '暂停', resume: '恢复', trigger: '立即触发', delete: '删除',
     confirm_pause: '暂停任务 {id}？恢复之前它将保持暂停。',

@@ -38,6 +38,9 @@ public class ApiException extends MolensException {
 
     public boolean isConflict() { return status == 409; }
 
+    /** 412: {@link MolensClient#update}'s {@code ifVersion} is no longer the task's version. */
+    public boolean isPreconditionFailed() { return status == 412; }
+
     public boolean isBadRequest() { return status == 400 || status == 413 || status == 415; }
 
     public boolean isUnauthorized() { return status == 401; }

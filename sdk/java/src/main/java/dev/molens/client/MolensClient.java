@@ -60,6 +60,7 @@ public final class MolensClient implements AutoCloseable {
             .setVisibility(PropertyAccessor.FIELD, JsonAutoDetect.Visibility.ANY)
             .setSerializationInclusion(JsonInclude.Include.NON_NULL)
             .configure(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES, false);
+    private static final ObjectMapper PATCH_JSON = new ObjectMapper();
     private static final SecureRandom RANDOM = new SecureRandom();
     private static final char[] HEX = "0123456789abcdef".toCharArray();
 
@@ -221,6 +222,35 @@ public final class MolensClient implements AutoCloseable {
 
     /** The task; {@link ApiException} 404 when there is none. */
     public Task get(String id) { return call("GET", "/api/v1/tasks/" + enc(id), null, true, type(Task.class)); }
+
+    /**
+     * Changes the task's definition in place ({@code PATCH}, a JSON merge patch): a field given
+     * replaces the stored one, a {@code null} value resets it to its default, a field left out is
+     * kept. With {@code ifVersion} (a task's {@link Task#version}) the change applies only while the
+     * task is still at that version, else {@link ApiException} 412 ({@link ApiException#isPreconditionFailed()});
+     * with {@code null}, to the current version (and retried safely after a lost answer).
+     * Sent as {@code POST} with {@code X-HTTP-Method-Override: PATCH}: {@link HttpURLConnection}
+     * cannot send {@code PATCH}.
+     */
+    public Task update(String id, Map<String, ?> changes, Long ifVersion) {
+        Map<String, String> h = new LinkedHashMap<String, String>();
+        h.put("X-HTTP-Method-Override", "PATCH");
+        if (ifVersion != null) {
+            h.put("If-Match", "\"" + ifVersion + "\"");
+        }
+        byte[] body;
+        try {
+            body = PATCH_JSON.writeValueAsBytes(changes); // nulls kept: they reset a field
+        } catch (IOException e) {
+            throw new MolensException("encoding the request: " + e.getMessage(), e);
+        }
+        byte[] raw = send("POST", "/api/v1/tasks/" + enc(id), body, ifVersion == null, h);
+        try {
+            return JSON.readValue(raw, Task.class);
+        } catch (IOException e) {
+            throw new MolensException("PATCH /api/v1/tasks/" + id + ": decoding the answer: " + e.getMessage(), e);
+        }
+    }
 
     /** Deletes the task and its history; returns it as it was. */
     public Task delete(String id) { return call("DELETE", "/api/v1/tasks/" + enc(id), null, false, type(Task.class)); }
@@ -473,13 +503,17 @@ public final class MolensClient implements AutoCloseable {
         }
     }
 
-    private Answer exchange(String base, String method, String path, byte[] data) throws IOException {
+    private Answer exchange(String base, String method, String path, byte[] data, Map<String, String> extra)
+            throws IOException {
         HttpURLConnection conn = (HttpURLConnection) new URL(base + path).openConnection(java.net.Proxy.NO_PROXY);
         conn.setInstanceFollowRedirects(false);
         conn.setConnectTimeout(connectTimeoutMs);
         conn.setReadTimeout(readTimeoutMs);
         conn.setRequestMethod(method);
         conn.setRequestProperty("Accept", "application/json");
+        for (Map.Entry<String, String> e : extra.entrySet()) {
+            conn.setRequestProperty(e.getKey(), e.getValue());
+        }
         if (token != null) {
             conn.setRequestProperty("Authorization", "Bearer " + token);
         }
@@ -521,9 +555,14 @@ public final class MolensClient implements AutoCloseable {
      * an unknown outcome cannot do harm (reads, keyed creates).
      */
     private byte[] send(String method, String path, Object body, boolean safe) {
+        return send(method, path, body, safe, Collections.<String, String>emptyMap());
+    }
+
+    /** {@link #send(String, String, Object, boolean)} with extra headers; a {@code byte[]} body is sent as it is. */
+    private byte[] send(String method, String path, Object body, boolean safe, Map<String, String> extra) {
         byte[] data;
         try {
-            data = body == null ? null : JSON.writeValueAsBytes(body);
+            data = body == null ? null : body instanceof byte[] ? (byte[]) body : JSON.writeValueAsBytes(body);
         } catch (IOException e) {
             throw new MolensException("encoding the request: " + e.getMessage(), e);
         }
@@ -538,7 +577,7 @@ public final class MolensClient implements AutoCloseable {
             attempt++;
             Answer a;
             try {
-                a = exchange(node, method, path, data);
+                a = exchange(node, method, path, data, extra);
             } catch (IOException e) {
                 unknown = unknown || (!(e instanceof ConnectException) && !method.equals("GET"));
                 last = e;
@@ -589,7 +628,7 @@ public final class MolensClient implements AutoCloseable {
             }
             if (a.status >= 400) {
                 ApiException e = parseError(a.status, a.body);
-                if (unknown && (a.status == 404 || a.status == 409) && !method.equals("GET")) {
+                if (unknown && (a.status == 404 || a.status == 409 || a.status == 412) && !method.equals("GET")) {
                     throw new OutcomeUnknownException(op + ": answered " + a.status
                             + " after a lost response; the first attempt may have been applied", last);
                 }

@@ -34,4 +34,6 @@ public final class Task {
     /** The latest callback response: its first 512 bytes. */
     public String lastExecutionResult;
     public Long lastFireAt;
+    /** Version of the definition: 1 at create, one more at each update that changes it. */
+    public long version;
 }

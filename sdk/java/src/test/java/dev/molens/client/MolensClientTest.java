@@ -10,6 +10,8 @@ import static org.junit.Assert.fail;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
+import java.util.HashMap;
+import java.util.Map;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -64,6 +66,17 @@ public class MolensClientTest {
         ApiException e = apiError(new Runnable() { public void run() { c.pause(t.id); } }, 409, "illegal_transition", "status");
         assertTrue(e.isConflict());
         assertEquals("pending", c.resume(t.id).status);
+        Map<String, Object> change = new HashMap<String, Object>();
+        change.put("scene", "updated");
+        change.put("max_retries", null); // back to the default
+        Task u = c.update(t.id, change, t.version);
+        assertEquals(t.version + 1, u.version);
+        assertEquals("updated", u.scene);
+        assertEquals(3, u.maxRetries);
+        e = apiError(new Runnable() { public void run() {
+            c.update(t.id, Collections.singletonMap("scene", "stale"), t.version); } }, 412, "precondition_failed", "If-Match");
+        assertTrue(e.isPreconditionFailed());
+        assertEquals(u.version + 1, c.update(t.id, Collections.singletonMap("scene", "again"), null).version);
         assertEquals(t.id, c.delete(t.id).id);
         e = apiError(new Runnable() { public void run() { c.get(t.id); } }, 404, "not_found", "task_id");
         assertTrue(e.isNotFound());
