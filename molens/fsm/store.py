@@ -494,6 +494,26 @@ class TaskStore:
                 return
             start = rows[-1] + b"\x00"
 
+    def read_due(self, start: tuple[int, str], until_ms: int, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` due entries ``(due_ms, task_id) >= start`` with ``due_ms < until_ms``, in due
+        order: one read transaction, one cursor range (the leader's window loader,
+        ``docs/architecture.md#near-term-window``)."""
+        out: list[tuple[int, str]] = []
+        if limit <= 0 or start[0] >= until_ms:
+            return out
+        end = _U64.pack(until_ms)
+        unpack = _U64.unpack_from
+        with self._env.begin(db=self._due) as txn:
+            cur = txn.cursor()
+            ok = cur.set_range(due_key(*start))
+            while ok and len(out) < limit:
+                k = cur.key()
+                if k[:8] >= end:
+                    break
+                out.append((unpack(k)[0], bytes(k[8:]).decode()))
+                ok = cur.next()
+        return out
+
     def scan_expirable(self, updated_before_ms: int, limit: int) -> list[ExpireItem]:
         """Up to ``limit`` terminal tasks last updated before ``updated_before_ms``, oldest first
         (the Cleaner proposes them as ``Expire`` items; the machine re-checks on apply)."""

@@ -152,6 +152,20 @@ def test_scans_stream_in_chunks(store: TaskStore) -> None:
     assert [t.id for t in page] == [t.id for t in tasks[150:]]
 
 
+def test_read_due_is_one_bounded_range_of_the_due_index(store: TaskStore) -> None:
+    lg = Log(store)
+    items = tuple(CreateItem(new_task_id(T0, i), spec(interval_ms=(i // 3) * 100)) for i in range(30))
+    lg.apply(CreateTasks(T0, items))
+    due = list(store.scan_due())
+    assert store.read_due((0, ""), T0 + 10**9, 1000) == due
+    assert store.read_due((0, ""), T0 + 500, 1000) == [r for r in due if r[0] < T0 + 500]
+    first = store.read_due((0, ""), T0 + 10**9, 4)
+    assert first == due[:4]  # the limit cuts inside a millisecond: resume after the last key
+    last_due, last_key = first[-1]
+    assert store.read_due((last_due, last_key + "\x00"), T0 + 10**9, 4) == due[4:8]
+    assert store.read_due((T0 + 10**9, ""), T0 + 10**9, 4) == []
+
+
 def test_store_matches_memory_state_and_snapshot_restores_it(tmp_path: Path, store: TaskStore) -> None:
     lg, ms = Log(store), MemoryState()
     cmds: list[Command] = []
