@@ -42,9 +42,11 @@ import msgspec
 
 from molens.errors import ValidationError
 
-FORMAT = 2
+FORMAT = 3
 """Version of the stored layout: 1 was the hand-written msgpack lists (enums as indexes), 2 these
-Structs. ``molens.fsm.store`` writes it into the store's ``meta`` and reads format 1 by migrating."""
+Structs, 3 the same records plus the secondary indexes (tasks by status and by scene, due entries
+per day). ``molens.fsm.store`` writes it into the store's ``meta`` and reads formats 1 and 2 by
+migrating."""
 
 # -------------------------------------------------------------------------------------------------
 # enums

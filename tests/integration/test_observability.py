@@ -214,6 +214,11 @@ def test_key_series_move_when_tasks_fire(node: NodeProc) -> None:
     assert st == 200
     check_schema(wheel, "WheelDistribution")
     assert wheel["levels"][1]["total"] == 1 and wheel["timers"] == 1, wheel
+    # and, separately, the far future read from `due`: the 1-hour task on its UTC day
+    assert wheel["window"]["horizon_ms"] == 600_000 and wheel["window"]["until_ms"] > near["next_run_at"]
+    far_day = far["next_run_at"] // 86_400_000 * 86_400_000
+    assert wheel["far_future"]["from_ms"] == wheel["window"]["until_ms"] and wheel["far_future"]["total"] >= 1
+    assert any(d["start_ms"] == far_day and d["count"] >= 1 for d in wheel["far_future"]["days"]), wheel["far_future"]
     st, _, png = _get(base + "/api/v1/timewheel/distribution.png")
     assert st == 200 and Image.open(io.BytesIO(png)).size[0] == 800
     assert _http.request("DELETE", f"{base}/api/v1/tasks/{far['id']}").status == 200
