@@ -133,7 +133,8 @@ def rebuild(root: Path, pending: int) -> tuple[float, int]:
                 for i in range(min(batch, pending - b))
             )
             index += 1
-            entries.append(Entry(index, 1, data=encode(CreateTasks(now + (b % 3_600_000), items))))
+            # stamped over the last hour: with interval_ms 3,600,000 they are due evenly over the next one
+            entries.append(Entry(index, 1, data=encode(CreateTasks(now - 3_600_000 + b * 3_600_000 // pending, items))))
         store.apply_batch(entries)
     print(f"  filled a store with {len(store)} pending tasks in {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()
