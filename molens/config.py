@@ -238,6 +238,7 @@ class SchedulerConfig:
     dispatch_timeout_ms: int = _opt(10_000, _int_min(100))
     worker_lost_ms: int = _opt(2_000, _int_min(600))
     dispatch_lead_ms: int = _opt(100, _int_range(0, MACHINE_DEFAULTS.max_dispatch_lead_ms))
+    wheel_horizon_ms: int = _opt(600_000, _int_min(1_000))
     default_max_retries: int = _opt(3, _int_range(0, 20))
     ack_ttl: int = _opt(3, _int_range(0, 20))
     max_payload_bytes: int = _opt(65536, _int_min(0))

@@ -42,7 +42,7 @@ from molens.web.api_context import (
     settings_from_config,
 )
 from molens.web.errors import InsufficientStorage, LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
-from molens.web.heatmap import WheelDistribution, distribution_of
+from molens.web.heatmap import WheelDistribution, distribution_of, far_future_of
 from molens.web.metrics import MetricsSnapshot, NodeMetrics
 from molens.web.node_stats import DiskUsage, PeerStats, RecentFires, RequestRate, order_nodes, rss_bytes
 
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WHEEL_READ_TIMEOUT_S = 2.0
+MAX_FAR_DAYS = 36_600
+"""Days of ``due_days`` the far-future total reads at most (a century; only days with entries are rows)."""
 """How long a wheel read waits for the TimeWheel actor."""
 STATUS_TIMEOUT_S = 2.0
 """How long a stats page or scrape waits for RaftPeer's status."""
@@ -197,6 +199,11 @@ class NodeContext:
     def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
         return self.store.scan_tasks_before(before, chunk=256)
 
+    def scan_tasks_where(
+        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False
+    ) -> Iterator[Task]:
+        return self.store.scan_tasks_where(statuses=statuses, scene=scene, after=after, reverse=reverse)
+
     def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
         return self.store.scan_due(chunk=256, after=after)
 
@@ -313,8 +320,14 @@ class NodeContext:
         if sched is None:
             return None
         now = self.now_ms()
+        g = sched.leader_gauges()
+        until, horizon = g.get("wheel_loaded_until_ms"), g.get("wheel_horizon_ms")
+        far = None
+        if until is not None:  # the due index beyond the window (docs/architecture.md#near-term-window)
+            far = far_future_of(self.store.due_by_day(until, MAX_FAR_DAYS), until, horizon)
         try:
-            dist: WheelDistribution | None = sched.read_wheel(lambda wheel: distribution_of(wheel, now), WHEEL_READ_TIMEOUT_S)
+            dist: WheelDistribution | None = sched.read_wheel(
+                lambda wheel: distribution_of(wheel, now, far), WHEEL_READ_TIMEOUT_S)
         except pykka.Timeout:
             raise Unavailable("the leader's scheduler is busy; try again") from None
         return dist

@@ -216,6 +216,9 @@ class Scheduler:
         for k in ("wheel_size", "fires_in_flight", "live_workers"):
             if k in g:
                 out[k] = g[k]
+        if "wheel_horizon_ms" in g:  # the near-term window (docs/architecture.md#near-term-window)
+            out["wheel"] = {k.removeprefix("wheel_"): g[k] for k in (
+                "wheel_size", "wheel_size_max", "wheel_horizon_ms", "wheel_loaded_until_ms", "wheel_loaded", "wheel_slices")}
         # messages each actor has handled (this process's lifetime; leader actors: this term)
         pool_g = self._ask_pool_gauges()
         out["mailbox_messages"] = {

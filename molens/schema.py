@@ -42,9 +42,11 @@ import msgspec
 
 from molens.errors import ValidationError
 
-FORMAT = 2
+FORMAT = 3
 """Version of the stored layout: 1 was the hand-written msgpack lists (enums as indexes), 2 these
-Structs. ``molens.fsm.store`` writes it into the store's ``meta`` and reads format 1 by migrating."""
+Structs, 3 the same records plus the secondary indexes (tasks by status and by scene, due entries
+per day). ``molens.fsm.store`` writes it into the store's ``meta`` and reads formats 1 and 2 by
+migrating."""
 
 # -------------------------------------------------------------------------------------------------
 # enums
@@ -293,6 +295,9 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     occ_spec: Annotated[TaskSpec | None, rule("The definition the fire in flight was sent under", internal=True)] = None
     """Set when the definition changes while a fire is in flight: that fire's result is judged by
     the reliability it was sent with (docs/architecture.md#update)."""
+    skipped_to: Annotated[bool, rule("catchup none moved this occurrence past missed ones", internal=True)] = False
+    """Set when ``catchup`` none skipped missed instants to this occurrence: it then fires even if
+    it is late again (a scheduler lagging by more than a period must still fire something)."""
 
     @property
     def fire_id(self) -> str:

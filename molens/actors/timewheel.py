@@ -1,60 +1,70 @@
 """TimeWheel: the leader actor that owns the time wheel of task ids keyed by their next due time.
 
-Owns a :class:`LeaderWheel` (a :class:`~molens.schedule.wheel.TimeWheel` of task ids).
-Receives: ``Rebuild`` (first, after ``Join``: stream the store's ``due`` index in), ``Applied``
-(entries applied on this node, from the Raft thread), ``Requeue`` (from the Dispatcher), ``Wake``
-(its alarm), ``ReadWheel`` / ``GetGauges`` (ask). Sends: ``DueBatch`` to the Dispatcher (tasks due
-within ``scheduler.dispatch_lead_ms``), ``Committed`` to the Monitor and the Dispatcher (the fire
-effects of applied ``Dispatched`` entries, split by term). Runs on its own pykka thread, which
-sleeps until the wheel's next deadline minus the lead (its alarm): never a busy tick, and it
-advances at most once per ``scheduler.tick_ms``, so timers due within one tick go to the Dispatcher
-as one ``DueBatch`` (the workers still hold each fire until its own due time).
+Owns a :class:`LeaderWheel`: a :class:`~molens.schedule.horizon.HorizonWheel`, which holds only the
+timers due within ``scheduler.wheel_horizon_ms`` and is topped up from the store's ``due`` index in
+slices (``docs/architecture.md#near-term-window``). Receives: ``Rebuild`` (first, after ``Join``: a
+new window, loaded slice by slice), ``Applied`` (entries applied on this node, from the Raft
+thread), ``Requeue`` (from the Dispatcher), ``Wake`` (its alarm, or itself between two slices),
+``ReadWheel`` / ``GetGauges`` (ask). Sends: ``DueBatch`` to the Dispatcher (tasks due within
+``scheduler.dispatch_lead_ms``), ``Committed`` to the Monitor and the Dispatcher (the fire effects
+of applied ``Dispatched`` entries, split by term). Runs on its own pykka thread, which sleeps until
+the wheel's next deadline minus the lead, or the next top-up of the window (its alarm): never a busy
+tick, and it advances at most once per ``scheduler.tick_ms``, so timers due within one tick go to
+the Dispatcher as one ``DueBatch`` (the workers still hold each fire until its own due time).
 
-``Applied`` messages that arrive while the rebuild streams wait in the mailbox and are applied
-afterwards, in log order, so the last word on every key wins.
+The loader stays off the fire path: a turn advances the wheel first and then reads at most one slice
+(one lmdb cursor range, ``DEFAULT_SLICE_LIMIT`` entries); when more is wanted the actor tells itself
+``Wake``, so ``Applied`` and ``Requeue`` messages and the next advance interleave with the slices. A
+new leader therefore fires the earliest timers after one slice, whatever the size of the store.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 from molens.actors.alarm import wall_ms
 from molens.actors.messages import Applied, Committed, DueBatch, ReadWheel, Rebuild, Requeue, Wake
 from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.machine import Effect, FireRequest, WheelAdd, WheelRemove
+from molens.schedule.horizon import DEFAULT_SLICE_LIMIT, HorizonWheel, ReadSlice
 from molens.schedule.wheel import BucketStat
 from molens.schedule.wheel import TimeWheel as Wheel
 
 log = logging.getLogger(__name__)
 
-STOP_CHECK_EVERY = 4096
-"""The rebuild looks at the term-over flag this often (items): a deposed leader stops rebuilding."""
-
 
 class LeaderWheel:
-    """Task ids keyed by their next due time (callback, retry or ACK probe)."""
+    """Task ids keyed by their next due time (callback, retry or ACK probe), within the horizon."""
 
-    def __init__(self, tick_ms: int, now_ms: int) -> None:
-        self.wheel: Wheel[str] = Wheel(tick_ms=tick_ms, start_ms=now_ms)
-        self.rebuild_ms = 0.0
+    def __init__(self, tick_ms: int, now_ms: int, horizon_ms: int, slice_limit: int = DEFAULT_SLICE_LIMIT) -> None:
+        self.window = HorizonWheel(tick_ms, now_ms, horizon_ms, slice_limit)
+        self.wheel: Wheel[str] = self.window.wheel
+        self.rebuild_ms: float | None = None
+        """How long the first fill of the window took (None while it runs)."""
+        self._t0 = time.monotonic()
 
-    def rebuild(self, due: Iterator[tuple[int, str]]) -> int:
-        """Add every ``(due_ms, task_id)``; returns how many (streaming, no list of everything)."""
-        t0 = time.monotonic()
-        add = self.wheel.add
-        n = 0
-        for due_ms, tid in due:
-            add(tid, due_ms)
-            n += 1
-        self.rebuild_ms = (time.monotonic() - t0) * 1000
-        return n
+    def load(self, read: ReadSlice, now_ms: int) -> bool:
+        """One slice into the window; True while more is wanted now."""
+        w = self.window
+        w.load(read, now_ms)
+        more = w.load_wanted(now_ms)
+        if not more and self.rebuild_ms is None:
+            self.rebuild_ms = (time.monotonic() - self._t0) * 1000
+        return more
+
+    def fill(self, read: ReadSlice, now_ms: int) -> int:
+        """Load slices until the window covers the horizon (benchmarks, tests); returns how many timers."""
+        n = self.window.loaded
+        while self.window.load_wanted(now_ms):
+            self.load(read, now_ms)
+        return self.window.loaded - n
 
     def apply(self, effects: Iterable[Effect]) -> None:
         """Wheel adds/removes of applied entries (other effects are ignored here)."""
-        w = self.wheel
+        w = self.window
         for e in effects:
             if isinstance(e, WheelAdd):
                 w.add(e.key, e.due_ms)
@@ -64,8 +74,8 @@ class LeaderWheel:
     def __len__(self) -> int:
         return len(self.wheel)
 
-    def add(self, task_id: str, due_ms: int) -> None:
-        self.wheel.add(task_id, due_ms)
+    def requeue(self, task_id: str, due_ms: int) -> None:
+        self.window.requeue(task_id, due_ms)
 
     def advance(self, now_ms: int) -> list[str]:
         return self.wheel.advance(now_ms)
@@ -75,13 +85,6 @@ class LeaderWheel:
 
     def distribution(self, level: int) -> list[BucketStat]:
         return self.wheel.distribution(level)
-
-
-def _until(it: Iterator[Any], stop: Any) -> Iterator[Any]:
-    for n, x in enumerate(it):
-        if n % STOP_CHECK_EVERY == 0 and stop():
-            return
-        yield x
 
 
 class TimeWheel(LeaderActor):
@@ -95,6 +98,7 @@ class TimeWheel(LeaderActor):
         self.lead_ms = ctx.cfg.dispatch_lead_ms
         self.tick_ms = ctx.cfg.tick_ms
         self.next_advance_ms = 0
+        self.loading = False
 
     def handle(self, message: Any) -> Any:
         if isinstance(message, Applied):
@@ -104,7 +108,7 @@ class TimeWheel(LeaderActor):
         elif isinstance(message, Requeue):
             if self.wheel is not None:
                 for tid in message.task_ids:
-                    self.wheel.add(tid, message.due_ms)
+                    self.wheel.requeue(tid, message.due_ms)
         elif isinstance(message, Rebuild):
             self._rebuild()
         elif isinstance(message, ReadWheel):
@@ -116,15 +120,33 @@ class TimeWheel(LeaderActor):
 
     def gauges(self) -> dict[str, Any]:
         w = self.wheel
-        return {} if w is None else {"wheel_size": len(w), "overflow": w.wheel.overflow_count}
+        if w is None:
+            return {}
+        win = w.window
+        return {
+            "wheel_size": len(w), "wheel_size_max": win.max_size, "overflow": w.wheel.overflow_count,
+            "wheel_horizon_ms": win.horizon_ms, "wheel_loaded_until_ms": win.loaded_until_ms,
+            "wheel_slices": win.slices, "wheel_loaded": win.loaded,
+        }
 
     def _rebuild(self) -> None:
-        ctx = self.ctx
-        wheel = LeaderWheel(ctx.cfg.tick_ms, wall_ms())
-        n = wheel.rebuild(_until(ctx.store.scan_due(), lambda: self.ended))
-        self.wheel = wheel
-        self.stats.gauge(rebuild_tasks=n, rebuild_ms=round(wheel.rebuild_ms, 1), term=ctx.term)
-        log.info("wheel rebuilt term=%d tasks=%d in %.0f ms", ctx.term, n, wheel.rebuild_ms)
+        self.wheel = LeaderWheel(self.tick_ms, wall_ms(), self.ctx.cfg.wheel_horizon_ms)
+        self.loading = True
+
+    def _load(self, now: int) -> bool:
+        """One slice if the window wants one; True while it wants more at once."""
+        wheel = self.wheel
+        assert wheel is not None
+        if not wheel.window.load_wanted(now):
+            return False
+        more = wheel.load(self.ctx.store.read_due, now)
+        if self.loading and not more:
+            self.loading = False
+            win = wheel.window
+            self.stats.gauge(rebuild_tasks=win.loaded, rebuild_ms=round(wheel.rebuild_ms or 0.0, 1), term=self.ctx.term)
+            log.info("wheel window loaded term=%d tasks=%d slices=%d until=%d in %.0f ms", self.ctx.term,
+                     win.loaded, win.slices, win.loaded_until_ms, wheel.rebuild_ms or 0.0)
+        return more
 
     def _applied(self, msg: Applied) -> None:
         wheel = self.wheel
@@ -153,9 +175,16 @@ class TimeWheel(LeaderActor):
             self.next_advance_ms = now + self.tick_ms
             if due:
                 self.tell(self.refs.dispatcher, DueBatch(due))
+        more = self._load(now)  # after the advance: the loader never delays a due batch
+        if more:
+            self.tell(self.actor_ref, Wake())  # the next slice after what is queued now
         nd = wheel.next_deadline()
         # at most one advance (one DueBatch) per tick: timers due within a tick travel together
-        self.set_alarm(None if nd is None else max(nd - self.lead_ms, self.next_advance_ms))
+        at = None if nd is None else max(nd - self.lead_ms, self.next_advance_ms)
+        if not more:
+            top_up = wheel.window.next_load_ms()
+            at = top_up if at is None or top_up < at else at
+        self.set_alarm(at)
 
 
 __all__ = ["LeaderWheel", "TimeWheel"]

@@ -509,6 +509,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
             status=Status.FIRING,
             attempt=it.attempt,
             due_ms=None,
+            skipped_to=False,
             inflight=fire.fire_id,
             last_fire_ms=max(now, due),
             updated_ms=now,
@@ -531,7 +532,7 @@ def _catch_up(tx: _Tx, t: Task, now: int) -> Task | None:
     all, ``t`` moved to its first instant within ``catchup_window_ms`` (fired now, the later ones
     after it), with one, ``t`` (fired now; it stands for the others, skipped when it ends)."""
     spec = t.spec
-    if spec.catchup is CatchUp.ONE:
+    if spec.catchup is CatchUp.ONE or t.skipped_to:
         return t
     try:
         if next_scheduled(t, t.sched_ms) > now:
@@ -548,7 +549,8 @@ def _catch_up(tx: _Tx, t: Task, now: int) -> Task | None:
     except ValueError:
         return t  # no next instant: this one fires, the task then ends (_next_occurrence)
     _skipped(tx, t, t.sched_ms, nxt, now, why)
-    moved = _replace(t, sched_ms=nxt, due_ms=nxt + jitter(t.id, t.seq, spec.jitter_ms), updated_ms=now)
+    moved = _replace(t, sched_ms=nxt, due_ms=nxt + jitter(t.id, t.seq, spec.jitter_ms), updated_ms=now,
+                     skipped_to=spec.catchup is CatchUp.NONE)
     if _beyond_bounds(t, t.seq, nxt):
         tx.put(_replace(moved, status=Status.DONE, due_ms=None))
         return None

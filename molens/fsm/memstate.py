@@ -39,6 +39,11 @@ class MemoryState:
     def scan_due(self) -> Iterator[tuple[int, str]]:
         return iter(sorted(self.due))
 
+    def read_due(self, start: tuple[int, str], until_ms: int, limit: int) -> list[tuple[int, str]]:
+        """As ``TaskStore.read_due``: up to ``limit`` entries ``>= start`` due before ``until_ms``."""
+        rows = [r for r in sorted(self.due) if r >= start and r[0] < until_ms]
+        return rows[:limit]
+
     def scan_fires(self) -> Iterator[Fire]:
         return iter([self.fires[k] for k in sorted(self.fires)])
 

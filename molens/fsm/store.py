@@ -12,6 +12,13 @@ the result and finally ``applied_index`` -- all in ONE lmdb write transaction. D
 - ``meta``   ``applied_index``, ``applied_term``, ``counts`` (tasks per status), ``m:<key>`` user meta
 - ``expiry`` ``updated_ms | task id`` of every done/failed/inactive task, so the Cleaner finds
   what retention expires without walking all tasks (:meth:`TaskStore.scan_expirable`)
+- ``by_status`` ``status | 0x00 | task id`` and ``by_scene`` ``scene | 0x00 | task id`` -> ``b""``:
+  a filtered list reads one page of its index (:meth:`TaskStore.scan_tasks_where`), not the store
+- ``due_days`` ``day`` (u64, ``due_ms // 86,400,000``) -> entries of ``due`` that day (u64): the far
+  future's distribution without reading ``due`` (:meth:`TaskStore.due_by_day`)
+
+The secondary indexes and ``counts`` are written in the same transaction as the records they
+describe (data format 3; a store of format 1 or 2 gets them built when it opens).
 
 History rows (executions) of the batch go to :class:`molens.fsm.history.History` in one SQLite
 transaction committed just *before* the lmdb transaction; the history remembers the last entry index
@@ -34,6 +41,7 @@ store, shared specs), so a format change is one diff.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import logging
 import os
 import struct
@@ -62,6 +70,7 @@ _APPLIED = b"applied_index"
 _APPLIED_TERM = b"applied_term"
 _COUNTS = b"counts"
 _FORMAT = b"format"
+DAY_MS = 86_400_000
 
 # Address space, not disk: the file grows with the data. Large enough never to grow in practice
 # (~140M tasks), because lmdb must not remap while other threads (HTTP reads) hold read transactions.
@@ -154,6 +163,14 @@ def due_key(due_ms: int, tid: str) -> bytes:
     return _U64.pack(due_ms) + tid.encode()
 
 
+def _status_key(status: Status, tid: bytes) -> bytes:
+    return status.value.encode() + b"\x00" + tid
+
+
+def _scene_key(scene: str, tid: bytes) -> bytes:
+    return scene.encode() + b"\x00" + tid
+
+
 # -------------------------------------------------------------------------------------------------
 
 
@@ -209,7 +226,7 @@ class TaskStore:
         self._env = lmdb.open(
             str(self.dir),
             map_size=self._map_size,
-            max_dbs=6,
+            max_dbs=9,
             sync=self._durable,
             metasync=False,
             readahead=False,
@@ -220,6 +237,9 @@ class TaskStore:
         self._idem = self._env.open_db(b"idem")
         self._meta = self._env.open_db(b"meta")
         self._expiry = self._env.open_db(b"expiry")
+        self._by_status = self._env.open_db(b"by_status")
+        self._by_scene = self._env.open_db(b"by_scene")
+        self._due_days = self._env.open_db(b"due_days")
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED, db=self._meta)
             raw_term = txn.get(_APPLIED_TERM, db=self._meta)
@@ -232,7 +252,7 @@ class TaskStore:
 
     def _check_format(self) -> None:
         """Write :data:`molens.schema.FORMAT` into a new store, migrate a store of format 1 (the
-        previous version's, which wrote no format key), refuse any other."""
+        previous versions', which wrote no format key) or 2, refuse any other."""
         with self._env.begin() as txn:
             raw = txn.get(_FORMAT, db=self._meta)
             empty = txn.stat(self._tasks)["entries"] == 0
@@ -242,20 +262,39 @@ class TaskStore:
                 with self._env.begin(write=True) as txn:
                     txn.put(_FORMAT, _U64.pack(FORMAT), db=self._meta)
             return
-        if fmt != 1:
+        if fmt not in (1, 2):
             self._env.close()
             raise StoreError(
-                f"{self.dir}: task store of data format {fmt}; this molens reads formats 1 and {FORMAT} "
+                f"{self.dir}: task store of data format {fmt}; this molens reads formats 1 to {FORMAT} "
                 "(a newer molens wrote it: run that version, or start this node on an empty data directory)"
             )
         n = 0
-        with self._env.begin(write=True) as txn:  # one transaction: the store is either format 1 or 2
-            cur = txn.cursor(db=self._tasks)
-            for k, v in list(cur.iternext()):
-                txn.put(k, _TASK_ENCODER.encode(format_v1.task_from_bytes(k.decode(), v)), db=self._tasks)
-                n += 1
+        with self._env.begin(write=True) as txn:  # one transaction: the store is either the old format or the new
+            if fmt == 1:
+                cur = txn.cursor(db=self._tasks)
+                for k, v in list(cur.iternext()):
+                    txn.put(k, _TASK_ENCODER.encode(format_v1.task_from_bytes(k.decode(), v)), db=self._tasks)
+            n = self._build_indexes(txn)
             txn.put(_FORMAT, _U64.pack(FORMAT), db=self._meta)
-        log.warning("task store migrated from data format 1 to %d dir=%s tasks=%d", FORMAT, self.dir, n)
+        log.warning("task store migrated from data format %d to %d dir=%s tasks=%d", fmt, FORMAT, self.dir, n)
+
+    def _build_indexes(self, txn: lmdb.Transaction) -> int:
+        """(Re)write the secondary indexes of format 3 from the records; returns the number of tasks."""
+        for db in (self._by_status, self._by_scene, self._due_days):
+            txn.drop(db, delete=False)
+        n = 0
+        for k, v in txn.cursor(db=self._tasks):
+            t = _TASK_DECODER.decode(v)
+            txn.put(_status_key(t.status, bytes(k)), b"", db=self._by_status)
+            txn.put(_scene_key(t.spec.scene, bytes(k)), b"", db=self._by_scene)
+            n += 1
+        days: dict[int, int] = {}
+        for k in txn.cursor(db=self._due).iternext(values=False):
+            d = _U64.unpack_from(k)[0] // DAY_MS
+            days[d] = days.get(d, 0) + 1
+        for d, c in days.items():
+            txn.put(_U64.pack(d), _U64.pack(c), db=self._due_days)
+        return n
 
     def encode_proposal(self, cmd: Command) -> bytes:
         """``encode(cmd)`` for a proposal of this node. The store remembers ``cmd`` for those very
@@ -294,9 +333,11 @@ class TaskStore:
             return results
         while True:
             counts = dict(self._counts)
+            days: dict[int, int] = {}
             try:
                 with self._env.begin(write=True) as txn:
-                    out, hist = self._apply_in(txn, fresh, counts)
+                    out, hist = self._apply_in(txn, fresh, counts, days)
+                    self._write_days(txn, days)
                     txn.put(_APPLIED, _U64.pack(fresh[-1].index), db=self._meta)
                     txn.put(_APPLIED_TERM, _U64.pack(fresh[-1].term), db=self._meta)
                     txn.put(_COUNTS, msgpack.packb(counts, use_bin_type=True), db=self._meta)
@@ -315,7 +356,7 @@ class TaskStore:
         return results + out
 
     def _apply_in(
-        self, txn: lmdb.Transaction, entries: list[EntryLike], counts: dict[str, int]
+        self, txn: lmdb.Transaction, entries: list[EntryLike], counts: dict[str, int], days: dict[int, int]
     ) -> tuple[list[Any], list[tuple[int, Writes]]]:
         view = _TxnView(txn, self._tasks, self._fires, self._idem)
         known = self._known
@@ -342,18 +383,18 @@ class TaskStore:
                 log.exception("entry index=%d (%s) failed to apply; it changes nothing", e.index, type(cmd).__name__)
                 out.append(StoreError(f"entry {e.index} failed to apply: {type(exc).__name__}: {exc}", code="internal"))
                 continue
-            self._write(txn, applied, counts)
+            self._write(txn, applied, counts, days)
             if applied.writes.executions or applied.writes.history_deletes:
                 hist.append((e.index, applied.writes))
             out.append(EntryResult(e.index, e.term, applied.results, applied.effects))
         return out, hist
 
-    def _write(self, txn: lmdb.Transaction, applied: Applied, counts: dict[str, int]) -> None:
+    def _write(self, txn: lmdb.Transaction, applied: Applied, counts: dict[str, int], days: dict[int, int]) -> None:
         w = applied.writes
         before = applied.before
         put, delete = txn.put, txn.delete
         tasks_db, due_db = self._tasks, self._due
-        exp_db = self._expiry
+        exp_db, st_db, sc_db = self._expiry, self._by_status, self._by_scene
         pack_u64 = _U64.pack
         delta: dict[Status, int] = {}  # status count changes of this command, folded in below
         for tid, t in w.tasks.items():
@@ -363,8 +404,14 @@ class TaskStore:
                 delta[old.status] = delta.get(old.status, 0) - 1
                 if old.due_ms is not None and (t is None or t.due_ms != old.due_ms):
                     delete(pack_u64(old.due_ms) + k, db=due_db)
+                    day = old.due_ms // DAY_MS
+                    days[day] = days.get(day, 0) - 1
                 if old.status in TERMINAL_STATUSES:
                     delete(pack_u64(old.updated_ms) + k, db=exp_db)
+                if t is None or t.status is not old.status:
+                    delete(_status_key(old.status, k), db=st_db)
+                if t is None or t.spec.scene != old.spec.scene:
+                    delete(_scene_key(old.spec.scene, k), db=sc_db)
             if t is None:
                 delete(k, db=tasks_db)
                 continue
@@ -372,8 +419,14 @@ class TaskStore:
             put(k, _TASK_ENCODER.encode(t), db=tasks_db)
             if t.due_ms is not None and (old is None or old.due_ms != t.due_ms):
                 put(pack_u64(t.due_ms) + k, b"", db=due_db)
+                day = t.due_ms // DAY_MS
+                days[day] = days.get(day, 0) + 1
             if t.status in TERMINAL_STATUSES:
                 put(pack_u64(t.updated_ms) + k, b"", db=exp_db)
+            if old is None or t.status is not old.status:
+                put(_status_key(t.status, k), b"", db=st_db)
+            if old is None or t.spec.scene != old.spec.scene:
+                put(_scene_key(t.spec.scene, k), b"", db=sc_db)
         for st, d in delta.items():
             counts[st.value] = counts.get(st.value, 0) + d
         for fid, f in w.fires.items():
@@ -391,6 +444,19 @@ class TaskStore:
                 delete(b"m:" + mk.encode(), db=self._meta)
             else:
                 put(b"m:" + mk.encode(), mv, db=self._meta)
+
+    def _write_days(self, txn: lmdb.Transaction, days: dict[int, int]) -> None:
+        """Fold a batch's changes of due entries per day into ``due_days``."""
+        for day, d in days.items():
+            if not d:
+                continue
+            key = _U64.pack(day)
+            raw = txn.get(key, db=self._due_days)
+            n = (_U64.unpack(raw)[0] if raw is not None else 0) + d
+            if n > 0:
+                txn.put(key, _U64.pack(n), db=self._due_days)
+            else:
+                txn.delete(key, db=self._due_days)
 
     def _grow(self) -> None:
         size = self._env.info()["map_size"] * 2
@@ -494,6 +560,26 @@ class TaskStore:
                 return
             start = rows[-1] + b"\x00"
 
+    def read_due(self, start: tuple[int, str], until_ms: int, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` due entries ``(due_ms, task_id) >= start`` with ``due_ms < until_ms``, in due
+        order: one read transaction, one cursor range (the leader's window loader,
+        ``docs/architecture.md#near-term-window``)."""
+        out: list[tuple[int, str]] = []
+        if limit <= 0 or start[0] >= until_ms:
+            return out
+        end = _U64.pack(until_ms)
+        unpack = _U64.unpack_from
+        with self._env.begin(db=self._due) as txn:
+            cur = txn.cursor()
+            ok = cur.set_range(due_key(*start))
+            while ok and len(out) < limit:
+                k = cur.key()
+                if k[:8] >= end:
+                    break
+                out.append((unpack(k)[0], bytes(k[8:]).decode()))
+                ok = cur.next()
+        return out
+
     def scan_expirable(self, updated_before_ms: int, limit: int) -> list[ExpireItem]:
         """Up to ``limit`` terminal tasks last updated before ``updated_before_ms``, oldest first
         (the Cleaner proposes them as ``Expire`` items; the machine re-checks on apply)."""
@@ -542,6 +628,79 @@ class TaskStore:
                 return
             end = rows[-1][0]
 
+    def scan_tasks_where(
+        self, *, statuses: Sequence[str] = (), scene: str | None = None, after: str = "", reverse: bool = False,
+        chunk: int = 256,
+    ) -> Iterator[Task]:
+        """Tasks of any of ``statuses`` (or of ``scene`` when no status is given) in id order (newest
+        first with ``reverse``), strictly after (before) task id ``after``, read from the
+        ``by_status`` / ``by_scene`` index: a page costs its own rows, not the store's. With both
+        filters the status index is read and the scene checked per task."""
+        if statuses:
+            db, prefixes = self._by_status, [s.encode() + b"\x00" for s in sorted(set(statuses))]
+        elif scene is not None:
+            db, prefixes = self._by_scene, [scene.encode() + b"\x00"]
+        else:
+            raise ValueError("scan_tasks_where needs statuses or a scene")
+        ids = [self._index_ids(db, p, after.encode(), reverse, chunk) for p in prefixes]
+        merged = ids[0] if len(ids) == 1 else heapq.merge(*ids, reverse=reverse)
+        for tid in merged:
+            with self._env.begin(db=self._tasks) as txn:
+                raw = txn.get(tid)
+            if raw is None:  # deleted between the index read and this one
+                continue
+            t = task_from_bytes(raw)
+            if statuses and scene is not None and t.spec.scene != scene:
+                continue
+            yield t
+
+    def _index_ids(self, db: Any, prefix: bytes, after: bytes, reverse: bool, chunk: int) -> Iterator[bytes]:
+        """Task ids under ``prefix`` of an index, in order (or reversed), strictly after (before) ``after``."""
+        n = len(prefix)
+        pos: bytes | None = prefix + after if after else None
+        while True:
+            rows: list[bytes] = []
+            with self._env.begin(db=db) as txn:
+                cur = txn.cursor()
+                if not reverse:
+                    ok = cur.set_range(pos + b"\x00" if pos is not None else prefix)
+                    step = cur.next
+                else:
+                    ok = cur.set_range(pos if pos is not None else prefix + b"\xff")
+                    ok = cur.prev() if ok else cur.last()
+                    step = cur.prev
+                while ok and len(rows) < chunk:
+                    k = cur.key()
+                    if not k.startswith(prefix):
+                        break
+                    rows.append(k)
+                    ok = step()
+            for k in rows:
+                yield k[n:]
+            if len(rows) < chunk:
+                return
+            pos = rows[-1]
+
+    def due_by_day(self, from_ms: int, days: int) -> list[tuple[int, int]]:
+        """``(day start ms, due entries that day)`` for the ``days`` days from ``from_ms``'s day
+        (days without entries left out), read from ``due_days``: O(days), not O(entries)."""
+        first = from_ms // DAY_MS
+        out: list[tuple[int, int]] = []
+        with self._env.begin(db=self._due_days) as txn:
+            cur = txn.cursor()
+            ok = cur.set_range(_U64.pack(first))
+            while ok:
+                d = _U64.unpack(cur.key())[0]
+                if d >= first + days:
+                    break
+                out.append((d * DAY_MS, _U64.unpack(cur.value())[0]))
+                ok = cur.next()
+        return out
+
+    def due_count(self) -> int:
+        with self._env.begin() as txn:
+            return int(txn.stat(self._due)["entries"])
+
     def task_ids(self) -> Iterator[str]:
         for k, _ in self._scan(self._tasks, b"", 4096):
             yield k.decode()
@@ -576,6 +735,9 @@ class TaskStore:
                 (b"idem", self._idem),
                 (b"meta", self._meta),
                 (b"expiry", self._expiry),
+                (b"by_status", self._by_status),
+                (b"by_scene", self._by_scene),
+                (b"due_days", self._due_days),
             ):
                 h.update(name)
                 for k, v in txn.cursor(db=db):

@@ -177,6 +177,13 @@ class ApiContext(Protocol):
         """Tasks newest first, strictly before task id ``before`` ("" = from the newest), streaming."""
         ...
 
+    def scan_tasks_where(
+        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False
+    ) -> Iterator[Task]:
+        """Tasks of any of ``statuses`` (or, with none, of ``scene``) in id order (newest first with
+        ``reverse``) strictly after (before) ``after``, from the store's secondary indexes."""
+        ...
+
     def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
         """``(due_ms, task_id)`` of every scheduled task, soonest first, strictly after ``after``."""
         ...

@@ -15,7 +15,8 @@ Decisions recorded here:
 - **Task listing** is in id (= creation) order, or with ``order`` newest first (``-created``) or by
   next run, soonest first (``next_run``: from the store's due index, so only tasks with a next run
   are listed). Filters (``status`` comma list, ``type``, ``scene``,
-  ``url`` substring, case-insensitive) are applied while scanning; one request examines at most
+  ``url`` substring, case-insensitive) are applied while scanning, except that in id order a
+  ``status`` or ``scene`` filter scans that index of the store instead; one request examines at most
   :data:`MAX_SCAN` tasks, so a page may hold fewer than ``limit`` items with a non-null
   ``next_cursor``: keep following the cursor until it is null. Cursors are opaque.
 - **Open routes** (no token): ``/healthz``, ``/readyz``, ``/api/v1/openapi.json`` and the test
@@ -419,9 +420,12 @@ _ORDERS = {"created": "t", "-created": "r", "next_run": "n"}
 """List orders and their cursor kinds: id (= creation) order, newest first, soonest next run first."""
 
 
-def _ordered(ctx: ApiContext, order: str, position: str) -> Iterator[tuple[str, Task | None]]:
+def _ordered(
+    ctx: ApiContext, order: str, position: str, statuses: set[str] | None = None, scene: str | None = None,
+) -> Iterator[tuple[str, Task | None]]:
     """``(cursor position, task)`` in ``order`` after ``position``; None for a due entry whose
-    task moved on meanwhile (it still counts toward the scan bound)."""
+    task moved on meanwhile (it still counts toward the scan bound). In id order with a status or
+    scene filter, only the matching tasks, read from the store's index (a page costs a page)."""
     bad = ValidationError("cursor is not a cursor this API issued", "cursor")
     if order == "next_run":
         after = None
@@ -436,7 +440,10 @@ def _ordered(ctx: ApiContext, order: str, position: str) -> Iterator[tuple[str, 
         return
     if position and not model.is_task_id(position):
         raise bad
-    tasks = ctx.scan_tasks(position) if order == "created" else ctx.scan_tasks_before(position)
+    if statuses or scene is not None:
+        tasks = ctx.scan_tasks_where(sorted(statuses or ()), scene, position, reverse=order != "created")
+    else:
+        tasks = ctx.scan_tasks(position) if order == "created" else ctx.scan_tasks_before(position)
     for t in tasks:
         yield t.id, t
 
@@ -538,7 +545,7 @@ def _install_tasks(api: Api) -> None:
         scanned = 0
         last = ""
         more = False
-        for pos, t in _ordered(ctx, order, position):
+        for pos, t in _ordered(ctx, order, position, statuses, scene):
             if len(items) >= limit or scanned >= MAX_SCAN:
                 more = True
                 break

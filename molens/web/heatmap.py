@@ -3,6 +3,10 @@
 :class:`WheelDistribution` is what the leader's wheel looks like at one instant: per level, the
 timer count of each of its ``size`` buckets counted from the current one (bucket ``i`` of level
 ``l`` covers ``[start_ms + i * span_ms, start_ms + (i + 1) * span_ms)``), plus the overflow set.
+The leader's wheel holds only the near-term window (docs/architecture.md#near-term-window), so
+:class:`FarFuture` adds, separately, the ``due`` index by UTC day from the day the window ends
+(whole days: the first one also counts its part inside the window), read from the store's per-day
+counts.
 
 :func:`render_png` draws one band per level: a grid of ``COLUMNS`` buckets per row (so 512 buckets
 are 8 rows), colour on a log scale (empty = light grey, then blue to dark red) shared by all levels
@@ -32,6 +36,9 @@ MAX_WIDTH = 4000
 DEFAULT_WIDTH = 800
 COLUMNS = 64
 """Buckets per grid row."""
+DAY_MS = 86_400_000
+FAR_DAYS = 384
+"""Days of the far future listed (and drawn: six rows); ``total`` counts every day."""
 
 _BG = (255, 255, 255)
 _EMPTY = (243, 245, 249)
@@ -64,6 +71,41 @@ class WheelLevel:
 
 
 @dataclass(frozen=True, slots=True)
+class FarFuture:
+    """Due entries per UTC day from ``from_ms``'s day (``FAR_DAYS`` of them), and the window they follow."""
+
+    from_ms: int
+    days: tuple[tuple[int, int], ...]
+    """``(day start ms, due entries)`` of the days that have any, in order."""
+    total: int
+    """Due entries from ``from_ms``'s day on, all days."""
+    horizon_ms: int | None = None
+    """The leader's ``scheduler.wheel_horizon_ms`` (None without a scheduler)."""
+
+    def counts(self) -> tuple[int, ...]:
+        """Entries per day for ``FAR_DAYS`` days from ``from_ms``'s day (zeros included)."""
+        first = self.from_ms // DAY_MS
+        out = [0] * FAR_DAYS
+        for start, n in self.days:
+            i = start // DAY_MS - first
+            if 0 <= i < FAR_DAYS:
+                out[i] = n
+        return tuple(out)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "from_ms": self.from_ms, "day_ms": DAY_MS, "total": self.total,
+            "days": [{"start_ms": start, "count": n} for start, n in self.days],
+        }
+
+
+def far_future_of(rows: Sequence[tuple[int, int]], from_ms: int, horizon_ms: int | None) -> FarFuture:
+    """From ``(day start ms, count)`` rows (every day from ``from_ms``'s day on)."""
+    last = (from_ms // DAY_MS + FAR_DAYS) * DAY_MS
+    return FarFuture(from_ms, tuple(r for r in rows if r[0] < last), sum(n for _, n in rows), horizon_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class WheelDistribution:
     """The wheel at ``time_ms``: every level, the overflow set and the total timer count."""
 
@@ -73,8 +115,11 @@ class WheelDistribution:
     levels: tuple[WheelLevel, ...]
     overflow: int
     timers: int
+    far: FarFuture | None = None
+    """The ``due`` index beyond the in-memory window."""
 
     def to_json(self) -> dict[str, Any]:
+        far = self.far
         return {
             "time_ms": self.time_ms,
             "tick_ms": self.tick_ms,
@@ -82,10 +127,12 @@ class WheelDistribution:
             "timers": self.timers,
             "overflow": self.overflow,
             "levels": [lv.to_json() for lv in self.levels],
+            "window": None if far is None or far.horizon_ms is None else {"horizon_ms": far.horizon_ms, "until_ms": far.from_ms},
+            "far_future": None if far is None else far.to_json(),
         }
 
 
-def distribution_of(wheel: TimeWheel[Any], now_ms: int) -> WheelDistribution:
+def distribution_of(wheel: TimeWheel[Any], now_ms: int, far: FarFuture | None = None) -> WheelDistribution:
     """Read every level of ``wheel`` (call it on the wheel's owner thread)."""
     levels = []
     for lv in range(wheel.levels):
@@ -93,7 +140,7 @@ def distribution_of(wheel: TimeWheel[Any], now_ms: int) -> WheelDistribution:
         levels.append(WheelLevel(lv, cells[0].start_ms, cells[0].span_ms, tuple(c.count for c in cells)))
     return WheelDistribution(
         time_ms=now_ms, tick_ms=wheel.tick_ms, size=wheel.wheel_size, levels=tuple(levels),
-        overflow=wheel.overflow_count, timers=len(wheel),
+        overflow=wheel.overflow_count, timers=len(wheel), far=far,
     )
 
 
@@ -145,8 +192,11 @@ def render_png(dist: WheelDistribution, width: int = DEFAULT_WIDTH, level: int |
     for lv in levels:
         rows = max(1, math.ceil(len(lv.counts) / COLUMNS))
         bands.append((lv, rows, 2 * line + rows * cell + line))
+    far = dist.far if level is None else None
+    far_counts = far.counts() if far is not None else ()
+    far_h = 2 * line + (FAR_DAYS // COLUMNS) * cell + line if far is not None else 0
     legend_h = 3 * line
-    height = line + 8 + sum(b[2] for b in bands) + legend_h + (line if not levels else 0)
+    height = line + 8 + sum(b[2] for b in bands) + far_h + legend_h + (line if not levels else 0)
 
     img = Image.new("RGB", (width, height), _BG)
     d = ImageDraw.Draw(img)
@@ -179,6 +229,23 @@ def render_png(dist: WheelDistribution, width: int = DEFAULT_WIDTH, level: int |
                 d.rectangle([x0, y0, x0 + cell - 2, y0 + cell - 2], fill=color(lv.counts[i], max_count))
             y += cell
         y += line
+    if far is not None:  # the due index beyond the window, by day, on its own colour scale
+        far_max = max([1, *far_counts])
+        d.text((8, y), f"Far future (due index, by UTC day from the window's end): {far.total:,} tasks, "
+                       f"busiest day {max(far_counts, default=0):,}", fill=_TEXT, font=font)
+        y += line
+        for c in range(0, COLUMNS, 16):
+            x = margin_l + c * cell
+            d.line([(x, y + line - 4), (x, y + line - 1)], fill=_MUTED)
+            d.text((x + 2, y), f"+{c} d", fill=_MUTED, font=small)
+        y += line
+        for r in range(FAR_DAYS // COLUMNS):
+            d.text((8, y + (cell - fs) // 2 - 1), "window end" if r == 0 else f"+{r * COLUMNS} d", fill=_MUTED, font=small)
+            for c in range(COLUMNS):
+                x0 = margin_l + c * cell
+                d.rectangle([x0, y, x0 + cell - 2, y + cell - 2], fill=color(far_counts[r * COLUMNS + c], far_max))
+            y += cell
+        y += line
 
     # legend: the log colour scale with its ends, and the overflow set
     d.line([(8, y - line // 2), (width - 8, y - line // 2)], fill=_GRID)
@@ -198,4 +265,7 @@ def render_png(dist: WheelDistribution, width: int = DEFAULT_WIDTH, level: int |
     return buf.getvalue()
 
 
-__all__ = ["COLUMNS", "DEFAULT_WIDTH", "MAX_WIDTH", "MIN_WIDTH", "WheelDistribution", "WheelLevel", "color", "distribution_of", "render_png"]
+__all__ = [
+    "COLUMNS", "DEFAULT_WIDTH", "FAR_DAYS", "MAX_WIDTH", "MIN_WIDTH", "FarFuture", "WheelDistribution", "WheelLevel",
+    "color", "distribution_of", "far_future_of", "render_png",
+]

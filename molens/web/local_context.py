@@ -136,6 +136,11 @@ class LocalContext:
     def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
         return self.store.scan_tasks_before(before, chunk=256)
 
+    def scan_tasks_where(
+        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False
+    ) -> Iterator[Task]:
+        return self.store.scan_tasks_where(statuses=statuses, scene=scene, after=after, reverse=reverse)
+
     def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
         return self.store.scan_due(chunk=256, after=after)
 

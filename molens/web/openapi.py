@@ -322,6 +322,24 @@ def _schemas() -> dict[str, Any]:
             "type": "object",
             "required": ["time_ms", "tick_ms", "wheel_size", "timers", "overflow", "levels"],
             "properties": {
+                "window": {
+                    "anyOf": [{"type": "null"}, {"type": "object", "required": ["horizon_ms", "until_ms"], "properties": {
+                        "horizon_ms": {"type": "integer"},
+                        "until_ms": {"type": "integer", "description": "Every timer due before this is in the wheel"},
+                    }}],
+                    "description": "The leader's near-term window: the wheel holds only what is due within horizon_ms",
+                },
+                "far_future": {
+                    "anyOf": [{"type": "null"}, {"type": "object", "required": ["from_ms", "day_ms", "total", "days"], "properties": {
+                        "from_ms": {"type": "integer"},
+                        "day_ms": {"type": "integer"},
+                        "total": {"type": "integer", "description": "Due entries from from_ms's UTC day on"},
+                        "days": {"type": "array", "items": {"type": "object", "required": ["start_ms", "count"], "properties": {
+                            "start_ms": {"type": "integer"}, "count": {"type": "integer"}}}},
+                    }}],
+                    "description": "The due index beyond the window, per UTC day (whole days from the window's end), "
+                                   "384 days listed (days without entries left out)",
+                },
                 "time_ms": {"type": "integer"},
                 "tick_ms": {"type": "integer"},
                 "wheel_size": {"type": "integer"},

@@ -8,8 +8,9 @@
    than ``scheduler.dispatch_lead_ms`` after it (only a new leader can have planned that one). Repeated ``--trials`` times (a new cluster
    each), the worst trial is reported.
 2. Wheel rebuild with ``--pending`` (1,000,000) pending tasks: a TaskStore (lmdb, the node's own
-   code) is filled through ``apply_batch`` with CreateTasks batches, then timed exactly as a new
-   leader does it: stream ``due`` into a fresh wheel (``LeaderWheel.rebuild``) and read ``fires``.
+   code) is filled through ``apply_batch`` with CreateTasks batches (due over the next hour), then
+   timed as a new leader does it: fill a fresh wheel's window (``scheduler.wheel_horizon_ms``, the
+   default) slice by slice from ``due`` (``LeaderWheel.fill``) and read ``fires``.
 3. ``--full``: the issue-6 load scenario at full size (20,000 at_least_once + 2,000 at_most_once
    delayed tasks due over 60 s, the leader kill -9'd twice) -- the CI test runs it scaled down.
 
@@ -132,12 +133,14 @@ def rebuild(root: Path, pending: int) -> tuple[float, int]:
                 for i in range(min(batch, pending - b))
             )
             index += 1
-            entries.append(Entry(index, 1, data=encode(CreateTasks(now + (b % 3_600_000), items))))
+            # stamped over the last hour: with interval_ms 3,600,000 they are due evenly over the next one
+            entries.append(Entry(index, 1, data=encode(CreateTasks(now - 3_600_000 + b * 3_600_000 // pending, items))))
         store.apply_batch(entries)
     print(f"  filled a store with {len(store)} pending tasks in {time.monotonic() - t:.1f} s", flush=True)
     t = time.monotonic()
-    wheel = LeaderWheel(10, int(time.time() * 1000))
-    n = wheel.rebuild(store.scan_due())
+    now = int(time.time() * 1000)
+    wheel = LeaderWheel(10, now, SchedulerConfig().wheel_horizon_ms)
+    n = wheel.fill(store.read_due, now)
     fires = sum(1 for _ in store.scan_fires())
     took = time.monotonic() - t
     print(f"  rebuild: {n} tasks into the wheel, {fires} fires read, in {took:.2f} s", flush=True)

@@ -136,7 +136,11 @@ def test_time_wheel_heatmap_per_level_with_hover_details(served: Served, page: P
                 ],
             }
         )
-    body = {"levels": levels, "overflow": 7, "tick_ms": 10, "wheel_size": 512}
+    day = 86_400_000
+    body = {"levels": levels, "overflow": 7, "tick_ms": 10, "wheel_size": 512,
+            "window": {"horizon_ms": 600_000, "until_ms": now + 600_000},
+            "far_future": {"from_ms": now + 600_000, "day_ms": day, "total": 1_234_567,
+                           "days": [{"start_ms": now, "count": 3}, {"start_ms": now + 5 * day, "count": 40_000}]}}
 
     def dist(route: Route) -> None:
         route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
@@ -156,6 +160,13 @@ def test_time_wheel_heatmap_per_level_with_hover_details(served: Served, page: P
     expect(hover).to_contain_text("Level 2 · #100")
     expect(hover).to_contain_text("3,000 timers")
     expect(hover).to_contain_text("Beyond the top level: 7")
+    # the far future, separately: one cell per day from the window's end
+    expect(page.get_by_test_id("tw-window")).to_contain_text("10")
+    farc = page.get_by_test_id("tw-far")
+    expect(farc).to_contain_text("1,234,567 tasks")
+    expect(farc.locator(".cell")).to_have_count(384)
+    farc.locator(".cell").nth(5).hover()
+    expect(hover).to_contain_text("40,000 timers")
     # busy and empty buckets are drawn differently
     empty = page.get_by_test_id("tw-level-2").locator(".cell").nth(0)
     assert cell.evaluate("e => getComputedStyle(e).backgroundColor") != empty.evaluate(

@@ -305,25 +305,48 @@ def test_create_cron_task_with_seconds_field_and_timezone(api: Served) -> None:
     assert now < t["next_run_at"] <= now + 6_000 and t["next_run_at"] % 5_000 == 0
 
 
-def test_a_sparse_filter_pages_through_bounded_scans(api: Served, monkeypatch: pytest.MonkeyPatch) -> None:
-    import molens.web.app as web_app
-
-    monkeypatch.setattr(web_app, "MAX_SCAN", 10)
-    st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(
-        scene="sparse-a",
-    ) for _ in range(25)]})
-    assert st == 201
-    want = create(api, scene="sparse-b")["id"]
+def _pages(api: Served, query: str) -> tuple[list[str], int]:
     found: list[str] = []
     pages = 0
     cursor = None
     while True:
-        st, _, page = api.call("GET", "/api/v1/tasks?scene=sparse-b" + (f"&cursor={cursor}" if cursor else ""))
+        st, _, page = api.call("GET", f"/api/v1/tasks?{query}" + (f"&cursor={cursor}" if cursor else ""))
         assert st == 200
         pages += 1
         found += [t["id"] for t in page["items"]]
         cursor = page["next_cursor"]
         if cursor is None:
-            break
+            return found, pages
+
+
+def test_a_sparse_filter_pages_through_bounded_scans(api: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    import molens.web.app as web_app
+
+    monkeypatch.setattr(web_app, "MAX_SCAN", 10)
+    st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(
+        callback_url="http://127.0.0.1:9/sparse-a",
+    ) for _ in range(25)]})
+    assert st == 201
+    want = create(api, callback_url="http://127.0.0.1:9/sparse-b")["id"]
+    found, pages = _pages(api, "url=sparse-b")  # no index serves a url filter: the scan is bounded
     assert found == [want]
     assert pages >= 3  # every request examined at most 10 tasks
+
+
+def test_status_and_scene_filters_read_their_index_so_a_page_costs_a_page(
+    api: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import molens.web.app as web_app
+
+    monkeypatch.setattr(web_app, "MAX_SCAN", 10)
+    st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(scene="dense-a") for _ in range(25)]})
+    assert st == 201
+    want = [create(api, scene="index-b")["id"] for _ in range(3)]
+    st, _, _ = api.call("POST", f"/api/v1/tasks/{want[1]}/pause")
+    assert st == 200
+    assert _pages(api, "scene=index-b") == (want, 1)  # one request, although 25 others come first
+    assert _pages(api, "scene=index-b&order=-created") == (want[::-1], 1)
+    found, pages = _pages(api, "status=paused&scene=index-b")
+    assert found == [want[1]] and pages == 1
+    found, pages = _pages(api, "scene=index-b&limit=1")
+    assert found == want and pages == 3  # a page of one, and the cursor goes on from it

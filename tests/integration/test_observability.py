@@ -178,6 +178,7 @@ def test_key_series_move_when_tasks_fire(node: NodeProc) -> None:
     for i in range(n):
         st, _ = _post(base + "/api/v1/tasks", {"type": "delayed", "interval_ms": 100 + 50 * i, "callback_url": cb})
         assert st == 201
+    near = _post(base + "/api/v1/tasks", {"type": "delayed", "interval_ms": 300_000, "callback_url": cb})[1]
     far = _post(base + "/api/v1/tasks", {"type": "delayed", "interval_ms": 3_600_000, "callback_url": cb})[1]
 
     def moved() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
@@ -198,7 +199,8 @@ def test_key_series_move_when_tasks_fire(node: NodeProc) -> None:
     wait_for(lambda: _sum(_metrics(node), "molens_tasks", status="done") >= n, 20, "tasks done in /metrics")
     wait_for(lambda: _sum(_metrics(node), "molens_history_rows") >= n, 20, "history rows in /metrics")  # cached 5 s
     m2 = _metrics(node)
-    assert _sum(m2, "molens_wheel_timers") >= 1  # the far task is still waiting
+    # the 5-minute task waits in the wheel; the 1-hour one only in `due`, beyond the 10-minute horizon
+    assert _sum(m2, "molens_wheel_timers") == 1
 
     # the same fires in the dashboard's stats
     st, stats = _json(base + "/api/v1/stats")
@@ -207,14 +209,20 @@ def test_key_series_move_when_tasks_fire(node: NodeProc) -> None:
     assert stats["fires_total"] >= n and stats["success_rate"] == 1.0 and stats["fires_per_s"] > 0
     assert stats["lateness_p99_ms"] is not None and stats["disk"]["lmdb_bytes"] > 0
 
-    # and the far task in the wheel: level 1 (buckets of 5.12 s) cannot hold an hour; level 2 can
+    # and the 5-minute task in the wheel: level 0 (10 ms buckets, 5.12 s) cannot hold it; level 1 can
     st, wheel = _json(base + "/api/v1/timewheel/distribution")
     assert st == 200
     check_schema(wheel, "WheelDistribution")
-    assert wheel["levels"][2]["total"] >= 1, wheel["levels"][2]["total"]
+    assert wheel["levels"][1]["total"] == 1 and wheel["timers"] == 1, wheel
+    # and, separately, the far future read from `due`: the 1-hour task on its UTC day
+    assert wheel["window"]["horizon_ms"] == 600_000 and wheel["window"]["until_ms"] > near["next_run_at"]
+    far_day = far["next_run_at"] // 86_400_000 * 86_400_000
+    assert wheel["far_future"]["from_ms"] == wheel["window"]["until_ms"] and wheel["far_future"]["total"] >= 1
+    assert any(d["start_ms"] == far_day and d["count"] >= 1 for d in wheel["far_future"]["days"]), wheel["far_future"]
     st, _, png = _get(base + "/api/v1/timewheel/distribution.png")
     assert st == 200 and Image.open(io.BytesIO(png)).size[0] == 800
     assert _http.request("DELETE", f"{base}/api/v1/tasks/{far['id']}").status == 200
+    assert _http.request("DELETE", f"{base}/api/v1/tasks/{near['id']}").status == 200
 
 
 # ------------------------------------------------------------------------------------ 3-node cluster
@@ -245,7 +253,7 @@ def test_cluster_stats_come_from_every_node_in_one_call_and_a_dead_node_is_marke
 
         # the wheel lives on the leader: a follower answers with the leader's (no cross-origin hop)
         cb = _base(leader) + "/api/v1/test/callback"
-        assert _post(_base(leader) + "/api/v1/tasks", {"type": "delayed", "interval_ms": 600_000, "callback_url": cb})[0] == 201
+        assert _post(_base(leader) + "/api/v1/tasks", {"type": "delayed", "interval_ms": 300_000, "callback_url": cb})[0] == 201
         st, h, png = _get(_base(follower) + "/api/v1/timewheel/distribution.png?level=0&width=600")
         assert st == 200 and h["X-Molens-Served-By"] == _base(leader)
         assert Image.open(io.BytesIO(png)).size[0] == 600

@@ -154,3 +154,20 @@ def test_a_lost_occurrence_with_catchup_none_still_skips_what_passed() -> None:
     h.fire_due(t.id)
     h.answer(t.id, None, Outcome.LOST, after_ms=10_500)
     assert h.t(t.id).due_ms == t.created_ms + 30_000
+
+
+def test_none_fires_the_occurrence_it_skipped_to_even_if_that_one_is_late_too() -> None:
+    """A scheduler lagging by more than a period must still fire: none skips once, not forever."""
+    h = H()
+    t = _periodic(h, catchup="none")
+    c = t.created_ms
+    h.now = c + 25_000
+    h.dispatch(t.id)  # missed: skipped to 30 s
+    h.now = c + 45_000  # late again: 40 s has come too
+    out = h.dispatch(t.id)
+    assert out.results == [None]
+    fr = [e for e in out.effects if hasattr(e, "scheduled_ms")][0]
+    assert fr.scheduled_ms == c + 30_000
+    h.answer(t.id, 200)
+    h.now = c + 75_000
+    assert isinstance(h.dispatch(t.id).results[0], IllegalTransitionError)  # a new occurrence: missed again

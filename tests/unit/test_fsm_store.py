@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from molens.fsm.commands import (
     Dispatched,
     DispatchItem,
     Expire,
+    PauseTasks,
     PutMeta,
     ResultItem,
     Results,
@@ -24,7 +26,7 @@ from molens.fsm.commands import (
 from molens.fsm.history import History
 from molens.fsm.machine import Created, FireRequest, WheelAdd
 from molens.fsm.memstate import MemoryState
-from molens.fsm.store import EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
+from molens.fsm.store import DAY_MS, EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
 from molens.model import ExecutionResult, FireKind, Outcome, Status, new_task_id, validate_create
 from molens.raft.log import Entry, EntryKind
 
@@ -150,6 +152,20 @@ def test_scans_stream_in_chunks(store: TaskStore) -> None:
     assert [t.id for t in tasks] == sorted(i.task_id for i in items)
     page = list(store.scan_tasks(after=tasks[149].id, chunk=11))
     assert [t.id for t in page] == [t.id for t in tasks[150:]]
+
+
+def test_read_due_is_one_bounded_range_of_the_due_index(store: TaskStore) -> None:
+    lg = Log(store)
+    items = tuple(CreateItem(new_task_id(T0, i), spec(interval_ms=(i // 3) * 100)) for i in range(30))
+    lg.apply(CreateTasks(T0, items))
+    due = list(store.scan_due())
+    assert store.read_due((0, ""), T0 + 10**9, 1000) == due
+    assert store.read_due((0, ""), T0 + 500, 1000) == [r for r in due if r[0] < T0 + 500]
+    first = store.read_due((0, ""), T0 + 10**9, 4)
+    assert first == due[:4]  # the limit cuts inside a millisecond: resume after the last key
+    last_due, last_key = first[-1]
+    assert store.read_due((last_due, last_key + "\x00"), T0 + 10**9, 4) == due[4:8]
+    assert store.read_due((T0 + 10**9, ""), T0 + 10**9, 4) == []
 
 
 def test_store_matches_memory_state_and_snapshot_restores_it(tmp_path: Path, store: TaskStore) -> None:
@@ -343,3 +359,56 @@ def test_proposals_that_never_apply_are_forgotten_within_a_bound(store: TaskStor
     for n in range(store_mod._KNOWN_MAX * 3):
         store.encode_proposal(DeleteTasks(T0, (f"t{n}",)))
     assert len(store._known) <= store_mod._KNOWN_MAX
+
+
+def _where(store: TaskStore, **kw: Any) -> list[str]:
+    return [t.id for t in store.scan_tasks_where(chunk=3, **kw)]
+
+
+def test_status_and_scene_indexes_follow_every_change_and_page_in_id_order(store: TaskStore) -> None:
+    lg = Log(store)
+    ids = [new_task_id(T0, i) for i in range(12)]
+    lg.apply(CreateTasks(T0, tuple(CreateItem(tid, spec(scene="a" if i % 2 else "b")) for i, tid in enumerate(ids))))
+    lg.apply(PauseTasks(T0 + 1, tuple(ids[:5])))
+    lg.apply(DeleteTasks(T0 + 2, (ids[0], ids[7])))
+    paused, pending = ids[1:5], [tid for tid in ids[5:] if tid != ids[7]]
+    assert _where(store, statuses=["paused"]) == paused
+    assert _where(store, statuses=["pending"]) == pending
+    assert _where(store, statuses=["paused", "pending"]) == sorted(paused + pending)
+    assert _where(store, statuses=["paused", "pending"], reverse=True) == sorted(paused + pending, reverse=True)
+    assert _where(store, statuses=["pending"], after=pending[2]) == pending[3:]
+    assert _where(store, statuses=["pending"], after=pending[2], reverse=True) == pending[:2][::-1]
+    assert _where(store, scene="a") == [tid for i, tid in enumerate(ids) if i % 2 and tid != ids[7]]
+    assert _where(store, statuses=["paused"], scene="b") == [ids[2], ids[4]]
+    assert _where(store, statuses=["done"]) == []
+    assert store.counts()["paused"] == 4 and store.counts()["pending"] == 6
+
+
+def test_due_entries_are_counted_per_day_on_apply(store: TaskStore) -> None:
+    lg = Log(store)
+    ids = [new_task_id(T0, i) for i in range(6)]
+    lg.apply(CreateTasks(T0, tuple(CreateItem(tid, spec(interval_ms=(i // 2) * DAY_MS)) for i, tid in enumerate(ids))))
+    day0 = T0 // DAY_MS * DAY_MS
+    assert store.due_by_day(T0, 10) == [(day0, 2), (day0 + DAY_MS, 2), (day0 + 2 * DAY_MS, 2)]
+    lg.apply(PauseTasks(T0 + 1, (ids[2],)), DeleteTasks(T0 + 1, (ids[4], ids[5])))
+    assert store.due_by_day(T0, 10) == [(day0, 2), (day0 + DAY_MS, 1)]
+    assert store.due_by_day(T0 + DAY_MS, 1) == [(day0 + DAY_MS, 1)]
+
+
+def test_a_store_of_format_2_gets_its_indexes_built_when_it_opens(tmp_path: Path) -> None:
+    s = TaskStore(tmp_path)
+    lg = Log(s)
+    ids = [new_task_id(T0, i) for i in range(5)]
+    lg.apply(CreateTasks(T0, tuple(CreateItem(tid, spec(scene="x")) for tid in ids)), PauseTasks(T0, (ids[1],)))
+    want = s.digest()
+    env, meta = s._env, s._meta
+    with env.begin(write=True) as txn:  # what format 2 wrote: no index databases, format 2
+        for db in (s._by_status, s._by_scene, s._due_days):
+            txn.drop(db, delete=True)
+        txn.put(b"format", struct.pack(">Q", 2), db=meta)
+    s.close()
+    s = TaskStore(tmp_path)
+    assert s.digest() == want
+    assert _where(s, statuses=["paused"]) == [ids[1]] and _where(s, scene="x") == ids
+    assert s.due_by_day(T0, 2) == [(T0 // DAY_MS * DAY_MS, 4)]
+    s.close()

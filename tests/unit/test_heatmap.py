@@ -10,12 +10,14 @@ from PIL import Image, ImageStat
 
 from molens.schedule.wheel import TimeWheel
 from molens.web.heatmap import (
+    FAR_DAYS,
     MAX_WIDTH,
     MIN_WIDTH,
     WheelDistribution,
     WheelLevel,
     color,
     distribution_of,
+    far_future_of,
     render_png,
 )
 
@@ -113,3 +115,24 @@ def test_distribution_of_a_wheel_counts_every_timer_once() -> None:
     assert d.levels[0].total > 0 and d.levels[1].total > 0 and d.levels[2].total > 0
     js = d.to_json()
     assert js["levels"][1]["span_ms"] == 10 * w.wheel_size and js["timers"] == 5_000
+
+
+DAY = 86_400_000
+
+
+def test_the_far_future_is_a_band_of_days_of_its_own_in_the_json_and_the_png() -> None:
+    start = 20_000 * DAY + 5 * 3_600_000  # the window ends at 05:00 UTC
+    rows = [(20_000 * DAY, 7), (20_003 * DAY, 40_000), ((20_000 + FAR_DAYS + 10) * DAY, 5)]
+    far = far_future_of(rows, start, 600_000)
+    assert far.total == 40_012 and far.days == tuple(rows[:2])  # listed: FAR_DAYS days; counted: all
+    counts = far.counts()
+    assert len(counts) == FAR_DAYS and counts[0] == 7 and counts[3] == 40_000 and sum(counts) == 40_007
+    base = _uniform()
+    dist = WheelDistribution(base.time_ms, base.tick_ms, base.size, base.levels, base.overflow, base.timers, far)
+    js = dist.to_json()
+    assert js["window"] == {"horizon_ms": 600_000, "until_ms": start}
+    assert js["far_future"]["total"] == 40_012 and js["far_future"]["days"][1] == {"start_ms": 20_003 * DAY, "count": 40_000}
+    plain, with_far = _image(render_png(base)), _image(render_png(dist))
+    assert with_far.size[0] == plain.size[0] and with_far.size[1] > plain.size[1]  # one band more
+    assert _image(render_png(dist, level=1)).size == _image(render_png(base, level=1)).size  # a level alone: no band
+    assert base.to_json()["far_future"] is None and base.to_json()["window"] is None

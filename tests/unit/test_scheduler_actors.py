@@ -234,10 +234,15 @@ def test_cleaner_proposes_at_most_the_rate_once_a_second_and_one_at_a_time() -> 
     assert c.expired == 5
 
 
-def test_leader_wheel_rebuilds_then_follows_adds_and_removes() -> None:
-    w = LeaderWheel(10, NOW)
-    assert w.rebuild(iter([(NOW + 50, "a"), (NOW + 20, "b")])) == 2
-    w.apply([WheelRemove("a"), WheelAdd("c", NOW + 30), WheelAdd("b", NOW + 40)])
-    assert len(w) == 2
+def test_leader_wheel_fills_its_window_then_follows_adds_and_removes() -> None:
+    index = [(NOW + 20, "b"), (NOW + 50, "a"), (NOW + 60_000, "far")]
+
+    def read(start: tuple[int, str], until: int, limit: int) -> list[tuple[int, str]]:
+        return [r for r in index if r >= start and r[0] < until][:limit]
+
+    w = LeaderWheel(10, NOW, horizon_ms=10_000, slice_limit=1)
+    assert w.fill(read, NOW) == 2  # "far" is beyond the horizon: left in the index
+    w.apply([WheelRemove("a"), WheelAdd("c", NOW + 30), WheelAdd("b", NOW + 40), WheelAdd("d", NOW + 20_000)])
+    assert len(w) == 2  # b and c; d only in the index
     assert w.advance(NOW + 35) == ["c"]
     assert w.advance(NOW + 100) == ["b"]

@@ -109,6 +109,7 @@ export default {
     level: 'Level', timers: 'timers', bucket: 'bucket', overflow: 'Beyond the top level', empty: 'The wheel is empty.',
     hoverHint: 'Hover a cell for its window and count.',
     unsupported: 'This node does not serve the time-wheel distribution yet.',
+    window: 'In memory: what is due within {h}', far: 'Far future (on disk)', tasks: 'tasks', perDay: 'one cell per UTC day',
   },
   cluster: {
     node: 'Node', role: 'Role', commit: 'Commit index', applied: 'Applied index', match: 'Match index', lag: 'Lag',

@@ -97,6 +97,7 @@ export default {
   tw: {
     level: '层级', timers: '个定时器', bucket: '桶', overflow: '超出顶层', empty: '时间轮为空。',
     hoverHint: '将鼠标悬停在格子上查看时间窗口和数量。', unsupported: '本节点尚未提供时间轮分布数据。',
+    window: '内存中：{h} 内到期的定时器', far: '远期（磁盘上）', tasks: '个任务', perDay: '每格一个 UTC 日',
   },
   cluster: {
     node: '节点', role: '角色', commit: '提交索引', applied: '应用索引', match: '匹配索引', lag: '落后', fires: '触发次数',
