@@ -166,7 +166,7 @@ def test_none_fires_the_occurrence_it_skipped_to_even_if_that_one_is_late_too() 
     h.now = c + 45_000  # late again: 40 s has come too
     out = h.dispatch(t.id)
     assert out.results == [None]
-    fr = [e for e in out.effects if hasattr(e, "scheduled_ms")][0]
+    fr = next(e for e in out.effects if hasattr(e, "scheduled_ms"))
     assert fr.scheduled_ms == c + 30_000
     h.answer(t.id, 200)
     h.now = c + 75_000
