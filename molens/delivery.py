@@ -40,6 +40,8 @@ connect-time host guard are one unit; the frame layout stays next to the values 
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import enum
 import logging
 import socket
@@ -89,6 +91,9 @@ __all__ = [
     "CallbackHostDenied",
     "HEAD_LIMIT",
     "DRAIN_LIMIT",
+    "MAX_RETRY_AFTER_MS",
+    "THROTTLE_STATUSES",
+    "retry_after_ms",
 ]
 
 log = logging.getLogger(__name__)
@@ -143,6 +148,9 @@ class FireResult:
     latency_ms: float
     worker: str
     error: str = ""
+    retry_after_ms: int = 0
+    """Epoch ms a 429/503 answer asked to wait until (its ``Retry-After``, seconds or an HTTP date,
+    capped by ``worker.max_retry_after_ms``); 0 when it did not ask."""
 
 
 class DeliveryCodecError(MolensError, ValueError):
@@ -165,15 +173,17 @@ def encode_fire_batch(requests: Iterable[FireRequest]) -> bytes:
 
 
 def encode_fire_results(results: Iterable[FireResult]) -> bytes:
-    """``[b"fire_results", [[fire_id, kind, status, outcome, head, latency_ms, worker, error], ...]]``."""
+    """``[b"fire_results", [[fire_id, kind, status, outcome, head, latency_ms, worker, error,
+    retry_after_ms], ...]]``."""
     items = [
-        (r.fire_id, r.kind.value, r.status_code, r.outcome.value, r.response_head, r.latency_ms, r.worker, r.error)
+        (r.fire_id, r.kind.value, r.status_code, r.outcome.value, r.response_head, r.latency_ms, r.worker, r.error,
+         r.retry_after_ms)
         for r in results
     ]
     return msgpack.packb((_FIRE_RESULTS, items), use_bin_type=True)  # type: ignore[no-any-return]
 
 
-def _unpack(frame: bytes, tag: str, width: int) -> list[Any]:
+def _unpack(frame: bytes, tag: str, width: int, min_width: int = 0) -> list[Any]:
     try:
         obj = msgpack.unpackb(frame, raw=False, use_list=True, strict_map_key=True)
     except Exception as e:
@@ -181,7 +191,7 @@ def _unpack(frame: bytes, tag: str, width: int) -> list[Any]:
     if not isinstance(obj, list) or len(obj) != 2 or obj[0] != tag or not isinstance(obj[1], list):
         raise DeliveryCodecError(f"{tag}: wrong frame shape")
     for i, item in enumerate(obj[1]):
-        if not isinstance(item, list) or len(item) != width:
+        if not isinstance(item, list) or not (min_width or width) <= len(item) <= width:
             raise DeliveryCodecError(f"{tag}: item {i} is not a {width}-tuple")
     return obj[1]
 
@@ -207,7 +217,9 @@ def decode_fire_batch(frame: bytes) -> list[FireRequest]:
 
 def decode_fire_results(frame: bytes) -> list[FireResult]:
     out = []
-    for i, (fid, kind, status, outcome, head, lat, worker, err) in enumerate(_unpack(frame, _FIRE_RESULTS, 8)):
+    for i, item in enumerate(_unpack(frame, _FIRE_RESULTS, 9, min_width=8)):
+        fid, kind, status, outcome, head, lat, worker, err = item[:8]
+        ra = item[8] if len(item) > 8 else 0  # a worker of the previous version sends 8 fields
         try:
             if not (isinstance(fid, str) and isinstance(head, bytes) and isinstance(worker, str)
                     and isinstance(err, str)):
@@ -215,7 +227,7 @@ def decode_fire_results(frame: bytes) -> list[FireResult]:
             sc = None if status is None else _int(status)
             out.append(FireResult(
                 fire_id=fid, kind=FireKind(kind), status_code=sc, outcome=DeliveryOutcome(outcome),
-                response_head=head, latency_ms=_num(lat), worker=worker, error=err,
+                response_head=head, latency_ms=_num(lat), worker=worker, error=err, retry_after_ms=_int(ra),
             ))
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_results: item {i}: {e}") from e
@@ -232,6 +244,39 @@ def _int(v: object) -> int:
     if type(v) is not int:
         raise TypeError(f"expected int, got {type(v).__name__}")
     return v
+
+
+MAX_RETRY_AFTER_MS = 3_600_000
+"""Default of ``worker.max_retry_after_ms``: the longest wait a ``Retry-After`` is honoured for."""
+THROTTLE_STATUSES = frozenset((429, 503))
+"""Statuses whose ``Retry-After`` header the worker reads."""
+
+
+def retry_after_ms(value: str | None, now_ms: int, cap_ms: int = MAX_RETRY_AFTER_MS) -> int:
+    """The epoch ms a ``Retry-After`` header value asks to wait until, at most ``cap_ms`` from
+    ``now_ms``: delay-seconds (``"120"``) or an HTTP date (``"Wed, 21 Oct 2015 07:28:00 GMT"``,
+    RFC 9110 §10.2.3). 0 for a missing or unreadable value; a date in the past waits for nothing
+    (``now_ms``).
+
+    >>> retry_after_ms("2", 1_000), retry_after_ms("Thu, 01 Jan 1970 00:00:05 GMT", 1_000)
+    (3000, 5000)
+    >>> retry_after_ms("999999", 0, cap_ms=60_000), retry_after_ms("soon", 0)
+    (60000, 0)
+    """
+    if not value:
+        return 0
+    v = value.strip()
+    if v.isdigit() and v.isascii():
+        wait = int(v[:12]) * 1000
+    else:
+        try:
+            at = email.utils.parsedate_to_datetime(v)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return 0
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=datetime.UTC)
+        wait = max(0, int(at.timestamp() * 1000) - now_ms)
+    return now_ms + min(wait, max(0, cap_ms))
 
 
 def outcome_for_status(status: int) -> DeliveryOutcome:
@@ -260,7 +305,7 @@ def to_result_item(r: FireResult) -> ResultItem:
     head = r.response_head.decode("utf-8", "replace") if r.status_code is not None or r.response_head else None
     return ResultItem(
         fire_id=r.fire_id, kind=r.kind, status_code=r.status_code, outcome=_MODEL_OUTCOME[r.outcome],
-        response_head=head, latency_ms=round(r.latency_ms), worker=r.worker,
+        response_head=head, latency_ms=round(r.latency_ms), worker=r.worker, retry_after_ms=r.retry_after_ms,
     )
 
 
@@ -375,8 +420,10 @@ class Deliverer:
         head_limit: int = HEAD_LIMIT,
         drain_limit: int = DRAIN_LIMIT,
         wall_ms: Callable[[], int] = wallclock.wall_ms,
+        max_retry_after_ms: int = MAX_RETRY_AFTER_MS,
     ) -> None:
         self._pool = pool
+        self.max_retry_after_ms = max_retry_after_ms
         self.node_id = node_id
         self._secrets = tuple(s for s in (signing_secret, signing_secret_next) if s)
         self._user_agent = user_agent
@@ -453,8 +500,12 @@ class Deliverer:
             if not reusable:
                 resp.close()  # closes the socket: the pool will reconnect for the next request
             resp.release_conn()
+        ra = 0
+        if status in THROTTLE_STATUSES:
+            ra = retry_after_ms(resp.headers.get("Retry-After"), self._wall_ms(), self.max_retry_after_ms)
         return FireResult(
-            fire_id=req.fire_id, kind=req.kind, status_code=status, outcome=outcome_for_status(status), response_head=head, latency_ms=latency_ms, worker=self.node_id
+            fire_id=req.fire_id, kind=req.kind, status_code=status, outcome=outcome_for_status(status),
+            response_head=head, latency_ms=latency_ms, worker=self.node_id, retry_after_ms=ra,
         )
 
     def _route(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:

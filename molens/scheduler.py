@@ -102,7 +102,9 @@ class Scheduler:
         self._probe_ref = ClockProbe.start(
             self.clock, lambda: [p for p in self.rpc.peers() if p != me], self.rpc.send, self._judge_clock,
         )
-        deliverer = ReportingDeliverer(self._http, self.node_id, w.signing_secret, w.signing_secret_next)
+        deliverer = ReportingDeliverer(
+            self._http, self.node_id, w.signing_secret, w.signing_secret_next, max_retry_after_ms=w.max_retry_after_ms,
+        )
         self._pool_ref = FireWorkerPool.start(
             self.node_id, deliverer, w.concurrency, self.rpc.send, self.stats, flush_interval_ms=POOL_FLUSH_MS,
             fatal=self.fatal, stop_timeout_s=DRAIN_S * 2,

@@ -35,6 +35,7 @@ import operator
 import re
 import types
 import typing
+import urllib.parse
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -159,6 +160,10 @@ def rule(
     return msgspec.Meta(description=description, extra=extra)
 
 
+FLOW_KEY_PATTERN = r"^[A-Za-z0-9_.:\[\]-]{1,128}$"
+"""What a flow key may be (``flow_key``, ``/flows/{key}``); a URL's ``host:port`` fits it."""
+
+
 class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     """A validated create request: what the user asked for, with defaults resolved."""
 
@@ -248,6 +253,14 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     catchup_window_ms: Annotated[
         int, rule("periodic, catchup all: how far back missed occurrences are still fired", ge=0, le=31_536_000_000)
     ] = 3_600_000
+    flow_key: Annotated[
+        str | None,
+        rule(
+            "Flow the task's fires belong to (limits set with PUT /flows/{key}); default: the callback "
+            "URL's host:port",
+            pattern=FLOW_KEY_PATTERN,
+        ),
+    ] = None
 
     @property
     def payload(self) -> Any:
@@ -460,6 +473,29 @@ def view_type(task_type: type[Task] = Task) -> type[msgspec.Struct]:
     return view(task_type).type
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@functools.lru_cache(maxsize=4096)
+def url_flow(url: str) -> str:
+    """The default flow of a callback URL: its ``host:port``, host lower-cased, default port filled in
+    (``https://API.example.com/x`` -> ``api.example.com:443``; an IPv6 host keeps its brackets)."""
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = _DEFAULT_PORTS.get(parts.scheme.lower(), 0)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def flow_of(spec: TaskSpec) -> str:
+    """The flow a task's fires count against: ``flow_key``, else the callback URL's ``host:port``."""
+    return spec.flow_key if spec.flow_key is not None else url_flow(spec.callback_url)
+
+
 _JSON = msgspec.json.Encoder()
 
 
@@ -581,6 +617,7 @@ def request_error(
 
 
 __all__ = [
+    "FLOW_KEY_PATTERN",
     "FORMAT",
     "CatchUp",
     "ExecutionResult",
@@ -592,7 +629,9 @@ __all__ = [
     "TaskSpec",
     "TaskType",
     "create_type",
+    "flow_of",
     "openapi_components",
+    "url_flow",
     "request_error",
     "rule",
     "rule_defaulted",

@@ -394,6 +394,7 @@ def with_attempt(it: ResultItem, attempt: int) -> ResultItem:
     return ResultItem(
         fire_id=it.fire_id, kind=it.kind, status_code=it.status_code, outcome=it.outcome,
         response_head=it.response_head, latency_ms=it.latency_ms, worker=it.worker, attempt=attempt,
+        retry_after_ms=it.retry_after_ms,
     )
 
 

@@ -87,6 +87,9 @@ class ResultItem(msgspec.Struct, frozen=True, array_like=True):
     """The attempt this result is for (``X-Molens-Attempt``). Workers should always set it: a result
     of an attempt the Monitor already declared lost, arriving after the retry was dispatched with
     the same fire id, is then recognised as stale instead of being credited to the retry."""
+    retry_after_ms: int = 0
+    """Epoch ms the receiver asked to wait until (``Retry-After`` of a 429/503, capped by
+    ``worker.max_retry_after_ms``); 0 when it did not ask."""
 
 
 class Results(msgspec.Struct, frozen=True, array_like=True, tag=22):
@@ -124,9 +127,39 @@ class UpdateTask(msgspec.Struct, frozen=True, array_like=True, tag=25):
     version: int
 
 
+class FlowSettings(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
+    """The limits of one flow (docs/architecture.md#flow-control); ``None`` is unlimited."""
+
+    rate_per_s: float | None = None
+    burst: int | None = None
+    """Fires allowed at once after an idle spell (the token bucket's size; default: max(1, rate))."""
+    concurrency: int | None = None
+    paused: bool = False
+    adaptive: bool = False
+    """Back the rate off on 429/503/timeouts and ramp it back (AIMD)."""
+    updated_ms: int = 0
+
+
+class PutFlow(msgspec.Struct, frozen=True, array_like=True, tag=30):
+    """Set the limits of flow ``key``; with ``only_paused`` only its ``paused`` flag changes (pause
+    and resume never undo a concurrent edit of the limits)."""
+
+    now_ms: int
+    key: str
+    settings: FlowSettings
+    only_paused: bool = False
+
+
+class DeleteFlow(msgspec.Struct, frozen=True, array_like=True, tag=31):
+    """Forget the limits of flow ``key`` (its fires go unlimited)."""
+
+    now_ms: int
+    key: str
+
+
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
-    | UpdateTask
+    | UpdateTask | PutFlow | DeleteFlow
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -158,6 +191,7 @@ def decode(data: bytes) -> Command:
 
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
+    PutFlow, DeleteFlow,
 )
 
 
@@ -166,12 +200,15 @@ __all__ = [
     "Command",
     "CreateItem",
     "CreateTasks",
+    "DeleteFlow",
     "DeleteTasks",
     "DispatchItem",
     "Dispatched",
     "Expire",
     "ExpireItem",
+    "FlowSettings",
     "PauseTasks",
+    "PutFlow",
     "PutMeta",
     "ResultItem",
     "Results",

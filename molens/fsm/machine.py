@@ -86,12 +86,15 @@ from molens.fsm.commands import (
     Command,
     CreateItem,
     CreateTasks,
+    DeleteFlow,
     DeleteTasks,
     Dispatched,
     DispatchItem,
     Expire,
     ExpireItem,
+    FlowSettings,
     PauseTasks,
+    PutFlow,
     PutMeta,
     ResultItem,
     Results,
@@ -154,6 +157,7 @@ class View(Protocol):
     def get_task(self, task_id: str) -> Task | None: ...
     def get_fire(self, fire_id: str) -> Fire | None: ...
     def get_idem(self, key: str) -> str | None: ...
+    def get_flow(self, key: str) -> FlowSettings | None: ...
 
 
 class ScanView(View, Protocol):
@@ -194,7 +198,15 @@ class FireRequest:
     """The occurrence's nominal instant (before jitter; the same for every retry and ACK probe)."""
 
 
-Effect = WheelAdd | WheelRemove | FireRequest
+@dataclass(frozen=True, slots=True)
+class FlowSet:
+    """The limits of flow ``key`` changed (``None``: deleted); the leader's Dispatcher enforces them."""
+
+    key: str
+    settings: FlowSettings | None
+
+
+Effect = WheelAdd | WheelRemove | FireRequest | FlowSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +229,7 @@ class Writes:
     fires: dict[str, Fire | None] = field(default_factory=dict)
     idem: dict[str, str | None] = field(default_factory=dict)
     meta: dict[str, bytes | None] = field(default_factory=dict)
+    flows: dict[str, FlowSettings | None] = field(default_factory=dict)
     executions: list[Execution] = field(default_factory=list)
     history_deletes: list[str] = field(default_factory=list)
 
@@ -434,9 +447,32 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             results = [None]
         case UpdateTask():
             results = [_update(tx, cmd, now)]
+        case PutFlow():
+            results = [_put_flow(tx, cmd, now)]
+        case DeleteFlow():
+            results = [_delete_flow(tx, cmd.key)]
         case _:
             raise TypeError(f"not a command: {cmd!r}")
     return tx.finish(results)
+
+
+def _put_flow(tx: _Tx, cmd: PutFlow, now: int) -> ItemResult:
+    if cmd.only_paused:
+        cur = tx.view.get_flow(cmd.key) or FlowSettings()
+        new = _replace(cur, paused=cmd.settings.paused, updated_ms=now)
+    else:
+        new = _replace(cmd.settings, updated_ms=now)
+    tx.w.flows[cmd.key] = new
+    tx.effects.append(FlowSet(cmd.key, new))
+    return new
+
+
+def _delete_flow(tx: _Tx, key: str) -> ItemResult:
+    if tx.view.get_flow(key) is None:
+        return NotFoundError(f"flow {key} has no settings", "key")
+    tx.w.flows[key] = None
+    tx.effects.append(FlowSet(key, None))
+    return None
 
 
 def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
@@ -893,6 +929,7 @@ __all__ = [
     "Effect",
     "Fire",
     "FireRequest",
+    "FlowSet",
     "LeadershipPlan",
     "MachineConfig",
     "MolensError",

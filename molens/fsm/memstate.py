@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Iterator
 
 from molens.fsm import machine
-from molens.fsm.commands import Command
+from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.machine import Applied, Fire, MachineConfig
 from molens.model import Execution, Task
 
@@ -25,6 +25,7 @@ class MemoryState:
         self.idem: dict[str, str] = {}
         self.meta: dict[str, bytes] = {}
         self.due: set[tuple[int, str]] = set()
+        self.flows: dict[str, FlowSettings] = {}
         self.executions: list[Execution] = []
 
     def get_task(self, task_id: str) -> Task | None:
@@ -35,6 +36,9 @@ class MemoryState:
 
     def get_idem(self, key: str) -> str | None:
         return self.idem.get(key)
+
+    def get_flow(self, key: str) -> FlowSettings | None:
+        return self.flows.get(key)
 
     def scan_due(self) -> Iterator[tuple[int, str]]:
         return iter(sorted(self.due))
@@ -79,6 +83,11 @@ class MemoryState:
                 self.meta.pop(k, None)
             else:
                 self.meta[k] = b
+        for fk, fv in w.flows.items():
+            if fv is None:
+                self.flows.pop(fk, None)
+            else:
+                self.flows[fk] = fv
         gone = set(w.history_deletes)
         if gone:
             self.executions = [e for e in self.executions if e.task_id not in gone]
@@ -93,4 +102,6 @@ class MemoryState:
         h.update(repr([self.fires[k] for k in sorted(self.fires)]).encode())
         h.update(repr(sorted(self.idem.items())).encode())
         h.update(repr(sorted(self.meta.items())).encode())
+        if self.flows:
+            h.update(repr(sorted(self.flows.items())).encode())
         return h.hexdigest()

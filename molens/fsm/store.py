@@ -16,6 +16,7 @@ the result and finally ``applied_index`` -- all in ONE lmdb write transaction. D
   a filtered list reads one page of its index (:meth:`TaskStore.scan_tasks_where`), not the store
 - ``due_days`` ``day`` (u64, ``due_ms // 86,400,000``) -> entries of ``due`` that day (u64): the far
   future's distribution without reading ``due`` (:meth:`TaskStore.due_by_day`)
+- ``flows``  flow key -> its limits (``FlowSettings``, msgpack array; docs/architecture.md#flow-control)
 
 The secondary indexes and ``counts`` are written in the same transaction as the records they
 describe (data format 3; a store of format 1 or 2 gets them built when it opens).
@@ -56,7 +57,7 @@ import msgpack
 import msgspec
 
 from molens.fsm import format_v1, machine
-from molens.fsm.commands import CodecError, Command, ExpireItem, decode, encode
+from molens.fsm.commands import CodecError, Command, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
 from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file
@@ -130,6 +131,7 @@ class EntryResult:
 
 _TASK_ENCODER = msgspec.msgpack.Encoder()
 _TASK_DECODER = msgspec.msgpack.Decoder(Task)
+_FLOW_DECODER = msgspec.msgpack.Decoder(FlowSettings)
 
 
 def task_to_bytes(t: Task) -> bytes:
@@ -177,10 +179,10 @@ def _scene_key(scene: str, tid: bytes) -> bytes:
 class _TxnView:
     """machine.View over an lmdb transaction."""
 
-    __slots__ = ("_fires", "_idem", "_tasks", "_txn")
+    __slots__ = ("_fires", "_flows", "_idem", "_tasks", "_txn")
 
-    def __init__(self, txn: lmdb.Transaction, tasks: Any, fires: Any, idem: Any) -> None:
-        self._txn, self._tasks, self._fires, self._idem = txn, tasks, fires, idem
+    def __init__(self, txn: lmdb.Transaction, tasks: Any, fires: Any, idem: Any, flows: Any) -> None:
+        self._txn, self._tasks, self._fires, self._idem, self._flows = txn, tasks, fires, idem, flows
 
     def get_task(self, task_id: str) -> Task | None:
         raw = self._txn.get(task_id.encode(), db=self._tasks)
@@ -193,6 +195,10 @@ class _TxnView:
     def get_idem(self, key: str) -> str | None:
         raw = self._txn.get(key.encode(), db=self._idem)
         return None if raw is None else bytes(raw).decode()
+
+    def get_flow(self, key: str) -> FlowSettings | None:
+        raw = self._txn.get(key.encode(), db=self._flows)
+        return None if raw is None else _FLOW_DECODER.decode(raw)
 
 
 class TaskStore:
@@ -226,7 +232,7 @@ class TaskStore:
         self._env = lmdb.open(
             str(self.dir),
             map_size=self._map_size,
-            max_dbs=9,
+            max_dbs=10,
             sync=self._durable,
             metasync=False,
             readahead=False,
@@ -240,6 +246,7 @@ class TaskStore:
         self._by_status = self._env.open_db(b"by_status")
         self._by_scene = self._env.open_db(b"by_scene")
         self._due_days = self._env.open_db(b"due_days")
+        self._flows = self._env.open_db(b"flows")
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED, db=self._meta)
             raw_term = txn.get(_APPLIED_TERM, db=self._meta)
@@ -358,7 +365,7 @@ class TaskStore:
     def _apply_in(
         self, txn: lmdb.Transaction, entries: list[EntryLike], counts: dict[str, int], days: dict[int, int]
     ) -> tuple[list[Any], list[tuple[int, Writes]]]:
-        view = _TxnView(txn, self._tasks, self._fires, self._idem)
+        view = _TxnView(txn, self._tasks, self._fires, self._idem, self._flows)
         known = self._known
         out: list[Any] = []
         hist: list[tuple[int, Writes]] = []
@@ -444,6 +451,11 @@ class TaskStore:
                 delete(b"m:" + mk.encode(), db=self._meta)
             else:
                 put(b"m:" + mk.encode(), mv, db=self._meta)
+        for fk, fv in w.flows.items():
+            if fv is None:
+                delete(fk.encode(), db=self._flows)
+            else:
+                put(fk.encode(), _TASK_ENCODER.encode(fv), db=self._flows)
 
     def _write_days(self, txn: lmdb.Transaction, days: dict[int, int]) -> None:
         """Fold a batch's changes of due entries per day into ``due_days``."""
@@ -524,6 +536,16 @@ class TaskStore:
         with self._env.begin() as txn:
             raw = txn.get(key.encode(), db=self._idem)
             return None if raw is None else bytes(raw).decode()
+
+    def get_flow(self, key: str) -> FlowSettings | None:
+        with self._env.begin() as txn:
+            raw = txn.get(key.encode(), db=self._flows)
+            return None if raw is None else _FLOW_DECODER.decode(raw)
+
+    def scan_flows(self) -> list[tuple[str, FlowSettings]]:
+        """Every flow with settings, by key."""
+        with self._env.begin() as txn:
+            return [(bytes(k).decode(), _FLOW_DECODER.decode(v)) for k, v in txn.cursor(db=self._flows)]
 
     def get_meta(self, key: str) -> bytes | None:
         with self._env.begin() as txn:
@@ -738,6 +760,7 @@ class TaskStore:
                 (b"by_status", self._by_status),
                 (b"by_scene", self._by_scene),
                 (b"due_days", self._due_days),
+                (b"flows", self._flows),
             ):
                 h.update(name)
                 for k, v in txn.cursor(db=db):
