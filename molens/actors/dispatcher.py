@@ -4,7 +4,8 @@ Owns a :class:`DispatchPlan` (worker capacity estimates, smooth weighted round-r
 backlog of due task ids not yet planned. Receives: ``DueBatch`` (TimeWheel), ``DispatchedBatch``
 (outcome of its own ``Dispatched`` proposals, from the Raft thread), ``Committed`` (TimeWheel: fire
 effects of entries committed in this term), ``WorkerReport`` (workers' free capacity), ``InFlight``
-(Monitor), ``Drain``, ``Wake`` (its alarm), ``GetGauges`` (ask). Sends: ``Dispatched`` proposals
+(Monitor, with the fires that ended), ``FlowsChanged`` (TimeWheel: flow settings applied),
+``Drain``, ``Wake`` (its alarm), ``GetGauges`` and ``GetFlows`` (ask). Sends: ``Dispatched`` proposals
 (up to ``MAX_PROPOSAL_ITEMS`` items, at most ``MAX_DISPATCH_PROPOSALS`` in flight), ``FireBatch``
 frames to workers (one per worker per ``Committed``), ``Requeue`` to TimeWheel for refused
 proposals, and ``FireResults`` to the Monitor for fires it could not send. Runs on its own thread.
@@ -25,6 +26,14 @@ heard from for ``FRESH_REPORTS`` report intervals (1.5 s) gets no new fires unti
 the Monitor counts as lost (no report for ``scheduler.worker_lost_ms``, ``InFlight.lost``,
 ``docs/architecture.md#lost-workers``) also has its fires settled. With no capacity anywhere, due ids wait in the
 backlog and are looked at again a tick later or when a worker reports.
+
+*Flow control* (``docs/architecture.md#flow-control``): it also owns a
+:class:`~molens.schedule.flows.FlowControl`, set from the store's ``flows`` when the term begins and
+from ``FlowsChanged`` after. Each due fire is judged by its flow (read from the task record the plan
+reads anyway) at plan time; one held back waits in its flow's queue, not in the backlog, so other
+flows' fires go on; it comes back to the front of the backlog when its flow lets it go (its alarm
+wakes it for a rate or a ``Retry-After``; a fire ending or a settings change wakes it anyway). A
+held fire stays due in the store's ``due`` index, so a new leader finds it there.
 
 Fires in flight are bounded by ``scheduler.max_inflight_fires``: the Monitor's open fires, plus
 accepted items it has not been told of yet, plus items in proposals without an outcome.
@@ -47,6 +56,8 @@ from molens.actors.messages import (
     Drain,
     DueBatch,
     FireResults,
+    FlowsChanged,
+    GetFlows,
     InFlight,
     Requeue,
     Wake,
@@ -56,10 +67,12 @@ from molens.actors.raft_peer import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
 from molens.delivery import DeliveryOutcome, FireResult, to_result_item
 from molens.delivery import FireRequest as WireFire
-from molens.fsm.commands import Dispatched, DispatchItem, ResultItem
+from molens.fsm.commands import Dispatched, DispatchItem, FlowSettings, ResultItem
 from molens.fsm.machine import FireRequest
 from molens.fsm.store import EntryResult
 from molens.model import Status, Task
+from molens.schedule.flows import FlowControl, FlowLimits
+from molens.schema import flow_of
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +87,15 @@ MAX_DISPATCH_PROPOSALS = 8
 """Dispatched proposals in flight at once (more due tasks wait in the backlog)."""
 RETRY_REFUSED_MS = 100
 """A task whose Dispatched proposal was refused (not appended) is due again this much later."""
+SWEEP_EVERY_MS = 10_000
+"""Idle flows without settings are forgotten this often."""
+
+
+def limits_of(fs: FlowSettings) -> FlowLimits:
+    """The pure flow control's view of a flow's replicated settings."""
+    return FlowLimits(
+        rate_per_s=fs.rate_per_s, burst=fs.burst, concurrency=fs.concurrency, paused=fs.paused, adaptive=fs.adaptive,
+    )
 
 
 @dataclass(slots=True)
@@ -119,6 +141,8 @@ class DispatchPlan:
         self._workers: dict[str, _Worker] = {}
         self.planned = 0
         self.skipped = 0
+        self.held = 0
+        """Due fires their flow held back (docs/architecture.md#flow-control)."""
         self.lags: list[float] = []
         """due -> planned, ms, of the items of the last ``plan`` call."""
 
@@ -149,10 +173,11 @@ class DispatchPlan:
         return w.given if w is not None else 0
 
     def plan(
-        self, task_ids: Iterable[str], now_ms: int, limit: int, lead_ms: int = 0
+        self, task_ids: Iterable[str], now_ms: int, limit: int, lead_ms: int = 0, flows: FlowControl | None = None
     ) -> tuple[list[DispatchItem], list[str]]:
         """Items to propose for ``task_ids`` due by ``now_ms + lead_ms`` (at most ``limit``), and the
-        ids left for later."""
+        ids left for later. With ``flows``, a fire its flow does not let go now is held there (it
+        is neither an item nor left for later: ``flows.release`` hands it back)."""
         due_by = now_ms + lead_ms
         caps = self.live_workers()
         total = sum(caps.values())
@@ -168,6 +193,8 @@ class DispatchPlan:
             t = get(tid)
             if t is None or t.due_ms is None or t.due_ms > due_by or t.inflight is not None:
                 self.skipped += 1
+                if flows is not None:
+                    flows.drop(tid)
                 continue
             if t.status is Status.AWAITING_ACK:
                 attempt = t.ack_attempt + 1
@@ -175,11 +202,16 @@ class DispatchPlan:
                 attempt = t.attempt + 1
             else:
                 self.skipped += 1
+                if flows is not None:
+                    flows.drop(tid)
+                continue
+            at = max(now_ms, t.due_ms)
+            if flows is not None and not flows.gate(tid, t.fire_id, attempt, flow_of(t.spec), at, now_ms):
+                self.held += 1
                 continue
             wid = self._pick(caps, total)
             caps[wid] -= 1
             total -= 1
-            at = max(now_ms, t.due_ms)
             deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms
             items.append(DispatchItem(
                 fire_id=t.fire_id, task_id=tid, attempt=attempt, worker=wid, deadline_ms=deadline,
@@ -248,6 +280,7 @@ class Dispatcher(LeaderActor):
         self.backlog: collections.deque[str] = collections.deque()
         self.backlog_at = 0
         """No worker capacity: the backlog is looked at again from then (epoch ms)."""
+        self.sweep_at = 0
         self.proposals = 0
         self.items_proposed = 0
         """Items in Dispatched proposals without an outcome."""
@@ -260,6 +293,10 @@ class Dispatcher(LeaderActor):
         self.tick_ms = max(10, ctx.cfg.tick_ms)
         self.drain: Drain | None = None
         self.drain_answered = False
+        self.flows = FlowControl()
+        now = wall_ms()
+        for key, fs in ctx.store.scan_flows():
+            self.flows.configure(key, limits_of(fs), now)
 
     # ---- messages --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -271,6 +308,13 @@ class Dispatcher(LeaderActor):
             self._outcome(message)
         elif isinstance(message, InFlight):
             self.monitor_open, self.monitor_own_seen = message.open, message.own_seen
+            if message.ended:
+                now = wall_ms()
+                throttled = self.flows.throttled
+                for e in message.ended:
+                    self.flows.ended(e.fire_id, e.attempt, now, congested=e.congested, retry_after_ms=e.retry_after_ms)
+                if self.flows.throttled != throttled:
+                    self.stats.add(throttled=self.flows.throttled - throttled)
             for wid in message.lost:
                 self.plan.forget(wid)
             for wid, free in message.reports:
@@ -283,6 +327,12 @@ class Dispatcher(LeaderActor):
             self.backlog_at = 0
         elif isinstance(message, Wake):
             pass
+        elif isinstance(message, FlowsChanged):
+            now = wall_ms()
+            for key, fs in message.changes:
+                self.flows.configure(key, None if fs is None else limits_of(fs), now)
+        elif isinstance(message, GetFlows):
+            return self.flows.state(wall_ms())
         elif isinstance(message, Drain):
             self.drain = message
         else:
@@ -291,7 +341,8 @@ class Dispatcher(LeaderActor):
         return None
 
     def gauges(self) -> dict[str, Any]:
-        return {"dispatch_backlog": len(self.backlog), "live_workers": sorted(self.plan.live_workers())}
+        return {"dispatch_backlog": len(self.backlog), "live_workers": sorted(self.plan.live_workers()),
+                "flow_held": self.flows.held}
 
     def _pump(self) -> None:
         assert self.alarm is not None
@@ -301,13 +352,24 @@ class Dispatcher(LeaderActor):
                 self.drain.done.set(0)
             self.set_alarm(None)
             return
-        if self.ended or not self.backlog:
+        if self.ended:
             self.set_alarm(None)
             return
         now = wall_ms()
-        if now >= self.backlog_at:
+        flows = self.flows
+        released = flows.release(now)
+        if released:  # admitted by their flows: before anything newer
+            self.backlog.extendleft(reversed(released))
+        if self.backlog and now >= self.backlog_at:
             self._dispatch(now)
-        self.set_alarm(self.backlog_at if self.backlog and self.backlog_at > now and self._can_dispatch() else None)
+        at = self.backlog_at if self.backlog and self.backlog_at > now and self._can_dispatch() else None
+        wake = flows.next_wake(now)
+        if wake is not None and (at is None or wake < at):
+            at = wake
+        if now >= self.sweep_at:
+            flows.sweep(now)
+            self.sweep_at = now + SWEEP_EVERY_MS
+        self.set_alarm(at)
 
     # ---- planning --------------------------------------------------------------------------------
     def in_flight(self) -> int:
@@ -328,7 +390,10 @@ class Dispatcher(LeaderActor):
                 return
             room = min(MAX_PROPOSAL_ITEMS, self.max_inflight - self.in_flight())
             chunk = [backlog.popleft() for _ in range(min(MAX_PROPOSAL_ITEMS, len(backlog)))]
-            items, later = plan.plan(chunk, now, room, self.lead_ms)
+            held = plan.held
+            items, later = plan.plan(chunk, now, room, self.lead_ms, self.flows)
+            if plan.held != held:
+                self.stats.add(flow_held=plan.held - held)
             if later:
                 backlog.extendleft(reversed(later))
             if items:
@@ -349,6 +414,8 @@ class Dispatcher(LeaderActor):
         self.items_proposed -= len(m.items)
         if m.error is not None:
             self.plan.settle(m.items)
+            for it in m.items:
+                self.flows.cancel(it.fire_id, it.attempt)
             self.stats.add(proposals_failed=1)
             if isinstance(m.error, ProposalRefused) and self.refs is not None and not self.ended:
                 self.tell(self.refs.wheel, Requeue([d.task_id for d in m.items], wall_ms() + RETRY_REFUSED_MS))
@@ -356,6 +423,8 @@ class Dispatcher(LeaderActor):
         out = m.results[0].results if m.results and isinstance(m.results[0], EntryResult) else []
         refused = [it for it, r in zip(m.items, out) if r is not None]
         self.plan.settle(refused)
+        for it in refused:
+            self.flows.cancel(it.fire_id, it.attempt)
         self.accepted += len(m.items) - len(refused)
         self.stats.add(dispatched_accepted=len(m.items) - len(refused))
 
@@ -401,6 +470,6 @@ def with_attempt(it: ResultItem, attempt: int) -> ResultItem:
 
 
 __all__ = [
-    "MAX_DISPATCH_PROPOSALS", "MAX_PROPOSAL_ITEMS", "REPORT_INTERVAL_S", "DispatchPlan", "Dispatcher",
+    "MAX_DISPATCH_PROPOSALS", "MAX_PROPOSAL_ITEMS", "REPORT_INTERVAL_S", "DispatchPlan", "Dispatcher", "limits_of",
     "to_wire", "with_attempt",
 ]

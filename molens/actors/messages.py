@@ -14,7 +14,7 @@ from typing import Any
 import pykka
 
 from molens.delivery import FireRequest as WireFire
-from molens.fsm.commands import DispatchItem, ResultItem
+from molens.fsm.commands import DispatchItem, FlowSettings, ResultItem
 from molens.fsm.machine import FireRequest
 from molens.fsm.store import EntryResult
 
@@ -111,6 +111,28 @@ class InFlight:
     own_seen: int
     reports: tuple[tuple[str, int], ...] = ()
     lost: tuple[str, ...] = ()
+    ended: tuple[FireEnd, ...] = ()
+    """Fires whose result (or loss) the Monitor took since the last ``InFlight``: their flows have a
+    free slot again (docs/architecture.md#flow-control)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FireEnd:
+    """One fire's attempt ended: whether the receiver signalled congestion (429, 503, a timeout),
+    and the epoch ms it asked to wait until (``Retry-After``; 0: it did not)."""
+
+    fire_id: str
+    attempt: int | None
+    congested: bool = False
+    retry_after_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FlowsChanged:
+    """TimeWheel -> Dispatcher: flow settings changed by applied entries, in log order (``None``:
+    deleted)."""
+
+    changes: tuple[tuple[str, FlowSettings | None], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +225,11 @@ class ReadWheel:
 
 
 @dataclass(frozen=True, slots=True)
+class GetFlows:
+    """Ask the Dispatcher for every flow's live state (``list[FlowState]``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GetGauges:
     """Ask any actor for its gauges as a dict."""
 
@@ -237,7 +264,7 @@ class LeaderRefs:
 
 
 __all__ = [
-    "Applied", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
-    "FireResults", "Gauge", "GetGauges", "GetStats", "InFlight", "Join", "LeaderIs", "LeaderRefs", "PoolResults", "ReadWheel",
+    "Applied", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch", "FireEnd", "FlowsChanged",
+    "FireResults", "Gauge", "GetFlows", "GetGauges", "GetStats", "InFlight", "Join", "LeaderIs", "LeaderRefs", "PoolResults", "ReadWheel",
     "Rebuild", "Requeue", "ResultsProposed", "SetObserver", "StatsBatch", "Wake", "WorkerReport",
 ]

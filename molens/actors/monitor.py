@@ -7,7 +7,8 @@ Receives: ``Rebuild`` (first: watch the fires in ``fires`` when the term began, 
 ``ResultsProposed`` (outcome of its ``Results`` proposals, from the Raft thread), ``Drain``,
 ``Wake`` (its alarm), ``GetGauges`` (ask). Sends: ``Results`` proposals (at most
 ``MAX_PROPOSAL_ITEMS`` items, at most ``RESULTS_FLUSH_MS`` after the first buffered result) and
-``InFlight`` to the Dispatcher. Runs on its own pykka thread.
+``InFlight`` to the Dispatcher (with the fires that ended since the last one, each with its
+congestion signal and ``Retry-After``: the Dispatcher's flow control frees their slots). Runs on its own pykka thread.
 
 A watched fire with no result by its ``deadline_ms`` is a failed attempt (worker lost): the record
 is re-read from the local replica and, if that same attempt is still in flight,
@@ -40,6 +41,7 @@ from molens.actors.dispatcher import MAX_PROPOSAL_ITEMS
 from molens.actors.messages import (
     Committed,
     Drain,
+    FireEnd,
     FireResults,
     InFlight,
     Rebuild,
@@ -51,7 +53,7 @@ from molens.actors.raft_peer import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.commands import ResultItem, Results
 from molens.fsm.machine import Fire, lost_result
-from molens.model import FireKind
+from molens.model import FireKind, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,15 @@ HELD_GRACE_MS = 1_000
 worker: a heartbeat that does not list it says nothing yet."""
 DRAIN_POLL_MS = 20
 """While draining, the Monitor looks at its drain deadline this often."""
+
+
+CONGESTION_STATUSES = frozenset((429, 503))
+
+
+def congested(it: ResultItem) -> bool:
+    """Whether a result says its receiver is overloaded (429, 503, a timeout): an adaptive flow
+    backs off (docs/architecture.md#flow-control)."""
+    return it.status_code in CONGESTION_STATUSES or it.outcome is Outcome.TIMEOUT
 
 
 class WorkerWatch:
@@ -249,6 +260,8 @@ class Monitor(LeaderActor):
         self.own_seen = 0
         self.reported: tuple[int, int] = (-1, -1)
         self.report_at = 0
+        self.fire_ends: list[FireEnd] = []
+        """Fires whose result or loss was taken since the last ``InFlight``."""
         self.reports: dict[str, int] = {}
         """Worker -> free capacity reported with results since the last ``InFlight``."""
         self.drain: Drain | None = None
@@ -277,7 +290,7 @@ class Monitor(LeaderActor):
             if message.error is not None:
                 self.stats.add(proposals_failed=1)
                 if isinstance(message.error, ProposalRefused):
-                    self._add(message.items)
+                    self._add(message.items, ended=False)
             else:
                 self.stats.add(results_proposed=len(message.items))
         elif isinstance(message, Wake):
@@ -319,10 +332,14 @@ class Monitor(LeaderActor):
         self.stats.add(results_received=len(items))
         self._add(items)
 
-    def _add(self, items: list[ResultItem]) -> None:
+    def _add(self, items: list[ResultItem], ended: bool = True) -> None:
         if not self.results:
             self.results_first = wall_ms()
         self.results.extend(items)
+        if ended:
+            self.fire_ends.extend(
+                FireEnd(it.fire_id, it.attempt, congested(it), it.retry_after_ms) for it in items
+            )
 
     def _pump(self) -> None:
         if self.ended:
@@ -345,13 +362,15 @@ class Monitor(LeaderActor):
                      if d is not None]
         rep = (self.watch.in_flight, self.own_seen)
         lost_workers = self.workers.take_lost()
-        if (rep != self.reported or self.reports or lost_workers != self.lost_told) and self.refs is not None:
+        if (rep != self.reported or self.reports or lost_workers != self.lost_told or self.fire_ends) and self.refs is not None:
             if now >= self.report_at:  # at most one InFlight per INFLIGHT_EVERY_MS
                 self.reported = rep
                 self.lost_told = lost_workers
                 self.report_at = now + INFLIGHT_EVERY_MS
-                self.tell(self.refs.dispatcher, InFlight(*rep, reports=tuple(self.reports.items()), lost=lost_workers))
+                self.tell(self.refs.dispatcher, InFlight(
+                    *rep, reports=tuple(self.reports.items()), lost=lost_workers, ended=tuple(self.fire_ends)))
                 self.reports = {}
+                self.fire_ends = []
             else:
                 deadlines.append(self.report_at)
         if self.drain is not None and not self.drain_answered:
@@ -377,4 +396,4 @@ class Monitor(LeaderActor):
         self.ctx.propose(Results(now, tuple(items)), self.outcome_to_self(lambda _res, err: ResultsProposed(items, err)))
 
 
-__all__ = ["HELD_GRACE_MS", "RESULTS_FLUSH_MS", "FireWatch", "Monitor", "WorkerWatch"]
+__all__ = ["CONGESTION_STATUSES", "HELD_GRACE_MS", "congested", "RESULTS_FLUSH_MS", "FireWatch", "Monitor", "WorkerWatch"]

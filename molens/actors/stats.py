@@ -53,6 +53,8 @@ COUNTERS = (
     "worker_refused",
     "results_forwarded",
     "results_dropped",
+    "throttled",
+    "flow_held",
 )
 
 SAMPLES = 2048

@@ -7,7 +7,8 @@ new window, loaded slice by slice), ``Applied`` (entries applied on this node, f
 thread), ``Requeue`` (from the Dispatcher), ``Wake`` (its alarm, or itself between two slices),
 ``ReadWheel`` / ``GetGauges`` (ask). Sends: ``DueBatch`` to the Dispatcher (tasks due within
 ``scheduler.dispatch_lead_ms``), ``Committed`` to the Monitor and the Dispatcher (the fire effects
-of applied ``Dispatched`` entries, split by term). Runs on its own pykka thread, which sleeps until
+of applied ``Dispatched`` entries, split by term), ``FlowsChanged`` to the Dispatcher (flow
+settings of applied ``PutFlow``/``DeleteFlow`` entries). Runs on its own pykka thread, which sleeps until
 the wheel's next deadline minus the lead, or the next top-up of the window (its alarm): never a busy
 tick, and it advances at most once per ``scheduler.tick_ms``, so timers due within one tick go to
 the Dispatcher as one ``DueBatch`` (the workers still hold each fire until its own due time).
@@ -26,9 +27,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from molens.actors.alarm import wall_ms
-from molens.actors.messages import Applied, Committed, DueBatch, ReadWheel, Rebuild, Requeue, Wake
+from molens.actors.messages import (
+    Applied,
+    Committed,
+    DueBatch,
+    FlowsChanged,
+    ReadWheel,
+    Rebuild,
+    Requeue,
+    Wake,
+)
 from molens.actors.term import LeaderActor, TermContext
-from molens.fsm.machine import Effect, FireRequest, WheelAdd, WheelRemove
+from molens.fsm.machine import Effect, FireRequest, FlowSet, WheelAdd, WheelRemove
 from molens.schedule.horizon import DEFAULT_SLICE_LIMIT, HorizonWheel, ReadSlice
 from molens.schedule.wheel import BucketStat
 from molens.schedule.wheel import TimeWheel as Wheel
@@ -153,12 +163,17 @@ class TimeWheel(LeaderActor):
         assert wheel is not None, "Applied before Rebuild"
         own: list[FireRequest] = []
         other: list[FireRequest] = []
+        flows: list[tuple[str, Any]] = []
         term = self.ctx.term
         for er in msg.entries:
             wheel.apply(er.effects)
             for e in er.effects:
                 if isinstance(e, FireRequest):
                     (own if er.term == term else other).append(e)
+                elif isinstance(e, FlowSet):
+                    flows.append((e.key, e.settings))
+        if flows and self.refs is not None:
+            self.tell(self.refs.dispatcher, FlowsChanged(tuple(flows)))
         if (own or other) and self.refs is not None:
             c = Committed(own, other)
             self.tell(self.refs.monitor, c)  # the Monitor first: it watches before any result arrives
