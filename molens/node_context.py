@@ -28,11 +28,12 @@ from molens.actors import raft_peer as rp
 from molens.actors.stats import COUNTERS
 from molens.config import Config
 from molens.errors import MolensError
-from molens.fsm.commands import Command
+from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import History
 from molens.fsm.store import EntryResult, TaskStore
 from molens.model import IllegalTransitionError, NotFoundError, Task
 from molens.raft import core as rc
+from molens.schedule.flows import FlowState
 from molens.wallclock import wall_ms
 from molens.web.api_context import (
     ApiSettings,
@@ -209,6 +210,16 @@ class NodeContext:
 
     def task_counts(self) -> dict[str, int]:
         return self.store.counts()
+
+    def flow_states(self) -> list[FlowState] | None:
+        sched = self.scheduler
+        return None if sched is None else sched.flow_states()
+
+    def scan_flows(self) -> list[tuple[str, FlowSettings]]:
+        return self.store.scan_flows()
+
+    def get_flow(self, key: str) -> FlowSettings | None:
+        return self.store.get_flow(key)
 
     def cluster_status(self) -> dict[str, Any]:
         st = self.peer.status()

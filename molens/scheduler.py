@@ -40,7 +40,15 @@ from molens.actors.fireworker import (
     decode_results_frame,
     result_items,
 )
-from molens.actors.messages import FireBatch, FireResults, GetGauges, ReadWheel, SetObserver, WorkerReport
+from molens.actors.messages import (
+    FireBatch,
+    FireResults,
+    GetFlows,
+    GetGauges,
+    ReadWheel,
+    SetObserver,
+    WorkerReport,
+)
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
@@ -49,6 +57,7 @@ from molens.delivery import decode_fire_batch, encode_fire_batch
 from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
 from molens.raft.transport import RefusalLog
+from molens.schedule.flows import FlowState
 from molens.wallclock import wall_ms
 from molens.worker_rpc import RpcEndpoint, batch_frame, refusal, split_batch
 
@@ -187,6 +196,16 @@ class Scheduler:
             except (pykka.ActorDeadError, pykka.Timeout):
                 pass
         return out
+
+    def flow_states(self) -> list[FlowState] | None:
+        """The Dispatcher's live view of its flows; None off the leader or when it is too busy."""
+        refs = self.supervisor.current if self.supervisor is not None else None
+        if refs is None:
+            return None
+        try:
+            return cast(list[FlowState], refs.dispatcher.ask(GetFlows(), timeout=ASK_TIMEOUT_S))
+        except (pykka.ActorDeadError, pykka.Timeout):
+            return None
 
     def read_wheel(self, fn: Callable[[Any], Any], timeout: float) -> Any:
         """``fn(wheel)`` on the TimeWheel actor; None off the leader; ``pykka.Timeout`` if busy."""

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from molens.config import Config, callback_policy, parse_addr
-from molens.fsm.commands import Command
+from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import Page, TrendPoint, UrlStats
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
+from molens.schedule.flows import FlowState
 from molens.web.heatmap import WheelDistribution
 from molens.web.metrics import NodeMetrics
 
@@ -213,6 +214,19 @@ class ApiContext(Protocol):
         :class:`~molens.web.errors.NoLeader` off the leader and
         :class:`~molens.web.errors.Unavailable` when no transfer happened."""
         ...
+
+    def scan_flows(self) -> list[tuple[str, FlowSettings]]:
+        """Every flow with settings in this node's replica, by key."""
+        ...
+
+    def get_flow(self, key: str) -> FlowSettings | None:
+        """Flow ``key``'s settings in this node's replica."""
+        ...
+
+    def flow_states(self) -> list[FlowState] | None:
+        """The leader's live view of its flows (docs/architecture.md#flow-control); None on a node
+        that does not lead (or whose Dispatcher is too busy to answer)."""
+        return None
 
     def wheel_distribution(self) -> WheelDistribution | None:
         """The leader's time wheel now; None on a node without one (a follower, no scheduler)."""

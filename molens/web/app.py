@@ -87,6 +87,7 @@ from molens.web.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from molens.web.flows import install_flows
 from molens.web.observability import install_observability
 from molens.web.ui import install_ui
 
@@ -865,6 +866,7 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     _install_cluster(api)
     _install_misc(api)
     install_observability(api)
+    install_flows(api)
     install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
     return api
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from molens import model
-from molens.fsm.commands import Command, encode
+from molens.fsm.commands import Command, FlowSettings, encode
 from molens.fsm.history import History
 from molens.fsm.store import EntryResult, TaskStore
 from molens.model import NotFoundError, Task
@@ -146,6 +146,16 @@ class LocalContext:
 
     def task_counts(self) -> dict[str, int]:
         return self.store.counts()
+
+    def flow_states(self) -> None:
+        """No scheduler runs here: no live figures."""
+        return None
+
+    def scan_flows(self) -> list[tuple[str, FlowSettings]]:
+        return self.store.scan_flows()
+
+    def get_flow(self, key: str) -> FlowSettings | None:
+        return self.store.get_flow(key)
 
     def cluster_status(self) -> dict[str, Any]:
         li = self.leader_info()

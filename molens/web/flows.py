@@ -1,0 +1,198 @@
+"""Flow routes of the REST app (docs/api.md#flows, docs/architecture.md#flow-control). Installed by
+:func:`molens.web.app.build_api`.
+
+- ``PUT /api/v1/flows/{key}`` ``{"rate_per_s", "burst", "concurrency", "paused", "adaptive"}``: the
+  flow's limits, replaced whole (a field left out is unlimited / false), through Raft (``PutFlow``);
+  a bad field is a ``400`` naming it and nothing is written.
+- ``GET /api/v1/flows``: every flow with settings and every flow the leader saw fire in the last
+  minute, with the leader's live figures (``rate``, ``in_flight``, ``queued``, ``throttled_until``,
+  ``effective_rate_per_s``). A follower passes the request to the leader (as the wheel view does);
+  with no leader it answers from its replica, live figures ``null``.
+- ``GET``/``DELETE /api/v1/flows/{key}``, ``POST /api/v1/flows/{key}/pause|resume`` (only the
+  ``paused`` flag changes, in the state machine: a concurrent edit of the limits is never undone).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated, Any
+
+import bottle
+import msgspec
+
+from molens.fsm.commands import DeleteFlow, FlowSettings, PutFlow
+from molens.model import MolensError, NotFoundError, ValidationError
+from molens.schedule.flows import FlowState
+from molens.schema import FLOW_KEY_PATTERN
+from molens.web.errors import InternalError
+from molens.web.observability import from_leader
+
+if TYPE_CHECKING:
+    from molens.web.app import Api
+
+PREFIX = "/api/v1"
+MAX_RATE_PER_S = 1_000_000
+MAX_BURST = 1_000_000
+MAX_CONCURRENCY = 1_000_000
+_KEY = re.compile(FLOW_KEY_PATTERN)
+
+
+class FlowLimitsBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The body of ``PUT /flows/{key}``."""
+
+    rate_per_s: Annotated[
+        float, msgspec.Meta(gt=0, le=MAX_RATE_PER_S, description="Fires per second (token bucket); null: no limit")
+    ] | None = None
+    burst: Annotated[
+        int,
+        msgspec.Meta(ge=1, le=MAX_BURST, description="Fires at once after an idle spell (default: max(1, rate_per_s))"),
+    ] | None = None
+    concurrency: Annotated[
+        int,
+        msgspec.Meta(ge=1, le=MAX_CONCURRENCY, description="Fires in flight at once, across all workers; null: no limit"),
+    ] | None = None
+    paused: Annotated[bool, msgspec.Meta(description="Hold every fire of the flow until resumed")] = False
+    adaptive: Annotated[
+        bool, msgspec.Meta(description="Back the rate off on 429/503/timeouts and ramp it back (AIMD); needs rate_per_s")
+    ] = False
+
+
+class FlowView(msgspec.Struct, kw_only=True):
+    """One flow as ``GET /flows`` shows it."""
+
+    key: str
+    configured: Annotated[bool, msgspec.Meta(description="The flow has settings (PUT); else it is unlimited")]
+    rate_per_s: float | None
+    burst: int | None
+    concurrency: int | None
+    paused: bool
+    adaptive: bool
+    updated_at: Annotated[int | None, msgspec.Meta(description="epoch ms of the last change of the settings")]
+    live: Annotated[bool, msgspec.Meta(description="The figures below come from the leader")]
+    rate: Annotated[int | None, msgspec.Meta(description="Fires the leader let go in the last second")]
+    in_flight: Annotated[int | None, msgspec.Meta(description="Fires planned and not yet answered")]
+    queued: Annotated[int | None, msgspec.Meta(description="Due fires held back by the limits or the pause")]
+    throttled_until: Annotated[
+        int | None, msgspec.Meta(description="epoch ms a receiver's Retry-After holds the flow until (0: not held)")
+    ]
+    effective_rate_per_s: Annotated[
+        float | None, msgspec.Meta(description="The rate enforced now (an adaptive flow's backed-off rate)")
+    ]
+
+
+class FlowList(msgspec.Struct):
+    items: list[FlowView]
+
+
+_BODY = msgspec.json.Decoder(FlowLimitsBody)
+
+
+def check_key(key: str) -> str:
+    if not _KEY.fullmatch(key):
+        raise ValidationError(f"a flow key must match {FLOW_KEY_PATTERN}, got {key[:64]!a}", "key")
+    return key
+
+
+def decode_limits(body: bytes) -> FlowSettings:
+    """A ``PUT /flows/{key}`` body as settings; ``ValidationError`` naming the first bad field."""
+    try:
+        b = _BODY.decode(body)
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        m = re.search(r"at `\$\.([A-Za-z_]+)`", msg) or re.search(r"unknown field `([^`]{1,64})`", msg)
+        raise ValidationError(msg, m.group(1) if m else "body") from None
+    except msgspec.DecodeError as e:
+        raise ValidationError(f"request body is not valid JSON: {e}", "body") from None
+    if b.burst is not None and b.rate_per_s is None:
+        raise ValidationError("burst needs rate_per_s", "burst")
+    if b.adaptive and b.rate_per_s is None:
+        raise ValidationError("adaptive needs rate_per_s (the rate it backs off from and ramps back to)", "adaptive")
+    return FlowSettings(
+        rate_per_s=b.rate_per_s, burst=b.burst, concurrency=b.concurrency, paused=b.paused, adaptive=b.adaptive,
+    )
+
+
+def view(key: str, fs: FlowSettings | None, live: FlowState | None, leading: bool) -> FlowView:
+    s = fs or FlowSettings()
+    return FlowView(
+        key=key, configured=fs is not None, rate_per_s=s.rate_per_s, burst=s.burst, concurrency=s.concurrency,
+        paused=s.paused, adaptive=s.adaptive, updated_at=s.updated_ms if fs is not None else None, live=leading,
+        rate=(live.rate if live else 0) if leading else None,
+        in_flight=(live.in_flight if live else 0) if leading else None,
+        queued=(live.queued if live else 0) if leading else None,
+        throttled_until=(live.throttled_until_ms if live else 0) if leading else None,
+        effective_rate_per_s=(live.effective_rate_per_s if live else s.rate_per_s) if leading else None,
+    )
+
+
+def _settings(res: Any) -> FlowSettings:
+    if isinstance(res, MolensError):
+        raise res
+    if not isinstance(res, FlowSettings):
+        raise InternalError(f"the state machine failed: {type(res).__name__}")
+    return res
+
+
+def install_flows(api: Api) -> None:
+    """Register the routes of this module on ``api``."""
+    ctx = api.ctx
+
+    def one(key: str, fs: FlowSettings | None) -> FlowView:
+        states = ctx.flow_states()
+        live = next((s for s in states or () if s.key == key), None)
+        return view(key, fs, live, states is not None)
+
+    @api.route("GET", f"{PREFIX}/flows")
+    def list_flows() -> tuple[int, Any] | bottle.HTTPResponse:
+        states = ctx.flow_states()
+        li = ctx.leader_info()
+        if states is None and li.leader_url and not li.is_leader:
+            return from_leader(li.leader_url)
+        configured = dict(ctx.scan_flows())
+        live = {s.key: s for s in states or ()}
+        keys = sorted(set(configured) | set(live))
+        items = [view(k, configured.get(k), live.get(k), states is not None) for k in keys]
+        return 200, msgspec.json.encode(FlowList(items))
+
+    @api.route("GET", f"{PREFIX}/flows/<key>")
+    def get_flow(key: str) -> tuple[int, Any] | bottle.HTTPResponse:
+        check_key(key)
+        li = ctx.leader_info()
+        if ctx.flow_states() is None and li.leader_url and not li.is_leader:
+            return from_leader(li.leader_url)
+        fs = ctx.get_flow(key)
+        v = one(key, fs)
+        if fs is None and not v.in_flight and not v.queued and not v.throttled_until:
+            raise NotFoundError(f"flow {key} has no settings and no fires now", "key")
+        return 200, msgspec.json.encode(v)
+
+    @api.route("PUT", f"{PREFIX}/flows/<key>", write=True)
+    def put_flow(key: str) -> tuple[int, Any]:
+        check_key(key)
+        fs = decode_limits(api.read_body())
+        res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, fs))[0])
+        return 200, msgspec.json.encode(one(key, res))
+
+    @api.route("DELETE", f"{PREFIX}/flows/<key>", write=True)
+    def delete_flow(key: str) -> tuple[int, Any]:
+        check_key(key)
+        res = api.propose_one(DeleteFlow(ctx.now_ms(), key))[0]
+        if isinstance(res, MolensError):
+            raise res
+        return 200, msgspec.json.encode(one(key, None))
+
+    def set_paused(key: str, paused: bool) -> tuple[int, Any]:
+        check_key(key)
+        res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, FlowSettings(paused=paused), only_paused=True))[0])
+        return 200, msgspec.json.encode(one(key, res))
+
+    @api.route("POST", f"{PREFIX}/flows/<key>/pause", write=True)
+    def pause_flow(key: str) -> tuple[int, Any]:
+        return set_paused(key, True)
+
+    @api.route("POST", f"{PREFIX}/flows/<key>/resume", write=True)
+    def resume_flow(key: str) -> tuple[int, Any]:
+        return set_paused(key, False)
+
+
+__all__ = ["FlowLimitsBody", "FlowList", "FlowView", "check_key", "decode_limits", "install_flows"]
