@@ -132,7 +132,7 @@ class FlowSettings(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
 
     rate_per_s: float | None = None
     burst: int | None = None
-    """Fires allowed at once after an idle spell (the token bucket's size; default: max(1, rate))."""
+    """Fires allowed at once after an idle spell (the token bucket's size; default 1: evenly spaced at the rate)."""
     concurrency: int | None = None
     paused: bool = False
     adaptive: bool = False

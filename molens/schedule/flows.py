@@ -56,6 +56,7 @@ class FlowLimits:
 
     rate_per_s: float | None = None
     burst: int | None = None
+    """Fires allowed at once after an idle spell; default 1 (fires evenly spaced at the rate)."""
     concurrency: int | None = None
     paused: bool = False
     adaptive: bool = False
@@ -195,7 +196,7 @@ class FlowControl:
 
     @staticmethod
     def _burst(lim: FlowLimits, rate: float) -> int:
-        return lim.burst if lim.burst is not None else max(1, math.floor(rate))
+        return lim.burst if lim.burst is not None else 1
 
     def _take(self, f: _Flow, key: str, fire_id: str, attempt: int, at_ms: int, now_ms: int) -> None:
         if f.rate is not None:

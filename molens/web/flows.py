@@ -45,7 +45,7 @@ class FlowLimitsBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ] | None = None
     burst: Annotated[
         int,
-        msgspec.Meta(ge=1, le=MAX_BURST, description="Fires at once after an idle spell (default: max(1, rate_per_s))"),
+        msgspec.Meta(ge=1, le=MAX_BURST, description="Fires at once after an idle spell (default 1: evenly spaced)"),
     ] | None = None
     concurrency: Annotated[
         int,

@@ -13,9 +13,12 @@ import copy
 import functools
 from typing import Any
 
+import msgspec
+
 from molens import __version__
 from molens.model import DEFAULT_LIMITS, ExecutionResult, FireKind, Status, TaskType
-from molens.schema import openapi_components
+from molens.schema import FLOW_KEY_PATTERN, openapi_components
+from molens.web.flows import FlowLimitsBody, FlowList, FlowView
 
 _P = "/api/v1"
 
@@ -72,6 +75,7 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str, requ
 
 
 _TASK_ID = _param("task_id", "path", {"type": "string"}, "Task id (26 Crockford base32 characters)")
+_FLOW_KEY = _param("key", "path", {"type": "string", "pattern": FLOW_KEY_PATTERN}, "Flow key (a task's flow_key, or a callback host:port)")
 _CURSOR = _param("cursor", "query", {"type": "string"}, "Opaque cursor from a previous page's next_cursor")
 _LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "Page size")
 _EXEC_FILTERS = [
@@ -142,6 +146,7 @@ def _schemas() -> dict[str, Any]:
             "properties": {"error": error_obj},
         },
         **(comps := openapi_components(lim)),  # TaskCreate, Task and their enums, from molens.schema
+        **msgspec.json.schema_components((FlowLimitsBody, FlowView, FlowList), ref_template="#/components/schemas/{name}")[1],
         "ResumeRequest": {
             "type": "object",
             "additionalProperties": False,
@@ -636,6 +641,56 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": _ok(_ref("Stats")), **_err(400, 401, 404, 503)},
             }
         },
+        f"{_P}/flows": {
+            "get": {
+                "operationId": "listFlows",
+                "summary": "Every flow with settings or recent fires, with the leader's live figures",
+                "tags": ["flows"],
+                "responses": {"200": _ok(_ref("FlowList")), **_err(401, 503)},
+            }
+        },
+        f"{_P}/flows/{{key}}": {
+            "get": {
+                "operationId": "getFlow",
+                "summary": "One flow's settings and live figures",
+                "tags": ["flows"],
+                "parameters": [_FLOW_KEY],
+                "responses": {"200": _ok(_ref("FlowView")), **_err(400, 401, 404, 503)},
+            },
+            "put": {
+                "operationId": "putFlow",
+                "summary": "Set a flow's limits (replaced whole; replicated through Raft)",
+                "tags": ["flows"],
+                "parameters": [_FLOW_KEY],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("FlowLimitsBody")}}},
+                "responses": {"200": _ok(_ref("FlowView")), **_err(400, 413, 415, *_WRITE_ERRORS)},
+            },
+            "delete": {
+                "operationId": "deleteFlow",
+                "summary": "Forget a flow's limits (its fires go unlimited)",
+                "tags": ["flows"],
+                "parameters": [_FLOW_KEY],
+                "responses": {"200": _ok(_ref("FlowView")), **_err(400, 404, *_WRITE_ERRORS)},
+            },
+        },
+        f"{_P}/flows/{{key}}/pause": {
+            "post": {
+                "operationId": "pauseFlow",
+                "summary": "Hold every fire of the flow (only the paused flag changes)",
+                "tags": ["flows"],
+                "parameters": [_FLOW_KEY],
+                "responses": {"200": _ok(_ref("FlowView")), **_err(400, *_WRITE_ERRORS)},
+            }
+        },
+        f"{_P}/flows/{{key}}/resume": {
+            "post": {
+                "operationId": "resumeFlow",
+                "summary": "Let the flow's held fires go, in order, within its limits",
+                "tags": ["flows"],
+                "parameters": [_FLOW_KEY],
+                "responses": {"200": _ok(_ref("FlowView")), **_err(400, *_WRITE_ERRORS)},
+            }
+        },
         f"{_P}/timewheel/distribution": {
             "get": {
                 "operationId": "wheelDistribution",
@@ -811,7 +866,7 @@ def _document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}, {}],
-        "tags": [{"name": n} for n in ("tasks", "executions", "cluster", "stats", "test", "meta")],
+        "tags": [{"name": n} for n in ("tasks", "executions", "flows", "cluster", "stats", "test", "meta")],
         "paths": _paths(),
         "components": {
             "schemas": _schemas(),

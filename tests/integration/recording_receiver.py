@@ -4,7 +4,10 @@ Behaviour by path (the last path segment is a free-form tag tests use to tell ta
 ``/ok/TAG`` 200 ``ok``; ``/status/N/TAG`` answers N; ``/big/N/TAG`` 200 with N bytes ``0123456789...``;
 ``/flaky/K/TAG`` answers 500 to the first K requests of TAG, then 200; ``/slowfirst/MS/TAG`` answers
 the first request of TAG 200 after MS ms (a callback still running when its worker is lost), later
-ones at once (in-process receiver only). Every request is recorded with
+ones at once; ``/slow/MS/TAG`` answers every request 200 after MS ms, and the receiver keeps how many
+requests of each path prefix (all but the tag) it held at once (:meth:`RecordingReceiver.max_concurrent`);
+``/throttle/S/K/TAG`` answers the first K requests of TAG ``429`` with ``Retry-After: S`` (in-process
+receiver only). Every request is recorded with
 its receive time (epoch ms), path, headers and body. Run in-process (:class:`RecordingReceiver`) or as
 its own process (``python -m tests.integration.recording_receiver PORT OUT.jsonl``: asyncio, a minimal
 HTTP/1.1 parser, one JSON line per request, flushed every 50 ms) for the benchmarks, so the receiver is
@@ -52,6 +55,9 @@ def _answer(path: str, counts: collections.Counter[str]) -> tuple[int, bytes]:
     if parts[0] == "flaky" and len(parts) >= 2:
         counts[path] += 1
         return (500, b"not yet") if counts[path] <= int(parts[1]) else (200, b"ok")
+    if parts[0] == "throttle" and len(parts) >= 3:
+        counts[path] += 1
+        return (429, b"slow down") if counts[path] <= int(parts[2]) else (200, b"ok")
     return 200, b"ok"
 
 
@@ -63,6 +69,8 @@ class RecordingReceiver:
         self.lock = threading.Lock()
         self._counts: collections.Counter[str] = collections.Counter()
         self._answered: collections.Counter[str] = collections.Counter()
+        self._open: collections.Counter[str] = collections.Counter()
+        self._max_open: collections.Counter[str] = collections.Counter()
         self._out = out
         self.host = host
         self.httpd = ThreadingHTTPServer((host, port), _handler(self))
@@ -88,6 +96,11 @@ class RecordingReceiver:
                 self._counts[r.path] += 1
                 if self._counts[r.path] == 1:
                     hold = int(parts[1]) / 1000
+            if parts[0] == "slow" and len(parts) >= 2:
+                hold = int(parts[1]) / 1000
+            prefix = r.path.rsplit("/", 1)[0]
+            self._open[prefix] += 1
+            self._max_open[prefix] = max(self._max_open[prefix], self._open[prefix])
             if self._out is not None:
                 self._out.write(
                     json.dumps(
@@ -113,6 +126,17 @@ class RecordingReceiver:
         with self.lock:
             self._answered[r.tag] += 1
 
+    def closing(self, r: Received) -> None:
+        """``r``'s answer is about to be written: it no longer counts as held (before the sender can
+        have read the answer, so a limit of N in flight is never seen as N + 1)."""
+        with self.lock:
+            self._open[r.path.rsplit("/", 1)[0]] -= 1
+
+    def max_concurrent(self, prefix: str) -> int:
+        """The most requests under path ``prefix`` (a path without its tag) held at once."""
+        with self.lock:
+            return self._max_open[prefix]
+
     def by_tag(self, tag: str) -> list[Received]:
         with self.lock:
             return [r for r in self.requests if r.tag == tag]
@@ -135,9 +159,12 @@ def _handler(rec: RecordingReceiver) -> type[BaseHTTPRequestHandler]:
             if hold:
                 time.sleep(hold)  # the endpoint's own slowness, not a test waiting for an effect
             self.send_response(code)
+            if code == 429 and r.path.startswith("/throttle/"):
+                self.send_header("Retry-After", r.path.split("/")[2])
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
+            rec.closing(r)
             self.wfile.write(answer)
             self.wfile.flush()
             rec.mark_answered(r)
