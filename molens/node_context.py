@@ -354,8 +354,10 @@ class NodeContext:
         wheel: dict[str, int] = {}
         queues: dict[str, int] = {}
         counters: dict[str, float] = {}
+        flows: list[FlowState] = []
         sched = self.scheduler
         if sched is not None:
+            flows = sched.flow_states() or []
             ps = sched.pool_stats()
             queues.update(fire_pool_queued=ps.queued, fire_pool_in_flight=ps.in_flight)
             # counters only: rebuild_* and term are per-term gauges kept under the same names
@@ -376,6 +378,7 @@ class NodeContext:
             raft=raft,
             wheel=wheel,
             queues=queues,
+            flows=flows,
             history_rows=self._recent.rows(),
             disk_bytes={k.removesuffix("_bytes"): v for k, v in self._disk.get().items()},
             scheduler=counters,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -31,6 +31,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
+
+from molens.schedule.flows import FlowState
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ class MetricsSnapshot:
     storage: Mapping[str, int] = field(default_factory=dict)
     """``full`` (1 while writes to this node's disk fail: docs/architecture.md#full-disk), ``stalls``
     (times they started failing) and ``retries`` (failed retries)."""
+    flows: Sequence[FlowState] = ()
+    """The leader's flows (docs/architecture.md#flow-control); empty off the leader."""
 
 
 class LiveCollector(Collector):
@@ -185,6 +189,13 @@ class LiveCollector(Collector):
                 "molens_storage_retries", "Failed retries of a write that failed for want of space",
                 value=s.storage.get("retries", 0),
             )
+        if s.flows:
+            yield from _flow_families(s.flows[:MAX_FLOW_SERIES])
+        if "throttled" in s.scheduler:
+            yield CounterMetricFamily(
+                "molens_throttled", "Attempts answered 429/503 with a Retry-After (their flow held until then)",
+                value=s.scheduler["throttled"],
+            )
         if s.scheduler:
             c = CounterMetricFamily(
                 "molens_scheduler_events", "Scheduler events on this node by kind (process lifetime)", labels=["event"]
@@ -192,6 +203,32 @@ class LiveCollector(Collector):
             for name, v in sorted(s.scheduler.items()):
                 c.add_metric([name], v)
             yield c
+
+
+MAX_FLOW_SERIES = 500
+"""Most flows exported per scrape, by key (the leader forgets a flow without settings after a minute idle)."""
+
+
+def _flow_families(flows: Sequence[FlowState]) -> Iterator[Metric]:
+    fams = {
+        "rate": GaugeMetricFamily("molens_flow_rate", "Fires the leader let go in the last second, by flow", labels=["flow"]),
+        "in_flight": GaugeMetricFamily("molens_flow_in_flight", "Fires sent and not yet answered, by flow", labels=["flow"]),
+        "queued": GaugeMetricFamily("molens_flow_queued", "Due fires held back by the flow's limits or pause", labels=["flow"]),
+        "throttled": GaugeMetricFamily(
+            "molens_flow_throttled", "1 while a receiver's Retry-After holds the flow", labels=["flow"]
+        ),
+        "limit": GaugeMetricFamily(
+            "molens_flow_rate_limit", "The rate enforced now (fires/s; an adaptive flow's backed-off rate)", labels=["flow"]
+        ),
+    }
+    for f in flows:
+        fams["rate"].add_metric([f.key], f.rate)
+        fams["in_flight"].add_metric([f.key], f.in_flight)
+        fams["queued"].add_metric([f.key], f.queued)
+        fams["throttled"].add_metric([f.key], 1 if f.throttled_until_ms else 0)
+        if f.effective_rate_per_s is not None:
+            fams["limit"].add_metric([f.key], f.effective_rate_per_s)
+    yield from fams.values()
 
 
 def url_host(url: str) -> str:

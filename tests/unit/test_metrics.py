@@ -178,3 +178,23 @@ def test_url_host_keeps_the_port_and_drops_the_rest() -> None:
     assert url_host("https://API.example.com:8443/a/b?c=d") == "api.example.com:8443"
     assert url_host("http://[::1]:80/") == "::1:80"
     assert url_host("not a url") == "?"
+
+
+def test_flows_are_exported_per_flow_and_throttled_attempts_are_counted() -> None:
+    from molens.schedule.flows import FlowState
+
+    flows = [
+        FlowState(key="api:443", rate=12, in_flight=3, queued=40, throttled_until_ms=0, effective_rate_per_s=20.0),
+        FlowState(key="slow", rate=0, in_flight=0, queued=5, throttled_until_ms=1_800_000_000_000,
+                  effective_rate_per_s=None),
+    ]
+    s = _parse(NodeMetrics(lambda: _snap(flows=flows, scheduler={"throttled": 2.0})).render())
+    assert s[("molens_flow_rate", (("flow", "api:443"),))] == 12
+    assert s[("molens_flow_in_flight", (("flow", "api:443"),))] == 3
+    assert s[("molens_flow_queued", (("flow", "api:443"),))] == 40
+    assert s[("molens_flow_rate_limit", (("flow", "api:443"),))] == 20
+    assert s[("molens_flow_throttled", (("flow", "api:443"),))] == 0
+    assert s[("molens_flow_throttled", (("flow", "slow"),))] == 1
+    assert ("molens_flow_rate_limit", (("flow", "slow"),)) not in s  # unlimited
+    assert s[("molens_throttled_total", ())] == 2
+    assert not any(name.startswith("molens_flow_") for name, _ in _parse(NodeMetrics(lambda: _snap()).render()))
