@@ -40,7 +40,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -154,6 +154,10 @@ def _raise_for(status: int, body: Any, path: str) -> None:
 
 
 # -------------------------------------------------------------------------------------------------
+
+
+def _flow_path(key: str) -> str:
+    return "/api/v1/flows/" + quote(key, safe="")
 
 
 def _base(url: str) -> str:
@@ -371,6 +375,42 @@ class MolensClient:
                 q[k] = v
         path = f"/api/v1/tasks/{task_id}/executions" if task_id else "/api/v1/executions"
         yield from self._pages(path, q)
+
+    # ------------------------------------------------------------------ flows
+
+    def flows(self) -> builtins.list[dict[str, Any]]:
+        """Every flow with settings or recent fires, with the leader's live figures (docs/api.md#flows)."""
+        return list(self._request("GET", "/api/v1/flows")[1]["items"])
+
+    def flow(self, key: str) -> dict[str, Any]:
+        """One flow (``TaskNotFoundError``, the client's 404, when it has no settings and no fires)."""
+        return dict(self._request("GET", _flow_path(key))[1])
+
+    def set_flow(
+        self,
+        key: str,
+        *,
+        rate_per_s: float | None = None,
+        burst: int | None = None,
+        concurrency: int | None = None,
+        paused: bool = False,
+        adaptive: bool = False,
+    ) -> dict[str, Any]:
+        """Set flow ``key``'s limits, replaced whole (``None``: unlimited); replicated through Raft."""
+        body = {"rate_per_s": rate_per_s, "burst": burst, "concurrency": concurrency, "paused": paused,
+                "adaptive": adaptive}
+        return dict(self._request("PUT", _flow_path(key), body)[1])
+
+    def delete_flow(self, key: str) -> dict[str, Any]:
+        """Forget flow ``key``'s limits (its fires go unlimited)."""
+        return dict(self._request("DELETE", _flow_path(key), None, safe_retry=False)[1])
+
+    def pause_flow(self, key: str) -> dict[str, Any]:
+        """Hold every fire of flow ``key`` until :meth:`resume_flow` (only the paused flag changes)."""
+        return dict(self._request("POST", _flow_path(key) + "/pause")[1])
+
+    def resume_flow(self, key: str) -> dict[str, Any]:
+        return dict(self._request("POST", _flow_path(key) + "/resume")[1])
 
     # ------------------------------------------------------------------ cluster
 

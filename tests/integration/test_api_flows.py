@@ -105,3 +105,21 @@ def test_a_task_names_its_flow_and_a_patch_moves_it(api: Served) -> None:
     assert st == 400 and err["error"]["field"] == "flow_key"
     st, _, err = api.call("POST", "/api/v1/tasks", delayed(flow_key="x" * 129))
     assert st == 400 and err["error"]["field"] == "flow_key"
+
+
+def test_the_python_client_sets_lists_pauses_resumes_and_deletes_flows(api: Served) -> None:
+    from molens.client import BadRequestError, MolensClient, TaskNotFoundError
+
+    with MolensClient(api.url) as c:
+        got = c.set_flow("[::1]:8080", rate_per_s=5, concurrency=2)
+        assert (got["key"], got["rate_per_s"], got["concurrency"]) == ("[::1]:8080", 5, 2)
+        assert c.pause_flow("[::1]:8080")["paused"] is True
+        assert c.flow("[::1]:8080")["paused"] is True
+        assert c.resume_flow("[::1]:8080")["rate_per_s"] == 5
+        assert [f["key"] for f in c.flows()] == ["[::1]:8080"]
+        with pytest.raises(BadRequestError) as ei:
+            c.set_flow("k", burst=3)
+        assert ei.value.field == "burst"
+        assert c.delete_flow("[::1]:8080")["configured"] is False
+        with pytest.raises(TaskNotFoundError):
+            c.flow("[::1]:8080")
