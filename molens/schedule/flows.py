@@ -174,6 +174,18 @@ class FlowControl:
                 self._waiting.discard(key)
         return out
 
+    def can_release(self, now_ms: int) -> bool:
+        """Whether :meth:`release` would hand a held fire back now."""
+        for key in self._waiting:
+            f = self._flows[key]
+            if f.queue and self._may_go(f, max(f.queue[0][3], now_ms), now_ms):
+                return True
+        return False
+
+    def fire_flow(self, fire_id: str) -> tuple[str, int] | None:
+        """``(flow, attempt)`` of an admitted fire that has not ended."""
+        return self._fires.get(fire_id)
+
     def drop(self, task_id: str) -> None:
         """A released task id that was not planned after all (no longer due): free what it took."""
         rel = self._released.pop(task_id, None)

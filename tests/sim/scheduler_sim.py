@@ -23,14 +23,19 @@ them, for the fires sent to it before its restart; and a results buffer flushed 
 in the task's URL (2xx / 404 / 500 / too slow / random; ACK endpoints 2xx or 500) and record every
 request they get. Faults per seed: leader crashes (losing its wheel, buffers and its workers'
 requests), leader partitions (it steps down, its workers keep going), worker crashes mid-callback,
-lost result messages, clients that retry creates with the same idempotency key, leader losses
+lost result messages, clients that retry creates with the same idempotency key, flows with a rate,
+a concurrency or a pause (lifted later) and receivers answering 429 with Retry-After
+(docs/architecture.md#flow-control: the leader runs the real ``FlowControl``), leader losses
 right after a slice (often in the middle of a new leader's first fill), and creates due at the
 window's edge, one ms before and one after it, while the loader moves it.
 
 After a quiet period the run checks (:func:`check`): replicas identical; at_most_once fire ids
 delivered at most once; every request at or after its due time, and within tick + latencies of it
 while the cluster is healthy; no overlapping requests per task; every at_least_once occurrence
-delivered with 2xx or ended with its retries exhausted on record; 404 deactivation and max_fails
+delivered with 2xx or ended with its retries exhausted on record; nothing planned for a paused or
+Retry-After-held flow, no window of a flow above its rate, no more requests of a flow at once than its
+concurrency (:func:`check_flows`; fires of an unlimited flow are never late, whatever other flows
+hold back); 404 deactivation and max_fails
 exactly at the threshold; the ACK phase; fixed-rate periodic timing without drift; one task per
 idempotency key.
 
@@ -52,12 +57,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from molens.actors.dispatcher import limits_of
+from molens.actors.monitor import congested
 from molens.fsm.commands import (
     Command,
     CreateItem,
     CreateTasks,
     Dispatched,
     DispatchItem,
+    FlowSettings,
+    PutFlow,
     ResultItem,
     Results,
     UpdateTask,
@@ -67,6 +78,7 @@ from molens.fsm.machine import (
     Applied,
     Fire,
     FireRequest,
+    FlowSet,
     WheelAdd,
     WheelRemove,
     jitter,
@@ -86,7 +98,9 @@ from molens.model import (
     new_task_id,
     validate_create,
 )
+from molens.schedule.flows import FlowControl
 from molens.schedule.horizon import HorizonWheel
+from molens.schema import flow_of
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 TICK = 10
@@ -162,6 +176,19 @@ class Leader:
     flush_at: int | None = None
     lost_sent: set[tuple[str, int, FireKind]] = field(default_factory=set)
     lost_workers: set[str] = field(default_factory=set)
+    flows: FlowControl = field(default_factory=FlowControl)
+    flow_wake_at: int | None = None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One fire as the leader planned it: when, meant to go when (its due time or then), by which
+    term, in which flow."""
+
+    at: int
+    go: int
+    term: int
+    flow: str
 
 
 class Sim:
@@ -231,6 +258,15 @@ class Sim:
         (only a slow loader does that; a fault: fires may be late)."""
         self.mid_fill_losses = 0
         self.edge_tasks: list[str] = []
+        self.flow_limits: dict[str, FlowSettings] = {}
+        """Flows of this seed with a rate or a concurrency (set once, before their tasks)."""
+        self.flow_set_at: dict[str, int] = {}
+        """When each flow's settings first committed."""
+        self.pauses: list[tuple[str, int, bool]] = []
+        """Committed pause/resume of flows: (flow, commit time, paused)."""
+        self.plan_of: dict[tuple[str, int, FireKind], Planned] = {}
+        self.throttles: list[tuple[int, str, int, int]] = []
+        """(term, flow, from, until) of every Retry-After the leader took."""
 
     # ---------------------------------------------------------------- event loop
 
@@ -280,6 +316,9 @@ class Sim:
 
     def append(self, cmd: Command) -> None:
         self.log.append(cmd)
+        if isinstance(cmd, PutFlow):
+            self.flow_set_at.setdefault(cmd.key, self.now)
+            self.pauses.append((cmd.key, self.now, cmd.settings.paused))
         for n in self.nodes:
             if self.alive[n]:
                 self.catch_up(n)
@@ -318,6 +357,8 @@ class Sim:
         for n in cands:
             self.catch_up(n)
         rep = self.replicas[node]
+        for key, fs in rep.flows.items():
+            self.leader.flows.configure(key, limits_of(fs), self.now)
         self.schedule_load()
         for f in rep.scan_fires():
             self.watch(f)
@@ -427,6 +468,18 @@ class Sim:
         wheel_effects = [e for e in out.effects if isinstance(e, (WheelAdd, WheelRemove))]
         if wheel_effects:
             self.to_wheel(ld, wheel_effects)
+        flow_sets = [e for e in out.effects if isinstance(e, FlowSet)]
+        if flow_sets:  # through the TimeWheel's mailbox, as FlowsChanged
+            def configure() -> None:
+                if self.leader is ld:
+                    for e in flow_sets:
+                        ld.flows.configure(e.key, None if e.settings is None else limits_of(e.settings), self.now)
+                    self.wake()
+            self.at(self.now + MAILBOX_LAT[1], configure)
+        if isinstance(cmd, Dispatched):  # refused items give their flow slot back
+            for it, res in zip(cmd.items, out.results):
+                if res is not None:
+                    ld.flows.cancel(it.fire_id, it.attempt)
         for e in out.effects:
             if isinstance(e, FireRequest):
                 due, sched = dues.get(e.fire.fire_id, (None, -1))
@@ -497,6 +550,21 @@ class Sim:
         ld = self.leader
         if ld is None:
             return
+        fw = ld.flows.next_wake(self.now)
+        if ld.flows.can_release(self.now):
+            fw = self.now
+        if fw is not None and (ld.flow_wake_at is None or fw < ld.flow_wake_at):
+            ld.flow_wake_at = fw
+            term = ld.term
+
+            def flow_wake() -> None:
+                if self.leader is None or self.leader.term != term:
+                    return
+                self.leader.flow_wake_at = None
+                self.dispatch()
+                self.wake()
+
+            self.at(fw, flow_wake)
         nd = ld.wheel.next_deadline()
         if nd is None:
             return
@@ -522,11 +590,19 @@ class Sim:
         items = []
         workers = [n for n in self.nodes if self.alive[n] and n not in ld.lost_workers]
         due_by = self.now + self.lead
-        for tid in ld.wheel.advance(due_by):
+        fc = ld.flows
+        for tid in fc.release(self.now) + ld.wheel.advance(due_by):
             t = rep.get_task(tid)
             if t is None or t.due_ms is None or t.due_ms > due_by or t.inflight is not None:
+                fc.drop(tid)
                 continue
             att = (t.ack_attempt if t.status is Status.AWAITING_ACK else t.attempt) + 1
+            go = max(self.now, t.due_ms)
+            flow = flow_of(t.spec)
+            if not fc.gate(tid, t.fire_id, att, flow, go, self.now):
+                continue
+            kind = FireKind.ACK if t.status is Status.AWAITING_ACK else FireKind.CALLBACK
+            self.plan_of[(t.fire_id, att, kind)] = Planned(self.now, go, ld.term, flow)
             dl = max(self.now, t.due_ms) + t.spec.timeout_ms + DISPATCH_SLACK
             items.append(DispatchItem(
                 fire_id=t.fire_id, task_id=tid, attempt=att, worker=self.rng.choice(workers), deadline_ms=dl,
@@ -560,6 +636,12 @@ class Sim:
         if ld is None:
             return
         ld.results.append(item)
+        got = ld.flows.fire_flow(item.fire_id)
+        if got is not None and item.retry_after_ms > self.now and (item.attempt is None or got[1] == item.attempt):
+            self.throttles.append((ld.term, got[0], self.now, item.retry_after_ms))
+        ld.flows.ended(item.fire_id, item.attempt, self.now, congested=congested(item),
+                       retry_after_ms=item.retry_after_ms)
+        self.wake()
         if ld.flush_at is None:
             ld.flush_at = self.now + RESULT_FLUSH
             term = ld.term
@@ -635,8 +717,10 @@ class Sim:
             if outcome is Outcome.RESPONSE:
                 d.code = sc
                 d.ok = sc is not None and 200 <= sc < 300
+            ra = self.now + self.rng.randint(100, 3_000) if sc == 429 else 0
             item = ResultItem(
-                fire_id=f.fire_id, kind=f.kind, status_code=sc, outcome=outcome, response_head=None if sc is None else f"{sc}", latency_ms=self.now - start, worker=w, attempt=f.attempt
+                fire_id=f.fire_id, kind=f.kind, status_code=sc, outcome=outcome, response_head=None if sc is None else f"{sc}", latency_ms=self.now - start, worker=w, attempt=f.attempt,
+                retry_after_ms=ra,
             )
             if self.rng.random() < self.p_result_loss:
                 self.log_(f"result of {f.fire_id} lost")
@@ -662,6 +746,8 @@ class Sim:
             return 200, 5_000
         if b == "ackfail":
             return 503, r.randint(1, 30)
+        if b == "throttle":  # 429 with Retry-After (its flow holds until then)
+            return r.choice([(429, 5), (429, 5), (200, 5)])
         # flaky
         return r.choice([(200, 5), (500, 5), (200, 5_000), (204, 20)])
 
@@ -710,6 +796,8 @@ class Sim:
                     req["catchup_window_ms"] = 2_000
         for _ in range(r.randint(1, 4) if self.horizon <= 3_000 else 0):  # due at the window's edge as it moves
             self.at(self.t0 + r.randint(0, 20_000), self.edge_creates)
+        if r.random() < 0.7:
+            self.flow_workload()
         for i, (req, plan) in enumerate(kinds):
             req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
             req["timeout_ms"] = 1_000
@@ -719,6 +807,57 @@ class Sim:
             if "end_at" in req:
                 req["end_at"] += when + 1_000  # after every retried create of it
             self.at(when, lambda req=req, plan=plan: self.client_create(req, plan))
+
+    def flow_workload(self) -> None:
+        """Flows with limits (docs/architecture.md#flow-control): a rate, a concurrency, a pause that
+        is lifted later, receivers answering 429 with Retry-After; delayed tasks in them, created
+        after their flow's settings, bunched so the limits bite."""
+        r = self.rng
+        flows: dict[str, FlowSettings] = {}
+        if r.random() < 0.8:
+            flows["fa"] = FlowSettings(rate_per_s=r.choice([1.0, 2.0, 5.0, 10.0]), burst=r.choice([None, 1, 2, 4]))
+        if r.random() < 0.8:
+            flows["fb"] = FlowSettings(concurrency=r.choice([1, 2, 3]), rate_per_s=r.choice([None, None, 20.0]))
+        if r.random() < 0.6:
+            flows["fc"] = FlowSettings(paused=True, concurrency=r.choice([None, 2]))
+        for key, fs in flows.items():
+            self.flow_limits[key] = fs
+            self.at(self.t0, lambda key=key, fs=fs: self.client_put_flow(key, fs))
+            if fs.paused:
+                self.at(self.t0 + r.randint(3_000, 30_000), lambda key=key: self.client_put_flow(key, None, paused=False))
+            elif r.random() < 0.3:  # paused for a while in the middle of its traffic, resumed once that is on record
+                def resume_later(key: str = key) -> None:
+                    self.at(self.now + r.randint(500, 8_000), lambda: self.client_put_flow(key, None, paused=False))
+
+                self.at(self.t0 + r.randint(2_000, 20_000),
+                        lambda key=key, then=resume_later: self.client_put_flow(key, None, paused=True, then=then))
+        for key in flows:
+            start = r.randint(500, 15_000)
+            for _ in range(r.randint(4, 15)):  # many due at the same instant: the limits bite
+                beh = r.choice(["ok", "ok", "ok", "throttle", "err", "slow"] if key != "fc" else ["ok", "throttle"])
+                req: dict[str, Any] = {"type": "delayed", "interval_ms": r.choice([0, 0, 500, r.randint(0, 2_000)]),
+                                       "flow_key": key,
+                                       "max_retries": r.randint(0, 3),
+                                       "reliability": r.choice(["at_least_once", "at_least_once", "at_most_once"])}
+                self.create_at(self.t0 + start + r.randint(0, 1_000), req, beh)
+
+    def client_put_flow(
+        self, key: str, fs: FlowSettings | None, paused: bool = False, then: Callable[[], None] | None = None
+    ) -> None:
+        """An operator setting a flow (``fs``) or only pausing/resuming it, retrying until the leader's
+        replica shows it (then ``then``)."""
+        ld = self.leader
+        if ld is not None:
+            cur = self.replicas[ld.node].get_flow(key)
+            if (fs is not None and cur is not None and msgspec.structs.replace(cur, updated_ms=0) == fs) or (
+                    fs is None and cur is not None and cur.paused == paused):
+                if then is not None:
+                    then()
+                return
+            cmd = PutFlow(self.now, key, fs if fs is not None else FlowSettings(paused=paused), only_paused=fs is None)
+            self.log_(f"client: flow {key} {fs if fs is not None else ('pause' if paused else 'resume')}")
+            self.propose(cmd)
+        self.at(self.now + 300, lambda: self.client_put_flow(key, fs, paused, then))
 
     def edge_creates(self) -> None:
         """Three delayed tasks due one ms before the leader's window ends, at its end and one after."""
@@ -837,11 +976,15 @@ def check(sim: Sim) -> None:
         if d.task_id not in tasks:
             fail(f"delivery for a task that does not exist: {d}")
 
+    check_flows(sim, fail)
     for d in sim.deliveries:
         if d.due < 0:
             fail(f"delivery of a fire that was never planned: {d}")
         if d.at < d.due:
             fail(f"fired early: {d}")
+        pl = sim.plan_of.get((d.fire_id, d.attempt, d.kind))
+        if pl is not None and pl.flow in sim.flow_limits:
+            continue  # held by its flow on purpose (check_flows); every other flow is never late
         if _healthy(sim, d.due - 2 * DISPATCH_SLACK, d.at) and d.at - d.due > LATENESS_BOUND:
             fail(f"late by {d.at - d.due} ms on a healthy cluster: {d}")
 
@@ -997,6 +1140,58 @@ def check(sim: Sim) -> None:
                 for a, b in itertools.pairwise(firsts):
                     if b - a != iv and _healthy(sim, a - RECOVERY_WINDOW, b):
                         fail(f"periodic instant skipped between {a} and {b} on a healthy cluster (interval {iv})")
+
+
+def check_flows(sim: Sim, fail: Callable[[str], None]) -> None:
+    """docs/architecture.md#flow-control: nothing planned for a flow while it is paused or held by a
+    Retry-After; within a term, no window of a rate-limited flow has more fires meant to go than
+    ``burst + rate * window``; no more requests of a concurrency-limited flow at the receiver at once
+    than its limit. (A leader learns of a committed setting a mailbox hop later; a new leader starts
+    with an empty bucket and counts only the fires it planned itself.)"""
+    hop = MAILBOX_LAT[1]
+    plans = sorted(sim.plan_of.items(), key=lambda kv: kv[1].at)
+    for key, pl in plans:
+        events = [(t, p) for f, t, p in sim.pauses if f == pl.flow and t + hop < pl.at]
+        hearing = any(f == pl.flow and t + hop == pl.at for f, t, _ in sim.pauses)
+        """The leader hears of a pause or resume in this very ms: before or after this plan."""
+        if events and events[-1][1] and not hearing:
+            fail(f"fire {key} planned at {pl.at - sim.t0} while its flow {pl.flow} was paused "
+                 f"(since {events[-1][0] - sim.t0})")
+        for term, flow, frm, until in sim.throttles:
+            if term == pl.term and flow == pl.flow and frm < pl.at and pl.go < until:
+                fail(f"fire {key} of flow {flow} meant to go at {pl.go - sim.t0}, held by a Retry-After "
+                     f"until {until - sim.t0}")
+    by_flow: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for _, pl in plans:
+        fs = sim.flow_limits.get(pl.flow)
+        if fs is not None and fs.rate_per_s is not None and pl.at > sim.flow_set_at.get(pl.flow, 1 << 62) + hop:
+            by_flow[(pl.term, pl.flow)].append(pl.go)
+    for (term, flow), gos in by_flow.items():
+        fs = sim.flow_limits[flow]
+        assert fs.rate_per_s is not None
+        burst = fs.burst or 1
+        gos.sort()
+        for i in range(len(gos)):
+            for j in range(i + burst, len(gos)):
+                if j - i + 1 > burst + fs.rate_per_s * (gos[j] - gos[i]) / 1000 + 1e-9:
+                    fail(f"flow {flow} term {term}: {j - i + 1} fires meant to go within "
+                         f"{gos[j] - gos[i]} ms at {fs.rate_per_s}/s, burst {burst}")
+    open_: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for d in sim.deliveries:
+        pl = sim.plan_of.get((d.fire_id, d.attempt, d.kind))
+        fs = sim.flow_limits.get(pl.flow) if pl is not None else None
+        if pl is None or fs is None or fs.concurrency is None or d.end < 0:
+            continue
+        if pl.at > sim.flow_set_at.get(pl.flow, 1 << 62) + hop:
+            open_[(pl.term, pl.flow)] += [(d.at, 1), (d.end, -1)]
+    for (term, flow), evs in open_.items():
+        n = 0
+        limit = sim.flow_limits[flow].concurrency
+        assert limit is not None
+        for _, step in sorted(evs, key=lambda e: (e[0], e[1])):  # an end before a start at the same ms
+            n += step
+            if n > limit:
+                fail(f"flow {flow} term {term}: {n} requests at the receiver at once, limit {limit}")
 
 
 def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = None, **kw: Any) -> Sim:
