@@ -57,6 +57,18 @@ def test_the_near_term_window_is_exercised_and_never_behind_without_a_slow_loade
     assert edge_fired > 100 and mid_fill > 5, (edge_fired, mid_fill)
 
 
+@pytest.mark.sim
+def test_flows_are_exercised_held_by_pauses_retry_after_and_their_limits() -> None:
+    """docs/architecture.md#flow-control: over the CI seeds flows are paused and resumed, receivers'
+    Retry-After holds them, and their fires are planned across several terms (check_flows ran on them)."""
+    sims, _ = _ci_runs()
+    pauses = sum(1 for sim in sims for _, _, paused in sim.pauses if paused)
+    throttles = sum(len(sim.throttles) for sim in sims)
+    limited = sum(1 for sim in sims for pl in sim.plan_of.values() if pl.flow in sim.flow_limits)
+    terms = {(sim.seed, pl.term) for sim in sims for pl in sim.plan_of.values() if pl.flow in sim.flow_limits}
+    assert pauses > 50 and throttles > 50 and limited > 2_000 and len(terms) > 200, (pauses, throttles, limited, len(terms))
+
+
 def _utc(*a: int) -> int:
     return int(datetime(*a, tzinfo=UTC).timestamp() * 1000)
 
