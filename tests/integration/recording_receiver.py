@@ -61,6 +61,14 @@ def _answer(path: str, counts: collections.Counter[str]) -> tuple[int, bytes]:
     return 200, b"ok"
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    """The listen backlog: it is set when the server binds, so it must be a class attribute (a burst
+    of new connections from three workers' pools overflowed the default of 5: SYNs dropped, callbacks
+    failing as network errors a second later)."""
+
+
 class RecordingReceiver:
     """In-process receiver thread; ``requests`` grows as callbacks arrive."""
 
@@ -73,9 +81,7 @@ class RecordingReceiver:
         self._max_open: collections.Counter[str] = collections.Counter()
         self._out = out
         self.host = host
-        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
-        self.httpd.daemon_threads = True
-        self.httpd.request_queue_size = 1024
+        self.httpd = _Server((host, port), _handler(self))
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="recv", daemon=True
