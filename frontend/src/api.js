@@ -105,4 +105,5 @@ export async function api(method, path, { query, body, signal, headers: extra } 
 export const get = (path, query, opts) => api('GET', path, { ...opts, query })
 export const post = (path, body, opts) => api('POST', path, { ...opts, body })
 export const del = (path, opts) => api('DELETE', path, opts)
+export const put = (path, body, opts) => api('PUT', path, { ...opts, body })
 export const patch = (path, body, opts) => api('PATCH', path, { ...opts, body })

@@ -12,6 +12,7 @@ export const router = createRouter({
     { path: '/executions', name: 'executions', component: () => import('./views/ExecutionsView.vue') },
     { path: '/latency', name: 'latency', component: () => import('./views/LatencyView.vue') },
     { path: '/timewheel', name: 'timewheel', component: () => import('./views/TimeWheelView.vue') },
+    { path: '/flows', name: 'flows', component: () => import('./views/FlowsView.vue') },
     { path: '/cluster', name: 'cluster', component: () => import('./views/ClusterView.vue') },
     { path: '/:rest(.*)*', name: 'not-found', component: () => import('./views/NotFoundView.vue') },
   ],

@@ -85,6 +85,8 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, d
             assert st == 201, task
             ids[name] = task["id"]
         s.api("POST", f"/tasks/{ids['paused']}/pause")
+        s.api("PUT", "/flows/q1", {"rate_per_s": 5, "concurrency": 2, "adaptive": True})
+        s.api("PUT", "/flows/held", {"paused": True})
         now = int(time.time() * 1000)
         rows = [
             Execution(
@@ -134,6 +136,7 @@ def test_no_english_ui_string_on_a_zh_page(
             ("/ui/latency", "[data-testid=latency-table] tbody tr"),
             ("/ui/timewheel", "h1"),
             ("/ui/cluster", "tr[data-node]"),
+            ("/ui/flows", "tr[data-flow]"),
             ("/ui/tasks/01ARZ3NDEKTSV4RRFFQ69G5FAV", "[data-testid=not-found]"),
             ("/ui/no/such/page", "h1"),
         ]

@@ -19,6 +19,7 @@ PAGES = [
     ("/ui/executions", "Executions", '[data-testid="exec-table"]'),
     ("/ui/latency", "Latency", '[data-testid="latency-table"]'),
     ("/ui/timewheel", "Time wheel", "h1"),
+    ("/ui/flows", "Flows", '[data-testid="flows-table"]'),
     ("/ui/cluster", "Cluster", '[data-testid="cluster-table"] tbody tr[data-node="n1"]'),
 ]
 

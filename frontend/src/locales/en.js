@@ -13,7 +13,7 @@ export default {
   },
   nav: {
     menu: 'Menu', dashboard: 'Dashboard', tasks: 'Tasks', executions: 'Executions', latency: 'Latency',
-    timewheel: 'Time wheel', cluster: 'Cluster',
+    timewheel: 'Time wheel', flows: 'Flows', cluster: 'Cluster',
   },
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
@@ -76,7 +76,7 @@ export default {
     timeIn: 'Year-month-day hours:minutes(:seconds), in {tz} (the time-zone switch at the top).', interval: 'Interval', intervalHint: 'Fixed rate; at least 1 s.',
     cron: 'Cron expression', cronHint: '5 fields (min hour day month weekday), or 6 with seconds first.',
     previewOnce: 'Fires at ({tz})', timezone: 'Time zone', preview: 'Next fire times ({tz})', noPreview: 'Fill in the schedule to see the next fire times.',
-    callbackUrl: 'Callback URL', callbackHint: 'POSTed with the payload as JSON. The default is this node’s built-in test endpoint.',
+    callbackUrl: 'Callback URL', flowKey: 'Flow', flowKeyHint: 'Default: the callback URL’s host:port. Tasks of one flow share its limits.', callbackHint: 'POSTed with the payload as JSON. The default is this node’s built-in test endpoint.',
     payload: 'Payload (JSON)', payloadInvalid: 'Payload is not valid JSON: {msg}', advanced: 'More options',
     auto: 'auto', create: 'Create task', cloneTitle: 'New task (clone)', cloneOf: 'Filled in from task {id}; saving creates a new task.',
     errorCount: '{n} fields need attention.', fixSchedule: 'Fix the schedule to see the fire times.',
@@ -111,6 +111,20 @@ export default {
     unsupported: 'This node does not serve the time-wheel distribution yet.',
     window: 'In memory: what is due within {h}', far: 'Far future (on disk)', tasks: 'tasks', perDay: 'one cell per UTC day',
   },
+  flows: {
+    intro: 'Limits per receiver: a task’s fires count against its flow_key, else its callback URL’s host:port.',
+    key: 'Flow', keyHint: 'A task’s flow_key, or a callback host:port such as api.example.com:443.',
+    rate: 'Rate (fires/s)', burst: 'Burst', burstHint: 'Fires at once after a quiet spell (default 1: evenly spaced).',
+    concurrency: 'Concurrency', pausedBox: 'Paused (hold every due fire)', adaptiveBox: 'Adaptive: back off on 429/503/timeouts, ramp back',
+    save: 'Save limits', newTitle: 'Set a flow’s limits', editTitle: 'Edit {key}', limits: 'Limits', state: 'State',
+    liveRate: 'Rate now', inFlight: 'In flight', queued: 'Held back', unlimited: 'unlimited', noSettings: 'no limits',
+    rateLimit: '{n}/s (burst {burst})', concurrencyLimit: '{n} at once', adaptive: 'adaptive',
+    adaptiveHint: 'The rate in force now (halved on 429/503/timeouts, +5 % of the limit per second after).',
+    pausedState: 'Paused', throttled: 'Retry-After', active: 'Active', pause: 'Pause', resume: 'Resume', edit: 'Edit',
+    delete: 'Delete limits', confirmDelete: 'Delete the limits of {key}? Its fires go unlimited.',
+    saved: 'Limits of {key} saved.', paused: 'Flow {key} paused.', resumed: 'Flow {key} resumed.',
+    deleted: 'Limits of {key} deleted.', empty: 'No flows with limits or recent fires.',
+  },
   cluster: {
     node: 'Node', role: 'Role', commit: 'Commit index', applied: 'Applied index', match: 'Match index', lag: 'Lag',
     fires: 'Fires', memory: 'Memory', contact: 'Last contact', ago: '{d} ago', learner: 'learner', empty: 'No nodes.', qps: 'Requests / s',
@@ -119,6 +133,7 @@ export default {
   },
   unit: { ms: 'ms', s: 's', min: 'min', h: 'h', d: 'days' },
   v: {
+    flowKey: 'Letters, digits, “_”, “.”, “:”, “-”, “[”, “]” only (at most 128).',
     required: 'Required.', number: 'Enter a number.', integer: 'Enter a whole number.',
     wholeMs: 'Must be a whole number of milliseconds.', min: 'Must be at least {min}.', max: 'Must be at most {max}.',
     range: 'Must be between {min} and {max}.', maxLength: 'At most {n} characters.', minLength: 'At least {n} characters.',

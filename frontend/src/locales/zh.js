@@ -12,7 +12,7 @@ export default {
     movedFollower: '{from} 是从节点：本标签页已转到主节点 {to} 的控制台。',
   },
   nav: {
-    menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', cluster: '集群',
+    menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', flows: '流控', cluster: '集群',
   },
   common: {
     refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…', dismiss: '关闭',
@@ -69,7 +69,7 @@ export default {
     when: '时间', afterDelay: '延迟一段时间', atTime: '指定时间', delay: '延迟', unit: '单位', runAt: '运行时间',
     timeIn: '年-月-日 时:分(:秒)，时区为 {tz}（见顶部的时区切换）。', interval: '间隔', intervalHint: '固定速率；至少 1 秒。',
     cron: 'Cron 表达式', cronHint: '5 个字段（分 时 日 月 周），或 6 个字段（秒在最前）。', timezone: '时区',
-    previewOnce: '触发时间（{tz}）', preview: '接下来的触发时间（{tz}）', noPreview: '填写调度后可预览触发时间。', callbackUrl: '回调地址',
+    previewOnce: '触发时间（{tz}）', preview: '接下来的触发时间（{tz}）', noPreview: '填写调度后可预览触发时间。', callbackUrl: '回调地址', flowKey: '流', flowKeyHint: '默认为回调地址的“主机:端口”。同一流的任务共享其限制。',
     callbackHint: '以 JSON 形式 POST 负载。默认是本节点内置的测试端点。', payload: '负载 (JSON)',
     payloadInvalid: '负载不是合法的 JSON：{msg}', advanced: '更多选项', auto: '自动', create: '创建任务', cloneTitle: '新建任务（克隆）',
     cloneOf: '已按任务 {id} 填写；保存会创建一个新任务。', errorCount: '有 {n} 个字段需要修改。', fixSchedule: '修正调度后可预览触发时间。',
@@ -99,6 +99,20 @@ export default {
     hoverHint: '将鼠标悬停在格子上查看时间窗口和数量。', unsupported: '本节点尚未提供时间轮分布数据。',
     window: '内存中：{h} 内到期的定时器', far: '远期（磁盘上）', tasks: '个任务', perDay: '每格一个 UTC 日',
   },
+  flows: {
+    intro: '按接收方限流：任务的触发计入其流键，未设置时计入回调地址的主机和端口。',
+    key: '流', keyHint: '任务的流键，或回调地址的“主机:端口”。',
+    rate: '速率（次/秒）', burst: '突发', burstHint: '空闲后可同时放行的次数（默认 1：均匀间隔）。',
+    concurrency: '并发', pausedBox: '暂停（扣住所有到期的触发）', adaptiveBox: '自适应：遇到 429/503/超时降速，之后逐步恢复',
+    save: '保存限制', newTitle: '设置流的限制', editTitle: '编辑 {key}', limits: '限制', state: '状态',
+    liveRate: '当前速率', inFlight: '进行中', queued: '等待中', unlimited: '不限', noSettings: '无限制',
+    rateLimit: '{n}/秒（突发 {burst}）', concurrencyLimit: '同时 {n} 个', adaptive: '自适应',
+    adaptiveHint: '当前生效的速率（遇到 429/503/超时减半，之后每秒恢复上限的 5%）。',
+    pausedState: '已暂停', throttled: 'Retry-After', active: '正常', pause: '暂停', resume: '恢复', edit: '编辑',
+    delete: '删除限制', confirmDelete: '删除 {key} 的限制？其触发将不再受限。',
+    saved: '已保存 {key} 的限制。', paused: '流 {key} 已暂停。', resumed: '流 {key} 已恢复。',
+    deleted: '已删除 {key} 的限制。', empty: '没有设置限制或最近有触发的流。',
+  },
   cluster: {
     node: '节点', role: '角色', commit: '提交索引', applied: '应用索引', match: '匹配索引', lag: '落后', fires: '触发次数',
     memory: '内存', contact: '上次联系', ago: '{d} 前', learner: '学习者', empty: '没有节点。', qps: '请求 / 秒',
@@ -107,6 +121,7 @@ export default {
   },
   unit: { ms: '毫秒', s: '秒', min: '分钟', h: '小时', d: '天' },
   v: {
+    flowKey: '只能包含字母、数字以及 “_”、“.”、“:”、“-”、“[”、“]”（最多 128 个）。',
     required: '必填。', number: '请输入数字。', integer: '请输入整数。', wholeMs: '必须是整数毫秒。',
     min: '不能小于 {min}。', max: '不能大于 {max}。', range: '必须在 {min} 到 {max} 之间。',
     maxLength: '最多 {n} 个字符。', minLength: '至少 {n} 个字符。', pattern: '格式不正确。',
