@@ -10,7 +10,9 @@ them go. A held fire never blocks another flow's fires: each flow has its own qu
 
 The token bucket is kept as GCRA (the "virtual scheduling" form): ``tat`` is the theoretical
 arrival time of the next fire; a fire meant to go at ``at`` conforms when ``at >= tat - tau``
-(``tau = (burst - 1) * interval``), and then ``tat = max(tat, at) + interval``. Because it is
+(``tau = (burst - 1) * interval``), gets a *slot* (``at``; for a held fire, when the bucket first
+allowed it, at most one interval back: :meth:`FlowControl._slot`), and ``tat = max(tat, slot) +
+interval``. Because it is
 judged at the time a fire is *meant to go* (its due time, or now if that has passed), fires planned
 ahead of their due time (dispatch ahead) count where they fire, and in any window of ``w`` ms at most
 ``burst + rate * w / 1000`` fires of a flow go, whatever order they were planned in.
@@ -104,6 +106,8 @@ class FlowControl:
         """Task id -> (fire id, attempt) of held fires handed back, admitted, not planned yet."""
         self._waiting: set[str] = set()
         """Flows with held fires."""
+        self._slots: dict[str, float] = {}
+        """Fire id -> its slot: the time its flow's bucket let it go (docs/architecture.md#flow-control)."""
         self.throttled = 0
         """Results that asked to wait (``Retry-After``) so far."""
 
@@ -150,7 +154,7 @@ class FlowControl:
             self._held[task_id] = flow
             self._waiting.add(flow)
             return False
-        self._take(f, flow, fire_id, attempt, at_ms, now_ms)
+        self._take(f, flow, fire_id, attempt, float(at_ms), now_ms)
         return True
 
     def release(self, now_ms: int) -> list[str]:
@@ -161,13 +165,13 @@ class FlowControl:
             f = self._flows[key]
             q = f.queue
             while q:
-                tid, fid, att, at = q[0]
-                at = max(at, now_ms)
+                tid, fid, att, due = q[0]
+                at = max(due, now_ms)
                 if not self._may_go(f, at, now_ms):
                     break
                 q.popleft()
                 del self._held[tid]
-                self._take(f, key, fid, att, at, now_ms)
+                self._take(f, key, fid, att, self._slot(f, due, now_ms), now_ms)
                 self._released[tid] = (fid, att)
                 out.append(tid)
             if not q:
@@ -185,6 +189,11 @@ class FlowControl:
     def fire_flow(self, fire_id: str) -> tuple[str, int] | None:
         """``(flow, attempt)`` of an admitted fire that has not ended."""
         return self._fires.get(fire_id)
+
+    def fire_slot(self, fire_id: str) -> float | None:
+        """The slot of an admitted fire that has not ended: it goes at or after it (a fire let go
+        at once: its due time or the time it was judged, whichever is later)."""
+        return self._slots.get(fire_id)
 
     def drop(self, task_id: str) -> None:
         """A released task id that was not planned after all (no longer due): free what it took."""
@@ -210,11 +219,24 @@ class FlowControl:
     def _burst(lim: FlowLimits, rate: float) -> int:
         return lim.burst if lim.burst is not None else 1
 
-    def _take(self, f: _Flow, key: str, fire_id: str, attempt: int, at_ms: int, now_ms: int) -> None:
+    def _slot(self, f: _Flow, due_ms: int, now_ms: int) -> float:
+        """The slot of a held fire let go at ``now_ms``: when its flow's bucket first allowed it (or
+        its due time, or the end of a Retry-After, if later), but at most one interval back. A leader a little late to let a
+        backlog go keeps the flow at its rate instead of losing that time on every fire; after a
+        longer stall one fire more than the bucket goes at once, never a catch-up burst."""
+        lim, rate = f.limits, f.rate
+        if lim is None or rate is None:
+            return float(max(due_ms, now_ms))
+        interval = 1000.0 / rate
+        return max(float(due_ms), float(f.throttled_until), f.tat - (self._burst(lim, rate) - 1) * interval,
+                   now_ms - interval)
+
+    def _take(self, f: _Flow, key: str, fire_id: str, attempt: int, slot: float, now_ms: int) -> None:
         if f.rate is not None:
-            f.tat = max(f.tat, float(at_ms)) + 1000.0 / f.rate
+            f.tat = max(f.tat, slot) + 1000.0 / f.rate
         f.in_flight += 1
         self._fires[fire_id] = (key, attempt)
+        self._slots[fire_id] = slot
         sent = f.sent
         sent.append(now_ms)
         while sent and sent[0] <= now_ms - RATE_WINDOW_MS:
@@ -241,6 +263,7 @@ class FlowControl:
         if got is None or (attempt is not None and got[1] != attempt):
             return
         del self._fires[fire_id]
+        self._slots.pop(fire_id, None)
         key = got[0]
         f = self._flows.get(key)
         if f is None:
@@ -263,6 +286,7 @@ class FlowControl:
         if got is None or (attempt is not None and got[1] != attempt):
             return
         del self._fires[fire_id]
+        self._slots.pop(fire_id, None)
         f = self._flows.get(got[0])
         if f is not None:
             f.in_flight = max(0, f.in_flight - 1)

@@ -182,11 +182,11 @@ class Leader:
 
 @dataclass(frozen=True)
 class Planned:
-    """One fire as the leader planned it: when, meant to go when (its due time or then), by which
-    term, in which flow."""
+    """One fire as the leader planned it: when, its slot (when its flow's bucket let it go: it goes
+    at its due time or at once, never before the slot), by which term, in which flow."""
 
     at: int
-    go: int
+    go: float
     term: int
     flow: str
 
@@ -602,7 +602,9 @@ class Sim:
             if not fc.gate(tid, t.fire_id, att, flow, go, self.now):
                 continue
             kind = FireKind.ACK if t.status is Status.AWAITING_ACK else FireKind.CALLBACK
-            self.plan_of[(t.fire_id, att, kind)] = Planned(self.now, go, ld.term, flow)
+            slot = fc.fire_slot(t.fire_id)
+            assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
+            self.plan_of[(t.fire_id, att, kind)] = Planned(self.now, slot, ld.term, flow)
             dl = max(self.now, t.due_ms) + t.spec.timeout_ms + DISPATCH_SLACK
             items.append(DispatchItem(
                 fire_id=t.fire_id, task_id=tid, attempt=att, worker=self.rng.choice(workers), deadline_ms=dl,
@@ -1161,7 +1163,7 @@ def check_flows(sim: Sim, fail: Callable[[str], None]) -> None:
             if term == pl.term and flow == pl.flow and frm < pl.at and pl.go < until:
                 fail(f"fire {key} of flow {flow} meant to go at {pl.go - sim.t0}, held by a Retry-After "
                      f"until {until - sim.t0}")
-    by_flow: dict[tuple[int, str], list[int]] = defaultdict(list)
+    by_flow: dict[tuple[int, str], list[float]] = defaultdict(list)
     for _, pl in plans:
         fs = sim.flow_limits.get(pl.flow)
         if fs is not None and fs.rate_per_s is not None and pl.at > sim.flow_set_at.get(pl.flow, 1 << 62) + hop:

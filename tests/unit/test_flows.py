@@ -44,38 +44,63 @@ def test_a_rate_limited_flow_lets_burst_go_at_once_then_one_per_interval_in_orde
     assert fc.gate("t3", "t3-1", 1, "f", 300, 300)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     rate=st.sampled_from([1.0, 2.5, 10.0, 20.0, 333.0]),
     burst=st.integers(1, 20),
     arrivals=st.lists(st.tuples(st.integers(0, 3_000), st.integers(0, 1_000)), min_size=1, max_size=120),
+    late=st.lists(st.integers(0, 400), min_size=1, max_size=10),
 )
-def test_in_any_window_a_flow_lets_at_most_burst_plus_rate_times_window_go(
-    rate: float, burst: int, arrivals: list[tuple[int, int]]
+def test_in_any_window_a_flow_has_at_most_burst_plus_rate_times_window_slots_and_no_fire_goes_before_its_slot(
+    rate: float, burst: int, arrivals: list[tuple[int, int]], late: list[int]
 ) -> None:
-    """Fires planned at ``now`` meant to go at ``now + ahead`` (dispatch ahead), in any order."""
+    """Fires planned at ``now`` meant to go at ``now + ahead`` (dispatch ahead), in any order, held
+    ones let go by a leader that wakes up to ``late`` ms after the flow allows the next one."""
     fc = FlowControl()
     fc.configure("f", FlowLimits(rate_per_s=rate, burst=burst), 0)
-    went: list[int] = []
+    slots: list[float] = []
+
+    def took(i: int, due: int, now: int) -> None:
+        slot = fc.fire_slot(f"x{i}")
+        assert slot is not None and slot <= max(now, due)  # it goes at max(now, due): never before its slot
+        slots.append(slot)
+
+    def release(now: int) -> None:
+        for tid in fc.release(now):
+            i, due = (int(x) for x in tid[1:].split(":"))
+            took(i, due, now)
+
     pending = sorted(arrivals)
     for i, (now, ahead) in enumerate(pending):
-        for tid in fc.release(now):
-            went.append(max(now, int(tid.split(":")[1])))
+        release(now)
         at = now + ahead
         if fc.gate(f"t{i}:{at}", f"x{i}", 1, "f", at, now):
-            went.append(at)
+            took(i, at, now)
     now = pending[-1][0]
+    k = 0
     while fc.held:
         wake = fc.next_wake(now)
         assert wake is not None and wake > now
-        now = wake
-        for tid in fc.release(now):
-            went.append(max(now, int(tid.split(":")[1])))
-    went.sort()
-    for i in range(len(went)):
-        for j in range(i, len(went)):
-            window = went[j] - went[i]
-            assert j - i + 1 <= burst + rate * window / 1000 + 1e-9
+        now = wake + late[k % len(late)]
+        k += 1
+        release(now)
+    slots.sort()
+    for i in range(len(slots)):
+        for j in range(i + burst, len(slots)):
+            assert j - i + 1 <= burst + rate * (slots[j] - slots[i]) / 1000 + 1e-6
+
+
+def test_a_backlog_let_go_by_a_late_leader_keeps_its_rate_and_a_stall_adds_at_most_one_fire() -> None:
+    fc = FlowControl()
+    fc.configure("f", FlowLimits(rate_per_s=50), 0)  # one every 20 ms
+    assert [_go(fc, f"t{i}", "f", 0) for i in range(200)].count(True) == 1
+    now, went = 0, 1
+    while now < 1_000:  # wakes 15 ms late every time: still 50 per second
+        now = (fc.next_wake(now) or now) + 15
+        went += len(fc.release(now))
+    assert 49 <= went - (now - 1_000) // 20 <= 51
+    stalled = fc.release(now + 5_000)  # a leader stalled for 5 s
+    assert len(stalled) == 2
 
 
 # ---- concurrency, pause, throttle, isolation -------------------------------------------------------
