@@ -293,7 +293,7 @@ class Dispatcher(LeaderActor):
         self.tick_ms = max(10, ctx.cfg.tick_ms)
         self.drain: Drain | None = None
         self.drain_answered = False
-        self.flows = FlowControl()
+        self.flows = FlowControl(credit_ms=self.tick_ms)
         now = wall_ms()
         for key, fs in ctx.store.scan_flows():
             self.flows.configure(key, limits_of(fs), now)
@@ -364,6 +364,8 @@ class Dispatcher(LeaderActor):
             self._dispatch(now)
         at = self.backlog_at if self.backlog and self.backlog_at > now and self._can_dispatch() else None
         wake = flows.next_wake(now)
+        if wake is not None:  # on tick boundaries: at most one wake a tick for all flows (FlowControl.credit_ms)
+            wake = -(-wake // self.tick_ms) * self.tick_ms
         if wake is not None and (at is None or wake < at):
             at = wake
         if now >= self.sweep_at:

@@ -96,7 +96,10 @@ class _Flow:
 class FlowControl:
     """Held fires per flow, and what each flow lets go (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, credit_ms: int = 0) -> None:
+        self.credit_ms = credit_ms
+        """How far back a held fire's slot may be from the moment it is let go, at least one interval
+        (the Dispatcher's tick: it wakes for flows at most once a tick, and loses nothing by it)."""
         self._flows: dict[str, _Flow] = {}
         self._fires: dict[str, tuple[str, int]] = {}
         """Fire id -> (flow, attempt) of every fire admitted and not yet ended."""
@@ -221,15 +224,16 @@ class FlowControl:
 
     def _slot(self, f: _Flow, due_ms: int, now_ms: int) -> float:
         """The slot of a held fire let go at ``now_ms``: when its flow's bucket first allowed it (or
-        its due time, or the end of a Retry-After, if later), but at most one interval back. A leader a little late to let a
-        backlog go keeps the flow at its rate instead of losing that time on every fire; after a
-        longer stall one fire more than the bucket goes at once, never a catch-up burst."""
+        its due time, or the end of a Retry-After, if later), but at most one interval (or
+        ``credit_ms``) back. A leader a little late to let a backlog go keeps the flow at its rate
+        instead of losing that time on every fire; after a longer stall at most that much more than
+        the bucket goes at once, never a catch-up burst."""
         lim, rate = f.limits, f.rate
         if lim is None or rate is None:
             return float(max(due_ms, now_ms))
         interval = 1000.0 / rate
         return max(float(due_ms), float(f.throttled_until), f.tat - (self._burst(lim, rate) - 1) * interval,
-                   now_ms - interval)
+                   now_ms - max(interval, float(self.credit_ms)))
 
     def _take(self, f: _Flow, key: str, fire_id: str, attempt: int, slot: float, now_ms: int) -> None:
         if f.rate is not None:

@@ -176,7 +176,7 @@ class Leader:
     flush_at: int | None = None
     lost_sent: set[tuple[str, int, FireKind]] = field(default_factory=set)
     lost_workers: set[str] = field(default_factory=set)
-    flows: FlowControl = field(default_factory=FlowControl)
+    flows: FlowControl = field(default_factory=lambda: FlowControl(credit_ms=TICK))
     flow_wake_at: int | None = None
 
 
@@ -551,6 +551,8 @@ class Sim:
         if ld is None:
             return
         fw = ld.flows.next_wake(self.now)
+        if fw is not None:  # on tick boundaries, as the Dispatcher
+            fw = -(-fw // TICK) * TICK
         if ld.flows.can_release(self.now):
             fw = self.now
         if fw is not None and (ld.flow_wake_at is None or fw < ld.flow_wake_at):

@@ -331,3 +331,12 @@ def test_429_503_and_timeouts_are_congestion_other_answers_are_not() -> None:
 
 def test_results_carry_retry_after_as_their_last_field() -> None:
     assert msgspec.structs.fields(ResultItem)[-1].name == "retry_after_ms"
+
+
+def test_with_a_tick_of_credit_a_leader_waking_once_a_tick_keeps_a_fast_flow_at_its_rate() -> None:
+    fc = FlowControl(credit_ms=10)
+    fc.configure("f", FlowLimits(rate_per_s=400), 0)  # one every 2.5 ms: faster than the 10 ms tick
+    assert [_go(fc, f"t{i}", "f", 0) for i in range(1_000)].count(True) == 1
+    went = 1 + sum(len(fc.release(now)) for now in range(10, 1_001, 10))
+    assert 400 <= went <= 402
+    assert len(fc.release(10_000)) == 5  # after a stall: one tick's worth (4) more than the bucket (1)
