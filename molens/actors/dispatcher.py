@@ -87,8 +87,8 @@ MAX_DISPATCH_PROPOSALS = 8
 """Dispatched proposals in flight at once (more due tasks wait in the backlog)."""
 RETRY_REFUSED_MS = 100
 """A task whose Dispatched proposal was refused (not appended) is due again this much later."""
-SWEEP_EVERY_MS = 10_000
-"""Idle flows without settings are forgotten this often."""
+SWEEP_EVERY_MS = 1_000
+"""Adopted fires past their deadline and idle flows without settings are let go this often."""
 
 
 def limits_of(fs: FlowSettings) -> FlowLimits:
@@ -297,6 +297,8 @@ class Dispatcher(LeaderActor):
         now = wall_ms()
         for key, fs in ctx.store.scan_flows():
             self.flows.configure(key, limits_of(fs), now)
+        self.adopted = False
+        """Whether the fires an earlier leader left in flight count against their flows yet."""
 
     # ---- messages --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
@@ -344,8 +346,25 @@ class Dispatcher(LeaderActor):
         return {"dispatch_backlog": len(self.backlog), "live_workers": sorted(self.plan.live_workers()),
                 "flow_held": self.flows.held}
 
+    def _adopt(self) -> None:
+        """Fires in flight when this term began count against their flows' concurrency until the
+        Monitor reports them ended (on this thread, once: not on the Raft thread that started us)."""
+        self.adopted = True
+        now = wall_ms()
+        get = self.ctx.store.get_task
+        n = 0
+        for f in self.ctx.store.scan_fires():
+            t = get(f.task_id)
+            if t is not None:
+                self.flows.adopt(f.fire_id, f.attempt, flow_of(t.spec), f.deadline_ms, now)
+                n += 1
+        if n:
+            log.info("flows: %d fires in flight from an earlier term count against their flows", n)
+
     def _pump(self) -> None:
         assert self.alarm is not None
+        if not self.adopted:
+            self._adopt()
         if self.drain is not None:
             if self.proposals == 0 and not self.drain_answered:
                 self.drain_answered = True

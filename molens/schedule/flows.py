@@ -109,6 +109,8 @@ class FlowControl:
         """Task id -> (fire id, attempt) of held fires handed back, admitted, not planned yet."""
         self._waiting: set[str] = set()
         """Flows with held fires."""
+        self._adopted: dict[str, int] = {}
+        """Fire id -> deadline of the fires adopted from an earlier term (:meth:`adopt`)."""
         self._slots: dict[str, float] = {}
         """Fire id -> its slot: the time its flow's bucket let it go (docs/architecture.md#flow-control)."""
         self.throttled = 0
@@ -164,6 +166,8 @@ class FlowControl:
         """Held task ids their flows let go now, each flow's in order; they are admitted (the next
         :meth:`gate` of each says True)."""
         out: list[str] = []
+        if self._adopted:
+            self._expire_adopted(now_ms)
         for key in list(self._waiting):
             f = self._flows[key]
             q = f.queue
@@ -188,6 +192,19 @@ class FlowControl:
             if f.queue and self._may_go(f, max(f.queue[0][3], now_ms), now_ms):
                 return True
         return False
+
+    def adopt(self, fire_id: str, attempt: int, flow: str, deadline_ms: int, now_ms: int) -> None:
+        """A fire already in flight when this leader began (sent by an earlier one): it counts
+        against its flow's concurrency until it ends, or at the latest until its deadline (its end
+        may have been reported before this leader adopted it)."""
+        if fire_id in self._fires:
+            return
+        self._adopted[fire_id] = deadline_ms
+        f = self._flows.get(flow)
+        if f is None:
+            f = self._flows[flow] = _Flow(last_active=now_ms)
+        f.in_flight += 1
+        self._fires[fire_id] = (flow, attempt)
 
     def fire_flow(self, fire_id: str) -> tuple[str, int] | None:
         """``(flow, attempt)`` of an admitted fire that has not ended."""
@@ -268,6 +285,7 @@ class FlowControl:
             return
         del self._fires[fire_id]
         self._slots.pop(fire_id, None)
+        self._adopted.pop(fire_id, None)
         key = got[0]
         f = self._flows.get(key)
         if f is None:
@@ -291,6 +309,7 @@ class FlowControl:
             return
         del self._fires[fire_id]
         self._slots.pop(fire_id, None)
+        self._adopted.pop(fire_id, None)
         f = self._flows.get(got[0])
         if f is not None:
             f.in_flight = max(0, f.in_flight - 1)
@@ -320,6 +339,9 @@ class FlowControl:
                 at = min(at, f.adjusted_ms + 1_000)  # the rate ramps up then
             at = max(at, now_ms + 1)
             best = at if best is None or at < best else best
+        if self._waiting and self._adopted:
+            at = max(min(self._adopted.values()), now_ms + 1)
+            best = at if best is None or at < best else best
         return best
 
     @property
@@ -330,8 +352,17 @@ class FlowControl:
     def in_flight(self) -> int:
         return len(self._fires)
 
+    def _expire_adopted(self, now_ms: int) -> None:
+        """Adopted fires past their deadline stop counting (the Monitor has given them up)."""
+        for fid in [fid for fid, dl in self._adopted.items() if dl <= now_ms]:
+            got = self._fires.get(fid)
+            if got is not None:
+                self.cancel(fid, got[1])
+            self._adopted.pop(fid, None)
+
     def sweep(self, now_ms: int) -> None:
         """Forget flows without settings that have been idle for ``IDLE_FORGET_MS``."""
+        self._expire_adopted(now_ms)
         idle = [
             k for k, f in self._flows.items()
             if f.limits is None and not f.in_flight and not f.queue and f.throttled_until <= now_ms

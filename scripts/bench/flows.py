@@ -56,8 +56,13 @@ LEAD_S = 3.0
 STEADY_AFTER_MS = 1_000
 
 
+SCALE = 1.0
+"""``--limit-scale``: every limit times this (a machine that cannot carry 2,000 fires/s still shows
+whether the limits hold)."""
+
+
 def limit_of(i: int) -> float:
-    return float(10 + i)
+    return round((10 + i) * SCALE, 2)
 
 
 def plan(rate: float) -> list[float]:
@@ -121,9 +126,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=float, default=2_000, help="fires/s offered in all (default 2000)")
     ap.add_argument("--duration", type=float, default=10, help="seconds of offered traffic per run (default 10)")
+    ap.add_argument("--limit-scale", type=float, default=1.0, help="every flow's limit times this (default 1)")
     args = ap.parse_args()
+    global SCALE
+    SCALE = args.limit_scale
     rates = plan(args.rate)
-    print(f"flows: {FLOWS} flows, {LIMITED} limited (10..{limit_of(LIMITED - 1):g}/s), offered {sum(rates):.0f}/s "
+    print(f"flows: {FLOWS} flows, {LIMITED} limited ({limit_of(0):g}..{limit_of(LIMITED - 1):g}/s), offered {sum(rates):.0f}/s "
           f"for {args.duration:g} s; load={os.getloadavg()[0]:.2f}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="molens-bench-flows-"))
     rec = Receiver(tmp)

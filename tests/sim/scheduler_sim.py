@@ -362,6 +362,9 @@ class Sim:
         self.schedule_load()
         for f in rep.scan_fires():
             self.watch(f)
+            t = rep.get_task(f.task_id)
+            if t is not None:  # as the Dispatcher: an earlier term's fires count against their flows
+                self.leader.flows.adopt(f.fire_id, f.attempt, flow_of(t.spec), f.deadline_ms, self.now)
         for n in self.nodes:
             if not self.alive[n]:
                 self.worker_lost_check(n)
@@ -593,6 +596,7 @@ class Sim:
         workers = [n for n in self.nodes if self.alive[n] and n not in ld.lost_workers]
         due_by = self.now + self.lead
         fc = ld.flows
+        fc.sweep(self.now)
         for tid in fc.release(self.now) + ld.wheel.advance(due_by):
             t = rep.get_task(tid)
             if t is None or t.due_ms is None or t.due_ms > due_by or t.inflight is not None:

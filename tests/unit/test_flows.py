@@ -340,3 +340,17 @@ def test_with_a_tick_of_credit_a_leader_waking_once_a_tick_keeps_a_fast_flow_at_
     went = 1 + sum(len(fc.release(now)) for now in range(10, 1_001, 10))
     assert 400 <= went <= 402
     assert len(fc.release(10_000)) == 5  # after a stall: one tick's worth (4) more than the bucket (1)
+
+
+def test_fires_an_earlier_leader_left_in_flight_count_until_they_end_or_their_deadline() -> None:
+    fc = FlowControl()
+    fc.configure("f", FlowLimits(concurrency=2), 0)
+    fc.adopt("old-1", 1, "f", deadline_ms=5_000, now_ms=0)
+    fc.adopt("old-2", 3, "f", deadline_ms=9_000, now_ms=0)
+    assert not _go(fc, "a", "f", 0)
+    fc.ended("old-1", 1, 10)
+    assert fc.release(10) == ["a"]
+    assert not _go(fc, "b", "f", 20)
+    assert fc.next_wake(20) == 9_000
+    assert fc.release(8_999) == []
+    assert fc.release(9_000) == ["b"]  # its end was reported before it was adopted: its deadline frees the slot
