@@ -30,6 +30,7 @@ import yaml
 from molens.errors import MolensError
 from molens.fsm.machine import DEFAULT_CONFIG as MACHINE_DEFAULTS
 from molens.model import DEFAULT_POLICY, CallbackPolicy
+from molens.schema import Backoff, RetryJitter, RetryPolicy
 
 ENV_PREFIX = "MOLENS_"
 
@@ -232,6 +233,31 @@ class CallbackPolicyConfig:
     deny_cidrs: tuple[str, ...] = _opt((), _cidrs, factory=tuple)
 
 
+def _statuses(v: Any) -> str | None:
+    bad = [c for c in v if not 300 <= c <= 599]
+    return f"statuses must be in 300..599, got {bad[0]}" if bad else None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """The node's default retry policy (``max_retries`` is ``scheduler.default_max_retries``)."""
+
+    backoff: Backoff = Backoff.EXPONENTIAL
+    initial_ms: int = _opt(1_000, _int_range(0, 86_400_000))
+    factor: int = _opt(2, _int_range(1, 10))
+    max_ms: int = _opt(3_600_000, _int_range(0, 86_400_000))
+    jitter: RetryJitter = RetryJitter.NONE
+    non_retryable_statuses: tuple[int, ...] = _opt((), _statuses, factory=tuple)
+    max_throttle_ms: int = _opt(3_600_000, _int_range(0, 604_800_000))
+
+    def policy(self, max_retries: int) -> RetryPolicy:
+        return RetryPolicy(
+            max_retries=max_retries, backoff=self.backoff, initial_ms=self.initial_ms, factor=self.factor,
+            max_ms=self.max_ms, jitter=self.jitter, non_retryable_statuses=tuple(sorted(set(self.non_retryable_statuses))),
+            max_throttle_ms=self.max_throttle_ms,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     tick_ms: int = _opt(10, _int_range(1, 1000))
@@ -246,7 +272,9 @@ class SchedulerConfig:
     expire_rate_limit_qps: int = _opt(100, _int_min(1))
     history_max_records_per_task: int = _opt(200, _int_min(1))
     max_inflight_fires: int = _opt(10_000, _int_min(1))
+    dead_letter_retention_minutes: int = _opt(10_080, _int_min(1))
     callback_policy: CallbackPolicyConfig = field(default_factory=CallbackPolicyConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
 
 
 @dataclass(frozen=True, slots=True)

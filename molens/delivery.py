@@ -143,6 +143,11 @@ class FireResult:
     latency_ms: float
     worker: str
     error: str = ""
+    no_retry: bool = False
+    """The response carried ``X-Molens-No-Retry: true``: the receiver ends this occurrence's retries."""
+
+
+NO_RETRY_HEADER = "X-Molens-No-Retry"
 
 
 class DeliveryCodecError(MolensError, ValueError):
@@ -165,9 +170,10 @@ def encode_fire_batch(requests: Iterable[FireRequest]) -> bytes:
 
 
 def encode_fire_results(results: Iterable[FireResult]) -> bytes:
-    """``[b"fire_results", [[fire_id, kind, status, outcome, head, latency_ms, worker, error], ...]]``."""
+    """``[b"fire_results", [[fire_id, kind, status, outcome, head, latency_ms, worker, error, no_retry], ...]]``."""
     items = [
-        (r.fire_id, r.kind.value, r.status_code, r.outcome.value, r.response_head, r.latency_ms, r.worker, r.error)
+        (r.fire_id, r.kind.value, r.status_code, r.outcome.value, r.response_head, r.latency_ms, r.worker, r.error,
+         r.no_retry)
         for r in results
     ]
     return msgpack.packb((_FIRE_RESULTS, items), use_bin_type=True)  # type: ignore[no-any-return]
@@ -207,15 +213,16 @@ def decode_fire_batch(frame: bytes) -> list[FireRequest]:
 
 def decode_fire_results(frame: bytes) -> list[FireResult]:
     out = []
-    for i, (fid, kind, status, outcome, head, lat, worker, err) in enumerate(_unpack(frame, _FIRE_RESULTS, 8)):
+    for i, (fid, kind, status, outcome, head, lat, worker, err, no_retry) in enumerate(
+            _unpack(frame, _FIRE_RESULTS, 9)):
         try:
             if not (isinstance(fid, str) and isinstance(head, bytes) and isinstance(worker, str)
-                    and isinstance(err, str)):
+                    and isinstance(err, str) and isinstance(no_retry, bool)):
                 raise TypeError("wrong field type")
             sc = None if status is None else _int(status)
             out.append(FireResult(
                 fire_id=fid, kind=FireKind(kind), status_code=sc, outcome=DeliveryOutcome(outcome),
-                response_head=head, latency_ms=_num(lat), worker=worker, error=err,
+                response_head=head, latency_ms=_num(lat), worker=worker, error=err, no_retry=no_retry,
             ))
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_results: item {i}: {e}") from e
@@ -260,7 +267,7 @@ def to_result_item(r: FireResult) -> ResultItem:
     head = r.response_head.decode("utf-8", "replace") if r.status_code is not None or r.response_head else None
     return ResultItem(
         fire_id=r.fire_id, kind=r.kind, status_code=r.status_code, outcome=_MODEL_OUTCOME[r.outcome],
-        response_head=head, latency_ms=round(r.latency_ms), worker=r.worker,
+        response_head=head, latency_ms=round(r.latency_ms), worker=r.worker, no_retry=r.no_retry,
     )
 
 
@@ -453,8 +460,10 @@ class Deliverer:
             if not reusable:
                 resp.close()  # closes the socket: the pool will reconnect for the next request
             resp.release_conn()
+        no_retry = status >= 300 and (resp.headers.get(NO_RETRY_HEADER) or "").strip().lower() == "true"
         return FireResult(
-            fire_id=req.fire_id, kind=req.kind, status_code=status, outcome=outcome_for_status(status), response_head=head, latency_ms=latency_ms, worker=self.node_id
+            fire_id=req.fire_id, kind=req.kind, status_code=status, outcome=outcome_for_status(status),
+            response_head=head, latency_ms=latency_ms, worker=self.node_id, no_retry=no_retry,
         )
 
     def _route(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:

@@ -185,6 +185,10 @@ class NodeContext:
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)
 
+    @property
+    def dead_letters(self) -> TaskStore:
+        return self.store
+
     def read_barrier(self, timeout_s: float) -> None:
         try:
             self.peer.read_index(timeout_s)

@@ -87,6 +87,11 @@ class ResultItem(msgspec.Struct, frozen=True, array_like=True):
     """The attempt this result is for (``X-Molens-Attempt``). Workers should always set it: a result
     of an attempt the Monitor already declared lost, arriving after the retry was dispatched with
     the same fire id, is then recognised as stale instead of being credited to the retry."""
+    retry_after_ms: int = 0
+    """Epoch ms before which the receiver asked not to be called again (a 429/503 with
+    ``Retry-After``, capped by ``worker.max_retry_after_ms``); 0 when it did not."""
+    no_retry: bool = False
+    """The response said ``X-Molens-No-Retry: true``: the occurrence is not retried."""
 
 
 class Results(msgspec.Struct, frozen=True, array_like=True, tag=22):
@@ -124,9 +129,23 @@ class UpdateTask(msgspec.Struct, frozen=True, array_like=True, tag=25):
     version: int
 
 
+class RedriveDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=26):
+    """Deliver the occurrences of these dead letters again (docs/architecture.md#dead-letters)."""
+
+    now_ms: int
+    ids: tuple[str, ...]
+
+
+class DeleteDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=27):
+    """Delete these dead letters (an operator's delete, or the Cleaner's retention)."""
+
+    now_ms: int
+    ids: tuple[str, ...]
+
+
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
-    | UpdateTask
+    | UpdateTask | RedriveDeadLetters | DeleteDeadLetters
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -158,6 +177,7 @@ def decode(data: bytes) -> Command:
 
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
+    RedriveDeadLetters, DeleteDeadLetters,
 )
 
 
@@ -166,6 +186,7 @@ __all__ = [
     "Command",
     "CreateItem",
     "CreateTasks",
+    "DeleteDeadLetters",
     "DeleteTasks",
     "DispatchItem",
     "Dispatched",
@@ -173,6 +194,7 @@ __all__ = [
     "ExpireItem",
     "PauseTasks",
     "PutMeta",
+    "RedriveDeadLetters",
     "ResultItem",
     "Results",
     "ResumeTasks",

@@ -13,6 +13,7 @@ from molens.fsm import machine
 from molens.fsm.commands import Command
 from molens.fsm.machine import Applied, Fire, MachineConfig
 from molens.model import Execution, Task
+from molens.schema import DeadLetter
 
 
 class MemoryState:
@@ -26,6 +27,7 @@ class MemoryState:
         self.meta: dict[str, bytes] = {}
         self.due: set[tuple[int, str]] = set()
         self.executions: list[Execution] = []
+        self.dead: dict[str, DeadLetter] = {}
 
     def get_task(self, task_id: str) -> Task | None:
         return self.tasks.get(task_id)
@@ -35,6 +37,9 @@ class MemoryState:
 
     def get_idem(self, key: str) -> str | None:
         return self.idem.get(key)
+
+    def get_dead(self, dead_id: str) -> DeadLetter | None:
+        return self.dead.get(dead_id)
 
     def scan_due(self) -> Iterator[tuple[int, str]]:
         return iter(sorted(self.due))
@@ -82,6 +87,12 @@ class MemoryState:
         gone = set(w.history_deletes)
         if gone:
             self.executions = [e for e in self.executions if e.task_id not in gone]
+            self.dead = {k: d for k, d in self.dead.items() if d.task_id not in gone}
+        for did, dl in w.dead.items():
+            if dl is None:
+                self.dead.pop(did, None)
+            else:
+                self.dead[did] = dl
         self.executions.extend(w.executions)
 
     def digest(self) -> str:
@@ -93,4 +104,5 @@ class MemoryState:
         h.update(repr([self.fires[k] for k in sorted(self.fires)]).encode())
         h.update(repr(sorted(self.idem.items())).encode())
         h.update(repr(sorted(self.meta.items())).encode())
+        h.update(repr(sorted(self.dead.items())).encode())
         return h.hexdigest()

@@ -33,6 +33,7 @@ from molens.config import Config, callback_policy, parse_addr
 from molens.fsm.commands import Command
 from molens.fsm.history import Page, TrendPoint, UrlStats
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
+from molens.web.dead_letters import DeadLetterReader
 from molens.web.heatmap import WheelDistribution
 from molens.web.metrics import NodeMetrics
 
@@ -85,7 +86,8 @@ def settings_from_config(cfg: Config) -> ApiSettings:
     sc = cfg.scheduler
     policy = callback_policy(cfg)
     limits = dataclasses.replace(
-        DEFAULT_LIMITS, max_payload_bytes=sc.max_payload_bytes, default_max_retries=sc.default_max_retries
+        DEFAULT_LIMITS, max_payload_bytes=sc.max_payload_bytes, default_max_retries=sc.default_max_retries,
+        default_retry=sc.retry.policy(sc.default_max_retries),
     )
     return ApiSettings(
         node_id=cfg.node.id,
@@ -168,6 +170,11 @@ class ApiContext(Protocol):
     def propose(self, commands: Sequence[Command], timeout_s: float) -> list[list[Any]]: ...
 
     def get_task(self, task_id: str) -> Task | None: ...
+
+    @property
+    def dead_letters(self) -> DeadLetterReader:
+        """The local replica's dead letters."""
+        ...
 
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         """Tasks in id (= creation) order strictly after task id ``after``, streaming."""

@@ -76,6 +76,7 @@ from molens.model import (
 from molens.schema import request_error, task_json
 from molens.web import openapi
 from molens.web.api_context import ApiContext
+from molens.web.dead_letters import install_dead_letters
 from molens.web.errors import (
     BodyTooLarge,
     InternalError,
@@ -865,6 +866,7 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     _install_cluster(api)
     _install_misc(api)
     install_observability(api)
+    install_dead_letters(api)
     install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
     return api
 

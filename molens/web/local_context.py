@@ -130,6 +130,10 @@ class LocalContext:
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)
 
+    @property
+    def dead_letters(self) -> TaskStore:
+        return self.store
+
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         return self.store.scan_tasks(after, chunk=256)
 
