@@ -4,7 +4,8 @@ Behaviour by path (the last path segment is a free-form tag tests use to tell ta
 ``/ok/TAG`` 200 ``ok``; ``/status/N/TAG`` answers N; ``/big/N/TAG`` 200 with N bytes ``0123456789...``;
 ``/flaky/K/TAG`` answers 500 to the first K requests of TAG, then 200; ``/slowfirst/MS/TAG`` answers
 the first request of TAG 200 after MS ms (a callback still running when its worker is lost), later
-ones at once (in-process receiver only). Every request is recorded with
+ones at once (in-process receiver only); ``/noretry/N/TAG`` answers N with ``X-Molens-No-Retry: true``
+(in-process receiver only). Every request is recorded with
 its receive time (epoch ms), path, headers and body. Run in-process (:class:`RecordingReceiver`) or as
 its own process (``python -m tests.integration.recording_receiver PORT OUT.jsonl``: asyncio, a minimal
 HTTP/1.1 parser, one JSON line per request, flushed every 50 ms) for the benchmarks, so the receiver is
@@ -44,7 +45,7 @@ class Received:
 
 def _answer(path: str, counts: collections.Counter[str]) -> tuple[int, bytes]:
     parts = path.strip("/").split("/")
-    if parts[0] == "status" and len(parts) >= 2:
+    if parts[0] in ("status", "noretry") and len(parts) >= 2:
         return int(parts[1]), b'{"status": %s}' % parts[1].encode()
     if parts[0] == "big" and len(parts) >= 2:
         n = int(parts[1])
@@ -135,6 +136,8 @@ def _handler(rec: RecordingReceiver) -> type[BaseHTTPRequestHandler]:
             if hold:
                 time.sleep(hold)  # the endpoint's own slowness, not a test waiting for an effect
             self.send_response(code)
+            if r.path.startswith("/noretry/"):  # the receiver ends this occurrence's retries
+                self.send_header("X-Molens-No-Retry", "true")
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
