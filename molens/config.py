@@ -29,7 +29,7 @@ import yaml
 
 from molens.errors import MolensError
 from molens.fsm.machine import DEFAULT_CONFIG as MACHINE_DEFAULTS
-from molens.model import DEFAULT_POLICY, CallbackPolicy
+from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, check_url
 from molens.schema import Backoff, RetryJitter, RetryPolicy
 
 ENV_PREFIX = "MOLENS_"
@@ -278,6 +278,19 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NotificationsConfig:
+    """Failure notifications (docs/architecture.md#notifications)."""
+
+    url: str = ""
+    """The notification target of a task that gives no ``notify_url`` ("" = none); checked by the
+    callback host policy like a callback URL."""
+    batch_max: int = _opt(100, _int_range(1, 1000))
+    timeout_ms: int = _opt(5_000, _int_range(100, 60_000))
+    retention_minutes: int = _opt(1_440, _int_min(1))
+    """A notification its target has not acknowledged for this long is dropped (logged, counted)."""
+
+
+@dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: LogLevel = LogLevel.INFO
 
@@ -292,6 +305,7 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="", compare=False)
     """The file this was loaded from ("" when built in code); not a config key."""
@@ -475,6 +489,11 @@ def _cross_checks(cfg: Config) -> None:
         if addr in seen:
             raise ConfigError(name, f"same address as {seen[addr]} ({addr})")
         seen[addr] = name
+    if cfg.notifications.url:
+        try:
+            check_url(cfg.notifications.url, "notifications.url", callback_policy(cfg), DEFAULT_LIMITS)
+        except MolensError as exc:
+            raise ConfigError("notifications.url", str(exc)) from None
 
 
 def load_dict(

@@ -121,6 +121,8 @@ class Limits:
     max_idempotency_key: int = 128
     max_cron_length: int = 256
     default_retry: RetryPolicy = DEFAULT_RETRY
+    default_notify_url: str = ""
+    """``notifications.url``: the notification target of a task that gives none ("" = none)."""
     """The node's retry policy for a task that gives none (``scheduler.retry``); its ``max_retries``
     is ``default_max_retries``."""
 
@@ -652,6 +654,10 @@ def _apply_rules(
             raise ValidationError("ack_url needs reliability at_least_once", "ack_url")
 
     _resolve_retry(out, given, limits)
+    if given.get("notify_url") is not None:
+        check_url(given["notify_url"], "notify_url", policy, limits)
+    elif limits.default_notify_url and "notify_url" in out:
+        out["notify_url"] = limits.default_notify_url
 
     raw = given["payload"]
     body = b"null" if raw is None else msgspec.json.format(bytes(raw), indent=-1)

@@ -300,14 +300,21 @@ class NodeContext:
             "rss_bytes": rss_bytes(),
             "disk": self._disk.get(),
             "api_proposals": self.proposals,
+            "dead_letters": self.store.dead_count(),
+            "notifications": {"outbox": self.store.outbox_count()},
         }
         sched = self._extra_stats() if self._extra_stats is not None else None
         if sched is not None:
             out["scheduler"] = sched
             late = sched.get("timings", {}).get("fire_lateness")  # due -> sent, on this node's worker
             out["lateness_p99_ms"] = late["p99_ms"] if late else None
+            out["notifications"].update(
+                sent=sched.get("notifications_sent", 0), dropped=sched.get("notifications_dropped", 0),
+                failures=sched.get("notification_failures", 0),
+            )
             out["cleanup"] = {
                 "expired": sched.get("expired", 0),
+                "dead_letters_expired": sched.get("dead_letters_expired", 0),
                 "retention_ms": self.cfg.scheduler.task_retention_minutes * 60_000,
                 "rate_limit_qps": self.cfg.scheduler.expire_rate_limit_qps,
             }

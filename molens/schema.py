@@ -157,6 +157,14 @@ class DeadLetterKind(enum.StrEnum):
     """An at_most_once fire whose worker was lost: maybe delivered, never sent again."""
 
 
+class NoticeType(enum.StrEnum):
+    """What a failure notification says (docs/architecture.md#notifications)."""
+
+    TASK_FAILED = "task_failed"
+    TASK_INACTIVE = "task_inactive"
+    DEAD_LETTER = "dead_letter"
+
+
 # -------------------------------------------------------------------------------------------------
 # the declaration
 
@@ -327,6 +335,11 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
              view="retry_policy"),
     ] = None
     """None when the policy is the seed's (with this spec's ``max_retries``): see :attr:`retry_policy`."""
+    notify_url: Annotated[
+        str | None,
+        rule("http(s) URL that gets signed failure notifications (task failed or inactive, dead letter); "
+             "default: the node's notifications.url", max_length="max_url_length", format="uri"),
+    ] = None
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -467,6 +480,23 @@ class DeadLetter(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         d["at"] = d.pop("at_ms")
         d["scheduled_at"] = d.pop("sched_ms")
         return {k: v.value if isinstance(v, enum.Enum) else v for k, v in d.items()}
+
+
+class Notice(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
+    """One failure notification waiting in the replicated outbox until its target acknowledged it."""
+
+    id: str
+    """Deterministic (the same on every replica), so a receiver can de-duplicate redeliveries."""
+    type: NoticeType
+    task_id: str
+    fire_id: str
+    at_ms: int
+    detail: str
+    url: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type.value, "task_id": self.task_id, "fire_id": self.fire_id,
+                "at": self.at_ms, "detail": self.detail}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -768,6 +798,8 @@ __all__ = [
     "CatchUp",
     "DeadLetter",
     "DeadLetterKind",
+    "Notice",
+    "NoticeType",
     "ExecutionResult",
     "FireKind",
     "Outcome",

@@ -143,9 +143,17 @@ class DeleteDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=27):
     ids: tuple[str, ...]
 
 
+class AckNotices(msgspec.Struct, frozen=True, array_like=True, tag=28):
+    """Notifications their target acknowledged (or past retention): out of the outbox, by
+    ``(at_ms, id)``."""
+
+    now_ms: int
+    keys: tuple[tuple[int, str], ...]
+
+
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
-    | UpdateTask | RedriveDeadLetters | DeleteDeadLetters
+    | UpdateTask | RedriveDeadLetters | DeleteDeadLetters | AckNotices
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -177,11 +185,12 @@ def decode(data: bytes) -> Command:
 
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
-    RedriveDeadLetters, DeleteDeadLetters,
+    RedriveDeadLetters, DeleteDeadLetters, AckNotices,
 )
 
 
 __all__ = [
+    "AckNotices",
     "CodecError",
     "Command",
     "CreateItem",

@@ -83,6 +83,7 @@ from typing import Any, Protocol
 import msgspec
 
 from molens.fsm.commands import (
+    AckNotices,
     Command,
     CreateItem,
     CreateTasks,
@@ -119,7 +120,7 @@ from molens.model import (
     TaskType,
 )
 from molens.schedule.cron import ScheduleSpec, next_after_misfire, next_fire_after
-from molens.schema import DeadLetter, Rewound, flow_of
+from molens.schema import DeadLetter, Notice, NoticeType, Rewound, flow_of
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +226,9 @@ class Writes:
     history_deletes: list[str] = field(default_factory=list)
     """Tasks whose history (and dead letters) go with them."""
     dead: dict[str, DeadLetter | None] = field(default_factory=dict)
+    notices: list[Notice] = field(default_factory=list)
+    """Failure notifications for the outbox (docs/architecture.md#notifications)."""
+    notices_acked: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -295,6 +299,11 @@ class _Tx:
         eff: list[Effect] = []
         for tid, new in self.w.tasks.items():
             old = self.orig.get(tid)
+            if new is not None and new.spec.notify_url and new.status in _NOTIFIED \
+                    and (old is None or old.status is not new.status):
+                _notice(self, new, _NOTIFIED[new.status], new.updated_ms,
+                        f"{new.status.value} after {new.last_result or 'no'} attempt result "
+                        f"(status {new.last_status_code})")
             od = old.due_ms if old is not None else None
             nd = new.due_ms if new is not None else None
             if od == nd:
@@ -451,6 +460,9 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             results = [_redrive(tx, dead_id, now) for dead_id in cmd.ids]
         case DeleteDeadLetters():
             results = [_delete_dead(tx, dead_id) for dead_id in cmd.ids]
+        case AckNotices():
+            tx.w.notices_acked.extend(cmd.keys)
+            results = [None] * len(cmd.keys)
         case _:
             raise TypeError(f"not a command: {cmd!r}")
     return tx.finish(results)
@@ -765,6 +777,19 @@ def _retry_or_end(
     }
 
 
+_NOTIFIED = {Status.FAILED: NoticeType.TASK_FAILED, Status.INACTIVE: NoticeType.TASK_INACTIVE}
+
+
+def _notice(tx: _Tx, t: Task, kind: NoticeType, at: int, detail: str, key: str = "") -> None:
+    """A notification of ``t``'s to its ``notify_url`` (the caller checked there is one)."""
+    url = t.spec.notify_url
+    assert url is not None
+    tx.w.notices.append(Notice(
+        id=f"{t.id}.{kind.value}.{key or at}", type=kind, task_id=t.id, fire_id=t.fire_id, at_ms=at,
+        detail=detail[:512], url=url,
+    ))
+
+
 def _dead_letter(
     tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, kind: DeadLetterKind,
     head: str | None,
@@ -778,6 +803,9 @@ def _dead_letter(
         reliability=sent.reliability, sched_ms=t.sched_ms, result=res,
     )
     tx.w.dead[dl.id] = dl
+    if t.spec.notify_url:
+        _notice(tx, t, NoticeType.DEAD_LETTER, now, f"{kind.value}: {res.value} after {fire.attempt} attempt(s), "
+                f"status {it.status_code}; dead letter {dl.id}", key=dl.id)
 
 
 def _after_ack(

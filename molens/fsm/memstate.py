@@ -13,7 +13,7 @@ from molens.fsm import machine
 from molens.fsm.commands import Command
 from molens.fsm.machine import Applied, Fire, MachineConfig
 from molens.model import Execution, Task
-from molens.schema import DeadLetter
+from molens.schema import DeadLetter, Notice
 
 
 class MemoryState:
@@ -28,6 +28,7 @@ class MemoryState:
         self.due: set[tuple[int, str]] = set()
         self.executions: list[Execution] = []
         self.dead: dict[str, DeadLetter] = {}
+        self.outbox: dict[tuple[int, str], Notice] = {}
 
     def get_task(self, task_id: str) -> Task | None:
         return self.tasks.get(task_id)
@@ -88,6 +89,10 @@ class MemoryState:
         if gone:
             self.executions = [e for e in self.executions if e.task_id not in gone]
             self.dead = {k: d for k, d in self.dead.items() if d.task_id not in gone}
+        for n in w.notices:
+            self.outbox[(n.at_ms, n.id)] = n
+        for key in w.notices_acked:
+            self.outbox.pop(key, None)
         for did, dl in w.dead.items():
             if dl is None:
                 self.dead.pop(did, None)
@@ -105,4 +110,5 @@ class MemoryState:
         h.update(repr(sorted(self.idem.items())).encode())
         h.update(repr(sorted(self.meta.items())).encode())
         h.update(repr(sorted(self.dead.items())).encode())
+        h.update(repr(sorted(self.outbox.items())).encode())
         return h.hexdigest()

@@ -61,7 +61,7 @@ from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
 from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file
 from molens.model import TERMINAL_STATUSES, FireKind, MolensError, Status, Task
-from molens.schema import FORMAT, DeadLetter
+from molens.schema import FORMAT, DeadLetter, Notice
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +159,8 @@ def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
 _KNOWN_MAX = 512  # proposals in flight at once stay far below this
 
 
+_NOTICE_ENCODER = msgspec.msgpack.Encoder()
+_NOTICE_DECODER = msgspec.msgpack.Decoder(Notice)
 _DEAD_ENCODER = msgspec.msgpack.Encoder()
 _DEAD_DECODER = msgspec.msgpack.Decoder(DeadLetter)
 
@@ -256,6 +258,8 @@ class TaskStore:
         # dead letters by id ({task id}-{seq}.{attempt}: a task's are together) and by time (at_ms|id)
         self._dead = self._env.open_db(b"dead")
         self._dead_at = self._env.open_db(b"dead_at")
+        # failure notifications waiting for their target's 2xx (at_ms|id -> Notice)
+        self._outbox = self._env.open_db(b"outbox")
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED, db=self._meta)
             raw_term = txn.get(_APPLIED_TERM, db=self._meta)
@@ -462,6 +466,10 @@ class TaskStore:
                 put(b"m:" + mk.encode(), mv, db=self._meta)
         if w.dead or (w.history_deletes and txn.stat(self._dead)["entries"]):
             self._write_dead(txn, w)
+        for n in w.notices:
+            put(_U64.pack(n.at_ms) + n.id.encode(), _NOTICE_ENCODER.encode(n), db=self._outbox)
+        for at, nid in w.notices_acked:
+            delete(_U64.pack(at) + nid.encode(), db=self._outbox)
 
     def _write_dead(self, txn: lmdb.Transaction, w: Writes) -> None:
         """Dead letters written, deleted, and those of deleted tasks (they go with their history)."""
@@ -710,6 +718,22 @@ class TaskStore:
                 out.append(bytes(k[8:]).decode())
         return out
 
+    def read_outbox(self, limit: int, after: tuple[int, str] | None = None) -> list[Notice]:
+        """Up to ``limit`` notifications waiting, oldest first, strictly after ``after``."""
+        out: list[Notice] = []
+        with self._env.begin(db=self._outbox) as txn:
+            cur = txn.cursor()
+            ok = cur.set_range(_U64.pack(after[0]) + after[1].encode() + b"\x00") if after else cur.first()
+            while ok and len(out) < limit:
+                out.append(_NOTICE_DECODER.decode(cur.value()))
+                ok = cur.next()
+        return out
+
+    def outbox_count(self) -> int:
+        with self._env.begin(db=self._outbox) as txn:
+            n: int = txn.stat(self._outbox)["entries"]
+            return n
+
     def dead_count(self) -> int:
         with self._env.begin(db=self._dead) as txn:
             n: int = txn.stat(self._dead)["entries"]
@@ -859,6 +883,7 @@ class TaskStore:
                 (b"due_days", self._due_days),
                 (b"dead", self._dead),
                 (b"dead_at", self._dead_at),
+                (b"outbox", self._outbox),
             ):
                 h.update(name)
                 for k, v in txn.cursor(db=db):

@@ -87,7 +87,7 @@ def settings_from_config(cfg: Config) -> ApiSettings:
     policy = callback_policy(cfg)
     limits = dataclasses.replace(
         DEFAULT_LIMITS, max_payload_bytes=sc.max_payload_bytes, default_max_retries=sc.default_max_retries,
-        default_retry=sc.retry.policy(sc.default_max_retries),
+        default_retry=sc.retry.policy(sc.default_max_retries), default_notify_url=cfg.notifications.url,
     )
     return ApiSettings(
         node_id=cfg.node.id,

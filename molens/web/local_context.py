@@ -195,6 +195,8 @@ class LocalContext:
             "leader_id": li.leader_id,
             "tasks": counts,
             "tasks_total": sum(counts.values()),
+            "dead_letters": self.store.dead_count(),
+            "notifications": {"outbox": self.store.outbox_count()},
             "time_ms": self.now_ms(),
             "commit_index": applied,
             "applied_index": applied,
