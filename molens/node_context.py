@@ -382,6 +382,8 @@ class NodeContext:
             clock=self._clock_metrics(),
             refused=self._refused(st),
             storage=self._storage_metrics(),
+            dead_letters={"stored": self.store.dead_count(), "outbox": self.store.outbox_count(),
+                          **{f"written:{k}": v for k, v in self.store.dead_written.items()}},
         )
 
     def _refused(self, st: dict[str, Any]) -> dict[str, dict[str, int]]:

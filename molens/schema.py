@@ -428,6 +428,9 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         tuple[tuple[int, int, int], ...],
         rule("Redriven occurrences waiting their turn: (seq, scheduled instant, attempts made)", internal=True),
     ] = ()
+    ack_base: Annotated[int, rule("ACK probes made before the latest redrive", internal=True)] = 0
+    """A redriven delayed task's ACK probes go on numbering from here (an ACK attempt is never
+    recorded twice) and get ``ack_ttl`` probes again."""
 
     @property
     def fire_id(self) -> str:

@@ -720,7 +720,7 @@ def _after_callback(
         if periodic:
             return {**_next_occurrence(tx, t, now), "fail_count": 0}
         if spec.ack_url is not None:
-            return {"status": Status.AWAITING_ACK, "ack_attempt": 0, "due_ms": now + spec.ack_delay_ms}
+            return {"status": Status.AWAITING_ACK, "ack_attempt": t.ack_base, "due_ms": now + spec.ack_delay_ms}
         return _DONE
     decision = _retry_or_end(t, it, res, fire, now, sent_as)
     if not isinstance(decision, DeadLetterKind):
@@ -814,7 +814,7 @@ def _after_ack(
 ) -> dict[str, Any]:
     if res is ExecutionResult.ACK_SUCCESS:
         return _DONE
-    if fire.attempt < cfg.ack_ttl:
+    if fire.attempt - t.ack_base < cfg.ack_ttl:
         return {"status": Status.AWAITING_ACK, "due_ms": now + t.spec.ack_delay_ms}
     _dead_letter(tx, t, it, res, fire, now, DeadLetterKind.ACK_FAILED, head)
     return _FAILED
@@ -894,8 +894,8 @@ def _redrive(tx: _Tx, dead_id: str, now: int) -> ItemResult:
         if t.status is not Status.FAILED:
             return IllegalTransitionError(f"task {t.id} is {t.status}: only a failed task is redriven", "status")
         nt = _replace(
-            t, status=Status.FIRING, due_ms=now, ack_attempt=0, free_attempts=t.attempt, throttled_since_ms=0,
-            updated_ms=now,
+            t, status=Status.FIRING, due_ms=now, ack_base=t.ack_attempt, free_attempts=t.attempt,
+            throttled_since_ms=0, updated_ms=now,
         )
     else:
         queued = {q[0] for q in t.redrives}
@@ -973,7 +973,7 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
             nt = _replace(nt, status=Status.DONE, due_ms=None)
     elif t.status is not Status.PAUSED:
         return IllegalTransitionError(f"cannot resume a task that is {t.status}", "status")
-    elif t.ack_attempt > 0 or (t.last_result is ExecutionResult.SUCCESS and t.spec.ack_url and not periodic):
+    elif t.ack_attempt > t.ack_base or (t.last_result is ExecutionResult.SUCCESS and t.spec.ack_url and not periodic):
         nt = _replace(t, status=Status.AWAITING_ACK, due_ms=now, updated_ms=now)
     elif t.attempt > 0:
         nt = _replace(t, status=Status.FIRING, due_ms=max(now, t.sched_ms), updated_ms=now)
@@ -1036,7 +1036,7 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
         t, spec=new, version=t.version + 1, updated_ms=now,
         occ_spec=(t.occ_spec or old) if t.inflight is not None else None,
     )
-    started = t.inflight is not None or t.attempt > 0 or t.ack_attempt > 0 or t.status is Status.AWAITING_ACK
+    started = t.inflight is not None or t.attempt > 0 or t.ack_attempt > t.ack_base or t.status is Status.AWAITING_ACK
     if _SCHEDULE_FIELDS.intersection(changed) and not started and t.status in (Status.PENDING, Status.PAUSED):
         if new.type is TaskType.DELAYED:
             sched = new.run_at if new.run_at is not None else t.created_ms + (new.interval_ms or 0)

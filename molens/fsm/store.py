@@ -235,6 +235,8 @@ class TaskStore:
         # commands this node proposed, by the id of their encoded bytes (see encode_proposal)
         self._known: dict[int, tuple[bytes, Command]] = {}
         self.decodes_skipped = 0
+        self.dead_written: dict[str, int] = {}
+        """Dead letters this replica's applies wrote since the process started, by kind (metrics)."""
         self._open()
 
     def _open(self) -> None:
@@ -488,6 +490,8 @@ class TaskStore:
             if raw is not None:
                 gone.append((k, _DEAD_DECODER.decode(raw)))
             if dl is not None:
+                if raw is None:
+                    self.dead_written[dl.kind.value] = self.dead_written.get(dl.kind.value, 0) + 1
                 txn.put(k, _DEAD_ENCODER.encode(dl), db=dead)
                 txn.put(_U64.pack(dl.at_ms) + k, b"", db=dead_at)
         for k, old in gone:

@@ -77,6 +77,9 @@ def test_every_kind_redrive_bulk_redrive_and_kill_9_of_the_leader(tmp_path: Path
             500, '{"status": 500}', f"{exhausted['id']}-1")
         st, t = _call(n, "GET", f"/api/v1/tasks/{exhausted['id']}")
         assert t["status"] == "failed"
+        metrics = _http.request("GET", n.http_url + "/metrics").data.decode()
+        assert 'molens_dead_letters_total{kind="ack_failed"} 1.0' in metrics
+        assert 'molens_dead_letters_total{kind="non_retryable"} 3.0' in metrics
 
         # dead letters survive kill -9 of the leader; the new leader serves and redrives them
         before = {d["id"]: d for d in _dead(n) if d["task_id"] in want}

@@ -222,3 +222,23 @@ def test_a_redriven_at_most_once_fire_goes_out_once_more_and_is_not_retried() ->
     assert fr.fire.attempt == 2 and fr.reliability is Reliability.AT_MOST_ONCE and fr.fire.kind is FireKind.CALLBACK
     answer(h, t.id, 503)
     assert h.t(t.id).status is Status.FAILED and [x.id for x in dead(h)] == [f"{t.id}-1.2"]
+
+
+def test_a_redriven_ack_failed_task_fires_its_callback_again_and_numbers_its_ack_probes_on() -> None:
+    h = H()
+    t = h.create(ack_url="http://127.0.0.1:9/ack", ack_delay_ms=100)
+    h.fire_due(t.id)
+    answer(h, t.id, 200)
+    for _ in range(3):
+        h.fire_due(t.id)
+        answer(h, t.id, 500)
+    h.apply(RedriveDeadLetters(h.now, (f"{t.id}-1.ack3",)))
+    fr = h.fire_due(t.id)
+    assert (fr.fire.kind, fr.fire.attempt) == (FireKind.CALLBACK, 2)
+    answer(h, t.id, 200)
+    probes = []
+    for _ in range(3):
+        probes.append(h.fire_due(t.id).fire.attempt)
+        answer(h, t.id, 500)
+    assert probes == [4, 5, 6]  # ack_ttl probes again, each attempt recorded once
+    assert [d.id for d in dead(h)] == [f"{t.id}-1.ack6"] and h.t(t.id).status is Status.FAILED
