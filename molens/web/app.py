@@ -18,7 +18,9 @@ Decisions recorded here:
   ``url`` substring, case-insensitive) are applied while scanning, except that in id order a
   ``status`` or ``scene`` filter scans that index of the store instead; one request examines at most
   :data:`MAX_SCAN` tasks, so a page may hold fewer than ``limit`` items with a non-null
-  ``next_cursor``: keep following the cursor until it is null. Cursors are opaque.
+  ``next_cursor``: keep following the cursor until it is null. Cursors are opaque. The answer says
+  how many tasks it examined (``scanned``), so a client can show how far a search got and stop it
+  (the console asks before searching further).
 - **Open routes** (no token): ``/healthz``, ``/readyz``, ``/api/v1/openapi.json`` and the test
   endpoints (they are callback targets; the fire worker sends no bearer token).
 - **Content type**: JSON bodies must be ``application/json`` (or ``*+json``, or no content type);
@@ -563,8 +565,11 @@ def _install_tasks(api: Api) -> None:
                 continue
             items.append(t)
         nxt = encode_cursor(kind, last) if more else None
-        # {"items": [...], "next_cursor": ...} as _dumps would write it, payloads spliced in as stored
-        return 200, b'{"items":' + model.tasks_json(items) + b',"next_cursor":' + _dumps(nxt) + b"}"
+        # {"items": [...], "next_cursor": ..., "scanned": n} as _dumps would write it, payloads spliced in
+        return 200, (
+            b'{"items":' + model.tasks_json(items) + b',"next_cursor":' + _dumps(nxt)
+            + b',"scanned":' + str(scanned).encode() + b"}"
+        )
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")
     def get_task(task_id: str) -> tuple[int, Any]:

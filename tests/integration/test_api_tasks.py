@@ -331,6 +331,22 @@ def test_a_sparse_filter_pages_through_bounded_scans(api: Served, monkeypatch: p
     found, pages = _pages(api, "url=sparse-b")  # no index serves a url filter: the scan is bounded
     assert found == [want]
     assert pages >= 3  # every request examined at most 10 tasks
+    # each answer says how many tasks it examined: at most the bound, and all of them once in all
+    st, _, stats = api.call("GET", "/api/v1/stats")
+    assert st == 200
+    scanned: list[int] = []
+    cursor = None
+    while True:
+        st, _, page = api.call("GET", "/api/v1/tasks?url=sparse-b" + (f"&cursor={cursor}" if cursor else ""))
+        assert st == 200
+        check_schema(page, "TaskList")
+        scanned.append(page["scanned"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert max(scanned) == 10 and sum(scanned) == sum(stats["tasks"].values())
+    st, _, page = api.call("GET", "/api/v1/tasks?limit=3")
+    assert st == 200 and len(page["items"]) == 3 and page["scanned"] == 3  # unfiltered: a page costs a page
 
 
 def test_status_and_scene_filters_read_their_index_so_a_page_costs_a_page(
