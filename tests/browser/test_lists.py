@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from playwright.sync_api import Page, Response, expect
 
+import molens.web.app as web_app
 from tests.browser.conftest import PHONE, Browsing, Served, serve_ui
 from tests.browser.test_i18n import COLLECT, english_words
 
@@ -19,7 +20,10 @@ N = 10_000
 
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, list[dict[str, object]]]]:
-    with serve_ui(tmp_path_factory.mktemp("big")) as s:
+    with pytest.MonkeyPatch.context() as mp, serve_ui(tmp_path_factory.mktemp("big")) as s:
+        # a search pauses at 5,000 tasks examined only, never on time (MAX_SCAN_MS), so the counts
+        # shown are exact; a pause is a pause to the console whichever bound made it
+        mp.setattr(web_app, "MAX_SCAN_MS", 600_000)
         made: list[dict[str, object]] = []
         for b in range(N // 1000):
             # delays that do not follow creation order, so "next run" sorts differently
@@ -107,7 +111,7 @@ def test_a_search_no_index_serves_pauses_every_5000_tasks_and_goes_on_when_asked
     answers = _list_answers(page)
     page.goto(s.url + "/ui/tasks?url=matches-nothing")
     note = page.get_by_test_id("search-progress")
-    expect(note).to_contain_text(f"Searched 5,000 of {n_all:,} tasks so far, 0 found for this page.")
+    expect(note).to_contain_text(f"Searched 5,000 of {n_all:,} tasks so far, 0 found for this page;")
     expect(page.get_by_test_id("tasks-empty")).to_have_text("No match in the tasks searched so far.")
     expect(note.locator("progress")).to_have_attribute("value", "5000")
     expect(note.locator("progress")).to_have_attribute("max", str(n_all))
@@ -124,6 +128,22 @@ def test_a_search_no_index_serves_pauses_every_5000_tasks_and_goes_on_when_asked
     expect(note).to_be_hidden()  # the whole store was searched: the answer is final
     scanned = [r.json()["scanned"] for r in answers]
     assert len(scanned) == -(-n_all // 5_000) and max(scanned) == 5_000 and sum(scanned) == n_all
+
+
+def test_a_search_the_node_cut_short_on_time_pauses_the_same_way(
+    big: tuple[Served, list[dict[str, object]]], page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s, _ = big
+    monkeypatch.setattr(web_app, "MAX_SCAN_MS", 0)  # a loaded node: every skipping scan is out of time at once
+    _, stats = s.api("GET", "/stats")
+    n_all = sum(stats["tasks"].values())
+    answers = _list_answers(page)
+    page.goto(s.url + "/ui/tasks?url=matches-nothing")
+    note = page.get_by_test_id("search-progress")
+    expect(note).to_contain_text(f"Searched 51 of {n_all:,} tasks so far, 0 found for this page;")  # limit + 1
+    page.get_by_test_id("search-further").click()
+    expect(note).to_contain_text(f"Searched 102 of {n_all:,} tasks so far")
+    assert [r.json()["scanned"] for r in answers] == [51, 51]  # one request a click
 
 
 def test_searching_further_adds_the_matches_found_further_on_to_the_page(
