@@ -4,6 +4,7 @@ filters in the URL, jump to a task id, auto-refresh, and a card layout on phones
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -144,6 +145,15 @@ def test_a_search_the_node_cut_short_on_time_pauses_the_same_way(
     page.get_by_test_id("search-further").click()
     expect(note).to_contain_text(f"Searched 102 of {n_all:,} tasks so far")
     assert [r.json()["scanned"] for r in answers] == [51, 51]  # one request a click
+    # a refresh searches as far again, rather than dropping what the user asked for
+    page.get_by_test_id("refresh").click()
+    deadline = time.monotonic() + 10
+    while len(answers) < 4:  # poll, letting Playwright deliver the page's events meanwhile
+        assert time.monotonic() < deadline, f"the refresh made {len(answers) - 2} list requests"
+        page.wait_for_timeout(50)
+    expect(note).to_contain_text(f"Searched 102 of {n_all:,} tasks so far")
+    expect(page.get_by_test_id("refresh")).to_be_enabled()
+    assert [r.json()["scanned"] for r in answers] == [51] * 4
 
 
 def test_searching_further_adds_the_matches_found_further_on_to_the_page(
