@@ -83,6 +83,8 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str, str]]:
         ("tasks", "/ui/tasks", "tr[data-task-id]"),
         ("tasks-next-run", "/ui/tasks?order=next_run", "tr[data-task-id]"),
         ("task-new", "/ui/tasks/new", "[data-testid=task-form]"),
+        ("task-edit", f"/ui/tasks/{ids['cron']}/edit", "[data-testid=preview-list]"),
+        ("task-clone", f"/ui/tasks/new?clone={ids['delayed']}", "[data-testid=clone-of]"),
         ("task-cron", f"/ui/tasks/{ids['cron']}", "[data-testid=task-fields]"),
         ("task-delayed", f"/ui/tasks/{ids['delayed']}", "tr[data-exec-id]"),
         ("task-paused", f"/ui/tasks/{ids['paused']}", "[data-testid=act-resume]"),
