@@ -156,6 +156,23 @@ def test_a_search_the_node_cut_short_on_time_pauses_the_same_way(
     assert [r.json()["scanned"] for r in answers] == [51] * 4
 
 
+def test_a_search_within_a_scene_does_not_claim_a_total_it_does_not_know(
+    big: tuple[Served, list[dict[str, object]]], page: Page
+) -> None:
+    s, _ = big
+    page.goto(s.url + "/ui/tasks?scene=big&url=matches-nothing")  # the scene's index: no count per scene
+    note = page.get_by_test_id("search-progress")
+    expect(note).to_contain_text("Searched 5,000 tasks so far, 0 found for this page;")
+    expect(note.locator("progress")).to_have_count(0)
+    page.goto(s.url + "/ui/tasks?status=pending&url=matches-nothing")  # the status index: its count is known
+    expect(note).to_contain_text(f"Searched 5,000 of {_status_count(s, 'pending'):,} tasks so far")
+
+
+def _status_count(s: Served, status: str) -> int:
+    _, stats = s.api("GET", "/stats")
+    return int(stats["tasks"][status])
+
+
 def test_searching_further_adds_the_matches_found_further_on_to_the_page(
     big: tuple[Served, list[dict[str, object]]], page: Page
 ) -> None:
