@@ -170,8 +170,16 @@ def _schemas() -> dict[str, Any]:
         },
         "TaskList": {
             "type": "object",
-            "required": ["items", "next_cursor"],
-            "properties": {"items": {"type": "array", "items": _ref("Task")}, "next_cursor": _nullable("string")},
+            "required": ["items", "next_cursor", "scanned"],
+            "properties": {
+                "items": {"type": "array", "items": _ref("Task")},
+                "next_cursor": _nullable("string"),
+                "scanned": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "How many tasks this request examined (bounded per request); the items are those that matched",
+                },
+            },
         },
         "BatchCreateRequest": {
             "type": "object",

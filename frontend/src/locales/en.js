@@ -60,6 +60,9 @@ export default {
     total: 'Total: {n}', totalAll: 'Total in the store: {n} (the filtered count is not known)', jump: 'Open',
     jumpPlaceholder: 'task id', notAnId: 'Not a task id (26 letters and digits).', autoRefresh: 'Auto-refresh',
     nextRunNote: 'Only tasks with a next run (not paused, firing or finished).',
+    searchedOf: 'Searched {n} of {of} tasks so far, {m} found for this page; the search pauses here to keep the console responsive.',
+    searched: 'Searched {n} tasks so far, {m} found for this page; the search pauses here to keep the console responsive.',
+    searchFurther: 'Search further', noMatchYet: 'No match in the tasks searched so far.',
   },
   task: {
     version: 'Version',
