@@ -107,7 +107,7 @@ class LeaderSupervisor:
             cur = self._term
             if ch.is_leader and self._allowed:
                 if cur is None or cur.refs.term != ch.term:
-                    old, self._term = cur, self._start(ch.term)
+                    old, self._term = cur, self._start(ch.term, ch.heard_ago_ms)
             elif cur is not None:
                 old, self._term = cur, None
             new = self._term
@@ -127,12 +127,12 @@ class LeaderSupervisor:
                 pass
 
     # ---- terms ------------------------------------------------------------------------------------
-    def _start(self, term: int) -> _Term:
+    def _start(self, term: int, heard_ago_ms: tuple[tuple[str, int], ...] = ()) -> _Term:
         ended = threading.Event()
         ctx = TermContext(
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
             stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
-            clock=self.clock, notifications=self.notifications,
+            clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms,
             **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(

@@ -48,6 +48,9 @@ class TermContext:
     ended: threading.Event
     clock: ClockGate = field(default_factory=ClockGate.always_ok)
     """Whether this node's clock (and each worker's) agrees with the majority (docs/architecture.md#clock-skew)."""
+    heard_ago_ms: tuple[tuple[str, int], ...] = ()
+    """How long before the term began each peer was last heard over Raft (seeds the Monitor's
+    ``WorkerWatch``)."""
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     send_notices: Callable[[Any], str | None] = field(default=lambda batch: "no notification sender on this node")
     """POSTs a notification batch; None when its target answered 2xx (``molens.actors.notifier``)."""
