@@ -181,7 +181,7 @@ export default {
   },
   dl: {
     intro: 'Occurrences that failed for good. A redrive delivers one again with the same fire ID (fix the task first if its URL was the problem).',
-    at: 'Failed at', kind: 'Kind', task: 'Task', flow: 'Flow', fireId: 'Fire ID', attempts: 'Attempts', status: 'HTTP status',
+    at: 'Failed at', kind: 'Kind', task: 'Task', taskFire: 'Task / fire ID', flow: 'Flow', fireId: 'Fire ID', attempts: 'Attempts', status: 'HTTP status',
     response: 'Response', actions: 'Actions', since: 'From', until: 'To', taskPlaceholder: 'task id', empty: 'No dead letters.',
     redrive: 'Redrive', delete: 'Delete', redriveAll: 'Redrive all matching', deleteAll: 'Delete all matching', working: 'Working…',
     amoHint: 'At most once: a redrive may deliver it twice.',

@@ -169,7 +169,7 @@ export default {
   },
   dl: {
     intro: '彻底失败的运行。重新投递会以相同的触发 ID 再发送一次（如果问题出在地址，请先修改任务）。',
-    at: '失败时间', kind: '类型', task: '任务', flow: '流', fireId: '触发 ID', attempts: '尝试次数', status: 'HTTP 状态码',
+    at: '失败时间', kind: '类型', task: '任务', taskFire: '任务 / 触发 ID', flow: '流', fireId: '触发 ID', attempts: '尝试次数', status: 'HTTP 状态码',
     response: '响应', actions: '操作', since: '从', until: '到', taskPlaceholder: '任务 ID', empty: '没有死信。',
     redrive: '重新投递', delete: '删除', redriveAll: '重新投递全部匹配项', deleteAll: '删除全部匹配项', working: '处理中…',
     amoHint: '至多一次：重新投递可能导致重复送达。',
