@@ -29,7 +29,8 @@ import yaml
 
 from molens.errors import MolensError
 from molens.fsm.machine import DEFAULT_CONFIG as MACHINE_DEFAULTS
-from molens.model import DEFAULT_POLICY, CallbackPolicy
+from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, check_url
+from molens.schema import Backoff, RetryJitter, RetryPolicy
 
 ENV_PREFIX = "MOLENS_"
 
@@ -233,6 +234,31 @@ class CallbackPolicyConfig:
     deny_cidrs: tuple[str, ...] = _opt((), _cidrs, factory=tuple)
 
 
+def _statuses(v: Any) -> str | None:
+    bad = [c for c in v if not 300 <= c <= 599]
+    return f"statuses must be in 300..599, got {bad[0]}" if bad else None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """The node's default retry policy (``max_retries`` is ``scheduler.default_max_retries``)."""
+
+    backoff: Backoff = Backoff.EXPONENTIAL
+    initial_ms: int = _opt(1_000, _int_range(0, 86_400_000))
+    factor: int = _opt(2, _int_range(1, 10))
+    max_ms: int = _opt(3_600_000, _int_range(0, 86_400_000))
+    jitter: RetryJitter = RetryJitter.NONE
+    non_retryable_statuses: tuple[int, ...] = _opt((), _statuses, factory=tuple)
+    max_throttle_ms: int = _opt(3_600_000, _int_range(0, 604_800_000))
+
+    def policy(self, max_retries: int) -> RetryPolicy:
+        return RetryPolicy(
+            max_retries=max_retries, backoff=self.backoff, initial_ms=self.initial_ms, factor=self.factor,
+            max_ms=self.max_ms, jitter=self.jitter, non_retryable_statuses=tuple(sorted(set(self.non_retryable_statuses))),
+            max_throttle_ms=self.max_throttle_ms,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     tick_ms: int = _opt(10, _int_range(1, 1000))
@@ -247,7 +273,22 @@ class SchedulerConfig:
     expire_rate_limit_qps: int = _opt(100, _int_min(1))
     history_max_records_per_task: int = _opt(200, _int_min(1))
     max_inflight_fires: int = _opt(10_000, _int_min(1))
+    dead_letter_retention_minutes: int = _opt(10_080, _int_min(1))
     callback_policy: CallbackPolicyConfig = field(default_factory=CallbackPolicyConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class NotificationsConfig:
+    """Failure notifications (docs/architecture.md#notifications)."""
+
+    url: str = ""
+    """The notification target of a task that gives no ``notify_url`` ("" = none); checked by the
+    callback host policy like a callback URL."""
+    batch_max: int = _opt(100, _int_range(1, 1000))
+    timeout_ms: int = _opt(5_000, _int_range(100, 60_000))
+    retention_minutes: int = _opt(1_440, _int_min(1))
+    """A notification its target has not acknowledged for this long is dropped (logged, counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +306,7 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="", compare=False)
     """The file this was loaded from ("" when built in code); not a config key."""
@@ -448,6 +490,11 @@ def _cross_checks(cfg: Config) -> None:
         if addr in seen:
             raise ConfigError(name, f"same address as {seen[addr]} ({addr})")
         seen[addr] = name
+    if cfg.notifications.url:
+        try:
+            check_url(cfg.notifications.url, "notifications.url", callback_policy(cfg), DEFAULT_LIMITS)
+        except MolensError as exc:
+            raise ConfigError("notifications.url", str(exc)) from None
 
 
 def load_dict(

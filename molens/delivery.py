@@ -148,9 +148,14 @@ class FireResult:
     latency_ms: float
     worker: str
     error: str = ""
+    no_retry: bool = False
+    """The response carried ``X-Molens-No-Retry: true``: the receiver ends this occurrence's retries."""
     retry_after_ms: int = 0
     """Epoch ms a 429/503 answer asked to wait until (its ``Retry-After``, seconds or an HTTP date,
     capped by ``worker.max_retry_after_ms``); 0 when it did not ask."""
+
+
+NO_RETRY_HEADER = "X-Molens-No-Retry"
 
 
 class DeliveryCodecError(MolensError, ValueError):
@@ -173,11 +178,11 @@ def encode_fire_batch(requests: Iterable[FireRequest]) -> bytes:
 
 
 def encode_fire_results(results: Iterable[FireResult]) -> bytes:
-    """``[b"fire_results", [[fire_id, kind, status, outcome, head, latency_ms, worker, error,
+    """``[b"fire_results", [[fire_id, kind, status, outcome, head, latency_ms, worker, error, no_retry,
     retry_after_ms], ...]]``."""
     items = [
         (r.fire_id, r.kind.value, r.status_code, r.outcome.value, r.response_head, r.latency_ms, r.worker, r.error,
-         r.retry_after_ms)
+         r.no_retry, r.retry_after_ms)
         for r in results
     ]
     return msgpack.packb((_FIRE_RESULTS, items), use_bin_type=True)  # type: ignore[no-any-return]
@@ -217,17 +222,18 @@ def decode_fire_batch(frame: bytes) -> list[FireRequest]:
 
 def decode_fire_results(frame: bytes) -> list[FireResult]:
     out = []
-    for i, item in enumerate(_unpack(frame, _FIRE_RESULTS, 9, min_width=8)):
-        fid, kind, status, outcome, head, lat, worker, err = item[:8]
-        ra = item[8] if len(item) > 8 else 0  # a worker of the previous version sends 8 fields
+    for i, item in enumerate(_unpack(frame, _FIRE_RESULTS, 10, min_width=9)):
+        fid, kind, status, outcome, head, lat, worker, err, no_retry = item[:9]
+        ra = item[9] if len(item) > 9 else 0  # a worker of the previous version sends 9 fields
         try:
             if not (isinstance(fid, str) and isinstance(head, bytes) and isinstance(worker, str)
-                    and isinstance(err, str)):
+                    and isinstance(err, str) and isinstance(no_retry, bool)):
                 raise TypeError("wrong field type")
             sc = None if status is None else _int(status)
             out.append(FireResult(
                 fire_id=fid, kind=FireKind(kind), status_code=sc, outcome=DeliveryOutcome(outcome),
-                response_head=head, latency_ms=_num(lat), worker=worker, error=err, retry_after_ms=_int(ra),
+                response_head=head, latency_ms=_num(lat), worker=worker, error=err, no_retry=no_retry,
+                retry_after_ms=_int(ra),
             ))
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_results: item {i}: {e}") from e
@@ -305,7 +311,8 @@ def to_result_item(r: FireResult) -> ResultItem:
     head = r.response_head.decode("utf-8", "replace") if r.status_code is not None or r.response_head else None
     return ResultItem(
         fire_id=r.fire_id, kind=r.kind, status_code=r.status_code, outcome=_MODEL_OUTCOME[r.outcome],
-        response_head=head, latency_ms=round(r.latency_ms), worker=r.worker, retry_after_ms=r.retry_after_ms,
+        response_head=head, latency_ms=round(r.latency_ms), worker=r.worker, no_retry=r.no_retry,
+        retry_after_ms=r.retry_after_ms,
     )
 
 
@@ -500,12 +507,13 @@ class Deliverer:
             if not reusable:
                 resp.close()  # closes the socket: the pool will reconnect for the next request
             resp.release_conn()
+        no_retry = status >= 300 and (resp.headers.get(NO_RETRY_HEADER) or "").strip().lower() == "true"
         ra = 0
         if status in THROTTLE_STATUSES:
             ra = retry_after_ms(resp.headers.get("Retry-After"), self._wall_ms(), self.max_retry_after_ms)
         return FireResult(
             fire_id=req.fire_id, kind=req.kind, status_code=status, outcome=outcome_for_status(status),
-            response_head=head, latency_ms=latency_ms, worker=self.node_id, retry_after_ms=ra,
+            response_head=head, latency_ms=latency_ms, worker=self.node_id, no_retry=no_retry, retry_after_ms=ra,
         )
 
     def _route(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:

@@ -61,11 +61,14 @@ from molens.errors import (
 )
 from molens.schedule import cron
 from molens.schema import (
+    DEFAULT_RETRY,
     CatchUp,
+    DeadLetterKind,
     ExecutionResult,
     FireKind,
     Outcome,
     Reliability,
+    RetryPolicy,
     Status,
     Task,
     TaskSpec,
@@ -117,6 +120,11 @@ class Limits:
     max_url_length: int = 2_048
     max_idempotency_key: int = 128
     max_cron_length: int = 256
+    default_retry: RetryPolicy = DEFAULT_RETRY
+    default_notify_url: str = ""
+    """``notifications.url``: the notification target of a task that gives none ("" = none)."""
+    """The node's retry policy for a task that gives none (``scheduler.retry``); its ``max_retries``
+    is ``default_max_retries``."""
 
 
 MAX_EPOCH_MS = 253_402_300_799_999
@@ -556,6 +564,16 @@ def decode_update(
         v = getattr(current, f.name)
         if v is not None and (f.name in by_rule or f.name not in defaults or v != defaults[f.name]):
             base[f.encode_name] = msgspec.Raw(v if f.encode_name == "payload" else msgspec.json.encode(v))
+    # retry.max_retries is the top-level max_retries: a patch of one of them sets both
+    if "retry" in base:
+        if "retry" in patch:
+            base.pop("max_retries", None)
+        else:
+            kept = msgspec.json.decode(bytes(base["retry"]))
+            kept.pop("max_retries", None)
+            base["retry"] = msgspec.Raw(msgspec.json.encode(kept))
+    elif "retry" in patch:
+        base.pop("max_retries", None)
     if any(k in patch and bytes(patch[k]) != b"null" for k in _SCHEDULE_KEYS):
         for k in _SCHEDULE_KEYS:
             base.pop(k, None)
@@ -635,6 +653,12 @@ def _apply_rules(
         elif out["reliability"] is Reliability.AT_MOST_ONCE:
             raise ValidationError("ack_url needs reliability at_least_once", "ack_url")
 
+    _resolve_retry(out, given, limits)
+    if given.get("notify_url") is not None:
+        check_url(given["notify_url"], "notify_url", policy, limits)
+    elif limits.default_notify_url and "notify_url" in out:
+        out["notify_url"] = limits.default_notify_url
+
     raw = given["payload"]
     body = b"null" if raw is None else msgspec.json.format(bytes(raw), indent=-1)
     if len(body) > limits.max_payload_bytes:
@@ -655,12 +679,38 @@ def _apply_rules(
         out["max_fails"] = 1
 
 
+def _resolve_retry(out: dict[str, Any], given: dict[str, Any], limits: Limits) -> None:
+    """``retry`` from the request's fields over the node default; ``max_retries`` (top level) is an
+    alias of ``retry.max_retries``: both given and different is an error. Stored as None when the
+    policy is the seed's (docs/architecture.md#retry-policy)."""
+    r, top = given.get("retry"), given["max_retries"]
+    vals = {} if r is None else {k: v for k in r.__struct_fields__ if (v := getattr(r, k)) is not None}
+    if top is not None and vals.get("max_retries", top) != top:
+        raise ValidationError(
+            f"max_retries ({top}) and retry.max_retries ({vals['max_retries']}) disagree; give one", "max_retries"
+        )
+    mr = vals.pop("max_retries", top if top is not None else limits.default_max_retries)
+    for code in vals.get("non_retryable_statuses", ()):
+        if not 300 <= code <= 599:
+            raise ValidationError(
+                f"retry.non_retryable_statuses must hold statuses in 300..599, got {code}",
+                "retry.non_retryable_statuses",
+            )
+    policy = msgspec.structs.replace(limits.default_retry, max_retries=mr, **vals)
+    if "non_retryable_statuses" in vals:
+        policy = msgspec.structs.replace(policy, non_retryable_statuses=tuple(sorted(set(vals["non_retryable_statuses"]))))
+    out["max_retries"] = mr
+    out["retry"] = None if policy == RetryPolicy(max_retries=mr) else policy
+
+
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_POLICY",
     "TERMINAL_STATUSES",
     "CatchUp",
     "CallbackPolicy",
+    "DeadLetterKind",
+    "RetryPolicy",
     "Execution",
     "ExecutionResult",
     "FireKind",

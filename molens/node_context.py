@@ -186,6 +186,10 @@ class NodeContext:
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)
 
+    @property
+    def dead_letters(self) -> TaskStore:
+        return self.store
+
     def read_barrier(self, timeout_s: float) -> None:
         try:
             self.peer.read_index(timeout_s)
@@ -307,14 +311,21 @@ class NodeContext:
             "rss_bytes": rss_bytes(),
             "disk": self._disk.get(),
             "api_proposals": self.proposals,
+            "dead_letters": self.store.dead_count(),
+            "notifications": {"outbox": self.store.outbox_count()},
         }
         sched = self._extra_stats() if self._extra_stats is not None else None
         if sched is not None:
             out["scheduler"] = sched
             late = sched.get("timings", {}).get("fire_lateness")  # due -> sent, on this node's worker
             out["lateness_p99_ms"] = late["p99_ms"] if late else None
+            out["notifications"].update(
+                sent=sched.get("notifications_sent", 0), dropped=sched.get("notifications_dropped", 0),
+                failures=sched.get("notification_failures", 0),
+            )
             out["cleanup"] = {
                 "expired": sched.get("expired", 0),
+                "dead_letters_expired": sched.get("dead_letters_expired", 0),
                 "retention_ms": self.cfg.scheduler.task_retention_minutes * 60_000,
                 "rate_limit_qps": self.cfg.scheduler.expire_rate_limit_qps,
             }
@@ -385,6 +396,8 @@ class NodeContext:
             clock=self._clock_metrics(),
             refused=self._refused(st),
             storage=self._storage_metrics(),
+            dead_letters={"stored": self.store.dead_count(), "outbox": self.store.outbox_count(),
+                          **{f"written:{k}": v for k, v in self.store.dead_written.items()}},
         )
 
     def _refused(self, st: dict[str, Any]) -> dict[str, dict[str, int]]:

@@ -49,6 +49,7 @@ from molens.actors.messages import (
     SetObserver,
     WorkerReport,
 )
+from molens.actors.notifier import NoticeSender
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
@@ -123,7 +124,11 @@ class Scheduler:
         self.supervisor = LeaderSupervisor(
             node_id=self.node_id, cfg=cfg.scheduler, store=self.store, propose_batch=self.peer.propose_batch,
             stats=self.stats, pool=self._pool_ref, send_fires=self.send_fires, local_free=pool.free_capacity,
-            fatal=self.fatal, clock=self.clock,
+            fatal=self.fatal, clock=self.clock, notifications=cfg.notifications,
+            send_notices=NoticeSender(
+                make_pool_manager(4, callback_policy(cfg)), cfg.notifications.timeout_ms,
+                (w.signing_secret, w.signing_secret_next),
+            ),
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)

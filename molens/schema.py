@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import operator
 import re
 import types
@@ -128,6 +129,43 @@ class ExecutionResult(enum.StrEnum):
     names the version and the fields."""
 
 
+class Backoff(enum.StrEnum):
+    """How the wait before a retry grows (docs/architecture.md#retry-policy)."""
+
+    EXPONENTIAL = "exponential"
+    """``initial_ms * factor ** (n - 1)`` before retry ``n``, at most ``max_ms``."""
+    FIXED = "fixed"
+    """``initial_ms`` before every retry."""
+
+
+class RetryJitter(enum.StrEnum):
+    NONE = "none"
+    FULL = "full"
+    """The wait is drawn from ``[0, wait)`` (a hash of the fire id and attempt: every replica agrees)."""
+
+
+class DeadLetterKind(enum.StrEnum):
+    """Why an occurrence failed for good (docs/architecture.md#dead-letters)."""
+
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    """Every attempt failed (an at_most_once fire has one)."""
+    NON_RETRYABLE = "non_retryable"
+    """The receiver's answer ended the retries: 404, a status in ``retry.non_retryable_statuses``,
+    or ``X-Molens-No-Retry: true``."""
+    ACK_FAILED = "ack_failed"
+    """The callback was answered 2xx but every ACK probe failed."""
+    UNKNOWN = "unknown"
+    """An at_most_once fire whose worker was lost: maybe delivered, never sent again."""
+
+
+class NoticeType(enum.StrEnum):
+    """What a failure notification says (docs/architecture.md#notifications)."""
+
+    TASK_FAILED = "task_failed"
+    TASK_INACTIVE = "task_inactive"
+    DEAD_LETTER = "dead_letter"
+
+
 # -------------------------------------------------------------------------------------------------
 # the declaration
 
@@ -145,15 +183,19 @@ def rule(
     default: str | None = None,
     internal: bool = False,
     format: str | None = None,
+    view: str | None = None,
 ) -> msgspec.Meta:
     """A field's description and request bounds. A ``str`` bound or ``default`` names a ``Limits``
     attribute (a node setting), ``default="rule"`` a default that a rule of
-    :func:`molens.model.validate_create` decides; ``internal`` keeps the field out of the API's JSON."""
+    :func:`molens.model.validate_create` decides; ``internal`` keeps the field out of the API's JSON;
+    ``view`` names the attribute the JSON shows instead of the stored value (a property resolving a
+    default)."""
     extra = {
         k: v
         for k, v in (
             ("ge", ge), ("le", le), ("min_length", min_length), ("max_length", max_length),
             ("pattern", pattern), ("default", default), ("internal", internal or None), ("format", format),
+            ("view", view),
         )
         if v is not None
     }
@@ -162,6 +204,43 @@ def rule(
 
 FLOW_KEY_PATTERN = r"^[A-Za-z0-9_.:\[\]-]{1,128}$"
 """What a flow key may be (``flow_key``, ``/flows/{key}``); a URL's ``host:port`` fits it."""
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How an at_least_once occurrence is retried (docs/architecture.md#retry-policy). The defaults
+    are the seed's rule: up to 3 retries after 1 s, 2 s, 4 s. Encoded as a map (it is stored only
+    when it differs from those defaults: ``TaskSpec.retry`` is None otherwise)."""
+
+    max_retries: Annotated[int, rule("Retries of one occurrence (the top-level max_retries is an alias)", ge=0,
+                                     le="max_retries")] = 3
+    backoff: Annotated[Backoff, rule("exponential (initial_ms * factor^(n-1)) or fixed (initial_ms)")] = (
+        Backoff.EXPONENTIAL
+    )
+    initial_ms: Annotated[int, rule("Wait before the first retry", ge=0, le=86_400_000)] = 1_000
+    factor: Annotated[int, rule("exponential: growth of the wait per retry", ge=1, le=10)] = 2
+    max_ms: Annotated[int, rule("Longest wait before a retry", ge=0, le=86_400_000)] = 3_600_000
+    jitter: Annotated[RetryJitter, rule("none, or full: the wait is drawn from [0, wait)")] = RetryJitter.NONE
+    non_retryable_statuses: Annotated[
+        tuple[int, ...], rule("HTTP statuses that fail the occurrence at once (404 always does)", max_length=32)
+    ] = ()
+    max_throttle_ms: Annotated[
+        int,
+        rule("429/503 with Retry-After do not use up max_retries until the occurrence has been throttled this long",
+             ge=0, le=604_800_000),
+    ] = 3_600_000
+
+    def wait_ms(self, retry: int, fire_id: str) -> int:
+        """The wait before retry ``retry`` (1-based) of the fire ``fire_id``."""
+        if self.backoff is Backoff.FIXED:
+            wait = self.initial_ms
+        else:
+            wait = self.initial_ms * self.factor ** min(retry - 1, 64)
+        wait = min(wait, self.max_ms)
+        if self.jitter is RetryJitter.FULL and wait > 1:
+            h = hashlib.blake2b(f"{fire_id}:{retry}".encode(), digest_size=8).digest()
+            wait = int.from_bytes(h, "big") % wait
+        return wait
+
+
+DEFAULT_RETRY = RetryPolicy()
 
 
 class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
@@ -253,6 +332,17 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     catchup_window_ms: Annotated[
         int, rule("periodic, catchup all: how far back missed occurrences are still fired", ge=0, le=31_536_000_000)
     ] = 3_600_000
+    retry: Annotated[
+        RetryPolicy | None,
+        rule("at_least_once: the retry policy; fields left out take the node's default (scheduler.retry)",
+             view="retry_policy"),
+    ] = None
+    """None when the policy is the seed's (with this spec's ``max_retries``): see :attr:`retry_policy`."""
+    notify_url: Annotated[
+        str | None,
+        rule("http(s) URL that gets signed failure notifications (task failed or inactive, dead letter); "
+             "default: the node's notifications.url", max_length="max_url_length", format="uri"),
+    ] = None
     flow_key: Annotated[
         str | None,
         rule(
@@ -263,9 +353,32 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     ] = None
 
     @property
+    def retry_policy(self) -> RetryPolicy:
+        """The retry policy in force (``max_retries`` is the top-level field's)."""
+        r = self.retry
+        if r is None:
+            return DEFAULT_RETRY if self.max_retries == 3 else RetryPolicy(max_retries=self.max_retries)
+        return r
+
+    @property
     def payload(self) -> Any:
         """The payload as a JSON value (decoded on each access; the body is kept encoded)."""
         return msgspec.json.decode(self.payload_json)
+
+
+class Rewound(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
+    """A periodic task's own occurrence, put aside while a redrive re-runs an older one
+    (docs/architecture.md#dead-letters); restored when the redriven occurrence ends."""
+
+    status: Status
+    seq: int
+    sched_ms: int
+    due_ms: int | None
+    attempt: int
+    ack_attempt: int
+    free_attempts: int
+    throttled_since_ms: int
+    skipped_to: bool
 
 
 class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
@@ -311,6 +424,24 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     skipped_to: Annotated[bool, rule("catchup none moved this occurrence past missed ones", internal=True)] = False
     """Set when ``catchup`` none skipped missed instants to this occurrence: it then fires even if
     it is late again (a scheduler lagging by more than a period must still fire something)."""
+    free_attempts: Annotated[
+        int, rule("Attempts of this occurrence that do not count against max_retries", internal=True)
+    ] = 0
+    """Throttled attempts (429/503 with Retry-After, within ``retry.max_throttle_ms``) and the
+    attempts made before a redrive (docs/architecture.md#retry-policy)."""
+    throttled_since_ms: Annotated[
+        int, rule("When this occurrence was first throttled (0: not throttled)", internal=True)
+    ] = 0
+    rewound: Annotated[
+        Rewound | None, rule("The task's own state while a redrive re-runs an older occurrence", internal=True)
+    ] = None
+    redrives: Annotated[
+        tuple[tuple[int, int, int], ...],
+        rule("Redriven occurrences waiting their turn: (seq, scheduled instant, attempts made)", internal=True),
+    ] = ()
+    ack_base: Annotated[int, rule("ACK probes made before the latest redrive", internal=True)] = 0
+    """A redriven delayed task's ACK probes go on numbering from here (an ACK attempt is never
+    recorded twice) and get ``ack_ttl`` probes again."""
 
     @property
     def fire_id(self) -> str:
@@ -326,6 +457,50 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         """Inverse of :meth:`to_json` (internal fields: ``sched_ms`` from ``sched_at`` or the next
         run, ``inflight`` none)."""
         return _from_view(cls, d)
+
+
+class DeadLetter(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
+    """An occurrence that failed for good (docs/architecture.md#dead-letters), replicated."""
+
+    id: str
+    """``{fire_id}.{attempt}`` (``.ack{n}`` for an ACK phase): one per attempt that ended an occurrence."""
+    task_id: str
+    fire_id: str
+    seq: int
+    kind: DeadLetterKind
+    attempts: int
+    status_code: int | None
+    response_head: str | None
+    at_ms: int
+    flow: str
+    scene: str
+    url: str
+    reliability: Reliability
+    sched_ms: int
+    result: ExecutionResult
+
+    def to_json(self) -> dict[str, Any]:
+        d = msgspec.structs.asdict(self)
+        d["at"] = d.pop("at_ms")
+        d["scheduled_at"] = d.pop("sched_ms")
+        return {k: v.value if isinstance(v, enum.Enum) else v for k, v in d.items()}
+
+
+class Notice(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
+    """One failure notification waiting in the replicated outbox until its target acknowledged it."""
+
+    id: str
+    """Deterministic (the same on every replica), so a receiver can de-duplicate redeliveries."""
+    type: NoticeType
+    task_id: str
+    fire_id: str
+    at_ms: int
+    detail: str
+    url: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type.value, "task_id": self.task_id, "fire_id": self.fire_id,
+                "at": self.at_ms, "detail": self.detail}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -367,11 +542,21 @@ def _bound(v: int | str | None, limits: Any) -> int | None:
 def create_type(limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> type[msgspec.Struct]:
     """The create request for a node with ``limits``: every ``spec_type`` field under its JSON
     name, nullable, with its bounds; unknown fields refused."""
+    return _request_type(limits, spec_type, "TaskCreate")
+
+
+@functools.cache
+def _request_type(limits: Any, cls: type[msgspec.Struct], name: str) -> type[msgspec.Struct]:
+    """``cls`` as a request: its fields nullable and bounded; a nested Struct field the same way."""
     fields: list[tuple[str, Any, Any]] = []
-    hints = _hints(spec_type)
-    for f in msgspec.structs.fields(spec_type):
+    hints = _hints(cls)
+    for f in msgspec.structs.fields(cls):
         bare, extra, desc = _split(hints[f.name])
         inner = _non_null(bare)
+        if isinstance(inner, type) and issubclass(inner, msgspec.Struct):
+            sub = _request_type(limits, inner, f"{inner.__name__}Create")
+            fields.append((f.encode_name, Annotated[sub | None, msgspec.Meta(description=desc)], None))
+            continue
         if inner is bytes:
             raw_t: Any = Annotated[msgspec.Raw | msgspec.UnsetType, msgspec.Meta(description=desc)]
             fields.append((f.encode_name, raw_t, msgspec.UNSET))
@@ -388,7 +573,7 @@ def create_type(limits: Any, spec_type: type[TaskSpec] = TaskSpec) -> type[msgsp
         typ: Any = Annotated[bounded if required else bounded | None, msgspec.Meta(description=desc)]
         fields.append((f.encode_name, typ, msgspec.NODEFAULT if required else None))
     return msgspec.defstruct(
-        "TaskCreate", fields, forbid_unknown_fields=True, frozen=True, kw_only=True,
+        name, fields, forbid_unknown_fields=True, frozen=True, kw_only=True,
         module=__name__,
     )
 
@@ -448,8 +633,10 @@ class _View:
                     if _non_null(sbare) is bytes:
                         self._raw.append(len(fields))
                         sbare = Any
+                    if "view" in sextra:
+                        sbare = _non_null(sbare)
                     fields.append((sf.encode_name, Annotated[sbare, msgspec.Meta(description=sdesc)]))
-                    paths.append(f"{f.name}.{sf.name}")
+                    paths.append(f"{f.name}.{sextra.get('view', sf.name)}")
                 continue
             fields.append((f.encode_name, Annotated[bare, msgspec.Meta(description=desc)]))
             paths.append(f.name)
@@ -539,6 +726,10 @@ def openapi_components(
     (_, _), comps = msgspec.json.schema_components(
         [create_type(limits, spec_type), view_type(task_type)], ref_template="#/components/schemas/{name}"
     )
+    for comp in comps.values():  # tuple defaults of nested policies as JSON arrays
+        for p in comp.get("properties", {}).values():
+            if isinstance(p.get("default"), tuple):
+                p["default"] = list(p["default"])
     props = comps["TaskCreate"]["properties"]
     defaults = spec_defaults(limits, spec_type)
     for f in msgspec.structs.fields(spec_type):
@@ -579,7 +770,8 @@ def request_error(
     field = m.group("path") if m else None
     what = msg[: m.start()] if m else msg
     if mm := re.fullmatch(r"Object contains unknown field `(.*)`", what, re.S):
-        return ValidationError(f"unknown field {mm.group(1)!r}", mm.group(1))
+        name = f"{field}.{mm.group(1)}" if field else mm.group(1)
+        return ValidationError(f"unknown field {name!r}", name)
     if mm := re.fullmatch(r"Object missing required field `(.*)`", what, re.S):
         return ValidationError(f"{mm.group(1)} is required", mm.group(1))
     if field is None:
@@ -591,24 +783,34 @@ def request_error(
     if mm := re.fullmatch(r"Expected `([^`]*)`, got `(\w+)`", what):
         got = _TYPE_NAMES.get(mm.group(2), mm.group(2)).split(" ")[-1]
         return ValidationError(f"{field} must be {_kind(mm.group(1))}, got {got}", field)
+    owner: Any = spec_type
+    leaf = field
+    if "." in field:  # a nested policy's field: retry.max_retries
+        head, _, leaf = field.partition(".")
+        f = next((f for f in msgspec.structs.fields(spec_type) if f.encode_name == head), None)
+        nested = _non_null(_split(_hints(spec_type)[f.name])[0]) if f is not None else None
+        owner = nested if isinstance(nested, type) and issubclass(nested, msgspec.Struct) else None
+    if owner is None:
+        return ValidationError(f"{field}: {what}", field)
     if what.startswith("Invalid enum value"):
-        f = next((f for f in msgspec.structs.fields(spec_type) if f.encode_name == field), None)
+        f = next((f for f in msgspec.structs.fields(owner) if f.encode_name == leaf), None)
         if f is not None:
-            bare = _non_null(_split(_hints(spec_type)[f.name])[0])
+            bare = _non_null(_split(_hints(owner)[f.name])[0])
             if isinstance(bare, type) and issubclass(bare, enum.Enum):
                 allowed = " or ".join(repr(e.value) for e in bare)
                 return ValidationError(f"{field} must be {allowed}", field)
-    for f in msgspec.structs.fields(spec_type):
-        if f.encode_name != field:
+    for f in msgspec.structs.fields(owner):
+        if f.encode_name != leaf:
             continue
-        _, extra, _ = _split(_hints(spec_type)[f.name])
+        _, extra, _ = _split(_hints(owner)[f.name])
         if "pattern" in extra and "regex" in what:
             return ValidationError(f"{field} must match {extra['pattern'].strip('^$')}", field)
         if "length" in what:
             lo, hi = extra.get("min_length", 0), _bound(extra.get("max_length"), limits)
             if hi is None:
                 return ValidationError(f"{field} must be at least {lo} characters", field)
-            return ValidationError(f"{field} must be {lo}..{hi} characters", field)
+            unit = "items" if "Array" in what else "characters"
+            return ValidationError(f"{field} must be {lo}..{hi} {unit}", field)
         if "ge" in extra or "le" in extra:
             lo, hi = extra.get("ge"), _bound(extra.get("le"), limits)
             rng = f"{lo}..{hi}" if lo is not None and hi is not None else (f">= {lo}" if lo is not None else f"<= {hi}")
@@ -617,13 +819,21 @@ def request_error(
 
 
 __all__ = [
+    "DEFAULT_RETRY",
     "FLOW_KEY_PATTERN",
     "FORMAT",
+    "Backoff",
     "CatchUp",
+    "DeadLetter",
+    "DeadLetterKind",
+    "Notice",
+    "NoticeType",
     "ExecutionResult",
     "FireKind",
     "Outcome",
     "Reliability",
+    "RetryJitter",
+    "RetryPolicy",
     "Status",
     "Task",
     "TaskSpec",

@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
+import molens.web.app as web_app  # noqa: E402
 from molens.model import Execution, ExecutionResult, FireKind  # noqa: E402
-from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, Served, serve_ui, wait_until  # noqa: E402
+from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, Served, fail_for_good, serve_ui, wait_until  # noqa: E402
 
 VIEWPORTS = {"desktop": {"width": 1440, "height": 900}, "phone": {"width": 390, "height": 844}}
 LANGS = ("en", "zh")
@@ -48,6 +49,10 @@ def seed(s: Served) -> dict[str, str]:
         "interval": {"type": "periodic", "interval_ms": 60_000, "scene": "heartbeat"},
         "delayed": {"type": "delayed", "interval_ms": 7_200_000, "ack_url": cb, "payload": {"order_id": 42}, "scene": "orders"},
         "paused": {"type": "delayed", "interval_ms": 3_600_000, "scene": "orders"},
+        "dead": {"type": "delayed", "interval_ms": 1_800_000, "scene": "orders", "max_retries": 0,
+                 "retry": {"non_retryable_statuses": [409, 422]}},
+        "dead_amo": {"type": "delayed", "interval_ms": 2_400_000, "scene": "orders", "reliability": "at_most_once"},
+        "dead_404": {"type": "delayed", "interval_ms": 3_000_000, "scene": "orders"},
     }
     ids = {}
     for name, body in bodies.items():
@@ -58,6 +63,9 @@ def seed(s: Served) -> dict[str, str]:
     st, _ = s.api("POST", "/tasks/batch", {"tasks": extra})
     assert st == 201
     s.api("POST", f"/tasks/{ids['paused']}/pause")
+    fail_for_good(s, ids["dead"], 500, '{"error": "upstream down"}')
+    fail_for_good(s, ids["dead_amo"], 503, "Service Unavailable")
+    fail_for_good(s, ids["dead_404"], 404, "no such order")
     now = int(time.time() * 1000)
     results = [ExecutionResult.SUCCESS] * 8 + [ExecutionResult.TIMEOUT, ExecutionResult.FAILED, ExecutionResult.ACK_SUCCESS]
     rows = [
@@ -82,10 +90,14 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str, str]]:
         ("tasks", "/ui/tasks", "tr[data-task-id]"),
         ("tasks-next-run", "/ui/tasks?order=next_run", "tr[data-task-id]"),
         ("task-new", "/ui/tasks/new", "[data-testid=task-form]"),
+        ("task-edit", f"/ui/tasks/{ids['cron']}/edit", "[data-testid=preview-list]"),
+        ("task-clone", f"/ui/tasks/new?clone={ids['delayed']}", "[data-testid=clone-of]"),
         ("task-cron", f"/ui/tasks/{ids['cron']}", "[data-testid=task-fields]"),
         ("task-delayed", f"/ui/tasks/{ids['delayed']}", "tr[data-exec-id]"),
         ("task-paused", f"/ui/tasks/{ids['paused']}", "[data-testid=act-resume]"),
         ("executions", "/ui/executions", "tr[data-exec-id]"),
+        ("dead-letters", "/ui/dead-letters", "tr[data-dl-id]"),
+        ("task-dead", f"/ui/tasks/{ids['dead']}", "[data-testid=task-dead-letters] tr[data-dl-id]"),
         ("latency", "/ui/latency", "[data-testid=latency-table] tbody tr"),
         ("timewheel", "/ui/timewheel", "h1"),
         ("cluster", "/ui/cluster", "tr[data-node]"),
@@ -116,6 +128,17 @@ def _ready(http: urllib3.PoolManager, url: str) -> bool:
         return http.request("GET", url + "/readyz").status == 200
     except urllib3.exceptions.HTTPError:
         return False
+
+
+@contextlib.contextmanager
+def _scan_time(ms: int) -> Iterator[None]:
+    """The in-process app's list scans stop after ``ms`` (molens.web.app.MAX_SCAN_MS) meanwhile."""
+    old = web_app.MAX_SCAN_MS
+    web_app.MAX_SCAN_MS = ms
+    try:
+        yield
+    finally:
+        web_app.MAX_SCAN_MS = old
 
 
 def shoot(page: Page, out: Path, stem: str) -> str:
@@ -159,9 +182,30 @@ def main() -> int:
                         page.get_by_test_id("submit").click()
                         page.get_by_test_id("err-delay").wait_for()
                         shots.append((f"{stem}-task-new-errors", shoot(page, out, f"{stem}-task-new-errors")))
+                        # the retry policy with one bad value, and a dead-letter bulk confirmation
+                        page.goto(s.url + "/ui/tasks/new")
+                        page.locator("details.advanced summary").click()
+                        page.get_by_test_id("f-backoff").select_option("exponential")
+                        page.get_by_test_id("f-retry-statuses").fill("409, 422")
+                        page.get_by_test_id("f-retry-factor").fill("12")
+                        page.get_by_test_id("submit").click()
+                        page.get_by_test_id("err-retry.factor").wait_for()
+                        shots.append((f"{stem}-task-new-retry", shoot(page, out, f"{stem}-task-new-retry")))
+                        page.goto(s.url + "/ui/dead-letters?kind=retries_exhausted")
+                        page.locator("tr[data-dl-id]").first.wait_for()
+                        page.get_by_test_id("redrive-all").click()
+                        page.get_by_test_id("confirm-filter").wait_for()
+                        shots.append((f"{stem}-dead-letters-confirm", shoot(page, out, f"{stem}-dead-letters-confirm")))
                         page.goto(s.url + "/ui/tasks")
                         page.get_by_test_id("select-all" if vname == "desktop" else "select-all-sm").check()
                         shots.append((f"{stem}-tasks-selected", shoot(page, out, f"{stem}-tasks-selected")))
+                        # a search no index serves, paused with "Search further": the 64 tasks here
+                        # are too few to reach 5,000, so the app runs as a loaded node would, out
+                        # of time at once (MAX_SCAN_MS 0: each request examines limit + 1 tasks)
+                        with _scan_time(0):
+                            page.goto(s.url + "/ui/tasks?url=no-such-hook")
+                            page.get_by_test_id("search-further").wait_for()
+                            shots.append((f"{stem}-tasks-search-paused", shoot(page, out, f"{stem}-tasks-search-paused")))
                         page.goto(cluster_url + "/ui/cluster")
                         page.locator("[data-testid=node-down]").wait_for()
                         shots.append((f"{stem}-cluster-3-nodes", shoot(page, out, f"{stem}-cluster-3-nodes")))

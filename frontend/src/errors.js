@@ -3,7 +3,8 @@
 import { t } from './i18n.js'
 
 function has(key) {
-  return t(key) !== key
+  const s = t(key)
+  return typeof s === 'string' && s !== key // err.field.retry is a group of messages, not one
 }
 
 /** The translated message of an ApiError (or any Error) `e`. */

@@ -142,3 +142,38 @@ export function formatInput(ms, utc = false) {
   if (ms === null || ms === undefined) return ''
   return fmtTime(ms, utc ? 'UTC' : browserZone, { zone: false })
 }
+
+/** The waits before retries 1..n of `policy` (ms), as the node computes them without jitter. */
+export function retryWaits(policy, n) {
+  const out = []
+  for (let i = 1; i <= n; i++) {
+    const w = policy.backoff === 'fixed' ? policy.initial_ms : policy.initial_ms * policy.factor ** (i - 1)
+    out.push(Math.min(w, policy.max_ms))
+  }
+  return out
+}
+
+/**
+ * A retry policy in words (docs/api.md, `retry`): one sentence per rule, for the task page and the
+ * form. `reliability` at_most_once: one attempt, whatever the policy says.
+ */
+export function retryText(policy, reliability, t) {
+  if (reliability === 'at_most_once') return [t('retry.atMostOnce')]
+  if (!policy) return []
+  const n = Number(policy.max_retries) || 0
+  const out = []
+  if (n === 0) out.push(t('retry.none'))
+  else {
+    const shown = retryWaits(policy, Math.min(n, 4)).map((w) => fmtDuration(w))
+    const waits = shown.join(', ') + (n > 4 ? ', …' : '')
+    out.push(t(n === 1 ? 'retry.one' : 'retry.upTo', { n, waits }))
+    out.push(policy.backoff === 'fixed'
+      ? t('retry.fixed', { d: fmtDuration(policy.initial_ms) })
+      : t('retry.exponential', { d: fmtDuration(policy.initial_ms), factor: policy.factor, max: fmtDuration(policy.max_ms) }))
+    if (policy.jitter === 'full') out.push(t('retry.jitterFull'))
+  }
+  const codes = policy.non_retryable_statuses || []
+  out.push(codes.length ? t('retry.nonRetryable', { codes: codes.join(', ') }) : t('retry.nonRetryableNone'))
+  out.push(t('retry.throttle', { d: fmtDuration(policy.max_throttle_ms) }))
+  return out
+}

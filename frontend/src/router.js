@@ -10,6 +10,7 @@ export const router = createRouter({
     { path: '/tasks/:id/edit', name: 'task-edit', component: () => import('./views/TaskNewView.vue') },
     { path: '/tasks/:id', name: 'task', component: () => import('./views/TaskDetailView.vue'), props: true },
     { path: '/executions', name: 'executions', component: () => import('./views/ExecutionsView.vue') },
+    { path: '/dead-letters', name: 'dead-letters', component: () => import('./views/DeadLettersView.vue') },
     { path: '/latency', name: 'latency', component: () => import('./views/LatencyView.vue') },
     { path: '/timewheel', name: 'timewheel', component: () => import('./views/TimeWheelView.vue') },
     { path: '/flows', name: 'flows', component: () => import('./views/FlowsView.vue') },

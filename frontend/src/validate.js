@@ -77,3 +77,26 @@ export function props(schemaDoc) {
 export function isRequired(schemaDoc, name) {
   return !!(schemaDoc && Array.isArray(schemaDoc.required) && schemaDoc.required.includes(name))
 }
+
+/**
+ * A list of HTTP statuses typed as `422, 409 410`: [array or null, error or null]. `prop` is the
+ * schema's array (maxItems, items.minimum/maximum); the API takes statuses 300..599 (docs/api.md,
+ * `retry.non_retryable_statuses`) when the schema does not bound the items itself.
+ */
+export function checkStatuses(raw, prop) {
+  const s = (raw || '').trim()
+  if (s === '') return [null, null]
+  const p = prop || {}
+  const items = p.items || {}
+  const lo = items.minimum ?? 300
+  const hi = items.maximum ?? 599
+  const parts = s.split(/[\s,;]+/).filter(Boolean)
+  const out = []
+  for (const x of parts) {
+    if (!/^\d+$/.test(x) || Number(x) < lo || Number(x) > hi) return [null, t('v.statuses', { min: lo, max: hi })]
+    out.push(Number(x))
+  }
+  const unique = [...new Set(out)]
+  if (p.maxItems !== undefined && unique.length > p.maxItems) return [null, t('v.maxItems', { n: p.maxItems })]
+  return [unique, null]
+}

@@ -6,8 +6,10 @@ own pykka thread.
 
 Once a second it asks the local replica for at most ``expire_rate_limit_qps`` terminal tasks last
 updated more than ``task_retention_minutes`` ago (``TaskStore.scan_expirable``) and proposes them as
-one ``Expire`` command; the machine deletes each only if it is still terminal and unchanged. One
-proposal in flight at a time, so a slow log never lets the rate add up.
+one ``Expire`` command; the machine deletes each only if it is still terminal and unchanged. When
+there is no task to expire, it deletes dead letters older than ``dead_letter_retention_minutes``
+(``TaskStore.scan_dead_before``) the same way, as one ``DeleteDeadLetters`` command. One proposal in
+flight at a time, so a slow log never lets the rate add up.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from molens.actors.alarm import wall_ms
 from molens.actors.messages import ExpireDone, Wake
 from molens.actors.term import LeaderActor, TermContext
-from molens.fsm.commands import Expire, ExpireItem
+from molens.fsm.commands import DeleteDeadLetters, Expire, ExpireItem
 from molens.fsm.store import EntryResult
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,15 @@ INTERVAL_MS = 1_000
 class ExpiryScan:
     """Which tasks to expire now, at most ``rate_limit_qps`` a second (pure but for ``scan``)."""
 
-    def __init__(self, scan: Callable[[int, int], list[ExpireItem]], retention_minutes: int, rate_limit_qps: int) -> None:
+    def __init__(
+        self, scan: Callable[[int, int], list[ExpireItem]], retention_minutes: int, rate_limit_qps: int,
+        scan_dead: Callable[[int, int], list[str]] | None = None, dead_retention_minutes: int = 10_080,
+    ) -> None:
         self._scan = scan
+        self._scan_dead = scan_dead
+        self.dead_retention_ms = dead_retention_minutes * 60_000
+        self.dead_expired = 0
+        self._last: type[Expire] | type[DeleteDeadLetters] = Expire
         self.retention_ms = retention_minutes * 60_000
         self.rate = rate_limit_qps
         self.next_ms = 0
@@ -41,20 +50,32 @@ class ExpiryScan:
     def next_deadline(self) -> int | None:
         return None if self.busy else self.next_ms
 
-    def run(self, now_ms: int) -> Expire | None:
-        """The Expire command to propose now, if any (call ``done`` when it has an outcome)."""
+    def run(self, now_ms: int) -> Expire | DeleteDeadLetters | None:
+        """The command to propose now, if any (call ``done`` when it has an outcome)."""
         if self.busy or now_ms < self.next_ms:
             return None
         self.next_ms = now_ms + INTERVAL_MS
         items = self._scan(now_ms - self.retention_ms, self.rate)
-        if not items:
-            return None
-        self.busy = True
-        return Expire(now_ms, tuple(items))
+        if items:
+            self.busy, self._last = True, Expire
+            return Expire(now_ms, tuple(items))
+        ids = self._scan_dead(now_ms - self.dead_retention_ms, self.rate) if self._scan_dead else []
+        if ids:
+            self.busy, self._last = True, DeleteDeadLetters
+            return DeleteDeadLetters(now_ms, tuple(ids))
+        return None
+
+    @property
+    def proposing_tasks(self) -> bool:
+        """Whether the proposal in flight (or the last one) expires tasks, not dead letters."""
+        return self._last is Expire
 
     def done(self, n: int) -> None:
         self.busy = False
-        self.expired += n
+        if self._last is Expire:
+            self.expired += n
+        else:
+            self.dead_expired += n
 
 
 class Cleaner(LeaderActor):
@@ -64,7 +85,10 @@ class Cleaner(LeaderActor):
 
     def __init__(self, ctx: TermContext) -> None:
         super().__init__(ctx)
-        self.scan = ExpiryScan(ctx.store.scan_expirable, ctx.cfg.task_retention_minutes, ctx.cfg.expire_rate_limit_qps)
+        self.scan = ExpiryScan(
+            ctx.store.scan_expirable, ctx.cfg.task_retention_minutes, ctx.cfg.expire_rate_limit_qps,
+            ctx.store.scan_dead_before, ctx.cfg.dead_letter_retention_minutes,
+        )
 
     def on_start(self) -> None:
         super().on_start()
@@ -75,8 +99,9 @@ class Cleaner(LeaderActor):
             n = 0
             if message.error is None and message.results and isinstance(message.results[0], EntryResult):
                 n = sum(1 for r in message.results[0].results if r is True)
+            tasks = self.scan.proposing_tasks
             self.scan.done(n)
-            self.stats.add(expired=n)
+            self.stats.add(**{"expired" if tasks else "dead_letters_expired": n})
         elif not isinstance(message, Wake):
             return super().on_receive(message)
         if self.ended:

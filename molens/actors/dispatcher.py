@@ -49,6 +49,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from molens.actors.alarm import wall_ms
 from molens.actors.messages import (
     Committed,
@@ -481,11 +483,7 @@ def with_attempt(it: ResultItem, attempt: int) -> ResultItem:
     """``it`` for the attempt a worker carried out (a late result never lands on a newer attempt)."""
     if not attempt:
         return it
-    return ResultItem(
-        fire_id=it.fire_id, kind=it.kind, status_code=it.status_code, outcome=it.outcome,
-        response_head=it.response_head, latency_ms=it.latency_ms, worker=it.worker, attempt=attempt,
-        retry_after_ms=it.retry_after_ms,
-    )
+    return msgspec.structs.replace(it, attempt=attempt)  # every other field as the worker reported it
 
 
 

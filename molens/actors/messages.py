@@ -154,6 +154,14 @@ class ExpireDone:
 
 
 @dataclass(frozen=True, slots=True)
+class NoticesAcked:
+    """RaftPeer -> Notifier: the outcome of one ``AckNotices`` proposal (its keys)."""
+
+    keys: tuple[tuple[int, str], ...]
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
 class Drain:
     """Supervisor -> Dispatcher, then Monitor: the node is stopping while it leads. The Dispatcher
     plans nothing new and sets ``done`` once its proposals have outcomes; the Monitor sets it once
@@ -258,13 +266,15 @@ class LeaderRefs:
     dispatcher: pykka.ActorRef[Any]
     monitor: pykka.ActorRef[Any]
     cleaner: pykka.ActorRef[Any]
+    notifier: pykka.ActorRef[Any]
 
     def all(self) -> tuple[pykka.ActorRef[Any], ...]:
-        return (self.wheel, self.dispatcher, self.monitor, self.cleaner)
+        return (self.wheel, self.dispatcher, self.monitor, self.cleaner, self.notifier)
 
 
 __all__ = [
-    "Applied", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch", "FireEnd", "FlowsChanged",
-    "FireResults", "Gauge", "GetFlows", "GetGauges", "GetStats", "InFlight", "Join", "LeaderIs", "LeaderRefs", "PoolResults", "ReadWheel",
+    "Applied", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
+    "FireEnd", "FireResults", "FlowsChanged", "Gauge", "GetFlows", "GetGauges", "GetStats", "InFlight", "Join",
+    "LeaderIs", "LeaderRefs", "NoticesAcked", "PoolResults", "ReadWheel",
     "Rebuild", "Requeue", "ResultsProposed", "SetObserver", "StatsBatch", "Wake", "WorkerReport",
 ]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from molens.actors.alarm import wall_ms
@@ -87,13 +87,18 @@ class WorkerWatch:
     ['n3']
     >>> w.lost(["n2"], 2_500), w.next_check(["n2"])
     (['n2'], None)
+    >>> WorkerWatch("n1", lost_ms=2_000, start_ms=1_000, heard={"n2": 200}).lost(["n2"], 2_300)  # the old leader
+    ['n2']
     """
 
-    def __init__(self, node_id: str, lost_ms: int, start_ms: int) -> None:
+    def __init__(self, node_id: str, lost_ms: int, start_ms: int, heard: Mapping[str, int] | None = None) -> None:
         self.node_id = node_id
         self.lost_ms = lost_ms
         self._start = start_ms
-        self._heard: dict[str, int] = {}
+        self._heard: dict[str, int] = {w: t for w, t in (heard or {}).items() if w != node_id}
+        """Seeded with each peer's last Raft contact before the term (``heard``): a deposed leader
+        silent since before the election is lost ``lost_ms`` after it was last heard, not after the
+        new term began."""
         self._lost: set[str] = set()
 
     def heard(self, worker: str, now_ms: int) -> None:
@@ -247,7 +252,9 @@ class Monitor(LeaderActor):
     def __init__(self, ctx: TermContext) -> None:
         super().__init__(ctx)
         self.watch = FireWatch(ctx.store.get_fire)
-        self.workers = WorkerWatch(ctx.node_id, ctx.cfg.worker_lost_ms, wall_ms())
+        now = wall_ms()
+        self.workers = WorkerWatch(ctx.node_id, ctx.cfg.worker_lost_ms, now,
+                                   heard={w: now - ago for w, ago in ctx.heard_ago_ms})
         self.lost_told: tuple[str, ...] = ()
         """The lost workers the Dispatcher was last told of."""
         self.results: list[ResultItem] = []

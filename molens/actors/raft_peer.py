@@ -69,7 +69,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias, cast
 
@@ -181,6 +181,9 @@ class LeaderChange:
     role: str
     leader_id: str | None
     term: int
+    heard_ago_ms: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    """When this node becomes leader: how long ago it last heard a Raft message from each peer (a
+    deposed leader's worker may be gone: docs/architecture.md#lost-workers)."""
 
     @property
     def is_leader(self) -> bool:
@@ -950,6 +953,10 @@ class RaftPeer(pykka.ThreadingActor):
         now = LeaderChange(self.node_id, role_name(self.core, self.removed), self.core.leader, self.core.term)
         if now == self._last:
             return
+        if now.is_leader:
+            mono = time.monotonic()
+            now = replace(now, heard_ago_ms=tuple(
+                sorted((p, int((mono - t) * 1000)) for p, t in self._heard.items() if p != self.node_id)))
         was_leader = self._last.is_leader
         self._last = now
         self.counters.leader_changes += 1

@@ -32,11 +32,12 @@ from molens.actors.clockprobe import ClockGate
 from molens.actors.dispatcher import Dispatcher
 from molens.actors.messages import Applied, Drain, Join, LeaderIs, LeaderRefs, Rebuild
 from molens.actors.monitor import Monitor
+from molens.actors.notifier import Notifier
 from molens.actors.raft_peer import LeaderChange
 from molens.actors.stats import StatsClient
 from molens.actors.term import ProposeCallback, TermContext
 from molens.actors.timewheel import TimeWheel
-from molens.config import SchedulerConfig
+from molens.config import NotificationsConfig, SchedulerConfig
 from molens.fsm.store import EntryResult, TaskStore
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,12 @@ class LeaderSupervisor:
         local_free: Callable[[], int],
         fatal: Callable[[BaseException], None],
         clock: ClockGate | None = None,
+        notifications: NotificationsConfig | None = None,
+        send_notices: Callable[[Any], str | None] | None = None,
     ) -> None:
         self.node_id = node_id
+        self.notifications = notifications if notifications is not None else NotificationsConfig()
+        self._send_notices = send_notices
         self.clock = clock if clock is not None else ClockGate.always_ok()
         self.cfg = cfg
         self.store = store
@@ -102,7 +107,7 @@ class LeaderSupervisor:
             cur = self._term
             if ch.is_leader and self._allowed:
                 if cur is None or cur.refs.term != ch.term:
-                    old, self._term = cur, self._start(ch.term)
+                    old, self._term = cur, self._start(ch.term, ch.heard_ago_ms)
             elif cur is not None:
                 old, self._term = cur, None
             new = self._term
@@ -122,16 +127,17 @@ class LeaderSupervisor:
                 pass
 
     # ---- terms ------------------------------------------------------------------------------------
-    def _start(self, term: int) -> _Term:
+    def _start(self, term: int, heard_ago_ms: tuple[tuple[str, int], ...] = ()) -> _Term:
         ended = threading.Event()
         ctx = TermContext(
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
             stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
-            clock=self.clock,
+            clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms,
+            **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(
             term=term, wheel=TimeWheel.start(ctx), dispatcher=Dispatcher.start(ctx), monitor=Monitor.start(ctx),
-            cleaner=Cleaner.start(ctx),
+            cleaner=Cleaner.start(ctx), notifier=Notifier.start(ctx),
         )
         join = Join(refs)
         for ref in refs.all():

@@ -1,7 +1,7 @@
 """What every leader-only actor of one term shares: :class:`TermContext` and :class:`LeaderActor`.
 
-The :class:`~molens.actors.supervisor.LeaderSupervisor` starts one TimeWheel, Dispatcher, Monitor
-and Cleaner per term led, all with the same context. Leadership loss sets ``ended`` at once (from
+The :class:`~molens.actors.supervisor.LeaderSupervisor` starts one TimeWheel, Dispatcher, Monitor,
+Cleaner and Notifier per term led, all with the same context. Leadership loss sets ``ended`` at once (from
 the Raft thread) and then stops the actors: a message still queued behind it sees ``ended`` and
 proposes or sends nothing (``docs/architecture.md#invariants``). An actor that raises stops the node
 loudly through ``fatal`` (pykka's ``on_failure``).
@@ -22,7 +22,7 @@ from molens.actors.alarm import Alarm, wall_ms
 from molens.actors.clockprobe import ClockGate
 from molens.actors.messages import GetGauges, Join, LeaderRefs
 from molens.actors.stats import StatsBuffer, StatsClient
-from molens.config import SchedulerConfig
+from molens.config import NotificationsConfig, SchedulerConfig
 from molens.fsm.commands import Command
 from molens.fsm.store import TaskStore
 
@@ -48,6 +48,12 @@ class TermContext:
     ended: threading.Event
     clock: ClockGate = field(default_factory=ClockGate.always_ok)
     """Whether this node's clock (and each worker's) agrees with the majority (docs/architecture.md#clock-skew)."""
+    heard_ago_ms: tuple[tuple[str, int], ...] = ()
+    """How long before the term began each peer was last heard over Raft (seeds the Monitor's
+    ``WorkerWatch``)."""
+    notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    send_notices: Callable[[Any], str | None] = field(default=lambda batch: "no notification sender on this node")
+    """POSTs a notification batch; None when its target answered 2xx (``molens.actors.notifier``)."""
 
     def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
         self.propose_batch([self.store.encode_proposal(cmd)], on_done)

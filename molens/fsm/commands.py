@@ -88,8 +88,10 @@ class ResultItem(msgspec.Struct, frozen=True, array_like=True):
     of an attempt the Monitor already declared lost, arriving after the retry was dispatched with
     the same fire id, is then recognised as stale instead of being credited to the retry."""
     retry_after_ms: int = 0
-    """Epoch ms the receiver asked to wait until (``Retry-After`` of a 429/503, capped by
-    ``worker.max_retry_after_ms``); 0 when it did not ask."""
+    """Epoch ms before which the receiver asked not to be called again (a 429/503 with
+    ``Retry-After``, capped by ``worker.max_retry_after_ms``); 0 when it did not."""
+    no_retry: bool = False
+    """The response said ``X-Molens-No-Retry: true``: the occurrence is not retried."""
 
 
 class Results(msgspec.Struct, frozen=True, array_like=True, tag=22):
@@ -127,6 +129,26 @@ class UpdateTask(msgspec.Struct, frozen=True, array_like=True, tag=25):
     version: int
 
 
+class RedriveDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=26):
+    """Deliver the occurrences of these dead letters again (docs/architecture.md#dead-letters)."""
+
+    now_ms: int
+    ids: tuple[str, ...]
+
+
+class DeleteDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=27):
+    """Delete these dead letters (an operator's delete, or the Cleaner's retention)."""
+
+    now_ms: int
+    ids: tuple[str, ...]
+
+
+class AckNotices(msgspec.Struct, frozen=True, array_like=True, tag=28):
+    """Notifications their target acknowledged (or past retention): out of the outbox, by
+    ``(at_ms, id)``."""
+
+    now_ms: int
+    keys: tuple[tuple[int, str], ...]
 class FlowSettings(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     """The limits of one flow (docs/architecture.md#flow-control); ``None`` is unlimited."""
 
@@ -159,7 +181,7 @@ class DeleteFlow(msgspec.Struct, frozen=True, array_like=True, tag=31):
 
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
-    | UpdateTask | PutFlow | DeleteFlow
+    | UpdateTask | RedriveDeadLetters | DeleteDeadLetters | AckNotices | PutFlow | DeleteFlow
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -191,15 +213,17 @@ def decode(data: bytes) -> Command:
 
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
-    PutFlow, DeleteFlow,
+    RedriveDeadLetters, DeleteDeadLetters, AckNotices, PutFlow, DeleteFlow,
 )
 
 
 __all__ = [
+    "AckNotices",
     "CodecError",
     "Command",
     "CreateItem",
     "CreateTasks",
+    "DeleteDeadLetters",
     "DeleteFlow",
     "DeleteTasks",
     "DispatchItem",
@@ -210,6 +234,7 @@ __all__ = [
     "PauseTasks",
     "PutFlow",
     "PutMeta",
+    "RedriveDeadLetters",
     "ResultItem",
     "Results",
     "ResumeTasks",

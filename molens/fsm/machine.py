@@ -83,9 +83,11 @@ from typing import Any, Protocol
 import msgspec
 
 from molens.fsm.commands import (
+    AckNotices,
     Command,
     CreateItem,
     CreateTasks,
+    DeleteDeadLetters,
     DeleteFlow,
     DeleteTasks,
     Dispatched,
@@ -96,6 +98,7 @@ from molens.fsm.commands import (
     PauseTasks,
     PutFlow,
     PutMeta,
+    RedriveDeadLetters,
     ResultItem,
     Results,
     ResumeTasks,
@@ -105,6 +108,7 @@ from molens.fsm.commands import (
 from molens.model import (
     TERMINAL_STATUSES,
     CatchUp,
+    DeadLetterKind,
     Execution,
     ExecutionResult,
     FireKind,
@@ -119,6 +123,7 @@ from molens.model import (
     TaskType,
 )
 from molens.schedule.cron import ScheduleSpec, next_after_misfire, next_fire_after
+from molens.schema import DeadLetter, Notice, NoticeType, Rewound, flow_of
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +133,6 @@ _replace = msgspec.structs.replace
 @dataclass(frozen=True, slots=True)
 class MachineConfig:
     ack_ttl: int = 3
-    retry_base_ms: int = 1_000
     response_head_chars: int = 512
     max_dispatch_lead_ms: int = 1_000
     """How far before its due time a fire may be planned (leaders use ``scheduler.dispatch_lead_ms``,
@@ -158,6 +162,7 @@ class View(Protocol):
     def get_fire(self, fire_id: str) -> Fire | None: ...
     def get_idem(self, key: str) -> str | None: ...
     def get_flow(self, key: str) -> FlowSettings | None: ...
+    def get_dead(self, dead_id: str) -> DeadLetter | None: ...
 
 
 class ScanView(View, Protocol):
@@ -232,6 +237,11 @@ class Writes:
     flows: dict[str, FlowSettings | None] = field(default_factory=dict)
     executions: list[Execution] = field(default_factory=list)
     history_deletes: list[str] = field(default_factory=list)
+    """Tasks whose history (and dead letters) go with them."""
+    dead: dict[str, DeadLetter | None] = field(default_factory=dict)
+    notices: list[Notice] = field(default_factory=list)
+    """Failure notifications for the outbox (docs/architecture.md#notifications)."""
+    notices_acked: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -293,10 +303,20 @@ class _Tx:
             return self.w.idem[key]
         return self.view.get_idem(key)
 
+    def dead(self, dead_id: str) -> DeadLetter | None:
+        if dead_id in self.w.dead:
+            return self.w.dead[dead_id]
+        return self.view.get_dead(dead_id)
+
     def finish(self, results: list[ItemResult]) -> Applied:
         eff: list[Effect] = []
         for tid, new in self.w.tasks.items():
             old = self.orig.get(tid)
+            if new is not None and new.spec.notify_url and new.status in _NOTIFIED \
+                    and (old is None or old.status is not new.status):
+                _notice(self, new, _NOTIFIED[new.status], new.updated_ms,
+                        f"{new.status.value} after {new.last_result or 'no'} attempt result "
+                        f"(status {new.last_status_code})")
             od = old.due_ms if old is not None else None
             nd = new.due_ms if new is not None else None
             if od == nd:
@@ -410,6 +430,8 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
         "seq": t.seq + 1,
         "attempt": 0,
         "ack_attempt": 0,
+        "free_attempts": 0,
+        "throttled_since_ms": 0,
         "due_ms": max(now, nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms)),  # catchup all: at once
         "sched_ms": nxt,
     }
@@ -447,6 +469,13 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             results = [None]
         case UpdateTask():
             results = [_update(tx, cmd, now)]
+        case RedriveDeadLetters():
+            results = [_redrive(tx, dead_id, now) for dead_id in cmd.ids]
+        case DeleteDeadLetters():
+            results = [_delete_dead(tx, dead_id) for dead_id in cmd.ids]
+        case AckNotices():
+            tx.w.notices_acked.extend(cmd.keys)
+            results = [None] * len(cmd.keys)
         case PutFlow():
             results = [_put_flow(tx, cmd, now)]
         case DeleteFlow():
@@ -662,13 +691,16 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
         "updated_ms": now,
     }
     if fire.kind is FireKind.ACK:
-        changes.update(_after_ack(t, res, fire, now, cfg))
+        changes.update(_after_ack(tx, t, it, res, fire, now, cfg, head))
     else:
-        changes.update(_after_callback(tx, t, res, fire, now, cfg, sent.reliability))
+        changes.update(_after_callback(tx, t, it, res, fire, now, sent.reliability, head))
     if t.status is Status.PAUSED and changes["status"] not in TERMINAL_STATUSES:
         changes["status"] = Status.PAUSED
         changes["due_ms"] = None
-    tx.put(_replace(t, **changes))
+    nt = _replace(t, **changes)
+    if nt.redrives and nt.rewound is None and _idle(nt):  # redrives queued while this occurrence ran
+        nt = _start_redrive(nt, now, _own(nt))
+    tx.put(nt)
     return None
 
 
@@ -710,26 +742,30 @@ _INACTIVE: dict[str, Any] = {"status": Status.INACTIVE, "due_ms": None}
 
 
 def _after_callback(
-    tx: _Tx, t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig, sent_as: Reliability
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, sent_as: Reliability,
+    head: str | None,
 ) -> dict[str, Any]:
     """Changes after a callback attempt's result (``t`` is the task before it; ``sent_as`` the
-    reliability the attempt was sent with: an at_most_once fire is never sent again)."""
+    reliability the attempt was sent with: an at_most_once fire is never sent again). An
+    occurrence that fails for good leaves a dead letter (docs/architecture.md#dead-letters)."""
+    if t.rewound is not None:
+        return _after_redriven(tx, t, it, res, fire, now, sent_as, head)
     spec = t.spec
     periodic = spec.type is TaskType.PERIODIC
     if res is ExecutionResult.SUCCESS:
         if periodic:
             return {**_next_occurrence(tx, t, now), "fail_count": 0}
         if spec.ack_url is not None:
-            return {"status": Status.AWAITING_ACK, "ack_attempt": 0, "due_ms": now + spec.ack_delay_ms}
+            return {"status": Status.AWAITING_ACK, "ack_attempt": t.ack_base, "due_ms": now + spec.ack_delay_ms}
         return _DONE
+    decision = _retry_or_end(t, it, res, fire, now, sent_as)
+    if not isinstance(decision, DeadLetterKind):
+        return decision
+    _dead_letter(tx, t, it, res, fire, now, decision, head)
     if res is ExecutionResult.NOT_FOUND:
         return _INACTIVE if periodic else _FAILED
     if res is ExecutionResult.UNKNOWN:
         return _next_occurrence(tx, t, now, lost=True) if periodic else _FAILED
-    if sent_as is Reliability.AT_LEAST_ONCE and spec.reliability is Reliability.AT_LEAST_ONCE \
-            and fire.attempt <= spec.max_retries:
-        delay = 0 if res is ExecutionResult.LOST else cfg.retry_base_ms << (fire.attempt - 1)
-        return {"status": Status.FIRING, "due_ms": now + delay}
     if not periodic:
         return _FAILED
     fails = t.fail_count + 1
@@ -738,12 +774,186 @@ def _after_callback(
     return {**_next_occurrence(tx, t, now), "fail_count": fails}
 
 
-def _after_ack(t: Task, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig) -> dict[str, Any]:
+THROTTLE_STATUSES = frozenset({429, 503})
+
+
+def _retry_or_end(
+    t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, sent_as: Reliability
+) -> dict[str, Any] | DeadLetterKind:
+    """The retry of a failed callback attempt (docs/architecture.md#retry-policy), or why the
+    occurrence failed for good.
+
+    A 429/503 with ``Retry-After`` is *throttled*: the retry waits at least until the time it gave,
+    and the attempt is free (does not count against ``max_retries``) while the occurrence has been
+    throttled for less than ``retry.max_throttle_ms``. Attempts count from the task's
+    ``free_attempts`` on (throttled ones, and those made before a redrive)."""
+    spec = t.spec
+    policy = spec.retry_policy
+    code = it.status_code
+    if res is ExecutionResult.NOT_FOUND:
+        return DeadLetterKind.NON_RETRYABLE
+    if res is ExecutionResult.UNKNOWN:
+        return DeadLetterKind.UNKNOWN
+    if res is ExecutionResult.FAILED and (it.no_retry or code in policy.non_retryable_statuses):
+        return DeadLetterKind.NON_RETRYABLE
+    if sent_as is not Reliability.AT_LEAST_ONCE or spec.reliability is not Reliability.AT_LEAST_ONCE:
+        return DeadLetterKind.RETRIES_EXHAUSTED
+    free, since = t.free_attempts, t.throttled_since_ms
+    if res is ExecutionResult.FAILED and code in THROTTLE_STATUSES and it.retry_after_ms > 0:
+        since = since or now
+        if now - since < policy.max_throttle_ms:
+            free += 1
+    counted = fire.attempt - free
+    if counted > spec.max_retries:
+        return DeadLetterKind.RETRIES_EXHAUSTED
+    due = now if res is ExecutionResult.LOST else now + policy.wait_ms(max(1, counted), fire.fire_id)
+    return {
+        "status": Status.FIRING, "due_ms": max(due, it.retry_after_ms), "free_attempts": free,
+        "throttled_since_ms": since,
+    }
+
+
+_NOTIFIED = {Status.FAILED: NoticeType.TASK_FAILED, Status.INACTIVE: NoticeType.TASK_INACTIVE}
+
+
+def _notice(tx: _Tx, t: Task, kind: NoticeType, at: int, detail: str, key: str = "") -> None:
+    """A notification of ``t``'s to its ``notify_url`` (the caller checked there is one)."""
+    url = t.spec.notify_url
+    assert url is not None
+    tx.w.notices.append(Notice(
+        id=f"{t.id}.{kind.value}.{key or at}", type=kind, task_id=t.id, fire_id=t.fire_id, at_ms=at,
+        detail=detail[:512], url=url,
+    ))
+
+
+def _dead_letter(
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, kind: DeadLetterKind,
+    head: str | None,
+) -> None:
+    sent = t.occ_spec or t.spec
+    ack = fire.kind is FireKind.ACK
+    dl = DeadLetter(
+        id=f"{fire.fire_id}.{'ack' if ack else ''}{fire.attempt}", task_id=t.id, fire_id=fire.fire_id, seq=t.seq,
+        kind=kind, attempts=fire.attempt, status_code=it.status_code, response_head=head, at_ms=now,
+        flow=flow_of(sent), scene=sent.scene, url=(sent.ack_url if ack else sent.callback_url) or "",
+        reliability=sent.reliability, sched_ms=t.sched_ms, result=res,
+    )
+    tx.w.dead[dl.id] = dl
+    if t.spec.notify_url:
+        _notice(tx, t, NoticeType.DEAD_LETTER, now, f"{kind.value}: {res.value} after {fire.attempt} attempt(s), "
+                f"status {it.status_code}; dead letter {dl.id}", key=dl.id)
+
+
+def _after_ack(
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig,
+    head: str | None,
+) -> dict[str, Any]:
     if res is ExecutionResult.ACK_SUCCESS:
         return _DONE
-    if fire.attempt < cfg.ack_ttl:
+    if fire.attempt - t.ack_base < cfg.ack_ttl:
         return {"status": Status.AWAITING_ACK, "due_ms": now + t.spec.ack_delay_ms}
+    _dead_letter(tx, t, it, res, fire, now, DeadLetterKind.ACK_FAILED, head)
     return _FAILED
+
+
+# -------------------------------------------------------------------------------------------------
+# dead letters and redrives
+
+MAX_QUEUED_REDRIVES = 1_000
+"""Redriven occurrences one periodic task may have waiting (a bulk redrive beyond it is refused per item)."""
+
+
+def _idle(t: Task) -> bool:
+    """Nothing of the task's own is running or retrying: a redrive may start."""
+    return t.inflight is None and t.status in (Status.PENDING, Status.INACTIVE, Status.DONE, Status.FAILED)
+
+
+def _own(t: Task) -> Rewound:
+    return Rewound(
+        status=t.status, seq=t.seq, sched_ms=t.sched_ms, due_ms=t.due_ms, attempt=t.attempt,
+        ack_attempt=t.ack_attempt, free_attempts=t.free_attempts, throttled_since_ms=t.throttled_since_ms,
+        skipped_to=t.skipped_to,
+    )
+
+
+def _start_redrive(t: Task, now: int, own: Rewound) -> Task:
+    """The periodic task rewound to the first queued redrive, due now, its own occurrence put aside."""
+    seq, sched, attempts = t.redrives[0]
+    return _replace(
+        t, rewound=own, redrives=t.redrives[1:], status=Status.FIRING, seq=seq, sched_ms=sched, due_ms=now,
+        attempt=attempts, ack_attempt=0, free_attempts=attempts, throttled_since_ms=0, skipped_to=False,
+        updated_ms=now,
+    )
+
+
+def _end_redrive(t: Task, now: int) -> dict[str, Any]:
+    """Changes when a redriven occurrence ends: the next queued redrive, or the task's own state."""
+    own = t.rewound
+    assert own is not None
+    if t.redrives:
+        nt = _start_redrive(t, now, own)
+        return {k: getattr(nt, k) for k in ("rewound", "redrives", "status", "seq", "sched_ms", "due_ms", "attempt",
+                                            "ack_attempt", "free_attempts", "throttled_since_ms", "skipped_to")}
+    return {
+        "rewound": None, "status": own.status, "seq": own.seq, "sched_ms": own.sched_ms, "due_ms": own.due_ms,
+        "attempt": own.attempt, "ack_attempt": own.ack_attempt, "free_attempts": own.free_attempts,
+        "throttled_since_ms": own.throttled_since_ms, "skipped_to": own.skipped_to,
+    }
+
+
+def _after_redriven(
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, sent_as: Reliability,
+    head: str | None,
+) -> dict[str, Any]:
+    """A redriven periodic occurrence's result: retried by the task's policy; when it ends (success,
+    or failed for good: a new dead letter) the task goes back to its own schedule, untouched."""
+    if res is not ExecutionResult.SUCCESS:
+        decision = _retry_or_end(t, it, res, fire, now, sent_as)
+        if not isinstance(decision, DeadLetterKind):
+            return decision
+        _dead_letter(tx, t, it, res, fire, now, decision, head)
+    return _end_redrive(t, now)
+
+
+def _redrive(tx: _Tx, dead_id: str, now: int) -> ItemResult:
+    """Deliver a dead letter's occurrence again, same fire id, its attempts continuing, with a full
+    retry budget; the dead letter is removed (a new one is written if it fails for good again)."""
+    dl = tx.dead(dead_id)
+    if dl is None:
+        return NotFoundError(f"dead letter {dead_id} not found", "id")
+    t = tx.task(dl.task_id)
+    if t is None:
+        return NotFoundError(f"task {dl.task_id} of dead letter {dead_id} no longer exists", "task_id")
+    if t.status is Status.PAUSED:
+        return IllegalTransitionError(f"task {t.id} is paused; resume it before a redrive", "status")
+    if t.spec.type is TaskType.DELAYED:
+        if t.status is not Status.FAILED:
+            return IllegalTransitionError(f"task {t.id} is {t.status}: only a failed task is redriven", "status")
+        nt = _replace(
+            t, status=Status.FIRING, due_ms=now, ack_base=t.ack_attempt, free_attempts=t.attempt,
+            throttled_since_ms=0, updated_ms=now,
+        )
+    else:
+        queued = {q[0] for q in t.redrives}
+        if dl.seq in queued or (t.rewound is not None and t.seq == dl.seq):
+            return IllegalTransitionError(f"occurrence {dl.fire_id} is already being redriven", "id")
+        if len(t.redrives) >= MAX_QUEUED_REDRIVES:
+            return IllegalTransitionError(
+                f"task {t.id} has {MAX_QUEUED_REDRIVES} redrives waiting already; retry later", "id"
+            )
+        nt = _replace(t, redrives=(*t.redrives, (dl.seq, dl.sched_ms, dl.attempts)), updated_ms=now)
+        if nt.rewound is None and _idle(nt):
+            nt = _start_redrive(nt, now, _own(nt))
+    tx.put(nt)
+    tx.w.dead[dead_id] = None
+    return dl
+
+
+def _delete_dead(tx: _Tx, dead_id: str) -> ItemResult:
+    if tx.dead(dead_id) is None:
+        return False
+    tx.w.dead[dead_id] = None
+    return True
 
 
 def _remove(tx: _Tx, t: Task) -> None:
@@ -788,6 +998,8 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
             seq=t.seq + 1,
             attempt=0,
             ack_attempt=0,
+            free_attempts=0,
+            throttled_since_ms=0,
             fail_count=0,
             due_ms=nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms),
             sched_ms=nxt,
@@ -797,7 +1009,7 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
             nt = _replace(nt, status=Status.DONE, due_ms=None)
     elif t.status is not Status.PAUSED:
         return IllegalTransitionError(f"cannot resume a task that is {t.status}", "status")
-    elif t.ack_attempt > 0 or (t.last_result is ExecutionResult.SUCCESS and t.spec.ack_url and not periodic):
+    elif t.ack_attempt > t.ack_base or (t.last_result is ExecutionResult.SUCCESS and t.spec.ack_url and not periodic):
         nt = _replace(t, status=Status.AWAITING_ACK, due_ms=now, updated_ms=now)
     elif t.attempt > 0:
         nt = _replace(t, status=Status.FIRING, due_ms=max(now, t.sched_ms), updated_ms=now)
@@ -811,6 +1023,8 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
             nt = _replace(nt, status=Status.DONE, due_ms=None)
     else:
         nt = _replace(t, status=Status.PENDING, due_ms=max(now, t.sched_ms), updated_ms=now)
+    if nt.redrives and nt.rewound is None and _idle(nt):
+        nt = _start_redrive(nt, now, _own(nt))
     tx.put(nt)
     return nt
 
@@ -858,7 +1072,7 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
         t, spec=new, version=t.version + 1, updated_ms=now,
         occ_spec=(t.occ_spec or old) if t.inflight is not None else None,
     )
-    started = t.inflight is not None or t.attempt > 0 or t.ack_attempt > 0 or t.status is Status.AWAITING_ACK
+    started = t.inflight is not None or t.attempt > 0 or t.ack_attempt > t.ack_base or t.status is Status.AWAITING_ACK
     if _SCHEDULE_FIELDS.intersection(changed) and not started and t.status in (Status.PENDING, Status.PAUSED):
         if new.type is TaskType.DELAYED:
             sched = new.run_at if new.run_at is not None else t.created_ms + (new.interval_ms or 0)

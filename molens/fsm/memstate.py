@@ -13,6 +13,7 @@ from molens.fsm import machine
 from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.machine import Applied, Fire, MachineConfig
 from molens.model import Execution, Task
+from molens.schema import DeadLetter, Notice
 
 
 class MemoryState:
@@ -27,6 +28,8 @@ class MemoryState:
         self.due: set[tuple[int, str]] = set()
         self.flows: dict[str, FlowSettings] = {}
         self.executions: list[Execution] = []
+        self.dead: dict[str, DeadLetter] = {}
+        self.outbox: dict[tuple[int, str], Notice] = {}
 
     def get_task(self, task_id: str) -> Task | None:
         return self.tasks.get(task_id)
@@ -39,6 +42,8 @@ class MemoryState:
 
     def get_flow(self, key: str) -> FlowSettings | None:
         return self.flows.get(key)
+    def get_dead(self, dead_id: str) -> DeadLetter | None:
+        return self.dead.get(dead_id)
 
     def scan_due(self) -> Iterator[tuple[int, str]]:
         return iter(sorted(self.due))
@@ -91,6 +96,16 @@ class MemoryState:
         gone = set(w.history_deletes)
         if gone:
             self.executions = [e for e in self.executions if e.task_id not in gone]
+            self.dead = {k: d for k, d in self.dead.items() if d.task_id not in gone}
+        for n in w.notices:
+            self.outbox[(n.at_ms, n.id)] = n
+        for key in w.notices_acked:
+            self.outbox.pop(key, None)
+        for did, dl in w.dead.items():
+            if dl is None:
+                self.dead.pop(did, None)
+            else:
+                self.dead[did] = dl
         self.executions.extend(w.executions)
 
     def digest(self) -> str:
@@ -102,6 +117,8 @@ class MemoryState:
         h.update(repr([self.fires[k] for k in sorted(self.fires)]).encode())
         h.update(repr(sorted(self.idem.items())).encode())
         h.update(repr(sorted(self.meta.items())).encode())
+        h.update(repr(sorted(self.dead.items())).encode())
+        h.update(repr(sorted(self.outbox.items())).encode())
         if self.flows:
             h.update(repr(sorted(self.flows.items())).encode())
         return h.hexdigest()

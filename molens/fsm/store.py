@@ -62,7 +62,7 @@ from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
 from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file
 from molens.model import TERMINAL_STATUSES, FireKind, MolensError, Status, Task
-from molens.schema import FORMAT
+from molens.schema import FORMAT, DeadLetter, Notice
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,17 @@ def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
 _KNOWN_MAX = 512  # proposals in flight at once stay far below this
 
 
+_NOTICE_ENCODER = msgspec.msgpack.Encoder()
+_NOTICE_DECODER = msgspec.msgpack.Decoder(Notice)
+_DEAD_ENCODER = msgspec.msgpack.Encoder()
+_DEAD_DECODER = msgspec.msgpack.Decoder(DeadLetter)
+
+
+def _dead_matches(dl: DeadLetter, flow: str | None, kind: str | None, since: int | None, until: int | None) -> bool:
+    return (flow is None or dl.flow == flow) and (kind is None or dl.kind == kind) \
+        and (since is None or dl.at_ms >= since) and (until is None or dl.at_ms <= until)
+
+
 def due_key(due_ms: int, tid: str) -> bytes:
     return _U64.pack(due_ms) + tid.encode()
 
@@ -179,10 +190,15 @@ def _scene_key(scene: str, tid: bytes) -> bytes:
 class _TxnView:
     """machine.View over an lmdb transaction."""
 
-    __slots__ = ("_fires", "_flows", "_idem", "_tasks", "_txn")
+    __slots__ = ("_dead", "_fires", "_flows", "_idem", "_tasks", "_txn")
 
-    def __init__(self, txn: lmdb.Transaction, tasks: Any, fires: Any, idem: Any, flows: Any) -> None:
-        self._txn, self._tasks, self._fires, self._idem, self._flows = txn, tasks, fires, idem, flows
+    def __init__(self, txn: lmdb.Transaction, tasks: Any, fires: Any, idem: Any, dead: Any, flows: Any) -> None:
+        self._txn, self._tasks, self._fires, self._idem, self._dead = txn, tasks, fires, idem, dead
+        self._flows = flows
+
+    def get_dead(self, dead_id: str) -> DeadLetter | None:
+        raw = self._txn.get(dead_id.encode(), db=self._dead)
+        return None if raw is None else _DEAD_DECODER.decode(raw)
 
     def get_task(self, task_id: str) -> Task | None:
         raw = self._txn.get(task_id.encode(), db=self._tasks)
@@ -226,13 +242,15 @@ class TaskStore:
         # commands this node proposed, by the id of their encoded bytes (see encode_proposal)
         self._known: dict[int, tuple[bytes, Command]] = {}
         self.decodes_skipped = 0
+        self.dead_written: dict[str, int] = {}
+        """Dead letters this replica's applies wrote since the process started, by kind (metrics)."""
         self._open()
 
     def _open(self) -> None:
         self._env = lmdb.open(
             str(self.dir),
             map_size=self._map_size,
-            max_dbs=10,
+            max_dbs=16,
             sync=self._durable,
             metasync=False,
             readahead=False,
@@ -246,6 +264,11 @@ class TaskStore:
         self._by_status = self._env.open_db(b"by_status")
         self._by_scene = self._env.open_db(b"by_scene")
         self._due_days = self._env.open_db(b"due_days")
+        # dead letters by id ({task id}-{seq}.{attempt}: a task's are together) and by time (at_ms|id)
+        self._dead = self._env.open_db(b"dead")
+        self._dead_at = self._env.open_db(b"dead_at")
+        # failure notifications waiting for their target's 2xx (at_ms|id -> Notice)
+        self._outbox = self._env.open_db(b"outbox")
         self._flows = self._env.open_db(b"flows")
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED, db=self._meta)
@@ -365,7 +388,7 @@ class TaskStore:
     def _apply_in(
         self, txn: lmdb.Transaction, entries: list[EntryLike], counts: dict[str, int], days: dict[int, int]
     ) -> tuple[list[Any], list[tuple[int, Writes]]]:
-        view = _TxnView(txn, self._tasks, self._fires, self._idem, self._flows)
+        view = _TxnView(txn, self._tasks, self._fires, self._idem, self._dead, self._flows)
         known = self._known
         out: list[Any] = []
         hist: list[tuple[int, Writes]] = []
@@ -456,6 +479,40 @@ class TaskStore:
                 delete(fk.encode(), db=self._flows)
             else:
                 put(fk.encode(), _TASK_ENCODER.encode(fv), db=self._flows)
+        if w.dead or (w.history_deletes and txn.stat(self._dead)["entries"]):
+            self._write_dead(txn, w)
+        for n in w.notices:
+            put(_U64.pack(n.at_ms) + n.id.encode(), _NOTICE_ENCODER.encode(n), db=self._outbox)
+        for at, nid in w.notices_acked:
+            delete(_U64.pack(at) + nid.encode(), db=self._outbox)
+
+    def _write_dead(self, txn: lmdb.Transaction, w: Writes) -> None:
+        """Dead letters written, deleted, and those of deleted tasks (they go with their history)."""
+        dead, dead_at = self._dead, self._dead_at
+        gone: list[tuple[bytes, DeadLetter]] = []
+        for tid in w.history_deletes:
+            prefix = tid.encode() + b"-"
+            cur = txn.cursor(db=dead)
+            ok = cur.set_range(prefix)
+            while ok and bytes(cur.key()).startswith(prefix):
+                gone.append((bytes(cur.key()), _DEAD_DECODER.decode(cur.value())))
+                ok = cur.next()
+        for did, dl in w.dead.items():
+            k = did.encode()
+            raw = txn.get(k, db=dead)
+            if raw is not None:
+                gone.append((k, _DEAD_DECODER.decode(raw)))
+            if dl is not None:
+                if raw is None:
+                    self.dead_written[dl.kind.value] = self.dead_written.get(dl.kind.value, 0) + 1
+                txn.put(k, _DEAD_ENCODER.encode(dl), db=dead)
+                txn.put(_U64.pack(dl.at_ms) + k, b"", db=dead_at)
+        for k, old in gone:
+            if k.decode() not in w.dead or w.dead[k.decode()] is None:
+                txn.delete(k, db=dead)
+            new = w.dead.get(k.decode())
+            if new is None or new.at_ms != old.at_ms:
+                txn.delete(_U64.pack(old.at_ms) + k, db=dead_at)
 
     def _write_days(self, txn: lmdb.Transaction, days: dict[int, int]) -> None:
         """Fold a batch's changes of due entries per day into ``due_days``."""
@@ -614,9 +671,100 @@ class TaskStore:
                 ms = _U64.unpack_from(k)[0]
                 if ms >= updated_before_ms:
                     break
-                out.append(ExpireItem(k[8:].decode(), ms))
+                if not self._has_dead(txn, k[8:]):  # kept while it has dead letters, to redrive them
+                    out.append(ExpireItem(k[8:].decode(), ms))
                 ok = cur.next()
         return out
+
+    def _has_dead(self, txn: lmdb.Transaction, tid: bytes) -> bool:
+        cur = txn.cursor(db=self._dead)
+        return cur.set_range(tid + b"-") and bytes(cur.key()).startswith(tid + b"-")
+
+    def get_dead(self, dead_id: str) -> DeadLetter | None:
+        with self._env.begin(db=self._dead) as txn:
+            raw = txn.get(dead_id.encode())
+            return None if raw is None else _DEAD_DECODER.decode(raw)
+
+    def list_dead(
+        self, *, task_id: str | None = None, flow: str | None = None, kind: str | None = None,
+        since_ms: int | None = None, until_ms: int | None = None, cursor: str | None = None, limit: int = 100,
+        scan_budget: int = 20_000,
+    ) -> tuple[list[DeadLetter], str | None]:
+        """Dead letters newest first, filtered; ``(page, next cursor)``. A filter by task reads that
+        task's range; the others walk the time index from ``until_ms`` (or the cursor) down, at most
+        ``scan_budget`` entries per call: then the page may be short and the cursor says where to go on."""
+        out: list[DeadLetter] = []
+        nxt: str | None = None
+        with self._env.begin() as txn:
+            if task_id is not None:
+                prefix = task_id.encode() + b"-"
+                cur = txn.cursor(db=self._dead)
+                ok = cur.set_range(prefix + (cursor.encode() + b"\x00" if cursor else b""))
+                while ok and bytes(cur.key()).startswith(prefix):
+                    dl = _DEAD_DECODER.decode(cur.value())
+                    if _dead_matches(dl, flow, kind, since_ms, until_ms):
+                        if len(out) == limit:
+                            nxt = out[-1].id[len(prefix):]
+                            break
+                        out.append(dl)
+                    ok = cur.next()
+                return out, nxt
+            cur = txn.cursor(db=self._dead_at)
+            if cursor:  # the key to resume at (inclusive)
+                k0 = bytes.fromhex(cursor)
+                found = cur.set_range(k0)
+                ok = True if found and bytes(cur.key()) == k0 else (cur.prev() if found else cur.last())
+            elif until_ms is not None:
+                ok = cur.prev() if cur.set_range(_U64.pack(min(until_ms, 2**64 - 2) + 1)) else cur.last()
+            else:
+                ok = cur.last()
+            scanned = 0
+            while ok:
+                k = bytes(cur.key())
+                if since_ms is not None and _U64.unpack_from(k)[0] < since_ms:
+                    break
+                if scanned >= scan_budget or len(out) == limit:
+                    nxt = k.hex()
+                    break
+                scanned += 1
+                raw = txn.get(k[8:], db=self._dead)
+                if raw is not None:
+                    dl = _DEAD_DECODER.decode(raw)
+                    if _dead_matches(dl, flow, kind, since_ms, until_ms):
+                        out.append(dl)
+                ok = cur.prev()
+        return out, nxt
+
+    def scan_dead_before(self, at_before_ms: int, limit: int) -> list[str]:
+        """Ids of up to ``limit`` dead letters written before ``at_before_ms`` (retention), oldest first."""
+        out: list[str] = []
+        with self._env.begin(db=self._dead_at) as txn:
+            for k, _ in txn.cursor():
+                if _U64.unpack_from(k)[0] >= at_before_ms or len(out) >= limit:
+                    break
+                out.append(bytes(k[8:]).decode())
+        return out
+
+    def read_outbox(self, limit: int, after: tuple[int, str] | None = None) -> list[Notice]:
+        """Up to ``limit`` notifications waiting, oldest first, strictly after ``after``."""
+        out: list[Notice] = []
+        with self._env.begin(db=self._outbox) as txn:
+            cur = txn.cursor()
+            ok = cur.set_range(_U64.pack(after[0]) + after[1].encode() + b"\x00") if after else cur.first()
+            while ok and len(out) < limit:
+                out.append(_NOTICE_DECODER.decode(cur.value()))
+                ok = cur.next()
+        return out
+
+    def outbox_count(self) -> int:
+        with self._env.begin(db=self._outbox) as txn:
+            n: int = txn.stat(self._outbox)["entries"]
+            return n
+
+    def dead_count(self) -> int:
+        with self._env.begin(db=self._dead) as txn:
+            n: int = txn.stat(self._dead)["entries"]
+            return n
 
     def scan_fires(self, chunk: int = 4096) -> Iterator[Fire]:
         """Every in-flight fire, in fire id order, streaming."""
@@ -760,6 +908,9 @@ class TaskStore:
                 (b"by_status", self._by_status),
                 (b"by_scene", self._by_scene),
                 (b"due_days", self._due_days),
+                (b"dead", self._dead),
+                (b"dead_at", self._dead_at),
+                (b"outbox", self._outbox),
                 (b"flows", self._flows),
             ):
                 h.update(name)

@@ -34,6 +34,7 @@ from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import Page, TrendPoint, UrlStats
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
 from molens.schedule.flows import FlowState
+from molens.web.dead_letters import DeadLetterReader
 from molens.web.heatmap import WheelDistribution
 from molens.web.metrics import NodeMetrics
 
@@ -86,7 +87,8 @@ def settings_from_config(cfg: Config) -> ApiSettings:
     sc = cfg.scheduler
     policy = callback_policy(cfg)
     limits = dataclasses.replace(
-        DEFAULT_LIMITS, max_payload_bytes=sc.max_payload_bytes, default_max_retries=sc.default_max_retries
+        DEFAULT_LIMITS, max_payload_bytes=sc.max_payload_bytes, default_max_retries=sc.default_max_retries,
+        default_retry=sc.retry.policy(sc.default_max_retries), default_notify_url=cfg.notifications.url,
     )
     return ApiSettings(
         node_id=cfg.node.id,
@@ -169,6 +171,11 @@ class ApiContext(Protocol):
     def propose(self, commands: Sequence[Command], timeout_s: float) -> list[list[Any]]: ...
 
     def get_task(self, task_id: str) -> Task | None: ...
+
+    @property
+    def dead_letters(self) -> DeadLetterReader:
+        """The local replica's dead letters."""
+        ...
 
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         """Tasks in id (= creation) order strictly after task id ``after``, streaming."""

@@ -130,6 +130,10 @@ class LocalContext:
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)
 
+    @property
+    def dead_letters(self) -> TaskStore:
+        return self.store
+
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         return self.store.scan_tasks(after, chunk=256)
 
@@ -201,6 +205,8 @@ class LocalContext:
             "leader_id": li.leader_id,
             "tasks": counts,
             "tasks_total": sum(counts.values()),
+            "dead_letters": self.store.dead_count(),
+            "notifications": {"outbox": self.store.outbox_count()},
             "time_ms": self.now_ms(),
             "commit_index": applied,
             "applied_index": applied,

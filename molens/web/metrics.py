@@ -90,6 +90,9 @@ class MetricsSnapshot:
     (times they started failing) and ``retries`` (failed retries)."""
     flows: Sequence[FlowState] = ()
     """The leader's flows (docs/architecture.md#flow-control); empty off the leader."""
+    dead_letters: Mapping[str, int] = field(default_factory=dict)
+    """``stored`` (dead letters in the local replica), ``written`` (by kind: written by this replica's
+    applies since the process started), ``outbox`` (failure notifications waiting)."""
 
 
 class LiveCollector(Collector):
@@ -189,6 +192,18 @@ class LiveCollector(Collector):
                 "molens_storage_retries", "Failed retries of a write that failed for want of space",
                 value=s.storage.get("retries", 0),
             )
+        if "stored" in s.dead_letters:
+            yield GaugeMetricFamily("molens_dead_letters_stored", "Dead letters in the local replica",
+                                    value=s.dead_letters["stored"])
+            dl = CounterMetricFamily("molens_dead_letters", "Dead letters written (occurrences that failed for good)",
+                                     labels=["kind"])
+            for k, v in sorted(s.dead_letters.items()):
+                if k.startswith("written:"):
+                    dl.add_metric([k.removeprefix("written:")], v)
+            yield dl
+        if "outbox" in s.dead_letters:
+            yield GaugeMetricFamily("molens_notifications_outbox", "Failure notifications waiting for their target",
+                                    value=s.dead_letters["outbox"])
         if s.flows:
             yield from _flow_families(s.flows[:MAX_FLOW_SERIES])
         if "throttled" in s.scheduler:

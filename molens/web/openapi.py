@@ -16,7 +16,15 @@ from typing import Any
 import msgspec
 
 from molens import __version__
-from molens.model import DEFAULT_LIMITS, ExecutionResult, FireKind, Status, TaskType
+from molens.model import (
+    DEFAULT_LIMITS,
+    DeadLetterKind,
+    ExecutionResult,
+    FireKind,
+    Reliability,
+    Status,
+    TaskType,
+)
 from molens.schema import FLOW_KEY_PATTERN, openapi_components
 from molens.web.flows import FlowLimitsBody, FlowList, FlowView
 
@@ -167,8 +175,16 @@ def _schemas() -> dict[str, Any]:
         },
         "TaskList": {
             "type": "object",
-            "required": ["items", "next_cursor"],
-            "properties": {"items": {"type": "array", "items": _ref("Task")}, "next_cursor": _nullable("string")},
+            "required": ["items", "next_cursor", "scanned"],
+            "properties": {
+                "items": {"type": "array", "items": _ref("Task")},
+                "next_cursor": _nullable("string"),
+                "scanned": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "How many tasks this request examined (bounded per request); the items are those that matched",
+                },
+            },
         },
         "BatchCreateRequest": {
             "type": "object",
@@ -853,6 +869,116 @@ def _responses() -> dict[str, Any]:
     }
 
 
+_DL_FILTER_PROPS: dict[str, Any] = {
+    "task_id": {"type": "string", "description": "Only this task's"},
+    "flow": {"type": "string", "description": "Only this flow's (the callback URL's host:port by default)"},
+    "kind": {"type": "string", "enum": [k.value for k in DeadLetterKind]},
+    "since": {"type": "integer", "minimum": 0, "description": "written at or after (epoch ms)"},
+    "until": {"type": "integer", "minimum": 0, "description": "written at or before (epoch ms)"},
+}
+_DL_FILTERS = [_param(k, "query", v, v.get("description", f"Only this {k}")) for k, v in _DL_FILTER_PROPS.items()]
+_DL_ID = _param("dead_id", "path", {"type": "string"}, "Dead letter id ({fire_id}.{attempt})", required=True)
+
+
+def _dead_letter_schemas() -> dict[str, Any]:
+    props: dict[str, Any] = {
+        "id": {"type": "string"},
+        "task_id": {"type": "string"},
+        "fire_id": {"type": "string", "description": "X-Fire-ID of the occurrence (a redrive sends it again)"},
+        "seq": {"type": "integer"},
+        "kind": {"type": "string", "enum": [k.value for k in DeadLetterKind]},
+        "attempts": {"type": "integer", "description": "Attempts made (ACK probes for ack_failed)"},
+        "status_code": _nullable("integer"),
+        "response_head": _nullable("string"),
+        "at": {"type": "integer", "description": "When the occurrence failed for good (epoch ms)"},
+        "flow": {"type": "string"},
+        "scene": {"type": "string"},
+        "url": {"type": "string"},
+        "reliability": {"type": "string", "enum": [r.value for r in Reliability]},
+        "scheduled_at": {"type": "integer", "description": "The occurrence's nominal instant (X-Molens-Scheduled-At)"},
+        "result": {"type": "string", "enum": [r.value for r in ExecutionResult]},
+    }
+    bulk_props: dict[str, Any] = {
+        "matched": {"type": "integer"},
+        "redriven": {"type": "integer"},
+        "deleted": {"type": "integer"},
+        "error_count": {"type": "integer"},
+        "errors": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "string"}, "error": {"type": "string"}, "message": {"type": "string"}}}},
+        "more": {"type": "boolean", "description": "More matched than limit: send the request again"},
+        "at_most_once": {"type": "integer"},
+        "warning": {"type": "string"},
+    }
+    return {
+        "DeadLetter": {"type": "object", "required": list(props), "properties": props},
+        "DeadLetterRedriven": {
+            "type": "object", "required": list(props),
+            "properties": {**props, "warning": {"type": "string", "description": "Set for an at_most_once redrive"}},
+        },
+        "DeadLetterList": {
+            "type": "object", "required": ["items", "next_cursor"],
+            "properties": {"items": {"type": "array", "items": _ref("DeadLetter")}, "next_cursor": _nullable("string")},
+        },
+        "DeadLetterFilter": {
+            "type": "object", "additionalProperties": False,
+            "properties": {**_DL_FILTER_PROPS, "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}},
+        },
+        "DeadLetterBulk": {"type": "object", "required": ["matched", "error_count", "errors", "more"],
+                           "properties": bulk_props},
+    }
+
+
+def _dead_letter_paths() -> dict[str, Any]:
+    tags = ["dead-letters"]
+    return {
+        f"{_P}/dead-letters": {
+            "get": {
+                "operationId": "listDeadLetters", "summary": "Dead letters, newest first", "tags": tags,
+                "parameters": [*_DL_FILTERS, _CURSOR, _LIMIT],
+                "responses": {"200": _ok(_ref("DeadLetterList")), **_err(400, 401)},
+            },
+            "delete": {
+                "operationId": "deleteDeadLetters", "summary": "Delete the dead letters matching a filter",
+                "tags": tags,
+                "parameters": [*_DL_FILTERS, _param("all", "query", {"type": "string", "enum": ["true"]},
+                                                     "Delete every dead letter (no filter)"),
+                               _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 10_000},
+                                      "At most this many (10,000)")],
+                "responses": {"200": _ok(_ref("DeadLetterBulk")), **_err(400, *_WRITE_ERRORS)},
+            },
+        },
+        f"{_P}/dead-letters/redrive": {
+            "post": {
+                "operationId": "redriveDeadLetters", "summary": "Redrive every dead letter matching a filter",
+                "tags": tags,
+                "requestBody": {"required": True,
+                                "content": {"application/json": {"schema": _ref("DeadLetterFilter")}}},
+                "responses": {"200": _ok(_ref("DeadLetterBulk")), **_err(400, 415, *_WRITE_ERRORS)},
+            }
+        },
+        f"{_P}/dead-letters/{{dead_id}}": {
+            "get": {
+                "operationId": "getDeadLetter", "summary": "One dead letter", "tags": tags, "parameters": [_DL_ID],
+                "responses": {"200": _ok(_ref("DeadLetter")), **_err(401, 404)},
+            },
+            "delete": {
+                "operationId": "deleteDeadLetter", "summary": "Delete one dead letter", "tags": tags,
+                "parameters": [_DL_ID],
+                "responses": {"200": _ok({"type": "object", "properties": {"deleted": {"type": "integer"}}}),
+                              **_err(404, *_WRITE_ERRORS)},
+            },
+        },
+        f"{_P}/dead-letters/{{dead_id}}/redrive": {
+            "post": {
+                "operationId": "redriveDeadLetter",
+                "summary": "Deliver the dead letter's occurrence again (same X-Fire-ID, attempts continuing)",
+                "tags": tags, "parameters": [_DL_ID],
+                "responses": {"200": _ok(_ref("DeadLetterRedriven")), **_err(404, 409, *_WRITE_ERRORS)},
+            }
+        },
+    }
+
+
 @functools.cache
 def _document() -> dict[str, Any]:
     return {
@@ -866,10 +992,10 @@ def _document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}, {}],
-        "tags": [{"name": n} for n in ("tasks", "executions", "flows", "cluster", "stats", "test", "meta")],
-        "paths": _paths(),
+        "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "cluster", "stats", "test", "meta")],
+        "paths": {**_paths(), **_dead_letter_paths()},
         "components": {
-            "schemas": _schemas(),
+            "schemas": {**_schemas(), **_dead_letter_schemas()},
             "responses": _responses(),
             "headers": {
                 "X-Molens-Role": {"schema": {"type": "string"}, "description": "Role of the answering node"}

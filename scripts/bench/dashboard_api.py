@@ -15,10 +15,15 @@ Three targets:
 Then it times each console call ``--repeat`` times over one keep-alive connection: the dashboard's
 ``/stats`` and ``/cluster/leader``, the cluster page's ``/cluster/status`` + ``/cluster/stats``, one
 page of the task list (unfiltered, and filtered by a rare status, which scans up to the API's
-per-request bound), the time wheel page's ``/timewheel/distribution``, the create form's
-``/schedule/preview``, plus ``/metrics`` (a Prometheus scrape) and the PNG heatmap. Then one page
-of the console's task list *as the console fetches it* (following ``next_cursor`` until 50 rows, at
-most 20 requests) for each of its orders and filters, and one half-way down the newest-first list.
+per-request bound), the executions page's list, the time wheel page's ``/timewheel/distribution``,
+the create form's ``/schedule/preview``, plus ``/metrics`` (a Prometheus scrape) and the PNG
+heatmap. Then one page of the console's task list *as the console fetches it*
+(frontend/src/views/TasksView.vue: following ``next_cursor`` until 50 rows or the first answer the
+API cut short, at 5,000 tasks examined or 20 ms; the status order walks the statuses that have
+tasks) for each of its
+orders and filters, one half-way down the newest-first list, and a URL search that matches nothing
+carried through the whole store by "Search further" clicks. Besides each page's time it prints the
+p99 and max of every single request the console made.
 
 Prints a table and one line: ``dashboard_api: target=... tasks=N stats_p50_ms=... stats_p99_ms=... ...``.
 """
@@ -32,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import urllib3
 
@@ -54,6 +60,7 @@ CALLS = [
     ("tasks_newest", "/api/v1/tasks?limit=50&order=-created"),
     ("tasks_next_run", "/api/v1/tasks?limit=50&order=next_run"),
     ("tasks_paused", "/api/v1/tasks?limit=50&status=paused"),
+    ("executions", "/api/v1/executions?limit=50"),
     ("wheel_json", "/api/v1/timewheel/distribution"),
     ("preview", "/api/v1/schedule/preview?type=periodic&cron_expr=*%2F5+*+*+*+*&timezone=Europe%2FBerlin&count=5"),
     ("metrics", "/metrics"),
@@ -112,32 +119,79 @@ def measure(base: str, repeat: int, summary: list[str]) -> None:
 
 
 PAGES = [
-    # (name, query): one page of the console's task list as the console fetches it: follow
-    # next_cursor until 50 rows or the end, at most 20 requests (frontend/src/views/TasksView.vue)
+    # (name, query): one page of the console's task list as the console fetches it
     ("page_newest", "order=-created"),
+    ("page_oldest", "order=created"),
     ("page_next_run", "order=next_run"),
+    ("page_status", "order=status"),
     ("page_scene", "order=-created&scene=s3"),
     ("page_paused", "order=-created&status=paused"),
     ("page_url", "order=-created&url=bench/7"),
     ("page_deep", "order=-created&cursor={deep}"),
     ("page_no_match", "order=-created&url=matches-nothing"),
+    ("page_status_no_match", "order=status&url=matches-nothing"),
+    ("page_type_no_match", "order=-created&type=periodic"),
+    ("page_paused_next_run", "order=next_run&status=paused"),
 ]
 """(A status filter nobody has costs the console no request: it reads the status counts first.)"""
 
+PAGE = 50
+STATUSES = ["pending", "firing", "awaiting_ack", "paused", "done", "failed", "inactive"]
 
-def console_page(http: urllib3.HTTPConnectionPool, query: str) -> tuple[int, int]:
-    """One console list page: (rows, requests)."""
-    got, cursor = 0, None
-    for n in range(1, 21):
-        q = f"/api/v1/tasks?{query}&limit={50 - got}" + (f"&cursor={cursor}" if cursor else "")
-        r = http.request("GET", q)
-        assert r.status == 200, (q, r.status, r.data[:200])
-        body = json.loads(r.data)
-        got += len(body["items"])
-        cursor = body["next_cursor"]
-        if not cursor or got >= 50:
-            return got, n
-    return got, 20
+
+class ConsoleList:
+    """The console's task list fetch (``fetchRun``/``fetchPage`` of TasksView.vue), timing each request."""
+
+    def __init__(self, http: urllib3.HTTPConnectionPool, counts: dict[str, int]) -> None:
+        self.http = http
+        self.counts = counts
+        self.request_ms: list[float] = []
+
+    def _run(self, query: dict[str, str], cursor: str | None, want: int, budget: dict[str, int]) -> tuple[list[Any], str | None]:
+        got: list[Any] = []
+        while budget["pauses"] > 0:
+            asked = want - len(got)
+            q = {**query, "limit": str(asked), **({"cursor": cursor} if cursor else {})}
+            path = "/api/v1/tasks?" + "&".join(f"{k}={v}" for k, v in q.items())
+            t0 = time.perf_counter()
+            r = self.http.request("GET", path)
+            self.request_ms.append((time.perf_counter() - t0) * 1000)
+            assert r.status == 200, (path, r.status, r.data[:200])
+            body = json.loads(r.data)
+            got += body["items"]
+            budget["scanned"] += body["scanned"]
+            cursor = body["next_cursor"]
+            if not cursor or len(got) >= want:
+                break
+            if len(body["items"]) < asked:
+                budget["pauses"] -= 1
+        return got, cursor
+
+    def page(self, query: str, cursor: str | None = None, want: int = PAGE) -> tuple[int, str | None, int]:
+        """One load (or one "Search further" from ``cursor``): (rows, next cursor, tasks scanned)."""
+        f = dict(kv.split("=", 1) for kv in query.split("&"))
+        cursor = f.pop("cursor", cursor)
+        budget = {"pauses": 1, "scanned": 0}
+        if f.get("order") != "status":
+            got, nxt = self._run(f, cursor, want, budget)
+            return len(got), nxt, budget["scanned"]
+        i, c = (int(cursor.split(".", 1)[0]), cursor.split(".", 1)[1] or None) if cursor else (0, None)
+        wanted = f["status"].split(",") if "status" in f else STATUSES
+        groups = [s for s in STATUSES if s in wanted and self.counts.get(s, 0) > 0]
+        rows: list[Any] = []
+        while i < len(groups) and len(rows) < want and budget["pauses"] > 0:
+            part, nxt = self._run({**f, "status": groups[i], "order": "-created"}, c, want - len(rows), budget)
+            rows += part
+            if nxt:
+                c = nxt
+            else:
+                i, c = i + 1, None
+        return len(rows), (f"{i}.{c or ''}" if i < len(groups) else None), budget["scanned"]
+
+
+def pct(times: list[float], q: float) -> float:
+    s = sorted(times)
+    return s[min(len(s) - 1, int(len(s) * q))]
 
 
 def deep_cursor(http: urllib3.HTTPConnectionPool, pages: int = 50) -> str:
@@ -156,24 +210,50 @@ def measure_pages(base: str, repeat: int, summary: list[str]) -> None:
     u = urllib3.util.parse_url(base)
     http = urllib3.HTTPConnectionPool(u.host, u.port, maxsize=1, timeout=60)
     deep = deep_cursor(http)
-    print(f"\n{'console page':<16}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  rows requests")
-    worst = 0.0
+    counts = json.loads(http.request("GET", "/api/v1/stats?local=1").data)["tasks"]
+    print(f"\n{'console page':<22}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}  rows requests scanned  req p99  req max")
+    worst = worst_req = 0.0
     for name, query in PAGES:
         q = query.format(deep=deep)
-        console_page(http, q)  # warm
+        ConsoleList(http, counts).page(q)  # warm
+        cl = ConsoleList(http, counts)
         times = []
-        rows = reqs = 0
+        rows = scanned = 0
         for _ in range(repeat):
             t0 = time.perf_counter()
-            rows, reqs = console_page(http, q)
+            rows, _, scanned = cl.page(q)
             times.append((time.perf_counter() - t0) * 1000)
-        times.sort()
-        p50 = statistics.median(times)
-        p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
-        worst = max(worst, p99)
-        print(f"{name:<16}{p50:>9.2f}{p99:>9.2f}{times[-1]:>9.2f}  {rows:>4} {reqs:>8}")
+        reqs = len(cl.request_ms) // repeat
+        p50, p99, rp99 = statistics.median(times), pct(times, 0.99), pct(cl.request_ms, 0.99)
+        worst, worst_req = max(worst, p99), max(worst_req, rp99)
+        print(f"{name:<22}{p50:>9.2f}{p99:>9.2f}{max(times):>9.2f}  {rows:>4} {reqs:>8} {scanned:>7}"
+              f" {rp99:>8.2f} {max(cl.request_ms):>8.2f}")
         summary += [f"{name}_p50_ms={p50:.2f}", f"{name}_p99_ms={p99:.2f}", f"{name}_requests={reqs}"]
-    summary.append(f"pages_worst_p99_ms={worst:.2f}")
+    # a URL nothing matches, searched through the whole store: the first load, then "Search further"
+    # until the answer is final; every click is one page fetch of its own
+    cl = ConsoleList(http, counts)
+    clicks: list[float] = []
+    total_s = scanned_all = 0.0
+    for _ in range(max(1, repeat // 10)):
+        cursor, first = None, True
+        t_all = time.perf_counter()
+        while first or cursor:
+            t0 = time.perf_counter()
+            _, cursor, scanned = cl.page("order=-created&url=matches-nothing", cursor)
+            clicks.append((time.perf_counter() - t0) * 1000)
+            scanned_all += scanned
+            first = False
+        total_s += time.perf_counter() - t_all
+    runs = max(1, repeat // 10)
+    print(f"no match, whole store: {len(clicks) // runs} clicks, {scanned_all / runs:,.0f} tasks searched, "
+          f"{total_s / runs * 1000:.0f} ms in all; a click p50 {statistics.median(clicks):.2f} "
+          f"p99 {pct(clicks, 0.99):.2f} ms, a request p99 {pct(cl.request_ms, 0.99):.2f} max {max(cl.request_ms):.2f} ms")
+    worst, worst_req = max(worst, pct(clicks, 0.99)), max(worst_req, pct(cl.request_ms, 0.99))
+    summary += [
+        f"further_clicks={len(clicks) // runs}", f"further_click_p99_ms={pct(clicks, 0.99):.2f}",
+        f"whole_store_no_match_ms={total_s / runs * 1000:.0f}",
+        f"pages_worst_p99_ms={worst:.2f}", f"requests_worst_p99_ms={worst_req:.2f}",
+    ]
     http.close()
 
 

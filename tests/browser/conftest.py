@@ -25,6 +25,8 @@ import pytest
 import urllib3
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Playwright, sync_playwright
 
+from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
+from molens.model import FireKind, Outcome
 from molens.web.api_context import ApiSettings
 from molens.web.app import make_app
 from molens.web.local_context import LocalContext
@@ -77,6 +79,20 @@ class Served:
             method, f"{self.url}/api/v1{path}", json=body, headers=headers, redirect=False, retries=False
         )
         return r.status, (r.json() if r.data else None)
+
+
+def fail_for_good(served: Served, task_id: str, status: int = 500, head: str = "upstream down") -> None:
+    """One attempt of the task's due occurrence answered ``status`` through the real machine (the
+    node's Dispatched + Results commands); with no retry left the occurrence is a dead letter."""
+    task = served.ctx.get_task(task_id)
+    assert task is not None and task.due_ms is not None
+    now = task.due_ms  # the commands' stamp: the task is due then
+    item = DispatchItem(fire_id=task.fire_id, task_id=task_id, attempt=task.attempt + 1, worker="n1",
+                        deadline_ms=now + 10_000)
+    served.ctx.propose([Dispatched(now, (item,))], 5)
+    res = ResultItem(fire_id=task.fire_id, kind=FireKind.CALLBACK, status_code=status, outcome=Outcome.RESPONSE,
+                     response_head=head, latency_ms=5, worker="n1", attempt=task.attempt + 1)
+    served.ctx.propose([Results(now + 5, (res,))], 5)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ that follows the system until the user picks one."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from molens.model import Execution, ExecutionResult, FireKind
-from tests.browser.conftest import DESKTOP, PHONE, Console, Served, serve_ui
+from tests.browser.conftest import DESKTOP, PHONE, Console, Served, fail_for_good, serve_ui
 
 pytestmark = pytest.mark.browser
 
@@ -31,6 +32,7 @@ DATA = [
     r"\bGMT[+-]\d+\b",
     r"\bn\d\b",
     r"\b(?:example\.com/hook)\b",
+    r"\bRetry-After\b",  # an HTTP header's name, like POST: protocol, not UI text
 ]
 
 # Every visible text node, option label, placeholder, title and aria-label outside data cells
@@ -80,11 +82,15 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, d
             "interval": {"type": "periodic", "interval_ms": 90_000, "max_fails": 3},
             "delayed": {"type": "delayed", "interval_ms": 7_200_000, "ack_url": "http://127.0.0.1:9/ack"},
             "paused": {"type": "delayed", "interval_ms": 3_600_000},
+            "dead": {"type": "delayed", "interval_ms": 3_600_000, "max_retries": 0},
+            "dead_amo": {"type": "delayed", "interval_ms": 3_600_000, "reliability": "at_most_once"},
         }.items():
             st, task = s.api("POST", "/tasks", {"callback_url": "http://127.0.0.1:9/zh", "scene": "q1", **body})
             assert st == 201, task
             ids[name] = task["id"]
         s.api("POST", f"/tasks/{ids['paused']}/pause")
+        fail_for_good(s, ids["dead"], 500)
+        fail_for_good(s, ids["dead_amo"], 503)
         s.api("PUT", "/flows/q1", {"rate_per_s": 5, "concurrency": 2, "adaptive": True})
         s.api("PUT", "/flows/held", {"paused": True})
         now = int(time.time() * 1000)
@@ -124,7 +130,7 @@ def test_no_english_ui_string_on_a_zh_page(
         page = ctx.new_page()
         page.goto(s.url + "/ui/")
         _zh(page)
-        expect(page.get_by_test_id("tasks-total")).to_have_text("4")
+        expect(page.get_by_test_id("tasks-total")).to_have_text("6")
         _assert_zh(page, "/ui/ (dashboard)")
         checks = [
             ("/ui/tasks", "tr[data-task-id]"),
@@ -136,6 +142,9 @@ def test_no_english_ui_string_on_a_zh_page(
             ("/ui/latency", "[data-testid=latency-table] tbody tr"),
             ("/ui/timewheel", "h1"),
             ("/ui/cluster", "tr[data-node]"),
+            ("/ui/dead-letters", "tr[data-dl-id]"),
+            (f"/ui/tasks/{ids['dead']}", "[data-testid=task-dead-letters] tr[data-dl-id]"),
+            (f"/ui/tasks/{ids['dead_amo']}", "[data-field=retry]"),
             ("/ui/flows", "tr[data-flow]"),
             ("/ui/tasks/01ARZ3NDEKTSV4RRFFQ69G5FAV", "[data-testid=not-found]"),
             ("/ui/no/such/page", "h1"),
@@ -161,6 +170,43 @@ def test_no_english_ui_string_on_a_zh_page(
         page.get_by_test_id("f-runat").fill("2020-01-01 10:00")
         expect(page.get_by_test_id("warn-run_at")).to_be_visible()
         _assert_zh(page, "/ui/tasks/new (warning)")
+        # the retry policy: every field, its errors, and at most once
+        page.get_by_test_id("f-retry-factor").fill("11")
+        page.get_by_test_id("f-retry-statuses").fill("200")
+        page.get_by_test_id("f-retry-throttle").fill("x")
+        page.get_by_test_id("submit").click()
+        expect(page.get_by_test_id("err-retry.factor")).to_be_visible()
+        _assert_zh(page, "/ui/tasks/new (retry errors)")
+        page.get_by_test_id("f-retries").fill("5")
+        page.get_by_test_id("f-retry-factor").fill("3")
+        page.get_by_test_id("f-retry-statuses").fill("409")
+        page.get_by_test_id("f-retry-throttle").fill("")
+        page.get_by_test_id("f-backoff").select_option("fixed")
+        page.get_by_test_id("f-retry-jitter").select_option("full")
+        expect(page.get_by_test_id("retry-words")).to_be_visible()
+        _assert_zh(page, "/ui/tasks/new (retry policy in words)")
+        page.locator("#f-rel").select_option("at_most_once")
+        expect(page.get_by_test_id("retry-amo")).to_be_visible()
+        _assert_zh(page, "/ui/tasks/new (at most once)")
+        # the dead letters' dialogs and toasts
+        page.goto(s.url + "/ui/dead-letters?kind=retries_exhausted")
+        expect(page.locator("tr[data-dl-id]").first).to_be_visible()
+        page.get_by_test_id("redrive-all").click()
+        expect(page.get_by_test_id("confirm-filter")).to_be_visible()
+        _assert_zh(page, "/ui/dead-letters (redrive all dialog)")
+        page.get_by_test_id("confirm-dialog").get_by_role("button").first.click()
+        page.get_by_test_id("delete-all").click()
+        _assert_zh(page, "/ui/dead-letters (delete all dialog)")
+        page.get_by_test_id("confirm-dialog").get_by_role("button").first.click()
+        # the node's answer for an at_most_once redrive, without using the dead letter up (both viewports see it)
+        page.route("**/api/v1/dead-letters/*/redrive", lambda route: route.fulfill(
+            status=200, content_type="application/json", body=json.dumps({"warning": "at_most_once: may be twice"})))
+        amo = page.locator("tr[data-dl-id]", has_text="至多一次")
+        amo.get_by_test_id("dl-redrive").click()
+        _assert_zh(page, "/ui/dead-letters (at most once redrive dialog)")
+        page.get_by_test_id("confirm-ok").click()
+        expect(page.locator(".toast-warn")).to_be_visible()
+        _assert_zh(page, "/ui/dead-letters (at most once warning)")
         # dialogs, toasts and the bulk bar
         page.goto(s.url + "/ui/tasks")
         page.locator("[data-testid=row-check]").first.check()

@@ -17,6 +17,7 @@ PAGES = [
     ("/ui/tasks", "Tasks", '[data-testid="tasks-table"]'),
     ("/ui/tasks/new", "New task", '[data-testid="task-form"]'),
     ("/ui/executions", "Executions", '[data-testid="exec-table"]'),
+    ("/ui/dead-letters", "Dead letters", '[data-testid="dl-table"]'),
     ("/ui/latency", "Latency", '[data-testid="latency-table"]'),
     ("/ui/timewheel", "Time wheel", "h1"),
     ("/ui/flows", "Flows", '[data-testid="flows-table"]'),

@@ -47,8 +47,9 @@ N_PERIODIC = 20
 PERIODIC_MS = 2_000
 TASK_TIMEOUT_MS = 2_000
 ALO_MAX_RETRIES = 5
-SETTINGS: dict[str, Any] = {"worker": {"concurrency": 32}}
-"""The product's defaults otherwise (worker_lost_ms 2 s, dispatch_timeout_ms 10 s)."""
+SETTINGS: dict[str, Any] = {"worker": {"concurrency": 32}, "scheduler": {"history_max_records_per_task": 2_000}}
+"""The product's defaults otherwise (worker_lost_ms 2 s, dispatch_timeout_ms 10 s); more history per
+task than the default 200 rows, so a long run can still show the executions around its longest gap."""
 FAULT_GAP_S = (3.0, 7.0)
 """Quiet time between the end of one fault (cluster serving again) and the next."""
 SETTLE_S = 120.0

@@ -6,8 +6,8 @@ Behaviour by path (the last path segment is a free-form tag tests use to tell ta
 the first request of TAG 200 after MS ms (a callback still running when its worker is lost), later
 ones at once; ``/slow/MS/TAG`` answers every request 200 after MS ms, and the receiver keeps how many
 requests of each path prefix (all but the tag) it held at once (:meth:`RecordingReceiver.max_concurrent`);
-``/throttle/S/K/TAG`` answers the first K requests of TAG ``429`` with ``Retry-After: S`` (in-process
-receiver only). Every request is recorded with
+``/throttle/S/K/TAG`` answers the first K requests of TAG ``429`` with ``Retry-After: S``;
+``/noretry/N/TAG`` answers N with ``X-Molens-No-Retry: true`` (in-process receiver only). Every request is recorded with
 its receive time (epoch ms), path, headers and body. Run in-process (:class:`RecordingReceiver`) or as
 its own process (``python -m tests.integration.recording_receiver PORT OUT.jsonl``: asyncio, a minimal
 HTTP/1.1 parser, one JSON line per request, flushed every 50 ms) for the benchmarks, so the receiver is
@@ -47,7 +47,7 @@ class Received:
 
 def _answer(path: str, counts: collections.Counter[str]) -> tuple[int, bytes]:
     parts = path.strip("/").split("/")
-    if parts[0] == "status" and len(parts) >= 2:
+    if parts[0] in ("status", "noretry") and len(parts) >= 2:
         return int(parts[1]), b'{"status": %s}' % parts[1].encode()
     if parts[0] == "big" and len(parts) >= 2:
         n = int(parts[1])
@@ -167,6 +167,8 @@ def _handler(rec: RecordingReceiver) -> type[BaseHTTPRequestHandler]:
             self.send_response(code)
             if code == 429 and r.path.startswith("/throttle/"):
                 self.send_header("Retry-After", r.path.split("/")[2])
+            if r.path.startswith("/noretry/"):  # the receiver ends this occurrence's retries
+                self.send_header("X-Molens-No-Retry", "true")
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(answer)))
             self.end_headers()

@@ -12,7 +12,7 @@ from tests.integration.conftest import Cluster, NodeProc, wait_for
 pytestmark = pytest.mark.integration
 
 NODE_ACTORS = {"RaftPeer": 1, "FireWorkerPool": 1, "Stats": 1, "ClockProbe": 1}
-LEADER_ACTORS = {"TimeWheel": 1, "Dispatcher": 1, "Monitor": 1, "Cleaner": 1}
+LEADER_ACTORS = {"TimeWheel": 1, "Dispatcher": 1, "Monitor": 1, "Cleaner": 1, "Notifier": 1}
 
 
 def _actors(p: NodeProc) -> dict[str, int]:

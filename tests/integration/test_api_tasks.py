@@ -323,6 +323,7 @@ def test_a_sparse_filter_pages_through_bounded_scans(api: Served, monkeypatch: p
     import molens.web.app as web_app
 
     monkeypatch.setattr(web_app, "MAX_SCAN", 10)
+    monkeypatch.setattr(web_app, "MAX_SCAN_MS", 60_000)  # only the count bound here (the time bound: below)
     st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(
         callback_url="http://127.0.0.1:9/sparse-a",
     ) for _ in range(25)]})
@@ -331,6 +332,53 @@ def test_a_sparse_filter_pages_through_bounded_scans(api: Served, monkeypatch: p
     found, pages = _pages(api, "url=sparse-b")  # no index serves a url filter: the scan is bounded
     assert found == [want]
     assert pages >= 3  # every request examined at most 10 tasks
+    # each answer says how many tasks it examined: at most the bound, and all of them once in all
+    st, _, stats = api.call("GET", "/api/v1/stats")
+    assert st == 200
+    scanned: list[int] = []
+    cursor = None
+    while True:
+        st, _, page = api.call("GET", "/api/v1/tasks?url=sparse-b" + (f"&cursor={cursor}" if cursor else ""))
+        assert st == 200
+        check_schema(page, "TaskList")
+        scanned.append(page["scanned"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert max(scanned) == 10 and sum(scanned) == sum(stats["tasks"].values())
+    st, _, page = api.call("GET", "/api/v1/tasks?limit=3")
+    assert st == 200 and len(page["items"]) == 3 and page["scanned"] == 3  # unfiltered: a page costs a page
+
+
+def test_a_skipping_scan_stops_on_time_once_it_examined_more_than_the_page(
+    api: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import molens.web.app as web_app
+
+    monkeypatch.setattr(web_app, "MAX_SCAN_MS", 0)  # every request is out of time at once
+    st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(
+        callback_url="http://127.0.0.1:9/timed-a",
+    ) for _ in range(12)]})
+    assert st == 201
+    want = create(api, callback_url="http://127.0.0.1:9/timed-b")["id"]
+    st, _, stats = api.call("GET", "/api/v1/stats")
+    assert st == 200
+    scanned: list[int] = []
+    found: list[str] = []
+    cursor = None
+    while True:
+        st, _, page = api.call("GET", "/api/v1/tasks?url=timed-b&limit=2" + (f"&cursor={cursor}" if cursor else ""))
+        assert st == 200
+        scanned.append(page["scanned"])
+        found += [t["id"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert found == [want]
+    # each paused answer examined limit + 1 tasks (the page is never cut short by time), and none twice
+    assert set(scanned[:-1]) == {3} and 1 <= scanned[-1] <= 3 and sum(scanned) == sum(stats["tasks"].values())
+    st, _, page = api.call("GET", "/api/v1/tasks?limit=20")  # a page whose tasks all match is never cut short
+    assert st == 200 and len(page["items"]) == 20 and page["scanned"] == 20
 
 
 def test_status_and_scene_filters_read_their_index_so_a_page_costs_a_page(
@@ -339,6 +387,7 @@ def test_status_and_scene_filters_read_their_index_so_a_page_costs_a_page(
     import molens.web.app as web_app
 
     monkeypatch.setattr(web_app, "MAX_SCAN", 10)
+    monkeypatch.setattr(web_app, "MAX_SCAN_MS", 60_000)  # only the count bound here (the time bound: below)
     st, _, _ = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(scene="dense-a") for _ in range(25)]})
     assert st == 201
     want = [create(api, scene="index-b")["id"] for _ in range(3)]

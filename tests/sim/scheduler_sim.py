@@ -37,7 +37,12 @@ Retry-After-held flow, no window of a flow above its rate, no more requests of a
 concurrency (:func:`check_flows`; fires of an unlimited flow are never late, whatever other flows
 hold back); 404 deactivation and max_fails
 exactly at the threshold; the ACK phase; fixed-rate periodic timing without drift; one task per
-idempotency key.
+idempotency key. Delivery control (docs/architecture.md#retry-policy, #dead-letters): receivers that
+throttle (429 with Retry-After, a few times per fire) and operators who redrive at_least_once dead
+letters after fixing the receiver; checked: no retry before the Retry-After time on record, throttled
+attempts never use up retries, a failed delayed task has exactly one dead letter and a done one none,
+every redrive that applied delivered its fire id again with the attempts continuing (or failed for
+good again), and no task is left rewound.
 
     .venv/bin/python -m tests.sim.scheduler_sim --seeds 5000        # ends with: sim: seeds=N failures=F
     .venv/bin/python -m tests.sim.scheduler_sim --seed 17 --trace   # replay one seed
@@ -69,6 +74,7 @@ from molens.fsm.commands import (
     DispatchItem,
     FlowSettings,
     PutFlow,
+    RedriveDeadLetters,
     ResultItem,
     Results,
     UpdateTask,
@@ -87,6 +93,7 @@ from molens.fsm.machine import (
 from molens.fsm.memstate import MemoryState
 from molens.model import (
     CatchUp,
+    DeadLetterKind,
     ExecutionResult,
     FireKind,
     Outcome,
@@ -150,6 +157,8 @@ class Plan:
     behaviour: str
     ack: str | None = None
     idem: str | None = None
+    throttle: int = 0
+    """``throttle``: the first this-many requests of each fire id answer 429 with Retry-After."""
 
 
 @dataclass
@@ -267,6 +276,24 @@ class Sim:
         self.plan_of: dict[tuple[str, int, FireKind], Planned] = {}
         self.throttles: list[tuple[int, str, int, int]] = []
         """(term, flow, from, until) of every Retry-After the leader took."""
+        self.rng2 = random.Random(seed * 7_919 + 1)
+        """Draws of the delivery-control workload (throttling receivers, operators' redrives), apart
+        from the main stream so the other draws of a seed stay as they were."""
+        self.throttled: dict[str, int] = defaultdict(int)
+        """Requests per fire id a throttling receiver has answered 429."""
+        self.retry_after: dict[tuple[str, int], int] = {}
+        """(fire id, attempt) -> the Retry-After time its 429 asked for."""
+        self.redriven: dict[str, Any] = {}
+        """Dead letters an operator redrove (id -> the dead letter); their fire ids answer 2xx since
+        (the operator fixed the receiver first)."""
+        self.redriven_fires: set[str] = set()
+        self.redrive_base: dict[str, int] = {}
+        """Task id -> callback attempts made before its latest redrive."""
+        self.redrive_at: dict[str, list[int]] = defaultdict(list)
+        """Task id -> when redrives of its dead letters were proposed (its own occurrences wait while a
+        redriven one runs: docs/architecture.md#dead-letters)."""
+        self.ack_base: dict[str, int] = {}
+        """Task id -> ACK probes made before its latest redrive of an ack_failed dead letter."""
 
     # ---------------------------------------------------------------- event loop
 
@@ -700,7 +727,15 @@ class Sim:
         net = self.rng.randint(*NET_LAT)
         plan = self.plans[f.task_id]
         beh = plan.ack if f.kind is FireKind.ACK else plan.behaviour
-        code, proc = self.behave(beh or "ok")
+        if f.kind is FireKind.CALLBACK and f.fire_id in self.redriven_fires:
+            beh = "ok"
+        retry_after = 0
+        if beh == "throttle" and f.kind is FireKind.CALLBACK and self.throttled[f.fire_id] < plan.throttle:
+            self.throttled[f.fire_id] += 1
+            code, proc = 429, self.rng2.randint(1, 30)
+            retry_after = self.rng2.randint(100, 1_500)
+        else:
+            code, proc = self.behave("ok" if beh == "throttle" else (beh or "ok"))
         timeout = fr.timeout_ms
         start = self.now
 
@@ -725,10 +760,14 @@ class Sim:
             if outcome is Outcome.RESPONSE:
                 d.code = sc
                 d.ok = sc is not None and 200 <= sc < 300
-            ra = self.now + self.rng.randint(100, 3_000) if sc == 429 else 0
+            ra = 0
+            if retry_after and sc == 429:
+                ra = self.now + retry_after
+                self.retry_after[(f.fire_id, f.attempt)] = ra
             item = ResultItem(
-                fire_id=f.fire_id, kind=f.kind, status_code=sc, outcome=outcome, response_head=None if sc is None else f"{sc}", latency_ms=self.now - start, worker=w, attempt=f.attempt,
-                retry_after_ms=ra,
+                fire_id=f.fire_id, kind=f.kind, status_code=sc, outcome=outcome,
+                response_head=None if sc is None else f"{sc}", latency_ms=self.now - start, worker=w,
+                attempt=f.attempt, retry_after_ms=ra,
             )
             if self.rng.random() < self.p_result_loss:
                 self.log_(f"result of {f.fire_id} lost")
@@ -754,8 +793,6 @@ class Sim:
             return 200, 5_000
         if b == "ackfail":
             return 503, r.randint(1, 30)
-        if b == "throttle":  # 429 with Retry-After (its flow holds until then)
-            return r.choice([(429, 5), (429, 5), (200, 5)])
         # flaky
         return r.choice([(200, 5), (500, 5), (200, 5_000), (204, 20)])
 
@@ -802,6 +839,16 @@ class Sim:
                 req["catchup"] = r.choice(["one", "none", "all", "all"])
                 if req["catchup"] == "all" and r.random() < 0.3:
                     req["catchup_window_ms"] = 2_000
+        r2 = self.rng2
+        for _ in range(r2.randint(0, 3)):  # receivers that throttle (429 + Retry-After) before they answer
+            periodic = r2.random() < 0.3
+            req = ({"type": "periodic", "interval_ms": r2.choice([2_000, 3_000]), "max_fails": 3} if periodic
+                   else {"type": "delayed", "interval_ms": r2.randint(0, 10_000)})
+            req["max_retries"] = r2.randint(0, 2)
+            req["flow_key"] = f"throttling-{len(kinds)}"  # its Retry-After holds its own flow only
+            kinds.append((req, Plan("throttle", throttle=r2.randint(1, 5))))
+        for _ in range(r2.randint(0, 2)):  # an operator redrives dead letters after fixing the receiver
+            self.at(self.t0 + r2.randint(5_000, FAULT_WINDOW + 10_000), self.operator_redrive)
         for _ in range(r.randint(1, 4) if self.horizon <= 3_000 else 0):  # due at the window's edge as it moves
             self.at(self.t0 + r.randint(0, 20_000), self.edge_creates)
         if r.random() < 0.7:
@@ -847,7 +894,7 @@ class Sim:
                                        "flow_key": key,
                                        "max_retries": r.randint(0, 3),
                                        "reliability": r.choice(["at_least_once", "at_least_once", "at_most_once"])}
-                self.create_at(self.t0 + start + r.randint(0, 1_000), req, beh)
+                self.create_at(self.t0 + start + r.randint(0, 1_000), req, beh, throttle=r.randint(1, 3))
 
     def client_put_flow(
         self, key: str, fs: FlowSettings | None, paused: bool = False, then: Callable[[], None] | None = None
@@ -867,6 +914,31 @@ class Sim:
             self.propose(cmd)
         self.at(self.now + 300, lambda: self.client_put_flow(key, fs, paused, then))
 
+    def operator_redrive(self) -> None:
+        """Redrive up to three at_least_once dead letters the leader's replica shows (an at_most_once
+        redrive is a deliberate second delivery: not one the invariants could check)."""
+        ld = self.leader
+        if ld is None:
+            return
+        dead = [d for d in self.replicas[ld.node].dead.values()
+                if d.reliability is Reliability.AT_LEAST_ONCE and d.id not in self.redriven]
+        picked = self.rng2.sample(sorted(dead, key=lambda d: d.id), min(3, len(dead)))
+        if not picked:
+            return
+        rep = self.replicas[ld.node]
+        for d in picked:
+            self.redriven[d.id] = d
+            self.redriven_fires.add(d.fire_id)
+            t = rep.get_task(d.task_id)
+            if t is not None:  # callback attempts (and ACK probes) made before the redrive
+                self.redrive_base[d.task_id] = max(self.redrive_base.get(d.task_id, 0), t.attempt)
+                if d.kind is DeadLetterKind.ACK_FAILED:
+                    self.ack_base[d.task_id] = max(self.ack_base.get(d.task_id, 0), d.attempts)
+        for d in picked:
+            self.redrive_at[d.task_id].append(self.now)
+        self.log_(f"operator: redrive {[d.id for d in picked]}")
+        self.propose(RedriveDeadLetters(self.now, tuple(d.id for d in picked)))
+
     def edge_creates(self) -> None:
         """Three delayed tasks due one ms before the leader's window ends, at its end and one after."""
         ld = self.leader
@@ -876,11 +948,11 @@ class Sim:
         for off in (-1, 0, 1):
             self.edge_tasks.append(self.create_at(self.now, {"type": "delayed", "run_at": edge + off, "reliability": rel}))
 
-    def create_at(self, when: int, req: dict[str, Any], behaviour: str = "ok") -> str:
-        """Schedule a client create of ``req`` (callback answered per ``behaviour``); returns its
-        idempotency key."""
+    def create_at(self, when: int, req: dict[str, Any], behaviour: str = "ok", throttle: int = 0) -> str:
+        """Schedule a client create of ``req`` (callback answered per ``behaviour``, ``throttle`` as
+        :class:`Plan`'s); returns its idempotency key."""
         self.client_n += 1
-        plan = Plan(behaviour, idem=f"client-{self.client_n}")
+        plan = Plan(behaviour, idem=f"client-{self.client_n}", throttle=throttle)
         req = {"callback_url": f"http://127.0.0.1/cb/{behaviour}", "timeout_ms": 1_000, **req,
                "idempotency_key": plan.idem}
         self.at(when, lambda: self.client_create(req, plan))
@@ -985,15 +1057,17 @@ def check(sim: Sim) -> None:
             fail(f"delivery for a task that does not exist: {d}")
 
     check_flows(sim, fail)
+    throttled_flows = {flow for _, flow, _, _ in sim.throttles}
     for d in sim.deliveries:
         if d.due < 0:
             fail(f"delivery of a fire that was never planned: {d}")
         if d.at < d.due:
             fail(f"fired early: {d}")
         pl = sim.plan_of.get((d.fire_id, d.attempt, d.kind))
-        if pl is not None and pl.flow in sim.flow_limits:
+        if pl is not None and (pl.flow in sim.flow_limits or pl.flow in throttled_flows):
             continue  # held by its flow on purpose (check_flows); every other flow is never late
-        if _healthy(sim, d.due - 2 * DISPATCH_SLACK, d.at) and d.at - d.due > LATENESS_BOUND:
+        redriving = any(r - DISPATCH_SLACK <= d.at <= r + RECOVERY_WINDOW for r in sim.redrive_at.get(d.task_id, ()))
+        if _healthy(sim, d.due - 2 * DISPATCH_SLACK, d.at) and d.at - d.due > LATENESS_BOUND and not redriving:
             fail(f"late by {d.at - d.due} ms on a healthy cluster: {d}")
 
     for tid, ds in by_task.items():
@@ -1035,6 +1109,54 @@ def check(sim: Sim) -> None:
                 ExecutionResult.LOST, ExecutionResult.UNKNOWN):
             fail(f"attempt recorded twice: {prev} / {e}")
 
+    # a 429 with Retry-After on record: the next attempt of that fire is not due before the time it gave
+    due_of = {(d.fire_id, d.attempt): d.due for d in sim.deliveries if d.kind is FireKind.CALLBACK}
+    for (fid, kind, attempt), e in first_row.items():
+        ra = sim.retry_after.get((fid, attempt))
+        if kind is FireKind.CALLBACK and e.status_code == 429 and ra is not None:
+            nxt = due_of.get((fid, attempt + 1))
+            if nxt is not None and nxt < ra:
+                fail(f"retry of {fid} attempt {attempt + 1} due {nxt}, before Retry-After {ra}")
+    # throttled attempts are free (max_throttle_ms is an hour here): a throttling receiver's
+    # at_least_once occurrence that ended failed used up its retries on other answers
+    for tid, t in tasks.items():
+        if sim.plans[tid].behaviour == "throttle" and t.spec.type is TaskType.DELAYED and t.status is Status.FAILED \
+                and t.spec.reliability is Reliability.AT_LEAST_ONCE:
+            counted = [e for e in execs.get(tid, []) if e.kind is FireKind.CALLBACK and e.status_code != 429]
+            if len(counted) < t.spec.max_retries + 1:
+                fail(f"throttled task {tid} failed with {len(counted)} counted attempts: {execs.get(tid)}")
+    # every dead letter names an occurrence that failed for good; a failed delayed task has one, a done one none
+    for d in state.dead.values():
+        if d.task_id not in tasks:
+            fail(f"dead letter of a task that does not exist: {d}")
+    for tid, t in tasks.items():
+        if t.spec.type is TaskType.DELAYED:
+            mine = [d for d in state.dead.values() if d.task_id == tid]
+            if t.status is Status.FAILED and len(mine) != 1:
+                fail(f"failed delayed task {tid} with {len(mine)} dead letters: {mine}")
+            if t.status is Status.DONE and mine:
+                fail(f"done delayed task {tid} with dead letters: {mine}")
+    # a redrive that applied delivered its fire id again with the attempts continuing, or failed for
+    # good again (a new dead letter of the same fire id)
+    for did, d in sim.redriven.items():
+        if did in state.dead or d.task_id not in tasks:
+            continue  # the redrive was lost with its leader before it committed
+        if d.kind is DeadLetterKind.ACK_FAILED:  # the callback again, then the ACK probes, numbered on
+            if tasks[d.task_id].status is not Status.DONE and not any(
+                    (x.fire_id == d.fire_id and x.kind is DeadLetterKind.ACK_FAILED and x.attempts > d.attempts)
+                    or (x.fire_id == d.fire_id and x.kind is not DeadLetterKind.ACK_FAILED)
+                    for x in state.dead.values()):
+                fail(f"redriven dead letter {did} neither done nor dead again: {tasks[d.task_id]}")
+            continue
+        again = [x for x in sim.deliveries if x.fire_id == d.fire_id and x.kind is FireKind.CALLBACK
+                 and x.attempt > d.attempts]
+        if not any(x.ok for x in again) and not any(
+                x.fire_id == d.fire_id and x.attempts > d.attempts for x in state.dead.values()):
+            fail(f"redriven dead letter {did} neither delivered again nor dead again: {again}")
+    for t in tasks.values():
+        if t.rewound is not None or t.redrives:
+            fail(f"task {t.id} still in a redrive at the end: {t}")
+
     after_unknown = {(e.task_id, e.seq + 1) for e in state.executions if e.result is ExecutionResult.UNKNOWN}
     """Occurrences that follow one lost with its worker: started when that was settled, maybe after
     their instant (docs/architecture.md#lost-workers)."""
@@ -1053,9 +1175,12 @@ def check(sim: Sim) -> None:
                 if spec.ack_url and not any(d.ok and d.kind is FireKind.ACK for d in ds):
                     fail(f"done without a 2xx ACK: {t}")
             elif alo:
-                cb = [e for e in ex if e.kind is FireKind.CALLBACK]
-                acks = [e for e in ex if e.kind is FireKind.ACK]
-                exhausted = len(cb) == spec.max_retries + 1 and all(
+                base = sim.redrive_base.get(tid, 0) if not any(d.task_id == tid for d in state.dead.values()
+                                                              if d.id in sim.redriven) else 0
+                cb = [e for e in ex if e.kind is FireKind.CALLBACK and e.attempt > base]
+                acks = [e for e in ex if e.kind is FireKind.ACK and e.attempt > sim.ack_base.get(tid, 0)]
+                counted = [e for e in cb if not (e.status_code == 429 and (e.fire_id, e.attempt) in sim.retry_after)]
+                exhausted = len(counted) == spec.max_retries + 1 and all(
                     e.result is not ExecutionResult.SUCCESS for e in cb
                 )
                 if not (

@@ -157,8 +157,14 @@ def test_lmdb_store_agrees_with_memory_state_on_a_long_random_run(tmp_path: Path
     assert {t.id: t for t in store.scan_tasks()} == d.s.tasks
     assert list(store.scan_due()) == sorted(d.s.due)
     assert {f.fire_id: f for f in store.scan_fires()} == d.s.fires
-    terminal = sorted((t.updated_ms, t.id) for t in d.s.tasks.values() if t.status in TERMINAL_STATUSES)
+    # a terminal task with dead letters is kept (so they can be redriven) until they are gone
+    with_dead = {dl.task_id for dl in d.s.dead.values()}
+    assert with_dead, "the random run produced no dead letter"
+    terminal = sorted((t.updated_ms, t.id) for t in d.s.tasks.values()
+                      if t.status in TERMINAL_STATUSES and t.id not in with_dead)
     assert [(i.updated_ms, i.task_id) for i in store.scan_expirable(2**62, 10**6)] == terminal
+    assert {dl.id: dl for dl in store.list_dead(limit=10**6)[0]} == d.s.dead
+    assert store.dead_count() == len(d.s.dead)
     counts = store.counts()
     for st_ in Status:
         assert counts[st_.value] == sum(1 for t in d.s.tasks.values() if t.status is st_)

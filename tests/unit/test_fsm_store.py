@@ -13,6 +13,7 @@ from molens.fsm.commands import (
     Command,
     CreateItem,
     CreateTasks,
+    DeleteDeadLetters,
     DeleteTasks,
     Dispatched,
     DispatchItem,
@@ -279,12 +280,17 @@ def test_scan_expirable_lists_terminal_tasks_by_last_update(store: TaskStore) ->
             fire_id=f"{t}-1", kind=FireKind.CALLBACK, status_code=code, outcome=Outcome.RESPONSE,
             response_head="", latency_ms=1, worker="w",
         ),)))
+    # ids[0] failed for good: it has a dead letter and is kept until that is gone
+    assert [dl.task_id for dl in store.list_dead()[0]] == [ids[0]]
     items = store.scan_expirable(T0 + 12, 10)
-    assert [(i.task_id, i.updated_ms) for i in items] == [(ids[0], T0 + 10), (ids[1], T0 + 11)]
-    assert len(store.scan_expirable(T0 + 100, 2)) == 2
+    assert [(i.task_id, i.updated_ms) for i in items] == [(ids[1], T0 + 11)]
+    assert len(store.scan_expirable(T0 + 100, 1)) == 1
     lg.apply(Expire(T0 + 100, tuple(items)))
-    assert store.get_task(ids[0]) is None and store.get_task(ids[1]) is None
+    assert store.get_task(ids[1]) is None
     assert [i.task_id for i in store.scan_expirable(T0 + 100, 10)] == [ids[2]]
+    lg.apply(DeleteDeadLetters(T0 + 100, (f"{ids[0]}-1.1",)))
+    assert store.dead_count() == 0
+    assert [i.task_id for i in store.scan_expirable(T0 + 100, 10)] == [ids[0], ids[2]]
 
 
 def test_an_entry_whose_apply_raises_changes_nothing_and_does_not_stop_the_store(

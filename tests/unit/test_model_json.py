@@ -91,6 +91,11 @@ def _api_object(t: Task) -> dict[str, Any]:
         "max_runs": s.max_runs,
         "catchup": s.catchup.value,
         "catchup_window_ms": s.catchup_window_ms,
+        "retry": {
+            "max_retries": s.max_retries, "backoff": "exponential", "initial_ms": 1000, "factor": 2,
+            "max_ms": 3_600_000, "jitter": "none", "non_retryable_statuses": [], "max_throttle_ms": 3_600_000,
+        },
+        "notify_url": s.notify_url,
         "flow_key": s.flow_key,
         "created_at": t.created_ms,
         "updated_at": t.updated_ms,

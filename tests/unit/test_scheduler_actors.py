@@ -206,6 +206,16 @@ def test_a_worker_never_heard_from_in_a_new_term_counts_from_the_term_start() ->
     assert ww.lost(["n2"], NOW + 2_000) == ["n2"]
 
 
+def test_a_deposed_leader_silent_since_before_the_election_is_lost_counting_from_its_last_raft_contact() -> None:
+    # the new leader last heard n2 (the old leader) 800 ms before its term began, n3 (a voter) 10 ms before
+    ww = WorkerWatch("n1", lost_ms=2_000, start_ms=NOW, heard={"n2": NOW - 800, "n3": NOW - 10, "n1": NOW - 5_000})
+    assert ww.next_check(["n1", "n2", "n3"]) == NOW + 1_200
+    assert ww.lost(["n1", "n2", "n3"], NOW + 1_200) == ["n2"]
+    assert ww.lost(["n3"], NOW + 1_989) == [] and ww.lost(["n3"], NOW + 1_990) == ["n3"]
+    ww.heard("n2", NOW + 1_500)  # it came back (SIGCONT): usable again
+    assert "n2" not in ww.take_lost()
+
+
 def test_a_worker_the_monitor_counts_lost_gets_no_fires_until_it_reports_again() -> None:
     tasks = {f"t{i}": _task(f"t{i}") for i in range(4)}
     d = _dispatcher(tasks, local_free=2)

@@ -1,0 +1,203 @@
+"""The dead-letter routes (docs/api.md#dead-letters, docs/architecture.md#dead-letters).
+
+``GET /api/v1/dead-letters`` lists them newest first (filters ``task_id``, ``flow``, ``kind``,
+``since``, ``until``; cursor), ``GET .../{id}`` one, ``POST .../{id}/redrive`` delivers its
+occurrence again (same ``X-Fire-ID``, attempts continuing), ``POST .../redrive`` does that for every
+dead letter matching a filter (at most :data:`MAX_BULK` per request; ``next_cursor`` says where to
+go on), ``DELETE .../{id}`` and ``DELETE /api/v1/dead-letters?<filter>`` remove them. Reads come
+from this node's replica; writes go through Raft like every other.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Protocol
+
+from molens.errors import NotFoundError, ValidationError
+from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
+from molens.schema import DeadLetter, DeadLetterKind, Reliability
+
+if TYPE_CHECKING:
+    from molens.web.app import Api
+
+MAX_BULK = 10_000
+"""Dead letters one bulk redrive or delete request acts on."""
+CHUNK = 500
+"""Ids per Raft entry of a bulk request."""
+_ID_RE = re.compile(r"[0-9A-Z]{26}-[0-9]{1,12}\.(?:ack)?[0-9]{1,9}")
+_CURSOR_POS_RE = re.compile(r"(?:[0-9a-f]{2}){9,60}|[0-9]{1,12}\.(?:ack)?[0-9]{1,9}")
+_FILTER_KEYS = frozenset({"task_id", "flow", "kind", "since", "until", "limit"})
+
+
+class DeadLetterReader(Protocol):
+    """The read side of the task store the routes use."""
+
+    def get_dead(self, dead_id: str) -> DeadLetter | None: ...
+
+    def list_dead(
+        self, *, task_id: str | None = None, flow: str | None = None, kind: str | None = None,
+        since_ms: int | None = None, until_ms: int | None = None, cursor: str | None = None, limit: int = 100,
+        scan_budget: int = 20_000,
+    ) -> tuple[list[DeadLetter], str | None]: ...
+
+
+def _kind(v: Any) -> str | None:
+    if v is None:
+        return None
+    try:
+        return DeadLetterKind(v).value
+    except ValueError:
+        allowed = ", ".join(k.value for k in DeadLetterKind)
+        raise ValidationError(f"kind must be one of {allowed}", "kind") from None
+
+
+def _check_id(dead_id: str) -> str:
+    if not _ID_RE.fullmatch(dead_id):
+        raise NotFoundError(f"dead letter {dead_id[:80]} not found", "id")
+    return dead_id
+
+
+def _redrive_json(dl: DeadLetter) -> dict[str, Any]:
+    out = dl.to_json()
+    if dl.reliability is Reliability.AT_MOST_ONCE:
+        out["warning"] = ("at_most_once: this delivers an occurrence that may already have reached the receiver "
+                          "(an operator's explicit decision)")
+    return out
+
+
+def install_dead_letters(api: Api) -> None:
+    """Register the routes of this module on ``api``."""
+    from molens.web.app import PREFIX, _item, _quote, decode_cursor, encode_cursor  # app installs this module
+
+    ctx = api.ctx
+
+    def reader() -> DeadLetterReader:
+        r: DeadLetterReader = ctx.dead_letters
+        return r
+
+    def query_filter() -> dict[str, Any]:
+        tid = api.q_str("task_id")
+        flow = api.q_str("flow")
+        if flow is not None and len(flow) > 300:
+            raise ValidationError("flow must be at most 300 characters", "flow")
+        since, until = api.q_ms("since", None), api.q_ms("until", None)
+        if since is not None and until is not None and until < since:
+            raise ValidationError("until must not be before since", "until")
+        return {"task_id": tid, "flow": flow, "kind": _kind(api.q_str("kind")), "since_ms": since, "until_ms": until}
+
+    def body_filter(body: Any) -> tuple[dict[str, Any], int]:
+        if not isinstance(body, dict):
+            raise ValidationError("the body must be a JSON object: a filter of dead letters", "body")
+        extra = set(body) - _FILTER_KEYS
+        if extra:
+            name = sorted(extra)[0]
+            raise ValidationError(f"unknown field {_quote(name)}; a filter has {', '.join(sorted(_FILTER_KEYS))}",
+                                  name[:64])
+        for k in ("task_id", "flow"):
+            if body.get(k) is not None and (not isinstance(body[k], str) or not 0 < len(body[k]) <= 300):
+                raise ValidationError(f"{k} must be a string of 1..300 characters", k)
+        ms = {}
+        for k in ("since", "until"):
+            v = body.get(k)
+            if v is not None and (type(v) is not int or not 0 <= v <= 253_402_300_799_999):
+                raise ValidationError(f"{k} must be epoch ms", k)
+            ms[k] = v
+        limit = body.get("limit", MAX_BULK)
+        if type(limit) is not int or not 1 <= limit <= MAX_BULK:
+            raise ValidationError(f"limit must be in 1..{MAX_BULK}", "limit")
+        return {"task_id": body.get("task_id"), "flow": body.get("flow"), "kind": _kind(body.get("kind")),
+                "since_ms": ms["since"], "until_ms": ms["until"]}, limit
+
+    def cursor_pos() -> str | None:
+        raw = api.q_raw("cursor")
+        if raw is None:
+            return None
+        pos = decode_cursor("d", raw)
+        if not _CURSOR_POS_RE.fullmatch(pos):
+            raise ValidationError("cursor is not a cursor this API issued", "cursor")
+        return pos
+
+    @api.route("GET", f"{PREFIX}/dead-letters")
+    def list_dead_letters() -> tuple[int, Any]:
+        f = query_filter()
+        items, nxt = reader().list_dead(**f, cursor=cursor_pos(), limit=api.q_limit())
+        return 200, {"items": [d.to_json() for d in items],
+                     "next_cursor": encode_cursor("d", nxt) if nxt else None}
+
+    @api.route("GET", f"{PREFIX}/dead-letters/<dead_id>")
+    def get_dead_letter(dead_id: str) -> tuple[int, Any]:
+        dl = reader().get_dead(_check_id(dead_id))
+        if dl is None:
+            raise NotFoundError(f"dead letter {dead_id} not found", "id")
+        return 200, dl.to_json()
+
+    @api.route("POST", f"{PREFIX}/dead-letters/<dead_id>/redrive", write=True)
+    def redrive_one(dead_id: str) -> tuple[int, Any]:
+        _check_id(dead_id)
+        res = _item(api.propose_one(RedriveDeadLetters(ctx.now_ms(), (dead_id,)))[0])
+        assert isinstance(res, DeadLetter)
+        return 200, _redrive_json(res)
+
+    @api.route("DELETE", f"{PREFIX}/dead-letters/<dead_id>", write=True)
+    def delete_one(dead_id: str) -> tuple[int, Any]:
+        _check_id(dead_id)
+        if api.propose_one(DeleteDeadLetters(ctx.now_ms(), (dead_id,)))[0] is not True:
+            raise NotFoundError(f"dead letter {dead_id} not found", "id")
+        return 200, {"deleted": 1}
+
+    def matching(f: dict[str, Any], limit: int) -> tuple[list[DeadLetter], str | None]:
+        """Up to ``limit`` dead letters matching ``f`` (the leader's replica: it has applied every
+        write it acknowledged), and the cursor of the rest."""
+        out: list[DeadLetter] = []
+        cursor = None
+        while len(out) < limit:
+            page, cursor = reader().list_dead(**f, cursor=cursor, limit=min(1_000, limit - len(out)))
+            out.extend(page)
+            if cursor is None:
+                break
+        return out, cursor
+
+    def bulk(cmd: type[RedriveDeadLetters] | type[DeleteDeadLetters], f: dict[str, Any], limit: int) -> dict[str, Any]:
+        found, rest = matching(f, limit)
+        ids = [d.id for d in found]
+        done, errors = 0, []
+        at_most_once = 0
+        for i in range(0, len(ids), CHUNK):
+            chunk = tuple(ids[i:i + CHUNK])
+            for did, res in zip(chunk, api.propose_one(cmd(ctx.now_ms(), chunk)), strict=True):
+                if isinstance(res, BaseException):
+                    errors.append({"id": did, "error": getattr(res, "code", "internal"), "message": str(res)[:300]})
+                elif res is False:
+                    errors.append({"id": did, "error": "not_found", "message": "gone meanwhile"})
+                else:
+                    done += 1
+                    if isinstance(res, DeadLetter) and res.reliability is Reliability.AT_MOST_ONCE:
+                        at_most_once += 1
+        out: dict[str, Any] = {"matched": len(ids), "errors": errors[:100], "error_count": len(errors),
+                               "more": rest is not None}
+        if cmd is RedriveDeadLetters:
+            out["redriven"] = done
+            if at_most_once:
+                out["at_most_once"] = at_most_once
+                out["warning"] = (f"{at_most_once} at_most_once occurrences redriven: they may already have "
+                                  "reached their receivers (an operator's explicit decision)")
+        else:
+            out["deleted"] = done
+        return out
+
+    @api.route("POST", f"{PREFIX}/dead-letters/redrive", write=True)
+    def redrive_matching() -> tuple[int, Any]:
+        f, limit = body_filter(api.read_json())
+        return 200, bulk(RedriveDeadLetters, f, limit)
+
+    @api.route("DELETE", f"{PREFIX}/dead-letters", write=True)
+    def delete_matching() -> tuple[int, Any]:
+        f = query_filter()
+        if all(v is None for v in f.values()) and api.q_raw("all") != "true":
+            raise ValidationError("give a filter (task_id, flow, kind, since, until) or all=true", "all")
+        limit = api.q_int("limit", MAX_BULK, 1, MAX_BULK)
+        assert limit is not None
+        return 200, bulk(DeleteDeadLetters, f, limit)
+
+
+__all__ = ["MAX_BULK", "DeadLetterReader", "install_dead_letters"]

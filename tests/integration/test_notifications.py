@@ -1,0 +1,92 @@
+"""Failure notifications on a real 3-node cluster (docs/architecture.md#notifications): signed,
+batched POSTs to the task's ``notify_url`` (or the node default ``notifications.url``) for a failed
+task and its dead letter, delivered at least once across kill -9 of the leader: the target refuses
+until the leader is dead, and the next leader delivers from the replicated outbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+from molens.signing import verify_signature
+
+from .conftest import Cluster, NodeProc, wait_for
+from .recording_receiver import RecordingReceiver
+
+_http = urllib3.PoolManager(retries=False, timeout=10)
+SECRET = "notify-secret-0123456789"
+
+
+def _call(n: NodeProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    try:
+        r = _http.request(method, n.http_url + path, body=data, headers={"Content-Type": "application/json"},
+                          redirect=False)
+    except urllib3.exceptions.HTTPError:
+        return 0, None
+    return r.status, (json.loads(r.data) if r.data else None)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_notifications_arrive_signed_and_at_least_once_across_a_leader_kill_9(
+        tmp_path: Path, receiver: RecordingReceiver) -> None:
+    # the default target answers 500 to its first 1,000 requests: nothing is delivered before the kill
+    default_url = receiver.url("/flaky/1000/default")
+    c = Cluster(tmp_path, 3, extra={"raft": {"tick_ms": 20}, "worker": {"signing_secret": SECRET},
+                                    "notifications": {"url": default_url}}, state_machine="tasks")
+    try:
+        c.start()
+        n = c.leader(timeout=30)
+        wait_for(lambda: _call(n, "GET", "/readyz")[0] == 200, 60, "the node to serve")
+        st, t = _call(n, "POST", "/api/v1/tasks", {
+            "type": "delayed", "interval_ms": 100, "max_retries": 0, "callback_url": receiver.url("/status/500/cb"),
+            "notify_url": receiver.url("/flaky/2/own")})
+        assert st == 201 and t["notify_url"] == receiver.url("/flaky/2/own")
+        st, d = _call(n, "POST", "/api/v1/tasks", {
+            "type": "delayed", "interval_ms": 100, "max_retries": 0, "callback_url": receiver.url("/status/500/cb2")})
+        assert st == 201 and d["notify_url"] == default_url  # the node default, resolved at create
+        st, _ = _call(n, "POST", "/api/v1/tasks", {
+            "type": "delayed", "interval_ms": 100, "notify_url": "http://169.254.169.254/x",
+            "callback_url": receiver.url("/ok/x")})
+        assert st == 400  # the callback host policy applies to notify_url
+        # the leader tries the task's own target (refused twice) and the default one (refused)
+        wait_for(lambda: receiver.by_tag("own") and receiver.by_tag("default"), 30, "the first notification tries")
+        n.kill()
+        n2 = c.leader(timeout=30, exclude=(n.node_id,))
+        wait_for(lambda: len(receiver.by_tag("own")) >= 3, 60, "the new leader's delivery to the task's target")
+        own = receiver.by_tag("own")
+        delivered = own[2]  # /flaky/2: the third request is the first answered 2xx
+        assert delivered.headers["X-Molens-Kind"] == "notification"
+        assert verify_signature(delivered.headers, delivered.body, [SECRET])
+        events = json.loads(delivered.body)["events"]
+        assert sorted(e["type"] for e in events) == ["dead_letter", "task_failed"]
+        assert {e["task_id"] for e in events} == {t["id"]} and all(e["fire_id"] == f"{t['id']}-1" for e in events)
+        ids = {e["id"] for e in events}
+        for r in own[:2]:  # the refused tries carried the same events: the receiver de-duplicates by id
+            assert {e["id"] for e in json.loads(r.body)["events"]} <= ids
+        # acknowledged: out of every replica's outbox, and not sent again; the default target keeps
+        # refusing, so the other task's two notifications wait there (retried, backing off), not lost
+        wait_for(lambda: all(_outbox(x) == 2 for x in c.nodes.values() if x.running), 30,
+                 "the acknowledged notifications out of every replica's outbox", interval=0.2)
+        count = len(receiver.by_tag("own"))
+        tries = len(receiver.by_tag("default"))
+        wait_for(lambda: len(receiver.by_tag("default")) > tries, 30, "the default target tried again")
+        assert len(receiver.by_tag("own")) == count
+        refused = json.loads(receiver.by_tag("default")[-1].body)["events"]
+        assert sorted(e["type"] for e in refused) == ["dead_letter", "task_failed"]
+        assert {e["task_id"] for e in refused} == {d["id"]}
+        assert n2.running
+    finally:
+        c.stop_all()
+
+
+def _outbox(n: NodeProc) -> int | None:
+    st, stats = _call(n, "GET", "/api/v1/stats?local=1")
+    if st != 200:
+        return None
+    return int(stats.get("notifications", {}).get("outbox", -1))
