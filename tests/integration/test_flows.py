@@ -204,3 +204,20 @@ def test_flow_settings_and_held_fires_survive_kill_9_of_the_leader(
     cluster.wait_converged()
     st, out = _req("GET", f"{_base(old)}/api/v1/flows")
     assert st == 200 and "durable" in [i["key"] for i in out["items"]]
+
+
+def test_an_adaptive_flow_halves_its_rate_on_503s_and_a_follower_shows_the_leaders_figures(
+    cluster: Cluster, receiver: RecordingReceiver
+) -> None:
+    _put_flow(cluster, "aimd", {"rate_per_s": 20, "adaptive": True})
+    due = int(time.time() * 1000) + 1_000
+    _create(cluster, [_due_at(receiver.url(f"/status/503/aimd-{i}"), due, "aimd") | {"max_retries": 0}
+                      for i in range(5)])
+    backed_off = wait_for(lambda: (f := _flow(cluster, "aimd")) and f["effective_rate_per_s"] < 20 and f,
+                          30, "the adaptive flow backed off")
+    assert backed_off["effective_rate_per_s"] == 10  # halved once per second at most
+    follower = cluster.followers()[0]
+    r = _http.request("GET", f"{_base(follower)}/api/v1/flows", redirect=False)
+    assert r.status == 200 and r.headers["X-Molens-Served-By"] == _leader(cluster)
+    items = {i["key"]: i for i in json.loads(r.data)["items"]}
+    assert items["aimd"]["live"] is True and items["aimd"]["adaptive"] is True
