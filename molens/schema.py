@@ -125,6 +125,8 @@ class ExecutionResult(enum.StrEnum):
     UPDATED = "updated"
     """History only (kind ``event``): the task's definition changed (PATCH); ``execution_result``
     names the version and the fields."""
+    BACKFILL = "backfill"
+    """History only (kind ``event``): a backfill was requested; ``execution_result`` names the range."""
 
 
 # -------------------------------------------------------------------------------------------------
@@ -255,6 +257,30 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         return msgspec.json.decode(self.payload_json)
 
 
+class Backfill(msgspec.Struct, frozen=True, array_like=True):
+    """A backfill in progress (docs/architecture.md#backfill): the schedule's instants in
+    ``[next_ms, end_ms)`` not started yet fire one after another, then the regular schedule resumes
+    at its first instant after ``after_ms`` and after the last instant backfilled.
+
+    Example: a 5-minute cron pending at 10:05 (not started), backfill of [08:00, 09:00) at 09:30:
+    the 10:05 occurrence gives way, 08:00 fires now (``current``), ``next_ms`` 08:00:00.001; 08:05
+    ... 08:55 follow, each when the one before ended; then the task is pending at 10:05 again
+    (``after_ms`` 10:04:59.999)."""
+
+    next_ms: int
+    """The instants still to fire are the schedule's instants at or after this..."""
+    end_ms: int
+    """... and before this (the request's end, clipped to ``end_at``)."""
+    after_ms: int
+    """The regular schedule resumes at its first instant after this (and after the last backfilled
+    instant): the instant of the occurrence that ran before the backfill, or just before the one
+    that was pending."""
+    left: int
+    """How many more occurrences the backfill may start (a request has at most 10,000)."""
+    current: bool
+    """The task's current occurrence is one of the backfill's (it fires now, not after catch-up)."""
+
+
 class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     """A task as replicated in the state store.
 
@@ -298,6 +324,7 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     skipped_to: Annotated[bool, rule("catchup none moved this occurrence past missed ones", internal=True)] = False
     """Set when ``catchup`` none skipped missed instants to this occurrence: it then fires even if
     it is late again (a scheduler lagging by more than a period must still fire something)."""
+    backfill: Annotated[Backfill | None, rule("A backfill in progress", internal=True)] = None
 
     @property
     def fire_id(self) -> str:
@@ -582,6 +609,7 @@ def request_error(
 
 __all__ = [
     "FORMAT",
+    "Backfill",
     "CatchUp",
     "ExecutionResult",
     "FireKind",

@@ -124,9 +124,19 @@ class UpdateTask(msgspec.Struct, frozen=True, array_like=True, tag=25):
     version: int
 
 
+class BackfillTask(msgspec.Struct, frozen=True, array_like=True, tag=32):
+    """Fire the periodic task's occurrences scheduled in ``[start_ms, end_ms)`` now, one after
+    another, then resume its schedule (docs/architecture.md#backfill)."""
+
+    now_ms: int
+    task_id: str
+    start_ms: int
+    end_ms: int
+
+
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
-    | UpdateTask
+    | UpdateTask | BackfillTask
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -158,10 +168,12 @@ def decode(data: bytes) -> Command:
 
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
+    BackfillTask,
 )
 
 
 __all__ = [
+    "BackfillTask",
     "CodecError",
     "Command",
     "CreateItem",
