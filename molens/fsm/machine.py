@@ -957,7 +957,8 @@ def _backfill_step(t: Task, now: int, seq: int, next_ms: int, after_ms: int) -> 
         return {**_INACTIVE, "backfill": None}
     if _beyond_bounds(t, seq, nxt):
         return {**_DONE, "backfill": None}
-    return {**start, "due_ms": nxt + jitter(t.id, seq, t.spec.jitter_ms), "sched_ms": nxt, "backfill": None}
+    # passed during the backfill: due now; catch-up decides at its dispatch
+    return {**start, "due_ms": max(now, nxt + jitter(t.id, seq, t.spec.jitter_ms)), "sched_ms": nxt, "backfill": None}
 
 
 def _expire(tx: _Tx, it: ExpireItem) -> ItemResult:
