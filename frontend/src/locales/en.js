@@ -31,7 +31,7 @@ export default {
   result: {
     success: 'Success', failed: 'Failed', timeout: 'Timeout', network_error: 'Network error', not_found: 'Not found (404)',
     lost: 'Lost', unknown: 'Unknown', ack_success: 'ACK success', ack_failed: 'ACK failed',
-    updated: 'Updated',
+    updated: 'Updated', backfill: 'Backfill',
   },
   type: { delayed: 'Delayed', periodic: 'Periodic' },
   catchup: { one: 'Fire once for all of them', none: 'Skip them', all: 'Fire each, oldest first' },
@@ -95,6 +95,13 @@ export default {
     confirm_trigger: 'Run one extra occurrence of task {id} now?',
     confirm_delete: 'Delete task {id} and its whole history? This cannot be undone.',
     done_pause: 'Task paused.', clone: 'Clone', edit: 'Edit', failed: '{action} failed: {msg}', done_resume: 'Task resumed.', done_trigger: 'Extra occurrence triggered.',
+  },
+  bf: {
+    action: 'Backfill', title: 'Backfill past occurrences', run: 'Fire them now',
+    intro: 'The occurrences of this schedule from the start up to (not including) the end fire now, oldest first, one after another, each with its own fire ID; then the schedule goes on. At most 10,000.',
+    start: 'From', end: 'Up to', order: 'The end must be after the start.', future: 'The end must not be in the future.',
+    tooMany: 'More than 10,000 occurrences in this range: choose a shorter one.',
+    done: '{n} occurrences backfilled ({first} to {last}).', none: 'The schedule has no occurrence in this range: nothing to fire.',
   },
   exec: {
     ack: 'ACK', firedAt: 'Fired at', task: 'Task', fireId: 'Fire ID', result: 'Result', status: 'HTTP status', latency: 'Latency',

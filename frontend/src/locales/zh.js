@@ -27,7 +27,7 @@ export default {
   },
   result: {
     success: '成功', failed: '失败', timeout: '超时', network_error: '网络错误', not_found: '未找到 (404)', lost: '丢失',
-    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改',
+    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改', backfill: '补跑',
   },
   type: { delayed: '延时', periodic: '周期' },
   catchup: { one: '合并为一次运行', none: '跳过', all: '逐个补跑（从最早开始）' },
@@ -87,6 +87,13 @@ export default {
     confirm_trigger: '立即额外运行一次任务 {id}？',
     confirm_delete: '删除任务 {id} 及其全部历史？此操作无法撤销。',
     clone: '克隆', edit: '编辑', failed: '{action}失败：{msg}', done_pause: '任务已暂停。', done_resume: '任务已恢复。', done_trigger: '已触发一次额外运行。',
+  },
+  bf: {
+    action: '补跑', title: '补跑过去的运行', run: '立即运行',
+    intro: '该调度在开始时间（含）到结束时间（不含）之间的各次运行现在按时间先后依次运行，每次有自己的触发 ID；之后调度照常继续。最多 10,000 次。',
+    start: '开始', end: '结束', order: '结束时间必须晚于开始时间。', future: '结束时间不能在未来。',
+    tooMany: '该范围内超过 10,000 次运行：请选择更短的范围。',
+    done: '已补跑 {n} 次运行（{first} 至 {last}）。', none: '该范围内调度没有任何运行：无需补跑。',
   },
   exec: {
     ack: '确认', firedAt: '触发时间', task: '任务', fireId: '触发 ID', result: '结果', status: 'HTTP 状态码', latency: '耗时',
