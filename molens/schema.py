@@ -86,6 +86,16 @@ class CatchUp(enum.StrEnum):
     """Each missed occurrence fires, oldest first, at most ``catchup_window_ms`` back."""
 
 
+class Overlap(enum.StrEnum):
+    """What a periodic task does with instants that come due while an occurrence runs
+    (docs/architecture.md#overlap)."""
+
+    SKIP = "skip"
+    """They do not fire; the schedule goes on at its first instant after the occurrence ended (the default)."""
+    BUFFER_ONE = "buffer_one"
+    """The first of them fires as soon as the occurrence has ended; the others are skipped."""
+
+
 class FireKind(enum.StrEnum):
     """Value of the ``X-Molens-Kind`` header."""
 
@@ -251,6 +261,14 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         int, rule("periodic, catchup all: how far back missed occurrences are still fired", ge=0, le=31_536_000_000)
     ] = 3_600_000
 
+    overlap: Annotated[
+        Overlap,
+        rule(
+            "periodic only: instants that come due while an occurrence is firing, retrying or awaiting its ACK: "
+            "skip (not fired, the default) or buffer_one (the first of them fires as soon as the occurrence ended)"
+        ),
+    ] = Overlap.SKIP
+
     @property
     def payload(self) -> Any:
         """The payload as a JSON value (decoded on each access; the body is kept encoded)."""
@@ -325,6 +343,11 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     """Set when ``catchup`` none skipped missed instants to this occurrence: it then fires even if
     it is late again (a scheduler lagging by more than a period must still fire something)."""
     backfill: Annotated[Backfill | None, rule("A backfill in progress", internal=True)] = None
+    started_ms: Annotated[int | None, rule("When the current occurrence's first attempt was sent", internal=True)] = None
+    """Tells the instants missed before the occurrence started (catch-up) from those that came due
+    while it ran (overlap)."""
+    buffered: Annotated[bool, rule("overlap buffer_one: this occurrence came due while the last ran", internal=True)] = False
+    """It fires when the one before ended, late by design: catch-up does not skip it."""
 
     @property
     def fire_id(self) -> str:
@@ -613,6 +636,7 @@ __all__ = [
     "CatchUp",
     "ExecutionResult",
     "FireKind",
+    "Overlap",
     "Outcome",
     "Reliability",
     "Status",

@@ -45,6 +45,13 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   skips it and every passed instant (the task moves to its next instant not in the past); ``all``
   fires each passed instant in turn, oldest first, from ``catchup_window_ms`` back. Skipped
   instants are one ``skipped`` history row per decision.
+- **Overlap** (``overlap``): instants that came due after the ending occurrence's first attempt
+  was sent (``started_ms``) came due while it ran. ``skip`` (default) skips them with the missed
+  ones; ``buffer_one`` makes the first of them the next occurrence, due at once and ``buffered``
+  (catch-up does not skip it), and skips the instants missed before the start. ``catchup`` all
+  fires every passed instant whatever ``overlap`` says.
+- **Backfill** (``BackfillTask``): the schedule's instants in a past range fire now, oldest first,
+  each its own occurrence, then the regular schedule resumes (:func:`_backfill`).
 - **Periodic timing** is fixed-rate: the next occurrence is computed from the *scheduled* instant of
   the one that just ended (``sched_ms``), never from its completion, with
   ``cron.next_after_misfire``: the first schedule instant after it that is not in the past. An
@@ -110,6 +117,7 @@ from molens.model import (
     MolensError,
     NotFoundError,
     Outcome,
+    Overlap,
     PreconditionFailedError,
     Reliability,
     Status,
@@ -379,6 +387,7 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
     if t.backfill is not None:
         return _backfill_step(t, now, t.seq + 1, t.backfill.next_ms, max(t.backfill.after_ms, t.sched_ms))
     spec = t.spec
+    buffered = False
     try:
         first = next_scheduled(t, t.sched_ms)
         if spec.catchup is CatchUp.ALL:
@@ -387,11 +396,16 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
             if nxt > first:
                 _skipped(tx, t, first, nxt, now, "more than catchup_window_ms ago (catchup all)")
         else:
+            during = _came_due_while_running(t, now)
             if first >= now or (lost and spec.catchup is CatchUp.ONE):
                 nxt = first
+            elif during is not None:  # overlap buffer_one: it fires now, what came due before the start is skipped
+                nxt, buffered = during, True
+                if nxt > first:
+                    _skipped(tx, t, first, nxt, now, f"due before the occurrence started (catchup {spec.catchup})")
             else:
                 nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
-            if nxt > first:
+            if nxt > first and not buffered:
                 _skipped(tx, t, first, nxt, now, f"due while the cluster was down, the task paused or an "
                                                  f"occurrence ran (catchup {spec.catchup})")
     except ValueError as exc:  # the schedule has no next instant (deterministic on every replica)
@@ -404,9 +418,19 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
         "seq": t.seq + 1,
         "attempt": 0,
         "ack_attempt": 0,
-        "due_ms": max(now, nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms)),  # catchup all: at once
+        "due_ms": max(now, nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms)),  # catchup all, buffer_one: at once
         "sched_ms": nxt,
+        "buffered": buffered,
     }
+
+
+def _came_due_while_running(t: Task, now: int) -> int | None:
+    """With ``overlap`` buffer_one, the first schedule instant that came due after the occurrence
+    ending now started (docs/architecture.md#overlap); None when none did, or for another policy."""
+    if t.spec.overlap is not Overlap.BUFFER_ONE or t.started_ms is None:
+        return None
+    nxt = next_scheduled(t, max(t.started_ms, t.sched_ms))
+    return nxt if nxt < now else None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -522,6 +546,8 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
             inflight=fire.fire_id,
             last_fire_ms=max(now, due),
             updated_ms=now,
+            started_ms=max(now, due) if it.attempt == 1 else t.started_ms,
+            buffered=False,
         )
         url = t.spec.callback_url
     tx.put(nt)
@@ -541,7 +567,7 @@ def _catch_up(tx: _Tx, t: Task, now: int) -> Task | None:
     all, ``t`` moved to its first instant within ``catchup_window_ms`` (fired now, the later ones
     after it), with one, ``t`` (fired now; it stands for the others, skipped when it ends)."""
     spec = t.spec
-    if spec.catchup is CatchUp.ONE or t.skipped_to or (t.backfill is not None and t.backfill.current):
+    if spec.catchup is CatchUp.ONE or t.skipped_to or t.buffered or (t.backfill is not None and t.backfill.current):
         return t
     try:
         if next_scheduled(t, t.sched_ms) > now:
@@ -942,7 +968,8 @@ def _backfill_step(t: Task, now: int, seq: int, next_ms: int, after_ms: int) -> 
     bf = t.backfill
     assert bf is not None
     found = backfill_instants(t, next_ms, bf.end_ms, 1) if bf.left > 0 else []
-    start = {"status": Status.PENDING, "seq": seq, "attempt": 0, "ack_attempt": 0, "skipped_to": False}
+    start = {"status": Status.PENDING, "seq": seq, "attempt": 0, "ack_attempt": 0, "skipped_to": False,
+             "buffered": False}
     if found:
         nxt = found[0]
         if _beyond_bounds(t, seq, nxt):

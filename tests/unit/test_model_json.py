@@ -91,6 +91,7 @@ def _api_object(t: Task) -> dict[str, Any]:
         "max_runs": s.max_runs,
         "catchup": s.catchup.value,
         "catchup_window_ms": s.catchup_window_ms,
+        "overlap": s.overlap.value,
         "created_at": t.created_ms,
         "updated_at": t.updated_ms,
         "next_run_at": t.due_ms,
