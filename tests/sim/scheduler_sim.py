@@ -87,6 +87,7 @@ from molens.model import (
     ExecutionResult,
     FireKind,
     Outcome,
+    Overlap,
     Reliability,
     Status,
     TaskSpec,
@@ -258,6 +259,8 @@ class Sim:
         self.edge_tasks: list[str] = []
         self.backfills: dict[str, list[BackfillAsked]] = defaultdict(list)
         """Backfills the machine accepted, by task id, in log order."""
+        self.overlaps_checked: dict[str, int] = defaultdict(int)
+        """Occurrences after one that ran over an instant, checked by ``check``, by overlap policy."""
         self.brng = random.Random(seed * 1_000_003 + 14)
         """The backfill workload's own draws (the rest of a seed's workload stays as it was)."""
 
@@ -753,6 +756,9 @@ class Sim:
                 req["end_at"] += when + 1_000  # after every retried create of it
             self.at(when, lambda req=req, plan=plan: self.client_create(req, plan))
         b = self.brng
+        for req, _ in kinds:  # instants due while an occurrence runs (docs/architecture.md#overlap)
+            if req["type"] == "periodic" and b.random() < 0.5:
+                req["overlap"] = b.choice(["skip", "buffer_one"])
         for i, (req, _) in enumerate(kinds):  # backfills of past ranges (docs/architecture.md#backfill)
             if req["type"] == "periodic" and b.random() < 0.5:
                 for _ in range(b.choice([1, 1, 2])):
@@ -1054,13 +1060,41 @@ def check(sim: Sim) -> None:
                     if len(missing) > len(lost):
                         fail(f"{tid}: backfill [{bf.start}, {bf.end}) never fired {missing} "
                              f"({len(lost)} occurrences lost whole)")
+            if (alo and spec.interval_ms and tid not in sim.specs and not bfs and spec.catchup is not CatchUp.ALL):
+                iv = spec.interval_ms
+                ended: dict[int, int] = defaultdict(int)
+                for e in ex:
+                    if e.kind is FireKind.CALLBACK:
+                        ended[e.seq] = max(ended[e.seq], e.finished_ms)
+
+                def after(x: int, iv: int = iv, anchor: int = t.created_ms) -> int:
+                    return anchor + ((x - anchor) // iv + 1) * iv
+
+                for k in sorted(firsts):
+                    nxt = firsts.get(k + 1)
+                    if nxt is None or k not in ended:
+                        continue
+                    began, end = firsts[k].at, ended[k]  # the first attempt reached the receiver; the result applied
+                    hi, lo = after(began), after(began - 2 * LATENESS_BOUND)
+                    if hi >= end:
+                        continue  # nothing came due while it ran
+                    if spec.overlap is Overlap.BUFFER_ONE:
+                        sim.overlaps_checked[spec.overlap] += 1
+                        want_due = max(end, nxt.scheduled + jitter(tid, k + 1, spec.jitter_ms))
+                        if not (lo <= nxt.scheduled <= hi and nxt.due == want_due):
+                            fail(f"{tid} buffer_one: occurrence {k} ran {began}..{end}; next at {nxt.scheduled} due "
+                                 f"{nxt.due}, not the first instant after its start ({lo}..{hi}) due {want_due}")
+                    else:
+                        sim.overlaps_checked[spec.overlap] += 1
+                        if nxt.scheduled < end:
+                            fail(f"{tid} overlap skip: occurrence {k} ran {began}..{end}; next at {nxt.scheduled}")
             if spec.catchup is CatchUp.NONE and spec.interval_ms and tid not in sim.specs:
                 moved = {e.seq for e in state.executions if e.task_id == tid and e.result is ExecutionResult.SKIPPED
                          and "catchup none" in (e.response_head or "")}
                 for d in cbs:  # a missed occurrence (its next instant due when it would start) never fires,
                     # unless it is the one none skipped to, late again (a lagging scheduler must fire), or backfilled
                     if d.attempt == 1 and d.at >= d.scheduled + spec.interval_ms + LATENESS_BOUND and _seq(d) not in moved \
-                            and not backfilled(d):
+                            and not backfilled(d) and spec.overlap is not Overlap.BUFFER_ONE:
                         fail(f"catchup none fired a missed occurrence: {d} (interval {spec.interval_ms})")
             if (spec.catchup is CatchUp.ALL and spec.interval_ms and tid not in sim.specs
                     and spec.catchup_window_ms >= END and not bfs):
@@ -1078,8 +1112,8 @@ def check(sim: Sim) -> None:
                     if backfilled(d):  # fired now, not at its instant
                         continue
                     # caught up, or right after a fire lost with its worker: due when it could start
-                    late_ok = (any(s.catchup is CatchUp.ALL for s in history) or (tid, _seq(d)) in after_unknown
-                               or _seq(d) in resumed)
+                    late_ok = (any(s.catchup is CatchUp.ALL or s.overlap is Overlap.BUFFER_ONE for s in history)
+                               or (tid, _seq(d)) in after_unknown or _seq(d) in resumed)
                     if all(d.due - d.scheduled != jitter(tid, _seq(d), s.jitter_ms)
                            and not (late_ok and d.due > d.scheduled + jitter(tid, _seq(d), s.jitter_ms))
                            for s in history):
@@ -1088,7 +1122,8 @@ def check(sim: Sim) -> None:
             for d in cbs:  # the due instant is the scheduled one plus the task's own offset, whoever led
                 off = jitter(tid, _seq(d), spec.jitter_ms)  # (catchup all: or later, when it could start)
                 if d.attempt == 1 and d.due - d.scheduled != off and not backfilled(d) and not (
-                        (spec.catchup is CatchUp.ALL or (tid, _seq(d)) in after_unknown or _seq(d) in resumed)
+                        (spec.catchup is CatchUp.ALL or (tid, _seq(d)) in after_unknown or _seq(d) in resumed
+                         or spec.overlap is Overlap.BUFFER_ONE)
                         and d.due > d.scheduled + off):
                     fail(f"occurrence {d.fire_id} due {d.due} is not its instant {d.scheduled} + its offset")
             if spec.jitter_ms and spec.interval_ms:  # the offset is the task's own, whoever led

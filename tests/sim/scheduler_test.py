@@ -52,6 +52,16 @@ def test_backfills_are_exercised() -> None:
 
 
 @pytest.mark.sim
+def test_overlaps_are_exercised() -> None:
+    """docs/architecture.md#overlap: over the CI seeds occurrences run over the next instant under
+    both policies, and ``check`` checks what came after them."""
+    sims, _ = _ci_runs()
+    skip = sum(sim.overlaps_checked["skip"] for sim in sims)
+    buffer_one = sum(sim.overlaps_checked["buffer_one"] for sim in sims)
+    assert skip > 100 and buffer_one > 100, (skip, buffer_one)
+
+
+@pytest.mark.sim
 def test_the_near_term_window_is_exercised_and_never_behind_without_a_slow_loader() -> None:
     """docs/architecture.md#near-term-window: over the CI seeds the window's edge sees creates and a
     leader is lost in the middle of a new leader's first fill; without a slow loader the window never
