@@ -82,6 +82,6 @@ def test_the_backfill_dialog_speaks_chinese(served: Served, page: Page) -> None:
     page.evaluate("localStorage.setItem('molens.lang', 'zh')")
     page.reload()
     page.get_by_test_id("act-backfill").click()
-    expect(page.get_by_test_id("backfill-dialog")).to_contain_text("补跑过去的运行")
+    expect(page.get_by_test_id("backfill-dialog")).to_contain_text("回填过去的运行")
     page.get_by_test_id("bf-ok").click()
-    expect(page.get_by_test_id("toast")).to_contain_text("已补跑 12 次运行")
+    expect(page.get_by_test_id("toast")).to_contain_text("已回填 12 次运行")

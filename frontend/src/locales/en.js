@@ -35,6 +35,7 @@ export default {
   },
   type: { delayed: 'Delayed', periodic: 'Periodic' },
   catchup: { one: 'Fire once for all of them', none: 'Skip them', all: 'Fire each, oldest first' },
+  overlap: { skip: 'Skip the instants that come due', buffer_one: 'Run the first of them right after' },
   reliability: { at_least_once: 'At least once', at_most_once: 'At most once' },
   dash: {
     updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate',
@@ -63,7 +64,7 @@ export default {
   },
   task: {
     version: 'Version',
-    catchup: 'Missed occurrences', catchup_window_ms: 'Catch-up window (ms)',
+    catchup: 'Missed occurrences', catchup_window_ms: 'Catch-up window (ms)', overlap: 'While one is running',
     type: 'Type', schedule: 'Schedule', callback_url: 'Callback URL', scene: 'Scene', reliability: 'Reliability',
     timeout_ms: 'Timeout (ms)', timeout: 'Timeout', ack_delay: 'ACK delay', max_retries: 'Max retries', max_fails: 'Max consecutive fails', created_at: 'Created',
     updated_at: 'Updated', next_run_at: 'Next run', last_fire_at: 'Last fired', seq: 'Occurrence', attempt: 'Attempt',
@@ -84,6 +85,7 @@ export default {
     save: 'Save changes', saved: 'Task {id} updated.', stale: 'The task was changed meanwhile (by someone else, or by the API). Reload this page to edit the current version; nothing was saved.',
     delayFromCreation: 'Counted from the task’s creation.',
     catchupHint: 'When the cluster was down or the task resumed from its schedule.',
+    overlapHint: 'Instants that come due while an occurrence is still running (a slow receiver, retries); occurrences never run at the same time.',
   },
   detail: {
     schedule: 'Schedule', nextFires: 'Next fire times',
