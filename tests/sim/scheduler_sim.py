@@ -40,7 +40,10 @@ range the machine accepted, fired after it was asked, and instants go back at mo
 most once a fire id for at_most_once, as for every fire); the bounds hold for backfilled
 occurrences too; every instant of an accepted range fires on an at_least_once task that answers 2xx
 (unless an occurrence was lost whole); the occurrence after a backfill is on time from when the
-backfill ended.
+backfill ended. Overlap (docs/architecture.md#overlap): after an occurrence of an at_least_once
+task that ran over an instant (its first attempt reached the receiver before it, its result was
+applied after it), ``skip``'s next occurrence is not before the result and ``buffer_one``'s is the
+first instant after the start, due when the result was applied.
 
     .venv/bin/python -m tests.sim.scheduler_sim --seeds 5000        # ends with: sim: seeds=N failures=F
     .venv/bin/python -m tests.sim.scheduler_sim --seed 17 --trace   # replay one seed
