@@ -141,11 +141,19 @@ class DeleteDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=27):
 
     now_ms: int
     ids: tuple[str, ...]
+class BackfillTask(msgspec.Struct, frozen=True, array_like=True, tag=32):
+    """Fire the periodic task's occurrences scheduled in ``[start_ms, end_ms)`` now, one after
+    another, then resume its schedule (docs/architecture.md#backfill)."""
+
+    now_ms: int
+    task_id: str
+    start_ms: int
+    end_ms: int
 
 
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
-    | UpdateTask | RedriveDeadLetters | DeleteDeadLetters
+    | UpdateTask | RedriveDeadLetters | DeleteDeadLetters | BackfillTask
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -177,11 +185,12 @@ def decode(data: bytes) -> Command:
 
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
-    RedriveDeadLetters, DeleteDeadLetters,
+    RedriveDeadLetters, DeleteDeadLetters, BackfillTask,
 )
 
 
 __all__ = [
+    "BackfillTask",
     "CodecError",
     "Command",
     "CreateItem",
