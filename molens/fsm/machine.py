@@ -395,7 +395,7 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
     With a backfill in progress, its next occurrence comes first (:func:`_backfill_step`).
     """
     if t.backfill is not None:
-        return _backfill_step(t, now, t.seq + 1, t.backfill.next_ms, max(t.backfill.after_ms, t.sched_ms))
+        return _backfill_step(tx, t, now, t.seq + 1, t.backfill.next_ms, max(t.backfill.after_ms, t.sched_ms))
     spec = t.spec
     buffered = False
     try:
@@ -1050,7 +1050,7 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
     started = t.inflight is not None or t.attempt > 0 or t.ack_attempt > 0 or t.status is Status.AWAITING_ACK
     if _SCHEDULE_FIELDS.intersection(changed) and not started and t.backfill is not None and t.backfill.current:
         # the backfill occurrence not started yet is taken again from the new schedule
-        moved = _backfill_step(nt, now, t.seq, t.sched_ms, t.backfill.after_ms)
+        moved = _backfill_step(tx, nt, now, t.seq, t.sched_ms, t.backfill.after_ms)
         if t.status is Status.PAUSED and moved["status"] is Status.PENDING:
             moved["due_ms"] = None
             moved["status"] = Status.PAUSED
@@ -1132,6 +1132,7 @@ def _backfill(tx: _Tx, cmd: BackfillTask, now: int) -> ItemResult:
     end = cmd.end_ms if t.spec.end_at is None else min(cmd.end_ms, t.spec.end_at)
     waiting = t.inflight is None and t.attempt == 0 and t.ack_attempt == 0 and t.status is not Status.FIRING
     if waiting:  # the occurrence not started yet gives way; the first backfilled one takes its seq
+        _skipped_before_backfill(tx, t, t.sched_ms - 1, first, now)
         bf = Backfill(next_ms=first + 1, end_ms=end, after_ms=t.sched_ms - 1, left=MAX_BACKFILL - 1, current=True)
         nt = _replace(t, sched_ms=first, due_ms=now if t.status is Status.PENDING else None, skipped_to=False,
                       backfill=bf, updated_ms=now)
@@ -1148,13 +1149,28 @@ def _backfill(tx: _Tx, cmd: BackfillTask, now: int) -> ItemResult:
     return nt
 
 
-def _backfill_step(t: Task, now: int, seq: int, next_ms: int, after_ms: int) -> dict[str, Any]:
+def _skipped_before_backfill(tx: _Tx, t: Task, after: int, first: int, now: int) -> None:
+    """The skipped row for the regular instants after ``after`` and before the backfill's ``first``
+    instant: the schedule resumes after the range, so they do not fire."""
+    try:
+        regular = next_scheduled(t, after)
+    except ValueError:
+        return
+    if regular < first:
+        _skipped(tx, t, regular, first, now, "before the backfilled range, after which the schedule resumes")
+
+
+def _backfill_step(tx: _Tx, t: Task, now: int, seq: int, next_ms: int, after_ms: int) -> dict[str, Any]:
     """Changes that make occurrence ``seq`` the backfill's next one, its first instant at or after
     ``next_ms`` (due now), or, when it has none left, the regular schedule's first instant after
-    ``after_ms`` (catch-up decides at its dispatch if that has passed). Bounds end the task."""
+    ``after_ms`` (catch-up decides at its dispatch if that has passed). Bounds end the task. When
+    the backfill starts after a regular occurrence, the regular instants from it to the range
+    (which the schedule resumes after) are recorded as skipped."""
     bf = t.backfill
     assert bf is not None
     found = backfill_instants(t, next_ms, bf.end_ms, 1) if bf.left > 0 else []
+    if found and not bf.current:
+        _skipped_before_backfill(tx, t, t.sched_ms, found[0], now)
     start = {"status": Status.PENDING, "seq": seq, "attempt": 0, "ack_attempt": 0, "free_attempts": 0,
              "throttled_since_ms": 0, "skipped_to": False, "buffered": False}
     if found:

@@ -222,3 +222,31 @@ def test_no_backfill_while_a_redrive_reruns_an_older_occurrence() -> None:
     assert isinstance(_backfill(h, p.id, c + 1, c + 25_000), Task)
     fired = [h.cycle(p.id).scheduled_ms for _ in range(3)]
     assert fired == [c + 10_000, c + 20_000, c + 30_000]  # 20 s, covered by the range, does not fire twice
+
+
+def test_regular_instants_before_a_later_range_are_recorded_as_skipped() -> None:
+    h = H()
+    t = _periodic(h)
+    c = t.created_ms
+    h.now = c + 55_000  # down: 10 s is pending, late
+    _backfill(h, t.id, c + 30_000, c + 45_000)
+    fired = [h.cycle(t.id).scheduled_ms for _ in range(3)]
+    assert fired == [c + 30_000, c + 40_000, c + 50_000]  # then the schedule after the range
+    rows = [e.response_head for e in h.s.executions if e.result is ExecutionResult.SKIPPED]
+    assert rows[0] == (f"skipped the occurrences scheduled in [{c + 10_000}, {c + 30_000}) ms: before the "
+                       "backfilled range, after which the schedule resumes")
+
+
+def test_a_range_after_a_running_occurrence_records_the_regular_instants_between_as_skipped() -> None:
+    h = H()
+    t = _periodic(h)
+    c = t.created_ms
+    h.fire_due(t.id)  # 10 s runs
+    h.now = c + 45_000
+    _backfill(h, t.id, c + 30_000, c + 45_000)
+    h.answer(t.id, 200)
+    fired = [h.cycle(t.id).scheduled_ms for _ in range(3)]
+    assert fired == [c + 30_000, c + 40_000, c + 50_000]
+    rows = [e.response_head for e in h.s.executions if e.result is ExecutionResult.SKIPPED]
+    assert rows[0] == (f"skipped the occurrences scheduled in [{c + 20_000}, {c + 30_000}) ms: before the "
+                       "backfilled range, after which the schedule resumes")
