@@ -87,6 +87,16 @@ class CatchUp(enum.StrEnum):
     """Each missed occurrence fires, oldest first, at most ``catchup_window_ms`` back."""
 
 
+class Overlap(enum.StrEnum):
+    """What a periodic task does with instants that come due while an occurrence runs
+    (docs/architecture.md#overlap)."""
+
+    SKIP = "skip"
+    """They do not fire; the schedule goes on at its first instant after the occurrence ended (the default)."""
+    BUFFER_ONE = "buffer_one"
+    """The first of them fires as soon as the occurrence has ended; the others are skipped."""
+
+
 class FireKind(enum.StrEnum):
     """Value of the ``X-Molens-Kind`` header."""
 
@@ -126,6 +136,8 @@ class ExecutionResult(enum.StrEnum):
     UPDATED = "updated"
     """History only (kind ``event``): the task's definition changed (PATCH); ``execution_result``
     names the version and the fields."""
+    BACKFILL = "backfill"
+    """History only (kind ``event``): a backfill was requested; ``execution_result`` names the range."""
 
 
 class Backoff(enum.StrEnum):
@@ -349,6 +361,14 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
             return DEFAULT_RETRY if self.max_retries == 3 else RetryPolicy(max_retries=self.max_retries)
         return r
 
+    overlap: Annotated[
+        Overlap,
+        rule(
+            "periodic only: instants that come due while an occurrence is firing, retrying or awaiting its ACK: "
+            "skip (not fired, the default) or buffer_one (the first of them fires as soon as the occurrence ended)"
+        ),
+    ] = Overlap.SKIP
+
     @property
     def payload(self) -> Any:
         """The payload as a JSON value (decoded on each access; the body is kept encoded)."""
@@ -368,6 +388,28 @@ class Rewound(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     free_attempts: int
     throttled_since_ms: int
     skipped_to: bool
+class Backfill(msgspec.Struct, frozen=True, array_like=True):
+    """A backfill in progress (docs/architecture.md#backfill): the schedule's instants in
+    ``[next_ms, end_ms)`` not started yet fire one after another, then the regular schedule resumes
+    at its first instant after ``after_ms`` and after the last instant backfilled.
+
+    Example: a 5-minute cron pending at 10:05 (not started), backfill of [08:00, 09:00) at 09:30:
+    the 10:05 occurrence gives way, 08:00 fires now (``current``), ``next_ms`` 08:00:00.001; 08:05
+    ... 08:55 follow, each when the one before ended; then the task is pending at 10:05 again
+    (``after_ms`` 10:04:59.999)."""
+
+    next_ms: int
+    """The instants still to fire are the schedule's instants at or after this..."""
+    end_ms: int
+    """... and before this (the request's end, clipped to ``end_at``)."""
+    after_ms: int
+    """The regular schedule resumes at its first instant after this (and after the last backfilled
+    instant): the instant of the occurrence that ran before the backfill, or just before the one
+    that was pending."""
+    left: int
+    """How many more occurrences the backfill may start (a request has at most 10,000)."""
+    current: bool
+    """The task's current occurrence is one of the backfill's (it fires now, not after catch-up)."""
 
 
 class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
@@ -431,6 +473,12 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     ack_base: Annotated[int, rule("ACK probes made before the latest redrive", internal=True)] = 0
     """A redriven delayed task's ACK probes go on numbering from here (an ACK attempt is never
     recorded twice) and get ``ack_ttl`` probes again."""
+    backfill: Annotated[Backfill | None, rule("A backfill in progress", internal=True)] = None
+    started_ms: Annotated[int | None, rule("When the current occurrence's first attempt was sent", internal=True)] = None
+    """Tells the instants missed before the occurrence started (catch-up) from those that came due
+    while it ran (overlap)."""
+    buffered: Annotated[bool, rule("overlap buffer_one: this occurrence came due while the last ran", internal=True)] = False
+    """It fires when the one before ended, late by design: catch-up does not skip it."""
 
     @property
     def fire_id(self) -> str:
@@ -798,6 +846,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "FORMAT",
     "Backoff",
+    "Backfill",
     "CatchUp",
     "DeadLetter",
     "DeadLetterKind",
@@ -805,6 +854,7 @@ __all__ = [
     "NoticeType",
     "ExecutionResult",
     "FireKind",
+    "Overlap",
     "Outcome",
     "Reliability",
     "RetryJitter",
