@@ -763,6 +763,14 @@ def openapi_components(
         by_rule = _split(_hints(spec_type)[f.name])[1].get("default") == "rule"
         if d is not None and not f.required and not isinstance(d, bytes) and not by_rule:
             p["default"] = _plain(d)
+    retry = comps.get("RetryPolicyCreate")
+    if retry is not None:  # the node's own default policy, field by field (scheduler.retry)
+        node = msgspec.structs.replace(limits.default_retry, max_retries=limits.default_max_retries)
+        for name, p in retry["properties"].items():
+            v = getattr(node, name)
+            p["default"] = list(v) if isinstance(v, tuple) else _plain(v)
+            if name == "non_retryable_statuses":  # the rule between fields (model._resolve_retry)
+                p["anyOf"][0]["items"] = {"type": "integer", "minimum": 300, "maximum": 599}
     return comps
 
 
