@@ -356,6 +356,15 @@ class MolensClient:
         """Run the task's upcoming occurrence now."""
         return self._act("POST", f"/api/v1/tasks/{task_id}/trigger")
 
+    def backfill(self, task_id: str, *, start: int, end: int) -> dict[str, Any]:
+        """Fire the periodic task's occurrences scheduled in ``[start, end)`` (epoch ms, ``end``
+        not after now) now, oldest first, then resume its schedule (at most 10,000; docs/api.md#backfill).
+        Returns ``{"occurrences": n, "first": ms, "last": ms, "task": {...}}``. Not retried after an
+        unknown outcome (a second backfill of the range would fire it twice, or be refused while
+        the first runs)."""
+        return dict(self._request("POST", f"/api/v1/tasks/{task_id}/backfill", {"start": start, "end": end},
+                                  safe_retry=False)[1])
+
     def _act(self, method: str, path: str) -> Task:
         return dict(self._request(method, path, None, safe_retry=False)[1])
 

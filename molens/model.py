@@ -67,6 +67,7 @@ from molens.schema import (
     ExecutionResult,
     FireKind,
     Outcome,
+    Overlap,
     Reliability,
     RetryPolicy,
     Status,
@@ -624,7 +625,7 @@ def _apply_rules(
     bounds = [k for k in ("start_at", "end_at", "max_runs") if given[k] is not None]
     # the catch-up fields have defaults a client may send for any task (generated clients do): only
     # another value is refused on a delayed task
-    bounds += [k for k, d in (("catchup", CatchUp.ONE), ("catchup_window_ms", 3_600_000))
+    bounds += [k for k, d in (("catchup", CatchUp.ONE), ("catchup_window_ms", 3_600_000), ("overlap", Overlap.SKIP))
                if given[k] is not None and given[k] != d]
     if ttype is TaskType.DELAYED and bounds:
         raise ValidationError(f"{bounds[0]} is only for periodic tasks", bounds[0])
@@ -708,6 +709,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "TERMINAL_STATUSES",
     "CatchUp",
+    "Overlap",
     "CallbackPolicy",
     "DeadLetterKind",
     "RetryPolicy",

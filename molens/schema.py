@@ -88,6 +88,16 @@ class CatchUp(enum.StrEnum):
     """Each missed occurrence fires, oldest first, at most ``catchup_window_ms`` back."""
 
 
+class Overlap(enum.StrEnum):
+    """What a periodic task does with instants that come due while an occurrence runs
+    (docs/architecture.md#overlap)."""
+
+    SKIP = "skip"
+    """They do not fire; the schedule goes on at its first instant after the occurrence ended (the default)."""
+    BUFFER_ONE = "buffer_one"
+    """The first of them fires as soon as the occurrence has ended; the others are skipped."""
+
+
 class FireKind(enum.StrEnum):
     """Value of the ``X-Molens-Kind`` header."""
 
@@ -127,6 +137,8 @@ class ExecutionResult(enum.StrEnum):
     UPDATED = "updated"
     """History only (kind ``event``): the task's definition changed (PATCH); ``execution_result``
     names the version and the fields."""
+    BACKFILL = "backfill"
+    """History only (kind ``event``): a backfill was requested; ``execution_result`` names the range."""
 
 
 class Backoff(enum.StrEnum):
@@ -343,14 +355,6 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         rule("http(s) URL that gets signed failure notifications (task failed or inactive, dead letter); "
              "default: the node's notifications.url", max_length="max_url_length", format="uri"),
     ] = None
-    flow_key: Annotated[
-        str | None,
-        rule(
-            "Flow the task's fires belong to (limits set with PUT /flows/{key}); default: the callback "
-            "URL's host:port",
-            pattern=FLOW_KEY_PATTERN,
-        ),
-    ] = None
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -359,6 +363,22 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         if r is None:
             return DEFAULT_RETRY if self.max_retries == 3 else RetryPolicy(max_retries=self.max_retries)
         return r
+
+    overlap: Annotated[
+        Overlap,
+        rule(
+            "periodic only: instants that come due while an occurrence is firing, retrying or awaiting its ACK: "
+            "skip (not fired, the default) or buffer_one (the first of them fires as soon as the occurrence ended)"
+        ),
+    ] = Overlap.SKIP
+    flow_key: Annotated[
+        str | None,
+        rule(
+            "Flow the task's fires belong to (limits set with PUT /flows/{key}); default: the callback "
+            "URL's host:port",
+            pattern=FLOW_KEY_PATTERN,
+        ),
+    ] = None
 
     @property
     def payload(self) -> Any:
@@ -379,6 +399,28 @@ class Rewound(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     free_attempts: int
     throttled_since_ms: int
     skipped_to: bool
+class Backfill(msgspec.Struct, frozen=True, array_like=True):
+    """A backfill in progress (docs/architecture.md#backfill): the schedule's instants in
+    ``[next_ms, end_ms)`` not started yet fire one after another, then the regular schedule resumes
+    at its first instant after ``after_ms`` and after the last instant backfilled.
+
+    Example: a 5-minute cron pending at 10:05 (not started), backfill of [08:00, 09:00) at 09:30:
+    the 10:05 occurrence gives way, 08:00 fires now (``current``), ``next_ms`` 08:00:00.001; 08:05
+    ... 08:55 follow, each when the one before ended; then the task is pending at 10:05 again
+    (``after_ms`` 10:04:59.999)."""
+
+    next_ms: int
+    """The instants still to fire are the schedule's instants at or after this..."""
+    end_ms: int
+    """... and before this (the request's end, clipped to ``end_at``)."""
+    after_ms: int
+    """The regular schedule resumes at its first instant after this (and after the last backfilled
+    instant): the instant of the occurrence that ran before the backfill, or just before the one
+    that was pending."""
+    left: int
+    """How many more occurrences the backfill may start (a request has at most 10,000)."""
+    current: bool
+    """The task's current occurrence is one of the backfill's (it fires now, not after catch-up)."""
 
 
 class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
@@ -442,6 +484,12 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     ack_base: Annotated[int, rule("ACK probes made before the latest redrive", internal=True)] = 0
     """A redriven delayed task's ACK probes go on numbering from here (an ACK attempt is never
     recorded twice) and get ``ack_ttl`` probes again."""
+    backfill: Annotated[Backfill | None, rule("A backfill in progress", internal=True)] = None
+    started_ms: Annotated[int | None, rule("When the current occurrence's first attempt was sent", internal=True)] = None
+    """Tells the instants missed before the occurrence started (catch-up) from those that came due
+    while it ran (overlap)."""
+    buffered: Annotated[bool, rule("overlap buffer_one: this occurrence came due while the last ran", internal=True)] = False
+    """It fires when the one before ended, late by design: catch-up does not skip it."""
 
     @property
     def fire_id(self) -> str:
@@ -739,6 +787,14 @@ def openapi_components(
         by_rule = _split(_hints(spec_type)[f.name])[1].get("default") == "rule"
         if d is not None and not f.required and not isinstance(d, bytes) and not by_rule:
             p["default"] = _plain(d)
+    retry = comps.get("RetryPolicyCreate")
+    if retry is not None:  # the node's own default policy, field by field (scheduler.retry)
+        node = msgspec.structs.replace(limits.default_retry, max_retries=limits.default_max_retries)
+        for name, p in retry["properties"].items():
+            v = getattr(node, name)
+            p["default"] = list(v) if isinstance(v, tuple) else _plain(v)
+            if name == "non_retryable_statuses":  # the rule between fields (model._resolve_retry)
+                p["anyOf"][0]["items"] = {"type": "integer", "minimum": 300, "maximum": 599}
     return comps
 
 
@@ -823,6 +879,7 @@ __all__ = [
     "FLOW_KEY_PATTERN",
     "FORMAT",
     "Backoff",
+    "Backfill",
     "CatchUp",
     "DeadLetter",
     "DeadLetterKind",
@@ -830,6 +887,7 @@ __all__ = [
     "NoticeType",
     "ExecutionResult",
     "FireKind",
+    "Overlap",
     "Outcome",
     "Reliability",
     "RetryJitter",

@@ -1,5 +1,6 @@
 // Which actions a task's state allows (docs/api.md: pause from pending/firing/awaiting_ack; resume
-// from paused, and inactive for periodic tasks; trigger from pending), and the bounded client-side
+// from paused, and inactive for periodic tasks; trigger from pending; backfill: a periodic task that
+// is pending, firing or paused), and the bounded client-side
 // loop that runs one action over many tasks.
 import { api } from './api.js'
 
@@ -14,6 +15,8 @@ export function allowed(task, action) {
       return task.status === 'paused' || (task.type === 'periodic' && task.status === 'inactive')
     case 'trigger':
       return task.status === 'pending'
+    case 'backfill':
+      return task.type === 'periodic' && ['pending', 'firing', 'paused'].includes(task.status)
     case 'delete':
       return true
     default:

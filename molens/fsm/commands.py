@@ -141,6 +141,14 @@ class DeleteDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=27):
 
     now_ms: int
     ids: tuple[str, ...]
+class BackfillTask(msgspec.Struct, frozen=True, array_like=True, tag=32):
+    """Fire the periodic task's occurrences scheduled in ``[start_ms, end_ms)`` now, one after
+    another, then resume its schedule (docs/architecture.md#backfill)."""
+
+    now_ms: int
+    task_id: str
+    start_ms: int
+    end_ms: int
 
 
 class AckNotices(msgspec.Struct, frozen=True, array_like=True, tag=28):
@@ -181,7 +189,7 @@ class DeleteFlow(msgspec.Struct, frozen=True, array_like=True, tag=31):
 
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
-    | UpdateTask | RedriveDeadLetters | DeleteDeadLetters | AckNotices | PutFlow | DeleteFlow
+    | UpdateTask | RedriveDeadLetters | DeleteDeadLetters | AckNotices | BackfillTask | PutFlow | DeleteFlow
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -213,12 +221,13 @@ def decode(data: bytes) -> Command:
 
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
-    RedriveDeadLetters, DeleteDeadLetters, AckNotices, PutFlow, DeleteFlow,
+    RedriveDeadLetters, DeleteDeadLetters, AckNotices, BackfillTask, PutFlow, DeleteFlow,
 )
 
 
 __all__ = [
     "AckNotices",
+    "BackfillTask",
     "CodecError",
     "Command",
     "CreateItem",

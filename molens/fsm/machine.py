@@ -45,6 +45,13 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   skips it and every passed instant (the task moves to its next instant not in the past); ``all``
   fires each passed instant in turn, oldest first, from ``catchup_window_ms`` back. Skipped
   instants are one ``skipped`` history row per decision.
+- **Overlap** (``overlap``): instants that came due after the ending occurrence's first attempt
+  was sent (``started_ms``) came due while it ran. ``skip`` (default) skips them with the missed
+  ones; ``buffer_one`` makes the first of them the next occurrence, due at once and ``buffered``
+  (catch-up does not skip it), and skips the instants missed before the start. ``catchup`` all
+  fires every passed instant whatever ``overlap`` says.
+- **Backfill** (``BackfillTask``): the schedule's instants in a past range fire now, oldest first,
+  each its own occurrence, then the regular schedule resumes (:func:`_backfill`).
 - **Periodic timing** is fixed-rate: the next occurrence is computed from the *scheduled* instant of
   the one that just ended (``sched_ms``), never from its completion, with
   ``cron.next_after_misfire``: the first schedule instant after it that is not in the past. An
@@ -84,6 +91,7 @@ import msgspec
 
 from molens.fsm.commands import (
     AckNotices,
+    BackfillTask,
     Command,
     CreateItem,
     CreateTasks,
@@ -116,14 +124,16 @@ from molens.model import (
     MolensError,
     NotFoundError,
     Outcome,
+    Overlap,
     PreconditionFailedError,
     Reliability,
     Status,
     Task,
     TaskType,
+    ValidationError,
 )
-from molens.schedule.cron import ScheduleSpec, next_after_misfire, next_fire_after
-from molens.schema import DeadLetter, Notice, NoticeType, Rewound, flow_of
+from molens.schedule.cron import ScheduleSpec, next_after_misfire, next_cron_fire, next_fire_after
+from molens.schema import Backfill, DeadLetter, Notice, NoticeType, Rewound, flow_of
 
 log = logging.getLogger(__name__)
 
@@ -403,8 +413,13 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
     nothing was running while the instants after it came due (they were missed to a fault, not to
     a running occurrence), so with ``catchup`` one the next instant fires, at once if it has passed,
     instead of being skipped (docs/architecture.md#lost-workers).
+
+    With a backfill in progress, its next occurrence comes first (:func:`_backfill_step`).
     """
+    if t.backfill is not None:
+        return _backfill_step(tx, t, now, t.seq + 1, t.backfill.next_ms, max(t.backfill.after_ms, t.sched_ms))
     spec = t.spec
+    buffered = False
     try:
         first = next_scheduled(t, t.sched_ms)
         if spec.catchup is CatchUp.ALL:
@@ -413,11 +428,16 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
             if nxt > first:
                 _skipped(tx, t, first, nxt, now, "more than catchup_window_ms ago (catchup all)")
         else:
+            during = _came_due_while_running(t, now)
             if first >= now or (lost and spec.catchup is CatchUp.ONE):
                 nxt = first
+            elif during is not None:  # overlap buffer_one: it fires now, what came due before the start is skipped
+                nxt, buffered = during, True
+                if nxt > first:
+                    _skipped(tx, t, first, nxt, now, f"due before the occurrence started (catchup {spec.catchup})")
             else:
                 nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
-            if nxt > first:
+            if nxt > first and not buffered:
                 _skipped(tx, t, first, nxt, now, f"due while the cluster was down, the task paused or an "
                                                  f"occurrence ran (catchup {spec.catchup})")
     except ValueError as exc:  # the schedule has no next instant (deterministic on every replica)
@@ -432,9 +452,19 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
         "ack_attempt": 0,
         "free_attempts": 0,
         "throttled_since_ms": 0,
-        "due_ms": max(now, nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms)),  # catchup all: at once
+        "due_ms": max(now, nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms)),  # catchup all, buffer_one: at once
         "sched_ms": nxt,
+        "buffered": buffered,
     }
+
+
+def _came_due_while_running(t: Task, now: int) -> int | None:
+    """With ``overlap`` buffer_one, the first schedule instant that came due after the occurrence
+    ending now started (docs/architecture.md#overlap); None when none did, or for another policy."""
+    if t.spec.overlap is not Overlap.BUFFER_ONE or t.started_ms is None:
+        return None
+    nxt = next_scheduled(t, max(t.started_ms, t.sched_ms))
+    return nxt if nxt < now else None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -476,6 +506,8 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case AckNotices():
             tx.w.notices_acked.extend(cmd.keys)
             results = [None] * len(cmd.keys)
+        case BackfillTask():
+            results = [_backfill(tx, cmd, now)]
         case PutFlow():
             results = [_put_flow(tx, cmd, now)]
         case DeleteFlow():
@@ -578,6 +610,8 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
             inflight=fire.fire_id,
             last_fire_ms=max(now, due),
             updated_ms=now,
+            started_ms=max(now, due) if it.attempt == 1 else t.started_ms,
+            buffered=False,
         )
         url = t.spec.callback_url
     tx.put(nt)
@@ -597,7 +631,7 @@ def _catch_up(tx: _Tx, t: Task, now: int) -> Task | None:
     all, ``t`` moved to its first instant within ``catchup_window_ms`` (fired now, the later ones
     after it), with one, ``t`` (fired now; it stands for the others, skipped when it ends)."""
     spec = t.spec
-    if spec.catchup is CatchUp.ONE or t.skipped_to:
+    if spec.catchup is CatchUp.ONE or t.skipped_to or t.buffered or (t.backfill is not None and t.backfill.current):
         return t
     try:
         if next_scheduled(t, t.sched_ms) > now:
@@ -1004,6 +1038,7 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
             due_ms=nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms),
             sched_ms=nxt,
             updated_ms=now,
+            backfill=None,
         )
         if _beyond_bounds(t, t.seq + 1, nxt):
             nt = _replace(nt, status=Status.DONE, due_ms=None)
@@ -1013,6 +1048,8 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
         nt = _replace(t, status=Status.AWAITING_ACK, due_ms=now, updated_ms=now)
     elif t.attempt > 0:
         nt = _replace(t, status=Status.FIRING, due_ms=max(now, t.sched_ms), updated_ms=now)
+    elif t.backfill is not None and t.backfill.current:  # a backfill occurrence fires now (docs: #backfill)
+        nt = _replace(t, status=Status.PENDING, due_ms=now, updated_ms=now)
     elif periodic:
         # resume_from now: what passed while paused is dropped; schedule: it is missed (catch-up rule)
         nxt = t.sched_ms if t.sched_ms >= now or from_schedule else next_scheduled(t, now)
@@ -1035,6 +1072,8 @@ def _trigger(tx: _Tx, tid: str, now: int) -> ItemResult:
         return NotFoundError(f"task {tid} not found", "task_id")
     if t.status is not Status.PENDING or t.inflight is not None:
         return IllegalTransitionError(f"cannot trigger a task that is {t.status}", "status")
+    if t.backfill is not None and t.backfill.current:
+        return IllegalTransitionError("cannot trigger a task while a backfill runs", "status")
     nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)
     tx.put(nt)
     return nt
@@ -1073,7 +1112,14 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
         occ_spec=(t.occ_spec or old) if t.inflight is not None else None,
     )
     started = t.inflight is not None or t.attempt > 0 or t.ack_attempt > t.ack_base or t.status is Status.AWAITING_ACK
-    if _SCHEDULE_FIELDS.intersection(changed) and not started and t.status in (Status.PENDING, Status.PAUSED):
+    if _SCHEDULE_FIELDS.intersection(changed) and not started and t.backfill is not None and t.backfill.current:
+        # the backfill occurrence not started yet is taken again from the new schedule
+        moved = _backfill_step(tx, nt, now, t.seq, t.sched_ms, t.backfill.after_ms)
+        if t.status is Status.PAUSED and moved["status"] is Status.PENDING:
+            moved["due_ms"] = None
+            moved["status"] = Status.PAUSED
+        nt = _replace(nt, **moved)
+    elif _SCHEDULE_FIELDS.intersection(changed) and not started and t.status in (Status.PENDING, Status.PAUSED):
         if new.type is TaskType.DELAYED:
             sched = new.run_at if new.run_at is not None else t.created_ms + (new.interval_ms or 0)
         else:
@@ -1089,6 +1135,124 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
         finished_ms=now, response_head=f"version {nt.version}: {', '.join(changed)}",
     ))
     return nt
+
+
+MAX_BACKFILL = 10_000
+"""The most occurrences one backfill request fires (docs/api.md#backfill)."""
+
+
+def backfill_instants(t: Task, start_ms: int, end_ms: int, limit: int) -> list[int]:
+    """The periodic task's scheduled instants in ``[start_ms, end_ms)`` that its bounds allow
+    (``start_at``, ``end_at``), in order, at most ``limit`` of them. The schedule reaches back
+    before the task was created: an interval task's grid is ``created + k * interval_ms`` for every
+    ``k`` (``start_at + k * interval_ms`` with ``start_at``), a cron task's every cron instant."""
+    s = t.spec
+    lo = start_ms if s.start_at is None else max(start_ms, s.start_at)
+    end = end_ms if s.end_at is None else min(end_ms, s.end_at)
+    if s.interval_ms is not None:
+        iv = s.interval_ms
+        anchor = t.created_ms if s.start_at is None else s.start_at
+        first = anchor - (anchor - lo) // iv * iv  # the first grid instant at or after lo
+        return list(range(first, end, iv)[:limit]) if first < end else []
+    assert s.cron_expr is not None
+    out: list[int] = []
+    at = lo - 1
+    while len(out) < limit:
+        try:
+            nxt = next_cron_fire(s.cron_expr, s.timezone, at)
+        except ValueError:  # the schedule has no further instant
+            break
+        if nxt >= end:
+            break
+        out.append(nxt)
+        at = nxt
+    return out
+
+
+def _backfill(tx: _Tx, cmd: BackfillTask, now: int) -> ItemResult:
+    """Start a backfill (docs/architecture.md#backfill): the occurrences scheduled in ``[start,
+    end)`` fire now, in order, each its own occurrence (seq, fire id), then the regular schedule
+    resumes. An occurrence not started yet gives way (it fires after the backfill); one running
+    finishes first. One backfill at a time per task; ``end`` not after now."""
+    t = tx.task(cmd.task_id)
+    if t is None:
+        return NotFoundError(f"task {cmd.task_id} not found", "task_id")
+    if t.spec.type is not TaskType.PERIODIC:
+        return IllegalTransitionError("only a periodic task has a schedule to backfill", "type")
+    if t.status not in (Status.PENDING, Status.FIRING, Status.PAUSED):
+        return IllegalTransitionError(f"cannot backfill a task that is {t.status}", "status")
+    if t.backfill is not None:
+        return IllegalTransitionError(
+            f"task {t.id} is still backfilling (up to {t.backfill.end_ms}); one backfill at a time", "status"
+        )
+    if t.rewound is not None or t.redrives:
+        return IllegalTransitionError(f"task {t.id} is redriving an older occurrence; backfill when it ends", "status")
+    if not 0 <= cmd.start_ms < cmd.end_ms <= now:
+        return ValidationError(f"start must be before end and end not after now ({now})", "end")
+    found = backfill_instants(t, cmd.start_ms, cmd.end_ms, 1)
+    if not found:
+        return t
+    first = found[0]
+    end = cmd.end_ms if t.spec.end_at is None else min(cmd.end_ms, t.spec.end_at)
+    waiting = t.inflight is None and t.attempt == 0 and t.ack_attempt == 0 and t.status is not Status.FIRING
+    if waiting:  # the occurrence not started yet gives way; the first backfilled one takes its seq
+        _skipped_before_backfill(tx, t, t.sched_ms - 1, first, now)
+        bf = Backfill(next_ms=first + 1, end_ms=end, after_ms=t.sched_ms - 1, left=MAX_BACKFILL - 1, current=True)
+        nt = _replace(t, sched_ms=first, due_ms=now if t.status is Status.PENDING else None, skipped_to=False,
+                      backfill=bf, updated_ms=now)
+    else:  # the running occurrence ends first (_next_occurrence)
+        bf = Backfill(next_ms=first, end_ms=end, after_ms=t.sched_ms, left=MAX_BACKFILL, current=False)
+        nt = _replace(t, backfill=bf, updated_ms=now)
+    tx.put(nt)
+    tx.w.executions.append(Execution(
+        task_id=t.id, fire_id=t.fire_id, seq=t.seq, attempt=0, kind=FireKind.EVENT, result=ExecutionResult.BACKFILL,
+        status_code=None, latency_ms=None, worker="", url=t.spec.callback_url, scene=t.spec.scene, fired_ms=now,
+        finished_ms=now, response_head=f"backfill of the occurrences scheduled in [{cmd.start_ms}, {cmd.end_ms}) ms, "
+                                       f"the first at {first}",
+    ))
+    return nt
+
+
+def _skipped_before_backfill(tx: _Tx, t: Task, after: int, first: int, now: int) -> None:
+    """The skipped row for the regular instants after ``after`` and before the backfill's ``first``
+    instant: the schedule resumes after the range, so they do not fire."""
+    try:
+        regular = next_scheduled(t, after)
+    except ValueError:
+        return
+    if regular < first:
+        _skipped(tx, t, regular, first, now, "before the backfilled range, after which the schedule resumes")
+
+
+def _backfill_step(tx: _Tx, t: Task, now: int, seq: int, next_ms: int, after_ms: int) -> dict[str, Any]:
+    """Changes that make occurrence ``seq`` the backfill's next one, its first instant at or after
+    ``next_ms`` (due now), or, when it has none left, the regular schedule's first instant after
+    ``after_ms`` (catch-up decides at its dispatch if that has passed). Bounds end the task. When
+    the backfill starts after a regular occurrence, the regular instants from it to the range
+    (which the schedule resumes after) are recorded as skipped."""
+    bf = t.backfill
+    assert bf is not None
+    found = backfill_instants(t, next_ms, bf.end_ms, 1) if bf.left > 0 else []
+    if found and not bf.current:
+        _skipped_before_backfill(tx, t, t.sched_ms, found[0], now)
+    start = {"status": Status.PENDING, "seq": seq, "attempt": 0, "ack_attempt": 0, "free_attempts": 0,
+             "throttled_since_ms": 0, "skipped_to": False, "buffered": False}
+    if found:
+        nxt = found[0]
+        if _beyond_bounds(t, seq, nxt):
+            return {**_DONE, "backfill": None}
+        return {**start, "due_ms": now, "sched_ms": nxt,
+                "backfill": Backfill(next_ms=nxt + 1, end_ms=bf.end_ms, after_ms=after_ms, left=bf.left - 1,
+                                     current=True)}
+    try:
+        nxt = next_scheduled(t, after_ms)
+    except ValueError as exc:  # the schedule has no next instant (deterministic on every replica)
+        log.error("task=%s has no next occurrence after its backfill (%s): inactive", t.id, exc)
+        return {**_INACTIVE, "backfill": None}
+    if _beyond_bounds(t, seq, nxt):
+        return {**_DONE, "backfill": None}
+    # passed during the backfill: due now; catch-up decides at its dispatch
+    return {**start, "due_ms": max(now, nxt + jitter(t.id, seq, t.spec.jitter_ms)), "sched_ms": nxt, "backfill": None}
 
 
 def _expire(tx: _Tx, it: ExpireItem) -> ItemResult:
@@ -1146,6 +1310,7 @@ __all__ = [
     "FlowSet",
     "LeadershipPlan",
     "MachineConfig",
+    "MAX_BACKFILL",
     "MolensError",
     "ScanView",
     "View",
@@ -1153,6 +1318,7 @@ __all__ = [
     "WheelRemove",
     "Writes",
     "apply",
+    "backfill_instants",
     "expired_fires",
     "first_due",
     "jitter",

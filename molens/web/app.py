@@ -56,6 +56,7 @@ import msgspec
 
 from molens import model
 from molens.fsm.commands import (
+    BackfillTask,
     Command,
     CreateItem,
     CreateTasks,
@@ -65,10 +66,11 @@ from molens.fsm.commands import (
     TriggerTask,
     UpdateTask,
 )
-from molens.fsm.machine import Created
+from molens.fsm.machine import MAX_BACKFILL, Created, backfill_instants
 from molens.model import (
     DEFAULT_LIMITS,
     ExecutionResult,
+    IllegalTransitionError,
     MolensError,
     NotFoundError,
     PreconditionFailedError,
@@ -643,6 +645,38 @@ def _install_tasks(api: Api) -> None:
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True)
     def trigger_task(task_id: str) -> tuple[int, Any]:
         return by_id(TriggerTask, task_id)
+
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/backfill", write=True)
+    def backfill_task(task_id: str) -> tuple[int, Any]:
+        body = api.read_json()
+        if not isinstance(body, dict) or set(body) != {"start", "end"}:
+            raise ValidationError('the body is {"start": epoch ms, "end": epoch ms}', "body")
+        for name in ("start", "end"):
+            v = body[name]
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= model.MAX_EPOCH_MS:
+                raise ValidationError(f"{name} must be an epoch ms in 0..{model.MAX_EPOCH_MS}", name)
+        start, end = body["start"], body["end"]
+        if start >= end:
+            raise ValidationError("start must be before end", "end")
+        now = ctx.now_ms()
+        if end > now:
+            raise ValidationError(f"end must not be after now ({now}): a backfill fires past occurrences", "end")
+        t = task_or_404(ctx, task_id)
+        if t.spec.type is not TaskType.PERIODIC:
+            raise IllegalTransitionError("only a periodic task has a schedule to backfill", "type")
+        instants = backfill_instants(t, start, end, MAX_BACKFILL + 1)
+        if len(instants) > MAX_BACKFILL:
+            raise ValidationError(
+                f"[start, end) holds more than {MAX_BACKFILL:,} occurrences of the schedule; split the range", "end"
+            )
+        res = _item(api.propose_one(BackfillTask(now, t.id, start, end))[0])
+        assert isinstance(res, Task)
+        return 200, msgspec.json.encode({
+            "occurrences": len(instants),
+            "first": instants[0] if instants else None,
+            "last": instants[-1] if instants else None,
+            "task": msgspec.Raw(task_json(res)),
+        })
 
 
 def _install_executions(api: Api) -> None:

@@ -166,6 +166,29 @@ def _schemas() -> dict[str, Any]:
                 }
             },
         },
+        "BackfillRequest": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["start", "end"],
+            "description": "Fire the occurrences of the schedule in [start, end) now, in order (at most 10,000)",
+            "properties": {
+                "start": {"type": "integer", "minimum": 0, "maximum": 253_402_300_799_999,
+                          "description": "epoch ms, inclusive"},
+                "end": {"type": "integer", "minimum": 0, "maximum": 253_402_300_799_999,
+                        "description": "epoch ms, exclusive; after start and not after now"},
+            },
+        },
+        "BackfillAccepted": {
+            "type": "object",
+            "required": ["occurrences", "first", "last", "task"],
+            "properties": {
+                "occurrences": {"type": "integer", "minimum": 0, "maximum": 10_000,
+                                "description": "How many occurrences the backfill fires"},
+                "first": {**_nullable("integer"), "description": "The first one's instant (epoch ms)"},
+                "last": {**_nullable("integer"), "description": "The last one's instant (epoch ms)"},
+                "task": _ref("Task"),
+            },
+        },
         "TaskUpdate": {
             **{k: v for k, v in comps["TaskCreate"].items() if k not in ("required", "title")},
             "title": "TaskUpdate",
@@ -444,6 +467,7 @@ _TASK_LINKS = {
         ("Pause", "pauseTask"),
         ("Resume", "resumeTask"),
         ("Trigger", "triggerTask"),
+        ("Backfill", "backfillTask"),
         ("Executions", "listTaskExecutions"),
         ("Delete", "deleteTask"),
     )
@@ -591,6 +615,18 @@ def _paths() -> dict[str, Any]:
             }
         },
         f"{_P}/tasks/{{task_id}}/trigger": task_action("trigger", "Run the next occurrence now", (409,)),
+        f"{_P}/tasks/{{task_id}}/backfill": {
+            "post": {
+                "operationId": "backfillTask",
+                "summary": "Fire a periodic task's occurrences scheduled in a past range now, in order",
+                "tags": ["tasks"],
+                "parameters": [_TASK_ID],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("BackfillRequest")}}},
+                "responses": {
+                    "200": _ok(_ref("BackfillAccepted")), **_err(400, 404, 409, 413, 415, *_WRITE_ERRORS),
+                },
+            }
+        },
         f"{_P}/tasks/{{task_id}}/executions": {
             "get": {
                 "operationId": "listTaskExecutions",

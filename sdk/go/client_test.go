@@ -267,6 +267,34 @@ func TestTriggeredTaskHasExecutions(t *testing.T) {
 	mustAPIError(t, err, 404, "not_found", "task_id")
 }
 
+func TestBackfillFiresTheOccurrencesOfAPastRange(t *testing.T) {
+	base := nodeURL(t)
+	c, ctx := newClient(t, []string{base}), ctxT(t)
+	r := NewTaskRequest("periodic", base+"/api/v1/test/callback").SetCronExpr("0 * * * *").SetScene(uniqueScene("backfill"))
+	task, err := c.CreateTask(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hour = int64(3_600_000)
+	end := time.Now().UnixMilli() / hour * hour
+	b, err := c.BackfillTask(ctx, task.ID, end-3*hour, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Occurrences != 3 || b.First == nil || *b.First != end-3*hour || b.Last == nil || *b.Last != end-hour || b.Task.ID != task.ID {
+		t.Fatalf("backfill %+v", b)
+	}
+	pollUntil(t, "three backfilled callbacks", 30*time.Second, func() (bool, error) {
+		page, err := c.TaskExecutions(ctx, task.ID, ExecutionOptions{Result: "success", Limit: 10})
+		if err != nil {
+			return false, err
+		}
+		return len(page.Items) == 3, nil
+	})
+	_, err = c.BackfillTask(ctx, task.ID, end, end+hour)
+	mustAPIError(t, err, 400, "invalid_argument", "end") // the future is not backfilled
+}
+
 func TestClusterStatsAndMetaEndpoints(t *testing.T) {
 	base := nodeURL(t)
 	c, ctx := newClient(t, []string{base}), ctxT(t)

@@ -74,6 +74,15 @@ type Task struct {
 	Version             int64           `json:"version"`
 }
 
+// Backfill is the answer of BackfillTask: how many occurrences the backfill fires, the first and
+// last one's instants (epoch ms; nil when none), and the task after the request.
+type Backfill struct {
+	Occurrences int    `json:"occurrences"`
+	First       *int64 `json:"first"`
+	Last        *int64 `json:"last"`
+	Task        Task   `json:"task"`
+}
+
 // TaskList is one page of ListTasks; pass NextCursor back as Cursor until it is nil.
 type TaskList struct {
 	Items      []Task  `json:"items"`

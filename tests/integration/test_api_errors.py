@@ -116,6 +116,13 @@ CASES: list[Any] = [
     ("resume a pending task", "POST", f"{T}/{{pending}}/resume", None, None, 409, "status"),
     ("pause a paused task", "POST", f"{T}/{{paused}}/pause", None, None, 409, "status"),
     ("trigger a paused task", "POST", f"{T}/{{paused}}/trigger", None, None, 409, "status"),
+    ("backfill unknown task", "POST", f"{T}/{UNKNOWN_ID}/backfill", {"start": 0, "end": 1}, None, 404, "task_id"),
+    ("backfill without a body", "POST", f"{T}/{{pending}}/backfill", None, None, 400, "body"),
+    ("backfill unknown key", "POST", f"{T}/{{pending}}/backfill", {"start": 0, "end": 1, "x": 1}, None, 400, "body"),
+    ("backfill start not a number", "POST", f"{T}/{{pending}}/backfill", {"start": "0", "end": 1}, None, 400, "start"),
+    ("backfill end before start", "POST", f"{T}/{{pending}}/backfill", {"start": 5, "end": 5}, None, 400, "end"),
+    ("backfill end in the future", "POST", f"{T}/{{pending}}/backfill", {"start": 0, "end": 253_402_300_799_999}, None, 400, "end"),
+    ("backfill a delayed task", "POST", f"{T}/{{pending}}/backfill", {"start": 0, "end": 1}, None, 409, "type"),
     # list and query parameters
     ("list with garbage cursor", "GET", f"{T}?cursor=zzz", None, None, 400, "cursor"),
     ("list with an executions cursor", "GET", f"{T}?cursor=ZToxMA", None, None, 400, "cursor"),
@@ -234,6 +241,7 @@ def test_follower_redirects_writes_to_the_leader_and_serves_reads(tmp_path: Path
             ("POST", f"{T}/{UNKNOWN_ID}/pause"),
             ("POST", f"{T}/{UNKNOWN_ID}/resume"),
             ("POST", f"{T}/{UNKNOWN_ID}/trigger"),
+            ("POST", f"{T}/{UNKNOWN_ID}/backfill"),
         ):
             st, h, body = f.call(method, path, delayed())
             assert st == 307, (method, path, body)

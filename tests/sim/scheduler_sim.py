@@ -26,8 +26,10 @@ requests), leader partitions (it steps down, its workers keep going), worker cra
 lost result messages, clients that retry creates with the same idempotency key, flows with a rate,
 a concurrency or a pause (lifted later) and receivers answering 429 with Retry-After
 (docs/architecture.md#flow-control: the leader runs the real ``FlowControl``), leader losses
-right after a slice (often in the middle of a new leader's first fill), and creates due at the
-window's edge, one ms before and one after it, while the loader moves it.
+right after a slice (often in the middle of a new leader's first fill), creates due at the
+window's edge, one ms before and one after it, while the loader moves it, and clients asking once for
+a backfill of a past range of a periodic task (docs/architecture.md#backfill), often starting before
+the task was created.
 
 After a quiet period the run checks (:func:`check`): replicas identical; at_most_once fire ids
 delivered at most once; every request at or after its due time, and within tick + latencies of it
@@ -43,6 +45,16 @@ letters after fixing the receiver; checked: no retry before the Retry-After time
 attempts never use up retries, a failed delayed task has exactly one dead letter and a done one none,
 every redrive that applied delivered its fire id again with the attempts continuing (or failed for
 good again), and no task is left rewound.
+Backfills: an occurrence whose instant is not after the one before is inside a
+range the machine accepted, fired after it was asked, and instants go back at most once per backfill
+(oldest first within one); an instant fires once, plus once per accepted backfill covering it (at
+most once a fire id for at_most_once, as for every fire); the bounds hold for backfilled
+occurrences too; every instant of an accepted range fires on an at_least_once task that answers 2xx
+(unless an occurrence was lost whole); the occurrence after a backfill is on time from when the
+backfill ended. Overlap (docs/architecture.md#overlap): after an occurrence of an at_least_once
+task that ran over an instant (its first attempt reached the receiver before it, its result was
+applied after it), ``skip``'s next occurrence is not before the result and ``buffer_one``'s is the
+first instant after the start, due when the result was applied.
 
     .venv/bin/python -m tests.sim.scheduler_sim --seeds 5000        # ends with: sim: seeds=N failures=F
     .venv/bin/python -m tests.sim.scheduler_sim --seed 17 --trace   # replay one seed
@@ -67,6 +79,7 @@ import msgspec
 from molens.actors.dispatcher import limits_of
 from molens.actors.monitor import congested
 from molens.fsm.commands import (
+    BackfillTask,
     Command,
     CreateItem,
     CreateTasks,
@@ -97,6 +110,7 @@ from molens.model import (
     ExecutionResult,
     FireKind,
     Outcome,
+    Overlap,
     Reliability,
     Status,
     TaskSpec,
@@ -150,6 +164,22 @@ class Delivery:
     scheduled: int = -1
     """The occurrence's nominal instant as the fire carried it (``X-Molens-Scheduled-At``)."""
     sent_as: Reliability | None = None
+
+
+@dataclass(frozen=True)
+class BackfillAsked:
+    """A backfill request the machine accepted (docs/architecture.md#backfill), as committed."""
+
+    start: int
+    end: int
+    at: int
+    """The command's ``now_ms``: no occurrence of it fires before."""
+    seq_before: int
+    """The task's occurrence then: the backfilled ones are numbered from it on."""
+
+    def covers(self, d: Delivery) -> bool:
+        """Whether ``d`` may be one of this backfill's occurrences."""
+        return self.start <= d.scheduled < self.end and d.at >= self.at and _seq(d) >= self.seq_before
 
 
 @dataclass
@@ -288,12 +318,16 @@ class Sim:
         (the operator fixed the receiver first)."""
         self.redriven_fires: set[str] = set()
         self.redrive_base: dict[str, int] = {}
-        """Task id -> callback attempts made before its latest redrive."""
+        """Dead letter id -> the task's callback attempts when it was redriven."""
         self.redrive_at: dict[str, list[int]] = defaultdict(list)
         """Task id -> when redrives of its dead letters were proposed (its own occurrences wait while a
         redriven one runs: docs/architecture.md#dead-letters)."""
-        self.ack_base: dict[str, int] = {}
-        """Task id -> ACK probes made before its latest redrive of an ack_failed dead letter."""
+        self.backfills: dict[str, list[BackfillAsked]] = defaultdict(list)
+        """Backfills the machine accepted, by task id, in log order."""
+        self.overlaps_checked: dict[str, int] = defaultdict(int)
+        """Occurrences after one that ran over an instant, checked by ``check``, by overlap policy."""
+        self.brng = random.Random(seed * 1_000_003 + 14)
+        """The backfill workload's own draws (the rest of a seed's workload stays as it was)."""
 
     # ---------------------------------------------------------------- event loop
 
@@ -362,7 +396,11 @@ class Sim:
                 for it in cmd.items:
                     t = rep.get_task(it.task_id)
                     dues[it.fire_id] = (t.due_ms, t.sched_ms) if t else (None, -1)
+            before = rep.get_task(cmd.task_id) if isinstance(cmd, BackfillTask) else None
             out = rep.apply(cmd)
+            if isinstance(cmd, BackfillTask) and n == self.nodes[0] and before is not None \
+                    and not isinstance(out.results[0], Exception):
+                self.backfills[cmd.task_id].append(BackfillAsked(cmd.start_ms, cmd.end_ms, cmd.now_ms, before.seq))
             if is_leader:
                 self.on_applied(cmd, out, dues)
 
@@ -862,6 +900,14 @@ class Sim:
             if "end_at" in req:
                 req["end_at"] += when + 1_000  # after every retried create of it
             self.at(when, lambda req=req, plan=plan: self.client_create(req, plan))
+        b = self.brng
+        for req, _ in kinds:  # instants due while an occurrence runs (docs/architecture.md#overlap)
+            if req["type"] == "periodic" and b.random() < 0.5:
+                req["overlap"] = b.choice(["skip", "buffer_one"])
+        for i, (req, _) in enumerate(kinds):  # backfills of past ranges (docs/architecture.md#backfill)
+            if req["type"] == "periodic" and b.random() < 0.5:
+                for _ in range(b.choice([1, 1, 2])):
+                    self.at(self.t0 + b.randint(2_000, 30_000), lambda i=i: self.client_backfill(i))
 
     def flow_workload(self) -> None:
         """Flows with limits (docs/architecture.md#flow-control): a rate, a concurrency, a pause that
@@ -930,10 +976,8 @@ class Sim:
             self.redriven[d.id] = d
             self.redriven_fires.add(d.fire_id)
             t = rep.get_task(d.task_id)
-            if t is not None:  # callback attempts (and ACK probes) made before the redrive
-                self.redrive_base[d.task_id] = max(self.redrive_base.get(d.task_id, 0), t.attempt)
-                if d.kind is DeadLetterKind.ACK_FAILED:
-                    self.ack_base[d.task_id] = max(self.ack_base.get(d.task_id, 0), d.attempts)
+            if t is not None:  # callback attempts made before the redrive (ACK probes: the dead letter's)
+                self.redrive_base[d.id] = t.attempt
         for d in picked:
             self.redrive_at[d.task_id].append(self.now)
         self.log_(f"operator: redrive {[d.id for d in picked]}")
@@ -995,6 +1039,27 @@ class Sim:
                 self.propose(UpdateTask(self.now, tid, spec, t.version))
                 after = t.version
         self.at(self.now + 300, lambda: self.client_update(i, patch, after))
+
+    def client_backfill(self, i: int) -> None:
+        """A client asking once for a backfill of task ``k{i}``: a past range of up to eight periods,
+        ending up to two periods ago, that may start before the task was created."""
+        ld = self.leader
+        if ld is None:
+            self.at(self.now + 300, lambda: self.client_backfill(i))
+            return
+        rep = self.replicas[ld.node]
+        tid = rep.get_idem(f"k{i}")
+        t = rep.get_task(tid) if tid is not None else None
+        if t is None:
+            if tid is None:  # not created yet
+                self.at(self.now + 300, lambda: self.client_backfill(i))
+            return
+        iv = t.spec.interval_ms or 1_000
+        b = self.brng
+        end = self.now - b.randint(0, 2 * iv)
+        start = max(0, end - b.randint(1, 8) * iv + b.randint(-iv // 2, iv // 2))
+        self.log_(f"client: backfill {tid} [{start - self.t0}, {end - self.t0})")
+        self.propose(BackfillTask(self.now, tid, start, end))
 
     def schedule_faults(self) -> None:
         r = self.rng
@@ -1058,6 +1123,13 @@ def check(sim: Sim) -> None:
 
     check_flows(sim, fail)
     throttled_flows = {flow for _, flow, _, _ in sim.throttles}
+    ends: dict[tuple[str, int], int] = defaultdict(int)
+    backfilled_seqs = set()
+    for d in sim.deliveries:
+        if d.kind is FireKind.CALLBACK:
+            ends[(d.task_id, _seq(d))] = max(ends[(d.task_id, _seq(d))], d.end)
+            if any(b.covers(d) for b in sim.backfills.get(d.task_id, [])):
+                backfilled_seqs.add((d.task_id, _seq(d)))
     for d in sim.deliveries:
         if d.due < 0:
             fail(f"delivery of a fire that was never planned: {d}")
@@ -1066,9 +1138,13 @@ def check(sim: Sim) -> None:
         pl = sim.plan_of.get((d.fire_id, d.attempt, d.kind))
         if pl is not None and (pl.flow in sim.flow_limits or pl.flow in throttled_flows):
             continue  # held by its flow on purpose (check_flows); every other flow is never late
+        start, bound = d.due, LATENESS_BOUND
+        if d.attempt == 1 and (d.task_id, _seq(d) - 1) in backfilled_seqs:  # could start when the backfill ended
+            start = max(d.due, ends[(d.task_id, _seq(d) - 1)])
+            bound += RESULT_FLUSH + COMMIT_LAT[1]
         redriving = any(r - DISPATCH_SLACK <= d.at <= r + RECOVERY_WINDOW for r in sim.redrive_at.get(d.task_id, ()))
-        if _healthy(sim, d.due - 2 * DISPATCH_SLACK, d.at) and d.at - d.due > LATENESS_BOUND and not redriving:
-            fail(f"late by {d.at - d.due} ms on a healthy cluster: {d}")
+        if _healthy(sim, d.due - 2 * DISPATCH_SLACK, d.at) and d.at - start > bound and not redriving:
+            fail(f"late by {d.at - start} ms on a healthy cluster: {d}")
 
     for tid, ds in by_task.items():
         t = tasks[tid]
@@ -1175,10 +1251,12 @@ def check(sim: Sim) -> None:
                 if spec.ack_url and not any(d.ok and d.kind is FireKind.ACK for d in ds):
                     fail(f"done without a 2xx ACK: {t}")
             elif alo:
-                base = sim.redrive_base.get(tid, 0) if not any(d.task_id == tid for d in state.dead.values()
-                                                              if d.id in sim.redriven) else 0
+                # redrives that applied (their dead letter is gone): the attempts before them do not count
+                applied = [d for d in sim.redriven.values() if d.task_id == tid and d.id not in state.dead]
+                base = max((sim.redrive_base.get(d.id, 0) for d in applied), default=0)
+                ack_base = max((d.attempts for d in applied if d.kind is DeadLetterKind.ACK_FAILED), default=0)
                 cb = [e for e in ex if e.kind is FireKind.CALLBACK and e.attempt > base]
-                acks = [e for e in ex if e.kind is FireKind.ACK and e.attempt > sim.ack_base.get(tid, 0)]
+                acks = [e for e in ex if e.kind is FireKind.ACK and e.attempt > ack_base]
                 counted = [e for e in cb if not (e.status_code == 429 and (e.fire_id, e.attempt) in sim.retry_after)]
                 exhausted = len(counted) == spec.max_retries + 1 and all(
                     e.result is not ExecutionResult.SUCCESS for e in cb
@@ -1224,19 +1302,80 @@ def check(sim: Sim) -> None:
                 fail(f"occurrence after max_runs {spec.max_runs}: {t} {[d.fire_id for d in cbs]}")
             if spec.end_at is not None and any(d.attempt == 1 and d.scheduled >= spec.end_at for d in cbs):
                 fail(f"occurrence at or after end_at {spec.end_at}: {t}")
-            firsts_by_seq = sorted((_seq(d), d.scheduled) for d in cbs if d.attempt == 1)
-            for (sa, a), (sb, b) in itertools.pairwise(firsts_by_seq):  # no instant fired twice, in order
-                if sb == sa or b <= a:
-                    fail(f"occurrences {sa} and {sb} of {tid} at instants {a} and {b}")
+            bfs = sim.backfills.get(tid, [])
+
+            def backfilled(d: Delivery, bfs: list[BackfillAsked] = bfs) -> bool:
+                return any(b.covers(d) for b in bfs)
+
+            firsts = {_seq(d): d for d in cbs if d.attempt == 1}
+            back = 0
+            for sa, sb in itertools.pairwise(sorted(firsts)):  # no instant fired twice, in order, but for backfills
+                a, b = firsts[sa].scheduled, firsts[sb].scheduled
+                if b <= a:
+                    if not backfilled(firsts[sb]):
+                        fail(f"occurrences {sa} and {sb} of {tid} at instants {a} and {b}")
+                    back += 1
+            if back > len(bfs):  # each backfill goes back once, then oldest first
+                fail(f"{tid}: instants went back {back} times with {len(bfs)} backfills: {sorted(firsts.items())}")
+            fired_at: dict[int, set[int]] = defaultdict(set)
+            for d in cbs:
+                fired_at[d.scheduled].add(_seq(d))
+            for inst, seqs in fired_at.items():  # an instant fires once, and once more per backfill of it
+                if len(seqs) > 1 + sum(b.start <= inst < b.end for b in bfs):
+                    fail(f"{tid}: instant {inst} fired as occurrences {sorted(seqs)} ({len(bfs)} backfills)")
+            resumed = {q for q in firsts if q - 1 not in firsts or backfilled(firsts[q - 1])} if bfs else set()
+            """Occurrences that may be the first after a backfill: due when it ended, maybe after their instant."""
+            if (bfs and plan.behaviour == "ok" and alo and tid not in sim.specs and spec.interval_ms
+                    and spec.max_runs is None and spec.end_at is None and t.status is Status.PENDING):
+                iv = spec.interval_ms
+                for bf in bfs:  # every instant of an accepted range fired, unless its occurrence was lost whole
+                    first = t.created_ms - (t.created_ms - bf.start) // iv * iv
+                    want = list(range(first, bf.end, iv))
+                    got = {d.scheduled for d in cbs if _seq(d) >= bf.seq_before and d.at >= bf.at}
+                    missing = [i for i in want if i not in got]
+                    delivered_seqs = {_seq(d) for d in cbs}
+                    lost = [q for q in range(bf.seq_before, t.seq) if q not in delivered_seqs]
+                    if len(missing) > len(lost):
+                        fail(f"{tid}: backfill [{bf.start}, {bf.end}) never fired {missing} "
+                             f"({len(lost)} occurrences lost whole)")
+            if (alo and spec.interval_ms and tid not in sim.specs and not bfs and spec.catchup is not CatchUp.ALL):
+                iv = spec.interval_ms
+                ended: dict[int, int] = defaultdict(int)
+                for e in ex:
+                    if e.kind is FireKind.CALLBACK:
+                        ended[e.seq] = max(ended[e.seq], e.finished_ms)
+
+                def after(x: int, iv: int = iv, anchor: int = t.created_ms) -> int:
+                    return anchor + ((x - anchor) // iv + 1) * iv
+
+                for k in sorted(firsts):
+                    nxt = firsts.get(k + 1)
+                    if nxt is None or k not in ended or f"{tid}-{k}" in sim.redriven_fires:
+                        continue  # (a redriven occurrence ran again later, its own occurrences waiting)
+                    began, end = firsts[k].at, ended[k]  # the first attempt reached the receiver; the result applied
+                    hi, lo = after(began), after(began - 2 * LATENESS_BOUND)
+                    if hi >= end:
+                        continue  # nothing came due while it ran
+                    if spec.overlap is Overlap.BUFFER_ONE:
+                        sim.overlaps_checked[spec.overlap] += 1
+                        want_due = max(end, nxt.scheduled + jitter(tid, k + 1, spec.jitter_ms))
+                        if not (lo <= nxt.scheduled <= hi and nxt.due == want_due):
+                            fail(f"{tid} buffer_one: occurrence {k} ran {began}..{end}; next at {nxt.scheduled} due "
+                                 f"{nxt.due}, not the first instant after its start ({lo}..{hi}) due {want_due}")
+                    else:
+                        sim.overlaps_checked[spec.overlap] += 1
+                        if nxt.scheduled < end:
+                            fail(f"{tid} overlap skip: occurrence {k} ran {began}..{end}; next at {nxt.scheduled}")
             if spec.catchup is CatchUp.NONE and spec.interval_ms and tid not in sim.specs:
                 moved = {e.seq for e in state.executions if e.task_id == tid and e.result is ExecutionResult.SKIPPED
                          and "catchup none" in (e.response_head or "")}
                 for d in cbs:  # a missed occurrence (its next instant due when it would start) never fires,
-                    # unless it is the one none skipped to, late again (a lagging scheduler must fire)
-                    if d.attempt == 1 and d.at >= d.scheduled + spec.interval_ms + LATENESS_BOUND and _seq(d) not in moved:
+                    # unless it is the one none skipped to, late again (a lagging scheduler must fire), or backfilled
+                    if d.attempt == 1 and d.at >= d.scheduled + spec.interval_ms + LATENESS_BOUND and _seq(d) not in moved \
+                            and not backfilled(d) and spec.overlap is not Overlap.BUFFER_ONE:
                         fail(f"catchup none fired a missed occurrence: {d} (interval {spec.interval_ms})")
             if (spec.catchup is CatchUp.ALL and spec.interval_ms and tid not in sim.specs
-                    and spec.catchup_window_ms >= END):
+                    and spec.catchup_window_ms >= END and not bfs):
                 got = sorted({(_seq(d), d.scheduled) for d in cbs})  # occurrence n is instant n: none skipped
                 for (sa, a), (sb, b) in itertools.pairwise(got):  # (one may never arrive: lost, no retries left)
                     if b - a != (sb - sa) * spec.interval_ms:
@@ -1248,8 +1387,11 @@ def check(sim: Sim) -> None:
                         continue
                     if not any((d.scheduled - t.created_ms) % s.interval_ms == 0 for s in history if s.interval_ms):
                         fail(f"updated task {tid}: occurrence {d.fire_id} at {d.scheduled} on no grid it had")
+                    if backfilled(d):  # fired now, not at its instant
+                        continue
                     # caught up, or right after a fire lost with its worker: due when it could start
-                    late_ok = any(s.catchup is CatchUp.ALL for s in history) or (tid, _seq(d)) in after_unknown
+                    late_ok = (any(s.catchup is CatchUp.ALL or s.overlap is Overlap.BUFFER_ONE for s in history)
+                               or (tid, _seq(d)) in after_unknown or _seq(d) in resumed)
                     if all(d.due - d.scheduled != jitter(tid, _seq(d), s.jitter_ms)
                            and not (late_ok and d.due > d.scheduled + jitter(tid, _seq(d), s.jitter_ms))
                            for s in history):
@@ -1257,8 +1399,10 @@ def check(sim: Sim) -> None:
                 continue
             for d in cbs:  # the due instant is the scheduled one plus the task's own offset, whoever led
                 off = jitter(tid, _seq(d), spec.jitter_ms)  # (catchup all: or later, when it could start)
-                if d.attempt == 1 and d.due - d.scheduled != off and not (
-                        (spec.catchup is CatchUp.ALL or (tid, _seq(d)) in after_unknown) and d.due > d.scheduled + off):
+                if d.attempt == 1 and d.due - d.scheduled != off and not backfilled(d) and not (
+                        (spec.catchup is CatchUp.ALL or (tid, _seq(d)) in after_unknown or _seq(d) in resumed
+                         or spec.overlap is Overlap.BUFFER_ONE)
+                        and d.due > d.scheduled + off):
                     fail(f"occurrence {d.fire_id} due {d.due} is not its instant {d.scheduled} + its offset")
             if spec.jitter_ms and spec.interval_ms:  # the offset is the task's own, whoever led
                 for d in cbs:
@@ -1266,11 +1410,11 @@ def check(sim: Sim) -> None:
                         fail(f"jittered occurrence {d.fire_id} due {d.due} is not its grid instant + its offset")
             if plan.behaviour == "ok" and spec.interval_ms:
                 iv, anchor = spec.interval_ms, t.created_ms
-                firsts = sorted(d.scheduled for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK)
-                for due in firsts:
+                on_grid = sorted(d.scheduled for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK)
+                for due in on_grid:
                     if (due - anchor) % iv:
                         fail(f"periodic occurrence off its fixed-rate grid: task {tid} due {due}")
-                for a, b in itertools.pairwise(firsts):
+                for a, b in itertools.pairwise(on_grid if not bfs else []):  # (a backfill holds the schedule up)
                     if b - a != iv and _healthy(sim, a - RECOVERY_WINDOW, b):
                         fail(f"periodic instant skipped between {a} and {b} on a healthy cluster (interval {iv})")
 

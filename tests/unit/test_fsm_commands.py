@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from molens.fsm.commands import (
+    BackfillTask,
     CodecError,
     Command,
     CreateItem,
@@ -46,6 +47,7 @@ COMMANDS: list[Command] = [
     PauseTasks(3, ("a",)),
     ResumeTasks(4, ()),
     TriggerTask(5, "a"),
+    BackfillTask(5, "a", 1_000, 2_000),
     Dispatched(6, (DispatchItem(fire_id="a-1", task_id="a", attempt=1, worker="n1", deadline_ms=100),)),
     Results(
         7,

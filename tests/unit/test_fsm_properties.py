@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from molens.fsm.commands import (
+    BackfillTask,
     Command,
     CreateItem,
     CreateTasks,
@@ -40,6 +41,7 @@ REQS = [
     {"type": "delayed", "interval_ms": 200, "reliability": "at_most_once"},
     {"type": "periodic", "interval_ms": 1000, "max_retries": 1, "max_fails": 3},
     {"type": "periodic", "interval_ms": 1500, "reliability": "at_most_once", "max_fails": 2},
+    {"type": "periodic", "interval_ms": 1000, "max_retries": 1, "overlap": "buffer_one", "catchup": "none"},
 ]
 
 
@@ -126,9 +128,12 @@ class Driver:
                 fire_id=f"{tid}-0", kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
                 response_head="", latency_ms=1, worker="w",
             ),)))
+        elif op == 11:  # a backfill of a past range (docs/architecture.md#backfill)
+            start = now - [500, 3000, 8000, 20000][pick % 4]
+            self.apply(BackfillTask(now, tid, start, now - outcome * 700))
 
 
-ops = st.lists(st.tuples(st.integers(0, 10), st.integers(0, 1000), st.integers(0, 4)), min_size=1, max_size=80)
+ops = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 1000), st.integers(0, 4)), min_size=1, max_size=80)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -149,7 +154,7 @@ def test_lmdb_store_agrees_with_memory_state_on_a_long_random_run(tmp_path: Path
     rng = random.Random(42)
     d = Driver()
     for _ in range(3000):
-        d.step(rng.choice([0, 1, 1, 2, 2, 3, 3, 3, 4, 5, 6, 7, 8, 9, 10]), rng.randrange(1000), rng.randrange(5))
+        d.step(rng.choice([0, 1, 1, 2, 2, 3, 3, 3, 4, 5, 6, 7, 8, 9, 10, 11]), rng.randrange(1000), rng.randrange(5))
     store = TaskStore(tmp_path)
     entries: list[Any] = [Entry(i + 1, 1, EntryKind.NORMAL, encode(c)) for i, c in enumerate(d.log)]
     for i in range(0, len(entries), 97):

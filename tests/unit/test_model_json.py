@@ -96,6 +96,7 @@ def _api_object(t: Task) -> dict[str, Any]:
             "max_ms": 3_600_000, "jitter": "none", "non_retryable_statuses": [], "max_throttle_ms": 3_600_000,
         },
         "notify_url": s.notify_url,
+        "overlap": s.overlap.value,
         "flow_key": s.flow_key,
         "created_at": t.created_ms,
         "updated_at": t.updated_ms,

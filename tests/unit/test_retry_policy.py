@@ -179,3 +179,15 @@ def test_a_new_occurrence_starts_with_a_fresh_throttle_and_free_attempt_count() 
     answer(h, p.id, 200)
     u = h.t(p.id)
     assert (u.seq, u.free_attempts, u.throttled_since_ms, u.attempt) == (2, 0, 0, 0)
+
+
+def test_openapi_states_the_nodes_own_default_policy_and_the_status_bounds() -> None:
+    import dataclasses
+
+    from molens.schema import openapi_components
+    limits = dataclasses.replace(DEFAULT_LIMITS, default_max_retries=5,
+                                 default_retry=RetryPolicy(backoff=Backoff.FIXED, initial_ms=250))
+    props = openapi_components(limits)["RetryPolicyCreate"]["properties"]
+    assert (props["backoff"]["default"], props["initial_ms"]["default"], props["max_retries"]["default"]) == (
+        "fixed", 250, 5)
+    assert props["non_retryable_statuses"]["anyOf"][0]["items"] == {"type": "integer", "minimum": 300, "maximum": 599}

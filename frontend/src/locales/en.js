@@ -31,13 +31,14 @@ export default {
   result: {
     success: 'Success', failed: 'Failed', timeout: 'Timeout', network_error: 'Network error', not_found: 'Not found (404)',
     lost: 'Lost', unknown: 'Unknown', ack_success: 'ACK success', ack_failed: 'ACK failed',
-    updated: 'Updated',
+    updated: 'Updated', backfill: 'Backfill',
   },
   type: { delayed: 'Delayed', periodic: 'Periodic' },
   dlkind: { retries_exhausted: 'Retries exhausted', non_retryable: 'Not retryable', ack_failed: 'ACK failed', unknown: 'Outcome unknown' },
   backoff: { exponential: 'Exponential', fixed: 'Fixed' },
   jitter: { none: 'None', full: 'Full (a random wait below it)' },
   catchup: { one: 'Fire once for all of them', none: 'Skip them', all: 'Fire each, oldest first' },
+  overlap: { skip: 'Skip the instants that come due', buffer_one: 'Run the first of them right after' },
   reliability: { at_least_once: 'At least once', at_most_once: 'At most once' },
   dash: {
     updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate',
@@ -69,7 +70,7 @@ export default {
   },
   task: {
     version: 'Version',
-    catchup: 'Missed occurrences', catchup_window_ms: 'Catch-up window (ms)',
+    catchup: 'Missed occurrences', catchup_window_ms: 'Catch-up window (ms)', overlap: 'While one is running',
     type: 'Type', schedule: 'Schedule', callback_url: 'Callback URL', scene: 'Scene', reliability: 'Reliability',
     timeout_ms: 'Timeout (ms)', timeout: 'Timeout', ack_delay: 'ACK delay', max_retries: 'Max retries', max_fails: 'Max consecutive fails', created_at: 'Created',
     updated_at: 'Updated', next_run_at: 'Next run', last_fire_at: 'Last fired', seq: 'Occurrence', attempt: 'Attempt',
@@ -95,6 +96,7 @@ export default {
     nonRetryable: 'Statuses that fail at once', nonRetryableHint: 'HTTP statuses separated by commas; 404 always fails at once.',
     maxThrottle: 'Longest free throttling', maxThrottleHint: '429/503 with Retry-After do not use up retries for this long.',
     retryInWords: 'In words:', retryHint: 'Blank fields take the node’s default. A receiver can also end the retries of an occurrence with this response header:',
+    overlapHint: 'Instants that come due while an occurrence is still running (a slow receiver, retries); occurrences never run at the same time.',
   },
   detail: {
     schedule: 'Schedule', nextFires: 'Next fire times',
@@ -107,6 +109,13 @@ export default {
     confirm_delete: 'Delete task {id} and its whole history? This cannot be undone.',
     deadLetters: 'Dead letters', deadLettersAll: 'Open on the Dead letters page', deadLettersMore: 'All of this task’s dead letters',
     done_pause: 'Task paused.', clone: 'Clone', edit: 'Edit', failed: '{action} failed: {msg}', done_resume: 'Task resumed.', done_trigger: 'Extra occurrence triggered.',
+  },
+  bf: {
+    action: 'Backfill', title: 'Backfill past occurrences', run: 'Fire them now',
+    intro: 'The occurrences of this schedule from the start up to (not including) the end fire now, oldest first, one after another, each with its own fire ID; then the schedule goes on. At most 10,000.',
+    start: 'From', end: 'Up to', order: 'The end must be after the start.', future: 'The end must not be in the future.',
+    tooMany: 'More than 10,000 occurrences in this range: choose a shorter one.',
+    done: '{n} occurrences backfilled ({first} to {last}).', none: 'The schedule has no occurrence in this range: nothing to fire.',
   },
   exec: {
     ack: 'ACK', firedAt: 'Fired at', task: 'Task', fireId: 'Fire ID', result: 'Result', status: 'HTTP status', latency: 'Latency',

@@ -28,13 +28,14 @@ export default {
   },
   result: {
     success: '成功', failed: '失败', timeout: '超时', network_error: '网络错误', not_found: '未找到 (404)', lost: '丢失',
-    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改',
+    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改', backfill: '回填',
   },
   type: { delayed: '延时', periodic: '周期' },
   dlkind: { retries_exhausted: '重试耗尽', non_retryable: '不可重试', ack_failed: '确认失败', unknown: '结果未知' },
   backoff: { exponential: '指数', fixed: '固定' },
   jitter: { none: '无', full: '完全随机（不超过该等待时间）' },
   catchup: { one: '合并为一次运行', none: '跳过', all: '逐个补跑（从最早开始）' },
+  overlap: { skip: '跳过期间到期的运行', buffer_one: '结束后立即运行其中第一个' },
   reliability: { at_least_once: '至少一次', at_most_once: '至多一次' },
   dash: {
     updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', lateness: '触发延迟 p99',
@@ -64,7 +65,7 @@ export default {
   },
   task: {
     version: '版本',
-    catchup: '错过的运行', catchup_window_ms: '补跑窗口 (毫秒)',
+    catchup: '错过的运行', catchup_window_ms: '补跑窗口 (毫秒)', overlap: '上一次仍在运行时',
     type: '类型', schedule: '调度', callback_url: '回调地址', scene: '场景', reliability: '可靠性', timeout_ms: '超时 (毫秒)',
     max_retries: '最大重试次数', max_fails: '最大连续失败次数', created_at: '创建时间', updated_at: '更新时间',
     next_run_at: '下次运行', last_fire_at: '上次触发', seq: '第几次', attempt: '尝试次数', fail_count: '连续失败',
@@ -90,6 +91,7 @@ export default {
     nonRetryable: '立即失败的状态码', nonRetryableHint: 'HTTP 状态码，用逗号分隔；404 总是立即失败。',
     maxThrottle: '限流豁免时长', maxThrottleHint: '带 Retry-After 的 429/503 在这段时间内不消耗重试次数。',
     retryInWords: '说明：', retryHint: '留空的字段取节点的默认值。接收方也可以用这个响应头结束一次运行的重试：',
+    overlapHint: '某次运行尚未结束（接收方较慢、正在重试）时到期的运行；各次运行从不同时进行。',
   },
   detail: {
     schedule: '调度', nextFires: '接下来的触发时间',
@@ -101,6 +103,13 @@ export default {
     confirm_delete: '删除任务 {id} 及其全部历史？此操作无法撤销。',
     clone: '克隆', edit: '编辑', failed: '{action}失败：{msg}', done_pause: '任务已暂停。',
     deadLetters: '死信', deadLettersAll: '在死信页面打开', deadLettersMore: '该任务的全部死信', done_resume: '任务已恢复。', done_trigger: '已触发一次额外运行。',
+  },
+  bf: {
+    action: '回填', title: '回填过去的运行', run: '立即运行',
+    intro: '该调度在开始时间（含）到结束时间（不含）之间的各次运行现在按时间先后依次运行，每次有自己的触发 ID；之后调度照常继续。最多 10,000 次。',
+    start: '开始', end: '结束', order: '结束时间必须晚于开始时间。', future: '结束时间不能在未来。',
+    tooMany: '该范围内超过 10,000 次运行：请选择更短的范围。',
+    done: '已回填 {n} 次运行（{first} 至 {last}）。', none: '该范围内调度没有任何运行：无需回填。',
   },
   exec: {
     ack: '确认', firedAt: '触发时间', task: '任务', fireId: '触发 ID', result: '结果', status: 'HTTP 状态码', latency: '耗时',

@@ -264,6 +264,19 @@ public final class MolensClient implements AutoCloseable {
     /** Runs the task's upcoming occurrence now. */
     public Task trigger(String id) { return action(id, "trigger"); }
 
+    /**
+     * Fires the periodic task's occurrences scheduled in [start, end) (epoch ms, end not after now) now,
+     * oldest first, each its own occurrence, then resumes its schedule (at most 10,000; docs/api.md#backfill).
+     * Not re-sent after an unknown outcome: a second backfill would fire the range again, or be refused
+     * while the first runs.
+     */
+    public Backfill backfill(String id, long start, long end) {
+        Map<String, Long> body = new LinkedHashMap<String, Long>();
+        body.put("start", start);
+        body.put("end", end);
+        return call("POST", "/api/v1/tasks/" + enc(id) + "/backfill", body, false, type(Backfill.class));
+    }
+
     private Task action(String id, String what) {
         return call("POST", "/api/v1/tasks/" + enc(id) + "/" + what, null, false, type(Task.class));
     }

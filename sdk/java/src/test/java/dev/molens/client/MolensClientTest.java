@@ -160,6 +160,25 @@ public class MolensClientTest {
     }
 
     @Test
+    public void aBackfillFiresTheOccurrencesOfAPastRange() throws Exception {
+        final Task t = c.create(new TaskRequest().setType("periodic").setCronExpr("0 * * * *")
+                .setCallbackUrl(base + "/api/v1/test/callback").setScene(scene("backfill")));
+        final long hour = 3600000L;
+        final long end = System.currentTimeMillis() / hour * hour;
+        Backfill b = c.backfill(t.id, end - 3 * hour, end);
+        assertEquals(3, b.occurrences);
+        assertEquals(Long.valueOf(end - 3 * hour), b.first);
+        assertEquals(Long.valueOf(end - hour), b.last);
+        assertEquals(t.id, b.task.id);
+        NodeEnv.pollUntil("three backfilled callbacks", 30000, new java.util.concurrent.Callable<Boolean>() {
+            public Boolean call() {
+                return c.taskExecutions(t.id, new ExecutionOptions().setResult("success").setLimit(10)).items.size() == 3;
+            }
+        });
+        apiError(new Runnable() { public void run() { c.backfill(t.id, end, end + hour); } }, 400, "invalid_argument", "end");
+    }
+
+    @Test
     public void aTriggeredTaskHasExecutions() throws Exception {
         final Task t = c.create(far(scene("exec")));
         c.trigger(t.id);
