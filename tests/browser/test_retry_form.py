@@ -157,3 +157,23 @@ def test_an_at_most_once_task_has_no_retry_fields(served: Served, page: Page) ->
     expect(page.get_by_test_id("retry-amo")).to_contain_text("one attempt, never retried")
     expect(page.get_by_test_id("f-retry-initial")).to_have_count(0)
     expect(page.get_by_test_id("f-retries")).to_have_count(0)
+
+
+def test_the_notify_url_field_creates_a_task_with_it_and_a_bad_one_is_flagged(served: Served, page: Page) -> None:
+    _open_form(served, page)
+    page.get_by_test_id("f-delay").fill("1")
+    page.get_by_test_id("f-delay-unit").select_option("h")
+    page.get_by_test_id("f-url").fill(CB)
+    page.get_by_test_id("f-notify").fill("ftp://127.0.0.1:9/notes")
+    posts: list[Request] = []
+    page.on("request", lambda r: posts.append(r) if r.method == "POST" and r.url.endswith("/tasks") else None)
+    page.get_by_test_id("submit").click()
+    expect(page.get_by_test_id("err-notify_url")).to_be_visible()
+    assert posts == []  # refused in the browser, nothing sent
+    page.get_by_test_id("f-notify").fill("http://127.0.0.1:9/notes")
+    page.get_by_test_id("submit").click()
+    page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    tid = page.url.rsplit("/", 1)[-1]
+    st, task = served.api("GET", f"/tasks/{tid}")
+    assert st == 200 and task["notify_url"] == "http://127.0.0.1:9/notes"
+    expect(page.locator('[data-field="notify_url"]')).to_contain_text("http://127.0.0.1:9/notes")
