@@ -4,6 +4,7 @@ use up ``max_retries``; the retry policy's own backoff on a real node."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def test_429_with_retry_after_waits_that_long_and_does_not_use_up_max_retries(
         rs = receiver.by_tag("thr")
         assert [r.headers["X-Molens-Attempt"] for r in rs] == ["1", "2", "3", "4"]
         assert {r.headers["X-Fire-ID"] for r in rs} == {f"{t['id']}-1"}
-        gaps = [b.at_ms - a.at_ms for a, b in zip(rs, rs[1:], strict=False)]
+        gaps = [b.at_ms - a.at_ms for a, b in itertools.pairwise(rs)]
         assert all(g >= 2_000 for g in gaps), gaps  # each retry waited for the time the receiver gave
         # the policy's own retries (no Retry-After): 500s, at least 300 ms apart, failed after 1 + 2 attempts
         st, f = _call(n, "POST", "/api/v1/tasks", {
@@ -54,7 +55,7 @@ def test_429_with_retry_after_waits_that_long_and_does_not_use_up_max_retries(
         wait_for(lambda: _call(n, "GET", f"/api/v1/tasks/{f['id']}")[1]["status"] == "failed", 60, "the 500s to fail")
         rs = receiver.by_tag("fixed")
         assert len(rs) == 3
-        gaps = [b.at_ms - a.at_ms for a, b in zip(rs, rs[1:], strict=False)]
+        gaps = [b.at_ms - a.at_ms for a, b in itertools.pairwise(rs)]
         assert all(g >= 300 for g in gaps), gaps
     finally:
         c.stop_all()
