@@ -176,6 +176,9 @@ class NoticeType(enum.StrEnum):
     TASK_FAILED = "task_failed"
     TASK_INACTIVE = "task_inactive"
     DEAD_LETTER = "dead_letter"
+    FLOW_PAUSED = "flow_paused"
+    """A receiver's ``Retry-After`` holds its flow (node-wide: ``notifications.url``)."""
+    FLOW_RESUMED = "flow_resumed"
 
 
 # -------------------------------------------------------------------------------------------------
@@ -547,8 +550,8 @@ class Notice(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     url: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "type": self.type.value, "task_id": self.task_id, "fire_id": self.fire_id,
-                "at": self.at_ms, "detail": self.detail}
+        return {"id": self.id, "type": self.type.value, "task_id": self.task_id or None,
+                "fire_id": self.fire_id or None, "at": self.at_ms, "detail": self.detail}
 
 
 # -------------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ from molens.actors.raft_peer import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
 from molens.delivery import DeliveryOutcome, FireResult, to_result_item
 from molens.delivery import FireRequest as WireFire
-from molens.fsm.commands import Dispatched, DispatchItem, FlowSettings, ResultItem
+from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSettings, ResultItem
 from molens.fsm.machine import FireRequest
 from molens.fsm.store import EntryResult
 from molens.model import Status, Task
@@ -296,6 +296,8 @@ class Dispatcher(LeaderActor):
         self.drain: Drain | None = None
         self.drain_answered = False
         self.flows = FlowControl(credit_ms=self.tick_ms)
+        self.notify_url = ctx.notifications.url
+        """Where flow holds are announced ("" = not announced)."""
         now = wall_ms()
         for key, fs in ctx.store.scan_flows():
             self.flows.configure(key, limits_of(fs), now)
@@ -392,7 +394,21 @@ class Dispatcher(LeaderActor):
         if now >= self.sweep_at:
             flows.sweep(now)
             self.sweep_at = now + SWEEP_EVERY_MS
+        if self.notify_url:
+            self._announce_holds(now)
+            end = flows.next_hold_end()
+            if end is not None and (at is None or end < at):
+                at = end
         self.set_alarm(at)
+
+    def _announce_holds(self, now: int) -> None:
+        """Flows a receiver paused with ``Retry-After``, and resumed: one ``FlowNotices`` for the
+        node's ``notifications.url`` (docs/architecture.md#notifications). A hold that begins or ends
+        while the leader changes may go unannounced: it lives in the leader's memory only."""
+        began, ended = self.flows.holds(now)
+        if began or ended:
+            cmd = FlowNotices(now, self.notify_url, (*began, *((k, 0) for k in ended)))
+            self.ctx.propose(cmd, lambda res, err: None)
 
     # ---- planning --------------------------------------------------------------------------------
     def in_flight(self) -> int:

@@ -141,6 +141,15 @@ class DeleteDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=27):
 
     now_ms: int
     ids: tuple[str, ...]
+class FlowNotices(msgspec.Struct, frozen=True, array_like=True, tag=29):
+    """Retry-After holds of flows that began ``(flow, until_ms)`` or ended ``(flow, 0)``, for the
+    node-wide notification target ``url`` (the leader's ``notifications.url``)."""
+
+    now_ms: int
+    url: str
+    items: tuple[tuple[str, int], ...]
+
+
 class BackfillTask(msgspec.Struct, frozen=True, array_like=True, tag=32):
     """Fire the periodic task's occurrences scheduled in ``[start_ms, end_ms)`` now, one after
     another, then resume its schedule (docs/architecture.md#backfill)."""
@@ -190,6 +199,7 @@ class DeleteFlow(msgspec.Struct, frozen=True, array_like=True, tag=31):
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
     | UpdateTask | RedriveDeadLetters | DeleteDeadLetters | AckNotices | BackfillTask | PutFlow | DeleteFlow
+    | FlowNotices
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -221,7 +231,7 @@ def decode(data: bytes) -> Command:
 
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
-    RedriveDeadLetters, DeleteDeadLetters, AckNotices, BackfillTask, PutFlow, DeleteFlow,
+    RedriveDeadLetters, DeleteDeadLetters, AckNotices, BackfillTask, PutFlow, DeleteFlow, FlowNotices,
 )
 
 
@@ -234,6 +244,7 @@ __all__ = [
     "CreateTasks",
     "DeleteDeadLetters",
     "DeleteFlow",
+    "FlowNotices",
     "DeleteTasks",
     "DispatchItem",
     "Dispatched",

@@ -102,6 +102,7 @@ from molens.fsm.commands import (
     DispatchItem,
     Expire,
     ExpireItem,
+    FlowNotices,
     FlowSettings,
     PauseTasks,
     PutFlow,
@@ -506,6 +507,8 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case AckNotices():
             tx.w.notices_acked.extend(cmd.keys)
             results = [None] * len(cmd.keys)
+        case FlowNotices():
+            results = [_flow_notice(tx, cmd, key, until) for key, until in cmd.items]
         case BackfillTask():
             results = [_backfill(tx, cmd, now)]
         case PutFlow():
@@ -848,6 +851,18 @@ def _retry_or_end(
 
 
 _NOTIFIED = {Status.FAILED: NoticeType.TASK_FAILED, Status.INACTIVE: NoticeType.TASK_INACTIVE}
+
+
+def _flow_notice(tx: _Tx, cmd: FlowNotices, key: str, until: int) -> ItemResult:
+    """A flow's receiver held it with ``Retry-After`` until ``until`` (0: the hold ended)."""
+    if not cmd.url:
+        return None
+    kind = NoticeType.FLOW_PAUSED if until else NoticeType.FLOW_RESUMED
+    detail = (f"flow {key} held by its receiver's Retry-After until {until}" if until
+              else f"flow {key} sends again")
+    tx.w.notices.append(Notice(id=f"flow.{key}.{kind.value}.{cmd.now_ms}", type=kind, task_id="", fire_id="",
+                               at_ms=cmd.now_ms, detail=detail[:512], url=cmd.url))
+    return None
 
 
 def _notice(tx: _Tx, t: Task, kind: NoticeType, at: int, detail: str, key: str = "") -> None:

@@ -115,6 +115,9 @@ class FlowControl:
         """Fire id -> its slot: the time its flow's bucket let it go (docs/architecture.md#flow-control)."""
         self.throttled = 0
         """Results that asked to wait (``Retry-After``) so far."""
+        self._holds: dict[str, int] = {}
+        """Flow -> the end of the ``Retry-After`` hold last announced by :meth:`holds`."""
+        self._new_holds: set[str] = set()
 
     # ---- settings --------------------------------------------------------------------------------
     def configure(self, key: str, limits: FlowLimits | None, now_ms: int) -> None:
@@ -320,6 +323,37 @@ class FlowControl:
         if f is None:
             f = self._flows[key] = _Flow()
         f.throttled_until = max(f.throttled_until, until_ms)
+        self._new_holds.add(key)
+
+    def holds(self, now_ms: int) -> tuple[list[tuple[str, int]], list[str]]:
+        """The ``Retry-After`` holds that began since the last call (flow, until) and those that
+        ended (flow): each hold is announced once when it begins, however often a receiver extends
+        it, and once when it ends (the flow was paused by its receiver, then resumed).
+
+        >>> fc = FlowControl()
+        >>> fc.throttle("a:80", 5_000); fc.throttle("a:80", 6_000)
+        >>> fc.holds(1_000), fc.holds(2_000), fc.next_hold_end(), fc.holds(6_000)
+        (([('a:80', 6000)], []), ([], []), 6000, ([], ['a:80']))
+        """
+        began: list[tuple[str, int]] = []
+        for key in sorted(self._new_holds):
+            f = self._flows.get(key)
+            if f is not None and f.throttled_until > now_ms and key not in self._holds:
+                began.append((key, f.throttled_until))
+            if f is not None and f.throttled_until > now_ms:
+                self._holds[key] = f.throttled_until
+        self._new_holds.clear()
+        ended = []
+        for key in sorted(self._holds):
+            f = self._flows.get(key)
+            if f is None or f.throttled_until <= now_ms:
+                del self._holds[key]
+                ended.append(key)
+        return began, ended
+
+    def next_hold_end(self) -> int | None:
+        """When the first announced hold ends (the Dispatcher wakes then to announce it)."""
+        return min(self._holds.values()) if self._holds else None
 
     # ---- time and views --------------------------------------------------------------------------
     def next_wake(self, now_ms: int) -> int | None:

@@ -90,3 +90,34 @@ def _outbox(n: NodeProc) -> int | None:
     if st != 200:
         return None
     return int(stats.get("notifications", {}).get("outbox", -1))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_flow_its_receiver_holds_with_retry_after_is_announced_paused_then_resumed(
+        tmp_path: Path, receiver: RecordingReceiver) -> None:
+    c = Cluster(tmp_path, 1, extra={"raft": {"tick_ms": 20}, "worker": {"signing_secret": SECRET},
+                                    "notifications": {"url": receiver.url("/ok/node")}}, state_machine="tasks")
+    try:
+        c.start()
+        n = c.leader(timeout=30)
+        wait_for(lambda: _call(n, "GET", "/readyz")[0] == 200, 60, "the node to serve")
+        st, t = _call(n, "POST", "/api/v1/tasks", {
+            "type": "delayed", "interval_ms": 100, "callback_url": receiver.url("/throttle/1/2/held")})
+        assert st == 201, t
+        events: list[dict[str, Any]] = []
+
+        def got_both() -> bool:
+            events[:] = [e for r in receiver.by_tag("node") for e in json.loads(r.body)["events"]]
+            return {"flow_paused", "flow_resumed"} <= {e["type"] for e in events}
+
+        wait_for(got_both, 60, "flow_paused and flow_resumed notifications")
+        flow = f"127.0.0.1:{receiver.port}"
+        paused = next(e for e in events if e["type"] == "flow_paused")
+        resumed = next(e for e in events if e["type"] == "flow_resumed")
+        assert flow in paused["detail"] and flow in resumed["detail"] and paused["at"] <= resumed["at"]
+        assert paused["task_id"] is None and paused["fire_id"] is None
+        assert all(verify_signature(r.headers, r.body, [SECRET]) for r in receiver.by_tag("node"))
+        wait_for(lambda: _call(n, "GET", f"/api/v1/tasks/{t['id']}")[1]["status"] == "done", 30, "the task done")
+    finally:
+        c.stop_all()

@@ -119,3 +119,30 @@ def test_the_sender_posts_the_batch_signed_like_a_callback_and_reports_a_refusal
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_flow_holds_are_announced_once_when_they_begin_and_once_when_they_end() -> None:
+    from molens.schedule.flows import FlowControl
+    fc = FlowControl()
+    fc.throttle("a:80", 5_000)
+    fc.throttle("b:80", 3_000)
+    assert fc.holds(1_000) == ([("a:80", 5_000), ("b:80", 3_000)], [])
+    fc.throttle("a:80", 8_000)  # extended by another 429: no new announcement
+    assert fc.holds(2_000) == ([], []) and fc.next_hold_end() == 3_000
+    assert fc.holds(3_000) == ([], ["b:80"])
+    assert fc.holds(7_999) == ([], []) and fc.next_hold_end() == 8_000
+    assert fc.holds(8_000) == ([], ["a:80"]) and fc.next_hold_end() is None
+    fc.throttle("a:80", 7_000)  # already over when looked at: nothing to announce
+    assert fc.holds(9_000) == ([], [])
+
+
+def test_flow_notices_go_to_the_nodes_target_and_nothing_without_one() -> None:
+    from molens.fsm.commands import FlowNotices
+    h = H()
+    h.apply(FlowNotices(h.now, NOTIFY, (("a:80", h.now + 2_000), ("b:80", 0))))
+    got = sorted(h.s.outbox.values(), key=lambda n: n.id)
+    assert [(n.type, n.url, n.task_id) for n in got] == [(NoticeType.FLOW_PAUSED, NOTIFY, ""),
+                                                         (NoticeType.FLOW_RESUMED, NOTIFY, "")]
+    assert got[0].to_json()["task_id"] is None and "a:80" in got[0].detail
+    h.apply(FlowNotices(h.now + 1, "", (("c:80", h.now + 5_000),)))
+    assert len(h.s.outbox) == 2
