@@ -385,6 +385,40 @@ class MolensClient:
         path = f"/api/v1/tasks/{task_id}/executions" if task_id else "/api/v1/executions"
         yield from self._pages(path, q)
 
+    # ------------------------------------------------------------------ dead letters
+
+    def dead_letters(
+        self,
+        *,
+        task_id: str | None = None,
+        flow: str | None = None,
+        kind: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        page_size: int = 100,
+    ) -> Iterator[dict[str, Any]]:
+        """Dead letters newest first (occurrences that failed for good: docs/api.md#dead-letters),
+        filtered, following cursors lazily."""
+        q: dict[str, Any] = {"limit": page_size}
+        for k, v in (("task_id", task_id), ("flow", flow), ("kind", kind), ("since", since), ("until", until)):
+            if v is not None:
+                q[k] = v
+        yield from self._pages("/api/v1/dead-letters", q)
+
+    def redrive(self, dead_id: str) -> dict[str, Any]:
+        """Deliver a dead letter's occurrence again (same fire id, attempts continuing); for an
+        at_most_once task the answer carries a ``warning``. Not retried after an unknown outcome."""
+        return dict(self._request("POST", f"/api/v1/dead-letters/{quote(dead_id, safe='')}/redrive", None,
+                                  safe_retry=False)[1])
+
+    def redrive_matching(self, **flt: Any) -> dict[str, Any]:
+        """Redrive every dead letter matching ``task_id``, ``flow``, ``kind``, ``since``, ``until``
+        (at most ``limit``, 10,000); ``{"matched", "redriven", "error_count", "errors", "more"}``."""
+        return dict(self._request("POST", "/api/v1/dead-letters/redrive", flt, safe_retry=False)[1])
+
+    def delete_dead_letter(self, dead_id: str) -> None:
+        self._request("DELETE", f"/api/v1/dead-letters/{quote(dead_id, safe='')}", None)
+
     # ------------------------------------------------------------------ flows
 
     def flows(self) -> builtins.list[dict[str, Any]]:

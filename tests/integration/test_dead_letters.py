@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import urllib3
 
+from molens.client import MolensClient
+
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
 
@@ -123,6 +125,16 @@ def test_every_kind_redrive_bulk_redrive_and_kill_9_of_the_leader(tmp_path: Path
         assert st == 200 and out["deleted"] == 1
         remaining = {d["task_id"] for d in _dead(n2)}
         assert ack["id"] not in remaining and gone["id"] in remaining
+        # the Python SDK: list, redrive, delete
+        client = MolensClient([n2.http_url])
+        [dl] = list(client.dead_letters(task_id=listed["id"]))
+        assert dl["kind"] == "non_retryable" and dl["status_code"] == 422
+        client.update(listed["id"], callback_url=receiver.url("/ok/listed-fixed"))
+        assert client.redrive(dl["id"])["fire_id"] == f"{listed['id']}-1"
+        wait_for(lambda: receiver.by_tag("listed-fixed") or None, 30, "the SDK's redrive delivered")
+        [dg] = list(client.dead_letters(task_id=gone["id"], kind="non_retryable"))
+        client.delete_dead_letter(dg["id"])
+        assert list(client.dead_letters(task_id=gone["id"])) == []
         for other in c.nodes.values():  # every live replica agrees
             if other.running and other is not n2:
                 wait_for(lambda o=other: {d["id"] for d in _dead(o)} == {d["id"] for d in _dead(n2)}, 30,
