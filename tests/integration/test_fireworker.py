@@ -230,7 +230,7 @@ def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_lo
         assert {fid: a for _free, att, _r in got for fid, a in att.items()} == {"t-0": 2, "t-1": 2, "t-2": 2}
         assert all(r.worker == "n7" and r.outcome is DeliveryOutcome.SUCCESS for _f, _a, rs in got for r in rs)
         # this node leads: results go to its Monitor as FireResults, each for the attempt carried out
-        refs = LeaderRefs(term=3, wheel=monitor, dispatcher=monitor, monitor=monitor, cleaner=monitor)
+        refs = LeaderRefs(term=3, wheel=monitor, dispatcher=monitor, monitor=monitor, cleaner=monitor, notifier=monitor)
         ref.tell(LeaderIs("n7", refs))
         ref.tell(FireBatch([dataclasses.replace(f, attempt=4) for f in _fires(server.url("/ok"), 2, prefix="f")]))
         wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 2)

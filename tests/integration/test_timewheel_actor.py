@@ -53,7 +53,7 @@ def test_timers_due_within_a_tick_travel_as_one_due_batch() -> None:
     )
     wheel = TimeWheel.start(ctx)
     try:
-        wheel.tell(Join(LeaderRefs(term=1, wheel=wheel, dispatcher=sink, monitor=sink, cleaner=sink)))
+        wheel.tell(Join(LeaderRefs(term=1, wheel=wheel, dispatcher=sink, monitor=sink, cleaner=sink, notifier=sink)))
         wheel.tell(Rebuild())
         start = wall_ms() + 50
         n = 200  # one timer per millisecond for 200 ms: 20 ticks of 10 ms
@@ -98,7 +98,7 @@ def test_the_wheel_holds_only_the_horizon_and_the_loader_brings_the_rest_in_time
     wheel = TimeWheel.start(ctx)
     sizes: list[int] = []
     try:
-        wheel.tell(Join(LeaderRefs(term=1, wheel=wheel, dispatcher=sink, monitor=sink, cleaner=sink)))
+        wheel.tell(Join(LeaderRefs(term=1, wheel=wheel, dispatcher=sink, monitor=sink, cleaner=sink, notifier=sink)))
         wheel.tell(Rebuild())
         late: dict[str, int] = {}
         end = time.monotonic() + 20
