@@ -402,6 +402,10 @@ class Rewound(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     free_attempts: int
     throttled_since_ms: int
     skipped_to: bool
+    started_ms: int | None = None
+    buffered: bool = False
+
+
 class Backfill(msgspec.Struct, frozen=True, array_like=True):
     """A backfill in progress (docs/architecture.md#backfill): the schedule's instants in
     ``[next_ms, end_ms)`` not started yet fire one after another, then the regular schedule resumes

@@ -921,7 +921,7 @@ def _own(t: Task) -> Rewound:
     return Rewound(
         status=t.status, seq=t.seq, sched_ms=t.sched_ms, due_ms=t.due_ms, attempt=t.attempt,
         ack_attempt=t.ack_attempt, free_attempts=t.free_attempts, throttled_since_ms=t.throttled_since_ms,
-        skipped_to=t.skipped_to,
+        skipped_to=t.skipped_to, started_ms=t.started_ms, buffered=t.buffered,
     )
 
 
@@ -931,7 +931,7 @@ def _start_redrive(t: Task, now: int, own: Rewound) -> Task:
     return _replace(
         t, rewound=own, redrives=t.redrives[1:], status=Status.FIRING, seq=seq, sched_ms=sched, due_ms=now,
         attempt=attempts, ack_attempt=0, free_attempts=attempts, throttled_since_ms=0, skipped_to=False,
-        updated_ms=now,
+        started_ms=None, buffered=False, updated_ms=now,
     )
 
 
@@ -942,11 +942,13 @@ def _end_redrive(t: Task, now: int) -> dict[str, Any]:
     if t.redrives:
         nt = _start_redrive(t, now, own)
         return {k: getattr(nt, k) for k in ("rewound", "redrives", "status", "seq", "sched_ms", "due_ms", "attempt",
-                                            "ack_attempt", "free_attempts", "throttled_since_ms", "skipped_to")}
+                                            "ack_attempt", "free_attempts", "throttled_since_ms", "skipped_to",
+                                            "started_ms", "buffered")}
     return {
         "rewound": None, "status": own.status, "seq": own.seq, "sched_ms": own.sched_ms, "due_ms": own.due_ms,
         "attempt": own.attempt, "ack_attempt": own.ack_attempt, "free_attempts": own.free_attempts,
-        "throttled_since_ms": own.throttled_since_ms, "skipped_to": own.skipped_to,
+        "throttled_since_ms": own.throttled_since_ms, "skipped_to": own.skipped_to, "started_ms": own.started_ms,
+        "buffered": own.buffered,
     }
 
 

@@ -1356,8 +1356,9 @@ def check(sim: Sim) -> None:
 
                 for k in sorted(firsts):
                     nxt = firsts.get(k + 1)
-                    if nxt is None or k not in ended or f"{tid}-{k}" in sim.redriven_fires:
-                        continue  # (a redriven occurrence ran again later, its own occurrences waiting)
+                    if nxt is None or k not in ended or f"{tid}-{k}" in sim.redriven_fires or any(
+                            firsts[k].at <= r <= nxt.at for r in sim.redrive_at.get(tid, ())):
+                        continue  # a redriven occurrence ran again later, or ran between: the next one waited
                     began, end = firsts[k].at, ended[k]  # the first attempt reached the receiver; the result applied
                     hi, lo = after(began), after(began - 2 * LATENESS_BOUND)
                     if hi >= end:

@@ -242,3 +242,22 @@ def test_a_redriven_ack_failed_task_fires_its_callback_again_and_numbers_its_ack
         answer(h, t.id, 500)
     assert probes == [4, 5, 6]  # ack_ttl probes again, each attempt recorded once
     assert [d.id for d in dead(h)] == [f"{t.id}-1.ack6"] and h.t(t.id).status is Status.FAILED
+
+
+def test_a_buffered_occurrence_put_aside_by_a_redrive_is_still_buffered_when_it_comes_back() -> None:
+    h = H()
+    p = h.create(type="periodic", interval_ms=1_000, max_retries=0, max_fails=10, overlap="buffer_one",
+                 catchup="none")
+    h.fire_due(p.id)
+    answer(h, p.id, 500)  # occurrence 1 dead
+    [d] = dead(h)
+    h.fire_due(p.id)  # occurrence 2 runs over the next instants
+    h.apply(RedriveDeadLetters(h.now, (d.id,)))  # queued behind it
+    answer(h, p.id, 200, after_ms=2_500)  # 2 ends; the instant that came due while it ran is buffered
+    u = h.t(p.id)
+    assert u.seq == 1 and u.rewound is not None and u.rewound.buffered
+    h.fire_due(p.id)
+    answer(h, p.id, 200, after_ms=3_000)  # the redrive runs long: the buffered instant is well past
+    back = h.t(p.id)
+    assert (back.seq, back.buffered, back.rewound) == (3, True, None)
+    assert h.fire_due(p.id).fire.fire_id == f"{p.id}-3"  # fires, not skipped as missed (catchup none)
