@@ -154,10 +154,8 @@ class Notifier(LeaderActor):
     def handle(self, message: Any) -> Any:
         if isinstance(message, NoticesAcked):
             self.busy = False
-            if message.error is None:
-                self.plan.acking.difference_update(message.keys)
-            else:  # not committed: read them again next time
-                self.plan.acking.difference_update(message.keys)
+            # committed: they are out of the outbox; refused: read them again next time
+            self.plan.acking.difference_update(message.keys)
         elif not isinstance(message, Wake):
             return None
         if self.ended:

@@ -32,10 +32,13 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   tasks and late results of an attempt already given up are answered ``NotFoundError`` and change
   nothing but the history: a late result of a lost attempt is recorded there (``_late_result``). Only the leader of the term that proposed a ``Dispatched`` entry sends its fires (see
   ``store.EntryResult.term``).
-- **Retries.** at_least_once retries a failed attempt ``n`` (1-based) after ``2^(n-1)`` seconds
-  (1 s, 2 s, 4 s ...) measured from the result's ``now_ms``, while ``n <= max_retries``. Then the
-  occurrence has failed: delayed -> ``failed``; periodic -> ``fail_count += 1`` and ``inactive`` once
-  it reaches ``max_fails``, else the next occurrence. at_most_once never retries.
+- **Retries** (``_retry_or_end``, docs/architecture.md#retry-policy): at_least_once retries a
+  failed attempt by the task's ``retry`` policy (by default after 1 s, 2 s, 4 s ...), measured from
+  the result's ``now_ms``, at least until a 429/503's ``retry_after_ms``, while the attempts that
+  count (``attempt - free_attempts``: throttled ones are free within ``max_throttle_ms``) are at most
+  ``max_retries``. Then the occurrence has failed for good and leaves a dead letter: delayed ->
+  ``failed``; periodic -> ``fail_count += 1`` and ``inactive`` once it reaches ``max_fails``, else
+  the next occurrence. at_most_once never retries.
 - **ACK phase** (delayed tasks with ``ack_url``): after the callback's 2xx the task is
   ``awaiting_ack`` and the probe is due ``ack_delay_ms`` later; it reuses the fire id, with
   ``X-Molens-Kind: ack``. 2xx -> ``done``; anything else retries after ``ack_delay_ms`` until
