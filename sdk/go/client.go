@@ -640,7 +640,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		}
 		if status >= 400 {
 			e := parseError(status, raw)
-			if unknown && (status == 404 || status == 409) && method != "GET" {
+			if unknown && (status == 404 || status == 409 || status == 412) && method != "GET" {
 				return &OutcomeUnknownError{Op: op, Err: fmt.Errorf("answered %d after a lost response (%v); the first attempt may have been applied", status, lastErr)}
 			}
 			return e

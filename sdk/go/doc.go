@@ -19,8 +19,8 @@
 //   - Idempotency. CreateTask and CreateTasks give every task without an IdempotencyKey a fresh,
 //     time-ordered one (NewIdempotencyKey), so a retry after a lost response returns the task the
 //     first attempt created instead of creating a duplicate. Pause, resume, trigger and delete are
-//     retried too; when a retry after an unknown outcome meets 404/409, *OutcomeUnknownError is
-//     returned rather than a misleading not-found or conflict.
+//     retried too; when a retry after an unknown outcome meets 404/409/412, *OutcomeUnknownError is
+//     returned rather than a misleading not-found, conflict or stale version.
 //   - Reads go to the same node as writes, so a client reads its own writes.
 //
 // A Client is safe for concurrent use. Batcher collects single creates into batch requests.

@@ -1,0 +1,52 @@
+package molens
+
+// Against a stand-in node (no real node needed): what a write reports when its first answer is lost.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// lossyNode drops the connection of its first request unanswered, then answers every request with
+// status and an API error of code.
+func lossyNode(t *testing.T, status int, code string) *httptest.Server {
+	var n int32
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if atomic.AddInt32(&n, 1) == 1 {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, `{"error": {"code": "`+code+`", "message": "m", "field": "If-Match"}}`)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestAStaleVersionAfterALostResponseIsAnUnknownOutcome(t *testing.T) {
+	// the first attempt may have applied the update (so the version moved on): its retry's 412
+	// must not read as "someone else changed the task"
+	node := lossyNode(t, 412, "precondition_failed")
+	c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond))
+	_, err := c.UpdateTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV", map[string]interface{}{"scene": "x"}, 3)
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) || IsPreconditionFailed(err) {
+		t.Fatalf("got %T %v", err, err)
+	}
+	// answered at once, the same 412 is the API's
+	_, err = c.UpdateTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV", map[string]interface{}{"scene": "x"}, 3)
+	if !IsPreconditionFailed(err) {
+		t.Fatalf("got %T %v", err, err)
+	}
+}
