@@ -201,9 +201,21 @@ func (c *Client) PauseTask(ctx context.Context, id string) (*Task, error) {
 	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/pause", false)
 }
 
-// ResumeTask puts a paused (or inactive periodic) task back on the schedule.
+// ResumeTask puts a paused (or inactive periodic) task back on the schedule; a periodic task
+// drops what it missed while paused (ResumeFromNow).
 func (c *Client) ResumeTask(ctx context.Context, id string) (*Task, error) {
 	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/resume", false)
+}
+
+// ResumeTaskFrom is ResumeTask with the resume_from body: ResumeFromSchedule takes the periodic
+// task up at the instant it was waiting for and applies its Catchup to what it missed.
+func (c *Client) ResumeTaskFrom(ctx context.Context, id string, from ResumeFrom) (*Task, error) {
+	var t Task
+	body := map[string]ResumeFrom{"resume_from": from}
+	if err := c.do(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/resume", nil, body, false, &t); err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 // TriggerTask runs the task's upcoming occurrence now.

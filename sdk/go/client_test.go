@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -293,6 +294,98 @@ func TestBackfillFiresTheOccurrencesOfAPastRange(t *testing.T) {
 	})
 	_, err = c.BackfillTask(ctx, task.ID, end, end+hour)
 	mustAPIError(t, err, 400, "invalid_argument", "end") // the future is not backfilled
+}
+
+func TestScheduleRetryAndFlowFieldsRoundTripThroughCreateGetAndUpdate(t *testing.T) {
+	base := nodeURL(t)
+	c, ctx := newClient(t, []string{base}), ctxT(t)
+	const day = int64(86_400_000)
+	start := time.Now().UnixMilli() + day
+	r := NewTaskRequest("periodic", base+"/api/v1/test/callback").SetIntervalMs(3_600_000).SetScene(uniqueScene("fields")).
+		SetRetry(NewRetryRequest().SetMaxRetries(5).SetBackoff(BackoffFixed).SetInitialMs(250).SetMaxMs(10_000).
+			SetJitter(RetryJitterFull).SetNonRetryableStatuses(410, 422).SetMaxThrottleMs(60_000)).
+		SetOverlap(OverlapBufferOne).SetCatchup(CatchupNone).SetCatchupWindowMs(600_000).SetJitterMs(5_000).
+		SetStartAt(start).SetEndAt(start + 30*day).SetMaxRuns(10).SetFlowKey("sdk-go.fields").
+		SetNotifyURL(base + "/api/v1/test/callback")
+	created, err := c.CreateTask(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RetryPolicy{MaxRetries: 5, Backoff: BackoffFixed, InitialMs: 250, Factor: 2, MaxMs: 10_000, Jitter: RetryJitterFull,
+		NonRetryableStatuses: []int{410, 422}, MaxThrottleMs: 60_000}
+	for _, task := range []*Task{created, must(c.GetTask(ctx, created.ID))(t)} {
+		if !reflect.DeepEqual(task.Retry, want) || task.MaxRetries != 5 {
+			t.Fatalf("retry %+v (max_retries %d), want %+v", task.Retry, task.MaxRetries, want)
+		}
+		if task.Overlap != OverlapBufferOne || task.Catchup != CatchupNone || task.CatchupWindowMs != 600_000 || task.JitterMs != 5_000 {
+			t.Fatalf("overlap %q catchup %q window %d jitter %d", task.Overlap, task.Catchup, task.CatchupWindowMs, task.JitterMs)
+		}
+		if task.StartAt == nil || *task.StartAt != start || task.EndAt == nil || *task.EndAt != start+30*day ||
+			task.MaxRuns == nil || *task.MaxRuns != 10 {
+			t.Fatalf("bounds %v %v %v", task.StartAt, task.EndAt, task.MaxRuns)
+		}
+		if task.FlowKey == nil || *task.FlowKey != "sdk-go.fields" || task.NotifyURL == nil || *task.NotifyURL != *r.NotifyURL {
+			t.Fatalf("flow_key %v notify_url %v", task.FlowKey, task.NotifyURL)
+		}
+		// the first occurrence is start_at plus this task's fixed offset in [0, jitter_ms)
+		if task.NextRunAt == nil || *task.NextRunAt < start || *task.NextRunAt >= start+5_000 {
+			t.Fatalf("next_run_at %v, start_at %d", task.NextRunAt, start)
+		}
+	}
+	plain, err := c.CreateTask(ctx, far(base, uniqueScene("defaults")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Overlap != OverlapSkip || plain.Catchup != CatchupOne || plain.JitterMs != 0 || plain.StartAt != nil ||
+		plain.FlowKey != nil || plain.Retry.MaxRetries != 3 || plain.Retry.Backoff != BackoffExponential || plain.Retry.InitialMs != 1000 {
+		t.Fatalf("defaults %+v", plain)
+	}
+
+	// a patch giving retry replaces the whole policy; the version moves on
+	u, err := c.UpdateTask(ctx, created.ID, map[string]interface{}{
+		"retry": NewRetryRequest().SetMaxRetries(1), "overlap": OverlapSkip, "catchup": CatchupAll, "flow_key": nil,
+	}, created.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Version != created.Version+1 || u.Retry.MaxRetries != 1 || u.Retry.Backoff != BackoffExponential || u.Overlap != OverlapSkip ||
+		u.Catchup != CatchupAll || u.FlowKey != nil {
+		t.Fatalf("updated %+v", u)
+	}
+	_, err = c.UpdateTask(ctx, created.ID, map[string]interface{}{"max_runs": 3}, created.Version)
+	mustAPIError(t, err, 412, "precondition_failed", "If-Match")
+	if !IsPreconditionFailed(err) {
+		t.Fatal("IsPreconditionFailed")
+	}
+	if got := must(c.GetTask(ctx, created.ID))(t); got.Version != u.Version || *got.MaxRuns != 10 {
+		t.Fatalf("a stale update changed the task: %+v", got)
+	}
+
+	// resume_from
+	if _, err := c.PauseTask(ctx, created.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.ResumeTaskFrom(ctx, created.ID, "yesterday")
+	mustAPIError(t, err, 400, "invalid_argument", "resume_from")
+	res, err := c.ResumeTaskFrom(ctx, created.ID, ResumeFromSchedule)
+	if err != nil || res.Status != "pending" || res.NextRunAt == nil || *res.NextRunAt < start {
+		t.Fatalf("resume from schedule: %+v %v", res, err)
+	}
+	if _, err := c.ResumeTaskFrom(ctx, created.ID, ResumeFromNow); !IsConflict(err) {
+		t.Fatalf("resuming a pending task: %v", err)
+	}
+	_, err = c.CreateTask(ctx, far(base, "bad").SetFlowKey("no spaces"))
+	mustAPIError(t, err, 400, "invalid_argument", "flow_key")
+}
+
+func must[T any](v T, err error) func(*testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
 }
 
 func TestClusterStatsAndMetaEndpoints(t *testing.T) {

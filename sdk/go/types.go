@@ -5,21 +5,32 @@ import "encoding/json"
 // TaskRequest is the body of a create (TaskCreate in openapi.json). Nil fields are left out, so the
 // server applies its defaults. Build one with NewTaskRequest and the Set methods, or as a literal.
 type TaskRequest struct {
-	Type           string      `json:"type"`
-	CallbackURL    string      `json:"callback_url"`
-	IntervalMs     *int64      `json:"interval_ms,omitempty"`
-	RunAt          *int64      `json:"run_at,omitempty"`
-	CronExpr       *string     `json:"cron_expr,omitempty"`
-	Timezone       *string     `json:"timezone,omitempty"`
-	AckURL         *string     `json:"ack_url,omitempty"`
-	AckDelayMs     *int64      `json:"ack_delay_ms,omitempty"`
-	Payload        interface{} `json:"payload,omitempty"`
-	Scene          *string     `json:"scene,omitempty"`
-	TimeoutMs      *int64      `json:"timeout_ms,omitempty"`
-	MaxRetries     *int64      `json:"max_retries,omitempty"`
-	MaxFails       *int64      `json:"max_fails,omitempty"`
-	Reliability    *string     `json:"reliability,omitempty"`
-	IdempotencyKey *string     `json:"idempotency_key,omitempty"`
+	Type           string        `json:"type"`
+	CallbackURL    string        `json:"callback_url"`
+	IntervalMs     *int64        `json:"interval_ms,omitempty"`
+	RunAt          *int64        `json:"run_at,omitempty"`
+	CronExpr       *string       `json:"cron_expr,omitempty"`
+	Timezone       *string       `json:"timezone,omitempty"`
+	AckURL         *string       `json:"ack_url,omitempty"`
+	AckDelayMs     *int64        `json:"ack_delay_ms,omitempty"`
+	Payload        interface{}   `json:"payload,omitempty"`
+	Scene          *string       `json:"scene,omitempty"`
+	TimeoutMs      *int64        `json:"timeout_ms,omitempty"`
+	MaxRetries     *int64        `json:"max_retries,omitempty"`
+	MaxFails       *int64        `json:"max_fails,omitempty"`
+	Reliability    *string       `json:"reliability,omitempty"`
+	IdempotencyKey *string       `json:"idempotency_key,omitempty"`
+	NotifyURL      *string       `json:"notify_url,omitempty"`
+	FlowKey        *string       `json:"flow_key,omitempty"`
+	Retry          *RetryRequest `json:"retry,omitempty"`
+	JitterMs       *int64        `json:"jitter_ms,omitempty"`
+	// Periodic only.
+	StartAt         *int64   `json:"start_at,omitempty"`
+	EndAt           *int64   `json:"end_at,omitempty"`
+	MaxRuns         *int64   `json:"max_runs,omitempty"`
+	Catchup         *Catchup `json:"catchup,omitempty"`
+	CatchupWindowMs *int64   `json:"catchup_window_ms,omitempty"`
+	Overlap         *Overlap `json:"overlap,omitempty"`
 }
 
 // NewTaskRequest starts a request of type "delayed" or "periodic" calling callbackURL.
@@ -40,6 +51,98 @@ func (r *TaskRequest) SetMaxRetries(v int64) *TaskRequest      { r.MaxRetries = 
 func (r *TaskRequest) SetMaxFails(v int64) *TaskRequest        { r.MaxFails = &v; return r }
 func (r *TaskRequest) SetReliability(v string) *TaskRequest    { r.Reliability = &v; return r }
 func (r *TaskRequest) SetIdempotencyKey(v string) *TaskRequest { r.IdempotencyKey = &v; return r }
+func (r *TaskRequest) SetNotifyURL(v string) *TaskRequest      { r.NotifyURL = &v; return r }
+func (r *TaskRequest) SetFlowKey(v string) *TaskRequest        { r.FlowKey = &v; return r }
+func (r *TaskRequest) SetRetry(v *RetryRequest) *TaskRequest   { r.Retry = v; return r }
+func (r *TaskRequest) SetJitterMs(v int64) *TaskRequest        { r.JitterMs = &v; return r }
+func (r *TaskRequest) SetStartAt(v int64) *TaskRequest         { r.StartAt = &v; return r }
+func (r *TaskRequest) SetEndAt(v int64) *TaskRequest           { r.EndAt = &v; return r }
+func (r *TaskRequest) SetMaxRuns(v int64) *TaskRequest         { r.MaxRuns = &v; return r }
+func (r *TaskRequest) SetCatchup(v Catchup) *TaskRequest       { r.Catchup = &v; return r }
+func (r *TaskRequest) SetCatchupWindowMs(v int64) *TaskRequest { r.CatchupWindowMs = &v; return r }
+func (r *TaskRequest) SetOverlap(v Overlap) *TaskRequest       { r.Overlap = &v; return r }
+
+// Catchup is what a periodic task does with occurrences it missed (docs/api.md, catchup).
+type Catchup string
+
+const (
+	CatchupOne  Catchup = "one"  // one fire at once stands for all of them (the default)
+	CatchupNone Catchup = "none" // skipped; the schedule goes on at its next instant
+	CatchupAll  Catchup = "all"  // each fired, oldest first, back to CatchupWindowMs
+)
+
+// Overlap is what a periodic task does with instants that come due while an occurrence still runs.
+type Overlap string
+
+const (
+	OverlapSkip      Overlap = "skip"       // not fired (the default)
+	OverlapBufferOne Overlap = "buffer_one" // the first fires as soon as the occurrence ended
+	OverlapAllow     Overlap = "allow"      // occurrences may run concurrently (needs a server that supports it)
+)
+
+// ResumeFrom is where ResumeTaskFrom takes a periodic task's schedule up.
+type ResumeFrom string
+
+const (
+	ResumeFromNow      ResumeFrom = "now"      // drop what was missed while paused (ResumeTask)
+	ResumeFromSchedule ResumeFrom = "schedule" // the instant it was waiting for; Catchup applies to the rest
+)
+
+// Backoff is how the wait before a retry grows.
+type Backoff string
+
+const (
+	BackoffExponential Backoff = "exponential" // InitialMs * Factor^(n-1), at most MaxMs
+	BackoffFixed       Backoff = "fixed"       // InitialMs every time
+)
+
+// RetryJitter spreads the wait before a retry.
+type RetryJitter string
+
+const (
+	RetryJitterNone RetryJitter = "none"
+	RetryJitterFull RetryJitter = "full" // the wait is drawn from [0, wait)
+)
+
+// RetryRequest is TaskRequest.Retry, an at_least_once task's retry policy. Nil fields take the
+// node's default (scheduler.retry). In an UpdateTask patch it replaces the whole policy.
+type RetryRequest struct {
+	MaxRetries           *int64       `json:"max_retries,omitempty"`
+	Backoff              *Backoff     `json:"backoff,omitempty"`
+	InitialMs            *int64       `json:"initial_ms,omitempty"`
+	Factor               *int64       `json:"factor,omitempty"`
+	MaxMs                *int64       `json:"max_ms,omitempty"`
+	Jitter               *RetryJitter `json:"jitter,omitempty"`
+	NonRetryableStatuses []int        `json:"non_retryable_statuses,omitempty"` // 300..599; 404 always ends an occurrence
+	MaxThrottleMs        *int64       `json:"max_throttle_ms,omitempty"`
+}
+
+// NewRetryRequest starts a retry policy; every field left unset takes the node's default.
+func NewRetryRequest() *RetryRequest { return &RetryRequest{} }
+
+func (r *RetryRequest) SetMaxRetries(v int64) *RetryRequest    { r.MaxRetries = &v; return r }
+func (r *RetryRequest) SetBackoff(v Backoff) *RetryRequest     { r.Backoff = &v; return r }
+func (r *RetryRequest) SetInitialMs(v int64) *RetryRequest     { r.InitialMs = &v; return r }
+func (r *RetryRequest) SetFactor(v int64) *RetryRequest        { r.Factor = &v; return r }
+func (r *RetryRequest) SetMaxMs(v int64) *RetryRequest         { r.MaxMs = &v; return r }
+func (r *RetryRequest) SetJitter(v RetryJitter) *RetryRequest  { r.Jitter = &v; return r }
+func (r *RetryRequest) SetMaxThrottleMs(v int64) *RetryRequest { r.MaxThrottleMs = &v; return r }
+func (r *RetryRequest) SetNonRetryableStatuses(v ...int) *RetryRequest {
+	r.NonRetryableStatuses = v
+	return r
+}
+
+// RetryPolicy is the retry policy in force, as Task.Retry shows it.
+type RetryPolicy struct {
+	MaxRetries           int64       `json:"max_retries"`
+	Backoff              Backoff     `json:"backoff"`
+	InitialMs            int64       `json:"initial_ms"`
+	Factor               int64       `json:"factor"`
+	MaxMs                int64       `json:"max_ms"`
+	Jitter               RetryJitter `json:"jitter"`
+	NonRetryableStatuses []int       `json:"non_retryable_statuses"`
+	MaxThrottleMs        int64       `json:"max_throttle_ms"`
+}
 
 // Task is a task as the API returns it (Task in openapi.json). Nullable fields are pointers.
 type Task struct {
@@ -60,6 +163,16 @@ type Task struct {
 	MaxFails            int64           `json:"max_fails"`
 	Reliability         string          `json:"reliability"`
 	IdempotencyKey      *string         `json:"idempotency_key"`
+	NotifyURL           *string         `json:"notify_url"`
+	FlowKey             *string         `json:"flow_key"` // nil: the callback URL's host:port
+	Retry               RetryPolicy     `json:"retry"`
+	JitterMs            int64           `json:"jitter_ms"`
+	StartAt             *int64          `json:"start_at"`
+	EndAt               *int64          `json:"end_at"`
+	MaxRuns             *int64          `json:"max_runs"`
+	Catchup             Catchup         `json:"catchup"`
+	CatchupWindowMs     int64           `json:"catchup_window_ms"`
+	Overlap             Overlap         `json:"overlap"`
 	CreatedAt           int64           `json:"created_at"`
 	UpdatedAt           int64           `json:"updated_at"`
 	NextRunAt           *int64          `json:"next_run_at"`
