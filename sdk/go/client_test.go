@@ -388,6 +388,59 @@ func must[T any](v T, err error) func(*testing.T) T {
 	}
 }
 
+func TestFlowsSetPauseResumeListDelete(t *testing.T) {
+	base := nodeURL(t)
+	c, ctx := newClient(t, []string{base}), ctxT(t)
+	key := fmt.Sprintf("[::1]:%d", time.Now().UnixNano()%60000+1024) // brackets and a colon go through the path
+	f, err := c.SetFlow(ctx, key, *(&FlowLimits{}).SetRatePerS(20).SetConcurrency(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Key != key || !f.Configured || f.RatePerS == nil || *f.RatePerS != 20 || f.Concurrency == nil || *f.Concurrency != 3 ||
+		f.Burst != nil || f.Paused || f.UpdatedAt == nil || !f.Live || f.InFlight == nil || f.Queued == nil {
+		t.Fatalf("set: %+v", f)
+	}
+	if p, err := c.PauseFlow(ctx, key); err != nil || !p.Paused || *p.RatePerS != 20 || *p.Concurrency != 3 {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if g, err := c.GetFlow(ctx, key); err != nil || !g.Paused {
+		t.Fatalf("get: %+v %v", g, err)
+	}
+	flows, err := c.ListFlows(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed *Flow
+	for i := range flows {
+		if flows[i].Key == key {
+			listed = &flows[i]
+		}
+	}
+	if listed == nil || !listed.Paused || *listed.RatePerS != 20 {
+		t.Fatalf("%s not listed as paused: %+v", key, flows)
+	}
+	if r, err := c.ResumeFlow(ctx, key); err != nil || r.Paused || *r.RatePerS != 20 {
+		t.Fatalf("resume: %+v %v", r, err)
+	}
+	_, err = c.SetFlow(ctx, key, *(&FlowLimits{}).SetBurst(3))
+	mustAPIError(t, err, 400, "invalid_argument", "burst")
+	if r, err := c.SetFlow(ctx, key, *(&FlowLimits{}).SetConcurrency(1)); err != nil || r.RatePerS != nil || *r.Concurrency != 1 {
+		t.Fatalf("limits are replaced whole: %+v %v", r, err)
+	}
+	if d, err := c.DeleteFlow(ctx, key); err != nil || d.Configured {
+		t.Fatalf("delete: %+v %v", d, err)
+	}
+	_, err = c.GetFlow(ctx, key)
+	mustAPIError(t, err, 404, "not_found", "key")
+	if !IsNotFound(err) {
+		t.Fatal("IsNotFound")
+	}
+	_, err = c.DeleteFlow(ctx, key)
+	mustAPIError(t, err, 404, "not_found", "key")
+	_, err = c.SetFlow(ctx, "no spaces", FlowLimits{})
+	mustAPIError(t, err, 400, "invalid_argument", "key")
+}
+
 func TestClusterStatsAndMetaEndpoints(t *testing.T) {
 	base := nodeURL(t)
 	c, ctx := newClient(t, []string{base}), ctxT(t)
