@@ -10,7 +10,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"reflect"
 	"strconv"
@@ -439,6 +442,141 @@ func TestFlowsSetPauseResumeListDelete(t *testing.T) {
 	mustAPIError(t, err, 404, "not_found", "key")
 	_, err = c.SetFlow(ctx, "no spaces", FlowLimits{})
 	mustAPIError(t, err, 400, "invalid_argument", "key")
+}
+
+// receiver answers callbacks with its current status and records their X-Fire-ID.
+type receiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	status int
+	fires  []string
+}
+
+func newReceiver(t *testing.T, status int) *receiver {
+	r := &receiver{status: status}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.Copy(io.Discard, req.Body)
+		r.mu.Lock()
+		r.fires = append(r.fires, req.Header.Get("X-Fire-ID"))
+		st := r.status
+		r.mu.Unlock()
+		w.WriteHeader(st)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) setStatus(s int) { r.mu.Lock(); r.status = s; r.mu.Unlock() }
+
+func (r *receiver) firesOf(fireID string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, f := range r.fires {
+		if f == fireID {
+			n++
+		}
+	}
+	return n
+}
+
+func TestDeadLettersListGetRedriveAndDelete(t *testing.T) {
+	base := nodeURL(t)
+	c, ctx := newClient(t, []string{base}), ctxT(t)
+	rcv := newReceiver(t, 500)
+	u, _ := url.Parse(rcv.URL)
+	flow := u.Host // the flow of a task without flow_key: its callback URL's host:port
+	var tasks []*Task
+	for i := 0; i < 4; i++ { // a delayed task that fails at once: one attempt, answered 500
+		task, err := c.CreateTask(ctx, NewTaskRequest("delayed", rcv.URL+"/hook").SetIntervalMs(100).
+			SetScene(uniqueScene("dead")).SetRetry(NewRetryRequest().SetMaxRetries(0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, task)
+	}
+	byTask := map[string]DeadLetter{}
+	pollUntil(t, "a dead letter of each task", 30*time.Second, func() (bool, error) {
+		byTask = map[string]DeadLetter{}
+		err := c.EachDeadLetter(ctx, DeadLetterOptions{Flow: flow, Limit: 1}, func(d *DeadLetter) error {
+			byTask[d.TaskID] = *d
+			return nil
+		})
+		return len(byTask) == len(tasks), err
+	})
+	a := byTask[tasks[0].ID]
+	if a.ID != tasks[0].ID+"-1.1" || a.FireID != tasks[0].ID+"-1" || a.Kind != DeadLetterRetriesExhausted || a.Attempts != 1 ||
+		a.StatusCode == nil || *a.StatusCode != 500 || a.Flow != flow || a.URL != rcv.URL+"/hook" || a.Reliability != "at_least_once" ||
+		a.Seq != 1 || a.At == 0 || a.ScheduledAt == 0 {
+		t.Fatalf("dead letter %+v", a)
+	}
+	if got, err := c.GetDeadLetter(ctx, a.ID); err != nil || !reflect.DeepEqual(*got, a) {
+		t.Fatalf("get: %+v %v, listed %+v", got, err, a)
+	}
+	page, err := c.ListDeadLetters(ctx, DeadLetterOptions{Flow: flow, Limit: 2})
+	if err != nil || len(page.Items) != 2 || page.NextCursor == nil {
+		t.Fatalf("a page of 2: %+v %v", page, err)
+	}
+	if page, err := c.ListDeadLetters(ctx, DeadLetterOptions{TaskID: tasks[1].ID}); err != nil || len(page.Items) != 1 ||
+		page.Items[0].TaskID != tasks[1].ID {
+		t.Fatalf("by task: %+v %v", page, err)
+	}
+	if page, err := c.ListDeadLetters(ctx, DeadLetterOptions{Flow: flow, Kind: DeadLetterNonRetryable}); err != nil || len(page.Items) != 0 {
+		t.Fatalf("by kind: %+v %v", page, err)
+	}
+	_, err = c.ListDeadLetters(ctx, DeadLetterOptions{Kind: "bogus"})
+	mustAPIError(t, err, 400, "invalid_argument", "kind")
+	if task := must(c.GetTask(ctx, tasks[0].ID))(t); task.Status != "failed" {
+		t.Fatalf("a delayed task whose occurrence failed for good is failed, not %s", task.Status)
+	}
+
+	// redrive one: delivered again with the same fire id, and the dead letter is gone
+	rcv.setStatus(200)
+	rd, err := c.RedriveDeadLetter(ctx, a.ID)
+	if err != nil || rd.ID != a.ID || rd.Warning != "" {
+		t.Fatalf("redrive: %+v %v", rd, err)
+	}
+	pollUntil(t, "the redriven occurrence to succeed", 30*time.Second, func() (bool, error) {
+		task, err := c.GetTask(ctx, tasks[0].ID)
+		return err == nil && task.Status == "done", err
+	})
+	if n := rcv.firesOf(a.FireID); n != 2 {
+		t.Fatalf("%s reached the receiver %d times, want 2 (the failure and the redrive)", a.FireID, n)
+	}
+	_, err = c.GetDeadLetter(ctx, a.ID)
+	mustAPIError(t, err, 404, "not_found", "id")
+	_, err = c.RedriveDeadLetter(ctx, a.ID)
+	if !IsNotFound(err) {
+		t.Fatalf("redriving a dead letter that is gone: %v", err)
+	}
+
+	// redrive by filter
+	bulk, err := c.RedriveDeadLetters(ctx, DeadLetterFilter{TaskID: tasks[1].ID})
+	if err != nil || bulk.Matched != 1 || bulk.Redriven != 1 || bulk.ErrorCount != 0 || bulk.More {
+		t.Fatalf("redrive by filter: %+v %v", bulk, err)
+	}
+	pollUntil(t, "the bulk-redriven occurrence to succeed", 30*time.Second, func() (bool, error) {
+		task, err := c.GetTask(ctx, tasks[1].ID)
+		return err == nil && task.Status == "done", err
+	})
+	_, err = c.RedriveDeadLetters(ctx, DeadLetterFilter{Kind: "bogus"})
+	mustAPIError(t, err, 400, "invalid_argument", "kind")
+
+	// delete one, then delete by filter
+	if err := c.DeleteDeadLetter(ctx, byTask[tasks[2].ID].ID); err != nil {
+		t.Fatal(err)
+	}
+	err = c.DeleteDeadLetter(ctx, byTask[tasks[2].ID].ID)
+	mustAPIError(t, err, 404, "not_found", "id")
+	_, err = c.DeleteDeadLetters(ctx, DeadLetterFilter{})
+	mustAPIError(t, err, 400, "invalid_argument", "all")
+	del, err := c.DeleteDeadLetters(ctx, DeadLetterFilter{Flow: flow})
+	if err != nil || del.Matched != 1 || del.Deleted != 1 || del.More {
+		t.Fatalf("delete by filter: %+v %v", del, err)
+	}
+	if page, err := c.ListDeadLetters(ctx, DeadLetterOptions{Flow: flow}); err != nil || len(page.Items) != 0 {
+		t.Fatalf("left after deleting: %+v %v", page, err)
+	}
 }
 
 func TestClusterStatsAndMetaEndpoints(t *testing.T) {
