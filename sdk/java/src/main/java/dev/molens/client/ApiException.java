@@ -5,9 +5,11 @@ import java.util.Map;
 
 /**
  * The API answered {@code {"error": {"code", "message", "field"}}}: 400 {@code invalid_argument}
- * ({@link #getField()} names the culprit), 401 {@code unauthorized}, 404 {@code not_found}, 409
- * {@code illegal_transition}, 413, 415, or 503 after every retry. A rejected batch (nothing was
- * created) carries {@link #getItemErrors()}: each bad item's error by its index.
+ * ({@link #getField()} names the culprit), 401 {@code unauthorized}, 404 {@code not_found}
+ * ({@link NotFoundException}), 409 {@code illegal_transition} ({@link ConflictException}), 412
+ * {@code precondition_failed} ({@link PreconditionFailedException}), 413, 415, or 503 after every
+ * retry. A rejected batch (nothing was created) carries {@link #getItemErrors()}: each bad item's
+ * error by its index.
  */
 public class ApiException extends MolensException {
     private static final long serialVersionUID = 1L;

@@ -49,7 +49,7 @@ import java.util.concurrent.ThreadLocalRandom;
  * <li><b>Idempotency.</b> {@link #create} and {@link #createAll} give every task without an
  * idempotency key a fresh, time-ordered one ({@link #newIdempotencyKey()}), so a retry after a lost
  * response returns the task the first attempt created. When a retried pause/resume/trigger/delete meets
- * 404/409 after an unknown outcome, {@link OutcomeUnknownException} is thrown instead.</li>
+ * 404/409/412 after an unknown outcome, {@link OutcomeUnknownException} is thrown instead.</li>
  * <li>Reads go to the same node as writes, so a client reads its own writes.</li>
  * </ul>
  */
@@ -227,7 +227,7 @@ public final class MolensClient implements AutoCloseable {
      * Changes the task's definition in place ({@code PATCH}, a JSON merge patch): a field given
      * replaces the stored one, a {@code null} value resets it to its default, a field left out is
      * kept. With {@code ifVersion} (a task's {@link Task#version}) the change applies only while the
-     * task is still at that version, else {@link ApiException} 412 ({@link ApiException#isPreconditionFailed()});
+     * task is still at that version, else {@link PreconditionFailedException} (412);
      * with {@code null}, to the current version (and retried safely after a lost answer).
      * Sent as {@code POST} with {@code X-HTTP-Method-Override: PATCH}: {@link HttpURLConnection}
      * cannot send {@code PATCH}.
@@ -661,7 +661,7 @@ public final class MolensClient implements AutoCloseable {
         }
         if (root == null || !root.path("error").isObject()) {
             String text = new String(raw, java.nio.charset.StandardCharsets.UTF_8);
-            return new ApiException(status, "http_error", "HTTP " + status + ": " + text.substring(0, Math.min(200, text.length())), null, null);
+            return typed(status, "http_error", "HTTP " + status + ": " + text.substring(0, Math.min(200, text.length())), null, null);
         }
         Map<Integer, ApiException> items = null;
         if (root.path("errors").size() > 0) {
@@ -675,7 +675,18 @@ public final class MolensClient implements AutoCloseable {
 
     private static ApiException errorOf(int status, JsonNode err, Map<Integer, ApiException> items) {
         JsonNode f = err.path("field");
-        return new ApiException(status, err.path("code").asText("http_error"), err.path("message").asText(""),
-                f.isTextual() ? f.asText() : null, items);
+        String code = err.path("code").asText("http_error");
+        String message = err.path("message").asText("");
+        return typed(status, code, message, f.isTextual() ? f.asText() : null, items);
+    }
+
+    /** The {@link ApiException} subclass of the status: 404, 409 and 412 have their own. */
+    private static ApiException typed(int status, String code, String message, String field, Map<Integer, ApiException> items) {
+        switch (status) {
+            case 404: return new NotFoundException(status, code, message, field, items);
+            case 409: return new ConflictException(status, code, message, field, items);
+            case 412: return new PreconditionFailedException(status, code, message, field, items);
+            default: return new ApiException(status, code, message, field, items);
+        }
     }
 }

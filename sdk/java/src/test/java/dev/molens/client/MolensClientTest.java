@@ -65,6 +65,7 @@ public class MolensClientTest {
         assertNull(p.nextRunAt);
         ApiException e = apiError(new Runnable() { public void run() { c.pause(t.id); } }, 409, "illegal_transition", "status");
         assertTrue(e.isConflict());
+        assertTrue(e instanceof ConflictException);
         assertEquals("pending", c.resume(t.id).status);
         Map<String, Object> change = new HashMap<String, Object>();
         change.put("scene", "updated");
@@ -76,10 +77,13 @@ public class MolensClientTest {
         e = apiError(new Runnable() { public void run() {
             c.update(t.id, Collections.singletonMap("scene", "stale"), t.version); } }, 412, "precondition_failed", "If-Match");
         assertTrue(e.isPreconditionFailed());
+        assertTrue(e instanceof PreconditionFailedException);
+        assertTrue("a stale version is a conflict, as in the Python SDK", e instanceof ConflictException);
         assertEquals(u.version + 1, c.update(t.id, Collections.singletonMap("scene", "again"), null).version);
         assertEquals(t.id, c.delete(t.id).id);
         e = apiError(new Runnable() { public void run() { c.get(t.id); } }, 404, "not_found", "task_id");
         assertTrue(e.isNotFound());
+        assertTrue(e instanceof NotFoundException);
     }
 
     @Test
