@@ -59,8 +59,10 @@ public final class MolensClient implements AutoCloseable {
             .setVisibility(PropertyAccessor.ALL, JsonAutoDetect.Visibility.NONE)
             .setVisibility(PropertyAccessor.FIELD, JsonAutoDetect.Visibility.ANY)
             .setSerializationInclusion(JsonInclude.Include.NON_NULL)
-            .configure(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES, false);
-    private static final ObjectMapper PATCH_JSON = new ObjectMapper();
+            .configure(DeserializationFeature.FAIL_ON_UNKNOWN_PROPERTIES, false)
+            .configure(DeserializationFeature.READ_UNKNOWN_ENUM_VALUES_AS_NULL, true); // a newer server's value
+    /** {@link #JSON} keeping a patch's null values: they reset a field ({@link RetryPolicy} still leaves its nulls out). */
+    private static final ObjectMapper PATCH_JSON = JSON.copy().setSerializationInclusion(JsonInclude.Include.ALWAYS);
     private static final SecureRandom RANDOM = new SecureRandom();
     private static final char[] HEX = "0123456789abcdef".toCharArray();
 
@@ -240,7 +242,7 @@ public final class MolensClient implements AutoCloseable {
         }
         byte[] body;
         try {
-            body = PATCH_JSON.writeValueAsBytes(changes); // nulls kept: they reset a field
+            body = PATCH_JSON.writeValueAsBytes(changes);
         } catch (IOException e) {
             throw new MolensException("encoding the request: " + e.getMessage(), e);
         }
@@ -258,8 +260,17 @@ public final class MolensClient implements AutoCloseable {
     /** Takes a pending, firing or awaiting_ack task off the schedule (409 otherwise). */
     public Task pause(String id) { return action(id, "pause"); }
 
-    /** Puts a paused (or inactive periodic) task back on the schedule. */
+    /** Puts a paused (or inactive periodic) task back on the schedule; a periodic task drops what it missed while paused. */
     public Task resume(String id) { return action(id, "resume"); }
+
+    /**
+     * {@link #resume(String)} with {@code resume_from}: {@link ResumeFrom#SCHEDULE} takes a periodic task up at the
+     * instant it was waiting for and applies its catchup to what it missed.
+     */
+    public Task resume(String id, ResumeFrom from) {
+        return call("POST", "/api/v1/tasks/" + enc(id) + "/resume", Collections.singletonMap("resume_from", from), false,
+                type(Task.class));
+    }
 
     /** Runs the task's upcoming occurrence now. */
     public Task trigger(String id) { return action(id, "trigger"); }

@@ -21,6 +21,20 @@ public final class Task {
     public int maxFails;
     public String reliability;
     public String idempotencyKey;
+    public String notifyUrl;
+    /** null: the callback URL's host:port. */
+    public String flowKey;
+    /** The retry policy in force. */
+    public RetryPolicy retry;
+    public long jitterMs;
+    public Long startAt;
+    public Long endAt;
+    public Integer maxRuns;
+    /** null only for a value this SDK does not know (a newer server's). */
+    public Catchup catchup;
+    public long catchupWindowMs;
+    /** null only for a value this SDK does not know (a newer server's). */
+    public Overlap overlap;
     public long createdAt;
     public long updatedAt;
     public Long nextRunAt;

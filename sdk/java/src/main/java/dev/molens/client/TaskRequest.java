@@ -21,6 +21,16 @@ public final class TaskRequest {
     private Integer maxFails;
     private String reliability;
     private String idempotencyKey;
+    private String notifyUrl;
+    private String flowKey;
+    private RetryPolicy retry;
+    private Long jitterMs;
+    private Long startAt;
+    private Long endAt;
+    private Integer maxRuns;
+    private Catchup catchup;
+    private Long catchupWindowMs;
+    private Overlap overlap;
 
     public TaskRequest() {}
 
@@ -31,6 +41,8 @@ public final class TaskRequest {
         r.cronExpr = cronExpr; r.timezone = timezone; r.ackUrl = ackUrl; r.ackDelayMs = ackDelayMs;
         r.payload = payload; r.scene = scene; r.timeoutMs = timeoutMs; r.maxRetries = maxRetries;
         r.maxFails = maxFails; r.reliability = reliability; r.idempotencyKey = idempotencyKey;
+        r.notifyUrl = notifyUrl; r.flowKey = flowKey; r.retry = retry; r.jitterMs = jitterMs; r.startAt = startAt;
+        r.endAt = endAt; r.maxRuns = maxRuns; r.catchup = catchup; r.catchupWindowMs = catchupWindowMs; r.overlap = overlap;
         return r;
     }
 
@@ -56,6 +68,26 @@ public final class TaskRequest {
     public TaskRequest setReliability(String v) { reliability = v; return this; }
     /** The same key again returns the first task; the SDK sets a time-ordered one when unset. */
     public TaskRequest setIdempotencyKey(String v) { idempotencyKey = v; return this; }
+    /** Where failure notifications of this task go (default: the node's notifications.url). */
+    public TaskRequest setNotifyUrl(String v) { notifyUrl = v; return this; }
+    /** The flow the task's fires count against (default: the callback URL's host:port). */
+    public TaskRequest setFlowKey(String v) { flowKey = v; return this; }
+    /** at_least_once: the retry policy; unset fields take the node's default. */
+    public TaskRequest setRetry(RetryPolicy v) { retry = v; return this; }
+    /** Each occurrence fires up to this much after its instant, by an offset fixed per task and occurrence. */
+    public TaskRequest setJitterMs(Long v) { jitterMs = v; return this; }
+    /** periodic only: no occurrence before this epoch ms. */
+    public TaskRequest setStartAt(Long v) { startAt = v; return this; }
+    /** periodic only: no occurrence at or after this epoch ms (then done). */
+    public TaskRequest setEndAt(Long v) { endAt = v; return this; }
+    /** periodic only: done after this many occurrences. */
+    public TaskRequest setMaxRuns(Integer v) { maxRuns = v; return this; }
+    /** periodic only: what to do with missed occurrences. */
+    public TaskRequest setCatchup(Catchup v) { catchup = v; return this; }
+    /** periodic, {@link Catchup#ALL}: how far back missed occurrences are still fired. */
+    public TaskRequest setCatchupWindowMs(Long v) { catchupWindowMs = v; return this; }
+    /** periodic only: what to do with instants that come due while an occurrence runs. */
+    public TaskRequest setOverlap(Overlap v) { overlap = v; return this; }
 
     public String getType() { return type; }
     public String getCallbackUrl() { return callbackUrl; }
@@ -72,4 +104,14 @@ public final class TaskRequest {
     public Integer getMaxFails() { return maxFails; }
     public String getReliability() { return reliability; }
     public String getIdempotencyKey() { return idempotencyKey; }
+    public String getNotifyUrl() { return notifyUrl; }
+    public String getFlowKey() { return flowKey; }
+    public RetryPolicy getRetry() { return retry; }
+    public Long getJitterMs() { return jitterMs; }
+    public Long getStartAt() { return startAt; }
+    public Long getEndAt() { return endAt; }
+    public Integer getMaxRuns() { return maxRuns; }
+    public Catchup getCatchup() { return catchup; }
+    public Long getCatchupWindowMs() { return catchupWindowMs; }
+    public Overlap getOverlap() { return overlap; }
 }

@@ -49,6 +49,20 @@ public class MolensClientTest {
         return null;
     }
 
+    /** Runs r, which must throw the {@code cls} subclass of ApiException with this code and field. */
+    static <T extends ApiException> T thrown(Class<T> cls, Runnable r, String code, String field) {
+        try {
+            r.run();
+        } catch (ApiException e) {
+            assertTrue("want " + cls.getSimpleName() + ", got " + e.getClass().getSimpleName() + ": " + e, cls.isInstance(e));
+            assertEquals(e.toString(), code, e.getCode());
+            assertEquals(e.toString(), field, e.getField());
+            return cls.cast(e);
+        }
+        fail("expected " + cls.getSimpleName() + " " + code);
+        return null;
+    }
+
     @Test
     public void taskLifecycle() {
         TaskRequest req = far(scene("life")).setPayload(Collections.singletonMap("order_id", 42)).setMaxRetries(2);
@@ -84,6 +98,77 @@ public class MolensClientTest {
         e = apiError(new Runnable() { public void run() { c.get(t.id); } }, 404, "not_found", "task_id");
         assertTrue(e.isNotFound());
         assertTrue(e instanceof NotFoundException);
+    }
+
+    @Test
+    public void retryOverlapCatchupJitterAndBoundsRoundTripThroughCreateGetAndUpdate() {
+        final long day = 86400000L;
+        final long start = System.currentTimeMillis() + day;
+        RetryPolicy retry = new RetryPolicy().setMaxRetries(5).setBackoff(Backoff.FIXED).setInitialMs(250L).setMaxMs(10000L)
+                .setJitter(RetryJitter.FULL).setNonRetryableStatuses(410, 422).setMaxThrottleMs(60000L);
+        final Task created = c.create(new TaskRequest().setType("periodic").setIntervalMs(3600000L)
+                .setCallbackUrl(base + "/api/v1/test/callback").setScene(scene("fields")).setRetry(retry)
+                .setOverlap(Overlap.BUFFER_ONE).setCatchup(Catchup.NONE).setCatchupWindowMs(600000L).setJitterMs(5000L)
+                .setStartAt(start).setEndAt(start + 30 * day).setMaxRuns(10).setFlowKey("sdk-java.fields")
+                .setNotifyUrl(base + "/api/v1/test/callback"));
+        RetryPolicy want = new RetryPolicy().setMaxRetries(5).setBackoff(Backoff.FIXED).setInitialMs(250L).setFactor(2)
+                .setMaxMs(10000L).setJitter(RetryJitter.FULL).setNonRetryableStatuses(410, 422).setMaxThrottleMs(60000L);
+        for (Task t : Arrays.asList(created, c.get(created.id))) {
+            assertEquals(want, t.retry);
+            assertEquals(5, t.maxRetries);
+            assertEquals(Overlap.BUFFER_ONE, t.overlap);
+            assertEquals(Catchup.NONE, t.catchup);
+            assertEquals(600000L, t.catchupWindowMs);
+            assertEquals(5000L, t.jitterMs);
+            assertEquals(Long.valueOf(start), t.startAt);
+            assertEquals(Long.valueOf(start + 30 * day), t.endAt);
+            assertEquals(Integer.valueOf(10), t.maxRuns);
+            assertEquals("sdk-java.fields", t.flowKey);
+            assertEquals(base + "/api/v1/test/callback", t.notifyUrl);
+            // the first occurrence is start_at plus this task's fixed offset in [0, jitter_ms)
+            assertTrue(t.nextRunAt + " vs " + start, t.nextRunAt >= start && t.nextRunAt < start + 5000);
+        }
+        Task plain = c.create(new TaskRequest().setType("delayed").setIntervalMs(3600000L)
+                .setCallbackUrl(base + "/api/v1/test/callback").setScene(scene("defaults")));
+        assertEquals(Overlap.SKIP, plain.overlap);
+        assertEquals(Catchup.ONE, plain.catchup);
+        assertEquals(0L, plain.jitterMs);
+        assertNull(plain.startAt);
+        assertNull(plain.flowKey);
+        assertEquals(Integer.valueOf(3), plain.retry.getMaxRetries());
+        assertEquals(Backoff.EXPONENTIAL, plain.retry.getBackoff());
+        assertEquals(Long.valueOf(1000), plain.retry.getInitialMs());
+
+        // a patch giving retry replaces the whole policy; enums and nulls go as the API spells them
+        Map<String, Object> change = new HashMap<String, Object>();
+        change.put("retry", new RetryPolicy().setMaxRetries(1));
+        change.put("overlap", Overlap.SKIP);
+        change.put("catchup", Catchup.ALL);
+        change.put("flow_key", null);
+        Task u = c.update(created.id, change, created.version);
+        assertEquals(created.version + 1, u.version);
+        assertEquals(Integer.valueOf(1), u.retry.getMaxRetries());
+        assertEquals(Backoff.EXPONENTIAL, u.retry.getBackoff());
+        assertEquals(Overlap.SKIP, u.overlap);
+        assertEquals(Catchup.ALL, u.catchup);
+        assertNull(u.flowKey);
+        PreconditionFailedException stale = thrown(PreconditionFailedException.class, new Runnable() { public void run() {
+            c.update(created.id, Collections.singletonMap("max_runs", 3), created.version); } }, "precondition_failed", "If-Match");
+        assertTrue(stale.isPreconditionFailed());
+        assertEquals(412, stale.getStatus());
+        assertEquals("a stale update changes nothing", Integer.valueOf(10), c.get(created.id).maxRuns);
+
+        c.pause(created.id);
+        Task resumed = c.resume(created.id, ResumeFrom.SCHEDULE);
+        assertEquals("pending", resumed.status);
+        assertTrue(resumed.nextRunAt >= start);
+        thrown(ConflictException.class, new Runnable() { public void run() { c.resume(created.id, ResumeFrom.NOW); } },
+                "illegal_transition", "status");
+        thrown(ApiException.class, new Runnable() { public void run() {
+            c.create(new TaskRequest().setType("delayed").setIntervalMs(1000L).setCallbackUrl(base + "/api/v1/test/callback")
+                    .setFlowKey("no spaces")); } }, "invalid_argument", "flow_key");
+        thrown(NotFoundException.class, new Runnable() { public void run() { c.get("01ARZ3NDEKTSV4RRFFQ69G5FAV"); } },
+                "not_found", "task_id");
     }
 
     @Test
