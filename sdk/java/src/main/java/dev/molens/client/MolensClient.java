@@ -354,6 +354,34 @@ public final class MolensClient implements AutoCloseable {
         return call("GET", path + query(q), null, true, pageOf(Execution.class));
     }
 
+    // ------------------------------------------------------------------------------------- flows
+
+    /** Every flow with settings and every flow the leader let a fire go for in the last minute (or holds fires of), by key. */
+    public List<Flow> listFlows() {
+        JsonNode out = get("/api/v1/flows", JsonNode.class);
+        return JSON.convertValue(out.path("items"), JSON.getTypeFactory().constructCollectionType(List.class, Flow.class));
+    }
+
+    /** One flow; {@link NotFoundException} when it has no settings and nothing in flight, held or throttled. */
+    public Flow getFlow(String key) { return get(flowPath(key), Flow.class); }
+
+    /** Replaces the flow's limits whole (replicated through Raft); the flow as {@link #getFlow} shows it. */
+    public Flow setFlow(String key, FlowLimits limits) { return call("PUT", flowPath(key), limits, true, type(Flow.class)); }
+
+    /**
+     * Forgets the flow's settings: its fires go unlimited ({@link NotFoundException} when it has none). Not re-sent
+     * after an unknown outcome: the retry would answer 404.
+     */
+    public Flow deleteFlow(String key) { return call("DELETE", flowPath(key), null, false, type(Flow.class)); }
+
+    /** Holds every fire of the flow until {@link #resumeFlow}; only the paused flag changes (a flow without settings gets some). */
+    public Flow pauseFlow(String key) { return call("POST", flowPath(key) + "/pause", null, true, type(Flow.class)); }
+
+    /** Lets the flow's held fires go, in order, within its limits. */
+    public Flow resumeFlow(String key) { return call("POST", flowPath(key) + "/resume", null, true, type(Flow.class)); }
+
+    private static String flowPath(String key) { return "/api/v1/flows/" + enc(key); }
+
     // ------------------------------------------------------------------------- cluster and stats
 
     public Cluster.Status clusterStatus() { return get("/api/v1/cluster/status", Cluster.Status.class); }
