@@ -382,6 +382,84 @@ public final class MolensClient implements AutoCloseable {
 
     private static String flowPath(String key) { return "/api/v1/flows/" + enc(key); }
 
+    // ------------------------------------------------------------------------------ dead letters
+
+    /**
+     * One page of dead letters, newest first (one task's: in id order). A page can hold fewer than the limit
+     * while nextCursor is set: follow it until null, or use {@link #listAllDeadLetters}.
+     */
+    public Page<DeadLetter> listDeadLetters(DeadLetterOptions o) {
+        Map<String, Object> q = new LinkedHashMap<String, Object>();
+        q.put("task_id", o.taskId);
+        q.put("flow", o.flow);
+        q.put("kind", o.kind);
+        q.put("since", o.since);
+        q.put("until", o.until);
+        q.put("limit", o.limit);
+        q.put("cursor", o.cursor);
+        return call("GET", "/api/v1/dead-letters" + query(q), null, true, pageOf(DeadLetter.class));
+    }
+
+    /** Every matching dead letter, following cursors. */
+    public List<DeadLetter> listAllDeadLetters(DeadLetterOptions o) {
+        List<DeadLetter> out = new ArrayList<DeadLetter>();
+        DeadLetterOptions cur = new DeadLetterOptions().setTaskId(o.taskId).setFlow(o.flow).setKind(o.kind).setSince(o.since)
+                .setUntil(o.until).setLimit(o.limit).setCursor(o.cursor);
+        while (true) {
+            Page<DeadLetter> p = listDeadLetters(cur);
+            out.addAll(p.items);
+            if (p.nextCursor == null || p.nextCursor.isEmpty()) {
+                return out;
+            }
+            cur.cursor = p.nextCursor;
+        }
+    }
+
+    /** One dead letter; {@link NotFoundException} when there is none. */
+    public DeadLetter getDeadLetter(String id) { return get(deadPath(id), DeadLetter.class); }
+
+    /**
+     * Delivers the dead letter's occurrence again through the task's current definition (the same
+     * {@code X-Fire-ID}, attempts continuing) and removes the dead letter; returns it (with a
+     * {@link DeadLetter#warning} for an at_most_once task). {@link NotFoundException} when it or its task is
+     * gone, {@link ConflictException} when the task is paused or a delayed task is no longer failed. Not
+     * re-sent after an unknown outcome.
+     */
+    public DeadLetter redriveDeadLetter(String id) {
+        return call("POST", deadPath(id) + "/redrive", null, false, type(DeadLetter.class));
+    }
+
+    /** Redrives every dead letter matching the filter (at most its limit); send it again while {@link BulkResult#more}. */
+    public BulkResult redriveDeadLetters(DeadLetterFilter f) {
+        Map<String, Object> body = new LinkedHashMap<String, Object>();
+        body.put("task_id", f.taskId);
+        body.put("flow", f.flow);
+        body.put("kind", f.kind);
+        body.put("since", f.since);
+        body.put("until", f.until);
+        body.put("limit", f.limit);
+        body.values().removeAll(Collections.singleton(null));
+        return call("POST", "/api/v1/dead-letters/redrive", body, false, type(BulkResult.class));
+    }
+
+    /** Deletes one dead letter; {@link NotFoundException} when there is none. */
+    public void deleteDeadLetter(String id) { send("DELETE", deadPath(id), null, true); }
+
+    /** Deletes the dead letters matching the filter (at most its limit), or every one with {@code setAll(true)}. */
+    public BulkResult deleteDeadLetters(DeadLetterFilter f) {
+        Map<String, Object> q = new LinkedHashMap<String, Object>();
+        q.put("task_id", f.taskId);
+        q.put("flow", f.flow);
+        q.put("kind", f.kind);
+        q.put("since", f.since);
+        q.put("until", f.until);
+        q.put("limit", f.limit);
+        q.put("all", f.all ? "true" : null);
+        return call("DELETE", "/api/v1/dead-letters" + query(q), null, true, type(BulkResult.class));
+    }
+
+    private static String deadPath(String id) { return "/api/v1/dead-letters/" + enc(id); }
+
     // ------------------------------------------------------------------------- cluster and stats
 
     public Cluster.Status clusterStatus() { return get("/api/v1/cluster/status", Cluster.Status.class); }
