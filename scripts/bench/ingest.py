@@ -14,13 +14,27 @@ alone (the leader's GIL is the ceiling). ``--url`` targets a running node or clu
 LocalContext (real lmdb + SQLite, fsync per applied batch, but no Raft and no scheduler),
 labelled ``target=local_standin``; its figures do not describe the product.
 
-Prints one line per mode, ``ingest: mode=single creates_per_s=... target=cluster ...`` and
-``ingest: mode=batch ...``, then a summary line ``ingest: summary ...``.
+References, measured in the same run after the product (``--no-reference`` skips them), so each
+figure has a ceiling beside it:
+
+- ``hello``: a hello-world Bottle app on waitress with the node's 32 threads, in its own process,
+  answering the same two routes with the bytes the cluster answered (a real create's and a real
+  batch's response, captured in the run); it parses each request body as JSON and does nothing
+  else. The same SDK client, threads and bodies as the product's mode: this is what the HTTP stack
+  alone costs here (and, in ``client_cpu_us_per_req``, the one-process urllib3 client's ceiling).
+- ``lmdb``: one process putting task-sized records (the size of the captured task's JSON) into
+  lmdb, ``--batch`` per transaction, with the task store's durability (``sync=True,
+  metasync=False``), one put per task and no index: the storage ceiling of batch ingest on this disk, before Raft and replication.
+
+Prints one line per mode, ``ingest: mode=single creates_per_s=... target=cluster ... vs_hello=...``
+and ``ingest: mode=batch ... vs_hello=... vs_lmdb=...``, the references' lines
+``ingest_reference: ...``, then a summary line ``ingest: summary ...``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -28,10 +42,13 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+import urllib3  # noqa: E402
 
 from molens.client import MolensClient  # noqa: E402
 from tests.integration.conftest import Cluster  # noqa: E402
@@ -77,6 +94,69 @@ def start_local(data_dir: str, threads: int) -> tuple[subprocess.Popen[str], str
     return proc, line.split(" ", 1)[1]
 
 
+def hello_server(port: int, single_path: str, batch_path: str) -> None:
+    """Child process: the ``hello`` reference (see the module docstring); serves until killed."""
+    import json
+
+    import bottle
+    import waitress
+
+    single_body = Path(single_path).read_bytes()
+    batch_body = Path(batch_path).read_bytes()
+    app = bottle.Bottle()
+
+    def answer(body: bytes) -> bytes:
+        json.loads(bottle.request.body.read())
+        bottle.response.status = 201
+        bottle.response.content_type = "application/json"
+        return body
+
+    app.route("/api/v1/tasks", "POST", lambda: answer(single_body))
+    app.route("/api/v1/tasks/batch", "POST", lambda: answer(batch_body))
+    waitress.serve(app, host="127.0.0.1", port=port, threads=32, _quiet=True)
+
+
+def start_hello(tmp: Path, single: bytes, batch: bytes) -> tuple[subprocess.Popen[bytes], str]:
+    (tmp / "single.json").write_bytes(single)
+    (tmp / "batch.json").write_bytes(batch)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--hello-server", str(port), str(tmp / "single.json"), str(tmp / "batch.json")],
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("hello-world reference server did not start") from None
+            time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def lmdb_reference(tmp: Path, record_bytes: int, batch: int, seconds: float) -> tuple[float, float]:
+    """Records/s and CPU us per record of fsync'd lmdb transactions of ``batch`` puts."""
+    import lmdb
+
+    env = lmdb.open(str(tmp / "lmdb-ref"), map_size=8 << 30, sync=True, metasync=False)
+    value = b"x" * record_bytes
+    n = 0
+    c0, t0 = time.process_time(), time.perf_counter()
+    stop = t0 + seconds
+    while time.perf_counter() < stop:
+        with env.begin(write=True) as txn:
+            for _ in range(batch):
+                txn.put(b"%016d" % n, value)
+                n += 1
+    el = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    env.close()
+    return n / el, cpu / n * 1e6
+
+
 def cpu_s(pid: int | None) -> float:
     """User+system CPU seconds of a local process (Linux /proc), 0 when unknown."""
     if pid is None:
@@ -114,7 +194,99 @@ def run_threads(n: int, seconds: float, work: callable) -> tuple[int, float]:  #
     return sum(counts), elapsed
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    n: int
+    elapsed: float
+    what: str
+    server_us: float
+    leader_us: float
+    client_us: float
+
+    @property
+    def rate(self) -> float:
+        return self.n / self.elapsed
+
+
+def measure(client: MolensClient, mode: str, args: argparse.Namespace, pids: list[int], leader_pid: int | None) -> Run:
+    """One mode's load for ``args.seconds`` through ``client``, with the CPU of ``pids``."""
+    if mode == "single":
+        threads, what = args.threads, f"threads={args.threads}"
+
+        def work(k: int, i: int) -> int:
+            client.create(_task(i))
+            return 1
+    else:
+        threads, what = args.batch_threads, f"batch={args.batch} threads={args.batch_threads}"
+
+        def work(k: int, i: int) -> int:
+            return len(client.create_many([_task(j) for j in range(args.batch)]))
+
+    c0, cc0, l0 = sum(cpu_s(p) for p in pids), time.process_time(), cpu_s(leader_pid)
+    n, el = run_threads(threads, args.seconds, work)
+    return Run(
+        n=n,
+        elapsed=el,
+        what=what,
+        server_us=(sum(cpu_s(p) for p in pids) - c0) / n * 1e6,
+        leader_us=(cpu_s(leader_pid) - l0) / n * 1e6,
+        client_us=(time.process_time() - cc0) / n * 1e6,
+    )
+
+
+def references(
+    client: MolensClient, args: argparse.Namespace, modes: list[str], runs: dict[str, Run], lines: list[str],
+    summary: dict[str, str],
+) -> list[str]:
+    """Run the ``hello`` and ``lmdb`` references (module docstring); append ratios to ``lines``."""
+    leader_url = client.leader()["leader_url"]
+    pool = urllib3.PoolManager(retries=False, timeout=60)
+    headers = {"Content-Type": "application/json"}
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    one = pool.request("POST", f"{leader_url}/api/v1/tasks", body=json.dumps(_task(-2)).encode(), headers=headers)
+    many = pool.request("POST", f"{leader_url}/api/v1/tasks/batch", headers=headers,
+                        body=json.dumps({"tasks": [_task(j) for j in range(args.batch)]}).encode())
+    if one.status != 201 or many.status != 201:
+        raise SystemExit(f"capturing the responses for the reference failed: {one.status} / {many.status}")
+    record_bytes = len(one.data)  # the task's JSON: larger than its stored record, a generous ceiling
+    out: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="molens-ingest-ref-") as d:
+        tmp = Path(d)
+        hproc, hurl = start_hello(tmp, one.data, many.data)
+        try:
+            hclient = MolensClient([hurl], token=args.token, pool_maxsize=max(args.threads, args.batch_threads))
+            for k, mode in enumerate(modes):
+                r = measure(hclient, mode, args, [hproc.pid], None)
+                ratio = runs[mode].rate / r.rate
+                lines[k] += f" vs_hello={ratio:.2f}"
+                summary[f"{mode}_vs_hello"] = f"{ratio:.2f}"
+                out.append(
+                    f"ingest_reference: server=waitress_hello_world mode={mode} "
+                    f"req_per_s={r.rate / (args.batch if mode == 'batch' else 1):.0f} creates_per_s={r.rate:.0f} {r.what} "
+                    f"server_cpu_us_per_create={r.server_us:.1f} client_cpu_us_per_create={r.client_us:.1f} "
+                    f"load1={os.getloadavg()[0]:.1f}"
+                )
+            hclient.close()
+        finally:
+            hproc.kill()
+            hproc.wait()
+        if "batch" in modes:
+            rate, cpu_us = lmdb_reference(tmp, record_bytes, args.batch, min(args.seconds, 5.0))
+            ratio = runs["batch"].rate / rate
+            lines[modes.index("batch")] += f" vs_lmdb={ratio:.3f}"
+            summary["batch_vs_lmdb"] = f"{ratio:.3f}"
+            out.append(
+                f"ingest_reference: store=lmdb_batched_puts records_per_s={rate:.0f} batch={args.batch} "
+                f"record_bytes={record_bytes} cpu_us_per_record={cpu_us:.1f} sync=fdatasync_per_txn"
+            )
+    return out
+
+
 def main() -> int:
+    if len(sys.argv) == 5 and sys.argv[1] == "--hello-server":
+        hello_server(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="", help="comma-separated node URLs (default: start a 3-node cluster)")
     ap.add_argument(
@@ -131,6 +303,7 @@ def main() -> int:
     ap.add_argument(
         "--server-pids", default="", help="comma-separated PIDs of local cluster nodes: report their CPU per create"
     )
+    ap.add_argument("--no-reference", action="store_true", help="skip the hello-world and lmdb references")
     args = ap.parse_args()
 
     proc = None
@@ -162,51 +335,43 @@ def main() -> int:
     try:
         client = MolensClient(urls, token=args.token, pool_maxsize=max(args.threads, args.batch_threads))
         client.create(_task(-1))  # warm up + leader discovery
-
-        def single(k: int, i: int) -> int:
-            client.create(_task(i))
-            return 1
-
-        def batch(k: int, i: int) -> int:
-            return len(client.create_many([_task(j) for j in range(args.batch)]))
-
         pids = [proc.pid] if proc is not None else [int(p) for p in args.server_pids.split(",") if p]
+        modes = args.modes.split(",")
+        for mode in modes:
+            if mode not in ("single", "batch"):
+                raise SystemExit(f"unknown mode {mode!r}")
         cpu = os.cpu_count()
         lines = []
         summary: dict[str, str] = {"target": target}
-        for mode in args.modes.split(","):
-            if mode == "single":
-                work, threads, what = single, args.threads, f"threads={args.threads}"
-            elif mode == "batch":
-                work, threads, what = batch, args.batch_threads, f"batch={args.batch} threads={args.batch_threads}"
-            else:
-                raise SystemExit(f"unknown mode {mode!r}")
-            c0, cc0, l0 = sum(cpu_s(p) for p in pids), time.process_time(), cpu_s(leader_pid)
-            n, el = run_threads(threads, args.seconds, work)
-            rate = n / el
-            server_us = (sum(cpu_s(p) for p in pids) - c0) / n * 1e6
-            leader_us = (cpu_s(leader_pid) - l0) / n * 1e6
-            client_us = (time.process_time() - cc0) / n * 1e6
+        runs: dict[str, Run] = {}
+        for mode in modes:
+            r = measure(client, mode, args, pids, leader_pid)
+            runs[mode] = r
             load = os.getloadavg()[0]
-            print(f"{mode}: {n} creates in {el:.1f} s ({what}): {rate:.0f}/s wall-clock, load1 {load:.1f}")
-            extra = f" client_cpu_us_per_create={client_us:.1f}"
+            print(f"{mode}: {r.n} creates in {r.elapsed:.1f} s ({r.what}): {r.rate:.0f}/s wall-clock, load1 {load:.1f}")
+            extra = f" client_cpu_us_per_create={r.client_us:.1f}"
             if pids:
                 # The machine is shared: CPU per create is the steadier figure; 1e6 / it is the rate one
                 # core would sustain for the server alone.
-                print(f"{mode}: server CPU {server_us:.1f} us per create ({1e6 / server_us:.0f}/s per CPU second)")
-                extra = f" server_cpu_us_per_create={server_us:.1f} server_cpu_rate={1e6 / server_us:.0f}" + extra
+                print(f"{mode}: server CPU {r.server_us:.1f} us per create ({1e6 / r.server_us:.0f}/s per CPU second)")
+                extra = f" server_cpu_us_per_create={r.server_us:.1f} server_cpu_rate={1e6 / r.server_us:.0f}" + extra
             if leader_pid is not None:
-                print(f"{mode}: leader CPU {leader_us:.1f} us per create ({1e6 / leader_us:.0f}/s per CPU second)")
-                extra = f" leader_cpu_us_per_create={leader_us:.1f}" + extra
-                summary[f"{mode}_leader_cpu_us_per_create"] = f"{leader_us:.1f}"
-            summary[f"{mode}_creates_per_s"] = f"{rate:.0f}"
+                print(f"{mode}: leader CPU {r.leader_us:.1f} us per create ({1e6 / r.leader_us:.0f}/s per CPU second)")
+                extra = f" leader_cpu_us_per_create={r.leader_us:.1f}" + extra
+                summary[f"{mode}_leader_cpu_us_per_create"] = f"{r.leader_us:.1f}"
+            summary[f"{mode}_creates_per_s"] = f"{r.rate:.0f}"
             lines.append(
-                f"ingest: mode={mode} creates_per_s={rate:.0f} {what} target={target} cpus={cpu} load1={load:.1f}{extra}"
+                f"ingest: mode={mode} creates_per_s={r.rate:.0f} {r.what} target={target} cpus={cpu} load1={load:.1f}{extra}"
             )
         st = client.stats()
         print(f"server: tasks_total={st.get('tasks_total')} role={st.get('role')} mode={st.get('mode', 'raft')}")
+        refs: list[str] = []
+        if not args.no_reference:
+            refs = references(client, args, modes, runs, lines, summary)
         client.close()
         for line in lines:
+            print(line)
+        for line in refs:
             print(line)
         summary["load1"] = f"{os.getloadavg()[0]:.1f}"
         print("ingest: summary " + " ".join(f"{k}={v}" for k, v in summary.items()))
