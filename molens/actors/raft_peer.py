@@ -226,7 +226,6 @@ class _SnapshotDone:
 
     meta: SnapshotMeta | None
     sf: SnapshotFile | None
-    data: bytes
     error: BaseException | None
     seconds: float
 
@@ -707,6 +706,8 @@ class RaftPeer(pykka.ThreadingActor):
             if not self.removed:  # a removed node neither campaigns nor leads
                 self.core.tick()
                 self._leader_housekeeping()
+            if self.log.snapshot_data_loaded:
+                self._maybe_release_snapshot_data()
         elif isinstance(message, _SnapshotDone):
             self._snapshot_done(message)
         elif isinstance(message, _Call):
@@ -982,6 +983,7 @@ class RaftPeer(pykka.ThreadingActor):
                 self.book.update(p)
         path = self.data_dir / "snapshots" / "install.tmp"
         self.log.export_snapshot(path)
+        self.log.release_snapshot_data()  # on disk now; it came in memory, chunk by chunk
         self.fsm.restore(path)
         path.unlink(missing_ok=True)
         self._last_snapshot_index = meta.index
@@ -1033,6 +1035,17 @@ class RaftPeer(pykka.ThreadingActor):
         elif cc.op is ConfChangeOp.REMOVE and cc.node_id != self.node_id:
             self.transport.remove_peer(cc.node_id)
 
+    def _maybe_release_snapshot_data(self) -> None:
+        """Drop the log's in-memory copy of the snapshot once no follower is being sent it
+        (docs/architecture.md#snapshots): it is as large as the state machine."""
+        core = self.core
+        m = core.membership
+        for nid in (*m.voters, *m.learners):
+            pr = core.progress(nid)
+            if pr is not None and pr.snap is not None:
+                return
+        self.log.release_snapshot_data()
+
     def _leader_housekeeping(self) -> None:
         """Promote caught-up learners (one membership change at a time; retried next tick)."""
         core = self.core
@@ -1069,9 +1082,9 @@ class RaftPeer(pykka.ThreadingActor):
 
     def _snapshot_job(self) -> None:
         """Snapshot thread: a consistent copy of the FSM (one read transaction, entries keep
-        applying), its meta from the actor, the compressed file; then the actor records it."""
+        applying), its meta from the actor, the compressed file (streamed: the copy is never read
+        into memory whole); then the actor records it."""
         t0 = time.monotonic()
-        data = b""
         meta: SnapshotMeta | None = None
         sf: SnapshotFile | None = None
         error: BaseException | None = None
@@ -1079,17 +1092,18 @@ class RaftPeer(pykka.ThreadingActor):
         try:
             try:
                 index = self.fsm.snapshot(path)
-                data = path.read_bytes()
+                meta = cast(
+                    "SnapshotMeta | None", self.actor_ref.ask(_Call(lambda p: p._snapshot_meta(index)), timeout=60)
+                )
+                if meta is not None:  # None: a newer snapshot (a leader's) was installed meanwhile
+                    sf = self.log.snapshots.write_file(meta, path)
             finally:  # also after a failed copy (a full disk): no partial file left
                 path.unlink(missing_ok=True)
-            meta = cast("SnapshotMeta | None", self.actor_ref.ask(_Call(lambda p: p._snapshot_meta(index)), timeout=60))
-            if meta is not None:  # None: a newer snapshot (a leader's) was installed meanwhile
-                sf = self.log.snapshots.write(meta, data)
         except BaseException as exc:  # reported to the actor, which retries later
             error = exc
         with contextlib.suppress(pykka.ActorDeadError):
             self.actor_ref.tell(_SnapshotDone(
-                meta=meta, sf=sf, data=data, error=error, seconds=time.monotonic() - t0,
+                meta=meta, sf=sf, error=error, seconds=time.monotonic() - t0,
             ))
 
     def _snapshot_meta(self, index: int) -> SnapshotMeta | None:
@@ -1118,7 +1132,7 @@ class RaftPeer(pykka.ThreadingActor):
                 sf.path.unlink(missing_ok=True)
         else:
             try:
-                self.log.record_snapshot(meta, sf, done.data)
+                self.log.record_snapshot(meta, sf)
             except Exception as exc:
                 reason = storage_failure(exc, self.data_dir)
                 if reason is None:
@@ -1145,7 +1159,7 @@ class RaftPeer(pykka.ThreadingActor):
                 "snapshot taken node=%s index=%d bytes=%d first_index=%d in %.0f ms (background)",
                 self.node_id,
                 meta.index,
-                len(done.data),
+                sf.size,
                 self.log.first_index(),
                 done.seconds * 1000,
             )
@@ -1215,6 +1229,7 @@ class RaftPeer(pykka.ThreadingActor):
         out["pending_proposals"] = len(self._pending)
         out["log_syncs"] = self.log.syncs
         out["log_cache_hits"] = self.log.cache_hits
+        out["snapshot_in_memory"] = self.log.snapshot_data_loaded
         out["transport"] = self.transport.stats()
         fsm_stats = getattr(self.fsm, "stats", None)
         if callable(fsm_stats):

@@ -487,7 +487,7 @@ class RaftCore:
         self._rng = rng or random.Random()
         self._log = _RaftLog(log_view)
         hs, stored_membership = log_view.initial_state()
-        snap_meta = log_view.snapshot().meta
+        snap_meta = log_view.snapshot_meta()
         if snap_meta.index > 0:
             base = snap_meta.membership
         elif stored_membership.voters or stored_membership.learners:

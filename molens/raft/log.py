@@ -103,7 +103,11 @@ class LogView(Protocol):
         ...
 
     def snapshot(self) -> Snapshot:
-        """The latest snapshot (meta index 0 when there is none)."""
+        """The latest snapshot (meta index 0 when there is none), data included: may read it from disk."""
+        ...
+
+    def snapshot_meta(self) -> SnapshotMeta:
+        """The latest snapshot's metadata, without its data."""
         ...
 
 
@@ -153,6 +157,9 @@ class MemoryLog:
 
     def snapshot(self) -> Snapshot:
         return self._snap
+
+    def snapshot_meta(self) -> SnapshotMeta:
+        return self._snap.meta
 
     # --- mutation, driven by the node after a Ready -----------------------------------------
     def set_hard_state(self, hs: HardState) -> None:

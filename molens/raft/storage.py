@@ -86,6 +86,8 @@ _META_SNAPSHOT = b"snapshot"
 
 _SNAP_MAGIC = b"MOLSNAP1"
 _SNAP_HEAD_LEN = struct.Struct(">I")
+_PIECE = 1 << 20
+"""Bytes read, compressed or decompressed at a time when a snapshot file is streamed."""
 _SNAP_NAME = re.compile(r"^snap-(\d{20})-(\d{20})-([0-9a-f]{12})\.snap$")
 
 DEFAULT_MAP_SIZE = 256 * 1024 * 1024
@@ -153,22 +155,25 @@ class SnapshotStore:
     def path_for(self, meta: SnapshotMeta, sha256: str) -> Path:
         return self.dir / f"snap-{meta.index:020d}-{meta.term:020d}-{sha256[:12]}.snap"
 
-    def write(self, meta: SnapshotMeta, data: bytes) -> SnapshotFile:
-        """Write ``data`` for ``meta`` durably (temp + fsync + rename + dir fsync)."""
-        payload = zlib.compress(data, self.level)
-        digest = hashlib.sha256(payload).hexdigest()
-        header = msgpack.packb(
+    @staticmethod
+    def _header(meta: SnapshotMeta, size: int, digest: str) -> bytes:
+        return bytes(msgpack.packb(
             {
                 "index": meta.index,
                 "term": meta.term,
                 "membership": _membership_to_wire(meta.membership),
                 "context": meta.context,
-                "size": len(data),
+                "size": size,
                 "sha256": digest,
                 "codec": "zlib",
             },
             use_bin_type=True,
-        )
+        ))
+
+    def _commit(self, meta: SnapshotMeta, size: int, digest: str, write_payload: Callable[[Any], None]) -> SnapshotFile:
+        """Write header + payload (by ``write_payload(file)``) to the file named for ``meta`` durably
+        (temp + fsync + rename + dir fsync)."""
+        header = self._header(meta, size, digest)
         path = self.path_for(meta, digest)
         tmp = path.with_name(path.name + ".tmp")
         try:
@@ -176,7 +181,7 @@ class SnapshotStore:
                 f.write(_SNAP_MAGIC)
                 f.write(_SNAP_HEAD_LEN.pack(len(header)))
                 f.write(header)
-                f.write(payload)
+                write_payload(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -184,9 +189,106 @@ class SnapshotStore:
             tmp.unlink(missing_ok=True)
             raise
         _fsync_dir(self.dir)
+        return SnapshotFile(meta, path, digest, size)
+
+    def write(self, meta: SnapshotMeta, data: bytes) -> SnapshotFile:
+        """Write ``data`` for ``meta`` durably (temp + fsync + rename + dir fsync)."""
+        payload = zlib.compress(data, self.level)
+        digest = hashlib.sha256(payload).hexdigest()
+        sf = self._commit(meta, len(data), digest, lambda f: f.write(payload))
         log.info("snapshot written index=%d term=%d bytes=%d compressed=%d", meta.index, meta.term,
                  len(data), len(payload))
-        return SnapshotFile(meta, path, digest, len(data))
+        return sf
+
+    def write_file(self, meta: SnapshotMeta, src: Path) -> SnapshotFile:
+        """Like :meth:`write` for the contents of ``src``, compressed piece by piece: memory stays
+        bounded by ``_PIECE`` however large the state machine (the compressed payload goes to a temp
+        file first, since the header before it carries its checksum)."""
+        comp = zlib.compressobj(self.level)
+        sha = hashlib.sha256()
+        size = 0
+        staged = self.dir / "payload.tmp"
+        try:
+            with open(src, "rb") as inp, open(staged, "wb") as out:
+                while piece := inp.read(_PIECE):
+                    size += len(piece)
+                    z = comp.compress(piece)
+                    sha.update(z)
+                    out.write(z)
+                z = comp.flush()
+                sha.update(z)
+                out.write(z)
+            compressed = staged.stat().st_size
+
+            def copy(f: Any) -> None:
+                with open(staged, "rb") as inp2:
+                    while piece := inp2.read(_PIECE):
+                        f.write(piece)
+
+            sf = self._commit(meta, size, sha.hexdigest(), copy)
+        finally:
+            staged.unlink(missing_ok=True)
+        log.info("snapshot written index=%d term=%d bytes=%d compressed=%d", meta.index, meta.term, size, compressed)
+        return sf
+
+    def _open_payload(self, path: Path) -> tuple[Any, dict[str, Any]]:
+        """The file positioned at its payload, and its header (magic and header checked)."""
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+        except OSError as exc:
+            raise SnapshotCorruptError(f"{path}: cannot read: {exc}") from exc
+        try:
+            if f.read(len(_SNAP_MAGIC)) != _SNAP_MAGIC:
+                raise ValueError("bad magic")
+            (hlen,) = _SNAP_HEAD_LEN.unpack(f.read(_SNAP_HEAD_LEN.size))
+            head = msgpack.unpackb(f.read(hlen), raw=False)
+            if not isinstance(head, dict):
+                raise ValueError("bad header")
+        except (ValueError, TypeError, struct.error, msgpack.UnpackException) as exc:
+            f.close()
+            raise SnapshotCorruptError(f"{path}: {exc}") from exc
+        return f, head
+
+    def stream(
+        self, path: Path, expect_sha256: str | None = None, out: Any | None = None
+    ) -> SnapshotFile:
+        """Verify a snapshot file piece by piece (checksum, size, header against the name) and, when
+        ``out`` is a writable binary file, write its uncompressed data there; memory stays bounded by
+        ``_PIECE``. Raises :class:`SnapshotCorruptError` on any mismatch."""
+        f, head = self._open_payload(path)
+        try:
+            sha = hashlib.sha256()
+            dec = zlib.decompressobj()
+            size = 0
+            while piece := f.read(_PIECE):
+                sha.update(piece)
+                while piece:  # at most _PIECE out at a time, however well it compressed
+                    data = dec.decompress(piece, _PIECE)
+                    size += len(data)
+                    if out is not None:
+                        out.write(data)
+                    piece = dec.unconsumed_tail
+            tail = dec.flush()
+            size += len(tail)
+            if out is not None:
+                out.write(tail)
+            digest = sha.hexdigest()
+            if digest != head["sha256"]:
+                raise ValueError("sha256 mismatch")
+            if expect_sha256 is not None and digest != expect_sha256:
+                raise ValueError("sha256 differs from the one recorded in the log")
+            if size != head["size"] or not dec.eof:
+                raise ValueError("size mismatch")
+            meta = SnapshotMeta(
+                head["index"], head["term"], _membership_from_wire(head["membership"]), head.get("context", b"")
+            )
+        except (ValueError, KeyError, TypeError, zlib.error) as exc:
+            raise SnapshotCorruptError(f"{path}: {exc}") from exc
+        finally:
+            f.close()
+        if path.name != self.path_for(meta, digest).name:
+            raise SnapshotCorruptError(f"{path}: header says index={meta.index} term={meta.term}")
+        return SnapshotFile(meta, path, digest, size)
 
     def read(self, path: Path, expect_sha256: str | None = None) -> tuple[SnapshotFile, bytes]:
         """Read and verify a snapshot file; raises :class:`SnapshotCorruptError` on any mismatch."""
@@ -325,11 +427,10 @@ class LmdbLog:
         self._snap_file: SnapshotFile | None = None
         if s["file"] is not None:
             path = self.snapshots.dir / s["file"]
-            sf, data = self.snapshots.read(path, expect_sha256=s["sha256"])
+            sf = self.snapshots.stream(path, expect_sha256=s["sha256"])  # checked, not kept in memory
             if sf.meta != self._snap_meta:
                 raise SnapshotCorruptError(f"{path}: meta {sf.meta} differs from the log's {self._snap_meta}")
             self._snap_file = sf
-            self._snap_data = data
         self.snapshots.prune(self._snap_file.path if self._snap_file else None)
         log.info(
             "raft log opened dir=%s first=%d last=%d term=%d commit=%d snapshot=%d",
@@ -456,9 +557,22 @@ class LmdbLog:
         return out
 
     def snapshot(self) -> Snapshot:
+        """The snapshot with its data, read from its file on first use and kept until
+        :meth:`release_snapshot_data` (the leader needs it while a follower receives it)."""
         if self._snap_data is None and self._snap_file is not None:
             _, self._snap_data = self.snapshots.read(self._snap_file.path, self._snap_file.sha256)
         return Snapshot(self._snap_meta, self._snap_data or b"")
+
+    @property
+    def snapshot_data_loaded(self) -> bool:
+        """Whether the snapshot's data is held in memory (it is on disk either way)."""
+        return self._snap_data is not None
+
+    def release_snapshot_data(self) -> None:
+        """Drop the in-memory copy of the snapshot's data (its file stays): a store of millions of
+        tasks must not keep a second copy of itself on the heap between snapshot transfers."""
+        if self._snap_file is not None:
+            self._snap_data = None
 
     # --- extras for the node ------------------------------------------------------------------
     def hard_state(self) -> HardState:
@@ -476,10 +590,12 @@ class LmdbLog:
 
     def export_snapshot(self, dest: str | os.PathLike[str]) -> SnapshotMeta:
         """Write the current snapshot's (uncompressed, verified) FSM data to ``dest`` for ``restore``."""
-        data = self.snapshot().data
         tmp = Path(str(dest) + ".tmp")
         with open(tmp, "wb") as f:
-            f.write(data)
+            if self._snap_data is None and self._snap_file is not None:
+                self.snapshots.stream(self._snap_file.path, self._snap_file.sha256, out=f)
+            else:
+                f.write(self.snapshot().data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, dest)
@@ -540,19 +656,21 @@ class LmdbLog:
     def create_snapshot(self, index: int, membership: Membership, data: bytes) -> Snapshot:
         """Record a snapshot of the applied state at ``index`` (must be in the log)."""
         meta = SnapshotMeta(index, self.term(index), membership)
-        return self.record_snapshot(meta, self.snapshots.write(meta, data), data)
+        self.record_snapshot(meta, self.snapshots.write(meta, data))
+        return Snapshot(meta, data)
 
-    def record_snapshot(self, meta: SnapshotMeta, sf: SnapshotFile, data: bytes) -> Snapshot:
-        """Record a snapshot file already written by ``self.snapshots.write(meta, data)`` -- the
-        slow part (compress, fsync), which may run on another thread -- as the log's snapshot."""
+    def record_snapshot(self, meta: SnapshotMeta, sf: SnapshotFile) -> SnapshotMeta:
+        """Record a snapshot file already written by ``self.snapshots.write`` or ``write_file`` --
+        the slow part (compress, fsync), which may run on another thread -- as the log's snapshot.
+        Its data is not kept in memory (:meth:`snapshot` reads it back when a follower needs it)."""
 
         def txn_fn(txn: lmdb.Transaction) -> None:
             self._put_snap(txn, meta, sf)
 
         self._write(txn_fn)
-        self._snap_meta, self._snap_file, self._snap_data = meta, sf, data
+        self._snap_meta, self._snap_file, self._snap_data = meta, sf, None
         self.snapshots.prune(sf.path)
-        return Snapshot(meta, data)
+        return meta
 
     # --- tail cache (actor thread only, like the rest of the log) -------------------------------
     def _cache_clear(self) -> None:

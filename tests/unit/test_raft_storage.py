@@ -237,3 +237,61 @@ def test_recent_entries_are_read_back_as_saved_without_touching_lmdb(tmp_path: P
     reopened = LmdbLog(tmp_path, durable=False)
     assert [e.term for e in reopened.entries(1, 5)] == [1, 1, 3, 3] and reopened.cache_hits == 0
     reopened.close()
+
+
+def test_a_large_snapshot_is_written_checked_and_exported_without_holding_it_in_memory(tmp_path: Path) -> None:
+    """A state machine of millions of tasks must not cost a second copy of itself on every node's
+    heap: the file is compressed, verified at open and exported piece by piece, and the log reads
+    the data into memory only when asked for it (a transfer to a follower), until released."""
+    import os
+    import tracemalloc
+
+    src = tmp_path / "fsm.copy"
+    with open(src, "wb") as f:
+        for _ in range(24):  # 24 MiB, half random (incompressible), half not
+            f.write(os.urandom(1 << 19) + b"\0" * (1 << 19))
+    size = src.stat().st_size
+    limit = 8 << 20
+    with LmdbLog(tmp_path / "log", M3) as lg:
+        lg.append(ents(1, [1, 1, 1]))
+        meta = SnapshotMeta(3, 1, M3)
+        tracemalloc.start()
+        try:
+            sf = lg.snapshots.write_file(meta, src)
+            lg.record_snapshot(meta, sf)
+            assert tracemalloc.get_traced_memory()[1] < limit
+        finally:
+            tracemalloc.stop()
+        assert sf.size == size and lg.snapshot_meta() == meta
+        assert not lg.snapshot_data_loaded
+    tracemalloc.start()
+    try:
+        lg2 = LmdbLog(tmp_path / "log", M3)  # checks the file's checksum and size at open
+        out = tmp_path / "restore.mdb"
+        assert lg2.export_snapshot(out) == meta
+        assert tracemalloc.get_traced_memory()[1] < limit
+    finally:
+        tracemalloc.stop()
+    try:
+        assert not lg2.snapshot_data_loaded
+        assert out.read_bytes() == src.read_bytes()
+        assert lg2.snapshot().data == src.read_bytes()  # a transfer reads it in
+        assert lg2.snapshot_data_loaded
+        lg2.release_snapshot_data()
+        assert not lg2.snapshot_data_loaded and lg2.snapshot_meta() == meta
+    finally:
+        lg2.close()
+
+
+def test_a_truncated_snapshot_file_is_refused_by_the_streaming_check(tmp_path: Path) -> None:
+    src = tmp_path / "fsm.copy"
+    src.write_bytes(b"state " * 100_000)
+    with LmdbLog(tmp_path / "log", M3) as lg:
+        lg.append(ents(1, [1, 1]))
+        meta = SnapshotMeta(2, 1, M3)
+        lg.record_snapshot(meta, lg.snapshots.write_file(meta, src))
+        path = lg.snapshot_file().path  # type: ignore[union-attr]
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(SnapshotCorruptError):
+        LmdbLog(tmp_path / "log", M3)
