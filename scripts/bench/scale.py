@@ -18,6 +18,12 @@ near-term load, a leader kill -9 in the middle, and listing (docs/architecture.m
 5. Listing, after the run: 100 requests each of ``GET /tasks?limit=100`` at a random cursor,
    ``?status=pending&limit=100`` and ``?status=done&limit=100`` on a follower: ``list_p99_ms``.
 
+6. With ``--snapshot``: a snapshot of the whole store on the leader (``snapshot_s``, the file's
+   size), then a fourth node joins and catches up from it by InstallSnapshot (the nodes keep a
+   100-entry log tail behind a snapshot for this, so the log cannot serve the joiner instead) (``join_catch_up_s``,
+   whether the leader's term changed, the leader's and the joiner's heap at their peak and after).
+   Prints ``scale_snapshot: ...``.
+
 Prints ``scale: pending=... leader_anon_mb=... follower_anon_mb=... leader_file_mb=...
 lmdb_bytes_per_task=... failover_first_fire_s=... p99_ms=... ingest_per_s=... list_p99_ms=...``
 with the node processes' CPU per fire and the load average.
@@ -104,6 +110,49 @@ def status_kb(pid: int, key: str) -> int:
     return 0
 
 
+def snapshot_and_join(c: Cluster, n: int) -> None:
+    """Phase 6: a snapshot of the whole store on the leader, then a fourth node joining from it."""
+    leader = c.leader(timeout=30)
+    term = leader.status()["term"]  # type: ignore[index]
+    anon_before = status_kb(leader.pid, "RssAnon") / 1024
+    t = time.monotonic()
+    leader.call("snapshot", timeout_s=3_600)
+    snap_s = time.monotonic() - t
+    files = sorted((leader.data_dir / "snapshots").glob("snap-*.snap"))
+    snap_mb = files[-1].stat().st_size / 2**20 if files else float("nan")
+    anon_after_snap = status_kb(leader.pid, "RssAnon") / 1024
+    print(f"  snapshot on {leader.node_id}: {snap_s:.1f} s, {snap_mb:.0f} MiB compressed; leader anon "
+          f"{anon_before:.0f} -> {anon_after_snap:.0f} MiB", flush=True)
+    target = leader.status()["commit_index"]  # type: ignore[index]
+    joiner = c.add_joiner("n4").start()
+    t = time.monotonic()
+    peak = anon_after_snap
+    j_peak = 0.0
+    caught = float("nan")
+    while time.monotonic() - t < 3_600:
+        peak = max(peak, status_kb(leader.pid, "RssAnon") / 1024)
+        if joiner.running and joiner.pid:
+            j_peak = max(j_peak, status_kb(joiner.pid, "RssAnon") / 1024)
+        st = joiner.status()
+        if st is not None and st.get("applied_index", 0) >= target:
+            caught = time.monotonic() - t
+            break
+        time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and leader.call("stats")["snapshot_in_memory"]:
+        time.sleep(0.2)
+    st = leader.status() or {}
+    j_stats = joiner.call("stats")
+    anon_end = status_kb(leader.pid, "RssAnon") / 1024
+    print(
+        f"scale_snapshot: pending={n} snapshot_s={snap_s:.1f} snapshot_mb={snap_mb:.0f} join_catch_up_s={caught:.1f} "
+        f"joiner_snapshots_installed={j_stats['snapshots_installed']} term_changed={'yes' if st.get('term') != term else 'no'} "
+        f"leader_anon_mb_before={anon_before:.0f} leader_anon_mb_peak={peak:.0f} leader_anon_mb_after={anon_end:.0f} "
+        f"joiner_anon_mb_peak={j_peak:.0f} leader_snapshot_in_memory={leader.call('stats')['snapshot_in_memory']}",
+        flush=True,
+    )
+
+
 def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pending", type=int, default=1_000_000, help="far-future tasks to load (0, 1M, 10M)")
@@ -111,6 +160,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--duration", type=float, default=20, help="seconds of near-term fires")
     ap.add_argument("--threads", type=int, default=3, help="client threads creating")
     ap.add_argument("--keep", action="store_true", help="keep the data directories")
+    ap.add_argument("--snapshot", action="store_true",
+                    help="then snapshot the whole store on the leader and time a fourth node joining from it")
     return ap.parse_args()
 
 
@@ -119,6 +170,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="molens-scale-"))
     rec = Receiver(tmp)
     extra = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}, "worker": {"concurrency": 64}}
+    if args.snapshot:  # the log keeps a short tail, so the joiner must take the snapshot (batches are few entries)
+        extra["raft"] = {"keep_log_tail": 100}
     c = Cluster(tmp / "cluster", 3, extra=extra, state_machine="tasks")
     try:
         c.start()
@@ -222,6 +275,8 @@ def main() -> int:
             f"loadavg={load[0]:.1f},{load[1]:.1f},{load[2]:.1f}",
             flush=True,
         )
+        if args.snapshot:
+            snapshot_and_join(c, n)
         return 0
     finally:
         c.kill_all()
