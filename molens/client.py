@@ -598,8 +598,56 @@ class MolensClient:
         """``{"leader_id", "leader_url", "term", "role"}`` as the answering node sees it."""
         return dict(self._request("GET", "/api/v1/cluster/leader")[1])
 
-    def stats(self) -> dict[str, Any]:
-        return dict(self._request("GET", "/api/v1/stats")[1])
+    def cluster_stats(self) -> dict[str, Any]:
+        """Every member's :meth:`stats`, leader first."""
+        return dict(self._request("GET", "/api/v1/cluster/stats")[1])
+
+    def stats(self, *, node_id: str | None = None, local: bool = False) -> dict[str, Any]:
+        """One node's statistics and task counts: the answering node's, or ``node_id``'s (asked
+        through it); ``local=True``: the answering node's own, never passed on."""
+        q: dict[str, Any] = {}
+        if node_id is not None:
+            q["node_id"] = _id("node_id", node_id)
+        if local:
+            if node_id is not None:
+                raise ValueError("local=True asks the answering node only; give node_id or local, not both")
+            q["local"] = "1"
+        return dict(self._request("GET", "/api/v1/stats" + (f"?{urlencode(q)}" if q else ""))[1])
+
+    def url_stats(
+        self,
+        *,
+        since: int | None = None,
+        until: int | None = None,
+        url: str | None = None,
+        bucket_ms: int | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """Callback latency per URL over ``[since, until)`` (epoch ms; the API's default: the last
+        hour), busiest first, each with a ``trend`` by ``bucket_ms``: ``{"since", "until",
+        "bucket_ms", "items"}``."""
+        q: dict[str, Any] = {}
+        for name, ms in (("since", since), ("until", until)):
+            if ms is not None:
+                q[name] = _bounded(name, ms, 0, MAX_EPOCH_MS)
+        if since is not None and until is not None and until <= since:
+            raise ValueError(f"until ({until}) must be after since ({since})")
+        if url is not None:
+            q["url"] = _id("url", url)
+        if bucket_ms is not None:
+            q["bucket_ms"] = _bounded("bucket_ms", bucket_ms, 60_000, MAX_EPOCH_MS)
+        if limit is not None:
+            q["limit"] = _bounded("limit", limit, 1, MAX_PAGE_SIZE)
+        return dict(self._request("GET", "/api/v1/stats/urls" + (f"?{urlencode(q)}" if q else ""))[1])
+
+    def healthz(self) -> dict[str, Any]:
+        """``{"ok": true, "node_id"}``: the answering node is alive."""
+        return dict(self._request("GET", "/healthz")[1])
+
+    def readyz(self) -> dict[str, Any]:
+        """``{"ready": true, "node_id", "role", "leader_id"}``: the answering node knows a leader
+        (its ``503`` is retried like any other; :class:`UnavailableError` after the last try)."""
+        return dict(self._request("GET", "/readyz")[1])
 
     def close(self) -> None:
         with self._lock:

@@ -1,6 +1,6 @@
 """The Python SDK against a real ``molens-node`` (docs/api.md#python-sdk): ``resume`` with
 ``resume_from``, one dead letter by id, dead letters deleted by filter (and the API's refusal of an
-empty one), and redrive by filter. Dead letters come from a real receiver's 404s.
+empty one), and the cluster, stats and health calls. Dead letters come from a real receiver's 404s.
 """
 
 from __future__ import annotations
@@ -130,3 +130,16 @@ def test_redrive_matching_takes_the_same_filter(client: MolensClient, receiver: 
     r = wait_for(lambda: receiver.by_tag("rd-fixed") or None, 30, "the redriven occurrence")[0]
     assert r.headers["X-Fire-ID"] == d["fire_id"]
 
+
+def test_cluster_stats_and_health_calls(client: MolensClient, node: NodeProc) -> None:
+    assert client.healthz() == {"ok": True, "node_id": node.node_id}
+    ready = client.readyz()
+    assert ready["ready"] is True and ready["role"] == "leader" and ready["leader_id"] == node.node_id
+    [member] = client.cluster_stats()["nodes"]
+    assert member["node_id"] == node.node_id
+    assert client.stats(local=True)["node_id"] == node.node_id
+    assert client.stats(node_id=node.node_id)["node_id"] == node.node_id
+    now = _now_ms()
+    urls = client.url_stats(since=now - 3_600_000, until=now, bucket_ms=600_000, limit=5)
+    assert (urls["since"], urls["until"], urls["bucket_ms"]) == (now - 3_600_000, now, 600_000)
+    assert isinstance(urls["items"], list)

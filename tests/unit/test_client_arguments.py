@@ -48,6 +48,9 @@ BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
     ("all", lambda c: c.delete_dead_letters(all="yes")),  # type: ignore[arg-type]
     ("end", lambda c: c.backfill(TID, start=2, end=1)),
     ("start", lambda c: c.backfill(TID, start=-1, end=1)),
+    ("local", lambda c: c.stats(node_id="n1", local=True)),
+    ("bucket_ms", lambda c: c.url_stats(bucket_ms=1)),
+    ("until", lambda c: c.url_stats(since=10, until=10)),
     ("if_version", lambda c: c.update(TID, scene="x", if_version=-1)),
     ("key", lambda c: c.flow("")),
 ]
