@@ -38,6 +38,7 @@ def call(n: NodeProc, method: str, path: str, body: Any = None) -> tuple[int, An
         return 0, None
 
 
-def wait_ready(n: NodeProc, timeout: float = 60) -> None:
-    """Wait until ``/readyz`` of node ``n`` answers ``200`` (it knows a leader and serves)."""
+def wait_serving(n: NodeProc, timeout: float = 60) -> None:
+    """Wait until ``/readyz`` of node ``n`` answers ``200``: it knows a leader and serves its REST
+    API (``NodeProc.wait_ready`` only waits for its admin socket)."""
     wait_for(lambda: call(n, "GET", "/readyz")[0] == 200, timeout, f"{n.node_id} to serve")

@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import Received, RecordingReceiver
-from .rest import call, wait_ready
+from .rest import call, wait_serving
 
 PERIOD = 1_000
 DOWN_S = 10.5  # the node is stopped for ten periods
@@ -36,7 +36,7 @@ def test_one_none_and_all_after_the_node_was_stopped_for_ten_periods(tmp_path: P
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_ready(n)
+        wait_serving(n)
         ids = {}
         for mode in ("one", "none", "all"):
             st, t = call(n, "POST", "/api/v1/tasks", {
@@ -51,7 +51,7 @@ def test_one_none_and_all_after_the_node_was_stopped_for_ten_periods(tmp_path: P
         time.sleep(DOWN_S)  # the outage itself: ten periods with the node down
         restart = int(time.time() * 1000)
         n.start()
-        wait_ready(n)
+        wait_serving(n)
         wait_for(lambda: all(max(_sched(receiver.by_tag(f"catchup-{m}"))) >= restart + 3 * PERIOD for m in ids),
                  60, "regular fires again after the restart")
         for tid in (t["id"] for t in ids.values()):
@@ -85,7 +85,7 @@ def test_resume_from_schedule_applies_the_catchup_to_what_was_missed_while_pause
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_ready(n)
+        wait_serving(n)
         st, t = call(n, "POST", "/api/v1/tasks", {
             "type": "periodic", "interval_ms": PERIOD, "catchup": "all", "callback_url": receiver.url("/ok/resume-all"),
         })

@@ -23,7 +23,7 @@ from molens.client import (
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import wait_ready
+from .rest import wait_serving
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_ready(n, 30)
+        wait_serving(n, 30)
         yield n
     finally:
         c.kill_all()

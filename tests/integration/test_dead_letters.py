@@ -14,7 +14,7 @@ from molens.client import MolensClient
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import call, send, wait_ready
+from .rest import call, send, wait_serving
 
 
 def _create(n: NodeProc, **task: Any) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def test_every_kind_redrive_bulk_redrive_and_kill_9_of_the_leader(tmp_path: Path
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_ready(n)
+        wait_serving(n)
         fast = {"backoff": "fixed", "initial_ms": 100}
         exhausted = _create(n, type="delayed", interval_ms=100, callback_url=receiver.url("/status/500/exh"),
                             retry={**fast, "max_retries": 2}, scene="dl")
@@ -70,7 +70,7 @@ def test_every_kind_redrive_bulk_redrive_and_kill_9_of_the_leader(tmp_path: Path
         before = {d["id"]: d for d in _dead(n) if d["task_id"] in want}
         n.kill()
         n2 = c.leader(timeout=30, exclude=(n.node_id,))
-        wait_ready(n2)
+        wait_serving(n2)
         assert {d["id"]: d for d in _dead(n2) if d["task_id"] in want} == before
 
         # fix the receiver (PATCH the URL), then redrive one: the same fire id, attempts continuing
@@ -135,13 +135,13 @@ def test_an_at_most_once_fire_lost_with_its_node_is_an_unknown_dead_letter_with_
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_ready(n)
+        wait_serving(n)
         t = _create(n, type="delayed", interval_ms=100, reliability="at_most_once", timeout_ms=20_000,
                     callback_url=receiver.url("/slowfirst/15000/amo"))
         wait_for(lambda: receiver.by_tag("amo") or None, 30, "the callback to start")
         n.kill()  # the only worker dies while the callback runs: nobody knows whether it was processed
         n.start()
-        wait_ready(n)
+        wait_serving(n)
         [d] = wait_for(lambda: _dead(n) or None, 60, "the unknown dead letter")
         assert (d["task_id"], d["kind"], d["result"], d["reliability"]) == (t["id"], "unknown", "unknown",
                                                                              "at_most_once")

@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import send, send_json, wait_ready
+from .rest import send, send_json, wait_serving
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.start()
         c.leader(timeout=30)
         for n in c.nodes.values():
-            wait_ready(n, 30)
+            wait_serving(n, 30)
         yield c
     finally:
         c.kill_all()
@@ -173,7 +173,7 @@ def test_flow_settings_and_held_fires_survive_kill_9_of_the_leader(
     old = cluster.leader()
     old.kill()
     new = cluster.leader(timeout=30, exclude=(old.node_id,))
-    wait_ready(new, 30)
+    wait_serving(new, 30)
     st, out = send_json("GET", f"{_base(new)}/api/v1/flows/durable")
     assert st == 200
     assert (out["paused"], out["rate_per_s"], out["concurrency"]) == (True, 50, 4)
@@ -184,7 +184,7 @@ def test_flow_settings_and_held_fires_survive_kill_9_of_the_leader(
              "every held fire from the new leader")
     old.start()
     old.wait_ready()
-    wait_ready(old, 30)
+    wait_serving(old, 30)
     cluster.wait_converged()
     st, out = send_json("GET", f"{_base(old)}/api/v1/flows")
     assert st == 200 and "durable" in [i["key"] for i in out["items"]]

@@ -15,7 +15,7 @@ from molens.signing import verify_signature
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import call, wait_ready
+from .rest import call, wait_serving
 
 SECRET = "notify-secret-0123456789"
 
@@ -31,7 +31,7 @@ def test_notifications_arrive_signed_and_at_least_once_across_a_leader_kill_9(
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_ready(n)
+        wait_serving(n)
         st, t = call(n, "POST", "/api/v1/tasks", {
             "type": "delayed", "interval_ms": 100, "max_retries": 0, "callback_url": receiver.url("/status/500/cb"),
             "notify_url": receiver.url("/flaky/2/own")})
@@ -90,7 +90,7 @@ def test_a_flow_its_receiver_holds_with_retry_after_is_announced_paused_then_res
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_ready(n)
+        wait_serving(n)
         st, t = call(n, "POST", "/api/v1/tasks", {
             "type": "delayed", "interval_ms": 100, "callback_url": receiver.url("/throttle/1/2/held")})
         assert st == 201, t

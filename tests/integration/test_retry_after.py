@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import Cluster, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import call, wait_ready
+from .rest import call, wait_serving
 
 
 @pytest.mark.slow
@@ -22,7 +22,7 @@ def test_429_with_retry_after_waits_that_long_and_does_not_use_up_max_retries(
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_ready(n)
+        wait_serving(n)
         # three 429s (Retry-After: 2) and then 200, with max_retries 1: delivered, not failed
         st, t = call(n, "POST", "/api/v1/tasks", {
             "type": "delayed", "interval_ms": 100, "max_retries": 1,

@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import send, wait_ready
+from .rest import send, wait_serving
 
 
 def _base(n: NodeProc) -> str:
@@ -33,7 +33,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.start()
         c.leader(timeout=30)
         for n in c.nodes.values():
-            wait_ready(n, 30)
+            wait_serving(n, 30)
         yield c
     finally:
         c.kill_all()
@@ -92,7 +92,7 @@ def test_a_periodic_task_keeps_firing_across_a_graceful_leader_stop_and_restart(
     wait_for(lambda: len(receiver.by_tag("steady")) >= before + 2, 20, "occurrences from the new leader")
     leader.start()
     leader.wait_ready()
-    wait_ready(leader, 30)
+    wait_serving(leader, 30)
     cluster.wait_converged()
     fires = [r.headers["X-Fire-ID"] for r in receiver.by_tag("steady")]
     seqs = [int(f.rsplit("-", 1)[1]) for f in fires]
