@@ -66,6 +66,8 @@ MAX_EPOCH_MS = 253_402_300_799_999
 """The end of year 9999: the latest instant the API takes."""
 MAX_FILTER_CHARS = 300
 """The longest ``task_id`` or ``flow`` a dead-letter filter takes."""
+MAX_PREVIEW = 100
+"""Fire times one schedule preview gives at most."""
 
 
 class ResumeFrom(StrEnum):
@@ -75,6 +77,11 @@ class ResumeFrom(StrEnum):
     """Drop what it missed while paused (the API's default)."""
     SCHEDULE = "schedule"
     """The instant it was waiting for; its ``catchup`` applies to what it missed."""
+
+
+class _TaskType(StrEnum):
+    DELAYED = "delayed"
+    PERIODIC = "periodic"
 
 
 class DeadLetterKind(StrEnum):
@@ -649,6 +656,57 @@ class MolensClient:
         (its ``503`` is retried like any other; :class:`UnavailableError` after the last try)."""
         return dict(self._request("GET", "/readyz")[1])
 
+    # ------------------------------------------------------------------ observability
+
+    def schedule_preview(
+        self,
+        *,
+        type: str = "periodic",
+        cron_expr: str | None = None,
+        timezone: str | None = None,
+        interval_ms: int | None = None,
+        run_at: int | None = None,
+        count: int | None = None,
+        after: int | None = None,
+    ) -> dict[str, Any]:
+        """The next fire times of a schedule, validated as a create would be (the API's
+        :class:`BadRequestError` names a bad field): ``{"items", "local", "timezone", "after",
+        "description"}``. A periodic schedule takes ``cron_expr`` or ``interval_ms``, a delayed one
+        ``interval_ms`` or ``run_at``; ``count`` 1..100 (default 5) times after ``after`` (default now)."""
+        q: dict[str, Any] = {"type": _choice(_TaskType, type, "type")}
+        for name, text in (("cron_expr", cron_expr), ("timezone", timezone)):
+            if text is not None:
+                q[name] = _id(name, text)
+        if interval_ms is not None:
+            q["interval_ms"] = _bounded("interval_ms", interval_ms, 0, MAX_EPOCH_MS)
+        for name, ms in (("run_at", run_at), ("after", after)):
+            if ms is not None:
+                q[name] = _bounded(name, ms, 0, MAX_EPOCH_MS)
+        if count is not None:
+            q["count"] = _bounded("count", count, 1, MAX_PREVIEW)
+        return dict(self._request("GET", f"/api/v1/schedule/preview?{urlencode(q)}")[1])
+
+    def wheel_distribution(self) -> dict[str, Any]:
+        """How the leader's time wheel is filled, per level and slot (a follower passes the request
+        on to the leader): ``{"time_ms", "tick_ms", "wheel_size", "timers", "overflow", "levels",
+        "window", "far_future"}``."""
+        return dict(self._request("GET", "/api/v1/timewheel/distribution")[1])
+
+    def wheel_distribution_png(self, *, level: int | None = None, width: int | None = None) -> bytes:
+        """The same as a PNG heatmap: every level, or one (0..63; the API refuses a level the wheel
+        does not have), ``width`` 400..4000 pixels (default 800)."""
+        q: dict[str, Any] = {}
+        if level is not None:
+            q["level"] = _bounded("level", level, 0, 63)
+        if width is not None:
+            q["width"] = _bounded("width", width, 400, 4000)
+        path = "/api/v1/timewheel/distribution.png" + (f"?{urlencode(q)}" if q else "")
+        return bytes(self._request("GET", path, raw=True)[1]["raw"])
+
+    def metrics(self) -> str:
+        """The answering node's metrics in the Prometheus text format (``/metrics``)."""
+        return bytes(self._request("GET", "/metrics", raw=True)[1]["raw"]).decode()
+
     def close(self) -> None:
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
@@ -700,11 +758,12 @@ class MolensClient:
 
     def _request(
         self, method: str, path: str, body: Any = None, *, safe_retry: bool = True,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None, raw: bool = False,
     ) -> tuple[int, dict[str, Any]]:
         """Send with redirects, retries and backoff; returns ``(status, json)`` of a 2xx answer.
 
         ``safe_retry``: retrying after an unknown outcome cannot do harm (reads, keyed creates).
+        ``raw``: a 2xx answer is not JSON (PNG, Prometheus text); its bytes are ``json["raw"]``.
         """
         data = json.dumps(body).encode() if body is not None else None
         extra = dict(headers or {})
@@ -756,6 +815,10 @@ class MolensClient:
                 with self._lock:
                     self._target = target
                 continue
+            if raw and 200 <= status < 300:
+                with self._lock:
+                    self._target = target
+                return status, {"raw": r.data}
             try:
                 parsed = json.loads(r.data) if r.data else {}
             except ValueError:

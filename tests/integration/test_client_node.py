@@ -143,3 +143,21 @@ def test_cluster_stats_and_health_calls(client: MolensClient, node: NodeProc) ->
     urls = client.url_stats(since=now - 3_600_000, until=now, bucket_ms=600_000, limit=5)
     assert (urls["since"], urls["until"], urls["bucket_ms"]) == (now - 3_600_000, now, 600_000)
     assert isinstance(urls["items"], list)
+
+
+def test_schedule_preview_wheel_distribution_and_metrics(client: MolensClient) -> None:
+    after = 1_800_000_000_000
+    p = client.schedule_preview(interval_ms=60_000, count=3, after=after)
+    assert p["items"] == [after + 60_000, after + 120_000, after + 180_000] and p["timezone"] == "UTC"
+    d = client.schedule_preview(type="delayed", run_at=after)
+    assert d["items"] == [after]
+    with pytest.raises(BadRequestError) as bad:
+        client.schedule_preview(cron_expr="not a cron")
+    assert bad.value.field == "cron_expr"
+    wheel = client.wheel_distribution()
+    assert wheel["tick_ms"] > 0 and wheel["levels"]
+    assert client.wheel_distribution_png(level=0, width=400).startswith(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(BadRequestError) as bad:
+        client.wheel_distribution_png(level=len(wheel["levels"]))
+    assert bad.value.field == "level"
+    assert "# TYPE molens_" in client.metrics()

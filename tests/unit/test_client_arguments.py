@@ -53,6 +53,12 @@ BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
     ("until", lambda c: c.url_stats(since=10, until=10)),
     ("if_version", lambda c: c.update(TID, scene="x", if_version=-1)),
     ("key", lambda c: c.flow("")),
+    ("type", lambda c: c.schedule_preview(type="weekly", interval_ms=60_000)),
+    ("count", lambda c: c.schedule_preview(interval_ms=60_000, count=101)),
+    ("after", lambda c: c.schedule_preview(interval_ms=60_000, after=-5)),
+    ("cron_expr", lambda c: c.schedule_preview(cron_expr="")),
+    ("level", lambda c: c.wheel_distribution_png(level=64)),
+    ("width", lambda c: c.wheel_distribution_png(width=100)),
 ]
 
 
