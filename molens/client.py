@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -56,6 +57,40 @@ as leader while an election settles) and backs off before asking again."""
 
 Task = dict[str, Any]
 """A task as the API returns it (see ``Task`` in the OpenAPI document)."""
+
+MAX_PAGE_SIZE = 1_000
+"""Items per page the API serves at most (its ``limit``)."""
+MAX_BULK = 10_000
+"""Dead letters one bulk redrive or delete acts on at most."""
+MAX_EPOCH_MS = 253_402_300_799_999
+"""The end of year 9999: the latest instant the API takes."""
+MAX_FILTER_CHARS = 300
+"""The longest ``task_id`` or ``flow`` a dead-letter filter takes."""
+MAX_PREVIEW = 100
+"""Fire times one schedule preview gives at most."""
+
+
+class ResumeFrom(StrEnum):
+    """Where :meth:`MolensClient.resume` takes a periodic task up again."""
+
+    NOW = "now"
+    """Drop what it missed while paused (the API's default)."""
+    SCHEDULE = "schedule"
+    """The instant it was waiting for; its ``catchup`` applies to what it missed."""
+
+
+class _TaskType(StrEnum):
+    DELAYED = "delayed"
+    PERIODIC = "periodic"
+
+
+class DeadLetterKind(StrEnum):
+    """Why an occurrence failed for good (docs/api.md#dead-letters)."""
+
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    NON_RETRYABLE = "non_retryable"
+    ACK_FAILED = "ack_failed"
+    UNKNOWN = "unknown"
 
 # -------------------------------------------------------------------------------------------------
 # errors
@@ -103,7 +138,7 @@ class UnauthorizedError(ApiError):
 
 
 class TaskNotFoundError(ApiError):
-    """404: no such task."""
+    """404: no such task (or flow, or dead letter: every 404 of the API)."""
 
 
 class ConflictError(ApiError):
@@ -156,8 +191,56 @@ def _raise_for(status: int, body: Any, path: str) -> None:
 # -------------------------------------------------------------------------------------------------
 
 
+def _id(name: str, value: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _task_path(task_id: str) -> str:
+    return "/api/v1/tasks/" + quote(_id("task_id", task_id), safe="")
+
+
+def _dead_path(dead_id: str) -> str:
+    return "/api/v1/dead-letters/" + quote(_id("dead_id", dead_id), safe="")
+
+
 def _flow_path(key: str) -> str:
-    return "/api/v1/flows/" + quote(key, safe="")
+    return "/api/v1/flows/" + quote(_id("key", key), safe="")
+
+
+def _choice(values: type[StrEnum], value: Any, name: str) -> str:
+    try:
+        return str(values(value).value)
+    except ValueError:
+        allowed = ", ".join(repr(v.value) for v in values)
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}") from None
+
+
+def _bounded(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an int in {lo}..{hi:,}, got {value!r}")
+    return value
+
+
+def _dead_filter(
+    task_id: str | None, flow: str | None, kind: DeadLetterKind | str | None, since: int | None, until: int | None,
+) -> dict[str, Any]:
+    """A dead-letter filter as the API takes it (the fields given), checked before any request."""
+    out: dict[str, Any] = {}
+    for name, text in (("task_id", task_id), ("flow", flow)):
+        if text is not None:
+            if not isinstance(text, str) or not 0 < len(text) <= MAX_FILTER_CHARS:
+                raise ValueError(f"{name} must be a string of 1..{MAX_FILTER_CHARS} characters, got {text!r:.80}")
+            out[name] = text
+    if kind is not None:
+        out["kind"] = _choice(DeadLetterKind, kind, "kind")
+    for name, ms in (("since", since), ("until", until)):
+        if ms is not None:
+            out[name] = _bounded(name, ms, 0, MAX_EPOCH_MS)
+    if since is not None and until is not None and until < since:
+        raise ValueError(f"until ({until}) must not be before since ({since})")
+    return out
 
 
 def _base(url: str) -> str:
@@ -308,7 +391,7 @@ class MolensClient:
 
     def get(self, task_id: str) -> Task:
         """The task, or :class:`TaskNotFoundError`."""
-        return dict(self._request("GET", f"/api/v1/tasks/{task_id}")[1])
+        return dict(self._request("GET", _task_path(task_id))[1])
 
     def list(
         self,
@@ -320,13 +403,13 @@ class MolensClient:
         page_size: int = 100,
     ) -> Iterator[Task]:
         """Every matching task in creation order, following cursors lazily."""
-        q: dict[str, Any] = {"limit": page_size}
+        q: dict[str, Any] = {"limit": _bounded("page_size", page_size, 1, MAX_PAGE_SIZE)}
         if status:
             q["status"] = status if isinstance(status, str) else ",".join(status)
         for k, v in (("type", type), ("scene", scene), ("url", url)):
             if v:
                 q[k] = v
-        yield from self._pages("/api/v1/tasks", q)
+        return self._pages("/api/v1/tasks", q)
 
     def update(
         self, task_id: str, changes: Mapping[str, Any] | None = None, /, *, if_version: int | None = None,
@@ -339,22 +422,35 @@ class MolensClient:
         body = {**(changes or {}), **fields}
         headers = {"If-Match": f'"{if_version}"'} if if_version is not None else None
         # without If-Match the same patch again changes nothing: safe to retry after a lost answer
-        return dict(self._request("PATCH", f"/api/v1/tasks/{task_id}", body, safe_retry=if_version is None,
+        if if_version is not None:
+            _bounded("if_version", if_version, 0, 10**18 - 1)
+        return dict(self._request("PATCH", _task_path(task_id), body, safe_retry=if_version is None,
                                   headers=headers)[1])
 
     def delete(self, task_id: str) -> Task:
         """Delete the task and its history; returns it as it was."""
-        return self._act("DELETE", f"/api/v1/tasks/{task_id}")
+        return self._act("DELETE", _task_path(task_id))
 
     def pause(self, task_id: str) -> Task:
-        return self._act("POST", f"/api/v1/tasks/{task_id}/pause")
+        """Take a pending, firing or awaiting_ack task off the schedule (:class:`ConflictError` otherwise)."""
+        return self._act("POST", _task_path(task_id) + "/pause")
 
-    def resume(self, task_id: str) -> Task:
-        return self._act("POST", f"/api/v1/tasks/{task_id}/resume")
+    def resume(self, task_id: str, *, resume_from: ResumeFrom | str | None = None) -> Task:
+        """Put a paused (or inactive periodic) task back on the schedule (docs/api.md, resume).
+
+        ``resume_from`` (a :class:`ResumeFrom` or its value): ``"now"`` (the API's default) drops
+        what a periodic task missed while paused; ``"schedule"`` takes up the instant it was
+        waiting for and applies the task's ``catchup`` to what it missed. Anything else is a
+        ``ValueError`` before any request.
+        """
+        if resume_from is None:
+            return self._act("POST", _task_path(task_id) + "/resume")
+        body = {"resume_from": _choice(ResumeFrom, resume_from, "resume_from")}
+        return self._act("POST", _task_path(task_id) + "/resume", body)
 
     def trigger(self, task_id: str) -> Task:
         """Run the task's upcoming occurrence now."""
-        return self._act("POST", f"/api/v1/tasks/{task_id}/trigger")
+        return self._act("POST", _task_path(task_id) + "/trigger")
 
     def backfill(self, task_id: str, *, start: int, end: int) -> dict[str, Any]:
         """Fire the periodic task's occurrences scheduled in ``[start, end)`` (epoch ms, ``end``
@@ -362,11 +458,15 @@ class MolensClient:
         Returns ``{"occurrences": n, "first": ms, "last": ms, "task": {...}}``. Not retried after an
         unknown outcome (a second backfill of the range would fire it twice, or be refused while
         the first runs)."""
-        return dict(self._request("POST", f"/api/v1/tasks/{task_id}/backfill", {"start": start, "end": end},
+        start = _bounded("start", start, 0, MAX_EPOCH_MS)
+        end = _bounded("end", end, 0, MAX_EPOCH_MS)
+        if start >= end:
+            raise ValueError(f"start ({start}) must be before end ({end})")
+        return dict(self._request("POST", _task_path(task_id) + "/backfill", {"start": start, "end": end},
                                   safe_retry=False)[1])
 
-    def _act(self, method: str, path: str) -> Task:
-        return dict(self._request(method, path, None, safe_retry=False)[1])
+    def _act(self, method: str, path: str, body: Any = None) -> Task:
+        return dict(self._request(method, path, body, safe_retry=False)[1])
 
     def executions(
         self,
@@ -378,12 +478,12 @@ class MolensClient:
         page_size: int = 100,
     ) -> Iterator[dict[str, Any]]:
         """Executions newest first (of one task, or all), following cursors lazily."""
-        q: dict[str, Any] = {"limit": page_size}
+        q: dict[str, Any] = {"limit": _bounded("page_size", page_size, 1, MAX_PAGE_SIZE)}
         for k, v in (("result", result), ("since", since), ("until", until)):
             if v is not None:
                 q[k] = v
-        path = f"/api/v1/tasks/{task_id}/executions" if task_id else "/api/v1/executions"
-        yield from self._pages(path, q)
+        path = _task_path(task_id) + "/executions" if task_id else "/api/v1/executions"
+        return self._pages(path, q)
 
     # ------------------------------------------------------------------ dead letters
 
@@ -392,32 +492,73 @@ class MolensClient:
         *,
         task_id: str | None = None,
         flow: str | None = None,
-        kind: str | None = None,
+        kind: DeadLetterKind | str | None = None,
         since: int | None = None,
         until: int | None = None,
         page_size: int = 100,
     ) -> Iterator[dict[str, Any]]:
         """Dead letters newest first (occurrences that failed for good: docs/api.md#dead-letters),
-        filtered, following cursors lazily."""
-        q: dict[str, Any] = {"limit": page_size}
-        for k, v in (("task_id", task_id), ("flow", flow), ("kind", kind), ("since", since), ("until", until)):
-            if v is not None:
-                q[k] = v
-        yield from self._pages("/api/v1/dead-letters", q)
+        filtered, following cursors lazily. ``since``/``until`` are epoch ms, inclusive."""
+        q: dict[str, Any] = {"limit": _bounded("page_size", page_size, 1, MAX_PAGE_SIZE),
+                             **_dead_filter(task_id, flow, kind, since, until)}
+        return self._pages("/api/v1/dead-letters", q)
+
+    def dead_letter(self, dead_id: str) -> dict[str, Any]:
+        """One dead letter by id (:class:`TaskNotFoundError`, the client's 404, when there is none)."""
+        return dict(self._request("GET", _dead_path(dead_id))[1])
 
     def redrive(self, dead_id: str) -> dict[str, Any]:
         """Deliver a dead letter's occurrence again (same fire id, attempts continuing); for an
         at_most_once task the answer carries a ``warning``. Not retried after an unknown outcome."""
-        return dict(self._request("POST", f"/api/v1/dead-letters/{quote(dead_id, safe='')}/redrive", None,
-                                  safe_retry=False)[1])
+        return dict(self._request("POST", _dead_path(dead_id) + "/redrive", None, safe_retry=False)[1])
 
-    def redrive_matching(self, **flt: Any) -> dict[str, Any]:
-        """Redrive every dead letter matching ``task_id``, ``flow``, ``kind``, ``since``, ``until``
-        (at most ``limit``, 10,000); ``{"matched", "redriven", "error_count", "errors", "more"}``."""
-        return dict(self._request("POST", "/api/v1/dead-letters/redrive", flt, safe_retry=False)[1])
+    def redrive_matching(
+        self,
+        *,
+        task_id: str | None = None,
+        flow: str | None = None,
+        kind: DeadLetterKind | str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """Redrive every dead letter matching the filter (none: every dead letter), at most ``limit``
+        (default and most :data:`MAX_BULK`); ``{"matched", "redriven", "error_count", "errors",
+        "more"}`` (``more``: call again). Not retried after an unknown outcome."""
+        body = _dead_filter(task_id, flow, kind, since, until)
+        if limit is not None:
+            body["limit"] = _bounded("limit", limit, 1, MAX_BULK)
+        return dict(self._request("POST", "/api/v1/dead-letters/redrive", body, safe_retry=False)[1])
 
     def delete_dead_letter(self, dead_id: str) -> None:
-        self._request("DELETE", f"/api/v1/dead-letters/{quote(dead_id, safe='')}", None)
+        """Delete one dead letter (:class:`TaskNotFoundError` when there is none)."""
+        self._request("DELETE", _dead_path(dead_id), None)
+
+    def delete_dead_letters(
+        self,
+        *,
+        task_id: str | None = None,
+        flow: str | None = None,
+        kind: DeadLetterKind | str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        limit: int | None = None,
+        all: bool = False,
+    ) -> dict[str, Any]:
+        """Delete the dead letters matching the filter, at most ``limit`` (default and most
+        :data:`MAX_BULK`); ``{"matched", "deleted", "error_count", "errors", "more"}`` (``more``:
+        call again). An empty filter deletes every dead letter only with ``all=True``; without it
+        the API refuses it (:class:`BadRequestError`, field ``all``)."""
+        q = _dead_filter(task_id, flow, kind, since, until)
+        if limit is not None:
+            q["limit"] = _bounded("limit", limit, 1, MAX_BULK)
+        if not isinstance(all, bool):
+            raise ValueError(f"all must be a bool, got {all!r}")
+        if all:
+            q["all"] = "true"
+        path = "/api/v1/dead-letters" + (f"?{urlencode(q)}" if q else "")
+        # deleting what still matches again does no harm: safe to retry after a lost answer
+        return dict(self._request("DELETE", path, None)[1])
 
     # ------------------------------------------------------------------ flows
 
@@ -464,8 +605,107 @@ class MolensClient:
         """``{"leader_id", "leader_url", "term", "role"}`` as the answering node sees it."""
         return dict(self._request("GET", "/api/v1/cluster/leader")[1])
 
-    def stats(self) -> dict[str, Any]:
-        return dict(self._request("GET", "/api/v1/stats")[1])
+    def cluster_stats(self) -> dict[str, Any]:
+        """Every member's :meth:`stats`, leader first."""
+        return dict(self._request("GET", "/api/v1/cluster/stats")[1])
+
+    def stats(self, *, node_id: str | None = None, local: bool = False) -> dict[str, Any]:
+        """One node's statistics and task counts: the answering node's, or ``node_id``'s (asked
+        through it); ``local=True``: the answering node's own, never passed on."""
+        q: dict[str, Any] = {}
+        if node_id is not None:
+            q["node_id"] = _id("node_id", node_id)
+        if local:
+            if node_id is not None:
+                raise ValueError("local=True asks the answering node only; give node_id or local, not both")
+            q["local"] = "1"
+        return dict(self._request("GET", "/api/v1/stats" + (f"?{urlencode(q)}" if q else ""))[1])
+
+    def url_stats(
+        self,
+        *,
+        since: int | None = None,
+        until: int | None = None,
+        url: str | None = None,
+        bucket_ms: int | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """Callback latency per URL over ``[since, until)`` (epoch ms; the API's default: the last
+        hour), busiest first, each with a ``trend`` by ``bucket_ms``: ``{"since", "until",
+        "bucket_ms", "items"}``."""
+        q: dict[str, Any] = {}
+        for name, ms in (("since", since), ("until", until)):
+            if ms is not None:
+                q[name] = _bounded(name, ms, 0, MAX_EPOCH_MS)
+        if since is not None and until is not None and until <= since:
+            raise ValueError(f"until ({until}) must be after since ({since})")
+        if url is not None:
+            q["url"] = _id("url", url)
+        if bucket_ms is not None:
+            q["bucket_ms"] = _bounded("bucket_ms", bucket_ms, 60_000, MAX_EPOCH_MS)
+        if limit is not None:
+            q["limit"] = _bounded("limit", limit, 1, MAX_PAGE_SIZE)
+        return dict(self._request("GET", "/api/v1/stats/urls" + (f"?{urlencode(q)}" if q else ""))[1])
+
+    def healthz(self) -> dict[str, Any]:
+        """``{"ok": true, "node_id"}``: the answering node is alive."""
+        return dict(self._request("GET", "/healthz")[1])
+
+    def readyz(self) -> dict[str, Any]:
+        """``{"ready": true, "node_id", "role", "leader_id"}``: the answering node knows a leader
+        (its ``503`` is retried like any other; :class:`UnavailableError` after the last try)."""
+        return dict(self._request("GET", "/readyz")[1])
+
+    # ------------------------------------------------------------------ observability
+
+    def schedule_preview(
+        self,
+        *,
+        type: str = "periodic",
+        cron_expr: str | None = None,
+        timezone: str | None = None,
+        interval_ms: int | None = None,
+        run_at: int | None = None,
+        count: int | None = None,
+        after: int | None = None,
+    ) -> dict[str, Any]:
+        """The next fire times of a schedule, validated as a create would be (the API's
+        :class:`BadRequestError` names a bad field): ``{"items", "local", "timezone", "after",
+        "description"}``. A periodic schedule takes ``cron_expr`` or ``interval_ms``, a delayed one
+        ``interval_ms`` or ``run_at``; ``count`` 1..100 (default 5) times after ``after`` (default now)."""
+        q: dict[str, Any] = {"type": _choice(_TaskType, type, "type")}
+        for name, text in (("cron_expr", cron_expr), ("timezone", timezone)):
+            if text is not None:
+                q[name] = _id(name, text)
+        if interval_ms is not None:
+            q["interval_ms"] = _bounded("interval_ms", interval_ms, 0, MAX_EPOCH_MS)
+        for name, ms in (("run_at", run_at), ("after", after)):
+            if ms is not None:
+                q[name] = _bounded(name, ms, 0, MAX_EPOCH_MS)
+        if count is not None:
+            q["count"] = _bounded("count", count, 1, MAX_PREVIEW)
+        return dict(self._request("GET", f"/api/v1/schedule/preview?{urlencode(q)}")[1])
+
+    def wheel_distribution(self) -> dict[str, Any]:
+        """How the leader's time wheel is filled, per level and slot (a follower passes the request
+        on to the leader): ``{"time_ms", "tick_ms", "wheel_size", "timers", "overflow", "levels",
+        "window", "far_future"}``."""
+        return dict(self._request("GET", "/api/v1/timewheel/distribution")[1])
+
+    def wheel_distribution_png(self, *, level: int | None = None, width: int | None = None) -> bytes:
+        """The same as a PNG heatmap: every level, or one (0..63; the API refuses a level the wheel
+        does not have), ``width`` 400..4000 pixels (default 800)."""
+        q: dict[str, Any] = {}
+        if level is not None:
+            q["level"] = _bounded("level", level, 0, 63)
+        if width is not None:
+            q["width"] = _bounded("width", width, 400, 4000)
+        path = "/api/v1/timewheel/distribution.png" + (f"?{urlencode(q)}" if q else "")
+        return bytes(self._request("GET", path, raw=True)[1]["raw"])
+
+    def metrics(self) -> str:
+        """The answering node's metrics in the Prometheus text format (``/metrics``)."""
+        return bytes(self._request("GET", "/metrics", raw=True)[1]["raw"]).decode()
 
     def close(self) -> None:
         with self._lock:
@@ -518,11 +758,12 @@ class MolensClient:
 
     def _request(
         self, method: str, path: str, body: Any = None, *, safe_retry: bool = True,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None, raw: bool = False,
     ) -> tuple[int, dict[str, Any]]:
         """Send with redirects, retries and backoff; returns ``(status, json)`` of a 2xx answer.
 
         ``safe_retry``: retrying after an unknown outcome cannot do harm (reads, keyed creates).
+        ``raw``: a 2xx answer is not JSON (PNG, Prometheus text); its bytes are ``json["raw"]``.
         """
         data = json.dumps(body).encode() if body is not None else None
         extra = dict(headers or {})
@@ -574,6 +815,10 @@ class MolensClient:
                 with self._lock:
                     self._target = target
                 continue
+            if raw and 200 <= status < 300:
+                with self._lock:
+                    self._target = target
+                return status, {"raw": r.data}
             try:
                 parsed = json.loads(r.data) if r.data else {}
             except ValueError:
@@ -751,6 +996,8 @@ class BatchingClient:
 
 
 __all__ = [
+    "MAX_BULK",
+    "MAX_PAGE_SIZE",
     "ApiError",
     "BadRequestError",
     "BatchRejectedError",
@@ -758,9 +1005,11 @@ __all__ = [
     "ClientError",
     "ConflictError",
     "ConnectionFailedError",
+    "DeadLetterKind",
     "MolensClient",
     "OutcomeUnknownError",
     "PreconditionFailedError",
+    "ResumeFrom",
     "TaskNotFoundError",
     "UnauthorizedError",
     "UnavailableError",

@@ -22,7 +22,8 @@ answers with, so an error raised deep in validation reaches the client unchanged
     └── ClientError (molens.client: what the SDK raises)
         ├── ApiError (an error answer, with its code and field)
         │   ├── BadRequestError ── BatchRejectedError
-        │   ├── UnauthorizedError, TaskNotFoundError, ConflictError
+        │   ├── UnauthorizedError, TaskNotFoundError (every 404)
+        │   ├── ConflictError ── PreconditionFailedError (412)
         │   └── UnavailableError
         ├── OutcomeUnknownError
         └── ConnectionFailedError

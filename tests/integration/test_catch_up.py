@@ -5,34 +5,17 @@ the history records what was skipped. Then ``resume_from: schedule`` on a paused
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import urllib3
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import Received, RecordingReceiver
+from .rest import call, wait_serving
 
-_http = urllib3.PoolManager(retries=False, timeout=10)
 PERIOD = 1_000
 DOWN_S = 10.5  # the node is stopped for ten periods
-
-
-def _call(n: NodeProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    url = f"http://127.0.0.1:{n.settings['http']['port']}{path}"
-    data = None if body is None else json.dumps(body).encode()
-    try:
-        r = _http.request(method, url, body=data, headers={"Content-Type": "application/json"})
-    except urllib3.exceptions.HTTPError:
-        return 0, None
-    return r.status, (json.loads(r.data) if r.data else None)
-
-
-def _ready(n: NodeProc) -> None:
-    wait_for(lambda: _call(n, "GET", "/readyz")[0] == 200, 60, "the node to serve")
 
 
 def _sched(rs: list[Received]) -> list[int]:
@@ -41,7 +24,7 @@ def _sched(rs: list[Received]) -> list[int]:
 
 
 def _skipped(n: NodeProc, tid: str) -> list[str]:
-    st, page = _call(n, "GET", f"/api/v1/tasks/{tid}/executions?result=skipped&limit=100")
+    st, page = call(n, "GET", f"/api/v1/tasks/{tid}/executions?result=skipped&limit=100")
     assert st == 200
     return [e["execution_result"] for e in page["items"]]
 
@@ -53,10 +36,10 @@ def test_one_none_and_all_after_the_node_was_stopped_for_ten_periods(tmp_path: P
     try:
         c.start()
         n = c.leader(timeout=30)
-        _ready(n)
+        wait_serving(n)
         ids = {}
         for mode in ("one", "none", "all"):
-            st, t = _call(n, "POST", "/api/v1/tasks", {
+            st, t = call(n, "POST", "/api/v1/tasks", {
                 "type": "periodic", "interval_ms": PERIOD, "catchup": mode,
                 "callback_url": receiver.url(f"/ok/catchup-{mode}"),
             })
@@ -68,11 +51,11 @@ def test_one_none_and_all_after_the_node_was_stopped_for_ten_periods(tmp_path: P
         time.sleep(DOWN_S)  # the outage itself: ten periods with the node down
         restart = int(time.time() * 1000)
         n.start()
-        _ready(n)
+        wait_serving(n)
         wait_for(lambda: all(max(_sched(receiver.by_tag(f"catchup-{m}"))) >= restart + 3 * PERIOD for m in ids),
                  60, "regular fires again after the restart")
         for tid in (t["id"] for t in ids.values()):
-            _call(n, "POST", f"/api/v1/tasks/{tid}/pause")
+            call(n, "POST", f"/api/v1/tasks/{tid}/pause")
         # first attempts received after the restart: (instant, received at)
         post = {m: sorted((int(r.headers["X-Molens-Scheduled-At"]), r.at_ms) for r in receiver.by_tag(f"catchup-{m}")
                           if r.at_ms >= restart and r.headers["X-Molens-Attempt"] == "1") for m in ids}
@@ -102,22 +85,22 @@ def test_resume_from_schedule_applies_the_catchup_to_what_was_missed_while_pause
     try:
         c.start()
         n = c.leader(timeout=30)
-        _ready(n)
-        st, t = _call(n, "POST", "/api/v1/tasks", {
+        wait_serving(n)
+        st, t = call(n, "POST", "/api/v1/tasks", {
             "type": "periodic", "interval_ms": PERIOD, "catchup": "all", "callback_url": receiver.url("/ok/resume-all"),
         })
         assert st == 201
         wait_for(lambda: receiver.by_tag("resume-all"), 30, "a first fire")
-        assert _call(n, "POST", f"/api/v1/tasks/{t['id']}/pause")[0] == 200
+        assert call(n, "POST", f"/api/v1/tasks/{t['id']}/pause")[0] == 200
         paused = _sched(receiver.by_tag("resume-all"))
         wait_for(lambda: int(time.time() * 1000) > paused[-1] + 5 * PERIOD and True, 30, "five periods paused",
                  interval=0.2)
-        st, bad = _call(n, "POST", f"/api/v1/tasks/{t['id']}/resume", {"resume_from": "yesterday"})
+        st, bad = call(n, "POST", f"/api/v1/tasks/{t['id']}/resume", {"resume_from": "yesterday"})
         assert st == 400 and bad["error"]["field"] == "resume_from"
-        st, r = _call(n, "POST", f"/api/v1/tasks/{t['id']}/resume", {"resume_from": "schedule"})
+        st, r = call(n, "POST", f"/api/v1/tasks/{t['id']}/resume", {"resume_from": "schedule"})
         assert st == 200 and r["status"] == "pending", r
         wait_for(lambda: len(_sched(receiver.by_tag("resume-all"))) >= len(paused) + 5, 30, "the missed instants")
-        _call(n, "POST", f"/api/v1/tasks/{t['id']}/pause")
+        call(n, "POST", f"/api/v1/tasks/{t['id']}/pause")
         grid = _sched(receiver.by_tag("resume-all"))
         assert grid == list(range(grid[0], grid[-1] + 1, PERIOD)), grid  # every instant while paused, none skipped
     finally:

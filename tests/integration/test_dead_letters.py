@@ -5,45 +5,28 @@ of the leader. The ``unknown`` kind: a single node killed while its at_most_once
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import urllib3
 
 from molens.client import MolensClient
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-
-_http = urllib3.PoolManager(retries=False, timeout=10)
-
-
-def _call(n: NodeProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    try:
-        r = _http.request(method, n.http_url + path, body=data, headers={"Content-Type": "application/json"},
-                          redirect=False)
-    except urllib3.exceptions.HTTPError:
-        return 0, None
-    return r.status, (json.loads(r.data) if r.data else None)
+from .rest import call, send, wait_serving
 
 
 def _create(n: NodeProc, **task: Any) -> dict[str, Any]:
-    st, t = _call(n, "POST", "/api/v1/tasks", task)
+    st, t = call(n, "POST", "/api/v1/tasks", task)
     assert st == 201, t
     return t  # type: ignore[no-any-return]
 
 
 def _dead(n: NodeProc, query: str = "") -> list[dict[str, Any]]:
-    st, page = _call(n, "GET", f"/api/v1/dead-letters?limit=1000{query}")
+    st, page = call(n, "GET", f"/api/v1/dead-letters?limit=1000{query}")
     assert st == 200, page
     return page["items"]  # type: ignore[no-any-return]
-
-
-def _ready(n: NodeProc) -> None:
-    wait_for(lambda: _call(n, "GET", "/readyz")[0] == 200, 60, "the node to serve")
 
 
 @pytest.mark.slow
@@ -53,7 +36,7 @@ def test_every_kind_redrive_bulk_redrive_and_kill_9_of_the_leader(tmp_path: Path
     try:
         c.start()
         n = c.leader(timeout=30)
-        _ready(n)
+        wait_serving(n)
         fast = {"backoff": "fixed", "initial_ms": 100}
         exhausted = _create(n, type="delayed", interval_ms=100, callback_url=receiver.url("/status/500/exh"),
                             retry={**fast, "max_retries": 2}, scene="dl")
@@ -77,9 +60,9 @@ def test_every_kind_redrive_bulk_redrive_and_kill_9_of_the_leader(tmp_path: Path
                         + exhausted["id"])
         assert (d_exh["status_code"], d_exh["response_head"], d_exh["fire_id"]) == (
             500, '{"status": 500}', f"{exhausted['id']}-1")
-        st, t = _call(n, "GET", f"/api/v1/tasks/{exhausted['id']}")
+        st, t = call(n, "GET", f"/api/v1/tasks/{exhausted['id']}")
         assert t["status"] == "failed"
-        metrics = _http.request("GET", n.http_url + "/metrics").data.decode()
+        metrics = send("GET", n.http_url + "/metrics").data.decode()
         assert 'molens_dead_letters_total{kind="ack_failed"} 1.0' in metrics
         assert 'molens_dead_letters_total{kind="non_retryable"} 3.0' in metrics
 
@@ -87,41 +70,41 @@ def test_every_kind_redrive_bulk_redrive_and_kill_9_of_the_leader(tmp_path: Path
         before = {d["id"]: d for d in _dead(n) if d["task_id"] in want}
         n.kill()
         n2 = c.leader(timeout=30, exclude=(n.node_id,))
-        _ready(n2)
+        wait_serving(n2)
         assert {d["id"]: d for d in _dead(n2) if d["task_id"] in want} == before
 
         # fix the receiver (PATCH the URL), then redrive one: the same fire id, attempts continuing
-        st, _ = _call(n2, "PATCH", f"/api/v1/tasks/{exhausted['id']}", {"callback_url": receiver.url("/ok/exh-fixed")})
+        st, _ = call(n2, "PATCH", f"/api/v1/tasks/{exhausted['id']}", {"callback_url": receiver.url("/ok/exh-fixed")})
         assert st == 200
-        st, body = _call(n2, "POST", f"/api/v1/dead-letters/{d_exh['id']}/redrive")
+        st, body = call(n2, "POST", f"/api/v1/dead-letters/{d_exh['id']}/redrive")
         assert st == 200 and body["id"] == d_exh["id"] and "warning" not in body
         r = wait_for(lambda: receiver.by_tag("exh-fixed") or None, 30, "the redriven callback")[0]
         assert (r.headers["X-Fire-ID"], r.headers["X-Molens-Attempt"]) == (f"{exhausted['id']}-1", "4")
         assert r.headers["X-Molens-Scheduled-At"] == str(d_exh["scheduled_at"])
-        wait_for(lambda: _call(n2, "GET", f"/api/v1/tasks/{exhausted['id']}")[1]["status"] == "done", 30,
+        wait_for(lambda: call(n2, "GET", f"/api/v1/tasks/{exhausted['id']}")[1]["status"] == "done", 30,
                  "the redriven task done")
-        assert _call(n2, "GET", f"/api/v1/dead-letters/{d_exh['id']}")[0] == 404
-        assert _call(n2, "POST", f"/api/v1/dead-letters/{d_exh['id']}/redrive")[0] == 404
+        assert call(n2, "GET", f"/api/v1/dead-letters/{d_exh['id']}")[0] == 404
+        assert call(n2, "POST", f"/api/v1/dead-letters/{d_exh['id']}/redrive")[0] == 404
 
         # bulk: pause the periodic task's stream of failures, fix it, redrive all its dead occurrences
-        st, _ = _call(n2, "PATCH", f"/api/v1/tasks/{per['id']}", {"callback_url": receiver.url("/ok/per-fixed")})
+        st, _ = call(n2, "PATCH", f"/api/v1/tasks/{per['id']}", {"callback_url": receiver.url("/ok/per-fixed")})
         assert st == 200
         dead_per = _dead(n2, f"&task_id={per['id']}")
-        st, out = _call(n2, "POST", "/api/v1/dead-letters/redrive", {"task_id": per["id"]})
+        st, out = call(n2, "POST", "/api/v1/dead-letters/redrive", {"task_id": per["id"]})
         assert st == 200 and out["redriven"] == out["matched"] >= len(dead_per) and out["error_count"] == 0
         fire_ids = {d["fire_id"] for d in dead_per}
         wait_for(lambda: fire_ids <= {x.headers["X-Fire-ID"] for x in receiver.by_tag("per-fixed")}, 60,
                  "every dead periodic occurrence delivered again")
-        wait_for(lambda: _call(n2, "GET", f"/api/v1/tasks/{per['id']}")[1]["status"] == "pending", 30,
+        wait_for(lambda: call(n2, "GET", f"/api/v1/tasks/{per['id']}")[1]["status"] == "pending", 30,
                  "the periodic task back on its own schedule")
 
         # delete by filter and one by id; bad requests change nothing
-        assert _call(n2, "DELETE", "/api/v1/dead-letters")[0] == 400
-        assert _call(n2, "POST", "/api/v1/dead-letters/redrive", {"kind": "nope"})[0] == 400
-        assert _call(n2, "POST", "/api/v1/dead-letters/redrive", {"flow": 5})[0] == 400
-        assert _call(n2, "GET", "/api/v1/dead-letters?cursor=zzz")[0] == 400
-        assert _call(n2, "DELETE", "/api/v1/dead-letters/not-an-id")[0] == 404
-        st, out = _call(n2, "DELETE", "/api/v1/dead-letters?kind=ack_failed")
+        assert call(n2, "DELETE", "/api/v1/dead-letters")[0] == 400
+        assert call(n2, "POST", "/api/v1/dead-letters/redrive", {"kind": "nope"})[0] == 400
+        assert call(n2, "POST", "/api/v1/dead-letters/redrive", {"flow": 5})[0] == 400
+        assert call(n2, "GET", "/api/v1/dead-letters?cursor=zzz")[0] == 400
+        assert call(n2, "DELETE", "/api/v1/dead-letters/not-an-id")[0] == 404
+        st, out = call(n2, "DELETE", "/api/v1/dead-letters?kind=ack_failed")
         assert st == 200 and out["deleted"] == 1
         remaining = {d["task_id"] for d in _dead(n2)}
         assert ack["id"] not in remaining and gone["id"] in remaining
@@ -152,17 +135,17 @@ def test_an_at_most_once_fire_lost_with_its_node_is_an_unknown_dead_letter_with_
     try:
         c.start()
         n = c.leader(timeout=30)
-        _ready(n)
+        wait_serving(n)
         t = _create(n, type="delayed", interval_ms=100, reliability="at_most_once", timeout_ms=20_000,
                     callback_url=receiver.url("/slowfirst/15000/amo"))
         wait_for(lambda: receiver.by_tag("amo") or None, 30, "the callback to start")
         n.kill()  # the only worker dies while the callback runs: nobody knows whether it was processed
         n.start()
-        _ready(n)
+        wait_serving(n)
         [d] = wait_for(lambda: _dead(n) or None, 60, "the unknown dead letter")
         assert (d["task_id"], d["kind"], d["result"], d["reliability"]) == (t["id"], "unknown", "unknown",
                                                                              "at_most_once")
-        st, body = _call(n, "POST", f"/api/v1/dead-letters/{d['id']}/redrive")
+        st, body = call(n, "POST", f"/api/v1/dead-letters/{d['id']}/redrive")
         assert st == 200 and "at_most_once" in body["warning"]
         wait_for(lambda: len(receiver.by_tag("amo")) >= 2, 30, "the redriven at_most_once callback")
         assert receiver.by_tag("amo")[1].headers["X-Fire-ID"] == f"{t['id']}-1"

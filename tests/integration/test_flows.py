@@ -13,24 +13,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import urllib3
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
+from .rest import send, send_json, wait_serving
 
 pytestmark = pytest.mark.integration
 
-_http = urllib3.PoolManager(retries=False, timeout=15, maxsize=4)
-
-
 def _base(n: NodeProc) -> str:
     return f"http://127.0.0.1:{n.settings['http']['port']}"
-
-
-def _req(method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    r = _http.request(method, url, body=data, headers={"Content-Type": "application/json"}, redirect=False)
-    return r.status, json.loads(r.data) if r.data else None
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +38,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.start()
         c.leader(timeout=30)
         for n in c.nodes.values():
-            wait_for(lambda n=n: _ready(n), 30, f"{n.node_id} HTTP ready")
+            wait_serving(n, 30)
         yield c
     finally:
         c.kill_all()
-
-
-def _ready(n: NodeProc) -> bool:
-    try:
-        return _req("GET", _base(n) + "/readyz")[0] == 200
-    except urllib3.exceptions.HTTPError:
-        return False
 
 
 def _leader(c: Cluster) -> str:
@@ -65,7 +49,7 @@ def _leader(c: Cluster) -> str:
 
 
 def _put_flow(c: Cluster, key: str, body: dict[str, Any]) -> dict[str, Any]:
-    st, out = _req("PUT", f"{_leader(c)}/api/v1/flows/{key}", body)
+    st, out = send_json("PUT", f"{_leader(c)}/api/v1/flows/{key}", body)
     assert st == 200, out
     return dict(out)
 
@@ -73,7 +57,7 @@ def _put_flow(c: Cluster, key: str, body: dict[str, Any]) -> dict[str, Any]:
 def _create(c: Cluster, tasks: list[dict[str, Any]]) -> list[str]:
     ids: list[str] = []
     for i in range(0, len(tasks), 500):
-        st, out = _req("POST", f"{_leader(c)}/api/v1/tasks/batch", {"tasks": tasks[i:i + 500]})
+        st, out = send_json("POST", f"{_leader(c)}/api/v1/tasks/batch", {"tasks": tasks[i:i + 500]})
         assert st == 201, out
         ids += [t["id"] for t in out["items"]]
     return ids
@@ -87,7 +71,7 @@ def _due_at(url: str, run_at: int, flow: str | None = None) -> dict[str, Any]:
 
 
 def _flow(c: Cluster, key: str) -> dict[str, Any] | None:
-    st, out = _req("GET", f"{_leader(c)}/api/v1/flows/{key}")
+    st, out = send_json("GET", f"{_leader(c)}/api/v1/flows/{key}")
     return out if st == 200 else None
 
 
@@ -132,9 +116,9 @@ def test_a_paused_flow_holds_its_due_fires_and_delivers_all_after_resume_while_a
     wait_for(lambda: len({r.tag for r in receiver.requests if r.path.startswith("/ok/free-")}) == 20, 30,
              "the unlimited flow's fires")
     assert not [r for r in receiver.requests if r.path.startswith("/ok/held-")], "a paused flow fired"
-    st, out = _req("GET", f"{_leader(cluster)}/api/v1/tasks/{ids[0]}")
+    st, out = send_json("GET", f"{_leader(cluster)}/api/v1/tasks/{ids[0]}")
     assert st == 200 and out["status"] == "pending"
-    st, out = _req("POST", f"{_leader(cluster)}/api/v1/flows/held/resume")
+    st, out = send_json("POST", f"{_leader(cluster)}/api/v1/flows/held/resume")
     assert st == 200 and out["paused"] is False
     wait_for(lambda: len({r.tag for r in receiver.requests if r.path.startswith("/ok/held-")}) == 20, 30,
              "every held fire after resume")
@@ -158,7 +142,7 @@ def test_a_rate_limited_flow_never_delays_an_unlimited_one(cluster: Cluster, rec
         late = {r.tag: r.at_ms - due for r in receiver.requests if r.path.startswith("/ok/fast-") and r.at_ms >= slow[4]}
         history = {
             tag: [(e["attempt"], e["result"], e.get("status_code"), e["fired_at"] - due, e["worker"], e.get("execution_result"))
-                  for e in _req("GET", f"{_leader(cluster)}/api/v1/tasks/{ids[12 + int(tag[5:])]}/executions")[1]["items"]]
+                  for e in send_json("GET", f"{_leader(cluster)}/api/v1/tasks/{ids[12 + int(tag[5:])]}/executions")[1]["items"]]
             for tag in late
         }
         raise AssertionError(f"late fires of the unlimited flow: {late}; their history: {history}; "
@@ -189,20 +173,20 @@ def test_flow_settings_and_held_fires_survive_kill_9_of_the_leader(
     old = cluster.leader()
     old.kill()
     new = cluster.leader(timeout=30, exclude=(old.node_id,))
-    wait_for(lambda: _ready(new), 30, "the new leader's HTTP API")
-    st, out = _req("GET", f"{_base(new)}/api/v1/flows/durable")
+    wait_serving(new, 30)
+    st, out = send_json("GET", f"{_base(new)}/api/v1/flows/durable")
     assert st == 200
     assert (out["paused"], out["rate_per_s"], out["concurrency"]) == (True, 50, 4)
     wait_for(lambda: (_flow(cluster, "durable") or {}).get("queued") == 10, 30, "the new leader holding the 10 fires")
     assert not [r for r in receiver.requests if r.path.startswith("/ok/durable-")]
-    assert _req("POST", f"{_base(new)}/api/v1/flows/durable/resume")[0] == 200
+    assert send_json("POST", f"{_base(new)}/api/v1/flows/durable/resume")[0] == 200
     wait_for(lambda: len({r.tag for r in receiver.requests if r.path.startswith("/ok/durable-")}) == 10, 30,
              "every held fire from the new leader")
     old.start()
     old.wait_ready()
-    wait_for(lambda: _ready(old), 30, "the restarted node")
+    wait_serving(old, 30)
     cluster.wait_converged()
-    st, out = _req("GET", f"{_base(old)}/api/v1/flows")
+    st, out = send_json("GET", f"{_base(old)}/api/v1/flows")
     assert st == 200 and "durable" in [i["key"] for i in out["items"]]
 
 
@@ -217,7 +201,7 @@ def test_an_adaptive_flow_halves_its_rate_on_503s_and_a_follower_shows_the_leade
                           30, "the adaptive flow backed off")
     assert backed_off["effective_rate_per_s"] == 10  # halved once per second at most
     follower = cluster.followers()[0]
-    r = _http.request("GET", f"{_base(follower)}/api/v1/flows", redirect=False)
+    r = send("GET", f"{_base(follower)}/api/v1/flows")
     assert r.status == 200 and r.headers["X-Molens-Served-By"] == _leader(cluster)
     items = {i["key"]: i for i in json.loads(r.data)["items"]}
     assert items["aimd"]["live"] is True and items["aimd"]["adaptive"] is True

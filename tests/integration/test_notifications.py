@@ -10,25 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import urllib3
 
 from molens.signing import verify_signature
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
+from .rest import call, wait_serving
 
-_http = urllib3.PoolManager(retries=False, timeout=10)
 SECRET = "notify-secret-0123456789"
-
-
-def _call(n: NodeProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    try:
-        r = _http.request(method, n.http_url + path, body=data, headers={"Content-Type": "application/json"},
-                          redirect=False)
-    except urllib3.exceptions.HTTPError:
-        return 0, None
-    return r.status, (json.loads(r.data) if r.data else None)
 
 
 @pytest.mark.slow
@@ -42,15 +31,15 @@ def test_notifications_arrive_signed_and_at_least_once_across_a_leader_kill_9(
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_for(lambda: _call(n, "GET", "/readyz")[0] == 200, 60, "the node to serve")
-        st, t = _call(n, "POST", "/api/v1/tasks", {
+        wait_serving(n)
+        st, t = call(n, "POST", "/api/v1/tasks", {
             "type": "delayed", "interval_ms": 100, "max_retries": 0, "callback_url": receiver.url("/status/500/cb"),
             "notify_url": receiver.url("/flaky/2/own")})
         assert st == 201 and t["notify_url"] == receiver.url("/flaky/2/own")
-        st, d = _call(n, "POST", "/api/v1/tasks", {
+        st, d = call(n, "POST", "/api/v1/tasks", {
             "type": "delayed", "interval_ms": 100, "max_retries": 0, "callback_url": receiver.url("/status/500/cb2")})
         assert st == 201 and d["notify_url"] == default_url  # the node default, resolved at create
-        st, _ = _call(n, "POST", "/api/v1/tasks", {
+        st, _ = call(n, "POST", "/api/v1/tasks", {
             "type": "delayed", "interval_ms": 100, "notify_url": "http://169.254.169.254/x",
             "callback_url": receiver.url("/ok/x")})
         assert st == 400  # the callback host policy applies to notify_url
@@ -86,7 +75,7 @@ def test_notifications_arrive_signed_and_at_least_once_across_a_leader_kill_9(
 
 
 def _outbox(n: NodeProc) -> int | None:
-    st, stats = _call(n, "GET", "/api/v1/stats?local=1")
+    st, stats = call(n, "GET", "/api/v1/stats?local=1")
     if st != 200:
         return None
     return int(stats.get("notifications", {}).get("outbox", -1))
@@ -101,8 +90,8 @@ def test_a_flow_its_receiver_holds_with_retry_after_is_announced_paused_then_res
     try:
         c.start()
         n = c.leader(timeout=30)
-        wait_for(lambda: _call(n, "GET", "/readyz")[0] == 200, 60, "the node to serve")
-        st, t = _call(n, "POST", "/api/v1/tasks", {
+        wait_serving(n)
+        st, t = call(n, "POST", "/api/v1/tasks", {
             "type": "delayed", "interval_ms": 100, "callback_url": receiver.url("/throttle/1/2/held")})
         assert st == 201, t
         events: list[dict[str, Any]] = []
@@ -118,6 +107,6 @@ def test_a_flow_its_receiver_holds_with_retry_after_is_announced_paused_then_res
         assert flow in paused["detail"] and flow in resumed["detail"] and paused["at"] <= resumed["at"]
         assert paused["task_id"] is None and paused["fire_id"] is None
         assert all(verify_signature(r.headers, r.body, [SECRET]) for r in receiver.by_tag("node"))
-        wait_for(lambda: _call(n, "GET", f"/api/v1/tasks/{t['id']}")[1]["status"] == "done", 30, "the task done")
+        wait_for(lambda: call(n, "GET", f"/api/v1/tasks/{t['id']}")[1]["status"] == "done", 30, "the task done")
     finally:
         c.stop_all()

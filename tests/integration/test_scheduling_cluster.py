@@ -7,24 +7,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-import urllib3
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-
-_http = urllib3.PoolManager(retries=False, timeout=10)
+from .rest import send, wait_serving
 
 
 def _base(n: NodeProc) -> str:
     return f"http://127.0.0.1:{n.settings['http']['port']}"
-
-
-def _req(method: str, url: str, body: Any = None) -> urllib3.BaseHTTPResponse:
-    data = json.dumps(body).encode() if body is not None else None
-    return _http.request(method, url, body=data, headers={"Content-Type": "application/json"}, redirect=False)
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +33,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.start()
         c.leader(timeout=30)
         for n in c.nodes.values():
-            wait_for(lambda n=n: _ready(n), 30, f"{n.node_id} HTTP ready")
+            wait_serving(n, 30)
         yield c
     finally:
         c.kill_all()
-
-
-def _ready(n: NodeProc) -> bool:
-    try:
-        return _req("GET", _base(n) + "/readyz").status == 200
-    except urllib3.exceptions.HTTPError:
-        return False
 
 
 def test_a_write_to_a_follower_answers_307_to_the_leader_and_reads_are_served_locally(
@@ -60,18 +45,18 @@ def test_a_write_to_a_follower_answers_307_to_the_leader_and_reads_are_served_lo
     leader = cluster.leader()
     follower = cluster.followers()[0]
     body = {"type": "delayed", "interval_ms": 200, "callback_url": receiver.url("/ok/routed")}
-    r = _req("POST", _base(follower) + "/api/v1/tasks", body)
+    r = send("POST", _base(follower) + "/api/v1/tasks", body)
     assert r.status == 307
     assert r.headers["Location"] == _base(leader) + "/api/v1/tasks"
     assert r.headers["X-Molens-Leader"] == _base(leader)
     assert r.headers["X-Molens-Leader-Id"] == leader.node_id
-    r = _req("POST", r.headers["Location"], body)
+    r = send("POST", r.headers["Location"], body)
     assert r.status == 201
     tid = json.loads(r.data)["id"]
     wait_for(lambda: receiver.by_tag("routed"), 20, "the callback")
 
     def done_on_follower() -> bool:
-        g = _req("GET", _base(follower) + f"/api/v1/tasks/{tid}")
+        g = send("GET", _base(follower) + f"/api/v1/tasks/{tid}")
         return g.status == 200 and json.loads(g.data)["status"] == "done" and g.headers["X-Molens-Role"] == "follower"
 
     wait_for(done_on_follower, 20, "the follower's replica to show the task done")
@@ -81,7 +66,7 @@ def test_cluster_status_on_the_leader_says_when_each_peer_was_last_heard(cluster
     leader = cluster.leader()
 
     def contacts() -> dict[str, int] | None:
-        r = _req("GET", _base(leader) + "/api/v1/cluster/status")
+        r = send("GET", _base(leader) + "/api/v1/cluster/status")
         nodes = json.loads(r.data)["nodes"]
         got = {n["id"]: n.get("last_contact_ms") for n in nodes if n["id"] != leader.node_id}
         return got if len(got) == 2 and all(isinstance(v, int) for v in got.values()) else None
@@ -95,7 +80,7 @@ def test_a_periodic_task_keeps_firing_across_a_graceful_leader_stop_and_restart(
     cluster: Cluster, receiver: RecordingReceiver
 ) -> None:
     leader = cluster.leader()
-    r = _req("POST", _base(leader) + "/api/v1/tasks",
+    r = send("POST", _base(leader) + "/api/v1/tasks",
              {"type": "periodic", "interval_ms": 1000, "callback_url": receiver.url("/ok/steady")})
     assert r.status == 201
     tid = json.loads(r.data)["id"]
@@ -107,12 +92,12 @@ def test_a_periodic_task_keeps_firing_across_a_graceful_leader_stop_and_restart(
     wait_for(lambda: len(receiver.by_tag("steady")) >= before + 2, 20, "occurrences from the new leader")
     leader.start()
     leader.wait_ready()
-    wait_for(lambda: _ready(leader), 30, "the restarted node's HTTP API")
+    wait_serving(leader, 30)
     cluster.wait_converged()
     fires = [r.headers["X-Fire-ID"] for r in receiver.by_tag("steady")]
     seqs = [int(f.rsplit("-", 1)[1]) for f in fires]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), "no occurrence twice, none out of order"
-    assert _req("DELETE", _base(cluster.leader()) + f"/api/v1/tasks/{tid}").status in (200, 204)
+    assert send("DELETE", _base(cluster.leader()) + f"/api/v1/tasks/{tid}").status in (200, 204)
 
 
 def test_without_a_quorum_writes_answer_503_with_retry_after(cluster: Cluster, receiver: RecordingReceiver) -> None:
@@ -122,7 +107,7 @@ def test_without_a_quorum_writes_answer_503_with_retry_after(cluster: Cluster, r
             n.kill()
     wait_for(lambda: (survivor.status() or {}).get("role") != "leader" and (survivor.status() or {}).get("leader_id") is None,
              20, "the survivor to know it has no leader")
-    r = _req("POST", _base(survivor) + "/api/v1/tasks",
+    r = send("POST", _base(survivor) + "/api/v1/tasks",
              {"type": "delayed", "interval_ms": 1000, "callback_url": receiver.url("/ok/none")})
     assert r.status == 503, r.data
     assert int(r.headers["Retry-After"]) >= 1

@@ -1,0 +1,44 @@
+"""Plain HTTP calls to a node's REST API, for integration tests that check what goes over the wire
+(statuses, headers, bodies) rather than what the SDK makes of it.
+
+Redirects are never followed: a follower's ``307`` is an answer the tests look at. A body is sent as
+JSON; an answer's body is parsed as JSON (``None`` when empty).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import urllib3
+
+from .conftest import NodeProc, wait_for
+
+_http = urllib3.PoolManager(retries=False, timeout=15, maxsize=4)
+
+
+def send(method: str, url: str, body: Any = None) -> urllib3.BaseHTTPResponse:
+    """One request to ``url``; raises urllib3's ``HTTPError`` when nothing answers."""
+    data = None if body is None else json.dumps(body).encode()
+    return _http.request(method, url, body=data, headers={"Content-Type": "application/json"}, redirect=False)
+
+
+def send_json(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    """``(status, parsed body)`` of one request to ``url``; raises like :func:`send`."""
+    r = send(method, url, body)
+    return r.status, (json.loads(r.data) if r.data else None)
+
+
+def call(n: NodeProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """``(status, parsed body)`` of ``path`` on node ``n``; ``(0, None)`` when the node does not
+    answer, so a poll waits through a node starting or dying."""
+    try:
+        return send_json(method, n.http_url + path, body)
+    except urllib3.exceptions.HTTPError:
+        return 0, None
+
+
+def wait_serving(n: NodeProc, timeout: float = 60) -> None:
+    """Wait until ``/readyz`` of node ``n`` answers ``200``: it knows a leader and serves its REST
+    API (``NodeProc.wait_ready`` only waits for its admin socket)."""
+    wait_for(lambda: call(n, "GET", "/readyz")[0] == 200, timeout, f"{n.node_id} to serve")

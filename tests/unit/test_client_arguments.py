@@ -1,0 +1,75 @@
+"""MolensClient refuses bad arguments with a ValueError naming them before any request, and its
+closed sets of strings are the server's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from molens import client as client_mod
+from molens import schema
+from molens.client import MAX_BULK, DeadLetterKind, MolensClient
+
+TID = "01M8MABE0SEAD6S92SY1NA2EWB"
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch) -> MolensClient:
+    def no_request(*args: Any, **kw: Any) -> Any:
+        raise AssertionError(f"a request was sent: {args}")
+
+    c = MolensClient("http://127.0.0.1:1")
+    monkeypatch.setattr(c, "_request", no_request)
+    return c
+
+
+BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
+    ("resume_from", lambda c: c.resume(TID, resume_from="yesterday")),
+    ("task_id", lambda c: c.resume("", resume_from="now")),
+    ("task_id", lambda c: c.get("")),
+    ("dead_id", lambda c: c.dead_letter("")),
+    ("dead_id", lambda c: c.redrive("")),
+    ("dead_id", lambda c: c.delete_dead_letter("")),
+    ("kind", lambda c: c.dead_letters(kind="bogus")),
+    ("page_size", lambda c: c.dead_letters(page_size=0)),
+    ("page_size", lambda c: c.dead_letters(page_size=1_001)),
+    ("page_size", lambda c: c.list(page_size=True)),
+    ("page_size", lambda c: c.executions(TID, page_size=5_000)),
+    ("until", lambda c: c.dead_letters(since=5, until=4)),
+    ("since", lambda c: c.redrive_matching(since=-1)),
+    ("since", lambda c: c.redrive_matching(since="yesterday")),  # type: ignore[arg-type]
+    ("limit", lambda c: c.redrive_matching(task_id=TID, limit=0)),
+    ("limit", lambda c: c.delete_dead_letters(task_id=TID, limit=MAX_BULK + 1)),
+    ("flow", lambda c: c.delete_dead_letters(flow="x" * 301)),
+    ("flow", lambda c: c.delete_dead_letters(flow="")),
+    ("kind", lambda c: c.delete_dead_letters(kind="lost")),
+    ("all", lambda c: c.delete_dead_letters(all="yes")),  # type: ignore[arg-type]
+    ("end", lambda c: c.backfill(TID, start=2, end=1)),
+    ("start", lambda c: c.backfill(TID, start=-1, end=1)),
+    ("local", lambda c: c.stats(node_id="n1", local=True)),
+    ("bucket_ms", lambda c: c.url_stats(bucket_ms=1)),
+    ("until", lambda c: c.url_stats(since=10, until=10)),
+    ("if_version", lambda c: c.update(TID, scene="x", if_version=-1)),
+    ("key", lambda c: c.flow("")),
+    ("type", lambda c: c.schedule_preview(type="weekly", interval_ms=60_000)),
+    ("count", lambda c: c.schedule_preview(interval_ms=60_000, count=101)),
+    ("after", lambda c: c.schedule_preview(interval_ms=60_000, after=-5)),
+    ("cron_expr", lambda c: c.schedule_preview(cron_expr="")),
+    ("level", lambda c: c.wheel_distribution_png(level=64)),
+    ("width", lambda c: c.wheel_distribution_png(width=100)),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), BAD, ids=[f"{i}-{n}" for i, (n, _) in enumerate(BAD)])
+def test_a_bad_argument_is_a_value_error_naming_it_before_any_request(
+    client: MolensClient, name: str, call: Callable[[MolensClient], Any]
+) -> None:
+    with pytest.raises(ValueError, match=name):
+        call(client)
+
+
+def test_the_client_closed_sets_are_the_servers() -> None:
+    assert {k.value for k in DeadLetterKind} == {k.value for k in schema.DeadLetterKind}
+    assert client_mod.MAX_EPOCH_MS == schema._MAX_EPOCH_MS
