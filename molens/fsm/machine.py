@@ -634,6 +634,8 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         url = t.spec.callback_url
     if allow:
         nt = _detach(tx, nt, now)
+    if nt.running:  # a running retry may be due at the very ms this one was
+        tx.rearm.add(t.id)
     tx.put(nt)
     tx.effects.append(
         FireRequest(
@@ -686,6 +688,7 @@ def _skip_running_full(tx: _Tx, t: Task, now: int) -> None:
         tx.put(_replace(t, **_INACTIVE, updated_ms=now))
         return
     _skipped(tx, t, t.sched_ms, nxt, now, f"{MAX_RUNNING} occurrences still running (overlap allow)")
+    tx.rearm.add(t.id)
     if _beyond_bounds(t, t.seq, nxt):
         tx.put(_replace(t, **_DONE, updated_ms=now))
         return

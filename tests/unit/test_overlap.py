@@ -22,7 +22,7 @@ from molens.fsm.commands import (
     ResumeTasks,
     UpdateTask,
 )
-from molens.fsm.machine import FireRequest
+from molens.fsm.machine import FireRequest, WheelAdd
 from molens.model import (
     ExecutionResult,
     IllegalTransitionError,
@@ -364,3 +364,18 @@ def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_
     assert msgspec.msgpack.decode(raw, type=Task) == u
     old = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-1])  # a record written before ``running``
     assert msgspec.msgpack.decode(old, type=Task).running == ()
+
+
+def test_allow_a_running_retry_due_at_the_same_ms_as_the_next_occurrence_stays_on_the_wheel() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    f1 = _fire_next(h, t.id)
+    _answer(h, f1, None, Outcome.LOST, at=c + 20_000)  # at_least_once: sent again at once, at 20 s
+    u = h.t(t.id)
+    assert u.running[0].due_ms == u.due_ms == u.wake_ms == c + 20_000
+    assert u.next_action() == (f"{t.id}-2", 1, c + 20_000)  # a tie: the task's own occurrence first
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=f"{t.id}-2", task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 1),)))
+    assert WheelAdd(t.id, c + 20_000) in out.effects  # the wheel handed the task out: re-armed for the retry
+    assert h.t(t.id).next_action() == (f"{t.id}-1", 2, c + 20_000)
