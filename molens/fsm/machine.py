@@ -1301,8 +1301,8 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
     elif _SCHEDULE_FIELDS.intersection(changed) and not started and t.status in (Status.PENDING, Status.PAUSED):
         if new.type is TaskType.DELAYED:
             sched = new.run_at if new.run_at is not None else t.created_ms + (new.interval_ms or 0)
-        else:
-            sched = next_scheduled(nt, now)
+        else:  # (allow: and after the instants still running, which may have been sent ahead of now)
+            sched = next_scheduled(nt, max([now, *(r.sched_ms for r in t.running)]))
         due = sched + jitter(t.id, t.seq, new.jitter_ms)
         nt = _replace(nt, sched_ms=sched, due_ms=due if t.status is Status.PENDING else None)
         if new.type is TaskType.PERIODIC and _beyond_bounds(nt, t.seq, sched):

@@ -379,3 +379,17 @@ def test_allow_a_running_retry_due_at_the_same_ms_as_the_next_occurrence_stays_o
                                                   deadline_ms=h.now + 1),)))
     assert WheelAdd(t.id, c + 20_000) in out.effects  # the wheel handed the task out: re-armed for the retry
     assert h.t(t.id).next_action() == (f"{t.id}-1", 2, c + 20_000)
+
+
+def test_allow_a_schedule_change_never_moves_the_next_occurrence_onto_one_sent_ahead() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    h.now = c + 9_500  # dispatch ahead: the 10 s occurrence is planned (and running) half a second early
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=f"{t.id}-1", task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 60_000),)))
+    assert out.results == [None]
+    spec = msgspec.structs.replace(t.spec, jitter_ms=200)
+    h.apply(UpdateTask(h.now, t.id, spec, 1))  # the first instant after now is 10 s: already sent
+    u = h.t(t.id)
+    assert (u.seq, u.sched_ms) == (2, c + 20_000)
