@@ -12,8 +12,8 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   ``Dispatched`` for a due task *before* sending, and sends only the items whose result is ``None``
   (accepted) in the :class:`FireRequest` effects of that committed entry. An item is refused when the
   task is not due yet, is paused/terminal, already has a fire in flight (no overlapping
-  occurrences), or the fire id/attempt is stale. Accepting stores a fire record (``fires``) until a
-  result arrives.
+  occurrences but for ``overlap`` allow), or the fire id/attempt is stale. Accepting stores a fire
+  record (``fires``) until a result arrives.
 - **Dispatch ahead.** A task counts as due for ``Dispatched`` when its due time is at most
   ``MachineConfig.max_dispatch_lead_ms`` after the entry's ``now_ms``: the leader plans a fire up to
   ``scheduler.dispatch_lead_ms`` (<= that bound) early so the entry's commit is off the fire's
@@ -52,7 +52,12 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   was sent (``started_ms``) came due while it ran. ``skip`` (default) skips them with the missed
   ones; ``buffer_one`` makes the first of them the next occurrence, due at once and ``buffered``
   (catch-up does not skip it), and skips the instants missed before the start. ``catchup`` all
-  fires every passed instant whatever ``overlap`` says.
+  fires every passed instant whatever ``overlap`` says. ``allow``: the occurrence leaves the task
+  for ``Task.running`` when its first attempt is planned (:func:`_detach`) and the task moves on
+  to its next occurrence at once; each running one has its own fire id, retries, dead letter and
+  result (:func:`_dispatch_running`, :func:`_result_running`); at most ``MAX_RUNNING`` run at
+  once, an instant due beyond that is skipped (:func:`_skip_running_full`). The due index and the
+  wheel key on ``Task.wake_ms``, the Dispatcher plans ``Task.next_action()``.
 - **Backfill** (``BackfillTask``): the schedule's instants in a past range fire now, oldest first,
   each its own occurrence, then the regular schedule resumes (:func:`_backfill`).
 - **Periodic timing** is fixed-rate: the next occurrence is computed from the *scheduled* instant of
@@ -60,7 +65,7 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   ``cron.next_after_misfire``: the first schedule instant after it that is not in the past. An
   occurrence that fires late (the cluster was down, the wheel was being rebuilt) fires once, at
   once, and stands for every instant missed meanwhile; instants that pass while an occurrence is
-  still firing or retrying are skipped (never overlapping, never a burst). Interval tasks are
+  still firing or retrying follow ``overlap`` (skip: never overlapping, never a burst). Interval tasks are
   anchored at their creation time (``created + k * interval_ms``), cron tasks follow
   ``cron.next_cron_fire`` in their time zone (DST rules there).
 - **Pause** (from pending, firing, awaiting_ack) drops the due entry and keeps everything else; a

@@ -6,7 +6,8 @@ the result and finally ``applied_index`` -- all in ONE lmdb write transaction. D
 ``data_dir/fsm/``:
 
 - ``tasks``  task id -> task record (msgpack array, see :func:`task_to_bytes`)
-- ``due``    ``due_ms`` (u64 big-endian) ``|`` task id -> ``b""`` -- scans in due order
+- ``due``    ``Task.wake_ms`` (u64 big-endian) ``|`` task id -> ``b""`` -- scans in due order (the
+  task's next action: its ``due_ms``, or an earlier retry of an ``overlap`` allow occurrence)
 - ``fires``  fire id -> in-flight fire record
 - ``idem``   idempotency key -> task id
 - ``meta``   ``applied_index``, ``applied_term``, ``counts`` (tasks per status), ``m:<key>`` user meta
