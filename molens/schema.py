@@ -553,16 +553,26 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     def next_action(self) -> tuple[str, int, int] | None:
         """``(fire id, attempt, due_ms)`` of what fires next: a running occurrence's retry or the
         task's own occurrence, the earliest first; None when nothing is due to be planned."""
-        best: tuple[str, int, int] | None = None
+        actions = self.actions()
+        return actions[0] if actions else None
+
+    def actions(self, due_by: int | None = None) -> list[tuple[str, int, int]]:
+        """Every ``(fire id, attempt, due_ms)`` the task has to plan (due by ``due_by`` when given),
+        earliest first, the task's own occurrence first on a tie: with ``overlap`` allow several at once."""
+        out: list[tuple[str, int, int]] = []
         if self.due_ms is not None and self.inflight is None:
             if self.status is Status.AWAITING_ACK:
-                best = (self.fire_id, self.ack_attempt + 1, self.due_ms)
+                out.append((self.fire_id, self.ack_attempt + 1, self.due_ms))
             elif self.status in (Status.PENDING, Status.FIRING):
-                best = (self.fire_id, self.attempt + 1, self.due_ms)
+                out.append((self.fire_id, self.attempt + 1, self.due_ms))
         for r in self.running:
-            if r.due_ms is not None and not r.inflight and (best is None or r.due_ms < best[2]):
-                best = (r.fire_id(self.id), r.attempt + 1, r.due_ms)
-        return best
+            if r.due_ms is not None and not r.inflight:
+                out.append((r.fire_id(self.id), r.attempt + 1, r.due_ms))
+        if due_by is not None:
+            out = [a for a in out if a[2] <= due_by]
+        if len(out) > 1:
+            out.sort(key=lambda a: a[2])  # stable: the task's own first on a tie
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object the REST API returns, as Python values (times are epoch ms)."""

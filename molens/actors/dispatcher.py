@@ -193,25 +193,27 @@ class DispatchPlan:
                 later.append(tid)
                 continue
             t = get(tid)
-            action = t.next_action() if t is not None else None  # (an allow task: maybe a running occurrence)
-            if t is None or action is None or action[2] > due_by:
+            actions = t.actions(due_by) if t is not None else []  # an allow task: maybe several occurrences
+            if t is None or not actions:
                 self.skipped += 1
                 if flows is not None:
                     flows.drop(tid)
                 continue
-            fire_id, attempt, due = action
-            at = max(now_ms, due)
-            if flows is not None and not flows.gate(tid, fire_id, attempt, flow_of(t.spec), at, now_ms):
-                self.held += 1
-                continue
-            wid = self._pick(caps, total)
-            caps[wid] -= 1
-            total -= 1
-            deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms
-            items.append(DispatchItem(
-                fire_id=fire_id, task_id=tid, attempt=attempt, worker=wid, deadline_ms=deadline,
-            ))
-            lags.append(now_ms - due)
+            for n, (fire_id, attempt, due) in enumerate(actions):
+                if n and (len(items) >= limit or total <= 0):
+                    break  # the rest wait for the wheel: the entry that plans these re-arms it
+                at = max(now_ms, due)
+                if flows is not None and not flows.gate(tid, fire_id, attempt, flow_of(t.spec), at, now_ms):
+                    self.held += 1
+                    break
+                wid = self._pick(caps, total)
+                caps[wid] -= 1
+                total -= 1
+                deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms
+                items.append(DispatchItem(
+                    fire_id=fire_id, task_id=tid, attempt=attempt, worker=wid, deadline_ms=deadline,
+                ))
+                lags.append(now_ms - due)
         self.planned += len(items)
         return items, later
 

@@ -671,23 +671,23 @@ class Sim:
         fc.sweep(self.now)
         for tid in fc.release(self.now) + ld.wheel.advance(due_by):
             t = rep.get_task(tid)
-            action = t.next_action() if t is not None else None  # an allow task's: maybe a running occurrence's
-            if t is None or action is None or action[2] > due_by:
+            actions = t.actions(due_by) if t is not None else []  # an allow task: maybe several occurrences
+            if t is None or not actions:
                 fc.drop(tid)
                 continue
-            fid, att, due = action
-            go = max(self.now, due)
-            flow = flow_of(t.spec)
-            if not fc.gate(tid, fid, att, flow, go, self.now):
-                continue
-            kind = FireKind.ACK if fid == t.fire_id and t.status is Status.AWAITING_ACK else FireKind.CALLBACK
-            slot = fc.fire_slot(fid)
-            assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
-            self.plan_of[(fid, att, kind)] = Planned(self.now, slot, ld.term, flow)
-            dl = go + t.spec.timeout_ms + DISPATCH_SLACK
-            items.append(DispatchItem(
-                fire_id=fid, task_id=tid, attempt=att, worker=self.rng.choice(workers), deadline_ms=dl,
-            ))
+            for fid, att, due in actions:
+                go = max(self.now, due)
+                flow = flow_of(t.spec)
+                if not fc.gate(tid, fid, att, flow, go, self.now):
+                    break
+                kind = FireKind.ACK if fid == t.fire_id and t.status is Status.AWAITING_ACK else FireKind.CALLBACK
+                slot = fc.fire_slot(fid)
+                assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
+                self.plan_of[(fid, att, kind)] = Planned(self.now, slot, ld.term, flow)
+                dl = go + t.spec.timeout_ms + DISPATCH_SLACK
+                items.append(DispatchItem(
+                    fire_id=fid, task_id=tid, attempt=att, worker=self.rng.choice(workers), deadline_ms=dl,
+                ))
         if items:
             self.propose(Dispatched(self.now, tuple(items)))
         self.schedule_load()
@@ -916,7 +916,7 @@ class Sim:
         b = self.brng
         for req, _ in kinds:  # instants due while an occurrence runs (docs/architecture.md#overlap)
             if req["type"] == "periodic" and b.random() < 0.5:
-                req["overlap"] = b.choice(["skip", "buffer_one"])
+                req.setdefault("overlap", b.choice(["skip", "buffer_one"]))  # (allow tasks keep allow)
         for i, (req, _) in enumerate(kinds):  # backfills of past ranges (docs/architecture.md#backfill)
             if req["type"] == "periodic" and b.random() < 0.5:
                 for _ in range(b.choice([1, 1, 2])):
