@@ -57,7 +57,7 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   to its next occurrence at once; each running one has its own fire id, retries, dead letter and
   result (:func:`_dispatch_running`, :func:`_result_running`); at most ``MAX_RUNNING`` run at
   once, an instant due beyond that is skipped (:func:`_skip_running_full`). The due index and the
-  wheel key on ``Task.wake_ms``, the Dispatcher plans ``Task.next_action()``.
+  wheel key on ``Task.wake_ms``, the Dispatcher plans ``Task.actions(due_by)``.
 - **Backfill** (``BackfillTask``): the schedule's instants in a past range fire now, oldest first,
   each its own occurrence, then the regular schedule resumes (:func:`_backfill`).
 - **Periodic timing** is fixed-rate: the next occurrence is computed from the *scheduled* instant of
