@@ -91,7 +91,7 @@ export default {
     nonRetryable: '立即失败的状态码', nonRetryableHint: 'HTTP 状态码，用逗号分隔；404 总是立即失败。',
     maxThrottle: '限流豁免时长', maxThrottleHint: '带 Retry-After 的 429/503 在这段时间内不消耗重试次数。',
     retryInWords: '说明：', retryHint: '留空的字段取节点的默认值。接收方也可以用这个响应头结束一次运行的重试：',
-    overlapHint: '某次运行尚未结束（接收方较慢、正在重试）时到期的运行；只有“并行”会让多次运行同时进行，每次有自己的 fire id。',
+    overlapHint: '某次运行尚未结束（接收方较慢、正在重试）时到期的运行；只有“并行”会让多次运行同时进行，每次有自己的触发 ID。',
   },
   detail: {
     schedule: '调度', nextFires: '接下来的触发时间',
