@@ -96,6 +96,13 @@ class Overlap(enum.StrEnum):
     """They do not fire; the schedule goes on at its first instant after the occurrence ended (the default)."""
     BUFFER_ONE = "buffer_one"
     """The first of them fires as soon as the occurrence has ended; the others are skipped."""
+    ALLOW = "allow"
+    """They fire at their time, beside the running one (each its own fire id), at most
+    ``MAX_RUNNING`` at once; an instant that comes due with that many running is skipped."""
+
+
+MAX_RUNNING = 8
+"""The most occurrences of one ``overlap: allow`` task that run at once (firing or retrying)."""
 
 
 class FireKind(enum.StrEnum):
@@ -371,7 +378,9 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         Overlap,
         rule(
             "periodic only: instants that come due while an occurrence is firing, retrying or awaiting its ACK: "
-            "skip (not fired, the default) or buffer_one (the first of them fires as soon as the occurrence ended)"
+            "skip (not fired, the default), buffer_one (the first of them fires as soon as the occurrence ended) "
+            "or allow (they fire at their time, beside it, each its own fire id; at most 8 run at once, an instant "
+            "that comes due with 8 running is skipped)"
         ),
     ] = Overlap.SKIP
     flow_key: Annotated[
@@ -404,6 +413,30 @@ class Rewound(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     skipped_to: bool
     started_ms: int | None = None
     buffered: bool = False
+
+
+class Running(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
+    """An occurrence of an ``overlap: allow`` task that runs beside the task's later ones
+    (docs/architecture.md#overlap): fire id ``{task id}-{seq}``, its own attempts and retries.
+
+    Example: a task every 10 s whose receiver answers in 25 s; occurrence 3 (instant 30 s) is sent
+    at 30 s and becomes ``Running(seq=3, sched_ms=30_000, attempt=1, due_ms=None, inflight=True)``
+    while the task itself is pending at occurrence 4 (40 s); a failed attempt sets ``due_ms`` to its
+    retry and ``inflight`` False; its success removes it."""
+
+    seq: int
+    sched_ms: int
+    attempt: int
+    due_ms: int | None
+    """Its next attempt (a retry); None while an attempt is in flight or the task is paused."""
+    inflight: bool
+    free_attempts: int = 0
+    throttled_since_ms: int = 0
+    occ_spec: TaskSpec | None = None
+    """The definition its attempt in flight was sent under, when the task was updated meanwhile."""
+
+    def fire_id(self, task_id: str) -> str:
+        return f"{task_id}-{self.seq}"
 
 
 class Backfill(msgspec.Struct, frozen=True, array_like=True):
@@ -497,10 +530,49 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     while it ran (overlap)."""
     buffered: Annotated[bool, rule("overlap buffer_one: this occurrence came due while the last ran", internal=True)] = False
     """It fires when the one before ended, late by design: catch-up does not skip it."""
+    running: Annotated[
+        tuple[Running, ...], rule("overlap allow: earlier occurrences still firing or retrying", internal=True)
+    ] = ()
+    """An allow task's occurrence leaves the task when its first attempt is sent (the task moves on
+    to its next occurrence) and lives here until it ends: the task's own fields describe the next."""
 
     @property
     def fire_id(self) -> str:
         return f"{self.id}-{self.seq}"
+
+    @property
+    def wake_ms(self) -> int | None:
+        """When the task next has something to fire (its own occurrence or a running one's retry):
+        the key of the ``due`` index and the timing wheel."""
+        due = self.due_ms
+        for r in self.running:
+            if r.due_ms is not None and (due is None or r.due_ms < due):
+                due = r.due_ms
+        return due
+
+    def next_action(self) -> tuple[str, int, int] | None:
+        """``(fire id, attempt, due_ms)`` of what fires next: a running occurrence's retry or the
+        task's own occurrence, the earliest first; None when nothing is due to be planned."""
+        actions = self.actions()
+        return actions[0] if actions else None
+
+    def actions(self, due_by: int | None = None) -> list[tuple[str, int, int]]:
+        """Every ``(fire id, attempt, due_ms)`` the task has to plan (due by ``due_by`` when given),
+        earliest first, the task's own occurrence first on a tie: with ``overlap`` allow several at once."""
+        out: list[tuple[str, int, int]] = []
+        if self.due_ms is not None and self.inflight is None:
+            if self.status is Status.AWAITING_ACK:
+                out.append((self.fire_id, self.ack_attempt + 1, self.due_ms))
+            elif self.status in (Status.PENDING, Status.FIRING):
+                out.append((self.fire_id, self.attempt + 1, self.due_ms))
+        for r in self.running:
+            if r.due_ms is not None and not r.inflight:
+                out.append((r.fire_id(self.id), r.attempt + 1, r.due_ms))
+        if due_by is not None:
+            out = [a for a in out if a[2] <= due_by]
+        if len(out) > 1:
+            out.sort(key=lambda a: a[2])  # stable: the task's own first on a tie
+        return out
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object the REST API returns, as Python values (times are epoch ms)."""
@@ -885,6 +957,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "FLOW_KEY_PATTERN",
     "FORMAT",
+    "MAX_RUNNING",
     "Backoff",
     "Backfill",
     "CatchUp",
@@ -899,6 +972,7 @@ __all__ = [
     "Reliability",
     "RetryJitter",
     "RetryPolicy",
+    "Running",
     "Status",
     "Task",
     "TaskSpec",

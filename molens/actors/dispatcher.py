@@ -72,7 +72,7 @@ from molens.delivery import FireRequest as WireFire
 from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSettings, ResultItem
 from molens.fsm.machine import FireRequest
 from molens.fsm.store import EntryResult
-from molens.model import Status, Task
+from molens.model import Task
 from molens.schedule.flows import FlowControl, FlowLimits
 from molens.schema import flow_of
 
@@ -193,32 +193,27 @@ class DispatchPlan:
                 later.append(tid)
                 continue
             t = get(tid)
-            if t is None or t.due_ms is None or t.due_ms > due_by or t.inflight is not None:
+            actions = t.actions(due_by) if t is not None else []  # an allow task: maybe several occurrences
+            if t is None or not actions:
                 self.skipped += 1
                 if flows is not None:
                     flows.drop(tid)
                 continue
-            if t.status is Status.AWAITING_ACK:
-                attempt = t.ack_attempt + 1
-            elif t.status in (Status.PENDING, Status.FIRING):
-                attempt = t.attempt + 1
-            else:
-                self.skipped += 1
-                if flows is not None:
-                    flows.drop(tid)
-                continue
-            at = max(now_ms, t.due_ms)
-            if flows is not None and not flows.gate(tid, t.fire_id, attempt, flow_of(t.spec), at, now_ms):
-                self.held += 1
-                continue
-            wid = self._pick(caps, total)
-            caps[wid] -= 1
-            total -= 1
-            deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms
-            items.append(DispatchItem(
-                fire_id=t.fire_id, task_id=tid, attempt=attempt, worker=wid, deadline_ms=deadline,
-            ))
-            lags.append(now_ms - t.due_ms)
+            for n, (fire_id, attempt, due) in enumerate(actions):
+                if n and (len(items) >= limit or total <= 0):
+                    break  # the rest wait for the wheel: the entry that plans these re-arms it
+                at = max(now_ms, due)
+                if flows is not None and not flows.gate(tid, fire_id, attempt, flow_of(t.spec), at, now_ms):
+                    self.held += 1
+                    break
+                wid = self._pick(caps, total)
+                caps[wid] -= 1
+                total -= 1
+                deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms
+                items.append(DispatchItem(
+                    fire_id=fire_id, task_id=tid, attempt=attempt, worker=wid, deadline_ms=deadline,
+                ))
+                lags.append(now_ms - due)
         self.planned += len(items)
         return items, later
 

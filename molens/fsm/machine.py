@@ -12,8 +12,8 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   ``Dispatched`` for a due task *before* sending, and sends only the items whose result is ``None``
   (accepted) in the :class:`FireRequest` effects of that committed entry. An item is refused when the
   task is not due yet, is paused/terminal, already has a fire in flight (no overlapping
-  occurrences), or the fire id/attempt is stale. Accepting stores a fire record (``fires``) until a
-  result arrives.
+  occurrences but for ``overlap`` allow), or the fire id/attempt is stale. Accepting stores a fire
+  record (``fires``) until a result arrives.
 - **Dispatch ahead.** A task counts as due for ``Dispatched`` when its due time is at most
   ``MachineConfig.max_dispatch_lead_ms`` after the entry's ``now_ms``: the leader plans a fire up to
   ``scheduler.dispatch_lead_ms`` (<= that bound) early so the entry's commit is off the fire's
@@ -52,7 +52,12 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   was sent (``started_ms``) came due while it ran. ``skip`` (default) skips them with the missed
   ones; ``buffer_one`` makes the first of them the next occurrence, due at once and ``buffered``
   (catch-up does not skip it), and skips the instants missed before the start. ``catchup`` all
-  fires every passed instant whatever ``overlap`` says.
+  fires every passed instant whatever ``overlap`` says. ``allow``: the occurrence leaves the task
+  for ``Task.running`` when its first attempt is planned (:func:`_detach`) and the task moves on
+  to its next occurrence at once; each running one has its own fire id, retries, dead letter and
+  result (:func:`_dispatch_running`, :func:`_result_running`); at most ``MAX_RUNNING`` run at
+  once, an instant due beyond that is skipped (:func:`_skip_running_full`). The due index and the
+  wheel key on ``Task.wake_ms``, the Dispatcher plans ``Task.actions(due_by)``.
 - **Backfill** (``BackfillTask``): the schedule's instants in a past range fire now, oldest first,
   each its own occurrence, then the regular schedule resumes (:func:`_backfill`).
 - **Periodic timing** is fixed-rate: the next occurrence is computed from the *scheduled* instant of
@@ -60,7 +65,7 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   ``cron.next_after_misfire``: the first schedule instant after it that is not in the past. An
   occurrence that fires late (the cluster was down, the wheel was being rebuilt) fires once, at
   once, and stands for every instant missed meanwhile; instants that pass while an occurrence is
-  still firing or retrying are skipped (never overlapping, never a burst). Interval tasks are
+  still firing or retrying follow ``overlap`` (skip: never overlapping, never a burst). Interval tasks are
   anchored at their creation time (``created + k * interval_ms``), cron tasks follow
   ``cron.next_cron_fire`` in their time zone (DST rules there).
 - **Pause** (from pending, firing, awaiting_ack) drops the due entry and keeps everything else; a
@@ -137,7 +142,7 @@ from molens.model import (
     ValidationError,
 )
 from molens.schedule.cron import ScheduleSpec, next_after_misfire, next_cron_fire, next_fire_after
-from molens.schema import Backfill, DeadLetter, Notice, NoticeType, Rewound, flow_of
+from molens.schema import MAX_RUNNING, Backfill, DeadLetter, Notice, NoticeType, Rewound, Running, flow_of
 
 log = logging.getLogger(__name__)
 
@@ -274,13 +279,15 @@ class Applied:
 class _Tx:
     """Reads through the view, sees its own writes, remembers originals to derive wheel effects."""
 
-    __slots__ = ("effects", "orig", "view", "w")
+    __slots__ = ("effects", "orig", "rearm", "view", "w")
 
     def __init__(self, view: View) -> None:
         self.view = view
         self.w = Writes()
         self.orig: dict[str, Task | None] = {}
         self.effects: list[Effect] = []
+        self.rearm: set[str] = set()
+        """Tasks the wheel handed out whose next action may be due at the same ms (overlap allow)."""
 
     def task(self, tid: str) -> Task | None:
         tasks = self.w.tasks
@@ -331,9 +338,9 @@ class _Tx:
                 _notice(self, new, _NOTIFIED[new.status], new.updated_ms,
                         f"{new.status.value} after {new.last_result or 'no'} attempt result "
                         f"(status {new.last_status_code})")
-            od = old.due_ms if old is not None else None
-            nd = new.due_ms if new is not None else None
-            if od == nd:
+            od = old.wake_ms if old is not None else None
+            nd = new.wake_ms if new is not None else None
+            if od == nd and (nd is None or tid not in self.rearm):
                 continue
             eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
         eff.extend(self.effects)
@@ -577,6 +584,10 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
     t = tx.task(it.task_id)
     if t is None:
         return NotFoundError(f"task {it.task_id} not found", "task_id")
+    if t.running:
+        i = _running_index(t, it.fire_id)
+        if i is not None:
+            return _dispatch_running(tx, t, i, it, now, due_by)
     if t.inflight is not None:
         return IllegalTransitionError(f"task {t.id} already has fire {t.inflight} in flight", "fire_id")
     if t.status is Status.AWAITING_ACK:
@@ -592,7 +603,13 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         return IllegalTransitionError(
             f"stale fire {it.fire_id} attempt {it.attempt}; expected {t.fire_id} attempt {expected}", "fire_id"
         )
+    allow = False
     if expected == 1 and kind is FireKind.CALLBACK and t.spec.type is TaskType.PERIODIC:
+        allow = t.spec.overlap is Overlap.ALLOW and t.rewound is None and t.backfill is None
+        if allow and len(t.running) >= MAX_RUNNING:
+            _skip_running_full(tx, t, now)
+            return IllegalTransitionError(f"task {t.id}: {MAX_RUNNING} occurrences still running (overlap allow)",
+                                          "task_id")
         caught = _catch_up(tx, t, now)
         if caught is None:
             return IllegalTransitionError(f"task {t.id}: missed occurrences skipped (catchup)", "task_id")
@@ -620,6 +637,10 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
             buffered=False,
         )
         url = t.spec.callback_url
+    if allow:
+        nt = _detach(tx, nt, now)
+    if nt.running:  # a running retry may be due at the very ms this one was
+        tx.rearm.add(t.id)
     tx.put(nt)
     tx.effects.append(
         FireRequest(
@@ -627,6 +648,132 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
             reliability=t.spec.reliability, not_before_ms=due, scheduled_ms=t.sched_ms,
         )
     )
+    return None
+
+
+# -------------------------------------------------------------------------------------------------
+# overlap allow: occurrences that run beside the task's next ones
+
+
+def _running_index(t: Task, fire_id: str) -> int | None:
+    for i, r in enumerate(t.running):
+        if r.fire_id(t.id) == fire_id:
+            return i
+    return None
+
+
+def _with_running(t: Task, i: int, r: Running | None) -> tuple[Running, ...]:
+    """``t.running`` with its ``i``-th occurrence replaced by ``r`` (None: removed)."""
+    rest = list(t.running)
+    if r is None:
+        del rest[i]
+    else:
+        rest[i] = r
+    return tuple(rest)
+
+
+def _detach(tx: _Tx, started: Task, now: int) -> Task:
+    """The allow task whose occurrence's first attempt is being sent (``started``, firing, that
+    attempt in flight): the occurrence goes to ``running`` and the task moves on to its next
+    occurrence, due at its own time (catch-up rules as if the one sent had ended now)."""
+    run = Running(seq=started.seq, sched_ms=started.sched_ms, attempt=started.attempt, due_ms=None, inflight=True)
+    nxt = _next_occurrence(tx, started, now)
+    if nxt["status"] is not Status.PENDING:  # bounds reached: nothing of its own left, the running ones finish
+        nxt["attempt"] = 0
+    return _replace(started, **nxt, inflight=None, started_ms=None, occ_spec=None, running=(*started.running, run))
+
+
+def _skip_running_full(tx: _Tx, t: Task, now: int) -> None:
+    """The allow task's occurrence came due with ``MAX_RUNNING`` of its occurrences running: it is
+    skipped (history ``skipped``), the task waits for its first instant that is not in the past."""
+    try:
+        nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
+    except ValueError as exc:
+        log.error("task=%s has no next occurrence (%s): inactive", t.id, exc)
+        tx.put(_replace(t, **_INACTIVE, updated_ms=now))
+        return
+    _skipped(tx, t, t.sched_ms, nxt, now, f"{MAX_RUNNING} occurrences still running (overlap allow)")
+    tx.rearm.add(t.id)
+    if _beyond_bounds(t, t.seq, nxt):
+        tx.put(_replace(t, **_DONE, updated_ms=now))
+        return
+    tx.put(_replace(t, sched_ms=nxt, due_ms=nxt + jitter(t.id, t.seq, t.spec.jitter_ms), skipped_to=False,
+                    updated_ms=now))
+
+
+def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_by: int) -> ItemResult:
+    """A retry of running occurrence ``t.running[i]`` (overlap allow), under the task's definition."""
+    r = t.running[i]
+    if r.inflight:
+        return IllegalTransitionError(f"fire {it.fire_id} is already in flight", "fire_id")
+    if r.due_ms is None or r.due_ms > due_by:
+        return IllegalTransitionError(f"fire {it.fire_id} is not due (due {r.due_ms}, now {now})", "task_id")
+    if it.attempt != r.attempt + 1:
+        return IllegalTransitionError(
+            f"stale fire {it.fire_id} attempt {it.attempt}; expected attempt {r.attempt + 1}", "fire_id"
+        )
+    fire = Fire(
+        fire_id=it.fire_id, task_id=t.id, kind=FireKind.CALLBACK, attempt=it.attempt, worker=it.worker,
+        deadline_ms=it.deadline_ms, dispatched_ms=now,
+    )
+    tx.w.fires[fire.fire_id] = fire
+    nr = _replace(r, attempt=it.attempt, due_ms=None, inflight=True)
+    tx.put(_replace(t, running=_with_running(t, i, nr), last_fire_ms=max(now, r.due_ms), updated_ms=now))
+    tx.rearm.add(t.id)
+    s = t.spec
+    tx.effects.append(FireRequest(
+        fire=fire, url=s.callback_url, body=s.payload_json, scene=s.scene, timeout_ms=s.timeout_ms,
+        reliability=s.reliability, not_before_ms=r.due_ms, scheduled_ms=r.sched_ms,
+    ))
+    return None
+
+
+def _as_occurrence(t: Task, r: Running) -> Task:
+    """The task as the rules of one occurrence see it, with ``r``'s fields (retry, dead letter)."""
+    return _replace(t, seq=r.seq, sched_ms=r.sched_ms, attempt=r.attempt, free_attempts=r.free_attempts,
+                    throttled_since_ms=r.throttled_since_ms, occ_spec=r.occ_spec, inflight=None, rewound=None)
+
+
+def _result_running(
+    tx: _Tx, t: Task, i: int, it: ResultItem, fire: Fire, now: int, cfg: MachineConfig
+) -> ItemResult:
+    """The result of running occurrence ``t.running[i]``'s attempt (overlap allow): it retries by
+    the task's policy or ends (success; failed for good: a dead letter, and a failure counted
+    against ``max_fails`` as for any occurrence; 404: the task goes inactive)."""
+    r = t.running[i]
+    occ = _as_occurrence(t, r)
+    sent = r.occ_spec or t.spec
+    res = _classify(it, fire.kind, sent.reliability)
+    head = it.response_head
+    if head is not None and len(head) > cfg.response_head_chars:
+        head = head[: cfg.response_head_chars]
+    tx.w.executions.append(Execution(
+        task_id=t.id, fire_id=fire.fire_id, seq=r.seq, attempt=fire.attempt, kind=fire.kind, result=res,
+        status_code=it.status_code, latency_ms=it.latency_ms, worker=it.worker, url=sent.callback_url,
+        scene=sent.scene, fired_ms=fire.dispatched_ms, finished_ms=now, response_head=head,
+    ))
+    changes: dict[str, Any] = {"last_result": res, "last_status_code": it.status_code, "last_response": head,
+                               "updated_ms": now}
+    nr: Running | None = None
+    if res is ExecutionResult.SUCCESS:
+        changes["fail_count"] = 0
+    else:
+        decision = _retry_or_end(occ, it, res, fire, now, sent.reliability)
+        if not isinstance(decision, DeadLetterKind):
+            nr = _replace(r, due_ms=None if t.status is Status.PAUSED else decision["due_ms"], inflight=False,
+                          free_attempts=decision["free_attempts"], throttled_since_ms=decision["throttled_since_ms"],
+                          occ_spec=None)
+        else:
+            _dead_letter(tx, occ, it, res, fire, now, decision, head)
+            can_end = t.status not in TERMINAL_STATUSES and t.inflight is None and t.rewound is None
+            if res is ExecutionResult.NOT_FOUND:
+                if can_end:
+                    changes.update(_INACTIVE)
+            elif res is not ExecutionResult.UNKNOWN:
+                changes["fail_count"] = t.fail_count + 1
+                if changes["fail_count"] >= t.spec.max_fails and can_end:
+                    changes.update(_INACTIVE)
+    tx.put(_replace(t, running=_with_running(t, i, nr), **changes))
     return None
 
 
@@ -695,6 +842,10 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     t = tx.task(fire.task_id)
     if t is None:
         return None
+    if t.running and fire.kind is FireKind.CALLBACK:
+        i = _running_index(t, fire.fire_id)
+        if i is not None:
+            return _result_running(tx, t, i, it, fire, now, cfg)
     sent = t.occ_spec or t.spec  # the definition the fire went out under (docs/architecture.md#update)
     res = _classify(it, fire.kind, sent.reliability)
     head = it.response_head
@@ -755,12 +906,17 @@ def _late_result(tx: _Tx, it: ResultItem, fire: Fire | None, now: int, cfg: Mach
         return
     task_id, _, seq = it.fire_id.rpartition("-")
     t = tx.task(task_id)
-    if t is None or not seq.isdigit() or t.fire_id != it.fire_id:
+    if t is None or not seq.isdigit():
         return
     if it.kind is FireKind.ACK:  # a lost ACK probe is on record as ack_failed, like a refused one
         return
-    if not (it.attempt < t.attempt or (
-            it.attempt == t.attempt and t.inflight is None and t.last_result is ExecutionResult.UNKNOWN)):
+    i = _running_index(t, it.fire_id) if t.running else None
+    if i is not None:  # overlap allow: an occurrence still running, sent again after a lost attempt
+        newer = it.attempt < t.running[i].attempt
+    else:
+        newer = t.fire_id == it.fire_id and (it.attempt < t.attempt or (
+            it.attempt == t.attempt and t.inflight is None and t.last_result is ExecutionResult.UNKNOWN))
+    if not newer:
         return
     head = it.response_head
     if head is not None and len(head) > cfg.response_head_chars:
@@ -1014,6 +1170,9 @@ def _remove(tx: _Tx, t: Task) -> None:
     tx.delete(t)
     if t.inflight is not None:
         tx.w.fires[t.inflight] = None
+    for r in t.running:
+        if r.inflight:
+            tx.w.fires[r.fire_id(t.id)] = None
     key = t.spec.idempotency_key
     if key is not None and tx.idem(key) == t.id:
         tx.w.idem[key] = None
@@ -1034,7 +1193,8 @@ def _pause(tx: _Tx, tid: str, now: int) -> ItemResult:
         return NotFoundError(f"task {tid} not found", "task_id")
     if t.status not in (Status.PENDING, Status.FIRING, Status.AWAITING_ACK):
         return IllegalTransitionError(f"cannot pause a task that is {t.status}", "status")
-    nt = _replace(t, status=Status.PAUSED, due_ms=None, updated_ms=now)
+    running = tuple(_replace(r, due_ms=None) if r.due_ms is not None else r for r in t.running)
+    nt = _replace(t, status=Status.PAUSED, due_ms=None, updated_ms=now, running=running)
     tx.put(nt)
     return nt
 
@@ -1082,6 +1242,9 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
         nt = _replace(t, status=Status.PENDING, due_ms=max(now, t.sched_ms), updated_ms=now)
     if nt.redrives and nt.rewound is None and _idle(nt):
         nt = _start_redrive(nt, now, _own(nt))
+    if t.status is Status.PAUSED and t.running:  # running occurrences' retries held by the pause go on now
+        nt = _replace(nt, running=tuple(_replace(r, due_ms=now) if not r.inflight and r.due_ms is None else r
+                                        for r in nt.running))
     tx.put(nt)
     return nt
 
@@ -1130,6 +1293,7 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
     nt = _replace(
         t, spec=new, version=t.version + 1, updated_ms=now,
         occ_spec=(t.occ_spec or old) if t.inflight is not None else None,
+        running=tuple(_replace(r, occ_spec=r.occ_spec or old) if r.inflight else r for r in t.running),
     )
     started = t.inflight is not None or t.attempt > 0 or t.ack_attempt > t.ack_base or t.status is Status.AWAITING_ACK
     if _SCHEDULE_FIELDS.intersection(changed) and not started and t.backfill is not None and t.backfill.current:
@@ -1142,8 +1306,8 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
     elif _SCHEDULE_FIELDS.intersection(changed) and not started and t.status in (Status.PENDING, Status.PAUSED):
         if new.type is TaskType.DELAYED:
             sched = new.run_at if new.run_at is not None else t.created_ms + (new.interval_ms or 0)
-        else:
-            sched = next_scheduled(nt, now)
+        else:  # (allow: and after the instants still running, which may have been sent ahead of now)
+            sched = next_scheduled(nt, max([now, *(r.sched_ms for r in t.running)]))
         due = sched + jitter(t.id, t.seq, new.jitter_ms)
         nt = _replace(nt, sched_ms=sched, due_ms=due if t.status is Status.PENDING else None)
         if new.type is TaskType.PERIODIC and _beyond_bounds(nt, t.seq, sched):
@@ -1277,7 +1441,7 @@ def _backfill_step(tx: _Tx, t: Task, now: int, seq: int, next_ms: int, after_ms:
 
 def _expire(tx: _Tx, it: ExpireItem) -> ItemResult:
     t = tx.task(it.task_id)
-    if t is None or t.status not in TERMINAL_STATUSES or t.updated_ms != it.updated_ms:
+    if t is None or t.status not in TERMINAL_STATUSES or t.updated_ms != it.updated_ms or t.running:
         return False
     _remove(tx, t)
     return True

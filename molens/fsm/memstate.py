@@ -65,14 +65,14 @@ class MemoryState:
         w = out.writes
         for tid, t in w.tasks.items():
             old = self.tasks.get(tid)
-            if old is not None and old.due_ms is not None:
-                self.due.discard((old.due_ms, tid))
+            if old is not None and old.wake_ms is not None:
+                self.due.discard((old.wake_ms, tid))
             if t is None:
                 self.tasks.pop(tid, None)
             else:
                 self.tasks[tid] = t
-                if t.due_ms is not None:
-                    self.due.add((t.due_ms, tid))
+                if t.wake_ms is not None:
+                    self.due.add((t.wake_ms, tid))
         for fid, f in w.fires.items():
             if f is None:
                 self.fires.pop(fid, None)

@@ -6,7 +6,8 @@ the result and finally ``applied_index`` -- all in ONE lmdb write transaction. D
 ``data_dir/fsm/``:
 
 - ``tasks``  task id -> task record (msgpack array, see :func:`task_to_bytes`)
-- ``due``    ``due_ms`` (u64 big-endian) ``|`` task id -> ``b""`` -- scans in due order
+- ``due``    ``Task.wake_ms`` (u64 big-endian) ``|`` task id -> ``b""`` -- scans in due order (the
+  task's next action: its ``due_ms``, or an earlier retry of an ``overlap`` allow occurrence)
 - ``fires``  fire id -> in-flight fire record
 - ``idem``   idempotency key -> task id
 - ``meta``   ``applied_index``, ``applied_term``, ``counts`` (tasks per status), ``m:<key>`` user meta
@@ -432,9 +433,10 @@ class TaskStore:
             k = tid.encode()
             if old is not None:
                 delta[old.status] = delta.get(old.status, 0) - 1
-                if old.due_ms is not None and (t is None or t.due_ms != old.due_ms):
-                    delete(pack_u64(old.due_ms) + k, db=due_db)
-                    day = old.due_ms // DAY_MS
+                od = old.wake_ms
+                if od is not None and (t is None or t.wake_ms != od):
+                    delete(pack_u64(od) + k, db=due_db)
+                    day = od // DAY_MS
                     days[day] = days.get(day, 0) - 1
                 if old.status in TERMINAL_STATUSES:
                     delete(pack_u64(old.updated_ms) + k, db=exp_db)
@@ -447,9 +449,10 @@ class TaskStore:
                 continue
             delta[t.status] = delta.get(t.status, 0) + 1
             put(k, _TASK_ENCODER.encode(t), db=tasks_db)
-            if t.due_ms is not None and (old is None or old.due_ms != t.due_ms):
-                put(pack_u64(t.due_ms) + k, b"", db=due_db)
-                day = t.due_ms // DAY_MS
+            nd = t.wake_ms  # a task's next action: its own occurrence or a running one's retry (overlap allow)
+            if nd is not None and (old is None or old.wake_ms != nd):
+                put(pack_u64(nd) + k, b"", db=due_db)
+                day = nd // DAY_MS
                 days[day] = days.get(day, 0) + 1
             if t.status in TERMINAL_STATUSES:
                 put(pack_u64(t.updated_ms) + k, b"", db=exp_db)

@@ -446,7 +446,7 @@ def _ordered(
             after = (int(ms), tid)
         for due_ms, tid in ctx.scan_due(after):
             t = ctx.get_task(tid)
-            yield f"{due_ms}:{tid}", (t if t is not None and t.due_ms == due_ms else None)
+            yield f"{due_ms}:{tid}", (t if t is not None and t.wake_ms == due_ms else None)
         return
     if position and not model.is_task_id(position):
         raise bad

@@ -121,7 +121,7 @@ from molens.model import (
 )
 from molens.schedule.flows import FlowControl
 from molens.schedule.horizon import HorizonWheel
-from molens.schema import flow_of
+from molens.schema import MAX_RUNNING, flow_of
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 TICK = 10
@@ -330,6 +330,10 @@ class Sim:
         """Occurrences after one that ran over an instant, checked by ``check``, by overlap policy."""
         self.brng = random.Random(seed * 1_000_003 + 14)
         """The backfill workload's own draws (the rest of a seed's workload stays as it was)."""
+        self.arng = random.Random(seed * 2_147_483 + 31)
+        """The overlap-allow workload's own draws."""
+        self.allow_concurrent = 0
+        """Requests of an allow task that reached the receiver while another occurrence of it ran."""
 
     # ---------------------------------------------------------------- event loop
 
@@ -397,7 +401,8 @@ class Sim:
             if is_leader and isinstance(cmd, Dispatched):
                 for it in cmd.items:
                     t = rep.get_task(it.task_id)
-                    dues[it.fire_id] = (t.due_ms, t.sched_ms) if t else (None, -1)
+                    r = next((r for r in t.running if r.fire_id(t.id) == it.fire_id), None) if t else None
+                    dues[it.fire_id] = (r.due_ms, r.sched_ms) if r else (t.due_ms, t.sched_ms) if t else (None, -1)
             before = rep.get_task(cmd.task_id) if isinstance(cmd, BackfillTask) else None
             out = rep.apply(cmd)
             if isinstance(cmd, BackfillTask) and n == self.nodes[0] and before is not None \
@@ -666,22 +671,23 @@ class Sim:
         fc.sweep(self.now)
         for tid in fc.release(self.now) + ld.wheel.advance(due_by):
             t = rep.get_task(tid)
-            if t is None or t.due_ms is None or t.due_ms > due_by or t.inflight is not None:
+            actions = t.actions(due_by) if t is not None else []  # an allow task: maybe several occurrences
+            if t is None or not actions:
                 fc.drop(tid)
                 continue
-            att = (t.ack_attempt if t.status is Status.AWAITING_ACK else t.attempt) + 1
-            go = max(self.now, t.due_ms)
-            flow = flow_of(t.spec)
-            if not fc.gate(tid, t.fire_id, att, flow, go, self.now):
-                continue
-            kind = FireKind.ACK if t.status is Status.AWAITING_ACK else FireKind.CALLBACK
-            slot = fc.fire_slot(t.fire_id)
-            assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
-            self.plan_of[(t.fire_id, att, kind)] = Planned(self.now, slot, ld.term, flow)
-            dl = max(self.now, t.due_ms) + t.spec.timeout_ms + DISPATCH_SLACK
-            items.append(DispatchItem(
-                fire_id=t.fire_id, task_id=tid, attempt=att, worker=self.rng.choice(workers), deadline_ms=dl,
-            ))
+            for fid, att, due in actions:
+                go = max(self.now, due)
+                flow = flow_of(t.spec)
+                if not fc.gate(tid, fid, att, flow, go, self.now):
+                    break
+                kind = FireKind.ACK if fid == t.fire_id and t.status is Status.AWAITING_ACK else FireKind.CALLBACK
+                slot = fc.fire_slot(fid)
+                assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
+                self.plan_of[(fid, att, kind)] = Planned(self.now, slot, ld.term, flow)
+                dl = go + t.spec.timeout_ms + DISPATCH_SLACK
+                items.append(DispatchItem(
+                    fire_id=fid, task_id=tid, attempt=att, worker=self.rng.choice(workers), deadline_ms=dl,
+                ))
         if items:
             self.propose(Dispatched(self.now, tuple(items)))
         self.schedule_load()
@@ -831,6 +837,10 @@ class Sim:
             return 500, r.randint(1, 30)
         if b == "slow":
             return 200, 5_000
+        if b == "slowok":  # overlap allow: answers after the next instants came due, within its timeout
+            return 200, r.randint(1_200, 2_600)
+        if b == "crawl":  # overlap allow: so slow that MAX_RUNNING occurrences run at once
+            return 200, r.randint(8_200, 9_500)
         if b == "ackfail":
             return 503, r.randint(1, 30)
         # flaky
@@ -893,9 +903,10 @@ class Sim:
             self.at(self.t0 + r.randint(0, 20_000), self.edge_creates)
         if r.random() < 0.7:
             self.flow_workload()
+        self.allow_workload(kinds)
         for i, (req, plan) in enumerate(kinds):
             req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
-            req["timeout_ms"] = 1_000
+            req.setdefault("timeout_ms", 1_000)
             plan.idem = f"k{i}"
             req["idempotency_key"] = plan.idem
             when = self.t0 + (0 if r.random() < 0.5 else r.randint(0, 20_000))
@@ -905,11 +916,42 @@ class Sim:
         b = self.brng
         for req, _ in kinds:  # instants due while an occurrence runs (docs/architecture.md#overlap)
             if req["type"] == "periodic" and b.random() < 0.5:
-                req["overlap"] = b.choice(["skip", "buffer_one"])
+                req.setdefault("overlap", b.choice(["skip", "buffer_one"]))  # (allow tasks keep allow)
         for i, (req, _) in enumerate(kinds):  # backfills of past ranges (docs/architecture.md#backfill)
             if req["type"] == "periodic" and b.random() < 0.5:
                 for _ in range(b.choice([1, 1, 2])):
                     self.at(self.t0 + b.randint(2_000, 30_000), lambda i=i: self.client_backfill(i))
+
+    def allow_workload(self, kinds: list[tuple[dict[str, Any], Plan]]) -> None:
+        """Periodic tasks with ``overlap: allow`` (docs/architecture.md#overlap): some of the others
+        switched to it, and tasks whose receiver answers after the next instants came due (``slowok``)
+        or so slowly that ``MAX_RUNNING`` of them run at once (``crawl``), with catch-up, jitter,
+        bounds and updates in place."""
+        a = self.arng
+        for req, _ in kinds:
+            if req["type"] == "periodic" and "overlap" not in req and a.random() < 0.25:
+                req["overlap"] = "allow"
+        for _ in range(a.choice([0, 1, 1, 2, 3])):
+            req: dict[str, Any] = {
+                "type": "periodic", "interval_ms": a.choice([1_000, 1_000, 1_500]), "overlap": "allow",
+                "timeout_ms": 3_000, "reliability": a.choice(["at_least_once", "at_least_once", "at_most_once"]),
+                "max_retries": a.randint(0, 2), "max_fails": 3,
+            }
+            if a.random() < 0.4:
+                req["catchup"] = a.choice(["one", "none"])
+            if a.random() < 0.3:
+                req["jitter_ms"] = a.choice([200, 400])
+            if a.random() < 0.2:
+                req["max_runs"] = a.randint(2, 10)
+            kinds.append((req, Plan(a.choice(["slowok", "slowok", "flaky"]))))
+            if a.random() < 0.2:
+                patch = {"jitter_ms": a.choice([0, 200])}
+                k = len(kinds) - 1
+                self.at(self.t0 + a.randint(2_000, 20_000), lambda k=k, p=patch: self.client_update(k, p))
+        if a.random() < 0.3:
+            kinds.append(({"type": "periodic", "interval_ms": 1_000, "overlap": "allow", "timeout_ms": 10_000,
+                           "max_fails": 3, "reliability": a.choice(["at_least_once", "at_most_once"])},
+                          Plan("crawl")))
 
     def flow_workload(self) -> None:
         """Flows with limits (docs/architecture.md#flow-control): a rate, a concurrency, a pause that
@@ -1152,9 +1194,12 @@ def check(sim: Sim) -> None:
         t = tasks[tid]
         plan = sim.plans[tid]
         ds.sort(key=lambda d: d.at)
-        for a, b in itertools.pairwise(ds):
-            if a.end < 0 or b.at < a.end:
-                fail(f"overlapping requests for task {tid}: {a} / {b}")
+        if t.spec.overlap is Overlap.ALLOW:  # its occurrences run at once; each one's requests never overlap
+            check_allow(sim, tid, ds, fail)
+        else:
+            for a, b in itertools.pairwise(ds):
+                if a.end < 0 or b.at < a.end:
+                    fail(f"overlapping requests for task {tid}: {a} / {b}")
         if t.spec.reliability is Reliability.AT_MOST_ONCE:
             seen = set()
             for d in ds:
@@ -1281,21 +1326,30 @@ def check(sim: Sim) -> None:
             for e in ex:
                 by_seq[e.seq].append(e)
             if alo:
+                still = {r.seq for r in t.running}  # allow: started, not ended when the run stopped
                 for seq in range(1, t.seq):
+                    if seq in still:
+                        continue
                     es = by_seq.get(seq, [])
                     if not (
                         any(e.result in (ExecutionResult.SUCCESS, ExecutionResult.NOT_FOUND) for e in es)
                         or len(es) >= spec.max_retries + 1
                     ):
                         fail(f"periodic occurrence {seq} of {tid} neither delivered nor exhausted: {es}")
+                allow = spec.overlap is Overlap.ALLOW  # occurrences started before the one that ended it end too
                 if plan.behaviour == "notfound":
                     nf = [e.seq for e in ex if e.result is ExecutionResult.NOT_FOUND]
-                    if t.status is not Status.INACTIVE or (nf and (t.seq != nf[0] or len(nf) != 1)):
+                    if t.status is not Status.INACTIVE or (nf and not allow and (t.seq != nf[0] or len(nf) != 1)):
                         fail(f"periodic 404 must go inactive at its first 404: {t} {nf}")
-                    if not nf and t.fail_count != spec.max_fails:  # never reached: lost until max_fails
-                        fail(f"periodic task inactive without a 404 or max_fails: {t}")
+                    if allow and nf and any(e.seq > t.seq for e in ex):
+                        fail(f"allow task fired after going inactive: {t}")
+                    if not nf and (t.fail_count < spec.max_fails if allow else t.fail_count != spec.max_fails):
+                        fail(f"periodic task inactive without a 404 or max_fails: {t}")  # (lost until max_fails)
                 if plan.behaviour == "err":
-                    if t.status is not Status.INACTIVE or t.fail_count != spec.max_fails or t.seq != spec.max_fails:
+                    if allow:
+                        if t.status is not Status.INACTIVE or t.fail_count < spec.max_fails or t.seq < spec.max_fails:
+                            fail(f"allow task inactive before max_fails: {t}")
+                    elif t.status is not Status.INACTIVE or t.fail_count != spec.max_fails or t.seq != spec.max_fails:
                         fail(f"periodic max_fails not exactly at threshold: {t}")
             if any(d.kind is FireKind.CALLBACK and int(d.fire_id.rsplit("-", 1)[1]) > t.seq for d in ds):
                 fail(f"delivery of an occurrence after the last one: {t}")
@@ -1354,6 +1408,7 @@ def check(sim: Sim) -> None:
                 def after(x: int, iv: int = iv, anchor: int = t.created_ms) -> int:
                     return anchor + ((x - anchor) // iv + 1) * iv
 
+                allow_skips = [e for e in state.executions if e.task_id == tid and e.kind is FireKind.EVENT]
                 for k in sorted(firsts):
                     nxt = firsts.get(k + 1)
                     if nxt is None or k not in ended or f"{tid}-{k}" in sim.redriven_fires or any(
@@ -1363,7 +1418,22 @@ def check(sim: Sim) -> None:
                     hi, lo = after(began), after(began - 2 * LATENESS_BOUND)
                     if hi >= end:
                         continue  # nothing came due while it ran
-                    if spec.overlap is Overlap.BUFFER_ONE:
+                    if spec.overlap is Overlap.ALLOW:  # the next instant fired at its time, beside this one
+                        want = after(firsts[k].scheduled)
+                        if spec.catchup is CatchUp.NONE or began >= want or any(
+                                e.result is ExecutionResult.SKIPPED and f"[{want}, " in (e.response_head or "")
+                                and "(overlap allow)" in (e.response_head or "") for e in allow_skips):
+                            continue  # missed ones follow catch-up; with MAX_RUNNING running an instant is skipped
+                        sim.overlaps_checked[spec.overlap] += 1
+                        off = jitter(tid, k + 1, spec.jitter_ms)
+                        if nxt.scheduled != want:
+                            fail(f"{tid} allow: occurrence {k} at {firsts[k].scheduled} ran {began}..{end}; next at "
+                                 f"{nxt.scheduled}, not {want}")
+                        if (want + off + LATENESS_BOUND < end and nxt.at >= end
+                                and _healthy(sim, want - 2 * DISPATCH_SLACK, nxt.at)):
+                            fail(f"{tid} allow: occurrence {k} ran {began}..{end}; the next, due {want + off}, "
+                                 f"waited for it until {nxt.at}")
+                    elif spec.overlap is Overlap.BUFFER_ONE:
                         sim.overlaps_checked[spec.overlap] += 1
                         want_due = max(end, nxt.scheduled + jitter(tid, k + 1, spec.jitter_ms))
                         if not (lo <= nxt.scheduled <= hi and nxt.due == want_due):
@@ -1424,6 +1494,25 @@ def check(sim: Sim) -> None:
                 for a, b in itertools.pairwise(on_grid if not bfs else []):  # (a backfill holds the schedule up)
                     if b - a != iv and _healthy(sim, a - RECOVERY_WINDOW, b):
                         fail(f"periodic instant skipped between {a} and {b} on a healthy cluster (interval {iv})")
+
+
+def check_allow(sim: Sim, tid: str, ds: list[Delivery], fail: Callable[[str], None]) -> None:
+    """An ``overlap: allow`` task (docs/architecture.md#overlap): the requests of one occurrence (fire
+    id) never overlap; occurrences do, at most ``MAX_RUNNING`` at once while the cluster is healthy
+    (a request a lost worker still runs after its fire was given up may add one)."""
+    by_fire: dict[str, list[Delivery]] = defaultdict(list)
+    for d in ds:
+        by_fire[d.fire_id].append(d)
+    for fid, fds in by_fire.items():
+        for a, b in itertools.pairwise(fds):
+            if a.end < 0 or b.at < a.end:
+                fail(f"overlapping requests of occurrence {fid}: {a} / {b}")
+    for d in ds:
+        running = {x.fire_id for x in ds if x.at <= d.at < (x.end if x.end >= 0 else x.at + 5_000)}
+        if len(running) > 1 and d.kind is FireKind.CALLBACK:
+            sim.allow_concurrent += 1
+        if len(running) > MAX_RUNNING and _healthy(sim, d.at - 10_000, d.at):
+            fail(f"{len(running)} occurrences of allow task {tid} at once at {d.at}: {sorted(running)}")
 
 
 def check_flows(sim: Sim, fail: Callable[[str], None]) -> None:

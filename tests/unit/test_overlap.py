@@ -1,14 +1,38 @@
 """Overlap of periodic occurrences (docs/architecture.md#overlap), through machine.apply: instants
-that come due while an occurrence runs are skipped (``skip``, the default) or the first of them
+that come due while an occurrence runs are skipped (``skip``, the default), the first of them
 fires as soon as it ended (``buffer_one``), told apart from instants missed before it started,
-which follow ``catchup``."""
+which follow ``catchup``, or each fires at its time beside the running ones (``allow``)."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from molens.errors import ValidationError
-from molens.model import ExecutionResult, Task, validate_create
+from molens.fsm.commands import (
+    DeleteTasks,
+    Dispatched,
+    DispatchItem,
+    Expire,
+    ExpireItem,
+    PauseTasks,
+    RedriveDeadLetters,
+    ResultItem,
+    Results,
+    ResumeTasks,
+    UpdateTask,
+)
+from molens.fsm.machine import FireRequest, WheelAdd
+from molens.model import (
+    ExecutionResult,
+    IllegalTransitionError,
+    NotFoundError,
+    Outcome,
+    Reliability,
+    Task,
+    validate_create,
+)
+from molens.schema import MAX_RUNNING
 from tests.unit.test_catch_up import IV
 from tests.unit.test_fsm_machine import URL, H
 
@@ -99,7 +123,273 @@ def test_overlap_is_for_periodic_tasks() -> None:
         validate_create({"type": "delayed", "interval_ms": 1_000, "callback_url": URL, "overlap": "buffer_one"})
     assert e.value.field == "overlap"
     with pytest.raises(ValidationError) as e:
-        validate_create({"type": "periodic", "interval_ms": 1_000, "callback_url": URL, "overlap": "allow"})
-    assert e.value.field == "overlap" and "'skip' or 'buffer_one'" in str(e.value)
+        validate_create({"type": "periodic", "interval_ms": 1_000, "callback_url": URL, "overlap": "all"})
+    assert e.value.field == "overlap" and "'skip' or 'buffer_one' or 'allow'" in str(e.value)
     spec = validate_create({"type": "delayed", "interval_ms": 1_000, "callback_url": URL, "overlap": "skip"})
     assert spec.overlap == "skip"
+
+
+# -------------------------------------------------------------------------------------------------
+# allow: each occurrence runs at its time beside the ones still running
+
+
+def _fire_next(h: H, tid: str) -> FireRequest:
+    """Advance to the task's next action (its occurrence or a running one's retry) and send it."""
+    t = h.t(tid)
+    action = t.next_action()
+    assert action is not None, t
+    fire_id, attempt, due = action
+    h.now = max(h.now, due)
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=fire_id, task_id=tid, attempt=attempt, worker="w1",
+                                                  deadline_ms=h.now + 60_000),)))
+    assert out.results == [None], out.results
+    (fr,) = [e for e in out.effects if isinstance(e, FireRequest)]
+    return fr
+
+
+def _answer(h: H, fr: FireRequest, code: int | None = 200, outcome: Outcome = Outcome.RESPONSE,
+            at: int | None = None) -> object:
+    if at is not None:
+        h.now = at
+    out = h.apply(Results(h.now, (ResultItem(
+        fire_id=fr.fire.fire_id, kind=fr.fire.kind, status_code=code, outcome=outcome, response_head="body",
+        latency_ms=1, worker="w1", attempt=fr.fire.attempt,
+    ),)))
+    return out.results[0]
+
+
+def test_allow_fires_each_instant_at_its_time_while_the_earlier_ones_still_run() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    f1 = _fire_next(h, t.id)
+    u = h.t(t.id)  # the occurrence left for running; the task waits for its next instant
+    assert (u.status, u.seq, u.sched_ms, u.due_ms, u.inflight) == ("pending", 2, c + 20_000, c + 20_000, None)
+    assert [(r.seq, r.inflight) for r in u.running] == [(1, True)]
+    f2 = _fire_next(h, t.id)
+    f3 = _fire_next(h, t.id)
+    assert [f.fire.fire_id for f in (f1, f2, f3)] == [f"{t.id}-1", f"{t.id}-2", f"{t.id}-3"]
+    assert [f.scheduled_ms for f in (f1, f2, f3)] == [c + 10_000, c + 20_000, c + 30_000]
+    assert [f.not_before_ms for f in (f1, f2, f3)] == [c + 10_000, c + 20_000, c + 30_000]
+    assert len(h.t(t.id).running) == 3 and len(h.s.fires) == 3
+    assert _answer(h, f2, at=c + 35_000) is None  # each result settles its own occurrence
+    assert [r.seq for r in h.t(t.id).running] == [1, 3]
+    _answer(h, f1)
+    _answer(h, f3)
+    u = h.t(t.id)
+    assert (u.running, u.status, u.sched_ms, h.s.fires) == ((), "pending", c + 40_000, {})
+    rows = sorted((e.seq, e.fire_id, e.result) for e in h.s.executions if e.kind == "callback")
+    assert rows == [(1, f"{t.id}-1", "success"), (2, f"{t.id}-2", "success"), (3, f"{t.id}-3", "success")]
+    assert _skips(h) == []
+
+
+def test_allow_a_late_result_or_duplicate_settles_nothing() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    f1 = _fire_next(h, t.id)
+    _answer(h, f1)
+    assert isinstance(_answer(h, f1), NotFoundError)
+    assert h.t(t.id).running == ()
+
+
+def test_allow_retries_each_occurrence_on_its_own_with_the_same_fire_id_and_instant() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    f1 = _fire_next(h, t.id)
+    _answer(h, f1, 500, at=c + 10_500)  # fails: its retry is due a second later, before the next instant
+    (r,) = h.t(t.id).running
+    assert (r.attempt, r.inflight, r.due_ms) == (1, False, c + 11_500)
+    assert h.t(t.id).wake_ms == c + 11_500
+    retry = _fire_next(h, t.id)
+    assert (retry.fire.fire_id, retry.fire.attempt, retry.scheduled_ms) == (f"{t.id}-1", 2, c + 10_000)
+    f2 = _fire_next(h, t.id)  # the next instant, while the retry is in flight
+    assert (f2.fire.fire_id, f2.fire.attempt) == (f"{t.id}-2", 1)
+    _answer(h, retry)
+    _answer(h, f2)
+    assert h.t(t.id).running == () and h.t(t.id).fail_count == 0
+
+
+def test_allow_an_occurrence_that_fails_for_good_leaves_its_own_dead_letter_and_counts_a_failure() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow", max_retries=0, max_fails=2)
+    c = t.created_ms
+    f1 = _fire_next(h, t.id)
+    f2 = _fire_next(h, t.id)
+    _answer(h, f2, 500)
+    assert [d.fire_id for d in h.s.dead.values()] == [f"{t.id}-2"]
+    (dl,) = h.s.dead.values()
+    assert (dl.seq, dl.sched_ms) == (2, c + 20_000)
+    u = h.t(t.id)
+    assert (u.fail_count, u.status, [r.seq for r in u.running]) == (1, "pending", [1])
+    _answer(h, f1, 500)
+    u = h.t(t.id)
+    assert (u.fail_count, u.status, u.due_ms, u.running) == (2, "inactive", None, ())
+
+
+def test_allow_a_404_makes_the_task_inactive_and_the_others_still_report() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    f1 = _fire_next(h, t.id)
+    f2 = _fire_next(h, t.id)
+    _answer(h, f1, 404)
+    u = h.t(t.id)
+    assert (u.status, u.due_ms, [r.seq for r in u.running]) == ("inactive", None, [2])
+    _answer(h, f2)
+    assert h.t(t.id).running == () and h.s.fires == {}
+
+
+def test_allow_at_most_once_lost_is_unknown_and_never_sent_again() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow", reliability="at_most_once")
+    f1 = _fire_next(h, t.id)
+    _fire_next(h, t.id)
+    _answer(h, f1, None, Outcome.LOST)
+    u = h.t(t.id)
+    assert [r.seq for r in u.running] == [2]
+    action = u.next_action()
+    assert action is not None and action[0] == f"{t.id}-3"  # the next occurrence, not occurrence 1 again
+    stale = h.apply(Dispatched(h.now, (DispatchItem(fire_id=f"{t.id}-1", task_id=t.id, attempt=2, worker="w1",
+                                                    deadline_ms=h.now + 1),)))
+    assert isinstance(stale.results[0], IllegalTransitionError)
+
+
+def test_allow_at_least_once_lost_fires_again_at_once_with_the_next_attempt() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    f1 = _fire_next(h, t.id)
+    _answer(h, f1, None, Outcome.LOST)
+    (r,) = h.t(t.id).running
+    assert (r.due_ms, r.attempt) == (h.now, 1)
+    again = _fire_next(h, t.id)
+    assert (again.fire.fire_id, again.fire.attempt) == (f"{t.id}-1", 2)
+    assert _answer(h, f1) is not None  # the lost attempt's late result is not applied...
+    late = [e for e in h.s.executions if e.fire_id == f"{t.id}-1" and e.attempt == 1 and e.result == "success"]
+    assert len(late) == 1  # ... but on record
+
+
+def test_allow_runs_at_most_max_running_at_once_and_skips_an_instant_beyond() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    for _ in range(MAX_RUNNING):
+        _fire_next(h, t.id)
+    u = h.t(t.id)
+    assert len(u.running) == MAX_RUNNING and u.sched_ms == c + (MAX_RUNNING + 1) * IV
+    h.now = u.due_ms or 0
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 1),)))
+    assert isinstance(out.results[0], IllegalTransitionError)
+    assert not [e for e in out.effects if isinstance(e, FireRequest)]
+    v = h.t(t.id)
+    assert (v.seq, v.sched_ms, v.due_ms) == (u.seq, u.sched_ms + IV, u.sched_ms + IV)
+    lo, hi = c + (MAX_RUNNING + 1) * IV, c + (MAX_RUNNING + 2) * IV
+    assert _skips(h) == [f"skipped the occurrences scheduled in [{lo}, {hi}) ms: {MAX_RUNNING} occurrences "
+                         "still running (overlap allow)"]
+
+
+def test_allow_pause_holds_running_retries_and_resume_sends_them() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    f1 = _fire_next(h, t.id)
+    f2 = _fire_next(h, t.id)
+    _answer(h, f1, 500)
+    h.apply(PauseTasks(h.now, (t.id,)))
+    u = h.t(t.id)
+    assert (u.status, u.wake_ms, [r.due_ms for r in u.running]) == ("paused", None, [None, None])
+    _answer(h, f2, 500)  # a fire in flight still reports; its retry waits for the resume
+    assert h.t(t.id).wake_ms is None
+    h.now += 60_000
+    h.apply(ResumeTasks(h.now, (t.id,)))
+    u = h.t(t.id)
+    assert [r.due_ms for r in u.running] == [h.now, h.now]
+    assert _fire_next(h, t.id).fire.attempt == 2
+
+
+def test_allow_delete_removes_every_running_fire_record() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    _fire_next(h, t.id)
+    _fire_next(h, t.id)
+    h.apply(DeleteTasks(h.now, (t.id,)))
+    assert h.s.fires == {} and h.s.get_task(t.id) is None
+
+
+def test_allow_update_judges_a_running_fire_by_the_reliability_it_was_sent_with() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow", reliability="at_most_once")
+    f1 = _fire_next(h, t.id)
+    spec = msgspec.structs.replace(t.spec, reliability=Reliability.AT_LEAST_ONCE)
+    out = h.apply(UpdateTask(h.now, t.id, spec, 1))
+    assert isinstance(out.results[0], Task)
+    assert h.t(t.id).running[0].occ_spec is not None
+    _answer(h, f1, 500)
+    u = h.t(t.id)
+    assert u.running == () and [d.fire_id for d in h.s.dead.values()] == [f"{t.id}-1"]  # sent at_most_once: no retry
+
+
+def test_allow_bounds_end_the_task_and_the_running_occurrences_finish() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow", max_runs=2)
+    f1 = _fire_next(h, t.id)
+    f2 = _fire_next(h, t.id)
+    u = h.t(t.id)
+    assert (u.status, u.due_ms, len(u.running)) == ("done", None, 2)
+    assert not h.apply(Expire(h.now, (ExpireItem(t.id, u.updated_ms),))).results[0]  # not while they run
+    _answer(h, f1)
+    _answer(h, f2)
+    assert h.t(t.id).running == () and h.t(t.id).status == "done"
+
+
+def test_allow_a_redriven_occurrence_runs_beside_the_schedule_and_ends() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow", max_retries=0)
+    f1 = _fire_next(h, t.id)
+    _answer(h, f1, 500)
+    (dl,) = h.s.dead.values()
+    h.apply(RedriveDeadLetters(h.now, (dl.id,)))
+    fr = _fire_next(h, t.id)
+    assert (fr.fire.fire_id, fr.fire.attempt, fr.scheduled_ms) == (f"{t.id}-1", 2, t.created_ms + IV)
+    _answer(h, fr)
+    u = h.t(t.id)
+    assert (u.rewound, u.seq, u.status) == (None, 2, "pending")
+
+
+def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_running() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    _fire_next(h, t.id)
+    u = h.t(t.id)
+    raw = msgspec.msgpack.encode(u)
+    assert msgspec.msgpack.decode(raw, type=Task) == u
+    old = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-1])  # a record written before ``running``
+    assert msgspec.msgpack.decode(old, type=Task).running == ()
+
+
+def test_allow_a_running_retry_due_at_the_same_ms_as_the_next_occurrence_stays_on_the_wheel() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    f1 = _fire_next(h, t.id)
+    _answer(h, f1, None, Outcome.LOST, at=c + 20_000)  # at_least_once: sent again at once, at 20 s
+    u = h.t(t.id)
+    assert u.running[0].due_ms == u.due_ms == u.wake_ms == c + 20_000
+    assert u.next_action() == (f"{t.id}-2", 1, c + 20_000)  # a tie: the task's own occurrence first
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=f"{t.id}-2", task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 1),)))
+    assert WheelAdd(t.id, c + 20_000) in out.effects  # the wheel handed the task out: re-armed for the retry
+    assert h.t(t.id).next_action() == (f"{t.id}-1", 2, c + 20_000)
+
+
+def test_allow_a_schedule_change_never_moves_the_next_occurrence_onto_one_sent_ahead() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    h.now = c + 9_500  # dispatch ahead: the 10 s occurrence is planned (and running) half a second early
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=f"{t.id}-1", task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 60_000),)))
+    assert out.results == [None]
+    spec = msgspec.structs.replace(t.spec, jitter_ms=200)
+    h.apply(UpdateTask(h.now, t.id, spec, 1))  # the first instant after now is 10 s: already sent
+    u = h.t(t.id)
+    assert (u.seq, u.sched_ms) == (2, c + 20_000)

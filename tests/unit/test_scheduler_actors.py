@@ -17,6 +17,7 @@ from molens.actors.timewheel import LeaderWheel
 from molens.fsm.commands import ExpireItem
 from molens.fsm.machine import Fire, WheelAdd, WheelRemove
 from molens.model import FireKind, Outcome, Status, Task, validate_create
+from molens.schema import Running
 
 NOW = 1_767_225_600_000
 
@@ -67,6 +68,22 @@ def test_plan_with_a_lead_takes_tasks_due_within_it_and_counts_the_deadline_from
     # taken from the fire's time to answer
     assert [i.deadline_ms for i in items] == [NOW + 6_000, NOW + 100 + 6_000]
     assert d.lags == [5, -100]
+
+
+def test_plan_sends_every_due_occurrence_of_an_allow_task_in_one_go() -> None:
+    """docs/architecture.md#overlap: the task's own occurrence and its running ones' retries due by
+    the lead are planned together (one wheel key per task), earliest first; one not due waits."""
+    run = (Running(seq=1, sched_ms=NOW - 2_000, attempt=1, due_ms=NOW - 10, inflight=False),
+           Running(seq=2, sched_ms=NOW - 1_000, attempt=1, due_ms=None, inflight=True),
+           Running(seq=3, sched_ms=NOW - 500, attempt=2, due_ms=NOW + 500, inflight=False))
+    tasks = {"a": msgspec.structs.replace(_task("a"), seq=4, running=run)}
+    d = _dispatcher(tasks)
+    items, later = d.plan(["a"], NOW, limit=100)
+    assert later == [] and [(i.fire_id, i.attempt) for i in items] == [("a-1", 2), ("a-4", 1)]
+    items, _ = _dispatcher(tasks).plan(["a"], NOW, limit=100, lead_ms=500)
+    assert [(i.fire_id, i.attempt) for i in items] == [("a-1", 2), ("a-4", 1), ("a-3", 3)]
+    items, _ = _dispatcher(tasks, local_free=1).plan(["a"], NOW, limit=100)
+    assert [i.fire_id for i in items] == ["a-1"]  # the rest when the wheel hands the task out again
 
 
 def test_plan_keeps_what_exceeds_the_limit_or_the_capacity_for_later() -> None:

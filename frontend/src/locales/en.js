@@ -38,7 +38,10 @@ export default {
   backoff: { exponential: 'Exponential', fixed: 'Fixed' },
   jitter: { none: 'None', full: 'Full (a random wait below it)' },
   catchup: { one: 'Fire once for all of them', none: 'Skip them', all: 'Fire each, oldest first' },
-  overlap: { skip: 'Skip the instants that come due', buffer_one: 'Run the first of them right after' },
+  overlap: {
+    skip: 'Skip the instants that come due', buffer_one: 'Run the first of them right after',
+    allow: 'Run them at their time, alongside (at most 8 at once)',
+  },
   reliability: { at_least_once: 'At least once', at_most_once: 'At most once' },
   dash: {
     updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate',
@@ -97,7 +100,7 @@ export default {
     nonRetryable: 'Statuses that fail at once', nonRetryableHint: 'HTTP statuses separated by commas; 404 always fails at once.',
     maxThrottle: 'Longest free throttling', maxThrottleHint: '429/503 with Retry-After do not use up retries for this long.',
     retryInWords: 'In words:', retryHint: 'Blank fields take the node’s default. A receiver can also end the retries of an occurrence with this response header:',
-    overlapHint: 'Instants that come due while an occurrence is still running (a slow receiver, retries); occurrences never run at the same time.',
+    overlapHint: 'Instants that come due while an occurrence is still running (a slow receiver, retries); only “alongside” runs occurrences at the same time, each with its own fire id.',
   },
   detail: {
     schedule: 'Schedule', nextFires: 'Next fire times',

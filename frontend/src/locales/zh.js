@@ -35,7 +35,7 @@ export default {
   backoff: { exponential: '指数', fixed: '固定' },
   jitter: { none: '无', full: '完全随机（不超过该等待时间）' },
   catchup: { one: '合并为一次运行', none: '跳过', all: '逐个补跑（从最早开始）' },
-  overlap: { skip: '跳过期间到期的运行', buffer_one: '结束后立即运行其中第一个' },
+  overlap: { skip: '跳过期间到期的运行', buffer_one: '结束后立即运行其中第一个', allow: '按时并行运行（最多同时 8 次）' },
   reliability: { at_least_once: '至少一次', at_most_once: '至多一次' },
   dash: {
     updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', lateness: '触发延迟 p99',
@@ -91,7 +91,7 @@ export default {
     nonRetryable: '立即失败的状态码', nonRetryableHint: 'HTTP 状态码，用逗号分隔；404 总是立即失败。',
     maxThrottle: '限流豁免时长', maxThrottleHint: '带 Retry-After 的 429/503 在这段时间内不消耗重试次数。',
     retryInWords: '说明：', retryHint: '留空的字段取节点的默认值。接收方也可以用这个响应头结束一次运行的重试：',
-    overlapHint: '某次运行尚未结束（接收方较慢、正在重试）时到期的运行；各次运行从不同时进行。',
+    overlapHint: '某次运行尚未结束（接收方较慢、正在重试）时到期的运行；只有“并行”会让多次运行同时进行，每次有自己的触发 ID。',
   },
   detail: {
     schedule: '调度', nextFires: '接下来的触发时间',
