@@ -706,7 +706,7 @@ class RaftPeer(pykka.ThreadingActor):
             if not self.removed:  # a removed node neither campaigns nor leads
                 self.core.tick()
                 self._leader_housekeeping()
-            if self.log.snapshot_data_loaded:
+            if self.log.snapshot_held:
                 self._maybe_release_snapshot_data()
         elif isinstance(message, _SnapshotDone):
             self._snapshot_done(message)
@@ -1229,7 +1229,7 @@ class RaftPeer(pykka.ThreadingActor):
         out["pending_proposals"] = len(self._pending)
         out["log_syncs"] = self.log.syncs
         out["log_cache_hits"] = self.log.cache_hits
-        out["snapshot_in_memory"] = self.log.snapshot_data_loaded
+        out["snapshot_held"] = self.log.snapshot_held
         out["transport"] = self.transport.stats()
         fsm_stats = getattr(self.fsm, "stats", None)
         if callable(fsm_stats):

@@ -77,10 +77,20 @@ class SnapshotMeta:
     otherwise travel only in conf-change entries that a compacted log no longer holds."""
 
 
+class SnapshotBytes(Protocol):
+    """What the core needs of a snapshot's data to send it in chunks: its length and byte slices.
+    ``bytes`` is one; durable storage hands out a file-backed one so a large state machine is not
+    read into memory to be sent."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: slice, /) -> bytes: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     meta: SnapshotMeta
-    data: bytes = b""
+    data: bytes | SnapshotBytes = b""
 
 
 class LogView(Protocol):

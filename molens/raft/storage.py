@@ -68,6 +68,7 @@ from molens.raft.log import (
     HardState,
     Membership,
     Snapshot,
+    SnapshotBytes,
     SnapshotMeta,
 )
 
@@ -87,6 +88,10 @@ _META_SNAPSHOT = b"snapshot"
 _SNAP_MAGIC = b"MOLSNAP1"
 _SNAP_HEAD_LEN = struct.Struct(">I")
 _PIECE = 1 << 20
+
+
+def _as_bytes(data: bytes | SnapshotBytes) -> bytes:
+    return data if isinstance(data, bytes) else data[0 : len(data)]
 """Bytes read, compressed or decompressed at a time when a snapshot file is streamed."""
 _SNAP_NAME = re.compile(r"^snap-(\d{20})-(\d{20})-([0-9a-f]{12})\.snap$")
 
@@ -133,6 +138,101 @@ class SnapshotFile:
     sha256: str
     size: int
     """Uncompressed size of the FSM snapshot data."""
+
+
+class StreamedSnapshot:
+    """A snapshot's data read from its (compressed) file as the core asks for it: ``len`` from the
+    header, and slices decompressed on the way, one piece at a time. The core sends a snapshot in
+    chunks at rising offsets, each again until it is answered (the last one is kept for that), and
+    from 0 again after a failure, so nothing is decompressed twice in a transfer and neither the heap nor the disk holds a second copy, and no step costs more than one
+    chunk's work on the Raft thread. The file was checked (checksum, size) when the log recorded
+    or opened it. Owned by the log, which closes it when no transfer needs it."""
+
+    __slots__ = ("_dec", "_f", "_last", "_payload_at", "_pending", "_pos", "path", "size")
+
+    def __init__(self, path: Path, size: int, payload_at: int) -> None:
+        self.path = path
+        self.size = size
+        self._payload_at = payload_at
+        self._f: Any = None
+        self._dec: Any = None
+        self._pending = b""
+        self._pos = 0
+        self._last: tuple[int, int, bytes] | None = None
+        """The last slice served: the core sends a chunk again until the follower answers it."""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _reset(self) -> None:
+        if self._f is None:
+            self._f = open(self.path, "rb")  # noqa: SIM115 - kept open across calls, closed by close()
+        self._f.seek(self._payload_at)
+        self._dec = zlib.decompressobj()
+        self._pending = b""
+        self._pos = 0
+
+    def _next(self, n: int) -> bytes:
+        """The next ``n`` bytes of the data from ``_pos`` (fewer only at its end)."""
+        parts = [self._pending]
+        have = len(self._pending)
+        dec = self._dec
+        while have < n:
+            want = min(_PIECE, n - have)
+            if dec.unconsumed_tail:
+                data = dec.decompress(dec.unconsumed_tail, want)
+            else:
+                piece = self._f.read(_PIECE >> 2)  # small reads: the unconsumed tail is copied each step
+                data = dec.decompress(piece, want) if piece else dec.flush()
+                if not piece and not data:
+                    break
+            parts.append(data)
+            have += len(data)
+        buf = b"".join(parts)
+        out, self._pending = buf[:n], buf[n:]
+        self._pos += len(out)
+        return out
+
+    def __getitem__(self, key: slice, /) -> bytes:
+        if not isinstance(key, slice):
+            raise TypeError("a streamed snapshot is read by slices")
+        start, stop, step = key.indices(self.size)
+        if step != 1:
+            raise ValueError("a streamed snapshot is read by contiguous slices")
+        last = self._last
+        if last is not None and last[0] == start and last[1] == stop:
+            return last[2]
+        if self._dec is None or start < self._pos:
+            self._reset()
+        try:
+            while self._pos < start:
+                self._next(min(_PIECE, start - self._pos))
+            out = self._next(max(0, stop - start))
+        except zlib.error as exc:
+            raise SnapshotCorruptError(f"{self.path}: {exc}") from exc
+        if len(out) != max(0, stop - start):
+            raise SnapshotCorruptError(f"{self.path}: data shorter than its header's {self.size} bytes")
+        self._last = (start, stop, out)
+        return out
+
+    def __bytes__(self) -> bytes:
+        return self[0 : self.size]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StreamedSnapshot):
+            return self.size == other.size and bytes(self) == bytes(other)
+        if isinstance(other, bytes | bytearray | memoryview):
+            return len(other) == self.size and bytes(self) == bytes(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+        self._dec = None
+        self._last = None
 
 
 class SnapshotStore:
@@ -248,6 +348,12 @@ class SnapshotStore:
             f.close()
             raise SnapshotCorruptError(f"{path}: {exc}") from exc
         return f, head
+
+    def payload_offset(self, path: Path) -> int:
+        """Where the compressed payload starts in a snapshot file."""
+        f, _ = self._open_payload(path)
+        with f:
+            return int(f.tell())
 
     def stream(
         self, path: Path, expect_sha256: str | None = None, out: Any | None = None
@@ -373,7 +479,7 @@ class LmdbLog:
         self._log_db = self._env.open_db(b"log")
         self._meta_db = self._env.open_db(b"meta")
         self._closed = False
-        self._snap_data: bytes | None = None
+        self._snap_data: bytes | SnapshotBytes | None = None
         # the newest entries as they were saved (contiguous, from index _cache_first): apply and
         # replication read them back without an lmdb read and decode, and the leader applies the
         # very data objects it proposed (TaskStore.encode_proposal then skips decoding them)
@@ -557,22 +663,29 @@ class LmdbLog:
         return out
 
     def snapshot(self) -> Snapshot:
-        """The snapshot with its data, read from its file on first use and kept until
-        :meth:`release_snapshot_data` (the leader needs it while a follower receives it)."""
+        """The snapshot with its data: read from its file by slices as they are asked for
+        (:class:`StreamedSnapshot`), held until :meth:`release_snapshot_data`."""
         if self._snap_data is None and self._snap_file is not None:
-            _, self._snap_data = self.snapshots.read(self._snap_file.path, self._snap_file.sha256)
+            sf = self._snap_file
+            self._snap_data = StreamedSnapshot(sf.path, sf.size, self.snapshots.payload_offset(sf.path))
         return Snapshot(self._snap_meta, self._snap_data or b"")
 
     @property
-    def snapshot_data_loaded(self) -> bool:
-        """Whether the snapshot's data is held in memory (it is on disk either way)."""
+    def snapshot_held(self) -> bool:
+        """Whether the snapshot's data is held for a transfer: a file open to stream it from (a
+        leader sending), or the bytes just received (a follower, until installed)."""
         return self._snap_data is not None
 
     def release_snapshot_data(self) -> None:
-        """Drop the in-memory copy of the snapshot's data (its file stays): a store of millions of
-        tasks must not keep a second copy of itself on the heap between snapshot transfers."""
+        """Let go of what :meth:`snapshot` opened, or of received bytes now installed (the file stays):
+        a store of millions of tasks must not keep a second copy of itself on the heap."""
         if self._snap_file is not None:
+            self._close_stream()
             self._snap_data = None
+
+    def _close_stream(self) -> None:
+        if isinstance(self._snap_data, StreamedSnapshot):
+            self._snap_data.close()
 
     # --- extras for the node ------------------------------------------------------------------
     def hard_state(self) -> HardState:
@@ -592,10 +705,11 @@ class LmdbLog:
         """Write the current snapshot's (uncompressed, verified) FSM data to ``dest`` for ``restore``."""
         tmp = Path(str(dest) + ".tmp")
         with open(tmp, "wb") as f:
-            if self._snap_data is None and self._snap_file is not None:
+            data = self._snap_data
+            if (data is None or isinstance(data, StreamedSnapshot)) and self._snap_file is not None:
                 self.snapshots.stream(self._snap_file.path, self._snap_file.sha256, out=f)
             else:
-                f.write(self.snapshot().data)
+                f.write(_as_bytes(self.snapshot().data))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, dest)
@@ -616,7 +730,7 @@ class LmdbLog:
         """
         sf: SnapshotFile | None = None
         if snapshot is not None and snapshot.meta.index > self._snap_meta.index:
-            sf = self.snapshots.write(snapshot.meta, snapshot.data)
+            sf = self.snapshots.write(snapshot.meta, _as_bytes(snapshot.data))
         def txn_fn(txn: lmdb.Transaction) -> _Staged:
             state = _Staged(self)
             if snapshot is not None and sf is not None:
@@ -635,6 +749,7 @@ class LmdbLog:
         if membership is not None:
             self._membership = membership
         if sf is not None:
+            self._close_stream()
             self._snap_data = snapshot.data if snapshot is not None else None
             self.snapshots.prune(sf.path)
 
@@ -668,6 +783,7 @@ class LmdbLog:
             self._put_snap(txn, meta, sf)
 
         self._write(txn_fn)
+        self._close_stream()
         self._snap_meta, self._snap_file, self._snap_data = meta, sf, None
         self.snapshots.prune(sf.path)
         return meta
@@ -734,6 +850,8 @@ class LmdbLog:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._close_stream()
+            self._snap_data = None
             self._env.close()
 
     def __enter__(self) -> LmdbLog:

@@ -139,7 +139,7 @@ def snapshot_and_join(c: Cluster, n: int) -> None:
             break
         time.sleep(0.2)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and leader.call("stats")["snapshot_in_memory"]:
+    while time.monotonic() < deadline and leader.call("stats")["snapshot_held"]:
         time.sleep(0.2)
     st = leader.status() or {}
     j_stats = joiner.call("stats")
@@ -148,7 +148,7 @@ def snapshot_and_join(c: Cluster, n: int) -> None:
         f"scale_snapshot: pending={n} snapshot_s={snap_s:.1f} snapshot_mb={snap_mb:.0f} join_catch_up_s={caught:.1f} "
         f"joiner_snapshots_installed={j_stats['snapshots_installed']} term_changed={'yes' if st.get('term') != term else 'no'} "
         f"leader_anon_mb_before={anon_before:.0f} leader_anon_mb_peak={peak:.0f} leader_anon_mb_after={anon_end:.0f} "
-        f"joiner_anon_mb_peak={j_peak:.0f} leader_snapshot_in_memory={leader.call('stats')['snapshot_in_memory']}",
+        f"joiner_anon_mb_peak={j_peak:.0f} leader_snapshot_held={leader.call('stats')['snapshot_held']}",
         flush=True,
     )
 

@@ -399,8 +399,8 @@ def test_member_added_while_a_follower_was_down_is_learned_from_the_snapshot(clu
     wait_for(follower_knows_n5, 30, f"{follower.node_id} to learn n5's address from the snapshot")
     assert follower.call("stats")["snapshots_installed"] == 1
     # neither side keeps the snapshot's data on its heap once the transfer is over
-    assert not follower.call("stats")["snapshot_in_memory"]
-    wait_for(lambda: not leader.call("stats")["snapshot_in_memory"], 10, "the leader to drop the snapshot it sent")
+    assert not follower.call("stats")["snapshot_held"]
+    wait_for(lambda: not leader.call("stats")["snapshot_held"], 10, "the leader to drop the snapshot it sent")
     assert_converged(cluster)
     # leave the module's cluster as it was: n1..n3
     leader = cluster.leader()
