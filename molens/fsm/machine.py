@@ -340,11 +340,20 @@ class _Tx:
                         f"(status {new.last_status_code})")
             od = old.wake_ms if old is not None else None
             nd = new.wake_ms if new is not None else None
-            if od == nd and (nd is None or tid not in self.rearm):
+            # The wheel may have handed the task out already, and the Dispatched entry planning its
+            # old action is then refused as stale: a change of what it has to fire tells the wheel
+            # even at the same ms (a redrive stamped at the very ms of the occurrence it puts aside).
+            if od == nd and (nd is None or (tid not in self.rearm and _same_actions(old, new))):
                 continue
             eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
         eff.extend(self.effects)
         return Applied(self.w, eff, results, self.orig)
+
+
+
+def _same_actions(old: Task | None, new: Task | None) -> bool:
+    """Whether the task has the same fires to plan (fire id, attempt, due time) before and after."""
+    return (old.actions() if old is not None else []) == (new.actions() if new is not None else [])
 
 
 # -------------------------------------------------------------------------------------------------
