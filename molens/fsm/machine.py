@@ -56,7 +56,9 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   for ``Task.running`` when its first attempt is planned (:func:`_detach`) and the task moves on
   to its next occurrence at once; each running one has its own fire id, retries, dead letter and
   result (:func:`_dispatch_running`, :func:`_result_running`); at most ``MAX_RUNNING`` run at
-  once, an instant due beyond that is skipped (:func:`_skip_running_full`). The due index and the
+  once, an instant due beyond that is skipped (:func:`_skip_running_full`), and an occurrence that
+  runs in the task's own slot instead (backfilled, redriven) waits while that many run
+  (``Task.held``; due when one ends, :func:`_result_running`). The due index and the
   wheel key on ``Task.wake_ms``, the Dispatcher plans ``Task.actions(due_by)``.
 - **Backfill** (``BackfillTask``): the schedule's instants in a past range fire now, oldest first,
   each its own occurrence, then the regular schedule resumes (:func:`_backfill`).
@@ -599,6 +601,10 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
             return _dispatch_running(tx, t, i, it, now, due_by)
     if t.inflight is not None:
         return IllegalTransitionError(f"task {t.id} already has fire {t.inflight} in flight", "fire_id")
+    if t.held:
+        return IllegalTransitionError(
+            f"task {t.id}: {MAX_RUNNING} occurrences still running; its own waits for one to end", "task_id"
+        )
     if t.status is Status.AWAITING_ACK:
         kind, expected = FireKind.ACK, t.ack_attempt + 1
     elif t.status in (Status.PENDING, Status.FIRING):
@@ -782,7 +788,10 @@ def _result_running(
                 changes["fail_count"] = t.fail_count + 1
                 if changes["fail_count"] >= t.spec.max_fails and can_end:
                     changes.update(_INACTIVE)
-    tx.put(_replace(t, running=_with_running(t, i, nr), **changes))
+    nt = _replace(t, running=_with_running(t, i, nr), **changes)
+    if t.held and not nt.held and nt.due_ms is not None:  # its own occurrence waited for this one: due now
+        nt = _replace(nt, due_ms=max(nt.due_ms, now))
+    tx.put(nt)
     return None
 
 

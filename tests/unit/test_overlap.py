@@ -5,11 +5,15 @@ which follow ``catchup``, or each fires at its time beside the running ones (``a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 import pytest
 
 from molens.errors import ValidationError
 from molens.fsm.commands import (
+    BackfillTask,
+    Command,
     DeleteTasks,
     Dispatched,
     DispatchItem,
@@ -353,6 +357,51 @@ def test_allow_a_redriven_occurrence_runs_beside_the_schedule_and_ends() -> None
     _answer(h, fr)
     u = h.t(t.id)
     assert (u.rewound, u.seq, u.status) == (None, 2, "pending")
+
+
+def _own_slot_waits_while_max_running_run(h: H, tid: str, start: Callable[[int], Command]) -> None:
+    """``start`` (a backfill or a redrive) puts an occurrence in the task's own slot while
+    ``MAX_RUNNING`` run: it is not planned, and a Dispatched item for it is refused, until one of
+    them ends; then it is due at once and fires, never a ``MAX_RUNNING + 1``-th at once."""
+    running = [_fire_next(h, tid) for _ in range(MAX_RUNNING)]
+    assert len(h.t(tid).running) == MAX_RUNNING
+    h.now += 100
+    out = h.apply(start(h.now))
+    assert not isinstance(out.results[0], Exception), out.results
+    u = h.t(tid)
+    assert u.rewound is not None or u.backfill is not None
+    assert (u.actions(), u.wake_ms) == ([], None)  # nothing to plan while they all run
+    h.now += 500
+    refused = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=tid, attempt=u.attempt + 1,
+                                                      worker="w1", deadline_ms=h.now + 60_000),)))
+    assert isinstance(refused.results[0], IllegalTransitionError)
+    assert not [e for e in refused.effects if isinstance(e, FireRequest)]
+    h.now += 500
+    ended = h.apply(Results(h.now, (ResultItem(
+        fire_id=running[0].fire.fire_id, kind=running[0].fire.kind, status_code=200, outcome=Outcome.RESPONSE,
+        response_head="body", latency_ms=1, worker="w1", attempt=1,
+    ),)))
+    assert WheelAdd(tid, h.now) in ended.effects  # one ended: due at once, the wheel told
+    v = h.t(tid)
+    assert (len(v.running), v.due_ms, v.wake_ms) == (MAX_RUNNING - 1, h.now, h.now)
+    fr = _fire_next(h, tid)
+    assert (fr.fire.fire_id, fr.not_before_ms) == (u.fire_id, h.now)
+    assert len(h.s.fires) == MAX_RUNNING
+
+
+def test_allow_a_backfill_waits_while_max_running_run_and_starts_when_one_ends() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    _own_slot_waits_while_max_running_run(h, t.id, lambda now: BackfillTask(now, t.id, c + 15_000, c + 35_000))
+
+
+def test_allow_a_redrive_waits_while_max_running_run_and_starts_when_one_ends() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow", max_retries=0, max_fails=5)
+    _answer(h, _fire_next(h, t.id), 500)
+    (dl,) = h.s.dead.values()
+    _own_slot_waits_while_max_running_run(h, t.id, lambda now: RedriveDeadLetters(now, (dl.id,)))
 
 
 def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_running() -> None:
