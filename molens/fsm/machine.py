@@ -281,15 +281,13 @@ class Applied:
 class _Tx:
     """Reads through the view, sees its own writes, remembers originals to derive wheel effects."""
 
-    __slots__ = ("effects", "orig", "rearm", "view", "w")
+    __slots__ = ("effects", "orig", "view", "w")
 
     def __init__(self, view: View) -> None:
         self.view = view
         self.w = Writes()
         self.orig: dict[str, Task | None] = {}
         self.effects: list[Effect] = []
-        self.rearm: set[str] = set()
-        """Tasks the wheel handed out whose next action may be due at the same ms (overlap allow)."""
 
     def task(self, tid: str) -> Task | None:
         tasks = self.w.tasks
@@ -345,7 +343,7 @@ class _Tx:
             # The wheel may have handed the task out already, and the Dispatched entry planning its
             # old action is then refused as stale: a change of what it has to fire tells the wheel
             # even at the same ms (a redrive stamped at the very ms of the occurrence it puts aside).
-            if od == nd and (nd is None or (tid not in self.rearm and _same_actions(old, new))):
+            if od == nd and (nd is None or _same_actions(old, new)):
                 continue
             eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
         eff.extend(self.effects)
@@ -654,8 +652,6 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         url = t.spec.callback_url
     if allow:
         nt = _detach(tx, nt, now)
-    if nt.running:  # a running retry may be due at the very ms this one was
-        tx.rearm.add(t.id)
     tx.put(nt)
     tx.effects.append(
         FireRequest(
@@ -708,7 +704,6 @@ def _skip_running_full(tx: _Tx, t: Task, now: int) -> None:
         tx.put(_replace(t, **_INACTIVE, updated_ms=now))
         return
     _skipped(tx, t, t.sched_ms, nxt, now, f"{MAX_RUNNING} occurrences still running (overlap allow)")
-    tx.rearm.add(t.id)
     if _beyond_bounds(t, t.seq, nxt):
         tx.put(_replace(t, **_DONE, updated_ms=now))
         return
@@ -734,7 +729,6 @@ def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_
     tx.w.fires[fire.fire_id] = fire
     nr = _replace(r, attempt=it.attempt, due_ms=None, inflight=True)
     tx.put(_replace(t, running=_with_running(t, i, nr), last_fire_ms=max(now, r.due_ms), updated_ms=now))
-    tx.rearm.add(t.id)
     s = t.spec
     tx.effects.append(FireRequest(
         fire=fire, url=s.callback_url, body=s.payload_json, scene=s.scene, timeout_ms=s.timeout_ms,
