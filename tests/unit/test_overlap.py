@@ -404,6 +404,19 @@ def test_allow_a_redrive_waits_while_max_running_run_and_starts_when_one_ends() 
     _own_slot_waits_while_max_running_run(h, t.id, lambda now: RedriveDeadLetters(now, (dl.id,)))
 
 
+def test_a_task_no_longer_allow_starts_no_occurrence_beside_max_running_still_running() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    running = [_fire_next(h, t.id) for _ in range(MAX_RUNNING)]
+    h.apply(UpdateTask(h.now, t.id, msgspec.structs.replace(t.spec, overlap="skip"), 1))
+    u = h.t(t.id)
+    assert u.held and (u.actions(), u.wake_ms) == ([], None)
+    h.now = (u.due_ms or 0) + 100
+    _answer(h, running[0])
+    v = h.t(t.id)
+    assert not v.held and v.next_action() == (v.fire_id, 1, h.now)
+
+
 def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_running() -> None:
     h = H()
     t = _periodic(h, overlap="allow")
