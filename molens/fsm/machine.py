@@ -774,7 +774,10 @@ def _result_running(
                           occ_spec=None)
         else:
             _dead_letter(tx, occ, it, res, fire, now, decision, head)
-            can_end = t.status not in TERMINAL_STATUSES and t.inflight is None and t.rewound is None
+            # not while the task's own slot holds an occurrence in progress (a backfilled or
+            # redriven one, maybe waiting for its retry): it ends on its own, then queued redrives run
+            can_end = t.status not in TERMINAL_STATUSES and t.inflight is None and t.rewound is None \
+                and t.attempt == 0
             if res is ExecutionResult.NOT_FOUND:
                 if can_end:
                     changes.update(_INACTIVE)

@@ -137,10 +137,11 @@ def test_overlap_is_for_periodic_tasks() -> None:
 # allow: each occurrence runs at its time beside the ones still running
 
 
-def _fire_next(h: H, tid: str) -> FireRequest:
-    """Advance to the task's next action (its occurrence or a running one's retry) and send it."""
+def _fire_next(h: H, tid: str, fire_id: str | None = None) -> FireRequest:
+    """Advance to the task's next action (its occurrence or a running one's retry; the one of
+    ``fire_id`` if given) and send it."""
     t = h.t(tid)
-    action = t.next_action()
+    action = next((a for a in t.actions() if a[0] == fire_id), None) if fire_id else t.next_action()
     assert action is not None, t
     fire_id, attempt, due = action
     h.now = max(h.now, due)
@@ -415,6 +416,39 @@ def test_a_task_no_longer_allow_starts_no_occurrence_beside_max_running_still_ru
     _answer(h, running[0])
     v = h.t(t.id)
     assert not v.held and v.next_action() == (v.fire_id, 1, h.now)
+
+
+def test_allow_max_fails_reached_by_a_running_one_waits_for_the_own_slot_and_a_queued_redrive_runs() -> None:
+    """A running occurrence that fails for good at ``max_fails`` does not make the task inactive
+    while its own slot still holds an occurrence in progress (a backfilled one waiting for its
+    retry): that would drop the retry, and a redrive queued behind it would never run (simulation
+    seed 2779). The task goes inactive when that one fails too, and the redrive then starts."""
+    h = H()
+    t = _periodic(h, overlap="allow", max_retries=1, max_fails=2)
+    c = t.created_ms
+    f1 = _fire_next(h, t.id)
+    _answer(h, f1, 500)
+    _answer(h, _fire_next(h, t.id), 500)  # occurrence 1 dead after its retry: fail_count 1
+    (dl,) = h.s.dead.values()
+    f2 = _fire_next(h, t.id)  # occurrence 2 running
+    h.now += 1
+    assert isinstance(h.apply(BackfillTask(h.now, t.id, c, c + 5_000)).results[0], Task)
+    own = _fire_next(h, t.id)  # the backfilled occurrence, in the task's own slot
+    assert own.fire.fire_id == f"{t.id}-3" and h.t(t.id).backfill is not None
+    _answer(h, own, 500)  # it waits for its retry
+    h.apply(RedriveDeadLetters(h.now, (dl.id,)))  # queued behind it
+    assert h.t(t.id).redrives
+    h.now += 5_000  # the own one's retry is due first; occurrence 2 fails meanwhile
+    _answer(h, f2, 500)
+    _answer(h, _fire_next(h, t.id, f"{t.id}-2"), 500)  # occurrence 2 dead: fail_count reaches max_fails
+    u = h.t(t.id)
+    assert (u.status, u.fail_count, u.seq, u.attempt) == ("firing", 2, 3, 1)
+    retry = _fire_next(h, t.id)
+    assert (retry.fire.fire_id, retry.fire.attempt) == (f"{t.id}-3", 2)
+    _answer(h, retry, 500)  # the own one fails for good too: inactive, and the queued redrive starts
+    v = h.t(t.id)
+    assert (v.status, v.seq, v.redrives) == ("firing", 1, ())
+    assert v.rewound is not None and v.rewound.status == "inactive"
 
 
 def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_running() -> None:
