@@ -541,10 +541,19 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         return f"{self.id}-{self.seq}"
 
     @property
+    def held(self) -> bool:
+        """Its own occurrence waits for one of ``MAX_RUNNING`` running ones to end: it would run in
+        the task's own slot beside them (a backfilled or redriven one, or any once the task is no
+        longer allow), not join them, so starting it would make one more than ``MAX_RUNNING``."""
+        return len(self.running) >= MAX_RUNNING and not (
+            self.spec.overlap is Overlap.ALLOW and self.rewound is None and self.backfill is None
+        )
+
+    @property
     def wake_ms(self) -> int | None:
-        """When the task next has something to fire (its own occurrence or a running one's retry):
-        the key of the ``due`` index and the timing wheel."""
-        due = self.due_ms
+        """When the task next has something to fire (its own occurrence, unless :attr:`held`, or a
+        running one's retry): the key of the ``due`` index and the timing wheel."""
+        due = None if self.held else self.due_ms
         for r in self.running:
             if r.due_ms is not None and (due is None or r.due_ms < due):
                 due = r.due_ms
@@ -560,7 +569,7 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         """Every ``(fire id, attempt, due_ms)`` the task has to plan (due by ``due_by`` when given),
         earliest first, the task's own occurrence first on a tie: with ``overlap`` allow several at once."""
         out: list[tuple[str, int, int]] = []
-        if self.due_ms is not None and self.inflight is None:
+        if self.due_ms is not None and self.inflight is None and not self.held:
             if self.status is Status.AWAITING_ACK:
                 out.append((self.fire_id, self.ack_attempt + 1, self.due_ms))
             elif self.status in (Status.PENDING, Status.FIRING):

@@ -56,7 +56,9 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   for ``Task.running`` when its first attempt is planned (:func:`_detach`) and the task moves on
   to its next occurrence at once; each running one has its own fire id, retries, dead letter and
   result (:func:`_dispatch_running`, :func:`_result_running`); at most ``MAX_RUNNING`` run at
-  once, an instant due beyond that is skipped (:func:`_skip_running_full`). The due index and the
+  once, an instant due beyond that is skipped (:func:`_skip_running_full`), and an occurrence that
+  runs in the task's own slot instead (backfilled, redriven) waits while that many run
+  (``Task.held``; due when one ends, :func:`_result_running`). The due index and the
   wheel key on ``Task.wake_ms``, the Dispatcher plans ``Task.actions(due_by)``.
 - **Backfill** (``BackfillTask``): the schedule's instants in a past range fire now, oldest first,
   each its own occurrence, then the regular schedule resumes (:func:`_backfill`).
@@ -279,15 +281,13 @@ class Applied:
 class _Tx:
     """Reads through the view, sees its own writes, remembers originals to derive wheel effects."""
 
-    __slots__ = ("effects", "orig", "rearm", "view", "w")
+    __slots__ = ("effects", "orig", "view", "w")
 
     def __init__(self, view: View) -> None:
         self.view = view
         self.w = Writes()
         self.orig: dict[str, Task | None] = {}
         self.effects: list[Effect] = []
-        self.rearm: set[str] = set()
-        """Tasks the wheel handed out whose next action may be due at the same ms (overlap allow)."""
 
     def task(self, tid: str) -> Task | None:
         tasks = self.w.tasks
@@ -340,11 +340,20 @@ class _Tx:
                         f"(status {new.last_status_code})")
             od = old.wake_ms if old is not None else None
             nd = new.wake_ms if new is not None else None
-            if od == nd and (nd is None or tid not in self.rearm):
+            # The wheel may have handed the task out already, and the Dispatched entry planning its
+            # old action is then refused as stale: a change of what it has to fire tells the wheel
+            # even at the same ms (a redrive stamped at the very ms of the occurrence it puts aside).
+            if od == nd and (nd is None or _same_actions(old, new)):
                 continue
             eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
         eff.extend(self.effects)
         return Applied(self.w, eff, results, self.orig)
+
+
+
+def _same_actions(old: Task | None, new: Task | None) -> bool:
+    """Whether the task has the same fires to plan (fire id, attempt, due time) before and after."""
+    return (old.actions() if old is not None else []) == (new.actions() if new is not None else [])
 
 
 # -------------------------------------------------------------------------------------------------
@@ -590,6 +599,10 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
             return _dispatch_running(tx, t, i, it, now, due_by)
     if t.inflight is not None:
         return IllegalTransitionError(f"task {t.id} already has fire {t.inflight} in flight", "fire_id")
+    if t.held:
+        return IllegalTransitionError(
+            f"task {t.id}: {MAX_RUNNING} occurrences still running; its own waits for one to end", "task_id"
+        )
     if t.status is Status.AWAITING_ACK:
         kind, expected = FireKind.ACK, t.ack_attempt + 1
     elif t.status in (Status.PENDING, Status.FIRING):
@@ -639,8 +652,6 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         url = t.spec.callback_url
     if allow:
         nt = _detach(tx, nt, now)
-    if nt.running:  # a running retry may be due at the very ms this one was
-        tx.rearm.add(t.id)
     tx.put(nt)
     tx.effects.append(
         FireRequest(
@@ -693,7 +704,6 @@ def _skip_running_full(tx: _Tx, t: Task, now: int) -> None:
         tx.put(_replace(t, **_INACTIVE, updated_ms=now))
         return
     _skipped(tx, t, t.sched_ms, nxt, now, f"{MAX_RUNNING} occurrences still running (overlap allow)")
-    tx.rearm.add(t.id)
     if _beyond_bounds(t, t.seq, nxt):
         tx.put(_replace(t, **_DONE, updated_ms=now))
         return
@@ -719,7 +729,6 @@ def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_
     tx.w.fires[fire.fire_id] = fire
     nr = _replace(r, attempt=it.attempt, due_ms=None, inflight=True)
     tx.put(_replace(t, running=_with_running(t, i, nr), last_fire_ms=max(now, r.due_ms), updated_ms=now))
-    tx.rearm.add(t.id)
     s = t.spec
     tx.effects.append(FireRequest(
         fire=fire, url=s.callback_url, body=s.payload_json, scene=s.scene, timeout_ms=s.timeout_ms,
@@ -765,7 +774,10 @@ def _result_running(
                           occ_spec=None)
         else:
             _dead_letter(tx, occ, it, res, fire, now, decision, head)
-            can_end = t.status not in TERMINAL_STATUSES and t.inflight is None and t.rewound is None
+            # not while the task's own slot holds an occurrence in progress (a backfilled or
+            # redriven one, maybe waiting for its retry): it ends on its own, then queued redrives run
+            can_end = t.status not in TERMINAL_STATUSES and t.inflight is None and t.rewound is None \
+                and t.attempt == 0
             if res is ExecutionResult.NOT_FOUND:
                 if can_end:
                     changes.update(_INACTIVE)
@@ -773,7 +785,10 @@ def _result_running(
                 changes["fail_count"] = t.fail_count + 1
                 if changes["fail_count"] >= t.spec.max_fails and can_end:
                     changes.update(_INACTIVE)
-    tx.put(_replace(t, running=_with_running(t, i, nr), **changes))
+    nt = _replace(t, running=_with_running(t, i, nr), **changes)
+    if t.held and not nt.held and nt.due_ms is not None:  # its own occurrence waited for this one: due now
+        nt = _replace(nt, due_ms=max(nt.due_ms, now))
+    tx.put(nt)
     return None
 
 

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from molens.fsm.commands import encode
+from molens.fsm.commands import BackfillTask, encode
 from molens.fsm.history import History
+from molens.fsm.memstate import MemoryState
 from molens.fsm.store import TaskStore
 from molens.raft.log import Entry, EntryKind
+from molens.schema import MAX_RUNNING
 from tests.sim.scheduler_sim import LATENESS_BOUND, Sim, Violation, run_seed
 
 SEEDS = 200
-REGRESSION_SEEDS = [0, 5, 12, 18, 20, 27, 41, 99, 130, 136, 426, 491, 666]
-"""Seeds that once failed (each a checker bug, kept so the fixed checks stay exercised)."""
+REGRESSION_SEEDS = [0, 5, 12, 18, 20, 27, 41, 99, 130, 136, 426, 491, 666, 979, 1471, 2264, 2779]
+"""Seeds that once failed (a checker bug or a product bug), kept so the fixed checks and code stay exercised."""
 
 
 @functools.cache
@@ -164,3 +167,38 @@ def test_lmdb_store_replaying_a_simulated_log_equals_the_simulated_replicas(seed
         (e.fire_id, e.attempt, e.result) for e in rep.executions
     ]
     store.close()
+
+
+def _backfill_at_max_running(sim: Sim) -> None:
+    """An allow task whose receiver answers in 8.2-9.5 s, so MAX_RUNNING of its occurrences run at
+    once, and a backfill asked while they do (simulation seed 1471 before its fix)."""
+    key = sim.create_at(sim.t0, {"type": "periodic", "interval_ms": 1_000, "overlap": "allow", "timeout_ms": 10_000,
+                                 "max_fails": 3}, "crawl")
+
+    def backfill() -> None:  # once MAX_RUNNING run, none of them sent 8 s ago yet (none ends for 200 ms)
+        ld = sim.leader
+        tid = sim.replicas[ld.node].get_idem(key) if ld is not None else None
+        t = sim.replicas[ld.node].get_task(tid) if ld is not None and tid is not None else None
+        if t is None or len(t.running) < MAX_RUNNING or min(r.sched_ms for r in t.running) <= sim.now - 8_000:
+            sim.at(sim.now + 10, backfill)
+            return
+        sim.propose(BackfillTask(sim.now, t.id, sim.t0 + 1_500, sim.t0 + 4_500))
+
+    sim.at(sim.t0 + 10_000, backfill)
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_backfill_asked_while_max_running_occurrences_run_waits_for_one_to_end(seed: int) -> None:
+    sim = run_seed(seed, faults=False, end_ms=60_000, workload=_backfill_at_max_running)  # check(): never 9 at once
+    ((tid, (bf,)),) = sim.backfills.items()
+    state = MemoryState()  # the task as the backfill left it
+    for cmd in itertools.takewhile(lambda c: not isinstance(c, BackfillTask), sim.log):
+        state.apply(cmd)
+    t = state.get_task(tid)
+    assert t is not None and len(t.running) == MAX_RUNNING
+    running = {r.fire_id(tid) for r in t.running}
+    ds = [d for d in sim.deliveries if d.task_id == tid]
+    backfilled = sorted((d for d in ds if bf.covers(d)), key=lambda d: d.at)
+    assert [d.scheduled - sim.t0 for d in backfilled] == [2_000, 3_000, 4_000]
+    assert backfilled[0].at > min(d.end for d in ds if d.fire_id in running)  # it waited for one of them to end

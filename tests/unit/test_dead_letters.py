@@ -5,8 +5,16 @@ letters go with their task."""
 
 from __future__ import annotations
 
-from molens.fsm.commands import DeleteDeadLetters, DeleteTasks, PauseTasks, RedriveDeadLetters, Results
-from molens.fsm.machine import lost_result
+from molens.fsm.commands import (
+    DeleteDeadLetters,
+    DeleteTasks,
+    Dispatched,
+    DispatchItem,
+    PauseTasks,
+    RedriveDeadLetters,
+    Results,
+)
+from molens.fsm.machine import WheelAdd, lost_result
 from molens.model import (
     DeadLetterKind,
     FireKind,
@@ -177,6 +185,29 @@ def test_a_redrive_queued_while_the_task_retries_starts_when_that_occurrence_end
     u = h.t(p.id)
     assert (u.seq, u.status, u.due_ms) == (1, Status.FIRING, h.now)
     assert u.rewound is not None and u.rewound.seq == 3
+
+
+def test_a_redrive_at_the_ms_the_next_occurrence_is_due_tells_the_wheel() -> None:
+    """The redriven occurrence is due at the very ms the occurrence it puts aside was (the wake time
+    is unchanged), and the wheel may have handed the task out for that one already: the Dispatched
+    entry planning it is refused as stale, so the redrive itself must put the task back on the
+    wheel, or nothing of the task fires again (simulation seed 979)."""
+    h = H()
+    p = h.create(type="periodic", interval_ms=1_000, max_retries=0)
+    h.fire_due(p.id)
+    answer(h, p.id, 500)  # occurrence 1 dead; the task waits for occurrence 2
+    [d] = dead(h)
+    u = h.t(p.id)
+    h.now = u.wake_ms or 0  # the wheel hands the task out for occurrence 2 and the Dispatcher plans it...
+    planned = DispatchItem(fire_id=u.fire_id, task_id=p.id, attempt=1, worker="w1", deadline_ms=h.now + 9_000)
+    out = h.apply(RedriveDeadLetters(h.now, (d.id,)))  # ... while the redrive, stamped that ms, commits first
+    v = h.t(p.id)
+    assert (v.seq, v.wake_ms) == (1, u.wake_ms)
+    assert WheelAdd(p.id, h.now) in out.effects
+    refused = h.apply(Dispatched(h.now, (planned,)))
+    assert isinstance(refused.results[0], IllegalTransitionError)
+    fr = h.fire_due(p.id)  # what the wheel, told again, hands out
+    assert (fr.fire.fire_id, fr.fire.attempt) == (f"{p.id}-1", 2)
 
 
 def test_redrive_refusals_paused_task_unfailed_delayed_task_unknown_id_and_deleted_task() -> None:

@@ -5,11 +5,15 @@ which follow ``catchup``, or each fires at its time beside the running ones (``a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 import pytest
 
 from molens.errors import ValidationError
 from molens.fsm.commands import (
+    BackfillTask,
+    Command,
     DeleteTasks,
     Dispatched,
     DispatchItem,
@@ -133,10 +137,11 @@ def test_overlap_is_for_periodic_tasks() -> None:
 # allow: each occurrence runs at its time beside the ones still running
 
 
-def _fire_next(h: H, tid: str) -> FireRequest:
-    """Advance to the task's next action (its occurrence or a running one's retry) and send it."""
+def _fire_next(h: H, tid: str, fire_id: str | None = None) -> FireRequest:
+    """Advance to the task's next action (its occurrence or a running one's retry; the one of
+    ``fire_id`` if given) and send it."""
     t = h.t(tid)
-    action = t.next_action()
+    action = next((a for a in t.actions() if a[0] == fire_id), None) if fire_id else t.next_action()
     assert action is not None, t
     fire_id, attempt, due = action
     h.now = max(h.now, due)
@@ -353,6 +358,97 @@ def test_allow_a_redriven_occurrence_runs_beside_the_schedule_and_ends() -> None
     _answer(h, fr)
     u = h.t(t.id)
     assert (u.rewound, u.seq, u.status) == (None, 2, "pending")
+
+
+def _own_slot_waits_while_max_running_run(h: H, tid: str, start: Callable[[int], Command]) -> None:
+    """``start`` (a backfill or a redrive) puts an occurrence in the task's own slot while
+    ``MAX_RUNNING`` run: it is not planned, and a Dispatched item for it is refused, until one of
+    them ends; then it is due at once and fires, never a ``MAX_RUNNING + 1``-th at once."""
+    running = [_fire_next(h, tid) for _ in range(MAX_RUNNING)]
+    assert len(h.t(tid).running) == MAX_RUNNING
+    h.now += 100
+    out = h.apply(start(h.now))
+    assert not isinstance(out.results[0], Exception), out.results
+    u = h.t(tid)
+    assert u.rewound is not None or u.backfill is not None
+    assert (u.actions(), u.wake_ms) == ([], None)  # nothing to plan while they all run
+    h.now += 500
+    refused = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=tid, attempt=u.attempt + 1,
+                                                      worker="w1", deadline_ms=h.now + 60_000),)))
+    assert isinstance(refused.results[0], IllegalTransitionError)
+    assert not [e for e in refused.effects if isinstance(e, FireRequest)]
+    h.now += 500
+    ended = h.apply(Results(h.now, (ResultItem(
+        fire_id=running[0].fire.fire_id, kind=running[0].fire.kind, status_code=200, outcome=Outcome.RESPONSE,
+        response_head="body", latency_ms=1, worker="w1", attempt=1,
+    ),)))
+    assert WheelAdd(tid, h.now) in ended.effects  # one ended: due at once, the wheel told
+    v = h.t(tid)
+    assert (len(v.running), v.due_ms, v.wake_ms) == (MAX_RUNNING - 1, h.now, h.now)
+    fr = _fire_next(h, tid)
+    assert (fr.fire.fire_id, fr.not_before_ms) == (u.fire_id, h.now)
+    assert len(h.s.fires) == MAX_RUNNING
+
+
+def test_allow_a_backfill_waits_while_max_running_run_and_starts_when_one_ends() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    c = t.created_ms
+    _own_slot_waits_while_max_running_run(h, t.id, lambda now: BackfillTask(now, t.id, c + 15_000, c + 35_000))
+
+
+def test_allow_a_redrive_waits_while_max_running_run_and_starts_when_one_ends() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow", max_retries=0, max_fails=5)
+    _answer(h, _fire_next(h, t.id), 500)
+    (dl,) = h.s.dead.values()
+    _own_slot_waits_while_max_running_run(h, t.id, lambda now: RedriveDeadLetters(now, (dl.id,)))
+
+
+def test_a_task_no_longer_allow_starts_no_occurrence_beside_max_running_still_running() -> None:
+    h = H()
+    t = _periodic(h, overlap="allow")
+    running = [_fire_next(h, t.id) for _ in range(MAX_RUNNING)]
+    h.apply(UpdateTask(h.now, t.id, msgspec.structs.replace(t.spec, overlap="skip"), 1))
+    u = h.t(t.id)
+    assert u.held and (u.actions(), u.wake_ms) == ([], None)
+    h.now = (u.due_ms or 0) + 100
+    _answer(h, running[0])
+    v = h.t(t.id)
+    assert not v.held and v.next_action() == (v.fire_id, 1, h.now)
+
+
+def test_allow_max_fails_reached_by_a_running_one_waits_for_the_own_slot_and_a_queued_redrive_runs() -> None:
+    """A running occurrence that fails for good at ``max_fails`` does not make the task inactive
+    while its own slot still holds an occurrence in progress (a backfilled one waiting for its
+    retry): that would drop the retry, and a redrive queued behind it would never run (simulation
+    seed 2779). The task goes inactive when that one fails too, and the redrive then starts."""
+    h = H()
+    t = _periodic(h, overlap="allow", max_retries=1, max_fails=2)
+    c = t.created_ms
+    f1 = _fire_next(h, t.id)
+    _answer(h, f1, 500)
+    _answer(h, _fire_next(h, t.id), 500)  # occurrence 1 dead after its retry: fail_count 1
+    (dl,) = h.s.dead.values()
+    f2 = _fire_next(h, t.id)  # occurrence 2 running
+    h.now += 1
+    assert isinstance(h.apply(BackfillTask(h.now, t.id, c, c + 5_000)).results[0], Task)
+    own = _fire_next(h, t.id)  # the backfilled occurrence, in the task's own slot
+    assert own.fire.fire_id == f"{t.id}-3" and h.t(t.id).backfill is not None
+    _answer(h, own, 500)  # it waits for its retry
+    h.apply(RedriveDeadLetters(h.now, (dl.id,)))  # queued behind it
+    assert h.t(t.id).redrives
+    h.now += 5_000  # the own one's retry is due first; occurrence 2 fails meanwhile
+    _answer(h, f2, 500)
+    _answer(h, _fire_next(h, t.id, f"{t.id}-2"), 500)  # occurrence 2 dead: fail_count reaches max_fails
+    u = h.t(t.id)
+    assert (u.status, u.fail_count, u.seq, u.attempt) == ("firing", 2, 3, 1)
+    retry = _fire_next(h, t.id)
+    assert (retry.fire.fire_id, retry.fire.attempt) == (f"{t.id}-3", 2)
+    _answer(h, retry, 500)  # the own one fails for good too: inactive, and the queued redrive starts
+    v = h.t(t.id)
+    assert (v.status, v.seq, v.redrives) == ("firing", 1, ())
+    assert v.rewound is not None and v.rewound.status == "inactive"
 
 
 def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_running() -> None:
