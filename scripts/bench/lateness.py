@@ -358,7 +358,7 @@ def main() -> int:
                     help="the nodes' scheduler.dispatch_lead_ms (default: conf/node.yaml's)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    tmp = Path(tempfile.mkdtemp(prefix="molens-lateness-"))
+    tmp = Path(tempfile.mkdtemp(prefix="molens-lateness-"))  # removed at the end unless BENCH_KEEP=1
     rec = Receiver(tmp)
     extra: dict[str, Any] = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
     if args.dispatch_lead_ms is not None:
@@ -455,6 +455,10 @@ def main() -> int:
     finally:
         cluster.kill_all()
         rec.close()
+        if os.environ.get("BENCH_KEEP") != "1":  # each run leaves 0.1-0.4 GB of node data otherwise
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
     print("lateness: summary " + " ".join(f"{k}={v}" for k, v in summary.items()), flush=True)
     return 0
 
