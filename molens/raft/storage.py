@@ -396,38 +396,6 @@ class SnapshotStore:
             raise SnapshotCorruptError(f"{path}: header says index={meta.index} term={meta.term}")
         return SnapshotFile(meta, path, digest, size)
 
-    def read(self, path: Path, expect_sha256: str | None = None) -> tuple[SnapshotFile, bytes]:
-        """Read and verify a snapshot file; raises :class:`SnapshotCorruptError` on any mismatch."""
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise SnapshotCorruptError(f"{path}: cannot read: {exc}") from exc
-        try:
-            if raw[: len(_SNAP_MAGIC)] != _SNAP_MAGIC:
-                raise ValueError("bad magic")
-            pos = len(_SNAP_MAGIC)
-            (hlen,) = _SNAP_HEAD_LEN.unpack_from(raw, pos)
-            pos += _SNAP_HEAD_LEN.size
-            head = msgpack.unpackb(raw[pos : pos + hlen], raw=False)
-            pos += hlen
-            payload = raw[pos:]
-            digest = hashlib.sha256(payload).hexdigest()
-            if digest != head["sha256"]:
-                raise ValueError("sha256 mismatch")
-            if expect_sha256 is not None and digest != expect_sha256:
-                raise ValueError("sha256 differs from the one recorded in the log")
-            data = zlib.decompress(payload)
-            if len(data) != head["size"]:
-                raise ValueError("size mismatch")
-            meta = SnapshotMeta(
-                head["index"], head["term"], _membership_from_wire(head["membership"]), head.get("context", b"")
-            )
-        except (ValueError, KeyError, TypeError, struct.error, zlib.error, msgpack.UnpackException) as exc:
-            raise SnapshotCorruptError(f"{path}: {exc}") from exc
-        if path.name != self.path_for(meta, digest).name:
-            raise SnapshotCorruptError(f"{path}: header says index={meta.index} term={meta.term}")
-        return SnapshotFile(meta, path, digest, len(data)), data
-
     def files(self) -> list[Path]:
         """Snapshot files present, oldest (lowest index) first."""
         return sorted(p for p in self.dir.iterdir() if _SNAP_NAME.match(p.name))
