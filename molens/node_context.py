@@ -45,7 +45,15 @@ from molens.web.api_context import (
 from molens.web.errors import InsufficientStorage, LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
 from molens.web.heatmap import WheelDistribution, distribution_of, far_future_of
 from molens.web.metrics import MetricsSnapshot, NodeMetrics
-from molens.web.node_stats import DiskUsage, PeerStats, RecentFires, RequestRate, order_nodes, rss_bytes
+from molens.web.node_stats import (
+    DiskUsage,
+    PeerStats,
+    RecentFires,
+    RequestRate,
+    order_nodes,
+    rss_bytes,
+    thread_cpu_s,
+)
 
 if TYPE_CHECKING:
     from molens.scheduler import Scheduler
@@ -53,9 +61,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WHEEL_READ_TIMEOUT_S = 2.0
+"""How long a wheel read waits for the TimeWheel actor."""
 MAX_FAR_DAYS = 36_600
 """Days of ``due_days`` the far-future total reads at most (a century; only days with entries are rows)."""
-"""How long a wheel read waits for the TimeWheel actor."""
 STATUS_TIMEOUT_S = 2.0
 """How long a stats page or scrape waits for RaftPeer's status."""
 
@@ -309,6 +317,7 @@ class NodeContext:
             "fires_total": self._fires_total(),
             "qps": self._requests.per_s(),
             "rss_bytes": rss_bytes(),
+            "threads_cpu_s": thread_cpu_s(),
             "disk": self._disk.get(),
             "api_proposals": self.proposals,
             "dead_letters": self.store.dead_count(),

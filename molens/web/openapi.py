@@ -347,6 +347,11 @@ def _schemas() -> dict[str, Any]:
                 "lateness_p99_ms": _nullable("number", description="Due -> planned, recent p99 (leader)"),
                 "qps": {"type": "number", "description": "HTTP API requests per second"},
                 "rss_bytes": _nullable("integer"),
+                "threads_cpu_s": {
+                    "type": "object",
+                    "additionalProperties": {"type": "number"},
+                    "description": "CPU seconds of this process's live threads by name (fire-worker-3 counts as fire-worker)",
+                },
                 "disk": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "cleanup": {"type": "object"},
             },
