@@ -44,6 +44,7 @@ import datetime
 import email.utils
 import enum
 import logging
+import re
 import socket
 import sys
 import time
@@ -103,6 +104,8 @@ DRAIN_LIMIT = 64 * 1024
 _ERROR_TEXT_LIMIT = 200
 _DRAIN_CHUNK = 16 * 1024
 _ROUTE_CACHE_SIZE = 4096
+_BAD_HEADER_VALUE = re.compile(r"[\r\n\0]")
+_BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")
 
 
 class DeliveryOutcome(enum.StrEnum):
@@ -320,6 +323,14 @@ class _DeadlinePassed(Exception):
     pass
 
 
+class CallbackDenied(Exception):
+    """The callback host resolved to an address the callback host policy denies (``reason`` says which)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class CallbackHostDenied(NewConnectionError):
     """The callback host resolved to an address the callback host policy denies; nothing was sent."""
 
@@ -328,42 +339,62 @@ class CallbackHostDenied(NewConnectionError):
         self.reason = reason
 
 
-def _vetted_socket(conn: HTTPConnection, policy: CallbackPolicy) -> socket.socket:
-    """``HTTPConnection._new_conn`` with the policy between resolving and connecting: resolve the
-    host once, refuse if any address is denied, then connect to those same addresses, in order."""
-    host = conn.host.strip("[]")
-    try:
-        infos = socket.getaddrinfo(host, conn.port, allowed_gai_family(), socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        raise NameResolutionError(conn.host, conn, e) from e
+def vetted_connect(
+    host: str,
+    port: int,
+    policy: CallbackPolicy,
+    timeout: float | None,
+    socket_options: Iterable[tuple[int, int, int | bytes]] = HTTPConnection.default_socket_options,
+    source_address: tuple[str, int] | None = None,
+) -> socket.socket:
+    """Resolve ``host`` once, refuse (:class:`CallbackDenied`) if any address is denied by
+    ``policy``, then connect to those same addresses in order and return the first socket that
+    connects. ``socket.gaierror`` when the name does not resolve, ``TimeoutError`` / ``OSError``
+    from the last address tried otherwise."""
+    host = host.strip("[]")
+    infos = socket.getaddrinfo(host, port, allowed_gai_family(), socket.SOCK_STREAM)
     for info in infos:
         why = address_denial(host, str(info[4][0]), policy)
         if why is not None:
-            raise CallbackHostDenied(conn, why)
+            raise CallbackDenied(why)
     err: OSError | None = None
     for family, kind, proto, _, sockaddr in infos:
         sock = None
         try:
             sock = socket.socket(family, kind, proto)
-            for opt in conn.socket_options or ():
+            for opt in socket_options or ():
                 sock.setsockopt(*opt)
-            if conn.timeout is not _DEFAULT_TIMEOUT:  # type: ignore[comparison-overlap]  # urllib3 types it as float
-                sock.settimeout(conn.timeout)
-            if conn.source_address:
-                sock.bind(conn.source_address)
+            sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
             sock.connect(sockaddr)
         except OSError as e:  # as urllib3 does: try the next address
             if sock is not None:
                 sock.close()
             err = e
             continue
-        sys.audit("http.client.connect", conn, conn.host, conn.port)
         return sock
-    if isinstance(err, TimeoutError):
+    raise err or OSError(f"no address for {host}")
+
+
+def _vetted_socket(conn: HTTPConnection, policy: CallbackPolicy) -> socket.socket:
+    """``HTTPConnection._new_conn`` with the policy between resolving and connecting
+    (:func:`vetted_connect`), its errors as urllib3's."""
+    timeout = None if conn.timeout is _DEFAULT_TIMEOUT else conn.timeout  # type: ignore[comparison-overlap]  # urllib3 types it as float
+    try:
+        sock = vetted_connect(conn.host, conn.port, policy, timeout, conn.socket_options or (), conn.source_address)
+    except socket.gaierror as e:
+        raise NameResolutionError(conn.host, conn, e) from e
+    except CallbackDenied as e:
+        raise CallbackHostDenied(conn, e.reason) from e
+    except TimeoutError as e:
         raise ConnectTimeoutError(
             conn, f"Connection to {conn.host} timed out. (connect timeout={conn.timeout})"
-        ) from err
-    raise NewConnectionError(conn, f"Failed to establish a new connection: {err or 'no address'}") from err
+        ) from e
+    except OSError as e:
+        raise NewConnectionError(conn, f"Failed to establish a new connection: {e}") from e
+    sys.audit("http.client.connect", conn, conn.host, conn.port)
+    return sock
 
 
 class _GuardedHTTPConnection(HTTPConnection):
@@ -434,10 +465,40 @@ class Deliverer:
         self.node_id = node_id
         self._secrets = tuple(s for s in (signing_secret, signing_secret_next) if s)
         self._user_agent = user_agent
-        self._head_limit = head_limit
-        self._drain_limit = drain_limit
+        self.head_limit = self._head_limit = head_limit
+        self.drain_limit = self._drain_limit = drain_limit
         self._wall_ms = wall_ms
         self._routes: dict[str, tuple[str, str, int | None, str]] = {}
+        self.callback_policy: CallbackPolicy = getattr(pool, "callback_policy", DEFAULT_POLICY)
+        """The policy new connections are checked against (the pool's; FireLoop connects with it too)."""
+
+    def record(self, req: FireRequest, result: FireResult) -> None:
+        """Called with every attempt's result, on whichever thread carried it out (a hook: no-op here)."""
+
+    def target(self, url: str) -> tuple[str, str, int, str]:
+        """``(scheme, host, port, request target)`` of a callback URL (cached); ``LocationValueError``
+        for anything but an absolute http(s) URL."""
+        scheme, host, port, path = self._parse(url)
+        return scheme, host, port or (443 if scheme == "https" else 80), path
+
+    def request_bytes(self, req: FireRequest, host: str, port: int, target: str) -> bytes:
+        """The whole HTTP/1.1 request of one attempt, as urllib3 would write it: request line,
+        ``Host`` (with the port unless it is the scheme's default), ``Accept-Encoding: identity``,
+        ``Content-Length``, the attempt's headers (:meth:`headers_for`), the body. ``ValueError`` for
+        a target or header value with a control character (http.client refuses those as well)."""
+        hostport = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        if port != 80:
+            hostport = f"{hostport}:{port}"
+        if _BAD_TARGET.search(target):
+            raise ValueError(f"request target {target[:60]!r} has whitespace or a control character")
+        lines = [f"POST {target} HTTP/1.1", f"Host: {hostport}", "Accept-Encoding: identity",
+                 f"Content-Length: {len(req.body)}"]
+        for k, v in self.headers_for(req).items():
+            if _BAD_HEADER_VALUE.search(v):
+                raise ValueError(f"header {k} has a control character")
+            lines.append(f"{k}: {v}")
+        text = "\r\n".join(lines)
+        return text.encode("latin-1") + b"\r\n\r\n" + req.body
 
     def headers_for(self, req: FireRequest) -> dict[str, str]:
         """The request headers of one attempt, signature included (stamped with the wall clock now)."""
@@ -459,6 +520,11 @@ class Deliverer:
     def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> FireResult:
         """POST one fire and classify the answer. Never raises. ``timeout_ms`` overrides the request's
         (the pool passes a smaller one when the fire's deadline is nearer)."""
+        result = self._deliver(req, timeout_ms)
+        self.record(req, result)
+        return result
+
+    def _deliver(self, req: FireRequest, timeout_ms: int | None) -> FireResult:
         budget_s = max(1, req.timeout_ms if timeout_ms is None else timeout_ms) / 1000.0
         start = time.monotonic()
         deadline = start + budget_s
@@ -519,6 +585,10 @@ class Deliverer:
     def _route(self, url: str) -> tuple[urllib3.HTTPConnectionPool, str]:
         """The host's connection pool and the request target. Going to the host pool directly skips
         PoolManager.request's per-call URL and header work (about 9% of a POST's CPU, profiled)."""
+        scheme, host, port, path = self._parse(url)
+        return self._pool.connection_from_host(host, port, scheme), path
+
+    def _parse(self, url: str) -> tuple[str, str, int | None, str]:
         route = self._routes.get(url)
         if route is None:
             u = parse_url(url)
@@ -528,8 +598,7 @@ class Deliverer:
             if len(self._routes) >= _ROUTE_CACHE_SIZE:
                 self._routes.clear()
             self._routes[url] = route
-        scheme, host, port, path = route
-        return self._pool.connection_from_host(host, port, scheme), path
+        return route
 
     def _failed(self, req: FireRequest, start: float, outcome: DeliveryOutcome, e: BaseException) -> FireResult:
         text = f"{type(e).__name__}: {e}"[:_ERROR_TEXT_LIMIT]

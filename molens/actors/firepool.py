@@ -3,13 +3,16 @@
 Why the HTTP attempts are not themselves actors: round-robin into per-actor mailboxes puts a fast
 fire behind a slow one (head-of-line blocking) and costs a mailbox hop per fire; the pool's shared
 bounded queue lets any free thread take the next fire, and a batch enters with one lock round-trip.
-``FirePool`` is that engine (thread-safe): ``concurrency`` plain threads calling the blocking
-``Deliverer.deliver``, one holder thread for fires planned ahead, one flusher handing results back
-in batches.
+``FirePool`` is that engine (thread-safe): with ``engine="loop"`` (the default) one
+:class:`~molens.actors.fireloop.FireLoop` thread carries out every ``http://`` attempt on
+non-blocking sockets and a few threads (``tls_threads``) carry out ``https://`` ones with the
+blocking ``Deliverer.deliver``; with ``engine="threads"`` ``concurrency`` plain threads call
+``Deliverer.deliver`` for every fire (the engine before the loop; 10-20x the CPU per attempt).
+Either way: one holder thread for fires planned ahead, one flusher handing results back in batches.
 
 Rules:
 
-- At most ``concurrency`` HTTP attempts in flight; at most ``queue_limit`` more waiting. ``submit``
+- At most ``concurrency`` HTTP attempts in flight (loop and TLS threads together); at most ``queue_limit`` more waiting. ``submit``
   accepts fires in order while there is room and returns the rest as ``refused`` (the clear signal:
   the Dispatcher may send them elsewhere; otherwise the Monitor counts them lost at their deadline).
 - ``free_capacity()`` = room left = concurrency + queue_limit - (queued + in flight), for weighted
@@ -41,6 +44,7 @@ from dataclasses import dataclass
 
 import urllib3
 
+from molens.actors.fireloop import FireLoop
 from molens.delivery import Deliverer, FireRequest, FireResult, GuardedPoolManager
 from molens.model import DEFAULT_POLICY, CallbackPolicy
 from molens.wallclock import wall_ms
@@ -48,6 +52,14 @@ from molens.wallclock import wall_ms
 log = logging.getLogger(__name__)
 
 ResultsCallback = Callable[[list[FireResult]], None]
+
+ENGINES = ("loop", "threads")
+TLS_THREADS = 4
+"""Threads carrying out ``https://`` attempts next to the loop (``engine="loop"``)."""
+
+
+def _is_tls(req: FireRequest) -> bool:
+    return req.url[:8].lower() == "https://"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +106,15 @@ class FirePool:
         flush_interval_ms: float = 5.0,
         wall_ms: Callable[[], int] = _wall_ms,
         name: str = "fireworker",
+        engine: str = "loop",
+        tls_threads: int = TLS_THREADS,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        self.engine = engine
+        self._tls_threads = max(1, min(concurrency, tls_threads))
         self._deliverer = deliverer
         self.concurrency = concurrency
         self.queue_limit = 4 * concurrency if queue_limit is None else queue_limit
@@ -110,6 +128,12 @@ class FirePool:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._queue: collections.deque[FireRequest] = collections.deque()
+        """Fires ready to go: all of them (threads engine), the non-https ones (loop engine)."""
+        self._tls_queue: collections.deque[FireRequest] = collections.deque()
+        """loop engine: https fires ready to go, for the TLS threads."""
+        self._loop: FireLoop | None = None
+        if engine == "loop":
+            self._loop = FireLoop(deliverer, concurrency, self._loop_take, self._loop_finish, wall_ms, name=name)
         self._held: list[tuple[int, int, FireRequest]] = []
         """(not_before_ms, seq, fire): fires planned ahead, waiting for their due time."""
         self._hold_cv = threading.Condition(self._lock)
@@ -135,15 +159,22 @@ class FirePool:
             if self._threads:
                 raise RuntimeError("FirePool already started")
             self._accepting = True
-        self._threads = [
-            threading.Thread(target=self._run_worker, name=f"{self._name}-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
+        if self._loop is None:
+            self._threads = [
+                threading.Thread(target=self._run_worker, name=f"{self._name}-{i}", daemon=True)
+                for i in range(self.concurrency)
+            ]
+        else:
+            self._threads = [
+                threading.Thread(target=self._run_worker, args=(self._tls_queue,), name=f"{self._name}-tls-{i}", daemon=True)
+                for i in range(self._tls_threads)
+            ]
+            self._loop.start()
         self._flusher = threading.Thread(target=self._run_flusher, name=f"{self._name}-flush", daemon=True)
         self._holder = threading.Thread(target=self._run_holder, name=f"{self._name}-hold", daemon=True)
         for t in (*self._threads, self._flusher, self._holder):
             t.start()
-        log.info("fire pool started concurrency=%d queue_limit=%d", self.concurrency, self.queue_limit)
+        log.info("fire pool started engine=%s concurrency=%d queue_limit=%d", self.engine, self.concurrency, self.queue_limit)
 
     def stop(self, timeout_s: float = 30.0) -> list[FireRequest]:
         """Stops cleanly; returns the fires that were queued but never started."""
@@ -151,8 +182,9 @@ class FirePool:
         with self._lock:
             self._accepting = False
             self._draining = True
-            dropped = list(self._queue) + [f for _, _, f in sorted(self._held)]
+            dropped = list(self._queue) + list(self._tls_queue) + [f for _, _, f in sorted(self._held)]
             self._queue.clear()
+            self._tls_queue.clear()
             self._held.clear()
             self._work.notify_all()
             self._hold_cv.notify_all()
@@ -161,6 +193,8 @@ class FirePool:
         for t in self._threads:
             t.join(max(0.0, end - time.monotonic()))
         still = [t.name for t in self._threads if t.is_alive()]
+        if self._loop is not None and not self._loop.stop(max(0.1, end - time.monotonic())):
+            still.append(f"{self._name}-loop ({self._loop.active} attempts)")
         with self._rlock:
             self._flusher_done = True
             self._rcond.notify_all()
@@ -175,21 +209,23 @@ class FirePool:
     def submit(self, batch: Sequence[FireRequest]) -> SubmitReceipt:
         """Queues as many fires as fit, in order; never blocks."""
         with self._lock:
-            room = self.capacity - len(self._queue) - len(self._held) - self._in_flight if self._accepting else 0
+            room = (
+                self.capacity - len(self._queue) - len(self._tls_queue) - len(self._held) - self._in_flight
+                if self._accepting else 0
+            )
             n = max(0, min(room, len(batch)))
             if n:
                 now = self._wall_ms()
-                ready = 0
+                ready: list[FireRequest] = []
                 held = self._held
                 head = held[0][0] if held else None
                 for f in batch[:n]:
                     if f.not_before_ms > now:
                         heapq.heappush(held, (f.not_before_ms, next(self._seq), f))
                     else:
-                        self._queue.append(f)
-                        ready += 1
+                        ready.append(f)
                 if ready:
-                    self._work.notify(ready)
+                    self._ready(ready)
                 if held and (head is None or held[0][0] < head):
                     self._hold_cv.notify()
             refused = tuple(batch[n:])
@@ -202,12 +238,12 @@ class FirePool:
         with self._lock:
             if not self._accepting:
                 return 0
-            return self.capacity - len(self._queue) - len(self._held) - self._in_flight
+            return self.capacity - len(self._queue) - len(self._tls_queue) - len(self._held) - self._in_flight
 
     def stats(self) -> FirePoolStats:
         with self._lock:
             return FirePoolStats(
-                concurrency=self.concurrency, capacity=self.capacity, queued=len(self._queue), in_flight=self._in_flight,
+                concurrency=self.concurrency, capacity=self.capacity, queued=len(self._queue) + len(self._tls_queue), in_flight=self._in_flight,
                 delivered=self._delivered, refused=self._refused, expired=self._expired, result_batches=self._batches, held=len(self._held),
             )
 
@@ -218,23 +254,76 @@ class FirePool:
         with self._lock:
             while not self._draining:
                 now = self._wall_ms()
-                ready = 0
+                ready = []
                 while held and held[0][0] <= now:
-                    self._queue.append(heapq.heappop(held)[2])
-                    ready += 1
+                    ready.append(heapq.heappop(held)[2])
                 if ready:
-                    self._work.notify(ready)
+                    self._ready(ready)
                 # a wait may end a little early: the loop checks the clock again before moving any
                 self._hold_cv.wait((held[0][0] - now) / 1000.0 if held else None)
 
-    def _run_worker(self) -> None:
+    def _ready(self, fires: list[FireRequest]) -> None:
+        """Queue fires that may go now and wake their consumers (under ``self._lock``)."""
+        if self._loop is None:
+            self._queue.extend(fires)
+            self._work.notify(len(fires))
+            return
+        tls = 0
+        for f in fires:
+            if _is_tls(f):
+                self._tls_queue.append(f)
+                tls += 1
+            else:
+                self._queue.append(f)
+        if tls:
+            self._work.notify(tls)
+        if tls < len(fires):
+            self._loop.wake()
+
+    def _loop_take(self, limit: int) -> list[FireRequest]:
+        """FireLoop thread: the next fires to start, within the concurrency left."""
+        with self._lock:
+            n = min(limit, len(self._queue), self.concurrency - self._in_flight)
+            if n <= 0:
+                return []
+            q = self._queue
+            out = [q.popleft() for _ in range(n)]
+            self._in_flight += n
+            return out
+
+    def _loop_finish(self, req: FireRequest, result: FireResult | None) -> None:
+        """FireLoop thread: one attempt ended (None: not sent, past its deadline)."""
+        self._ended(result, on_loop=True)
+
+    def _ended(self, result: FireResult | None, on_loop: bool = False) -> None:
+        """One attempt ended (None: not sent, past its deadline): count it, let the other
+        consumer (loop or TLS threads) use the room within ``concurrency``, hand the result on."""
+        with self._lock:
+            self._in_flight -= 1
+            if result is None:
+                self._expired += 1
+            else:
+                self._delivered += 1
+            if self._loop is not None:
+                if self._tls_queue:
+                    self._work.notify()
+                if self._queue and not on_loop:  # the loop takes more before it waits again anyway
+                    self._loop.wake()
+        if result is not None:
+            self._add_result(result)
+
+    def _run_worker(self, queue: collections.deque[FireRequest] | None = None) -> None:
+        """A thread carrying out fires of ``queue`` (all of them in the threads engine, the https
+        ones in the loop engine, where it also waits for room within ``concurrency``)."""
+        q = self._queue if queue is None else queue
+        limited = self._loop is not None
         while True:
             with self._lock:
-                while not self._queue and not self._draining:
+                while (not q or (limited and self._in_flight >= self.concurrency)) and not self._draining:
                     self._work.wait()
-                if not self._queue:
+                if not q:
                     return
-                req = self._queue.popleft()
+                req = q.popleft()
                 self._in_flight += 1
             result: FireResult | None = None
             try:
@@ -247,14 +336,7 @@ class FirePool:
                 else:
                     result = self._deliverer.deliver(req, timeout_ms)
             finally:
-                with self._lock:
-                    self._in_flight -= 1
-                    if result is None:
-                        self._expired += 1
-                    else:
-                        self._delivered += 1
-            if result is not None:
-                self._add_result(result)
+                self._ended(result)
 
     def _add_result(self, result: FireResult) -> None:
         with self._rlock:
@@ -291,4 +373,4 @@ class FirePool:
                 log.exception("fire results callback failed; %d results not handed over", len(batch))
 
 
-__all__ = ["FirePool", "FirePoolStats", "ResultsCallback", "SubmitReceipt", "make_pool_manager"]
+__all__ = ["ENGINES", "FirePool", "FirePoolStats", "ResultsCallback", "SubmitReceipt", "make_pool_manager"]

@@ -116,6 +116,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         flush_interval_ms: float = 2.0,
         fatal: Callable[[BaseException], None] | None = None,
         stop_timeout_s: float = 10.0,
+        engine: str = "loop",
     ) -> None:
         super().__init__()
         self._stop_timeout_s = stop_timeout_s
@@ -125,7 +126,9 @@ class FireWorkerPool(pykka.ThreadingActor):
         self._send = send
         self._stats = stats
         self._fatal = fatal
-        self.pool = FirePool(deliverer, concurrency, self._pool_results, queue_limit, flush_interval_ms=flush_interval_ms)
+        self.pool = FirePool(
+            deliverer, concurrency, self._pool_results, queue_limit, flush_interval_ms=flush_interval_ms, engine=engine,
+        )
         self._attempts: dict[str, int] = {}
         self._unsent: collections.deque[tuple[float, bytes]] = collections.deque()
         self._leader_id: str | None = None

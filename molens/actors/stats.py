@@ -230,12 +230,10 @@ class ReportingDeliverer(Deliverer):
         self._lock = threading.Lock()
         self._attempts: list[tuple[FireRequest, FireResult, float]] = []
 
-    def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> FireResult:
-        result = super().deliver(req, timeout_ms)
+    def record(self, req: FireRequest, result: FireResult) -> None:
         started_ms = time.time() * 1000 - float(result.latency_ms)
         with self._lock:
             self._attempts.append((req, result, started_ms))
-        return result
 
     def take(self) -> list[tuple[FireRequest, FireResult, float]]:
         with self._lock:

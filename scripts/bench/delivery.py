@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""POSTs/s through the fire pool (FirePool + Deliverer + urllib3) to a local receiver process.
+"""POSTs/s through the fire pool (FirePool + Deliverer, each engine: loop and threads) to a local receiver process.
 
 The receiver runs in a subprocess so it does not share our GIL: by default a minimal asyncio
 HTTP/1.1 keep-alive server (so the pool, not the receiver, is what is measured); ``--receiver
@@ -75,7 +75,7 @@ def _serve_waitress() -> None:
     srv.run()
 
 
-def _run(port: int, concurrency: int, fires: int, profile: bool) -> tuple[float, float, float]:
+def _run(port: int, concurrency: int, fires: int, profile: bool, engine: str = "loop") -> tuple[float, float, float, float]:
     url = f"http://127.0.0.1:{port}/callback"
     done = threading.Event()
     results: list[FireResult] = []
@@ -86,7 +86,7 @@ def _run(port: int, concurrency: int, fires: int, profile: bool) -> tuple[float,
             done.set()
 
     http = make_pool_manager(concurrency)
-    pool = FirePool(Deliverer(http, "bench", signing_secret="bench-secret"), concurrency, collect)
+    pool = FirePool(Deliverer(http, "bench", signing_secret="bench-secret"), concurrency, collect, engine=engine)
     body = b'{"order": 12345, "note": "benchmark payload"}'
     reqs = [FireRequest(
         fire_id=f"b{concurrency}-{i}", task_id=f"b{concurrency}", attempt=0, kind=FireKind.CALLBACK, url=url,
@@ -101,6 +101,7 @@ def _run(port: int, concurrency: int, fires: int, profile: bool) -> tuple[float,
         profiler = Profiler(interval=0.0005, async_mode="disabled")
         profiler.start()
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     sent = 0
     while sent < fires:
         room = pool.free_capacity()
@@ -110,6 +111,7 @@ def _run(port: int, concurrency: int, fires: int, profile: bool) -> tuple[float,
         sent += pool.submit(reqs[sent:sent + room]).accepted
     done.wait(300)
     elapsed = time.perf_counter() - t0
+    cpu_us = (time.process_time() - cpu0) * 1e6 / fires
     if profiler is not None:
         profiler.stop()
     pool.stop()
@@ -122,7 +124,7 @@ def _run(port: int, concurrency: int, fires: int, profile: bool) -> tuple[float,
     lat = sorted(r.latency_ms for r in results)
     p50 = lat[len(lat) // 2]
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-    return fires / elapsed, p50, p99
+    return fires / elapsed, p50, p99, cpu_us
 
 
 def main() -> int:
@@ -131,6 +133,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--receiver", choices=["asyncio", "waitress"], default="asyncio")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--engine", choices=["loop", "threads"], nargs="+", default=["loop", "threads"],
+                    help="FirePool engines to run, in turn (default both; the summary is the first's best run)")
     ap.add_argument("--serve", choices=["asyncio", "waitress"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve == "asyncio":
@@ -147,10 +151,14 @@ def main() -> int:
         port = int(child.stdout.readline())
         print(f"receiver: {args.receiver} pid={child.pid} port={port}; {args.fires} signed POSTs per run")
         runs = []
-        for i, c in enumerate(args.concurrency):
-            rate, p50, p99 = _run(port, c, args.fires, args.profile and i == 0)
-            runs.append((c, rate, p50, p99))
-            print(f"delivery_run: concurrency={c} posts_per_s={rate:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f}")
+        by_engine: dict[str, list[tuple[int, float, float, float, float]]] = {}
+        for engine in args.engine:
+            for i, c in enumerate(args.concurrency):
+                rate, p50, p99, cpu_us = _run(port, c, args.fires, args.profile and i == 0, engine)
+                by_engine.setdefault(engine, []).append((c, rate, p50, p99, cpu_us))
+                print(f"delivery_run: engine={engine} concurrency={c} posts_per_s={rate:.0f} p50_ms={p50:.2f} "
+                      f"p99_ms={p99:.2f} client_cpu_us_per_post={cpu_us:.0f}", flush=True)
+        runs = [(c, rate, p50, p99) for c, rate, p50, p99, _ in by_engine[args.engine[0]]]
     finally:
         assert child.stdin is not None
         child.stdin.close()
@@ -161,7 +169,10 @@ def main() -> int:
             child.wait()
     best = max(runs, key=lambda r: r[1])
     extra = " ".join(f"c{c}_posts_per_s={rate:.0f}" for c, rate, _, _ in runs)
-    print(f"delivery: posts_per_s={best[1]:.0f} p50_ms={best[2]:.2f} p99_ms={best[3]:.2f} "
+    for engine, er in by_engine.items():
+        top = max(er, key=lambda r: r[1])
+        extra += f" {engine}_posts_per_s={top[1]:.0f} {engine}_cpu_us_per_post={top[4]:.0f}"
+    print(f"delivery: engine={args.engine[0]} posts_per_s={best[1]:.0f} p50_ms={best[2]:.2f} p99_ms={best[3]:.2f} "
           f"concurrency={best[0]} receiver={args.receiver} {extra}")
     return 0
 

@@ -24,6 +24,7 @@ from molens.delivery import (
 from molens.fsm.commands import ResultItem
 from molens.model import Outcome
 from molens.receiver import verify_signature
+from tests.carrier import Carrier
 from tests.integration.callback_server import CallbackServer
 
 pytestmark = pytest.mark.integration
@@ -55,11 +56,11 @@ def _req(url: str, *, fire_id: str = "task1-7", kind: FireKind = FireKind.CALLBA
     )
 
 
-def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(
+def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(carrier: Carrier,
     server: CallbackServer, pool: urllib3.PoolManager
 ) -> None:
     d = Deliverer(pool, "n1", signing_secret="s1")
-    res = d.deliver(_req(server.url("/ok")))
+    res = carrier.deliver(d, _req(server.url("/ok")))
     assert res == FireResult(
         fire_id="task1-7", kind=FireKind.CALLBACK, status_code=200, outcome=DeliveryOutcome.SUCCESS,
         response_head=b"ok", latency_ms=res.latency_ms, worker="n1",
@@ -80,15 +81,15 @@ def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(
     assert not verify_signature(got.headers, got.body, ["other"])
 
 
-def test_no_signature_header_without_a_secret(server: CallbackServer, pool: urllib3.PoolManager) -> None:
-    Deliverer(pool, "n1").deliver(_req(server.url("/ok"), kind=FireKind.ACK))
+def test_no_signature_header_without_a_secret(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    carrier.deliver(Deliverer(pool, "n1"), _req(server.url("/ok"), kind=FireKind.ACK))
     [got] = server.recorded("/ok")
     assert "x-molens-signature" not in {k.lower() for k in got.headers}
     assert got.headers["X-Molens-Kind"] == "ack"
 
 
-def test_rotation_signs_with_both_secrets(server: CallbackServer, pool: urllib3.PoolManager) -> None:
-    Deliverer(pool, "n1", signing_secret="old", signing_secret_next="new").deliver(_req(server.url("/ok")))
+def test_rotation_signs_with_both_secrets(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    carrier.deliver(Deliverer(pool, "n1", signing_secret="old", signing_secret_next="new"), _req(server.url("/ok")))
     [got] = server.recorded("/ok")
     assert got.headers["X-Molens-Signature"].count("v1=") == 2
     assert verify_signature(got.headers, got.body, ["old"])
@@ -96,10 +97,10 @@ def test_rotation_signs_with_both_secrets(server: CallbackServer, pool: urllib3.
 
 
 @pytest.mark.parametrize("n", [0, 100, 512, 513, 4000, 60_000])
-def test_at_most_512_bytes_of_the_response_are_kept(
+def test_at_most_512_bytes_of_the_response_are_kept(carrier: Carrier,
     n: int, server: CallbackServer, pool: urllib3.PoolManager
 ) -> None:
-    res = Deliverer(pool, "n1").deliver(_req(server.url(f"/bytes/{n}")))
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(server.url(f"/bytes/{n}")))
     assert res.outcome is DeliveryOutcome.SUCCESS
     assert res.response_head == (bytes(range(256)) * 256)[: min(n, 512)]
 
@@ -110,59 +111,59 @@ def test_at_most_512_bytes_of_the_response_are_kept(
      (404, DeliveryOutcome.NOT_FOUND), (400, DeliveryOutcome.HTTP_ERROR), (410, DeliveryOutcome.HTTP_ERROR),
      (500, DeliveryOutcome.HTTP_ERROR), (503, DeliveryOutcome.HTTP_ERROR)],
 )
-def test_status_maps_to_outcome(status: int, outcome: DeliveryOutcome, server: CallbackServer,
+def test_status_maps_to_outcome(carrier: Carrier, status: int, outcome: DeliveryOutcome, server: CallbackServer,
                                 pool: urllib3.PoolManager) -> None:
-    res = Deliverer(pool, "n1").deliver(_req(server.url(f"/status/{status}")))
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(server.url(f"/status/{status}")))
     assert (res.status_code, res.outcome) == (status, outcome)
     assert res.response_head == (b"" if status == 204 else b"status body")
 
 
-def test_redirect_is_not_followed_and_is_an_http_error(server: CallbackServer, pool: urllib3.PoolManager) -> None:
-    res = Deliverer(pool, "n1").deliver(_req(server.url("/redirect")))
+def test_redirect_is_not_followed_and_is_an_http_error(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(server.url("/redirect")))
     assert (res.status_code, res.outcome) == (302, DeliveryOutcome.HTTP_ERROR)
     assert server.recorded("/ok") == []
 
 
-def test_no_answer_within_timeout_is_a_timeout(server: CallbackServer, pool: urllib3.PoolManager) -> None:
-    res = Deliverer(pool, "n1").deliver(_req(server.url("/hang"), timeout_ms=200))
+def test_no_answer_within_timeout_is_a_timeout(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(server.url("/hang"), timeout_ms=200))
     assert (res.status_code, res.outcome) == (None, DeliveryOutcome.TIMEOUT)
     assert "Timeout" in res.error
     assert res.latency_ms >= 200
 
 
-def test_connection_refused_is_a_network_error(pool: urllib3.PoolManager) -> None:
+def test_connection_refused_is_a_network_error(carrier: Carrier, pool: urllib3.PoolManager) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    res = Deliverer(pool, "n1").deliver(_req(f"http://127.0.0.1:{port}/cb"))
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(f"http://127.0.0.1:{port}/cb"))
     assert (res.status_code, res.outcome) == (None, DeliveryOutcome.NETWORK_ERROR)
     assert res.error
 
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/x", "not a url", "http://"])
-def test_bad_url_is_a_network_error_not_an_exception(url: str, pool: urllib3.PoolManager) -> None:
-    res = Deliverer(pool, "n1").deliver(_req(url))
+def test_bad_url_is_a_network_error_not_an_exception(carrier: Carrier, url: str, pool: urllib3.PoolManager) -> None:
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(url))
     assert res.outcome is DeliveryOutcome.NETWORK_ERROR
 
 
-def test_small_responses_reuse_the_keep_alive_connection(server: CallbackServer, pool: urllib3.PoolManager) -> None:
+def test_small_responses_reuse_the_keep_alive_connection(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
     d = Deliverer(pool, "n1")
     for path in ["/ok", "/bytes/600", "/status/500", "/bytes/60000", "/status/404", "/ok"]:
-        d.deliver(_req(server.url(path)))
+        carrier.deliver(d, _req(server.url(path)))
     assert len({r.client_port for r in server.recorded()}) == 1
 
 
 @pytest.mark.parametrize("path", ["/bytes/10000000", "/endless", "/trickle"])
-def test_huge_or_endless_response_does_not_stall_and_the_connection_is_replaced(
+def test_huge_or_endless_response_does_not_stall_and_the_connection_is_replaced(carrier: Carrier,
     path: str, server: CallbackServer, pool: urllib3.PoolManager
 ) -> None:
     # An unbounded read would never return from /endless or /trickle: reaching the asserts is the check.
     d = Deliverer(pool, "n1")
-    d.deliver(_req(server.url("/ok")))
-    res = d.deliver(_req(server.url(path), timeout_ms=500))
+    carrier.deliver(d, _req(server.url("/ok")))
+    res = carrier.deliver(d, _req(server.url(path), timeout_ms=500))
     assert (res.status_code, res.outcome) == (200, DeliveryOutcome.SUCCESS)
     assert len(res.response_head) == 512 or path == "/trickle"
-    d.deliver(_req(server.url("/ok")))
+    carrier.deliver(d, _req(server.url("/ok")))
     ports = [r.client_port for r in server.recorded()]
     assert ports[0] == ports[1] != ports[2]
 
@@ -232,8 +233,8 @@ def test_results_convert_to_fsm_result_items() -> None:
     )
 
 
-def test_query_string_and_default_path_reach_the_server(server: CallbackServer, pool: urllib3.PoolManager) -> None:
+def test_query_string_and_default_path_reach_the_server(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
     d = Deliverer(pool, "n1")
-    assert d.deliver(_req(server.url("/ok?x=1&y=%20"))).status_code == 404
-    assert d.deliver(_req(f"http://127.0.0.1:{server.port}")).status_code == 404
+    assert carrier.deliver(d, _req(server.url("/ok?x=1&y=%20"))).status_code == 404
+    assert carrier.deliver(d, _req(f"http://127.0.0.1:{server.port}")).status_code == 404
     assert [r.path for r in server.recorded()] == ["/ok?x=1&y=%20", "/"]

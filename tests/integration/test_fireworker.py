@@ -44,6 +44,12 @@ class Sink:
             return [r for b in self.batches for r in b]
 
 
+@pytest.fixture(params=["loop", "threads"])
+def engine(request: pytest.FixtureRequest) -> str:
+    """Each FirePool test runs on both engines (molens.actors.firepool)."""
+    return str(request.param)
+
+
 @pytest.fixture
 def server() -> Iterator[CallbackServer]:
     srv = CallbackServer()
@@ -74,11 +80,11 @@ def _no_pool_threads(name: str) -> bool:
     return not any(t.name.startswith(name) and t.is_alive() for t in threading.enumerate())
 
 
-def test_every_fire_is_delivered_once_and_results_come_back_in_bounded_batches(
+def test_every_fire_is_delivered_once_and_results_come_back_in_bounded_batches(engine: str,
     server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     sink = Sink()
-    pool = FirePool(Deliverer(http, "n1"), 4, sink, queue_limit=40, flush_count=5, name="fw-batch")
+    pool = FirePool(Deliverer(http, "n1"), 4, sink, queue_limit=40, flush_count=5, engine=engine, name="fw-batch")
     pool.start()
     try:
         receipt = pool.submit(_fires(server.url("/ok"), 40))
@@ -94,11 +100,11 @@ def test_every_fire_is_delivered_once_and_results_come_back_in_bounded_batches(
     assert _no_pool_threads("fw-batch")
 
 
-def test_concurrency_bound_is_respected_and_free_capacity_reflects_outstanding_fires(
+def test_concurrency_bound_is_respected_and_free_capacity_reflects_outstanding_fires(engine: str,
     server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     sink = Sink()
-    pool = FirePool(Deliverer(http, "n1"), 4, sink, queue_limit=20, name="fw-bound")
+    pool = FirePool(Deliverer(http, "n1"), 4, sink, queue_limit=20, engine=engine, name="fw-bound")
     pool.start()
     try:
         assert pool.free_capacity() == 24
@@ -115,9 +121,9 @@ def test_concurrency_bound_is_respected_and_free_capacity_reflects_outstanding_f
     assert server.max_in_gate == 4
 
 
-def test_a_full_pool_refuses_the_excess_in_order(server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_a_full_pool_refuses_the_excess_in_order(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
     sink = Sink()
-    pool = FirePool(Deliverer(http, "n1"), 2, sink, queue_limit=2, name="fw-full")
+    pool = FirePool(Deliverer(http, "n1"), 2, sink, queue_limit=2, engine=engine, name="fw-full")
     pool.start()
     try:
         fires = _fires(server.url("/gate"), 6)
@@ -134,10 +140,10 @@ def test_a_full_pool_refuses_the_excess_in_order(server: CallbackServer, http: u
     assert pool.stats().refused == 3
 
 
-def test_a_fire_past_its_deadline_is_not_sent(server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_a_fire_past_its_deadline_is_not_sent(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
     sink = Sink()
     now = time.time_ns() // 1_000_000
-    pool = FirePool(Deliverer(http, "n1"), 1, sink, name="fw-expired")
+    pool = FirePool(Deliverer(http, "n1"), 1, sink, engine=engine, name="fw-expired")
     pool.start()
     try:
         pool.submit(_fires(server.url("/ok"), 1, deadline_ms=now - 1, prefix="late")
@@ -150,9 +156,9 @@ def test_a_fire_past_its_deadline_is_not_sent(server: CallbackServer, http: urll
     assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["fine-0"]
 
 
-def test_a_fire_gets_no_more_time_than_its_deadline_leaves(server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_a_fire_gets_no_more_time_than_its_deadline_leaves(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
     sink = Sink()
-    pool = FirePool(Deliverer(http, "n1"), 1, sink, name="fw-capped")
+    pool = FirePool(Deliverer(http, "n1"), 1, sink, engine=engine, name="fw-capped")
     pool.start()
     try:
         # a 60 s HTTP timeout but a deadline 300 ms away: /hang must end as a timeout well before 60 s
@@ -164,11 +170,11 @@ def test_a_fire_gets_no_more_time_than_its_deadline_leaves(server: CallbackServe
     assert sink.results()[0].outcome is DeliveryOutcome.TIMEOUT
 
 
-def test_stop_lets_in_flight_fires_finish_returns_unstarted_ones_and_leaves_no_threads(
+def test_stop_lets_in_flight_fires_finish_returns_unstarted_ones_and_leaves_no_threads(engine: str,
     server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     sink = Sink()
-    pool = FirePool(Deliverer(http, "n1"), 2, sink, name="fw-stop")
+    pool = FirePool(Deliverer(http, "n1"), 2, sink, engine=engine, name="fw-stop")
     pool.start()
     fires = _fires(server.url("/hang"), 5, timeout_ms=300)
     pool.submit(fires)
@@ -182,7 +188,7 @@ def test_stop_lets_in_flight_fires_finish_returns_unstarted_ones_and_leaves_no_t
     assert _no_pool_threads("fw-stop")
 
 
-def test_a_failing_results_callback_does_not_stop_deliveries(server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_a_failing_results_callback_does_not_stop_deliveries(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
     seen: list[str] = []
 
     def flaky(results: list[FireResult]) -> None:
@@ -190,7 +196,7 @@ def test_a_failing_results_callback_does_not_stop_deliveries(server: CallbackSer
         if len(seen) == 1:
             raise RuntimeError("consumer bug")
 
-    pool = FirePool(Deliverer(http, "n1"), 1, flaky, flush_count=1, name="fw-flaky")
+    pool = FirePool(Deliverer(http, "n1"), 1, flaky, flush_count=1, engine=engine, name="fw-flaky")
     pool.start()
     try:
         pool.submit(_fires(server.url("/ok"), 3))
@@ -256,19 +262,23 @@ class _Deliveries(Deliverer):
         self.clock = clock
         self.started: dict[str, int] = {}
 
-    def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> FireResult:
+    def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> FireResult:  # threads engine
         self.started[req.fire_id] = self.clock()
         return super().deliver(req, timeout_ms)
 
+    def request_bytes(self, req: FireRequest, host: str, port: int, target: str) -> bytes:  # loop engine
+        self.started[req.fire_id] = self.clock()
+        return super().request_bytes(req, host, port, target)
 
-def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_early(
+
+def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_early(engine: str,
     server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     now = [1_767_225_600_000]
     clock = lambda: now[0]  # noqa: E731 -- the pool's wall clock, moved by the test
     sink = Sink()
     dl = _Deliveries(http, clock)
-    pool = FirePool(dl, 2, sink, wall_ms=clock, name="fw-hold")
+    pool = FirePool(dl, 2, sink, wall_ms=clock, engine=engine, name="fw-hold")
     pool.start()
     try:
         due = now[0] + 50
@@ -290,9 +300,9 @@ def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_e
     assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["now-0", "ahead-0"]
 
 
-def test_stop_returns_held_fires_unsent(server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_stop_returns_held_fires_unsent(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
     sink = Sink()
-    pool = FirePool(Deliverer(http, "n1"), 1, sink, name="fw-hold-stop")
+    pool = FirePool(Deliverer(http, "n1"), 1, sink, engine=engine, name="fw-hold-stop")
     pool.start()
     far = time.time_ns() // 1_000_000 + 3_600_000
     fires = [FireRequest(

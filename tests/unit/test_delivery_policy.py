@@ -24,6 +24,7 @@ import urllib3
 from molens.actors.firepool import make_pool_manager
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult, to_result_item
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, Outcome, check_url
+from tests.carrier import Carrier
 
 DENY_LOOPBACK = CallbackPolicy(deny_cidrs=(*DEFAULT_POLICY.deny_cidrs, "127.0.0.0/8", "::1/128"))
 
@@ -88,6 +89,19 @@ def server() -> Iterator[Server]:
         srv.stop()
 
 
+_CARRIER: list[Carrier] = []
+_DELIVERERS: dict[int, tuple[urllib3.PoolManager, Deliverer]] = {}
+
+
+@pytest.fixture(autouse=True)
+def _path(carrier: Carrier) -> Iterator[None]:
+    """Every test runs through both delivery paths (urllib3 and the loop engine)."""
+    _CARRIER[:] = [carrier]
+    yield
+    _CARRIER.clear()
+    _DELIVERERS.clear()
+
+
 @pytest.fixture
 def resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, Callable[[], list[str]]]:
     """Made-up names -> a function giving the addresses they resolve to now; other names resolve as usual."""
@@ -112,7 +126,8 @@ def resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, Callable[[], list[str
 def _fire(url: str, policy: CallbackPolicy = DEFAULT_POLICY, kind: FireKind = FireKind.CALLBACK,
           pm: urllib3.PoolManager | None = None) -> FireResult:
     pm = pm or make_pool_manager(2, policy)
-    return Deliverer(pm, "n1").deliver(FireRequest(
+    d = _DELIVERERS.setdefault(id(pm), (pm, Deliverer(pm, "n1")))[1]  # one per pool: keep-alive as on a node
+    return _CARRIER[0].deliver(d, FireRequest(
         fire_id="t1-1", task_id="t1", attempt=1, kind=kind, url=url, body=b"{}", scene="default",
         timeout_ms=2000,
     ))
@@ -206,6 +221,7 @@ def test_a_name_rebound_to_a_denied_address_is_refused_on_the_next_connection(
     pm = make_pool_manager(2)
     assert _fire(f"http://rebind.example:{server.port}/", pm=pm).outcome is DeliveryOutcome.SUCCESS
     pm.clear()  # the next fire opens a new connection and resolves again
+    _DELIVERERS.clear()  # (the loop path: a new Deliverer gets a new FireLoop, whose connections are its own)
     _assert_refused(_fire(f"http://rebind.example:{server.port}/", pm=pm),
                     "callback host rebind.example resolves to 169.254.169.254, denied by the callback host policy")
     assert len(server.requests) == 1

@@ -1,0 +1,307 @@
+"""The loop engine's HTTP/1.1 reading against a raw socket server that answers exactly what each test
+scripts: chunked bodies, interim answers, close-delimited bodies, answers split byte by byte,
+malformed heads, a peer closing an idle keep-alive connection, a status followed by silence."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import urllib3
+
+from molens.actors.firepool import FirePool
+from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult
+
+pytestmark = pytest.mark.integration
+
+Script = Callable[[socket.socket, bytes], bool]
+"""Answers one request (its raw bytes) on the connection; False closes the connection after it."""
+
+
+class RawServer:
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def url(self, path: str = "/cb") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.05)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buf = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:
+                        return
+                    if not data:
+                        return
+                    buf += data
+                head, _, rest = buf.partition(b"\r\n\r\n")
+                n = 0
+                for line in head.split(b"\r\n")[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        n = int(v)
+                while len(rest) < n:
+                    rest += conn.recv(65536)
+                req, buf = head + b"\r\n\r\n" + rest[:n], rest[n:]
+                self.requests.append(req)
+                try:
+                    if not self.script(conn, req):
+                        return
+                except OSError:
+                    return
+
+    def stop(self) -> None:
+        self._stop = True
+        self.sock.close()
+        self._thread.join(2)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Script], RawServer]]:
+    servers: list[RawServer] = []
+
+    def make(script: Script) -> RawServer:
+        servers.append(RawServer(script))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.stop()
+
+
+class Loop:
+    """One loop-engine FirePool; ``fire(url)`` carries out one attempt and returns its result."""
+
+    def __init__(self, deliverer: Deliverer | None = None) -> None:
+        self.deliverer = deliverer or Deliverer(urllib3.PoolManager(), "n1")
+        self.results: dict[str, FireResult] = {}
+        self.cv = threading.Condition()
+        self.pool = FirePool(self.deliverer, 4, self._sink, flush_interval_ms=0.5, engine="loop", name="rawloop")
+        self.pool.start()
+        self.n = 0
+
+    def _sink(self, batch: list[FireResult]) -> None:
+        with self.cv:
+            self.results.update((r.fire_id, r) for r in batch)
+            self.cv.notify_all()
+
+    def fire(self, url: str, timeout_ms: int = 3000) -> FireResult:
+        self.n += 1
+        fid = f"f-{self.n}"
+        self.pool.submit([FireRequest(
+            fire_id=fid, task_id="t", attempt=0, kind=FireKind.CALLBACK, url=url, body=b'{"a":1}', scene="s",
+            timeout_ms=timeout_ms,
+        )])
+        with self.cv:
+            assert self.cv.wait_for(lambda: fid in self.results, timeout=20)
+            return self.results[fid]
+
+
+@pytest.fixture
+def loop() -> Iterator[Loop]:
+    lp = Loop()
+    yield lp
+    lp.pool.stop(5)
+
+
+def _answer(raw: bytes, keep: bool = True) -> Script:
+    def script(conn: socket.socket, _req: bytes) -> bool:
+        conn.sendall(raw)
+        return keep
+
+    return script
+
+
+def test_chunked_body_with_extensions_and_trailers_keeps_the_connection(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"5;ext=1\r\nhello\r\n7\r\n, world\r\n0\r\nX-Trailer: 1\r\n\r\n"))
+    for _ in range(3):
+        res = loop.fire(srv.url())
+        assert (res.status_code, res.outcome, res.response_head) == (200, DeliveryOutcome.SUCCESS, b"hello, world")
+    assert srv.connections == 1
+
+
+def test_answer_split_into_single_bytes_is_read_whole(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    raw = b"HTTP/1.1 201 Created\r\nContent-Length: 6\r\nX-Molens-No-Retry: true\r\n\r\ncreated"[:-1]
+
+    def trickle(conn: socket.socket, _req: bytes) -> bool:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(len(raw)):
+            conn.sendall(raw[i : i + 1])
+            time.sleep(0.001)
+        return True
+
+    srv = serve(trickle)
+    res = loop.fire(srv.url())
+    assert (res.status_code, res.response_head, res.no_retry) == (201, b"create", False)  # no_retry only >= 300
+    assert loop.fire(srv.url()).status_code == 201
+    assert srv.connections == 1
+
+
+def test_interim_answers_are_skipped(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\ngone"))
+    res = loop.fire(srv.url())
+    assert (res.status_code, res.outcome, res.response_head) == (404, DeliveryOutcome.NOT_FOUND, b"gone")
+
+
+def test_close_delimited_body_of_an_http10_answer(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(b"HTTP/1.0 200 OK\r\n\r\nbody until close", keep=False))
+    for _ in range(2):
+        res = loop.fire(srv.url())
+        assert (res.status_code, res.response_head) == (200, b"body until close")
+    assert srv.connections == 2
+
+
+def test_connection_close_is_honoured(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", keep=False))
+    assert [loop.fire(srv.url()).status_code for _ in range(3)] == [200, 200, 200]
+    assert srv.connections == 3
+
+
+def test_a_peer_closing_an_idle_connection_is_noticed_before_reuse(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    def answer_then_close_soon(conn: socket.socket, _req: bytes) -> bool:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        time.sleep(0.05)  # the server's keep-alive timeout, without saying Connection: close
+        return False
+
+    srv = serve(answer_then_close_soon)
+    assert loop.fire(srv.url()).status_code == 200
+    time.sleep(0.3)
+    res = loop.fire(srv.url())
+    assert (res.status_code, res.outcome) == (200, DeliveryOutcome.SUCCESS)
+    assert srv.connections == 2
+
+
+def test_throttled_answer_carries_retry_after_and_no_retry(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(b"HTTP/1.1 429 Too Many\r\nretry-after: 7\r\nX-MOLENS-NO-RETRY:  True \r\nContent-Length: 0\r\n\r\n"))
+    before = time.time() * 1000
+    res = loop.fire(srv.url())
+    assert (res.status_code, res.outcome, res.no_retry) == (429, DeliveryOutcome.HTTP_ERROR, True)
+    assert before + 6_000 <= res.retry_after_ms <= time.time() * 1000 + 7_000
+
+
+@pytest.mark.parametrize("raw", [
+    b"SPDY/3 200 OK\r\n\r\n",
+    b"HTTP/1.1 2000 OK\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+])
+def test_a_malformed_head_is_a_network_error_and_the_connection_is_dropped(
+    raw: bytes, serve: Callable[[Script], RawServer], loop: Loop
+) -> None:
+    bad = serve(_answer(raw))
+    res = loop.fire(bad.url())
+    assert (res.status_code, res.outcome) == (None, DeliveryOutcome.NETWORK_ERROR)
+    assert res.error
+    good = serve(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+    assert loop.fire(good.url()).status_code == 200  # the loop goes on
+
+
+@pytest.mark.parametrize("raw", [
+    b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"HTTP/1.1 500 Oops\r\nContent-Length: -1\r\n\r\n",
+    b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: gzip\r\n\r\n",
+])
+def test_a_body_that_cannot_be_framed_keeps_the_status(raw: bytes, serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(raw))
+    res = loop.fire(srv.url())
+    # the receiver has answered: its status stands even though the body cannot be read
+    assert (res.status_code, res.outcome) == (500, DeliveryOutcome.HTTP_ERROR)
+    assert srv.connections == 1
+    assert loop.fire(srv.url()).status_code == 500
+    assert srv.connections == 2  # that connection was not reused
+
+
+def test_status_then_silence_ends_at_the_budget_with_the_status(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial"))
+    res = loop.fire(srv.url(), timeout_ms=300)
+    assert (res.status_code, res.outcome, res.response_head) == (200, DeliveryOutcome.SUCCESS, b"partial")
+    assert res.latency_ms >= 300
+
+
+def test_reset_before_the_status_is_a_network_error(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    def reset(conn: socket.socket, _req: bytes) -> bool:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        return False
+
+    srv = serve(reset)
+    res = loop.fire(srv.url())
+    assert (res.status_code, res.outcome) == (None, DeliveryOutcome.NETWORK_ERROR)
+
+
+def test_request_bytes_are_what_the_receiver_reads(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(b"HTTP/1.1 204 No Content\r\n\r\n"))
+    assert loop.fire(srv.url("/cb?x=1")).status_code == 204
+    head, _, body = srv.requests[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /cb?x=1 HTTP/1.1"
+    headers = {k.lower(): v.strip() for k, _, v in (ln.partition(b":") for ln in lines[1:])}
+    assert headers[b"host"] == f"127.0.0.1:{srv.port}".encode()
+    assert headers[b"content-length"] == b"7" and body == b'{"a":1}'
+    assert headers[b"x-fire-id"] == b"f-1" and headers[b"x-molens-kind"] == b"callback"
+
+
+def test_a_header_value_with_a_line_break_is_refused_before_sending(serve: Callable[[Script], RawServer], loop: Loop) -> None:
+    srv = serve(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+    loop.pool.submit([FireRequest(
+        fire_id="bad", task_id="t", attempt=0, kind=FireKind.CALLBACK, url=srv.url(), body=b"{}",
+        scene="x\r\nX-Injected: 1", timeout_ms=2000,
+    )])
+    with loop.cv:
+        assert loop.cv.wait_for(lambda: "bad" in loop.results, timeout=10)
+    assert loop.results["bad"].outcome is DeliveryOutcome.NETWORK_ERROR
+    assert srv.requests == []
+
+
+def test_many_attempts_at_once_share_few_connections(serve: Callable[[Script], RawServer]) -> None:
+    srv = serve(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+    done: list[FireResult] = []
+    cv = threading.Condition()
+
+    def sink(batch: list[FireResult]) -> None:
+        with cv:
+            done.extend(batch)
+            cv.notify_all()
+
+    pool = FirePool(Deliverer(urllib3.PoolManager(), "n1"), 8, sink, queue_limit=2000, engine="loop", name="rawmany")
+    pool.start()
+    try:
+        fires = [FireRequest(
+            fire_id=f"m-{i}", task_id="t", attempt=0, kind=FireKind.CALLBACK, url=srv.url(), body=b"{}", scene="s",
+            timeout_ms=10_000,
+        ) for i in range(1000)]
+        assert pool.submit(fires).accepted == 1000
+        with cv:
+            assert cv.wait_for(lambda: len(done) == 1000, timeout=60)
+    finally:
+        pool.stop(5)
+    assert sorted(r.fire_id for r in done) == sorted(f.fire_id for f in fires)
+    assert all(r.status_code == 200 for r in done)
+    assert srv.connections <= 8  # at most `concurrency` connections, each reused
