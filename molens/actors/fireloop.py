@@ -138,7 +138,8 @@ class NameResolutionError(OSError):
 class FireLoop:
     """Carries out ``http://`` attempts on one thread (see the module docstring).
 
-    ``take(limit)`` is called on the loop thread to get new work (at most ``limit`` requests);
+    ``take(limit)`` is called on the loop thread to get new work (at most ``limit`` requests) and
+    the ms until more may be ready without a ``wake()`` (fires held for their time; None: never);
     ``finish(req, result_or_None)`` is called on it for every request taken (None: not sent, its
     deadline had passed). ``start()`` / ``stop()``; ``wake()`` is safe from any thread."""
 
@@ -146,7 +147,7 @@ class FireLoop:
         self,
         deliverer: Deliverer,
         concurrency: int,
-        take: Callable[[int], list[FireRequest]],
+        take: Callable[[int], tuple[list[FireRequest], int | None]],
         finish: Callable[[FireRequest, FireResult | None], None],
         wall_ms: Callable[[], int],
         name: str = "fireworker",
@@ -220,8 +221,9 @@ class FireLoop:
         sel = self._sel
         while True:
             self._woken.clear()
-            while self._active < self.concurrency:  # again when some ended at once (expired, bad URL)
-                batch = self._take(self.concurrency - self._active)
+            ready_in_ms: int | None = None
+            while True:  # again when some ended at once (expired, bad URL)
+                batch, ready_in_ms = self._take(max(0, self.concurrency - self._active))
                 if not batch:
                     break
                 for req in batch:
@@ -234,6 +236,9 @@ class FireLoop:
             while timers and timers[0][2].done:
                 heapq.heappop(timers)
             wait = max(0.0, timers[0][0] - time.monotonic()) if timers else None
+            if ready_in_ms is not None:
+                held_s = max(0.0, ready_in_ms / 1000.0)
+                wait = held_s if wait is None else min(wait, held_s)
             if self._stopping and wait is None:
                 wait = 0.05
             for key, mask in sel.select(wait):

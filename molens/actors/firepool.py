@@ -171,8 +171,9 @@ class FirePool:
             ]
             self._loop.start()
         self._flusher = threading.Thread(target=self._run_flusher, name=f"{self._name}-flush", daemon=True)
-        self._holder = threading.Thread(target=self._run_holder, name=f"{self._name}-hold", daemon=True)
-        for t in (*self._threads, self._flusher, self._holder):
+        if self._loop is None:  # the loop holds fires planned ahead itself (_loop_take)
+            self._holder = threading.Thread(target=self._run_holder, name=f"{self._name}-hold", daemon=True)
+        for t in (*self._threads, self._flusher, *([self._holder] if self._holder else [])):
             t.start()
         log.info("fire pool started engine=%s concurrency=%d queue_limit=%d", self.engine, self.concurrency, self.queue_limit)
 
@@ -227,7 +228,10 @@ class FirePool:
                 if ready:
                     self._ready(ready)
                 if held and (head is None or held[0][0] < head):
-                    self._hold_cv.notify()
+                    if self._loop is not None:
+                        self._loop.wake()
+                    else:
+                        self._hold_cv.notify()
             refused = tuple(batch[n:])
             self._refused += len(refused)
         if refused:
@@ -262,7 +266,7 @@ class FirePool:
                 # a wait may end a little early: the loop checks the clock again before moving any
                 self._hold_cv.wait((held[0][0] - now) / 1000.0 if held else None)
 
-    def _ready(self, fires: list[FireRequest]) -> None:
+    def _ready(self, fires: list[FireRequest], on_loop: bool = False) -> None:
         """Queue fires that may go now and wake their consumers (under ``self._lock``)."""
         if self._loop is None:
             self._queue.extend(fires)
@@ -277,19 +281,32 @@ class FirePool:
                 self._queue.append(f)
         if tls:
             self._work.notify(tls)
-        if tls < len(fires):
+        if tls < len(fires) and not on_loop:
             self._loop.wake()
 
-    def _loop_take(self, limit: int) -> list[FireRequest]:
-        """FireLoop thread: the next fires to start, within the concurrency left."""
+    def _loop_take(self, limit: int) -> tuple[list[FireRequest], int | None]:
+        """FireLoop thread: the next fires to start, within the concurrency left, and the ms until
+        the next fire held for its time (None: none held). Held fires whose time has come are
+        queued first: the loop is the holder in this engine (no thread waking per fire)."""
         with self._lock:
+            held = self._held
+            wait_ms = None
+            if held:
+                now = self._wall_ms()
+                if held[0][0] <= now:
+                    due = []
+                    while held and held[0][0] <= now:
+                        due.append(heapq.heappop(held)[2])
+                    self._ready(due, on_loop=True)
+                if held:
+                    wait_ms = held[0][0] - now
             n = min(limit, len(self._queue), self.concurrency - self._in_flight)
             if n <= 0:
-                return []
+                return [], wait_ms
             q = self._queue
             out = [q.popleft() for _ in range(n)]
             self._in_flight += n
-            return out
+            return out, wait_ms
 
     def _loop_finish(self, req: FireRequest, result: FireResult | None) -> None:
         """FireLoop thread: one attempt ended (None: not sent, past its deadline)."""
