@@ -114,7 +114,7 @@ def test_fire_lateness_is_measured_from_the_due_time_to_the_request_start_on_the
     )
 
     class Answered200msLater(Deliverer):
-        def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> Any:
+        def _deliver(self, req: FireRequest, timeout_ms: int | None = None) -> Any:  # deliver() records it
             class Result:
                 kind = FireKind.CALLBACK
                 outcome = "success"
