@@ -339,6 +339,19 @@ class CallbackHostDenied(NewConnectionError):
         self.reason = reason
 
 
+def vetted_resolve(host: str, port: int, policy: CallbackPolicy) -> list[tuple[Any, ...]]:
+    """The addresses ``host`` resolves to (``getaddrinfo`` tuples), once; :class:`CallbackDenied`
+    when ``policy`` denies any of them (DNS rebinding cannot slip one past: what is checked is what
+    is connected to), ``socket.gaierror`` when the name does not resolve."""
+    host = host.strip("[]")
+    infos = socket.getaddrinfo(host, port, allowed_gai_family(), socket.SOCK_STREAM)
+    for info in infos:
+        why = address_denial(host, str(info[4][0]), policy)
+        if why is not None:
+            raise CallbackDenied(why)
+    return infos
+
+
 def vetted_connect(
     host: str,
     port: int,
@@ -347,18 +360,10 @@ def vetted_connect(
     socket_options: Iterable[tuple[int, int, int | bytes]] = HTTPConnection.default_socket_options,
     source_address: tuple[str, int] | None = None,
 ) -> socket.socket:
-    """Resolve ``host`` once, refuse (:class:`CallbackDenied`) if any address is denied by
-    ``policy``, then connect to those same addresses in order and return the first socket that
-    connects. ``socket.gaierror`` when the name does not resolve, ``TimeoutError`` / ``OSError``
-    from the last address tried otherwise."""
-    host = host.strip("[]")
-    infos = socket.getaddrinfo(host, port, allowed_gai_family(), socket.SOCK_STREAM)
-    for info in infos:
-        why = address_denial(host, str(info[4][0]), policy)
-        if why is not None:
-            raise CallbackDenied(why)
+    """:func:`vetted_resolve`, then connect to those same addresses in order and return the first
+    socket that connects: ``TimeoutError`` / ``OSError`` from the last address tried otherwise."""
     err: OSError | None = None
-    for family, kind, proto, _, sockaddr in infos:
+    for family, kind, proto, _, sockaddr in vetted_resolve(host, port, policy):
         sock = None
         try:
             sock = socket.socket(family, kind, proto)

@@ -7,10 +7,12 @@ parsing just the status line and the few headers the rules need costs 20-60 us p
 rules of an attempt are the same as ``Deliverer.deliver``'s (``molens.delivery``, which builds the
 headers and classifies the answer for both); what changes is who waits.
 
-- **Connections** are opened by a few connector threads (``connect_threads``) with the same
-  resolve-check-connect step as the urllib3 path (``molens.delivery.vetted_connect``: every
-  resolved address checked against the callback host policy, then connected to), so a name
-  resolution or a slow connect never stalls the loop. An open connection is kept per
+- **Connections**: the host is resolved and every address checked against the callback host
+  policy as on the urllib3 path (``molens.delivery.vetted_resolve``) -- on the loop for an IP
+  literal, by a few resolver threads (``connect_threads``) for a name, so a slow DNS answer never
+  stalls the loop -- then the loop connects without blocking to those same addresses in order
+  (the next one when one refuses). A receiver that never answers a SYN holds only its own
+  attempts (each until its budget), never another host's. An open connection is kept per
   ``(host, port)`` for reuse (at most ``concurrency`` idle per host) and watched while idle: a peer
   that closes it is noticed and the socket dropped before it could be reused.
 - **One attempt** = the request bytes (request line, ``Host``, ``Accept-Encoding: identity``,
@@ -33,7 +35,9 @@ urllib3 path (TLS, SNI and certificate checks as before).
 from __future__ import annotations
 
 import collections
+import errno
 import heapq
+import ipaddress
 import itertools
 import logging
 import os
@@ -43,6 +47,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from molens.delivery import (
     NO_RETRY_HEADER,
@@ -54,7 +59,7 @@ from molens.delivery import (
     FireResult,
     outcome_for_status,
     retry_after_ms,
-    vetted_connect,
+    vetted_resolve,
 )
 
 log = logging.getLogger(__name__)
@@ -69,7 +74,7 @@ _ERROR_TEXT_LIMIT = 200
 class _Conn:
     """One keep-alive connection; ``ex`` is the attempt using it (None while idle)."""
 
-    __slots__ = ("closed", "events", "ex", "key", "sock")
+    __slots__ = ("closed", "dialing", "events", "ex", "key", "sock")
 
     def __init__(self, sock: socket.socket, key: tuple[str, int]) -> None:
         self.sock = sock
@@ -77,6 +82,8 @@ class _Conn:
         self.ex: _Exchange | None = None
         self.events = 0
         self.closed = False
+        self.dialing: list[tuple[Any, ...]] | None = None
+        """While connecting: the addresses still to try after this one (None once connected)."""
 
 
 class _Exchange:
@@ -166,11 +173,14 @@ class FireLoop:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._woken = threading.Event()
         self._connect_q: queue.SimpleQueue[tuple[_Exchange, str, int] | None] = queue.SimpleQueue()
+        """Names to resolve (a resolver thread each), with the attempt waiting for them."""
         self._connectors = [
             threading.Thread(target=self._run_connector, name=f"{name}-connect-{i}", daemon=True)
             for i in range(max(1, connect_threads))
         ]
-        self._connected: collections.deque[tuple[_Exchange, socket.socket | None, BaseException | None]] = collections.deque()
+        self._resolved: collections.deque[tuple[_Exchange, list[tuple[Any, ...]] | None, BaseException | None]] = (
+            collections.deque()
+        )
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
         self._active = 0
         self._timers: list[tuple[float, int, _Exchange]] = []
@@ -228,8 +238,8 @@ class FireLoop:
                     break
                 for req in batch:
                     self._begin(req)
-            while self._connected:
-                self._attach(*self._connected.popleft())
+            while self._resolved:
+                self._dial(*self._resolved.popleft())
             if self._stopping and self._active == 0:
                 return
             timers = self._timers
@@ -249,6 +259,10 @@ class FireLoop:
                             pass
                     except BlockingIOError:
                         pass
+                    continue
+                if conn.dialing is not None:
+                    if mask & selectors.EVENT_WRITE:
+                        self._dialed(conn)
                     continue
                 if mask & selectors.EVENT_WRITE and conn.ex is not None:
                     self._send(conn)
@@ -290,48 +304,87 @@ class FireLoop:
             if not conn.closed:
                 self._use(conn, ex)
                 return
-        self._connect_q.put((ex, host, port))
+        if _is_ip(host):  # nothing to look up: check it here
+            try:
+                infos = vetted_resolve(host, port, self._d.callback_policy)
+            except Exception as e:
+                self._dial(ex, None, e)
+            else:
+                self._dial(ex, infos, None)
+        else:
+            self._connect_q.put((ex, host, port))
 
     def _run_connector(self) -> None:
-        """A connector thread: resolve, check, connect; hand the socket (or the error) to the loop."""
+        """A resolver thread: resolve and check a name; hand the addresses (or the error) to the loop."""
         while (job := self._connect_q.get()) is not None:
             ex, host, port = job
             try:
-                sock = vetted_connect(host, port, self._d.callback_policy, max(0.001, ex.deadline - time.monotonic()))
-                self._connected.append((ex, sock, None))
+                self._resolved.append((ex, vetted_resolve(host, port, self._d.callback_policy), None))
             except Exception as e:  # every failure becomes this attempt's result
-                self._connected.append((ex, None, e))
+                self._resolved.append((ex, None, e))
             self.wake()
 
-    def _attach(self, ex: _Exchange, sock: socket.socket | None, err: BaseException | None) -> None:
-        if ex.done:  # its budget ran out while connecting
-            if sock is not None:
-                self._keep_idle(self._register(sock, ex.key))
+    def _dial(self, ex: _Exchange, infos: list[tuple[Any, ...]] | None, err: BaseException | None) -> None:
+        """Connect without blocking to the first of ``infos`` that does not fail at once (the
+        others are tried when it fails later, :meth:`_dialed`); none left: the attempt's result."""
+        if ex.done:  # its budget ran out while resolving
             return
-        if sock is None:
-            assert err is not None
-            if isinstance(err, CallbackDenied):
-                log.warning("fire=%s kind=%s refused: %s", ex.req.fire_id, ex.req.kind, err.reason)
-                self._complete(ex, FireResult(
-                    fire_id=ex.req.fire_id, kind=ex.req.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
-                    response_head=err.reason.encode(), latency_ms=_elapsed_ms(ex.start), worker=self._d.node_id,
-                    error=err.reason,
-                ))
-            else:
-                if isinstance(err, socket.gaierror):
-                    err = NameResolutionError(f"Failed to resolve '{ex.key[0]}' ({err})")
-                outcome = DeliveryOutcome.TIMEOUT if isinstance(err, TimeoutError) else DeliveryOutcome.NETWORK_ERROR
-                self._complete(ex, self._failed(ex.req, ex.start, outcome, err))
-            return
-        self._use(self._register(sock, ex.key), ex)
+        rest = list(infos or ())
+        while rest:
+            family, kind, proto, _, sockaddr = rest.pop(0)
+            sock = None
+            try:
+                sock = socket.socket(family, kind, proto)
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                code = sock.connect_ex(sockaddr)
+            except OSError as e:
+                if sock is not None:
+                    sock.close()
+                err = e
+                continue
+            if code in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+                conn = _Conn(sock, ex.key)
+                conn.dialing = rest
+                conn.events = selectors.EVENT_WRITE
+                self._sel.register(sock, selectors.EVENT_WRITE, conn)
+                conn.ex = ex
+                ex.conn = conn
+                return
+            sock.close()
+            err = ConnectionError(code, f"Failed to establish a new connection: {os.strerror(code)}")
+        self._unreachable(ex, err or OSError(f"no address for {ex.key[0]}"))
 
-    def _register(self, sock: socket.socket, key: tuple[str, int]) -> _Conn:
-        sock.setblocking(False)
-        conn = _Conn(sock, key)
-        conn.events = selectors.EVENT_READ
-        self._sel.register(sock, selectors.EVENT_READ, conn)
-        self.opened += 1
-        return conn
+    def _dialed(self, conn: _Conn) -> None:
+        """A connecting socket became writable: connected (send the request), or failed (the next address)."""
+        ex = conn.ex
+        code = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        rest = conn.dialing or []
+        if code == 0 and ex is not None and not ex.done:
+            conn.dialing = None
+            self.opened += 1
+            self._use(conn, ex)
+            return
+        self._close(conn)
+        if ex is None or ex.done:
+            return
+        ex.conn = None
+        self._dial(ex, rest, ConnectionError(code, f"Failed to establish a new connection: {os.strerror(code)}"))
+
+    def _unreachable(self, ex: _Exchange, err: BaseException) -> None:
+        """No connection for this attempt: the policy refused the host, or it did not resolve or connect."""
+        if isinstance(err, CallbackDenied):
+            log.warning("fire=%s kind=%s refused: %s", ex.req.fire_id, ex.req.kind, err.reason)
+            self._complete(ex, FireResult(
+                fire_id=ex.req.fire_id, kind=ex.req.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
+                response_head=err.reason.encode(), latency_ms=_elapsed_ms(ex.start), worker=self._d.node_id,
+                error=err.reason,
+            ))
+            return
+        if isinstance(err, socket.gaierror):
+            err = NameResolutionError(f"Failed to resolve '{ex.key[0]}' ({err})")
+        outcome = DeliveryOutcome.TIMEOUT if isinstance(err, TimeoutError) else DeliveryOutcome.NETWORK_ERROR
+        self._complete(ex, self._failed(ex.req, ex.start, outcome, err))
 
     def _use(self, conn: _Conn, ex: _Exchange) -> None:
         conn.ex = ex
@@ -622,6 +675,14 @@ class FireLoop:
             except OSError:
                 pass
         self._sel.close()
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _elapsed_ms(start: float) -> float:

@@ -48,6 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import threadcpu  # noqa: E402  (scripts/bench/threadcpu.py)
 import urllib3  # noqa: E402
 
 from molens.client import MolensClient  # noqa: E402
@@ -222,8 +223,12 @@ def measure(client: MolensClient, mode: str, args: argparse.Namespace, pids: lis
         def work(k: int, i: int) -> int:
             return len(client.create_many([_task(j) for j in range(args.batch)]))
 
+    urls = getattr(args, "node_urls", [])
+    t0 = threadcpu.read(urls, args.token) if urls else {}
     c0, cc0, l0 = sum(cpu_s(p) for p in pids), time.process_time(), cpu_s(leader_pid)
     n, el = run_threads(threads, args.seconds, work)
+    if urls:
+        print("\n".join(threadcpu.report(t0, threadcpu.read(urls, args.token), n, "create")), flush=True)
     return Run(
         n=n,
         elapsed=el,
@@ -329,6 +334,7 @@ def main() -> int:
         leader_pid = leader.pid
         urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
         args.server_pids = ",".join(str(n.pid) for n in cluster.nodes.values())
+        args.node_urls = urls
         target = "cluster"
         print(f"started a 3-node cluster (task state machine, scheduler, every commit fsync'd): leader "
               f"{leader.node_id} pid={leader_pid}, urls {','.join(urls)}")

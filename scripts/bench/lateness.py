@@ -52,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import threadcpu  # noqa: E402  (scripts/bench/threadcpu.py)
 import urllib3  # noqa: E402
 
 from molens.client import MolensClient  # noqa: E402
@@ -179,11 +180,11 @@ def molens_run(client: MolensClient, urls: list[str], rec: Receiver, rate: float
         print(f"  warning: creating {n} tasks took {created_s:.1f} s, past the first due time", flush=True)
     print(f"  molens rate={rate:g}: {n} tasks created in {created_s:.1f} s", flush=True)
     before, t_before, cpu_before = _leader_stats(urls), time.monotonic(), _cpu_s(NODE_PIDS)
-    threads_before = _thread_cpu(urls)
+    threads_before = threadcpu.read(urls)
     res = measure(rec, tag, n, rate, "fire", duration + LEAD_S + n / 15_000 + 30)
     if NODE_PIDS and res.delivered:
         res.cpu_us_per_fire = round((_cpu_s(NODE_PIDS) - cpu_before) * 1e6 / res.delivered, 1)
-        _print_thread_cpu(threads_before, _thread_cpu(urls), res.delivered)
+        print("\n".join(threadcpu.report(threads_before, threadcpu.read(urls), res.delivered, "fire")), flush=True)
     st = _leader_stats(urls)
     if st is not None:
         sched = st["scheduler"]
@@ -213,27 +214,6 @@ def _cpu_s(pids: list[int]) -> float:
         except OSError:
             pass
     return total
-
-
-def _thread_cpu(urls: list[str]) -> dict[str, tuple[str, dict[str, float]]]:
-    """Each node's role and CPU seconds by thread name (``threads_cpu_s`` of its local stats)."""
-    out = {}
-    for url in urls:
-        try:
-            st = json.loads(_ap_http.request("GET", url + "/api/v1/stats?local=1").data)
-        except (urllib3.exceptions.HTTPError, ValueError):
-            continue
-        out[url] = (st.get("role", "?"), st.get("threads_cpu_s") or {})
-    return out
-
-
-def _print_thread_cpu(before: dict[str, tuple[str, dict[str, float]]], after: dict[str, tuple[str, dict[str, float]]], fires: int) -> None:
-    """Print the CPU each node's threads spent per delivered fire (us), busiest first."""
-    for url, (role, cpu) in after.items():
-        old = before.get(url, ("?", {}))[1]
-        per = {k: (v - old.get(k, 0.0)) * 1e6 / fires for k, v in cpu.items()}
-        top = sorted(((v, k) for k, v in per.items() if v >= 1), reverse=True)
-        print(f"  {role} {url.rsplit(':', 1)[1]} us/fire by thread: total={sum(per.values()):.0f} " + " ".join(f"{k}={v:.0f}" for v, k in top))
 
 
 def _leader_stats(urls: list[str]) -> dict[str, Any] | None:

@@ -305,3 +305,51 @@ def test_many_attempts_at_once_share_few_connections(serve: Callable[[Script], R
     assert sorted(r.fire_id for r in done) == sorted(f.fire_id for f in fires)
     assert all(r.status_code == 200 for r in done)
     assert srv.connections <= 8  # at most `concurrency` connections, each reused
+
+
+def test_a_host_that_never_answers_the_connect_holds_only_its_own_attempts(serve: Callable[[Script], RawServer]) -> None:
+    # a listener whose accept queue is full: the kernel drops further SYNs, so connects to it hang
+    hole = socket.create_server(("127.0.0.1", 0), backlog=0)
+    fillers = []
+    try:
+        for _ in range(8):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(hole.getsockname())
+            fillers.append(s)
+        time.sleep(0.2)
+        good = serve(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+        order: list[str] = []
+        cv = threading.Condition()
+
+        def sink(batch: list[FireResult]) -> None:
+            with cv:
+                order.extend(r.fire_id for r in batch)
+                cv.notify_all()
+
+        pool = FirePool(Deliverer(urllib3.PoolManager(), "n1"), 16, sink, engine="loop", name="rawhole")
+        pool.start()
+        try:
+            port = hole.getsockname()[1]
+            stuck = [FireRequest(
+                fire_id=f"hole-{i}", task_id="t", attempt=0, kind=FireKind.CALLBACK, url=f"http://localhost:{port}/",
+                body=b"{}", scene="s", timeout_ms=3000,
+            ) for i in range(8)]
+            fine = [FireRequest(
+                fire_id=f"good-{i}", task_id="t", attempt=0, kind=FireKind.CALLBACK, url=good.url(), body=b"{}",
+                scene="s", timeout_ms=3000,
+            ) for i in range(4)]
+            pool.submit(stuck)
+            time.sleep(0.2)  # the stuck ones are connecting (more of them than resolver threads)
+            pool.submit(fine)
+            with cv:
+                assert cv.wait_for(lambda: len(order) == 12, timeout=30)
+        finally:
+            pool.stop(5)
+        # every good fire (a new connection each, to another host) was answered before any stuck one ended
+        assert sorted(order[:4]) == [f"good-{i}" for i in range(4)], order
+        assert all(f.startswith("hole-") for f in order[4:])
+    finally:
+        for s in fillers:
+            s.close()
+        hole.close()
