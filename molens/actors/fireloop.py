@@ -582,7 +582,9 @@ class FireLoop:
         if conn is not None:
             conn.ex = None
             ex.conn = None
-            if reusable and not ex.close_after and not conn.closed:
+            # an answer that came before the whole request was written leaves the rest of the
+            # request on this connection: it cannot carry another one
+            if reusable and not ex.close_after and not conn.closed and not len(ex.out):
                 self._keep_idle(conn)
             else:
                 self._close(conn)

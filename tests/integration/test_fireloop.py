@@ -353,3 +353,50 @@ def test_a_host_that_never_answers_the_connect_holds_only_its_own_attempts(serve
         for s in fillers:
             s.close()
         hole.close()
+
+
+def test_an_answer_before_the_whole_request_was_sent_ends_the_connection() -> None:
+    """A receiver refusing a large body at once (413 after the head, body unread): the answer stands,
+    and the connection, with the rest of the request still unsent, is not used again."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+    conns: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                c, _ = lsock.accept()
+            except OSError:
+                return
+            conns.append(c)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += c.recv(65536)
+            c.sendall(b"HTTP/1.1 413 Too Large\r\nContent-Length: 3\r\n\r\nbig")  # and never reads the body
+
+    threading.Thread(target=accept, daemon=True).start()
+    results: dict[str, FireResult] = {}
+    cv = threading.Condition()
+
+    def sink(batch: list[FireResult]) -> None:
+        with cv:
+            results.update((r.fire_id, r) for r in batch)
+            cv.notify_all()
+
+    pool = FirePool(Deliverer(urllib3.PoolManager(), "n1"), 1, sink, engine="loop", name="rawearly")
+    pool.start()
+    try:
+        for i in range(2):
+            pool.submit([FireRequest(
+                fire_id=f"big-{i}", task_id="t", attempt=0, kind=FireKind.CALLBACK, url=f"http://127.0.0.1:{port}/",
+                body=b"x" * (8 << 20), scene="s", timeout_ms=5000,
+            )])
+            with cv:
+                assert cv.wait_for(lambda i=i: f"big-{i}" in results, timeout=20)  # type: ignore[misc]
+            assert (results[f"big-{i}"].status_code, results[f"big-{i}"].response_head) == (413, b"big")
+    finally:
+        pool.stop(5)
+        lsock.close()
+        for c in conns:
+            c.close()
+    assert len(conns) == 2  # the second fire did not go down the first connection

@@ -36,6 +36,7 @@ def test_defaults_cover_the_whole_product() -> None:
     assert cfg.scheduler.history_max_records_per_task == 200
     assert cfg.admin.bind_addr.startswith("127.0.0.1:")
     assert cfg.logging.level is LogLevel.INFO
+    assert cfg.worker.engine == "loop"
 
 
 @pytest.mark.parametrize(
@@ -53,6 +54,7 @@ def test_defaults_cover_the_whole_product() -> None:
         ({"node": {"id": "bad id"}}, "config error: node.id: must match"),
         ({"logging": {"level": "LOUD"}}, "config error: logging.level: must be one of"),
         ({"worker": {"concurrency": True}}, "config error: worker.concurrency: must be an integer"),
+        ({"worker": {"engine": "asyncio"}}, "config error: worker.engine: must be loop or threads"),
         (
             {"scheduler": {"callback_policy": {"deny_cidrs": ["10.0.0.0/33"]}}},
             "config error: scheduler.callback_policy.deny_cidrs: not a CIDR",
