@@ -399,3 +399,29 @@ def test_a_snapshot_that_meets_a_full_disk_leaves_no_partial_file(tmpfs: Any) ->
         store.write(SnapshotMeta(10, 2, Membership(("n1",))), os.urandom(4 << 20))  # incompressible
     assert err.value.errno == errno.ENOSPC
     assert list((t.path / "snapshots").iterdir()) == []
+
+
+def test_a_snapshot_received_on_a_full_disk_is_finished_again_once_space_returns(tmpfs: Any) -> None:
+    """A follower gathering a snapshot whose disk fills: finishing it fails with ENOSPC and leaves
+    no staged payload; the gathered file stays, and finishing again after space returns succeeds
+    (the Ready is carried out again: its chunks land at their offsets again, then the check)."""
+    import zlib
+
+    from molens.raft.log import Membership, SnapshotMeta
+    from molens.raft.storage import SnapshotReceiver, SnapshotStore
+
+    t = tmpfs("recv", 12 << 20)  # the gathered file, the staged payload and the snapshot file
+    rcv = SnapshotReceiver(SnapshotStore(t.path / "snapshots"))
+    data = os.urandom(3 << 20)  # incompressible: the compressed copy needs as much again
+    meta = SnapshotMeta(10, 2, Membership(("n1",)))
+    rcv.write(0, data[: 1 << 20])
+    rcv.write(1 << 20, data[1 << 20 :])
+    t.fill()
+    with pytest.raises(OSError) as err:
+        rcv.finish(meta, zlib.crc32(data))
+    assert err.value.errno == errno.ENOSPC
+    assert [p.name for p in (t.path / "snapshots").iterdir()] == ["receiving.part"]
+    t.free()
+    rcv.write(1 << 20, data[1 << 20 :])
+    sf = rcv.finish(meta, zlib.crc32(data))
+    assert sf is not None and sf.size == len(data) and rcv.source(meta) == rcv.path
