@@ -9,11 +9,13 @@ One cycle, in the order the core's module docstring prescribes::
 
     rd = core.ready()
     send rd.messages
+    receiver.write(rd.snapshot_chunks)                   # a snapshot arriving: to its file, checked when whole
     log.save(snapshot, entries, hard_state)              # one durable lmdb transaction
     send rd.messages_after_persist
     fsm.restore(rd.snapshot); fsm.apply_batch(rd.committed_entries) in batches -> resolve futures
     publish rd.soft_state -> leadership subscribers (and fail proposals whose outcome became unknown)
     core.advance(rd)
+    core.snapshot_received(meta, file or None)           # when the last chunk of a snapshot came
 
 Admin operations and queries run as ``_Call(fn)`` messages (:meth:`RaftPeerHandle.call`) answered
 through pykka's own future: ``fn``'s return value, or its exception raised to the asker. Not pykka
@@ -84,7 +86,7 @@ from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
 from molens.raft.messages import ConfChangeOp, RequestVote, decode, decode_conf_change, encode_all
-from molens.raft.storage import LmdbLog, SnapshotFile
+from molens.raft.storage import LmdbLog, SnapshotFile, SnapshotReceiver
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
 log = logging.getLogger(__name__)
@@ -378,6 +380,9 @@ class _Counters:
     snapshots_taken: int = 0
     snapshot_failures: int = 0
     snapshots_installed: int = 0
+    snapshot_chunks_received: int = 0
+    snapshots_received_damaged: int = 0
+    """Snapshots gathered from a leader whose file did not match the CRC of the chunks (sent again)."""
     fsm_restored_at_start: int = 0
     messages_out: int = 0
     messages_in: int = 0
@@ -541,6 +546,11 @@ class RaftPeer(pykka.ThreadingActor):
             data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots
         )
         self._restore_fsm_if_behind()
+        self.receiver = SnapshotReceiver(self.log.snapshots)
+        """Gathers a snapshot sent by the leader in a file (docs/architecture.md#snapshots)."""
+        self._gathered: tuple[SnapshotMeta, SnapshotFile | None] | None = None
+        """A snapshot whose last chunk was written in the Ready being carried out: the core is told
+        once that Ready is advanced."""
         self.counters.started_applied_index = fsm.applied_index()
         self.core = rc.RaftCore(
             node_id,
@@ -846,6 +856,8 @@ class RaftPeer(pykka.ThreadingActor):
         retry = self._stall is not None
         try:
             if step == _PERSIST:
+                if rd.snapshot_chunks:
+                    self._gather(rd.snapshot_chunks)
                 if rd.must_persist:
                     self.log.save(hard_state=rd.hard_state, entries=rd.entries, snapshot=rd.snapshot)
                     self.counters.saves += 1
@@ -876,7 +888,33 @@ class RaftPeer(pykka.ThreadingActor):
             # "outcome unknown", and subscribers see a state machine as fresh as it gets
             self._publish_role()
         self.core.advance(rd)
+        if self._gathered is not None:
+            meta, sf = self._gathered
+            self._gathered = None
+            self._snapshot_gathered(meta, sf)
         return True
+
+    def _gather(self, chunks: tuple[rc.SnapshotChunk, ...]) -> None:
+        """Write the chunks of a snapshot arriving from the leader to its file; after the last one,
+        check the whole and compress it into a snapshot file (done again if the Ready is retried)."""
+        for ch in chunks:
+            self.receiver.write(ch.offset, ch.data)
+            if ch.done:
+                self._gathered = (ch.meta, self.receiver.finish(ch.meta, ch.crc))
+        self.counters.snapshot_chunks_received += len(chunks)
+
+    def _snapshot_gathered(self, meta: SnapshotMeta, sf: SnapshotFile | None) -> None:
+        if sf is None:
+            self.counters.snapshots_received_damaged += 1
+            self.core.snapshot_received(meta, None)  # the leader sends it again from the start
+            return
+        log.info("snapshot received node=%s index=%d term=%d bytes=%d", self.node_id, meta.index, meta.term, sf.size)
+        if not self.core.snapshot_received(meta, self.log.snapshots.streamed(sf)):
+            self._drop_received()  # not needed after all: the log holds that prefix
+
+    def _drop_received(self) -> None:
+        current = self.log.snapshot_file()
+        self.receiver.discard(keep=current.path if current is not None else None)
 
     def _serve_reads(self, answered: tuple[rc.ReadState, ...]) -> None:
         for rs in answered:
@@ -981,11 +1019,16 @@ class RaftPeer(pykka.ThreadingActor):
         for p in peers_from_book_context(meta.context):
             if p.id != self.node_id:
                 self.book.update(p)
-        path = self.data_dir / "snapshots" / "install.tmp"
-        self.log.export_snapshot(path)
-        self.log.release_snapshot_data()  # on disk now; it came in memory, chunk by chunk
-        self.fsm.restore(path)
-        path.unlink(missing_ok=True)
+        self.log.release_snapshot_data()
+        src = self.receiver.source(meta)  # the file the chunks were gathered in, checked
+        if src is None:
+            src = self.data_dir / "snapshots" / "install.tmp"
+            self.log.export_snapshot(src)
+        self.fsm.restore(src)
+        if src == self.receiver.path:
+            self._drop_received()
+        else:
+            src.unlink(missing_ok=True)
         self._last_snapshot_index = meta.index
         self.counters.snapshots_installed += 1
         for p in self._book_from_membership(meta.membership):
