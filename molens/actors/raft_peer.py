@@ -9,13 +9,14 @@ One cycle, in the order the core's module docstring prescribes::
 
     rd = core.ready()
     send rd.messages
-    receiver.write(rd.snapshot_chunks)                   # a snapshot arriving: to its file, checked when whole
+    receiver.write(rd.snapshot_chunks)                   # a snapshot arriving: to its file (checked
+                                                         # when whole, on a thread of its own, which
+                                                         # then calls core.snapshot_received)
     log.save(snapshot, entries, hard_state)              # one durable lmdb transaction
     send rd.messages_after_persist
     fsm.restore(rd.snapshot); fsm.apply_batch(rd.committed_entries) in batches -> resolve futures
     publish rd.soft_state -> leadership subscribers (and fail proposals whose outcome became unknown)
     core.advance(rd)
-    core.snapshot_received(meta, file or None)           # when the last chunk of a snapshot came
 
 Admin operations and queries run as ``_Call(fn)`` messages (:meth:`RaftPeerHandle.call`) answered
 through pykka's own future: ``fn``'s return value, or its exception raised to the asker. Not pykka
@@ -220,6 +221,17 @@ class _Removed:
 @dataclass(frozen=True, slots=True)
 class _ProposalsReady:
     """Wake-up: the ProposalQueue has work (at most one of these is queued at a time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _SnapshotChecked:
+    """From a snapshot check thread: a snapshot received from the leader, sealed in ``path``, was
+    checked and compressed into ``sf`` (None: it failed the check, or ``error``)."""
+
+    meta: SnapshotMeta
+    path: Path
+    sf: SnapshotFile | None
+    error: BaseException | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -505,8 +517,8 @@ def peers_from_book_context(ctx: bytes) -> list[PeerConfig]:
     return [p for p in (peer_from_context(c) for c in raw if isinstance(c, bytes)) if p is not None]
 
 
-_PERSIST, _INSTALL, _APPLY = 0, 1, 2
-_STEP_NAMES = ("persist", "install_snapshot", "apply")
+_GATHER, _PERSIST, _INSTALL, _APPLY = 0, 1, 2, 3
+_STEP_NAMES = ("gather_snapshot", "persist", "install_snapshot", "apply")
 
 
 class RaftPeer(pykka.ThreadingActor):
@@ -548,9 +560,9 @@ class RaftPeer(pykka.ThreadingActor):
         self._restore_fsm_if_behind()
         self.receiver = SnapshotReceiver(self.log.snapshots)
         """Gathers a snapshot sent by the leader in a file (docs/architecture.md#snapshots)."""
-        self._gathered: tuple[SnapshotMeta, SnapshotFile | None] | None = None
-        """A snapshot whose last chunk was written in the Ready being carried out: the core is told
-        once that Ready is advanced."""
+        self._received: tuple[SnapshotMeta, SnapshotFile, Path] | None = None
+        """A snapshot received, checked and accepted by the core, waiting to be installed: its
+        meta, its compressed file (the log records it) and the sealed file the FSM restores from."""
         self.counters.started_applied_index = fsm.applied_index()
         self.core = rc.RaftCore(
             node_id,
@@ -720,6 +732,8 @@ class RaftPeer(pykka.ThreadingActor):
                 self._maybe_release_snapshot_data()
         elif isinstance(message, _SnapshotDone):
             self._snapshot_done(message)
+        elif isinstance(message, _SnapshotChecked):
+            self._snapshot_checked(message)
         elif isinstance(message, _Call):
             self._flush_proposals()
             try:
@@ -792,7 +806,7 @@ class RaftPeer(pykka.ThreadingActor):
             rd = core.ready()
             self.counters.cycles += 1
             self._send(rd.messages)
-            if not self._carry_out(rd, _PERSIST):
+            if not self._carry_out(rd, _GATHER):
                 return
         self._maybe_snapshot()
         if self._waiters:
@@ -855,9 +869,11 @@ class RaftPeer(pykka.ThreadingActor):
         for want of space (then ``rd`` stays outstanding in ``_stall``: docs/architecture.md#full-disk)."""
         retry = self._stall is not None
         try:
-            if step == _PERSIST:
+            if step == _GATHER:
                 if rd.snapshot_chunks:
                     self._gather(rd.snapshot_chunks)
+                step = _PERSIST
+            if step == _PERSIST:
                 if rd.must_persist:
                     self.log.save(hard_state=rd.hard_state, entries=rd.entries, snapshot=rd.snapshot)
                     self.counters.saves += 1
@@ -888,33 +904,68 @@ class RaftPeer(pykka.ThreadingActor):
             # "outcome unknown", and subscribers see a state machine as fresh as it gets
             self._publish_role()
         self.core.advance(rd)
-        if self._gathered is not None:
-            meta, sf = self._gathered
-            self._gathered = None
-            self._snapshot_gathered(meta, sf)
         return True
 
+    # --- a snapshot arriving from the leader (docs/architecture.md#snapshots) ---------------------
     def _gather(self, chunks: tuple[rc.SnapshotChunk, ...]) -> None:
-        """Write the chunks of a snapshot arriving from the leader to its file; after the last one,
-        check the whole and compress it into a snapshot file (done again if the Ready is retried)."""
+        """Write the chunks of a snapshot arriving from the leader to its file (again, at their
+        offsets, if this step is retried); after the last one, seal the file and check it on a
+        thread of its own: compressing a store of millions of tasks takes seconds per GB, which on
+        this thread would leave the leader's heartbeats (each with the chunk resent) piling up."""
         for ch in chunks:
             self.receiver.write(ch.offset, ch.data)
             if ch.done:
-                self._gathered = (ch.meta, self.receiver.finish(ch.meta, ch.crc))
+                self._start_check(ch.meta, ch.crc, self.receiver.seal())
         self.counters.snapshot_chunks_received += len(chunks)
 
-    def _snapshot_gathered(self, meta: SnapshotMeta, sf: SnapshotFile | None) -> None:
-        if sf is None:
+    def _start_check(self, meta: SnapshotMeta, crc: int, path: Path) -> None:
+        def run() -> None:
+            sf: SnapshotFile | None = None
+            error: BaseException | None = None
+            try:
+                sf = self.receiver.check(meta, crc, path)
+            except BaseException as exc:  # told to the actor, which decides
+                error = exc
+            with contextlib.suppress(pykka.ActorDeadError):
+                self.actor_ref.tell(_SnapshotChecked(meta, path, sf, error))
+
+        threading.Thread(target=run, name=f"snapshot-check-{self.node_id}", daemon=True).start()
+
+    def _snapshot_checked(self, done: _SnapshotChecked) -> None:
+        meta, sf = done.meta, done.sf
+        if done.error is not None:
+            reason = storage_failure(done.error, self.data_dir)
+            if reason is None:
+                raise done.error
+            log.warning(
+                "snapshot received node=%s index=%d not written (%s): asking the leader for it again",
+                self.node_id, meta.index, reason,
+            )
+        elif sf is None:
             self.counters.snapshots_received_damaged += 1
+        if sf is None:
+            done.path.unlink(missing_ok=True)
             self.core.snapshot_received(meta, None)  # the leader sends it again from the start
             return
         log.info("snapshot received node=%s index=%d term=%d bytes=%d", self.node_id, meta.index, meta.term, sf.size)
-        if not self.core.snapshot_received(meta, self.log.snapshots.streamed(sf)):
-            self._drop_received()  # not needed after all: the log holds that prefix
+        if self.core.snapshot_received(meta, self.log.snapshots.streamed(sf)):
+            if self._received is not None:
+                self._drop_received()
+            self._received = (meta, sf, done.path)
+        else:  # not needed after all (superseded, or the log holds that prefix)
+            self._drop_files(sf, done.path)
 
     def _drop_received(self) -> None:
+        if self._received is not None:
+            _, sf, path = self._received
+            self._received = None
+            self._drop_files(sf, path)
+
+    def _drop_files(self, sf: SnapshotFile, path: Path) -> None:
+        path.unlink(missing_ok=True)
         current = self.log.snapshot_file()
-        self.receiver.discard(keep=current.path if current is not None else None)
+        if current is None or current.path != sf.path:
+            sf.path.unlink(missing_ok=True)
 
     def _serve_reads(self, answered: tuple[rc.ReadState, ...]) -> None:
         for rs in answered:
@@ -1020,15 +1071,16 @@ class RaftPeer(pykka.ThreadingActor):
             if p.id != self.node_id:
                 self.book.update(p)
         self.log.release_snapshot_data()
-        src = self.receiver.source(meta)  # the file the chunks were gathered in, checked
-        if src is None:
+        rcv = self._received
+        if rcv is not None and rcv[0] == meta:
+            src = rcv[2]  # the file the chunks were gathered in, checked
+        else:
             src = self.data_dir / "snapshots" / "install.tmp"
             self.log.export_snapshot(src)
         self.fsm.restore(src)
-        if src == self.receiver.path:
-            self._drop_received()
-        else:
-            src.unlink(missing_ok=True)
+        src.unlink(missing_ok=True)
+        if rcv is not None and rcv[2] == src:
+            self._received = None
         self._last_snapshot_index = meta.index
         self.counters.snapshots_installed += 1
         for p in self._book_from_membership(meta.membership):

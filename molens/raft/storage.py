@@ -377,9 +377,10 @@ class SnapshotStore:
         return StreamedSnapshot(sf.path, sf.size, self.payload_offset(sf.path), sf)
 
     def remove_leftovers(self) -> None:
-        """At start: remove what a stopped node left half-done here (a snapshot being received,
-        compressed payloads being staged); nothing else may be writing them yet."""
-        for p in (self.dir / RECEIVING, *self.dir.glob("payload*.tmp")):
+        """At start: remove what a stopped node left half-done here (a snapshot being received or
+        checked, compressed payloads being staged, snapshot files being written); nothing else may
+        be writing them yet."""
+        for p in (*self.dir.glob("receiv*.part"), *self.dir.glob("payload*.tmp"), *self.dir.glob("*.snap.tmp")):
             if p.exists():
                 log.info("snapshot leftover removed path=%s bytes=%d", p.name, p.stat().st_size)
                 p.unlink(missing_ok=True)
@@ -430,12 +431,15 @@ class SnapshotStore:
         return sorted(p for p in self.dir.iterdir() if _SNAP_NAME.match(p.name))
 
     def prune(self, current: Path | None) -> list[Path]:
-        """Keep ``current`` and the newest others up to ``keep`` files in all; remove temp files."""
-        for tmp in self.dir.glob("*.snap.tmp"):
-            tmp.unlink(missing_ok=True)
+        """Keep ``current`` and the newest others up to ``keep`` files in all, and every file that
+        sorts after ``current``: it may be a snapshot received from the leader and checked on
+        another thread, about to be recorded. (Temp files go at start, :meth:`remove_leftovers`:
+        another thread may be writing one now.)"""
         others = [p for p in self.files() if p != current]
         n_keep_others = self.keep - (1 if current is not None else 0)
         doomed = others[: max(0, len(others) - n_keep_others)]
+        if current is not None:
+            doomed = [p for p in doomed if p.name < current.name]
         for p in doomed:
             p.unlink(missing_ok=True)
             log.info("snapshot pruned path=%s", p.name)
@@ -449,29 +453,32 @@ RECEIVING = "receiving.part"
 class SnapshotReceiver:
     """A snapshot arriving from the leader, gathered in ``snapshots/receiving.part`` chunk by chunk
     as the Raft core accepts them (``Ready.snapshot_chunks``), so a follower holds one chunk in
-    memory however large the snapshot; once whole, it is checked against the CRC-32 the core
-    computed of the chunks and compressed into a snapshot file of the store, which the log records
-    when the snapshot is installed; the state machine restores from the gathered file. One
-    transfer at a time (a chunk at offset 0 starts afresh); what a stopped node left is removed at
-    start (:meth:`SnapshotStore.remove_leftovers`).
+    memory however large the snapshot. After the last chunk the file is sealed (renamed to one of
+    its own: the next transfer may begin) and checked, on a thread that is not the Raft actor's
+    (it takes seconds per GB): its CRC-32 against the one the core computed of the chunks, while
+    it is compressed into a snapshot file of the store, which the log records when the snapshot is
+    installed; the state machine restores from the sealed file. What a stopped node left is removed
+    at start (:meth:`SnapshotStore.remove_leftovers`).
 
     The node's shell::
 
         rcv = SnapshotReceiver(log.snapshots)
-        rcv.write(chunk.offset, chunk.data)          # every chunk of a Ready, in order
-        sf = rcv.finish(chunk.meta, chunk.crc)       # after the last: None when the check failed
+        rcv.write(chunk.offset, chunk.data)                 # every chunk of a Ready, in order
+        path = rcv.seal()                                   # after the last one
+        sf = rcv.check(meta, chunk.crc, path)               # another thread: None when it failed
         core.snapshot_received(meta, log.snapshots.streamed(sf) if sf else None)
-        log.save(snapshot=rd.snapshot); fsm.restore(rcv.source(meta)); rcv.discard()
+        log.save(snapshot=rd.snapshot); fsm.restore(path); path.unlink()
 
     A write that fails (a full disk) may be done again: a chunk lands at its offset and the file
-    ends after it.
+    ends after it. The gathered file is not fsync'd: a restart removes it, and what must last is
+    written durably from it (the compressed snapshot file, the state machine's own copy).
     """
 
     def __init__(self, store: SnapshotStore) -> None:
         self.store = store
         self.path = store.dir / RECEIVING
         self._f: Any = None
-        self._finished: SnapshotFile | None = None
+        self._sealed = 0
 
     @property
     def size(self) -> int:
@@ -482,7 +489,6 @@ class SnapshotReceiver:
         """Write a chunk at ``offset``: 0 starts a new snapshot; any other must follow what is there."""
         if offset == 0:
             self._close()
-            self._finished = None  # not removed here: only the shell knows whether the log records it
             self._f = open(self.path, "wb")  # noqa: SIM115 - kept open across chunks, closed by _close()
         elif self._f is None:
             if offset > self.size:
@@ -493,38 +499,24 @@ class SnapshotReceiver:
         f.write(data)
         f.truncate()
 
-    def finish(self, meta: SnapshotMeta, crc: int) -> SnapshotFile | None:
-        """The last chunk is written: make the gathered file durable, check it against ``crc``
-        while compressing it into the store (:meth:`SnapshotStore.write_file`) and return that
-        file, or None when the check failed (the gathered file is then removed)."""
-        if self._f is None:
-            self._f = open(self.path, "r+b")  # noqa: SIM115 - a retried finish after a failed write
-        self._f.flush()
-        os.fsync(self._f.fileno())
+    def seal(self) -> Path:
+        """The last chunk is written: the gathered file, renamed to a name of its own."""
         self._close()
+        self._sealed += 1
+        sealed = self.store.dir / f"received-{self._sealed}.part"
+        os.replace(self.path, sealed)
+        return sealed
+
+    def check(self, meta: SnapshotMeta, crc: int, path: Path) -> SnapshotFile | None:
+        """Check the sealed file ``path`` against ``crc`` while compressing it into the store
+        (:meth:`SnapshotStore.write_file`) and return that snapshot file, or None when the check
+        failed (``path`` is then removed). Any thread; raises what writing raises (a full disk)."""
         try:
-            sf = self.store.write_file(meta, self.path, expect_crc32=crc)
+            return self.store.write_file(meta, path, expect_crc32=crc)
         except SnapshotCorruptError as exc:
             log.warning("snapshot received index=%d term=%d failed its check: %s", meta.index, meta.term, exc)
-            self.path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
             return None
-        self._finished = sf
-        return sf
-
-    def source(self, meta: SnapshotMeta) -> Path | None:
-        """The gathered file of the finished snapshot ``meta`` (uncompressed: what the state
-        machine restores from), None when it holds no such snapshot."""
-        sf = self._finished
-        return self.path if sf is not None and sf.meta == meta and self.path.exists() else None
-
-    def discard(self, keep: Path | None = None) -> None:
-        """Remove the gathered file, and the snapshot file made of it unless it is ``keep`` (the
-        one the log records)."""
-        self._close()
-        self.path.unlink(missing_ok=True)
-        sf, self._finished = self._finished, None
-        if sf is not None and sf.path != keep:
-            sf.path.unlink(missing_ok=True)
 
     def _close(self) -> None:
         if self._f is not None:

@@ -401,10 +401,10 @@ def test_a_snapshot_that_meets_a_full_disk_leaves_no_partial_file(tmpfs: Any) ->
     assert list((t.path / "snapshots").iterdir()) == []
 
 
-def test_a_snapshot_received_on_a_full_disk_is_finished_again_once_space_returns(tmpfs: Any) -> None:
-    """A follower gathering a snapshot whose disk fills: finishing it fails with ENOSPC and leaves
-    no staged payload; the gathered file stays, and finishing again after space returns succeeds
-    (the Ready is carried out again: its chunks land at their offsets again, then the check)."""
+def test_a_snapshot_received_on_a_full_disk_is_checked_again_once_space_returns(tmpfs: Any) -> None:
+    """A follower gathering a snapshot whose disk fills: checking and compressing it fails with
+    ENOSPC and leaves no staged payload or partial snapshot file, only the gathered file; checking
+    again after space returns succeeds."""
     import zlib
 
     from molens.raft.log import Membership, SnapshotMeta
@@ -416,12 +416,12 @@ def test_a_snapshot_received_on_a_full_disk_is_finished_again_once_space_returns
     meta = SnapshotMeta(10, 2, Membership(("n1",)))
     rcv.write(0, data[: 1 << 20])
     rcv.write(1 << 20, data[1 << 20 :])
+    sealed = rcv.seal()
     t.fill()
     with pytest.raises(OSError) as err:
-        rcv.finish(meta, zlib.crc32(data))
+        rcv.check(meta, zlib.crc32(data), sealed)
     assert err.value.errno == errno.ENOSPC
-    assert [p.name for p in (t.path / "snapshots").iterdir()] == ["receiving.part"]
+    assert [p.name for p in (t.path / "snapshots").iterdir()] == [sealed.name]
     t.free()
-    rcv.write(1 << 20, data[1 << 20 :])
-    sf = rcv.finish(meta, zlib.crc32(data))
-    assert sf is not None and sf.size == len(data) and rcv.source(meta) == rcv.path
+    sf = rcv.check(meta, zlib.crc32(data), sealed)
+    assert sf is not None and sf.size == len(data) and sealed.read_bytes() == data

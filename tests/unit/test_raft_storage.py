@@ -349,7 +349,9 @@ def test_a_snapshot_arriving_in_chunks_is_gathered_in_a_file_checked_and_recorde
                 piece = data[off : off + chunk]
                 rcv.write(off, piece)
                 crc = zlib.crc32(piece, crc)
-            sf = rcv.finish(meta, crc)
+            sealed = rcv.seal()
+            rcv.write(0, b"the next transfer may begin")  # while the last one is checked
+            sf = rcv.check(meta, crc, sealed)
             assert sf is not None
             lg.save(snapshot=Snapshot(meta, lg.snapshots.streamed(sf)))
             assert tracemalloc.get_traced_memory()[1] < 6 * chunk
@@ -357,15 +359,13 @@ def test_a_snapshot_arriving_in_chunks_is_gathered_in_a_file_checked_and_recorde
             tracemalloc.stop()
         assert lg.snapshot_file() == sf and lg.snapshot_meta() == meta and lg.first_index() == 41
         assert [p.name for p in lg.snapshots.files()] == [sf.path.name]
-        src = rcv.source(meta)
-        assert src is not None and src.read_bytes() == data  # what the state machine restores from
-        assert rcv.source(SnapshotMeta(41, 3, M3)) is None
-        rcv.discard(keep=sf.path)
-        assert not src.exists() and sf.path.exists()
+        assert sealed.read_bytes() == data  # what the state machine restores from
+        assert rcv.path.read_bytes() == b"the next transfer may begin"
         assert not list((tmp_path / "log" / "snapshots").glob("*.tmp"))
-    with LmdbLog(tmp_path / "log", M3) as lg:  # checks the recorded file at open
+    with LmdbLog(tmp_path / "log", M3) as lg:  # checks the recorded file at open; leftovers go
         out = tmp_path / "restore.mdb"
         assert lg.export_snapshot(out) == meta and out.read_bytes() == data
+        assert sorted(p.name for p in lg.snapshots.dir.iterdir()) == [sf.path.name]
 
 
 def test_a_gathered_snapshot_that_does_not_match_the_crc_of_its_chunks_is_dropped(tmp_path: Path) -> None:
@@ -376,16 +376,18 @@ def test_a_gathered_snapshot_that_does_not_match_the_crc_of_its_chunks_is_droppe
     meta = SnapshotMeta(7, 2, M3)
     rcv.write(0, b"abc")
     rcv.write(3, b"def")
-    rcv.path.write_bytes(b"abcdeX")  # damaged on disk after the write
-    assert rcv.finish(meta, zlib.crc32(b"abcdef")) is None
-    assert rcv.source(meta) is None and list(store.dir.iterdir()) == []
+    sealed = rcv.seal()
+    sealed.write_bytes(b"abcdeX")  # damaged on disk after the write
+    assert rcv.check(meta, zlib.crc32(b"abcdef"), sealed) is None
+    assert list(store.dir.iterdir()) == []
     # sent again from the start: gathered afresh
     rcv.write(0, b"abc")
     rcv.write(3, b"def")
-    sf = rcv.finish(meta, zlib.crc32(b"abcdef"))
-    assert sf is not None and rcv.source(meta) == rcv.path
-    rcv.discard()  # the log did not record it (not needed after all): both files go
-    assert list(store.dir.iterdir()) == []
+    sealed = rcv.seal()
+    sf = rcv.check(meta, zlib.crc32(b"abcdef"), sealed)
+    assert sf is not None and sf.size == 6 and sorted(p.name for p in store.dir.iterdir()) == [
+        sealed.name, sf.path.name,
+    ]
 
 
 def test_a_chunk_written_again_lands_at_its_offset_and_a_gap_is_refused(tmp_path: Path) -> None:
@@ -405,11 +407,14 @@ def test_a_chunk_written_again_lands_at_its_offset_and_a_gap_is_refused(tmp_path
         rcv3.write(12, b"jkl")
 
 
-def test_a_snapshot_left_half_received_by_a_stopped_node_is_removed_at_start(tmp_path: Path) -> None:
+def test_what_a_stopped_node_left_of_a_snapshot_is_removed_at_start(tmp_path: Path) -> None:
     with LmdbLog(tmp_path, M3) as lg:
         rcv = SnapshotReceiver(lg.snapshots)
-        rcv.write(0, b"half of a snapshot")
-        (lg.snapshots.dir / "payload-abc.tmp").write_bytes(b"staged")  # killed while compressing
+        rcv.write(0, b"a whole snapshot")
+        rcv.seal()  # killed while it was being checked
+        rcv.write(0, b"half of the next one")
+        (lg.snapshots.dir / "payload-abc.tmp").write_bytes(b"staged")
+        (lg.snapshots.dir / "snap-00000000000000000009-00000000000000000001-abcdefabcdef.snap.tmp").write_bytes(b"x")
         lg.append(ents(1, [1, 1]))
         lg.create_snapshot(2, M3, b"s2")
         assert rcv.path.exists()  # not while it runs: only at start
@@ -417,3 +422,22 @@ def test_a_snapshot_left_half_received_by_a_stopped_node_is_removed_at_start(tmp
         names = sorted(p.name for p in lg.snapshots.dir.iterdir())
         assert len(names) == 1 and names[0].startswith("snap-00000000000000000002")
         assert lg.snapshot().data == b"s2"
+
+
+def test_pruning_keeps_a_checked_snapshot_newer_than_the_recorded_one(tmp_path: Path) -> None:
+    """A received snapshot is written on a check thread and recorded a moment later; a snapshot of
+    the node's own recorded meanwhile must not prune it, even with one file kept."""
+    import zlib
+
+    with LmdbLog(tmp_path, M3, keep_snapshots=1) as lg:
+        lg.append(ents(1, [1] * 5))
+        rcv = SnapshotReceiver(lg.snapshots)
+        rcv.write(0, b"state at 9")
+        meta = SnapshotMeta(9, 1, M3)
+        sf = rcv.check(meta, zlib.crc32(b"state at 9"), rcv.seal())
+        assert sf is not None
+        lg.create_snapshot(3, M3, b"s3")
+        lg.create_snapshot(4, M3, b"s4")
+        assert sf.path.exists() and len(lg.snapshots.files()) == 2
+        lg.save(snapshot=Snapshot(meta, lg.snapshots.streamed(sf)))
+        assert lg.snapshots.files() == [sf.path]
