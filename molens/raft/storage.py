@@ -431,19 +431,24 @@ class SnapshotStore:
         return sorted(p for p in self.dir.iterdir() if _SNAP_NAME.match(p.name))
 
     def prune(self, current: Path | None) -> list[Path]:
-        """Keep ``current`` and the newest others up to ``keep`` files in all, and every file that
-        sorts after ``current``: it may be a snapshot received from the leader and checked on
+        """Keep ``current`` and the newest others up to ``keep`` files in all, and every file of a
+        higher index than ``current``: it may be a snapshot received from the leader and checked on
         another thread, about to be recorded. (Temp files go at start, :meth:`remove_leftovers`:
         another thread may be writing one now.)"""
         others = [p for p in self.files() if p != current]
         n_keep_others = self.keep - (1 if current is not None else 0)
         doomed = others[: max(0, len(others) - n_keep_others)]
-        if current is not None:
-            doomed = [p for p in doomed if p.name < current.name]
+        if current is not None and (m := _SNAP_NAME.match(current.name)):
+            doomed = [p for p in doomed if _snap_index(p) <= int(m.group(1))]
         for p in doomed:
             p.unlink(missing_ok=True)
             log.info("snapshot pruned path=%s", p.name)
         return doomed
+
+
+def _snap_index(path: Path) -> int:
+    m = _SNAP_NAME.match(path.name)
+    return int(m.group(1)) if m else 0
 
 
 RECEIVING = "receiving.part"
