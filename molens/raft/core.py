@@ -21,8 +21,9 @@ Driving it (what the runtime's actor does)::
         5. apply: restore the FSM from rd.snapshot if any, then apply rd.committed_entries in
            order (they are durable by now); serve every rd.read_states entry once the FSM's
            applied index >= its index
-        6. core.advance(rd); then, if a chunk of rd was the last of its snapshot, check the whole
-           and call core.snapshot_received(meta, data or None)
+        6. core.advance(rd). If a chunk of rd was the last of its snapshot, check the whole and
+           call core.snapshot_received(meta, data or None), then or later (the check may run on
+           another thread; the core keeps stepping meanwhile)
 
 Calls and what they raise: ``propose``/``propose_batch`` (many entries, one broadcast: use it to
 batch client writes) raise ``NotLeaderError(leader)`` on a non-leader and ``ProposalDroppedError``
