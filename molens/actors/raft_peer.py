@@ -9,6 +9,9 @@ One cycle, in the order the core's module docstring prescribes::
 
     rd = core.ready()
     send rd.messages
+    receiver.write(rd.snapshot_chunks)                   # a snapshot arriving: to its file (checked
+                                                         # when whole, on a thread of its own, which
+                                                         # then calls core.snapshot_received)
     log.save(snapshot, entries, hard_state)              # one durable lmdb transaction
     send rd.messages_after_persist
     fsm.restore(rd.snapshot); fsm.apply_batch(rd.committed_entries) in batches -> resolve futures
@@ -84,7 +87,7 @@ from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
 from molens.raft.messages import ConfChangeOp, RequestVote, decode, decode_conf_change, encode_all
-from molens.raft.storage import LmdbLog, SnapshotFile
+from molens.raft.storage import LmdbLog, SnapshotFile, SnapshotReceiver
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
 log = logging.getLogger(__name__)
@@ -218,6 +221,17 @@ class _Removed:
 @dataclass(frozen=True, slots=True)
 class _ProposalsReady:
     """Wake-up: the ProposalQueue has work (at most one of these is queued at a time)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _SnapshotChecked:
+    """From a snapshot check thread: a snapshot received from the leader, sealed in ``path``, was
+    checked and compressed into ``sf`` (None: it failed the check, or ``error``)."""
+
+    meta: SnapshotMeta
+    path: Path
+    sf: SnapshotFile | None
+    error: BaseException | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +392,9 @@ class _Counters:
     snapshots_taken: int = 0
     snapshot_failures: int = 0
     snapshots_installed: int = 0
+    snapshot_chunks_received: int = 0
+    snapshots_received_damaged: int = 0
+    """Snapshots gathered from a leader whose file did not match the CRC of the chunks (sent again)."""
     fsm_restored_at_start: int = 0
     messages_out: int = 0
     messages_in: int = 0
@@ -500,8 +517,8 @@ def peers_from_book_context(ctx: bytes) -> list[PeerConfig]:
     return [p for p in (peer_from_context(c) for c in raw if isinstance(c, bytes)) if p is not None]
 
 
-_PERSIST, _INSTALL, _APPLY = 0, 1, 2
-_STEP_NAMES = ("persist", "install_snapshot", "apply")
+_GATHER, _PERSIST, _INSTALL, _APPLY = 0, 1, 2, 3
+_STEP_NAMES = ("gather_snapshot", "persist", "install_snapshot", "apply")
 
 
 class RaftPeer(pykka.ThreadingActor):
@@ -541,6 +558,11 @@ class RaftPeer(pykka.ThreadingActor):
             data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots
         )
         self._restore_fsm_if_behind()
+        self.receiver = SnapshotReceiver(self.log.snapshots)
+        """Gathers a snapshot sent by the leader in a file (docs/architecture.md#snapshots)."""
+        self._received: tuple[SnapshotMeta, SnapshotFile, Path] | None = None
+        """A snapshot received, checked and accepted by the core, waiting to be installed: its
+        meta, its compressed file (the log records it) and the sealed file the FSM restores from."""
         self.counters.started_applied_index = fsm.applied_index()
         self.core = rc.RaftCore(
             node_id,
@@ -710,6 +732,8 @@ class RaftPeer(pykka.ThreadingActor):
                 self._maybe_release_snapshot_data()
         elif isinstance(message, _SnapshotDone):
             self._snapshot_done(message)
+        elif isinstance(message, _SnapshotChecked):
+            self._snapshot_checked(message)
         elif isinstance(message, _Call):
             self._flush_proposals()
             try:
@@ -782,7 +806,7 @@ class RaftPeer(pykka.ThreadingActor):
             rd = core.ready()
             self.counters.cycles += 1
             self._send(rd.messages)
-            if not self._carry_out(rd, _PERSIST):
+            if not self._carry_out(rd, _GATHER):
                 return
         self._maybe_snapshot()
         if self._waiters:
@@ -845,6 +869,10 @@ class RaftPeer(pykka.ThreadingActor):
         for want of space (then ``rd`` stays outstanding in ``_stall``: docs/architecture.md#full-disk)."""
         retry = self._stall is not None
         try:
+            if step == _GATHER:
+                if rd.snapshot_chunks:
+                    self._gather(rd.snapshot_chunks)
+                step = _PERSIST
             if step == _PERSIST:
                 if rd.must_persist:
                     self.log.save(hard_state=rd.hard_state, entries=rd.entries, snapshot=rd.snapshot)
@@ -877,6 +905,67 @@ class RaftPeer(pykka.ThreadingActor):
             self._publish_role()
         self.core.advance(rd)
         return True
+
+    # --- a snapshot arriving from the leader (docs/architecture.md#snapshots) ---------------------
+    def _gather(self, chunks: tuple[rc.SnapshotChunk, ...]) -> None:
+        """Write the chunks of a snapshot arriving from the leader to its file (again, at their
+        offsets, if this step is retried); after the last one, seal the file and check it on a
+        thread of its own: compressing a store of millions of tasks takes seconds per GB, which on
+        this thread would leave the leader's heartbeats (each with the chunk resent) piling up."""
+        for ch in chunks:
+            self.receiver.write(ch.offset, ch.data)
+            if ch.done:
+                self._start_check(ch.meta, ch.crc, self.receiver.seal())
+        self.counters.snapshot_chunks_received += len(chunks)
+
+    def _start_check(self, meta: SnapshotMeta, crc: int, path: Path) -> None:
+        def run() -> None:
+            sf: SnapshotFile | None = None
+            error: BaseException | None = None
+            try:
+                sf = self.receiver.check(meta, crc, path)
+            except BaseException as exc:  # told to the actor, which decides
+                error = exc
+            with contextlib.suppress(pykka.ActorDeadError):
+                self.actor_ref.tell(_SnapshotChecked(meta, path, sf, error))
+
+        threading.Thread(target=run, name=f"snapshot-check-{self.node_id}", daemon=True).start()
+
+    def _snapshot_checked(self, done: _SnapshotChecked) -> None:
+        meta, sf = done.meta, done.sf
+        if done.error is not None:
+            reason = storage_failure(done.error, self.data_dir)
+            if reason is None:
+                raise done.error
+            log.warning(
+                "snapshot received node=%s index=%d not written (%s): asking the leader for it again",
+                self.node_id, meta.index, reason,
+            )
+        elif sf is None:
+            self.counters.snapshots_received_damaged += 1
+        if sf is None:
+            done.path.unlink(missing_ok=True)
+            self.core.snapshot_received(meta, None)  # the leader sends it again from the start
+            return
+        log.info("snapshot received node=%s index=%d term=%d bytes=%d", self.node_id, meta.index, meta.term, sf.size)
+        if self.core.snapshot_received(meta, self.log.snapshots.streamed(sf)):
+            if self._received is not None:
+                self._drop_received()
+            self._received = (meta, sf, done.path)
+        else:  # not needed after all (superseded, or the log holds that prefix)
+            self._drop_files(sf, done.path)
+
+    def _drop_received(self) -> None:
+        if self._received is not None:
+            _, sf, path = self._received
+            self._received = None
+            self._drop_files(sf, path)
+
+    def _drop_files(self, sf: SnapshotFile, path: Path) -> None:
+        path.unlink(missing_ok=True)
+        current = self.log.snapshot_file()
+        if current is None or current.path != sf.path:
+            sf.path.unlink(missing_ok=True)
 
     def _serve_reads(self, answered: tuple[rc.ReadState, ...]) -> None:
         for rs in answered:
@@ -981,11 +1070,17 @@ class RaftPeer(pykka.ThreadingActor):
         for p in peers_from_book_context(meta.context):
             if p.id != self.node_id:
                 self.book.update(p)
-        path = self.data_dir / "snapshots" / "install.tmp"
-        self.log.export_snapshot(path)
-        self.log.release_snapshot_data()  # on disk now; it came in memory, chunk by chunk
-        self.fsm.restore(path)
-        path.unlink(missing_ok=True)
+        self.log.release_snapshot_data()
+        rcv = self._received
+        if rcv is not None and rcv[0] == meta:
+            src = rcv[2]  # the file the chunks were gathered in, checked
+        else:
+            src = self.data_dir / "snapshots" / "install.tmp"
+            self.log.export_snapshot(src)
+        self.fsm.restore(src)
+        src.unlink(missing_ok=True)
+        if rcv is not None and rcv[2] == src:
+            self._received = None
         self._last_snapshot_index = meta.index
         self.counters.snapshots_installed += 1
         for p in self._book_from_membership(meta.membership):

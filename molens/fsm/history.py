@@ -29,7 +29,7 @@ import os
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -296,14 +296,15 @@ class History:
             db.execute("DELETE FROM url_latency WHERE bucket_ms < ?", (horizon,))
             self._oldest_bucket = horizon + LATENCY_BUCKET_MS * 10  # re-check every ten minutes
 
-    def retain_tasks(self, task_ids: Iterable[str], applied_index: int) -> None:
-        """After a snapshot restore: drop rows of tasks that no longer exist, adopt its index."""
-        keep = set(task_ids)
+    def retain_tasks(self, exists: Callable[[str], bool], applied_index: int) -> None:
+        """After a snapshot restore: drop rows of tasks that no longer exist, adopt its index. The
+        restored store is asked about each task this history holds (``exists``), never listed
+        whole: a snapshot of millions of tasks costs no set of their ids in memory."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            gone = [r[0] for r in db.execute("SELECT DISTINCT task_id FROM executions") if r[0] not in keep]
-            db.executemany("DELETE FROM executions WHERE task_id = ?", [(t,) for t in gone])
+            gone = [(t,) for (t,) in db.execute("SELECT DISTINCT task_id FROM executions") if not exists(t)]
+            db.executemany("DELETE FROM executions WHERE task_id = ?", gone)
             db.execute(
                 "INSERT INTO hmeta (k, v) VALUES ('applied_index', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
                 (applied_index,),

@@ -565,7 +565,8 @@ class TaskStore:
             swap_env_file(staged, self.dir)
             self._open()
         if self.history is not None:
-            self.history.retain_tasks(self.task_ids(), self._applied)
+            with self._env.begin(db=self._tasks) as txn:
+                self.history.retain_tasks(lambda t: txn.get(t.encode()) is not None, self._applied)
         log.info("task store restored from=%s applied_index=%d", src, self._applied)
 
     def close(self) -> None:

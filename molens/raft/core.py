@@ -14,13 +14,16 @@ Driving it (what the runtime's actor does)::
            AppendEntries may go out while its own fsync runs)
         3. persist in ONE durable write: rd.snapshot (install it first), then append rd.entries
            (replacing any stored suffix from rd.entries[0].index), then rd.hard_state
-           (term, vote and commit as one unit). Skip what is None/empty.
+           (term, vote and commit as one unit). Skip what is None/empty. Write each of
+           rd.snapshot_chunks at its offset of the snapshot being received (see below).
         4. send rd.messages_after_persist (vote, append and snapshot responses: they promise
            that what they acknowledge is on disk)
         5. apply: restore the FSM from rd.snapshot if any, then apply rd.committed_entries in
            order (they are durable by now); serve every rd.read_states entry once the FSM's
            applied index >= its index
-        6. core.advance(rd)
+        6. core.advance(rd). If a chunk of rd was the last of its snapshot, check the whole and
+           call core.snapshot_received(meta, data or None), then or later (the check may run on
+           another thread; the core keeps stepping meanwhile)
 
 Calls and what they raise: ``propose``/``propose_batch`` (many entries, one broadcast: use it to
 batch client writes) raise ``NotLeaderError(leader)`` on a non-leader and ``ProposalDroppedError``
@@ -48,8 +51,16 @@ applied in order and snapshots taken only at an applied index.
 Snapshots: the application takes one at its applied index ``i`` (``membership_at(i)`` gives the
 membership to record), stores it where ``LogView.snapshot()`` returns it, and may then compact
 the stable log up to ``i`` (keep a tail for slow followers). A follower that needs compacted
-entries gets the snapshot in chunks (``InstallSnapshot``); the core hands the assembled snapshot
-back in ``Ready.snapshot``.
+entries gets the snapshot in chunks (``InstallSnapshot``, each with the CRC-32 of its data). The
+core holds none of them: it accepts them in order (from offset 0, for one leader, term and
+snapshot; a chunk out of place is answered with the offset it expects, a damaged one is dropped
+and asked for again) and hands each to the node in ``Ready.snapshot_chunks`` to write where it
+gathers the snapshot (a file; offset 0 starts it afresh). The last one (``done``) carries the
+CRC-32 of the whole: the node checks what it gathered against it and calls
+``snapshot_received(meta, data)`` with the snapshot's data as it now holds it (``None`` when the
+check failed: the core forgets the transfer and the leader sends it again from 0). The core then
+answers the leader and, unless its log already holds that prefix, hands the snapshot back in
+``Ready.snapshot`` to install.
 
 Membership changes are single-server (``propose_conf_change``): add a learner, promote it once it
 caught up (see ``progress``), remove any member (the leader too: it steps down once the removal
@@ -73,6 +84,7 @@ from __future__ import annotations
 import enum
 import logging
 import random
+import zlib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -93,6 +105,7 @@ from molens.raft.log import (
     LogView,
     Membership,
     Snapshot,
+    SnapshotBytes,
     SnapshotMeta,
 )
 from molens.raft.messages import (
@@ -187,6 +200,34 @@ class ReadState:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotChunk:
+    """A piece of the snapshot ``meta`` that a follower accepted, for the node to write at ``offset``
+    of the snapshot it is gathering (``offset == 0``: a new transfer, drop what was gathered).
+    Chunks come in order without gaps. ``crc`` is the CRC-32 of the snapshot's data from 0 through
+    this chunk; on the last one (``done``) the node checks the whole against it, then answers with
+    :meth:`RaftCore.snapshot_received`."""
+
+    meta: SnapshotMeta
+    offset: int
+    data: bytes
+    done: bool
+    crc: int
+
+
+@dataclass(slots=True)
+class _SnapshotIntake:
+    """The follower's side of one transfer: whose it is, how much arrived, its running CRC-32."""
+
+    key: tuple[str, int, int, int]
+    """(leader, term, snapshot index, snapshot term)"""
+    meta: SnapshotMeta
+    next: int = 0
+    crc: int = 0
+    done: bool = False
+    """The last chunk went to the node; waiting for ``snapshot_received``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     """Everything the node must do; see the module docstring for the order."""
 
@@ -198,6 +239,7 @@ class Ready:
     messages_after_persist: tuple[Message, ...]
     committed_entries: tuple[Entry, ...]
     read_states: tuple[ReadState, ...]
+    snapshot_chunks: tuple[SnapshotChunk, ...] = ()
 
     @property
     def must_persist(self) -> bool:
@@ -524,7 +566,8 @@ class RaftCore:
         self._term_start = 0
         self._reads: dict[bytes, _ReadRequest] = {}
         self._reads_waiting: list[tuple[bytes, str]] = []
-        self._snap_buf: tuple[tuple[str, int, int], bytearray] | None = None
+        self._intake: _SnapshotIntake | None = None
+        self._snap_chunks: list[SnapshotChunk] = []
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
         self._randomized_timeout = self.cfg.election_tick
@@ -894,35 +937,67 @@ class RaftCore:
             # stale or duplicate: never roll back; tell the leader where we are
             self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=lg.committed))
             return
-        key = (m.frm, m.term, m.meta.index)
-        buf = self._snap_buf
-        if m.offset == 0:
-            buf = self._snap_buf = (key, bytearray(m.data))
-        elif buf is not None and buf[0] == key and len(buf[1]) == m.offset:
-            buf[1].extend(m.data)
-        else:
-            have = len(buf[1]) if buf is not None and buf[0] == key else 0
-            self._send(SnapshotResponse(
-                frm=self.id, to=m.frm, term=self.term, index=m.meta.index, offset=have,
-            ))
-            return
-        if not m.done:
-            self._send(SnapshotResponse(
-                frm=self.id, to=m.frm, term=self.term, index=m.meta.index, offset=len(buf[1]),
-            ))
-            return
-        self._snap_buf = None
-        snap = Snapshot(m.meta, bytes(buf[1]))
+        key = (m.frm, m.term, m.meta.index, m.meta.term)
+        it = self._intake
+        if it is not None and it.key != key:
+            it = None  # another leader, term or snapshot: that transfer is over
+        if m.crc is not None and zlib.crc32(m.data) != m.crc:
+            log.info(
+                "raft snapshot chunk damaged node=%s from=%s index=%d offset=%d: dropped, asked again",
+                self.id, m.frm, m.meta.index, m.offset,
+            )
+        elif it is None and m.offset == 0:
+            it = self._intake = _SnapshotIntake(key, m.meta)
+            self._accept_chunk(it, m)
+            if m.done:
+                return  # answered by snapshot_received
+        elif it is not None and not it.done and m.offset == it.next:
+            self._accept_chunk(it, m)
+            if m.done:
+                return
+        # answer with the next offset wanted: 0 asks the leader to start again from the beginning
         self._send(SnapshotResponse(
-            frm=self.id, to=m.frm, term=self.term, index=m.meta.index, offset=len(buf[1]),
+            frm=self.id, to=m.frm, term=self.term, index=m.meta.index, offset=0 if it is None else it.next,
         ))
-        if lg.match_term(snap.meta.index, snap.meta.term):
-            lg.commit_to(snap.meta.index)  # we already have that prefix: just fast-forward
+
+    def _accept_chunk(self, it: _SnapshotIntake, m: InstallSnapshot) -> None:
+        it.crc = zlib.crc32(m.data, it.crc)
+        it.next += len(m.data)
+        it.done = m.done
+        self._snap_chunks.append(SnapshotChunk(meta=m.meta, offset=m.offset, data=m.data, done=m.done, crc=it.crc))
+
+    def snapshot_received(self, meta: SnapshotMeta, data: bytes | SnapshotBytes | None) -> bool:
+        """The node gathered the snapshot ``meta`` whose last chunk it got in a Ready, and checked
+        it: ``data`` is the snapshot as the node now holds it, or None when it failed the check
+        (then the leader is asked to send it again from the start). Returns True when the snapshot
+        is to be installed (it comes back in the next ``Ready.snapshot``); False when it is not
+        needed (superseded, or this log already holds that prefix), and the node may drop it."""
+        it = self._intake
+        if it is None or not it.done or it.meta != meta:
+            return False
+        self._intake = None
+        leader, term = it.key[0], it.key[1]
+        current = term == self.term and self.role is Role.FOLLOWER
+        lg = self._log
+        if data is None:
+            log.info("raft snapshot failed its check node=%s index=%d: asking for it again", self.id, meta.index)
+            if current:
+                self._send(SnapshotResponse(frm=self.id, to=leader, term=self.term, index=meta.index, offset=0))
+            return False
+        if self.role is not Role.FOLLOWER or meta.index <= lg.committed:
+            return False  # overtaken while the node wrote it: the log has that prefix committed
+        if current:
+            self._send(SnapshotResponse(frm=self.id, to=leader, term=self.term, index=meta.index, offset=it.next))
+        install = not lg.match_term(meta.index, meta.term)
+        if install:
+            log.info("raft install snapshot node=%s index=%d term=%d", self.id, meta.index, meta.term)
+            lg.restore(Snapshot(meta, data))
+            self._conf_hist = [(meta.index, meta.membership)]
         else:
-            log.info("raft install snapshot node=%s index=%d term=%d", self.id, m.meta.index, m.meta.term)
-            lg.restore(snap)
-            self._conf_hist = [(snap.meta.index, snap.meta.membership)]
-        self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=lg.last_index()))
+            lg.commit_to(meta.index)  # we already have that prefix: just fast-forward
+        if current:
+            self._send(AppendResponse(frm=self.id, to=leader, term=self.term, index=lg.last_index()))
+        return install
 
     # --- leader ---------------------------------------------------------------------------------
     def _step_leader(self, m: Message) -> None:
@@ -953,6 +1028,11 @@ class RaftCore:
                 pr.snap_offset = m.offset
                 if more and m.offset < len(pr.snap.data):
                     self._send_snapshot_chunk(m.frm, pr)
+            elif m.offset == 0:
+                # the follower holds none of it (it restarted, or the whole failed its check):
+                # from the start (cheap for a streamed snapshot, unlike a jump back to the middle)
+                pr.snap_offset = 0
+                self._send_snapshot_chunk(m.frm, pr)
         elif isinstance(m, ReadIndexRequest):
             self._leader_read(m.ctx, m.frm)
 
@@ -1091,7 +1171,7 @@ class RaftCore:
         chunk = snap.data[off : off + size]
         self._send(InstallSnapshot(
             frm=self.id, to=to, term=self.term, meta=snap.meta, offset=off, data=chunk, done=off + len(chunk)
-            >= total,
+            >= total, crc=zlib.crc32(chunk),
         ))
 
     # --- ReadIndex --------------------------------------------------------------------------------
@@ -1292,6 +1372,7 @@ class RaftCore:
             or self._msgs_after
             or lg.ents
             or lg.snap is not None
+            or self._snap_chunks
             or self._read_states
             or lg.has_next_committed()
             or self._prev_hs.term != self.term
@@ -1317,10 +1398,12 @@ class RaftCore:
             messages_after_persist=tuple(self._msgs_after),
             committed_entries=tuple(lg.next_committed(self.cfg.max_apply_bytes)),
             read_states=tuple(self._read_states),
+            snapshot_chunks=tuple(self._snap_chunks),
         )
         self._msgs.clear()
         self._msgs_after.clear()
         self._read_states.clear()
+        self._snap_chunks.clear()
         self._prev_ss = ss
         self._prev_hs = hs
         self._outstanding = True
@@ -1364,6 +1447,7 @@ __all__ = [
     "ReadState",
     "Ready",
     "Role",
+    "SnapshotChunk",
     "SnapshotMeta",
     "SoftState",
     "UnsafeRule",

@@ -2,7 +2,8 @@
 
 Every message carries ``frm``, ``to`` and ``term``. On the wire a message is one msgpack array
 ``[tag, frm, to, term, field...]`` (tuples, never dicts with long keys); entries are
-``[index, term, kind, data]`` and snapshot metadata ``[index, term, voters, learners]``.
+``[index, term, kind, data]`` and snapshot metadata ``[index, term, voters, learners, context]``;
+a snapshot chunk ends with the CRC-32 of its data.
 :func:`encode` / :func:`decode` are exact inverses for every message type.
 
 Membership changes travel inside log entries of kind ``CONF_CHANGE``; their payload is a
@@ -113,7 +114,9 @@ class HeartbeatResponse:
 
 @dataclass(frozen=True, slots=True)
 class InstallSnapshot:
-    """One chunk ``data`` of the snapshot ``meta`` starting at byte ``offset``; ``done`` on the last."""
+    """One chunk ``data`` of the snapshot ``meta`` starting at byte ``offset``; ``done`` on the last.
+    ``crc`` is the CRC-32 of ``data``: a follower drops a chunk that does not match it and asks for
+    it again (None from a peer of an older version, which sends none: not checked)."""
 
     frm: str
     to: str
@@ -122,6 +125,7 @@ class InstallSnapshot:
     offset: int
     data: bytes
     done: bool
+    crc: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +272,8 @@ def encode(m: Message) -> bytes:
         head = [MsgTag.HEARTBEAT_RESP, m.ctx]
     elif isinstance(m, InstallSnapshot):
         head = [MsgTag.SNAP, _enc_meta(m.meta), m.offset, m.data, m.done]
+        if m.crc is not None:
+            head.append(m.crc)
     elif isinstance(m, SnapshotResponse):
         head = [MsgTag.SNAP_RESP, m.index, m.offset]
     elif isinstance(m, TimeoutNow):
@@ -330,8 +336,11 @@ def decode(data: bytes) -> Message:
         if tag is MsgTag.HEARTBEAT_RESP:
             return HeartbeatResponse(frm, to, term, f[0])
         if tag is MsgTag.SNAP:
+            crc = f[4] if len(f) > 4 else None  # a peer of an older version sends no checksum
+            if crc is not None and not isinstance(crc, int):
+                raise CodecError("snapshot chunk crc must be an integer")
             return InstallSnapshot(
-                frm=frm, to=to, term=term, meta=_dec_meta(f[0]), offset=f[1], data=f[2], done=f[3],
+                frm=frm, to=to, term=term, meta=_dec_meta(f[0]), offset=f[1], data=f[2], done=f[3], crc=crc,
             )
         if tag is MsgTag.SNAP_RESP:
             return SnapshotResponse(frm=frm, to=to, term=term, index=f[0], offset=f[1])

@@ -7,6 +7,7 @@ the other. Layout under ``data_dir``::
     raft/data.mdb        lmdb: db "log" (big-endian u64 index -> term u64 | kind u8 | data),
                          db "meta" (hard state, membership, log offset, current snapshot meta)
     snapshots/snap-<index>-<term>-<sha>.snap   compressed FSM snapshots (see :class:`SnapshotStore`)
+    snapshots/receiving.part   a snapshot arriving from the leader (see :class:`SnapshotReceiver`)
 
 Durability invariants (what the RaftPeer relies on):
 
@@ -26,8 +27,10 @@ Durability invariants (what the RaftPeer relies on):
   which is pruned at the next open. The current snapshot is verified (sha256) at open and on load;
   a corrupted or missing file raises :class:`SnapshotCorruptError` instead of silently restarting
   from an empty state.
-* Installing a snapshot from the leader: call ``save(snapshot=...)`` (the log is reset past it,
-  durably) THEN restore the FSM from it. If the process dies in between, at the next start the FSM's
+* A snapshot from the leader is gathered in a file as its chunks arrive (:class:`SnapshotReceiver`)
+  and, once whole and checked, compressed into a snapshot file like any other. Installing it:
+  call ``save(snapshot=...)`` (the file is recorded and the log reset past it, durably) THEN
+  restore the FSM from it. If the process dies in between, at the next start the FSM's
   ``applied_index`` is below ``snapshot().meta.index``: the node restores the FSM from
   :meth:`LmdbLog.export_snapshot` before applying anything.
 
@@ -45,6 +48,7 @@ import logging
 import os
 import re
 import struct
+import tempfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -148,11 +152,14 @@ class StreamedSnapshot:
     chunk's work on the Raft thread. The file was checked (checksum, size) when the log recorded
     or opened it. Owned by the log, which closes it when no transfer needs it."""
 
-    __slots__ = ("_dec", "_f", "_last", "_payload_at", "_pending", "_pos", "path", "size")
+    __slots__ = ("_dec", "_f", "_last", "_payload_at", "_pending", "_pos", "file", "path", "size")
 
-    def __init__(self, path: Path, size: int, payload_at: int) -> None:
+    def __init__(self, path: Path, size: int, payload_at: int, file: SnapshotFile | None = None) -> None:
         self.path = path
         self.size = size
+        self.file = file
+        """The checked file it reads, when made by :meth:`SnapshotStore.streamed`: :meth:`LmdbLog.save`
+        then records that file instead of writing the data again."""
         self._payload_at = payload_at
         self._f: Any = None
         self._dec: Any = None
@@ -300,24 +307,34 @@ class SnapshotStore:
                  len(data), len(payload))
         return sf
 
-    def write_file(self, meta: SnapshotMeta, src: Path) -> SnapshotFile:
+    def write_file(self, meta: SnapshotMeta, src: Path, *, expect_crc32: int | None = None) -> SnapshotFile:
         """Like :meth:`write` for the contents of ``src``, compressed piece by piece: memory stays
         bounded by ``_PIECE`` however large the state machine (the compressed payload goes to a temp
-        file first, since the header before it carries its checksum)."""
+        file first, since the header before it carries its checksum). With ``expect_crc32`` the
+        contents are checked against that CRC-32 as they are read, and a mismatch raises
+        :class:`SnapshotCorruptError` before anything is written where the log could record it."""
         comp = zlib.compressobj(self.level)
         sha = hashlib.sha256()
+        crc = 0
         size = 0
-        staged = self.dir / "payload.tmp"
+        # a name of its own: the snapshot thread and a follower gathering one may both be here
+        fd, name = tempfile.mkstemp(prefix="payload-", suffix=".tmp", dir=self.dir)
+        os.close(fd)
+        staged = Path(name)
         try:
             with open(src, "rb") as inp, open(staged, "wb") as out:
                 while piece := inp.read(_PIECE):
                     size += len(piece)
+                    if expect_crc32 is not None:
+                        crc = zlib.crc32(piece, crc)
                     z = comp.compress(piece)
                     sha.update(z)
                     out.write(z)
                 z = comp.flush()
                 sha.update(z)
                 out.write(z)
+            if expect_crc32 is not None and crc != expect_crc32:
+                raise SnapshotCorruptError(f"{src}: CRC-32 {crc:08x} of its {size} bytes, expected {expect_crc32:08x}")
             compressed = staged.stat().st_size
 
             def copy(f: Any) -> None:
@@ -354,6 +371,19 @@ class SnapshotStore:
         f, _ = self._open_payload(path)
         with f:
             return int(f.tell())
+
+    def streamed(self, sf: SnapshotFile) -> StreamedSnapshot:
+        """The data of the checked file ``sf``, to be read by slices (nothing is read until then)."""
+        return StreamedSnapshot(sf.path, sf.size, self.payload_offset(sf.path), sf)
+
+    def remove_leftovers(self) -> None:
+        """At start: remove what a stopped node left half-done here (a snapshot being received or
+        checked, compressed payloads being staged, snapshot files being written); nothing else may
+        be writing them yet."""
+        for p in (*self.dir.glob("receiv*.part"), *self.dir.glob("payload*.tmp"), *self.dir.glob("*.snap.tmp")):
+            if p.exists():
+                log.info("snapshot leftover removed path=%s bytes=%d", p.name, p.stat().st_size)
+                p.unlink(missing_ok=True)
 
     def stream(
         self, path: Path, expect_sha256: str | None = None, out: Any | None = None
@@ -401,16 +431,102 @@ class SnapshotStore:
         return sorted(p for p in self.dir.iterdir() if _SNAP_NAME.match(p.name))
 
     def prune(self, current: Path | None) -> list[Path]:
-        """Keep ``current`` and the newest others up to ``keep`` files in all; remove temp files."""
-        for tmp in self.dir.glob("*.snap.tmp"):
-            tmp.unlink(missing_ok=True)
+        """Keep ``current`` and the newest others up to ``keep`` files in all, and every file of a
+        higher index than ``current``: it may be a snapshot received from the leader and checked on
+        another thread, about to be recorded. (Temp files go at start, :meth:`remove_leftovers`:
+        another thread may be writing one now.)"""
         others = [p for p in self.files() if p != current]
         n_keep_others = self.keep - (1 if current is not None else 0)
         doomed = others[: max(0, len(others) - n_keep_others)]
+        if current is not None and (m := _SNAP_NAME.match(current.name)):
+            doomed = [p for p in doomed if _snap_index(p) <= int(m.group(1))]
         for p in doomed:
             p.unlink(missing_ok=True)
             log.info("snapshot pruned path=%s", p.name)
         return doomed
+
+
+def _snap_index(path: Path) -> int:
+    m = _SNAP_NAME.match(path.name)
+    return int(m.group(1)) if m else 0
+
+
+RECEIVING = "receiving.part"
+"""The file in the snapshot directory that gathers a snapshot arriving from the leader."""
+
+
+class SnapshotReceiver:
+    """A snapshot arriving from the leader, gathered in ``snapshots/receiving.part`` chunk by chunk
+    as the Raft core accepts them (``Ready.snapshot_chunks``), so a follower holds one chunk in
+    memory however large the snapshot. After the last chunk the file is sealed (renamed to one of
+    its own: the next transfer may begin) and checked, on a thread that is not the Raft actor's
+    (it takes seconds per GB): its CRC-32 against the one the core computed of the chunks, while
+    it is compressed into a snapshot file of the store, which the log records when the snapshot is
+    installed; the state machine restores from the sealed file. What a stopped node left is removed
+    at start (:meth:`SnapshotStore.remove_leftovers`).
+
+    The node's shell::
+
+        rcv = SnapshotReceiver(log.snapshots)
+        rcv.write(chunk.offset, chunk.data)                 # every chunk of a Ready, in order
+        path = rcv.seal()                                   # after the last one
+        sf = rcv.check(meta, chunk.crc, path)               # another thread: None when it failed
+        core.snapshot_received(meta, log.snapshots.streamed(sf) if sf else None)
+        log.save(snapshot=rd.snapshot); fsm.restore(path); path.unlink()
+
+    A write that fails (a full disk) may be done again: a chunk lands at its offset and the file
+    ends after it. The gathered file is not fsync'd: a restart removes it, and what must last is
+    written durably from it (the compressed snapshot file, the state machine's own copy).
+    """
+
+    def __init__(self, store: SnapshotStore) -> None:
+        self.store = store
+        self.path = store.dir / RECEIVING
+        self._f: Any = None
+        self._sealed = 0
+
+    @property
+    def size(self) -> int:
+        """Bytes gathered so far."""
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def write(self, offset: int, data: bytes) -> None:
+        """Write a chunk at ``offset``: 0 starts a new snapshot; any other must follow what is there."""
+        if offset == 0:
+            self._close()
+            self._f = open(self.path, "wb")  # noqa: SIM115 - kept open across chunks, closed by _close()
+        elif self._f is None:
+            if offset > self.size:
+                raise StorageError(f"{self.path}: chunk at {offset} after {self.size} bytes")
+            self._f = open(self.path, "r+b")  # noqa: SIM115 - as above
+        f = self._f
+        f.seek(offset)
+        f.write(data)
+        f.truncate()
+
+    def seal(self) -> Path:
+        """The last chunk is written: the gathered file, renamed to a name of its own."""
+        self._close()
+        self._sealed += 1
+        sealed = self.store.dir / f"received-{self._sealed}.part"
+        os.replace(self.path, sealed)
+        return sealed
+
+    def check(self, meta: SnapshotMeta, crc: int, path: Path) -> SnapshotFile | None:
+        """Check the sealed file ``path`` against ``crc`` while compressing it into the store
+        (:meth:`SnapshotStore.write_file`) and return that snapshot file, or None when the check
+        failed (``path`` is then removed). Any thread; raises what writing raises (a full disk)."""
+        try:
+            return self.store.write_file(meta, path, expect_crc32=crc)
+        except SnapshotCorruptError as exc:
+            log.warning("snapshot received index=%d term=%d failed its check: %s", meta.index, meta.term, exc)
+            path.unlink(missing_ok=True)
+            return None
+
+    def _close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
 
 
 class LmdbLog:
@@ -435,6 +551,7 @@ class LmdbLog:
         self._raft_dir = root / "raft"
         self._raft_dir.mkdir(parents=True, exist_ok=True)
         self.snapshots = SnapshotStore(root / "snapshots", keep=keep_snapshots, level=snapshot_level)
+        self.snapshots.remove_leftovers()
         self._durable = durable
         self._env = lmdb.open(
             str(self._raft_dir),
@@ -640,12 +757,12 @@ class LmdbLog:
 
     @property
     def snapshot_held(self) -> bool:
-        """Whether the snapshot's data is held for a transfer: a file open to stream it from (a
-        leader sending), or the bytes just received (a follower, until installed)."""
+        """Whether the snapshot's data is held: a file open to stream it from (a leader sending),
+        or what a follower just received (until installed)."""
         return self._snap_data is not None
 
     def release_snapshot_data(self) -> None:
-        """Let go of what :meth:`snapshot` opened, or of received bytes now installed (the file stays):
+        """Let go of what :meth:`snapshot` opened, or of received data now installed (the file stays):
         a store of millions of tasks must not keep a second copy of itself on the heap."""
         if self._snap_file is not None:
             self._close_stream()
@@ -698,7 +815,11 @@ class LmdbLog:
         """
         sf: SnapshotFile | None = None
         if snapshot is not None and snapshot.meta.index > self._snap_meta.index:
-            sf = self.snapshots.write(snapshot.meta, _as_bytes(snapshot.data))
+            data = snapshot.data
+            if isinstance(data, StreamedSnapshot) and data.file is not None and data.file.meta == snapshot.meta:
+                sf = data.file  # gathered, checked and written as it arrived (SnapshotReceiver)
+            else:
+                sf = self.snapshots.write(snapshot.meta, _as_bytes(data))
         def txn_fn(txn: lmdb.Transaction) -> _Staged:
             state = _Staged(self)
             if snapshot is not None and sf is not None:
@@ -884,6 +1005,8 @@ __all__ = [
     "LmdbLog",
     "SnapshotCorruptError",
     "SnapshotFile",
+    "SnapshotReceiver",
     "SnapshotStore",
     "StorageError",
+    "StreamedSnapshot",
 ]

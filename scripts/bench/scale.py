@@ -21,8 +21,8 @@ near-term load, a leader kill -9 in the middle, and listing (docs/architecture.m
 6. With ``--snapshot``: a snapshot of the whole store on the leader (``snapshot_s``, the file's
    size), then a fourth node joins and catches up from it by InstallSnapshot (the nodes keep a
    100-entry log tail behind a snapshot for this, so the log cannot serve the joiner instead) (``join_catch_up_s``,
-   whether the leader's term changed, the leader's and the joiner's heap at their peak and after).
-   Prints ``scale_snapshot: ...``.
+   whether the leader's term changed, the leader's and the joiner's heap (``RssAnon``) at their peak,
+   read every 50 ms by a thread of its own, and after). Prints ``scale_snapshot: ...``.
 
 Prints ``scale: pending=... leader_anon_mb=... follower_anon_mb=... leader_file_mb=...
 lmdb_bytes_per_task=... failover_first_fire_s=... p99_ms=... ingest_per_s=... list_p99_ms=...``
@@ -110,6 +110,32 @@ def status_kb(pid: int, key: str) -> int:
     return 0
 
 
+class PeakAnon:
+    """The peak ``RssAnon`` (MiB) of some processes, read every 50 ms on a thread of its own: a
+    node's admin socket does not answer while its Raft actor writes or restores a snapshot, so
+    sampling between admin calls missed those moments."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.peak = {name: 0.0 for name in pids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            for name, pid in self.pids.items():
+                try:
+                    self.peak[name] = max(self.peak[name], status_kb(pid, "RssAnon") / 1024)
+                except OSError:  # not started yet, or gone
+                    pass
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 def snapshot_and_join(c: Cluster, n: int) -> None:
     """Phase 6: a snapshot of the whole store on the leader, then a fourth node joining from it."""
     leader = c.leader(timeout=30)
@@ -126,13 +152,10 @@ def snapshot_and_join(c: Cluster, n: int) -> None:
     target = leader.status()["commit_index"]  # type: ignore[index]
     joiner = c.add_joiner("n4").start()
     t = time.monotonic()
-    peak = anon_after_snap
-    j_peak = 0.0
+    assert joiner.pid is not None
+    peaks = PeakAnon({"leader": leader.pid, "joiner": joiner.pid})
     caught = float("nan")
     while time.monotonic() - t < 3_600:
-        peak = max(peak, status_kb(leader.pid, "RssAnon") / 1024)
-        if joiner.running and joiner.pid:
-            j_peak = max(j_peak, status_kb(joiner.pid, "RssAnon") / 1024)
         st = joiner.status()
         if st is not None and st.get("applied_index", 0) >= target:
             caught = time.monotonic() - t
@@ -141,14 +164,17 @@ def snapshot_and_join(c: Cluster, n: int) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and leader.call("stats")["snapshot_held"]:
         time.sleep(0.2)
+    peak = peaks.stop()
     st = leader.status() or {}
     j_stats = joiner.call("stats")
     anon_end = status_kb(leader.pid, "RssAnon") / 1024
+    j_end = status_kb(joiner.pid, "RssAnon") / 1024
     print(
         f"scale_snapshot: pending={n} snapshot_s={snap_s:.1f} snapshot_mb={snap_mb:.0f} join_catch_up_s={caught:.1f} "
         f"joiner_snapshots_installed={j_stats['snapshots_installed']} term_changed={'yes' if st.get('term') != term else 'no'} "
-        f"leader_anon_mb_before={anon_before:.0f} leader_anon_mb_peak={peak:.0f} leader_anon_mb_after={anon_end:.0f} "
-        f"joiner_anon_mb_peak={j_peak:.0f} leader_snapshot_held={leader.call('stats')['snapshot_held']}",
+        f"leader_anon_mb_before={anon_before:.0f} leader_anon_mb_peak={max(peak['leader'], anon_after_snap):.0f} "
+        f"leader_anon_mb_after={anon_end:.0f} joiner_anon_mb_peak={peak['joiner']:.0f} joiner_anon_mb_after={j_end:.0f} "
+        f"leader_snapshot_held={leader.call('stats')['snapshot_held']}",
         flush=True,
     )
 

@@ -399,3 +399,29 @@ def test_a_snapshot_that_meets_a_full_disk_leaves_no_partial_file(tmpfs: Any) ->
         store.write(SnapshotMeta(10, 2, Membership(("n1",))), os.urandom(4 << 20))  # incompressible
     assert err.value.errno == errno.ENOSPC
     assert list((t.path / "snapshots").iterdir()) == []
+
+
+def test_a_snapshot_received_on_a_full_disk_is_checked_again_once_space_returns(tmpfs: Any) -> None:
+    """A follower gathering a snapshot whose disk fills: checking and compressing it fails with
+    ENOSPC and leaves no staged payload or partial snapshot file, only the gathered file; checking
+    again after space returns succeeds."""
+    import zlib
+
+    from molens.raft.log import Membership, SnapshotMeta
+    from molens.raft.storage import SnapshotReceiver, SnapshotStore
+
+    t = tmpfs("recv", 12 << 20)  # the gathered file, the staged payload and the snapshot file
+    rcv = SnapshotReceiver(SnapshotStore(t.path / "snapshots"))
+    data = os.urandom(3 << 20)  # incompressible: the compressed copy needs as much again
+    meta = SnapshotMeta(10, 2, Membership(("n1",)))
+    rcv.write(0, data[: 1 << 20])
+    rcv.write(1 << 20, data[1 << 20 :])
+    sealed = rcv.seal()
+    t.fill()
+    with pytest.raises(OSError) as err:
+        rcv.check(meta, zlib.crc32(data), sealed)
+    assert err.value.errno == errno.ENOSPC
+    assert [p.name for p in (t.path / "snapshots").iterdir()] == [sealed.name]
+    t.free()
+    sf = rcv.check(meta, zlib.crc32(data), sealed)
+    assert sf is not None and sf.size == len(data) and sealed.read_bytes() == data

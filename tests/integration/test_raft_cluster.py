@@ -281,6 +281,41 @@ def test_follower_behind_compacted_log_catches_up_by_snapshot(cluster: Cluster) 
     assert s["fsm"]["applied_total"] < s["fsm"]["applied_index"] - s["started_applied_index"]
 
 
+def test_follower_killed_while_receiving_a_snapshot_drops_the_partial_file_and_gets_it_whole(
+    cluster: Cluster,
+) -> None:
+    """A follower gathers an arriving snapshot in ``snapshots/receiving.part`` chunk by chunk. Killed
+    -9 halfway, it removes that file at start, the leader sends the snapshot again from its first
+    chunk, and the follower installs it whole (docs/architecture.md#snapshots)."""
+    import os
+
+    follower = cluster.followers()[0]
+    follower.kill()
+    leader = cluster.leader()
+    # ~48 MiB of incompressible values: 48 chunks of 1 MiB, time to catch the transfer halfway
+    for i in range(48):
+        data = encode_put(b"big-%02d" % i, os.urandom(1 << 20))
+        r = leader.call("propose", data=base64.b64encode(data).decode(), timeout_s=30)
+        assert r["ok"], r
+    outcome = KvWriter(cluster, keys("snap-restart", 200), clients=2, window=16).run()
+    leader.call("snapshot", timeout_s=60)
+    part = follower.data_dir / "snapshots" / "receiving.part"
+    follower.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (part.exists() and 4 << 20 <= part.stat().st_size < 40 << 20):
+        time.sleep(0.001)
+    follower.kill()
+    assert part.exists(), "the follower was not caught mid-transfer"
+    half = part.stat().st_size
+    follower.start().wait_ready()
+    assert_writes(cluster, outcome, node=follower)
+    s = follower.call("stats")
+    assert s["snapshots_installed"] == 1 and not s["snapshot_held"]
+    assert s["snapshot_chunks_received"] >= 48  # the whole, from the first chunk
+    assert not part.exists() and not list(part.parent.glob("received-*.part"))
+    print(f"\nkilled with {half >> 20} MiB of the snapshot gathered; it came again whole after the restart")
+
+
 def test_whole_cluster_restart_recovers_without_reapplying(cluster: Cluster) -> None:
     before = assert_converged(cluster)
     applied = {nid: s["fsm"]["applied_index"] for nid, s in before.items()}

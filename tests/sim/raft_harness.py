@@ -5,7 +5,9 @@ applies, restarts, chaos actions) ordered by virtual time and a sequence number,
 from one seeded ``random.Random``. A :class:`Faults` draw ("swarm" style: every seed its own fault
 rates) drives drops, duplicates, delays/reordering, partitions (symmetric, one-way, flapping),
 crashes that lose everything not yet persisted, slow persistence and slow apply, client writes and
-ReadIndex reads, membership changes, leadership transfers and snapshots. Leader-targeted faults
+ReadIndex reads, membership changes, leadership transfers and snapshots, and snapshot chunks
+damaged on the wire or in the gathered "file" (a node gathers a snapshot it receives in
+``SimNode.sink``, its stand-in for the file, which a restart drops). Leader-targeted faults
 cut a leader off (with a minority) while the client keeps writing to it, at random, the moment it
 wins an election and the moment it advances its commit index (in-flight messages are lost, as in
 a real partition); a leader may also crash, or die mid-send with its appends on only some links.
@@ -25,6 +27,7 @@ violation would be born (persisting, sending, applying); a violation raises :cla
   term, across any crash and restart; the in-memory term/commit never fall below the durable ones;
 - durability: a vote grant, append ack or any response is sent only once what it promises is
   persisted; a leader replicates only once its term is durable;
+- snapshot chunks reach the node in order, without gaps, and the CRC of the whole is right;
 - ``applied <= commit <= last`` on every node;
 - at the end: bounded liveness after healing, and linearizability of the client history.
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -51,6 +55,7 @@ from molens.raft.core import (
     RaftError,
     Ready,
     Role,
+    SnapshotChunk,
     UnsafeRule,
 )
 from molens.raft.log import Entry, EntryKind, HardState, Membership, MemoryLog, Snapshot
@@ -134,6 +139,9 @@ class Faults:
     crash_mid_send: float = 0.0
     """Per leader ready carrying new entries: its appends reach a random subset, then it crashes."""
     quick_restart: tuple[int, int] = (1, 15)
+    corrupt: float = 0.0
+    """Per snapshot chunk delivered: one byte of its data flips on the way (its CRC no longer
+    matches); per snapshot gathered: one byte flips in the node's "file" before it is checked."""
 
     @classmethod
     def draw(cls, rng: random.Random) -> Faults:
@@ -199,6 +207,8 @@ class SimNode:
     seen_commit: int = 0
     leader_mark: tuple[int, int, int] | None = None
     """(term, last index, term of last index) while leader: append-only check."""
+    sink: bytearray = field(default_factory=bytearray)
+    """The snapshot being received, as the node's file would hold it (dropped at start)."""
 
 
 def encode_state(kv: dict[str, int]) -> bytes:
@@ -306,6 +316,7 @@ class Cluster:
         node.apply_scheduled = False
         node.seen_commit = node.core.commit
         node.leader_mark = None
+        node.sink = bytearray()  # a leftover partial snapshot is removed at start
         hs = st.initial_state()[0]
         self.durable[node.id] = hs
         self.log(f"{node.id} boot term={hs.term} commit={hs.commit} last={st.last_index()}")
@@ -397,6 +408,10 @@ class Cluster:
             if m2 != m:
                 raise Violation(f"codec round trip changed {m!r}")
             m = m2
+        if isinstance(m, InstallSnapshot) and m.data and self.faults.corrupt and self.rng.random() < self.faults.corrupt:
+            i = self.rng.randrange(len(m.data))
+            m = replace(m, data=m.data[:i] + bytes([m.data[i] ^ 0x5A]) + m.data[i + 1 :])
+            self.log(f"snapshot chunk to {m.to} at {m.offset} damaged on the way")
         if self.trace is not None:
             self.log(f"deliver {_short(m)}")
         node.core.step(m)
@@ -426,7 +441,7 @@ class Cluster:
                 op = node.reads.pop(rs.ctx, None)
                 if op is not None:
                     node.read_waits.append((rs.index, op))
-            if rd.must_persist or rd.messages_after_persist or rd.committed_entries:
+            if rd.must_persist or rd.messages_after_persist or rd.committed_entries or rd.snapshot_chunks:
                 node.pending = rd
                 lo, hi = self.faults.persist_delay
                 delay = self.rng.randint(lo, hi)
@@ -468,6 +483,7 @@ class Cluster:
         core = node.core
         assert rd is not None and core is not None
         st = node.storage
+        last = self._gather(node, rd.snapshot_chunks)
         if rd.snapshot is not None:
             self._check_snapshot(node, rd.snapshot)
             st.apply_snapshot(rd.snapshot)
@@ -497,12 +513,38 @@ class Cluster:
         node.apply_q.extend(rd.committed_entries)
         core.advance(rd)
         node.pending = None
+        if last is not None:
+            data = bytes(node.sink)
+            ok = zlib.crc32(data) == last.crc
+            self.log(f"{node.id} gathered snapshot {last.meta.index} ({len(data)}B): {'ok' if ok else 'damaged'}")
+            core.snapshot_received(last.meta, data if ok else None)
         if f.apply_delay:
             if node.apply_q and not node.apply_scheduled:
                 node.apply_scheduled = True
                 self._push(self.rng.randint(1, f.apply_delay), EV_APPLY, (node.id, node.epoch))
         else:
             self._apply_some(node, len(node.apply_q))
+
+    def _gather(self, node: SimNode, chunks: tuple[SnapshotChunk, ...]) -> SnapshotChunk | None:
+        """Write snapshot chunks to the node's sink as its shell writes its file; the last chunk of
+        a snapshot, if one came (maybe damaging the sink first: the node's check must catch it)."""
+        last = None
+        for ch in chunks:
+            if ch.offset == 0:
+                node.sink = bytearray()
+            if len(node.sink) != ch.offset:
+                raise Violation(f"{node.id} got snapshot chunk at {ch.offset} after {len(node.sink)} bytes")
+            node.sink += ch.data
+            if zlib.crc32(node.sink) != ch.crc:
+                raise Violation(f"{node.id} snapshot chunk at {ch.offset}: the CRC so far does not match")
+            if ch.done:
+                last = ch
+        f = self.faults
+        if last is not None and node.sink and f.corrupt and self.rng.random() < f.corrupt:
+            i = self.rng.randrange(len(node.sink))
+            node.sink[i] ^= 0x5A
+            self.log(f"{node.id} snapshot file damaged at byte {i}")
+        return last
 
     def _apply_some(self, node: SimNode, k: int) -> None:
         q = node.apply_q
@@ -1032,6 +1074,7 @@ class Cluster:
         self.faults = replace(
             self.faults, drop=0.0, dup=0.0, partition=0.0, crash=0.0, crash_at_persist=0.0, crash_on_commit=0.0,
             leader_isolate=0.0, isolate_new_leader=0.0, isolate_on_commit=0.0, leader_crash=0.0, crash_mid_send=0.0,
+            corrupt=0.0,
         )
         self.heal()
         self.log("=== healed phase ===")
@@ -1120,6 +1163,7 @@ def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = No
         max_inflight=frng.choice((1, 4, 64)),
         snapshot_chunk_bytes=frng.choice((16, 64, 1 << 20)),
     )
+    faults = replace(faults, corrupt=frng.choice((0.0, 0.0, 0.05, 0.3)))  # drawn last: earlier draws keep their values
     cl = Cluster(nodes, seed=seed, faults=faults, config=config, trace=trace)
     cl.check_durable_sends = check_durable_sends
     if trace is not None:

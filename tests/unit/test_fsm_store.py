@@ -204,6 +204,38 @@ def test_store_matches_memory_state_and_snapshot_restores_it(tmp_path: Path, sto
     other.close()
 
 
+def test_restore_keeps_the_history_of_tasks_the_snapshot_holds_and_drops_the_others(
+    tmp_path: Path, store: TaskStore
+) -> None:
+    """The restored store is asked about the tasks the history holds (a snapshot of millions of
+    tasks is not listed in memory to decide)."""
+
+    def fired(lg: Log, tids: list[str]) -> None:
+        lg.apply(
+            CreateTasks(T0, tuple(CreateItem(t, spec(interval_ms=0)) for t in tids)),
+            Dispatched(T0, tuple(DispatchItem(
+                fire_id=f"{t}-1", task_id=t, attempt=1, worker="w", deadline_ms=T0 + 9000,
+            ) for t in tids)),
+            Results(T0 + 1, tuple(ResultItem(
+                fire_id=f"{t}-1", kind=FireKind.CALLBACK, status_code=500, outcome=Outcome.RESPONSE,
+                response_head="", latency_ms=1, worker="w",
+            ) for t in tids)),
+        )
+
+    kept = [new_task_id(T0, i) for i in range(3)]
+    fired(Log(store), kept)
+    snap = tmp_path / "snap.mdb"
+    store.snapshot(snap)
+    h = History(tmp_path / "n2" / "h.sqlite")
+    other = TaskStore(tmp_path / "n2", history=h)
+    gone = [new_task_id(T0, i) for i in range(10, 13)]
+    fired(Log(other), kept[:1] + gone)
+    assert {t: h.count(t) for t in kept[:1] + gone} == {t: 1 for t in kept[:1] + gone}
+    other.restore(snap)
+    assert h.count(kept[0]) == 1 and all(h.count(t) == 0 for t in gone)
+    other.close()
+
+
 def test_restore_refuses_a_non_snapshot(tmp_path: Path, store: TaskStore) -> None:
     bad = tmp_path / "bad"
     bad.write_bytes(b"not lmdb" * 100)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import random
+import zlib
 
 import pytest
 
 from molens.raft.core import (
     ConfChangeError,
     NotLeaderError,
+    ProgressState,
     RaftConfig,
     RaftCore,
     RaftError,
     ReadState,
     Ready,
     Role,
+    SnapshotChunk,
 )
 from molens.raft.log import Entry, HardState, Membership, MemoryLog, Snapshot, SnapshotMeta
 from molens.raft.messages import (
@@ -28,7 +31,8 @@ from molens.raft.messages import (
 
 
 class Net:
-    """A lossless, synchronous network: persist every Ready, deliver every message, repeat."""
+    """A lossless, synchronous network: persist every Ready, deliver every message, repeat. A node
+    gathers a snapshot it receives in ``sinks`` (the stand-in for its file)."""
 
     def __init__(self, ids: list[str], config: RaftConfig | None = None) -> None:
         mem = Membership(tuple(ids))
@@ -37,9 +41,13 @@ class Net:
         self.cores = {i: RaftCore(i, mem, self.logs[i], self.cfg, random.Random(n)) for n, i in enumerate(ids)}
         self.applied: dict[str, list[Entry]] = {i: [] for i in ids}
         self.reads: dict[str, list[ReadState]] = {i: [] for i in ids}
+        self.sinks: dict[str, bytearray] = {i: bytearray() for i in ids}
+        self.received: list[tuple[str, SnapshotChunk]] = []
 
     def handle(self, nid: str, rd: Ready) -> list[Message]:
         st = self.logs[nid]
+        last = gather(self.sinks[nid], rd.snapshot_chunks)
+        self.received.extend((nid, ch) for ch in rd.snapshot_chunks)
         if rd.snapshot is not None:
             st.apply_snapshot(rd.snapshot)
         st.append(list(rd.entries))
@@ -48,6 +56,9 @@ class Net:
         self.applied[nid].extend(rd.committed_entries)
         self.reads[nid].extend(rd.read_states)
         self.cores[nid].advance(rd)
+        if last is not None:
+            data = bytes(self.sinks[nid])
+            self.cores[nid].snapshot_received(last.meta, data if zlib.crc32(data) == last.crc else None)
         return [*rd.messages, *rd.messages_after_persist]
 
     def pump(self, rounds: int = 100) -> None:
@@ -64,11 +75,35 @@ class Net:
                 if m.to in self.cores:
                     self.cores[m.to].step(m)
 
+    def restart(self, nid: str) -> RaftCore:
+        """The node stops (what it had not persisted is lost) and starts again, or a new node with
+        empty storage starts: a snapshot it was gathering is dropped, as a node drops its leftover
+        file at start."""
+        self.sinks[nid] = bytearray()
+        self.applied.setdefault(nid, [])
+        self.reads.setdefault(nid, [])
+        c = RaftCore(nid, None, self.logs.setdefault(nid, MemoryLog()), self.cfg, random.Random(7))
+        self.cores[nid] = c
+        return c
+
     def elect(self, nid: str) -> RaftCore:
         self.cores[nid].campaign()
         self.pump()
         assert self.cores[nid].role is Role.LEADER
         return self.cores[nid]
+
+
+def gather(sink: bytearray, chunks: tuple[SnapshotChunk, ...]) -> SnapshotChunk | None:
+    """Write chunks as a node's shell does (offset 0 starts afresh); the last one, if any."""
+    last = None
+    for ch in chunks:
+        if ch.offset == 0:
+            sink.clear()
+        assert len(sink) == ch.offset, "chunks must come in order, without gaps"
+        sink += ch.data
+        if ch.done:
+            last = ch
+    return last
 
 
 def test_single_node_commits_after_its_own_persistence() -> None:
@@ -174,39 +209,195 @@ def test_constructor_validation_and_recovery() -> None:
     assert [e.index for e in rd.committed_entries] == [2]  # replayed after the FSM's applied index
 
 
-def test_follower_snapshot_chunks_out_of_order_and_fast_forward() -> None:
+def chunk(meta: SnapshotMeta, offset: int, data: bytes, done: bool, *, frm: str = "l", term: int = 2,
+          crc: int | None = None) -> InstallSnapshot:
+    return InstallSnapshot(
+        frm=frm, to="f", term=term, meta=meta, offset=offset, data=data, done=done,
+        crc=zlib.crc32(data) if crc is None else crc,
+    )
+
+
+def snap_replies(rd: Ready) -> list[int]:
+    return [m.offset for m in rd.messages_after_persist if isinstance(m, SnapshotResponse)]
+
+
+def test_follower_hands_snapshot_chunks_to_the_node_and_installs_once_it_checked_them() -> None:
     st = MemoryLog(Membership(("l", "f")))
     f = RaftCore("f", None, st, RaftConfig())
     meta = SnapshotMeta(5, 2, Membership(("l", "f")))
-    f.step(InstallSnapshot(
-        frm="l", to="f", term=2, meta=meta, offset=3, data=b"def", done=False,
-    ))  # chunk without its start
+    f.step(chunk(meta, 0, b"abc", False))
     rd = f.ready()
-    resp = [m for m in rd.messages_after_persist if isinstance(m, SnapshotResponse)]
-    assert resp and resp[0].offset == 0
+    assert rd.snapshot_chunks == (SnapshotChunk(meta, 0, b"abc", False, zlib.crc32(b"abc")),)
+    assert snap_replies(rd) == [3] and rd.snapshot is None
     f.advance(rd)
-    f.step(InstallSnapshot(frm="l", to="f", term=2, meta=meta, offset=0, data=b"abc", done=False))
-    f.step(InstallSnapshot(frm="l", to="f", term=2, meta=meta, offset=3, data=b"def", done=True))
+    f.step(chunk(meta, 3, b"def", True))
     rd = f.ready()
-    assert rd.snapshot == Snapshot(meta, b"abcdef")
-    assert f.log_term(5) == 2 and f.log_term(4) is None
-    assert f.first_index == 6
+    assert rd.snapshot_chunks == (SnapshotChunk(meta, 3, b"def", True, zlib.crc32(b"abcdef")),)
+    assert snap_replies(rd) == [] and rd.snapshot is None  # nothing promised before the node checked it
+    f.advance(rd)
+    assert f.snapshot_received(meta, b"abcdef") is True
+    rd = f.ready()
+    assert rd.snapshot == Snapshot(meta, b"abcdef") and not rd.snapshot_chunks
+    assert snap_replies(rd) == [6]
+    assert any(isinstance(m, AppendResponse) and m.index == 5 for m in rd.messages_after_persist)
+    assert f.log_term(5) == 2 and f.log_term(4) is None and f.first_index == 6
     st.apply_snapshot(rd.snapshot)
     st.set_hard_state(rd.hard_state or HardState())
     f.advance(rd)
-    # the leader's log also holds entries 6..7; a snapshot at 6 matching our log only fast-forwards
+    assert f.snapshot_received(meta, b"abcdef") is False  # answered once
+
+
+def test_follower_asks_again_for_a_chunk_out_of_place_or_sent_twice() -> None:
+    st = MemoryLog(Membership(("l", "f")))
+    f = RaftCore("f", None, st, RaftConfig())
+    meta = SnapshotMeta(5, 2, Membership(("l", "f")))
+    f.step(chunk(meta, 3, b"def", False))  # without its start (this node restarted mid-transfer)
+    rd = f.ready()
+    assert snap_replies(rd) == [0] and not rd.snapshot_chunks
+    f.advance(rd)
+    f.step(chunk(meta, 0, b"abc", False))
+    f.step(chunk(meta, 0, b"abc", False))  # duplicate of the first chunk: not a new start
+    f.step(chunk(meta, 6, b"ghi", False))  # a gap
+    f.step(chunk(meta, 3, b"def", False))
+    f.step(chunk(meta, 3, b"def", False))  # resent before our answer reached the leader
+    rd = f.ready()
+    assert [(c.offset, c.data) for c in rd.snapshot_chunks] == [(0, b"abc"), (3, b"def")]
+    assert snap_replies(rd) == [3, 3, 3, 6, 6]
+    f.advance(rd)
+    f.step(chunk(meta, 6, b"ghi", True))
+    f.step(chunk(meta, 6, b"ghi", True))  # the leader resends the last chunk until answered
+    rd = f.ready()
+    assert [(c.offset, c.done) for c in rd.snapshot_chunks] == [(6, True)]
+    assert snap_replies(rd) == [9]
+    f.advance(rd)
+    assert f.snapshot_received(meta, b"abcdefghi") is True
+    assert f.ready().snapshot == Snapshot(meta, b"abcdefghi")
+
+
+def test_follower_drops_a_damaged_chunk_and_asks_for_it_again() -> None:
+    f = RaftCore("f", None, MemoryLog(Membership(("l", "f"))), RaftConfig())
+    meta = SnapshotMeta(5, 2, Membership(("l", "f")))
+    f.step(chunk(meta, 0, b"abc", False))
+    f.step(chunk(meta, 3, b"dXf", False, crc=zlib.crc32(b"def")))  # damaged on the way
+    rd = f.ready()
+    assert [c.data for c in rd.snapshot_chunks] == [b"abc"]
+    assert snap_replies(rd) == [3, 3]
+    f.advance(rd)
+    f.step(chunk(meta, 3, b"def", True))
+    rd = f.ready()
+    assert [c.data for c in rd.snapshot_chunks] == [b"def"] and rd.snapshot_chunks[0].crc == zlib.crc32(b"abcdef")
+    f.advance(rd)
+    # a chunk of an older peer carries no checksum: taken as it is
+    g = RaftCore("f", None, MemoryLog(Membership(("l", "f"))), RaftConfig())
+    g.step(InstallSnapshot(frm="l", to="f", term=2, meta=meta, offset=0, data=b"abc", done=False))
+    assert [c.data for c in g.ready().snapshot_chunks] == [b"abc"]
+
+
+def test_a_snapshot_that_fails_the_nodes_check_is_sent_again_from_the_start() -> None:
+    f = RaftCore("f", None, MemoryLog(Membership(("l", "f"))), RaftConfig())
+    meta = SnapshotMeta(5, 2, Membership(("l", "f")))
+    f.step(chunk(meta, 0, b"abc", False))
+    f.step(chunk(meta, 3, b"def", True))
+    f.advance(f.ready())
+    assert f.snapshot_received(meta, None) is False  # the file did not match the CRC of the whole
+    rd = f.ready()
+    assert rd.snapshot is None and snap_replies(rd) == [0]
+    f.advance(rd)
+    f.step(chunk(meta, 3, b"def", True))  # the leader's resend of the last chunk: start again
+    rd = f.ready()
+    assert snap_replies(rd) == [0] and not rd.snapshot_chunks
+    f.advance(rd)
+    f.step(chunk(meta, 0, b"abc", False))
+    f.step(chunk(meta, 3, b"def", True))
+    rd = f.ready()
+    assert [c.offset for c in rd.snapshot_chunks] == [0, 3]
+    f.advance(rd)
+    assert f.snapshot_received(meta, b"abcdef") is True
+
+
+def test_a_new_leader_mid_transfer_starts_its_snapshot_from_zero() -> None:
+    f = RaftCore("f", None, MemoryLog(Membership(("l", "m", "f"))), RaftConfig())
+    meta = SnapshotMeta(5, 2, Membership(("l", "m", "f")))
+    f.step(chunk(meta, 0, b"abc", False))
+    f.advance(f.ready())
+    # m wins term 3 and sends its own snapshot (other bytes, maybe another index)
+    meta2 = SnapshotMeta(6, 3, meta.membership)
+    f.step(chunk(meta2, 3, b"def", False, frm="m", term=3))  # not the old transfer's continuation
+    rd = f.ready()
+    assert snap_replies(rd) == [0] and not rd.snapshot_chunks
+    f.advance(rd)
+    f.step(chunk(meta, 3, b"def", True))  # the deposed leader's next chunk: refused by term
+    rd = f.ready()
+    assert not rd.snapshot_chunks and not snap_replies(rd)
+    f.advance(rd)
+    f.step(chunk(meta2, 0, b"uvw", False, frm="m", term=3))
+    f.step(chunk(meta2, 3, b"xyz", True, frm="m", term=3))
+    rd = f.ready()
+    assert [(c.meta, c.offset) for c in rd.snapshot_chunks] == [(meta2, 0), (meta2, 3)]
+    f.advance(rd)
+    assert f.snapshot_received(meta, b"abcdef") is False  # the old one is over
+    assert f.snapshot_received(meta2, b"uvwxyz") is True
+    rd = f.ready()
+    assert rd.snapshot == Snapshot(meta2, b"uvwxyz")
+    assert all(m.to == "m" and m.term == 3 for m in rd.messages_after_persist)
+
+
+def test_follower_fast_forwards_over_a_snapshot_its_log_already_holds() -> None:
+    mem = Membership(("l", "f"))
+    st = MemoryLog(mem)
+    st.append([Entry(1, 1)])
+    f = RaftCore("f", None, st, RaftConfig())
     f.step(AppendEntries(
-        frm="l", to="f", term=2, prev_index=5, prev_term=2, entries=(Entry(6, 2), Entry(7, 2)), commit=5,
+        frm="l", to="f", term=2, prev_index=1, prev_term=1, entries=(Entry(2, 2), Entry(3, 2)), commit=1,
     ))
     rd = f.ready()
     st.append(list(rd.entries))
     f.advance(rd)
-    f.step(InstallSnapshot(
-        frm="l", to="f", term=2, meta=SnapshotMeta(6, 2, meta.membership), offset=0, data=b"x", done=True,
-    ))
+    meta = SnapshotMeta(2, 2, mem)
+    f.step(chunk(meta, 0, b"x", True))
+    f.advance(f.ready())
+    assert f.snapshot_received(meta, b"x") is False  # the node may drop it: nothing to install
     rd = f.ready()
-    assert rd.snapshot is None and f.commit == 6 and f.last_index == 7
-    assert any(isinstance(m, AppendResponse) and m.index == 7 for m in rd.messages_after_persist)
+    assert rd.snapshot is None and f.commit == 2 and f.last_index == 3
+    assert any(isinstance(m, AppendResponse) and m.index == 3 for m in rd.messages_after_persist)
+
+
+def test_leader_restarts_a_transfer_when_the_follower_holds_none_of_it() -> None:
+    """A follower that restarted mid-transfer (its partial file is gone) or whose file failed the
+    check answers 0: the leader sends again from the start instead of waiting forever."""
+    net = Net(["a", "b"], RaftConfig(snapshot_chunk_bytes=4))
+    a = net.elect("a")
+    for i in range(6):
+        a.propose(b"x%d" % i)
+    net.pump()
+    data = b"0123456789abcdefghij"
+    net.logs["a"].create_snapshot(a.applied, a.membership, data)
+    net.logs["a"].compact(a.applied)
+    net.restart("c")  # a new node: it needs the snapshot
+    a.propose_conf_change(ConfChangeOp.ADD_LEARNER, "c")
+
+    def one_round() -> None:
+        out: list[Message] = []
+        for nid, c in net.cores.items():
+            if c.has_ready():
+                out.extend(net.handle(nid, c.ready()))
+        for m in out:
+            net.cores[m.to].step(m)
+
+    for _ in range(50):
+        one_round()
+        if len(net.sinks["c"]) >= 8:
+            break
+    pr = a.progress("c")
+    assert pr is not None and pr.state is ProgressState.SNAPSHOT and pr.snap_offset >= 8
+    c = net.restart("c")  # the half-gathered file is gone
+    for _ in range(3):
+        a.tick()
+        net.pump()
+    assert net.logs["c"].snapshot().data == data
+    assert c.commit == a.commit and a.progress("c").state is ProgressState.REPLICATE  # type: ignore[union-attr]
+    offsets = [ch.offset for nid, ch in net.received if nid == "c"]
+    assert offsets.count(0) == 2 and offsets[-1] == 16
 
 
 def test_acks_for_entries_replaced_before_they_were_persisted_are_not_sent() -> None:

@@ -56,6 +56,10 @@ SAMPLES: list[Message] = [
         data=b"chunk", done=False,
     ),
     InstallSnapshot(
+        frm="n1", to="n4", term=5, meta=SnapshotMeta(100, 4, Membership(("n1", "n2"), ("n4",))), offset=64,
+        data=b"chunk", done=False, crc=0xFFFFFFFF,
+    ),
+    InstallSnapshot(
         frm="n1", to="n4", term=5, meta=SnapshotMeta(100, 4, Membership(("n1",))), offset=0, data=b"",
         done=True,
     ),
@@ -131,3 +135,19 @@ def test_an_unknown_entry_kind_is_a_codec_error() -> None:
     bad = msgpack.packb([int(MsgTag.APP), "n1", "n2", 1, 0, 0, [[1, 1, 7, b""]], 0], use_bin_type=True)
     with pytest.raises(CodecError):
         decode(bad)
+
+
+def test_snapshot_chunk_of_an_older_peer_without_crc_decodes() -> None:
+    m = InstallSnapshot(
+        frm="n1", to="n4", term=5, meta=SnapshotMeta(100, 4, Membership(("n1",))), offset=0, data=b"abc",
+        done=True, crc=123,
+    )
+    raw = msgpack.unpackb(encode(m), raw=False)
+    assert raw[-1] == 123
+    old = decode(msgpack.packb(raw[:-1], use_bin_type=True))
+    assert old == InstallSnapshot(
+        frm="n1", to="n4", term=5, meta=m.meta, offset=0, data=b"abc", done=True, crc=None,
+    )
+    raw[-1] = "x"
+    with pytest.raises(CodecError):
+        decode(msgpack.packb(raw, use_bin_type=True))

@@ -21,7 +21,7 @@ from molens.raft.log import (
     Snapshot,
     SnapshotMeta,
 )
-from molens.raft.storage import LmdbLog, SnapshotCorruptError, SnapshotStore
+from molens.raft.storage import LmdbLog, SnapshotCorruptError, SnapshotReceiver, SnapshotStore, StorageError
 
 M3 = Membership(("n1", "n2", "n3"))
 
@@ -325,3 +325,119 @@ def test_a_snapshot_is_sent_by_slices_streamed_from_its_file(tmp_path: Path) -> 
         assert snap.data[len(data) - 3 : len(data) + 10] == data[-3:]
         lg.release_snapshot_data()
         assert not lg.snapshot_held
+
+
+def test_a_snapshot_arriving_in_chunks_is_gathered_in_a_file_checked_and_recorded_without_holding_it(
+    tmp_path: Path,
+) -> None:
+    """A follower receiving a snapshot of millions of tasks holds one chunk at a time: the chunks
+    go to a file, the whole is checked against the CRC of what arrived while it is compressed into
+    the store, and the log records that file instead of writing the data again."""
+    import os
+    import tracemalloc
+    import zlib
+
+    data = b"".join(os.urandom(1 << 16) + bytes(1 << 16) * 3 for _ in range(96))  # 24 MiB
+    chunk = 1 << 20
+    with LmdbLog(tmp_path / "log", M3) as lg:
+        rcv = SnapshotReceiver(lg.snapshots)
+        meta = SnapshotMeta(40, 3, M3, b"ctx")
+        crc = 0
+        tracemalloc.start()
+        try:
+            for off in range(0, len(data), chunk):
+                piece = data[off : off + chunk]
+                rcv.write(off, piece)
+                crc = zlib.crc32(piece, crc)
+            sealed = rcv.seal()
+            rcv.write(0, b"the next transfer may begin")  # while the last one is checked
+            sf = rcv.check(meta, crc, sealed)
+            assert sf is not None
+            lg.save(snapshot=Snapshot(meta, lg.snapshots.streamed(sf)))
+            assert tracemalloc.get_traced_memory()[1] < 6 * chunk
+        finally:
+            tracemalloc.stop()
+        assert lg.snapshot_file() == sf and lg.snapshot_meta() == meta and lg.first_index() == 41
+        assert [p.name for p in lg.snapshots.files()] == [sf.path.name]
+        assert sealed.read_bytes() == data  # what the state machine restores from
+        assert rcv.path.read_bytes() == b"the next transfer may begin"
+        assert not list((tmp_path / "log" / "snapshots").glob("*.tmp"))
+    with LmdbLog(tmp_path / "log", M3) as lg:  # checks the recorded file at open; leftovers go
+        out = tmp_path / "restore.mdb"
+        assert lg.export_snapshot(out) == meta and out.read_bytes() == data
+        assert sorted(p.name for p in lg.snapshots.dir.iterdir()) == [sf.path.name]
+
+
+def test_a_gathered_snapshot_that_does_not_match_the_crc_of_its_chunks_is_dropped(tmp_path: Path) -> None:
+    import zlib
+
+    store = SnapshotStore(tmp_path / "snapshots")
+    rcv = SnapshotReceiver(store)
+    meta = SnapshotMeta(7, 2, M3)
+    rcv.write(0, b"abc")
+    rcv.write(3, b"def")
+    sealed = rcv.seal()
+    sealed.write_bytes(b"abcdeX")  # damaged on disk after the write
+    assert rcv.check(meta, zlib.crc32(b"abcdef"), sealed) is None
+    assert list(store.dir.iterdir()) == []
+    # sent again from the start: gathered afresh
+    rcv.write(0, b"abc")
+    rcv.write(3, b"def")
+    sealed = rcv.seal()
+    sf = rcv.check(meta, zlib.crc32(b"abcdef"), sealed)
+    assert sf is not None and sf.size == 6 and sorted(p.name for p in store.dir.iterdir()) == [
+        sealed.name, sf.path.name,
+    ]
+
+
+def test_a_chunk_written_again_lands_at_its_offset_and_a_gap_is_refused(tmp_path: Path) -> None:
+    """A Ready whose write failed for want of space is carried out again: its chunks are written
+    again at their offsets; a new transfer (offset 0) starts the file afresh."""
+    rcv = SnapshotReceiver(SnapshotStore(tmp_path / "snapshots"))
+    rcv.write(0, b"old transfer")
+    rcv.write(0, b"abc")
+    rcv.write(3, b"def")
+    rcv.write(3, b"def")
+    assert rcv.path.read_bytes() == b"abcdef" and rcv.size == 6
+    rcv2 = SnapshotReceiver(rcv.store)  # a fresh handle (no open file): appends where it ends
+    rcv2.write(6, b"ghi")
+    assert rcv2.path.read_bytes() == b"abcdefghi"
+    rcv3 = SnapshotReceiver(rcv.store)
+    with pytest.raises(StorageError, match="after 9 bytes"):
+        rcv3.write(12, b"jkl")
+
+
+def test_what_a_stopped_node_left_of_a_snapshot_is_removed_at_start(tmp_path: Path) -> None:
+    with LmdbLog(tmp_path, M3) as lg:
+        rcv = SnapshotReceiver(lg.snapshots)
+        rcv.write(0, b"a whole snapshot")
+        rcv.seal()  # killed while it was being checked
+        rcv.write(0, b"half of the next one")
+        (lg.snapshots.dir / "payload-abc.tmp").write_bytes(b"staged")
+        (lg.snapshots.dir / "snap-00000000000000000009-00000000000000000001-abcdefabcdef.snap.tmp").write_bytes(b"x")
+        lg.append(ents(1, [1, 1]))
+        lg.create_snapshot(2, M3, b"s2")
+        assert rcv.path.exists()  # not while it runs: only at start
+    with LmdbLog(tmp_path, M3) as lg:
+        names = sorted(p.name for p in lg.snapshots.dir.iterdir())
+        assert len(names) == 1 and names[0].startswith("snap-00000000000000000002")
+        assert lg.snapshot().data == b"s2"
+
+
+def test_pruning_keeps_a_checked_snapshot_newer_than_the_recorded_one(tmp_path: Path) -> None:
+    """A received snapshot is written on a check thread and recorded a moment later; a snapshot of
+    the node's own recorded meanwhile must not prune it, even with one file kept."""
+    import zlib
+
+    with LmdbLog(tmp_path, M3, keep_snapshots=1) as lg:
+        lg.append(ents(1, [1] * 5))
+        rcv = SnapshotReceiver(lg.snapshots)
+        rcv.write(0, b"state at 9")
+        meta = SnapshotMeta(9, 1, M3)
+        sf = rcv.check(meta, zlib.crc32(b"state at 9"), rcv.seal())
+        assert sf is not None
+        lg.create_snapshot(3, M3, b"s3")
+        lg.create_snapshot(4, M3, b"s4")
+        assert sf.path.exists() and len(lg.snapshots.files()) == 2
+        lg.save(snapshot=Snapshot(meta, lg.snapshots.streamed(sf)))
+        assert lg.snapshots.files() == [sf.path]
