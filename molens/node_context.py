@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,26 @@ def from_proposal_error(exc: BaseException, leader_url: Callable[[str | None], s
         return exc
     return Unavailable(f"the write could not be proposed: {type(exc).__name__}")
 
+
+def await_proposals(
+    futs: Sequence[Future[Any]], timeout_s: float, leader_url: Callable[[str | None], str | None]
+) -> list[list[Any]]:
+    """The results of proposal futures (an entry's list of results each), within ``timeout_s`` in
+    all; a failure as the API error :func:`from_proposal_error` maps it to -- ``NotLeaderError``
+    too: a leader that stepped down between taking a proposal and appending it fails the waiting
+    proposals with it (nothing was appended), which must reach the client as "not the leader", not
+    as an internal error."""
+    deadline = time.monotonic() + timeout_s
+    out: list[list[Any]] = []
+    for fut in futs:
+        try:
+            r = fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            raise OutcomeUnknown(f"the write did not apply within {timeout_s:g} s; outcome unknown") from None
+        except (rp.RaftPeerError, rc.RaftError) as exc:
+            raise from_proposal_error(exc, leader_url) from exc
+        out.append(r.results if isinstance(r, EntryResult) else [r])
+    return out
 
 
 class NodeContext:
@@ -179,17 +200,7 @@ class NodeContext:
             raise InsufficientStorage(f"this node cannot write its disk; nothing was applied: {problem}")
         futs = self.peer.propose_many([self.store.encode_proposal(c) for c in commands])
         self.proposals += 1
-        deadline = time.monotonic() + timeout_s
-        out: list[list[Any]] = []
-        for fut in futs:
-            try:
-                r = fut.result(timeout=max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                raise OutcomeUnknown(f"the write did not apply within {timeout_s:g} s; outcome unknown") from None
-            except rp.RaftPeerError as exc:
-                raise from_proposal_error(exc, self._leader_url) from exc
-            out.append(r.results if isinstance(r, EntryResult) else [r])
-        return out
+        return await_proposals(futs, timeout_s, self._leader_url)
 
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)
