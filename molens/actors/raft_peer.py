@@ -985,8 +985,8 @@ class RaftPeer(pykka.ThreadingActor):
                 return
         if hs is None:
             hs = self._unsaved_commit
-        self._unsaved_commit = None
         self.log.save(hard_state=hs, entries=rd.entries, snapshot=rd.snapshot)
+        self._unsaved_commit = None
         self.counters.saves += 1
 
     def _serve_reads(self, answered: tuple[rc.ReadState, ...]) -> None:
