@@ -85,7 +85,7 @@ from molens.errors import MolensError
 from molens.raft import core as rc
 from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
-from molens.raft.log import Entry, EntryKind, Membership, SnapshotMeta
+from molens.raft.log import Entry, EntryKind, HardState, Membership, SnapshotMeta
 from molens.raft.messages import ConfChangeOp, RequestVote, decode, decode_conf_change, encode_all
 from molens.raft.storage import LmdbLog, SnapshotFile, SnapshotReceiver
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
@@ -388,6 +388,8 @@ class _Counters:
     appends: int = 0
     cycles: int = 0
     saves: int = 0
+    commits_unsaved: int = 0
+    """Readies that changed only the commit index: not saved on their own (see ``_persist``)."""
     applied_entries: int = 0
     snapshots_taken: int = 0
     snapshot_failures: int = 0
@@ -594,6 +596,8 @@ class RaftPeer(pykka.ThreadingActor):
         """A voter told this node it is no longer a member (see :meth:`_on_removed`)."""
         self._standing_of: Membership | None = None
         self._stall: _Stall | None = None
+        self._unsaved_commit: HardState | None = None
+        """The newest hard state not saved because only its commit index changed."""
         self._reads: dict[bytes, tuple[float, Future[Any]]] = {}
         """ReadIndex requests by ctx, with when they give up (monotonic), until the core answers."""
         self._reads_due: list[tuple[int, Future[Any]]] = []
@@ -875,8 +879,7 @@ class RaftPeer(pykka.ThreadingActor):
                 step = _PERSIST
             if step == _PERSIST:
                 if rd.must_persist:
-                    self.log.save(hard_state=rd.hard_state, entries=rd.entries, snapshot=rd.snapshot)
-                    self.counters.saves += 1
+                    self._persist(rd)
                 if not retry:  # a retry drops them: they may be stale now; the peers ask again
                     self._send(rd.messages_after_persist)
                 step = _INSTALL
@@ -966,6 +969,25 @@ class RaftPeer(pykka.ThreadingActor):
         current = self.log.snapshot_file()
         if current is None or current.path != sf.path:
             sf.path.unlink(missing_ok=True)
+
+    def _persist(self, rd: rc.Ready) -> None:
+        """Save what ``rd`` must make durable in one transaction -- unless only the commit index
+        changed: the commit index is volatile state in Raft (a restarted node learns it from the
+        leader again; the state machine skips what it applied already), so, as etcd's ``MustSync``,
+        that change rides along with the next save instead of costing a durable commit (two
+        fdatasyncs) of its own."""
+        hs = rd.hard_state
+        if not rd.entries and rd.snapshot is None and hs is not None:
+            stored = self.log.hard_state()
+            if hs.term == stored.term and hs.vote == stored.vote:
+                self._unsaved_commit = hs
+                self.counters.commits_unsaved += 1
+                return
+        if hs is None:
+            hs = self._unsaved_commit
+        self.log.save(hard_state=hs, entries=rd.entries, snapshot=rd.snapshot)
+        self._unsaved_commit = None
+        self.counters.saves += 1
 
     def _serve_reads(self, answered: tuple[rc.ReadState, ...]) -> None:
         for rs in answered:

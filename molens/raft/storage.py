@@ -13,7 +13,8 @@ Durability invariants (what the RaftPeer relies on):
 
 * Every mutator is ONE lmdb write transaction; :meth:`LmdbLog.save` does everything a ``Ready``
   needs (snapshot install, entry append / suffix truncation, hard state, membership) in one
-  transaction. With the default ``durable=True`` the environment is opened ``sync=True,
+  transaction. The RaftPeer does not save a Ready that changed only the commit index (volatile
+  in Raft): the stored commit may lag behind the state machine's applied index. With the default ``durable=True`` the environment is opened ``sync=True,
   metasync=True``: when the mutator returns, the transaction is on disk (lmdb's commit is its data
   pages fdatasync'd, then the meta page written and fdatasync'd -- lmdb's own atomic-commit protocol;
   measured ~0.2 ms per commit here, see ``scripts/bench/raft_storage.py``). So the node may send the
