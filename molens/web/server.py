@@ -31,10 +31,10 @@ from typing import Any
 
 import bottle
 from waitress import wasyncore
-from waitress.channel import HTTPChannel
+from waitress.channel import ClientDisconnected, HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import create_server
-from waitress.task import ErrorTask
+from waitress.task import ErrorTask, WSGITask
 
 from molens.config import HttpConfig
 
@@ -62,9 +62,62 @@ class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
         self.write(body)
 
 
+class _OneSendTask(WSGITask):  # type: ignore[misc]
+    """A WSGI task whose status line and headers go out with the first piece of the body, in one
+    send (waitress sends them apart: two syscalls, two TCP segments, two wake-ups of the client)."""
+
+    def write(self, data: bytes) -> None:
+        if self.wrote_header or not data:
+            super().write(data)
+            return
+        ch = self.channel
+        ch.held = []
+        try:
+            super().write(data)
+        finally:
+            held, ch.held = ch.held, None
+            if held:
+                ch.write_soon(b"".join(held))
+
+
 class _StrictChannel(HTTPChannel):  # type: ignore[misc]
+    """waitress's channel with strict framing, JSON errors, and an I/O loop that keeps off the
+    output while a task thread writes it.
+
+    A task thread sends its answer itself (``write_soon`` appends to the output buffer and sends at
+    once, holding the buffer's lock). waitress's ``writable`` says yes as soon as the buffer holds a
+    byte, so in the window between the append and the send (long when the writer waits for the GIL)
+    the loop polled the socket for POLLOUT, found it writable at once, failed to take the lock and
+    went round again: 5-11 loop passes (each over every connection) per answer instead of one.
+    Here the loop leaves the output to the writer while it writes, and the writer wakes the loop
+    for whatever it could not send (a full socket buffer), after it let go of the lock. Above the
+    high watermark the writer waits for the loop to drain, so the loop flushes then as before."""
+
     parser_class = _StrictParser
     error_task_class = _JsonErrorTask
+    task_class = _OneSendTask
+    _task_writing = False
+    held: list[bytes] | None = None
+    """Set by :class:`_OneSendTask` while it writes: what it writes is collected and sent at once."""
+
+    def writable(self) -> bool:
+        if self._task_writing and self.total_outbufs_len <= self.adj.outbuf_high_watermark:
+            return bool(self.will_close or self.close_when_flushed)
+        return bool(super().writable())
+
+    def write_soon(self, data: Any) -> int:
+        if self.held is not None and isinstance(data, bytes):
+            if not self.connected:
+                raise ClientDisconnected
+            self.held.append(data)
+            return len(data)
+        self._task_writing = True
+        try:
+            return int(super().write_soon(data))
+        finally:
+            self._task_writing = False
+            if self.total_outbufs_len and self.connected:
+                self.server.pull_trigger()
 
 
 @dataclass(frozen=True, slots=True)
