@@ -88,8 +88,8 @@ class _StrictChannel(HTTPChannel):  # type: ignore[misc]
     once, holding the buffer's lock). waitress's ``writable`` says yes as soon as the buffer holds a
     byte, so in the window between the append and the send (long when the writer waits for the GIL)
     the loop polled the socket for POLLOUT, found it writable at once, failed to take the lock and
-    went round again: 5-11 loop passes (each over every connection) per answer instead of one.
-    Here the loop leaves the output to the writer while it writes, and the writer wakes the loop
+    went round again, several loop passes (each over every connection) per answer instead of one
+    (docs/architecture.md#http-server). Here the loop leaves the output to the writer while it writes, and the writer wakes the loop
     for whatever it could not send (a full socket buffer), after it let go of the lock. Above the
     high watermark the writer waits for the loop to drain, so the loop flushes then as before."""
 
