@@ -101,9 +101,12 @@ class _StrictChannel(HTTPChannel):  # type: ignore[misc]
     """Set by :class:`_OneSendTask` while it writes: what it writes is collected and sent at once."""
 
     def writable(self) -> bool:
-        if self._task_writing and self.total_outbufs_len <= self.adj.outbuf_high_watermark:
-            return bool(self.will_close or self.close_when_flushed)
-        return bool(super().writable())
+        # waitress's rule (output waiting, or a close to carry out), minus output a task thread is
+        # sending below the high watermark; asked of every connection on every loop pass
+        if self.will_close or self.close_when_flushed:
+            return True
+        n = self.total_outbufs_len
+        return bool(n) and (not self._task_writing or n > self.adj.outbuf_high_watermark)
 
     def write_soon(self, data: Any) -> int:
         if self.held is not None and isinstance(data, bytes):
