@@ -163,6 +163,8 @@ class ApiServer:
             asyncore_use_poll=True,
         )
         self._server.channel_class = _StrictChannel
+        self._server.pull_trigger = self._pull_trigger  # what waitress's channels call
+        self._wake_pending = False
         self.port: int = self._server.effective_port
         self.host: str = o.host
         self._stop = threading.Event()
@@ -179,9 +181,24 @@ class ApiServer:
         log.info("http api listening url=%s threads=%d", self.url, self.options.threads)
         return self
 
+    def _pull_trigger(self) -> None:
+        """Wake the I/O loop so it looks at every connection again, unless a wake-up is already on its
+        way: the loop clears :attr:`_wake_pending` before each pass, so a pass after any skipped
+        pull sees what that pull meant to show (a task thread pulls after each answer: most pulls
+        of a busy server find the loop not yet round, and each write is a syscall that lets go of
+        the GIL)."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
+        self._server.trigger.pull_trigger()
+
+    def _pass(self, timeout: float) -> None:
+        self._wake_pending = False
+        wasyncore.loop(timeout=timeout, map=self._map, use_poll=True, count=1)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            wasyncore.loop(timeout=0.5, map=self._map, use_poll=True, count=1)
+            self._pass(0.5)
         # graceful: no new connections; let requests in progress finish and their answers go out
         srv = self._server
         srv.accepting = False
@@ -191,7 +208,7 @@ class ApiServer:
             pending_out = any(getattr(ch, "total_outbufs_len", 0) > 0 for ch in list(self._map.values()))
             if not self.requests_in_progress() and not disp.queue and not pending_out:
                 break
-            wasyncore.loop(timeout=0.05, map=self._map, use_poll=True, count=1)
+            self._pass(0.05)
         disp.shutdown(cancel_pending=True, timeout=self.options.stop_grace_s)
         wasyncore.close_all(self._map)
 
@@ -204,7 +221,7 @@ class ApiServer:
         self._stop.set()
         if self._thread is not None:
             try:
-                self._server.pull_trigger()
+                self._server.trigger.pull_trigger()
             except OSError:
                 pass
             self._thread.join(timeout=self.options.stop_grace_s * 2 + 5)
