@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
@@ -89,25 +87,32 @@ def from_proposal_error(exc: BaseException, leader_url: Callable[[str | None], s
     return Unavailable(f"the write could not be proposed: {type(exc).__name__}")
 
 
-def await_proposals(
-    futs: Sequence[Future[Any]], timeout_s: float, leader_url: Callable[[str | None], str | None]
-) -> list[list[Any]]:
-    """The results of proposal futures (an entry's list of results each), within ``timeout_s`` in
-    all; a failure as the API error :func:`from_proposal_error` maps it to -- ``NotLeaderError``
-    too: a leader that stepped down between taking a proposal and appending it fails the waiting
-    proposals with it (nothing was appended), which must reach the client as "not the leader", not
-    as an internal error."""
-    deadline = time.monotonic() + timeout_s
-    out: list[list[Any]] = []
-    for fut in futs:
-        try:
-            r = fut.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            raise OutcomeUnknown(f"the write did not apply within {timeout_s:g} s; outcome unknown") from None
-        except (rp.RaftPeerError, rc.RaftError) as exc:
-            raise from_proposal_error(exc, leader_url) from exc
-        out.append(r.results if isinstance(r, EntryResult) else [r])
-    return out
+
+class _Outcome:
+    """The outcome of one API proposal, handed from the Raft thread to the HTTP thread that waits
+    for it: the Raft thread stores it and releases a lock the waiter blocks on.
+
+    Not a ``concurrent.futures.Future``: setting a Future takes its condition's lock, wakes the
+    waiter while still holding it (so the waiter wakes only to block on that lock once more) and
+    runs its callbacks, all on the Raft thread, which is the node's busiest; a bare lock is one
+    release there and one wake-up here."""
+
+    __slots__ = ("_lock", "error", "results")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.results: list[Any] = []
+        self.error: BaseException | None = None
+
+    def __call__(self, results: list[Any], error: BaseException | None) -> None:
+        """``RaftPeerHandle.propose_batch``'s callback: runs once, when every entry has an outcome."""
+        self.results, self.error = results, error
+        self._lock.release()
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once the outcome is in, False when ``timeout_s`` passed first."""
+        return self._lock.acquire(timeout=max(0.0, timeout_s))
 
 
 class NodeContext:
@@ -198,9 +203,16 @@ class NodeContext:
         problem = self.storage_problem()
         if problem:  # docs/architecture.md#full-disk
             raise InsufficientStorage(f"this node cannot write its disk; nothing was applied: {problem}")
-        futs = self.peer.propose_many([self.store.encode_proposal(c) for c in commands])
+        outcome = _Outcome()
+        self.peer.propose_batch([self.store.encode_proposal(c) for c in commands], outcome)
         self.proposals += 1
-        return await_proposals(futs, timeout_s, self._leader_url)
+        if not outcome.wait(timeout_s):
+            raise OutcomeUnknown(f"the write did not apply within {timeout_s:g} s; outcome unknown")
+        if outcome.error is not None:  # every failure maps to an API error (a lost leadership race too)
+            if not isinstance(outcome.error, (rp.RaftPeerError, rc.RaftError)):
+                log.warning("proposal failed: %r", outcome.error)
+            raise from_proposal_error(outcome.error, self._leader_url) from outcome.error
+        return [r.results if isinstance(r, EntryResult) else [r] for r in outcome.results]
 
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)

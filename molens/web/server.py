@@ -31,10 +31,10 @@ from typing import Any
 
 import bottle
 from waitress import wasyncore
-from waitress.channel import HTTPChannel
+from waitress.channel import ClientDisconnected, HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import create_server
-from waitress.task import ErrorTask
+from waitress.task import ErrorTask, WSGITask
 
 from molens.config import HttpConfig
 
@@ -62,9 +62,65 @@ class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
         self.write(body)
 
 
+class _OneSendTask(WSGITask):  # type: ignore[misc]
+    """A WSGI task whose status line and headers go out with the first piece of the body, in one
+    send (waitress sends them apart: two syscalls, two TCP segments, two wake-ups of the client)."""
+
+    def write(self, data: bytes) -> None:
+        if self.wrote_header or not data:
+            super().write(data)
+            return
+        ch = self.channel
+        ch.held = []
+        try:
+            super().write(data)
+        finally:
+            held, ch.held = ch.held, None
+            if held:
+                ch.write_soon(b"".join(held))
+
+
 class _StrictChannel(HTTPChannel):  # type: ignore[misc]
+    """waitress's channel with strict framing, JSON errors, and an I/O loop that keeps off the
+    output while a task thread writes it.
+
+    A task thread sends its answer itself (``write_soon`` appends to the output buffer and sends at
+    once, holding the buffer's lock). waitress's ``writable`` says yes as soon as the buffer holds a
+    byte, so in the window between the append and the send (long when the writer waits for the GIL)
+    the loop polled the socket for POLLOUT, found it writable at once, failed to take the lock and
+    went round again, several loop passes (each over every connection) per answer instead of one
+    (docs/architecture.md#http-server). Here the loop leaves the output to the writer while it writes, and the writer wakes the loop
+    for whatever it could not send (a full socket buffer), after it let go of the lock. Above the
+    high watermark the writer waits for the loop to drain, so the loop flushes then as before."""
+
     parser_class = _StrictParser
     error_task_class = _JsonErrorTask
+    task_class = _OneSendTask
+    _task_writing = False
+    held: list[bytes] | None = None
+    """Set by :class:`_OneSendTask` while it writes: what it writes is collected and sent at once."""
+
+    def writable(self) -> bool:
+        # waitress's rule (output waiting, or a close to carry out), minus output a task thread is
+        # sending below the high watermark; asked of every connection on every loop pass
+        if self.will_close or self.close_when_flushed:
+            return True
+        n = self.total_outbufs_len
+        return bool(n) and (not self._task_writing or n > self.adj.outbuf_high_watermark)
+
+    def write_soon(self, data: Any) -> int:
+        if self.held is not None and isinstance(data, bytes):
+            if not self.connected:
+                raise ClientDisconnected
+            self.held.append(data)
+            return len(data)
+        self._task_writing = True
+        try:
+            return int(super().write_soon(data))
+        finally:
+            self._task_writing = False
+            if self.total_outbufs_len and self.connected:
+                self.server.pull_trigger()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +163,8 @@ class ApiServer:
             asyncore_use_poll=True,
         )
         self._server.channel_class = _StrictChannel
+        self._server.pull_trigger = self._pull_trigger  # what waitress's channels call
+        self._wake_pending = False
         self.port: int = self._server.effective_port
         self.host: str = o.host
         self._stop = threading.Event()
@@ -123,9 +181,24 @@ class ApiServer:
         log.info("http api listening url=%s threads=%d", self.url, self.options.threads)
         return self
 
+    def _pull_trigger(self) -> None:
+        """Wake the I/O loop so it looks at every connection again, unless a wake-up is already on its
+        way: the loop clears :attr:`_wake_pending` before each pass, so a pass after any skipped
+        pull sees what that pull meant to show (a task thread pulls after each answer: most pulls
+        of a busy server find the loop not yet round, and each write is a syscall that lets go of
+        the GIL)."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
+        self._server.trigger.pull_trigger()
+
+    def _pass(self, timeout: float) -> None:
+        self._wake_pending = False
+        wasyncore.loop(timeout=timeout, map=self._map, use_poll=True, count=1)
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            wasyncore.loop(timeout=0.5, map=self._map, use_poll=True, count=1)
+            self._pass(0.5)
         # graceful: no new connections; let requests in progress finish and their answers go out
         srv = self._server
         srv.accepting = False
@@ -135,7 +208,7 @@ class ApiServer:
             pending_out = any(getattr(ch, "total_outbufs_len", 0) > 0 for ch in list(self._map.values()))
             if not self.requests_in_progress() and not disp.queue and not pending_out:
                 break
-            wasyncore.loop(timeout=0.05, map=self._map, use_poll=True, count=1)
+            self._pass(0.05)
         disp.shutdown(cancel_pending=True, timeout=self.options.stop_grace_s)
         wasyncore.close_all(self._map)
 
@@ -148,7 +221,7 @@ class ApiServer:
         self._stop.set()
         if self._thread is not None:
             try:
-                self._server.pull_trigger()
+                self._server.trigger.pull_trigger()
             except OSError:
                 pass
             self._thread.join(timeout=self.options.stop_grace_s * 2 + 5)

@@ -92,3 +92,49 @@ def test_later_routes_plug_in_with_auth_and_non_json_answers(tmp_path: Path) -> 
     finally:
         server.stop()
         ctx.close()
+
+
+def test_answers_larger_than_the_socket_buffers_arrive_whole_and_in_order_on_one_connection(tmp_path: Path) -> None:
+    """The task thread sends what the socket takes and the I/O loop the rest (molens.web.server's
+    channel): pipelined requests for an 8 MB answer, a small one and the large one again, read only
+    after all three were sent (through a 256 KiB receive buffer), come back whole, in order, each
+    with its own headers."""
+    import socket
+
+    import bottle
+
+    from molens.web.app import build_api
+
+    big = bytes(range(256)) * 32768
+    ctx = LocalContext(tmp_path, ApiSettings())
+    api = build_api(ctx)
+
+    @api.route("GET", "/big", open_=True)
+    def big_answer() -> bottle.HTTPResponse:
+        return bottle.HTTPResponse(big, status=200, headers={"Content-Type": "application/octet-stream"})
+
+    server = ApiServer(api.app, ServerOptions(port=0, threads=2)).start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)
+            req = b"GET /big HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            sock.sendall(req + b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            out = bytearray()
+            while chunk := sock.recv(65536):
+                out += chunk
+        answers = []
+        rest = bytes(out)
+        while rest:
+            head, sep, rest = rest.partition(b"\r\n\r\n")
+            assert sep, rest[:200]
+            length = int(next(ln.split(b":", 1)[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")))
+            answers.append((head.split(b"\r\n", 1)[0], rest[:length]))
+            rest = rest[length:]
+        assert [(status, len(body)) for status, body in answers] == [
+            (b"HTTP/1.1 200 OK", len(big)), (b"HTTP/1.1 200 OK", len(answers[1][1])), (b"HTTP/1.1 200 OK", len(big))
+        ]
+        assert answers[0][1] == big and answers[2][1] == big
+        assert b'"ok":true' in answers[1][1]
+    finally:
+        server.stop()
+        ctx.close()

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-from typing import Any
-
-import pytest
-
 from molens.actors import raft_peer as rp
 from molens.config import load_dict
-from molens.fsm.store import EntryResult
 from molens.model import ValidationError, check_url
-from molens.node_context import await_proposals, from_proposal_error
+from molens.node_context import from_proposal_error
 from molens.raft.core import NotLeaderError
 from molens.web.api_context import http_url, settings_from_config
 from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
@@ -61,23 +55,6 @@ def test_proposal_failures_map_to_api_errors() -> None:
     assert isinstance(from_proposal_error(rp.LeadershipLost("x"), urls.get), OutcomeUnknown)
     assert isinstance(from_proposal_error(rp.ProposalRefused("x"), urls.get), Unavailable)
     assert isinstance(from_proposal_error(RuntimeError("x"), urls.get), Unavailable)
-
-
-def test_waiting_proposals_failed_by_a_leader_that_stepped_down_get_a_not_leader_answer() -> None:
-    """A leader that steps down with proposals queued fails them with NotLeaderError (nothing was
-    appended): the API answers "the leader is elsewhere", not 500 (seen under load, 2026-12-02)."""
-    urls = {"n3": "http://127.0.0.1:18083"}
-    done: Future[Any] = Future()
-    done.set_result(EntryResult(7, 1, [1, 2], []))
-    stepped_down: Future[Any] = Future()
-    stepped_down.set_exception(NotLeaderError("n3"))
-    with pytest.raises(LeaderElsewhere) as exc:
-        await_proposals([done, stepped_down], 1.0, urls.get)
-    assert exc.value.leader_id == "n3"
-    unknown: Future[Any] = Future()
-    with pytest.raises(OutcomeUnknown):
-        await_proposals([unknown], 0.01, urls.get)
-    assert await_proposals([done], 1.0, urls.get) == [[1, 2]]
 
 
 def test_cluster_status_from_raft_peer_status() -> None:
