@@ -133,7 +133,7 @@ def main() -> int:
     rates = plan(args.rate)
     print(f"flows: {FLOWS} flows, {LIMITED} limited ({limit_of(0):g}..{limit_of(LIMITED - 1):g}/s), offered {sum(rates):.0f}/s "
           f"for {args.duration:g} s; load={os.getloadavg()[0]:.2f}", flush=True)
-    tmp = Path(tempfile.mkdtemp(prefix="molens-bench-flows-"))
+    tmp = Path(tempfile.mkdtemp(prefix="molens-bench-flows-"))  # removed at the end unless BENCH_KEEP=1
     rec = Receiver(tmp)
     extra = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
     cluster = Cluster(tmp / "cluster", 3, extra=extra, state_machine="tasks")
@@ -185,6 +185,10 @@ def main() -> int:
     finally:
         cluster.kill_all()
         rec.close()
+        if os.environ.get("BENCH_KEEP") != "1":  # node data and received callbacks, ~0.1-0.2 GB a run
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
