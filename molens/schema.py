@@ -553,6 +553,8 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     def wake_ms(self) -> int | None:
         """When the task next has something to fire (its own occurrence, unless :attr:`held`, or a
         running one's retry): the key of the ``due`` index and the timing wheel."""
+        if not self.running:  # the common case: nothing running, so not held either
+            return self.due_ms
         due = None if self.held else self.due_ms
         for r in self.running:
             if r.due_ms is not None and (due is None or r.due_ms < due):

@@ -177,8 +177,11 @@ def due_key(due_ms: int, tid: str) -> bytes:
     return _U64.pack(due_ms) + tid.encode()
 
 
+_STATUS_PREFIX = {s: s.value.encode() + b"\x00" for s in Status}
+
+
 def _status_key(status: Status, tid: bytes) -> bytes:
-    return status.value.encode() + b"\x00" + tid
+    return _STATUS_PREFIX[status] + tid
 
 
 def _scene_key(scene: str, tid: bytes) -> bytes:
@@ -428,36 +431,40 @@ class TaskStore:
         exp_db, st_db, sc_db = self._expiry, self._by_status, self._by_scene
         pack_u64 = _U64.pack
         delta: dict[Status, int] = {}  # status count changes of this command, folded in below
+        status_prefix = _STATUS_PREFIX
         for tid, t in w.tasks.items():
             old = before.get(tid)
             k = tid.encode()
+            nd = None if t is None else t.wake_ms  # its next action: own occurrence or a running one's retry
+            od = None
             if old is not None:
-                delta[old.status] = delta.get(old.status, 0) - 1
+                ost = old.status
+                delta[ost] = delta.get(ost, 0) - 1
                 od = old.wake_ms
-                if od is not None and (t is None or t.wake_ms != od):
+                if od is not None and od != nd:
                     delete(pack_u64(od) + k, db=due_db)
                     day = od // DAY_MS
                     days[day] = days.get(day, 0) - 1
-                if old.status in TERMINAL_STATUSES:
+                if ost in TERMINAL_STATUSES:
                     delete(pack_u64(old.updated_ms) + k, db=exp_db)
-                if t is None or t.status is not old.status:
-                    delete(_status_key(old.status, k), db=st_db)
+                if t is None or t.status is not ost:
+                    delete(status_prefix[ost] + k, db=st_db)
                 if t is None or t.spec.scene != old.spec.scene:
                     delete(_scene_key(old.spec.scene, k), db=sc_db)
             if t is None:
                 delete(k, db=tasks_db)
                 continue
-            delta[t.status] = delta.get(t.status, 0) + 1
+            st = t.status
+            delta[st] = delta.get(st, 0) + 1
             put(k, _TASK_ENCODER.encode(t), db=tasks_db)
-            nd = t.wake_ms  # a task's next action: its own occurrence or a running one's retry (overlap allow)
-            if nd is not None and (old is None or old.wake_ms != nd):
+            if nd is not None and (old is None or od != nd):
                 put(pack_u64(nd) + k, b"", db=due_db)
                 day = nd // DAY_MS
                 days[day] = days.get(day, 0) + 1
-            if t.status in TERMINAL_STATUSES:
+            if st in TERMINAL_STATUSES:
                 put(pack_u64(t.updated_ms) + k, b"", db=exp_db)
-            if old is None or t.status is not old.status:
-                put(_status_key(t.status, k), b"", db=st_db)
+            if old is None or st is not old.status:
+                put(status_prefix[st] + k, b"", db=st_db)
             if old is None or t.spec.scene != old.spec.scene:
                 put(_scene_key(t.spec.scene, k), b"", db=sc_db)
         for st, d in delta.items():

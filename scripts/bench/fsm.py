@@ -14,6 +14,7 @@ line per phase and a final summary line ``fsm: creates_per_s=... results_per_s=.
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import shutil
 import tempfile
@@ -33,6 +34,7 @@ from molens.fsm.commands import (
 from molens.fsm.history import History
 from molens.fsm.store import TaskStore
 from molens.model import FireKind, Outcome, new_task_id, validate_create
+from molens.node import GC_THRESHOLDS
 from molens.raft.log import Entry, EntryKind
 
 T0 = 1_700_000_000_000
@@ -40,25 +42,29 @@ BATCH = 1000
 
 
 class Feeder:
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: TaskStore, batch: int = BATCH) -> None:
         self.store = store
+        self.batch = batch
         self.index = store.applied_index()
 
-    def run(self, cmds: list[Command], label: str) -> tuple[float, float]:
+    def run(self, cmds: list[Command], label: str, items: int | None = None) -> tuple[float, float]:
+        """Apply ``cmds`` in Raft batches of ``BATCH`` entries; rates are per item (``items``, default
+        one per command)."""
+        n = len(cmds) if items is None else items
         data = [encode(c) for c in cmds]
         c0 = time.process_time()
         t0 = time.perf_counter()
-        for i in range(0, len(data), BATCH):
+        for i in range(0, len(data), self.batch):
             entries = []
-            for d in data[i : i + BATCH]:
+            for d in data[i : i + self.batch]:
                 self.index += 1
                 entries.append(Entry(self.index, 1, EntryKind.NORMAL, d))
             self.store.apply_batch(entries)
         dt = time.perf_counter() - t0
         cpu = time.process_time() - c0
         print(
-            f"  {label}: {len(cmds)} commands in {dt:.2f}s = {len(cmds) / dt:,.0f}/s "
-            f"(process CPU {cpu:.2f}s = {len(cmds) / cpu:,.0f}/s of CPU; the rest is fsync and waiting for a core)"
+            f"  {label}: {n} items in {len(cmds)} commands in {dt:.2f}s = {n / dt:,.0f}/s "
+            f"(process CPU {cpu:.2f}s = {n / cpu:,.0f}/s of CPU; the rest is fsync and waiting for a core)"
         )
         return dt, cpu
 
@@ -67,12 +73,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=50_000)
     ap.add_argument("--profile", action="store_true", help="pyinstrument the results phase")
+    ap.add_argument("--batch", type=int, default=BATCH, help="entries per applied batch (one transaction)")
+    ap.add_argument("--per-command", type=int, default=1,
+                    help="dispatch and result items per command (the node batches a tick's fires in one)")
     args = ap.parse_args()
+    gc.set_threshold(*GC_THRESHOLDS)  # the node process's collector settings
     n = args.tasks
     tmp = Path(tempfile.mkdtemp(prefix="molens-bench-fsm-"))
     try:
         store = TaskStore(tmp, history=History(tmp / "history.sqlite", max_records_per_task=100), durable=True)
-        feed = Feeder(store)
+        feed = Feeder(store, args.batch)
         rng = random.Random(1)
         req = {
             "type": "delayed",
@@ -87,27 +97,27 @@ def main() -> None:
 
         dt_create, cpu_create = feed.run([CreateTasks(T0, (CreateItem(t, spec),)) for t in ids], "create (1 task/command)")
         now = T0 + 1
+        k = max(1, args.per_command)
+        items = [DispatchItem(fire_id=f"{t}-1", task_id=t, attempt=1, worker="n1", deadline_ms=now + 10_000)
+                 for t in ids]
         dt_disp, cpu_disp = feed.run(
-            [Dispatched(now, (DispatchItem(
-                fire_id=f"{t}-1", task_id=t, attempt=1, worker="n1", deadline_ms=now + 10_000,
-            ),)) for t in ids], "dispatched"
+            [Dispatched(now, tuple(items[i : i + k])) for i in range(0, n, k)], "dispatched", n
         )
         now += 30
-        results: list[Command] = []
-        for k, t in enumerate(ids):
-            code = 200 if k % 4 else 500
-            results.append(
-                Results(now, (ResultItem(
-                    fire_id=f"{t}-1", kind=FireKind.CALLBACK, status_code=code, outcome=Outcome.RESPONSE,
-                    response_head='{"ok": true}', latency_ms=12 + k % 50, worker="n1",
-                ),))
+        ritems = [
+            ResultItem(
+                fire_id=f"{t}-1", kind=FireKind.CALLBACK, status_code=200 if j % 4 else 500, outcome=Outcome.RESPONSE,
+                response_head='{"ok": true}', latency_ms=12 + j % 50, worker="n1",
             )
+            for j, t in enumerate(ids)
+        ]
+        results: list[Command] = [Results(now, tuple(ritems[i : i + k])) for i in range(0, n, k)]
         if args.profile:
             from pyinstrument import Profiler
 
             prof = Profiler()
             prof.start()
-        dt_res, cpu_res = feed.run(results, "results (25% 500 -> retry scheduled)")
+        dt_res, cpu_res = feed.run(results, "results (25% 500 -> retry scheduled)", n)
         if args.profile:
             prof.stop()
             print(prof.output_text(unicode=False, color=False, show_all=False))

@@ -53,6 +53,19 @@ def test_bound_holds_within_one_batch_and_after_reopen(tmp_path: Path) -> None:
     h.close()
 
 
+def test_bound_holds_for_more_tasks_than_one_count_query_covers_after_reopen(tmp_path: Path) -> None:
+    """Counts of tasks not in the cache are read in chunks of task ids: every chunk counts."""
+    tids = [f"t{i:04d}" for i in range(1_234)]
+    h = History(tmp_path / "h.sqlite", max_records_per_task=2)
+    h.apply([(1, w([ex(t, n) for t in tids for n in (1, 2)]))])
+    h.close()
+    h = History(tmp_path / "h.sqlite", max_records_per_task=2)  # empty cache: every count from the table
+    h.apply([(2, w([ex(t, 3) for t in tids] + [ex("new", 1)]))])
+    assert all(h.count(t) == 2 for t in tids) and h.count("new") == 1
+    assert [e.seq for e in h.list_executions(task_id=tids[-1]).items] == [3, 2]
+    h.close()
+
+
 def test_entries_already_recorded_are_skipped(hist: History) -> None:
     hist.apply([(1, w([ex("a", 1)])), (2, w([ex("a", 2)]))])
     hist.apply([(2, w([ex("a", 2)])), (3, w([ex("a", 3)]))])
