@@ -222,6 +222,7 @@ class AdminConfig:
 class WorkerConfig:
     concurrency: int = _opt(32, _int_range(1, 10_000))
     engine: str = _opt("loop", lambda v: None if v in ("loop", "threads") else "must be loop or threads")
+    loop_tick_ms: int = _opt(2, _int_range(0, 50))
     signing_secret: str = ""
     signing_secret_next: str = ""
     max_retry_after_ms: int = _opt(3_600_000, _int_range(0, 86_400_000))

@@ -27,6 +27,13 @@ headers and classifies the answer for both); what changes is who waits.
   the connection is closed either way.
 - A connection that fails before a status line is a ``network_error``; after one, the answer
   stands and the connection is closed.
+- **Tick** (``tick_ms``, ``worker.loop_tick_ms``): the loop makes at most one pass per tick --
+  fires that came due and answers that arrived meanwhile are handled together. Paced fires (each
+  held for its own due time, a few ms apart) otherwise cost a pass each for the request and one
+  for the answer, and a pass's wake-up costs this VM more than the POST itself: 1,000 paced fires/s
+  took 131-150 us of CPU each without a tick and 81-102 with 2-3 ms. The price: a fire goes out up
+  to one tick after its due time (never before), and an answer is read up to one tick after it
+  arrived, so ``latency_ms`` is exact to the tick. 0 = no tick (every event at once).
 
 ``https://`` attempts are not carried here: ``FirePool`` gives them to a few threads running the
 urllib3 path (TLS, SNI and certificate checks as before).
@@ -148,7 +155,8 @@ class FireLoop:
     ``take(limit)`` is called on the loop thread to get new work (at most ``limit`` requests) and
     the ms until more may be ready without a ``wake()`` (fires held for their time; None: never);
     ``finish(req, result_or_None)`` is called on it for every request taken (None: not sent, its
-    deadline had passed). ``start()`` / ``stop()``; ``wake()`` is safe from any thread."""
+    deadline had passed). ``start()`` / ``stop()``; ``wake()`` is safe from any thread.
+    ``tick_ms``: at most one pass per tick (module docstring); ``passes`` counts them."""
 
     def __init__(
         self,
@@ -159,8 +167,10 @@ class FireLoop:
         wall_ms: Callable[[], int],
         name: str = "fireworker",
         connect_threads: int = 4,
+        tick_ms: float = 0.0,
     ) -> None:
         self._d = deliverer
+        self._tick_s = max(0.0, tick_ms) / 1000.0
         self.concurrency = concurrency
         self._take = take
         self._finish = finish
@@ -189,6 +199,8 @@ class FireLoop:
         self._thread: threading.Thread | None = None
         self.opened = 0
         """Connections opened so far (for tests and stats: keep-alive reuse shows as few)."""
+        self.passes = 0
+        """Selector passes so far (with a tick: at most one per tick while busy)."""
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -229,6 +241,8 @@ class FireLoop:
     # --- the loop --------------------------------------------------------------------------------
     def _run(self) -> None:
         sel = self._sel
+        tick = self._tick_s
+        woke = time.monotonic()
         while True:
             self._woken.clear()
             ready_in_ms: int | None = None
@@ -251,7 +265,18 @@ class FireLoop:
                 wait = held_s if wait is None else min(wait, held_s)
             if self._stopping and wait is None:
                 wait = 0.05
-            for key, mask in sel.select(wait):
+            if tick:
+                # at most one pass per tick: what came due or arrived meanwhile is handled together
+                # (a thread's wake-up costs more CPU here than a POST's own work)
+                rest = woke + tick - time.monotonic()
+                if rest > 0.0:
+                    time.sleep(rest)
+                    if wait is not None:
+                        wait = max(0.0, wait - rest)
+            events = sel.select(wait)
+            woke = time.monotonic()
+            self.passes += 1
+            for key, mask in events:
                 conn = key.data
                 if conn is None:
                     try:

@@ -108,6 +108,7 @@ class FirePool:
         name: str = "fireworker",
         engine: str = "loop",
         tls_threads: int = TLS_THREADS,
+        loop_tick_ms: float = 0.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -133,7 +134,8 @@ class FirePool:
         """loop engine: https fires ready to go, for the TLS threads."""
         self._loop: FireLoop | None = None
         if engine == "loop":
-            self._loop = FireLoop(deliverer, concurrency, self._loop_take, self._loop_finish, wall_ms, name=name)
+            self._loop = FireLoop(deliverer, concurrency, self._loop_take, self._loop_finish, wall_ms, name=name,
+                                  tick_ms=loop_tick_ms)
         self._held: list[tuple[int, int, FireRequest]] = []
         """(not_before_ms, seq, fire): fires planned ahead, waiting for their due time."""
         self._hold_cv = threading.Condition(self._lock)

@@ -117,6 +117,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         fatal: Callable[[BaseException], None] | None = None,
         stop_timeout_s: float = 10.0,
         engine: str = "loop",
+        loop_tick_ms: float = 0.0,
     ) -> None:
         super().__init__()
         self._stop_timeout_s = stop_timeout_s
@@ -128,6 +129,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         self._fatal = fatal
         self.pool = FirePool(
             deliverer, concurrency, self._pool_results, queue_limit, flush_interval_ms=flush_interval_ms, engine=engine,
+            loop_tick_ms=loop_tick_ms,
         )
         self._attempts: dict[str, int] = {}
         self._unsent: collections.deque[tuple[float, bytes]] = collections.deque()

@@ -357,6 +357,8 @@ def main() -> int:
     ap.add_argument("--no-apscheduler", action="store_true")
     ap.add_argument("--ap-duration", type=float, default=5.0)
     ap.add_argument("--ap-workers", type=int, default=32)
+    ap.add_argument("--node-conf", default="",
+                    help='JSON merged into every node\'s config, for experiments (e.g. \'{"worker": {"loop_tick_ms": 0}}\')')
     ap.add_argument("--dispatch-lead-ms", type=int, default=None,
                     help="the nodes' scheduler.dispatch_lead_ms (default: conf/node.yaml's)")
     args = ap.parse_args()
@@ -364,8 +366,11 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="molens-lateness-"))  # removed at the end unless BENCH_KEEP=1
     rec = Receiver(tmp)
     extra: dict[str, Any] = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
+    if args.node_conf:
+        extra.update(json.loads(args.node_conf))
+        print(f"lateness: node config {args.node_conf}", flush=True)
     if args.dispatch_lead_ms is not None:
-        extra["scheduler"] = {"dispatch_lead_ms": args.dispatch_lead_ms}
+        extra["scheduler"] = {**extra.get("scheduler", {}), "dispatch_lead_ms": args.dispatch_lead_ms}
         summary_lead = args.dispatch_lead_ms
     else:
         from molens.config import SchedulerConfig

@@ -400,3 +400,49 @@ def test_an_answer_before_the_whole_request_was_sent_ends_the_connection() -> No
         for c in conns:
             c.close()
     assert len(conns) == 2  # the second fire did not go down the first connection
+
+
+def test_with_a_tick_paced_fires_go_out_together_and_never_before_their_time(
+    serve: Callable[[Script], RawServer],
+) -> None:
+    """``tick_ms``: at most one selector pass per tick while busy (plus the first after idling), so
+    40 fires due 5 ms apart take a handful of passes, not two each; none leaves before its time."""
+    arrived: dict[str, int] = {}
+
+    def script(conn: socket.socket, req: bytes) -> bool:
+        fid = req.split(b"X-Fire-ID: ", 1)[1].split(b"\r\n", 1)[0].decode()
+        arrived[fid] = time.time_ns() // 1_000_000
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        return True
+
+    srv = serve(script)
+    done: list[FireResult] = []
+    cv = threading.Condition()
+
+    def sink(batch: list[FireResult]) -> None:
+        with cv:
+            done.extend(batch)
+            cv.notify_all()
+
+    tick_ms = 25
+    pool = FirePool(Deliverer(urllib3.PoolManager(), "n1"), 8, sink, queue_limit=100, engine="loop", name="rawtick",
+                    loop_tick_ms=tick_ms)
+    t0 = time.monotonic()
+    pool.start()
+    try:
+        first = time.time_ns() // 1_000_000 + 200
+        fires = [FireRequest(
+            fire_id=f"k-{i}", task_id="t", attempt=1, kind=FireKind.CALLBACK, url=srv.url(), body=b"{}", scene="s",
+            timeout_ms=10_000, not_before_ms=first + 5 * i,
+        ) for i in range(40)]
+        assert pool.submit(fires).accepted == 40
+        with cv:
+            assert cv.wait_for(lambda: len(done) == 40, timeout=30)
+        elapsed = time.monotonic() - t0
+        assert pool._loop is not None
+        passes = pool._loop.passes
+    finally:
+        pool.stop(5)
+    assert all(r.status_code == 200 for r in done)
+    assert all(arrived[f.fire_id] >= f.not_before_ms for f in fires)
+    assert passes <= elapsed * 1000 / tick_ms + 2, (passes, elapsed)
