@@ -79,7 +79,7 @@ from molens.model import (
     TaskType,
     ValidationError,
 )
-from molens.schema import create_type, request_error, task_json
+from molens.schema import create_type, request_error, task_json, view
 from molens.web import openapi
 from molens.web.api_context import ApiContext
 from molens.web.dead_letters import install_dead_letters
@@ -177,6 +177,17 @@ def _typed_batch(body: bytes, limits: model.Limits) -> list[Any] | None:
     except (msgspec.MsgspecError, RecursionError):
         return None
     return tasks
+
+
+class _BatchAnswer(msgspec.Struct):
+    """A batch create's answer, encoded in one pass: the tasks' JSON (:func:`molens.schema.view`)
+    written straight into the answer instead of joined to it (half a megabyte for 500 tasks)."""
+
+    items: list[Any]
+    errors: msgspec.Raw
+
+
+_ANSWER = msgspec.json.Encoder()
 
 
 def _header_text(name: str) -> str | None:
@@ -553,7 +564,8 @@ def _install_tasks(api: Api) -> None:
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
                 errs.append({"index": i, **err.to_json()})
         # {"items": [...], "errors": [...]} as _dumps would write it, payloads spliced in as stored
-        return (201 if created else 200), b'{"items":' + model.tasks_json(out) + b',"errors":' + _dumps(errs) + b"}"
+        answer = _BatchAnswer([None if t is None else view(type(t)).render(t) for t in out], msgspec.Raw(_dumps(errs)))
+        return (201 if created else 200), _ANSWER.encode(answer)
 
     @api.route("GET", f"{PREFIX}/tasks")
     def list_tasks() -> tuple[int, Any]:
