@@ -219,6 +219,20 @@ def task_ids_from_bytes(now_ms: int, raw: bytes) -> list[str]:
     return [prefix + digits[i : i + 16] for i in range(0, len(digits), 16)]
 
 
+_BYTE_TO_CROCKFORD = bytes(_CROCKFORD[b & 31].encode()[0] for b in range(256))
+
+
+def task_ids_from_digits(now_ms: int, raw: bytes) -> list[str]:
+    """``new_task_id(now_ms, r)`` for each 16 bytes of ``raw``, ``r`` the 80 bits made of the low
+    five bits of each byte in turn: the 16 base-32 digits of each id are one ``bytes.translate``
+    (uniform bytes give uniform digits, 256 being 8 x 32), with no per-id arithmetic."""
+    if len(raw) % 16:
+        raise ValueError("raw must hold 16 bytes per id")
+    prefix = new_task_id(now_ms, 0)[:10]
+    digits = raw.translate(_BYTE_TO_CROCKFORD).decode()
+    return [prefix + digits[i : i + 16] for i in range(0, len(digits), 16)]
+
+
 class TaskIds:
     """Thread-safe source of :func:`new_task_id` ids, the 80 random bits drawn from a buffer.
 
@@ -242,15 +256,16 @@ class TaskIds:
         return new_task_id(now_ms, random80)
 
     def new_many(self, now_ms: int, n: int) -> list[str]:
-        """``n`` ids for ``now_ms`` (a batch create's), a quarter of the CPU of ``n`` calls to ``new``."""
-        size = 10 * n
+        """``n`` ids for ``now_ms`` (a batch create's), 16 random bytes each
+        (:func:`task_ids_from_digits`): a tenth of the CPU of ``n`` calls to ``new``."""
+        size = 16 * n
         with self._lock:
             pos = self._pos
             if pos + size > len(self._buf):
                 self._buf, pos = os.urandom(max(self._size, size)), 0
             self._pos = pos + size
             raw = self._buf[pos : pos + size]
-        return task_ids_from_bytes(now_ms, raw)
+        return task_ids_from_digits(now_ms, raw)
 
 
 def task_id_ms(task_id: str) -> int:
@@ -802,6 +817,7 @@ __all__ = [
     "encode_payload",
     "is_task_id",
     "task_ids_from_bytes",
+    "task_ids_from_digits",
     "new_task_id",
     "task_id_ms",
     "tasks_json",

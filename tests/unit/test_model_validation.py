@@ -20,6 +20,7 @@ from molens.model import (
     new_task_id,
     task_id_ms,
     task_ids_from_bytes,
+    task_ids_from_digits,
     validate_create,
 )
 
@@ -345,6 +346,23 @@ def test_batch_task_ids_equal_one_by_one_encoding() -> None:
         assert got == want
     with pytest.raises(ValueError):
         task_ids_from_bytes(NOW, b"123")
+
+
+def test_batch_task_ids_from_digit_bytes_equal_one_by_one_encoding() -> None:
+    rng = random.Random(8)
+    raw = bytes(rng.getrandbits(8) for _ in range(16 * 300))
+    raw = b"\x00" * 16 + b"\xff" * 16 + bytes(range(256)) + raw  # every byte value, the extremes
+    for ms in (0, NOW, (1 << 48) - 1):
+        got = task_ids_from_digits(ms, raw)
+        want = []
+        for i in range(0, len(raw), 16):
+            r = 0
+            for b in raw[i : i + 16]:
+                r = (r << 5) | (b & 31)
+            want.append(new_task_id(ms, r))
+        assert got == want
+    with pytest.raises(ValueError):
+        task_ids_from_digits(NOW, b"0123456789")
 
 
 def test_task_id_source_batches_are_distinct_across_refills_and_mix_with_single_ids() -> None:
