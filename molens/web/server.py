@@ -64,7 +64,11 @@ class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
 
 class _OneSendTask(WSGITask):  # type: ignore[misc]
     """A WSGI task whose status line and headers go out with the first piece of the body, in one
-    send (waitress sends them apart: two syscalls, two TCP segments, two wake-ups of the client)."""
+    send (waitress sends them apart: two syscalls, two TCP segments, two wake-ups of the client).
+
+    A body of ``send_bytes`` or more is not joined to the headers (a batch create answers half a
+    megabyte): both go into the output buffer before anything is sent, and the buffer sends them
+    together, as it does any output past ``send_bytes``."""
 
     def write(self, data: bytes) -> None:
         if self.wrote_header or not data:
@@ -76,7 +80,9 @@ class _OneSendTask(WSGITask):  # type: ignore[misc]
             super().write(data)
         finally:
             held, ch.held = ch.held, None
-            if held:
+            if len(held) > 1 and sum(map(len, held)) >= ch.adj.send_bytes:
+                ch.write_all_soon(held)
+            elif held:
                 ch.write_soon(b"".join(held))
 
 
@@ -114,9 +120,13 @@ class _StrictChannel(HTTPChannel):  # type: ignore[misc]
                 raise ClientDisconnected
             self.held.append(data)
             return len(data)
+        return self.write_all_soon([data])
+
+    def write_all_soon(self, pieces: list[Any]) -> int:
+        """``write_soon`` of each piece in turn, the loop kept off the output until the last is in."""
         self._task_writing = True
         try:
-            return int(super().write_soon(data))
+            return sum(int(super(_StrictChannel, self).write_soon(p)) for p in pieces)
         finally:
             self._task_writing = False
             if self.total_outbufs_len and self.connected:
