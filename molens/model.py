@@ -590,7 +590,7 @@ def resolve_creates(
                 tmpl = None
             memo[shape] = tmpl
         raw = req.payload
-        body = b"null" if raw is unset else fmt(bytes(raw), indent=-1)
+        body = b"null" if raw is unset else fmt(raw, indent=-1)
         if tmpl is None or len(body) > max_payload:
             try:
                 out.append(resolve_create(req, policy, limits, now_ms, spec_type=spec_type))
