@@ -219,6 +219,20 @@ def task_ids_from_bytes(now_ms: int, raw: bytes) -> list[str]:
     return [prefix + digits[i : i + 16] for i in range(0, len(digits), 16)]
 
 
+_BYTE_TO_CROCKFORD = bytes(_CROCKFORD[b & 31].encode()[0] for b in range(256))
+
+
+def task_ids_from_digits(now_ms: int, raw: bytes) -> list[str]:
+    """``new_task_id(now_ms, r)`` for each 16 bytes of ``raw``, ``r`` the 80 bits made of the low
+    five bits of each byte in turn: the 16 base-32 digits of each id are one ``bytes.translate``
+    (uniform bytes give uniform digits, 256 being 8 x 32), with no per-id arithmetic."""
+    if len(raw) % 16:
+        raise ValueError("raw must hold 16 bytes per id")
+    prefix = new_task_id(now_ms, 0)[:10]
+    digits = raw.translate(_BYTE_TO_CROCKFORD).decode()
+    return [prefix + digits[i : i + 16] for i in range(0, len(digits), 16)]
+
+
 class TaskIds:
     """Thread-safe source of :func:`new_task_id` ids, the 80 random bits drawn from a buffer.
 
@@ -242,15 +256,16 @@ class TaskIds:
         return new_task_id(now_ms, random80)
 
     def new_many(self, now_ms: int, n: int) -> list[str]:
-        """``n`` ids for ``now_ms`` (a batch create's), a quarter of the CPU of ``n`` calls to ``new``."""
-        size = 10 * n
+        """``n`` ids for ``now_ms`` (a batch create's), 16 random bytes each
+        (:func:`task_ids_from_digits`): a tenth of the CPU of ``n`` calls to ``new``."""
+        size = 16 * n
         with self._lock:
             pos = self._pos
             if pos + size > len(self._buf):
                 self._buf, pos = os.urandom(max(self._size, size)), 0
             self._pos = pos + size
             raw = self._buf[pos : pos + size]
-        return task_ids_from_bytes(now_ms, raw)
+        return task_ids_from_digits(now_ms, raw)
 
 
 def task_id_ms(task_id: str) -> int:
@@ -510,6 +525,22 @@ def decode_create(
         if isinstance(e, RecursionError):
             raise ValidationError("request body is nested too deeply", "body") from None
         raise request_error(e, limits, spec_type, whole_body=whole_body) from None
+    return resolve_create(req, policy, limits, now_ms, idempotency_key=idempotency_key, spec_type=spec_type,
+                          carried=carried)
+
+
+def resolve_create(
+    req: Any,
+    policy: CallbackPolicy = DEFAULT_POLICY,
+    limits: Limits = DEFAULT_LIMITS,
+    now_ms: int = 0,
+    *,
+    idempotency_key: str | None = None,
+    spec_type: type[TaskSpec] = TaskSpec,
+    carried: frozenset[str] = frozenset(),
+) -> TaskSpec:
+    """The second half of :func:`decode_create`: the rules between the fields of ``req`` (a decoded
+    ``create_type(limits, spec_type)``) and the defaults."""
     fields = spec_fields(spec_type)
     given: dict[str, Any] = {f.encode_name: getattr(req, f.encode_name) for f in fields}
     if given["payload"] is msgspec.UNSET:
@@ -524,6 +555,50 @@ def decode_create(
         out["idempotency_key"] = idempotency_key
     _apply_rules(out, given, policy, limits, now_ms, carried)
     return spec_type(**out)
+
+
+def resolve_creates(
+    reqs: list[Any],
+    policy: CallbackPolicy = DEFAULT_POLICY,
+    limits: Limits = DEFAULT_LIMITS,
+    now_ms: int = 0,
+    *,
+    spec_type: type[TaskSpec] = TaskSpec,
+) -> list[TaskSpec | ValidationError]:
+    """:func:`resolve_create` of each decoded request of one batch: its spec, or the
+    :class:`ValidationError` it raised (any other error propagates, as from a loop over them).
+
+    Items of a batch usually differ only in ``payload`` and ``idempotency_key``, which no rule
+    between fields reads: the rest is resolved once per distinct shape and each item is that spec
+    with its own payload (compacted and bounded as :func:`resolve_create` does) and key. An item
+    whose shape fails is resolved on its own, so its error is exactly :func:`resolve_create`'s.
+    """
+    memo: dict[Any, TaskSpec | None] = {}
+    replace, unset, fmt = msgspec.structs.replace, msgspec.UNSET, msgspec.json.format
+    max_payload = limits.max_payload_bytes
+    out: list[TaskSpec | ValidationError] = []
+    for req in reqs:
+        shape = replace(req, payload=unset, idempotency_key=None)
+        try:
+            tmpl = memo.get(shape, unset)
+        except TypeError:  # a field of an unhashable type (a spec_type of tests): resolve on its own
+            tmpl = None
+        if tmpl is unset:
+            try:
+                tmpl = resolve_create(shape, policy, limits, now_ms, spec_type=spec_type)
+            except Exception:
+                tmpl = None
+            memo[shape] = tmpl
+        raw = req.payload
+        body = b"null" if raw is unset else fmt(raw, indent=-1)
+        if tmpl is None or len(body) > max_payload:
+            try:
+                out.append(resolve_create(req, policy, limits, now_ms, spec_type=spec_type))
+            except ValidationError as exc:
+                out.append(exc)
+            continue
+        out.append(replace(tmpl, payload_json=body, idempotency_key=req.idempotency_key))
+    return out
 
 
 _SCHEDULE_KEYS = ("interval_ms", "run_at", "cron_expr")
@@ -737,9 +812,12 @@ __all__ = [
     "check_url",
     "decode_create",
     "decode_update",
+    "resolve_create",
+    "resolve_creates",
     "encode_payload",
     "is_task_id",
     "task_ids_from_bytes",
+    "task_ids_from_digits",
     "new_task_id",
     "task_id_ms",
     "tasks_json",

@@ -21,6 +21,7 @@ ingest benchmark and API development.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import signal
@@ -31,6 +32,7 @@ from typing import Any
 
 import bottle
 from waitress import wasyncore
+from waitress.buffers import ReadOnlyFileBasedBuffer
 from waitress.channel import ClientDisconnected, HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import create_server
@@ -39,6 +41,9 @@ from waitress.task import ErrorTask, WSGITask
 from molens.config import HttpConfig
 
 log = logging.getLogger(__name__)
+
+SEND_CHUNK = 1 << 20
+"""Most bytes one ``send()`` is offered: the kernel takes what its (auto-tuned) buffer holds."""
 
 
 class _StrictParser(HTTPRequestParser):  # type: ignore[misc]
@@ -64,7 +69,12 @@ class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
 
 class _OneSendTask(WSGITask):  # type: ignore[misc]
     """A WSGI task whose status line and headers go out with the first piece of the body, in one
-    send (waitress sends them apart: two syscalls, two TCP segments, two wake-ups of the client)."""
+    send (waitress sends them apart: two syscalls, two TCP segments, two wake-ups of the client).
+
+    A body of ``send_bytes`` or more (a batch create answers half a megabyte) is neither joined to
+    the headers nor copied into the output buffer: it is queued as a read-only buffer of its own
+    (as waitress queues ``wsgi.file_wrapper``), sent from the bytes themselves, the headers in a
+    send of their own just before it."""
 
     def write(self, data: bytes) -> None:
         if self.wrote_header or not data:
@@ -76,7 +86,11 @@ class _OneSendTask(WSGITask):  # type: ignore[misc]
             super().write(data)
         finally:
             held, ch.held = ch.held, None
-            if held:
+            if len(held) > 1 and len(held[-1]) >= ch.adj.send_bytes:
+                body = ReadOnlyFileBasedBuffer(io.BytesIO(held[-1]))  # BytesIO shares the bytes
+                body.prepare()
+                ch.write_all_soon([b"".join(held[:-1]), body])
+            elif held:
                 ch.write_soon(b"".join(held))
 
 
@@ -108,15 +122,25 @@ class _StrictChannel(HTTPChannel):  # type: ignore[misc]
         n = self.total_outbufs_len
         return bool(n) and (not self._task_writing or n > self.adj.outbuf_high_watermark)
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        # waitress sends at most SO_SNDBUF's initial value per send() (16 KiB here, though the kernel
+        # grows the buffer): 30 syscalls for a batch answer
+        self.sendbuf_len: int = max(int(self.sendbuf_len), SEND_CHUNK)
+
     def write_soon(self, data: Any) -> int:
         if self.held is not None and isinstance(data, bytes):
             if not self.connected:
                 raise ClientDisconnected
             self.held.append(data)
             return len(data)
+        return self.write_all_soon([data])
+
+    def write_all_soon(self, pieces: list[Any]) -> int:
+        """``write_soon`` of each piece in turn, the loop kept off the output until the last is in."""
         self._task_writing = True
         try:
-            return int(super().write_soon(data))
+            return sum(int(super(_StrictChannel, self).write_soon(p)) for p in pieces)
         finally:
             self._task_writing = False
             if self.total_outbufs_len and self.connected:

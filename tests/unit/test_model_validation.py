@@ -20,6 +20,7 @@ from molens.model import (
     new_task_id,
     task_id_ms,
     task_ids_from_bytes,
+    task_ids_from_digits,
     validate_create,
 )
 
@@ -347,6 +348,23 @@ def test_batch_task_ids_equal_one_by_one_encoding() -> None:
         task_ids_from_bytes(NOW, b"123")
 
 
+def test_batch_task_ids_from_digit_bytes_equal_one_by_one_encoding() -> None:
+    rng = random.Random(8)
+    raw = bytes(rng.getrandbits(8) for _ in range(16 * 300))
+    raw = b"\x00" * 16 + b"\xff" * 16 + bytes(range(256)) + raw  # every byte value, the extremes
+    for ms in (0, NOW, (1 << 48) - 1):
+        got = task_ids_from_digits(ms, raw)
+        want = []
+        for i in range(0, len(raw), 16):
+            r = 0
+            for b in raw[i : i + 16]:
+                r = (r << 5) | (b & 31)
+            want.append(new_task_id(ms, r))
+        assert got == want
+    with pytest.raises(ValueError):
+        task_ids_from_digits(NOW, b"0123456789")
+
+
 def test_task_id_source_batches_are_distinct_across_refills_and_mix_with_single_ids() -> None:
     ids = TaskIds(buffer_ids=8)
     out = [*ids.new_many(NOW, 5), ids.new(NOW), *ids.new_many(NOW, 20), *ids.new_many(NOW, 3), *ids.new_many(NOW, 0)]
@@ -371,3 +389,45 @@ def test_unknown_timezone_names_timezone(tz: str) -> None:
 def test_cron_accepted_with_seconds_and_zone() -> None:
     s = validate_create(ok(type="periodic", interval_ms=None, cron_expr="*/5 * * * * *", timezone="Europe/Berlin"), now_ms=NOW)
     assert (s.cron_expr, s.timezone, s.interval_ms, s.max_fails) == ("*/5 * * * * *", "Europe/Berlin", None, 100)
+
+
+def test_a_batch_resolves_each_item_as_a_single_create_would() -> None:
+    """resolve_creates shares the work of items that differ only in payload and key: each result
+    must still be exactly decode_create's spec, or its error (message, field, class)."""
+    import msgspec
+
+    from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, create_type, decode_create, resolve_creates
+
+    limits = Limits(max_payload_bytes=64)
+    items: list[dict[str, Any]] = [
+        ok(payload={"i": 1}, idempotency_key="a"),
+        ok(payload={"i": 2}),
+        ok(payload=[1, 2.5, "x"], idempotency_key="b"),
+        ok(payload="y" * 100),  # too large: the shape resolves, the payload does not
+        ok(payload={"i": 3}, run_at=NOW + 5),  # interval_ms and run_at: the shape fails
+        ok(payload={"i": 4}, run_at=NOW + 5, interval_ms=None),
+        ok(type="periodic", interval_ms=None, cron_expr="*/5 * * * *", payload=None),
+        ok(type="periodic", interval_ms=60_000, retry={"max_retries": 5, "non_retryable_statuses": [410, 400]}),
+        ok(type="periodic", interval_ms=60_000, retry={"max_retries": 5, "non_retryable_statuses": [400, 410]}),
+        ok(type="periodic", interval_ms=60_000, ack_url=URL, payload={"i": 5}),
+        ok(reliability="at_most_once", ack_url=URL),
+        ok(callback_url="http://169.254.169.254/x", payload={"i": 6}),
+        ok(payload={"i": 7}, idempotency_key="c"),
+    ]
+    for lim in (DEFAULT_LIMITS, limits):
+        bodies = [msgspec.json.encode(it) for it in items]
+        reqs = [msgspec.json.decode(b, type=create_type(lim)) for b in bodies]
+        got = resolve_creates(reqs, DEFAULT_POLICY, lim, NOW)
+        assert len(got) == len(items)
+        for body, res in zip(bodies, got, strict=True):
+            try:
+                want: Any = decode_create(body, DEFAULT_POLICY, lim, NOW, whole_body=False)
+            except ValidationError as exc:
+                want = exc
+            if isinstance(want, ValidationError):
+                assert isinstance(res, ValidationError)
+                assert (type(res), res.message, res.field) == (type(want), want.message, want.field)
+            else:
+                assert res == want
+    assert isinstance(got[3], PayloadTooLargeError)
+    assert isinstance(got[4], ValidationError) and got[4].field == "run_at"
