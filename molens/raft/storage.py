@@ -75,6 +75,7 @@ from molens.raft.log import (
     Snapshot,
     SnapshotBytes,
     SnapshotMeta,
+    make_entry,
 )
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def _encode_entry(e: Entry) -> bytes:
 
 def _decode_entry(index: int, raw: bytes | memoryview) -> Entry:
     term, kind = _ENTRY_HEAD.unpack_from(raw)
-    return Entry(index, term, ENTRY_KINDS[kind], bytes(raw[_ENTRY_HEAD.size :]))
+    return make_entry(index, term, ENTRY_KINDS[kind], bytes(raw[_ENTRY_HEAD.size :]))
 
 
 def _fsync_dir(path: Path) -> None:
