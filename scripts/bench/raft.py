@@ -14,7 +14,9 @@ a window of 1. A minimal PySyncObj harness of its own (default conf, 30,000-call
 runs in turn with the others, and ``peer_vs_reference`` is the peer's figure over it.
 
 ``BENCH_RAFT='{"max_proposal_batch": 4096}'`` (JSON) overrides ``raft`` config keys of the Molens
-nodes, for experiments; ``BENCH_KEEP=1`` keeps the data and node logs.
+nodes, for experiments; ``BENCH_KEEP=1`` keeps the data and node logs. ``--threads`` prints each
+Molens run's CPU per commit by thread, on the leader and the followers, over the measured interval;
+``BENCH_TRACE=1`` prints the critical path of a light-load commit, step by step (:func:`critical_path`).
 
 ``--client``: Molens also through the admin socket from a client process (``propose``, one entry per
 request), ``mode=client``, no peer figure. ``--failover``: kill -9 the leader while a client writes;
