@@ -462,7 +462,7 @@ def window_load(submit: Callable[[int, Callable[[str | None], None]], None], pla
         }
 
 
-def _finish(result_path: str, res: dict[str, Any]) -> None:
+def _finish(result_path: str, res: Any) -> None:
     Path(result_path + ".tmp").write_text(json.dumps(res))
     os.replace(result_path + ".tmp", result_path)
 
@@ -635,12 +635,11 @@ def molens_node(config_path: str, plan_json: str, result_path: str) -> None:
             _wait_file(t1, 120 + plan.warmup + plan.seconds, poll=0.005)
             after = thread_cpu()
             if trace is not None:
-                Path(f"{result_path}.{node.cfg.node.id}.trace").write_text(json.dumps(trace.events))
+                _finish(f"{result_path}.{node.cfg.node.id}.trace", trace.events)
             _wait_file(result_path, 120 + plan.drain_s)
             with contextlib.suppress(OSError, ValueError):
                 done = json.loads(Path(result_path).read_text())["done"]
-                Path(f"{result_path}.{node.cfg.node.id}.threads").write_text(
-                    json.dumps(cpu_delta(before, after, done)))
+                _finish(f"{result_path}.{node.cfg.node.id}.threads", cpu_delta(before, after, done))
             return
         value = value_for(plan.payload)
         propose = peer.propose_batch
