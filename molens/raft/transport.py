@@ -19,8 +19,9 @@ Threading contract (what the RaftPeer relies on):
   ``dropped_queue``) when that queue is full, or when the endpoint is closed; a frame the DEALER has
   no room for is dropped and counted (``dropped_full``, below) either way.
 * ``on_message(from_id, payload)`` runs ON THE I/O THREAD: it must be quick and must not block --
-  hand the message on (``actor_ref.tell(...)``) and return. While it runs, nothing is sent or
-  received. An exception in it is logged and the loop goes on.
+  hand the message on (``actor_ref.tell(...)``) and return. While it runs, nothing is received and
+  sends queue (a direct send begun as the I/O thread woke may still go out). An exception in it is
+  logged and the loop goes on.
 * Bounded, lossy, like the network Raft assumes: each DEALER has ``SNDHWM`` messages of buffer and
   ``IMMEDIATE`` set (no queueing towards a peer whose connection is down), sends are non-blocking, and
   a message that does not fit is dropped and counted (``dropped_full``); Raft retries. Reconnects
