@@ -107,6 +107,7 @@ from molens.raft.log import (
     Snapshot,
     SnapshotBytes,
     SnapshotMeta,
+    make_entry,
 )
 from molens.raft.messages import (
     AppendEntries,
@@ -1250,7 +1251,7 @@ class RaftCore:
         first = self._log.last_index() + 1
         term = self.term
         normal = EntryKind.NORMAL
-        ents = [Entry(i, term, normal, d) for i, d in enumerate(datas, first)]
+        ents = [make_entry(i, term, normal, d) for i, d in enumerate(datas, first)]
         if ents:
             self._append(ents)
             self._bcast_append()

