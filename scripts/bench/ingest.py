@@ -26,6 +26,8 @@ figure has a ceiling beside it:
   lmdb, ``--batch`` per transaction, with the task store's durability (``sync=True,
   metasync=False``), one put per task and no index: the storage ceiling of batch ingest on this disk, before Raft and replication.
 
+``BENCH_NODE_CONF='{"raft": {...}}'`` (JSON) is merged into every node's config, for experiments.
+
 Prints one line per mode, ``ingest: mode=single creates_per_s=... target=cluster ... vs_hello=...``
 and ``ingest: mode=batch ... vs_hello=... vs_lmdb=...``, the references' lines
 ``ingest_reference: ...``, then a summary line ``ingest: summary ...``.
@@ -328,6 +330,8 @@ def main() -> int:
     else:
         tmp = tempfile.TemporaryDirectory(prefix="molens-ingest-")
         extra = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
+        if os.environ.get("BENCH_NODE_CONF"):  # JSON merged into every node's config, for experiments
+            extra.update(json.loads(os.environ["BENCH_NODE_CONF"]))
         cluster = Cluster(Path(tmp.name) / "cluster", 3, extra=extra, state_machine="tasks")
         cluster.start()
         leader = cluster.leader(timeout=30)
