@@ -95,6 +95,7 @@ __all__ = [
     "MAX_RETRY_AFTER_MS",
     "THROTTLE_STATUSES",
     "retry_after_ms",
+    "elapsed_ms",
 ]
 
 log = logging.getLogger(__name__)
@@ -549,30 +550,26 @@ class Deliverer:
                 assert_same_host=False,
             )
         except CallbackHostDenied as e:
-            log.warning("fire=%s kind=%s refused: %s", req.fire_id, req.kind, e.reason)
-            return FireResult(
-                fire_id=req.fire_id, kind=req.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR, response_head=e.reason.encode(), latency_ms=_elapsed_ms(start),
-                worker=self.node_id, error=e.reason,
-            )
+            return self.refused_result(req, start, e.reason)
         except NewConnectionError as e:  # before the timeout branch: it subclasses ConnectTimeoutError
-            return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)
+            return self.failed_result(req, start, DeliveryOutcome.NETWORK_ERROR, e)
         except (TimeoutError, Urllib3TimeoutError) as e:
-            return self._failed(req, start, DeliveryOutcome.TIMEOUT, e)
+            return self.failed_result(req, start, DeliveryOutcome.TIMEOUT, e)
         except (HTTPError, OSError, ValueError) as e:  # ProtocolError, SSLError, bad URL (LocationValueError)
-            return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)
+            return self.failed_result(req, start, DeliveryOutcome.NETWORK_ERROR, e)
         except Exception as e:  # a bug must not kill the worker thread; say so loudly
             log.exception("unexpected error delivering fire=%s url=%s", req.fire_id, req.url)
-            return self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e)
+            return self.failed_result(req, start, DeliveryOutcome.NETWORK_ERROR, e)
 
         status = resp.status
         head = b""
         reusable = False
         try:
             head = self._read_head(resp, deadline)
-            latency_ms = _elapsed_ms(start)
+            latency_ms = elapsed_ms(start)
             reusable = self._drain(resp, deadline)
         except (TimeoutError, _DeadlinePassed, Urllib3TimeoutError, ProtocolError, HTTPError, OSError) as e:
-            latency_ms = _elapsed_ms(start)
+            latency_ms = elapsed_ms(start)
             log.debug("fire=%s status=%s body read cut short: %r", req.fire_id, status, e)
         finally:
             if not reusable:
@@ -605,12 +602,21 @@ class Deliverer:
             self._routes[url] = route
         return route
 
-    def _failed(self, req: FireRequest, start: float, outcome: DeliveryOutcome, e: BaseException) -> FireResult:
+    def refused_result(self, req: FireRequest, start: float, reason: str) -> FireResult:
+        """The attempt refused by the callback host policy (``start``: its ``time.monotonic()``)."""
+        log.warning("fire=%s kind=%s refused: %s", req.fire_id, req.kind, reason)
+        return FireResult(
+            fire_id=req.fire_id, kind=req.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
+            response_head=reason.encode(), latency_ms=elapsed_ms(start), worker=self.node_id, error=reason,
+        )
+
+    def failed_result(self, req: FireRequest, start: float, outcome: DeliveryOutcome, e: BaseException) -> FireResult:
+        """The attempt that ended without an answer (``outcome``: network error or timeout) on ``e``."""
         text = f"{type(e).__name__}: {e}"[:_ERROR_TEXT_LIMIT]
         log.debug("fire=%s url=%s outcome=%s error=%s", req.fire_id, req.url, outcome, text)
         return FireResult(
             fire_id=req.fire_id, kind=req.kind, status_code=None, outcome=outcome, response_head=b"",
-            latency_ms=_elapsed_ms(start), worker=self.node_id, error=text,
+            latency_ms=elapsed_ms(start), worker=self.node_id, error=text,
         )
 
     def _read_head(self, resp: urllib3.BaseHTTPResponse, deadline: float) -> bytes:
@@ -647,5 +653,6 @@ def _bound_next_read(resp: urllib3.BaseHTTPResponse, deadline: float) -> None:
         sock.settimeout(left)
 
 
-def _elapsed_ms(start: float) -> float:
+def elapsed_ms(start: float) -> float:
+    """ms since ``start`` (a ``time.monotonic()``), to the µs."""
     return round((time.monotonic() - start) * 1000, 3)

@@ -64,6 +64,7 @@ from molens.delivery import (
     DeliveryOutcome,
     FireRequest,
     FireResult,
+    elapsed_ms,
     outcome_for_status,
     retry_after_ms,
     vetted_resolve,
@@ -75,7 +76,6 @@ MAX_HEAD_BYTES = 64 * 1024
 """Status line + headers of one answer; more is a ``network_error`` (and the connection closed)."""
 _RECV = 65536
 _NO_RETRY = NO_RETRY_HEADER.lower().encode()
-_ERROR_TEXT_LIMIT = 200
 
 
 class _Conn:
@@ -317,7 +317,7 @@ class FireLoop:
                 raise ValueError(f"not an http URL: {req.url!r}")
             out = self._d.request_bytes(req, host, port, target)
         except Exception as e:  # a bad URL or header value: a network_error, as on the urllib3 path
-            self._finish(req, self._failed(req, start, DeliveryOutcome.NETWORK_ERROR, e))
+            self._finish(req, self._d.failed_result(req, start, DeliveryOutcome.NETWORK_ERROR, e))
             return
         key = (host, port)
         ex = _Exchange(req, start, start + budget_s, key, out, next(self._seq))
@@ -399,17 +399,12 @@ class FireLoop:
     def _unreachable(self, ex: _Exchange, err: BaseException) -> None:
         """No connection for this attempt: the policy refused the host, or it did not resolve or connect."""
         if isinstance(err, CallbackDenied):
-            log.warning("fire=%s kind=%s refused: %s", ex.req.fire_id, ex.req.kind, err.reason)
-            self._complete(ex, FireResult(
-                fire_id=ex.req.fire_id, kind=ex.req.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
-                response_head=err.reason.encode(), latency_ms=_elapsed_ms(ex.start), worker=self._d.node_id,
-                error=err.reason,
-            ))
+            self._complete(ex, self._d.refused_result(ex.req, ex.start, err.reason))
             return
         if isinstance(err, socket.gaierror):
             err = NameResolutionError(f"Failed to resolve '{ex.key[0]}' ({err})")
         outcome = DeliveryOutcome.TIMEOUT if isinstance(err, TimeoutError) else DeliveryOutcome.NETWORK_ERROR
-        self._complete(ex, self._failed(ex.req, ex.start, outcome, err))
+        self._complete(ex, self._d.failed_result(ex.req, ex.start, outcome, err))
 
     def _use(self, conn: _Conn, ex: _Exchange) -> None:
         conn.ex = ex
@@ -425,7 +420,7 @@ class FireLoop:
             n = 0
         except OSError as e:
             self._close(conn)
-            self._complete(ex, self._failed(ex.req, ex.start, DeliveryOutcome.NETWORK_ERROR, e))
+            self._complete(ex, self._d.failed_result(ex.req, ex.start, DeliveryOutcome.NETWORK_ERROR, e))
             return
         ex.out = ex.out[n:]
         want = selectors.EVENT_READ | (selectors.EVENT_WRITE if len(ex.out) else 0)
@@ -535,7 +530,7 @@ class FireLoop:
             ex.head += data[:room]
             data = data[room:]
             if len(ex.head) >= self._d.head_limit and ex.latency_ms < 0:
-                ex.latency_ms = _elapsed_ms(ex.start)
+                ex.latency_ms = elapsed_ms(ex.start)
         ex.drained += len(data)
         return ex.drained > self._d.drain_limit
 
@@ -625,7 +620,7 @@ class FireLoop:
             ra = retry_after_ms(value.decode("latin-1") if value is not None else None, self._wall_ms(), self._d.max_retry_after_ms)
         return FireResult(
             fire_id=ex.req.fire_id, kind=ex.req.kind, status_code=status, outcome=outcome_for_status(status),
-            response_head=bytes(ex.head), latency_ms=ex.latency_ms if ex.latency_ms >= 0 else _elapsed_ms(ex.start),
+            response_head=bytes(ex.head), latency_ms=ex.latency_ms if ex.latency_ms >= 0 else elapsed_ms(ex.start),
             worker=self._d.node_id, no_retry=no_retry, retry_after_ms=ra,
         )
 
@@ -635,7 +630,7 @@ class FireLoop:
             ex.conn = None
             self._complete(ex, self._result(ex))
         else:
-            self._complete(ex, self._failed(ex.req, ex.start, DeliveryOutcome.NETWORK_ERROR, e))
+            self._complete(ex, self._d.failed_result(ex.req, ex.start, DeliveryOutcome.NETWORK_ERROR, e))
 
     def _expire(self, ex: _Exchange) -> None:
         conn = ex.conn
@@ -647,7 +642,7 @@ class FireLoop:
             self._complete(ex, self._result(ex))
         else:
             budget_ms = round((ex.deadline - ex.start) * 1000)
-            self._complete(ex, self._failed(
+            self._complete(ex, self._d.failed_result(
                 ex.req, ex.start, DeliveryOutcome.TIMEOUT, TimeoutError(f"Timeout: no answer within {budget_ms} ms"),
             ))
 
@@ -658,14 +653,6 @@ class FireLoop:
         self._active -= 1
         self._d.record(ex.req, result)
         self._finish(ex.req, result)
-
-    def _failed(self, req: FireRequest, start: float, outcome: DeliveryOutcome, e: BaseException) -> FireResult:
-        text = f"{type(e).__name__}: {e}"[:_ERROR_TEXT_LIMIT]
-        log.debug("fire=%s url=%s outcome=%s error=%s", req.fire_id, req.url, outcome, text)
-        return FireResult(
-            fire_id=req.fire_id, kind=req.kind, status_code=None, outcome=outcome, response_head=b"",
-            latency_ms=_elapsed_ms(start), worker=self._d.node_id, error=text,
-        )
 
     # --- connections -----------------------------------------------------------------------------
     def _keep_idle(self, conn: _Conn) -> None:
@@ -710,10 +697,6 @@ def _is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _elapsed_ms(start: float) -> float:
-    return round((time.monotonic() - start) * 1000, 3)
 
 
 __all__ = ["MAX_HEAD_BYTES", "FireLoop"]
