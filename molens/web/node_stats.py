@@ -96,11 +96,12 @@ def rss_bytes() -> int | None:
 _THREAD_SUFFIX = re.compile(r"(-\d+$)|( \(urn:uuid:[0-9a-f-]+\)$)")
 
 
-def thread_cpu_s() -> dict[str, float]:
+def thread_cpu_s(system: bool = False) -> dict[str, float]:
     """CPU seconds (user + system) spent so far by this process's live threads, summed by name with
     a trailing ``-<n>`` or pykka's ``(urn:uuid:...)`` removed (``fire-worker-3`` counts as
-    ``fire-worker``). Linux ``/proc`` only; ``{}`` elsewhere. Threads that have ended are not
-    counted, so compare two readings of long-lived threads (actors, pools, I/O loops)."""
+    ``fire-worker``); with ``system``, also their system part as ``<name>.sys``. Linux ``/proc``
+    only; ``{}`` elsewhere. Threads that have ended are not counted, so compare two readings of
+    long-lived threads (actors, pools, I/O loops)."""
     names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
     tck = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = collections.defaultdict(float)
@@ -110,7 +111,10 @@ def thread_cpu_s() -> dict[str, float]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except (OSError, ValueError):
             continue
-        out[_THREAD_SUFFIX.sub("", name)] += (int(fields[11]) + int(fields[12])) / tck
+        key = _THREAD_SUFFIX.sub("", name)
+        out[key] += (int(fields[11]) + int(fields[12])) / tck
+        if system:
+            out[key + ".sys"] += int(fields[12]) / tck
     return {k: round(v, 2) for k, v in sorted(out.items())}
 
 

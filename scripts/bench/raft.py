@@ -35,7 +35,6 @@ import functools
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import statistics
@@ -55,6 +54,7 @@ import zmq
 from molens.admin import AdminClient, AdminError
 from molens.config import NodeConfig
 from molens.kv import encode_put
+from molens.web.node_stats import thread_cpu_s
 
 ROOT = Path(__file__).resolve().parents[2]
 PAYLOADS = (16, 1024)
@@ -379,25 +379,6 @@ class _Window:
         self.sem.release()
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds of this process's live threads by name (pykka's ``(urn:uuid:...)`` and a trailing
-    ``-<n>`` removed), and their system part as ``<name>.sys``, from ``/proc/self/task``: which thread
-    the load costs."""
-    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
-    tck = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for tid, name in names.items():
-        try:
-            with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, ValueError):
-            continue
-        key = re.sub(r"( \(urn:uuid:[^)]*\))|(-\d+)$", "", name)
-        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tck
-        out[key + ".sys"] = out.get(key + ".sys", 0.0) + int(fields[12]) / tck
-    return out
-
-
 def cpu_delta(before: dict[str, float], after: dict[str, float], units: int) -> dict[str, float]:
     """Microseconds of CPU per unit by thread, the busiest first (threads under 0.5 us left out), then
     the system part of each (``<thread>.sys``)."""
@@ -428,7 +409,7 @@ def window_load(submit: Callable[[int, Callable[[str | None], None]], None], pla
             break
         if cpu0 is None and now >= w.t_measure:
             cpu0 = time.process_time()
-            threads0 = thread_cpu()
+            threads0 = thread_cpu_s(system=True)
             if result_path:
                 Path(_marks(result_path)[0]).touch()
         if not w.sem.acquire(timeout=0.05):
@@ -437,7 +418,7 @@ def window_load(submit: Callable[[int, Callable[[str | None], None]], None], pla
         submit(i, functools.partial(w.settle, t))
         i += 1
     cpu = time.process_time() - (cpu0 if cpu0 is not None else time.process_time())
-    threads1 = thread_cpu()
+    threads1 = thread_cpu_s(system=True)
     if result_path:
         Path(_marks(result_path)[1]).touch()
     sent = i
@@ -631,9 +612,9 @@ def molens_node(config_path: str, plan_json: str, result_path: str) -> None:
         if peer.status()["role"] != "leader":
             t0, t1 = _marks(result_path)
             _wait_file(t0, 120 + plan.warmup, poll=0.005)
-            before = thread_cpu()
+            before = thread_cpu_s(system=True)
             _wait_file(t1, 120 + plan.warmup + plan.seconds, poll=0.005)
-            after = thread_cpu()
+            after = thread_cpu_s(system=True)
             if trace is not None:
                 _finish(f"{result_path}.{node.cfg.node.id}.trace", trace.events)
             _wait_file(result_path, 120 + plan.drain_s)
