@@ -94,6 +94,19 @@ def serve() -> Iterator[Callable[[Script], RawServer]]:
         s.stop()
 
 
+def _collector() -> tuple[list[FireResult], threading.Condition, Callable[[list[FireResult]], None]]:
+    """Results as a pool hands them over: the list, a condition notified on each batch, the sink."""
+    done: list[FireResult] = []
+    cv = threading.Condition()
+
+    def sink(batch: list[FireResult]) -> None:
+        with cv:
+            done.extend(batch)
+            cv.notify_all()
+
+    return done, cv, sink
+
+
 class Loop:
     """One loop-engine FirePool; ``fire(url)`` carries out one attempt and returns its result."""
 
@@ -282,14 +295,7 @@ def test_a_header_value_with_a_line_break_is_refused_before_sending(serve: Calla
 
 def test_many_attempts_at_once_share_few_connections(serve: Callable[[Script], RawServer]) -> None:
     srv = serve(_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-    done: list[FireResult] = []
-    cv = threading.Condition()
-
-    def sink(batch: list[FireResult]) -> None:
-        with cv:
-            done.extend(batch)
-            cv.notify_all()
-
+    done, cv, sink = _collector()
     pool = FirePool(Deliverer(urllib3.PoolManager(), "n1"), 8, sink, queue_limit=2000, engine="loop", name="rawmany")
     pool.start()
     try:
@@ -416,14 +422,7 @@ def test_with_a_tick_paced_fires_go_out_together_and_never_before_their_time(
         return True
 
     srv = serve(script)
-    done: list[FireResult] = []
-    cv = threading.Condition()
-
-    def sink(batch: list[FireResult]) -> None:
-        with cv:
-            done.extend(batch)
-            cv.notify_all()
-
+    done, cv, sink = _collector()
     tick_ms = 25
     pool = FirePool(Deliverer(urllib3.PoolManager(), "n1"), 8, sink, queue_limit=100, engine="loop", name="rawtick",
                     loop_tick_ms=tick_ms)
