@@ -21,19 +21,23 @@ Behaviour:
   done it), :class:`OutcomeUnknownError` is raised rather than a misleading not-found/conflict.
 - Reads go to the same node as writes, so a client reads its own writes.
 
-Thread-safe: one client may be shared by threads (one urllib3 keep-alive pool per node).
+Thread-safe: one client may be shared by threads (one keep-alive connection pool per node).
 
 Size: MolensClient and BatchingClient share the retry, redirect and error mapping; the module is
-the whole SDK (urllib3 only), so an application can read or vendor one file.
+the whole SDK (the standard library only), so an application can read or vendor one file.
 """
 
 from __future__ import annotations
 
 import builtins
+import http.client
 import json
 import logging
 import os
 import random
+import select
+import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -42,10 +46,6 @@ from concurrent.futures import Future
 from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
-
-import urllib3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from molens.errors import MolensError
 
@@ -248,6 +248,9 @@ def _base(url: str) -> str:
     return f"{p.scheme}://{p.netloc}"
 
 
+_PREFER_MINIMAL = {"Prefer": "return=minimal"}
+
+
 def _new_key() -> str:
     """An idempotency key of 32 hex digits: the wall-clock ms (48 bits) then 80 random bits.
 
@@ -260,44 +263,120 @@ def _new_key() -> str:
     return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
 
 
-class _OneWrite:
-    """Sends the request head and a ``bytes`` body in one write.
+class _TransportError(ConnectionError):
+    """No complete answer from a node. ``sent``: the request may have reached it (False only when
+    the connection could not be opened, so the request never left)."""
 
-    urllib3 (and http.client) write them with two ``sendall`` calls, two system calls and two TCP
-    segments per request (TCP_NODELAY); part of the SDK's CPU per single create.
-    """
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
 
-    _body: bytes | None = None
 
-    def request(self, method: str, url: str, body: Any = None, headers: Any = None, **kw: Any) -> None:
-        if isinstance(body, bytes) and body and headers is not None and "Content-Length" in headers:
-            self._body = body  # appended to the head by send(); urllib3 sends no body of its own
-            try:
-                super().request(method, url, None, headers, **kw)  # type: ignore[misc]
-            finally:
-                self._body = None
+class _Answer:
+    __slots__ = ("data", "headers", "status")
+
+    def __init__(self, status: int, headers: http.client.HTTPMessage, data: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.data = data
+
+
+def _dropped(sock: socket.socket) -> bool:
+    """An idle keep-alive socket with something to read was closed by the server (or got bytes
+    nobody asked for): either way it is not fit for another request."""
+    if _poll is None:  # platforms without poll(2)
+        return bool(select.select([sock], [], [], 0)[0])
+    p = _poll()
+    p.register(sock, select.POLLIN)
+    return bool(p.poll(0))
+
+
+_poll = getattr(select, "poll", None)
+
+
+class _NodePool:
+    """Keep-alive HTTP/1.1 connections to one node, shared by threads (the standard library only).
+
+    A request takes the most recently used idle connection (or opens one), sends its head and body in
+    one write, and reads the answer with ``http.client.HTTPResponse`` (sized or chunked bodies);
+    the connection goes back unless the answer closes it, at most ``maxsize`` kept idle. An idle
+    connection is polled before use: one the server closed in the meantime (its keep-alive
+    timeout) is dropped rather than written to, so no request is lost to a stale socket.
+
+    Why not urllib3 (which this SDK used before): its layers cost ~350 us more of the client's CPU
+    per request than this on the project's 2-core test machine, for the same socket work
+    (docs/architecture.md#the-python-sdks-transport)."""
+
+    def __init__(self, scheme: str, host: str, port: int | None, maxsize: int, connect_s: float, read_s: float) -> None:
+        https = scheme == "https"
+        self._host = host
+        self._port = port or (443 if https else 80)
+        self._tls = ssl.create_default_context() if https else None
+        name = f"[{host}]" if ":" in host else host
+        self._host_header = name if port is None else f"{name}:{port}"
+        self._maxsize = maxsize
+        self._connect_s = connect_s
+        self._read_s = read_s
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _connect(self) -> socket.socket:
+        try:
+            sock = socket.create_connection((self._host, self._port), timeout=self._connect_s)
+        except OSError as exc:
+            raise _TransportError(f"cannot connect to {self._host_header}: {exc}", sent=False) from exc
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock = self._tls.wrap_socket(sock, server_hostname=self._host)
+            sock.settimeout(self._read_s)
+        except OSError as exc:  # TLS handshake (certificate) failures are OSErrors too
+            sock.close()
+            raise _TransportError(f"cannot connect to {self._host_header}: {exc}", sent=False) from exc
+        return sock
+
+    def _take(self) -> socket.socket:
+        while True:
+            with self._lock:
+                sock = self._idle.pop() if self._idle else None
+            if sock is None:
+                return self._connect()
+            if not _dropped(sock):
+                return sock
+            sock.close()
+
+    def _give(self, sock: socket.socket) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < self._maxsize:
+                self._idle.append(sock)
+                return
+        sock.close()
+
+    def request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> _Answer:
+        sock = self._take()
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self._host_header}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        try:
+            sock.sendall(head.encode("latin-1") + body if body else head.encode("latin-1"))
+            r = http.client.HTTPResponse(sock, method=method)
+            r.begin()
+            data = r.read()
+        except (OSError, http.client.HTTPException) as exc:
+            sock.close()
+            raise _TransportError(f"{method} {path} to {self._host_header}: {type(exc).__name__}: {exc}", sent=True) from exc
+        if r.will_close:
+            sock.close()
         else:
-            super().request(method, url, body, headers, **kw)  # type: ignore[misc]
+            self._give(sock)
+        return _Answer(r.status, r.headers, data)
 
-    def send(self, data: Any) -> None:
-        body, self._body = self._body, None
-        super().send(data if body is None else data + body)  # type: ignore[misc]
-
-
-class _HTTPConnection(_OneWrite, HTTPConnection):
-    pass
-
-
-class _HTTPSConnection(_OneWrite, HTTPSConnection):
-    pass
-
-
-class _HTTPPool(HTTPConnectionPool):
-    ConnectionCls = _HTTPConnection
-
-
-class _HTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _HTTPSConnection
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for sock in idle:
+            sock.close()
 
 
 class MolensClient:
@@ -330,8 +409,9 @@ class MolensClient:
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._pool_maxsize = pool_maxsize
-        self._timeout = urllib3.Timeout(connect=min(timeout, 5.0), read=timeout)
-        self._pools: dict[str, HTTPConnectionPool] = {}
+        self._connect_s = min(timeout, 5.0)
+        self._read_s = timeout
+        self._pools: dict[str, _NodePool] = {}
         """One keep-alive pool per node base URL (the given ones and those redirects named)."""
         self.max_attempts = max_attempts
         self.retry_deadline_s = retry_deadline_s
@@ -365,22 +445,36 @@ class MolensClient:
             out.extend(self._create_batch(bodies[i : i + 1000]))
         return out
 
+    def create_many_ids(self, tasks: Sequence[Mapping[str, Any]]) -> builtins.list[str]:
+        """As :meth:`create_many`, but returns the tasks' ids alone: the server answers each item with
+        its id (``Prefer: return=minimal``), which spares it the echo of every task and this client
+        the parsing of it -- for bulk loads that need no more (about half the client's CPU per task)."""
+        out: builtins.list[str] = []
+        bodies = [self._keyed(t) for t in tasks]
+        for i in range(0, len(bodies), 1000):
+            out.extend(str(t["id"]) for t in self._create_batch(bodies[i : i + 1000], minimal=True))
+        return out
+
     def _keyed(self, t: Mapping[str, Any]) -> dict[str, Any]:
         d = dict(t)
         if d.get("idempotency_key") is None:
             d["idempotency_key"] = _new_key()
         return d
 
-    def _create_batch(self, bodies: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
-        items = self._create_batch_items(bodies)
+    def _create_batch(self, bodies: Sequence[Mapping[str, Any]], minimal: bool = False) -> builtins.list[Task]:
+        items = self._create_batch_items(bodies, minimal)
         for it in items:
             if isinstance(it, ApiError):
                 raise it
         return [t for t in items if not isinstance(t, ApiError)]
 
-    def _create_batch_items(self, bodies: Sequence[Mapping[str, Any]]) -> builtins.list[Task | ApiError]:
-        """One batch request; per item the task, or the error the state machine gave it."""
-        _, out = self._request("POST", "/api/v1/tasks/batch", {"tasks": bodies}, safe_retry=True)
+    def _create_batch_items(
+        self, bodies: Sequence[Mapping[str, Any]], minimal: bool = False
+    ) -> builtins.list[Task | ApiError]:
+        """One batch request; per item the task (``minimal``: ``{"id": ...}`` alone), or the error
+        the state machine gave it."""
+        headers = _PREFER_MINIMAL if minimal else None
+        _, out = self._request("POST", "/api/v1/tasks/batch", {"tasks": bodies}, safe_retry=True, headers=headers)
         missing = ApiError(500, "internal", "the server returned no task for this item")
         items: builtins.list[Task | ApiError] = [dict(t) if t is not None else missing for t in out["items"]]
         for e in out.get("errors", []):
@@ -737,16 +831,17 @@ class MolensClient:
         delay = min(self.backoff_max_s, self.backoff_base_s * (2 ** (n - 1))) * self._rng.uniform(0.5, 1.0)
         time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
 
-    def _pool(self, base: str) -> HTTPConnectionPool:
-        """The keep-alive pool of a node (a dict lookup: PoolManager parsed the URL per request)."""
+    def _pool(self, base: str) -> _NodePool:
+        """The keep-alive pool of a node (a dict lookup)."""
         pool = self._pools.get(base)
         if pool is None:
             with self._lock:
                 pool = self._pools.get(base)
                 if pool is None:
                     p = urlsplit(base)
-                    cls = _HTTPSPool if p.scheme == "https" else _HTTPPool
-                    pool = cls(p.hostname or "", p.port, maxsize=self._pool_maxsize, timeout=self._timeout, retries=False)
+                    pool = _NodePool(
+                        p.scheme, p.hostname or "", p.port, self._pool_maxsize, self._connect_s, self._read_s
+                    )
                     self._pools[base] = pool
         return pool
 
@@ -778,12 +873,9 @@ class MolensClient:
         while True:
             attempt += 1
             try:
-                r = self._pool(target).urlopen(
-                    method, path, body=data, headers=headers, redirect=False, retries=False, assert_same_host=False
-                )
-            except urllib3.exceptions.HTTPError as exc:
-                sent = not isinstance(exc, urllib3.exceptions.ConnectTimeoutError)
-                unknown = unknown or (sent and method != "GET")
+                r = self._pool(target).request(method, path, data, headers)
+            except _TransportError as exc:
+                unknown = unknown or (exc.sent and method != "GET")
                 last_exc = exc
                 log.debug("request failed node=%s attempt=%d: %s", target, attempt, type(exc).__name__)
                 if attempt >= self.max_attempts or time.monotonic() >= deadline:

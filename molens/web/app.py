@@ -190,6 +190,25 @@ class _BatchAnswer(msgspec.Struct):
 _ANSWER = msgspec.json.Encoder()
 
 
+class _TaskRef(msgspec.Struct):
+    """An item of a batch create's answer under ``Prefer: return=minimal``: the task's id alone."""
+
+    id: str
+
+
+def prefers_minimal(prefer: str | None) -> bool:
+    """Whether a ``Prefer`` header (RFC 7240) asks for ``return=minimal``. Preferences are a
+    comma-separated list of ``token[=value]`` with ``;`` parameters, tokens case-insensitive, a
+    value possibly quoted; any other preference (or a malformed one) is ignored, as the RFC asks."""
+    if not prefer:
+        return False
+    for pref in prefer[:1000].split(","):
+        token, _, value = pref.split(";", 1)[0].partition("=")
+        if token.strip().lower() == "return" and value.strip().strip('"').lower() == "minimal":
+            return True
+    return False
+
+
 def _header_text(name: str) -> str | None:
     """A request header as text: WSGI hands headers over as latin-1; the bytes must be UTF-8."""
     raw = bottle.request.environ.get("HTTP_" + name.upper().replace("-", "_"))
@@ -563,6 +582,10 @@ def _install_tasks(api: Api) -> None:
                 out.append(None)
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
                 errs.append({"index": i, **err.to_json()})
+        if prefers_minimal(_header_text("Prefer")):  # ids only: a bulk loader needs no echo of its tasks
+            bottle.response.set_header("Preference-Applied", "return=minimal")
+            refs = [None if t is None else _TaskRef(t.id) for t in out]
+            return (201 if created else 200), _ANSWER.encode(_BatchAnswer(refs, msgspec.Raw(_dumps(errs))))
         # {"items": [...], "errors": [...]} as _dumps would write it, payloads spliced in as stored
         answer = _BatchAnswer([None if t is None else view(type(t)).render(t) for t in out], msgspec.Raw(_dumps(errs)))
         return (201 if created else 200), _ANSWER.encode(answer)

@@ -224,9 +224,21 @@ def _schemas() -> dict[str, Any]:
             "type": "object",
             "required": ["items", "errors"],
             "properties": {
-                "items": {"type": "array", "items": {"oneOf": [_ref("Task"), {"type": "null"}]}},
+                "items": {
+                    "description": "One per item, in order: the task (with Prefer: return=minimal, its id alone), "
+                    "or null where errors names the item's error",
+                    "type": "array",
+                    "items": {"oneOf": [_ref("Task"), _ref("TaskRef"), {"type": "null"}]},
+                },
                 "errors": {"type": "array", "items": _ref("BatchItemError")},
             },
+        },
+        "TaskRef": {
+            "description": "A created (or matched) task's id, the item of a batch answer under Prefer: return=minimal",
+            "type": "object",
+            "required": ["id"],
+            "additionalProperties": False,
+            "properties": {"id": {"type": "string"}},
         },
         "BatchCreateError": {
             "description": "An invalid batch: nothing was created; every bad item is listed",
@@ -462,6 +474,12 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+_PREF_APPLIED = {
+    "Preference-Applied": {
+        "schema": {"type": "string", "enum": ["return=minimal"]},
+        "description": "Present when the answer honours Prefer: return=minimal",
+    }
+}
 _ETAG = {"ETag": {"schema": {"type": "string"}, "description": 'The version of the definition, e.g. "3" (for If-Match)'}}
 
 _TASK_LINKS = {
@@ -543,13 +561,29 @@ def _paths() -> dict[str, Any]:
                 "operationId": "createTasks",
                 "summary": "Create up to 1,000 tasks atomically",
                 "tags": ["tasks"],
+                "parameters": [
+                    _param(
+                        "Prefer",
+                        "header",
+                        {"type": "string", "maxLength": 1000},
+                        "RFC 7240 preferences; return=minimal answers each item with the task's id alone "
+                        "(TaskRef) instead of the whole task, and says so in Preference-Applied. Other "
+                        "preferences are ignored",
+                    )
+                ],
                 "requestBody": {
                     "required": True,
                     "content": {"application/json": {"schema": _ref("BatchCreateRequest")}},
                 },
                 "responses": {
-                    "201": _ok(_ref("BatchCreateResponse"), "Created (at least one new task)"),
-                    "200": _ok(_ref("BatchCreateResponse"), "Every item matched an existing idempotency key"),
+                    "201": _json(
+                        _ref("BatchCreateResponse"), "Created (at least one new task)", {**_ROLE_HEADER, **_PREF_APPLIED}
+                    ),
+                    "200": _json(
+                        _ref("BatchCreateResponse"),
+                        "Every item matched an existing idempotency key",
+                        {**_ROLE_HEADER, **_PREF_APPLIED},
+                    ),
                     "400": _json(
                         {"anyOf": [_ref("BatchCreateError"), _ref("Error")]},
                         "Invalid batch; nothing created: BatchCreateError lists the bad items, Error a bad body",

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Tasks created per second through the REST API with the Python SDK.
 
-Two modes, in turn: ``single`` (``MolensClient.create`` from 16 threads over keep-alive) and
-``batch`` (``create_many`` of 500 tasks per request from a few threads). Every create carries an
-idempotency key (the SDK adds one), as real clients do.
+Three modes, in turn: ``single`` (``MolensClient.create`` from 16 threads over keep-alive),
+``batch`` (``create_many`` of 500 tasks per request from a few threads, each answer holding the 500
+tasks) and ``batch_ids`` (``create_many_ids``: the same requests with ``Prefer: return=minimal``, the
+answer holding their ids alone). Every create carries an idempotency key (the SDK adds one), as
+real clients do.
 
 Target, by default: a real 3-node cluster (``molens-node`` processes with the task state machine
 and the scheduler, on free ports under a temporary directory, as ``lateness.py`` starts it),
@@ -30,7 +32,9 @@ figure has a ceiling beside it:
 
 Prints one line per mode, ``ingest: mode=single creates_per_s=... target=cluster ... vs_hello=...``
 and ``ingest: mode=batch ... vs_hello=... vs_lmdb=...``, the references' lines
-``ingest_reference: ...``, then a summary line ``ingest: summary ...``.
+``ingest_reference: ...``, then a summary line ``ingest: summary ...``. ``steal_pct`` is the share of
+the machine's CPU time the hypervisor took from this VM during the mode (``/proc/stat``): the load
+average does not show it, and a host that takes 20 % of the cores is a slower machine.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ def start_local(data_dir: str, threads: int) -> tuple[subprocess.Popen[str], str
     return proc, line.split(" ", 1)[1]
 
 
-def hello_server(port: int, single_path: str, batch_path: str) -> None:
+def hello_server(port: int, single_path: str, batch_path: str, ids_path: str) -> None:
     """Child process: the ``hello`` reference (see the module docstring); serves until killed."""
     import json
 
@@ -106,7 +110,12 @@ def hello_server(port: int, single_path: str, batch_path: str) -> None:
 
     single_body = Path(single_path).read_bytes()
     batch_body = Path(batch_path).read_bytes()
+    ids_body = Path(ids_path).read_bytes()
     app = bottle.Bottle()
+
+    def batch() -> bytes:
+        minimal = "minimal" in bottle.request.headers.get("Prefer", "")
+        return answer(ids_body if minimal else batch_body)
 
     def answer(body: bytes) -> bytes:
         json.loads(bottle.request.body.read())
@@ -115,16 +124,18 @@ def hello_server(port: int, single_path: str, batch_path: str) -> None:
         return body
 
     app.route("/api/v1/tasks", "POST", lambda: answer(single_body))
-    app.route("/api/v1/tasks/batch", "POST", lambda: answer(batch_body))
+    app.route("/api/v1/tasks/batch", "POST", batch)
     waitress.serve(app, host="127.0.0.1", port=port, threads=32, _quiet=True)
 
 
-def start_hello(tmp: Path, single: bytes, batch: bytes) -> tuple[subprocess.Popen[bytes], str]:
+def start_hello(tmp: Path, single: bytes, batch: bytes, ids: bytes) -> tuple[subprocess.Popen[bytes], str]:
     (tmp / "single.json").write_bytes(single)
     (tmp / "batch.json").write_bytes(batch)
+    (tmp / "ids.json").write_bytes(ids)
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--hello-server", str(port), str(tmp / "single.json"), str(tmp / "batch.json")],
+        [sys.executable, __file__, "--hello-server", str(port), str(tmp / "single.json"), str(tmp / "batch.json"),
+         str(tmp / "ids.json")],
         cwd=ROOT,
     )
     deadline = time.monotonic() + 30
@@ -171,6 +182,20 @@ def cpu_s(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(steal, total) jiffies of the whole machine so far (Linux ``/proc/stat``; zeros elsewhere)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total > 0 else 0.0
+
+
 def run_threads(n: int, seconds: float, work: callable) -> tuple[int, float]:  # type: ignore[valid-type]
     stop = time.monotonic() + seconds
     counts = [0] * n
@@ -205,6 +230,7 @@ class Run:
     server_us: float
     leader_us: float
     client_us: float
+    steal: float
 
     @property
     def rate(self) -> float:
@@ -221,14 +247,17 @@ def measure(client: MolensClient, mode: str, args: argparse.Namespace, pids: lis
             return 1
     else:
         threads, what = args.batch_threads, f"batch={args.batch} threads={args.batch_threads}"
+        create = client.create_many if mode == "batch" else client.create_many_ids
 
         def work(k: int, i: int) -> int:
-            return len(client.create_many([_task(j) for j in range(args.batch)]))
+            return len(create([_task(j) for j in range(args.batch)]))
 
     urls = getattr(args, "node_urls", [])
     t0 = threadcpu.read(urls, args.token) if urls else {}
     c0, cc0, l0 = sum(cpu_s(p) for p in pids), time.process_time(), cpu_s(leader_pid)
+    s0 = cpu_ticks()
     n, el = run_threads(threads, args.seconds, work)
+    steal = steal_pct(s0, cpu_ticks())
     if urls:
         print("\n".join(threadcpu.report(t0, threadcpu.read(urls, args.token), n, "create")), flush=True)
     return Run(
@@ -238,6 +267,7 @@ def measure(client: MolensClient, mode: str, args: argparse.Namespace, pids: lis
         server_us=(sum(cpu_s(p) for p in pids) - c0) / n * 1e6,
         leader_us=(cpu_s(leader_pid) - l0) / n * 1e6,
         client_us=(time.process_time() - cc0) / n * 1e6,
+        steal=steal,
     )
 
 
@@ -254,13 +284,15 @@ def references(
     one = pool.request("POST", f"{leader_url}/api/v1/tasks", body=json.dumps(_task(-2)).encode(), headers=headers)
     many = pool.request("POST", f"{leader_url}/api/v1/tasks/batch", headers=headers,
                         body=json.dumps({"tasks": [_task(j) for j in range(args.batch)]}).encode())
-    if one.status != 201 or many.status != 201:
-        raise SystemExit(f"capturing the responses for the reference failed: {one.status} / {many.status}")
+    ids = pool.request("POST", f"{leader_url}/api/v1/tasks/batch", headers={**headers, "Prefer": "return=minimal"},
+                       body=json.dumps({"tasks": [_task(j) for j in range(args.batch)]}).encode())
+    if one.status != 201 or many.status != 201 or ids.status != 201:
+        raise SystemExit(f"capturing the responses for the reference failed: {one.status} / {many.status} / {ids.status}")
     record_bytes = len(one.data)  # the task's JSON: larger than its stored record, a generous ceiling
     out: list[str] = []
     with tempfile.TemporaryDirectory(prefix="molens-ingest-ref-") as d:
         tmp = Path(d)
-        hproc, hurl = start_hello(tmp, one.data, many.data)
+        hproc, hurl = start_hello(tmp, one.data, many.data, ids.data)
         try:
             hclient = MolensClient([hurl], token=args.token, pool_maxsize=max(args.threads, args.batch_threads))
             for k, mode in enumerate(modes):
@@ -270,19 +302,21 @@ def references(
                 summary[f"{mode}_vs_hello"] = f"{ratio:.2f}"
                 out.append(
                     f"ingest_reference: server=waitress_hello_world mode={mode} "
-                    f"req_per_s={r.rate / (args.batch if mode == 'batch' else 1):.0f} creates_per_s={r.rate:.0f} {r.what} "
-                    f"server_cpu_us_per_create={r.server_us:.1f} client_cpu_us_per_create={r.client_us:.1f} "
-                    f"load1={os.getloadavg()[0]:.1f}"
+                    f"req_per_s={r.rate / (1 if mode == 'single' else args.batch):.0f} creates_per_s={r.rate:.0f} "
+                    f"{r.what} server_cpu_us_per_create={r.server_us:.1f} client_cpu_us_per_create={r.client_us:.1f} "
+                    f"load1={os.getloadavg()[0]:.1f} steal_pct={r.steal:.0f}"
                 )
             hclient.close()
         finally:
             hproc.kill()
             hproc.wait()
-        if "batch" in modes:
+        batched = [m for m in modes if m != "single"]
+        if batched:
             rate, cpu_us = lmdb_reference(tmp, record_bytes, args.batch, min(args.seconds, 5.0))
-            ratio = runs["batch"].rate / rate
-            lines[modes.index("batch")] += f" vs_lmdb={ratio:.3f}"
-            summary["batch_vs_lmdb"] = f"{ratio:.3f}"
+            for mode in batched:
+                ratio = runs[mode].rate / rate
+                lines[modes.index(mode)] += f" vs_lmdb={ratio:.3f}"
+                summary[f"{mode}_vs_lmdb"] = f"{ratio:.3f}"
             out.append(
                 f"ingest_reference: store=lmdb_batched_puts records_per_s={rate:.0f} batch={args.batch} "
                 f"record_bytes={record_bytes} cpu_us_per_record={cpu_us:.1f} sync=fdatasync_per_txn"
@@ -291,8 +325,8 @@ def references(
 
 
 def main() -> int:
-    if len(sys.argv) == 5 and sys.argv[1] == "--hello-server":
-        hello_server(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    if len(sys.argv) == 6 and sys.argv[1] == "--hello-server":
+        hello_server(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="", help="comma-separated node URLs (default: start a 3-node cluster)")
@@ -306,7 +340,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--batch-threads", type=int, default=4)
     ap.add_argument("--server-threads", type=int, default=16, help="--local: the stand-in's threads")
-    ap.add_argument("--modes", default="single,batch", help="comma-separated, run in this order")
+    ap.add_argument("--modes", default="single,batch,batch_ids", help="comma-separated, run in this order")
     ap.add_argument(
         "--server-pids", default="", help="comma-separated PIDs of local cluster nodes: report their CPU per create"
     )
@@ -348,7 +382,7 @@ def main() -> int:
         pids = [proc.pid] if proc is not None else [int(p) for p in args.server_pids.split(",") if p]
         modes = args.modes.split(",")
         for mode in modes:
-            if mode not in ("single", "batch"):
+            if mode not in ("single", "batch", "batch_ids"):
                 raise SystemExit(f"unknown mode {mode!r}")
         cpu = os.cpu_count()
         lines = []
@@ -358,7 +392,8 @@ def main() -> int:
             r = measure(client, mode, args, pids, leader_pid)
             runs[mode] = r
             load = os.getloadavg()[0]
-            print(f"{mode}: {r.n} creates in {r.elapsed:.1f} s ({r.what}): {r.rate:.0f}/s wall-clock, load1 {load:.1f}")
+            print(f"{mode}: {r.n} creates in {r.elapsed:.1f} s ({r.what}): {r.rate:.0f}/s wall-clock, load1 {load:.1f}, "
+                  f"steal {r.steal:.0f} %")
             extra = f" client_cpu_us_per_create={r.client_us:.1f}"
             if pids:
                 # The machine is shared: CPU per create is the steadier figure; 1e6 / it is the rate one
@@ -371,7 +406,8 @@ def main() -> int:
                 summary[f"{mode}_leader_cpu_us_per_create"] = f"{r.leader_us:.1f}"
             summary[f"{mode}_creates_per_s"] = f"{r.rate:.0f}"
             lines.append(
-                f"ingest: mode={mode} creates_per_s={r.rate:.0f} {r.what} target={target} cpus={cpu} load1={load:.1f}{extra}"
+                f"ingest: mode={mode} creates_per_s={r.rate:.0f} {r.what} target={target} cpus={cpu} load1={load:.1f} "
+                f"steal_pct={r.steal:.0f}{extra}"
             )
         st = client.stats()
         print(f"server: tasks_total={st.get('tasks_total')} role={st.get('role')} mode={st.get('mode', 'raft')}")
@@ -384,6 +420,7 @@ def main() -> int:
         for line in refs:
             print(line)
         summary["load1"] = f"{os.getloadavg()[0]:.1f}"
+        summary["steal_pct_max"] = f"{max(r.steal for r in runs.values()):.0f}"
         print("ingest: summary " + " ".join(f"{k}={v}" for k, v in summary.items()))
     finally:
         if cluster is not None:

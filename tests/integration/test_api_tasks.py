@@ -93,6 +93,24 @@ def test_batch_with_only_known_idempotency_keys_answers_200(api: Served) -> None
     assert [t["id"] for t in again["items"]] == [t["id"] for t in first["items"]]
 
 
+def test_batch_with_prefer_return_minimal_answers_ids_alone(api: Served) -> None:
+    tasks = [delayed(idempotency_key=f"min-{i}", payload=i) for i in range(4)]
+    st, h, body = api.call("POST", "/api/v1/tasks/batch", {"tasks": tasks}, headers={"Prefer": "return=minimal"})
+    assert st == 201 and h.get("Preference-Applied") == "return=minimal"
+    check_schema(body, "BatchCreateResponse")
+    assert body["errors"] == [] and all(set(t) == {"id"} for t in body["items"])
+    ids = [t["id"] for t in body["items"]]
+    assert [api.call("GET", f"/api/v1/tasks/{i}")[2]["payload"] for i in ids] == [0, 1, 2, 3]
+    # RFC 7240's grammar: tokens case-insensitive, values may be quoted, other preferences ignored
+    for prefer in ('respond-async, RETURN="minimal"; x=1', "handling=lenient,return=minimal"):
+        st, h, again = api.call("POST", "/api/v1/tasks/batch", {"tasks": tasks}, headers={"Prefer": prefer})
+        assert st == 200 and again["items"] == body["items"] and h.get("Preference-Applied") == "return=minimal"
+    for prefer in ("return=representation", "return", "minimal", "=,;", "x" * 2000):
+        st, h, full = api.call("POST", "/api/v1/tasks/batch", {"tasks": tasks}, headers={"Prefer": prefer})
+        assert st == 200 and "Preference-Applied" not in h
+        assert [t["payload"] for t in full["items"]] == [0, 1, 2, 3]
+
+
 def test_empty_batch_is_fine(api: Served) -> None:
     st, _, body = api.call("POST", "/api/v1/tasks/batch", {"tasks": []})
     assert (st, body) == (200, {"items": [], "errors": []})

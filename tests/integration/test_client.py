@@ -179,6 +179,20 @@ def test_create_many_splits_into_batches_and_reports_bad_items(api: Served, clie
     assert api.task_count() == before + 2_100
 
 
+def test_create_many_ids_answers_ids_alone_and_a_retry_returns_the_same_ones(api: Served, client: MolensClient) -> None:
+    before = api.task_count()
+    keyed = [delayed(payload=i, idempotency_key=f"ids-{i}") for i in range(1_200)]
+    ids = client.create_many_ids(keyed)
+    assert len(ids) == 1_200 and len(set(ids)) == 1_200
+    assert api.task_count() == before + 1_200
+    assert [client.get(i)["payload"] for i in (ids[0], ids[999], ids[1_199])] == [0, 999, 1_199]
+    assert client.create_many_ids(keyed) == ids  # matched by key: nothing new, same ids in order
+    assert api.task_count() == before + 1_200
+    with pytest.raises(BatchRejectedError) as ei:
+        client.create_many_ids([delayed(), delayed(timeout_ms=0)])
+    assert list(ei.value.item_errors) == [1]
+
+
 def test_batching_client_resolves_each_future_and_flushes_on_close(api: Served, client: MolensClient) -> None:
     before = api.task_count()
     with BatchingClient(client, max_batch=200, flush_interval_s=0.5) as b:

@@ -1,0 +1,123 @@
+"""The Python SDK's own HTTP/1.1 transport (``molens.client._NodePool``) against a scripted server on
+a real socket: keep-alive reuse, a connection the server closed while idle, chunked and ``Connection:
+close`` answers, and whether a failed request counts as possibly applied."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from molens.client import ConnectionFailedError, MolensClient, OutcomeUnknownError
+from tests.integration.conftest import free_ports
+from tests.integration.raw_server import RawServer
+
+pytestmark = pytest.mark.integration
+
+TASK = {"id": "01TESTTASK", "status": "pending"}
+
+def _json(body: object, extra: str = "") -> bytes:
+    data = json.dumps(body).encode()
+    return (
+        f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n{extra}\r\n"
+    ).encode() + data
+
+
+@contextmanager
+def scripted(answer: Callable[[int, bytes], bytes | None], close_after_each: bool = False) -> Iterator[RawServer]:
+    """A RawServer answering request number n (1, 2, ...) with ``answer(n, request)``; None closes
+    the connection without an answer."""
+
+    def script(conn: socket.socket, req: bytes) -> bool:
+        out = answer(len(srv.requests), req)
+        if out is None:
+            return False
+        conn.sendall(out)
+        return not close_after_each
+
+    srv = RawServer(script)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _client(port: int, **kw: object) -> MolensClient:
+    return MolensClient([f"http://127.0.0.1:{port}"], backoff_base_s=0.01, backoff_max_s=0.02, **kw)  # type: ignore[arg-type]
+
+
+def test_keep_alive_reuses_one_connection_and_sends_one_write_per_request() -> None:
+    seen: list[bytes] = []
+
+    def answer(n: int, req: bytes) -> bytes:
+        seen.append(req)
+        return _json(TASK)
+
+    with scripted(answer) as st, _client(st.port) as c:
+        for _ in range(5):
+            assert c.get("01TESTTASK") == TASK
+        created = c.create({"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x"})
+        assert created == TASK
+    assert st.connections == 1 and len(st.requests) == 6
+    head, _, body = seen[-1].partition(b"\r\n\r\n")
+    assert head.startswith(b"POST /api/v1/tasks HTTP/1.1\r\n")
+    assert f"Host: 127.0.0.1:{st.port}".encode() in head
+    assert json.loads(body)["idempotency_key"]  # the body arrived whole, by its Content-Length
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_written_to() -> None:
+    # the server answers, then closes the connection (its keep-alive timeout): the next request must
+    # go out on a new connection at the first attempt, not fail on the stale one and count as "maybe applied"
+    with scripted(lambda n, req: _json(TASK), close_after_each=True) as st, _client(st.port, max_attempts=1) as c:
+        for _ in range(3):
+            assert c.pause("01TESTTASK") == TASK  # not retried on an unknown outcome: max_attempts=1
+            threading.Event().wait(0.05)  # let the server's close arrive before the next request
+    assert st.connections == 3 and len(st.requests) == 3
+
+
+def test_chunked_and_connection_close_answers_are_read_whole() -> None:
+    body = json.dumps(TASK).encode()
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + f"{len(body[:5]):x}\r\n".encode() + body[:5] + b"\r\n"
+        + f"{len(body[5:]):x}\r\n".encode() + body[5:] + b"\r\n0\r\n\r\n"
+    )
+
+    def answer(n: int, req: bytes) -> bytes:
+        return chunked if n == 1 else _json(TASK, "Connection: close\r\n")
+
+    with scripted(answer) as st, _client(st.port) as c:
+        assert c.get("01TESTTASK") == TASK  # chunked, kept alive
+        assert c.get("01TESTTASK") == TASK  # same connection, answered with Connection: close
+        assert st.connections == 1
+        assert c.get("01TESTTASK") == TASK  # so a new one
+    assert st.connections == 2
+
+
+def test_a_request_sent_without_an_answer_is_an_unknown_outcome_a_refused_connect_is_not() -> None:
+    # the server reads the request and closes without answering: it may have applied it
+    with scripted(lambda n, req: None) as st, _client(st.port, max_attempts=2) as c, pytest.raises(
+        OutcomeUnknownError
+    ):
+        c.pause("01TESTTASK")
+    assert len(st.requests) == 2
+    # nobody listens: the request never left, so the error says no node answered (not "maybe applied")
+    with _client(free_ports(1)[0], max_attempts=2) as c, pytest.raises(ConnectionFailedError):
+        c.pause("01TESTTASK")
+
+
+def test_a_read_timeout_after_sending_is_an_unknown_outcome() -> None:
+    gate = threading.Event()
+
+    def answer(n: int, req: bytes) -> bytes | None:
+        gate.wait(2)  # longer than the client's read timeout
+        return None
+
+    with scripted(answer) as st, _client(st.port, max_attempts=1, timeout=0.2) as c:
+        with pytest.raises(OutcomeUnknownError):
+            c.pause("01TESTTASK")
+        gate.set()
