@@ -163,27 +163,85 @@ func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, e
 	return out, nil
 }
 
+// CreateTaskIDs is CreateTasks answered with the tasks' ids alone ("Prefer: return=minimal"): the
+// server spares the echo of every task and the client the decoding of it. Same batches, keys and
+// errors as CreateTasks; the ids of earlier batches are returned with an error.
+func (c *Client) CreateTaskIDs(ctx context.Context, rs []*TaskRequest) ([]string, error) {
+	bodies := make([]*TaskRequest, len(rs))
+	for i, r := range rs {
+		bodies[i] = keyed(r)
+	}
+	out := make([]string, 0, len(rs))
+	for i := 0; i < len(bodies); i += 1000 {
+		j := i + 1000
+		if j > len(bodies) {
+			j = len(bodies)
+		}
+		ids, errs, err := c.createBatchIDs(ctx, bodies[i:j])
+		if err != nil {
+			return out, err
+		}
+		for k, id := range ids {
+			if errs[k] != nil {
+				return out, errs[k]
+			}
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
 // createBatch sends one batch; per item the task, or the error the state machine gave it.
 func (c *Client) createBatch(ctx context.Context, bodies []*TaskRequest) ([]*Task, []*APIError, error) {
 	var resp batchResponse
 	if err := c.do(ctx, "POST", "/api/v1/tasks/batch", nil, batchRequest{Tasks: bodies}, true, &resp); err != nil {
 		return nil, nil, err
 	}
-	errs := make([]*APIError, len(bodies))
-	for _, e := range resp.Errors {
+	errs, err := batchErrors(len(bodies), len(resp.Items), func(i int) bool { return resp.Items[i] == nil }, resp.Errors)
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp.Items, errs, nil
+}
+
+// createBatchIDs is createBatch with "Prefer: return=minimal": per item the task's id, or the error.
+func (c *Client) createBatchIDs(ctx context.Context, bodies []*TaskRequest) ([]string, []*APIError, error) {
+	var resp batchIDsResponse
+	prefer := http.Header{"Prefer": {"return=minimal"}}
+	if err := c.doWith(ctx, "POST", "/api/v1/tasks/batch", nil, batchRequest{Tasks: bodies}, true, &resp, prefer); err != nil {
+		return nil, nil, err
+	}
+	errs, err := batchErrors(len(bodies), len(resp.Items), func(i int) bool { return resp.Items[i] == nil }, resp.Errors)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := make([]string, len(resp.Items))
+	for i, it := range resp.Items {
+		if it != nil {
+			ids[i] = it.ID
+		}
+	}
+	return ids, errs, nil
+}
+
+// batchErrors: per item of a batch of n, the error the answer lists for it, or a 500 for an item
+// answered with neither a task nor an error (missing(i)); an error when it answered another count.
+func batchErrors(n, answered int, missing func(int) bool, listed []batchItemError) ([]*APIError, error) {
+	errs := make([]*APIError, n)
+	for _, e := range listed {
 		if e.Index >= 0 && e.Index < len(errs) {
 			errs[e.Index] = e.Error.apiError(400)
 		}
 	}
-	if len(resp.Items) != len(bodies) {
-		return nil, nil, fmt.Errorf("molens: batch of %d answered %d items", len(bodies), len(resp.Items))
+	if answered != n {
+		return nil, fmt.Errorf("molens: batch of %d answered %d items", n, answered)
 	}
-	for i, t := range resp.Items {
-		if t == nil && errs[i] == nil {
+	for i := range errs {
+		if errs[i] == nil && missing(i) {
 			errs[i] = &APIError{Status: 500, Code: "internal", Message: "the server returned no task for this item"}
 		}
 	}
-	return resp.Items, errs, nil
+	return errs, nil
 }
 
 // GetTask returns the task (an *APIError with Status 404 when there is none).
@@ -543,7 +601,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	return c.doWith(ctx, method, path, q, body, safe, out, nil)
 }
 
-// doWith is do with extra request headers (If-Match).
+// doWith is do with extra request headers (If-Match, Prefer).
 func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, body interface{}, safe bool, out interface{}, extra http.Header) error {
 	var data []byte
 	if body != nil {

@@ -196,6 +196,67 @@ func TestBatchCreateAndARejectedBatchNamesEachBadItem(t *testing.T) {
 	}
 }
 
+func TestCreateTaskIDsAnswersIDsAloneAndKeysMakeItIdempotent(t *testing.T) {
+	base := nodeURL(t)
+	c, ctx := newClient(t, []string{base}), ctxT(t)
+	scene := uniqueScene("ids")
+	var reqs []*TaskRequest
+	for i := 0; i < 1200; i++ { // two requests: 1000 + 200
+		reqs = append(reqs, far(base, scene).SetIdempotencyKey(fmt.Sprintf("%s-%d", scene, i)).SetPayload(map[string]int{"i": i}))
+	}
+	ids, err := c.CreateTaskIDs(ctx, reqs)
+	if err != nil || len(ids) != 1200 {
+		t.Fatalf("created %d: %v", len(ids), err)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if id == "" || seen[id] {
+			t.Fatalf("id %q empty or repeated", id)
+		}
+		seen[id] = true
+	}
+	got, err := c.GetTask(ctx, ids[1100])
+	if err != nil || string(got.Payload) != `{"i":1100}` || got.Scene != scene {
+		t.Fatalf("GET of item 1100: %+v %v", got, err)
+	}
+	again, err := c.CreateTaskIDs(ctx, reqs)
+	if err != nil || !reflect.DeepEqual(again, ids) {
+		t.Fatalf("the same keys again: %v (%d ids, same: %v)", err, len(again), reflect.DeepEqual(again, ids))
+	}
+	bad := []*TaskRequest{far(base, scene), NewTaskRequest("delayed", base+"/cb")}
+	made, err := c.CreateTaskIDs(ctx, bad)
+	e := mustAPIError(t, err, 400, "invalid_argument", "tasks[1].interval_ms")
+	if len(made) != 0 || len(e.ItemErrors) != 1 || e.ItemErrors[1].Field != "interval_ms" {
+		t.Fatalf("made %v, item errors %+v", made, e.ItemErrors)
+	}
+	n := 0
+	if err := c.EachTask(ctx, ListOptions{Scene: scene}, func(*Task) error { n++; return nil }); err != nil || n != 1200 {
+		t.Fatalf("listed %d (nothing of the rejected batch may exist): %v", n, err)
+	}
+}
+
+func TestCreateTaskIDsSendsPreferReturnMinimalAndCreateTasksDoesNot(t *testing.T) {
+	var prefer []string
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		prefer = append(prefer, r.Header.Get("Prefer"))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"items": [{"id": "01ARZ3NDEKTSV4RRFFQ69G5FAV"}], "errors": []}`)
+	}))
+	t.Cleanup(s.Close)
+	c := newClient(t, []string{s.URL})
+	ids, err := c.CreateTaskIDs(context.Background(), []*TaskRequest{far(s.URL, "x")})
+	if err != nil || len(ids) != 1 || ids[0] != "01ARZ3NDEKTSV4RRFFQ69G5FAV" {
+		t.Fatalf("%v %v", ids, err)
+	}
+	if _, err := c.CreateTasks(context.Background(), []*TaskRequest{far(s.URL, "x")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(prefer) != 2 || prefer[0] != "return=minimal" || prefer[1] != "" {
+		t.Fatalf("Prefer headers sent: %q", prefer)
+	}
+}
+
 func TestListFiltersAndFollowsCursors(t *testing.T) {
 	base := nodeURL(t)
 	c, ctx := newClient(t, []string{base}), ctxT(t)

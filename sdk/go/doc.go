@@ -16,7 +16,7 @@
 //     bounded by WithMaxAttempts and WithRetryDeadline: on connection errors and on 503 (no leader,
 //     outcome unknown, unavailable), waiting at least Retry-After once a few attempts have failed.
 //     Other errors are returned at once as *APIError, carrying the API's code and field.
-//   - Idempotency. CreateTask and CreateTasks give every task without an IdempotencyKey a fresh,
+//   - Idempotency. CreateTask, CreateTasks and CreateTaskIDs give every task without an IdempotencyKey a fresh,
 //     time-ordered one (NewIdempotencyKey), so a retry after a lost response returns the task the
 //     first attempt created instead of creating a duplicate. Pause, resume, trigger and delete are
 //     retried too; when a retry after an unknown outcome meets 404/409/412, *OutcomeUnknownError is

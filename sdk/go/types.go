@@ -429,3 +429,11 @@ type batchResponse struct {
 	Items  []*Task          `json:"items"`
 	Errors []batchItemError `json:"errors"`
 }
+
+// batchIDsResponse is a batch's answer to "Prefer: return=minimal": items are {"id": ...} (or null).
+type batchIDsResponse struct {
+	Items []*struct {
+		ID string `json:"id"`
+	} `json:"items"`
+	Errors []batchItemError `json:"errors"`
+}

@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.Map;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -224,6 +225,29 @@ public class MolensClientTest {
         assertEquals("interval_ms", e.getItemErrors().get(1).getField());
         assertEquals("scene", e.getItemErrors().get(2).getField());
         assertEquals("nothing of the rejected batch exists", 1203, c.listAllTasks(new ListOptions().setScene(sc).setLimit(1000)).size());
+    }
+
+    @Test
+    public void createAllIdsAnswersIdsAloneAndKeysMakeItIdempotent() {
+        String sc = scene("ids");
+        List<TaskRequest> reqs = new ArrayList<TaskRequest>();
+        for (int i = 0; i < 1200; i++) { // two requests: 1000 + 200
+            reqs.add(far(sc).setIdempotencyKey(sc + "-" + i).setPayload(Collections.singletonMap("i", i)));
+        }
+        List<String> ids = c.createAllIds(reqs);
+        assertEquals(1200, ids.size());
+        assertEquals("distinct ids", 1200, new HashSet<String>(ids).size());
+        assertFalse(ids.contains(""));
+        Task got = c.get(ids.get(1100));
+        assertEquals(1100, got.payload.path("i").asInt());
+        assertEquals(sc, got.scene);
+        assertEquals("the same keys answer the same ids, in order", ids, c.createAllIds(reqs));
+        final List<TaskRequest> bad = Arrays.asList(far(sc), new TaskRequest().setType("delayed").setCallbackUrl(base + "/cb"));
+        ApiException e = apiError(new Runnable() { public void run() { c.createAllIds(bad); } }, 400, "invalid_argument",
+                "tasks[1].interval_ms");
+        assertEquals(1, e.getItemErrors().size());
+        assertEquals("interval_ms", e.getItemErrors().get(1).getField());
+        assertEquals("nothing of the rejected batch exists", 1200, c.listAllTasks(new ListOptions().setScene(sc).setLimit(1000)).size());
     }
 
     @Test
