@@ -407,6 +407,8 @@ class MolensClient:
         self._target = self._urls[0]
         self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if token:
+            if not all(" " < c <= "~" for c in token):  # printable ASCII: no header injection, no mangling
+                raise ValueError("token must be printable ASCII without spaces")
             self._headers["Authorization"] = f"Bearer {token}"
         self._pool_maxsize = pool_maxsize
         self._connect_s = min(timeout, 5.0)

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +124,40 @@ def test_a_read_timeout_after_sending_is_an_unknown_outcome() -> None:
         with pytest.raises(OutcomeUnknownError):
             c.pause("01TESTTASK")
         gate.set()
+
+
+def test_https_checks_the_certificate_and_sends_nothing_to_an_untrusted_server(tmp_path: Path) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    got: list[bytes] = []
+
+    def serve() -> None:
+        srv.settimeout(5)
+        try:
+            conn, _ = srv.accept()
+            with ctx.wrap_socket(conn, server_side=True) as tls:
+                got.append(tls.recv(65536))
+        except (OSError, ssl.SSLError):
+            pass  # the client refuses the handshake: nothing arrives
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    with MolensClient([f"https://127.0.0.1:{port}"], max_attempts=1) as c, pytest.raises(ConnectionFailedError) as ei:
+        c.pause("01TESTTASK")  # not a keyed create: an unknown outcome would raise OutcomeUnknownError instead
+    t.join(5)
+    srv.close()
+    assert "CERTIFICATE_VERIFY_FAILED" in str(ei.value) and got == []
+
+
+@pytest.mark.parametrize("token", ["a\r\nX-Evil: 1", "tok en", "tök"])
+def test_a_token_that_could_break_the_request_head_is_refused(token: str) -> None:
+    with pytest.raises(ValueError, match="token"):
+        MolensClient(["http://127.0.0.1:9"], token=token)
