@@ -956,7 +956,9 @@ class BatchingClient:
     or failed with its own error: an invalid task fails only its future, the rest of its batch is
     re-sent at once. :meth:`close` flushes everything first. ``max_pending`` bounds the queue:
     :meth:`submit` blocks while it is full. ``senders`` threads send batches concurrently (more
-    than one overlaps the network and apply latency of one batch with the next).
+    than one overlaps the network and apply latency of one batch with the next). ``ids_only``:
+    the futures resolve with ``{"id": ...}`` alone (the batches ask for ``Prefer: return=minimal``),
+    for loads that need no more of the created tasks.
     """
 
     def __init__(
@@ -967,10 +969,12 @@ class BatchingClient:
         flush_interval_s: float = 0.05,
         max_pending: int = 100_000,
         senders: int = 1,
+        ids_only: bool = False,
     ) -> None:
         if not 1 <= max_batch <= 1000:
             raise ValueError("max_batch must be in 1..1000")
         self.client = client
+        self.ids_only = ids_only
         self.max_batch = max_batch
         self.flush_interval_s = flush_interval_s
         self.max_pending = max_pending
@@ -1062,7 +1066,7 @@ class BatchingClient:
     def _send(self, batch: builtins.list[tuple[dict[str, Any], Future[Task]]]) -> None:
         while batch:
             try:
-                results = self.client._create_batch_items([b for b, _ in batch])
+                results = self.client._create_batch_items([b for b, _ in batch], self.ids_only)
             except BatchRejectedError as exc:
                 keep = []
                 for i, (body, fut) in enumerate(batch):

@@ -206,6 +206,18 @@ def test_batching_client_resolves_each_future_and_flushes_on_close(api: Served, 
     assert api.task_count() == before + 455
 
 
+def test_batching_client_with_ids_only_resolves_each_future_with_the_id(api: Served, client: MolensClient) -> None:
+    before = api.task_count()
+    with BatchingClient(client, max_batch=100, flush_interval_s=0.5, ids_only=True) as b:
+        futs = [b.submit(delayed(payload=i)) for i in range(250)]
+        bad = b.submit(delayed(scene="no spaces"))
+    got = [f.result(0) for f in futs]
+    assert all(set(t) == {"id"} for t in got) and len({t["id"] for t in got}) == 250
+    assert [client.get(got[i]["id"])["payload"] for i in (0, 249)] == [0, 249]
+    assert isinstance(bad.exception(0), BadRequestError)
+    assert api.task_count() == before + 250
+
+
 def test_batching_client_flushes_by_interval(api: Served, client: MolensClient) -> None:
     with BatchingClient(client, max_batch=1000, flush_interval_s=0.05) as b:
         futs = [b.submit(delayed()) for _ in range(3)]
