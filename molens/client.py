@@ -47,6 +47,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from molens import __version__
 from molens.errors import MolensError
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,10 @@ def _dropped(sock: socket.socket) -> bool:
 
 
 _poll = getattr(select, "poll", None)
+_FIXED_HEADERS = f"User-Agent: molens-python/{__version__}\r\nAccept-Encoding: identity\r\n"
+"""Sent with every request: who asks, and that the answer must not be compressed (without the
+header any coding is acceptable, and a proxy in front of the nodes may gzip; this client reads
+bodies as they come)."""
 
 
 class _NodePool:
@@ -355,7 +360,7 @@ class _NodePool:
 
     def request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> _Answer:
         sock = self._take()
-        head = f"{method} {path} HTTP/1.1\r\nHost: {self._host_header}\r\n"
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self._host_header}\r\n{_FIXED_HEADERS}"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
         try:
             sock.sendall(head.encode("latin-1") + body if body else head.encode("latin-1"))

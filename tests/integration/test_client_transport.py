@@ -69,6 +69,7 @@ def test_keep_alive_reuses_one_connection_and_sends_one_write_per_request() -> N
     head, _, body = seen[-1].partition(b"\r\n\r\n")
     assert head.startswith(b"POST /api/v1/tasks HTTP/1.1\r\n")
     assert f"Host: 127.0.0.1:{st.port}".encode() in head
+    assert b"\r\nAccept-Encoding: identity\r\n" in head and b"\r\nUser-Agent: molens-python/" in head
     assert json.loads(body)["idempotency_key"]  # the body arrived whole, by its Content-Length
 
 
