@@ -13,6 +13,9 @@ type BatcherOptions struct {
 	FlushInterval time.Duration // the oldest queued task waits at most this long (default 50 ms)
 	MaxPending    int           // submitted but unanswered tasks; Submit blocks beyond it (default 100,000)
 	Senders       int           // batch requests in flight at once (default 1)
+	// IDsOnly: the batches ask for "Prefer: return=minimal" and each Pending resolves with a Task
+	// holding only its ID, for loads that need no more of the created tasks.
+	IDsOnly bool
 }
 
 // Pending is the future result of one submitted task.
@@ -208,7 +211,7 @@ func (b *Batcher) sendBatch(batch []batchItem) {
 		for i, it := range batch {
 			reqs[i] = it.req
 		}
-		tasks, errs, err := b.c.createBatch(ctx, reqs)
+		tasks, errs, err := b.c.createBatchAs(ctx, reqs, b.opts.IDsOnly)
 		if err != nil {
 			var ae *APIError
 			if errors.As(err, &ae) && len(ae.ItemErrors) > 0 {

@@ -224,6 +224,24 @@ func (c *Client) createBatchIDs(ctx context.Context, bodies []*TaskRequest) ([]s
 	return ids, errs, nil
 }
 
+// createBatchAs is createBatch, or with minimal createBatchIDs answered as tasks holding only their ID.
+func (c *Client) createBatchAs(ctx context.Context, bodies []*TaskRequest, minimal bool) ([]*Task, []*APIError, error) {
+	if !minimal {
+		return c.createBatch(ctx, bodies)
+	}
+	ids, errs, err := c.createBatchIDs(ctx, bodies)
+	if err != nil {
+		return nil, nil, err
+	}
+	tasks := make([]*Task, len(ids))
+	for i, id := range ids {
+		if errs[i] == nil {
+			tasks[i] = &Task{ID: id}
+		}
+	}
+	return tasks, errs, nil
+}
+
 // batchErrors: per item of a batch of n, the error the answer lists for it, or a 500 for an item
 // answered with neither a task nor an error (missing(i)); an error when it answered another count.
 func batchErrors(n, answered int, missing func(int) bool, listed []batchItemError) ([]*APIError, error) {

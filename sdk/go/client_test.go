@@ -795,6 +795,104 @@ func TestBatcherFlushesByCountIntervalAndClose(t *testing.T) {
 	mustAPIError(t, err, 400, "invalid_argument", "interval_ms")
 }
 
+func TestBatcherIDsOnlyResolvesTasksHoldingOnlyTheirIDs(t *testing.T) {
+	base := nodeURL(t)
+	c, ctx := newClient(t, []string{base}), ctxT(t)
+	scene := uniqueScene("batcher-ids")
+	b := c.NewBatcher(BatcherOptions{MaxBatch: 100, FlushInterval: 5 * time.Millisecond, Senders: 2, IDsOnly: true})
+	const n, badAt = 250, 137
+	ps := make([]*Pending, n)
+	for i := range ps {
+		r := far(base, scene).SetPayload(map[string]int{"i": i})
+		if i == badAt {
+			r = NewTaskRequest("delayed", base+"/cb").SetScene(scene) // no interval: invalid
+		}
+		p, err := b.Submit(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[i] = p
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for i, p := range ps {
+		task, err := p.Wait(ctx)
+		if i == badAt {
+			mustAPIError(t, err, 400, "invalid_argument", "interval_ms")
+			if task != nil {
+				t.Fatalf("the invalid task resolved with %+v", task)
+			}
+			continue
+		}
+		if err != nil || task == nil {
+			t.Fatalf("item %d (a valid task in a stream with a bad one): %+v %v", i, task, err)
+		}
+		if task.ID == "" {
+			t.Fatalf("item %d: empty id", i)
+		}
+		if j, dup := seen[task.ID]; dup {
+			t.Fatalf("items %d and %d share id %s", j, i, task.ID)
+		}
+		seen[task.ID] = i
+		if !reflect.DeepEqual(*task, Task{ID: task.ID}) || task.CallbackURL != "" {
+			t.Fatalf("item %d: more than the id set: %+v", i, task)
+		}
+	}
+	if len(seen) != n-1 {
+		t.Fatalf("%d ids for %d valid tasks", len(seen), n-1)
+	}
+	task, _ := ps[200].Wait(ctx)
+	got, err := c.GetTask(ctx, task.ID)
+	if err != nil || string(got.Payload) != `{"i":200}` || got.Scene != scene || got.Status != "pending" {
+		t.Fatalf("GET of item 200: %+v %v", got, err)
+	}
+	listed := 0
+	if err := c.EachTask(ctx, ListOptions{Scene: scene}, func(*Task) error { listed++; return nil }); err != nil || listed != n-1 {
+		t.Fatalf("listed %d, want %d (each valid task exactly once, the invalid one never): %v", listed, n-1, err)
+	}
+}
+
+func TestBatcherSendsPreferReturnMinimalOnlyWithIDsOnly(t *testing.T) {
+	var mu sync.Mutex
+	var prefer []string
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		prefer = append(prefer, r.Header.Get("Prefer"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("Prefer") == "return=minimal" {
+			_, _ = io.WriteString(w, `{"items": [{"id": "01ARZ3NDEKTSV4RRFFQ69G5FAV"}], "errors": []}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"items": [{"id": "01ARZ3NDEKTSV4RRFFQ69G5FAW", "status": "pending"}], "errors": []}`)
+	}))
+	t.Cleanup(s.Close)
+	c := newClient(t, []string{s.URL})
+	ctx := context.Background()
+	for _, idsOnly := range []bool{true, false} {
+		b := c.NewBatcher(BatcherOptions{IDsOnly: idsOnly})
+		p, err := b.Submit(ctx, far(s.URL, "x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+		if idsOnly && !reflect.DeepEqual(*task, Task{ID: "01ARZ3NDEKTSV4RRFFQ69G5FAV"}) ||
+			!idsOnly && (task.ID != "01ARZ3NDEKTSV4RRFFQ69G5FAW" || task.Status != "pending") {
+			t.Fatalf("IDsOnly %v: %+v", idsOnly, task)
+		}
+	}
+	if len(prefer) != 2 || prefer[0] != "return=minimal" || prefer[1] != "" {
+		t.Fatalf("Prefer headers sent: %q", prefer)
+	}
+}
+
 // ------------------------------------------------------------------------------------ 3 nodes
 
 func clusterURLs(t *testing.T) []string {

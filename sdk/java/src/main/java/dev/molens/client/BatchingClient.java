@@ -12,7 +12,9 @@ import java.util.concurrent.TimeUnit;
  * the oldest has waited {@code flushIntervalMs}, on {@link #flush()} and on {@link #close()}. Every task
  * gets its idempotency key when submitted, so a batch retried after a lost response (a leader killed
  * mid-request) creates each task exactly once. An invalid task fails only its own future; the valid
- * rest of its batch is re-sent at once. Thread-safe.
+ * rest of its batch is re-sent at once. With {@code idsOnly} the batches ask for {@code Prefer: return=minimal}
+ * and each future completes with a {@link Task} holding only its id, for loads that need no more of the
+ * created tasks. Thread-safe.
  *
  * <pre>{@code
  * try (BatchingClient b = new BatchingClient(client, 500, 50, 100_000, 1)) {
@@ -31,6 +33,7 @@ public final class BatchingClient implements AutoCloseable {
 
     private final MolensClient client;
     private final int maxBatch;
+    private final boolean idsOnly;
     private final long flushIntervalNanos;
     private final Semaphore slots;
     private final List<Thread> senders = new ArrayList<Thread>();
@@ -50,11 +53,24 @@ public final class BatchingClient implements AutoCloseable {
      * @param senderThreads batch requests in flight at once
      */
     public BatchingClient(MolensClient client, int maxBatch, long flushIntervalMs, int maxPending, int senderThreads) {
+        this(client, maxBatch, flushIntervalMs, maxPending, senderThreads, false);
+    }
+
+    /**
+     * @param maxBatch tasks per request, 1..1000
+     * @param flushIntervalMs how long the oldest queued task waits at most
+     * @param maxPending submitted but unanswered tasks; {@link #submit} blocks beyond it
+     * @param senderThreads batch requests in flight at once
+     * @param idsOnly the batches ask for {@code Prefer: return=minimal}; each future's task holds only its id
+     */
+    public BatchingClient(MolensClient client, int maxBatch, long flushIntervalMs, int maxPending, int senderThreads,
+            boolean idsOnly) {
         if (maxBatch < 1 || maxBatch > 1000) {
             throw new IllegalArgumentException("maxBatch must be in 1..1000");
         }
         this.client = client;
         this.maxBatch = maxBatch;
+        this.idsOnly = idsOnly;
         this.flushIntervalNanos = TimeUnit.MILLISECONDS.toNanos(flushIntervalMs);
         this.slots = new Semaphore(maxPending);
         for (int i = 0; i < Math.max(1, senderThreads); i++) {
@@ -68,7 +84,7 @@ public final class BatchingClient implements AutoCloseable {
         }
     }
 
-    /** Queues one task (a copy of r) for creation; the future completes with the created task. */
+    /** Queues one task (a copy of r) for creation; the future completes with the created task (idsOnly: its id alone). */
     public CompletableFuture<Task> submit(TaskRequest r) {
         Item it = new Item(MolensClient.keyed(r));
         slots.acquireUninterruptibly();
@@ -175,7 +191,7 @@ public final class BatchingClient implements AutoCloseable {
             }
             MolensClient.BatchResult res;
             try {
-                res = client.createBatch(reqs);
+                res = client.createBatch(reqs, idsOnly);
             } catch (ApiException e) {
                 if (!e.getItemErrors().isEmpty()) {
                     List<Item> keep = new ArrayList<Item>();

@@ -225,12 +225,25 @@ public final class MolensClient implements AutoCloseable {
     }
 
     /** One batch request: per item the task, or the error the state machine gave it. */
-    BatchResult createBatch(List<TaskRequest> bodies) {
-        JsonNode out = postBatch(bodies, Collections.<String, String>emptyMap());
+    BatchResult createBatch(List<TaskRequest> bodies) { return createBatch(bodies, false); }
+
+    /**
+     * {@link #createBatch(List)}; with {@code minimal} it asks for {@code Prefer: return=minimal} and each
+     * task holds only its id.
+     */
+    BatchResult createBatch(List<TaskRequest> bodies, boolean minimal) {
+        JsonNode out = postBatch(bodies, minimal ? PREFER_MINIMAL : Collections.<String, String>emptyMap());
         List<ApiException> errors = batchErrors(bodies.size(), out);
         List<Task> tasks = new ArrayList<Task>();
         for (JsonNode it : out.path("items")) {
-            tasks.add(it.isNull() ? null : JSON.convertValue(it, Task.class));
+            Task t = null;
+            if (!it.isNull() && minimal) {
+                t = new Task();
+                t.id = it.path("id").asText();
+            } else if (!it.isNull()) {
+                t = JSON.convertValue(it, Task.class);
+            }
+            tasks.add(t);
         }
         return new BatchResult(tasks, errors);
     }

@@ -434,4 +434,117 @@ public class MolensClientTest {
             bf.close();
         }
     }
+
+    /** Every field of t but its id is unset: null, or a primitive's zero. */
+    static void onlyIdSet(String what, Task t) throws IllegalAccessException {
+        assertNotNull(what, t);
+        assertNotNull(what, t.id);
+        assertFalse(what + ": empty id", t.id.isEmpty());
+        for (java.lang.reflect.Field f : Task.class.getFields()) {
+            if (f.getName().equals("id") || java.lang.reflect.Modifier.isStatic(f.getModifiers())) {
+                continue;
+            }
+            Object v = f.get(t);
+            boolean unset = v == null || (f.getType().isPrimitive()
+                    && (v.equals(0L) || v.equals(0) || v.equals(Boolean.FALSE) || v.equals(0.0)));
+            assertTrue(what + ": field " + f.getName() + " is set to " + v, unset);
+        }
+    }
+
+    @Test
+    public void batchingClientIdsOnlyCompletesWithTasksHoldingOnlyTheirIds() throws Exception {
+        String sc = scene("batcher-ids");
+        final int n = 250;
+        final int badAt = 137;
+        List<CompletableFuture<Task>> fs = new ArrayList<CompletableFuture<Task>>();
+        BatchingClient b = new BatchingClient(c, 100, 5, 100000, 2, true);
+        try {
+            for (int i = 0; i < n; i++) {
+                fs.add(b.submit(i == badAt
+                        ? new TaskRequest().setType("delayed").setCallbackUrl(base + "/cb").setScene(sc) // no interval
+                        : far(sc).setPayload(Collections.singletonMap("i", i))));
+            }
+        } finally {
+            b.close();
+        }
+        Map<String, Integer> seen = new HashMap<String, Integer>();
+        for (int i = 0; i < n; i++) {
+            assertTrue("close returned before every task was answered", fs.get(i).isDone());
+            if (i == badAt) {
+                try {
+                    fs.get(i).get();
+                    fail("an invalid task was created");
+                } catch (ExecutionException e) {
+                    ApiException ae = (ApiException) e.getCause();
+                    assertEquals(400, ae.getStatus());
+                    assertEquals("interval_ms", ae.getField());
+                }
+                continue;
+            }
+            Task t = fs.get(i).get(); // a valid task in a stream with a bad one is created
+            onlyIdSet("item " + i, t);
+            assertNull(t.callbackUrl);
+            Integer dup = seen.put(t.id, i);
+            assertNull("items " + dup + " and " + i + " share an id", dup);
+        }
+        assertEquals(n - 1, seen.size());
+        Task got = c.get(fs.get(200).get().id);
+        assertEquals(200, got.payload.path("i").asInt());
+        assertEquals(sc, got.scene);
+        assertEquals("pending", got.status);
+        assertEquals("each valid task exactly once, the invalid one never", n - 1,
+                c.listAllTasks(new ListOptions().setScene(sc).setLimit(1000)).size());
+    }
+
+    @Test
+    public void batchingClientSendsPreferReturnMinimalOnlyWithIdsOnly() throws Exception {
+        final List<String> prefer = Collections.synchronizedList(new ArrayList<String>());
+        com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
+                new java.net.InetSocketAddress("127.0.0.1", 0), 0);
+        s.createContext("/", new com.sun.net.httpserver.HttpHandler() {
+            @Override
+            public void handle(com.sun.net.httpserver.HttpExchange ex) throws java.io.IOException {
+                java.io.InputStream in = ex.getRequestBody();
+                while (in.read() >= 0) {
+                    // drain
+                }
+                String p = ex.getRequestHeaders().getFirst("Prefer");
+                prefer.add(p == null ? "" : p);
+                String body = "return=minimal".equals(p)
+                        ? "{\"items\": [{\"id\": \"01ARZ3NDEKTSV4RRFFQ69G5FAV\"}], \"errors\": []}"
+                        : "{\"items\": [{\"id\": \"01ARZ3NDEKTSV4RRFFQ69G5FAW\", \"status\": \"pending\"}], \"errors\": []}";
+                byte[] data = body.getBytes("UTF-8");
+                ex.getResponseHeaders().set("Content-Type", "application/json");
+                ex.sendResponseHeaders(200, data.length);
+                ex.getResponseBody().write(data);
+                ex.close();
+            }
+        });
+        s.start();
+        try {
+            String url = "http://127.0.0.1:" + s.getAddress().getPort();
+            MolensClient m = MolensClient.builder(url).backoffMs(5, 20).build();
+            TaskRequest r = new TaskRequest().setType("delayed").setIntervalMs(3600000L).setCallbackUrl(url + "/cb");
+            BatchingClient ids = new BatchingClient(m, 500, 50, 1000, 1, true);
+            Task t;
+            try {
+                t = ids.submit(r).get();
+            } finally {
+                ids.close();
+            }
+            onlyIdSet("idsOnly", t);
+            assertEquals("01ARZ3NDEKTSV4RRFFQ69G5FAV", t.id);
+            BatchingClient full = new BatchingClient(m, 500, 50, 1000, 1);
+            try {
+                t = full.submit(r).get();
+            } finally {
+                full.close();
+            }
+            assertEquals("01ARZ3NDEKTSV4RRFFQ69G5FAW", t.id);
+            assertEquals("pending", t.status);
+            assertEquals(Arrays.asList("return=minimal", ""), prefer);
+        } finally {
+            s.stop(0);
+        }
+    }
 }
