@@ -23,7 +23,7 @@ figure has a ceiling beside it:
   answering the same two routes with the bytes the cluster answered (a real create's and a real
   batch's response, captured in the run); it parses each request body as JSON and does nothing
   else. The same SDK client, threads and bodies as the product's mode: this is what the HTTP stack
-  alone costs here (and, in ``client_cpu_us_per_req``, the one-process urllib3 client's ceiling).
+  alone costs here (and, in ``client_cpu_us_per_create``, what the SDK client costs).
 - ``lmdb``: one process putting task-sized records (the size of the captured task's JSON) into
   lmdb, ``--batch`` per transaction, with the task store's durability (``sync=True,
   metasync=False``), one put per task and no index: the storage ceiling of batch ingest on this disk, before Raft and replication.

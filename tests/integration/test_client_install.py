@@ -1,5 +1,6 @@
-"""`pip install molens` is the client: a fresh virtualenv with only the client's dependencies (urllib3)
-imports molens.client and molens.receiver, lacks every server dependency, and drives a real node
+"""`pip install molens` is the client: a fresh virtualenv with it alone (the client has no dependencies:
+its HTTP transport is the standard library's) imports molens.client and molens.receiver, lacks
+every server dependency and urllib3, and drives a real node
 (docs/architecture.md#layers)."""
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from tests.integration.conftest import Cluster
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER_ONLY = ("croniter", "lmdb", "pykka", "zmq", "bottle", "waitress", "msgpack", "yaml", "prometheus_client", "PIL")
+SERVER_ONLY = (
+    "croniter", "lmdb", "pykka", "zmq", "bottle", "waitress", "msgpack", "yaml", "prometheus_client", "PIL", "urllib3",
+)
 
 SCRIPT = textwrap.dedent(
     """
@@ -56,6 +59,6 @@ def test_a_client_only_install_drives_a_real_node(tmp_path: Path, make_cluster: 
     import json
 
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert out["present"] == []  # none of the server's dependencies came with the client
+    assert out["present"] == []  # none of the server's dependencies (nor urllib3) came with the client
     assert out["same"] and out["paused"] == "paused"
     assert str(venv) in out["client_file"]  # the installed copy, not the checkout
