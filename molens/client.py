@@ -446,20 +446,19 @@ class MolensClient:
         Raises :class:`BatchRejectedError` (with ``item_errors`` by index within the failing batch)
         when a batch holds an invalid task; earlier batches stay created.
         """
-        out: builtins.list[Task] = []
-        bodies = [self._keyed(t) for t in tasks]
-        for i in range(0, len(bodies), 1000):
-            out.extend(self._create_batch(bodies[i : i + 1000]))
-        return out
+        return self._create_all(tasks, minimal=False)
 
     def create_many_ids(self, tasks: Sequence[Mapping[str, Any]]) -> builtins.list[str]:
         """As :meth:`create_many`, but returns the tasks' ids alone: the server answers each item with
         its id (``Prefer: return=minimal``), which spares it the echo of every task and this client
         the parsing of it -- for bulk loads that need no more (about half the client's CPU per task)."""
-        out: builtins.list[str] = []
+        return [str(t["id"]) for t in self._create_all(tasks, minimal=True)]
+
+    def _create_all(self, tasks: Sequence[Mapping[str, Any]], minimal: bool) -> builtins.list[Task]:
+        out: builtins.list[Task] = []
         bodies = [self._keyed(t) for t in tasks]
         for i in range(0, len(bodies), 1000):
-            out.extend(str(t["id"]) for t in self._create_batch(bodies[i : i + 1000], minimal=True))
+            out.extend(self._create_batch(bodies[i : i + 1000], minimal))
         return out
 
     def _keyed(self, t: Mapping[str, Any]) -> dict[str, Any]:

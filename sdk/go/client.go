@@ -139,6 +139,24 @@ func (c *Client) CreateTask(ctx context.Context, r *TaskRequest) (*Task, error) 
 // order. A batch holding an invalid task is rejected whole: the *APIError has ItemErrors by index
 // within that batch, and the tasks of earlier batches are returned with it.
 func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, error) {
+	return c.createAll(ctx, rs, false)
+}
+
+// CreateTaskIDs is CreateTasks answered with the tasks' ids alone ("Prefer: return=minimal"): the
+// server spares the echo of every task and the client the decoding of it. Same batches, keys and
+// errors as CreateTasks; the ids of earlier batches are returned with an error.
+func (c *Client) CreateTaskIDs(ctx context.Context, rs []*TaskRequest) ([]string, error) {
+	made, err := c.createAll(ctx, rs, true)
+	ids := make([]string, len(made))
+	for i, t := range made {
+		ids[i] = t.ID
+	}
+	return ids, err
+}
+
+// createAll sends rs, keyed, in batches of at most 1,000 (createBatchAs); the tasks of the batches
+// before a failing one are returned with its error.
+func (c *Client) createAll(ctx context.Context, rs []*TaskRequest, minimal bool) ([]*Task, error) {
 	bodies := make([]*TaskRequest, len(rs))
 	for i, r := range rs {
 		bodies[i] = keyed(r)
@@ -149,7 +167,7 @@ func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, e
 		if j > len(bodies) {
 			j = len(bodies)
 		}
-		items, errs, err := c.createBatch(ctx, bodies[i:j])
+		items, errs, err := c.createBatchAs(ctx, bodies[i:j], minimal)
 		if err != nil {
 			return out, err
 		}
@@ -158,34 +176,6 @@ func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, e
 				return out, errs[k]
 			}
 			out = append(out, t)
-		}
-	}
-	return out, nil
-}
-
-// CreateTaskIDs is CreateTasks answered with the tasks' ids alone ("Prefer: return=minimal"): the
-// server spares the echo of every task and the client the decoding of it. Same batches, keys and
-// errors as CreateTasks; the ids of earlier batches are returned with an error.
-func (c *Client) CreateTaskIDs(ctx context.Context, rs []*TaskRequest) ([]string, error) {
-	bodies := make([]*TaskRequest, len(rs))
-	for i, r := range rs {
-		bodies[i] = keyed(r)
-	}
-	out := make([]string, 0, len(rs))
-	for i := 0; i < len(bodies); i += 1000 {
-		j := i + 1000
-		if j > len(bodies) {
-			j = len(bodies)
-		}
-		ids, errs, err := c.createBatchIDs(ctx, bodies[i:j])
-		if err != nil {
-			return out, err
-		}
-		for k, id := range ids {
-			if errs[k] != nil {
-				return out, errs[k]
-			}
-			out = append(out, id)
 		}
 	}
 	return out, nil
@@ -204,8 +194,12 @@ func (c *Client) createBatch(ctx context.Context, bodies []*TaskRequest) ([]*Tas
 	return resp.Items, errs, nil
 }
 
-// createBatchIDs is createBatch with "Prefer: return=minimal": per item the task's id, or the error.
-func (c *Client) createBatchIDs(ctx context.Context, bodies []*TaskRequest) ([]string, []*APIError, error) {
+// createBatchAs is createBatch, or with minimal the same batch sent with "Prefer: return=minimal"
+// and answered per item with a task holding only its ID (or the error).
+func (c *Client) createBatchAs(ctx context.Context, bodies []*TaskRequest, minimal bool) ([]*Task, []*APIError, error) {
+	if !minimal {
+		return c.createBatch(ctx, bodies)
+	}
 	var resp batchIDsResponse
 	prefer := http.Header{"Prefer": {"return=minimal"}}
 	if err := c.doWith(ctx, "POST", "/api/v1/tasks/batch", nil, batchRequest{Tasks: bodies}, true, &resp, prefer); err != nil {
@@ -215,28 +209,10 @@ func (c *Client) createBatchIDs(ctx context.Context, bodies []*TaskRequest) ([]s
 	if err != nil {
 		return nil, nil, err
 	}
-	ids := make([]string, len(resp.Items))
+	tasks := make([]*Task, len(resp.Items))
 	for i, it := range resp.Items {
-		if it != nil {
-			ids[i] = it.ID
-		}
-	}
-	return ids, errs, nil
-}
-
-// createBatchAs is createBatch, or with minimal createBatchIDs answered as tasks holding only their ID.
-func (c *Client) createBatchAs(ctx context.Context, bodies []*TaskRequest, minimal bool) ([]*Task, []*APIError, error) {
-	if !minimal {
-		return c.createBatch(ctx, bodies)
-	}
-	ids, errs, err := c.createBatchIDs(ctx, bodies)
-	if err != nil {
-		return nil, nil, err
-	}
-	tasks := make([]*Task, len(ids))
-	for i, id := range ids {
-		if errs[i] == nil {
-			tasks[i] = &Task{ID: id}
+		if it != nil && errs[i] == nil {
+			tasks[i] = &Task{ID: it.ID}
 		}
 	}
 	return tasks, errs, nil

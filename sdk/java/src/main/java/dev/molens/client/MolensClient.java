@@ -173,21 +173,7 @@ public final class MolensClient implements AutoCloseable {
      * earlier batches stay created.
      */
     public List<Task> createAll(List<TaskRequest> rs) {
-        List<TaskRequest> bodies = new ArrayList<TaskRequest>(rs.size());
-        for (TaskRequest r : rs) {
-            bodies.add(keyed(r));
-        }
-        List<Task> out = new ArrayList<Task>(rs.size());
-        for (int i = 0; i < bodies.size(); i += 1000) {
-            BatchResult res = createBatch(bodies.subList(i, Math.min(bodies.size(), i + 1000)));
-            for (int k = 0; k < res.tasks.size(); k++) {
-                if (res.errors.get(k) != null) {
-                    throw res.errors.get(k);
-                }
-                out.add(res.tasks.get(k));
-            }
-        }
-        return out;
+        return createAll(rs, false);
     }
 
     /**
@@ -195,20 +181,26 @@ public final class MolensClient implements AutoCloseable {
      * spares the echo of every task and the client the decoding of it. Same batches, keys and errors.
      */
     public List<String> createAllIds(List<TaskRequest> rs) {
+        List<String> ids = new ArrayList<String>(rs.size());
+        for (Task t : createAll(rs, true)) {
+            ids.add(t.id);
+        }
+        return ids;
+    }
+
+    private List<Task> createAll(List<TaskRequest> rs, boolean minimal) {
         List<TaskRequest> bodies = new ArrayList<TaskRequest>(rs.size());
         for (TaskRequest r : rs) {
             bodies.add(keyed(r));
         }
-        List<String> out = new ArrayList<String>(rs.size());
+        List<Task> out = new ArrayList<Task>(rs.size());
         for (int i = 0; i < bodies.size(); i += 1000) {
-            List<TaskRequest> batch = bodies.subList(i, Math.min(bodies.size(), i + 1000));
-            JsonNode res = postBatch(batch, PREFER_MINIMAL);
-            List<ApiException> errors = batchErrors(batch.size(), res);
-            for (int k = 0; k < errors.size(); k++) {
-                if (errors.get(k) != null) {
-                    throw errors.get(k);
+            BatchResult res = createBatch(bodies.subList(i, Math.min(bodies.size(), i + 1000)), minimal);
+            for (int k = 0; k < res.tasks.size(); k++) {
+                if (res.errors.get(k) != null) {
+                    throw res.errors.get(k);
                 }
-                out.add(res.path("items").get(k).path("id").asText());
+                out.add(res.tasks.get(k));
             }
         }
         return out;
