@@ -64,6 +64,36 @@ def test_every_error_shows_at_once_next_to_its_field_in_the_users_units(served: 
     expect(page.get_by_test_id("err-delay")).to_have_count(0)
 
 
+def test_the_fields_below_the_preview_stay_put_while_the_schedule_is_typed(served: Served, page: Page) -> None:
+    """The preview of the fire times sits above the rest of the form and is computed after a pause in
+    typing: neither its first showing nor a change between a fire time and "fix the schedule" may move
+    the fields below it, or a click aimed at one lands on another (a CI run once lost its click on the
+    advanced section this way)."""
+    page.goto(served.url + "/ui/tasks/new")
+    summary = page.locator("details.advanced summary")
+    expect(summary).to_be_visible()
+
+    def top() -> float:
+        box = summary.bounding_box()
+        assert box is not None
+        return box["y"]
+
+    seen = [top()]  # as the form opens, before the first preview is computed
+    items = page.get_by_test_id("preview-list").locator("li")
+    expect(items).to_have_count(1)
+    seen.append(top())
+    page.get_by_test_id("f-delay").fill("-5")
+    expect(items).to_have_count(0)
+    seen.append(top())
+    page.get_by_test_id("f-delay").fill("")
+    expect(items).to_have_count(0)
+    seen.append(top())
+    page.get_by_test_id("f-delay").fill("90")
+    expect(items).to_have_count(1)
+    seen.append(top())
+    assert len(set(seen)) == 1, f"the advanced section's summary moved: y = {seen}"
+
+
 def test_a_run_at_in_the_past_is_warned_about_but_allowed(served: Served, page: Page) -> None:
     page.goto(served.url + "/ui/tasks/new")
     page.get_by_test_id("mode-at").check()
