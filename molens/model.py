@@ -257,7 +257,11 @@ class TaskIds:
 
     def new_many(self, now_ms: int, n: int) -> list[str]:
         """``n`` ids for ``now_ms`` (a batch create's), 16 random bytes each
-        (:func:`task_ids_from_digits`): a tenth of the CPU of ``n`` calls to ``new``."""
+        (:func:`task_ids_from_digits`): a tenth of the CPU of ``n`` calls to ``new``.
+
+        In ascending order, so a batch's items get ids in the order they were sent and every replica
+        inserts the batch's keys into its B-trees one after another rather than at random places
+        among each other (3–6 % less CPU per applied create, docs/benchmarks.md)."""
         size = 16 * n
         with self._lock:
             pos = self._pos
@@ -265,7 +269,9 @@ class TaskIds:
                 self._buf, pos = os.urandom(max(self._size, size)), 0
             self._pos = pos + size
             raw = self._buf[pos : pos + size]
-        return task_ids_from_digits(now_ms, raw)
+        ids = task_ids_from_digits(now_ms, raw)
+        ids.sort()
+        return ids
 
 
 def task_id_ms(task_id: str) -> int:

@@ -372,6 +372,13 @@ def test_task_id_source_batches_are_distinct_across_refills_and_mix_with_single_
     assert all(is_task_id(i) and task_id_ms(i) == NOW for i in out)
 
 
+def test_a_batchs_ids_ascend_so_its_items_list_in_the_order_they_were_sent() -> None:
+    ids = TaskIds()
+    for n in (2, 50, 1000):
+        got = ids.new_many(NOW, n)
+        assert got == sorted(got) and len(set(got)) == n
+
+
 @pytest.mark.parametrize("expr", ["* * *", "61 * * * *", "* * * * * * *", "H * * * *", "0 0 30 2 *", "bogus"])
 def test_bad_cron_expr_names_cron_expr(expr: str) -> None:
     bad(ok(type="periodic", interval_ms=None, cron_expr=expr), "cron_expr")
