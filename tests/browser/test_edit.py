@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.browser.conftest import Console, Served
 
@@ -108,3 +108,30 @@ def test_the_catch_up_policy_is_set_in_the_form_and_changed_in_an_edit(served: S
     st, task = served.api("GET", f"/tasks/{tid}")
     assert st == 200
     assert (task["catchup"], task["catchup_window_ms"], task["version"]) == ("none", 3_600_000, 2)
+
+
+def test_the_edit_form_shows_once_the_task_is_read_never_its_defaults_first(served: Served, page: Page) -> None:
+    """Until the task's GET answers, the page says it is loading; the form then appears already
+    holding the task's values. A form drawn with the defaults and refilled when the answer came
+    jumped under the pointer (its notice above the fields, a kind's other fields) and showed values
+    that were not the task's."""
+    tid = str(_task(served, interval_ms=5 * 60_000)["id"])
+    held: list[Route] = []
+    def hold(route: Route) -> None:  # answered below, when the test says so
+        held.append(route)
+
+    page.route(f"**/api/v1/tasks/{tid}", hold)
+    page.goto(f"{served.url}/ui/tasks/{tid}/edit")
+    expect(page.get_by_test_id("form-loading")).to_be_visible()
+    for _ in range(200):  # the handler runs while Playwright is called: wait in its calls
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the console never asked for the task"
+    expect(page.get_by_test_id("task-form")).to_have_count(0)
+    held[0].continue_()
+    page.get_by_test_id("task-form").wait_for()
+    assert page.get_by_test_id("f-interval").input_value() == "5"
+    assert page.get_by_test_id("f-interval-unit").input_value() == "min"
+    expect(page.get_by_test_id("edit-of")).to_contain_text("version 1")
+    expect(page.get_by_test_id("form-loading")).to_have_count(0)
