@@ -135,3 +135,15 @@ def test_the_edit_form_shows_once_the_task_is_read_never_its_defaults_first(serv
     assert page.get_by_test_id("f-interval-unit").input_value() == "min"
     expect(page.get_by_test_id("edit-of")).to_contain_text("version 1")
     expect(page.get_by_test_id("form-loading")).to_have_count(0)
+
+
+def test_editing_a_task_that_is_gone_says_so_and_offers_no_form(served: Served, page: Page, console: Console) -> None:
+    """A blank form there would create a new task from the edit page."""
+    console.allow.append(r"status of 404")
+    gone = "01J0000000000000000000GONE"
+    page.goto(f"{served.url}/ui/tasks/{gone}/edit")
+    expect(page.get_by_test_id("form-error")).to_contain_text("Not found")
+    expect(page.get_by_test_id("task-form")).to_have_count(0)
+    expect(page.locator("h1")).to_contain_text(gone)
+    page.get_by_role("link", name="Back").click()
+    expect(page).to_have_url(f"{served.url}/ui/tasks/{gone}")
