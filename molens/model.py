@@ -261,7 +261,7 @@ class TaskIds:
 
         In ascending order, so a batch's items get ids in the order they were sent and every replica
         inserts the batch's keys into its B-trees one after another rather than at random places
-        among each other (3–6 % less CPU per applied create, docs/benchmarks.md)."""
+        among each other (3-6 % less CPU per applied create, docs/benchmarks.md)."""
         size = 16 * n
         with self._lock:
             pos = self._pos
