@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 SEND_CHUNK = 1 << 20
 """Most bytes one ``send()`` is offered: the kernel takes what its (auto-tuned) buffer holds."""
 
+JOIN_LIMIT = 64 << 10
+"""Largest body joined to its status line and headers (one copy, one send); a larger one is sent
+from its own bytes. Not waitress's ``send_bytes``: that is 1 (flush at once), which would leave
+every answer in two sends."""
+
 
 class _StrictParser(HTTPRequestParser):  # type: ignore[misc]
     def parse_header(self, header_plus: bytes) -> None:
@@ -71,7 +76,7 @@ class _OneSendTask(WSGITask):  # type: ignore[misc]
     """A WSGI task whose status line and headers go out with the first piece of the body, in one
     send (waitress sends them apart: two syscalls, two TCP segments, two wake-ups of the client).
 
-    A body of ``send_bytes`` or more (a batch create answers half a megabyte) is neither joined to
+    A body of :data:`JOIN_LIMIT` or more (a batch create answers half a megabyte) is neither joined to
     the headers nor copied into the output buffer: it is queued as a read-only buffer of its own
     (as waitress queues ``wsgi.file_wrapper``), sent from the bytes themselves, the headers in a
     send of their own just before it."""
@@ -86,7 +91,7 @@ class _OneSendTask(WSGITask):  # type: ignore[misc]
             super().write(data)
         finally:
             held, ch.held = ch.held, None
-            if len(held) > 1 and len(held[-1]) >= ch.adj.send_bytes:
+            if len(held) > 1 and len(held[-1]) >= JOIN_LIMIT:
                 body = ReadOnlyFileBasedBuffer(io.BytesIO(held[-1]))  # BytesIO shares the bytes
                 body.prepare()
                 ch.write_all_soon([b"".join(held[:-1]), body])

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import urllib3
@@ -135,6 +136,60 @@ def test_answers_larger_than_the_socket_buffers_arrive_whole_and_in_order_on_one
         ]
         assert answers[0][1] == big and answers[2][1] == big
         assert b'"ok":true' in answers[1][1]
+    finally:
+        server.stop()
+        ctx.close()
+
+
+def test_a_small_answer_leaves_in_one_send_with_its_headers_and_a_large_one_from_its_own_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task thread joins an answer's status line and headers to a small body (one ``send``, one
+    TCP segment, one wake-up of the client); a body of ``JOIN_LIMIT`` or more is not copied into
+    the headers' buffer but queued after them. Every ``send`` of the server's channels is recorded."""
+    import socket
+
+    import bottle
+
+    from molens.web import server as web_server
+    from molens.web.app import build_api
+
+    sends: list[bytes] = []
+    real_send = web_server._StrictChannel.send
+
+    def recording_send(self: Any, data: Any, *args: Any, **kw: Any) -> int:
+        n = int(real_send(self, data, *args, **kw))
+        sends.append(bytes(data[:n]))
+        return n
+
+    monkeypatch.setattr(web_server._StrictChannel, "send", recording_send)
+    big = b"b" * (web_server.JOIN_LIMIT + 1)
+    ctx = LocalContext(tmp_path, ApiSettings())
+    api = build_api(ctx)
+
+    @api.route("GET", "/big", open_=True)
+    def big_answer() -> bottle.HTTPResponse:
+        return bottle.HTTPResponse(big, status=200, headers={"Content-Type": "application/octet-stream"})
+
+    server = ApiServer(api.app, ServerOptions(port=0, threads=2)).start()
+    http = urllib3.PoolManager(retries=False)
+    try:
+        r = http.request("GET", server.url + "/healthz")
+        assert r.status == 200 and b'"ok":true' in r.data
+        wait_for(lambda: bool(sends), 5, "the answer's send")
+        assert len(sends) == 1, [s[:40] for s in sends]
+        assert sends[0].startswith(b"HTTP/1.1 200 OK\r\n") and sends[0].endswith(r.data)
+
+        sends.clear()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            out = bytearray()
+            while chunk := sock.recv(65536):
+                out += chunk
+        head, _, body = bytes(out).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK") and body == big
+        assert sends[0] == head + b"\r\n\r\n", sends[0][:200]  # the headers alone: the body was not copied
+        assert b"".join(sends[1:]) == big
     finally:
         server.stop()
         ctx.close()
