@@ -95,18 +95,12 @@ def test_later_routes_plug_in_with_auth_and_non_json_answers(tmp_path: Path) -> 
         ctx.close()
 
 
-def test_answers_larger_than_the_socket_buffers_arrive_whole_and_in_order_on_one_connection(tmp_path: Path) -> None:
-    """The task thread sends what the socket takes and the I/O loop the rest (molens.web.server's
-    channel): pipelined requests for an 8 MB answer, a small one and the large one again, read only
-    after all three were sent (through a 256 KiB receive buffer), come back whole, in order, each
-    with its own headers."""
-    import socket
-
+def _serving_big(tmp_path: Path, big: bytes) -> tuple[LocalContext, ApiServer]:
+    """The API, plus ``GET /big`` answering ``big``, served with two task threads."""
     import bottle
 
     from molens.web.app import build_api
 
-    big = bytes(range(256)) * 32768
     ctx = LocalContext(tmp_path, ApiSettings())
     api = build_api(ctx)
 
@@ -114,7 +108,18 @@ def test_answers_larger_than_the_socket_buffers_arrive_whole_and_in_order_on_one
     def big_answer() -> bottle.HTTPResponse:
         return bottle.HTTPResponse(big, status=200, headers={"Content-Type": "application/octet-stream"})
 
-    server = ApiServer(api.app, ServerOptions(port=0, threads=2)).start()
+    return ctx, ApiServer(api.app, ServerOptions(port=0, threads=2)).start()
+
+
+def test_answers_larger_than_the_socket_buffers_arrive_whole_and_in_order_on_one_connection(tmp_path: Path) -> None:
+    """The task thread sends what the socket takes and the I/O loop the rest (molens.web.server's
+    channel): pipelined requests for an 8 MB answer, a small one and the large one again, read only
+    after all three were sent (through a 256 KiB receive buffer), come back whole, in order, each
+    with its own headers."""
+    import socket
+
+    big = bytes(range(256)) * 32768
+    ctx, server = _serving_big(tmp_path, big)
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 256 << 10)
@@ -149,10 +154,7 @@ def test_a_small_answer_leaves_in_one_send_with_its_headers_and_a_large_one_from
     the headers' buffer but queued after them. Every ``send`` of the server's channels is recorded."""
     import socket
 
-    import bottle
-
     from molens.web import server as web_server
-    from molens.web.app import build_api
 
     sends: list[bytes] = []
     real_send = web_server._StrictChannel.send
@@ -164,14 +166,7 @@ def test_a_small_answer_leaves_in_one_send_with_its_headers_and_a_large_one_from
 
     monkeypatch.setattr(web_server._StrictChannel, "send", recording_send)
     big = b"b" * (web_server.JOIN_LIMIT + 1)
-    ctx = LocalContext(tmp_path, ApiSettings())
-    api = build_api(ctx)
-
-    @api.route("GET", "/big", open_=True)
-    def big_answer() -> bottle.HTTPResponse:
-        return bottle.HTTPResponse(big, status=200, headers={"Content-Type": "application/octet-stream"})
-
-    server = ApiServer(api.app, ServerOptions(port=0, threads=2)).start()
+    ctx, server = _serving_big(tmp_path, big)
     http = urllib3.PoolManager(retries=False)
     try:
         r = http.request("GET", server.url + "/healthz")
