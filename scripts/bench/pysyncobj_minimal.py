@@ -21,11 +21,25 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 
 WINDOW = 30_000
 
 
-def node(me: str, partners: list[str], seconds: float, out: str) -> None:
+def local_addrs(n: int) -> list[str]:
+    """``n`` free ``127.0.0.1:port`` addresses for PySyncObj nodes. ``pysyncobj_own.py`` uses it too."""
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    addrs = [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]
+    for s in socks:
+        s.close()
+    return addrs
+
+
+def ready_kv(me: str, partners: list[str]) -> Any:
+    """PySyncObj's replicated dict (``put(key, value)``) in its default ``SyncObjConf``, once the
+    cluster has a leader; the process exits if none appears within 60 s. ``pysyncobj_own.py`` uses it too."""
     from pysyncobj import SyncObj, replicated
 
     class KV(SyncObj):  # type: ignore[misc]
@@ -43,9 +57,15 @@ def node(me: str, partners: list[str], seconds: float, out: str) -> None:
         if time.monotonic() > deadline:
             os._exit(1)
         time.sleep(0.05)
+    return o
+
+
+def node(me: str, partners: list[str], seconds: float, out: str) -> None:
+    o = ready_kv(me, partners)
+    ready_at = time.monotonic()
     time.sleep(1.0)
     if str(o._getLeader()) != me:
-        while not os.path.exists(out) and time.monotonic() < deadline + seconds + 30:
+        while not os.path.exists(out) and time.monotonic() < ready_at + seconds + 30:
             time.sleep(0.1)
         os._exit(0)
     sem = threading.Semaphore(WINDOW)
@@ -84,12 +104,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args()
-    socks = [socket.socket() for _ in range(3)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    addrs = [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]
-    for s in socks:
-        s.close()
+    addrs = local_addrs(3)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="pysyncobj-minimal-") as d:
         out = os.path.join(d, "result.json")
