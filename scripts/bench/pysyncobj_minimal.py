@@ -4,7 +4,7 @@
 Three processes on 127.0.0.1 with PySyncObj's default ``SyncObjConf`` (in memory, no fsync), a
 replicated dict. The leader runs a generator thread that blocks on a 30,000-slot semaphore and calls
 ``put(i, 4 bytes, callback=...)``; each callback counts a commit and frees a slot. One second of
-load is not counted, then ``--seconds`` are. Written apart from ``raft.py``'s two PySyncObj
+load is not counted, then ``--seconds`` (10) are. Written apart from ``raft.py``'s two PySyncObj
 harnesses (its peer runs and its reference) so that a handicap in those would show here.
 
 Prints ``pysyncobj_minimal: commits_per_s=... window=30000 seconds=... loadavg=...``.
@@ -102,7 +102,8 @@ def main() -> int:
         node(sys.argv[2], sys.argv[3].split(","), float(sys.argv[4]), sys.argv[5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--seconds", type=float, default=10.0,
+                    help="counted seconds; PySyncObj answers in bursts of up to a window, so a short count is noisy")
     args = ap.parse_args()
     addrs = local_addrs(3)
     load = os.getloadavg()[0]
