@@ -90,7 +90,10 @@ def _task_fsm(cfg: Config) -> FsmFactory:
         history = History(
             data_dir / "history.sqlite", max_records_per_task=cfg.scheduler.history_max_records_per_task
         )
-        return TaskStore(data_dir, history=history, config=MachineConfig(ack_ttl=cfg.scheduler.ack_ttl))
+        # log-backed: the Raft log holds what it applies (docs/architecture.md#fsm-durability)
+        return TaskStore(
+            data_dir, history=history, config=MachineConfig(ack_ttl=cfg.scheduler.ack_ttl), log_backed=True
+        )
 
     return make
 

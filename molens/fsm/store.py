@@ -26,8 +26,14 @@ History rows (executions) of the batch go to :class:`molens.fsm.history.History`
 transaction committed just *before* the lmdb transaction; the history remembers the last entry index
 it holds, so a batch replayed after a crash between the two commits does not duplicate rows.
 
-Durability: lmdb ``sync=True, metasync=False`` (one fdatasync per batch; on power loss the last batch
-may roll back and is replayed from the Raft log). Entries at or below ``applied_index`` are skipped
+Durability: by default lmdb ``sync=True, metasync=False`` (one fdatasync per batch; on power loss
+the last batch may roll back and is replayed from the Raft log). A Raft node's store is
+``log_backed``: its commits are not fsync'd at all, because the Raft log (fsync'd on every save)
+and the snapshot files hold everything it applied, and the store is rebuilt from them when its file
+may be torn -- after the operating system stopped while the store was open (power loss, kernel
+crash), told by the boot id recorded at open (:data:`BOOT_MARKER`). A process that dies (kill -9,
+OOM) leaves its writes in the page cache: the store is kept. See docs/architecture.md#fsm-durability.
+Entries at or below ``applied_index`` are skipped
 (result ``None``). A command that cannot be decoded yields a :class:`CodecError` result, and one
 whose application raises (a bug: the machine is deterministic, so every replica raises alike) a
 :class:`StoreError` result; either changes nothing and never stops the replica. Snapshots are ``env.copyfd(compact=True)`` of a read transaction.
@@ -73,6 +79,33 @@ _APPLIED_TERM = b"applied_term"
 _COUNTS = b"counts"
 _FORMAT = b"format"
 DAY_MS = 86_400_000
+BOOT_MARKER = "open-boot"
+"""File in ``data_dir/fsm/`` of a log-backed store: the boot id of the system that has it open, or
+:data:`CLOSED_MARK` after a clean close (the store synced)."""
+CLOSED_MARK = "closed"
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str | None:
+    """This boot's id (Linux), ``None`` where the system has none to read."""
+    try:
+        return BOOT_ID_PATH.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _write_durably(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 # Address space, not disk: the file grows with the data. Large enough never to grow in practice
 # (~140M tasks), because lmdb must not remap while other threads (HTTP reads) hold read transactions.
@@ -230,16 +263,24 @@ class TaskStore:
         *,
         history: History | None = None,
         durable: bool = True,
+        log_backed: bool = False,
         map_size: int = DEFAULT_MAP_SIZE,
         config: MachineConfig = machine.DEFAULT_CONFIG,
         on_applied: Callable[[list[EntryResult]], None] | None = None,
     ) -> None:
+        """``durable=False`` skips every fsync (tests). ``log_backed=True`` (a Raft node's store: the
+        log holds every entry it applies) skips the fsync of each applied batch and guards the file
+        with the boot id instead (module docstring); where the system has no boot id to read, the
+        store syncs each batch as a plain durable one."""
         self.dir = Path(data_dir) / "fsm"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.history = history
         self.config = config
         self.on_applied = on_applied
-        self._durable = durable
+        self._boot = boot_id() if durable and log_backed else None
+        self._durable = durable and self._boot is None
+        self.discarded_after_os_stop = False
+        """True when this open found the store left open by an earlier boot and started it empty."""
         self._map_size = map_size
         # snapshot() may copy the map on a background thread: resize, restore and close wait for it
         self._env_lock = threading.Lock()
@@ -251,6 +292,8 @@ class TaskStore:
         self._open()
 
     def _open(self) -> None:
+        if self._boot is not None:
+            self._guard_boot()
         self._env = lmdb.open(
             str(self.dir),
             map_size=self._map_size,
@@ -283,6 +326,27 @@ class TaskStore:
         self._counts: dict[str, int] = dict(msgpack.unpackb(raw_counts, raw=False)) if raw_counts else {}
         self._check_format()
         log.info("task store opened dir=%s applied_index=%d", self.dir, self._applied)
+
+    def _guard_boot(self) -> None:
+        """A log-backed store left open by an earlier boot may be torn (its unsynced pages reached the
+        disk in any order): remove it, so the node restores the state from its snapshot and the Raft
+        log; then record this boot as the one holding the store open."""
+        marker = self.dir / BOOT_MARKER
+        try:
+            seen = marker.read_text().strip()
+        except FileNotFoundError:
+            seen = CLOSED_MARK
+        if seen not in (CLOSED_MARK, self._boot) and (self.dir / "data.mdb").exists():
+            log.warning(
+                "task store dir=%s was open when the system stopped (boot %s, now %s): its unsynced writes "
+                "may be torn, so it is discarded and rebuilt from the snapshot and the Raft log",
+                self.dir, seen, self._boot,
+            )
+            for name in ("data.mdb", "lock.mdb"):
+                (self.dir / name).unlink(missing_ok=True)
+            self.discarded_after_os_stop = True
+        assert self._boot is not None
+        _write_durably(marker, self._boot)
 
     def _check_format(self) -> None:
         """Write :data:`molens.schema.FORMAT` into a new store, migrate a store of format 1 (the
@@ -578,6 +642,9 @@ class TaskStore:
 
     def close(self) -> None:
         with self._env_lock:
+            if self._boot is not None:  # synced, then marked closed: the next boot may trust it
+                self._env.sync(True)
+                _write_durably(self.dir / BOOT_MARKER, CLOSED_MARK)
             self._env.close()
         if self.history is not None:
             self.history.close()
@@ -622,7 +689,11 @@ class TaskStore:
 
     def stats(self) -> dict[str, Any]:
         """Counters for the admin ``stats`` command."""
-        return {"applied_index": self._applied, "decodes_skipped": self.decodes_skipped}
+        return {
+            "applied_index": self._applied, "decodes_skipped": self.decodes_skipped,
+            "sync": "log" if self._boot is not None else "batch" if self._durable else "none",
+            "discarded_after_os_stop": self.discarded_after_os_stop,
+        }
 
     def counts(self) -> dict[str, int]:
         """Tasks per status (every status present, zeros included)."""

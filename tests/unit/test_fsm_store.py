@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import molens.fsm.store as store_mod
 from molens.fsm.commands import (
     Command,
     CreateItem,
@@ -449,4 +450,89 @@ def test_a_store_of_format_2_gets_its_indexes_built_when_it_opens(tmp_path: Path
     assert s.digest() == want
     assert _where(s, statuses=["paused"]) == [ids[1]] and _where(s, scene="x") == ids
     assert s.due_by_day(T0, 2) == [(T0 // DAY_MS * DAY_MS, 4)]
+    s.close()
+
+
+# --- log-backed stores: no fsync per batch, the boot id guards the file (docs/architecture.md#fsm-durability)
+
+def _boot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, boot: str) -> Path:
+    path = tmp_path / "boot_id"
+    path.write_text(boot + "\n")
+    monkeypatch.setattr(store_mod, "BOOT_ID_PATH", path)
+    return path
+
+
+def _fill(data_dir: Path, n: int) -> list[str]:
+    s = TaskStore(data_dir, log_backed=True)
+    ids = [new_task_id(T0 + i, i) for i in range(n)]
+    Log(s).apply(*[CreateTasks(T0, (CreateItem(t, spec()),)) for t in ids])
+    s.close()
+    return ids
+
+
+def test_log_backed_store_does_not_sync_batches_and_marks_a_clean_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _boot(monkeypatch, tmp_path, "boot-a")
+    s = TaskStore(tmp_path, log_backed=True)
+    assert s.stats()["sync"] == "log"
+    assert (tmp_path / "fsm" / store_mod.BOOT_MARKER).read_text() == "boot-a"  # open in this boot
+    s.close()
+    assert (tmp_path / "fsm" / store_mod.BOOT_MARKER).read_text() == store_mod.CLOSED_MARK
+    ids = _fill(tmp_path, 3)
+    _boot(monkeypatch, tmp_path, "boot-b")  # closed cleanly, then the machine restarted: kept
+    again = TaskStore(tmp_path, log_backed=True)
+    assert again.applied_index() == 3 and again.get_task(ids[0]) is not None
+    assert not again.discarded_after_os_stop
+    again.close()
+
+
+def test_log_backed_store_left_open_is_kept_after_a_process_death_and_rebuilt_after_a_system_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import subprocess
+    import sys
+
+    boot = _boot(monkeypatch, tmp_path, "boot-a")
+    data = tmp_path / "node"
+    # a process that applies 5 entries and dies without closing the store (its pages in the page cache)
+    code = (
+        "import os, sys; from pathlib import Path; sys.path.insert(0, sys.argv[3])\n"
+        "import molens.fsm.store as m\n"
+        "m.BOOT_ID_PATH = Path(sys.argv[2])\n"
+        "from tests.unit.test_fsm_store import Log, CreateTasks, CreateItem, spec, new_task_id, T0\n"
+        "s = m.TaskStore(sys.argv[1], log_backed=True)\n"
+        "Log(s).apply(*[CreateTasks(T0, (CreateItem(new_task_id(T0 + i, i), spec()),)) for i in range(5)])\n"
+        "os._exit(0)\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    subprocess.run([sys.executable, "-c", code, str(data), str(boot), root], check=True, cwd=root)
+    assert (data / "fsm" / store_mod.BOOT_MARKER).read_text() == "boot-a"
+    same = TaskStore(data, log_backed=True)  # the same boot: the page cache held every write
+    assert same.applied_index() == 5 and not same.discarded_after_os_stop
+    assert same.stats()["discarded_after_os_stop"] is False
+    # its pages are never synced here; left open, the machine "restarts"
+    same._env.close()
+    _boot(monkeypatch, tmp_path, "boot-b")
+    with caplog.at_level("WARNING"):
+        rebuilt = TaskStore(data, log_backed=True)
+    assert rebuilt.discarded_after_os_stop and rebuilt.applied_index() == 0 and len(rebuilt) == 0
+    assert "open when the system stopped" in caplog.text
+    assert (data / "fsm" / store_mod.BOOT_MARKER).read_text() == "boot-b"
+    rebuilt.close()
+
+
+def test_a_store_that_is_not_log_backed_or_has_no_boot_id_syncs_every_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = TaskStore(tmp_path / "plain")
+    assert s.stats()["sync"] == "batch"
+    s.close()
+    assert not (tmp_path / "plain" / "fsm" / store_mod.BOOT_MARKER).exists()
+    monkeypatch.setattr(store_mod, "BOOT_ID_PATH", tmp_path / "absent")
+    s = TaskStore(tmp_path / "no-boot-id", log_backed=True)
+    assert s.stats()["sync"] == "batch"
+    s.close()
+    s = TaskStore(tmp_path / "tests", durable=False, log_backed=True)
+    assert s.stats()["sync"] == "none"
     s.close()
