@@ -3,7 +3,8 @@
 Shared by every lmdb state machine (the task store and the key-value FSM): the copy is made in one
 read transaction that also reads the ``applied_index`` it reflects, written to a temp file, fsync'd
 and renamed; a restore stages the file next to the environment, opens it read-only to check it, and
-swaps it in with an fsync of the directory.
+swaps it in with an fsync of the directory. ``write_durably`` writes a small file by the same rules
+(the task store's boot marker, docs/architecture.md#fsm-durability).
 """
 
 from __future__ import annotations
@@ -62,14 +63,32 @@ def stage_env_file(src: Path, env_dir: Path, check: Callable[[lmdb.Environment],
     return staged, found
 
 
-def swap_env_file(staged: Path, env_dir: Path) -> None:
-    """Make a staged copy the environment's data file (the environment must be closed)."""
-    os.replace(staged, env_dir / "data.mdb")
-    fd = os.open(env_dir, os.O_RDONLY)
+def fsync_dir(path: Path) -> None:
+    """Make the renames in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-__all__ = ["META_APPLIED", "U64", "snapshot_env", "stage_env_file", "swap_env_file"]
+def write_durably(path: Path, text: str) -> None:
+    """Replace the small file ``path`` with ``text``: temp file, fsync, rename, directory fsync."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def swap_env_file(staged: Path, env_dir: Path) -> None:
+    """Make a staged copy the environment's data file (the environment must be closed)."""
+    os.replace(staged, env_dir / "data.mdb")
+    fsync_dir(env_dir)
+
+
+__all__ = [
+    "META_APPLIED", "U64", "fsync_dir", "snapshot_env", "stage_env_file", "swap_env_file", "write_durably",
+]

@@ -67,7 +67,7 @@ from molens.fsm import format_v1, machine
 from molens.fsm.commands import CodecError, Command, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
-from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file
+from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file, write_durably
 from molens.model import TERMINAL_STATUSES, FireKind, MolensError, Status, Task
 from molens.schema import FORMAT, DeadLetter, Notice
 
@@ -93,19 +93,6 @@ def boot_id() -> str | None:
     except OSError:
         return None
 
-
-def _write_durably(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 # Address space, not disk: the file grows with the data. Large enough never to grow in practice
 # (~140M tasks), because lmdb must not remap while other threads (HTTP reads) hold read transactions.
@@ -293,7 +280,7 @@ class TaskStore:
 
     def _open(self) -> None:
         if self._boot is not None:
-            self._guard_boot()
+            self._guard_boot(self._boot)
         self._env = lmdb.open(
             str(self.dir),
             map_size=self._map_size,
@@ -327,7 +314,7 @@ class TaskStore:
         self._check_format()
         log.info("task store opened dir=%s applied_index=%d", self.dir, self._applied)
 
-    def _guard_boot(self) -> None:
+    def _guard_boot(self, boot: str) -> None:
         """A log-backed store left open by an earlier boot may be torn (its unsynced pages reached the
         disk in any order): remove it, so the node restores the state from its snapshot and the Raft
         log; then record this boot as the one holding the store open."""
@@ -336,17 +323,16 @@ class TaskStore:
             seen = marker.read_text().strip()
         except FileNotFoundError:
             seen = CLOSED_MARK
-        if seen not in (CLOSED_MARK, self._boot) and (self.dir / "data.mdb").exists():
+        if seen not in (CLOSED_MARK, boot) and (self.dir / "data.mdb").exists():
             log.warning(
                 "task store dir=%s was open when the system stopped (boot %s, now %s): its unsynced writes "
                 "may be torn, so it is discarded and rebuilt from the snapshot and the Raft log",
-                self.dir, seen, self._boot,
+                self.dir, seen, boot,
             )
             for name in ("data.mdb", "lock.mdb"):
                 (self.dir / name).unlink(missing_ok=True)
             self.discarded_after_os_stop = True
-        assert self._boot is not None
-        _write_durably(marker, self._boot)
+        write_durably(marker, boot)
 
     def _check_format(self) -> None:
         """Write :data:`molens.schema.FORMAT` into a new store, migrate a store of format 1 (the
@@ -644,7 +630,7 @@ class TaskStore:
         with self._env_lock:
             if self._boot is not None:  # synced, then marked closed: the next boot may trust it
                 self._env.sync(True)
-                _write_durably(self.dir / BOOT_MARKER, CLOSED_MARK)
+                write_durably(self.dir / BOOT_MARKER, CLOSED_MARK)
             self._env.close()
         if self.history is not None:
             self.history.close()
