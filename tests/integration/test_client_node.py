@@ -161,3 +161,31 @@ def test_schedule_preview_wheel_distribution_and_metrics(client: MolensClient) -
         client.wheel_distribution_png(level=len(wheel["levels"]))
     assert bad.value.field == "level"
     assert "# TYPE molens_" in client.metrics()
+
+
+@pytest.mark.parametrize("codec", ["msgspec", "json"])
+def test_both_json_codecs_create_read_and_map_errors_alike(
+    codec: str, node: NodeProc, receiver: RecordingReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK encodes and decodes with msgspec when it can, with the json module otherwise: the
+    same tasks, answers and typed errors either way (non-ASCII text included)."""
+    import molens.client as client_mod
+    from molens.client import BatchRejectedError
+
+    if codec == "json":
+        monkeypatch.setattr(client_mod, "_msgspec", None)
+    with MolensClient([node.http_url], backoff_base_s=0.01, backoff_max_s=0.05) as c:
+        bodies = [{"type": "delayed", "interval_ms": 60_000, "scene": f"codec-{codec}",
+                   "callback_url": receiver.url(f"/ok/codec-{codec}-日本-{i}"),
+                   "idempotency_key": f"codec-{codec}-{i}"} for i in range(3)]
+        made = c.create_many(bodies)
+        assert [t["callback_url"] for t in made] == [b["callback_url"] for b in bodies]
+        assert all(t["scene"] == f"codec-{codec}" for t in made)
+        assert c.get(made[1]["id"]) == made[1]
+        assert c.create_many_ids(bodies[:1]) == [made[0]["id"]]  # its key names the task made above
+    with MolensClient([node.http_url], backoff_base_s=0.01, backoff_max_s=0.05) as c:
+        with pytest.raises(BatchRejectedError) as rejected:
+            c.create_many([{**bodies[0], "idempotency_key": None}, {**bodies[0], "interval_ms": -5}])
+        assert set(rejected.value.item_errors) == {1}
+        with pytest.raises(TaskNotFoundError):
+            c.get("01M8MABE0SEAD6S92SY1NA2EWB")

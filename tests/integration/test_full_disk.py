@@ -122,6 +122,29 @@ def _delivered(rec: RecordingReceiver, tags: list[str]) -> bool:
     return all(rec.by_tag(t) for t in tags)
 
 
+def _wait_delivered(rec: RecordingReceiver, tags: list[str], nodes: list[NodeProc], timeout: float = 40) -> None:
+    """Wait for every acknowledged task's callback; at the deadline fail naming the missing tags,
+    what each node says of those tasks, and the tail of each node's log (so a rare failure can be
+    read from CI's output: the run's temporary directories are gone by then)."""
+    try:
+        wait_for(lambda: _delivered(rec, tags), timeout, "every acknowledged task delivered")
+    except pytest.fail.Exception as exc:
+        missing = [t for t in tags if not rec.by_tag(t)]
+        fields = ("id", "status", "reliability", "next_run_at", "attempt", "fail_count", "last_outcome", "last_fire_at")
+        lines = [f"{exc}: {len(missing)} of {len(tags)} missing: {missing}"]
+        for n in nodes:
+            try:
+                items = _http.request("GET", n.http_url + "/api/v1/tasks?limit=1000", timeout=5).json()["items"]
+                seen = {tk["callback_url"].rsplit("/", 1)[-1]: tk for tk in items}
+                lines.append(f"{n.node_id} says: " + "; ".join(
+                    f"{t}: " + (str({k: seen[t].get(k) for k in fields}) if t in seen else "no such task")
+                    for t in missing))
+            except (OSError, ValueError, KeyError, urllib3.exceptions.HTTPError) as err:
+                lines.append(f"{n.node_id}: no task list ({err!r})")
+            lines.append(f"--- {n.node_id} log tail ---\n{n.tail(80)}")
+        pytest.fail("\n".join(lines))
+
+
 def test_a_single_node_refuses_writes_with_507_while_its_disk_is_full_and_recovers_by_itself(
     make_cluster: Any, tmpfs: Any, receiver: RecordingReceiver
 ) -> None:
@@ -171,7 +194,7 @@ def test_a_single_node_refuses_writes_with_507_while_its_disk_is_full_and_recove
     acked.append("after")
     assert _http.request("GET", n1.http_url + "/readyz").status == 200
     assert _metric(n1, "molens_storage_full") == 0
-    wait_for(lambda: _delivered(receiver, acked), 40, "every acknowledged task delivered")
+    _wait_delivered(receiver, acked, [n1])
 
     text = n1.log_path.read_text(errors="replace")
     assert text.count("storage full node=n1") == 1, "the warning is logged once per episode"
@@ -288,7 +311,7 @@ def test_a_follower_whose_disk_is_full_stops_acking_and_catches_up_when_space_re
     t.free()
     wait_for(lambda: _http.request("GET", n3.http_url + "/readyz").status == 200, 30, "n3 ready again")
     acked += _create_many(client, receiver, "c", 10, 500)
-    wait_for(lambda: _delivered(receiver, acked), 40, "every acknowledged task delivered")
+    _wait_delivered(receiver, acked, list(c.nodes.values()))
     c.wait_converged()
     wait_for(lambda: _digests(c), 30, "equal digests")
     assert n3.running
@@ -319,7 +342,7 @@ def test_a_leader_whose_disk_is_full_hands_over_and_catches_up_when_space_return
     assert len(acked) >= 10 + 25, unknown  # only the writes in flight when the disk filled may fail
     t.free()
     wait_for(lambda: _http.request("GET", n1.http_url + "/readyz").status == 200, 30, "n1 ready again")
-    wait_for(lambda: _delivered(receiver, acked), 40, "every acknowledged task delivered")
+    _wait_delivered(receiver, acked, list(c.nodes.values()))
     c.wait_converged()
     wait_for(lambda: _digests(c), 30, "equal digests")
     assert n1.log_path.read_text(errors="replace").count("storage full node=n1") == 1

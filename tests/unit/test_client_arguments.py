@@ -73,3 +73,40 @@ def test_a_bad_argument_is_a_value_error_naming_it_before_any_request(
 def test_the_client_closed_sets_are_the_servers() -> None:
     assert {k.value for k in DeadLetterKind} == {k.value for k in schema.DeadLetterKind}
     assert client_mod.MAX_EPOCH_MS == schema._MAX_EPOCH_MS
+
+
+JSON_VALUES: list[Any] = [
+    {"tasks": [{"type": "delayed", "interval_ms": 5000, "callback_url": "http://127.0.0.1:1/ok/é/日本", "headers": {}}]},
+    {"n": 2**63 - 1, "neg": -(2**62), "big": 10**30, "f": 1.5, "t": True, "none": None, "nested": [[], {}, [1, "2"]]},
+    {"quote": 'a"b\\c\n\t\u0001', "emoji": "\U0001f600"},
+    [],
+    "plain",
+]
+
+
+@pytest.mark.parametrize("value", JSON_VALUES)
+def test_both_json_codecs_write_what_the_json_module_reads_and_read_what_it_writes(
+    value: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    assert client_mod._msgspec is not None, "the test environment has msgspec: the fast path is tested"
+    fast = client_mod._dumps(value)
+    assert json.loads(fast) == value
+    assert client_mod._loads(json.dumps(value).encode()) == value
+    monkeypatch.setattr(client_mod, "_msgspec", None)
+    assert json.loads(client_mod._dumps(value)) == value
+    assert client_mod._loads(fast) == value
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_both_json_codecs_refuse_what_json_cannot_hold_and_answers_that_are_not_json(
+    fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not fast:
+        monkeypatch.setattr(client_mod, "_msgspec", None)
+    with pytest.raises(TypeError):
+        client_mod._dumps({"callback_url": object()})
+    for bad in (b"{", b"<html>502</html>", b'{"a": 1} x', b"\xff\xfe{"):
+        with pytest.raises(ValueError):
+            client_mod._loads(bad)
