@@ -167,8 +167,8 @@ def test_schedule_preview_wheel_distribution_and_metrics(client: MolensClient) -
 def test_both_json_codecs_create_read_and_map_errors_alike(
     codec: str, node: NodeProc, receiver: RecordingReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The SDK encodes and decodes with msgspec when it can, with the json module otherwise: the
-    same tasks, answers and typed errors either way (non-ASCII text included)."""
+    """The SDK decodes answers with msgspec when it can, with the json module otherwise: the same
+    tasks, answers and typed errors either way (non-ASCII text included)."""
     import molens.client as client_mod
     from molens.client import BatchRejectedError
 
