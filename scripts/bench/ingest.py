@@ -34,7 +34,11 @@ Prints one line per mode, ``ingest: mode=single creates_per_s=... target=cluster
 and ``ingest: mode=batch ... vs_hello=... vs_lmdb=...``, the references' lines
 ``ingest_reference: ...``, then a summary line ``ingest: summary ...``. ``steal_pct`` is the share of
 the machine's CPU time the hypervisor took from this VM during the mode (``/proc/stat``): the load
-average does not show it, and a host that takes 20 % of the cores is a slower machine.
+average does not show it, and a host that takes 20 % of the cores is a slower machine. ``p50_ms`` /
+``p99_ms``: a request's time as the client saw it (one create; one batch in the batch modes).
+``cores_busy``: the CPU the nodes (or the reference server) and this client used per second of the
+mode, in cores: near ``cpus`` the rate is set by CPU per create; well below it, by the latency of a
+request times the requests in flight.
 """
 
 from __future__ import annotations
@@ -231,10 +235,18 @@ class Run:
     leader_us: float
     client_us: float
     steal: float
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    """Per request (a create, or a batch of them) as the client saw it."""
 
     @property
     def rate(self) -> float:
         return self.n / self.elapsed
+
+    @property
+    def cores_busy(self) -> float:
+        """Cores the measured processes (the nodes, or the reference server, and this client) kept busy."""
+        return (self.server_us + self.client_us) * self.rate / 1e6
 
 
 def measure(client: MolensClient, mode: str, args: argparse.Namespace, pids: list[int], leader_pid: int | None) -> Run:
@@ -252,11 +264,19 @@ def measure(client: MolensClient, mode: str, args: argparse.Namespace, pids: lis
         def work(k: int, i: int) -> int:
             return len(create([_task(j) for j in range(args.batch)]))
 
+    took: list[float] = []  # list.append is atomic: the threads share it
+
+    def timed(k: int, i: int) -> int:
+        t = time.perf_counter()
+        done = work(k, i)
+        took.append(time.perf_counter() - t)
+        return done
+
     urls = getattr(args, "node_urls", [])
     t0 = threadcpu.read(urls, args.token) if urls else {}
     c0, cc0, l0 = sum(cpu_s(p) for p in pids), time.process_time(), cpu_s(leader_pid)
     s0 = cpu_ticks()
-    n, el = run_threads(threads, args.seconds, work)
+    n, el = run_threads(threads, args.seconds, timed)
     steal = steal_pct(s0, cpu_ticks())
     if urls:
         print("\n".join(threadcpu.report(t0, threadcpu.read(urls, args.token), n, "create")), flush=True)
@@ -268,7 +288,16 @@ def measure(client: MolensClient, mode: str, args: argparse.Namespace, pids: lis
         leader_us=(cpu_s(leader_pid) - l0) / n * 1e6,
         client_us=(time.process_time() - cc0) / n * 1e6,
         steal=steal,
+        p50_ms=_pct(took, 0.50) * 1e3,
+        p99_ms=_pct(took, 0.99) * 1e3,
     )
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
 
 
 def references(
@@ -304,6 +333,7 @@ def references(
                     f"ingest_reference: server=waitress_hello_world mode={mode} "
                     f"req_per_s={r.rate / (1 if mode == 'single' else args.batch):.0f} creates_per_s={r.rate:.0f} "
                     f"{r.what} server_cpu_us_per_create={r.server_us:.1f} client_cpu_us_per_create={r.client_us:.1f} "
+                    f"p50_ms={r.p50_ms:.2f} p99_ms={r.p99_ms:.2f} cores_busy={r.cores_busy:.2f} "
                     f"load1={os.getloadavg()[0]:.1f} steal_pct={r.steal:.0f}"
                 )
             hclient.close()
@@ -405,9 +435,11 @@ def main() -> int:
                 extra = f" leader_cpu_us_per_create={r.leader_us:.1f}" + extra
                 summary[f"{mode}_leader_cpu_us_per_create"] = f"{r.leader_us:.1f}"
             summary[f"{mode}_creates_per_s"] = f"{r.rate:.0f}"
+            if pids:
+                extra += f" cores_busy={r.cores_busy:.2f}"
             lines.append(
                 f"ingest: mode={mode} creates_per_s={r.rate:.0f} {r.what} target={target} cpus={cpu} load1={load:.1f} "
-                f"steal_pct={r.steal:.0f}{extra}"
+                f"steal_pct={r.steal:.0f} p50_ms={r.p50_ms:.2f} p99_ms={r.p99_ms:.2f}{extra}"
             )
         st = client.stats()
         print(f"server: tasks_total={st.get('tasks_total')} role={st.get('role')} mode={st.get('mode', 'raft')}")
