@@ -6,8 +6,11 @@ transaction as the batch's changes, error results instead of exceptions for bad 
 
 Durability of :class:`KVStateMachine`: lmdb ``sync=True, metasync=False`` by default -- one
 fdatasync per batch, database integrity kept on power loss, the last batch may be rolled back (then
-it is replayed from the Raft log, which is the durable record). ``durable=False`` skips the sync
-(kill -9 safe, not power-loss safe).
+it is replayed from the Raft log, which is the durable record). ``log_backed=True`` (a Raft node's
+FSM, as the task store's: docs/architecture.md#fsm-durability) skips that fdatasync too and guards
+the file with the boot id instead (:func:`molens.lmdb_snapshot.guard_boot`): a file left open by an
+earlier boot is discarded at open and rebuilt from the snapshot and the log. ``durable=False``
+skips every sync (kill -9 safe, not power-loss safe: tests).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import msgpack
 
 from molens.lmdb_snapshot import META_APPLIED as _META_APPLIED
 from molens.lmdb_snapshot import U64 as _U64
-from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file
+from molens.lmdb_snapshot import boot_id, guard_boot, mark_closed, snapshot_env, stage_env_file, swap_env_file
 from molens.raft.fsm import FSMError
 from molens.raft.log import Entry, EntryKind
 
@@ -80,11 +83,19 @@ class KVStateMachine:
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], *, durable: bool = True, map_size: int = DEFAULT_MAP_SIZE
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        durable: bool = True,
+        log_backed: bool = False,
+        map_size: int = DEFAULT_MAP_SIZE,
     ) -> None:
         self.dir = Path(data_dir) / "fsm"
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._durable = durable
+        self._boot = boot_id() if durable and log_backed else None
+        self._durable = durable and self._boot is None
+        self.discarded_after_os_stop = False
+        """True when this open found the file left open by an earlier boot and started it empty."""
         self._map_size = map_size
         # a snapshot may copy the map on another thread while entries apply: map resize, restore
         # and close wait for it (lmdb must not remap or close under a live read transaction)
@@ -97,6 +108,8 @@ class KVStateMachine:
         self._open()
 
     def _open(self) -> None:
+        if self._boot is not None and guard_boot(self.dir, self._boot, "kv fsm"):
+            self.discarded_after_os_stop = True
         self._env = lmdb.open(
             str(self.dir), map_size=self._map_size, max_dbs=2, sync=self._durable, metasync=False,
             readahead=False,
@@ -255,6 +268,8 @@ class KVStateMachine:
 
     def close(self) -> None:
         with self._env_lock:
+            if self._boot is not None:  # synced, then marked closed: the next boot may trust it
+                mark_closed(self._env, self.dir)
             self._env.close()
 
     # --- local reads and test helpers ---------------------------------------------------------
@@ -288,13 +303,15 @@ class KVStateMachine:
                 h.update(v)
         return (_U64.unpack(raw)[0] if raw is not None else 0), h.hexdigest()
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         return {
             "applied_index": self.applied_index(),
             "applied_total": self.applied_total,
             "skipped_total": self.skipped_total,
             "batches_total": self.batches_total,
             "keys": len(self),
+            "sync": "log" if self._boot is not None else ("batch" if self._durable else "none"),
+            "discarded_after_os_stop": self.discarded_after_os_stop,
         }
 
     def __enter__(self) -> KVStateMachine:

@@ -3,12 +3,18 @@
 Shared by every lmdb state machine (the task store and the key-value FSM): the copy is made in one
 read transaction that also reads the ``applied_index`` it reflects, written to a temp file, fsync'd
 and renamed; a restore stages the file next to the environment, opens it read-only to check it, and
-swaps it in with an fsync of the directory. ``write_durably`` writes a small file by the same rules
-(the task store's boot marker, docs/architecture.md#fsm-durability).
+swaps it in with an fsync of the directory. ``write_durably`` writes a small file by the same rules.
+
+A state machine whose commits are not fsync'd (log-backed: everything in it is a function of the
+Raft log and the snapshot files, docs/architecture.md#fsm-durability) guards its file with the boot
+id instead: :func:`guard_boot` at open (a store left open by an earlier boot may be torn: it is
+removed, and the node rebuilds it from the snapshot and the log), :func:`mark_closed` after a
+clean close.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections.abc import Callable
@@ -16,6 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
+
+log = logging.getLogger(__name__)
 
 U64 = struct.Struct(">Q")
 META_APPLIED = b"applied_index"
@@ -83,6 +91,52 @@ def write_durably(path: Path, text: str) -> None:
     fsync_dir(path.parent)
 
 
+BOOT_MARKER = "open-boot"
+"""File beside a log-backed environment: the boot id of the system that has it open, or
+:data:`CLOSED_MARK` after a clean close (the environment synced)."""
+CLOSED_MARK = "closed"
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str | None:
+    """This boot's id (Linux), ``None`` where the system has none to read."""
+    try:
+        return BOOT_ID_PATH.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def guard_boot(env_dir: Path, boot: str, what: str) -> bool:
+    """Before opening the log-backed environment in ``env_dir``: if an earlier boot left it open,
+    its unsynced pages may have reached the disk in any order, so it is removed (True returned: the
+    node restores the state from its snapshot and the Raft log); then this boot is recorded as the
+    one holding it open. ``what`` names the store in the warning."""
+    marker = env_dir / BOOT_MARKER
+    try:
+        seen = marker.read_text().strip()
+    except FileNotFoundError:
+        seen = CLOSED_MARK
+    discarded = False
+    if seen not in (CLOSED_MARK, boot) and (env_dir / "data.mdb").exists():
+        log.warning(
+            "%s dir=%s was open when the system stopped (boot %s, now %s): its unsynced writes "
+            "may be torn, so it is discarded and rebuilt from the snapshot and the Raft log",
+            what, env_dir, seen, boot,
+        )
+        for name in ("data.mdb", "lock.mdb"):
+            (env_dir / name).unlink(missing_ok=True)
+        discarded = True
+    write_durably(marker, boot)
+    return discarded
+
+
+def mark_closed(env: lmdb.Environment, env_dir: Path) -> None:
+    """A clean close of a log-backed environment: synced, then marked closed (the next boot may
+    trust it). The caller closes ``env`` after."""
+    env.sync(True)
+    write_durably(env_dir / BOOT_MARKER, CLOSED_MARK)
+
+
 def swap_env_file(staged: Path, env_dir: Path) -> None:
     """Make a staged copy the environment's data file (the environment must be closed)."""
     os.replace(staged, env_dir / "data.mdb")
@@ -90,5 +144,6 @@ def swap_env_file(staged: Path, env_dir: Path) -> None:
 
 
 __all__ = [
-    "META_APPLIED", "U64", "fsync_dir", "snapshot_env", "stage_env_file", "swap_env_file", "write_durably",
+    "BOOT_ID_PATH", "BOOT_MARKER", "CLOSED_MARK", "META_APPLIED", "U64", "boot_id", "fsync_dir", "guard_boot",
+    "mark_closed", "snapshot_env", "stage_env_file", "swap_env_file", "write_durably",
 ]

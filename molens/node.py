@@ -78,7 +78,7 @@ class NodeError(MolensError):
 
 
 def _default_fsm(data_dir: Path) -> StateMachine:
-    return KVStateMachine(data_dir)
+    return KVStateMachine(data_dir, log_backed=True)
 
 
 def _task_fsm(cfg: Config) -> FsmFactory:

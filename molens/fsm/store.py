@@ -67,7 +67,14 @@ from molens.fsm import format_v1, machine
 from molens.fsm.commands import CodecError, Command, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
-from molens.lmdb_snapshot import snapshot_env, stage_env_file, swap_env_file, write_durably
+from molens.lmdb_snapshot import (
+    boot_id,
+    guard_boot,
+    mark_closed,
+    snapshot_env,
+    stage_env_file,
+    swap_env_file,
+)
 from molens.model import TERMINAL_STATUSES, FireKind, MolensError, Status, Task
 from molens.schema import FORMAT, DeadLetter, Notice
 
@@ -79,21 +86,6 @@ _APPLIED_TERM = b"applied_term"
 _COUNTS = b"counts"
 _FORMAT = b"format"
 DAY_MS = 86_400_000
-BOOT_MARKER = "open-boot"
-"""File in ``data_dir/fsm/`` of a log-backed store: the boot id of the system that has it open, or
-:data:`CLOSED_MARK` after a clean close (the store synced)."""
-CLOSED_MARK = "closed"
-BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
-
-
-def boot_id() -> str | None:
-    """This boot's id (Linux), ``None`` where the system has none to read."""
-    try:
-        return BOOT_ID_PATH.read_text().strip() or None
-    except OSError:
-        return None
-
-
 # Address space, not disk: the file grows with the data. Large enough never to grow in practice
 # (~140M tasks), because lmdb must not remap while other threads (HTTP reads) hold read transactions.
 DEFAULT_MAP_SIZE = 64 << 30
@@ -279,8 +271,8 @@ class TaskStore:
         self._open()
 
     def _open(self) -> None:
-        if self._boot is not None:
-            self._guard_boot(self._boot)
+        if self._boot is not None and guard_boot(self.dir, self._boot, "task store"):
+            self.discarded_after_os_stop = True
         self._env = lmdb.open(
             str(self.dir),
             map_size=self._map_size,
@@ -313,26 +305,6 @@ class TaskStore:
         self._counts: dict[str, int] = dict(msgpack.unpackb(raw_counts, raw=False)) if raw_counts else {}
         self._check_format()
         log.info("task store opened dir=%s applied_index=%d", self.dir, self._applied)
-
-    def _guard_boot(self, boot: str) -> None:
-        """A log-backed store left open by an earlier boot may be torn (its unsynced pages reached the
-        disk in any order): remove it, so the node restores the state from its snapshot and the Raft
-        log; then record this boot as the one holding the store open."""
-        marker = self.dir / BOOT_MARKER
-        try:
-            seen = marker.read_text().strip()
-        except FileNotFoundError:
-            seen = CLOSED_MARK
-        if seen not in (CLOSED_MARK, boot) and (self.dir / "data.mdb").exists():
-            log.warning(
-                "task store dir=%s was open when the system stopped (boot %s, now %s): its unsynced writes "
-                "may be torn, so it is discarded and rebuilt from the snapshot and the Raft log",
-                self.dir, seen, boot,
-            )
-            for name in ("data.mdb", "lock.mdb"):
-                (self.dir / name).unlink(missing_ok=True)
-            self.discarded_after_os_stop = True
-        write_durably(marker, boot)
 
     def _check_format(self) -> None:
         """Write :data:`molens.schema.FORMAT` into a new store, migrate a store of format 1 (the
@@ -629,8 +601,7 @@ class TaskStore:
     def close(self) -> None:
         with self._env_lock:
             if self._boot is not None:  # synced, then marked closed: the next boot may trust it
-                self._env.sync(True)
-                write_durably(self.dir / BOOT_MARKER, CLOSED_MARK)
+                mark_closed(self._env, self.dir)
             self._env.close()
         if self.history is not None:
             self.history.close()

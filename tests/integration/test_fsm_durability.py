@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from molens.fsm.store import BOOT_MARKER, CLOSED_MARK, boot_id
+from molens.lmdb_snapshot import BOOT_MARKER, CLOSED_MARK, boot_id
 
 from .conftest import Cluster, NodeProc
 from .rest import call, wait_serving

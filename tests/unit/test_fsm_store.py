@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import molens.fsm.store as store_mod
+import molens.lmdb_snapshot as lmdb_snapshot
 from molens.fsm.commands import (
     Command,
     CreateItem,
@@ -458,7 +458,7 @@ def test_a_store_of_format_2_gets_its_indexes_built_when_it_opens(tmp_path: Path
 def _boot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, boot: str) -> Path:
     path = tmp_path / "boot_id"
     path.write_text(boot + "\n")
-    monkeypatch.setattr(store_mod, "BOOT_ID_PATH", path)
+    monkeypatch.setattr(lmdb_snapshot, "BOOT_ID_PATH", path)
     return path
 
 
@@ -476,9 +476,9 @@ def test_log_backed_store_does_not_sync_batches_and_marks_a_clean_close(
     _boot(monkeypatch, tmp_path, "boot-a")
     s = TaskStore(tmp_path, log_backed=True)
     assert s.stats()["sync"] == "log"
-    assert (tmp_path / "fsm" / store_mod.BOOT_MARKER).read_text() == "boot-a"  # open in this boot
+    assert (tmp_path / "fsm" / lmdb_snapshot.BOOT_MARKER).read_text() == "boot-a"  # open in this boot
     s.close()
-    assert (tmp_path / "fsm" / store_mod.BOOT_MARKER).read_text() == store_mod.CLOSED_MARK
+    assert (tmp_path / "fsm" / lmdb_snapshot.BOOT_MARKER).read_text() == lmdb_snapshot.CLOSED_MARK
     ids = _fill(tmp_path, 3)
     _boot(monkeypatch, tmp_path, "boot-b")  # closed cleanly, then the machine restarted: kept
     again = TaskStore(tmp_path, log_backed=True)
@@ -498,8 +498,9 @@ def test_log_backed_store_left_open_is_kept_after_a_process_death_and_rebuilt_af
     # a process that applies 5 entries and dies without closing the store (its pages in the page cache)
     code = (
         "import os, sys; from pathlib import Path; sys.path.insert(0, sys.argv[3])\n"
+        "import molens.lmdb_snapshot as g\n"
+        "g.BOOT_ID_PATH = Path(sys.argv[2])\n"
         "import molens.fsm.store as m\n"
-        "m.BOOT_ID_PATH = Path(sys.argv[2])\n"
         "from tests.unit.test_fsm_store import Log, CreateTasks, CreateItem, spec, new_task_id, T0\n"
         "s = m.TaskStore(sys.argv[1], log_backed=True)\n"
         "Log(s).apply(*[CreateTasks(T0, (CreateItem(new_task_id(T0 + i, i), spec()),)) for i in range(5)])\n"
@@ -507,7 +508,7 @@ def test_log_backed_store_left_open_is_kept_after_a_process_death_and_rebuilt_af
     )
     root = str(Path(__file__).resolve().parents[2])
     subprocess.run([sys.executable, "-c", code, str(data), str(boot), root], check=True, cwd=root)
-    assert (data / "fsm" / store_mod.BOOT_MARKER).read_text() == "boot-a"
+    assert (data / "fsm" / lmdb_snapshot.BOOT_MARKER).read_text() == "boot-a"
     same = TaskStore(data, log_backed=True)  # the same boot: the page cache held every write
     assert same.applied_index() == 5 and not same.discarded_after_os_stop
     assert same.stats()["discarded_after_os_stop"] is False
@@ -518,7 +519,7 @@ def test_log_backed_store_left_open_is_kept_after_a_process_death_and_rebuilt_af
         rebuilt = TaskStore(data, log_backed=True)
     assert rebuilt.discarded_after_os_stop and rebuilt.applied_index() == 0 and len(rebuilt) == 0
     assert "open when the system stopped" in caplog.text
-    assert (data / "fsm" / store_mod.BOOT_MARKER).read_text() == "boot-b"
+    assert (data / "fsm" / lmdb_snapshot.BOOT_MARKER).read_text() == "boot-b"
     rebuilt.close()
 
 
@@ -528,8 +529,8 @@ def test_a_store_that_is_not_log_backed_or_has_no_boot_id_syncs_every_batch(
     s = TaskStore(tmp_path / "plain")
     assert s.stats()["sync"] == "batch"
     s.close()
-    assert not (tmp_path / "plain" / "fsm" / store_mod.BOOT_MARKER).exists()
-    monkeypatch.setattr(store_mod, "BOOT_ID_PATH", tmp_path / "absent")
+    assert not (tmp_path / "plain" / "fsm" / lmdb_snapshot.BOOT_MARKER).exists()
+    monkeypatch.setattr(lmdb_snapshot, "BOOT_ID_PATH", tmp_path / "absent")
     s = TaskStore(tmp_path / "no-boot-id", log_backed=True)
     assert s.stats()["sync"] == "batch"
     s.close()

@@ -131,3 +131,57 @@ def test_a_put_with_a_key_lmdb_cannot_hold_is_a_kv_error_not_a_crash(tmp_path: P
         res = fsm.apply_batch(entries(1, [encode_put(b"k" * 600, b"v"), encode_put(b"k", b"v")]))
         assert isinstance(res[0], KVError) and "key too long" in res[0].reason
         assert res[1] is True and fsm.get(b"k") == b"v" and fsm.applied_index() == 2
+
+
+# --- a Raft node's KV FSM is log-backed, as its task store (docs/architecture.md#fsm-durability)
+
+
+def _boot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, boot: str) -> None:
+    import molens.lmdb_snapshot as lmdb_snapshot
+
+    path = tmp_path / "boot_id"
+    path.write_text(boot + "\n")
+    monkeypatch.setattr(lmdb_snapshot, "BOOT_ID_PATH", path)
+
+
+def test_log_backed_kv_is_kept_after_a_clean_close_or_a_process_death_and_rebuilt_after_a_system_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from molens.lmdb_snapshot import BOOT_MARKER, CLOSED_MARK
+
+    marker = tmp_path / "fsm" / BOOT_MARKER
+    _boot(monkeypatch, tmp_path, "boot-a")
+    fsm = KVStateMachine(tmp_path, log_backed=True)
+    assert fsm.stats()["sync"] == "log" and marker.read_text() == "boot-a"
+    fsm.apply_batch(entries(1, [encode_put(f"k{i}", "v") for i in range(5)]))
+    fsm.close()
+    assert marker.read_text() == CLOSED_MARK
+    _boot(monkeypatch, tmp_path, "boot-b")  # closed cleanly, then the machine restarted: kept
+    fsm = KVStateMachine(tmp_path, log_backed=True)
+    assert fsm.applied_index() == 5 and not fsm.discarded_after_os_stop
+    fsm.apply_batch(entries(6, [encode_put("k5", "v")]))
+    fsm._env.close()  # left open: the process died (its writes in the page cache)
+    fsm = KVStateMachine(tmp_path, log_backed=True)  # the same boot: kept
+    assert fsm.applied_index() == 6 and fsm.get("k5") == b"v" and not fsm.discarded_after_os_stop
+    fsm._env.close()  # left open again, and now the system stops
+    _boot(monkeypatch, tmp_path, "boot-c")
+    with caplog.at_level("WARNING"):
+        fsm = KVStateMachine(tmp_path, log_backed=True)
+    assert fsm.discarded_after_os_stop and fsm.stats()["discarded_after_os_stop"] is True
+    assert fsm.applied_index() == 0 and len(fsm) == 0  # the node restores its snapshot and replays the log
+    assert "kv fsm" in caplog.text and "open when the system stopped" in caplog.text
+    assert marker.read_text() == "boot-c"
+    fsm.close()
+
+
+def test_kv_without_a_boot_id_or_not_log_backed_syncs_each_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import molens.lmdb_snapshot as lmdb_snapshot
+
+    with KVStateMachine(tmp_path / "plain") as fsm:
+        assert fsm.stats()["sync"] == "batch"
+    assert not (tmp_path / "plain" / "fsm" / lmdb_snapshot.BOOT_MARKER).exists()
+    monkeypatch.setattr(lmdb_snapshot, "BOOT_ID_PATH", tmp_path / "absent")
+    with KVStateMachine(tmp_path / "no-boot-id", log_backed=True) as fsm:
+        assert fsm.stats()["sync"] == "batch"
+    with KVStateMachine(tmp_path / "tests", durable=False, log_backed=True) as fsm:
+        assert fsm.stats()["sync"] == "none"
