@@ -238,6 +238,13 @@ class TaskIds:
 
     One ``getrandom()`` system call per id was a tenth of a batch create's server CPU; the buffer
     takes one per ``buffer_ids`` ids.
+
+    Ids never go down: each sorts above every id this source gave before, so the API's id order is
+    the order in which one leader took the creates (``GET /tasks`` lists in creation order, and a
+    client that creates one task after another sees them listed so, in the same millisecond too).
+    An id that would not sort above the last keeps the last one's millisecond and takes its random
+    part plus a random step of up to 2^32 (ULID's monotonic rule, still unguessable); a batch whose
+    lowest id would not takes the next millisecond.
     """
 
     def __init__(self, buffer_ids: int = 1024) -> None:
@@ -245,6 +252,8 @@ class TaskIds:
         self._lock = threading.Lock()
         self._buf = b""
         self._pos = 0
+        self._last = ""
+        """The greatest id given out."""
 
     def new(self, now_ms: int) -> str:
         with self._lock:
@@ -253,7 +262,13 @@ class TaskIds:
                 self._buf, pos = os.urandom(self._size), 0
             self._pos = pos + 10
             random80 = int.from_bytes(self._buf[pos : pos + 10], "big")
-        return new_task_id(now_ms, random80)
+            tid = new_task_id(now_ms, random80)
+            last = self._last
+            if tid <= last:
+                ms, r = task_id_ms(last), task_id_random(last) + 1 + (random80 & 0xFFFF_FFFF)
+                tid = new_task_id(ms, r) if r < 1 << 80 else new_task_id(ms + 1, random80)
+            self._last = tid
+        return tid
 
     def new_many(self, now_ms: int, n: int) -> list[str]:
         """``n`` ids for ``now_ms`` (a batch create's), 16 random bytes each
@@ -262,6 +277,8 @@ class TaskIds:
         In ascending order, so a batch's items get ids in the order they were sent and every replica
         inserts the batch's keys into its B-trees one after another rather than at random places
         among each other (3-6 % less CPU per applied create, docs/benchmarks.md)."""
+        if n <= 0:
+            return []
         size = 16 * n
         with self._lock:
             pos = self._pos
@@ -269,9 +286,21 @@ class TaskIds:
                 self._buf, pos = os.urandom(max(self._size, size)), 0
             self._pos = pos + size
             raw = self._buf[pos : pos + size]
-        ids = task_ids_from_digits(now_ms, raw)
-        ids.sort()
+            ids = task_ids_from_digits(now_ms, raw)
+            ids.sort()
+            if ids[0] <= self._last:
+                ids = task_ids_from_digits(max(now_ms, task_id_ms(self._last) + 1), raw)
+                ids.sort()
+            self._last = ids[-1]
         return ids
+
+
+def task_id_random(task_id: str) -> int:
+    """The 80 random bits of a task id."""
+    n = 0
+    for ch in task_id[10:]:
+        n = (n << 5) | _CROCKFORD.index(ch)
+    return n
 
 
 def task_id_ms(task_id: str) -> int:
@@ -826,6 +855,7 @@ __all__ = [
     "task_ids_from_digits",
     "new_task_id",
     "task_id_ms",
+    "task_id_random",
     "tasks_json",
     "validate_create",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -368,8 +369,9 @@ def test_batch_task_ids_from_digit_bytes_equal_one_by_one_encoding() -> None:
 def test_task_id_source_batches_are_distinct_across_refills_and_mix_with_single_ids() -> None:
     ids = TaskIds(buffer_ids=8)
     out = [*ids.new_many(NOW, 5), ids.new(NOW), *ids.new_many(NOW, 20), *ids.new_many(NOW, 3), *ids.new_many(NOW, 0)]
-    assert len(out) == 29 and len(set(out)) == 29
-    assert all(is_task_id(i) and task_id_ms(i) == NOW for i in out)
+    assert len(out) == 29 and len(set(out)) == 29 and out == sorted(out)
+    # a batch whose ids would not all sort above the last id takes the next millisecond
+    assert all(is_task_id(i) and NOW <= task_id_ms(i) <= NOW + 3 for i in out)
 
 
 def test_a_batchs_ids_ascend_so_its_items_list_in_the_order_they_were_sent() -> None:
@@ -377,6 +379,31 @@ def test_a_batchs_ids_ascend_so_its_items_list_in_the_order_they_were_sent() -> 
     for n in (2, 50, 1000):
         got = ids.new_many(NOW, n)
         assert got == sorted(got) and len(set(got)) == n
+
+
+def test_a_sources_ids_never_go_down_in_one_millisecond_after_a_clock_step_back_or_across_batches() -> None:
+    """GET /tasks lists in id order, documented as creation order: one client creating task after
+    task must see them listed so, also when several land in the same millisecond."""
+    from molens.model import task_id_random
+
+    ids = TaskIds(buffer_ids=8)
+    out = [ids.new(NOW) for _ in range(300)]  # all in one millisecond
+    out += ids.new_many(NOW, 50)  # a batch in that millisecond: above all of them
+    out += [ids.new(NOW - 5_000) for _ in range(20)]  # the clock stepped back 5 s
+    out += ids.new_many(NOW - 5_000, 10)
+    out += [ids.new(NOW + 10) for _ in range(5)]  # time moved on: its own millisecond again
+    assert out == sorted(out) and len(set(out)) == len(out)
+    assert all(is_task_id(i) for i in out)
+    assert task_id_ms(out[0]) == NOW and task_id_ms(out[-1]) == NOW + 10
+    assert task_id_ms(out[299]) == NOW  # one millisecond holds many ids: no drift ahead of the clock
+    assert task_id_ms(out[300]) == NOW + 1  # the batch took the next one
+    steps = {task_id_random(b) - task_id_random(a) for a, b in itertools.pairwise(out[:300])}
+    assert min(steps) >= 1 and len(steps) > 250  # still random, not a counter
+    # the random part at its top: the next id takes the next millisecond
+    top = TaskIds()
+    top._last = prev = new_task_id(NOW, (1 << 80) - 1)
+    nxt = top.new(NOW)
+    assert nxt > prev and task_id_ms(nxt) == NOW + 1
 
 
 @pytest.mark.parametrize("expr", ["* * *", "61 * * * *", "* * * * * * *", "H * * * *", "0 0 30 2 *", "bogus"])
