@@ -270,6 +270,12 @@ class TaskIds:
             self._last = tid
         return tid
 
+    def floor(self, task_id: str) -> None:
+        """Give only ids above ``task_id`` from now on (a new leader: the greatest id in its store)."""
+        with self._lock:
+            if task_id > self._last:
+                self._last = task_id
+
     def new_many(self, now_ms: int, n: int) -> list[str]:
         """``n`` ids for ``now_ms`` (a batch create's), 16 random bytes each
         (:func:`task_ids_from_digits`): a tenth of the CPU of ``n`` calls to ``new``.

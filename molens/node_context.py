@@ -161,6 +161,10 @@ class NodeContext:
             if ch.term >= self._last.term:
                 if ch.leader_id != self._last.leader_id and ch.leader_id is not None:
                     self.leader_changes += 1
+                if ch.is_leader and (not self._last.is_leader or ch.term != self._last.term):
+                    # ids above every task this replica holds: a new leader's clock may be behind the
+                    # old one's (docs/api.md, GET /api/v1/tasks)
+                    self._ids.floor(self.store.last_task_id())
                 self._last = ch
 
     # ------------------------------------------------------------------ ApiContext

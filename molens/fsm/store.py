@@ -614,6 +614,12 @@ class TaskStore:
 
     # ------------------------------------------------------------------ reads (any thread)
 
+    def last_task_id(self) -> str:
+        """The greatest task id in the store ("" when it holds none)."""
+        with self._env.begin(db=self._tasks) as txn:
+            cur = txn.cursor()
+            return bytes(cur.key()).decode() if cur.last() else ""
+
     def get_task(self, task_id: str) -> Task | None:
         with self._env.begin() as txn:
             raw = txn.get(task_id.encode(), db=self._tasks)

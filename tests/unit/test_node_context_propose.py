@@ -85,3 +85,24 @@ def test_every_failure_the_raft_thread_reports_is_an_api_error(
 def test_no_outcome_in_time_is_outcome_unknown(tmp_path: Path) -> None:
     with pytest.raises(OutcomeUnknown):
         _ctx(tmp_path, FakePeer(None)).propose([CMD], 0.05)
+
+
+def test_a_new_leader_gives_ids_above_every_task_its_replica_holds(tmp_path: Path) -> None:
+    """Its clock may be behind the old leader's: GET /tasks lists in id (creation) order."""
+    import time
+
+    from molens.model import task_id_ms
+    from tests.unit.test_fsm_store import T0, CreateItem, CreateTasks, Log, new_task_id, spec
+
+    ahead = new_task_id(int(time.time() * 1000) + 3_600_000, 5)  # by a leader whose clock ran an hour ahead
+    store = TaskStore(tmp_path / "seed")
+    Log(store).apply(CreateTasks(T0, (CreateItem(ahead, spec()),)))
+    assert store.last_task_id() == ahead
+    store.close()
+    ctx = _ctx(tmp_path / "seed", FakePeer(None))  # the fake peer reports this node as the leader
+    try:
+        tid = ctx.new_task_id()
+        assert tid > ahead and task_id_ms(tid) == task_id_ms(ahead)
+        assert all(t > ahead for t in ctx.new_task_ids(3))
+    finally:
+        ctx.store.close()
