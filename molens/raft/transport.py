@@ -34,9 +34,10 @@ Threading contract (what the RaftPeer relies on):
   handshakes are counted (``handshake_refused``) and logged, at most one line per
   ``REFUSED_LOG_S`` per endpoint. :meth:`Endpoint.reload_curve_keys` re-reads the directory at run
   time (allow list, key -> node map, and DEALERs to peers whose key appeared or changed); the I/O
-  thread also calls it when the directory's modification time changes (checked every
-  ``KEYS_WATCH_S``: a key file added, removed or renamed in place is noticed, one rewritten in
-  place is not).
+  thread also calls it when the directory's key files change (checked every ``KEYS_WATCH_S``: each
+  ``*.key`` file's name, size and modification time, so a file added, removed, renamed or
+  rewritten is noticed -- also one copied in while a check ran, which read it empty or half
+  written: the write that completes it changes its size or time, and it is read again).
 * Senders are bound to keys (``docs/architecture.md#node-ports``): the ZAP handler names a
   connection's user id after the key file it matched (``n2.key`` -> ``n2``), and a frame is
   delivered only when that user id, the connection's routing id and the ``from_id`` inside the
@@ -69,8 +70,8 @@ from molens.raft.errors import TransportError
 log = logging.getLogger(__name__)
 
 KEYS_WATCH_S = 2.0
-"""With CURVE, how often the I/O thread looks at ``public_keys_dir``'s modification time; a key file
-added or removed there is re-read (as :meth:`Endpoint.reload_curve_keys`) within about this long."""
+"""With CURVE, how often the I/O thread looks at the key files in ``public_keys_dir``; a key file
+added, removed or changed there is re-read (as :meth:`Endpoint.reload_curve_keys`) within about this long."""
 
 REFUSED_LOG_S = 10.0
 """At most one log line per this many seconds per endpoint and kind of refusal (a rogue peer
@@ -267,7 +268,7 @@ class Endpoint:
         self._refused_log = RefusalLog(f"{self.kind} {node_id}: handshake refused")
         self._forged_log = RefusalLog(f"{self.kind} {node_id}: frame dropped")
         self._dealer_key: dict[str, bytes | None] = {}
-        self._keys_mtime = -1
+        self._keys_state: tuple[tuple[str, int, int], ...] | None = None
         self._keys_check_at = 0.0
         self._dealers: dict[str, zmq.Socket[bytes]] = {}
         self._dealer_addr: dict[str, str] = {}
@@ -296,7 +297,7 @@ class Endpoint:
             if self.curve is not None:
                 self._auth = NodeAuthenticator(self._ctx, self.curve, self._refused_log)
                 self._auth.start()
-                self._keys_mtime = self._dir_mtime()
+                self._keys_state = self._dir_state()
                 self._auth.reload()
                 self._listed = frozenset(self._auth.ids_by_key.values())
                 self._keys_check_at = time.monotonic() + KEYS_WATCH_S
@@ -360,24 +361,37 @@ class Endpoint:
         key was removed are dropped from now on."""
         if self._auth is None or self.curve is None:
             return []
-        self._keys_mtime = self._dir_mtime()  # before reading: a change while reading is seen again
+        self._keys_state = self._dir_state()  # before reading: a change while reading is seen again
         self._auth.reload()
         self._listed = frozenset(self._auth.ids_by_key.values())
         self._enqueue(_CMD_RELOAD, "", None, force=True)
         log.info("%s curve keys reloaded node=%s listed=%s", self.kind, self.node_id, sorted(self._listed))
         return sorted(self._listed)
 
-    def _dir_mtime(self) -> int:
+    def _dir_state(self) -> tuple[tuple[str, int, int], ...] | None:
+        """Name, size and modification time of each key file (None: the directory is unreadable).
+        Not the directory's own time alone: creating a file changes it, writing the file does not,
+        so a key read empty while ``cp`` was still writing it would never be read again."""
         assert self.curve is not None
+        out = []
         try:
-            return os.stat(self.curve.public_keys_dir).st_mtime_ns
+            with os.scandir(self.curve.public_keys_dir) as it:
+                for e in it:
+                    if e.name.endswith(".key"):
+                        try:
+                            st = e.stat()
+                        except OSError:  # gone since the listing: the next check sees it gone
+                            continue
+                        out.append((e.name, st.st_size, st.st_mtime_ns))
         except OSError:
-            return -1
+            return None
+        out.sort()
+        return tuple(out)
 
     def _watch_keys(self) -> None:
-        """(I/O thread) Re-read the keys when ``public_keys_dir`` changed since the last read."""
+        """(I/O thread) Re-read the keys when a key file in ``public_keys_dir`` changed since the last read."""
         self._keys_check_at = time.monotonic() + KEYS_WATCH_S
-        if self._dir_mtime() != self._keys_mtime:
+        if self._dir_state() != self._keys_state:
             log.info("%s public_keys_dir changed node=%s: reloading", self.kind, self.node_id)
             self.reload_curve_keys()
 

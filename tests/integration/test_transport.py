@@ -314,6 +314,30 @@ def test_a_key_file_added_to_the_directory_is_picked_up_without_a_reload(
     assert "late" in server.listed_ids()
 
 
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_a_key_file_read_while_still_empty_is_read_again_once_written(
+    tmp_path: Path, endpoints: list[Endpoint], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``cp`` creates the file, then writes it: a check between the two reads an empty key, and the
+    write changes the file, not the directory. The watch compares each key file's size and time."""
+    server_public = make_keys(tmp_path, ("server", "late"), ("server",))
+    late_public = make_keys(tmp_path, ("server", "late"), ("server", "late"), public="late_public")
+    keys = tmp_path / "keys"
+    inbox = Inbox()
+    server = RaftTransport("server", ANY_PORT, inbox,
+                           curve=CurveKeys.load(keys / "server.key_secret", server_public)).start()
+    late = RaftTransport("late", ANY_PORT, Inbox(), {"server": server.bound_addr},
+                         curve=CurveKeys.load(keys / "late.key_secret", late_public)).start()
+    endpoints.extend([server, late])
+    (server_public / "late.key").write_bytes(b"")  # created; its bytes come later
+    with caplog.at_level("WARNING"):
+        wait_until(lambda: "unreadable public key" in caplog.text, timeout=30.0)  # the watch read it empty
+    assert "late" not in server.listed_ids()
+    (server_public / "late.key").write_bytes((keys / "late.key").read_bytes())  # the directory does not change
+    wait_until(lambda: ("late", b"hi") in inbox.snapshot(), timeout=30.0, every=lambda: late.send("server", b"hi"))
+    assert "late" in server.listed_ids()
+
+
 def test_close_from_the_io_thread_is_refused_not_deadlocked(endpoints: list[Endpoint]) -> None:
     errors: list[Exception] = []
 
