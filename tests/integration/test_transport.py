@@ -293,10 +293,9 @@ def test_a_peer_whose_key_appears_later_is_dialled_on_reload(tmp_path: Path, end
     wait_until(lambda: ("a", b"hi") in inbox.snapshot(), every=lambda: a.send("b", b"hi"))
 
 
-@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
-def test_a_key_file_added_to_the_directory_is_picked_up_without_a_reload(
-    tmp_path: Path, endpoints: list[Endpoint]
-) -> None:
+def _server_and_unlisted_late(tmp_path: Path, endpoints: list[Endpoint]) -> tuple[RaftTransport, RaftTransport, Inbox]:
+    """A CURVE endpoint ``server`` whose key directory (``tmp_path/public``) lists only itself, and
+    ``late``, which knows the server's key and dials it; the server's inbox."""
     server_public = make_keys(tmp_path, ("server", "late"), ("server",))
     late_public = make_keys(tmp_path, ("server", "late"), ("server", "late"), public="late_public")
     keys = tmp_path / "keys"
@@ -306,6 +305,15 @@ def test_a_key_file_added_to_the_directory_is_picked_up_without_a_reload(
     late = RaftTransport("late", ANY_PORT, Inbox(), {"server": server.bound_addr},
                          curve=CurveKeys.load(keys / "late.key_secret", late_public)).start()
     endpoints.extend([server, late])
+    return server, late, inbox
+
+
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_a_key_file_added_to_the_directory_is_picked_up_without_a_reload(
+    tmp_path: Path, endpoints: list[Endpoint]
+) -> None:
+    server, late, inbox = _server_and_unlisted_late(tmp_path, endpoints)
+    server_public, keys = tmp_path / "public", tmp_path / "keys"
     wait_until(lambda: server.stats()["handshake_refused"] >= 1, every=lambda: late.send("server", b"early"))
     (server_public / "late.key").write_bytes((keys / "late.key").read_bytes())  # no reload call
     # the directory is looked at every KEYS_WATCH_S and a refused dialer redials a second later:
@@ -320,15 +328,8 @@ def test_a_key_file_read_while_still_empty_is_read_again_once_written(
 ) -> None:
     """``cp`` creates the file, then writes it: a check between the two reads an empty key, and the
     write changes the file, not the directory. The watch compares each key file's size and time."""
-    server_public = make_keys(tmp_path, ("server", "late"), ("server",))
-    late_public = make_keys(tmp_path, ("server", "late"), ("server", "late"), public="late_public")
-    keys = tmp_path / "keys"
-    inbox = Inbox()
-    server = RaftTransport("server", ANY_PORT, inbox,
-                           curve=CurveKeys.load(keys / "server.key_secret", server_public)).start()
-    late = RaftTransport("late", ANY_PORT, Inbox(), {"server": server.bound_addr},
-                         curve=CurveKeys.load(keys / "late.key_secret", late_public)).start()
-    endpoints.extend([server, late])
+    server, late, inbox = _server_and_unlisted_late(tmp_path, endpoints)
+    server_public, keys = tmp_path / "public", tmp_path / "keys"
     (server_public / "late.key").write_bytes(b"")  # created; its bytes come later
     with caplog.at_level("WARNING"):
         wait_until(lambda: "unreadable public key" in caplog.text, timeout=30.0)  # the watch read it empty
