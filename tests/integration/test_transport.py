@@ -310,15 +310,22 @@ def _server_and_unlisted_late(tmp_path: Path, endpoints: list[Endpoint]) -> tupl
 
 @pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
 def test_a_key_file_added_to_the_directory_is_picked_up_without_a_reload(
-    tmp_path: Path, endpoints: list[Endpoint]
+    tmp_path: Path, endpoints: list[Endpoint], caplog: pytest.LogCaptureFixture
 ) -> None:
     server, late, inbox = _server_and_unlisted_late(tmp_path, endpoints)
     server_public, keys = tmp_path / "public", tmp_path / "keys"
+    caplog.set_level("INFO", logger="molens.raft.transport")  # the reloads and redials, if it fails
     wait_until(lambda: server.stats()["handshake_refused"] >= 1, every=lambda: late.send("server", b"early"))
     (server_public / "late.key").write_bytes((keys / "late.key").read_bytes())  # no reload call
     # the directory is looked at every KEYS_WATCH_S and a refused dialer redials a second later:
     # 2-5 s on a quiet machine, more when the CI run shares the machine (10 s was missed once)
-    wait_until(lambda: ("late", b"hi") in inbox.snapshot(), timeout=30.0, every=lambda: late.send("server", b"hi"))
+    try:
+        wait_until(lambda: ("late", b"hi") in inbox.snapshot(), timeout=30.0, every=lambda: late.send("server", b"hi"))
+    except AssertionError:  # seen once in CI (2026-12-03): say what each side knew
+        raise AssertionError(
+            f"never delivered: server listed {sorted(server.listed_ids())} stats {server.stats()}; "
+            f"late stats {late.stats()}; key files {sorted(f.name for f in server_public.iterdir())}"
+        ) from None
     assert "late" in server.listed_ids()
 
 
