@@ -103,6 +103,10 @@ class TransportConfig:
     reconnect_ivl_max_ms: int = 1000
     heartbeat_ivl_ms: int = 1000
     heartbeat_timeout_ms: int = 3000
+    handshake_ivl_ms: int = 5000
+    """A connection whose (CURVE) handshake has not completed by then is dropped, and the DEALER
+    dials again. ZMQ's default is 30 s: in CI a dialer's handshake, begun while the other end was
+    re-reading its keys, once neither failed nor completed for the 30 s of a test."""
     max_message_bytes: int = 64 * 1024 * 1024
     """Larger inbound messages make ZMQ drop the connection."""
     recv_batch: int = 512
@@ -463,6 +467,7 @@ class Endpoint:
         s.setsockopt(zmq.HEARTBEAT_IVL, c.heartbeat_ivl_ms)
         s.setsockopt(zmq.HEARTBEAT_TIMEOUT, c.heartbeat_timeout_ms)
         s.setsockopt(zmq.HEARTBEAT_TTL, c.heartbeat_timeout_ms)
+        s.setsockopt(zmq.HANDSHAKE_IVL, c.handshake_ivl_ms)
 
     def _make_router(self) -> zmq.Socket[bytes]:
         assert self._ctx is not None
