@@ -105,8 +105,9 @@ class TransportConfig:
     heartbeat_timeout_ms: int = 3000
     handshake_ivl_ms: int = 5000
     """A connection whose (CURVE) handshake has not completed by then is dropped, and the DEALER
-    dials again. ZMQ's default is 30 s: in CI a dialer's handshake, begun while the other end was
-    re-reading its keys, once neither failed nor completed for the 30 s of a test."""
+    dials again (ZMQ's default is 30 s). Set while chasing a CI failure whose real cause was a
+    refusal that came before the DEALER's monitor (see :meth:`Endpoint._make_dealer`); kept, so a
+    handshake stalled for any other reason heals in seconds."""
     max_message_bytes: int = 64 * 1024 * 1024
     """Larger inbound messages make ZMQ drop the connection."""
     recv_batch: int = 512
@@ -488,11 +489,17 @@ class Endpoint:
             raise
         return s
 
-    def _make_dealer(self, peer_id: str, addr: str) -> zmq.Socket[bytes]:
+    def _make_dealer(self, peer_id: str, addr: str) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes] | None]:
+        """A DEALER dialling ``addr`` and, with CURVE, its handshake-failure monitor -- attached
+        BEFORE the connect: libzmq drops a socket's events until a monitor is attached and does not
+        dial again after a refused handshake, so a refusal that came before the monitor (this
+        thread descheduled between the two calls on a loaded machine) left the peer undialled for
+        good."""
         assert self._ctx is not None
         server_key = self.curve.server_key_for(peer_id) if self.curve is not None else None
         c = self.config
         s = self._ctx.socket(zmq.DEALER)
+        mon: zmq.Socket[bytes] | None = None
         try:
             self._common_opts(s)
             s.setsockopt(zmq.ROUTING_ID, self.node_id.encode())
@@ -504,11 +511,16 @@ class Endpoint:
                 s.setsockopt(zmq.CURVE_SERVERKEY, server_key)
                 s.setsockopt(zmq.CURVE_PUBLICKEY, self.curve.public_key)
                 s.setsockopt(zmq.CURVE_SECRETKEY, self.curve.secret_key)
+            if self.curve is not None:
+                mon = s.get_monitor_socket(_HANDSHAKE_FAILED)
             s.connect(addr)
         except BaseException:
+            if mon is not None:
+                s.disable_monitor()
+                mon.close(0)
             s.close(0)
             raise
-        return s
+        return s, mon
 
     def _run(self) -> None:
         router = self._router
@@ -646,13 +658,12 @@ class Endpoint:
                 log.exception("%s cannot dial peer node=%s peer=%s addr=%s", self.kind, self.node_id, peer, addr)
 
     def _open_dealer(self, peer_id: str, addr: str) -> None:
-        s = self._make_dealer(peer_id, addr)
+        s, mon = self._make_dealer(peer_id, addr)
         self._dealers[peer_id] = s
         self._dealer_addr[peer_id] = addr
         self._dealer_key[peer_id] = self.curve.server_key_for(peer_id) if self.curve is not None else None
         self._redial.pop(peer_id, None)
-        if self.curve is not None:
-            mon = s.get_monitor_socket(_HANDSHAKE_FAILED)
+        if mon is not None:
             self._monitors[peer_id] = mon
             self._monitor_peer[mon] = peer_id
             self._poller.register(mon, zmq.POLLIN)

@@ -346,6 +346,31 @@ def test_a_key_file_read_while_still_empty_is_read_again_once_written(
     assert "late" in server.listed_ids()
 
 
+@pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+def test_a_refusal_that_comes_before_the_dialer_looks_is_still_seen(
+    tmp_path: Path, endpoints: list[Endpoint], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libzmq drops a socket's events until a monitor is attached, and does not dial again after a
+    refused handshake: a dialer descheduled between ``connect`` and attaching its monitor (a loaded
+    machine) used to miss the refusal and never dial again. Here every TCP ``connect`` returns only
+    after its handshake has had time to be refused."""
+    real_connect = zmq.Socket.connect
+
+    def slow_connect(self: zmq.Socket[bytes], addr: str) -> object:
+        out = real_connect(self, addr)
+        if addr.startswith("tcp://"):
+            time.sleep(0.5)
+        return out
+
+    monkeypatch.setattr(zmq.Socket, "connect", slow_connect)
+    server, late, inbox = _server_and_unlisted_late(tmp_path, endpoints)
+    server_public, keys = tmp_path / "public", tmp_path / "keys"
+    wait_until(lambda: server.stats()["handshake_refused"] >= 1)
+    wait_until(lambda: late.stats()["handshake_failed"] >= 1)  # the dialer saw its refusal
+    (server_public / "late.key").write_bytes((keys / "late.key").read_bytes())
+    wait_until(lambda: ("late", b"hi") in inbox.snapshot(), timeout=30.0, every=lambda: late.send("server", b"hi"))
+
+
 def test_close_from_the_io_thread_is_refused_not_deadlocked(endpoints: list[Endpoint]) -> None:
     errors: list[Exception] = []
 
