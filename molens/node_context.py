@@ -52,6 +52,7 @@ from molens.web.node_stats import (
     order_nodes,
     rss_bytes,
     thread_cpu_s,
+    thread_switches,
 )
 
 if TYPE_CHECKING:
@@ -345,6 +346,7 @@ class NodeContext:
             "qps": self._requests.per_s(),
             "rss_bytes": rss_bytes(),
             "threads_cpu_s": thread_cpu_s(),
+            "threads_switches": thread_switches(),
             "disk": self._disk.get(),
             "api_proposals": self.proposals,
             "dead_letters": self.store.dead_count(),

@@ -118,6 +118,24 @@ def thread_cpu_s(system: bool = False) -> dict[str, float]:
     return {k: round(v, 2) for k, v in sorted(out.items())}
 
 
+
+def thread_switches() -> dict[str, int]:
+    """Context switches so far of this process's live threads (voluntary -- the thread blocked: a
+    lock, a condition, the GIL, I/O -- plus involuntary), summed by name as :func:`thread_cpu_s`
+    sums CPU. Two readings per unit of work say which threads hand work to each other, and how often:
+    on this VM a switch costs a few microseconds of kernel time (docs/benchmarks.md). Linux
+    ``/proc`` only; ``{}`` elsewhere."""
+    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    out: dict[str, int] = collections.defaultdict(int)
+    for tid, name in names.items():
+        try:
+            with open(f"/proc/self/task/{tid}/status", encoding="ascii") as f:
+                n = sum(int(line.split(":", 1)[1]) for line in f if "ctxt_switches:" in line)
+        except (OSError, ValueError):
+            continue
+        out[_THREAD_SUFFIX.sub("", name)] += n
+    return dict(sorted(out.items()))
+
 class RequestRate:
     """Requests per second over the last ``window_s`` seconds."""
 

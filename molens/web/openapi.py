@@ -364,6 +364,11 @@ def _schemas() -> dict[str, Any]:
                     "additionalProperties": {"type": "number"},
                     "description": "CPU seconds of this process's live threads by name (fire-worker-3 counts as fire-worker)",
                 },
+                "threads_switches": {
+                    "type": "object",
+                    "additionalProperties": {"type": "integer"},
+                    "description": "Context switches (voluntary + involuntary) of this process's live threads by name",
+                },
                 "disk": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "cleanup": {"type": "object"},
             },

@@ -1,4 +1,5 @@
-"""``thread_cpu_s``: CPU seconds of live threads, summed by name without the numeric suffix."""
+"""``thread_cpu_s`` / ``thread_switches``: CPU seconds and context switches of live threads, summed by
+name without the numeric suffix."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from molens.web.node_stats import thread_cpu_s
+from molens.web.node_stats import thread_cpu_s, thread_switches
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -48,3 +49,34 @@ def test_pykka_names_lose_their_counter() -> None:
     finally:
         stop.set()
         t.join()
+
+
+def test_switches_count_each_time_a_thread_blocks_summed_by_name() -> None:
+    """Each ``sleep`` blocks the thread once: 40 sleeps in each of two threads are at least 80
+    switches under one name; a thread that has not run since is not charged for them."""
+    slept = threading.Barrier(3)
+    stop = threading.Event()
+
+    def sleepy() -> None:
+        for _ in range(40):
+            time.sleep(0.001)
+        slept.wait()
+        stop.wait()
+
+    idle = threading.Thread(target=stop.wait, name="idle-1")
+    idle.start()
+    before = thread_switches()
+    threads = [threading.Thread(target=sleepy, name=f"sleepy-{i}") for i in (1, 2)]
+    for t in threads:
+        t.start()
+    try:
+        slept.wait()
+        after = thread_switches()
+    finally:
+        stop.set()
+        for t in [*threads, idle]:
+            t.join()
+    assert "sleepy-1" not in after and "sleepy" in after
+    assert after["sleepy"] >= 80
+    assert after["idle"] - before["idle"] <= 2  # blocked the whole time: no new switches of its own
+    assert all(isinstance(v, int) for v in after.values())
