@@ -215,8 +215,8 @@ class LiveCollector(Collector):
             c = CounterMetricFamily(
                 "molens_scheduler_events", "Scheduler events on this node by kind (process lifetime)", labels=["event"]
             )
-            for name, v in sorted(s.scheduler.items()):
-                c.add_metric([name], v)
+            for name, value in sorted(s.scheduler.items()):
+                c.add_metric([name], value)
             yield c
 
 
