@@ -96,45 +96,48 @@ def rss_bytes() -> int | None:
 _THREAD_SUFFIX = re.compile(r"(-\d+$)|( \(urn:uuid:[0-9a-f-]+\)$)")
 
 
+def _live_threads() -> dict[int, str]:
+    """This process's live threads: native id -> name with a trailing ``-<n>`` or pykka's
+    ``(urn:uuid:...)`` removed (``fire-worker-3`` is ``fire-worker``), the key both per-thread
+    readings below sum by."""
+    return {t.native_id: _THREAD_SUFFIX.sub("", t.name) for t in threading.enumerate() if t.native_id is not None}
+
+
 def thread_cpu_s(system: bool = False) -> dict[str, float]:
-    """CPU seconds (user + system) spent so far by this process's live threads, summed by name with
-    a trailing ``-<n>`` or pykka's ``(urn:uuid:...)`` removed (``fire-worker-3`` counts as
-    ``fire-worker``); with ``system``, also their system part as ``<name>.sys``. Linux ``/proc``
-    only; ``{}`` elsewhere. Threads that have ended are not counted, so compare two readings of
-    long-lived threads (actors, pools, I/O loops)."""
-    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    """CPU seconds (user + system) spent so far by this process's live threads, summed by name
+    (:func:`_live_threads`); with ``system``, also their system part as ``<name>.sys``. Linux
+    ``/proc`` only; ``{}`` elsewhere. Threads that have ended are not counted, so compare two
+    readings of long-lived threads (actors, pools, I/O loops)."""
     tck = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = collections.defaultdict(float)
-    for tid, name in names.items():
+    for tid, key in _live_threads().items():
         try:
             with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except (OSError, ValueError):
             continue
-        key = _THREAD_SUFFIX.sub("", name)
         out[key] += (int(fields[11]) + int(fields[12])) / tck
         if system:
             out[key + ".sys"] += int(fields[12]) / tck
     return {k: round(v, 2) for k, v in sorted(out.items())}
 
 
-
 def thread_switches() -> dict[str, int]:
     """Context switches so far of this process's live threads (voluntary -- the thread blocked: a
     lock, a condition, the GIL, I/O -- plus involuntary), summed by name as :func:`thread_cpu_s`
-    sums CPU. Two readings per unit of work say which threads hand work to each other, and how often:
-    on this VM a switch costs a few microseconds of kernel time (docs/benchmarks.md). Linux
+    sums CPU. Two readings per unit of work say which threads hand work to each other, and how
+    often: on this VM a switch costs a few microseconds of kernel time (docs/benchmarks.md). Linux
     ``/proc`` only; ``{}`` elsewhere."""
-    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
     out: dict[str, int] = collections.defaultdict(int)
-    for tid, name in names.items():
+    for tid, key in _live_threads().items():
         try:
             with open(f"/proc/self/task/{tid}/status", encoding="ascii") as f:
                 n = sum(int(line.split(":", 1)[1]) for line in f if "ctxt_switches:" in line)
         except (OSError, ValueError):
             continue
-        out[_THREAD_SUFFIX.sub("", name)] += n
+        out[key] += n
     return dict(sorted(out.items()))
+
 
 class RequestRate:
     """Requests per second over the last ``window_s`` seconds."""
