@@ -71,7 +71,7 @@ _NODE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def _node_id(v: Any) -> str | None:
-    return None if _NODE_ID.match(v) else "must match [A-Za-z0-9_.-]{1,64}"
+    return None if _NODE_ID.fullmatch(v) else "must match [A-Za-z0-9_.-]{1,64}"
 
 
 def parse_addr(addr: str) -> tuple[str, int]:

@@ -318,13 +318,12 @@ def task_id_ms(task_id: str) -> int:
 
 
 def is_task_id(s: str) -> bool:
-    return bool(_TASK_ID_RE.match(s))
+    return bool(_TASK_ID_RE.fullmatch(s))
 
 
 # -------------------------------------------------------------------------------------------------
 # validation
 
-_SCENE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _INET_ATON_RE = re.compile(r"^(0x[0-9a-f]+|[0-9]+)(\.(0x[0-9a-f]+|[0-9]+)){0,3}$", re.IGNORECASE)
 _HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?$")
 
@@ -351,7 +350,7 @@ def _host_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         ip = ipaddress.ip_address(h.split("%", 1)[0])
     except ValueError:
-        if _INET_ATON_RE.match(h):
+        if _INET_ATON_RE.fullmatch(h):
             try:
                 return ipaddress.IPv4Address(socket.inet_aton(h))
             except OSError:
@@ -452,7 +451,7 @@ def _check_url_str(url: str, name: str, policy: CallbackPolicy, limits: Limits) 
     if parts.fragment:
         raise ValidationError(f"{name} must not contain a fragment", name)
     ip = _host_ip(host)
-    if ip is None and not _HOSTNAME_RE.match(host):
+    if ip is None and not _HOSTNAME_RE.fullmatch(host):
         raise ValidationError(f"{name} has an invalid host {host!r}", name)
     why = _host_verdict(host, ip, policy)
     if why is not None:

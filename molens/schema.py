@@ -224,8 +224,32 @@ def rule(
     return msgspec.Meta(description=description, extra=extra)
 
 
+def python_pattern(pattern: str) -> str:
+    """``pattern`` (a JSON Schema regex, which ends at ``$``) as Python's ``re`` must read it: there
+    ``$`` also matches before a final newline, so ``"payments\\n"`` would pass ``^[a-z]+$``; ``\\Z``
+    ends at the string's end only. The OpenAPI document shows ``pattern`` itself."""
+    return pattern[:-1] + r"\Z" if pattern.endswith("$") and not pattern.endswith(r"\$") else pattern
+
+
+def _declared_patterns(node: Any) -> None:
+    """Every ``pattern`` under ``node`` as declared (``$``), not as :func:`python_pattern` made it."""
+    if isinstance(node, dict):
+        p = node.get("pattern")
+        if isinstance(p, str) and p.endswith(r"\Z"):
+            node["pattern"] = p[:-2] + "$"
+        for v in node.values():
+            _declared_patterns(v)
+    elif isinstance(node, list):
+        for v in node:
+            _declared_patterns(v)
+
+
+SCENE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+"""What a task's ``scene`` may be (and the ``scene`` filter of the task list)."""
 FLOW_KEY_PATTERN = r"^[A-Za-z0-9_.:\[\]-]{1,128}$"
 """What a flow key may be (``flow_key``, ``/flows/{key}``); a URL's ``host:port`` fits it."""
+
+
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """How an at_least_once occurrence is retried (docs/architecture.md#retry-policy). The defaults
     are the seed's rule: up to 3 retries after 1 s, 2 s, 4 s. Encoded as a map (it is stored only
@@ -299,7 +323,7 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         bytes, rule("Any JSON value; POSTed as the callback body (max_payload_bytes encoded)")
     ] = msgspec.field(default=b"null", name="payload")
     """The payload as the exact callback body (compact UTF-8 JSON); see :attr:`payload`."""
-    scene: Annotated[str, rule("Label for grouping and stats", pattern="^[A-Za-z0-9_.-]{1,64}$")] = "default"
+    scene: Annotated[str, rule("Label for grouping and stats", pattern=SCENE_PATTERN)] = "default"
     timeout_ms: Annotated[
         int, rule("HTTP timeout of one attempt", ge=1, le="max_timeout_ms", default="default_timeout_ms")
     ] = 5_000
@@ -700,10 +724,12 @@ def _request_type(limits: Any, cls: type[msgspec.Struct], name: str) -> type[msg
             fields.append((f.encode_name, raw_t, msgspec.UNSET))
             continue
         cons: dict[str, Any] = {}
-        for k in ("ge", "le", "min_length", "max_length", "pattern"):
+        for k in ("ge", "le", "min_length", "max_length"):
             v = extra.get(k)
             if v is not None:
-                cons[k] = _bound(v, limits) if k != "pattern" else v
+                cons[k] = _bound(v, limits)
+        if "pattern" in extra:
+            cons["pattern"] = python_pattern(extra["pattern"])  # openapi_components shows the declared one
         required = f.required
         if "format" in extra:
             cons["extra_json_schema"] = {"format": extra["format"]}
@@ -879,6 +905,7 @@ def openapi_components(
     (_, _), comps = msgspec.json.schema_components(
         [create_type(limits, spec_type), view_type(task_type)], ref_template="#/components/schemas/{name}"
     )
+    _declared_patterns(comps)
     for comp in comps.values():  # tuple defaults of nested policies as JSON arrays
         for p in comp.get("properties", {}).values():
             if isinstance(p.get("default"), tuple):
@@ -982,6 +1009,8 @@ def request_error(
 __all__ = [
     "DEFAULT_RETRY",
     "FLOW_KEY_PATTERN",
+    "SCENE_PATTERN",
+    "python_pattern",
     "FORMAT",
     "MAX_RUNNING",
     "Backoff",

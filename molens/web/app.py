@@ -79,7 +79,7 @@ from molens.model import (
     TaskType,
     ValidationError,
 )
-from molens.schema import create_type, request_error, task_json, view
+from molens.schema import SCENE_PATTERN, create_type, python_pattern, request_error, task_json, view
 from molens.web import openapi
 from molens.web.api_context import ApiContext
 from molens.web.dead_letters import install_dead_letters
@@ -96,6 +96,7 @@ from molens.web.errors import (
 )
 from molens.web.flows import install_flows
 from molens.web.observability import install_observability
+from molens.web.openapi import MAX_STATS_WINDOW_MS, MAX_URL_FILTER
 from molens.web.ui import install_ui
 
 log = logging.getLogger(__name__)
@@ -107,14 +108,13 @@ MAX_SCAN_MS = 20
 """How long a list request goes on examining tasks once it has examined more than it may return."""
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1_000
-MAX_URL_FILTER = 2_048
 DEFAULT_STATS_WINDOW_MS = 3_600_000
-MAX_STATS_WINDOW_MS = 7 * 86_400_000
 
 Handler = Callable[..., Any]
 
 _JSON_CT = "application/json"
 _TYPES = frozenset(t.value for t in TaskType)
+_SCENE = re.compile(python_pattern(SCENE_PATTERN))
 
 
 class BatchInvalid(ValidationError):
@@ -606,8 +606,8 @@ def _install_tasks(api: Api) -> None:
         if ttype is not None and ttype not in _TYPES:
             raise ValidationError("type must be 'delayed' or 'periodic'", "type")
         scene = api.q_str("scene")
-        if scene is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", scene):
-            raise ValidationError("scene must match [A-Za-z0-9_.-]{1,64}", "scene")
+        if scene is not None and not _SCENE.match(scene):
+            raise ValidationError(f"scene must match {SCENE_PATTERN.strip('^$')}", "scene")
         url = api.q_str("url")
         if url is not None and len(url) > MAX_URL_FILTER:
             raise ValidationError(f"url filter is longer than {MAX_URL_FILTER}", "url")

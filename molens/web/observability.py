@@ -44,6 +44,7 @@ DEFAULT_PREVIEW = 5
 _http = urllib3.PoolManager(num_pools=4, maxsize=4, retries=False)
 _LEADER_TIMEOUT = urllib3.Timeout(connect=1.0, read=5.0)
 _PREVIEW_FIELDS = frozenset({"type", "cron_expr", "timezone", "interval_ms", "run_at", "count", "after"})
+_PNG_FIELDS = frozenset({"width", "level"})
 
 
 def install_observability(api: Api) -> None:
@@ -72,6 +73,7 @@ def install_observability(api: Api) -> None:
 
     @api.route("GET", f"{PREFIX}/timewheel/distribution.png")
     def wheel_png() -> bottle.HTTPResponse:
+        _known_only(_PNG_FIELDS)
         width = api.q_int("width", heatmap.DEFAULT_WIDTH, heatmap.MIN_WIDTH, heatmap.MAX_WIDTH)
         assert width is not None
         level = api.q_int("level", None, 0, 63)
@@ -85,10 +87,7 @@ def install_observability(api: Api) -> None:
 
     @api.route("GET", f"{PREFIX}/schedule/preview")
     def schedule_preview() -> tuple[int, Any]:
-        q = bottle.request.query
-        for k in q:
-            if k not in _PREVIEW_FIELDS:
-                raise ValidationError(f"unknown parameter {k[:40]!r}", k[:64])
+        _known_only(_PREVIEW_FIELDS)
         now = ctx.now_ms()
         count = api.q_int("count", DEFAULT_PREVIEW, 1, MAX_PREVIEW)
         after = api.q_ms("after", now)
@@ -105,6 +104,14 @@ def install_observability(api: Api) -> None:
             max_delay_ms=ctx.settings.limits.max_delay_ms,
             max_cron_length=ctx.settings.limits.max_cron_length,
         )
+
+
+def _known_only(fields: frozenset[str]) -> None:
+    """A 400 naming the first query parameter not in ``fields``: a misspelt one is not ignored."""
+    for k in bottle.request.query:
+        if k not in fields:
+            raise ValidationError(f"unknown parameter {k[:40]!r}; this endpoint takes {', '.join(sorted(fields))}",
+                                  k[:64])
 
 
 def from_leader(leader_url: str) -> bottle.HTTPResponse:

@@ -18,6 +18,7 @@ import msgspec
 from molens import __version__
 from molens.model import (
     DEFAULT_LIMITS,
+    MAX_EPOCH_MS,
     DeadLetterKind,
     ExecutionResult,
     FireKind,
@@ -25,10 +26,14 @@ from molens.model import (
     Status,
     TaskType,
 )
-from molens.schema import FLOW_KEY_PATTERN, openapi_components
+from molens.schema import FLOW_KEY_PATTERN, SCENE_PATTERN, openapi_components
 from molens.web.flows import FlowLimitsBody, FlowList, FlowView
 
 _P = "/api/v1"
+MAX_URL_FILTER = 2_048
+"""Longest ``url`` filter of the task list (characters)."""
+MAX_STATS_WINDOW_MS = 7 * 86_400_000
+"""Widest window (and trend bucket) of ``/stats/urls``."""
 
 
 def _ref(name: str) -> dict[str, Any]:
@@ -86,10 +91,11 @@ _TASK_ID = _param("task_id", "path", {"type": "string"}, "Task id (26 Crockford 
 _FLOW_KEY = _param("key", "path", {"type": "string", "pattern": FLOW_KEY_PATTERN}, "Flow key (a task's flow_key, or a callback host:port)")
 _CURSOR = _param("cursor", "query", {"type": "string"}, "Opaque cursor from a previous page's next_cursor")
 _LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "Page size")
+_EPOCH_MS: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS}
 _EXEC_FILTERS = [
     _param("result", "query", {"type": "string", "enum": [r.value for r in ExecutionResult]}, "Only this result"),
-    _param("since", "query", {"type": "integer", "minimum": 0}, "finished_at >= since (epoch ms)"),
-    _param("until", "query", {"type": "integer", "minimum": 0}, "finished_at < until (epoch ms)"),
+    _param("since", "query", _EPOCH_MS, "finished_at >= since (epoch ms)"),
+    _param("until", "query", _EPOCH_MS, "finished_at < until (epoch ms)"),
     _CURSOR,
     _LIMIT,
 ]
@@ -128,12 +134,16 @@ def _schemas() -> dict[str, Any]:
         "kind": {"type": "string", "enum": [k.value for k in FireKind]},
         "result": {"type": "string", "enum": [r.value for r in ExecutionResult]},
         "status_code": _nullable("integer"),
-        "latency_ms": _nullable("integer"),
-        "worker": {"type": "string"},
+        "latency_ms": _nullable("integer", description="Request sent -> answer read, on the worker (null: no answer)"),
+        "worker": {"type": "string", "description": "Node id of the worker that made the request (empty for events)"},
         "url": {"type": "string"},
         "scene": {"type": "string"},
-        "fired_at": {"type": "integer"},
-        "finished_at": {"type": "integer"},
+        "fired_at": {
+            "type": "integer",
+            "description": "Epoch ms the leader handed the fire to a worker: up to scheduler.dispatch_lead_ms before "
+            "its due time, at which the request leaves (events: when it was recorded)",
+        },
+        "finished_at": {"type": "integer", "description": "Epoch ms the result was recorded"},
         "execution_result": _nullable("string", description="The response's first 512 bytes (events: what happened)"),
     }
     percentiles = {
@@ -356,7 +366,9 @@ def _schemas() -> dict[str, Any]:
                 "window_ms": {"type": "integer"},
                 "by_result": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "fires_total": {"type": "integer", "description": "HTTP attempts made by this node's workers"},
-                "lateness_p99_ms": _nullable("number", description="Due -> planned, recent p99 (leader)"),
+                "lateness_p99_ms": _nullable(
+                    "number", description="Due time -> HTTP request started, p99 of the recent fires this node's worker made"
+                ),
                 "qps": {"type": "number", "description": "HTTP API requests per second"},
                 "rss_bytes": _nullable("integer"),
                 "threads_cpu_s": {
@@ -370,7 +382,17 @@ def _schemas() -> dict[str, Any]:
                     "description": "Context switches (voluntary + involuntary) of this process's live threads by name",
                 },
                 "disk": {"type": "object", "additionalProperties": {"type": "integer"}},
-                "cleanup": {"type": "object"},
+                "cleanup": {
+                    "type": "object",
+                    "properties": {
+                        "expired": {"type": "integer", "description": "Tasks removed by retention since start"},
+                        "dead_letters_expired": {
+                            "type": "integer", "description": "Dead letters removed by retention since start",
+                        },
+                        "retention_ms": {"type": "integer"},
+                        "rate_limit_qps": {"type": "number"},
+                    },
+                },
             },
         },
         "WheelLevel": {
@@ -546,8 +568,11 @@ def _paths() -> dict[str, Any]:
                 "parameters": [
                     _param("status", "query", {"type": "string"}, "Comma-separated statuses"),
                     _param("type", "query", {"type": "string", "enum": [t.value for t in TaskType]}, "Task type"),
-                    _param("scene", "query", {"type": "string"}, "Exact scene"),
-                    _param("url", "query", {"type": "string"}, "Callback URL substring (case-insensitive)"),
+                    _param("scene", "query", {"type": "string", "pattern": SCENE_PATTERN}, "Exact scene"),
+                    _param(
+                        "url", "query", {"type": "string", "maxLength": MAX_URL_FILTER},
+                        "Callback URL substring (case-insensitive)",
+                    ),
                     _param(
                         "order",
                         "query",
@@ -825,9 +850,9 @@ def _paths() -> dict[str, Any]:
                     _param("cron_expr", "query", {"type": "string"}, "Cron expression (5 or 6 fields)"),
                     _param("timezone", "query", {"type": "string", "default": "UTC"}, "IANA time zone"),
                     _param("interval_ms", "query", {"type": "integer", "minimum": 0}, "Period (periodic) or delay (delayed)"),
-                    _param("run_at", "query", {"type": "integer", "minimum": 0}, "Delayed: the absolute fire time"),
+                    _param("run_at", "query", _EPOCH_MS, "Delayed: the absolute fire time"),
                     _param("count", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 5}, "How many"),
-                    _param("after", "query", {"type": "integer", "minimum": 0}, "Start (epoch ms, default now)"),
+                    _param("after", "query", _EPOCH_MS, "Start (epoch ms, default now)"),
                 ],
                 "responses": {"200": _ok(_ref("SchedulePreview")), **_err(400, 401)},
             }
@@ -852,14 +877,14 @@ def _paths() -> dict[str, Any]:
                 "summary": "Callback latency p50/p90/p99 per URL with a trend",
                 "tags": ["stats"],
                 "parameters": [
-                    _param("since", "query", {"type": "integer", "minimum": 0}, "Window start (default: until - 1 h)"),
-                    _param("until", "query", {"type": "integer", "minimum": 0}, "Window end (default: now)"),
+                    _param("since", "query", _EPOCH_MS, "Window start (default: until - 1 h)"),
+                    _param("until", "query", _EPOCH_MS, "Window end (default: now)"),
                     _param("url", "query", {"type": "string"}, "Only this callback URL"),
                     _param(
                         "bucket_ms",
                         "query",
-                        {"type": "integer", "minimum": 60000, "default": 300000},
-                        "Trend bucket width",
+                        {"type": "integer", "minimum": 60000, "maximum": MAX_STATS_WINDOW_MS, "default": 300000},
+                        "Trend bucket width (ms)",
                     ),
                     _LIMIT,
                 ],
@@ -924,7 +949,7 @@ def _responses() -> dict[str, Any]:
             **_json(err, "Missing or wrong bearer token"),
             "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
         },
-        "NotFound": _json(err, "Unknown task"),
+        "NotFound": _json(err, "No such task (or flow, dead letter or node: the path names which)"),
         "Conflict": _json(err, "Illegal transition for the task's status"),
         "PreconditionFailed": _json(err, "If-Match names another version of the task's definition; nothing changed"),
         "TooLarge": _json(err, "Body or payload too large"),
@@ -938,7 +963,8 @@ def _responses() -> dict[str, Any]:
             },
         },
         "Unavailable": {
-            **_json(err, "No leader (code no_leader) or outcome unknown (code outcome_unknown); retry later"),
+            **_json(err, "No leader (code no_leader), outcome unknown (code outcome_unknown), or this node cannot answer "
+                    "now (code unavailable: e.g. a linearizable read without a leader's confirmation); retry later"),
             "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
         },
         "InsufficientStorage": {
@@ -950,8 +976,11 @@ def _responses() -> dict[str, Any]:
 
 
 _DL_FILTER_PROPS: dict[str, Any] = {
-    "task_id": {"type": "string", "description": "Only this task's"},
-    "flow": {"type": "string", "description": "Only this flow's (the callback URL's host:port by default)"},
+    "task_id": {"type": "string", "minLength": 1, "maxLength": 300, "description": "Only this task's"},
+    "flow": {
+        "type": "string", "minLength": 1, "maxLength": 300,
+        "description": "Only this flow's (the callback URL's host:port by default)",
+    },
     "kind": {"type": "string", "enum": [k.value for k in DeadLetterKind]},
     "since": {"type": "integer", "minimum": 0, "description": "written at or after (epoch ms)"},
     "until": {"type": "integer", "minimum": 0, "description": "written at or before (epoch ms)"},

@@ -99,7 +99,8 @@ def test_wheel_png_is_a_png_of_the_asked_width_and_bad_parameters_are_400(served
     img = Image.open(io.BytesIO(body))
     img.verify()
     assert Image.open(io.BytesIO(body)).size[0] == 1000
-    for query, field in (("width=100", "width"), ("width=abc", "width"), ("level=9", "level"), ("level=-1", "level")):
+    for query, field in (("width=100", "width"), ("width=abc", "width"), ("level=9", "level"), ("level=-1", "level"),
+                         ("width=800&levle=1", "levle")):
         st, _, err = served.call("GET", f"/api/v1/timewheel/distribution.png?{query}")
         assert st == 400 and err["error"]["field"] == field, (query, err)
 

@@ -52,6 +52,7 @@ def test_defaults_cover_the_whole_product() -> None:
         ({"http": "x"}, "config error: http: must be a mapping"),
         ({"admin": {"bind_addr": "localhost"}}, "config error: admin.bind_addr: must be host:port"),
         ({"node": {"id": "bad id"}}, "config error: node.id: must match"),
+        ({"node": {"id": "n1\n"}}, "config error: node.id: must match"),
         ({"logging": {"level": "LOUD"}}, "config error: logging.level: must be one of"),
         ({"worker": {"concurrency": True}}, "config error: worker.concurrency: must be an integer"),
         ({"worker": {"engine": "asyncio"}}, "config error: worker.engine: must be loop or threads"),

@@ -269,9 +269,20 @@ def test_payload_must_be_json() -> None:
     bad(ok(payload=deep), "payload")
 
 
-@pytest.mark.parametrize("v", ["", "a" * 65, "with space", "é", "a/b", 5])
+@pytest.mark.parametrize("v", ["", "a" * 65, "with space", "é", "a/b", 5, "abc\n", "abc\n\n"])
 def test_scene_pattern(v: Any) -> None:
     bad(ok(scene=v), "scene")
+
+
+@pytest.mark.parametrize("v", ["", "a" * 129, "with space", "a/b", "payments\n", "127.0.0.1:80\n"])
+def test_flow_key_pattern(v: Any) -> None:
+    """A pattern's ``$`` ends at the end of the string: Python's ``re`` would also let one trailing
+    newline through, which a flow's path (``/flows/{key}``) could then never name."""
+    bad(ok(flow_key=v), "flow_key")
+
+
+def test_flow_key_accepted() -> None:
+    assert validate_create(ok(flow_key="[::1]:8080"), now_ms=NOW).flow_key == "[::1]:8080"
 
 
 def test_scene_accepted() -> None:
@@ -328,6 +339,7 @@ def test_task_ids_sort_by_time_and_encode_it() -> None:
     assert all(is_task_id(i) and len(i) == 26 for i in ids)
     assert task_id_ms(ids[7]) == NOW + 7
     assert not is_task_id("hello")
+    assert not is_task_id(ids[0] + "\n")
 
 
 def test_task_id_source_gives_distinct_valid_ids_across_buffer_refills() -> None:
