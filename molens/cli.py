@@ -161,6 +161,17 @@ def cmd_stop(cfg: Config) -> int:
     raise CliError(f"{cfg.node.id}: still running after {wait_s:g} s (pid {pid})")
 
 
+def _require_up(cfg: Config, action: str) -> None:
+    """Fail at once, saying why, when the node does not answer ``status`` within 3 s: a snapshot's
+    or digest's own wait (minutes, for a large store) is not spent on a node that is down."""
+    try:
+        with _admin(cfg, timeout_s=3.0) as admin:
+            admin.call("status")
+    except AdminError as exc:
+        state = f"not answering ({exc})" if read_pid(cfg) else "not running"
+        raise CliError(f"{cfg.node.id}: {action}: {state}") from None
+
+
 def cmd_status(cfg: Config, as_json: bool) -> int:
     try:
         with _admin(cfg, timeout_s=3.0) as admin:
@@ -186,6 +197,7 @@ def cmd_admin(cfg: Config, action: str, to: str | None) -> int:
     ``transfer-leader``, ``reload-keys``."""
     cmd = {"transfer-leader": "transfer_leader", "reload-keys": "reload_keys"}.get(action, action)
     args: dict[str, Any] = {"to": to} if cmd == "transfer_leader" and to else {}
+    _require_up(cfg, action)
     try:
         # a snapshot or digest of a large store takes seconds
         with _admin(cfg, timeout_s=600.0 if cmd in ("snapshot", "digest") else 10.0) as admin:
@@ -219,9 +231,12 @@ def cmd_membership(cfg: Config, req: dict[str, Any]) -> int:
         except AdminError as exc:
             raise CliError(f"{req['cmd']} via {addr}: {exc}") from None
         if reply.get("ok"):
-            what = "added (as a learner)" if req["cmd"] == "add_node" else "removed"
             index = reply.get("index")
-            print(f"{req['id']}: {what}" + (f" at index {index}" if index is not None else " (already a member)"))
+            if reply.get("already_member"):
+                print(f"{req['id']}: already a member" + ("; addresses updated" if reply.get("updated") else "; nothing changed"))
+            else:
+                what = "added (as a learner)" if req["cmd"] == "add_node" else "removed"
+                print(f"{req['id']}: {what}" + (f" at index {index}" if index is not None else ""))
             return 0
         nxt = reply.get("leader_admin_addr")
         if reply.get("error") != "not_leader" or not nxt:

@@ -94,6 +94,20 @@ def _addr(v: Any) -> str | None:
     return None
 
 
+def peer_problem(fields: dict[str, str]) -> str | None:
+    """The first thing wrong with a peer's fields as a request gives them (``id``, ``raft_addr``,
+    and the optional ``rpc_addr``, ``http_addr``, ``admin_addr``), as ``"key: reason"``; None when
+    they are fine. The rules of ``cluster.peers`` entries, for ``molens-node add-node``."""
+    for key in ("id", "raft_addr", "rpc_addr", "http_addr", "admin_addr"):
+        v = fields.get(key, "")
+        if not v and key in ("id", "raft_addr"):
+            return f"{key}: is required"
+        err = (_node_id(v) if key == "id" else _addr(v)) if v else None
+        if err:
+            return f"{key}: {err}"
+    return None
+
+
 def _addr_list(v: Any) -> str | None:
     for a in v:
         err = _addr(a)
@@ -531,8 +545,19 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError("", f"{p}: invalid YAML: {exc}") from exc
+        raise ConfigError("", f"{p}: invalid YAML: {_yaml_problem(exc)}") from exc
     return load_dict(data, os.environ if env is None else env, source=str(p))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A parser's error on one line: where, what was expected and what was found (errors are one
+    line on stderr, as every other config error)."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        what = "; ".join(x for x in (exc.context, exc.problem) if x)
+        return where + (what or type(exc).__name__)
+    return " ".join(str(exc).split())
 
 
 def callback_policy(cfg: Config) -> CallbackPolicy:

@@ -554,7 +554,7 @@ def decode_create(
     Shape and bounds come from the schema (:func:`molens.schema.create_type`); the rules between
     fields are applied here. Raises :class:`ValidationError` (or :class:`PayloadTooLargeError`)
     naming the first bad field. ``idempotency_key`` (the ``Idempotency-Key`` header) applies when
-    the body has none; ``whole_body`` is False when ``body`` is one item of a batch. ``now_ms``
+    the body has none (one that differs from the body's is refused); ``whole_body`` is False when ``body`` is one item of a batch. ``now_ms``
     bounds ``run_at`` and resolves the period of a cron expression for ``max_fails``; ``carried``
     names (JSON names) fields an update keeps from the stored definition, which are not checked
     against ``now_ms`` again (a task whose ``end_at`` has passed can still have its scene changed).
@@ -587,6 +587,11 @@ def resolve_create(
         given["payload"] = None
     out = dict(spec_defaults(limits, spec_type))
     out.update({f.name: given[f.encode_name] for f in fields if given[f.encode_name] is not None})
+    if idempotency_key and out.get("idempotency_key") not in (None, idempotency_key):
+        raise ValidationError(
+            "the Idempotency-Key header and the body's idempotency_key differ; give one, or both the same",
+            "Idempotency-Key",
+        )
     if out.get("idempotency_key") is None and idempotency_key:
         if not 1 <= len(idempotency_key) <= limits.max_idempotency_key:
             raise ValidationError(

@@ -51,7 +51,7 @@ import pykka
 from molens import __version__, wallclock
 from molens.actors import raft_peer as rp
 from molens.admin import AdminClient, AdminError, AdminServer
-from molens.config import Config, PeerConfig, zmq_endpoint
+from molens.config import Config, PeerConfig, peer_problem, zmq_endpoint
 from molens.errors import MolensError
 from molens.kv import KVError, KVStateMachine
 from molens.raft import core as rc
@@ -569,16 +569,14 @@ class Node:
 
     def _add_node(self, req: dict[str, Any]) -> dict[str, Any]:
         assert self.peer is not None
-        try:
-            p = PeerConfig(
-                id=str(req["id"]),
-                raft_addr=str(req["raft_addr"]),
-                rpc_addr=str(req.get("rpc_addr", "")),
-                http_addr=str(req.get("http_addr", "")),
-                admin_addr=str(req.get("admin_addr", "")),
-            )
-        except KeyError as exc:
-            return {"ok": False, "error": f"add_node: missing {exc.args[0]}"}
+        fields = {
+            k: v if isinstance(v := req.get(k), str) else "" if v is None else repr(v)
+            for k in ("id", "raft_addr", "rpc_addr", "http_addr", "admin_addr")
+        }
+        problem = peer_problem(fields)
+        if problem is not None:
+            return {"ok": False, "error": "bad_request", "outcome": "not_applied", "detail": f"add_node {problem}"}
+        p = PeerConfig(**fields)
         return {"ok": True, **self.peer.call(lambda peer: peer.add_node(p))}
 
     def _propose(self, req: dict[str, Any]) -> dict[str, Any] | Future[dict[str, Any]]:

@@ -125,6 +125,11 @@ class NoTransferTarget(ProposalRefused):
     """A leadership transfer with no other live voter to hand over to."""
 
 
+class MembershipRefused(ProposalRefused):
+    """A membership change that would break the address book: adding the leader itself, or a
+    member at another Raft address (remove it first to move it)."""
+
+
 class StorageFull(ProposalRefused):
     """Not appended: this node cannot write its Raft log, task store or history now (disk or lmdb
     map full); it retries by itself and takes writes again once a write succeeds."""
@@ -1358,11 +1363,27 @@ class RaftPeer(pykka.ThreadingActor):
         core = self.core
         if core.role is not rc.Role.LEADER:
             raise rc.NotLeaderError(core.leader)
+        if peer.id == self.node_id:
+            raise MembershipRefused(f"{peer.id} is this node (the leader): its addresses come from its own config")
         m = core.membership
+        if peer.id in m.voters or peer.id in m.learners:
+            # a joiner asking again, or an operator filling in addresses left out: the same node at
+            # the same Raft address; one at another address is refused, not silently re-pointed
+            known = self.book.peers.get(peer.id)
+            if known is not None and known.raft_addr != peer.raft_addr:
+                raise MembershipRefused(
+                    f"{peer.id} is already a member at raft_addr {known.raft_addr}; remove it first to move it"
+                )
+            if known is not None:
+                peer = PeerConfig(
+                    id=peer.id, raft_addr=peer.raft_addr, rpc_addr=peer.rpc_addr or known.rpc_addr,
+                    http_addr=peer.http_addr or known.http_addr, admin_addr=peer.admin_addr or known.admin_addr,
+                )
+            self._dial(peer)
+            updated = self.book.update(peer)
+            return {"index": None, "already_member": True, "updated": updated, "peers": self.book.as_wire()}
         self._dial(peer)
         self.book.update(peer)
-        if peer.id in m.voters or peer.id in m.learners:
-            return {"index": None, "already_member": True, "peers": self.book.as_wire()}
         index = core.propose_conf_change(ConfChangeOp.ADD_LEARNER, peer.id, peer_context(peer))
         return {"index": index, "already_member": False, "peers": self.book.as_wire()}
 

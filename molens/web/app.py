@@ -25,8 +25,8 @@ Decisions recorded here:
   console does).
 - **Open routes** (no token): ``/healthz``, ``/readyz``, ``/api/v1/openapi.json`` and the test
   endpoints (they are callback targets; the fire worker sends no bearer token).
-- **Content type**: JSON bodies must be ``application/json`` (or ``*+json``, or no content type);
-  anything else is ``415``. Bodies over ``max_body_bytes`` are ``413`` before being read.
+- **Content type**: JSON bodies must be ``application/json`` (or ``*+json``, or no content type),
+  in UTF-8 (a ``charset`` other than ``utf-8`` is refused); anything else is ``415``. Bodies over ``max_body_bytes`` are ``413`` before being read.
 - A task id that is not well formed is simply not found (``404``), like an unknown one.
 - Token and bodies are never logged.
 
@@ -115,6 +115,15 @@ Handler = Callable[..., Any]
 _JSON_CT = "application/json"
 _TYPES = frozenset(t.value for t in TaskType)
 _SCENE = re.compile(python_pattern(SCENE_PATTERN))
+
+
+def _charset(params: str) -> str | None:
+    """The ``charset`` of a media type's parameters (lowercase, unquoted), or None."""
+    for p in params.split(";"):
+        k, _, v = p.partition("=")
+        if k.strip().lower() == "charset":
+            return v.strip().strip('"').lower()
+    return None
 
 
 class BatchInvalid(ValidationError):
@@ -367,9 +376,13 @@ class Api:
     def read_body(self) -> bytes:
         """The request body's bytes, checked for Content-Type, size and emptiness."""
         req = bottle.request
-        ctype = (req.content_type or "").split(";", 1)[0].strip().lower()
+        ctype, _, params = (req.content_type or "").partition(";")
+        ctype = ctype.strip().lower()
         if ctype and ctype != _JSON_CT and not ctype.endswith("+json"):
-            raise UnsupportedMediaType(f"Content-Type must be application/json, got {ctype}", "Content-Type")
+            raise UnsupportedMediaType(f"Content-Type must be application/json, got {ctype[:80]}", "Content-Type")
+        charset = _charset(params)
+        if charset is not None and charset not in ("utf-8", "utf8"):
+            raise UnsupportedMediaType(f"JSON bodies are UTF-8, got charset={charset[:40]}", "Content-Type")
         limit = self.ctx.settings.max_body_bytes
         length = req.content_length
         if length > limit:

@@ -78,8 +78,9 @@ def install_dead_letters(api: Api) -> None:
     def query_filter() -> dict[str, Any]:
         tid = api.q_str("task_id")
         flow = api.q_str("flow")
-        if flow is not None and len(flow) > 300:
-            raise ValidationError("flow must be at most 300 characters", "flow")
+        for k, v in (("task_id", tid), ("flow", flow)):
+            if v is not None and len(v) > 300:
+                raise ValidationError(f"{k} must be at most 300 characters", k)
         since, until = api.q_ms("since", None), api.q_ms("until", None)
         if since is not None and until is not None and until < since:
             raise ValidationError("until must not be before since", "until")

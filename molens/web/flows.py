@@ -85,6 +85,7 @@ class FlowList(msgspec.Struct):
 
 
 _BODY = msgspec.json.Decoder(FlowLimitsBody)
+_FIELDS = tuple(f.encode_name for f in msgspec.structs.fields(FlowLimitsBody))
 
 
 def check_key(key: str) -> str:
@@ -93,14 +94,37 @@ def check_key(key: str) -> str:
     return key
 
 
+_TYPE_WORDS = {"float": "a number", "int": "an integer", "bool": "true or false", "str": "a string",
+               "null": "null", "object": "an object", "array": "an array"}
+_EXPECTED = re.compile(r"Expected `([^`]+)`(?:, got `([^`]+)`)?(.*?) - at `\$\.([A-Za-z_]+)`")
+
+
+def _words(types: str) -> str:
+    return " or ".join(_TYPE_WORDS.get(t.strip(), t.strip()) for t in types.split("|"))
+
+
+def _body_error(msg: str) -> ValidationError:
+    """msgspec's message in the API's words: ``rate_per_s must be a number > 0.0``, ``burst must be
+    an integer or null, got a string``, ``unknown field `x```."""
+    m = _EXPECTED.search(msg)
+    if m is not None:
+        want, got, bound, field = m.groups()
+        text = f"{field} must be {_words(want)}{bound.rstrip()}" + (f", got {_words(got)}" if got else "")
+        return ValidationError(text, field)
+    m = re.search(r"unknown field `([^`]{1,64})`", msg)
+    if m is not None:
+        return ValidationError(f"unknown field {m.group(1)!r}; a flow has {', '.join(_FIELDS)}", m.group(1))
+    if msg.startswith("Expected `object`"):
+        return ValidationError("the body must be a JSON object of flow limits", "body")
+    return ValidationError(msg, "body")
+
+
 def decode_limits(body: bytes) -> FlowSettings:
     """A ``PUT /flows/{key}`` body as settings; ``ValidationError`` naming the first bad field."""
     try:
         b = _BODY.decode(body)
     except msgspec.ValidationError as e:
-        msg = str(e)
-        m = re.search(r"at `\$\.([A-Za-z_]+)`", msg) or re.search(r"unknown field `([^`]{1,64})`", msg)
-        raise ValidationError(msg, m.group(1) if m else "body") from None
+        raise _body_error(str(e)) from None
     except msgspec.DecodeError as e:
         raise ValidationError(f"request body is not valid JSON: {e}", "body") from None
     if b.burst is not None and b.rate_per_s is None:
@@ -192,6 +216,9 @@ def install_flows(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/flows/<key>/resume", write=True)
     def resume_flow(key: str) -> tuple[int, Any]:
+        check_key(key)
+        if ctx.get_flow(key) is None:  # nothing paused it: no settings to write (pause makes some)
+            return 200, msgspec.json.encode(one(key, None))
         return set_paused(key, False)
 
 

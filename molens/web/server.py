@@ -11,7 +11,8 @@ with 400 and its connection closed (RFC 9112 section 6.3: a proxy in front that 
 would otherwise see a different next request than waitress does: request smuggling); waitress
 itself refuses duplicate or invalid ``Content-Length`` and unknown transfer codings, and closes the
 connection after each of its own errors. Those errors (400, 413, 431, 501 for requests it cannot
-parse) carry the API's JSON error body too, code ``http_error`` (:class:`_JsonErrorTask`).
+parse) carry the API's JSON error body too, code ``http_error`` (:class:`_JsonErrorTask`), but for
+a body past the size limit: ``body_too_large``, as the app answers it.
 
 ``python -m molens.web.server --data-dir DIR [--port P]`` serves the API over a
 :class:`~molens.web.local_context.LocalContext` (no Raft, nothing fires): for the SDK's tests, the
@@ -63,8 +64,13 @@ class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
 
     def execute(self) -> None:
         e = self.request.error
-        message = f"{e.reason}: {e.body}"[:300]
-        body = json.dumps({"error": {"code": "http_error", "message": message}}).encode()
+        limit = getattr(self.channel.server, "molens_max_body", None)
+        if e.code == 413 and limit is not None:  # a chunked body past the limit: the app's own 413
+            code, message = "body_too_large", f"request body is more than {limit} bytes"
+        else:
+            code, message = "http_error", f"{e.reason}: {e.body}"[:300]
+        err = {"code": code, "message": message, **({"field": "body"} if code == "body_too_large" else {})}
+        body = json.dumps({"error": err}).encode()
         self.status = f"{e.code} {e.reason}"
         self.response_headers.append(("Content-Type", "application/json"))
         self.set_close_on_finish()
@@ -192,6 +198,7 @@ class ApiServer:
             asyncore_use_poll=True,
         )
         self._server.channel_class = _StrictChannel
+        self._server.molens_max_body = o.max_body_bytes  # what _JsonErrorTask's 413 names
         self._server.pull_trigger = self._pull_trigger  # what waitress's channels call
         self._wake_pending = False
         self.port: int = self._server.effective_port

@@ -96,6 +96,8 @@ CASES: list[Any] = [
     ("deeply nested json", "POST", T, b"[" * 100_000 + b"]" * 100_000, JSON, 400, "body"),
     ("form content type", "POST", T, b"type=delayed", {"Content-Type": "application/x-www-form-urlencoded"}, 415, "Content-Type"),
     ("text content type", "POST", T, json.dumps(delayed()).encode(), {"Content-Type": "text/plain"}, 415, "Content-Type"),
+    ("charset other than utf-8", "POST", T, json.dumps(delayed()).encode(), {"Content-Type": "application/json; charset=latin-1"}, 415, "Content-Type"),
+    ("idempotency key in body and header differ", "POST", T, json.dumps(delayed(idempotency_key="a-1")).encode(), {"Content-Type": "application/json", "Idempotency-Key": "a-2"}, 400, "Idempotency-Key"),
     ("body over the limit", "POST", T, b" " * (MAX_BODY + 1), JSON, 413, "body"),
     # batch
     ("batch over 1000 tasks", "POST", f"{T}/batch", {"tasks": [delayed()] * 1001}, None, 400, "tasks"),
@@ -124,6 +126,9 @@ CASES: list[Any] = [
     ("backfill end in the future", "POST", f"{T}/{{pending}}/backfill", {"start": 0, "end": 253_402_300_799_999}, None, 400, "end"),
     ("backfill a delayed task", "POST", f"{T}/{{pending}}/backfill", {"start": 0, "end": 1}, None, 409, "type"),
     # list and query parameters
+    ("dead letters task_id too long", "GET", "/api/v1/dead-letters?task_id=" + "a" * 301, None, None, 400, "task_id"),
+    ("dead letters flow too long", "GET", "/api/v1/dead-letters?flow=" + "a" * 301, None, None, 400, "flow"),
+    ("dead letters flow empty", "GET", "/api/v1/dead-letters?flow=", None, None, 400, "flow"),
     ("list with garbage cursor", "GET", f"{T}?cursor=zzz", None, None, 400, "cursor"),
     ("list with an executions cursor", "GET", f"{T}?cursor=ZToxMA", None, None, 400, "cursor"),
     ("list limit zero", "GET", f"{T}?limit=0", None, None, 400, "limit"),
@@ -205,6 +210,14 @@ def test_bad_batch_lists_every_bad_item_and_creates_nothing(api: tuple[Served, d
         (4, "payload", "payload_too_large"),
     ]
     assert s.task_count() == before
+
+
+def test_a_utf8_charset_and_one_idempotency_key_given_twice_are_accepted(api: tuple[Served, dict[str, str]]) -> None:
+    s, _ = api
+    raw = json.dumps(delayed(idempotency_key="both-1")).encode()
+    for ctype in ("application/json; charset=UTF-8", 'application/json;charset="utf-8"'):
+        st, _, body = s.call("POST", T, raw=raw, headers={"Content-Type": ctype, "Idempotency-Key": "both-1"})
+        assert st in (200, 201) and body["idempotency_key"] == "both-1", body
 
 
 def test_unknown_route_and_method_are_json_errors(api: tuple[Served, dict[str, str]]) -> None:

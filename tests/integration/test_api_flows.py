@@ -53,34 +53,39 @@ def test_put_get_list_pause_resume_delete_a_flow(api: Served) -> None:
     assert api.call("DELETE", f"{F}/api.example.com:443")[0] == 404
     st, _, body = api.call("POST", f"{F}/fresh/pause")  # pausing a flow without settings gives it some
     assert st == 200 and body["paused"] is True and body["configured"] is True
+    st, _, body = api.call("POST", f"{F}/never-set/resume")  # resuming one writes nothing
+    assert st == 200 and body["paused"] is False and body["configured"] is False
+    assert api.call("GET", f"{F}/never-set")[0] == 404
 
 
 @pytest.mark.parametrize(
-    ("body", "field"),
+    ("body", "field", "message"),
     [
-        ({"rate_per_s": 0}, "rate_per_s"),
-        ({"rate_per_s": -1}, "rate_per_s"),
-        ({"rate_per_s": "20"}, "rate_per_s"),
-        ({"rate_per_s": 2_000_000}, "rate_per_s"),
-        ({"rate_per_s": 5, "burst": 0}, "burst"),
-        ({"rate_per_s": 5, "burst": 1.5}, "burst"),
-        ({"burst": 5}, "burst"),
-        ({"concurrency": 0}, "concurrency"),
-        ({"concurrency": True}, "concurrency"),
-        ({"paused": 1}, "paused"),
-        ({"paused": "yes"}, "paused"),
-        ({"adaptive": True}, "adaptive"),
-        ({"rate": 5}, "rate"),
-        ([1, 2], "body"),
+        ({"rate_per_s": 0}, "rate_per_s", "rate_per_s must be a number > 0.0"),
+        ({"rate_per_s": -1}, "rate_per_s", "rate_per_s must be a number > 0.0"),
+        ({"rate_per_s": "20"}, "rate_per_s", "rate_per_s must be a number or null, got a string"),
+        ({"rate_per_s": 2_000_000}, "rate_per_s", "rate_per_s must be a number <= 1000000.0"),
+        ({"rate_per_s": 5, "burst": 0}, "burst", "burst must be an integer >= 1"),
+        ({"rate_per_s": 5, "burst": 1.5}, "burst", "burst must be an integer or null, got a number"),
+        ({"burst": 5}, "burst", "burst needs rate_per_s"),
+        ({"concurrency": 0}, "concurrency", "concurrency must be an integer >= 1"),
+        ({"concurrency": True}, "concurrency", "concurrency must be an integer or null, got true or false"),
+        ({"paused": 1}, "paused", "paused must be true or false, got an integer"),
+        ({"paused": "yes"}, "paused", "paused must be true or false, got a string"),
+        ({"adaptive": True}, "adaptive", None),
+        ({"rate": 5}, "rate", "unknown field 'rate'; a flow has rate_per_s, burst, concurrency, paused, adaptive"),
+        ([1, 2], "body", "the body must be a JSON object of flow limits"),
     ],
 )
 def test_a_bad_flow_body_is_a_400_naming_the_field_and_changes_nothing(
-    api: Served, body: Any, field: str
+    api: Served, body: Any, field: str, message: str | None
 ) -> None:
     api.call("PUT", f"{F}/k", {"rate_per_s": 7})
     st, _, err = api.call("PUT", f"{F}/k", body)
     assert st == 400, err
     assert err["error"]["field"] == field
+    if message is not None:  # in the API's words, not the decoder's
+        assert err["error"]["message"] == message
     assert api.call("GET", f"{F}/k")[2]["rate_per_s"] == 7
 
 

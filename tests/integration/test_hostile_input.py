@@ -157,6 +157,20 @@ def test_a_token_header_that_is_not_utf8_is_refused_not_a_500(tmp_path_factory: 
         assert st == 200, got
 
 
+def test_a_body_too_large_for_the_http_server_gets_the_apis_own_413(api: tuple[Served, str]) -> None:
+    """Past ``max_body_bytes`` + 1 KiB waitress refuses the request before the app sees it; the
+    answer is still ``body_too_large`` naming the configured limit, as the app's own 413 is."""
+    s, _ = api
+    limit = ApiSettings().max_body_bytes
+    out = _raw_http(s, b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n{" % (limit + 4096))
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"413", out[:300]
+    err = json.loads(body)["error"]
+    assert (err["code"], err["field"]) == ("body_too_large", "body")
+    assert err["message"] == f"request body is more than {limit} bytes"
+
+
 @pytest.mark.parametrize(("request_bytes", "status"), [
     (b"GET /api/v1/tasks HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", 400),
     (b"POST /api/v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", 400),

@@ -404,6 +404,39 @@ def test_fourth_node_joins_as_voter_then_is_removed_while_writes_continue(cluste
     assert sorted(cluster.leader().call("status")["voters"]) == ["n1", "n2", "n3"]
 
 
+def test_add_node_refuses_bad_fields_the_leader_itself_and_a_member_at_another_address(cluster: Cluster) -> None:
+    """``add-node`` checks what it is given as ``cluster.peers`` entries are checked, and never re-points
+    a member: a mistyped id or address, the leader's own id, or a member's id with another Raft
+    address change neither the membership nor the address book (each node's ``peers.json``)."""
+    leader = cluster.leader()
+    lid = leader.node_id
+    follower = next(n for n in cluster.nodes.values() if n.node_id != lid and n.running)
+    before = leader.call("status")
+    book_file = leader.data_dir / "peers.json"  # written when the book changes
+    book = book_file.read_text() if book_file.exists() else None
+    peers = {p["id"]: p for p in leader.settings["cluster"]["peers"]}
+    mine, theirs = peers[lid], peers[follower.node_id]
+    bad = [
+        ({"id": "bad id!", "raft_addr": "127.0.0.1:40999"}, "id: must match"),
+        ({"id": "n9\n", "raft_addr": "127.0.0.1:40999"}, "id: must match"),
+        ({"id": "n9", "raft_addr": "notanaddr"}, "raft_addr: must be host:port"),
+        ({"id": "n9", "raft_addr": "127.0.0.1:40999", "http_addr": "127.0.0.1:0"}, "http_addr: port must be"),
+        ({"id": "n9"}, "raft_addr: is required"),
+        ({"id": lid, "raft_addr": "127.0.0.1:40998"}, "is this node"),
+        ({"id": follower.node_id, "raft_addr": "127.0.0.1:40997"}, "already a member at raft_addr"),
+    ]
+    for args, message in bad:
+        with pytest.raises(AdminError, match=re.escape(message)):
+            leader.call("add_node", **args)
+    same = leader.call("add_node", id=follower.node_id, raft_addr=theirs["raft_addr"])
+    assert same["already_member"] and not same["updated"]
+    for p in (mine, theirs):  # the addresses left out are kept, not blanked
+        assert {k: same["peers"][p["id"]][k] for k in p} == p
+    after = leader.call("status")
+    assert (after["voters"], after["learners"]) == (before["voters"], before["learners"])
+    assert (book_file.read_text() if book_file.exists() else None) == book
+
+
 def test_member_added_while_a_follower_was_down_is_learned_from_the_snapshot(cluster: Cluster) -> None:
     """A member's address travels in its conf-change entry; once the log is compacted past it, a
     follower that was down learns the address from the snapshot it installs (snapshot context).
@@ -531,6 +564,9 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         assert not (data / "node.pid").exists()
         r = run("status")
         assert r.returncode == 1 and "not running" in r.stdout
+        for action in ("digest", "snapshot", "stats"):  # said at once, not after the command's own wait
+            r = run(action)
+            assert r.returncode == 1 and r.stderr.strip() == f"error: n1: {action}: not running", r.stderr
         assert (data / "node.log").stat().st_size > 0
         (tmp_path / "bad.yaml").write_text("raft:\n  election_ticks: 1\n")
         r = subprocess.run(
@@ -538,6 +574,12 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         )
         assert r.returncode == 2
         assert r.stderr.strip() == "config error: raft.election_ticks: must be an integer >= 2"
+        (tmp_path / "broken.yaml").write_text("raft: [1,2\n")
+        r = subprocess.run(
+            [exe, "broken.yaml", "start"], cwd=tmp_path, capture_output=True, text=True, timeout=30
+        )
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr  # one line, as every config error
+        assert r.stderr.startswith("config error: broken.yaml: invalid YAML: line 2, column 1: "), r.stderr
     finally:
         run("stop")
 
