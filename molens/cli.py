@@ -273,7 +273,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.add_argument(f"--{name}-addr", default="", help=f"add-node: the new node's {name} address (host:port)")
     p.add_argument("--json", action="store_true", help="status: machine-readable output")
     p.add_argument("--to", default=None, help="transfer-leader: the voter to hand leadership to")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    membership = args.action in ("add-node", "remove-node")
+    given = [
+        (args.node_id is not None and not membership, f"a node id ({args.node_id!r})", "add-node and remove-node"),
+        (any(getattr(args, f"{n}_addr") for n in ("raft", "rpc", "http", "admin")) and args.action != "add-node",
+         "--*-addr", "add-node"),
+        (args.json and args.action != "status", "--json", "status"),
+        (args.to is not None and args.action != "transfer-leader", "--to", "transfer-leader"),
+    ]
+    for wrong, what, only in given:  # an argument the action would ignore is more likely a slip than meant
+        if wrong:
+            p.error(f"{args.action or 'running in the foreground'}: {what} is for {only} only")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:

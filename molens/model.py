@@ -530,6 +530,16 @@ def _unencodable(request: dict[Any, Any]) -> ValidationError:
     return ValidationError("the task is not JSON", None)
 
 
+def _check_utf8(payload_json: bytes) -> None:
+    """A payload is kept as the bytes sent, which the decoder skips over without reading them as
+    text: bytes that are not UTF-8 would reach every answer and the receiver as they came."""
+    if not payload_json.isascii():
+        try:
+            payload_json.decode()
+        except UnicodeDecodeError as e:
+            raise ValidationError(f"payload is not valid UTF-8 (byte {e.start} of the payload)", "payload") from None
+
+
 def _bad_text(s: str) -> bool:
     try:
         s.encode()
@@ -636,7 +646,7 @@ def resolve_creates(
             memo[shape] = tmpl
         raw = req.payload
         body = b"null" if raw is unset else fmt(raw, indent=-1)
-        if tmpl is None or len(body) > max_payload:
+        if tmpl is None or len(body) > max_payload or not body.isascii():
             try:
                 out.append(resolve_create(req, policy, limits, now_ms, spec_type=spec_type))
             except ValidationError as exc:
@@ -782,6 +792,7 @@ def _apply_rules(
 
     raw = given["payload"]
     body = b"null" if raw is None else msgspec.json.format(bytes(raw), indent=-1)
+    _check_utf8(body)
     if len(body) > limits.max_payload_bytes:
         raise PayloadTooLargeError(
             f"payload is {len(body)} bytes encoded, more than {limits.max_payload_bytes}", "payload"

@@ -964,9 +964,10 @@ def request_error(
         return ValidationError(f"{mm.group(1)} is required", mm.group(1))
     if field is None:
         if mm := re.fullmatch(r"Expected `object`, got `(\w+)`", what):
+            got = _TYPE_NAMES.get(mm.group(1), mm.group(1)).split(" ")[-1]
             if not whole_body:
-                return ValidationError(f"a task must be a JSON object, got {mm.group(1)}", None)
-            return ValidationError(f"the body must be a JSON object (one task), got {mm.group(1)}", "body")
+                return ValidationError(f"a task must be a JSON object, got {got}", None)
+            return ValidationError(f"the body must be a JSON object (one task), got {got}", "body")
         return ValidationError(what, None)
     if mm := re.fullmatch(r"Expected `([^`]*)`, got `(\w+)`", what):
         got = _TYPE_NAMES.get(mm.group(2), mm.group(2)).split(" ")[-1]

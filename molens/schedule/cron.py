@@ -266,8 +266,8 @@ def next_cron_fire(expr: str, tz: str, after_ms: int) -> int:
                 best = second
     except CroniterBadDateError:
         raise ScheduleError(f"cron_expr {expr!r} never fires after {after_ms}") from None
-    except OverflowError:
-        raise ScheduleError(f"cron_expr {expr!r}: no fire time representable after {after_ms}") from None
+    except (OverflowError, ValueError):  # past datetime's year 9999 ("year 10000 is out of range")
+        raise ScheduleError(f"cron_expr {expr!r}: no fire time before the year 10000 after {after_ms}") from None
     if len(_last) >= _LAST_MAX:
         _last.clear()
     _last[memo_key] = (after_ms, best)

@@ -126,6 +126,16 @@ def _charset(params: str) -> str | None:
     return None
 
 
+def _no_route_message(path_info: str) -> str:
+    """A 404's message: the path (as UTF-8; WSGI gives it as latin-1), or that it is not UTF-8 at
+    all (Bottle drops such bytes from the path it routes, so that path is not the one asked for)."""
+    try:
+        path = path_info.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return "no route: the path is not valid UTF-8"
+    return f"no route {path[:200]}"
+
+
 class BatchInvalid(ValidationError):
     """At least one item of a batch create is invalid; carries every item's error."""
 
@@ -163,7 +173,7 @@ def _batch_items(body: bytes) -> list[msgspec.Raw]:
         err = request_error(exc, DEFAULT_LIMITS)
         if err.field == "tasks":
             raise ValidationError("tasks must be an array of task objects", "tasks") from None
-        if err.field is None:
+        if err.field in (None, "body"):
             raise ValidationError('the body must be an object {"tasks": [...]}', "body") from None
         raise err from None
     except msgspec.DecodeError as exc:
@@ -956,7 +966,8 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
         if err.status_code == 405:
             exc: MolensError = MethodNotAllowed(f"method {bottle.request.method} is not allowed here")
         elif err.status_code == 404:
-            exc = RouteNotFound(f"no route {bottle.request.path[:200]}")
+            env = bottle.request.environ
+            exc = RouteNotFound(_no_route_message(env.get("bottle.raw_path", env.get("PATH_INFO", ""))))
         else:
             exc = InternalError("internal error; see the node log")
             if err.status_code < 500:

@@ -157,6 +157,16 @@ def test_a_token_header_that_is_not_utf8_is_refused_not_a_500(tmp_path_factory: 
         assert st == 200, got
 
 
+def test_a_path_that_is_not_utf8_is_a_404_that_says_so(api: tuple[Served, str]) -> None:
+    s, _ = api
+    for path, message in ((b"/api/v1/tasks/%ff%fe", "no route: the path is not valid UTF-8"),
+                          (b"/api/v1/caf%C3%A9", "no route /api/v1/caf\u00e9")):
+        out = _raw_http(s, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        head, _, body = out.partition(b"\r\n\r\n")
+        assert head.split(b" ", 2)[1] == b"404", out[:300]
+        assert json.loads(body)["error"] == {"code": "not_found", "message": message}
+
+
 def test_a_body_too_large_for_the_http_server_gets_the_apis_own_413(api: tuple[Served, str]) -> None:
     """Past ``max_body_bytes`` + 1 KiB waitress refuses the request before the app sees it; the
     answer is still ``body_too_large`` naming the configured limit, as the app's own 413 is."""

@@ -564,6 +564,10 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         assert not (data / "node.pid").exists()
         r = run("status")
         assert r.returncode == 1 and "not running" in r.stdout
+        for args, what in ((("status", "n2"), "status: a node id ('n2') is for add-node and remove-node only"),
+                           (("stats", "--to", "n2"), "stats: --to is for transfer-leader only")):
+            r = run(*args)  # an argument the action would ignore is refused, not dropped
+            assert r.returncode == 2 and r.stderr.strip().endswith(f"error: {what}"), r.stderr
         for action in ("digest", "snapshot", "stats"):  # said at once, not after the command's own wait
             r = run(action)
             assert r.returncode == 1 and r.stderr.strip() == f"error: n1: {action}: not running", r.stderr
