@@ -314,7 +314,11 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     ] = None
     timezone: Annotated[str, rule("IANA time zone of cron_expr (default UTC)")] = "UTC"
     ack_url: Annotated[
-        str | None, rule("delayed at_least_once only", max_length="max_url_length", format="uri")
+        str | None, rule(
+            "Probed ack_delay_ms after the callback's 2xx; delayed at_least_once only (at_most_once: 400; "
+            "periodic tasks ignore it and store null)",
+            max_length="max_url_length", format="uri",
+        )
     ] = None
     ack_delay_ms: Annotated[
         int, rule("Delay of the ACK probe after a 2xx", ge=0, le="max_ack_delay_ms", default="default_ack_delay_ms")

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 from mooncat_checkpoint.errors import CheckpointError, InvalidArgumentError
 from mooncat_checkpoint.model import CheckpointStatus
 from mooncat_checkpoint.sync_client import SyncCheckpointClient
-from mooncat_checkpoint.urls import DEFAULT_URL, ENV_VAR, resolve_url, split_url
+from mooncat_checkpoint.urls import DEFAULT_URL, ENV_VAR, resolve_url, shown_url, split_url
 
 __all__ = ["main", "build_parser"]
 
@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "url":
         url, source = resolve_url(args.url)
         scheme, _ = split_url(url)
-        _emit({"url": url, "source": source, "backend": scheme})
+        _emit({"url": shown_url(url), "source": source, "backend": scheme})  # a password as ***
         return EXIT_OK
     with SyncCheckpointClient(args.url) as cp:
         if args.command == "list":

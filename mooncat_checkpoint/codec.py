@@ -25,6 +25,7 @@ __all__ = [
     "encode_result",
     "error_text",
     "check_label",
+    "MAX_DURATION_MS",
     "check_ms",
 ]
 
@@ -88,8 +89,14 @@ def check_label(name: str, value: object) -> str | None:
     return value
 
 
+MAX_DURATION_MS = 3_155_760_000_000
+"""100 years: the longest lease, extension or age a call takes. ``now + lease`` then stays an exact
+JSON number for the TypeScript library sharing a store (2**53) and fits SQLite's and PostgreSQL's
+64-bit integers."""
+
+
 def check_ms(name: str, value: object, *, minimum: int) -> int:
-    """A duration in milliseconds: an int (not a bool) of at least ``minimum``."""
-    if type(value) is not int or value < minimum:
-        raise InvalidArgumentError(f"{name} must be an int >= {minimum}, got {value!r}")
+    """A duration in milliseconds: an int (not a bool) in ``minimum``..:data:`MAX_DURATION_MS`."""
+    if type(value) is not int or not minimum <= value <= MAX_DURATION_MS:
+        raise InvalidArgumentError(f"{name} must be an int in {minimum}..{MAX_DURATION_MS} (100 years), got {value!r}"[:200])
     return value

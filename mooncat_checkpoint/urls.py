@@ -11,12 +11,14 @@ psycopg, which are imported only when such a URL is opened.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 from mooncat_checkpoint.backends.base import Backend, ServerBackend
 from mooncat_checkpoint.errors import BackendUnavailableError
 
-__all__ = ["shown_url", "ENV_VAR", "DEFAULT_URL", "SCHEMES", "resolve_url", "split_url", "open_backend"]
+__all__ = ["shown_url", "redact", "ENV_VAR", "DEFAULT_URL", "SCHEMES", "resolve_url", "split_url", "open_backend"]
 
 ENV_VAR = "MOONCAT_CHECKPOINT_URL"
 DEFAULT_URL = "file://./.mooncat/checkpoints"
@@ -77,9 +79,28 @@ def open_backend(url: str) -> Backend | ServerBackend:
 
 
 def shown_url(url: str) -> str:
-    """The URL as error messages show it: any password replaced by ``***``."""
+    """The URL as messages show it: any password (``user:PASSWORD@``, ``?password=...``) as ``***``."""
     scheme, sep, rest = url.partition("://")
     creds, at, host = rest.rpartition("@")
     if at and ":" in creds:
-        return f"{scheme}{sep}{creds.split(':', 1)[0]}:***@{host}"
-    return url
+        rest = f"{creds.split(':', 1)[0]}:***@{host}"
+    return scheme + sep + _PASSWORD_PARAM.sub(r"\1***", rest)
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` (a driver's error message, which may quote the URL or parts of it) with the URL's
+    password, and each piece of it a driver may have split off at ``@`` or ``:``, shown as ``***``."""
+    secrets = set()
+    _, _, rest = url.partition("://")
+    creds, at, _ = rest.rpartition("@")
+    if at and ":" in creds:
+        secrets.add(creds.split(":", 1)[1])
+    secrets.update(m.group(2) for m in _PASSWORD_PARAM.finditer(rest))
+    pieces = {p for s in secrets for p in re.split(r"[@:/?&]", s) if len(p) >= 3}
+    for s in sorted({*secrets, *pieces, *(unquote(s) for s in secrets)}, key=len, reverse=True):
+        if s:
+            text = text.replace(s, "***")
+    return text
+
+
+_PASSWORD_PARAM = re.compile(r"([?&]password=)([^&#]*)", re.IGNORECASE)

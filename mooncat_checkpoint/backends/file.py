@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
 import fcntl
 import itertools
 import json
 import os
+import stat
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -445,14 +445,14 @@ class FileBackend:
                     for entry in it:
                         name = entry.name
                         # ours (.tmp-<pid>-<n>) and the original library's (<name>.json.tmp.<pid>)
-                        if (name.startswith(".tmp-") or ".json.tmp." in name) and entry.stat(
-                            follow_symlinks=False
-                        ).st_mtime < cutoff:
-                            try:
+                        if not (name.startswith(".tmp-") or ".json.tmp." in name):
+                            continue
+                        try:  # a writer renames its temp file away at any moment: gone is fine
+                            st = entry.stat(follow_symlinks=False)
+                            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
                                 os.unlink(entry.path)
-                            except OSError as e:
-                                if e.errno != errno.ENOENT:
-                                    raise
+                        except FileNotFoundError:
+                            continue
 
     def close(self) -> None:
         self._ready.clear()

@@ -27,7 +27,7 @@ from mooncat_checkpoint.backends.base import kind_result
 from mooncat_checkpoint.errors import BackendUnavailableError, CheckpointError, CorruptRecordError
 from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult
 from mooncat_checkpoint.record import StoredRecord
-from mooncat_checkpoint.urls import shown_url
+from mooncat_checkpoint.urls import redact, shown_url
 
 __all__ = ["PostgresBackend", "TABLE"]
 
@@ -144,7 +144,7 @@ class PostgresBackend:
         try:
             self._conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
         except psycopg.Error as e:
-            raise BackendUnavailableError(f"postgresql backend: cannot reach {shown_url(url)}: {_first_line(e)}") from None
+            raise BackendUnavailableError(f"postgresql backend: cannot reach {shown_url(url)}: {redact(_first_line(e), url)}") from None
         try:
             with self._conn.transaction():
                 # Concurrent CREATE TABLE IF NOT EXISTS can still collide: one opener at a time.
@@ -152,7 +152,7 @@ class PostgresBackend:
                 self._conn.execute(_SCHEMA)
         except psycopg.Error as e:
             self._conn.close()
-            raise BackendUnavailableError(f"postgresql backend {shown_url(url)}: cannot create {TABLE}: {_first_line(e)}") from None
+            raise BackendUnavailableError(f"postgresql backend {shown_url(url)}: cannot create {TABLE}: {redact(_first_line(e), url)}") from None
 
     def _run(self, what: str, sql: str, params: dict[str, Any]) -> builtins.list[tuple[Any, ...]]:
         with self._lock:
@@ -161,7 +161,7 @@ class PostgresBackend:
             except CheckpointError:
                 raise
             except self._errors as e:
-                raise BackendUnavailableError(f"postgresql backend {shown_url(self.url)}: {what}: {_first_line(e)}") from e
+                raise BackendUnavailableError(f"postgresql backend {shown_url(self.url)}: {what}: {redact(_first_line(e), self.url)}") from e
 
     def _current(self, namespace: str, key: bytes, now_ms: int | None) -> tuple[StoredRecord | None, int]:
         rows = self._run(f"cannot read {namespace}", _CURRENT, {"ns": namespace, "key": key, "now": now_ms})

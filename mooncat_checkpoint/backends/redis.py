@@ -27,7 +27,7 @@ from mooncat_checkpoint.backends.base import kind_result
 from mooncat_checkpoint.errors import BackendUnavailableError, CheckpointError, CorruptRecordError
 from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult
 from mooncat_checkpoint.record import StoredRecord
-from mooncat_checkpoint.urls import shown_url
+from mooncat_checkpoint.urls import redact, shown_url
 
 __all__ = ["RedisBackend"]
 
@@ -167,7 +167,7 @@ class RedisBackend:
             self._r = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
             self._r.ping()
         except (redis.RedisError, ValueError) as e:
-            raise BackendUnavailableError(f"redis backend: cannot reach {shown_url(url)}: {e}") from None
+            raise BackendUnavailableError(f"redis backend: cannot reach {shown_url(url)}: {redact(str(e), url)}") from None
         self._claim = self._r.register_script(_CLAIM)
         self._touch = self._r.register_script(_TOUCH)
         self._done = self._r.register_script(_DONE)
@@ -194,7 +194,7 @@ class RedisBackend:
         except CheckpointError:
             raise
         except self._errors as e:
-            raise BackendUnavailableError(f"redis backend {shown_url(self.url)}: {what}: {e}") from e
+            raise BackendUnavailableError(f"redis backend {shown_url(self.url)}: {what}: {redact(str(e), self.url)}") from e
 
     @staticmethod
     def _record(found: builtins.list[bytes] | dict[bytes, bytes]) -> StoredRecord | None:

@@ -63,6 +63,9 @@ ORIGINAL_DDL = """CREATE TABLE IF NOT EXISTS checkpoints (
         PRIMARY KEY (namespace, storage_key)
       )"""
 _EXTRA_COLUMNS = (("fence", "INTEGER"), ("fingerprint", "TEXT"), ("lease_ms", "INTEGER"))
+_CORE_COLUMNS = frozenset({"namespace", "key", "status", "lease_until", "lease_token", "attempts", "created_at",
+                           "updated_at"})
+"""Columns of ``checkpoints`` in every layout: ours (both versions) and the original library's."""
 
 # StoredRecord order, from the table's columns.
 _COLUMNS = (
@@ -220,8 +223,29 @@ class SqliteBackend:
             self.close()
             raise
 
+    def _check_is_store(self) -> None:
+        """Refuse, before changing anything (not even the journal mode), a database that is not a
+        checkpoint store: other tables and no ``checkpoints``, or a ``checkpoints`` table without the
+        columns every layout has (someone else's table of that name)."""
+        tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "checkpoints" in tables:
+            cols = {r[1] for r in self._conn.execute("PRAGMA table_info(checkpoints)")}
+            missing = sorted(_CORE_COLUMNS - cols)
+            if missing:
+                raise BackendUnavailableError(
+                    f"sqlite backend: {self.path!r} has a table 'checkpoints' that is not a checkpoint store's "
+                    f"(no column {', '.join(missing)}); use another file"
+                )
+        elif tables - {"schema_migrations", "fence_floors"}:
+            shown = ", ".join(sorted(tables)[:5])
+            raise BackendUnavailableError(
+                f"sqlite backend: {self.path!r} is not a checkpoint store (it holds the tables {shown}); "
+                "use another file"
+            )
+
     def _setup(self, busy_timeout_s: float) -> None:
         conn = self._conn
+        self._check_is_store()
         deadline = time.monotonic() + busy_timeout_s
         while True:  # switching to WAL needs a moment alone with the file; others may be opening it too
             try:

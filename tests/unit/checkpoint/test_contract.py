@@ -32,6 +32,7 @@ from mooncat_checkpoint import (
     LeaseLostError,
     WaitTimeoutError,
 )
+from mooncat_checkpoint.codec import MAX_DURATION_MS
 
 from .conftest import START_MS, FakeClock
 
@@ -550,16 +551,22 @@ def test_every_error_is_a_checkpoint_error() -> None:
 
 
 async def test_arguments_are_checked(cp: CheckpointClient) -> None:
-    for bad in (0, -1, 1.5, True, "100"):
+    for bad in (0, -1, 1.5, True, "100", MAX_DURATION_MS + 1, 2**63):  # past 100 years: SQLite raised OverflowError
         with pytest.raises(InvalidArgumentError):
             await cp.claim(NS, "k", lease_ms=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        await cp.gc(older_than_ms=2**64)
     with pytest.raises(InvalidArgumentError):
         await cp.claim(NS, "k", owner_run_id=123)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         await cp.claim(NS, "k", fingerprint="f" * 5000)
     c = await claimed(cp, "k")
-    with pytest.raises(InvalidArgumentError):
-        await cp.touch(NS, "k", c.lease_token, extend_ms=-1)
+    for bad_ext in (-1, 2**64):
+        with pytest.raises(InvalidArgumentError):
+            await cp.touch(NS, "k", c.lease_token, extend_ms=bad_ext)
+    longest = await cp.claim(NS, "longest", lease_ms=MAX_DURATION_MS)
+    assert isinstance(longest, Claimed)
+    assert longest.checkpoint.lease_until == longest.checkpoint.created_at + MAX_DURATION_MS
     with pytest.raises(InvalidArgumentError):
         await cp.done(NS, "k", None)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -190,6 +192,39 @@ def test_gc_removes_stale_temp_files(fcp: SyncCheckpointClient, store: Path) -> 
     os.utime(old, (two_hours_ago, two_hours_ago))
     fcp.gc()
     assert not old.exists() and fresh.exists()
+
+
+def test_gc_is_not_upset_by_a_temp_file_renamed_away_under_it_or_a_directory_named_like_one(
+    fcp: SyncCheckpointClient, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's write renames its temp file into place at any moment: gc listed it, then
+    found it gone (and failed with 'cannot remove stale temp files' now and then, under load)."""
+    fcp.claim("ns", "k")
+    old_dir = store / "ns" / ".tmp-9-9"
+    old_dir.mkdir()
+    gone = store / "ns" / ".tmp-1-1"
+    gone.write_text("a writer's")
+    two_hours_ago = time.time() - 7200
+    for p in (old_dir, gone):
+        os.utime(p, (two_hours_ago, two_hours_ago))
+    real_scandir = os.scandir
+
+    class Renaming(contextlib.AbstractContextManager["Renaming"]):
+        def __init__(self, path: str) -> None:
+            self.entries = list(real_scandir(path))
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def __iter__(self) -> Iterator[os.DirEntry[str]]:
+            for entry in self.entries:
+                if entry.name == gone.name:  # listed, then renamed before gc looks at it
+                    gone.rename(store / "ns" / "renamed.keep")
+                yield entry
+
+    monkeypatch.setattr(os, "scandir", Renaming)
+    fcp.gc()
+    assert old_dir.is_dir() and not gone.exists()  # a directory is not ours to remove, nor an error
 
 
 def test_the_fence_floor_survives_reset_on_disk(fcp: SyncCheckpointClient, store: Path) -> None:

@@ -95,6 +95,24 @@ def test_a_file_that_is_not_a_database_fails_at_construction(tmp_path: Path) -> 
         CheckpointClient(f"sqlite://{tmp_path}")  # a directory
 
 
+def test_someone_elses_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """Pointing the client (or a read-only CLI command) at the wrong SQLite file must not switch it
+    to WAL and add this library's tables to it."""
+    other, clash = tmp_path / "app.db", tmp_path / "clash.db"
+    with sqlite3.connect(other) as c:
+        c.execute("CREATE TABLE users (id INTEGER)")
+    with sqlite3.connect(clash) as c:
+        c.execute("CREATE TABLE checkpoints (id INTEGER)")
+    with pytest.raises(BackendUnavailableError, match=r"is not a checkpoint store \(it holds the tables users\)"):
+        SyncCheckpointClient(f"sqlite://{other}")
+    with pytest.raises(BackendUnavailableError, match=r"table 'checkpoints' that is not a checkpoint store's"):
+        SyncCheckpointClient(f"sqlite://{clash}")
+    for db, tables in ((other, ["users"]), (clash, ["checkpoints"])):
+        with sqlite3.connect(db) as c:
+            assert c.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+            assert [r[0] for r in c.execute("SELECT name FROM sqlite_master")] == tables
+
+
 def test_memory_urls_may_carry_a_label() -> None:
     assert CheckpointClient("memory://tests").backend == "memory"
 
@@ -123,3 +141,33 @@ def test_a_server_that_is_not_there_fails_at_construction_with_one_line(scheme: 
         CheckpointClient(url)
     assert "\n" not in str(info.value)
     assert "secret" not in str(info.value)  # the password is not shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:SECRETPW@127.0.0.1:1/db",
+        "postgresql://u:SECRETPW@[::1",  # the driver quotes the whole URI back
+        "postgresql://u@127.0.0.1:1/db?password=SECRETPW",
+        "postgresql://u:SEC@RETPW@127.0.0.1:1/db",  # the driver takes "RETPW@127.0.0.1" for the host
+        "postgresql://u:p%40SECRETPW@127.0.0.1:1/db",
+        "redis://:SECRETPW@127.0.0.1:1/0",
+    ],
+)
+def test_a_password_never_shows_in_an_error(url: str) -> None:
+    with pytest.raises(BackendUnavailableError) as exc:
+        SyncCheckpointClient(url)
+    text = str(exc.value)
+    assert "SECRET" not in text and "RETPW" not in text, text
+    assert "***" in text, text
+
+
+def test_the_url_command_shows_a_password_as_stars(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mooncat_checkpoint.cli import main
+
+    monkeypatch.setenv("MOONCAT_CHECKPOINT_URL", "postgresql://u:SECRET@h/db?password=SECRET2")
+    assert main(["url"]) == 0
+    out = capsys.readouterr().out
+    assert "SECRET" not in out and '"url": "postgresql://u:***@h/db?password=***"' in out, out
