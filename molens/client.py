@@ -165,9 +165,14 @@ class UnavailableError(ApiError):
 
 
 class OutcomeUnknownError(ClientError):
-    """A write may or may not have happened (lost response and the retry could not tell)."""
+    """A write may or may not have happened (lost response and the retry could not tell).
+
+    From :meth:`MolensClient.create` / ``create_many``: ``idempotency_keys`` holds the keys the
+    request carried (the ones the client made up included), in order; creating again with the same
+    keys returns the tasks that were created and creates the others, never a duplicate."""
 
     code = "outcome_unknown"
+    idempotency_keys: tuple[str, ...] = ()
 
 
 class ConnectionFailedError(ClientError):
@@ -254,8 +259,18 @@ def _dead_filter(
     return out
 
 
+_LIST_ORDERS = ("created", "-created", "next_run")
+
+
 def _base(url: str) -> str:
-    p = urlsplit(url)
+    """A node's base URL (``scheme://host[:port]``), refused with ValueError unless it is one."""
+    try:
+        p = urlsplit(url)
+        p.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(f"a node URL must be http://HOST[:PORT] or https://..., got {url!r:.120}") from None
+    if p.scheme not in ("http", "https") or not p.hostname:
+        raise ValueError(f"a node URL must be http://HOST[:PORT] or https://..., got {url!r:.120}")
     return f"{p.scheme}://{p.netloc}"
 
 
@@ -380,8 +395,14 @@ class _NodePool:
                 return
         sock.close()
 
-    def request(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]) -> _Answer:
+    def request(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str], within_s: float | None = None
+    ) -> _Answer:
+        """One request; ``within_s`` shortens the read timeout (what is left of a retry deadline)."""
         sock = self._take()
+        shortened = within_s is not None and within_s < self._read_s
+        if shortened:
+            sock.settimeout(max(within_s or 0.0, 0.001))
         head = f"{method} {path} HTTP/1.1\r\nHost: {self._host_header}\r\n{_FIXED_HEADERS}"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
         try:
@@ -395,6 +416,8 @@ class _NodePool:
         if r.will_close:
             sock.close()
         else:
+            if shortened:
+                sock.settimeout(self._read_s)
             self._give(sock)
         return _Answer(r.status, r.headers, data)
 
@@ -429,6 +452,13 @@ class MolensClient:
             urls = [urls]
         if not urls:
             raise ValueError("give at least one node URL")
+        for name, v in (("timeout", timeout), ("retry_deadline_s", retry_deadline_s),
+                        ("backoff_base_s", backoff_base_s), ("backoff_max_s", backoff_max_s)):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ValueError(f"{name} must be a number > 0, got {v!r}")
+        for name, n in (("max_attempts", max_attempts), ("pool_maxsize", pool_maxsize)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {n!r}")
         self._urls = [_base(u) for u in urls]
         self._lock = threading.Lock()
         self._target = self._urls[0]
@@ -454,12 +484,18 @@ class MolensClient:
         """Create one task from ``task`` and/or keyword fields (docs/architecture.md#task-rules); returns it.
 
         An ``idempotency_key`` is added when missing, so retries never create a duplicate. When the
-        key matched an existing task, that task is returned.
+        key matched an existing task, that task is returned. When no attempt got an answer after the
+        request was sent, :class:`OutcomeUnknownError` carries the key (``idempotency_keys``): create
+        again with it to learn whether the task exists, without making a second one.
         """
         body = {**(task or {}), **fields}
         if body.get("idempotency_key") is None:
             body["idempotency_key"] = _new_key()
-        _, out = self._request("POST", "/api/v1/tasks", body, safe_retry=True)
+        try:
+            _, out = self._request("POST", "/api/v1/tasks", body, safe_retry=True)
+        except OutcomeUnknownError as exc:
+            exc.idempotency_keys = (str(body["idempotency_key"]),)
+            raise
         return dict(out)
 
     def create_many(self, tasks: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
@@ -502,7 +538,11 @@ class MolensClient:
         """One batch request; per item the task (``minimal``: ``{"id": ...}`` alone), or the error
         the state machine gave it."""
         headers = _PREFER_MINIMAL if minimal else None
-        _, out = self._request("POST", "/api/v1/tasks/batch", {"tasks": bodies}, safe_retry=True, headers=headers)
+        try:
+            _, out = self._request("POST", "/api/v1/tasks/batch", {"tasks": bodies}, safe_retry=True, headers=headers)
+        except OutcomeUnknownError as exc:
+            exc.idempotency_keys = tuple(str(b["idempotency_key"]) for b in bodies)
+            raise
         missing = ApiError(500, "internal", "the server returned no task for this item")
         items: builtins.list[Task | ApiError] = [dict(t) if t is not None else missing for t in out["items"]]
         for e in out.get("errors", []):
@@ -511,9 +551,14 @@ class MolensClient:
             items[int(e["index"])] = _error_class(400, code)(400, code, str(err.get("message", "")), err.get("field"), e)
         return items
 
-    def get(self, task_id: str) -> Task:
-        """The task, or :class:`TaskNotFoundError`."""
-        return dict(self._request("GET", _task_path(task_id))[1])
+    def get(self, task_id: str, *, consistency: str = "local") -> Task:
+        """The task, or :class:`TaskNotFoundError`. ``consistency="linearizable"``: confirmed with the
+        leader's quorum first, so it reflects every write acknowledged before the call
+        (docs/api.md#get-apiv1taskstask_id); ``"local"``: the answering node's replica as it is."""
+        if consistency not in ("local", "linearizable"):
+            raise ValueError(f"consistency must be 'local' or 'linearizable', got {consistency!r:.80}")
+        path = _task_path(task_id) + ("?consistency=linearizable" if consistency == "linearizable" else "")
+        return dict(self._request("GET", path)[1])
 
     def list(
         self,
@@ -522,10 +567,16 @@ class MolensClient:
         type: str | None = None,
         scene: str | None = None,
         url: str | None = None,
+        order: str = "created",
         page_size: int = 100,
     ) -> Iterator[Task]:
-        """Every matching task in creation order, following cursors lazily."""
+        """Every matching task, following cursors lazily; ``order``: ``created`` (oldest first),
+        ``-created`` (newest first) or ``next_run`` (soonest next run first, only tasks that have one)."""
+        if order not in _LIST_ORDERS:
+            raise ValueError(f"order must be one of {', '.join(_LIST_ORDERS)}, got {order!r:.80}")
         q: dict[str, Any] = {"limit": _bounded("page_size", page_size, 1, MAX_PAGE_SIZE)}
+        if order != "created":
+            q["order"] = order
         if status:
             q["status"] = status if isinstance(status, str) else ",".join(status)
         for k, v in (("type", type), ("scene", scene), ("url", url)):
@@ -572,7 +623,7 @@ class MolensClient:
 
     def trigger(self, task_id: str) -> Task:
         """Run the task's upcoming occurrence now."""
-        return self._act("POST", _task_path(task_id) + "/trigger")
+        return self._act("POST", _task_path(task_id) + "/trigger", resend=False)
 
     def backfill(self, task_id: str, *, start: int, end: int) -> dict[str, Any]:
         """Fire the periodic task's occurrences scheduled in ``[start, end)`` (epoch ms, ``end``
@@ -587,8 +638,11 @@ class MolensClient:
         return dict(self._request("POST", _task_path(task_id) + "/backfill", {"start": start, "end": end},
                                   safe_retry=False)[1])
 
-    def _act(self, method: str, path: str, body: Any = None) -> Task:
-        return dict(self._request(method, path, body, safe_retry=False)[1])
+    def _act(self, method: str, path: str, body: Any = None, *, resend: bool = True) -> Task:
+        """A task action. ``resend``: sending it again after a lost answer does no harm (pause,
+        resume, delete: a repeat is refused with 404/409, which then raises OutcomeUnknownError);
+        a trigger sent twice would fire twice."""
+        return dict(self._request(method, path, body, safe_retry=resend)[1])
 
     def executions(
         self,
@@ -599,12 +653,15 @@ class MolensClient:
         until: int | None = None,
         page_size: int = 100,
     ) -> Iterator[dict[str, Any]]:
-        """Executions newest first (of one task, or all), following cursors lazily."""
+        """Executions newest first (of one task, or all: ``task_id=None``), following cursors lazily.
+        ``since``/``until`` are epoch ms (``since`` inclusive, ``until`` exclusive)."""
         q: dict[str, Any] = {"limit": _bounded("page_size", page_size, 1, MAX_PAGE_SIZE)}
-        for k, v in (("result", result), ("since", since), ("until", until)):
-            if v is not None:
-                q[k] = v
-        path = _task_path(task_id) + "/executions" if task_id else "/api/v1/executions"
+        if result is not None:
+            if not isinstance(result, str) or not result:
+                raise ValueError(f"result must be an execution result such as 'success', got {result!r:.80}")
+            q["result"] = result
+        q.update(_dead_filter(None, None, None, since, until))  # the same time checks
+        path = _task_path(task_id) + "/executions" if task_id is not None else "/api/v1/executions"
         return self._pages(path, q)
 
     # ------------------------------------------------------------------ dead letters
@@ -652,9 +709,9 @@ class MolensClient:
             body["limit"] = _bounded("limit", limit, 1, MAX_BULK)
         return dict(self._request("POST", "/api/v1/dead-letters/redrive", body, safe_retry=False)[1])
 
-    def delete_dead_letter(self, dead_id: str) -> None:
-        """Delete one dead letter (:class:`TaskNotFoundError` when there is none)."""
-        self._request("DELETE", _dead_path(dead_id), None)
+    def delete_dead_letter(self, dead_id: str) -> dict[str, Any]:
+        """Delete one dead letter: ``{"deleted": 1}`` (:class:`TaskNotFoundError` when there is none)."""
+        return dict(self._request("DELETE", _dead_path(dead_id), None)[1])
 
     def delete_dead_letters(
         self,
@@ -722,6 +779,13 @@ class MolensClient:
 
     def cluster_status(self) -> dict[str, Any]:
         return dict(self._request("GET", "/api/v1/cluster/status")[1])
+
+    def transfer_leader(self, to: str | None = None) -> dict[str, Any]:
+        """Have the leader hand leadership to voter ``to`` (default: the most caught-up live one);
+        answers once it stepped down (docs/api.md#post-apiv1clustertransfer-leader). Not sent twice
+        after a lost answer (a second one would move leadership again)."""
+        body = {} if to is None else {"to": _id("to", to)}
+        return dict(self._request("POST", "/api/v1/cluster/transfer-leader", body, safe_retry=False)[1])
 
     def leader(self) -> dict[str, Any]:
         """``{"leader_id", "leader_url", "term", "role"}`` as the answering node sees it."""
@@ -901,14 +965,18 @@ class MolensClient:
         while True:
             attempt += 1
             try:
-                r = self._pool(target).request(method, path, data, headers)
+                r = self._pool(target).request(method, path, data, headers, deadline - time.monotonic())
             except _TransportError as exc:
                 unknown = unknown or (exc.sent and method != "GET")
                 last_exc = exc
                 log.debug("request failed node=%s attempt=%d: %s", target, attempt, type(exc).__name__)
+                if unknown and not safe_retry:  # sending it again could apply it twice (a backfill fires twice)
+                    raise OutcomeUnknownError(f"{method} {path}: no answer; it may have been applied") from exc
                 if attempt >= self.max_attempts or time.monotonic() >= deadline:
-                    if unknown and not safe_retry:
-                        raise OutcomeUnknownError(f"{method} {path}: no answer; it may have been applied") from exc
+                    if unknown:  # a keyed create: sent, maybe applied; the same key finds out
+                        raise OutcomeUnknownError(
+                            f"{method} {path}: no answer after {attempt} attempts ({exc}); it may have been applied"
+                        ) from exc
                     raise ConnectionFailedError(
                         f"{method} {path}: no node answered after {attempt} attempts ({exc})"
                     ) from exc
@@ -949,8 +1017,10 @@ class MolensClient:
             if status == 503:
                 code = str((parsed.get("error") or {}).get("code", "unavailable"))
                 unknown = unknown or code == "outcome_unknown"
+                if unknown and not safe_retry:
+                    raise OutcomeUnknownError(f"{method} {path}: leadership changed; it may have been applied")
                 if attempt >= self.max_attempts or time.monotonic() >= deadline:
-                    if unknown and not safe_retry:
+                    if unknown:
                         raise OutcomeUnknownError(f"{method} {path}: leadership changed; it may have been applied")
                     _raise_for(status, parsed, path)
                 retry_after = r.headers.get("Retry-After")
@@ -999,6 +1069,8 @@ class BatchingClient:
     ) -> None:
         if not 1 <= max_batch <= 1000:
             raise ValueError("max_batch must be in 1..1000")
+        if max_pending < 1 or senders < 1 or not flush_interval_s > 0:
+            raise ValueError("max_pending and senders must be >= 1 and flush_interval_s > 0 (submit would wait forever)")
         self.client = client
         self.ids_only = ids_only
         self.max_batch = max_batch

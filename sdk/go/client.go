@@ -245,18 +245,18 @@ func (c *Client) GetTask(ctx context.Context, id string) (*Task, error) {
 
 // DeleteTask deletes the task and its history; returns it as it was.
 func (c *Client) DeleteTask(ctx context.Context, id string) (*Task, error) {
-	return c.taskCall(ctx, "DELETE", "/api/v1/tasks/"+url.PathEscape(id), false)
+	return c.taskCall(ctx, "DELETE", "/api/v1/tasks/"+url.PathEscape(id), true)
 }
 
 // PauseTask takes a pending, firing or awaiting_ack task off the schedule (409 otherwise).
 func (c *Client) PauseTask(ctx context.Context, id string) (*Task, error) {
-	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/pause", false)
+	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/pause", true)
 }
 
 // ResumeTask puts a paused (or inactive periodic) task back on the schedule; a periodic task
 // drops what it missed while paused (ResumeFromNow).
 func (c *Client) ResumeTask(ctx context.Context, id string) (*Task, error) {
-	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/resume", false)
+	return c.taskCall(ctx, "POST", "/api/v1/tasks/"+url.PathEscape(id)+"/resume", true)
 }
 
 // ResumeTaskFrom is ResumeTask with the resume_from body: ResumeFromSchedule takes the periodic
@@ -650,8 +650,11 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 			}
 			unknown = unknown || (!notSent(err) && method != "GET")
 			lastErr = err
+			if unknown && !safe { // sending it again could apply it twice (a backfill fires twice)
+				return &OutcomeUnknownError{Op: op, Err: err}
+			}
 			if attempt >= c.maxAttempts || !time.Now().Before(deadline) {
-				if unknown && !safe {
+				if unknown { // a keyed create: sent, maybe applied; the same key finds out
 					return &OutcomeUnknownError{Op: op, Err: err}
 				}
 				return &ConnectionError{Op: op, Attempts: attempt, Err: err}
@@ -684,8 +687,11 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		if status == 503 {
 			e := parseError(status, raw)
 			unknown = unknown || e.Code == "outcome_unknown"
+			if unknown && !safe {
+				return &OutcomeUnknownError{Op: op, Err: e}
+			}
 			if attempt >= c.maxAttempts || !time.Now().Before(deadline) {
-				if unknown && !safe {
+				if unknown {
 					return &OutcomeUnknownError{Op: op, Err: e}
 				}
 				return e

@@ -50,3 +50,32 @@ func TestAStaleVersionAfterALostResponseIsAnUnknownOutcome(t *testing.T) {
 		t.Fatalf("got %T %v", err, err)
 	}
 }
+
+func TestATriggerWhoseAnswerIsLostIsNeverSentTwice(t *testing.T) {
+	// a second trigger would fire the task again (a second backfill of a range, again): the first
+	// lost answer is an unknown outcome, not a reason to resend
+	var n int32
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		atomic.AddInt32(&n, 1)
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(node.Close)
+	c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond))
+	_, err := c.TriggerTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) {
+		t.Fatalf("got %T %v", err, err)
+	}
+	if got := atomic.LoadInt32(&n); got != 1 {
+		t.Fatalf("sent %d times", got)
+	}
+	// a keyed create is sent again (the key makes that safe); every answer lost: unknown, not "never left"
+	atomic.StoreInt32(&n, 0)
+	_, err = c.CreateTask(context.Background(), NewTaskRequest("delayed", "http://127.0.0.1:9/").SetIntervalMs(1000))
+	if !errors.As(err, &ou) || atomic.LoadInt32(&n) < 2 {
+		t.Fatalf("got %T %v after %d sends", err, err, atomic.LoadInt32(&n))
+	}
+}

@@ -129,6 +129,64 @@ def test_unknown_outcome_of_a_pause_is_reported_not_disguised_as_a_conflict(api:
     assert client.get(t["id"])["status"] == "paused"
 
 
+def test_a_trigger_or_a_transfer_with_an_unknown_outcome_is_never_sent_twice(api: Served, client: MolensClient) -> None:
+    """A second trigger would fire the task again (a second backfill of a range, again): the first
+    ``outcome_unknown`` is the answer, not a reason to resend."""
+    t = client.create(delayed())
+    api.ctx.inject_fault("unknown_after_apply")
+    before = api.ctx.proposals
+    with pytest.raises(OutcomeUnknownError):
+        client.trigger(t["id"])
+    assert api.ctx.proposals == before + 1
+
+
+def test_a_create_sent_every_time_without_an_answer_says_the_outcome_is_unknown_and_gives_its_key(
+    api: Served,
+) -> None:
+    """Answers lost on every attempt: the task may exist, so not ConnectionFailedError ("nothing
+    left"); the error carries the key the client made up, and creating again with it finds the task."""
+    import socket
+    import threading
+
+    front = socket.create_server(("127.0.0.1", 0))
+    port = front.getsockname()[1]
+    host, api_port = api.url.split("//", 1)[1].split(":")
+
+    def swallow() -> None:  # forward each request to the node, then drop the answer
+        while True:
+            try:
+                conn, _ = front.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                while len(body) < length:
+                    body += conn.recv(65536)
+                with socket.create_connection((host, int(api_port))) as up:
+                    up.sendall(head + b"\r\nConnection: close\r\n\r\n" + body)
+                    while up.recv(65536):
+                        pass
+
+    threading.Thread(target=swallow, daemon=True).start()
+    before = api.task_count()
+    try:
+        with (MolensClient(f"http://127.0.0.1:{port}", max_attempts=3, backoff_base_s=0.01, timeout=5) as lossy,
+              pytest.raises(OutcomeUnknownError) as exc):
+            lossy.create(delayed())
+    finally:
+        front.close()
+    assert api.task_count() == before + 1  # three attempts, one task
+    (key,) = exc.value.idempotency_keys
+    with MolensClient(api.url) as c:
+        again = c.create(delayed(), idempotency_key=key)
+    assert again["idempotency_key"] == key and api.task_count() == before + 1
+
+
 def test_follower_redirect_is_followed_with_the_body(tmp_path: Path) -> None:
     with (
         serve(tmp_path / "l") as leader,

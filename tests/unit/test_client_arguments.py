@@ -10,7 +10,7 @@ import pytest
 
 from molens import client as client_mod
 from molens import schema
-from molens.client import MAX_BULK, DeadLetterKind, MolensClient
+from molens.client import MAX_BULK, BatchingClient, DeadLetterKind, MolensClient
 
 TID = "01M8MABE0SEAD6S92SY1NA2EWB"
 
@@ -59,7 +59,34 @@ BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
     ("cron_expr", lambda c: c.schedule_preview(cron_expr="")),
     ("level", lambda c: c.wheel_distribution_png(level=64)),
     ("width", lambda c: c.wheel_distribution_png(width=100)),
+    ("task_id", lambda c: c.executions("")),  # it listed every task's executions
+    ("since", lambda c: c.executions(TID, since=-5)),
+    ("since", lambda c: c.executions(since="abc")),  # type: ignore[arg-type]
+    ("since", lambda c: c.executions(since=10**16)),
+    ("until", lambda c: c.executions(since=2000, until=1000)),
+    ("result", lambda c: c.executions(result="")),
+    ("order", lambda c: c.list(order="newest")),
+    ("consistency", lambda c: c.get(TID, consistency="strong")),
+    ("to", lambda c: c.transfer_leader("")),
 ]
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("node URL", lambda: MolensClient("127.0.0.1:18081")),  # no scheme: it retried for 30 s
+        ("node URL", lambda: MolensClient("ftp://127.0.0.1:18081")),
+        ("node URL", lambda: MolensClient("http://127.0.0.1:99999")),
+        ("node URL", lambda: MolensClient(["http://127.0.0.1:1", "http://"])),
+        ("timeout", lambda: MolensClient("http://127.0.0.1:1", timeout=-1)),
+        ("retry_deadline_s", lambda: MolensClient("http://127.0.0.1:1", retry_deadline_s=0)),
+        ("max_attempts", lambda: MolensClient("http://127.0.0.1:1", max_attempts=0)),
+        ("max_pending", lambda: BatchingClient(MolensClient("http://127.0.0.1:1"), max_pending=0)),  # submit hung
+    ],
+)
+def test_bad_client_settings_are_a_value_error_at_construction(name: str, make: Callable[[], Any]) -> None:
+    with pytest.raises(ValueError, match=name):
+        make()
 
 
 @pytest.mark.parametrize(("name", "call"), BAD, ids=[f"{i}-{n}" for i, (n, _) in enumerate(BAD)])

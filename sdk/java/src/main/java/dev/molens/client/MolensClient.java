@@ -48,8 +48,11 @@ import java.util.concurrent.ThreadLocalRandom;
  * as {@link ApiException} with the API's code and field.</li>
  * <li><b>Idempotency.</b> {@link #create}, {@link #createAll} and {@link #createAllIds} give every task without an
  * idempotency key a fresh, time-ordered one ({@link #newIdempotencyKey()}), so a retry after a lost
- * response returns the task the first attempt created. When a retried pause/resume/trigger/delete meets
- * 404/409/412 after an unknown outcome, {@link OutcomeUnknownException} is thrown instead.</li>
+ * response returns the task the first attempt created; when every attempt of a create was sent and went
+ * unanswered, {@link OutcomeUnknownException} says so (create again with the same key to find out). A trigger,
+ * backfill, redrive, flow deletion or versioned update is never sent twice: its first lost answer throws
+ * {@link OutcomeUnknownException}. When a retried pause/resume/delete meets 404/409/412 after an unknown
+ * outcome, {@link OutcomeUnknownException} is thrown instead.</li>
  * <li>Reads go to the same node as writes, so a client reads its own writes.</li>
  * </ul>
  */
@@ -298,7 +301,7 @@ public final class MolensClient implements AutoCloseable {
     }
 
     /** Deletes the task and its history; returns it as it was. */
-    public Task delete(String id) { return call("DELETE", "/api/v1/tasks/" + enc(id), null, false, type(Task.class)); }
+    public Task delete(String id) { return call("DELETE", "/api/v1/tasks/" + enc(id), null, true, type(Task.class)); }
 
     /** Takes a pending, firing or awaiting_ack task off the schedule (409 otherwise). */
     public Task pause(String id) { return action(id, "pause"); }
@@ -311,12 +314,14 @@ public final class MolensClient implements AutoCloseable {
      * instant it was waiting for and applies its catchup to what it missed.
      */
     public Task resume(String id, ResumeFrom from) {
-        return call("POST", "/api/v1/tasks/" + enc(id) + "/resume", Collections.singletonMap("resume_from", from), false,
+        return call("POST", "/api/v1/tasks/" + enc(id) + "/resume", Collections.singletonMap("resume_from", from), true,
                 type(Task.class));
     }
 
     /** Runs the task's upcoming occurrence now. */
-    public Task trigger(String id) { return action(id, "trigger"); }
+    public Task trigger(String id) {
+        return call("POST", "/api/v1/tasks/" + enc(id) + "/trigger", null, false, type(Task.class)); // never sent twice
+    }
 
     /**
      * Fires the periodic task's occurrences scheduled in [start, end) (epoch ms, end not after now) now,
@@ -331,8 +336,9 @@ public final class MolensClient implements AutoCloseable {
         return call("POST", "/api/v1/tasks/" + enc(id) + "/backfill", body, false, type(Backfill.class));
     }
 
+    /** Pause or resume: sent again after a lost answer (a repeat is refused with 409, which then says so). */
     private Task action(String id, String what) {
-        return call("POST", "/api/v1/tasks/" + enc(id) + "/" + what, null, false, type(Task.class));
+        return call("POST", "/api/v1/tasks/" + enc(id) + "/" + what, null, true, type(Task.class));
     }
 
     /**
@@ -704,6 +710,13 @@ public final class MolensClient implements AutoCloseable {
             } finally {
                 os.close();
             }
+        } else if (!method.equals("GET")) {
+            // A streamed request is never re-sent by HttpURLConnection itself: without it, a POST whose
+            // connection closed unanswered is silently sent again (sun.net.http.retryPost), and a
+            // trigger would fire twice behind this client's back.
+            conn.setDoOutput(true);
+            conn.setFixedLengthStreamingMode(0);
+            conn.getOutputStream().close();
         }
         Answer a = new Answer();
         a.status = conn.getResponseCode();
@@ -758,9 +771,13 @@ public final class MolensClient implements AutoCloseable {
             } catch (IOException e) {
                 unknown = unknown || (!(e instanceof ConnectException) && !method.equals("GET"));
                 last = e;
+                if (unknown && !safe) { // sending it again could apply it twice (a backfill fires twice)
+                    throw new OutcomeUnknownException(op + ": no answer; it may have been applied", e);
+                }
                 if (attempt >= maxAttempts || System.currentTimeMillis() >= deadline) {
-                    if (unknown && !safe) {
-                        throw new OutcomeUnknownException(op + ": no answer; it may have been applied", e);
+                    if (unknown) { // a keyed create: sent, maybe applied; the same key finds out
+                        throw new OutcomeUnknownException(op + ": no answer after " + attempt
+                                + " attempts; it may have been applied", e);
                     }
                     throw new ConnectionFailedException(op + ": no node answered after " + attempt + " attempts (" + e + ")", e);
                 }
@@ -786,8 +803,11 @@ public final class MolensClient implements AutoCloseable {
             if (a.status == 503) {
                 ApiException e = parseError(a.status, a.body);
                 unknown = unknown || "outcome_unknown".equals(e.getCode());
+                if (unknown && !safe) {
+                    throw new OutcomeUnknownException(op + ": leadership changed; it may have been applied", e);
+                }
                 if (attempt >= maxAttempts || System.currentTimeMillis() >= deadline) {
-                    if (unknown && !safe) {
+                    if (unknown) {
                         throw new OutcomeUnknownException(op + ": leadership changed; it may have been applied", e);
                     }
                     throw e;

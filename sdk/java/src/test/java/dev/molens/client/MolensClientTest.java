@@ -497,6 +497,37 @@ public class MolensClientTest {
     }
 
     @Test
+    public void aTriggerWhoseAnswerIsLostIsNeverSentTwice() throws Exception {
+        // a second trigger would fire the task again: the first lost answer is an unknown outcome
+        final java.util.concurrent.atomic.AtomicInteger sent = new java.util.concurrent.atomic.AtomicInteger();
+        com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
+                new java.net.InetSocketAddress("127.0.0.1", 0), 0);
+        s.createContext("/", new com.sun.net.httpserver.HttpHandler() {
+            @Override
+            public void handle(com.sun.net.httpserver.HttpExchange ex) throws java.io.IOException {
+                java.io.InputStream in = ex.getRequestBody();
+                while (in.read() >= 0) {
+                    // drain
+                }
+                sent.incrementAndGet();
+                ex.close(); // no answer
+            }
+        });
+        s.start();
+        try {
+            MolensClient m = MolensClient.builder("http://127.0.0.1:" + s.getAddress().getPort()).backoffMs(5, 20).build();
+            try {
+                m.trigger("01ARZ3NDEKTSV4RRFFQ69G5FAV");
+                fail("no error");
+            } catch (OutcomeUnknownException expected) {
+                assertEquals(1, sent.get());
+            }
+        } finally {
+            s.stop(0);
+        }
+    }
+
+    @Test
     public void batchingClientSendsPreferReturnMinimalOnlyWithIdsOnly() throws Exception {
         final List<String> prefer = Collections.synchronizedList(new ArrayList<String>());
         com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
