@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from mooncat_checkpoint.errors import CheckpointError, InvalidArgumentError
 from mooncat_checkpoint.model import CheckpointStatus
+from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.sync_client import SyncCheckpointClient
 from mooncat_checkpoint.urls import DEFAULT_URL, ENV_VAR, resolve_url, shown_url, split_url
 
@@ -109,6 +110,15 @@ def _run(args: argparse.Namespace) -> int:
         scheme, _ = split_url(url)
         _emit({"url": shown_url(url), "source": source, "backend": scheme})  # a password as ***
         return EXIT_OK
+    if getattr(args, "namespace", None) is not None:  # a bad argument is exit 2 whatever the store
+        check_namespace(args.namespace)
+    if getattr(args, "key", None) is not None:
+        check_key(args.key)
+    url, _ = resolve_url(args.url)
+    scheme, path = split_url(url)
+    if scheme in ("file", "sqlite") and _missing(path):
+        # nothing was ever written there (or the path is mistyped): say so rather than create a store
+        raise _NotFound(f"no store at {path[:200]!r} ({scheme}://): nothing to {args.command}")
     with SyncCheckpointClient(args.url) as cp:
         if args.command == "list":
             for rec in cp.list(args.namespace, args.status, expired=args.expired):
@@ -117,16 +127,16 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "get":
             found = cp.get(args.namespace, args.key)
             if found is None:
-                raise _NotFound(f"no record {args.namespace}/{args.key!r}")
+                raise _NotFound(f"no record {args.namespace}/{_key(args.key)}")
             _emit(found.to_dict())
             return EXIT_OK
         if args.command == "reset":
             if not cp.reset(args.namespace, args.key, if_expired=args.if_expired):
                 found = cp.get(args.namespace, args.key)
                 if found is None:
-                    raise _NotFound(f"no record {args.namespace}/{args.key!r}")
+                    raise _NotFound(f"no record {args.namespace}/{_key(args.key)}")
                 raise _NotFound(
-                    f"not reset: {args.namespace}/{args.key!r} is {found.status.value}"
+                    f"not reset: {args.namespace}/{_key(args.key)} is {found.status.value}"
                     + (", not an expired claim" if found.status is CheckpointStatus.CLAIMED else "")
                 )
             _emit({"namespace": args.namespace, "key": args.key, "reset": True})
@@ -150,6 +160,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `mooncat-checkpoint list ns | head`: stop quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except KeyboardInterrupt:  # Ctrl-C (e.g. while a SQLite store is locked): one line, no traceback
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _missing(path: str) -> bool:
+    """Nothing at ``path`` and its nearest existing ancestor is a directory: no store was ever made
+    there (a path through a file is the backend's to call unusable)."""
+    p = os.path.abspath(path)
+    if os.path.lexists(p):
+        return False
+    while not os.path.lexists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            return True
+        p = parent
+    return os.path.isdir(p)
+
+
+def _key(key: str) -> str:
+    """A key as messages show it: quoted, cut at 80 characters (the library's own messages do so)."""
+    return repr(key) if len(key) <= 80 else repr(key[:80]) + f"... ({len(key)} characters)"
 
 
 def _one_line(e: BaseException) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import fcntl
 import itertools
 import json
@@ -210,9 +211,10 @@ class FileBackend:
             os.close(fd)
             os.unlink(probe)
         except OSError as e:
-            raise BackendUnavailableError(
-                f"file backend: directory {directory!r} is not usable: {e.strerror or e}"
-            ) from None
+            why = e.strerror or str(e)
+            if e.errno in (errno.EEXIST, errno.ENOTDIR):  # the path, or a directory on it, is a file
+                why = "a file is in the way (a file store is a directory)"
+            raise BackendUnavailableError(f"file backend: directory {directory!r} is not usable: {why}") from None
 
     # -- paths and locks ---------------------------------------------------------------------
 

@@ -114,6 +114,27 @@ def test_errors_are_one_line_with_exit_2(tmp_path: Path) -> None:
     assert_one_line_error(run_cli(cwd=tmp_path), 2, "required: COMMAND")
 
 
+def test_reading_a_store_that_does_not_exist_says_so_and_creates_nothing(tmp_path: Path) -> None:
+    """A mistyped path is not made into a new, empty store by get, list, reset or gc (exit 1, as
+    for anything else not there); a path through a file stays an unusable store (exit 2)."""
+    for url, path in ((f"sqlite://{tmp_path}/typo/dir/x.db", tmp_path / "typo"), (f"file://{tmp_path}/typo2", tmp_path / "typo2")):
+        for args in (("get", "ns", "k"), ("list", "ns"), ("reset", "ns", "k"), ("gc",)):
+            assert_one_line_error(run_cli("--url", url, *args, cwd=tmp_path), 1, "no store at")
+        assert not path.exists()
+    (tmp_path / "afile").write_text("x")
+    assert_one_line_error(run_cli("--url", f"file://{tmp_path}/afile", "list", "ns", cwd=tmp_path), 2,
+                          "a file is in the way")
+    url = f"sqlite://{tmp_path}/s.db"
+    assert run_cli("--url", url, "gc", cwd=tmp_path).returncode == 1  # not made by gc either
+    from mooncat_checkpoint import SyncCheckpointClient
+
+    SyncCheckpointClient(url).claim("ns", "made")
+    long_key = "k" * 120_000
+    out = run_cli("--url", url, "get", "ns", long_key, cwd=tmp_path)
+    assert_one_line_error(out, 1, "... (120000 characters)")
+    assert len(out.stderr) < 300  # the key is cut, not echoed whole
+
+
 def test_help_is_available_everywhere(tmp_path: Path) -> None:
     for args in ([], ["url"], ["list"], ["get"], ["reset"], ["gc"]):
         out = run_cli(*args, "--help", cwd=tmp_path)
