@@ -16,7 +16,7 @@ from typing import cast
 
 from mooncat_checkpoint import codec, rules
 from mooncat_checkpoint.backends.base import Backend, ServerBackend
-from mooncat_checkpoint.errors import BackendUnavailableError, InvalidArgumentError
+from mooncat_checkpoint.errors import BackendUnavailableError, CorruptRecordError, InvalidArgumentError
 from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, JSONValue
 from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.record import StoredRecord
@@ -162,9 +162,14 @@ class Engine:
         if self.server is not None:
             return self.server.reset(ns, key, self._server_now(), bool(if_expired))
         clock = self.clock
-        return self._local().transact(
-            ns, key, lambda cur, _: rules.reset(cur, now_ms=clock(), if_expired=bool(if_expired))
-        )
+        try:
+            return self._local().transact(
+                ns, key, lambda cur, _: rules.reset(cur, now_ms=clock(), if_expired=bool(if_expired))
+            )
+        except CorruptRecordError:
+            if if_expired:  # whether it expired cannot be read: leave it
+                raise
+            return self._local().discard(ns, key)  # a reset deletes any record, one that no longer reads too
 
     def list(
         self, namespace: str, status: CheckpointStatus | str | None = None, expired: bool = False
@@ -187,9 +192,14 @@ class Engine:
         backend.clean_debris()
         clock = self.clock
         removed = 0
+        skipped: builtins.list[tuple[str, CorruptRecordError]] = []
         for ns in backend.namespaces():
             now = clock()
-            doomed = [r for r in backend.list(ns) if rules.collectable(r, now, older)]
+            try:
+                doomed = [r for r in backend.list(ns) if rules.collectable(r, now, older)]
+            except CorruptRecordError as e:  # the other namespaces are still collected; said below
+                skipped.append((ns, e))
+                continue
             if not doomed:
                 continue
             # One floor write for the batch, instead of one per deleted record.
@@ -198,6 +208,12 @@ class Engine:
             for r in doomed:
                 if backend.transact(ns, r.key, decide):
                     removed += 1
+        if skipped:
+            names = ", ".join(ns for ns, _ in skipped)
+            raise CorruptRecordError(
+                f"gc removed {removed} records but skipped the namespaces {names}, which hold a record that "
+                f"does not read ({skipped[0][1]}); reset that key to remove it"
+            )
         return removed
 
     def close(self) -> None:

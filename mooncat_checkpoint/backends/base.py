@@ -55,6 +55,12 @@ class Backend(Protocol):
         """Remove leftovers of crashed writers (temp files); part of ``gc``."""
         ...
 
+    def discard(self, namespace: str, key: str) -> bool:
+        """Delete ``key``'s record whatever it holds (``reset`` of one that no longer reads), the
+        namespace's fence floor raised to its high mark first: the record's own fence cannot be
+        read, and the next claim must still get a fence never handed out. False: no record."""
+        ...
+
     def close(self) -> None: ...
 
 

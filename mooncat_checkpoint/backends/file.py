@@ -403,6 +403,26 @@ class FileBackend:
                 _fsync_dir(ns_dir)
             return d.value
 
+    def discard(self, namespace: str, key: str) -> bool:
+        name = storage_name(key)
+        with self._io(f"cannot remove {namespace}/{name}.json"):
+            if not os.path.isdir(os.path.join(self.root, namespace)):
+                return False
+            ns_dir = self._ns_dir(namespace, create=True)
+            paths = [os.path.join(ns_dir, name + ".json")]
+            if legacy_storage_name(key) != name:
+                paths.append(os.path.join(ns_dir, legacy_storage_name(key) + ".json"))
+            with self._locked(ns_dir, "%02x" % (zlib.crc32(name.encode("utf-8")) % STRIPES)):
+                there = [p for p in paths if os.path.lexists(p)]
+                if not there:
+                    return False
+                floor, high = self._read_fences(ns_dir)
+                self._raise_fences(namespace, ns_dir, floor=max(floor, high or 0, self._high.get(namespace, 0)))
+                for p in there:
+                    _unlink_if_there(p, None)
+                _fsync_dir(ns_dir)
+                return True
+
     def get(self, namespace: str, key: str) -> StoredRecord | None:
         with self._io(f"cannot read {namespace}"):
             ns_dir = os.path.join(self.root, namespace)

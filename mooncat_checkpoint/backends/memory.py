@@ -63,6 +63,11 @@ class MemoryBackend:
     def clean_debris(self) -> None:
         pass
 
+    def discard(self, namespace: str, key: str) -> bool:
+        """(A record here always reads: the plain delete of ``reset``.)"""
+        space = self._spaces.get(namespace)
+        return space is not None and space.pop(key, None) is not None
+
     def close(self) -> None:
         with self._lock:
             self._spaces.clear()

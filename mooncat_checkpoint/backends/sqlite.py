@@ -355,6 +355,20 @@ class SqliteBackend:
             raise BackendUnavailableError(f"sqlite backend {self.path!r}: cannot update {namespace}: {e}") from e
         return d.value
 
+    def discard(self, namespace: str, key: str) -> bool:
+        sk = storage_name(key)
+        with self._use(f"cannot remove {namespace}/{sk}"), self._transaction() as conn:
+            got = conn.execute("SELECT fence FROM checkpoints WHERE namespace = ? AND storage_key = ?",
+                               (namespace, sk)).fetchone()
+            if got is None:
+                return False
+            row = conn.execute(_FENCE_BASE, (namespace,)).fetchone()
+            own = got[0] if isinstance(got[0], int) else 0
+            base = max((row[0] or 0) if row else 0, own)
+            conn.execute(_RAISE_FLOOR, (namespace, base, base))
+            conn.execute(_DELETE, (namespace, sk))
+            return True
+
     # -- without waiting: the async client's inline path ---------------------------------------
 
     def nowait(self) -> SqliteNowait | None:
@@ -447,6 +461,10 @@ class SqliteNowait:
         self.durability = backend.durability
         self.transact = backend.transact_nowait
         self.get = backend.get_nowait
+
+    def discard(self, namespace: str, key: str) -> bool:
+        """Rare (a record that no longer reads): the async client does it on a worker thread."""
+        raise WouldBlock
 
 
 def _busy(e: sqlite3.Error) -> bool:

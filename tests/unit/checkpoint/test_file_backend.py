@@ -289,3 +289,59 @@ def test_a_key_named_like_another_keys_first_format_file_is_left_alone(
     rec = fcp.get("ns", lookalike)
     assert rec is not None and rec.status is CheckpointStatus.CLAIMED  # survived tricky's write and reset
     assert fcp.get("ns", tricky) is None
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+@pytest.mark.parametrize("use_async", [False, True])
+def test_reset_removes_a_record_that_no_longer_reads_and_the_next_fence_is_still_new(
+    tmp_path: Path, clock: FakeClock, kind: str, use_async: bool
+) -> None:
+    """A record broken by hand (or by a disk) blocked everything on its key, reset included; reset
+    deletes any record, so it deletes that one too, and since its fence cannot be read the namespace's
+    floor goes up to every fence handed out: the next claim's fence is still one never seen."""
+    import asyncio
+    import sqlite3
+
+    from mooncat_checkpoint import CheckpointClient
+
+    url = f"file://{tmp_path}/cp" if kind == "file" else f"sqlite://{tmp_path}/cp.db"
+    cp = SyncCheckpointClient(url, clock=clock)
+    for k in ("a", "b", "broken"):
+        c = cp.claim("ns", k)
+        assert isinstance(c, Claimed)
+    high = c.fence  # "broken" got the highest fence so far
+    if kind == "file":
+        (tmp_path / "cp" / "ns" / "broken.json").write_text("{ not json")
+    else:
+        with sqlite3.connect(tmp_path / "cp.db") as db:
+            db.execute("UPDATE checkpoints SET status = 'weird', fence = NULL WHERE key = 'broken'")
+    with pytest.raises(CorruptRecordError):
+        cp.get("ns", "broken")
+    with pytest.raises(CorruptRecordError):
+        cp.reset("ns", "broken", if_expired=True)  # whether it expired cannot be read
+    if use_async:
+        acp = CheckpointClient(url, clock=clock)
+        assert asyncio.run(acp.reset("ns", "broken")) is True
+        asyncio.run(acp.aclose())
+    else:
+        assert cp.reset("ns", "broken") is True
+    assert cp.get("ns", "broken") is None and cp.reset("ns", "broken") is False
+    again = cp.claim("ns", "broken")
+    assert isinstance(again, Claimed) and again.fence > high
+    assert [r.key for r in cp.list("ns")] == ["a", "b", "broken"]
+    cp.close()
+
+
+def test_gc_collects_every_other_namespace_and_then_names_the_one_with_a_record_that_does_not_read(
+    fcp: SyncCheckpointClient, store: Path, clock: FakeClock
+) -> None:
+    for ns in ("aaa", "bad", "zzz"):
+        fcp.claim(ns, "expired", lease_ms=10)
+    fcp.claim("bad", "broken")
+    (store / "bad" / "broken.json").write_text("{ not json")
+    clock.advance(20)
+    with pytest.raises(CorruptRecordError, match=r"gc removed 2 records but skipped the namespaces bad, .*broken\.json"):
+        fcp.gc()
+    assert fcp.get("aaa", "expired") is None and fcp.get("zzz", "expired") is None  # both sides of it
+    assert fcp.reset("bad", "broken") is True
+    assert fcp.gc() == 1  # the rest of "bad" now
