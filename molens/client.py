@@ -962,6 +962,7 @@ class MolensClient:
         redirects = 0
         unknown = False  # an earlier attempt may have been applied
         last_exc: BaseException | None = None
+        answered: dict[str, Any] | None = None  # a node's last 503 answer: the cluster is there, not serving
         while True:
             attempt += 1
             try:
@@ -977,6 +978,8 @@ class MolensClient:
                         raise OutcomeUnknownError(
                             f"{method} {path}: no answer after {attempt} attempts ({exc}); it may have been applied"
                         ) from exc
+                    if answered is not None:  # some node answered "no leader": say that, not "unreachable"
+                        _raise_for(503, answered, path)
                     raise ConnectionFailedError(
                         f"{method} {path}: no node answered after {attempt} attempts ({exc})"
                     ) from exc
@@ -1015,6 +1018,7 @@ class MolensClient:
                 parsed = {"error": {"code": "http_error", "message": f"unexpected JSON from {path}"}}
                 status = status if status >= 400 else 502
             if status == 503:
+                answered = parsed
                 code = str((parsed.get("error") or {}).get("code", "unavailable"))
                 unknown = unknown or code == "outcome_unknown"
                 if unknown and not safe_retry:

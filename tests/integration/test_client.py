@@ -187,6 +187,18 @@ def test_a_create_sent_every_time_without_an_answer_says_the_outcome_is_unknown_
     assert again["idempotency_key"] == key and api.task_count() == before + 1
 
 
+def test_no_leader_from_one_node_and_a_dead_other_node_is_unavailable_not_unreachable(api: Served) -> None:
+    """Which error a caller gets must not depend on which node the last attempt went to: a node that
+    answered "no leader" means the cluster is there but not serving (UnavailableError)."""
+    for _ in range(2):
+        api.ctx.inject_fault("no_leader")
+    before = api.task_count()
+    with MolensClient([api.url, dead_url()], max_attempts=4, backoff_base_s=0.01, backoff_max_s=0.02) as c, \
+            pytest.raises(UnavailableError) as exc:
+        c.create(delayed())  # node, dead, node, dead: the last attempt fails to connect
+    assert exc.value.code == "no_leader" and api.task_count() == before
+
+
 def test_follower_redirect_is_followed_with_the_body(tmp_path: Path) -> None:
     with (
         serve(tmp_path / "l") as leader,
