@@ -613,6 +613,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 	attempt, redirects := 0, 0
 	unknown := false // an earlier attempt may have been applied
 	var lastErr error
+	var answered *APIError // a node's last 503: the cluster is there, not serving
 	for {
 		attempt++
 		if err := ctx.Err(); err != nil {
@@ -657,6 +658,9 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 				if unknown { // a keyed create: sent, maybe applied; the same key finds out
 					return &OutcomeUnknownError{Op: op, Err: err}
 				}
+				if answered != nil { // some node answered "no leader": say that, not "unreachable"
+					return answered
+				}
 				return &ConnectionError{Op: op, Attempts: attempt, Err: err}
 			}
 			target = c.nextNode(target)
@@ -686,6 +690,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		}
 		if status == 503 {
 			e := parseError(status, raw)
+			answered = e
 			unknown = unknown || e.Code == "outcome_unknown"
 			if unknown && !safe {
 				return &OutcomeUnknownError{Op: op, Err: e}

@@ -79,3 +79,22 @@ func TestATriggerWhoseAnswerIsLostIsNeverSentTwice(t *testing.T) {
 		t.Fatalf("got %T %v after %d sends", err, err, atomic.LoadInt32(&n))
 	}
 }
+
+func TestNoLeaderFromOneNodeAndADeadOtherIsUnavailableNotUnreachable(t *testing.T) {
+	// which error a caller gets must not depend on which node the last attempt went to
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(503)
+		_, _ = io.WriteString(w, `{"error": {"code": "no_leader", "message": "no leader"}}`)
+	}))
+	t.Cleanup(node.Close)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	c := newClient(t, []string{node.URL, deadURL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(4))
+	_, err := c.GetTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+	if !IsUnavailable(err) {
+		t.Fatalf("got %T %v", err, err)
+	}
+}

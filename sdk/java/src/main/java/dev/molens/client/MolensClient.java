@@ -762,6 +762,7 @@ public final class MolensClient implements AutoCloseable {
         int attempt = 0;
         int redirects = 0;
         boolean unknown = false; // an earlier attempt may have been applied
+        ApiException answered = null; // a node's last 503: the cluster is there, not serving
         IOException last = null;
         while (true) {
             attempt++;
@@ -778,6 +779,9 @@ public final class MolensClient implements AutoCloseable {
                     if (unknown) { // a keyed create: sent, maybe applied; the same key finds out
                         throw new OutcomeUnknownException(op + ": no answer after " + attempt
                                 + " attempts; it may have been applied", e);
+                    }
+                    if (answered != null) { // some node answered "no leader": say that, not "unreachable"
+                        throw answered;
                     }
                     throw new ConnectionFailedException(op + ": no node answered after " + attempt + " attempts (" + e + ")", e);
                 }
@@ -802,6 +806,7 @@ public final class MolensClient implements AutoCloseable {
             }
             if (a.status == 503) {
                 ApiException e = parseError(a.status, a.body);
+                answered = e;
                 unknown = unknown || "outcome_unknown".equals(e.getCode());
                 if (unknown && !safe) {
                     throw new OutcomeUnknownException(op + ": leadership changed; it may have been applied", e);

@@ -497,6 +497,40 @@ public class MolensClientTest {
     }
 
     @Test
+    public void noLeaderFromOneNodeAndADeadOtherIsUnavailableNotUnreachable() throws Exception {
+        // which error a caller gets must not depend on which node the last attempt went to
+        com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
+                new java.net.InetSocketAddress("127.0.0.1", 0), 0);
+        s.createContext("/", new com.sun.net.httpserver.HttpHandler() {
+            @Override
+            public void handle(com.sun.net.httpserver.HttpExchange ex) throws java.io.IOException {
+                byte[] data = "{\"error\": {\"code\": \"no_leader\", \"message\": \"no leader\"}}".getBytes("UTF-8");
+                ex.getResponseHeaders().set("Content-Type", "application/json");
+                ex.sendResponseHeaders(503, data.length);
+                ex.getResponseBody().write(data);
+                ex.close();
+            }
+        });
+        s.start();
+        java.net.ServerSocket free = new java.net.ServerSocket(0, 1, java.net.InetAddress.getByName("127.0.0.1"));
+        String dead = "http://127.0.0.1:" + free.getLocalPort();
+        free.close();
+        try {
+            MolensClient m = MolensClient.builder("http://127.0.0.1:" + s.getAddress().getPort(), dead)
+                    .backoffMs(1, 2).maxAttempts(4).build();
+            try {
+                m.get("01ARZ3NDEKTSV4RRFFQ69G5FAV");
+                fail("no error");
+            } catch (ApiException expected) {
+                assertEquals(503, expected.getStatus());
+                assertEquals("no_leader", expected.getCode());
+            }
+        } finally {
+            s.stop(0);
+        }
+    }
+
+    @Test
     public void aTriggerWhoseAnswerIsLostIsNeverSentTwice() throws Exception {
         // a second trigger would fire the task again: the first lost answer is an unknown outcome
         final java.util.concurrent.atomic.AtomicInteger sent = new java.util.concurrent.atomic.AtomicInteger();
