@@ -75,7 +75,7 @@ from molens.lmdb_snapshot import (
     stage_env_file,
     swap_env_file,
 )
-from molens.model import TERMINAL_STATUSES, FireKind, MolensError, Status, Task
+from molens.model import TERMINAL_STATUSES, FireKind, MolensError, Status, Task, ValidationError
 from molens.schema import FORMAT, DeadLetter, Notice
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,9 @@ def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
 
 
 _KNOWN_MAX = 512  # proposals in flight at once stay far below this
+TASK_DEAD_MAX = 100_000
+"""Most dead letters of one task a filtered list reads and sorts per page (retention keeps fewer,
+unless a task fails every few seconds for days)."""
 
 
 _NOTICE_ENCODER = msgspec.msgpack.Encoder()
@@ -736,23 +739,35 @@ class TaskStore:
         scan_budget: int = 20_000,
     ) -> tuple[list[DeadLetter], str | None]:
         """Dead letters newest first, filtered; ``(page, next cursor)``. A filter by task reads that
-        task's range; the others walk the time index from ``until_ms`` (or the cursor) down, at most
-        ``scan_budget`` entries per call: then the page may be short and the cursor says where to go on."""
+        task's range (its ids sort as text, ``-10.1`` before ``-2.1``, so it is sorted by time here; at
+        most :data:`TASK_DEAD_MAX` of them); the others walk the time index from ``until_ms`` (or the
+        cursor) down, at most ``scan_budget`` entries per call: then the page may be short and the
+        cursor says where to go on."""
         out: list[DeadLetter] = []
         nxt: str | None = None
         with self._env.begin() as txn:
             if task_id is not None:
+                after: tuple[int, str] | None = None
+                if cursor:
+                    at, sep, did = cursor.partition(":")
+                    if not sep or not at.isdigit():
+                        raise ValidationError("cursor is not a cursor this API issued", "cursor")
+                    after = (int(at), did)
                 prefix = task_id.encode() + b"-"
                 cur = txn.cursor(db=self._dead)
-                ok = cur.set_range(prefix + (cursor.encode() + b"\x00" if cursor else b""))
-                while ok and bytes(cur.key()).startswith(prefix):
+                rows: list[DeadLetter] = []
+                ok = cur.set_range(prefix)
+                while ok and bytes(cur.key()).startswith(prefix) and len(rows) < TASK_DEAD_MAX:
                     dl = _DEAD_DECODER.decode(cur.value())
-                    if _dead_matches(dl, flow, kind, since_ms, until_ms):
-                        if len(out) == limit:
-                            nxt = out[-1].id[len(prefix):]
-                            break
-                        out.append(dl)
+                    if _dead_matches(dl, flow, kind, since_ms, until_ms) and (
+                        after is None or (dl.at_ms, dl.id) < after
+                    ):
+                        rows.append(dl)
                     ok = cur.next()
+                rows.sort(key=lambda d: (d.at_ms, d.id), reverse=True)
+                out = rows[:limit]
+                if len(rows) > limit:
+                    nxt = f"{out[-1].at_ms}:{out[-1].id}"
                 return out, nxt
             cur = txn.cursor(db=self._dead_at)
             if cursor:  # the key to resume at (inclusive)

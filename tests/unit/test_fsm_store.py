@@ -29,7 +29,7 @@ from molens.fsm.history import History
 from molens.fsm.machine import Created, FireRequest, WheelAdd
 from molens.fsm.memstate import MemoryState
 from molens.fsm.store import DAY_MS, EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
-from molens.model import ExecutionResult, FireKind, Outcome, Status, new_task_id, validate_create
+from molens.model import ExecutionResult, FireKind, Outcome, Status, ValidationError, new_task_id, validate_create
 from molens.raft.log import Entry, EntryKind
 
 T0 = 1_700_000_000_000
@@ -537,3 +537,28 @@ def test_a_store_that_is_not_log_backed_or_has_no_boot_id_syncs_every_batch(
     s = TaskStore(tmp_path / "tests", durable=False, log_backed=True)
     assert s.stats()["sync"] == "none"
     s.close()
+
+
+def test_a_tasks_dead_letters_list_newest_first_past_ten_occurrences(store: TaskStore) -> None:
+    """Their ids sort as text (-10.1 before -2.1): filtered by task, the list was in id order, and a
+    page of the five newest showed occurrences 1, 10, 11, 12, 2."""
+    lg = Log(store)
+    t = new_task_id(T0, 1)
+    lg.apply(CreateTasks(T0, (CreateItem(t, spec(type="periodic", interval_ms=1000, max_retries=0, max_fails=100)),)))
+    for seq in range(1, 13):
+        at = T0 + seq * 1000
+        lg.apply(Dispatched(at, (DispatchItem(fire_id=f"{t}-{seq}", task_id=t, attempt=1, worker="w",
+                                              deadline_ms=at + 5000),)))
+        lg.apply(Results(at + 10, (ResultItem(
+            fire_id=f"{t}-{seq}", kind=FireKind.CALLBACK, status_code=500, outcome=Outcome.RESPONSE,
+            response_head="", latency_ms=1, worker="w",
+        ),)))
+    page, nxt = store.list_dead(task_id=t, limit=5)
+    assert [d.seq for d in page] == [12, 11, 10, 9, 8] and nxt is not None
+    seen = [d.seq for d in page]
+    while nxt is not None:
+        page, nxt = store.list_dead(task_id=t, limit=5, cursor=nxt)
+        seen += [d.seq for d in page]
+    assert seen == list(range(12, 0, -1))
+    with pytest.raises(ValidationError):
+        store.list_dead(task_id=t, cursor="10.1")  # not a cursor this list gives
