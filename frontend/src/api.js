@@ -60,7 +60,7 @@ export function onRedirect(fn) {
  * Writes go with redirect: 'manual' so a follower's 307 is seen here (the app then moves the
  * whole UI to the leader) instead of being replayed cross-origin without the token.
  */
-export async function api(method, path, { query, body, signal, headers: extra } = {}) {
+export async function api(method, path, { query, body, signal, headers: extra, withStatus } = {}) {
   const headers = { Accept: 'application/json', ...(extra || {}) }
   const token = getToken()
   if (token) headers.Authorization = `Bearer ${token}`
@@ -99,7 +99,7 @@ export async function api(method, path, { query, body, signal, headers: extra } 
   if (res.status === 401) session.needLogin = true
   if (res.status === 503 && data && data.error && data.error.code === 'no_leader') session.noLeader = true
   if (!res.ok) throw new ApiError(res.status, data)
-  return data
+  return withStatus ? { status: res.status, data } : data // withStatus: e.g. 201 created against 200 existing
 }
 
 export const get = (path, query, opts) => api('GET', path, { ...opts, query })

@@ -117,6 +117,35 @@ def test_a_cron_error_is_shown_once(served: Served, page: Page, console: Console
     expect(page.locator(".field-error, .alert-error").filter(has_text="cron")).to_have_count(1)
 
 
+def test_a_fixed_cron_loses_its_error_when_the_time_zone_is_the_one_wrong_now(
+    served: Served, page: Page, console: Console
+) -> None:
+    console.allow.append(r"status of 400")
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-cron").fill("61 * * * *")
+    expect(page.get_by_test_id("err-cron_expr")).to_be_visible()
+    page.get_by_test_id("f-cron").fill("0 9 * * mon-fri")
+    page.get_by_test_id("f-tz").fill("Mars/Olympus")
+    expect(page.get_by_test_id("err-timezone")).to_contain_text("Unknown time zone")
+    expect(page.get_by_test_id("err-cron_expr")).to_have_count(0)  # the answer named the zone alone
+
+
+def test_a_create_whose_idempotency_key_exists_says_nothing_new_was_made(
+    served: Served, page: Page, console: Console
+) -> None:
+    before = len(served.ctx.store)
+    for delay in ("10", "999"):
+        page.goto(served.url + "/ui/tasks/new")
+        page.get_by_test_id("f-delay").fill(delay)
+        page.locator("details.advanced summary").click()
+        page.get_by_test_id("f-idem").fill("ui-idem-twice")
+        page.get_by_test_id("submit").click()
+        expect(page).to_have_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    expect(page.get_by_test_id("toast")).to_contain_text("idempotency key ui-idem-twice exists already")
+    assert len(served.ctx.store) == before + 1
+
+
 def test_a_server_error_is_shown_by_field_in_the_users_language(served: Served, page: Page, console: Console) -> None:
     console.allow.append(r"status of 400")
     page.goto(served.url + "/ui/tasks/new")

@@ -29,7 +29,15 @@ from molens.fsm.history import History
 from molens.fsm.machine import Created, FireRequest, WheelAdd
 from molens.fsm.memstate import MemoryState
 from molens.fsm.store import DAY_MS, EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
-from molens.model import ExecutionResult, FireKind, Outcome, Status, ValidationError, new_task_id, validate_create
+from molens.model import (
+    ExecutionResult,
+    FireKind,
+    Outcome,
+    Status,
+    ValidationError,
+    new_task_id,
+    validate_create,
+)
 from molens.raft.log import Entry, EntryKind
 
 T0 = 1_700_000_000_000
