@@ -162,8 +162,11 @@ def cmd_stop(cfg: Config) -> int:
 
 
 def _require_up(cfg: Config, action: str) -> None:
-    """Fail at once, saying why, when the node does not answer ``status`` within 3 s: a snapshot's
-    or digest's own wait (minutes, for a large store) is not spent on a node that is down."""
+    """Fail at once, saying why, when the node is not running (no live process in its pid file) or
+    does not answer ``status`` within 3 s: a snapshot's or digest's own wait (minutes, for a large
+    store) is not spent on a node that is down."""
+    if read_pid(cfg) is None:
+        raise CliError(f"{cfg.node.id}: {action}: not running")
     try:
         with _admin(cfg, timeout_s=3.0) as admin:
             admin.call("status")
