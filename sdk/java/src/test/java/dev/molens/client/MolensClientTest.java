@@ -499,9 +499,7 @@ public class MolensClientTest {
     @Test
     public void noLeaderFromOneNodeAndADeadOtherIsUnavailableNotUnreachable() throws Exception {
         // which error a caller gets must not depend on which node the last attempt went to
-        com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
-                new java.net.InetSocketAddress("127.0.0.1", 0), 0);
-        s.createContext("/", new com.sun.net.httpserver.HttpHandler() {
+        com.sun.net.httpserver.HttpServer s = stubNode(new com.sun.net.httpserver.HttpHandler() {
             @Override
             public void handle(com.sun.net.httpserver.HttpExchange ex) throws java.io.IOException {
                 byte[] data = "{\"error\": {\"code\": \"no_leader\", \"message\": \"no leader\"}}".getBytes("UTF-8");
@@ -511,7 +509,6 @@ public class MolensClientTest {
                 ex.close();
             }
         });
-        s.start();
         java.net.ServerSocket free = new java.net.ServerSocket(0, 1, java.net.InetAddress.getByName("127.0.0.1"));
         String dead = "http://127.0.0.1:" + free.getLocalPort();
         free.close();
@@ -534,9 +531,7 @@ public class MolensClientTest {
     public void aTriggerWhoseAnswerIsLostIsNeverSentTwice() throws Exception {
         // a second trigger would fire the task again: the first lost answer is an unknown outcome
         final java.util.concurrent.atomic.AtomicInteger sent = new java.util.concurrent.atomic.AtomicInteger();
-        com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
-                new java.net.InetSocketAddress("127.0.0.1", 0), 0);
-        s.createContext("/", new com.sun.net.httpserver.HttpHandler() {
+        com.sun.net.httpserver.HttpServer s = stubNode(new com.sun.net.httpserver.HttpHandler() {
             @Override
             public void handle(com.sun.net.httpserver.HttpExchange ex) throws java.io.IOException {
                 java.io.InputStream in = ex.getRequestBody();
@@ -547,7 +542,6 @@ public class MolensClientTest {
                 ex.close(); // no answer
             }
         });
-        s.start();
         try {
             MolensClient m = MolensClient.builder("http://127.0.0.1:" + s.getAddress().getPort()).backoffMs(5, 20).build();
             try {
@@ -564,9 +558,7 @@ public class MolensClientTest {
     @Test
     public void batchingClientSendsPreferReturnMinimalOnlyWithIdsOnly() throws Exception {
         final List<String> prefer = Collections.synchronizedList(new ArrayList<String>());
-        com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
-                new java.net.InetSocketAddress("127.0.0.1", 0), 0);
-        s.createContext("/", new com.sun.net.httpserver.HttpHandler() {
+        com.sun.net.httpserver.HttpServer s = stubNode(new com.sun.net.httpserver.HttpHandler() {
             @Override
             public void handle(com.sun.net.httpserver.HttpExchange ex) throws java.io.IOException {
                 java.io.InputStream in = ex.getRequestBody();
@@ -585,7 +577,6 @@ public class MolensClientTest {
                 ex.close();
             }
         });
-        s.start();
         try {
             String url = "http://127.0.0.1:" + s.getAddress().getPort();
             MolensClient m = MolensClient.builder(url).backoffMs(5, 20).build();
@@ -611,5 +602,14 @@ public class MolensClientTest {
         } finally {
             s.stop(0);
         }
+    }
+
+    /** A stand-in node on a free port of 127.0.0.1 answering every request with {@code h}, started. */
+    private static com.sun.net.httpserver.HttpServer stubNode(com.sun.net.httpserver.HttpHandler h) throws java.io.IOException {
+        com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
+                new java.net.InetSocketAddress("127.0.0.1", 0), 0);
+        s.createContext("/", h);
+        s.start();
+        return s;
     }
 }
