@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
 import ipaddress
 import os
 import re
@@ -308,6 +309,16 @@ class NotificationsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TracingConfig:
+    """Span export (docs/observability.md#traces); the ``traceparent`` headers go out without it."""
+
+    otlp_endpoint: str = _opt("", lambda v: None if v == "" or (isinstance(v, str) and v.startswith(
+        ("http://", "https://"))) else "must be an http(s) URL, e.g. http://127.0.0.1:4318/v1/traces")
+    """OTLP/HTTP traces URL (e.g. ``http://127.0.0.1:4318/v1/traces``) the spans of traced tasks are
+    exported to ("" = none); needs the ``otel`` extra."""
+
+
+@dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: LogLevel = LogLevel.INFO
 
@@ -323,6 +334,7 @@ class Config:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="", compare=False)
     """The file this was loaded from ("" when built in code); not a config key."""
@@ -506,6 +518,8 @@ def _cross_checks(cfg: Config) -> None:
         if addr in seen:
             raise ConfigError(name, f"same address as {seen[addr]} ({addr})")
         seen[addr] = name
+    if cfg.tracing.otlp_endpoint and importlib.util.find_spec("opentelemetry") is None:
+        raise ConfigError("tracing.otlp_endpoint", "needs OpenTelemetry: pip install 'molens[server,otel]'")
     if cfg.notifications.url:
         try:
             check_url(cfg.notifications.url, "notifications.url", callback_policy(cfg), DEFAULT_LIMITS)

@@ -222,6 +222,8 @@ class FireRequest:
     not_before_ms: int = 0
     scheduled_ms: int = 0
     """The occurrence's nominal instant (before jitter; the same for every retry and ACK probe)."""
+    traceparent: str | None = None
+    """The task's (``TaskSpec.traceparent``): the attempt joins its trace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -657,6 +659,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         FireRequest(
             fire=fire, url=url, body=t.spec.payload_json, scene=t.spec.scene, timeout_ms=t.spec.timeout_ms,
             reliability=t.spec.reliability, not_before_ms=due, scheduled_ms=t.sched_ms,
+            traceparent=t.spec.traceparent,
         )
     )
     return None
@@ -732,7 +735,7 @@ def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_
     s = t.spec
     tx.effects.append(FireRequest(
         fire=fire, url=s.callback_url, body=s.payload_json, scene=s.scene, timeout_ms=s.timeout_ms,
-        reliability=s.reliability, not_before_ms=r.due_ms, scheduled_ms=r.sched_ms,
+        reliability=s.reliability, not_before_ms=r.due_ms, scheduled_ms=r.sched_ms, traceparent=s.traceparent,
     ))
     return None
 
@@ -1045,7 +1048,7 @@ def _notice(tx: _Tx, t: Task, kind: NoticeType, at: int, detail: str, key: str =
     assert url is not None
     tx.w.notices.append(Notice(
         id=f"{t.id}.{kind.value}.{key or at}", type=kind, task_id=t.id, fire_id=t.fire_id, at_ms=at,
-        detail=detail[:512], url=url,
+        detail=detail[:512], url=url, traceparent=t.spec.traceparent,
     ))
 
 
