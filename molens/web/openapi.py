@@ -369,6 +369,14 @@ def _schemas() -> dict[str, Any]:
                 "lateness_p99_ms": _nullable(
                     "number", description="Due time -> HTTP request started, p99 of the recent fires this node's worker made"
                 ),
+                "not_fired": {
+                    "type": "object",
+                    "additionalProperties": {"type": "integer"},
+                    "description": "Occurrences not fired since this process started, by reason: skipped_overlap, "
+                                   "skipped_catchup_none, collapsed_catchup_one, skipped_catchup_window, "
+                                   "skipped_backfill, dropped_end_at, dropped_max_runs (decisions this replica "
+                                   "applied) and held_by_flow (due fires this node's leader held back)",
+                },
                 "qps": {"type": "number", "description": "HTTP API requests per second"},
                 "rss_bytes": _nullable("integer"),
                 "threads_cpu_s": {
