@@ -16,10 +16,10 @@ import urllib3
 
 from molens.tracing import attempt_span_id
 
-from .conftest import Cluster, NodeProc, wait_for
+from .conftest import NodeProc, wait_for
 from .otlp_receiver import OtlpReceiver
 from .recording_receiver import RecordingReceiver
-from .rest import call, wait_serving
+from .rest import call, one_task_node
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -48,12 +48,7 @@ def _span_of(header: str) -> str:
 @pytest.mark.timeout(120)
 def test_a_traced_create_puts_its_trace_on_every_request_and_exports_create_commit_fire_result(
         tmp_path: Path, receiver: RecordingReceiver, otlp: OtlpReceiver) -> None:
-    c = Cluster(tmp_path, 1, extra={"raft": {"tick_ms": 20}, "tracing": {"otlp_endpoint": otlp.endpoint}},
-                state_machine="tasks")
-    try:
-        c.start()
-        n = c.leader(timeout=30)
-        wait_serving(n)
+    with one_task_node(tmp_path, {"tracing": {"otlp_endpoint": otlp.endpoint}}) as n:
         # the callback fails once (a retry: a second span id), the ACK probes all fail (ack_failed:
         # a dead letter and a task_failed notification to notify_url)
         st, t = _create(n, {
@@ -91,18 +86,12 @@ def test_a_traced_create_puts_its_trace_on_every_request_and_exports_create_comm
         assert all(f.parent_id == create.span_id for f in fires)
         assert sorted(f.attributes["http.response.status_code"] for f in fires) == [200, 500, 500, 500, 500]
         assert sorted(r.parent_id for r in by_name["molens.result"]) == sorted(spans[:5])
-    finally:
-        c.stop_all()
 
 
 @pytest.mark.timeout(120)
 def test_the_body_traceparent_wins_over_the_header_and_a_bad_header_is_ignored(
         tmp_path: Path, receiver: RecordingReceiver) -> None:
-    c = Cluster(tmp_path, 1, extra={"raft": {"tick_ms": 20}}, state_machine="tasks")
-    try:
-        c.start()
-        n = c.leader(timeout=30)
-        wait_serving(n)
+    with one_task_node(tmp_path) as n:
         own = f"00-{TRACE}-{PARENT}-01"
         other = f"00-{'a' * 32}-{'b' * 16}-01"
         st, t = _create(n, {"type": "delayed", "interval_ms": 10, "callback_url": receiver.url("/ok/body"),
@@ -119,5 +108,3 @@ def test_the_body_traceparent_wins_over_the_header_and_a_bad_header_is_ignored(
         assert "traceparent" not in receiver.by_tag("bad")[0].headers
         st, got = call(n, "GET", f"/api/v1/tasks/{t['id']}")
         assert st == 200 and got["traceparent"] == own
-    finally:
-        c.stop_all()
