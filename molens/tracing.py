@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
+import random
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -72,7 +72,7 @@ def attempt_traceparent(tp: str, fire_id: str, kind: str, attempt: int) -> str:
 
 def fresh_traceparent(tp: str) -> str:
     """``tp``'s trace with a new random span id (a notification POST)."""
-    return f"00-{tp[3:35]}-{os.urandom(8).hex()}-{tp[53:55]}"
+    return f"00-{tp[3:35]}-{random.getrandbits(64) or 1:016x}-{tp[53:55]}"
 
 
 class Spans:
@@ -123,8 +123,10 @@ class OtlpSpans(Spans):
             {"service.name": "molens", "service.version": __version__, "service.instance.id": node_id}
         )
         self._scope = InstrumentationScope("molens", __version__)
+        # a queue of 16k spans rides out a burst of fires (the SDK's 2,048 is 1 s at 1,000 fires/s);
+        # past it spans are dropped (and logged by the SDK), never the fires
         self._processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s),
-                                             schedule_delay_millis=1_000)
+                                             max_queue_size=16_384, schedule_delay_millis=1_000)
 
     def _ctx(self, trace: str, span: str, flags: str, remote: bool = False) -> Any:
         return self._SpanContext(int(trace, 16), int(span, 16), is_remote=remote,

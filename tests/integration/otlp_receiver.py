@@ -98,3 +98,19 @@ def _handler(rec: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(out)
 
     return Handler
+
+
+def main() -> None:
+    """``python -m tests.integration.otlp_receiver``: serve, print the endpoint, and when standard
+    input closes print how many spans arrived (benchmarks keep the receiver's CPU out of their own)."""
+    import sys
+
+    rec = OtlpReceiver()
+    print(rec.endpoint, flush=True)
+    sys.stdin.read()
+    rec.close()
+    print(len(rec.spans), flush=True)
+
+
+if __name__ == "__main__":
+    main()
