@@ -1,4 +1,4 @@
-"""Traces that follow a task to its requests (docs/observability.md#traces), on a real node: the
+"""Traces that follow a task to its requests (docs/observability.md#traces), on real nodes: the
 create's W3C ``traceparent`` is stored, every callback, ACK probe and failure notification of the
 task carries one in the same trace (a span id of its own per attempt), and with
 ``tracing.otlp_endpoint`` the node exports create, commit, fire and result spans to a real OTLP/HTTP
@@ -16,10 +16,10 @@ import urllib3
 
 from molens.tracing import attempt_span_id
 
-from .conftest import NodeProc, wait_for
+from .conftest import Cluster, NodeProc, wait_for
 from .otlp_receiver import OtlpReceiver
 from .recording_receiver import RecordingReceiver
-from .rest import call, one_task_node
+from .rest import call, one_task_node, wait_serving
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
@@ -48,7 +48,12 @@ def _span_of(header: str) -> str:
 @pytest.mark.timeout(120)
 def test_a_traced_create_puts_its_trace_on_every_request_and_exports_create_commit_fire_result(
         tmp_path: Path, receiver: RecordingReceiver, otlp: OtlpReceiver) -> None:
-    with one_task_node(tmp_path, {"tracing": {"otlp_endpoint": otlp.endpoint}}) as n:
+    c = Cluster(tmp_path, 3, extra={"raft": {"tick_ms": 20}, "tracing": {"otlp_endpoint": otlp.endpoint}},
+                state_machine="tasks")
+    try:
+        c.start()
+        n = c.leader(timeout=30)
+        wait_serving(n)
         # the callback fails once (a retry: a second span id), the ACK probes all fail (ack_failed:
         # a dead letter and a task_failed notification to notify_url)
         st, t = _create(n, {
@@ -86,6 +91,11 @@ def test_a_traced_create_puts_its_trace_on_every_request_and_exports_create_comm
         assert all(f.parent_id == create.span_id for f in fires)
         assert sorted(f.attributes["http.response.status_code"] for f in fires) == [200, 500, 500, 500, 500]
         assert sorted(r.parent_id for r in by_name["molens.result"]) == sorted(spans[:5])
+        # whichever node's worker sent an attempt, its span names the create as the leader made it
+        assert {f.attributes["molens.worker"] for f in fires} <= set(c.nodes)
+        assert {f.service_instance for f in fires} == {f.attributes["molens.worker"] for f in fires}
+    finally:
+        c.stop_all()
 
 
 @pytest.mark.timeout(120)
