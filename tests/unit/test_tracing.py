@@ -60,3 +60,19 @@ def test_notifications_of_different_traces_go_in_different_posts() -> None:
     batches, _ = NoticePlan(100, 10_000).plan(5, [notice(1, TP), notice(2, None), notice(3, TP), notice(4, other)])
     assert sorted(([n.id for n in b.notices], b.traceparent) for b in batches) == sorted(
         [(["1", "3"], TP), (["2"], None), (["4"], other)])
+
+
+def test_a_task_stored_before_the_field_decodes_without_a_trace() -> None:
+    from molens import model
+    from molens.fsm import store
+
+    spec = model.validate_create({"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x",
+                                  "traceparent": TP})
+    t = model.Task(id="01HF7YAT000000000000000001", spec=spec, status=model.Status.PENDING, created_ms=1,
+                   updated_ms=1, due_ms=2, sched_ms=2)
+    rec = msgspec.msgpack.decode(store.task_to_bytes(t))
+    assert rec[1][-1] == TP
+    rec[1].pop()  # the spec as the layout before the field wrote it
+    old = store.task_from_bytes(msgspec.msgpack.encode(rec))
+    assert old.spec.traceparent is None and old == msgspec.structs.replace(
+        t, spec=msgspec.structs.replace(spec, traceparent=None))
