@@ -492,6 +492,14 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any, env_key:
     node[parts[-1]] = value
 
 
+def _otel_installed() -> bool:
+    """The ``otel`` extra is there (looked up, not imported)."""
+    try:
+        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+    except ImportError:  # a parent package missing
+        return False
+
+
 def _cross_checks(cfg: Config) -> None:
     ids = [p.id for p in cfg.cluster.peers]
     for i, pid in enumerate(ids):
@@ -518,8 +526,9 @@ def _cross_checks(cfg: Config) -> None:
         if addr in seen:
             raise ConfigError(name, f"same address as {seen[addr]} ({addr})")
         seen[addr] = name
-    if cfg.tracing.otlp_endpoint and importlib.util.find_spec("opentelemetry") is None:
-        raise ConfigError("tracing.otlp_endpoint", "needs OpenTelemetry: pip install 'molens[server,otel]'")
+    if cfg.tracing.otlp_endpoint and not _otel_installed():
+        raise ConfigError("tracing.otlp_endpoint", "needs OpenTelemetry's SDK and OTLP/HTTP exporter: "
+                                                   "pip install 'molens[server,otel]'")
     if cfg.notifications.url:
         try:
             check_url(cfg.notifications.url, "notifications.url", callback_policy(cfg), DEFAULT_LIMITS)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.abc
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,21 @@ def test_zmq_endpoint() -> None:
     assert zmq_endpoint("127.0.0.1:18091") == "tcp://127.0.0.1:18091"
     assert zmq_endpoint("[::1]:5") == "tcp://[::1]:5"
     assert config.parse_addr("host:1") == ("host", 1)
+
+
+class _NoOtel(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: object, target: object = None) -> None:
+        if name.partition(".")[0] == "opentelemetry":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def test_span_export_without_the_otel_extra_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoint = {"tracing": {"otlp_endpoint": "http://127.0.0.1:4318/v1/traces"}}
+    assert load_dict(endpoint, env={}).tracing.otlp_endpoint == "http://127.0.0.1:4318/v1/traces"
+    # as if the extra were not installed: nothing named opentelemetry can be found
+    for name in [m for m in sys.modules if m.partition(".")[0] == "opentelemetry"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NoOtel(), *sys.meta_path])
+    with pytest.raises(ConfigError, match=r"tracing.otlp_endpoint: .*pip install 'molens\[server,otel\]'"):
+        load_dict(endpoint, env={})
