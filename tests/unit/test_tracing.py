@@ -76,3 +76,15 @@ def test_a_task_stored_before_the_field_decodes_without_a_trace() -> None:
     old = store.task_from_bytes(msgspec.msgpack.encode(rec))
     assert old.spec.traceparent is None and old == msgspec.structs.replace(
         t, spec=msgspec.structs.replace(spec, traceparent=None))
+
+
+def test_without_an_endpoint_nothing_of_opentelemetry_is_imported() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from molens import tracing; import molens.node, molens.scheduler, molens.web.app; "
+            "assert tracing.open_spans('', 'n1') is tracing.NO_SPANS; "
+            "print(sorted(m for m in sys.modules if m.partition('.')[0] == 'opentelemetry'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
