@@ -240,13 +240,21 @@ def _header_text(name: str) -> str | None:
         raise ValidationError(f"{name} is not valid UTF-8", name) from None
 
 
+def _trace_header() -> str | None:
+    """The request's ``traceparent`` header when it is a valid one; an invalid header is ignored, as
+    W3C Trace Context asks of a receiver (an invalid body field is a 400)."""
+    raw = bottle.request.environ.get("HTTP_TRACEPARENT")
+    if not isinstance(raw, str):
+        return None
+    tp = raw.strip()
+    return tp if tracing.is_valid(tp) else None
+
+
 def _traced(spec: model.TaskSpec, header: str | None) -> model.TaskSpec:
-    """``spec`` with the request's ``traceparent`` header when its body gave none. An invalid header
-    is ignored, as W3C Trace Context asks of a receiver (an invalid body field is a 400)."""
+    """``spec`` with the request's ``traceparent`` header (:func:`_trace_header`) when its body gave none."""
     if spec.traceparent is not None or header is None:
         return spec
-    tp = header.strip()
-    return msgspec.structs.replace(spec, traceparent=tp) if tracing.is_valid(tp) else spec
+    return msgspec.structs.replace(spec, traceparent=header)
 
 
 def _trace_create(spans: Spans, t: Task, start_ns: int, commit_ns: int) -> None:
@@ -559,7 +567,7 @@ def _install_tasks(api: Api) -> None:
         body = api.read_body()
         key = _header_text("Idempotency-Key")
         now = ctx.now_ms()
-        spec = _traced(validate(body, now, key), _header_text("traceparent"))
+        spec = _traced(validate(body, now, key), _trace_header())
         commit_ns = time.time_ns()
         res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
         assert isinstance(res, Created)
@@ -593,7 +601,7 @@ def _install_tasks(api: Api) -> None:
         errors: list[tuple[int, MolensError]] = []
         ids = ctx.new_task_ids(count)
         keys: dict[str, int] = {}
-        trace_header = _header_text("traceparent")
+        trace_header = _trace_header()
         for i, spec in enumerate(specs):
             if isinstance(spec, ValidationError):
                 errors.append((i, spec))

@@ -33,8 +33,9 @@ def otlp() -> Iterator[OtlpReceiver]:
     r.close()
 
 
-def _create(n: NodeProc, body: dict[str, object], headers: dict[str, str]) -> tuple[int, dict[str, object]]:
-    r = urllib3.request("POST", n.http_url + "/api/v1/tasks", body=json.dumps(body).encode(),
+def _create(n: NodeProc, body: dict[str, object], headers: dict[str, str],
+            path: str = "/api/v1/tasks") -> tuple[int, dict[str, object]]:
+    r = urllib3.request("POST", n.http_url + path, body=json.dumps(body).encode(),
                         headers={"Content-Type": "application/json", **headers}, retries=False, timeout=15)
     return r.status, json.loads(r.data)
 
@@ -113,6 +114,12 @@ def test_the_body_traceparent_wins_over_the_header_and_a_bad_header_is_ignored(
         st, err = _create(n, {"type": "delayed", "interval_ms": 10, "callback_url": receiver.url("/ok/x"),
                               "traceparent": f"00-{'0' * 32}-{PARENT}-01"}, {})
         assert st == 400 and err["error"]["field"] == "traceparent", err
+        # a batch: the header goes to each item without a traceparent of its own
+        st, b = _create(n, {"tasks": [
+            {"type": "delayed", "interval_ms": 60_000, "callback_url": receiver.url("/ok/b1"), "traceparent": own},
+            {"type": "delayed", "interval_ms": 60_000, "callback_url": receiver.url("/ok/b2")}]},
+            {"traceparent": other}, "/api/v1/tasks/batch")
+        assert st == 201 and [x["traceparent"] for x in b["items"]] == [own, other], b
         wait_for(lambda: receiver.by_tag("body") and receiver.by_tag("bad"), 30, "both callbacks")
         assert _span_of(receiver.by_tag("body")[0].headers["traceparent"]) != PARENT
         assert "traceparent" not in receiver.by_tag("bad")[0].headers
