@@ -28,6 +28,19 @@ def _metric(n: NodeProc, reason: str) -> float:
     return float(m.group(1))
 
 
+def _create(c: Cluster, body: dict[str, object]) -> dict[str, object]:
+    """Create on the leader, asking again (same idempotency key) when an election moved it meanwhile."""
+    out: dict[str, object] = {}
+
+    def created() -> bool:
+        st, t = call(c.leader(timeout=30), "POST", "/api/v1/tasks", body)
+        out.update(t if st in (200, 201) else {})
+        return st in (200, 201)
+
+    wait_for(created, 30, "the create")
+    return out
+
+
 @pytest.mark.timeout(120)
 def test_every_replica_counts_the_skipped_and_dropped_occurrences_and_the_leader_the_held_fires(
         tmp_path: Path, receiver: RecordingReceiver) -> None:
@@ -38,9 +51,8 @@ def test_every_replica_counts_the_skipped_and_dropped_occurrences_and_the_leader
         wait_serving(n)
         # every second, each occurrence answered after 2.5 s: the instants due meanwhile are skipped;
         # done after 2 occurrences (the third is dropped by max_runs)
-        st, t = call(n, "POST", "/api/v1/tasks", {"type": "periodic", "interval_ms": 1000, "max_runs": 2,
-                                                  "callback_url": receiver.url("/slow/2500/long")})
-        assert st == 201, t
+        t = _create(c, {"type": "periodic", "interval_ms": 1000, "max_runs": 2, "idempotency_key": "long",
+                        "callback_url": receiver.url("/slow/2500/long")})
         wait_for(lambda: call(n, "GET", f"/api/v1/tasks/{t['id']}")[1]["status"] == "done", 60, "the task done")
         want = {"skipped_overlap": 2, "dropped_max_runs": 1}
         for x in c.nodes.values():
@@ -49,12 +61,10 @@ def test_every_replica_counts_the_skipped_and_dropped_occurrences_and_the_leader
             assert _metric(x, "skipped_overlap") == 2 and _metric(x, "dropped_max_runs") == 1
             assert _metric(x, "skipped_catchup_none") == 0  # every reason is exported, zeros included
 
-        n = c.leader(timeout=30)  # the same one, unless the loaded machine made the cluster elect again
-        st, _ = call(n, "PUT", "/api/v1/flows/held", {"paused": True})
-        assert st == 200
-        st, h = call(n, "POST", "/api/v1/tasks", {"type": "delayed", "interval_ms": 10, "flow_key": "held",
-                                                  "callback_url": receiver.url("/ok/held")})
-        assert st == 201, h
+        wait_for(lambda: call(c.leader(timeout=30), "PUT", "/api/v1/flows/held", {"paused": True})[0] == 200, 30,
+                 "the flow paused")
+        _create(c, {"type": "delayed", "interval_ms": 10, "flow_key": "held", "idempotency_key": "held",
+                    "callback_url": receiver.url("/ok/held")})
 
         def holder() -> NodeProc | None:  # the leader that held it counts it
             return next((x for x in c.nodes.values() if (_not_fired(x) or {}).get("held_by_flow", 0) >= 1), None)
