@@ -25,7 +25,7 @@ import pytest
 
 from mooncat_checkpoint import CheckpointStatus, Claimed, LeaseLostError, SyncCheckpointClient
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCS = 8
