@@ -90,6 +90,11 @@ MEMBER_COLUMNS = (
 RESULT_COLUMNS = (col("ID", "id", width=26), col("RESULT", "result", width=9), col("DETAIL", "detail", max_width=100))
 
 
+def _page(limit: int | None) -> int:
+    """The page size for a list printed up to ``limit``: one more item tells whether more match."""
+    return 1000 if limit is None else min(limit + 1, 1000)
+
+
 def _limited(rows: Iterator[Row], limit: int | None, p: Printer, what: str) -> Iterable[Row]:
     """At most ``limit`` rows; when more match, says so on stderr (after the list)."""
     if limit is None:
@@ -144,7 +149,7 @@ def task_create(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
 def task_list(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
     rows = c.list(status=a.status, type=a.type, scene=a.scene, url=a.callback_contains,
                   order="-created" if a.order == "newest" else a.order,
-                  page_size=min(a.limit or 1000, 1000))
+                  page_size=_page(a.limit))
     p.items(_limited(rows, a.limit, p, "tasks"), TASK_COLUMNS)
     return OK
 
@@ -289,7 +294,7 @@ def task_backfill(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
 # ------------------------------------------------------------------------------------------ executions
 
 def executions(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
-    rows = c.executions(a.task, result=a.result, since=a.since, until=a.until, page_size=min(a.limit or 1000, 1000))
+    rows = c.executions(a.task, result=a.result, since=a.since, until=a.until, page_size=_page(a.limit))
     p.items(_limited(rows, a.limit, p, "executions"), EXECUTION_COLUMNS)
     return OK
 
@@ -350,7 +355,7 @@ def watch(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
                 seen = {k for k in seen if isinstance(k[4], int) and k[4] >= since - WATCH_OVERLAP_MS}
     finally:
         if p.mode is Mode.JSON:
-            p.obj(printed)  # type: ignore[arg-type]
+            p.obj(printed)
 
 
 # ------------------------------------------------------------------------------------------ dead letters
@@ -361,7 +366,7 @@ def _dead_filter(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def dead_list(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
-    rows = c.dead_letters(**_dead_filter(a), page_size=min(a.limit or 1000, 1000))
+    rows = c.dead_letters(**_dead_filter(a), page_size=_page(a.limit))
     p.items(_limited(rows, a.limit, p, "dead letters"), DEAD_COLUMNS)
     return OK
 

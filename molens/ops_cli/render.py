@@ -82,10 +82,13 @@ class Printer:
         """A message for a person (stderr; printed in every mode)."""
         print(text, file=self.err, flush=True)
 
-    def obj(self, obj: Row, *, summary: Sequence[Column] | None = None) -> None:
-        """One object. In a table, ``summary`` (when given) is a one-row table instead of every field."""
+    def obj(self, obj: Row | list[Row], *, summary: Sequence[Column] | None = None) -> None:
+        """One object (or a list, as one JSON document). In a table, ``summary`` (when given) is a
+        one-row table instead of every field."""
         if self.mode is not Mode.TABLE:
             self._json(obj)
+        elif isinstance(obj, list):
+            self.table(obj, summary or ())
         elif summary is not None:
             self.table([obj], summary)
         else:

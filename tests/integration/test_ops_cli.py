@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -279,6 +280,60 @@ def test_executions_watch_and_dead_letters(cluster: Cluster, rec: RecordingRecei
         ok(cluster, "tasks", "delete", tid)
 
 
+def test_watch_stops_on_ctrl_c_and_when_its_task_is_deleted(cluster: Cluster, rec: RecordingReceiver,
+                                                          tmp_path: Path) -> None:
+    t = js(cluster, "tasks", "create", "--type", "periodic", "--interval", "1s", "--callback",
+           rec.url("/ok/cli-watch-stop"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOLENS_")}
+    env["MOLENS_URL"] = urls(cluster)
+    out, err = tmp_path / "out", tmp_path / "err"
+    for mode, stop in (("--jsonl", "ctrl-c"), ("--json", "ctrl-c"), ("--jsonl", "delete")):
+        with out.open("w") as o, err.open("w") as e:
+            w = subprocess.Popen([sys.executable, "-m", "molens.ops_cli", "watch", t["id"], mode, "--interval", "0.2"],
+                                 stdout=o, stderr=e, env=env, cwd=ROOT)
+        try:
+            wait_for(lambda: "watching" in err.read_text(), 30, "the watch to start")
+            if mode == "--jsonl":
+                wait_for(lambda: out.read_text().count("\n") >= 1, 30, "an execution printed")
+            else:  # prints at the end: wait for two fires after the start, so one at least was seen
+                first = js(cluster, "executions", "--task", t["id"], "--limit", "1")[0]["seq"]
+                wait_for(lambda f=first: js(cluster, "executions", "--task", t["id"], "--limit", "1")[0]["seq"] >= f + 2,
+                         30, "two more fires")
+            if stop == "ctrl-c":
+                w.send_signal(signal.SIGINT)
+                assert w.wait(30) == 130 and "interrupted" in err.read_text()
+                printed = [json.loads(ln) for ln in out.read_text().splitlines()] if mode == "--jsonl" \
+                    else json.loads(out.read_text())
+                assert printed and all(x["task_id"] == t["id"] for x in printed)
+            else:
+                ok(cluster, "tasks", "delete", t["id"])
+                assert w.wait(30) == 1 and json.loads(err.read_text().splitlines()[-1])["error"]["code"] == "not_found"
+        finally:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+
+
+def test_the_token_comes_from_the_environment_or_a_file(make_cluster: Any, tmp_path: Path) -> None:
+    c: Cluster = make_cluster(1, extra={"http": {"auth_token": "cli-s3cret"}}, state_machine="tasks")
+    url = c.leader().http_url
+    r = fails(url, 1, "tasks", "list")
+    assert "401 unauthorized" in r.stderr
+    env_token = {**os.environ, "MOLENS_URL": url, "MOLENS_TOKEN": "cli-s3cret"}
+    r = subprocess.run([sys.executable, "-m", "molens.ops_cli", "tasks", "list", "--json"], capture_output=True,
+                       text=True, env=env_token, cwd=ROOT)
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+    token = tmp_path / "token"
+    token.write_text("cli-s3cret\n")
+    assert js(url, "cluster", "leader", "--token-file", str(token))["leader_id"] == "n1"
+    token.write_text("wrong")
+    assert json.loads(fails(url, 1, "tasks", "list", "--json", "--token-file", str(token)).stderr)["error"][
+        "code"] == "unauthorized"
+    token.write_text("")
+    fails(url, 2, "tasks", "list", "--token-file", str(token))
+    fails(url, 2, "tasks", "list", "--token-file", str(tmp_path / "missing"))
+
+
 def test_flow_and_cluster_commands(cluster: Cluster) -> None:
     key = "cli.example.com:443"
     put = js(cluster, "flows", "put", key, "--rate-per-s", "20", "--concurrency", "3")
@@ -301,6 +356,9 @@ def test_flow_and_cluster_commands(cluster: Cluster) -> None:
     table = ok(cluster, "cluster", "status").stdout
     assert f"leader_id       {lead.node_id}" in table and all(nid in table for nid in cluster.nodes)
     assert js(cluster, "cluster", "leader")["leader_id"] == lead.node_id
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    given = [arg for n in cluster.nodes.values() for arg in ("--url", n.http_url)]
+    assert js(dead, "cluster", "leader", *given)["leader_id"] == lead.node_id  # --url wins over MOLENS_URL
     assert json.loads(ok(cluster, "cluster", "leader", "--jsonl").stdout)["leader_id"] == lead.node_id
     assert f"leader_id   {lead.node_id}" in ok(cluster, "cluster", "leader").stdout
 
