@@ -335,8 +335,9 @@ def watch(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
     try:
         for e in reversed(latest[: a.last]):
             show(e)
+        earlier = len(printed)  # --last's: they do not count towards --count
         while True:
-            if a.count is not None and len(printed) - a.last >= a.count:
+            if a.count is not None and len(printed) - earlier >= a.count:
                 return OK
             if deadline is not None and time.monotonic() >= deadline:
                 return FAILED if a.count is not None else OK
@@ -348,7 +349,7 @@ def watch(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
                 if k in seen:
                     continue
                 seen.add(k)
-                if a.count is None or len(printed) - a.last < a.count:
+                if a.count is None or len(printed) - earlier < a.count:
                     show(e)
             if page:
                 since = max(since or 0, max(e["finished_at"] for e in page))

@@ -138,8 +138,8 @@ def test_task_commands_in_table_and_json_modes(cluster: Cluster, rec: RecordingR
     r = ok(cluster, "tasks", "backfill", periodic["id"], "--start", "now-9h", "--end", "now-8h")
     assert "occurrences  1" in r.stdout and periodic["id"] in r.stdout
 
-    trig = js(cluster, "tasks", "trigger", tid)
-    assert trig["id"] == tid
+    [row] = rows(ok(cluster, "tasks", "trigger", tid).stdout)  # --json: the bulk test's trigger
+    assert row[0] == tid
     wait_for(lambda: rec.by_tag("cli-tasks"), 30, "the triggered occurrence at the receiver")
     [row] = rows(ok(cluster, "tasks", "delete", tid).stdout)
     assert row[0] == tid
@@ -228,6 +228,9 @@ def test_executions_watch_and_dead_letters(cluster: Cluster, rec: RecordingRecei
     r = ok(cluster, "watch", t["id"], "--count", "1", "--last", "2", "--interval", "0.2")
     got = rows(r.stdout)
     assert len(got) == 3 and all(rw[1] == t["id"] for rw in got) and int(got[0][2]) < int(got[2][2])
+    r = ok(cluster, "watch", t["id"], "--count", "1", "--last", "500", "--interval", "0.2", "--timeout", "20")
+    got = rows(r.stdout)  # fewer than 500 exist: every one, then one new
+    assert len(got) >= 4 and [int(rw[2]) for rw in got] == sorted(int(rw[2]) for rw in got)
     arr = js(cluster, "watch", t["id"], "--count", "1", "--interval", "0.2")
     assert len(arr) == 1 and arr[0]["seq"] > seen[1]["seq"]
     r = fails(cluster, 1, "watch", t["id"], "--count", "1000", "--timeout", "0.5", "--interval", "0.2")
@@ -344,6 +347,8 @@ def test_flow_and_cluster_commands(cluster: Cluster) -> None:
     assert js(cluster, "flows", "get", key)["burst"] == 5
     assert "paused                yes" in ok(cluster, "flows", "pause", key).stdout
     assert js(cluster, "flows", "resume", key)["paused"] is False
+    assert js(cluster, "flows", "pause", key)["paused"] is True
+    assert "paused                no" in ok(cluster, "flows", "resume", key).stdout
     assert "concurrency" in ok(cluster, "flows", "get", key).stdout
     js(cluster, "flows", "delete", key)
     r = fails(cluster, 1, "flows", "get", key)
