@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.conftest import ROOT, Cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _installed(py: Path) -> set[str]:

@@ -23,7 +23,7 @@ from .raw_server import RawServer
 from .recording_receiver import RecordingReceiver
 from .rest import wait_serving
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ID_LEN = 26
 
