@@ -11,6 +11,7 @@
 ARG BASE=debian:bookworm-slim
 
 FROM ${BASE} AS build
+LABEL org.opencontainers.image.title=molens
 ARG EXTRA_CA_CERTS=""
 SHELL ["/bin/sh", "-eu", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
@@ -40,8 +41,6 @@ RUN set -- /tmp/dist/molens-*.whl; \
     /opt/molens/bin/pip install --no-deps "$1"; \
     /opt/molens/bin/python -c 'import molens.web.ui as u; assert (u.STATIC_DIR / "index.html").is_file(), "wheel without the console"'; \
     /opt/molens/bin/pip uninstall -y pip setuptools; \
-    find /opt/molens -name __pycache__ -prune -exec rm -rf {} +; \
-    /opt/molens/bin/python -m compileall -q /opt/molens/lib; \
     rm -rf /tmp/* /etc/apt/apt.conf.d/99extra-ca /root/.cache; \
     groupadd --system --gid 10001 molens; \
     useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/molens --shell /usr/sbin/nologin molens; \
@@ -50,6 +49,7 @@ RUN set -- /tmp/dist/molens-*.whl; \
 COPY conf/container/node.yaml /etc/molens/node.yaml
 
 FROM scratch
+LABEL org.opencontainers.image.title=molens
 COPY --from=build / /
 ENV PATH=/opt/molens/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LANG=C.UTF-8 PYTHONUNBUFFERED=1

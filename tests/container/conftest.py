@@ -44,6 +44,8 @@ class Phases:
     t0: float = field(default_factory=time.monotonic)
     last: float = field(default_factory=time.monotonic)
     seconds: dict[str, float] = field(default_factory=dict)
+    before_s: float = 0.0
+    """Seconds spent before ``t0`` (the engine's set-up), counted in the total."""
 
     def done(self, name: str) -> None:
         now = time.monotonic()
@@ -53,7 +55,7 @@ class Phases:
 
     def summary(self) -> str:
         parts = " ".join(f"{k}={v:.1f}" for k, v in self.seconds.items())
-        return f"container phases (s): {parts} total={time.monotonic() - self.t0:.1f}"
+        return f"container phases (s): {parts} total={time.monotonic() - self.t0 + self.before_s:.1f}"
 
 
 @dataclass
@@ -61,11 +63,14 @@ class Engine:
     compose: list[str]
     base_image: str
     daemon: engine.Daemon
+    setup_s: float
+    """Seconds to make the engine ready (install, start dockerd, pull or debootstrap the base)."""
 
 
 @pytest.fixture(scope="session")
 def docker_engine() -> Iterator[Engine]:
     """The Docker engine, made ready: a failure here is the test's failure (with the reason), not a skip."""
+    t0 = time.monotonic()
     try:
         compose = engine.ensure_tools()
         daemon = engine.Daemon.ensure()
@@ -76,7 +81,9 @@ def docker_engine() -> Iterator[Engine]:
             base = engine.ensure_base_image(engine.BASE_IMAGE, engine.LOCAL_BASE_IMAGE)
         except engine.EngineUnavailable as exc:
             pytest.fail(f"no base image for the Molens image: {exc}")
-        yield Engine(compose, base, daemon)
+        print(f"container engine: {' '.join(compose)}, dockerd {'started here' if daemon.started_here else 'running'}, "
+              f"base {base}", flush=True)
+        yield Engine(compose, base, daemon, time.monotonic() - t0)
     finally:
         daemon.stop()
 
@@ -94,6 +101,13 @@ class ComposeCluster:
 
     def up(self) -> None:
         self.compose("up", "-d", "--no-build")
+
+    def healthy(self) -> bool:
+        """Every node's container reports its HEALTHCHECK (GET /readyz) healthy."""
+        return all(
+            run(["docker", "inspect", "-f", "{{.State.Health.Status}}", n], check=False).stdout.strip() == "healthy"
+            for n in NODES
+        )
 
     def running(self) -> list[str]:
         out = run(["docker", "ps", "--filter", "name=^molens-", "--format", "{{.Names}}"]).stdout.split()
@@ -126,7 +140,7 @@ class ComposeCluster:
     def down_all(self) -> None:
         """Remove the containers, the network and the volumes (compose's own ``down`` needs the
         secrets files, which a fresh clone lacks until the image made them: plain docker here)."""
-        run(["docker", "rm", "-f", "molens-receiver", *NODES], check=False)
+        run(["docker", "rm", "-f", "-v", "molens-receiver", *NODES], check=False)
         run(["docker", "network", "rm", NETWORK], check=False)
         run(["docker", "volume", "rm", *(f"{n}-data" for n in NODES)], check=False)
 
@@ -155,9 +169,13 @@ def image_size_mb(tag: str) -> float:
 
 
 def build_image(base: str) -> None:
+    """scripts/dist, then the image; the build stage is tagged too (``molens:build-stage``), so the
+    images that earlier builds left untagged can be pruned without losing the layer cache."""
     run([str(ROOT / "scripts" / "dist")], timeout=600)
-    run(["docker", "build", "-q", "--build-arg", f"BASE={base}", "--build-arg",
-         f"EXTRA_CA_CERTS={engine.extra_ca_certs()}", "-t", IMAGE, "."], timeout=900)
+    args = ["--build-arg", f"BASE={base}", "--build-arg", f"EXTRA_CA_CERTS={engine.extra_ca_certs()}"]
+    run(["docker", "build", "-q", *args, "--target", "build", "-t", "molens:build-stage", "."], timeout=900)
+    run(["docker", "build", "-q", *args, "-t", IMAGE, "."], timeout=900)
+    run(["docker", "image", "prune", "-f", "--filter", "label=org.opencontainers.image.title=molens"])
 
 
 def ensure_secrets() -> str:
@@ -175,7 +193,7 @@ def start_receiver(out: Path, port: int = 8080) -> str:
     (appended: a restarted receiver keeps the earlier lines). Returns its base URL for callbacks."""
     out.parent.mkdir(parents=True, exist_ok=True)
     out.touch()
-    run(["docker", "rm", "-f", "molens-receiver"], check=False)
+    run(["docker", "rm", "-f", "-v", "molens-receiver"], check=False)
     run(["docker", "run", "-d", "--name", "molens-receiver", "--network", NETWORK, "--user", "0",
          "-v", f"{ROOT / 'tests'}:/app/tests:ro", "-v", f"{out.parent}:/rec", "-w", "/app",
          "--entrypoint", "/opt/molens/bin/python", IMAGE,

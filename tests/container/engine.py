@@ -173,10 +173,15 @@ def debian_codename() -> str:
     raise EngineUnavailable("/etc/os-release names no VERSION_CODENAME: not a Debian machine")
 
 
+# Debian's Python in the local base saves the image build its apt-get (the Dockerfile installs these
+# packages when the base has no Python, as debian:bookworm-slim has not)
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+
+
 def ensure_base_image(pull_tag: str, local_tag: str, pull_timeout_s: float = 30) -> str:
     """A base image tag that exists in the daemon: ``pull_tag`` when present or pullable, else
-    ``local_tag``, built here with debootstrap (minbase plus apt's own needs) from this machine's
-    Debian mirror when it does not exist yet."""
+    ``local_tag``, built here with debootstrap (minbase plus :data:`BASE_PACKAGES`) from this
+    machine's Debian mirror when it does not exist yet."""
     if image_exists(pull_tag):
         return pull_tag
     if image_exists(local_tag):
@@ -194,7 +199,8 @@ def ensure_base_image(pull_tag: str, local_tag: str, pull_timeout_s: float = 30)
         _apt_install(["debootstrap"])
     with tempfile.TemporaryDirectory(prefix="molens-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        _run(["debootstrap", "--variant=minbase", codename, str(rootfs), mirrors[0]], timeout=900)
+        _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", codename, str(rootfs),
+              mirrors[0]], timeout=900)
         # an image, not a machine: no package lists or downloaded packages, no logs
         for sub in ("var/lib/apt/lists", "var/cache/apt/archives", "var/log"):
             for p in (rootfs / sub).glob("*"):
@@ -214,7 +220,7 @@ def ensure_base_image(pull_tag: str, local_tag: str, pull_timeout_s: float = 30)
 
 
 BASE_IMAGE = "debian:bookworm-slim"
-LOCAL_BASE_IMAGE = "molens-base/debian:bookworm"
+LOCAL_BASE_IMAGE = "molens-base/debian-python:bookworm"
 
 
 def extra_ca_certs() -> str:
