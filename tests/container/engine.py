@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -230,13 +231,44 @@ def extra_ca_certs() -> str:
     return "".join(p.read_text() for p in sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))).rstrip("\n")
 
 
-if __name__ == "__main__":
-    # scripts/cluster up --docker: print the base image to build on (pulled, present, or debootstrapped)
-    import sys
+DAEMON_PID = CACHE / "dockerd.pid"
 
-    if sys.argv[1:] != ["base-image"]:
-        raise SystemExit("usage: python -m tests.container.engine base-image")
-    try:
+
+def main(argv: list[str]) -> int:
+    """``scripts/cluster up|down --docker``'s engine steps: ``up`` installs what is missing, starts
+    dockerd when no daemon answers (its pid in .cache/container/dockerd.pid) and prints the base image
+    to build on; ``down`` stops the dockerd that ``up`` started, if any."""
+    if argv == ["up"]:
+        ensure_tools()
+        daemon = Daemon.ensure()
+        if daemon.proc is not None:
+            DAEMON_PID.write_text(f"{daemon.proc.pid}\n")
+            print(f"engine: started dockerd (pid {daemon.proc.pid}, log {CACHE / 'dockerd.log'})", file=sys.stderr)
         print(ensure_base_image(BASE_IMAGE, LOCAL_BASE_IMAGE))
+        return 0
+    if argv == ["down"]:
+        try:
+            pid = int(DAEMON_PID.read_text())
+        except (OSError, ValueError):
+            return 0
+        DAEMON_PID.unlink()
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() != "dockerd":
+                return 0  # not ours any more: the pid was reused
+            os.kill(pid, signal.SIGTERM)
+        except (OSError, ProcessLookupError):
+            return 0
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        print(f"engine: stopped dockerd (pid {pid})", file=sys.stderr)
+        return 0
+    print("usage: python -m tests.container.engine up|down", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main(sys.argv[1:]))
     except EngineUnavailable as exc:
-        raise SystemExit(f"base image: {exc}") from None
+        raise SystemExit(f"engine: {exc}") from None
