@@ -548,6 +548,8 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
             assert k in st
         r = run("status")
         assert r.returncode == 0 and "role      leader" in r.stdout
+        # the container HEALTHCHECK: GET /readyz over loopback
+        wait_for(lambda: run("ready").returncode == 0, 30, "molens-node ready to answer 0")
         # operator actions on the admin socket
         r = run("snapshot")
         assert r.returncode == 0 and re.fullmatch(r"n1: snapshot at index \d+\n", r.stdout), r.stdout + r.stderr
@@ -569,6 +571,8 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         assert not (data / "node.pid").exists()
         r = run("status")
         assert r.returncode == 1 and "not running" in r.stdout
+        r = run("ready")
+        assert r.returncode == 1 and r.stderr.startswith(f"not ready: http://127.0.0.1:{http}/readyz: "), r.stderr
         for args, what in ((("status", "n2"), "status: a node id ('n2') is for add-node and remove-node only"),
                            (("stats", "--to", "n2"), "stats: --to is for transfer-leader only")):
             r = run(*args)  # an argument the action would ignore is refused, not dropped
