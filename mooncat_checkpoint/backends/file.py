@@ -6,17 +6,25 @@ Layout of a namespace directory::
     DIR/<ns>/<key>.json              the record (``naming.storage_name`` picks the name, as the original does)
     DIR/<ns>/sha256-<32 hex>.json    a key that is not a safe file name; the record holds the key
     DIR/<ns>/.locks/00 .. 3f         flock(2) lock files, one per stripe of keys (never deleted)
-    DIR/<ns>/.fence-floor            {"floor": F, "high": H}: F >= the fence of every deleted record,
-                                     H >= every fence handed out in the namespace
+    DIR/<ns>/.fence-high             a symbolic link whose target is a number, the high mark: at least
+                                     every fence handed out in the namespace
+    DIR/<ns>/.fence-floor            {"floor": F, "high": H}: F >= the fence of every record this library
+                                     deleted (H: the high mark of earlier releases)
     DIR/<ns>/.tmp-<pid>-<n>          a write in progress (gc removes ones older than an hour)
 
 A record is the original's camelCase JSON (``namespace key status ownerRunId leaseToken leaseUntil
 result resultRef attempts createdAt updatedAt``) plus our ``error fence fingerprint leaseMs format``,
 which the original ignores (and keeps when it updates a record in place). Three kinds are read:
-ours; the original's (no fence: it gets the namespace's ``max(F, H)``, so the next claim's fence has
-never been handed out); and this library's first format (snake_case, ``format: 1``, some keys under
-``sha256-<64 hex>``), rewritten in the current format and name on its next write. What the original
-cannot see: it locks only within its own process, and its reset/gc deletes a record without raising F.
+ours; the original's (no fence: it reads as the namespace's fence base, the high mark, so the next
+claim's fence has never been handed out); and this library's first format (snake_case, ``format: 1``,
+some keys under ``sha256-<64 hex>``), rewritten in the current format and name on its next write.
+
+Fences: a new record gets the high mark + 1 and every write of a fence above the mark raises the mark
+first, so a key deleted by anyone (the original's reset and gc delete record files and nothing else)
+still continues above its old fence. The mark is a symbolic link because its target lives in the
+link's inode, which the record's own directory fsync makes durable with it: a fence costs a
+``symlink`` + ``rename`` under the namespace's fence lock, not a third and fourth fsync. What the
+original cannot see: it locks only within its own process.
 
 Every change happens under an exclusive ``flock`` on the key's stripe lock file, so a claim is atomic
 across threads and processes on one machine (flock is per open file description; each operation
@@ -57,6 +65,7 @@ STRIPES = 64
 FORMAT = 2  # 1: this library's first, snake_case format (still read)
 _DEBRIS_AGE_S = 3600.0
 _FLOOR_FILE = ".fence-floor"
+_HIGH_LINK = ".fence-high"
 _FLOOR_LOCK = "floor"
 _temp_ids = itertools.count()  # shared by every backend in the process: temp names never collide
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
@@ -230,15 +239,20 @@ class FileBackend:
         return path
 
     def _init_fences(self, namespace: str, ns_dir: str) -> None:
-        """Give a namespace its "high" mark once: stores of the first format only kept the floor."""
-        floor, high = self._read_fences(ns_dir)
-        if high is None:
-            with self._locked(ns_dir, _FLOOR_LOCK):
-                floor, high = self._read_fences(ns_dir)
-                if high is None:
-                    high = max([floor, *(r.fence for r in self._scan(ns_dir))])
-                    self._write_fences(ns_dir, floor, high)
-        self._high[namespace] = max(high, self._high.get(namespace, 0))
+        self._high[namespace] = max(self._fence_base(ns_dir), self._high.get(namespace, 0))
+
+    def _make_high(self, ns_dir: str) -> int:
+        """Give a namespace its high mark link: earlier releases kept the mark in ``.fence-floor``, the
+        first format only the floor; a link removed by hand is rebuilt from what is left."""
+        os.makedirs(os.path.join(ns_dir, ".locks"), exist_ok=True)  # a namespace only the original wrote
+        with self._locked(ns_dir, _FLOOR_LOCK):
+            high = self._read_high(ns_dir)
+            if high is None:
+                floor, old_high = self._read_fences(ns_dir)
+                high = max([floor, old_high or 0, *(r.fence for r in self._scan(ns_dir))])
+                self._link_high(ns_dir, high)
+                _fsync_dir(ns_dir)
+            return high
 
     @contextlib.contextmanager
     def _locked(self, ns_dir: str, lock_name: str) -> Iterator[None]:
@@ -294,26 +308,51 @@ class FileBackend:
             raise CorruptRecordError(f"unreadable fence floor in {ns_dir}: {doc!r}")
         return floor, high
 
-    def _write_fences(self, ns_dir: str, floor: int, high: int) -> None:
-        self._write(ns_dir, os.path.join(ns_dir, _FLOOR_FILE), b'{"floor": %d, "high": %d}\n' % (floor, high))
+    def _read_high(self, ns_dir: str) -> int | None:
+        """The high mark (the ``.fence-high`` link's target), None if the namespace has none yet."""
+        try:
+            target = os.readlink(os.path.join(ns_dir, _HIGH_LINK))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CorruptRecordError(f"unreadable fence high mark in {ns_dir}: {e.strerror or e}") from None
+        if not target.isdigit():
+            raise CorruptRecordError(f"unreadable fence high mark in {ns_dir}: {target!r}")
+        return int(target)
 
-    def _raise_fences(self, namespace: str, ns_dir: str, *, floor: int = 0, high: int = 0) -> None:
+    def _link_high(self, ns_dir: str, high: int) -> None:
+        """Point the high mark at ``high`` (atomic rename). Not fsynced here: the caller's next
+        directory fsync (the record write that hands the fence out) makes it durable."""
+        tmp = os.path.join(ns_dir, f".tmp-{os.getpid()}-{next(_temp_ids)}")
+        os.symlink(str(high), tmp)
+        os.replace(tmp, os.path.join(ns_dir, _HIGH_LINK))
+
+    def _raise_high(self, namespace: str, ns_dir: str, fence: int) -> None:
+        with self._locked(ns_dir, _FLOOR_LOCK):
+            high = self._read_high(ns_dir) or 0
+            if fence > high:
+                self._link_high(ns_dir, fence)
+                high = fence
+        self._high[namespace] = max(high, self._high.get(namespace, 0))
+
+    def _raise_floor(self, ns_dir: str, floor: int) -> None:
+        """Make ``.fence-floor``'s floor at least ``floor`` (durable; only deletes need it)."""
         cur_floor, cur_high = self._read_fences(ns_dir)
-        if floor <= cur_floor and high <= (cur_high or 0):
-            self._high[namespace] = max(cur_high or 0, self._high.get(namespace, 0))
+        if floor <= cur_floor:
             return
         with self._locked(ns_dir, _FLOOR_LOCK):
             cur_floor, cur_high = self._read_fences(ns_dir)
-            new_floor, new_high = max(floor, cur_floor), max(high, floor, cur_high or 0)
-            if (new_floor, new_high) != (cur_floor, cur_high):
-                self._write_fences(ns_dir, new_floor, new_high)
-        self._high[namespace] = max(new_high, self._high.get(namespace, 0))
+            if floor > cur_floor:
+                high = max(floor, cur_high or 0, self._read_high(ns_dir) or 0)
+                data = b'{"floor": %d, "high": %d}\n' % (floor, high)
+                self._write(ns_dir, os.path.join(ns_dir, _FLOOR_FILE), data)
 
     def _fence_base(self, ns_dir: str) -> int:
-        """The fence of a record the other side wrote afresh: at least every fence handed out, so the
-        next claim's fence (one more) has never been handed out."""
-        floor, high = self._read_fences(ns_dir)
-        return max(floor, high or 0)
+        """At least every fence the namespace ever handed out: a new record's fence is one more, and
+        a record the other side wrote afresh (no fence) reads as this, so its next claim's fence (one
+        more) has never been handed out either."""
+        high = self._read_high(ns_dir)
+        return self._make_high(ns_dir) if high is None else high
 
     def _scan(self, ns_dir: str) -> builtins.list[StoredRecord]:
         """Every record in the directory, one per key (a current-format name wins over a legacy one)."""
@@ -382,21 +421,21 @@ class FileBackend:
                     if current is None:
                         current = found
             if current is None:
-                floor = self._read_fences(ns_dir)[0]
+                base = self._fence_base(ns_dir)
             else:
-                floor = 0
+                base = 0
                 if current.fence == 0:
                     current = current._replace(fence=self._fence_base(ns_dir))
-            d = decide(current, floor)
+            d = decide(current, base)
             w = d.write
             if w is not None:
                 if w.fence > self._high.get(namespace, 0):
-                    self._raise_fences(namespace, ns_dir, high=w.fence)
-                self._write(ns_dir, path, _encode(w))
+                    self._raise_high(namespace, ns_dir, w.fence)
+                self._write(ns_dir, path, _encode(w))  # its directory fsync also persists the mark
                 if legacy is not None:
                     _unlink_if_there(legacy, ns_dir)
             elif d.delete and current is not None:
-                self._raise_fences(namespace, ns_dir, floor=current.fence)
+                self._raise_floor(ns_dir, current.fence)
                 _unlink_if_there(path, None)
                 if legacy is not None:  # else a first-format record would come back from under it
                     _unlink_if_there(legacy, None)
@@ -416,8 +455,7 @@ class FileBackend:
                 there = [p for p in paths if os.path.lexists(p)]
                 if not there:
                     return False
-                floor, high = self._read_fences(ns_dir)
-                self._raise_fences(namespace, ns_dir, floor=max(floor, high or 0, self._high.get(namespace, 0)))
+                self._raise_floor(ns_dir, max(self._fence_base(ns_dir), self._high.get(namespace, 0)))
                 for p in there:
                     _unlink_if_there(p, None)
                 _fsync_dir(ns_dir)
@@ -457,7 +495,7 @@ class FileBackend:
 
     def raise_floor(self, namespace: str, fence: int) -> None:
         with self._io(f"cannot raise the fence floor of {namespace}"):
-            self._raise_fences(namespace, self._ns_dir(namespace, create=True), floor=fence)
+            self._raise_floor(self._ns_dir(namespace, create=True), fence)
 
     def clean_debris(self) -> None:
         cutoff = time.time() - _DEBRIS_AGE_S
@@ -471,7 +509,7 @@ class FileBackend:
                             continue
                         try:  # a writer renames its temp file away at any moment: gone is fine
                             st = entry.stat(follow_symlinks=False)
-                            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                            if (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)) and st.st_mtime < cutoff:
                                 os.unlink(entry.path)
                         except FileNotFoundError:
                             continue
