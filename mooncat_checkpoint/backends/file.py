@@ -19,12 +19,15 @@ ours; the original's (no fence: it reads as the namespace's fence base, the high
 claim's fence has never been handed out); and this library's first format (snake_case, ``format: 1``,
 some keys under ``sha256-<64 hex>``), rewritten in the current format and name on its next write.
 
-Fences: a new record gets the high mark + 1 and every write of a fence above the mark raises the mark
-first, so a key deleted by anyone (the original's reset and gc delete record files and nothing else)
-still continues above its old fence. The mark is a symbolic link because its target lives in the
-link's inode, which the record's own directory fsync makes durable with it: a fence costs a
-``symlink`` + ``rename`` under the namespace's fence lock, not a third and fourth fsync. What the
-original cannot see: it locks only within its own process.
+Fences: the high mark is at least every fence handed out in the namespace. A re-claim's fence (the old
+one + 1) raises the mark past it before the record is written; a new record takes the next fence of a
+block of ``FENCE_BLOCK`` fences the backend reserved above the mark (one write of the mark per block),
+used only while the block's top is still the mark, i.e. while nobody handed out a newer fence. So a key
+deleted by anyone (the original's reset and gc delete record files and nothing else) still continues
+above its old fence, and a claim of a new key costs no write beyond its record's. The mark is a
+symbolic link because its target lives in the link's inode, which the record's own directory fsync
+makes durable with it: a reservation costs a ``symlink`` + ``rename``, not a third and fourth fsync.
+What the original cannot see: it locks only within its own process.
 
 Every change happens under an exclusive ``flock`` on the key's stripe lock file, so a claim is atomic
 across threads and processes on one machine (flock is per open file description; each operation
@@ -45,6 +48,7 @@ import itertools
 import json
 import os
 import stat
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -62,6 +66,7 @@ __all__ = ["FileBackend", "STRIPES"]
 T = TypeVar("T")
 
 STRIPES = 64
+FENCE_BLOCK = 1024  # fences a backend reserves for new records with one write of the high mark
 FORMAT = 2  # 1: this library's first, snake_case format (still read)
 _DEBRIS_AGE_S = 3600.0
 _FLOOR_FILE = ".fence-floor"
@@ -212,7 +217,10 @@ class FileBackend:
     def __init__(self, directory: str) -> None:
         self.root = os.path.abspath(directory)
         self._ready: set[str] = set()  # namespaces whose directories and fence file this backend has seen
-        self._high: dict[str, int] = {}  # a lower bound of each namespace's "high" (it only grows)
+        # Per namespace, the block of fences this backend reserved for new records: (next, top). It is
+        # used only while ``top`` is still the namespace's high mark (see ``_allocate``).
+        self._blocks: dict[str, tuple[int, int]] = {}
+        self._blocks_lock = threading.Lock()
         try:
             os.makedirs(self.root, exist_ok=True)
             probe = os.path.join(self.root, f".tmp-{os.getpid()}-{next(_temp_ids)}")
@@ -239,7 +247,7 @@ class FileBackend:
         return path
 
     def _init_fences(self, namespace: str, ns_dir: str) -> None:
-        self._high[namespace] = max(self._fence_base(ns_dir), self._high.get(namespace, 0))
+        self._fence_base(ns_dir)  # a namespace made by an earlier release gets its mark now
 
     def _make_high(self, ns_dir: str) -> int:
         """Give a namespace its high mark link: earlier releases kept the mark in ``.fence-floor``, the
@@ -327,13 +335,31 @@ class FileBackend:
         os.symlink(str(high), tmp)
         os.replace(tmp, os.path.join(ns_dir, _HIGH_LINK))
 
-    def _raise_high(self, namespace: str, ns_dir: str, fence: int) -> None:
+    def _allocate(self, namespace: str, ns_dir: str) -> int:
+        """The fence of a new record: the next of this backend's block, while the block's top is still
+        the namespace's high mark; else a new block of ``FENCE_BLOCK`` reserved above the mark (the
+        mark raised to its top; the caller's record write makes that durable before the fence is
+        returned). Why a fence never repeats for a key: every fence handed out is at most the mark;
+        any other allocation (another process's block, a re-claim) raises the mark past this block's
+        top first, so this block is used only while nothing newer was handed out; and this block's
+        fences are handed out in increasing order."""
+        mark = self._fence_base(ns_dir)
+        with self._blocks_lock:
+            nxt, top = self._blocks.get(namespace, (0, -1))
+            if top != mark or nxt > top:
+                with self._locked(ns_dir, _FLOOR_LOCK):
+                    mark = self._fence_base(ns_dir)
+                    nxt, top = mark + 1, mark + FENCE_BLOCK
+                    self._link_high(ns_dir, top)
+            self._blocks[namespace] = (nxt + 1, top)
+            return nxt
+
+    def _raise_high_past(self, ns_dir: str, fence: int) -> None:
+        """A re-claim's fence (the old one + 1) is handed out: raise the mark past it and past every
+        block's top, so no block hands that fence (or one below it) to a new record later."""
         with self._locked(ns_dir, _FLOOR_LOCK):
-            high = self._read_high(ns_dir) or 0
-            if fence > high:
-                self._link_high(ns_dir, fence)
-                high = fence
-        self._high[namespace] = max(high, self._high.get(namespace, 0))
+            mark = self._fence_base(ns_dir)
+            self._link_high(ns_dir, max(fence, mark + 1))
 
     def _raise_floor(self, ns_dir: str, floor: int) -> None:
         """Make ``.fence-floor``'s floor at least ``floor`` (durable; only deletes need it)."""
@@ -402,6 +428,7 @@ class FileBackend:
                     raise
                 # Somebody removed the namespace directory under us (rm -rf of the store): make it again.
                 self._ready.discard(namespace)
+                self._blocks.pop(namespace, None)
                 return self._transact_locked(namespace, key, name, stripe, decide)
 
     def _transact_locked(
@@ -421,16 +448,17 @@ class FileBackend:
                     if current is None:
                         current = found
             if current is None:
-                base = self._fence_base(ns_dir)
+                d = decide(None, 0)
+                if d.write is not None:  # a claim: a new record, with a fence of this backend's block
+                    d = decide(None, self._allocate(namespace, ns_dir) - 1)
             else:
-                base = 0
                 if current.fence == 0:
                     current = current._replace(fence=self._fence_base(ns_dir))
-            d = decide(current, base)
+                d = decide(current, 0)
             w = d.write
             if w is not None:
-                if w.fence > self._high.get(namespace, 0):
-                    self._raise_high(namespace, ns_dir, w.fence)
+                if current is not None and w.fence != current.fence:
+                    self._raise_high_past(ns_dir, w.fence)
                 self._write(ns_dir, path, _encode(w))  # its directory fsync also persists the mark
                 if legacy is not None:
                     _unlink_if_there(legacy, ns_dir)
@@ -455,7 +483,7 @@ class FileBackend:
                 there = [p for p in paths if os.path.lexists(p)]
                 if not there:
                     return False
-                self._raise_floor(ns_dir, max(self._fence_base(ns_dir), self._high.get(namespace, 0)))
+                self._raise_floor(ns_dir, self._fence_base(ns_dir))
                 for p in there:
                     _unlink_if_there(p, None)
                 _fsync_dir(ns_dir)
@@ -516,3 +544,4 @@ class FileBackend:
 
     def close(self) -> None:
         self._ready.clear()
+        self._blocks.clear()

@@ -3,7 +3,7 @@ real Redis and PostgreSQL servers started for the module).
 
 Two races in each run:
 * ``fresh``: nobody has the keys; every process claims all 200 in its own order. Exactly one
-  process may win each key (fence 1 on the servers; on file and SQLite one above the namespace's high
+  process may win each key (fence 1 on the servers; on file and SQLite above the namespace's high
   mark), and the record must end done by that winner.
 * ``stale``: the test claimed the keys first with a 1 ms lease and kept the tokens. Each process
   claims every key (winning some: the expired claim's fence + 1) and right after, whether it won or not, tries ``done``
@@ -126,8 +126,8 @@ def test_eight_processes_one_winner_per_key_and_no_stale_overwrite(
                     assert won_fence == stale_fences[key] + 1
                 elif backend in ("redis", "postgresql"):  # a counter per key
                     assert won_fence == 1
-                else:  # file, SQLite: one above the namespace's high mark at the time, at most one per claim
-                    assert 1 <= won_fence <= len(KEYS)
+                else:  # file, SQLite: above the namespace's high mark (file: from a block of each process)
+                    assert won_fence >= 1
                 winners[key], fences[key] = f"worker-{n}", won_fence
         assert sorted(winners) == KEYS, race  # exactly one winner per key
         for rec in cp.list(race):

@@ -122,11 +122,12 @@ def test_a_record_the_original_rewrote_without_our_fields_gets_a_fence_never_han
         "createdAt": clock.now - 10, "updatedAt": clock.now - 5,
     }, indent=2))
     rec = fcp.get("ns", "k")
-    assert rec is not None and rec.owner_run_id == "node" and rec.fence == 3 and rec.expired(clock.now)
+    mark = int(os.readlink(store / "ns" / ".fence-high"))  # at least every fence handed out
+    assert rec is not None and rec.owner_run_id == "node" and rec.fence == mark >= 3 and rec.expired(clock.now)
     with pytest.raises(LeaseLostError):
         fcp.done("ns", "k", c.lease_token)  # our overtaken owner stays refused
     again = fcp.claim("ns", "k")
-    assert isinstance(again, Claimed) and again.fence == 4 and again.checkpoint.attempts == 5
+    assert isinstance(again, Claimed) and again.fence == mark + 1 and again.checkpoint.attempts == 5
 
 
 def test_writes_leave_no_temp_files(fcp: SyncCheckpointClient, store: Path) -> None:
@@ -229,13 +230,45 @@ def test_gc_is_not_upset_by_a_temp_file_renamed_away_under_it_or_a_directory_nam
 
 
 def test_the_fence_floor_survives_reset_on_disk(fcp: SyncCheckpointClient, store: Path) -> None:
+    fences = []
     for _ in range(3):
         c = fcp.claim("ns", "k")
         assert isinstance(c, Claimed)
+        fences.append(c.fence)
         fcp.reset("ns", "k")
-    assert json.loads((store / "ns" / ".fence-floor").read_text()) == {"floor": 3, "high": 3}
+    assert fences == [1, 2, 3]  # new records take the next fences of the client's reserved block
+    assert json.loads((store / "ns" / ".fence-floor").read_text())["floor"] == 3
     again = SyncCheckpointClient(f"file://{store}").claim("ns", "k")  # a new client, same disk
-    assert isinstance(again, Claimed) and again.fence == 4
+    assert isinstance(again, Claimed) and again.fence > 3  # above the block the first client reserved
+
+
+def test_a_new_record_never_gets_a_fence_its_key_had_whoever_allocated_it(store: Path) -> None:
+    """Two clients (as two processes) each hold a block of fences; re-claims and deletes by the other
+    (the original's reset deletes only the file) never let a block hand a key a fence it had."""
+    url = f"file://{store}"
+    a, b = SyncCheckpointClient(url), SyncCheckpointClient(url)
+    seen: dict[str, list[int]] = {}
+
+    def claim(cp: SyncCheckpointClient, key: str, lease_ms: int = 60_000) -> None:
+        c = cp.claim("ns", key, lease_ms=lease_ms)
+        assert isinstance(c, Claimed)
+        assert all(c.fence > f for f in seen.get(key, [])), (key, c.fence, seen.get(key))
+        seen.setdefault(key, []).append(c.fence)
+
+    claim(a, "k", lease_ms=1)  # a's block
+    claim(b, "x")  # b reserves above a's block
+    deadline = time.monotonic() + 10
+    while not b.list("ns", expired=True):  # the 1 ms lease of k runs out
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    claim(b, "k")  # re-claim of the expired k by b: a's fence + 1, inside a's old block
+    (store / "ns" / "k.json").unlink()  # the original's reset
+    claim(a, "k")  # a must not use its old block: it would hand out a fence k already had
+    claim(a, "y")
+    (store / "ns" / "k.json").unlink()
+    claim(b, "k")
+    a.close()
+    b.close()
 
 
 def test_foreign_directories_in_the_store_are_ignored(fcp: SyncCheckpointClient, store: Path) -> None:

@@ -100,7 +100,7 @@ class CheckpointMachine(RuleBasedStateMachine):
     def base(self) -> int:
         """What a new record's fence is one above: file and SQLite keep a high mark that the original
         library's deletes cannot lower; memory only the fences of deleted records."""
-        return self.high if self.backend in ("file", "sqlite") else self.floor
+        return self.high if self.backend in ("file", "sqlite") else self.floor  # file: at least this
 
     def delete(self, key: str) -> None:
         self.floor = max(self.floor, self.model.pop(key).fence)
@@ -125,7 +125,9 @@ class CheckpointMachine(RuleBasedStateMachine):
         else:
             assert isinstance(got, Claimed), got
             if m is None:
-                m = Model(status=CheckpointStatus.CLAIMED, owner_run_id=owner, lease_until=now + lease, lease_ms=lease, token=got.lease_token, attempts=1, fence=self.base() + 1, fingerprint=fp,
+                # file: a new record takes the next fence of a block reserved above the high mark
+                fence = got.fence if self.backend == "file" and got.fence > self.high else self.base() + 1
+                m = Model(status=CheckpointStatus.CLAIMED, owner_run_id=owner, lease_until=now + lease, lease_ms=lease, token=got.lease_token, attempts=1, fence=fence, fingerprint=fp,
                           created_at=now, updated_at=now)
             else:
                 m = replace(m, owner_run_id=owner, lease_until=now + lease, lease_ms=lease, token=got.lease_token,
