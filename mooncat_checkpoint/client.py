@@ -93,7 +93,8 @@ class CheckpointClient:
         self, namespace: str, key: str, lease_token: str, extend_ms: int | None = None
     ) -> Checkpoint | None:
         """Renew the lease to now + ``extend_ms`` (default: the claim's lease_ms; 0 releases it now).
-        None if the record no longer exists; ``LeaseLostError`` if the token is not current."""
+        None, and nothing changes, when the record is not claimed with ``lease_token`` (no record,
+        done, failed, or claimed again), as the contract's ``Checkpoint | null`` says."""
         if self._inline is not None:
             try:
                 return self._inline.touch(namespace, key, lease_token, extend_ms)

@@ -108,6 +108,23 @@ def test_a_store_of_the_first_format_is_read_and_upgraded_on_the_next_write(
     assert fcp.reset("ns", "plain") and not (ns / "plain.json").exists()
 
 
+def test_gc_keeps_finished_records_of_an_earlier_release_unless_pruning_is_asked(
+    fcp: SyncCheckpointClient, store: Path, clock: FakeClock
+) -> None:
+    ns = store / "ns"
+    ns.mkdir(parents=True)
+    (ns / "done.json").write_text(json.dumps(_legacy_doc("done")))
+    (ns / "failed.json").write_text(json.dumps(_legacy_doc("failed", status="failed", result=None, error="x")))
+    (ns / "live.json").write_text(json.dumps(_legacy_doc(
+        "live", status="claimed", lease_until=clock.now + 60_000, lease_ms=60_000, lease_token="a" * 32, result=None)))
+    (ns / "expired.json").write_text(json.dumps(_legacy_doc(
+        "expired", status="claimed", lease_until=clock.now - 1, lease_ms=10, lease_token="b" * 32, result=None)))
+    assert fcp.gc(older_than_ms=0) == 1  # the expired claim only, however long the others sat idle
+    assert [r.key for r in fcp.list("ns")] == ["done", "failed", "live"]
+    assert fcp.gc(prune_finished_older_than_ms=0) == 2
+    assert [r.key for r in fcp.list("ns")] == ["live"]
+
+
 def test_a_record_the_original_rewrote_without_our_fields_gets_a_fence_never_handed_out(
     fcp: SyncCheckpointClient, store: Path, clock: FakeClock
 ) -> None:
