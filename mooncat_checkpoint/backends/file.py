@@ -254,13 +254,18 @@ class FileBackend:
         first format only the floor; a link removed by hand is rebuilt from what is left."""
         os.makedirs(os.path.join(ns_dir, ".locks"), exist_ok=True)  # a namespace only the original wrote
         with self._locked(ns_dir, _FLOOR_LOCK):
-            high = self._read_high(ns_dir)
-            if high is None:
-                floor, old_high = self._read_fences(ns_dir)
-                high = max([floor, old_high or 0, *(r.fence for r in self._scan(ns_dir))])
-                self._link_high(ns_dir, high)
-                _fsync_dir(ns_dir)
-            return high
+            return self._mark_locked(ns_dir)
+
+    def _mark_locked(self, ns_dir: str) -> int:
+        """The high mark, made if missing; the caller holds the fence lock (a second flock of it from
+        this process would wait for itself)."""
+        high = self._read_high(ns_dir)
+        if high is None:
+            floor, old_high = self._read_fences(ns_dir)
+            high = max([floor, old_high or 0, *(r.fence for r in self._scan(ns_dir))])
+            self._link_high(ns_dir, high)
+            _fsync_dir(ns_dir)
+        return high
 
     @contextlib.contextmanager
     def _locked(self, ns_dir: str, lock_name: str) -> Iterator[None]:
@@ -348,7 +353,7 @@ class FileBackend:
             nxt, top = self._blocks.get(namespace, (0, -1))
             if top != mark or nxt > top:
                 with self._locked(ns_dir, _FLOOR_LOCK):
-                    mark = self._fence_base(ns_dir)
+                    mark = self._mark_locked(ns_dir)
                     nxt, top = mark + 1, mark + FENCE_BLOCK
                     self._link_high(ns_dir, top)
             self._blocks[namespace] = (nxt + 1, top)
@@ -358,8 +363,7 @@ class FileBackend:
         """A re-claim's fence (the old one + 1) is handed out: raise the mark past it and past every
         block's top, so no block hands that fence (or one below it) to a new record later."""
         with self._locked(ns_dir, _FLOOR_LOCK):
-            mark = self._fence_base(ns_dir)
-            self._link_high(ns_dir, max(fence, mark + 1))
+            self._link_high(ns_dir, max(fence, self._mark_locked(ns_dir) + 1))
 
     def _raise_floor(self, ns_dir: str, floor: int) -> None:
         """Make ``.fence-floor``'s floor at least ``floor`` (durable; only deletes need it)."""
@@ -373,12 +377,17 @@ class FileBackend:
                 data = b'{"floor": %d, "high": %d}\n' % (floor, high)
                 self._write(ns_dir, os.path.join(ns_dir, _FLOOR_FILE), data)
 
-    def _fence_base(self, ns_dir: str) -> int:
+    def _fence_base(self, ns_dir: str, *, make: bool = True) -> int:
         """At least every fence the namespace ever handed out: a new record's fence is one more, and
         a record the other side wrote afresh (no fence) reads as this, so its next claim's fence (one
         more) has never been handed out either."""
         high = self._read_high(ns_dir)
-        return self._make_high(ns_dir) if high is None else high
+        if high is not None:
+            return high
+        if make:
+            return self._make_high(ns_dir)
+        floor, old_high = self._read_fences(ns_dir)  # a read (get, list) does not write the store
+        return max([floor, old_high or 0, *(r.fence for r in self._scan(ns_dir))])
 
     def _scan(self, ns_dir: str) -> builtins.list[StoredRecord]:
         """Every record in the directory, one per key (a current-format name wins over a legacy one)."""
@@ -497,7 +506,7 @@ class FileBackend:
             if rec is None and legacy_storage_name(key) != name:
                 rec = self._read_legacy(os.path.join(ns_dir, legacy_storage_name(key) + ".json"), key)
             if rec is not None and rec.fence == 0:
-                rec = rec._replace(fence=self._fence_base(ns_dir))
+                rec = rec._replace(fence=self._fence_base(ns_dir, make=False))
             return rec
 
     def list(self, namespace: str) -> builtins.list[StoredRecord]:
@@ -505,7 +514,7 @@ class FileBackend:
         with self._io(f"cannot list {namespace}"):
             records = self._scan(ns_dir)
             if any(r.fence == 0 for r in records):
-                base = self._fence_base(ns_dir)
+                base = self._fence_base(ns_dir, make=False)
                 records = [r._replace(fence=base) if r.fence == 0 else r for r in records]
         records.sort(key=lambda r: r.key)
         return records

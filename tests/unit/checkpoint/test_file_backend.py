@@ -259,6 +259,17 @@ def test_the_fence_floor_survives_reset_on_disk(fcp: SyncCheckpointClient, store
     assert isinstance(again, Claimed) and again.fence > 3  # above the block the first client reserved
 
 
+def test_a_high_mark_removed_by_hand_is_rebuilt_from_the_records(fcp: SyncCheckpointClient, store: Path) -> None:
+    c = fcp.claim("ns", "k", lease_ms=1)
+    assert isinstance(c, Claimed)
+    fcp.done("ns", "k", c.lease_token)
+    (store / "ns" / ".fence-high").unlink()
+    assert fcp.get("ns", "k") is not None and not (store / "ns" / ".fence-high").exists()  # reads write nothing
+    other = fcp.claim("ns", "other")  # the client's block is no longer the mark's: a new one, above "k"
+    assert isinstance(other, Claimed) and other.fence > c.fence
+    assert int(os.readlink(store / "ns" / ".fence-high")) >= other.fence
+
+
 def test_a_new_record_never_gets_a_fence_its_key_had_whoever_allocated_it(store: Path) -> None:
     """Two clients (as two processes) each hold a block of fences; re-claims and deletes by the other
     (the original's reset deletes only the file) never let a block hand a key a fence it had."""
