@@ -147,14 +147,24 @@ def test_a_record_the_original_rewrote_without_our_fields_gets_a_fence_never_han
     assert isinstance(again, Claimed) and again.fence == mark + 1 and again.checkpoint.attempts == 5
 
 
-def test_writes_leave_no_temp_files(fcp: SyncCheckpointClient, store: Path) -> None:
+def test_writes_leave_one_spare_temp_file_until_close_and_a_done_creates_no_inode_for_the_claim(
+    fcp: SyncCheckpointClient, store: Path
+) -> None:
+    def temps() -> list[Path]:
+        return [p for p in (store / "ns").iterdir() if p.name.startswith(".tmp")]
+
     for i in range(5):
         c = fcp.claim("ns", f"k{i}")
         assert isinstance(c, Claimed)
+        claim_inode = (store / "ns" / f"k{i}.json").stat().st_ino
         fcp.done("ns", f"k{i}", c.lease_token, i)
+        # done swapped its temp file with the claim's record: the claim's inode is now the spare
+        (spare,) = temps()
+        assert spare.stat().st_ino == claim_inode
+        assert json.loads((store / "ns" / f"k{i}.json").read_text())["status"] == "done"
     assert fcp.reset("ns", "k0")
-    leftovers = [p.name for p in (store / "ns").iterdir() if p.name.startswith(".tmp")]
-    assert leftovers == []
+    fcp.close()
+    assert temps() == []
 
 
 def test_a_failed_write_keeps_the_old_record(
@@ -257,6 +267,37 @@ def test_the_fence_floor_survives_reset_on_disk(fcp: SyncCheckpointClient, store
     assert json.loads((store / "ns" / ".fence-floor").read_text())["floor"] == 3
     again = SyncCheckpointClient(f"file://{store}").claim("ns", "k")  # a new client, same disk
     assert isinstance(again, Claimed) and again.fence > 3  # above the block the first client reserved
+
+
+def test_a_spare_temp_file_removed_under_the_client_is_made_again(fcp: SyncCheckpointClient, store: Path) -> None:
+    c = fcp.claim("ns", "a")
+    assert isinstance(c, Claimed)
+    fcp.done("ns", "a", c.lease_token, 1)
+    for spare in (store / "ns").glob(".tmp-*"):
+        spare.unlink()  # as another process's gc does to a temp file idle for an hour
+    c = fcp.claim("ns", "b")
+    assert isinstance(c, Claimed) and fcp.done("ns", "b", c.lease_token, 2).result == 2
+
+
+def test_without_an_atomic_exchange_writes_are_plain_renames(
+    fcp: SyncCheckpointClient, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctypes
+    import errno
+
+    from mooncat_checkpoint.backends import file as file_backend
+
+    def no_exchange(*_args: object) -> int:
+        ctypes.set_errno(errno.EINVAL)  # what a filesystem without RENAME_EXCHANGE answers
+        return -1
+
+    monkeypatch.setattr(file_backend, "_renameat2", no_exchange)
+    for key in ("a", "b"):
+        c = fcp.claim("ns", key)
+        assert isinstance(c, Claimed)
+        assert fcp.done("ns", key, c.lease_token, key).result == key
+    assert [p.name for p in (store / "ns").iterdir() if p.name.startswith(".tmp")] == []
+    assert [r.result for r in fcp.list("ns", "done")] == ["a", "b"]
 
 
 def test_a_high_mark_removed_by_hand_is_rebuilt_from_the_records(fcp: SyncCheckpointClient, store: Path) -> None:
