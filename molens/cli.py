@@ -8,6 +8,7 @@
     molens-node CONFIG stats                Raft, transport and state-machine counters (JSON)
     molens-node CONFIG snapshot             take a snapshot now and compact the log; prints its index
     molens-node CONFIG digest               applied index and sha256 of the state (equal on replicas)
+    molens-node CONFIG ready                exit 0 when this node's GET /readyz answers 200 (a HEALTHCHECK)
     molens-node CONFIG transfer-leader [--to ID]   this leader hands over (default: best follower)
     molens-node CONFIG reload-keys          re-read raft.curve.public_keys_dir on both node ports
     molens-node CONFIG add-node ID --raft-addr H:P [--rpc-addr H:P --http-addr H:P --admin-addr H:P]
@@ -28,6 +29,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -261,6 +264,28 @@ def format_status(st: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def cmd_ready(cfg: Config, timeout_s: float = 3.0) -> int:
+    """GET this node's ``/readyz`` over loopback (a wildcard ``http.host`` too); 0 when it answers 200,
+    else 1 with the answer or the reason on stderr. The container image's HEALTHCHECK."""
+    host = cfg.http.host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1" if host != "::" else "::1"
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{cfg.http.port}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            body = resp.read(2000)
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        body, status = exc.read(2000), exc.code
+    except OSError as exc:
+        print(f"not ready: {url}: {exc}", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"not ready: {url} answered {status}: {body.decode('utf-8', 'replace').strip()}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="molens-node", description="Run or control a Molens node.")
     p.add_argument("config", help="path to the node's YAML config (e.g. conf/node.yaml)")
@@ -268,7 +293,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "action",
         nargs="?",
         choices=["start", "stop", "restart", "status", "stats", "actors", "snapshot", "digest", "transfer-leader",
-                 "reload-keys", "add-node", "remove-node"],
+                 "reload-keys", "add-node", "remove-node", "ready"],
         help="omit to run in the foreground",
     )
     p.add_argument("node_id", nargs="?", help="add-node / remove-node: the node's id")
@@ -317,6 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_start(cfg, args.config)
         if args.action == "status":
             return cmd_status(cfg, args.json)
+        if args.action == "ready":
+            return cmd_ready(cfg)
         if args.action in ("add-node", "remove-node"):
             if not args.node_id:
                 raise CliError(f"{args.action}: give the node's id")

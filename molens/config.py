@@ -221,6 +221,7 @@ class HttpConfig:
     host: str = _opt("127.0.0.1", _nonempty)
     port: int = _opt(18081, _int_range(1, 65535))
     auth_token: str = ""
+    auth_token_file: str = ""
     max_body_bytes: int = _opt(8 << 20, _int_min(1024))
 
     @property
@@ -550,7 +551,24 @@ def load_dict(
     cfg: Config = _build(Config, merged, "")
     cfg = dataclasses.replace(cfg, source=source)
     _cross_checks(cfg)
-    return cfg
+    return _with_token_file(cfg)
+
+
+def _with_token_file(cfg: Config) -> Config:
+    """``http.auth_token`` read from ``http.auth_token_file`` (a Docker/compose secret), trailing
+    whitespace stripped; the file must hold a token and the two keys exclude each other."""
+    path = cfg.http.auth_token_file
+    if not path:
+        return cfg
+    if cfg.http.auth_token:
+        raise ConfigError("http.auth_token_file", "set either http.auth_token or http.auth_token_file, not both")
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("http.auth_token_file", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not token:
+        raise ConfigError("http.auth_token_file", f"{path} is empty")
+    return dataclasses.replace(cfg, http=dataclasses.replace(cfg.http, auth_token=token))
 
 
 def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:

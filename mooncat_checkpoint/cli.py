@@ -4,7 +4,7 @@
     mooncat-checkpoint [--url URL] list NS [--status claimed|done|failed] [--expired]
     mooncat-checkpoint [--url URL] get NS KEY
     mooncat-checkpoint [--url URL] reset NS KEY [--if-expired]
-    mooncat-checkpoint [--url URL] gc [--older-than MS]
+    mooncat-checkpoint [--url URL] gc [--older-than MS] [--prune-finished-older-than MS]
 
 Output is JSON on stdout: one object per line for ``list``, one object otherwise. Exit status: 0 done;
 1 nothing there (``get`` of a missing key, ``reset`` that deleted nothing); 2 bad usage or arguments,
@@ -85,10 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("key", metavar="KEY")
     p.add_argument("--if-expired", action="store_true", help="only if it is a claim whose lease has run out")
 
-    p = sub.add_parser("gc", parents=[common], help="delete expired claims (and old done/failed records)")
+    p = sub.add_parser(
+        "gc", parents=[common],
+        help="delete expired claims (done/failed records only with --prune-finished-older-than)",
+    )
     p.add_argument(
         "--older-than", type=_ms, default=None, metavar="MS",
-        help="also delete done/failed records not updated for MS milliseconds",
+        help="only claims whose lease ended at least MS milliseconds ago (default 0: every expired claim)",
+    )
+    p.add_argument(
+        "--prune-finished-older-than", type=_ms, default=None, metavar="MS",
+        help="also delete done/failed records not updated for MS milliseconds (their steps would run again)",
     )
     return parser
 
@@ -142,7 +149,7 @@ def _run(args: argparse.Namespace) -> int:
             _emit({"namespace": args.namespace, "key": args.key, "reset": True})
             return EXIT_OK
         if args.command == "gc":
-            _emit({"removed": cp.gc(args.older_than)})
+            _emit({"removed": cp.gc(args.older_than, prune_finished_older_than_ms=args.prune_finished_older_than)})
             return EXIT_OK
     raise InvalidArgumentError(f"unknown command {args.command!r}")  # argparse prevents this
 

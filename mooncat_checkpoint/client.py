@@ -93,7 +93,8 @@ class CheckpointClient:
         self, namespace: str, key: str, lease_token: str, extend_ms: int | None = None
     ) -> Checkpoint | None:
         """Renew the lease to now + ``extend_ms`` (default: the claim's lease_ms; 0 releases it now).
-        None if the record no longer exists; ``LeaseLostError`` if the token is not current."""
+        None, and nothing changes, when the record is not claimed with ``lease_token`` (no record,
+        done, failed, or claimed again), as the contract's ``Checkpoint | null`` says."""
         if self._inline is not None:
             try:
                 return self._inline.touch(namespace, key, lease_token, extend_ms)
@@ -162,12 +163,14 @@ class CheckpointClient:
             return await offload(self._engine.list, namespace, status, expired)
         return self._engine.list(namespace, status, expired)
 
-    async def gc(self, older_than_ms: int | None = None) -> int:
-        """Delete expired claims in every namespace; with ``older_than_ms`` also done/failed records
-        not updated for that long. Returns how many records went."""
+    async def gc(self, older_than_ms: int | None = None, *, prune_finished_older_than_ms: int | None = None) -> int:
+        """Delete, in every namespace, claims whose lease ended at least ``older_than_ms`` ago (None:
+        every expired claim), as the original library's ``gc({ olderThan })`` does. Done and failed
+        records stay, unless ``prune_finished_older_than_ms`` is given: then those not updated for
+        that long go too (their steps would run again). Returns how many records went."""
         if self._blocking:
-            return await offload(self._engine.gc, older_than_ms)
-        return self._engine.gc(older_than_ms)
+            return await offload(self._engine.gc, older_than_ms, prune_finished_older_than_ms)
+        return self._engine.gc(older_than_ms, prune_finished_older_than_ms)
 
     async def wait_done(
         self, namespace: str, key: str, timeout_s: float | None, *, poll_s: float = 0.25

@@ -182,12 +182,18 @@ class Engine:
             r.public() for r in self.backend.list(ns) if rules.matches(r, status=want, expired=expired, now_ms=now)
         ]
 
-    def gc(self, older_than_ms: int | None = None) -> int:
-        """Delete expired claims (and, with ``older_than_ms``, idle terminal records); how many went."""
+    def gc(self, older_than_ms: int | None = None, prune_finished_older_than_ms: int | None = None) -> int:
+        """Delete claims whose lease ended at least ``older_than_ms`` ago (None: every expired claim) in
+        every namespace; done/failed records only when ``prune_finished_older_than_ms`` is given, those
+        not updated for that long. How many records went."""
         self._check_open()
         older = None if older_than_ms is None else codec.check_ms("older_than_ms", older_than_ms, minimum=0)
+        prune = (
+            None if prune_finished_older_than_ms is None
+            else codec.check_ms("prune_finished_older_than_ms", prune_finished_older_than_ms, minimum=0)
+        )
         if self.server is not None:
-            return self.server.gc(self._server_now(), older)
+            return self.server.gc(self._server_now(), older, prune)
         backend = self._local()
         backend.clean_debris()
         clock = self.clock
@@ -196,7 +202,7 @@ class Engine:
         for ns in backend.namespaces():
             now = clock()
             try:
-                doomed = [r for r in backend.list(ns) if rules.collectable(r, now, older)]
+                doomed = [r for r in backend.list(ns) if rules.collectable(r, now, older, prune)]
             except CorruptRecordError as e:  # the other namespaces are still collected; said below
                 skipped.append((ns, e))
                 continue
@@ -204,7 +210,7 @@ class Engine:
                 continue
             # One floor write for the batch, instead of one per deleted record.
             backend.raise_floor(ns, max(r.fence for r in doomed))
-            decide = partial(_gc_decide, clock, older)
+            decide = partial(_gc_decide, clock, older, prune)
             for r in doomed:
                 if backend.transact(ns, r.key, decide):
                     removed += 1
@@ -222,8 +228,10 @@ class Engine:
             self.backend.close()
 
 
-def _gc_decide(clock: Clock, older: int | None, cur: StoredRecord | None, _floor: int) -> rules.Decision[bool]:
-    return rules.gc(cur, now_ms=clock(), older_than_ms=older)
+def _gc_decide(
+    clock: Clock, older: int | None, prune: int | None, cur: StoredRecord | None, _base: int
+) -> rules.Decision[bool]:
+    return rules.gc(cur, now_ms=clock(), older_than_ms=older, prune_finished_ms=prune)
 
 
 def _check_token(token: object) -> str:

@@ -32,8 +32,9 @@ class CheckpointError(Exception):
 
 
 class LeaseLostError(CheckpointError):
-    """The lease token is not the current token of a claimed record: it expired and was re-claimed,
-    the record was reset or collected, or it was already marked done/failed."""
+    """``done``/``fail`` with a token that is not the current token of a claimed record; the message
+    says which: no record, already done, already failed, never valid for the record's only claim, or
+    not the current claim's after a re-claim. (``touch`` returns None in these cases instead.)"""
 
 
 class FingerprintMismatchError(CheckpointError):

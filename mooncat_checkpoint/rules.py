@@ -6,12 +6,14 @@
                       |   \\--fail--> failed    (terminal until reset)
                       \\-- lease expired: claim again -> claimed (new token, fence + 1, attempts + 1)
 
-* ``touch``/``done``/``fail`` need the current token of a claimed record, else ``LeaseLostError``. The
+* ``done``/``fail`` need the current token of a claimed record, else ``LeaseLostError``; ``touch``
+  returns None then (the contract's ``Checkpoint | null``). The
   token stays current after the lease expires until somebody claims again, so a late but unchallenged
   owner can still finish; an owner that was overtaken cannot (that is the fencing guarantee).
-* ``fence``: a fresh record starts at ``floor + 1`` where ``floor`` (kept per namespace by the backend)
-  is at least the fence of every record deleted from the namespace; so a key's fence never repeats or
-  goes down, across expiry, ``reset`` and ``gc``.
+* ``fence``: a fresh record starts at ``base + 1`` where ``base`` (kept per namespace by the backend)
+  is at least every fence a record of the namespace ever had (file and SQLite: every fence handed out,
+  so a record deleted by anyone, the original library's ``reset``/``gc`` included, is covered); so a
+  key's fence never repeats or goes down, across expiry, ``reset`` and ``gc``.
 * ``fingerprint``: stored by the claim that creates (or re-claims) the record; a claim bringing a
   different one raises ``FingerprintMismatchError`` whatever the record's state. A claim without a
   fingerprint is not checked.
@@ -52,16 +54,26 @@ def _where(namespace: str, key: str) -> str:
     return f"{namespace}/{shown!r}"
 
 
-def lease_lost(current: StoredRecord | None, namespace: str, key: str) -> LeaseLostError:
-    """The error for a token that is not the current token of ``current`` (stores that check tokens
-    themselves, Redis and PostgreSQL, raise it with the record they found)."""
+def lease_lost(current: StoredRecord | Checkpoint | None, namespace: str, key: str) -> LeaseLostError:
+    """The error for a token that is not the current token of ``current``, saying which case it is (stores
+    that check tokens themselves, Redis and PostgreSQL, raise it with the record they found; a step's
+    renewal with what ``get`` returned)."""
+    where = _where(namespace, key)
     if current is None:
-        return LeaseLostError(f"{_where(namespace, key)}: lease lost: no record (it was reset or collected)")
-    if current.status is not _CLAIMED:
-        return LeaseLostError(f"{_where(namespace, key)}: lease lost: the record is already {current.status.value}")
+        return LeaseLostError(f"{where}: lease lost: there is no record (never claimed, or reset or collected since)")
+    if current.status is _DONE:
+        return LeaseLostError(f"{where}: lease lost: the step is already done (its result stands)")
+    if current.status is _FAILED:
+        return LeaseLostError(f"{where}: lease lost: the step already failed (reset it to run it again)")
+    holder = f"fence {current.fence}, owner {current.owner_run_id!r}"
+    if current.attempts <= 1:
+        return LeaseLostError(
+            f"{where}: lease lost: the token was never valid for this record, whose only claim ({holder}) "
+            "has another token"
+        )
     return LeaseLostError(
-        f"{_where(namespace, key)}: lease lost: the token is not the current one "
-        f"(claimed again, now fence {current.fence} owned by {current.owner_run_id!r})"
+        f"{where}: lease lost: the token is not that of the current claim (attempt {current.attempts}, {holder}): "
+        "an earlier claim's lease expired and the key was claimed again, or the token was never valid"
     )
 
 
@@ -79,7 +91,7 @@ def _check_token(current: StoredRecord | None, namespace: str, key: str, token: 
 
 def claim(
     current: StoredRecord | None,
-    floor: int,
+    base: int,
     *,
     namespace: str,
     key: str,
@@ -89,10 +101,10 @@ def claim(
     fingerprint: str | None,
     token: str,
 ) -> Decision[ClaimResult]:
-    """``floor`` is the namespace fence floor; it is only read when there is no record."""
+    """``base`` is the namespace's fence base; it is only read when there is no record."""
     if current is None:
         rec = StoredRecord(
-            namespace, key, _CLAIMED, owner_run_id, now_ms + lease_ms, lease_ms, token, 1, floor + 1,
+            namespace, key, _CLAIMED, owner_run_id, now_ms + lease_ms, lease_ms, token, 1, base + 1,
             fingerprint, now_ms, now_ms,
         )
         return Decision(Claimed(rec.public(), token, rec.fence), write=rec)
@@ -115,12 +127,13 @@ def claim(
 def touch(
     current: StoredRecord | None, *, namespace: str, key: str, now_ms: int, token: str, extend_ms: int | None
 ) -> Decision[Checkpoint | None]:
-    """Renew the lease to ``now + extend_ms`` (default: the claim's lease). No record at all -> None."""
-    if current is None:
+    """Renew the lease to ``now + extend_ms`` (default: the claim's lease). As the contract says, None
+    (nothing changes) when the record is not claimed with ``token``: no record, finished, or another
+    claim's; ``done``/``fail`` raise ``LeaseLostError`` in those cases instead."""
+    if current is None or current.status is not _CLAIMED or current.lease_token != token:
         return Decision(None)
-    cur = _check_token(current, namespace, key, token)
-    lease = cur.lease_ms if extend_ms is None else extend_ms
-    rec = cur._replace(lease_until=now_ms + (lease or 0), updated_at=now_ms)
+    lease = current.lease_ms if extend_ms is None else extend_ms
+    rec = current._replace(lease_until=now_ms + (lease or 0), updated_at=now_ms)
     return Decision(rec.public(), write=rec)
 
 
@@ -160,15 +173,19 @@ def reset(current: StoredRecord | None, *, now_ms: int, if_expired: bool) -> Dec
     return Decision(True, delete=True)
 
 
-def collectable(record: StoredRecord, now_ms: int, older_than_ms: int | None) -> bool:
-    """gc removes expired claims, and with ``older_than_ms`` terminal records idle for at least that long."""
+def collectable(record: StoredRecord, now_ms: int, older_than_ms: int | None, prune_finished_ms: int | None) -> bool:
+    """gc removes claims whose lease ended at least ``older_than_ms`` ago (the original library's grace
+    period; None or 0: every expired claim) and, only when ``prune_finished_ms`` is given, done/failed
+    records not updated for at least that long."""
     if record.status is _CLAIMED:
-        return record.expired(now_ms)
-    return older_than_ms is not None and now_ms - record.updated_at >= older_than_ms
+        return record.lease_until is not None and now_ms - record.lease_until >= (older_than_ms or 0)
+    return prune_finished_ms is not None and now_ms - record.updated_at >= prune_finished_ms
 
 
-def gc(current: StoredRecord | None, *, now_ms: int, older_than_ms: int | None) -> Decision[bool]:
-    if current is None or not collectable(current, now_ms, older_than_ms):
+def gc(
+    current: StoredRecord | None, *, now_ms: int, older_than_ms: int | None, prune_finished_ms: int | None
+) -> Decision[bool]:
+    if current is None or not collectable(current, now_ms, older_than_ms, prune_finished_ms):
         return Decision(False)
     return Decision(True, delete=True)
 

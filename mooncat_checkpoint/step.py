@@ -7,7 +7,7 @@
             step.result = await work()    # stored with done on a normal exit
 
 While the block runs, a background task renews the lease every ``lease_ms / 3``. If a renewal finds
-the lease lost (re-claimed after an expiry, reset, collected), the block is cancelled and
+the lease lost (``touch`` returns None: re-claimed after an expiry, reset, collected), the block is cancelled and
 ``LeaseLostError`` comes out of the ``async with`` instead of ``CancelledError``. An exception in the
 block marks the step failed and is re-raised; cancellation or ``KeyboardInterrupt`` is not a failure
 of the step: the lease is released at once (``touch(extend_ms=0)``) so another run can claim it.
@@ -25,6 +25,7 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
 
+from mooncat_checkpoint import rules
 from mooncat_checkpoint.errors import (
     CheckpointError,
     CheckpointResultSerializationError,
@@ -105,6 +106,10 @@ class _StepState:
     def _where(self) -> str:
         return f"{self.namespace}/{self.key!r}"
 
+    def _lost_because(self, found: Checkpoint | None) -> LeaseLostError:
+        """The error for a renewal that found the lease gone, saying what holds the key now."""
+        return rules.lease_lost(found, self.namespace, self.key)
+
 
 class Step(_StepState):
     """The handle of ``async with cp.step(...)``; see the module docstring."""
@@ -141,16 +146,12 @@ class Step(_StepState):
         while True:
             await asyncio.sleep(interval)
             try:
-                cp = await self._client.touch(self.namespace, self.key, claim.lease_token, self.lease_ms)
-            except LeaseLostError as e:
-                lost = e
+                if await self._client.touch(self.namespace, self.key, claim.lease_token, self.lease_ms) is not None:
+                    continue
+                lost = self._lost_because(await self._client.get(self.namespace, self.key))
             except CheckpointError as e:  # the store is unwell; the lease may still be ours: retry
                 log.warning("lease renewal failed, retrying step=%s error=%s", self._where(), e)
                 continue
-            else:
-                if cp is not None:
-                    continue
-                lost = LeaseLostError(f"{self._where()}: lease lost: the record was reset or collected")
             log.warning("lease lost step=%s fence=%d reason=%s", self._where(), claim.fence, lost)
             self._lost = lost
             if not self._closing and self._task is not None:
@@ -251,16 +252,12 @@ class SyncStep(_StepState):
         interval = self._renewal_interval_s()
         while not self._stop.wait(interval):
             try:
-                cp = self._client.touch(self.namespace, self.key, claim.lease_token, self.lease_ms)
-            except LeaseLostError as e:
-                self._lost = e
+                if self._client.touch(self.namespace, self.key, claim.lease_token, self.lease_ms) is not None:
+                    continue
+                self._lost = self._lost_because(self._client.get(self.namespace, self.key))
             except CheckpointError as e:
                 log.warning("lease renewal failed, retrying step=%s error=%s", self._where(), e)
                 continue
-            else:
-                if cp is not None:
-                    continue
-                self._lost = LeaseLostError(f"{self._where()}: lease lost: the record was reset or collected")
             log.warning("lease lost step=%s fence=%d reason=%s", self._where(), claim.fence, self._lost)
             return
 

@@ -86,8 +86,10 @@ class SyncCheckpointClient:
     ) -> builtins.list[Checkpoint]:
         return self._engine.list(namespace, status, expired)
 
-    def gc(self, older_than_ms: int | None = None) -> int:
-        return self._engine.gc(older_than_ms)
+    def gc(self, older_than_ms: int | None = None, *, prune_finished_older_than_ms: int | None = None) -> int:
+        """As ``CheckpointClient.gc``: expired claims (with a grace of ``older_than_ms``); done/failed
+        records only with ``prune_finished_older_than_ms``."""
+        return self._engine.gc(older_than_ms, prune_finished_older_than_ms)
 
     def wait_done(self, namespace: str, key: str, timeout_s: float | None, *, poll_s: float = 0.25) -> Checkpoint:
         check_namespace(namespace)

@@ -1,7 +1,7 @@
 """Real Redis and PostgreSQL servers for the checkpoint tests and benchmark: Debian's binaries, started
 on 127.0.0.1 on free ports in temp directories, stopped by PID.
 
-scripts/setup installs ``redis-server`` and ``postgresql``; a missing binary fails the test that
+scripts/test installs ``redis-server`` and ``postgresql``; a missing binary fails the test that
 needs it (it is never skipped). PostgreSQL refuses to run as root, so it runs as the ``postgres``
 system user (``Popen(user=...)``: the PID we keep is the server's own).
 """
@@ -27,7 +27,7 @@ _START_TIMEOUT_S = 30.0
 
 
 class ServerMissing(RuntimeError):
-    """The server binary is not installed (scripts/setup installs it)."""
+    """The server binary is not installed (scripts/test installs it)."""
 
 
 def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
@@ -53,7 +53,7 @@ def redis_server() -> Iterator[str]:
     """A throwaway redis-server; yields ``redis://127.0.0.1:PORT/0``."""
     binary = shutil.which("redis-server")
     if binary is None:
-        raise ServerMissing("redis-server is not installed: scripts/setup installs it (apt-get install redis-server)")
+        raise ServerMissing("redis-server is not installed: scripts/test installs it (apt-get install redis-server)")
     import redis
 
     tmp = tempfile.mkdtemp(prefix="mooncat-redis-")
@@ -84,7 +84,7 @@ def redis_server() -> Iterator[str]:
 def _pg_bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if not found:
-        raise ServerMissing(f"PostgreSQL's {name} is not installed: scripts/setup installs it (apt-get install postgresql)")
+        raise ServerMissing(f"PostgreSQL's {name} is not installed: scripts/test installs it (apt-get install postgresql)")
     return found[-1]
 
 

@@ -6,17 +6,29 @@ Layout of a namespace directory::
     DIR/<ns>/<key>.json              the record (``naming.storage_name`` picks the name, as the original does)
     DIR/<ns>/sha256-<32 hex>.json    a key that is not a safe file name; the record holds the key
     DIR/<ns>/.locks/00 .. 3f         flock(2) lock files, one per stripe of keys (never deleted)
-    DIR/<ns>/.fence-floor            {"floor": F, "high": H}: F >= the fence of every deleted record,
-                                     H >= every fence handed out in the namespace
-    DIR/<ns>/.tmp-<pid>-<n>          a write in progress (gc removes ones older than an hour)
+    DIR/<ns>/.fence-high             a symbolic link whose target is a number, the high mark: at least
+                                     every fence handed out in the namespace
+    DIR/<ns>/.fence-floor            {"floor": F, "high": H}: F >= the fence of every record this library
+                                     deleted (H: the high mark of earlier releases)
+    DIR/<ns>/.tmp-<pid>-<n>          a write in progress, or a client's spare (below; gc removes ones
+                                     older than an hour, close() its own)
 
 A record is the original's camelCase JSON (``namespace key status ownerRunId leaseToken leaseUntil
 result resultRef attempts createdAt updatedAt``) plus our ``error fence fingerprint leaseMs format``,
 which the original ignores (and keeps when it updates a record in place). Three kinds are read:
-ours; the original's (no fence: it gets the namespace's ``max(F, H)``, so the next claim's fence has
-never been handed out); and this library's first format (snake_case, ``format: 1``, some keys under
-``sha256-<64 hex>``), rewritten in the current format and name on its next write. What the original
-cannot see: it locks only within its own process, and its reset/gc deletes a record without raising F.
+ours; the original's (no fence: it reads as the namespace's fence base, the high mark, so the next
+claim's fence has never been handed out); and this library's first format (snake_case, ``format: 1``,
+some keys under ``sha256-<64 hex>``), rewritten in the current format and name on its next write.
+
+Fences: the high mark is at least every fence handed out in the namespace. A re-claim's fence (the old
+one + 1) raises the mark past it before the record is written; a new record takes the next fence of a
+block of ``FENCE_BLOCK`` fences the backend reserved above the mark (one write of the mark per block),
+used only while the block's top is still the mark, i.e. while nobody handed out a newer fence. So a key
+deleted by anyone (the original's reset and gc delete record files and nothing else) still continues
+above its old fence, and a claim of a new key costs no write beyond its record's. The mark is a
+symbolic link because its target lives in the link's inode, which the record's own directory fsync
+makes durable with it: a reservation costs a ``symlink`` + ``rename``, not a third and fourth fsync.
+What the original cannot see: it locks only within its own process.
 
 Every change happens under an exclusive ``flock`` on the key's stripe lock file, so a claim is atomic
 across threads and processes on one machine (flock is per open file description; each operation
@@ -24,19 +36,24 @@ opens its own). Reads need no lock: a record changes only by ``rename`` of a com
 
 Durability: each write is temp file -> ``fsync`` -> ``rename`` -> ``fsync`` of the directory, so a
 record that was reported written survives a power cut (and a fence handed out is never handed out
-again). That costs two fsyncs per change. Local filesystems only: flock over NFS is not dependable.
+again). That costs two fsyncs per change. Where a record is replaced, the rename is an atomic exchange
+(``renameat2(RENAME_EXCHANGE)``, plain ``rename`` where the filesystem has none) and the old inode
+becomes the thread's spare temp file for its next write: a claim + done creates one inode, not two.
+Local filesystems only: flock over NFS is not dependable.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
 import errno
 import fcntl
 import itertools
 import json
 import os
 import stat
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -54,13 +71,30 @@ __all__ = ["FileBackend", "STRIPES"]
 T = TypeVar("T")
 
 STRIPES = 64
+FENCE_BLOCK = 1024  # fences a backend reserves for new records with one write of the high mark
 FORMAT = 2  # 1: this library's first, snake_case format (still read)
 _DEBRIS_AGE_S = 3600.0
 _FLOOR_FILE = ".fence-floor"
+_HIGH_LINK = ".fence-high"
 _FLOOR_LOCK = "floor"
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
 _temp_ids = itertools.count()  # shared by every backend in the process: temp names never collide
 _dumps = json.JSONEncoder(ensure_ascii=False).encode
 
+
+def _c_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    """The C library's ``renameat2`` (Linux, glibc 2.28+), or None."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_renameat2 = _c_renameat2()
 
 _READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
 
@@ -203,7 +237,13 @@ class FileBackend:
     def __init__(self, directory: str) -> None:
         self.root = os.path.abspath(directory)
         self._ready: set[str] = set()  # namespaces whose directories and fence file this backend has seen
-        self._high: dict[str, int] = {}  # a lower bound of each namespace's "high" (it only grows)
+        # Per namespace, the block of fences this backend reserved for new records: (next, top). It is
+        # used only while ``top`` is still the namespace's high mark (see ``_allocate``).
+        self._blocks: dict[str, tuple[int, int]] = {}
+        self._blocks_lock = threading.Lock()
+        self._spares = threading.local()  # per thread: namespace directory -> its spare temp file
+        self._spare_paths: set[str] = set()  # every thread's, removed by close()
+        self._can_exchange = True
         try:
             os.makedirs(self.root, exist_ok=True)
             probe = os.path.join(self.root, f".tmp-{os.getpid()}-{next(_temp_ids)}")
@@ -230,15 +270,25 @@ class FileBackend:
         return path
 
     def _init_fences(self, namespace: str, ns_dir: str) -> None:
-        """Give a namespace its "high" mark once: stores of the first format only kept the floor."""
-        floor, high = self._read_fences(ns_dir)
+        self._fence_base(ns_dir)  # a namespace made by an earlier release gets its mark now
+
+    def _make_high(self, ns_dir: str) -> int:
+        """Give a namespace its high mark link: earlier releases kept the mark in ``.fence-floor``, the
+        first format only the floor; a link removed by hand is rebuilt from what is left."""
+        os.makedirs(os.path.join(ns_dir, ".locks"), exist_ok=True)  # a namespace only the original wrote
+        with self._locked(ns_dir, _FLOOR_LOCK):
+            return self._mark_locked(ns_dir)
+
+    def _mark_locked(self, ns_dir: str) -> int:
+        """The high mark, made if missing; the caller holds the fence lock (a second flock of it from
+        this process would wait for itself)."""
+        high = self._read_high(ns_dir)
         if high is None:
-            with self._locked(ns_dir, _FLOOR_LOCK):
-                floor, high = self._read_fences(ns_dir)
-                if high is None:
-                    high = max([floor, *(r.fence for r in self._scan(ns_dir))])
-                    self._write_fences(ns_dir, floor, high)
-        self._high[namespace] = max(high, self._high.get(namespace, 0))
+            floor, old_high = self._read_fences(ns_dir)
+            high = max([floor, old_high or 0, *(r.fence for r in self._scan(ns_dir))])
+            self._link_high(ns_dir, high)
+            _fsync_dir(ns_dir)
+        return high
 
     @contextlib.contextmanager
     def _locked(self, ns_dir: str, lock_name: str) -> Iterator[None]:
@@ -249,9 +299,25 @@ class FileBackend:
         finally:
             os.close(fd)  # closing the last descriptor of the open file drops the flock
 
-    def _write(self, ns_dir: str, final: str, data: bytes) -> None:
-        tmp = os.path.join(ns_dir, f".tmp-{os.getpid()}-{next(_temp_ids)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    def _write(self, ns_dir: str, final: str, data: bytes, *, replaces: bool = False) -> None:
+        """Write ``final`` atomically and durably: temp file, fsync, rename, fsync of the directory.
+
+        With ``replaces`` (a record is there) the rename is an exchange (``renameat2``
+        ``RENAME_EXCHANGE``): the temp name then holds the old record's inode, kept as this thread's
+        spare for the namespace and overwritten by its next write. A claim + done thus creates one
+        inode instead of two, and creating one costs more CPU than the rest of the write (ext4)."""
+        spares = self._thread_spares()
+        tmp = spares.pop(ns_dir, None)
+        fd = -1
+        if tmp is not None:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+            except FileNotFoundError:  # gc removed it (idle for an hour)
+                self._spare_paths.discard(tmp)
+        if fd < 0:
+            tmp = os.path.join(ns_dir, f".tmp-{os.getpid()}-{next(_temp_ids)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        assert tmp is not None
         try:
             view = memoryview(data)
             while view:
@@ -259,12 +325,37 @@ class FileBackend:
             os.fsync(fd)
         except BaseException:
             os.close(fd)
+            self._spare_paths.discard(tmp)
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
         os.close(fd)
-        os.replace(tmp, final)
+        if replaces and self._exchange(tmp, final):
+            spares[ns_dir] = tmp
+            self._spare_paths.add(tmp)
+        else:
+            self._spare_paths.discard(tmp)
+            os.replace(tmp, final)
         _fsync_dir(ns_dir)
+
+    def _exchange(self, a: str, b: str) -> bool:
+        """Swap two names atomically; False when ``b`` is not there or the filesystem cannot."""
+        if _renameat2 is None or not self._can_exchange:
+            return False
+        if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV):
+            self._can_exchange = False  # this filesystem (or kernel) has no exchange: plain renames
+        elif err != errno.ENOENT:
+            raise OSError(err, os.strerror(err), b)
+        return False
+
+    def _thread_spares(self) -> dict[str, str]:
+        spares: dict[str, str] | None = getattr(self._spares, "by_dir", None)
+        if spares is None:
+            spares = self._spares.by_dir = {}
+        return spares
 
     def _read(self, path: str, key: str | None) -> StoredRecord | None:
         data = _read_file(path)
@@ -294,26 +385,73 @@ class FileBackend:
             raise CorruptRecordError(f"unreadable fence floor in {ns_dir}: {doc!r}")
         return floor, high
 
-    def _write_fences(self, ns_dir: str, floor: int, high: int) -> None:
-        self._write(ns_dir, os.path.join(ns_dir, _FLOOR_FILE), b'{"floor": %d, "high": %d}\n' % (floor, high))
+    def _read_high(self, ns_dir: str) -> int | None:
+        """The high mark (the ``.fence-high`` link's target), None if the namespace has none yet."""
+        try:
+            target = os.readlink(os.path.join(ns_dir, _HIGH_LINK))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CorruptRecordError(f"unreadable fence high mark in {ns_dir}: {e.strerror or e}") from None
+        if not target.isdigit():
+            raise CorruptRecordError(f"unreadable fence high mark in {ns_dir}: {target!r}")
+        return int(target)
 
-    def _raise_fences(self, namespace: str, ns_dir: str, *, floor: int = 0, high: int = 0) -> None:
+    def _link_high(self, ns_dir: str, high: int) -> None:
+        """Point the high mark at ``high`` (atomic rename). Not fsynced here: the caller's next
+        directory fsync (the record write that hands the fence out) makes it durable."""
+        tmp = os.path.join(ns_dir, f".tmp-{os.getpid()}-{next(_temp_ids)}")
+        os.symlink(str(high), tmp)
+        os.replace(tmp, os.path.join(ns_dir, _HIGH_LINK))
+
+    def _allocate(self, namespace: str, ns_dir: str) -> int:
+        """The fence of a new record: the next of this backend's block, while the block's top is still
+        the namespace's high mark; else a new block of ``FENCE_BLOCK`` reserved above the mark (the
+        mark raised to its top; the caller's record write makes that durable before the fence is
+        returned). Why a fence never repeats for a key: every fence handed out is at most the mark;
+        any other allocation (another process's block, a re-claim) raises the mark past this block's
+        top first, so this block is used only while nothing newer was handed out; and this block's
+        fences are handed out in increasing order."""
+        mark = self._fence_base(ns_dir)
+        with self._blocks_lock:
+            nxt, top = self._blocks.get(namespace, (0, -1))
+            if top != mark or nxt > top:
+                with self._locked(ns_dir, _FLOOR_LOCK):
+                    mark = self._mark_locked(ns_dir)
+                    nxt, top = mark + 1, mark + FENCE_BLOCK
+                    self._link_high(ns_dir, top)
+            self._blocks[namespace] = (nxt + 1, top)
+            return nxt
+
+    def _raise_high_past(self, ns_dir: str, fence: int) -> None:
+        """A re-claim's fence (the old one + 1) is handed out: raise the mark past it and past every
+        block's top, so no block hands that fence (or one below it) to a new record later."""
+        with self._locked(ns_dir, _FLOOR_LOCK):
+            self._link_high(ns_dir, max(fence, self._mark_locked(ns_dir) + 1))
+
+    def _raise_floor(self, ns_dir: str, floor: int) -> None:
+        """Make ``.fence-floor``'s floor at least ``floor`` (durable; only deletes need it)."""
         cur_floor, cur_high = self._read_fences(ns_dir)
-        if floor <= cur_floor and high <= (cur_high or 0):
-            self._high[namespace] = max(cur_high or 0, self._high.get(namespace, 0))
+        if floor <= cur_floor:
             return
         with self._locked(ns_dir, _FLOOR_LOCK):
             cur_floor, cur_high = self._read_fences(ns_dir)
-            new_floor, new_high = max(floor, cur_floor), max(high, floor, cur_high or 0)
-            if (new_floor, new_high) != (cur_floor, cur_high):
-                self._write_fences(ns_dir, new_floor, new_high)
-        self._high[namespace] = max(new_high, self._high.get(namespace, 0))
+            if floor > cur_floor:
+                high = max(floor, cur_high or 0, self._read_high(ns_dir) or 0)
+                data = b'{"floor": %d, "high": %d}\n' % (floor, high)
+                self._write(ns_dir, os.path.join(ns_dir, _FLOOR_FILE), data)
 
-    def _fence_base(self, ns_dir: str) -> int:
-        """The fence of a record the other side wrote afresh: at least every fence handed out, so the
-        next claim's fence (one more) has never been handed out."""
-        floor, high = self._read_fences(ns_dir)
-        return max(floor, high or 0)
+    def _fence_base(self, ns_dir: str, *, make: bool = True) -> int:
+        """At least every fence the namespace ever handed out: a new record's fence is one more, and
+        a record the other side wrote afresh (no fence) reads as this, so its next claim's fence (one
+        more) has never been handed out either."""
+        high = self._read_high(ns_dir)
+        if high is not None:
+            return high
+        if make:
+            return self._make_high(ns_dir)
+        floor, old_high = self._read_fences(ns_dir)  # a read (get, list) does not write the store
+        return max([floor, old_high or 0, *(r.fence for r in self._scan(ns_dir))])
 
     def _scan(self, ns_dir: str) -> builtins.list[StoredRecord]:
         """Every record in the directory, one per key (a current-format name wins over a legacy one)."""
@@ -363,6 +501,7 @@ class FileBackend:
                     raise
                 # Somebody removed the namespace directory under us (rm -rf of the store): make it again.
                 self._ready.discard(namespace)
+                self._blocks.pop(namespace, None)
                 return self._transact_locked(namespace, key, name, stripe, decide)
 
     def _transact_locked(
@@ -382,21 +521,23 @@ class FileBackend:
                     if current is None:
                         current = found
             if current is None:
-                floor = self._read_fences(ns_dir)[0]
+                d = decide(None, 0)
+                if d.write is not None:  # a claim: a new record, with a fence of this backend's block
+                    d = decide(None, self._allocate(namespace, ns_dir) - 1)
             else:
-                floor = 0
                 if current.fence == 0:
                     current = current._replace(fence=self._fence_base(ns_dir))
-            d = decide(current, floor)
+                d = decide(current, 0)
             w = d.write
             if w is not None:
-                if w.fence > self._high.get(namespace, 0):
-                    self._raise_fences(namespace, ns_dir, high=w.fence)
-                self._write(ns_dir, path, _encode(w))
+                if current is not None and w.fence != current.fence:
+                    self._raise_high_past(ns_dir, w.fence)
+                # its directory fsync also persists the mark
+                self._write(ns_dir, path, _encode(w), replaces=current is not None and legacy is None)
                 if legacy is not None:
                     _unlink_if_there(legacy, ns_dir)
             elif d.delete and current is not None:
-                self._raise_fences(namespace, ns_dir, floor=current.fence)
+                self._raise_floor(ns_dir, current.fence)
                 _unlink_if_there(path, None)
                 if legacy is not None:  # else a first-format record would come back from under it
                     _unlink_if_there(legacy, None)
@@ -416,8 +557,7 @@ class FileBackend:
                 there = [p for p in paths if os.path.lexists(p)]
                 if not there:
                     return False
-                floor, high = self._read_fences(ns_dir)
-                self._raise_fences(namespace, ns_dir, floor=max(floor, high or 0, self._high.get(namespace, 0)))
+                self._raise_floor(ns_dir, self._fence_base(ns_dir))
                 for p in there:
                     _unlink_if_there(p, None)
                 _fsync_dir(ns_dir)
@@ -431,7 +571,7 @@ class FileBackend:
             if rec is None and legacy_storage_name(key) != name:
                 rec = self._read_legacy(os.path.join(ns_dir, legacy_storage_name(key) + ".json"), key)
             if rec is not None and rec.fence == 0:
-                rec = rec._replace(fence=self._fence_base(ns_dir))
+                rec = rec._replace(fence=self._fence_base(ns_dir, make=False))
             return rec
 
     def list(self, namespace: str) -> builtins.list[StoredRecord]:
@@ -439,7 +579,7 @@ class FileBackend:
         with self._io(f"cannot list {namespace}"):
             records = self._scan(ns_dir)
             if any(r.fence == 0 for r in records):
-                base = self._fence_base(ns_dir)
+                base = self._fence_base(ns_dir, make=False)
                 records = [r._replace(fence=base) if r.fence == 0 else r for r in records]
         records.sort(key=lambda r: r.key)
         return records
@@ -457,7 +597,7 @@ class FileBackend:
 
     def raise_floor(self, namespace: str, fence: int) -> None:
         with self._io(f"cannot raise the fence floor of {namespace}"):
-            self._raise_fences(namespace, self._ns_dir(namespace, create=True), floor=fence)
+            self._raise_floor(self._ns_dir(namespace, create=True), fence)
 
     def clean_debris(self) -> None:
         cutoff = time.time() - _DEBRIS_AGE_S
@@ -471,10 +611,15 @@ class FileBackend:
                             continue
                         try:  # a writer renames its temp file away at any moment: gone is fine
                             st = entry.stat(follow_symlinks=False)
-                            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                            if (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)) and st.st_mtime < cutoff:
                                 os.unlink(entry.path)
                         except FileNotFoundError:
                             continue
 
     def close(self) -> None:
         self._ready.clear()
+        self._blocks.clear()
+        for path in list(self._spare_paths):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self._spare_paths.clear()

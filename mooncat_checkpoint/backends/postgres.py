@@ -105,8 +105,8 @@ RETURNING 1"""
 _GC = f"""WITH t AS (SELECT {_NOW} AS now)
 UPDATE {TABLE} AS c SET {_EMPTY} FROM t
 WHERE c.status IS NOT NULL
-  AND ((c.status = 'claimed' AND c.lease_until <= t.now)
-       OR (%(older)s::bigint IS NOT NULL AND c.status <> 'claimed' AND t.now - c.updated_at >= %(older)s::bigint))
+  AND ((c.status = 'claimed' AND t.now - c.lease_until >= coalesce(%(older)s::bigint, 0))
+       OR (%(prune)s::bigint IS NOT NULL AND c.status <> 'claimed' AND t.now - c.updated_at >= %(prune)s::bigint))
 RETURNING 1"""
 _GET = f"SELECT {_COLS} FROM {TABLE} WHERE namespace = %(ns)s AND key = %(key)s AND status IS NOT NULL"
 _LIST = f"SELECT {_COLS} FROM {TABLE} WHERE namespace = %(ns)s AND status IS NOT NULL ORDER BY key"
@@ -208,12 +208,7 @@ class PostgresBackend:
         k = key.encode("utf-8")
         rows = self._run(f"cannot touch in {namespace}", _TOUCH,
                          {"ns": namespace, "key": k, "now": now_ms, "token": token, "ext": extend_ms})
-        if rows:
-            return _record(rows[0]).public()
-        current = self._current(namespace, k, None)[0]
-        if current is None:
-            return None
-        raise rules.lease_lost(current, namespace, key)
+        return _record(rows[0]).public() if rows else None  # not claimed with this token
 
     def done(
         self, namespace: str, key: str, now_ms: int | None, token: str, result_json: str | None, result_ref: str | None
@@ -229,8 +224,8 @@ class PostgresBackend:
                          {"ns": namespace, "key": key.encode("utf-8"), "now": now_ms, "if_expired": if_expired})
         return bool(rows)
 
-    def gc(self, now_ms: int | None, older_than_ms: int | None) -> int:
-        return len(self._run("cannot collect", _GC, {"now": now_ms, "older": older_than_ms}))
+    def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> int:
+        return len(self._run("cannot collect", _GC, {"now": now_ms, "older": older_than_ms, "prune": prune_finished_ms}))
 
     def get(self, namespace: str, key: str) -> StoredRecord | None:
         rows = self._run(f"cannot read {namespace}", _GET, {"ns": namespace, "key": key.encode("utf-8")})

@@ -89,8 +89,7 @@ return {'claimed', now, redis.call('HGETALL', KEYS[1])}
 _TOUCH = _PRELUDE + """
 local now = now_ms(ARGV[1])
 local r, flat = load(KEYS[1])
-if r == nil then return {'none', now, flat} end
-if lost(r, ARGV[2]) then return {'lost', now, flat} end
+if lost(r, ARGV[2]) then return {'none', now, flat} end
 local ext = opt(ARGV[3])
 local lease = tonumber(ext or r.lease_ms or '0')
 redis.call('HSET', KEYS[1], 'lease_until', now + lease, 'updated_at', now)
@@ -120,7 +119,8 @@ redis.call('HSET', KEYS[1], 'status', 'failed', 'updated_at', now, 'error', ARGV
 return {'ok', now, redis.call('HGETALL', KEYS[1])}
 """
 
-# KEYS: record, index. ARGV: now, key, mode ('reset', 'expired' or 'gc'), older_than_ms ('' = none).
+# KEYS: record, index. ARGV: now, key, mode ('reset', 'expired' or 'gc'), older_than_ms (grace on expired
+# claims, '' = none), prune_finished_older_than_ms ('' = keep done/failed records).
 # The record goes, its fence counter stays.
 _DELETE = _PRELUDE + """
 local now = now_ms(ARGV[1])
@@ -128,9 +128,11 @@ local r = load(KEYS[1])
 if r == nil then return 0 end
 local mode = ARGV[3]
 if mode ~= 'reset' then
-  local expired = r.status == 'claimed' and now >= tonumber(r.lease_until)
-  local older = opt(ARGV[4])
-  local idle = mode == 'gc' and older ~= nil and r.status ~= 'claimed' and now - tonumber(r.updated_at) >= tonumber(older)
+  local grace = 0
+  if mode == 'gc' then grace = tonumber(opt(ARGV[4]) or '0') end
+  local expired = r.status == 'claimed' and now - tonumber(r.lease_until) >= grace
+  local prune = opt(ARGV[5])
+  local idle = mode == 'gc' and prune ~= nil and r.status ~= 'claimed' and now - tonumber(r.updated_at) >= tonumber(prune)
   if not (expired or idle) then return 0 end
 end
 redis.call('DEL', KEYS[1])
@@ -241,7 +243,7 @@ class RedisBackend:
     def touch(self, namespace: str, key: str, now_ms: int | None, token: str, extend_ms: int | None) -> Checkpoint | None:
         ext = "" if extend_ms is None else "=" + str(extend_ms)
         kind, rec = self._change("touch", self._touch, namespace, key, [_now_arg(now_ms), token, ext])
-        return None if rec is None or kind == "none" else rec.public()
+        return None if rec is None or kind == "none" else rec.public()  # none: not claimed with this token
 
     def done(
         self, namespace: str, key: str, now_ms: int | None, token: str, result_json: str | None, result_ref: str | None
@@ -261,7 +263,7 @@ class RedisBackend:
         n = self._call(
             f"cannot reset in {namespace}", self._delete,
             keys=[self._record_key(namespace, key), self._index_key(namespace)],
-            args=[_now_arg(now_ms), key.encode("utf-8"), "expired" if if_expired else "reset", ""],
+            args=[_now_arg(now_ms), key.encode("utf-8"), "expired" if if_expired else "reset", "", ""],
         )
         return bool(n)
 
@@ -269,16 +271,16 @@ class RedisBackend:
         return list(self._call(f"cannot list {namespace}", self._r.sscan_iter, self._index_key(namespace),
                                count=_SCAN_COUNT))
 
-    def gc(self, now_ms: int | None, older_than_ms: int | None) -> int:
+    def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> int:
         removed = 0
-        older = "" if older_than_ms is None else "=" + str(older_than_ms)
+        older, prune = (_opt(None if v is None else str(v)) for v in (older_than_ms, prune_finished_ms))
         for ns in self._namespaces():
             keys = self._keys(ns)
             for start in range(0, len(keys), _SCAN_COUNT):
                 pipe = self._r.pipeline(transaction=False)
                 for k in keys[start:start + _SCAN_COUNT]:
                     self._delete(keys=[self._record_key(ns, k.decode("utf-8")), self._index_key(ns)],
-                                 args=[_now_arg(now_ms), k, "gc", older], client=pipe)
+                                 args=[_now_arg(now_ms), k, "gc", older, prune], client=pipe)
                 removed += sum(self._call("cannot collect", pipe.execute))
         return removed
 

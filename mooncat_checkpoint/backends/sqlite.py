@@ -15,8 +15,10 @@ Layout: the table of the TypeScript ``mooncat-checkpoint`` (``ORIGINAL_DDL``: pr
 ``fingerprint`` and ``lease_ms`` columns, so both libraries can share one database file; a database of
 this library's first layout (``key`` as primary key) is rebuilt in place, rows kept, by migration 2.
 ``fence_floors(namespace, floor, high)`` keeps fences monotonic: ``floor`` >= the fence of every
-deleted row, ``high`` >= every fence handed out; a row the original inserted (NULL fence) reads as
-fence ``max(floor, high)``, so its next claim gets a fence never handed out.
+row this library deleted, ``high`` >= every fence handed out, raised in the claim's own transaction. A
+new row gets fence ``max(floor, high) + 1`` (so a key the original's ``reset`` or ``gc`` deleted, which
+leaves ``fence_floors`` alone, still continues above its old fence), and a row the original inserted
+(NULL fence) reads as fence ``max(floor, high)``, so its next claim gets a fence never handed out.
 """
 
 from __future__ import annotations
@@ -332,7 +334,9 @@ class SqliteBackend:
                 row = conn.execute(_SELECT_FOR_UPDATE, (namespace, sk)).fetchone()
                 floor, high = row[0] or 0, row[1] or 0
                 current = None if row[2] is None else _record(row[2:], key, max(floor, high))
-                d = decide(current, floor)
+                # A fresh row starts above every fence the namespace handed out, not just above the
+                # deleted ones: the original library's reset/gc delete rows without raising the floor.
+                d = decide(current, max(floor, high))
                 w = d.write
                 if w is not None:
                     if current is None:

@@ -1,6 +1,6 @@
 """Browser tests: the built console in Debian's headless Chromium, driven by Playwright.
 
-* Chromium is ``/usr/bin/chromium`` (installed by ``scripts/setup``), launched headless with the flags
+* Chromium is ``/usr/bin/chromium`` (installed by ``scripts/test``), launched headless with the flags
   that keep it off the network, a fresh temporary profile per launch (Playwright's default), and
   never Playwright's own browser download.
 * :func:`serve_ui` starts the real REST app (Bottle on waitress over a
@@ -127,7 +127,7 @@ def playwright_() -> Iterator[Playwright]:
     if not (STATIC_DIR / "index.html").is_file():
         pytest.fail("the console is not built (molens/web/static/index.html missing): run scripts/setup")
     if not CHROMIUM.is_file():
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup (installs Debian's chromium)")
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/test (installs Debian's chromium)")
     with sync_playwright() as pw:
         yield pw
 

@@ -360,3 +360,16 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
     finally:
         c.kill_all()
+
+
+@pytest.fixture(scope="module")
+def server_urls() -> Iterator[dict[str, str]]:
+    """Real Redis and PostgreSQL servers for the checkpoint tests (tests/checkpoint_servers.py), one
+    pair per module, stopped at its end."""
+    from tests.checkpoint_servers import ServerMissing, postgres_server, redis_server
+
+    with contextlib.ExitStack() as stack:
+        try:
+            yield {"redis": stack.enter_context(redis_server()), "postgresql": stack.enter_context(postgres_server())}
+        except ServerMissing as e:
+            pytest.fail(str(e))

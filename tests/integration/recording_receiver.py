@@ -9,7 +9,7 @@ requests of each path prefix (all but the tag) it held at once (:meth:`Recording
 ``/throttle/S/K/TAG`` answers the first K requests of TAG ``429`` with ``Retry-After: S``;
 ``/noretry/N/TAG`` answers N with ``X-Molens-No-Retry: true`` (in-process receiver only). Every request is recorded with
 its receive time (epoch ms), path, headers and body. Run in-process (:class:`RecordingReceiver`) or as
-its own process (``python -m tests.integration.recording_receiver PORT OUT.jsonl``: asyncio, a minimal
+its own process (``python -m tests.integration.recording_receiver PORT OUT.jsonl [HOST]``: asyncio, a minimal
 HTTP/1.1 parser, one JSON line per request, flushed every 50 ms) for the benchmarks, so the receiver is
 neither slow nor competing with the benchmark's own threads.
 """
@@ -183,7 +183,7 @@ def _handler(rec: RecordingReceiver) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-async def _serve_fast(port: int, out: IO[str]) -> None:
+async def _serve_fast(port: int, out: IO[str], host: str = "127.0.0.1") -> None:
     """The same recording on asyncio with a minimal HTTP/1.1 parser: a few tens of µs per request,
     so the receiver is not what limits a benchmark (``http.server`` tops out near 1,300 requests/s)."""
     counts: collections.Counter[str] = collections.Counter()
@@ -234,7 +234,7 @@ async def _serve_fast(port: int, out: IO[str]) -> None:
         finally:
             writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
+    server = await asyncio.start_server(handle, host, port, backlog=1024)
     print(f"listening {port}", flush=True)
     task = asyncio.ensure_future(flush())
     async with server:
@@ -244,9 +244,10 @@ async def _serve_fast(port: int, out: IO[str]) -> None:
 
 def main(argv: list[str]) -> int:
     port, path = int(argv[0]), argv[1]
+    host = argv[2] if len(argv) > 2 else "127.0.0.1"  # a container's receiver listens on its own network
     with open(path, "a", buffering=1 << 16) as out:
         try:
-            asyncio.run(_serve_fast(port, out))
+            asyncio.run(_serve_fast(port, out, host))
         except KeyboardInterrupt:
             pass
     return 0

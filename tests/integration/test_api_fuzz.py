@@ -20,7 +20,7 @@ import urllib3
 
 from .conftest import Cluster, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SEED = int(os.environ.get("MOLENS_FUZZ_SEED", "20261201"))
 MAX_TIME_S = int(os.environ.get("MOLENS_FUZZ_SECONDS", "80"))

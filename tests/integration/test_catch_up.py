@@ -78,6 +78,7 @@ def test_one_none_and_all_after_the_node_was_stopped_for_ten_periods(tmp_path: P
         c.kill_all()
 
 
+@pytest.mark.slow
 def test_resume_from_schedule_applies_the_catchup_to_what_was_missed_while_paused(
     tmp_path: Path, receiver: RecordingReceiver
 ) -> None:

@@ -96,7 +96,9 @@ def test_list_get_reset_and_gc_on_a_real_store(backend: str, tmp_path: Path) -> 
     assert cp.get("vision", "ünï 😀/../x") is None
 
     assert lines(run_cli("--url", url, "gc", cwd=tmp_path)) == [{"removed": 0}]
-    assert lines(run_cli("--url", url, "gc", "--older-than", "0", cwd=tmp_path)) == [{"removed": 1}]
+    assert lines(run_cli("--url", url, "gc", "--older-than", "0", cwd=tmp_path)) == [{"removed": 0}]  # claims only
+    pruned = run_cli("--url", url, "gc", "--prune-finished-older-than", "0", cwd=tmp_path)
+    assert lines(pruned) == [{"removed": 1}]  # the done record
     assert [r.key for r in cp.list("vision")] == ["live"]
     cp.close()
 
@@ -141,6 +143,7 @@ def test_help_is_available_everywhere(tmp_path: Path) -> None:
         assert out.returncode == 0 and out.stdout.startswith("usage: mooncat-checkpoint"), (args, out.stderr)
     assert "--if-expired" in run_cli("reset", "--help", cwd=tmp_path).stdout
     assert "--older-than" in run_cli("gc", "--help", cwd=tmp_path).stdout
+    assert "--prune-finished-older-than" in run_cli("gc", "--help", cwd=tmp_path).stdout
 
 
 def test_python_dash_m_runs_the_same_cli(tmp_path: Path) -> None:

@@ -8,6 +8,10 @@ one, unicode, ``..``, one that looks like the original's hashed names, one with 
   original's stale token; the original then refuses ours too.
 * The reverse: ours writes, the original reads done as done and a live lease as busy, and takes
   over only expired claims.
+* Fences never go backwards for a key when the original's ``reset`` or ``gc`` deletes its record
+  in between (file; the SQLite store with the original's DELETE statements, copied verbatim).
+* ``mooncat-checkpoint gc --older-than 0`` removes exactly what the original's CLI removes on a copy
+  of the same store: the expired claims, never a done or failed record or a live claim.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +29,7 @@ from typing import Any
 import pytest
 
 from mooncat_checkpoint import Busy, CheckpointStatus, Claimed, Done, LeaseLostError, SyncCheckpointClient
+from mooncat_checkpoint.naming import storage_name
 
 pytestmark = pytest.mark.integration
 
@@ -141,4 +148,96 @@ def test_the_original_reads_ours_done_as_done_and_a_live_lease_as_busy(original:
         assert rec is not None and rec.status is CheckpointStatus.DONE and rec.result == {"by": "node", "key": key}
         assert cp.get("claimed", key) is not None
         assert isinstance(cp.claim("claimed", key), Busy)
+    cp.close()
+
+
+def _claim_fences(cp: SyncCheckpointClient, lease_ms: int) -> dict[str, int]:
+    fences = {}
+    for key in KEYS:
+        c = cp.claim("fence", key, "py", lease_ms)
+        assert isinstance(c, Claimed), key
+        fences[key] = c.fence
+    return fences
+
+
+def test_fences_never_go_back_after_the_originals_reset_and_gc_file(original: Path, tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/store"
+    cp = SyncCheckpointClient(url)
+    first = _claim_fences(cp, 600_000)
+    assert run_original(original, url, "reset") == {"reset": len(KEYS)}
+    assert cp.list("fence") == []
+    second = _claim_fences(cp, 1)  # after the original's reset
+    assert all(second[k] > first[k] for k in KEYS), (first, second)
+    _wait_expired(cp, "fence")
+    assert run_original(original, url, "gc") == {"removed": len(KEYS)}
+    assert cp.list("fence") == []
+    third = _claim_fences(cp, 600_000)  # after the original's gc
+    assert all(third[k] > second[k] for k in KEYS), (second, third)
+    cp.close()
+
+
+def test_fences_never_go_back_after_the_originals_reset_and_gc_sqlite(tmp_path: Path) -> None:
+    """The original's SQLite backend needs a native module not built here: its statements, verbatim."""
+    path = tmp_path / "store.db"
+    cp = SyncCheckpointClient(f"sqlite://{path}")
+    first = _claim_fences(cp, 600_000)
+    with sqlite3.connect(path) as db:  # the original's reset(ns, key), for every key
+        for key in KEYS:
+            db.execute("DELETE FROM checkpoints WHERE namespace=? AND storage_key=?", ("fence", storage_name(key)))
+    assert cp.list("fence") == []
+    second = _claim_fences(cp, 1)
+    assert all(second[k] > first[k] for k in KEYS), (first, second)
+    last = max(r.lease_until or 0 for r in cp.list("fence"))
+    while time.time_ns() // 1_000_000 <= last:  # the original's gc takes leases that ended before now
+        time.sleep(0.001)
+    with sqlite3.connect(path) as db:  # the original's gc({ olderThan: 0 })
+        db.execute("DELETE FROM checkpoints WHERE status='claimed' AND lease_until < ?", (time.time_ns() // 1_000_000,))
+    assert cp.list("fence") == []
+    third = _claim_fences(cp, 600_000)
+    assert all(third[k] > second[k] for k in KEYS), (second, third)
+    cp.close()
+
+
+def _store_for_gc(url: str) -> None:
+    """done, failed, live-claimed and expired-claimed records in two namespaces."""
+    cp = SyncCheckpointClient(url)
+    for ns in ("a", "b"):
+        for key in KEYS:
+            d = cp.claim(ns, "done-" + key, "py")
+            assert isinstance(d, Claimed)
+            cp.done(ns, "done-" + key, d.lease_token, {"k": key})
+            f = cp.claim(ns, "failed-" + key, "py")
+            assert isinstance(f, Claimed)
+            cp.fail(ns, "failed-" + key, "boom", f.lease_token)
+            assert isinstance(cp.claim(ns, "live-" + key, "py", 600_000), Claimed)
+            assert isinstance(cp.claim(ns, "expired-" + key, "py", 1), Claimed)
+    for ns in ("a", "b"):
+        deadline = time.monotonic() + 10
+        while len(cp.list(ns, expired=True)) < len(KEYS):
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+    cp.close()
+
+
+def test_gc_older_than_0_removes_what_the_originals_cli_removes(original: Path, tmp_path: Path) -> None:
+    ours_dir, theirs_dir = tmp_path / "ours", tmp_path / "theirs"
+    _store_for_gc(f"file://{ours_dir}")
+    shutil.copytree(ours_dir, theirs_dir, symlinks=True)
+    theirs = subprocess.run(
+        ["node", str(original / "dist" / "cli.js"), "gc", "--older-than", "0", "--url", f"file://{theirs_dir}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert theirs.returncode == 0, theirs.stderr
+    ours = subprocess.run(
+        [sys.executable, "-m", "mooncat_checkpoint", "gc", "--older-than", "0", "--url", f"file://{ours_dir}"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert json.loads(ours.stdout) == {"removed": 2 * len(KEYS)}
+    assert f"清理了 {2 * len(KEYS)} 条" in theirs.stdout, theirs.stdout  # the original's count, the same
+    left = {d: sorted(str(p.relative_to(d)) for p in d.rglob("*.json")) for d in (ours_dir, theirs_dir)}
+    assert left[ours_dir] == left[theirs_dir]
+    cp = SyncCheckpointClient(f"file://{ours_dir}")
+    for ns in ("a", "b"):
+        assert sorted(r.key for r in cp.list(ns)) == sorted(p + k for p in ("done-", "failed-", "live-") for k in KEYS)
     cp.close()

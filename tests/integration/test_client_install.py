@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.conftest import Cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_ONLY = (

@@ -28,6 +28,8 @@ from molens.client import MolensClient
 from .conftest import Cluster, NodeProc, _merge, wait_for
 from .recording_receiver import RecordingReceiver
 
+pytestmark = pytest.mark.slow
+
 _http = urllib3.PoolManager(retries=False, timeout=5)
 
 

@@ -18,7 +18,7 @@ from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
 from .rest import send, send_json, wait_serving
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def _base(n: NodeProc) -> str:
     return f"http://127.0.0.1:{n.settings['http']['port']}"

@@ -36,6 +36,7 @@ def _converged_digests(c: Cluster) -> dict[str, Any]:
     return stats
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_store_left_open_by_an_earlier_boot_is_rebuilt_from_the_snapshot_and_the_log(tmp_path: Path) -> None:
     c = Cluster(tmp_path, 3, state_machine="tasks")

@@ -34,7 +34,7 @@ from molens.client import MolensClient
 from .conftest import Cluster, NodeProc, _merge, wait_for
 from .recording_receiver import RecordingReceiver
 
-pytestmark = pytest.mark.timeout(240)  # real faults under a shared machine's load; each test has its own deadlines
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # real faults under a shared machine's load; each test has its own deadlines
 
 _http = urllib3.PoolManager(retries=False, timeout=15)
 

@@ -33,7 +33,7 @@ from molens.raft.transport import bin_header
 from .conftest import Cluster, NodeProc, _merge, free_ports, wait_for
 from .recording_receiver import RecordingReceiver
 
-pytestmark = pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE")
+pytestmark = [pytest.mark.skipif(not zmq.has("curve"), reason="libzmq built without CURVE"), pytest.mark.slow]
 
 _http = urllib3.PoolManager(retries=False, timeout=10)
 QUIET_S = 2.0

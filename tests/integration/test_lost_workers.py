@@ -24,6 +24,8 @@ from molens.client import MolensClient
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
 
+pytestmark = pytest.mark.slow
+
 HOLD_MS = 6_000
 """The receiver holds each task's first callback this long."""
 TIMEOUT_MS = 15_000

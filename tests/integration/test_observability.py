@@ -168,6 +168,7 @@ def _metrics(n: NodeProc) -> dict[tuple[str, tuple[tuple[str, str], ...]], float
     return _samples(data.decode())
 
 
+@pytest.mark.slow
 def test_key_series_move_when_tasks_fire(node: NodeProc) -> None:
     base = _base(node)
     m0 = _metrics(node)

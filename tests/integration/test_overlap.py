@@ -17,6 +17,8 @@ from molens.client import MolensClient
 from .conftest import Cluster, wait_for
 from .recording_receiver import Received, RecordingReceiver
 
+pytestmark = pytest.mark.slow
+
 PERIOD = 1_000
 HOLD_MS = 3_300
 

@@ -43,7 +43,7 @@ from .conftest import NodeProc, wait_for
 from .netns import NetnsLab, NsCluster, netns_or_skip
 from .recording_receiver import RecordingReceiver
 
-pytestmark = pytest.mark.timeout(300)  # real faults under a shared machine's load; each test has its own deadlines
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # real faults under a shared machine's load; each test has its own deadlines
 
 PLANNED_BY_CUT_MS = 100 + 400
 """A fire the old leader planned before the cut is due at most ``dispatch_lead_ms`` (100) after it;

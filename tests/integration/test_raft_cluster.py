@@ -281,6 +281,7 @@ def test_follower_behind_compacted_log_catches_up_by_snapshot(cluster: Cluster) 
     assert s["fsm"]["applied_total"] < s["fsm"]["applied_index"] - s["started_applied_index"]
 
 
+@pytest.mark.slow
 def test_follower_killed_while_receiving_a_snapshot_drops_the_partial_file_and_gets_it_whole(
     cluster: Cluster,
 ) -> None:
@@ -316,6 +317,7 @@ def test_follower_killed_while_receiving_a_snapshot_drops_the_partial_file_and_g
     print(f"\nkilled with {half >> 20} MiB of the snapshot gathered; it came again whole after the restart")
 
 
+@pytest.mark.slow
 def test_whole_cluster_restart_recovers_without_reapplying(cluster: Cluster) -> None:
     before = assert_converged(cluster)
     applied = {nid: s["fsm"]["applied_index"] for nid, s in before.items()}
@@ -355,6 +357,7 @@ def test_graceful_leader_stop_hands_over_quickly(cluster: Cluster) -> None:
     assert_converged(cluster)
 
 
+@pytest.mark.slow
 def test_fourth_node_joins_as_voter_then_is_removed_while_writes_continue(cluster: Cluster) -> None:
     writer = KvWriter(cluster, keys("member", 6_000), clients=2, window=8).start()
     n4 = cluster.add_joiner("n4").start()
@@ -437,6 +440,7 @@ def test_add_node_refuses_bad_fields_the_leader_itself_and_a_member_at_another_a
     assert (book_file.read_text() if book_file.exists() else None) == book
 
 
+@pytest.mark.slow
 def test_member_added_while_a_follower_was_down_is_learned_from_the_snapshot(cluster: Cluster) -> None:
     """A member's address travels in its conf-change entry; once the log is compacted past it, a
     follower that was down learns the address from the snapshot it installs (snapshot context).
@@ -487,6 +491,7 @@ def test_member_added_while_a_follower_was_down_is_learned_from_the_snapshot(clu
     assert_converged(cluster)
 
 
+@pytest.mark.slow
 def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -543,6 +548,8 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
             assert k in st
         r = run("status")
         assert r.returncode == 0 and "role      leader" in r.stdout
+        # the container HEALTHCHECK: GET /readyz over loopback
+        wait_for(lambda: run("ready").returncode == 0, 30, "molens-node ready to answer 0")
         # operator actions on the admin socket
         r = run("snapshot")
         assert r.returncode == 0 and re.fullmatch(r"n1: snapshot at index \d+\n", r.stdout), r.stdout + r.stderr
@@ -564,6 +571,8 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         assert not (data / "node.pid").exists()
         r = run("status")
         assert r.returncode == 1 and "not running" in r.stdout
+        r = run("ready")
+        assert r.returncode == 1 and r.stderr.startswith(f"not ready: http://127.0.0.1:{http}/readyz: "), r.stderr
         for args, what in ((("status", "n2"), "status: a node id ('n2') is for add-node and remove-node only"),
                            (("stats", "--to", "n2"), "stats: --to is for transfer-leader only")):
             r = run(*args)  # an argument the action would ignore is refused, not dropped

@@ -76,6 +76,7 @@ def test_cluster_status_on_the_leader_says_when_each_peer_was_last_heard(cluster
     assert all(0 <= ms < 10_000 for ms in seen.values()), seen
 
 
+@pytest.mark.slow
 def test_a_periodic_task_keeps_firing_across_a_graceful_leader_stop_and_restart(
     cluster: Cluster, receiver: RecordingReceiver
 ) -> None:

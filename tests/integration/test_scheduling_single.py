@@ -177,6 +177,7 @@ def test_ack_failure_fails_after_ack_ttl_probes_and_history_stays_bounded(
     assert [e["kind"] for e in ex] == ["ack"] * HISTORY_MAX
 
 
+@pytest.mark.slow
 def test_500_is_retried_after_1_2_4_seconds_then_the_task_fails(node: NodeProc, receiver: RecordingReceiver) -> None:
     t = _create(node, type="delayed", interval_ms=100, callback_url=receiver.url("/status/500/retry500"), max_retries=3)
     failed = _wait_status(node, t["id"], "failed", timeout=30)

@@ -58,6 +58,7 @@ def _history(n: NodeProc, tid: str) -> list[dict[str, Any]]:
     return list(reversed(page["items"]))
 
 
+@pytest.mark.slow
 def test_the_next_fires_follow_a_new_url_and_schedule_and_no_occurrence_fires_twice(
     node: NodeProc, receiver: RecordingReceiver
 ) -> None:

@@ -36,6 +36,7 @@ def _ci_runs() -> tuple[list[Sim], list[str]]:
     return sims, failures
 
 
+@pytest.mark.slow
 @pytest.mark.sim
 def test_scheduler_promises_hold_for_200_seeds() -> None:
     sims, failures = _ci_runs()

@@ -13,6 +13,8 @@ import pytest
 from molens.raft.core import UnsafeRule
 from tests.sim.raft_harness import Violation, default_config, run_seed
 
+pytestmark = pytest.mark.slow
+
 SEEDS_PER_BATCH = int(os.environ.get("RAFT_SIM_SEEDS", "60"))
 BATCHES = 3
 

@@ -139,6 +139,33 @@ def test_zmq_endpoint() -> None:
     assert config.parse_addr("host:1") == ("host", 1)
 
 
+def test_api_token_can_come_from_a_file_such_as_a_compose_secret(tmp_path: Path) -> None:
+    secret = tmp_path / "api_token"
+    secret.write_text("s3cret-token\n")
+    cfg = load_dict({}, {"MOLENS_HTTP__AUTH_TOKEN_FILE": str(secret)})
+    assert cfg.http.auth_token == "s3cret-token"
+    with pytest.raises(ConfigError, match=r"either http\.auth_token or http\.auth_token_file"):
+        load_dict({"http": {"auth_token": "a", "auth_token_file": str(secret)}})
+    secret.write_text(" \n")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_dict({"http": {"auth_token_file": str(secret)}})
+    with pytest.raises(ConfigError, match=r"http.auth_token_file.*cannot read"):
+        load_dict({"http": {"auth_token_file": str(tmp_path / "missing")}})
+
+
+def test_container_configs_load(tmp_path: Path) -> None:
+    image = load(ROOT / "conf" / "container" / "node.yaml", env={})
+    assert image.http.addr == "0.0.0.0:18081" and str(image.data_dir) == "/var/lib/molens/data"
+    token = tmp_path / "api_token"
+    token.write_text("t0ken\n")
+    env = {"MOLENS_NODE__ID": "n2", "MOLENS_HTTP__AUTH_TOKEN_FILE": str(token)}
+    c = load(ROOT / "conf" / "compose" / "cluster.yaml", env=env)
+    assert c.node.id == "n2" and c.http.auth_token == "t0ken"
+    assert c.bootstrap_voters() == ("n1", "n2", "n3")
+    assert c.self_peer().raft_addr == "molens-n2:18091" and c.self_peer().http_addr == "127.0.0.1:18082"
+    assert c.node.stop_timeout_s < 30  # compose.yaml's stop_grace_period
+
+
 class _NoOtel(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: object, target: object = None) -> None:
         if name.partition(".")[0] == "opentelemetry":

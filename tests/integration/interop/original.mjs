@@ -1,5 +1,5 @@
 // Drives the TypeScript mooncat-checkpoint (the original library) against a store for the
-// cross-implementation test: node original.mjs PACKAGE_DIR STORE_URL write|read KEYS_JSON
+// cross-implementation test: node original.mjs PACKAGE_DIR STORE_URL write|read|stale|reset|gc KEYS_JSON
 // Prints one JSON line with what it did and saw.
 import { pathToFileURL } from "node:url";
 import { join } from "node:path";
@@ -58,6 +58,12 @@ if (command === "write") {
       out.refused++;
     }
   }
+} else if (command === "reset") {
+  // reset every key of namespace "fence" (the original deletes the record file and nothing else)
+  out.reset = 0;
+  for (const key of keys) if (await cp.reset("fence", key)) out.reset++;
+} else if (command === "gc") {
+  out.removed = await cp.gc({ olderThan: 0 });
 } else {
   throw new Error(`unknown command ${command}`);
 }

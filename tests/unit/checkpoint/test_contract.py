@@ -123,10 +123,9 @@ async def test_stale_token_after_reclaim_raises_lease_lost_and_changes_nothing(
     before = await cp.get(NS, "k")
     with pytest.raises(LeaseLostError):
         await cp.done(NS, "k", a.lease_token, {"from": "a"})
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(LeaseLostError, match="expired and the key was claimed again"):
         await cp.fail(NS, "k", "a gave up", a.lease_token)
-    with pytest.raises(LeaseLostError):
-        await cp.touch(NS, "k", a.lease_token)
+    assert await cp.touch(NS, "k", a.lease_token) is None  # the contract: Checkpoint | null, no error
     assert await cp.get(NS, "k") == before
     done = await cp.done(NS, "k", b.lease_token, {"from": "b"})
     assert done.result == {"from": "b"} and done.owner_run_id == "run-b" and done.fence == b.fence
@@ -138,22 +137,28 @@ async def test_an_unchallenged_late_owner_can_still_finish(cp: CheckpointClient,
     assert (await cp.done(NS, "k", a.lease_token, 1)).status is CheckpointStatus.DONE
 
 
-@pytest.mark.parametrize("op", ["done", "fail", "touch"])
-async def test_wrong_token_raises_lease_lost(cp: CheckpointClient, op: str) -> None:
-    await claimed(cp, "k")
+@pytest.mark.parametrize("op", ["done", "fail"])
+async def test_wrong_token_raises_lease_lost_saying_it_was_never_valid(cp: CheckpointClient, op: str) -> None:
+    await claimed(cp, "k", "run-a")
     before = await cp.get(NS, "k")
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(LeaseLostError, match=r"never valid for this record, whose only claim \(fence \d+, owner 'run-a'\)"):
         if op == "done":
             await cp.done(NS, "k", "0" * 32)
-        elif op == "fail":
-            await cp.fail(NS, "k", "x", "0" * 32)
         else:
-            await cp.touch(NS, "k", "0" * 32)
+            await cp.fail(NS, "k", "x", "0" * 32)
+    assert await cp.get(NS, "k") == before
+
+
+async def test_touch_with_a_wrong_token_returns_none_and_changes_nothing(cp: CheckpointClient) -> None:
+    await claimed(cp, "k")
+    before = await cp.get(NS, "k")
+    assert await cp.touch(NS, "k", "0" * 32) is None
+    assert await cp.touch(NS, "k", "0" * 32, extend_ms=0) is None
     assert await cp.get(NS, "k") == before
 
 
 async def test_no_terminal_record_without_a_claim(cp: CheckpointClient) -> None:
-    with pytest.raises(LeaseLostError):
+    with pytest.raises(LeaseLostError, match="there is no record"):
         await cp.done(NS, "never", "0" * 32, 1)
     with pytest.raises(LeaseLostError):
         await cp.fail(NS, "never", "x", "0" * 32)
@@ -164,13 +169,15 @@ async def test_no_terminal_record_without_a_claim(cp: CheckpointClient) -> None:
 async def test_terminal_records_reject_their_old_token(cp: CheckpointClient) -> None:
     c = await claimed(cp, "k")
     await cp.done(NS, "k", c.lease_token, 1)
-    for call in (
-        cp.done(NS, "k", c.lease_token, 2),
-        cp.fail(NS, "k", "x", c.lease_token),
-        cp.touch(NS, "k", c.lease_token),
-    ):
-        with pytest.raises(LeaseLostError):
+    for call in (cp.done(NS, "k", c.lease_token, 2), cp.fail(NS, "k", "x", c.lease_token)):
+        with pytest.raises(LeaseLostError, match="already done"):
             await call
+    assert await cp.touch(NS, "k", c.lease_token) is None
+    f = await claimed(cp, "f")
+    await cp.fail(NS, "f", "x", f.lease_token)
+    with pytest.raises(LeaseLostError, match="already failed"):
+        await cp.done(NS, "f", f.lease_token, 2)
+    assert await cp.touch(NS, "f", f.lease_token) is None
     assert (await cp.get(NS, "k")).result == 1  # type: ignore[union-attr]
 
 
@@ -207,7 +214,7 @@ async def test_fence_is_monotonic_across_reclaim_reset_and_gc(cp: CheckpointClie
     c = await claimed(cp, "other")
     await cp.done(NS, "other", c.lease_token)
     clock.advance(LEASE)
-    assert await cp.gc(older_than_ms=0) == 2
+    assert await cp.gc(prune_finished_older_than_ms=0) == 2
     fences.append((await claimed(cp, "k")).fence)
     assert fences == sorted(set(fences)), fences
     assert fences[:2] == [1, 2]  # +1 on every re-claim of a live record
@@ -466,12 +473,25 @@ async def test_gc_removes_expired_claims_and_optionally_idle_terminal_records(
     assert await cp.gc() == 2
     assert [r.key for r in await cp.list(NS)] == ["done", "failed", "live"]
     assert await cp.list("other_ns") == []
-    assert await cp.gc(older_than_ms=101) == 0  # idle for exactly 100 ms
+    assert await cp.gc(older_than_ms=0) == 0  # done and failed are never gc's without the prune option
+    assert await cp.gc(prune_finished_older_than_ms=101) == 0  # idle for exactly 100 ms
     clock.advance(1)
-    assert await cp.gc(older_than_ms=101) == 2
+    assert await cp.gc(prune_finished_older_than_ms=101) == 2
     assert [r.key for r in await cp.list(NS)] == ["live"]
     with pytest.raises(InvalidArgumentError):
         await cp.gc(older_than_ms=-1)
+    with pytest.raises(InvalidArgumentError, match="prune_finished_older_than_ms"):
+        await cp.gc(prune_finished_older_than_ms=-1)
+
+
+async def test_gc_older_than_is_a_grace_period_on_expired_claims_only(cp: CheckpointClient, clock: FakeClock) -> None:
+    await claimed(cp, "expired", lease_ms=100)
+    d = await claimed(cp, "done")
+    await cp.done(NS, "done", d.lease_token)
+    clock.advance(100 + 5_000)  # the claim expired 5 s ago; the done record is 5.1 s old
+    assert await cp.gc(older_than_ms=5_001) == 0
+    assert await cp.gc(older_than_ms=0) == 1  # the original's gc --older-than 0: the expired claim
+    assert [r.key for r in await cp.list(NS)] == ["done"]
 
 
 async def test_wait_done_returns_the_finished_record(cp: CheckpointClient) -> None:
@@ -533,9 +553,11 @@ def describe(c: ClaimResult) -> str:
     return by_class
 
 
-async def test_claim_results_match_on_class_and_on_kind(cp: CheckpointClient) -> None:
+async def test_claim_results_match_on_class_and_on_kind(cp: CheckpointClient, backend: str) -> None:
     a = await claimed(cp, "a")
-    assert describe(await cp.claim(NS, "b")) == "claimed:1"
+    # file and SQLite start a new key above the namespace's high mark; the servers keep a counter per key
+    first = a.fence + 1 if backend in ("file", "sqlite") else 1
+    assert describe(await cp.claim(NS, "b")) == f"claimed:{first}"
     assert describe(await cp.claim(NS, "a")) == "busy"
     await cp.done(NS, "a", a.lease_token, 7)
     assert describe(await cp.claim(NS, "a")) == "done:7"

@@ -103,8 +103,26 @@ def test_a_store_of_the_first_format_is_read_and_upgraded_on_the_next_write(
     assert not (ns / old_name).exists()
     doc = json.loads((ns / f"{long_key}.json").read_text())
     assert doc["format"] == 2 and doc["ownerRunId"] == "new-run" and doc["fence"] == 8
-    assert json.loads((ns / ".fence-floor").read_text()) == {"floor": 2, "high": 8}
+    assert os.readlink(ns / ".fence-high") == "8"  # the high mark; the floor file is left as it was
+    assert json.loads((ns / ".fence-floor").read_text()) == {"floor": 2}
     assert fcp.reset("ns", "plain") and not (ns / "plain.json").exists()
+
+
+def test_gc_keeps_finished_records_of_an_earlier_release_unless_pruning_is_asked(
+    fcp: SyncCheckpointClient, store: Path, clock: FakeClock
+) -> None:
+    ns = store / "ns"
+    ns.mkdir(parents=True)
+    (ns / "done.json").write_text(json.dumps(_legacy_doc("done")))
+    (ns / "failed.json").write_text(json.dumps(_legacy_doc("failed", status="failed", result=None, error="x")))
+    (ns / "live.json").write_text(json.dumps(_legacy_doc(
+        "live", status="claimed", lease_until=clock.now + 60_000, lease_ms=60_000, lease_token="a" * 32, result=None)))
+    (ns / "expired.json").write_text(json.dumps(_legacy_doc(
+        "expired", status="claimed", lease_until=clock.now - 1, lease_ms=10, lease_token="b" * 32, result=None)))
+    assert fcp.gc(older_than_ms=0) == 1  # the expired claim only, however long the others sat idle
+    assert [r.key for r in fcp.list("ns")] == ["done", "failed", "live"]
+    assert fcp.gc(prune_finished_older_than_ms=0) == 2
+    assert [r.key for r in fcp.list("ns")] == ["live"]
 
 
 def test_a_record_the_original_rewrote_without_our_fields_gets_a_fence_never_handed_out(
@@ -121,21 +139,32 @@ def test_a_record_the_original_rewrote_without_our_fields_gets_a_fence_never_han
         "createdAt": clock.now - 10, "updatedAt": clock.now - 5,
     }, indent=2))
     rec = fcp.get("ns", "k")
-    assert rec is not None and rec.owner_run_id == "node" and rec.fence == 3 and rec.expired(clock.now)
+    mark = int(os.readlink(store / "ns" / ".fence-high"))  # at least every fence handed out
+    assert rec is not None and rec.owner_run_id == "node" and rec.fence == mark >= 3 and rec.expired(clock.now)
     with pytest.raises(LeaseLostError):
         fcp.done("ns", "k", c.lease_token)  # our overtaken owner stays refused
     again = fcp.claim("ns", "k")
-    assert isinstance(again, Claimed) and again.fence == 4 and again.checkpoint.attempts == 5
+    assert isinstance(again, Claimed) and again.fence == mark + 1 and again.checkpoint.attempts == 5
 
 
-def test_writes_leave_no_temp_files(fcp: SyncCheckpointClient, store: Path) -> None:
+def test_writes_leave_one_spare_temp_file_until_close_and_a_done_creates_no_inode_for_the_claim(
+    fcp: SyncCheckpointClient, store: Path
+) -> None:
+    def temps() -> list[Path]:
+        return [p for p in (store / "ns").iterdir() if p.name.startswith(".tmp")]
+
     for i in range(5):
         c = fcp.claim("ns", f"k{i}")
         assert isinstance(c, Claimed)
+        claim_inode = (store / "ns" / f"k{i}.json").stat().st_ino
         fcp.done("ns", f"k{i}", c.lease_token, i)
+        # done swapped its temp file with the claim's record: the claim's inode is now the spare
+        (spare,) = temps()
+        assert spare.stat().st_ino == claim_inode
+        assert json.loads((store / "ns" / f"k{i}.json").read_text())["status"] == "done"
     assert fcp.reset("ns", "k0")
-    leftovers = [p.name for p in (store / "ns").iterdir() if p.name.startswith(".tmp")]
-    assert leftovers == []
+    fcp.close()
+    assert temps() == []
 
 
 def test_a_failed_write_keeps_the_old_record(
@@ -228,13 +257,87 @@ def test_gc_is_not_upset_by_a_temp_file_renamed_away_under_it_or_a_directory_nam
 
 
 def test_the_fence_floor_survives_reset_on_disk(fcp: SyncCheckpointClient, store: Path) -> None:
+    fences = []
     for _ in range(3):
         c = fcp.claim("ns", "k")
         assert isinstance(c, Claimed)
+        fences.append(c.fence)
         fcp.reset("ns", "k")
-    assert json.loads((store / "ns" / ".fence-floor").read_text()) == {"floor": 3, "high": 3}
+    assert fences == [1, 2, 3]  # new records take the next fences of the client's reserved block
+    assert json.loads((store / "ns" / ".fence-floor").read_text())["floor"] == 3
     again = SyncCheckpointClient(f"file://{store}").claim("ns", "k")  # a new client, same disk
-    assert isinstance(again, Claimed) and again.fence == 4
+    assert isinstance(again, Claimed) and again.fence > 3  # above the block the first client reserved
+
+
+def test_a_spare_temp_file_removed_under_the_client_is_made_again(fcp: SyncCheckpointClient, store: Path) -> None:
+    c = fcp.claim("ns", "a")
+    assert isinstance(c, Claimed)
+    fcp.done("ns", "a", c.lease_token, 1)
+    for spare in (store / "ns").glob(".tmp-*"):
+        spare.unlink()  # as another process's gc does to a temp file idle for an hour
+    c = fcp.claim("ns", "b")
+    assert isinstance(c, Claimed) and fcp.done("ns", "b", c.lease_token, 2).result == 2
+
+
+def test_without_an_atomic_exchange_writes_are_plain_renames(
+    fcp: SyncCheckpointClient, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ctypes
+    import errno
+
+    from mooncat_checkpoint.backends import file as file_backend
+
+    def no_exchange(*_args: object) -> int:
+        ctypes.set_errno(errno.EINVAL)  # what a filesystem without RENAME_EXCHANGE answers
+        return -1
+
+    monkeypatch.setattr(file_backend, "_renameat2", no_exchange)
+    for key in ("a", "b"):
+        c = fcp.claim("ns", key)
+        assert isinstance(c, Claimed)
+        assert fcp.done("ns", key, c.lease_token, key).result == key
+    assert [p.name for p in (store / "ns").iterdir() if p.name.startswith(".tmp")] == []
+    assert [r.result for r in fcp.list("ns", "done")] == ["a", "b"]
+
+
+def test_a_high_mark_removed_by_hand_is_rebuilt_from_the_records(fcp: SyncCheckpointClient, store: Path) -> None:
+    c = fcp.claim("ns", "k", lease_ms=1)
+    assert isinstance(c, Claimed)
+    fcp.done("ns", "k", c.lease_token)
+    (store / "ns" / ".fence-high").unlink()
+    assert fcp.get("ns", "k") is not None and not (store / "ns" / ".fence-high").exists()  # reads write nothing
+    other = fcp.claim("ns", "other")  # the client's block is no longer the mark's: a new one, above "k"
+    assert isinstance(other, Claimed) and other.fence > c.fence
+    assert int(os.readlink(store / "ns" / ".fence-high")) >= other.fence
+
+
+def test_a_new_record_never_gets_a_fence_its_key_had_whoever_allocated_it(store: Path) -> None:
+    """Two clients (as two processes) each hold a block of fences; re-claims and deletes by the other
+    (the original's reset deletes only the file) never let a block hand a key a fence it had."""
+    url = f"file://{store}"
+    a, b = SyncCheckpointClient(url), SyncCheckpointClient(url)
+    seen: dict[str, list[int]] = {}
+
+    def claim(cp: SyncCheckpointClient, key: str, lease_ms: int = 60_000) -> None:
+        c = cp.claim("ns", key, lease_ms=lease_ms)
+        assert isinstance(c, Claimed)
+        assert all(c.fence > f for f in seen.get(key, [])), (key, c.fence, seen.get(key))
+        seen.setdefault(key, []).append(c.fence)
+
+    claim(a, "k", lease_ms=1)  # a's block
+    claim(b, "x")  # b reserves above a's block
+    deadline = time.monotonic() + 10
+    while not b.list("ns", expired=True):  # the 1 ms lease of k runs out
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    claim(b, "k")  # re-claim of the expired k by b: a's fence + 1, inside a's old block
+    (store / "ns" / "k.json").unlink()  # the original's reset
+    claim(a, "k")  # a must not use its old block: it would hand out a fence k already had
+    claim(a, "y")
+    (store / "ns" / "k.json").unlink()
+    claim(b, "k")
+    a.close()
+    b.close()
 
 
 def test_foreign_directories_in_the_store_are_ignored(fcp: SyncCheckpointClient, store: Path) -> None:
@@ -283,7 +386,7 @@ def test_a_key_named_like_another_keys_first_format_file_is_left_alone(
     b = fcp.claim("ns", lookalike)
     assert isinstance(b, Claimed)
     a = fcp.claim("ns", tricky)  # not taken for a first-format record of tricky
-    assert isinstance(a, Claimed) and a.fence == 1
+    assert isinstance(a, Claimed) and a.fence == b.fence + 1  # a new record starts above the high mark
     fcp.done("ns", tricky, a.lease_token, "tricky")
     assert fcp.reset("ns", tricky)
     rec = fcp.get("ns", lookalike)

@@ -159,10 +159,10 @@ def test_a_database_of_our_first_layout_is_migrated_in_place(tmp_path: Path, clo
         cp.done("ns", "live", "d" * 32)
         assert cp.reset("ns", "ünï")
         c = cp.claim("ns", "ünï")
-        assert isinstance(c, Claimed) and c.fence == 10  # the floor came through the migration
+        assert isinstance(c, Claimed) and c.fence == 13  # above the floor (9) and every fence handed out (12)
     with sqlite3.connect(path) as db:
         assert [row[1] for row in db.execute("PRAGMA table_info(checkpoints)")][:13] == ORIGINAL_COLUMNS
         assert dict(db.execute("SELECT key, storage_key FROM checkpoints")) == {
             "ünï": safe_key_segment("ünï"), "live": "live"
         }
-        assert db.execute("SELECT floor, high FROM fence_floors").fetchall() == [(9, 12)]
+        assert db.execute("SELECT floor, high FROM fence_floors").fetchall() == [(9, 13)]  # the claim above raised the high mark

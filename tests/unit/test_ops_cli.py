@@ -1,0 +1,118 @@
+"""The ``molens`` command's pure parts: what it reads from a command line (times, durations, the
+API's words, options before and after the command), its tables, and the completion scripts run
+by real bash and zsh."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import subprocess
+import sys
+import time
+from enum import StrEnum
+
+import pytest
+
+from molens import schema
+from molens.ops_cli import completion, parser, values
+from molens.ops_cli.render import Mode, Printer, col, when
+
+
+@pytest.mark.parametrize(("words", "enum"), [
+    (values.TASK_TYPES, schema.TaskType), (values.STATUSES, schema.Status),
+    (values.RELIABILITIES, schema.Reliability), (values.CATCHUPS, schema.CatchUp), (values.OVERLAPS, schema.Overlap),
+    (values.DEAD_LETTER_KINDS, schema.DeadLetterKind), (values.EXECUTION_RESULTS, schema.ExecutionResult),
+])
+def test_the_cli_offers_exactly_the_words_the_api_takes(words: tuple[str, ...], enum: type[StrEnum]) -> None:
+    assert set(words) == {e.value for e in enum}
+
+
+def test_durations_and_instants_read_as_documented() -> None:
+    assert [values.duration_ms(s) for s in ("500", "500ms", "30s", "5m", "2h", "1d")] == [
+        500, 500, 30_000, 300_000, 7_200_000, 86_400_000]
+    assert values.instant_ms("1795978278937") == 1795978278937
+    assert values.instant_ms("2026-12-04T09:00:00Z") == values.instant_ms("2026-12-04 10:00+01:00") \
+        == values.instant_ms("2026-12-04T09:00:00") == 1796374800000
+    now = int(time.time() * 1000)
+    assert abs(values.instant_ms("now-1h") - (now - 3_600_000)) < 60_000
+    assert abs(values.instant_ms("+30m") - (now + 1_800_000)) < 60_000
+    for bad in ("yesterday", "-1y", "", "٣"):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a time"):
+            values.instant_ms(bad)
+    for bad in ("5 minutes", "1y", "-5s", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+            values.duration_ms(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="not JSON"):
+        values.json_value("bare")
+    assert values.field_assignment('retry={"max_retries": 5}') == ("retry", {"max_retries": 5})
+    assert values.field_assignment("scene=billing") == ("scene", "billing")
+    assert values.status_list("pending, paused") == ["pending", "paused"]
+
+
+def test_connection_and_output_options_go_before_or_after_the_command() -> None:
+    p = parser.build()
+    a = p.parse_args(["--json", "--url", "http://a:1", "tasks", "list"])
+    assert (a.output, a.url, a.func) == ("json", ["http://a:1"], "task_list")
+    a = p.parse_args(["tasks", "list", "--jsonl", "--url", "http://a:1", "--url", "http://b:2"])
+    assert (a.output, a.url) == ("jsonl", ["http://a:1", "http://b:2"])
+    a = p.parse_args(["--url", "http://a:1", "cluster", "leader", "--url", "http://b:2"])
+    assert a.url == ["http://b:2"]  # after the command: replaces
+    a = p.parse_args(["tasks", "list"])
+    assert not hasattr(a, "output") and not hasattr(a, "url")
+    with pytest.raises(SystemExit) as e:
+        p.parse_args(["tasks", "list", "--json", "--jsonl"])
+    assert e.value.code == 2
+
+
+def test_a_table_pads_columns_and_reads_times_as_utc() -> None:
+    out = io.StringIO()
+    Printer(Mode.TABLE, out).table([{"id": "a", "at": 0}, {"id": "bbbb", "at": None}],
+                                   [col("ID", "id"), col("AT", "at", time=True)])
+    assert out.getvalue().splitlines() == ["ID    AT", "a     1970-01-01 00:00:00.000Z", "bbbb  -"]
+    assert when(1796374800000) == "2026-12-04 09:00:00.000Z"
+
+
+def _bash(script: str, words: list[str]) -> list[str]:
+    quoted = " ".join(f"'{w}'" for w in words)
+    cmd = f'source /dev/stdin <<<"$S"; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; _molens; ' \
+          'printf "%s\\n" "${COMPREPLY[@]}"'
+    r = subprocess.run(["bash", "--norc", "-c", cmd], env={"S": script, "PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True, check=True)
+    return [w for w in r.stdout.splitlines() if w]
+
+
+def test_bash_completion_completes_commands_options_and_their_words() -> None:
+    s = completion.script(parser.build(), "bash")
+    assert _bash(s, ["molens", ""]) == ["tasks", "executions", "dead-letters", "flows", "cluster", "watch",
+                                        "completion"]
+    assert _bash(s, ["molens", "tasks", "pa"]) == ["patch", "pause"]
+    assert _bash(s, ["molens", "--json", "dead-letters", "re"]) == ["redrive"]
+    assert _bash(s, ["molens", "tasks", "pause", "--dr"]) == ["--dry-run"]
+    assert _bash(s, ["molens", "tasks", "list", "--scene", "x", "--st"]) == ["--status"]
+    assert _bash(s, ["molens", "tasks", "list", "--status", "pa"]) == ["paused"]
+    assert _bash(s, ["molens", "dead-letters", "list", "--kind", "a"]) == ["ack_failed"]
+    assert _bash(s, ["molens", "completion", ""]) == ["bash", "zsh"]
+    assert _bash(s, ["molens", "tasks", "create", ""]) == []  # no word to offer: none made up
+
+
+def test_zsh_completion_offers_the_same_words_through_bashcompinit() -> None:
+    zsh = shutil.which("zsh")
+    assert zsh is not None, "zsh is missing: scripts/setup installs Debian's zsh for this test"
+    s = completion.script(parser.build(), "zsh")
+    cmd = ('source /dev/stdin <<<"$S"\n'
+           "COMP_WORDS=(molens tasks pa); COMP_CWORD=2; compgen -F _molens -- pa; print -- ---\n"
+           "COMP_WORDS=(molens dead-letters list --kind ''); COMP_CWORD=4; compgen -F _molens -- ''\n")
+    r = subprocess.run([zsh, "-f", "-c", cmd], env={"S": s, "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"},
+                       capture_output=True, text=True, check=True)
+    subs, kinds = r.stdout.split("---\n")
+    # zsh filters by the typed prefix itself; the function offers the command's words
+    assert subs.split() == ["create", "list", "get", "patch", "pause", "resume", "trigger", "delete", "backfill"]
+    assert sorted(kinds.split()) == sorted(values.DEAD_LETTER_KINDS)
+
+
+def test_help_names_every_exit_code() -> None:
+    r = subprocess.run([sys.executable, "-m", "molens.ops_cli", "--help"], capture_output=True, text=True, check=True)
+    for code in ("0 ", "1 ", "2 ", "3 ", "130"):
+        assert f"\n  {code}" in r.stdout
+    assert "MOLENS_URL" in r.stdout and "MOLENS_TOKEN" in r.stdout
