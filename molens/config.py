@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
 import ipaddress
 import os
 import re
@@ -309,6 +310,16 @@ class NotificationsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TracingConfig:
+    """Span export (docs/observability.md#traces); the ``traceparent`` headers go out without it."""
+
+    otlp_endpoint: str = _opt("", lambda v: None if v == "" or (isinstance(v, str) and v.startswith(
+        ("http://", "https://"))) else "must be an http(s) URL, e.g. http://127.0.0.1:4318/v1/traces")
+    """OTLP/HTTP traces URL (e.g. ``http://127.0.0.1:4318/v1/traces``) the spans of traced tasks are
+    exported to ("" = none); needs the ``otel`` extra."""
+
+
+@dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: LogLevel = LogLevel.INFO
 
@@ -324,6 +335,7 @@ class Config:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="", compare=False)
     """The file this was loaded from ("" when built in code); not a config key."""
@@ -481,6 +493,14 @@ def _apply_override(data: dict[str, Any], parts: list[str], value: Any, env_key:
     node[parts[-1]] = value
 
 
+def _otel_installed() -> bool:
+    """The ``otel`` extra is there (looked up, not imported)."""
+    try:
+        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+    except ImportError:  # a parent package missing
+        return False
+
+
 def _cross_checks(cfg: Config) -> None:
     ids = [p.id for p in cfg.cluster.peers]
     for i, pid in enumerate(ids):
@@ -507,6 +527,9 @@ def _cross_checks(cfg: Config) -> None:
         if addr in seen:
             raise ConfigError(name, f"same address as {seen[addr]} ({addr})")
         seen[addr] = name
+    if cfg.tracing.otlp_endpoint and not _otel_installed():
+        raise ConfigError("tracing.otlp_endpoint", "needs OpenTelemetry's SDK and OTLP/HTTP exporter: "
+                                                   "pip install 'molens[server,otel]'")
     if cfg.notifications.url:
         try:
             check_url(cfg.notifications.url, "notifications.url", callback_policy(cfg), DEFAULT_LIMITS)

@@ -8,7 +8,8 @@ Rules of one attempt, decided here:
 
 - ``POST url`` with ``Content-Type: application/json``, ``X-Fire-ID``, ``X-Task-ID``, ``X-Scene``,
   ``X-Molens-Attempt``, ``X-Molens-Kind``, ``X-Molens-Scheduled-At`` (the occurrence's nominal
-  epoch ms) and, when a signing secret is set, ``X-Molens-Signature``
+  epoch ms), ``traceparent`` when the task has one (its trace, a span id per attempt:
+  ``molens.tracing``) and, when a signing secret is set, ``X-Molens-Signature``
   (one ``v1`` per secret while ``signing_secret_next`` is set; see ``molens.signing``).
 - No retries inside urllib3 (``retries=False``): retrying is the state machine's job.
 - No redirects are followed: a 3xx is an ``http_error`` (a callback URL that moved is a
@@ -74,6 +75,8 @@ from molens.errors import MolensError
 from molens.fsm.commands import ResultItem
 from molens.model import DEFAULT_POLICY, CallbackPolicy, FireKind, Outcome, address_denial
 from molens.signing import SIGNATURE_HEADER, signature_header
+from molens.tracing import attempt_traceparent
+from molens.tracing import is_valid as is_valid_traceparent
 
 __all__ = [
     "DeliveryOutcome",
@@ -138,6 +141,9 @@ class FireRequest:
     scheduled_ms: int = 0
     """The nominal instant of the occurrence (``X-Molens-Scheduled-At``; the same for every retry);
     0 = not known."""
+    traceparent: str = ""
+    """The task's ``traceparent`` ("" = none): the attempt sends one in that trace
+    (:func:`molens.tracing.attempt_traceparent`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +178,11 @@ _FIRE_RESULTS = "fire_results"
 
 def encode_fire_batch(requests: Iterable[FireRequest]) -> bytes:
     """``[b"fire_batch", [[fire_id, task_id, attempt, kind, url, body, scene, timeout_ms, deadline_ms,
-    not_before_ms, scheduled_ms], ...]]``."""
+    not_before_ms, scheduled_ms(, traceparent)], ...]]`` (``traceparent`` only when the task has one,
+    so a worker of the previous version reads the frames of untraced tasks)."""
     items = [
+        (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
+         r.not_before_ms, r.scheduled_ms, r.traceparent) if r.traceparent else
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
          r.not_before_ms, r.scheduled_ms)
         for r in requests
@@ -207,16 +216,20 @@ def _unpack(frame: bytes, tag: str, width: int, min_width: int = 0) -> list[Any]
 
 def decode_fire_batch(frame: bytes) -> list[FireRequest]:
     out = []
-    for i, (fid, tid, att, kind, url, body, scene, tmo, dl, nb, sch) in enumerate(_unpack(frame, _FIRE_BATCH, 11)):
+    for i, item in enumerate(_unpack(frame, _FIRE_BATCH, 12, min_width=11)):
+        fid, tid, att, kind, url, body, scene, tmo, dl, nb, sch = item[:11]
+        tp = item[11] if len(item) > 11 else ""
         try:
             if not (isinstance(fid, str) and isinstance(tid, str) and isinstance(url, str)
-                    and isinstance(scene, str) and isinstance(body, bytes)):
+                    and isinstance(scene, str) and isinstance(body, bytes) and isinstance(tp, str)):
                 raise TypeError("wrong field type")
+            if tp and not is_valid_traceparent(tp):
+                raise ValueError("traceparent is not a W3C traceparent")
             out.append(
                 FireRequest(
                     fire_id=fid, task_id=tid, attempt=_int(att), kind=FireKind(kind), url=url, body=body,
                     scene=scene, timeout_ms=_int(tmo), deadline_ms=_int(dl), not_before_ms=_int(nb),
-                    scheduled_ms=_int(sch),
+                    scheduled_ms=_int(sch), traceparent=tp,
                 )
             )
         except (TypeError, ValueError) as e:
@@ -519,6 +532,8 @@ class Deliverer:
         }
         if req.scheduled_ms:
             h["X-Molens-Scheduled-At"] = str(req.scheduled_ms)
+        if req.traceparent:
+            h["traceparent"] = attempt_traceparent(req.traceparent, req.fire_id, req.kind.value, req.attempt)
         if self._secrets:
             h[SIGNATURE_HEADER] = signature_header(self._secrets, req.fire_id, req.body, self._wall_ms())
         return h

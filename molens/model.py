@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from molens import tracing
 from molens.errors import (
     IllegalTransitionError,
     MolensError,
@@ -789,6 +790,10 @@ def _apply_rules(
         check_url(given["notify_url"], "notify_url", policy, limits)
     elif limits.default_notify_url and "notify_url" in out:
         out["notify_url"] = limits.default_notify_url
+
+    tp = given.get("traceparent")
+    if tp is not None and not tracing.is_valid(tp):
+        raise ValidationError("traceparent has an all-zero trace id or parent id (W3C Trace Context)", "traceparent")
 
     raw = given["payload"]
     body = b"null" if raw is None else msgspec.json.format(bytes(raw), indent=-1)

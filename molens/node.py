@@ -31,6 +31,7 @@ orders are easier to check side by side.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import fcntl
 import functools
 import gc
@@ -366,6 +367,7 @@ class Node:
             return
         from molens.node_context import NodeContext
         from molens.scheduler import Scheduler
+        from molens.web.api_context import settings_from_config
         from molens.web.app import make_app
         from molens.web.server import ApiServer, ServerOptions
 
@@ -381,6 +383,7 @@ class Node:
             self.scheduler.to_json,
             scheduler=self.scheduler,
             transfer_leader=lambda to: self._transfer_leader(to, wait=True),
+            settings=dataclasses.replace(settings_from_config(self.cfg), spans=self.scheduler.spans),
         ).start()
         app = make_app(self.api_ctx)  # the console included (molens.web.ui)
         try:

@@ -29,8 +29,9 @@ from molens.config import Config
 from molens.errors import MolensError
 from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import History
+from molens.fsm.machine import NOT_FIRED
 from molens.fsm.store import EntryResult, TaskStore
-from molens.model import IllegalTransitionError, NotFoundError, Task
+from molens.model import DeadLetterKind, IllegalTransitionError, NotFoundError, Task
 from molens.raft import core as rc
 from molens.schedule.flows import FlowState
 from molens.wallclock import wall_ms
@@ -351,12 +352,14 @@ class NodeContext:
             "api_proposals": self.proposals,
             "dead_letters": self.store.dead_count(),
             "notifications": {"outbox": self.store.outbox_count()},
+            "not_fired": {**dict.fromkeys(NOT_FIRED, 0), **self.store.not_fired},
         }
         sched = self._extra_stats() if self._extra_stats is not None else None
         if sched is not None:
             out["scheduler"] = sched
             late = sched.get("timings", {}).get("fire_lateness")  # due -> sent, on this node's worker
             out["lateness_p99_ms"] = late["p99_ms"] if late else None
+            out["not_fired"]["held_by_flow"] = int(sched.get("flow_held", 0))
             out["notifications"].update(
                 sent=sched.get("notifications_sent", 0), dropped=sched.get("notifications_dropped", 0),
                 failures=sched.get("notification_failures", 0),
@@ -404,6 +407,7 @@ class NodeContext:
         queues: dict[str, int] = {}
         counters: dict[str, float] = {}
         flows: list[FlowState] = []
+        late_p99: float | None = None
         sched = self.scheduler
         if sched is not None:
             flows = sched.flow_states() or []
@@ -413,6 +417,8 @@ class NodeContext:
             assert sched.stats is not None
             st_json = sched.stats.to_json()
             counters = {k: float(st_json.get(k, 0)) for k in COUNTERS if not k.startswith("rebuild_")}
+            late = st_json.get("timings", {}).get("fire_lateness")
+            late_p99 = late["p99_ms"] if late else None
             g = sched.leader_gauges()
             if "wheel_size" in g:
                 wheel["timers"] = g["wheel_size"]
@@ -434,7 +440,10 @@ class NodeContext:
             clock=self._clock_metrics(),
             refused=self._refused(st),
             storage=self._storage_metrics(),
+            not_fired={**dict.fromkeys(NOT_FIRED, 0), **self.store.not_fired},
+            lateness_p99_s=late_p99 / 1000 if late_p99 is not None else None,
             dead_letters={"stored": self.store.dead_count(), "outbox": self.store.outbox_count(),
+                          **{f"written:{k.value}": 0 for k in DeadLetterKind},
                           **{f"written:{k}": v for k, v in self.store.dead_written.items()}},
         )
 

@@ -59,6 +59,7 @@ from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
 from molens.raft.transport import RefusalLog
 from molens.schedule.flows import FlowState
+from molens.tracing import open_spans
 from molens.wallclock import wall_ms
 from molens.worker_rpc import RpcEndpoint, batch_frame, refusal, split_batch
 
@@ -102,6 +103,9 @@ class Scheduler:
         self.rpc_refused: dict[str, int] = {"B": 0, "R": 0, "H": 0}
         """Frames dropped by :func:`molens.worker_rpc.refusal`, by tag (process lifetime)."""
         self._refused_log = RefusalLog(f"rpc {self.node_id}: frame refused", log)
+        self.spans = open_spans(cfg.tracing.otlp_endpoint, self.node_id)
+        """The node's span export (the API's creates use it too); :data:`~molens.tracing.NO_SPANS` without
+        ``tracing.otlp_endpoint``."""
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Scheduler:
@@ -115,6 +119,7 @@ class Scheduler:
         deliverer = ReportingDeliverer(
             self._http, self.node_id, w.signing_secret, w.signing_secret_next, max_retry_after_ms=w.max_retry_after_ms,
         )
+        deliverer.spans = self.spans
         self._pool_ref = FireWorkerPool.start(
             self.node_id, deliverer, w.concurrency, self.rpc.send, self.stats, flush_interval_ms=POOL_FLUSH_MS,
             fatal=self.fatal, stop_timeout_s=DRAIN_S * 2, engine=w.engine,
@@ -130,6 +135,7 @@ class Scheduler:
                 make_pool_manager(4, callback_policy(cfg)), cfg.notifications.timeout_ms,
                 (w.signing_secret, w.signing_secret_next),
             ),
+            spans=self.spans,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
@@ -153,6 +159,7 @@ class Scheduler:
                 except (pykka.ActorDeadError, pykka.Timeout):
                     log.warning("scheduler actor did not stop in time: %s", ref)
         self._http.clear()
+        self.spans.shutdown()
 
     def _judge_clock(self, verdict_of: Callable[[list[str]], ClockVerdict]) -> tuple[list[str], ClockVerdict]:
         """The clock verdict for the current voters, acted on at once on the Raft thread."""

@@ -43,6 +43,7 @@ from typing import Annotated, Any
 import msgspec
 
 from molens.errors import ValidationError
+from molens.tracing import TRACEPARENT_PATTERN
 
 FORMAT = 3
 """Version of the stored layout: 1 was the hand-written msgpack lists (enums as indexes), 2 these
@@ -419,6 +420,15 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
             pattern=FLOW_KEY_PATTERN,
         ),
     ] = None
+    traceparent: Annotated[
+        str | None,
+        rule(
+            "W3C trace context the task's requests join: each callback, ACK probe and failure notification "
+            "carries a traceparent with this trace id and a span id of its own (default: the create request's "
+            "traceparent header)",
+            pattern=TRACEPARENT_PATTERN,
+        ),
+    ] = None
 
     @property
     def payload(self) -> Any:
@@ -663,6 +673,8 @@ class Notice(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     at_ms: int
     detail: str
     url: str
+    traceparent: str | None = None
+    """The task's ``traceparent``: the notification's POST joins its trace."""
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "type": self.type.value, "task_id": self.task_id or None,

@@ -114,7 +114,7 @@ def to_wire(e: FireRequest) -> WireFire:
     return WireFire(
         fire_id=f.fire_id, task_id=f.task_id, attempt=f.attempt, kind=f.kind, url=e.url, body=e.body, scene=e.scene,
         timeout_ms=e.timeout_ms, deadline_ms=f.deadline_ms, not_before_ms=e.not_before_ms,
-        scheduled_ms=e.scheduled_ms,
+        scheduled_ms=e.scheduled_ms, traceparent=e.traceparent or "",
     )
 
 

@@ -98,6 +98,8 @@ class ResultsProposed:
 
     items: list[ResultItem]
     error: BaseException | None
+    proposed_ms: int = 0
+    """Wall ms the proposal was made (the start of a traced attempt's ``molens.result`` span)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -300,6 +300,8 @@ class Monitor(LeaderActor):
                     self._add(message.items, ended=False)
             else:
                 self.stats.add(results_proposed=len(message.items))
+                if self.ctx.spans.enabled:
+                    self._trace_results(message)
         elif isinstance(message, Wake):
             pass
         elif isinstance(message, Rebuild):
@@ -400,7 +402,22 @@ class Monitor(LeaderActor):
         if self.results:
             self.results_first = now
         self.pending += 1
-        self.ctx.propose(Results(now, tuple(items)), self.outcome_to_self(lambda _res, err: ResultsProposed(items, err)))
+        self.ctx.propose(Results(now, tuple(items)),
+                         self.outcome_to_self(lambda _res, err: ResultsProposed(items, err, now)))
+
+    def _trace_results(self, m: ResultsProposed) -> None:
+        """``molens.result`` spans for the committed results of traced tasks (``tracing.otlp_endpoint``)."""
+        end_ns = time.time_ns()
+        for it in m.items:
+            t = self.ctx.store.get_task(it.fire_id.rpartition("-")[0])
+            tp = t.spec.traceparent if t is not None else None
+            if tp is None or it.attempt is None:
+                continue
+            attrs: dict[str, Any] = {"molens.fire_id": it.fire_id, "molens.attempt": it.attempt,
+                                     "molens.outcome": it.outcome.value, "molens.leader": self.ctx.node_id}
+            if it.status_code is not None:
+                attrs["http.response.status_code"] = it.status_code
+            self.ctx.spans.result(tp, it.fire_id, it.kind.value, it.attempt, m.proposed_ms * 1_000_000, end_ns, attrs)
 
 
 __all__ = ["CONGESTION_STATUSES", "HELD_GRACE_MS", "congested", "RESULTS_FLUSH_MS", "FireWatch", "Monitor", "WorkerWatch"]

@@ -32,6 +32,7 @@ from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.commands import AckNotices
 from molens.schema import Notice
 from molens.signing import FIRE_ID_HEADER, SIGNATURE_HEADER, signature_header
+from molens.tracing import fresh_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ BACKOFF_MS = (1_000, 60_000)
 class Batch:
     url: str
     notices: tuple[Notice, ...]
+    traceparent: str | None = None
+    """The trace of every notice in the batch (a batch holds the notices of one trace, or untraced ones)."""
 
     @property
     def id(self) -> str:
@@ -72,9 +75,9 @@ class NoticePlan:
         self.dropped = 0
 
     def plan(self, now_ms: int, notices: list[Notice]) -> tuple[list[Batch], list[tuple[int, str]]]:
-        """Batches to POST now (at most one per target, oldest first) and the keys of notices past
-        retention (to drop)."""
-        per_url: dict[str, list[Notice]] = {}
+        """Batches to POST now (at most one per target and trace, oldest first: a POST carries one
+        ``traceparent``) and the keys of notices past retention (to drop)."""
+        per_url: dict[tuple[str, str | None], list[Notice]] = {}
         expired: list[tuple[int, str]] = []
         for n in notices:
             key = (n.at_ms, n.id)
@@ -86,10 +89,10 @@ class NoticePlan:
             until = self._backoff.get(n.url, (0, 0))[0]
             if until > now_ms:
                 continue
-            group = per_url.setdefault(n.url, [])
+            group = per_url.setdefault((n.url, n.traceparent), [])
             if len(group) < self.batch_max:
                 group.append(n)
-        return [Batch(u, tuple(g)) for u, g in per_url.items()], expired
+        return [Batch(u, tuple(g), tp) for (u, tp), g in per_url.items()], expired
 
     def sent(self, url: str, ok: bool, now_ms: int) -> None:
         if ok:
@@ -106,7 +109,8 @@ class NoticePlan:
 class NoticeSender:
     """POSTs a batch, signed exactly like a callback (``X-Molens-Signature`` over ``X-Fire-ID``, here
     the batch id, and the body: ``molens.signing.verify_signature`` checks both), with
-    ``X-Molens-Kind: notification``, through the callback host policy's guarded pool. Returns None when the target answered 2xx,
+    ``X-Molens-Kind: notification`` and, for a traced task, a ``traceparent`` in its trace (a new span
+    id per POST), through the callback host policy's guarded pool. Returns None when the target answered 2xx,
     else why not."""
 
     def __init__(self, pool: urllib3.PoolManager, timeout_ms: int, secrets: tuple[str, ...],
@@ -120,6 +124,8 @@ class NoticeSender:
         body = batch.body()
         headers = {"Content-Type": "application/json", "User-Agent": f"molens/{__version__}",
                    FIRE_ID_HEADER: batch.id, "X-Molens-Kind": "notification"}
+        if batch.traceparent:
+            headers["traceparent"] = fresh_traceparent(batch.traceparent)
         if self._secrets:
             headers[SIGNATURE_HEADER] = signature_header(self._secrets, batch.id, body, self._wall())
         try:
@@ -173,9 +179,12 @@ class Notifier(LeaderActor):
             self.plan.dropped += len(expired)
             self.stats.add(notifications_dropped=len(expired))
             log.warning("notifications: %d older than notifications.retention_minutes dropped", len(expired))
+        failed: set[str] = set()
         for b in batches:
             if self.ended:
                 return
+            if b.url in failed:  # another trace's batch to a target that just failed: after its backoff
+                continue
             t0 = time.monotonic()
             why = self.send(b)
             self.plan.sent(b.url, why is None, wall_ms())
@@ -184,6 +193,7 @@ class Notifier(LeaderActor):
                 self.sent += len(b.notices)
                 self.stats.add(notifications_sent=len(b.notices))
             else:
+                failed.add(b.url)
                 self.stats.add(notification_failures=1)
                 log.warning("notifications: %d to %s not delivered (%s, %.0f ms); trying again later",
                             len(b.notices), b.url, why, (time.monotonic() - t0) * 1000)

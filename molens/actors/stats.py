@@ -23,6 +23,7 @@ import pykka
 
 from molens.actors.messages import Count, Delivered, Gauge, GetStats, SetObserver, StatsBatch
 from molens.delivery import Deliverer, FireRequest, FireResult
+from molens.tracing import NO_SPANS, Spans
 
 log = logging.getLogger(__name__)
 
@@ -230,10 +231,26 @@ class ReportingDeliverer(Deliverer):
         self._lock = threading.Lock()
         self._attempts: list[tuple[FireRequest, FireResult, float]] = []
 
+    spans: Spans = NO_SPANS
+    """Where the ``molens.fire`` spans of traced tasks go (``molens.tracing``)."""
+
     def record(self, req: FireRequest, result: FireResult) -> None:
         started_ms = time.time() * 1000 - float(result.latency_ms)
         with self._lock:
             self._attempts.append((req, result, started_ms))
+        if req.traceparent and self.spans.enabled:
+            self._trace(req, result, started_ms)
+
+    def _trace(self, req: FireRequest, result: FireResult, started_ms: float) -> None:
+        attrs: dict[str, Any] = {"molens.task_id": req.task_id, "molens.fire_id": req.fire_id,
+                                 "molens.attempt": req.attempt, "molens.kind": req.kind.value,
+                                 "molens.outcome": result.outcome.value, "molens.worker": self.node_id,
+                                 "url.full": req.url}
+        if result.status_code is not None:
+            attrs["http.response.status_code"] = result.status_code
+        start_ns = int(started_ms * 1_000_000)
+        self.spans.fire(req.traceparent, req.task_id, req.fire_id, req.kind.value, req.attempt, start_ns,
+                        start_ns + int(result.latency_ms * 1_000_000), attrs)
 
     def take(self) -> list[tuple[FireRequest, FireResult, float]]:
         with self._lock:

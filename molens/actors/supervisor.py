@@ -39,6 +39,7 @@ from molens.actors.term import ProposeCallback, TermContext
 from molens.actors.timewheel import TimeWheel
 from molens.config import NotificationsConfig, SchedulerConfig
 from molens.fsm.store import EntryResult, TaskStore
+from molens.tracing import NO_SPANS, Spans
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,10 @@ class LeaderSupervisor:
         clock: ClockGate | None = None,
         notifications: NotificationsConfig | None = None,
         send_notices: Callable[[Any], str | None] | None = None,
+        spans: Spans = NO_SPANS,
     ) -> None:
         self.node_id = node_id
+        self.spans = spans
         self.notifications = notifications if notifications is not None else NotificationsConfig()
         self._send_notices = send_notices
         self.clock = clock if clock is not None else ClockGate.always_ok()
@@ -132,7 +135,7 @@ class LeaderSupervisor:
         ctx = TermContext(
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
             stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
-            clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms,
+            clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms, spans=self.spans,
             **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(

@@ -25,6 +25,7 @@ from molens.actors.stats import StatsBuffer, StatsClient
 from molens.config import NotificationsConfig, SchedulerConfig
 from molens.fsm.commands import Command
 from molens.fsm.store import TaskStore
+from molens.tracing import NO_SPANS, Spans
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class TermContext:
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
     send_notices: Callable[[Any], str | None] = field(default=lambda batch: "no notification sender on this node")
     """POSTs a notification batch; None when its target answered 2xx (``molens.actors.notifier``)."""
+    spans: Spans = NO_SPANS
+    """Where the ``molens.result`` spans of traced tasks go (``molens.tracing``)."""
 
     def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
         self.propose_batch([self.store.encode_proposal(cmd)], on_done)

@@ -222,6 +222,8 @@ class FireRequest:
     not_before_ms: int = 0
     scheduled_ms: int = 0
     """The occurrence's nominal instant (before jitter; the same for every retry and ACK probe)."""
+    traceparent: str | None = None
+    """The task's (``TaskSpec.traceparent``): the attempt joins its trace."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +265,9 @@ class Writes:
     notices: list[Notice] = field(default_factory=list)
     """Failure notifications for the outbox (docs/architecture.md#notifications)."""
     notices_acked: list[tuple[int, str]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    """Occurrences this command decided not to fire, by :data:`NOT_FIRED` key (the store adds them
+    to its process-local counters: every replica counts what it applies)."""
 
 
 @dataclass(slots=True)
@@ -404,14 +409,39 @@ def jitter(task_id: str, seq: int, jitter_ms: int) -> int:
     return int.from_bytes(h, "big") % jitter_ms
 
 
-def _beyond_bounds(t: Task, seq: int, sched: int) -> bool:
-    """Whether occurrence ``seq`` at ``sched`` is past the task's ``max_runs`` or ``end_at``."""
+NOT_FIRED = {
+    "skipped_overlap": "instants that came due while an occurrence ran (overlap skip, or allow with 8 running)",
+    "skipped_catchup_none": "missed instants skipped (catchup none)",
+    "collapsed_catchup_one": "missed instants one fire stood for (catchup one)",
+    "skipped_catchup_window": "missed instants older than catchup_window_ms (catchup all)",
+    "skipped_backfill": "regular instants a backfill's range replaced",
+    "dropped_end_at": "a periodic task's next occurrence fell at or after end_at: the task ended",
+    "dropped_max_runs": "a periodic task had run max_runs occurrences: the task ended",
+}
+"""What :attr:`Writes.counts` counts: each a decision (one history row, for one or more instants)."""
+
+
+def _count(tx: _Tx, key: str) -> None:
+    c = tx.w.counts
+    c[key] = c.get(key, 0) + 1
+
+
+def _ends(tx: _Tx, t: Task, seq: int, sched: int) -> bool:
+    """Whether occurrence ``seq`` at ``sched`` is past the task's ``max_runs`` or ``end_at`` (then the
+    task ends: counted as ``dropped_max_runs`` / ``dropped_end_at``)."""
     s = t.spec
-    return (s.max_runs is not None and seq > s.max_runs) or (s.end_at is not None and sched >= s.end_at)
+    if s.max_runs is not None and seq > s.max_runs:
+        _count(tx, "dropped_max_runs")
+        return True
+    if s.end_at is not None and sched >= s.end_at:
+        _count(tx, "dropped_end_at")
+        return True
+    return False
 
 
-def _skipped(tx: _Tx, t: Task, start: int, end: int, now: int, why: str) -> None:
-    """One history row for the occurrences scheduled in ``[start, end)`` that are not fired."""
+def _skipped(tx: _Tx, t: Task, start: int, end: int, now: int, why: str, key: str) -> None:
+    """One history row for the occurrences scheduled in ``[start, end)`` that are not fired; counted under ``key``."""
+    _count(tx, key)
     tx.w.executions.append(Execution(
         task_id=t.id, fire_id=t.fire_id, seq=t.seq, attempt=0, kind=FireKind.EVENT, result=ExecutionResult.SKIPPED,
         status_code=None, latency_ms=None, worker="", url=t.spec.callback_url, scene=t.spec.scene, fired_ms=now,
@@ -446,7 +476,7 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
             floor = now - spec.catchup_window_ms
             nxt = first if first >= floor else next_scheduled(t, floor - 1)
             if nxt > first:
-                _skipped(tx, t, first, nxt, now, "more than catchup_window_ms ago (catchup all)")
+                _skipped(tx, t, first, nxt, now, "more than catchup_window_ms ago (catchup all)", "skipped_catchup_window")
         else:
             during = _came_due_while_running(t, now)
             if first >= now or (lost and spec.catchup is CatchUp.ONE):
@@ -454,16 +484,19 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
             elif during is not None:  # overlap buffer_one: it fires now, what came due before the start is skipped
                 nxt, buffered = during, True
                 if nxt > first:
-                    _skipped(tx, t, first, nxt, now, f"due before the occurrence started (catchup {spec.catchup})")
+                    _skipped(tx, t, first, nxt, now, f"due before the occurrence started (catchup {spec.catchup})",
+                             _catchup_key(spec.catchup))
             else:
                 nxt = next_after_misfire(schedule_of(t), t.sched_ms, now)
             if nxt > first and not buffered:
+                ran = t.started_ms is not None and first >= t.started_ms  # came due while it ran: overlap
                 _skipped(tx, t, first, nxt, now, f"due while the cluster was down, the task paused or an "
-                                                 f"occurrence ran (catchup {spec.catchup})")
+                                                 f"occurrence ran (catchup {spec.catchup})",
+                         "skipped_overlap" if ran else _catchup_key(spec.catchup))
     except ValueError as exc:  # the schedule has no next instant (deterministic on every replica)
         log.error("task=%s has no next occurrence (%s): inactive", t.id, exc)
         return dict(_INACTIVE)
-    if _beyond_bounds(t, t.seq + 1, nxt):
+    if _ends(tx, t, t.seq + 1, nxt):
         return dict(_DONE)
     return {
         "status": Status.PENDING,
@@ -476,6 +509,10 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
         "sched_ms": nxt,
         "buffered": buffered,
     }
+
+
+def _catchup_key(c: CatchUp) -> str:
+    return "skipped_catchup_none" if c is CatchUp.NONE else "collapsed_catchup_one"
 
 
 def _came_due_while_running(t: Task, now: int) -> int | None:
@@ -581,7 +618,7 @@ def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
         id=it.task_id, spec=spec, status=Status.PENDING, created_ms=now, updated_ms=now,
         due_ms=sched + jitter(it.task_id, 1, spec.jitter_ms), sched_ms=sched,
     )
-    if spec.type is TaskType.PERIODIC and _beyond_bounds(t, 1, sched):  # no occurrence before end_at
+    if spec.type is TaskType.PERIODIC and _ends(tx, t, 1, sched):  # no occurrence before end_at
         t = _replace(t, status=Status.DONE, due_ms=None)
     tx.put_new(t)
     if key is not None:
@@ -657,6 +694,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         FireRequest(
             fire=fire, url=url, body=t.spec.payload_json, scene=t.spec.scene, timeout_ms=t.spec.timeout_ms,
             reliability=t.spec.reliability, not_before_ms=due, scheduled_ms=t.sched_ms,
+            traceparent=t.spec.traceparent,
         )
     )
     return None
@@ -703,8 +741,9 @@ def _skip_running_full(tx: _Tx, t: Task, now: int) -> None:
         log.error("task=%s has no next occurrence (%s): inactive", t.id, exc)
         tx.put(_replace(t, **_INACTIVE, updated_ms=now))
         return
-    _skipped(tx, t, t.sched_ms, nxt, now, f"{MAX_RUNNING} occurrences still running (overlap allow)")
-    if _beyond_bounds(t, t.seq, nxt):
+    _skipped(tx, t, t.sched_ms, nxt, now, f"{MAX_RUNNING} occurrences still running (overlap allow)",
+             "skipped_overlap")
+    if _ends(tx, t, t.seq, nxt):
         tx.put(_replace(t, **_DONE, updated_ms=now))
         return
     tx.put(_replace(t, sched_ms=nxt, due_ms=nxt + jitter(t.id, t.seq, t.spec.jitter_ms), skipped_to=False,
@@ -732,7 +771,7 @@ def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_
     s = t.spec
     tx.effects.append(FireRequest(
         fire=fire, url=s.callback_url, body=s.payload_json, scene=s.scene, timeout_ms=s.timeout_ms,
-        reliability=s.reliability, not_before_ms=r.due_ms, scheduled_ms=r.sched_ms,
+        reliability=s.reliability, not_before_ms=r.due_ms, scheduled_ms=r.sched_ms, traceparent=s.traceparent,
     ))
     return None
 
@@ -815,10 +854,11 @@ def _catch_up(tx: _Tx, t: Task, now: int) -> Task | None:
             why = "more than catchup_window_ms ago (catchup all)"
     except ValueError:
         return t  # no next instant: this one fires, the task then ends (_next_occurrence)
-    _skipped(tx, t, t.sched_ms, nxt, now, why)
+    _skipped(tx, t, t.sched_ms, nxt, now, why,
+             "skipped_catchup_none" if spec.catchup is CatchUp.NONE else "skipped_catchup_window")
     moved = _replace(t, sched_ms=nxt, due_ms=nxt + jitter(t.id, t.seq, spec.jitter_ms), updated_ms=now,
                      skipped_to=spec.catchup is CatchUp.NONE)
-    if _beyond_bounds(t, t.seq, nxt):
+    if _ends(tx, t, t.seq, nxt):
         tx.put(_replace(moved, status=Status.DONE, due_ms=None))
         return None
     assert moved.due_ms is not None
@@ -1045,7 +1085,7 @@ def _notice(tx: _Tx, t: Task, kind: NoticeType, at: int, detail: str, key: str =
     assert url is not None
     tx.w.notices.append(Notice(
         id=f"{t.id}.{kind.value}.{key or at}", type=kind, task_id=t.id, fire_id=t.fire_id, at_ms=at,
-        detail=detail[:512], url=url,
+        detail=detail[:512], url=url, traceparent=t.spec.traceparent,
     ))
 
 
@@ -1235,7 +1275,7 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
             updated_ms=now,
             backfill=None,
         )
-        if _beyond_bounds(t, t.seq + 1, nxt):
+        if _ends(tx, t, t.seq + 1, nxt):
             nt = _replace(nt, status=Status.DONE, due_ms=None)
     elif t.status is not Status.PAUSED:
         return IllegalTransitionError(f"cannot resume a task that is {t.status}", "status")
@@ -1251,7 +1291,7 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
         nt = _replace(
             t, status=Status.PENDING, due_ms=nxt + jitter(t.id, t.seq, t.spec.jitter_ms), sched_ms=nxt, updated_ms=now
         )
-        if _beyond_bounds(t, t.seq, nxt):
+        if _ends(tx, t, t.seq, nxt):
             nt = _replace(nt, status=Status.DONE, due_ms=None)
     else:
         nt = _replace(t, status=Status.PENDING, due_ms=max(now, t.sched_ms), updated_ms=now)
@@ -1325,7 +1365,7 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
             sched = next_scheduled(nt, max([now, *(r.sched_ms for r in t.running)]))
         due = sched + jitter(t.id, t.seq, new.jitter_ms)
         nt = _replace(nt, sched_ms=sched, due_ms=due if t.status is Status.PENDING else None)
-        if new.type is TaskType.PERIODIC and _beyond_bounds(nt, t.seq, sched):
+        if new.type is TaskType.PERIODIC and _ends(tx, nt, t.seq, sched):
             nt = _replace(nt, status=Status.DONE, due_ms=None)
     tx.put(nt)
     tx.w.executions.append(Execution(
@@ -1420,7 +1460,8 @@ def _skipped_before_backfill(tx: _Tx, t: Task, after: int, first: int, now: int)
     except ValueError:
         return
     if regular < first:
-        _skipped(tx, t, regular, first, now, "before the backfilled range, after which the schedule resumes")
+        _skipped(tx, t, regular, first, now, "before the backfilled range, after which the schedule resumes",
+                 "skipped_backfill")
 
 
 def _backfill_step(tx: _Tx, t: Task, now: int, seq: int, next_ms: int, after_ms: int) -> dict[str, Any]:
@@ -1438,7 +1479,7 @@ def _backfill_step(tx: _Tx, t: Task, now: int, seq: int, next_ms: int, after_ms:
              "throttled_since_ms": 0, "skipped_to": False, "buffered": False}
     if found:
         nxt = found[0]
-        if _beyond_bounds(t, seq, nxt):
+        if _ends(tx, t, seq, nxt):
             return {**_DONE, "backfill": None}
         return {**start, "due_ms": now, "sched_ms": nxt,
                 "backfill": Backfill(next_ms=nxt + 1, end_ms=bf.end_ms, after_ms=after_ms, left=bf.left - 1,
@@ -1448,7 +1489,7 @@ def _backfill_step(tx: _Tx, t: Task, now: int, seq: int, next_ms: int, after_ms:
     except ValueError as exc:  # the schedule has no next instant (deterministic on every replica)
         log.error("task=%s has no next occurrence after its backfill (%s): inactive", t.id, exc)
         return {**_INACTIVE, "backfill": None}
-    if _beyond_bounds(t, seq, nxt):
+    if _ends(tx, t, seq, nxt):
         return {**_DONE, "backfill": None}
     # passed during the backfill: due now; catch-up decides at its dispatch
     return {**start, "due_ms": max(now, nxt + jitter(t.id, seq, t.spec.jitter_ms)), "sched_ms": nxt, "backfill": None}

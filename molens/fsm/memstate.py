@@ -30,6 +30,8 @@ class MemoryState:
         self.executions: list[Execution] = []
         self.dead: dict[str, DeadLetter] = {}
         self.outbox: dict[tuple[int, str], Notice] = {}
+        self.not_fired: dict[str, int] = {}
+        """Occurrences not fired, by ``machine.NOT_FIRED`` key (as ``TaskStore.not_fired`` counts them)."""
 
     def get_task(self, task_id: str) -> Task | None:
         return self.tasks.get(task_id)
@@ -107,6 +109,8 @@ class MemoryState:
             else:
                 self.dead[did] = dl
         self.executions.extend(w.executions)
+        for reason, count in w.counts.items():
+            self.not_fired[reason] = self.not_fired.get(reason, 0) + count
 
     def digest(self) -> str:
         """A hash of the replicated state (tasks, due, fires, idem, meta)."""

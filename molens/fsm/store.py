@@ -271,6 +271,10 @@ class TaskStore:
         self.decodes_skipped = 0
         self.dead_written: dict[str, int] = {}
         """Dead letters this replica's applies wrote since the process started, by kind (metrics)."""
+        self.not_fired: dict[str, int] = {}
+        """Occurrences this replica's applies decided not to fire since the process started, by
+        ``machine.NOT_FIRED`` key (metrics): every replica applies the same entries, so each counts
+        the cluster's decisions it applied."""
         self._open()
 
     def _open(self) -> None:
@@ -443,6 +447,10 @@ class TaskStore:
                 out.append(StoreError(f"entry {e.index} failed to apply: {type(exc).__name__}: {exc}", code="internal"))
                 continue
             self._write(txn, applied, counts, days)
+            if applied.writes.counts:
+                nf = self.not_fired
+                for k, v in applied.writes.counts.items():
+                    nf[k] = nf.get(k, 0) + v
             if applied.writes.executions or applied.writes.history_deletes:
                 hist.append((e.index, applied.writes))
             out.append(EntryResult(e.index, e.term, applied.results, applied.effects))

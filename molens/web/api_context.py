@@ -34,6 +34,7 @@ from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import Page, TrendPoint, UrlStats
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
 from molens.schedule.flows import FlowState
+from molens.tracing import NO_SPANS, Spans
 from molens.web.dead_letters import DeadLetterReader
 from molens.web.heatmap import WheelDistribution
 from molens.web.metrics import NodeMetrics
@@ -55,6 +56,8 @@ class ApiSettings:
     """``Retry-After`` sent with 503 answers."""
     test_endpoint_delay_ms: int = 100
     extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    spans: Spans = field(default=NO_SPANS, hash=False, compare=False)
+    """Where the spans of traced creates go (the node's, shared with its scheduler: ``molens.tracing``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from typing import Any
 import bottle
 import msgspec
 
-from molens import model
+from molens import model, tracing
 from molens.fsm.commands import (
     BackfillTask,
     Command,
@@ -80,6 +80,7 @@ from molens.model import (
     ValidationError,
 )
 from molens.schema import SCENE_PATTERN, create_type, python_pattern, request_error, task_json, view
+from molens.tracing import Spans
 from molens.web import openapi
 from molens.web.api_context import ApiContext
 from molens.web.dead_letters import install_dead_letters
@@ -237,6 +238,30 @@ def _header_text(name: str) -> str | None:
         return str(raw.encode("latin-1").decode("utf-8"))
     except UnicodeError:
         raise ValidationError(f"{name} is not valid UTF-8", name) from None
+
+
+def _trace_header() -> str | None:
+    """The request's ``traceparent`` header when it is a valid one; an invalid header is ignored, as
+    W3C Trace Context asks of a receiver (an invalid body field is a 400)."""
+    raw = bottle.request.environ.get("HTTP_TRACEPARENT")
+    if not isinstance(raw, str):
+        return None
+    tp = raw.strip()
+    return tp if tracing.is_valid(tp) else None
+
+
+def _traced(spec: model.TaskSpec, header: str | None) -> model.TaskSpec:
+    """``spec`` with the request's ``traceparent`` header (:func:`_trace_header`) when its body gave none."""
+    if spec.traceparent is not None or header is None:
+        return spec
+    return msgspec.structs.replace(spec, traceparent=header)
+
+
+def _trace_create(spans: Spans, t: Task, start_ns: int, commit_ns: int) -> None:
+    """The create and commit spans of a traced task (``tracing.otlp_endpoint`` set)."""
+    tp = t.spec.traceparent
+    if tp is not None:
+        spans.create(tp, t.id, start_ns, commit_ns, time.time_ns(), {"molens.task_id": t.id, "molens.scene": t.spec.scene})
 
 
 def _reject_constant(name: str) -> Any:
@@ -538,16 +563,22 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/tasks", write=True)
     def create_task() -> tuple[int, Any]:
+        start_ns = time.time_ns()
         body = api.read_body()
         key = _header_text("Idempotency-Key")
         now = ctx.now_ms()
-        spec = validate(body, now, key)
+        spec = _traced(validate(body, now, key), _trace_header())
+        commit_ns = time.time_ns()
         res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
         assert isinstance(res, Created)
+        spans = ctx.settings.spans
+        if spans.enabled and res.created:
+            _trace_create(spans, res.task, start_ns, commit_ns)
         return (201 if res.created else 200), task_json(res.task)
 
     @api.route("POST", f"{PREFIX}/tasks/batch", write=True)
     def create_batch() -> tuple[int, Any]:
+        start_ns = time.time_ns()
         body = api.read_body()
         s = ctx.settings
         reqs = _typed_batch(body, s.limits)
@@ -570,10 +601,12 @@ def _install_tasks(api: Api) -> None:
         errors: list[tuple[int, MolensError]] = []
         ids = ctx.new_task_ids(count)
         keys: dict[str, int] = {}
+        trace_header = _trace_header()
         for i, spec in enumerate(specs):
             if isinstance(spec, ValidationError):
                 errors.append((i, spec))
                 continue
+            spec = _traced(spec, trace_header)
             try:
                 k = spec.idempotency_key
                 if k is not None:
@@ -590,6 +623,7 @@ def _install_tasks(api: Api) -> None:
             raise BatchInvalid(count, errors)
         if not items:
             return 200, {"items": [], "errors": []}
+        commit_ns = time.time_ns()
         results = api.propose_one(CreateTasks(now, tuple(items)))
         if len(results) != len(items):  # the whole entry failed (undecodable / apply raised): one error
             _item(results[0] if results else InternalError("no result for the batch"))
@@ -597,10 +631,13 @@ def _install_tasks(api: Api) -> None:
         out: list[Task | None] = []
         errs: list[dict[str, Any]] = []
         created = False
+        spans = ctx.settings.spans
         for i, r in enumerate(results):
             if isinstance(r, Created):
                 out.append(r.task)
                 created = created or r.created
+                if spans.enabled and r.created:
+                    _trace_create(spans, r.task, start_ns, commit_ns)
             else:
                 out.append(None)
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)

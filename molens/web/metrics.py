@@ -90,6 +90,10 @@ class MetricsSnapshot:
     (times they started failing) and ``retries`` (failed retries)."""
     flows: Sequence[FlowState] = ()
     """The leader's flows (docs/architecture.md#flow-control); empty off the leader."""
+    not_fired: Mapping[str, int] = field(default_factory=dict)
+    """Occurrences this replica's applies decided not to fire, by reason (every reason, zeros included)."""
+    lateness_p99_s: float | None = None
+    """p99 of the recent lateness of this node's attempts (due -> request started); None before any."""
     dead_letters: Mapping[str, int] = field(default_factory=dict)
     """``stored`` (dead letters in the local replica), ``written`` (by kind: written by this replica's
     applies since the process started), ``outbox`` (failure notifications waiting)."""
@@ -210,6 +214,27 @@ class LiveCollector(Collector):
             yield CounterMetricFamily(
                 "molens_throttled", "Attempts answered 429/503 with a Retry-After (their flow held until then)",
                 value=s.scheduler["throttled"],
+            )
+        if s.not_fired:
+            nf = CounterMetricFamily(
+                "molens_occurrences_not_fired",
+                "Decisions not to fire scheduled occurrences (each one history row, for one or more instants), "
+                "by reason; every replica counts the entries it applies",
+                labels=["reason"],
+            )
+            for reason, n in sorted(s.not_fired.items()):
+                nf.add_metric([reason], n)
+            yield nf
+        if "flow_held" in s.scheduler:
+            yield CounterMetricFamily(
+                "molens_fires_held_by_flow", "Due fires the leader held back by their flow's limits, pause or Retry-After",
+                value=s.scheduler["flow_held"],
+            )
+        if s.lateness_p99_s is not None:
+            yield GaugeMetricFamily(
+                "molens_fire_lateness_p99_seconds",
+                "p99 of the lateness of this node's recent attempts (due -> request started; last 2048)",
+                value=s.lateness_p99_s,
             )
         if s.scheduler:
             c = CounterMetricFamily(
@@ -337,8 +362,47 @@ class NodeMetrics:
         return generate_latest(self.registry)
 
 
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family a node may export (docs/observability.md's table is made of these)."""
+
+    name: str
+    """As scraped (a counter's ``_total``, a histogram's base name)."""
+    type: str
+    labels: tuple[str, ...]
+    help: str
+
+
+def catalogue() -> list[Family]:
+    """Every metric family a node can export, read from the collectors themselves: a snapshot with
+    every part filled, and one observation of each fire-time instrument. ``scripts/metrics_table.py``
+    writes docs/observability.md's table from it; a test keeps the two in step."""
+    snap = MetricsSnapshot(
+        node_id="n1", role="leader", tasks={"pending": 1}, raft=dict.fromkeys(
+            ("term", "commit_index", "applied_index", "last_index", "snapshot_index", "leader_changes"), 1),
+        wheel={"timers": 1, "overflow": 0}, queues={"fires_in_flight": 1}, history_rows=1, disk_bytes={"free": 1},
+        scheduler={"throttled": 1, "flow_held": 1}, refused={"raft": {"handshake_refused": 0}, "rpc": {"B": 0}},
+        clock={"skew_ms": 1, "skewed": 0}, storage={"full": 0}, not_fired={"skipped_overlap": 0}, lateness_p99_s=0.1,
+        flows=(FlowState("f", 1, 1, 1, 0, 1.0),), dead_letters={"stored": 0, "outbox": 0, "written:unknown": 0},
+    )
+    metrics = NodeMetrics(lambda: snap)
+    req = type("Req", (), {"url": "http://h/"})()
+    res = type("Res", (), {"kind": "callback", "outcome": "success", "latency_ms": 1.0})()
+    metrics.fires.delivered(req, res)
+    for name in ("fire_lateness", "dispatch_lag", "plan_to_send"):
+        metrics.fires.sampled(name, [1.0])
+    out = []
+    for fam in metrics.registry.collect():
+        labels = sorted({k for smp in fam.samples for k in smp.labels if k != "le"})
+        name = fam.name + "_total" if fam.type == "counter" else fam.name
+        out.append(Family(name, fam.type, tuple(labels), fam.documentation))
+    return sorted(out, key=lambda f: f.name)
+
+
 __all__ = [
     "CONTENT_TYPE",
+    "Family",
+    "catalogue",
     "FireMetrics",
     "LiveCollector",
     "MetricsSnapshot",

@@ -87,6 +87,13 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str, requ
     return {"name": name, "in": where, "required": required or where == "path", "schema": schema, "description": description}
 
 
+_TRACEPARENT = _param(
+    "traceparent", "header", {"type": "string"},
+    "W3C trace context the task's requests join when the body has no traceparent field (an invalid one is "
+    "ignored)",
+)
+
+
 _TASK_ID = _param("task_id", "path", {"type": "string"}, "Task id (26 Crockford base32 characters)")
 _FLOW_KEY = _param("key", "path", {"type": "string", "pattern": FLOW_KEY_PATTERN}, "Flow key (a task's flow_key, or a callback host:port)")
 _CURSOR = _param("cursor", "query", {"type": "string"}, "Opaque cursor from a previous page's next_cursor")
@@ -369,6 +376,14 @@ def _schemas() -> dict[str, Any]:
                 "lateness_p99_ms": _nullable(
                     "number", description="Due time -> HTTP request started, p99 of the recent fires this node's worker made"
                 ),
+                "not_fired": {
+                    "type": "object",
+                    "additionalProperties": {"type": "integer"},
+                    "description": "Occurrences not fired since this process started, by reason: skipped_overlap, "
+                                   "skipped_catchup_none, collapsed_catchup_one, skipped_catchup_window, "
+                                   "skipped_backfill, dropped_end_at, dropped_max_runs (decisions this replica "
+                                   "applied) and held_by_flow (due fires this node's leader held back)",
+                },
                 "qps": {"type": "number", "description": "HTTP API requests per second"},
                 "rss_bytes": _nullable("integer"),
                 "threads_cpu_s": {
@@ -552,7 +567,8 @@ def _paths() -> dict[str, Any]:
                         "header",
                         {"type": "string", "maxLength": 128},
                         "Alternative to the idempotency_key field",
-                    )
+                    ),
+                    _TRACEPARENT,
                 ],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("TaskCreate")}}},
                 "responses": {
@@ -599,7 +615,8 @@ def _paths() -> dict[str, Any]:
                         "RFC 7240 preferences; return=minimal answers each item with the task's id alone "
                         "(TaskRef) instead of the whole task, and says so in Preference-Applied. Other "
                         "preferences are ignored",
-                    )
+                    ),
+                    _TRACEPARENT,
                 ],
                 "requestBody": {
                     "required": True,

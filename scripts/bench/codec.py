@@ -30,7 +30,7 @@ REQUEST = {
 }
 
 
-def _cpu_us(fn: Callable[[], object], n: int) -> float:
+def cpu_us(fn: Callable[[], object], n: int) -> float:
     fn()
     c0 = time.process_time()
     for _ in range(n):
@@ -51,12 +51,12 @@ def main() -> None:
     cmd = CreateTasks(T0, tuple(CreateItem(model.new_task_id(T0, i), spec) for i in range(500)))
     data = encode(cmd)
     figures = {
-        "validate_us": _cpu_us(lambda: model.decode_create(body, now_ms=T0), n),
-        "task_json_us": _cpu_us(lambda: model.tasks_json(page), max(1, n // 500)) / 500,
-        "record_enc_us": _cpu_us(lambda: store.task_to_bytes(task), n),
-        "record_dec_us": _cpu_us(lambda: store.task_from_bytes(raw), n),
-        "cmd_enc_us": _cpu_us(lambda: encode(cmd), max(1, n // 500)) / 500,
-        "cmd_dec_us": _cpu_us(lambda: decode(data), max(1, n // 500)) / 500,
+        "validate_us": cpu_us(lambda: model.decode_create(body, now_ms=T0), n),
+        "task_json_us": cpu_us(lambda: model.tasks_json(page), max(1, n // 500)) / 500,
+        "record_enc_us": cpu_us(lambda: store.task_to_bytes(task), n),
+        "record_dec_us": cpu_us(lambda: store.task_from_bytes(raw), n),
+        "cmd_enc_us": cpu_us(lambda: encode(cmd), max(1, n // 500)) / 500,
+        "cmd_dec_us": cpu_us(lambda: decode(data), max(1, n // 500)) / 500,
     }
     print(f"codec bench: {n} repetitions, task records of {len(raw)} bytes, commands of 500 items ({len(data)} bytes)")
     print(

@@ -25,6 +25,7 @@ The search (both systems) only runs when every listed rate was sustained.
     .venv/bin/python scripts/bench/lateness.py                 # 1000, 2000, search, APScheduler
     .venv/bin/python scripts/bench/lateness.py --rates 1000 --no-search --no-apscheduler
     .venv/bin/python scripts/bench/lateness.py --dispatch-lead-ms 0 ...  # plan at the due time (no dispatch ahead)
+    .venv/bin/python scripts/bench/lateness.py --traced ...  # every task created with a traceparent
 
 Lines: ``lateness: rate=R fires_per_s=... p50_ms=... p99_ms=... max_ms=...`` per rate,
 ``lateness_vs_apscheduler: store=... p99_ratio=... max_fires_ratio=...`` per store,
@@ -39,6 +40,7 @@ import datetime as dt
 import json
 import logging
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -163,14 +165,18 @@ def measure(rec: Receiver, tag: str, n: int, rate: float, key: str, deadline_s: 
 # ----------------------------------------------------------------------------------------------- molens
 
 
-def molens_run(client: MolensClient, urls: list[str], rec: Receiver, rate: float, duration: float) -> Result:
+def molens_run(client: MolensClient, urls: list[str], rec: Receiver, rate: float, duration: float,
+               traced: bool = False) -> Result:
     n = int(rate * duration)
     tag = f"m{int(rate)}-{int(time.time())}"
     t0 = int(time.time() * 1000 + (LEAD_S + n / 15_000) * 1000)
-    bodies = [
+    bodies: list[dict[str, Any]] = [
         {"type": "delayed", "run_at": (due := t0 + int(i * 1000 / rate)), "callback_url": rec.url(tag), "payload": {"due": due}}
         for i in range(n)
     ]
+    if traced:  # each task in a trace of its own: every callback carries a traceparent
+        for b in bodies:
+            b["traceparent"] = f"00-{random.getrandbits(128):032x}-{random.getrandbits(64) or 1:016x}-01"
     chunks = [bodies[i : i + 1000] for i in range(0, n, 1000)]
     t = time.monotonic()
     with ThreadPoolExecutor(4) as ex:
@@ -359,6 +365,8 @@ def main() -> int:
     ap.add_argument("--ap-workers", type=int, default=32)
     ap.add_argument("--node-conf", default="",
                     help='JSON merged into every node\'s config, for experiments (e.g. \'{"worker": {"loop_tick_ms": 0}}\')')
+    ap.add_argument("--traced", action="store_true",
+                    help="create every task with a traceparent (its callbacks carry one: docs/observability.md#traces)")
     ap.add_argument("--dispatch-lead-ms", type=int, default=None,
                     help="the nodes' scheduler.dispatch_lead_ms (default: conf/node.yaml's)")
     args = ap.parse_args()
@@ -388,7 +396,7 @@ def main() -> int:
         client = MolensClient(urls, retry_deadline_s=60)
         rates = [float(r) for r in args.rates.split(",") if r]
         for rate in rates:
-            r = molens_run(client, urls, rec, rate, args.duration)
+            r = molens_run(client, urls, rec, rate, args.duration, args.traced)
             results[rate] = r
             print(r.line(), flush=True)
             summary[f"p99_{int(rate)}_ms"] = r.p99
@@ -396,7 +404,7 @@ def main() -> int:
         all_runs: list[Result] = []
         if not args.no_search and all(r.sustained for r in results.values()):
             best = search(
-                lambda x: molens_run(client, urls, rec, x, args.duration),
+                lambda x: molens_run(client, urls, rec, x, args.duration, args.traced),
                 round(max(rates) * args.search_factor, -2),
                 args.max_rate,
                 all_runs,

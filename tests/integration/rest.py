@@ -7,12 +7,15 @@ JSON; an answer's body is parsed as JSON (``None`` when empty).
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import urllib3
 
-from .conftest import NodeProc, wait_for
+from .conftest import Cluster, NodeProc, wait_for
 
 _http = urllib3.PoolManager(retries=False, timeout=15, maxsize=4)
 
@@ -42,3 +45,17 @@ def wait_serving(n: NodeProc, timeout: float = 60) -> None:
     """Wait until ``/readyz`` of node ``n`` answers ``200``: it knows a leader and serves its REST
     API (``NodeProc.wait_ready`` only waits for its admin socket)."""
     wait_for(lambda: call(n, "GET", "/readyz")[0] == 200, timeout, f"{n.node_id} to serve")
+
+
+@contextlib.contextmanager
+def one_task_node(root: Path, extra: dict[str, Any] | None = None) -> Iterator[NodeProc]:
+    """A 1-node task cluster under ``root`` (Raft tick 20 ms; ``extra``'s config sections beside it),
+    serving its REST API; stopped on leaving the block, also on failure."""
+    c = Cluster(root, 1, extra={"raft": {"tick_ms": 20}, **(extra or {})}, state_machine="tasks")
+    try:
+        c.start()
+        n = c.leader(timeout=30)
+        wait_serving(n)
+        yield n
+    finally:
+        c.stop_all()

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.abc
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,7 @@ def test_defaults_cover_the_whole_product() -> None:
         ({"logging": {"level": "LOUD"}}, "config error: logging.level: must be one of"),
         ({"worker": {"concurrency": True}}, "config error: worker.concurrency: must be an integer"),
         ({"worker": {"engine": "asyncio"}}, "config error: worker.engine: must be loop or threads"),
+        ({"tracing": {"otlp_endpoint": "127.0.0.1:4318"}}, "config error: tracing.otlp_endpoint: must be an http(s) URL"),
         (
             {"scheduler": {"callback_policy": {"deny_cidrs": ["10.0.0.0/33"]}}},
             "config error: scheduler.callback_policy.deny_cidrs: not a CIDR",
@@ -161,3 +164,21 @@ def test_container_configs_load(tmp_path: Path) -> None:
     assert c.bootstrap_voters() == ("n1", "n2", "n3")
     assert c.self_peer().raft_addr == "molens-n2:18091" and c.self_peer().http_addr == "127.0.0.1:18082"
     assert c.node.stop_timeout_s < 30  # compose.yaml's stop_grace_period
+
+
+class _NoOtel(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: object, target: object = None) -> None:
+        if name.partition(".")[0] == "opentelemetry":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def test_span_export_without_the_otel_extra_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    endpoint = {"tracing": {"otlp_endpoint": "http://127.0.0.1:4318/v1/traces"}}
+    assert load_dict(endpoint, env={}).tracing.otlp_endpoint == "http://127.0.0.1:4318/v1/traces"
+    # as if the extra were not installed: nothing named opentelemetry can be found
+    for name in [m for m in sys.modules if m.partition(".")[0] == "opentelemetry"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NoOtel(), *sys.meta_path])
+    with pytest.raises(ConfigError, match=r"tracing.otlp_endpoint: .*pip install 'molens\[server,otel\]'"):
+        load_dict(endpoint, env={})

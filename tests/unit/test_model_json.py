@@ -98,6 +98,7 @@ def _api_object(t: Task) -> dict[str, Any]:
         "notify_url": s.notify_url,
         "overlap": s.overlap.value,
         "flow_key": s.flow_key,
+        "traceparent": s.traceparent,
         "created_at": t.created_ms,
         "updated_at": t.updated_ms,
         "next_run_at": t.due_ms,
