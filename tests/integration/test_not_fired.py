@@ -41,6 +41,7 @@ def _create(c: Cluster, body: dict[str, object]) -> dict[str, object]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_every_replica_counts_the_skipped_and_dropped_occurrences_and_the_leader_the_held_fires(
         tmp_path: Path, receiver: RecordingReceiver) -> None:

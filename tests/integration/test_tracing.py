@@ -54,6 +54,7 @@ def _span_of(header: str) -> str:
     return m.group(2)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_traced_create_puts_its_trace_on_every_request_and_exports_create_commit_fire_result(
         tmp_path: Path, receiver: RecordingReceiver, otlp: OtlpReceiver) -> None:
@@ -110,6 +111,7 @@ def test_a_traced_create_puts_its_trace_on_every_request_and_exports_create_comm
         c.stop_all()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_body_traceparent_wins_over_the_header_and_a_bad_header_is_ignored(
         tmp_path: Path, receiver: RecordingReceiver) -> None:
