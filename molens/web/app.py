@@ -82,6 +82,8 @@ from molens.model import (
 from molens.schema import SCENE_PATTERN, create_type, python_pattern, request_error, task_json, view
 from molens.web import openapi
 from molens.web.api_context import ApiContext
+from molens.web.body import Body, body_refused, depth_error, too_deep
+from molens.web.body import decode as body_json
 from molens.web.dead_letters import install_dead_letters
 from molens.web.errors import (
     BodyTooLarge,
@@ -113,6 +115,8 @@ DEFAULT_STATS_WINDOW_MS = 3_600_000
 Handler = Callable[..., Any]
 
 _JSON_CT = "application/json"
+_BODY_KEY = "molens.body"
+"""Where the body guard leaves the bytes it read (the WSGI environ of the request)."""
 _TYPES = frozenset(t.value for t in TaskType)
 _SCENE = re.compile(python_pattern(SCENE_PATTERN))
 
@@ -239,10 +243,6 @@ def _header_text(name: str) -> str | None:
         raise ValidationError(f"{name} is not valid UTF-8", name) from None
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _openapi_path(rule: str) -> str:
     return re.sub(r"<(\w+)(?::[^>]*)?>", r"{\1}", rule)
 
@@ -297,17 +297,24 @@ class Api:
 
     # ------------------------------------------------------------------ plumbing
 
-    def route(self, method: str, rule: str, *, write: bool = False, open_: bool = False) -> Callable[[Handler], Handler]:
-        """Register ``handler`` at ``rule`` with auth, leader check, role header and error rendering.
+    def route(
+        self, method: str, rule: str, *, write: bool = False, open_: bool = False, body: Body | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Register ``handler`` at ``rule`` with auth, the body guard, leader check, role header and
+        error rendering.
 
-        A handler returns ``(status, body)`` where ``body`` is JSON-able (or ``bytes`` already
-        encoded), or a ``bottle.HTTPResponse``.
+        ``body`` says what the route takes (:class:`~molens.web.body.Body`; by default none for
+        GET/HEAD/DELETE, JSON for POST/PUT/PATCH): a body where none is taken is refused, a JSON one
+        is bounded in size and depth before the handler runs, and the handler reads it with
+        :meth:`read_body` / :meth:`read_json`. A handler returns ``(status, body)`` where ``body`` is
+        JSON-able (or ``bytes`` already encoded), or a ``bottle.HTTPResponse``.
         """
+        takes = body if body is not None else Body.default_for(method)
 
         def deco(fn: Handler) -> Handler:
             @functools.wraps(fn)
             def wrapper(**kw: Any) -> Any:
-                return self._handle(fn, kw, write=write, open_=open_)
+                return self._handle(fn, kw, write=write, open_=open_, takes=takes)
 
             self.app.route(rule, method, wrapper)
             self.routes.append((method, _openapi_path(rule)))
@@ -315,7 +322,7 @@ class Api:
 
         return deco
 
-    def _handle(self, fn: Handler, kw: dict[str, Any], *, write: bool, open_: bool) -> Any:
+    def _handle(self, fn: Handler, kw: dict[str, Any], *, write: bool, open_: bool, takes: Body) -> Any:
         resp = bottle.response
         t0 = time.perf_counter()
         try:
@@ -326,6 +333,7 @@ class Api:
                 self._check_auth()
             if li.role == "removed" and not open_:  # stale replica: answers nothing (docs/architecture.md#node-ports)
                 raise Unavailable("this node was removed from the cluster; ask a member")
+            self._guard_body(takes)
             if write and not li.is_leader:
                 if li.leader_url:
                     raise LeaderElsewhere(li.leader_url, li.leader_id)
@@ -377,33 +385,58 @@ class Api:
 
     def read_json(self) -> Any:
         """The request body parsed as JSON (415/413/400 as the module docstring says)."""
-        raw = self.read_body()
-        try:
-            return json.loads(raw, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise ValidationError(f"request body is not valid JSON: {exc}", "body") from None
+        return body_json(self.read_body())
+
+    @staticmethod
+    def has_body() -> bool:
+        """Whether the request came with a body (for a route whose body is optional)."""
+        return _BODY_KEY in bottle.request.environ
 
     def read_body(self) -> bytes:
-        """The request body's bytes, checked for Content-Type, size and emptiness."""
+        """The request body's bytes, as the route's guard let them through (:meth:`_guard_body`)."""
+        raw = bottle.request.environ.get(_BODY_KEY)
+        if raw is None:
+            raise ValidationError("request body is empty; expected JSON", "body")
+        assert isinstance(raw, bytes)
+        return raw
+
+    def _guard_body(self, takes: Body) -> None:
+        """The one gate every request body passes, whatever the route: refused where the route takes
+        none; else read within ``max_body_bytes``, its Content-Type checked, and a JSON one bounded in
+        depth (``max_json_depth``) before any decoder recurses into it. Kept for :meth:`read_body`."""
         req = bottle.request
+        length = req.content_length
+        if takes is Body.NONE:
+            if length > 0:
+                raise body_refused(req.method)
+            return
+        if length == 0:
+            if takes is Body.JSON:
+                raise ValidationError("request body is empty; expected JSON", "body")
+            return
         ctype, _, params = (req.content_type or "").partition(";")
         ctype = ctype.strip().lower()
-        if ctype and ctype != _JSON_CT and not ctype.endswith("+json"):
-            raise UnsupportedMediaType(f"Content-Type must be application/json, got {ctype[:80]}", "Content-Type")
-        charset = _charset(params)
-        if charset is not None and charset not in ("utf-8", "utf8"):
-            raise UnsupportedMediaType(f"JSON bodies are UTF-8, got charset={charset[:40]}", "Content-Type")
-        limit = self.ctx.settings.max_body_bytes
-        length = req.content_length
+        json_type = not ctype or ctype == _JSON_CT or ctype.endswith("+json")
+        if takes is not Body.ANY:
+            if not json_type:
+                raise UnsupportedMediaType(f"Content-Type must be application/json, got {ctype[:80]}", "Content-Type")
+            charset = _charset(params)
+            if charset is not None and charset not in ("utf-8", "utf8"):
+                raise UnsupportedMediaType(f"JSON bodies are UTF-8, got charset={charset[:40]}", "Content-Type")
+        s = self.ctx.settings
+        limit = s.max_body_bytes
         if length > limit:
             raise BodyTooLarge(f"request body is {length} bytes, more than {limit}", "body")
-        stream = req.environ["wsgi.input"]
-        raw = stream.read(length if length >= 0 else limit + 1)
+        raw = bytes(req.environ["wsgi.input"].read(length if length >= 0 else limit + 1))
         if len(raw) > limit:
             raise BodyTooLarge(f"request body is more than {limit} bytes", "body")
-        if not raw.strip():
-            raise ValidationError("request body is empty; expected JSON", "body")
-        return bytes(raw)
+        if takes is not Body.ANY and not raw.strip():
+            if takes is Body.JSON:
+                raise ValidationError("request body is empty; expected JSON", "body")
+            return
+        if json_type and too_deep(raw, s.max_json_depth):
+            raise depth_error(s.max_json_depth)
+        req.environ[_BODY_KEY] = raw
 
     def propose_one(self, cmd: Command) -> list[Any]:
         out = self.ctx.propose([cmd], self.ctx.settings.propose_timeout_s)
@@ -715,14 +748,14 @@ def _install_tasks(api: Api) -> None:
     def delete_task(task_id: str) -> tuple[int, Any]:
         return by_id(lambda now, tid: DeleteTasks(now, (tid,)), task_id)
 
-    @api.route("POST", f"{PREFIX}/tasks/<task_id>/pause", write=True)
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/pause", write=True, body=Body.NONE)
     def pause_task(task_id: str) -> tuple[int, Any]:
         return by_id(lambda now, tid: PauseTasks(now, (tid,)), task_id)
 
-    @api.route("POST", f"{PREFIX}/tasks/<task_id>/resume", write=True)
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/resume", write=True, body=Body.OPTIONAL_JSON)
     def resume_task(task_id: str) -> tuple[int, Any]:
         from_schedule = False
-        if bottle.request.content_length > 0:  # optional {"resume_from": "now" | "schedule"}
+        if api.has_body():  # optional {"resume_from": "now" | "schedule"}
             body = api.read_json()
             if not isinstance(body, dict) or set(body) - {"resume_from"}:
                 raise ValidationError('the body is optional: {"resume_from": "now" | "schedule"}', "body")
@@ -733,7 +766,7 @@ def _install_tasks(api: Api) -> None:
             from_schedule = where == "schedule"
         return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule), task_id)
 
-    @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True)
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True, body=Body.NONE)
     def trigger_task(task_id: str) -> tuple[int, Any]:
         return by_id(TriggerTask, task_id)
 
@@ -825,9 +858,9 @@ def _install_cluster(api: Api) -> None:
     def cluster_stats() -> tuple[int, Any]:
         return 200, ctx.cluster_stats()
 
-    @api.route("POST", f"{PREFIX}/cluster/transfer-leader", write=True)
+    @api.route("POST", f"{PREFIX}/cluster/transfer-leader", write=True, body=Body.OPTIONAL_JSON)
     def transfer_leader() -> tuple[int, Any]:
-        body = api.read_json() if bottle.request.content_length > 0 else {}
+        body = api.read_json() if api.has_body() else {}
         if not isinstance(body, dict):
             raise ValidationError('the body must be an object {"to": "node id"} (or empty)', "body")
         for k in body:
@@ -912,18 +945,14 @@ def _install_misc(api: Api) -> None:
     ctx = api.ctx
 
     def test_endpoint() -> tuple[int, Any]:
-        limit = ctx.settings.max_body_bytes
-        if bottle.request.content_length > limit:
-            raise BodyTooLarge(f"request body is more than {limit} bytes", "body")
-        bottle.request.environ["wsgi.input"].read(max(0, bottle.request.content_length))
         time.sleep(ctx.settings.test_endpoint_delay_ms / 1000)
         return 200, _OK
 
-    @api.route("POST", f"{PREFIX}/test/callback", open_=True)
+    @api.route("POST", f"{PREFIX}/test/callback", open_=True, body=Body.ANY)
     def test_callback() -> tuple[int, Any]:
         return test_endpoint()
 
-    @api.route("POST", f"{PREFIX}/test/ack", open_=True)
+    @api.route("POST", f"{PREFIX}/test/ack", open_=True, body=Body.ANY)
     def test_ack() -> tuple[int, Any]:
         return test_endpoint()
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
 from molens.schema import DeadLetter, DeadLetterKind, Reliability
+from molens.web.body import Body
 
 if TYPE_CHECKING:
     from molens.web.app import Api
@@ -132,7 +133,7 @@ def install_dead_letters(api: Api) -> None:
             raise NotFoundError(f"dead letter {dead_id} not found", "id")
         return 200, dl.to_json()
 
-    @api.route("POST", f"{PREFIX}/dead-letters/<dead_id>/redrive", write=True)
+    @api.route("POST", f"{PREFIX}/dead-letters/<dead_id>/redrive", write=True, body=Body.NONE)
     def redrive_one(dead_id: str) -> tuple[int, Any]:
         _check_id(dead_id)
         res = _item(api.propose_one(RedriveDeadLetters(ctx.now_ms(), (dead_id,)))[0])

@@ -24,6 +24,7 @@ from molens.fsm.commands import DeleteFlow, FlowSettings, PutFlow
 from molens.model import MolensError, NotFoundError, ValidationError
 from molens.schedule.flows import FlowState
 from molens.schema import FLOW_KEY_PATTERN
+from molens.web.body import Body
 from molens.web.errors import InternalError
 from molens.web.observability import from_leader
 
@@ -210,11 +211,11 @@ def install_flows(api: Api) -> None:
         res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, FlowSettings(paused=paused), only_paused=True))[0])
         return 200, msgspec.json.encode(one(key, res))
 
-    @api.route("POST", f"{PREFIX}/flows/<key>/pause", write=True)
+    @api.route("POST", f"{PREFIX}/flows/<key>/pause", write=True, body=Body.NONE)
     def pause_flow(key: str) -> tuple[int, Any]:
         return set_paused(key, True)
 
-    @api.route("POST", f"{PREFIX}/flows/<key>/resume", write=True)
+    @api.route("POST", f"{PREFIX}/flows/<key>/resume", write=True, body=Body.NONE)
     def resume_flow(key: str) -> tuple[int, Any]:
         check_key(key)
         if ctx.get_flow(key) is None:  # nothing paused it: no settings to write (pause makes some)
