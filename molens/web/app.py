@@ -1020,14 +1020,6 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
 
     app.add_hook("before_request", method_override)
 
-    def batch_takes_post_only() -> bytes:
-        # a static route: without it GET /tasks/batch reached GET /tasks/{task_id} ("task batch not found")
-        bottle.response.status = 405
-        bottle.response.set_header("Allow", "POST")
-        bottle.response.content_type = _JSON_CT
-        return _dumps(MethodNotAllowed(f"{PREFIX}/tasks/batch takes POST only").to_json())
-
-    app.route(f"{PREFIX}/tasks/batch", ["GET", "PUT", "PATCH", "DELETE", "OPTIONS"], batch_takes_post_only)
     _install_tasks(api)
     _install_executions(api)
     _install_cluster(api)
@@ -1036,7 +1028,32 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     install_dead_letters(api)
     install_flows(api)
     install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
+    _shadow_static_paths(api)
     return api
+
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _shadow_static_paths(api: Api) -> None:
+    """Every method a path without parameters lacks answers ``405`` with ``Allow`` from the route
+    table: without it ``GET /dead-letters/redrive`` reached ``GET /dead-letters/{dead_id}`` and the
+    ``Allow`` of an ``OPTIONS`` listed that route's methods too. (HEAD keeps Bottle's GET fallback.)"""
+    by_path: dict[str, set[str]] = {}
+    for method, path in api.routes:
+        by_path.setdefault(path, set()).add(method)
+    for path, methods in by_path.items():
+        if "{" in path:
+            continue
+        allow = ", ".join(sorted(methods))
+
+        def not_here(allow: str = allow, path: str = path) -> bytes:
+            bottle.response.status = 405
+            bottle.response.set_header("Allow", allow)
+            bottle.response.content_type = _JSON_CT
+            return _dumps(MethodNotAllowed(f"{path} takes {allow} only").to_json())
+
+        api.app.route(path, [m for m in _METHODS if m not in methods], not_here)
 
 
 class _MemberOrigins:

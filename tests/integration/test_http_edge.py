@@ -200,3 +200,28 @@ def test_one_address_gets_at_most_its_share_of_connections(api: tuple[Served, st
     finally:
         for h in held:
             h.close()
+
+
+def test_allow_lists_the_methods_of_the_route_table_for_every_path(api: tuple[Served, str]) -> None:
+    s, tid = api
+    documented: dict[str, set[str]] = {}
+    for path, item in document()["paths"].items():
+        documented[re.sub(r"\{(\w+)\}", lambda m: {"task_id": tid, "key": "a.example:80", "dead_id": "x"}[m.group(1)],
+                          path)] = {m.upper() for m in item}
+    for path, methods in documented.items():
+        st, h, body = s.call("OPTIONS", path, headers=AUTH)
+        assert st == 405 and {m.strip() for m in h["Allow"].split(",")} == methods, (path, h.get("Allow"), body)
+    st, h, _ = s.call("GET", "/api/v1/dead-letters/redrive", headers=AUTH)  # not GET /dead-letters/{dead_id}
+    assert (st, h["Allow"]) == (405, "POST")
+
+
+def test_a_missing_console_file_is_a_page_for_a_browser_and_json_for_other_clients(api: tuple[Served, str]) -> None:
+    s, _ = api
+    r = s.http.request("GET", s.url + "/ui/assets/gone.js", headers={"Accept": "*/*"})
+    assert r.status == 404 and r.headers["Content-Type"] == "application/json"
+    assert json.loads(r.data)["error"]["code"] == "not_found"
+    r = s.http.request("GET", s.url + "/ui/gone.png", headers={"Accept": "text/html,application/xhtml+xml"})
+    assert r.status == 404 and r.headers["Content-Type"].startswith("text/html") and b"Not found" in r.data
+    for path in ("/api/v1/nothing", "/api/v2/tasks", "/nothing"):
+        st, _, body = s.call("GET", path, headers=AUTH)
+        assert st == 404 and body["error"]["code"] == "not_found", (path, body)
