@@ -938,6 +938,42 @@ def openapi_components(
 # msgspec's errors, as the API's
 
 
+_FIELDS_AS_RAW = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _whole(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, list):
+        return [_whole(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _whole(x) for k, x in v.items()}
+    return v
+
+
+def whole_numbers(body: bytes, keep: frozenset[str] = frozenset({"payload"})) -> bytes | None:
+    """``body`` (a JSON object) with every whole-number float outside the fields ``keep`` written as an
+    integer (``1000.0`` -> ``1000``), or None when it holds none or is not an object. JSON has one
+    number type and JSON Schema counts ``1000.0`` as an integer, so an integer field accepts it; the
+    decoders are strict, so a body they refused for a float is rewritten and decoded once more.
+    ``keep`` names fields kept as sent (a task's payload reaches the receiver byte for byte)."""
+    try:
+        fields = _FIELDS_AS_RAW.decode(body)
+    except msgspec.MsgspecError:
+        return None
+    changed = False
+    for k, raw in fields.items():
+        text = bytes(raw)
+        if k in keep or (b"." not in text and b"e" not in text and b"E" not in text):
+            continue
+        v = msgspec.json.decode(text)
+        w = _whole(v)
+        if repr(w) != repr(v):
+            fields[k] = msgspec.Raw(msgspec.json.encode(w))
+            changed = True
+    return msgspec.json.encode(fields) if changed else None
+
+
 _AT = re.compile(r" - at `\$(?:\[\d+\])?\.?(?P<path>[^`]*)`$")
 _TYPE_NAMES = {"int": "an integer", "str": "a string", "float": "a number", "bool": "a boolean",
                "null": "null", "array": "an array", "object": "an object"}

@@ -82,7 +82,7 @@ from molens.model import (
 from molens.schema import SCENE_PATTERN, create_type, python_pattern, request_error, task_json, view
 from molens.web import openapi
 from molens.web.api_context import ApiContext
-from molens.web.body import Body, body_refused, depth_error, too_deep
+from molens.web.body import Body, body_refused, depth_error, too_deep, whole_int
 from molens.web.body import decode as body_json
 from molens.web.dead_letters import install_dead_letters
 from molens.web.errors import (
@@ -272,7 +272,8 @@ def decode_cursor(kind: str, cursor: str) -> str:
 
 
 _CURSOR_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
-_INT_RE = re.compile(r"-?[0-9]{1,20}")
+_INT_RE = re.compile(r"-?([0-9]{1,20})(?:\.0{1,20})?")
+"""An integer parameter: ASCII digits, a sign, and a zero fraction (JSON Schema counts ``7.0`` as an integer)."""
 _ROW_ID_RE = re.compile(r"[0-9]{1,18}")
 
 
@@ -461,7 +462,7 @@ class Api:
             return default
         if not _INT_RE.fullmatch(raw):
             raise ValidationError(f"{name} must be an integer, got {_quote(raw)}", name)
-        v = int(raw, 10)
+        v = int(raw.partition(".")[0], 10)
         if v < lo or (hi is not None and v > hi):
             rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
             raise ValidationError(f"{name} must be in {rng}, got {_quote(raw)}", name)
@@ -654,7 +655,7 @@ def _install_tasks(api: Api) -> None:
             statuses = set()
             for s in raw_status.split(","):
                 try:
-                    statuses.add(Status(s.strip()).value)
+                    statuses.add(Status(s).value)
                 except ValueError:
                     allowed = ", ".join(x.value for x in Status)
                     raise ValidationError(f"status must be one of {allowed}, got {s[:40]!r}", "status") from None
@@ -723,12 +724,12 @@ def _install_tasks(api: Api) -> None:
         s = ctx.settings
         for _ in range(UPDATE_ATTEMPTS):  # without If-Match, a concurrent update is merged over, not refused
             t = task_or_404(ctx, task_id)
+            now = ctx.now_ms()
+            spec = model.decode_update(body, t.spec, s.policy, s.limits, now)  # a bad body is a 400 at any version
             if wanted is not None and t.version not in wanted:
                 raise PreconditionFailedError(
                     f"task {t.id} is at version {t.version}, not {' or '.join(map(str, sorted(wanted)))}", "If-Match"
                 )
-            now = ctx.now_ms()
-            spec = model.decode_update(body, t.spec, s.policy, s.limits, now)
             res = api.propose_one(UpdateTask(now, t.id, spec, t.version))[0]
             if isinstance(res, PreconditionFailedError) and wanted is None:
                 continue
@@ -776,9 +777,10 @@ def _install_tasks(api: Api) -> None:
         if not isinstance(body, dict) or set(body) != {"start", "end"}:
             raise ValidationError('the body is {"start": epoch ms, "end": epoch ms}', "body")
         for name in ("start", "end"):
-            v = body[name]
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= model.MAX_EPOCH_MS:
+            v = whole_int(body[name])
+            if v is None or not 0 <= v <= model.MAX_EPOCH_MS:
                 raise ValidationError(f"{name} must be an epoch ms in 0..{model.MAX_EPOCH_MS}", name)
+            body[name] = v
         start, end = body["start"], body["end"]
         if start >= end:
             raise ValidationError("start must be before end", "end")
@@ -815,9 +817,7 @@ def _install_executions(api: Api) -> None:
                 allowed = ", ".join(x.value for x in ExecutionResult)
                 raise ValidationError(f"result must be one of {allowed}", "result") from None
         since = api.q_ms("since", None)
-        until = api.q_ms("until", None)
-        if since is not None and until is not None and until < since:
-            raise ValidationError("until must not be before since", "until")
+        until = api.q_ms("until", None)  # until before since: an empty range, an empty page
         raw_cursor = api.q_raw("cursor")
         cursor = None
         if raw_cursor:
@@ -869,8 +869,10 @@ def _install_cluster(api: Api) -> None:
         to = body.get("to")
         if to is not None:
             voters = {n.get("id") for n in ctx.cluster_status().get("nodes", []) if n.get("suffrage", "voter") == "voter"}
-            if not isinstance(to, str) or to not in voters or to == ctx.settings.node_id:
-                raise ValidationError("to must be the id of another voter of the cluster", "to")
+            if not isinstance(to, str):
+                raise ValidationError("to must be a node id (a string) or null", "to")
+            if to not in voters or to == ctx.settings.node_id:
+                raise IllegalTransitionError(f"{to[:64]!r} is not another voter of the cluster", "to")
         return 200, ctx.transfer_leader(to)
 
     @api.route("GET", f"{PREFIX}/stats")
@@ -880,8 +882,9 @@ def _install_cluster(api: Api) -> None:
         if local not in (None, "0", "1", "true", "false"):
             raise ValidationError("local must be 1 or 0", "local")
         if node_id is not None and node_id != ctx.settings.node_id:
-            if local in ("1", "true"):
-                raise ValidationError("local=1 asks this node only; drop node_id or local", "node_id")
+            if local in ("1", "true"):  # this node only: another node is not found here
+                raise NotFoundError(f"node {node_id[:64]!r} is not this node (local=1 answers for this node only)",
+                                    "node_id")
             return 200, ctx.node_stats(node_id)  # asked of that node's API (?local=1)
         counts = ctx.task_counts()
         li = ctx.leader_info()
@@ -903,15 +906,14 @@ def _install_cluster(api: Api) -> None:
         assert until is not None
         since = api.q_ms("since", max(0, until - DEFAULT_STATS_WINDOW_MS))
         assert since is not None
-        if until <= since:
-            raise ValidationError("until must be after since", "until")
-        if until - since > MAX_STATS_WINDOW_MS:
-            raise ValidationError(f"the window is at most {MAX_STATS_WINDOW_MS} ms", "since")
+        # a window wider than the most it serves is cut to its last MAX_STATS_WINDOW_MS (the answer's since
+        # says so); an empty one (until <= since) has no calls in it
+        since = max(since, until - MAX_STATS_WINDOW_MS)
         bucket = api.q_int("bucket_ms", 300_000, 60_000, MAX_STATS_WINDOW_MS)
         assert bucket is not None
         url = api.q_str("url")
         limit = api.q_limit()
-        rows = ctx.history.url_stats(since, until, url)
+        rows = ctx.history.url_stats(since, until, url) if until > since else []
         rows.sort(key=lambda r: (-r.count, r.url))
         items = []
         for r in rows[:limit]:
@@ -956,7 +958,7 @@ def _install_misc(api: Api) -> None:
     def test_ack() -> tuple[int, Any]:
         return test_endpoint()
 
-    doc = _dumps(openapi.document())
+    doc = _dumps(openapi.document(ctx.settings.wheel_levels))
 
     @api.route("GET", f"{PREFIX}/openapi.json", open_=True)
     def openapi_json() -> tuple[int, Any]:

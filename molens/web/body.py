@@ -80,8 +80,18 @@ def decode(raw: bytes) -> object:
         raise ValidationError(f"request body is not valid JSON: {msg}", "body") from None
 
 
+def whole_int(v: object) -> int | None:
+    """``v`` as an integer when JSON wrote one (``7`` or ``7.0``: JSON Schema counts both), else None
+    (``true``, ``7.5``, ``"7"``)."""
+    if type(v) is int:
+        return v
+    if type(v) is float and v.is_integer():
+        return int(v)
+    return None
+
+
 def body_refused(method: str) -> MolensError:
     return ValidationError(f"{method} on this route takes no request body; send none", "body")
 
 
-__all__ = ["DEFAULT_MAX_DEPTH", "Body", "body_refused", "decode", "depth_error", "too_deep"]
+__all__ = ["DEFAULT_MAX_DEPTH", "Body", "body_refused", "decode", "depth_error", "too_deep", "whole_int"]

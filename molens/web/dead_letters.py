@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
 from molens.schema import DeadLetter, DeadLetterKind, Reliability
-from molens.web.body import Body
+from molens.web.body import Body, whole_int
 
 if TYPE_CHECKING:
     from molens.web.app import Api
@@ -82,9 +82,7 @@ def install_dead_letters(api: Api) -> None:
         for k, v in (("task_id", tid), ("flow", flow)):
             if v is not None and len(v) > 300:
                 raise ValidationError(f"{k} must be at most 300 characters", k)
-        since, until = api.q_ms("since", None), api.q_ms("until", None)
-        if since is not None and until is not None and until < since:
-            raise ValidationError("until must not be before since", "until")
+        since, until = api.q_ms("since", None), api.q_ms("until", None)  # until before since: matches nothing
         return {"task_id": tid, "flow": flow, "kind": _kind(api.q_str("kind")), "since_ms": since, "until_ms": until}
 
     def body_filter(body: Any) -> tuple[dict[str, Any], int]:
@@ -101,11 +99,11 @@ def install_dead_letters(api: Api) -> None:
         ms = {}
         for k in ("since", "until"):
             v = body.get(k)
-            if v is not None and (type(v) is not int or not 0 <= v <= 253_402_300_799_999):
+            if v is not None and ((v := whole_int(v)) is None or not 0 <= v <= 253_402_300_799_999):
                 raise ValidationError(f"{k} must be epoch ms", k)
             ms[k] = v
-        limit = body.get("limit", MAX_BULK)
-        if type(limit) is not int or not 1 <= limit <= MAX_BULK:
+        limit = whole_int(body.get("limit", MAX_BULK))
+        if limit is None or not 1 <= limit <= MAX_BULK:
             raise ValidationError(f"limit must be in 1..{MAX_BULK}", "limit")
         return {"task_id": body.get("task_id"), "flow": body.get("flow"), "kind": _kind(body.get("kind")),
                 "since_ms": ms["since"], "until_ms": ms["until"]}, limit

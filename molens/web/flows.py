@@ -23,7 +23,7 @@ import msgspec
 from molens.fsm.commands import DeleteFlow, FlowSettings, PutFlow
 from molens.model import MolensError, NotFoundError, ValidationError
 from molens.schedule.flows import FlowState
-from molens.schema import FLOW_KEY_PATTERN
+from molens.schema import FLOW_KEY_PATTERN, whole_numbers
 from molens.web.body import Body
 from molens.web.errors import InternalError
 from molens.web.observability import from_leader
@@ -125,6 +125,8 @@ def decode_limits(body: bytes) -> FlowSettings:
     try:
         b = _BODY.decode(body)
     except msgspec.ValidationError as e:
+        if "got `float`" in str(e) and (ints := whole_numbers(body, frozenset())):
+            return decode_limits(ints)
         raise _body_error(str(e)) from None
     except msgspec.DecodeError as e:
         raise ValidationError(f"request body is not valid JSON: {e}", "body") from None

@@ -19,6 +19,7 @@ from molens import __version__
 from molens.model import (
     DEFAULT_LIMITS,
     MAX_EPOCH_MS,
+    TASK_ID_PATTERN,
     DeadLetterKind,
     ExecutionResult,
     FireKind,
@@ -26,6 +27,7 @@ from molens.model import (
     Status,
     TaskType,
 )
+from molens.schedule.wheel import levels_for
 from molens.schema import FLOW_KEY_PATTERN, SCENE_PATTERN, openapi_components
 from molens.web.flows import FlowLimitsBody, FlowList, FlowView
 
@@ -87,7 +89,13 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str, requ
     return {"name": name, "in": where, "required": required or where == "path", "schema": schema, "description": description}
 
 
-_TASK_ID = _param("task_id", "path", {"type": "string"}, "Task id (26 Crockford base32 characters)")
+_TASK_ID_SCHEMA = {"type": "string", "pattern": TASK_ID_PATTERN}
+_TASK_ID = _param("task_id", "path", _TASK_ID_SCHEMA, "Task id (26 Crockford base32 characters)")
+_STATUS_WORD = "|".join(s.value for s in Status)
+_STATUS_LIST = f"^({_STATUS_WORD})(,({_STATUS_WORD}))*$"
+"""The task list's status filter: statuses joined by commas (what the server reads, word for word)."""
+_IF_MATCH = r'^\s*(\*|(W/)?"?[0-9]{1,18}"?(\s*,\s*(W/)?"?[0-9]{1,18}"?)*)\s*$'
+"""If-Match as the server reads it: ``*``, or versions such as ``"3"``, ``W/"3"``, ``3``, comma-separated."""
 _FLOW_KEY = _param("key", "path", {"type": "string", "pattern": FLOW_KEY_PATTERN}, "Flow key (a task's flow_key, or a callback host:port)")
 _CURSOR = _param("cursor", "query", {"type": "string"}, "Opaque cursor from a previous page's next_cursor")
 _LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "Page size")
@@ -525,7 +533,7 @@ _TASK_LINKS = {
 """The operations a created task's id leads to (OpenAPI links: clients and fuzzers follow them)."""
 
 
-def _paths() -> dict[str, Any]:
+def _paths(wheel_levels: int) -> dict[str, Any]:
     task_ok = _ok(_ref("Task"))
     open_: dict[str, Any] = {"security": []}
 
@@ -566,7 +574,7 @@ def _paths() -> dict[str, Any]:
                 "summary": "List tasks in creation order with filters",
                 "tags": ["tasks"],
                 "parameters": [
-                    _param("status", "query", {"type": "string"}, "Comma-separated statuses"),
+                    _param("status", "query", {"type": "string", "pattern": _STATUS_LIST}, "Comma-separated statuses"),
                     _param("type", "query", {"type": "string", "enum": [t.value for t in TaskType]}, "Task type"),
                     _param("scene", "query", {"type": "string", "pattern": SCENE_PATTERN}, "Exact scene"),
                     _param(
@@ -595,8 +603,8 @@ def _paths() -> dict[str, Any]:
                     _param(
                         "Prefer",
                         "header",
-                        {"type": "string", "maxLength": 1000},
-                        "RFC 7240 preferences; return=minimal answers each item with the task's id alone "
+                        {"type": "string"},
+                        "RFC 7240 preferences (the first 1,000 characters are read); return=minimal answers each item with the task's id alone "
                         "(TaskRef) instead of the whole task, and says so in Preference-Applied. Other "
                         "preferences are ignored",
                     )
@@ -648,7 +656,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [
                     _TASK_ID,
                     _param(
-                        "If-Match", "header", {"type": "string", "minLength": 1},
+                        "If-Match", "header", {"type": "string", "pattern": _IF_MATCH},
                         'The version the change is based on (the ETag of a GET, e.g. "3"); without it, the '
                         "change applies to the current version",
                     ),
@@ -710,7 +718,7 @@ def _paths() -> dict[str, Any]:
                 "operationId": "listExecutions",
                 "summary": "All executions, newest first",
                 "tags": ["executions"],
-                "parameters": [_param("task_id", "query", {"type": "string"}, "Only this task"), *_EXEC_FILTERS],
+                "parameters": [_param("task_id", "query", _TASK_ID_SCHEMA, "Only this task"), *_EXEC_FILTERS],
                 "responses": {"200": _ok(_ref("ExecutionList")), **_err(400, 401)},
             }
         },
@@ -826,7 +834,8 @@ def _paths() -> dict[str, Any]:
                 "summary": "The time wheel's occupancy as a PNG heatmap",
                 "tags": ["stats"],
                 "parameters": [
-                    _param("level", "query", {"type": "integer", "minimum": 0, "maximum": 63}, "Only this level (default: all)"),
+                    _param("level", "query", {"type": "integer", "minimum": 0, "maximum": wheel_levels - 1},
+                           "Only this level (default: all)"),
                     _param(
                         "width", "query", {"type": "integer", "minimum": 400, "maximum": 4000, "default": 800}, "Pixels"
                     ),
@@ -975,7 +984,7 @@ def _responses() -> dict[str, Any]:
     }
 
 
-_DL_FILTER_PROPS: dict[str, Any] = {
+_DL_FILTER_PROPS: dict[str, Any] = {  # query parameters; in a redrive's body each may also be null
     "task_id": {"type": "string", "minLength": 1, "maxLength": 300, "description": "Only this task's"},
     "flow": {
         "type": "string", "minLength": 1, "maxLength": 300,
@@ -987,6 +996,12 @@ _DL_FILTER_PROPS: dict[str, Any] = {
 }
 _DL_FILTERS = [_param(k, "query", v, v.get("description", f"Only this {k}")) for k, v in _DL_FILTER_PROPS.items()]
 _DL_ID = _param("dead_id", "path", {"type": "string"}, "Dead letter id ({fire_id}.{attempt})", required=True)
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema``, or null (a body field the server reads as absent when null)."""
+    return {"anyOf": [{k: v for k, v in schema.items() if k != "description"}, {"type": "null"}],
+            **({"description": schema["description"]} if "description" in schema else {})}
 
 
 def _dead_letter_schemas() -> dict[str, Any]:
@@ -1030,7 +1045,8 @@ def _dead_letter_schemas() -> dict[str, Any]:
         },
         "DeadLetterFilter": {
             "type": "object", "additionalProperties": False,
-            "properties": {**_DL_FILTER_PROPS, "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}},
+            "properties": {**{k: _or_null(v) for k, v in _DL_FILTER_PROPS.items()},
+                           "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}},
         },
         "DeadLetterBulk": {"type": "object", "required": ["matched", "error_count", "errors", "more"],
                            "properties": bulk_props},
@@ -1089,7 +1105,7 @@ def _dead_letter_paths() -> dict[str, Any]:
 
 
 @functools.cache
-def _document() -> dict[str, Any]:
+def _document(wheel_levels: int) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
@@ -1102,7 +1118,7 @@ def _document() -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}, {}],
         "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "cluster", "stats", "test", "meta")],
-        "paths": {**_paths(), **_dead_letter_paths()},
+        "paths": {**_paths(wheel_levels), **_dead_letter_paths()},
         "components": {
             "schemas": {**_schemas(), **_dead_letter_schemas()},
             "responses": _responses(),
@@ -1114,9 +1130,10 @@ def _document() -> dict[str, Any]:
     }
 
 
-def document() -> dict[str, Any]:
-    """A fresh copy of the OpenAPI document."""
-    return copy.deepcopy(_document())
+def document(wheel_levels: int | None = None) -> dict[str, Any]:
+    """A fresh copy of the OpenAPI document; ``wheel_levels`` is the node's (``scheduler.tick_ms``
+    decides it; the default tick's when None)."""
+    return copy.deepcopy(_document(wheel_levels or levels_for()))
 
 
 __all__ = ["document"]

@@ -225,3 +225,33 @@ def test_a_missing_console_file_is_a_page_for_a_browser_and_json_for_other_clien
     for path in ("/api/v1/nothing", "/api/v2/tasks", "/nothing"):
         st, _, body = s.call("GET", path, headers=AUTH)
         assert st == 404 and body["error"]["code"] == "not_found", (path, body)
+
+
+def test_what_the_document_allows_the_server_takes(api: tuple[Served, str]) -> None:
+    """Requests the OpenAPI document calls valid, which the server used to refuse (found by fuzzing)."""
+    s, tid = api
+    cases = [
+        ("GET", "/api/v1/executions?since=10&until=5", None, 200),  # an empty range: an empty page
+        ("GET", "/api/v1/stats/urls?since=100&until=50", None, 200),
+        ("GET", "/api/v1/stats/urls?since=0&until=253402300799999", None, 200),  # cut to the widest window
+        ("GET", "/api/v1/dead-letters?since=10&until=5", None, 200),
+        ("GET", "/api/v1/tasks?limit=100.0", None, 200),  # JSON Schema's integer: 100.0 is 100
+        ("POST", f"/api/v1/tasks/{tid}/backfill", {"start": 0.0, "end": 1.0}, 409),  # a delayed task: 409, not 400
+        ("POST", "/api/v1/dead-letters/redrive", {"since": 1.0, "until": None, "kind": None, "limit": 5.0}, 200),
+        ("POST", "/api/v1/cluster/transfer-leader", {"to": "nobody"}, 409),
+        ("PUT", "/api/v1/flows/a.example:80", {"concurrency": 3.0}, 200),
+        ("POST", "/api/v1/tasks", delayed(interval_ms=60_000.0, max_retries=2.0), 201),
+    ]
+    for method, path, body, want in cases:
+        st, _, got = s.call(method, path, body, headers=AUTH)
+        assert st == want, (method, path, got)
+    st, _, got = s.call("GET", "/api/v1/stats/urls?since=0&until=253402300799999", headers=AUTH)
+    assert got["since"] == 253402300799999 - 7 * 86_400_000
+    st, _, got = s.call("GET", f"/api/v1/tasks/{tid}", headers=AUTH)
+    assert st == 200 and got["status"] == "pending"
+
+
+def test_a_patch_body_is_checked_before_its_if_match(api: tuple[Served, str]) -> None:
+    s, tid = api
+    st, _, got = s.call("PATCH", f"/api/v1/tasks/{tid}", [None, None], headers={**AUTH, "If-Match": '"999"'})
+    assert (st, got["error"]["field"]) == (400, "body"), got
