@@ -228,8 +228,8 @@ class HttpConfig:
     max_connections: int = _opt(1_000, _int_range(1, 100_000))
     max_connections_per_client: int = _opt(200, _int_range(1, 100_000))
     max_header_count: int = _opt(100, _int_range(8, 10_000))
-    max_head_bytes: int = _opt(32_768, _int_range(1_024, 1 << 20))
-    max_request_line_bytes: int = _opt(8_192, _int_range(256, 1 << 20))
+    max_head_bytes: int = _opt(65_536, _int_range(1_024, 1 << 20))
+    max_request_line_bytes: int = _opt(32_768, _int_range(256, 1 << 20))
 
     @property
     def addr(self) -> str:

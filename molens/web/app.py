@@ -98,8 +98,8 @@ from molens.web.errors import (
 )
 from molens.web.flows import install_flows
 from molens.web.observability import install_observability
-from molens.web.openapi import MAX_STATS_WINDOW_MS, MAX_URL_FILTER
-from molens.web.ui import install_ui
+from molens.web.openapi import MAX_HEADER_TEXT, MAX_STATS_WINDOW_MS, MAX_URL_FILTER
+from molens.web.ui import UI_PREFIX, install_ui
 
 log = logging.getLogger(__name__)
 
@@ -503,6 +503,8 @@ def _if_match() -> frozenset[int] | None:
     raw = _header_text("If-Match")
     if raw is None or raw.strip() == "*":
         return None
+    if len(raw) > MAX_HEADER_TEXT:
+        raise ValidationError(f"If-Match is longer than {MAX_HEADER_TEXT} characters", "If-Match")
     out = set()
     for part in raw.split(","):
         m = _ETAG_RE.fullmatch(part)
@@ -583,6 +585,7 @@ def _install_tasks(api: Api) -> None:
     @api.route("POST", f"{PREFIX}/tasks/batch", write=True)
     def create_batch() -> tuple[int, Any]:
         body = api.read_body()
+        prefer = _header_text("Prefer")
         s = ctx.settings
         reqs = _typed_batch(body, s.limits)
         raws = _batch_items(body) if reqs is None else []
@@ -639,7 +642,7 @@ def _install_tasks(api: Api) -> None:
                 out.append(None)
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
                 errs.append({"index": i, **err.to_json()})
-        if prefers_minimal(_header_text("Prefer")):  # ids only: a bulk loader needs no echo of its tasks
+        if prefers_minimal(prefer):  # ids only: a bulk loader needs no echo of its tasks
             bottle.response.set_header("Preference-Applied", "return=minimal")
             refs = [None if t is None else _TaskRef(t.id) for t in out]
             return (201 if created else 200), _ANSWER.encode(_BatchAnswer(refs, msgspec.Raw(_dumps(errs))))
@@ -651,6 +654,8 @@ def _install_tasks(api: Api) -> None:
     def list_tasks() -> tuple[int, Any]:
         statuses: set[str] | None = None
         raw_status = api.q_str("status")
+        if raw_status is not None and len(raw_status) > MAX_HEADER_TEXT:
+            raise ValidationError(f"status is longer than {MAX_HEADER_TEXT} characters", "status")
         if raw_status:
             statuses = set()
             for s in raw_status.split(","):
@@ -912,6 +917,8 @@ def _install_cluster(api: Api) -> None:
         bucket = api.q_int("bucket_ms", 300_000, 60_000, MAX_STATS_WINDOW_MS)
         assert bucket is not None
         url = api.q_str("url")
+        if url is not None and len(url) > MAX_URL_FILTER:
+            raise ValidationError(f"url is longer than {MAX_URL_FILTER} characters", "url")
         limit = api.q_limit()
         rows = ctx.history.url_stats(since, until, url) if until > since else []
         rows.sort(key=lambda r: (-r.count, r.url))
@@ -1021,6 +1028,15 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
             env["REQUEST_METHOD"] = "PATCH"
 
     app.add_hook("before_request", method_override)
+
+    def no_body_for_the_console() -> None:
+        # the console's files take no body either (Api.route guards every other route)
+        req = bottle.request
+        if req.content_length > 0 and (req.path in ("/", UI_PREFIX) or req.path.startswith(UI_PREFIX + "/")):
+            err = body_refused(req.method)
+            raise bottle.HTTPResponse(_dumps(err.to_json()), err.http_status, {"Content-Type": _JSON_CT})
+
+    app.add_hook("before_request", no_body_for_the_console)
 
     _install_tasks(api)
     _install_executions(api)

@@ -48,8 +48,8 @@ class EdgeLimits:
     keepalive_timeout_ms: int = 60_000
     max_connections_per_client: int = 200
     max_header_count: int = 100
-    max_head_bytes: int = 32_768
-    max_request_line_bytes: int = 8_192
+    max_head_bytes: int = 65_536
+    max_request_line_bytes: int = 32_768
 
 
 class UriTooLong(BadRequest):  # type: ignore[misc]

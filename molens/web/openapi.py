@@ -27,6 +27,7 @@ from molens.model import (
     Status,
     TaskType,
 )
+from molens.schedule.cron import ZONES
 from molens.schedule.wheel import levels_for
 from molens.schema import FLOW_KEY_PATTERN, SCENE_PATTERN, openapi_components
 from molens.web.flows import FlowLimitsBody, FlowList, FlowView
@@ -34,6 +35,8 @@ from molens.web.flows import FlowLimitsBody, FlowList, FlowView
 _P = "/api/v1"
 MAX_URL_FILTER = 2_048
 """Longest ``url`` filter of the task list (characters)."""
+MAX_HEADER_TEXT = 1_000
+"""Longest If-Match header and task-list status filter (characters)."""
 MAX_STATS_WINDOW_MS = 7 * 86_400_000
 """Widest window (and trend bucket) of ``/stats/urls``."""
 
@@ -97,7 +100,8 @@ _STATUS_LIST = f"^({_STATUS_WORD})(,({_STATUS_WORD}))*$"
 _IF_MATCH = r'^\s*(\*|(W/)?"?[0-9]{1,18}"?(\s*,\s*(W/)?"?[0-9]{1,18}"?)*)\s*$'
 """If-Match as the server reads it: ``*``, or versions such as ``"3"``, ``W/"3"``, ``3``, comma-separated."""
 _FLOW_KEY = _param("key", "path", {"type": "string", "pattern": FLOW_KEY_PATTERN}, "Flow key (a task's flow_key, or a callback host:port)")
-_CURSOR = _param("cursor", "query", {"type": "string"}, "Opaque cursor from a previous page's next_cursor")
+_CURSOR = _param("cursor", "query", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,200}$"},
+                 "Opaque cursor from a previous page's next_cursor")
 _LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "Page size")
 _EPOCH_MS: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS}
 _EXEC_FILTERS = [
@@ -119,6 +123,18 @@ _ANY_BODY: dict[str, Any] = {
         "application/octet-stream": {"schema": {"type": "string", "contentMediaType": "application/octet-stream"}},
     },
 }
+
+
+_ZONE = {"type": "string", "pattern": "^(" + "|".join(z.replace("+", "\\+") for z in sorted(ZONES)) + ")$"}
+"""The time zones the server takes (``molens.schedule.cron.ZONES``, what it validates with), as a pattern
+rather than an enum: client generators make an identifier of each enum value, and GMT+0 and GMT0 collide."""
+
+
+def _with_zones(comps: dict[str, Any]) -> dict[str, Any]:
+    """A task's ``timezone`` as the list of names the server accepts, not any string."""
+    tz = comps["TaskCreate"]["properties"]["timezone"]
+    tz["anyOf"] = [_ZONE if alt.get("type") == "string" else alt for alt in tz["anyOf"]]
+    return comps
 
 
 def _schemas() -> dict[str, Any]:
@@ -171,7 +187,7 @@ def _schemas() -> dict[str, Any]:
             "required": ["error"],
             "properties": {"error": error_obj},
         },
-        **(comps := openapi_components(lim)),  # TaskCreate, Task and their enums, from molens.schema
+        **(comps := _with_zones(openapi_components(lim))),  # TaskCreate, Task and their enums, from molens.schema
         **msgspec.json.schema_components((FlowLimitsBody, FlowView, FlowList), ref_template="#/components/schemas/{name}")[1],
         "ResumeRequest": {
             "type": "object",
@@ -574,7 +590,8 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                 "summary": "List tasks in creation order with filters",
                 "tags": ["tasks"],
                 "parameters": [
-                    _param("status", "query", {"type": "string", "pattern": _STATUS_LIST}, "Comma-separated statuses"),
+                    _param("status", "query", {"type": "string", "pattern": _STATUS_LIST, "maxLength": MAX_HEADER_TEXT},
+                           "Comma-separated statuses"),
                     _param("type", "query", {"type": "string", "enum": [t.value for t in TaskType]}, "Task type"),
                     _param("scene", "query", {"type": "string", "pattern": SCENE_PATTERN}, "Exact scene"),
                     _param(
@@ -604,7 +621,8 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                         "Prefer",
                         "header",
                         {"type": "string"},
-                        "RFC 7240 preferences (the first 1,000 characters are read); return=minimal answers each item with the task's id alone "
+                        "RFC 7240 preferences (the first 1,000 characters are read; what is not understood "
+                        "is ignored, as the RFC asks); return=minimal answers each item with the task's id alone "
                         "(TaskRef) instead of the whole task, and says so in Preference-Applied. Other "
                         "preferences are ignored",
                     )
@@ -656,7 +674,7 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                 "parameters": [
                     _TASK_ID,
                     _param(
-                        "If-Match", "header", {"type": "string", "pattern": _IF_MATCH},
+                        "If-Match", "header", {"type": "string", "pattern": _IF_MATCH, "maxLength": MAX_HEADER_TEXT},
                         'The version the change is based on (the ETag of a GET, e.g. "3"); without it, the '
                         "change applies to the current version",
                     ),
@@ -764,7 +782,8 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                 "summary": "This node's statistics and task counts (or another member's)",
                 "tags": ["stats"],
                 "parameters": [
-                    _param("node_id", "query", {"type": "string"}, "Answer for this member (asked over its HTTP API)"),
+                    _param("node_id", "query", {"type": "string", "maxLength": 256},
+                           "Answer for this member (asked over its HTTP API)"),
                     _param("local", "query", {"type": "string", "enum": ["0", "1", "true", "false"]}, "1: this node only"),
                 ],
                 "responses": {"200": _ok(_ref("Stats")), **_err(400, 401, 404, 503)},
@@ -856,8 +875,9 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                 "tags": ["tasks"],
                 "parameters": [
                     _param("type", "query", {"type": "string", "enum": ["periodic", "delayed"], "default": "periodic"}, "Task type"),
-                    _param("cron_expr", "query", {"type": "string"}, "Cron expression (5 or 6 fields)"),
-                    _param("timezone", "query", {"type": "string", "default": "UTC"}, "IANA time zone"),
+                    _param("cron_expr", "query", {"type": "string", "maxLength": DEFAULT_LIMITS.max_cron_length},
+                           "Cron expression (5 or 6 fields)"),
+                    _param("timezone", "query", {**_ZONE, "default": "UTC"}, "IANA time zone"),
                     _param("interval_ms", "query", {"type": "integer", "minimum": 0}, "Period (periodic) or delay (delayed)"),
                     _param("run_at", "query", _EPOCH_MS, "Delayed: the absolute fire time"),
                     _param("count", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 5}, "How many"),
@@ -888,7 +908,7 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                 "parameters": [
                     _param("since", "query", _EPOCH_MS, "Window start (default: until - 1 h)"),
                     _param("until", "query", _EPOCH_MS, "Window end (default: now)"),
-                    _param("url", "query", {"type": "string"}, "Only this callback URL"),
+                    _param("url", "query", {"type": "string", "maxLength": MAX_URL_FILTER}, "Only this callback URL"),
                     _param(
                         "bucket_ms",
                         "query",
@@ -963,6 +983,10 @@ def _responses() -> dict[str, Any]:
         "PreconditionFailed": _json(err, "If-Match names another version of the task's definition; nothing changed"),
         "TooLarge": _json(err, "Body or payload too large"),
         "UnsupportedMediaType": _json(err, "Content-Type is not application/json"),
+        "RequestTooLong": _json(err, "The request line is longer than http.max_request_line_bytes (code http_error); "
+                                "the connection is closed"),
+        "HeadTooLarge": _json(err, "More than http.max_header_count headers, or a head over http.max_head_bytes "
+                              "(code http_error); the connection is closed"),
         "NotLeader": {
             **_json(err, "This node is a follower: repeat the request at Location (the leader)"),
             "headers": {
@@ -991,8 +1015,8 @@ _DL_FILTER_PROPS: dict[str, Any] = {  # query parameters; in a redrive's body ea
         "description": "Only this flow's (the callback URL's host:port by default)",
     },
     "kind": {"type": "string", "enum": [k.value for k in DeadLetterKind]},
-    "since": {"type": "integer", "minimum": 0, "description": "written at or after (epoch ms)"},
-    "until": {"type": "integer", "minimum": 0, "description": "written at or before (epoch ms)"},
+    "since": {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS, "description": "written at or after (epoch ms)"},
+    "until": {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS, "description": "written at or before (epoch ms)"},
 }
 _DL_FILTERS = [_param(k, "query", v, v.get("description", f"Only this {k}")) for k, v in _DL_FILTER_PROPS.items()]
 _DL_ID = _param("dead_id", "path", {"type": "string"}, "Dead letter id ({fire_id}.{attempt})", required=True)
@@ -1104,6 +1128,18 @@ def _dead_letter_paths() -> dict[str, Any]:
     }
 
 
+_EDGE_ANSWERS = {"414": {"$ref": "#/components/responses/RequestTooLong"},
+                 "431": {"$ref": "#/components/responses/HeadTooLarge"}}
+"""What the HTTP edge answers for any route (molens/web/edge.py): a request line or head past its limits."""
+
+
+def _with_edge_answers(paths: dict[str, Any]) -> dict[str, Any]:
+    for item in paths.values():
+        for op in item.values():
+            op["responses"].update(_EDGE_ANSWERS)
+    return paths
+
+
 @functools.cache
 def _document(wheel_levels: int) -> dict[str, Any]:
     return {
@@ -1118,7 +1154,7 @@ def _document(wheel_levels: int) -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}, {}],
         "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "cluster", "stats", "test", "meta")],
-        "paths": {**_paths(wheel_levels), **_dead_letter_paths()},
+        "paths": _with_edge_answers({**_paths(wheel_levels), **_dead_letter_paths()}),
         "components": {
             "schemas": {**_schemas(), **_dead_letter_schemas()},
             "responses": _responses(),
