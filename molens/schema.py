@@ -902,10 +902,12 @@ def _convert(kw: dict[str, Any], cls: type[Any]) -> Any:
 
 
 def openapi_components(
-    limits: Any, spec_type: type[TaskSpec] = TaskSpec, task_type: type[Task] = Task
+    limits: Any, spec_type: type[TaskSpec] = TaskSpec, task_type: type[Task] = Task, zones: Sequence[str] = (),
 ) -> dict[str, Any]:
     """JSON Schema of ``TaskCreate`` and ``Task`` (refs as ``#/components/schemas/{name}``); a
-    request field's ``default`` is the value a node with ``limits`` uses when it is left out."""
+    request field's ``default`` is the value a node with ``limits`` uses when it is left out.
+    ``zones``, when given, are the time zones a request's ``timezone`` may name (as a pattern: client
+    generators make an identifier of each enum value, and GMT+0 and GMT0 collide)."""
     (_, _), comps = msgspec.json.schema_components(
         [create_type(limits, spec_type), view_type(task_type)], ref_template="#/components/schemas/{name}"
     )
@@ -923,6 +925,11 @@ def openapi_components(
         by_rule = _split(_hints(spec_type)[f.name])[1].get("default") == "rule"
         if d is not None and not f.required and not isinstance(d, bytes) and not by_rule:
             p["default"] = _plain(d)
+    if zones:
+        alts = "|".join(re.escape(z).replace("\\-", "-").replace("\\/", "/") for z in sorted(zones))
+        tz = props["timezone"]
+        tz["anyOf"] = [{"type": "string", "pattern": f"^({alts})$"} if a.get("type") == "string" else a
+                       for a in tz["anyOf"]]
     retry = comps.get("RetryPolicyCreate")
     if retry is not None:  # the node's own default policy, field by field (scheduler.retry)
         node = msgspec.structs.replace(limits.default_retry, max_retries=limits.default_max_retries)

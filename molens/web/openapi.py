@@ -125,16 +125,10 @@ _ANY_BODY: dict[str, Any] = {
 }
 
 
-_ZONE = {"type": "string", "pattern": "^(" + "|".join(z.replace("+", "\\+") for z in sorted(ZONES)) + ")$"}
-"""The time zones the server takes (``molens.schedule.cron.ZONES``, what it validates with), as a pattern
-rather than an enum: client generators make an identifier of each enum value, and GMT+0 and GMT0 collide."""
-
-
-def _with_zones(comps: dict[str, Any]) -> dict[str, Any]:
-    """A task's ``timezone`` as the list of names the server accepts, not any string."""
-    tz = comps["TaskCreate"]["properties"]["timezone"]
-    tz["anyOf"] = [_ZONE if alt.get("type") == "string" else alt for alt in tz["anyOf"]]
-    return comps
+def _zone_schema() -> dict[str, Any]:
+    """The time zones the server takes (``molens.schedule.cron.ZONES``), as the task's ``timezone`` states them."""
+    tz = openapi_components(DEFAULT_LIMITS, zones=sorted(ZONES))["TaskCreate"]["properties"]["timezone"]
+    return dict(next(a for a in tz["anyOf"] if a.get("type") == "string"))
 
 
 def _schemas() -> dict[str, Any]:
@@ -187,7 +181,8 @@ def _schemas() -> dict[str, Any]:
             "required": ["error"],
             "properties": {"error": error_obj},
         },
-        **(comps := _with_zones(openapi_components(lim))),  # TaskCreate, Task and their enums, from molens.schema
+        # TaskCreate, Task and their enums, from molens.schema; timezone: what the server validates with
+        **(comps := openapi_components(lim, zones=sorted(ZONES))),
         **msgspec.json.schema_components((FlowLimitsBody, FlowView, FlowList), ref_template="#/components/schemas/{name}")[1],
         "ResumeRequest": {
             "type": "object",
@@ -877,7 +872,7 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                     _param("type", "query", {"type": "string", "enum": ["periodic", "delayed"], "default": "periodic"}, "Task type"),
                     _param("cron_expr", "query", {"type": "string", "maxLength": DEFAULT_LIMITS.max_cron_length},
                            "Cron expression (5 or 6 fields)"),
-                    _param("timezone", "query", {**_ZONE, "default": "UTC"}, "IANA time zone"),
+                    _param("timezone", "query", {**_zone_schema(), "default": "UTC"}, "IANA time zone"),
                     _param("interval_ms", "query", {"type": "integer", "minimum": 0}, "Period (periodic) or delay (delayed)"),
                     _param("run_at", "query", _EPOCH_MS, "Delayed: the absolute fire time"),
                     _param("count", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 5}, "How many"),
