@@ -218,10 +218,18 @@ class EdgeChannel(HTTPChannel):  # type: ignore[misc]
         super().del_channel(map)
 
 
+SWEEP_MAX = 32
+"""Most connections one sweep ends: 500 slow clients whose deadlines pass together are answered over
+several loop passes, with other connections' requests served between them."""
+
+
 def sweep(channels: list[Any], now: float) -> int:
-    """Carry out the deadlines of every :class:`EdgeChannel` in ``channels``; how many it ended."""
+    """Carry out the deadlines of the :class:`EdgeChannel` s in ``channels``, at most :data:`SWEEP_MAX`
+    of them; how many it ended (the caller sweeps again at its next pass when that is the most)."""
     ended = 0
     for ch in channels:
+        if ended >= SWEEP_MAX:
+            break
         if not isinstance(ch, EdgeChannel):
             continue
         verdict = ch.overdue(now)

@@ -38,7 +38,7 @@ from waitress.server import create_server
 from waitress.task import ErrorTask, WSGITask
 
 from molens.config import HttpConfig
-from molens.web.edge import EdgeChannel, EdgeLimits, error_body, sweep
+from molens.web.edge import SWEEP_MAX, EdgeChannel, EdgeLimits, error_body, sweep
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +242,8 @@ class ApiServer:
         wasyncore.loop(timeout=timeout, map=self._map, use_poll=True, count=1)
         now = time.monotonic()
         if now >= self._next_sweep:  # the edge's deadlines (molens/web/edge.py), a few times a second
-            self._next_sweep = now + SWEEP_S
-            sweep(list(self._map.values()), now)
+            ended = sweep(list(self._map.values()), now)
+            self._next_sweep = now if ended >= SWEEP_MAX else now + SWEEP_S  # more due: again next pass
 
     def _run(self) -> None:
         while not self._stop.is_set():
