@@ -223,6 +223,15 @@ class HttpConfig:
     auth_token: str = ""
     auth_token_file: str = ""
     max_body_bytes: int = _opt(8 << 20, _int_min(1024))
+    max_json_depth: int = _opt(64, _int_range(8, 512))
+    head_timeout_ms: int = _opt(10_000, _int_range(100, 600_000))
+    body_idle_timeout_ms: int = _opt(10_000, _int_range(100, 600_000))
+    keepalive_timeout_ms: int = _opt(60_000, _int_range(1_000, 3_600_000))
+    max_connections: int = _opt(1_000, _int_range(1, 100_000))
+    max_connections_per_client: int = _opt(200, _int_range(1, 100_000))
+    max_header_count: int = _opt(100, _int_range(8, 10_000))
+    max_head_bytes: int = _opt(65_536, _int_range(1_024, 1 << 20))
+    max_request_line_bytes: int = _opt(32_768, _int_range(256, 1 << 20))
 
     @property
     def addr(self) -> str:

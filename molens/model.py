@@ -81,6 +81,7 @@ from molens.schema import (
     spec_defaults,
     spec_fields,
     tasks_json,
+    whole_numbers,
 )
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,9 @@ class Execution:
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _CROCKFORD_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
 _PAIR_SHIFTS = tuple(range(120, -1, -10))
-_TASK_ID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+TASK_ID_PATTERN = "^[0-9A-HJKMNP-TV-Z]{26}$"
+"""A task id: 26 Crockford base32 characters (the OpenAPI document states the same pattern)."""
+_TASK_ID_RE = re.compile(TASK_ID_PATTERN)
 
 
 def new_task_id(now_ms: int, random80: int) -> str:
@@ -575,6 +578,9 @@ def decode_create(
     except (msgspec.MsgspecError, RecursionError) as e:
         if isinstance(e, RecursionError):
             raise ValidationError("request body is nested too deeply", "body") from None
+        if isinstance(e, msgspec.ValidationError) and "got `float`" in str(e) and (ints := whole_numbers(body)):
+            return decode_create(ints, policy, limits, now_ms, idempotency_key=idempotency_key, spec_type=spec_type,
+                                 whole_body=whole_body, carried=carried)
         raise request_error(e, limits, spec_type, whole_body=whole_body) from None
     return resolve_create(req, policy, limits, now_ms, idempotency_key=idempotency_key, spec_type=spec_type,
                           carried=carried)

@@ -914,10 +914,12 @@ def _convert(kw: dict[str, Any], cls: type[Any]) -> Any:
 
 
 def openapi_components(
-    limits: Any, spec_type: type[TaskSpec] = TaskSpec, task_type: type[Task] = Task
+    limits: Any, spec_type: type[TaskSpec] = TaskSpec, task_type: type[Task] = Task, zones: Sequence[str] = (),
 ) -> dict[str, Any]:
     """JSON Schema of ``TaskCreate`` and ``Task`` (refs as ``#/components/schemas/{name}``); a
-    request field's ``default`` is the value a node with ``limits`` uses when it is left out."""
+    request field's ``default`` is the value a node with ``limits`` uses when it is left out.
+    ``zones``, when given, are the time zones a request's ``timezone`` may name (as a pattern: client
+    generators make an identifier of each enum value, and GMT+0 and GMT0 collide)."""
     (_, _), comps = msgspec.json.schema_components(
         [create_type(limits, spec_type), view_type(task_type)], ref_template="#/components/schemas/{name}"
     )
@@ -935,6 +937,11 @@ def openapi_components(
         by_rule = _split(_hints(spec_type)[f.name])[1].get("default") == "rule"
         if d is not None and not f.required and not isinstance(d, bytes) and not by_rule:
             p["default"] = _plain(d)
+    if zones:
+        alts = "|".join(re.escape(z).replace("\\-", "-").replace("\\/", "/") for z in sorted(zones))
+        tz = props["timezone"]
+        tz["anyOf"] = [{"type": "string", "pattern": f"^({alts})$"} if a.get("type") == "string" else a
+                       for a in tz["anyOf"]]
     retry = comps.get("RetryPolicyCreate")
     if retry is not None:  # the node's own default policy, field by field (scheduler.retry)
         node = msgspec.structs.replace(limits.default_retry, max_retries=limits.default_max_retries)
@@ -948,6 +955,42 @@ def openapi_components(
 
 # -------------------------------------------------------------------------------------------------
 # msgspec's errors, as the API's
+
+
+_FIELDS_AS_RAW = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _whole(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, list):
+        return [_whole(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _whole(x) for k, x in v.items()}
+    return v
+
+
+def whole_numbers(body: bytes, keep: frozenset[str] = frozenset({"payload"})) -> bytes | None:
+    """``body`` (a JSON object) with every whole-number float outside the fields ``keep`` written as an
+    integer (``1000.0`` -> ``1000``), or None when it holds none or is not an object. JSON has one
+    number type and JSON Schema counts ``1000.0`` as an integer, so an integer field accepts it; the
+    decoders are strict, so a body they refused for a float is rewritten and decoded once more.
+    ``keep`` names fields kept as sent (a task's payload reaches the receiver byte for byte)."""
+    try:
+        fields = _FIELDS_AS_RAW.decode(body)
+    except msgspec.MsgspecError:
+        return None
+    changed = False
+    for k, raw in fields.items():
+        text = bytes(raw)
+        if k in keep or (b"." not in text and b"e" not in text and b"E" not in text):
+            continue
+        v = msgspec.json.decode(text)
+        w = _whole(v)
+        if repr(w) != repr(v):
+            fields[k] = msgspec.Raw(msgspec.json.encode(w))
+            changed = True
+    return msgspec.json.encode(fields) if changed else None
 
 
 _AT = re.compile(r" - at `\$(?:\[\d+\])?\.?(?P<path>[^`]*)`$")

@@ -38,7 +38,7 @@ import re
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
@@ -59,6 +59,11 @@ _EPOCH = datetime(1970, 1, 1)
 _EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _US = timedelta(microseconds=1)
+ZONES: frozenset[str] = frozenset(available_timezones() - {"Factory", "localtime", "posixrules"})
+"""The time zones a schedule may name: the IANA zones and their links on this system, without the
+files that name no place (``Factory``, ``localtime``, ``posixrules``) or keep leap seconds
+(``right/...``, ``posix/...``: never listed). The OpenAPI document lists the same names."""
+
 #: validation looks for a first fire from here (any fixed instant: the result must not depend on it)
 _VALIDATE_FROM_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -142,6 +147,9 @@ def validate_cron(expr: str, tz: str = "UTC") -> None:
 def _zone(tz: str) -> ZoneInfo:
     if not isinstance(tz, str) or not tz or tz != tz.strip():
         raise ScheduleError(f"unknown time zone {tz!r}", "timezone")
+    if tz not in ZONES:
+        why = "names no place" if ("/" not in tz or tz.startswith(("right/", "posix/"))) and _loads(tz) else "is unknown"
+        raise ScheduleError(f"time zone {tz[:64]!r} {why}: use an IANA name such as Europe/Berlin", "timezone")
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -165,6 +173,8 @@ def _parse(expr: str) -> _Cron:
     if _NONDETERMINISTIC.search(text):
         raise ScheduleError("cron_expr: hashed (H) and random (R) values are not supported")
     six = len(fields) == 6
+    if backwards := _backwards_range(fields, six):
+        raise ScheduleError(backwards)
     minute, hour, dom, _month, dow = fields[1:] if six else fields
     # the last given weekday of the month: Quartz and cronsim write 5L (friL), croniter L5
     fields[-1] = dow = _LAST_WEEKDAY.sub(lambda m: "L" + _DAY_NUMBERS.get(m.group(1).lower(), m.group(1)), dow)
@@ -183,6 +193,35 @@ def _parse(expr: str) -> _Cron:
         raise ScheduleError(_which_field(expr, fields, six) or f"invalid cron_expr {expr!r}: {why}") from None
     wildcard = six or minute.startswith("*") or hour.startswith("*")
     return _Cron(its, wildcard, threading.Lock())
+
+
+def _loads(tz: str) -> bool:
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
+
+_MONTH_NUMBERS = {m: i for i, m in enumerate(
+    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), start=1)}
+_RANGE = re.compile(r"([0-9a-z]+)-([0-9a-z]+)(?:/[0-9]+)?", re.IGNORECASE)
+
+
+def _backwards_range(fields: list[str], six: bool) -> str | None:
+    """The refusal of a range written high to low (``1-0``): croniter reads it as the whole field."""
+    names = ("second", *_FIELD_NAMES) if six else _FIELD_NAMES
+    for name, field in zip(names, fields, strict=True):
+        words = _DAY_NUMBERS if name == "day-of-week" else _MONTH_NUMBERS if name == "month" else {}
+        for item in field.split(","):
+            m = _RANGE.fullmatch(item)
+            if m is None:
+                continue
+            lo, hi = (words.get(x.lower(), x) for x in m.groups())
+            if str(lo).isdigit() and str(hi).isdigit() and int(lo) > int(hi):
+                return (f"the {name} field's range {item} runs backwards: a range goes low to high "
+                        "(write one that wraps around as two, such as 22-23,0-2)")
+    return None
 
 
 _LAST_WEEKDAY = re.compile(r"\b([0-7]|sun|mon|tue|wed|thu|fri|sat)L\b", re.IGNORECASE)

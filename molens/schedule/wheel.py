@@ -53,6 +53,15 @@ _sink: deque[object] = deque(maxlen=0)
 _drain = _sink.extend  # consumes an iterator at C speed
 
 
+def levels_for(tick_ms: int = DEFAULT_TICK_MS, wheel_size: int = DEFAULT_WHEEL_SIZE, horizon_ms: int = DEFAULT_HORIZON_MS) -> int:
+    """How many levels a wheel of ``tick_ms`` and ``wheel_size`` has: enough to cover ``horizon_ms``
+    ahead (the top level always accepts anything less than ``wheel_size - 1`` of its buckets ahead)."""
+    levels = 1
+    while (wheel_size - 1) * tick_ms * wheel_size ** (levels - 1) < horizon_ms:
+        levels += 1
+    return levels
+
+
 @dataclass(frozen=True, slots=True)
 class BucketStat:
     """One cell of the occupancy heatmap: a bucket's window ``[start_ms, start_ms + span_ms)``."""
@@ -208,10 +217,7 @@ class TimeWheel(Generic[K]):
             raise ValueError(f"tick_ms must be >= 1, got {tick_ms}")
         if wheel_size < 2:
             raise ValueError(f"wheel_size must be >= 2, got {wheel_size}")
-        levels = 1
-        # The top level always accepts anything less than (size - 1) of its buckets ahead.
-        while (wheel_size - 1) * tick_ms * wheel_size ** (levels - 1) < horizon_ms:
-            levels += 1
+        levels = levels_for(tick_ms, wheel_size, horizon_ms)
         self._tick = tick_ms
         self._size = wheel_size
         self._levels = levels

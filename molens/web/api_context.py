@@ -34,7 +34,9 @@ from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import Page, TrendPoint, UrlStats
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
 from molens.schedule.flows import FlowState
+from molens.schedule.wheel import levels_for
 from molens.tracing import NO_SPANS, Spans
+from molens.web.body import DEFAULT_MAX_DEPTH
 from molens.web.dead_letters import DeadLetterReader
 from molens.web.heatmap import WheelDistribution
 from molens.web.metrics import NodeMetrics
@@ -50,7 +52,11 @@ class ApiSettings:
     auth_token: str = ""
     """Bearer token required on /api/v1 (except test endpoints and openapi.json); "" = open."""
     max_body_bytes: int = 8 << 20
+    max_json_depth: int = DEFAULT_MAX_DEPTH
+    """Deepest nesting of arrays and objects in a JSON request body (:mod:`molens.web.body`)."""
     max_batch: int = 1_000
+    wheel_levels: int = field(default_factory=levels_for)
+    """Levels of the leader's time wheel (from ``scheduler.tick_ms``): the heatmap's ``level`` is below it."""
     propose_timeout_s: float = 10.0
     retry_after_s: int = 1
     """``Retry-After`` sent with 503 answers."""
@@ -99,6 +105,8 @@ def settings_from_config(cfg: Config) -> ApiSettings:
         policy=policy,
         auth_token=cfg.http.auth_token,
         max_body_bytes=cfg.http.max_body_bytes,
+        max_json_depth=cfg.http.max_json_depth,
+        wheel_levels=levels_for(cfg.scheduler.tick_ms),
     )
 
 

@@ -83,6 +83,8 @@ from molens.schema import SCENE_PATTERN, create_type, python_pattern, request_er
 from molens.tracing import Spans
 from molens.web import openapi
 from molens.web.api_context import ApiContext
+from molens.web.body import Body, body_refused, depth_error, too_deep, whole_int
+from molens.web.body import decode as body_json
 from molens.web.dead_letters import install_dead_letters
 from molens.web.errors import (
     BodyTooLarge,
@@ -97,8 +99,8 @@ from molens.web.errors import (
 )
 from molens.web.flows import install_flows
 from molens.web.observability import install_observability
-from molens.web.openapi import MAX_STATS_WINDOW_MS, MAX_URL_FILTER
-from molens.web.ui import install_ui
+from molens.web.openapi import MAX_HEADER_TEXT, MAX_STATS_WINDOW_MS, MAX_URL_FILTER
+from molens.web.ui import UI_PREFIX, install_ui
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,8 @@ DEFAULT_STATS_WINDOW_MS = 3_600_000
 Handler = Callable[..., Any]
 
 _JSON_CT = "application/json"
+_BODY_KEY = "molens.body"
+"""Where the body guard leaves the bytes it read (the WSGI environ of the request)."""
 _TYPES = frozenset(t.value for t in TaskType)
 _SCENE = re.compile(python_pattern(SCENE_PATTERN))
 
@@ -264,10 +268,6 @@ def _trace_create(spans: Spans, t: Task, start_ns: int, commit_ns: int) -> None:
         spans.create(tp, t.id, start_ns, commit_ns, time.time_ns(), {"molens.task_id": t.id, "molens.scene": t.spec.scene})
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _openapi_path(rule: str) -> str:
     return re.sub(r"<(\w+)(?::[^>]*)?>", r"{\1}", rule)
 
@@ -297,7 +297,8 @@ def decode_cursor(kind: str, cursor: str) -> str:
 
 
 _CURSOR_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
-_INT_RE = re.compile(r"-?[0-9]{1,20}")
+_INT_RE = re.compile(r"-?([0-9]{1,20})(?:\.0{1,20})?")
+"""An integer parameter: ASCII digits, a sign, and a zero fraction (JSON Schema counts ``7.0`` as an integer)."""
 _ROW_ID_RE = re.compile(r"[0-9]{1,18}")
 
 
@@ -322,17 +323,24 @@ class Api:
 
     # ------------------------------------------------------------------ plumbing
 
-    def route(self, method: str, rule: str, *, write: bool = False, open_: bool = False) -> Callable[[Handler], Handler]:
-        """Register ``handler`` at ``rule`` with auth, leader check, role header and error rendering.
+    def route(
+        self, method: str, rule: str, *, write: bool = False, open_: bool = False, body: Body | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Register ``handler`` at ``rule`` with auth, the body guard, leader check, role header and
+        error rendering.
 
-        A handler returns ``(status, body)`` where ``body`` is JSON-able (or ``bytes`` already
-        encoded), or a ``bottle.HTTPResponse``.
+        ``body`` says what the route takes (:class:`~molens.web.body.Body`; by default none for
+        GET/HEAD/DELETE, JSON for POST/PUT/PATCH): a body where none is taken is refused, a JSON one
+        is bounded in size and depth before the handler runs, and the handler reads it with
+        :meth:`read_body` / :meth:`read_json`. A handler returns ``(status, body)`` where ``body`` is
+        JSON-able (or ``bytes`` already encoded), or a ``bottle.HTTPResponse``.
         """
+        takes = body if body is not None else Body.default_for(method)
 
         def deco(fn: Handler) -> Handler:
             @functools.wraps(fn)
             def wrapper(**kw: Any) -> Any:
-                return self._handle(fn, kw, write=write, open_=open_)
+                return self._handle(fn, kw, write=write, open_=open_, takes=takes)
 
             self.app.route(rule, method, wrapper)
             self.routes.append((method, _openapi_path(rule)))
@@ -340,7 +348,7 @@ class Api:
 
         return deco
 
-    def _handle(self, fn: Handler, kw: dict[str, Any], *, write: bool, open_: bool) -> Any:
+    def _handle(self, fn: Handler, kw: dict[str, Any], *, write: bool, open_: bool, takes: Body) -> Any:
         resp = bottle.response
         t0 = time.perf_counter()
         try:
@@ -351,6 +359,7 @@ class Api:
                 self._check_auth()
             if li.role == "removed" and not open_:  # stale replica: answers nothing (docs/architecture.md#node-ports)
                 raise Unavailable("this node was removed from the cluster; ask a member")
+            self._guard_body(takes)
             if write and not li.is_leader:
                 if li.leader_url:
                     raise LeaderElsewhere(li.leader_url, li.leader_id)
@@ -402,33 +411,58 @@ class Api:
 
     def read_json(self) -> Any:
         """The request body parsed as JSON (415/413/400 as the module docstring says)."""
-        raw = self.read_body()
-        try:
-            return json.loads(raw, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise ValidationError(f"request body is not valid JSON: {exc}", "body") from None
+        return body_json(self.read_body())
+
+    @staticmethod
+    def has_body() -> bool:
+        """Whether the request came with a body (for a route whose body is optional)."""
+        return _BODY_KEY in bottle.request.environ
 
     def read_body(self) -> bytes:
-        """The request body's bytes, checked for Content-Type, size and emptiness."""
+        """The request body's bytes, as the route's guard let them through (:meth:`_guard_body`)."""
+        raw = bottle.request.environ.get(_BODY_KEY)
+        if raw is None:
+            raise ValidationError("request body is empty; expected JSON", "body")
+        assert isinstance(raw, bytes)
+        return raw
+
+    def _guard_body(self, takes: Body) -> None:
+        """The one gate every request body passes, whatever the route: refused where the route takes
+        none; else read within ``max_body_bytes``, its Content-Type checked, and a JSON one bounded in
+        depth (``max_json_depth``) before any decoder recurses into it. Kept for :meth:`read_body`."""
         req = bottle.request
+        length = req.content_length
+        if takes is Body.NONE:
+            if length > 0:
+                raise body_refused(req.method)
+            return
+        if length == 0:
+            if takes is Body.JSON:
+                raise ValidationError("request body is empty; expected JSON", "body")
+            return
         ctype, _, params = (req.content_type or "").partition(";")
         ctype = ctype.strip().lower()
-        if ctype and ctype != _JSON_CT and not ctype.endswith("+json"):
-            raise UnsupportedMediaType(f"Content-Type must be application/json, got {ctype[:80]}", "Content-Type")
-        charset = _charset(params)
-        if charset is not None and charset not in ("utf-8", "utf8"):
-            raise UnsupportedMediaType(f"JSON bodies are UTF-8, got charset={charset[:40]}", "Content-Type")
-        limit = self.ctx.settings.max_body_bytes
-        length = req.content_length
+        json_type = not ctype or ctype == _JSON_CT or ctype.endswith("+json")
+        if takes is not Body.ANY:
+            if not json_type:
+                raise UnsupportedMediaType(f"Content-Type must be application/json, got {ctype[:80]}", "Content-Type")
+            charset = _charset(params)
+            if charset is not None and charset not in ("utf-8", "utf8"):
+                raise UnsupportedMediaType(f"JSON bodies are UTF-8, got charset={charset[:40]}", "Content-Type")
+        s = self.ctx.settings
+        limit = s.max_body_bytes
         if length > limit:
             raise BodyTooLarge(f"request body is {length} bytes, more than {limit}", "body")
-        stream = req.environ["wsgi.input"]
-        raw = stream.read(length if length >= 0 else limit + 1)
+        raw = bytes(req.environ["wsgi.input"].read(length if length >= 0 else limit + 1))
         if len(raw) > limit:
             raise BodyTooLarge(f"request body is more than {limit} bytes", "body")
-        if not raw.strip():
-            raise ValidationError("request body is empty; expected JSON", "body")
-        return bytes(raw)
+        if takes is not Body.ANY and not raw.strip():
+            if takes is Body.JSON:
+                raise ValidationError("request body is empty; expected JSON", "body")
+            return
+        if json_type and too_deep(raw, s.max_json_depth):
+            raise depth_error(s.max_json_depth)
+        req.environ[_BODY_KEY] = raw
 
     def propose_one(self, cmd: Command) -> list[Any]:
         out = self.ctx.propose([cmd], self.ctx.settings.propose_timeout_s)
@@ -453,7 +487,7 @@ class Api:
             return default
         if not _INT_RE.fullmatch(raw):
             raise ValidationError(f"{name} must be an integer, got {_quote(raw)}", name)
-        v = int(raw, 10)
+        v = int(raw.partition(".")[0], 10)
         if v < lo or (hi is not None and v > hi):
             rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
             raise ValidationError(f"{name} must be in {rng}, got {_quote(raw)}", name)
@@ -494,6 +528,8 @@ def _if_match() -> frozenset[int] | None:
     raw = _header_text("If-Match")
     if raw is None or raw.strip() == "*":
         return None
+    if len(raw) > MAX_HEADER_TEXT:
+        raise ValidationError(f"If-Match is longer than {MAX_HEADER_TEXT} characters", "If-Match")
     out = set()
     for part in raw.split(","):
         m = _ETAG_RE.fullmatch(part)
@@ -580,6 +616,7 @@ def _install_tasks(api: Api) -> None:
     def create_batch() -> tuple[int, Any]:
         start_ns = time.time_ns()
         body = api.read_body()
+        prefer = _header_text("Prefer")
         s = ctx.settings
         reqs = _typed_batch(body, s.limits)
         raws = _batch_items(body) if reqs is None else []
@@ -642,7 +679,7 @@ def _install_tasks(api: Api) -> None:
                 out.append(None)
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
                 errs.append({"index": i, **err.to_json()})
-        if prefers_minimal(_header_text("Prefer")):  # ids only: a bulk loader needs no echo of its tasks
+        if prefers_minimal(prefer):  # ids only: a bulk loader needs no echo of its tasks
             bottle.response.set_header("Preference-Applied", "return=minimal")
             refs = [None if t is None else _TaskRef(t.id) for t in out]
             return (201 if created else 200), _ANSWER.encode(_BatchAnswer(refs, msgspec.Raw(_dumps(errs))))
@@ -654,11 +691,13 @@ def _install_tasks(api: Api) -> None:
     def list_tasks() -> tuple[int, Any]:
         statuses: set[str] | None = None
         raw_status = api.q_str("status")
+        if raw_status is not None and len(raw_status) > MAX_HEADER_TEXT:
+            raise ValidationError(f"status is longer than {MAX_HEADER_TEXT} characters", "status")
         if raw_status:
             statuses = set()
             for s in raw_status.split(","):
                 try:
-                    statuses.add(Status(s.strip()).value)
+                    statuses.add(Status(s).value)
                 except ValueError:
                     allowed = ", ".join(x.value for x in Status)
                     raise ValidationError(f"status must be one of {allowed}, got {s[:40]!r}", "status") from None
@@ -727,12 +766,12 @@ def _install_tasks(api: Api) -> None:
         s = ctx.settings
         for _ in range(UPDATE_ATTEMPTS):  # without If-Match, a concurrent update is merged over, not refused
             t = task_or_404(ctx, task_id)
+            now = ctx.now_ms()
+            spec = model.decode_update(body, t.spec, s.policy, s.limits, now)  # a bad body is a 400 at any version
             if wanted is not None and t.version not in wanted:
                 raise PreconditionFailedError(
                     f"task {t.id} is at version {t.version}, not {' or '.join(map(str, sorted(wanted)))}", "If-Match"
                 )
-            now = ctx.now_ms()
-            spec = model.decode_update(body, t.spec, s.policy, s.limits, now)
             res = api.propose_one(UpdateTask(now, t.id, spec, t.version))[0]
             if isinstance(res, PreconditionFailedError) and wanted is None:
                 continue
@@ -752,14 +791,14 @@ def _install_tasks(api: Api) -> None:
     def delete_task(task_id: str) -> tuple[int, Any]:
         return by_id(lambda now, tid: DeleteTasks(now, (tid,)), task_id)
 
-    @api.route("POST", f"{PREFIX}/tasks/<task_id>/pause", write=True)
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/pause", write=True, body=Body.NONE)
     def pause_task(task_id: str) -> tuple[int, Any]:
         return by_id(lambda now, tid: PauseTasks(now, (tid,)), task_id)
 
-    @api.route("POST", f"{PREFIX}/tasks/<task_id>/resume", write=True)
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/resume", write=True, body=Body.OPTIONAL_JSON)
     def resume_task(task_id: str) -> tuple[int, Any]:
         from_schedule = False
-        if bottle.request.content_length > 0:  # optional {"resume_from": "now" | "schedule"}
+        if api.has_body():  # optional {"resume_from": "now" | "schedule"}
             body = api.read_json()
             if not isinstance(body, dict) or set(body) - {"resume_from"}:
                 raise ValidationError('the body is optional: {"resume_from": "now" | "schedule"}', "body")
@@ -770,7 +809,7 @@ def _install_tasks(api: Api) -> None:
             from_schedule = where == "schedule"
         return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule), task_id)
 
-    @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True)
+    @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True, body=Body.NONE)
     def trigger_task(task_id: str) -> tuple[int, Any]:
         return by_id(TriggerTask, task_id)
 
@@ -780,9 +819,10 @@ def _install_tasks(api: Api) -> None:
         if not isinstance(body, dict) or set(body) != {"start", "end"}:
             raise ValidationError('the body is {"start": epoch ms, "end": epoch ms}', "body")
         for name in ("start", "end"):
-            v = body[name]
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= model.MAX_EPOCH_MS:
+            v = whole_int(body[name])
+            if v is None or not 0 <= v <= model.MAX_EPOCH_MS:
                 raise ValidationError(f"{name} must be an epoch ms in 0..{model.MAX_EPOCH_MS}", name)
+            body[name] = v
         start, end = body["start"], body["end"]
         if start >= end:
             raise ValidationError("start must be before end", "end")
@@ -819,9 +859,7 @@ def _install_executions(api: Api) -> None:
                 allowed = ", ".join(x.value for x in ExecutionResult)
                 raise ValidationError(f"result must be one of {allowed}", "result") from None
         since = api.q_ms("since", None)
-        until = api.q_ms("until", None)
-        if since is not None and until is not None and until < since:
-            raise ValidationError("until must not be before since", "until")
+        until = api.q_ms("until", None)  # until before since: an empty range, an empty page
         raw_cursor = api.q_raw("cursor")
         cursor = None
         if raw_cursor:
@@ -862,9 +900,9 @@ def _install_cluster(api: Api) -> None:
     def cluster_stats() -> tuple[int, Any]:
         return 200, ctx.cluster_stats()
 
-    @api.route("POST", f"{PREFIX}/cluster/transfer-leader", write=True)
+    @api.route("POST", f"{PREFIX}/cluster/transfer-leader", write=True, body=Body.OPTIONAL_JSON)
     def transfer_leader() -> tuple[int, Any]:
-        body = api.read_json() if bottle.request.content_length > 0 else {}
+        body = api.read_json() if api.has_body() else {}
         if not isinstance(body, dict):
             raise ValidationError('the body must be an object {"to": "node id"} (or empty)', "body")
         for k in body:
@@ -873,8 +911,10 @@ def _install_cluster(api: Api) -> None:
         to = body.get("to")
         if to is not None:
             voters = {n.get("id") for n in ctx.cluster_status().get("nodes", []) if n.get("suffrage", "voter") == "voter"}
-            if not isinstance(to, str) or to not in voters or to == ctx.settings.node_id:
-                raise ValidationError("to must be the id of another voter of the cluster", "to")
+            if not isinstance(to, str):
+                raise ValidationError("to must be a node id (a string) or null", "to")
+            if to not in voters or to == ctx.settings.node_id:
+                raise IllegalTransitionError(f"{to[:64]!r} is not another voter of the cluster", "to")
         return 200, ctx.transfer_leader(to)
 
     @api.route("GET", f"{PREFIX}/stats")
@@ -884,8 +924,9 @@ def _install_cluster(api: Api) -> None:
         if local not in (None, "0", "1", "true", "false"):
             raise ValidationError("local must be 1 or 0", "local")
         if node_id is not None and node_id != ctx.settings.node_id:
-            if local in ("1", "true"):
-                raise ValidationError("local=1 asks this node only; drop node_id or local", "node_id")
+            if local in ("1", "true"):  # this node only: another node is not found here
+                raise NotFoundError(f"node {node_id[:64]!r} is not this node (local=1 answers for this node only)",
+                                    "node_id")
             return 200, ctx.node_stats(node_id)  # asked of that node's API (?local=1)
         counts = ctx.task_counts()
         li = ctx.leader_info()
@@ -907,15 +948,16 @@ def _install_cluster(api: Api) -> None:
         assert until is not None
         since = api.q_ms("since", max(0, until - DEFAULT_STATS_WINDOW_MS))
         assert since is not None
-        if until <= since:
-            raise ValidationError("until must be after since", "until")
-        if until - since > MAX_STATS_WINDOW_MS:
-            raise ValidationError(f"the window is at most {MAX_STATS_WINDOW_MS} ms", "since")
+        # a window wider than the most it serves is cut to its last MAX_STATS_WINDOW_MS (the answer's since
+        # says so); an empty one (until <= since) has no calls in it
+        since = max(since, until - MAX_STATS_WINDOW_MS)
         bucket = api.q_int("bucket_ms", 300_000, 60_000, MAX_STATS_WINDOW_MS)
         assert bucket is not None
         url = api.q_str("url")
+        if url is not None and len(url) > MAX_URL_FILTER:
+            raise ValidationError(f"url is longer than {MAX_URL_FILTER} characters", "url")
         limit = api.q_limit()
-        rows = ctx.history.url_stats(since, until, url)
+        rows = ctx.history.url_stats(since, until, url) if until > since else []
         rows.sort(key=lambda r: (-r.count, r.url))
         items = []
         for r in rows[:limit]:
@@ -949,22 +991,18 @@ def _install_misc(api: Api) -> None:
     ctx = api.ctx
 
     def test_endpoint() -> tuple[int, Any]:
-        limit = ctx.settings.max_body_bytes
-        if bottle.request.content_length > limit:
-            raise BodyTooLarge(f"request body is more than {limit} bytes", "body")
-        bottle.request.environ["wsgi.input"].read(max(0, bottle.request.content_length))
         time.sleep(ctx.settings.test_endpoint_delay_ms / 1000)
         return 200, _OK
 
-    @api.route("POST", f"{PREFIX}/test/callback", open_=True)
+    @api.route("POST", f"{PREFIX}/test/callback", open_=True, body=Body.ANY)
     def test_callback() -> tuple[int, Any]:
         return test_endpoint()
 
-    @api.route("POST", f"{PREFIX}/test/ack", open_=True)
+    @api.route("POST", f"{PREFIX}/test/ack", open_=True, body=Body.ANY)
     def test_ack() -> tuple[int, Any]:
         return test_endpoint()
 
-    doc = _dumps(openapi.document())
+    doc = _dumps(openapi.document(ctx.settings.wheel_levels))
 
     @api.route("GET", f"{PREFIX}/openapi.json", open_=True)
     def openapi_json() -> tuple[int, Any]:
@@ -1028,14 +1066,15 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
 
     app.add_hook("before_request", method_override)
 
-    def batch_takes_post_only() -> bytes:
-        # a static route: without it GET /tasks/batch reached GET /tasks/{task_id} ("task batch not found")
-        bottle.response.status = 405
-        bottle.response.set_header("Allow", "POST")
-        bottle.response.content_type = _JSON_CT
-        return _dumps(MethodNotAllowed(f"{PREFIX}/tasks/batch takes POST only").to_json())
+    def no_body_for_the_console() -> None:
+        # the console's files take no body either (Api.route guards every other route)
+        req = bottle.request
+        if req.content_length > 0 and (req.path in ("/", UI_PREFIX) or req.path.startswith(UI_PREFIX + "/")):
+            err = body_refused(req.method)
+            raise bottle.HTTPResponse(_dumps(err.to_json()), err.http_status, {"Content-Type": _JSON_CT})
 
-    app.route(f"{PREFIX}/tasks/batch", ["GET", "PUT", "PATCH", "DELETE", "OPTIONS"], batch_takes_post_only)
+    app.add_hook("before_request", no_body_for_the_console)
+
     _install_tasks(api)
     _install_executions(api)
     _install_cluster(api)
@@ -1044,7 +1083,32 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     install_dead_letters(api)
     install_flows(api)
     install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
+    _shadow_static_paths(api)
     return api
+
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _shadow_static_paths(api: Api) -> None:
+    """Every method a path without parameters lacks answers ``405`` with ``Allow`` from the route
+    table: without it ``GET /dead-letters/redrive`` reached ``GET /dead-letters/{dead_id}`` and the
+    ``Allow`` of an ``OPTIONS`` listed that route's methods too. (HEAD keeps Bottle's GET fallback.)"""
+    by_path: dict[str, set[str]] = {}
+    for method, path in api.routes:
+        by_path.setdefault(path, set()).add(method)
+    for path, methods in by_path.items():
+        if "{" in path:
+            continue
+        allow = ", ".join(sorted(methods))
+
+        def not_here(allow: str = allow, path: str = path) -> bytes:
+            bottle.response.status = 405
+            bottle.response.set_header("Allow", allow)
+            bottle.response.content_type = _JSON_CT
+            return _dumps(MethodNotAllowed(f"{path} takes {allow} only").to_json())
+
+        api.app.route(path, [m for m in _METHODS if m not in methods], not_here)
 
 
 class _MemberOrigins:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
 from molens.schema import DeadLetter, DeadLetterKind, Reliability
+from molens.web.body import Body, whole_int
 
 if TYPE_CHECKING:
     from molens.web.app import Api
@@ -81,9 +82,7 @@ def install_dead_letters(api: Api) -> None:
         for k, v in (("task_id", tid), ("flow", flow)):
             if v is not None and len(v) > 300:
                 raise ValidationError(f"{k} must be at most 300 characters", k)
-        since, until = api.q_ms("since", None), api.q_ms("until", None)
-        if since is not None and until is not None and until < since:
-            raise ValidationError("until must not be before since", "until")
+        since, until = api.q_ms("since", None), api.q_ms("until", None)  # until before since: matches nothing
         return {"task_id": tid, "flow": flow, "kind": _kind(api.q_str("kind")), "since_ms": since, "until_ms": until}
 
     def body_filter(body: Any) -> tuple[dict[str, Any], int]:
@@ -100,11 +99,11 @@ def install_dead_letters(api: Api) -> None:
         ms = {}
         for k in ("since", "until"):
             v = body.get(k)
-            if v is not None and (type(v) is not int or not 0 <= v <= 253_402_300_799_999):
+            if v is not None and ((v := whole_int(v)) is None or not 0 <= v <= 253_402_300_799_999):
                 raise ValidationError(f"{k} must be epoch ms", k)
             ms[k] = v
-        limit = body.get("limit", MAX_BULK)
-        if type(limit) is not int or not 1 <= limit <= MAX_BULK:
+        limit = whole_int(body.get("limit", MAX_BULK))
+        if limit is None or not 1 <= limit <= MAX_BULK:
             raise ValidationError(f"limit must be in 1..{MAX_BULK}", "limit")
         return {"task_id": body.get("task_id"), "flow": body.get("flow"), "kind": _kind(body.get("kind")),
                 "since_ms": ms["since"], "until_ms": ms["until"]}, limit
@@ -132,7 +131,7 @@ def install_dead_letters(api: Api) -> None:
             raise NotFoundError(f"dead letter {dead_id} not found", "id")
         return 200, dl.to_json()
 
-    @api.route("POST", f"{PREFIX}/dead-letters/<dead_id>/redrive", write=True)
+    @api.route("POST", f"{PREFIX}/dead-letters/<dead_id>/redrive", write=True, body=Body.NONE)
     def redrive_one(dead_id: str) -> tuple[int, Any]:
         _check_id(dead_id)
         res = _item(api.propose_one(RedriveDeadLetters(ctx.now_ms(), (dead_id,)))[0])

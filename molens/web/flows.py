@@ -23,7 +23,8 @@ import msgspec
 from molens.fsm.commands import DeleteFlow, FlowSettings, PutFlow
 from molens.model import MolensError, NotFoundError, ValidationError
 from molens.schedule.flows import FlowState
-from molens.schema import FLOW_KEY_PATTERN
+from molens.schema import FLOW_KEY_PATTERN, whole_numbers
+from molens.web.body import Body
 from molens.web.errors import InternalError
 from molens.web.observability import from_leader
 
@@ -124,6 +125,8 @@ def decode_limits(body: bytes) -> FlowSettings:
     try:
         b = _BODY.decode(body)
     except msgspec.ValidationError as e:
+        if "got `float`" in str(e) and (ints := whole_numbers(body, frozenset())):
+            return decode_limits(ints)
         raise _body_error(str(e)) from None
     except msgspec.DecodeError as e:
         raise ValidationError(f"request body is not valid JSON: {e}", "body") from None
@@ -210,11 +213,11 @@ def install_flows(api: Api) -> None:
         res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, FlowSettings(paused=paused), only_paused=True))[0])
         return 200, msgspec.json.encode(one(key, res))
 
-    @api.route("POST", f"{PREFIX}/flows/<key>/pause", write=True)
+    @api.route("POST", f"{PREFIX}/flows/<key>/pause", write=True, body=Body.NONE)
     def pause_flow(key: str) -> tuple[int, Any]:
         return set_paused(key, True)
 
-    @api.route("POST", f"{PREFIX}/flows/<key>/resume", write=True)
+    @api.route("POST", f"{PREFIX}/flows/<key>/resume", write=True, body=Body.NONE)
     def resume_flow(key: str) -> tuple[int, Any]:
         check_key(key)
         if ctx.get_flow(key) is None:  # nothing paused it: no settings to write (pause makes some)

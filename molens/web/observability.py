@@ -76,11 +76,11 @@ def install_observability(api: Api) -> None:
         _known_only(_PNG_FIELDS)
         width = api.q_int("width", heatmap.DEFAULT_WIDTH, heatmap.MIN_WIDTH, heatmap.MAX_WIDTH)
         assert width is not None
-        level = api.q_int("level", None, 0, 63)
+        level = api.q_int("level", None, 0, ctx.settings.wheel_levels - 1)
         dist = wheel()
         if isinstance(dist, bottle.HTTPResponse):
             return dist
-        if level is not None and level >= len(dist.levels):
+        if level is not None and level >= len(dist.levels):  # the leader's wheel has fewer levels than this node's
             raise ValidationError(f"level must be in 0..{len(dist.levels) - 1}, got {level}", "level")
         png = heatmap.render_png(dist, width, level)
         return bottle.HTTPResponse(png, 200, {"Content-Type": "image/png", "Cache-Control": "no-store"})

@@ -19,6 +19,7 @@ from molens import __version__
 from molens.model import (
     DEFAULT_LIMITS,
     MAX_EPOCH_MS,
+    TASK_ID_PATTERN,
     DeadLetterKind,
     ExecutionResult,
     FireKind,
@@ -26,12 +27,16 @@ from molens.model import (
     Status,
     TaskType,
 )
+from molens.schedule.cron import ZONES
+from molens.schedule.wheel import levels_for
 from molens.schema import FLOW_KEY_PATTERN, SCENE_PATTERN, openapi_components
 from molens.web.flows import FlowLimitsBody, FlowList, FlowView
 
 _P = "/api/v1"
 MAX_URL_FILTER = 2_048
 """Longest ``url`` filter of the task list (characters)."""
+MAX_HEADER_TEXT = 1_000
+"""Longest If-Match header and task-list status filter (characters)."""
 MAX_STATS_WINDOW_MS = 7 * 86_400_000
 """Widest window (and trend bucket) of ``/stats/urls``."""
 
@@ -94,9 +99,16 @@ _TRACEPARENT = _param(
 )
 
 
-_TASK_ID = _param("task_id", "path", {"type": "string"}, "Task id (26 Crockford base32 characters)")
+_TASK_ID_SCHEMA = {"type": "string", "pattern": TASK_ID_PATTERN}
+_TASK_ID = _param("task_id", "path", _TASK_ID_SCHEMA, "Task id (26 Crockford base32 characters)")
+_STATUS_WORD = "|".join(s.value for s in Status)
+_STATUS_LIST = f"^({_STATUS_WORD})(,({_STATUS_WORD}))*$"
+"""The task list's status filter: statuses joined by commas (what the server reads, word for word)."""
+_IF_MATCH = r'^\s*(\*|(W/)?"?[0-9]{1,18}"?(\s*,\s*(W/)?"?[0-9]{1,18}"?)*)\s*$'
+"""If-Match as the server reads it: ``*``, or versions such as ``"3"``, ``W/"3"``, ``3``, comma-separated."""
 _FLOW_KEY = _param("key", "path", {"type": "string", "pattern": FLOW_KEY_PATTERN}, "Flow key (a task's flow_key, or a callback host:port)")
-_CURSOR = _param("cursor", "query", {"type": "string"}, "Opaque cursor from a previous page's next_cursor")
+_CURSOR = _param("cursor", "query", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,200}$"},
+                 "Opaque cursor from a previous page's next_cursor")
 _LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "Page size")
 _EPOCH_MS: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS}
 _EXEC_FILTERS = [
@@ -118,6 +130,12 @@ _ANY_BODY: dict[str, Any] = {
         "application/octet-stream": {"schema": {"type": "string", "contentMediaType": "application/octet-stream"}},
     },
 }
+
+
+def _zone_schema() -> dict[str, Any]:
+    """The time zones the server takes (``molens.schedule.cron.ZONES``), as the task's ``timezone`` states them."""
+    tz = openapi_components(DEFAULT_LIMITS, zones=sorted(ZONES))["TaskCreate"]["properties"]["timezone"]
+    return dict(next(a for a in tz["anyOf"] if a.get("type") == "string"))
 
 
 def _schemas() -> dict[str, Any]:
@@ -170,7 +188,8 @@ def _schemas() -> dict[str, Any]:
             "required": ["error"],
             "properties": {"error": error_obj},
         },
-        **(comps := openapi_components(lim)),  # TaskCreate, Task and their enums, from molens.schema
+        # TaskCreate, Task and their enums, from molens.schema; timezone: what the server validates with
+        **(comps := openapi_components(lim, zones=sorted(ZONES))),
         **msgspec.json.schema_components((FlowLimitsBody, FlowView, FlowList), ref_template="#/components/schemas/{name}")[1],
         "ResumeRequest": {
             "type": "object",
@@ -540,7 +559,7 @@ _TASK_LINKS = {
 """The operations a created task's id leads to (OpenAPI links: clients and fuzzers follow them)."""
 
 
-def _paths() -> dict[str, Any]:
+def _paths(wheel_levels: int) -> dict[str, Any]:
     task_ok = _ok(_ref("Task"))
     open_: dict[str, Any] = {"security": []}
 
@@ -582,7 +601,8 @@ def _paths() -> dict[str, Any]:
                 "summary": "List tasks in creation order with filters",
                 "tags": ["tasks"],
                 "parameters": [
-                    _param("status", "query", {"type": "string"}, "Comma-separated statuses"),
+                    _param("status", "query", {"type": "string", "pattern": _STATUS_LIST, "maxLength": MAX_HEADER_TEXT},
+                           "Comma-separated statuses"),
                     _param("type", "query", {"type": "string", "enum": [t.value for t in TaskType]}, "Task type"),
                     _param("scene", "query", {"type": "string", "pattern": SCENE_PATTERN}, "Exact scene"),
                     _param(
@@ -611,8 +631,9 @@ def _paths() -> dict[str, Any]:
                     _param(
                         "Prefer",
                         "header",
-                        {"type": "string", "maxLength": 1000},
-                        "RFC 7240 preferences; return=minimal answers each item with the task's id alone "
+                        {"type": "string"},
+                        "RFC 7240 preferences (the first 1,000 characters are read; what is not understood "
+                        "is ignored, as the RFC asks); return=minimal answers each item with the task's id alone "
                         "(TaskRef) instead of the whole task, and says so in Preference-Applied. Other "
                         "preferences are ignored",
                     ),
@@ -665,7 +686,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [
                     _TASK_ID,
                     _param(
-                        "If-Match", "header", {"type": "string", "minLength": 1},
+                        "If-Match", "header", {"type": "string", "pattern": _IF_MATCH, "maxLength": MAX_HEADER_TEXT},
                         'The version the change is based on (the ETag of a GET, e.g. "3"); without it, the '
                         "change applies to the current version",
                     ),
@@ -727,7 +748,7 @@ def _paths() -> dict[str, Any]:
                 "operationId": "listExecutions",
                 "summary": "All executions, newest first",
                 "tags": ["executions"],
-                "parameters": [_param("task_id", "query", {"type": "string"}, "Only this task"), *_EXEC_FILTERS],
+                "parameters": [_param("task_id", "query", _TASK_ID_SCHEMA, "Only this task"), *_EXEC_FILTERS],
                 "responses": {"200": _ok(_ref("ExecutionList")), **_err(400, 401)},
             }
         },
@@ -773,7 +794,8 @@ def _paths() -> dict[str, Any]:
                 "summary": "This node's statistics and task counts (or another member's)",
                 "tags": ["stats"],
                 "parameters": [
-                    _param("node_id", "query", {"type": "string"}, "Answer for this member (asked over its HTTP API)"),
+                    _param("node_id", "query", {"type": "string", "maxLength": 256},
+                           "Answer for this member (asked over its HTTP API)"),
                     _param("local", "query", {"type": "string", "enum": ["0", "1", "true", "false"]}, "1: this node only"),
                 ],
                 "responses": {"200": _ok(_ref("Stats")), **_err(400, 401, 404, 503)},
@@ -843,7 +865,8 @@ def _paths() -> dict[str, Any]:
                 "summary": "The time wheel's occupancy as a PNG heatmap",
                 "tags": ["stats"],
                 "parameters": [
-                    _param("level", "query", {"type": "integer", "minimum": 0, "maximum": 63}, "Only this level (default: all)"),
+                    _param("level", "query", {"type": "integer", "minimum": 0, "maximum": wheel_levels - 1},
+                           "Only this level (default: all)"),
                     _param(
                         "width", "query", {"type": "integer", "minimum": 400, "maximum": 4000, "default": 800}, "Pixels"
                     ),
@@ -864,8 +887,9 @@ def _paths() -> dict[str, Any]:
                 "tags": ["tasks"],
                 "parameters": [
                     _param("type", "query", {"type": "string", "enum": ["periodic", "delayed"], "default": "periodic"}, "Task type"),
-                    _param("cron_expr", "query", {"type": "string"}, "Cron expression (5 or 6 fields)"),
-                    _param("timezone", "query", {"type": "string", "default": "UTC"}, "IANA time zone"),
+                    _param("cron_expr", "query", {"type": "string", "maxLength": DEFAULT_LIMITS.max_cron_length},
+                           "Cron expression (5 or 6 fields)"),
+                    _param("timezone", "query", {**_zone_schema(), "default": "UTC"}, "IANA time zone"),
                     _param("interval_ms", "query", {"type": "integer", "minimum": 0}, "Period (periodic) or delay (delayed)"),
                     _param("run_at", "query", _EPOCH_MS, "Delayed: the absolute fire time"),
                     _param("count", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 5}, "How many"),
@@ -896,7 +920,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [
                     _param("since", "query", _EPOCH_MS, "Window start (default: until - 1 h)"),
                     _param("until", "query", _EPOCH_MS, "Window end (default: now)"),
-                    _param("url", "query", {"type": "string"}, "Only this callback URL"),
+                    _param("url", "query", {"type": "string", "maxLength": MAX_URL_FILTER}, "Only this callback URL"),
                     _param(
                         "bucket_ms",
                         "query",
@@ -971,6 +995,10 @@ def _responses() -> dict[str, Any]:
         "PreconditionFailed": _json(err, "If-Match names another version of the task's definition; nothing changed"),
         "TooLarge": _json(err, "Body or payload too large"),
         "UnsupportedMediaType": _json(err, "Content-Type is not application/json"),
+        "RequestTooLong": _json(err, "The request line is longer than http.max_request_line_bytes (code http_error); "
+                                "the connection is closed"),
+        "HeadTooLarge": _json(err, "More than http.max_header_count headers, or a head over http.max_head_bytes "
+                              "(code http_error); the connection is closed"),
         "NotLeader": {
             **_json(err, "This node is a follower: repeat the request at Location (the leader)"),
             "headers": {
@@ -992,18 +1020,24 @@ def _responses() -> dict[str, Any]:
     }
 
 
-_DL_FILTER_PROPS: dict[str, Any] = {
+_DL_FILTER_PROPS: dict[str, Any] = {  # query parameters; in a redrive's body each may also be null
     "task_id": {"type": "string", "minLength": 1, "maxLength": 300, "description": "Only this task's"},
     "flow": {
         "type": "string", "minLength": 1, "maxLength": 300,
         "description": "Only this flow's (the callback URL's host:port by default)",
     },
     "kind": {"type": "string", "enum": [k.value for k in DeadLetterKind]},
-    "since": {"type": "integer", "minimum": 0, "description": "written at or after (epoch ms)"},
-    "until": {"type": "integer", "minimum": 0, "description": "written at or before (epoch ms)"},
+    "since": {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS, "description": "written at or after (epoch ms)"},
+    "until": {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS, "description": "written at or before (epoch ms)"},
 }
 _DL_FILTERS = [_param(k, "query", v, v.get("description", f"Only this {k}")) for k, v in _DL_FILTER_PROPS.items()]
 _DL_ID = _param("dead_id", "path", {"type": "string"}, "Dead letter id ({fire_id}.{attempt})", required=True)
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema``, or null (a body field the server reads as absent when null)."""
+    return {"anyOf": [{k: v for k, v in schema.items() if k != "description"}, {"type": "null"}],
+            **({"description": schema["description"]} if "description" in schema else {})}
 
 
 def _dead_letter_schemas() -> dict[str, Any]:
@@ -1047,7 +1081,8 @@ def _dead_letter_schemas() -> dict[str, Any]:
         },
         "DeadLetterFilter": {
             "type": "object", "additionalProperties": False,
-            "properties": {**_DL_FILTER_PROPS, "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}},
+            "properties": {**{k: _or_null(v) for k, v in _DL_FILTER_PROPS.items()},
+                           "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}},
         },
         "DeadLetterBulk": {"type": "object", "required": ["matched", "error_count", "errors", "more"],
                            "properties": bulk_props},
@@ -1105,8 +1140,20 @@ def _dead_letter_paths() -> dict[str, Any]:
     }
 
 
+_EDGE_ANSWERS = {"414": {"$ref": "#/components/responses/RequestTooLong"},
+                 "431": {"$ref": "#/components/responses/HeadTooLarge"}}
+"""What the HTTP edge answers for any route (molens/web/edge.py): a request line or head past its limits."""
+
+
+def _with_edge_answers(paths: dict[str, Any]) -> dict[str, Any]:
+    for item in paths.values():
+        for op in item.values():
+            op["responses"].update(_EDGE_ANSWERS)
+    return paths
+
+
 @functools.cache
-def _document() -> dict[str, Any]:
+def _document(wheel_levels: int) -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
@@ -1119,7 +1166,7 @@ def _document() -> dict[str, Any]:
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}, {}],
         "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "cluster", "stats", "test", "meta")],
-        "paths": {**_paths(), **_dead_letter_paths()},
+        "paths": _with_edge_answers({**_paths(wheel_levels), **_dead_letter_paths()}),
         "components": {
             "schemas": {**_schemas(), **_dead_letter_schemas()},
             "responses": _responses(),
@@ -1131,9 +1178,10 @@ def _document() -> dict[str, Any]:
     }
 
 
-def document() -> dict[str, Any]:
-    """A fresh copy of the OpenAPI document."""
-    return copy.deepcopy(_document())
+def document(wheel_levels: int | None = None) -> dict[str, Any]:
+    """A fresh copy of the OpenAPI document; ``wheel_levels`` is the node's (``scheduler.tick_ms``
+    decides it; the default tick's when None)."""
+    return copy.deepcopy(_document(wheel_levels or levels_for()))
 
 
 __all__ = ["document"]

@@ -23,40 +23,36 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import bottle
 from waitress import wasyncore
 from waitress.buffers import ReadOnlyFileBasedBuffer
-from waitress.channel import ClientDisconnected, HTTPChannel
-from waitress.parser import HTTPRequestParser, ParsingError
+from waitress.channel import ClientDisconnected
 from waitress.server import create_server
 from waitress.task import ErrorTask, WSGITask
 
 from molens.config import HttpConfig
+from molens.web.edge import SWEEP_MAX, EdgeChannel, EdgeLimits, error_body, sweep
 
 log = logging.getLogger(__name__)
 
 SEND_CHUNK = 1 << 20
 """Most bytes one ``send()`` is offered: the kernel takes what its (auto-tuned) buffer holds."""
 
+SWEEP_S = 0.2
+"""How often the I/O loop checks the edge's deadlines: a deadline is carried out at most this much
+(plus one loop pass, at most 0.2 s when idle) after it passed."""
+
 JOIN_LIMIT = 64 << 10
 """Largest body joined to its status line and headers (one copy, one send); a larger one is sent
 from its own bytes. Not waitress's ``send_bytes``: that is 1 (flush at once), which would leave
 every answer in two sends."""
-
-
-class _StrictParser(HTTPRequestParser):  # type: ignore[misc]
-    def parse_header(self, header_plus: bytes) -> None:
-        super().parse_header(header_plus)
-        if self.chunked and "CONTENT_LENGTH" in self.headers:
-            raise ParsingError("a request must not have both Content-Length and Transfer-Encoding")
 
 
 class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
@@ -69,8 +65,7 @@ class _JsonErrorTask(ErrorTask):  # type: ignore[misc]
             code, message = "body_too_large", f"request body is more than {limit} bytes"
         else:
             code, message = "http_error", f"{e.reason}: {e.body}"[:300]
-        err = {"code": code, "message": message, **({"field": "body"} if code == "body_too_large" else {})}
-        body = json.dumps({"error": err}).encode()
+        body = error_body(code, message, "body" if code == "body_too_large" else None)
         self.status = f"{e.code} {e.reason}"
         self.response_headers.append(("Content-Type", "application/json"))
         self.set_close_on_finish()
@@ -105,7 +100,7 @@ class _OneSendTask(WSGITask):  # type: ignore[misc]
                 ch.write_soon(b"".join(held))
 
 
-class _StrictChannel(HTTPChannel):  # type: ignore[misc]
+class _StrictChannel(EdgeChannel):
     """waitress's channel with strict framing, JSON errors, and an I/O loop that keeps off the
     output while a task thread writes it.
 
@@ -118,7 +113,6 @@ class _StrictChannel(HTTPChannel):  # type: ignore[misc]
     for whatever it could not send (a full socket buffer), after it let go of the lock. Above the
     high watermark the writer waits for the loop to drain, so the loop flushes then as before."""
 
-    parser_class = _StrictParser
     error_task_class = _JsonErrorTask
     task_class = _OneSendTask
     _task_writing = False
@@ -165,13 +159,23 @@ class ServerOptions:
     threads: int = 16
     max_body_bytes: int = 8 << 20
     connection_limit: int = 1000
-    channel_timeout_s: int = 120
+    edge: EdgeLimits = field(default_factory=EdgeLimits)
     stop_grace_s: float = 5.0
 
     @classmethod
     def from_http_config(cls, http: HttpConfig, threads: int = 16) -> ServerOptions:
         """Options of a node's API server from its ``http`` config section."""
-        return cls(host=http.host, port=http.port, threads=threads, max_body_bytes=http.max_body_bytes)
+        edge = EdgeLimits(
+            head_timeout_ms=http.head_timeout_ms,
+            body_idle_timeout_ms=http.body_idle_timeout_ms,
+            keepalive_timeout_ms=http.keepalive_timeout_ms,
+            max_connections_per_client=http.max_connections_per_client,
+            max_header_count=http.max_header_count,
+            max_head_bytes=http.max_head_bytes,
+            max_request_line_bytes=http.max_request_line_bytes,
+        )
+        return cls(host=http.host, port=http.port, threads=threads, max_body_bytes=http.max_body_bytes,
+                   connection_limit=http.max_connections, edge=edge)
 
 
 class ApiServer:
@@ -191,13 +195,18 @@ class ApiServer:
             # waitress's own 413 guards chunked bodies; the app answers JSON 413 by Content-Length first
             max_request_body_size=o.max_body_bytes + 1024,
             connection_limit=o.connection_limit,
-            channel_timeout=o.channel_timeout_s,
+            # the edge's own checks come first (molens/web/edge.py); waitress's are the backstop
+            max_request_header_size=o.edge.max_head_bytes + 1024,
+            channel_timeout=max(1, o.edge.keepalive_timeout_ms // 1000),
             ident="molens",
             clear_untrusted_proxy_headers=True,
             expose_tracebacks=False,
             asyncore_use_poll=True,
         )
         self._server.channel_class = _StrictChannel
+        self._server.adj.molens_edge = o.edge  # what the edge's parser and channels read
+        self._server.molens_clients = {}  # open connections per client address
+        self._next_sweep = 0.0
         self._server.molens_max_body = o.max_body_bytes  # what _JsonErrorTask's 413 names
         self._server.pull_trigger = self._pull_trigger  # what waitress's channels call
         self._wake_pending = False
@@ -231,10 +240,14 @@ class ApiServer:
     def _pass(self, timeout: float) -> None:
         self._wake_pending = False
         wasyncore.loop(timeout=timeout, map=self._map, use_poll=True, count=1)
+        now = time.monotonic()
+        if now >= self._next_sweep:  # the edge's deadlines (molens/web/edge.py), a few times a second
+            ended = sweep(list(self._map.values()), now)
+            self._next_sweep = now if ended >= SWEEP_MAX else now + SWEEP_S  # more due: again next pass
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._pass(0.5)
+            self._pass(SWEEP_S)
         # graceful: no new connections; let requests in progress finish and their answers go out
         srv = self._server
         srv.accepting = False

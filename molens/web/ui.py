@@ -2,7 +2,9 @@
 
 :func:`install_ui` adds the routes to the REST app: files under ``static/`` by path, anything else
 under ``/ui/`` without a file extension answers ``index.html`` (the console is a single-page app
-with history routing, so ``/ui/tasks/ID`` must load it too), and ``/`` redirects to ``/ui/``.
+with history routing, so ``/ui/tasks/ID`` must load it too), and ``/`` redirects to ``/ui/``. A
+missing file (``/ui/assets/x.js``, ``/ui/a.png``) is a ``404``: a small HTML page for a browser that
+asks for HTML, the API's JSON error body for any other client.
 
 - Hashed build outputs (``/ui/assets/*``) are immutable: cached for a year. ``index.html`` is
   ``no-cache`` so a rebuilt console is picked up at once.
@@ -16,6 +18,7 @@ with history routing, so ``/ui/tasks/ID`` must load it too), and ``/`` redirects
 
 from __future__ import annotations
 
+import json
 import logging
 import mimetypes
 from collections.abc import Callable, Iterable
@@ -73,9 +76,22 @@ def _not_built() -> bottle.HTTPResponse:
     return resp
 
 
+NOT_FOUND_HTML = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Molens - not found</title></head>
+<body><h1>Not found</h1><p>The console has no file here. <a href="/ui/">Open the console</a>.</p></body></html>
+"""
+
+
 def _not_found(path: str) -> bottle.HTTPResponse:
-    resp = bottle.HTTPResponse(f"not found: /ui/{path[:200]}\n", status=404)
-    resp.content_type = "text/plain; charset=utf-8"
+    """A console file that is not there: a page for a browser that navigated here (it asks for HTML),
+    the API's JSON error for anything else (the console's own requests, scripts, tools)."""
+    if "text/html" in bottle.request.get_header("Accept", ""):
+        resp = bottle.HTTPResponse(NOT_FOUND_HTML, status=404)
+        resp.content_type = "text/html; charset=utf-8"
+    else:
+        body = {"error": {"code": "not_found", "message": f"no console file /ui/{path[:200]}", "field": "path"}}
+        resp = bottle.HTTPResponse(json.dumps(body), status=404)
+        resp.content_type = "application/json"
     resp.set_header("Cache-Control", "no-store")
     _security_headers(resp)
     return resp

@@ -143,11 +143,9 @@ CASES: list[Any] = [
     ("list bad scene", "GET", f"{T}?scene=a%20b", None, None, 400, "scene"),
     ("executions unknown result", "GET", "/api/v1/executions?result=meh", None, None, 400, "result"),
     ("executions negative since", "GET", "/api/v1/executions?since=-1", None, None, 400, "since"),
-    ("executions until before since", "GET", "/api/v1/executions?since=10&until=5", None, None, 400, "until"),
     ("executions bad cursor", "GET", "/api/v1/executions?cursor=dDox", None, None, 400, "cursor"),
     ("executions bad task_id", "GET", "/api/v1/executions?task_id=nope", None, None, 400, "task_id"),
     ("url stats tiny bucket", "GET", "/api/v1/stats/urls?bucket_ms=10", None, None, 400, "bucket_ms"),
-    ("url stats inverted window", "GET", "/api/v1/stats/urls?since=100&until=50", None, None, 400, "until"),
 ]
 
 
@@ -251,16 +249,16 @@ def test_no_leader_and_unknown_outcome_answer_503_with_retry_after(api: tuple[Se
 
 def test_follower_redirects_writes_to_the_leader_and_serves_reads(tmp_path: Path) -> None:
     with serve(tmp_path / "leader") as leader, serve(tmp_path / "f", role="follower", leader_url=leader.url) as f:
-        for method, path in (
-            ("POST", T + "?x=1"),
-            ("POST", f"{T}/batch"),
-            ("DELETE", f"{T}/{UNKNOWN_ID}"),
-            ("POST", f"{T}/{UNKNOWN_ID}/pause"),
-            ("POST", f"{T}/{UNKNOWN_ID}/resume"),
-            ("POST", f"{T}/{UNKNOWN_ID}/trigger"),
-            ("POST", f"{T}/{UNKNOWN_ID}/backfill"),
+        for method, path, sent in (
+            ("POST", T + "?x=1", delayed()),
+            ("POST", f"{T}/batch", {"tasks": [delayed()]}),
+            ("DELETE", f"{T}/{UNKNOWN_ID}", None),
+            ("POST", f"{T}/{UNKNOWN_ID}/pause", None),
+            ("POST", f"{T}/{UNKNOWN_ID}/resume", {"resume_from": "now"}),
+            ("POST", f"{T}/{UNKNOWN_ID}/trigger", None),
+            ("POST", f"{T}/{UNKNOWN_ID}/backfill", {"start": 0, "end": 1}),
         ):
-            st, h, body = f.call(method, path, delayed())
+            st, h, body = f.call(method, path, sent)
             assert st == 307, (method, path, body)
             assert h["Location"] == leader.url + path
             assert h["X-Molens-Leader"] == leader.url

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from molens.schedule.cron import (
+    ZONES,
     ScheduleError,
     ScheduleSpec,
     next_after_misfire,
@@ -384,3 +385,26 @@ def test_last_answer_memo_never_changes_results() -> None:
             fresh.append(next_cron_fire(expr, "America/New_York", a))
         assert [next_cron_fire(expr, "America/New_York", a) for a in afters] == fresh
         assert [next_cron_fire(expr, "America/New_York", a) for a in sorted(afters)] == sorted(fresh)
+
+
+@pytest.mark.parametrize("expr", ["1-0 * * * *", "0 23-1 * * *", "0 0 * * sat-sun", "0 0 * dec-jan *",
+                                  "0 0 9-1/2 * *", "0 0 * * 1,5-2", "30 1-0 * * * *"])
+def test_a_range_written_backwards_is_refused_not_read_as_the_whole_field(expr: str) -> None:
+    with pytest.raises(ScheduleError) as e:
+        validate_cron(expr)
+    assert e.value.field == "cron_expr" and "runs backwards" in str(e.value)
+
+
+@pytest.mark.parametrize("tz", ["posixrules", "Factory", "localtime", "right/UTC", "posix/UTC", "right/Europe/Berlin"])
+def test_a_zone_file_that_names_no_place_is_refused(tz: str) -> None:
+    with pytest.raises(ScheduleError) as e:
+        validate_timezone(tz)
+    assert e.value.field == "timezone" and "names no place" in str(e.value)
+
+
+def test_the_zone_list_holds_the_iana_places_and_their_links() -> None:
+    assert {"UTC", "Etc/GMT+5", "Europe/Berlin", "America/New_York", "Asia/Shanghai", "GB"} <= ZONES
+    assert not {"posixrules", "Factory", "localtime"} & ZONES
+    assert not any(z.startswith(("right/", "posix/")) for z in ZONES)
+    for tz in ("Etc/GMT+5", "GB"):
+        validate_timezone(tz)
