@@ -82,6 +82,7 @@ export default {
     retry: 'Retry policy', idempotency_key: 'Idempotency key', every: 'every {d}', after: '{d} after creation', at: 'at {time}',
   },
   form: {
+    draftRestored: 'The values you had entered are back (the page reloaded or moved to another node); nothing was saved yet.',
     title: 'New task', kind: 'Kind', kind_delayed: 'Delayed', kind_interval: 'Periodic (interval)', kind_cron: 'Periodic (cron)',
     when: 'When', afterDelay: 'After a delay', atTime: 'At a time', delay: 'Delay', unit: 'Unit', runAt: 'Run at',
     timeIn: 'Year-month-day hours:minutes(:seconds), in {tz} (the time-zone switch at the top).', interval: 'Interval', intervalHint: 'Fixed rate; at least 1 s.',

@@ -75,6 +75,7 @@ export default {
     every: '每 {d}', after: '创建后 {d}', at: '于 {time}',
   },
   form: {
+    draftRestored: '已恢复您先前填写的内容（页面重新加载或转到了另一个节点）；尚未保存任何内容。',
     title: '新建任务', kind: '种类', kind_delayed: '延时', kind_interval: '周期（间隔）', kind_cron: '周期（cron）',
     when: '时间', afterDelay: '延迟一段时间', atTime: '指定时间', delay: '延迟', unit: '单位', runAt: '运行时间',
     timeIn: '年-月-日 时:分(:秒)，时区为 {tz}（见顶部的时区切换）。', interval: '间隔', intervalHint: '固定速率；至少 1 秒。',
