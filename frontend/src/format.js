@@ -177,3 +177,15 @@ export function retryText(policy, reliability, t) {
   out.push(t('retry.throttle', { d: fmtDuration(policy.max_throttle_ms) }))
   return out
 }
+
+/**
+ * The text of a history event (kind `event`: skipped, updated, backfill) with its epoch-ms times
+ * shown as times: `[a, b) ms` becomes `a – b`, any other epoch ms a time, in the zone the switch asks for.
+ */
+export function eventText(text, timeZone) {
+  if (!text) return ''
+  const at = (ms) => fmtTime(Number(ms), timeZone)
+  return String(text)
+    .replace(/\[(\d{11,14}), (\d{11,14})\)(?: ms)?/g, (m, a, b) => `${at(a)} – ${at(b)}`)
+    .replace(/\b\d{11,14}\b/g, (m) => at(m))
+}

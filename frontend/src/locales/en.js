@@ -31,7 +31,7 @@ export default {
   result: {
     success: 'Success', failed: 'Failed', timeout: 'Timeout', network_error: 'Network error', not_found: 'Not found (404)',
     lost: 'Lost', unknown: 'Unknown', ack_success: 'ACK success', ack_failed: 'ACK failed',
-    updated: 'Updated', backfill: 'Backfill',
+    updated: 'Updated', backfill: 'Backfill', skipped: 'Skipped',
   },
   type: { delayed: 'Delayed', periodic: 'Periodic' },
   dlkind: { retries_exhausted: 'Retries exhausted', non_retryable: 'Not retryable', ack_failed: 'ACK failed', unknown: 'Outcome unknown' },

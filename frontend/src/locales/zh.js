@@ -28,7 +28,7 @@ export default {
   },
   result: {
     success: '成功', failed: '失败', timeout: '超时', network_error: '网络错误', not_found: '未找到 (404)', lost: '丢失',
-    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改', backfill: '回填',
+    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改', backfill: '回填', skipped: '已跳过',
   },
   type: { delayed: '延时', periodic: '周期' },
   dlkind: { retries_exhausted: '重试耗尽', non_retryable: '不可重试', ack_failed: '确认失败', unknown: '结果未知' },
