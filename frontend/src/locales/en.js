@@ -160,6 +160,7 @@ export default {
   },
   unit: { ms: 'ms', s: 's', min: 'min', h: 'h', d: 'days' },
   v: {
+    cronNever: 'This expression never fires (a day that does not exist, such as 30 February).',
     flowKey: 'Letters, digits, “_”, “.”, “:”, “-”, “[”, “]” only (at most 128).',
     required: 'Required.', number: 'Enter a number.', integer: 'Enter a whole number.',
     wholeMs: 'Must be a whole number of milliseconds.', positive: 'Must be more than 0.', min: 'Must be at least {min}.', max: 'Must be at most {max}.',

@@ -146,6 +146,7 @@ export default {
   },
   unit: { ms: '毫秒', s: '秒', min: '分钟', h: '小时', d: '天' },
   v: {
+    cronNever: '该表达式永远不会触发（指定了不存在的日期，例如 2 月 30 日）。',
     flowKey: '只能包含字母、数字以及 “_”、“.”、“:”、“-”、“[”、“]”（最多 128 个）。',
     required: '必填。', number: '请输入数字。', integer: '请输入整数。', wholeMs: '必须是整数毫秒。', positive: '必须大于 0。',
     min: '不能小于 {min}。', max: '不能大于 {max}。', range: '必须在 {min} 到 {max} 之间。',
