@@ -20,6 +20,18 @@ export function zoneFor(taskTz) {
   return undefined
 }
 
+/** The name of the zone times of a task (`taskTz`: its `timezone`) are shown in. */
+export function zoneName(taskTz) {
+  return zoneFor(taskTz) || browserZone
+}
+
+/** A cron schedule's description ({en, zh} from the server) with the zone its wall times are in. */
+export function describeIn(description, lang, tz) {
+  if (!description) return ''
+  const text = description[lang] || description.en || ''
+  return tz ? t('task.describeIn', { text, tz }) : text
+}
+
 const tag = () => (locale.value === 'zh' ? 'zh-CN' : 'en-GB')
 
 /**

@@ -79,6 +79,7 @@ export default {
     timeout_ms: 'Timeout (ms)', timeout: 'Timeout', ack_delay: 'ACK delay', max_retries: 'Max retries', max_fails: 'Max consecutive fails', created_at: 'Created',
     updated_at: 'Updated', next_run_at: 'Next run', last_fire_at: 'Last fired', seq: 'Occurrence', attempt: 'Attempt',
     fail_count: 'Consecutive fails', notify_url: 'Failure notifications URL', ack_url: 'ACK URL', ack_delay_ms: 'ACK delay (ms)', ack_attempt: 'ACK attempt',
+    describeIn: '{text} ({tz} time)',
     retry: 'Retry policy', idempotency_key: 'Idempotency key', every: 'every {d}', after: '{d} after creation', at: 'at {time}',
   },
   form: {
@@ -105,7 +106,7 @@ export default {
     overlapHint: 'Instants that come due while an occurrence is still running (a slow receiver, retries); only “alongside” runs occurrences at the same time, each with its own fire id.',
   },
   detail: {
-    schedule: 'Schedule', nextFires: 'Next fire times',
+    schedule: 'Schedule', nextFires: 'Next fire times', nextFiresIn: 'Next fire times ({tz})',
     title: 'Task', fields: 'Fields', lastResult: 'Last result', history: 'Execution history',
     notFound: 'This task does not exist (deleted or expired).',
     pause: 'Pause', resume: 'Resume', trigger: 'Trigger now', delete: 'Delete',

@@ -65,6 +65,7 @@ export default {
     searchFurther: '继续搜索', noMatchYet: '已搜索的任务中暂无匹配。',
   },
   task: {
+    describeIn: '{text}（{tz} 时间）',
     version: '版本',
     catchup: '错过的运行', catchup_window_ms: '补跑窗口 (毫秒)', overlap: '上一次仍在运行时',
     type: '类型', schedule: '调度', callback_url: '回调地址', scene: '场景', reliability: '可靠性', timeout_ms: '超时 (毫秒)',
@@ -96,7 +97,7 @@ export default {
     overlapHint: '某次运行尚未结束（接收方较慢、正在重试）时到期的运行；只有“并行”会让多次运行同时进行，每次有自己的触发 ID。',
   },
   detail: {
-    schedule: '调度', nextFires: '接下来的触发时间',
+    schedule: '调度', nextFires: '接下来的触发时间', nextFiresIn: '接下来的触发时间（{tz}）',
     title: '任务', fields: '字段', lastResult: '上次结果', history: '执行历史', notFound: '该任务不存在（已删除或已过期）。',
     pause: '暂停', resume: '恢复', trigger: '立即触发', delete: '删除',
     confirm_pause: '暂停任务 {id}？恢复之前它将保持暂停。',
