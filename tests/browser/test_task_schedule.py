@@ -66,3 +66,33 @@ def test_a_delayed_task_page_has_no_schedule_card(served: Served, page: Page) ->
     page.goto(f"{served.url}/ui/tasks/{task['id']}")
     expect(page.get_by_test_id("task-status")).to_be_visible()
     expect(page.get_by_test_id("task-schedule")).to_have_count(0)
+
+
+SEEN_PREVIEW = """() => {
+  window.__previewSeen = []
+  new MutationObserver(() => {
+    const on = document.querySelector('.kind-switch .radio-pill.on')
+    const kind = on ? on.dataset.testid : ''
+    for (const li of document.querySelectorAll('[data-testid="preview-list"] li')) window.__previewSeen.push(`${kind}|${li.textContent}`)
+  }).observe(document, { subtree: true, childList: true, characterData: true })
+}"""
+
+
+def test_the_edit_forms_preview_never_shows_a_time_off_the_tasks_schedule(served: Served, page: Page) -> None:
+    st, task = served.api("POST", "/tasks", {
+        "type": "periodic", "cron_expr": "37 15 10 * * *", "timezone": "UTC", "callback_url": CB,
+    })
+    assert st == 201
+    page.add_init_script(f"({SEEN_PREVIEW})()")
+    page.goto(f"{served.url}/ui/tasks/{task['id']}/edit")
+    expect(page.get_by_test_id("preview-list").locator("li")).to_have_count(5)
+    seen = page.evaluate("window.__previewSeen")
+    assert seen and all(x.startswith("kind-cron|") and "10:15:37" in x for x in seen), seen
+    # switching the kind shows no fire time of the old kind meanwhile
+    page.evaluate("window.__previewSeen = []")
+    page.get_by_test_id("kind-interval").click()
+    page.get_by_test_id("f-interval").fill("7")
+    page.get_by_test_id("f-interval-unit").select_option("min")
+    expect(page.get_by_test_id("preview-list").locator("li")).to_have_count(5)
+    seen = page.evaluate("window.__previewSeen")
+    assert seen and not any(x.startswith("kind-interval|") and "10:15:37" in x for x in seen), seen
