@@ -127,7 +127,7 @@ export default {
   exec: {
     ack: 'ACK', firedAt: 'Fired at', task: 'Task', fireId: 'Fire ID', result: 'Result', status: 'HTTP status', latency: 'Latency',
     attempt: 'Attempt', worker: 'Worker', response: 'Response', since: 'From', until: 'To',
-    taskPlaceholder: 'task id', empty: 'No executions.',
+    taskPlaceholder: 'task id', empty: 'No executions.', badTime: 'Not a time: write it as 2026-12-01 09:30.',
   },
   lat: {
     window: 'Window', trend: 'Trend', url: 'Callback URL', count: 'Calls', empty: 'No callbacks in this window.',

@@ -117,7 +117,7 @@ export default {
   exec: {
     ack: '确认', firedAt: '触发时间', task: '任务', fireId: '触发 ID', result: '结果', status: 'HTTP 状态码', latency: '耗时',
     attempt: '尝试', worker: '执行节点', response: '响应', since: '开始', until: '结束', taskPlaceholder: '任务 ID',
-    empty: '没有执行记录。',
+    empty: '没有执行记录。', badTime: '不是有效的时间：请写成 2026-12-01 09:30 的形式。',
   },
   lat: { window: '时间窗口', trend: '趋势', url: '回调地址', count: '调用次数', empty: '该时间窗口内没有回调。', noTrend: '暂无趋势数据。' },
   tw: {
