@@ -99,7 +99,8 @@ export function fmtDuration(ms) {
       n -= q * v
     }
   }
-  if (n && parts.length < 2) parts.push(`${Math.round(n)}${t('dur.ms')}`)
+  // milliseconds only next to a few seconds: '1s 500ms', but '22s', not '22s 746ms'
+  if (n && parts.length === 1 && Number(ms) < 10000) parts.push(`${Math.round(n)}${t('dur.ms')}`)
   return parts.slice(0, 2).join(' ')
 }
 

@@ -44,7 +44,7 @@ export default {
   },
   reliability: { at_least_once: 'At least once', at_most_once: 'At most once' },
   dash: {
-    updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate',
+    updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate', successRateIn: 'Success rate (last {d})',
     lateness: 'Fire lateness p99', leader: 'Leader', noLeader: 'none (election)', term: 'Term', thisNode: 'This node',
     cleanup: 'Cleanup', disk: 'Disk usage', replication: 'Replication', mode: 'Mode', modes: { local: 'Single process (no Raft)', raft: 'Raft cluster' },
     notReported: 'Not reported by this node.',

@@ -38,7 +38,7 @@ export default {
   overlap: { skip: '跳过期间到期的运行', buffer_one: '结束后立即运行其中第一个', allow: '按时并行运行（最多同时 8 次）' },
   reliability: { at_least_once: '至少一次', at_most_once: '至多一次' },
   dash: {
-    updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', lateness: '触发延迟 p99',
+    updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', successRateIn: '成功率（最近 {d}）', lateness: '触发延迟 p99',
     leader: '主节点', noLeader: '无（选举中）', term: '任期', thisNode: '本节点', cleanup: '清理', disk: '磁盘占用',
     replication: '复制', mode: '模式', modes: { local: '单进程（无 Raft）', raft: 'Raft 集群' }, notReported: '本节点未提供。',
   },

@@ -1,0 +1,51 @@
+"""Smaller things an operator reads: Timeout and ACK delay take a unit like the retry waits, a
+duration of many seconds is not given to the millisecond, and the dashboard's success rate names
+its window."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import Served
+
+pytestmark = pytest.mark.browser
+
+
+def test_timeout_and_ack_delay_take_a_unit(served: Served, page: Page) -> None:
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("f-url").fill("http://127.0.0.1:9/units")
+    page.locator("details.advanced summary").click()
+    expect(page.get_by_test_id("f-timeout-unit")).to_have_value("s")
+    page.get_by_test_id("f-timeout").fill("7.5")
+    page.get_by_test_id("f-ack").fill("http://127.0.0.1:9/ack")
+    page.get_by_test_id("f-ackdelay").fill("2")
+    page.get_by_test_id("f-ackdelay-unit").select_option("min")
+    page.get_by_test_id("submit").click()
+    page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    task_id = page.url.rsplit("/", 1)[-1]
+    _, task = served.api("GET", f"/tasks/{task_id}")
+    assert (task["timeout_ms"], task["ack_delay_ms"]) == (7_500, 120_000)
+    # the edit form shows each in the largest unit it is a whole number of
+    page.goto(f"{served.url}/ui/tasks/{task_id}/edit")
+    expect(page.get_by_test_id("f-timeout")).to_have_value("7500")
+    expect(page.get_by_test_id("f-timeout-unit")).to_have_value("ms")
+    expect(page.get_by_test_id("f-ackdelay")).to_have_value("2")
+    expect(page.get_by_test_id("f-ackdelay-unit")).to_have_value("min")
+
+
+def test_a_duration_of_many_seconds_is_not_given_to_the_millisecond(served: Served, page: Page) -> None:
+    st, task = served.api("POST", "/tasks", {"type": "delayed", "interval_ms": 3_600_000, "timeout_ms": 22_746,
+                                             "callback_url": "http://127.0.0.1:9/d"})
+    assert st == 201, task
+    page.goto(f"{served.url}/ui/tasks/{task['id']}")
+    expect(page.locator('[data-field="timeout"]')).to_have_text("22s")
+
+
+def test_the_success_rate_names_its_window(served: Served, page: Page) -> None:
+    page.goto(served.url + "/ui/")
+    expect(page.get_by_test_id("success-rate-label")).to_have_text("Success rate (last 10s)")
+    page.get_by_test_id("lang").select_option("zh")
+    expect(page.get_by_test_id("success-rate-label")).to_have_text("成功率\uff08最近 10秒\uff09")
