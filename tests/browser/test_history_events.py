@@ -76,3 +76,30 @@ def test_the_result_filter_offers_history_events(skipped: tuple[Served, str], pa
     expect(page.locator("tr[data-exec-id] .b-skipped")).to_have_count(1)
     for value in ("updated", "backfill"):
         expect(page.get_by_test_id("filter-result").locator(f"option[value={value}]")).to_have_count(1)
+
+
+def test_server_texts_answer_in_the_requests_language(skipped: tuple[Served, str]) -> None:
+    s, task_id = skipped
+    zh = {"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}
+    r = s.http.request("GET", f"{s.url}/api/v1/executions?task_id={task_id}&result=skipped", headers=zh)
+    assert r.status == 200 and r.headers["Content-Language"] == "zh"
+    row = r.json()["items"][0]
+    assert row["result"] == "skipped" and row["execution_result"].startswith("\u8df3\u8fc7")  # 跳过
+    r = s.http.request("GET", f"{s.url}/api/v1/executions?task_id={task_id}&result=skipped")
+    assert "Content-Language" not in r.headers and r.json()["items"][0]["execution_result"].startswith("skipped")
+    # an error: the code and field stay, the message is translated
+    r = s.http.request("POST", f"{s.url}/api/v1/tasks", json={"type": "delayed", "interval_ms": 1000}, headers=zh)
+    err = r.json()["error"]
+    assert r.status == 400 and (err["code"], err["field"]) == ("invalid_argument", "callback_url")
+    assert err["message"] == "\u7f3a\u5c11 callback_url"  # 缺少
+
+
+def test_a_zh_page_shows_the_servers_texts_in_chinese(skipped: tuple[Served, str], page: Page) -> None:
+    s, task_id = skipped
+    page.goto(f"{s.url}/ui/tasks/{task_id}")
+    page.evaluate("localStorage.setItem('molens.lang', 'zh')")
+    page.reload()
+    text = page.locator("tr[data-exec-id]").filter(has=page.locator(".b-skipped")).get_by_test_id("event-text")
+    expect(text).to_contain_text("\u8df3\u8fc7")
+    assert not EPOCH_MS.search(text.inner_text()), text.inner_text()
+    assert not re.search(r"skipped|catchup_window|occurrence", text.inner_text().replace("catchup one", ""))
