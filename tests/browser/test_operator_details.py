@@ -1,15 +1,16 @@
 """Smaller things an operator reads: Timeout and ACK delay take a unit like the retry waits, a
-duration of many seconds is not given to the millisecond, and the dashboard's success rate names
-its window."""
+duration of many seconds is not given to the millisecond, the dashboard's success rate names its
+window, filtered lists say how many match and the dead letters their total."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Served
+from tests.browser.conftest import Served, fail_for_good, serve_ui
 
 pytestmark = pytest.mark.browser
 
@@ -49,3 +50,25 @@ def test_the_success_rate_names_its_window(served: Served, page: Page) -> None:
     expect(page.get_by_test_id("success-rate-label")).to_have_text("Success rate (last 10s)")
     page.get_by_test_id("lang").select_option("zh")
     expect(page.get_by_test_id("success-rate-label")).to_have_text("成功率\uff08最近 10秒\uff09")
+
+
+def test_filtered_lists_say_how_many_match_and_dead_letters_their_total(tmp_path: Path, page: Page) -> None:
+    with serve_ui(tmp_path / "n") as s:
+        ids = []
+        for i in range(5):
+            st, task = s.api("POST", "/tasks", {"type": "delayed", "interval_ms": 3_600_000 + i, "max_retries": 0,
+                                                "callback_url": f"http://127.0.0.1:9/{'a' if i < 3 else 'b'}/{i}"})
+            assert st == 201, task
+            ids.append(task["id"])
+        for task_id in ids[:4]:
+            fail_for_good(s, task_id, 500 if task_id != ids[0] else 404)
+        page.goto(s.url + "/ui/tasks?url=127.0.0.1:9/a/")
+        expect(page.locator("tr[data-task-id]")).to_have_count(3)
+        expect(page.get_by_test_id("matching")).to_have_text("3 matching")
+        page.goto(s.url + "/ui/dead-letters")
+        expect(page.locator("tr[data-dl-id]")).to_have_count(4)
+        expect(page.get_by_test_id("dl-total")).to_have_text("Total: 4")
+        page.get_by_test_id("filter-kind").select_option("retries_exhausted")
+        page.get_by_test_id("filter-apply").click()
+        expect(page.locator("tr[data-dl-id]")).to_have_count(3)
+        expect(page.get_by_test_id("dl-total")).to_have_text("3 matching")

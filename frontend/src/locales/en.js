@@ -18,6 +18,7 @@ export default {
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
     loading: 'Loading…', dismiss: 'Dismiss', pageOf: 'Page {n} of {of}', more: 'Load more', next: 'Next', prev: 'Previous', page: 'Page {n}', saving: 'Saving…',
+    matching: '{n} matching', shownMore: '{n} matching shown, more on the next pages', onThisPage: '{n} matching on this page',
   },
   role: {
     leader: 'Leader', follower: 'Follower', candidate: 'Candidate', learner: 'Learner', joining: 'Joining',
@@ -218,6 +219,7 @@ export default {
     throttle: '429/503 with Retry-After wait as long as asked, without using up retries for up to {d}.',
   },
   dl: {
+    total: 'Total: {n}',
     intro: 'Occurrences that failed for good. A redrive delivers one again with the same fire ID (fix the task first if its URL was the problem).',
     at: 'Failed at', kind: 'Kind', task: 'Task', taskFire: 'Task / fire ID', flow: 'Flow', fireId: 'Fire ID', attempts: 'Attempts', status: 'HTTP status',
     response: 'Response', actions: 'Actions', since: 'From', until: 'To', taskPlaceholder: 'task id', empty: 'No dead letters.',

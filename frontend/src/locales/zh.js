@@ -18,6 +18,7 @@ export default {
   common: {
     refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…', dismiss: '关闭',
     more: '加载更多', next: '下一页', prev: '上一页', page: '第 {n} 页', pageOf: '第 {n} 页，共 {of} 页', saving: '保存中…',
+    matching: '共 {n} 条符合', shownMore: '已显示 {n} 条符合，后面几页还有更多', onThisPage: '本页 {n} 条符合',
   },
   role: {
     leader: '主节点', follower: '从节点', candidate: '候选者', learner: '学习者', joining: '加入中',
@@ -202,6 +203,7 @@ export default {
     throttle: '带 Retry-After 的 429/503 按要求等待，{d} 以内不消耗重试次数。',
   },
   dl: {
+    total: '共 {n} 条',
     intro: '彻底失败的运行。重新投递会以相同的触发 ID 再发送一次（如果问题出在地址，请先修改任务）。',
     at: '失败时间', kind: '类型', task: '任务', taskFire: '任务 / 触发 ID', flow: '流', fireId: '触发 ID', attempts: '尝试次数', status: 'HTTP 状态码',
     response: '响应', actions: '操作', since: '从', until: '到', taskPlaceholder: '任务 ID', empty: '没有死信。',
