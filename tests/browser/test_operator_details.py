@@ -72,3 +72,25 @@ def test_filtered_lists_say_how_many_match_and_dead_letters_their_total(tmp_path
         page.get_by_test_id("filter-apply").click()
         expect(page.locator("tr[data-dl-id]")).to_have_count(3)
         expect(page.get_by_test_id("dl-total")).to_have_text("3 matching")
+
+
+def test_select_all_can_reach_every_matching_task_beyond_the_page(tmp_path: Path, page: Page) -> None:
+    with serve_ui(tmp_path / "n") as s:
+        bodies = [{"type": "delayed", "interval_ms": 3_600_000 + i, "callback_url": f"http://127.0.0.1:9/all/{i}"}
+                  for i in range(120)]
+        st, res = s.api("POST", "/tasks/batch", {"tasks": bodies})
+        assert st == 201, res
+        st, _ = s.api("POST", f"/tasks/{res['items'][0]['id']}/pause")  # one not pending: not matched
+        assert st == 200
+        page.goto(s.url + "/ui/tasks?status=pending")
+        expect(page.get_by_test_id("total")).to_have_text("Total: 119")
+        page.get_by_test_id("select-all").check()
+        expect(page.get_by_test_id("bulk-selected")).to_have_text("50 selected")
+        page.get_by_test_id("select-every").click()
+        expect(page.get_by_test_id("bulk-selected")).to_have_text("All 119 matching tasks selected")
+        page.get_by_test_id("bulk-pause").click()
+        expect(page.get_by_test_id("confirm-dialog")).to_contain_text("119")
+        page.get_by_test_id("confirm-ok").click()
+        expect(page.get_by_test_id("tasks-empty")).to_be_visible(timeout=30_000)
+        _, listed = s.api("GET", "/tasks?status=paused&limit=1000")
+        assert len(listed["items"]) == 120

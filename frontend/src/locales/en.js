@@ -241,6 +241,7 @@ export default {
   },
   bulk: {
     selected: '{n} selected', selectAll: 'Select every task on this page',
+    selectEvery: 'Select all {n} matching tasks', selectedEvery: 'All {n} matching tasks selected',
     confirm_pause: 'Pause the {n} selected tasks (those that can be paused)?',
     confirm_resume: 'Resume the {n} selected tasks (those that can be resumed)?',
     confirm_trigger: 'Run one extra occurrence of the {n} selected tasks (pending ones) now?',

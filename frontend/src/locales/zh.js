@@ -225,6 +225,7 @@ export default {
   },
   bulk: {
     selected: '已选 {n} 个', selectAll: '选择本页所有任务',
+    selectEvery: '选择全部 {n} 个符合条件的任务', selectedEvery: '已选择全部 {n} 个符合条件的任务',
     confirm_pause: '暂停所选的 {n} 个任务（可暂停的那些）？', confirm_resume: '恢复所选的 {n} 个任务（可恢复的那些）？',
     confirm_trigger: '立即为所选的 {n} 个任务（等待中的那些）额外运行一次？',
     confirm_delete: '删除所选的 {n} 个任务及其全部历史？此操作不可撤销。',
