@@ -1,17 +1,19 @@
 """The Executions list says when a From/To is not a time (instead of dropping it), and keeps its page
-in the URL; the Latency page keeps its window in the URL."""
+in the URL; the Latency page keeps its window in the URL; Executions and Dead letters refresh by
+themselves when asked (the switch in the URL, as on Tasks)."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from molens.model import Execution, ExecutionResult, FireKind
-from tests.browser.conftest import Served, serve_ui
+from tests.browser.conftest import Served, fail_for_good, serve_ui
 from tests.browser.test_i18n import _Writes
 
 pytestmark = pytest.mark.browser
@@ -88,3 +90,25 @@ def test_the_latency_window_is_in_the_url(history: Served, page: Page) -> None:
     page.reload()
     expect(page.get_by_test_id("win-24h")).to_have_class(re.compile("btn-primary"))
     expect(page.get_by_test_id("win-1h")).not_to_have_class(re.compile("btn-primary"))
+
+
+def test_executions_and_dead_letters_refresh_by_themselves_when_asked(tmp_path: Path, page: Page) -> None:
+    with serve_ui(tmp_path / "n") as s:
+        def dead_task() -> str:
+            st, task = s.api("POST", "/tasks", {"type": "delayed", "interval_ms": 3_600_000, "max_retries": 0,
+                                                "callback_url": "http://127.0.0.1:9/auto"})
+            assert st == 201, task
+            fail_for_good(s, task["id"], 500)
+            return str(task["id"])
+
+        dead_task()
+        for path, row in [("/ui/executions", "tr[data-exec-id]"), ("/ui/dead-letters", "tr[data-dl-id]")]:
+            page.goto(s.url + path)
+            expect(page.locator(row).first).to_be_visible()
+            before = page.locator(row).count()
+            page.get_by_test_id("auto-refresh").check()
+            page.wait_for_url(re.compile(r"[?&]auto=1"))
+            dead_task()  # a new failure, written after the page loaded
+            expect(page.locator(row)).to_have_count(before + 1, timeout=15_000)
+            page.reload()  # the switch is in the URL
+            expect(page.get_by_test_id("auto-refresh")).to_be_checked()
