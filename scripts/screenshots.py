@@ -63,6 +63,11 @@ def seed(s: Served) -> dict[str, str]:
     st, _ = s.api("POST", "/tasks/batch", {"tasks": extra})
     assert st == 201
     s.api("POST", f"/tasks/{ids['paused']}/pause")
+    # flows: one limited and adaptive, one paused, one with a rate only
+    for key, limits in {"orders": {"rate_per_s": 5, "burst": 2, "concurrency": 4, "adaptive": True},
+                        "reports": {"paused": True}, "heartbeat": {"rate_per_s": 20}}.items():
+        st, flow = s.api("PUT", f"/flows/{key}", limits)
+        assert st == 200, flow
     fail_for_good(s, ids["dead"], 500, '{"error": "upstream down"}')
     fail_for_good(s, ids["dead_amo"], 503, "Service Unavailable")
     fail_for_good(s, ids["dead_404"], 404, "no such order")
@@ -100,6 +105,7 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str, str]]:
         ("task-dead", f"/ui/tasks/{ids['dead']}", "[data-testid=task-dead-letters] tr[data-dl-id]"),
         ("latency", "/ui/latency", "[data-testid=latency-table] tbody tr"),
         ("timewheel", "/ui/timewheel", "h1"),
+        ("flows", "/ui/flows", "tr[data-flow]"),
         ("cluster", "/ui/cluster", "tr[data-node]"),
         ("not-found", "/ui/no/such/page", "h1"),
     ]

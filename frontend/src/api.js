@@ -1,5 +1,6 @@
 // REST client for /api/v1 (docs/api.md): bearer token, JSON errors, leader/role tracking.
 import { reactive } from 'vue'
+import { locale } from './i18n.js'
 
 const TOKEN_KEY = 'molens.token'
 
@@ -61,7 +62,8 @@ export function onRedirect(fn) {
  * whole UI to the leader) instead of being replayed cross-origin without the token.
  */
 export async function api(method, path, { query, body, signal, headers: extra, withStatus } = {}) {
-  const headers = { Accept: 'application/json', ...(extra || {}) }
+  // the server answers its own texts (error details, history events) in the console's language
+  const headers = { Accept: 'application/json', 'Accept-Language': locale.value === 'zh' ? 'zh-CN,zh;q=0.9,en;q=0.5' : 'en', ...(extra || {}) }
   const token = getToken()
   if (token) headers.Authorization = `Bearer ${token}`
   if (body !== undefined) headers['Content-Type'] = 'application/json'

@@ -3,8 +3,10 @@
 // new leader among the others (their open /readyz) and a move to that leader's console, same path
 // and query. The bearer token travels in the URL fragment (never sent to a server) and only to an
 // address the authenticated cluster status named; the new console stores it and drops the fragment.
+// Unsaved form drafts (draft.js) travel the same way.
 import { reactive } from 'vue'
 import { get, getToken, session, setToken, tokenRemembered } from './api.js'
+import { allDrafts, restoreDrafts } from './draft.js'
 
 const HANDOFF = 'molens-handoff='
 const HEARTBEAT_MS = 1000
@@ -39,6 +41,7 @@ export function consumeHandoff() {
   try {
     const x = decode(h.slice(HANDOFF.length + 1))
     if (x.tok) setToken(x.tok, !!x.rem)
+    if (x.drafts) restoreDrafts(x.drafts)
     if (x.from) cluster.moved = { from: x.from, to: x.to || null, why: x.why || 'down' }
   } catch {
     // a garbled fragment: ignore it, the login form asks for the token if one is needed
@@ -60,7 +63,7 @@ export function moveTo(base, why, toId) {
   if (moving) return
   moving = true
   const path = currentPath().split('#')[0]
-  const frag = encode({ tok: getToken(), rem: tokenRemembered(), from: cluster.selfId || '', to: toId || '', why })
+  const frag = encode({ tok: getToken(), rem: tokenRemembered(), from: cluster.selfId || '', to: toId || '', why, drafts: allDrafts() })
   window.location.replace(`${base.replace(/\/+$/, '')}/ui${path}#${HANDOFF}${frag}`)
 }
 

@@ -20,6 +20,18 @@ export function zoneFor(taskTz) {
   return undefined
 }
 
+/** The name of the zone times of a task (`taskTz`: its `timezone`) are shown in. */
+export function zoneName(taskTz) {
+  return zoneFor(taskTz) || browserZone
+}
+
+/** A cron schedule's description ({en, zh} from the server) with the zone its wall times are in. */
+export function describeIn(description, lang, tz) {
+  if (!description) return ''
+  const text = description[lang] || description.en || ''
+  return tz ? t('task.describeIn', { text, tz }) : text
+}
+
 const tag = () => (locale.value === 'zh' ? 'zh-CN' : 'en-GB')
 
 /**
@@ -87,7 +99,8 @@ export function fmtDuration(ms) {
       n -= q * v
     }
   }
-  if (n && parts.length < 2) parts.push(`${Math.round(n)}${t('dur.ms')}`)
+  // milliseconds only next to a few seconds: '1s 500ms', but '22s', not '22s 746ms'
+  if (n && parts.length === 1 && Number(ms) < 10000) parts.push(`${Math.round(n)}${t('dur.ms')}`)
   return parts.slice(0, 2).join(' ')
 }
 
@@ -176,4 +189,16 @@ export function retryText(policy, reliability, t) {
   out.push(codes.length ? t('retry.nonRetryable', { codes: codes.join(', ') }) : t('retry.nonRetryableNone'))
   out.push(t('retry.throttle', { d: fmtDuration(policy.max_throttle_ms) }))
   return out
+}
+
+/**
+ * The text of a history event (kind `event`: skipped, updated, backfill) with its epoch-ms times
+ * shown as times: `[a, b) ms` becomes `a – b`, any other epoch ms a time, in the zone the switch asks for.
+ */
+export function eventText(text, timeZone) {
+  if (!text) return ''
+  const at = (ms) => fmtTime(Number(ms), timeZone)
+  return String(text)
+    .replace(/\[(\d{11,14}), (\d{11,14})\)(?: ms)?/g, (m, a, b) => `${at(a)} – ${at(b)}`)
+    .replace(/\b\d{11,14}\b/g, (m) => at(m))
 }

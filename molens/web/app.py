@@ -100,6 +100,7 @@ from molens.web.errors import (
 from molens.web.flows import install_flows
 from molens.web.observability import install_observability
 from molens.web.openapi import MAX_HEADER_TEXT, MAX_STATS_WINDOW_MS, MAX_URL_FILTER
+from molens.web.server_texts import localize, negotiate
 from molens.web.ui import UI_PREFIX, install_ui
 
 log = logging.getLogger(__name__)
@@ -383,6 +384,9 @@ class Api:
                 (time.perf_counter() - t0) * 1000,
             )
         resp.content_type = _JSON_CT
+        lang = negotiate(bottle.request.get_header("Accept-Language"))
+        if lang != "en" and localize(body, lang):  # messages and event texts in the reader's language
+            resp.set_header("Content-Language", lang)
         return body if isinstance(body, bytes) else _dumps(body)
 
     def _error(self, exc: MolensError) -> tuple[int, Any]:

@@ -64,7 +64,7 @@ def _sign_in(page: Page) -> None:
     page.get_by_test_id("login-submit").click()
 
 
-def test_the_tab_follows_the_leader_through_kill_9_and_a_create_succeeds(cluster: Cluster, desk: Browsing) -> None:
+def test_the_tab_follows_the_leader_through_kill_9_with_the_half_filled_form(cluster: Cluster, desk: Browsing) -> None:
     desk.console.allow += [r"ERR_CONNECTION_REFUSED", r"status of 401", r"status of 503"]
     leader = cluster.leader()
     others = {n.node_id: _url(n) for n in cluster.nodes.values() if n is not leader}
@@ -75,6 +75,11 @@ def test_the_tab_follows_the_leader_through_kill_9_and_a_create_succeeds(cluster
     pill = page.get_by_test_id("role")
     expect(pill).to_have_text("Leader · this node")
     expect(pill).to_have_attribute("title", re.compile(r"n1, n2, n3"))  # every member's address is known
+    # a half-filled form: it survives the move, and nothing is created until Save
+    page.get_by_test_id("f-delay").fill("60")
+    page.get_by_test_id("f-url").fill("http://127.0.0.1:9/failover")
+    page.get_by_test_id("f-scene").fill("halfway")
+    page.get_by_test_id("f-payload").fill('{"n": 1}')
 
     leader.kill()
     killed = time.monotonic()
@@ -89,13 +94,19 @@ def test_the_tab_follows_the_leader_through_kill_9_and_a_create_succeeds(cluster
     expect(page.get_by_test_id("moved")).to_contain_text(f"{leader.node_id} stopped answering")
     expect(page.get_by_test_id("moved")).to_contain_text(new)
     expect(page.get_by_test_id("login-form")).to_have_count(0)  # the token came along
+    expect(page.get_by_test_id("draft-restored")).to_be_visible()
+    for field, value in [("f-delay", "60"), ("f-url", "http://127.0.0.1:9/failover"), ("f-scene", "halfway"),
+                         ("f-payload", '{"n": 1}')]:
+        expect(page.get_by_test_id(field)).to_have_value(value)
+    status, listed, _ = _api("GET", f"{others[new]}/api/v1/tasks")
+    assert status == 200 and listed["items"] == []
 
-    page.get_by_test_id("f-delay").fill("60")
     page.get_by_test_id("submit").click()
     page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
     task_id = page.url.rsplit("/", 1)[-1]
     status, task, _ = _api("GET", f"{others[new]}/api/v1/tasks/{task_id}")
     assert status == 200 and task["status"] == "pending"
+    assert (task["scene"], task["callback_url"], task["payload"]) == ("halfway", "http://127.0.0.1:9/failover", {"n": 1})
 
 
 def test_the_cluster_page_hands_leadership_over_and_the_tab_follows(cluster: Cluster, desk: Browsing) -> None:

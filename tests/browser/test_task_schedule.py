@@ -19,12 +19,37 @@ def test_a_cron_task_page_shows_the_schedule_in_words_and_the_next_five_fires(se
     })
     assert st == 201
     page.goto(f"{served.url}/ui/tasks/{task['id']}")
-    expect(page.get_by_test_id("schedule-description")).to_have_text("At 09:30, Monday through Friday")
+    expect(page.get_by_test_id("schedule-description")).to_have_text(
+        "At 09:30, Monday through Friday (Europe/Amsterdam time)")
     expect(page.locator('[data-testid="schedule-next"] li')).to_have_count(5)
     page.evaluate("localStorage.setItem('molens.lang', 'zh')")
     page.reload()
     expect(page.get_by_test_id("schedule-description")).to_contain_text("09:30")
     expect(page.get_by_test_id("schedule-description")).to_contain_text("周一")
+    expect(page.get_by_test_id("schedule-description")).to_contain_text("Europe/Amsterdam")
+
+
+def test_a_cron_description_names_its_zone_next_to_fires_in_the_viewers(served: Served, page: Page) -> None:
+    st, task = served.api("POST", "/tasks", {
+        "type": "periodic", "cron_expr": "15 10 * * mon-fri", "timezone": "America/New_York", "callback_url": CB,
+    })
+    assert st == 201
+    page.goto(f"{served.url}/ui/tasks/{task['id']}")
+    expect(page.get_by_test_id("schedule-description")).to_have_text(
+        "At 10:15, Monday through Friday (America/New_York time)")
+    # the fire times below are in the viewer's zone (the browser's, UTC here), and say so
+    expect(page.get_by_test_id("next-fires-label")).to_have_text("Next fire times (UTC)")
+    expect(page.locator('[data-testid="schedule-next"] li').first).to_contain_text(":15:00")
+    page.get_by_test_id("zone").select_option("task")
+    expect(page.get_by_test_id("next-fires-label")).to_have_text("Next fire times (America/New_York)")
+    expect(page.locator('[data-testid="schedule-next"] li').first).to_contain_text("10:15:00")
+    # the form's preview says the same
+    page.goto(f"{served.url}/ui/tasks/new")
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-cron").fill("15 10 * * mon-fri")
+    page.get_by_test_id("f-tz").fill("America/New_York")
+    expect(page.get_by_test_id("preview-description")).to_have_text(
+        "At 10:15, Monday through Friday (America/New_York time)")
 
 
 def test_an_interval_task_lists_its_next_fires_on_its_grid(served: Served, page: Page) -> None:
@@ -41,3 +66,33 @@ def test_a_delayed_task_page_has_no_schedule_card(served: Served, page: Page) ->
     page.goto(f"{served.url}/ui/tasks/{task['id']}")
     expect(page.get_by_test_id("task-status")).to_be_visible()
     expect(page.get_by_test_id("task-schedule")).to_have_count(0)
+
+
+SEEN_PREVIEW = """() => {
+  window.__previewSeen = []
+  new MutationObserver(() => {
+    const on = document.querySelector('.kind-switch .radio-pill.on')
+    const kind = on ? on.dataset.testid : ''
+    for (const li of document.querySelectorAll('[data-testid="preview-list"] li')) window.__previewSeen.push(`${kind}|${li.textContent}`)
+  }).observe(document, { subtree: true, childList: true, characterData: true })
+}"""
+
+
+def test_the_edit_forms_preview_never_shows_a_time_off_the_tasks_schedule(served: Served, page: Page) -> None:
+    st, task = served.api("POST", "/tasks", {
+        "type": "periodic", "cron_expr": "37 15 10 * * *", "timezone": "UTC", "callback_url": CB,
+    })
+    assert st == 201
+    page.add_init_script(f"({SEEN_PREVIEW})()")
+    page.goto(f"{served.url}/ui/tasks/{task['id']}/edit")
+    expect(page.get_by_test_id("preview-list").locator("li")).to_have_count(5)
+    seen = page.evaluate("window.__previewSeen")
+    assert seen and all(x.startswith("kind-cron|") and "10:15:37" in x for x in seen), seen
+    # switching the kind shows no fire time of the old kind meanwhile
+    page.evaluate("window.__previewSeen = []")
+    page.get_by_test_id("kind-interval").click()
+    page.get_by_test_id("f-interval").fill("7")
+    page.get_by_test_id("f-interval-unit").select_option("min")
+    expect(page.get_by_test_id("preview-list").locator("li")).to_have_count(5)
+    seen = page.evaluate("window.__previewSeen")
+    assert seen and not any(x.startswith("kind-interval|") and "10:15:37" in x for x in seen), seen

@@ -18,6 +18,7 @@ export default {
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
     loading: 'Loading…', dismiss: 'Dismiss', pageOf: 'Page {n} of {of}', more: 'Load more', next: 'Next', prev: 'Previous', page: 'Page {n}', saving: 'Saving…',
+    matching: '{n} matching', shownMore: '{n} matching shown, more on the next pages', onThisPage: '{n} matching on this page',
   },
   role: {
     leader: 'Leader', follower: 'Follower', candidate: 'Candidate', learner: 'Learner', joining: 'Joining',
@@ -31,7 +32,7 @@ export default {
   result: {
     success: 'Success', failed: 'Failed', timeout: 'Timeout', network_error: 'Network error', not_found: 'Not found (404)',
     lost: 'Lost', unknown: 'Unknown', ack_success: 'ACK success', ack_failed: 'ACK failed',
-    updated: 'Updated', backfill: 'Backfill',
+    updated: 'Updated', backfill: 'Backfill', skipped: 'Skipped',
   },
   type: { delayed: 'Delayed', periodic: 'Periodic' },
   dlkind: { retries_exhausted: 'Retries exhausted', non_retryable: 'Not retryable', ack_failed: 'ACK failed', unknown: 'Outcome unknown' },
@@ -44,7 +45,7 @@ export default {
   },
   reliability: { at_least_once: 'At least once', at_most_once: 'At most once' },
   dash: {
-    updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate',
+    updated: 'Updated {time}', tasksTotal: 'All tasks', firesPerS: 'Fires / s', successRate: 'Success rate', successRateIn: 'Success rate (last {d})',
     lateness: 'Fire lateness p99', leader: 'Leader', noLeader: 'none (election)', term: 'Term', thisNode: 'This node',
     cleanup: 'Cleanup', disk: 'Disk usage', replication: 'Replication', mode: 'Mode', modes: { local: 'Single process (no Raft)', raft: 'Raft cluster' },
     notReported: 'Not reported by this node.',
@@ -79,9 +80,11 @@ export default {
     timeout_ms: 'Timeout (ms)', timeout: 'Timeout', ack_delay: 'ACK delay', max_retries: 'Max retries', max_fails: 'Max consecutive fails', created_at: 'Created',
     updated_at: 'Updated', next_run_at: 'Next run', last_fire_at: 'Last fired', seq: 'Occurrence', attempt: 'Attempt',
     fail_count: 'Consecutive fails', notify_url: 'Failure notifications URL', ack_url: 'ACK URL', ack_delay_ms: 'ACK delay (ms)', ack_attempt: 'ACK attempt',
+    describeIn: '{text} ({tz} time)',
     retry: 'Retry policy', idempotency_key: 'Idempotency key', every: 'every {d}', after: '{d} after creation', at: 'at {time}',
   },
   form: {
+    draftRestored: 'The values you had entered are back (the page reloaded or moved to another node); nothing was saved yet.',
     title: 'New task', kind: 'Kind', kind_delayed: 'Delayed', kind_interval: 'Periodic (interval)', kind_cron: 'Periodic (cron)',
     when: 'When', afterDelay: 'After a delay', atTime: 'At a time', delay: 'Delay', unit: 'Unit', runAt: 'Run at',
     timeIn: 'Year-month-day hours:minutes(:seconds), in {tz} (the time-zone switch at the top).', interval: 'Interval', intervalHint: 'Fixed rate; at least 1 s.',
@@ -104,7 +107,7 @@ export default {
     overlapHint: 'Instants that come due while an occurrence is still running (a slow receiver, retries); only “alongside” runs occurrences at the same time, each with its own fire id.',
   },
   detail: {
-    schedule: 'Schedule', nextFires: 'Next fire times',
+    schedule: 'Schedule', nextFires: 'Next fire times', nextFiresIn: 'Next fire times ({tz})',
     title: 'Task', fields: 'Fields', lastResult: 'Last result', history: 'Execution history',
     notFound: 'This task does not exist (deleted or expired).',
     pause: 'Pause', resume: 'Resume', trigger: 'Trigger now', delete: 'Delete',
@@ -125,7 +128,7 @@ export default {
   exec: {
     ack: 'ACK', firedAt: 'Fired at', task: 'Task', fireId: 'Fire ID', result: 'Result', status: 'HTTP status', latency: 'Latency',
     attempt: 'Attempt', worker: 'Worker', response: 'Response', since: 'From', until: 'To',
-    taskPlaceholder: 'task id', empty: 'No executions.',
+    taskPlaceholder: 'task id', empty: 'No executions.', badTime: 'Not a time: write it as 2026-12-01 09:30.',
   },
   lat: {
     window: 'Window', trend: 'Trend', url: 'Callback URL', count: 'Calls', empty: 'No callbacks in this window.',
@@ -159,6 +162,7 @@ export default {
   },
   unit: { ms: 'ms', s: 's', min: 'min', h: 'h', d: 'days' },
   v: {
+    cronNever: 'This expression never fires (a day that does not exist, such as 30 February).',
     flowKey: 'Letters, digits, “_”, “.”, “:”, “-”, “[”, “]” only (at most 128).',
     required: 'Required.', number: 'Enter a number.', integer: 'Enter a whole number.',
     wholeMs: 'Must be a whole number of milliseconds.', positive: 'Must be more than 0.', min: 'Must be at least {min}.', max: 'Must be at most {max}.',
@@ -215,6 +219,7 @@ export default {
     throttle: '429/503 with Retry-After wait as long as asked, without using up retries for up to {d}.',
   },
   dl: {
+    total: 'Total: {n}',
     intro: 'Occurrences that failed for good. A redrive delivers one again with the same fire ID (fix the task first if its URL was the problem).',
     at: 'Failed at', kind: 'Kind', task: 'Task', taskFire: 'Task / fire ID', flow: 'Flow', fireId: 'Fire ID', attempts: 'Attempts', status: 'HTTP status',
     response: 'Response', actions: 'Actions', since: 'From', until: 'To', taskPlaceholder: 'task id', empty: 'No dead letters.',
@@ -236,6 +241,7 @@ export default {
   },
   bulk: {
     selected: '{n} selected', selectAll: 'Select every task on this page',
+    selectEvery: 'Select all {n} matching tasks', selectedEvery: 'All {n} matching tasks selected',
     confirm_pause: 'Pause the {n} selected tasks (those that can be paused)?',
     confirm_resume: 'Resume the {n} selected tasks (those that can be resumed)?',
     confirm_trigger: 'Run one extra occurrence of the {n} selected tasks (pending ones) now?',

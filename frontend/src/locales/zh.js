@@ -18,6 +18,7 @@ export default {
   common: {
     refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…', dismiss: '关闭',
     more: '加载更多', next: '下一页', prev: '上一页', page: '第 {n} 页', pageOf: '第 {n} 页，共 {of} 页', saving: '保存中…',
+    matching: '共 {n} 条符合', shownMore: '已显示 {n} 条符合，后面几页还有更多', onThisPage: '本页 {n} 条符合',
   },
   role: {
     leader: '主节点', follower: '从节点', candidate: '候选者', learner: '学习者', joining: '加入中',
@@ -28,7 +29,7 @@ export default {
   },
   result: {
     success: '成功', failed: '失败', timeout: '超时', network_error: '网络错误', not_found: '未找到 (404)', lost: '丢失',
-    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改', backfill: '回填',
+    unknown: '未知', ack_success: '确认成功', ack_failed: '确认失败', updated: '已修改', backfill: '回填', skipped: '已跳过',
   },
   type: { delayed: '延时', periodic: '周期' },
   dlkind: { retries_exhausted: '重试耗尽', non_retryable: '不可重试', ack_failed: '确认失败', unknown: '结果未知' },
@@ -38,7 +39,7 @@ export default {
   overlap: { skip: '跳过期间到期的运行', buffer_one: '结束后立即运行其中第一个', allow: '按时并行运行（最多同时 8 次）' },
   reliability: { at_least_once: '至少一次', at_most_once: '至多一次' },
   dash: {
-    updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', lateness: '触发延迟 p99',
+    updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', successRateIn: '成功率（最近 {d}）', lateness: '触发延迟 p99',
     leader: '主节点', noLeader: '无（选举中）', term: '任期', thisNode: '本节点', cleanup: '清理', disk: '磁盘占用',
     replication: '复制', mode: '模式', modes: { local: '单进程（无 Raft）', raft: 'Raft 集群' }, notReported: '本节点未提供。',
   },
@@ -65,6 +66,7 @@ export default {
     searchFurther: '继续搜索', noMatchYet: '已搜索的任务中暂无匹配。',
   },
   task: {
+    describeIn: '{text}（{tz} 时间）',
     version: '版本',
     catchup: '错过的运行', catchup_window_ms: '补跑窗口 (毫秒)', overlap: '上一次仍在运行时',
     type: '类型', schedule: '调度', callback_url: '回调地址', scene: '场景', reliability: '可靠性', timeout_ms: '超时 (毫秒)',
@@ -75,6 +77,7 @@ export default {
     every: '每 {d}', after: '创建后 {d}', at: '于 {time}',
   },
   form: {
+    draftRestored: '已恢复您先前填写的内容（页面重新加载或转到了另一个节点）；尚未保存任何内容。',
     title: '新建任务', kind: '种类', kind_delayed: '延时', kind_interval: '周期（间隔）', kind_cron: '周期（cron）',
     when: '时间', afterDelay: '延迟一段时间', atTime: '指定时间', delay: '延迟', unit: '单位', runAt: '运行时间',
     timeIn: '年-月-日 时:分(:秒)，时区为 {tz}（见顶部的时区切换）。', interval: '间隔', intervalHint: '固定速率；至少 1 秒。',
@@ -95,7 +98,7 @@ export default {
     overlapHint: '某次运行尚未结束（接收方较慢、正在重试）时到期的运行；只有“并行”会让多次运行同时进行，每次有自己的触发 ID。',
   },
   detail: {
-    schedule: '调度', nextFires: '接下来的触发时间',
+    schedule: '调度', nextFires: '接下来的触发时间', nextFiresIn: '接下来的触发时间（{tz}）',
     title: '任务', fields: '字段', lastResult: '上次结果', history: '执行历史', notFound: '该任务不存在（已删除或已过期）。',
     pause: '暂停', resume: '恢复', trigger: '立即触发', delete: '删除',
     confirm_pause: '暂停任务 {id}？恢复之前它将保持暂停。',
@@ -115,7 +118,7 @@ export default {
   exec: {
     ack: '确认', firedAt: '触发时间', task: '任务', fireId: '触发 ID', result: '结果', status: 'HTTP 状态码', latency: '耗时',
     attempt: '尝试', worker: '执行节点', response: '响应', since: '开始', until: '结束', taskPlaceholder: '任务 ID',
-    empty: '没有执行记录。',
+    empty: '没有执行记录。', badTime: '不是有效的时间：请写成 2026-12-01 09:30 的形式。',
   },
   lat: { window: '时间窗口', trend: '趋势', url: '回调地址', count: '调用次数', empty: '该时间窗口内没有回调。', noTrend: '暂无趋势数据。' },
   tw: {
@@ -145,6 +148,7 @@ export default {
   },
   unit: { ms: '毫秒', s: '秒', min: '分钟', h: '小时', d: '天' },
   v: {
+    cronNever: '该表达式永远不会触发（指定了不存在的日期，例如 2 月 30 日）。',
     flowKey: '只能包含字母、数字以及 “_”、“.”、“:”、“-”、“[”、“]”（最多 128 个）。',
     required: '必填。', number: '请输入数字。', integer: '请输入整数。', wholeMs: '必须是整数毫秒。', positive: '必须大于 0。',
     min: '不能小于 {min}。', max: '不能大于 {max}。', range: '必须在 {min} 到 {max} 之间。',
@@ -199,6 +203,7 @@ export default {
     throttle: '带 Retry-After 的 429/503 按要求等待，{d} 以内不消耗重试次数。',
   },
   dl: {
+    total: '共 {n} 条',
     intro: '彻底失败的运行。重新投递会以相同的触发 ID 再发送一次（如果问题出在地址，请先修改任务）。',
     at: '失败时间', kind: '类型', task: '任务', taskFire: '任务 / 触发 ID', flow: '流', fireId: '触发 ID', attempts: '尝试次数', status: 'HTTP 状态码',
     response: '响应', actions: '操作', since: '从', until: '到', taskPlaceholder: '任务 ID', empty: '没有死信。',
@@ -220,6 +225,7 @@ export default {
   },
   bulk: {
     selected: '已选 {n} 个', selectAll: '选择本页所有任务',
+    selectEvery: '选择全部 {n} 个符合条件的任务', selectedEvery: '已选择全部 {n} 个符合条件的任务',
     confirm_pause: '暂停所选的 {n} 个任务（可暂停的那些）？', confirm_resume: '恢复所选的 {n} 个任务（可恢复的那些）？',
     confirm_trigger: '立即为所选的 {n} 个任务（等待中的那些）额外运行一次？',
     confirm_delete: '删除所选的 {n} 个任务及其全部历史？此操作不可撤销。',
