@@ -332,6 +332,7 @@ class Sim:
         self.downs: dict[str, list[list[int]]] = defaultdict(list)
         """Each node's crashes: [down at, back at]."""
         self.term_end: dict[int, int] = {}
+        self.term_start: dict[int, int] = {}
         self.lost_worker_fires = 0
         """Fires on a crashed worker whose early settling ``check_lost_workers`` checked."""
         r = self.rng
@@ -516,6 +517,7 @@ class Sim:
             scan=ExpiryScan(rep.scan_expirable, RETENTION_MINUTES, EXPIRE_QPS),
         )
         self.faults.append(self.now)
+        self.term_start[self.term] = self.now
         self.log_(f"leader {node} term {self.term}")
         for n in cands:
             self.catch_up(n)
@@ -1705,13 +1707,15 @@ def check_flows(sim: Sim, fail: Callable[[str], None]) -> None:
     """docs/architecture.md#flow-control: nothing planned for a flow while it is paused or held by a
     Retry-After; within a term, no window of a rate-limited flow has more fires meant to go than
     ``burst + rate * window``; no more requests of a concurrency-limited flow at the receiver at once
-    than its limit. (A leader learns of a committed setting a mailbox hop later; a new leader starts
+    than its limit. (A leader learns of a committed setting a mailbox hop later, or from the store if it
+    committed by the start of its term; a new leader starts
     with an empty bucket and counts only the fires it planned itself.)"""
     hop = MAILBOX_LAT[1]
     plans = sorted(sim.plan_of.items(), key=lambda kv: kv[1].at)
     for key, pl in plans:
-        events = [(t, p) for f, t, p in sim.pauses if f == pl.flow and t + hop < pl.at]
-        hearing = any(f == pl.flow and t + hop == pl.at for f, t, _ in sim.pauses)
+        began = sim.term_start.get(pl.term, -1)  # what committed by then, the leader read from the store
+        events = [(t, p) for f, t, p in sim.pauses if f == pl.flow and (t + hop < pl.at or t <= began)]
+        hearing = any(f == pl.flow and t + hop == pl.at and t > began for f, t, _ in sim.pauses)
         """The leader hears of a pause or resume in this very ms: before or after this plan."""
         if events and events[-1][1] and not hearing:
             fail(f"fire {key} planned at {pl.at - sim.t0} while its flow {pl.flow} was paused "
