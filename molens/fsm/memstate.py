@@ -10,9 +10,9 @@ import hashlib
 from collections.abc import Iterator
 
 from molens.fsm import machine
-from molens.fsm.commands import Command, FlowSettings
+from molens.fsm.commands import Command, ExpireItem, FlowSettings
 from molens.fsm.machine import Applied, Fire, MachineConfig
-from molens.model import Execution, Task
+from molens.model import TERMINAL_STATUSES, Execution, Task
 from molens.schema import DeadLetter, Notice
 
 
@@ -57,6 +57,14 @@ class MemoryState:
 
     def scan_fires(self) -> Iterator[Fire]:
         return iter([self.fires[k] for k in sorted(self.fires)])
+
+    def scan_expirable(self, updated_before_ms: int, limit: int) -> list[ExpireItem]:
+        """As ``TaskStore.scan_expirable``: terminal tasks last updated before ``updated_before_ms``
+        and without dead letters, oldest first."""
+        held = {d.task_id for d in self.dead.values()}
+        found = sorted((t.updated_ms, t.id) for t in self.tasks.values()
+                       if t.status in TERMINAL_STATUSES and t.updated_ms < updated_before_ms and t.id not in held)
+        return [ExpireItem(tid, ms) for ms, tid in found[:limit]]
 
     def apply(self, cmd: Command) -> Applied:
         out = machine.apply(self, cmd, config=self.config)

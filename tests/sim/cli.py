@@ -2,7 +2,9 @@
 
 Runs swarm seeds of the Raft simulator — or, with ``--scheduler``, of the whole-scheduler
 simulation (``tests/sim/scheduler_sim.py``) — and ends with ``sim: seeds=N failures=F`` (exit 1
-when F > 0). A failing seed prints its violation and the one-line replay command.
+when F > 0). A failing seed prints its violation and the one-line replay command. ``--scheduler
+--mutants`` applies each deliberate product bug of ``tests/sim/mutants.py`` in turn and ends with
+``mutants: caught=N of M`` (exit 1 unless every one is caught).
 """
 
 from __future__ import annotations

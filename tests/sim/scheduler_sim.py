@@ -8,18 +8,22 @@ partitioned away, a random *prefix* of its uncommitted proposals is committed by
 (entries it had replicated to a majority) and the rest are lost -- so a ``Dispatched`` entry can
 commit without its leader ever sending the fire, the case failover reconciliation exists for.
 
-The leader runs the actors of docs/architecture.md#actors in miniature: a real :class:`HorizonWheel`
-(docs/architecture.md#near-term-window) with a small horizon (300 ms to 3 s, sometimes 10 min) fed by
-the machine's wheel effects a few ms after the replica applied them (the mailbox: the loader can read
-a newer ``due`` than the wheel has heard of) and filled from ``due`` slice by slice (slices of 1 to
-4,096 entries, each its own event, sometimes delayed: a slow loader), a Dispatcher that
-proposes ``Dispatched`` for tasks due within the seed's dispatch lead (0, 100 ms or the machine's
-bound: dispatch ahead) and sends only the fires of entries committed in its own term, each held by
-its worker until the due time (``not_before_ms``),
-a Monitor that proposes ``Outcome.LOST`` results for fires past their deadline and, at once, for
-the fires of a worker dead for ``WORKER_LOST`` ms (counted from the start of the term at the latest:
-docs/architecture.md#lost-workers) or, once a restarted worker's heartbeat shows it holds none of
-them, for the fires sent to it before its restart; and a results buffer flushed every few ms. Workers run on every node; receivers answer by the behaviour encoded
+The leader runs the product's own leader logic (docs/architecture.md#actors), one instance per
+term: the TimeWheel's :class:`LeaderWheel` (a :class:`HorizonWheel`, docs/architecture.md#near-term-window)
+with a small horizon (300 ms to 3 s, sometimes 10 min) fed by the machine's wheel effects a few ms
+after the replica applied them (the mailbox: the loader can read a newer ``due`` than the wheel has
+heard of) and filled from ``due`` slice by slice (slices of 1 to 4,096 entries, each its own event,
+sometimes delayed: a slow loader); the Dispatcher's :class:`DispatchPlan` and :class:`FlowControl`
+planning the tasks due within the seed's dispatch lead (0, 100 ms or the machine's bound: dispatch
+ahead) onto the workers that reported capacity recently, and sending only the fires of entries
+committed in its own term, each held by its worker until the due time (``not_before_ms``); the
+Monitor's :class:`FireWatch` and :class:`WorkerWatch` giving up fires past their deadline, the
+fires of a worker silent for ``WORKER_LOST`` ms, and those a worker's heartbeat no longer lists;
+its results buffer flushed every few ms; the Cleaner's :class:`ExpiryScan` expiring terminal tasks
+after the retention. Only the actors' mailboxes and alarms (events here), time, the network (each
+worker's ordered link to the leader: results and heartbeats), the disk (Raft: a log stand-in) and
+the HTTP receivers are simulated; :mod:`tests.sim.mutants` breaks the product's code on purpose to
+show the checks catch it. Workers run on every node; receivers answer by the behaviour encoded
 in the task's URL (2xx / 404 / 500 / too slow / random; ACK endpoints 2xx or 500) and record every
 request they get. Faults per seed: leader crashes (losing its wheel, buffers and its workers'
 requests), leader partitions (it steps down, its workers keep going), worker crashes mid-callback,
@@ -39,7 +43,9 @@ Retry-After-held flow, no window of a flow above its rate, no more requests of a
 concurrency (:func:`check_flows`; fires of an unlimited flow are never late, whatever other flows
 hold back); 404 deactivation and max_fails
 exactly at the threshold; the ACK phase; fixed-rate periodic timing without drift; one task per
-idempotency key. Delivery control (docs/architecture.md#retry-policy, #dead-letters): receivers that
+idempotency key; a fire on a crashed worker given up within ``WORKER_LOST`` ms of the worker's last
+heartbeat (:func:`check_lost_workers`); the Cleaner expiring only terminal tasks, and every one past
+the retention (:func:`check_expiry`); no alarm spinning in place (a livelock fails the seed). Delivery control (docs/architecture.md#retry-policy, #dead-letters): receivers that
 throttle (429 with Retry-After, a few times per fire) and operators who redrive at_least_once dead
 letters after fixing the receiver; checked: no retry before the Retry-After time on record, throttled
 attempts never use up retries, a failed delayed task has exactly one dead letter and a done one none,
@@ -58,6 +64,7 @@ first instant after the start, due when the result was applied.
 
     .venv/bin/python -m tests.sim.scheduler_sim --seeds 5000        # ends with: sim: seeds=N failures=F
     .venv/bin/python -m tests.sim.scheduler_sim --seed 17 --trace   # replay one seed
+    scripts/sim --scheduler --mutants                               # ends with: mutants: caught=N of M
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ import argparse
 import heapq
 import itertools
 import json
+import logging
 import random
 import sys
 import time
@@ -76,15 +84,18 @@ from typing import Any
 
 import msgspec
 
-from molens.actors.dispatcher import limits_of
-from molens.actors.monitor import congested
+from molens.actors.cleaner import INTERVAL_MS as EXPIRY_INTERVAL_MS
+from molens.actors.cleaner import ExpiryScan
+from molens.actors.dispatcher import REPORT_INTERVAL_S, DispatchPlan, limits_of
+from molens.actors.monitor import HELD_GRACE_MS, FireWatch, WorkerWatch, congested
+from molens.actors.timewheel import LeaderWheel
 from molens.fsm.commands import (
     BackfillTask,
     Command,
     CreateItem,
     CreateTasks,
     Dispatched,
-    DispatchItem,
+    Expire,
     FlowSettings,
     PutFlow,
     RedriveDeadLetters,
@@ -95,16 +106,15 @@ from molens.fsm.commands import (
 from molens.fsm.machine import (
     DEFAULT_CONFIG,
     Applied,
-    Fire,
     FireRequest,
     FlowSet,
     WheelAdd,
     WheelRemove,
     jitter,
-    lost_result,
 )
 from molens.fsm.memstate import MemoryState
 from molens.model import (
+    TERMINAL_STATUSES,
     CatchUp,
     DeadLetterKind,
     ExecutionResult,
@@ -120,7 +130,6 @@ from molens.model import (
     validate_create,
 )
 from molens.schedule.flows import FlowControl
-from molens.schedule.horizon import HorizonWheel
 from molens.schema import MAX_RUNNING, flow_of
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -137,8 +146,16 @@ END = 100_000
 ACK_TTL = 3
 WORKER_LOST = 2_000
 """``scheduler.worker_lost_ms``: the leader counts a worker dead this long as lost."""
-HELD_GRACE = 1_000
-"""``monitor.HELD_GRACE_MS``: a heartbeat not listing a fire counts for fires watched this long before."""
+REPORT_MS = int(REPORT_INTERVAL_S * 1000)
+"""Workers report their free capacity and the fires they hold this often (their heartbeat)."""
+POOL = 64
+"""Each worker's pool: at most this many fires held at once."""
+RETENTION_MINUTES = 1
+"""``scheduler.task_retention_minutes``: the Cleaner expires tasks terminal for this long."""
+EXPIRE_QPS = 50
+"""``scheduler.expire_rate_limit_qps``."""
+LIVELOCK_EVENTS = 200_000
+"""More events than this in one virtual ms: something (an alarm set in the past) spins."""
 RECOVERY_WINDOW = 15_000
 """After a fault, how long an affected occurrence may take to recover (deadline + retries)."""
 
@@ -202,21 +219,42 @@ class _Job:
 
 @dataclass
 class Leader:
+    """One term's leader: the product's pure leader logic (the TimeWheel's :class:`LeaderWheel`, the
+    Dispatcher's :class:`DispatchPlan` and :class:`FlowControl`, the Monitor's :class:`FireWatch`
+    and :class:`WorkerWatch`, the Cleaner's :class:`ExpiryScan`), with the mailboxes and alarms of
+    their actor shells as events of the simulation."""
+
     node: str
     term: int
-    wheel: HorizonWheel
+    wheel: LeaderWheel
+    plan: DispatchPlan
+    watch: FireWatch
+    workers: WorkerWatch
+    scan: ExpiryScan
+    backlog: list[str] = field(default_factory=list)
     wake_at: int | None = None
     load_at: int | None = None
+    monitor_at: int | None = None
     inbox: list[list[Any]] = field(default_factory=list)
     inbox_at: int = 0
     slices: int = 0
     filled: bool = False
     results: list[ResultItem] = field(default_factory=list)
     flush_at: int | None = None
-    lost_sent: set[tuple[str, int, FireKind]] = field(default_factory=set)
-    lost_workers: set[str] = field(default_factory=set)
     flows: FlowControl = field(default_factory=lambda: FlowControl(credit_ms=TICK))
     flow_wake_at: int | None = None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A fire as its leader sent it to a worker."""
+
+    fire_id: str
+    attempt: int
+    worker: str
+    at: int
+    deadline: int
+    term: int
 
 
 @dataclass(frozen=True)
@@ -272,8 +310,31 @@ class Sim:
         """Every definition a client proposed in an update, by task id (docs/architecture.md#update)."""
         self.created_spec: dict[str, TaskSpec] = {}
         self.settled_on_lost = 0
-        self.watched_at: dict[tuple[str, int, FireKind], int] = {}
-        """Fires settled because their worker was seen gone (before their deadline)."""
+        """Fires settled because their worker was seen gone or no longer held them (before their deadline)."""
+        self.holding: dict[str, dict[str, int]] = {n: defaultdict(int) for n in self.nodes}
+        """Fire ids each worker holds (waiting for their due time, running, or their result not sent yet)."""
+        self.last_beat: dict[str, int] = {}
+        """When each worker last sent a heartbeat (a new leader's Monitor starts from its Raft contact)."""
+        self.link_at = dict.fromkeys(self.nodes, 0)
+        """Each worker's frames to the leader arrive in order (results and heartbeats share one link)."""
+        self.down_since: dict[str, int] = {}
+        self.outcomes: dict[int, tuple[Leader, Callable[[Applied], None]]] = {}
+        """Proposals whose proposer waits for their outcome (the Cleaner), by ``id`` of the command."""
+        self.expired: dict[str, Any] = {}
+        """Tasks the Cleaner's ``Expire`` removed, as they were just before (their checks still apply)."""
+        self.expired_execs: list[Any] = []
+        self.sent: list[Sent] = []
+        """Every fire a leader sent to a worker."""
+        self.answered: set[tuple[str, int | None]] = set()
+        """(fire id, attempt) whose worker sent a result (maybe lost on the way)."""
+        self.given_up: dict[tuple[str, int | None], int] = {}
+        """(fire id, attempt) -> when the leader's Monitor gave it up as lost."""
+        self.downs: dict[str, list[list[int]]] = defaultdict(list)
+        """Each node's crashes: [down at, back at]."""
+        self.term_end: dict[int, int] = {}
+        self.term_start: dict[int, int] = {}
+        self.lost_worker_fires = 0
+        """Fires on a crashed worker whose early settling ``check_lost_workers`` checked."""
         r = self.rng
         self.p_result_loss = r.choice([0.0, 0.0, 0.02, 0.1])
         self.p_slow_result = r.choice([0.0, 0.0, 0.02, 0.05])
@@ -285,8 +346,10 @@ class Sim:
         """Dispatch ahead: the leader plans fires this long before their due time."""
         self.horizon = r.choice([h for h in (300, 300, 1_000, 1_500, 3_000, 600_000) if h >= self.lead + 200])
         """``scheduler.wheel_horizon_ms`` (at least the lead, as a node's config requires)."""
+        self.report_ms = REPORT_MS
         if end_ms > END:  # runs over days (cron across DST): an hour, so the loader wakes ~16 times an hour
             self.horizon = 3_600_000
+            self.report_ms = 60_000  # and workers report once a minute: the leader plans on its own worker
         self.slice_limit = r.choice([1, 2, 3, 8, 4096])
         self.loader_delay = r.choice([0, 0, 0, 20, 200, 1_500])
         """A slow loader: each slice waits up to this long after it is wanted."""
@@ -346,6 +409,8 @@ class Sim:
             self.trace(f"{self.now - self.t0:>7} {msg}")
 
     def run(self) -> None:
+        for n in self.nodes:
+            self.heartbeats(n)
         self.elect()
         if self.custom_workload is not None:
             self.custom_workload(self)
@@ -353,10 +418,14 @@ class Sim:
             self.workload()
         if self.with_faults:
             self.schedule_faults()
+        same = 0
         while self._q:
             t, _, fn = heapq.heappop(self._q)
             if t > self.t0 + self.end_ms:
                 break
+            same = same + 1 if t <= self.now else 0
+            if same > LIVELOCK_EVENTS:
+                raise Violation(f"seed={self.seed}: livelock: {same} events at {t - self.t0} ms without time moving")
             self.now = max(self.now, t)
             fn()
         for n in self.nodes:  # everyone back for the final comparison
@@ -366,9 +435,11 @@ class Sim:
 
     # ---------------------------------------------------------------- the log stand-in
 
-    def propose(self, cmd: Command) -> None:
+    def propose(self, cmd: Command, then: Callable[[Applied], None] | None = None) -> None:
         if self.leader is None:
             return
+        if then is not None:
+            self.outcomes[id(cmd)] = (self.leader, then)
         t = max(self.now + self.rng.randint(*COMMIT_LAT), self.last_commit_at)
         self.last_commit_at = t
         item = (self.term, cmd)
@@ -404,7 +475,19 @@ class Sim:
                     r = next((r for r in t.running if r.fire_id(t.id) == it.fire_id), None) if t else None
                     dues[it.fire_id] = (r.due_ms, r.sched_ms) if r else (t.due_ms, t.sched_ms) if t else (None, -1)
             before = rep.get_task(cmd.task_id) if isinstance(cmd, BackfillTask) else None
+            if isinstance(cmd, Expire) and n == self.nodes[0]:
+                gone = {it.task_id: rep.get_task(it.task_id) for it in cmd.items}
+                execs = [e for e in rep.executions if e.task_id in gone]
             out = rep.apply(cmd)
+            if isinstance(cmd, Expire) and n == self.nodes[0]:
+                for it, res in zip(cmd.items, out.results):
+                    if res is True:
+                        self.expired[it.task_id] = gone[it.task_id]
+                        self.expired_execs += [e for e in execs if e.task_id == it.task_id]
+            if is_leader and id(cmd) in self.outcomes:
+                who, then = self.outcomes.pop(id(cmd))
+                if who is ld:
+                    then(out)
             if isinstance(cmd, BackfillTask) and n == self.nodes[0] and before is not None \
                     and not isinstance(out.results[0], Exception):
                 self.backfills[cmd.task_id].append(BackfillAsked(cmd.start_ms, cmd.end_ms, cmd.now_ms, before.seq))
@@ -422,24 +505,33 @@ class Sim:
             return
         self.term += 1
         node = self.rng.choice(cands)
-        self.leader = Leader(node=node, term=self.term,
-                             wheel=HorizonWheel(TICK, self.now, self.horizon, slice_limit=self.slice_limit))
+        rep = self.replicas[node]
+        self.leader = ld = Leader(
+            node=node, term=self.term,
+            wheel=LeaderWheel(TICK, self.now, self.horizon, slice_limit=self.slice_limit),
+            plan=DispatchPlan(node, rep.get_task, lambda: self.free(node), DISPATCH_SLACK,
+                              clock=lambda: self.now / 1000, liveness_ms=WORKER_LOST),
+            watch=FireWatch(rep.get_fire),
+            workers=WorkerWatch(node, WORKER_LOST, self.now,
+                                heard={w: t for w, t in self.last_beat.items() if w != node}),
+            scan=ExpiryScan(rep.scan_expirable, RETENTION_MINUTES, EXPIRE_QPS),
+        )
         self.faults.append(self.now)
+        self.term_start[self.term] = self.now
         self.log_(f"leader {node} term {self.term}")
         for n in cands:
             self.catch_up(n)
-        rep = self.replicas[node]
         for key, fs in rep.flows.items():
-            self.leader.flows.configure(key, limits_of(fs), self.now)
+            ld.flows.configure(key, limits_of(fs), self.now)
         self.schedule_load()
-        for f in rep.scan_fires():
-            self.watch(f)
+        fires = list(rep.scan_fires())
+        ld.watch.watch(fires)  # the Monitor's Rebuild: watched since before this term
+        for f in fires:
             t = rep.get_task(f.task_id)
-            if t is not None:  # as the Dispatcher: an earlier term's fires count against their flows
-                self.leader.flows.adopt(f.fire_id, f.attempt, flow_of(t.spec), f.deadline_ms, self.now)
-        for n in self.nodes:
-            if not self.alive[n]:
-                self.worker_lost_check(n)
+            if t is not None:  # the Dispatcher's adopt: an earlier term's fires count against their flows
+                ld.flows.adopt(f.fire_id, f.attempt, flow_of(t.spec), f.deadline_ms, self.now)
+        self.monitor()
+        self.clean()
         self.wake()
 
     def lose_leader(self, crash: bool, delay: int | None = None) -> None:
@@ -449,6 +541,7 @@ class Sim:
         if ld is None:
             return
         self.faults.append(self.now)
+        self.term_end[ld.term] = self.now
         self.leader = None
         keep = self.rng.randint(0, len(self.pending))
         survivors = [cmd for _, cmd in self.pending[:keep]]
@@ -471,69 +564,127 @@ class Sim:
         self.faults.append(self.now)
         self.alive[n] = False
         self.incarnation[n] += 1
+        self.downs[n].append([self.now, 1 << 62])
+        self.down_since[n] = self.now
+        self.holding[n].clear()
         for job in self.jobs.pop(n, []):
             if not job.done and job.delivery.end < 0:
                 job.delivery.end = self.now  # the connection is cut
             job.done = True
         self.log_(f"crash {n}")
-        self.worker_lost_check(n)
 
         def restart() -> None:
             self.alive[n] = True
-            if self.leader is not None:
-                self.leader.lost_workers.discard(n)
-                self.not_held_check(n)
+            self.down_since.pop(n, None)
+            self.downs[n][-1][1] = self.now
             self.faults.append(self.now)
             self.catch_up(n)
+            self.heartbeats(n)
             if self.leader is None:
                 self.elect()
 
         self.at(self.now + self.rng.randint(*down), restart)
 
-    def worker_lost_check(self, n: str) -> None:
-        """The leader (of this term) sees ``n`` gone ``WORKER_LOST`` ms from now if it stays down."""
+    def free(self, n: str) -> int:
+        """A worker's free capacity (its pool's size less the fires it holds)."""
+        return max(0, POOL - len(self.holding[n]))
+
+    def heartbeats(self, n: str) -> None:
+        """Worker ``n`` reports its free capacity and the fires it holds every ``REPORT_INTERVAL_S``
+        while it lives (a fireworker's heartbeat), on the link its results take."""
+        inc = self.incarnation[n]
+
+        def beat() -> None:
+            if not self.alive[n] or self.incarnation[n] != inc:
+                return
+            self.last_beat[n] = self.now
+            free, held = self.free(n), frozenset(self.holding[n])
+            self.send_to_leader(n, self.on_report(n, free, held))
+            self.at(self.now + self.report_ms, beat)
+
+        self.at(self.now + self.rng.randint(0, REPORT_MS), beat)
+
+    def send_to_leader(self, n: str, deliver: Callable[[Leader], None]) -> None:
+        """A frame from worker ``n`` to whoever leads when it arrives (one ordered link per worker;
+        the leader's own worker is in-process)."""
         ld = self.leader
-        if ld is None or ld.node == n:
+        lat = 0 if ld is not None and ld.node == n else self.rng.randint(*NET_LAT)
+        t = max(self.now + lat, self.link_at[n])
+        self.link_at[n] = t
+
+        def arrive() -> None:
+            ld2 = self.leader
+            if ld2 is not None:
+                deliver(ld2)
+
+        self.at(t, arrive)
+
+    def on_report(self, n: str, free: int, held: frozenset[str]) -> Callable[[Leader], None]:
+        def handle(ld: Leader) -> None:  # the Dispatcher's and the Monitor's WorkerReport
+            ld.plan.report(n, free)
+            ld.workers.heard(n, self.now)
+            gone = ld.watch.not_held(n, held, self.now - HELD_GRACE_MS)
+            self.settled_on_lost += len(gone)
+            self.settle(ld, gone)
+            if ld.backlog:
+                self.wake_at(ld, self.now)
+            self.monitor()
+
+        return handle
+
+    def monitor(self) -> None:
+        """The Monitor's pump: lost results for fires past their deadline and for the open fires of
+        workers silent for ``WORKER_LOST`` ms; the Dispatcher forgets lost workers; its alarm."""
+        ld = self.leader
+        if ld is None:
             return
-        term, inc = ld.term, self.incarnation[n]
+        due = ld.watch.due(self.now)
+        self.settle(ld, due)
+        gone = ld.workers.lost(ld.watch.workers(), self.now)
+        if gone:
+            lost = ld.watch.on_lost_workers(gone)
+            self.settled_on_lost += len(lost)
+            self.settle(ld, lost)
+        for w in ld.workers.take_lost():
+            ld.plan.forget(w)
+        nxt = [d for d in (ld.watch.next_deadline(), ld.workers.next_check(ld.watch.workers())) if d is not None]
+        if not nxt:
+            return
+        t = max(self.now, min(nxt))
+        if ld.monitor_at is not None and ld.monitor_at <= t:
+            return
+        ld.monitor_at = t
 
-        def check() -> None:
-            ld2 = self.leader
-            if ld2 is None or ld2.term != term or self.alive[n] or self.incarnation[n] != inc:
-                return
-            self.log_(f"monitor: worker {n} lost")
-            ld2.lost_workers.add(n)
-            self.settle_lost(n)
+        def alarm() -> None:
+            if self.leader is ld and ld.monitor_at == t:
+                ld.monitor_at = None
+                self.monitor()
 
-        self.at(self.now + WORKER_LOST, check)
+        self.at(t, alarm)
 
-    def not_held_check(self, n: str) -> None:
-        """A restarted worker's heartbeats hold none of the fires sent to it before: the leader settles
-        those watched at least HELD_GRACE ms before a heartbeat (the first one that counts)."""
+    def settle(self, ld: Leader, items: list[ResultItem]) -> None:
+        for it in items:
+            self.given_up.setdefault((it.fire_id, it.attempt), self.now)
+            self.log_(f"monitor: {it.fire_id} attempt {it.attempt} lost")
+            self.result_in(ld, it)
+
+    def clean(self) -> None:
+        """The Cleaner: its :class:`ExpiryScan` once a second, one ``Expire`` proposal at a time."""
         ld = self.leader
-        assert ld is not None
-        term, back = ld.term, self.now
+        if ld is None:
+            return
+        cmd = ld.scan.run(self.now)
+        if cmd is not None:
+            self.log_(f"cleaner: expire {[it.task_id for it in cmd.items]}")
 
-        def heartbeat() -> None:
-            ld2 = self.leader
-            if ld2 is None or ld2.term != term or not self.alive[n]:
-                return
-            self.settle_lost(n, watched_before=back)
+            def done(out: Applied) -> None:  # ExpireDone
+                ld.scan.done(sum(1 for r in out.results if r is True))
+                self.clean()
 
-        self.at(self.now + HELD_GRACE + self.rng.randint(*NET_LAT), heartbeat)
-
-    def settle_lost(self, n: str, watched_before: int | None = None) -> None:
-        ld = self.leader
-        assert ld is not None
-        for f in self.replicas[ld.node].scan_fires():
-            key = (f.fire_id, f.attempt, f.kind)
-            if watched_before is not None and self.watched_at.get(key, 0) >= watched_before:
-                continue
-            if f.worker == n and key not in ld.lost_sent:
-                ld.lost_sent.add(key)
-                self.settled_on_lost += 1
-                self.log_(f"monitor: {f.fire_id} attempt {f.attempt} on lost worker {n}")
-                self.to_leader(lost_result(f))
+            self.propose(cmd, done)
+        nd = ld.scan.next_deadline()
+        if nd is not None:
+            self.at(max(nd, self.now), lambda: self.clean() if self.leader is ld and not ld.scan.busy else None)
 
     # ---------------------------------------------------------------- leader shells
 
@@ -551,21 +702,26 @@ class Sim:
                         ld.flows.configure(e.key, None if e.settings is None else limits_of(e.settings), self.now)
                     self.wake()
             self.at(self.now + MAILBOX_LAT[1], configure)
-        if isinstance(cmd, Dispatched):  # refused items give their flow slot back
-            for it, res in zip(cmd.items, out.results):
-                if res is not None:
-                    ld.flows.cancel(it.fire_id, it.attempt)
-        for e in out.effects:
-            if isinstance(e, FireRequest):
+        if isinstance(cmd, Dispatched):  # refused items give their capacity and flow slot back
+            refused = [it for it, res in zip(cmd.items, out.results) if res is not None]
+            ld.plan.settle(refused)
+            for it in refused:
+                ld.flows.cancel(it.fire_id, it.attempt)
+        fires = [e for e in out.effects if isinstance(e, FireRequest)]
+        if fires:  # Committed: the Monitor watches first, then the Dispatcher sends
+            ld.watch.watch((e.fire for e in fires), self.now)
+            for e in fires:
                 due, sched = dues.get(e.fire.fire_id, (None, -1))
                 if sched != e.scheduled_ms:  # catchup all moved it past instants too old for its window
                     due = e.not_before_ms
                 assert due is not None
                 self.planned[(e.fire.fire_id, e.fire.kind, e.fire.attempt)] = due
-                self.watch(e.fire)
+            for wid, group in DispatchPlan.group(fires).items():
+                if wid == ld.node:
+                    ld.plan.sent_local(len(group))
+            for e in fires:
                 self.send_fire(e, ld.term)
-                if e.fire.worker in ld.lost_workers:  # planned before the worker was seen gone
-                    self.settle_lost(e.fire.worker)
+            self.monitor()
         self.wake()
 
     def to_wheel(self, ld: Leader, effects: list[Any]) -> None:
@@ -576,11 +732,7 @@ class Sim:
         def deliver() -> None:
             if self.leader is not ld:
                 return
-            for e in ld.inbox.pop(0):
-                if isinstance(e, WheelAdd):
-                    ld.wheel.add(e.key, e.due_ms)
-                else:
-                    ld.wheel.remove(e.key)
+            ld.wheel.apply(ld.inbox.pop(0))
             self.wake()
             self.schedule_load()
 
@@ -591,7 +743,7 @@ class Sim:
         ld = self.leader
         if ld is None or ld.load_at is not None:
             return
-        t = max(self.now, ld.wheel.next_load_ms())
+        t = max(self.now, ld.wheel.window.next_load_ms())
         if self.loader_delay:
             t += self.rng.randint(0, self.loader_delay)
         ld.load_at = t
@@ -600,15 +752,14 @@ class Sim:
             if self.leader is not ld:
                 return
             ld.load_at = None
-            w = ld.wheel
+            w = ld.wheel.window
             if w.load_wanted(self.now):
                 if w.loaded_until_ms <= self.now + self.lead:
                     self.loader_behind += ld.filled
                     self.faults.append(self.now)
-                w.load(self.replicas[ld.node].read_due, self.now)
-                ld.slices += 1
-                if not w.load_wanted(self.now):
+                if not ld.wheel.load(self.replicas[ld.node].read_due, self.now):
                     ld.filled = True
+                ld.slices += 1
                 self.log_(f"loader: slice {ld.slices} -> window until {w.loaded_until_ms - self.t0}, {len(w)} timers")
                 if self.slice_faults and self.rng.random() < (0.5 if not ld.filled else 0.02):
                     self.slice_faults -= 1
@@ -620,6 +771,20 @@ class Sim:
             self.schedule_load()
 
         self.at(t, load)
+
+    def wake_at(self, ld: Leader, t: int) -> None:
+        """The Dispatcher's alarm: it plans at ``t`` (unless it already will, sooner)."""
+        if ld.wake_at is not None and ld.wake_at <= t:
+            return
+        ld.wake_at = t
+
+        def fire() -> None:
+            if self.leader is ld and ld.wake_at == t:
+                ld.wake_at = None
+                self.dispatch()
+                self.wake()
+
+        self.at(t, fire)
 
     def wake(self) -> None:
         ld = self.leader
@@ -642,80 +807,46 @@ class Sim:
                 self.wake()
 
             self.at(fw, flow_wake)
+        if ld.backlog:  # no capacity for them before: looked at again a tick later
+            self.wake_at(ld, self.now + TICK)
         nd = ld.wheel.next_deadline()
-        if nd is None:
-            return
-        t = max(nd - self.lead, self.now)
-        if ld.wake_at is not None and ld.wake_at <= t:
-            return
-        ld.wake_at = t
-        term = ld.term
-
-        def fire() -> None:
-            if self.leader is None or self.leader.term != term:
-                return
-            self.leader.wake_at = None
-            self.dispatch()
-            self.wake()
-
-        self.at(t, fire)
+        if nd is not None:
+            self.wake_at(ld, max(nd - self.lead, self.now))
 
     def dispatch(self) -> None:
+        """The TimeWheel's advance and the Dispatcher's plan (``DispatchPlan.plan`` with its flows)."""
         ld = self.leader
         assert ld is not None
         rep = self.replicas[ld.node]
-        items = []
-        workers = [n for n in self.nodes if self.alive[n] and n not in ld.lost_workers]
-        due_by = self.now + self.lead
         fc = ld.flows
         fc.sweep(self.now)
-        for tid in fc.release(self.now) + ld.wheel.advance(due_by):
-            t = rep.get_task(tid)
-            actions = t.actions(due_by) if t is not None else []  # an allow task: maybe several occurrences
-            if t is None or not actions:
-                fc.drop(tid)
-                continue
-            for fid, att, due in actions:
-                go = max(self.now, due)
-                flow = flow_of(t.spec)
-                if not fc.gate(tid, fid, att, flow, go, self.now):
-                    break
-                kind = FireKind.ACK if fid == t.fire_id and t.status is Status.AWAITING_ACK else FireKind.CALLBACK
-                slot = fc.fire_slot(fid)
-                assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
-                self.plan_of[(fid, att, kind)] = Planned(self.now, slot, ld.term, flow)
-                dl = go + t.spec.timeout_ms + DISPATCH_SLACK
-                items.append(DispatchItem(
-                    fire_id=fid, task_id=tid, attempt=att, worker=self.rng.choice(workers), deadline_ms=dl,
-                ))
+        ids = fc.release(self.now) + ld.backlog + ld.wheel.advance(self.now + self.lead)
+        items, ld.backlog = ld.plan.plan(ids, self.now, 1 << 30, self.lead, fc)
+        for it, lag in zip(items, ld.plan.lags):
+            t = rep.get_task(it.task_id)
+            assert t is not None
+            kind = FireKind.ACK if it.fire_id == t.fire_id and t.status is Status.AWAITING_ACK else FireKind.CALLBACK
+            go = max(self.now, self.now - int(lag))
+            slot = fc.fire_slot(it.fire_id)
+            assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
+            self.plan_of[(it.fire_id, it.attempt, kind)] = Planned(self.now, slot, ld.term, flow_of(t.spec))
         if items:
             self.propose(Dispatched(self.now, tuple(items)))
         self.schedule_load()
 
-    def watch(self, f: Fire) -> None:
-        ld = self.leader
-        assert ld is not None
-        term = ld.term
-        self.watched_at[(f.fire_id, f.attempt, f.kind)] = self.now
+    def to_leader(self, item: ResultItem) -> Callable[[Leader], None]:
+        """A worker's result as the leader's Monitor takes it (``FireResults``)."""
+        def handle(ld: Leader) -> None:
+            ld.workers.heard(item.worker, self.now)
+            ld.watch.answered(item.fire_id, item.attempt)
+            self.result_in(ld, item)
+            self.monitor()
 
-        def check() -> None:
-            ld2 = self.leader
-            if ld2 is None or ld2.term != term:
-                return
-            cur = self.replicas[ld2.node].get_fire(f.fire_id)
-            key = (f.fire_id, f.attempt, f.kind)
-            if cur is None or cur.attempt != f.attempt or cur.kind is not f.kind or key in ld2.lost_sent:
-                return
-            ld2.lost_sent.add(key)
-            self.log_(f"monitor: {f.fire_id} attempt {f.attempt} lost")
-            self.to_leader(lost_result(cur))
+        return handle
 
-        self.at(max(self.now, f.deadline_ms), check)
-
-    def to_leader(self, item: ResultItem) -> None:
-        ld = self.leader
-        if ld is None:
-            return
+    def result_in(self, ld: Leader, item: ResultItem) -> None:
+        """A result (or a lost one) into the Monitor's buffer, flushed ``RESULT_FLUSH`` ms later; its
+        end frees its flow's slot in the Dispatcher."""
         ld.results.append(item)
         got = ld.flows.fire_flow(item.fire_id)
         if got is not None and item.retry_after_ms > self.now and (item.attempt is None or got[1] == item.attempt):
@@ -725,13 +856,11 @@ class Sim:
         self.wake()
         if ld.flush_at is None:
             ld.flush_at = self.now + RESULT_FLUSH
-            term = ld.term
 
             def flush() -> None:
-                ld2 = self.leader
-                if ld2 is None or ld2.term != term:
+                if self.leader is not ld:
                     return
-                items, ld2.results, ld2.flush_at = ld2.results, [], None
+                items, ld.results, ld.flush_at = ld.results, [], None
                 self.propose(Results(self.now, tuple(items)))
 
             self.at(ld.flush_at, flush)
@@ -740,10 +869,12 @@ class Sim:
 
     def send_fire(self, fr: FireRequest, term: int) -> None:
         w = fr.fire.worker
+        self.sent.append(Sent(fr.fire.fire_id, fr.fire.attempt, w, self.now, fr.fire.deadline_ms, term))
 
         def arrive() -> None:
             if not self.alive[w]:
                 return
+            self.holding[w][fr.fire.fire_id] += 1  # listed in its heartbeats until its result is sent
             if fr.not_before_ms > self.now:  # planned ahead: the worker holds it until its due time
                 inc = self.incarnation[w]
 
@@ -818,14 +949,31 @@ class Sim:
             if self.rng.random() < self.p_result_loss:
                 self.log_(f"result of {f.fire_id} lost")
                 self.faults.append(self.now)
+                self.unhold(w, f.fire_id)
+                self.answered.add((f.fire_id, f.attempt))
                 return
-            late = self.rng.random() < self.p_slow_result
-            if late:  # a stalled worker: the result arrives after the Monitor gave the attempt up
-                self.faults.append(self.now)
-            delay = fr.timeout_ms + DISPATCH_SLACK + 500 if late else self.rng.randint(*NET_LAT)
-            self.at(self.now + delay, lambda: self.to_leader(item))
+            if self.rng.random() < self.p_slow_result:  # a stalled worker: it sends the result after the
+                self.faults.append(self.now)  # Monitor gave the attempt up (it holds the fire until then)
+
+                def stalled() -> None:
+                    if self.incarnation[w] == inc:
+                        self.answered.add((f.fire_id, f.attempt))
+                        self.unhold(w, f.fire_id)
+                        self.send_to_leader(w, self.to_leader(item))
+
+                self.at(self.now + fr.timeout_ms + DISPATCH_SLACK + 500, stalled)
+                return
+            self.unhold(w, f.fire_id)
+            self.answered.add((f.fire_id, f.attempt))
+            self.send_to_leader(w, self.to_leader(item))
 
         self.at(finish_at, finished)
+
+    def unhold(self, w: str, fire_id: str) -> None:
+        held = self.holding[w]
+        held[fire_id] -= 1
+        if held[fire_id] <= 0:
+            del held[fire_id]
 
     def behave(self, b: str) -> tuple[int, int]:
         r = self.rng
@@ -1030,7 +1178,7 @@ class Sim:
     def edge_creates(self) -> None:
         """Three delayed tasks due one ms before the leader's window ends, at its end and one after."""
         ld = self.leader
-        edge = ld.wheel.loaded_until_ms if ld is not None else self.now + self.horizon
+        edge = ld.wheel.window.loaded_until_ms if ld is not None else self.now + self.horizon
         edge = max(edge, self.now + 1)
         rel = self.rng.choice(["at_least_once", "at_most_once"])
         for off in (-1, 0, 1):
@@ -1147,7 +1295,10 @@ def check(sim: Sim) -> None:
     if len(digests) != 1:
         fail("replicas differ")
     state = reps[0]
-    tasks = state.tasks
+    tasks = {**sim.expired, **state.tasks}  # the Cleaner's expired tasks as they were: their checks still apply
+    executions = [*sim.expired_execs, *state.executions]
+    check_expiry(sim, state, fail)
+    check_lost_workers(sim, fail)
     by_task: dict[str, list[Delivery]] = defaultdict(list)
     for d in sim.deliveries:
         by_task[d.task_id].append(d)
@@ -1220,7 +1371,7 @@ def check(sim: Sim) -> None:
     # given up as lost (docs/architecture.md#lost-workers), recorded and not applied
     execs: dict[str, list[Any]] = defaultdict(list)
     first_row: dict[tuple[str, FireKind, int], Any] = {}
-    for e in state.executions:
+    for e in executions:
         if e.kind is FireKind.EVENT:  # an update on record, not an attempt
             continue
         key = (e.fire_id, e.kind, e.attempt)
@@ -1280,7 +1431,7 @@ def check(sim: Sim) -> None:
         if t.rewound is not None or t.redrives:
             fail(f"task {t.id} still in a redrive at the end: {t}")
 
-    after_unknown = {(e.task_id, e.seq + 1) for e in state.executions if e.result is ExecutionResult.UNKNOWN}
+    after_unknown = {(e.task_id, e.seq + 1) for e in executions if e.result is ExecutionResult.UNKNOWN}
     """Occurrences that follow one lost with its worker: started when that was settled, maybe after
     their instant (docs/architecture.md#lost-workers)."""
     for tid, t in tasks.items():
@@ -1411,7 +1562,7 @@ def check(sim: Sim) -> None:
                 def after(x: int, iv: int = iv, anchor: int = t.created_ms) -> int:
                     return anchor + ((x - anchor) // iv + 1) * iv
 
-                allow_skips = [e for e in state.executions if e.task_id == tid and e.kind is FireKind.EVENT]
+                allow_skips = [e for e in executions if e.task_id == tid and e.kind is FireKind.EVENT]
                 for k in sorted(firsts):
                     nxt = firsts.get(k + 1)
                     if nxt is None or k not in ended or f"{tid}-{k}" in sim.redriven_fires or any(
@@ -1447,7 +1598,7 @@ def check(sim: Sim) -> None:
                         if nxt.scheduled < end:
                             fail(f"{tid} overlap skip: occurrence {k} ran {began}..{end}; next at {nxt.scheduled}")
             if spec.catchup is CatchUp.NONE and spec.interval_ms and tid not in sim.specs:
-                moved = {e.seq for e in state.executions if e.task_id == tid and e.result is ExecutionResult.SKIPPED
+                moved = {e.seq for e in executions if e.task_id == tid and e.result is ExecutionResult.SKIPPED
                          and "catchup none" in (e.response_head or "")}
                 for d in cbs:  # a missed occurrence (its next instant due when it would start) never fires,
                     # unless it is the one none skipped to, late again (a lagging scheduler must fire), or backfilled
@@ -1499,6 +1650,40 @@ def check(sim: Sim) -> None:
                         fail(f"periodic instant skipped between {a} and {b} on a healthy cluster (interval {iv})")
 
 
+def check_lost_workers(sim: Sim, fail: Callable[[str], None]) -> None:
+    """docs/architecture.md#lost-workers: a fire on a worker that crashed and stayed down, with no
+    result sent, is given up by the leader that sent it within ``WORKER_LOST`` ms of the worker's
+    last heartbeat (at most one link latency after the crash) -- before its deadline if that is later."""
+    for s in sim.sent:
+        if (s.fire_id, s.attempt) in sim.answered:
+            continue
+        for down, back in sim.downs.get(s.worker, []):
+            if down < s.at:
+                continue
+            by = down + WORKER_LOST + NET_LAT[1] + 1
+            if back > by and sim.term_end.get(s.term, 1 << 62) > by and s.deadline > by and by < sim.t0 + sim.end_ms:
+                sim.lost_worker_fires += 1
+                got = sim.given_up.get((s.fire_id, s.attempt))
+                if got is None or got > by:
+                    fail(f"fire {s.fire_id} attempt {s.attempt} on worker {s.worker}, down since "
+                         f"{down - sim.t0}, given up at {None if got is None else got - sim.t0}, not by {by - sim.t0}")
+            break
+
+
+def check_expiry(sim: Sim, state: MemoryState, fail: Callable[[str], None]) -> None:
+    """The Cleaner (docs/architecture.md#task-rules, retention): a task it removed was terminal and
+    unchanged since, and had no dead letter; every task terminal for the retention (plus a few of
+    its rounds) without a dead letter is gone by the end."""
+    for t in sim.expired.values():
+        if t is None or t.status not in TERMINAL_STATUSES or t.running:
+            fail(f"expired a task that was not terminal: {t}")
+    keep = {d.task_id for d in state.dead.values()}
+    limit = sim.t0 + sim.end_ms - RETENTION_MINUTES * 60_000 - 5 * EXPIRY_INTERVAL_MS
+    for t in state.tasks.values():
+        if t.status in TERMINAL_STATUSES and t.updated_ms < limit and t.id not in keep:
+            fail(f"task {t.id} {t.status} since {t.updated_ms - sim.t0} not expired by the end")
+
+
 def check_allow(sim: Sim, tid: str, ds: list[Delivery], fail: Callable[[str], None]) -> None:
     """An ``overlap: allow`` task (docs/architecture.md#overlap): the requests of one occurrence (fire
     id) never overlap; occurrences do, at most ``MAX_RUNNING`` at once while the cluster is healthy
@@ -1522,13 +1707,15 @@ def check_flows(sim: Sim, fail: Callable[[str], None]) -> None:
     """docs/architecture.md#flow-control: nothing planned for a flow while it is paused or held by a
     Retry-After; within a term, no window of a rate-limited flow has more fires meant to go than
     ``burst + rate * window``; no more requests of a concurrency-limited flow at the receiver at once
-    than its limit. (A leader learns of a committed setting a mailbox hop later; a new leader starts
+    than its limit. (A leader learns of a committed setting a mailbox hop later, or from the store if it
+    committed by the start of its term; a new leader starts
     with an empty bucket and counts only the fires it planned itself.)"""
     hop = MAILBOX_LAT[1]
     plans = sorted(sim.plan_of.items(), key=lambda kv: kv[1].at)
     for key, pl in plans:
-        events = [(t, p) for f, t, p in sim.pauses if f == pl.flow and t + hop < pl.at]
-        hearing = any(f == pl.flow and t + hop == pl.at for f, t, _ in sim.pauses)
+        began = sim.term_start.get(pl.term, -1)  # what committed by then, the leader read from the store
+        events = [(t, p) for f, t, p in sim.pauses if f == pl.flow and (t + hop < pl.at or t <= began)]
+        hearing = any(f == pl.flow and t + hop == pl.at and t > began for f, t, _ in sim.pauses)
         """The leader hears of a pause or resume in this very ms: before or after this plan."""
         if events and events[-1][1] and not hearing:
             fail(f"fire {key} planned at {pl.at - sim.t0} while its flow {pl.flow} was paused "
@@ -1584,21 +1771,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start", type=int, default=0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--trace", action="store_true")
+    p.add_argument("--mutants", action="store_true",
+                   help="apply each deliberate product bug of tests/sim/mutants.py in turn and run seeds "
+                        "(--seeds per mutant, default 2,000) until one fails")
+    p.add_argument("--mutant", default=None, help="run the seeds with this one mutant applied (replay)")
     args = p.parse_args(argv)
+    logging.getLogger("molens").setLevel(logging.DEBUG if args.trace else logging.CRITICAL)
+    from tests.sim import mutants
+
+    if args.mutants:
+        budget = args.seeds if "--seeds" in (argv or sys.argv) else 2_000
+        return mutants.main(range(args.start, args.start + budget))
+    if args.mutant is not None:
+        with mutants.by_name(args.mutant).applied():
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     failures = 0
     t0 = time.monotonic()
     fires = settled = 0
     for s in seeds:
         sim = Sim(s, 3, print if args.trace else None)
-        sim.run()
-        fires += len(sim.deliveries)  # a failing seed's too: its requests were made all the same
-        settled += sim.settled_on_lost
         try:
+            try:
+                sim.run()
+            finally:
+                fires += len(sim.deliveries)  # a failing seed's too: its requests were made all the same
+                settled += sim.settled_on_lost
             check(sim)
         except Violation as e:
             failures += 1
-            print(f"FAIL {e}\n  replay: scripts/sim --scheduler --seed {s} --trace", flush=True)
+            mutant = f" --mutant {args.mutant}" if args.mutant else ""
+            print(f"FAIL {e}\n  replay: scripts/sim --scheduler{mutant} --seed {s} --trace", flush=True)
     dt = time.monotonic() - t0
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
           f"{fires} callbacks delivered, {settled} fires settled on lost workers")

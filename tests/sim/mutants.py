@@ -1,0 +1,128 @@
+"""Deliberate bugs in the product's code, to show the scheduler simulation catches each.
+
+A :class:`Mutant` names a product function or method and one line of its source to change. It is
+applied in-process: the source (``inspect.getsource``) with that one change is compiled against the
+defining module's globals and put in place of the original for the duration of a ``with`` block, so
+every caller (the simulator, the product's own classes) runs the broken code. The simulation must
+then fail some seed; :func:`hunt` runs seeds until one does.
+
+    scripts/sim --scheduler --mutants                 # ends with: mutants: caught=N of M
+    scripts/sim --scheduler --mutants --seeds 300     # seeds tried per mutant (default 2,000)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """``target`` (``module:Name`` or ``module:Class.method``) with ``old`` replaced by ``new`` (once)."""
+
+    name: str
+    what: str
+    target: str
+    old: str
+    new: str
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        mod_name, qual = self.target.split(":")
+        mod = importlib.import_module(mod_name)
+        owner: object = mod
+        *path, attr = qual.split(".")
+        for p in path:
+            owner = getattr(owner, p)
+        original = inspect.getattr_static(owner, attr)
+        fn = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+        src = textwrap.dedent(inspect.getsource(fn))
+        if src.count(self.old) != 1:
+            raise ValueError(f"mutant {self.name}: {self.old!r} occurs {src.count(self.old)} times in {self.target}")
+        ns: dict[str, object] = {}
+        exec(compile(src.replace(self.old, self.new), f"<mutant {self.name}>", "exec"), vars(mod), ns)
+        new = ns[fn.__name__]
+        if isinstance(original, (staticmethod, classmethod)):
+            new = type(original)(new)
+        setattr(owner, attr, new)
+        try:
+            yield
+        finally:
+            setattr(owner, attr, original)
+
+
+MUTANTS = [
+    Mutant("lost-fire-never-redispatched", "the Monitor never gives up a fire past its deadline",
+           "molens.actors.monitor:FireWatch.due", "out.append(lost_result(cur))", "pass"),
+    Mutant("amo-resent-after-loss", "an at_most_once fire whose outcome is unknown (its worker or leader lost) "
+           "is sent again", "molens.fsm.machine:_retry_or_end",
+           "return DeadLetterKind.UNKNOWN",
+           'return {"status": Status.FIRING, "due_ms": now, "free_attempts": t.free_attempts, '
+           '"throttled_since_ms": t.throttled_since_ms}'),
+    Mutant("stale-result-applied", "a late result of an earlier attempt is applied to the current one",
+           "molens.fsm.machine:_result", "(it.attempt is not None and it.attempt != fire.attempt)", "False"),
+    Mutant("expiry-skips-one", "the Cleaner's scan leaves out the oldest expirable task",
+           "molens.actors.cleaner:ExpiryScan.run", "return Expire(now_ms, tuple(items))",
+           "return Expire(now_ms, tuple(items[1:]))"),
+    Mutant("held-grace-ignored", "a heartbeat settles fires still on their way to the worker",
+           "molens.actors.monitor:FireWatch.not_held", "self._since.get(fid, 0) <= watched_by_ms", "True"),
+    Mutant("catchup-one-too-many", "after an occurrence, an instant missed by less than a period fires "
+           "instead of being skipped", "molens.fsm.machine:_next_occurrence",
+           "if first >= now or (lost and spec.catchup is CatchUp.ONE):",
+           "if first >= now - (spec.interval_ms or 0) or (lost and spec.catchup is CatchUp.ONE):"),
+    Mutant("deadline-without-timeout", "a fire's deadline leaves out the HTTP timeout",
+           "molens.actors.dispatcher:DispatchPlan.plan",
+           "deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms", "deadline = at + self.dispatch_timeout_ms"),
+    Mutant("pause-ignored", "a paused flow's fires are planned",
+           "molens.schedule.flows:FlowControl._may_go", "if lim.paused or (", "if ("),
+    Mutant("window-edge-skipped", "the loader's window skips timers due exactly at its edge",
+           "molens.schedule.horizon:HorizonWheel.load", 'self.start = (until, "")', 'self.start = (until + 1, "")'),
+    Mutant("lost-worker-fires-kept", "a worker counted lost keeps its fires until their deadlines",
+           "molens.actors.monitor:FireWatch.on_lost_workers", "out.append(lost_result(cur))", "pass"),
+    Mutant("worker-death-unnoticed", "the Monitor never counts a silent worker as lost (its alarm spins)",
+           "molens.actors.monitor:WorkerWatch.lost", "if w in self._lost or self._silent_until(w) <= now_ms:",
+           "if False:"),
+]
+
+
+def hunt(mutant: Mutant, seeds: range) -> int | None:
+    """The first of ``seeds`` whose run breaks a promise with ``mutant`` applied (None: none did)."""
+    from tests.sim.scheduler_sim import Violation, run_seed
+
+    with mutant.applied():
+        for s in seeds:
+            try:
+                run_seed(s)
+            except (Violation, AssertionError):
+                return s
+    return None
+
+
+def by_name(name: str) -> Mutant:
+    for m in MUTANTS:
+        if m.name == name:
+            return m
+    raise SystemExit(f"no mutant {name!r}; one of: {', '.join(m.name for m in MUTANTS)}")
+
+
+def main(seeds: range) -> int:
+    """Hunt each mutant over ``seeds``; print the seed that caught each and ``mutants: caught=N of M``."""
+    import time
+
+    caught = 0
+    for m in MUTANTS:
+        t0 = time.monotonic()
+        seed = hunt(m, seeds)
+        took = time.monotonic() - t0
+        if seed is None:
+            print(f"mutant {m.name}: NOT caught in {len(seeds)} seeds ({took:.1f}s) -- {m.what}", flush=True)
+        else:
+            caught += 1
+            print(f"mutant {m.name}: caught by seed {seed} ({took:.1f}s) -- {m.what}\n"
+                  f"  replay: scripts/sim --scheduler --mutant {m.name} --seed {seed} --trace", flush=True)
+    print(f"mutants: caught={caught} of {len(MUTANTS)}")
+    return 0 if caught == len(MUTANTS) else 1
