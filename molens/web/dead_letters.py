@@ -193,7 +193,10 @@ def install_dead_letters(api: Api) -> None:
     @api.route("DELETE", f"{PREFIX}/dead-letters", write=True)
     def delete_matching() -> tuple[int, Any]:
         f = query_filter()
-        if all(v is None for v in f.values()) and api.q_raw("all") != "true":
+        every = api.q_raw("all")
+        if every is not None and every != "true":
+            raise ValidationError(f"all must be true (or left out), got {every[:40]!r}", "all")
+        if all(v is None for v in f.values()) and every is None:
             raise ValidationError("give a filter (task_id, flow, kind, since, until) or all=true", "all")
         limit = api.q_int("limit", MAX_BULK, 1, MAX_BULK)
         assert limit is not None
