@@ -1,8 +1,7 @@
 """schemathesis against a real node with a bearer token: every check it has, every phase (the
 document's examples, coverage, fuzzing with positive and negative cases, stateful sequences along
-the document's links), and no failure of any kind allowed. The suite asks 25 examples per
-operation, which lets every phase finish in its share of the suite's time; the acceptance run asks
-100 (``MOLENS_FUZZ_EXAMPLES=100``, about 7 minutes on a busy 2-core machine).
+the document's links), 100 examples per operation (``MOLENS_FUZZ_EXAMPLES``), and no failure of
+any kind allowed. The run is bounded by examples, not by a clock (about two minutes here).
 
 What the server refuses beyond what JSON Schema can state is listed, operation by operation, in
 ``schemathesis.toml`` beside this file (each with its rule): only there may a request the document
@@ -29,14 +28,15 @@ from .conftest import Cluster, wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SEED = int(os.environ.get("MOLENS_FUZZ_SEED", "20261204"))
-EXAMPLES = int(os.environ.get("MOLENS_FUZZ_EXAMPLES", "25"))
-MAX_TIME_S = 420
-"""A backstop: the run ends on its own (every phase done) well before it."""
+EXAMPLES = int(os.environ.get("MOLENS_FUZZ_EXAMPLES", "100"))
+MAX_TIME_S = 900
+"""A backstop only, never passed to schemathesis: under ``--max-time`` its fuzzing and stateful phases
+draw cases until the time is spent, whatever ``--max-examples`` says."""
 TOKEN = "fuzz-token"
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 
-@pytest.mark.timeout(MAX_TIME_S + 180)
+@pytest.mark.timeout(MAX_TIME_S + 120)
 def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path: Path) -> None:
     st = Path(sys.executable).with_name("schemathesis")
     if not st.exists():
@@ -65,10 +65,10 @@ def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path: Path) -> Non
             str(st), "--config-file", str(CONFIG), "run", f"{base}/api/v1/openapi.json", "--url", base,
             "-H", f"Authorization: Bearer {TOKEN}",
             "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful", "--mode", "all",
-            "--max-examples", str(EXAMPLES), "--max-time", str(MAX_TIME_S), "--seed", str(SEED),
+            "--max-examples", str(EXAMPLES), "--seed", str(SEED),
             "--workers", "1", "--no-color",  # 2 workers hit a CPython 3.11 compile() race in hypothesis (SystemError)
         ]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=MAX_TIME_S + 120, cwd=tmp_path)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=MAX_TIME_S, cwd=tmp_path)
         summary = out.stdout[out.stdout.rfind("SUMMARY"):] if "SUMMARY" in out.stdout else out.stdout[-4000:]
         cases = re.search(r"(\d+) generated", summary)
         phases = "; ".join(m.group(0).strip() for m in re.finditer(r"\w+ \(in [0-9.]+s\)", out.stdout))
