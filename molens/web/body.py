@@ -96,7 +96,7 @@ def whole_int(v: object) -> int | None:
 
 
 def body_refused(method: str) -> MolensError:
-    return ValidationError(f"{method} on this route takes no request body; send none", "body")
+    return ValidationError(f"{method} on this route takes no request body; send none (or {{}})", "body")
 
 
 __all__ = ["DEFAULT_MAX_DEPTH", "Body", "body_refused", "decode", "depth_error", "too_deep", "whole_int"]

@@ -76,6 +76,17 @@ def test_a_body_on_a_route_that_takes_none_is_refused_not_ignored(api: tuple[Ser
     assert t["status"] == "pending"  # the pause did not happen
 
 
+def test_an_empty_object_on_a_route_that_takes_no_body_counts_as_none(api: tuple[Served, str]) -> None:
+    """Many clients send ``{}`` with every POST: a body-less action takes it as no body."""
+    s, tid = api
+    for raw, want in ((b" { } ", 200), (b"{}", 200), (b'{"a":1}', 400), (b"{}" + b" " * 100, 400)):
+        st, _, body = s.call("POST", f"/api/v1/tasks/{tid}/pause", raw=raw,
+                             headers={**AUTH, "Content-Type": "application/json"})
+        assert st == want, (raw, body)
+        if st == 200:
+            assert s.call("POST", f"/api/v1/tasks/{tid}/resume", headers=AUTH)[0] == 200
+
+
 def _exchange(s: Served, data: bytes, *, trickle: bool = False) -> tuple[bytes, float]:
     """Send ``data`` (a byte a time when ``trickle``), read until the server closes; the answer and
     how long after the last byte sent the connection closed."""
@@ -201,6 +212,18 @@ def test_one_address_gets_at_most_its_share_of_connections(api: tuple[Served, st
     finally:
         for h in held:
             h.close()
+        _until_served(s)  # the server counts a connection until its loop has seen it close
+
+
+def _until_served(s: Served) -> None:
+    """Wait (bounded by ``LIVENESS_S``) until a request from 127.0.0.1 is served again, not 429."""
+    deadline = time.monotonic() + LIVENESS_S
+    while True:
+        answer, _ = _exchange(s, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        if answer.startswith(b"HTTP/1.1 200"):
+            return
+        assert time.monotonic() < deadline, answer[:300]
+        time.sleep(0.05)
 
 
 def test_allow_lists_the_methods_of_the_route_table_for_every_path(api: tuple[Served, str]) -> None:
