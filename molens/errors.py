@@ -17,8 +17,9 @@ answers with, so an error raised deep in validation reaches the client unchanged
     │   │   └── StorageFull (this node cannot write its disk now)
     │   └── LeadershipLost (appended, outcome unknown)
     ├── molens.web.errors: LeaderElsewhere (307), NoLeader (503), OutcomeUnknown (503),
-    │   Unavailable (503), InsufficientStorage (507), Unauthorized (401), BodyTooLarge (413),
-    │   UnsupportedMediaType (415), MethodNotAllowed (405), RouteNotFound (404), InternalError (500)
+    │   Unavailable (503), InsufficientStorage (507), Unauthorized (401), Forbidden (403),
+    │   TooManyRequests (429), BodyTooLarge (413), UnsupportedMediaType (415), MethodNotAllowed (405),
+    │   RouteNotFound (404), InternalError (500)
     └── ClientError (molens.client: what the SDK raises)
         ├── ApiError (an error answer, with its code and field)
         │   ├── BadRequestError ── BatchRejectedError

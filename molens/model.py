@@ -664,7 +664,7 @@ def resolve_creates(
 
 
 _SCHEDULE_KEYS = ("interval_ms", "run_at", "cron_expr")
-_FIXED_KEYS = ("type", "idempotency_key")
+_FIXED_KEYS = ("type", "idempotency_key", "namespace")
 _PATCH_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 

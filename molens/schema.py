@@ -249,6 +249,10 @@ SCENE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 """What a task's ``scene`` may be (and the ``scene`` filter of the task list)."""
 FLOW_KEY_PATTERN = r"^[A-Za-z0-9_.:\[\]-]{1,128}$"
 """What a flow key may be (``flow_key``, ``/flows/{key}``); a URL's ``host:port`` fits it."""
+NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+"""What a namespace name may be (a task's ``namespace``, ``/namespaces/{name}``, ``?namespace=``)."""
+DEFAULT_NAMESPACE = "default"
+"""The namespace of a task that names none, and of every task stored before namespaces existed."""
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -430,6 +434,12 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         ),
     ] = None
 
+    namespace: Annotated[
+        str,
+        rule("Namespace the task belongs to (created by an admin, POST /namespaces); its executions and dead "
+             "letters belong to it too. Cannot change", pattern=NAMESPACE_PATTERN),
+    ] = DEFAULT_NAMESPACE
+
     @property
     def payload(self) -> Any:
         """The payload as a JSON value (decoded on each access; the body is kept encoded)."""
@@ -579,6 +589,11 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         return f"{self.id}-{self.seq}"
 
     @property
+    def namespace(self) -> str:
+        """The namespace the task belongs to (its definition's; it never changes)."""
+        return self.spec.namespace
+
+    @property
     def held(self) -> bool:
         """Its own occurrence waits for one of ``MAX_RUNNING`` running ones to end: it would run in
         the task's own slot beside them (a backfilled or redriven one, or any once the task is no
@@ -654,6 +669,8 @@ class DeadLetter(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     reliability: Reliability
     sched_ms: int
     result: ExecutionResult
+    namespace: str = DEFAULT_NAMESPACE
+    """Its task's (dead letters written before namespaces existed read as ``default``)."""
 
     def to_json(self) -> dict[str, Any]:
         d = msgspec.structs.asdict(self)
@@ -1067,8 +1084,10 @@ def request_error(
 
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
     "DEFAULT_RETRY",
     "FLOW_KEY_PATTERN",
+    "NAMESPACE_PATTERN",
     "SCENE_PATTERN",
     "python_pattern",
     "FORMAT",

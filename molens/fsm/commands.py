@@ -18,6 +18,7 @@ from __future__ import annotations
 import msgspec
 
 from molens.errors import MolensError
+from molens.fsm.tenancy import ApiKey, Namespace
 from molens.schema import FireKind, Outcome, TaskSpec
 
 
@@ -196,10 +197,40 @@ class DeleteFlow(msgspec.Struct, frozen=True, array_like=True, tag=31):
     key: str
 
 
+class PutNamespace(msgspec.Struct, frozen=True, array_like=True, tag=40):
+    """Create namespace ``namespace.name`` (``create``: refused if it exists) or replace its quotas
+    (refused if it does not exist)."""
+
+    now_ms: int
+    namespace: Namespace
+    create: bool
+
+
+class DeleteNamespace(msgspec.Struct, frozen=True, array_like=True, tag=41):
+    """Forget namespace ``name``; refused while it holds tasks, and for ``default``."""
+
+    now_ms: int
+    name: str
+
+
+class PutApiKey(msgspec.Struct, frozen=True, array_like=True, tag=42):
+    """Add an API key (its secret's keyed hash only: the secret never enters the log)."""
+
+    now_ms: int
+    key: ApiKey
+
+
+class DeleteApiKey(msgspec.Struct, frozen=True, array_like=True, tag=43):
+    """Revoke API key ``key_id``: every replica refuses it once it has applied this entry."""
+
+    now_ms: int
+    key_id: str
+
+
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
     | UpdateTask | RedriveDeadLetters | DeleteDeadLetters | AckNotices | BackfillTask | PutFlow | DeleteFlow
-    | FlowNotices
+    | FlowNotices | PutNamespace | DeleteNamespace | PutApiKey | DeleteApiKey
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -232,6 +263,7 @@ def decode(data: bytes) -> Command:
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
     RedriveDeadLetters, DeleteDeadLetters, AckNotices, BackfillTask, PutFlow, DeleteFlow, FlowNotices,
+    PutNamespace, DeleteNamespace, PutApiKey, DeleteApiKey,
 )
 
 
@@ -242,7 +274,9 @@ __all__ = [
     "Command",
     "CreateItem",
     "CreateTasks",
+    "DeleteApiKey",
     "DeleteDeadLetters",
+    "DeleteNamespace",
     "DeleteFlow",
     "FlowNotices",
     "DeleteTasks",
@@ -252,7 +286,9 @@ __all__ = [
     "ExpireItem",
     "FlowSettings",
     "PauseTasks",
+    "PutApiKey",
     "PutFlow",
+    "PutNamespace",
     "PutMeta",
     "RedriveDeadLetters",
     "ResultItem",

@@ -99,14 +99,17 @@ from typing import Any, Protocol
 
 import msgspec
 
+from molens.fsm import tenancy
 from molens.fsm.commands import (
     AckNotices,
     BackfillTask,
     Command,
     CreateItem,
     CreateTasks,
+    DeleteApiKey,
     DeleteDeadLetters,
     DeleteFlow,
+    DeleteNamespace,
     DeleteTasks,
     Dispatched,
     DispatchItem,
@@ -115,8 +118,10 @@ from molens.fsm.commands import (
     FlowNotices,
     FlowSettings,
     PauseTasks,
+    PutApiKey,
     PutFlow,
     PutMeta,
+    PutNamespace,
     RedriveDeadLetters,
     ResultItem,
     Results,
@@ -140,11 +145,22 @@ from molens.model import (
     Reliability,
     Status,
     Task,
+    TaskSpec,
     TaskType,
     ValidationError,
 )
 from molens.schedule.cron import ScheduleSpec, next_after_misfire, next_cron_fire, next_fire_after
-from molens.schema import MAX_RUNNING, Backfill, DeadLetter, Notice, NoticeType, Rewound, Running, flow_of
+from molens.schema import (
+    DEFAULT_NAMESPACE,
+    MAX_RUNNING,
+    Backfill,
+    DeadLetter,
+    Notice,
+    NoticeType,
+    Rewound,
+    Running,
+    flow_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +200,7 @@ class View(Protocol):
     def get_idem(self, key: str) -> str | None: ...
     def get_flow(self, key: str) -> FlowSettings | None: ...
     def get_dead(self, dead_id: str) -> DeadLetter | None: ...
+    def get_meta(self, key: str) -> bytes | None: ...
 
 
 class ScanView(View, Protocol):
@@ -333,6 +350,11 @@ class _Tx:
         if dead_id in self.w.dead:
             return self.w.dead[dead_id]
         return self.view.get_dead(dead_id)
+
+    def meta(self, key: str) -> bytes | None:
+        if key in self.w.meta:
+            return self.w.meta[key]
+        return self.view.get_meta(key)
 
     def finish(self, results: list[ItemResult]) -> Applied:
         eff: list[Effect] = []
@@ -571,6 +593,17 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             results = [_put_flow(tx, cmd, now)]
         case DeleteFlow():
             results = [_delete_flow(tx, cmd.key)]
+        case PutNamespace():
+            results = [_put_namespace(tx, cmd, now)]
+        case DeleteNamespace():
+            results = [_delete_namespace(tx, cmd.name)]
+        case PutApiKey():
+            tx.w.meta[tenancy.KEY_PREFIX + cmd.key.id] = tenancy.encode(cmd.key)
+            results = [cmd.key]
+        case DeleteApiKey():
+            found = tx.meta(tenancy.KEY_PREFIX + cmd.key_id) is not None
+            tx.w.meta[tenancy.KEY_PREFIX + cmd.key_id] = None
+            results = [None if found else NotFoundError(f"key {cmd.key_id} not found", "key_id")]
         case _:
             raise TypeError(f"not a command: {cmd!r}")
     return tx.finish(results)
@@ -595,9 +628,55 @@ def _delete_flow(tx: _Tx, key: str) -> ItemResult:
     return None
 
 
+def _put_namespace(tx: _Tx, cmd: PutNamespace, now: int) -> ItemResult:
+    ns = cmd.namespace
+    key = tenancy.NS_PREFIX + ns.name
+    raw = tx.meta(key)
+    if cmd.create and (ns.name == DEFAULT_NAMESPACE or raw is not None):
+        return IllegalTransitionError(f"namespace {ns.name} exists", "name", code="conflict")
+    if ns.name == DEFAULT_NAMESPACE:
+        return IllegalTransitionError("the default namespace has no settings to change", "name")
+    if raw is None and not cmd.create:
+        return NotFoundError(f"namespace {ns.name} not found", "name")
+    created = now if raw is None else tenancy.decode_namespace(raw).created_ms
+    new = _replace(ns, created_ms=created, updated_ms=now)
+    tx.w.meta[key] = tenancy.encode(new)
+    return new
+
+
+def _delete_namespace(tx: _Tx, name: str) -> ItemResult:
+    if name == DEFAULT_NAMESPACE:
+        return IllegalTransitionError("the default namespace always exists", "name")
+    if tx.meta(tenancy.NS_PREFIX + name) is None:
+        return NotFoundError(f"namespace {name} not found", "name")
+    held = tenancy.decode_count(tx.meta(tenancy.COUNT_PREFIX + name))
+    if held:
+        return IllegalTransitionError(f"namespace {name} holds {held} tasks; delete them first", "name",
+                                      code="conflict")
+    tx.w.meta[tenancy.NS_PREFIX + name] = None
+    tx.w.meta[tenancy.COUNT_PREFIX + name] = None
+    return None
+
+
+def _count_task(tx: _Tx, ns: str, delta: int) -> None:
+    """Tasks a namespace other than ``default`` holds (``nsn:<name>``)."""
+    if ns != DEFAULT_NAMESPACE:
+        key = tenancy.COUNT_PREFIX + ns
+        tx.w.meta[key] = tenancy.encode_count(max(0, tenancy.decode_count(tx.meta(key)) + delta))
+
+
+def idem_key(spec: TaskSpec) -> str | None:
+    """The key a task's ``idempotency_key`` is stored under: one namespace's keys never match another's
+    (``default``'s are stored as they were before namespaces existed)."""
+    key = spec.idempotency_key
+    if key is None or spec.namespace == DEFAULT_NAMESPACE:
+        return key
+    return f"{spec.namespace}\x00{key}"
+
+
 def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
     spec = it.spec
-    key = spec.idempotency_key
+    key = idem_key(spec)
     if key is not None:
         existing_id = tx.idem(key)
         if existing_id is not None:
@@ -607,6 +686,10 @@ def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
     existing = tx.task(it.task_id)
     if existing is not None:
         return Created(existing, False)
+    if spec.namespace != DEFAULT_NAMESPACE:
+        if tx.meta(tenancy.NS_PREFIX + spec.namespace) is None:
+            return ValidationError(f"namespace {spec.namespace} does not exist", "namespace")
+        _count_task(tx, spec.namespace, 1)
     if spec.type is TaskType.DELAYED:
         sched = spec.run_at if spec.run_at is not None else now + (spec.interval_ms or 0)
     else:
@@ -1099,7 +1182,7 @@ def _dead_letter(
         id=f"{fire.fire_id}.{'ack' if ack else ''}{fire.attempt}", task_id=t.id, fire_id=fire.fire_id, seq=t.seq,
         kind=kind, attempts=fire.attempt, status_code=it.status_code, response_head=head, at_ms=now,
         flow=flow_of(sent), scene=sent.scene, url=(sent.ack_url if ack else sent.callback_url) or "",
-        reliability=sent.reliability, sched_ms=t.sched_ms, result=res,
+        reliability=sent.reliability, sched_ms=t.sched_ms, result=res, namespace=t.spec.namespace,
     )
     tx.w.dead[dl.id] = dl
     if t.spec.notify_url:
@@ -1223,12 +1306,13 @@ def _delete_dead(tx: _Tx, dead_id: str) -> ItemResult:
 
 def _remove(tx: _Tx, t: Task) -> None:
     tx.delete(t)
+    _count_task(tx, t.spec.namespace, -1)
     if t.inflight is not None:
         tx.w.fires[t.inflight] = None
     for r in t.running:
         if r.inflight:
             tx.w.fires[r.fire_id(t.id)] = None
-    key = t.spec.idempotency_key
+    key = idem_key(t.spec)
     if key is not None and tx.idem(key) == t.id:
         tx.w.idem[key] = None
     tx.w.history_deletes.append(t.id)
@@ -1342,6 +1426,8 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
         return IllegalTransitionError("a task's type cannot be changed; create a new task", "type")
     if new.idempotency_key != old.idempotency_key:
         return IllegalTransitionError("a task's idempotency_key cannot be changed", "idempotency_key")
+    if new.namespace != old.namespace:
+        return IllegalTransitionError("a task's namespace cannot be changed; create a new task", "namespace")
     changed = [f.encode_name for f in msgspec.structs.fields(old) if getattr(old, f.name) != getattr(new, f.name)]
     if not changed:
         return t

@@ -44,6 +44,9 @@ class MemoryState:
 
     def get_flow(self, key: str) -> FlowSettings | None:
         return self.flows.get(key)
+
+    def get_meta(self, key: str) -> bytes | None:
+        return self.meta.get(key)
     def get_dead(self, dead_id: str) -> DeadLetter | None:
         return self.dead.get(dead_id)
 

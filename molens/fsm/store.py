@@ -209,11 +209,17 @@ def _scene_key(scene: str, tid: bytes) -> bytes:
 class _TxnView:
     """machine.View over an lmdb transaction."""
 
-    __slots__ = ("_dead", "_fires", "_flows", "_idem", "_tasks", "_txn")
+    __slots__ = ("_dead", "_fires", "_flows", "_idem", "_meta", "_tasks", "_txn")
 
-    def __init__(self, txn: lmdb.Transaction, tasks: Any, fires: Any, idem: Any, dead: Any, flows: Any) -> None:
+    def __init__(
+        self, txn: lmdb.Transaction, tasks: Any, fires: Any, idem: Any, dead: Any, flows: Any, meta: Any,
+    ) -> None:
         self._txn, self._tasks, self._fires, self._idem, self._dead = txn, tasks, fires, idem, dead
-        self._flows = flows
+        self._flows, self._meta = flows, meta
+
+    def get_meta(self, key: str) -> bytes | None:
+        raw = self._txn.get(b"m:" + key.encode(), db=self._meta)
+        return None if raw is None else bytes(raw)
 
     def get_dead(self, dead_id: str) -> DeadLetter | None:
         raw = self._txn.get(dead_id.encode(), db=self._dead)
@@ -421,7 +427,7 @@ class TaskStore:
     def _apply_in(
         self, txn: lmdb.Transaction, entries: list[EntryLike], counts: dict[str, int], days: dict[int, int]
     ) -> tuple[list[Any], list[tuple[int, Writes]]]:
-        view = _TxnView(txn, self._tasks, self._fires, self._idem, self._dead, self._flows)
+        view = _TxnView(txn, self._tasks, self._fires, self._idem, self._dead, self._flows, self._meta)
         known = self._known
         out: list[Any] = []
         hist: list[tuple[int, Writes]] = []
@@ -660,6 +666,19 @@ class TaskStore:
         with self._env.begin() as txn:
             raw = txn.get(b"m:" + key.encode(), db=self._meta)
             return None if raw is None else bytes(raw)
+
+    def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
+        """Every meta record whose key starts with ``prefix``, by key."""
+        start = b"m:" + prefix.encode()
+        out = []
+        with self._env.begin() as txn:
+            cur = txn.cursor(db=self._meta)
+            if cur.set_range(start):
+                for k, v in cur:
+                    if not bytes(k).startswith(start):
+                        break
+                    out.append((bytes(k)[2:].decode(), bytes(v)))
+        return out
 
     def stats(self) -> dict[str, Any]:
         """Counters for the admin ``stats`` command."""

@@ -241,6 +241,15 @@ class ApiContext(Protocol):
         """Flow ``key``'s settings in this node's replica."""
         ...
 
+    def get_meta(self, key: str) -> bytes | None:
+        """A replicated meta record of this node's replica (namespaces and API keys:
+        :mod:`molens.fsm.tenancy`)."""
+        ...
+
+    def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
+        """Every meta record of this node's replica whose key starts with ``prefix``, by key."""
+        ...
+
     def flow_states(self) -> list[FlowState] | None:
         """The leader's live view of its flows (docs/architecture.md#flow-control); None on a node
         that does not lead (or whose Dispatcher is too busy to answer)."""

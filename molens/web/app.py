@@ -42,7 +42,6 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import hmac
 import json
 import logging
 import re
@@ -81,7 +80,7 @@ from molens.model import (
 )
 from molens.schema import SCENE_PATTERN, create_type, python_pattern, request_error, task_json, view
 from molens.tracing import Spans
-from molens.web import openapi
+from molens.web import access, openapi
 from molens.web.api_context import ApiContext
 from molens.web.body import Body, body_refused, depth_error, too_deep, whole_int
 from molens.web.body import decode as body_json
@@ -93,7 +92,7 @@ from molens.web.errors import (
     MethodNotAllowed,
     NoLeader,
     RouteNotFound,
-    Unauthorized,
+    TooManyRequests,
     Unavailable,
     UnsupportedMediaType,
 )
@@ -101,6 +100,7 @@ from molens.web.flows import install_flows
 from molens.web.observability import install_observability
 from molens.web.openapi import MAX_HEADER_TEXT, MAX_STATS_WINDOW_MS, MAX_URL_FILTER
 from molens.web.server_texts import localize, negotiate
+from molens.web.tenancy import install_tenancy
 from molens.web.ui import UI_PREFIX, install_ui
 
 log = logging.getLogger(__name__)
@@ -321,18 +321,19 @@ class Api:
     def __init__(self, ctx: ApiContext, app: bottle.Bottle) -> None:
         self.ctx = ctx
         self.app = app
-        s = ctx.settings
-        self._token = s.auth_token.encode() if s.auth_token else b""
+        self.access = access.Access(ctx, ctx.settings.auth_token)
         self.routes: list[tuple[str, str]] = []
         """(method, OpenAPI path) of every route registered through :meth:`route`."""
 
     # ------------------------------------------------------------------ plumbing
 
     def route(
-        self, method: str, rule: str, *, write: bool = False, open_: bool = False, body: Body | None = None,
+        self, method: str, rule: str, *, write: bool = False, body: Body | None = None,
+        needs: access.Rule | None = None,
     ) -> Callable[[Handler], Handler]:
         """Register ``handler`` at ``rule`` with auth, the body guard, leader check, role header and
-        error rendering.
+        error rendering. Who may call it is the route's entry in :data:`molens.web.access.RULES`
+        (or ``needs``, given here); a route with neither is refused.
 
         ``body`` says what the route takes (:class:`~molens.web.body.Body`; by default none for
         GET/HEAD/DELETE, JSON for POST/PUT/PATCH): a body where none is taken is refused, a JSON one
@@ -341,27 +342,33 @@ class Api:
         JSON-able (or ``bytes`` already encoded), or a ``bottle.HTTPResponse``.
         """
         takes = body if body is not None else Body.default_for(method)
+        path = _openapi_path(rule)
+        if needs is None:
+            if (method, path) not in access.RULES:
+                raise KeyError(f"{method} {path} has no rule in molens.web.access.RULES: say who may call it")
+            needs = access.RULES[(method, path)]
 
         def deco(fn: Handler) -> Handler:
             @functools.wraps(fn)
             def wrapper(**kw: Any) -> Any:
-                return self._handle(fn, kw, write=write, open_=open_, takes=takes)
+                assert needs is not None
+                return self._handle(fn, kw, write=write, needs=needs, takes=takes)
 
             self.app.route(rule, method, wrapper)
-            self.routes.append((method, _openapi_path(rule)))
+            self.routes.append((method, path))
             return fn
 
         return deco
 
-    def _handle(self, fn: Handler, kw: dict[str, Any], *, write: bool, open_: bool, takes: Body) -> Any:
+    def _handle(self, fn: Handler, kw: dict[str, Any], *, write: bool, needs: access.Rule, takes: Body) -> Any:
         resp = bottle.response
         t0 = time.perf_counter()
         try:
             self.ctx.request_seen()
             li = self.ctx.leader_info()
             resp.set_header("X-Molens-Role", li.role)
-            if self._token and not open_:
-                self._check_auth()
+            open_ = needs.need is access.Need.OPEN
+            self.access.admit(needs)
             if li.role == "removed" and not open_:  # stale replica: answers nothing (docs/architecture.md#node-ports)
                 raise Unavailable("this node was removed from the cluster; ask a member")
             self._guard_body(takes)
@@ -408,14 +415,9 @@ class Api:
             resp.set_header("Retry-After", str(self.ctx.settings.retry_after_s))
         elif exc.http_status == 401:
             resp.set_header("WWW-Authenticate", 'Bearer realm="molens"')
+        elif isinstance(exc, TooManyRequests):
+            resp.set_header("Retry-After", str(exc.retry_after_s))
         return exc.http_status, exc.to_json()
-
-    def _check_auth(self) -> None:
-        # the header's bytes as sent (WSGI hands them over as latin-1), never decoded as UTF-8
-        h = str(bottle.request.environ.get("HTTP_AUTHORIZATION", ""))
-        scheme, _, token = h.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("latin-1"), self._token):
-            raise Unauthorized()
 
     def read_json(self) -> Any:
         """The request body parsed as JSON (415/413/400 as the module docstring says)."""
@@ -550,9 +552,12 @@ def _if_match() -> frozenset[int] | None:
 
 
 def task_or_404(ctx: ApiContext, task_id: str) -> Task:
+    """The task, if it exists and the request's key may see its namespace; else the same 404."""
     t = ctx.get_task(task_id) if model.is_task_id(task_id) else None
+    missing = NotFoundError(f"task {task_id[:64]} not found", "task_id")
     if t is None:
-        raise NotFoundError(f"task {task_id[:64]} not found", "task_id")
+        raise missing
+    access.hide(t.namespace, missing)
     return t
 
 
@@ -614,6 +619,7 @@ def _install_tasks(api: Api) -> None:
         key = _header_text("Idempotency-Key")
         now = ctx.now_ms()
         spec = _traced(validate(body, now, key), _trace_header())
+        access.require(spec.namespace)
         commit_ns = time.time_ns()
         res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
         assert isinstance(res, Created)
@@ -668,6 +674,8 @@ def _install_tasks(api: Api) -> None:
                 errors.append((i, exc))
         if errors:
             raise BatchInvalid(count, errors)
+        for ns in {it.spec.namespace for it in items}:  # a batch naming a namespace the key may not use: refused whole
+            access.require(ns)
         if not items:
             return 200, {"items": [], "errors": []}
         commit_ns = time.time_ns()
@@ -732,6 +740,7 @@ def _install_tasks(api: Api) -> None:
         scanned = 0
         last = ""
         more = False
+        namespaces = access.readable()
         deadline = time.monotonic() + MAX_SCAN_MS / 1000
         for pos, t in _ordered(ctx, order, position, statuses, scene):
             # a page whose tasks all match costs the page; only a skipping scan stops on time
@@ -741,6 +750,8 @@ def _install_tasks(api: Api) -> None:
             scanned += 1
             last = pos
             if t is None:
+                continue
+            if namespaces is not None and t.spec.namespace not in namespaces:
                 continue
             if statuses is not None and t.status.value not in statuses:
                 continue
@@ -880,7 +891,16 @@ def _install_executions(api: Api) -> None:
             task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=cursor, limit=api.q_limit()
         )
         nxt = encode_cursor("e", page.next_cursor) if page.next_cursor else None
-        return 200, {"items": [e.to_json() for e in page.items], "next_cursor": nxt}
+        items = page.items
+        namespaces = access.readable()
+        if namespaces is not None and task_id is None:  # an execution is its task's namespace's
+            seen: dict[str, bool] = {}
+            for e in items:
+                if e.task_id not in seen:
+                    t = ctx.get_task(e.task_id)
+                    seen[e.task_id] = t is not None and t.spec.namespace in namespaces
+            items = [e for e in items if seen[e.task_id]]
+        return 200, {"items": [e.to_json() for e in items], "next_cursor": nxt}
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>/executions")
     def task_executions(task_id: str) -> tuple[int, Any]:
@@ -892,6 +912,11 @@ def _install_executions(api: Api) -> None:
         tid = api.q_str("task_id")
         if tid is not None and not model.is_task_id(tid):
             raise ValidationError("task_id is not a task id", "task_id")
+        namespaces = access.readable()
+        if tid is not None and namespaces is not None:
+            t = ctx.get_task(tid)
+            if t is None or t.spec.namespace not in namespaces:  # not one it may see: nothing to list
+                return 200, {"items": [], "next_cursor": None}
         return listing(tid)
 
 
@@ -1004,28 +1029,28 @@ def _install_misc(api: Api) -> None:
         time.sleep(ctx.settings.test_endpoint_delay_ms / 1000)
         return 200, _OK
 
-    @api.route("POST", f"{PREFIX}/test/callback", open_=True, body=Body.ANY)
+    @api.route("POST", f"{PREFIX}/test/callback", body=Body.ANY)
     def test_callback() -> tuple[int, Any]:
         return test_endpoint()
 
-    @api.route("POST", f"{PREFIX}/test/ack", open_=True, body=Body.ANY)
+    @api.route("POST", f"{PREFIX}/test/ack", body=Body.ANY)
     def test_ack() -> tuple[int, Any]:
         return test_endpoint()
 
     doc = _dumps(openapi.document(ctx.settings.wheel_levels))
 
-    @api.route("GET", f"{PREFIX}/openapi.json", open_=True)
+    @api.route("GET", f"{PREFIX}/openapi.json")
     def openapi_json() -> tuple[int, Any]:
         return 200, doc
 
     # Readable from any origin: a console whose node stopped answering asks the other members
     # who leads (docs/architecture.md#console); both answers are open and carry no secret.
-    @api.route("GET", "/healthz", open_=True)
+    @api.route("GET", "/healthz")
     def healthz() -> tuple[int, Any]:
         bottle.response.set_header("Access-Control-Allow-Origin", "*")
         return 200, {"ok": True, "node_id": ctx.settings.node_id}
 
-    @api.route("GET", "/readyz", open_=True)
+    @api.route("GET", "/readyz")
     def readyz() -> tuple[int, Any]:
         bottle.response.set_header("Access-Control-Allow-Origin", "*")
         problem = ctx.clock_problem() or ctx.storage_problem()
@@ -1092,6 +1117,7 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     install_observability(api)
     install_dead_letters(api)
     install_flows(api)
+    install_tenancy(api)
     install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
     _shadow_static_paths(api)
     return api

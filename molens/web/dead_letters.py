@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
-from molens.schema import DeadLetter, DeadLetterKind, Reliability
+from molens.schema import NAMESPACE_PATTERN, DeadLetter, DeadLetterKind, Reliability, python_pattern
+from molens.web import access
 from molens.web.body import Body, whole_int
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ CHUNK = 500
 """Ids per Raft entry of a bulk request."""
 _ID_RE = re.compile(r"[0-9A-Z]{26}-[0-9]{1,12}\.(?:ack)?[0-9]{1,9}")
 _CURSOR_POS_RE = re.compile(r"(?:[0-9a-f]{2}){9,60}|[0-9]{1,12}\.(?:ack)?[0-9]{1,9}")
-_FILTER_KEYS = frozenset({"task_id", "flow", "kind", "since", "until", "limit"})
+_NAMESPACE = re.compile(python_pattern(NAMESPACE_PATTERN))
+_FILTER_KEYS = frozenset({"task_id", "flow", "kind", "since", "until", "limit", "namespace"})
 
 
 class DeadLetterReader(Protocol):
@@ -117,48 +119,61 @@ def install_dead_letters(api: Api) -> None:
             raise ValidationError("cursor is not a cursor this API issued", "cursor")
         return pos
 
+    def shown(items: list[DeadLetter]) -> list[DeadLetter]:
+        """The dead letters of the namespaces the request may see."""
+        namespaces = access.readable()
+        return items if namespaces is None else [d for d in items if d.namespace in namespaces]
+
     @api.route("GET", f"{PREFIX}/dead-letters")
     def list_dead_letters() -> tuple[int, Any]:
         f = query_filter()
         items, nxt = reader().list_dead(**f, cursor=cursor_pos(), limit=api.q_limit())
-        return 200, {"items": [d.to_json() for d in items],
+        return 200, {"items": [d.to_json() for d in shown(items)],
                      "next_cursor": encode_cursor("d", nxt) if nxt else None}
+
+    def dead_or_404(dead_id: str) -> DeadLetter:
+        """The dead letter, if it exists and the request's key may see its namespace; else the same 404."""
+        missing = NotFoundError(f"dead letter {dead_id[:80]} not found", "id")
+        dl = reader().get_dead(_check_id(dead_id))
+        if dl is None:
+            raise missing
+        access.hide(dl.namespace, missing)
+        return dl
 
     @api.route("GET", f"{PREFIX}/dead-letters/<dead_id>")
     def get_dead_letter(dead_id: str) -> tuple[int, Any]:
-        dl = reader().get_dead(_check_id(dead_id))
-        if dl is None:
-            raise NotFoundError(f"dead letter {dead_id} not found", "id")
-        return 200, dl.to_json()
+        return 200, dead_or_404(dead_id).to_json()
 
     @api.route("POST", f"{PREFIX}/dead-letters/<dead_id>/redrive", write=True, body=Body.NONE)
     def redrive_one(dead_id: str) -> tuple[int, Any]:
-        _check_id(dead_id)
+        dead_or_404(dead_id)
         res = _item(api.propose_one(RedriveDeadLetters(ctx.now_ms(), (dead_id,)))[0])
         assert isinstance(res, DeadLetter)
         return 200, _redrive_json(res)
 
     @api.route("DELETE", f"{PREFIX}/dead-letters/<dead_id>", write=True)
     def delete_one(dead_id: str) -> tuple[int, Any]:
-        _check_id(dead_id)
+        dead_or_404(dead_id)
         if api.propose_one(DeleteDeadLetters(ctx.now_ms(), (dead_id,)))[0] is not True:
             raise NotFoundError(f"dead letter {dead_id} not found", "id")
         return 200, {"deleted": 1}
 
-    def matching(f: dict[str, Any], limit: int) -> tuple[list[DeadLetter], str | None]:
+    def matching(f: dict[str, Any], limit: int, namespace: str | None) -> tuple[list[DeadLetter], str | None]:
         """Up to ``limit`` dead letters matching ``f`` (the leader's replica: it has applied every
-        write it acknowledged), and the cursor of the rest."""
+        write it acknowledged) of the namespaces the request may change (``namespace`` alone when
+        given), and the cursor of the rest."""
         out: list[DeadLetter] = []
         cursor = None
         while len(out) < limit:
             page, cursor = reader().list_dead(**f, cursor=cursor, limit=min(1_000, limit - len(out)))
-            out.extend(page)
+            out.extend(d for d in shown(page) if namespace is None or d.namespace == namespace)
             if cursor is None:
                 break
         return out, cursor
 
-    def bulk(cmd: type[RedriveDeadLetters] | type[DeleteDeadLetters], f: dict[str, Any], limit: int) -> dict[str, Any]:
-        found, rest = matching(f, limit)
+    def bulk(cmd: type[RedriveDeadLetters] | type[DeleteDeadLetters], f: dict[str, Any], limit: int,
+             namespace: str | None = None) -> dict[str, Any]:
+        found, rest = matching(f, limit, namespace)
         ids = [d.id for d in found]
         done, errors = 0, []
         at_most_once = 0
@@ -187,8 +202,14 @@ def install_dead_letters(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/dead-letters/redrive", write=True)
     def redrive_matching() -> tuple[int, Any]:
-        f, limit = body_filter(api.read_json())
-        return 200, bulk(RedriveDeadLetters, f, limit)
+        body = api.read_json()
+        f, limit = body_filter(body)
+        ns = body.get("namespace")  # the filter's namespace (a namespace-level request: 403 outside the key's)
+        if ns is not None:
+            if not isinstance(ns, str) or not _NAMESPACE.match(ns):
+                raise ValidationError(f"namespace must match {NAMESPACE_PATTERN.strip('^$')}", "namespace")
+            access.require(ns)
+        return 200, bulk(RedriveDeadLetters, f, limit, ns)
 
     @api.route("DELETE", f"{PREFIX}/dead-letters", write=True)
     def delete_matching() -> tuple[int, Any]:
@@ -196,8 +217,8 @@ def install_dead_letters(api: Api) -> None:
         every = api.q_raw("all")
         if every is not None and every != "true":
             raise ValidationError(f"all must be true (or left out), got {every[:40]!r}", "all")
-        if all(v is None for v in f.values()) and every is None:
-            raise ValidationError("give a filter (task_id, flow, kind, since, until) or all=true", "all")
+        if all(v is None for v in f.values()) and every is None and api.q_raw("namespace") is None:
+            raise ValidationError("give a filter (task_id, flow, kind, since, until, namespace) or all=true", "all")
         limit = api.q_int("limit", MAX_BULK, 1, MAX_BULK)
         assert limit is not None
         return 200, bulk(DeleteDeadLetters, f, limit)

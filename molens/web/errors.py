@@ -84,6 +84,27 @@ class Unauthorized(MolensError):
         super().__init__(message)
 
 
+class Forbidden(MolensError):
+    """The key may not do this (its role, or a namespace-level request outside its namespaces)."""
+
+    code = "forbidden"
+    http_status = 403
+
+    def __init__(self, message: str = "this key may not do that") -> None:
+        super().__init__(message)
+
+
+class TooManyRequests(MolensError):
+    """Slowed down (``Retry-After`` says for how long): too many bad keys from this address."""
+
+    code = "too_many_requests"
+    http_status = 429
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class BodyTooLarge(MolensError):
     code = "body_too_large"
     http_status = 413
@@ -111,6 +132,7 @@ class InternalError(MolensError):
 
 __all__ = [
     "BodyTooLarge",
+    "Forbidden",
     "InsufficientStorage",
     "InternalError",
     "MethodNotAllowed",
@@ -118,6 +140,7 @@ __all__ = [
     "LeaderElsewhere",
     "OutcomeUnknown",
     "RouteNotFound",
+    "TooManyRequests",
     "Unauthorized",
     "Unavailable",
     "UnsupportedMediaType",

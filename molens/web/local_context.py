@@ -161,6 +161,12 @@ class LocalContext:
     def get_flow(self, key: str) -> FlowSettings | None:
         return self.store.get_flow(key)
 
+    def get_meta(self, key: str) -> bytes | None:
+        return self.store.get_meta(key)
+
+    def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
+        return self.store.scan_meta(prefix)
+
     def cluster_status(self) -> dict[str, Any]:
         li = self.leader_info()
         applied = self.store.applied_index()

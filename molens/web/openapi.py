@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from molens import __version__
+from molens.fsm.tenancy import Role
 from molens.model import (
     DEFAULT_LIMITS,
     MAX_EPOCH_MS,
@@ -29,8 +30,9 @@ from molens.model import (
 )
 from molens.schedule.cron import ZONES
 from molens.schedule.wheel import levels_for
-from molens.schema import FLOW_KEY_PATTERN, SCENE_PATTERN, openapi_components
+from molens.schema import FLOW_KEY_PATTERN, NAMESPACE_PATTERN, SCENE_PATTERN, openapi_components
 from molens.web.flows import FlowLimitsBody, FlowList, FlowView
+from molens.web.tenancy import KeyBody, NamespaceBody, NamespacePatch
 
 _P = "/api/v1"
 MAX_URL_FILTER = 2_048
@@ -111,7 +113,12 @@ _CURSOR = _param("cursor", "query", {"type": "string", "pattern": "^[A-Za-z0-9_-
                  "Opaque cursor from a previous page's next_cursor")
 _LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "Page size")
 _EPOCH_MS: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS}
+_NAMESPACE_SCHEMA = {"type": "string", "pattern": NAMESPACE_PATTERN}
+_NAMESPACE_FILTER = _param("namespace", "query", _NAMESPACE_SCHEMA,
+                           "Only this namespace's (403 outside the key's namespaces); left out: every namespace "
+                           "the key may read")
 _EXEC_FILTERS = [
+    _NAMESPACE_FILTER,
     _param("result", "query", {"type": "string", "enum": [r.value for r in ExecutionResult]}, "Only this result"),
     _param("since", "query", _EPOCH_MS, "finished_at >= since (epoch ms)"),
     _param("until", "query", _EPOCH_MS, "finished_at < until (epoch ms)"),
@@ -616,6 +623,7 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                         "created: oldest first; -created: newest first; next_run: soonest next run first "
                         "(only tasks that have one)",
                     ),
+                    _NAMESPACE_FILTER,
                     _CURSOR,
                     _LIMIT,
                 ],
@@ -991,7 +999,14 @@ def _responses() -> dict[str, Any]:
             "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
         },
         "NotFound": _json(err, "No such task (or flow, dead letter or node: the path names which)"),
-        "Conflict": _json(err, "Illegal transition for the task's status"),
+        "Conflict": _json(err, "Illegal transition for the task's status (or a namespace that exists or still "
+                               "holds tasks: code conflict)"),
+        "Forbidden": _json(err, "The key's role may not do this, or the request names a namespace outside the "
+                                "key's (code forbidden). A named object outside them is 404, as a missing one"),
+        "TooManyRequests": {
+            **_json(err, "Too many bad keys from this address (code too_many_requests): wait Retry-After seconds"),
+            "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+        },
         "PreconditionFailed": _json(err, "If-Match names another version of the task's definition; nothing changed"),
         "TooLarge": _json(err, "Body or payload too large"),
         "UnsupportedMediaType": _json(err, "Content-Type is not application/json"),
@@ -1029,6 +1044,7 @@ _DL_FILTER_PROPS: dict[str, Any] = {  # query parameters; in a redrive's body ea
     "kind": {"type": "string", "enum": [k.value for k in DeadLetterKind]},
     "since": {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS, "description": "written at or after (epoch ms)"},
     "until": {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS, "description": "written at or before (epoch ms)"},
+    "namespace": {**_NAMESPACE_SCHEMA, "description": "Only this namespace's (403 outside the key's namespaces)"},
 }
 _DL_FILTERS = [_param(k, "query", v, v.get("description", f"Only this {k}")) for k, v in _DL_FILTER_PROPS.items()]
 _DL_ID = _param("dead_id", "path", {"type": "string"}, "Dead letter id ({fire_id}.{attempt})", required=True)
@@ -1057,6 +1073,7 @@ def _dead_letter_schemas() -> dict[str, Any]:
         "reliability": {"type": "string", "enum": [r.value for r in Reliability]},
         "scheduled_at": {"type": "integer", "description": "The occurrence's nominal instant (X-Molens-Scheduled-At)"},
         "result": {"type": "string", "enum": [r.value for r in ExecutionResult]},
+        "namespace": {"type": "string", "description": "Its task's namespace"},
     }
     bulk_props: dict[str, Any] = {
         "matched": {"type": "integer"},
@@ -1145,11 +1162,104 @@ _EDGE_ANSWERS = {"414": {"$ref": "#/components/responses/RequestTooLong"},
 """What the HTTP edge answers for any route (molens/web/edge.py): a request line or head past its limits."""
 
 
+_KEY_ANSWERS = {"403": {"$ref": "#/components/responses/Forbidden"},
+                "429": {"$ref": "#/components/responses/TooManyRequests"}}
+"""What any route that takes a key may answer (molens/web/access.py): a role or namespace it may not
+use, or an address slowed down for bad keys."""
+
+
 def _with_edge_answers(paths: dict[str, Any]) -> dict[str, Any]:
     for item in paths.values():
         for op in item.values():
             op["responses"].update(_EDGE_ANSWERS)
+            if op.get("security") != []:
+                op["responses"].update(_KEY_ANSWERS)
     return paths
+
+
+def _tenancy_schemas() -> dict[str, Any]:
+    comps = msgspec.json.schema_components((NamespaceBody, NamespacePatch, KeyBody),
+                                           ref_template="#/components/schemas/{name}")[1]
+    comps["NamespaceBody"]["properties"]["name"]["pattern"] = NAMESPACE_PATTERN  # as declared, not as re reads it
+    comps["KeyBody"]["properties"]["namespaces"]["items"] = {
+        "anyOf": [_NAMESPACE_SCHEMA, {"type": "string", "enum": ["*"]}]}
+    key_props: dict[str, Any] = {
+        "id": {"type": "string", "description": "Key id (also the secret's second part)"},
+        "name": {"type": "string"},
+        "role": {"type": "string", "enum": [r.value for r in Role]},
+        "namespaces": {"type": "array", "items": {"type": "string"}, "description": 'Its namespaces, or ["*"]'},
+        "created_at": {"type": "integer"},
+        "last_used_at": {**_nullable("integer"), "description": "When this node last admitted it (null: not since "
+                                                                 "the node started)"},
+    }
+    ns_props: dict[str, Any] = {
+        "name": _NAMESPACE_SCHEMA,
+        "quotas": _ref("QuotasBody"),
+        "created_at": {"type": "integer"},
+        "updated_at": {"type": "integer"},
+    }
+    return {
+        **comps,
+        "Namespace": {"type": "object", "required": list(ns_props), "properties": ns_props},
+        "NamespaceList": {"type": "object", "required": ["items", "next_cursor"],
+                          "properties": {"items": {"type": "array", "items": _ref("Namespace")},
+                                         "next_cursor": {"type": "null"}}},
+        "ApiKey": {"type": "object", "required": list(key_props), "properties": key_props},
+        "ApiKeyCreated": {
+            "type": "object", "required": [*key_props, "secret"],
+            "properties": {**key_props, "secret": {"type": "string", "description": "Shown this once only: send it as "
+                                                   "Authorization: Bearer <secret>"}},
+        },
+        "ApiKeyList": {"type": "object", "required": ["items", "next_cursor"],
+                       "properties": {"items": {"type": "array", "items": _ref("ApiKey")},
+                                      "next_cursor": {"type": "null"}}},
+    }
+
+
+def _tenancy_paths() -> dict[str, Any]:
+    name = _param("name", "path", _NAMESPACE_SCHEMA, "Namespace name")
+    key_id = _param("key_id", "path", {"type": "string", "pattern": "^[0-9a-f]{16}$"}, "Key id")
+    ns, keys = ["namespaces"], ["keys"]
+
+    def body(schema: str) -> dict[str, Any]:
+        return {"required": True, "content": {"application/json": {"schema": _ref(schema)}}}
+
+    return {
+        f"{_P}/namespaces": {
+            "get": {"operationId": "listNamespaces", "summary": "The namespaces the key may read (default first)",
+                    "tags": ns, "parameters": [_NAMESPACE_FILTER],
+                    "responses": {"200": _ok(_ref("NamespaceList")), **_err(400, 401)}},
+            "post": {"operationId": "createNamespace", "summary": "Create a namespace (admin)", "tags": ns,
+                     "requestBody": body("NamespaceBody"),
+                     "responses": {"201": _ok(_ref("Namespace"), "Created"), **_err(400, 409, 415, *_WRITE_ERRORS)}},
+        },
+        f"{_P}/namespaces/{{name}}": {
+            "get": {"operationId": "getNamespace", "summary": "One namespace", "tags": ns, "parameters": [name],
+                    "responses": {"200": _ok(_ref("Namespace")), **_err(401, 404)}},
+            "patch": {"operationId": "updateNamespace", "summary": "Replace a namespace's quotas (admin)", "tags": ns,
+                      "parameters": [name], "requestBody": body("NamespacePatch"),
+                      "responses": {"200": _ok(_ref("Namespace")), **_err(400, 404, 409, 415, *_WRITE_ERRORS)}},
+            "delete": {"operationId": "deleteNamespace", "summary": "Delete an empty namespace (admin)", "tags": ns,
+                       "parameters": [name],
+                       "responses": {"200": _ok({"type": "object", "properties": {"deleted": {"type": "string"}}}),
+                                     **_err(404, 409, *_WRITE_ERRORS)}},
+        },
+        f"{_P}/keys": {
+            "get": {"operationId": "listKeys", "summary": "Every API key, without secrets (admin)", "tags": keys,
+                    "responses": {"200": _ok(_ref("ApiKeyList")), **_err(401)}},
+            "post": {"operationId": "createKey", "summary": "Create an API key; the answer holds its secret, "
+                     "shown this once (admin)", "tags": keys, "requestBody": body("KeyBody"),
+                     "responses": {"201": _ok(_ref("ApiKeyCreated"), "Created"), **_err(400, 415, *_WRITE_ERRORS)}},
+        },
+        f"{_P}/keys/{{key_id}}": {
+            "get": {"operationId": "getKey", "summary": "One API key, without its secret (admin)", "tags": keys,
+                    "parameters": [key_id], "responses": {"200": _ok(_ref("ApiKey")), **_err(401, 404)}},
+            "delete": {"operationId": "deleteKey", "summary": "Revoke an API key on every node (admin)", "tags": keys,
+                       "parameters": [key_id],
+                       "responses": {"200": _ok({"type": "object", "properties": {"deleted": {"type": "string"}}}),
+                                     **_err(404, 409, *_WRITE_ERRORS)}},
+        },
+    }
 
 
 @functools.cache
@@ -1165,10 +1275,11 @@ def _document(wheel_levels: int) -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}, {}],
-        "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "cluster", "stats", "test", "meta")],
-        "paths": _with_edge_answers({**_paths(wheel_levels), **_dead_letter_paths()}),
+        "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "namespaces", "keys", "cluster",
+                                       "stats", "test", "meta")],
+        "paths": _with_edge_answers({**_paths(wheel_levels), **_dead_letter_paths(), **_tenancy_paths()}),
         "components": {
-            "schemas": {**_schemas(), **_dead_letter_schemas()},
+            "schemas": {**_schemas(), **_dead_letter_schemas(), **_tenancy_schemas()},
             "responses": _responses(),
             "headers": {
                 "X-Molens-Role": {"schema": {"type": "string"}, "description": "Role of the answering node"}

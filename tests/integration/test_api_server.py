@@ -99,12 +99,13 @@ def _serving_big(tmp_path: Path, big: bytes) -> tuple[LocalContext, ApiServer]:
     """The API, plus ``GET /big`` answering ``big``, served with two task threads."""
     import bottle
 
+    from molens.web import access
     from molens.web.app import build_api
 
     ctx = LocalContext(tmp_path, ApiSettings())
     api = build_api(ctx)
 
-    @api.route("GET", "/big", open_=True)
+    @api.route("GET", "/big", needs=access.OPEN)
     def big_answer() -> bottle.HTTPResponse:
         return bottle.HTTPResponse(big, status=200, headers={"Content-Type": "application/octet-stream"})
 

@@ -99,6 +99,7 @@ def _api_object(t: Task) -> dict[str, Any]:
         "overlap": s.overlap.value,
         "flow_key": s.flow_key,
         "traceparent": s.traceparent,
+        "namespace": s.namespace,
         "created_at": t.created_ms,
         "updated_at": t.updated_ms,
         "next_run_at": t.due_ms,

@@ -1,0 +1,284 @@
+"""Who may do what: authentication and authorization of every API request, decided here and only here
+(docs/architecture.md#authorization).
+
+:data:`RULES` names, for every route registered through :meth:`molens.web.app.Api.route`, the
+:class:`Rule` it needs; a route missing from it cannot be registered (``KeyError`` at start), so a
+new route cannot be forgotten. :meth:`Access.admit` runs before the handler (and so before any
+command reaches Raft): it authenticates the bearer key, checks the role against the rule, and for a
+list reads ``?namespace=``. What it decided stays in the request's WSGI environ, where the loaders of
+named objects and the list filters ask :func:`visible` / :func:`readable` / :func:`require`.
+
+The rules:
+
+- ``admin`` does everything; ``writer`` creates and changes tasks and dead letters in its
+  namespaces and reads them; ``reader`` reads them. A write by a reader is ``403``.
+- A named object (task, dead letter, namespace) outside the key's namespaces is ``404`` with the
+  very body a missing one gets; a namespace-level request (a create naming the namespace, a list's
+  ``?namespace=``) outside them is ``403 forbidden``. Lists leave out other namespaces' objects.
+- Node-wide views (``/stats``, ``/stats/urls``, ``/metrics``, the time wheel, flows: a flow is a
+  receiver's host, shared by every namespace) need a key of all namespaces (``["*"]``); changing a
+  flow also needs ``writer``. Cluster, membership, leadership, namespaces' settings and keys: an
+  admin key of every namespace.
+- Open routes (health, readiness, the OpenAPI document, the test endpoints) need no key.
+
+Keys: ``http.auth_token`` is the bootstrap admin key (id ``bootstrap``, all namespaces, never
+stored); keys made with ``POST /api/v1/keys`` are replicated records (:mod:`molens.fsm.tenancy`),
+looked up by the id their secret carries (:mod:`molens.web.keys`). A node with no ``auth_token`` is
+open: a request without a key acts as an anonymous admin (a key sent is still checked, and acts as
+itself). The actor of each request is left in ``environ["molens.actor"]`` as ``(key id, name)``.
+Last-used times are kept per node in memory (a Raft entry per request would cost a consensus round
+per read): ``GET /api/v1/keys`` shows this node's.
+"""
+
+from __future__ import annotations
+
+import enum
+import hmac
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import bottle
+
+from molens.errors import NotFoundError, ValidationError
+from molens.fsm import tenancy
+from molens.fsm.tenancy import ALL_NAMESPACES, Role
+from molens.schema import NAMESPACE_PATTERN, python_pattern
+from molens.web import keys
+from molens.web.errors import Forbidden, TooManyRequests, Unauthorized
+
+log = logging.getLogger(__name__)
+
+ACTOR_KEY = "molens.actor"
+"""WSGI environ key: ``(key id, key name)`` of the request's authenticated actor."""
+if TYPE_CHECKING:
+    from molens.web.api_context import ApiContext
+
+_PRINCIPAL_KEY = "molens.principal"
+_SCOPE_KEY = "molens.namespaces"
+_NAMESPACE_RE = re.compile(python_pattern(NAMESPACE_PATTERN))
+
+
+class Need(enum.Enum):
+    """What a route needs of the key."""
+
+    OPEN = "open"
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+
+
+class Where(enum.Enum):
+    """Where a route's namespace is found."""
+
+    NONE = "none"
+    """No namespace: the role decides alone (admin routes, open routes)."""
+    QUERY = "query"
+    """A list: ``?namespace=`` (omitted: every namespace the key may read)."""
+    BODY = "body"
+    """A create: the body names it; the handler calls :func:`require`."""
+    OBJECT = "object"
+    """A named object's: its loader answers 404 unless :func:`visible`."""
+    NODE = "node"
+    """Node-wide: only a key of all namespaces."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    need: Need
+    where: Where = Where.NONE
+
+
+OPEN = Rule(Need.OPEN)
+ADMIN = Rule(Need.ADMIN, Where.NODE)
+"""Admin routes act on the whole cluster (keys, namespaces, membership): an admin key of every
+namespace only, so a key limited to some namespaces can never make itself a wider one."""
+_P = "/api/v1"
+
+RULES: dict[tuple[str, str], Rule] = {
+    ("POST", f"{_P}/tasks"): Rule(Need.WRITE, Where.BODY),
+    ("POST", f"{_P}/tasks/batch"): Rule(Need.WRITE, Where.BODY),
+    ("GET", f"{_P}/tasks"): Rule(Need.READ, Where.QUERY),
+    ("GET", f"{_P}/tasks/{{task_id}}"): Rule(Need.READ, Where.OBJECT),
+    ("PATCH", f"{_P}/tasks/{{task_id}}"): Rule(Need.WRITE, Where.OBJECT),
+    ("DELETE", f"{_P}/tasks/{{task_id}}"): Rule(Need.WRITE, Where.OBJECT),
+    ("POST", f"{_P}/tasks/{{task_id}}/pause"): Rule(Need.WRITE, Where.OBJECT),
+    ("POST", f"{_P}/tasks/{{task_id}}/resume"): Rule(Need.WRITE, Where.OBJECT),
+    ("POST", f"{_P}/tasks/{{task_id}}/trigger"): Rule(Need.WRITE, Where.OBJECT),
+    ("POST", f"{_P}/tasks/{{task_id}}/backfill"): Rule(Need.WRITE, Where.OBJECT),
+    ("GET", f"{_P}/tasks/{{task_id}}/executions"): Rule(Need.READ, Where.OBJECT),
+    ("GET", f"{_P}/executions"): Rule(Need.READ, Where.QUERY),
+    ("GET", f"{_P}/dead-letters"): Rule(Need.READ, Where.QUERY),
+    ("GET", f"{_P}/dead-letters/{{dead_id}}"): Rule(Need.READ, Where.OBJECT),
+    ("POST", f"{_P}/dead-letters/{{dead_id}}/redrive"): Rule(Need.WRITE, Where.OBJECT),
+    ("DELETE", f"{_P}/dead-letters/{{dead_id}}"): Rule(Need.WRITE, Where.OBJECT),
+    ("POST", f"{_P}/dead-letters/redrive"): Rule(Need.WRITE, Where.QUERY),
+    ("DELETE", f"{_P}/dead-letters"): Rule(Need.WRITE, Where.QUERY),
+    ("GET", f"{_P}/flows"): Rule(Need.READ, Where.NODE),
+    ("GET", f"{_P}/flows/{{key}}"): Rule(Need.READ, Where.NODE),
+    ("PUT", f"{_P}/flows/{{key}}"): Rule(Need.WRITE, Where.NODE),
+    ("DELETE", f"{_P}/flows/{{key}}"): Rule(Need.WRITE, Where.NODE),
+    ("POST", f"{_P}/flows/{{key}}/pause"): Rule(Need.WRITE, Where.NODE),
+    ("POST", f"{_P}/flows/{{key}}/resume"): Rule(Need.WRITE, Where.NODE),
+    ("GET", f"{_P}/stats"): Rule(Need.READ, Where.NODE),
+    ("GET", f"{_P}/stats/urls"): Rule(Need.READ, Where.NODE),
+    ("GET", "/metrics"): Rule(Need.READ, Where.NODE),
+    ("GET", f"{_P}/timewheel/distribution"): Rule(Need.READ, Where.NODE),
+    ("GET", f"{_P}/timewheel/distribution.png"): Rule(Need.READ, Where.NODE),
+    ("GET", f"{_P}/schedule/preview"): Rule(Need.READ),
+    ("GET", f"{_P}/cluster/status"): ADMIN,
+    ("GET", f"{_P}/cluster/leader"): ADMIN,
+    ("GET", f"{_P}/cluster/stats"): ADMIN,
+    ("POST", f"{_P}/cluster/transfer-leader"): ADMIN,
+    ("GET", f"{_P}/namespaces"): Rule(Need.READ, Where.QUERY),
+    ("POST", f"{_P}/namespaces"): ADMIN,
+    ("GET", f"{_P}/namespaces/{{name}}"): Rule(Need.READ, Where.OBJECT),
+    ("PATCH", f"{_P}/namespaces/{{name}}"): ADMIN,
+    ("DELETE", f"{_P}/namespaces/{{name}}"): ADMIN,
+    ("GET", f"{_P}/keys"): ADMIN,
+    ("POST", f"{_P}/keys"): ADMIN,
+    ("GET", f"{_P}/keys/{{key_id}}"): ADMIN,
+    ("DELETE", f"{_P}/keys/{{key_id}}"): ADMIN,
+    ("POST", f"{_P}/test/callback"): OPEN,
+    ("POST", f"{_P}/test/ack"): OPEN,
+    ("GET", f"{_P}/openapi.json"): OPEN,
+    ("GET", "/healthz"): OPEN,
+    ("GET", "/readyz"): OPEN,
+}
+"""Every route's rule, by (method, OpenAPI path): the one table of who may call what."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The authenticated key of a request."""
+
+    key_id: str
+    name: str
+    role: Role
+    namespaces: frozenset[str] | None
+    """The namespaces it may act in; None for all."""
+
+    def may(self, ns: str) -> bool:
+        return self.namespaces is None or ns in self.namespaces
+
+
+ANONYMOUS = Principal("anonymous", "anonymous", Role.ADMIN, None)
+BOOTSTRAP = Principal("bootstrap", "bootstrap", Role.ADMIN, None)
+_RANK = {Role.READER: 0, Role.WRITER: 1, Role.ADMIN: 2}
+_NEED_RANK = {Need.READ: 0, Need.WRITE: 1, Need.ADMIN: 2}
+
+
+def principal_of(key: tenancy.ApiKey) -> Principal:
+    ns = None if ALL_NAMESPACES in key.namespaces else frozenset(key.namespaces)
+    return Principal(key.id, key.name, key.role, ns)
+
+
+class Access:
+    """Authenticates requests and applies :data:`RULES` (see the module docstring)."""
+
+    def __init__(self, ctx: ApiContext, token: str) -> None:
+        self.ctx = ctx
+        self._token = token.encode() if token else b""
+        self.brake = keys.FailureBrake()
+        self._last_used: dict[str, int] = {}
+        self._lock = threading.Lock()
+        if not token:
+            log.warning("http.auth_token is not set: the API is open, a request without a key acts as an admin")
+
+    @property
+    def open(self) -> bool:
+        return not self._token
+
+    def last_used_ms(self, key_id: str) -> int | None:
+        """When this node last admitted a request with key ``key_id`` (None: not since it started)."""
+        return self._last_used.get(key_id)
+
+    def admit(self, rule: Rule) -> None:
+        """Authenticate the request and check ``rule``; raises 401/403/429, or records the
+        principal, the actor and, for a list, the namespaces it may see."""
+        env = bottle.request.environ
+        if rule.need is Need.OPEN:
+            return
+        p = self._authenticate(env)
+        env[_PRINCIPAL_KEY] = p
+        env[ACTOR_KEY] = (p.key_id, p.name)
+        if _RANK[p.role] < _NEED_RANK[rule.need]:
+            raise Forbidden(f"a {p.role.value} key may not do this")
+        if rule.where is Where.NODE and p.namespaces is not None:
+            raise Forbidden("node-wide: only a key of every namespace (\"*\") may do this")
+        if rule.where is Where.QUERY:
+            raw = bottle.request.query.get("namespace")
+            if raw is not None:
+                if not _NAMESPACE_RE.match(raw):
+                    raise ValidationError(f"namespace must match {NAMESPACE_PATTERN.strip('^$')}", "namespace")
+                if not p.may(raw):
+                    raise Forbidden(f"this key may not act in namespace {raw}")
+                env[_SCOPE_KEY] = frozenset({raw})
+            else:
+                env[_SCOPE_KEY] = p.namespaces
+
+    def _authenticate(self, env: dict[str, object]) -> Principal:
+        h = str(env.get("HTTP_AUTHORIZATION", ""))
+        scheme, _, secret = h.partition(" ")
+        secret = secret.strip()
+        if scheme.lower() != "bearer" or not secret:
+            if not self._token:
+                return ANONYMOUS
+            raise Unauthorized()
+        addr = str(env.get("REMOTE_ADDR", ""))
+        now = time.monotonic()
+        wait = self.brake.wait_s(addr, now)
+        if wait:
+            raise TooManyRequests("too many bad keys from this address; wait", wait)
+        raw = secret.encode("latin-1")  # the header's bytes as sent, never decoded as UTF-8
+        if self._token and hmac.compare_digest(raw, self._token):
+            return BOOTSTRAP
+        kid = keys.key_id_of(secret)
+        rec = self.ctx.get_meta(tenancy.KEY_PREFIX + kid) if kid is not None else None
+        key = tenancy.decode_key(rec) if rec is not None else None
+        if key is None or not keys.verify(key, secret):
+            self.brake.failed(addr, now)
+            raise Unauthorized()
+        with self._lock:
+            self._last_used[key.id] = int(time.time() * 1000)
+        return principal_of(key)
+
+
+def principal() -> Principal:
+    """The request's principal (anonymous admin on an open route or node)."""
+    p = bottle.request.environ.get(_PRINCIPAL_KEY)
+    return p if isinstance(p, Principal) else ANONYMOUS
+
+
+def visible(ns: str) -> bool:
+    """Whether the request's key may see objects of namespace ``ns``."""
+    return principal().may(ns)
+
+
+def readable() -> frozenset[str] | None:
+    """The namespaces a list shows (``?namespace=`` or the key's); None for every namespace."""
+    env = bottle.request.environ
+    if _SCOPE_KEY in env:
+        scope = env[_SCOPE_KEY]
+        return scope if isinstance(scope, frozenset) else None
+    return principal().namespaces
+
+
+def require(ns: str) -> None:
+    """A namespace-level request (a create) in ``ns``: 403 unless the key may act there."""
+    if not visible(ns):
+        raise Forbidden(f"this key may not act in namespace {ns}")
+
+
+def hide(ns: str, missing: NotFoundError) -> None:
+    """A named object of namespace ``ns``: raise ``missing`` (the very error of an absent one)
+    unless the key may see it."""
+    if not visible(ns):
+        raise missing
+
+
+__all__ = ["ACTOR_KEY", "RULES", "Access", "Need", "Principal", "Rule", "Where", "hide", "principal", "readable",
+           "require", "visible"]

@@ -1,0 +1,169 @@
+"""Namespaces and API keys in the state machine and the key secrets (molens/fsm/tenancy.py,
+molens/web/keys.py), driven through machine.apply on an in-memory state."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from molens import model
+from molens.errors import IllegalTransitionError, NotFoundError, ValidationError
+from molens.fsm import tenancy
+from molens.fsm.commands import (
+    CreateItem,
+    CreateTasks,
+    DeleteApiKey,
+    DeleteNamespace,
+    DeleteTasks,
+    PutApiKey,
+    PutNamespace,
+    UpdateTask,
+    decode,
+    encode,
+)
+from molens.fsm.machine import Created
+from molens.fsm.memstate import MemoryState
+from molens.fsm.tenancy import ApiKey, Namespace, Quotas, Role
+from molens.schema import DeadLetter, Task, TaskSpec
+from molens.web import keys
+from molens.web.access import RULES
+
+T0 = 1_700_000_000_000
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spec(**kw: object) -> TaskSpec:
+    body = {"type": "delayed", "callback_url": "http://127.0.0.1:9/cb", "interval_ms": 60_000, **kw}
+    return model.decode_create(msgspec.json.encode(body), now_ms=T0)
+
+
+def create(s: MemoryState, sp: TaskSpec) -> object:
+    return s.apply(CreateTasks(T0, (CreateItem(model.new_task_id(T0, len(s.tasks) + 1), sp),))).results[0]
+
+
+def test_a_task_stored_before_namespaces_existed_reads_back_in_default() -> None:
+    sp = spec()
+    fields = msgspec.structs.fields(TaskSpec)
+    assert fields[-1].name == "namespace"
+    old = msgspec.msgpack.encode(msgspec.structs.astuple(sp)[:-1])  # as written before the field existed
+    assert msgspec.msgpack.decode(old, type=TaskSpec).namespace == "default"
+    t = Task(id=model.new_task_id(T0, 1), spec=sp, status=model.Status.PENDING, created_ms=T0, updated_ms=T0,
+             due_ms=T0, sched_ms=T0)
+    assert t.namespace == "default"
+    dead = msgspec.msgpack.encode(["x.1", t.id, t.id + "-1", 1, "retries_exhausted", 1, None, None, T0, "f", "s",
+                                   "http://x/", "at_least_once", T0, "failed"])
+    assert msgspec.msgpack.decode(dead, type=DeadLetter).namespace == "default"
+
+
+def test_a_namespace_name_is_checked_and_cannot_change() -> None:
+    with pytest.raises(ValidationError) as e:
+        spec(namespace="Payments")
+    assert e.value.field == "namespace"
+    with pytest.raises(ValidationError):
+        spec(namespace="pay\n")
+    current = spec(namespace="pay")
+    with pytest.raises(ValidationError) as e:
+        model.decode_update(b'{"namespace": "ops"}', current, now_ms=T0)
+    assert e.value.field == "namespace"
+    s = MemoryState()
+    s.apply(PutNamespace(T0, Namespace(name="pay"), True))
+    t = create(s, current)
+    assert isinstance(t, Created)
+    res = s.apply(UpdateTask(T0, t.task.id, spec(namespace="default"), 1)).results[0]
+    assert isinstance(res, IllegalTransitionError) and res.field == "namespace"
+
+
+def test_a_task_in_a_namespace_that_does_not_exist_is_refused() -> None:
+    s = MemoryState()
+    res = create(s, spec(namespace="nowhere"))
+    assert isinstance(res, ValidationError) and res.field == "namespace"
+    assert not s.tasks
+
+
+def test_idempotency_keys_are_per_namespace() -> None:
+    s = MemoryState()
+    s.apply(PutNamespace(T0, Namespace(name="pay"), True))
+    a = create(s, spec(idempotency_key="k"))
+    b = create(s, spec(idempotency_key="k", namespace="pay"))
+    again = create(s, spec(idempotency_key="k", namespace="pay"))
+    assert isinstance(a, Created) and isinstance(b, Created) and isinstance(again, Created)
+    assert a.created and b.created and not again.created
+    assert a.task.id != b.task.id and again.task.id == b.task.id
+
+
+def test_a_namespace_holding_tasks_cannot_be_deleted_and_default_always_exists() -> None:
+    s = MemoryState()
+    assert isinstance(s.apply(PutNamespace(T0, Namespace(name="pay"), True)).results[0], Namespace)
+    dup = s.apply(PutNamespace(T0, Namespace(name="pay"), True)).results[0]
+    assert isinstance(dup, IllegalTransitionError) and dup.code == "conflict"
+    t = create(s, spec(namespace="pay"))
+    assert isinstance(t, Created)
+    held = s.apply(DeleteNamespace(T0, "pay")).results[0]
+    assert isinstance(held, IllegalTransitionError) and held.code == "conflict"
+    s.apply(DeleteTasks(T0, (t.task.id,)))
+    assert s.apply(DeleteNamespace(T0, "pay")).results[0] is None
+    assert s.get_meta(tenancy.NS_PREFIX + "pay") is None
+    assert isinstance(create(s, spec(namespace="pay")), ValidationError)
+    assert isinstance(s.apply(DeleteNamespace(T0, "default")).results[0], IllegalTransitionError)
+    assert isinstance(s.apply(PutNamespace(T0, Namespace(name="default"), True)).results[0], IllegalTransitionError)
+    assert isinstance(s.apply(DeleteNamespace(T0, "gone")).results[0], NotFoundError)
+
+
+def test_quotas_are_replaced_and_the_creation_time_kept() -> None:
+    s = MemoryState()
+    s.apply(PutNamespace(T0, Namespace(name="pay"), True))
+    res = s.apply(PutNamespace(T0 + 5, Namespace(name="pay", quotas=Quotas(max_pending_tasks=3)), False)).results[0]
+    assert isinstance(res, Namespace)
+    assert (res.created_ms, res.updated_ms, res.quotas.max_pending_tasks) == (T0, T0 + 5, 3)
+    assert isinstance(s.apply(PutNamespace(T0, Namespace(name="gone"), False)).results[0], NotFoundError)
+
+
+def test_key_commands_use_tags_40_to_49_and_round_trip() -> None:
+    key = ApiKey(id="0123456789abcdef", name="ci", role=Role.WRITER, namespaces=("pay",), salt=b"s" * 16,
+                 digest=b"d" * 32, created_ms=T0)
+    for cmd in (PutNamespace(T0, Namespace(name="pay"), True), DeleteNamespace(T0, "pay"), PutApiKey(T0, key),
+                DeleteApiKey(T0, key.id)):
+        raw = encode(cmd)
+        assert 40 <= msgspec.msgpack.decode(raw)[0] <= 49
+        assert decode(raw) == cmd
+    s = MemoryState()
+    s.apply(PutApiKey(T0, key))
+    assert tenancy.decode_key(s.meta[tenancy.KEY_PREFIX + key.id]) == key
+    assert s.apply(DeleteApiKey(T0, key.id)).results[0] is None
+    assert isinstance(s.apply(DeleteApiKey(T0, key.id)).results[0], NotFoundError)
+
+
+def test_a_secret_names_its_key_and_only_its_keyed_hash_is_kept() -> None:
+    kid, secret = keys.new_secret()
+    assert keys.key_id_of(secret) == kid
+    assert secret.startswith(f"mlk_{kid}_") and len(secret) == len(f"mlk_{kid}_") + 43  # 32 random bytes
+    salt = keys.new_salt()
+    key = ApiKey(id=kid, name="n", role=Role.READER, namespaces=("*",), salt=salt, digest=keys.digest(salt, secret),
+                 created_ms=T0)
+    assert keys.verify(key, secret)
+    assert not keys.verify(key, secret[:-1] + ("A" if secret[-1] != "A" else "B"))
+    assert secret.encode() not in tenancy.encode(key)
+    assert keys.key_id_of("mlk_" + kid) is None and keys.key_id_of("Bearer x") is None
+    assert "secret" not in key.to_json() and "digest" not in key.to_json()
+
+
+def test_bad_keys_from_one_address_are_slowed_down_and_memory_is_bounded() -> None:
+    brake = keys.FailureBrake(burst=3, refill_s=1.0, max_addresses=2)
+    for _ in range(3):
+        assert brake.wait_s("a", 0.0) == 0
+        brake.failed("a", 0.0)
+    assert brake.wait_s("a", 0.5) == 1
+    assert brake.wait_s("b", 0.5) == 0  # another address is not slowed
+    assert brake.wait_s("a", 1.0) == 0  # one failure leaked out: one more key is checked
+    brake.failed("b", 1.0)
+    brake.failed("c", 1.0)
+    assert brake.wait_s("a", 1.0) == 0  # forgotten: at most two addresses are tracked
+
+
+def test_docs_list_every_route_with_what_it_needs() -> None:
+    md = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `(GET|POST|PUT|PATCH|DELETE) ([^`]+)` \|", md, re.MULTILINE))
+    assert rows == set(RULES)
