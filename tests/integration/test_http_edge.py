@@ -40,7 +40,8 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, str]
 
 
 def _operations(task_id: str) -> list[tuple[str, str]]:
-    values = {"task_id": task_id, "key": "127.0.0.1:9", "dead_id": f"{task_id}-1.1"}
+    values = {"task_id": task_id, "key": "127.0.0.1:9", "dead_id": f"{task_id}-1.1", "name": "default",
+              "key_id": "0123456789abcdef"}
     out = []
     for path, item in document()["paths"].items():
         concrete = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
@@ -230,7 +231,8 @@ def test_allow_lists_the_methods_of_the_route_table_for_every_path(api: tuple[Se
     s, tid = api
     documented: dict[str, set[str]] = {}
     for path, item in document()["paths"].items():
-        documented[re.sub(r"\{(\w+)\}", lambda m: {"task_id": tid, "key": "a.example:80", "dead_id": "x"}[m.group(1)],
+        documented[re.sub(r"\{(\w+)\}", lambda m: {"task_id": tid, "key": "a.example:80", "dead_id": "x", "name": "n",
+                                                                    "key_id": "k"}[m.group(1)],
                           path)] = {m.upper() for m in item}
     for path, methods in documented.items():
         st, h, body = s.call("OPTIONS", path, headers=AUTH)
