@@ -10,6 +10,7 @@ answers with, so an error raised deep in validation reaches the client unchanged
     ├── NotFoundError (404 not_found)
     ├── IllegalTransitionError (409 illegal_transition)
     ├── PreconditionFailedError (412 precondition_failed: If-Match names another version)
+    ├── QuotaExceededError (429 quota_exceeded: a namespace's quota)
     ├── StoreError (molens.fsm.store), CodecError (molens.fsm.commands), DeliveryCodecError
     ├── ConfigError (molens.config), NodeError (molens.node), AdminError, CliError
     ├── RaftPeerError (molens.actors.raft_peer: a proposal's outcome)
@@ -101,6 +102,23 @@ class IllegalTransitionError(MolensError):
     http_status = 409
 
 
+class QuotaExceededError(MolensError):
+    """A namespace's quota refuses the request (429); ``field`` names the quota, the body says it as
+    ``quota``, and ``Retry-After`` says when to try again."""
+
+    code = "quota_exceeded"
+    http_status = 429
+
+    def __init__(self, message: str, quota: str, retry_after_s: int = 1) -> None:
+        super().__init__(message, quota)
+        self.retry_after_s = retry_after_s
+
+    def to_json(self) -> dict[str, Any]:
+        body = super().to_json()
+        body["error"]["quota"] = self.field
+        return body
+
+
 class PreconditionFailedError(MolensError):
     """The task's definition is no longer the version the request was based on (412)."""
 
@@ -114,5 +132,6 @@ __all__ = [
     "NotFoundError",
     "PayloadTooLargeError",
     "PreconditionFailedError",
+    "QuotaExceededError",
     "ValidationError",
 ]

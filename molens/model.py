@@ -58,6 +58,7 @@ from molens.errors import (
     NotFoundError,
     PayloadTooLargeError,
     PreconditionFailedError,
+    QuotaExceededError,
     ValidationError,
 )
 from molens.schedule import cron
@@ -865,6 +866,7 @@ __all__ = [
     "Outcome",
     "PayloadTooLargeError",
     "PreconditionFailedError",
+    "QuotaExceededError",
     "Reliability",
     "Status",
     "Task",

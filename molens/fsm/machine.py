@@ -142,6 +142,7 @@ from molens.model import (
     Outcome,
     Overlap,
     PreconditionFailedError,
+    QuotaExceededError,
     Reliability,
     Status,
     Task,
@@ -360,6 +361,9 @@ class _Tx:
         eff: list[Effect] = []
         for tid, new in self.w.tasks.items():
             old = self.orig.get(tid)
+            either = new if new is not None else old
+            if either is not None and either.spec.namespace != DEFAULT_NAMESPACE:
+                _count_tasks(self, either.spec.namespace, old, new)
             if new is not None and new.spec.notify_url and new.status in _NOTIFIED \
                     and (old is None or old.status is not new.status):
                 _notice(self, new, _NOTIFIED[new.status], new.updated_ms,
@@ -557,7 +561,8 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
     results: list[ItemResult]
     match cmd:
         case CreateTasks():
-            results = [_create(tx, it, now) for it in cmd.items]
+            over = _over_quota(tx, cmd.items)
+            results = [over] * len(cmd.items) if over is not None else [_create(tx, it, now) for it in cmd.items]
         case Dispatched():
             lead = now + config.max_dispatch_lead_ms
             results = [_dispatch(tx, it, now, lead) for it in cmd.items]
@@ -655,14 +660,48 @@ def _delete_namespace(tx: _Tx, name: str) -> ItemResult:
                                       code="conflict")
     tx.w.meta[tenancy.NS_PREFIX + name] = None
     tx.w.meta[tenancy.COUNT_PREFIX + name] = None
+    tx.w.meta[tenancy.LIVE_PREFIX + name] = None
     return None
 
 
-def _count_task(tx: _Tx, ns: str, delta: int) -> None:
-    """Tasks a namespace other than ``default`` holds (``nsn:<name>``)."""
-    if ns != DEFAULT_NAMESPACE:
-        key = tenancy.COUNT_PREFIX + ns
-        tx.w.meta[key] = tenancy.encode_count(max(0, tenancy.decode_count(tx.meta(key)) + delta))
+def _count_tasks(tx: _Tx, ns: str, old: Task | None, new: Task | None) -> None:
+    """Keep the counts of a namespace other than ``default``: the tasks it holds (``nsn:<name>``)
+    and those not finished (``nsl:<name>``, what ``max_pending_tasks`` bounds)."""
+    for prefix, before, after in (
+        (tenancy.COUNT_PREFIX, old is not None, new is not None),
+        (tenancy.LIVE_PREFIX, old is not None and old.status not in TERMINAL_STATUSES,
+         new is not None and new.status not in TERMINAL_STATUSES),
+    ):
+        if before != after:
+            key = prefix + ns
+            tx.w.meta[key] = tenancy.encode_count(max(0, tenancy.decode_count(tx.meta(key)) + after - before))
+
+
+def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceededError | None:
+    """Why a batch of creates is refused whole by its namespaces' quotas (``max_pending_tasks``,
+    ``max_payload_bytes``); None when it is not (``default`` has none)."""
+    by_ns: dict[str, int] = {}
+    for it in items:
+        if it.spec.namespace != DEFAULT_NAMESPACE:
+            by_ns[it.spec.namespace] = by_ns.get(it.spec.namespace, 0) + 1
+    for ns, n in by_ns.items():
+        raw = tx.meta(tenancy.NS_PREFIX + ns)
+        if raw is None:
+            continue  # _create answers each item: no such namespace
+        q = tenancy.decode_namespace(raw).quotas
+        if q.max_payload_bytes is not None:
+            big = max(len(it.spec.payload_json) for it in items if it.spec.namespace == ns)
+            if big > q.max_payload_bytes:
+                return QuotaExceededError(
+                    f"namespace {ns}: a payload of {big} bytes, more than its max_payload_bytes "
+                    f"{q.max_payload_bytes}; nothing was created", "max_payload_bytes")
+        if q.max_pending_tasks is not None:
+            live = tenancy.decode_count(tx.meta(tenancy.LIVE_PREFIX + ns))
+            if live + n > q.max_pending_tasks:
+                return QuotaExceededError(
+                    f"namespace {ns} holds {live} unfinished tasks; {n} more would pass its max_pending_tasks "
+                    f"{q.max_pending_tasks}; nothing was created", "max_pending_tasks")
+    return None
 
 
 def idem_key(spec: TaskSpec) -> str | None:
@@ -688,8 +727,7 @@ def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
         return Created(existing, False)
     if spec.namespace != DEFAULT_NAMESPACE:
         if tx.meta(tenancy.NS_PREFIX + spec.namespace) is None:
-            return ValidationError(f"namespace {spec.namespace} does not exist", "namespace")
-        _count_task(tx, spec.namespace, 1)
+            return NotFoundError(f"namespace {spec.namespace} not found", "namespace")
     if spec.type is TaskType.DELAYED:
         sched = spec.run_at if spec.run_at is not None else now + (spec.interval_ms or 0)
     else:
@@ -1306,7 +1344,6 @@ def _delete_dead(tx: _Tx, dead_id: str) -> ItemResult:
 
 def _remove(tx: _Tx, t: Task) -> None:
     tx.delete(t)
-    _count_task(tx, t.spec.namespace, -1)
     if t.inflight is not None:
         tx.w.fires[t.inflight] = None
     for r in t.running:

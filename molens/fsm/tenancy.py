@@ -2,9 +2,10 @@
 
 Both live in the state machine's meta records, so every replica enforces the same set and a
 snapshot carries them: ``ns:<name>`` holds a :class:`Namespace`, ``key:<id>`` an :class:`ApiKey`,
-``nsn:<name>`` the number of tasks a namespace other than ``default`` holds (kept by the machine on
-every create and removal, so a delete of a namespace that still holds tasks is refused in the log's
-order, not by a racy scan). ``default`` always exists and is never stored.
+``nsn:<name>`` the number of tasks a namespace other than ``default`` holds and ``nsl:<name>`` those
+not finished (kept by the machine for every task it writes, so a delete of a namespace that still
+holds tasks is refused, and ``max_pending_tasks`` enforced, in the log's order, not by a racy scan).
+``default`` always exists, is never stored and has no quotas.
 
 An :class:`ApiKey` holds no secret: only a keyed hash of it (HMAC-SHA256 under a random salt of its
 own). The leader draws the secret and the salt before proposing, so the secret never reaches the
@@ -22,6 +23,7 @@ from molens.schema import DEFAULT_NAMESPACE
 NS_PREFIX = "ns:"
 KEY_PREFIX = "key:"
 COUNT_PREFIX = "nsn:"
+LIVE_PREFIX = "nsl:"
 ALL_NAMESPACES = "*"
 """A key's ``namespaces`` entry that stands for every namespace, present and future."""
 
@@ -37,13 +39,15 @@ class Role(enum.StrEnum):
     """Read tasks, executions, flows and dead letters."""
 
 
-class Quotas(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A namespace's limits (``None``: unlimited)."""
+class Quotas(msgspec.Struct, frozen=True, kw_only=True):
+    """A namespace's limits (``None``: unlimited); over one, a create is refused whole (429)."""
 
     max_pending_tasks: int | None = None
+    """Tasks not finished (pending, firing, awaiting_ack, paused); the state machine enforces it."""
     creates_per_s: float | None = None
-    fires_per_s: float | None = None
+    """Tasks created per second (a token bucket of one second's worth, on the leader)."""
     max_payload_bytes: int | None = None
+    """The largest encoded payload (the state machine enforces it)."""
 
 
 class Namespace(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
@@ -109,6 +113,7 @@ __all__ = [
     "COUNT_PREFIX",
     "DEFAULT",
     "KEY_PREFIX",
+    "LIVE_PREFIX",
     "NS_PREFIX",
     "ApiKey",
     "Namespace",

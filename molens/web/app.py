@@ -54,6 +54,7 @@ import bottle
 import msgspec
 
 from molens import model, tracing
+from molens.fsm import tenancy
 from molens.fsm.commands import (
     BackfillTask,
     Command,
@@ -73,12 +74,21 @@ from molens.model import (
     MolensError,
     NotFoundError,
     PreconditionFailedError,
+    QuotaExceededError,
     Status,
     Task,
     TaskType,
     ValidationError,
 )
-from molens.schema import SCENE_PATTERN, create_type, python_pattern, request_error, task_json, view
+from molens.schema import (
+    DEFAULT_NAMESPACE,
+    SCENE_PATTERN,
+    create_type,
+    python_pattern,
+    request_error,
+    task_json,
+    view,
+)
 from molens.tracing import Spans
 from molens.web import access, openapi
 from molens.web.api_context import ApiContext
@@ -99,6 +109,7 @@ from molens.web.errors import (
 from molens.web.flows import install_flows
 from molens.web.observability import install_observability
 from molens.web.openapi import MAX_HEADER_TEXT, MAX_STATS_WINDOW_MS, MAX_URL_FILTER
+from molens.web.quotas import CreateRate
 from molens.web.server_texts import localize, negotiate
 from molens.web.tenancy import install_tenancy
 from molens.web.ui import UI_PREFIX, install_ui
@@ -322,6 +333,7 @@ class Api:
         self.ctx = ctx
         self.app = app
         self.access = access.Access(ctx, ctx.settings.auth_token)
+        self.create_rate = CreateRate()
         self.routes: list[tuple[str, str]] = []
         """(method, OpenAPI path) of every route registered through :meth:`route`."""
 
@@ -415,7 +427,7 @@ class Api:
             resp.set_header("Retry-After", str(self.ctx.settings.retry_after_s))
         elif exc.http_status == 401:
             resp.set_header("WWW-Authenticate", 'Bearer realm="molens"')
-        elif isinstance(exc, TooManyRequests):
+        elif isinstance(exc, TooManyRequests | QuotaExceededError):
             resp.set_header("Retry-After", str(exc.retry_after_s))
         return exc.http_status, exc.to_json()
 
@@ -475,6 +487,20 @@ class Api:
         if json_type and too_deep(raw, s.max_json_depth):
             raise depth_error(s.max_json_depth)
         req.environ[_BODY_KEY] = raw
+
+    def admit_creates(self, namespaces: list[str]) -> None:
+        """The ``creates_per_s`` quota of each namespace of a create (one entry per task): 429
+        ``quota_exceeded`` with ``Retry-After`` when one is over (the leader's token buckets)."""
+        counts: dict[str, int] = {}
+        for ns in namespaces:
+            if ns != DEFAULT_NAMESPACE:
+                counts[ns] = counts.get(ns, 0) + 1
+        for ns, n in counts.items():
+            raw = self.ctx.get_meta(tenancy.NS_PREFIX + ns)
+            rate = None if raw is None else tenancy.decode_namespace(raw).quotas.creates_per_s
+            if rate is not None and (wait := self.create_rate.take(ns, n, rate, time.monotonic())):
+                raise QuotaExceededError(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
+                                         "created", "creates_per_s", wait)
 
     def propose_one(self, cmd: Command) -> list[Any]:
         out = self.ctx.propose([cmd], self.ctx.settings.propose_timeout_s)
@@ -620,6 +646,7 @@ def _install_tasks(api: Api) -> None:
         now = ctx.now_ms()
         spec = _traced(validate(body, now, key), _trace_header())
         access.require(spec.namespace)
+        api.admit_creates([spec.namespace])
         commit_ns = time.time_ns()
         res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
         assert isinstance(res, Created)
@@ -678,11 +705,14 @@ def _install_tasks(api: Api) -> None:
             access.require(ns)
         if not items:
             return 200, {"items": [], "errors": []}
+        api.admit_creates([it.spec.namespace for it in items])
         commit_ns = time.time_ns()
         results = api.propose_one(CreateTasks(now, tuple(items)))
         if len(results) != len(items):  # the whole entry failed (undecodable / apply raised): one error
             _item(results[0] if results else InternalError("no result for the batch"))
             raise InternalError("the state machine answered a batch of the wrong size")
+        if isinstance(results[0], QuotaExceededError):  # a namespace's quota refused the batch whole
+            raise results[0]
         out: list[Task | None] = []
         errs: list[dict[str, Any]] = []
         created = False

@@ -155,6 +155,7 @@ def _schemas() -> dict[str, Any]:
             "message": {"type": "string"},
             "field": {"type": "string", "description": "The request field (or header/parameter) at fault"},
             "leader": _nullable("string", description="Leader's HTTP base URL (not_leader only)"),
+            "quota": {"type": "string", "description": "The namespace's quota at fault (quota_exceeded only)"},
         },
     }
     execution_props: dict[str, Any] = {
@@ -1004,7 +1005,8 @@ def _responses() -> dict[str, Any]:
         "Forbidden": _json(err, "The key's role may not do this, or the request names a namespace outside the "
                                 "key's (code forbidden). A named object outside them is 404, as a missing one"),
         "TooManyRequests": {
-            **_json(err, "Too many bad keys from this address (code too_many_requests): wait Retry-After seconds"),
+            **_json(err, "Too many bad keys from this address (code too_many_requests), or over a namespace's quota "
+                         "(code quota_exceeded; error.quota names it): wait Retry-After seconds"),
             "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
         },
         "PreconditionFailed": _json(err, "If-Match names another version of the task's definition; nothing changed"),

@@ -21,7 +21,7 @@ from molens.errors import IllegalTransitionError, MolensError, NotFoundError, Va
 from molens.fsm import tenancy
 from molens.fsm.commands import DeleteApiKey, DeleteNamespace, PutApiKey, PutNamespace
 from molens.fsm.tenancy import ALL_NAMESPACES, ApiKey, Namespace, Quotas, Role
-from molens.schema import DEFAULT_NAMESPACE, NAMESPACE_PATTERN, python_pattern, request_error
+from molens.schema import DEFAULT_NAMESPACE, NAMESPACE_PATTERN, python_pattern, request_error, whole_numbers
 from molens.web import access, keys
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ class QuotasBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     max_pending_tasks: _Count | None = None
     creates_per_s: _Rate | None = None
-    fires_per_s: _Rate | None = None
     max_payload_bytes: _Count | None = None
 
 
@@ -65,6 +64,9 @@ def _decode(body: bytes, typ: type[Any]) -> Any:
     try:
         return msgspec.json.decode(body, type=typ)
     except msgspec.MsgspecError as exc:
+        if isinstance(exc, msgspec.ValidationError) and "got `float`" in str(exc) \
+                and (ints := whole_numbers(body, keep=frozenset())):  # 83.0 is an integer in JSON Schema
+            return _decode(ints, typ)
         err = request_error(exc, None)
         raise ValidationError(err.message, err.field) from None
 
@@ -152,7 +154,7 @@ def install_tenancy(api: Api) -> None:
             raise ValidationError('namespaces is ["*"] (every namespace) or a list of names, not both', "namespaces")
         for n in names:
             if n != ALL_NAMESPACES and namespace(n) is None:
-                raise ValidationError(f"namespace {n[:64]!r} does not exist", "namespaces")
+                raise NotFoundError(f"namespace {n[:64]} not found", "namespaces")
         kid, secret = keys.new_secret()
         salt = keys.new_salt()
         now = ctx.now_ms()

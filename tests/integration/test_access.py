@@ -186,7 +186,7 @@ def request_for(w: World, method: str, path: str, ns: str) -> tuple[str, Any]:
             name = w.fresh("gone")
             ok(n, "POST", f"{P}/namespaces", {"name": name})
             return path.replace("{name}", name), None
-        return path.replace("{name}", ns), {"quotas": {"max_pending_tasks": 10}} if method == "PATCH" else None
+        return path.replace("{name}", ns), {"quotas": {"max_pending_tasks": 1_000_000}} if method == "PATCH" else None
     if "{key_id}" in path:
         kid = ok(n, "POST", f"{P}/keys", {"name": "victim", "role": "reader", "namespaces": ["inside"]})["id"]
         return path.replace("{key_id}", kid), None
@@ -327,3 +327,26 @@ def test_a_route_without_a_rule_cannot_be_registered(tmp_path: Path) -> None:
             api.route("GET", f"{P}/forgotten")(lambda: (200, {}))
     finally:
         ctx.close()
+
+
+def test_over_a_quota_a_create_is_429_with_retry_after_and_a_batch_is_refused_whole(node: NodeProc) -> None:
+    def task(ns: str, **kw: Any) -> dict[str, Any]:
+        return {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb", "namespace": ns,
+                **kw}
+
+    ok(node, "POST", f"{P}/namespaces", {"name": "slow", "quotas": {"creates_per_s": 0.001}})
+    ok(node, "POST", f"{P}/namespaces", {"name": "small", "quotas": {"max_pending_tasks": 2, "max_payload_bytes": 8}})
+    assert req(node, "POST", f"{P}/tasks", TOKEN, task("slow"))[0] == 201
+    r = _http.request("POST", node.http_url + f"{P}/tasks", body=json.dumps(task("slow")).encode(),
+                      headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    assert r.status == 429 and int(r.headers["Retry-After"]) >= 1
+    assert json.loads(r.data)["error"] | {"message": ""} == {"code": "quota_exceeded", "quota": "creates_per_s",
+                                                              "field": "creates_per_s", "message": ""}
+    st, out, _ = req(node, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [task("small")] * 3})
+    assert (st, out["error"]["quota"]) == (429, "max_pending_tasks")
+    st, out, _ = req(node, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [task("small"), task("small", payload="x" * 9)]})
+    assert (st, out["error"]["quota"]) == (429, "max_payload_bytes")
+    assert ok(node, "GET", f"{P}/tasks?namespace=small")["items"] == []  # nothing of either batch
+    assert req(node, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [task("small")] * 2})[0] == 201
+    assert req(node, "POST", f"{P}/tasks", TOKEN, task("small"))[0] == 429
+    assert req(node, "POST", f"{P}/tasks", TOKEN, task("default"))[0] == 201  # other namespaces are not held

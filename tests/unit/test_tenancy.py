@@ -3,6 +3,7 @@ molens/web/keys.py), driven through machine.apply on an in-memory state."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import msgspec
 import pytest
 
 from molens import model
-from molens.errors import IllegalTransitionError, NotFoundError, ValidationError
+from molens.errors import IllegalTransitionError, NotFoundError, QuotaExceededError, ValidationError
 from molens.fsm import tenancy
 from molens.fsm.commands import (
     CreateItem,
@@ -18,6 +19,7 @@ from molens.fsm.commands import (
     DeleteApiKey,
     DeleteNamespace,
     DeleteTasks,
+    PauseTasks,
     PutApiKey,
     PutNamespace,
     UpdateTask,
@@ -30,6 +32,7 @@ from molens.fsm.tenancy import ApiKey, Namespace, Quotas, Role
 from molens.schema import DeadLetter, Task, TaskSpec
 from molens.web import keys
 from molens.web.access import RULES
+from molens.web.quotas import CreateRate
 
 T0 = 1_700_000_000_000
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,8 +43,11 @@ def spec(**kw: object) -> TaskSpec:
     return model.decode_create(msgspec.json.encode(body), now_ms=T0)
 
 
+_IDS = itertools.count(1)
+
+
 def create(s: MemoryState, sp: TaskSpec) -> object:
-    return s.apply(CreateTasks(T0, (CreateItem(model.new_task_id(T0, len(s.tasks) + 1), sp),))).results[0]
+    return s.apply(CreateTasks(T0, (CreateItem(model.new_task_id(T0, next(_IDS)), sp),))).results[0]
 
 
 def test_a_task_stored_before_namespaces_existed_reads_back_in_default() -> None:
@@ -79,7 +85,7 @@ def test_a_namespace_name_is_checked_and_cannot_change() -> None:
 def test_a_task_in_a_namespace_that_does_not_exist_is_refused() -> None:
     s = MemoryState()
     res = create(s, spec(namespace="nowhere"))
-    assert isinstance(res, ValidationError) and res.field == "namespace"
+    assert isinstance(res, NotFoundError) and res.field == "namespace"
     assert not s.tasks
 
 
@@ -106,7 +112,7 @@ def test_a_namespace_holding_tasks_cannot_be_deleted_and_default_always_exists()
     s.apply(DeleteTasks(T0, (t.task.id,)))
     assert s.apply(DeleteNamespace(T0, "pay")).results[0] is None
     assert s.get_meta(tenancy.NS_PREFIX + "pay") is None
-    assert isinstance(create(s, spec(namespace="pay")), ValidationError)
+    assert isinstance(create(s, spec(namespace="pay")), NotFoundError)
     assert isinstance(s.apply(DeleteNamespace(T0, "default")).results[0], IllegalTransitionError)
     assert isinstance(s.apply(PutNamespace(T0, Namespace(name="default"), True)).results[0], IllegalTransitionError)
     assert isinstance(s.apply(DeleteNamespace(T0, "gone")).results[0], NotFoundError)
@@ -167,3 +173,47 @@ def test_docs_list_every_route_with_what_it_needs() -> None:
     md = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
     rows = set(re.findall(r"^\| `(GET|POST|PUT|PATCH|DELETE) ([^`]+)` \|", md, re.MULTILINE))
     assert rows == set(RULES)
+
+
+def test_a_batch_over_max_pending_tasks_is_refused_whole_and_finished_tasks_free_room() -> None:
+    s = MemoryState()
+    s.apply(PutNamespace(T0, Namespace(name="pay", quotas=Quotas(max_pending_tasks=3)), True))
+    first = create(s, spec(namespace="pay"))
+    assert isinstance(first, Created)
+    batch = CreateTasks(T0, tuple(CreateItem(model.new_task_id(T0, 100 + i), spec(namespace="pay")) for i in range(3)))
+    res = s.apply(batch).results
+    assert len(res) == 3 and all(isinstance(r, QuotaExceededError) and r.field == "max_pending_tasks" for r in res)
+    assert res[0].to_json()["error"]["quota"] == "max_pending_tasks"
+    assert len(s.tasks) == 1  # nothing of the batch was created
+    assert all(isinstance(r, Created) for r in s.apply(CreateTasks(T0, batch.items[:2])).results)
+    assert isinstance(create(s, spec(namespace="pay")), QuotaExceededError)
+    assert isinstance(create(s, spec()), Created)  # default has no quota
+    s.apply(PauseTasks(T0, (first.task.id,)))  # a paused task is not finished
+    assert isinstance(create(s, spec(namespace="pay")), QuotaExceededError)
+    s.apply(DeleteTasks(T0, (first.task.id,)))
+    assert isinstance(create(s, spec(namespace="pay")), Created)
+    assert tenancy.decode_count(s.meta[tenancy.LIVE_PREFIX + "pay"]) == 3
+    assert tenancy.decode_count(s.meta[tenancy.COUNT_PREFIX + "pay"]) == 3
+
+
+def test_max_payload_bytes_refuses_the_whole_batch() -> None:
+    s = MemoryState()
+    s.apply(PutNamespace(T0, Namespace(name="pay", quotas=Quotas(max_payload_bytes=10)), True))
+    small, big = spec(namespace="pay", payload=1), spec(namespace="pay", payload="x" * 20)
+    res = s.apply(CreateTasks(T0, (CreateItem(model.new_task_id(T0, 1), small),
+                                   CreateItem(model.new_task_id(T0, 2), big)))).results
+    assert all(isinstance(r, QuotaExceededError) and r.field == "max_payload_bytes" for r in res)
+    assert not s.tasks
+    assert isinstance(create(s, small), Created)
+
+
+def test_creates_per_s_is_a_bucket_of_one_seconds_worth() -> None:
+    rate = CreateRate()
+    assert [rate.take("pay", 1, 5.0, 0.0) for _ in range(6)] == [0, 0, 0, 0, 0, 1]
+    assert rate.take("ops", 1, 5.0, 0.0) == 0  # another namespace has its own bucket
+    assert rate.take("pay", 1, 5.0, 0.2) == 0  # one token back after 1/5 s
+    assert rate.take("pay", 1, 5.0, 0.2) == 1
+    assert rate.take("pay", 20, 5.0, 0.5) == 1  # a batch over a second's worth waits for a full bucket...
+    assert rate.take("pay", 20, 5.0, 1.5) == 0  # ...then goes, and leaves the bucket in debt
+    assert rate.take("pay", 1, 5.0, 3.5) == 2  # 15 tokens of debt: 3 s to repay, 0.2 s more for one
+    assert rate.take("pay", 1, 5.0, 5.0) == 0
