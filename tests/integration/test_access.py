@@ -350,3 +350,15 @@ def test_over_a_quota_a_create_is_429_with_retry_after_and_a_batch_is_refused_wh
     assert req(node, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [task("small")] * 2})[0] == 201
     assert req(node, "POST", f"{P}/tasks", TOKEN, task("small"))[0] == 429
     assert req(node, "POST", f"{P}/tasks", TOKEN, task("default"))[0] == 201  # other namespaces are not held
+
+
+def test_a_whole_number_quota_is_an_integer_and_an_unknown_namespace_is_not_found(node: NodeProc) -> None:
+    ok(node, "POST", f"{P}/namespaces", {"name": "floats"})
+    out = ok(node, "PATCH", f"{P}/namespaces/floats", {"quotas": {"max_pending_tasks": 83.0, "creates_per_s": 2}})
+    assert out["quotas"]["max_pending_tasks"] == 83 and out["quotas"]["creates_per_s"] == 2
+    assert req(node, "PATCH", f"{P}/namespaces/floats", TOKEN, {"quotas": {"max_pending_tasks": 8.5}})[0] == 400
+    st, out, _ = req(node, "POST", f"{P}/keys", TOKEN, {"name": "k", "role": "reader", "namespaces": ["nowhere"]})
+    assert (st, out["error"]["field"]) == (404, "namespaces")
+    st, out, _ = req(node, "POST", f"{P}/tasks", TOKEN, {"type": "delayed", "interval_ms": 1000, "namespace": "nowhere",
+                                                         "callback_url": "http://127.0.0.1:9/cb"})
+    assert (st, out["error"]["field"]) == (404, "namespace")
