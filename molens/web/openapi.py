@@ -238,7 +238,7 @@ def _schemas() -> dict[str, Any]:
             "title": "TaskUpdate",
             "description": "A JSON merge patch of the task's definition (top-level fields): a field given "
             "replaces the stored one, null resets it to its default, a field left out is kept. One of "
-            "interval_ms, run_at, cron_expr replaces the schedule. type and idempotency_key cannot change.",
+            "interval_ms, run_at, cron_expr replaces the schedule. type, idempotency_key and namespace cannot change.",
         },
         "TaskList": {
             "type": "object",
