@@ -601,7 +601,7 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                 "responses": {
                     "201": {**_ok(_ref("Task"), "Created"), "links": _TASK_LINKS},
                     "200": {**_ok(_ref("Task"), "The idempotency key matched an existing task"), "links": _TASK_LINKS},
-                    **_err(400, 413, 415, *_WRITE_ERRORS),
+                    **_err(400, 404, 413, 415, *_WRITE_ERRORS),
                 },
             },
             "get": {
@@ -1251,7 +1251,8 @@ def _tenancy_paths() -> dict[str, Any]:
                     "responses": {"200": _ok(_ref("ApiKeyList")), **_err(401)}},
             "post": {"operationId": "createKey", "summary": "Create an API key; the answer holds its secret, "
                      "shown this once (admin)", "tags": keys, "requestBody": body("KeyBody"),
-                     "responses": {"201": _ok(_ref("ApiKeyCreated"), "Created"), **_err(400, 415, *_WRITE_ERRORS)}},
+                     "responses": {"201": _ok(_ref("ApiKeyCreated"), "Created"),
+                                   **_err(400, 404, 415, *_WRITE_ERRORS)}},
         },
         f"{_P}/keys/{{key_id}}": {
             "get": {"operationId": "getKey", "summary": "One API key, without its secret (admin)", "tags": keys,

@@ -150,8 +150,11 @@ def install_tenancy(api: Api) -> None:
     def create_key() -> tuple[int, Any]:
         b = _decode(api.read_body(), KeyBody)
         names = sorted(set(b.namespaces))
-        if ALL_NAMESPACES in names and len(names) > 1:
-            raise ValidationError('namespaces is ["*"] (every namespace) or a list of names, not both', "namespaces")
+        for n in names:
+            if n != ALL_NAMESPACES and not _NAME.match(n):
+                raise ValidationError(f'namespaces must hold namespace names or "*", got {n[:64]!a}', "namespaces")
+        if ALL_NAMESPACES in names:
+            names = [ALL_NAMESPACES]  # every namespace covers any named beside it
         for n in names:
             if n != ALL_NAMESPACES and namespace(n) is None:
                 raise NotFoundError(f"namespace {n[:64]} not found", "namespaces")

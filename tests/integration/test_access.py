@@ -359,6 +359,10 @@ def test_a_whole_number_quota_is_an_integer_and_an_unknown_namespace_is_not_foun
     assert req(node, "PATCH", f"{P}/namespaces/floats", TOKEN, {"quotas": {"max_pending_tasks": 8.5}})[0] == 400
     st, out, _ = req(node, "POST", f"{P}/keys", TOKEN, {"name": "k", "role": "reader", "namespaces": ["nowhere"]})
     assert (st, out["error"]["field"]) == (404, "namespaces")
+    st, out, _ = req(node, "POST", f"{P}/keys", TOKEN, {"name": "k", "role": "reader", "namespaces": ["AAA"]})
+    assert (st, out["error"]["field"]) == (400, "namespaces")
+    both = ok(node, "POST", f"{P}/keys", {"name": "k", "role": "reader", "namespaces": ["floats", "*"]})
+    assert both["namespaces"] == ["*"]
     st, out, _ = req(node, "POST", f"{P}/tasks", TOKEN, {"type": "delayed", "interval_ms": 1000, "namespace": "nowhere",
                                                          "callback_url": "http://127.0.0.1:9/cb"})
     assert (st, out["error"]["field"]) == (404, "namespace")
