@@ -901,7 +901,8 @@ def _install_tasks(api: Api) -> None:
 def _install_executions(api: Api) -> None:
     ctx = api.ctx
 
-    def listing(task_id: str | None) -> tuple[int, Any]:
+    def listing(task_id: str | None, checked: bool) -> tuple[int, Any]:
+        """A page of executions (of ``task_id``'s, whose namespace is ``checked`` already or not)."""
         result = api.q_str("result")
         if result is not None:
             try:
@@ -917,12 +918,17 @@ def _install_executions(api: Api) -> None:
             cursor = decode_cursor("e", raw_cursor)
             if not _ROW_ID_RE.fullmatch(cursor):
                 raise ValidationError("cursor is not a cursor this API issued", "cursor")
+        limit = api.q_limit()
+        namespaces = access.readable()
+        if task_id is not None and not checked and namespaces is not None:
+            t = ctx.get_task(task_id)
+            if t is None or t.spec.namespace not in namespaces:  # not one it may see: nothing to list
+                return 200, {"items": [], "next_cursor": None}
         page = ctx.history.list_executions(
-            task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=cursor, limit=api.q_limit()
+            task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=cursor, limit=limit
         )
         nxt = encode_cursor("e", page.next_cursor) if page.next_cursor else None
         items = page.items
-        namespaces = access.readable()
         if namespaces is not None and task_id is None:  # an execution is its task's namespace's
             seen: dict[str, bool] = {}
             for e in items:
@@ -935,19 +941,14 @@ def _install_executions(api: Api) -> None:
     @api.route("GET", f"{PREFIX}/tasks/<task_id>/executions")
     def task_executions(task_id: str) -> tuple[int, Any]:
         task_or_404(ctx, task_id)
-        return listing(task_id)
+        return listing(task_id, True)
 
     @api.route("GET", f"{PREFIX}/executions")
     def executions() -> tuple[int, Any]:
         tid = api.q_str("task_id")
         if tid is not None and not model.is_task_id(tid):
             raise ValidationError("task_id is not a task id", "task_id")
-        namespaces = access.readable()
-        if tid is not None and namespaces is not None:
-            t = ctx.get_task(tid)
-            if t is None or t.spec.namespace not in namespaces:  # not one it may see: nothing to list
-                return 200, {"items": [], "next_cursor": None}
-        return listing(tid)
+        return listing(tid, False)
 
 
 def _install_cluster(api: Api) -> None:

@@ -266,6 +266,8 @@ def test_lists_show_only_the_keys_namespaces(world: World) -> None:
     outside = world.task("outside")
     st, out, _ = req(n, "GET", f"{P}/executions?task_id={outside}", reader)
     assert (st, out["items"]) == (200, [])
+    st, out, _ = req(n, "GET", f"{P}/executions?task_id={outside}&since=null", reader)
+    assert (st, out["error"]["field"]) == (400, "since")  # parameters are checked before the namespace
 
 
 def test_an_object_of_another_namespace_is_not_found_exactly_as_a_missing_one(world: World) -> None:
