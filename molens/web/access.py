@@ -115,7 +115,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", f"{_P}/dead-letters/{{dead_id}}"): Rule(Need.READ, Where.OBJECT),
     ("POST", f"{_P}/dead-letters/{{dead_id}}/redrive"): Rule(Need.WRITE, Where.OBJECT),
     ("DELETE", f"{_P}/dead-letters/{{dead_id}}"): Rule(Need.WRITE, Where.OBJECT),
-    ("POST", f"{_P}/dead-letters/redrive"): Rule(Need.WRITE, Where.QUERY),
+    ("POST", f"{_P}/dead-letters/redrive"): Rule(Need.WRITE, Where.BODY),
     ("DELETE", f"{_P}/dead-letters"): Rule(Need.WRITE, Where.QUERY),
     ("GET", f"{_P}/flows"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/flows/{{key}}"): Rule(Need.READ, Where.NODE),

@@ -1,4 +1,4 @@
-"""schemathesis against a real node with a bearer token: every check it has, every phase (the
+"""schemathesis against a real node with a bearer key (the bootstrap admin's, then a reader's): every check it has, every phase (the
 document's examples, coverage, fuzzing with positive and negative cases, stateful sequences along
 the document's links), 100 examples per operation (``MOLENS_FUZZ_EXAMPLES``), and no failure of
 any kind allowed. The run is bounded by examples, not by a clock (about two minutes here).
@@ -37,7 +37,9 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 
 @pytest.mark.timeout(MAX_TIME_S + 120)
-def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("role", ["admin", "reader"])
+def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path: Path, role: str) -> None:
+    """As the bootstrap admin key, and as a reader key of every namespace (its writes answer 403)."""
     st = Path(sys.executable).with_name("schemathesis")
     if not st.exists():
         st = Path(shutil.which("schemathesis") or "schemathesis")
@@ -61,9 +63,15 @@ def test_schemathesis_all_checks_all_phases_finds_nothing(tmp_path: Path) -> Non
                 return None
 
         wait_for(ready, 30, "the node's API")
+        key = TOKEN
+        if role != "admin":
+            r = http.request("POST", base + "/api/v1/keys", json={"name": "fuzz", "role": role, "namespaces": ["*"]},
+                             headers={"Authorization": f"Bearer {TOKEN}"})
+            assert r.status == 201, r.data
+            key = r.json()["secret"]
         cmd = [
             str(st), "--config-file", str(CONFIG), "run", f"{base}/api/v1/openapi.json", "--url", base,
-            "-H", f"Authorization: Bearer {TOKEN}",
+            "-H", f"Authorization: Bearer {key}",
             "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful", "--mode", "all",
             "--max-examples", str(EXAMPLES), "--seed", str(SEED),
             "--workers", "1", "--no-color",  # 2 workers hit a CPython 3.11 compile() race in hypothesis (SystemError)
