@@ -184,6 +184,9 @@ class Access:
         self._token = token.encode() if token else b""
         self.brake = keys.FailureBrake()
         self._last_used: dict[str, int] = {}
+        self._known: dict[str, tuple[bytes, tenancy.ApiKey, Principal]] = {}
+        """key id -> (its record as read, the record, its principal): a record read again unchanged
+        is not decoded again (it is still read on every request: a revoked key is gone at once)."""
         self._lock = threading.Lock()
         if not token:
             log.warning("http.auth_token is not set: the API is open, a request without a key acts as an admin")
@@ -238,13 +241,24 @@ class Access:
             return BOOTSTRAP
         kid = keys.key_id_of(secret)
         rec = self.ctx.get_meta(tenancy.KEY_PREFIX + kid) if kid is not None else None
-        key = tenancy.decode_key(rec) if rec is not None else None
-        if key is None or not keys.verify(key, secret):
+        if kid is None or rec is None:
+            if kid is not None and kid in self._known:  # revoked
+                with self._lock:
+                    self._known.pop(kid, None)
+            self.brake.failed(addr, now)
+            raise Unauthorized()
+        known = self._known.get(kid)
+        if known is None or known[0] != rec:
+            k = tenancy.decode_key(rec)
+            known = (rec, k, principal_of(k))
+            with self._lock:
+                self._known[kid] = known
+        if not keys.verify(known[1], secret):
             self.brake.failed(addr, now)
             raise Unauthorized()
         with self._lock:
-            self._last_used[key.id] = int(time.time() * 1000)
-        return principal_of(key)
+            self._last_used[kid] = int(time.time() * 1000)
+        return known[2]
 
 
 def principal() -> Principal:
