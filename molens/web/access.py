@@ -191,10 +191,6 @@ class Access:
         if not token:
             log.warning("http.auth_token is not set: the API is open, a request without a key acts as an admin")
 
-    @property
-    def open(self) -> bool:
-        return not self._token
-
     def last_used_ms(self, key_id: str) -> int | None:
         """When this node last admitted a request with key ``key_id`` (None: not since it started)."""
         return self._last_used.get(key_id)
