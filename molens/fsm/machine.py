@@ -99,8 +99,11 @@ from typing import Any, Protocol
 
 import msgspec
 
+from molens.fsm import audit
 from molens.fsm.commands import (
     AckNotices,
+    Audited,
+    AuditNote,
     BackfillTask,
     Command,
     CreateItem,
@@ -122,6 +125,7 @@ from molens.fsm.commands import (
     Results,
     ResumeTasks,
     TriggerTask,
+    TrimAudit,
     UpdateTask,
 )
 from molens.model import (
@@ -265,6 +269,10 @@ class Writes:
     notices: list[Notice] = field(default_factory=list)
     """Failure notifications for the outbox (docs/architecture.md#notifications)."""
     notices_acked: list[tuple[int, str]] = field(default_factory=list)
+    audit: list[audit.AuditEntry] = field(default_factory=list)
+    """Audit entries of this command (docs/architecture.md#audit-trail)."""
+    audit_trim: int | None = None
+    """Delete the audit entries of log entries before this index (retention)."""
     counts: dict[str, int] = field(default_factory=dict)
     """Occurrences this command decided not to fire, by :data:`NOT_FIRED` key (the store adds them
     to its process-local counters: every replica counts what it applies)."""
@@ -571,6 +579,20 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             results = [_put_flow(tx, cmd, now)]
         case DeleteFlow():
             results = [_delete_flow(tx, cmd.key)]
+        case Audited():
+            applied = apply(view, cmd.command, now_ms, config)
+            w = applied.writes
+            applied.writes.audit.extend(audit.entries(
+                cmd, view, lambda tid: w.tasks[tid] if tid in w.tasks else view.get_task(tid),
+                lambda key: w.flows[key] if key in w.flows else view.get_flow(key), applied.results,
+            ))
+            return applied
+        case AuditNote():
+            tx.w.audit.append(audit.note_entry(cmd))
+            results = [None]
+        case TrimAudit():
+            tx.w.audit_trim = cmd.before_index
+            results = [None]
         case _:
             raise TypeError(f"not a command: {cmd!r}")
     return tx.finish(results)
