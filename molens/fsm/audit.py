@@ -16,7 +16,7 @@ pending task gives ``{"status": {"old": "pending", "new": "paused"}, "due_ms": {
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -95,6 +95,13 @@ _ACTIONS: dict[type, str] = {
     RedriveDeadLetters: "dead_letter.redrive", DeleteDeadLetters: "dead_letter.delete", PutFlow: "flow.put",
     DeleteFlow: "flow.delete",
 }
+
+
+
+def is_audited(cmd: object) -> TypeGuard[AuditedCommand]:
+    """Whether ``cmd`` is a change a caller makes (the API wraps those in ``Audited``)."""
+    return type(cmd) in _ACTIONS
+
 
 ACTIONS = (*sorted(_ACTIONS.values()), "flow.pause", "flow.resume", "cluster.transfer_leader")
 """Every action an entry may name."""
@@ -226,6 +233,7 @@ __all__ = [
     "diff",
     "elide",
     "entries",
+    "is_audited",
     "namespace_of",
     "note_entry",
     "task_fields",

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import bottle
 import jsonschema
 import urllib3
 
@@ -88,14 +89,16 @@ def serve(
     role: str = "leader",
     leader_url: str | None = None,
     edge: EdgeLimits | None = None,
+    wrap: Callable[[bottle.Bottle], bottle.Bottle] | None = None,
 ) -> Iterator[Served]:
+    """``wrap`` adds what a test needs to the app (e.g. ``actor_header.with_actor_header``)."""
     ctx = LocalContext(data_dir, settings)
     ctx.role = role
     ctx.leader_url = leader_url
     server = None
     try:
         server = ApiServer(
-            make_app(ctx),
+            make_app(ctx) if wrap is None else wrap(make_app(ctx)),
             ServerOptions(port=0, threads=threads, max_body_bytes=ctx.settings.max_body_bytes, edge=edge or EdgeLimits()),
         ).start()
         http = urllib3.PoolManager(maxsize=16, timeout=urllib3.Timeout(connect=5, read=30))
