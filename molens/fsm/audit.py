@@ -3,7 +3,9 @@
 The API wraps what a caller asks for in :class:`~molens.fsm.commands.Audited` (actor and address);
 applying it applies the command and, from the state before and after, writes one :class:`AuditEntry`
 per target the command changed, in the same store transaction as the change. An item that changed
-nothing (a 404, a 409, a create answered by its idempotency key) has no entry. Every replica applies
+nothing (a 404, a 409, a create answered by its idempotency key, a patch to the values the task
+already has) has no entry, so a client that retries a write whose outcome it did not learn adds no
+second entry. Every replica applies
 the same entries, so every replica holds the same trail; the store numbers entries by their Raft
 index (``"{index}.{n}"``), which no clock can reorder.
 
@@ -188,6 +190,8 @@ def entries(
         ch = diff(task_fields(old), task_fields(new))
         if extra:
             ch.update(extra)
+        if not ch:  # e.g. a patch to the values the task has: nothing changed, nothing on record
+            return
         add(namespace_of(old if old is not None else new), tid, ch)
 
     match inner:

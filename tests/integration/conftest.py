@@ -114,6 +114,8 @@ class NodeProc:
         self.config_path.write_text(yaml.safe_dump(self.settings, sort_keys=False))
         self.admin_addr: str = self.settings["admin"]["bind_addr"]
         self.proc: subprocess.Popen[bytes] | None = None
+        self.command: list[str] = [sys.executable, "-m", "molens.cli"]
+        """What runs the node (its config file's path is appended)."""
         self.log_path = self.dir / "stdout.log"
         self._local = threading.local()  # one admin client per thread: ZMQ sockets are not thread-safe
 
@@ -123,7 +125,7 @@ class NodeProc:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MOLENS_")}
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "molens.cli", str(self.config_path)],
+                [*self.command, str(self.config_path)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -97,6 +97,10 @@ def test_patch_diffs_the_definition() -> None:
     assert t is not None
     out = audit_of(ms, Audited(T0 + 1, ALICE, UpdateTask(T0 + 1, tid, spec(timeout_ms=7000), t.version)))
     assert out[0].action == "task.patch" and out[0].changes == {"timeout_ms": {"old": 5000, "new": 7000}}
+    t = ms.get_task(tid)
+    assert t is not None
+    again = Audited(T0 + 2, ALICE, UpdateTask(T0 + 2, tid, spec(timeout_ms=7000), t.version))
+    assert audit_of(ms, again) == []  # the same values again (a client's retry): nothing changed, no entry
 
 
 def test_flow_changes_are_diffed_without_their_timestamp() -> None:
