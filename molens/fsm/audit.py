@@ -105,7 +105,8 @@ def is_audited(cmd: object) -> TypeGuard[AuditedCommand]:
     return type(cmd) in _ACTIONS
 
 
-ACTIONS = (*sorted(_ACTIONS.values()), "flow.pause", "flow.resume", "cluster.transfer_leader")
+ACTIONS = (*sorted(_ACTIONS.values()), "flow.pause", "flow.resume", "cluster.transfer_leader", "cluster.add_node",
+           "cluster.remove_node")
 """Every action an entry may name."""
 
 # Task fields on record besides the definition (spec): what an operator changes or sees change.

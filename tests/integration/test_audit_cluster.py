@@ -130,3 +130,35 @@ def test_a_thousand_changes_by_three_actors_across_a_leader_kill_are_on_every_re
         assert killed is not None and killed.call("stats")["snapshots_installed"] >= 1  # caught up by a snapshot
     finally:
         c.kill_all()
+
+
+def test_membership_changes_and_a_leadership_transfer_are_on_every_replica(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, 3, state_machine="tasks")
+    launcher = Path(__file__).with_name("actor_header.py")
+    for n in c.nodes.values():
+        n.command = [sys.executable, str(launcher)]
+    try:
+        c.start()
+        lead = c.leader(timeout=60)
+        wait_serving(lead)
+        n4 = c.add_joiner("n4")
+        n4.command = [sys.executable, str(launcher)]
+        n4.start().wait_ready()
+        wait_for(lambda: "n4" in (c.leader().status() or {}).get("voters", []) or None, 60, "n4 to join as a voter")
+        lead = c.leader(exclude=("n4",))
+        lead.call("remove_node", id="n4", timeout_s=30)
+        n4.kill()
+        lead = c.leader(timeout=60)
+        st, out = _send(lead, ACTORS[0], "POST", "/api/v1/cluster/transfer-leader", {})
+        assert st == 200, out
+        c.leader(timeout=60)
+        c.wait_converged(timeout=60)
+        want = [("admin socket", "cluster.add_node", "n4"), ("admin socket", "cluster.remove_node", "n4"),
+                ("alice", "cluster.transfer_leader", lead.node_id)]
+        trails = [_trail(n) for n in c.running()]
+        for t in trails:
+            assert [(a["actor"]["name"], a["action"], a["target"]) for a in reversed(t)] == want
+            assert t == trails[0]
+        assert trails[0][0]["changes"] == {"leader": {"old": lead.node_id, "new": None}}
+    finally:
+        c.kill_all()
