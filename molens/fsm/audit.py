@@ -17,8 +17,9 @@ pending task gives ``{"status": {"old": "pending", "new": "paused"}, "due_ms": {
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
-from typing import Any, Protocol, TypeGuard
+from typing import Any, NamedTuple, Protocol, TypeGuard
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -42,15 +43,45 @@ from molens.fsm.commands import (
     UpdateTask,
 )
 from molens.model import Task
-from molens.schema import DeadLetter
+from molens.schema import DeadLetter, TaskSpec
+
+_replace = msgspec.structs.replace
 
 DEFAULT_NAMESPACE = "default"
 
 Changes = dict[str, dict[str, Any]]
 
 
+class TaskImage(msgspec.Struct, frozen=True, array_like=True):
+    """What the trail keeps of a task before or after a change: its definition without the payload
+    (the payload's size and CRC-32 instead, so a change of it shows, never its bytes) and its state."""
+
+    spec: TaskSpec
+    status: str
+    due_ms: int | None
+    payload_bytes: int
+    payload_crc: int
+
+
+_IMAGE_ENCODER = msgspec.msgpack.Encoder()
+_IMAGE_DECODER = msgspec.msgpack.Decoder(TaskImage)
+
+
+def task_image(t: Task | None) -> bytes | None:
+    """``t``'s :class:`TaskImage`, encoded (a few microseconds: the diff is made when the entry is read)."""
+    if t is None:
+        return None
+    p = t.spec.payload_json
+    return _IMAGE_ENCODER.encode(TaskImage(
+        spec=_replace(t.spec, payload_json=b""), status=t.status.value, due_ms=t.due_ms,
+        payload_bytes=len(p), payload_crc=zlib.crc32(p),
+    ))
+
+
 class AuditEntry(msgspec.Struct, frozen=True, array_like=True):
-    """One change on record. ``id`` is given by the store (``"{raft index}.{n}"``)."""
+    """One change on record. ``id`` is given by the store (``"{raft index}.{n}"``). A task's entry
+    keeps its images before and after (``old``/``new``) and its ``changes`` are computed from them
+    when the entry is read (:meth:`all_changes`); other entries carry their ``changes`` as written."""
 
     at_ms: int
     key_id: str
@@ -60,13 +91,20 @@ class AuditEntry(msgspec.Struct, frozen=True, array_like=True):
     target: str
     changes: Changes
     remote_addr: str
+    old: bytes | None = None
+    new: bytes | None = None
     id: str = ""
+
+    def all_changes(self) -> Changes:
+        if self.old is None and self.new is None:
+            return self.changes
+        return {**diff(_image_fields(self.old), _image_fields(self.new)), **self.changes}
 
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id, "at": self.at_ms, "actor": {"key_id": self.key_id, "name": self.name},
-            "action": self.action, "namespace": self.namespace, "target": self.target, "changes": self.changes,
-            "remote_addr": self.remote_addr,
+            "action": self.action, "namespace": self.namespace, "target": self.target,
+            "changes": self.all_changes(), "remote_addr": self.remote_addr,
         }
 
 
@@ -109,8 +147,6 @@ ACTIONS = (*sorted(_ACTIONS.values()), "flow.pause", "flow.resume", "cluster.tra
            "cluster.remove_node")
 """Every action an entry may name."""
 
-# Task fields on record besides the definition (spec): what an operator changes or sees change.
-_TASK_STATE = ("status", "due_ms")
 _ELIDED = frozenset({"payload_json"})
 _URLS = frozenset({"callback_url", "ack_url", "notify_url"})
 
@@ -120,8 +156,8 @@ def elide(field: str, value: Any) -> Any:
     if value is None:
         return None
     if field in _ELIDED:
-        raw = value if isinstance(value, bytes) else str(value).encode()
-        return f"<elided {len(raw)} bytes>"
+        n = value.size if isinstance(value, _Payload) else len(value if isinstance(value, bytes) else str(value).encode())
+        return f"<elided {n} bytes>"
     if field in _URLS and isinstance(value, str):
         parts = urlsplit(value)
         if parts.password is not None:
@@ -139,15 +175,20 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> Changes:
     }
 
 
-def task_fields(t: Task | None) -> dict[str, Any]:
-    """A task's definition and state as plain values (the JSON names of the API)."""
-    if t is None:
+def _image_fields(raw: bytes | None) -> dict[str, Any]:
+    """A task image as plain values by field name; the payload as ``(size, crc)`` (elided on output)."""
+    if raw is None:
         return {}
-    fields = msgspec.structs.asdict(t.spec)
-    out: dict[str, Any] = {k: v if k in _ELIDED else msgspec.to_builtins(v) for k, v in fields.items()}
-    for k in _TASK_STATE:
-        out[k] = msgspec.to_builtins(getattr(t, k))
+    im = _IMAGE_DECODER.decode(raw)
+    out: dict[str, Any] = msgspec.to_builtins(msgspec.structs.asdict(im.spec))
+    out["payload_json"] = _Payload(im.payload_bytes, im.payload_crc)
+    out["status"], out["due_ms"] = im.status, im.due_ms
     return out
+
+
+class _Payload(NamedTuple):
+    size: int
+    crc: int
 
 
 def _flow_fields(f: FlowSettings | None) -> dict[str, Any]:
@@ -178,22 +219,20 @@ def entries(
     action = action_of(inner)
     out: list[AuditEntry] = []
 
-    def add(ns: str, target: str, changes: Changes) -> None:
+    def add(ns: str, target: str, changes: Changes, old: bytes | None = None, new: bytes | None = None) -> None:
         out.append(AuditEntry(
             at_ms=now, key_id=st.key_id, name=st.name, action=action, namespace=ns, target=target,
-            changes=changes, remote_addr=st.remote_addr,
+            changes=changes, remote_addr=st.remote_addr, old=old, new=new,
         ))
 
     def task_change(tid: str, res: Any, extra: Changes | None = None) -> None:
         if _failed(res):
             return
         old, new = before.get_task(tid), after_task(tid)
-        ch = diff(task_fields(old), task_fields(new))
-        if extra:
-            ch.update(extra)
-        if not ch:  # e.g. a patch to the values the task has: nothing changed, nothing on record
+        oi, ni = task_image(old), task_image(new)
+        if oi == ni and not extra:  # e.g. a patch to the values the task has: nothing changed, nothing on record
             return
-        add(namespace_of(old if old is not None else new), tid, ch)
+        add(namespace_of(old if old is not None else new), tid, extra or {}, oi, ni)
 
     match inner:
         case CreateTasks():
@@ -234,6 +273,7 @@ __all__ = [
     "ACTIONS",
     "DEFAULT_NAMESPACE",
     "AuditEntry",
+    "TaskImage",
     "action_of",
     "diff",
     "elide",
@@ -241,5 +281,5 @@ __all__ = [
     "is_audited",
     "namespace_of",
     "note_entry",
-    "task_fields",
+    "task_image",
 ]

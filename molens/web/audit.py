@@ -84,7 +84,8 @@ def install_audit(api: Api) -> None:
         if fmt == "jsonl":
             if api.q_raw("cursor") is not None or api.q_raw("limit") is not None:
                 raise ValidationError("an export (format=jsonl) is the whole trail: no cursor or limit", "format")
-            return bottle.HTTPResponse(export(f), status=200, headers={"Content-Type": _JSONL_CT})
+            role = bottle.response.get_header("X-Molens-Role") or ""
+            return bottle.HTTPResponse(export(f), status=200, headers={"Content-Type": _JSONL_CT, "X-Molens-Role": role})
         items, nxt = ctx.audit.list_audit(f, cursor=api.q_cursor("a", _CURSOR_POS_RE), limit=api.q_limit())
         return 200, {"items": [a.to_json() for a in items], "next_cursor": encode_cursor("a", nxt) if nxt else None}
 

@@ -68,11 +68,11 @@ def test_batch_create_writes_one_entry_per_task_with_payload_elided() -> None:
     a = out[0]
     assert (a.key_id, a.name, a.action, a.namespace, a.remote_addr, a.at_ms) == (
         "k1", "alice", "task.create", "default", "10.0.0.1", T0)
-    assert a.changes["status"] == {"old": None, "new": "pending"}
-    assert a.changes["callback_url"] == {"old": None, "new": URL}
+    assert a.all_changes()["status"] == {"old": None, "new": "pending"}
+    assert a.all_changes()["callback_url"] == {"old": None, "new": URL}
     t = ms.get_task(ids[0])
     assert t is not None and t.spec.payload_json is not None
-    assert a.changes["payload_json"] == {"old": None, "new": f"<elided {len(t.spec.payload_json)} bytes>"}
+    assert a.all_changes()["payload_json"] == {"old": None, "new": f"<elided {len(t.spec.payload_json)} bytes>"}
     assert "4111" not in repr(out)
 
 
@@ -82,7 +82,7 @@ def test_pause_records_only_the_fields_that_changed_and_nothing_for_a_refused_it
     ms.apply(CreateTasks(T0, (CreateItem(tid, spec()),)))
     out = audit_of(ms, Audited(T0 + 5, BOB, PauseTasks(T0 + 5, (tid, "missing"))))
     assert len(out) == 1 and out[0].target == tid and out[0].action == "task.pause"
-    assert out[0].changes == {"status": {"old": "pending", "new": "paused"},
+    assert out[0].all_changes() == {"status": {"old": "pending", "new": "paused"},
                               "due_ms": {"old": T0 + 60_000, "new": None}}
     assert audit_of(ms, Audited(T0 + 6, BOB, PauseTasks(T0 + 6, (tid,)))) == []  # already paused: 409, no entry
     out = audit_of(ms, Audited(T0 + 7, BOB, ResumeTasks(T0 + 7, (tid,))))
@@ -96,24 +96,30 @@ def test_patch_diffs_the_definition() -> None:
     t = ms.get_task(tid)
     assert t is not None
     out = audit_of(ms, Audited(T0 + 1, ALICE, UpdateTask(T0 + 1, tid, spec(timeout_ms=7000), t.version)))
-    assert out[0].action == "task.patch" and out[0].changes == {"timeout_ms": {"old": 5000, "new": 7000}}
+    assert out[0].action == "task.patch" and out[0].all_changes() == {"timeout_ms": {"old": 5000, "new": 7000}}
     t = ms.get_task(tid)
     assert t is not None
     again = Audited(T0 + 2, ALICE, UpdateTask(T0 + 2, tid, spec(timeout_ms=7000), t.version))
     assert audit_of(ms, again) == []  # the same values again (a client's retry): nothing changed, no entry
+    ms.apply(UpdateTask(T0 + 2, tid, spec(timeout_ms=7000, payload={"a": 1}), t.version))
+    t = ms.get_task(tid)
+    assert t is not None
+    same_size = Audited(T0 + 3, ALICE, UpdateTask(T0 + 3, tid, spec(timeout_ms=7000, payload={"a": 2}), t.version))
+    out = audit_of(ms, same_size)
+    assert out[0].all_changes() == {"payload_json": {"old": "<elided 7 bytes>", "new": "<elided 7 bytes>"}}
 
 
 def test_flow_changes_are_diffed_without_their_timestamp() -> None:
     ms = MemoryState()
     out = audit_of(ms, Audited(T0, ALICE, PutFlow(T0, "api.example", FlowSettings(rate_per_s=5.0))))
     assert out[0].action == "flow.put" and out[0].target == "api.example"
-    assert out[0].changes == {"adaptive": {"old": None, "new": False}, "paused": {"old": None, "new": False},
+    assert out[0].all_changes() == {"adaptive": {"old": None, "new": False}, "paused": {"old": None, "new": False},
                               "rate_per_s": {"old": None, "new": 5.0}}
     out = audit_of(ms, Audited(T0 + 1, ALICE, PutFlow(T0 + 1, "api.example", FlowSettings(paused=True),
                                                           only_paused=True)))
-    assert out[0].action == "flow.pause" and out[0].changes == {"paused": {"old": False, "new": True}}
+    assert out[0].action == "flow.pause" and out[0].all_changes() == {"paused": {"old": False, "new": True}}
     out = audit_of(ms, Audited(T0 + 2, ALICE, DeleteFlow(T0 + 2, "api.example")))
-    assert out[0].action == "flow.delete" and out[0].changes["rate_per_s"] == {"old": 5.0, "new": None}
+    assert out[0].action == "flow.delete" and out[0].all_changes()["rate_per_s"] == {"old": 5.0, "new": None}
     assert audit_of(ms, Audited(T0 + 3, ALICE, DeleteFlow(T0 + 3, "api.example"))) == []  # 404: no entry
 
 
