@@ -51,8 +51,8 @@ class Driver:
 
     def __init__(self, c: Cluster) -> None:
         self.c = c
-        self.lead = c.leader(timeout=60)
-        wait_serving(self.lead)
+        self.leader = c.leader(timeout=60)
+        wait_serving(self.leader)
         self.expected: list[tuple[str, str, str]] = []
         self.unknown = 0
 
@@ -61,17 +61,17 @@ class Driver:
         retried = False
         while True:
             try:
-                st, out = _send(self.lead, actor, method, path, body)
+                st, out = _send(self.leader, actor, method, path, body)
             except urllib3.exceptions.HTTPError:
                 st, out = 0, None
             code = out["error"]["code"] if st >= 300 and out else ""
             if st == 307 or code == "no_leader":
-                self.lead = self.c.leader(timeout=60)
+                self.leader = self.c.leader(timeout=60)
                 continue
             if st == 0 or code == "outcome_unknown":
                 self.unknown += 1
                 retried = True
-                self.lead = self.c.leader(timeout=60)
+                self.leader = self.c.leader(timeout=60)
                 continue
             done_before = retried and ((st == 409 and action in ("task.pause", "task.resume"))
                                        or (st == 404 and action == "task.delete"))
@@ -94,15 +94,15 @@ def test_a_thousand_changes_by_three_actors_across_a_leader_kill_are_on_every_re
         i = 0
         while i < CHANGES:
             if i == KILL_AT:
-                killed = d.lead
+                killed = d.leader
                 index_at_kill = killed.call("status")["commit_index"]
                 killed.kill()
-                d.lead = c.leader(timeout=60)
-                wait_serving(d.lead)
+                d.leader = c.leader(timeout=60)
+                wait_serving(d.leader)
             if i == BACK_AT:
                 assert killed is not None
-                d.lead.call("snapshot")
-                assert d.lead.call("status")["first_index"] > index_at_kill + 1, "the log is compacted past it"
+                d.leader.call("snapshot")
+                assert d.leader.call("status")["first_index"] > index_at_kill + 1, "the log is compacted past it"
                 killed.start()
             b = i // 5
             x = d.change(i, "POST", "/api/v1/tasks", "task.create", {**cb, "idempotency_key": f"c{i}"})["id"]
@@ -139,26 +139,26 @@ def test_membership_changes_and_a_leadership_transfer_are_on_every_replica(tmp_p
         n.command = [sys.executable, str(launcher)]
     try:
         c.start()
-        lead = c.leader(timeout=60)
-        wait_serving(lead)
+        leader = c.leader(timeout=60)
+        wait_serving(leader)
         n4 = c.add_joiner("n4")
         n4.command = [sys.executable, str(launcher)]
         n4.start().wait_ready()
         wait_for(lambda: "n4" in (c.leader().status() or {}).get("voters", []) or None, 60, "n4 to join as a voter")
-        lead = c.leader(exclude=("n4",))
-        lead.call("remove_node", id="n4", timeout_s=30)
+        leader = c.leader(exclude=("n4",))
+        leader.call("remove_node", id="n4", timeout_s=30)
         n4.kill()
-        lead = c.leader(timeout=60)
-        st, out = _send(lead, ACTORS[0], "POST", "/api/v1/cluster/transfer-leader", {})
+        leader = c.leader(timeout=60)
+        st, out = _send(leader, ACTORS[0], "POST", "/api/v1/cluster/transfer-leader", {})
         assert st == 200, out
         c.leader(timeout=60)
         c.wait_converged(timeout=60)
         want = [("admin socket", "cluster.add_node", "n4"), ("admin socket", "cluster.remove_node", "n4"),
-                ("alice", "cluster.transfer_leader", lead.node_id)]
+                ("alice", "cluster.transfer_leader", leader.node_id)]
         trails = [_trail(n) for n in c.running()]
         for t in trails:
             assert [(a["actor"]["name"], a["action"], a["target"]) for a in reversed(t)] == want
             assert t == trails[0]
-        assert trails[0][0]["changes"] == {"leader": {"old": lead.node_id, "new": None}}
+        assert trails[0][0]["changes"] == {"leader": {"old": leader.node_id, "new": None}}
     finally:
         c.kill_all()
