@@ -319,6 +319,18 @@ class NotificationsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditConfig:
+    """Retention of the audit trail (docs/architecture.md#audit-trail), enforced by the leader's Cleaner."""
+
+    max_entries: int = _opt(1_000_000, _int_min(1))
+    """At most this many entries are kept (the oldest go first)."""
+    max_age_minutes: int = _opt(129_600, _int_min(1))
+    """Entries older than this are deleted (default 90 days)."""
+    trim_batch: int = _opt(10_000, _int_range(1, 1_000_000))
+    """At most this many entries deleted per trim (one a second)."""
+
+
+@dataclass(frozen=True, slots=True)
 class TracingConfig:
     """Span export (docs/observability.md#traces); the ``traceparent`` headers go out without it."""
 
@@ -344,6 +356,7 @@ class Config:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
     tracing: TracingConfig = field(default_factory=TracingConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     source: str = field(default="", compare=False)

@@ -508,12 +508,17 @@ class Node:
                 threading.Thread(target=run, name="admin-digest", daemon=True).start()
                 return _reply_when_done(fut, "digest")
             if cmd == "add_node":
-                return self._add_node(req)
+                reply = self._add_node(req)
+                if reply.get("ok"):
+                    self._audit_membership("cluster.add_node", str(req.get("id", "")), {"member": {"old": None, "new": True}})
+                return reply
             if cmd == "remove_node":
                 nid = str(req.get("id", ""))
                 if nid == self.cfg.node.id and peer.status()["role"] == "leader":
-                    return self._remove_self_as_leader()
-                return {"ok": True, **peer.call(lambda p: p.remove_node(nid))}
+                    return self._remove_self_as_leader()  # the new leader removes it, and records it
+                reply = {"ok": True, **peer.call(lambda p: p.remove_node(nid))}
+                self._audit_membership("cluster.remove_node", nid, {"member": {"old": True, "new": None}})
+                return reply
             if cmd == "propose":
                 return self._propose(req)
         except (rp.RaftPeerError, rc.RaftError) as exc:
@@ -524,6 +529,20 @@ class Node:
         except pykka.Timeout:
             return {"ok": False, "error": f"{cmd}: raft peer did not answer in time"}
         return {"ok": False, "error": f"unknown cmd {cmd!r}"}
+
+    def _audit_membership(self, action: str, node_id: str, changes: dict[str, dict[str, object]]) -> None:
+        """Put a membership change made on the admin socket on the audit trail (a task node's; the
+        change is no state machine command, so the note follows it: docs/architecture.md#audit-trail).
+        A note that cannot be written (leadership lost meanwhile) is logged; the change stands."""
+        if self.api_ctx is None:
+            return
+        from molens.fsm.commands import AuditNote, AuditStamp
+
+        note = AuditNote(self.api_ctx.now_ms(), AuditStamp("admin", "admin socket", ""), action, node_id, changes)
+        try:
+            self.api_ctx.propose([note], self.api_ctx.settings.propose_timeout_s)
+        except MolensError as exc:
+            log.warning("membership change not on the audit trail action=%s node=%s: %s", action, node_id, exc)
 
     def _rpc_stats(self) -> dict[str, Any]:
         """The worker RPC endpoint's counters and the frames the scheduler refused, by tag."""

@@ -136,6 +136,7 @@ class Scheduler:
                 (w.signing_secret, w.signing_secret_next),
             ),
             spans=self.spans,
+            audit=cfg.audit,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)

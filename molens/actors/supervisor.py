@@ -37,7 +37,7 @@ from molens.actors.raft_peer import LeaderChange
 from molens.actors.stats import StatsClient
 from molens.actors.term import ProposeCallback, TermContext
 from molens.actors.timewheel import TimeWheel
-from molens.config import NotificationsConfig, SchedulerConfig
+from molens.config import AuditConfig, NotificationsConfig, SchedulerConfig
 from molens.fsm.store import EntryResult, TaskStore
 from molens.tracing import NO_SPANS, Spans
 
@@ -77,8 +77,10 @@ class LeaderSupervisor:
         notifications: NotificationsConfig | None = None,
         send_notices: Callable[[Any], str | None] | None = None,
         spans: Spans = NO_SPANS,
+        audit: AuditConfig | None = None,
     ) -> None:
         self.node_id = node_id
+        self.audit = audit if audit is not None else AuditConfig()
         self.spans = spans
         self.notifications = notifications if notifications is not None else NotificationsConfig()
         self._send_notices = send_notices
@@ -136,6 +138,7 @@ class LeaderSupervisor:
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
             stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
             clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms, spans=self.spans,
+            audit=self.audit,
             **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(

@@ -22,7 +22,7 @@ from molens.actors.alarm import Alarm, wall_ms
 from molens.actors.clockprobe import ClockGate
 from molens.actors.messages import GetGauges, Join, LeaderRefs
 from molens.actors.stats import StatsBuffer, StatsClient
-from molens.config import NotificationsConfig, SchedulerConfig
+from molens.config import AuditConfig, NotificationsConfig, SchedulerConfig
 from molens.fsm.commands import Command
 from molens.fsm.store import TaskStore
 from molens.tracing import NO_SPANS, Spans
@@ -53,6 +53,8 @@ class TermContext:
     """How long before the term began each peer was last heard over Raft (seeds the Monitor's
     ``WorkerWatch``)."""
     notifications: NotificationsConfig = field(default_factory=NotificationsConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    """Audit retention (the Cleaner trims the trail)."""
     send_notices: Callable[[Any], str | None] = field(default=lambda batch: "no notification sender on this node")
     """POSTs a notification batch; None when its target answered 2xx (``molens.actors.notifier``)."""
     spans: Spans = NO_SPANS

@@ -225,12 +225,61 @@ class DeleteApiKey(msgspec.Struct, frozen=True, array_like=True, tag=43):
 
     now_ms: int
     key_id: str
+# -------------------------------------------------------------------------------------------------
+# audit trail (docs/architecture.md#audit-trail): tags 50..59
+
+
+class AuditStamp(msgspec.Struct, frozen=True, array_like=True):
+    """Who asked for a change and from where: the API's stamp on what it proposes."""
+
+    key_id: str
+    name: str
+    remote_addr: str
+
+
+AuditedCommand = (
+    CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | UpdateTask | BackfillTask
+    | RedriveDeadLetters | DeleteDeadLetters | PutFlow | DeleteFlow | PutNamespace | DeleteNamespace | PutApiKey
+    | DeleteApiKey
+)
+"""The commands a caller of the API makes; the others (dispatch, results, expiry, notices) are the
+cluster's own and never audited."""
+
+
+class Audited(msgspec.Struct, frozen=True, array_like=True, tag=50):
+    """``command`` as an API caller asked for it: applying it applies ``command`` and writes one audit
+    entry per target it changed, in the same log entry, so a change is never without its entry nor
+    an entry without its change (the wrapper rather than a field on every command keeps the
+    commands of the cluster's own machinery free of it, and the log of earlier versions decodable)."""
+
+    now_ms: int
+    stamp: AuditStamp
+    command: AuditedCommand
+
+
+class AuditNote(msgspec.Struct, frozen=True, array_like=True, tag=51):
+    """An audit entry of a change that is no state machine command (leadership transfer, membership),
+    proposed after the change succeeded."""
+
+    now_ms: int
+    stamp: AuditStamp
+    action: str
+    target: str
+    changes: dict[str, dict[str, object]]
+
+
+class TrimAudit(msgspec.Struct, frozen=True, array_like=True, tag=52):
+    """Retention: delete the audit entries of log entries before ``before_index`` (the Cleaner's
+    choice from its replica; applied as a key range, so every replica deletes the same entries)."""
+
+    now_ms: int
+    before_index: int
 
 
 Command = (
     CreateTasks | DeleteTasks | PauseTasks | ResumeTasks | TriggerTask | Dispatched | Results | Expire | PutMeta
     | UpdateTask | RedriveDeadLetters | DeleteDeadLetters | AckNotices | BackfillTask | PutFlow | DeleteFlow
-    | FlowNotices | PutNamespace | DeleteNamespace | PutApiKey | DeleteApiKey
+    | FlowNotices | PutNamespace | DeleteNamespace | PutApiKey | DeleteApiKey | Audited | AuditNote | TrimAudit
 )
 
 # -------------------------------------------------------------------------------------------------
@@ -263,12 +312,16 @@ def decode(data: bytes) -> Command:
 _COMMANDS = (
     CreateTasks, DeleteTasks, PauseTasks, ResumeTasks, TriggerTask, Dispatched, Results, Expire, PutMeta, UpdateTask,
     RedriveDeadLetters, DeleteDeadLetters, AckNotices, BackfillTask, PutFlow, DeleteFlow, FlowNotices,
-    PutNamespace, DeleteNamespace, PutApiKey, DeleteApiKey,
+    PutNamespace, DeleteNamespace, PutApiKey, DeleteApiKey, Audited, AuditNote, TrimAudit,
 )
 
 
 __all__ = [
     "AckNotices",
+    "AuditNote",
+    "AuditStamp",
+    "Audited",
+    "AuditedCommand",
     "BackfillTask",
     "CodecError",
     "Command",
@@ -295,6 +348,7 @@ __all__ = [
     "Results",
     "ResumeTasks",
     "TriggerTask",
+    "TrimAudit",
     "UpdateTask",
     "decode",
     "encode",

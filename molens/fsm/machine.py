@@ -99,9 +99,11 @@ from typing import Any, Protocol
 
 import msgspec
 
-from molens.fsm import tenancy
+from molens.fsm import audit, tenancy
 from molens.fsm.commands import (
     AckNotices,
+    Audited,
+    AuditNote,
     BackfillTask,
     Command,
     CreateItem,
@@ -127,6 +129,7 @@ from molens.fsm.commands import (
     Results,
     ResumeTasks,
     TriggerTask,
+    TrimAudit,
     UpdateTask,
 )
 from molens.model import (
@@ -283,6 +286,10 @@ class Writes:
     notices: list[Notice] = field(default_factory=list)
     """Failure notifications for the outbox (docs/architecture.md#notifications)."""
     notices_acked: list[tuple[int, str]] = field(default_factory=list)
+    audit: list[audit.AuditEntry] = field(default_factory=list)
+    """Audit entries of this command (docs/architecture.md#audit-trail)."""
+    audit_trim: int | None = None
+    """Delete the audit entries of log entries before this index (retention)."""
     counts: dict[str, int] = field(default_factory=dict)
     """Occurrences this command decided not to fire, by :data:`NOT_FIRED` key (the store adds them
     to its process-local counters: every replica counts what it applies)."""
@@ -609,6 +616,20 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             found = tx.meta(tenancy.KEY_PREFIX + cmd.key_id) is not None
             tx.w.meta[tenancy.KEY_PREFIX + cmd.key_id] = None
             results = [None if found else NotFoundError(f"key {cmd.key_id} not found", "key_id")]
+        case Audited():
+            applied = apply(view, cmd.command, now_ms, config)
+            w = applied.writes
+            applied.writes.audit.extend(audit.entries(
+                cmd, view, lambda tid: w.tasks[tid] if tid in w.tasks else view.get_task(tid),
+                lambda key: w.flows[key] if key in w.flows else view.get_flow(key), applied.results,
+            ))
+            return applied
+        case AuditNote():
+            tx.w.audit.append(audit.note_entry(cmd))
+            results = [None]
+        case TrimAudit():
+            tx.w.audit_trim = cmd.before_index
+            results = [None]
         case _:
             raise TypeError(f"not a command: {cmd!r}")
     return tx.finish(results)

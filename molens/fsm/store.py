@@ -18,6 +18,8 @@ the result and finally ``applied_index`` -- all in ONE lmdb write transaction. D
 - ``due_days`` ``day`` (u64, ``due_ms // 86,400,000``) -> entries of ``due`` that day (u64): the far
   future's distribution without reading ``due`` (:meth:`TaskStore.due_by_day`)
 - ``flows``  flow key -> its limits (``FlowSettings``, msgpack array; docs/architecture.md#flow-control)
+- ``audit``  ``raft index (u64) | n (u32)`` -> :class:`~molens.fsm.audit.AuditEntry` (docs/architecture.md#audit-trail):
+  written in the transaction of the change it records, so it is in every snapshot and replica
 
 The secondary indexes and ``counts`` are written in the same transaction as the records they
 describe (data format 3; a store of format 1 or 2 gets them built when it opens).
@@ -64,6 +66,7 @@ import msgpack
 import msgspec
 
 from molens.fsm import format_v1, machine
+from molens.fsm.audit import AuditEntry
 from molens.fsm.commands import CodecError, Command, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
@@ -81,6 +84,7 @@ from molens.schema import FORMAT, DeadLetter, Notice
 log = logging.getLogger(__name__)
 
 _U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
 _APPLIED = b"applied_index"
 _APPLIED_TERM = b"applied_term"
 _COUNTS = b"counts"
@@ -145,6 +149,35 @@ class EntryResult:
 _TASK_ENCODER = msgspec.msgpack.Encoder()
 _TASK_DECODER = msgspec.msgpack.Decoder(Task)
 _FLOW_DECODER = msgspec.msgpack.Decoder(FlowSettings)
+_AUDIT_ENCODER = msgspec.msgpack.Encoder()
+_AUDIT_DECODER = msgspec.msgpack.Decoder(AuditEntry)
+
+
+def _audit_from(key: bytes, raw: bytes | memoryview) -> AuditEntry:
+    index, n = _U64.unpack_from(key)[0], _U32.unpack_from(key, 8)[0]
+    return msgspec.structs.replace(_AUDIT_DECODER.decode(raw), id=f"{index}.{n}")
+
+
+def _audit_matches(a: AuditEntry, f: AuditFilter) -> bool:
+    return (
+        (f.namespace is None or a.namespace == f.namespace)
+        and (f.actor is None or f.actor in (a.key_id, a.name))
+        and (f.action is None or a.action == f.action)
+        and (f.since_ms is None or a.at_ms >= f.since_ms)
+        and (f.until_ms is None or a.at_ms < f.until_ms)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilter:
+    """Which audit entries a reader wants (``None``: any); ``actor`` matches a key id or a name;
+    ``since_ms`` inclusive, ``until_ms`` exclusive."""
+
+    namespace: str | None = None
+    actor: str | None = None
+    action: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
 
 
 def task_to_bytes(t: Task) -> bytes:
@@ -309,6 +342,7 @@ class TaskStore:
         # failure notifications waiting for their target's 2xx (at_ms|id -> Notice)
         self._outbox = self._env.open_db(b"outbox")
         self._flows = self._env.open_db(b"flows")
+        self._audit = self._env.open_db(b"audit")
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED, db=self._meta)
             raw_term = txn.get(_APPLIED_TERM, db=self._meta)
@@ -453,6 +487,8 @@ class TaskStore:
                 out.append(StoreError(f"entry {e.index} failed to apply: {type(exc).__name__}: {exc}", code="internal"))
                 continue
             self._write(txn, applied, counts, days)
+            if applied.writes.audit or applied.writes.audit_trim is not None:
+                self._write_audit(txn, e.index, applied.writes)
             if applied.writes.counts:
                 nf = self.not_fired
                 for k, v in applied.writes.counts.items():
@@ -534,6 +570,17 @@ class TaskStore:
             put(_U64.pack(n.at_ms) + n.id.encode(), _NOTICE_ENCODER.encode(n), db=self._outbox)
         for at, nid in w.notices_acked:
             delete(_U64.pack(at) + nid.encode(), db=self._outbox)
+
+    def _write_audit(self, txn: lmdb.Transaction, index: int, w: Writes) -> None:
+        """The entry's audit records, keyed by its log index; a trim deletes every key before its bound."""
+        if w.audit_trim is not None:
+            bound = _U64.pack(w.audit_trim)
+            cur = txn.cursor(db=self._audit)
+            ok = cur.first()
+            while ok and bytes(cur.key()) < bound:
+                ok = cur.delete()
+        for n, a in enumerate(w.audit):
+            txn.put(_U64.pack(index) + _U32.pack(n), _AUDIT_ENCODER.encode(a), db=self._audit)
 
     def _write_dead(self, txn: lmdb.Transaction, w: Writes) -> None:
         """Dead letters written, deleted, and those of deleted tasks (they go with their history)."""
@@ -822,6 +869,66 @@ class TaskStore:
                 ok = cur.prev()
         return out, nxt
 
+    def list_audit(
+        self, f: AuditFilter, *, cursor: str | None = None, limit: int = 100, scan_budget: int = 20_000,
+    ) -> tuple[list[AuditEntry], str | None]:
+        """Audit entries newest first, filtered; ``(page, next cursor)``: at most ``scan_budget``
+        entries are read per call, so a rare filter gives short pages and a cursor to go on from."""
+        out: list[AuditEntry] = []
+        nxt: str | None = None
+        with self._env.begin(db=self._audit) as txn:
+            cur = txn.cursor()
+            if cursor:  # the key to resume at (inclusive)
+                k0 = bytes.fromhex(cursor)
+                found = cur.set_range(k0)
+                ok = True if found and bytes(cur.key()) == k0 else (cur.prev() if found else cur.last())
+            else:
+                ok = cur.last()
+            scanned = 0
+            while ok:
+                k = bytes(cur.key())
+                if scanned >= scan_budget or len(out) == limit:
+                    nxt = k.hex()
+                    break
+                scanned += 1
+                a = _audit_from(k, cur.value())
+                if _audit_matches(a, f):
+                    out.append(a)
+                ok = cur.prev()
+        return out, nxt
+
+    def scan_audit(self, f: AuditFilter, chunk: int = 1024) -> Iterator[AuditEntry]:
+        """Every matching audit entry, newest first, streaming (one short read transaction per chunk)."""
+        cursor: str | None = None
+        while True:
+            page, cursor = self.list_audit(f, cursor=cursor, limit=chunk, scan_budget=chunk)
+            yield from page
+            if cursor is None:
+                return
+
+    def audit_trim_point(self, now_ms: int, max_entries: int, max_age_ms: int, limit: int) -> int | None:
+        """The log index before which retention deletes audit entries (more than ``max_entries``, or
+        written before ``now_ms - max_age_ms``), at most ``limit`` of them; ``None``: nothing to trim."""
+        with self._env.begin(db=self._audit) as txn:
+            total: int = txn.stat(self._audit)["entries"]
+            excess = max(0, total - max_entries)
+            cur = txn.cursor()
+            ok = cur.first()
+            n = 0
+            last: bytes | None = None
+            while ok and n < limit:
+                k = bytes(cur.key())
+                if n >= excess and _AUDIT_DECODER.decode(cur.value()).at_ms >= now_ms - max_age_ms:
+                    break
+                last, n = k, n + 1
+                ok = cur.next()
+        # whole log entries only: a trim bound is an index (a batch's entries go together)
+        return None if last is None else _U64.unpack_from(last)[0] + 1
+
+    def audit_count(self) -> int:
+        with self._env.begin(db=self._audit) as txn:
+            return int(txn.stat(self._audit)["entries"])
+
     def scan_dead_before(self, at_before_ms: int, limit: int) -> list[str]:
         """Ids of up to ``limit`` dead letters written before ``at_before_ms`` (retention), oldest first."""
         out: list[str] = []
@@ -999,6 +1106,7 @@ class TaskStore:
                 (b"dead_at", self._dead_at),
                 (b"outbox", self._outbox),
                 (b"flows", self._flows),
+                (b"audit", self._audit),
             ):
                 h.update(name)
                 for k, v in txn.cursor(db=db):
@@ -1009,6 +1117,7 @@ class TaskStore:
 
 
 __all__ = [
+    "AuditFilter",
     "EntryLike",
     "EntryResult",
     "StoreError",

@@ -117,6 +117,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", f"{_P}/dead-letters/{{dead_id}}"): Rule(Need.WRITE, Where.OBJECT),
     ("POST", f"{_P}/dead-letters/redrive"): Rule(Need.WRITE, Where.BODY),
     ("DELETE", f"{_P}/dead-letters"): Rule(Need.WRITE, Where.QUERY),
+    ("GET", f"{_P}/audit"): Rule(Need.READ, Where.QUERY),
     ("GET", f"{_P}/flows"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/flows/{{key}}"): Rule(Need.READ, Where.NODE),
     ("PUT", f"{_P}/flows/{{key}}"): Rule(Need.WRITE, Where.NODE),

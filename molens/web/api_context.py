@@ -36,6 +36,7 @@ from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, Executi
 from molens.schedule.flows import FlowState
 from molens.schedule.wheel import levels_for
 from molens.tracing import NO_SPANS, Spans
+from molens.web.audit import AuditReader
 from molens.web.body import DEFAULT_MAX_DEPTH
 from molens.web.dead_letters import DeadLetterReader
 from molens.web.heatmap import WheelDistribution
@@ -186,6 +187,11 @@ class ApiContext(Protocol):
     @property
     def dead_letters(self) -> DeadLetterReader:
         """The local replica's dead letters."""
+        ...
+
+    @property
+    def audit(self) -> AuditReader:
+        """The local replica's audit trail."""
         ...
 
     def scan_tasks(self, after: str = "") -> Iterator[Task]:

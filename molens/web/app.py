@@ -55,7 +55,11 @@ import msgspec
 
 from molens import model, tracing
 from molens.fsm import tenancy
+from molens.fsm.audit import is_audited
 from molens.fsm.commands import (
+    Audited,
+    AuditNote,
+    AuditStamp,
     BackfillTask,
     Command,
     CreateItem,
@@ -92,6 +96,7 @@ from molens.schema import (
 from molens.tracing import Spans
 from molens.web import access, openapi
 from molens.web.api_context import ApiContext
+from molens.web.audit import install_audit, request_stamp
 from molens.web.body import Body, body_refused, depth_error, too_deep, whole_int
 from molens.web.body import decode as body_json
 from molens.web.dead_letters import install_dead_letters
@@ -502,7 +507,15 @@ class Api:
                 raise QuotaExceededError(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
                                          "created", "creates_per_s", wait)
 
+    def stamp(self) -> AuditStamp:
+        """Who makes the request in progress (:func:`molens.web.audit.request_stamp`)."""
+        return request_stamp(bool(self.ctx.settings.auth_token))
+
     def propose_one(self, cmd: Command) -> list[Any]:
+        """Propose ``cmd`` for the caller; a change a caller makes goes wrapped in ``Audited`` with
+        who made it (docs/architecture.md#audit-trail), and its results are the command's."""
+        if is_audited(cmd):
+            cmd = Audited(cmd.now_ms, self.stamp(), cmd)
         out = self.ctx.propose([cmd], self.ctx.settings.propose_timeout_s)
         return out[0]
 
@@ -544,6 +557,17 @@ class Api:
         if raw is None:
             raise ValidationError(f"{name} is not valid UTF-8", name)
         return str(raw)
+
+    def q_cursor(self, kind: str, position: re.Pattern[str]) -> str | None:
+        """The position in the ``cursor`` parameter, a cursor of ``kind`` whose position matches
+        ``position`` (anything else this API did not issue: 400); ``None`` without one."""
+        raw = self.q_raw("cursor")
+        if raw is None:
+            return None
+        pos = decode_cursor(kind, raw)
+        if not position.fullmatch(pos):
+            raise ValidationError("cursor is not a cursor this API issued", "cursor")
+        return pos
 
     def q_limit(self) -> int:
         v = self.q_int("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
@@ -981,6 +1005,10 @@ def _install_cluster(api: Api) -> None:
                 raise ValidationError("to must be a node id (a string) or null", "to")
             if to not in voters or to == ctx.settings.node_id:
                 raise IllegalTransitionError(f"{to[:64]!r} is not another voter of the cluster", "to")
+        # On record before it happens: once it has, this node is no leader and cannot propose the note.
+        me = ctx.settings.node_id
+        api.propose_one(AuditNote(ctx.now_ms(), api.stamp(), "cluster.transfer_leader", me,
+                                  {"leader": {"old": me, "new": to}}))
         return 200, ctx.transfer_leader(to)
 
     @api.route("GET", f"{PREFIX}/stats")
@@ -1149,6 +1177,7 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     install_dead_letters(api)
     install_flows(api)
     install_tenancy(api)
+    install_audit(api)
     install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
     _shadow_static_paths(api)
     return api

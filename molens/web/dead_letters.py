@@ -70,7 +70,7 @@ def _redrive_json(dl: DeadLetter) -> dict[str, Any]:
 
 def install_dead_letters(api: Api) -> None:
     """Register the routes of this module on ``api``."""
-    from molens.web.app import PREFIX, _item, _quote, decode_cursor, encode_cursor  # app installs this module
+    from molens.web.app import PREFIX, _item, _quote, encode_cursor  # app installs this module
 
     ctx = api.ctx
 
@@ -110,15 +110,6 @@ def install_dead_letters(api: Api) -> None:
         return {"task_id": body.get("task_id"), "flow": body.get("flow"), "kind": _kind(body.get("kind")),
                 "since_ms": ms["since"], "until_ms": ms["until"]}, limit
 
-    def cursor_pos() -> str | None:
-        raw = api.q_raw("cursor")
-        if raw is None:
-            return None
-        pos = decode_cursor("d", raw)
-        if not _CURSOR_POS_RE.fullmatch(pos):
-            raise ValidationError("cursor is not a cursor this API issued", "cursor")
-        return pos
-
     def shown(items: list[DeadLetter]) -> list[DeadLetter]:
         """The dead letters of the namespaces the request may see."""
         namespaces = access.readable()
@@ -127,7 +118,7 @@ def install_dead_letters(api: Api) -> None:
     @api.route("GET", f"{PREFIX}/dead-letters")
     def list_dead_letters() -> tuple[int, Any]:
         f = query_filter()
-        items, nxt = reader().list_dead(**f, cursor=cursor_pos(), limit=api.q_limit())
+        items, nxt = reader().list_dead(**f, cursor=api.q_cursor("d", _CURSOR_POS_RE), limit=api.q_limit())
         return 200, {"items": [d.to_json() for d in shown(items)],
                      "next_cursor": encode_cursor("d", nxt) if nxt else None}
 

@@ -131,6 +131,10 @@ class LocalContext:
         return self.store.get_task(task_id)
 
     @property
+    def audit(self) -> TaskStore:
+        return self.store
+
+    @property
     def dead_letters(self) -> TaskStore:
         return self.store
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from molens import __version__
+from molens.fsm.audit import ACTIONS as AUDIT_ACTIONS
 from molens.fsm.tenancy import Role
 from molens.model import (
     DEFAULT_LIMITS,
@@ -1159,6 +1160,48 @@ def _dead_letter_paths() -> dict[str, Any]:
     }
 
 
+def _audit_schemas() -> dict[str, Any]:
+    change = {"type": "object", "required": ["old", "new"], "properties": {"old": {}, "new": {}}}
+    props: dict[str, Any] = {
+        "id": {"type": "string", "description": "{raft index}.{n}: the order entries were applied in"},
+        "at": {"type": "integer", "description": "When the change applied (the leader's epoch ms)"},
+        "actor": {"type": "object", "required": ["key_id", "name"],
+                  "properties": {"key_id": {"type": "string"}, "name": {"type": "string"}}},
+        "action": {"type": "string", "enum": list(AUDIT_ACTIONS)},
+        "namespace": {"type": "string"},
+        "target": {"type": "string", "description": "Task id, dead letter id, flow key or node id"},
+        "changes": {"type": "object", "additionalProperties": change,
+                    "description": "The fields that changed; payloads and URL passwords elided"},
+        "remote_addr": {"type": "string"},
+    }
+    return {
+        "AuditEntry": {"type": "object", "required": list(props), "properties": props},
+        "AuditPage": {
+            "type": "object", "required": ["items", "next_cursor"],
+            "properties": {"items": {"type": "array", "items": _ref("AuditEntry")}, "next_cursor": _nullable("string")},
+        },
+    }
+
+
+def _audit_paths() -> dict[str, Any]:
+    ok = _ok(_ref("AuditPage"), "A page of entries, or with format=jsonl every entry, one JSON object a line")
+    ok["content"]["application/x-ndjson"] = {"schema": {"type": "string"}}
+    params = [
+        _param("namespace", "query", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,62}$"}, "Only this namespace"),
+        _param("actor", "query", {"type": "string", "maxLength": 200}, "Only this key id or key name"),
+        _param("action", "query", {"type": "string", "enum": list(AUDIT_ACTIONS)}, "Only this action"),
+        _param("since", "query", {"type": "integer", "minimum": 0}, "Only entries at or after (epoch ms)"),
+        _param("until", "query", {"type": "integer", "minimum": 0}, "Only entries before (epoch ms)"),
+        _param("format", "query", {"type": "string", "enum": ["json", "jsonl"]},
+               "jsonl: stream every matching entry as JSON lines (no cursor or limit)"),
+        _CURSOR, _LIMIT,
+    ]
+    return {f"{_P}/audit": {"get": {
+        "operationId": "listAudit", "summary": "The audit trail (who changed what), newest first", "tags": ["audit"],
+        "parameters": params, "responses": {"200": ok, **_err(400, 401)},
+    }}}
+
+
 _EDGE_ANSWERS = {"414": {"$ref": "#/components/responses/RequestTooLong"},
                  "431": {"$ref": "#/components/responses/HeadTooLarge"}}
 """What the HTTP edge answers for any route (molens/web/edge.py): a request line or head past its limits."""
@@ -1278,11 +1321,12 @@ def _document(wheel_levels: int) -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearerAuth": []}, {}],
-        "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "namespaces", "keys", "cluster",
-                                       "stats", "test", "meta")],
-        "paths": _with_edge_answers({**_paths(wheel_levels), **_dead_letter_paths(), **_tenancy_paths()}),
+        "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "namespaces", "keys", "audit",
+                                       "cluster", "stats", "test", "meta")],
+        "paths": _with_edge_answers({**_paths(wheel_levels), **_dead_letter_paths(), **_tenancy_paths(),
+                                     **_audit_paths()}),
         "components": {
-            "schemas": {**_schemas(), **_dead_letter_schemas(), **_tenancy_schemas()},
+            "schemas": {**_schemas(), **_dead_letter_schemas(), **_tenancy_schemas(), **_audit_schemas()},
             "responses": _responses(),
             "headers": {
                 "X-Molens-Role": {"schema": {"type": "string"}, "description": "Role of the answering node"}

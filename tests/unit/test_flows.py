@@ -260,9 +260,9 @@ def test_the_default_flow_is_the_callback_hosts_lower_case_name_and_port() -> No
     assert flow_of(msgspec.structs.replace(spec, flow_key=None)) == "127.0.0.1:9"
 
 
-def test_the_task_spec_ends_with_flow_key_then_traceparent() -> None:
+def test_the_task_spec_ends_with_flow_key_then_traceparent_then_namespace() -> None:
     # fields are only ever appended (stored records are arrays): flow_key keeps its position
-    assert [f.name for f in msgspec.structs.fields(TaskSpec)[-2:]] == ["flow_key", "traceparent"]
+    assert [f.name for f in msgspec.structs.fields(TaskSpec)[-3:]] == ["flow_key", "traceparent", "namespace"]
 
 
 # ---- replicated settings ---------------------------------------------------------------------------

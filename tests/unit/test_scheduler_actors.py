@@ -14,7 +14,7 @@ from molens.actors.dispatcher import DispatchPlan
 from molens.actors.fireworker import decode_heartbeat, heartbeat_frame
 from molens.actors.monitor import FireWatch, WorkerWatch
 from molens.actors.timewheel import LeaderWheel
-from molens.fsm.commands import ExpireItem
+from molens.fsm.commands import Expire, ExpireItem, TrimAudit
 from molens.fsm.machine import Fire, WheelAdd, WheelRemove
 from molens.model import FireKind, Outcome, Status, Task, validate_create
 from molens.schema import Running
@@ -259,6 +259,26 @@ def test_cleaner_proposes_at_most_the_rate_once_a_second_and_one_at_a_time() -> 
     assert c.run(NOW + 500) is None  # not before a second has passed
     assert c.run(NOW + 1_000) is not None
     assert c.expired == 5
+
+
+def test_cleaner_trims_the_audit_trail_only_when_nothing_else_expires() -> None:
+    tasks: list[ExpireItem] = [ExpireItem("t1", 0)]
+    points: list[int | None] = [7, None]
+    asked: list[int] = []
+
+    def trim(now: int) -> int | None:
+        asked.append(now)
+        return points.pop(0)
+
+    c = ExpiryScan(lambda b, n: tasks[:n], retention_minutes=1, rate_limit_qps=5, trim_audit=trim)
+    first = c.run(NOW)
+    assert isinstance(first, Expire) and asked == []  # tasks first
+    c.done(1)
+    tasks.clear()
+    cmd = c.run(NOW + 1_000)
+    assert isinstance(cmd, TrimAudit) and cmd.before_index == 7 and asked == [NOW + 1_000]
+    c.done(0)
+    assert c.run(NOW + 2_000) is None and c.expired == 1 and c.dead_expired == 0
 
 
 def test_leader_wheel_fills_its_window_then_follows_adds_and_removes() -> None:

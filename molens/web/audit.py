@@ -1,0 +1,99 @@
+"""The audit routes and the audit stamp of a request (docs/api.md#audit, docs/architecture.md#audit-trail).
+
+``GET /api/v1/audit`` lists the trail newest first (filters ``namespace``, ``actor``, ``action``,
+``since``, ``until``; cursor), ``GET /api/v1/audit?format=jsonl`` streams the same entries as JSON
+lines, read from the store a chunk at a time. Reads come from this node's replica, followers too:
+every replica holds the same trail. :func:`request_stamp` is who made the request in progress, for the
+``Audited`` wrapper the API puts around what it proposes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import bottle
+
+from molens.errors import ValidationError
+from molens.fsm.audit import ACTIONS, AuditEntry
+from molens.fsm.commands import AuditStamp
+from molens.fsm.store import AuditFilter
+from molens.web import access
+
+if TYPE_CHECKING:
+    from molens.web.app import Api
+
+_CURSOR_POS_RE = re.compile(r"(?:[0-9a-f]{2}){12}")
+_JSONL_CT = "application/x-ndjson"
+
+
+class AuditReader(Protocol):
+    """The read side of the task store the routes use."""
+
+    def list_audit(
+        self, f: AuditFilter, *, cursor: str | None = None, limit: int = 100, scan_budget: int = 20_000,
+    ) -> tuple[list[AuditEntry], str | None]: ...
+
+    def scan_audit(self, f: AuditFilter, chunk: int = 1024) -> Iterator[AuditEntry]: ...
+
+
+def request_stamp(has_token: bool) -> AuditStamp:
+    """Who makes the request in progress: the key authentication named, else ``bootstrap`` on a node
+    with ``http.auth_token`` (whoever holds the token) or ``anonymous`` on an open node."""
+    env = bottle.request.environ
+    actor = env.get(access.ACTOR_KEY)
+    if actor is None:
+        actor = ("bootstrap", "bootstrap") if has_token else ("anonymous", "anonymous")
+    key_id, name = actor
+    # the peer's address, not X-Forwarded-For: a client can write any header it likes
+    return AuditStamp(key_id=str(key_id), name=str(name), remote_addr=str(env.get("REMOTE_ADDR") or ""))
+
+
+def install_audit(api: Api) -> None:
+    from molens.web.app import PREFIX, encode_cursor
+
+    ctx = api.ctx
+
+    def query_filter() -> tuple[AuditFilter, frozenset[str] | None]:
+        """The store's filter, and the namespaces the key may read when the store cannot filter on
+        them alone (a key of several namespaces, no ``?namespace=``): entries of others are left out.
+        ``?namespace=`` was checked, and refused outside the key's namespaces, by :mod:`molens.web.access`."""
+        scope = access.readable()
+        ns = api.q_str("namespace")
+        if ns is None and scope is not None and len(scope) == 1:
+            (ns,) = scope
+        action = api.q_str("action")
+        if action is not None and action not in ACTIONS:
+            raise ValidationError(f"action must be one of {', '.join(ACTIONS)}", "action")
+        actor = api.q_str("actor")
+        if actor is not None and len(actor) > 200:
+            raise ValidationError("actor is a key id or name of at most 200 characters", "actor")
+        f = AuditFilter(namespace=ns, actor=actor, action=action, since_ms=api.q_ms("since", None),
+                        until_ms=api.q_ms("until", None))
+        return f, (scope if ns is None else None)
+
+    def export(f: AuditFilter, scope: frozenset[str] | None) -> Iterator[bytes]:
+        for a in ctx.audit.scan_audit(f):
+            if scope is not None and a.namespace not in scope:
+                continue
+            yield json.dumps(a.to_json(), separators=(",", ":")).encode() + b"\n"
+
+    @api.route("GET", f"{PREFIX}/audit")
+    def list_audit() -> Any:
+        f, scope = query_filter()
+        fmt = api.q_raw("format")
+        if fmt is not None and fmt not in ("json", "jsonl"):
+            raise ValidationError("format must be json or jsonl", "format")
+        if fmt == "jsonl":
+            if api.q_raw("cursor") is not None or api.q_raw("limit") is not None:
+                raise ValidationError("an export (format=jsonl) is the whole trail: no cursor or limit", "format")
+            role = bottle.response.get_header("X-Molens-Role") or ""
+            return bottle.HTTPResponse(export(f, scope), status=200, headers={"Content-Type": _JSONL_CT, "X-Molens-Role": role})
+        items, nxt = ctx.audit.list_audit(f, cursor=api.q_cursor("a", _CURSOR_POS_RE), limit=api.q_limit())
+        shown = items if scope is None else [a for a in items if a.namespace in scope]
+        return 200, {"items": [a.to_json() for a in shown], "next_cursor": encode_cursor("a", nxt) if nxt else None}
+
+
+__all__ = ["AuditReader", "install_audit", "request_stamp"]
