@@ -12,8 +12,9 @@ answers with, so an error raised deep in validation reaches the client unchanged
     ├── PreconditionFailedError (412 precondition_failed: If-Match names another version)
     ├── StoreError (molens.fsm.store), CodecError (molens.fsm.commands), DeliveryCodecError
     ├── ConfigError (molens.config), NodeError (molens.node), AdminError, CliError
-    ├── RaftPeerError (molens.actors.raft_peer: a proposal's outcome)
+    ├── RaftPeerError (molens.actors.peer_errors: a proposal's or a Raft operation's outcome)
     │   ├── ProposalRefused (not appended; retrying is safe)
+    │   │   ├── NoTransferTarget, MembershipRefused
     │   │   └── StorageFull (this node cannot write its disk now)
     │   └── LeadershipLost (appended, outcome unknown)
     ├── molens.web.errors: LeaderElsewhere (307), NoLeader (503), OutcomeUnknown (503),

@@ -50,7 +50,7 @@ import pykka
 
 from molens import __version__, wallclock
 from molens.actors.peer_errors import LeadershipLost, ProposalRefused, RaftPeerError
-from molens.actors.peer_handle import RaftPeerHandle
+from molens.actors.peer_handle import RaftPeerHandle, lmdb_log, zmq_transport
 from molens.admin import AdminClient, AdminError, AdminServer
 from molens.config import Config, PeerConfig, peer_problem, zmq_endpoint
 from molens.errors import MolensError
@@ -190,6 +190,7 @@ class Node:
             except TransportError as exc:
                 raise NodeError(f"rpc.bind_addr {cfg.rpc.bind_addr}: {_port_hint(exc)}") from exc
             try:
+                transport = zmq_transport(cfg.node.id, cfg.raft)  # key files read before the log opens
                 self.peer = RaftPeerHandle.start(
                     cfg.node.id,
                     cfg.raft,
@@ -197,6 +198,8 @@ class Node:
                     self.fsm,
                     cfg.initial_peers(),
                     cfg.bootstrap_voters(),
+                    log=lmdb_log(cfg.raft, self.data_dir, cfg.bootstrap_voters()),
+                    transport=transport,
                     on_peer_change=self._on_peer_change,
                 )
             except TransportError as exc:

@@ -1,4 +1,6 @@
-"""RaftPeerHandle: the thread-safe face of a running :class:`~molens.actors.raft_peer.RaftPeer`.
+"""RaftPeerHandle: the thread-safe face of a running :class:`~molens.actors.raft_peer.RaftPeer`,
+and what a node hands a RaftPeer it starts: its lmdb log (:func:`lmdb_log`) and ZeroMQ transport
+(:func:`zmq_transport`).
 
 Proposals go through the shared :class:`~molens.actors.peer_state.ProposalQueue` (one wake-up
 message per burst); every other operation is one typed request of :mod:`molens.actors.peer_messages`,
@@ -11,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, cast
 
 import pykka
@@ -43,15 +46,42 @@ from molens.actors.peer_state import (
     Lifecycle,
     OneCallback,
     Standing,
+    TransportFactory,
     Waiter,
     fail_waiter,
 )
 from molens.actors.raft_peer import RaftPeer
-from molens.config import PeerConfig
+from molens.config import PeerConfig, RaftConfig, zmq_endpoint
 from molens.raft.clock import ClockVerdict
+from molens.raft.log import Membership
+from molens.raft.storage import LmdbLog
+from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
 log = logging.getLogger(__name__)
 
+
+
+def lmdb_log(cfg: RaftConfig, data_dir: Path, bootstrap_voters: tuple[str, ...], durable: bool = True) -> LmdbLog:
+    """A node's Raft log: lmdb in ``data_dir`` (every save fsync'd unless ``durable`` is False)."""
+    return LmdbLog(data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots)
+
+
+def zmq_transport(node_id: str, cfg: RaftConfig) -> TransportFactory:
+    """A node's Raft transport: ZeroMQ on ``cfg.bind_addr``, CURVE when enabled. The key files are
+    read now, before any log is opened (a bad path fails here and leaks nothing)."""
+    curve = CurveKeys.load(cfg.curve.secret_key_file, cfg.curve.public_keys_dir) if cfg.curve.enabled else None
+
+    def build(on_message: Callable[[str, bytes], None], peers: dict[str, str]) -> RaftTransport:
+        return RaftTransport(
+            node_id,
+            zmq_endpoint(cfg.bind_addr),
+            on_message,
+            peers,
+            config=TransportConfig(max_pending=cfg.send_queue_max),
+            curve=curve,
+        )
+
+    return build
 
 
 class RaftPeerHandle:

@@ -21,13 +21,12 @@ import pykka
 from molens.actors.address_book import AddressBook, book_context, peers_from_book_context
 from molens.actors.peer_errors import storage_failure
 from molens.actors.peer_messages import SnapshotChecked, SnapshotDone, SnapshotMetaAt
-from molens.actors.peer_state import PeerCounters, Stall, fail_waiter
+from molens.actors.peer_state import PeerCounters, PeerTransport, Stall, fail_waiter
 from molens.config import PeerConfig, RaftConfig, zmq_endpoint
 from molens.raft import core as rc
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Membership, SnapshotMeta
 from molens.raft.storage import LmdbLog, SnapshotFile, SnapshotReceiver
-from molens.raft.transport import RaftTransport
 
 log = logging.getLogger("molens.actors.raft_peer")
 
@@ -45,7 +44,7 @@ class SnapshotWork(pykka.ThreadingActor):
     log: LmdbLog
     core: rc.RaftCore
     book: AddressBook
-    transport: RaftTransport
+    transport: PeerTransport
     receiver: SnapshotReceiver
     counters: PeerCounters
     _stall: Stall | None

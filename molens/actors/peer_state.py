@@ -12,10 +12,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from molens.actors.peer_errors import LeadershipLost, ProposalRefused
 from molens.raft import core as rc
+from molens.raft.transport import CurveKeys
 
 log = logging.getLogger(__name__)
 
@@ -268,3 +269,26 @@ class PeerCounters:
     max_tick_delay_ms: float = 0.0
     started_applied_index: int = 0
     extra: dict[str, int] = field(default_factory=dict)
+
+
+class PeerTransport(Protocol):
+    """What a RaftPeer needs of its transport (:class:`molens.raft.transport.RaftTransport` in a
+    node; an in-memory twin in tests). Inbound messages go to the ``on_message`` it was built with."""
+
+    curve: CurveKeys | None
+    """CURVE keys, None without CURVE (then :meth:`listed_ids` is empty)."""
+
+    def start(self) -> Any: ...
+    def listed_ids(self) -> frozenset[str]: ...
+    def send(self, to: str, payload: bytes) -> bool: ...
+    def add_peer(self, peer_id: str, addr: str) -> None: ...
+    def remove_peer(self, peer_id: str) -> None: ...
+    def peers(self) -> dict[str, str]: ...
+    def reload_curve_keys(self) -> list[str]: ...
+    def stats(self) -> dict[str, int]: ...
+    def close(self, timeout: float = 5.0) -> None: ...
+
+
+TransportFactory = Callable[[Callable[[str, bytes], None], dict[str, str]], PeerTransport]
+"""Builds a RaftPeer's transport from where its inbound messages go, ``(from_id, payload)``, and the
+Raft addresses of the peers it knows at start (node id -> ZeroMQ endpoint)."""

@@ -113,7 +113,15 @@ from molens.actors.peer_messages import (
     WaitUntil,
 )
 from molens.actors.peer_snapshots import SnapshotWork
-from molens.actors.peer_state import Lifecycle, PeerCounters, Stall, Standing, Waiter, fail_waiter
+from molens.actors.peer_state import (
+    Lifecycle,
+    PeerCounters,
+    Stall,
+    Standing,
+    TransportFactory,
+    Waiter,
+    fail_waiter,
+)
 from molens.config import PeerConfig, RaftConfig, zmq_endpoint
 from molens.raft import core as rc
 from molens.raft.errors import CodecError
@@ -121,7 +129,6 @@ from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, HardState, Membership, SnapshotMeta
 from molens.raft.messages import ConfChangeOp, RequestVote, decode, decode_conf_change, encode_all
 from molens.raft.storage import LmdbLog, SnapshotFile, SnapshotReceiver
-from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
 log = logging.getLogger(__name__)
 
@@ -184,17 +191,14 @@ class RaftPeer(SnapshotWork):
         peers: tuple[PeerConfig, ...],
         bootstrap_voters: tuple[str, ...],
         *,
-        durable: bool = True,
+        log: LmdbLog,
+        transport: TransportFactory,
         lifecycle: Lifecycle | None = None,
         on_peer_change: Callable[[PeerConfig], None] | None = None,
     ) -> None:
+        """``log`` (opened on ``data_dir``) is the peer's from now on: it closes it when it stops, or
+        when starting the transport fails."""
         super().__init__()
-        # key files are checked before anything is opened (a bad path must not leak the log)
-        curve = (
-            CurveKeys.load(cfg.curve.secret_key_file, cfg.curve.public_keys_dir)
-            if cfg.curve.enabled
-            else None
-        )
         self.node_id = node_id
         self.cfg = cfg
         self.data_dir = data_dir
@@ -203,9 +207,7 @@ class RaftPeer(SnapshotWork):
         self._heard: dict[str, float] = {}
         """Monotonic time of the last Raft message from each peer (``last_contact_ms`` in status)."""
         self.book = AddressBook(data_dir / "peers.json", peers, on_peer_change)
-        self.log = LmdbLog(
-            data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots
-        )
+        self.log = log
         self._restore_fsm_if_behind()
         self.receiver = SnapshotReceiver(self.log.snapshots)
         """Gathers a snapshot sent by the leader in a file (docs/architecture.md#snapshots)."""
@@ -221,13 +223,9 @@ class RaftPeer(SnapshotWork):
             random.Random(),
             applied=self._start_applied(),
         )
-        self.transport = RaftTransport(
-            node_id,
-            zmq_endpoint(cfg.bind_addr),
+        self.transport = transport(
             self._on_transport_message,
             {p.id: zmq_endpoint(p.raft_addr) for p in self.book.peers.values() if p.id != node_id},
-            config=TransportConfig(max_pending=cfg.send_queue_max),
-            curve=curve,
         )
         self._subscribers: list[Subscriber] = []
         self._pending: dict[int, tuple[int, Waiter]] = {}

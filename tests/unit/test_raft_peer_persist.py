@@ -5,22 +5,13 @@ stored commit index and the state machine skips what it applied already."""
 from __future__ import annotations
 
 import socket
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from molens.actors.peer_handle import RaftPeerHandle
+from molens.actors.peer_handle import RaftPeerHandle, lmdb_log, zmq_transport
 from molens.config import PeerConfig, RaftConfig
 from molens.kv import KVStateMachine, encode_get, encode_put
-
-
-def _wait(pred: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
+from tests.polling import wait_until
 
 
 def _free_port() -> int:
@@ -33,8 +24,11 @@ def _single_node(tmp_path: Path, fsm: Any) -> RaftPeerHandle:
     addr = f"127.0.0.1:{_free_port()}"
     cfg = RaftConfig(bind_addr=addr, tick_ms=10)
     me = PeerConfig(id="n1", raft_addr=addr, rpc_addr="127.0.0.1:1", http_addr="127.0.0.1:2")
-    peer = RaftPeerHandle.start("n1", cfg, tmp_path, fsm, (me,), ("n1",), durable=False)
-    _wait(lambda: peer.standing.leader == "n1", "n1 to lead")
+    peer = RaftPeerHandle.start(
+        "n1", cfg, tmp_path, fsm, (me,), ("n1",),
+        log=lmdb_log(cfg, tmp_path, ("n1",), durable=False), transport=zmq_transport("n1", cfg),
+    )
+    wait_until(lambda: peer.standing.leader == "n1", "n1 to lead")
     return peer
 
 
