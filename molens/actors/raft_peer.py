@@ -21,10 +21,13 @@ One cycle, in the order the core's module docstring prescribes::
 Requests (:mod:`molens.actors.peer_messages`: status, stats, transfer leadership, add or remove a
 node, learn peers, reload keys, snapshot now, read index, subscribe, wait until, judge the clock) are
 answered between cycles under the same rule: the proposals taken so far are appended first and a Ready
-cycle runs right after, so what a request changed goes out at once. :class:`~molens.actors.peer_handle.RaftPeerHandle`
-is the thread-safe face; the modules beside this one hold the errors (:mod:`~molens.actors.peer_errors`),
-what is shared with other threads (:mod:`~molens.actors.peer_state`: proposal queue, standing,
-lifecycle) and the address book with its codec (:mod:`~molens.actors.address_book`).
+cycle runs right after, so what a request changed goes out at once.
+
+The peer is handed its log and its transport (a node: :func:`~molens.actors.peer_handle.lmdb_log`,
+:func:`~molens.actors.peer_handle.zmq_transport`). Beside this module: the thread-safe face
+(:mod:`~molens.actors.peer_handle`), snapshot work (:mod:`~molens.actors.peer_snapshots`, this
+class's base), what is shared with other threads (:mod:`~molens.actors.peer_state`), the address
+book and its codec (:mod:`~molens.actors.address_book`), the errors (:mod:`~molens.actors.peer_errors`).
 
 Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
 
@@ -53,7 +56,6 @@ not stepped into the core (a removed node must not disrupt the cluster with its 
 
 What other threads read without asking the actor (the worker RPC handler, per frame) is published
 in ``Lifecycle.standing`` after every cycle: term, leader, members, removed.
-
 """
 
 from __future__ import annotations
@@ -178,7 +180,8 @@ _STEP_NAMES = ("gather_snapshot", "persist", "install_snapshot", "apply")
 
 
 class RaftPeer(SnapshotWork):
-    """Drives :class:`~molens.raft.core.RaftCore`; see the module docstring. Use :class:`RaftPeerHandle`."""
+    """Drives :class:`~molens.raft.core.RaftCore`; see the module docstring. Use
+    :class:`~molens.actors.peer_handle.RaftPeerHandle`."""
 
     use_daemon_thread = True
 
