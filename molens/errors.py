@@ -13,8 +13,9 @@ answers with, so an error raised deep in validation reaches the client unchanged
     ├── QuotaExceededError (429 quota_exceeded: a namespace's quota)
     ├── StoreError (molens.fsm.store), CodecError (molens.fsm.commands), DeliveryCodecError
     ├── ConfigError (molens.config), NodeError (molens.node), AdminError, CliError
-    ├── RaftPeerError (molens.actors.raft_peer: a proposal's outcome)
+    ├── RaftPeerError (molens.actors.peer_errors: a proposal's or a Raft operation's outcome)
     │   ├── ProposalRefused (not appended; retrying is safe)
+    │   │   ├── NoTransferTarget, MembershipRefused
     │   │   └── StorageFull (this node cannot write its disk now)
     │   └── LeadershipLost (appended, outcome unknown)
     ├── molens.web.errors: LeaderElsewhere (307), NoLeader (503), OutcomeUnknown (503),

@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import fcntl
-import functools
 import gc
 import logging
 import os
@@ -50,7 +49,8 @@ from typing import Any
 import pykka
 
 from molens import __version__, wallclock
-from molens.actors import raft_peer as rp
+from molens.actors.peer_errors import LeadershipLost, ProposalRefused, RaftPeerError
+from molens.actors.peer_handle import RaftPeerHandle, lmdb_log, zmq_transport
 from molens.admin import AdminClient, AdminError, AdminServer
 from molens.config import Config, PeerConfig, peer_problem, zmq_endpoint
 from molens.errors import MolensError
@@ -127,9 +127,9 @@ def error_reply(exc: BaseException) -> dict[str, Any]:
     """Map a proposal/operation failure to an admin reply that says whether anything happened."""
     if isinstance(exc, rc.NotLeaderError):
         return {"ok": False, "error": "not_leader", "outcome": "not_applied", "leader_id": exc.leader_id}
-    if isinstance(exc, rp.LeadershipLost):
+    if isinstance(exc, LeadershipLost):
         return {"ok": False, "error": "leadership_lost", "outcome": "unknown", "detail": str(exc)}
-    if isinstance(exc, rp.ProposalRefused | rc.ProposalDroppedError):
+    if isinstance(exc, ProposalRefused | rc.ProposalDroppedError):
         return {"ok": False, "error": "refused", "outcome": "not_applied", "detail": str(exc)}
     if isinstance(exc, rc.RaftError):
         return {"ok": False, "error": str(exc)}
@@ -149,7 +149,7 @@ class Node:
         self.api: Any = None
         self.api_ctx: Any = None
         self.fsm: StateMachine | None = None
-        self.peer: rp.RaftPeerHandle | None = None
+        self.peer: RaftPeerHandle | None = None
         self.admin: AdminServer | None = None
         self.rpc: RpcEndpoint | None = None
         self._rpc_handler: RpcHandler | None = None
@@ -190,13 +190,16 @@ class Node:
             except TransportError as exc:
                 raise NodeError(f"rpc.bind_addr {cfg.rpc.bind_addr}: {_port_hint(exc)}") from exc
             try:
-                self.peer = rp.RaftPeerHandle.start(
+                transport = zmq_transport(cfg.node.id, cfg.raft)  # key files read before the log opens
+                self.peer = RaftPeerHandle.start(
                     cfg.node.id,
                     cfg.raft,
                     self.data_dir,
                     self.fsm,
                     cfg.initial_peers(),
                     cfg.bootstrap_voters(),
+                    log=lmdb_log(cfg.raft, self.data_dir, cfg.bootstrap_voters()),
+                    transport=transport,
                     on_peer_change=self._on_peer_change,
                 )
             except TransportError as exc:
@@ -292,14 +295,14 @@ class Node:
             if time.monotonic() >= deadline:
                 break
             try:
-                moved = peer.call(lambda p: p.transfer_leader(None), timeout=5)
+                moved = peer.transfer_leader(None, timeout=5)
             except rc.NotLeaderError:
                 return
-            except rp.ProposalRefused as exc:  # single voter: nobody to hand over to
+            except ProposalRefused as exc:  # single voter: nobody to hand over to
                 log.info("no leadership hand-over: %s", exc)
                 return
             t = time.monotonic()
-            fut = peer.wait_until(lambda p: p.core.role is not rc.Role.LEADER)
+            fut = peer.wait_until_not_leader()
             try:
                 fut.result(timeout=max(0.1, min(election_s, deadline - t)))
             except FutureTimeout:
@@ -314,12 +317,12 @@ class Node:
         election timeout), so the caller never mistakes "asked" for "done"."""
         assert self.peer is not None
         peer = self.peer
-        moved = peer.call(lambda p: p.transfer_leader(to))
+        moved = peer.transfer_leader(to)
         if not wait:
             return {"ok": True, **moved}
         t = time.monotonic()
         election_s = 2 * self.cfg.raft.election_ticks * self.cfg.raft.tick_ms / 1000
-        fut = peer.wait_until(lambda p: p.core.role is not rc.Role.LEADER)
+        fut = peer.wait_until_not_leader()
         try:
             fut.result(timeout=election_s)
         except FutureTimeout:
@@ -355,7 +358,7 @@ class Node:
         if not self.cfg.raft.curve.enabled:
             return {"ok": False, "error": "raft.curve.enabled is false: there are no keys to reload"}
         assert self.peer is not None
-        raft = self.peer.call(lambda p: p.transport.reload_curve_keys())
+        raft = self.peer.reload_keys()
         rpc = self.rpc.reload_curve_keys() if self.rpc is not None else []
         return {"ok": True, "raft": raft, "rpc": rpc}
 
@@ -450,7 +453,7 @@ class Node:
             if reply.get("ok"):
                 peers = [PeerConfig(**d) for d in reply.get("peers", {}).values()]
                 assert self.peer is not None
-                self.peer.call(functools.partial(rp.RaftPeer.learn_peers, peers=peers))
+                self.peer.learn_peers(peers)
                 log.info(
                     "joined via %s as learner (index %s); peers=%s",
                     addr,
@@ -489,7 +492,7 @@ class Node:
             if cmd == "transfer_leader":
                 return self._transfer_leader(req.get("to"), bool(req.get("wait", True)))
             if cmd == "snapshot":  # answered when recorded; the admin socket serves others meanwhile
-                return _reply_when_done(peer.call(rp.RaftPeer.snapshot_now), "snapshot")
+                return _reply_when_done(peer.snapshot_now(), "snapshot")
             if cmd == "digest":
                 # on a thread of its own, in one read transaction: never on the Raft actor, where
                 # hashing a large store would silence heartbeats
@@ -516,12 +519,12 @@ class Node:
                 nid = str(req.get("id", ""))
                 if nid == self.cfg.node.id and peer.status()["role"] == "leader":
                     return self._remove_self_as_leader()  # the new leader removes it, and records it
-                reply = {"ok": True, **peer.call(lambda p: p.remove_node(nid))}
+                reply = {"ok": True, **peer.remove_node(nid)}
                 self._audit_membership("cluster.remove_node", nid, {"member": {"old": True, "new": None}})
                 return reply
             if cmd == "propose":
                 return self._propose(req)
-        except (rp.RaftPeerError, rc.RaftError) as exc:
+        except (RaftPeerError, rc.RaftError) as exc:
             reply = error_reply(exc)
             if reply.get("error") == "not_leader":
                 reply.update(self._leader_addrs(reply.get("leader_id")))
@@ -567,7 +570,7 @@ class Node:
                     time.sleep(0.02)
                     leader = self.peer.status()["leader_id"]
                 if leader == me:  # no live voter took over: remove ourselves (we step down on commit)
-                    out.set_result({"ok": True, **self.peer.call(lambda p: p.remove_node(me))})
+                    out.set_result({"ok": True, **self.peer.remove_node(me)})
                     return
                 addr = self._leader_addrs(leader).get("leader_admin_addr")
                 if not addr:
@@ -585,7 +588,7 @@ class Node:
     def _leader_addrs(self, leader_id: str | None) -> dict[str, Any]:
         if not leader_id or self.peer is None:
             return {}
-        book = self.peer.call(lambda p: dict(p.book.peers))
+        book = self.peer.known_peers()
         lp = book.get(leader_id)
         return {"leader_admin_addr": lp.admin_addr} if lp is not None and lp.admin_addr else {}
 
@@ -599,7 +602,7 @@ class Node:
         if problem is not None:
             return {"ok": False, "error": "bad_request", "outcome": "not_applied", "detail": f"add_node {problem}"}
         p = PeerConfig(**fields)
-        return {"ok": True, **self.peer.call(lambda peer: peer.add_node(p))}
+        return {"ok": True, **self.peer.add_node(p)}
 
     def _propose(self, req: dict[str, Any]) -> dict[str, Any] | Future[dict[str, Any]]:
         assert self.peer is not None

@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Any
 import pykka
 
 from molens import model
-from molens.actors import raft_peer as rp
+from molens.actors.peer_errors import (
+    LeadershipLost,
+    NoTransferTarget,
+    ProposalRefused,
+    RaftPeerError,
+    StorageFull,
+)
+from molens.actors.peer_handle import RaftPeerHandle
+from molens.actors.peer_messages import LeaderChange
 from molens.actors.stats import COUNTERS
 from molens.config import Config
 from molens.errors import MolensError
@@ -78,11 +86,11 @@ def from_proposal_error(exc: BaseException, leader_url: Callable[[str | None], s
     if isinstance(exc, rc.NotLeaderError):
         url = leader_url(exc.leader_id) if exc.leader_id else None
         return LeaderElsewhere(url, exc.leader_id) if url else NoLeader()
-    if isinstance(exc, rp.StorageFull):
+    if isinstance(exc, StorageFull):
         return InsufficientStorage(f"this node cannot write its disk; nothing was applied: {exc}")
-    if isinstance(exc, rp.LeadershipLost):
+    if isinstance(exc, LeadershipLost):
         return OutcomeUnknown(f"leadership changed before the write applied; outcome unknown ({exc})")
-    if isinstance(exc, rp.ProposalRefused):
+    if isinstance(exc, ProposalRefused):
         return Unavailable(f"the write was refused and not applied: {exc}")
     if isinstance(exc, MolensError):
         return exc
@@ -123,7 +131,7 @@ class NodeContext:
     def __init__(
         self,
         cfg: Config,
-        peer: rp.RaftPeerHandle,
+        peer: RaftPeerHandle,
         store: TaskStore,
         history: History,
         extra_stats: Callable[[], dict[str, Any]] | None = None,
@@ -141,7 +149,7 @@ class NodeContext:
         self._urls: dict[str, str | None] = {p.id: http_url(p.http_addr) for p in cfg.initial_peers()}
         self._lock = threading.Lock()
         self._ids = model.TaskIds()
-        self._last = rp.LeaderChange(cfg.node.id, "follower", None, 0)
+        self._last = LeaderChange(cfg.node.id, "follower", None, 0)
         self.stopping = False
         self.proposals = 0
         self.scheduler = scheduler
@@ -158,7 +166,7 @@ class NodeContext:
         self._on_change(self.peer.subscribe(self._on_change))
         return self
 
-    def _on_change(self, ch: rp.LeaderChange) -> None:
+    def _on_change(self, ch: LeaderChange) -> None:
         with self._lock:
             if ch.term >= self._last.term:
                 if ch.leader_id != self._last.leader_id and ch.leader_id is not None:
@@ -215,7 +223,7 @@ class NodeContext:
         if not outcome.wait(timeout_s):
             raise OutcomeUnknown(f"the write did not apply within {timeout_s:g} s; outcome unknown")
         if outcome.error is not None:  # every failure maps to an API error (a lost leadership race too)
-            if not isinstance(outcome.error, (rp.RaftPeerError, rc.RaftError)):
+            if not isinstance(outcome.error, (RaftPeerError, rc.RaftError)):
                 log.warning("proposal failed: %r", outcome.error)
             raise from_proposal_error(outcome.error, self._leader_url) from outcome.error
         return [r.results if isinstance(r, EntryResult) else [r] for r in outcome.results]
@@ -284,9 +292,9 @@ class NodeContext:
             raise Unavailable("this node cannot hand over leadership")
         try:
             out = self._transfer(to)
-        except rp.NoTransferTarget as exc:  # nobody to hand over to: retrying will not help
+        except NoTransferTarget as exc:  # nobody to hand over to: retrying will not help
             raise IllegalTransitionError(str(exc), "to") from exc
-        except (rc.RaftError, rp.RaftPeerError) as exc:
+        except (rc.RaftError, RaftPeerError) as exc:
             raise from_proposal_error(exc, self._leader_url) from exc
         if not out.get("ok"):
             raise Unavailable(str(out.get("error") or "the leadership transfer did not complete"))

@@ -23,12 +23,10 @@ from typing import Any, cast
 
 import pykka
 
-from molens.actors import raft_peer as rp
 from molens.actors.clockprobe import (
     ClockGate,
     ClockProbe,
     ProbeReply,
-    act_on_clock,
     decode_reply,
     reply_frame,
 )
@@ -50,6 +48,7 @@ from molens.actors.messages import (
     WorkerReport,
 )
 from molens.actors.notifier import NoticeSender
+from molens.actors.peer_handle import RaftPeerHandle
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
@@ -81,7 +80,7 @@ class Scheduler:
         self,
         cfg: Config,
         store: TaskStore,
-        peer: rp.RaftPeerHandle,
+        peer: RaftPeerHandle,
         rpc: RpcEndpoint,
         on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
@@ -164,14 +163,7 @@ class Scheduler:
 
     def _judge_clock(self, verdict_of: Callable[[list[str]], ClockVerdict]) -> tuple[list[str], ClockVerdict]:
         """The clock verdict for the current voters, acted on at once on the Raft thread."""
-
-        def on_raft(p: rp.RaftPeer) -> tuple[list[str], ClockVerdict]:
-            voters = sorted(p.core.membership.voters)
-            v = verdict_of(voters)
-            act_on_clock(p.core, v)
-            return voters, v
-
-        return cast("tuple[list[str], ClockVerdict]", self.peer.call(on_raft, timeout=ASK_TIMEOUT_S))
+        return self.peer.judge_clock(verdict_of, timeout=ASK_TIMEOUT_S)
 
     def fatal(self, exc: BaseException) -> None:
         log.error("scheduler actor failed: %r; stopping the node", exc)

@@ -4,7 +4,7 @@ Owns a :class:`~molens.raft.clock.ClockWatch` and publishes its verdict in a :cl
 Every ``PROBE_INTERVAL_MS`` (its alarm, ``Wake``) it sends each peer a ``T`` frame with its clock
 reading over worker RPC; the peer answers at once with a ``t`` frame carrying that reading and its
 own (``Scheduler.on_rpc``), which comes back here as :class:`ProbeReply`. After each round it
-judges the clock on the Raft thread (``RaftPeerHandle.call``, with the current voters) and acts:
+judges the clock on the Raft thread (``RaftPeerHandle.judge_clock``, with the current voters) and acts:
 a node whose clock is off from a majority by more than ``raft.max_clock_skew_ms`` does not
 campaign (``RaftCore.no_campaign``) and, if it leads, steps down; the log says why, once per
 change. The leader's Dispatcher reads the gate before it plans (no fire from a clock not known to

@@ -65,7 +65,7 @@ from molens.actors.messages import (
     Wake,
     WorkerReport,
 )
-from molens.actors.raft_peer import ProposalRefused
+from molens.actors.peer_errors import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
 from molens.delivery import DeliveryOutcome, FireResult, to_result_item
 from molens.delivery import FireRequest as WireFire

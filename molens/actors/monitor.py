@@ -49,7 +49,7 @@ from molens.actors.messages import (
     Wake,
     WorkerReport,
 )
-from molens.actors.raft_peer import ProposalRefused
+from molens.actors.peer_errors import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.commands import ResultItem, Results
 from molens.fsm.machine import Fire, lost_result

@@ -18,27 +18,32 @@ One cycle, in the order the core's module docstring prescribes::
     publish rd.soft_state -> leadership subscribers (and fail proposals whose outcome became unknown)
     core.advance(rd)
 
-Admin operations and queries run as ``_Call(fn)`` messages (:meth:`RaftPeerHandle.call`) answered
-through pykka's own future: ``fn``'s return value, or its exception raised to the asker. Not pykka
-proxies: a proxy call is handled before ``on_receive``, so it would skip the group-commit rule above
-(pending proposals appended before the operation, a Ready cycle right after it, so what it changed,
-a transfer or a membership entry, goes out at once instead of at the next tick).
+Requests (:mod:`molens.actors.peer_messages`: status, stats, transfer leadership, add or remove a
+node, learn peers, reload keys, snapshot now, read index, subscribe, wait until, judge the clock) are
+answered between cycles under the same rule: the proposals taken so far are appended first and a Ready
+cycle runs right after, so what a request changed goes out at once.
+
+The peer is handed its log and its transport (a node: :func:`~molens.actors.peer_handle.lmdb_log`,
+:func:`~molens.actors.peer_handle.zmq_transport`). Beside this module: the thread-safe face
+(:mod:`~molens.actors.peer_handle`), snapshot work (:mod:`~molens.actors.peer_snapshots`, this
+class's base), what is shared with other threads (:mod:`~molens.actors.peer_state`), the address
+book and its codec (:mod:`~molens.actors.address_book`), the errors (:mod:`~molens.actors.peer_errors`).
 
 Proposal outcomes (``propose`` returns a ``concurrent.futures.Future``):
 
 * result: the FSM's result for the entry, once applied on this node;
-* :class:`molens.raft.core.NotLeaderError` (carries ``leader_id``) or :class:`ProposalRefused`: nothing was appended,
+* :class:`molens.raft.core.NotLeaderError` (carries ``leader_id``) or ``ProposalRefused``: nothing was appended,
   retrying is safe;
-* :class:`LeadershipLost`: appended, but this node stopped being leader before the entry was
+* ``LeadershipLost``: appended, but this node stopped being leader before the entry was
   applied -- the outcome is UNKNOWN (it may still commit under the next leader).
 
 Full disk (docs/architecture.md#full-disk): a write of the Raft log, the task store or the history
-that fails for want of space (:func:`storage_failure`) does not stop the actor. The Ready stays
+that fails for want of space (``storage_failure``) does not stop the actor. The Ready stays
 outstanding and is carried out again, from the step that failed, with backoff (0.1 s doubling to
 5 s): nothing is acknowledged before it is on disk (a follower's acks of that Ready are dropped, so
 it simply does not ack and is caught up later), every lmdb/SQLite transaction either commits whole
-or not at all, and new proposals are refused with :class:`StorageFull` until a retry succeeds.
-:class:`StorageHealth` tells the API, ``/readyz`` and ``/metrics``.
+or not at all, and new proposals are refused with ``StorageFull`` until a retry succeeds.
+``StorageHealth`` tells the API, ``/readyz`` and ``/metrics``.
 
 Membership: a conf-change entry carries the new node's addresses in its ``context`` (msgpack map),
 so every replica learns how to reach it; the peer keeps an address book in ``data_dir/peers.json``.
@@ -50,50 +55,84 @@ node then stops ticking (no more campaigns) and reports role ``removed``. Such a
 not stepped into the core (a removed node must not disrupt the cluster with its terms).
 
 What other threads read without asking the actor (the worker RPC handler, per frame) is published
-in :attr:`Lifecycle.standing` after every cycle: term, leader, members, removed.
-
-Size: the Ready cycle, proposals, background snapshots and membership all touch the core and the
-log on the actor's thread; split into actors of their own they would need shared state.
+in ``Lifecycle.standing`` after every cycle: term, leader, members, removed.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import errno
 import itertools
-import json
 import logging
-import os
 import random
-import shutil
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, TypeAlias, cast
+from typing import Any
 
-import lmdb
-import msgpack
 import pykka
 
+from molens.actors.address_book import (
+    AddressBook,
+    peer_context,
+    peer_from_context,
+)
+from molens.actors.clockprobe import act_on_clock
+from molens.actors.peer_errors import (
+    LeadershipLost,
+    MembershipRefused,
+    NoTransferTarget,
+    ProposalRefused,
+    StorageFull,
+    storage_failure,
+)
+from molens.actors.peer_messages import (
+    AddNode,
+    Condition,
+    Inbound,
+    JudgeClock,
+    KnownPeers,
+    LeaderChange,
+    LearnPeers,
+    ProposalsReady,
+    ReadIndex,
+    ReloadKeys,
+    RemovedNotice,
+    RemoveNode,
+    Request,
+    SnapshotChecked,
+    SnapshotDone,
+    SnapshotMetaAt,
+    SnapshotNow,
+    Stats,
+    Status,
+    Subscribe,
+    Subscriber,
+    Tick,
+    TransferLeadership,
+    WaitUntil,
+)
+from molens.actors.peer_snapshots import SnapshotWork
+from molens.actors.peer_state import (
+    Lifecycle,
+    PeerCounters,
+    Stall,
+    Standing,
+    TransportFactory,
+    Waiter,
+    fail_waiter,
+)
 from molens.config import PeerConfig, RaftConfig, zmq_endpoint
-from molens.errors import MolensError
 from molens.raft import core as rc
 from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, HardState, Membership, SnapshotMeta
 from molens.raft.messages import ConfChangeOp, RequestVote, decode, decode_conf_change, encode_all
 from molens.raft.storage import LmdbLog, SnapshotFile, SnapshotReceiver
-from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
 log = logging.getLogger(__name__)
-
-SNAPSHOT_RETRY_S = 10.0
-"""After a failed snapshot (disk full, say), automatic attempts pause this long."""
 
 REMOVED_NOTICE = b"\x00removed"
 """Raft-port payload a member sends to a node that is no longer in its configuration (not a core
@@ -108,312 +147,6 @@ STORAGE_RETRY_MAX_S = 5.0
 
 STORAGE_LOG_EVERY_S = 30.0
 """While writes keep failing, the warning is repeated at most this often."""
-
-
-# --- errors a proposer sees ------------------------------------------------------------------------
-
-
-class RaftPeerError(MolensError):
-    """Base of the errors a proposal future can fail with."""
-
-
-class ProposalRefused(RaftPeerError):
-    """Not appended (leadership transfer in progress, overloaded, stopping, or superseded)."""
-
-
-class NoTransferTarget(ProposalRefused):
-    """A leadership transfer with no other live voter to hand over to."""
-
-
-class MembershipRefused(ProposalRefused):
-    """A membership change that would break the address book: adding the leader itself, or a
-    member at another Raft address (remove it first to move it)."""
-
-
-class StorageFull(ProposalRefused):
-    """Not appended: this node cannot write its Raft log, task store or history now (disk or lmdb
-    map full); it retries by itself and takes writes again once a write succeeds."""
-
-
-class LeadershipLost(RaftPeerError):
-    """Appended, then leadership was lost before it applied here: the outcome is unknown."""
-
-
-def storage_failure(exc: BaseException, data_dir: Path | None = None) -> str | None:
-    """Why ``exc`` is a write that failed for want of space (a reason for the log and ``/readyz``),
-    or None when it is something else (a bug, a corrupt file: the actor stops as before).
-
-    lmdb reports a data-page write that hit ENOSPC as a plain ``Input/output error`` of
-    ``mdb_txn_commit`` (the transaction is aborted whole); the reason then names the free space."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        reason = _space_reason(cur)
-        if reason is not None:
-            if data_dir is not None:
-                with contextlib.suppress(OSError):
-                    reason += f" ({shutil.disk_usage(data_dir).free} bytes free in {data_dir})"
-            return reason
-        cur = cur.__cause__ or cur.__context__
-    return None
-
-
-def _space_reason(exc: BaseException) -> str | None:
-    if isinstance(exc, lmdb.MapFullError):
-        return f"lmdb map full: {exc}"
-    if isinstance(exc, lmdb.DiskError):
-        return f"lmdb disk error: {exc}"
-    if isinstance(exc, lmdb.Error) and not isinstance(exc, lmdb.PanicError):
-        text = str(exc)
-        if "Input/output error" in text or "No space left" in text or "Disk quota" in text:
-            return f"lmdb write failed, disk full? {text}"
-        return None
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"{exc.strerror}: {exc.filename or ''}".rstrip(": ")
-    if isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-        return f"history database: {exc}"
-    if isinstance(exc, MolensError) and "map is full" in str(exc):
-        return str(exc)
-    return None
-
-
-# --- published values --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderChange:
-    """Published to subscribers whenever this node's role or the known leader changes."""
-
-    node_id: str
-    role: str
-    leader_id: str | None
-    term: int
-    heard_ago_ms: tuple[tuple[str, int], ...] = field(default=(), compare=False)
-    """When this node becomes leader: how long ago it last heard a Raft message from each peer (a
-    deposed leader's worker may be gone: docs/architecture.md#lost-workers)."""
-
-    @property
-    def is_leader(self) -> bool:
-        return self.role == "leader"
-
-
-Subscriber = Callable[[LeaderChange], None]
-
-
-# --- actor messages ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Tick:
-    sent: float
-    """time.monotonic() when the ticker queued it (tick delay = how far behind the actor runs)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Inbound:
-    frm: str
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class _Removed:
-    """From the transport: ``frm`` says this node is no longer a member."""
-
-    frm: str
-
-
-@dataclass(frozen=True, slots=True)
-class _ProposalsReady:
-    """Wake-up: the ProposalQueue has work (at most one of these is queued at a time)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _SnapshotChecked:
-    """From a snapshot check thread: a snapshot received from the leader, sealed in ``path``, was
-    checked and compressed into ``sf`` (None: it failed the check, or ``error``)."""
-
-    meta: SnapshotMeta
-    path: Path
-    sf: SnapshotFile | None
-    error: BaseException | None
-
-
-@dataclass(frozen=True, slots=True)
-class _SnapshotDone:
-    """From the snapshot thread: the file is written (or the attempt failed)."""
-
-    meta: SnapshotMeta | None
-    sf: SnapshotFile | None
-    error: BaseException | None
-    seconds: float
-
-
-Waiter: TypeAlias = "Future[Any] | _Slot | _One"
-"""Where a proposal's outcome goes: a Future, one slot of a batch callback, or a one-entry callback."""
-
-
-class ProposalQueue:
-    """Proposals waiting for the actor, kept OUT of its mailbox: a burst of thousands of proposals
-    then costs one wake-up message, and ticks and peer messages never queue behind it (a leader
-    whose heartbeats wait behind a backlog would lose its followers).
-
-    Producers append to one pair of lists; the actor swaps the whole pair out at once and slices
-    its batches from that copy (``_held`` from ``_off`` on), so the lock is held for a swap, never
-    for a loop over proposals (a producer blocked on it would wait for the GIL round trip too)."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self.limit = limit
-        self._lock = threading.Lock()
-        self._datas: list[bytes] = []
-        self._futs: list[Waiter] = []
-        self._held: tuple[list[bytes], list[Waiter]] = ([], [])
-        self._off = 0
-        self._wake_pending = False
-        self.closed = False
-
-    def put(self, datas: list[bytes], futs: list[Waiter]) -> bool:
-        """Queue; returns True when the caller must send the actor a wake-up."""
-        with self._lock:
-            queued = len(self._datas) + len(self._held[0]) - self._off
-            if self.closed:
-                err: Exception = ProposalRefused("raft peer stopped")
-            elif queued + len(datas) > self.limit:
-                err = ProposalRefused(f"overloaded: {queued} proposals queued")
-            else:
-                self._datas.extend(datas)
-                self._futs.extend(futs)
-                if self._wake_pending:
-                    return False
-                self._wake_pending = True
-                return True
-        for f in futs:
-            _fail(f, err)
-        return False
-
-    def take(self, n: int, max_bytes: int) -> tuple[list[bytes], list[Waiter], bool]:
-        """Up to ``n`` proposals / ``max_bytes`` (at least one), and whether more remain (the
-        wake-up then stays pending)."""
-        datas: list[bytes] = []
-        futs: list[Waiter] = []
-        size = 0
-        with self._lock:
-            while len(datas) < n and (size < max_bytes or not datas):
-                held_d, held_f = self._held
-                off = self._off
-                if off >= len(held_d):
-                    if not self._datas:
-                        break
-                    held_d, held_f = self._held = (self._datas, self._futs)
-                    self._datas, self._futs = [], []
-                    off = 0
-                part = held_d[off : off + n - len(datas)]
-                # keep adding while the total so far is below max_bytes (and at least one in all)
-                sizes = list(itertools.accumulate(map(len, part), initial=size))
-                k = bisect.bisect_left(sizes, max_bytes)
-                k = min(max(k, 0 if datas else 1), len(part))
-                datas += part[:k]
-                futs += held_f[off : off + k]
-                size = sizes[k]
-                self._off = off + k
-                if self._off >= len(held_d):
-                    self._held, self._off = ([], []), 0
-            more = self._off > 0 or bool(self._datas)
-            self._wake_pending = more
-        return datas, futs, more
-
-    def close(self) -> list[Waiter]:
-        with self._lock:
-            self.closed = True
-            futs = self._held[1][self._off :] + self._futs
-            self._held, self._off = ([], []), 0
-            self._datas, self._futs = [], []
-            return futs
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """Run ``fn(peer)`` on the actor thread (admin requests); the reply is its return value."""
-
-    fn: Callable[[RaftPeer], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Standing:
-    """This node's view of the cluster after its last Raft cycle (read from any thread)."""
-
-    term: int = 0
-    leader: str | None = None
-    members: frozenset[str] = frozenset()
-    """Voters and learners of the newest configuration."""
-    removed: bool = False
-
-
-@dataclass(slots=True)
-class StorageHealth:
-    """Whether this node's writes reach its disk, read by the API, ``/readyz`` and ``/metrics``
-    (written by the actor only; each field is one atomic assignment)."""
-
-    problem: str = ""
-    """Why writes fail now ("" while they succeed)."""
-    since: float = 0.0
-    """time.monotonic() when they started failing."""
-    stalls: int = 0
-    """How many times writes started failing (process lifetime)."""
-    retries: int = 0
-    """Failed retries in all."""
-
-
-@dataclass(slots=True)
-class Lifecycle:
-    """Shared with the handle: set when the actor has stopped, and why if it failed; the standing."""
-
-    stopped: threading.Event = field(default_factory=threading.Event)
-    failure: BaseException | None = None
-    proposals: ProposalQueue = field(default_factory=ProposalQueue)
-    standing: Standing = Standing()
-    storage: StorageHealth = field(default_factory=StorageHealth)
-
-
-@dataclass(slots=True)
-class _Stall:
-    """A Ready whose write failed for want of space, waiting to be carried out again."""
-
-    rd: rc.Ready
-    step: int
-    """The step of :meth:`RaftPeer._carry_out` that failed (it resumes there)."""
-    retry_at: float
-    delay: float
-    logged_at: float
-
-
-@dataclass(slots=True)
-class _Counters:
-    proposals: int = 0
-    appends: int = 0
-    cycles: int = 0
-    saves: int = 0
-    commits_unsaved: int = 0
-    """Readies that changed only the commit index: not saved on their own (see ``_persist``)."""
-    applied_entries: int = 0
-    snapshots_taken: int = 0
-    snapshot_failures: int = 0
-    snapshots_installed: int = 0
-    snapshot_chunks_received: int = 0
-    snapshots_received_damaged: int = 0
-    """Snapshots gathered from a leader whose file did not match the CRC of the chunks (sent again)."""
-    fsm_restored_at_start: int = 0
-    messages_out: int = 0
-    messages_in: int = 0
-    bad_messages: int = 0
-    leadership_lost_proposals: int = 0
-    forged_messages: int = 0
-    removed_notices_sent: int = 0
-    leader_changes: int = 0
-    max_cycle_ms: float = 0.0
-    max_tick_delay_ms: float = 0.0
-    started_applied_index: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 def role_name(core: rc.RaftCore, removed: bool = False) -> str:
@@ -442,94 +175,13 @@ def _core_config(cfg: RaftConfig) -> rc.RaftConfig:
     )
 
 
-class AddressBook:
-    """Node id -> PeerConfig, persisted in ``data_dir/peers.json`` (config peers + learned ones)."""
-
-    def __init__(
-        self,
-        path: Path,
-        initial: tuple[PeerConfig, ...],
-        on_change: Callable[[PeerConfig], None] | None = None,
-    ) -> None:
-        self.path = path
-        self.on_change = on_change
-        """Called (on the actor thread) with every added or changed peer, e.g. to dial its RPC port."""
-        self.peers: dict[str, PeerConfig] = {p.id: p for p in initial}
-        try:
-            stored = json.loads(path.read_text())
-        except (OSError, ValueError):
-            stored = {}
-        for pid, d in stored.items():
-            if pid not in self.peers:
-                self.peers[pid] = PeerConfig(**d)
-
-    def update(self, peer: PeerConfig) -> bool:
-        if self.peers.get(peer.id) == peer:
-            return False
-        self.peers[peer.id] = peer
-        self.save()
-        if self.on_change is not None:
-            self.on_change(peer)
-        return True
-
-    def save(self) -> None:
-        """Write the file; on a full disk keep the book in memory (the log still holds every
-        member's address) and write it again with the next change."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        try:
-            tmp.write_text(json.dumps({pid: asdict(p) for pid, p in self.peers.items()}, indent=1))
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            if storage_failure(exc) is None:
-                raise
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            log.warning("address book not saved (%s): kept in memory", exc)
-
-    def as_wire(self) -> dict[str, dict[str, str]]:
-        return {pid: asdict(p) for pid, p in self.peers.items()}
-
-
-def peer_context(p: PeerConfig) -> bytes:
-    """Conf-change context: the addresses of the node being added."""
-    return bytes(msgpack.packb(asdict(p), use_bin_type=True))
-
-
-def peer_from_context(ctx: bytes) -> PeerConfig | None:
-    try:
-        d = msgpack.unpackb(ctx, raw=False)
-        return PeerConfig(**{k: str(v) for k, v in d.items()})
-    except (ValueError, TypeError, msgpack.UnpackException):
-        return None
-
-
-def book_context(book: AddressBook, membership: Membership) -> bytes:
-    """A snapshot's context: the addresses of its members this node knows. A node that installs the
-    snapshot learns them; otherwise a member added in a conf-change entry that was compacted away
-    would stay unreachable from it (it could lead without ever replicating to that member)."""
-    known = [book.peers[i] for i in (*membership.voters, *membership.learners) if i in book.peers]
-    return bytes(msgpack.packb([peer_context(p) for p in known], use_bin_type=True))
-
-
-def peers_from_book_context(ctx: bytes) -> list[PeerConfig]:
-    """Inverse of :func:`book_context`; nothing for an empty or unreadable context."""
-    if not ctx:
-        return []
-    try:
-        raw = msgpack.unpackb(ctx, raw=False)
-    except (ValueError, msgpack.UnpackException):
-        return []
-    if not isinstance(raw, list):
-        return []
-    return [p for p in (peer_from_context(c) for c in raw if isinstance(c, bytes)) if p is not None]
-
-
 _GATHER, _PERSIST, _INSTALL, _APPLY = 0, 1, 2, 3
 _STEP_NAMES = ("gather_snapshot", "persist", "install_snapshot", "apply")
 
 
-class RaftPeer(pykka.ThreadingActor):
-    """Drives :class:`~molens.raft.core.RaftCore`; see the module docstring. Use :class:`RaftPeerHandle`."""
+class RaftPeer(SnapshotWork):
+    """Drives :class:`~molens.raft.core.RaftCore`; see the module docstring. Use
+    :class:`~molens.actors.peer_handle.RaftPeerHandle`."""
 
     use_daemon_thread = True
 
@@ -542,28 +194,23 @@ class RaftPeer(pykka.ThreadingActor):
         peers: tuple[PeerConfig, ...],
         bootstrap_voters: tuple[str, ...],
         *,
-        durable: bool = True,
+        log: LmdbLog,
+        transport: TransportFactory,
         lifecycle: Lifecycle | None = None,
         on_peer_change: Callable[[PeerConfig], None] | None = None,
     ) -> None:
+        """``log`` (opened on ``data_dir``) is the peer's from now on: it closes it when it stops, or
+        when starting the transport fails."""
         super().__init__()
-        # key files are checked before anything is opened (a bad path must not leak the log)
-        curve = (
-            CurveKeys.load(cfg.curve.secret_key_file, cfg.curve.public_keys_dir)
-            if cfg.curve.enabled
-            else None
-        )
         self.node_id = node_id
         self.cfg = cfg
         self.data_dir = data_dir
         self.fsm = fsm
-        self.counters = _Counters()
+        self.counters = PeerCounters()
         self._heard: dict[str, float] = {}
         """Monotonic time of the last Raft message from each peer (``last_contact_ms`` in status)."""
         self.book = AddressBook(data_dir / "peers.json", peers, on_peer_change)
-        self.log = LmdbLog(
-            data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots
-        )
+        self.log = log
         self._restore_fsm_if_behind()
         self.receiver = SnapshotReceiver(self.log.snapshots)
         """Gathers a snapshot sent by the leader in a file (docs/architecture.md#snapshots)."""
@@ -579,13 +226,9 @@ class RaftPeer(pykka.ThreadingActor):
             random.Random(),
             applied=self._start_applied(),
         )
-        self.transport = RaftTransport(
-            node_id,
-            zmq_endpoint(cfg.bind_addr),
+        self.transport = transport(
             self._on_transport_message,
             {p.id: zmq_endpoint(p.raft_addr) for p in self.book.peers.values() if p.id != node_id},
-            config=TransportConfig(max_pending=cfg.send_queue_max),
-            curve=curve,
         )
         self._subscribers: list[Subscriber] = []
         self._pending: dict[int, tuple[int, Waiter]] = {}
@@ -600,7 +243,7 @@ class RaftPeer(pykka.ThreadingActor):
         self.removed = False
         """A voter told this node it is no longer a member (see :meth:`_on_removed`)."""
         self._standing_of: Membership | None = None
-        self._stall: _Stall | None = None
+        self._stall: Stall | None = None
         self._unsaved_commit: HardState | None = None
         """The newest hard state not saved because only its commit index changed."""
         self._reads: dict[bytes, tuple[float, Future[Any]]] = {}
@@ -609,7 +252,7 @@ class RaftPeer(pykka.ThreadingActor):
         """Answered reads waiting for the FSM to apply their index."""
         self._read_seq = itertools.count(1)
         self._last: LeaderChange = LeaderChange(node_id, role_name(self.core), None, self.core.term)
-        self._waiters: list[tuple[Callable[[RaftPeer], bool], Future[Any]]] = []
+        self._waiters: list[tuple[Condition, Future[Any]]] = []
         self._ticker_stop = threading.Event()
         self._tick_queued = threading.Event()
         self._ticker = threading.Thread(target=self._tick_loop, name=f"raft-ticker-{node_id}", daemon=True)
@@ -667,9 +310,9 @@ class RaftPeer(pykka.ThreadingActor):
         self._ticker_stop.set()
         err = ProposalRefused("raft peer stopped")
         for fut in [*self._batch_futs, *self.lifecycle.proposals.close()]:
-            _fail(fut, err)
+            fail_waiter(fut, err)
         for _, fut in self._pending.values():
-            _fail(fut, LeadershipLost("raft peer stopped before the entry applied: outcome unknown"))
+            fail_waiter(fut, LeadershipLost("raft peer stopped before the entry applied: outcome unknown"))
         self._pending.clear()
         self.transport.close()
         self.log.close()
@@ -687,19 +330,19 @@ class RaftPeer(pykka.ThreadingActor):
             if not self._tick_queued.is_set():
                 self._tick_queued.set()
                 try:
-                    ref.tell(_Tick(time.monotonic()))
+                    ref.tell(Tick(time.monotonic()))
                 except pykka.ActorDeadError:
                     return
 
     def _on_transport_message(self, frm: str, payload: bytes) -> None:
         with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_Removed(frm) if payload == REMOVED_NOTICE else _Inbound(frm, payload))
+            self.actor_ref.tell(RemovedNotice(frm) if payload == REMOVED_NOTICE else Inbound(frm, payload))
 
     # --- the actor loop ---------------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
         reply: Any = None
         failed: Exception | None = None
-        if isinstance(message, _Inbound):
+        if isinstance(message, Inbound):
             self.counters.messages_in += 1
             self._since_cycle_bytes += len(message.payload)
             try:
@@ -717,9 +360,9 @@ class RaftPeer(pykka.ThreadingActor):
                         self._tell_removed(m.frm)  # and not stepped: a removed node must not bump terms
                     else:
                         self.core.step(m)
-        elif isinstance(message, _Removed):
+        elif isinstance(message, RemovedNotice):
             self._on_removed(message.frm)
-        elif isinstance(message, _ProposalsReady):
+        elif isinstance(message, ProposalsReady):
             datas, futs, more = self.lifecycle.proposals.take(
                 self.cfg.max_proposal_batch, self.cfg.max_batch_bytes
             )
@@ -728,8 +371,8 @@ class RaftPeer(pykka.ThreadingActor):
             self._since_cycle += len(datas)
             self._since_cycle_bytes += sum(map(len, datas))
             if more:  # let queued ticks and peer messages in before the next slice
-                self.actor_ref.tell(_ProposalsReady())
-        elif isinstance(message, _Tick):
+                self.actor_ref.tell(ProposalsReady())
+        elif isinstance(message, Tick):
             self._tick_queued.clear()
             delay = (time.monotonic() - message.sent) * 1000
             if delay > self.counters.max_tick_delay_ms:
@@ -739,14 +382,14 @@ class RaftPeer(pykka.ThreadingActor):
                 self._leader_housekeeping()
             if self.log.snapshot_held:
                 self._maybe_release_snapshot_data()
-        elif isinstance(message, _SnapshotDone):
+        elif isinstance(message, SnapshotDone):
             self._snapshot_done(message)
-        elif isinstance(message, _SnapshotChecked):
+        elif isinstance(message, SnapshotChecked):
             self._snapshot_checked(message)
-        elif isinstance(message, _Call):
+        elif isinstance(message, Request):
             self._flush_proposals()
             try:
-                reply = message.fn(self)
+                reply = self._answer(message)
             except Exception as exc:  # raised to the asker (pykka's future) once this cycle ran
                 failed = exc
         self._since_cycle += 1
@@ -772,12 +415,12 @@ class RaftPeer(pykka.ThreadingActor):
         if self._stall is not None:
             err: Exception = StorageFull(f"storage full: {self.lifecycle.storage.problem}")
             for f in futs:
-                _fail(f, err)
+                fail_waiter(f, err)
             return
         if len(self._pending) + len(datas) > self.cfg.max_pending_proposals:
             err = ProposalRefused(f"overloaded: {len(self._pending)} proposals pending")
             for f in futs:
-                _fail(f, err)
+                fail_waiter(f, err)
             return
         try:
             first, _ = self.core.propose_batch(datas)
@@ -793,7 +436,7 @@ class RaftPeer(pykka.ThreadingActor):
             self.counters.appends += 1
             return
         for f in futs:
-            _fail(f, err)
+            fail_waiter(f, err)
 
     def _cycle(self) -> None:
         t0 = time.monotonic()
@@ -914,67 +557,6 @@ class RaftPeer(pykka.ThreadingActor):
         self.core.advance(rd)
         return True
 
-    # --- a snapshot arriving from the leader (docs/architecture.md#snapshots) ---------------------
-    def _gather(self, chunks: tuple[rc.SnapshotChunk, ...]) -> None:
-        """Write the chunks of a snapshot arriving from the leader to its file (again, at their
-        offsets, if this step is retried); after the last one, seal the file and check it on a
-        thread of its own: compressing a store of millions of tasks takes seconds per GB, which on
-        this thread would leave the leader's heartbeats (each with the chunk resent) piling up."""
-        for ch in chunks:
-            self.receiver.write(ch.offset, ch.data)
-            if ch.done:
-                self._start_check(ch.meta, ch.crc, self.receiver.seal())
-        self.counters.snapshot_chunks_received += len(chunks)
-
-    def _start_check(self, meta: SnapshotMeta, crc: int, path: Path) -> None:
-        def run() -> None:
-            sf: SnapshotFile | None = None
-            error: BaseException | None = None
-            try:
-                sf = self.receiver.check(meta, crc, path)
-            except BaseException as exc:  # told to the actor, which decides
-                error = exc
-            with contextlib.suppress(pykka.ActorDeadError):
-                self.actor_ref.tell(_SnapshotChecked(meta, path, sf, error))
-
-        threading.Thread(target=run, name=f"snapshot-check-{self.node_id}", daemon=True).start()
-
-    def _snapshot_checked(self, done: _SnapshotChecked) -> None:
-        meta, sf = done.meta, done.sf
-        if done.error is not None:
-            reason = storage_failure(done.error, self.data_dir)
-            if reason is None:
-                raise done.error
-            log.warning(
-                "snapshot received node=%s index=%d not written (%s): asking the leader for it again",
-                self.node_id, meta.index, reason,
-            )
-        elif sf is None:
-            self.counters.snapshots_received_damaged += 1
-        if sf is None:
-            done.path.unlink(missing_ok=True)
-            self.core.snapshot_received(meta, None)  # the leader sends it again from the start
-            return
-        log.info("snapshot received node=%s index=%d term=%d bytes=%d", self.node_id, meta.index, meta.term, sf.size)
-        if self.core.snapshot_received(meta, self.log.snapshots.streamed(sf)):
-            if self._received is not None:
-                self._drop_received()
-            self._received = (meta, sf, done.path)
-        else:  # not needed after all (superseded, or the log holds that prefix)
-            self._drop_files(sf, done.path)
-
-    def _drop_received(self) -> None:
-        if self._received is not None:
-            _, sf, path = self._received
-            self._received = None
-            self._drop_files(sf, path)
-
-    def _drop_files(self, sf: SnapshotFile, path: Path) -> None:
-        path.unlink(missing_ok=True)
-        current = self.log.snapshot_file()
-        if current is None or current.path != sf.path:
-            sf.path.unlink(missing_ok=True)
-
     def _persist(self, rd: rc.Ready) -> None:
         """Save what ``rd`` must make durable in one transaction -- unless only the commit index
         changed: the commit index is volatile state in Raft (a restarted node learns it from the
@@ -1023,7 +605,7 @@ class RaftPeer(pykka.ThreadingActor):
         for c, (give_up, f) in list(self._reads.items()):
             if give_up < now:
                 del self._reads[c]
-                _fail(f, TimeoutError("the read was not confirmed by a quorum in time"))
+                fail_waiter(f, TimeoutError("the read was not confirmed by a quorum in time"))
         return fut
 
     def _stalled(self, rd: rc.Ready, step: int, reason: str) -> None:
@@ -1034,7 +616,7 @@ class RaftPeer(pykka.ThreadingActor):
             health.stalls += 1
             health.since = now
             health.problem = reason
-            self._stall = _Stall(rd, step, now + STORAGE_RETRY_MIN_S, STORAGE_RETRY_MIN_S, now)
+            self._stall = Stall(rd, step, now + STORAGE_RETRY_MIN_S, STORAGE_RETRY_MIN_S, now)
             log.warning(
                 "storage full node=%s step=%s: %s; writes refused, retrying every %.1f-%.0f s",
                 self.node_id, _STEP_NAMES[step], reason, STORAGE_RETRY_MIN_S, STORAGE_RETRY_MAX_S,
@@ -1084,40 +666,13 @@ class RaftPeer(pykka.ThreadingActor):
             err = LeadershipLost(f"leadership lost at term {now.term}: outcome unknown")
             self.counters.leadership_lost_proposals += len(self._pending)
             for _, fut in self._pending.values():
-                _fail(fut, err)
+                fail_waiter(fut, err)
             self._pending.clear()
         for sub in list(self._subscribers):
             try:
                 sub(now)
             except Exception:
                 log.exception("leadership subscriber failed")
-
-    def _install_snapshot(self) -> None:
-        meta = self.log.snapshot_meta()
-        for p in peers_from_book_context(meta.context):
-            if p.id != self.node_id:
-                self.book.update(p)
-        self.log.release_snapshot_data()
-        rcv = self._received
-        if rcv is not None and rcv[0] == meta:
-            src = rcv[2]  # the file the chunks were gathered in, checked
-        else:
-            src = self.data_dir / "snapshots" / "install.tmp"
-            self.log.export_snapshot(src)
-        self.fsm.restore(src)
-        src.unlink(missing_ok=True)
-        if rcv is not None and rcv[2] == src:
-            self._received = None
-        self._last_snapshot_index = meta.index
-        self.counters.snapshots_installed += 1
-        for p in self._book_from_membership(meta.membership):
-            self.transport.add_peer(p.id, zmq_endpoint(p.raft_addr))
-        log.info("snapshot installed node=%s index=%d term=%d", self.node_id, meta.index, meta.term)
-
-    def _book_from_membership(self, m: Membership) -> list[PeerConfig]:
-        return [
-            self.book.peers[i] for i in (*m.voters, *m.learners) if i in self.book.peers and i != self.node_id
-        ]
 
     def _apply(self, entries: tuple[Entry, ...]) -> None:
         step = self.cfg.apply_batch_entries
@@ -1137,7 +692,7 @@ class RaftPeer(pykka.ThreadingActor):
                             if not fut.done():
                                 fut.set_result(res)
                         else:
-                            _fail(fut, ProposalRefused(f"entry {e.index} superseded by term {e.term}"))
+                            fail_waiter(fut, ProposalRefused(f"entry {e.index} superseded by term {e.term}"))
 
     def _on_conf_change_applied(self, e: Entry) -> None:
         cc = decode_conf_change(e.data)
@@ -1157,17 +712,6 @@ class RaftPeer(pykka.ThreadingActor):
         elif cc.op is ConfChangeOp.REMOVE and cc.node_id != self.node_id:
             self.transport.remove_peer(cc.node_id)
 
-    def _maybe_release_snapshot_data(self) -> None:
-        """Drop the log's in-memory copy of the snapshot once no follower is being sent it
-        (docs/architecture.md#snapshots): it is as large as the state machine."""
-        core = self.core
-        m = core.membership
-        for nid in (*m.voters, *m.learners):
-            pr = core.progress(nid)
-            if pr is not None and pr.snap is not None:
-                return
-        self.log.release_snapshot_data()
-
     def _leader_housekeeping(self) -> None:
         """Promote caught-up learners (one membership change at a time; retried next tick)."""
         core = self.core
@@ -1186,122 +730,54 @@ class RaftPeer(pykka.ThreadingActor):
                     log.info("promoting learner %s (match=%d commit=%d)", lid, pr.match, core.commit)
                 return
 
-    def _maybe_snapshot(self, force: bool = False) -> None:
-        """Start a snapshot on a background thread when enough entries applied since the last one
-        (or ``force``). Copying, compressing and writing a large state machine takes seconds (4.6 s
-        for 1M tasks); on the actor thread that silenced heartbeats and cost the leadership."""
-        if self._snap_job is not None or self._stall is not None or (not force and time.monotonic() < self._snap_retry_at):
-            return
-        applied = self.fsm.applied_index()
-        if applied <= self._last_snapshot_index:
-            return
-        if not force and applied - self._last_snapshot_index < self.cfg.snapshot_every_entries:
-            return
-        self._snap_job = threading.Thread(
-            target=self._snapshot_job, name=f"snapshot-{self.node_id}", daemon=True,
-        )
-        self._snap_job.start()
-
-    def _snapshot_job(self) -> None:
-        """Snapshot thread: a consistent copy of the FSM (one read transaction, entries keep
-        applying), its meta from the actor, the compressed file (streamed: the copy is never read
-        into memory whole); then the actor records it."""
-        t0 = time.monotonic()
-        meta: SnapshotMeta | None = None
-        sf: SnapshotFile | None = None
-        error: BaseException | None = None
-        path = self.data_dir / "snapshots" / "fsm.tmp"
-        try:
-            try:
-                index = self.fsm.snapshot(path)
-                meta = cast(
-                    "SnapshotMeta | None", self.actor_ref.ask(_Call(lambda p: p._snapshot_meta(index)), timeout=60)
-                )
-                if meta is not None:  # None: a newer snapshot (a leader's) was installed meanwhile
-                    sf = self.log.snapshots.write_file(meta, path)
-            finally:  # also after a failed copy (a full disk): no partial file left
-                path.unlink(missing_ok=True)
-        except BaseException as exc:  # reported to the actor, which retries later
-            error = exc
-        with contextlib.suppress(pykka.ActorDeadError):
-            self.actor_ref.tell(_SnapshotDone(
-                meta=meta, sf=sf, error=error, seconds=time.monotonic() - t0,
-            ))
-
-    def _snapshot_meta(self, index: int) -> SnapshotMeta | None:
-        """The meta of a snapshot at ``index``; its context carries the members' addresses (see
-        :func:`book_context`). None when the log already holds a snapshot at or past ``index``."""
-        if index <= self.log.snapshot_meta().index:
-            return None
-        membership = self.core.membership_at(index)
-        return SnapshotMeta(index, self.log.term(index), membership, book_context(self.book, membership))
-
-    def _snapshot_done(self, done: _SnapshotDone) -> None:
-        self._snap_job = None
-        waiters, self._snap_waiters = self._snap_waiters, []
-        if done.error is not None or (done.meta is not None and done.sf is None):
-            self.counters.snapshot_failures += 1
-            self._snap_retry_at = time.monotonic() + SNAPSHOT_RETRY_S
-            log.warning("snapshot failed node=%s (next try in %.0f s): %s", self.node_id, SNAPSHOT_RETRY_S, done.error)
-            for fut in waiters:
-                _fail(fut, done.error or RuntimeError("snapshot failed"))
-            return
-        meta, sf = done.meta, done.sf
-        if meta is None or sf is None or meta.index <= self.log.snapshot_meta().index:
-            # a newer snapshot (a leader's) was installed while this one was being made
-            log.info("snapshot superseded node=%s: the log holds a newer one", self.node_id)
-            if sf is not None and sf.path != getattr(self.log.snapshot_file(), "path", None):
-                sf.path.unlink(missing_ok=True)
-        else:
-            try:
-                self.log.record_snapshot(meta, sf)
-            except Exception as exc:
-                reason = storage_failure(exc, self.data_dir)
-                if reason is None:
-                    raise
-                self.counters.snapshot_failures += 1
-                self._snap_retry_at = time.monotonic() + SNAPSHOT_RETRY_S
-                log.warning("snapshot not recorded node=%s (next try in %.0f s): %s", self.node_id, SNAPSHOT_RETRY_S, reason)
-                sf.path.unlink(missing_ok=True)
-                for fut in waiters:
-                    _fail(fut, exc)
-                return
-            self._last_snapshot_index = meta.index
-            self.counters.snapshots_taken += 1
-            upto = meta.index - self.cfg.keep_log_tail
-            if upto >= self.log.first_index():
-                try:
-                    self.log.compact(upto)
-                except Exception as exc:  # the log keeps its entries; the next snapshot compacts
-                    reason = storage_failure(exc, self.data_dir)
-                    if reason is None:
-                        raise
-                    log.warning("log compaction skipped node=%s: %s", self.node_id, reason)
-            log.info(
-                "snapshot taken node=%s index=%d bytes=%d first_index=%d in %.0f ms (background)",
-                self.node_id,
-                meta.index,
-                sf.size,
-                self.log.first_index(),
-                done.seconds * 1000,
-            )
-        index = self.log.snapshot_meta().index
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result({"index": index})
-
     def _check_waiters(self) -> None:
         keep = []
-        for pred, fut in self._waiters:
+        for condition, fut in self._waiters:
             if fut.done():
                 continue
-            if pred(self):
+            if self._holds(condition):
                 fut.set_result(True)
             else:
-                keep.append((pred, fut))
+                keep.append((condition, fut))
         self._waiters = keep
 
-    # --- operations run on the actor thread through _Call -------------------------------------
+    # --- requests, answered on the actor thread between cycles ----------------------------------
+    def _answer(self, req: Request) -> Any:
+        match req:
+            case Status():
+                return self.status()
+            case Stats():
+                return self.stats()
+            case KnownPeers():
+                return dict(self.book.peers)
+            case TransferLeadership(to=to):
+                return self.transfer_leader(to)
+            case AddNode(peer=peer):
+                return self.add_node(peer)
+            case RemoveNode(node_id=node_id):
+                return self.remove_node(node_id)
+            case LearnPeers(peers=peers):
+                return self.learn_peers(peers)
+            case ReloadKeys():
+                return self.transport.reload_curve_keys()
+            case SnapshotNow():
+                return self.snapshot_now()
+            case ReadIndex(timeout_s=timeout_s):
+                return self.read_index(timeout_s)
+            case Subscribe(fn=fn):
+                self._subscribers.append(fn)
+                return self._last
+            case WaitUntil(condition=condition):
+                return self.wait_until(condition)
+            case JudgeClock(verdict_of=verdict_of):
+                voters = sorted(self.core.membership.voters)
+                verdict = verdict_of(voters)
+                act_on_clock(self.core, verdict)
+                return voters, verdict
+            case SnapshotMetaAt(index=index):
+                return self._snapshot_meta(index)
+        raise TypeError(f"not a RaftPeer request: {req!r}")
+
     def status(self) -> dict[str, Any]:
         core = self.core
         m = core.membership
@@ -1349,6 +825,7 @@ class RaftPeer(pykka.ThreadingActor):
         c = self.counters
         out: dict[str, Any] = {k: v for k, v in asdict(c).items() if k != "extra"}
         out["pending_proposals"] = len(self._pending)
+        out["saved_commit"] = self.log.hard_state().commit
         out["log_syncs"] = self.log.syncs
         out["log_cache_hits"] = self.log.cache_hits
         out["snapshot_held"] = self.log.snapshot_held
@@ -1416,212 +893,21 @@ class RaftPeer(pykka.ThreadingActor):
                 best = (pr.match, v)
         return best[1] if best else None
 
-    def snapshot_now(self) -> Future[Any]:
-        """Take a snapshot now (or join the one running); the future gets ``{"index": ...}``."""
-        fut: Future[Any] = Future()
-        self._maybe_snapshot(force=True)
-        if self._snap_job is None:  # nothing applied since the last one
-            fut.set_result({"index": self._last_snapshot_index})
-        else:
-            self._snap_waiters.append(fut)
-        return fut
-
-    def learn_peers(self, peers: list[PeerConfig]) -> None:
+    def learn_peers(self, peers: tuple[PeerConfig, ...]) -> None:
         for p in peers:
             if p.id != self.node_id:
                 self._dial(p)
                 self.book.update(p)
 
-    def subscribe(self, fn: Subscriber) -> LeaderChange:
-        self._subscribers.append(fn)
-        return self._last
-
-    def wait_until(self, pred: Callable[[RaftPeer], bool], fut: Future[Any]) -> None:
-        if pred(self):
+    def wait_until(self, condition: Condition) -> Future[Any]:
+        fut: Future[Any] = Future()
+        if self._holds(condition):
             fut.set_result(True)
         else:
-            self._waiters.append((pred, fut))
-
-
-BatchCallback = Callable[[list[Any], BaseException | None], None]
-
-
-class _Batch:
-    """Outcome of a batch of proposals, reported once through a callback."""
-
-    __slots__ = ("error", "left", "lock", "on_done", "results")
-
-    def __init__(self, n: int, on_done: BatchCallback) -> None:
-        self.results: list[Any] = [None] * n
-        self.error: BaseException | None = None
-        self.left = n
-        self.on_done = on_done
-        self.lock = threading.Lock()
-
-    def settle(self, i: int, value: Any, exc: BaseException | None) -> None:
-        with self.lock:
-            if exc is not None:
-                if self.error is None or isinstance(exc, LeadershipLost):
-                    self.error = exc
-            else:
-                self.results[i] = value
-            self.left -= 1
-            finished = self.left == 0
-        if finished:
-            try:
-                self.on_done(self.results, self.error)
-            except Exception:
-                log.exception("proposal batch callback failed")
-
-
-class _Slot:
-    """One entry of a :class:`_Batch`; quacks like the Future methods the peer uses."""
-
-    __slots__ = ("_done", "batch", "i")
-
-    def __init__(self, batch: _Batch, i: int) -> None:
-        self.batch = batch
-        self.i = i
-        self._done = False
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, value: Any) -> None:
-        if not self._done:
-            self._done = True
-            self.batch.settle(self.i, value, None)
-
-    def set_exception(self, exc: BaseException) -> None:
-        if not self._done:
-            self._done = True
-            self.batch.settle(self.i, None, exc)
-
-
-class _One:
-    """The outcome of a one-entry :meth:`RaftPeerHandle.propose_batch`: the callback itself, with
-    no per-batch state or lock (a single outcome needs no counting)."""
-
-    __slots__ = ("_done", "on_done")
-
-    def __init__(self, on_done: BatchCallback) -> None:
-        self.on_done = on_done
-        self._done = False
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, value: Any) -> None:
-        if not self._done:
-            self._done = True
-            self._call([value], None)
-
-    def set_exception(self, exc: BaseException) -> None:
-        if not self._done:
-            self._done = True
-            self._call([None], exc)
-
-    def _call(self, results: list[Any], exc: BaseException | None) -> None:
-        try:
-            self.on_done(results, exc)
-        except Exception:
-            log.exception("proposal batch callback failed")
-
-
-def _fail(fut: Waiter, exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
-
-
-class RaftPeerHandle:
-    """Thread-safe face of a running RaftPeer: propose, status, admin operations, subscriptions."""
-
-    def __init__(self, ref: pykka.ActorRef[RaftPeer], node_id: str, lifecycle: Lifecycle) -> None:
-        self.ref = ref
-        self.node_id = node_id
-        self.lifecycle = lifecycle
-
-    @classmethod
-    def start(cls, node_id: str, *args: Any, **kwargs: Any) -> RaftPeerHandle:
-        """Construct and start a RaftPeer (same arguments); binding errors raise here."""
-        lifecycle = Lifecycle()
-        ref = RaftPeer.start(node_id, *args, lifecycle=lifecycle, **kwargs)
-        return cls(ref, node_id, lifecycle)
-
-    def propose(self, data: bytes) -> Future[Any]:
-        """Propose one entry; the future resolves with the FSM's result (see module docstring)."""
-        return self.propose_many([data])[0]
-
-    def propose_many(self, datas: list[bytes]) -> list[Future[Any]]:
-        """Propose entries (appended together when the actor is free); one future each."""
-        futs: list[Future[Any]] = [Future() for _ in datas]
-        self._enqueue(datas, futs)
-        return futs
-
-    def propose_batch(self, datas: list[bytes], on_done: BatchCallback) -> None:
-        """Like :meth:`propose_many` without a future per entry (cheaper for high-rate callers):
-        ``on_done(results, error)`` runs once, on the actor thread, when every entry has an
-        outcome; ``error`` is None when all applied, else the most telling failure
-        (:class:`LeadershipLost` -- outcome unknown -- wins over a refusal)."""
-        if len(datas) == 1:
-            self._enqueue(datas, [_One(on_done)])
-            return
-        batch = _Batch(len(datas), on_done)
-        self._enqueue(datas, [_Slot(batch, i) for i in range(len(datas))])
-
-    def _enqueue(self, datas: list[bytes], waiters: list[Any]) -> None:
-        if self.lifecycle.proposals.put(datas, waiters):
-            try:
-                self.ref.tell(_ProposalsReady())
-            except pykka.ActorDeadError:
-                for f in self.lifecycle.proposals.close():
-                    _fail(f, ProposalRefused("raft peer stopped"))
-
-    def call(self, fn: Callable[[RaftPeer], Any], timeout: float | None = 10.0) -> Any:
-        """Run ``fn(peer)`` on the actor thread and return its result (re-raising its exception)."""
-        return self.ref.ask(_Call(fn), timeout=timeout)
-
-    def status(self, timeout: float = 5.0) -> dict[str, Any]:
-        return dict(self.call(RaftPeer.status, timeout))
-
-    def stats(self, timeout: float = 10.0) -> dict[str, Any]:
-        return dict(self.call(RaftPeer.stats, timeout))
-
-    def read_index(self, timeout_s: float = 5.0) -> int:
-        """Wait until a linearizable read of the local replica is possible (see
-        :meth:`RaftPeer.read_index`); returns the read index."""
-        fut = self.call(lambda p: p.read_index(timeout_s))
-        return int(fut.result(timeout=timeout_s))
-
-    def subscribe(self, fn: Subscriber) -> LeaderChange:
-        """Call ``fn`` (on the actor thread; keep it quick) on every role/leader change."""
-        return self.call(lambda p: p.subscribe(fn))  # type: ignore[no-any-return]
-
-    def wait_until(self, pred: Callable[[RaftPeer], bool]) -> Future[Any]:
-        """A future set once ``pred(peer)`` holds after a Raft cycle."""
-        fut: Future[Any] = Future()
-        self.call(lambda p: p.wait_until(pred, fut))
+            self._waiters.append((condition, fut))
         return fut
 
-    @property
-    def standing(self) -> Standing:
-        """Term, leader, members and removal as of the peer's last Raft cycle (no actor round trip)."""
-        return self.lifecycle.standing
-
-    @property
-    def stopped(self) -> threading.Event:
-        return self.lifecycle.stopped
-
-    @property
-    def failure(self) -> BaseException | None:
-        return self.lifecycle.failure
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the actor (transport and log closed); gives up waiting after ``timeout``."""
-        try:
-            self.ref.stop(block=True, timeout=timeout)
-        except pykka.ActorDeadError:
-            pass
-        except pykka.Timeout:
-            log.warning("raft peer %s did not stop within %.0f s", self.node_id, timeout)
-        self.lifecycle.stopped.wait(timeout)
+    def _holds(self, condition: Condition) -> bool:
+        if condition is Condition.NOT_LEADER:
+            return self.core.role is not rc.Role.LEADER
+        raise ValueError(condition)

@@ -33,7 +33,7 @@ from molens.actors.dispatcher import Dispatcher
 from molens.actors.messages import Applied, Drain, Join, LeaderIs, LeaderRefs, Rebuild
 from molens.actors.monitor import Monitor
 from molens.actors.notifier import Notifier
-from molens.actors.raft_peer import LeaderChange
+from molens.actors.peer_messages import LeaderChange
 from molens.actors.stats import StatsClient
 from molens.actors.term import ProposeCallback, TermContext
 from molens.actors.timewheel import TimeWheel

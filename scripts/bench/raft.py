@@ -511,6 +511,7 @@ class Trace:
 
     def install(self) -> None:
         from molens.actors import raft_peer as rp
+        from molens.actors.peer_messages import Inbound
         from molens.kv import KVStateMachine
         from molens.raft import messages as mm
         from molens.raft.storage import LmdbLog
@@ -545,7 +546,7 @@ class Trace:
                 ev("io_" + k[0], k[1])
 
         def on_actor(_self: Any, message: Any) -> None:
-            if isinstance(message, rp._Inbound):
+            if isinstance(message, Inbound):
                 k = kind(message.payload)
                 if k:
                     ev("actor_" + k[0], k[1])

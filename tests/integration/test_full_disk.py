@@ -361,7 +361,7 @@ def test_storage_failure_tells_a_full_disk_from_other_errors(tmpfs: Any, tmp_pat
 
     import lmdb
 
-    from molens.actors.raft_peer import storage_failure
+    from molens.actors.peer_errors import storage_failure
 
     t = tmpfs("probe", 4 << 20)
     t.data.mkdir()

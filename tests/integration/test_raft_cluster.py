@@ -601,7 +601,7 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
     """The RaftPeerHandle API the scheduler will use, on three in-process nodes."""
     from concurrent.futures import Future
 
-    from molens.actors.raft_peer import LeaderChange
+    from molens.actors.peer_messages import LeaderChange
     from molens.config import load_dict
     from molens.kv import KVStateMachine, encode_get
     from molens.node import Node
@@ -755,7 +755,7 @@ def test_snapshot_runs_beside_the_raft_actor_which_keeps_committing(tmp_path: Pa
     try:
         peer = _start_solo(node)
         _put_all(peer, b"a", 50)
-        snap = peer.call(lambda p: p.snapshot_now())
+        snap = peer.snapshot_now()
         assert copying.wait(10)
         # the copy is held open: writes still commit and apply, status answers
         _put_all(peer, b"b", 50)
@@ -818,7 +818,7 @@ def test_failed_snapshot_is_reported_and_retried_later_not_in_a_loop(tmp_path: P
 def test_a_snapshot_overtaken_by_a_newer_one_is_dropped_not_counted_as_failed(tmp_path: Path) -> None:
     """A follower's own background snapshot can lose the race with a leader's snapshot install:
     its meta is then refused (the log holds a newer snapshot) and it ends as superseded."""
-    from molens.actors.raft_peer import _SnapshotDone
+    from molens.actors.peer_messages import SnapshotDone, SnapshotMetaAt
     from molens.kv import KVStateMachine
     from molens.node import Node
 
@@ -827,18 +827,18 @@ def test_a_snapshot_overtaken_by_a_newer_one_is_dropped_not_counted_as_failed(tm
     try:
         peer = _start_solo(node)
         _put_all(peer, b"s", 10)
-        index = peer.call(lambda p: p.snapshot_now()).result(30)["index"]
+        index = peer.snapshot_now().result(30)["index"]
         assert index > 0
         # a job that copied the state at an older index asks for its meta: refused
-        assert peer.call(lambda p: p._snapshot_meta(index - 1)) is None
-        peer.call(lambda p: p._snapshot_done(_SnapshotDone(
+        assert peer.ref.ask(SnapshotMetaAt(index - 1)) is None
+        peer.ref.ask(SnapshotDone(
             meta=None, sf=None, error=None, seconds=0.1,
-        )))
+        ))
         stats = peer.stats()
         assert stats["snapshot_failures"] == 0 and stats["snapshots_taken"] == 1
         assert peer.status()["snapshot_index"] == index
         # and the next automatic or requested snapshot is not held back
         _put_all(peer, b"t", 10)
-        assert peer.call(lambda p: p.snapshot_now()).result(30)["index"] > index
+        assert peer.snapshot_now().result(30)["index"] > index
     finally:
         node.stop()

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from molens.actors import raft_peer as rp
+from molens.actors.peer_errors import LeadershipLost, ProposalRefused
+from molens.actors.peer_messages import LeaderChange
+from molens.actors.peer_state import Lifecycle
 from molens.config import load_dict
 from molens.fsm.commands import DeleteTasks
 from molens.fsm.history import History
@@ -28,13 +30,13 @@ class FakePeer:
     """A leader whose proposals get ``outcome`` from another thread (as the Raft thread reports)."""
 
     def __init__(self, outcome: Outcome, *, same_thread: bool = False) -> None:
-        self.lifecycle = rp.Lifecycle()
+        self.lifecycle = Lifecycle()
         self.outcome = outcome
         self.same_thread = same_thread
         self.proposed: list[list[bytes]] = []
 
-    def subscribe(self, fn: Callable[[rp.LeaderChange], None]) -> rp.LeaderChange:
-        return rp.LeaderChange("n1", "leader", "n1", 3)
+    def subscribe(self, fn: Callable[[LeaderChange], None]) -> LeaderChange:
+        return LeaderChange("n1", "leader", "n1", 3)
 
     def propose_batch(self, datas: list[bytes], on_done: Callable[[list[Any], BaseException | None], None]) -> None:
         self.proposed.append(datas)
@@ -69,8 +71,8 @@ def test_the_raft_threads_results_come_back_per_command(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("error", "expected"), [
     (NotLeaderError("n2"), LeaderElsewhere),  # leadership lost between the check and the append
     (NotLeaderError(None), NoLeader),
-    (rp.LeadershipLost("x"), OutcomeUnknown),
-    (rp.ProposalRefused("raft peer stopped"), Unavailable),
+    (LeadershipLost("x"), OutcomeUnknown),
+    (ProposalRefused("raft peer stopped"), Unavailable),
     (RuntimeError("x"), Unavailable),
 ])
 @pytest.mark.parametrize("same_thread", [False, True])

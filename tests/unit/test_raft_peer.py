@@ -6,13 +6,9 @@ from typing import Any
 
 import pytest
 
-from molens.actors.raft_peer import (
-    AddressBook,
-    ProposalQueue,
-    ProposalRefused,
-    peer_context,
-    peer_from_context,
-)
+from molens.actors.address_book import AddressBook, peer_context, peer_from_context
+from molens.actors.peer_errors import LeadershipLost, ProposalRefused
+from molens.actors.peer_state import Batch, BatchSlot, ProposalQueue
 from molens.config import PeerConfig
 
 
@@ -83,11 +79,9 @@ def test_conf_change_context_carries_the_addresses() -> None:
 
 
 def test_batch_reports_once_and_unknown_outcome_wins_over_refusal() -> None:
-    from molens.actors.raft_peer import LeadershipLost, _Batch, _Slot
-
     calls: list[tuple[list[Any], BaseException | None]] = []
-    batch = _Batch(3, lambda results, err: calls.append((results, err)))
-    slots = [_Slot(batch, i) for i in range(3)]
+    batch = Batch(3, lambda results, err: calls.append((results, err)))
+    slots = [BatchSlot(batch, i) for i in range(3)]
     slots[0].set_result("r0")
     slots[1].set_exception(ProposalRefused("x"))
     assert not calls
@@ -97,7 +91,7 @@ def test_batch_reports_once_and_unknown_outcome_wins_over_refusal() -> None:
     results, err = calls[0]
     assert results[0] == "r0" and isinstance(err, LeadershipLost)
     ok: list[tuple[list[Any], BaseException | None]] = []
-    b2 = _Batch(2, lambda results, err: ok.append((results, err)))
-    _Slot(b2, 1).set_result(True)
-    _Slot(b2, 0).set_result(False)
+    b2 = Batch(2, lambda results, err: ok.append((results, err)))
+    BatchSlot(b2, 1).set_result(True)
+    BatchSlot(b2, 0).set_result(False)
     assert ok == [([False, True], None)]

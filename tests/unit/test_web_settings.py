@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from molens.actors import raft_peer as rp
+from molens.actors.peer_errors import LeadershipLost, ProposalRefused
 from molens.config import load_dict
 from molens.model import ValidationError, check_url
 from molens.node_context import from_proposal_error
@@ -52,8 +52,8 @@ def test_proposal_failures_map_to_api_errors() -> None:
     assert isinstance(e, LeaderElsewhere) and e.leader_url == "http://127.0.0.1:18082" and e.leader_id == "n2"
     assert isinstance(from_proposal_error(NotLeaderError(None), urls.get), NoLeader)
     assert isinstance(from_proposal_error(NotLeaderError("n9"), urls.get), NoLeader)  # address unknown
-    assert isinstance(from_proposal_error(rp.LeadershipLost("x"), urls.get), OutcomeUnknown)
-    assert isinstance(from_proposal_error(rp.ProposalRefused("x"), urls.get), Unavailable)
+    assert isinstance(from_proposal_error(LeadershipLost("x"), urls.get), OutcomeUnknown)
+    assert isinstance(from_proposal_error(ProposalRefused("x"), urls.get), Unavailable)
     assert isinstance(from_proposal_error(RuntimeError("x"), urls.get), Unavailable)
 
 
