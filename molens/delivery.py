@@ -87,6 +87,8 @@ __all__ = [
     "FireResult",
     "DeliveryCodecError",
     "encode_fire_batch",
+    "FIRE_BATCH_V1",
+    "FIRE_BATCH_VERSION",
     "decode_fire_batch",
     "encode_fire_results",
     "decode_fire_results",
@@ -176,13 +178,22 @@ _FIRE_BATCH = "fire_batch"
 _FIRE_RESULTS = "fire_results"
 
 
-def encode_fire_batch(requests: Iterable[FireRequest]) -> bytes:
+FIRE_BATCH_VERSION = 2
+"""The fire batch items this release reads: 11 fields, or 12 with the task's ``traceparent``."""
+FIRE_BATCH_V1 = 1
+"""The items of the release before traces (exactly 11 fields; it refuses a whole batch with one
+12-field item): what a worker that advertises no version is sent (``docs/deploy.md#rolling-upgrade``)."""
+
+
+def encode_fire_batch(requests: Iterable[FireRequest], version: int = FIRE_BATCH_VERSION) -> bytes:
     """``[b"fire_batch", [[fire_id, task_id, attempt, kind, url, body, scene, timeout_ms, deadline_ms,
-    not_before_ms, scheduled_ms(, traceparent)], ...]]`` (``traceparent`` only when the task has one,
-    so a worker of the previous version reads the frames of untraced tasks)."""
+    not_before_ms, scheduled_ms(, traceparent)], ...]]``: ``traceparent`` only when the task has one
+    and the worker reads ``version`` 2 or later (for :data:`FIRE_BATCH_V1` it is left out: the
+    callback goes without it rather than not at all)."""
+    traced = version >= FIRE_BATCH_VERSION
     items = [
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
-         r.not_before_ms, r.scheduled_ms, r.traceparent) if r.traceparent else
+         r.not_before_ms, r.scheduled_ms, r.traceparent) if r.traceparent and traced else
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
          r.not_before_ms, r.scheduled_ms)
         for r in requests

@@ -7,9 +7,10 @@ Dispatcher, Monitor, Cleaner) for each term this node leads. :class:`Scheduler` 
 node and the HTTP API use: start/stop, the worker RPC handler, and queries answered by the actors.
 
 Worker RPC frames (``Node.set_rpc_handler``): ``b"B" + msgpack(term) + fire_batch`` (leader -> worker),
-``b"R" + msgpack([free, attempts, fire_results])`` and ``b"H" + msgpack([free, held fire ids])``
-(worker -> leader); ``b"T" + msgpack(ms)`` clock probes between any two nodes, answered at once with
-``b"t" + msgpack([ms, ms])`` (:mod:`molens.actors.clockprobe`). A frame the sender may not send
+``b"R" + msgpack([free, attempts, fire_results])`` and ``b"H" + msgpack([free, [fire batch version,
+held fire ids...]])`` (worker -> leader; a batch to a worker that advertised no version leaves the
+``traceparent`` out, :meth:`Scheduler.batch_version`); ``b"T" + msgpack(ms)`` clock probes between
+any two nodes, answered at once with ``b"t" + msgpack([ms, ms])`` (:mod:`molens.actors.clockprobe`). A frame the sender may not send
 (:func:`molens.worker_rpc.refusal`: a batch not from the leader of its term, results or heartbeats
 from a non-member) is dropped, counted (``rpc_refused``) and logged at most once per
 ``REFUSED_LOG_S``.
@@ -52,8 +53,8 @@ from molens.actors.peer_handle import RaftPeerHandle
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
+from molens.delivery import FIRE_BATCH_V1, decode_fire_batch, encode_fire_batch
 from molens.delivery import FireRequest as WireFire
-from molens.delivery import decode_fire_batch, encode_fire_batch
 from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
 from molens.raft.transport import RefusalLog
@@ -102,6 +103,9 @@ class Scheduler:
         self.rpc_refused: dict[str, int] = {"B": 0, "R": 0, "H": 0}
         """Frames dropped by :func:`molens.worker_rpc.refusal`, by tag (process lifetime)."""
         self._refused_log = RefusalLog(f"rpc {self.node_id}: frame refused", log)
+        self.batch_versions: dict[str, int] = {}
+        """Worker id -> the fire batch version its latest heartbeat advertised (written on the RPC
+        thread, read on the Dispatcher's: one dict item each, atomic)."""
         self.spans = open_spans(cfg.tracing.otlp_endpoint, self.node_id)
         """The node's span export (the API's creates use it too); :data:`~molens.tracing.NO_SPANS` without
         ``tracing.otlp_endpoint``."""
@@ -299,9 +303,11 @@ class Scheduler:
                     self._probe_ref.tell(ProbeReply(frm, sent, peer_ms, wall_ms()))
             elif tag == b"H":
                 refs = self.supervisor.current if self.supervisor is not None else None
+                beat = decode_heartbeat(body)
+                if beat.batch_version is not None:  # what the batches sent to it may carry
+                    self.batch_versions[frm] = beat.batch_version
                 if refs is not None:  # capacity for the Dispatcher, liveness for the Monitor (docs/architecture.md#lost-workers)
-                    free, held = decode_heartbeat(body)
-                    report = WorkerReport(((frm, free),), held)
+                    report = WorkerReport(((frm, beat.free),), beat.held)
                     refs.dispatcher.tell(report)
                     refs.monitor.tell(report)
             else:
@@ -315,6 +321,11 @@ class Scheduler:
         if self._pool_ref is not None:
             self._pool_ref.tell(msg)
 
+    def batch_version(self, worker: str) -> int:
+        """The fire batch items ``worker`` reads: what it advertised, or those of the release before
+        versions until it does (``docs/deploy.md#rolling-upgrade``)."""
+        return self.batch_versions.get(worker, FIRE_BATCH_V1)
+
     def send_fires(self, by_worker: dict[str, list[WireFire]], term: int) -> dict[str, list[WireFire]]:
         """Send fires committed in ``term`` (this node leads it) to their workers, one frame each
         (the Dispatcher's thread); returns the groups that could not be queued."""
@@ -325,7 +336,7 @@ class Scheduler:
                     self._tell_pool(FireBatch(fires))
                 except pykka.ActorDeadError:
                     failed[wid] = fires
-            elif not self.rpc.send(wid, batch_frame(term, encode_fire_batch(fires))):
+            elif not self.rpc.send(wid, batch_frame(term, encode_fire_batch(fires, self.batch_version(wid)))):
                 failed[wid] = fires
         return failed
 

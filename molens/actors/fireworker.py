@@ -41,6 +41,8 @@ from molens.actors.messages import (
 )
 from molens.actors.stats import STATS_FLUSH_MS, ReportingDeliverer, StatsClient
 from molens.delivery import (
+    FIRE_BATCH_V1,
+    FIRE_BATCH_VERSION,
     Deliverer,
     DeliveryOutcome,
     FireResult,
@@ -78,18 +80,39 @@ def results_frame(free: int, attempts: dict[str, int], results: list[FireResult]
     return b"R" + packed
 
 
-def heartbeat_frame(free: int, held: list[str] | None) -> bytes:
-    """``H`` + msgpack([free capacity, fire ids held or None]) (worker -> leader)."""
-    return b"H" + bytes(msgpack.packb([free, held]))
+def heartbeat_frame(free: int, held: list[str] | None, batch_version: int = FIRE_BATCH_VERSION) -> bytes:
+    """``H`` + msgpack([free capacity, [fire batch version, fire ids held...] or None]) (worker -> leader).
+
+    The version this worker reads (``docs/deploy.md#rolling-upgrade``) travels at the head of the
+    held list, an int among fire ids (strings): a leader of the previous release reads exactly two
+    fields and takes the list as the fires held, where an id that is no open fire is ignored; a
+    third field would make it drop every heartbeat. With ``held`` None (more than
+    ``MAX_HELD_IN_HEARTBEAT``) the heartbeat says nothing of the version either."""
+    return b"H" + bytes(msgpack.packb([free, None if held is None else [batch_version, *held]]))
 
 
-def decode_heartbeat(body: bytes) -> tuple[int, frozenset[str] | None]:
-    """``(free, held)`` of a heartbeat body; a bare int (a worker of an older version) holds ``None``."""
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A decoded heartbeat: free capacity, fire ids held (None = not listed), and the fire batch
+    version the worker reads (None = this heartbeat does not say; :data:`FIRE_BATCH_V1` for a worker
+    of the release before versions, whose held list has ids only)."""
+
+    free: int
+    held: frozenset[str] | None
+    batch_version: int | None
+
+
+def decode_heartbeat(body: bytes) -> Heartbeat:
+    """A heartbeat body; a bare int (a worker of an older version) holds ``None``."""
     v = msgpack.unpackb(body)
     if isinstance(v, int):
-        return v, None
+        return Heartbeat(v, None, None)
     free, held = v
-    return int(free), (frozenset(held) if held is not None else None)
+    if held is None:
+        return Heartbeat(int(free), None, None)
+    versions = [x for x in held if isinstance(x, int)]
+    return Heartbeat(int(free), frozenset(x for x in held if isinstance(x, str)),
+                     max(versions) if versions else FIRE_BATCH_V1)
 
 
 def decode_results_frame(body: bytes) -> tuple[int, dict[str, int], list[FireResult]]:
@@ -285,6 +308,6 @@ def _tell(ref: pykka.ActorRef[Any], msg: Any) -> None:
 
 
 __all__ = [
-    "FireWorkerPool", "ForwardFrame", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "result_items",
+    "FireWorkerPool", "ForwardFrame", "Heartbeat", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "result_items",
     "results_frame",
 ]

@@ -115,6 +115,8 @@ class NodeProc:
         self.admin_addr: str = self.settings["admin"]["bind_addr"]
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.dir / "stdout.log"
+        self.argv: list[str] = [sys.executable, "-m", "molens.cli"]
+        """The command the node runs, the config path appended (another release's code, say)."""
         self._local = threading.local()  # one admin client per thread: ZMQ sockets are not thread-safe
 
     # --- process control -------------------------------------------------------------------------
@@ -123,7 +125,7 @@ class NodeProc:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MOLENS_")}
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "molens.cli", str(self.config_path)],
+                [*self.argv, str(self.config_path)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

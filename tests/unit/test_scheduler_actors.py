@@ -11,9 +11,10 @@ import msgspec
 
 from molens.actors.cleaner import ExpiryScan
 from molens.actors.dispatcher import DispatchPlan
-from molens.actors.fireworker import decode_heartbeat, heartbeat_frame
+from molens.actors.fireworker import Heartbeat, decode_heartbeat, heartbeat_frame
 from molens.actors.monitor import FireWatch, WorkerWatch
 from molens.actors.timewheel import LeaderWheel
+from molens.delivery import FIRE_BATCH_VERSION
 from molens.fsm.commands import Expire, ExpireItem, TrimAudit
 from molens.fsm.machine import Fire, WheelAdd, WheelRemove
 from molens.model import FireKind, Outcome, Status, Task, validate_create
@@ -211,9 +212,9 @@ def test_an_open_fire_a_live_worker_no_longer_holds_is_settled_once_it_had_time_
 
 
 def test_heartbeats_of_older_workers_hold_nothing_known() -> None:
-    assert decode_heartbeat(msgpack.packb(7)) == (7, None)
-    assert decode_heartbeat(heartbeat_frame(3, ["a-1"])[1:]) == (3, frozenset({"a-1"}))
-    assert decode_heartbeat(heartbeat_frame(3, None)[1:]) == (3, None)
+    assert decode_heartbeat(msgpack.packb(7)) == Heartbeat(7, None, None)
+    assert decode_heartbeat(heartbeat_frame(3, ["a-1"])[1:]) == Heartbeat(3, frozenset({"a-1"}), FIRE_BATCH_VERSION)
+    assert decode_heartbeat(heartbeat_frame(3, None)[1:]) == Heartbeat(3, None, None)
 
 
 def test_a_worker_never_heard_from_in_a_new_term_counts_from_the_term_start() -> None:

@@ -1,0 +1,84 @@
+"""A leader and workers of two releases side by side (docs/deploy.md#rolling-upgrade): a worker that
+advertised no fire batch version is sent items the release before traces reads (11 fields, no
+``traceparent``), and a leader of that release reads the heartbeat that advertises a version.
+
+``_previous_*`` are the previous release's decoders, as it ships them: the other side of the wire."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import pytest
+
+from molens.actors.fireworker import Heartbeat, decode_heartbeat, heartbeat_frame
+from molens.delivery import (
+    FIRE_BATCH_V1,
+    FIRE_BATCH_VERSION,
+    FireRequest,
+    decode_fire_batch,
+    encode_fire_batch,
+)
+from molens.model import FireKind
+
+TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _req(fire_id: str, tp: str = "") -> FireRequest:
+    return FireRequest(fire_id=fire_id, task_id=fire_id[:-2], attempt=1, kind=FireKind.CALLBACK,
+                       url="http://127.0.0.1:9/x", body=b"null", scene="default", timeout_ms=1000, traceparent=tp)
+
+
+def _previous_fire_batch_items(frame: bytes) -> list[Any]:
+    """The previous release's check of a fire batch: every item exactly 11 fields, or the whole
+    batch is refused."""
+    obj = msgpack.unpackb(frame, raw=False, use_list=True, strict_map_key=True)
+    assert isinstance(obj, list) and len(obj) == 2 and obj[0] == "fire_batch"
+    for i, item in enumerate(obj[1]):
+        if not isinstance(item, list) or not 11 <= len(item) <= 11:
+            raise ValueError(f"fire_batch: item {i} is not a 11-tuple")
+    return list(obj[1])
+
+
+def _previous_decode_heartbeat(body: bytes) -> tuple[int, frozenset[Any] | None]:
+    """The previous release's heartbeat decoder."""
+    v = msgpack.unpackb(body)
+    if isinstance(v, int):
+        return v, None
+    free, held = v
+    return int(free), (frozenset(held) if held is not None else None)
+
+
+def test_a_traced_fire_in_a_new_batch_makes_the_previous_release_refuse_the_whole_batch() -> None:
+    frame = encode_fire_batch([_req("A-1"), _req("B-1", TP)])
+    with pytest.raises(ValueError, match="item 1"):
+        _previous_fire_batch_items(frame)
+
+
+def test_a_worker_of_the_previous_release_gets_every_fire_without_the_traceparent() -> None:
+    frame = encode_fire_batch([_req("A-1"), _req("B-1", TP)], FIRE_BATCH_V1)
+    assert [item[0] for item in _previous_fire_batch_items(frame)] == ["A-1", "B-1"]
+    assert decode_fire_batch(frame) == [_req("A-1"), _req("B-1")]
+
+
+def test_a_worker_that_reads_version_2_gets_the_traceparent() -> None:
+    frame = encode_fire_batch([_req("A-1"), _req("B-1", TP)], FIRE_BATCH_VERSION)
+    assert [len(item) for item in msgpack.unpackb(frame, raw=False)[1]] == [11, 12]
+    assert decode_fire_batch(frame) == [_req("A-1"), _req("B-1", TP)]
+
+
+def test_a_heartbeat_advertises_the_version_and_a_leader_of_the_previous_release_still_reads_it() -> None:
+    body = heartbeat_frame(3, ["A-1", "B-1"])[1:]
+    assert decode_heartbeat(body) == Heartbeat(3, frozenset({"A-1", "B-1"}), FIRE_BATCH_VERSION)
+    free, held = _previous_decode_heartbeat(body)
+    # the version is one more element of the held set: no fire id, so no open fire is listed by it
+    assert free == 3 and held is not None and {"A-1", "B-1"} <= held
+    assert held - {"A-1", "B-1"} == {FIRE_BATCH_VERSION}
+
+
+def test_a_heartbeat_of_the_previous_release_advertises_version_1_and_one_without_a_list_says_nothing() -> None:
+    previous = bytes(msgpack.packb([5, ["A-1"]]))
+    assert decode_heartbeat(previous) == Heartbeat(5, frozenset({"A-1"}), FIRE_BATCH_V1)
+    assert decode_heartbeat(bytes(msgpack.packb([5, []]))).batch_version == FIRE_BATCH_V1
+    assert decode_heartbeat(heartbeat_frame(5, None)[1:]).batch_version is None
+    assert _previous_decode_heartbeat(heartbeat_frame(5, None)[1:]) == (5, None)
