@@ -63,7 +63,11 @@ from molens.errors import (
 )
 from molens.schedule import cron
 from molens.schema import (
+    ACK_RELIABILITY,
     DEFAULT_RETRY,
+    PERIODIC_ONLY,
+    SCHEDULE_FIELDS,
+    SCHEDULES,
     CatchUp,
     DeadLetterKind,
     ExecutionResult,
@@ -664,7 +668,6 @@ def resolve_creates(
     return out
 
 
-_SCHEDULE_KEYS = ("interval_ms", "run_at", "cron_expr")
 _FIXED_KEYS = ("type", "idempotency_key", "namespace")
 _PATCH_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
@@ -713,8 +716,8 @@ def decode_update(
             base["retry"] = msgspec.Raw(msgspec.json.encode(kept))
     elif "retry" in patch:
         base.pop("max_retries", None)
-    if any(k in patch and bytes(patch[k]) != b"null" for k in _SCHEDULE_KEYS):
-        for k in _SCHEDULE_KEYS:
+    if any(k in patch and bytes(patch[k]) != b"null" for k in SCHEDULE_FIELDS):
+        for k in SCHEDULE_FIELDS:
             base.pop(k, None)
     for k, raw in patch.items():
         if bytes(raw).strip() == b"null":
@@ -740,31 +743,24 @@ def _apply_rules(
     ttype = out["type"]
     max_delay = limits.max_delay_ms
     iv, at, cron_expr = given["interval_ms"], given["run_at"], given["cron_expr"]
+    a, b = SCHEDULES[ttype]
+    other = next(k for k in SCHEDULE_FIELDS if k not in (a, b))
+    if given[other] is not None:
+        owner = next(t for t, fields in SCHEDULES.items() if other in fields)
+        raise ValidationError(f"{other} is only for {owner} tasks", other)
+    if given[a] is not None and given[b] is not None:
+        raise ValidationError(f"give {a} or {b}, not both", b)
+    if given[a] is None and given[b] is None:
+        raise ValidationError(f"{ttype} tasks need {a} or {b}", a)
     if ttype is TaskType.DELAYED:
-        if cron_expr is not None:
-            raise ValidationError("cron_expr is only for periodic tasks", "cron_expr")
-        if iv is not None and at is not None:
-            raise ValidationError("give interval_ms or run_at, not both", "run_at")
-        if at is not None:
-            if at > now_ms + max_delay and "run_at" not in carried:
-                raise ValidationError(f"run_at must be in 0..{now_ms + max_delay}, got {at}", "run_at")
-        elif iv is None:
-            raise ValidationError("delayed tasks need interval_ms or run_at", "interval_ms")
-    else:
-        if at is not None:
-            raise ValidationError("run_at is only for delayed tasks", "run_at")
-        if iv is not None and cron_expr is not None:
-            raise ValidationError("give interval_ms or cron_expr, not both", "cron_expr")
-        if cron_expr is None and iv is None:
-            raise ValidationError("periodic tasks need interval_ms or cron_expr", "interval_ms")
-        if iv is not None and iv < limits.min_period_ms:
-            raise ValidationError(f"interval_ms must be in {limits.min_period_ms}..{max_delay}, got {iv}", "interval_ms")
+        if at is not None and at > now_ms + max_delay and "run_at" not in carried:
+            raise ValidationError(f"run_at must be in 0..{now_ms + max_delay}, got {at}", "run_at")
+    elif iv is not None and iv < limits.min_period_ms:
+        raise ValidationError(f"interval_ms must be in {limits.min_period_ms}..{max_delay}, got {iv}", "interval_ms")
 
-    bounds = [k for k in ("start_at", "end_at", "max_runs") if given[k] is not None]
     # the catch-up fields have defaults a client may send for any task (generated clients do): only
     # another value is refused on a delayed task
-    bounds += [k for k, d in (("catchup", CatchUp.ONE), ("catchup_window_ms", 3_600_000), ("overlap", Overlap.SKIP))
-               if given[k] is not None and given[k] != d]
+    bounds = [k for k, allowed in PERIODIC_ONLY.items() if given[k] is not None and given[k] != allowed]
     if ttype is TaskType.DELAYED and bounds:
         raise ValidationError(f"{bounds[0]} is only for periodic tasks", bounds[0])
     start_at, end_at = given["start_at"], given["end_at"]
@@ -789,8 +785,8 @@ def _apply_rules(
         check_url(given["ack_url"], "ack_url", policy, limits)
         if ttype is TaskType.PERIODIC:
             out["ack_url"] = None  # docs/architecture.md#task-rules: periodic tasks ignore ack_url
-        elif out["reliability"] is Reliability.AT_MOST_ONCE:
-            raise ValidationError("ack_url needs reliability at_least_once", "ack_url")
+        elif out["reliability"] is not ACK_RELIABILITY:
+            raise ValidationError(f"ack_url needs reliability {ACK_RELIABILITY}", "ack_url")
 
     _resolve_retry(out, given, limits)
     if given.get("notify_url") is not None:

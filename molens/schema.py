@@ -18,9 +18,11 @@ bounds it, the JSON shows it, ``openapi.json`` documents it, records written bef
 the default (``array_like`` decoding fills missing trailing fields), and records written after it
 are read by an older build that ignores the extra trailing field. Fields are only ever appended.
 
-The cross-field rules (a delayed task has ``interval_ms`` or ``run_at``, the callback host policy,
-the automatic ``max_fails``...) are not shape: :func:`molens.model.validate_create` applies them to
-the decoded request.
+The rules between fields (a delayed task has ``interval_ms`` or ``run_at``...) are declared here too
+(:data:`SCHEDULES`, :data:`PERIODIC_ONLY`, :data:`ACK_RELIABILITY`): :func:`molens.model.validate_create`
+applies them to the decoded request, and :func:`between_fields` states them in the OpenAPI
+document. What JSON Schema cannot state (the clock, the callback host policy, cron expressions that
+never fire, the automatic ``max_fails``...) only the server checks.
 
 Bounds live in ``Meta.extra`` (:func:`rule`), not in ``Meta``'s own constraints, so that decoding a
 stored record checks none of them: a bound tightened in a later version must not make a stored
@@ -43,7 +45,7 @@ from typing import Annotated, Any
 import msgspec
 
 from molens.errors import ValidationError
-from molens.tracing import TRACEPARENT_PATTERN
+from molens.tracing import TRACEPARENT_PATTERN, ZERO_TRACEPARENT
 
 FORMAT = 3
 """Version of the stored layout: 1 was the hand-written msgpack lists (enums as indexes), 2 these
@@ -444,6 +446,27 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     def payload(self) -> Any:
         """The payload as a JSON value (decoded on each access; the body is kept encoded)."""
         return msgspec.json.decode(self.payload_json)
+
+
+# -------------------------------------------------------------------------------------------------
+# the rules between fields, declared once: molens.model checks a request with them and
+# between_fields() states them in JSON Schema (the OpenAPI document's TaskCreate and TaskUpdate)
+
+SCHEDULES: dict[TaskType, tuple[str, str]] = {
+    TaskType.DELAYED: ("interval_ms", "run_at"),
+    TaskType.PERIODIC: ("interval_ms", "cron_expr"),
+}
+"""Each type's schedule (JSON names): exactly one of its two fields; the field only the other type
+has is refused."""
+SCHEDULE_FIELDS = ("interval_ms", "run_at", "cron_expr")
+PERIODIC_ONLY: dict[str, Any] = {
+    "start_at": None, "end_at": None, "max_runs": None,
+    "catchup": CatchUp.ONE, "catchup_window_ms": 3_600_000, "overlap": Overlap.SKIP,
+}
+"""Fields only a periodic task may give, each with the one value a delayed task may still send
+(its default: generated clients send defaults; None: none)."""
+ACK_RELIABILITY = Reliability.AT_LEAST_ONCE
+"""A delayed task with an ``ack_url`` has this reliability (a periodic task ignores ``ack_url``)."""
 
 
 class Rewound(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
@@ -959,6 +982,7 @@ def openapi_components(
         tz = props["timezone"]
         tz["anyOf"] = [{"type": "string", "pattern": f"^({alts})$"} if a.get("type") == "string" else a
                        for a in tz["anyOf"]]
+    comps["TaskCreate"]["allOf"] = between_fields(limits, spec_type=spec_type)
     retry = comps.get("RetryPolicyCreate")
     if retry is not None:  # the node's own default policy, field by field (scheduler.retry)
         node = msgspec.structs.replace(limits.default_retry, max_retries=limits.default_max_retries)
@@ -968,6 +992,59 @@ def openapi_components(
             if name == "non_retryable_statuses":  # the rule between fields (model._resolve_retry)
                 p["anyOf"][0]["items"] = {"type": "integer", "minimum": 300, "maximum": 599}
     return comps
+
+
+def _nulls(*names: str) -> dict[str, Any]:
+    """Each of ``names`` absent or null (null is absent in a request)."""
+    return {"properties": {n: {"type": "null"} for n in names}}
+
+
+def between_fields(limits: Any, *, patch: bool = False, spec_type: type[TaskSpec] = TaskSpec) -> list[dict[str, Any]]:
+    """The rules between a task's fields (:data:`SCHEDULES`, :data:`PERIODIC_ONLY`,
+    :data:`ACK_RELIABILITY`, ``limits.min_period_ms``, a ``traceparent`` with a zero id, as
+    :func:`molens.model.resolve_create` checks them) as JSON Schema, for an ``allOf`` of the create
+    request; with ``patch``, of a merge patch: there a rule that needs the stored definition (the
+    type when the patch does not give it, a schedule field it keeps) is left to the server. Left to
+    the server too: ``max_retries`` equal to ``retry.max_retries`` when both are given (JSON Schema
+    compares a value with constants only, and one branch per value makes the schema too large for
+    generators to combine with the type's branches).
+
+    Example: ``{"type": "delayed", "interval_ms": 1000, "overlap": "allow"}`` fails the delayed
+    branch (``overlap`` must be ``skip`` or null); ``{"type": "periodic", "cron_expr": "* * * * *"}``
+    passes the periodic one."""
+    hints = _hints(spec_type)
+    json_type = {int: "integer", str: "string"}
+
+    def own(name: str) -> dict[str, Any]:  # the field given: its type without null
+        return {"type": json_type[_non_null(_split(hints[name])[0])]}
+
+    kinds: list[dict[str, Any]] = []
+    for ttype, (a, b) in SCHEDULES.items():
+        other = next(k for k in SCHEDULE_FIELDS if k not in (a, b))
+        props: dict[str, Any] = {"type": {"const": ttype.value}, other: {"type": "null"}}
+        kind: dict[str, Any] = {"required": ["type"], "properties": props}
+        a_schema = own(a)
+        if ttype is TaskType.PERIODIC:
+            a_schema["minimum"] = limits.min_period_ms
+            if patch:
+                props[a] = {"anyOf": [a_schema, {"type": "null"}]}
+        else:
+            props.update({k: {"enum": [None] if v is None else [_plain(v), None]} for k, v in PERIODIC_ONLY.items()})
+            kind["anyOf"] = [{"properties": {"reliability": {"enum": [_plain(ACK_RELIABILITY), None]}}},
+                             _nulls("ack_url")]
+        if not patch:
+            kind["oneOf"] = [
+                {"required": [a], "properties": {a: a_schema, b: {"type": "null"}}},
+                {"required": [b], "properties": {b: own(b), a: {"type": "null"}}},
+            ]
+        kinds.append(kind)
+    if patch:
+        kinds.append({"not": {"required": ["type"]}})
+    rules: list[dict[str, Any]] = [{"oneOf": kinds}]
+    if patch:  # one schedule field replaces the schedule: two of them are two schedules, whatever the type
+        rules.append({"anyOf": [_nulls(x, y) for i, x in enumerate(SCHEDULE_FIELDS) for y in SCHEDULE_FIELDS[i + 1:]]})
+    rules.append({"properties": {"traceparent": {"not": {"type": "string", "pattern": ZERO_TRACEPARENT}}}})
+    return rules
 
 
 # -------------------------------------------------------------------------------------------------
@@ -1084,8 +1161,12 @@ def request_error(
 
 
 __all__ = [
+    "ACK_RELIABILITY",
     "DEFAULT_NAMESPACE",
     "DEFAULT_RETRY",
+    "PERIODIC_ONLY",
+    "SCHEDULES",
+    "SCHEDULE_FIELDS",
     "FLOW_KEY_PATTERN",
     "NAMESPACE_PATTERN",
     "SCENE_PATTERN",
@@ -1111,6 +1192,7 @@ __all__ = [
     "Task",
     "TaskSpec",
     "TaskType",
+    "between_fields",
     "create_type",
     "flow_of",
     "openapi_components",

@@ -38,13 +38,15 @@ log = logging.getLogger(__name__)
 TRACEPARENT_PATTERN = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 """What a stored ``traceparent`` is: W3C Trace Context version 00, lower-case hex."""
 _TRACEPARENT = re.compile(TRACEPARENT_PATTERN[:-1] + r"\Z")
-_ZERO_TRACE = "0" * 32
+ZERO_TRACEPARENT = r"^00-(0{32}-|[0-9a-f]{32}-0{16}-)"
+"""A ``traceparent`` whose trace id or parent id is all zeros: W3C Trace Context calls it invalid."""
+_ZERO = re.compile(ZERO_TRACEPARENT)
 _ZERO_SPAN = "0" * 16
 
 
 def is_valid(tp: str) -> bool:
     """``tp`` is a version-00 ``traceparent`` whose trace id and parent id are not all zeros."""
-    return bool(_TRACEPARENT.match(tp)) and tp[3:35] != _ZERO_TRACE and tp[36:52] != _ZERO_SPAN
+    return bool(_TRACEPARENT.match(tp)) and not _ZERO.match(tp)
 
 
 def span_id(*parts: str) -> str:
@@ -178,6 +180,6 @@ def open_spans(otlp_endpoint: str, node_id: str) -> Spans:
 
 
 __all__ = [
-    "NO_SPANS", "TRACEPARENT_PATTERN", "OtlpSpans", "Spans", "attempt_span_id", "attempt_traceparent",
+    "NO_SPANS", "TRACEPARENT_PATTERN", "ZERO_TRACEPARENT", "OtlpSpans", "Spans", "attempt_span_id", "attempt_traceparent",
     "commit_span_id", "create_span_id", "fresh_traceparent", "is_valid", "open_spans", "span_id",
 ]

@@ -85,6 +85,27 @@ class FlowList(msgspec.Struct):
     items: list[FlowView]
 
 
+NEED_RATE: dict[str, tuple[Any, str]] = {
+    "burst": (None, ""),
+    "adaptive": (False, " (the rate it backs off from and ramps back to)"),
+}
+"""The limits that need ``rate_per_s``: each with its value when not set, and why it needs it."""
+
+
+def flow_schemas() -> dict[str, Any]:
+    """JSON Schema of ``FlowLimitsBody``, ``FlowView`` and ``FlowList`` (OpenAPI components), the
+    body's :data:`NEED_RATE` rule stated: ``rate_per_s`` given, or none of those set (in an
+    ``allOf``, which client generators pass over rather than make a union of two models)."""
+    comps: dict[str, Any] = msgspec.json.schema_components(
+        (FlowLimitsBody, FlowView, FlowList), ref_template="#/components/schemas/{name}"
+    )[1]
+    comps["FlowLimitsBody"]["allOf"] = [{"anyOf": [
+        {"required": ["rate_per_s"], "properties": {"rate_per_s": {"type": "number"}}},
+        {"properties": {name: {"enum": [unset]} for name, (unset, _) in NEED_RATE.items()}},
+    ]}]
+    return comps
+
+
 _BODY = msgspec.json.Decoder(FlowLimitsBody)
 _FIELDS = tuple(f.encode_name for f in msgspec.structs.fields(FlowLimitsBody))
 
@@ -130,10 +151,9 @@ def decode_limits(body: bytes) -> FlowSettings:
         raise _body_error(str(e)) from None
     except msgspec.DecodeError as e:
         raise ValidationError(f"request body is not valid JSON: {e}", "body") from None
-    if b.burst is not None and b.rate_per_s is None:
-        raise ValidationError("burst needs rate_per_s", "burst")
-    if b.adaptive and b.rate_per_s is None:
-        raise ValidationError("adaptive needs rate_per_s (the rate it backs off from and ramps back to)", "adaptive")
+    for name, (unset, why) in NEED_RATE.items():
+        if getattr(b, name) != unset and b.rate_per_s is None:
+            raise ValidationError(f"{name} needs rate_per_s{why}", name)
     return FlowSettings(
         rate_per_s=b.rate_per_s, burst=b.burst, concurrency=b.concurrency, paused=b.paused, adaptive=b.adaptive,
     )
@@ -225,4 +245,4 @@ def install_flows(api: Api) -> None:
         return set_paused(key, False)
 
 
-__all__ = ["FlowLimitsBody", "FlowList", "FlowView", "check_key", "decode_limits", "install_flows"]
+__all__ = ["NEED_RATE", "FlowLimitsBody", "FlowList", "FlowView", "check_key", "decode_limits", "flow_schemas", "install_flows"]

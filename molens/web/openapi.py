@@ -31,8 +31,14 @@ from molens.model import (
 )
 from molens.schedule.cron import ZONES
 from molens.schedule.wheel import levels_for
-from molens.schema import FLOW_KEY_PATTERN, NAMESPACE_PATTERN, SCENE_PATTERN, openapi_components
-from molens.web.flows import FlowLimitsBody, FlowList, FlowView
+from molens.schema import (
+    FLOW_KEY_PATTERN,
+    NAMESPACE_PATTERN,
+    SCENE_PATTERN,
+    between_fields,
+    openapi_components,
+)
+from molens.web.flows import flow_schemas
 from molens.web.tenancy import KeyBody, NamespaceBody, NamespacePatch
 
 _P = "/api/v1"
@@ -199,7 +205,7 @@ def _schemas() -> dict[str, Any]:
         },
         # TaskCreate, Task and their enums, from molens.schema; timezone: what the server validates with
         **(comps := openapi_components(lim, zones=sorted(ZONES))),
-        **msgspec.json.schema_components((FlowLimitsBody, FlowView, FlowList), ref_template="#/components/schemas/{name}")[1],
+        **flow_schemas(),
         "ResumeRequest": {
             "type": "object",
             "additionalProperties": False,
@@ -235,8 +241,9 @@ def _schemas() -> dict[str, Any]:
             },
         },
         "TaskUpdate": {
-            **{k: v for k, v in comps["TaskCreate"].items() if k not in ("required", "title")},
+            **{k: v for k, v in comps["TaskCreate"].items() if k not in ("required", "title", "allOf")},
             "title": "TaskUpdate",
+            "allOf": between_fields(lim, patch=True),
             "description": "A JSON merge patch of the task's definition (top-level fields): a field given "
             "replaces the stored one, null resets it to its default, a field left out is kept. One of "
             "interval_ms, run_at, cron_expr replaces the schedule. type, idempotency_key and namespace cannot change.",
@@ -900,7 +907,8 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                     _param("cron_expr", "query", {"type": "string", "maxLength": DEFAULT_LIMITS.max_cron_length},
                            "Cron expression (5 or 6 fields)"),
                     _param("timezone", "query", {**_zone_schema(), "default": "UTC"}, "IANA time zone"),
-                    _param("interval_ms", "query", {"type": "integer", "minimum": 0}, "Period (periodic) or delay (delayed)"),
+                    _param("interval_ms", "query", {"type": "integer", "minimum": 0, "maximum": DEFAULT_LIMITS.max_delay_ms},
+                           "Period (periodic) or delay (delayed)"),
                     _param("run_at", "query", _EPOCH_MS, "Delayed: the absolute fire time"),
                     _param("count", "query", {"type": "integer", "minimum": 1, "maximum": 100, "default": 5}, "How many"),
                     _param("after", "query", _EPOCH_MS, "Start (epoch ms, default now)"),

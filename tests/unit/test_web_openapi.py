@@ -12,6 +12,7 @@ from openapi_spec_validator import validate
 from molens.model import ValidationError
 from molens.web.api_context import ApiSettings, LeaderInfo
 from molens.web.app import build_api, decode_cursor, encode_cursor
+from molens.web.observability import preview
 from molens.web.openapi import document
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,3 +78,14 @@ def test_cursor_round_trip_and_rejects_foreign_cursors() -> None:
         with pytest.raises(ValidationError) as ei:
             decode_cursor("t", bad)
         assert ei.value.field == "cursor"
+
+
+def test_schedule_preview_interval_ms_bound_is_the_one_the_server_checks() -> None:
+    params = document()["paths"]["/api/v1/schedule/preview"]["get"]["parameters"]
+    hi = next(p["schema"]["maximum"] for p in params if p["name"] == "interval_ms")
+    kw: dict[str, Any] = {"cron_expr": None, "timezone": None, "run_at": None, "count": 1, "after_ms": 0}
+    for ttype in ("delayed", "periodic"):
+        assert preview(ttype, interval_ms=hi, **kw)["items"]
+        with pytest.raises(ValidationError) as ei:
+            preview(ttype, interval_ms=hi + 1, **kw)
+        assert ei.value.field == "interval_ms"
