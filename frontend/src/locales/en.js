@@ -1,6 +1,6 @@
 export default {
   app: {
-    language: 'Language', zone: 'Show times in', theme: 'Theme',
+    language: 'Language', zone: 'Show times in', theme: 'Theme', timeMode: 'Show times as',
     thisNode: 'this node',
     offline: 'The node does not answer. Retrying…',
     noLeader: 'No leader: waiting for an election. Writes are refused until a leader is elected; this page retries by itself.',
@@ -13,7 +13,7 @@ export default {
   },
   nav: {
     menu: 'Menu', dashboard: 'Dashboard', tasks: 'Tasks', executions: 'Executions', latency: 'Latency',
-    timewheel: 'Time wheel', flows: 'Flows', cluster: 'Cluster', deadLetters: 'Dead letters',
+    timewheel: 'Time wheel', flows: 'Flows', workers: 'Workers', cluster: 'Cluster', deadLetters: 'Dead letters',
   },
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
@@ -59,6 +59,20 @@ export default {
   },
   dur: { ms: 'ms', s: 's', m: 'm', h: 'h', d: 'd' },
   zone: { local: 'Local time', utc: 'UTC', task: 'Task’s zone' },
+  timeMode: { absolute: 'Absolute times', relative: 'Relative times' },
+  refresh: { label: 'Auto-refresh', off: 'Off', every: 'Every {s} s' },
+  views: { label: 'Saved views', choose: 'Apply a saved view…', none: 'No saved views', save: 'Save view', name: 'Name of this view', saveOk: 'Save', delete: 'Delete view' },
+  keys: {
+    title: 'Keyboard shortcuts', dashboard: 'Go to the dashboard', tasks: 'Go to tasks', executions: 'Go to executions',
+    deadLetters: 'Go to dead letters', flows: 'Go to flows', workers: 'Go to workers', cluster: 'Go to the cluster',
+    newTask: 'New task', search: 'Focus the search or first filter', refresh: 'Refresh this page', help: 'Show this list',
+    close: 'Close a dialog or this list', notInFields: 'Shortcuts do nothing while you type in a field.',
+  },
+  workers: {
+    intro: 'Every node fires: its own HTTP attempts since it started, what it has in flight now, and how long its recent callbacks took.',
+    fires: 'Attempts', failed: 'Failed', inFlight: 'In flight', queued: 'Queued', latencyP50: 'Latency p50', latencyP99: 'Latency p99',
+    lateness: 'Lateness p99', cluster: 'Cluster',
+  },
   theme: { system: 'System theme', light: 'Light', dark: 'Dark' },
   chart: { time: 'Time' },
   tasks: {
