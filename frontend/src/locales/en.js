@@ -81,7 +81,7 @@ export default {
     urlPlaceholder: 'e.g. example.com/hook', empty: 'No tasks match.', created: 'Created', sort: 'Sort',
     order: { '-created': 'Newest first', created: 'Oldest first', next_run: 'Next run (soonest)', status: 'Status' },
     total: 'Total: {n}', totalAll: 'Total in the store: {n} (the filtered count is not known)', jump: 'Open',
-    jumpPlaceholder: 'task id', notAnId: 'Not a task id (26 letters and digits).', autoRefresh: 'Auto-refresh',
+    jumpPlaceholder: 'task id', notAnId: 'Not a task id (26 letters and digits).',
     nextRunNote: 'Only tasks with a next run (not paused, firing or finished).',
     searchedOf: 'Searched {n} of {of} tasks so far, {m} found for this page; the search pauses here to keep the console responsive.',
     searched: 'Searched {n} tasks so far, {m} found for this page; the search pauses here to keep the console responsive.',

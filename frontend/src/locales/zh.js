@@ -74,7 +74,7 @@ export default {
     empty: '没有匹配的任务。', created: '创建时间', sort: '排序',
     order: { '-created': '最新优先', created: '最早优先', next_run: '下次运行（最近优先）', status: '状态' },
     total: '共 {n} 个任务', totalAll: '全部共 {n} 个任务（筛选后的数量未知）', jump: '打开', jumpPlaceholder: '任务 ID',
-    notAnId: '不是任务 ID（26 个字母和数字）。', autoRefresh: '自动刷新', nextRunNote: '只列出有下次运行时间的任务（不含暂停、触发中或已结束的）。',
+    notAnId: '不是任务 ID（26 个字母和数字）。', nextRunNote: '只列出有下次运行时间的任务（不含暂停、触发中或已结束的）。',
     searchedOf: '已搜索 {n} / {of} 个任务，本页找到 {m} 个；为保持控制台响应迅速，搜索在此暂停。',
     searched: '已搜索 {n} 个任务，本页找到 {m} 个；为保持控制台响应迅速，搜索在此暂停。',
     searchFurther: '继续搜索', noMatchYet: '已搜索的任务中暂无匹配。',
