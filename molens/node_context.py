@@ -58,6 +58,7 @@ from molens.web.node_stats import (
     PeerStats,
     RecentFires,
     RequestRate,
+    attempts,
     order_nodes,
     rss_bytes,
     thread_cpu_s,
@@ -361,7 +362,8 @@ class NodeContext:
             "last_index": st.get("last_index"),
             "leader_changes": self.leader_changes,
             **self._recent.summary(now),
-            "fires_total": self._fires_total(),
+            "fires_total": attempts(self._metrics.fires.fires),
+            "fires_failed": attempts(self._metrics.fires.fires, failed=True),
             "qps": self._requests.per_s(),
             "rss_bytes": rss_bytes(),
             "threads_cpu_s": thread_cpu_s(),
@@ -375,8 +377,12 @@ class NodeContext:
         sched = self._extra_stats() if self._extra_stats is not None else None
         if sched is not None:
             out["scheduler"] = sched
-            late = sched.get("timings", {}).get("fire_lateness")  # due -> sent, on this node's worker
+            timings = sched.get("timings", {})
+            late = timings.get("fire_lateness")  # due -> sent, on this node's worker
             out["lateness_p99_ms"] = late["p99_ms"] if late else None
+            lat = timings.get("callback_latency")  # request -> answer, on this node's worker
+            out["callback_latency_p50_ms"] = lat["p50_ms"] if lat else None
+            out["callback_latency_p99_ms"] = lat["p99_ms"] if lat else None
             out["not_fired"]["held_by_flow"] = int(sched.get("flow_held", 0))
             out["notifications"].update(
                 sent=sched.get("notifications_sent", 0), dropped=sched.get("notifications_dropped", 0),
@@ -390,11 +396,6 @@ class NodeContext:
             }
         return out
 
-    def _fires_total(self) -> int:
-        total = 0.0
-        for fam in self._metrics.fires.fires.collect():
-            total += sum(s.value for s in fam.samples if s.name.endswith("_total"))
-        return int(total)
 
     def wheel_distribution(self) -> WheelDistribution | None:
         sched = self.scheduler

@@ -3,7 +3,7 @@
 
 Starts the REST app + console over a seeded :class:`~molens.web.local_context.LocalContext` (tasks
 of every kind and state, execution history, a token-protected second node for the sign-in page)
-and a real 3-node cluster with one follower killed (the Cluster page with a Down member),
+and a real 3-node cluster with one follower killed (the Cluster and Workers pages with a Down member),
 drives Debian's chromium with Playwright, and writes ``OUT/<lang>-<theme>-<viewport>-<page>.png``
 plus ``OUT/index.html`` showing them side by side. Run through ``scripts/screenshots``.
 """
@@ -106,6 +106,7 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str, str]]:
         ("latency", "/ui/latency", "[data-testid=latency-table] tbody tr"),
         ("timewheel", "/ui/timewheel", "h1"),
         ("flows", "/ui/flows", "tr[data-flow]"),
+        ("workers", "/ui/workers", "tr[data-node]"),
         ("cluster", "/ui/cluster", "tr[data-node]"),
         ("not-found", "/ui/no/such/page", "h1"),
     ]
@@ -215,6 +216,9 @@ def main() -> int:
                         page.goto(cluster_url + "/ui/cluster")
                         page.locator("[data-testid=node-down]").wait_for()
                         shots.append((f"{stem}-cluster-3-nodes", shoot(page, out, f"{stem}-cluster-3-nodes")))
+                        page.goto(cluster_url + "/ui/workers")
+                        page.locator("[data-testid=worker-down]").wait_for()
+                        shots.append((f"{stem}-workers-3-nodes", shoot(page, out, f"{stem}-workers-3-nodes")))
                         page.goto(tok.url + "/ui/")
                         page.get_by_test_id("login-form").wait_for()
                         shots.append((f"{stem}-login", shoot(page, out, f"{stem}-login")))

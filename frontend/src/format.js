@@ -66,6 +66,36 @@ export function fmtTaskTime(ms, task, opts) {
   return fmtTime(ms, zoneFor(task && task.timezone), opts)
 }
 
+const TIME_MODE_KEY = 'molens.timeMode'
+const TIME_MODES = ['absolute', 'relative']
+/** How times are shown on every page: as a date-time (absolute) or as "3 minutes ago" (relative). */
+export const timeMode = ref(TIME_MODES.includes(localStorage.getItem(TIME_MODE_KEY)) ? localStorage.getItem(TIME_MODE_KEY) : 'absolute')
+export function setTimeMode(m) {
+  if (!TIME_MODES.includes(m)) return
+  timeMode.value = m
+  localStorage.setItem(TIME_MODE_KEY, m)
+}
+
+/** A time as the time switch asks (`timeZone` as for fmtTime); `when` and `other` for a cell and its tooltip. */
+export function fmtWhen(ms, timeZone, opts) {
+  if (ms === null || ms === undefined || ms === '') return '—'
+  return timeMode.value === 'relative' ? fmtRelative(ms) : fmtTime(ms, timeZone, opts)
+}
+
+/** The other form of fmtWhen (a tooltip): the absolute time when relative is shown, and the reverse. */
+export function whenTitle(ms, timeZone) {
+  if (ms === null || ms === undefined || ms === '') return null
+  return timeMode.value === 'relative' ? fmtTime(ms, timeZone) : fmtRelative(ms)
+}
+
+/** fmtWhen / whenTitle for a time of `task`, in the zone the zone switch asks for. */
+export function fmtTaskWhen(ms, task, opts) {
+  return fmtWhen(ms, zoneFor(task && task.timezone), opts)
+}
+export function taskWhenTitle(ms, task) {
+  return whenTitle(ms, zoneFor(task && task.timezone))
+}
+
 /** An axis tick: `09:30` within a day, `12-01 09:30` across days (24 h, any language). */
 export function fmtAxis(ms, spanMs) {
   const full = fmtTime(ms, undefined, { zone: false })

@@ -1,8 +1,10 @@
-// Poll a loader every `ms` while the component lives; no overlap, pauses while the tab is hidden.
-import { computed, onBeforeUnmount, onMounted, watch } from 'vue'
+// Poll a loader every `every` ms (a number or a ref; 0: only when asked) while the component lives;
+// no overlap, pauses while the tab is hidden; the `r` shortcut (REFRESH_EVENT) reloads at once.
+import { computed, isRef, onBeforeUnmount, onMounted, ref, unref, watch } from 'vue'
 import { useRoute, useRouter } from 'vue-router'
+import { REFRESH_EVENT } from './shortcuts.js'
 
-export function usePoll(load, ms) {
+export function usePoll(load, every) {
   let timer = null
   let running = false
   let stopped = false
@@ -19,7 +21,8 @@ export function usePoll(load, ms) {
   }
   function schedule() {
     clearTimeout(timer)
-    if (!stopped) timer = setTimeout(tick, ms)
+    const ms = unref(every)
+    if (!stopped && ms > 0) timer = setTimeout(tick, ms)
   }
   function stop() {
     stopped = true
@@ -31,12 +34,33 @@ export function usePoll(load, ms) {
     stopped = false
     schedule()
   }
-  onMounted(tick)
+  if (isRef(every)) watch(every, () => running || schedule())
+  onMounted(() => {
+    window.addEventListener(REFRESH_EVENT, tick)
+    tick()
+  })
   onBeforeUnmount(() => {
     unmounted = true
+    window.removeEventListener(REFRESH_EVENT, tick)
     stop()
   })
   return { refresh: tick, stop, resume }
+}
+
+/** The auto-refresh choices every polling page offers (ms; 0 is off). */
+export const REFRESH_CHOICES = [0, 5000, 15000, 60000]
+const REFRESH_KEY = 'molens.refresh.'
+
+function remembered(page, fallback) {
+  const raw = localStorage.getItem(REFRESH_KEY + page)
+  return raw !== null && REFRESH_CHOICES.includes(Number(raw)) ? Number(raw) : fallback
+}
+
+/** A page's auto-refresh interval (ms, 0 off), remembered in the browser; `fallback` until one is picked. */
+export function useRefreshSetting(page, fallback) {
+  const every = ref(remembered(page, fallback))
+  watch(every, (v) => localStorage.setItem(REFRESH_KEY + page, String(v)))
+  return every
 }
 
 /** The first defined value among dotted paths of obj (tolerant of optional stats keys). */
@@ -51,29 +75,43 @@ export function pick(obj, ...paths) {
 export const AUTO_REFRESH_MS = 5000
 
 /**
- * A list's auto-refresh switch, kept in the URL (?auto=1, so a reload or a shared link keeps it):
- * while on, `load()` runs every AUTO_REFRESH_MS unless `busy()` or the tab is hidden.
+ * A list's auto-refresh interval, kept in the URL (?auto=15: seconds, so a reload or a shared link
+ * keeps it; ?auto=1 is 5 s) and remembered in the browser for the next visit without one: while on,
+ * `load()` runs every interval unless `busy()` or the tab is hidden, and at once on REFRESH_EVENT.
  */
 export function useAutoRefresh(load, busy = () => false) {
   const route = useRoute()
   const router = useRouter()
   const path = route.path
-  const auto = computed(() => route.query.auto === '1')
+  const every = computed(() => {
+    const a = route.query.auto
+    if (a === undefined) return remembered(path, 0)
+    const ms = a === '1' ? AUTO_REFRESH_MS : Number(a) * 1000
+    return REFRESH_CHOICES.includes(ms) ? ms : 0
+  })
   let timer = null
   function schedule() {
     clearTimeout(timer)
-    if (auto.value && route.path === path) timer = setTimeout(async () => {
+    if (every.value > 0 && route.path === path) timer = setTimeout(async () => {
       if (!busy() && !document.hidden) await load()
       schedule()
-    }, AUTO_REFRESH_MS)
+    }, every.value)
   }
-  function setAuto(on) {
+  function setEvery(ms) {
+    localStorage.setItem(REFRESH_KEY + path, String(ms))
     const query = { ...route.query }
-    if (on) query.auto = '1'
+    if (ms > 0) query.auto = String(ms / 1000)
     else delete query.auto
     router.replace({ path, query, state: window.history.state })
   }
-  watch(auto, schedule, { immediate: true })
-  onBeforeUnmount(() => clearTimeout(timer))
-  return { auto, setAuto }
+  function now() {
+    if (route.path === path && !busy()) load()
+  }
+  watch(every, schedule, { immediate: true })
+  onMounted(() => window.addEventListener(REFRESH_EVENT, now))
+  onBeforeUnmount(() => {
+    clearTimeout(timer)
+    window.removeEventListener(REFRESH_EVENT, now)
+  })
+  return { every, setEvery }
 }

@@ -14,6 +14,7 @@ export const router = createRouter({
     { path: '/latency', name: 'latency', component: () => import('./views/LatencyView.vue') },
     { path: '/timewheel', name: 'timewheel', component: () => import('./views/TimeWheelView.vue') },
     { path: '/flows', name: 'flows', component: () => import('./views/FlowsView.vue') },
+    { path: '/workers', name: 'workers', component: () => import('./views/WorkersView.vue') },
     { path: '/cluster', name: 'cluster', component: () => import('./views/ClusterView.vue') },
     { path: '/:rest(.*)*', name: 'not-found', component: () => import('./views/NotFoundView.vue') },
   ],

@@ -139,6 +139,7 @@ class Stats(pykka.ThreadingActor):
         late = [started - req.not_before_ms for req, _r, started in m.attempts if req.not_before_ms > 0]
         if late:
             self._sample("fire_lateness", late)
+        self._sample("callback_latency", [r.latency_ms for _q, r, _s in m.attempts])
         obs = self.observer
         if obs is not None:
             try:

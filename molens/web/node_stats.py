@@ -6,6 +6,7 @@ and its peers' reports (``/api/v1/cluster/stats``, ``/api/v1/stats?node_id=``).
 - :class:`RecentFires`: executions finished in the last ``window_ms`` by result, read from the
   node's history with its own read-only SQLite connection per thread (the history is replicated,
   so every node gives the cluster-wide figure). Cached for :data:`RECENT_CACHE_S`.
+- :func:`attempts`: HTTP attempts this node's fire pool made, all or the failed ones.
 - :class:`RequestRate`: HTTP requests per second over the last few seconds (one lock, a deque).
 - :class:`PeerStats`: asks peers' ``GET /api/v1/stats?local=1`` in parallel with a short timeout
   (the bearer token of this node, the cluster shares it); an unreachable peer is reported as
@@ -23,10 +24,10 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import urllib3
 
@@ -137,6 +138,22 @@ def thread_switches() -> dict[str, int]:
             continue
         out[key] += n
     return dict(sorted(out.items()))
+
+
+class Collector(Protocol):
+    """What :func:`attempts` reads: a prometheus-client metric (``collect()`` yields its families)."""
+
+    def collect(self) -> Iterable[Any]: ...
+
+
+def attempts(fires: Collector, failed: bool = False) -> int:
+    """HTTP attempts counted by ``fires`` (the ``molens_fires{kind,outcome}`` counter); with ``failed``,
+    only those whose outcome was not ``success``: a node's figures on the console's Workers page."""
+    total = 0.0
+    for fam in fires.collect():
+        total += sum(s.value for s in fam.samples if s.name.endswith("_total")
+                     and not (failed and s.labels.get("outcome") == "success"))
+    return int(total)
 
 
 class RequestRate:

@@ -411,6 +411,16 @@ def _schemas() -> dict[str, Any]:
                 "lateness_p99_ms": _nullable(
                     "number", description="Due time -> HTTP request started, p99 of the recent fires this node's worker made"
                 ),
+                "fires_failed": {
+                    "type": "integer",
+                    "description": "HTTP attempts made by this node's workers whose outcome was not success",
+                },
+                "callback_latency_p50_ms": _nullable(
+                    "number", description="HTTP request -> answer, p50 of the recent attempts this node's worker made"
+                ),
+                "callback_latency_p99_ms": _nullable(
+                    "number", description="HTTP request -> answer, p99 of the recent attempts this node's worker made"
+                ),
                 "not_fired": {
                     "type": "object",
                     "additionalProperties": {"type": "integer"},

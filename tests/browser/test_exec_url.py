@@ -108,9 +108,9 @@ def test_executions_and_dead_letters_refresh_by_themselves_when_asked(tmp_path: 
             page.goto(s.url + path)
             expect(page.locator(row).first).to_be_visible()
             before = page.locator(row).count()
-            page.get_by_test_id("auto-refresh").check()
-            page.wait_for_url(re.compile(r"[?&]auto=1"))
+            page.get_by_test_id("refresh-every").select_option("5000")
+            page.wait_for_url(re.compile(r"[?&]auto=5"))
             dead_task()  # a new failure, written after the page loaded
             expect(page.locator(row)).to_have_count(before + 1, timeout=15_000)
             page.reload()  # the switch is in the URL
-            expect(page.get_by_test_id("auto-refresh")).to_be_checked()
+            expect(page.get_by_test_id("refresh-every")).to_have_value("5000")

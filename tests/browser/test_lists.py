@@ -219,8 +219,8 @@ def test_auto_refresh_shows_new_tasks_without_a_click(big: tuple[Served, list[di
     s, _ = big
     page.goto(s.url + "/ui/tasks?scene=auto")
     expect(page.get_by_test_id("tasks-empty")).to_be_visible()
-    page.get_by_test_id("auto-refresh").check()
-    page.wait_for_url(re.compile(r"auto=1"))
+    page.get_by_test_id("refresh-every").select_option("5000")
+    page.wait_for_url(re.compile(r"auto=5"))
     _, task = s.api("POST", "/tasks", {"type": "delayed", "interval_ms": 600_000, "callback_url": "http://127.0.0.1:9/a", "scene": "auto"})
     expect(page.locator(f'tr[data-task-id="{task["id"]}"]')).to_be_visible(timeout=15_000)  # refreshed every 5 s
 

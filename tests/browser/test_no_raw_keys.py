@@ -91,6 +91,7 @@ def _pages(ids: dict[str, str]) -> list[tuple[str, str]]:
         ("/ui/latency", '[data-testid="latency-table"]'),
         ("/ui/timewheel", "h1"),
         ("/ui/flows", "tr[data-flow]"),
+        ("/ui/workers", "tr[data-node]"),
         ("/ui/cluster", "tr[data-node]"),
         ("/ui/no/such/page", "h1"),
     ]
@@ -126,6 +127,12 @@ def test_no_page_shows_a_raw_translation_key(
         expect(page.get_by_test_id("error-count")).to_be_visible()
         if keys := _raw_keys(page):
             found["/ui/tasks/new (errors)"] = keys
+        page.evaluate("document.activeElement.blur()")  # shortcuts do nothing while typing in a field
+        page.keyboard.press("?")  # the keyboard shortcuts' help
+        expect(page.get_by_test_id("shortcuts-help")).to_be_visible()
+        if keys := _raw_keys(page):
+            found["/ui/tasks/new (shortcuts help)"] = keys
+        page.keyboard.press("Escape")
         b.console.allow.append(r"status of 401")
         page.goto(tok.url + "/ui/")
         expect(page.get_by_test_id("login-form")).to_be_visible()

@@ -210,6 +210,9 @@ def test_key_series_move_when_tasks_fire(node: NodeProc) -> None:
     check_schema(stats, "Stats")
     assert stats["fires_total"] >= n and stats["success_rate"] == 1.0 and stats["fires_per_s"] > 0
     assert stats["lateness_p99_ms"] is not None and stats["disk"]["lmdb_bytes"] > 0
+    # and per worker (the console's Workers page): failed attempts, callback latency of recent attempts
+    assert 0 <= stats["fires_failed"] <= stats["fires_total"] - n
+    assert stats["callback_latency_p50_ms"] >= 100 and stats["callback_latency_p99_ms"] >= stats["callback_latency_p50_ms"]
 
     # and the 5-minute task in the wheel: level 0 (10 ms buckets, 5.12 s) cannot hold it; level 1 can
     st, wheel = _json(base + "/api/v1/timewheel/distribution")

@@ -17,6 +17,7 @@ from molens.actors.stats import ReportingDeliverer, Stats, StatsBuffer, StatsCli
 from molens.delivery import Deliverer, FireRequest
 from molens.model import FireKind
 from molens.web.metrics import MAX_HOSTS, MetricsSnapshot, NodeMetrics, url_host
+from molens.web.node_stats import attempts
 
 
 def _parse(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -198,3 +199,23 @@ def test_flows_are_exported_per_flow_and_throttled_attempts_are_counted() -> Non
     assert ("molens_flow_rate_limit", (("flow", "slow"),)) not in s  # unlimited
     assert s[("molens_throttled_total", ())] == 2
     assert not any(name.startswith("molens_flow_") for name, _ in _parse(NodeMetrics(lambda: _snap()).render()))
+
+
+def test_a_workers_figures_count_failed_attempts_and_time_each_answer(stats: StatsClient) -> None:
+    """What the Workers page shows per node: attempts, the failed ones, and callback latency p50/p99."""
+    m = NodeMetrics(_snap)
+    stats.tell(SetObserver(m.fires))
+    req = FireRequest(
+        fire_id="t-1", task_id="t", attempt=1, kind=FireKind.CALLBACK, url="http://cb/x", body=b"{}",
+        scene="default", timeout_ms=1000,
+    )
+
+    def result(outcome: str, latency_ms: float) -> Any:
+        return type("Result", (), {"kind": FireKind.CALLBACK, "outcome": outcome, "latency_ms": latency_ms})()
+
+    attempts_made = [result("success", 10.0)] * 3 + [result("http_error", 30.0), result("timeout", 1000.0)]
+    stats.delivered([(req, r, 0.0) for r in attempts_made])
+    lat = stats.to_json()["timings"]["callback_latency"]
+    assert (lat["n"], lat["p50_ms"], lat["max_ms"]) == (5, 10.0, 1000.0)
+    assert attempts(m.fires.fires) == 5
+    assert attempts(m.fires.fires, failed=True) == 2

@@ -1,6 +1,6 @@
 export default {
   app: {
-    language: 'Language', zone: 'Show times in', theme: 'Theme',
+    language: 'Language', zone: 'Show times in', theme: 'Theme', timeMode: 'Show times as',
     thisNode: 'this node',
     offline: 'The node does not answer. Retrying…',
     noLeader: 'No leader: waiting for an election. Writes are refused until a leader is elected; this page retries by itself.',
@@ -13,7 +13,7 @@ export default {
   },
   nav: {
     menu: 'Menu', dashboard: 'Dashboard', tasks: 'Tasks', executions: 'Executions', latency: 'Latency',
-    timewheel: 'Time wheel', flows: 'Flows', cluster: 'Cluster', deadLetters: 'Dead letters',
+    timewheel: 'Time wheel', flows: 'Flows', workers: 'Workers', cluster: 'Cluster', deadLetters: 'Dead letters',
   },
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
@@ -59,6 +59,20 @@ export default {
   },
   dur: { ms: 'ms', s: 's', m: 'm', h: 'h', d: 'd' },
   zone: { local: 'Local time', utc: 'UTC', task: 'Task’s zone' },
+  timeMode: { absolute: 'Absolute times', relative: 'Relative times' },
+  refresh: { label: 'Auto-refresh', off: 'Off', every: 'Every {s} s' },
+  views: { label: 'Saved views', choose: 'Apply a saved view…', none: 'No saved views', save: 'Save view', name: 'Name of this view', saveOk: 'Save', delete: 'Delete view' },
+  keys: {
+    title: 'Keyboard shortcuts', dashboard: 'Go to the dashboard', tasks: 'Go to tasks', executions: 'Go to executions',
+    deadLetters: 'Go to dead letters', flows: 'Go to flows', workers: 'Go to workers', cluster: 'Go to the cluster',
+    newTask: 'New task', search: 'Focus the search or first filter', refresh: 'Refresh this page', help: 'Show this list',
+    close: 'Close a dialog or this list', notInFields: 'Shortcuts do nothing while you type in a field.',
+  },
+  workers: {
+    intro: 'Every node fires: its own HTTP attempts since it started, what it has in flight now, and how long its recent callbacks took.',
+    fires: 'Attempts', failed: 'Failed', inFlight: 'In flight', queued: 'Queued', latencyP50: 'Latency p50', latencyP99: 'Latency p99',
+    lateness: 'Lateness p99', cluster: 'Cluster',
+  },
   theme: { system: 'System theme', light: 'Light', dark: 'Dark' },
   chart: { time: 'Time' },
   tasks: {
@@ -67,7 +81,7 @@ export default {
     urlPlaceholder: 'e.g. example.com/hook', empty: 'No tasks match.', created: 'Created', sort: 'Sort',
     order: { '-created': 'Newest first', created: 'Oldest first', next_run: 'Next run (soonest)', status: 'Status' },
     total: 'Total: {n}', totalAll: 'Total in the store: {n} (the filtered count is not known)', jump: 'Open',
-    jumpPlaceholder: 'task id', notAnId: 'Not a task id (26 letters and digits).', autoRefresh: 'Auto-refresh',
+    jumpPlaceholder: 'task id', notAnId: 'Not a task id (26 letters and digits).',
     nextRunNote: 'Only tasks with a next run (not paused, firing or finished).',
     searchedOf: 'Searched {n} of {of} tasks so far, {m} found for this page; the search pauses here to keep the console responsive.',
     searched: 'Searched {n} tasks so far, {m} found for this page; the search pauses here to keep the console responsive.',

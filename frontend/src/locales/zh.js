@@ -1,6 +1,6 @@
 export default {
   app: {
-    language: '语言', zone: '时间显示', theme: '主题',
+    language: '语言', zone: '时间显示', theme: '主题', timeMode: '时间格式',
     thisNode: '本节点',
     offline: '节点无响应，正在重试…',
     noLeader: '没有 Leader：正在等待选举。选出 Leader 之前写操作会被拒绝；本页会自动重试。',
@@ -12,7 +12,7 @@ export default {
     movedFollower: '{from} 是从节点：本标签页已转到主节点 {to} 的控制台。',
   },
   nav: {
-    menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', flows: '流控', cluster: '集群',
+    menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', flows: '流控', workers: '工作节点', cluster: '集群',
     deadLetters: '死信',
   },
   common: {
@@ -52,6 +52,20 @@ export default {
   },
   dur: { ms: '毫秒', s: '秒', m: '分', h: '小时', d: '天' },
   zone: { local: '本地时间', utc: 'UTC', task: '任务时区' },
+  timeMode: { absolute: '绝对时间', relative: '相对时间' },
+  refresh: { label: '自动刷新', off: '关闭', every: '每 {s} 秒' },
+  views: { label: '已存视图', choose: '应用已存视图…', none: '没有已存视图', save: '保存视图', name: '视图名称', saveOk: '保存', delete: '删除视图' },
+  keys: {
+    title: '键盘快捷键', dashboard: '前往概览', tasks: '前往任务', executions: '前往执行记录',
+    deadLetters: '前往死信', flows: '前往流控', workers: '前往工作节点', cluster: '前往集群',
+    newTask: '新建任务', search: '聚焦搜索框或第一个筛选框', refresh: '刷新本页', help: '显示本列表',
+    close: '关闭对话框或本列表', notInFields: '在输入框中输入时，快捷键不起作用。',
+  },
+  workers: {
+    intro: '每个节点都会触发：它自启动以来的 HTTP 尝试、当前进行中的触发，以及最近回调的耗时。',
+    fires: '尝试次数', failed: '失败', inFlight: '进行中', queued: '排队', latencyP50: '延迟 p50', latencyP99: '延迟 p99',
+    lateness: '迟到 p99', cluster: '集群',
+  },
   theme: { system: '跟随系统', light: '浅色', dark: '深色' },
   chart: { time: '时间' },
   tasks: {
@@ -60,7 +74,7 @@ export default {
     empty: '没有匹配的任务。', created: '创建时间', sort: '排序',
     order: { '-created': '最新优先', created: '最早优先', next_run: '下次运行（最近优先）', status: '状态' },
     total: '共 {n} 个任务', totalAll: '全部共 {n} 个任务（筛选后的数量未知）', jump: '打开', jumpPlaceholder: '任务 ID',
-    notAnId: '不是任务 ID（26 个字母和数字）。', autoRefresh: '自动刷新', nextRunNote: '只列出有下次运行时间的任务（不含暂停、触发中或已结束的）。',
+    notAnId: '不是任务 ID（26 个字母和数字）。', nextRunNote: '只列出有下次运行时间的任务（不含暂停、触发中或已结束的）。',
     searchedOf: '已搜索 {n} / {of} 个任务，本页找到 {m} 个；为保持控制台响应迅速，搜索在此暂停。',
     searched: '已搜索 {n} 个任务，本页找到 {m} 个；为保持控制台响应迅速，搜索在此暂停。',
     searchFurther: '继续搜索', noMatchYet: '已搜索的任务中暂无匹配。',
