@@ -580,6 +580,7 @@ class MolensClient:
         self, tasks: Sequence[Mapping[str, Any]], minimal: bool, namespace: str | None
     ) -> builtins.list[Task]:
         out: builtins.list[Task] = []
+        namespace = self._ns(namespace)  # checked even when there is no task to carry it
         bodies = [self._keyed(t, namespace) for t in tasks]
         for i in range(0, len(bodies), 1000):
             out.extend(self._create_batch(bodies[i : i + 1000], minimal))

@@ -268,10 +268,3 @@ def test_a_reader_keys_write_is_refused_with_forbidden_and_a_quota_with_quota_ex
         assert over.value.status == 429 and over.value.quota == "max_pending_tasks"
         assert over.value.retry_after_s is not None and over.value.retry_after_s >= 1
         assert [t["id"] for t in admin.list(namespace="tight")] == [first["id"]]
-
-
-def test_a_namespace_name_is_checked_before_any_request() -> None:
-    with pytest.raises(ValueError, match="namespace"):
-        MolensClient(["http://127.0.0.1:9"], namespace="Not Valid")
-    with MolensClient(["http://127.0.0.1:9"]) as c, pytest.raises(ValueError, match="namespace"):
-        list(c.list(namespace="../keys"))
