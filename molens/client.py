@@ -20,6 +20,11 @@ Behaviour:
   retried too; if a retry after an unknown outcome meets ``404``/``409`` (the first attempt may have
   done it), :class:`OutcomeUnknownError` is raised rather than a misleading not-found/conflict.
 - Reads go to the same node as writes, so a client reads its own writes.
+- **Namespaces.** ``namespace=`` on the client is the namespace its creates name and its lists,
+  executions, dead letters and bulk dead-letter actions are limited to; each of those calls takes
+  its own ``namespace=`` too. Left out everywhere: creates go to the server's ``default`` and lists
+  show every namespace the key may read (docs/api.md#namespaces). An admin key manages namespaces
+  and keys (:meth:`MolensClient.create_namespace`, :meth:`MolensClient.create_api_key`, ...).
 
 Thread-safe: one client may be shared by threads (one keep-alive connection pool per node).
 
@@ -40,6 +45,7 @@ import json
 import logging
 import os
 import random
+import re
 import select
 import socket
 import ssl
@@ -79,6 +85,19 @@ MAX_FILTER_CHARS = 300
 """The longest ``task_id`` or ``flow`` a dead-letter filter takes."""
 MAX_PREVIEW = 100
 """Fire times one schedule preview gives at most."""
+_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+"""What a namespace name may be (docs/api.md#namespaces)."""
+
+
+class Role(StrEnum):
+    """What an API key may do (docs/api.md#keys-and-roles)."""
+
+    ADMIN = "admin"
+    """Everything: tasks, flows, dead letters, namespaces, keys, cluster membership."""
+    WRITER = "writer"
+    """Create and change tasks and dead letters in its namespaces, and read them."""
+    READER = "reader"
+    """Read tasks, executions and dead letters of its namespaces."""
 
 
 class ResumeFrom(StrEnum):
@@ -148,6 +167,28 @@ class UnauthorizedError(ApiError):
     """401: missing or wrong bearer token."""
 
 
+class ForbiddenError(ApiError):
+    """403 ``forbidden``: the key's role may not do this (a reader's write), or the request names a
+    namespace outside the key's."""
+
+
+class TooManyRequestsError(ApiError):
+    """429: slowed down; ``retry_after_s`` (from ``Retry-After``, None if absent) says for how long."""
+
+    retry_after_s: int | None = None
+
+
+class QuotaExceededError(TooManyRequestsError):
+    """429 ``quota_exceeded``: a namespace's quota refused the request whole (nothing was created);
+    ``quota`` names it (``creates_per_s``, ``max_pending_tasks``, ``max_payload_bytes``)."""
+
+    @property
+    def quota(self) -> str | None:
+        err = self.body.get("error") if isinstance(self.body, dict) else None
+        q = err.get("quota") if isinstance(err, dict) else None
+        return str(q) if q is not None else self.field
+
+
 class TaskNotFoundError(ApiError):
     """404: no such task (or flow, or dead letter: every 404 of the API)."""
 
@@ -186,13 +227,15 @@ def _error_class(status: int, code: str) -> type[ApiError]:
         return BadRequestError
     if status in (400, 413, 415):
         return BadRequestError
+    if status == 429:
+        return QuotaExceededError if code == "quota_exceeded" else TooManyRequestsError
     return {
-        401: UnauthorizedError, 404: TaskNotFoundError, 409: ConflictError, 412: PreconditionFailedError,
-        503: UnavailableError,
+        401: UnauthorizedError, 403: ForbiddenError, 404: TaskNotFoundError, 409: ConflictError,
+        412: PreconditionFailedError, 503: UnavailableError,
     }.get(status, ApiError)
 
 
-def _raise_for(status: int, body: Any, path: str) -> None:
+def _raise_for(status: int, body: Any, path: str, retry_after: str | None = None) -> None:
     err = body.get("error") if isinstance(body, dict) else None
     if not isinstance(err, dict):
         raise ApiError(status, "http_error", f"HTTP {status} from {path}", None, body)
@@ -201,7 +244,10 @@ def _raise_for(status: int, body: Any, path: str) -> None:
     field = err.get("field")
     if isinstance(body, dict) and "errors" in body and status == 400:
         raise BatchRejectedError(status, code, message, field, body)
-    raise _error_class(status, code)(status, code, message, field, body)
+    exc = _error_class(status, code)(status, code, message, field, body)
+    if isinstance(exc, TooManyRequestsError) and retry_after is not None and retry_after.strip().isdigit():
+        exc.retry_after_s = int(retry_after)
+    raise exc
 
 
 # -------------------------------------------------------------------------------------------------
@@ -223,6 +269,21 @@ def _dead_path(dead_id: str) -> str:
 
 def _flow_path(key: str) -> str:
     return "/api/v1/flows/" + quote(_id("key", key), safe="")
+
+
+def _namespace(name: str, value: Any) -> str:
+    """A namespace name, refused with ValueError before any request unless it is one."""
+    if not isinstance(value, str) or not _NAMESPACE.fullmatch(value):
+        raise ValueError(f"{name} must match [a-z0-9][a-z0-9_-]{{0,62}}, got {value!r:.80}")
+    return value
+
+
+def _namespace_path(name: str) -> str:
+    return "/api/v1/namespaces/" + _namespace("name", name)
+
+
+def _key_path(key_id: str) -> str:
+    return "/api/v1/keys/" + quote(_id("key_id", key_id), safe="")
 
 
 def _choice(values: type[StrEnum], value: Any, name: str) -> str:
@@ -433,7 +494,9 @@ class MolensClient:
     """A client of one Molens cluster (see the module docstring for routing and retries).
 
     ``urls`` are the nodes' HTTP base URLs (any subset; the leader is discovered). ``timeout`` is
-    the per-request read timeout in seconds.
+    the per-request read timeout in seconds. ``namespace``: the namespace creates name and lists
+    are limited to when a call gives none (None: the server's ``default`` for creates, every
+    readable namespace for lists).
     """
 
     def __init__(
@@ -447,7 +510,9 @@ class MolensClient:
         backoff_base_s: float = 0.05,
         backoff_max_s: float = 2.0,
         pool_maxsize: int = 16,
+        namespace: str | None = None,
     ) -> None:
+        self.namespace = None if namespace is None else _namespace("namespace", namespace)
         if isinstance(urls, str):
             urls = [urls]
         if not urls:
@@ -488,9 +553,7 @@ class MolensClient:
         request was sent, :class:`OutcomeUnknownError` carries the key (``idempotency_keys``): create
         again with it to learn whether the task exists, without making a second one.
         """
-        body = {**(task or {}), **fields}
-        if body.get("idempotency_key") is None:
-            body["idempotency_key"] = _new_key()
+        body = self._keyed({**(task or {}), **fields})
         try:
             _, out = self._request("POST", "/api/v1/tasks", body, safe_retry=True)
         except OutcomeUnknownError as exc:
@@ -498,32 +561,48 @@ class MolensClient:
             raise
         return dict(out)
 
-    def create_many(self, tasks: Sequence[Mapping[str, Any]]) -> builtins.list[Task]:
+    def create_many(self, tasks: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> builtins.list[Task]:
         """Create tasks in batches of at most 1,000 (each batch atomic); returns them in order.
+        ``namespace``: of every task that names none (else the client's).
 
         Raises :class:`BatchRejectedError` (with ``item_errors`` by index within the failing batch)
         when a batch holds an invalid task; earlier batches stay created.
         """
-        return self._create_all(tasks, minimal=False)
+        return self._create_all(tasks, minimal=False, namespace=namespace)
 
-    def create_many_ids(self, tasks: Sequence[Mapping[str, Any]]) -> builtins.list[str]:
+    def create_many_ids(self, tasks: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> builtins.list[str]:
         """As :meth:`create_many`, but returns the tasks' ids alone: the server answers each item with
         its id (``Prefer: return=minimal``), which spares it the echo of every task and this client
         the parsing of it -- for bulk loads that need no more (about half the client's CPU per task)."""
-        return [str(t["id"]) for t in self._create_all(tasks, minimal=True)]
+        return [str(t["id"]) for t in self._create_all(tasks, minimal=True, namespace=namespace)]
 
-    def _create_all(self, tasks: Sequence[Mapping[str, Any]], minimal: bool) -> builtins.list[Task]:
+    def _create_all(
+        self, tasks: Sequence[Mapping[str, Any]], minimal: bool, namespace: str | None
+    ) -> builtins.list[Task]:
         out: builtins.list[Task] = []
-        bodies = [self._keyed(t) for t in tasks]
+        namespace = self._ns(namespace)  # checked even when there is no task to carry it
+        bodies = [self._keyed(t, namespace) for t in tasks]
         for i in range(0, len(bodies), 1000):
             out.extend(self._create_batch(bodies[i : i + 1000], minimal))
         return out
 
-    def _keyed(self, t: Mapping[str, Any]) -> dict[str, Any]:
+    def _keyed(self, t: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """A create's body with an idempotency key and, when it names none, the namespace given
+        (else the client's, else none: the server's ``default``)."""
         d = dict(t)
         if d.get("idempotency_key") is None:
             d["idempotency_key"] = _new_key()
+        if d.get("namespace") is None:
+            ns = self._ns(namespace)
+            if ns is not None:
+                d["namespace"] = ns
+            else:
+                d.pop("namespace", None)
         return d
+
+    def _ns(self, namespace: str | None) -> str | None:
+        """The namespace a call acts in: its own, else the client's (None: the server decides)."""
+        return self.namespace if namespace is None else _namespace("namespace", namespace)
 
     def _create_batch(self, bodies: Sequence[Mapping[str, Any]], minimal: bool = False) -> builtins.list[Task]:
         items = self._create_batch_items(bodies, minimal)
@@ -569,9 +648,11 @@ class MolensClient:
         url: str | None = None,
         order: str = "created",
         page_size: int = 100,
+        namespace: str | None = None,
     ) -> Iterator[Task]:
         """Every matching task, following cursors lazily; ``order``: ``created`` (oldest first),
-        ``-created`` (newest first) or ``next_run`` (soonest next run first, only tasks that have one)."""
+        ``-created`` (newest first) or ``next_run`` (soonest next run first, only tasks that have one).
+        ``namespace``: that namespace's alone (else the client's; neither: every one the key reads)."""
         if order not in _LIST_ORDERS:
             raise ValueError(f"order must be one of {', '.join(_LIST_ORDERS)}, got {order!r:.80}")
         q: dict[str, Any] = {"limit": _bounded("page_size", page_size, 1, MAX_PAGE_SIZE)}
@@ -579,7 +660,7 @@ class MolensClient:
             q["order"] = order
         if status:
             q["status"] = status if isinstance(status, str) else ",".join(status)
-        for k, v in (("type", type), ("scene", scene), ("url", url)):
+        for k, v in (("type", type), ("scene", scene), ("url", url), ("namespace", self._ns(namespace))):
             if v:
                 q[k] = v
         return self._pages("/api/v1/tasks", q)
@@ -652,15 +733,20 @@ class MolensClient:
         since: int | None = None,
         until: int | None = None,
         page_size: int = 100,
+        namespace: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Executions newest first (of one task, or all: ``task_id=None``), following cursors lazily.
-        ``since``/``until`` are epoch ms (``since`` inclusive, ``until`` exclusive)."""
+        ``since``/``until`` are epoch ms (``since`` inclusive, ``until`` exclusive); ``namespace``
+        (else the client's) limits the list of all executions to that namespace's."""
         q: dict[str, Any] = {"limit": _bounded("page_size", page_size, 1, MAX_PAGE_SIZE)}
         if result is not None:
             if not isinstance(result, str) or not result:
                 raise ValueError(f"result must be an execution result such as 'success', got {result!r:.80}")
             q["result"] = result
         q.update(_dead_filter(None, None, None, since, until))  # the same time checks
+        ns = self._ns(namespace)
+        if ns is not None and task_id is None:
+            q["namespace"] = ns
         path = _task_path(task_id) + "/executions" if task_id is not None else "/api/v1/executions"
         return self._pages(path, q)
 
@@ -675,12 +761,25 @@ class MolensClient:
         since: int | None = None,
         until: int | None = None,
         page_size: int = 100,
+        namespace: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Dead letters newest first (occurrences that failed for good: docs/api.md#dead-letters),
-        filtered, following cursors lazily. ``since``/``until`` are epoch ms, inclusive."""
+        filtered, following cursors lazily. ``since``/``until`` are epoch ms, inclusive;
+        ``namespace`` as for :meth:`list`."""
         q: dict[str, Any] = {"limit": _bounded("page_size", page_size, 1, MAX_PAGE_SIZE),
-                             **_dead_filter(task_id, flow, kind, since, until)}
+                             **self._dead_filter(task_id, flow, kind, since, until, namespace)}
         return self._pages("/api/v1/dead-letters", q)
+
+    def _dead_filter(
+        self, task_id: str | None, flow: str | None, kind: DeadLetterKind | str | None, since: int | None,
+        until: int | None, namespace: str | None,
+    ) -> dict[str, Any]:
+        """A dead-letter filter with the call's namespace (else the client's)."""
+        out = _dead_filter(task_id, flow, kind, since, until)
+        ns = self._ns(namespace)
+        if ns is not None:
+            out["namespace"] = ns
+        return out
 
     def dead_letter(self, dead_id: str) -> dict[str, Any]:
         """One dead letter by id (:class:`TaskNotFoundError`, the client's 404, when there is none)."""
@@ -700,11 +799,13 @@ class MolensClient:
         since: int | None = None,
         until: int | None = None,
         limit: int | None = None,
+        namespace: str | None = None,
     ) -> dict[str, Any]:
-        """Redrive every dead letter matching the filter (none: every dead letter), at most ``limit``
-        (default and most :data:`MAX_BULK`); ``{"matched", "redriven", "error_count", "errors",
-        "more"}`` (``more``: call again). Not retried after an unknown outcome."""
-        body = _dead_filter(task_id, flow, kind, since, until)
+        """Redrive every dead letter matching the filter (none: every dead letter the key may change),
+        at most ``limit`` (default and most :data:`MAX_BULK`); ``{"matched", "redriven", "error_count",
+        "errors", "more"}`` (``more``: call again). ``namespace`` (else the client's) limits it to that
+        namespace's. Not retried after an unknown outcome."""
+        body = self._dead_filter(task_id, flow, kind, since, until, namespace)
         if limit is not None:
             body["limit"] = _bounded("limit", limit, 1, MAX_BULK)
         return dict(self._request("POST", "/api/v1/dead-letters/redrive", body, safe_retry=False)[1])
@@ -723,12 +824,14 @@ class MolensClient:
         until: int | None = None,
         limit: int | None = None,
         all: bool = False,
+        namespace: str | None = None,
     ) -> dict[str, Any]:
         """Delete the dead letters matching the filter, at most ``limit`` (default and most
         :data:`MAX_BULK`); ``{"matched", "deleted", "error_count", "errors", "more"}`` (``more``:
         call again). An empty filter deletes every dead letter only with ``all=True``; without it
-        the API refuses it (:class:`BadRequestError`, field ``all``)."""
-        q = _dead_filter(task_id, flow, kind, since, until)
+        the API refuses it (:class:`BadRequestError`, field ``all``). ``namespace`` (else the
+        client's) limits it to that namespace's."""
+        q = self._dead_filter(task_id, flow, kind, since, until, namespace)
         if limit is not None:
             q["limit"] = _bounded("limit", limit, 1, MAX_BULK)
         if not isinstance(all, bool):
@@ -774,6 +877,59 @@ class MolensClient:
 
     def resume_flow(self, key: str) -> dict[str, Any]:
         return dict(self._request("POST", _flow_path(key) + "/resume")[1])
+
+    # ------------------------------------------------------------------ namespaces and keys (admin)
+
+    def namespaces(self) -> builtins.list[dict[str, Any]]:
+        """The namespaces the key may read, ``default`` first: ``{"name", "quotas", "created_at",
+        "updated_at"}`` each."""
+        return list(self._pages("/api/v1/namespaces", {}))
+
+    def get_namespace(self, name: str) -> dict[str, Any]:
+        """One namespace (:class:`TaskNotFoundError`, the client's 404, when it does not exist or
+        lies outside the key's namespaces)."""
+        return dict(self._request("GET", _namespace_path(name))[1])
+
+    def create_namespace(self, name: str, *, quotas: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Admin: make namespace ``name`` with ``quotas`` (``max_pending_tasks``, ``creates_per_s``,
+        ``max_payload_bytes``; each left out: unlimited). :class:`ConflictError` if it exists."""
+        body: dict[str, Any] = {"name": _namespace("name", name)}
+        if quotas is not None:
+            body["quotas"] = dict(quotas)
+        return dict(self._request("POST", "/api/v1/namespaces", body)[1])
+
+    def update_namespace(self, name: str, *, quotas: Mapping[str, Any]) -> dict[str, Any]:
+        """Admin: replace the namespace's quotas whole (:class:`ConflictError` for ``default``)."""
+        return dict(self._request("PATCH", _namespace_path(name), {"quotas": dict(quotas)})[1])
+
+    def delete_namespace(self, name: str) -> dict[str, Any]:
+        """Admin: delete an empty namespace (:class:`ConflictError` while it holds tasks, and for
+        ``default``)."""
+        return dict(self._request("DELETE", _namespace_path(name))[1])
+
+    def api_keys(self) -> builtins.list[dict[str, Any]]:
+        """Admin: every API key, oldest first, never a secret: ``{"id", "name", "role", "namespaces",
+        "created_at", "last_used_at"}`` each."""
+        return list(self._pages("/api/v1/keys", {}))
+
+    def get_api_key(self, key_id: str) -> dict[str, Any]:
+        """Admin: one key, without its secret."""
+        return dict(self._request("GET", _key_path(key_id))[1])
+
+    def create_api_key(self, name: str, *, role: Role | str, namespaces: Sequence[str]) -> dict[str, Any]:
+        """Admin: a new API key ``role`` (a :class:`Role` or its value) of ``namespaces`` (names, or
+        ``["*"]`` for every one). The answer's ``secret`` is shown this once: give it to
+        :class:`MolensClient` as ``token``. Not sent twice after a lost answer (that would make two
+        keys)."""
+        if isinstance(namespaces, str) or not namespaces:
+            raise ValueError(f"namespaces must be a non-empty list of names or ['*'], got {namespaces!r:.80}")
+        names = [n if n == "*" else _namespace("namespaces", n) for n in namespaces]
+        body = {"name": _id("name", name), "role": _choice(Role, role, "role"), "namespaces": names}
+        return dict(self._request("POST", "/api/v1/keys", body, safe_retry=False)[1])
+
+    def delete_api_key(self, key_id: str) -> dict[str, Any]:
+        """Admin: revoke a key on every node (:class:`ConflictError` for ``bootstrap``)."""
+        return dict(self._request("DELETE", _key_path(key_id))[1])
 
     # ------------------------------------------------------------------ cluster
 
@@ -913,7 +1069,7 @@ class MolensClient:
             qq = dict(q)
             if cursor:
                 qq["cursor"] = cursor
-            _, page = self._request("GET", f"{path}?{urlencode(qq)}")
+            _, page = self._request("GET", f"{path}?{urlencode(qq)}" if qq else path)
             yield from page["items"]
             cursor = page.get("next_cursor")
             if not cursor:
@@ -1040,7 +1196,7 @@ class MolensClient:
                         f"{method} {path}: answered {status} after a lost response; the first attempt "
                         "may have been applied"
                     ) from last_exc
-                _raise_for(status, parsed, path)
+                _raise_for(status, parsed, path, r.headers.get("Retry-After"))
             with self._lock:
                 self._target = target
             return status, parsed
@@ -1206,11 +1362,15 @@ __all__ = [
     "ConflictError",
     "ConnectionFailedError",
     "DeadLetterKind",
+    "ForbiddenError",
     "MolensClient",
     "OutcomeUnknownError",
     "PreconditionFailedError",
+    "QuotaExceededError",
     "ResumeFrom",
+    "Role",
     "TaskNotFoundError",
+    "TooManyRequestsError",
     "UnauthorizedError",
     "UnavailableError",
 ]

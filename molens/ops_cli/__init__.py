@@ -50,6 +50,10 @@ def _urls(a: argparse.Namespace) -> list[str]:
     return given or [DEFAULT_URL]
 
 
+def _namespace(a: argparse.Namespace) -> str | None:
+    return getattr(a, "namespace", None) or os.environ.get("MOLENS_NAMESPACE") or None
+
+
 def _token(a: argparse.Namespace) -> str | None:
     path = getattr(a, "token_file", None)
     if path is None:
@@ -85,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands.OK
     try:
         timeout_s = getattr(a, "request_timeout", DEFAULT_REQUEST_TIMEOUT_S)
-        with MolensClient(_urls(a), _token(a), timeout=min(timeout_s, 10.0), retry_deadline_s=timeout_s) as c:
+        with MolensClient(_urls(a), _token(a), timeout=min(timeout_s, 10.0), retry_deadline_s=timeout_s,
+                          namespace=_namespace(a)) as c:
             return commands.HANDLERS[a.func](c, a, p)
     except (commands.UsageError, ValueError) as exc:
         _report(p, None, "usage", str(exc))

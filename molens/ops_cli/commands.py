@@ -87,6 +87,17 @@ MEMBER_COLUMNS = (
     col("ID", "id"), col("ROLE", "role"), col("SUFFRAGE", "suffrage"), col("HTTP URL", "http_url"),
     col("MATCH INDEX", "match_index"), col("LAST CONTACT MS", "last_contact_ms"),
 )
+NAMESPACE_COLUMNS = (
+    col("NAME", "name"), Column("MAX PENDING", lambda r: (r.get("quotas") or {}).get("max_pending_tasks"), 60, 0),
+    Column("CREATES/S", lambda r: (r.get("quotas") or {}).get("creates_per_s"), 60, 0),
+    Column("MAX PAYLOAD", lambda r: (r.get("quotas") or {}).get("max_payload_bytes"), 60, 0),
+    col("CREATED", "created_at", time=True),
+)
+KEY_COLUMNS = (
+    col("ID", "id"), col("NAME", "name"), col("ROLE", "role"),
+    Column("NAMESPACES", lambda r: ",".join(r.get("namespaces") or []), 60, 0),
+    col("CREATED", "created_at", time=True), col("LAST USED", "last_used_at", time=True),
+)
 RESULT_COLUMNS = (col("ID", "id", width=26), col("RESULT", "result", width=9), col("DETAIL", "detail", max_width=100))
 
 
@@ -443,6 +454,41 @@ def flow_put(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
     return OK
 
 
+# ------------------------------------------------------------------------------------------ namespaces, keys
+
+def resource_list(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
+    """``namespaces list`` and ``keys list``."""
+    if a.resource == "keys":
+        p.items(c.api_keys(), KEY_COLUMNS)
+    else:
+        p.items(c.namespaces(), NAMESPACE_COLUMNS)
+    return OK
+
+
+def resource_one(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
+    """``namespaces get|delete NAME`` and ``keys get|delete KEY_ID``."""
+    acts = {
+        ("namespaces", "get"): c.get_namespace, ("namespaces", "delete"): c.delete_namespace,
+        ("keys", "get"): c.get_api_key, ("keys", "delete"): c.delete_api_key,
+    }
+    p.obj(acts[a.resource, a.action](a.ref))
+    return OK
+
+
+def namespace_create(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
+    quotas = {k: getattr(a, k) for k in ("max_pending_tasks", "creates_per_s", "max_payload_bytes")
+              if getattr(a, k) is not None}
+    p.obj(c.create_namespace(a.name, quotas=quotas))
+    return OK
+
+
+def key_create(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
+    k = c.create_api_key(a.name, role=a.role, namespaces=a.namespaces)
+    p.obj(k)
+    p.note("the secret is shown only this once: keep it now")
+    return OK
+
+
 # ------------------------------------------------------------------------------------------ cluster
 
 def cluster_status(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
@@ -464,7 +510,8 @@ def cluster_leader(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
 HANDLERS: dict[str, Handler] = {
     f.__name__: f for f in (
         task_create, task_list, task_get, task_patch, task_action, task_backfill, executions, watch,
-        dead_list, dead_get, dead_action, flow_list, flow_one, flow_put, cluster_status, cluster_leader,
+        dead_list, dead_get, dead_action, flow_list, flow_one, flow_put, resource_list, resource_one,
+        namespace_create, key_create, cluster_status, cluster_leader,
     )
 }
 

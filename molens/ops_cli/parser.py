@@ -5,8 +5,8 @@ The tree is data for two readers: :func:`molens.ops_cli.main` parses with it, an
 completes without a second list to keep. Each leaf names its handler in ``func`` (a name in
 :mod:`molens.ops_cli.commands`).
 
-The connection and output options (``--url``, ``--token-file``, ``--request-timeout``, ``--json``,
-``--jsonl``) are accepted before the command and after it (``molens --json tasks list`` and
+The connection and output options (``--url``, ``--token-file``, ``--namespace``,
+``--request-timeout``, ``--json``, ``--jsonl``) are accepted before the command and after it (``molens --json tasks list`` and
 ``molens tasks list --json``); given after it, they replace what was given before it.
 """
 
@@ -29,7 +29,8 @@ EXIT_CODES = """exit codes:
 
 ENV = """environment:
   MOLENS_URL    nodes, comma-separated (when no --url is given)
-  MOLENS_TOKEN  the API's bearer token (when no --token-file is given)"""
+  MOLENS_TOKEN  the API's bearer token (when no --token-file is given)
+  MOLENS_NAMESPACE  the namespace to act in (when no --namespace is given)"""
 
 
 def _common() -> argparse.ArgumentParser:
@@ -41,6 +42,10 @@ def _common() -> argparse.ArgumentParser:
                         "Default: $MOLENS_URL, else http://127.0.0.1:18081")
     g.add_argument("--token-file", metavar="PATH", default=argparse.SUPPRESS,
                    help="read the bearer token from PATH (default: $MOLENS_TOKEN)")
+    g.add_argument("--namespace", metavar="NAME", default=argparse.SUPPRESS,
+                   help="create tasks in NAME and limit lists and dead-letter actions to it "
+                        "(default: $MOLENS_NAMESPACE, else creates go to default and lists show every "
+                        "namespace the key may read)")
     g.add_argument("--request-timeout", type=v.seconds, metavar="SECONDS", default=argparse.SUPPRESS,
                    help="give up on a request after this long, retries included (default 30)")
     out = g.add_mutually_exclusive_group()
@@ -144,7 +149,8 @@ def _limit(p: argparse.ArgumentParser, what: str) -> None:
 def build() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=PROG, parents=[COMMON], formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Operate a Molens cluster through its REST API: tasks, executions, dead letters, flows.",
+        description="Operate a Molens cluster through its REST API: tasks, executions, dead letters, flows, "
+                    "namespaces and API keys.",
         epilog=f"{ENV}\n\n{EXIT_CODES}\n\nDocs: docs/cli.md",
     )
     subs = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -219,6 +225,34 @@ def build() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=v.positive_int, metavar="N")
     p.add_argument("--paused", action="store_true")
     p.add_argument("--adaptive", action="store_true", help="back off (AIMD) on 429/503/timeouts")
+
+    groups: dict[str, Any] = {}
+    for group, what, listed, shown, deleted, metavar in (
+        ("namespaces", "list, show, create and delete namespaces (creating and deleting: admin)",
+         "list the namespaces the key may read, default first", "show one namespace", "delete an empty namespace",
+         "NAME"),
+        ("keys", "list, show, create and revoke API keys (admin)", "list the API keys (never a secret)",
+         "show one key (never its secret)", "revoke a key on every node", "KEY_ID"),
+    ):
+        groups[group] = g = _group(subs, group, what)
+        _leaf(g, "list", "resource_list", listed).set_defaults(resource=group)
+        for name, help in (("get", shown), ("delete", deleted)):
+            p = _leaf(g, name, "resource_one", help)
+            p.set_defaults(resource=group, action=name)
+            p.add_argument("ref", metavar=metavar)
+    p = _leaf(groups["namespaces"], "create", "namespace_create", "create a namespace (a quota left out: unlimited)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--max-pending-tasks", type=v.positive_int, metavar="N")
+    p.add_argument("--creates-per-s", type=v.rate, metavar="N")
+    p.add_argument("--max-payload-bytes", type=v.positive_int, metavar="N")
+
+    p = _leaf(groups["keys"], "create", "key_create", "create an API key; prints its secret, this once",
+              epilog="The secret is shown only now: give it to clients as their token (--token-file, "
+                     "$MOLENS_TOKEN).")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--role", required=True, choices=v.ROLES)
+    p.add_argument("--namespaces", required=True, type=v.name_list, metavar="NAME[,NAME...]",
+                   help="the namespaces it may use, or '*' for every one, present and future")
 
     cluster = _group(subs, "cluster", "the cluster's members and leader")
     _leaf(cluster, "status", "cluster_status", "the answering node's view: role, term, indexes, members")

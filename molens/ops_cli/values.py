@@ -24,6 +24,8 @@ EXECUTION_RESULTS = (
 LIST_ORDERS = ("created", "newest", "next_run", "-created")
 """``newest`` is the API's ``-created`` (which the shell passes only as ``--order=-created``)."""
 RESUME_FROM = ("now", "schedule")
+ROLES = ("admin", "writer", "reader")
+_NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 
 _UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d)?")
@@ -95,13 +97,31 @@ def count(text: str) -> int:
 
 
 def seconds(text: str) -> float:
+    return _positive(text, "seconds")
+
+
+def rate(text: str) -> float:
+    return _positive(text, "a number")
+
+
+def _positive(text: str, what: str) -> float:
     try:
         v = float(text)
     except ValueError:
         v = -1.0
     if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}")
     return v
+
+
+def name_list(text: str) -> list[str]:
+    """``payments,orders`` (or ``*``) -> the namespace names, each checked."""
+    out = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in out if s != "*" and not _NAMESPACE.fullmatch(s)]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"not a namespace name: {', '.join(bad) or text!r} "
+                                         "(names match [a-z0-9][a-z0-9_-]{0,62}, or '*' for every one)")
+    return out
 
 
 def status_list(text: str) -> list[str]:

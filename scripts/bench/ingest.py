@@ -28,6 +28,13 @@ figure has a ceiling beside it:
   lmdb, ``--batch`` per transaction, with the task store's durability (``sync=True,
   metasync=False``), one put per task and no index: the storage ceiling of batch ingest on this disk, before Raft and replication.
 
+``--keys``: what API keys cost. Two 3-node clusters, both up throughout, each mode run against one
+then the other: keys off (no ``http.auth_token``: the nodes are open, no request carries a key) and
+keys on (a bootstrap token; an admin makes namespace ``bench`` and a ``writer`` key of it, and the
+load runs with that key and ``namespace="bench"``, so every request is admitted by key and checked
+against its namespace). Its summary line gives each mode's creates per second and leader CPU per create both
+ways, and the ratios ``{mode}_keys_on_vs_off`` (rate) and ``{mode}_leader_cpu_on_vs_off``.
+
 ``BENCH_NODE_CONF='{"raft": {...}}'`` (JSON) is merged into every node's config, for experiments.
 
 Prints one line per mode, ``ingest: mode=single creates_per_s=... target=cluster ... vs_hello=...``
@@ -354,6 +361,73 @@ def references(
     return out
 
 
+def start_cluster(root: Path, token: str | None = None) -> tuple[Cluster, int, list[str]]:
+    """A 3-node task cluster under ``root`` (``token``: its ``http.auth_token``); its leader's PID and URLs."""
+    extra: dict[str, object] = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
+    if token is not None:
+        extra["http"] = {"auth_token": token}
+    if os.environ.get("BENCH_NODE_CONF"):  # JSON merged into every node's config, for experiments
+        extra.update(json.loads(os.environ["BENCH_NODE_CONF"]))
+    cluster = Cluster(root, 3, extra=extra, state_machine="tasks")
+    cluster.start()
+    leader = cluster.leader(timeout=30)
+    urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
+    print(f"started a 3-node cluster (task state machine, scheduler, every commit fsync'd"
+          f"{', keys on' if token else ''}): leader {leader.node_id} pid={leader.pid}, urls {','.join(urls)}")
+    return cluster, leader.pid, urls
+
+
+def keys_run(args: argparse.Namespace, modes: list[str]) -> int:
+    """``--keys``: each mode against a cluster with keys off, then against one with a writer key."""
+    summary: dict[str, str] = {"target": "cluster", "keys": "compared"}
+    runs: dict[tuple[str, str], Run] = {}
+    clusters: list[Cluster] = []
+    with tempfile.TemporaryDirectory(prefix="molens-ingest-keys-") as tmp:
+        try:
+            sides: dict[str, tuple[MolensClient, Cluster, int, str | None]] = {}
+            for keys in ("off", "on"):
+                bootstrap = os.urandom(16).hex() if keys == "on" else None
+                cluster, leader_pid, urls = start_cluster(Path(tmp) / keys, bootstrap)
+                clusters.append(cluster)
+                token, namespace = None, None
+                if bootstrap is not None:
+                    with MolensClient(urls, token=bootstrap) as admin:
+                        admin.create_namespace("bench")
+                        token = admin.create_api_key("bench-writer", role="writer", namespaces=["bench"])["secret"]
+                        namespace = "bench"
+                client = MolensClient(urls, token=token, namespace=namespace,
+                                      pool_maxsize=max(args.threads, args.batch_threads))
+                client.create(_task(-1))  # warm up + leader discovery
+                sides[keys] = (client, cluster, leader_pid, bootstrap)
+            for mode in modes:  # in turn, both clusters up throughout: a load that comes and goes hits both
+                for keys, (client, cluster, leader_pid, bootstrap) in sides.items():
+                    args.node_urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
+                    args.token = bootstrap  # the nodes' thread CPU is read with the admin key
+                    r = runs[(mode, keys)] = measure(client, mode, args, [n.pid for n in cluster.nodes.values()],
+                                                     leader_pid)
+                    print(f"ingest: mode={mode} keys={keys} creates_per_s={r.rate:.0f} {r.what} "
+                          f"p50_ms={r.p50_ms:.2f} p99_ms={r.p99_ms:.2f} leader_cpu_us_per_create={r.leader_us:.1f} "
+                          f"server_cpu_us_per_create={r.server_us:.1f} load1={os.getloadavg()[0]:.1f} "
+                          f"steal_pct={r.steal:.0f}", flush=True)
+            for client, *_ in sides.values():
+                client.close()
+        finally:
+            for cluster in clusters:
+                cluster.kill_all()
+    for mode in modes:
+        off, on = runs[(mode, "off")], runs[(mode, "on")]
+        summary[f"{mode}_creates_per_s_keys_off"] = f"{off.rate:.0f}"
+        summary[f"{mode}_creates_per_s_keys_on"] = f"{on.rate:.0f}"
+        summary[f"{mode}_keys_on_vs_off"] = f"{on.rate / off.rate:.3f}"
+        summary[f"{mode}_leader_cpu_us_per_create_keys_off"] = f"{off.leader_us:.1f}"
+        summary[f"{mode}_leader_cpu_us_per_create_keys_on"] = f"{on.leader_us:.1f}"
+        summary[f"{mode}_leader_cpu_on_vs_off"] = f"{on.leader_us / off.leader_us:.3f}"
+    summary["load1"] = f"{os.getloadavg()[0]:.1f}"
+    summary["steal_pct_max"] = f"{max(r.steal for r in runs.values()):.0f}"
+    print("ingest: summary " + " ".join(f"{k}={v}" for k, v in summary.items()))
+    return 0
+
+
 def main() -> int:
     if len(sys.argv) == 6 and sys.argv[1] == "--hello-server":
         hello_server(int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])
@@ -375,7 +449,17 @@ def main() -> int:
         "--server-pids", default="", help="comma-separated PIDs of local cluster nodes: report their CPU per create"
     )
     ap.add_argument("--no-reference", action="store_true", help="skip the hello-world and lmdb references")
+    ap.add_argument("--keys", action="store_true",
+                    help="compare keys off (an open cluster) with a writer key of one namespace (a second cluster)")
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    for mode in modes:
+        if mode not in ("single", "batch", "batch_ids"):
+            raise SystemExit(f"unknown mode {mode!r}")
+    if args.keys:
+        if args.url or args.local:
+            raise SystemExit("--keys starts its own two clusters: give neither --url nor --local")
+        return keys_run(args, modes)
 
     proc = None
     tmp = None
@@ -393,27 +477,14 @@ def main() -> int:
               f"at {url} pid={proc.pid}")
     else:
         tmp = tempfile.TemporaryDirectory(prefix="molens-ingest-")
-        extra = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
-        if os.environ.get("BENCH_NODE_CONF"):  # JSON merged into every node's config, for experiments
-            extra.update(json.loads(os.environ["BENCH_NODE_CONF"]))
-        cluster = Cluster(Path(tmp.name) / "cluster", 3, extra=extra, state_machine="tasks")
-        cluster.start()
-        leader = cluster.leader(timeout=30)
-        leader_pid = leader.pid
-        urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
+        cluster, leader_pid, urls = start_cluster(Path(tmp.name) / "cluster")
         args.server_pids = ",".join(str(n.pid) for n in cluster.nodes.values())
         args.node_urls = urls
         target = "cluster"
-        print(f"started a 3-node cluster (task state machine, scheduler, every commit fsync'd): leader "
-              f"{leader.node_id} pid={leader_pid}, urls {','.join(urls)}")
     try:
         client = MolensClient(urls, token=args.token, pool_maxsize=max(args.threads, args.batch_threads))
         client.create(_task(-1))  # warm up + leader discovery
         pids = [proc.pid] if proc is not None else [int(p) for p in args.server_pids.split(",") if p]
-        modes = args.modes.split(",")
-        for mode in modes:
-            if mode not in ("single", "batch", "batch_ids"):
-                raise SystemExit(f"unknown mode {mode!r}")
         cpu = os.cpu_count()
         lines = []
         summary: dict[str, str] = {"target": target}

@@ -110,7 +110,7 @@ func (b *Batcher) Submit(ctx context.Context, r *TaskRequest) (*Pending, error) 
 		return nil, ErrBatcherClosed
 	}
 	b.track(1)
-	b.in <- batchItem{req: keyed(r), p: p} // the collector always receives: it never waits on us
+	b.in <- batchItem{req: b.c.keyed(r), p: p} // the collector always receives: it never waits on us
 	return p, nil
 }
 

@@ -28,6 +28,7 @@ type Client struct {
 	retryDeadline time.Duration
 	backoffBase   time.Duration
 	backoffMax    time.Duration
+	namespace     string
 
 	mu     sync.Mutex
 	target string
@@ -38,6 +39,12 @@ type Option func(*Client)
 
 // WithToken sends "Authorization: Bearer <token>" (the nodes' http.auth_token).
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithNamespace is the namespace of every create whose request names none, and the one lists
+// (tasks, executions, dead letters) and bulk dead-letter actions are limited to when their options
+// name none. Without it creates go to the server's "default" and lists show every namespace the
+// key may read.
+func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
 
 // WithHTTPClient replaces the http.Client (its CheckRedirect is overridden: the SDK follows 307 itself).
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
@@ -90,6 +97,9 @@ func NewClient(addrs []string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	if c.namespace != "" && !namespaceName.MatchString(c.namespace) {
+		return nil, fmt.Errorf("molens: namespace must match %s, got %q", namespaceName, c.namespace)
+	}
 	hc := *c.hc
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	c.hc = &hc
@@ -113,13 +123,25 @@ func NewIdempotencyKey() string {
 	return fmt.Sprintf("%012x%s", time.Now().UnixMilli()&0xffffffffffff, hex.EncodeToString(r[:]))
 }
 
-func keyed(r *TaskRequest) *TaskRequest {
+// keyed is a copy of r with an idempotency key, and the client's namespace when r names none.
+func (c *Client) keyed(r *TaskRequest) *TaskRequest {
 	cp := *r
 	if cp.IdempotencyKey == nil {
 		k := NewIdempotencyKey()
 		cp.IdempotencyKey = &k
 	}
+	if cp.Namespace == "" {
+		cp.Namespace = c.namespace
+	}
 	return &cp
+}
+
+// ns is the namespace a call acts in: its own, else the client's ("": the server decides).
+func (c *Client) ns(given string) string {
+	if given != "" {
+		return given
+	}
+	return c.namespace
 }
 
 // ------------------------------------------------------------------------------------------ tasks
@@ -129,7 +151,7 @@ func keyed(r *TaskRequest) *TaskRequest {
 // task is returned.
 func (c *Client) CreateTask(ctx context.Context, r *TaskRequest) (*Task, error) {
 	var t Task
-	if err := c.do(ctx, "POST", "/api/v1/tasks", nil, keyed(r), true, &t); err != nil {
+	if err := c.do(ctx, "POST", "/api/v1/tasks", nil, c.keyed(r), true, &t); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -159,7 +181,7 @@ func (c *Client) CreateTaskIDs(ctx context.Context, rs []*TaskRequest) ([]string
 func (c *Client) createAll(ctx context.Context, rs []*TaskRequest, minimal bool) ([]*Task, error) {
 	bodies := make([]*TaskRequest, len(rs))
 	for i, r := range rs {
-		bodies[i] = keyed(r)
+		bodies[i] = c.keyed(r)
 	}
 	out := make([]*Task, 0, len(rs))
 	for i := 0; i < len(bodies); i += 1000 {
@@ -324,6 +346,7 @@ func (c *Client) ListTasks(ctx context.Context, o ListOptions) (*TaskList, error
 	setStr(q, "type", o.Type)
 	setStr(q, "scene", o.Scene)
 	setStr(q, "url", o.URL)
+	setStr(q, "namespace", c.ns(o.Namespace))
 	setInt(q, "limit", int64(o.Limit))
 	setStr(q, "cursor", o.Cursor)
 	var page TaskList
@@ -370,14 +393,14 @@ func eachPage[T any](cursor string, page func(cursor string) ([]T, *string, erro
 
 // TaskExecutions returns one page of a task's executions, newest first.
 func (c *Client) TaskExecutions(ctx context.Context, taskID string, o ExecutionOptions) (*ExecutionList, error) {
-	o.TaskID = ""
-	return c.executions(ctx, "/api/v1/tasks/"+url.PathEscape(taskID)+"/executions", o)
+	o.TaskID, o.Namespace = "", ""
+	return c.executions(ctx, "/api/v1/tasks/"+url.PathEscape(taskID)+"/executions", o, false)
 }
 
 // Executions returns one page of every execution on the answering node's replica, newest first
 // (only one task's with TaskID).
 func (c *Client) Executions(ctx context.Context, o ExecutionOptions) (*ExecutionList, error) {
-	return c.executions(ctx, "/api/v1/executions", o)
+	return c.executions(ctx, "/api/v1/executions", o, true)
 }
 
 // EachExecution calls fn for every matching execution (of o.TaskID's task when set), following cursors.
@@ -392,9 +415,14 @@ func (c *Client) EachExecution(ctx context.Context, o ExecutionOptions, fn func(
 	}, fn)
 }
 
-func (c *Client) executions(ctx context.Context, path string, o ExecutionOptions) (*ExecutionList, error) {
+// executions is a page of executions; namespaced: of the call's (else the client's) namespace
+// (a task's executions are its own namespace's).
+func (c *Client) executions(ctx context.Context, path string, o ExecutionOptions, namespaced bool) (*ExecutionList, error) {
 	q := url.Values{}
 	setStr(q, "task_id", o.TaskID)
+	if namespaced {
+		setStr(q, "namespace", c.ns(o.Namespace))
+	}
 	setStr(q, "result", o.Result)
 	setInt(q, "since", o.Since)
 	setInt(q, "until", o.Until)
@@ -504,6 +532,17 @@ func getJSON[T any](ctx context.Context, c *Client, path string, q url.Values) (
 		return nil, err
 	}
 	return &v, nil
+}
+
+// listItems is the items of a list the API answers whole ({"items": [...], "next_cursor": null}).
+func listItems[T any](ctx context.Context, c *Client, path string) ([]T, error) {
+	l, err := getJSON[struct {
+		Items []T `json:"items"`
+	}](ctx, c, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
 }
 
 func setStr(q url.Values, k, v string) {
@@ -715,6 +754,9 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		}
 		if status >= 400 {
 			e := parseError(status, raw)
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && status == 429 {
+				e.RetryAfter = time.Duration(s) * time.Second
+			}
 			if unknown && (status == 404 || status == 409 || status == 412) && method != "GET" {
 				return &OutcomeUnknownError{Op: op, Err: fmt.Errorf("answered %d after a lost response (%v); the first attempt may have been applied", status, lastErr)}
 			}

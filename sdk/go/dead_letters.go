@@ -53,6 +53,8 @@ type DeadLetterOptions struct {
 	Until  int64 // at <= Until
 	Limit  int   // page size 1..1000 (server default 100)
 	Cursor string
+	// Namespace: that namespace's alone ("": the client's WithNamespace, else every one the key reads).
+	Namespace string
 }
 
 // DeadLetterFilter selects the dead letters of RedriveDeadLetters and DeleteDeadLetters. Zero
@@ -65,6 +67,8 @@ type DeadLetterFilter struct {
 	Since  int64          `json:"since,omitempty"`
 	Until  int64          `json:"until,omitempty"`
 	Limit  int            `json:"limit,omitempty"`
+	// Namespace: that namespace's alone ("": the client's WithNamespace, else every one the key may change).
+	Namespace string `json:"namespace,omitempty"`
 	// DeleteDeadLetters only: with no other filter, delete every dead letter (without it an empty
 	// filter is refused).
 	All bool `json:"-"`
@@ -103,6 +107,7 @@ func (c *Client) ListDeadLetters(ctx context.Context, o DeadLetterOptions) (*Dea
 	setInt(q, "until", o.Until)
 	setInt(q, "limit", int64(o.Limit))
 	setStr(q, "cursor", o.Cursor)
+	setStr(q, "namespace", c.ns(o.Namespace))
 	return getJSON[DeadLetterList](ctx, c, "/api/v1/dead-letters", q)
 }
 
@@ -140,6 +145,7 @@ func (c *Client) RedriveDeadLetter(ctx context.Context, id string) (*DeadLetter,
 // the result has More. Not retried after an unknown outcome. f.All is not used.
 func (c *Client) RedriveDeadLetters(ctx context.Context, f DeadLetterFilter) (*BulkResult, error) {
 	var r BulkResult
+	f.Namespace = c.ns(f.Namespace)
 	if err := c.do(ctx, "POST", "/api/v1/dead-letters/redrive", nil, f, false, &r); err != nil {
 		return nil, err
 	}
@@ -161,6 +167,7 @@ func (c *Client) DeleteDeadLetters(ctx context.Context, f DeadLetterFilter) (*Bu
 	setInt(q, "since", f.Since)
 	setInt(q, "until", f.Until)
 	setInt(q, "limit", int64(f.Limit))
+	setStr(q, "namespace", c.ns(f.Namespace))
 	if f.All {
 		q.Set("all", "true")
 	}

@@ -3,13 +3,14 @@ package molens
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // APIError is an error answer of the API: {"error": {"code", "message", "field"}}.
 //
-//	400 invalid_argument (Field names the culprit), 401 unauthorized, 404 not_found,
+//	400 invalid_argument (Field names the culprit), 401 unauthorized, 403 forbidden, 404 not_found,
 //	409 illegal_transition, 412 precondition_failed (UpdateTask), 413 payload_too_large/body_too_large,
-//	415 unsupported_media_type,
+//	415 unsupported_media_type, 429 quota_exceeded (Quota names it)/too_many_requests (RetryAfter: when to try again),
 //	503 no_leader/outcome_unknown/unavailable (after every retry).
 //
 // A rejected batch (400, nothing created) has ItemErrors: the error of each bad item by index.
@@ -19,6 +20,8 @@ type APIError struct {
 	Message    string
 	Field      string
 	ItemErrors map[int]*APIError
+	Quota      string        // 429 quota_exceeded: the namespace's quota that refused the request
+	RetryAfter time.Duration // 429: the answer's Retry-After (0 when it had none)
 }
 
 func (e *APIError) Error() string {
@@ -79,6 +82,17 @@ func IsBadRequest(err error) bool {
 // IsUnauthorized reports a 401 (missing or wrong token).
 func IsUnauthorized(err error) bool { return hasStatus(err, 401) }
 
+// IsForbidden reports a 403: the key's role may not do this (a reader's write, an admin route), or
+// the request names a namespace outside the key's.
+func IsForbidden(err error) bool { return hasStatus(err, 403) }
+
+// IsQuotaExceeded reports a 429 quota_exceeded: a namespace's quota refused the request whole
+// (nothing was created); the *APIError's Quota names it and RetryAfter says when to try again.
+func IsQuotaExceeded(err error) bool {
+	var e *APIError
+	return errors.As(err, &e) && e.Status == 429 && e.Code == "quota_exceeded"
+}
+
 // IsUnavailable reports a 503 that outlasted every retry.
 func IsUnavailable(err error) bool { return hasStatus(err, 503) }
 
@@ -86,6 +100,7 @@ type errorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field"`
+	Quota   string `json:"quota"`
 }
 
 type errorEnvelope struct {
@@ -94,5 +109,5 @@ type errorEnvelope struct {
 }
 
 func (b errorBody) apiError(status int) *APIError {
-	return &APIError{Status: status, Code: b.Code, Message: b.Message, Field: b.Field}
+	return &APIError{Status: status, Code: b.Code, Message: b.Message, Field: b.Field, Quota: b.Quota}
 }

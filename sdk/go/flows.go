@@ -38,20 +38,12 @@ type Flow struct {
 	EffectiveRatePerS *float64 `json:"effective_rate_per_s"`
 }
 
-type flowList struct {
-	Items []Flow `json:"items"`
-}
-
 func flowPath(key string) string { return "/api/v1/flows/" + url.PathEscape(key) }
 
 // ListFlows is every flow with settings and every flow the leader let a fire go for in the last
 // minute (or holds fires of), by key.
 func (c *Client) ListFlows(ctx context.Context) ([]Flow, error) {
-	l, err := getJSON[flowList](ctx, c, "/api/v1/flows", nil)
-	if err != nil {
-		return nil, err
-	}
-	return l.Items, nil
+	return listItems[Flow](ctx, c, "/api/v1/flows")
 }
 
 // GetFlow is one flow (IsNotFound when it has no settings and nothing in flight, held or throttled).

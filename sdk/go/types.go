@@ -31,6 +31,8 @@ type TaskRequest struct {
 	Catchup         *Catchup `json:"catchup,omitempty"`
 	CatchupWindowMs *int64   `json:"catchup_window_ms,omitempty"`
 	Overlap         *Overlap `json:"overlap,omitempty"`
+	// The task's namespace ("": the client's WithNamespace, else the server's "default").
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // NewTaskRequest starts a request of type "delayed" or "periodic" calling callbackURL.
@@ -46,6 +48,7 @@ func (r *TaskRequest) SetAckURL(v string) *TaskRequest         { r.AckURL = &v; 
 func (r *TaskRequest) SetAckDelayMs(v int64) *TaskRequest      { r.AckDelayMs = &v; return r }
 func (r *TaskRequest) SetPayload(v interface{}) *TaskRequest   { r.Payload = v; return r }
 func (r *TaskRequest) SetScene(v string) *TaskRequest          { r.Scene = &v; return r }
+func (r *TaskRequest) SetNamespace(v string) *TaskRequest      { r.Namespace = v; return r }
 func (r *TaskRequest) SetTimeoutMs(v int64) *TaskRequest       { r.TimeoutMs = &v; return r }
 func (r *TaskRequest) SetMaxRetries(v int64) *TaskRequest      { r.MaxRetries = &v; return r }
 func (r *TaskRequest) SetMaxFails(v int64) *TaskRequest        { r.MaxFails = &v; return r }
@@ -185,6 +188,7 @@ type Task struct {
 	LastExecutionResult *string         `json:"last_execution_result"` // the latest response's first 512 bytes
 	LastFireAt          *int64          `json:"last_fire_at"`
 	Version             int64           `json:"version"`
+	Namespace           string          `json:"namespace"`
 }
 
 // Backfill is the answer of BackfillTask: how many occurrences the backfill fires, the first and
@@ -235,6 +239,8 @@ type ListOptions struct {
 	URL    string // case-insensitive substring of callback_url
 	Limit  int    // page size 1..1000 (server default 100)
 	Cursor string
+	// Namespace: that namespace's tasks alone ("": the client's WithNamespace, else every one the key reads).
+	Namespace string
 }
 
 // ExecutionOptions filters Executions and TaskExecutions. Zero values are left out.
@@ -245,6 +251,8 @@ type ExecutionOptions struct {
 	Until  int64 // finished_at < Until
 	Limit  int
 	Cursor string
+	// Executions only: that namespace's alone ("": the client's WithNamespace, else every one the key reads).
+	Namespace string
 }
 
 // LeaderInfo is GET /api/v1/cluster/leader.

@@ -16,14 +16,18 @@ from molens.client import (
     BadRequestError,
     ConflictError,
     DeadLetterKind,
+    ForbiddenError,
     MolensClient,
+    QuotaExceededError,
     ResumeFrom,
+    Role,
     TaskNotFoundError,
+    UnauthorizedError,
 )
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import wait_serving
+from .rest import one_task_node, wait_serving
 
 pytestmark = pytest.mark.integration
 
@@ -189,3 +193,78 @@ def test_both_json_codecs_create_read_and_map_errors_alike(
         assert set(rejected.value.item_errors) == {1}
         with pytest.raises(TaskNotFoundError):
             c.get("01M8MABE0SEAD6S92SY1NA2EWB")
+
+
+ADMIN_TOKEN = "client-admin-s3cret"
+
+
+@pytest.fixture(scope="module")
+def keyed_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
+    with one_task_node(tmp_path_factory.mktemp("client-keys"), {"http": {"auth_token": ADMIN_TOKEN}}) as n:
+        yield n
+
+
+def _task(**fields: Any) -> dict[str, Any]:
+    return {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/hook", **fields}
+
+
+def test_an_admin_makes_a_namespace_and_a_writer_key_whose_client_creates_and_lists_in_it(
+    keyed_node: NodeProc,
+) -> None:
+    with MolensClient([keyed_node.http_url], ADMIN_TOKEN) as admin:
+        ns = admin.create_namespace("payments", quotas={"max_pending_tasks": 100})
+        assert ns["name"] == "payments" and ns["quotas"]["max_pending_tasks"] == 100
+        assert [n["name"] for n in admin.namespaces()][:1] == ["default"]
+        assert "payments" in [n["name"] for n in admin.namespaces()]
+        assert admin.update_namespace("payments", quotas={"max_pending_tasks": 50})["quotas"]["max_pending_tasks"] == 50
+        key = admin.create_api_key("billing-ci", role=Role.WRITER, namespaces=["payments"])
+        assert key["secret"] and key["role"] == "writer" and key["namespaces"] == ["payments"]
+        shown = admin.get_api_key(key["id"])
+        assert "secret" not in shown and shown["name"] == "billing-ci"
+        assert all("secret" not in k for k in admin.api_keys())
+        assert key["id"] in [k["id"] for k in admin.api_keys()]
+        in_default = admin.create(_task())
+
+    with MolensClient([keyed_node.http_url], key["secret"], namespace="payments") as writer:
+        one = writer.create(_task())
+        two, three = writer.create_many([_task(), _task()])
+        assert {one["namespace"], two["namespace"], three["namespace"]} == {"payments"}
+        listed = {t["id"] for t in writer.list()}
+        assert listed == {one["id"], two["id"], three["id"]}
+        with pytest.raises(ForbiddenError):  # a namespace outside the key's
+            writer.create(_task(), namespace="default")
+        with pytest.raises(ForbiddenError):
+            list(writer.list(namespace="default"))
+        with pytest.raises(TaskNotFoundError):  # another namespace's task is as good as missing
+            writer.get(in_default["id"])
+        with pytest.raises(ForbiddenError):  # admin routes need an admin key
+            writer.api_keys()
+
+    with MolensClient([keyed_node.http_url], ADMIN_TOKEN) as admin:
+        assert {t["id"] for t in admin.list(namespace="payments")} == {one["id"], two["id"], three["id"]}
+        assert in_default["id"] in {t["id"] for t in admin.list(namespace="default")}
+        with pytest.raises(ConflictError):  # it still holds tasks
+            admin.delete_namespace("payments")
+        admin.delete_api_key(key["id"])
+        with pytest.raises(TaskNotFoundError):
+            admin.get_api_key(key["id"])
+    with MolensClient([keyed_node.http_url], key["secret"]) as revoked, pytest.raises(UnauthorizedError):
+        revoked.get(one["id"])
+
+
+def test_a_reader_keys_write_is_refused_with_forbidden_and_a_quota_with_quota_exceeded(keyed_node: NodeProc) -> None:
+    with MolensClient([keyed_node.http_url], ADMIN_TOKEN) as admin:
+        admin.create_namespace("tight", quotas={"max_pending_tasks": 1})
+        reader = admin.create_api_key("dashboards", role="reader", namespaces=["tight"])
+        with MolensClient([keyed_node.http_url], reader["secret"], namespace="tight") as r:
+            with pytest.raises(ForbiddenError) as refused:
+                r.create(_task())
+            assert refused.value.status == 403 and refused.value.code == "forbidden"
+            assert list(r.list()) == []
+        first = admin.create(_task(namespace="tight"))
+        assert first["namespace"] == "tight"
+        with pytest.raises(QuotaExceededError) as over:
+            admin.create_many([_task()], namespace="tight")
+        assert over.value.status == 429 and over.value.quota == "max_pending_tasks"
+        assert over.value.retry_after_s is not None and over.value.retry_after_s >= 1
+        assert [t["id"] for t in admin.list(namespace="tight")] == [first["id"]]

@@ -337,6 +337,51 @@ def test_the_token_comes_from_the_environment_or_a_file(make_cluster: Any, tmp_p
     fails(url, 2, "tasks", "list", "--token-file", str(tmp_path / "missing"))
 
 
+def _as(url: str, token: str, *args: str, namespace: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``molens ARGS`` with ``MOLENS_TOKEN`` (and ``MOLENS_NAMESPACE``) from the environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOLENS_")}
+    env.update({"MOLENS_URL": url, "MOLENS_TOKEN": token, **({"MOLENS_NAMESPACE": namespace} if namespace else {})})
+    return subprocess.run([sys.executable, "-m", "molens.ops_cli", *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=60)
+
+
+def test_namespace_and_key_commands_and_the_namespace_option(make_cluster: Any) -> None:
+    admin = "cli-admin-s3cret"
+    c: Cluster = make_cluster(1, extra={"http": {"auth_token": admin}}, state_machine="tasks")
+    url = c.leader().http_url
+    made = json.loads(_as(url, admin, "namespaces", "create", "payments", "--creates-per-s", "100", "--json").stdout)
+    assert made["name"] == "payments" and made["quotas"]["creates_per_s"] == 100
+    listed = _as(url, admin, "namespaces", "list")
+    assert [r[0] for r in rows(listed.stdout)] == ["default", "payments"]
+    assert json.loads(_as(url, admin, "namespaces", "get", "payments", "--json").stdout)["name"] == "payments"
+
+    created = _as(url, admin, "keys", "create", "billing-ci", "--role", "writer", "--namespaces", "payments", "--json")
+    assert created.returncode == 0, created.stderr
+    key = json.loads(created.stdout)
+    assert key["secret"] and key["namespaces"] == ["payments"] and "shown only this once" in created.stderr
+    shown = _as(url, admin, "keys", "list")
+    assert key["id"] in shown.stdout and key["secret"] not in shown.stdout
+    assert "secret" not in json.loads(_as(url, admin, "keys", "get", key["id"], "--json").stdout)
+
+    t = json.loads(_as(url, key["secret"], "tasks", "create", "--type", "delayed", "--interval", "1h",
+                       "--callback", "http://127.0.0.1:9/hook", "--json", namespace="payments").stdout)
+    assert t["namespace"] == "payments"
+    mine = json.loads(_as(url, key["secret"], "tasks", "list", "--json", "--namespace", "payments").stdout)
+    assert [x["id"] for x in mine] == [t["id"]]
+    assert json.loads(_as(url, admin, "--namespace", "default", "tasks", "list", "--json").stdout) == []
+    refused = _as(url, key["secret"], "tasks", "list", "--namespace", "default")
+    assert refused.returncode == 1 and "403 forbidden" in refused.stderr
+    refused = _as(url, key["secret"], "keys", "list")
+    assert refused.returncode == 1 and "403 forbidden" in refused.stderr
+    assert _as(url, admin, "namespaces", "delete", "payments").returncode == 1  # it still holds a task
+
+    assert _as(url, admin, "keys", "delete", key["id"]).returncode == 0
+    gone = _as(url, key["secret"], "tasks", "list")
+    assert gone.returncode == 1 and "401 unauthorized" in gone.stderr
+    bad = _as(url, admin, "keys", "create", "x", "--role", "writer", "--namespaces", "Not Valid")
+    assert bad.returncode == 2
+
+
 def test_flow_and_cluster_commands(cluster: Cluster) -> None:
     key = "cli.example.com:443"
     put = js(cluster, "flows", "put", key, "--rate-per-s", "20", "--concurrency", "3")

@@ -28,7 +28,7 @@ def test_java_sdk_builds_for_jdk8_and_passes_its_tests_against_a_real_node_and_a
         out = run_runner([str(SDK / "build.sh"), "test"], SDK, {**env, **env_build}, 280)
     m = re.search(r"^OK \((\d+) tests\)$", out, re.MULTILINE)
     assert m, f"JUnit did not report OK:\n{out[-5000:]}"
-    assert int(m.group(1)) >= 21, out[-2000:]  # FlowsTest, DeadLettersTest and the task-fields test included
+    assert int(m.group(1)) >= 24, out[-2000:]  # FlowsTest, DeadLettersTest, TenancyTest and the task-fields test included
     assert "tasks, each exactly once" in out
     with zipfile.ZipFile(tmp_path / "build" / "molens-client.jar") as jar:
         head = jar.read("dev/molens/client/MolensClient.class")[:8]

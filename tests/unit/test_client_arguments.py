@@ -68,6 +68,15 @@ BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
     ("order", lambda c: c.list(order="newest")),
     ("consistency", lambda c: c.get(TID, consistency="strong")),
     ("to", lambda c: c.transfer_leader("")),
+    ("namespace", lambda c: c.list(namespace="../keys")),
+    ("namespace", lambda c: c.create_many([], namespace="Payments")),
+    ("namespace", lambda c: c.dead_letters(namespace="")),
+    ("name", lambda c: c.get_namespace("a/b")),
+    ("name", lambda c: c.create_namespace("-leading-dash")),
+    ("role", lambda c: c.create_api_key("ci", role="owner", namespaces=["payments"])),
+    ("namespaces", lambda c: c.create_api_key("ci", role="writer", namespaces="payments")),
+    ("namespaces", lambda c: c.create_api_key("ci", role="writer", namespaces=[])),
+    ("key_id", lambda c: c.delete_api_key("")),
 ]
 
 
@@ -81,6 +90,7 @@ BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
         ("timeout", lambda: MolensClient("http://127.0.0.1:1", timeout=-1)),
         ("retry_deadline_s", lambda: MolensClient("http://127.0.0.1:1", retry_deadline_s=0)),
         ("max_attempts", lambda: MolensClient("http://127.0.0.1:1", max_attempts=0)),
+        ("namespace", lambda: MolensClient("http://127.0.0.1:1", namespace="Not Valid")),
         ("max_pending", lambda: BatchingClient(MolensClient("http://127.0.0.1:1"), max_pending=0)),  # submit hung
     ],
 )
@@ -95,6 +105,38 @@ def test_a_bad_argument_is_a_value_error_naming_it_before_any_request(
 ) -> None:
     with pytest.raises(ValueError, match=name):
         call(client)
+
+
+def test_the_clients_namespace_goes_on_creates_and_lists_and_a_calls_own_wins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[tuple[str, str, Any]] = []
+
+    def record(method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, dict[str, Any]]:
+        sent.append((method, path, body))
+        items = [{"id": str(i)} for i in range(len(body["tasks"]))] if body and "tasks" in body else []
+        return 200, {"id": "t", "items": items, "next_cursor": None}
+
+    c = MolensClient("http://127.0.0.1:1", namespace="payments")
+    monkeypatch.setattr(c, "_request", record)
+    c.create(type="delayed")
+    c.create(type="delayed", namespace="orders")
+    c.create_many([{"type": "delayed"}, {"type": "delayed", "namespace": "orders"}], namespace="audit")
+    list(c.list())
+    list(c.dead_letters(namespace="orders"))
+    list(c.executions("t"))
+    c.redrive_matching()
+    bodies = [b for _, _, b in sent]
+    assert bodies[0]["namespace"] == "payments" and bodies[1]["namespace"] == "orders"
+    assert [t["namespace"] for t in bodies[2]["tasks"]] == ["audit", "orders"]
+    assert sent[3][1].endswith("namespace=payments") and "namespace=orders" in sent[4][1]
+    assert "namespace" not in sent[5][1]  # a task's executions are its own namespace's
+    assert bodies[6] == {"namespace": "payments"}
+    plain = MolensClient("http://127.0.0.1:1")
+    monkeypatch.setattr(plain, "_request", record)
+    plain.create(type="delayed")
+    list(plain.list())
+    assert "namespace" not in sent[7][2] and "namespace" not in sent[8][1]
 
 
 def test_the_client_closed_sets_are_the_servers() -> None:

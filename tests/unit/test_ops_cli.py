@@ -14,7 +14,8 @@ from enum import StrEnum
 
 import pytest
 
-from molens import schema
+from molens import client, schema
+from molens.fsm import tenancy
 from molens.ops_cli import completion, parser, values
 from molens.ops_cli.render import Mode, Printer, col, when
 
@@ -23,9 +24,14 @@ from molens.ops_cli.render import Mode, Printer, col, when
     (values.TASK_TYPES, schema.TaskType), (values.STATUSES, schema.Status),
     (values.RELIABILITIES, schema.Reliability), (values.CATCHUPS, schema.CatchUp), (values.OVERLAPS, schema.Overlap),
     (values.DEAD_LETTER_KINDS, schema.DeadLetterKind), (values.EXECUTION_RESULTS, schema.ExecutionResult),
+    (values.ROLES, tenancy.Role), (tuple(client.Role), tenancy.Role),
 ])
 def test_the_cli_offers_exactly_the_words_the_api_takes(words: tuple[str, ...], enum: type[StrEnum]) -> None:
     assert set(words) == {e.value for e in enum}
+
+
+def test_the_cli_and_the_sdk_take_the_namespace_names_the_api_takes() -> None:
+    assert f"^{values._NAMESPACE.pattern}$" == schema.NAMESPACE_PATTERN == f"^{client._NAMESPACE.pattern}$"
 
 
 def test_durations_and_instants_read_as_documented() -> None:
@@ -84,8 +90,9 @@ def _bash(script: str, words: list[str]) -> list[str]:
 
 def test_bash_completion_completes_commands_options_and_their_words() -> None:
     s = completion.script(parser.build(), "bash")
-    assert _bash(s, ["molens", ""]) == ["tasks", "executions", "dead-letters", "flows", "cluster", "watch",
-                                        "completion"]
+    assert _bash(s, ["molens", ""]) == ["tasks", "executions", "dead-letters", "flows", "namespaces", "keys",
+                                        "cluster", "watch", "completion"]
+    assert _bash(s, ["molens", "keys", "create", "ci", "--role", "w"]) == ["writer"]
     assert _bash(s, ["molens", "tasks", "pa"]) == ["patch", "pause"]
     assert _bash(s, ["molens", "--json", "dead-letters", "re"]) == ["redrive"]
     assert _bash(s, ["molens", "tasks", "pause", "--dr"]) == ["--dry-run"]

@@ -5,9 +5,11 @@ import java.util.Map;
 
 /**
  * The API answered {@code {"error": {"code", "message", "field"}}}: 400 {@code invalid_argument}
- * ({@link #getField()} names the culprit), 401 {@code unauthorized}, 404 {@code not_found}
+ * ({@link #getField()} names the culprit), 401 {@code unauthorized}, 403 {@code forbidden}
+ * ({@link ForbiddenException}), 404 {@code not_found}
  * ({@link NotFoundException}), 409 {@code illegal_transition} ({@link ConflictException}), 412
- * {@code precondition_failed} ({@link PreconditionFailedException}), 413, 415, or 503 after every
+ * {@code precondition_failed} ({@link PreconditionFailedException}), 413, 415, 429
+ * ({@link TooManyRequestsException}, {@link QuotaExceededException}), or 503 after every
  * retry. A rejected batch (nothing was created) carries {@link #getItemErrors()}: each bad item's
  * error by its index.
  */
@@ -46,6 +48,8 @@ public class ApiException extends MolensException {
     public boolean isBadRequest() { return status == 400 || status == 413 || status == 415; }
 
     public boolean isUnauthorized() { return status == 401; }
+
+    public boolean isForbidden() { return status == 403; }
 
     public boolean isUnavailable() { return status == 503; }
 }

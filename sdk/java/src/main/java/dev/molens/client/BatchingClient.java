@@ -86,7 +86,7 @@ public final class BatchingClient implements AutoCloseable {
 
     /** Queues one task (a copy of r) for creation; the future completes with the created task (idsOnly: its id alone). */
     public CompletableFuture<Task> submit(TaskRequest r) {
-        Item it = new Item(MolensClient.keyed(r));
+        Item it = new Item(client.keyed(r));
         slots.acquireUninterruptibly();
         synchronized (this) {
             if (closing) {

@@ -12,6 +12,7 @@ public final class DeadLetterFilter {
     Long until;
     Integer limit;
     boolean all;
+    String namespace;
 
     public DeadLetterFilter setTaskId(String v) { taskId = v; return this; }
     public DeadLetterFilter setFlow(String v) { flow = v; return this; }
@@ -21,4 +22,6 @@ public final class DeadLetterFilter {
     public DeadLetterFilter setLimit(Integer v) { limit = v; return this; }
     /** {@link MolensClient#deleteDeadLetters} only: with no other filter, every dead letter (an empty filter is refused). */
     public DeadLetterFilter setAll(boolean v) { all = v; return this; }
+    /** That namespace's alone (unset: the client's {@link MolensClient.Builder#namespace}, else every one the key may change). */
+    public DeadLetterFilter setNamespace(String v) { namespace = v; return this; }
 }

@@ -9,6 +9,7 @@ public final class DeadLetterOptions {
     Long until;
     Integer limit;
     String cursor;
+    String namespace;
 
     /** One task's (in id order rather than newest first). */
     public DeadLetterOptions setTaskId(String v) { taskId = v; return this; }
@@ -21,4 +22,6 @@ public final class DeadLetterOptions {
     /** Page size 1..1000 (server default 100). */
     public DeadLetterOptions setLimit(Integer v) { limit = v; return this; }
     public DeadLetterOptions setCursor(String v) { cursor = v; return this; }
+    /** That namespace's alone (unset: the client's {@link MolensClient.Builder#namespace}, else every one the key reads). */
+    public DeadLetterOptions setNamespace(String v) { namespace = v; return this; }
 }

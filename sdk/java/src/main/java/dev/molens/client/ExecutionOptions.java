@@ -8,6 +8,7 @@ public final class ExecutionOptions {
     Long until;
     Integer limit;
     String cursor;
+    String namespace;
 
     /** {@link MolensClient#executions} only: one task's. */
     public ExecutionOptions setTaskId(String v) { taskId = v; return this; }
@@ -18,4 +19,6 @@ public final class ExecutionOptions {
     public ExecutionOptions setUntil(Long v) { until = v; return this; }
     public ExecutionOptions setLimit(Integer v) { limit = v; return this; }
     public ExecutionOptions setCursor(String v) { cursor = v; return this; }
+    /** {@link MolensClient#executions} only: that namespace's alone (unset: the client's, else every one the key reads). */
+    public ExecutionOptions setNamespace(String v) { namespace = v; return this; }
 }

@@ -11,6 +11,7 @@ public final class ListOptions {
     String url;
     Integer limit;
     String cursor;
+    String namespace;
 
     /** Any of these statuses. */
     public ListOptions setStatus(String... v) { status = Arrays.asList(v); return this; }
@@ -22,4 +23,6 @@ public final class ListOptions {
     /** Page size 1..1000 (server default 100). */
     public ListOptions setLimit(Integer v) { limit = v; return this; }
     public ListOptions setCursor(String v) { cursor = v; return this; }
+    /** That namespace's alone (unset: the client's {@link MolensClient.Builder#namespace}, else every one the key reads). */
+    public ListOptions setNamespace(String v) { namespace = v; return this; }
 }

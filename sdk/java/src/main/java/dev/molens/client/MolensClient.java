@@ -79,6 +79,7 @@ public final class MolensClient implements AutoCloseable {
     private final long retryDeadlineMs;
     private final long backoffBaseMs;
     private final long backoffMaxMs;
+    private final String namespace;
     private volatile String target;
 
     /** Options of a client; {@link #build()} makes it. */
@@ -91,8 +92,16 @@ public final class MolensClient implements AutoCloseable {
         private long retryDeadlineMs = 30000;
         private long backoffBaseMs = 50;
         private long backoffMaxMs = 2000;
+        private String namespace;
 
         Builder(List<String> addrs) { this.addrs = addrs; }
+
+        /**
+         * The namespace of every create whose request names none, and the one lists (tasks, executions,
+         * dead letters) and bulk dead-letter actions are limited to when their options name none. Unset:
+         * creates go to the server's {@code default}, lists show every namespace the key may read.
+         */
+        public Builder namespace(String v) { namespace = v; return this; }
 
         /** Sends {@code Authorization: Bearer <token>} (the nodes' http.auth_token). */
         public Builder token(String v) { token = v; return this; }
@@ -131,6 +140,7 @@ public final class MolensClient implements AutoCloseable {
         retryDeadlineMs = b.retryDeadlineMs;
         backoffBaseMs = b.backoffBaseMs;
         backoffMaxMs = b.backoffMaxMs;
+        namespace = b.namespace == null ? null : Tenancy.checkedName("namespace", b.namespace);
     }
 
     /** The node requests go to now (the leader, once discovered). */
@@ -155,13 +165,20 @@ public final class MolensClient implements AutoCloseable {
         return sb.toString();
     }
 
-    static TaskRequest keyed(TaskRequest r) {
+    /** A copy of r with an idempotency key, and the client's namespace when r names none. */
+    TaskRequest keyed(TaskRequest r) {
         TaskRequest c = r.copy();
         if (c.getIdempotencyKey() == null) {
             c.setIdempotencyKey(newIdempotencyKey());
         }
+        if (c.getNamespace() == null) {
+            c.setNamespace(namespace);
+        }
         return c;
     }
+
+    /** The namespace a call acts in: its own, else the client's (null: the server decides). */
+    private String ns(String given) { return given != null ? given : namespace; }
 
     // ------------------------------------------------------------------------------------- tasks
 
@@ -353,6 +370,7 @@ public final class MolensClient implements AutoCloseable {
         q.put("type", o.type);
         q.put("scene", o.scene);
         q.put("url", o.url);
+        q.put("namespace", ns(o.namespace));
         q.put("limit", o.limit);
         q.put("cursor", o.cursor);
         return call("GET", "/api/v1/tasks" + query(q), null, true, pageOf(Task.class));
@@ -375,6 +393,7 @@ public final class MolensClient implements AutoCloseable {
     private static ListOptions copy(ListOptions o) {
         ListOptions c = new ListOptions();
         c.status = o.status; c.type = o.type; c.scene = o.scene; c.url = o.url; c.limit = o.limit; c.cursor = o.cursor;
+        c.namespace = o.namespace;
         return c;
     }
 
@@ -394,6 +413,7 @@ public final class MolensClient implements AutoCloseable {
         Map<String, Object> q = new LinkedHashMap<String, Object>();
         if (withTask) {
             q.put("task_id", o.taskId);
+            q.put("namespace", ns(o.namespace));
         }
         q.put("result", o.result);
         q.put("since", o.since);
@@ -446,6 +466,7 @@ public final class MolensClient implements AutoCloseable {
         q.put("until", o.until);
         q.put("limit", o.limit);
         q.put("cursor", o.cursor);
+        q.put("namespace", ns(o.namespace));
         return call("GET", "/api/v1/dead-letters" + query(q), null, true, pageOf(DeadLetter.class));
     }
 
@@ -453,7 +474,7 @@ public final class MolensClient implements AutoCloseable {
     public List<DeadLetter> listAllDeadLetters(DeadLetterOptions o) {
         List<DeadLetter> out = new ArrayList<DeadLetter>();
         DeadLetterOptions cur = new DeadLetterOptions().setTaskId(o.taskId).setFlow(o.flow).setKind(o.kind).setSince(o.since)
-                .setUntil(o.until).setLimit(o.limit).setCursor(o.cursor);
+                .setUntil(o.until).setLimit(o.limit).setCursor(o.cursor).setNamespace(o.namespace);
         while (true) {
             Page<DeadLetter> p = listDeadLetters(cur);
             out.addAll(p.items);
@@ -487,6 +508,7 @@ public final class MolensClient implements AutoCloseable {
         body.put("since", f.since);
         body.put("until", f.until);
         body.put("limit", f.limit);
+        body.put("namespace", ns(f.namespace));
         body.values().removeAll(Collections.singleton(null));
         return call("POST", "/api/v1/dead-letters/redrive", body, false, type(BulkResult.class));
     }
@@ -504,10 +526,68 @@ public final class MolensClient implements AutoCloseable {
         q.put("until", f.until);
         q.put("limit", f.limit);
         q.put("all", f.all ? "true" : null);
+        q.put("namespace", ns(f.namespace));
         return call("DELETE", "/api/v1/dead-letters" + query(q), null, true, type(BulkResult.class));
     }
 
     private static String deadPath(String id) { return "/api/v1/dead-letters/" + enc(id); }
+
+    // ---------------------------------------------------------------------- namespaces and keys
+
+    /** The namespaces the key may read, {@code default} first. */
+    public List<Tenancy.Namespace> listNamespaces() {
+        return this.<Page<Tenancy.Namespace>>call("GET", "/api/v1/namespaces", null, true, pageOf(Tenancy.Namespace.class)).items;
+    }
+
+    /** One namespace; {@link NotFoundException} when it does not exist or lies outside the key's. */
+    public Tenancy.Namespace getNamespace(String name) { return get(namespacePath(name), Tenancy.Namespace.class); }
+
+    /** Admin: makes a namespace (null quotas: unlimited); {@link ConflictException} when it exists. */
+    public Tenancy.Namespace createNamespace(String name, Tenancy.Quotas quotas) {
+        Map<String, Object> body = new LinkedHashMap<String, Object>();
+        body.put("name", Tenancy.checkedName("name", name));
+        body.put("quotas", quotas);
+        return call("POST", "/api/v1/namespaces", body, true, type(Tenancy.Namespace.class));
+    }
+
+    /**
+     * Admin: replaces the namespace's quotas whole; {@link ConflictException} for {@code default}. Sent as
+     * {@code POST} with {@code X-HTTP-Method-Override: PATCH}, as {@link #update}.
+     */
+    public Tenancy.Namespace updateNamespace(String name, Tenancy.Quotas quotas) {
+        Map<String, Object> body = Collections.<String, Object>singletonMap("quotas", quotas != null ? quotas : new Tenancy.Quotas());
+        return call("POST", namespacePath(name), body, true, type(Tenancy.Namespace.class),
+                Collections.singletonMap("X-HTTP-Method-Override", "PATCH"));
+    }
+
+    /** Admin: deletes an empty namespace; {@link ConflictException} while it holds tasks, and for {@code default}. */
+    public void deleteNamespace(String name) { send("DELETE", namespacePath(name), null, true); }
+
+    /**
+     * Admin: makes an API key of {@code role} for {@code namespaces} (names, or {@code "*"} for every one).
+     * The answer's {@link Tenancy.ApiKey#secret} is shown this once: give it to a client as its
+     * {@link Builder#token}. Not re-sent after an unknown outcome (that would make two keys).
+     */
+    public Tenancy.ApiKey createApiKey(String name, Tenancy.Role role, List<String> namespaces) {
+        Map<String, Object> body = new LinkedHashMap<String, Object>();
+        body.put("name", name);
+        body.put("role", role);
+        body.put("namespaces", namespaces);
+        return call("POST", "/api/v1/keys", body, false, type(Tenancy.ApiKey.class));
+    }
+
+    /** Admin: every API key, oldest first, never a secret. */
+    public List<Tenancy.ApiKey> listApiKeys() {
+        return this.<Page<Tenancy.ApiKey>>call("GET", "/api/v1/keys", null, true, pageOf(Tenancy.ApiKey.class)).items;
+    }
+
+    /** Admin: one key, without its secret. */
+    public Tenancy.ApiKey getApiKey(String id) { return get("/api/v1/keys/" + enc(id), Tenancy.ApiKey.class); }
+
+    /** Admin: revokes a key on every node; {@link ConflictException} for {@code bootstrap}. */
+    public void deleteApiKey(String id) { send("DELETE", "/api/v1/keys/" + enc(id), null, true); }
+
+    private static String namespacePath(String name) { return "/api/v1/namespaces/" + Tenancy.checkedName("name", name); }
 
     // ------------------------------------------------------------------------- cluster and stats
 
@@ -830,6 +910,10 @@ public final class MolensClient implements AutoCloseable {
             }
             if (a.status >= 400) {
                 ApiException e = parseError(a.status, a.body);
+                String ra = a.header("Retry-After");
+                if (e instanceof TooManyRequestsException && ra != null && ra.matches("\\d{1,6}")) {
+                    ((TooManyRequestsException) e).retryAfterSeconds = Integer.valueOf(ra);
+                }
                 if (unknown && (a.status == 404 || a.status == 409 || a.status == 412) && !method.equals("GET")) {
                     throw new OutcomeUnknownException(op + ": answered " + a.status
                             + " after a lost response; the first attempt may have been applied", last);
@@ -866,12 +950,19 @@ public final class MolensClient implements AutoCloseable {
         JsonNode f = err.path("field");
         String code = err.path("code").asText("http_error");
         String message = err.path("message").asText("");
-        return typed(status, code, message, f.isTextual() ? f.asText() : null, items);
+        ApiException e = typed(status, code, message, f.isTextual() ? f.asText() : null, items);
+        if (e instanceof QuotaExceededException && err.path("quota").isTextual()) {
+            ((QuotaExceededException) e).quota = err.path("quota").asText();
+        }
+        return e;
     }
 
-    /** The {@link ApiException} subclass of the status: 404, 409 and 412 have their own. */
+    /** The {@link ApiException} subclass of the status: 403, 404, 409, 412 and 429 have their own. */
     private static ApiException typed(int status, String code, String message, String field, Map<Integer, ApiException> items) {
         switch (status) {
+            case 403: return new ForbiddenException(status, code, message, field, items);
+            case 429: return "quota_exceeded".equals(code) ? new QuotaExceededException(status, code, message, field, items)
+                    : new TooManyRequestsException(status, code, message, field, items);
             case 404: return new NotFoundException(status, code, message, field, items);
             case 409: return new ConflictException(status, code, message, field, items);
             case 412: return new PreconditionFailedException(status, code, message, field, items);

@@ -50,4 +50,6 @@ public final class Task {
     public Long lastFireAt;
     /** Version of the definition: 1 at create, one more at each update that changes it. */
     public long version;
+    /** The namespace it belongs to (never changes). */
+    public String namespace;
 }

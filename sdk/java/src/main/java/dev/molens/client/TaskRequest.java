@@ -31,6 +31,7 @@ public final class TaskRequest {
     private Catchup catchup;
     private Long catchupWindowMs;
     private Overlap overlap;
+    private String namespace;
 
     public TaskRequest() {}
 
@@ -43,6 +44,7 @@ public final class TaskRequest {
         r.maxFails = maxFails; r.reliability = reliability; r.idempotencyKey = idempotencyKey;
         r.notifyUrl = notifyUrl; r.flowKey = flowKey; r.retry = retry; r.jitterMs = jitterMs; r.startAt = startAt;
         r.endAt = endAt; r.maxRuns = maxRuns; r.catchup = catchup; r.catchupWindowMs = catchupWindowMs; r.overlap = overlap;
+        r.namespace = namespace;
         return r;
     }
 
@@ -61,6 +63,8 @@ public final class TaskRequest {
     /** Any JSON value: a Map, List, String, Number, Boolean or Jackson JsonNode. */
     public TaskRequest setPayload(Object v) { payload = v; return this; }
     public TaskRequest setScene(String v) { scene = v; return this; }
+    /** The task's namespace (unset: the client's {@link MolensClient.Builder#namespace}, else {@code default}). */
+    public TaskRequest setNamespace(String v) { namespace = v; return this; }
     public TaskRequest setTimeoutMs(Long v) { timeoutMs = v; return this; }
     public TaskRequest setMaxRetries(Integer v) { maxRetries = v; return this; }
     public TaskRequest setMaxFails(Integer v) { maxFails = v; return this; }
@@ -99,6 +103,7 @@ public final class TaskRequest {
     public Long getAckDelayMs() { return ackDelayMs; }
     public Object getPayload() { return payload; }
     public String getScene() { return scene; }
+    public String getNamespace() { return namespace; }
     public Long getTimeoutMs() { return timeoutMs; }
     public Integer getMaxRetries() { return maxRetries; }
     public Integer getMaxFails() { return maxFails; }
