@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytest_plugins = ("tests.carrier",)  # the `carrier` fixture: a delivery through urllib3 or the loop engine
+
+# Tests that build the product in the repository tree (`python -m build`/`pip wheel`/`pip install` of the
+# checkout write build/ and molens.egg-info there; the container tests also start the one Docker engine and
+# the compose cluster of fixed names and ports): never two of them at once, so under pytest-xdist they form
+# one unit of work that a single worker runs in turn.
+IN_TREE_BUILDS = (
+    "tests/container/",
+    "tests/integration/test_dist.py",
+    "tests/integration/test_cli_install.py",
+    "tests/integration/test_client_install.py",
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -15,3 +28,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     would fail with "cannot be called from a running event loop".
     """
     items.sort(key=lambda it: "tests/browser/" in it.nodeid.replace("\\", "/"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n N`` (scripts/test): one unit of work per test file, so a module's shared fixtures
+    (``cluster3``, a module's node or servers) start once; the in-tree builds are one unit. Units go to
+    the workers in collection order (not largest first), so each worker still runs its browser tests
+    after everything else (see above)."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "in-tree builds" if path.startswith(IN_TREE_BUILDS) else path
+
+    config.option.loadscopereorder = False
+    return FileScheduling(config, log)

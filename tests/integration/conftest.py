@@ -46,6 +46,19 @@ _PORTS_LOCK = threading.Lock()
 _PORT_RANGE = (20_000, 32_000)  # below Linux's ephemeral range (32768-60999): outgoing connections never take them
 
 
+def _port_range() -> tuple[int, int]:
+    """This process's share of :data:`_PORT_RANGE`: under pytest-xdist (``-n N``) each worker draws from
+    its own slice, so two workers never hand out the same port between its check and its bind."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return _PORT_RANGE
+    lo, hi = _PORT_RANGE
+    size = (hi - lo) // count
+    start = lo + int(worker[2:]) % count * size
+    return start, start + size - 1
+
+
 def free_ports(n: int) -> list[int]:
     """``n`` TCP ports free on 127.0.0.1 now and never handed out before in this test session.
 
@@ -56,7 +69,7 @@ def free_ports(n: int) -> list[int]:
     out: list[int] = []
     with _PORTS_LOCK:
         while len(out) < n:
-            port = rng.randint(*_PORT_RANGE)
+            port = rng.randint(*_port_range())
             if port in _PORTS_GIVEN:
                 continue
             with socket.socket() as s:

@@ -20,7 +20,8 @@ from tests.sim.scheduler_sim import LATENESS_BOUND, Sim, Violation, run_seed
 
 SEEDS = 200
 pytestmark = pytest.mark.timeout(900)
-"""The first test to ask for the CI runs pays for 200 seeds (a minute or two on a busy machine)."""
+"""The first test to ask for the CI runs pays for 200 seeds (a minute or two, four on a busy machine), so every
+test that reads them is marked slow: the quick lane keeps the tests below that run their own few seeds."""
 REGRESSION_SEEDS = [0, 5, 12, 18, 20, 27, 41, 99, 130, 136, 426, 491, 666, 979, 1471, 1516, 2264, 2779]
 """Seeds that once failed (a checker bug or a product bug), kept so the fixed checks and code stay exercised."""
 
@@ -46,6 +47,7 @@ def test_scheduler_promises_hold_for_200_seeds() -> None:
     assert sum(len(s.deliveries) for s in sims) > SEEDS * 50  # the runs really fire
 
 
+@pytest.mark.slow
 @pytest.mark.sim
 def test_backfills_are_exercised() -> None:
     """docs/architecture.md#backfill: over the CI seeds clients' backfills are accepted and their
@@ -57,6 +59,7 @@ def test_backfills_are_exercised() -> None:
     assert accepted > 200 and fired > 1_000, (accepted, fired)
 
 
+@pytest.mark.slow
 @pytest.mark.sim
 def test_overlaps_are_exercised() -> None:
     """docs/architecture.md#overlap: over the CI seeds occurrences run over the next instant under
@@ -67,6 +70,7 @@ def test_overlaps_are_exercised() -> None:
     assert skip > 100 and buffer_one > 100, (skip, buffer_one)
 
 
+@pytest.mark.slow
 @pytest.mark.sim
 def test_allow_occurrences_run_at_once_and_are_capped() -> None:
     """docs/architecture.md#overlap: over the CI seeds allow tasks' occurrences reach their receiver
@@ -80,6 +84,7 @@ def test_allow_occurrences_run_at_once_and_are_capped() -> None:
     assert concurrent > 1_000 and checked > 100 and capped > 20, (concurrent, checked, capped)
 
 
+@pytest.mark.slow
 @pytest.mark.sim
 def test_the_near_term_window_is_exercised_and_never_behind_without_a_slow_loader() -> None:
     """docs/architecture.md#near-term-window: over the CI seeds the window's edge sees creates and a
@@ -98,6 +103,7 @@ def test_the_near_term_window_is_exercised_and_never_behind_without_a_slow_loade
     assert edge_fired > 100 and mid_fill > 5, (edge_fired, mid_fill)
 
 
+@pytest.mark.slow
 @pytest.mark.sim
 def test_flows_are_exercised_held_by_pauses_retry_after_and_their_limits() -> None:
     """docs/architecture.md#flow-control: over the CI seeds flows are paused and resumed, receivers'
@@ -213,6 +219,7 @@ def test_a_backfill_asked_while_max_running_occurrences_run_waits_for_one_to_end
     assert backfilled[0].at > min(d.end for d in ds if d.fire_id in running)  # it waited for one of them to end
 
 
+@pytest.mark.slow
 @pytest.mark.sim
 def test_lost_workers_and_expiry_are_exercised() -> None:
     """docs/architecture.md#lost-workers, retention: over the CI seeds the product's WorkerWatch and

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from molens.fsm.commands import (
@@ -95,6 +95,7 @@ def test_garbage_is_a_codec_error() -> None:
     ),
     st.integers(0, 2**62),
 )
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # the examples, not their speed, are the test
 def test_results_round_trip_property(items: list[tuple[object, ...]], now: int) -> None:
     cmd = Results(now, tuple(ResultItem(*i) for i in items))  # type: ignore[arg-type]
     assert decode(encode(cmd)) == cmd
