@@ -93,6 +93,9 @@ MUTANTS = [
            "earlier boot (torn by a power loss) is used as it is",
            "molens.lmdb_snapshot:guard_boot", 'if seen not in (CLOSED_MARK, boot) and (env_dir / "data.mdb").exists():',
            "if False:"),
+    Mutant("boot-marker-not-durable", "the store's boot marker is renamed into place without a directory fsync: "
+           "after a power loss the store may look closed cleanly and be trusted",
+           "molens.lmdb_snapshot:write_durably", "disk.fsync_dir(path.parent)", "pass"),
 ]
 
 
