@@ -94,7 +94,7 @@ from molens import lmdb_snapshot
 from molens.actors.cleaner import INTERVAL_MS as EXPIRY_INTERVAL_MS
 from molens.actors.cleaner import ExpiryScan
 from molens.actors.dispatcher import REPORT_INTERVAL_S, DispatchPlan, limits_of
-from molens.actors.monitor import HELD_GRACE_MS, FireWatch, WorkerWatch, congested
+from molens.actors.monitor import HELD_GRACE_MS, FireWatch, WorkerWatch, congested, sweep
 from molens.actors.timewheel import LeaderWheel
 from molens.fsm.commands import (
     BackfillTask,
@@ -702,19 +702,15 @@ class Sim:
         ld = self.leader
         if ld is None:
             return
-        due = ld.watch.due(self.now)
-        self.settle(ld, due)
-        gone = ld.workers.lost(ld.watch.workers(), self.now)
-        if gone:
-            lost = ld.watch.on_lost_workers(gone)
-            self.settled_on_lost += len(lost)
-            self.settle(ld, lost)
+        sw = sweep(ld.watch, ld.workers, self.now)  # the product's own pump step
+        self.settle(ld, sw.lost)
+        self.settled_on_lost += len(sw.on_lost_workers)
+        self.settle(ld, sw.on_lost_workers)
         for w in ld.workers.take_lost():
             ld.plan.forget(w)
-        nxt = [d for d in (ld.watch.next_deadline(), ld.workers.next_check(ld.watch.workers())) if d is not None]
-        if not nxt:
+        if sw.next_at is None:
             return
-        t = max(self.now, min(nxt))
+        t = max(self.now, sw.next_at)
         if ld.monitor_at is not None and ld.monitor_at <= t:
             return
         ld.monitor_at = t
