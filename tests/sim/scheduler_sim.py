@@ -850,9 +850,7 @@ class Sim:
         ld = self.leader
         if ld is None:
             return
-        fw = ld.flows.next_wake(self.now)
-        if fw is not None:  # on tick boundaries, as the Dispatcher
-            fw = -(-fw // TICK) * TICK
+        fw = ld.flows.next_tick_wake(self.now)  # as the Dispatcher: on tick boundaries
         if ld.flows.can_release(self.now):
             fw = self.now
         if fw is not None and (ld.flow_wake_at is None or fw < ld.flow_wake_at):
