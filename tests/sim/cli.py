@@ -64,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
         config = default_config(unsafe=UnsafeRule(args.unsafe))
     trace = print if args.trace else None
     failures = 0
+    power_losses = 0
     runs = 0
     slowest = (-1, 0.0)
     t0 = time.monotonic()
@@ -72,7 +73,8 @@ def _run(args: argparse.Namespace) -> int:
         runs += 1
         t1 = time.monotonic()
         try:
-            run_seed(seed, n, trace=trace, config=config)
+            cl = run_seed(seed, n, trace=trace, config=config)
+            power_losses += cl.power_losses
         except Violation as e:
             failures += 1
             print(f"FAIL {e}" + (f" --mutant {args.mutant}" if args.mutant else ""), flush=True)
@@ -85,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"... {runs} seeds, {failures} failures, {time.monotonic() - t0:.0f}s", flush=True)
     dt = time.monotonic() - t0
     print(f"ran {runs} seeds in {dt:.1f}s ({runs / dt if dt else 0:.1f} seeds/s), "
-          f"slowest seed {slowest[0]} took {slowest[1]:.2f}s")
+          f"slowest seed {slowest[0]} took {slowest[1]:.2f}s, {power_losses} power losses in passing seeds")
     print(f"sim: seeds={runs} failures={failures}")
     return 1 if failures else 0
 

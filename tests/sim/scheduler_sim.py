@@ -1850,7 +1850,7 @@ def _run(args: argparse.Namespace) -> int:
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     failures = 0
     t0 = time.monotonic()
-    fires = settled = 0
+    fires = settled = power_losses = discarded = 0
     for s in seeds:
         sim = Sim(s, 3, print if args.trace else None)
         try:
@@ -1859,6 +1859,8 @@ def _run(args: argparse.Namespace) -> int:
             finally:
                 fires += len(sim.deliveries)  # a failing seed's too: its requests were made all the same
                 settled += sim.settled_on_lost
+                power_losses += len(sim.power_losses)
+                discarded += sim.stores_discarded
             check(sim)
         except Violation as e:
             failures += 1
@@ -1866,7 +1868,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"FAIL {e}\n  replay: scripts/sim --scheduler{mutant} --seed {s} --trace", flush=True)
     dt = time.monotonic() - t0
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
-          f"{fires} callbacks delivered, {settled} fires settled on lost workers")
+          f"{fires} callbacks delivered, {settled} fires settled on lost workers, {power_losses} power losses "
+          f"({discarded} task stores discarded by the boot guard)")
     print(f"sim: seeds={len(seeds)} failures={failures}")
     return 1 if failures else 0
 
