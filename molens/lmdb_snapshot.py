@@ -9,7 +9,8 @@ A state machine whose commits are not fsync'd (log-backed: everything in it is a
 Raft log and the snapshot files, docs/architecture.md#fsm-durability) guards its file with the boot
 id instead: :func:`guard_boot` at open (a store left open by an earlier boot may be torn: it is
 removed, and the node rebuilds it from the snapshot and the log), :func:`mark_closed` after a
-clean close.
+clean close. Every fsync and rename goes through a :class:`~molens.disk.Disk` (the real one by
+default; a simulator passes one that can lose what was not synced).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any, TypeVar
 
 import lmdb
 
+from molens.disk import OS_DISK, Disk
+
 log = logging.getLogger(__name__)
 
 U64 = struct.Struct(">Q")
@@ -32,7 +35,7 @@ META_APPLIED = b"applied_index"
 T = TypeVar("T")
 
 
-def snapshot_env(env: lmdb.Environment, meta_db: Any, dest: Path) -> int:
+def snapshot_env(env: lmdb.Environment, meta_db: Any, dest: Path, disk: Disk = OS_DISK) -> int:
     """Write a consistent compacted copy of ``env`` to ``dest`` (temp file, fsync, rename); returns
     the ``applied_index`` recorded in ``meta_db`` by the same read transaction."""
     tmp = dest.with_name(dest.name + ".tmp")
@@ -42,14 +45,16 @@ def snapshot_env(env: lmdb.Environment, meta_db: Any, dest: Path) -> int:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             env.copyfd(fd, compact=True, txn=txn)
-            os.fsync(fd)
+            disk.fsync(fd)
         finally:
             os.close(fd)
-    os.replace(tmp, dest)
+    disk.replace(tmp, dest)
     return int(index)
 
 
-def stage_env_file(src: Path, env_dir: Path, check: Callable[[lmdb.Environment], T]) -> tuple[Path, T]:
+def stage_env_file(
+    src: Path, env_dir: Path, check: Callable[[lmdb.Environment], T], disk: Disk = OS_DISK
+) -> tuple[Path, T]:
     """Copy a snapshot file into ``env_dir`` (fsync'd) and open it read-only for ``check``; on an
     lmdb error the staged copy is removed and the error re-raised. Returns the staged path and what
     ``check`` returned."""
@@ -58,7 +63,7 @@ def stage_env_file(src: Path, env_dir: Path, check: Callable[[lmdb.Environment],
         while chunk := fin.read(1 << 20):
             fout.write(chunk)
         fout.flush()
-        os.fsync(fout.fileno())
+        disk.fsync(fout.fileno())
     try:
         probe = lmdb.open(str(staged), subdir=False, readonly=True, lock=False, max_dbs=8)
         try:
@@ -71,24 +76,20 @@ def stage_env_file(src: Path, env_dir: Path, check: Callable[[lmdb.Environment],
     return staged, found
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path, disk: Disk = OS_DISK) -> None:
     """Make the renames in directory ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    disk.fsync_dir(path)
 
 
-def write_durably(path: Path, text: str) -> None:
+def write_durably(path: Path, text: str, disk: Disk = OS_DISK) -> None:
     """Replace the small file ``path`` with ``text``: temp file, fsync, rename, directory fsync."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+        disk.fsync(f.fileno())
+    disk.replace(tmp, path)
+    disk.fsync_dir(path.parent)
 
 
 BOOT_MARKER = "open-boot"
@@ -106,7 +107,7 @@ def boot_id() -> str | None:
         return None
 
 
-def guard_boot(env_dir: Path, boot: str, what: str) -> bool:
+def guard_boot(env_dir: Path, boot: str, what: str, disk: Disk = OS_DISK) -> bool:
     """Before opening the log-backed environment in ``env_dir``: if an earlier boot left it open,
     its unsynced pages may have reached the disk in any order, so it is removed (True returned: the
     node restores the state from its snapshot and the Raft log); then this boot is recorded as the
@@ -126,21 +127,21 @@ def guard_boot(env_dir: Path, boot: str, what: str) -> bool:
         for name in ("data.mdb", "lock.mdb"):
             (env_dir / name).unlink(missing_ok=True)
         discarded = True
-    write_durably(marker, boot)
+    write_durably(marker, boot, disk)
     return discarded
 
 
-def mark_closed(env: lmdb.Environment, env_dir: Path) -> None:
+def mark_closed(env: lmdb.Environment, env_dir: Path, disk: Disk = OS_DISK) -> None:
     """A clean close of a log-backed environment: synced, then marked closed (the next boot may
     trust it). The caller closes ``env`` after."""
     env.sync(True)
-    write_durably(env_dir / BOOT_MARKER, CLOSED_MARK)
+    write_durably(env_dir / BOOT_MARKER, CLOSED_MARK, disk)
 
 
-def swap_env_file(staged: Path, env_dir: Path) -> None:
+def swap_env_file(staged: Path, env_dir: Path, disk: Disk = OS_DISK) -> None:
     """Make a staged copy the environment's data file (the environment must be closed)."""
-    os.replace(staged, env_dir / "data.mdb")
-    fsync_dir(env_dir)
+    disk.replace(staged, env_dir / "data.mdb")
+    disk.fsync_dir(env_dir)
 
 
 __all__ = [

@@ -381,9 +381,7 @@ class Dispatcher(LeaderActor):
         if self.backlog and now >= self.backlog_at:
             self._dispatch(now)
         at = self.backlog_at if self.backlog and self.backlog_at > now and self._can_dispatch() else None
-        wake = flows.next_wake(now)
-        if wake is not None:  # on tick boundaries: at most one wake a tick for all flows (FlowControl.credit_ms)
-            wake = -(-wake // self.tick_ms) * self.tick_ms
+        wake = flows.next_tick_wake(now)
         if wake is not None and (at is None or wake < at):
             at = wake
         if now >= self.sweep_at:

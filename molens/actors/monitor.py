@@ -34,6 +34,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from molens.actors.alarm import wall_ms
@@ -244,6 +245,27 @@ class FireWatch:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """What the Monitor's pump finds at a time: results for fires past their deadline (``lost``), for
+    the fires of workers counted lost just now (``on_lost_workers``), and when to look again."""
+
+    lost: list[ResultItem]
+    on_lost_workers: list[ResultItem]
+    next_at: int | None
+
+
+def sweep(watch: FireWatch, workers: WorkerWatch, now_ms: int) -> Sweep:
+    """The pure part of the Monitor's pump (the actor and the scheduler simulation both run it): give
+    up the fires past their deadline, then those of workers silent for ``worker_lost_ms``; the next
+    time is the earlier of the next deadline and the next worker check."""
+    lost = watch.due(now_ms)
+    gone = workers.lost(watch.workers(), now_ms)
+    on_lost = watch.on_lost_workers(gone) if gone else []
+    nxt = [d for d in (watch.next_deadline(), workers.next_check(watch.workers())) if d is not None]
+    return Sweep(lost, on_lost, min(nxt) if nxt else None)
+
+
 class Monitor(LeaderActor):
     """The leader's monitor actor (see the module docstring)."""
 
@@ -354,20 +376,17 @@ class Monitor(LeaderActor):
         if self.ended:
             return
         now = wall_ms()
-        lost = self.watch.due(now)
-        if lost:
-            self.stats.add(lost=len(lost))
-            for r in lost:
+        sw = sweep(self.watch, self.workers, now)
+        if sw.lost:
+            self.stats.add(lost=len(sw.lost))
+            for r in sw.lost:
                 self.sent.pop(r.fire_id, None)
-            self._add(lost)
-        gone = self.workers.lost(self.watch.workers(), now)
-        if gone:
-            self._settle(self.watch.on_lost_workers(gone))
+            self._add(sw.lost)
+        self._settle(sw.on_lost_workers)
         flush_at = self.results_first + (0 if self.drain is not None else RESULTS_FLUSH_MS)
         while self.results and (len(self.results) >= MAX_PROPOSAL_ITEMS or now >= flush_at):
             self._flush(now)
-        deadlines = [d for d in (self.watch.next_deadline(), self.results_first + RESULTS_FLUSH_MS if self.results else None,
-                                 self.workers.next_check(self.watch.workers()))
+        deadlines = [d for d in (sw.next_at, self.results_first + RESULTS_FLUSH_MS if self.results else None)
                      if d is not None]
         rep = (self.watch.in_flight, self.own_seen)
         lost_workers = self.workers.take_lost()
@@ -420,4 +439,7 @@ class Monitor(LeaderActor):
             self.ctx.spans.result(tp, it.fire_id, it.kind.value, it.attempt, m.proposed_ms * 1_000_000, end_ns, attrs)
 
 
-__all__ = ["CONGESTION_STATUSES", "HELD_GRACE_MS", "congested", "RESULTS_FLUSH_MS", "FireWatch", "Monitor", "WorkerWatch"]
+__all__ = [
+    "CONGESTION_STATUSES", "HELD_GRACE_MS", "congested", "RESULTS_FLUSH_MS", "FireWatch", "Monitor", "Sweep", "WorkerWatch",
+    "sweep",
+]

@@ -19,7 +19,7 @@ Durability invariants (what the RaftPeer relies on):
   pages fdatasync'd, then the meta page written and fdatasync'd -- lmdb's own atomic-commit protocol;
   measured ~0.2 ms per commit here, see ``scripts/bench/raft_storage.py``). So the node may send the
   messages of a Ready as soon as ``save`` returns; term, vote and commit are written together.
-  ``durable=False`` (tests, simulations) skips both syncs: safe against kill -9 (the page cache
+  ``durable=False`` (tests) skips both syncs: safe against kill -9 (the page cache
   survives), not against power loss.
 * A crash at any point leaves either the old or the new state of a transaction, never a mix:
   truncation of a conflicting suffix and the append that replaces it are in the same transaction.
@@ -34,6 +34,9 @@ Durability invariants (what the RaftPeer relies on):
   restore the FSM from it. If the process dies in between, at the next start the FSM's
   ``applied_index`` is below ``snapshot().meta.index``: the node restores the FSM from
   :meth:`LmdbLog.export_snapshot` before applying anything.
+
+Every fsync and rename of a snapshot file goes through the ``disk`` (:mod:`molens.disk`): the simulators
+pass one that loses, at a simulated power loss, what was not synced.
 
 Thread-safety: one owner thread (the RaftPeer actor) calls everything; reads and writes are not
 meant to be interleaved from several threads.
@@ -59,6 +62,7 @@ from typing import Any, TypeVar
 import lmdb
 import msgpack
 
+from molens.disk import OS_DISK, Disk
 from molens.raft.errors import (
     CompactedError,
     EntryUnavailableError,
@@ -125,14 +129,6 @@ def _encode_entry(e: Entry) -> bytes:
 def _decode_entry(index: int, raw: bytes | memoryview) -> Entry:
     term, kind = _ENTRY_HEAD.unpack_from(raw)
     return make_entry(index, term, ENTRY_KINDS[kind], bytes(raw[_ENTRY_HEAD.size :]))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +249,13 @@ class SnapshotStore:
     snapshot at the same index with other bytes never overwrites the file the log still points to.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], keep: int = 3, level: int = 1) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], keep: int = 3, level: int = 1, *, disk: Disk = OS_DISK
+    ) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
+        self.disk = disk
+        """Every fsync and rename of the snapshot files goes through it (molens.disk)."""
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.keep = keep
@@ -292,12 +292,12 @@ class SnapshotStore:
                 f.write(header)
                 write_payload(f)
                 f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+                self.disk.fsync(f.fileno())
+            self.disk.replace(tmp, path)
         except BaseException:  # a full disk: leave no partial file taking the space
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(self.dir)
+        self.disk.fsync_dir(self.dir)
         return SnapshotFile(meta, path, digest, size)
 
     def write(self, meta: SnapshotMeta, data: bytes) -> SnapshotFile:
@@ -512,7 +512,7 @@ class SnapshotReceiver:
         self._close()
         self._sealed += 1
         sealed = self.store.dir / f"received-{self._sealed}.part"
-        os.replace(self.path, sealed)
+        self.store.disk.replace(self.path, sealed)
         return sealed
 
     def check(self, meta: SnapshotMeta, crc: int, path: Path) -> SnapshotFile | None:
@@ -549,11 +549,12 @@ class LmdbLog:
         keep_snapshots: int = 3,
         snapshot_level: int = 1,
         cache_max_bytes: int = 64 << 20,
+        disk: Disk = OS_DISK,
     ) -> None:
         root = Path(data_dir)
         self._raft_dir = root / "raft"
         self._raft_dir.mkdir(parents=True, exist_ok=True)
-        self.snapshots = SnapshotStore(root / "snapshots", keep=keep_snapshots, level=snapshot_level)
+        self.snapshots = SnapshotStore(root / "snapshots", keep=keep_snapshots, level=snapshot_level, disk=disk)
         self.snapshots.remove_leftovers()
         self._durable = durable
         self._env = lmdb.open(
@@ -799,8 +800,8 @@ class LmdbLog:
             else:
                 f.write(_as_bytes(self.snapshot().data))
             f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, dest)
+            self.snapshots.disk.fsync(f.fileno())
+        self.snapshots.disk.replace(tmp, dest)
         return self._snap_meta
 
     # --- mutation -----------------------------------------------------------------------------

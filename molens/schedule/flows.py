@@ -378,6 +378,14 @@ class FlowControl:
             best = at if best is None or at < best else best
         return best
 
+    def next_tick_wake(self, now_ms: int) -> int | None:
+        """:meth:`next_wake` on the next tick boundary (a multiple of ``credit_ms``, the leader's
+        tick): the Dispatcher wakes at most once a tick for all flows."""
+        at = self.next_wake(now_ms)
+        if at is None or self.credit_ms <= 0:
+            return at
+        return -(-at // self.credit_ms) * self.credit_ms
+
     @property
     def held(self) -> int:
         return len(self._held)

@@ -4,10 +4,13 @@ A :class:`Mutant` names a product function or method and one line of its source 
 applied in-process: the source (``inspect.getsource``) with that one change is compiled against the
 defining module's globals and put in place of the original for the duration of a ``with`` block, so
 every caller (the simulator, the product's own classes) runs the broken code. The simulation must
-then fail some seed; :func:`hunt` runs seeds until one does.
+then fail some seed; :func:`hunt` runs seeds until one does. :data:`MUTANTS` break the scheduler's
+logic (caught by the scheduler simulation), :data:`RAFT_MUTANTS` the storage's order of syncs
+(caught by the Raft simulation when a node loses power: ``tests/sim/disk.py``).
 
     scripts/sim --scheduler --mutants                 # ends with: mutants: caught=N of M
     scripts/sim --scheduler --mutants --seeds 300     # seeds tried per mutant (default 2,000)
+    scripts/sim --mutants                             # the Raft simulation's mutants
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import contextlib
 import importlib
 import inspect
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 
@@ -86,35 +89,70 @@ MUTANTS = [
     Mutant("worker-death-unnoticed", "the Monitor never counts a silent worker as lost (its alarm spins)",
            "molens.actors.monitor:WorkerWatch.lost", "if w in self._lost or self._silent_until(w) <= now_ms:",
            "if False:"),
+    Mutant("boot-trusts-store", "a boot-id check that always trusts the store: a task store left open by an "
+           "earlier boot (torn by a power loss) is used as it is",
+           "molens.lmdb_snapshot:guard_boot", 'if seen not in (CLOSED_MARK, boot) and (env_dir / "data.mdb").exists():',
+           "if False:"),
+    Mutant("boot-marker-not-durable", "the store's boot marker is renamed into place without a directory fsync: "
+           "after a power loss the store may look closed cleanly and be trusted",
+           "molens.lmdb_snapshot:write_durably", "disk.fsync_dir(path.parent)", "pass"),
 ]
 
 
-def hunt(mutant: Mutant, seeds: range) -> int | None:
-    """The first of ``seeds`` whose run breaks a promise with ``mutant`` applied (None: none did)."""
-    from tests.sim.scheduler_sim import Violation, run_seed
+RAFT_MUTANTS = [
+    Mutant("snapshot-dir-not-synced", "a missing directory fsync before compaction: a new snapshot file's "
+           "rename is not durable when the log records it and compacts past it",
+           "molens.raft.storage:SnapshotStore._commit", "self.disk.fsync_dir(self.dir)", "pass"),
+    Mutant("snapshot-bytes-not-synced", "a snapshot file is renamed into place before its bytes are synced",
+           "molens.raft.storage:SnapshotStore._commit", "self.disk.fsync(f.fileno())", "pass"),
+]
 
+
+def _run_scheduler(seed: int) -> None:
+    from tests.sim.scheduler_sim import run_seed
+
+    run_seed(seed)
+
+
+def _run_raft(seed: int) -> None:
+    from tests.sim.raft_harness import run_seed
+
+    run_seed(seed, raft_nodes(seed))
+
+
+def raft_nodes(seed: int) -> int:
+    """The cluster size ``scripts/sim`` runs ``seed`` with (both sizes in turn)."""
+    return (3, 5)[seed % 2]
+
+
+def hunt(mutant: Mutant, seeds: range, run: Callable[[int], None] | None = None) -> int | None:
+    """The first of ``seeds`` whose run (the scheduler simulation's unless ``run``, or the Raft
+    simulation's for a :data:`RAFT_MUTANTS` one) breaks a promise with ``mutant`` applied (None: none did)."""
+    if run is None:
+        run = _run_raft if mutant in RAFT_MUTANTS else _run_scheduler
     with mutant.applied():
         for s in seeds:
             try:
-                run_seed(s)
-            except (Violation, AssertionError):
+                run(s)
+            except AssertionError:  # both simulations' Violation
                 return s
     return None
 
 
-def by_name(name: str) -> Mutant:
-    for m in MUTANTS:
+def by_name(name: str, mutants: list[Mutant] = MUTANTS) -> Mutant:
+    for m in mutants:
         if m.name == name:
             return m
-    raise SystemExit(f"no mutant {name!r}; one of: {', '.join(m.name for m in MUTANTS)}")
+    raise SystemExit(f"no mutant {name!r}; one of: {', '.join(m.name for m in mutants)}")
 
 
-def main(seeds: range) -> int:
-    """Hunt each mutant over ``seeds``; print the seed that caught each and ``mutants: caught=N of M``."""
+def main(seeds: range, mutants: list[Mutant] = MUTANTS,
+         replay: Callable[[int], str] = lambda seed: "scripts/sim --scheduler") -> int:
+    """Hunt each of ``mutants`` over ``seeds``; print the seed that caught each and ``mutants: caught=N of M``."""
     import time
 
     caught = 0
-    for m in MUTANTS:
+    for m in mutants:
         t0 = time.monotonic()
         seed = hunt(m, seeds)
         took = time.monotonic() - t0
@@ -123,6 +161,6 @@ def main(seeds: range) -> int:
         else:
             caught += 1
             print(f"mutant {m.name}: caught by seed {seed} ({took:.1f}s) -- {m.what}\n"
-                  f"  replay: scripts/sim --scheduler --mutant {m.name} --seed {seed} --trace", flush=True)
-    print(f"mutants: caught={caught} of {len(MUTANTS)}")
-    return 0 if caught == len(MUTANTS) else 1
+                  f"  replay: {replay(seed)} --mutant {m.name} --seed {seed} --trace", flush=True)
+    print(f"mutants: caught={caught} of {len(mutants)}")
+    return 0 if caught == len(mutants) else 1

@@ -4,7 +4,10 @@ Single-threaded: one heap of events (node ticks, message deliveries, persistence
 applies, restarts, chaos actions) ordered by virtual time and a sequence number, all randomness
 from one seeded ``random.Random``. A :class:`Faults` draw ("swarm" style: every seed its own fault
 rates) drives drops, duplicates, delays/reordering, partitions (symmetric, one-way, flapping),
-crashes that lose everything not yet persisted, slow persistence and slow apply, client writes and
+crashes that lose everything not yet persisted (and power losses: each node keeps its log in the
+product's ``LmdbLog`` with its snapshot files synced through a :class:`~tests.sim.disk.SimDisk`, which
+drops, at a power loss, what was written but not synced; also right after a snapshot and compaction),
+slow persistence and slow apply, client writes and
 ReadIndex reads, membership changes, leadership transfers and snapshots, and snapshot chunks
 damaged on the wire or in the gathered "file" (a node gathers a snapshot it receives in
 ``SimNode.sink``, its stand-in for the file, which a restart drops). Leader-targeted faults
@@ -24,7 +27,8 @@ violation would be born (persisting, sending, applying); a violation raises :cla
 - state machine safety: every commit and every applied entry equals the one global history;
   installed snapshots hold exactly the state of the committed prefix (and its membership);
 - term and commit monotonic: durable term/commit never decrease, a vote never changes within a
-  term, across any crash and restart; the in-memory term/commit never fall below the durable ones;
+  term, across any crash, power loss and restart (a node whose log cannot be opened again fails);
+  the in-memory term/commit never fall below the durable ones;
 - durability: a vote grant, append ack or any response is sent only once what it promises is
   persisted; a leader replicates only once its term is durable;
 - snapshot chunks reach the node in order, without gaps, and the CRC of the whole is right;
@@ -39,10 +43,14 @@ from __future__ import annotations
 
 import heapq
 import random
+import shutil
+import tempfile
+import weakref
 import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import msgpack
 
@@ -58,7 +66,8 @@ from molens.raft.core import (
     SnapshotChunk,
     UnsafeRule,
 )
-from molens.raft.log import Entry, EntryKind, HardState, Membership, MemoryLog, Snapshot
+from molens.raft.errors import StorageError
+from molens.raft.log import Entry, EntryKind, HardState, Membership, Snapshot
 from molens.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -74,6 +83,8 @@ from molens.raft.messages import (
     decode_conf_change,
     encode,
 )
+from molens.raft.storage import LmdbLog
+from tests.sim.disk import SIM_ROOT, SimDisk
 from tests.sim.linearizability import Kind, Op, Status, check_history
 
 TICK = 10
@@ -139,6 +150,10 @@ class Faults:
     crash_mid_send: float = 0.0
     """Per leader ready carrying new entries: its appends reach a random subset, then it crashes."""
     quick_restart: tuple[int, int] = (1, 15)
+    power_loss: float = 0.0
+    """Per crash: the node's machine loses power (its disk drops what was written but not synced)."""
+    cut_after_snapshot: float = 0.0
+    """Per snapshot taken: the node loses power right after it compacted its log."""
     corrupt: float = 0.0
     """Per snapshot chunk delivered: one byte of its data flips on the way (its CRC no longer
     matches); per snapshot gathered: one byte flips in the node's "file" before it is checked."""
@@ -189,7 +204,10 @@ class Faults:
 @dataclass(slots=True)
 class SimNode:
     id: str
-    storage: MemoryLog
+    storage: LmdbLog
+    """The product's Raft log (lmdb and snapshot files) in the node's directory, closed while down."""
+    bootstrap: Membership = field(default_factory=Membership)
+    log_open: bool = True
     core: RaftCore | None = None
     alive: bool = False
     stopped: bool = False
@@ -215,8 +233,9 @@ def encode_state(kv: dict[str, int]) -> bytes:
     return bytes(msgpack.packb(sorted(kv.items()), use_bin_type=True))
 
 
-def decode_state(data: bytes) -> dict[str, int]:
-    return {k: v for k, v in msgpack.unpackb(data, raw=False)} if data else {}
+def decode_state(data: object) -> dict[str, int]:
+    raw = bytes(data)  # type: ignore[call-overload]  # bytes, or the log's StreamedSnapshot
+    return {k: v for k, v in msgpack.unpackb(raw, raw=False)} if raw else {}
 
 
 class Cluster:
@@ -238,9 +257,12 @@ class Cluster:
         self.trace = trace
         self.ids = [f"n{i}" for i in range(1, n + 1)]
         self.initial = Membership(tuple(self.ids))
-        self.nodes: dict[str, SimNode] = {nid: SimNode(
-            id=nid, storage=MemoryLog(self.initial),
-        ) for nid in self.ids}
+        self.root = Path(tempfile.mkdtemp(prefix=f"raftsim-{seed}-", dir=SIM_ROOT))
+        weakref.finalize(self, shutil.rmtree, self.root, True)
+        self.disk = SimDisk()
+        """Every node's snapshot files are synced through it; a power loss drops what was not."""
+        self.power_losses = 0
+        self.nodes: dict[str, SimNode] = {nid: self._new_node(nid, self.initial) for nid in self.ids}
         self.next_node = n + 1
         self.max_nodes = n + 2
         self.q: list[tuple[int, int, int, object]] = []
@@ -296,7 +318,25 @@ class Cluster:
         self.seq += 1
         heapq.heappush(self.q, (self.now + delay, self.seq, kind, payload))
 
+    def _new_node(self, nid: str, bootstrap: Membership) -> SimNode:
+        self.disk.track(self.root / nid / "snapshots")
+        return SimNode(id=nid, storage=self._open_log(nid, bootstrap), bootstrap=bootstrap)
+
+    def _open_log(self, nid: str, bootstrap: Membership) -> LmdbLog:
+        return LmdbLog(self.root / nid, bootstrap, map_size=1 << 20, keep_snapshots=2, disk=self.disk)
+
     def _boot(self, node: SimNode) -> None:
+        if not node.log_open:
+            try:
+                node.storage = self._open_log(node.id, node.bootstrap)
+            except StorageError as e:
+                raise Violation(f"{node.id} cannot start again: {e}") from e
+            node.log_open = True
+            hs, old = node.storage.hard_state(), self.durable.get(node.id, HardState())
+            if hs.term < old.term or hs.commit < old.commit or (
+                hs.term == old.term and old.vote is not None and hs.vote != old.vote
+            ):
+                raise Violation(f"{node.id} durable state went back across a restart: {old} -> {hs}")
         st = node.storage
         snap = st.snapshot()
         node.kv = decode_state(snap.data)
@@ -486,20 +526,19 @@ class Cluster:
         last = self._gather(node, rd.snapshot_chunks)
         if rd.snapshot is not None:
             self._check_snapshot(node, rd.snapshot)
-            st.apply_snapshot(rd.snapshot)
-        if rd.entries:
-            st.append(list(rd.entries))
-            self._check_chain(node, rd.entries)
-        if rd.hard_state is not None:
+        hs = rd.hard_state
+        if hs is not None:
             old = self.durable[node.id]
-            hs = rd.hard_state
             if hs.term < old.term or hs.commit < old.commit:
                 raise Violation(f"{node.id} durable term/commit went back: {old} -> {hs}")
             if hs.term == old.term and old.vote is not None and hs.vote != old.vote:
                 raise Violation(f"{node.id} changed its vote in term {hs.term}: {old.vote} -> {hs.vote}")
+        st.save(hard_state=hs, entries=rd.entries, snapshot=rd.snapshot)  # one transaction, as the RaftPeer's
+        if rd.entries:
+            self._check_chain(node, rd.entries)
+        if hs is not None:
             if hs.commit > st.last_index():
                 raise Violation(f"{node.id} durable commit {hs.commit} beyond durable log {st.last_index()}")
-            st.set_hard_state(hs)
             self.durable[node.id] = hs
         f = self.faults
         if crash or (f.crash_at_persist and rd.must_persist and self.rng.random() < f.crash_at_persist):
@@ -612,11 +651,21 @@ class Cluster:
         self.log(f"client op {op.op_id} {op.kind}({op.key}, {op.value}) -> {status}")
 
     # --- faults ---------------------------------------------------------------------------------------
-    def crash(self, nid: str) -> None:
+    def crash(self, nid: str, power_loss: bool | None = None) -> None:
+        """The node's process dies (what it had not persisted is lost); with ``power_loss`` (drawn
+        at the seed's rate when None) its machine loses power too: the disk drops what was written
+        but not synced (:class:`~tests.sim.disk.SimDisk`)."""
         node = self.nodes[nid]
         if not node.alive:
             return
-        self.log(f"{nid} crash (pending ready lost: {node.pending is not None})")
+        if power_loss is None:
+            power_loss = bool(self.faults.power_loss) and self.rng.random() < self.faults.power_loss
+        self.log(f"{nid} {'power loss' if power_loss else 'crash'} (pending ready lost: {node.pending is not None})")
+        node.storage.close()
+        node.log_open = False
+        if power_loss:
+            self.power_losses += 1
+            self.disk.power_loss(self.root / nid, self.rng)
         node.alive = False
         node.core = None
         node.pending = None
@@ -666,7 +715,7 @@ class Cluster:
     def add_node(self) -> str:
         nid = f"n{self.next_node}"
         self.next_node += 1
-        node = SimNode(id=nid, storage=MemoryLog(Membership()))
+        node = self._new_node(nid, Membership())
         self.nodes[nid] = node
         self._boot(node)
         self._push(self.rng.randrange(TICK), EV_TICK, nid)
@@ -741,7 +790,7 @@ class Cluster:
     def snapshot(self, nid: str, keep: int = 0) -> bool:
         node = self.nodes[nid]
         st = node.storage
-        if not node.alive or node.applied <= st.snapshot().meta.index or node.applied > st.last_index():
+        if not node.alive or node.applied <= st.snapshot_meta().index or node.applied > st.last_index():
             return False
         data = encode_state(node.kv)
         if node.core is not None and node.core.membership_at(node.applied) != node.fsm_membership:
@@ -752,6 +801,10 @@ class Cluster:
         st.create_snapshot(node.applied, node.fsm_membership, data)
         st.compact(max(st.first_index() - 1, node.applied - keep))
         self.log(f"{nid} snapshot at {node.applied}, log from {st.first_index()}")
+        f = self.faults
+        if self.chaos_on and f.cut_after_snapshot and self.rng.random() < f.cut_after_snapshot:
+            self.crash(nid, power_loss=True)
+            self._push(self.rng.randint(*f.quick_restart) * TICK, EV_RESTART, nid)
         return True
 
     # --- chaos ------------------------------------------------------------------------------------------
@@ -941,7 +994,7 @@ class Cluster:
         except Exception:
             prev = None
         for e in ents:
-            if e.index <= st.snapshot().meta.index:
+            if e.index <= st.snapshot_meta().index:
                 prev = e.term
                 continue
             rec = self.chain.get((e.index, e.term))
@@ -1164,6 +1217,7 @@ def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = No
         snapshot_chunk_bytes=frng.choice((16, 64, 1 << 20)),
     )
     faults = replace(faults, corrupt=frng.choice((0.0, 0.0, 0.05, 0.3)))  # drawn last: earlier draws keep their values
+    faults = replace(faults, power_loss=frng.choice((0.0, 0.5, 1.0)), cut_after_snapshot=frng.choice((0.0, 0.2, 0.5)))
     cl = Cluster(nodes, seed=seed, faults=faults, config=config, trace=trace)
     cl.check_durable_sends = check_durable_sends
     if trace is not None:

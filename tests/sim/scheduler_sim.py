@@ -26,7 +26,9 @@ the HTTP receivers are simulated; :mod:`tests.sim.mutants` breaks the product's 
 show the checks catch it. Workers run on every node; receivers answer by the behaviour encoded
 in the task's URL (2xx / 404 / 500 / too slow / random; ACK endpoints 2xx or 500) and record every
 request they get. Faults per seed: leader crashes (losing its wheel, buffers and its workers'
-requests), leader partitions (it steps down, its workers keep going), worker crashes mid-callback,
+requests), some of them power losses (a new boot id; the node opens its task store through the product's
+``guard_boot`` on a :class:`~tests.sim.disk.SimDisk`, and a store it trusts is torn: an earlier prefix of the
+log under the newer applied index, as unsynced lmdb pages may leave it), leader partitions (it steps down, its workers keep going), worker crashes mid-callback,
 lost result messages, clients that retry creates with the same idempotency key, flows with a rate,
 a concurrency or a pause (lifted later) and receivers answering 429 with Retry-After
 (docs/architecture.md#flow-control: the leader runs the real ``FlowControl``), leader losses
@@ -75,19 +77,24 @@ import itertools
 import json
 import logging
 import random
+import shutil
 import sys
+import tempfile
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from molens import lmdb_snapshot
 from molens.actors.cleaner import INTERVAL_MS as EXPIRY_INTERVAL_MS
 from molens.actors.cleaner import ExpiryScan
 from molens.actors.dispatcher import REPORT_INTERVAL_S, DispatchPlan, limits_of
-from molens.actors.monitor import HELD_GRACE_MS, FireWatch, WorkerWatch, congested
+from molens.actors.monitor import HELD_GRACE_MS, FireWatch, WorkerWatch, congested, sweep
 from molens.actors.timewheel import LeaderWheel
 from molens.fsm.commands import (
     BackfillTask,
@@ -131,6 +138,7 @@ from molens.model import (
 )
 from molens.schedule.flows import FlowControl
 from molens.schema import MAX_RUNNING, flow_of
+from tests.sim.disk import SIM_ROOT, SimDisk
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 TICK = 10
@@ -295,6 +303,21 @@ class Sim:
         self.incarnation = dict.fromkeys(self.nodes, 0)
         self.replicas = {n: MemoryState() for n in self.nodes}
         self.applied = dict.fromkeys(self.nodes, 0)
+        self.noted = 0
+        """Log entries whose first apply on ``nodes[0]`` was recorded (a replica rebuilt replays them)."""
+        self.root = Path(tempfile.mkdtemp(prefix=f"schedsim-{seed}-", dir=SIM_ROOT))
+        weakref.finalize(self, shutil.rmtree, self.root, True)
+        self.disk = SimDisk()
+        """Each node's task store directory (its boot marker) is synced through it."""
+        self.boots = dict.fromkeys(self.nodes, 0)
+        self.prng = random.Random(seed * 104_729 + 7)
+        """The power-loss draws (the rest of a seed stays as it was)."""
+        self.p_power_loss = self.prng.choice([0.0, 0.5, 1.0]) if faults else 0.0
+        """Per node crash: the machine loses power (the store's unsynced writes may be torn)."""
+        self.power_losses: list[str] = []
+        self.stores_discarded = 0
+        for n in self.nodes:
+            self.open_store(n)
         self.log: list[Command] = []
         self.term = 0
         self.leader: Leader | None = None
@@ -431,6 +454,7 @@ class Sim:
         for n in self.nodes:  # everyone back for the final comparison
             if not self.alive[n]:
                 self.alive[n] = True
+                self.open_store(n)
             self.catch_up(n)
 
     # ---------------------------------------------------------------- the log stand-in
@@ -475,11 +499,14 @@ class Sim:
                     r = next((r for r in t.running if r.fire_id(t.id) == it.fire_id), None) if t else None
                     dues[it.fire_id] = (r.due_ms, r.sched_ms) if r else (t.due_ms, t.sched_ms) if t else (None, -1)
             before = rep.get_task(cmd.task_id) if isinstance(cmd, BackfillTask) else None
-            if isinstance(cmd, Expire) and n == self.nodes[0]:
+            first = n == self.nodes[0] and self.applied[n] > self.noted
+            if first:
+                self.noted = self.applied[n]
+            if isinstance(cmd, Expire) and first:
                 gone = {it.task_id: rep.get_task(it.task_id) for it in cmd.items}
                 execs = [e for e in rep.executions if e.task_id in gone]
             out = rep.apply(cmd)
-            if isinstance(cmd, Expire) and n == self.nodes[0]:
+            if isinstance(cmd, Expire) and first:
                 for it, res in zip(cmd.items, out.results):
                     if res is True:
                         self.expired[it.task_id] = gone[it.task_id]
@@ -488,7 +515,7 @@ class Sim:
                 who, then = self.outcomes.pop(id(cmd))
                 if who is ld:
                     then(out)
-            if isinstance(cmd, BackfillTask) and n == self.nodes[0] and before is not None \
+            if isinstance(cmd, BackfillTask) and first and before is not None \
                     and not isinstance(out.results[0], Exception):
                 self.backfills[cmd.task_id].append(BackfillAsked(cmd.start_ms, cmd.end_ms, cmd.now_ms, before.seq))
             if is_leader:
@@ -571,10 +598,14 @@ class Sim:
             if not job.done and job.delivery.end < 0:
                 job.delivery.end = self.now  # the connection is cut
             job.done = True
-        self.log_(f"crash {n}")
+        power_loss = self.p_power_loss > 0 and self.prng.random() < self.p_power_loss
+        self.log_(f"{'power loss' if power_loss else 'crash'} {n}")
+        if power_loss:
+            self.lose_power(n)
 
         def restart() -> None:
             self.alive[n] = True
+            self.open_store(n)
             self.down_since.pop(n, None)
             self.downs[n][-1][1] = self.now
             self.faults.append(self.now)
@@ -584,6 +615,39 @@ class Sim:
                 self.elect()
 
         self.at(self.now + self.rng.randint(*down), restart)
+
+    def store_dir(self, n: str) -> Path:
+        return self.root / n / "fsm"
+
+    def open_store(self, n: str) -> None:
+        """Node ``n`` opens its task store as ``TaskStore`` does: the product's boot guard (through
+        the simulated disk) decides whether the store can be trusted; a discarded one is rebuilt from
+        the log (the stand-in log holds every entry: what the snapshot and the Raft log give back)."""
+        d = self.store_dir(n)
+        if not d.exists():
+            self.disk.track(d)
+        if lmdb_snapshot.guard_boot(d, f"{n}-boot-{self.boots[n]}", "task store", self.disk):
+            self.stores_discarded += 1
+            self.log_(f"{n}: task store discarded at open, rebuilt from the log")
+            self.replicas[n] = MemoryState()
+            self.applied[n] = 0
+        (d / "data.mdb").touch()  # lmdb creates its file at open
+
+    def lose_power(self, n: str) -> None:
+        """Node ``n``'s machine loses power: the disk drops what was not synced, the next boot has
+        another id, and the store, open with unsynced commits, is torn: its meta page (the applied
+        index) may reach the disk while the pages of the last commits do not -- the state of an
+        earlier prefix of the log under the newer applied index, unless the guard discards it."""
+        self.power_losses.append(n)
+        self.disk.power_loss(self.root / n, self.prng)
+        self.boots[n] += 1
+        k = self.prng.randint(0, self.applied[n])
+        if k < self.applied[n]:
+            torn = MemoryState()
+            for cmd in self.log[:k]:
+                torn.apply(cmd)
+            self.replicas[n] = torn
+            self.log_(f"{n}: store torn at {k} of {self.applied[n]} applied")
 
     def free(self, n: str) -> int:
         """A worker's free capacity (its pool's size less the fires it holds)."""
@@ -638,19 +702,15 @@ class Sim:
         ld = self.leader
         if ld is None:
             return
-        due = ld.watch.due(self.now)
-        self.settle(ld, due)
-        gone = ld.workers.lost(ld.watch.workers(), self.now)
-        if gone:
-            lost = ld.watch.on_lost_workers(gone)
-            self.settled_on_lost += len(lost)
-            self.settle(ld, lost)
+        sw = sweep(ld.watch, ld.workers, self.now)  # the product's own pump step
+        self.settle(ld, sw.lost)
+        self.settled_on_lost += len(sw.on_lost_workers)
+        self.settle(ld, sw.on_lost_workers)
         for w in ld.workers.take_lost():
             ld.plan.forget(w)
-        nxt = [d for d in (ld.watch.next_deadline(), ld.workers.next_check(ld.watch.workers())) if d is not None]
-        if not nxt:
+        if sw.next_at is None:
             return
-        t = max(self.now, min(nxt))
+        t = max(self.now, sw.next_at)
         if ld.monitor_at is not None and ld.monitor_at <= t:
             return
         ld.monitor_at = t
@@ -790,9 +850,7 @@ class Sim:
         ld = self.leader
         if ld is None:
             return
-        fw = ld.flows.next_wake(self.now)
-        if fw is not None:  # on tick boundaries, as the Dispatcher
-            fw = -(-fw // TICK) * TICK
+        fw = ld.flows.next_tick_wake(self.now)  # as the Dispatcher: on tick boundaries
         if ld.flows.can_release(self.now):
             fw = self.now
         if fw is not None and (ld.flow_wake_at is None or fw < ld.flow_wake_at):
@@ -1792,7 +1850,7 @@ def _run(args: argparse.Namespace) -> int:
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     failures = 0
     t0 = time.monotonic()
-    fires = settled = 0
+    fires = settled = power_losses = discarded = 0
     for s in seeds:
         sim = Sim(s, 3, print if args.trace else None)
         try:
@@ -1801,6 +1859,8 @@ def _run(args: argparse.Namespace) -> int:
             finally:
                 fires += len(sim.deliveries)  # a failing seed's too: its requests were made all the same
                 settled += sim.settled_on_lost
+                power_losses += len(sim.power_losses)
+                discarded += sim.stores_discarded
             check(sim)
         except Violation as e:
             failures += 1
@@ -1808,7 +1868,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"FAIL {e}\n  replay: scripts/sim --scheduler{mutant} --seed {s} --trace", flush=True)
     dt = time.monotonic() - t0
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
-          f"{fires} callbacks delivered, {settled} fires settled on lost workers")
+          f"{fires} callbacks delivered, {settled} fires settled on lost workers, {power_losses} power losses "
+          f"({discarded} task stores discarded by the boot guard)")
     print(f"sim: seeds={len(seeds)} failures={failures}")
     return 1 if failures else 0
 

@@ -29,6 +29,14 @@ def _go(fc: FlowControl, tid: str, flow: str, at: int, now: int | None = None) -
 # ---- the rate --------------------------------------------------------------------------------------
 
 
+def test_the_dispatchers_flow_wake_falls_on_the_next_tick_boundary() -> None:
+    fc = FlowControl(credit_ms=30)
+    fc.configure("f", FlowLimits(rate_per_s=10, burst=1), 0)
+    assert [_go(fc, f"t{i}", "f", 0) for i in range(2)] == [True, False]
+    assert fc.next_wake(0) == 100 and fc.next_tick_wake(0) == 120
+    assert FlowControl().next_tick_wake(0) is None  # nothing held: no wake
+
+
 def test_a_rate_limited_flow_lets_burst_go_at_once_then_one_per_interval_in_order() -> None:
     fc = FlowControl()
     fc.configure("f", FlowLimits(rate_per_s=10, burst=3), 0)
