@@ -48,7 +48,7 @@ export function usePoll(load, every) {
 }
 
 /** The auto-refresh choices every polling page offers (ms; 0 is off). */
-export const REFRESH_CHOICES = [0, 5000, 15000, 60000]
+export const REFRESH_CHOICES = [0, 2000, 5000, 15000, 60000]
 const REFRESH_KEY = 'molens.refresh.'
 
 function remembered(page, fallback) {

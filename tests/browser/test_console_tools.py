@@ -165,7 +165,7 @@ def test_every_polling_page_offers_auto_refresh_and_remembers_the_choice(
         page.goto(s.url + path)
         picker = page.get_by_test_id("refresh-every")
         expect(picker).to_be_visible()
-        assert picker.locator("option").all_text_contents() == ["Off", "Every 5 s", "Every 15 s", "Every 60 s"], path
+        assert picker.locator("option").all_text_contents() == ["Off", "Every 2 s", "Every 5 s", "Every 15 s", "Every 60 s"], path
     page.goto(s.url + "/ui/workers")
     page.get_by_test_id("refresh-every").select_option("60000")
     page.goto(s.url + "/ui/cluster")
