@@ -803,6 +803,12 @@ public final class MolensClient implements AutoCloseable {
         a.headers = conn.getHeaderFields();
         InputStream in = a.status >= 400 ? conn.getErrorStream() : conn.getInputStream();
         a.body = in == null ? new byte[0] : readAll(in); // read to the end and closed: the connection is reused
+        // HttpURLConnection ends a fixed-length body at the connection's end without an error; a node killed
+        // after its headers went out leaves a 2xx with a short (even empty) body, which is a lost answer.
+        String length = conn.getHeaderField("Content-Length");
+        if (length != null && length.matches("\\d{1,18}") && Long.parseLong(length) != a.body.length) {
+            throw new IOException("the answer ended after " + a.body.length + " of its " + length + " bytes");
+        }
         return a;
     }
 

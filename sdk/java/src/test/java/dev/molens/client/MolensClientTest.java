@@ -556,6 +556,43 @@ public class MolensClientTest {
     }
 
     @Test
+    public void anAnswerCutShortAfterItsHeadersIsALostAnswerNotAnEmptyOne() throws Exception {
+        // a node killed after its headers went out: a read is asked again, a trigger is an unknown outcome
+        final java.util.concurrent.atomic.AtomicInteger sent = new java.util.concurrent.atomic.AtomicInteger();
+        com.sun.net.httpserver.HttpServer s = stubNode(new com.sun.net.httpserver.HttpHandler() {
+            @Override
+            public void handle(com.sun.net.httpserver.HttpExchange ex) throws java.io.IOException {
+                java.io.InputStream in = ex.getRequestBody();
+                while (in.read() >= 0) {
+                    // drain
+                }
+                byte[] data = ("{\"id\": \"01ARZ3NDEKTSV4RRFFQ69G5FAV\", \"status\": \"pending\"}").getBytes("UTF-8");
+                ex.getResponseHeaders().set("Content-Type", "application/json");
+                ex.sendResponseHeaders(200, data.length);
+                if (sent.incrementAndGet() % 2 == 0) {
+                    ex.getResponseBody().write(data);
+                } else {
+                    ex.getResponseBody().flush(); // the headers only, then the connection ends
+                }
+                ex.close();
+            }
+        });
+        try {
+            MolensClient m = MolensClient.builder("http://127.0.0.1:" + s.getAddress().getPort()).backoffMs(5, 20).build();
+            assertEquals("pending", m.get("01ARZ3NDEKTSV4RRFFQ69G5FAV").status);
+            assertEquals("the cut answer was asked again", 2, sent.get());
+            try {
+                m.trigger("01ARZ3NDEKTSV4RRFFQ69G5FAV");
+                fail("no error");
+            } catch (OutcomeUnknownException expected) {
+                assertEquals("a trigger is not sent twice", 3, sent.get());
+            }
+        } finally {
+            s.stop(0);
+        }
+    }
+
+    @Test
     public void batchingClientSendsPreferReturnMinimalOnlyWithIdsOnly() throws Exception {
         final List<String> prefer = Collections.synchronizedList(new ArrayList<String>());
         com.sun.net.httpserver.HttpServer s = stubNode(new com.sun.net.httpserver.HttpHandler() {
