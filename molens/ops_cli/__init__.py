@@ -89,8 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands.OK
     try:
         timeout_s = getattr(a, "request_timeout", DEFAULT_REQUEST_TIMEOUT_S)
-        with MolensClient(_urls(a), _token(a), timeout=min(timeout_s, 10.0), retry_deadline_s=timeout_s,
-                          namespace=_namespace(a)) as c:
+        with commands.interruptible(), MolensClient(_urls(a), _token(a), timeout=min(timeout_s, 10.0),
+                                                    retry_deadline_s=timeout_s, namespace=_namespace(a)) as c:
             return commands.HANDLERS[a.func](c, a, p)
     except (commands.UsageError, ValueError) as exc:
         _report(p, None, "usage", str(exc))

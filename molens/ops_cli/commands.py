@@ -16,9 +16,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +319,31 @@ def _execution_key(e: Row) -> tuple[Any, ...]:
             e.get("execution_result"))
 
 
+INTERRUPT = threading.Event()
+"""Set by Ctrl-C while :func:`interruptible` is in force. Python raises ``KeyboardInterrupt`` wherever the
+signal lands, and where that is a finaliser (a finished response closing as it is collected) the
+exception is printed as ignored and lost; a command that runs until Ctrl-C also checks this."""
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT both sets :data:`INTERRUPT` and raises ``KeyboardInterrupt``, for the block (main thread only)."""
+    INTERRUPT.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum: int, frame: object) -> None:
+        INTERRUPT.set()
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 WATCH_OVERLAP_MS = 10_000
 """How far back each poll of ``watch`` reads before the latest execution it has seen: a result
 recorded late (another worker's, or a node that applies behind the leader after a failover) still
@@ -348,6 +376,8 @@ def watch(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
             show(e)
         earlier = len(printed)  # --last's: they do not count towards --count
         while True:
+            if INTERRUPT.is_set():  # a Ctrl-C whose KeyboardInterrupt a finaliser swallowed
+                raise KeyboardInterrupt
             if a.count is not None and len(printed) - earlier >= a.count:
                 return OK
             if deadline is not None and time.monotonic() >= deadline:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ import pytest
 
 from molens import client, schema
 from molens.fsm import tenancy
-from molens.ops_cli import completion, parser, values
+from molens.ops_cli import commands, completion, parser, values
 from molens.ops_cli.render import Mode, Printer, col, when
 
 
@@ -123,3 +125,44 @@ def test_help_names_every_exit_code() -> None:
     for code in ("0 ", "1 ", "2 ", "3 ", "130"):
         assert f"\n  {code}" in r.stdout
     assert "MOLENS_URL" in r.stdout and "MOLENS_TOKEN" in r.stdout
+
+
+class _SigintInFinaliser:
+    """Collected as a response is: Ctrl-C lands while its finaliser runs, where Python only prints the
+    KeyboardInterrupt as ignored."""
+
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000):  # Python code after the signal: its handler runs in here
+            pass
+
+
+class _PollingClient:
+    """What ``watch`` asks of a client: a task and its (empty) executions, one lost Ctrl-C on the second poll."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def get(self, task_id: str) -> dict[str, object]:
+        return {"id": task_id, "type": "periodic", "status": "pending", "interval_ms": 1000}
+
+    def executions(self, task_id: str, **kw: object) -> list[dict[str, object]]:
+        self.polls += 1
+        if self.polls == 2:
+            _SigintInFinaliser()  # made and collected at once
+        if self.polls > 20:
+            raise RuntimeError(f"still polling after {self.polls} polls: the Ctrl-C was lost")
+        return []
+
+
+def test_watch_stops_on_a_ctrl_c_that_landed_in_a_finaliser(monkeypatch: pytest.MonkeyPatch) -> None:
+    lost: list[type[BaseException] | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: lost.append(u.exc_type))
+    a = parser.build().parse_args(["watch", "01M917RR6Z3PWE1E76AWAPXS6X", "--interval", "0.01", "--jsonl"])
+    c = _PollingClient()
+    before = signal.getsignal(signal.SIGINT)
+    with commands.interruptible(), pytest.raises(KeyboardInterrupt):
+        commands.watch(c, a, Printer(Mode.JSONL, err=io.StringIO()))  # type: ignore[arg-type]
+    assert lost == [KeyboardInterrupt]  # the finaliser's KeyboardInterrupt went nowhere ...
+    assert c.polls == 2  # ... and watch stopped before its next poll all the same
+    assert signal.getsignal(signal.SIGINT) is before
