@@ -72,6 +72,8 @@ GC_THRESHOLDS = (50_000, 20, 10)
 flight holds a few tracked objects (entry, waiter, callback) for longer than several young
 collections, so with the default a loaded leader spent about a third of its CPU in the collector
 (docs/benchmarks.md, the Raft section)."""
+MEMBERSHIP_RETRY_S = 10.0
+"""How long an admin add/remove-node is asked again while the leader refuses it only for now."""
 
 
 class NodeError(MolensError):
@@ -511,17 +513,15 @@ class Node:
                 threading.Thread(target=run, name="admin-digest", daemon=True).start()
                 return _reply_when_done(fut, "digest")
             if cmd == "add_node":
-                reply = self._add_node(req)
-                if reply.get("ok"):
-                    self._audit_membership("cluster.add_node", str(req.get("id", "")), {"member": {"old": None, "new": True}})
-                return reply
+                nid = str(req.get("id", ""))
+                return self._membership_change(lambda: self._add_node(req), "cluster.add_node", nid,
+                                               {"member": {"old": None, "new": True}})
             if cmd == "remove_node":
                 nid = str(req.get("id", ""))
                 if nid == self.cfg.node.id and peer.status()["role"] == "leader":
                     return self._remove_self_as_leader()  # the new leader removes it, and records it
-                reply = {"ok": True, **peer.remove_node(nid)}
-                self._audit_membership("cluster.remove_node", nid, {"member": {"old": True, "new": None}})
-                return reply
+                return self._membership_change(lambda: {"ok": True, **peer.remove_node(nid)}, "cluster.remove_node",
+                                               nid, {"member": {"old": True, "new": None}})
             if cmd == "propose":
                 return self._propose(req)
         except (RaftPeerError, rc.RaftError) as exc:
@@ -532,6 +532,39 @@ class Node:
         except pykka.Timeout:
             return {"ok": False, "error": f"{cmd}: raft peer did not answer in time"}
         return {"ok": False, "error": f"unknown cmd {cmd!r}"}
+
+    def _membership_change(self, change: Callable[[], dict[str, Any]], action: str, node_id: str,
+                           changes: dict[str, dict[str, object]]) -> Future[dict[str, Any]]:
+        """Makes a membership change on a thread of its own (the admin socket serves others meanwhile), asked
+        again while the leader refuses it only for now (``ConfChangePending``: just elected, or another change
+        still committing), for up to ``MEMBERSHIP_RETRY_S``; audited once taken."""
+        out: Future[dict[str, Any]] = Future()
+
+        def run() -> None:
+            deadline = time.monotonic() + MEMBERSHIP_RETRY_S
+            while True:
+                try:
+                    reply = change()
+                except rc.ConfChangePending as exc:
+                    if time.monotonic() < deadline:
+                        time.sleep(0.02)
+                        continue
+                    reply = error_reply(exc)
+                except (RaftPeerError, rc.RaftError) as exc:
+                    reply = error_reply(exc)
+                    if reply.get("error") == "not_leader":
+                        reply.update(self._leader_addrs(reply.get("leader_id")))
+                except pykka.Timeout:
+                    reply = {"ok": False, "error": f"{action}: raft peer did not answer in time"}
+                except Exception as exc:
+                    reply = error_reply(exc)
+                break
+            if reply.get("ok"):
+                self._audit_membership(action, node_id, changes)
+            out.set_result(reply)
+
+        threading.Thread(target=run, name="admin-membership", daemon=True).start()
+        return out
 
     def _audit_membership(self, action: str, node_id: str, changes: dict[str, dict[str, object]]) -> None:
         """Put a membership change made on the admin socket on the audit trail (a task node's; the

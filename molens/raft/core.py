@@ -27,7 +27,8 @@ Driving it (what the runtime's actor does)::
 
 Calls and what they raise: ``propose``/``propose_batch`` (many entries, one broadcast: use it to
 batch client writes) raise ``NotLeaderError(leader)`` on a non-leader and ``ProposalDroppedError``
-during a leadership transfer; ``propose_conf_change`` also raises ``ConfChangeError``;
+during a leadership transfer; ``propose_conf_change`` also raises ``ConfChangeError`` (its
+``ConfChangePending`` when asked before an entry of the term committed or beside another change);
 ``read_index(ctx)`` needs a unique non-empty ``ctx``, is forwarded to the leader by a follower
 and raises ``NotLeaderError(None)`` when no leader is known; ``transfer_leader(to)`` (graceful
 shutdown) sends TimeoutNow once ``to`` is caught up and gives up after an election timeout;
@@ -92,6 +93,7 @@ from dataclasses import dataclass
 from molens.raft.errors import (
     CompactedError,
     ConfChangeError,
+    ConfChangePending,
     EntryUnavailableError,
     LogError,
     NotLeaderError,
@@ -1261,9 +1263,9 @@ class RaftCore:
         """Propose one membership change; returns the entry's index. See the module docstring."""
         self._check_can_propose()
         if not self._committed_in_term():
-            raise ConfChangeError("leader has not committed an entry of its term yet")
+            raise ConfChangePending("leader has not committed an entry of its term yet")
         if self._conf_hist[-1][0] > self._log.committed:
-            raise ConfChangeError("another membership change is still uncommitted")
+            raise ConfChangePending("another membership change is still uncommitted")
         mem = self.membership
         voters, learners = list(mem.voters), list(mem.learners)
         if op is ConfChangeOp.ADD_LEARNER:
@@ -1438,6 +1440,7 @@ class RaftCore:
 
 __all__ = [
     "ConfChangeError",
+    "ConfChangePending",
     "NotLeaderError",
     "Progress",
     "ProgressState",

@@ -4,6 +4,7 @@
     ├── NotLeaderError (leader_id: the leader this node knows of) -- the one "not the leader"
     ├── ProposalDroppedError (leadership transfer in progress, or removed from the cluster)
     ├── ConfChangeError (a membership change refused)
+    │   └── ConfChangePending (refused for now: asked too early in a term, or another change in flight)
     ├── LogError (log access the core must handle)
     │   ├── CompactedError (below the first index: only in the snapshot)
     │   ├── EntryUnavailableError (above the last index)
@@ -35,6 +36,11 @@ class ProposalDroppedError(RaftError):
 
 class ConfChangeError(RaftError):
     """A membership change that is refused: invalid, too early in the term, or another in flight."""
+
+
+class ConfChangePending(ConfChangeError):
+    """A membership change refused for now: the leader has not committed an entry of its term yet, or
+    another change is still uncommitted. The same change asked again shortly may be taken."""
 
 
 class LogError(RaftError):
@@ -73,6 +79,7 @@ __all__ = [
     "CodecError",
     "CompactedError",
     "ConfChangeError",
+    "ConfChangePending",
     "EntryUnavailableError",
     "FSMError",
     "LogError",
