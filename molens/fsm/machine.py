@@ -715,13 +715,13 @@ def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceededError | 
             if big > q.max_payload_bytes:
                 return QuotaExceededError(
                     f"namespace {ns}: a payload of {big} bytes, more than its max_payload_bytes "
-                    f"{q.max_payload_bytes}; nothing was created", "max_payload_bytes")
+                    f"{q.max_payload_bytes}; nothing was created", "max_payload_bytes", namespace=ns)
         if q.max_pending_tasks is not None:
             live = tenancy.decode_count(tx.meta(tenancy.LIVE_PREFIX + ns))
             if live + n > q.max_pending_tasks:
                 return QuotaExceededError(
                     f"namespace {ns} holds {live} unfinished tasks; {n} more would pass its max_pending_tasks "
-                    f"{q.max_pending_tasks}; nothing was created", "max_pending_tasks")
+                    f"{q.max_pending_tasks}; nothing was created", "max_pending_tasks", namespace=ns)
     return None
 
 

@@ -461,6 +461,8 @@ class Api:
             resp.set_header("WWW-Authenticate", 'Bearer realm="molens"')
         elif isinstance(exc, TooManyRequests | QuotaExceededError):
             resp.set_header("Retry-After", str(exc.retry_after_s))
+            if isinstance(exc, QuotaExceededError) and exc.namespace:
+                self.ctx.metrics().namespaces.add("quota_refusals", exc.namespace, quota=str(exc.field))
         return exc.http_status, exc.to_json()
 
     def read_json(self) -> Any:
@@ -547,7 +549,7 @@ class Api:
             rate = self._create_rate_of(ns)
             if rate is not None and (wait := check(ns, n, rate, time.monotonic())):
                 raise QuotaExceededError(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
-                                         "created", "creates_per_s", wait)
+                                         "created", "creates_per_s", wait, namespace=ns)
 
     def stamp(self) -> AuditStamp:
         """Who makes the request in progress (:func:`molens.web.audit.request_stamp`)."""
@@ -719,8 +721,10 @@ def _install_tasks(api: Api) -> None:
         res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
         assert isinstance(res, Created)
         spans = ctx.settings.spans
-        if spans.enabled and res.created:
-            _trace_create(spans, res.task, start_ns, commit_ns)
+        if res.created:
+            ctx.metrics().namespaces.add("creates", spec.namespace)
+            if spans.enabled:
+                _trace_create(spans, res.task, start_ns, commit_ns)
         return (201 if res.created else 200), task_json(res.task)
 
     @api.route("POST", f"{PREFIX}/tasks/batch", write=True)
@@ -786,17 +790,23 @@ def _install_tasks(api: Api) -> None:
         out: list[Task | None] = []
         errs: list[dict[str, Any]] = []
         created = False
+        made: dict[str, int] = {}
         spans = ctx.settings.spans
         for i, r in enumerate(results):
             if isinstance(r, Created):
                 out.append(r.task)
                 created = created or r.created
-                if spans.enabled and r.created:
-                    _trace_create(spans, r.task, start_ns, commit_ns)
+                if r.created:
+                    made[r.task.namespace] = made.get(r.task.namespace, 0) + 1
+                    if spans.enabled:
+                        _trace_create(spans, r.task, start_ns, commit_ns)
             else:
                 out.append(None)
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
                 errs.append({"index": i, **err.to_json()})
+        counters = ctx.metrics().namespaces
+        for ns, n in made.items():
+            counters.add("creates", ns, n)
         if prefers_minimal(prefer):  # ids only: a bulk loader needs no echo of its tasks
             bottle.response.set_header("Preference-Applied", "return=minimal")
             refs = [None if t is None else _TaskRef(t.id) for t in out]

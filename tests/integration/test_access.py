@@ -388,3 +388,29 @@ def test_a_whole_number_quota_is_an_integer_and_an_unknown_namespace_is_not_foun
     st, out, _ = req(node, "POST", f"{P}/tasks", TOKEN, {"type": "delayed", "interval_ms": 1000, "namespace": "nowhere",
                                                          "callback_url": "http://127.0.0.1:9/cb"})
     assert (st, out["error"]["field"]) == (404, "namespace")
+
+
+def test_metrics_count_creates_refusals_and_pending_tasks_per_namespace_until_it_is_deleted(node: NodeProc) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def series() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        st, _, raw = req(node, "GET", "/metrics", TOKEN)
+        assert st == 200
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in text_string_to_metric_families(raw.decode()) for s in fam.samples}
+
+    task = {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb", "namespace": "metered"}
+    ok(node, "POST", f"{P}/namespaces", {"name": "metered", "quotas": {"max_pending_tasks": 1}})
+    made = ok(node, "POST", f"{P}/tasks", task)
+    st, out, _ = req(node, "POST", f"{P}/tasks", TOKEN, task)
+    assert (st, out["error"]["quota"]) == (429, "max_pending_tasks")
+    s = series()
+    ns = (("namespace", "metered"),)
+    assert s[("molens_namespace_creates_total", ns)] == 1
+    assert s[("molens_namespace_quota_refusals_total", (*ns, ("quota", "max_pending_tasks")))] == 1
+    assert s[("molens_namespace_pending_tasks", ns)] == 1
+    assert all(k in ("namespace", "quota") for name, labels in s if name.startswith("molens_namespace_")
+               for k, _ in labels)
+    ok(node, "DELETE", f"{P}/tasks/{made['id']}")
+    ok(node, "DELETE", f"{P}/namespaces/metered")
+    assert not [k for k in series() if ("namespace", "metered") in k[1]]  # its series went with it
