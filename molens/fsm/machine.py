@@ -667,6 +667,9 @@ def _put_namespace(tx: _Tx, cmd: PutNamespace, now: int) -> ItemResult:
     created = now if raw is None else tenancy.decode_namespace(raw).created_ms
     new = _replace(ns, created_ms=created, updated_ms=now)
     tx.w.meta[key] = tenancy.encode(new)
+    rate = new.quotas.fires_per_s
+    tx.effects.append(FlowSet(tenancy.NAMESPACE_FLOW_PREFIX + ns.name,
+                              None if rate is None else FlowSettings(rate_per_s=rate, updated_ms=now)))
     return new
 
 
@@ -682,6 +685,7 @@ def _delete_namespace(tx: _Tx, name: str) -> ItemResult:
     tx.w.meta[tenancy.NS_PREFIX + name] = None
     tx.w.meta[tenancy.COUNT_PREFIX + name] = None
     tx.w.meta[tenancy.LIVE_PREFIX + name] = None
+    tx.effects.append(FlowSet(tenancy.NAMESPACE_FLOW_PREFIX + name, None))
     return None
 
 
