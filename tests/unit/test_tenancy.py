@@ -239,3 +239,20 @@ def test_a_creates_namespaces_are_read_without_decoding_its_tasks() -> None:
     for bad in (b'{"namespace": 3}', b"{not json", b"[]"):
         assert quick_namespaces(bad, batch=False) is None  # left to the full decoding, which says why
     assert quick_namespaces(b'{"tasks": {}}', batch=True) is None
+
+
+def test_a_batch_counts_each_of_its_tasks_once_in_its_namespaces() -> None:
+    s = MemoryState()
+    for name in ("pay", "ops"):
+        s.apply(PutNamespace(T0, Namespace(name=name), True))
+    items = tuple(CreateItem(model.new_task_id(T0, 200 + i), spec(namespace="pay" if i % 3 else "ops"))
+                  for i in range(300))
+    made = s.apply(CreateTasks(T0, items)).results
+    assert all(isinstance(r, Created) for r in made)
+    counts = {p + ns: tenancy.decode_count(s.meta.get(p + ns)) for p in (tenancy.LIVE_PREFIX, tenancy.COUNT_PREFIX)
+              for ns in ("pay", "ops")}
+    assert counts == {tenancy.LIVE_PREFIX + "pay": 200, tenancy.LIVE_PREFIX + "ops": 100,
+                      tenancy.COUNT_PREFIX + "pay": 200, tenancy.COUNT_PREFIX + "ops": 100}
+    s.apply(DeleteTasks(T0, tuple(it.task_id for it in items[:30])))  # 20 of pay, 10 of ops
+    assert tenancy.decode_count(s.meta[tenancy.LIVE_PREFIX + "pay"]) == 180
+    assert tenancy.decode_count(s.meta[tenancy.COUNT_PREFIX + "ops"]) == 90
