@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import send_json, wait_serving
+from .rest import send, send_json, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,6 +37,17 @@ def _arrivals(rec: RecordingReceiver, prefix: str) -> list[int]:
         if r.path.startswith(prefix):
             first[r.path] = min(first.get(r.path, r.at_ms), r.at_ms)
     return sorted(first.values())
+
+
+def _fires_counted(c: Cluster, namespace: str) -> float:
+    """``molens_namespace_fires_total`` of ``namespace`` summed over the nodes (each counts its own)."""
+    total = 0.0
+    for n in c.nodes.values():
+        r = send("GET", f"{_base(n)}/metrics")
+        assert r.status == 200
+        total += sum(smp.value for fam in text_string_to_metric_families(r.data.decode()) for smp in fam.samples
+                     if smp.name == "molens_namespace_fires_total" and smp.labels == {"namespace": namespace})
+    return total
 
 
 def _in_window(times: list[int], start: int) -> int:
@@ -67,6 +79,9 @@ def test_fires_per_s_holds_a_namespace_at_its_rate_across_a_leader_kill_and_not_
     n = _in_window(capped, capped[0])
     print(f"capped namespace: {n} fires in the first {WINDOW_MS} ms")
     assert LOW <= n <= HIGH, f"{n} fires of the capped namespace in {WINDOW_MS} ms at {RATE}/s"
+
+    wait_for(lambda: _fires_counted(cluster, "free") == 20 or None, 30, "the 20 fires of free in /metrics")
+    wait_for(lambda: _fires_counted(cluster, "capped") >= 30 or None, 30, "the fires of capped in /metrics")
 
     old = cluster.leader()
     old.kill()
