@@ -892,7 +892,7 @@ class MolensClient:
 
     def create_namespace(self, name: str, *, quotas: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Admin: make namespace ``name`` with ``quotas`` (``max_pending_tasks``, ``creates_per_s``,
-        ``max_payload_bytes``; each left out: unlimited). :class:`ConflictError` if it exists."""
+        ``max_payload_bytes``, ``fires_per_s``; each left out: unlimited). :class:`ConflictError` if it exists."""
         body: dict[str, Any] = {"name": _namespace("name", name)}
         if quotas is not None:
             body["quotas"] = dict(quotas)

@@ -110,9 +110,11 @@ class QuotaExceededError(MolensError):
     code = "quota_exceeded"
     http_status = 429
 
-    def __init__(self, message: str, quota: str, retry_after_s: int = 1) -> None:
+    def __init__(self, message: str, quota: str, retry_after_s: int = 1, namespace: str = "") -> None:
         super().__init__(message, quota)
         self.retry_after_s = retry_after_s
+        self.namespace = namespace
+        """The namespace whose quota refused (counted in ``/metrics``; not in the body)."""
 
     def to_json(self) -> dict[str, Any]:
         body = super().to_json()

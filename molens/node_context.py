@@ -52,7 +52,7 @@ from molens.web.api_context import (
 )
 from molens.web.errors import InsufficientStorage, LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
 from molens.web.heatmap import WheelDistribution, distribution_of, far_future_of
-from molens.web.metrics import MetricsSnapshot, NodeMetrics
+from molens.web.metrics import MetricsSnapshot, NodeMetrics, pending_by_namespace
 from molens.web.node_stats import (
     DiskUsage,
     PeerStats,
@@ -159,7 +159,7 @@ class NodeContext:
         self._disk = DiskUsage(cfg.data_dir)
         self._recent = RecentFires(cfg.data_dir / "history.sqlite")
         self._peers = PeerStats(self._settings.auth_token)
-        self._metrics = NodeMetrics(self._metrics_snapshot)
+        self._metrics = NodeMetrics(self._metrics_snapshot, self._task_namespace)
         if scheduler is not None:
             scheduler.set_observer(self._metrics.fires)
 
@@ -417,6 +417,10 @@ class NodeContext:
     def metrics(self) -> NodeMetrics:
         return self._metrics
 
+    def _task_namespace(self, task_id: str) -> str | None:
+        t = self.store.get_task(task_id)
+        return None if t is None else t.namespace
+
     def _metrics_snapshot(self) -> MetricsSnapshot:
         li = self.leader_info()
         st = self._raft_status()
@@ -448,7 +452,8 @@ class NodeContext:
         return MetricsSnapshot(
             node_id=self.cfg.node.id,
             role=li.role,
-            tasks=self.store.counts(),
+            tasks=(counts := self.store.counts()),
+            namespaces=pending_by_namespace(self.store.scan_meta, counts, model.TERMINAL_STATUSES),
             raft=raft,
             wheel=wheel,
             queues=queues,

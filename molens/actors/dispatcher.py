@@ -69,11 +69,12 @@ from molens.actors.peer_errors import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
 from molens.delivery import DeliveryOutcome, FireResult, to_result_item
 from molens.delivery import FireRequest as WireFire
+from molens.fsm import tenancy
 from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSettings, ResultItem
 from molens.fsm.machine import FireRequest
 from molens.fsm.store import EntryResult
 from molens.model import Task
-from molens.schedule.flows import FlowControl, FlowLimits
+from molens.schedule.flows import FlowControl, FlowLimits, NamespacedFlows
 from molens.schema import flow_of
 
 log = logging.getLogger(__name__)
@@ -203,7 +204,8 @@ class DispatchPlan:
                 if n and (len(items) >= limit or total <= 0):
                     break  # the rest wait for the wheel: the entry that plans these re-arms it
                 at = max(now_ms, due)
-                if flows is not None and not flows.gate(tid, fire_id, attempt, flow_of(t.spec), at, now_ms):
+                if flows is not None and not flows.gate(tid, fire_id, attempt, flow_of(t.spec), at, now_ms,
+                                                        namespace=t.spec.namespace):
                     self.held += 1
                     break
                 wid = self._pick(caps, total)
@@ -290,12 +292,15 @@ class Dispatcher(LeaderActor):
         self.tick_ms = max(10, ctx.cfg.tick_ms)
         self.drain: Drain | None = None
         self.drain_answered = False
-        self.flows = FlowControl(credit_ms=self.tick_ms)
+        self.flows = NamespacedFlows(credit_ms=self.tick_ms)
         self.notify_url = ctx.notifications.url
         """Where flow holds are announced ("" = not announced)."""
         now = wall_ms()
         for key, fs in ctx.store.scan_flows():
             self.flows.configure(key, limits_of(fs), now)
+        for key, raw in ctx.store.scan_meta(tenancy.NS_PREFIX):
+            rate = tenancy.decode_namespace(raw).quotas.fires_per_s
+            self.flows.configure_namespace(key.removeprefix(tenancy.NS_PREFIX), rate, now)
         self.adopted = False
         """Whether the fires an earlier leader left in flight count against their flows yet."""
 
@@ -331,7 +336,11 @@ class Dispatcher(LeaderActor):
         elif isinstance(message, FlowsChanged):
             now = wall_ms()
             for key, fs in message.changes:
-                self.flows.configure(key, None if fs is None else limits_of(fs), now)
+                if key.startswith(tenancy.NAMESPACE_FLOW_PREFIX):  # a namespace's fires_per_s
+                    rate = None if fs is None else fs.rate_per_s
+                    self.flows.configure_namespace(key.removeprefix(tenancy.NAMESPACE_FLOW_PREFIX), rate, now)
+                else:
+                    self.flows.configure(key, None if fs is None else limits_of(fs), now)
         elif isinstance(message, GetFlows):
             return self.flows.state(wall_ms())
         elif isinstance(message, Drain):

@@ -311,13 +311,15 @@ class Applied:
 class _Tx:
     """Reads through the view, sees its own writes, remembers originals to derive wheel effects."""
 
-    __slots__ = ("effects", "orig", "view", "w")
+    __slots__ = ("effects", "meta_read", "orig", "view", "w")
 
     def __init__(self, view: View) -> None:
         self.view = view
         self.w = Writes()
         self.orig: dict[str, Task | None] = {}
         self.effects: list[Effect] = []
+        self.meta_read: dict[str, bytes | None] = {}
+        """Meta records read from the view (a batch's tasks of one namespace read its record once)."""
 
     def task(self, tid: str) -> Task | None:
         tasks = self.w.tasks
@@ -362,15 +364,19 @@ class _Tx:
     def meta(self, key: str) -> bytes | None:
         if key in self.w.meta:
             return self.w.meta[key]
-        return self.view.get_meta(key)
+        read = self.meta_read
+        if key not in read:
+            read[key] = self.view.get_meta(key)
+        return read[key]
 
     def finish(self, results: list[ItemResult]) -> Applied:
         eff: list[Effect] = []
+        counts: dict[str, int] = {}
         for tid, new in self.w.tasks.items():
             old = self.orig.get(tid)
             either = new if new is not None else old
             if either is not None and either.spec.namespace != DEFAULT_NAMESPACE:
-                _count_tasks(self, either.spec.namespace, old, new)
+                _count_tasks(self, counts, either.spec.namespace, old, new)
             if new is not None and new.spec.notify_url and new.status in _NOTIFIED \
                     and (old is None or old.status is not new.status):
                 _notice(self, new, _NOTIFIED[new.status], new.updated_ms,
@@ -384,6 +390,8 @@ class _Tx:
             if od == nd and (nd is None or _same_actions(old, new)):
                 continue
             eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
+        for key, n in counts.items():
+            self.w.meta[key] = tenancy.encode_count(n)
         eff.extend(self.effects)
         return Applied(self.w, eff, results, self.orig)
 
@@ -667,6 +675,9 @@ def _put_namespace(tx: _Tx, cmd: PutNamespace, now: int) -> ItemResult:
     created = now if raw is None else tenancy.decode_namespace(raw).created_ms
     new = _replace(ns, created_ms=created, updated_ms=now)
     tx.w.meta[key] = tenancy.encode(new)
+    rate = new.quotas.fires_per_s
+    tx.effects.append(FlowSet(tenancy.NAMESPACE_FLOW_PREFIX + ns.name,
+                              None if rate is None else FlowSettings(rate_per_s=rate, updated_ms=now)))
     return new
 
 
@@ -682,12 +693,14 @@ def _delete_namespace(tx: _Tx, name: str) -> ItemResult:
     tx.w.meta[tenancy.NS_PREFIX + name] = None
     tx.w.meta[tenancy.COUNT_PREFIX + name] = None
     tx.w.meta[tenancy.LIVE_PREFIX + name] = None
+    tx.effects.append(FlowSet(tenancy.NAMESPACE_FLOW_PREFIX + name, None))
     return None
 
 
-def _count_tasks(tx: _Tx, ns: str, old: Task | None, new: Task | None) -> None:
+def _count_tasks(tx: _Tx, counts: dict[str, int], ns: str, old: Task | None, new: Task | None) -> None:
     """Keep the counts of a namespace other than ``default``: the tasks it holds (``nsn:<name>``)
-    and those not finished (``nsl:<name>``, what ``max_pending_tasks`` bounds)."""
+    and those not finished (``nsl:<name>``, what ``max_pending_tasks`` bounds), in ``counts`` (meta
+    key -> count) until the caller writes them once per entry (a 500-task batch: one write, not 500)."""
     for prefix, before, after in (
         (tenancy.COUNT_PREFIX, old is not None, new is not None),
         (tenancy.LIVE_PREFIX, old is not None and old.status not in TERMINAL_STATUSES,
@@ -695,7 +708,8 @@ def _count_tasks(tx: _Tx, ns: str, old: Task | None, new: Task | None) -> None:
     ):
         if before != after:
             key = prefix + ns
-            tx.w.meta[key] = tenancy.encode_count(max(0, tenancy.decode_count(tx.meta(key)) + after - before))
+            n = counts[key] if key in counts else tenancy.decode_count(tx.meta(key))
+            counts[key] = max(0, n + after - before)
 
 
 def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceededError | None:
@@ -715,13 +729,13 @@ def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceededError | 
             if big > q.max_payload_bytes:
                 return QuotaExceededError(
                     f"namespace {ns}: a payload of {big} bytes, more than its max_payload_bytes "
-                    f"{q.max_payload_bytes}; nothing was created", "max_payload_bytes")
+                    f"{q.max_payload_bytes}; nothing was created", "max_payload_bytes", namespace=ns)
         if q.max_pending_tasks is not None:
             live = tenancy.decode_count(tx.meta(tenancy.LIVE_PREFIX + ns))
             if live + n > q.max_pending_tasks:
                 return QuotaExceededError(
                     f"namespace {ns} holds {live} unfinished tasks; {n} more would pass its max_pending_tasks "
-                    f"{q.max_pending_tasks}; nothing was created", "max_pending_tasks")
+                    f"{q.max_pending_tasks}; nothing was created", "max_pending_tasks", namespace=ns)
     return None
 
 

@@ -24,6 +24,9 @@ NS_PREFIX = "ns:"
 KEY_PREFIX = "key:"
 COUNT_PREFIX = "nsn:"
 LIVE_PREFIX = "nsl:"
+NAMESPACE_FLOW_PREFIX = "namespace/"
+"""The flow key of a namespace's ``fires_per_s`` in the leader's ``FlowSet`` effects (no host flow
+key holds a ``/``)."""
 ALL_NAMESPACES = "*"
 """A key's ``namespaces`` entry that stands for every namespace, present and future."""
 
@@ -48,6 +51,8 @@ class Quotas(msgspec.Struct, frozen=True, kw_only=True):
     """Tasks created per second (a token bucket of one second's worth, on the leader)."""
     max_payload_bytes: int | None = None
     """The largest encoded payload (the state machine enforces it)."""
+    fires_per_s: float | None = None
+    """Fires per second of all the namespace's tasks (a namespace-wide flow on the leader)."""
 
 
 class Namespace(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
@@ -114,6 +119,7 @@ __all__ = [
     "DEFAULT",
     "KEY_PREFIX",
     "LIVE_PREFIX",
+    "NAMESPACE_FLOW_PREFIX",
     "NS_PREFIX",
     "ApiKey",
     "Namespace",

@@ -506,7 +506,7 @@ def resource_one(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
 
 
 def namespace_create(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
-    quotas = {k: getattr(a, k) for k in ("max_pending_tasks", "creates_per_s", "max_payload_bytes")
+    quotas = {k: getattr(a, k) for k in ("max_pending_tasks", "creates_per_s", "max_payload_bytes", "fires_per_s")
               if getattr(a, k) is not None}
     p.obj(c.create_namespace(a.name, quotas=quotas))
     return OK

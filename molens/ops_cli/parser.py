@@ -245,6 +245,7 @@ def build() -> argparse.ArgumentParser:
     p.add_argument("--max-pending-tasks", type=v.positive_int, metavar="N")
     p.add_argument("--creates-per-s", type=v.rate, metavar="N")
     p.add_argument("--max-payload-bytes", type=v.positive_int, metavar="N")
+    p.add_argument("--fires-per-s", type=v.rate, metavar="N")
 
     p = _leaf(groups["keys"], "create", "key_create", "create an API key; prints its secret, this once",
               epilog="The secret is shown only now: give it to clients as their token (--token-file, "

@@ -26,6 +26,12 @@ A worked example, ``rate_per_s=2, burst=1`` (one fire every 500 ms)::
     >>> fc.next_wake(0), fc.release(499), fc.release(500), fc.release(1_000)
     (500, [], ['b'], ['c'])
 
+*Namespace flows* (:class:`NamespacedFlows`): a namespace's ``fires_per_s`` quota is a flow of
+its own that every fire of the namespace's tasks passes first, whatever its host flow: held in the
+namespace's queue until its bucket lets it go, then judged by its host flow as any fire. A namespace
+flow has a rate only (``burst`` 1: fires evenly spaced), so one namespace's backlog never holds
+another namespace's fires, nor a host flow's fires of other namespaces.
+
 *Adaptive* flows (``adaptive: true``, with a rate) back off on congestion and ramp back (AIMD): a
 429, a 503 or a timeout multiplies the flow's rate by ``ADAPTIVE_DECREASE`` (at most once per
 ``ADAPTIVE_HOLD_MS``, down to ``ADAPTIVE_MIN_FRACTION`` of the limit), and each second without one
@@ -142,10 +148,12 @@ class FlowControl:
         return None if f is None else f.limits
 
     # ---- the gate --------------------------------------------------------------------------------
-    def gate(self, task_id: str, fire_id: str, attempt: int, flow: str, at_ms: int, now_ms: int) -> bool:
+    def gate(self, task_id: str, fire_id: str, attempt: int, flow: str, at_ms: int, now_ms: int,
+             namespace: str | None = None) -> bool:
         """May this fire (meant to go at ``at_ms``) be planned now? True admits it (it counts as in
         flight until :meth:`ended` or :meth:`cancel`); False holds it in its flow's queue (a fire
-        already held stays where it is)."""
+        already held stays where it is). ``namespace`` (its task's) counts in :class:`NamespacedFlows`
+        only."""
         rel = self._released.pop(task_id, None)
         if rel is not None:
             if rel == (fire_id, attempt):
@@ -212,6 +220,10 @@ class FlowControl:
     def fire_flow(self, fire_id: str) -> tuple[str, int] | None:
         """``(flow, attempt)`` of an admitted fire that has not ended."""
         return self._fires.get(fire_id)
+
+    def knows(self, task_id: str) -> bool:
+        """Whether a fire of task ``task_id`` is held, or handed back and not planned yet."""
+        return task_id in self._held or task_id in self._released
 
     def fire_slot(self, fire_id: str) -> float | None:
         """The slot of an admitted fire that has not ended: it goes at or after it (a fire let go
@@ -428,7 +440,76 @@ class FlowControl:
         return out
 
 
+class NamespacedFlows(FlowControl):
+    """Host flows (this class's own) behind namespace flows (:attr:`namespaces`): see the module
+    docstring.
+
+    >>> fc = NamespacedFlows()
+    >>> fc.configure_namespace("pay", 2.0, now_ms=0)
+    >>> [fc.gate(t, f"{t}-1", 1, "api:443", 0, 0, namespace="pay") for t in ("a", "b")]
+    [True, False]
+    >>> fc.gate("c", "c-1", 1, "api:443", 0, 0, namespace="ops")  # another namespace goes on
+    True
+    >>> fc.release(499), fc.release(500)
+    ([], ['b'])
+    """
+
+    def __init__(self, credit_ms: int = 0) -> None:
+        super().__init__(credit_ms)
+        self.namespaces = FlowControl(credit_ms)
+        """One flow per namespace with ``fires_per_s``, keyed by the namespace's name."""
+
+    def configure_namespace(self, name: str, fires_per_s: float | None, now_ms: int) -> None:
+        """Set (``None``: drop) namespace ``name``'s ``fires_per_s``."""
+        self.namespaces.configure(name, None if fires_per_s is None else FlowLimits(rate_per_s=fires_per_s), now_ms)
+
+    def gate(self, task_id: str, fire_id: str, attempt: int, flow: str, at_ms: int, now_ms: int,
+             namespace: str | None = None) -> bool:
+        """:meth:`FlowControl.gate` by the fire's namespace flow (``namespace``: its tasks'
+        namespace), then by its host flow; a fire its namespace admitted and its host flow held is
+        not charged to the namespace again when the host flow hands it back."""
+        ns = self.namespaces
+        if namespace is not None and (ns.limits(namespace) is not None or ns.fire_flow(fire_id) is not None
+                                      or ns.knows(task_id)):
+            if ns.fire_flow(fire_id) != (namespace, attempt) and not ns.gate(
+                    task_id, fire_id, attempt, namespace, at_ms, now_ms):
+                return False
+        return super().gate(task_id, fire_id, attempt, flow, at_ms, now_ms, namespace)
+
+    def release(self, now_ms: int) -> list[str]:
+        return super().release(now_ms) + self.namespaces.release(now_ms)
+
+    def can_release(self, now_ms: int) -> bool:
+        return super().can_release(now_ms) or self.namespaces.can_release(now_ms)
+
+    def ended(
+        self, fire_id: str, attempt: int | None, now_ms: int, *, congested: bool = False, retry_after_ms: int = 0
+    ) -> None:
+        super().ended(fire_id, attempt, now_ms, congested=congested, retry_after_ms=retry_after_ms)
+        self.namespaces.ended(fire_id, attempt, now_ms)
+
+    def cancel(self, fire_id: str, attempt: int | None) -> None:
+        super().cancel(fire_id, attempt)
+        self.namespaces.cancel(fire_id, attempt)
+
+    def drop(self, task_id: str) -> None:
+        super().drop(task_id)
+        self.namespaces.drop(task_id)
+
+    def next_wake(self, now_ms: int) -> int | None:
+        times = [t for t in (super().next_wake(now_ms), self.namespaces.next_wake(now_ms)) if t is not None]
+        return min(times) if times else None
+
+    def sweep(self, now_ms: int) -> None:
+        super().sweep(now_ms)
+        self.namespaces.sweep(now_ms)
+
+    @property
+    def held(self) -> int:
+        return super().held + self.namespaces.held
+
+
 __all__ = [
     "ADAPTIVE_DECREASE", "ADAPTIVE_HOLD_MS", "ADAPTIVE_INCREASE_FRACTION", "ADAPTIVE_MIN_FRACTION", "FlowControl",
-    "FlowLimits", "FlowState",
+    "FlowLimits", "FlowState", "NamespacedFlows",
 ]

@@ -220,6 +220,31 @@ def _typed_batch(body: bytes, limits: model.Limits) -> list[Any] | None:
     return tasks
 
 
+class _NamespaceOnly(msgspec.Struct):
+    """A create read for its namespace alone (every other field skipped unread)."""
+
+    namespace: object = DEFAULT_NAMESPACE
+
+
+class _NamespacesOnly(msgspec.Struct):
+    tasks: list[_NamespaceOnly]
+
+
+_NAMESPACE_ONLY = msgspec.json.Decoder(_NamespaceOnly)
+_NAMESPACES_ONLY = msgspec.json.Decoder(_NamespacesOnly)
+
+
+def quick_namespaces(body: bytes, batch: bool) -> list[str] | None:
+    """The namespaces a create (``batch``: a batch create) names, one per task, read without
+    decoding its tasks; None when the body is not plainly that (the full decoding then says why)."""
+    try:
+        items = _NAMESPACES_ONLY.decode(body).tasks if batch else [_NAMESPACE_ONLY.decode(body)]
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    out = [it.namespace for it in items]
+    return out if all(isinstance(ns, str) for ns in out) else None  # type: ignore[return-value]
+
+
 class _BatchAnswer(msgspec.Struct):
     """A batch create's answer, encoded in one pass: the tasks' JSON (:func:`molens.schema.view`)
     written straight into the answer instead of joined to it (half a megabyte for 500 tasks)."""
@@ -339,6 +364,8 @@ class Api:
         self.app = app
         self.access = access.Access(ctx, ctx.settings.auth_token)
         self.create_rate = CreateRate()
+        self._rates: dict[str, tuple[bytes, float | None]] = {}
+        """namespace -> (its record as last read, its ``creates_per_s``)."""
         self.routes: list[tuple[str, str]] = []
         """(method, OpenAPI path) of every route registered through :meth:`route`."""
 
@@ -434,6 +461,8 @@ class Api:
             resp.set_header("WWW-Authenticate", 'Bearer realm="molens"')
         elif isinstance(exc, TooManyRequests | QuotaExceededError):
             resp.set_header("Retry-After", str(exc.retry_after_s))
+            if isinstance(exc, QuotaExceededError) and exc.namespace:
+                self.ctx.metrics().namespaces.add("quota_refusals", exc.namespace, quota=str(exc.field))
         return exc.http_status, exc.to_json()
 
     def read_json(self) -> Any:
@@ -493,19 +522,34 @@ class Api:
             raise depth_error(s.max_json_depth)
         req.environ[_BODY_KEY] = raw
 
-    def admit_creates(self, namespaces: list[str]) -> None:
+    def _create_rate_of(self, ns: str) -> float | None:
+        """Namespace ``ns``'s ``creates_per_s`` as this node's replica holds it now (its record is
+        read each time; decoded again only when it changed)."""
+        raw = self.ctx.get_meta(tenancy.NS_PREFIX + ns)
+        if raw is None:
+            return None
+        known = self._rates.get(ns)
+        if known is None or known[0] != raw:
+            known = (raw, tenancy.decode_namespace(raw).quotas.creates_per_s)
+            self._rates[ns] = known
+        return known[1]
+
+    def admit_creates(self, namespaces: list[str], *, take: bool = True) -> None:
         """The ``creates_per_s`` quota of each namespace of a create (one entry per task): 429
-        ``quota_exceeded`` with ``Retry-After`` when one is over (the leader's token buckets)."""
+        ``quota_exceeded`` with ``Retry-After`` when one is over (the leader's token buckets).
+        ``take=False`` only asks (:meth:`CreateRate.wait`): a create the bucket would refuse is
+        refused before it is parsed and validated; namespaces the key may not act in are left to
+        the full check (their answer is 403, not 429)."""
         counts: dict[str, int] = {}
         for ns in namespaces:
-            if ns != DEFAULT_NAMESPACE:
+            if ns != DEFAULT_NAMESPACE and (take or access.visible(ns)):
                 counts[ns] = counts.get(ns, 0) + 1
+        check = self.create_rate.take if take else self.create_rate.wait
         for ns, n in counts.items():
-            raw = self.ctx.get_meta(tenancy.NS_PREFIX + ns)
-            rate = None if raw is None else tenancy.decode_namespace(raw).quotas.creates_per_s
-            if rate is not None and (wait := self.create_rate.take(ns, n, rate, time.monotonic())):
+            rate = self._create_rate_of(ns)
+            if rate is not None and (wait := check(ns, n, rate, time.monotonic())):
                 raise QuotaExceededError(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
-                                         "created", "creates_per_s", wait)
+                                         "created", "creates_per_s", wait, namespace=ns)
 
     def stamp(self) -> AuditStamp:
         """Who makes the request in progress (:func:`molens.web.audit.request_stamp`)."""
@@ -666,6 +710,8 @@ def _install_tasks(api: Api) -> None:
     def create_task() -> tuple[int, Any]:
         start_ns = time.time_ns()
         body = api.read_body()
+        if (early := quick_namespaces(body, batch=False)) is not None:
+            api.admit_creates(early, take=False)
         key = _header_text("Idempotency-Key")
         now = ctx.now_ms()
         spec = _traced(validate(body, now, key), _trace_header())
@@ -675,14 +721,18 @@ def _install_tasks(api: Api) -> None:
         res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
         assert isinstance(res, Created)
         spans = ctx.settings.spans
-        if spans.enabled and res.created:
-            _trace_create(spans, res.task, start_ns, commit_ns)
+        if res.created:
+            ctx.metrics().namespaces.add("creates", spec.namespace)
+            if spans.enabled:
+                _trace_create(spans, res.task, start_ns, commit_ns)
         return (201 if res.created else 200), task_json(res.task)
 
     @api.route("POST", f"{PREFIX}/tasks/batch", write=True)
     def create_batch() -> tuple[int, Any]:
         start_ns = time.time_ns()
         body = api.read_body()
+        if (early := quick_namespaces(body, batch=True)) is not None:
+            api.admit_creates(early, take=False)
         prefer = _header_text("Prefer")
         s = ctx.settings
         reqs = _typed_batch(body, s.limits)
@@ -740,17 +790,23 @@ def _install_tasks(api: Api) -> None:
         out: list[Task | None] = []
         errs: list[dict[str, Any]] = []
         created = False
+        made: dict[str, int] = {}
         spans = ctx.settings.spans
         for i, r in enumerate(results):
             if isinstance(r, Created):
                 out.append(r.task)
                 created = created or r.created
-                if spans.enabled and r.created:
-                    _trace_create(spans, r.task, start_ns, commit_ns)
+                if r.created:
+                    made[r.task.namespace] = made.get(r.task.namespace, 0) + 1
+                    if spans.enabled:
+                        _trace_create(spans, r.task, start_ns, commit_ns)
             else:
                 out.append(None)
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
                 errs.append({"index": i, **err.to_json()})
+        counters = ctx.metrics().namespaces
+        for ns, n in made.items():
+            counters.add("creates", ns, n)
         if prefers_minimal(prefer):  # ids only: a bulk loader needs no echo of its tasks
             bottle.response.set_header("Preference-Applied", "return=minimal")
             refs = [None if t is None else _TaskRef(t.id) for t in out]

@@ -36,7 +36,7 @@ from molens.schedule.wheel import TimeWheel
 from molens.web.api_context import ApiSettings, LeaderInfo
 from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
 from molens.web.heatmap import WheelDistribution, distribution_of
-from molens.web.metrics import MetricsSnapshot, NodeMetrics
+from molens.web.metrics import MetricsSnapshot, NodeMetrics, pending_by_namespace
 from molens.web.node_stats import DiskUsage, RecentFires, RequestRate, rss_bytes
 
 log = logging.getLogger(__name__)
@@ -252,8 +252,12 @@ class LocalContext:
     def metrics(self) -> NodeMetrics:
         with self._cv:
             if self._metrics is None:
-                self._metrics = NodeMetrics(self._metrics_snapshot)
+                self._metrics = NodeMetrics(self._metrics_snapshot, self._task_namespace)
             return self._metrics
+
+    def _task_namespace(self, task_id: str) -> str | None:
+        t = self.store.get_task(task_id)
+        return None if t is None else t.namespace
 
     def _metrics_snapshot(self) -> MetricsSnapshot:
         li = self.leader_info()
@@ -261,7 +265,8 @@ class LocalContext:
         return MetricsSnapshot(
             node_id=self._settings.node_id,
             role=li.role,
-            tasks=self.store.counts(),
+            tasks=(counts := self.store.counts()),
+            namespaces=pending_by_namespace(self.store.scan_meta, counts, model.TERMINAL_STATUSES),
             raft={"term": li.term, "commit_index": applied, "applied_index": applied},
             queues={"proposals_waiting": len(self._queue)},
             history_rows=self._recent.rows(),

@@ -16,13 +16,19 @@ Two kinds of series:
   worker that made them, so ``sum()`` over the cluster's nodes is the cluster's rate.
 
 Host labels are bounded: after :data:`MAX_HOSTS` distinct hosts, the rest share ``host="other"``.
+
+Per namespace (``molens_namespace_*``, label ``namespace``, never a task id): the tasks created
+through this node's API, the quota refusals it answered (``quota`` names the quota), the attempts
+its fire pool made and those that failed (:class:`NamespaceCounters`), and the replica's unfinished
+tasks. Only namespaces that exist are exported: a deleted namespace's series go, and its counters
+are forgotten, so the label set is bounded by the namespaces an admin made.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -32,11 +38,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
+from molens.fsm import tenancy
 from molens.schedule.flows import FlowState
+from molens.schema import DEFAULT_NAMESPACE
 
 log = logging.getLogger(__name__)
 
 MAX_HOSTS = 200
+MAX_TASK_NAMESPACES = 65_536
+"""Task ids whose namespace the fire counters remember (then they start over)."""
 """Distinct ``host`` label values of the callback latency histogram (then ``other``)."""
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -97,13 +107,76 @@ class MetricsSnapshot:
     dead_letters: Mapping[str, int] = field(default_factory=dict)
     """``stored`` (dead letters in the local replica), ``written`` (by kind: written by this replica's
     applies since the process started), ``outbox`` (failure notifications waiting)."""
+    namespaces: Mapping[str, int] | None = None
+    """Every namespace that exists -> its unfinished tasks in the local replica (None: not known)."""
+
+
+def pending_by_namespace(scan_meta: Callable[[str], list[tuple[str, bytes]]], tasks: Mapping[str, int],
+                         terminal: Iterable[str]) -> dict[str, int]:
+    """Every namespace of a replica -> its unfinished tasks: the counts the state machine keeps for
+    each namespace but ``default``, whose share is what the others leave of all unfinished tasks."""
+    live = {k.removeprefix(tenancy.LIVE_PREFIX): tenancy.decode_count(v) for k, v in scan_meta(tenancy.LIVE_PREFIX)}
+    out = {k.removeprefix(tenancy.NS_PREFIX): 0 for k, _ in scan_meta(tenancy.NS_PREFIX)}
+    for ns in out:
+        out[ns] = live.get(ns, 0)
+    done = frozenset(terminal)
+    out[DEFAULT_NAMESPACE] = max(0, sum(n for st, n in tasks.items() if st not in done) - sum(out.values()))
+    return out
+
+
+class NamespaceCounters:
+    """This node's counts of events per namespace: ``creates``, ``fires``, ``fire_failures`` and
+    ``quota_refusals`` by quota. :meth:`families` exports those of the namespaces given and forgets
+    the others (a namespace deleted, or never made: its counts go with it)."""
+
+    EVENTS = ("creates", "fires", "fire_failures")
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, str], int] = {}
+        """(event, namespace, quota or "") -> count."""
+        self._lock = threading.Lock()
+
+    def add(self, event: str, ns: str, n: int = 1, quota: str = "") -> None:
+        key = (event, ns, quota)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + n
+
+    def families(self, pending: Mapping[str, int]) -> Iterator[Metric]:
+        """The ``molens_namespace_*`` families of the namespaces in ``pending`` (name -> unfinished tasks)."""
+        with self._lock:
+            for key in [k for k in self._counts if k[1] not in pending]:
+                del self._counts[key]
+            counts = dict(self._counts)
+        helps = {
+            "creates": "Tasks created through this node's API, by namespace",
+            "fires": "HTTP attempts made by this node's fire pool, by the task's namespace",
+            "fire_failures": "Attempts made by this node's fire pool that did not succeed, by the task's namespace",
+        }
+        for event in self.EVENTS:
+            c = CounterMetricFamily(f"molens_namespace_{event}", helps[event], labels=["namespace"])
+            for ns in sorted(pending):
+                c.add_metric([ns], counts.get((event, ns, ""), 0))
+            yield c
+        q = CounterMetricFamily("molens_namespace_quota_refusals",
+                                "Requests this node refused over a namespace's quota, by namespace and quota",
+                                labels=["namespace", "quota"])
+        for (event, ns, quota), n in sorted(counts.items()):
+            if event == "quota_refusals":
+                q.add_metric([ns, quota], n)
+        yield q
+        g = GaugeMetricFamily("molens_namespace_pending_tasks", "Unfinished tasks in the local replica, by namespace",
+                              labels=["namespace"])
+        for ns, n in sorted(pending.items()):
+            g.add_metric([ns], n)
+        yield g
 
 
 class LiveCollector(Collector):
     """Reads a :class:`MetricsSnapshot` at every scrape and turns it into metric families."""
 
-    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot], namespaces: NamespaceCounters) -> None:
         self._snapshot = snapshot
+        self._namespaces = namespaces
 
     def describe(self) -> list[Metric]:
         return []  # no fixed set: keeps registration from calling collect()
@@ -243,6 +316,8 @@ class LiveCollector(Collector):
             for name, value in sorted(s.scheduler.items()):
                 c.add_metric([name], value)
             yield c
+        if s.namespaces is not None:
+            yield from self._namespaces.families(s.namespaces)
 
 
 MAX_FLOW_SERIES = 500
@@ -284,7 +359,12 @@ def url_host(url: str) -> str:
 class FireMetrics:
     """Counters and histograms observed as fires happen (the scheduler's stats observer)."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, namespaces: NamespaceCounters | None = None,
+                 namespace_of: Callable[[str], str | None] | None = None) -> None:
+        self._namespaces = namespaces
+        self._namespace_of = namespace_of
+        self._task_namespaces: dict[str, str] = {}
+        """task id -> namespace (it never changes), at most :data:`MAX_TASK_NAMESPACES` held."""
         self.fires = Counter(
             "molens_fires", "HTTP attempts made by this node's fire pool", ["kind", "outcome"], registry=registry
         )
@@ -335,6 +415,23 @@ class FireMetrics:
         outcome = getattr(result.outcome, "value", str(result.outcome))
         self.fires.labels(kind, outcome).inc()
         self.latency.labels(self._host(req.url)).observe(max(0.0, result.latency_ms) / 1000)
+        if self._namespaces is not None and (ns := self._task_namespace(req)) is not None:
+            self._namespaces.add("fires", ns)
+            if outcome != "success":
+                self._namespaces.add("fire_failures", ns)
+
+    def _task_namespace(self, req: _Request) -> str | None:
+        tid = getattr(req, "task_id", None)
+        if not isinstance(tid, str) or self._namespace_of is None:
+            return None
+        ns = self._task_namespaces.get(tid)
+        if ns is None:
+            ns = self._namespace_of(tid)
+            if ns is not None:
+                if len(self._task_namespaces) >= MAX_TASK_NAMESPACES:
+                    self._task_namespaces.clear()
+                self._task_namespaces[tid] = ns
+        return ns
 
     def sampled(self, name: str, values_ms: list[float]) -> None:
         if name == "fire_lateness":
@@ -352,10 +449,13 @@ class FireMetrics:
 class NodeMetrics:
     """One node's registry: the live collector plus the fire-time instruments."""
 
-    def __init__(self, snapshot: Callable[[], MetricsSnapshot]) -> None:
+    def __init__(self, snapshot: Callable[[], MetricsSnapshot],
+                 namespace_of: Callable[[str], str | None] | None = None) -> None:
+        """``namespace_of``: a task id's namespace in the local replica (None: not there)."""
         self.registry = CollectorRegistry(auto_describe=False)
-        self.fires = FireMetrics(self.registry)
-        self.registry.register(LiveCollector(snapshot))
+        self.namespaces = NamespaceCounters()
+        self.fires = FireMetrics(self.registry, self.namespaces, namespace_of)
+        self.registry.register(LiveCollector(snapshot, self.namespaces))
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every series."""
@@ -384,8 +484,10 @@ def catalogue() -> list[Family]:
         scheduler={"throttled": 1, "flow_held": 1}, refused={"raft": {"handshake_refused": 0}, "rpc": {"B": 0}},
         clock={"skew_ms": 1, "skewed": 0}, storage={"full": 0}, not_fired={"skipped_overlap": 0}, lateness_p99_s=0.1,
         flows=(FlowState("f", 1, 1, 1, 0, 1.0),), dead_letters={"stored": 0, "outbox": 0, "written:unknown": 0},
+        namespaces={"default": 1},
     )
     metrics = NodeMetrics(lambda: snap)
+    metrics.namespaces.add("quota_refusals", "default", quota="creates_per_s")
     req = type("Req", (), {"url": "http://h/"})()
     res = type("Res", (), {"kind": "callback", "outcome": "success", "latency_ms": 1.0})()
     metrics.fires.delivered(req, res)
@@ -406,6 +508,8 @@ __all__ = [
     "FireMetrics",
     "LiveCollector",
     "MetricsSnapshot",
+    "NamespaceCounters",
     "NodeMetrics",
+    "pending_by_namespace",
     "url_host",
 ]

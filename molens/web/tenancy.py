@@ -43,6 +43,7 @@ class QuotasBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_pending_tasks: _Count | None = None
     creates_per_s: _Rate | None = None
     max_payload_bytes: _Count | None = None
+    fires_per_s: _Rate | None = None
 
 
 class NamespaceBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

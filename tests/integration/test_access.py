@@ -356,6 +356,24 @@ def test_over_a_quota_a_create_is_429_with_retry_after_and_a_batch_is_refused_wh
     assert req(node, "POST", f"{P}/tasks", TOKEN, task("default"))[0] == 201  # other namespaces are not held
 
 
+def test_a_create_refused_before_it_is_parsed_answers_as_the_full_check_would(node: NodeProc) -> None:
+    """An empty bucket refuses a create before its task is decoded: with the same 429 for a single or
+    a batch create, while a key that may not act in the namespace still gets its 403."""
+    task = {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb", "namespace": "slow2"}
+    ok(node, "POST", f"{P}/namespaces", {"name": "slow2", "quotas": {"creates_per_s": 0.001}})
+    ok(node, "POST", f"{P}/namespaces", {"name": "other2"})
+    assert req(node, "POST", f"{P}/tasks", TOKEN, task)[0] == 201
+    st, out, _ = req(node, "POST", f"{P}/tasks", TOKEN, task)
+    assert (st, out["error"]["quota"]) == (429, "creates_per_s")
+    st, out, _ = req(node, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [task, task | {"namespace": "other2"}]})
+    assert (st, out["error"]["quota"]) == (429, "creates_per_s")
+    outsider = ok(node, "POST", f"{P}/keys", {"name": "outsider", "role": "writer", "namespaces": ["other2"]})["secret"]
+    assert req(node, "POST", f"{P}/tasks", outsider, task)[0] == 403
+    assert req(node, "POST", f"{P}/tasks", outsider, task | {"namespace": "other2"})[0] == 201
+    assert ok(node, "GET", f"{P}/tasks?namespace=slow2")["items"][0]["namespace"] == "slow2"
+    assert len(ok(node, "GET", f"{P}/tasks?namespace=slow2")["items"]) == 1
+
+
 def test_a_whole_number_quota_is_an_integer_and_an_unknown_namespace_is_not_found(node: NodeProc) -> None:
     ok(node, "POST", f"{P}/namespaces", {"name": "floats"})
     out = ok(node, "PATCH", f"{P}/namespaces/floats", {"quotas": {"max_pending_tasks": 83.0, "creates_per_s": 2}})
@@ -370,3 +388,29 @@ def test_a_whole_number_quota_is_an_integer_and_an_unknown_namespace_is_not_foun
     st, out, _ = req(node, "POST", f"{P}/tasks", TOKEN, {"type": "delayed", "interval_ms": 1000, "namespace": "nowhere",
                                                          "callback_url": "http://127.0.0.1:9/cb"})
     assert (st, out["error"]["field"]) == (404, "namespace")
+
+
+def test_metrics_count_creates_refusals_and_pending_tasks_per_namespace_until_it_is_deleted(node: NodeProc) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def series() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        st, _, raw = req(node, "GET", "/metrics", TOKEN)
+        assert st == 200
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for fam in text_string_to_metric_families(raw.decode()) for s in fam.samples}
+
+    task = {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb", "namespace": "metered"}
+    ok(node, "POST", f"{P}/namespaces", {"name": "metered", "quotas": {"max_pending_tasks": 1}})
+    made = ok(node, "POST", f"{P}/tasks", task)
+    st, out, _ = req(node, "POST", f"{P}/tasks", TOKEN, task)
+    assert (st, out["error"]["quota"]) == (429, "max_pending_tasks")
+    s = series()
+    ns = (("namespace", "metered"),)
+    assert s[("molens_namespace_creates_total", ns)] == 1
+    assert s[("molens_namespace_quota_refusals_total", (*ns, ("quota", "max_pending_tasks")))] == 1
+    assert s[("molens_namespace_pending_tasks", ns)] == 1
+    assert all(k in ("namespace", "quota") for name, labels in s if name.startswith("molens_namespace_")
+               for k, _ in labels)
+    ok(node, "DELETE", f"{P}/tasks/{made['id']}")
+    ok(node, "DELETE", f"{P}/namespaces/metered")
+    assert not [k for k in series() if ("namespace", "metered") in k[1]]  # its series went with it

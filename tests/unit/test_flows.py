@@ -364,3 +364,35 @@ def test_fires_an_earlier_leader_left_in_flight_count_until_they_end_or_their_de
     assert fc.next_wake(20) == 9_000
     assert fc.release(8_999) == []
     assert fc.release(9_000) == ["b"]  # its end was reported before it was adopted: its deadline frees the slot
+
+
+def test_a_namespace_flow_holds_its_tasks_fires_at_its_rate_and_no_other_namespaces() -> None:
+    from molens.schedule.flows import NamespacedFlows
+
+    fc = NamespacedFlows()
+    fc.configure_namespace("pay", 5.0, now_ms=0)  # one fire every 200 ms
+    admitted = [t for t in (f"p{i}" for i in range(10)) if fc.gate(t, f"{t}-1", 1, f"h{t}:80", 0, 0, namespace="pay")]
+    assert admitted == ["p0"]  # every fire of the namespace is held, whatever its host flow
+    assert all(fc.gate(f"o{i}", f"o{i}-1", 1, "h:80", 0, 0, namespace="ops") for i in range(10))
+    let_go = [(ms, t) for ms in range(0, 1_001, 100) for t in fc.release(ms)]
+    assert let_go == [(200, "p1"), (400, "p2"), (600, "p3"), (800, "p4"), (1_000, "p5")]
+    fc.configure_namespace("pay", None, now_ms=1_000)  # the quota is lifted: the rest go at once
+    assert fc.release(1_000) == ["p6", "p7", "p8", "p9"]
+
+
+def test_a_fire_its_namespace_let_go_and_its_host_flow_held_is_charged_to_the_namespace_once() -> None:
+    from molens.schedule.flows import NamespacedFlows
+
+    fc = NamespacedFlows()
+    fc.configure_namespace("pay", 1.0, now_ms=0)
+    fc.configure("api:443", FlowLimits(concurrency=1), now_ms=0)
+    assert fc.gate("x", "x-1", 1, "api:443", 0, 0, namespace="ops")  # takes the host flow's one slot
+    assert not fc.gate("a", "a-1", 1, "api:443", 0, 0, namespace="pay")  # namespace: yes; host flow: held
+    fc.ended("x-1", 1, 100)
+    assert fc.release(100) == ["a"]
+    assert fc.gate("a", "a-1", 1, "api:443", 0, 100, namespace="pay")  # not judged by the namespace again
+    assert fc.namespaces.in_flight == 1 and fc.in_flight == 1
+    fc.ended("a-1", 1, 200)
+    assert fc.namespaces.in_flight == 0 and fc.in_flight == 0
+    assert not fc.gate("b", "b-1", 1, "h:80", 300, 300, namespace="pay")  # the namespace's next slot is at 1 s
+    assert fc.release(999) == [] and fc.release(1_000) == ["b"]

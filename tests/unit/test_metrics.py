@@ -3,6 +3,8 @@ scheduler's stats hook, bounded host labels, and output that prometheus-client's
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -155,13 +157,16 @@ def test_reporting_deliverer_reports_every_attempt_even_a_failed_one(stats: Stat
     assert s[("molens_callback_latency_seconds_count", (("host", "127.0.0.1:9"),))] == 1
 
 
+class Result:
+    """A successful attempt's result, as the fire hooks read it."""
+
+    kind = FireKind.CALLBACK
+    outcome = "success"
+    latency_ms = 1.0
+
+
 def test_host_labels_are_bounded() -> None:
     m = NodeMetrics(_snap)
-
-    class Result:
-        kind = FireKind.CALLBACK
-        outcome = "success"
-        latency_ms = 1.0
 
     for i in range(MAX_HOSTS + 50):
         req = FireRequest(
@@ -219,3 +224,59 @@ def test_a_workers_figures_count_failed_attempts_and_time_each_answer(stats: Sta
     assert (lat["n"], lat["p50_ms"], lat["max_ms"]) == (5, 10.0, 1000.0)
     assert attempts(m.fires.fires) == 5
     assert attempts(m.fires.fires, failed=True) == 2
+
+
+def test_namespace_series_are_labelled_by_namespace_only_and_go_with_the_namespace() -> None:
+    pending = {"default": 2, "pay": 5}
+    owner = {"t1": "pay", "t2": "default"}
+    m = NodeMetrics(lambda: _snap(namespaces=dict(pending)), owner.get)
+
+    class Failed(Result):
+        outcome = "timeout"
+
+    def fire(tid: str, result: Result) -> None:
+        m.fires.delivered(FireRequest(fire_id=f"{tid}-1", task_id=tid, attempt=1, kind=FireKind.CALLBACK,
+                                      url="http://h/", body=b"", scene="default", timeout_ms=1000), result)
+
+    fire("t1", Result())
+    fire("t1", Failed())
+    fire("t2", Result())
+    fire("gone", Result())  # a task the replica no longer holds: counted under no namespace
+    m.namespaces.add("creates", "pay", 3)
+    m.namespaces.add("quota_refusals", "pay", quota="creates_per_s")
+    text = m.render()
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed: it comes with Debian's prometheus package"
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+    assert not [line for line in lint.stdout.decode().splitlines() if "molens_namespace_" in line], lint.stdout
+    s = _parse(text)
+    want = {("creates_total", "pay"): 3, ("creates_total", "default"): 0, ("fires_total", "pay"): 2,
+            ("fire_failures_total", "pay"): 1, ("fires_total", "default"): 1, ("fire_failures_total", "default"): 0,
+            ("pending_tasks", "pay"): 5, ("pending_tasks", "default"): 2}
+    assert {k: s[(f"molens_namespace_{k[0]}", (("namespace", k[1]),))] for k in want} == want
+    assert s[("molens_namespace_quota_refusals_total", (("namespace", "pay"), ("quota", "creates_per_s")))] == 1
+    labels = {k for name, lbl in s if name.startswith("molens_namespace_") for k, _ in lbl}
+    assert labels == {"namespace", "quota"}
+    assert {v for name, lbl in s if name.startswith("molens_namespace_") for k, v in lbl if k == "namespace"} == {
+        "default", "pay"}
+    del pending["pay"]  # the namespace is deleted: its series go, and its counts are forgotten
+    s = _parse(m.render())
+    assert not [k for k in s if ("namespace", "pay") in k[1]]
+    pending["pay"] = 0  # made again: it starts from nothing
+    s = _parse(m.render())
+    assert s[("molens_namespace_creates_total", (("namespace", "pay"),))] == 0
+
+
+def test_pending_tasks_per_namespace_come_from_the_replicas_counts() -> None:
+    from molens.fsm import tenancy
+    from molens.fsm.tenancy import Namespace
+    from molens.web.metrics import pending_by_namespace
+
+    meta = {tenancy.NS_PREFIX + "pay": tenancy.encode(Namespace(name="pay")), tenancy.NS_PREFIX + "ops": b"",
+            tenancy.LIVE_PREFIX + "pay": tenancy.encode_count(4)}
+
+    def scan(prefix: str) -> list[tuple[str, bytes]]:
+        return sorted((k, v) for k, v in meta.items() if k.startswith(prefix))
+
+    out = pending_by_namespace(scan, {"pending": 6, "running": 1, "done": 9}, {"done"})
+    assert out == {"pay": 4, "ops": 0, "default": 3}

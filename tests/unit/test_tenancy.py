@@ -217,3 +217,42 @@ def test_creates_per_s_is_a_bucket_of_one_seconds_worth() -> None:
     assert rate.take("pay", 20, 5.0, 1.5) == 0  # ...then goes, and leaves the bucket in debt
     assert rate.take("pay", 1, 5.0, 3.5) == 2  # 15 tokens of debt: 3 s to repay, 0.2 s more for one
     assert rate.take("pay", 1, 5.0, 5.0) == 0
+
+
+def test_asking_the_create_bucket_takes_nothing() -> None:
+    rate = CreateRate()
+    assert rate.wait("pay", 1, 2.0, 0.0) == 0
+    assert [rate.take("pay", 1, 2.0, 0.0) for _ in range(2)] == [0, 0]
+    assert [rate.wait("pay", 1, 2.0, 0.0) for _ in range(3)] == [1, 1, 1]
+    assert rate.wait("pay", 1, 2.0, 0.5) == 0  # one token back, and asking leaves it there
+    assert rate.wait("pay", 1, 2.0, 0.5) == 0
+    assert rate.take("pay", 1, 2.0, 0.5) == 0
+    assert rate.wait("pay", 1, 2.0, 0.5) == 1
+
+
+def test_a_creates_namespaces_are_read_without_decoding_its_tasks() -> None:
+    from molens.web.app import quick_namespaces
+
+    assert quick_namespaces(b'{"namespace": "pay", "payload": {"namespace": "ops"}}', batch=False) == ["pay"]
+    assert quick_namespaces(b'{"type": "delayed", "payload": {"namespace": "ops"}}', batch=False) == ["default"]
+    assert quick_namespaces(b'{"tasks": [{"namespace": "pay"}, {}]}', batch=True) == ["pay", "default"]
+    for bad in (b'{"namespace": 3}', b"{not json", b"[]"):
+        assert quick_namespaces(bad, batch=False) is None  # left to the full decoding, which says why
+    assert quick_namespaces(b'{"tasks": {}}', batch=True) is None
+
+
+def test_a_batch_counts_each_of_its_tasks_once_in_its_namespaces() -> None:
+    s = MemoryState()
+    for name in ("pay", "ops"):
+        s.apply(PutNamespace(T0, Namespace(name=name), True))
+    items = tuple(CreateItem(model.new_task_id(T0, 200 + i), spec(namespace="pay" if i % 3 else "ops"))
+                  for i in range(300))
+    made = s.apply(CreateTasks(T0, items)).results
+    assert all(isinstance(r, Created) for r in made)
+    counts = {p + ns: tenancy.decode_count(s.meta.get(p + ns)) for p in (tenancy.LIVE_PREFIX, tenancy.COUNT_PREFIX)
+              for ns in ("pay", "ops")}
+    assert counts == {tenancy.LIVE_PREFIX + "pay": 200, tenancy.LIVE_PREFIX + "ops": 100,
+                      tenancy.COUNT_PREFIX + "pay": 200, tenancy.COUNT_PREFIX + "ops": 100}
+    s.apply(DeleteTasks(T0, tuple(it.task_id for it in items[:30])))  # 20 of pay, 10 of ops
+    assert tenancy.decode_count(s.meta[tenancy.LIVE_PREFIX + "pay"]) == 180
+    assert tenancy.decode_count(s.meta[tenancy.COUNT_PREFIX + "ops"]) == 90
