@@ -33,6 +33,8 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.registry import Collector
 
 from molens.schedule.flows import FlowState
+from molens.wallclock import wall_ms
+from molens.web.fire_series import FireSeries
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 class _Request(Protocol):
     @property
     def url(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
 
 
 class _Result(Protocol):
@@ -282,9 +286,12 @@ def url_host(url: str) -> str:
 
 
 class FireMetrics:
-    """Counters and histograms observed as fires happen (the scheduler's stats observer)."""
+    """Counters and histograms observed as fires happen (the scheduler's stats observer), and the
+    same events in the hour and day :attr:`series` of the console's charts."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, clock: Callable[[], int] = wall_ms) -> None:
+        self.series = FireSeries()
+        self._clock = clock
         self.fires = Counter(
             "molens_fires", "HTTP attempts made by this node's fire pool", ["kind", "outcome"], registry=registry
         )
@@ -335,10 +342,12 @@ class FireMetrics:
         outcome = getattr(result.outcome, "value", str(result.outcome))
         self.fires.labels(kind, outcome).inc()
         self.latency.labels(self._host(req.url)).observe(max(0.0, result.latency_ms) / 1000)
+        self.series.attempt(self._clock(), failed=outcome != "success", retry=req.attempt > 1)
 
     def sampled(self, name: str, values_ms: list[float]) -> None:
         if name == "fire_lateness":
             h = self.lateness
+            self.series.lateness(self._clock(), values_ms)
         elif name == "dispatch_lag":
             h = self.plan_lag
         elif name == "plan_to_send":
