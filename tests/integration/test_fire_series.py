@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import urllib3
 
+from molens.client import MolensClient
+
 from .api_server import check_schema
 from .conftest import Cluster, NodeProc, free_ports, wait_for
 
@@ -84,6 +86,11 @@ def test_fires_failures_and_retries_appear_in_the_cluster_series(cluster: Cluste
     assert sorted(x["node_id"] for x in locals_) == ["n1", "n2", "n3"]
     assert tuple(map(sum, zip(*(_totals(x) for x in locals_), strict=True))) == _totals(hour)
     assert all("nodes" not in x for x in locals_)
+
+    # the same through the Python client
+    with MolensClient([follower.http_url]) as c:
+        assert _totals(c.stats_series("day"))[:3] == (ok_n + 3, 3, 2)
+        assert c.stats_series(local=True)["node_id"] == follower.node_id
 
     st, err = _get(leader, "/api/v1/stats/series?range=week")
     assert st == 400 and err["error"]["field"] == "range"
