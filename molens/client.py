@@ -126,6 +126,13 @@ class DeadLetterKind(StrEnum):
 # errors
 
 
+class SeriesRange(StrEnum):
+    """The windows of :meth:`MolensClient.stats_series` (the server's ``molens.web.fire_series.Span``)."""
+
+    HOUR = "hour"
+    DAY = "day"
+
+
 class ClientError(MolensError):
     """Base of every error the SDK raises."""
 
@@ -133,13 +140,17 @@ class ClientError(MolensError):
 
 
 class ApiError(ClientError):
-    """The API answered with an error body ``{"error": {"code", "message", "field"}}``."""
+    """The API answered with an error body ``{"error": {"code", "message", "field"}}`` (and ``reason``
+    where ``code`` is too coarse, such as ``never_fires``)."""
 
     def __init__(self, status: int, code: str, message: str, field: str | None = None, body: Any = None) -> None:
         super().__init__(message, field, code)
         self.status = status
         self.http_status = status
         self.body = body
+        err = body.get("error") if isinstance(body, dict) else None
+        reason = err.get("reason") if isinstance(err, dict) else None
+        self.reason = reason if isinstance(reason, str) else None
 
     def __str__(self) -> str:
         where = f" (field {self.field})" if self.field else ""
@@ -963,6 +974,12 @@ class MolensClient:
             q["local"] = "1"
         return dict(self._request("GET", "/api/v1/stats" + (f"?{urlencode(q)}" if q else ""))[1])
 
+    def stats_series(self, range: str = "hour", *, local: bool = False) -> dict[str, Any]:
+        """Fires, failures, retries and lateness per bucket over the last ``range`` (``hour``: 10 s
+        buckets, ``day``: 5 min): the cluster's, or with ``local=True`` the answering node's own."""
+        q = {"range": _choice(SeriesRange, range, "range"), **({"local": "1"} if local else {})}
+        return dict(self._request("GET", f"/api/v1/stats/series?{urlencode(q)}")[1])
+
     def url_stats(
         self,
         *,
@@ -1369,6 +1386,7 @@ __all__ = [
     "QuotaExceededError",
     "ResumeFrom",
     "Role",
+    "SeriesRange",
     "TaskNotFoundError",
     "TooManyRequestsError",
     "UnauthorizedError",

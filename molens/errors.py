@@ -48,6 +48,8 @@ class MolensError(Exception):
 
     code: str = "internal"
     http_status: int = 500
+    reason: str | None = None
+    """Why, as a stable word a client may branch on (``never_fires``), where ``code`` is too coarse."""
 
     def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -61,6 +63,8 @@ class MolensError(Exception):
         err: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.field is not None:
             err["field"] = self.field
+        if self.reason is not None:
+            err["reason"] = self.reason
         return {"error": err}
 
     def __eq__(self, other: object) -> bool:

@@ -778,7 +778,9 @@ def _apply_rules(
             cron.validate_cron(cron_expr, timezone)
         except ValueError as e:
             fld = getattr(e, "field", "cron_expr") or "cron_expr"
-            raise ValidationError(str(e) or "invalid cron expression", fld) from None
+            err = ValidationError(str(e) or "invalid cron expression", fld)
+            err.reason = getattr(e, "reason", None)
+            raise err from None
 
     check_url(out["callback_url"], "callback_url", policy, limits)
     if given["ack_url"] is not None:

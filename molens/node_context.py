@@ -51,6 +51,7 @@ from molens.web.api_context import (
     settings_from_config,
 )
 from molens.web.errors import InsufficientStorage, LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
+from molens.web.fire_series import Span, merge
 from molens.web.heatmap import WheelDistribution, distribution_of, far_future_of
 from molens.web.metrics import MetricsSnapshot, NodeMetrics, pending_by_namespace
 from molens.web.node_stats import (
@@ -332,6 +333,17 @@ class NodeContext:
             if "error" not in n and isinstance(n.get("applied_index"), int):
                 n["lag"] = max(0, commit - n["applied_index"])
         return {"nodes": order_nodes(nodes), "time_ms": self.now_ms()}
+
+    def fire_series(self, span: Span, local: bool = False) -> dict[str, Any]:
+        me, now = self.cfg.node.id, self.now_ms()
+        mine = self._metrics.fires.series.to_json(span, now)
+        if local:
+            return {**mine, "node_id": me}
+        others = {nid: url for nid, url in self._members().items() if nid != me}
+        answers = self._peers.fetch_all(others, f"/api/v1/stats/series?range={span.value}&local=1")
+        ok = [a for a in answers if "error" not in a]
+        return {**merge(span, now, [mine, *ok]), "nodes": [me, *(str(a["node_id"]) for a in ok)],
+                "missing": [{"node_id": a["node_id"], "error": a["error"]} for a in answers if "error" in a]}
 
     def node_stats(self, node_id: str) -> dict[str, Any]:
         if node_id == self.cfg.node.id:

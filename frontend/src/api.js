@@ -35,6 +35,7 @@ export class ApiError extends Error {
     this.status = status
     this.code = err.code || (status ? `http_${status}` : 'network')
     this.field = err.field || null
+    this.reason = err.reason || null
     this.body = body
   }
 }

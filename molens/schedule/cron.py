@@ -75,15 +75,22 @@ _last: dict[tuple[str, str], tuple[int, int]] = {}
 _LAST_MAX = 4096
 
 
+NEVER_FIRES = "never_fires"
+"""The ``reason`` of a well-formed cron expression that has no fire time."""
+
+
 class ScheduleError(ValueError):
     """A bad cron expression, time zone or interval; ``str()`` is a one-line reason.
 
-    ``field`` names the request field at fault: ``cron_expr``, ``timezone`` or ``interval_ms``.
+    ``field`` names the request field at fault: ``cron_expr``, ``timezone`` or ``interval_ms``;
+    ``reason``, when set, says why in a word that does not change with the language of the message
+    (``never_fires``: a well-formed expression with no fire time, such as ``0 0 30 2 *``).
     """
 
-    def __init__(self, message: str, field: str = "cron_expr") -> None:
+    def __init__(self, message: str, field: str = "cron_expr", reason: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +311,7 @@ def next_cron_fire(expr: str, tz: str, after_ms: int) -> int:
             if second is not None and second < best:
                 best = second
     except CroniterBadDateError:
-        raise ScheduleError(f"cron_expr {expr!r} never fires after {after_ms}") from None
+        raise ScheduleError(f"cron_expr {expr!r} never fires after {after_ms}", reason=NEVER_FIRES) from None
     except (OverflowError, ValueError):  # past datetime's year 9999 ("year 10000 is out of range")
         raise ScheduleError(f"cron_expr {expr!r}: no fire time before the year 10000 after {after_ms}") from None
     if len(_last) >= _LAST_MAX:

@@ -126,6 +126,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", f"{_P}/flows/{{key}}/resume"): Rule(Need.WRITE, Where.NODE),
     ("GET", f"{_P}/stats"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/stats/urls"): Rule(Need.READ, Where.NODE),
+    ("GET", f"{_P}/stats/series"): Rule(Need.READ, Where.NODE),
     ("GET", "/metrics"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/timewheel/distribution"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/timewheel/distribution.png"): Rule(Need.READ, Where.NODE),

@@ -39,6 +39,7 @@ from molens.tracing import NO_SPANS, Spans
 from molens.web.audit import AuditReader
 from molens.web.body import DEFAULT_MAX_DEPTH
 from molens.web.dead_letters import DeadLetterReader
+from molens.web.fire_series import Span
 from molens.web.heatmap import WheelDistribution
 from molens.web.metrics import NodeMetrics
 
@@ -225,6 +226,12 @@ class ApiContext(Protocol):
         ...
 
     def stats(self) -> dict[str, Any]: ...
+
+    def fire_series(self, span: Span, local: bool = False) -> dict[str, Any]:
+        """Fires, failures, retries and lateness per bucket over ``span``
+        (:mod:`molens.web.fire_series`): the cluster's (every member's ``/api/v1/stats/series?local=1``
+        summed, with ``nodes`` counted and ``missing`` ones), or with ``local`` this node's alone."""
+        ...
 
     def node_stats(self, node_id: str) -> dict[str, Any]:
         """Another member's local stats (its ``/api/v1/stats?local=1``). Raises

@@ -111,6 +111,7 @@ from molens.web.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from molens.web.fire_series import Span
 from molens.web.flows import install_flows
 from molens.web.observability import install_observability
 from molens.web.openapi import MAX_HEADER_TEXT, MAX_STATS_WINDOW_MS, MAX_URL_FILTER
@@ -1090,6 +1091,16 @@ def _install_cluster(api: Api) -> None:
             "tasks_total": sum(counts.values()),
             "time_ms": ctx.now_ms(),
         }
+
+    @api.route("GET", f"{PREFIX}/stats/series")
+    def stats_series() -> tuple[int, Any]:
+        span = api.q_str("range") or Span.HOUR.value
+        if span not in set(Span):
+            raise ValidationError(f"range must be one of {', '.join(Span)}", "range")
+        local = api.q_str("local")
+        if local not in (None, "0", "1", "true", "false"):
+            raise ValidationError("local must be 1 or 0", "local")
+        return 200, ctx.fire_series(Span(span), local in ("1", "true"))
 
     @api.route("GET", f"{PREFIX}/stats/urls")
     def url_stats() -> tuple[int, Any]:

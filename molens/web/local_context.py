@@ -35,6 +35,7 @@ from molens.raft.log import Entry
 from molens.schedule.wheel import TimeWheel
 from molens.web.api_context import ApiSettings, LeaderInfo
 from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
+from molens.web.fire_series import Span
 from molens.web.heatmap import WheelDistribution, distribution_of
 from molens.web.metrics import MetricsSnapshot, NodeMetrics, pending_by_namespace
 from molens.web.node_stats import DiskUsage, RecentFires, RequestRate, rss_bytes
@@ -228,6 +229,10 @@ class LocalContext:
             "apply_batches": self.batches,
             "mode": "local",
         }
+
+    def fire_series(self, span: Span, local: bool = False) -> dict[str, Any]:
+        out = {**self.metrics().fires.series.to_json(span, self.now_ms()), "node_id": self._settings.node_id}
+        return out if local else {**out, "nodes": [self._settings.node_id], "missing": []}
 
     def node_stats(self, node_id: str) -> dict[str, Any]:
         if node_id == self._settings.node_id:

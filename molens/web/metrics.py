@@ -41,6 +41,8 @@ from prometheus_client.registry import Collector
 from molens.fsm import tenancy
 from molens.schedule.flows import FlowState
 from molens.schema import DEFAULT_NAMESPACE
+from molens.wallclock import wall_ms
+from molens.web.fire_series import FireSeries
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 class _Request(Protocol):
     @property
     def url(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
 
 
 class _Result(Protocol):
@@ -357,10 +361,13 @@ def url_host(url: str) -> str:
 
 
 class FireMetrics:
-    """Counters and histograms observed as fires happen (the scheduler's stats observer)."""
+    """Counters and histograms observed as fires happen (the scheduler's stats observer), and the
+    same events in the hour and day :attr:`series` of the console's charts."""
 
     def __init__(self, registry: CollectorRegistry, namespaces: NamespaceCounters | None = None,
-                 namespace_of: Callable[[str], str | None] | None = None) -> None:
+                 namespace_of: Callable[[str], str | None] | None = None, clock: Callable[[], int] = wall_ms) -> None:
+        self.series = FireSeries()
+        self._clock = clock
         self._namespaces = namespaces
         self._namespace_of = namespace_of
         self._task_namespaces: dict[str, str] = {}
@@ -415,6 +422,7 @@ class FireMetrics:
         outcome = getattr(result.outcome, "value", str(result.outcome))
         self.fires.labels(kind, outcome).inc()
         self.latency.labels(self._host(req.url)).observe(max(0.0, result.latency_ms) / 1000)
+        self.series.attempt(self._clock(), failed=outcome != "success", retry=req.attempt > 1)
         if self._namespaces is not None and (ns := self._task_namespace(req)) is not None:
             self._namespaces.add("fires", ns)
             if outcome != "success":
@@ -436,6 +444,7 @@ class FireMetrics:
     def sampled(self, name: str, values_ms: list[float]) -> None:
         if name == "fire_lateness":
             h = self.lateness
+            self.series.lateness(self._clock(), values_ms)
         elif name == "dispatch_lag":
             h = self.plan_lag
         elif name == "plan_to_send":

@@ -248,14 +248,14 @@ class PeerStats:
             self._headers["Authorization"] = f"Bearer {auth_token}"
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="peer-stats")
 
-    def fetch(self, node_id: str, base_url: str | None) -> dict[str, Any]:
-        """One peer's ``/api/v1/stats?local=1`` answer, or ``{"node_id", "error"}``."""
+    def fetch(self, node_id: str, base_url: str | None, path: str = "/api/v1/stats?local=1") -> dict[str, Any]:
+        """One peer's answer to ``path`` (its ``/api/v1/stats?local=1`` by default), or ``{"node_id", "error"}``."""
         if not base_url:
             return {"node_id": node_id, "error": "no HTTP address known for this node"}
         t0 = time.monotonic()
         try:
             r = self._http.request(
-                "GET", base_url.rstrip("/") + "/api/v1/stats?local=1", headers=self._headers, timeout=self._timeout
+                "GET", base_url.rstrip("/") + path, headers=self._headers, timeout=self._timeout
             )
         except urllib3.exceptions.HTTPError as exc:
             return {"node_id": node_id, "http_url": base_url, "error": f"unreachable: {type(exc).__name__}"}
@@ -272,9 +272,9 @@ class PeerStats:
         body["fetch_ms"] = round((time.monotonic() - t0) * 1000, 1)
         return body
 
-    def fetch_all(self, peers: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    def fetch_all(self, peers: Mapping[str, str | None], path: str = "/api/v1/stats?local=1") -> list[dict[str, Any]]:
         """Every peer's answer, fetched in parallel (order of ``peers``)."""
-        futs = [self._pool.submit(self.fetch, nid, url) for nid, url in peers.items()]
+        futs = [self._pool.submit(self.fetch, nid, url, path) for nid, url in peers.items()]
         return [f.result() for f in futs]
 
     def close(self) -> None:

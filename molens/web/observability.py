@@ -188,7 +188,9 @@ def preview(
                 cron.validate_cron(cron_expr, tz)
             items = cron.preview(spec, after_ms, count)
         except cron.ScheduleError as e:
-            raise ValidationError(str(e), e.field) from None
+            err = ValidationError(str(e), e.field)
+            err.reason = e.reason
+            raise err from None
         except ValueError as e:
             raise ValidationError(str(e) or "invalid schedule", "cron_expr") from None
     for ms in items:

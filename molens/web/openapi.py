@@ -38,6 +38,8 @@ from molens.schema import (
     between_fields,
     openapi_components,
 )
+from molens.web.fire_series import FIELDS as FIRE_SERIES_FIELDS
+from molens.web.fire_series import Span
 from molens.web.flows import flow_schemas
 from molens.web.tenancy import KeyBody, NamespaceBody, NamespacePatch
 
@@ -163,6 +165,9 @@ def _schemas() -> dict[str, Any]:
             "field": {"type": "string", "description": "The request field (or header/parameter) at fault"},
             "leader": _nullable("string", description="Leader's HTTP base URL (not_leader only)"),
             "quota": {"type": "string", "description": "The namespace's quota at fault (quota_exceeded only)"},
+            "reason": {"type": "string", "enum": ["never_fires"],
+                       "description": "Why, in a word that stays the same in every language (never_fires: a "
+                       "well-formed cron_expr with no fire time)"},
         },
     }
     execution_props: dict[str, Any] = {
@@ -540,6 +545,26 @@ def _schemas() -> dict[str, Any]:
                 "until": {"type": "integer"},
                 "bucket_ms": {"type": "integer"},
                 "items": {"type": "array", "items": _ref("UrlStats")},
+            },
+        },
+        "FireSeries": {
+            "type": "object",
+            "description": "Per bucket, oldest first: attempts, failed attempts, retries (attempt >= 2), lateness",
+            "required": ["range", "step_ms", "time_ms", "t_ms", *FIRE_SERIES_FIELDS],
+            "properties": {
+                "range": {"type": "string", "enum": [s.value for s in Span]},
+                "step_ms": {"type": "integer", "description": "Bucket width: 10 s for an hour, 5 min for a day"},
+                "time_ms": {"type": "integer"},
+                "t_ms": {"type": "array", "items": {"type": "integer"}, "description": "Bucket starts (epoch ms)"},
+                **{f: {"type": "array", "items": {"type": "number" if f.endswith("_ms") else "integer"}}
+                   for f in FIRE_SERIES_FIELDS},
+                "node_id": {"type": "string", "description": "With local=1: the node answering"},
+                "nodes": {"type": "array", "items": {"type": "string"}, "description": "Members counted"},
+                "missing": {
+                    "type": "array",
+                    "description": "Members that did not answer (not counted)",
+                    "items": {"type": "object", "properties": {"node_id": {"type": "string"}, "error": {"type": "string"}}},
+                },
             },
         },
         "Ok": {"type": "object", "required": ["ok"], "properties": {"ok": {"const": True}}},
@@ -938,6 +963,19 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                     },
                     **_err(401),
                 },
+            }
+        },
+        f"{_P}/stats/series": {
+            "get": {
+                "operationId": "statsSeries",
+                "summary": "Fires, failures, retries and lateness over the last hour or day (the cluster's, or this node's)",
+                "tags": ["stats"],
+                "parameters": [
+                    _param("range", "query", {"type": "string", "enum": [s.value for s in Span], "default": "hour"},
+                           "hour: 360 buckets of 10 s; day: 288 buckets of 5 min"),
+                    _param("local", "query", {"type": "string", "enum": ["0", "1", "true", "false"]}, "1: this node only"),
+                ],
+                "responses": {"200": _ok(_ref("FireSeries")), **_err(400, 401)},
             }
         },
         f"{_P}/stats/urls": {

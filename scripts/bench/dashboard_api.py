@@ -13,7 +13,8 @@ Three targets:
 - ``--url URL``: a node already running at URL (loads ``--tasks`` the same way unless ``--tasks 0``).
 
 Then it times each console call ``--repeat`` times over one keep-alive connection: the dashboard's
-``/stats`` and ``/cluster/leader``, the cluster page's ``/cluster/status`` + ``/cluster/stats``, one
+``/stats``, ``/cluster/leader`` and its charts' ``/stats/series`` (hour and day, summed over the
+members), the cluster page's ``/cluster/status`` + ``/cluster/stats``, one
 page of the task list (unfiltered, and filtered by a rare status, which scans up to the API's
 per-request bound), the executions page's list, the time wheel page's ``/timewheel/distribution``,
 the create form's ``/schedule/preview``, plus ``/metrics`` (a Prometheus scrape) and the PNG
@@ -56,6 +57,8 @@ CALLS = [
     ("leader", "/api/v1/cluster/leader"),
     ("cluster_status", "/api/v1/cluster/status"),
     ("cluster_stats", "/api/v1/cluster/stats"),
+    ("series_hour", "/api/v1/stats/series?range=hour"),
+    ("series_day", "/api/v1/stats/series?range=day"),
     ("tasks_page", "/api/v1/tasks?limit=50"),
     ("tasks_newest", "/api/v1/tasks?limit=50&order=-created"),
     ("tasks_next_run", "/api/v1/tasks?limit=50&order=next_run"),

@@ -5,9 +5,9 @@ expression that never fires is told apart from a malformed one."""
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Browsing, Served
+from tests.browser.conftest import Browsing, Console, Served
 
 pytestmark = pytest.mark.browser
 
@@ -56,3 +56,17 @@ def test_a_cron_that_never_fires_says_so(served: Served, browsing: Browsing) -> 
     page.get_by_test_id("f-cron").fill("0 0 28 2 *")
     expect(page.get_by_test_id("err-cron_expr")).to_have_count(0)
     expect(page.get_by_test_id("preview-list").locator("li")).to_have_count(5)
+
+
+def test_a_cron_that_never_fires_says_so_in_chinese(served: Served, page: Page, console: Console) -> None:
+    console.allow.append(r"status of 400")  # the preview's verdict on the expression
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("lang").select_option("zh")
+    page.get_by_test_id("kind-cron").click()
+    page.get_by_test_id("f-tz").fill("UTC")
+    page.get_by_test_id("f-cron").fill("0 0 30 2 *")
+    # told apart by the answer's reason, not by its (now Chinese) text
+    expect(page.get_by_test_id("err-cron_expr")).to_have_text(
+        "\u8be5\u8868\u8fbe\u5f0f\u6c38\u8fdc\u4e0d\u4f1a\u89e6\u53d1\uff08\u6307\u5b9a\u4e86\u4e0d\u5b58\u5728"
+        "\u7684\u65e5\u671f\uff0c\u4f8b\u5982 2 \u6708 30 \u65e5\uff09\u3002")
+    expect(page.get_by_test_id("detail-cron_expr")).to_contain_text("\u6c38\u4e0d\u89e6\u53d1")

@@ -92,6 +92,18 @@ def test_server_texts_answer_in_the_requests_language(skipped: tuple[Served, str
     err = r.json()["error"]
     assert r.status == 400 and (err["code"], err["field"]) == ("invalid_argument", "callback_url")
     assert err["message"] == "\u7f3a\u5c11 callback_url"  # 缺少
+    # a cron expression that never fires: the code, field and reason stay, so a client can tell it apart
+    for path in ("/api/v1/schedule/preview?cron_expr=0+0+30+2+*", "/api/v1/tasks"):
+        if path.endswith("tasks"):
+            r = s.http.request("POST", s.url + path, headers=zh, json={
+                "type": "periodic", "cron_expr": "0 0 30 2 *", "callback_url": "http://127.0.0.1:9/ev"})
+        else:
+            r = s.http.request("GET", s.url + path, headers=zh)
+        err = r.json()["error"]
+        assert r.status == 400 and (err["code"], err["field"], err["reason"]) == ("invalid_argument", "cron_expr", "never_fires")
+        assert "\u6c38\u4e0d\u89e6\u53d1" in err["message"] and "never" not in err["message"]  # 永不触发
+    r = s.http.request("GET", s.url + "/api/v1/schedule/preview?cron_expr=61+*+*+*+*", headers=zh)
+    assert r.status == 400 and "reason" not in r.json()["error"]  # malformed: no reason
 
 
 def test_a_zh_page_shows_the_servers_texts_in_chinese(skipped: tuple[Served, str], page: Page) -> None:

@@ -33,6 +33,8 @@ DATA = [
     r"\bn\d\b",
     r"\b(?:example\.com/hook)\b",
     r"\bRetry-After\b",  # an HTTP header's name, like POST: protocol, not UI text
+    r"\b[a-z]+(?:_[a-z]+)+\b",  # an API field name in a server text (cron_expr): protocol, not UI text
+    "(?<=\u7248\uff1a).*",  # the fields an update changed, as the API names them (\u4fee\u6539\u4e3a\u7b2c 2 \u7248\uff1ascene)
 ]
 
 # Every visible text node, option label, placeholder, title and aria-label outside data cells
@@ -91,6 +93,12 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, d
         s.api("POST", f"/tasks/{ids['paused']}/pause")
         fail_for_good(s, ids["dead"], 500)
         fail_for_good(s, ids["dead_amo"], 503)
+        # history events, texts the server writes: an update and a backfill
+        st, body = s.api("PATCH", f"/tasks/{ids['interval']}", {"interval_ms": 120_000, "scene": "q2"})
+        assert st == 200, body
+        st, body = s.api("POST", f"/tasks/{ids['interval']}/backfill",
+                         {"start": int(time.time() * 1000) - 7 * 86_400_000, "end": int(time.time() * 1000) - 60_000})
+        assert st == 200, body
         s.api("PUT", "/flows/q1", {"rate_per_s": 5, "concurrency": 2, "adaptive": True})
         s.api("PUT", "/flows/held", {"paused": True})
         now = int(time.time() * 1000)
@@ -136,6 +144,7 @@ def test_no_english_ui_string_on_a_zh_page(
             ("/ui/tasks", "tr[data-task-id]"),
             ("/ui/tasks?order=next_run&scene=q1", "tr[data-task-id]"),
             (f"/ui/tasks/{ids['cron']}", "[data-testid=task-fields]"),
+            (f"/ui/tasks/{ids['interval']}", "[data-testid=event-text]"),  # the server's history texts
             (f"/ui/tasks/{ids['delayed']}", "tr[data-exec-id]"),
             (f"/ui/tasks/{ids['paused']}", "[data-testid=act-resume]"),
             ("/ui/executions", "tr[data-exec-id]"),
@@ -159,6 +168,11 @@ def test_no_english_ui_string_on_a_zh_page(
         for kind in ("delayed", "interval", "cron"):
             page.get_by_test_id(f"kind-{kind}").click()
             _assert_zh(page, f"/ui/tasks/new ({kind})")
+        # the server's reason for a cron expression that never fires, shown under the field
+        page.get_by_test_id("kind-cron").click()
+        page.get_by_test_id("f-cron").fill("0 0 30 2 *")
+        expect(page.get_by_test_id("detail-cron_expr")).to_be_visible()
+        _assert_zh(page, "/ui/tasks/new (the server's cron reason)")
         page.get_by_test_id("kind-delayed").click()
         page.get_by_test_id("f-delay").fill("-1")
         page.get_by_test_id("f-url").fill("not a url")

@@ -123,6 +123,7 @@ EXPECT: dict[tuple[str, str], tuple[str, str, int]] = {
     ("POST", f"{P}/flows/{{key}}/resume"): ("node", "writer", 200),
     ("GET", f"{P}/stats"): ("node", "reader", 200),
     ("GET", f"{P}/stats/urls"): ("node", "reader", 200),
+    ("GET", f"{P}/stats/series"): ("node", "reader", 200),
     ("GET", "/metrics"): ("node", "reader", 200),
     ("GET", f"{P}/timewheel/distribution"): ("node", "reader", 200),
     ("GET", f"{P}/timewheel/distribution.png"): ("node", "reader", 200),

@@ -10,7 +10,8 @@ import pytest
 
 from molens import client as client_mod
 from molens import schema
-from molens.client import MAX_BULK, BatchingClient, DeadLetterKind, MolensClient
+from molens.client import MAX_BULK, BatchingClient, DeadLetterKind, MolensClient, SeriesRange
+from molens.web.fire_series import Span
 
 TID = "01M8MABE0SEAD6S92SY1NA2EWB"
 
@@ -26,6 +27,7 @@ def client(monkeypatch: pytest.MonkeyPatch) -> MolensClient:
 
 
 BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
+    ("range", lambda c: c.stats_series("week")),
     ("resume_from", lambda c: c.resume(TID, resume_from="yesterday")),
     ("task_id", lambda c: c.resume("", resume_from="now")),
     ("task_id", lambda c: c.get("")),
@@ -141,6 +143,7 @@ def test_the_clients_namespace_goes_on_creates_and_lists_and_a_calls_own_wins(
 
 def test_the_client_closed_sets_are_the_servers() -> None:
     assert {k.value for k in DeadLetterKind} == {k.value for k in schema.DeadLetterKind}
+    assert {k.value for k in SeriesRange} == {k.value for k in Span}
     assert client_mod.MAX_EPOCH_MS == schema._MAX_EPOCH_MS
 
 
@@ -182,3 +185,12 @@ def test_bodies_refuse_what_json_cannot_hold_and_both_decoders_refuse_answers_th
     for bad in (b"{", b"<html>502</html>", b'{"a": 1} x', b"\xff\xfe{"):
         with pytest.raises(ValueError):
             client_mod._loads(bad)
+
+
+def test_an_api_error_carries_the_reason_a_client_branches_on() -> None:
+    body = {"error": {"code": "invalid_argument", "message": "cron_expr '0 0 30 2 *' never fires after 1",
+                      "field": "cron_expr", "reason": "never_fires"}}
+    err = client_mod.BadRequestError(400, "invalid_argument", body["error"]["message"], "cron_expr", body)
+    assert (err.code, err.field, err.reason) == ("invalid_argument", "cron_expr", "never_fires")
+    assert client_mod.ApiError(404, "not_found", "task X not found", "task_id", {"error": {}}).reason is None
+    assert client_mod.ApiError(502, "http_502", "bad gateway", None, b"<html>").reason is None

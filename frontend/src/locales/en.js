@@ -49,6 +49,13 @@ export default {
     lateness: 'Fire lateness p99', leader: 'Leader', noLeader: 'none (election)', term: 'Term', thisNode: 'This node',
     cleanup: 'Cleanup', disk: 'Disk usage', replication: 'Replication', mode: 'Mode', modes: { local: 'Single process (no Raft)', raft: 'Raft cluster' },
     notReported: 'Not reported by this node.',
+    charts: {
+      title: { hour: 'The last hour', day: 'The last day' }, range: 'Chart range', ranges: { hour: 'Hour', day: 'Day' },
+      counts: 'HTTP attempts per {d}', lateness: 'Fire lateness (due → request started)', fires: 'Attempts', failures: 'Failed',
+      retries: 'Retries', latenessMean: 'Mean', latenessMax: 'Max',
+      totals: 'In this range: {fires} attempts, {failures} failed, {retries} retries (every node’s fire pool).',
+      missing: 'Not counted (did not answer): {nodes}.',
+    },
   },
   stat: {
     expired_total: 'Expired tasks', deleted_total: 'Deleted tasks', last_run_at: 'Last run', pending: 'Waiting to expire',

@@ -42,6 +42,13 @@ export default {
     updated: '更新于 {time}', tasksTotal: '全部任务', firesPerS: '每秒触发', successRate: '成功率', successRateIn: '成功率（最近 {d}）', lateness: '触发延迟 p99',
     leader: '主节点', noLeader: '无（选举中）', term: '任期', thisNode: '本节点', cleanup: '清理', disk: '磁盘占用',
     replication: '复制', mode: '模式', modes: { local: '单进程（无 Raft）', raft: 'Raft 集群' }, notReported: '本节点未提供。',
+    charts: {
+      title: { hour: '最近一小时', day: '最近一天' }, range: '图表范围', ranges: { hour: '小时', day: '天' },
+      counts: '每 {d} 的 HTTP 尝试', lateness: '触发延迟（到期 → 请求开始）', fires: '尝试', failures: '失败',
+      retries: '重试', latenessMean: '平均', latenessMax: '最大',
+      totals: '此范围内：{fires} 次尝试，{failures} 次失败，{retries} 次重试（所有节点的触发池）。',
+      missing: '未计入（未响应）：{nodes}。',
+    },
   },
   stat: {
     expired_total: '已过期任务', deleted_total: '已删除任务', last_run_at: '上次运行', pending: '待过期',
