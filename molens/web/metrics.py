@@ -497,7 +497,7 @@ def catalogue() -> list[Family]:
     )
     metrics = NodeMetrics(lambda: snap)
     metrics.namespaces.add("quota_refusals", "default", quota="creates_per_s")
-    req = type("Req", (), {"url": "http://h/"})()
+    req = type("Req", (), {"url": "http://h/", "attempt": 1})()
     res = type("Res", (), {"kind": "callback", "outcome": "success", "latency_ms": 1.0})()
     metrics.fires.delivered(req, res)
     for name in ("fire_lateness", "dispatch_lag", "plan_to_send"):
