@@ -5,8 +5,14 @@ Namespace ``storm`` has ``creates_per_s: --limit`` (50); namespace ``calm`` has 
 of ``--seconds`` (10) each on the same cluster:
 
 - *baseline*: one client thread creates tasks in ``calm``, one after another: its latencies.
-- *storm*: the same calm thread, while ``--threads`` (10) threads create tasks in ``storm`` as fast
-  as the leader answers (a 429 is counted and the thread sends its next create at once).
+- *hostile storm*: the same calm thread, while ``--threads`` (10) threads of another process create
+  tasks in ``storm`` as fast as the leader answers (a 429 is counted and the thread sends its next
+  create at once, ignoring its Retry-After). In the calm thread's process they would hold its
+  interpreter lock and the calm latency would measure this harness.
+- *polite storm*: the same, but a thread answered 429 waits its Retry-After first, as the SDKs do.
+- *paced*: the same threads sending the quota's own rate evenly (``--limit`` per second in all,
+  nothing refused): what creating that many tasks costs the calm thread, so that ``_vs_paced``
+  ratios say what the refused excess costs it.
 
 ``achieved_per_s``: the storm's creates answered 201, per second of the run; ``rejected``: those
 answered 429 ``quota_exceeded``; ``calm_p99_ms`` / ``baseline_p99_ms``: the calm thread's p99 create
@@ -17,13 +23,15 @@ the calm thread then waits for: the ratio measures that too).
     .venv/bin/python scripts/bench/quotas.py --nodes 1 --limit 20 --seconds 5
 
 Last line: ``quotas: limit_per_s=... achieved_per_s=... rejected=... calm_p99_ms=... baseline_p99_ms=...
-p99_ratio=...``.
+p99_ratio=... p99_ratio_vs_paced=... polite_achieved_per_s=... polite_p99_ratio=... polite_p99_ratio_vs_paced=...``
+(the first six of the hostile storm).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import tempfile
 import threading
@@ -61,12 +69,36 @@ def calm(http: urllib3.PoolManager, url: str, until: float, out: list[float]) ->
         assert r.status == 201, r.data
 
 
-def storm(http: urllib3.PoolManager, url: str, until: float, counts: dict[int, int], lock: threading.Lock) -> None:
+def storm(http: urllib3.PoolManager, url: str, until: float, counts: dict[int, int], lock: threading.Lock,
+          kind: str, every_s: float) -> None:
     body = _task("storm")
+    nxt = time.monotonic()
     while time.monotonic() < until:
+        if kind == "paced":  # the quota's own rate, sent evenly: nothing to refuse
+            nxt += every_s
+            time.sleep(max(0.0, nxt - time.monotonic()))
         r = http.request("POST", url, body=body, headers=_HEADERS, retries=False)
         with lock:
             counts[r.status] = counts.get(r.status, 0) + 1
+        wait = r.headers.get("Retry-After", "")
+        if kind == "polite" and r.status == 429 and wait.isdigit():  # as the SDKs do
+            time.sleep(max(0.0, min(float(wait), until - time.monotonic())))
+
+
+def storm_process(url: str, threads: int, until_wall: float, kind: str, every_s: float, out: Any) -> None:
+    """The storm's threads in a process of their own (``multiprocessing``), so that they do not hold the
+    calm thread's interpreter lock: the calm thread's latency is then the cluster's, not this harness's.
+    Puts its answer counts on ``out``."""
+    http = urllib3.PoolManager(maxsize=threads, timeout=30)
+    until = time.monotonic() + max(0.0, until_wall - time.time())
+    counts: dict[int, int] = {}
+    lock = threading.Lock()
+    ts = [threading.Thread(target=storm, args=(http, url, until, counts, lock, kind, every_s)) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    out.put(counts)
 
 
 def main() -> int:
@@ -96,24 +128,31 @@ def main() -> int:
         calm(http, url, time.monotonic() + args.seconds, baseline)
         print(f"  baseline: {len(baseline)} calm creates, p99_ms={_p99(baseline)}", flush=True)
 
-        counts: dict[int, int] = {}
-        lock = threading.Lock()
-        until = time.monotonic() + args.seconds
-        t0 = time.monotonic()
-        threads = [threading.Thread(target=storm, args=(http, url, until, counts, lock)) for _ in range(args.threads)]
-        for t in threads:
-            t.start()
-        during: list[float] = []
-        calm(http, url, until, during)
-        for t in threads:
-            t.join()
-        span = time.monotonic() - t0
-        achieved = counts.get(201, 0) / span
-        print(f"  storm: {args.threads} threads for {span:.1f} s: answers {dict(sorted(counts.items()))}; "
-              f"{len(during)} calm creates, p99_ms={_p99(during)}", flush=True)
-        p99s = (_p99(during), _p99(baseline))
-        print(f"quotas: limit_per_s={args.limit:g} achieved_per_s={achieved:.1f} rejected={counts.get(429, 0)} "
-              f"calm_p99_ms={p99s[0]} baseline_p99_ms={p99s[1]} p99_ratio={p99s[0] / p99s[1]:.2f}")
+        ctx = multiprocessing.get_context("fork")
+        ratios = {}
+        for kind in ("paced", "hostile", "polite"):
+            answers = ctx.Queue()
+            t0 = time.monotonic()
+            until = t0 + args.seconds
+            proc = ctx.Process(target=storm_process, args=(url, args.threads, time.time() + args.seconds, kind,
+                                                           args.threads / args.limit, answers))
+            proc.start()
+            during: list[float] = []
+            calm(http, url, until, during)
+            counts: dict[int, int] = answers.get(timeout=args.seconds + 60)
+            proc.join(30)
+            span = time.monotonic() - t0
+            achieved = counts.get(201, 0) / span
+            print(f"  {kind} storm: {args.threads} threads for {span:.1f} s: answers {dict(sorted(counts.items()))} "
+                  f"({achieved:.1f} created/s); {len(during)} calm creates, p99_ms={_p99(during)}", flush=True)
+            ratios[kind] = (achieved, counts.get(429, 0), _p99(during))
+        base_p99 = _p99(baseline)
+        (achieved, rejected, p99), (p_achieved, _, p_p99) = ratios["hostile"], ratios["polite"]
+        paced_p99 = ratios["paced"][2]
+        print(f"quotas: limit_per_s={args.limit:g} achieved_per_s={achieved:.1f} rejected={rejected} "
+              f"calm_p99_ms={p99} baseline_p99_ms={base_p99} p99_ratio={p99 / base_p99:.2f} "
+              f"p99_ratio_vs_paced={p99 / paced_p99:.2f} polite_achieved_per_s={p_achieved:.1f} "
+              f"polite_p99_ratio={p_p99 / base_p99:.2f} polite_p99_ratio_vs_paced={p_p99 / paced_p99:.2f}")
         return 0
     finally:
         cluster.kill_all()
