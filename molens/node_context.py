@@ -38,6 +38,7 @@ from molens.errors import MolensError
 from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import History
 from molens.fsm.machine import NOT_FIRED
+from molens.fsm.search import TaskIndex
 from molens.fsm.store import EntryResult, TaskStore
 from molens.model import DeadLetterKind, IllegalTransitionError, NotFoundError, Task
 from molens.raft import core as rc
@@ -262,6 +263,9 @@ class NodeContext:
 
     def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
         return self.store.scan_due(chunk=256, after=after)
+
+    def task_search(self) -> TaskIndex:
+        return self.store.search
 
     def task_counts(self) -> dict[str, int]:
         return self.store.counts()

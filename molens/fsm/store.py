@@ -62,7 +62,7 @@ import lmdb
 import msgpack
 import msgspec
 
-from molens.fsm import format_v1, machine
+from molens.fsm import format_v1, machine, search
 from molens.fsm.audit import AuditEntry
 from molens.fsm.commands import CodecError, Command, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
@@ -285,6 +285,7 @@ class TaskStore:
         map_size: int = DEFAULT_MAP_SIZE,
         config: MachineConfig = machine.DEFAULT_CONFIG,
         on_applied: Callable[[list[EntryResult]], None] | None = None,
+        search_max_bytes: int = search.DEFAULT_MAX_BYTES,
     ) -> None:
         """``durable=False`` skips every fsync (tests). ``log_backed=True`` (a Raft node's store: the
         log holds every entry it applies) skips the fsync of each applied batch and guards the file
@@ -295,6 +296,9 @@ class TaskStore:
         self.history = history
         self.config = config
         self.on_applied = on_applied
+        self.search = search.TaskIndex(self.scan_tasks, search_max_bytes)
+        """The text-search index over this replica's tasks (fed after each commit, built on first use)."""
+        self._changed: dict[str, Task | None] = {}
         self._boot = boot_id() if durable and log_backed else None
         self._durable = durable and self._boot is None
         self.discarded_after_os_stop = False
@@ -434,6 +438,7 @@ class TaskStore:
         while True:
             counts = dict(self._counts)
             days: dict[int, int] = {}
+            self._changed = {}
             try:
                 with self._env.begin(write=True) as txn:
                     out, hist = self._apply_in(txn, fresh, counts, days)
@@ -449,6 +454,9 @@ class TaskStore:
         self._applied = fresh[-1].index
         self._applied_term = fresh[-1].term
         self._counts = counts
+        if self._changed:
+            self.search.apply(self._changed)
+            self._changed = {}
         if self.on_applied is not None:
             with_effects = [r for r in out if isinstance(r, EntryResult) and r.effects]
             if with_effects:
@@ -504,6 +512,7 @@ class TaskStore:
         pack_u64 = _U64.pack
         delta: dict[Status, int] = {}  # status count changes of this command, folded in below
         status_prefix = _STATUS_PREFIX
+        self._changed.update(w.tasks)
         for tid, t in w.tasks.items():
             old = before.get(tid)
             k = tid.encode()
@@ -654,6 +663,7 @@ class TaskStore:
             self._env.close()
             swap_env_file(staged, self.dir)
             self._open()
+        self.search.apply(None)
         if self.history is not None:
             with self._env.begin(db=self._tasks) as txn:
                 self.history.retain_tasks(lambda t: txn.get(t.encode()) is not None, self._applied)

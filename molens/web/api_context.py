@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from molens.config import Config, callback_policy, parse_addr
 from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import Page, TrendPoint, UrlStats
+from molens.fsm.search import TaskIndex
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
 from molens.schedule.flows import FlowState
 from molens.schedule.wheel import levels_for
@@ -208,6 +209,10 @@ class ApiContext(Protocol):
     ) -> Iterator[Task]:
         """Tasks of any of ``statuses`` (or, with none, of ``scene``) in id order (newest first with
         ``reverse``) strictly after (before) ``after``, from the store's secondary indexes."""
+        ...
+
+    def task_search(self) -> TaskIndex:
+        """The text-search index over this node's tasks (``GET /api/v1/tasks?q=``)."""
         ...
 
     def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:

@@ -22,7 +22,8 @@ Decisions recorded here:
   may therefore hold fewer than ``limit`` items with a non-null ``next_cursor``: keep following the
   cursor until it is null. Cursors are opaque. The answer says how many tasks it examined
   (``scanned``), so a client can show how far a search got and ask before searching further (the
-  console does).
+  console does). A ``q`` text search walks the node's search index (:mod:`molens.fsm.search`)
+  instead, in id order, the other filters applied to its matches.
 - **Open routes** (no token): ``/healthz``, ``/readyz``, ``/api/v1/openapi.json`` and the test
   endpoints (they are callback targets; the fire worker sends no bearer token).
 - **Content type**: JSON bodies must be ``application/json`` (or ``*+json``, or no content type),
@@ -842,6 +843,11 @@ def _install_tasks(api: Api) -> None:
         if order not in _ORDERS:
             raise ValidationError(f"order must be one of {', '.join(_ORDERS)}, got {order[:40]!r}", "order")
         kind = _ORDERS[order]
+        q = api.q_str("q")
+        if q is not None and len(q) > MAX_URL_FILTER:
+            raise ValidationError(f"q is longer than {MAX_URL_FILTER}", "q")
+        if q and order == "next_run":
+            raise ValidationError("q searches in id order: order must be created or -created", "order")
         raw_cursor = api.q_raw("cursor")
         position = decode_cursor(kind, raw_cursor) if raw_cursor else ""
         items: list[Task | None] = []
@@ -850,7 +856,15 @@ def _install_tasks(api: Api) -> None:
         more = False
         namespaces = access.readable()
         deadline = time.monotonic() + MAX_SCAN_MS / 1000
-        for pos, t in _ordered(ctx, order, position, statuses, scene):
+        index = ctx.task_search() if q else None
+        found: Iterator[tuple[str, Task | None]]
+        if index is not None and q:
+            if position and not model.is_task_id(position):
+                raise ValidationError("cursor is not a cursor this API issued", "cursor")
+            found = ((tid, ctx.get_task(tid)) for tid in index.matches(q, position, reverse=order != "created"))
+        else:
+            found = _ordered(ctx, order, position, statuses, scene)
+        for pos, t in found:
             # a page whose tasks all match costs the page; only a skipping scan stops on time
             if len(items) >= limit or scanned >= MAX_SCAN or (scanned > limit and time.monotonic() >= deadline):
                 more = True
@@ -872,9 +886,10 @@ def _install_tasks(api: Api) -> None:
             items.append(t)
         nxt = encode_cursor(kind, last) if more else None
         # {"items": [...], "next_cursor": ..., "scanned": n} as _dumps would write it, payloads spliced in
+        partial = b',"partial":true' if index is not None and index.partial else b""
         return 200, (
             b'{"items":' + model.tasks_json(items) + b',"next_cursor":' + _dumps(nxt)
-            + b',"scanned":' + str(scanned).encode() + b"}"
+            + b',"scanned":' + str(scanned).encode() + partial + b"}"
         )
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")

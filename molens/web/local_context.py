@@ -29,6 +29,7 @@ from typing import Any
 from molens import model
 from molens.fsm.commands import Command, FlowSettings, encode
 from molens.fsm.history import History
+from molens.fsm.search import TaskIndex
 from molens.fsm.store import EntryResult, TaskStore
 from molens.model import NotFoundError, Task
 from molens.raft.log import Entry
@@ -152,6 +153,9 @@ class LocalContext:
 
     def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
         return self.store.scan_due(chunk=256, after=after)
+
+    def task_search(self) -> TaskIndex:
+        return self.store.search
 
     def task_counts(self) -> dict[str, int]:
         return self.store.counts()

@@ -262,6 +262,10 @@ def _schemas() -> dict[str, Any]:
                     "minimum": 0,
                     "description": "How many tasks this request examined (bounded per request); the items are those that matched",
                 },
+                "partial": {
+                    "type": "boolean",
+                    "description": "Only with q, when true: the node's search index is at its size cap, so matches may be missing",
+                },
             },
         },
         "BatchCreateRequest": {
@@ -657,6 +661,11 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                     _param(
                         "url", "query", {"type": "string", "maxLength": MAX_URL_FILTER},
                         "Callback URL substring (case-insensitive)",
+                    ),
+                    _param(
+                        "q", "query", {"type": "string", "maxLength": MAX_URL_FILTER},
+                        "Text search: tasks whose id, callback URL, scene or payload text contains this "
+                        "(case-insensitive), from the node's search index; not with order=next_run",
                     ),
                     _param(
                         "order",

@@ -32,11 +32,13 @@ Prints a table and one line: ``dashboard_api: target=... tasks=N stats_p50_ms=..
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -286,7 +288,10 @@ def run_remote(url: str, n: int, repeat: int) -> list[str]:
     return summary
 
 
-def run_node(n: int, repeat: int, nodes: int) -> list[str]:
+@contextlib.contextmanager
+def started_cluster(nodes: int) -> Iterator[str]:
+    """``nodes`` real molens-node processes on free ports in a temporary directory, every HTTP API
+    ready; yields the leader's base URL and kills them all after."""
     from tests.integration.conftest import Cluster, wait_for
 
     with tempfile.TemporaryDirectory() as d:
@@ -307,9 +312,14 @@ def run_node(n: int, repeat: int, nodes: int) -> list[str]:
             leader = c.leader(timeout=30)
             url = f"http://127.0.0.1:{leader.settings['http']['port']}"
             print(f"started {nodes} molens-node process(es); leader {leader.node_id} pid={leader.pid} at {url}")
-            return [f"nodes={nodes}", *run_remote(url, n, repeat)]
+            yield url
         finally:
             c.kill_all()
+
+
+def run_node(n: int, repeat: int, nodes: int) -> list[str]:
+    with started_cluster(nodes) as url:
+        return [f"nodes={nodes}", *run_remote(url, n, repeat)]
 
 
 def load(ctx: LocalContext, n: int, batch: int = 1_000) -> float:

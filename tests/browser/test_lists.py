@@ -103,6 +103,28 @@ def _list_answers(page: Page) -> list[Response]:
     return out
 
 
+def test_the_search_box_asks_the_nodes_index_once_and_finds_a_task_among_10000(
+    big: tuple[Served, list[dict[str, object]]], page: Page
+) -> None:
+    s, made = big
+    want = next(str(t["id"]) for t in made if str(t["callback_url"]).endswith("/big/7/123"))
+    answers = _list_answers(page)
+    page.goto(s.url + "/ui/tasks")
+    expect(page.locator("tr[data-task-id]")).to_have_count(50)
+    answers.clear()
+    page.get_by_test_id("filter-q").fill("BIG/7/123")
+    page.get_by_test_id("filter-q").press("Enter")
+    page.wait_for_url(re.compile(r"[?&]q=BIG"))
+    expect(page.locator("tr[data-task-id]")).to_have_count(1)
+    assert _ids(page) == [want]
+    assert [r.status for r in answers] == [200] and "?q=BIG%2F7%2F123&" in answers[0].url
+    answers.clear()
+    page.goto(s.url + "/ui/tasks?q=matches-nothing")
+    expect(page.get_by_test_id("tasks-empty")).to_have_text("No tasks match.")  # the whole index, one request
+    expect(page.get_by_test_id("search-progress")).to_be_hidden()
+    assert len(answers) == 1 and answers[0].json()["scanned"] == 0
+
+
 def test_a_search_no_index_serves_pauses_every_5000_tasks_and_goes_on_when_asked(
     big: tuple[Served, list[dict[str, object]]], page: Page
 ) -> None:

@@ -284,6 +284,20 @@ def test_an_object_of_another_namespace_is_not_found_exactly_as_a_missing_one(wo
     assert ok(world.n, "GET", f"{P}/tasks/{outside}")["id"] == outside  # it exists
 
 
+def test_a_text_search_finds_only_tasks_of_the_keys_namespaces(world: World) -> None:
+    mark = world.fresh("needle")
+    inside = world.task("inside", payload={"m": mark})
+    outside = world.task("outside", payload={"m": mark})
+    reader, every = world.keys[("reader", False)], world.keys[("reader", True)]
+    for q in (mark, outside, inside):
+        st, _, raw = req(world.n, "GET", f"{P}/tasks?q={q}&limit=10", reader)
+        assert st == 200 and outside.encode() not in raw
+    st, _, raw = req(world.n, "GET", f"{P}/tasks?q={mark}&limit=10", reader)
+    assert [t["id"] for t in json.loads(raw)["items"]] == [inside]
+    st, _, raw = req(world.n, "GET", f"{P}/tasks?q={mark}&limit=10", every)
+    assert [t["id"] for t in json.loads(raw)["items"]] == [inside, outside]
+
+
 def test_a_secret_is_shown_once_and_never_logged(world: World, node: NodeProc) -> None:
     made = ok(node, "POST", f"{P}/keys", {"name": "shown-once", "role": "writer", "namespaces": ["inside"]})
     secret = made["secret"]

@@ -84,7 +84,8 @@ export default {
   chart: { time: 'Time' },
   tasks: {
     title: 'Tasks', new: 'New task', id: 'ID', status: 'Status', type: 'Type', scene: 'Scene', schedule: 'Schedule',
-    callback: 'Callback URL', nextRun: 'Next run', lastResult: 'Last result', urlSearch: 'URL contains',
+    callback: 'Callback URL', nextRun: 'Next run', lastResult: 'Last result', urlSearch: 'URL contains', textSearch: 'Search',
+    textPlaceholder: 'id, URL, scene or payload text',
     urlPlaceholder: 'e.g. example.com/hook', empty: 'No tasks match.', created: 'Created', sort: 'Sort',
     order: { '-created': 'Newest first', created: 'Oldest first', next_run: 'Next run (soonest)', status: 'Status' },
     total: 'Total: {n}', totalAll: 'Total in the store: {n} (the filtered count is not known)', jump: 'Open',

@@ -77,7 +77,7 @@ export default {
   chart: { time: '时间' },
   tasks: {
     title: '任务', new: '新建任务', id: 'ID', status: '状态', type: '类型', scene: '场景', schedule: '调度',
-    callback: '回调地址', nextRun: '下次运行', lastResult: '上次结果', urlSearch: 'URL 包含', urlPlaceholder: '例如 example.com/hook',
+    callback: '回调地址', nextRun: '下次运行', lastResult: '上次结果', urlSearch: 'URL 包含', textSearch: '搜索', textPlaceholder: 'ID、URL、场景或负载文本', urlPlaceholder: '例如 example.com/hook',
     empty: '没有匹配的任务。', created: '创建时间', sort: '排序',
     order: { '-created': '最新优先', created: '最早优先', next_run: '下次运行（最近优先）', status: '状态' },
     total: '共 {n} 个任务', totalAll: '全部共 {n} 个任务（筛选后的数量未知）', jump: '打开', jumpPlaceholder: '任务 ID',

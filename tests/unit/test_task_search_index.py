@@ -1,0 +1,67 @@
+"""The task text-search index: id order, cursors both ways, updates, a restore's reset and its size cap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from molens.fsm import search
+from molens.fsm.search import TaskIndex, task_text
+from molens.model import Status, Task, validate_create
+
+NOW = 1_700_000_000_000
+
+
+def _task(tid: str, payload: Any = None, scene: str = "default") -> Task:
+    body = {"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x", "scene": scene, "payload": payload}
+    spec = validate_create(body, now_ms=NOW)
+    return Task(id=tid, spec=spec, status=Status.PENDING, created_ms=NOW, updated_ms=NOW, due_ms=NOW, sched_ms=NOW)
+
+
+def test_matches_in_id_order_from_a_cursor_both_ways() -> None:
+    tasks = [_task(f"t{i}", {"n": f"Fox-{i % 2}"}) for i in range(6)]
+    ix = TaskIndex(lambda: iter(tasks))
+    assert list(ix.matches("fox-1")) == ["t1", "t3", "t5"]
+    assert list(ix.matches("FOX-1", after="t1")) == ["t3", "t5"]
+    assert list(ix.matches("fox-1", reverse=True)) == ["t5", "t3", "t1"]
+    assert list(ix.matches("fox-1", after="t5", reverse=True)) == ["t3", "t1"]
+    assert list(ix.matches("t4")) == ["t4"]
+    assert ix.size[0] == 6 and not ix.partial
+
+
+def test_writes_after_the_build_update_it_and_a_restore_resets_it() -> None:
+    tasks = [_task("t1", "cat"), _task("t3", "dog")]
+    ix = TaskIndex(lambda: iter(tasks))
+    ix.apply({"t0": _task("t0", "cat")})  # before the first search: the build reads the store
+    assert list(ix.matches("cat")) == ["t1"]
+    ix.apply({"t2": _task("t2", "cat"), "t3": None, "t1": _task("t1", "bird")})
+    assert list(ix.matches("cat")) == ["t2"] and list(ix.matches("dog")) == []
+    tasks = [_task("t9", "cat")]
+    ix.apply(None)
+    assert list(ix.matches("cat")) == ["t9"]
+
+
+def test_past_its_cap_it_leaves_tasks_out_and_says_it_is_partial() -> None:
+    one = len(task_text(_task("t0", "x")))
+    ix = TaskIndex(lambda: iter([_task("t0", "x"), _task("t1", "x")]), max_bytes=2 * one)
+    assert list(ix.matches("x")) == ["t0", "t1"] and not ix.partial
+    ix.apply({"t2": _task("t2", "x")})
+    assert ix.partial and list(ix.matches("x")) == ["t0", "t1"] and ix.size == (2, 2 * one)
+    ix.apply({"t0": None})
+    ix.apply({"t3": _task("t3", "x")})
+    assert list(ix.matches("x")) == ["t1", "t3"] and ix.size[1] <= ix.max_bytes
+
+
+def test_blocks_stay_right_through_inserts_in_the_middle_changes_and_deletes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search, "BLOCK", 2)
+    tasks = [_task(f"t{i:02d}", "eel" if i % 3 == 0 else "cod") for i in range(0, 20, 2)]
+    ix = TaskIndex(lambda: iter(tasks))
+    assert list(ix.matches("eel")) == ["t00", "t06", "t12", "t18"]
+    ix.apply({"t05": _task("t05", "eel"), "t12": _task("t12", "cod"), "t00": None, "t19": _task("t19", "eel")})
+    assert list(ix.matches("eel")) == ["t05", "t06", "t18", "t19"]
+    assert list(ix.matches("eel", reverse=True)) == ["t19", "t18", "t06", "t05"]
+    assert list(ix.matches("eel", after="t06")) == ["t18", "t19"]
+    assert list(ix.matches("eel", after="t18", reverse=True)) == ["t06", "t05"]
+    assert list(ix.matches("cod")) == ["t02", "t04", "t08", "t10", "t12", "t14", "t16"]
+    assert list(ix.matches("e\x00l")) == []
