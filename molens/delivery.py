@@ -34,9 +34,6 @@ Rules of one attempt, decided here:
   A name that does not resolve is an ordinary network_error.
 - ``latency_ms`` (float, µs resolution) is measured with ``time.monotonic`` from just before the request
   until the head is read; ``to_result_item`` rounds it to the fsm's integer ms.
-
-Size: one attempt's request and classification, the two wire frames that carry it and the
-connect-time host guard are one unit; the frame layout stays next to the values it carries.
 """
 
 from __future__ import annotations

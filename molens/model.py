@@ -30,8 +30,6 @@ Decisions recorded here:
 - ``ack_url`` is only meaningful for delayed at_least_once tasks: periodic tasks ignore it (dropped
   at validation, as docs/architecture.md#task-rules says); with ``at_most_once`` it is rejected, because the ACK
   protocol retries and the user asked for at most one request.
-
-Size: the host policy and the task's validation rules are kept together.
 """
 
 from __future__ import annotations

@@ -23,9 +23,6 @@ Admin command ``propose`` (``{"cmd": "propose", "data": "<base64>"}`` or ``"data
 tests and benchmarks: it proposes raw entries to the local RaftPeer and answers when they apply
 (``{"ok": true, "results": [...]}``) or with ``{"ok": false, "error": "not_leader" |
 "leadership_lost" | "refused", "outcome": "not_applied" | "unknown", "leader_id": ...}``.
-
-Size: start order, stop order, admin commands and joining share the node's state, and the two
-orders are easier to check side by side.
 """
 
 from __future__ import annotations

@@ -84,9 +84,6 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   **Delete** removes the task, its fire record, idempotency key and history.
 - **Idempotency keys**: a create whose key is already known answers the existing task (200).
 - **Expire** deletes a task only if it is still terminal and unchanged since the Cleaner looked.
-
-Size: every transition of docs/architecture.md#task-rules in one pure module, so the scheduler
-simulation and the store run exactly the same rules.
 """
 
 from __future__ import annotations

@@ -43,9 +43,6 @@ whose application raises (a bug: the machine is deterministic, so every replica 
 Leader effects (wheel adds/removes, fire requests) are returned in each entry's :class:`EntryResult`
 (with the entry's term: see there for which fire requests a leader may send) and also passed, after
 the commit, to ``on_applied`` (the entries that have effects) if one is set.
-
-Size: the record codecs are tuned together with the transaction code that uses them (a Packer per
-store, shared specs), so a format change is one diff.
 """
 
 from __future__ import annotations

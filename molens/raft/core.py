@@ -75,9 +75,6 @@ on a real conflict, ReadIndex confirmed by a quorum heartbeat round (a stale lea
 
 ``RaftConfig.unsafe`` deliberately breaks one rule; it exists only so the simulator's own test
 can prove it catches the bug. Never set it elsewhere.
-
-Size: one state machine, as etcd's ``raft.go``: elections, replication, snapshots, leadership
-transfer and membership change share the same state and invariants.
 """
 
 from __future__ import annotations

@@ -40,9 +40,6 @@ pass one that loses, at a simulated power loss, what was not synced.
 
 Thread-safety: one owner thread (the RaftPeer actor) calls everything; reads and writes are not
 meant to be interleaved from several threads.
-
-Size: the lmdb log and the snapshot files share the durability rules (fsync order, checksums)
-stated here.
 """
 
 from __future__ import annotations

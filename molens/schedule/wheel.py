@@ -20,9 +20,6 @@ over a long empty stretch costs nothing per empty tick, and :meth:`TimeWheel.nex
 start of the first unopened bucket or the first due time among the opened ones.
 
 Not thread-safe: one owner (the leader's scheduler) drives it.
-
-Size: the levels, the overflow runs and the inlined fast path of ``advance`` are one data
-structure.
 """
 
 from __future__ import annotations

@@ -32,9 +32,6 @@ Decisions recorded here:
 
 Other modules (``molens.web.observability``) add routes by calling :meth:`Api.route` on the :class:`Api` returned by
 :func:`build_api` (and the paths to :mod:`molens.web.openapi`).
-
-Size: one route per endpoint of docs/api.md with its input checks, all registered through the one
-:class:`Api.route` decorator whose rules this docstring states.
 """
 
 from __future__ import annotations

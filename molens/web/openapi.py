@@ -3,8 +3,6 @@
 Schemas are JSON Schema 2020-12, so tests validate real responses against them; a test also checks
 that every route of the app is here and every path here is a route. When a route changes, this
 file and ``docs/api.md`` change in the same commit.
-
-Size: the document is data, one schema per REST object and one entry per route.
 """
 
 from __future__ import annotations
