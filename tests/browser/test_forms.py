@@ -154,7 +154,8 @@ def test_a_server_error_is_shown_by_field_in_the_users_language(served: Served, 
     page.get_by_test_id("submit").click()
     err = page.get_by_test_id("err-callback_url")
     expect(err).to_have_text(re.compile("^回调网址被拒绝.*回调主机策略禁止"))
-    expect(err).to_have_attribute("title", re.compile("denied"))  # the server's own words, on hover
+    # the server's own words, on hover, in the request's language too
+    expect(err).to_have_attribute("title", re.compile(r"^callback_url 的主机 169\.254\.169\.254.被回调主机策略拒绝"))
     expect(page.get_by_test_id("f-delay-unit").locator("option:checked")).to_have_text("秒")
 
 
