@@ -5,7 +5,8 @@ One lower-cased text per task (its id, callback URL, scene and payload JSON, a t
 the ids in id order from a cursor and tests each text for the substring (``str.__contains__``): no
 tokenising, any substring matches. The store feeds it every task write after the write commits
 (:meth:`TaskIndex.apply`) and a reset after a snapshot restore; it is built from the store on the
-first search, so a node that is never searched pays nothing.
+first search, so a node that is never searched pays nothing. The build reads the store without
+holding up the apply thread: writes that commit meanwhile are kept aside and applied after it.
 
 **Bounded**: the texts held never exceed ``max_bytes`` characters. A task whose text would go past
 the cap is not indexed and the index turns *partial* (:attr:`TaskIndex.partial`): the API answers a
@@ -56,6 +57,12 @@ class TaskIndex:
         self._built = False
         self.partial = False
         """True once a task was left out for the cap (answers may miss tasks)."""
+        self._build_lock = threading.Lock()
+        """One build at a time: searches wait on it for the index; the apply thread never does."""
+        self._pending: dict[str, Task | None] | None = None
+        """While a build reads the store: the writes committed meanwhile, each task's latest."""
+        self._epoch = 0
+        """Counts restores: a build that began before one is dropped."""
 
     @property
     def size(self) -> tuple[int, int]:
@@ -109,6 +116,11 @@ class TaskIndex:
             if changed is None:
                 self._texts, self._ids, self._blocks, self._bytes = {}, [], [], 0
                 self._built = self.partial = False
+                self._pending = None
+                self._epoch += 1
+                return
+            if self._pending is not None:  # a build is reading the store: it applies these when done
+                self._pending.update(changed)
                 return
             if not self._built:
                 return
@@ -116,13 +128,29 @@ class TaskIndex:
                 self._put(tid, None if t is None else task_text(t))
 
     def _ensure_built(self) -> None:
-        with self._lock:
-            if self._built:
-                return
-            # under the lock: a write that commits meanwhile waits and is applied again (idempotent)
-            for t in self._load():
-                self._put(t.id, task_text(t))
-            self._built = True
+        """Builds the index from the store unless built. The store is read without holding the lock the
+        apply thread takes (on a large store that read takes seconds): writes committed meanwhile are
+        kept aside, each task's latest, and applied over the read once it is done (a task read after
+        its write gets the same text again)."""
+        with self._build_lock:
+            while True:
+                with self._lock:
+                    if self._built:
+                        return
+                    epoch, self._pending = self._epoch, {}
+                fresh = TaskIndex(self._load, self.max_bytes)
+                for task in self._load():
+                    fresh._put(task.id, task_text(task))
+                with self._lock:
+                    pending, self._pending = self._pending, None
+                    if self._epoch != epoch or pending is None:  # a restore came in between: read again
+                        continue
+                    self._texts, self._ids, self._blocks = fresh._texts, fresh._ids, fresh._blocks
+                    self._bytes, self.partial = fresh._bytes, fresh.partial
+                    for tid, t in pending.items():
+                        self._put(tid, None if t is None else task_text(t))
+                    self._built = True
+                    return
 
     def _block_hits(self, b: int, needle: str) -> list[str]:
         """Ids in block ``b`` whose text holds ``needle`` (under the lock)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -65,3 +66,45 @@ def test_blocks_stay_right_through_inserts_in_the_middle_changes_and_deletes(mon
     assert list(ix.matches("eel", after="t18", reverse=True)) == ["t06", "t05"]
     assert list(ix.matches("cod")) == ["t02", "t04", "t08", "t10", "t12", "t14", "t16"]
     assert list(ix.matches("e\x00l")) == []
+
+
+def test_the_first_build_never_holds_up_a_write_and_keeps_the_writes_made_meanwhile() -> None:
+    """The build reads the store (seconds for millions of tasks) while the apply thread goes on: a write
+    committed mid-read is applied at once, not after the read, and the index ends up with it."""
+    tasks = [_task(f"t{i}", "old") for i in range(4)]
+    ix = TaskIndex(lambda: iter([]))
+    done: list[bool] = []
+
+    def write_meanwhile() -> None:  # the apply thread, committing while the build reads
+        ix.apply({"t1": _task("t1", "new"), "t2": None, "t9": _task("t9", "new")})
+        done.append(True)
+
+    def load() -> Any:
+        for i, t in enumerate(tasks):
+            if i == 2:
+                w = threading.Thread(target=write_meanwhile)
+                w.start()
+                w.join(10)
+                assert done == [True], "a write waited for the build"
+            yield t
+
+    ix._load = load  # type: ignore[method-assign]
+    assert list(ix.matches("new")) == ["t1", "t9"]
+    assert list(ix.matches("old")) == ["t0", "t3"]
+
+
+def test_a_restore_during_the_build_makes_it_read_the_store_again() -> None:
+    stores = [[_task("t0", "before")], [_task("t5", "after")]]
+    reads: list[int] = []
+    ix = TaskIndex(lambda: iter([]))
+
+    def load() -> Any:
+        n = len(reads)
+        reads.append(n)
+        yield from stores[min(n, 1)]
+        if n == 0:
+            ix.apply(None)  # a snapshot restore lands while the first read runs
+
+    ix._load = load  # type: ignore[method-assign]
+    assert list(ix.matches("after")) == ["t5"] and list(ix.matches("before")) == []
+    assert reads == [0, 1]
