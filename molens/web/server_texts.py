@@ -153,6 +153,8 @@ ZH: dict[str, str] = {
     "type must be 'delayed' or 'periodic'": "type 必须是 'delayed' 或 'periodic'",
     "scene must match {}": "scene 必须符合 {0}",
     "status is longer than {} characters": "status 长于 {0} 个字符",
+    "q is longer than {}": "q 长于 {0}",
+    "q searches in id order: order must be created or -created": "q 按 id 顺序搜索：order 必须是 created 或 -created",
     "status must be one of {}, got {}": "status 必须是以下之一：{0}，收到 {1}",
     "order must be one of {}, got {}": "order 必须是以下之一：{0}，收到 {1}",
     "result must be one of {}": "result 必须是以下之一：{0}",
