@@ -50,6 +50,11 @@ function qs(query) {
   return s ? `?${s}` : ''
 }
 
+/** The URL of an API path with its query, as api() asks it. */
+export function apiUrl(path, query) {
+  return `/api/v1${path}${qs(query)}`
+}
+
 const listeners = new Set()
 /** Called with no argument when a write was redirected to the leader (307). */
 export function onRedirect(fn) {
@@ -70,7 +75,7 @@ export async function api(method, path, { query, body, signal, headers: extra, w
   if (body !== undefined) headers['Content-Type'] = 'application/json'
   let res
   try {
-    res = await fetch(`/api/v1${path}${qs(query)}`, {
+    res = await fetch(apiUrl(path, query), {
       method,
       headers,
       body: body !== undefined ? JSON.stringify(body) : undefined,

@@ -25,7 +25,10 @@ Keys: ``http.auth_token`` is the bootstrap admin key (id ``bootstrap``, all name
 stored); keys made with ``POST /api/v1/keys`` are replicated records (:mod:`molens.fsm.tenancy`),
 looked up by the id their secret carries (:mod:`molens.web.keys`). A node with no ``auth_token`` is
 open: a request without a key acts as an anonymous admin (a key sent is still checked, and acts as
-itself). The actor of each request is left in ``environ["molens.actor"]`` as ``(key id, name)``.
+itself). A GET of an export may carry a one-time ``?ticket=`` instead of a key (a download link
+cannot carry a header): it acts as the key that asked ``POST /api/v1/exports`` for it, on that node,
+for that path and query, once, within a minute (:mod:`molens.web.export`); a bad ticket counts as a
+bad key. The actor of each request is left in ``environ["molens.actor"]`` as ``(key id, name)``.
 Last-used times are kept per node in memory (a Raft entry per request would cost a consensus round
 per read): ``GET /api/v1/keys`` shows this node's.
 """
@@ -47,7 +50,7 @@ from molens.errors import NotFoundError, ValidationError
 from molens.fsm import tenancy
 from molens.fsm.tenancy import ALL_NAMESPACES, Role
 from molens.schema import NAMESPACE_PATTERN, python_pattern
-from molens.web import keys
+from molens.web import export, keys
 from molens.web.errors import Forbidden, TooManyRequests, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -118,6 +121,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", f"{_P}/dead-letters/redrive"): Rule(Need.WRITE, Where.BODY),
     ("DELETE", f"{_P}/dead-letters"): Rule(Need.WRITE, Where.QUERY),
     ("GET", f"{_P}/audit"): Rule(Need.READ, Where.QUERY),
+    ("POST", f"{_P}/exports"): Rule(Need.READ),
     ("GET", f"{_P}/flows"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/flows/{{key}}"): Rule(Need.READ, Where.NODE),
     ("PUT", f"{_P}/flows/{{key}}"): Rule(Need.WRITE, Where.NODE),
@@ -190,6 +194,8 @@ class Access:
         """key id -> (its record as read, the record, its principal): a record read again unchanged
         is not decoded again (it is still read on every request: a revoked key is gone at once)."""
         self._lock = threading.Lock()
+        self.tickets: export.Tickets[Principal] = export.Tickets()
+        """One-time export links (:mod:`molens.web.export`): a ticket authenticates as the key that minted it."""
         if not token:
             log.warning("http.auth_token is not set: the API is open, a request without a key acts as an admin")
 
@@ -225,15 +231,16 @@ class Access:
         h = str(env.get("HTTP_AUTHORIZATION", ""))
         scheme, _, secret = h.partition(" ")
         secret = secret.strip()
+        addr = str(env.get("REMOTE_ADDR", ""))
         if scheme.lower() != "bearer" or not secret:
+            ticket = bottle.request.query.get("ticket") if env.get("REQUEST_METHOD") == "GET" else None
+            if ticket:
+                return self._by_ticket(env, str(ticket), addr)
             if not self._token:
                 return ANONYMOUS
             raise Unauthorized()
-        addr = str(env.get("REMOTE_ADDR", ""))
         now = time.monotonic()
-        wait = self.brake.wait_s(addr, now)
-        if wait:
-            raise TooManyRequests("too many bad keys from this address; wait", wait)
+        self._braked(addr, now)
         raw = secret.encode("latin-1")  # the header's bytes as sent, never decoded as UTF-8
         if self._token and hmac.compare_digest(raw, self._token):
             return BOOTSTRAP
@@ -257,6 +264,25 @@ class Access:
         with self._lock:
             self._last_used[kid] = int(time.time() * 1000)
         return known[2]
+
+    def _braked(self, addr: str, now: float) -> None:
+        wait = self.brake.wait_s(addr, now)
+        if wait:
+            raise TooManyRequests("too many bad keys from this address; wait", wait)
+
+    def _by_ticket(self, env: dict[str, object], ticket: str, addr: str) -> Principal:
+        """The key a one-time export ticket stands in for, if it was minted for this very request and
+        the key still exists (a key revoked since is refused like a bad key)."""
+        now = time.monotonic()
+        self._braked(addr, now)
+        p = self.tickets.take(ticket, bottle.request.path, str(env.get("QUERY_STRING", "")))
+        if p is not None and p.key_id not in (ANONYMOUS.key_id, BOOTSTRAP.key_id):
+            if self.ctx.get_meta(tenancy.KEY_PREFIX + p.key_id) is None:
+                p = None
+        if p is None:
+            self.brake.failed(addr, now)
+            raise Unauthorized()
+        return p
 
 
 def principal() -> Principal:

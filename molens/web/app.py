@@ -92,7 +92,7 @@ from molens.schema import (
     view,
 )
 from molens.tracing import Spans
-from molens.web import access, openapi
+from molens.web import access, export, openapi
 from molens.web.api_context import ApiContext
 from molens.web.audit import install_audit, request_stamp
 from molens.web.body import Body, body_refused, depth_error, too_deep, whole_int
@@ -814,8 +814,9 @@ def _install_tasks(api: Api) -> None:
         answer = _BatchAnswer([None if t is None else view(type(t)).render(t) for t in out], msgspec.Raw(_dumps(errs)))
         return (201 if created else 200), _ANSWER.encode(answer)
 
-    @api.route("GET", f"{PREFIX}/tasks")
-    def list_tasks() -> tuple[int, Any]:
+    def task_query() -> Callable[[str, int], tuple[list[Task], str | None, int, bool]]:
+        """The list's filters read from the query (400 for a bad one), as a function of (cursor
+        position, page size) that answers ``(tasks, next position or None, scanned, partial)``."""
         statuses: set[str] | None = None
         raw_status = api.q_str("status")
         if raw_status is not None and len(raw_status) > MAX_HEADER_TEXT:
@@ -838,58 +839,72 @@ def _install_tasks(api: Api) -> None:
         if url is not None and len(url) > MAX_URL_FILTER:
             raise ValidationError(f"url filter is longer than {MAX_URL_FILTER}", "url")
         url_l = url.lower() if url else None
-        limit = api.q_limit()
         order = api.q_str("order") or "created"
         if order not in _ORDERS:
             raise ValidationError(f"order must be one of {', '.join(_ORDERS)}, got {order[:40]!r}", "order")
-        kind = _ORDERS[order]
         q = api.q_str("q")
         if q is not None and len(q) > MAX_URL_FILTER:
             raise ValidationError(f"q is longer than {MAX_URL_FILTER}", "q")
         if q and order == "next_run":
             raise ValidationError("q searches in id order: order must be created or -created", "order")
-        raw_cursor = api.q_raw("cursor")
-        position = decode_cursor(kind, raw_cursor) if raw_cursor else ""
-        items: list[Task | None] = []
-        scanned = 0
-        last = ""
-        more = False
         namespaces = access.readable()
-        deadline = time.monotonic() + MAX_SCAN_MS / 1000
         index = ctx.task_search() if q else None
-        found: Iterator[tuple[str, Task | None]]
-        if index is not None and q:
-            if position and not model.is_task_id(position):
-                raise ValidationError("cursor is not a cursor this API issued", "cursor")
-            found = ((tid, ctx.get_task(tid)) for tid in index.matches(q, position, reverse=order != "created"))
-        else:
-            found = _ordered(ctx, order, position, statuses, scene)
-        for pos, t in found:
-            # a page whose tasks all match costs the page; only a skipping scan stops on time
-            if len(items) >= limit or scanned >= MAX_SCAN or (scanned > limit and time.monotonic() >= deadline):
-                more = True
-                break
-            scanned += 1
-            last = pos
-            if t is None:
-                continue
-            if namespaces is not None and t.spec.namespace not in namespaces:
-                continue
-            if statuses is not None and t.status.value not in statuses:
-                continue
-            if ttype is not None and t.spec.type.value != ttype:
-                continue
-            if scene is not None and t.spec.scene != scene:
-                continue
-            if url_l is not None and url_l not in t.spec.callback_url.lower():
-                continue
-            items.append(t)
-        nxt = encode_cursor(kind, last) if more else None
+
+        def page(position: str, limit: int) -> tuple[list[Task], str | None, int, bool]:
+            items: list[Task] = []
+            scanned = 0
+            last = ""
+            more = False
+            deadline = time.monotonic() + MAX_SCAN_MS / 1000
+            found: Iterator[tuple[str, Task | None]]
+            if index is not None and q:
+                if position and not model.is_task_id(position):
+                    raise ValidationError("cursor is not a cursor this API issued", "cursor")
+                found = ((tid, ctx.get_task(tid)) for tid in index.matches(q, position, reverse=order != "created"))
+            else:
+                found = _ordered(ctx, order, position, statuses, scene)
+            for pos, t in found:
+                # a page whose tasks all match costs the page; only a skipping scan stops on time
+                if len(items) >= limit or scanned >= MAX_SCAN or (scanned > limit and time.monotonic() >= deadline):
+                    more = True
+                    break
+                scanned += 1
+                last = pos
+                if t is None:
+                    continue
+                if namespaces is not None and t.spec.namespace not in namespaces:
+                    continue
+                if statuses is not None and t.status.value not in statuses:
+                    continue
+                if ttype is not None and t.spec.type.value != ttype:
+                    continue
+                if scene is not None and t.spec.scene != scene:
+                    continue
+                if url_l is not None and url_l not in t.spec.callback_url.lower():
+                    continue
+                items.append(t)
+            return items, (last if more else None), scanned, index is not None and index.partial
+
+        return page
+
+    @api.route("GET", f"{PREFIX}/tasks")
+    def list_tasks() -> Any:
+        fmt = export.export_format(api)
+        page = task_query()
+        if fmt is not None:
+            def rows(pos: str | None) -> tuple[list[dict[str, Any]], str | None]:
+                items, nxt, _, _ = page(pos or "", export.PAGE)
+                return [t.to_json() for t in items], nxt
+
+            return export.stream("tasks", fmt, export.columns("Task"), export.paged(rows))
+        kind = _ORDERS[api.q_str("order") or "created"]
+        raw_cursor = api.q_raw("cursor")
+        items, last, scanned, partial = page(decode_cursor(kind, raw_cursor) if raw_cursor else "", api.q_limit())
+        nxt = encode_cursor(kind, last) if last is not None else None
         # {"items": [...], "next_cursor": ..., "scanned": n} as _dumps would write it, payloads spliced in
-        partial = b',"partial":true' if index is not None and index.partial else b""
         return 200, (
             b'{"items":' + model.tasks_json(items) + b',"next_cursor":' + _dumps(nxt)
-            + b',"scanned":' + str(scanned).encode() + partial + b"}"
+            + b',"scanned":' + str(scanned).encode() + (b',"partial":true' if partial else b"") + b"}"
         )
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>")
@@ -994,8 +1009,10 @@ def _install_tasks(api: Api) -> None:
 def _install_executions(api: Api) -> None:
     ctx = api.ctx
 
-    def listing(task_id: str | None, checked: bool) -> tuple[int, Any]:
-        """A page of executions (of ``task_id``'s, whose namespace is ``checked`` already or not)."""
+    def listing(task_id: str | None, checked: bool) -> Any:
+        """A page of executions (of ``task_id``'s, whose namespace is ``checked`` already or not), or
+        with ``?format=`` an export of every matching one."""
+        fmt = export.export_format(api)
         result = api.q_str("result")
         if result is not None:
             try:
@@ -1013,31 +1030,41 @@ def _install_executions(api: Api) -> None:
                 raise ValidationError("cursor is not a cursor this API issued", "cursor")
         limit = api.q_limit()
         namespaces = access.readable()
+        hidden = False
         if task_id is not None and not checked and namespaces is not None:
             t = ctx.get_task(task_id)
-            if t is None or t.spec.namespace not in namespaces:  # not one it may see: nothing to list
-                return 200, {"items": [], "next_cursor": None}
-        page = ctx.history.list_executions(
-            task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=cursor, limit=limit
-        )
-        nxt = encode_cursor("e", page.next_cursor) if page.next_cursor else None
-        items = page.items
-        if namespaces is not None and task_id is None:  # an execution is its task's namespace's
-            seen: dict[str, bool] = {}
-            for e in items:
-                if e.task_id not in seen:
-                    t = ctx.get_task(e.task_id)
-                    seen[e.task_id] = t is not None and t.spec.namespace in namespaces
-            items = [e for e in items if seen[e.task_id]]
-        return 200, {"items": [e.to_json() for e in items], "next_cursor": nxt}
+            hidden = t is None or t.spec.namespace not in namespaces  # not one it may see: nothing to list
+
+        def page(at: str | None, n: int) -> tuple[list[dict[str, Any]], str | None]:
+            if hidden:
+                return [], None
+            got = ctx.history.list_executions(
+                task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=at, limit=n
+            )
+            items = got.items
+            if namespaces is not None and task_id is None:  # an execution is its task's namespace's
+                seen: dict[str, bool] = {}
+                for e in items:
+                    if e.task_id not in seen:
+                        t = ctx.get_task(e.task_id)
+                        seen[e.task_id] = t is not None and t.spec.namespace in namespaces
+                items = [e for e in items if seen[e.task_id]]
+            return [e.to_json() for e in items], got.next_cursor
+
+        if fmt is not None:
+            name = "executions" if task_id is None or not checked else f"task-{task_id}-history"
+            return export.stream(name, fmt, export.columns("Execution"),
+                                 export.paged(lambda at: page(at, export.PAGE)))
+        rows, nxt = page(cursor, limit)
+        return 200, {"items": rows, "next_cursor": encode_cursor("e", nxt) if nxt else None}
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>/executions")
-    def task_executions(task_id: str) -> tuple[int, Any]:
+    def task_executions(task_id: str) -> Any:
         task_or_404(ctx, task_id)
         return listing(task_id, True)
 
     @api.route("GET", f"{PREFIX}/executions")
-    def executions() -> tuple[int, Any]:
+    def executions() -> Any:
         tid = api.q_str("task_id")
         if tid is not None and not model.is_task_id(tid):
             raise ValidationError("task_id is not a task id", "task_id")
@@ -1257,6 +1284,7 @@ def build_api(ctx: ApiContext, static_dir: Path | None = None) -> Api:
     install_flows(api)
     install_tenancy(api)
     install_audit(api)
+    export.install_exports(api)
     install_ui(app, static_dir, connect_origins=_MemberOrigins(ctx))
     _shadow_static_paths(api)
     return api

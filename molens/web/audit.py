@@ -1,15 +1,14 @@
 """The audit routes and the audit stamp of a request (docs/api.md#audit, docs/architecture.md#audit-trail).
 
 ``GET /api/v1/audit`` lists the trail newest first (filters ``namespace``, ``actor``, ``action``,
-``since``, ``until``; cursor), ``GET /api/v1/audit?format=jsonl`` streams the same entries as JSON
-lines, read from the store a chunk at a time. Reads come from this node's replica, followers too:
+``since``, ``until``; cursor); ``?format=csv`` or ``?format=jsonl`` streams every matching entry
+(:mod:`molens.web.export`). Reads come from this node's replica, followers too:
 every replica holds the same trail. :func:`request_stamp` is who made the request in progress, for the
 ``Audited`` wrapper the API puts around what it proposes.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,13 +19,12 @@ from molens.errors import ValidationError
 from molens.fsm.audit import ACTIONS, AuditEntry
 from molens.fsm.commands import AuditStamp
 from molens.fsm.store import AuditFilter
-from molens.web import access
+from molens.web import access, export
 
 if TYPE_CHECKING:
     from molens.web.app import Api
 
 _CURSOR_POS_RE = re.compile(r"(?:[0-9a-f]{2}){12}")
-_JSONL_CT = "application/x-ndjson"
 
 
 class AuditReader(Protocol):
@@ -74,23 +72,16 @@ def install_audit(api: Api) -> None:
                         until_ms=api.q_ms("until", None))
         return f, (scope if ns is None else None)
 
-    def export(f: AuditFilter, scope: frozenset[str] | None) -> Iterator[bytes]:
-        for a in ctx.audit.scan_audit(f):
-            if scope is not None and a.namespace not in scope:
-                continue
-            yield json.dumps(a.to_json(), separators=(",", ":")).encode() + b"\n"
-
     @api.route("GET", f"{PREFIX}/audit")
     def list_audit() -> Any:
+        fmt = export.export_format(api)
         f, scope = query_filter()
-        fmt = api.q_raw("format")
-        if fmt is not None and fmt not in ("json", "jsonl"):
-            raise ValidationError("format must be json or jsonl", "format")
-        if fmt == "jsonl":
-            if api.q_raw("cursor") is not None or api.q_raw("limit") is not None:
-                raise ValidationError("an export (format=jsonl) is the whole trail: no cursor or limit", "format")
-            role = bottle.response.get_header("X-Molens-Role") or ""
-            return bottle.HTTPResponse(export(f, scope), status=200, headers={"Content-Type": _JSONL_CT, "X-Molens-Role": role})
+        if fmt is not None:
+            def page(at: str | None) -> tuple[list[dict[str, Any]], str | None]:
+                items, nxt = ctx.audit.list_audit(f, cursor=at, limit=export.PAGE, scan_budget=export.PAGE)
+                return [a.to_json() for a in items if scope is None or a.namespace in scope], nxt
+
+            return export.stream("audit", fmt, export.columns("AuditEntry"), export.paged(page))
         items, nxt = ctx.audit.list_audit(f, cursor=api.q_cursor("a", _CURSOR_POS_RE), limit=api.q_limit())
         shown = items if scope is None else [a for a in items if a.namespace in scope]
         return 200, {"items": [a.to_json() for a in shown], "next_cursor": encode_cursor("a", nxt) if nxt else None}

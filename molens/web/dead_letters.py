@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
 from molens.schema import NAMESPACE_PATTERN, DeadLetter, DeadLetterKind, Reliability, python_pattern
-from molens.web import access
+from molens.web import access, export
 from molens.web.body import Body, whole_int
 
 if TYPE_CHECKING:
@@ -116,8 +116,17 @@ def install_dead_letters(api: Api) -> None:
         return items if namespaces is None else [d for d in items if d.namespace in namespaces]
 
     @api.route("GET", f"{PREFIX}/dead-letters")
-    def list_dead_letters() -> tuple[int, Any]:
+    def list_dead_letters() -> Any:
+        fmt = export.export_format(api)
         f = query_filter()
+        if fmt is not None:
+            namespaces = access.readable()
+
+            def page(at: str | None) -> tuple[list[dict[str, Any]], str | None]:
+                items, nxt = reader().list_dead(**f, cursor=at, limit=export.PAGE, scan_budget=export.PAGE)
+                return [d.to_json() for d in items if namespaces is None or d.namespace in namespaces], nxt
+
+            return export.stream("dead-letters", fmt, export.columns("DeadLetter"), export.paged(page))
         items, nxt = reader().list_dead(**f, cursor=api.q_cursor("d", _CURSOR_POS_RE), limit=api.q_limit())
         return 200, {"items": [d.to_json() for d in shown(items)],
                      "next_cursor": encode_cursor("d", nxt) if nxt else None}

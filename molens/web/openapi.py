@@ -1247,16 +1247,13 @@ def _audit_schemas() -> dict[str, Any]:
 
 
 def _audit_paths() -> dict[str, Any]:
-    ok = _ok(_ref("AuditPage"), "A page of entries, or with format=jsonl every entry, one JSON object a line")
-    ok["content"]["application/x-ndjson"] = {"schema": {"type": "string"}}
+    ok = _ok(_ref("AuditPage"), "A page of entries")
     params = [
         _param("namespace", "query", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,62}$"}, "Only this namespace"),
         _param("actor", "query", {"type": "string", "maxLength": 200}, "Only this key id or key name"),
         _param("action", "query", {"type": "string", "enum": list(AUDIT_ACTIONS)}, "Only this action"),
         _param("since", "query", {"type": "integer", "minimum": 0}, "Only entries at or after (epoch ms)"),
         _param("until", "query", {"type": "integer", "minimum": 0}, "Only entries before (epoch ms)"),
-        _param("format", "query", {"type": "string", "enum": ["json", "jsonl"]},
-               "jsonl: stream every matching entry as JSON lines (no cursor or limit)"),
         _CURSOR, _LIMIT,
     ]
     return {f"{_P}/audit": {"get": {
@@ -1282,6 +1279,41 @@ def _with_edge_answers(paths: dict[str, Any]) -> dict[str, Any]:
             op["responses"].update(_EDGE_ANSWERS)
             if op.get("security") != []:
                 op["responses"].update(_KEY_ANSWERS)
+    return paths
+
+
+_EXPORTS = (f"{_P}/tasks", f"{_P}/executions", f"{_P}/tasks/{{task_id}}/executions", f"{_P}/dead-letters", f"{_P}/audit")
+"""The lists that export every matching row with ``?format=csv|jsonl`` (molens/web/export.py)."""
+
+
+def _with_exports(paths: dict[str, Any]) -> dict[str, Any]:
+    for path in _EXPORTS:
+        op = paths[path]["get"]
+        op["parameters"] += [
+            _param("format", "query", {"type": "string", "enum": ["json", "csv", "jsonl"], "default": "json"},
+                   "csv or jsonl: every matching row, streamed (no cursor or limit), as a download"),
+            _param("ticket", "query", {"type": "string", "maxLength": 64},
+                   "A one-time ticket from POST /api/v1/exports in place of the key (a download link)"),
+        ]
+        ok = op["responses"]["200"]
+        ok["description"] += "; with format=csv or jsonl every matching row"
+        ok["content"]["text/csv"] = {"schema": {"type": "string"}}
+        ok["content"]["application/x-ndjson"] = {"schema": {"type": "string"}}
+    paths[f"{_P}/exports"] = {"post": {
+        "operationId": "createExportLink", "summary": "A one-time link to an export, for a browser download",
+        "tags": ["meta"],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["url"], "additionalProperties": False,
+            "properties": {"url": {"type": "string", "maxLength": 4096,
+                                   "description": "An export's path and query, e.g. /api/v1/tasks?status=failed&format=csv"}},
+        }}}},
+        "responses": {"201": _ok({
+            "type": "object", "required": ["url", "expires_in_s"],
+            "properties": {"url": {"type": "string", "description": "The same with a ticket: GET it once, "
+                                   "on this node, without a key"},
+                           "expires_in_s": {"type": "number"}},
+        }, "The link"), **_err(400, 401, 413, 415)},
+    }}
     return paths
 
 
@@ -1386,8 +1418,8 @@ def _document(wheel_levels: int) -> dict[str, Any]:
         "security": [{"bearerAuth": []}, {}],
         "tags": [{"name": n} for n in ("tasks", "executions", "dead-letters", "flows", "namespaces", "keys", "audit",
                                        "cluster", "stats", "test", "meta")],
-        "paths": _with_edge_answers({**_paths(wheel_levels), **_dead_letter_paths(), **_tenancy_paths(),
-                                     **_audit_paths()}),
+        "paths": _with_edge_answers(_with_exports({**_paths(wheel_levels), **_dead_letter_paths(),
+                                                   **_tenancy_paths(), **_audit_paths()})),
         "components": {
             "schemas": {**_schemas(), **_dead_letter_schemas(), **_tenancy_schemas(), **_audit_schemas()},
             "responses": _responses(),

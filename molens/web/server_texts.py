@@ -172,8 +172,11 @@ ZH: dict[str, str] = {
     "all must be true (or left out), got {}": "all 必须为 true（或省略），收到 {0}",
     "give a filter (task_id, flow, kind, since, until, namespace) or all=true":
         "请给出筛选条件（task_id、flow、kind、since、until、namespace）或 all=true",
-    "format must be json or jsonl": "format 必须是 json 或 jsonl",
-    "an export (format=jsonl) is the whole trail: no cursor or limit": "导出（format=jsonl）是完整记录：不接受 cursor 或 limit",
+    "the body must be an object with one field, url: an export's path and query": "请求体必须是只有一个字段 url 的对象：某个导出的路径和查询",
+    "format must be one of {}": "format 必须是以下之一：{0}",
+    "an export (format={}) is every matching row: no cursor or limit": "导出（format={0}）包含所有匹配的行：不接受 cursor 或 limit",
+    "url must be an export: /api/v1/tasks, /executions, /dead-letters, /audit or a task's /executions with format=csv or format=jsonl":
+        "url 必须是导出：/api/v1/tasks、/executions、/dead-letters、/audit 或某个任务的 /executions，并带 format=csv 或 format=jsonl",
     "actor is a key id or name of at most 200 characters": "actor 是最多 200 个字符的密钥 ID 或名称",
     "resume_from must be 'now' or 'schedule', got {}": "resume_from 必须是 'now' 或 'schedule'，收到 {0}",
     "to must be a node id (a string) or null": "to 必须是节点 ID（字符串）或 null",

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.browser
 
 # Words that are the same in every language here: product and protocol names, units, zone names.
 ALLOWED = {
-    "Molens", "English", "HTTP", "JSON", "URL", "UTC", "GMT", "ACK", "API", "IANA", "Cron", "cron", "Raft", "QPS",
+    "Molens", "English", "HTTP", "JSON", "CSV", "URL", "UTC", "GMT", "ACK", "API", "IANA", "Cron", "cron", "Raft", "QPS",
     "ID", "p50", "p90", "p99", "https", "http", "KiB", "MiB", "GiB", "TiB", "POST",
 }
 # Data shown as it is stored (not UI text): ids, URLs, zone names, cron expressions, JSON.

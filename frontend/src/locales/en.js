@@ -67,6 +67,7 @@ export default {
   dur: { ms: 'ms', s: 's', m: 'm', h: 'h', d: 'd' },
   zone: { local: 'Local time', utc: 'UTC', task: 'Task’s zone' },
   timeMode: { absolute: 'Absolute times', relative: 'Relative times' },
+  export: { label: 'Export…', hint: 'Download every row matching these filters, not only this page', csv: 'CSV (spreadsheet)', jsonl: 'JSON lines' },
   refresh: { label: 'Auto-refresh', off: 'Off', every: 'Every {s} s' },
   views: { label: 'Saved views', choose: 'Apply a saved view…', none: 'No saved views', save: 'Save view', name: 'Name of this view', saveOk: 'Save', delete: 'Delete view' },
   keys: {

@@ -60,6 +60,7 @@ export default {
   dur: { ms: '毫秒', s: '秒', m: '分', h: '小时', d: '天' },
   zone: { local: '本地时间', utc: 'UTC', task: '任务时区' },
   timeMode: { absolute: '绝对时间', relative: '相对时间' },
+  export: { label: '导出…', hint: '下载符合这些筛选条件的所有行，而不仅是本页', csv: 'CSV（电子表格）', jsonl: 'JSON（每行一个对象）' },
   refresh: { label: '自动刷新', off: '关闭', every: '每 {s} 秒' },
   views: { label: '已存视图', choose: '应用已存视图…', none: '没有已存视图', save: '保存视图', name: '视图名称', saveOk: '保存', delete: '删除视图' },
   keys: {
