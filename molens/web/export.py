@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import bottle
 
 from molens.errors import ValidationError
+from molens.schema import python_pattern
 
 if TYPE_CHECKING:
     from molens.web.app import Api
@@ -51,13 +52,24 @@ MAX_TICKETS = 1024
 MAX_EXPORT_URL = 4096
 _CT = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_EXPORTABLE = re.compile(r"/api/v1/(?:tasks|executions|dead-letters|audit|tasks/[0-9A-Za-z]{1,64}/executions)")
+EXPORT_URL_PATTERN = (
+    r"^/api/v1/(?:tasks|executions|dead-letters|audit|tasks/[0-9A-Za-z]{1,64}/executions)\?format=(?:csv|jsonl)"
+    r"(?:&(?!format=|ticket=)[a-z_]{1,32}=[A-Za-z0-9_%.*+-]{0,2048})*$"
+)
+"""What ``POST /api/v1/exports`` takes: an export's path, ``format`` first, then the list's
+filters, URL-encoded as a browser's ``URLSearchParams`` writes them (the OpenAPI document states it)."""
+TICKET_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+_EXPORT_URL = re.compile(python_pattern(EXPORT_URL_PATTERN))
+_TICKET = re.compile(python_pattern(TICKET_PATTERN))
 
 P = TypeVar("P")
 
 
 def export_format(api: Api) -> str | None:
     """``csv`` or ``jsonl`` when the request asks for an export; None for a page (``format=json`` or none)."""
+    ticket = api.q_raw("ticket")  # beside a key it is not read, but it is still checked
+    if ticket is not None and not _TICKET.match(ticket):
+        raise ValidationError("ticket is not a ticket this API issued", "ticket")
     fmt = api.q_raw("format")
     if fmt is None or fmt == "json":
         return None
@@ -183,21 +195,15 @@ class Tickets(Generic[P]):
 
 
 def export_target(url: str) -> str:
-    """``url``'s path and query in one canonical form, if it asks a list for an export; else 400."""
-    bad = ValidationError(
-        "url must be an export: /api/v1/tasks, /executions, /dead-letters, /audit or a task's /executions "
-        "with format=csv or format=jsonl", "url",
-    )
-    if not isinstance(url, str) or len(url) > MAX_EXPORT_URL:
-        raise bad
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme or parts.netloc or parts.fragment or not _EXPORTABLE.fullmatch(parts.path):
-        raise bad
-    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    fmts = [v for k, v in pairs if k == "format"]
-    if fmts not in (["csv"], ["jsonl"]) or any(k == "ticket" for k, _ in pairs):
-        raise bad
-    return _canonical(parts.path, parts.query)
+    """``url``'s path and query in one canonical form, if it asks a list for an export
+    (:data:`EXPORT_URL_PATTERN`); else 400."""
+    if not isinstance(url, str) or len(url) > MAX_EXPORT_URL or not _EXPORT_URL.match(url):
+        raise ValidationError(
+            "url must be an export: /api/v1/tasks, /executions, /dead-letters, /audit or a task's /executions, "
+            "then ?format=csv or ?format=jsonl first and the list's filters after it", "url",
+        )
+    path, _, query = url.partition("?")
+    return _canonical(path, query)
 
 
 def _canonical(path: str, query: str) -> str:

@@ -36,6 +36,7 @@ from molens.schema import (
     between_fields,
     openapi_components,
 )
+from molens.web.export import EXPORT_URL_PATTERN, TICKET_PATTERN
 from molens.web.fire_series import FIELDS as FIRE_SERIES_FIELDS
 from molens.web.fire_series import Span
 from molens.web.flows import flow_schemas
@@ -1292,7 +1293,7 @@ def _with_exports(paths: dict[str, Any]) -> dict[str, Any]:
         op["parameters"] += [
             _param("format", "query", {"type": "string", "enum": ["json", "csv", "jsonl"], "default": "json"},
                    "csv or jsonl: every matching row, streamed (no cursor or limit), as a download"),
-            _param("ticket", "query", {"type": "string", "maxLength": 64},
+            _param("ticket", "query", {"type": "string", "pattern": TICKET_PATTERN},
                    "A one-time ticket from POST /api/v1/exports in place of the key (a download link)"),
         ]
         ok = op["responses"]["200"]
@@ -1304,8 +1305,9 @@ def _with_exports(paths: dict[str, Any]) -> dict[str, Any]:
         "tags": ["meta"],
         "requestBody": {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["url"], "additionalProperties": False,
-            "properties": {"url": {"type": "string", "maxLength": 4096,
-                                   "description": "An export's path and query, e.g. /api/v1/tasks?status=failed&format=csv"}},
+            "properties": {"url": {"type": "string", "maxLength": 4096, "pattern": EXPORT_URL_PATTERN,
+                                   "description": "An export's path and query, format first: "
+                                                  "/api/v1/tasks?format=csv&status=failed"}},
         }}}},
         "responses": {"201": _ok({
             "type": "object", "required": ["url", "expires_in_s"],

@@ -175,8 +175,9 @@ ZH: dict[str, str] = {
     "the body must be an object with one field, url: an export's path and query": "请求体必须是只有一个字段 url 的对象：某个导出的路径和查询",
     "format must be one of {}": "format 必须是以下之一：{0}",
     "an export (format={}) is every matching row: no cursor or limit": "导出（format={0}）包含所有匹配的行：不接受 cursor 或 limit",
-    "url must be an export: /api/v1/tasks, /executions, /dead-letters, /audit or a task's /executions with format=csv or format=jsonl":
-        "url 必须是导出：/api/v1/tasks、/executions、/dead-letters、/audit 或某个任务的 /executions，并带 format=csv 或 format=jsonl",
+    "url must be an export: /api/v1/tasks, /executions, /dead-letters, /audit or a task's /executions, then ?format=csv or ?format=jsonl first and the list's filters after it":
+        "url 必须是导出：/api/v1/tasks、/executions、/dead-letters、/audit 或某个任务的 /executions，先是 ?format=csv 或 ?format=jsonl，列表的筛选条件在其后",
+    "ticket is not a ticket this API issued": "ticket 不是本 API 签发的票据",
     "actor is a key id or name of at most 200 characters": "actor 是最多 200 个字符的密钥 ID 或名称",
     "resume_from must be 'now' or 'schedule', got {}": "resume_from 必须是 'now' 或 'schedule'，收到 {0}",
     "to must be a node id (a string) or null": "to 必须是节点 ID（字符串）或 null",

@@ -292,6 +292,13 @@ def run_remote(url: str, n: int, repeat: int) -> list[str]:
 def started_cluster(nodes: int) -> Iterator[str]:
     """``nodes`` real molens-node processes on free ports in a temporary directory, every HTTP API
     ready; yields the leader's base URL and kills them all after."""
+    with started_nodes(nodes) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def started_nodes(nodes: int) -> Iterator[tuple[str, dict[str, tuple[str, int]]]]:
+    """As :func:`started_cluster`, yielding the leader's URL and each node's ``(URL, pid)`` by id."""
     from tests.integration.conftest import Cluster, wait_for
 
     with tempfile.TemporaryDirectory() as d:
@@ -312,7 +319,7 @@ def started_cluster(nodes: int) -> Iterator[str]:
             leader = c.leader(timeout=30)
             url = f"http://127.0.0.1:{leader.settings['http']['port']}"
             print(f"started {nodes} molens-node process(es); leader {leader.node_id} pid={leader.pid} at {url}")
-            yield url
+            yield url, {i: (f"http://127.0.0.1:{n.settings['http']['port']}", n.pid) for i, n in c.nodes.items()}
         finally:
             c.kill_all()
 

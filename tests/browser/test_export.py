@@ -85,7 +85,7 @@ def test_the_task_list_exports_all_10000_filtered_rows_by_download(
     assert any(u.endswith("/api/v1/exports") for u in fetches)
     assert not any("format=" in u for u in fetches), fetches
     # the link was used up by the download
-    link = s.api("POST", "/exports", {"url": "/api/v1/tasks?scene=bulk&format=csv"}, token=TOKEN)[1]["url"]
+    link = s.api("POST", "/exports", {"url": "/api/v1/tasks?format=csv&scene=bulk"}, token=TOKEN)[1]["url"]
     assert s.http.request("GET", s.url + link).status == 200
     assert s.http.request("GET", s.url + link).status == 401
 

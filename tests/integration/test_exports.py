@@ -156,26 +156,31 @@ def test_bad_export_parameters_are_refused_before_any_row(node: NodeProc) -> Non
 def test_a_ticket_stands_in_for_the_key_once_for_that_export_only(node: NodeProc) -> None:
     made = ok(node, "POST", f"{P}/keys", {"name": "ticket-reader", "role": "reader", "namespaces": ["small"]})
     key = made["secret"]
-    link = ok(node, "POST", f"{P}/exports", {"url": f"{P}/tasks?namespace=small&format=csv"}, key=key)
-    assert link["url"].startswith(f"{P}/tasks?namespace=small&format=csv&ticket=") and link["expires_in_s"] == 60
+    link = ok(node, "POST", f"{P}/exports", {"url": f"{P}/tasks?format=csv&namespace=small"}, key=key)
+    assert link["url"].startswith(f"{P}/tasks?format=csv&namespace=small&ticket=") and link["expires_in_s"] == 60
     first = call(node, "GET", link["url"], key=None)
     assert first.status == 200 and len(csv_rows(first.data)) == 3
     assert call(node, "GET", link["url"], key=None).status == 401  # used up
     # bound to the export it was made for: another query, path or method is refused (and uses it up)
     for other in (f"{P}/tasks?namespace=big&format=csv", f"{P}/dead-letters?namespace=small&format=csv"):
-        t = ok(node, "POST", f"{P}/exports", {"url": f"{P}/tasks?namespace=small&format=csv"}, key=key)["url"]
+        t = ok(node, "POST", f"{P}/exports", {"url": f"{P}/tasks?format=csv&namespace=small"}, key=key)["url"]
         ticket = t.rsplit("ticket=", 1)[1]
         assert call(node, "GET", f"{other}&ticket={ticket}", key=None).status == 401, other
         assert call(node, "GET", t, key=None).status == 401
     # a key revoked after it asked: its ticket is refused
-    t = ok(node, "POST", f"{P}/exports", {"url": f"{P}/tasks?namespace=small&format=jsonl"}, key=key)["url"]
+    t = ok(node, "POST", f"{P}/exports", {"url": f"{P}/tasks?format=jsonl&namespace=small"}, key=key)["url"]
     ok(node, "DELETE", f"{P}/keys/{made['id']}")
     assert call(node, "GET", t, key=None).status == 401
     # only an export gets a ticket
     for url in (f"{P}/tasks?namespace=small", f"{P}/keys?format=csv", "http://elsewhere/api/v1/tasks?format=csv",
-                f"{P}/tasks?format=csv&ticket=x", f"{P}/tasks?format=csv&format=jsonl"):
+                f"{P}/tasks?format=csv&ticket=x", f"{P}/tasks?format=csv&format=jsonl",
+                f"{P}/tasks?namespace=small&format=csv", f"{P}/tasks?format=csv&Scene=x", f"{P}/tasks?format=csv\n"):
         r = call(node, "POST", f"{P}/exports", {"url": url})
         assert r.status == 400 and json.loads(r.data)["error"]["field"] == "url", url
     assert call(node, "POST", f"{P}/exports", {"url": f"{P}/tasks?format=csv", "more": 1}).status == 400
+    # a ticket parameter beside a key is not read, but one this API cannot have issued is refused
+    r = call(node, "GET", f"{P}/tasks?ticket={'x' * 65}")
+    assert r.status == 400 and json.loads(r.data)["error"]["field"] == "ticket"
+    assert call(node, "GET", f"{P}/tasks?ticket=abc").status == 200
     log = node.log_path.read_text(errors="replace")
     assert "ticket=" not in log

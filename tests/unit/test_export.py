@@ -27,7 +27,7 @@ class Clock:
         return self.t
 
 
-URL = "/api/v1/tasks?status=failed&format=csv"
+URL = "/api/v1/tasks?format=csv&status=failed"
 
 
 def test_a_ticket_works_once_for_its_path_and_query_in_any_order() -> None:
@@ -66,6 +66,7 @@ def test_the_oldest_unused_tickets_make_room() -> None:
     "/api/v1/tasks", "/api/v1/tasks?format=json", "/api/v1/keys?format=csv", "//evil/api/v1/tasks?format=csv",
     "http://x/api/v1/tasks?format=csv", "/api/v1/tasks?format=csv#x", "/api/v1/tasks?format=csv&ticket=a",
     "/api/v1/tasks?format=csv&format=csv", "/api/v1/tasks/../keys?format=csv", "/api/v1/tasks?format=csv" + "&a=b" * 2000,
+    "/api/v1/tasks?status=failed&format=csv", "/api/v1/tasks?format=csv\n", "/api/v1/tasks?format=csv&A=b",
 ])
 def test_only_an_export_gets_a_ticket(url: str) -> None:
     with pytest.raises(ValidationError) as e:
@@ -75,3 +76,5 @@ def test_only_an_export_gets_a_ticket(url: str) -> None:
 
 def test_a_tasks_history_is_an_export() -> None:
     assert export_target("/api/v1/tasks/01M8MABE0SEAD6S92SY1NA2EWB/executions?format=jsonl").endswith("format=jsonl")
+    assert export_target("/api/v1/tasks?format=csv&q=a+b%21&since=1&order=-created") == \
+        "/api/v1/tasks?format=csv&order=-created&q=a+b%21&since=1"
