@@ -50,6 +50,12 @@ function qs(query) {
   return s ? `?${s}` : ''
 }
 
+let scopeOf = null
+/** `fn(method, path, query, body)` -> [query, body]: the namespace switcher's part of a request (access.js). */
+export function setScope(fn) {
+  scopeOf = fn
+}
+
 const listeners = new Set()
 /** Called with no argument when a write was redirected to the leader (307). */
 export function onRedirect(fn) {
@@ -63,6 +69,7 @@ export function onRedirect(fn) {
  * whole UI to the leader) instead of being replayed cross-origin without the token.
  */
 export async function api(method, path, { query, body, signal, headers: extra, withStatus } = {}) {
+  if (scopeOf) [query, body] = scopeOf(method, path, query, body)
   // the server answers its own texts (error details, history events) in the console's language
   const headers = { Accept: 'application/json', 'Accept-Language': locale.value === 'zh' ? 'zh-CN,zh;q=0.9,en;q=0.5' : 'en', ...(extra || {}) }
   const token = getToken()

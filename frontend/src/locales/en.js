@@ -14,6 +14,13 @@ export default {
   nav: {
     menu: 'Menu', dashboard: 'Dashboard', tasks: 'Tasks', executions: 'Executions', latency: 'Latency',
     timewheel: 'Time wheel', flows: 'Flows', workers: 'Workers', cluster: 'Cluster', deadLetters: 'Dead letters',
+    audit: 'Audit', admin: 'Keys & namespaces',
+  },
+  access: {
+    namespace: 'Namespace', allNamespaces: 'All namespaces', openNode: 'open node', signOut: 'Sign out',
+    roles: { admin: 'admin', writer: 'writer', reader: 'reader' },
+    refusedTitle: 'Not for this key', refused: 'A {role} key of these namespaces may not see this page.', toTasks: 'Go to tasks',
+    needsWrite: 'A {role} key may not change anything',
   },
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
@@ -272,7 +279,7 @@ export default {
     failedMore: '… and {n} more failed.',
   },
   login: {
-    title: 'Sign in', hint: 'This node requires an API token, set in', token: 'API token',
+    title: 'Sign in', hint: 'This node asks for a key: paste the secret of an API key, or the bootstrap token set in', token: 'API key',
     remember: 'Remember on this device', submit: 'Sign in', wrong: 'The token was refused.',
   },
   notFound: { title: 'Page not found', home: 'Go to the dashboard' },

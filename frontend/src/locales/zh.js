@@ -13,7 +13,13 @@ export default {
   },
   nav: {
     menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', flows: '流控', workers: '工作节点', cluster: '集群',
-    deadLetters: '死信',
+    deadLetters: '死信', audit: '审计', admin: '密钥与命名空间',
+  },
+  access: {
+    namespace: '命名空间', allNamespaces: '全部命名空间', openNode: '开放节点', signOut: '退出登录',
+    roles: { admin: '管理员', writer: '写入者', reader: '只读者' },
+    refusedTitle: '此密钥无权访问', refused: '限定命名空间的{role}密钥不能查看此页面。', toTasks: '前往任务',
+    needsWrite: '{role}密钥不能做任何修改',
   },
   common: {
     refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…', dismiss: '关闭',
@@ -253,7 +259,7 @@ export default {
     result: '{action}：完成 {ok} 个，跳过 {skipped} 个（状态不允许）。', failedOne: '{id}：{msg}', failedMore: '……另有 {n} 个失败。',
   },
   login: {
-    title: '登录', hint: '本节点需要 API 令牌，配置项：', token: 'API 令牌', remember: '在此设备上记住',
+    title: '登录', hint: '本节点需要密钥：粘贴 API 密钥的秘密串，或配置项中的引导令牌：', token: 'API 密钥', remember: '在此设备上记住',
     submit: '登录', wrong: '令牌被拒绝。',
   },
   notFound: { title: '页面不存在', home: '返回概览' },

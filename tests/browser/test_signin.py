@@ -1,0 +1,95 @@
+"""The console's side of keys and namespaces (docs/api.md#keys-and-roles): sign in with a key, who
+is signed in, the namespace switcher, actions offered by role, the Audit page and the admin page of
+keys and namespaces. One node with a bootstrap token, two namespaces and a key of each role."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import Console, Served, serve_ui
+
+pytestmark = pytest.mark.browser
+
+TOKEN = "signin-bootstrap-token"
+CB = "http://127.0.0.1:9/signin"
+
+
+@dataclass
+class Keys:
+    served: Served
+    secrets: dict[str, str]
+    """name -> secret: admin (every namespace), writer and reader (namespace pay)."""
+    tasks: dict[str, str]
+    """namespace -> the id of a task there."""
+
+    def call(self, method: str, path: str, body: Any = None, key: str = TOKEN) -> Any:
+        st, out = self.served.api(method, path, body, token=key)
+        assert st in (200, 201), (method, path, st, out)
+        return out
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keys]:
+    with serve_ui(tmp_path_factory.mktemp("signin"), token=TOKEN) as s:
+        k = Keys(s, {}, {})
+        for ns in ("pay", "ops"):
+            k.call("POST", "/namespaces", {"name": ns})
+            k.tasks[ns] = k.call("POST", "/tasks", {"type": "delayed", "interval_ms": 3_600_000, "callback_url": CB,
+                                                   "namespace": ns, "scene": f"in-{ns}"})["id"]
+        for name, role, nss in (("ada-admin", "admin", ["*"]), ("wes-writer", "writer", ["pay"]),
+                                ("rea-reader", "reader", ["pay"])):
+            k.secrets[name] = k.call("POST", "/keys", {"name": name, "role": role, "namespaces": nss})["secret"]
+        yield k
+
+
+def sign_in(page: Page, keys: Keys, name: str, path: str = "/ui/tasks", remember: bool = False) -> None:
+    page.goto(keys.served.url + path)
+    expect(page.get_by_test_id("login-form")).to_be_visible()
+    page.get_by_test_id("f-token").fill(keys.secrets.get(name, name))
+    if remember:
+        page.get_by_test_id("f-remember").check()
+    page.get_by_test_id("login-submit").click()
+    expect(page.get_by_test_id("login-form")).to_have_count(0)
+
+
+def test_a_401_asks_for_a_key_the_header_names_it_and_sign_out_forgets_it(keys: Keys, page: Page,
+                                                                           console: Console) -> None:
+    console.allow.append(r"status of 401")
+    page.goto(keys.served.url + "/ui/tasks")
+    page.get_by_test_id("f-token").fill("mlk_0123456789abcdef_wrong")
+    page.get_by_test_id("login-submit").click()
+    expect(page.get_by_test_id("login-error")).to_be_visible()
+    sign_in(page, keys, "rea-reader")
+    expect(page.get_by_test_id("tasks-table")).to_be_visible()
+    expect(page.get_by_test_id("who")).to_contain_text("rea-reader")
+    expect(page.get_by_test_id("who-role")).to_have_text("reader")
+    secret = keys.secrets["rea-reader"]
+    assert page.evaluate("sessionStorage.getItem('molens.token')") == secret
+    assert page.evaluate("localStorage.getItem('molens.token')") is None
+    page.get_by_test_id("sign-out").click()
+    expect(page.get_by_test_id("login-form")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('molens.token')") is None
+    sign_in(page, keys, "wes-writer", remember=True)
+    expect(page.get_by_test_id("who-role")).to_have_text("writer")
+    assert page.evaluate("localStorage.getItem('molens.token')") == keys.secrets["wes-writer"]
+    assert page.evaluate("sessionStorage.getItem('molens.token')") is None
+    page.reload()
+    expect(page.get_by_test_id("who")).to_contain_text("wes-writer")
+    page.get_by_test_id("sign-out").click()
+    expect(page.get_by_test_id("login-form")).to_be_visible()
+    assert page.evaluate("localStorage.getItem('molens.token')") is None
+
+
+def test_an_open_node_signs_nobody_in_and_says_it_is_open(tmp_path: Any, page: Page) -> None:
+    with serve_ui(tmp_path / "open") as s:
+        page.goto(s.url + "/ui/tasks")
+        expect(page.get_by_test_id("tasks-table")).to_be_visible()
+        expect(page.get_by_test_id("who")).to_contain_text("open node")
+        expect(page.get_by_test_id("who-role")).to_have_text("admin")
+        expect(page.get_by_test_id("sign-out")).to_have_count(0)
+        expect(page.get_by_test_id("nav-admin")).to_be_visible()
