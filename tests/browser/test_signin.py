@@ -4,6 +4,7 @@ keys and namespaces. One node with a bootstrap token, two namespaces and a key o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,12 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keys]:
         yield k
 
 
+@pytest.fixture(autouse=True)
+def _asked_for_a_key(console: Console) -> None:
+    """Each test opens the console without a key first: the node's 401 is the sign-in's cue."""
+    console.allow.append(r"status of 401")
+
+
 def sign_in(page: Page, keys: Keys, name: str, path: str = "/ui/tasks", remember: bool = False) -> None:
     page.goto(keys.served.url + path)
     expect(page.get_by_test_id("login-form")).to_be_visible()
@@ -57,9 +64,7 @@ def sign_in(page: Page, keys: Keys, name: str, path: str = "/ui/tasks", remember
     expect(page.get_by_test_id("login-form")).to_have_count(0)
 
 
-def test_a_401_asks_for_a_key_the_header_names_it_and_sign_out_forgets_it(keys: Keys, page: Page,
-                                                                           console: Console) -> None:
-    console.allow.append(r"status of 401")
+def test_a_401_asks_for_a_key_the_header_names_it_and_sign_out_forgets_it(keys: Keys, page: Page) -> None:
     page.goto(keys.served.url + "/ui/tasks")
     page.get_by_test_id("f-token").fill("mlk_0123456789abcdef_wrong")
     page.get_by_test_id("login-submit").click()
@@ -93,3 +98,45 @@ def test_an_open_node_signs_nobody_in_and_says_it_is_open(tmp_path: Any, page: P
         expect(page.get_by_test_id("who-role")).to_have_text("admin")
         expect(page.get_by_test_id("sign-out")).to_have_count(0)
         expect(page.get_by_test_id("nav-admin")).to_be_visible()
+
+
+def test_the_namespace_switcher_narrows_the_lists_keeps_to_the_address_and_fills_the_new_task_form(
+    keys: Keys, page: Page
+) -> None:
+    sign_in(page, keys, "ada-admin")
+    rows = page.locator("tr[data-task-id]")
+    expect(rows).to_have_count(2)
+    expect(page.get_by_test_id("ns-switch").locator("option")).to_have_text(["All namespaces", "default", "ops", "pay"])
+    page.get_by_test_id("ns-switch").select_option("pay")
+    expect(page).to_have_url(re.compile(r"[?&]ns=pay\b"))
+    expect(rows).to_have_count(1)
+    expect(page.locator(f'tr[data-task-id="{keys.tasks["pay"]}"]')).to_be_visible()
+    assert page.evaluate("localStorage.getItem('molens.namespace')") == "pay"
+    page.get_by_test_id("nav-deadLetters").click()
+    expect(page).to_have_url(re.compile(r"/ui/dead-letters\?(.*&)?ns=pay\b"))
+    page.goto(keys.served.url + "/ui/tasks/new")
+    expect(page).to_have_url(re.compile(r"ns=pay\b"))
+    expect(page.get_by_test_id("f-namespace")).to_have_value("pay")
+    page.goto(keys.served.url + "/ui/tasks?ns=ops")  # an address names another
+    expect(page.get_by_test_id("ns-switch")).to_have_value("ops")
+    expect(rows).to_have_count(1)
+    expect(page.locator(f'tr[data-task-id="{keys.tasks["ops"]}"]')).to_be_visible()
+    page.get_by_test_id("ns-switch").select_option("")
+    expect(rows).to_have_count(2)
+    expect(page).not_to_have_url(re.compile(r"ns="))
+    assert page.evaluate("localStorage.getItem('molens.namespace')") is None
+
+
+def test_a_key_of_one_namespace_is_offered_only_its_namespace_and_pages(keys: Keys, page: Page) -> None:
+    sign_in(page, keys, "wes-writer", path="/ui/")
+    expect(page).to_have_url(re.compile(r"/ui/tasks"))  # the dashboard is node-wide
+    expect(page.get_by_test_id("ns-switch").locator("option")).to_have_text(["All namespaces", "pay"])
+    expect(page.locator("tr[data-task-id]")).to_have_count(1)
+    for name in ("dashboard", "latency", "timewheel", "flows", "workers", "cluster", "admin"):
+        expect(page.get_by_test_id(f"nav-{name}")).to_have_count(0)
+    for name in ("tasks", "executions", "deadLetters", "audit"):
+        expect(page.get_by_test_id(f"nav-{name}")).to_have_count(1)
+    page.goto(keys.served.url + "/ui/flows")
+    expect(page.get_by_test_id("refused")).to_be_visible()
+    page.goto(keys.served.url + "/ui/tasks/new")
+    expect(page.get_by_test_id("f-namespace").locator("option")).to_have_text(["pay"])
