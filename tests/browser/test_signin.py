@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,18 +35,23 @@ class Keys:
         return out
 
 
+def seed(s: Served) -> Keys:
+    """Namespaces pay and ops with a task each, and a key of each role."""
+    k = Keys(s, {}, {})
+    for ns in ("pay", "ops"):
+        k.call("POST", "/namespaces", {"name": ns})
+        k.tasks[ns] = k.call("POST", "/tasks", {"type": "delayed", "interval_ms": 3_600_000, "callback_url": CB,
+                                               "namespace": ns, "scene": f"in-{ns}"})["id"]
+    for name, role, nss in (("ada-admin", "admin", ["*"]), ("wes-writer", "writer", ["pay"]),
+                            ("rea-reader", "reader", ["pay"])):
+        k.secrets[name] = k.call("POST", "/keys", {"name": name, "role": role, "namespaces": nss})["secret"]
+    return k
+
+
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keys]:
     with serve_ui(tmp_path_factory.mktemp("signin"), token=TOKEN) as s:
-        k = Keys(s, {}, {})
-        for ns in ("pay", "ops"):
-            k.call("POST", "/namespaces", {"name": ns})
-            k.tasks[ns] = k.call("POST", "/tasks", {"type": "delayed", "interval_ms": 3_600_000, "callback_url": CB,
-                                                   "namespace": ns, "scene": f"in-{ns}"})["id"]
-        for name, role, nss in (("ada-admin", "admin", ["*"]), ("wes-writer", "writer", ["pay"]),
-                                ("rea-reader", "reader", ["pay"])):
-            k.secrets[name] = k.call("POST", "/keys", {"name": name, "role": role, "namespaces": nss})["secret"]
-        yield k
+        yield seed(s)
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +96,7 @@ def test_a_401_asks_for_a_key_the_header_names_it_and_sign_out_forgets_it(keys: 
     assert page.evaluate("localStorage.getItem('molens.token')") is None
 
 
-def test_an_open_node_signs_nobody_in_and_says_it_is_open(tmp_path: Any, page: Page) -> None:
+def test_an_open_node_signs_nobody_in_and_says_it_is_open(tmp_path: Path, page: Page) -> None:
     with serve_ui(tmp_path / "open") as s:
         page.goto(s.url + "/ui/tasks")
         expect(page.get_by_test_id("tasks-table")).to_be_visible()
@@ -168,3 +174,41 @@ def test_a_reader_is_offered_no_change_and_a_writer_no_admin_page(keys: Keys, pa
     expect(page.get_by_test_id("nav-cluster")).to_have_count(0)
     page.goto(keys.served.url + "/ui/admin")
     expect(page.get_by_test_id("refused")).to_be_visible()
+
+
+def test_the_audit_page_shows_who_changed_what_newest_first_with_filters_and_more(tmp_path: Path, page: Page) -> None:
+    with serve_ui(tmp_path / "audit", token=TOKEN) as s:
+        k = seed(s)
+        k.call("POST", f"/tasks/{k.tasks['pay']}/pause", key=k.secrets["wes-writer"])
+        k.call("PATCH", f"/tasks/{k.tasks['ops']}", {"scene": "patched"}, key=k.secrets["ada-admin"])
+        many = {"type": "delayed", "interval_ms": 3_600_000, "callback_url": CB, "namespace": "ops"}
+        k.call("POST", "/tasks/batch", {"tasks": [many] * 60})
+        sign_in(page, k, "ada-admin", path="/ui/audit")
+        rows = page.locator("tr[data-audit-id]")
+        expect(rows).to_have_count(50)
+        expect(rows.first.get_by_test_id("audit-action-cell")).to_have_text("Task created")
+        page.get_by_test_id("audit-more").click()
+        expect(rows).to_have_count(69)  # the 60, the 2 changes, and the seed's 2 namespaces, 2 tasks and 3 keys
+        expect(page.get_by_test_id("audit-more")).to_have_count(0)
+        expect(rows.last.get_by_test_id("audit-action-cell")).to_have_text("Namespace created")
+
+        page.get_by_test_id("audit-action").select_option("task.patch")
+        page.get_by_test_id("audit-apply").click()
+        expect(page).to_have_url(re.compile(r"action=task\.patch"))
+        expect(rows).to_have_count(1)
+        change = rows.first.locator('[data-field="scene"]')
+        expect(change.get_by_test_id("change-old")).to_have_text("in-ops")
+        expect(change.get_by_test_id("change-new")).to_have_text("patched")
+        expect(rows.first.get_by_test_id("audit-actor-cell")).to_have_text("ada-admin")
+
+        page.get_by_test_id("audit-action").select_option("")
+        page.get_by_test_id("audit-actor").fill("wes-writer")
+        page.get_by_test_id("audit-apply").click()
+        expect(rows).to_have_count(1)
+        expect(rows.first.get_by_test_id("audit-action-cell")).to_have_text("Task paused")
+
+        page.get_by_test_id("sign-out").click()
+        sign_in(page, k, "rea-reader", path="/ui/audit")
+        # a key of pay sees pay's entries only: its task's create and pause, none of the cluster's
+        expect(rows).to_have_count(2)
+        expect(page.get_by_test_id("audit-action-cell")).to_have_text(["Task paused", "Task created"])

@@ -283,4 +283,17 @@ export default {
     remember: 'Remember on this device', submit: 'Sign in', wrong: 'The token was refused.',
   },
   notFound: { title: 'Page not found', home: 'Go to the dashboard' },
+  audit: {
+    at: 'When', actor: 'Who', actorPlaceholder: 'key id or name', action: 'Action', target: 'Target', changes: 'Changes (old → new)',
+    from: 'From address', cluster: 'whole cluster', empty: 'No entry matches.',
+    actions: {
+      task: { create: 'Task created', patch: 'Task changed', pause: 'Task paused', resume: 'Task resumed', delete: 'Task deleted',
+        trigger: 'Task fired now', backfill: 'Task backfilled' },
+      dead_letter: { redrive: 'Dead letter redriven', delete: 'Dead letter deleted' },
+      flow: { put: 'Flow set', pause: 'Flow paused', resume: 'Flow resumed', delete: 'Flow deleted' },
+      namespace: { create: 'Namespace created', patch: 'Namespace quotas changed', delete: 'Namespace deleted' },
+      key: { create: 'Key created', delete: 'Key revoked' },
+      cluster: { transfer_leader: 'Leadership handed over', add_node: 'Node added', remove_node: 'Node removed' },
+    },
+  },
 }

@@ -263,4 +263,17 @@ export default {
     submit: '登录', wrong: '令牌被拒绝。',
   },
   notFound: { title: '页面不存在', home: '返回概览' },
+  audit: {
+    at: '时间', actor: '操作者', actorPlaceholder: '密钥 ID 或名称', action: '操作', target: '对象', changes: '变更（旧 → 新）',
+    from: '来源地址', cluster: '整个集群', empty: '没有匹配的记录。',
+    actions: {
+      task: { create: '创建任务', patch: '修改任务', pause: '暂停任务', resume: '恢复任务', delete: '删除任务',
+        trigger: '立即触发任务', backfill: '补跑任务' },
+      dead_letter: { redrive: '重投死信', delete: '删除死信' },
+      flow: { put: '设置流控', pause: '暂停流控', resume: '恢复流控', delete: '删除流控' },
+      namespace: { create: '创建命名空间', patch: '修改命名空间配额', delete: '删除命名空间' },
+      key: { create: '创建密钥', delete: '吊销密钥' },
+      cluster: { transfer_leader: '移交领导权', add_node: '添加节点', remove_node: '移除节点' },
+    },
+  },
 }
