@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import Console, Served, serve_ui
+from tests.browser.conftest import Browsing, Console, Served, serve_ui
 
 pytestmark = pytest.mark.browser
 
@@ -212,3 +212,66 @@ def test_the_audit_page_shows_who_changed_what_newest_first_with_filters_and_mor
         # a key of pay sees pay's entries only: its task's create and pause, none of the cluster's
         expect(rows).to_have_count(2)
         expect(page.get_by_test_id("audit-action-cell")).to_have_text(["Task paused", "Task created"])
+
+
+def test_the_admin_page_makes_a_key_shows_its_secret_once_revokes_it_and_manages_namespaces(
+    tmp_path: Path, desk: Browsing, page: Page
+) -> None:
+    desk.console.allow.append(r"status of 409")  # the delete of a namespace that holds a task
+    with serve_ui(tmp_path / "admin", token=TOKEN) as s:
+        k = seed(s)
+        desk.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=s.url)
+        sign_in(page, k, "ada-admin", path="/ui/admin")
+        rows = page.locator("tr[data-key-id]")
+        expect(rows).to_have_count(3)
+        expect(page.locator('tr[data-key-name="rea-reader"]').get_by_test_id("key-role")).to_have_text("reader")
+        expect(page.locator('tr[data-key-name="rea-reader"]').get_by_test_id("key-namespaces")).to_have_text("pay")
+        expect(page.locator('tr[data-key-name="ada-admin"]').get_by_test_id("key-last-used")).not_to_have_text("—")
+
+        page.get_by_test_id("k-name").fill("new-ci")
+        page.get_by_test_id("k-role").select_option("writer")
+        page.get_by_test_id("k-ns-pay").check()
+        page.get_by_test_id("k-create").click()
+        shown = page.get_by_test_id("new-secret")
+        expect(shown).to_have_text(re.compile(r"^mlk_[0-9a-f]{16}_\S+$"))
+        secret = shown.inner_text()
+        assert k.call("GET", "/whoami", key=secret)["name"] == "new-ci"
+        page.get_by_test_id("copy-secret").click()
+        expect(page.get_by_test_id("toast").filter(has_text="Secret copied.")).to_be_visible()
+        assert page.evaluate("navigator.clipboard.readText()") == secret
+        page.get_by_test_id("confirm-ok").click()
+        expect(page.get_by_test_id("confirm-dialog")).to_have_count(0)
+        assert secret not in page.content()  # shown once: gone with the dialog
+        made = page.locator('tr[data-key-name="new-ci"]')
+        expect(made.get_by_test_id("key-role")).to_have_text("writer")
+        expect(rows).to_have_count(4)
+
+        made.get_by_test_id("key-revoke").click()
+        expect(page.get_by_test_id("confirm-dialog")).to_contain_text("new-ci")
+        page.get_by_test_id("confirm-ok").click()
+        expect(made).to_have_count(0)
+        assert s.api("GET", "/whoami", token=secret)[0] == 401
+
+        page.get_by_test_id("n-name").fill("ledger")
+        page.get_by_test_id("n-creates_per_s").fill("5")
+        page.get_by_test_id("n-save").click()
+        ledger = page.locator('tr[data-ns="ledger"]')
+        expect(ledger.get_by_test_id("ns-quotas")).to_have_text("Creates per second 5")
+        ledger.get_by_test_id("ns-edit").click()
+        expect(page.get_by_test_id("n-name")).to_be_disabled()
+        page.get_by_test_id("n-max_pending_tasks").fill("100")
+        page.get_by_test_id("n-save").click()
+        expect(ledger.get_by_test_id("ns-quotas")).to_have_text("Pending tasks at most 100 · Creates per second 5")
+        quotas = k.call("GET", "/namespaces/ledger")["quotas"]
+        assert (quotas["max_pending_tasks"], quotas["creates_per_s"]) == (100, 5)
+        expect(page.get_by_test_id("ns-switch").locator("option")).to_have_text(
+            ["All namespaces", "default", "ledger", "ops", "pay"])
+
+        page.locator('tr[data-ns="pay"]').get_by_test_id("ns-delete").click()
+        page.get_by_test_id("confirm-ok").click()
+        expect(page.get_by_test_id("admin-error")).to_contain_text("namespace pay holds 1 tasks; delete them first")
+        expect(page.locator('tr[data-ns="pay"]')).to_have_count(1)
+        ledger.get_by_test_id("ns-delete").click()
+        page.get_by_test_id("confirm-ok").click()
+        expect(ledger).to_have_count(0)
+        assert s.api("GET", "/namespaces/ledger", token=TOKEN)[0] == 404

@@ -283,6 +283,23 @@ export default {
     remember: 'Remember on this device', submit: 'Sign in', wrong: 'The token was refused.',
   },
   notFound: { title: 'Page not found', home: 'Go to the dashboard' },
+  admin: {
+    keys: 'API keys', namespaces: 'Namespaces', keyId: 'Key id', keyName: 'Name', role: 'Role', keyNamespaces: 'Namespaces',
+    every: 'Every namespace (*)', created: 'Created', lastUsed: 'Last used (this node)', notUsed: 'Not used since this node started',
+    createKey: 'Create key', keyIncomplete: 'Name the key and pick its namespaces.', noKeys: 'No keys yet: only the bootstrap token.',
+    revoke: 'Revoke', revoked: 'Key {name} revoked on every node.', confirmRevoke: 'Revoke key {name}? Every request with it is refused from now on.',
+    madeTitle: 'Key {name} created', madeOnce: 'Copy its secret now: it is shown this once and never again. Send it as Authorization: Bearer <secret>.',
+    copy: 'Copy the secret', copied: 'Secret copied.', copyFailed: 'The browser did not allow copying: select the secret and copy it.', done: 'Done',
+    nsName: 'Name', quotas: 'Quotas', updated: 'Changed', unlimited: 'Unlimited', nsNewTitle: 'New namespace', nsEditTitle: 'Quotas of {name}',
+    nsCreate: 'Create namespace', nsSave: 'Save quotas', nsEdit: 'Edit quotas', nsDelete: 'Delete namespace',
+    nsCreated: 'Namespace {name} created.', nsSaved: 'Quotas of {name} saved.', nsDeleted: 'Namespace {name} deleted.',
+    confirmNsDelete: 'Delete namespace {name}? Refused while it holds tasks.',
+    quota: { max_pending_tasks: 'Pending tasks at most', creates_per_s: 'Creates per second', max_payload_bytes: 'Payload bytes at most', fires_per_s: 'Fires per second' },
+    bad: {
+      max_pending_tasks: 'Pending tasks: a whole number above 0.', creates_per_s: 'Creates per second: a number above 0.',
+      max_payload_bytes: 'Payload bytes: a whole number above 0.', fires_per_s: 'Fires per second: a number above 0.',
+    },
+  },
   audit: {
     at: 'When', actor: 'Who', actorPlaceholder: 'key id or name', action: 'Action', target: 'Target', changes: 'Changes (old → new)',
     from: 'From address', cluster: 'whole cluster', empty: 'No entry matches.',

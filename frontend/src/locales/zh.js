@@ -263,6 +263,23 @@ export default {
     submit: '登录', wrong: '令牌被拒绝。',
   },
   notFound: { title: '页面不存在', home: '返回概览' },
+  admin: {
+    keys: 'API 密钥', namespaces: '命名空间', keyId: '密钥 ID', keyName: '名称', role: '角色', keyNamespaces: '命名空间',
+    every: '全部命名空间（*）', created: '创建时间', lastUsed: '最近使用（本节点）', notUsed: '本节点启动以来未使用',
+    createKey: '创建密钥', keyIncomplete: '请填写密钥名称并选择命名空间。', noKeys: '还没有密钥：只有引导令牌。',
+    revoke: '吊销', revoked: '密钥 {name} 已在所有节点吊销。', confirmRevoke: '吊销密钥 {name}？此后使用它的请求都会被拒绝。',
+    madeTitle: '密钥 {name} 已创建', madeOnce: '请立即复制秘密串：它只显示这一次。请求时以 Authorization: Bearer <秘密串> 发送。',
+    copy: '复制秘密串', copied: '已复制秘密串。', copyFailed: '浏览器不允许复制：请选中秘密串后手动复制。', done: '完成',
+    nsName: '名称', quotas: '配额', updated: '修改时间', unlimited: '不限', nsNewTitle: '新建命名空间', nsEditTitle: '{name} 的配额',
+    nsCreate: '创建命名空间', nsSave: '保存配额', nsEdit: '修改配额', nsDelete: '删除命名空间',
+    nsCreated: '命名空间 {name} 已创建。', nsSaved: '{name} 的配额已保存。', nsDeleted: '命名空间 {name} 已删除。',
+    confirmNsDelete: '删除命名空间 {name}？其中仍有任务时会被拒绝。',
+    quota: { max_pending_tasks: '待执行任务上限', creates_per_s: '每秒创建数', max_payload_bytes: '负载字节上限', fires_per_s: '每秒触发数' },
+    bad: {
+      max_pending_tasks: '待执行任务上限：须为大于 0 的整数。', creates_per_s: '每秒创建数：须为大于 0 的数。',
+      max_payload_bytes: '负载字节上限：须为大于 0 的整数。', fires_per_s: '每秒触发数：须为大于 0 的数。',
+    },
+  },
   audit: {
     at: '时间', actor: '操作者', actorPlaceholder: '密钥 ID 或名称', action: '操作', target: '对象', changes: '变更（旧 → 新）',
     from: '来源地址', cluster: '整个集群', empty: '没有匹配的记录。',
