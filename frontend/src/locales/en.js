@@ -288,7 +288,7 @@ export default {
     every: 'Every namespace (*)', created: 'Created', lastUsed: 'Last used (this node)', notUsed: 'Not used since this node started',
     createKey: 'Create key', keyIncomplete: 'Name the key and pick its namespaces.', noKeys: 'No keys yet: only the bootstrap token.',
     revoke: 'Revoke', revoked: 'Key {name} revoked on every node.', confirmRevoke: 'Revoke key {name}? Every request with it is refused from now on.',
-    madeTitle: 'Key {name} created', madeOnce: 'Copy its secret now: it is shown this once and never again. Send it as Authorization: Bearer <secret>.',
+    madeTitle: 'Key {name} created', madeOnce: 'Copy its secret now: it is shown this once and never again. Clients send it in the header',
     copy: 'Copy the secret', copied: 'Secret copied.', copyFailed: 'The browser did not allow copying: select the secret and copy it.', done: 'Done',
     nsName: 'Name', quotas: 'Quotas', updated: 'Changed', unlimited: 'Unlimited', nsNewTitle: 'New namespace', nsEditTitle: 'Quotas of {name}',
     nsCreate: 'Create namespace', nsSave: 'Save quotas', nsEdit: 'Edit quotas', nsDelete: 'Delete namespace',

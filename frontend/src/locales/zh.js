@@ -268,7 +268,7 @@ export default {
     every: '全部命名空间（*）', created: '创建时间', lastUsed: '最近使用（本节点）', notUsed: '本节点启动以来未使用',
     createKey: '创建密钥', keyIncomplete: '请填写密钥名称并选择命名空间。', noKeys: '还没有密钥：只有引导令牌。',
     revoke: '吊销', revoked: '密钥 {name} 已在所有节点吊销。', confirmRevoke: '吊销密钥 {name}？此后使用它的请求都会被拒绝。',
-    madeTitle: '密钥 {name} 已创建', madeOnce: '请立即复制秘密串：它只显示这一次。请求时以 Authorization: Bearer <秘密串> 发送。',
+    madeTitle: '密钥 {name} 已创建', madeOnce: '请立即复制秘密串：它只显示这一次。客户端在请求头中发送它：',
     copy: '复制秘密串', copied: '已复制秘密串。', copyFailed: '浏览器不允许复制：请选中秘密串后手动复制。', done: '完成',
     nsName: '名称', quotas: '配额', updated: '修改时间', unlimited: '不限', nsNewTitle: '新建命名空间', nsEditTitle: '{name} 的配额',
     nsCreate: '创建命名空间', nsSave: '保存配额', nsEdit: '修改配额', nsDelete: '删除命名空间',
