@@ -144,6 +144,9 @@ def test_a_key_of_one_namespace_is_offered_only_its_namespace_and_pages(keys: Ke
         expect(page.get_by_test_id(f"nav-{name}")).to_have_count(1)
     page.goto(keys.served.url + "/ui/flows")
     expect(page.get_by_test_id("refused")).to_be_visible()
+    page.get_by_test_id("brand").click()
+    expect(page).to_have_url(re.compile(r"/ui/tasks$"))
+    expect(page.locator("tr[data-task-id]")).to_have_count(1)
     page.goto(keys.served.url + "/ui/tasks/new")
     expect(page.get_by_test_id("f-namespace").locator("option")).to_have_text(["pay"])
 
