@@ -230,6 +230,9 @@ def test_the_admin_page_makes_a_key_shows_its_secret_once_revokes_it_and_manages
         expect(page.locator('tr[data-key-name="rea-reader"]').get_by_test_id("key-role")).to_have_text("reader")
         expect(page.locator('tr[data-key-name="rea-reader"]').get_by_test_id("key-namespaces")).to_have_text("pay")
         expect(page.locator('tr[data-key-name="ada-admin"]').get_by_test_id("key-last-used")).not_to_have_text("—")
+        expect(page.get_by_test_id("key-self")).to_have_count(1)
+        expect(page.locator('tr[data-key-name="ada-admin"]').get_by_test_id("key-self")).to_have_text("you")
+        expect(page.locator('tr[data-ns="default"]').get_by_test_id("ns-delete")).to_have_count(0)
 
         page.get_by_test_id("k-name").fill("new-ci")
         page.get_by_test_id("k-role").select_option("writer")

@@ -285,9 +285,9 @@ export default {
   notFound: { title: 'Page not found', home: 'Go to the dashboard' },
   admin: {
     keys: 'API keys', namespaces: 'Namespaces', keyId: 'Key id', keyName: 'Name', role: 'Role', keyNamespaces: 'Namespaces',
-    every: 'Every namespace (*)', created: 'Created', lastUsed: 'Last used (this node)', notUsed: 'Not used since this node started',
+    every: 'Every namespace (*)', created: 'Created', lastUsed: 'Last used', lastUsedHint: 'When this node last admitted the key', notUsed: 'Not used since this node started',
     createKey: 'Create key', keyIncomplete: 'Name the key and pick its namespaces.', noKeys: 'No keys yet: only the bootstrap token.',
-    revoke: 'Revoke', revoked: 'Key {name} revoked on every node.', confirmRevoke: 'Revoke key {name}? Every request with it is refused from now on.',
+    thisKey: 'you', revoke: 'Revoke', revoked: 'Key {name} revoked on every node.', confirmRevoke: 'Revoke key {name}? Every request with it is refused from now on.',
     madeTitle: 'Key {name} created', madeOnce: 'Copy its secret now: it is shown this once and never again. Clients send it in the header',
     copy: 'Copy the secret', copied: 'Secret copied.', copyFailed: 'The browser did not allow copying: select the secret and copy it.', done: 'Done',
     nsName: 'Name', quotas: 'Quotas', updated: 'Changed', unlimited: 'Unlimited', nsNewTitle: 'New namespace', nsEditTitle: 'Quotas of {name}',
@@ -302,7 +302,7 @@ export default {
   },
   audit: {
     at: 'When', actor: 'Who', actorPlaceholder: 'key id or name', action: 'Action', target: 'Target', changes: 'Changes (old → new)',
-    from: 'From address', cluster: 'whole cluster', empty: 'No entry matches.',
+    from: 'From address', cluster: 'whole cluster', empty: 'No entry matches.', moreChanges: '{n} more fields', fewer: 'Fewer fields',
     actions: {
       task: { create: 'Task created', patch: 'Task changed', pause: 'Task paused', resume: 'Task resumed', delete: 'Task deleted',
         trigger: 'Task fired now', backfill: 'Task backfilled' },

@@ -265,9 +265,9 @@ export default {
   notFound: { title: '页面不存在', home: '返回概览' },
   admin: {
     keys: 'API 密钥', namespaces: '命名空间', keyId: '密钥 ID', keyName: '名称', role: '角色', keyNamespaces: '命名空间',
-    every: '全部命名空间（*）', created: '创建时间', lastUsed: '最近使用（本节点）', notUsed: '本节点启动以来未使用',
+    every: '全部命名空间（*）', created: '创建时间', lastUsed: '最近使用', lastUsedHint: '本节点最近一次接受此密钥的时间', notUsed: '本节点启动以来未使用',
     createKey: '创建密钥', keyIncomplete: '请填写密钥名称并选择命名空间。', noKeys: '还没有密钥：只有引导令牌。',
-    revoke: '吊销', revoked: '密钥 {name} 已在所有节点吊销。', confirmRevoke: '吊销密钥 {name}？此后使用它的请求都会被拒绝。',
+    thisKey: '当前', revoke: '吊销', revoked: '密钥 {name} 已在所有节点吊销。', confirmRevoke: '吊销密钥 {name}？此后使用它的请求都会被拒绝。',
     madeTitle: '密钥 {name} 已创建', madeOnce: '请立即复制秘密串：它只显示这一次。客户端在请求头中发送它：',
     copy: '复制秘密串', copied: '已复制秘密串。', copyFailed: '浏览器不允许复制：请选中秘密串后手动复制。', done: '完成',
     nsName: '名称', quotas: '配额', updated: '修改时间', unlimited: '不限', nsNewTitle: '新建命名空间', nsEditTitle: '{name} 的配额',
@@ -282,7 +282,7 @@ export default {
   },
   audit: {
     at: '时间', actor: '操作者', actorPlaceholder: '密钥 ID 或名称', action: '操作', target: '对象', changes: '变更（旧 → 新）',
-    from: '来源地址', cluster: '整个集群', empty: '没有匹配的记录。',
+    from: '来源地址', cluster: '整个集群', empty: '没有匹配的记录。', moreChanges: '另有 {n} 个字段', fewer: '收起字段',
     actions: {
       task: { create: '创建任务', patch: '修改任务', pause: '暂停任务', resume: '恢复任务', delete: '删除任务',
         trigger: '立即触发任务', backfill: '补跑任务' },
