@@ -190,6 +190,14 @@ def test_the_audit_page_shows_who_changed_what_newest_first_with_filters_and_mor
         rows = page.locator("tr[data-audit-id]")
         expect(rows).to_have_count(50)
         expect(rows.first.get_by_test_id("audit-action-cell")).to_have_text("Task created")
+        # a create lists every field of the task, new values only: four, then the rest on demand
+        created = rows.first.locator(".change")
+        expect(created).to_have_count(4)
+        expect(rows.first.get_by_test_id("change-old")).to_have_count(0)
+        rows.first.get_by_test_id("audit-more-changes").click()
+        expect(created.filter(has=page.locator("code.field", has_text="namespace"))).to_contain_text("ops")
+        assert created.count() > 4
+        expect(rows.first.get_by_test_id("audit-more-changes")).to_have_text("Fewer fields")
         page.get_by_test_id("audit-more").click()
         expect(rows).to_have_count(69)  # the 60, the 2 changes, and the seed's 2 namespaces, 2 tasks and 3 keys
         expect(page.get_by_test_id("audit-more")).to_have_count(0)
