@@ -2,7 +2,8 @@
 """Every console page in en and zh, light and dark, desktop (1440x900) and phone (390x844).
 
 Starts the REST app + console over a seeded :class:`~molens.web.local_context.LocalContext` (tasks
-of every kind and state, execution history, a token-protected second node for the sign-in page)
+of every kind and state, execution history, namespaces, a key and the audit trail of their changes,
+a token-protected second node for the sign-in page and a reader signed in there)
 and a real 3-node cluster with one follower killed (the Cluster and Workers pages with a Down member),
 drives Debian's chromium with Playwright, and writes ``OUT/<lang>-<theme>-<viewport>-<page>.png``
 plus ``OUT/index.html`` showing them side by side. Run through ``scripts/screenshots``.
@@ -85,6 +86,15 @@ def seed(s: Served) -> dict[str, str]:
         for i, r in enumerate(results)
     ]
     s.ctx.history.apply([(10_000_000, _Writes(rows))])
+    # the admin and audit pages: a namespace with quotas, a key, a change of each
+    for name, body in {"payments": {"name": "payments", "quotas": {"max_pending_tasks": 10_000, "creates_per_s": 50}},
+                       "reports": {"name": "reports"}}.items():
+        st, out = s.api("POST", "/namespaces", body)
+        assert st == 201, (name, out)
+    st, out = s.api("POST", "/keys", {"name": "billing-ci", "role": "writer", "namespaces": ["payments"]})
+    assert st == 201, out
+    st, out = s.api("PATCH", "/namespaces/reports", {"quotas": {"fires_per_s": 5}})
+    assert st == 200, out
     return ids
 
 
@@ -108,6 +118,8 @@ def pages(ids: dict[str, str]) -> list[tuple[str, str, str]]:
         ("flows", "/ui/flows", "tr[data-flow]"),
         ("workers", "/ui/workers", "tr[data-node]"),
         ("cluster", "/ui/cluster", "tr[data-node]"),
+        ("audit", "/ui/audit", "tr[data-audit-id]"),
+        ("admin", "/ui/admin", "tr[data-ns]"),
         ("not-found", "/ui/no/such/page", "h1"),
     ]
 
@@ -169,6 +181,8 @@ def main() -> int:
         real_cluster(Path(d) / "cluster") as cluster_url,
     ):
         ids = seed(s)
+        st, made = tok.api("POST", "/keys", {"name": "ops-reader", "role": "reader", "namespaces": ["default"]}, token="t")
+        assert st == 201, made
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
             for lang in LANGS:
@@ -222,6 +236,11 @@ def main() -> int:
                         page.goto(tok.url + "/ui/")
                         page.get_by_test_id("login-form").wait_for()
                         shots.append((f"{stem}-login", shoot(page, out, f"{stem}-login")))
+                        # signed in with a reader key: its name and role in the header, no action offered
+                        page.get_by_test_id("f-token").fill(made["secret"])
+                        page.get_by_test_id("login-submit").click()
+                        page.get_by_test_id("who").wait_for()
+                        shots.append((f"{stem}-signed-in-reader", shoot(page, out, f"{stem}-signed-in-reader")))
                         ctx.close()
             browser.close()
     cells = "\n".join(

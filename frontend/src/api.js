@@ -55,6 +55,17 @@ export function apiUrl(path, query) {
   return `/api/v1${path}${qs(query)}`
 }
 
+let scopeOf = null
+/** `fn(method, path, query, body)` -> [query, body]: the namespace switcher's part of a request (access.js). */
+export function setScope(fn) {
+  scopeOf = fn
+}
+
+/** A GET's query as api() sends it: with the namespace switcher's part (an export link needs it too). */
+export function scopedQuery(path, query) {
+  return scopeOf ? scopeOf('GET', path, query, undefined)[0] : query
+}
+
 const listeners = new Set()
 /** Called with no argument when a write was redirected to the leader (307). */
 export function onRedirect(fn) {
@@ -68,6 +79,7 @@ export function onRedirect(fn) {
  * whole UI to the leader) instead of being replayed cross-origin without the token.
  */
 export async function api(method, path, { query, body, signal, headers: extra, withStatus } = {}) {
+  if (scopeOf) [query, body] = scopeOf(method, path, query, body)
   // the server answers its own texts (error details, history events) in the console's language
   const headers = { Accept: 'application/json', 'Accept-Language': locale.value === 'zh' ? 'zh-CN,zh;q=0.9,en;q=0.5' : 'en', ...(extra || {}) }
   const token = getToken()

@@ -19,6 +19,8 @@ The rules:
   receiver's host, shared by every namespace) need a key of all namespaces (``["*"]``); changing a
   flow also needs ``writer``. Cluster, membership, leadership, namespaces' settings and keys: an
   admin key of every namespace.
+- ``GET /api/v1/whoami`` needs a valid key of any role (on an open node, none): it answers who the
+  key is, so the console can sign in and offer only what the role may do.
 - Open routes (health, readiness, the OpenAPI document, the test endpoints) need no key.
 
 Keys: ``http.auth_token`` is the bootstrap admin key (id ``bootstrap``, all namespaces, never
@@ -135,6 +137,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", f"{_P}/timewheel/distribution"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/timewheel/distribution.png"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/schedule/preview"): Rule(Need.READ),
+    ("GET", f"{_P}/whoami"): Rule(Need.READ),
     ("GET", f"{_P}/cluster/status"): ADMIN,
     ("GET", f"{_P}/cluster/leader"): ADMIN,
     ("GET", f"{_P}/cluster/stats"): ADMIN,
@@ -198,6 +201,11 @@ class Access:
         """One-time export links (:mod:`molens.web.export`): a ticket authenticates as the key that minted it."""
         if not token:
             log.warning("http.auth_token is not set: the API is open, a request without a key acts as an admin")
+
+    @property
+    def open(self) -> bool:
+        """Whether the node has no ``http.auth_token`` (a request without a key acts as an admin)."""
+        return not self._token
 
     def last_used_ms(self, key_id: str) -> int | None:
         """When this node last admitted a request with key ``key_id`` (None: not since it started)."""
@@ -318,5 +326,5 @@ def hide(ns: str, missing: NotFoundError) -> None:
         raise missing
 
 
-__all__ = ["ACTOR_KEY", "RULES", "Access", "Need", "Principal", "Rule", "Where", "hide", "principal", "readable",
+__all__ = ["ACTOR_KEY", "ANONYMOUS", "RULES", "Access", "Need", "Principal", "Rule", "Where", "hide", "principal", "readable",
            "require", "visible"]

@@ -1352,6 +1352,13 @@ def _tenancy_schemas() -> dict[str, Any]:
             "properties": {**key_props, "secret": {"type": "string", "description": "Shown this once only: send it as "
                                                    "Authorization: Bearer <secret>"}},
         },
+        "WhoAmI": {"type": "object", "required": ["key_id", "name", "role", "namespaces", "open"],
+                   "properties": {"key_id": {"type": "string", "description": "Key id (bootstrap: the config's "
+                                             "token; anonymous: no key, on an open node)"},
+                                  "name": {"type": "string"}, "role": key_props["role"],
+                                  "namespaces": key_props["namespaces"],
+                                  "open": {"type": "boolean", "description": "The node has no http.auth_token and "
+                                           "the request came without a key"}}},
         "ApiKeyList": {"type": "object", "required": ["items", "next_cursor"],
                        "properties": {"items": {"type": "array", "items": _ref("ApiKey")},
                                       "next_cursor": {"type": "null"}}},
@@ -1393,6 +1400,10 @@ def _tenancy_paths() -> dict[str, Any]:
                      "shown this once (admin)", "tags": keys, "requestBody": body("KeyBody"),
                      "responses": {"201": _ok(_ref("ApiKeyCreated"), "Created"),
                                    **_err(400, 404, 415, *_WRITE_ERRORS)}},
+        },
+        f"{_P}/whoami": {
+            "get": {"operationId": "whoAmI", "summary": "The request's key: id, name, role, namespaces (any role)",
+                    "tags": keys, "responses": {"200": _ok(_ref("WhoAmI")), **_err(401)}},
         },
         f"{_P}/keys/{{key_id}}": {
             "get": {"operationId": "getKey", "summary": "One API key, without its secret (admin)", "tags": keys,

@@ -8,6 +8,8 @@ Installed by :func:`molens.web.app.build_api`; who may call them is :mod:`molens
   only time it is shown; ``GET /api/v1/keys``, ``GET``/``DELETE /api/v1/keys/{id}`` show the rest
   (and ``last_used_at``: when this node last admitted it). A delete applies on every replica as it
   applies the entry, so the key is refused everywhere once the followers caught up.
+- ``GET /api/v1/whoami``: the request's key (id, name, role, namespaces; never its secret), and
+  ``open`` when the node has no ``http.auth_token`` and the request came without a key.
 """
 
 from __future__ import annotations
@@ -140,6 +142,13 @@ def install_tenancy(api: Api) -> None:
         ns = namespace_or_404(name)
         _result(api.propose_one(DeleteNamespace(ctx.now_ms(), ns.name))[0])
         return 200, {"deleted": ns.name}
+
+    @api.route("GET", f"{PREFIX}/whoami")
+    def whoami() -> tuple[int, Any]:
+        p = access.principal()
+        names = [ALL_NAMESPACES] if p.namespaces is None else sorted(p.namespaces)
+        return 200, {"key_id": p.key_id, "name": p.name, "role": p.role.value, "namespaces": names,
+                     "open": p is access.ANONYMOUS and api.access.open}
 
     @api.route("GET", f"{PREFIX}/keys")
     def list_keys() -> tuple[int, Any]:

@@ -117,3 +117,25 @@ def test_an_open_node_downloads_without_asking_for_a_link(tmp_path: Path, page: 
         rows = list(csv.DictReader(io.StringIO(raw.decode())))
         assert [r["scene"] for r in rows] == ["s1"]
         assert not any(u.endswith("/api/v1/exports") for u in fetches)
+
+
+def test_the_chosen_namespace_narrows_the_export_and_the_audit_page_exports(tmp_path: Path, page: Page) -> None:
+    with serve_ui(tmp_path / "ns", token=TOKEN) as s:
+        for ns in ("pay", "ops"):
+            assert s.api("POST", "/namespaces", {"name": ns}, token=TOKEN)[0] == 201
+            for _ in range(2):
+                st, _ = s.api("POST", "/tasks", {"type": "delayed", "interval_ms": 3_600_000, "namespace": ns,
+                                                 "callback_url": "http://127.0.0.1:9/ns"}, token=TOKEN)
+                assert st == 201
+        page.add_init_script("localStorage.setItem('molens.namespace', 'pay')")
+        signed_in(page, s, "/ui/tasks")
+        expect(page.locator("tr[data-task-id]")).to_have_count(2)
+        _, raw = export(page, "csv", tmp_path)
+        assert [r["namespace"] for r in csv.DictReader(io.StringIO(raw.decode()))] == ["pay", "pay"]
+        page.goto(s.url + "/ui/audit")
+        expect(page.get_by_test_id("export")).to_be_enabled()
+        name, raw = export(page, "jsonl", tmp_path)
+        entries = [json.loads(line) for line in raw.splitlines()]
+        assert name.startswith("molens-audit-")
+        assert entries and {e["namespace"] for e in entries} == {"pay"}
+        assert {e["action"] for e in entries} == {"task.create"}

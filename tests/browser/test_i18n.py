@@ -101,6 +101,9 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, d
         assert st == 200, body
         s.api("PUT", "/flows/q1", {"rate_per_s": 5, "concurrency": 2, "adaptive": True})
         s.api("PUT", "/flows/held", {"paused": True})
+        # the admin page's and the audit trail's texts: a namespace with quotas, a key of it
+        assert s.api("POST", "/namespaces", {"name": "zh-ns", "quotas": {"creates_per_s": 5}})[0] == 201
+        assert s.api("POST", "/keys", {"name": "zh-key", "role": "writer", "namespaces": ["zh-ns"]})[0] == 201
         now = int(time.time() * 1000)
         rows = [
             Execution(
@@ -155,6 +158,8 @@ def test_no_english_ui_string_on_a_zh_page(
             (f"/ui/tasks/{ids['dead']}", "[data-testid=task-dead-letters] tr[data-dl-id]"),
             (f"/ui/tasks/{ids['dead_amo']}", "[data-field=retry]"),
             ("/ui/flows", "tr[data-flow]"),
+            ("/ui/audit", "tr[data-audit-id]"),
+            ("/ui/admin", "tr[data-key-id]"),
             ("/ui/tasks/01ARZ3NDEKTSV4RRFFQ69G5FAV", "[data-testid=not-found]"),
             ("/ui/no/such/page", "h1"),
         ]

@@ -38,7 +38,8 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, str
         yield s, ids[3]
 
 
-LIST_PAGES = ["/ui/tasks", "/ui/executions", "/ui/dead-letters", "/ui/latency", "/ui/flows", "/ui/workers", "/ui/cluster"]
+LIST_PAGES = ["/ui/tasks", "/ui/executions", "/ui/dead-letters", "/ui/latency", "/ui/flows", "/ui/workers", "/ui/cluster",
+              "/ui/audit", "/ui/admin"]
 
 SIDEWAYS = """() => {
   const out = []

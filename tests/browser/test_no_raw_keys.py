@@ -93,6 +93,8 @@ def _pages(ids: dict[str, str]) -> list[tuple[str, str]]:
         ("/ui/flows", "tr[data-flow]"),
         ("/ui/workers", "tr[data-node]"),
         ("/ui/cluster", "tr[data-node]"),
+        ("/ui/audit", "tr[data-audit-id]"),
+        ("/ui/admin", "tr[data-ns]"),
         ("/ui/no/such/page", "h1"),
     ]
 

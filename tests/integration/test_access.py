@@ -129,6 +129,7 @@ EXPECT: dict[tuple[str, str], tuple[str, str, int]] = {
     ("GET", f"{P}/timewheel/distribution"): ("node", "reader", 200),
     ("GET", f"{P}/timewheel/distribution.png"): ("node", "reader", 200),
     ("GET", f"{P}/schedule/preview"): ("none", "reader", 200),
+    ("GET", f"{P}/whoami"): ("none", "reader", 200),
     ("GET", f"{P}/cluster/status"): ("node", "admin", 200),
     ("GET", f"{P}/cluster/leader"): ("node", "admin", 200),
     ("GET", f"{P}/cluster/stats"): ("node", "admin", 200),
@@ -201,7 +202,7 @@ def request_for(w: World, method: str, path: str, ns: str) -> tuple[str, Any]:
         ("GET", f"{P}/executions"): (f"{path}?namespace={ns}", None),
         ("GET", f"{P}/dead-letters"): (f"{path}?namespace={ns}", None),
         ("GET", f"{P}/audit"): (f"{path}?namespace={ns}", None),
-        ("POST", f"{P}/exports"): (path, {"url": f"{P}/tasks?namespace={ns}&format=csv"}),
+        ("POST", f"{P}/exports"): (path, {"url": f"{P}/tasks?format=csv&namespace={ns}"}),
         ("POST", f"{P}/dead-letters/redrive"): (path, {"namespace": ns, "task_id": MISSING_TASK}),
         ("DELETE", f"{P}/dead-letters"): (f"{path}?namespace={ns}&task_id={MISSING_TASK}", None),
         ("GET", f"{P}/namespaces"): (f"{path}?namespace={ns}", None),
@@ -314,6 +315,34 @@ def test_a_secret_is_shown_once_and_never_logged(world: World, node: NodeProc) -
     log = node.log_path.read_text(errors="replace")
     assert "http method=GET" in log  # request lines are logged at this level
     assert secret not in log and TOKEN not in log
+
+
+def test_whoami_names_each_roles_key_without_its_secret_and_refuses_a_bad_key(world: World, node: NodeProc) -> None:
+    for (role, every), secret in world.keys.items():
+        st, out, raw = req(node, "GET", f"{P}/whoami", secret)
+        assert st == 200, raw[:200]
+        assert out == {"key_id": secret.split("_")[1], "name": f"{role}-{every}", "role": role,
+                       "namespaces": ["*"] if every else ["inside"], "open": False}
+        assert secret.encode() not in raw and secret.split("_")[-1].encode() not in raw
+    st, out, raw = req(node, "GET", f"{P}/whoami", TOKEN)
+    assert (st, out) == (200, {"key_id": "bootstrap", "name": "bootstrap", "role": "admin", "namespaces": ["*"],
+                               "open": False})
+    assert TOKEN.encode() not in raw
+    some = world.keys[("reader", False)]
+    assert req(node, "GET", f"{P}/whoami", some[:-2] + "xx")[0] == 401
+    assert req(node, "GET", f"{P}/whoami", None)[0] == 401
+
+
+def test_whoami_on_an_open_node_is_an_open_admin_without_a_key(tmp_path: Path) -> None:
+    with one_task_node(tmp_path) as n:
+        st, out, _ = req(n, "GET", f"{P}/whoami", None)
+        assert (st, out) == (200, {"key_id": "anonymous", "name": "anonymous", "role": "admin", "namespaces": ["*"],
+                                   "open": True})
+        st, made, _ = req(n, "POST", f"{P}/keys", None, {"name": "on-open", "role": "reader", "namespaces": ["default"]})
+        assert st == 201
+        st, out, _ = req(n, "GET", f"{P}/whoami", made["secret"])
+        assert (st, out["role"], out["open"]) == (200, "reader", False)
+        assert req(n, "GET", f"{P}/whoami", made["secret"][:-2] + "xx")[0] == 401
 
 
 def test_a_revoked_key_is_refused_by_every_node_after_the_delete_answers(make_cluster: Any) -> None:

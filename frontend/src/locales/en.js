@@ -14,6 +14,13 @@ export default {
   nav: {
     menu: 'Menu', dashboard: 'Dashboard', tasks: 'Tasks', executions: 'Executions', latency: 'Latency',
     timewheel: 'Time wheel', flows: 'Flows', workers: 'Workers', cluster: 'Cluster', deadLetters: 'Dead letters',
+    audit: 'Audit', admin: 'Keys & namespaces',
+  },
+  access: {
+    namespace: 'Namespace', allNamespaces: 'All namespaces', openNode: 'open node', signOut: 'Sign out',
+    roles: { admin: 'admin', writer: 'writer', reader: 'reader' },
+    refusedTitle: 'Not for this key', refused: 'A {role} key of these namespaces may not see this page.', toTasks: 'Go to tasks',
+    needsWrite: 'A {role} key may not change anything',
   },
   common: {
     refresh: 'Refresh', any: 'Any', apply: 'Apply', reset: 'Reset', back: 'Back', cancel: 'Cancel', confirm: 'Confirm',
@@ -273,8 +280,38 @@ export default {
     failedMore: '… and {n} more failed.',
   },
   login: {
-    title: 'Sign in', hint: 'This node requires an API token, set in', token: 'API token',
+    title: 'Sign in', hint: 'This node asks for a key: paste the secret of an API key, or the bootstrap token set in', token: 'API key',
     remember: 'Remember on this device', submit: 'Sign in', wrong: 'The token was refused.',
   },
   notFound: { title: 'Page not found', home: 'Go to the dashboard' },
+  admin: {
+    keys: 'API keys', namespaces: 'Namespaces', keyId: 'Key id', keyName: 'Name', role: 'Role', keyNamespaces: 'Namespaces',
+    every: 'Every namespace (*)', created: 'Created', lastUsed: 'Last used', lastUsedHint: 'When this node last admitted the key', notUsed: 'Not used since this node started',
+    createKey: 'Create key', keyIncomplete: 'Name the key and pick its namespaces.', noKeys: 'No keys yet: only the bootstrap token.',
+    thisKey: 'you', revoke: 'Revoke', revoked: 'Key {name} revoked on every node.', confirmRevoke: 'Revoke key {name}? Every request with it is refused from now on.',
+    madeTitle: 'Key {name} created', madeOnce: 'Copy its secret now: it is shown this once and never again. Clients send it in the header',
+    copy: 'Copy the secret', copied: 'Secret copied.', copyFailed: 'The browser did not allow copying: select the secret and copy it.', done: 'Done',
+    nsName: 'Name', quotas: 'Quotas', updated: 'Changed', unlimited: 'Unlimited', nsNewTitle: 'New namespace', nsEditTitle: 'Quotas of {name}',
+    nsCreate: 'Create namespace', nsSave: 'Save quotas', nsEdit: 'Edit quotas', nsDelete: 'Delete namespace',
+    nsCreated: 'Namespace {name} created.', nsSaved: 'Quotas of {name} saved.', nsDeleted: 'Namespace {name} deleted.',
+    confirmNsDelete: 'Delete namespace {name}? Refused while it holds tasks.',
+    quota: { max_pending_tasks: 'Pending tasks at most', creates_per_s: 'Creates per second', max_payload_bytes: 'Payload bytes at most', fires_per_s: 'Fires per second' },
+    bad: {
+      max_pending_tasks: 'Pending tasks: a whole number above 0.', creates_per_s: 'Creates per second: a number above 0.',
+      max_payload_bytes: 'Payload bytes: a whole number above 0.', fires_per_s: 'Fires per second: a number above 0.',
+    },
+  },
+  audit: {
+    at: 'When', actor: 'Who', actorPlaceholder: 'key id or name', action: 'Action', target: 'Target', changes: 'Changes (old → new)',
+    from: 'From address', cluster: 'whole cluster', empty: 'No entry matches.', moreChanges: '{n} more fields', fewer: 'Fewer fields',
+    actions: {
+      task: { create: 'Task created', patch: 'Task changed', pause: 'Task paused', resume: 'Task resumed', delete: 'Task deleted',
+        trigger: 'Task fired now', backfill: 'Task backfilled' },
+      dead_letter: { redrive: 'Dead letter redriven', delete: 'Dead letter deleted' },
+      flow: { put: 'Flow set', pause: 'Flow paused', resume: 'Flow resumed', delete: 'Flow deleted' },
+      namespace: { create: 'Namespace created', patch: 'Namespace quotas changed', delete: 'Namespace deleted' },
+      key: { create: 'Key created', delete: 'Key revoked' },
+      cluster: { transfer_leader: 'Leadership handed over', add_node: 'Node added', remove_node: 'Node removed' },
+    },
+  },
 }

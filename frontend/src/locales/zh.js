@@ -13,7 +13,13 @@ export default {
   },
   nav: {
     menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', flows: '流控', workers: '工作节点', cluster: '集群',
-    deadLetters: '死信',
+    deadLetters: '死信', audit: '审计', admin: '密钥与命名空间',
+  },
+  access: {
+    namespace: '命名空间', allNamespaces: '全部命名空间', openNode: '开放节点', signOut: '退出登录',
+    roles: { admin: '管理员', writer: '写入者', reader: '只读者' },
+    refusedTitle: '此密钥无权访问', refused: '限定命名空间的{role}密钥不能查看此页面。', toTasks: '前往任务',
+    needsWrite: '{role}密钥不能做任何修改',
   },
   common: {
     refresh: '刷新', any: '全部', apply: '筛选', reset: '重置', back: '返回', cancel: '取消', confirm: '确认', loading: '加载中…', dismiss: '关闭',
@@ -254,8 +260,38 @@ export default {
     result: '{action}：完成 {ok} 个，跳过 {skipped} 个（状态不允许）。', failedOne: '{id}：{msg}', failedMore: '……另有 {n} 个失败。',
   },
   login: {
-    title: '登录', hint: '本节点需要 API 令牌，配置项：', token: 'API 令牌', remember: '在此设备上记住',
+    title: '登录', hint: '本节点需要密钥：粘贴 API 密钥的秘密串，或配置项中的引导令牌：', token: 'API 密钥', remember: '在此设备上记住',
     submit: '登录', wrong: '令牌被拒绝。',
   },
   notFound: { title: '页面不存在', home: '返回概览' },
+  admin: {
+    keys: 'API 密钥', namespaces: '命名空间', keyId: '密钥 ID', keyName: '名称', role: '角色', keyNamespaces: '命名空间',
+    every: '全部命名空间（*）', created: '创建时间', lastUsed: '最近使用', lastUsedHint: '本节点最近一次接受此密钥的时间', notUsed: '本节点启动以来未使用',
+    createKey: '创建密钥', keyIncomplete: '请填写密钥名称并选择命名空间。', noKeys: '还没有密钥：只有引导令牌。',
+    thisKey: '当前', revoke: '吊销', revoked: '密钥 {name} 已在所有节点吊销。', confirmRevoke: '吊销密钥 {name}？此后使用它的请求都会被拒绝。',
+    madeTitle: '密钥 {name} 已创建', madeOnce: '请立即复制秘密串：它只显示这一次。客户端在请求头中发送它：',
+    copy: '复制秘密串', copied: '已复制秘密串。', copyFailed: '浏览器不允许复制：请选中秘密串后手动复制。', done: '完成',
+    nsName: '名称', quotas: '配额', updated: '修改时间', unlimited: '不限', nsNewTitle: '新建命名空间', nsEditTitle: '{name} 的配额',
+    nsCreate: '创建命名空间', nsSave: '保存配额', nsEdit: '修改配额', nsDelete: '删除命名空间',
+    nsCreated: '命名空间 {name} 已创建。', nsSaved: '{name} 的配额已保存。', nsDeleted: '命名空间 {name} 已删除。',
+    confirmNsDelete: '删除命名空间 {name}？其中仍有任务时会被拒绝。',
+    quota: { max_pending_tasks: '待执行任务上限', creates_per_s: '每秒创建数', max_payload_bytes: '负载字节上限', fires_per_s: '每秒触发数' },
+    bad: {
+      max_pending_tasks: '待执行任务上限：须为大于 0 的整数。', creates_per_s: '每秒创建数：须为大于 0 的数。',
+      max_payload_bytes: '负载字节上限：须为大于 0 的整数。', fires_per_s: '每秒触发数：须为大于 0 的数。',
+    },
+  },
+  audit: {
+    at: '时间', actor: '操作者', actorPlaceholder: '密钥 ID 或名称', action: '操作', target: '对象', changes: '变更（旧 → 新）',
+    from: '来源地址', cluster: '整个集群', empty: '没有匹配的记录。', moreChanges: '另有 {n} 个字段', fewer: '收起字段',
+    actions: {
+      task: { create: '创建任务', patch: '修改任务', pause: '暂停任务', resume: '恢复任务', delete: '删除任务',
+        trigger: '立即触发任务', backfill: '补跑任务' },
+      dead_letter: { redrive: '重投死信', delete: '删除死信' },
+      flow: { put: '设置流控', pause: '暂停流控', resume: '恢复流控', delete: '删除流控' },
+      namespace: { create: '创建命名空间', patch: '修改命名空间配额', delete: '删除命名空间' },
+      key: { create: '创建密钥', delete: '吊销密钥' },
+      cluster: { transfer_leader: '移交领导权', add_node: '添加节点', remove_node: '移除节点' },
+    },
+  },
 }
