@@ -192,7 +192,7 @@ class CurveConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class RaftConfig:
+class RaftSettings:
     bind_addr: str = _opt("127.0.0.1:18091", _addr)
     tick_ms: int = _opt(50, _int_range(1, 10_000))
     election_ticks: int = _opt(8, _int_min(2))
@@ -349,7 +349,7 @@ class LoggingConfig:
 class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
-    raft: RaftConfig = field(default_factory=RaftConfig)
+    raft: RaftSettings = field(default_factory=RaftSettings)
     rpc: RpcConfig = field(default_factory=RpcConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)

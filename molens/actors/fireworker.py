@@ -68,7 +68,7 @@ MAX_TRACKED_ATTEMPTS = 200_000
 UNSENT_RESULTS_TTL_S = 30.0
 """Results with no known leader to go to are kept this long, then dropped (the Monitor covers them)."""
 REPORT_INTERVAL_MS = 500
-"""Heartbeat to a remote leader with this worker's free capacity and the fires it holds."""
+"""WorkerHeartbeat to a remote leader with this worker's free capacity and the fires it holds."""
 MAX_HELD_IN_HEARTBEAT = 5_000
 """A heartbeat lists the fire ids held (taken, result not yet sent) up to this many; past it, none
 (the leader then cannot tell a dropped fire from a held one: docs/architecture.md#lost-workers)."""
@@ -92,7 +92,7 @@ def heartbeat_frame(free: int, held: list[str] | None, batch_version: int = FIRE
 
 
 @dataclass(frozen=True, slots=True)
-class Heartbeat:
+class WorkerHeartbeat:
     """A decoded heartbeat: free capacity, fire ids held (None = not listed), and the fire batch
     version the worker reads (None = this heartbeat does not say; :data:`FIRE_BATCH_V1` for a worker
     of the release before versions, whose held list has ids only)."""
@@ -102,16 +102,16 @@ class Heartbeat:
     batch_version: int | None
 
 
-def decode_heartbeat(body: bytes) -> Heartbeat:
+def decode_heartbeat(body: bytes) -> WorkerHeartbeat:
     """A heartbeat body; a bare int (a worker of an older version) holds ``None``."""
     v = msgpack.unpackb(body)
     if isinstance(v, int):
-        return Heartbeat(v, None, None)
+        return WorkerHeartbeat(v, None, None)
     free, held = v
     if held is None:
-        return Heartbeat(int(free), None, None)
+        return WorkerHeartbeat(int(free), None, None)
     versions = [x for x in held if isinstance(x, int)]
-    return Heartbeat(int(free), frozenset(x for x in held if isinstance(x, str)),
+    return WorkerHeartbeat(int(free), frozenset(x for x in held if isinstance(x, str)),
                      max(versions) if versions else FIRE_BATCH_V1)
 
 
@@ -308,6 +308,6 @@ def _tell(ref: pykka.ActorRef[Any], msg: Any) -> None:
 
 
 __all__ = [
-    "FireWorkerPool", "ForwardFrame", "Heartbeat", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "result_items",
+    "FireWorkerPool", "ForwardFrame", "WorkerHeartbeat", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "result_items",
     "results_frame",
 ]

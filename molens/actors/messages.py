@@ -40,7 +40,7 @@ class Rebuild:
 
 
 @dataclass(frozen=True, slots=True)
-class Applied:
+class LeaderEffects:
     """RaftPeer -> TimeWheel: entries applied to the local replica that have leader effects."""
 
     entries: list[EntryResult]
@@ -275,7 +275,7 @@ class LeaderRefs:
 
 
 __all__ = [
-    "Applied", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
+    "LeaderEffects", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
     "FireEnd", "FireResults", "FlowsChanged", "Gauge", "GetFlows", "GetGauges", "GetStats", "InFlight", "Join",
     "LeaderIs", "LeaderRefs", "NoticesAcked", "PoolResults", "ReadWheel",
     "Rebuild", "Requeue", "ResultsProposed", "SetObserver", "StatsBatch", "Wake", "WorkerReport",

@@ -45,7 +45,7 @@ BACKOFF_MS = (1_000, 60_000)
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
+class NoticeBatch:
     url: str
     notices: tuple[Notice, ...]
     traceparent: str | None = None
@@ -74,7 +74,7 @@ class NoticePlan:
         self.acking: set[tuple[int, str]] = set()
         self.dropped = 0
 
-    def plan(self, now_ms: int, notices: list[Notice]) -> tuple[list[Batch], list[tuple[int, str]]]:
+    def plan(self, now_ms: int, notices: list[Notice]) -> tuple[list[NoticeBatch], list[tuple[int, str]]]:
         """Batches to POST now (at most one per target and trace, oldest first: a POST carries one
         ``traceparent``) and the keys of notices past retention (to drop)."""
         per_url: dict[tuple[str, str | None], list[Notice]] = {}
@@ -92,7 +92,7 @@ class NoticePlan:
             group = per_url.setdefault((n.url, n.traceparent), [])
             if len(group) < self.batch_max:
                 group.append(n)
-        return [Batch(u, tuple(g), tp) for (u, tp), g in per_url.items()], expired
+        return [NoticeBatch(u, tuple(g), tp) for (u, tp), g in per_url.items()], expired
 
     def sent(self, url: str, ok: bool, now_ms: int) -> None:
         if ok:
@@ -120,7 +120,7 @@ class NoticeSender:
         self._secrets = tuple(s for s in secrets if s)
         self._wall = wall
 
-    def __call__(self, batch: Batch) -> str | None:
+    def __call__(self, batch: NoticeBatch) -> str | None:
         body = batch.body()
         headers = {"Content-Type": "application/json", "User-Agent": f"molens/{__version__}",
                    FIRE_ID_HEADER: batch.id, "X-Molens-Kind": "notification"}
@@ -145,7 +145,7 @@ class Notifier(LeaderActor):
         super().__init__(ctx)
         n = ctx.notifications
         self.plan = NoticePlan(n.batch_max, n.retention_minutes * 60_000)
-        self.send: Callable[[Batch], str | None] = ctx.send_notices
+        self.send: Callable[[NoticeBatch], str | None] = ctx.send_notices
         self.busy = False
         self.sent = 0
 
@@ -205,4 +205,4 @@ class Notifier(LeaderActor):
                              self.outcome_to_self(lambda res, err: NoticesAcked(keys, err)))
 
 
-__all__ = ["Batch", "NoticePlan", "NoticeSender", "Notifier"]
+__all__ = ["NoticeBatch", "NoticePlan", "NoticeSender", "Notifier"]

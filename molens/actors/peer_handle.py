@@ -26,22 +26,22 @@ from molens.actors.peer_messages import (
     KnownPeers,
     LeaderChange,
     LearnPeers,
+    PeerStats,
+    PeerStatus,
     ProposalsReady,
     ReadIndex,
     ReloadKeys,
     RemoveNode,
     Request,
     SnapshotNow,
-    Stats,
-    Status,
     Subscribe,
     Subscriber,
     TransferLeadership,
     WaitUntil,
 )
 from molens.actors.peer_state import (
-    Batch,
     BatchCallback,
+    BatchOutcome,
     BatchSlot,
     Lifecycle,
     OneCallback,
@@ -51,7 +51,7 @@ from molens.actors.peer_state import (
     fail_waiter,
 )
 from molens.actors.raft_peer import RaftPeer
-from molens.config import PeerConfig, RaftConfig, zmq_endpoint
+from molens.config import PeerConfig, RaftSettings, zmq_endpoint
 from molens.raft.clock import ClockVerdict
 from molens.raft.log import Membership
 from molens.raft.storage import LmdbLog
@@ -61,12 +61,12 @@ log = logging.getLogger(__name__)
 
 
 
-def lmdb_log(cfg: RaftConfig, data_dir: Path, bootstrap_voters: tuple[str, ...], durable: bool = True) -> LmdbLog:
+def lmdb_log(cfg: RaftSettings, data_dir: Path, bootstrap_voters: tuple[str, ...], durable: bool = True) -> LmdbLog:
     """A node's Raft log: lmdb in ``data_dir`` (every save fsync'd unless ``durable`` is False)."""
     return LmdbLog(data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots)
 
 
-def zmq_transport(node_id: str, cfg: RaftConfig) -> TransportFactory:
+def zmq_transport(node_id: str, cfg: RaftSettings) -> TransportFactory:
     """A node's Raft transport: ZeroMQ on ``cfg.bind_addr``, CURVE when enabled. The key files are
     read now, before any log is opened (a bad path fails here and leaks nothing)."""
     curve = CurveKeys.load(cfg.curve.secret_key_file, cfg.curve.public_keys_dir) if cfg.curve.enabled else None
@@ -118,7 +118,7 @@ class RaftPeerHandle:
         if len(datas) == 1:
             self._enqueue(datas, [OneCallback(on_done)])
             return
-        batch = Batch(len(datas), on_done)
+        batch = BatchOutcome(len(datas), on_done)
         self._enqueue(datas, [BatchSlot(batch, i) for i in range(len(datas))])
 
     def _enqueue(self, datas: list[bytes], waiters: list[Waiter]) -> None:
@@ -135,10 +135,10 @@ class RaftPeerHandle:
         return self.ref.ask(request, timeout=timeout)
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
-        return dict(self.ask(Status(), timeout))
+        return dict(self.ask(PeerStatus(), timeout))
 
     def stats(self, timeout: float = 10.0) -> dict[str, Any]:
-        return dict(self.ask(Stats(), timeout))
+        return dict(self.ask(PeerStats(), timeout))
 
     def known_peers(self, timeout: float = 10.0) -> dict[str, PeerConfig]:
         """The address book: node id -> addresses."""

@@ -52,12 +52,12 @@ Subscriber = Callable[[LeaderChange], None]
 
 
 @dataclass(frozen=True, slots=True)
-class Status:
+class PeerStatus:
     """Reply: this node's Raft status (role, term, indexes, members and their addresses)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Stats:
+class PeerStats:
     """Reply: the peer's counters, the log's, the transport's and the FSM's."""
 
 
@@ -155,7 +155,7 @@ class SnapshotMetaAt:
 
 
 Request = (
-    Status | Stats | KnownPeers | TransferLeadership | AddNode | RemoveNode | LearnPeers | ReloadKeys
+    PeerStatus | PeerStats | KnownPeers | TransferLeadership | AddNode | RemoveNode | LearnPeers | ReloadKeys
     | SnapshotNow | ReadIndex | Subscribe | WaitUntil | JudgeClock | SnapshotMetaAt
 )
 """Every request a RaftPeer answers."""

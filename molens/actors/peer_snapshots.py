@@ -22,7 +22,7 @@ from molens.actors.address_book import AddressBook, book_context, peers_from_boo
 from molens.actors.peer_errors import storage_failure
 from molens.actors.peer_messages import SnapshotChecked, SnapshotDone, SnapshotMetaAt
 from molens.actors.peer_state import PeerCounters, PeerTransport, Stall, fail_waiter
-from molens.config import PeerConfig, RaftConfig, zmq_endpoint
+from molens.config import PeerConfig, RaftSettings, zmq_endpoint
 from molens.raft import core as rc
 from molens.raft.fsm import StateMachine
 from molens.raft.log import Membership, SnapshotMeta
@@ -38,7 +38,7 @@ class SnapshotWork(pykka.ThreadingActor):
     """Snapshot taking and installing; see the module docstring."""
 
     node_id: str
-    cfg: RaftConfig
+    cfg: RaftSettings
     data_dir: Path
     fsm: StateMachine
     log: LmdbLog

@@ -104,7 +104,7 @@ class ProposalQueue:
 BatchCallback = Callable[[list[Any], BaseException | None], None]
 
 
-class Batch:
+class BatchOutcome:
     """Outcome of a batch of proposals, reported once through a callback."""
 
     __slots__ = ("error", "left", "lock", "on_done", "results")
@@ -133,11 +133,11 @@ class Batch:
 
 
 class BatchSlot:
-    """One entry of a :class:`Batch`; quacks like the Future methods the peer uses."""
+    """One entry of a :class:`BatchOutcome`; quacks like the Future methods the peer uses."""
 
     __slots__ = ("_done", "batch", "i")
 
-    def __init__(self, batch: Batch, i: int) -> None:
+    def __init__(self, batch: BatchOutcome, i: int) -> None:
         self.batch = batch
         self.i = i
         self._done = False

@@ -96,6 +96,8 @@ from molens.actors.peer_messages import (
     KnownPeers,
     LeaderChange,
     LearnPeers,
+    PeerStats,
+    PeerStatus,
     ProposalsReady,
     ReadIndex,
     ReloadKeys,
@@ -106,8 +108,6 @@ from molens.actors.peer_messages import (
     SnapshotDone,
     SnapshotMetaAt,
     SnapshotNow,
-    Stats,
-    Status,
     Subscribe,
     Subscriber,
     Tick,
@@ -124,7 +124,7 @@ from molens.actors.peer_state import (
     Waiter,
     fail_waiter,
 )
-from molens.config import PeerConfig, RaftConfig, zmq_endpoint
+from molens.config import PeerConfig, RaftSettings, zmq_endpoint
 from molens.raft import core as rc
 from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
@@ -165,7 +165,7 @@ def role_name(core: rc.RaftCore, removed: bool = False) -> str:
     return "follower"
 
 
-def _core_config(cfg: RaftConfig) -> rc.RaftConfig:
+def _core_config(cfg: RaftSettings) -> rc.RaftConfig:
     return rc.RaftConfig(
         election_tick=cfg.election_ticks,
         heartbeat_tick=cfg.heartbeat_ticks,
@@ -188,7 +188,7 @@ class RaftPeer(SnapshotWork):
     def __init__(
         self,
         node_id: str,
-        cfg: RaftConfig,
+        cfg: RaftSettings,
         data_dir: Path,
         fsm: StateMachine,
         peers: tuple[PeerConfig, ...],
@@ -744,9 +744,9 @@ class RaftPeer(SnapshotWork):
     # --- requests, answered on the actor thread between cycles ----------------------------------
     def _answer(self, req: Request) -> Any:
         match req:
-            case Status():
+            case PeerStatus():
                 return self.status()
-            case Stats():
+            case PeerStats():
                 return self.stats()
             case KnownPeers():
                 return dict(self.book.peers)

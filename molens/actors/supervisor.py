@@ -10,7 +10,7 @@ actor: its two entry points run on the Raft thread and must be quick.
 - :meth:`on_leader_change` (RaftPeer subscription): a new term led starts a new set; losing
   leadership sets the term's ``ended`` flag at once (nothing more is proposed or sent) and stops
   the set without waiting. The node's FireWorkerPool is told who leads (``LeaderIs``).
-- :meth:`on_applied` (the store's hook, per applied batch with effects): one ``Applied`` message
+- :meth:`on_applied` (the store's hook, per applied batch with effects): one ``LeaderEffects`` message
   to the current wheel, which forwards fire effects to the Monitor and Dispatcher.
 - :meth:`stop` (graceful stop while leading): the Dispatcher plans nothing new, the Monitor waits
   (bounded) until the fires sent this term have committed results, then the set stops.
@@ -30,7 +30,7 @@ import pykka
 from molens.actors.cleaner import Cleaner
 from molens.actors.clockprobe import ClockGate
 from molens.actors.dispatcher import Dispatcher
-from molens.actors.messages import Applied, Drain, Join, LeaderIs, LeaderRefs, Rebuild
+from molens.actors.messages import Drain, Join, LeaderEffects, LeaderIs, LeaderRefs, Rebuild
 from molens.actors.monitor import Monitor
 from molens.actors.notifier import Notifier
 from molens.actors.peer_messages import LeaderChange
@@ -127,7 +127,7 @@ class LeaderSupervisor:
         t = self._term
         if t is not None and not t.ended.is_set():
             try:
-                t.refs.wheel.tell(Applied(entries))
+                t.refs.wheel.tell(LeaderEffects(entries))
             except pykka.ActorDeadError:
                 pass
 

@@ -3,7 +3,7 @@
 Owns a :class:`LeaderWheel`: a :class:`~molens.schedule.horizon.HorizonWheel`, which holds only the
 timers due within ``scheduler.wheel_horizon_ms`` and is topped up from the store's ``due`` index in
 slices (``docs/architecture.md#near-term-window``). Receives: ``Rebuild`` (first, after ``Join``: a
-new window, loaded slice by slice), ``Applied`` (entries applied on this node, from the Raft
+new window, loaded slice by slice), ``LeaderEffects`` (entries applied on this node, from the Raft
 thread), ``Requeue`` (from the Dispatcher), ``Wake`` (its alarm, or itself between two slices),
 ``ReadWheel`` / ``GetGauges`` (ask). Sends: ``DueBatch`` to the Dispatcher (tasks due within
 ``scheduler.dispatch_lead_ms``), ``Committed`` to the Monitor and the Dispatcher (the fire effects
@@ -15,7 +15,7 @@ the Dispatcher as one ``DueBatch`` (the workers still hold each fire until its o
 
 The loader stays off the fire path: a turn advances the wheel first and then reads at most one slice
 (one lmdb cursor range, ``DEFAULT_SLICE_LIMIT`` entries); when more is wanted the actor tells itself
-``Wake``, so ``Applied`` and ``Requeue`` messages and the next advance interleave with the slices. A
+``Wake``, so ``LeaderEffects`` and ``Requeue`` messages and the next advance interleave with the slices. A
 new leader therefore fires the earliest timers after one slice, whatever the size of the store.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 
 from molens.actors.alarm import wall_ms
 from molens.actors.messages import (
-    Applied,
     Committed,
     DueBatch,
     FlowsChanged,
+    LeaderEffects,
     ReadWheel,
     Rebuild,
     Requeue,
@@ -41,7 +41,7 @@ from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.machine import Effect, FireRequest, FlowSet, WheelAdd, WheelRemove
 from molens.schedule.horizon import DEFAULT_SLICE_LIMIT, HorizonWheel, ReadSlice
 from molens.schedule.wheel import BucketStat
-from molens.schedule.wheel import TimeWheel as Wheel
+from molens.schedule.wheel import HierarchicalWheel as Wheel
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class TimeWheel(LeaderActor):
         self.loading = False
 
     def handle(self, message: Any) -> Any:
-        if isinstance(message, Applied):
+        if isinstance(message, LeaderEffects):
             self._applied(message)
         elif isinstance(message, Wake):
             pass
@@ -158,9 +158,9 @@ class TimeWheel(LeaderActor):
                      win.loaded, win.slices, win.loaded_until_ms, wheel.rebuild_ms or 0.0)
         return more
 
-    def _applied(self, msg: Applied) -> None:
+    def _applied(self, msg: LeaderEffects) -> None:
         wheel = self.wheel
-        assert wheel is not None, "Applied before Rebuild"
+        assert wheel is not None, "LeaderEffects before Rebuild"
         own: list[FireRequest] = []
         other: list[FireRequest] = []
         flows: list[tuple[str, Any]] = []

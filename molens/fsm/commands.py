@@ -22,7 +22,7 @@ from molens.fsm.tenancy import ApiKey, Namespace
 from molens.schema import FireKind, Outcome, TaskSpec
 
 
-class CodecError(MolensError, ValueError):
+class CommandCodecError(MolensError, ValueError):
     """Bytes that do not decode to a known command."""
 
 
@@ -292,12 +292,12 @@ _DECODER = msgspec.msgpack.Decoder(Command)
 def encode(cmd: Command) -> bytes:
     """Serialise a command for the Raft log."""
     if not isinstance(cmd, _COMMANDS):
-        raise CodecError(f"not a command: {cmd!r}")
+        raise CommandCodecError(f"not a command: {cmd!r}")
     return _ENCODER.encode(cmd)
 
 
 def decode(data: bytes) -> Command:
-    """Inverse of :func:`encode` (and of format 1's encoder); raises :class:`CodecError` on
+    """Inverse of :func:`encode` (and of format 1's encoder); raises :class:`CommandCodecError` on
     anything else."""
     if len(data) > 1 and data[0] & 0xF0 == 0x90 and data[1] < 16:  # fixarray, tag 0..15: format 1
         from molens.fsm import format_v1
@@ -306,7 +306,7 @@ def decode(data: bytes) -> Command:
     try:
         return _DECODER.decode(data)
     except msgspec.MsgspecError as e:
-        raise CodecError(f"undecodable command: {e}") from e
+        raise CommandCodecError(f"undecodable command: {e}") from e
 
 
 _COMMANDS = (
@@ -323,7 +323,7 @@ __all__ = [
     "Audited",
     "AuditedCommand",
     "BackfillTask",
-    "CodecError",
+    "CommandCodecError",
     "Command",
     "CreateItem",
     "CreateTasks",

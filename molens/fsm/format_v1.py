@@ -14,8 +14,8 @@ from typing import Any
 import msgspec
 
 from molens.fsm.commands import (
-    CodecError,
     Command,
+    CommandCodecError,
     CreateItem,
     CreateTasks,
     DeleteTasks,
@@ -119,8 +119,8 @@ def decode_command(data: bytes) -> Command:
         if tag == 8:
             return PutMeta(now, v[2], v[3])
     except Exception as e:
-        raise CodecError(f"undecodable command of format 1: {e}") from e
-    raise CodecError(f"unknown command tag {tag!r}")
+        raise CommandCodecError(f"undecodable command of format 1: {e}") from e
+    raise CommandCodecError(f"unknown command tag {tag!r}")
 
 
 __all__ = ["decode_command", "spec_from_list", "task_from_bytes"]

@@ -36,7 +36,7 @@ may be torn -- after the operating system stopped while the store was open (powe
 crash), told by the boot id recorded at open (:data:`BOOT_MARKER`). A process that dies (kill -9,
 OOM) leaves its writes in the page cache: the store is kept. See docs/architecture.md#fsm-durability.
 Entries at or below ``applied_index`` are skipped
-(result ``None``). A command that cannot be decoded yields a :class:`CodecError` result, and one
+(result ``None``). A command that cannot be decoded yields a :class:`CommandCodecError` result, and one
 whose application raises (a bug: the machine is deterministic, so every replica raises alike) a
 :class:`StoreError` result; either changes nothing and never stops the replica. Snapshots are ``env.copyfd(compact=True)`` of a read transaction.
 
@@ -64,7 +64,7 @@ import msgspec
 
 from molens.fsm import format_v1, machine, search
 from molens.fsm.audit import AuditEntry
-from molens.fsm.commands import CodecError, Command, ExpireItem, FlowSettings, decode, encode
+from molens.fsm.commands import Command, CommandCodecError, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
 from molens.lmdb_snapshot import (
@@ -481,7 +481,7 @@ class TaskStore:
             else:
                 try:
                     cmd = decode(e.data)
-                except CodecError as exc:
+                except CommandCodecError as exc:
                     log.error("undecodable entry index=%d: %s", e.index, exc)
                     out.append(exc)
                     continue

@@ -31,7 +31,7 @@ ALL_NAMESPACES = "*"
 """A key's ``namespaces`` entry that stands for every namespace, present and future."""
 
 
-class Role(enum.StrEnum):
+class KeyRole(enum.StrEnum):
     """What a key may do in its namespaces (docs/api.md#keys-and-roles)."""
 
     ADMIN = "admin"
@@ -74,7 +74,7 @@ class ApiKey(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
 
     id: str
     name: str
-    role: Role
+    role: KeyRole
     namespaces: tuple[str, ...]
     """Namespaces it may act in; ``("*",)`` for all."""
     salt: bytes
@@ -124,7 +124,7 @@ __all__ = [
     "ApiKey",
     "Namespace",
     "Quotas",
-    "Role",
+    "KeyRole",
     "decode_count",
     "decode_key",
     "decode_namespace",

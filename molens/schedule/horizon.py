@@ -1,4 +1,4 @@
-"""The leader's near-term window: a :class:`~molens.schedule.wheel.TimeWheel` holding only the timers
+"""The leader's near-term window: a :class:`~molens.schedule.wheel.HierarchicalWheel` holding only the timers
 due within ``horizon_ms``, topped up in slices from the ``due`` index (``docs/architecture.md#near-term-window``).
 
 The ``due`` index (``(due_ms, key)`` in order) stays the truth. The window keeps one boundary,
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from molens.schedule.wheel import TimeWheel
+from molens.schedule.wheel import HierarchicalWheel
 
 ReadSlice = Callable[[tuple[int, str], int, int], list[tuple[int, str]]]
 """``read(start, until_ms, limit)``: up to ``limit`` entries ``(due_ms, key)`` of the due index with
@@ -51,7 +51,7 @@ class HorizonWheel:
             raise ValueError(f"horizon_ms must be >= tick_ms, got {horizon_ms} < {tick_ms}")
         if slice_limit < 1:
             raise ValueError(f"slice_limit must be >= 1, got {slice_limit}")
-        self.wheel: TimeWheel[str] = TimeWheel(tick_ms=tick_ms, start_ms=now_ms)
+        self.wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=tick_ms, start_ms=now_ms)
         self.horizon_ms = horizon_ms
         self.slice_limit = slice_limit
         self.top_up_ms = max(tick_ms, horizon_ms // TOP_UP_PARTS)

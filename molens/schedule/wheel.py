@@ -8,7 +8,7 @@ When a bucket's start is reached, it is *opened*: where Kafka cascades each time
 levels, this wheel sorts the bucket once and reads it in order as a *run* (one C-level sort instead
 of a Python loop per timer and level; a bucket of more than 20,000 timers is split in one pass and
 sorted window by window of the level below, as a whole-bucket sort misses the cache). Timers due in the current tick wait in a small heap. So
-:meth:`TimeWheel.advance` returns timers in exact due order: firing precision is not limited by the
+:meth:`HierarchicalWheel.advance` returns timers in exact due order: firing precision is not limited by the
 tick.
 
 Representation (sized for millions of timers): a bucket is a ``dict`` ``key -> stamp`` and
@@ -16,7 +16,7 @@ Representation (sized for millions of timers): a bucket is a ``dict`` ``key -> s
 out from an opened bucket linger there, marked stale, until the bucket is used up: see ``_Run``). The stamp is
 one int, ``due_ms << 64 | seq``: sorting by it gives due order with ties in ``add`` order. Non-empty
 buckets are found through a heap of bucket ids (``start_ms * (levels + 1) + level``), so advancing
-over a long empty stretch costs nothing per empty tick, and :meth:`TimeWheel.next_deadline` is the
+over a long empty stretch costs nothing per empty tick, and :meth:`HierarchicalWheel.next_deadline` is the
 start of the first unopened bucket or the first due time among the opened ones.
 
 Not thread-safe: one owner (the leader's scheduler) drives it.
@@ -172,7 +172,7 @@ class _Run(Generic[K]):
         _drain(map(where.pop, self.entries))
 
 
-class TimeWheel(Generic[K]):
+class HierarchicalWheel(Generic[K]):
     """Timers keyed by any hashable (task ids); ``advance(now_ms)`` hands out the due keys in order.
 
     Keys are unique: adding a present key moves it. ``now_ms`` passed to :meth:`advance` should not

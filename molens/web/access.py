@@ -50,7 +50,7 @@ import bottle
 
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm import tenancy
-from molens.fsm.tenancy import ALL_NAMESPACES, Role
+from molens.fsm.tenancy import ALL_NAMESPACES, KeyRole
 from molens.schema import NAMESPACE_PATTERN, python_pattern
 from molens.web import export, keys
 from molens.web.errors import Forbidden, TooManyRequests, Unauthorized
@@ -166,7 +166,7 @@ class Principal:
 
     key_id: str
     name: str
-    role: Role
+    role: KeyRole
     namespaces: frozenset[str] | None
     """The namespaces it may act in; None for all."""
 
@@ -174,9 +174,9 @@ class Principal:
         return self.namespaces is None or ns in self.namespaces
 
 
-ANONYMOUS = Principal("anonymous", "anonymous", Role.ADMIN, None)
-BOOTSTRAP = Principal("bootstrap", "bootstrap", Role.ADMIN, None)
-_RANK = {Role.READER: 0, Role.WRITER: 1, Role.ADMIN: 2}
+ANONYMOUS = Principal("anonymous", "anonymous", KeyRole.ADMIN, None)
+BOOTSTRAP = Principal("bootstrap", "bootstrap", KeyRole.ADMIN, None)
+_RANK = {KeyRole.READER: 0, KeyRole.WRITER: 1, KeyRole.ADMIN: 2}
 _NEED_RANK = {Need.READ: 0, Need.WRITE: 1, Need.ADMIN: 2}
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
-from molens.schedule.wheel import TimeWheel
+from molens.schedule.wheel import HierarchicalWheel
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class WheelDistribution:
         }
 
 
-def distribution_of(wheel: TimeWheel[Any], now_ms: int, far: FarFuture | None = None) -> WheelDistribution:
+def distribution_of(wheel: HierarchicalWheel[Any], now_ms: int, far: FarFuture | None = None) -> WheelDistribution:
     """Read every level of ``wheel`` (call it on the wheel's owner thread)."""
     levels = []
     for lv in range(wheel.levels):

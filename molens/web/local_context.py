@@ -33,7 +33,7 @@ from molens.fsm.search import TaskIndex
 from molens.fsm.store import EntryResult, TaskStore
 from molens.model import NotFoundError, Task
 from molens.raft.log import Entry
-from molens.schedule.wheel import TimeWheel
+from molens.schedule.wheel import HierarchicalWheel
 from molens.web.api_context import ApiSettings, LeaderInfo
 from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
 from molens.web.fire_series import Span
@@ -251,7 +251,7 @@ class LocalContext:
         c = self._wheel_cache
         if c is not None and c[0] == applied and now - c[1].time_ms < 1000:
             return c[1]
-        wheel: TimeWheel[str] = TimeWheel(start_ms=now)
+        wheel: HierarchicalWheel[str] = HierarchicalWheel(start_ms=now)
         for due_ms, tid in self.store.scan_due():
             wheel.add(tid, due_ms)
         dist = distribution_of(wheel, now)

@@ -15,7 +15,7 @@ import msgspec
 
 from molens import __version__
 from molens.fsm.audit import ACTIONS as AUDIT_ACTIONS
-from molens.fsm.tenancy import Role
+from molens.fsm.tenancy import KeyRole
 from molens.model import (
     DEFAULT_LIMITS,
     MAX_EPOCH_MS,
@@ -72,7 +72,7 @@ def _json(schema: dict[str, Any], description: str, headers: dict[str, Any] | No
     return out
 
 
-_ROLE_HEADER = {"X-Molens-Role": {"$ref": "#/components/headers/X-Molens-Role"}}
+_ROLE_HEADER = {"X-Molens-KeyRole": {"$ref": "#/components/headers/X-Molens-KeyRole"}}
 
 
 def _ok(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
@@ -1328,7 +1328,7 @@ def _tenancy_schemas() -> dict[str, Any]:
     key_props: dict[str, Any] = {
         "id": {"type": "string", "description": "Key id (also the secret's second part)"},
         "name": {"type": "string"},
-        "role": {"type": "string", "enum": [r.value for r in Role]},
+        "role": {"type": "string", "enum": [r.value for r in KeyRole]},
         "namespaces": {"type": "array", "items": {"type": "string"}, "description": 'Its namespaces, or ["*"]'},
         "created_at": {"type": "integer"},
         "last_used_at": {**_nullable("integer"), "description": "When this node last admitted it (null: not since "
@@ -1437,7 +1437,7 @@ def _document(wheel_levels: int) -> dict[str, Any]:
             "schemas": {**_schemas(), **_dead_letter_schemas(), **_tenancy_schemas(), **_audit_schemas()},
             "responses": _responses(),
             "headers": {
-                "X-Molens-Role": {"schema": {"type": "string"}, "description": "Role of the answering node"}
+                "X-Molens-KeyRole": {"schema": {"type": "string"}, "description": "KeyRole of the answering node"}
             },
             "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
         },

@@ -22,7 +22,7 @@ import msgspec
 from molens.errors import IllegalTransitionError, MolensError, NotFoundError, ValidationError
 from molens.fsm import tenancy
 from molens.fsm.commands import DeleteApiKey, DeleteNamespace, PutApiKey, PutNamespace
-from molens.fsm.tenancy import ALL_NAMESPACES, ApiKey, Namespace, Quotas, Role
+from molens.fsm.tenancy import ALL_NAMESPACES, ApiKey, KeyRole, Namespace, Quotas
 from molens.schema import DEFAULT_NAMESPACE, NAMESPACE_PATTERN, python_pattern, request_error, whole_numbers
 from molens.web import access, keys
 
@@ -59,7 +59,7 @@ class NamespacePatch(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class KeyBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_NAME)]
-    role: Role
+    role: KeyRole
     namespaces: Annotated[list[str], msgspec.Meta(min_length=1, max_length=MAX_KEY_NAMESPACES)]
 
 

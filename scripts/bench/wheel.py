@@ -17,7 +17,7 @@ import random
 import time
 import tracemalloc
 
-from molens.schedule.wheel import TimeWheel
+from molens.schedule.wheel import HierarchicalWheel
 
 START_MS = 1_790_000_000_000  # an epoch-ms instant in 2026
 
@@ -33,7 +33,7 @@ def timing_run(
     keys: list[str], dues: list[int], tick_ms: int, wheel_size: int, exact: bool
 ) -> tuple[float, float, int, int]:
     """Add all timers, then expire them: tick by tick, or (exact) jumping to each ``next_deadline()``."""
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=tick_ms, wheel_size=wheel_size, start_ms=START_MS)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=tick_ms, wheel_size=wheel_size, start_ms=START_MS)
     add, advance, next_deadline = wheel.add, wheel.advance, wheel.next_deadline
     gc.disable()
     try:
@@ -68,7 +68,7 @@ def memory_run(keys: list[str], dues: list[int], tick_ms: int, wheel_size: int) 
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=tick_ms, wheel_size=wheel_size, start_ms=START_MS)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=tick_ms, wheel_size=wheel_size, start_ms=START_MS)
     for key, due in zip(keys, dues):
         wheel.add(key, due + 0)  # a fresh int, as an engine computing due times would pass
     used = tracemalloc.get_traced_memory()[0] - base

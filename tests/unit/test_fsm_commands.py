@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from molens.fsm.commands import (
     BackfillTask,
-    CodecError,
     Command,
+    CommandCodecError,
     CreateItem,
     CreateTasks,
     DeleteTasks,
@@ -75,7 +75,7 @@ def test_every_command_round_trips(cmd: Command) -> None:
 
 def test_garbage_is_a_codec_error() -> None:
     for data in (b"", b"\x93\x63\x01\x02", b"\xc1", encode(TriggerTask(1, "a"))[:-1]):
-        with pytest.raises(CodecError):
+        with pytest.raises(CommandCodecError):
             decode(data)
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from PIL import Image, ImageStat
 
-from molens.schedule.wheel import TimeWheel
+from molens.schedule.wheel import HierarchicalWheel
 from molens.web.heatmap import (
     FAR_DAYS,
     MAX_WIDTH,
@@ -105,7 +105,7 @@ def test_colour_scale_is_log_and_darkens_with_the_count() -> None:
 
 
 def test_distribution_of_a_wheel_counts_every_timer_once() -> None:
-    w: TimeWheel[int] = TimeWheel(tick_ms=10, start_ms=1_000)
+    w: HierarchicalWheel[int] = HierarchicalWheel(tick_ms=10, start_ms=1_000)
     for i in range(5_000):
         w.add(i, 1_000 + i * 997)  # spread over ~83 minutes: levels 0, 1 and 2
     d = distribution_of(w, 1_000)

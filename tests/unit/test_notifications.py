@@ -12,7 +12,7 @@ from threading import Thread
 from typing import Any
 
 from molens.actors.firepool import make_pool_manager
-from molens.actors.notifier import Batch, NoticePlan, NoticeSender
+from molens.actors.notifier import NoticeBatch, NoticePlan, NoticeSender
 from molens.fsm.commands import AckNotices
 from molens.model import CallbackPolicy
 from molens.schema import Notice, NoticeType
@@ -103,7 +103,7 @@ def test_the_sender_posts_the_batch_signed_like_a_callback_and_reports_a_refusal
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}/n"
         send = NoticeSender(make_pool_manager(1, CallbackPolicy()), 2_000, ("s3cret",), wall=lambda: 1_700_000_000_000)
-        b = Batch(url, (_n(0, url), _n(1, url)))
+        b = NoticeBatch(url, (_n(0, url), _n(1, url)))
         assert send(b) == "status 500"
         assert send(b) is None
         headers, body = got[1]

@@ -8,7 +8,7 @@ import pytest
 
 from molens.actors.address_book import AddressBook, peer_context, peer_from_context
 from molens.actors.peer_errors import LeadershipLost, ProposalRefused
-from molens.actors.peer_state import Batch, BatchSlot, ProposalQueue
+from molens.actors.peer_state import BatchOutcome, BatchSlot, ProposalQueue
 from molens.config import PeerConfig
 
 
@@ -80,7 +80,7 @@ def test_conf_change_context_carries_the_addresses() -> None:
 
 def test_batch_reports_once_and_unknown_outcome_wins_over_refusal() -> None:
     calls: list[tuple[list[Any], BaseException | None]] = []
-    batch = Batch(3, lambda results, err: calls.append((results, err)))
+    batch = BatchOutcome(3, lambda results, err: calls.append((results, err)))
     slots = [BatchSlot(batch, i) for i in range(3)]
     slots[0].set_result("r0")
     slots[1].set_exception(ProposalRefused("x"))
@@ -91,7 +91,7 @@ def test_batch_reports_once_and_unknown_outcome_wins_over_refusal() -> None:
     results, err = calls[0]
     assert results[0] == "r0" and isinstance(err, LeadershipLost)
     ok: list[tuple[list[Any], BaseException | None]] = []
-    b2 = Batch(2, lambda results, err: ok.append((results, err)))
+    b2 = BatchOutcome(2, lambda results, err: ok.append((results, err)))
     BatchSlot(b2, 1).set_result(True)
     BatchSlot(b2, 0).set_result(False)
     assert ok == [([False, True], None)]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from molens.actors.peer_handle import RaftPeerHandle, lmdb_log, zmq_transport
-from molens.config import PeerConfig, RaftConfig
+from molens.config import PeerConfig, RaftSettings
 from molens.kv import KVStateMachine, encode_get, encode_put
 from tests.polling import wait_until
 
@@ -22,7 +22,7 @@ def _free_port() -> int:
 
 def _single_node(tmp_path: Path, fsm: Any) -> RaftPeerHandle:
     addr = f"127.0.0.1:{_free_port()}"
-    cfg = RaftConfig(bind_addr=addr, tick_ms=10)
+    cfg = RaftSettings(bind_addr=addr, tick_ms=10)
     me = PeerConfig(id="n1", raft_addr=addr, rpc_addr="127.0.0.1:1", http_addr="127.0.0.1:2")
     peer = RaftPeerHandle.start(
         "n1", cfg, tmp_path, fsm, (me,), ("n1",),

@@ -11,7 +11,7 @@ import pytest
 from molens.actors.peer_errors import MembershipRefused
 from molens.actors.peer_handle import RaftPeerHandle, lmdb_log
 from molens.actors.peer_messages import LeaderChange
-from molens.config import PeerConfig, RaftConfig
+from molens.config import PeerConfig, RaftSettings
 from molens.kv import KVStateMachine, encode_get, encode_put
 from molens.raft.core import NotLeaderError
 from tests.memory_transport import MemoryNet
@@ -32,7 +32,7 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, RaftPeerHandle]]:
         for i in IDS:
             d = tmp_path / i
             d.mkdir()
-            cfg = RaftConfig(bind_addr=ADDR[i], tick_ms=10)
+            cfg = RaftSettings(bind_addr=ADDR[i], tick_ms=10)
             fsm = KVStateMachine(d, durable=False)
             fsms.append(fsm)
             handles[i] = RaftPeerHandle.start(

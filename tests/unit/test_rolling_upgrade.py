@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from molens.actors.fireworker import Heartbeat, decode_heartbeat, heartbeat_frame
+from molens.actors.fireworker import WorkerHeartbeat, decode_heartbeat, heartbeat_frame
 from molens.delivery import (
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
@@ -69,7 +69,7 @@ def test_a_worker_that_reads_version_2_gets_the_traceparent() -> None:
 
 def test_a_heartbeat_advertises_the_version_and_a_leader_of_the_previous_release_still_reads_it() -> None:
     body = heartbeat_frame(3, ["A-1", "B-1"])[1:]
-    assert decode_heartbeat(body) == Heartbeat(3, frozenset({"A-1", "B-1"}), FIRE_BATCH_VERSION)
+    assert decode_heartbeat(body) == WorkerHeartbeat(3, frozenset({"A-1", "B-1"}), FIRE_BATCH_VERSION)
     free, held = _previous_decode_heartbeat(body)
     # the version is one more element of the held set: no fire id, so no open fire is listed by it
     assert free == 3 and held is not None and {"A-1", "B-1"} <= held
@@ -78,7 +78,7 @@ def test_a_heartbeat_advertises_the_version_and_a_leader_of_the_previous_release
 
 def test_a_heartbeat_of_the_previous_release_advertises_version_1_and_one_without_a_list_says_nothing() -> None:
     previous = bytes(msgpack.packb([5, ["A-1"]]))
-    assert decode_heartbeat(previous) == Heartbeat(5, frozenset({"A-1"}), FIRE_BATCH_V1)
+    assert decode_heartbeat(previous) == WorkerHeartbeat(5, frozenset({"A-1"}), FIRE_BATCH_V1)
     assert decode_heartbeat(bytes(msgpack.packb([5, []]))).batch_version == FIRE_BATCH_V1
     assert decode_heartbeat(heartbeat_frame(5, None)[1:]).batch_version is None
     assert _previous_decode_heartbeat(heartbeat_frame(5, None)[1:]) == (5, None)

@@ -11,7 +11,7 @@ import msgspec
 
 from molens.actors.cleaner import ExpiryScan
 from molens.actors.dispatcher import DispatchPlan
-from molens.actors.fireworker import Heartbeat, decode_heartbeat, heartbeat_frame
+from molens.actors.fireworker import WorkerHeartbeat, decode_heartbeat, heartbeat_frame
 from molens.actors.monitor import FireWatch, WorkerWatch
 from molens.actors.timewheel import LeaderWheel
 from molens.delivery import FIRE_BATCH_VERSION
@@ -212,9 +212,9 @@ def test_an_open_fire_a_live_worker_no_longer_holds_is_settled_once_it_had_time_
 
 
 def test_heartbeats_of_older_workers_hold_nothing_known() -> None:
-    assert decode_heartbeat(msgpack.packb(7)) == Heartbeat(7, None, None)
-    assert decode_heartbeat(heartbeat_frame(3, ["a-1"])[1:]) == Heartbeat(3, frozenset({"a-1"}), FIRE_BATCH_VERSION)
-    assert decode_heartbeat(heartbeat_frame(3, None)[1:]) == Heartbeat(3, None, None)
+    assert decode_heartbeat(msgpack.packb(7)) == WorkerHeartbeat(7, None, None)
+    assert decode_heartbeat(heartbeat_frame(3, ["a-1"])[1:]) == WorkerHeartbeat(3, frozenset({"a-1"}), FIRE_BATCH_VERSION)
+    assert decode_heartbeat(heartbeat_frame(3, None)[1:]) == WorkerHeartbeat(3, None, None)
 
 
 def test_a_worker_never_heard_from_in_a_new_term_counts_from_the_term_start() -> None:

@@ -28,7 +28,7 @@ from molens.fsm.commands import (
 )
 from molens.fsm.machine import Created
 from molens.fsm.memstate import MemoryState
-from molens.fsm.tenancy import ApiKey, Namespace, Quotas, Role
+from molens.fsm.tenancy import ApiKey, KeyRole, Namespace, Quotas
 from molens.schema import DeadLetter, Task, TaskSpec
 from molens.web import keys
 from molens.web.access import RULES
@@ -128,7 +128,7 @@ def test_quotas_are_replaced_and_the_creation_time_kept() -> None:
 
 
 def test_key_commands_use_tags_40_to_49_and_round_trip() -> None:
-    key = ApiKey(id="0123456789abcdef", name="ci", role=Role.WRITER, namespaces=("pay",), salt=b"s" * 16,
+    key = ApiKey(id="0123456789abcdef", name="ci", role=KeyRole.WRITER, namespaces=("pay",), salt=b"s" * 16,
                  digest=b"d" * 32, created_ms=T0)
     for cmd in (PutNamespace(T0, Namespace(name="pay"), True), DeleteNamespace(T0, "pay"), PutApiKey(T0, key),
                 DeleteApiKey(T0, key.id)):
@@ -147,7 +147,7 @@ def test_a_secret_names_its_key_and_only_its_keyed_hash_is_kept() -> None:
     assert keys.key_id_of(secret) == kid
     assert secret.startswith(f"mlk_{kid}_") and len(secret) == len(f"mlk_{kid}_") + 43  # 32 random bytes
     salt = keys.new_salt()
-    key = ApiKey(id=kid, name="n", role=Role.READER, namespaces=("*",), salt=salt, digest=keys.digest(salt, secret),
+    key = ApiKey(id=kid, name="n", role=KeyRole.READER, namespaces=("*",), salt=salt, digest=keys.digest(salt, secret),
                  created_ms=T0)
     assert keys.verify(key, secret)
     assert not keys.verify(key, secret[:-1] + ("A" if secret[-1] != "A" else "B"))

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from molens.schedule.wheel import DEFAULT_HORIZON_MS, TimeWheel
+from molens.schedule.wheel import DEFAULT_HORIZON_MS, HierarchicalWheel
 
 YEAR_MS = 365 * 86_400_000
 KEYS = 41  # small key pool: lots of re-adds, moves and removes of the same keys
@@ -42,7 +42,7 @@ class Reference:
         return min((v[0] for v in self.pending.values()), default=None)
 
 
-def check_same(wheel: TimeWheel[object], ref: Reference) -> None:
+def check_same(wheel: HierarchicalWheel[object], ref: Reference) -> None:
     assert len(wheel) == len(ref.pending)
     for key, (due, _) in ref.pending.items():
         assert key in wheel
@@ -115,17 +115,17 @@ dense_ops = st.lists(
 )
 def test_wheel_matches_sorted_reference(tick: int, size: int, horizon: int, start: int, script: list[tuple[str, int, int]]) -> None:
     """Random adds/removes/advances: every timer comes out exactly once, never early, in due order."""
-    run_script(TimeWheel(tick_ms=tick, wheel_size=size, start_ms=start, horizon_ms=horizon), start, script)
+    run_script(HierarchicalWheel(tick_ms=tick, wheel_size=size, start_ms=start, horizon_ms=horizon), start, script)
 
 
 @settings(max_examples=int(os.environ.get("WHEEL_EXAMPLES", "200")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tick=st.sampled_from([1, 10]), size=st.sampled_from([4, 8, 16]), script=dense_ops)
 def test_dense_buckets_read_in_small_steps_match_reference(tick: int, size: int, script: list[tuple[str, int, int]]) -> None:
     """Opened buckets read a part at a time, with fired keys re-added or removed meanwhile."""
-    run_script(TimeWheel(tick_ms=tick, wheel_size=size, start_ms=0), 0, script)
+    run_script(HierarchicalWheel(tick_ms=tick, wheel_size=size, start_ms=0), 0, script)
 
 
-def run_script(wheel: TimeWheel[object], start: int, script: list[tuple[str, int, int]]) -> None:
+def run_script(wheel: HierarchicalWheel[object], start: int, script: list[tuple[str, int, int]]) -> None:
     ref = Reference()
     now = start
     fired: list[object] = []
@@ -172,7 +172,7 @@ def run_script(wheel: TimeWheel[object], start: int, script: list[tuple[str, int
 
 
 def test_default_levels_cover_five_years_without_overflow() -> None:
-    wheel: TimeWheel[str] = TimeWheel(start_ms=T0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(start_ms=T0)
     assert wheel.tick_ms == 10
     assert DEFAULT_HORIZON_MS >= 5 * YEAR_MS
     wheel.add("five-years", T0 + 5 * YEAR_MS + 2 * 86_400_000)
@@ -182,7 +182,7 @@ def test_default_levels_cover_five_years_without_overflow() -> None:
 
 
 def test_timer_beyond_top_level_waits_in_overflow_and_fires_on_time() -> None:
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=4, start_ms=0, horizon_ms=1_000)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=10, wheel_size=4, start_ms=0, horizon_ms=1_000)
     far = 50 * YEAR_MS + 7
     wheel.add("far", far)
     wheel.add("near", 35)
@@ -194,7 +194,7 @@ def test_timer_beyond_top_level_waits_in_overflow_and_fires_on_time() -> None:
 
 def test_long_empty_stretch_is_one_step() -> None:
     """Ten years of 1 ms ticks with nothing due: must not walk 3e11 ticks."""
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=1, start_ms=0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=1, start_ms=0)
     wheel.add("a", 10 * YEAR_MS)
     wheel.add("b", 10 * YEAR_MS + 1)
     assert wheel.advance(10 * YEAR_MS - 1) == []
@@ -204,7 +204,7 @@ def test_long_empty_stretch_is_one_step() -> None:
 
 
 def test_deadline_follows_empty_ticks_to_the_next_bucket() -> None:
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=10, wheel_size=8, start_ms=0)
     wheel.add("x", 1_234_567)
     calls = 0
     while (deadline := wheel.next_deadline()) is not None:
@@ -216,7 +216,7 @@ def test_deadline_follows_empty_ticks_to_the_next_bucket() -> None:
 
 
 def test_current_tick_fires_in_exact_due_order_not_tick_order() -> None:
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, start_ms=1_000)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=10, start_ms=1_000)
     for key, due in [("c", 1_017), ("a", 1_011), ("b", 1_015), ("a2", 1_011)]:
         wheel.add(key, due)
     assert wheel.advance(1_010) == []
@@ -229,7 +229,7 @@ def test_current_tick_fires_in_exact_due_order_not_tick_order() -> None:
 
 def test_ties_come_out_in_add_order_across_levels() -> None:
     """Equal due times added at different moments (different levels) keep add order."""
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=1, wheel_size=4, start_ms=0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=1, wheel_size=4, start_ms=0)
     wheel.add("first", 1_000)  # a high level
     wheel.advance(990)
     wheel.add("second", 1_000)  # level 0
@@ -238,7 +238,7 @@ def test_ties_come_out_in_add_order_across_levels() -> None:
 
 
 def test_readd_moves_the_timer() -> None:
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, start_ms=0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=10, start_ms=0)
     wheel.add("t", 100_000)
     wheel.add("t", 50)
     assert len(wheel) == 1 and wheel.due_of("t") == 50
@@ -247,7 +247,7 @@ def test_readd_moves_the_timer() -> None:
 
 
 def test_remove_after_cascade_and_in_current_tick() -> None:
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=4, start_ms=0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=10, wheel_size=4, start_ms=0)
     for i in range(20):
         wheel.add(f"k{i}", 1_000 + i)
     assert wheel.advance(999) == []  # the high-level bucket has cascaded by now
@@ -260,7 +260,7 @@ def test_remove_after_cascade_and_in_current_tick() -> None:
 
 
 def test_overdue_add_fires_on_next_advance_and_clock_never_rewinds() -> None:
-    wheel: TimeWheel[tuple[str, int]] = TimeWheel(tick_ms=10, start_ms=5_000)
+    wheel: HierarchicalWheel[tuple[str, int]] = HierarchicalWheel(tick_ms=10, start_ms=5_000)
     wheel.add(("task", 1), 10)
     assert wheel.next_deadline() == 10
     assert wheel.advance(4_000) == [("task", 1)]
@@ -268,7 +268,7 @@ def test_overdue_add_fires_on_next_advance_and_clock_never_rewinds() -> None:
 
 
 def test_distribution_reports_occupancy_per_bucket_window() -> None:
-    wheel: TimeWheel[int] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    wheel: HierarchicalWheel[int] = HierarchicalWheel(tick_ms=10, wheel_size=8, start_ms=0)
     for i in range(5):
         wheel.add(i, 25)  # level 0, window 2
     wheel.add(99, 700)  # beyond level 1 (8 x 80 ms): level 2
@@ -284,9 +284,9 @@ def test_distribution_reports_occupancy_per_bucket_window() -> None:
 
 def test_bad_parameters_are_refused() -> None:
     with pytest.raises(ValueError):
-        TimeWheel(tick_ms=0)
+        HierarchicalWheel(tick_ms=0)
     with pytest.raises(ValueError):
-        TimeWheel(wheel_size=1)
+        HierarchicalWheel(wheel_size=1)
 
 
 def test_pending_timer_costs_at_most_200_bytes_of_heap() -> None:
@@ -297,7 +297,7 @@ def test_pending_timer_costs_at_most_200_bytes_of_heap() -> None:
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        wheel: TimeWheel[str] = TimeWheel(start_ms=T0)
+        wheel: HierarchicalWheel[str] = HierarchicalWheel(start_ms=T0)
         for i, key in enumerate(keys):
             wheel.add(key, T0 + (i * 7_919) % 3_600_000)
         used = tracemalloc.get_traced_memory()[0] - base
@@ -308,7 +308,7 @@ def test_pending_timer_costs_at_most_200_bytes_of_heap() -> None:
 
 
 def test_handed_out_key_is_gone_and_can_come_back() -> None:
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=10, wheel_size=8, start_ms=0)
     for i in range(30):
         wheel.add(f"k{i}", 100 + 10 * i)  # spread over level-1 buckets: opened as sorted runs
     assert wheel.advance(150) == [f"k{i}" for i in range(6)]
@@ -323,7 +323,7 @@ def test_handed_out_key_is_gone_and_can_come_back() -> None:
 
 def test_big_bucket_opens_in_exact_order_with_ties_in_add_order() -> None:
     """More than 20,000 timers in one bucket (the second-sort path), many with equal due times."""
-    wheel: TimeWheel[int] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    wheel: HierarchicalWheel[int] = HierarchicalWheel(tick_ms=10, wheel_size=8, start_ms=0)
     n = 25_000
     dues = [700 + (i * 7_919) % 600 for i in range(n)]  # one level-2 bucket (640 ms wide)
     for i, due in enumerate(dues):
@@ -336,7 +336,7 @@ def test_big_bucket_opens_in_exact_order_with_ties_in_add_order() -> None:
 
 
 def test_deadline_skips_removed_timers_at_the_head_of_an_opened_bucket() -> None:
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=10, wheel_size=8, start_ms=0)
     for i in range(6):
         wheel.add(f"a{i}", 200 + i)  # one level-1 bucket [160, 240), opened at 160
     wheel.add("b", 700)
@@ -352,7 +352,7 @@ def test_deadline_skips_removed_timers_at_the_head_of_an_opened_bucket() -> None
 
 def test_keys_handed_out_from_a_partly_read_bucket_are_gone() -> None:
     """Handed-out keys linger (stale) in the index until their bucket is used up: never visible."""
-    wheel: TimeWheel[str] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=0)
+    wheel: HierarchicalWheel[str] = HierarchicalWheel(tick_ms=10, wheel_size=8, start_ms=0)
     for i in range(8):
         wheel.add(f"k{i}", 170 + 10 * i)  # one level-1 bucket, [160, 240)
     assert wheel.advance(185) == ["k0", "k1"]

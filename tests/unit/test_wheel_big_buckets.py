@@ -11,12 +11,12 @@ import random
 import pytest
 
 from molens.schedule import wheel as wheel_mod
-from molens.schedule.wheel import TimeWheel
+from molens.schedule.wheel import HierarchicalWheel
 
 T0 = 1_790_000_000_000
 
 
-def _check(w: TimeWheel[int], pending: dict[int, tuple[int, int]]) -> None:
+def _check(w: HierarchicalWheel[int], pending: dict[int, tuple[int, int]]) -> None:
     assert len(w) == len(pending)
     earliest = min((d for d, _ in pending.values()), default=None)
     deadline = w.next_deadline()
@@ -35,7 +35,7 @@ def test_chunked_big_buckets_hand_out_every_timer_once_in_due_order(
 ) -> None:
     monkeypatch.setattr(wheel_mod, "_CHUNK_MIN", chunk_min)
     rng = random.Random(seed)
-    w: TimeWheel[int] = TimeWheel(tick_ms=10, wheel_size=8, start_ms=T0)
+    w: HierarchicalWheel[int] = HierarchicalWheel(tick_ms=10, wheel_size=8, start_ms=T0)
     pending: dict[int, tuple[int, int]] = {}
     seq = 0
     span = rng.choice([2_000, 20_000, 200_000])
@@ -71,7 +71,7 @@ def test_chunked_big_buckets_hand_out_every_timer_once_in_due_order(
 
 def test_a_real_size_big_bucket_comes_out_in_order() -> None:
     rng = random.Random(7)
-    w: TimeWheel[int] = TimeWheel(tick_ms=10, start_ms=T0)
+    w: HierarchicalWheel[int] = HierarchicalWheel(tick_ms=10, start_ms=T0)
     n = 30_000  # one level-2 bucket past the threshold once the clock reaches it
     start = T0 + 3_000_000 - T0 % 2_621_440
     dues = [start + 2_621_440 + rng.randrange(2_621_440) for _ in range(n)]
