@@ -9,9 +9,9 @@ answers with, so an error raised deep in validation reaches the client unchanged
     │   └── BatchInvalid (400, molens.web.app: a batch with no valid item)
     ├── NotFoundError (404 not_found)
     ├── IllegalTransitionError (409 illegal_transition)
-    ├── PreconditionFailedError (412 precondition_failed: If-Match names another version)
-    ├── QuotaExceededError (429 quota_exceeded: a namespace's quota)
-    ├── StoreError (molens.fsm.store), CodecError (molens.fsm.commands), DeliveryCodecError
+    ├── PreconditionFailed (412 precondition_failed: If-Match names another version)
+    ├── QuotaExceeded (429 quota_exceeded: a namespace's quota)
+    ├── StoreError (molens.fsm.store), CommandCodecError (molens.fsm.commands), DeliveryCodecError
     ├── ConfigError (molens.config), NodeError (molens.node), AdminError, CliError
     ├── RaftPeerError (molens.actors.peer_errors: a proposal's or a Raft operation's outcome)
     │   ├── ProposalRefused (not appended; retrying is safe)
@@ -26,7 +26,7 @@ answers with, so an error raised deep in validation reaches the client unchanged
         ├── ApiError (an error answer, with its code and field)
         │   ├── BadRequestError ── BatchRejectedError
         │   ├── UnauthorizedError, TaskNotFoundError (every 404)
-        │   ├── ConflictError ── PreconditionFailedError (412)
+        │   ├── ConflictError ── PreconditionFailed (412)
         │   └── UnavailableError
         ├── OutcomeUnknownError
         └── ConnectionFailedError
@@ -107,7 +107,7 @@ class IllegalTransitionError(MolensError):
     http_status = 409
 
 
-class QuotaExceededError(MolensError):
+class QuotaExceeded(MolensError):
     """A namespace's quota refuses the request (429); ``field`` names the quota, the body says it as
     ``quota``, and ``Retry-After`` says when to try again."""
 
@@ -126,7 +126,7 @@ class QuotaExceededError(MolensError):
         return body
 
 
-class PreconditionFailedError(MolensError):
+class PreconditionFailed(MolensError):
     """The task's definition is no longer the version the request was based on (412)."""
 
     code = "precondition_failed"
@@ -138,7 +138,7 @@ __all__ = [
     "MolensError",
     "NotFoundError",
     "PayloadTooLargeError",
-    "PreconditionFailedError",
-    "QuotaExceededError",
+    "PreconditionFailed",
+    "QuotaExceeded",
     "ValidationError",
 ]

@@ -40,7 +40,7 @@ from molens.fsm.history import History
 from molens.fsm.machine import NOT_FIRED
 from molens.fsm.search import TaskIndex
 from molens.fsm.store import EntryResult, TaskStore
-from molens.model import DeadLetterKind, IllegalTransitionError, NotFoundError, Task
+from molens.model import FailureKind, IllegalTransitionError, NotFoundError, Task
 from molens.raft import core as rc
 from molens.schedule.flows import FlowState
 from molens.wallclock import wall_ms
@@ -483,7 +483,7 @@ class NodeContext:
             not_fired={**dict.fromkeys(NOT_FIRED, 0), **self.store.not_fired},
             lateness_p99_s=late_p99 / 1000 if late_p99 is not None else None,
             dead_letters={"stored": self.store.dead_count(), "outbox": self.store.outbox_count(),
-                          **{f"written:{k.value}": 0 for k in DeadLetterKind},
+                          **{f"written:{k.value}": 0 for k in FailureKind},
                           **{f"written:{k}": v for k, v in self.store.dead_written.items()}},
         )
 

@@ -166,7 +166,7 @@ class RetryJitter(enum.StrEnum):
     """The wait is drawn from ``[0, wait)`` (a hash of the fire id and attempt: every replica agrees)."""
 
 
-class DeadLetterKind(enum.StrEnum):
+class FailureKind(enum.StrEnum):
     """Why an occurrence failed for good (docs/architecture.md#dead-letters)."""
 
     RETRIES_EXHAUSTED = "retries_exhausted"
@@ -681,7 +681,7 @@ class DeadLetter(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     task_id: str
     fire_id: str
     seq: int
-    kind: DeadLetterKind
+    kind: FailureKind
     attempts: int
     status_code: int | None
     response_head: str | None
@@ -1177,7 +1177,7 @@ __all__ = [
     "Backfill",
     "CatchUp",
     "DeadLetter",
-    "DeadLetterKind",
+    "FailureKind",
     "Notice",
     "NoticeType",
     "ExecutionResult",

@@ -26,9 +26,9 @@ from molens.actors.peer_messages import (
     KnownPeers,
     LeaderChange,
     LearnPeers,
-    PeerStats,
     PeerStatus,
     ProposalsReady,
+    RaftPeerStats,
     ReadIndex,
     ReloadKeys,
     RemoveNode,
@@ -138,7 +138,7 @@ class RaftPeerHandle:
         return dict(self.ask(PeerStatus(), timeout))
 
     def stats(self, timeout: float = 10.0) -> dict[str, Any]:
-        return dict(self.ask(PeerStats(), timeout))
+        return dict(self.ask(RaftPeerStats(), timeout))
 
     def known_peers(self, timeout: float = 10.0) -> dict[str, PeerConfig]:
         """The address book: node id -> addresses."""

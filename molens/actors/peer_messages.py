@@ -57,7 +57,7 @@ class PeerStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class PeerStats:
+class RaftPeerStats:
     """Reply: the peer's counters, the log's, the transport's and the FSM's."""
 
 
@@ -155,7 +155,7 @@ class SnapshotMetaAt:
 
 
 Request = (
-    PeerStatus | PeerStats | KnownPeers | TransferLeadership | AddNode | RemoveNode | LearnPeers | ReloadKeys
+    PeerStatus | RaftPeerStats | KnownPeers | TransferLeadership | AddNode | RemoveNode | LearnPeers | ReloadKeys
     | SnapshotNow | ReadIndex | Subscribe | WaitUntil | JudgeClock | SnapshotMetaAt
 )
 """Every request a RaftPeer answers."""

@@ -96,9 +96,9 @@ from molens.actors.peer_messages import (
     KnownPeers,
     LeaderChange,
     LearnPeers,
-    PeerStats,
     PeerStatus,
     ProposalsReady,
+    RaftPeerStats,
     ReadIndex,
     ReloadKeys,
     RemovedNotice,
@@ -154,11 +154,11 @@ def role_name(core: rc.RaftCore, removed: bool = False) -> str:
     admin ``status`` reply); ``removed`` also when a member said so (:data:`REMOVED_NOTICE`)."""
     if removed:
         return "removed"
-    if core.role is rc.Role.LEADER:
+    if core.role is rc.RaftRole.LEADER:
         return "leader"
     if core.id in core.membership.learners:
         return "learner"
-    if core.role in (rc.Role.CANDIDATE, rc.Role.PRE_CANDIDATE):
+    if core.role in (rc.RaftRole.CANDIDATE, rc.RaftRole.PRE_CANDIDATE):
         return "candidate"
     if core.id not in core.membership.voters:
         return "removed" if core.last_index > 0 else "joining"
@@ -499,7 +499,7 @@ class RaftPeer(SnapshotWork):
     def _on_removed(self, frm: str) -> None:
         if self.removed:
             return
-        if frm not in self.core.membership.voters or self.core.role is rc.Role.LEADER:
+        if frm not in self.core.membership.voters or self.core.role is rc.RaftRole.LEADER:
             log.warning("removal notice from %s ignored (not a voter here, or this node leads)", frm)
             return
         self.removed = True
@@ -715,7 +715,7 @@ class RaftPeer(SnapshotWork):
     def _leader_housekeeping(self) -> None:
         """Promote caught-up learners (one membership change at a time; retried next tick)."""
         core = self.core
-        if core.role is not rc.Role.LEADER or not core.membership.learners:
+        if core.role is not rc.RaftRole.LEADER or not core.membership.learners:
             return
         for lid in core.membership.learners:
             pr = core.progress(lid)
@@ -746,7 +746,7 @@ class RaftPeer(SnapshotWork):
         match req:
             case PeerStatus():
                 return self.status()
-            case PeerStats():
+            case RaftPeerStats():
                 return self.stats()
             case KnownPeers():
                 return dict(self.book.peers)
@@ -838,7 +838,7 @@ class RaftPeer(SnapshotWork):
 
     def add_node(self, peer: PeerConfig) -> dict[str, Any]:
         core = self.core
-        if core.role is not rc.Role.LEADER:
+        if core.role is not rc.RaftRole.LEADER:
             raise rc.NotLeaderError(core.leader)
         if peer.id == self.node_id:
             raise MembershipRefused(f"{peer.id} is this node (the leader): its addresses come from its own config")
@@ -866,14 +866,14 @@ class RaftPeer(SnapshotWork):
 
     def remove_node(self, node_id: str) -> dict[str, Any]:
         core = self.core
-        if core.role is not rc.Role.LEADER:
+        if core.role is not rc.RaftRole.LEADER:
             raise rc.NotLeaderError(core.leader)
         index = core.propose_conf_change(ConfChangeOp.REMOVE, node_id)
         return {"index": index}
 
     def transfer_leader(self, to: str | None) -> dict[str, Any]:
         core = self.core
-        if core.role is not rc.Role.LEADER:
+        if core.role is not rc.RaftRole.LEADER:
             raise rc.NotLeaderError(core.leader)
         target = to or self.best_transferee()
         if target is None:
@@ -909,5 +909,5 @@ class RaftPeer(SnapshotWork):
 
     def _holds(self, condition: Condition) -> bool:
         if condition is Condition.NOT_LEADER:
-            return self.core.role is not rc.Role.LEADER
+            return self.core.role is not rc.RaftRole.LEADER
         raise ValueError(condition)

@@ -132,17 +132,17 @@ from molens.fsm.commands import (
 from molens.model import (
     TERMINAL_STATUSES,
     CatchUp,
-    DeadLetterKind,
     Execution,
     ExecutionResult,
+    FailureKind,
     FireKind,
     IllegalTransitionError,
     MolensError,
     NotFoundError,
     Outcome,
     Overlap,
-    PreconditionFailedError,
-    QuotaExceededError,
+    PreconditionFailed,
+    QuotaExceeded,
     Reliability,
     Status,
     Task,
@@ -709,7 +709,7 @@ def _count_tasks(tx: _Tx, counts: dict[str, int], ns: str, old: Task | None, new
             counts[key] = max(0, n + after - before)
 
 
-def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceededError | None:
+def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceeded | None:
     """Why a batch of creates is refused whole by its namespaces' quotas (``max_pending_tasks``,
     ``max_payload_bytes``); None when it is not (``default`` has none)."""
     by_ns: dict[str, int] = {}
@@ -724,13 +724,13 @@ def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceededError | 
         if q.max_payload_bytes is not None:
             big = max(len(it.spec.payload_json) for it in items if it.spec.namespace == ns)
             if big > q.max_payload_bytes:
-                return QuotaExceededError(
+                return QuotaExceeded(
                     f"namespace {ns}: a payload of {big} bytes, more than its max_payload_bytes "
                     f"{q.max_payload_bytes}; nothing was created", "max_payload_bytes", namespace=ns)
         if q.max_pending_tasks is not None:
             live = tenancy.decode_count(tx.meta(tenancy.LIVE_PREFIX + ns))
             if live + n > q.max_pending_tasks:
-                return QuotaExceededError(
+                return QuotaExceeded(
                     f"namespace {ns} holds {live} unfinished tasks; {n} more would pass its max_pending_tasks "
                     f"{q.max_pending_tasks}; nothing was created", "max_pending_tasks", namespace=ns)
     return None
@@ -960,7 +960,7 @@ def _result_running(
         changes["fail_count"] = 0
     else:
         decision = _retry_or_end(occ, it, res, fire, now, sent.reliability)
-        if not isinstance(decision, DeadLetterKind):
+        if not isinstance(decision, FailureKind):
             nr = _replace(r, due_ms=None if t.status is Status.PAUSED else decision["due_ms"], inflight=False,
                           free_attempts=decision["free_attempts"], throttled_since_ms=decision["throttled_since_ms"],
                           occ_spec=None)
@@ -1163,7 +1163,7 @@ def _after_callback(
             return {"status": Status.AWAITING_ACK, "ack_attempt": t.ack_base, "due_ms": now + spec.ack_delay_ms}
         return _DONE
     decision = _retry_or_end(t, it, res, fire, now, sent_as)
-    if not isinstance(decision, DeadLetterKind):
+    if not isinstance(decision, FailureKind):
         return decision
     _dead_letter(tx, t, it, res, fire, now, decision, head)
     if res is ExecutionResult.NOT_FOUND:
@@ -1183,7 +1183,7 @@ THROTTLE_STATUSES = frozenset({429, 503})
 
 def _retry_or_end(
     t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, sent_as: Reliability
-) -> dict[str, Any] | DeadLetterKind:
+) -> dict[str, Any] | FailureKind:
     """The retry of a failed callback attempt (docs/architecture.md#retry-policy), or why the
     occurrence failed for good.
 
@@ -1195,13 +1195,13 @@ def _retry_or_end(
     policy = spec.retry_policy
     code = it.status_code
     if res is ExecutionResult.NOT_FOUND:
-        return DeadLetterKind.NON_RETRYABLE
+        return FailureKind.NON_RETRYABLE
     if res is ExecutionResult.UNKNOWN:
-        return DeadLetterKind.UNKNOWN
+        return FailureKind.UNKNOWN
     if res is ExecutionResult.FAILED and (it.no_retry or code in policy.non_retryable_statuses):
-        return DeadLetterKind.NON_RETRYABLE
+        return FailureKind.NON_RETRYABLE
     if sent_as is not Reliability.AT_LEAST_ONCE or spec.reliability is not Reliability.AT_LEAST_ONCE:
-        return DeadLetterKind.RETRIES_EXHAUSTED
+        return FailureKind.RETRIES_EXHAUSTED
     free, since = t.free_attempts, t.throttled_since_ms
     if res is ExecutionResult.FAILED and code in THROTTLE_STATUSES and it.retry_after_ms > 0:
         since = since or now
@@ -1209,7 +1209,7 @@ def _retry_or_end(
             free += 1
     counted = fire.attempt - free
     if counted > spec.max_retries:
-        return DeadLetterKind.RETRIES_EXHAUSTED
+        return FailureKind.RETRIES_EXHAUSTED
     due = now if res is ExecutionResult.LOST else now + policy.wait_ms(max(1, counted), fire.fire_id)
     return {
         "status": Status.FIRING, "due_ms": max(due, it.retry_after_ms), "free_attempts": free,
@@ -1243,7 +1243,7 @@ def _notice(tx: _Tx, t: Task, kind: NoticeType, at: int, detail: str, key: str =
 
 
 def _dead_letter(
-    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, kind: DeadLetterKind,
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, kind: FailureKind,
     head: str | None,
 ) -> None:
     sent = t.occ_spec or t.spec
@@ -1268,7 +1268,7 @@ def _after_ack(
         return _DONE
     if fire.attempt - t.ack_base < cfg.ack_ttl:
         return {"status": Status.AWAITING_ACK, "due_ms": now + t.spec.ack_delay_ms}
-    _dead_letter(tx, t, it, res, fire, now, DeadLetterKind.ACK_FAILED, head)
+    _dead_letter(tx, t, it, res, fire, now, FailureKind.ACK_FAILED, head)
     return _FAILED
 
 
@@ -1327,7 +1327,7 @@ def _after_redriven(
     or failed for good: a new dead letter) the task goes back to its own schedule, untouched."""
     if res is not ExecutionResult.SUCCESS:
         decision = _retry_or_end(t, it, res, fire, now, sent_as)
-        if not isinstance(decision, DeadLetterKind):
+        if not isinstance(decision, FailureKind):
             return decision
         _dead_letter(tx, t, it, res, fire, now, decision, head)
     return _end_redrive(t, now)
@@ -1487,7 +1487,7 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
     if t is None:
         return NotFoundError(f"task {cmd.task_id} not found", "task_id")
     if t.version != cmd.version:
-        return PreconditionFailedError(
+        return PreconditionFailed(
             f"task {t.id} is at version {t.version}, not {cmd.version}", "If-Match"
         )
     old, new = t.spec, cmd.spec

@@ -139,7 +139,7 @@ log = logging.getLogger(__name__)
 
 
 
-class Role(enum.StrEnum):
+class RaftRole(enum.StrEnum):
     FOLLOWER = "follower"
     PRE_CANDIDATE = "pre_candidate"
     CANDIDATE = "candidate"
@@ -188,7 +188,7 @@ class SoftState:
     """Volatile state the node publishes: who leads, and this node's role."""
 
     leader: str | None
-    role: Role
+    role: RaftRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,9 +550,9 @@ class RaftCore:
         self._log.applied = start_applied
         self._durable_term = hs.term
         self._prev_hs = HardState(self.term, self.vote, self._log.committed)
-        self.role = Role.FOLLOWER
+        self.role = RaftRole.FOLLOWER
         self.leader: str | None = None
-        self._prev_ss = SoftState(None, Role.FOLLOWER)
+        self._prev_ss = SoftState(None, RaftRole.FOLLOWER)
         self._msgs: list[Message] = []
         self._msgs_after: list[Message] = []
         self._read_states: list[ReadState] = []
@@ -630,7 +630,7 @@ class RaftCore:
 
     def progress(self, peer: str) -> Progress | None:
         """The leader's replication progress of ``peer`` (None when not leader / unknown peer)."""
-        return self._prs.get(peer) if self.role is Role.LEADER else None
+        return self._prs.get(peer) if self.role is RaftRole.LEADER else None
 
     @property
     def transferee(self) -> str | None:
@@ -665,7 +665,7 @@ class RaftCore:
 
     def _become_follower(self, term: int, leader: str | None) -> None:
         self._reset(term)
-        self.role = Role.FOLLOWER
+        self.role = RaftRole.FOLLOWER
         self.leader = leader
 
     def _become_pre_candidate(self) -> None:
@@ -673,16 +673,16 @@ class RaftCore:
         self._votes = {}
         self._prs = {}
         self.leader = None
-        self.role = Role.PRE_CANDIDATE
+        self.role = RaftRole.PRE_CANDIDATE
 
     def _become_candidate(self) -> None:
         self._reset(self.term + 1)
         self.vote = self.id
-        self.role = Role.CANDIDATE
+        self.role = RaftRole.CANDIDATE
 
     def _become_leader(self) -> None:
         self._reset(self.term)
-        self.role = Role.LEADER
+        self.role = RaftRole.LEADER
         self.leader = self.id
         last = self._log.last_index()
         self._sync_progress()
@@ -732,7 +732,7 @@ class RaftCore:
     # --- ticks -----------------------------------------------------------------------------------
     def tick(self) -> None:
         """Advance logical time by one tick."""
-        if self.role is Role.LEADER:
+        if self.role is RaftRole.LEADER:
             self._tick_leader()
         else:
             self._election_elapsed += 1
@@ -773,13 +773,13 @@ class RaftCore:
 
         ``force`` skips pre-vote and overrides the voters' leader lease, as TimeoutNow does.
         """
-        if self.role is not Role.LEADER and self.is_voter() and not self.no_campaign:
+        if self.role is not RaftRole.LEADER and self.is_voter() and not self.no_campaign:
             self._campaign(pre=self.cfg.pre_vote and not force, transfer=force)
 
     def step_down(self, reason: str) -> None:
         """A leader gives up leadership in its term (the others elect a new one once their election
         timeout passes); a no-op otherwise."""
-        if self.role is Role.LEADER:
+        if self.role is RaftRole.LEADER:
             log.warning("raft step down node=%s term=%d: %s", self.id, self.term, reason)
             self._become_follower(self.term, None)
 
@@ -859,7 +859,7 @@ class RaftCore:
         if isinstance(m, RequestVote):
             self._handle_vote_request(m)
             return
-        if self.role is Role.LEADER:
+        if self.role is RaftRole.LEADER:
             self._step_leader(m)
         else:
             self._step_follower(m)
@@ -890,9 +890,9 @@ class RaftCore:
             self._follow(m.frm)
             self._handle_snapshot(m)
         elif isinstance(m, VoteResponse):
-            if self.role is Role.PRE_CANDIDATE and m.pre and m.term == self.term + 1:
+            if self.role is RaftRole.PRE_CANDIDATE and m.pre and m.term == self.term + 1:
                 self._poll(m.frm, m.granted, True)
-            elif self.role is Role.CANDIDATE and not m.pre and m.term == self.term:
+            elif self.role is RaftRole.CANDIDATE and not m.pre and m.term == self.term:
                 self._poll(m.frm, m.granted, False)
         elif isinstance(m, TimeoutNow):
             if self.is_voter() and not self.no_campaign:
@@ -902,7 +902,7 @@ class RaftCore:
             self._read_states.append(ReadState(m.index, m.ctx))
 
     def _follow(self, leader: str) -> None:
-        if self.role is not Role.FOLLOWER:
+        if self.role is not RaftRole.FOLLOWER:
             self._become_follower(self.term, leader)
         self.leader = leader
         self._election_elapsed = 0
@@ -977,14 +977,14 @@ class RaftCore:
             return False
         self._intake = None
         leader, term = it.key[0], it.key[1]
-        current = term == self.term and self.role is Role.FOLLOWER
+        current = term == self.term and self.role is RaftRole.FOLLOWER
         lg = self._log
         if data is None:
             log.info("raft snapshot failed its check node=%s index=%d: asking for it again", self.id, meta.index)
             if current:
                 self._send(SnapshotResponse(frm=self.id, to=leader, term=self.term, index=meta.index, offset=0))
             return False
-        if self.role is not Role.FOLLOWER or meta.index <= lg.committed:
+        if self.role is not RaftRole.FOLLOWER or meta.index <= lg.committed:
             return False  # overtaken while the node wrote it: the log has that prefix committed
         if current:
             self._send(SnapshotResponse(frm=self.id, to=leader, term=self.term, index=meta.index, offset=it.next))
@@ -1059,7 +1059,7 @@ class RaftCore:
             pr.become_probe()
             pr.become_replicate()
         if self._maybe_commit():
-            if self.role is not Role.LEADER:
+            if self.role is not RaftRole.LEADER:
                 return
             self._bcast_append()
         elif paused:
@@ -1183,7 +1183,7 @@ class RaftCore:
         """
         if not ctx:
             raise ValueError("read_index needs a non-empty, unique ctx")
-        if self.role is Role.LEADER:
+        if self.role is RaftRole.LEADER:
             self._leader_read(ctx, self.id)
         elif self.leader is not None:
             self._send(ReadIndexRequest(self.id, self.leader, self.term, ctx))
@@ -1229,7 +1229,7 @@ class RaftCore:
 
     # --- proposals --------------------------------------------------------------------------------
     def _check_can_propose(self) -> None:
-        if self.role is not Role.LEADER:
+        if self.role is not RaftRole.LEADER:
             raise NotLeaderError(self.leader)
         if self._transferee is not None:
             raise ProposalDroppedError(f"leadership transfer to {self._transferee} in progress")
@@ -1294,7 +1294,7 @@ class RaftCore:
     def transfer_leader(self, to: str) -> None:
         """Hand leadership to voter ``to`` (TimeoutNow once it is caught up). Aborts after an
         election timeout; proposals are refused meanwhile."""
-        if self.role is not Role.LEADER:
+        if self.role is not RaftRole.LEADER:
             raise NotLeaderError(self.leader)
         if to == self.id:
             return
@@ -1333,19 +1333,19 @@ class RaftCore:
                 changed = True
         if changed:
             self._membership_changed()
-        if self.role is Role.LEADER:
+        if self.role is RaftRole.LEADER:
             me = self._prs.get(self.id)
             if me is not None:
                 me.next = self._log.last_index() + 1
 
     def _membership_changed(self) -> None:
-        if self.role is Role.LEADER:
+        if self.role is RaftRole.LEADER:
             self._sync_progress()
             me = self._prs.get(self.id)
             if me is not None:
                 me.recent_active = True
                 me.match = max(me.match, min(self._log.stable_last(), self._log.last_index()))
-        elif self.role is not Role.FOLLOWER and not self.is_voter():
+        elif self.role is not RaftRole.FOLLOWER and not self.is_voter():
             self._become_follower(self.term, self.leader)
 
     def _replay_conf_changes(self) -> None:
@@ -1424,13 +1424,13 @@ class RaftCore:
             self._durable_term = rd.hard_state.term
         if rd.committed_entries:
             lg.applied = max(lg.applied, rd.committed_entries[-1].index)
-        if self.role is Role.LEADER:
+        if self.role is RaftRole.LEADER:
             me = self._prs.get(self.id)
             if (
                 me is not None
                 and me.maybe_update(min(lg.stable_last(), lg.last_index()))
                 and self._maybe_commit()
-                and self.role is Role.LEADER
+                and self.role is RaftRole.LEADER
             ):
                 self._bcast_append()
 
@@ -1447,7 +1447,7 @@ __all__ = [
     "RaftError",
     "ReadState",
     "Ready",
-    "Role",
+    "RaftRole",
     "SnapshotChunk",
     "SnapshotMeta",
     "SoftState",

@@ -75,8 +75,8 @@ from molens.model import (
     IllegalTransitionError,
     MolensError,
     NotFoundError,
-    PreconditionFailedError,
-    QuotaExceededError,
+    PreconditionFailed,
+    QuotaExceeded,
     Status,
     Task,
     TaskType,
@@ -458,9 +458,9 @@ class Api:
             resp.set_header("Retry-After", str(self.ctx.settings.retry_after_s))
         elif exc.http_status == 401:
             resp.set_header("WWW-Authenticate", 'Bearer realm="molens"')
-        elif isinstance(exc, TooManyRequests | QuotaExceededError):
+        elif isinstance(exc, TooManyRequests | QuotaExceeded):
             resp.set_header("Retry-After", str(exc.retry_after_s))
-            if isinstance(exc, QuotaExceededError) and exc.namespace:
+            if isinstance(exc, QuotaExceeded) and exc.namespace:
                 self.ctx.metrics().namespaces.add("quota_refusals", exc.namespace, quota=str(exc.field))
         return exc.http_status, exc.to_json()
 
@@ -547,7 +547,7 @@ class Api:
         for ns, n in counts.items():
             rate = self._create_rate_of(ns)
             if rate is not None and (wait := check(ns, n, rate, time.monotonic())):
-                raise QuotaExceededError(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
+                raise QuotaExceeded(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
                                          "created", "creates_per_s", wait, namespace=ns)
 
     def stamp(self) -> AuditStamp:
@@ -784,7 +784,7 @@ def _install_tasks(api: Api) -> None:
         if len(results) != len(items):  # the whole entry failed (undecodable / apply raised): one error
             _item(results[0] if results else InternalError("no result for the batch"))
             raise InternalError("the state machine answered a batch of the wrong size")
-        if isinstance(results[0], QuotaExceededError):  # a namespace's quota refused the batch whole
+        if isinstance(results[0], QuotaExceeded):  # a namespace's quota refused the batch whole
             raise results[0]
         out: list[Task | None] = []
         errs: list[dict[str, Any]] = []
@@ -928,11 +928,11 @@ def _install_tasks(api: Api) -> None:
             now = ctx.now_ms()
             spec = model.decode_update(body, t.spec, s.policy, s.limits, now)  # a bad body is a 400 at any version
             if wanted is not None and t.version not in wanted:
-                raise PreconditionFailedError(
+                raise PreconditionFailed(
                     f"task {t.id} is at version {t.version}, not {' or '.join(map(str, sorted(wanted)))}", "If-Match"
                 )
             res = api.propose_one(UpdateTask(now, t.id, spec, t.version))[0]
-            if isinstance(res, PreconditionFailedError) and wanted is None:
+            if isinstance(res, PreconditionFailed) and wanted is None:
                 continue
             nt = _item(res)
             assert isinstance(nt, Task)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
-from molens.schema import NAMESPACE_PATTERN, DeadLetter, DeadLetterKind, Reliability, python_pattern
+from molens.schema import NAMESPACE_PATTERN, DeadLetter, FailureKind, Reliability, python_pattern
 from molens.web import access, export
 from molens.web.body import Body, whole_int
 
@@ -48,9 +48,9 @@ def _kind(v: Any) -> str | None:
     if v is None:
         return None
     try:
-        return DeadLetterKind(v).value
+        return FailureKind(v).value
     except ValueError:
-        allowed = ", ".join(k.value for k in DeadLetterKind)
+        allowed = ", ".join(k.value for k in FailureKind)
         raise ValidationError(f"kind must be one of {allowed}", "kind") from None
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from molens.raft.core import RaftConfig, RaftCore, Ready, Role
+from molens.raft.core import RaftConfig, RaftCore, RaftRole, Ready
 from molens.raft.log import Membership, MemoryLog
 from molens.raft.messages import Message
 
@@ -60,7 +60,7 @@ def run(total: int, batch: int, size: int) -> tuple[int, float, float]:
     leader = cl.cores["n1"]
     leader.campaign()
     cl.pump()
-    assert leader.role is Role.LEADER
+    assert leader.role is RaftRole.LEADER
     payload = [bytes(size)] * batch
     start_index = leader.last_index
     t0 = time.perf_counter()

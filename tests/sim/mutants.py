@@ -63,7 +63,7 @@ MUTANTS = [
            "molens.actors.monitor:FireWatch.due", "out.append(lost_result(cur))", "pass"),
     Mutant("amo-resent-after-loss", "an at_most_once fire whose outcome is unknown (its worker or leader lost) "
            "is sent again", "molens.fsm.machine:_retry_or_end",
-           "return DeadLetterKind.UNKNOWN",
+           "return FailureKind.UNKNOWN",
            'return {"status": Status.FIRING, "due_ms": now, "free_attempts": t.free_attempts, '
            '"throttled_since_ms": t.throttled_since_ms}'),
     Mutant("stale-result-applied", "a late result of an earlier attempt is applied to the current one",

@@ -61,8 +61,8 @@ from molens.raft.core import (
     RaftConfig,
     RaftCore,
     RaftError,
+    RaftRole,
     Ready,
-    Role,
     SnapshotChunk,
     UnsafeRule,
 )
@@ -467,7 +467,7 @@ class Cluster:
                 self.log(f"{node.id} {rd.soft_state.role} leader={rd.soft_state.leader} term={core.term}")
             if (
                 rd.soft_state is not None
-                and rd.soft_state.role is Role.LEADER
+                and rd.soft_state.role is RaftRole.LEADER
                 and self.faults.isolate_new_leader
                 and self.chaos_on
                 and self.rng.random() < self.faults.isolate_new_leader
@@ -726,7 +726,7 @@ class Cluster:
         best: SimNode | None = None
         for node in self.nodes.values():
             c = node.core
-            if node.alive and c is not None and c.role is Role.LEADER and (best is None or c.term > best.core.term):  # type: ignore[union-attr]
+            if node.alive and c is not None and c.role is RaftRole.LEADER and (best is None or c.term > best.core.term):  # type: ignore[union-attr]
                 best = node
         return best
 
@@ -1042,7 +1042,7 @@ class Cluster:
             hs = self.durable[node.id]
             if c.term < hs.term or commit < hs.commit:
                 raise Violation(f"{node.id} term/commit {c.term}/{commit} below durable {hs}")
-            if c.role is Role.LEADER:
+            if c.role is RaftRole.LEADER:
                 who = self.leaders.get(c.term)
                 if who is None:
                     self.leaders[c.term] = node.id
@@ -1061,14 +1061,14 @@ class Cluster:
                 self._observe_commit(node, c, node.seen_commit, commit)
                 node.seen_commit = commit
                 f = self.faults
-                if f.crash_on_commit and c.role is Role.LEADER and self.rng.random() < f.crash_on_commit:
+                if f.crash_on_commit and c.role is RaftRole.LEADER and self.rng.random() < f.crash_on_commit:
                     self.log(f"{node.id} crashes right after committing {commit}")
                     self.crash(node.id)
                     self._push(self.rng.randint(*f.restart_after) * TICK, EV_RESTART, node.id)
                 elif (
                     f.isolate_on_commit
                     and self.chaos_on
-                    and c.role is Role.LEADER
+                    and c.role is RaftRole.LEADER
                     and self.rng.random() < f.isolate_on_commit
                 ):
                     self.log(f"{node.id} is cut off right after committing {commit}")

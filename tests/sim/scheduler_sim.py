@@ -123,8 +123,8 @@ from molens.fsm.memstate import MemoryState
 from molens.model import (
     TERMINAL_STATUSES,
     CatchUp,
-    DeadLetterKind,
     ExecutionResult,
+    FailureKind,
     FireKind,
     Outcome,
     Overlap,
@@ -1473,10 +1473,10 @@ def check(sim: Sim) -> None:
     for did, d in sim.redriven.items():
         if did in state.dead or d.task_id not in tasks:
             continue  # the redrive was lost with its leader before it committed
-        if d.kind is DeadLetterKind.ACK_FAILED:  # the callback again, then the ACK probes, numbered on
+        if d.kind is FailureKind.ACK_FAILED:  # the callback again, then the ACK probes, numbered on
             if tasks[d.task_id].status is not Status.DONE and not any(
-                    (x.fire_id == d.fire_id and x.kind is DeadLetterKind.ACK_FAILED and x.attempts > d.attempts)
-                    or (x.fire_id == d.fire_id and x.kind is not DeadLetterKind.ACK_FAILED)
+                    (x.fire_id == d.fire_id and x.kind is FailureKind.ACK_FAILED and x.attempts > d.attempts)
+                    or (x.fire_id == d.fire_id and x.kind is not FailureKind.ACK_FAILED)
                     for x in state.dead.values()):
                 fail(f"redriven dead letter {did} neither done nor dead again: {tasks[d.task_id]}")
             continue
@@ -1510,7 +1510,7 @@ def check(sim: Sim) -> None:
                 # redrives that applied (their dead letter is gone): the attempts before them do not count
                 applied = [d for d in sim.redriven.values() if d.task_id == tid and d.id not in state.dead]
                 base = max((sim.redrive_base.get(d.id, 0) for d in applied), default=0)
-                ack_base = max((d.attempts for d in applied if d.kind is DeadLetterKind.ACK_FAILED), default=0)
+                ack_base = max((d.attempts for d in applied if d.kind is FailureKind.ACK_FAILED), default=0)
                 cb = [e for e in ex if e.kind is FireKind.CALLBACK and e.attempt > base]
                 acks = [e for e in ex if e.kind is FireKind.ACK and e.attempt > ack_base]
                 counted = [e for e in cb if not (e.status_code == 429 and (e.fire_id, e.attempt) in sim.retry_after)]

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from molens.raft.core import ConfChangeError, ProposalDroppedError, RaftConfig, Role, UnsafeRule
+from molens.raft.core import ConfChangeError, ProposalDroppedError, RaftConfig, RaftRole, UnsafeRule
 from molens.raft.messages import AppendEntries, ConfChangeOp, InstallSnapshot, Message, RequestVote
 from tests.sim.linearizability import Status, check_history
 from tests.sim.raft_harness import Cluster, Faults, SimNode, Violation, default_config
@@ -63,14 +63,14 @@ def figure8(config: RaftConfig) -> Cluster:
     cl.msg_filter = only_index_2
     core(cl, "n1").campaign()
     cl._drain(cl.nodes["n1"])
-    assert cl.run_until(lambda: core(cl, "n1").role is Role.LEADER, 50)
+    assert cl.run_until(lambda: core(cl, "n1").role is RaftRole.LEADER, 50)
     cl.run_for(15)
     # (d): S1 crashes, S5 comes back and is elected by S2, S3, S4
     cl.crash("n1")
     cl.msg_filter = None
     cl.heal()
     for _ in range(5):
-        if core(cl, "n5").role is Role.LEADER:
+        if core(cl, "n5").role is RaftRole.LEADER:
             break
         core(cl, "n5").campaign(force=True)
         cl._drain(cl.nodes["n5"])
@@ -83,7 +83,7 @@ def test_figure8_previous_term_entry_is_not_committed_by_counting() -> None:
     """§5.4.2, figure 8: an entry from an earlier term on a majority is not thereby committed."""
     cfg = replace(default_config(), max_msg_bytes=1)
     cl = figure8(cfg)
-    assert core(cl, "n5").role is Role.LEADER
+    assert core(cl, "n5").role is RaftRole.LEADER
     # S5's term-3 entry won index 2 and nobody ever committed the term-2 one
     assert cl.committed[2].term == 3
     for nid in ("n2", "n3", "n4"):
@@ -117,7 +117,7 @@ def test_figure7_divergent_followers_converge_on_the_leader_log() -> None:
     cl.start()
     core(cl, "n1").campaign()
     cl._drain(cl.nodes["n1"])
-    assert cl.run_until(lambda: core(cl, "n1").role is Role.LEADER, 50)
+    assert cl.run_until(lambda: core(cl, "n1").role is RaftRole.LEADER, 50)
     assert core(cl, "n1").term == 8
     assert cl.run_until(lambda: all(logs_equal(cl, "n1", n) for n in FIG7), 100)
     ld = core(cl, "n1")
@@ -185,7 +185,7 @@ def test_dueling_candidates_elect_exactly_one_leader(pre_vote: bool) -> None:
             cl._drain(cl.nodes[nid])
         ld = leader_of(cl)
         settle(cl, 20)
-        assert sum(1 for n in cl.nodes.values() if n.core and n.core.role is Role.LEADER and
+        assert sum(1 for n in cl.nodes.values() if n.core and n.core.role is RaftRole.LEADER and
                    n.core.term == ld.core.term) == 1  # type: ignore[union-attr]
 
 
@@ -215,7 +215,7 @@ def test_rejoining_partitioned_node_does_not_depose_a_healthy_leader() -> None:
     cl._drain(cl.nodes[follower])
     settle(cl, 50)
     assert asked and max(asked) > term
-    assert core(cl, ld.id).role is Role.LEADER and core(cl, ld.id).term == term
+    assert core(cl, ld.id).role is RaftRole.LEADER and core(cl, ld.id).term == term
 
 
 def test_leader_that_loses_its_quorum_steps_down() -> None:
@@ -223,7 +223,7 @@ def test_leader_that_loses_its_quorum_steps_down() -> None:
     cl = Cluster(3, seed=14)
     ld = leader_of(cl)
     cl.isolate(ld.id)
-    assert cl.run_until(lambda: core(cl, ld.id).role is not Role.LEADER, 2 * cl.cfg.election_tick + 2)
+    assert cl.run_until(lambda: core(cl, ld.id).role is not RaftRole.LEADER, 2 * cl.cfg.election_tick + 2)
 
 
 # --- crashes and restarts (§5.1 persistent state) -------------------------------------------------
@@ -432,7 +432,7 @@ def test_a_leader_told_its_clock_is_off_steps_down_and_never_campaigns_again() -
     skewed = core(cl, ld.id)
     skewed.no_campaign = "clock off"
     skewed.step_down("clock off")
-    assert skewed.role is not Role.LEADER
+    assert skewed.role is not RaftRole.LEADER
     cl._drain(ld)
     assert cl.run_until(lambda: (n := cl.leader()) is not None and n.id != ld.id, 200)
     new = cl.leader()
@@ -441,7 +441,7 @@ def test_a_leader_told_its_clock_is_off_steps_down_and_never_campaigns_again() -
     cl._drain(new)
     for _ in range(20 * cl.cfg.election_tick):
         cl.run_for(1)
-        assert core(cl, ld.id).role is not Role.LEADER
+        assert core(cl, ld.id).role is not RaftRole.LEADER
     op = cl.write(cl.leader().id, "a")  # type: ignore[union-attr]
     settle(cl, 40)
     assert op is not None and op.status is Status.OK

@@ -142,7 +142,7 @@ def test_the_clients_namespace_goes_on_creates_and_lists_and_a_calls_own_wins(
 
 
 def test_the_client_closed_sets_are_the_servers() -> None:
-    assert {k.value for k in DeadLetterKind} == {k.value for k in schema.DeadLetterKind}
+    assert {k.value for k in DeadLetterKind} == {k.value for k in schema.FailureKind}
     assert {k.value for k in SeriesRange} == {k.value for k in Span}
     assert client_mod.MAX_EPOCH_MS == schema._MAX_EPOCH_MS
 

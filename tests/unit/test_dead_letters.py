@@ -16,7 +16,7 @@ from molens.fsm.commands import (
 )
 from molens.fsm.machine import WheelAdd, lost_result
 from molens.model import (
-    DeadLetterKind,
+    FailureKind,
     FireKind,
     IllegalTransitionError,
     NotFoundError,
@@ -40,7 +40,7 @@ def test_retries_exhausted_writes_one_dead_letter_with_the_last_answer() -> None
         answer(h, t.id, 500)
     [d] = dead(h)
     assert (d.id, d.kind, d.attempts, d.status_code, d.response_head, d.fire_id, d.scene, d.flow) == (
-        f"{t.id}-1.2", DeadLetterKind.RETRIES_EXHAUSTED, 2, 500, "no", f"{t.id}-1", "orders", "127.0.0.1:9")
+        f"{t.id}-1.2", FailureKind.RETRIES_EXHAUSTED, 2, 500, "no", f"{t.id}-1", "orders", "127.0.0.1:9")
     assert d.at_ms == h.now and d.sched_ms == t.sched_ms
 
 
@@ -50,7 +50,7 @@ def test_an_at_most_once_failure_is_a_dead_letter_after_its_one_attempt() -> Non
     h.fire_due(t.id)
     answer(h, t.id, 500)
     assert [(d.kind, d.attempts, d.reliability) for d in dead(h)] == [
-        (DeadLetterKind.RETRIES_EXHAUSTED, 1, Reliability.AT_MOST_ONCE)]
+        (FailureKind.RETRIES_EXHAUSTED, 1, Reliability.AT_MOST_ONCE)]
 
 
 def test_non_retryable_answers_404_listed_statuses_and_no_retry_are_dead_letters() -> None:
@@ -60,8 +60,8 @@ def test_non_retryable_answers_404_listed_statuses_and_no_retry_are_dead_letters
         h.fire_due(tid)
         answer(h, tid, code, no_retry=nr)
     assert [(d.task_id, d.kind, d.status_code) for d in dead(h)] == sorted(
-        [(a.id, DeadLetterKind.NON_RETRYABLE, 404), (b.id, DeadLetterKind.NON_RETRYABLE, 410),
-         (c.id, DeadLetterKind.NON_RETRYABLE, 500)])
+        [(a.id, FailureKind.NON_RETRYABLE, 404), (b.id, FailureKind.NON_RETRYABLE, 410),
+         (c.id, FailureKind.NON_RETRYABLE, 500)])
 
 
 def test_ack_attempts_exhausted_is_an_ack_failed_dead_letter() -> None:
@@ -73,7 +73,7 @@ def test_ack_attempts_exhausted_is_an_ack_failed_dead_letter() -> None:
         h.fire_due(t.id)
         answer(h, t.id, 500)
     [d] = dead(h)
-    assert (d.id, d.kind, d.attempts, d.url) == (f"{t.id}-1.ack3", DeadLetterKind.ACK_FAILED, 3, "http://127.0.0.1:9/ack")
+    assert (d.id, d.kind, d.attempts, d.url) == (f"{t.id}-1.ack3", FailureKind.ACK_FAILED, 3, "http://127.0.0.1:9/ack")
     assert h.t(t.id).status is Status.FAILED
 
 
@@ -84,7 +84,7 @@ def test_an_at_most_once_fire_lost_with_its_worker_is_an_unknown_dead_letter() -
     f = h.s.get_fire(h.t(t.id).inflight or "")
     assert f is not None
     h.apply(Results(h.now + 10_000, (lost_result(f),)))
-    assert [(d.kind, d.status_code) for d in dead(h)] == [(DeadLetterKind.UNKNOWN, None)]
+    assert [(d.kind, d.status_code) for d in dead(h)] == [(FailureKind.UNKNOWN, None)]
 
 
 def test_success_and_retries_in_progress_write_no_dead_letter() -> None:

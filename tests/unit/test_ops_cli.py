@@ -25,7 +25,7 @@ from molens.ops_cli.render import Mode, Printer, col, when
 @pytest.mark.parametrize(("words", "enum"), [
     (values.TASK_TYPES, schema.TaskType), (values.STATUSES, schema.Status),
     (values.RELIABILITIES, schema.Reliability), (values.CATCHUPS, schema.CatchUp), (values.OVERLAPS, schema.Overlap),
-    (values.DEAD_LETTER_KINDS, schema.DeadLetterKind), (values.EXECUTION_RESULTS, schema.ExecutionResult),
+    (values.DEAD_LETTER_KINDS, schema.FailureKind), (values.EXECUTION_RESULTS, schema.ExecutionResult),
     (values.ROLES, tenancy.KeyRole), (tuple(client.Role), tenancy.KeyRole),
 ])
 def test_the_cli_offers_exactly_the_words_the_api_takes(words: tuple[str, ...], enum: type[StrEnum]) -> None:

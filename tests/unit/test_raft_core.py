@@ -14,9 +14,9 @@ from molens.raft.core import (
     RaftConfig,
     RaftCore,
     RaftError,
+    RaftRole,
     ReadState,
     Ready,
-    Role,
     SnapshotChunk,
 )
 from molens.raft.log import Entry, HardState, Membership, MemoryLog, Snapshot, SnapshotMeta
@@ -89,7 +89,7 @@ class Net:
     def elect(self, nid: str) -> RaftCore:
         self.cores[nid].campaign()
         self.pump()
-        assert self.cores[nid].role is Role.LEADER
+        assert self.cores[nid].role is RaftRole.LEADER
         return self.cores[nid]
 
 
@@ -431,10 +431,10 @@ def test_a_vote_request_of_an_older_term_is_refused_with_our_term_and_the_candid
     ahead.advance(ahead.ready())
     behind = RaftCore("b", mem, MemoryLog(mem), RaftConfig(pre_vote=False), random.Random(2))
     for _ in range(100):
-        if behind.role is Role.CANDIDATE:
+        if behind.role is RaftRole.CANDIDATE:
             break
         behind.tick()
-    assert behind.role is Role.CANDIDATE and behind.term < 9
+    assert behind.role is RaftRole.CANDIDATE and behind.term < 9
     rd = behind.ready()
     behind.advance(rd)
     request = next(m for m in (*rd.messages, *rd.messages_after_persist) if isinstance(m, RequestVote) and m.to == "a")
@@ -443,7 +443,7 @@ def test_a_vote_request_of_an_older_term_is_refused_with_our_term_and_the_candid
     replies = [m for m in (*rd.messages, *rd.messages_after_persist) if isinstance(m, VoteResponse)]
     assert [(m.to, m.term, m.granted) for m in replies] == [("b", 9, False)]
     behind.step(replies[0])
-    assert behind.term == 9 and behind.role is Role.FOLLOWER
+    assert behind.term == 9 and behind.role is RaftRole.FOLLOWER
 
 
 def test_a_vote_granted_in_a_term_left_before_it_was_persisted_is_not_sent() -> None:

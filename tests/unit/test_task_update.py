@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from molens.errors import PreconditionFailedError, ValidationError
+from molens.errors import PreconditionFailed, ValidationError
 from molens.fsm.commands import PauseTasks, ResumeTasks, UpdateTask
 from molens.model import (
     ExecutionResult,
@@ -38,7 +38,7 @@ def test_a_stale_version_is_refused_and_changes_nothing() -> None:
     before = h.t(t.id)
     spec = decode_update(b'{"scene":"billing"}', t.spec, now_ms=h.now)
     out = h.apply(UpdateTask(h.now, t.id, spec, version=2))
-    assert isinstance(out.results[0], PreconditionFailedError)
+    assert isinstance(out.results[0], PreconditionFailed)
     assert out.results[0].field == "If-Match"
     assert h.t(t.id) == before
     assert out.writes.tasks == {} and out.writes.executions == []

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from molens import model
-from molens.errors import IllegalTransitionError, NotFoundError, QuotaExceededError, ValidationError
+from molens.errors import IllegalTransitionError, NotFoundError, QuotaExceeded, ValidationError
 from molens.fsm import tenancy
 from molens.fsm.commands import (
     CreateItem,
@@ -182,14 +182,14 @@ def test_a_batch_over_max_pending_tasks_is_refused_whole_and_finished_tasks_free
     assert isinstance(first, Created)
     batch = CreateTasks(T0, tuple(CreateItem(model.new_task_id(T0, 100 + i), spec(namespace="pay")) for i in range(3)))
     res = s.apply(batch).results
-    assert len(res) == 3 and all(isinstance(r, QuotaExceededError) and r.field == "max_pending_tasks" for r in res)
+    assert len(res) == 3 and all(isinstance(r, QuotaExceeded) and r.field == "max_pending_tasks" for r in res)
     assert res[0].to_json()["error"]["quota"] == "max_pending_tasks"
     assert len(s.tasks) == 1  # nothing of the batch was created
     assert all(isinstance(r, Created) for r in s.apply(CreateTasks(T0, batch.items[:2])).results)
-    assert isinstance(create(s, spec(namespace="pay")), QuotaExceededError)
+    assert isinstance(create(s, spec(namespace="pay")), QuotaExceeded)
     assert isinstance(create(s, spec()), Created)  # default has no quota
     s.apply(PauseTasks(T0, (first.task.id,)))  # a paused task is not finished
-    assert isinstance(create(s, spec(namespace="pay")), QuotaExceededError)
+    assert isinstance(create(s, spec(namespace="pay")), QuotaExceeded)
     s.apply(DeleteTasks(T0, (first.task.id,)))
     assert isinstance(create(s, spec(namespace="pay")), Created)
     assert tenancy.decode_count(s.meta[tenancy.LIVE_PREFIX + "pay"]) == 3
@@ -202,7 +202,7 @@ def test_max_payload_bytes_refuses_the_whole_batch() -> None:
     small, big = spec(namespace="pay", payload=1), spec(namespace="pay", payload="x" * 20)
     res = s.apply(CreateTasks(T0, (CreateItem(model.new_task_id(T0, 1), small),
                                    CreateItem(model.new_task_id(T0, 2), big)))).results
-    assert all(isinstance(r, QuotaExceededError) and r.field == "max_payload_bytes" for r in res)
+    assert all(isinstance(r, QuotaExceeded) and r.field == "max_payload_bytes" for r in res)
     assert not s.tasks
     assert isinstance(create(s, small), Created)
 
