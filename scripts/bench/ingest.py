@@ -33,7 +33,9 @@ then the other: keys off (no ``http.auth_token``: the nodes are open, no request
 keys on (a bootstrap token; an admin makes namespace ``bench`` and a ``writer`` key of it, and the
 load runs with that key and ``namespace="bench"``, so every request is admitted by key and checked
 against its namespace). Its summary line gives each mode's creates per second and leader CPU per create both
-ways, and the ratios ``{mode}_keys_on_vs_off`` (rate) and ``{mode}_leader_cpu_on_vs_off``.
+ways, and the ratios ``{mode}_keys_on_vs_off`` (rate) and ``{mode}_leader_cpu_on_vs_off``; with
+``--rounds N`` each mode runs N times on each side, the side that goes first alternating, and the
+summary gives the medians.
 
 ``BENCH_NODE_CONF='{"raft": {...}}'`` (JSON) is merged into every node's config, for experiments.
 
@@ -54,6 +56,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -380,7 +383,7 @@ def start_cluster(root: Path, token: str | None = None) -> tuple[Cluster, int, l
 def keys_run(args: argparse.Namespace, modes: list[str]) -> int:
     """``--keys``: each mode against a cluster with keys off, then against one with a writer key."""
     summary: dict[str, str] = {"target": "cluster", "keys": "compared"}
-    runs: dict[tuple[str, str], Run] = {}
+    runs: dict[tuple[str, str], list[Run]] = {}
     clusters: list[Cluster] = []
     with tempfile.TemporaryDirectory(prefix="molens-ingest-keys-") as tmp:
         try:
@@ -399,31 +402,40 @@ def keys_run(args: argparse.Namespace, modes: list[str]) -> int:
                                       pool_maxsize=max(args.threads, args.batch_threads))
                 client.create(_task(-1))  # warm up + leader discovery
                 sides[keys] = (client, cluster, leader_pid, bootstrap)
-            for mode in modes:  # in turn, both clusters up throughout: a load that comes and goes hits both
-                for keys, (client, cluster, leader_pid, bootstrap) in sides.items():
-                    args.node_urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
-                    args.token = bootstrap  # the nodes' thread CPU is read with the admin key
-                    r = runs[(mode, keys)] = measure(client, mode, args, [n.pid for n in cluster.nodes.values()],
-                                                     leader_pid)
-                    print(f"ingest: mode={mode} keys={keys} creates_per_s={r.rate:.0f} {r.what} "
-                          f"p50_ms={r.p50_ms:.2f} p99_ms={r.p99_ms:.2f} leader_cpu_us_per_create={r.leader_us:.1f} "
-                          f"server_cpu_us_per_create={r.server_us:.1f} load1={os.getloadavg()[0]:.1f} "
-                          f"steal_pct={r.steal:.0f}", flush=True)
+            for rnd in range(args.rounds):
+                # in turn, both clusters up throughout: a load that comes and goes hits both; each round
+                # starts with the other side, so neither always runs first
+                order = list(sides.items()) if rnd % 2 == 0 else list(reversed(sides.items()))
+                for mode in modes:
+                    for keys, (client, cluster, leader_pid, bootstrap) in order:
+                        args.node_urls = [f"http://127.0.0.1:{n.settings['http']['port']}"
+                                          for n in cluster.nodes.values()]
+                        args.token = bootstrap  # the nodes' thread CPU is read with the admin key
+                        r = measure(client, mode, args, [n.pid for n in cluster.nodes.values()], leader_pid)
+                        runs.setdefault((mode, keys), []).append(r)
+                        print(f"ingest: round={rnd + 1} mode={mode} keys={keys} creates_per_s={r.rate:.0f} {r.what} "
+                              f"p50_ms={r.p50_ms:.2f} p99_ms={r.p99_ms:.2f} "
+                              f"leader_cpu_us_per_create={r.leader_us:.1f} server_cpu_us_per_create={r.server_us:.1f} "
+                              f"load1={os.getloadavg()[0]:.1f} steal_pct={r.steal:.0f}", flush=True)
             for client, *_ in sides.values():
                 client.close()
         finally:
             for cluster in clusters:
                 cluster.kill_all()
-    for mode in modes:
-        off, on = runs[(mode, "off")], runs[(mode, "on")]
-        summary[f"{mode}_creates_per_s_keys_off"] = f"{off.rate:.0f}"
-        summary[f"{mode}_creates_per_s_keys_on"] = f"{on.rate:.0f}"
-        summary[f"{mode}_keys_on_vs_off"] = f"{on.rate / off.rate:.3f}"
-        summary[f"{mode}_leader_cpu_us_per_create_keys_off"] = f"{off.leader_us:.1f}"
-        summary[f"{mode}_leader_cpu_us_per_create_keys_on"] = f"{on.leader_us:.1f}"
-        summary[f"{mode}_leader_cpu_on_vs_off"] = f"{on.leader_us / off.leader_us:.3f}"
+    summary["rounds"] = str(args.rounds)
+    for mode in modes:  # medians over the rounds
+        off_rate = statistics.median(r.rate for r in runs[(mode, "off")])
+        on_rate = statistics.median(r.rate for r in runs[(mode, "on")])
+        off_us = statistics.median(r.leader_us for r in runs[(mode, "off")])
+        on_us = statistics.median(r.leader_us for r in runs[(mode, "on")])
+        summary[f"{mode}_creates_per_s_keys_off"] = f"{off_rate:.0f}"
+        summary[f"{mode}_creates_per_s_keys_on"] = f"{on_rate:.0f}"
+        summary[f"{mode}_keys_on_vs_off"] = f"{on_rate / off_rate:.3f}"
+        summary[f"{mode}_leader_cpu_us_per_create_keys_off"] = f"{off_us:.1f}"
+        summary[f"{mode}_leader_cpu_us_per_create_keys_on"] = f"{on_us:.1f}"
+        summary[f"{mode}_leader_cpu_on_vs_off"] = f"{on_us / off_us:.3f}"
     summary["load1"] = f"{os.getloadavg()[0]:.1f}"
-    summary["steal_pct_max"] = f"{max(r.steal for r in runs.values()):.0f}"
+    summary["steal_pct_max"] = f"{max(r.steal for rs in runs.values() for r in rs):.0f}"
     print("ingest: summary " + " ".join(f"{k}={v}" for k, v in summary.items()))
     return 0
 
@@ -449,6 +461,9 @@ def main() -> int:
         "--server-pids", default="", help="comma-separated PIDs of local cluster nodes: report their CPU per create"
     )
     ap.add_argument("--no-reference", action="store_true", help="skip the hello-world and lmdb references")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="--keys: alternate the two clusters this many rounds (each starting with the other) and "
+                         "compare medians")
     ap.add_argument("--keys", action="store_true",
                     help="compare keys off (an open cluster) with a writer key of one namespace (a second cluster)")
     args = ap.parse_args()
