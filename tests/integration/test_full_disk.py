@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,56 +26,16 @@ from typing import Any
 
 import pytest
 import urllib3
-import yaml
 
 from molens.client import MolensClient
 
-from .conftest import Cluster, NodeProc, _merge, wait_for
+from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
+from .tmpfs import Tmpfs, TmpfsError, put_data_dir_on
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # real faults under a shared machine's load; each test has its own deadlines
 
 _http = urllib3.PoolManager(retries=False, timeout=15)
-
-
-class Tmpfs:
-    """A tmpfs of ``size`` bytes at ``path``; :meth:`fill` takes all its free space, :meth:`free`
-    gives it back."""
-
-    def __init__(self, path: Path, size: int) -> None:
-        self.path = path
-        path.mkdir(parents=True, exist_ok=True)
-        try:
-            r = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                capture_output=True, text=True, check=False,
-            )
-        except OSError as exc:  # no mount command
-            pytest.skip(f"cannot mount a tmpfs here: {exc}")
-        if r.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
-        self.data = path / "data"
-        self.filler = path / "filler"
-
-    def fill(self) -> int:
-        """Write the filler until ENOSPC; returns its size."""
-        chunk = b"\0" * (1 << 16)
-        n = 0
-        with open(self.filler, "ab", buffering=0) as f:
-            for size in (1 << 16, 4096):  # then what is left, page by page
-                while True:
-                    try:
-                        n += f.write(chunk[:size])
-                    except OSError as exc:
-                        assert exc.errno == errno.ENOSPC, exc
-                        break
-        return n
-
-    def free(self) -> None:
-        self.filler.unlink(missing_ok=True)
-
-    def unmount(self) -> None:
-        subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
 
 
 @pytest.fixture
@@ -84,19 +43,16 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, int], Tmpfs]]:
     made: list[Tmpfs] = []
 
     def make(name: str, size: int = 48 << 20) -> Tmpfs:
-        t = Tmpfs(tmp_path / f"tmpfs-{name}", size)
+        try:
+            t = Tmpfs(tmp_path / f"tmpfs-{name}", size)
+        except TmpfsError as exc:
+            pytest.skip(str(exc))
         made.append(t)
         return t
 
     yield make
     for t in made:  # make_cluster's teardown (kill -9) runs first: fixtures tear down in reverse
         t.unmount()
-
-
-def _on_tmpfs(n: NodeProc, t: Tmpfs) -> None:
-    n.settings = _merge(n.settings, {"node": {"data_dir": str(t.data)}})
-    n.data_dir = t.data
-    n.config_path.write_text(yaml.safe_dump(n.settings, sort_keys=False))
 
 
 def _post(n: NodeProc, tag: str, rec: RecordingReceiver, due_in_ms: int, **extra: Any) -> urllib3.BaseHTTPResponse:
@@ -151,7 +107,7 @@ def test_a_single_node_refuses_writes_with_507_while_its_disk_is_full_and_recove
     t = tmpfs("n1")
     c: Cluster = make_cluster(1, start=False, state_machine="tasks")
     n1 = c.nodes["n1"]
-    _on_tmpfs(n1, t)
+    put_data_dir_on(n1, t)
     c.start()
     c.leader()
     acked = []
@@ -290,7 +246,7 @@ def _full_disk_in_a_cluster(
     tmpfs filled."""
     t = tmpfs(nid)
     c: Cluster = make_cluster(3, start=False, state_machine="tasks")
-    _on_tmpfs(c.nodes[nid], t)
+    put_data_dir_on(c.nodes[nid], t)
     c.start()
     _lead(c, lead)
     client = MolensClient([n.http_url for n in c.nodes.values()], **client_args)
