@@ -10,7 +10,8 @@ kind           what it does (``D`` = its duration, drawn from the run's seed)
                both others (a minority of one against a majority of two); ``bridge``: the leader and
                one follower cut from each other, the third node still reaching both; ``one_way``: the
                leader's packets to both followers dropped, or both followers' packets to the leader
-               (TCP then delivers what was in flight one way, never an answer). Then every link heals
+               (silently: a TCP connection then carries data one way until its sender waits for
+               acknowledgements that never come). Then every link heals
 ``clock``      one node's clock jumps by 2-30 s either way for D = 3-8 s, or is skewed by 100-450 ms
                (under ``raft.max_clock_skew_ms``) for D = 5-10 s; then back (the admin ``fault`` command)
 ``fulldisk``   the disk of one node (its ``data_dir`` on a small tmpfs of its own from the start) filled

@@ -18,9 +18,9 @@ route or address of this machine uses, picked at run time)::
 - :meth:`NetnsLab.cut` / :meth:`NetnsLab.heal` set one side of a pair link down / up (this kernel has
   veth but no netem; link state is what the test uses), :meth:`NetnsLab.isolate` cuts all of a node's
   pair links (``mg`` stays: it still reaches the receiver and answers the test);
-- :meth:`NetnsLab.one_way` drops what one node sends to another and nothing the other sends back (a
-  blackhole route in the sender's namespace): TCP then still hands the receiver what the sender had
-  in flight, never an answer; :meth:`NetnsLab.heal_all` undoes cuts and one-way drops alike.
+- :meth:`NetnsLab.one_way` drops what one node sends to another and nothing the other sends back (an
+  ``iptables`` DROP of the sender's address in the receiver's namespace: the sender sees no error, as
+  on a lossy link); :meth:`NetnsLab.heal_all` undoes cuts and one-way drops alike.
 
 Names carry the creating process id (``m15p<pid>x<i>``): teardown deletes this lab's namespaces even
 when the test failed, and a new lab first deletes the ones left by a process that no longer exists
@@ -140,15 +140,16 @@ class NetnsLab:
         self._links_down.discard((a, b))
 
     def one_way(self, src: int, dst: int) -> None:
-        """Drop every packet node ``src`` sends to node ``dst``; ``dst`` still reaches ``src``."""
-        ns = self.ns[src]
-        # what dst sends arrives from an address src no longer routes to: no reverse-path filter
-        r = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0",
-                            f"net.ipv4.conf.l{dst}.rp_filter=0"], capture_output=True, text=True, check=False)
-        if r.returncode != 0:
-            raise RuntimeError(f"sysctl rp_filter in {ns}: {r.stderr.strip()}")
-        _ip("-n", ns, "route", "replace", "blackhole", f"{self.addr(dst)}/32")
+        """Drop every packet node ``src`` sends to node ``dst``, silently, as ``dst`` receives it;
+        ``dst`` still reaches ``src``."""
+        self._drop("-A", src, dst)
         self._one_way.add((src, dst))
+
+    def _drop(self, op: str, src: int, dst: int) -> None:
+        r = subprocess.run(["ip", "netns", "exec", self.ns[dst], "iptables", "-w", op, "INPUT", "-s",
+                            f"{self.addr(src)}/32", "-j", "DROP"], capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"iptables {op} INPUT in {self.ns[dst]}: {r.stderr.strip()}")
 
     def isolate(self, i: int) -> None:
         for j in self.ns:
@@ -159,7 +160,7 @@ class NetnsLab:
         for a, b in list(self._links_down):
             self.heal(a, b)
         for src, dst in list(self._one_way):
-            self._up(src, dst)
+            self._drop("-D", src, dst)
             self._one_way.discard((src, dst))
 
     def _root_side(self, i: int) -> str:
