@@ -69,7 +69,7 @@ SETTINGS: dict[str, Any] = {
 task than the default 200 rows, so a long run can still show the executions around its longest gap;
 the admin ``fault`` command on (clock jumps, slow disks)."""
 DISK_BYTES = 512 << 20
-"""The tmpfs under the data of the node whose disk the nemesis fills: room for a long run's data."""
+"""The tmpfs under each node's data (the nemesis fills one at a time): room for a long run's data."""
 FAULT_GAP_S = (3.0, 7.0)
 """Quiet time between the end of one fault (cluster serving again) and the next."""
 SETTLE_S = 120.0
@@ -86,6 +86,8 @@ class Report:
     created: dict[str, str] = field(default_factory=dict)
     """Task id -> kind (alo, amo, ack, periodic) of every acknowledged create."""
     lost: list[str] = field(default_factory=list)
+    lost_detail: list[str] = field(default_factory=list)
+    """What the cluster says of the first lost tasks (record and executions), and what the receiver got."""
     amo_twice: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
     periodic_max_gap_ms: int = 0
@@ -202,7 +204,7 @@ def run(
     rng = random.Random(seed)
     report = Report(seed=seed, kinds=kinds, net=net, t0_ms=_now_ms())
     lab: NetnsLab | None = None
-    disk: Tmpfs | None = None
+    disks: dict[str, Tmpfs] = {}
     rec: RecordingReceiver | None = None
     c: Cluster | None = None
     creator: _Creator | None = None
@@ -214,11 +216,11 @@ def run(
         else:
             c = Cluster(root, 3, SETTINGS, state_machine="tasks")
             rec = RecordingReceiver()
-        disk_node = f"n{rng.randint(1, 3)}"
         if Kind.FULLDISK in kinds:
-            disk = Tmpfs(root / f"tmpfs-{disk_node}", DISK_BYTES)
-            put_data_dir_on(c.nodes[disk_node], disk)
-        nemesis = Nemesis(c, rng, kinds, lab=lab, disk=disk, disk_node=disk_node)
+            for nid, n in c.nodes.items():
+                disks[nid] = Tmpfs(root / f"tmpfs-{nid}", DISK_BYTES)
+                put_data_dir_on(n, disks[nid])
+        nemesis = Nemesis(c, rng, kinds, lab=lab, disks=disks)
         report.faults = nemesis.faults
         c.start()
         _serving(c)
@@ -264,8 +266,8 @@ def run(
             c.kill_all()
         if rec is not None:
             rec.close()
-        if disk is not None:
-            disk.unmount()
+        for d in disks.values():
+            d.unmount()
         if lab is not None:
             lab.destroy()
     return report
@@ -337,11 +339,30 @@ def _check(c: Cluster, client: MolensClient, rec: RecordingReceiver, report: Rep
             ):
                 report.periodic_max_gap_outside_partitions_ms = b - a
     report.periodic_max_gap_ms = gap
+    report.lost_detail = [line for tid in report.lost[:5] for line in _task_detail(client, report, tid, reqs)]
     if gap_task:
         report.periodic_gap_detail = _gap_detail(client, report, gap_task, gap_start, gap_start + gap)
     c.wait_converged(timeout=60)
     digests = wait_for(lambda: _digests(c), 60, "every replica at one applied index")
     report.digests_equal = len(digests) == 1 and len(c.running()) == 3
+
+
+def _task_detail(client: MolensClient, report: Report, tid: str, reqs: list[Any]) -> list[str]:
+    """One task's record, executions and the requests the receiver got for it (times in seconds into the run)."""
+    def s(ms: Any) -> str:
+        return f"{(ms - report.t0_ms) / 1000:.2f}s" if isinstance(ms, int) else "-"
+    try:
+        t = client.get(tid)
+        out = [f"{tid} kind={report.created[tid]} status={t.get('status')} created={s(t.get('created_at'))} "
+               f"run_at={s(t.get('run_at'))} attempt={t.get('attempt')} fail_count={t.get('fail_count')} "
+               f"last_outcome={t.get('last_outcome')} last_fire_at={s(t.get('last_fire_at'))}"]
+        out += [f"  {e['fire_id']} attempt={e['attempt']} kind={e['kind']} worker={e['worker']} fired={s(e['fired_at'])} "
+                f"finished={s(e['finished_at'])} result={e['result']}" for e in client.executions(tid)][::-1]
+    except (ApiError, OSError) as exc:
+        out = [f"{tid}: no record ({exc!r})"]
+    out += [f"  received {r.headers.get('X-Fire-ID', '')} {r.kind} at {s(r.at_ms)} from {r.peer}"
+            for r in reqs if r.headers.get("X-Fire-ID", "").rpartition("-")[0] == tid]
+    return out
 
 
 def _gap_detail(client: MolensClient, report: Report, tid: str, a: int, b: int) -> list[str]:
@@ -395,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     for what, ids in (("lost", report.lost), ("amo_twice", report.amo_twice), ("stuck", report.stuck)):
         if ids:
             print(f"chaos: {what}: {' '.join(ids[:20])}")
+    for line in report.lost_detail:
+        print(f"chaos:   {line}")
     print(report.line(), flush=True)
     return 0 if report.ok else 1
 

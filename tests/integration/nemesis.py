@@ -14,8 +14,8 @@ kind           what it does (``D`` = its duration, drawn from the run's seed)
                acknowledgements that never come). Then every link heals
 ``clock``      one node's clock jumps by 2-30 s either way for D = 3-8 s, or is skewed by 100-450 ms
                (under ``raft.max_clock_skew_ms``) for D = 5-10 s; then back (the admin ``fault`` command)
-``fulldisk``   the disk of one node (its ``data_dir`` on a small tmpfs of its own from the start) filled
-               to ENOSPC for D = 3-8 s, then freed
+``fulldisk``   the disk of the leader or of a follower (every node's ``data_dir`` is on a tmpfs of its
+               own from the start) filled to ENOSPC for D = 3-8 s, then freed
 ``slowdisk``   every fsync of one node (Raft log commits, snapshots) delayed 50-400 ms for D = 4-8 s
 =============  ==================================================================================
 
@@ -91,18 +91,18 @@ def _now_ms() -> int:
 
 class Nemesis:
     """Runs one fault at a time on ``cluster`` (:meth:`strike`); ``lab`` is needed for partitions,
-    ``disk`` (the tmpfs under node ``disk_node``'s data) for full disks."""
+    ``disks`` (node id -> the tmpfs under its data) for full disks."""
 
     def __init__(
         self, cluster: Cluster, rng: random.Random, kinds: tuple[Kind, ...], *,
-        lab: NetnsLab | None = None, disk: Tmpfs | None = None, disk_node: str = "",
+        lab: NetnsLab | None = None, disks: dict[str, Tmpfs] | None = None,
     ) -> None:
         if Kind.PARTITION in kinds and (lab is None or not isinstance(cluster, NsCluster)):
             raise ValueError("partitions need the nodes in network namespaces")
-        if Kind.FULLDISK in kinds and disk is None:
-            raise ValueError("a full disk needs a node whose data_dir is on a tmpfs")
+        if Kind.FULLDISK in kinds and set(disks or {}) != set(cluster.nodes):
+            raise ValueError("a full disk needs every node's data_dir on a tmpfs")
         self.c, self.rng, self.kinds = cluster, rng, kinds
-        self.lab, self.disk, self.disk_node = lab, disk, disk_node
+        self.lab, self.disks = lab, disks or {}
         self.faults: list[Fault] = []
         self._deck: list[Kind] = []
 
@@ -129,8 +129,8 @@ class Nemesis:
         disks normal, no node stopped); safe to call at any time."""
         if self.lab is not None:
             self.lab.heal_all()
-        if self.disk is not None:
-            self.disk.free()
+        for d in self.disks.values():
+            d.free()
         for n in self.c.nodes.values():
             if n.running:
                 with contextlib.suppress(ProcessLookupError):
@@ -203,14 +203,15 @@ class Nemesis:
         return f"{variant}{offset:+d}ms", (victim.node_id,)
 
     def _fulldisk(self, leader: NodeProc, followers: list[NodeProc]) -> tuple[str, tuple[str, ...]]:
-        assert self.disk is not None
-        victim = self.c.nodes[self.disk_node]
-        self.disk.fill()
+        which = self.rng.choice(("leader", "follower"))
+        victim = leader if which == "leader" else self.rng.choice(followers)
+        disk = self.disks[victim.node_id]
+        disk.fill()
         try:
             self._hold(3.0, 8.0)
         finally:
-            self.disk.free()
-        return "leader" if victim is leader else "follower", (victim.node_id,)
+            disk.free()
+        return which, (victim.node_id,)
 
     def _slowdisk(self, leader: NodeProc, followers: list[NodeProc]) -> tuple[str, tuple[str, ...]]:
         victim = self.rng.choice([leader, *followers])

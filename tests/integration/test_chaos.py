@@ -45,7 +45,7 @@ def test_a_120_s_nemesis_run_with_a_random_seed_keeps_every_delivery_promise(
     missing = [k for k, n in report.counts().items() if n == 0]
     assert not missing, f"{replay}: no fault of kind {missing} in {len(report.faults)} faults"
     assert len(report.created) > 1_000, replay
-    assert report.lost == [], f"{replay}: at_least_once tasks never delivered: {report.lost[:10]}"
+    assert report.lost == [], f"{replay}: at_least_once tasks never delivered: {report.lost[:10]} {report.lost_detail}"
     assert report.amo_twice == [], f"{replay}: at_most_once tasks delivered twice: {report.amo_twice[:10]}"
     assert report.stuck == [], f"{replay}: tasks stuck in pending/firing/awaiting_ack: {report.stuck[:10]}"
     assert report.digests_equal, replay
