@@ -9,12 +9,14 @@ kernel answers ENOSPC, then deletes the file ("space returns").
 - A follower's disk full: the cluster goes on without it; it does not ack, then catches up; digests equal.
 - The leader's disk full: it stops leading (it sends nothing it has not written), another node
   leads and takes the writes; the old leader catches up once space returns; digests equal.
+- A node whose disk is full still carries out the fires the new leader gives its worker.
 
 Skipped with a one-line reason where a tmpfs cannot be mounted (not root, no mount namespace rights).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -310,6 +312,31 @@ def test_a_leader_whose_disk_is_full_hands_over_and_catches_up_when_space_return
     n1.wait_ready()
     c.wait_converged()
     wait_for(lambda: _digests(c), 30, "equal digests after restarting n1")
+
+
+def test_a_node_whose_disk_is_full_still_fires_what_the_new_leader_gives_it(
+    make_cluster: Any, tmpfs: Any, receiver: RecordingReceiver
+) -> None:
+    """Its worker heartbeats the leader its Raft core follows, so the leader gives it fires; they
+    must be carried out, not refused as batches of a term the node "has not reached" because it
+    cannot write that term down (they were, and each such fire was lost: an at_least_once fire
+    without retries failed, a periodic occurrence was skipped)."""
+    c, t, client, _ = _full_disk_in_a_cluster(make_cluster, tmpfs, receiver, "n1", lead="n1", retry_deadline_s=60)
+    n1 = c.nodes["n1"]
+    with contextlib.suppress(Exception):  # the write that meets the full disk: n1 stops leading
+        client.create(type="delayed", run_at=time.time_ns() // 1_000_000, callback_url=receiver.url("/ok/first"))
+    new = c.leader(timeout=30, exclude=("n1",))
+    wait_for(lambda: (n1.status() or {}).get("leader_id") == new.node_id, 30, "n1 to follow the new leader")
+    tags = []
+    for i in range(60):  # no retries: a fire refused by its worker is lost for good
+        tag = f"r{i}-{uuid.uuid4().hex[:6]}"
+        client.create(type="delayed", run_at=time.time_ns() // 1_000_000 + 1500, callback_url=receiver.url(f"/ok/{tag}"),
+                      idempotency_key=tag, reliability="at_least_once", max_retries=0)
+        tags.append(tag)
+    _wait_delivered(receiver, tags, list(c.nodes.values()))
+    assert _http.request("GET", n1.http_url + "/readyz").status == 503  # its disk was full all along
+    assert "n1" in {e["worker"] for e in client.executions()}, "the new leader gave n1 no fire"
+    t.free()
 
 
 def test_storage_failure_tells_a_full_disk_from_other_errors(tmpfs: Any, tmp_path: Path) -> None:
