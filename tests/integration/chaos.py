@@ -53,7 +53,7 @@ from .conftest import Cluster, NodeProc, wait_for
 from .nemesis import Fault, Kind, Nemesis, parse_kinds
 from .netns import NetnsError, NetnsLab, NsCluster, make_lab
 from .recording_receiver import RecordingReceiver
-from .tmpfs import Tmpfs, put_data_dir_on
+from .tmpfs import Tmpfs, TmpfsError, put_data_dir_on
 
 CREATE_PER_S = 40
 N_PERIODIC = 20
@@ -402,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="molens-chaos-"))
     try:
         report = run(args.seconds, seed, root, kinds=kinds, net=net)
+    except (TmpfsError, NetnsError) as exc:
+        print(f"chaos: cannot set up the faults: {exc} (leave that kind out of --nemesis)", flush=True)
+        return 2
     finally:
         if args.keep:
             print(f"chaos: data and logs in {root}")
