@@ -73,9 +73,9 @@ HELD_GRACE_MS = 1_000
 """A fire watched less than this long before a heartbeat arrived may still be on its way to the
 worker: a heartbeat that does not list it says nothing yet."""
 DRAIN_POLL_MS = 20
+"""While draining, the Monitor looks at its drain deadline this often."""
 CLOCK_RECHECK_MS = 100
 """While the clock gate says no, the pump looks again this often."""
-"""While draining, the Monitor looks at its drain deadline this often."""
 
 
 CONGESTION_STATUSES = frozenset((429, 503))
@@ -385,6 +385,8 @@ class Monitor(LeaderActor):
             return
         now = wall_ms()
         if not self.ctx.clock.leading_ok():  # no deadline judged, no result stamped, from a doubtful clock
+            if self.drain is not None and not self.drain_answered:
+                self._drain_check()
             self.set_alarm(now + CLOCK_RECHECK_MS)
             return
         sw = sweep(self.watch, self.workers, now)
