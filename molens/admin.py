@@ -1,7 +1,7 @@
 """The ZeroMQ admin socket: one JSON request, one JSON reply (docs/deploy.md#admin-socket).
 
 Request ``{"cmd": "status" | "stop" | "transfer_leader" | "snapshot" | "digest" | "add_node" | "remove_node" |
-"reload_keys" | "stats" | "actors" | "propose", ...}``; reply ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. A
+"reload_keys" | "stats" | "actors" | "propose" | "fault", ...}``; reply ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. A
 request carrying ``"id"`` gets it echoed in the reply.
 
 The server binds a ROUTER, which is wire-compatible with REQ clients (a REQ client sees exactly REP

@@ -167,6 +167,8 @@ class NodeConfig:
     state_machine: str = _opt("tasks", lambda v: None if v in ("tasks", "kv") else "must be tasks or kv")
     clock_offset_ms: int = _opt(0, _int_range(-86_400_000, 86_400_000))
     """Tests only: shift this node's wall clock (``molens.wallclock``) by this much."""
+    fault_injection: bool = False
+    """Tests only: the admin socket's ``fault`` command may shift the clock and slow the disk at run time."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from typing import Any
 
 import pykka
 
-from molens import __version__, wallclock
+from molens import __version__, disk, wallclock
 from molens.actors.peer_errors import LeadershipLost, ProposalRefused, RaftPeerError
 from molens.actors.peer_handle import RaftPeerHandle, lmdb_log, zmq_transport
 from molens.admin import AdminClient, AdminError, AdminServer
@@ -521,6 +521,8 @@ class Node:
                                                nid, {"member": {"old": True, "new": None}})
             if cmd == "propose":
                 return self._propose(req)
+            if cmd == "fault":
+                return self._fault(req)
         except (RaftPeerError, rc.RaftError) as exc:
             reply = error_reply(exc)
             if reply.get("error") == "not_leader":
@@ -529,6 +531,24 @@ class Node:
         except pykka.Timeout:
             return {"ok": False, "error": f"{cmd}: raft peer did not answer in time"}
         return {"ok": False, "error": f"unknown cmd {cmd!r}"}
+
+    def _fault(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Shift the wall clock (``clock_offset_ms``) and slow every sync (``sync_delay_ms``) of this
+        process, each only when given; refused unless ``node.fault_injection`` (tests only)."""
+        if not self.cfg.node.fault_injection:
+            return {"ok": False, "error": "fault injection is off (node.fault_injection)"}
+        try:
+            clock = None if req.get("clock_offset_ms") is None else int(req["clock_offset_ms"])
+            delay = None if req.get("sync_delay_ms") is None else int(req["sync_delay_ms"])
+        except (TypeError, ValueError) as exc:
+            return {"ok": False, "error": f"fault: {exc}"}
+        if clock is not None:
+            log.warning("fault injected: clock_offset_ms=%+d", clock)
+            wallclock.set_offset_ms(clock)
+        if delay is not None:
+            log.warning("fault injected: sync_delay_ms=%d", delay)
+            disk.set_sync_delay_ms(delay)
+        return {"ok": True, "clock_offset_ms": wallclock.offset_ms(), "sync_delay_ms": disk.sync_delay_ms()}
 
     def _membership_change(self, change: Callable[[], dict[str, Any]], action: str, node_id: str,
                            changes: dict[str, dict[str, object]]) -> Future[dict[str, Any]]:

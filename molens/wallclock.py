@@ -1,7 +1,8 @@
 """The wall clock every part of a node reads, in epoch ms (docs/architecture.md#clock-skew).
 
 One function, so a test can shift a whole node's clock: ``node.clock_offset_ms`` (0 in production)
-is added to every reading. Pure code never calls it; it receives ``now_ms``.
+is added to every reading, and the admin ``fault`` command (``node.fault_injection``) can change it
+while the node runs (a clock jump). Pure code never calls it; it receives ``now_ms``.
 """
 
 from __future__ import annotations
@@ -21,4 +22,8 @@ def set_offset_ms(ms: int) -> None:
     _offset_ms = int(ms)
 
 
-__all__ = ["set_offset_ms", "wall_ms"]
+def offset_ms() -> int:
+    return _offset_ms
+
+
+__all__ = ["offset_ms", "set_offset_ms", "wall_ms"]

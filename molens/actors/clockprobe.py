@@ -8,13 +8,18 @@ judges the clock on the Raft thread (``RaftPeerHandle.judge_clock``, with the cu
 a node whose clock is off from a majority by more than ``raft.max_clock_skew_ms`` does not
 campaign (``RaftCore.no_campaign``) and, if it leads, steps down; the log says why, once per
 change. The leader's Dispatcher reads the gate before it plans (no fire from a clock not known to
-agree with a majority) and gives fires only to workers whose clocks agree with its own. Runs on
-its own pykka thread.
+agree with a majority) and gives fires only to workers whose clocks agree with its own. A verdict
+holds only for the clock it judged: the gate keeps the wall and monotonic readings of its last
+verdict, and once the wall clock has moved apart from the monotonic one by more than
+``raft.max_clock_skew_ms`` (the clock jumped, or was stepped) it says no at once -- not up to a
+round later, by when a leader 10 s ahead has planned 10 s of fires -- and the next round drops
+every sample taken before the jump. Runs on its own pykka thread.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,24 +61,54 @@ def decode_reply(body: bytes) -> tuple[int, int]:
     return int(sent), int(peer_ms)
 
 
+def readings() -> tuple[int, int]:
+    """This node's wall clock and monotonic clock now, in ms."""
+    return wall_ms(), time.monotonic_ns() // 1_000_000
+
+
 class ClockGate:
     """The latest verdict on this node's clock, read from any thread. ``None`` before the first
     one: nothing is planned from an unchecked clock. ``ClockGate.always_ok()`` for tests that run
-    leader actors without a probe."""
+    leader actors without a probe. Readings are ``(wall ms, monotonic ms)`` pairs (:func:`readings`):
+
+    >>> g = ClockGate("n1", max_skew_ms=500)
+    >>> g.publish(ClockVerdict(ClockState.OK, ["n1", "n2"], {"n2": 3}, 3, ""), at=(10_000, 1_000))
+    >>> g.leading_ok(at=(12_000, 3_000))   # both clocks moved 2 s
+    True
+    >>> g.leading_ok(at=(22_000, 3_100))   # the wall clock jumped 10 s ahead
+    False
+    """
 
     def __init__(self, node_id: str, max_skew_ms: int, verdict: ClockVerdict | None = None) -> None:
         self.node_id = node_id
         self.max_skew_ms = max_skew_ms
         self.verdict = verdict
+        self._judged_at: tuple[int, int] | None = None
+        """The readings when :meth:`publish` set the verdict; None: no jump check."""
 
     @classmethod
     def always_ok(cls) -> ClockGate:
         return cls("", 0, ClockVerdict(ClockState.OK, [], {}, 0, ""))
 
-    def leading_ok(self) -> bool:
-        """This node's clock agrees with a majority: it may plan fires."""
+    def publish(self, verdict: ClockVerdict, at: tuple[int, int]) -> None:
+        """The verdict on the clock as it read ``at``."""
+        self._judged_at = at
+        self.verdict = verdict
+
+    def stepped_ms(self, at: tuple[int, int]) -> int:
+        """How far the wall clock moved apart from the monotonic clock since the verdict."""
+        was = self._judged_at
+        return 0 if was is None else (at[0] - was[0]) - (at[1] - was[1])
+
+    def jumped(self, at: tuple[int, int]) -> bool:
+        """The wall clock stepped by more than the bound since the verdict (which then says nothing)."""
+        return abs(self.stepped_ms(at)) > self.max_skew_ms
+
+    def leading_ok(self, at: tuple[int, int] | None = None) -> bool:
+        """This node's clock agrees with a majority and has not jumped since: it may plan fires.
+        ``at``: the readings (now unless given)."""
         v = self.verdict
-        return v is not None and v.ok
+        return v is not None and v.ok and not self.jumped(readings() if at is None else at)
 
     def worker_ok(self, worker: str) -> bool:
         """``worker``'s clock is known to agree with this node's (this node's own always does)."""
@@ -112,6 +147,8 @@ class ClockProbe(pykka.ThreadingActor):
         self._voters: list[str] = []
         self._alarm: Alarm | None = None
         self._said = ClockState.UNKNOWN
+        self._since_ms = 0
+        """Replies to probes sent before this (the clock's last jump) are ignored."""
 
     def on_start(self) -> None:
         self._alarm = Alarm(self.actor_ref, "clockprobe")
@@ -123,12 +160,14 @@ class ClockProbe(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, ProbeReply):
-            now = wall_ms()
-            self.watch.sample(message.peer, message.sent_ms, message.peer_ms, message.received_ms, now)
-            if not self.gate.leading_ok() and self._voters:  # an OK clock is usable at once; acting waits for the round
-                v = self.watch.verdict(self._voters, now)
+            at = readings()
+            if self.gate.jumped(at) or not self._since_ms <= message.sent_ms <= at[0]:
+                return None  # a probe of the clock before a jump, or samples of it: the round drops them
+            self.watch.sample(message.peer, message.sent_ms, message.peer_ms, message.received_ms, at[0])
+            if not self.gate.leading_ok(at) and self._voters:  # an OK clock is usable at once; acting waits for the round
+                v = self.watch.verdict(self._voters, at[0])
                 if v.ok:
-                    self.gate.verdict = v
+                    self.gate.publish(v, at)
         elif isinstance(message, Wake):
             self._round()
         else:
@@ -136,14 +175,21 @@ class ClockProbe(pykka.ThreadingActor):
         return None
 
     def _round(self) -> None:
-        now = wall_ms()
+        at = readings()
+        now = at[0]
+        if self.gate.jumped(at):
+            step = self.gate.stepped_ms(at)
+            log.warning("clock: stepped %+d ms against the monotonic clock; estimates of the peers start again", step)
+            self.watch = ClockWatch(self.gate.node_id, self.gate.max_skew_ms)
+            self._since_ms = now
+            self.gate.publish(ClockVerdict(ClockState.UNKNOWN, [], {}, 0, f"clock stepped {step:+d} ms"), at)
         verdict: ClockVerdict | None = None
         try:
             self._voters, verdict = self._judge(lambda voters: self.watch.verdict(voters, wall_ms()))
         except (pykka.ActorDeadError, pykka.Timeout):
             log.debug("clock: raft peer busy or gone; verdict kept")
         if verdict is not None:
-            self.gate.verdict = verdict
+            self.gate.publish(verdict, at)
             if verdict.state is not self._said:
                 if verdict.state is ClockState.SKEWED:
                     log.error("clock: %s; not campaigning or leading until it agrees", verdict.reason)
@@ -171,4 +217,4 @@ def act_on_clock(core: Any, verdict: ClockVerdict) -> None:
 
 
 __all__ = ["PROBE_INTERVAL_MS", "ClockGate", "ClockProbe", "ProbeReply", "act_on_clock", "decode_reply",
-           "probe_frame", "reply_frame"]
+           "probe_frame", "readings", "reply_frame"]

@@ -26,6 +26,12 @@ fire it does not list, watched at least ``HELD_GRACE_MS`` before the heartbeat a
 result received before it (results and heartbeats share one ordered link), is gone from that worker
 (a restart quicker than ``worker_lost_ms``, fires dropped by a stop, results lost on the way to a
 leader that died) and is settled the same way. ``deadline_ms`` stays the backstop.
+
+Deadlines and silences are judged on the wall clock, and results are stamped with it, so while the
+clock gate (``ctx.clock``, docs/architecture.md#clock-skew) does not vouch for this node's clock the
+pump judges and proposes nothing, and looks again every ``CLOCK_RECHECK_MS``: a leader whose clock
+jumped 18 s ahead once gave up every fire in flight at once as past its deadline, and scheduled the
+retries 18 s late.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ HELD_GRACE_MS = 1_000
 worker: a heartbeat that does not list it says nothing yet."""
 DRAIN_POLL_MS = 20
 """While draining, the Monitor looks at its drain deadline this often."""
+CLOCK_RECHECK_MS = 100
+"""While the clock gate says no, the pump looks again this often."""
 
 
 CONGESTION_STATUSES = frozenset((429, 503))
@@ -376,6 +384,11 @@ class Monitor(LeaderActor):
         if self.ended:
             return
         now = wall_ms()
+        if not self.ctx.clock.leading_ok():  # no deadline judged, no result stamped, from a doubtful clock
+            if self.drain is not None and not self.drain_answered:
+                self._drain_check()
+            self.set_alarm(now + CLOCK_RECHECK_MS)
+            return
         sw = sweep(self.watch, self.workers, now)
         if sw.lost:
             self.stats.add(lost=len(sw.lost))

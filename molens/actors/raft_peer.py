@@ -55,7 +55,9 @@ node then stops ticking (no more campaigns) and reports role ``removed``. Such a
 not stepped into the core (a removed node must not disrupt the cluster with its terms).
 
 What other threads read without asking the actor (the worker RPC handler, per frame) is published
-in ``Lifecycle.standing`` after every cycle: term, leader, members, removed.
+in ``Lifecycle.standing`` after every cycle: term, leader, members, removed -- also while a Ready is
+stalled on a full disk, as the role is: its worker heartbeats the leader the core follows, so it must
+take that leader's fire batches too, not refuse them as a newer term's.
 """
 
 from __future__ import annotations
@@ -453,6 +455,7 @@ class RaftPeer(SnapshotWork):
         if stall is not None:
             if time.monotonic() < stall.retry_at or not self._carry_out(stall.rd, stall.step):
                 self._publish_role()  # a stalled leader is replaced; its subscribers must hear it
+                self._publish_standing()
                 return
         while core.has_ready():
             rd = core.ready()

@@ -59,7 +59,7 @@ from typing import Any, TypeVar
 import lmdb
 import msgpack
 
-from molens.disk import OS_DISK, Disk
+from molens.disk import OS_DISK, Disk, stall
 from molens.raft.errors import (
     CompactedError,
     EntryUnavailableError,
@@ -639,6 +639,8 @@ class LmdbLog:
             try:
                 with self._env.begin(write=True) as txn:
                     out = fn(txn)
+                if self._durable:
+                    stall()  # an injected slow disk (fault tests): lmdb's commit fdatasyncs by itself
                 self.syncs += 1
                 return out
             except lmdb.MapFullError:

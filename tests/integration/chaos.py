@@ -1,22 +1,32 @@
-"""A chaos soak of a real 3-node cluster on 127.0.0.1: ``scripts/chaos --seconds N --seed S``.
+"""A chaos soak of a real 3-node cluster under a nemesis: ``scripts/chaos [--seconds N] [--seed S]
+[--nemesis all|KIND,...] [--net netns|loopback]``.
 
-While a seeded schedule of faults runs -- kill -9 of the leader or a follower (restarted 1-3 s
-later), SIGSTOP of the leader for 2-4 s, graceful restarts -- a client creates delayed tasks
-(at_least_once, at_most_once, at_least_once with an ACK URL), due 0.5-4 s ahead, about
-``CREATE_PER_S`` a second, and ``N_PERIODIC`` periodic tasks fire every ``PERIODIC_MS``. Then the
-faults stop, every node runs again, and the run checks (:class:`Report`):
+While the nemesis (:mod:`tests.integration.nemesis`) strikes one fault at a time, each healed within
+a bound and followed by 3-7 s of quiet -- kill -9 and SIGSTOP, graceful restarts, network partitions
+(minority/majority, bridge, one-way), clock jumps and skew, a full disk and a slow disk on one node --
+a client creates delayed tasks (at_least_once, at_most_once, at_least_once with an ACK URL), due
+0.5-4 s ahead, about ``CREATE_PER_S`` a second, and ``N_PERIODIC`` periodic tasks fire every
+``PERIODIC_MS``. Then the faults stop, every node runs again, and the run checks (:class:`Report`):
 
 - ``lost``: acknowledged at_least_once tasks whose callback was never answered 2xx (the promise:
   never zero), plus ACK tasks never probed;
 - ``amo_twice``: at_most_once fire ids delivered more than once (the promise: never twice);
 - ``stuck``: delayed tasks still pending, firing or awaiting_ack when everything should have ended;
-- ``periodic_max_gap_ms``: the longest time between two occurrences of one periodic task;
+- ``periodic_max_gap_ms``: the longest time between two occurrences of one periodic task, and
+  ``periodic_max_gap_outside_partitions_ms`` the longest of those that overlap no partition (a
+  partition's window runs from its start until it healed);
 - ``digests_equal``: every replica's state digest the same at one applied index (each node reads
   its index and digest in one transaction; the periodic tasks are paused first so the log settles).
 
-The last line is ``chaos: seed=... faults=... lost=0 amo_twice=0 periodic_max_gap_ms=... digests_equal=yes``;
-the exit status is 1 when a promise is broken. ``tests/integration/test_chaos.py`` runs 60 s of it.
-Network partitions are not among the faults here (they need network namespaces).
+The seed is random unless given, and printed first: ``chaos: seed=S`` (``--seed S`` replays the
+run's choices; the timing of a real cluster is its own). Nodes run in network namespaces of their
+own (``--net netns``, the default where they can be made: root with ``ip netns``) or on 127.0.0.1
+(``--net loopback``, where partitions cannot be made). A fault the machine cannot make stops the run
+with the reason before it starts. The last line counts each fault kind:
+``chaos: seed=... faults=N kill=... freeze=... restart=... partition=... clock=... fulldisk=... slowdisk=...
+lost=0 amo_twice=0 periodic_max_gap_ms=... periodic_max_gap_outside_partitions_ms=... digests_equal=yes``;
+the exit status is 1 when a promise is broken. ``tests/integration/test_chaos.py`` runs 120 s of it
+with a random seed and every fault kind.
 """
 
 from __future__ import annotations
@@ -40,16 +50,26 @@ from typing import Any
 from molens.client import ApiError, MolensClient
 
 from .conftest import Cluster, NodeProc, wait_for
+from .nemesis import Fault, Kind, Nemesis, parse_kinds
+from .netns import NetnsError, NetnsLab, NsCluster, make_lab
 from .recording_receiver import RecordingReceiver
+from .tmpfs import Tmpfs, TmpfsError, put_data_dir_on
 
 CREATE_PER_S = 40
 N_PERIODIC = 20
 PERIODIC_MS = 2_000
 TASK_TIMEOUT_MS = 2_000
 ALO_MAX_RETRIES = 5
-SETTINGS: dict[str, Any] = {"worker": {"concurrency": 32}, "scheduler": {"history_max_records_per_task": 2_000}}
+SETTINGS: dict[str, Any] = {
+    "node": {"fault_injection": True},
+    "worker": {"concurrency": 32},
+    "scheduler": {"history_max_records_per_task": 2_000},
+}
 """The product's defaults otherwise (worker_lost_ms 2 s, dispatch_timeout_ms 10 s); more history per
-task than the default 200 rows, so a long run can still show the executions around its longest gap."""
+task than the default 200 rows, so a long run can still show the executions around its longest gap;
+the admin ``fault`` command on (clock jumps, slow disks)."""
+DISK_BYTES = 512 << 20
+"""The tmpfs under each node's data (the nemesis fills one at a time): room for a long run's data."""
 FAULT_GAP_S = (3.0, 7.0)
 """Quiet time between the end of one fault (cluster serving again) and the next."""
 SETTLE_S = 120.0
@@ -59,13 +79,19 @@ SETTLE_S = 120.0
 @dataclass
 class Report:
     seed: int
-    faults: list[str] = field(default_factory=list)
+    kinds: tuple[Kind, ...] = tuple(Kind)
+    net: str = ""
+    """Where the nodes run: ``netns`` or ``loopback``."""
+    faults: list[Fault] = field(default_factory=list)
     created: dict[str, str] = field(default_factory=dict)
     """Task id -> kind (alo, amo, ack, periodic) of every acknowledged create."""
     lost: list[str] = field(default_factory=list)
+    lost_detail: list[str] = field(default_factory=list)
+    """What the cluster says of the first lost tasks (record and executions), and what the receiver got."""
     amo_twice: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
     periodic_max_gap_ms: int = 0
+    periodic_max_gap_outside_partitions_ms: int = 0
     periodic_max_gap_at: str = ""
     """Which task and when (seconds into the run) the longest gap began."""
     periodic_gap_detail: list[str] = field(default_factory=list)
@@ -79,16 +105,24 @@ class Report:
     def ok(self) -> bool:
         return not self.lost and not self.amo_twice and not self.stuck and self.digests_equal
 
+    def counts(self) -> dict[Kind, int]:
+        """How many faults of each chosen kind struck."""
+        out = dict.fromkeys(self.kinds, 0)
+        for f in self.faults:
+            out[f.kind] += 1
+        return out
+
+    def partitions(self) -> list[tuple[int, int]]:
+        return [(f.start_ms, f.end_ms) for f in self.faults if f.kind is Kind.PARTITION]
+
     def line(self) -> str:
+        counts = " ".join(f"{k}={n}" for k, n in self.counts().items())
         return (
-            f"chaos: seed={self.seed} faults={len(self.faults)} lost={len(self.lost)} "
+            f"chaos: seed={self.seed} faults={len(self.faults)} {counts} lost={len(self.lost)} "
             f"amo_twice={len(self.amo_twice)} periodic_max_gap_ms={self.periodic_max_gap_ms} "
+            f"periodic_max_gap_outside_partitions_ms={self.periodic_max_gap_outside_partitions_ms} "
             f"digests_equal={'yes' if self.digests_equal else 'no'}"
         )
-
-
-def _url(n: NodeProc) -> str:
-    return f"http://127.0.0.1:{n.settings['http']['port']}"
 
 
 def _now_ms() -> int:
@@ -145,44 +179,52 @@ def _serving(c: Cluster, timeout: float = 60.0) -> NodeProc:
     return c.leader(timeout=timeout)
 
 
-def _fault(c: Cluster, rng: random.Random, report: Report, log: Any) -> None:
-    leader = c.leader(timeout=60)
-    followers = [n for n in c.nodes.values() if n is not leader]
-    kind = rng.choice(("kill_leader", "kill_follower", "stop_leader", "restart"))
-    if kind == "kill_leader" or kind == "kill_follower":
-        victim = leader if kind == "kill_leader" else rng.choice(followers)
-        victim.kill()
-        down = rng.uniform(1.0, 3.0)
-        time.sleep(down)  # the fault's own duration
-        victim.start()
-    elif kind == "stop_leader":
-        victim = leader
-        down = rng.uniform(2.0, 4.0)
-        os.kill(victim.pid, signal.SIGSTOP)
-        try:
-            time.sleep(down)  # the fault's own duration
-        finally:
-            os.kill(victim.pid, signal.SIGCONT)
-    else:
-        victim = rng.choice(list(c.nodes.values()))
-        down = 0.0
-        victim.stop()
-        victim.start()
-    report.faults.append(f"{kind}:{victim.node_id}@{(_now_ms() - report.t0_ms) / 1000:.1f}s")
-    log(f"chaos: fault {len(report.faults)} {kind} {victim.node_id} ({down:.1f} s)")
+def netns_unavailable() -> str | None:
+    """Why nodes cannot run in network namespaces here, or None when they can."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "no ip command (iproute2)"
+    try:
+        make_lab()
+    except NetnsError as exc:
+        return str(exc)
+    return None
 
 
-def run(seconds: float, seed: int, root: Path, log: Any = print) -> Report:
-    """One chaos run under ``root``; every node process is stopped before it returns."""
+def run(
+    seconds: float, seed: int, root: Path, log: Any = print, kinds: tuple[Kind, ...] = tuple(Kind),
+    net: str = "netns",
+) -> Report:
+    """One chaos run under ``root`` with the nemesis ``kinds``; the nodes in network namespaces
+    (``net="netns"``) or on 127.0.0.1 (``"loopback"``). Every node process is stopped, and every
+    namespace and tmpfs it made removed, before it returns."""
+    if Kind.PARTITION in kinds and net != "netns":
+        raise ValueError("partitions need --net netns")
     rng = random.Random(seed)
-    report = Report(seed=seed, t0_ms=_now_ms())
-    rec = RecordingReceiver()
-    c = Cluster(root, 3, SETTINGS, state_machine="tasks")
+    report = Report(seed=seed, kinds=kinds, net=net, t0_ms=_now_ms())
+    lab: NetnsLab | None = None
+    disks: dict[str, Tmpfs] = {}
+    rec: RecordingReceiver | None = None
+    c: Cluster | None = None
     creator: _Creator | None = None
     try:
+        if net == "netns":
+            lab = make_lab()
+            c = NsCluster(lab, root, 3, SETTINGS)
+            rec = RecordingReceiver(host=lab.receiver_host)  # the address exists once the namespaces do
+        else:
+            c = Cluster(root, 3, SETTINGS, state_machine="tasks")
+            rec = RecordingReceiver()
+        if Kind.FULLDISK in kinds:
+            for nid, n in c.nodes.items():
+                disks[nid] = Tmpfs(root / f"tmpfs-{nid}", DISK_BYTES)
+                put_data_dir_on(n, disks[nid])
+        nemesis = Nemesis(c, rng, kinds, lab=lab, disks=disks)
+        report.faults = nemesis.faults
         c.start()
         _serving(c)
-        client = MolensClient([_url(n) for n in c.nodes.values()], retry_deadline_s=60)
+        client = MolensClient([n.http_url for n in c.nodes.values()], retry_deadline_s=60)
         wait_for(lambda: client.cluster_status(), 30, "the cluster to serve")
         for i in range(N_PERIODIC):
             t = client.create(
@@ -198,7 +240,12 @@ def run(seconds: float, seed: int, root: Path, log: Any = print) -> Report:
             time.sleep(rng.uniform(*FAULT_GAP_S))  # quiet time between faults
             if time.monotonic() >= end:
                 break
-            _fault(c, rng, report, log)
+            try:
+                fault = nemesis.strike()
+            finally:
+                nemesis.heal()
+            log(f"chaos: fault {len(report.faults)} {fault.describe(report.t0_ms)} "
+                f"({(fault.end_ms - fault.start_ms) / 1000:.1f} s)")
             _serving(c)
         creator.stop.set()
         creator.join(30)
@@ -211,12 +258,18 @@ def run(seconds: float, seed: int, root: Path, log: Any = print) -> Report:
     finally:
         if creator is not None:
             creator.stop.set()
-        for n in c.nodes.values():  # a node left stopped must not keep the others from exiting
-            with contextlib.suppress(ProcessLookupError, AssertionError):
-                if n.running:
-                    os.kill(n.pid, signal.SIGCONT)
-        c.kill_all()
-        rec.close()
+        if c is not None:
+            for n in c.nodes.values():  # a node left stopped must not keep the others from exiting
+                with contextlib.suppress(ProcessLookupError, AssertionError):
+                    if n.running:
+                        os.kill(n.pid, signal.SIGCONT)
+            c.kill_all()
+        if rec is not None:
+            rec.close()
+        for d in disks.values():
+            d.unmount()
+        if lab is not None:
+            lab.destroy()
     return report
 
 
@@ -272,6 +325,7 @@ def _check(c: Cluster, client: MolensClient, rec: RecordingReceiver, report: Rep
             report.amo_twice.append(tid)
     # the longest time between the first deliveries of consecutive occurrences of a periodic task
     gap, gap_task, gap_start = 0, "", 0
+    partitions = report.partitions()
     for tid, kind in report.created.items():
         if kind != "periodic":
             continue
@@ -280,12 +334,35 @@ def _check(c: Cluster, client: MolensClient, rec: RecordingReceiver, report: Rep
             if b - a > gap:
                 gap, gap_task, gap_start = b - a, tid, a
                 report.periodic_max_gap_at = f"{tid}@{(a - report.t0_ms) / 1000:.1f}s"
+            if b - a > report.periodic_max_gap_outside_partitions_ms and not any(
+                a < end and start < b for start, end in partitions
+            ):
+                report.periodic_max_gap_outside_partitions_ms = b - a
     report.periodic_max_gap_ms = gap
+    report.lost_detail = [line for tid in report.lost[:5] for line in _task_detail(client, report, tid, reqs)]
     if gap_task:
         report.periodic_gap_detail = _gap_detail(client, report, gap_task, gap_start, gap_start + gap)
     c.wait_converged(timeout=60)
     digests = wait_for(lambda: _digests(c), 60, "every replica at one applied index")
     report.digests_equal = len(digests) == 1 and len(c.running()) == 3
+
+
+def _task_detail(client: MolensClient, report: Report, tid: str, reqs: list[Any]) -> list[str]:
+    """One task's record, executions and the requests the receiver got for it (times in seconds into the run)."""
+    def s(ms: Any) -> str:
+        return f"{(ms - report.t0_ms) / 1000:.2f}s" if isinstance(ms, int) else "-"
+    try:
+        t = client.get(tid)
+        out = [f"{tid} kind={report.created[tid]} status={t.get('status')} created={s(t.get('created_at'))} "
+               f"run_at={s(t.get('run_at'))} attempt={t.get('attempt')} fail_count={t.get('fail_count')} "
+               f"last_outcome={t.get('last_outcome')} last_fire_at={s(t.get('last_fire_at'))}"]
+        out += [f"  {e['fire_id']} attempt={e['attempt']} kind={e['kind']} worker={e['worker']} fired={s(e['fired_at'])} "
+                f"finished={s(e['finished_at'])} result={e['result']}" for e in client.executions(tid)][::-1]
+    except (ApiError, OSError) as exc:
+        out = [f"{tid}: no record ({exc!r})"]
+    out += [f"  received {r.headers.get('X-Fire-ID', '')} {r.kind} at {s(r.at_ms)} from {r.peer}"
+            for r in reqs if r.headers.get("X-Fire-ID", "").rpartition("-")[0] == tid]
+    return out
 
 
 def _gap_detail(client: MolensClient, report: Report, tid: str, a: int, b: int) -> list[str]:
@@ -303,18 +380,37 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=60.0, help="how long faults are injected")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=None, help="the run's seed (default: a random one, printed first)")
+    p.add_argument("--nemesis", default="all",
+                   help=f"all, or a comma list of: {', '.join(Kind)} (disk = fulldisk)")
+    p.add_argument("--net", choices=("netns", "loopback"), default=None,
+                   help="where the nodes run (default: netns where namespaces can be made, else loopback)")
     p.add_argument("--keep", action="store_true", help="keep the nodes' data and logs (printed)")
     args = p.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 1 << 31)
+    print(f"chaos: seed={seed}", flush=True)
+    try:
+        kinds = parse_kinds(args.nemesis)
+    except ValueError as exc:
+        p.error(str(exc))
+    why_not = netns_unavailable() if args.net != "loopback" else "--net loopback"
+    net = args.net or ("netns" if why_not is None else "loopback")
+    if Kind.PARTITION in kinds and why_not is not None:
+        print(f"chaos: cannot partition the network: {why_not} (leave partition out of --nemesis)", flush=True)
+        return 2
+    print(f"chaos: nemesis={','.join(kinds)} net={net} seconds={args.seconds:g}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="molens-chaos-"))
     try:
-        report = run(args.seconds, args.seed, root)
+        report = run(args.seconds, seed, root, kinds=kinds, net=net)
+    except (TmpfsError, NetnsError) as exc:
+        print(f"chaos: cannot set up the faults: {exc} (leave that kind out of --nemesis)", flush=True)
+        return 2
     finally:
         if args.keep:
             print(f"chaos: data and logs in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"chaos: faults={','.join(report.faults)}")
+    print(f"chaos: faults={','.join(f.describe(report.t0_ms) for f in report.faults)}")
     print(f"chaos: periodic_max_gap_at={report.periodic_max_gap_at}")
     for line in report.periodic_gap_detail:
         print(f"chaos:   {line}")
@@ -323,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     for what, ids in (("lost", report.lost), ("amo_twice", report.amo_twice), ("stuck", report.stuck)):
         if ids:
             print(f"chaos: {what}: {' '.join(ids[:20])}")
+    for line in report.lost_detail:
+        print(f"chaos:   {line}")
     print(report.line(), flush=True)
     return 0 if report.ok else 1
 

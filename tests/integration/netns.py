@@ -17,12 +17,15 @@ route or address of this machine uses, picked at run time)::
   every root-side ``mg`` veth), and the receiver sees which node fired from the source address;
 - :meth:`NetnsLab.cut` / :meth:`NetnsLab.heal` set one side of a pair link down / up (this kernel has
   veth but no netem; link state is what the test uses), :meth:`NetnsLab.isolate` cuts all of a node's
-  pair links (``mg`` stays: it still reaches the receiver and answers the test).
+  pair links (``mg`` stays: it still reaches the receiver and answers the test);
+- :meth:`NetnsLab.one_way` drops what one node sends to another and nothing the other sends back (an
+  ``iptables`` DROP of the sender's address in the receiver's namespace: the sender sees no error, as
+  on a lossy link); :meth:`NetnsLab.heal_all` undoes cuts and one-way drops alike.
 
 Names carry the creating process id (``m15p<pid>x<i>``): teardown deletes this lab's namespaces even
 when the test failed, and a new lab first deletes the ones left by a process that no longer exists
-(never another live run's). Where namespaces or veth pairs cannot be made, :func:`netns_or_skip`
-skips with one line saying why.
+(never another live run's). Where namespaces or veth pairs cannot be made, :func:`make_lab` raises
+:class:`NetnsError` and :func:`netns_or_skip` skips, each with one line saying why.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class NetnsLab:
         self.ns: dict[int, str] = {}
         self.receiver_host = f"10.{self.octet}.200.1"
         self._links_down: set[tuple[int, int]] = set()
+        self._one_way: set[tuple[int, int]] = set()
 
     def name(self, i: int) -> str:
         return f"{PREFIX}{self.tag}s{self.seq}x{i}"
@@ -135,6 +139,18 @@ class NetnsLab:
         _ip("-n", self.ns[b], "route", "replace", f"{self.addr(a)}/32", "dev", f"l{a}", "src", self.addr(b))
         self._links_down.discard((a, b))
 
+    def one_way(self, src: int, dst: int) -> None:
+        """Drop every packet node ``src`` sends to node ``dst``, silently, as ``dst`` receives it;
+        ``dst`` still reaches ``src``."""
+        self._drop("-A", src, dst)
+        self._one_way.add((src, dst))
+
+    def _drop(self, op: str, src: int, dst: int) -> None:
+        r = subprocess.run(["ip", "netns", "exec", self.ns[dst], "iptables", "-w", op, "INPUT", "-s",
+                            f"{self.addr(src)}/32", "-j", "DROP"], capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"iptables {op} INPUT in {self.ns[dst]}: {r.stderr.strip()}")
+
     def isolate(self, i: int) -> None:
         for j in self.ns:
             if j != i:
@@ -143,6 +159,9 @@ class NetnsLab:
     def heal_all(self) -> None:
         for a, b in list(self._links_down):
             self.heal(a, b)
+        for src, dst in list(self._one_way):
+            self._drop("-D", src, dst)
+            self._one_way.discard((src, dst))
 
     def _root_side(self, i: int) -> str:
         """The root end of node ``i``'s ``mg`` veth pair (at most 15 characters)."""
@@ -155,10 +174,14 @@ class NetnsLab:
         self.ns.clear()
 
 
-def netns_or_skip() -> NetnsLab:
-    """A lab with nothing in it yet, or a skip saying in one line why namespaces cannot be made."""
+class NetnsError(RuntimeError):
+    """Network namespaces with veth pairs cannot be made here (the message says why)."""
+
+
+def make_lab() -> NetnsLab:
+    """A lab with nothing in it yet; :class:`NetnsError` saying in one line why namespaces cannot be made."""
     if sys.platform != "linux":
-        pytest.skip("network namespaces need Linux")
+        raise NetnsError("network namespaces need Linux")
     try:
         _sweep_stale()
         lab = NetnsLab()
@@ -169,8 +192,16 @@ def netns_or_skip() -> NetnsLab:
         finally:
             _ip("netns", "del", probe, check=False)
     except (OSError, RuntimeError) as exc:
-        pytest.skip(f"cannot make network namespaces with veth pairs here: {exc}")
+        raise NetnsError(f"cannot make network namespaces with veth pairs here: {exc}") from exc
     return lab
+
+
+def netns_or_skip() -> NetnsLab:
+    """A lab with nothing in it yet, or a skip saying in one line why namespaces cannot be made."""
+    try:
+        return make_lab()
+    except NetnsError as exc:
+        pytest.skip(str(exc))
 
 
 class NsNodeProc(NodeProc):

@@ -7,11 +7,13 @@ make it leader), says why on /readyz and /metrics, gets no fires, and nothing is
 its due time.
 +300 ms (under ``raft.max_clock_skew_ms``): n3 may lead and work, and fires stay within the bound
 of their due time.
+A jump of the leader's clock by 15 s while it runs: periodic tasks keep their pace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import time
@@ -143,4 +145,30 @@ def test_a_node_300_ms_ahead_may_lead_and_fires_stay_within_the_bound(
     too_early = {tag: due[tag] - at for tag, at in got.items() if at < due[tag] - bound}
     assert too_early == {}, f"fired earlier than the skew bound (ms): {too_early}"
     assert "n3" in {e["worker"] for e in client.executions()}  # n3 works too
+    client.close()
+
+
+@pytest.mark.timeout(180)
+def test_a_leader_whose_clock_jumps_ahead_keeps_periodic_tasks_at_their_pace(
+    make_cluster: Any, receiver: RecordingReceiver
+) -> None:
+    """The leader's clock jumps 15 s ahead while it runs (the admin ``fault`` command), for 4 s. It
+    must neither plan from that clock nor give up the fires in flight as past their deadline (it did
+    both: the retries, and the periodic task's next occurrence, came 15 s late); it steps down once
+    judged, and a 1 s periodic task waits at most 6 s between two occurrences throughout."""
+    c: Cluster = make_cluster(3, extra={"node": {"fault_injection": True}}, state_machine="tasks")
+    leader = c.leader(timeout=30)
+    wait_for(lambda: _metric(leader, "molens_clock_skewed") == 0, 30, "the leader's clock to be judged fine")
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    client.create(type="periodic", interval_ms=1_000, callback_url=receiver.url("/ok/tick"), reliability="at_least_once")
+    wait_for(lambda: len(receiver.by_tag("tick")) >= 3 or None, 30, "three occurrences")
+    leader.call("fault", clock_offset_ms=15_000)
+    time.sleep(4)  # the fault's own duration
+    leader.call("fault", clock_offset_ms=0)
+    after = time.time_ns() // 1_000_000
+    wait_for(lambda: sum(1 for r in receiver.by_tag("tick") if r.at_ms > after) >= 5 or None, 60,
+             "five occurrences after the clock came back")
+    firsts = sorted({r.headers["X-Fire-ID"]: r.at_ms for r in reversed(receiver.by_tag("tick"))}.values())
+    gaps = [b - a for a, b in itertools.pairwise(firsts)]
+    assert max(gaps) <= 6_000, f"a 1 s periodic task waited {max(gaps)} ms (gaps {gaps})"
     client.close()

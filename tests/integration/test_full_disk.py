@@ -9,16 +9,17 @@ kernel answers ENOSPC, then deletes the file ("space returns").
 - A follower's disk full: the cluster goes on without it; it does not ack, then catches up; digests equal.
 - The leader's disk full: it stops leading (it sends nothing it has not written), another node
   leads and takes the writes; the old leader catches up once space returns; digests equal.
+- A node whose disk is full still carries out the fires the new leader gives its worker.
 
 Skipped with a one-line reason where a tmpfs cannot be mounted (not root, no mount namespace rights).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,56 +28,16 @@ from typing import Any
 
 import pytest
 import urllib3
-import yaml
 
 from molens.client import MolensClient
 
-from .conftest import Cluster, NodeProc, _merge, wait_for
+from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
+from .tmpfs import Tmpfs, TmpfsError, put_data_dir_on
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # real faults under a shared machine's load; each test has its own deadlines
 
 _http = urllib3.PoolManager(retries=False, timeout=15)
-
-
-class Tmpfs:
-    """A tmpfs of ``size`` bytes at ``path``; :meth:`fill` takes all its free space, :meth:`free`
-    gives it back."""
-
-    def __init__(self, path: Path, size: int) -> None:
-        self.path = path
-        path.mkdir(parents=True, exist_ok=True)
-        try:
-            r = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                capture_output=True, text=True, check=False,
-            )
-        except OSError as exc:  # no mount command
-            pytest.skip(f"cannot mount a tmpfs here: {exc}")
-        if r.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip() or r.returncode}")
-        self.data = path / "data"
-        self.filler = path / "filler"
-
-    def fill(self) -> int:
-        """Write the filler until ENOSPC; returns its size."""
-        chunk = b"\0" * (1 << 16)
-        n = 0
-        with open(self.filler, "ab", buffering=0) as f:
-            for size in (1 << 16, 4096):  # then what is left, page by page
-                while True:
-                    try:
-                        n += f.write(chunk[:size])
-                    except OSError as exc:
-                        assert exc.errno == errno.ENOSPC, exc
-                        break
-        return n
-
-    def free(self) -> None:
-        self.filler.unlink(missing_ok=True)
-
-    def unmount(self) -> None:
-        subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
 
 
 @pytest.fixture
@@ -84,19 +45,16 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, int], Tmpfs]]:
     made: list[Tmpfs] = []
 
     def make(name: str, size: int = 48 << 20) -> Tmpfs:
-        t = Tmpfs(tmp_path / f"tmpfs-{name}", size)
+        try:
+            t = Tmpfs(tmp_path / f"tmpfs-{name}", size)
+        except TmpfsError as exc:
+            pytest.skip(str(exc))
         made.append(t)
         return t
 
     yield make
     for t in made:  # make_cluster's teardown (kill -9) runs first: fixtures tear down in reverse
         t.unmount()
-
-
-def _on_tmpfs(n: NodeProc, t: Tmpfs) -> None:
-    n.settings = _merge(n.settings, {"node": {"data_dir": str(t.data)}})
-    n.data_dir = t.data
-    n.config_path.write_text(yaml.safe_dump(n.settings, sort_keys=False))
 
 
 def _post(n: NodeProc, tag: str, rec: RecordingReceiver, due_in_ms: int, **extra: Any) -> urllib3.BaseHTTPResponse:
@@ -151,7 +109,7 @@ def test_a_single_node_refuses_writes_with_507_while_its_disk_is_full_and_recove
     t = tmpfs("n1")
     c: Cluster = make_cluster(1, start=False, state_machine="tasks")
     n1 = c.nodes["n1"]
-    _on_tmpfs(n1, t)
+    put_data_dir_on(n1, t)
     c.start()
     c.leader()
     acked = []
@@ -290,7 +248,7 @@ def _full_disk_in_a_cluster(
     tmpfs filled."""
     t = tmpfs(nid)
     c: Cluster = make_cluster(3, start=False, state_machine="tasks")
-    _on_tmpfs(c.nodes[nid], t)
+    put_data_dir_on(c.nodes[nid], t)
     c.start()
     _lead(c, lead)
     client = MolensClient([n.http_url for n in c.nodes.values()], **client_args)
@@ -354,6 +312,31 @@ def test_a_leader_whose_disk_is_full_hands_over_and_catches_up_when_space_return
     n1.wait_ready()
     c.wait_converged()
     wait_for(lambda: _digests(c), 30, "equal digests after restarting n1")
+
+
+def test_a_node_whose_disk_is_full_still_fires_what_the_new_leader_gives_it(
+    make_cluster: Any, tmpfs: Any, receiver: RecordingReceiver
+) -> None:
+    """Its worker heartbeats the leader its Raft core follows, so the leader gives it fires; they
+    must be carried out, not refused as batches of a term the node "has not reached" because it
+    cannot write that term down (they were, and each such fire was lost: an at_least_once fire
+    without retries failed, a periodic occurrence was skipped)."""
+    c, t, client, _ = _full_disk_in_a_cluster(make_cluster, tmpfs, receiver, "n1", lead="n1", retry_deadline_s=60)
+    n1 = c.nodes["n1"]
+    with contextlib.suppress(Exception):  # the write that meets the full disk: n1 stops leading
+        client.create(type="delayed", run_at=time.time_ns() // 1_000_000, callback_url=receiver.url("/ok/first"))
+    new = c.leader(timeout=30, exclude=("n1",))
+    wait_for(lambda: (n1.status() or {}).get("leader_id") == new.node_id, 30, "n1 to follow the new leader")
+    tags = []
+    for i in range(60):  # no retries: a fire refused by its worker is lost for good
+        tag = f"r{i}-{uuid.uuid4().hex[:6]}"
+        client.create(type="delayed", run_at=time.time_ns() // 1_000_000 + 1500, callback_url=receiver.url(f"/ok/{tag}"),
+                      idempotency_key=tag, reliability="at_least_once", max_retries=0)
+        tags.append(tag)
+    _wait_delivered(receiver, tags, list(c.nodes.values()))
+    assert _http.request("GET", n1.http_url + "/readyz").status == 503  # its disk was full all along
+    assert "n1" in {e["worker"] for e in client.executions()}, "the new leader gave n1 no fire"
+    t.free()
 
 
 def test_storage_failure_tells_a_full_disk_from_other_errors(tmpfs: Any, tmp_path: Path) -> None:

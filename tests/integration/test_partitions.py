@@ -26,6 +26,9 @@ import collections
 import itertools
 import random
 import re
+import select
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -371,3 +374,45 @@ def test_isolating_the_leader_while_a_node_joins_ends_with_one_membership(
     memberships = {tuple(sorted((n.status() or {}).get("voters", []))) for n in c.running()}
     assert memberships == {("n1", "n2", "n3", "n4")}, memberships
     _check(c, load, ns_receiver, "isolate_leader_during_join", new_leader=new.node_id)
+
+
+_UDP_ECHO = "import socket,sys\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\ns.bind((sys.argv[1],7199))\n" \
+    "print('up',flush=True)\nwhile True: print(s.recv(64).decode(),flush=True)"
+
+
+def _udp_listener(lab: NetnsLab, i: int) -> subprocess.Popen[str]:
+    """A process in node ``i``'s namespace printing every datagram it gets on ``addr(i):7199``."""
+    p = subprocess.Popen(["ip", "netns", "exec", lab.ns[i], sys.executable, "-c", _UDP_ECHO, lab.addr(i)],
+                         stdout=subprocess.PIPE, text=True)
+    assert _line(p) == "up"
+    return p
+
+
+def _line(p: subprocess.Popen[str], timeout: float = 30) -> str:
+    """The next line ``p`` prints; fails at the deadline."""
+    assert p.stdout is not None
+    if not select.select([p.stdout], [], [], timeout)[0]:
+        pytest.fail(f"no line from the listener within {timeout} s")
+    return p.stdout.readline().rstrip("\n")
+
+
+def _udp_send(lab: NetnsLab, src: int, dst: int, word: str) -> None:
+    code = "import socket,sys\nsocket.socket(socket.AF_INET,socket.SOCK_DGRAM).sendto(sys.argv[2].encode(),(sys.argv[1],7199))"
+    subprocess.run(["ip", "netns", "exec", lab.ns[src], sys.executable, "-c", code, lab.addr(dst), word], check=True)
+
+
+def test_a_one_way_cut_drops_what_one_node_sends_and_nothing_the_other_sends_back(lab: NetnsLab) -> None:
+    lab.add_node(1)
+    lab.add_node(2)
+    at1, at2 = _udp_listener(lab, 1), _udp_listener(lab, 2)
+    try:
+        lab.one_way(1, 2)
+        _udp_send(lab, 1, 2, "dropped")
+        _udp_send(lab, 2, 1, "through")
+        assert _line(at1) == "through"
+        lab.heal_all()
+        _udp_send(lab, 1, 2, "healed")
+        assert _line(at2) == "healed"  # not "dropped" first
+    finally:
+        at1.kill()
+        at2.kill()
