@@ -31,7 +31,6 @@ from molens.actors.clockprobe import (
     decode_reply,
     reply_frame,
 )
-from molens.actors.firepool import FirePool, FirePoolStats, make_pool_manager
 from molens.actors.fireworker import (
     FireWorkerPool,
     ForwardFrame,
@@ -55,6 +54,7 @@ from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
 from molens.delivery import FIRE_BATCH_V1, decode_fire_batch, encode_fire_batch
 from molens.delivery import FireRequest as WireFire
+from molens.delivery.pool import FirePool, FirePoolStats, make_pool_manager
 from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
 from molens.raft.transport import RefusalLog

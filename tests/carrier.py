@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from molens.actors.firepool import FirePool
 from molens.delivery import Deliverer, FireRequest, FireResult
+from molens.delivery.pool import FirePool
 
 PATHS = ("urllib3", "loop")
 

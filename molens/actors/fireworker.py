@@ -9,7 +9,7 @@ alarm, every ``REPORT_INTERVAL_S``: heartbeat with the free capacity and the fir
 leader, or a ``WorkerReport`` of the fires held to the local Monitor; retry of unsent results), ``GetGauges`` (ask). Sends: ``FireResults`` to the local Monitor, or ``R`` frames
 to the remote leader over worker RPC; ``Delivered`` to Stats.
 
-The HTTP attempts themselves run on a :class:`~molens.actors.firepool.FirePool` (see there why
+The HTTP attempts themselves run on a :class:`~molens.delivery.pool.FirePool` (see there why
 they are not actors of their own).
 """
 
@@ -28,7 +28,6 @@ import pykka
 
 from molens.actors.alarm import Alarm, wall_ms
 from molens.actors.dispatcher import with_attempt
-from molens.actors.firepool import FirePool
 from molens.actors.messages import (
     FireBatch,
     FireResults,
@@ -51,6 +50,7 @@ from molens.delivery import (
     to_result_item,
 )
 from molens.delivery import FireRequest as WireFire
+from molens.delivery.pool import FirePool
 from molens.fsm.commands import ResultItem
 
 log = logging.getLogger(__name__)

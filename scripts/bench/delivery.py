@@ -26,8 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from molens.actors.firepool import FirePool, make_pool_manager
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult
+from molens.delivery.pool import FirePool, make_pool_manager
 
 _RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Type: application/json\r\n\r\n{\"ok\":true}"
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import urllib3
 
-from molens.actors.firepool import FirePool
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult
+from molens.delivery.pool import FirePool
 from tests.integration.raw_server import RawServer, Script
 
 pytestmark = pytest.mark.integration

@@ -12,11 +12,11 @@ import pykka
 import pytest
 import urllib3
 
-from molens.actors.firepool import FirePool, make_pool_manager
 from molens.actors.fireworker import FireWorkerPool, decode_results_frame
 from molens.actors.messages import FireBatch, FireResults, GetGauges, LeaderIs, LeaderRefs
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult
+from molens.delivery.pool import FirePool, make_pool_manager
 from tests.integration.callback_server import CallbackServer
 
 pytestmark = pytest.mark.integration
@@ -46,7 +46,7 @@ class Sink:
 
 @pytest.fixture(params=["loop", "threads"])
 def engine(request: pytest.FixtureRequest) -> str:
-    """Each FirePool test runs on both engines (molens.actors.firepool)."""
+    """Each FirePool test runs on both engines (molens.delivery.pool)."""
     return str(request.param)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import urllib3
 
-from molens.actors.firepool import make_pool_manager
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult, to_result_item
+from molens.delivery.pool import make_pool_manager
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, Outcome, check_url
 from tests.carrier import Carrier
 

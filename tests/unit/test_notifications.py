@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from threading import Thread
 from typing import Any
 
-from molens.actors.firepool import make_pool_manager
 from molens.actors.notifier import NoticeBatch, NoticePlan, NoticeSender
+from molens.delivery.pool import make_pool_manager
 from molens.fsm.commands import AckNotices
 from molens.model import CallbackPolicy
 from molens.schema import Notice, NoticeType

@@ -4,7 +4,7 @@ Why the HTTP attempts are not themselves actors: round-robin into per-actor mail
 fire behind a slow one (head-of-line blocking) and costs a mailbox hop per fire; the pool's shared
 bounded queue lets any free thread take the next fire, and a batch enters with one lock round-trip.
 ``FirePool`` is that engine (thread-safe): with ``engine="loop"`` (the default) one
-:class:`~molens.actors.fireloop.FireLoop` thread carries out every ``http://`` attempt on
+:class:`~molens.delivery.loop.FireLoop` thread carries out every ``http://`` attempt on
 non-blocking sockets and a few threads (``tls_threads``) carry out ``https://`` ones with the
 blocking ``Deliverer.deliver``; with ``engine="threads"`` ``concurrency`` plain threads call
 ``Deliverer.deliver`` for every fire (the engine before the loop; 10-20x the CPU per attempt).
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 import urllib3
 
-from molens.actors.fireloop import FireLoop
 from molens.delivery import Deliverer, FireRequest, FireResult, GuardedPoolManager
+from molens.delivery.loop import FireLoop
 from molens.model import DEFAULT_POLICY, CallbackPolicy
 from molens.wallclock import wall_ms
 
