@@ -889,8 +889,10 @@ class RaftPeer(SnapshotWork):
         best: tuple[int, str] | None = None
         for v in core.membership.voters:
             pr = core.progress(v)
-            # only a voter we heard from recently: a transfer to a dead node just wastes the timeout
-            if v == self.node_id or pr is None or not pr.recent_active:
+            # only a voter we heard from recently: a transfer to a dead node just wastes the timeout.
+            # In this check-quorum window or the one before: each window starts with every flag
+            # cleared, and a voter is heard again only a heartbeat later
+            if v == self.node_id or pr is None or not (pr.recent_active or pr.was_active):
                 continue
             if best is None or pr.match > best[0]:
                 best = (pr.match, v)

@@ -260,6 +260,7 @@ class Progress:
         "snap",
         "snap_offset",
         "state",
+        "was_active",
     )
 
     def __init__(self, next_index: int, learner: bool) -> None:
@@ -268,6 +269,8 @@ class Progress:
         self.state = ProgressState.PROBE
         self.probe_sent = False
         self.recent_active = False
+        self.was_active = False
+        """``recent_active`` of the check-quorum window before this one (the flag is cleared at each)."""
         self.inflight: deque[int] = deque()
         self.learner = learner
         self.pending_snapshot = 0
@@ -754,6 +757,7 @@ class RaftCore:
                     self._become_follower(self.term, None)
                     return
                 for nid, pr in self._prs.items():
+                    pr.was_active = pr.recent_active
                     pr.recent_active = nid == self.id
             if self._transferee is not None:
                 self._transferee = None

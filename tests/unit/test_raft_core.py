@@ -461,3 +461,22 @@ def test_a_vote_granted_in_a_term_left_before_it_was_persisted_is_not_sent() -> 
     assert rd.hard_state is not None and (rd.hard_state.term, rd.hard_state.vote) == (7, None)
     votes = [m for m in rd.messages_after_persist if isinstance(m, VoteResponse)]
     assert [(m.to, m.term, m.granted) for m in votes] == [("d", 7, False)]
+
+
+def test_a_voter_heard_in_the_last_check_quorum_window_is_still_a_transferee_right_after_the_next_begins() -> None:
+    """Each check-quorum window starts with every follower's ``recent_active`` cleared; until their
+    next answers, a leadership transfer without a target found no live voter (409 to
+    ``POST /cluster/transfer-leader``, no hand-over at shutdown). The window before counts too."""
+    from types import SimpleNamespace
+
+    from molens.actors.raft_peer import RaftPeer
+
+    net = Net(["a", "b", "c"])
+    leader = net.elect("a")
+    net.pump()
+    peer = SimpleNamespace(core=leader, node_id="a")
+    assert RaftPeer.best_transferee(peer) in ("b", "c")  # type: ignore[arg-type]
+    for _ in range(net.cfg.election_tick):  # a window ends: flags cleared, no answer yet
+        leader.tick()
+    assert not any(leader.progress(v).recent_active for v in ("b", "c"))  # type: ignore[union-attr]
+    assert RaftPeer.best_transferee(peer) in ("b", "c")  # type: ignore[arg-type]
