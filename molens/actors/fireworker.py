@@ -26,7 +26,7 @@ from typing import Any
 import msgpack
 import pykka
 
-from molens.actors.alarm import Alarm, wall_ms
+from molens.actors.alarm import Alarm, mono_ms, wall_ms
 from molens.actors.dispatcher import with_attempt
 from molens.actors.firepool import FirePool
 from molens.actors.messages import (
@@ -141,8 +141,12 @@ class FireWorkerPool(pykka.ThreadingActor):
         stop_timeout_s: float = 10.0,
         engine: str = "loop",
         loop_tick_ms: float = 0.0,
+        clock_steps: Callable[[], int] = lambda: 0,
     ) -> None:
         super().__init__()
+        self._clock_steps = clock_steps
+        """How many steps of the wall clock this node has seen (``ClockGate.steps``)."""
+        self._steps_seen = 0
         self._stop_timeout_s = stop_timeout_s
         self.handled = 0
         self.node_id = node_id
@@ -165,8 +169,8 @@ class FireWorkerPool(pykka.ThreadingActor):
     # ---- lifecycle -------------------------------------------------------------------------------
     def on_start(self) -> None:
         self.pool.start()
-        self._alarm = Alarm(self.actor_ref, "fireworker")
-        self._alarm.set(wall_ms() + REPORT_INTERVAL_MS)
+        self._alarm = Alarm(self.actor_ref, "fireworker", clock=mono_ms)  # heartbeats go on whatever the wall clock does
+        self._alarm.set(mono_ms() + REPORT_INTERVAL_MS)
 
     def on_stop(self) -> None:
         """In-flight fires finish; their results are routed from the flusher thread directly (this
@@ -238,6 +242,20 @@ class FireWorkerPool(pykka.ThreadingActor):
                 for f in receipt.refused
             ])
 
+    def _give_back(self, fires: list[WireFire]) -> None:
+        """Fires held for their time on a wall clock that has since stepped: answered as not sent,
+        at once, so the leader sends them again elsewhere (a clock stepped back 15 s held them 15 s)."""
+        if not fires:
+            return
+        log.warning("clock stepped: %d fires held for their time given back unsent", len(fires))
+        self._route([
+            FireResult(
+                fire_id=f.fire_id, kind=f.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
+                response_head=b"", latency_ms=0.0, worker=self.node_id, error="clock stepped while held: not sent",
+            )
+            for f in fires
+        ])
+
     def _route(self, results: list[FireResult]) -> None:
         if isinstance(self._deliverer, ReportingDeliverer):
             now = wall_ms()
@@ -267,6 +285,10 @@ class FireWorkerPool(pykka.ThreadingActor):
             self._stats.add(results_forwarded=1)
 
     def _heartbeat(self) -> None:
+        steps = self._clock_steps()
+        if steps != self._steps_seen:
+            self._steps_seen = steps
+            self._give_back(self.pool.release_held())
         if isinstance(self._deliverer, ReportingDeliverer):
             self._stats.delivered(self._deliverer.take())
         self._flush_unsent()
@@ -279,7 +301,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         elif leader is not None and leader != self.node_id:
             self._send(leader, heartbeat_frame(self.pool.free_capacity(), held))
         if self._alarm is not None:
-            self._alarm.set(wall_ms() + REPORT_INTERVAL_MS)
+            self._alarm.set(mono_ms() + REPORT_INTERVAL_MS)
 
     def _flush_unsent(self) -> None:
         now = time.monotonic()

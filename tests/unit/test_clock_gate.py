@@ -6,6 +6,7 @@ the next 11 s at once, and a periodic task's next occurrence from its wrong cloc
 from __future__ import annotations
 
 import doctest
+import time
 from collections.abc import Callable, Iterator
 
 import msgpack
@@ -94,3 +95,26 @@ def test_a_clock_that_jumps_plans_nothing_from_that_instant_and_is_judged_afresh
     assert probe.gate.verdict is not None and probe.gate.verdict.state is ClockState.UNKNOWN
     peers.answer(probe)
     assert probe.gate.leading_ok()  # an OK clock is usable at once
+
+
+def test_the_probe_goes_on_probing_when_the_wall_clock_jumps_back() -> None:
+    """Its rounds are timed on the monotonic clock: on the wall clock, a jump 15 s back put the next
+    round 15 s off, and a leader whose clock was 15 s behind stayed leader (planning nothing) as long."""
+    peers = _Cluster()
+    gate = ClockGate("n1", max_skew_ms=500)
+    ref = ClockProbe.start(gate, lambda: ["n2", "n3"], peers.send, lambda verdict: (VOTERS, verdict(VOTERS)))
+    try:
+        _poll(lambda: len(peers.sent) >= 2, "a first round")
+        wallclock.set_offset_ms(-15_000)
+        sent = len(peers.sent)
+        _poll(lambda: len(peers.sent) >= sent + 4, "two more rounds after the jump")
+    finally:
+        ref.stop()
+
+
+def _poll(ok: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ok():
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout_s} s")
+        time.sleep(0.01)  # poll interval
