@@ -85,8 +85,7 @@ class ClockGate:
         self._judged_at: tuple[int, int] | None = None
         """The readings when :meth:`publish` set the verdict; None: no jump check."""
         self.steps = 0
-        """How many steps of the wall clock the probe has seen (the fire worker gives back the fires
-        it holds for their time at each: they were timed on the clock before the step)."""
+        """How many steps of the wall clock the probe has seen."""
 
     @classmethod
     def always_ok(cls) -> ClockGate:
@@ -111,6 +110,13 @@ class ClockGate:
         ``at``: the readings (now unless given)."""
         v = self.verdict
         return v is not None and v.ok and not self.jumped(readings() if at is None else at)
+
+    def suspect(self, at: tuple[int, int] | None = None) -> bool:
+        """This node's wall clock stepped and has not been judged good since: its fire worker must
+        not time fires on it (``at``: the readings, now unless given)."""
+        at = readings() if at is None else at
+        v = self.verdict
+        return self.jumped(at) or (self.steps > 0 and (v is None or not v.ok))
 
     def worker_ok(self, worker: str) -> bool:
         """``worker``'s clock is known to agree with this node's (this node's own always does)."""

@@ -141,12 +141,11 @@ class FireWorkerPool(pykka.ThreadingActor):
         stop_timeout_s: float = 10.0,
         engine: str = "loop",
         loop_tick_ms: float = 0.0,
-        clock_steps: Callable[[], int] = lambda: 0,
+        clock_suspect: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__()
-        self._clock_steps = clock_steps
-        """How many steps of the wall clock this node has seen (``ClockGate.steps``)."""
-        self._steps_seen = 0
+        self._clock_suspect = clock_suspect
+        """This node's wall clock stepped and is not judged good since (``ClockGate.suspect``)."""
         self._stop_timeout_s = stop_timeout_s
         self.handled = 0
         self.node_id = node_id
@@ -231,6 +230,9 @@ class FireWorkerPool(pykka.ThreadingActor):
             att.clear()
         for f in fires:
             att[f.fire_id] = f.attempt
+        if self._clock_suspect():
+            self._give_back(fires)
+            return
         receipt = self.pool.submit(fires)
         if receipt.refused:
             self._stats.add(worker_refused=len(receipt.refused))
@@ -243,8 +245,9 @@ class FireWorkerPool(pykka.ThreadingActor):
             ])
 
     def _give_back(self, fires: list[WireFire]) -> None:
-        """Fires held for their time on a wall clock that has since stepped: answered as not sent,
-        at once, so the leader sends them again elsewhere (a clock stepped back 15 s held them 15 s)."""
+        """Fires this worker must not time on its wall clock, which stepped (held ones were timed on
+        it before the step; a clock stepped back 15 s held them 15 s): answered as not sent, at once,
+        so the leader sends them again elsewhere."""
         if not fires:
             return
         log.warning("clock stepped: %d fires held for their time given back unsent", len(fires))
@@ -285,9 +288,7 @@ class FireWorkerPool(pykka.ThreadingActor):
             self._stats.add(results_forwarded=1)
 
     def _heartbeat(self) -> None:
-        steps = self._clock_steps()
-        if steps != self._steps_seen:
-            self._steps_seen = steps
+        if self._clock_suspect():
             self._give_back(self.pool.release_held())
         if isinstance(self._deliverer, ReportingDeliverer):
             self._stats.delivered(self._deliverer.take())

@@ -75,12 +75,13 @@ def test_a_clock_that_jumps_plans_nothing_from_that_instant_and_is_judged_afresh
     probe.on_receive(Wake())
     assert probe.gate.leading_ok() and probe.gate.verdict is not None and probe.gate.verdict.ok
 
+    assert not probe.gate.suspect()
     wallclock.set_offset_ms(11_000)  # the clock jumps 11 s ahead: no round has run since
-    assert not probe.gate.leading_ok()
+    assert not probe.gate.leading_ok() and probe.gate.suspect()
     peers.answer(probe)  # answers to the probes of the clock before the jump: ignored
     probe.on_receive(Wake())  # the round drops the samples of the old clock
     assert probe.gate.verdict is not None and probe.gate.verdict.state is ClockState.UNKNOWN
-    assert not probe.gate.leading_ok()
+    assert not probe.gate.leading_ok() and probe.gate.suspect()  # its worker times no fire on it
     peers.answer(probe)
     probe.on_receive(Wake())
     v = probe.gate.verdict
@@ -94,7 +95,7 @@ def test_a_clock_that_jumps_plans_nothing_from_that_instant_and_is_judged_afresh
         probe.on_receive(ProbeReply(peer, sent, readings()[0], readings()[0]))
     assert probe.gate.verdict is not None and probe.gate.verdict.state is ClockState.UNKNOWN
     peers.answer(probe)
-    assert probe.gate.leading_ok()  # an OK clock is usable at once
+    assert probe.gate.leading_ok() and not probe.gate.suspect()  # an OK clock is usable at once
 
 
 def test_the_probe_goes_on_probing_when_the_wall_clock_jumps_back() -> None:
