@@ -230,9 +230,10 @@ class FireWorkerPool(pykka.ThreadingActor):
             att.clear()
         for f in fires:
             att[f.fire_id] = f.attempt
-        if self._clock_suspect():
-            self._give_back(fires)
-            return
+        if self._clock_suspect():  # a fire it would hold for its time, it would time on a stepped clock
+            now = wall_ms()
+            self._give_back([f for f in fires if f.not_before_ms > now])
+            fires = [f for f in fires if f.not_before_ms <= now]
         receipt = self.pool.submit(fires)
         if receipt.refused:
             self._stats.add(worker_refused=len(receipt.refused))
@@ -245,9 +246,9 @@ class FireWorkerPool(pykka.ThreadingActor):
             ])
 
     def _give_back(self, fires: list[WireFire]) -> None:
-        """Fires this worker must not time on its wall clock, which stepped (held ones were timed on
-        it before the step; a clock stepped back 15 s held them 15 s): answered as not sent, at once,
-        so the leader sends them again elsewhere."""
+        """Fires this worker must not hold for their time on its wall clock, which stepped (a clock
+        stepped back 15 s held one 15 s): answered as not sent, at once, so the leader sends them
+        again elsewhere. Fires already due go out as before."""
         if not fires:
             return
         log.warning("clock stepped: %d fires held for their time given back unsent", len(fires))
