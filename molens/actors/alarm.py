@@ -5,12 +5,17 @@ time (the wheel's next slot, the Monitor's next fire deadline, the Cleaner's nex
 Alarm: after each message it calls :meth:`Alarm.set` with its next deadline (or None). One small
 thread per alarm sleeps on a condition until then and tells ``Wake()`` once; it never ticks.
 Setting a new deadline replaces the old one, so the actor's own view is the only source of truth.
+Deadlines are on the node's wall clock unless the alarm is given another (the ClockProbe's and the
+fire worker's heartbeat run on :func:`mono_ms`: after the wall clock jumped back 15 s, a wall-clock
+alarm would sleep 15 s before the probe could notice the jump, or the leader hear from the worker).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -23,11 +28,17 @@ log = logging.getLogger(__name__)
 _WAKE = Wake()
 
 
-class Alarm:
-    """One pending deadline (epoch ms) for one actor; see the module docstring."""
+def mono_ms() -> int:
+    """The monotonic clock in ms, for alarms that must not follow the wall clock's steps."""
+    return time.monotonic_ns() // 1_000_000
 
-    def __init__(self, ref: pykka.ActorRef[Any], name: str) -> None:
+
+class Alarm:
+    """One pending deadline (epoch ms, or ms on ``clock``) for one actor; see the module docstring."""
+
+    def __init__(self, ref: pykka.ActorRef[Any], name: str, clock: Callable[[], int] = wall_ms) -> None:
         self._ref = ref
+        self._clock = clock
         self._cv = threading.Condition()
         self._at: int | None = None
         self._closed = False
@@ -56,7 +67,7 @@ class Alarm:
                 if at is None:
                     self._cv.wait()
                     continue
-                left = at - wall_ms()
+                left = at - self._clock()
                 if left > 0:
                     self._cv.wait(left / 1000)
                     continue
@@ -67,4 +78,4 @@ class Alarm:
                     return
 
 
-__all__ = ["Alarm", "wall_ms"]
+__all__ = ["Alarm", "mono_ms", "wall_ms"]

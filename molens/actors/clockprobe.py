@@ -1,7 +1,7 @@
 """ClockProbe: the actor that checks this node's clock against the other members' (docs/architecture.md#clock-skew).
 
 Owns a :class:`~molens.raft.clock.ClockWatch` and publishes its verdict in a :class:`ClockGate`.
-Every ``PROBE_INTERVAL_MS`` (its alarm, ``Wake``) it sends each peer a ``T`` frame with its clock
+Every ``PROBE_INTERVAL_MS`` (its alarm, ``Wake``, on the monotonic clock) it sends each peer a ``T`` frame with its clock
 reading over worker RPC; the peer answers at once with a ``t`` frame carrying that reading and its
 own (``Scheduler.on_rpc``), which comes back here as :class:`ProbeReply`. After each round it
 judges the clock on the Raft thread (``RaftPeerHandle.judge_clock``, with the current voters) and acts:
@@ -19,7 +19,6 @@ every sample taken before the jump. Runs on its own pykka thread.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import msgpack
 import pykka
 
-from molens.actors.alarm import Alarm, wall_ms
+from molens.actors.alarm import Alarm, mono_ms, wall_ms
 from molens.actors.messages import Wake
 from molens.raft.clock import ClockState, ClockVerdict, ClockWatch
 
@@ -63,7 +62,7 @@ def decode_reply(body: bytes) -> tuple[int, int]:
 
 def readings() -> tuple[int, int]:
     """This node's wall clock and monotonic clock now, in ms."""
-    return wall_ms(), time.monotonic_ns() // 1_000_000
+    return wall_ms(), mono_ms()
 
 
 class ClockGate:
@@ -85,6 +84,8 @@ class ClockGate:
         self.verdict = verdict
         self._judged_at: tuple[int, int] | None = None
         """The readings when :meth:`publish` set the verdict; None: no jump check."""
+        self.steps = 0
+        """How many steps of the wall clock the probe has seen."""
 
     @classmethod
     def always_ok(cls) -> ClockGate:
@@ -109,6 +110,13 @@ class ClockGate:
         ``at``: the readings (now unless given)."""
         v = self.verdict
         return v is not None and v.ok and not self.jumped(readings() if at is None else at)
+
+    def suspect(self, at: tuple[int, int] | None = None) -> bool:
+        """This node's wall clock stepped and has not been judged good since: its fire worker must
+        not time fires on it (``at``: the readings, now unless given)."""
+        at = readings() if at is None else at
+        v = self.verdict
+        return self.jumped(at) or (self.steps > 0 and (v is None or not v.ok))
 
     def worker_ok(self, worker: str) -> bool:
         """``worker``'s clock is known to agree with this node's (this node's own always does)."""
@@ -151,8 +159,8 @@ class ClockProbe(pykka.ThreadingActor):
         """Replies to probes sent before this (the clock's last jump) are ignored."""
 
     def on_start(self) -> None:
-        self._alarm = Alarm(self.actor_ref, "clockprobe")
-        self._alarm.set(wall_ms())
+        self._alarm = Alarm(self.actor_ref, "clockprobe", clock=mono_ms)  # rounds go on whatever the wall clock does
+        self._alarm.set(mono_ms())
 
     def on_stop(self) -> None:
         if self._alarm is not None:
@@ -182,6 +190,7 @@ class ClockProbe(pykka.ThreadingActor):
             log.warning("clock: stepped %+d ms against the monotonic clock; estimates of the peers start again", step)
             self.watch = ClockWatch(self.gate.node_id, self.gate.max_skew_ms)
             self._since_ms = now
+            self.gate.steps += 1
             self.gate.publish(ClockVerdict(ClockState.UNKNOWN, [], {}, 0, f"clock stepped {step:+d} ms"), at)
         verdict: ClockVerdict | None = None
         try:
@@ -202,7 +211,7 @@ class ClockProbe(pykka.ThreadingActor):
         for p in self._peers():
             self._send(p, frame)
         if self._alarm is not None:
-            self._alarm.set(now + PROBE_INTERVAL_MS)
+            self._alarm.set(at[1] + PROBE_INTERVAL_MS)
 
 
 def act_on_clock(core: Any, verdict: ClockVerdict) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 import msgpack
 import pykka
 
-from molens.actors.alarm import Alarm, wall_ms
+from molens.actors.alarm import Alarm, mono_ms, wall_ms
 from molens.actors.dispatcher import with_attempt
 from molens.actors.messages import (
     FireBatch,
@@ -141,8 +141,11 @@ class FireWorkerPool(pykka.ThreadingActor):
         stop_timeout_s: float = 10.0,
         engine: str = "loop",
         loop_tick_ms: float = 0.0,
+        clock_suspect: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__()
+        self._clock_suspect = clock_suspect
+        """This node's wall clock stepped and is not judged good since (``ClockGate.suspect``)."""
         self._stop_timeout_s = stop_timeout_s
         self.handled = 0
         self.node_id = node_id
@@ -165,8 +168,8 @@ class FireWorkerPool(pykka.ThreadingActor):
     # ---- lifecycle -------------------------------------------------------------------------------
     def on_start(self) -> None:
         self.pool.start()
-        self._alarm = Alarm(self.actor_ref, "fireworker")
-        self._alarm.set(wall_ms() + REPORT_INTERVAL_MS)
+        self._alarm = Alarm(self.actor_ref, "fireworker", clock=mono_ms)  # heartbeats go on whatever the wall clock does
+        self._alarm.set(mono_ms() + REPORT_INTERVAL_MS)
 
     def on_stop(self) -> None:
         """In-flight fires finish; their results are routed from the flusher thread directly (this
@@ -227,6 +230,10 @@ class FireWorkerPool(pykka.ThreadingActor):
             att.clear()
         for f in fires:
             att[f.fire_id] = f.attempt
+        if self._clock_suspect():  # a fire it would hold for its time, it would time on a stepped clock
+            now = wall_ms()
+            self._give_back([f for f in fires if f.not_before_ms > now])
+            fires = [f for f in fires if f.not_before_ms <= now]
         receipt = self.pool.submit(fires)
         if receipt.refused:
             self._stats.add(worker_refused=len(receipt.refused))
@@ -237,6 +244,21 @@ class FireWorkerPool(pykka.ThreadingActor):
                 )
                 for f in receipt.refused
             ])
+
+    def _give_back(self, fires: list[WireFire]) -> None:
+        """Fires this worker must not hold for their time on its wall clock, which stepped (a clock
+        stepped back 15 s held one 15 s): answered as not sent, at once, so the leader sends them
+        again elsewhere. Fires already due go out as before."""
+        if not fires:
+            return
+        log.warning("clock stepped: %d fires held for their time given back unsent", len(fires))
+        self._route([
+            FireResult(
+                fire_id=f.fire_id, kind=f.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
+                response_head=b"", latency_ms=0.0, worker=self.node_id, error="clock stepped while held: not sent",
+            )
+            for f in fires
+        ])
 
     def _route(self, results: list[FireResult]) -> None:
         if isinstance(self._deliverer, ReportingDeliverer):
@@ -267,6 +289,8 @@ class FireWorkerPool(pykka.ThreadingActor):
             self._stats.add(results_forwarded=1)
 
     def _heartbeat(self) -> None:
+        if self._clock_suspect():
+            self._give_back(self.pool.release_held())
         if isinstance(self._deliverer, ReportingDeliverer):
             self._stats.delivered(self._deliverer.take())
         self._flush_unsent()
@@ -279,7 +303,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         elif leader is not None and leader != self.node_id:
             self._send(leader, heartbeat_frame(self.pool.free_capacity(), held))
         if self._alarm is not None:
-            self._alarm.set(wall_ms() + REPORT_INTERVAL_MS)
+            self._alarm.set(mono_ms() + REPORT_INTERVAL_MS)
 
     def _flush_unsent(self) -> None:
         now = time.monotonic()

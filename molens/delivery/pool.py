@@ -19,7 +19,8 @@ Rules:
   dispatch.
 - A fire with ``not_before_ms`` still ahead (planned ahead by the leader: dispatch ahead) is held by
   one holder thread, in a heap by that time, and queued once this node's wall clock reaches it:
-  never sent early. Held fires count against the capacity like queued ones.
+  never sent early. Held fires count against the capacity like queued ones. ``release_held`` takes
+  them all back unsent (the worker does while its clock is suspect: it stepped).
 - A fire whose ``deadline_ms`` has passed when a thread picks it up is not sent (the leader has
   already counted it lost; sending it now could deliver twice); it is counted in ``stats().expired``.
   A fire is never given more than the time left before its deadline. ``deadline_ms`` is the leader's
@@ -239,6 +240,14 @@ class FirePool:
         if refused:
             log.warning("fire pool full: refused=%d of batch=%d", len(refused), len(batch))
         return SubmitReceipt(n, refused)
+
+    def release_held(self) -> list[FireRequest]:
+        """Take back every fire held for its time, unsent (they were timed on a wall clock that has
+        since stepped)."""
+        with self._lock:
+            out = [f for _, _, f in sorted(self._held)]
+            self._held.clear()
+        return out
 
     def free_capacity(self) -> int:
         with self._lock:

@@ -82,12 +82,19 @@ class ClockWatch:
         q.append(_Sample(peer_ms - (sent_ms + received_ms) / 2, rtt, now_ms))
 
     def offsets(self, now_ms: int) -> dict[str, int]:
-        """Peer -> offset of its clock from this one (ms), from the shortest fresh round trip."""
+        """Peer -> offset of its clock from this one (ms), from the shortest fresh round trip --
+        unless the newest sample of a round trip under the bound is off from that one by more than
+        the bound: the peer's clock stepped, and the older samples describe a clock that
+        no longer exists (taking them, a leader gave fires for seconds to a worker 23 s behind)."""
         out: dict[str, int] = {}
         for peer, q in self._samples.items():
             fresh = [s for s in q if now_ms - s.at_ms <= self.fresh_ms]
             if fresh:
-                out[peer] = round(min(fresh, key=lambda s: s.rtt_ms).offset_ms)
+                best = min(fresh, key=lambda s: s.rtt_ms)
+                newest = next((s for s in reversed(fresh) if s.rtt_ms <= self.max_skew_ms), best)
+                if abs(newest.offset_ms - best.offset_ms) > self.max_skew_ms:
+                    best = newest
+                out[peer] = round(best.offset_ms)
         return out
 
     def verdict(self, voters: Sequence[str], now_ms: int) -> ClockVerdict:

@@ -254,6 +254,40 @@ def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_lo
     assert _no_pool_threads("fireworker")
 
 
+def test_fires_are_given_back_unsent_while_the_clock_is_suspect(server: CallbackServer) -> None:
+    """Held fires were timed on the wall clock before a step: a clock stepped back 15 s held one
+    15 s. Once the clock stepped, and until it is judged good again, the worker answers the fires it
+    holds, and those it is given to hold, as not sent, so the leader sends them elsewhere; fires
+    already due go out."""
+    suspect = [False]
+    stats_ref = Stats.start()
+    http = make_pool_manager(2)
+    ref = FireWorkerPool.start("n7", ReportingDeliverer(http, "n7", "k"), 2, lambda to, f: True, StatsClient(stats_ref),
+                               clock_suspect=lambda: suspect[0])
+    monitor = _Collector.start()
+    try:
+        ref.tell(LeaderIs("n7", LeaderRefs(term=3, wheel=monitor, dispatcher=monitor, monitor=monitor,
+                                           cleaner=monitor, notifier=monitor)))
+        later = time.time_ns() // 1_000_000 + 3_600_000
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=1, not_before_ms=later) for f in _fires(server.url("/ok"), 2)]))
+        pool = ref.proxy().pool.get(timeout=5)
+        wait_until(lambda: pool.stats().held == 2)
+        suspect[0] = True  # the clock probe saw the wall clock step
+        wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 2)
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=1, not_before_ms=later) for f in _fires(server.url("/ok"), 1, prefix="ahead")]
+                           + [dataclasses.replace(f, attempt=1) for f in _fires(server.url("/ok"), 1, prefix="now")]))
+        wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 4)
+        items = [it for m in monitor.ask("got") if isinstance(m, FireResults) for it in m.items]
+        assert sorted((it.fire_id, it.attempt, it.status_code) for it in items) == [
+            ("ahead-0", 1, None), ("now-0", 1, 200), ("t-0", 1, None), ("t-1", 1, None)]
+        assert pool.stats().held == 0 and [r.headers["X-Fire-ID"] for r in server.recorded()] == ["now-0"]
+    finally:
+        ref.stop(timeout=10)
+        monitor.stop()
+        stats_ref.stop()
+        http.clear()
+
+
 class _Deliveries(Deliverer):
     """A Deliverer that notes the pool's wall clock when each fire starts."""
 

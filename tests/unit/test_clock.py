@@ -61,3 +61,13 @@ def test_a_skew_at_the_bound_still_agrees() -> None:
     _probe(w, "n3", 501, 0)
     v = w.verdict(VOTERS, 10)
     assert v.state is ClockState.OK and v.agree == ["n1", "n2"]
+
+
+def test_a_peer_whose_clock_stepped_is_seen_at_its_first_sample_after_the_step() -> None:
+    w = ClockWatch("n1", max_skew_ms=500)
+    for at in (1_000, 1_500, 2_000):
+        w.sample("n2", sent_ms=at, peer_ms=at + 1, received_ms=at + 2, now_ms=at + 2)  # agrees, 2 ms round trips
+    w.sample("n2", sent_ms=2_500, peer_ms=2_505 - 23_000, received_ms=2_510, now_ms=2_510)  # stepped 23 s back
+    assert w.offsets(2_510) == {"n2": -23_000}
+    w.sample("n2", sent_ms=3_000, peer_ms=3_000 + 2_000 - 23_000, received_ms=4_000, now_ms=4_000)  # a slow answer
+    assert w.offsets(4_000) == {"n2": -23_000}  # a round trip over the bound changes nothing

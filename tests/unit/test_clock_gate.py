@@ -6,6 +6,7 @@ the next 11 s at once, and a periodic task's next occurrence from its wrong cloc
 from __future__ import annotations
 
 import doctest
+import time
 from collections.abc import Callable, Iterator
 
 import msgpack
@@ -74,12 +75,13 @@ def test_a_clock_that_jumps_plans_nothing_from_that_instant_and_is_judged_afresh
     probe.on_receive(Wake())
     assert probe.gate.leading_ok() and probe.gate.verdict is not None and probe.gate.verdict.ok
 
+    assert not probe.gate.suspect()
     wallclock.set_offset_ms(11_000)  # the clock jumps 11 s ahead: no round has run since
-    assert not probe.gate.leading_ok()
+    assert not probe.gate.leading_ok() and probe.gate.suspect()
     peers.answer(probe)  # answers to the probes of the clock before the jump: ignored
     probe.on_receive(Wake())  # the round drops the samples of the old clock
     assert probe.gate.verdict is not None and probe.gate.verdict.state is ClockState.UNKNOWN
-    assert not probe.gate.leading_ok()
+    assert not probe.gate.leading_ok() and probe.gate.suspect()  # its worker times no fire on it
     peers.answer(probe)
     probe.on_receive(Wake())
     v = probe.gate.verdict
@@ -93,4 +95,27 @@ def test_a_clock_that_jumps_plans_nothing_from_that_instant_and_is_judged_afresh
         probe.on_receive(ProbeReply(peer, sent, readings()[0], readings()[0]))
     assert probe.gate.verdict is not None and probe.gate.verdict.state is ClockState.UNKNOWN
     peers.answer(probe)
-    assert probe.gate.leading_ok()  # an OK clock is usable at once
+    assert probe.gate.leading_ok() and not probe.gate.suspect()  # an OK clock is usable at once
+
+
+def test_the_probe_goes_on_probing_when_the_wall_clock_jumps_back() -> None:
+    """Its rounds are timed on the monotonic clock: on the wall clock, a jump 15 s back put the next
+    round 15 s off, and a leader whose clock was 15 s behind stayed leader (planning nothing) as long."""
+    peers = _Cluster()
+    gate = ClockGate("n1", max_skew_ms=500)
+    ref = ClockProbe.start(gate, lambda: ["n2", "n3"], peers.send, lambda verdict: (VOTERS, verdict(VOTERS)))
+    try:
+        _poll(lambda: len(peers.sent) >= 2, "a first round")
+        wallclock.set_offset_ms(-15_000)
+        sent = len(peers.sent)
+        _poll(lambda: len(peers.sent) >= sent + 4, "two more rounds after the jump")
+    finally:
+        ref.stop()
+
+
+def _poll(ok: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ok():
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout_s} s")
+        time.sleep(0.01)  # poll interval
