@@ -6,23 +6,33 @@ elected, the old one restarted; then a follower frozen (SIGSTOP) and thawed (SIG
 lasts until the clients have recorded a given number of further calls (no fixed durations). The
 history is checked against the sequential model of a task record; a violation fails the test with
 the minimal failing sub-history. Prints ``history: size=... ok=... fail=... unknown=...``.
+
+And a leader cut off from the others (network namespaces, ``netns.py``) refuses no write from its
+older state: right after the majority acknowledged version 2 of a task and created another one, the
+old leader, which still believes it leads for a moment, answers neither ``412`` to ``If-Match: "2"``
+nor ``404`` for the new task (the refusal waits for a read barrier, which it cannot pass).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 
 from tests.sim.task_model import Call, Seen
 
-from .conftest import Cluster, wait_for
-from .history_client import History, check, record
+from .conftest import Cluster, NodeProc, wait_for
+from .history_client import CALLBACK_URL, INTERVAL_MS, History, check, record
+from .netns import NetnsLab, NsCluster
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # a killed leader and a frozen follower under a shared machine's load
 
@@ -90,3 +100,51 @@ def _assert_checked_for_real(history: History) -> None:
     read.seen = Seen(read.seen.status, read.seen.version + 7, read.seen.scene)
     ok, report = check(history)
     assert not ok and f"#{read.op_id} get" in report, report
+
+
+def _call(http: urllib3.PoolManager, method: str, url: str, body: dict[str, Any] | None = None,
+          **headers: str) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    r = http.request(method, url, body=data, headers={"Content-Type": "application/json", **headers}, redirect=False)
+    return r.status, json.loads(r.data) if r.data else {}
+
+
+def _on_majority(http: urllib3.PoolManager, nodes: list[NodeProc], method: str, path: str,
+                 body: dict[str, Any] | None = None, **headers: str) -> dict[str, Any]:
+    """The answer of whichever of ``nodes`` leads once one does (a 307 or 503 until then)."""
+
+    def attempt() -> dict[str, Any] | None:
+        for n in nodes:
+            status, answer = _call(http, method, n.http_url + path, body, **headers)
+            if status in (200, 201):
+                return answer
+            assert status in (307, 503), (status, answer)
+        return None
+
+    return wait_for(attempt, 30, f"{method} {path} acknowledged by the majority")
+
+
+def test_a_cut_off_leader_refuses_no_write_from_its_older_state(lab: NetnsLab, tmp_path: Path) -> None:
+    c = NsCluster(lab, tmp_path / "cluster", 3)
+    try:
+        c.start()
+        old = c.leader()
+        http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=2, read=30))
+        spec = {"type": "periodic", "interval_ms": INTERVAL_MS, "callback_url": CALLBACK_URL, "scene": "a"}
+        status, task = _call(http, "POST", old.http_url + "/api/v1/tasks", spec)
+        assert status == 201, task
+        lab.isolate(c.index(old))
+        rest = [n for n in c.nodes.values() if n is not old]
+        tasks = f"/api/v1/tasks/{task['id']}"
+        assert _on_majority(http, rest, "PATCH", tasks, {"scene": "b"}, **{"If-Match": '"1"'})["version"] == 2
+        made = _on_majority(http, rest, "POST", "/api/v1/tasks", {**spec, "scene": "c"})
+        with ThreadPoolExecutor(2) as pool:  # both at once, while the old leader may still believe it leads
+            stale_412 = pool.submit(_call, http, "PATCH", old.http_url + tasks, {"scene": "b"}, **{"If-Match": '"2"'})
+            stale_404 = pool.submit(_call, http, "POST", f"{old.http_url}/api/v1/tasks/{made['id']}/pause")
+            answers = {"patch If-Match 2": stale_412.result(), "pause of the new task": stale_404.result()}
+        print(f"cut-off leader answers: { {k: (v[0], v[1].get('error', {}).get('code')) for k, v in answers.items()} }")
+        assert answers["patch If-Match 2"][0] != 412, answers
+        assert answers["pause of the new task"][0] != 404, answers
+        assert {a[0] for a in answers.values()} <= {307, 503}, answers
+    finally:
+        c.kill_all()
