@@ -654,6 +654,20 @@ def task_or_404(ctx: ApiContext, task_id: str) -> Task:
     return t
 
 
+def task_for_write(ctx: ApiContext, task_id: str, refuses: Callable[[Task], bool] | None = None) -> Task:
+    """The task a write on the leader starts from (:func:`task_or_404`). A refusal this replica alone
+    would decide (a 404, or ``refuses(task)``: an ``If-Match`` naming another version) is decided
+    again after a read barrier: a deposed leader that has not noticed yet, or a new one that has not
+    applied its predecessor's last writes, would refuse from an older state than one already
+    acknowledged (a 412 after the version it names was answered). The barrier costs a quorum round
+    on refusals only; a write that goes ahead is checked again where it applies."""
+    if model.is_task_id(task_id):
+        t = ctx.get_task(task_id)
+        if t is None or (refuses is not None and refuses(t)):
+            ctx.read_barrier(ctx.settings.propose_timeout_s)
+    return task_or_404(ctx, task_id)
+
+
 def _item(res: Any) -> Any:
     if isinstance(res, BaseException):
         if isinstance(res, MolensError):
@@ -924,7 +938,7 @@ def _install_tasks(api: Api) -> None:
         wanted = _if_match()
         s = ctx.settings
         for _ in range(UPDATE_ATTEMPTS):  # without If-Match, a concurrent update is merged over, not refused
-            t = task_or_404(ctx, task_id)
+            t = task_for_write(ctx, task_id, None if wanted is None else lambda t: t.version not in wanted)
             now = ctx.now_ms()
             spec = model.decode_update(body, t.spec, s.policy, s.limits, now)  # a bad body is a 400 at any version
             if wanted is not None and t.version not in wanted:
@@ -941,7 +955,7 @@ def _install_tasks(api: Api) -> None:
         raise Unavailable(f"task {task_id} kept changing under {UPDATE_ATTEMPTS} updates; try again")
 
     def by_id(cmd: Callable[[int, str], Command], task_id: str) -> tuple[int, Any]:
-        task_or_404(ctx, task_id)  # the leader has applied every write it acknowledged: no entry for junk ids
+        task_for_write(ctx, task_id)  # no entry for junk ids; a 404 confirmed by a read barrier
         res = _item(api.propose_one(cmd(ctx.now_ms(), task_id))[0])
         assert isinstance(res, Task)
         return 200, task_json(res)

@@ -6,7 +6,8 @@
 * :class:`Cluster` builds ``conf/cluster``-style configs for N nodes, starts/stops/kills them, and
   polls (never sleeps blindly) for a leader or any condition with a deadline.
 * Fixtures: ``make_cluster`` (function scope: any number of clusters, all stopped at teardown, even
-  on failure) and ``cluster3`` (one 3-node cluster shared by a module: cheap to reuse).
+  on failure), ``cluster3`` (one 3-node cluster shared by a module: cheap to reuse) and ``lab``
+  (network namespaces, ``netns.py``).
 
 Later issues reuse this: pass ``extra`` settings (dict merged into each node's YAML) to configure
 the scheduler, HTTP, etc. Clusters run the key-value FSM (``node.state_machine: kv``) the Raft tests
@@ -27,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import yaml
@@ -35,6 +36,9 @@ import yaml
 from molens.admin import AdminClient, AdminError
 
 from .recording_receiver import RecordingReceiver
+
+if TYPE_CHECKING:
+    from .netns import NetnsLab
 
 T = TypeVar("T")
 
@@ -364,6 +368,19 @@ def receiver() -> Iterator[RecordingReceiver]:
     rec = RecordingReceiver()
     yield rec
     rec.close()
+
+
+@pytest.fixture
+def lab() -> Iterator[NetnsLab]:
+    """A lab of network namespaces (``netns.py``), destroyed at teardown; a skip saying why where
+    namespaces cannot be made."""
+    from .netns import netns_or_skip
+
+    made = netns_or_skip()
+    try:
+        yield made
+    finally:
+        made.destroy()
 
 
 @pytest.fixture(scope="module")

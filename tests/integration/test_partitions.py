@@ -43,7 +43,7 @@ from molens.client import ConflictError, MolensClient
 from tests.sim.linearizability import Kind, Op, Status, check_register
 
 from .conftest import NodeProc, wait_for
-from .netns import NetnsLab, NsCluster, netns_or_skip
+from .netns import NetnsLab, NsCluster
 from .recording_receiver import RecordingReceiver
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # real faults under a shared machine's load; each test has its own deadlines
@@ -51,15 +51,6 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # real faults under a
 PLANNED_BY_CUT_MS = 100 + 400
 """A fire the old leader planned before the cut is due at most ``dispatch_lead_ms`` (100) after it;
 plus a margin for entries that were committing at the instant of the cut."""
-
-
-@pytest.fixture
-def lab() -> Iterator[NetnsLab]:
-    lab = netns_or_skip()
-    try:
-        yield lab
-    finally:
-        lab.destroy()
 
 
 @pytest.fixture

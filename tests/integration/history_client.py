@@ -1,0 +1,203 @@
+"""Clients that record a history of task API calls against a real cluster, for the task-record
+linearizability checker (``tests/sim/task_linearizability.py``).
+
+:func:`record` runs a few threads on a small set of records (idempotency keys), each call to a node
+picked at random: create (with the record's ``Idempotency-Key``), ``GET ?consistency=linearizable``,
+``PATCH`` with ``If-Match`` (the version last seen, so some win and some get ``412``; a new scene each
+time, so every success makes a new version), delete, pause, resume. Every call becomes a
+:class:`~tests.sim.task_model.TaskOp` with its invoke and answer times and outcome:
+
+- ``ok``: 200/201 (a read's 404 too: it read "absent").
+- ``fail`` with a code the model checks: 404, 409, 412 (the write was refused for what the record is).
+- ``fail`` that says nothing: a write sent to a follower answers ``307`` to the leader and is *not*
+  followed (the write did not happen there; following it would be a second call, and the recorder
+  simply makes another call later); ``503 no_leader`` and ``507`` (nothing applied); any other 4xx.
+- ``unknown``: no answer (timeout, cut connection), ``503 outcome_unknown`` or another 5xx: the
+  write may have happened, at any time after it was sent. An unknown read is dropped.
+
+It stops by itself after ``max_ops`` calls or ``max_seconds``, or when ``stop`` is set, and returns
+the :class:`History`; :func:`check` says whether it is linearizable, with the minimal failing
+sub-history when it is not. The chaos soak calls both::
+
+    history = record(urls, stop, seed)          # in a thread, while faults run; stop.set() to end
+    ok, report = check(history)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import urllib3
+
+from tests.sim import task_linearizability
+from tests.sim.task_model import Call, Outcome, Seen, TaskOp
+
+CALLBACK_URL = "http://127.0.0.1:9/never"
+"""Records are periodic tasks due in an hour: nothing fires while the history is recorded."""
+
+INTERVAL_MS = 3_600_000
+
+WEIGHTS = {Call.GET: 35, Call.PATCH: 20, Call.PAUSE: 12, Call.RESUME: 12, Call.CREATE: 12, Call.DELETE: 5}
+"""How often each call is made once the record's task is known (before, every call is a create)."""
+
+
+@dataclass(slots=True)
+class History:
+    """The calls recorded, in the order they were answered."""
+
+    ops: list[TaskOp] = field(default_factory=list)
+    seed: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """``size`` (all calls), calls by outcome, ``unknown_writes`` (the unknowns the checker keeps),
+        ``refusals`` (404/409/412 of writes: checked), ``redirects`` (307: not followed)."""
+        c = Counter(str(o.outcome) for o in self.ops)
+        return {
+            "size": len(self.ops), **{k: c.get(k, 0) for k in ("ok", "fail", "unknown")},
+            "unknown_writes": sum(o.outcome is Outcome.UNKNOWN and o.call is not Call.GET for o in self.ops),
+            "refusals": sum(o.outcome is Outcome.FAIL and o.checked for o in self.ops),
+            "redirects": sum(o.code == 307 for o in self.ops),
+        }
+
+    def summary(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.counts().items())
+
+
+def check(history: History) -> tuple[bool, str]:
+    """(True, "") when every record's history is linearizable, else (False, the minimal failing
+    sub-history as a table)."""
+    return task_linearizability.check(history.ops)
+
+
+class _Recorder:
+    """The shared part of one recording: what the threads learned of each record, and the history."""
+
+    def __init__(self, urls: Mapping[str, str] | Sequence[str], seed: int, records: int, max_ops: int, max_seconds: float,
+                 stop: threading.Event, timeout_s: float, history: History) -> None:
+        self.nodes = list(urls.items()) if isinstance(urls, Mapping) else [(u.rsplit(":", 1)[-1], u) for u in urls]
+        """(name, REST base URL) of each node: the name labels the calls sent to it."""
+        self.keys = [f"lin-{seed}-{i}" for i in range(records)]
+        self.task_id: dict[str, str] = {}
+        """key -> the id of the task an answer last named for it."""
+        self.version: dict[str, int] = {}
+        """key -> the version an answer last showed."""
+        self.history = history
+        self.lock = threading.Lock()
+        self.ids = itertools.count(1)
+        self.budget = max_ops
+        self.deadline = time.monotonic() + max_seconds
+        self.stop = stop
+        self.timeout = urllib3.Timeout(connect=1.0, read=timeout_s)
+
+    def take(self) -> int | None:
+        """A new op id, or None when the recording is over."""
+        with self.lock:
+            if self.stop.is_set() or time.monotonic() >= self.deadline or self.budget <= 0:
+                return None
+            self.budget -= 1
+            return next(self.ids)
+
+    def run(self, thread: int) -> None:
+        rng = random.Random(f"{self.history.seed}-{thread}")
+        http = urllib3.PoolManager(retries=False, timeout=self.timeout)
+        try:
+            while (op_id := self.take()) is not None:
+                self.call(http, rng, op_id)
+                self.stop.wait(rng.uniform(0, 0.02))  # pacing between calls, not waiting for an effect
+        finally:
+            http.clear()
+
+    def call(self, http: urllib3.PoolManager, rng: random.Random, op_id: int) -> None:
+        key = rng.choice(self.keys)
+        with self.lock:
+            tid, version = self.task_id.get(key), self.version.get(key, 1)
+        call = Call.CREATE if tid is None else rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+        node, base = rng.choice(self.nodes)
+        o = TaskOp(op_id=op_id, key=key, call=call, invoke=0, node=node,
+                   task_id=None if call is Call.CREATE else tid)
+        method, path, body, headers = self.request(o, version, op_id)
+        o.invoke = time.monotonic_ns()
+        try:
+            r = http.request(method, base + path, body=body, headers=headers, redirect=False)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # no answer: it may have happened
+            o.resp, o.outcome = time.monotonic_ns(), Outcome.UNKNOWN
+            o.extra["error"] = type(exc).__name__
+        else:
+            o.resp = time.monotonic_ns()
+            self.judge(o, r.status, r.data)
+        with self.lock:
+            self.history.ops.append(o)
+            if o.code in (200, 201) and o.seen is not None and (o.call is not Call.DELETE):
+                if o.task_id is not None:
+                    self.task_id[key] = o.task_id
+                self.version[key] = o.seen.version
+
+    @staticmethod
+    def request(o: TaskOp, version: int, op_id: int) -> tuple[str, str, bytes | None, dict[str, str]]:
+        tasks = "/api/v1/tasks"
+        if o.call is Call.CREATE:
+            o.scene = f"c{op_id}"
+            body = {"type": "periodic", "interval_ms": INTERVAL_MS, "callback_url": CALLBACK_URL, "scene": o.scene}
+            return "POST", tasks, json.dumps(body).encode(), {"Content-Type": "application/json", "Idempotency-Key": o.key}
+        if o.call is Call.GET:
+            return "GET", f"{tasks}/{o.task_id}?consistency=linearizable", None, {}
+        if o.call is Call.PATCH:
+            o.scene, o.if_match = f"p{op_id}", version
+            return "PATCH", f"{tasks}/{o.task_id}", json.dumps({"scene": o.scene}).encode(), {
+                "Content-Type": "application/merge-patch+json", "If-Match": f'"{version}"'}
+        if o.call is Call.DELETE:
+            return "DELETE", f"{tasks}/{o.task_id}", None, {}
+        return "POST", f"{tasks}/{o.task_id}/{o.call}", None, {}
+
+    @staticmethod
+    def judge(o: TaskOp, status: int, data: bytes) -> None:
+        """Sets the op's outcome, code and what the answer showed."""
+        o.code = status
+        if status in (200, 201):
+            task: dict[str, Any] = json.loads(data)
+            o.outcome = Outcome.OK
+            o.seen = Seen(task["status"], int(task["version"]), task["scene"])
+            if o.call is Call.CREATE:
+                o.task_id = task["id"]
+        elif status == 404 and o.call is Call.GET:
+            o.outcome = Outcome.OK
+        elif 400 <= status < 500 or status in (307, 507) or (status == 503 and _error_code(data) == "no_leader"):
+            o.outcome = Outcome.FAIL  # 404/409/412 are checked; the others changed nothing
+        else:
+            o.outcome = Outcome.UNKNOWN
+        if o.outcome is not Outcome.OK and status not in (404, 409, 412):
+            o.extra["error"] = _error_code(data) or str(status)
+
+
+def _error_code(data: bytes) -> str | None:
+    try:
+        return str(json.loads(data)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def record(node_urls: Mapping[str, str] | Sequence[str], stop: threading.Event, seed: int, *, threads: int = 4, records: int = 4,
+           max_ops: int = 1500, max_seconds: float = 120.0, timeout_s: float = 3.0,
+           into: History | None = None) -> History:
+    """Record a history of task API calls against the nodes at ``node_urls`` (their REST base URLs, or
+    node name -> URL to label the calls by name)    until ``stop`` is set, ``max_ops`` calls were made or ``max_seconds`` passed; returns it. ``into``:
+    a History to append to as calls are answered (its length shows the progress while it runs)."""
+    history = into if into is not None else History()
+    history.seed = seed
+    rec = _Recorder(node_urls, seed, records, max_ops, max_seconds, stop, timeout_s, history)
+    workers = [threading.Thread(target=rec.run, args=(i,), name=f"history-{i}", daemon=True) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    with rec.lock:
+        rec.history.ops.sort(key=lambda o: (o.resp or 0, o.op_id))
+        return rec.history
