@@ -18,8 +18,10 @@ Rules:
 - ``free_capacity()`` = room left = concurrency + queue_limit - (queued + in flight), for weighted
   dispatch.
 - A fire with ``not_before_ms`` still ahead (planned ahead by the leader: dispatch ahead) is held by
-  one holder thread, in a heap by that time, and queued once this node's wall clock reaches it:
-  never sent early. Held fires count against the capacity like queued ones. ``release_held`` takes
+  one holder thread, in a heap by that time, and queued once it comes: never sent early. The wait is
+  read on the wall clock when the fire arrives and then kept on the monotonic clock, so a wall clock
+  that steps while a fire is held neither holds it seconds too long (a step back) nor lets it go
+  early (a step ahead). Held fires count against the capacity like queued ones. ``release_held`` takes
   them all back unsent (the worker does while its clock is suspect: it stepped).
 - A fire whose ``deadline_ms`` has passed when a thread picks it up is not sent (the leader has
   already counted it lost; sending it now could deliver twice); it is counted in ``stats().expired``.
@@ -94,6 +96,10 @@ def _wall_ms() -> int:
     return wall_ms()
 
 
+def _mono_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 class FirePool:
     """``concurrency`` delivery threads fed by one bounded queue; results flushed in batches."""
 
@@ -106,6 +112,7 @@ class FirePool:
         flush_count: int = 256,
         flush_interval_ms: float = 5.0,
         wall_ms: Callable[[], int] = _wall_ms,
+        mono_ms: Callable[[], int] = _mono_ms,
         name: str = "fireworker",
         engine: str = "loop",
         tls_threads: int = TLS_THREADS,
@@ -125,6 +132,7 @@ class FirePool:
         self._flush_count = max(1, flush_count)
         self._flush_interval_s = flush_interval_ms / 1000.0
         self._wall_ms = wall_ms
+        self._mono_ms = mono_ms
         self._name = name
 
         self._lock = threading.Lock()
@@ -138,6 +146,7 @@ class FirePool:
             self._loop = FireLoop(deliverer, concurrency, self._loop_take, self._loop_finish, wall_ms, name=name,
                                   tick_ms=loop_tick_ms)
         self._held: list[tuple[int, int, FireRequest]] = []
+        """(monotonic ms it is due, seq, fire): ``not_before_ms`` as the wall clock said on arrival."""
         """(not_before_ms, seq, fire): fires planned ahead, waiting for their due time."""
         self._hold_cv = threading.Condition(self._lock)
         self._seq = itertools.count()
@@ -220,12 +229,13 @@ class FirePool:
             n = max(0, min(room, len(batch)))
             if n:
                 now = self._wall_ms()
+                mono = self._mono_ms()
                 ready: list[FireRequest] = []
                 held = self._held
                 head = held[0][0] if held else None
                 for f in batch[:n]:
                     if f.not_before_ms > now:
-                        heapq.heappush(held, (f.not_before_ms, next(self._seq), f))
+                        heapq.heappush(held, (mono + f.not_before_ms - now, next(self._seq), f))
                     else:
                         ready.append(f)
                 if ready:
@@ -264,11 +274,11 @@ class FirePool:
 
     # --- threads -----------------------------------------------------------------------------------
     def _run_holder(self) -> None:
-        """Moves held fires to the queue once the wall clock reaches their ``not_before_ms``."""
+        """Moves held fires to the queue once their time has come."""
         held = self._held
         with self._lock:
             while not self._draining:
-                now = self._wall_ms()
+                now = self._mono_ms()
                 ready = []
                 while held and held[0][0] <= now:
                     ready.append(heapq.heappop(held)[2])
@@ -303,7 +313,7 @@ class FirePool:
             held = self._held
             wait_ms = None
             if held:
-                now = self._wall_ms()
+                now = self._mono_ms()
                 if held[0][0] <= now:
                     due = []
                     while held and held[0][0] <= now:

@@ -312,7 +312,7 @@ def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_e
     clock = lambda: now[0]  # noqa: E731 -- the pool's wall clock, moved by the test
     sink = Sink()
     dl = _Deliveries(http, clock)
-    pool = FirePool(dl, 2, sink, wall_ms=clock, engine=engine, name="fw-hold")
+    pool = FirePool(dl, 2, sink, wall_ms=clock, mono_ms=clock, engine=engine, name="fw-hold")
     pool.start()
     try:
         due = now[0] + 50
@@ -332,6 +332,37 @@ def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_e
         pool.stop()
     assert dl.started["ahead-0"] >= due and pool.stats().held == 0
     assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["now-0", "ahead-0"]
+
+
+def test_a_held_fire_keeps_its_time_when_the_wall_clock_steps_while_it_waits(engine: str,
+    server: CallbackServer, http: urllib3.PoolManager
+) -> None:
+    """The wait is read on the wall clock when the fire arrives, then kept on the monotonic clock: a
+    wall clock stepping back 10 s while a fire is held does not hold it 10 s longer, and one stepping
+    ahead does not let it go early."""
+    wall = [1_767_225_600_000]
+    mono = [5_000]
+    sink = Sink()
+    dl = _Deliveries(http, lambda: mono[0])
+    pool = FirePool(dl, 2, sink, wall_ms=lambda: wall[0], mono_ms=lambda: mono[0], engine=engine, name="fw-step")
+    pool.start()
+    try:
+        fires = [FireRequest(
+            fire_id=f"step-{i}", task_id="step", attempt=1, kind=FireKind.CALLBACK, url=server.url("/ok"),
+            body=b"{}", scene="default", timeout_ms=5000, deadline_ms=0, not_before_ms=wall[0] + 100 * (i + 1),
+        ) for i in range(2)]
+        pool.submit(fires)
+        assert pool.stats().held == 2
+        wall[0] -= 10_000  # the wall clock steps back: the fires' times are unchanged
+        mono[0] += 100
+        wait_until(lambda: [r.fire_id for r in sink.results()] == ["step-0"])
+        wall[0] += 60_000  # and ahead: the second still waits for its own time
+        assert "step-1" not in dl.started
+        mono[0] += 100
+        wait_until(lambda: len(sink.results()) == 2)
+    finally:
+        pool.stop()
+    assert dl.started == {"step-0": 5_100, "step-1": 5_200}
 
 
 def test_stop_returns_held_fires_unsent(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
