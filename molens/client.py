@@ -78,7 +78,8 @@ MAX_PAGE_SIZE = 1_000
 """Items per page the API serves at most (its ``limit``)."""
 MAX_BULK = 10_000
 """Dead letters one bulk redrive or delete acts on at most."""
-MAX_EPOCH_MS = 253_402_300_799_999
+from molens.wallclock import MAX_EPOCH_MS  # noqa: E402 -- the client's bound is the server's
+
 """The end of year 9999: the latest instant the API takes."""
 MAX_FILTER_CHARS = 300
 """The longest ``task_id`` or ``flow`` a dead-letter filter takes."""

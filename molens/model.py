@@ -133,7 +133,8 @@ class Limits:
     is ``default_max_retries``."""
 
 
-MAX_EPOCH_MS = 253_402_300_799_999
+from molens.wallclock import MAX_EPOCH_MS  # noqa: E402 -- re-exported: model.MAX_EPOCH_MS
+
 """The last millisecond of year 9999 (UTC): the largest time any field or parameter may hold, so
 that every time can be stored (SQLite, msgpack int64) and shown as a date."""
 

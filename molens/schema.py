@@ -194,7 +194,7 @@ class NoticeType(enum.StrEnum):
 # -------------------------------------------------------------------------------------------------
 # the declaration
 
-_MAX_EPOCH_MS = 253_402_300_799_999  # molens.model.MAX_EPOCH_MS: the end of year 9999
+from molens.wallclock import MAX_EPOCH_MS as _MAX_EPOCH_MS  # noqa: E402
 
 
 def rule(

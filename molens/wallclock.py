@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import time
 
+MAX_EPOCH_MS = 253_402_300_799_999
+"""The last millisecond of the year 9999: the latest time the API takes or shows (the schema, the
+model, the client and the web layer all read it from here)."""
+
 _offset_ms = 0
 
 
@@ -26,4 +30,4 @@ def offset_ms() -> int:
     return _offset_ms
 
 
-__all__ = ["offset_ms", "set_offset_ms", "wall_ms"]
+__all__ = ["MAX_EPOCH_MS", "offset_ms", "set_offset_ms", "wall_ms"]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
 from molens.schema import NAMESPACE_PATTERN, DeadLetter, FailureKind, Reliability, python_pattern
+from molens.wallclock import MAX_EPOCH_MS
 from molens.web import access, export
 from molens.web.body import Body, whole_int
 
@@ -101,7 +102,7 @@ def install_dead_letters(api: Api) -> None:
         ms = {}
         for k in ("since", "until"):
             v = body.get(k)
-            if v is not None and ((v := whole_int(v)) is None or not 0 <= v <= 253_402_300_799_999):
+            if v is not None and ((v := whole_int(v)) is None or not 0 <= v <= MAX_EPOCH_MS):
                 raise ValidationError(f"{k} must be epoch ms", k)
             ms[k] = v
         limit = whole_int(body.get("limit", MAX_BULK))

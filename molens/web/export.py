@@ -39,6 +39,7 @@ import bottle
 
 from molens.errors import ValidationError
 from molens.schema import python_pattern
+from molens.wallclock import MAX_EPOCH_MS
 
 if TYPE_CHECKING:
     from molens.web.app import Api
@@ -131,7 +132,7 @@ def cell(v: Any, is_time: bool = False) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
-        if is_time and 0 <= v <= 253_402_300_799_999:
+        if is_time and 0 <= v <= MAX_EPOCH_MS:
             return dt.datetime.fromtimestamp(v / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         return str(v)
     if isinstance(v, float):

@@ -227,9 +227,9 @@ def _schemas() -> dict[str, Any]:
             "required": ["start", "end"],
             "description": "Fire the occurrences of the schedule in [start, end) now, in order (at most 10,000)",
             "properties": {
-                "start": {"type": "integer", "minimum": 0, "maximum": 253_402_300_799_999,
+                "start": {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS,
                           "description": "epoch ms, inclusive"},
-                "end": {"type": "integer", "minimum": 0, "maximum": 253_402_300_799_999,
+                "end": {"type": "integer", "minimum": 0, "maximum": MAX_EPOCH_MS,
                         "description": "epoch ms, exclusive; after start and not after now"},
             },
         },
