@@ -382,3 +382,6 @@ def test_a_member_reporting_results_for_a_fire_dispatched_to_another_worker_is_i
     execs = json.loads(_req("GET", f"{_base(leader)}/api/v1/tasks/{tid}/executions").data)["items"]
     assert [(e["result"], e["execution_result"]) for e in execs] == [("success", "ok")], execs
     assert "name another worker; ignored" in leader.tail(400)
+    metrics = _req("GET", _base(leader) + "/metrics").data.decode().splitlines()
+    dropped = [float(x.rsplit(" ", 1)[1]) for x in metrics if x.startswith("molens_rpc_results_wrong_worker_total ")]
+    assert dropped and dropped[0] >= 4, dropped
