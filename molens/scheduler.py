@@ -36,6 +36,7 @@ from molens.actors.fireworker import (
     ForwardFrame,
     decode_heartbeat,
     decode_results_frame,
+    own_results,
     result_items,
 )
 from molens.actors.messages import (
@@ -100,7 +101,7 @@ class Scheduler:
         self.clock = ClockGate(self.node_id, cfg.raft.max_clock_skew_ms)
         self._probe_ref: pykka.ActorRef[ClockProbe] | None = None
         self._http = make_pool_manager(cfg.worker.concurrency, callback_policy(cfg))  # as validated
-        self.rpc_refused: dict[str, int] = {"B": 0, "R": 0, "H": 0}
+        self.rpc_refused: dict[str, int] = {"B": 0, "R": 0, "H": 0, "results_wrong_worker": 0}
         """Frames dropped by :func:`molens.worker_rpc.refusal`, by tag (process lifetime)."""
         self._refused_log = RefusalLog(f"rpc {self.node_id}: frame refused", log)
         self.batch_versions: dict[str, int] = {}
@@ -291,10 +292,12 @@ class Scheduler:
             elif tag == b"R":
                 refs = self.supervisor.current if self.supervisor is not None else None
                 if refs is None:  # not (or no longer) leading: pass them on to the leader
-                    self._tell_pool(ForwardFrame(payload))
+                    self._tell_pool(ForwardFrame(payload, frm))
                     return
                 free, attempts, results = decode_results_frame(body)
-                refs.monitor.tell(FireResults(result_items(attempts, results), frm, free))
+                own, dropped = own_results(frm, result_items(attempts, results))
+                self.rpc_refused["results_wrong_worker"] += dropped
+                refs.monitor.tell(FireResults(own, frm, free))
             elif tag == b"T":
                 self.rpc.send(frm, reply_frame(body, wall_ms()))
             elif tag == b"t":

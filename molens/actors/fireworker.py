@@ -61,6 +61,8 @@ class ForwardFrame:
     """Worker RPC -> FireWorkerPool: a results frame for a leader this node is not (pass it on)."""
 
     frame: bytes
+    frm: str = ""
+    """The member that sent it: if this node leads by now, only that member's own results count."""
 
 
 MAX_TRACKED_ATTEMPTS = 200_000
@@ -125,6 +127,16 @@ def result_items(attempts: dict[str, int], results: list[FireResult]) -> list[Re
     return [with_attempt(to_result_item(r), attempts.get(r.fire_id, 0)) for r in results]
 
 
+def own_results(frm: str, items: list[ResultItem]) -> tuple[list[ResultItem], int]:
+    """The items of a results frame from member ``frm`` that speak for ``frm`` itself, and how
+    many claimed another worker (dropped: a member answers only for fires dispatched to it, and a
+    frame passed on by another member cannot be told from a forged one)."""
+    own = [it for it in items if it.worker == frm]
+    if len(own) < len(items):
+        log.warning("results frame from %s: %d results name another worker; ignored", frm, len(items) - len(own))
+    return own, len(items) - len(own)
+
+
 class FireWorkerPool(pykka.ThreadingActor):
     """The node's fire worker actor (see the module docstring)."""
 
@@ -158,7 +170,7 @@ class FireWorkerPool(pykka.ThreadingActor):
             loop_tick_ms=loop_tick_ms,
         )
         self._attempts: dict[str, int] = {}
-        self._unsent: collections.deque[tuple[float, bytes]] = collections.deque()
+        self._unsent: collections.deque[tuple[float, bytes, str]] = collections.deque()
         self._leader_id: str | None = None
         self._local: LeaderRefs | None = None
         self._alarm: Alarm | None = None
@@ -214,7 +226,7 @@ class FireWorkerPool(pykka.ThreadingActor):
             else:
                 self._flush_unsent()
         elif isinstance(message, ForwardFrame):
-            self._forward(message.frame)
+            self._forward(message.frame, message.frm)
         elif isinstance(message, Wake):
             self._heartbeat()
         elif isinstance(message, GetGauges):  # the pool's own figures are read from FirePool.stats()
@@ -274,17 +286,19 @@ class FireWorkerPool(pykka.ThreadingActor):
             return
         # no leader known, or another node leads: keep the results for whoever leads next rather
         # than leave them to the Monitor
-        self._forward(results_frame(self.pool.free_capacity(), attempts, results))
+        self._forward(results_frame(self.pool.free_capacity(), attempts, results), self.node_id)
 
-    def _forward(self, frame: bytes) -> None:
+    def _forward(self, frame: bytes, frm: str) -> None:
         local = self._local
         if local is not None:
             _free, attempts, results = decode_results_frame(frame[1:])
-            _tell(local.monitor, FireResults(result_items(attempts, results)))
+            own, dropped = own_results(frm, result_items(attempts, results))
+            self._stats.add(results_wrong_worker=dropped)
+            _tell(local.monitor, FireResults(own))
             return
         leader = self._leader_id
         if leader is None or leader == self.node_id or not self._send(leader, frame):
-            self._unsent.append((time.monotonic(), frame))
+            self._unsent.append((time.monotonic(), frame, frm))
         else:
             self._stats.add(results_forwarded=1)
 
@@ -309,14 +323,14 @@ class FireWorkerPool(pykka.ThreadingActor):
         now = time.monotonic()
         unsent = self._unsent
         while unsent:
-            at, frame = unsent[0]
+            at, frame, frm = unsent[0]
             if now - at > UNSENT_RESULTS_TTL_S:
                 unsent.popleft()
                 self._stats.add(results_dropped=1)
                 continue
             if self._local is not None:
                 unsent.popleft()
-                self._forward(frame)
+                self._forward(frame, frm)
                 continue
             leader = self._leader_id
             if leader is None or leader == self.node_id or not self._send(leader, frame):
@@ -332,6 +346,7 @@ def _tell(ref: pykka.ActorRef[Any], msg: Any) -> None:
 
 
 __all__ = [
-    "FireWorkerPool", "ForwardFrame", "WorkerHeartbeat", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "result_items",
+    "FireWorkerPool", "ForwardFrame", "WorkerHeartbeat", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "own_results",
+    "result_items",
     "results_frame",
 ]

@@ -1046,6 +1046,10 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
         return NotFoundError(
             f"no {it.kind} fire {it.fire_id} attempt {it.attempt} in flight (stale or duplicate result)", "fire_id"
         )
+    if it.worker != fire.worker:  # only the worker it was dispatched to answers for it (docs/architecture.md#results)
+        log.warning("result for fire=%s from worker=%s but it was dispatched to worker=%s: ignored",
+                    fire.fire_id, it.worker, fire.worker)
+        return IllegalTransitionError(f"fire {it.fire_id} was not dispatched to worker {it.worker}", "fire_id")
     tx.w.fires[fire.fire_id] = None
     t = tx.task(fire.task_id)
     if t is None:

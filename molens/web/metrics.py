@@ -257,9 +257,15 @@ class LiveCollector(Collector):
             for tag in ("B", "R", "H"):
                 if tag in s.refused.get("rpc", {}):
                     rf.add_metric([tag], s.refused["rpc"][tag])
+            ww = CounterMetricFamily(
+                "molens_rpc_results_wrong_worker",
+                "Results dropped by the leader because they name a worker other than the member that sent them",
+            )
+            ww.add_metric([], s.refused.get("rpc", {}).get("results_wrong_worker", 0))
             yield hs
             yield fs
             yield rf
+            yield ww
         if "full" in s.storage:
             yield GaugeMetricFamily(
                 "molens_storage_full", "1 while this node cannot write its Raft log, task store or history (writes refused)",

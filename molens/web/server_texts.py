@@ -173,6 +173,7 @@ ZH: dict[str, str] = {
     "give a filter (task_id, flow, kind, since, until, namespace) or all=true":
         "请给出筛选条件（task_id、flow、kind、since、until、namespace）或 all=true",
     "the body must be an object with one field, url: an export's path and query": "请求体必须是只有一个字段 url 的对象：某个导出的路径和查询",
+    "fire {} was not dispatched to worker {}": "执行 {0} 并未派发给工作节点 {1}",
     "format must be one of {}": "format 必须是以下之一：{0}",
     "an export (format={}) is every matching row: no cursor or limit": "导出（format={0}）包含所有匹配的行：不接受 cursor 或 limit",
     "url must be an export: /api/v1/tasks, /executions, /dead-letters, /audit or a task's /executions, then ?format=csv or ?format=jsonl first and the list's filters after it":

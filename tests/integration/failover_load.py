@@ -132,6 +132,10 @@ def run(c: Cluster, rec: RecordingReceiver, n_alo: int, n_amo: int, spread_s: fl
                 report.lateness_in_windows_ms.append(late)
             else:
                 report.lateness_ms.append(late)
+    for tid in report.alo_missing[:10]:  # what each task never delivered says it went through
+        t = client.get(tid)
+        tried = [(e["attempt"], e["result"], e["worker"], e["fired_at"]) for e in client.executions(tid)]
+        log(f"missing {tid} due={due[tid][0]} status={t['status']} attempts={tried}")
     times = sorted(r.at_ms for r in reqs)
     for k, _ in report.kills:  # the longest silence in callbacks around each kill
         around = [t for t in times if k - 1_000 <= t <= k + 30_000]

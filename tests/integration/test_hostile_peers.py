@@ -27,7 +27,8 @@ import yaml
 import zmq
 import zmq.auth
 
-from molens.delivery import FireKind, FireRequest, encode_fire_batch
+from molens.actors.fireworker import results_frame
+from molens.delivery import DeliveryOutcome, FireKind, FireRequest, FireResult, encode_fire_batch
 from molens.raft.transport import bin_header
 
 from .conftest import Cluster, NodeProc, _merge, free_ports, wait_for
@@ -340,3 +341,47 @@ def test_a_fourth_node_joins_a_running_curve_cluster_without_restarts_and_a_remo
     assert _req("GET", _base(n4) + "/readyz").status == 503
     assert c.leader().node_id in pids
     assert c.leader().status()["term"] == lead_term  # type: ignore[index]  # n4's campaigns disturbed nobody
+
+
+def _results(fire_id: str, worker: str) -> bytes:
+    """A results frame saying ``worker`` carried out attempt 1 of ``fire_id``, answered 200 ``FORGED``."""
+    r = FireResult(fire_id=fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=DeliveryOutcome.SUCCESS,
+                   response_head=b"FORGED", latency_ms=1.0, worker=worker)
+    return results_frame(8, {fire_id: 1}, [r])
+
+
+def test_a_member_reporting_results_for_a_fire_dispatched_to_another_worker_is_ignored(
+    curve_cluster: Cluster, keys: Keys, receiver: RecordingReceiver
+) -> None:
+    leader = curve_cluster.leader()
+    f1, f2 = curve_cluster.followers()
+    rpc = leader.settings["rpc"]["bind_addr"]
+    r = _req("POST", _base(leader) + "/api/v1/tasks", {
+        "type": "delayed", "interval_ms": 100, "timeout_ms": 20_000, "callback_url": receiver.url("/slow/4000/bound"),
+    })
+    assert r.status == 201, r.data
+    fire_id = json.loads(r.data)["id"] + "-1"
+    wait_for(lambda: receiver.by_tag("bound"), 20, "the real callback to be held by the receiver")
+    # each follower, with its own key and id, answers for the fire as one of the two other nodes:
+    # whichever node the fire went to, some of these speak for it from another member
+    forgers = [(f, [n.node_id for n in (leader, f1, f2) if n is not f]) for f in (f1, f2)]
+    peers = [Peer(rpc, f.node_id, keys, key=f.node_id, server=leader.node_id) for f, _ in forgers]
+    try:
+        def counted() -> bool:
+            for p, (f, others) in zip(peers, forgers, strict=True):
+                for w in others:
+                    p.send(f.node_id, _results(fire_id, w))
+            return bool(_rpc_stats(leader)["refused"].get("results_wrong_worker", 0) >= 4)
+        wait_for(counted, 20, "the leader to drop the results naming another worker", interval=0.2)
+    finally:
+        for p in peers:
+            p.close()
+    tid = fire_id.rsplit("-", 1)[0]
+    wait_for(lambda: json.loads(_req("GET", f"{_base(leader)}/api/v1/tasks/{tid}").data)["status"] == "done", 30,
+             "the real worker's result")
+    execs = json.loads(_req("GET", f"{_base(leader)}/api/v1/tasks/{tid}/executions").data)["items"]
+    assert [(e["result"], e["execution_result"]) for e in execs] == [("success", "ok")], execs
+    assert "name another worker; ignored" in leader.tail(400)
+    metrics = _req("GET", _base(leader) + "/metrics").data.decode().splitlines()
+    dropped = [float(x.rsplit(" ", 1)[1]) for x in metrics if x.startswith("molens_rpc_results_wrong_worker_total ")]
+    assert dropped and dropped[0] >= 4, dropped

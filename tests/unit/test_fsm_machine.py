@@ -443,7 +443,7 @@ def test_lost_at_most_once_fire_is_unknown_and_never_refired(h: H) -> None:
     # the real answer arriving late is stale
     late = h.apply(Results(h.now, (ResultItem(
         fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
-        response_head="", latency_ms=1, worker="w",
+        response_head="", latency_ms=1, worker="w1",
     ),)))
     assert isinstance(late.results[0], NotFoundError) and h.t(t.id).status is Status.FAILED
 
@@ -470,7 +470,7 @@ def test_late_result_of_an_attempt_given_up_is_not_credited_to_the_retry(h: H) -
     assert fr2.fire.attempt == 2
     late = ResultItem(
         fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=500, outcome=Outcome.RESPONSE,
-        response_head="", latency_ms=1, worker="w", attempt=1,
+        response_head="", latency_ms=1, worker="w1", attempt=1,
     )
     out = h.apply(Results(h.now, (late,)))
     assert isinstance(out.results[0], NotFoundError)
@@ -521,12 +521,28 @@ def test_duplicate_result_is_ignored(h: H) -> None:
     fr = h.fire_due(t.id)
     item = ResultItem(
         fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=500, outcome=Outcome.RESPONSE,
-        response_head="", latency_ms=1, worker="w",
+        response_head="", latency_ms=1, worker="w1",
     )
     h.apply(Results(h.now, (item,)))
     snapshot = h.t(t.id)
     out = h.apply(Results(h.now, (item,)))
     assert isinstance(out.results[0], NotFoundError) and h.t(t.id) == snapshot
+
+
+def test_result_from_a_worker_the_fire_was_not_dispatched_to_changes_nothing(h: H) -> None:
+    t = h.create(max_retries=3)
+    fr = h.fire_due(t.id)
+    before, fire = h.t(t.id), h.s.get_fire(fr.fire.fire_id)
+    n_exec = len(h.s.executions)
+    forged = ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+        response_head="", latency_ms=1, worker="w2", attempt=fr.fire.attempt,
+    )
+    out = h.apply(Results(h.now, (forged,)))
+    assert isinstance(out.results[0], IllegalTransitionError) and out.effects == []
+    assert h.t(t.id) == before and h.s.get_fire(fr.fire.fire_id) == fire and len(h.s.executions) == n_exec
+    assert h.answer(t.id, 200).results == [None]  # the worker it went to still answers for it
+    assert h.t(t.id).status is Status.DONE and h.s.get_fire(fr.fire.fire_id) is None
 
 
 # ------------------------------------------------------------------ pause / resume / trigger / delete
@@ -668,7 +684,7 @@ def test_delete_removes_task_fire_key_and_history(h: H) -> None:
     assert h.s.tasks == {} and h.s.fires == {} and h.s.idem == {} and h.s.executions == []
     late = h.apply(Results(h.now, (ResultItem(
         fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
-        response_head="", latency_ms=1, worker="w",
+        response_head="", latency_ms=1, worker="w1",
     ),)))
     assert isinstance(late.results[0], NotFoundError) and h.s.executions == []
     assert h.create(idempotency_key="k").id != t.id  # the key is free again
@@ -741,7 +757,7 @@ def test_response_head_kept_to_512_characters_and_task_json_round_trips(h: H) ->
     fr = h.fire_due(t.id)
     h.apply(Results(h.now, (ResultItem(
         fire_id=fr.fire.fire_id, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
-        response_head="x" * 600, latency_ms=3, worker="w", attempt=1,
+        response_head="x" * 600, latency_ms=3, worker="w1", attempt=1,
     ),)))
     nt = h.t(t.id)
     assert nt.last_response == "x" * 512 and h.s.executions[-1].response_head == "x" * 512
