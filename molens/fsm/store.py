@@ -904,15 +904,6 @@ class TaskStore:
                 ok = cur.prev()
         return out, nxt
 
-    def scan_audit(self, f: AuditFilter, chunk: int = 1024) -> Iterator[AuditEntry]:
-        """Every matching audit entry, newest first, streaming (one short read transaction per chunk)."""
-        cursor: str | None = None
-        while True:
-            page, cursor = self.list_audit(f, cursor=cursor, limit=chunk, scan_budget=chunk)
-            yield from page
-            if cursor is None:
-                return
-
     def audit_trim_point(self, now_ms: int, max_entries: int, max_age_ms: int, limit: int) -> int | None:
         """The log index before which retention deletes audit entries (more than ``max_entries``, or
         written before ``now_ms - max_age_ms``), at most ``limit`` of them; ``None``: nothing to trim."""

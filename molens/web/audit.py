@@ -10,7 +10,6 @@ every replica holds the same trail. :func:`request_stamp` is who made the reques
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import bottle
@@ -33,8 +32,6 @@ class AuditReader(Protocol):
     def list_audit(
         self, f: AuditFilter, *, cursor: str | None = None, limit: int = 100, scan_budget: int = 20_000,
     ) -> tuple[list[AuditEntry], str | None]: ...
-
-    def scan_audit(self, f: AuditFilter, chunk: int = 1024) -> Iterator[AuditEntry]: ...
 
 
 def request_stamp(has_token: bool) -> AuditStamp:
