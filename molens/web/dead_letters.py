@@ -132,10 +132,15 @@ def install_dead_letters(api: Api) -> None:
         return 200, {"items": [d.to_json() for d in shown(items)],
                      "next_cursor": encode_cursor("d", nxt) if nxt else None}
 
-    def dead_or_404(dead_id: str) -> DeadLetter:
-        """The dead letter, if it exists and the request's key may see its namespace; else the same 404."""
+    def dead_or_404(dead_id: str, write: bool = False) -> DeadLetter:
+        """The dead letter, if it exists and the request's key may see its namespace; else the same 404.
+        A write's 404 is decided again after a read barrier (a deposed leader, or a new one that has not
+        applied its predecessor's last writes, would refuse from an older state)."""
         missing = NotFoundError(f"dead letter {dead_id[:80]} not found", "id")
         dl = reader().get_dead(_check_id(dead_id))
+        if dl is None and write:
+            ctx.read_barrier(ctx.settings.propose_timeout_s)
+            dl = reader().get_dead(dead_id)
         if dl is None:
             raise missing
         access.hide(dl.namespace, missing)
@@ -147,14 +152,14 @@ def install_dead_letters(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/dead-letters/<dead_id>/redrive", write=True, body=Body.NONE)
     def redrive_one(dead_id: str) -> tuple[int, Any]:
-        dead_or_404(dead_id)
+        dead_or_404(dead_id, write=True)
         res = _item(api.propose_one(RedriveDeadLetters(ctx.now_ms(), (dead_id,)))[0])
         assert isinstance(res, DeadLetter)
         return 200, _redrive_json(res)
 
     @api.route("DELETE", f"{PREFIX}/dead-letters/<dead_id>", write=True)
     def delete_one(dead_id: str) -> tuple[int, Any]:
-        dead_or_404(dead_id)
+        dead_or_404(dead_id, write=True)
         if api.propose_one(DeleteDeadLetters(ctx.now_ms(), (dead_id,)))[0] is not True:
             raise NotFoundError(f"dead letter {dead_id} not found", "id")
         return 200, {"deleted": 1}

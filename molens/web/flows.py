@@ -240,8 +240,10 @@ def install_flows(api: Api) -> None:
     @api.route("POST", f"{PREFIX}/flows/<key>/resume", write=True, body=Body.NONE)
     def resume_flow(key: str) -> tuple[int, Any]:
         check_key(key)
-        if ctx.get_flow(key) is None:  # nothing paused it: no settings to write (pause makes some)
-            return 200, msgspec.json.encode(one(key, None))
+        if ctx.get_flow(key) is None:  # nothing paused it: no settings to write (pause makes some) ...
+            ctx.read_barrier(ctx.settings.propose_timeout_s)  # ... unless this replica is behind
+            if ctx.get_flow(key) is None:
+                return 200, msgspec.json.encode(one(key, None))
         return set_paused(key, False)
 
 

@@ -1,0 +1,117 @@
+"""A write that this replica alone would refuse or answer as a no-op is decided again after a read
+barrier (docs/architecture.md, linearizable writes): here a replica that is behind until its
+barrier runs, for a dead letter's redrive and delete and a flow's resume."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import bottle
+import pytest
+
+from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
+from molens.model import Outcome
+from molens.schema import DeadLetter, FireKind
+from molens.web.app import make_app
+from molens.web.local_context import LocalContext
+
+
+class _Lagging:
+    """The dead-letter reader of a replica that has not applied the newest writes before a barrier."""
+
+    def __init__(self, ctx: Behind) -> None:
+        self.ctx = ctx
+
+    def get_dead(self, dead_id: str) -> DeadLetter | None:
+        return None if self.ctx.behind else self.ctx.store.get_dead(dead_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ctx.store, name)
+
+
+class Behind(LocalContext):
+    """A :class:`LocalContext` whose reads miss dead letters and flow settings until a read barrier."""
+
+    behind = False
+    barriers = 0
+
+    def read_barrier(self, timeout_s: float) -> None:
+        self.barriers += 1
+        self.behind = False
+
+    @property
+    def dead_letters(self) -> Any:
+        return _Lagging(self)
+
+    def get_flow(self, key: str) -> Any:
+        return None if self.behind else super().get_flow(key)
+
+
+@pytest.fixture()
+def app() -> Iterator[tuple[bottle.Bottle, Behind]]:
+    with tempfile.TemporaryDirectory() as d:
+        ctx = Behind(d)
+        try:
+            yield make_app(ctx), ctx
+        finally:
+            ctx.close()
+
+
+def _call(app: bottle.Bottle, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    raw = b"" if body is None else json.dumps(body).encode()
+    env = {
+        "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": "", "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(raw)), "wsgi.input": io.BytesIO(raw), "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80", "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+    }
+    status: list[str] = []
+    out = b"".join(app(env, lambda s, h, e=None: status.append(s)))
+    return int(status[0].split()[0]), json.loads(out) if out else None
+
+
+def _dead_letter(app: bottle.Bottle, ctx: Behind) -> str:
+    """A real dead letter: a task fired once and answered 404 (not retried)."""
+    st, t = _call(app, "POST", "/api/v1/tasks",
+                  {"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x"})
+    assert st == 201, t
+    due = t["next_run_at"]
+    fire_id = ctx.store.get_task(t["id"]).fire_id  # type: ignore[union-attr]
+    sent = ctx.propose([Dispatched(due, (DispatchItem(fire_id=fire_id, task_id=t["id"], attempt=1, worker="w1",
+                                                      deadline_ms=due + 60_000),))], 5)
+    assert sent == [[None]], sent
+    ctx.propose([Results(due + 5, (ResultItem(
+        fire_id=fire_id, kind=FireKind.CALLBACK, status_code=404, outcome=Outcome.RESPONSE, response_head="",
+        latency_ms=5, worker="w1", attempt=1),))], 5)
+    [dl] = ctx.store.list_dead(limit=10)[0]
+    return dl.id
+
+
+@pytest.mark.parametrize("method,suffix", [("POST", "/redrive"), ("DELETE", "")])
+def test_a_dead_letter_write_on_a_replica_behind_is_decided_after_a_barrier(
+    app: tuple[bottle.Bottle, Behind], method: str, suffix: str,
+) -> None:
+    a, ctx = app
+    dead_id = _dead_letter(a, ctx)
+    ctx.behind = True
+    st, out = _call(a, method, f"/api/v1/dead-letters/{dead_id}{suffix}")
+    assert st == 200, out
+    assert ctx.barriers == 1 and ctx.store.get_dead(dead_id) is None
+    ctx.behind = True  # a dead letter that is gone after the barrier too stays a 404
+    assert _call(a, method, f"/api/v1/dead-letters/{dead_id}{suffix}")[0] == 404
+    assert ctx.barriers == 2
+
+
+def test_a_flow_resumed_on_a_replica_behind_is_resumed_after_a_barrier(app: tuple[bottle.Bottle, Behind]) -> None:
+    a, ctx = app
+    key = "127.0.0.1:9"
+    assert _call(a, "POST", f"/api/v1/flows/{key}/pause")[0] == 200
+    ctx.behind = True
+    st, out = _call(a, "POST", f"/api/v1/flows/{key}/resume")
+    assert (st, out["paused"]) == (200, False), out
+    settings = ctx.store.get_flow(key)
+    assert ctx.barriers == 1 and settings is not None and not settings.paused
