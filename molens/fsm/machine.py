@@ -368,12 +368,12 @@ class _Tx:
 
     def finish(self, results: list[ItemResult]) -> Applied:
         eff: list[Effect] = []
-        counts: dict[str, int] = {}
+        deltas: dict[str, list[int]] = {}
         for tid, new in self.w.tasks.items():
             old = self.orig.get(tid)
             either = new if new is not None else old
             if either is not None and either.spec.namespace != DEFAULT_NAMESPACE:
-                _count_tasks(self, counts, either.spec.namespace, old, new)
+                _count_task(deltas, either.spec.namespace, old, new)
             if new is not None and new.spec.notify_url and new.status in _NOTIFIED \
                     and (old is None or old.status is not new.status):
                 _notice(self, new, _NOTIFIED[new.status], new.updated_ms,
@@ -387,8 +387,10 @@ class _Tx:
             if od == nd and (nd is None or _same_actions(old, new)):
                 continue
             eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
-        for key, n in counts.items():
-            self.w.meta[key] = tenancy.encode_count(n)
+        for ns, (held, live) in deltas.items():
+            for key, d in ((tenancy.COUNT_PREFIX + ns, held), (tenancy.LIVE_PREFIX + ns, live)):
+                if d:
+                    self.w.meta[key] = tenancy.encode_count(max(0, tenancy.decode_count(self.meta(key)) + d))
         eff.extend(self.effects)
         return Applied(self.w, eff, results, self.orig)
 
@@ -694,19 +696,21 @@ def _delete_namespace(tx: _Tx, name: str) -> ItemResult:
     return None
 
 
-def _count_tasks(tx: _Tx, counts: dict[str, int], ns: str, old: Task | None, new: Task | None) -> None:
-    """Keep the counts of a namespace other than ``default``: the tasks it holds (``nsn:<name>``)
-    and those not finished (``nsl:<name>``, what ``max_pending_tasks`` bounds), in ``counts`` (meta
-    key -> count) until the caller writes them once per entry (a 500-task batch: one write, not 500)."""
-    for prefix, before, after in (
-        (tenancy.COUNT_PREFIX, old is not None, new is not None),
-        (tenancy.LIVE_PREFIX, old is not None and old.status not in TERMINAL_STATUSES,
-         new is not None and new.status not in TERMINAL_STATUSES),
-    ):
-        if before != after:
-            key = prefix + ns
-            n = counts[key] if key in counts else tenancy.decode_count(tx.meta(key))
-            counts[key] = max(0, n + after - before)
+def _count_task(deltas: dict[str, list[int]], ns: str, old: Task | None, new: Task | None) -> None:
+    """Add a task's change to the counts of its namespace (one other than ``default``) in ``deltas``
+    (namespace -> [held, unfinished]): the tasks it holds (``nsn:<name>``) and those not finished
+    (``nsl:<name>``, what ``max_pending_tasks`` bounds). :meth:`_Tx.finish` writes each namespace's
+    counts once per entry (a 500-task batch: one write, not 500)."""
+    held = (new is not None) - (old is not None)
+    live = (new is not None and new.status not in TERMINAL_STATUSES) - \
+        (old is not None and old.status not in TERMINAL_STATUSES)
+    if held or live:
+        d = deltas.get(ns)
+        if d is None:
+            deltas[ns] = [held, live]
+        else:
+            d[0] += held
+            d[1] += live
 
 
 def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceeded | None:
