@@ -43,6 +43,7 @@ import functools
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -113,7 +114,7 @@ from molens.web.fire_series import Span
 from molens.web.flows import install_flows
 from molens.web.observability import install_observability
 from molens.web.openapi import MAX_HEADER_TEXT, MAX_STATS_WINDOW_MS, MAX_URL_FILTER
-from molens.web.quotas import CreateRate
+from molens.web.quotas import MAX_HELD, CreateRate, Impatience
 from molens.web.server_texts import localize, negotiate
 from molens.web.tenancy import install_tenancy
 from molens.web.ui import UI_PREFIX, install_ui
@@ -363,6 +364,10 @@ class Api:
         self.app = app
         self.access = access.Access(ctx, ctx.settings.auth_token)
         self.create_rate = CreateRate()
+        self.impatience = Impatience()
+        self.held = threading.BoundedSemaphore(MAX_HELD)
+        self.sleep: Callable[[float], None] = time.sleep
+        """How a refused create is held (:meth:`admit_creates`); a test records it instead."""
         self._rates: dict[str, tuple[bytes, float | None]] = {}
         """namespace -> (its record as last read, its ``creates_per_s``)."""
         self.routes: list[tuple[str, str]] = []
@@ -547,8 +552,24 @@ class Api:
         for ns, n in counts.items():
             rate = self._create_rate_of(ns)
             if rate is not None and (wait := check(ns, n, rate, time.monotonic())):
+                self._hold_impatient(ns, wait)
                 raise QuotaExceeded(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
                                          "created", "creates_per_s", wait, namespace=ns)
+
+    def _hold_impatient(self, ns: str, retry_after_s: int) -> None:
+        """Before a create of ``ns`` is refused: hold it if its connection was told to wait and has
+        not (:class:`molens.web.quotas.Impatience`; at most ``MAX_HELD`` at once, the rest answered
+        at once), then remember the ``Retry-After`` it is about to be given."""
+        env = bottle.request.environ
+        conn = f"{env.get('REMOTE_ADDR', '')}:{env.get('REMOTE_PORT', '')}"
+        hold = self.impatience.hold_s(conn, ns, time.monotonic())
+        if hold and self.held.acquire(blocking=False):
+            try:
+                self.ctx.metrics().namespaces.add("quota_holds", ns)
+                self.sleep(hold)
+            finally:
+                self.held.release()
+        self.impatience.told(conn, ns, time.monotonic() + retry_after_s)
 
     def stamp(self) -> AuditStamp:
         """Who makes the request in progress (:func:`molens.web.audit.request_stamp`)."""

@@ -129,11 +129,11 @@ def pending_by_namespace(scan_meta: Callable[[str], list[tuple[str, bytes]]], ta
 
 
 class NamespaceCounters:
-    """This node's counts of events per namespace: ``creates``, ``fires``, ``fire_failures`` and
-    ``quota_refusals`` by quota. :meth:`families` exports those of the namespaces given and forgets
+    """This node's counts of events per namespace: ``creates``, ``fires``, ``fire_failures``,
+    ``quota_holds`` and ``quota_refusals`` by quota. :meth:`families` exports those of the namespaces given and forgets
     the others (a namespace deleted, or never made: its counts go with it)."""
 
-    EVENTS = ("creates", "fires", "fire_failures")
+    EVENTS = ("creates", "fires", "fire_failures", "quota_holds")
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, str, str], int] = {}
@@ -155,6 +155,8 @@ class NamespaceCounters:
             "creates": "Tasks created through this node's API, by namespace",
             "fires": "HTTP attempts made by this node's fire pool, by the task's namespace",
             "fire_failures": "Attempts made by this node's fire pool that did not succeed, by the task's namespace",
+            "quota_holds": "Creates refused over creates_per_s that this node held first: their connection sent "
+                           "them before the Retry-After it was given had passed, by namespace",
         }
         for event in self.EVENTS:
             c = CounterMetricFamily(f"molens_namespace_{event}", helps[event], labels=["namespace"])

@@ -12,12 +12,30 @@ little beside the creates of other namespaces.
 
 Example: ``rate`` 50: 50 single creates at t=0 go, the 51st is refused with ``Retry-After: 1``; at
 t=0.1 five more go.
+
+:class:`Impatience` remembers, per connection and namespace, until when a refused create was told
+to wait. A connection that sends a create into the empty bucket again before then ignores its
+``Retry-After``: its refusal is held until the time it was told (at most :data:`MAX_HOLD_S`), so a
+client that does not wait is paced by the Retry-After it ignores instead of costing the node a
+refusal per round trip. A client that waits is never held.
+
+Example: a connection refused at t=0 with ``Retry-After: 1`` sends again at t=0.01: that refusal is
+held 0.99 s and answered at t=1.0 with ``Retry-After: 1`` again; sent again at t=2.0 after waiting,
+it is answered at once.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
+
+MAX_HOLD_S = 1.0
+"""The longest a refused create is held (:class:`Impatience`)."""
+MAX_HELD = 16
+"""The most refused creates a node holds at once (half its 32 API threads; one more is answered at once)."""
+MAX_CONNECTIONS = 4096
+"""The most (connection, namespace) pairs :class:`Impatience` remembers (the least recently refused forgotten first)."""
 
 
 class CreateRate:
@@ -52,4 +70,30 @@ class CreateRate:
             return 0
 
 
-__all__ = ["CreateRate"]
+class Impatience:
+    """Until when each connection was told to wait, per namespace (see the module docstring)."""
+
+    def __init__(self, max_hold_s: float = MAX_HOLD_S, max_connections: int = MAX_CONNECTIONS) -> None:
+        self.max_hold_s = max_hold_s
+        self.max_connections = max_connections
+        self._told: OrderedDict[tuple[str, str], float] = OrderedDict()
+        """(connection, namespace) -> when the Retry-After it was last given passes."""
+        self._lock = threading.Lock()
+
+    def hold_s(self, conn: str, ns: str, now: float) -> float:
+        """How long to hold a create of ``conn`` refused by ``ns``'s bucket at ``now`` (0: answer at once)."""
+        with self._lock:
+            until = self._told.get((conn, ns))
+        return 0.0 if until is None or until <= now else min(self.max_hold_s, until - now)
+
+    def told(self, conn: str, ns: str, until: float) -> None:
+        """``conn`` was answered 429 for ``ns`` with a Retry-After that passes at ``until``."""
+        key = (conn, ns)
+        with self._lock:
+            self._told[key] = until
+            self._told.move_to_end(key)
+            while len(self._told) > self.max_connections:
+                self._told.popitem(last=False)
+
+
+__all__ = ["MAX_HELD", "MAX_HOLD_S", "CreateRate", "Impatience"]

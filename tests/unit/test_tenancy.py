@@ -32,7 +32,7 @@ from molens.fsm.tenancy import ApiKey, KeyRole, Namespace, Quotas
 from molens.schema import DeadLetter, Task, TaskSpec
 from molens.web import keys
 from molens.web.access import RULES
-from molens.web.quotas import CreateRate
+from molens.web.quotas import CreateRate, Impatience
 
 T0 = 1_700_000_000_000
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,3 +256,19 @@ def test_a_batch_counts_each_of_its_tasks_once_in_its_namespaces() -> None:
     s.apply(DeleteTasks(T0, tuple(it.task_id for it in items[:30])))  # 20 of pay, 10 of ops
     assert tenancy.decode_count(s.meta[tenancy.LIVE_PREFIX + "pay"]) == 180
     assert tenancy.decode_count(s.meta[tenancy.COUNT_PREFIX + "ops"]) == 90
+
+
+def test_a_connection_that_ignores_its_retry_after_is_held_until_it_passes() -> None:
+    imp = Impatience(max_hold_s=1.0, max_connections=2)
+    assert imp.hold_s("a", "pay", 0.0) == 0  # never refused: answered at once
+    imp.told("a", "pay", 1.0)
+    assert imp.hold_s("a", "pay", 0.25) == 0.75  # back before its Retry-After passed: held the rest
+    assert imp.hold_s("a", "ops", 0.25) == 0  # another namespace's bucket told it nothing
+    assert imp.hold_s("b", "pay", 0.25) == 0  # another connection neither
+    assert imp.hold_s("a", "pay", 1.0) == 0  # a client that waited is never held
+    imp.told("a", "pay", 6.0)
+    assert imp.hold_s("a", "pay", 2.0) == 1.0  # at most max_hold_s
+    imp.told("b", "pay", 6.0)
+    imp.told("c", "pay", 6.0)
+    assert imp.hold_s("a", "pay", 2.0) == 0  # the least recently refused is forgotten past max_connections
+    assert imp.hold_s("c", "pay", 2.0) == 1.0

@@ -1,0 +1,79 @@
+"""A create refused by a namespace's ``creates_per_s`` is held when its connection sends it before
+the Retry-After it was given has passed (docs/api.md#namespaces): through the real WSGI app over a
+local replica, with the hold recorded instead of slept."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from molens.web.app import Api, build_api
+from molens.web.local_context import LocalContext
+from molens.web.quotas import MAX_HELD, MAX_HOLD_S
+
+
+@pytest.fixture()
+def api() -> Iterator[tuple[Api, list[float]]]:
+    with tempfile.TemporaryDirectory() as d:
+        ctx = LocalContext(d)
+        try:
+            a = build_api(ctx)
+            slept: list[float] = []
+            a.sleep = slept.append
+            yield a, slept
+        finally:
+            ctx.close()
+
+
+def _call(api: Api, method: str, path: str, body: Any = None, port: int = 40000) -> tuple[int, dict[str, str], Any]:
+    raw = b"" if body is None else json.dumps(body).encode()
+    env = {
+        "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": "", "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": str(len(raw)), "wsgi.input": io.BytesIO(raw), "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "80", "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+        "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": str(port),
+    }
+    answer: list[Any] = []
+    out = b"".join(api.app(env, lambda s, h, e=None: answer.append((s, h))))
+    status, headers = answer[0]
+    return int(status.split()[0]), dict(headers), json.loads(out) if out else None
+
+
+TASK = {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb", "namespace": "slow"}
+
+
+def _holds(api: Api) -> dict[str, float]:
+    """``molens_namespace_quota_holds_total`` by namespace, as ``/metrics`` shows it."""
+    env = {"REQUEST_METHOD": "GET", "PATH_INFO": "/metrics", "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
+           "SERVER_PORT": "80", "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "wsgi.input": io.BytesIO()}
+    text = b"".join(api.app(env, lambda s, h, e=None: None)).decode()
+    return {s.labels["namespace"]: s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name == "molens_namespace_quota_holds_total"}
+
+
+def test_a_connection_sending_again_before_its_retry_after_is_held_and_one_that_waits_is_not(
+        api: tuple[Api, list[float]]) -> None:
+    a, slept = api
+    assert _call(a, "POST", "/api/v1/namespaces", {"name": "slow", "quotas": {"creates_per_s": 0.001}})[0] == 201
+    assert _call(a, "POST", "/api/v1/tasks", TASK)[0] == 201
+    st, headers, out = _call(a, "POST", "/api/v1/tasks", TASK)
+    assert (st, out["error"]["quota"], headers["Retry-After"]) == (429, "creates_per_s", "1000")  # one per 1,000 s
+    assert slept == []  # the first refusal of a connection is answered at once
+    st, _, out = _call(a, "POST", "/api/v1/tasks/batch", {"tasks": [TASK]})  # again, not waiting
+    assert (st, out["error"]["quota"]) == (429, "creates_per_s")
+    assert slept == [MAX_HOLD_S]  # held (until its Retry-After passes, at most MAX_HOLD_S)
+    assert _call(a, "POST", "/api/v1/tasks", TASK, port=40001)[0] == 429
+    assert len(slept) == 1  # another connection was told nothing: answered at once
+    assert _call(a, "POST", "/api/v1/tasks", TASK | {"namespace": "default"})[0] == 201  # other namespaces go
+    assert _holds(a)["slow"] == 1
+    for _ in range(MAX_HELD):  # every hold in use: the next refusal is answered at once
+        assert a.held.acquire(blocking=False)
+    assert _call(a, "POST", "/api/v1/tasks", TASK)[0] == 429
+    assert len(slept) == 1
