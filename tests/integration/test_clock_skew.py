@@ -109,7 +109,7 @@ def test_a_node_60_s_ahead_never_leads_and_never_fires_early(make_cluster: Any, 
     with contextlib.suppress(AdminError):  # the transfer may also be refused or time out
         leader.call("transfer_leader", to="n3", timeout_s=5)
     assert c.leader(timeout=30) is not n3
-    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60, max_attempts=1_000)
     due = _create(client, receiver, "a", 10, 3_000)
     for _ in range(2):  # two leader losses (back at once, as a supervisor restarts it): n3 is never elected
         old = c.leader(timeout=30)
@@ -138,7 +138,7 @@ def test_a_node_300_ms_ahead_may_lead_and_fires_stay_within_the_bound(
     if c.leader() is not n3:
         c.leader().call("transfer_leader", to="n3", timeout_s=5)
     wait_for(lambda: c.leader() is n3, 30, "n3 to lead")
-    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60, max_attempts=1_000)
     due = _create(client, receiver, "c", 30, 2_000)
     got = wait_for(lambda: _delivered(receiver, due), 60, "every callback")
     bound = 500  # raft.max_clock_skew_ms
@@ -161,7 +161,7 @@ def test_a_leader_whose_clock_jumps_keeps_periodic_tasks_at_their_pace(
     c: Cluster = make_cluster(3, extra={"node": {"fault_injection": True}}, state_machine="tasks")
     leader = c.leader(timeout=30)
     wait_for(lambda: _metric(leader, "molens_clock_skewed") == 0, 30, "the leader's clock to be judged fine")
-    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60, max_attempts=1_000)
     client.create(type="periodic", interval_ms=1_000, callback_url=receiver.url("/ok/tick"), reliability="at_least_once")
     wait_for(lambda: len(receiver.by_tag("tick")) >= 3 or None, 30, "three occurrences")
     leader.call("fault", clock_offset_ms=jump_ms)
