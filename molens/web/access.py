@@ -25,7 +25,9 @@ The rules:
 
 Keys: ``http.auth_token`` is the bootstrap admin key (id ``bootstrap``, all namespaces, never
 stored); keys made with ``POST /api/v1/keys`` are replicated records (:mod:`molens.fsm.tenancy`),
-looked up by the id their secret carries (:mod:`molens.web.keys`). A node with no ``auth_token`` is
+looked up by the id their secret carries (:mod:`molens.web.keys`); a key this replica has not seen
+is looked up again after a read barrier, so a key works on every node as soon as its ``POST``
+is answered. A node with no ``auth_token`` is
 open: a request without a key acts as an anonymous admin (a key sent is still checked, and acts as
 itself). A GET of an export may carry a one-time ``?ticket=`` instead of a key (a download link
 cannot carry a header): it acts as the key that asked ``POST /api/v1/exports`` for it, on that node,
@@ -48,7 +50,7 @@ from typing import TYPE_CHECKING
 
 import bottle
 
-from molens.errors import NotFoundError, ValidationError
+from molens.errors import MolensError, NotFoundError, ValidationError
 from molens.fsm import tenancy
 from molens.fsm.tenancy import ALL_NAMESPACES, KeyRole
 from molens.schema import NAMESPACE_PATTERN, python_pattern
@@ -58,6 +60,8 @@ from molens.web.errors import Forbidden, TooManyRequests, Unauthorized
 log = logging.getLogger(__name__)
 
 ACTOR_KEY = "molens.actor"
+KEY_BARRIER_S = 2.0
+"""How long a node waits to learn of a key it has not seen before refusing it (a read barrier)."""
 """WSGI environ key: ``(key id, key name)`` of the request's authenticated actor."""
 if TYPE_CHECKING:
     from molens.web.api_context import ApiContext
@@ -254,6 +258,8 @@ class Access:
             return BOOTSTRAP
         kid = keys.key_id_of(secret)
         rec = self.ctx.get_meta(tenancy.KEY_PREFIX + kid) if kid is not None else None
+        if kid is not None and rec is None and kid not in self._known:
+            rec = self._after_barrier(kid, addr, now)
         if kid is None or rec is None:
             if kid is not None and kid in self._known:  # revoked
                 with self._lock:
@@ -272,6 +278,19 @@ class Access:
         with self._lock:
             self._last_used[kid] = int(time.time() * 1000)
         return known[2]
+
+    def _after_barrier(self, kid: str, addr: str, now: float) -> bytes | None:
+        """The record of a key this replica has never seen, read again after a read barrier: a key
+        made a moment ago is committed on the leader before this replica may have applied it, and a
+        client that uses its new key at once must not be refused by whichever node it reaches. Bad
+        keys pay the barrier too, which the brake bounds per address; one that cannot be confirmed
+        (no leader, no quorum) counts as a bad key and is answered ``503``, which clients retry."""
+        try:
+            self.ctx.read_barrier(min(KEY_BARRIER_S, self.ctx.settings.propose_timeout_s))
+        except MolensError:
+            self.brake.failed(addr, now)
+            raise
+        return self.ctx.get_meta(tenancy.KEY_PREFIX + kid)
 
     def _braked(self, addr: str, now: float) -> None:
         wait = self.brake.wait_s(addr, now)

@@ -345,6 +345,27 @@ def test_whoami_on_an_open_node_is_an_open_admin_without_a_key(tmp_path: Path) -
         assert req(n, "GET", f"{P}/whoami", made["secret"][:-2] + "xx")[0] == 401
 
 
+def test_a_new_key_works_on_a_lagging_follower_as_soon_as_its_post_is_answered(make_cluster: Any) -> None:
+    """A follower whose disk is slow (every sync 400 ms late) has not applied a key when the leader
+    answers its ``POST``; a client that uses the key there at once is admitted (the follower reads
+    again after a read barrier), where it was refused 401. A key nobody made stays 401."""
+    c: Cluster = make_cluster(3, extra={"http": {"auth_token": TOKEN}, "node": {"fault_injection": True}},
+                              state_machine="tasks")
+    leader = c.leader(timeout=30)
+    for n in c.nodes.values():
+        wait_serving(n)
+    slow = next(n for n in c.nodes.values() if n is not leader)
+    slow.call("fault", sync_delay_ms=400)
+    try:
+        made = ok(leader, "POST", f"{P}/keys", {"name": "fresh", "role": "reader", "namespaces": ["*"]})
+        status, body, _ = req(slow, "GET", f"{P}/tasks", made["secret"])
+        assert status == 200, body
+        never_made = "mlk_" + "0" * 16 + made["secret"][4 + 16:]  # well-formed, an id no key has
+        assert req(slow, "GET", f"{P}/tasks", never_made)[0] == 401
+    finally:
+        slow.call("fault", sync_delay_ms=0)
+
+
 def test_a_revoked_key_is_refused_by_every_node_after_the_delete_answers(make_cluster: Any) -> None:
     c: Cluster = make_cluster(3, extra={"http": {"auth_token": TOKEN}, "raft": {"tick_ms": 20}}, state_machine="tasks")
     leader = c.leader(timeout=30)
