@@ -230,3 +230,16 @@ def test_lost_workers_and_expiry_are_exercised() -> None:
     settled = sum(sim.settled_on_lost for sim in sims)
     expired = sum(len(sim.expired) for sim in sims)
     assert early > 20 and settled > 1_000 and expired > 2_000, (early, settled, expired)
+
+
+@pytest.mark.slow
+@pytest.mark.sim
+def test_fires_not_sent_are_exercised_and_go_out_on_a_later_attempt() -> None:
+    """docs/architecture.md#not-sent: over the CI seeds workers answer fires not sent (``check`` then
+    sees that none used up a retry or left a history row), and most of those fires reach their
+    receiver on a later attempt of the same fire id."""
+    sims, _ = _ci_runs()
+    not_sent = [(sim, key) for sim in sims for key in sim.not_sent]
+    later = sum(1 for sim, (fid, kind, attempt) in not_sent
+                if any(d.fire_id == fid and d.kind is kind and d.attempt > attempt for d in sim.deliveries))
+    assert len(not_sent) > 500 and later > len(not_sent) // 2, (len(not_sent), later)
