@@ -505,6 +505,8 @@ class Running(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     throttled_since_ms: int = 0
     occ_spec: TaskSpec | None = None
     """The definition its attempt in flight was sent under, when the task was updated meanwhile."""
+    not_sent: int = 0
+    """Its latest attempts that were not sent, in a row (docs/architecture.md#not-sent)."""
 
     def fire_id(self, task_id: str) -> str:
         return f"{task_id}-{self.seq}"
@@ -606,6 +608,9 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     ] = ()
     """An allow task's occurrence leaves the task when its first attempt is sent (the task moves on
     to its next occurrence) and lives here until it ends: the task's own fields describe the next."""
+    not_sent: Annotated[int, rule("Attempts not sent in a row (each waits longer before the next)", internal=True)] = 0
+    """The fire's latest attempts that never left their node, in a row: the next waits 200 ms doubled
+    for each, at most 5 s (docs/architecture.md#not-sent). Such an attempt is free (``free_attempts``)."""
 
     @property
     def fire_id(self) -> str:

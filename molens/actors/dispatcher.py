@@ -67,8 +67,8 @@ from molens.actors.messages import (
 )
 from molens.actors.peer_errors import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
-from molens.delivery import DeliveryOutcome, FireResult, to_result_item
 from molens.delivery import FireRequest as WireFire
+from molens.delivery import FireResult, to_result_item
 from molens.fsm import tenancy
 from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSettings, ResultItem
 from molens.fsm.machine import FireRequest
@@ -487,13 +487,8 @@ class Dispatcher(LeaderActor):
             items: list[ResultItem] = []
             for wid, wf in failed.items():
                 log.warning("fires not sent to worker=%s n=%d", wid, len(wf))
-                for f in wf:
-                    r = FireResult(
-                        fire_id=f.fire_id, kind=f.kind, status_code=None,
-                        outcome=DeliveryOutcome.NETWORK_ERROR, response_head=b"", latency_ms=0.0, worker=wid,
-                        error="rpc send failed",
-                    )
-                    items.append(with_attempt(to_result_item(r), f.attempt))
+                items.extend(with_attempt(to_result_item(FireResult.unsent(f.fire_id, f.kind, wid, "rpc send failed")),
+                                          f.attempt) for f in wf)
             self.tell(self.refs.monitor, FireResults(items))
 
 

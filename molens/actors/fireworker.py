@@ -43,10 +43,10 @@ from molens.delivery import (
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
     Deliverer,
-    DeliveryOutcome,
     FireResult,
     decode_fire_results,
     encode_fire_results,
+    split_unsent,
     to_result_item,
 )
 from molens.delivery import FireRequest as WireFire
@@ -249,13 +249,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         receipt = self.pool.submit(fires)
         if receipt.refused:
             self._stats.add(worker_refused=len(receipt.refused))
-            self._route([
-                FireResult(
-                    fire_id=f.fire_id, kind=f.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
-                    response_head=b"", latency_ms=0.0, worker=self.node_id, error="worker queue full",
-                )
-                for f in receipt.refused
-            ])
+            self._route([FireResult.unsent(f.fire_id, f.kind, self.node_id, "worker queue full") for f in receipt.refused])
 
     def _give_back(self, fires: list[WireFire]) -> None:
         """Fires this worker must not hold for their time on its wall clock, which stepped (a clock
@@ -264,13 +258,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         if not fires:
             return
         log.warning("clock stepped: %d fires held for their time given back unsent", len(fires))
-        self._route([
-            FireResult(
-                fire_id=f.fire_id, kind=f.kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR,
-                response_head=b"", latency_ms=0.0, worker=self.node_id, error="clock stepped while held: not sent",
-            )
-            for f in fires
-        ])
+        self._route([FireResult.unsent(f.fire_id, f.kind, self.node_id, "clock stepped while held") for f in fires])
 
     def _route(self, results: list[FireResult]) -> None:
         if isinstance(self._deliverer, ReportingDeliverer):
@@ -286,7 +274,10 @@ class FireWorkerPool(pykka.ThreadingActor):
             return
         # no leader known, or another node leads: keep the results for whoever leads next rather
         # than leave them to the Monitor
-        self._forward(results_frame(self.pool.free_capacity(), attempts, results), self.node_id)
+        for part in split_unsent(results):
+            if part:
+                self._forward(results_frame(self.pool.free_capacity(), {r.fire_id: attempts[r.fire_id] for r in part},
+                                            part), self.node_id)
 
     def _forward(self, frame: bytes, frm: str) -> None:
         local = self._local

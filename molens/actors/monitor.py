@@ -3,7 +3,8 @@
 Owns a :class:`FireWatch` (deadline heap of fires with no result) and the results buffer.
 Receives: ``Rebuild`` (first: watch the fires in ``fires`` when the term began, ``machine.reconcile_on_leadership``),
 ``Committed`` (TimeWheel: fire effects of applied ``Dispatched`` entries of any term),
-``FireResults`` (workers' results, local or over RPC; the Dispatcher's unsendable fires),
+``FireResults`` (workers' results, local or over RPC; the Dispatcher's unsendable fires; those of
+fires not sent are counted, ``not_sent``, and the machine plans them again: docs/architecture.md#not-sent),
 ``ResultsProposed`` (outcome of its ``Results`` proposals, from the Raft thread), ``Drain``,
 ``Wake`` (its alarm), ``GetGauges`` (ask). Sends: ``Results`` proposals (at most
 ``MAX_PROPOSAL_ITEMS`` items, at most ``RESULTS_FLUSH_MS`` after the first buffered result) and
@@ -368,7 +369,7 @@ class Monitor(LeaderActor):
             w.answered(it.fire_id, it.attempt)
             if it.attempt is None or sent.get(it.fire_id) == it.attempt:
                 sent.pop(it.fire_id, None)
-        self.stats.add(results_received=len(items))
+        self.stats.add(results_received=len(items), not_sent=sum(1 for it in items if it.not_sent))
         self._add(items)
 
     def _add(self, items: list[ResultItem], ended: bool = True) -> None:

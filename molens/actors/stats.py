@@ -46,6 +46,7 @@ COUNTERS = (
     "fires_sent_local",
     "results_received",
     "results_proposed",
+    "not_sent",
     "lost",
     "lost_on_worker",
     "clock_holds",

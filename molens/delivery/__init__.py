@@ -89,6 +89,7 @@ __all__ = [
     "decode_fire_batch",
     "encode_fire_results",
     "decode_fire_results",
+    "split_unsent",
     "Deliverer",
     "GuardedPoolManager",
     "CallbackHostDenied",
@@ -162,6 +163,19 @@ class FireResult:
     retry_after_ms: int = 0
     """Epoch ms a 429/503 answer asked to wait until (its ``Retry-After``, seconds or an HTTP date,
     capped by ``worker.max_retry_after_ms``); 0 when it did not ask."""
+    not_sent: bool = False
+    """The request never left its node, known for certain (the worker's queue was full, its clock
+    stepped while it held the fire, the deadline passed while it was queued, the leader could not
+    queue the batch to the worker): the leader plans it again without using up an attempt
+    (docs/architecture.md#not-sent). Never set for an attempt whose outcome is unknown."""
+
+    @classmethod
+    def unsent(cls, fire_id: str, kind: FireKind, worker: str, reason: str) -> FireResult:
+        """The result of a fire that was not sent, for ``reason`` (a network error, ``not_sent``)."""
+        return cls(
+            fire_id=fire_id, kind=kind, status_code=None, outcome=DeliveryOutcome.NETWORK_ERROR, response_head=b"",
+            latency_ms=0.0, worker=worker, error=f"not sent: {reason}", not_sent=True,
+        )
 
 
 NO_RETRY_HEADER = "X-Molens-No-Retry"
@@ -200,8 +214,12 @@ def encode_fire_batch(requests: Iterable[FireRequest], version: int = FIRE_BATCH
 
 def encode_fire_results(results: Iterable[FireResult]) -> bytes:
     """``[b"fire_results", [[fire_id, kind, status, outcome, head, latency_ms, worker, error, no_retry,
-    retry_after_ms], ...]]``."""
+    retry_after_ms(, not_sent)], ...]]``: ``not_sent`` (``True``) only on the items of fires not sent,
+    so every other item is what the release before it sent and reads (it refuses a frame with an
+    11-field item: the worker sends not-sent results in frames of their own, :func:`split_unsent`)."""
     items = [
+        (r.fire_id, r.kind.value, r.status_code, r.outcome.value, r.response_head, r.latency_ms, r.worker, r.error,
+         r.no_retry, r.retry_after_ms, True) if r.not_sent else
         (r.fire_id, r.kind.value, r.status_code, r.outcome.value, r.response_head, r.latency_ms, r.worker, r.error,
          r.no_retry, r.retry_after_ms)
         for r in results
@@ -247,22 +265,31 @@ def decode_fire_batch(frame: bytes) -> list[FireRequest]:
 
 def decode_fire_results(frame: bytes) -> list[FireResult]:
     out = []
-    for i, item in enumerate(_unpack(frame, _FIRE_RESULTS, 10, min_width=9)):
+    for i, item in enumerate(_unpack(frame, _FIRE_RESULTS, 11, min_width=9)):
         fid, kind, status, outcome, head, lat, worker, err, no_retry = item[:9]
         ra = item[9] if len(item) > 9 else 0  # a worker of the previous version sends 9 fields
+        unsent = item[10] if len(item) > 10 else False  # 11 only for a fire not sent
         try:
             if not (isinstance(fid, str) and isinstance(head, bytes) and isinstance(worker, str)
-                    and isinstance(err, str) and isinstance(no_retry, bool)):
+                    and isinstance(err, str) and isinstance(no_retry, bool) and isinstance(unsent, bool)):
                 raise TypeError("wrong field type")
             sc = None if status is None else _int(status)
             out.append(FireResult(
                 fire_id=fid, kind=FireKind(kind), status_code=sc, outcome=DeliveryOutcome(outcome),
                 response_head=head, latency_ms=_num(lat), worker=worker, error=err, no_retry=no_retry,
-                retry_after_ms=_int(ra),
+                retry_after_ms=_int(ra), not_sent=unsent,
             ))
         except (TypeError, ValueError) as e:
             raise DeliveryCodecError(f"fire_results: item {i}: {e}") from e
     return out
+
+
+def split_unsent(results: list[FireResult]) -> tuple[list[FireResult], list[FireResult]]:
+    """``results`` as (sent, not sent): a worker sends the two in separate frames, so a leader of the
+    release before ``not_sent`` refuses only the frame of fires not sent (it settles them as lost at
+    their deadline, as it did) and reads the others."""
+    sent = [r for r in results if not r.not_sent]
+    return sent, [r for r in results if r.not_sent] if len(sent) < len(results) else []
 
 
 def _num(v: object) -> float:
@@ -337,7 +364,7 @@ def to_result_item(r: FireResult) -> ResultItem:
     return ResultItem(
         fire_id=r.fire_id, kind=r.kind, status_code=r.status_code, outcome=_MODEL_OUTCOME[r.outcome],
         response_head=head, latency_ms=round(r.latency_ms), worker=r.worker, no_retry=r.no_retry,
-        retry_after_ms=r.retry_after_ms,
+        retry_after_ms=r.retry_after_ms, not_sent=r.not_sent,
     )
 
 

@@ -24,7 +24,9 @@ Rules:
   early (a step ahead). Held fires count against the capacity like queued ones. ``release_held`` takes
   them all back unsent (the worker does while its clock is suspect: it stepped).
 - A fire whose ``deadline_ms`` has passed when a thread picks it up is not sent (the leader has
-  already counted it lost; sending it now could deliver twice); it is counted in ``stats().expired``.
+  already counted it lost, or is about to; sending it now could deliver twice); it is counted in
+  ``stats().expired`` and answered as not sent (``FireResult.not_sent``: a leader that has not given
+  it up yet plans it again without using up an attempt).
   A fire is never given more than the time left before its deadline. ``deadline_ms`` is the leader's
   wall clock, so this assumes node clocks agree (NTP) to well within ``dispatch_timeout_ms``.
 - Results go to ``on_results(list[FireResult])`` from the flusher thread, at most ``flush_count``
@@ -331,14 +333,18 @@ class FirePool:
 
     def _loop_finish(self, req: FireRequest, result: FireResult | None) -> None:
         """FireLoop thread: one attempt ended (None: not sent, past its deadline)."""
-        self._ended(result, on_loop=True)
+        self._ended(result or self._expired_result(req), on_loop=True)
+
+    def _expired_result(self, req: FireRequest) -> FireResult:
+        return FireResult.unsent(req.fire_id, req.kind, self._deliverer.node_id, "deadline passed while queued")
 
     def _ended(self, result: FireResult | None, on_loop: bool = False) -> None:
-        """One attempt ended (None: not sent, past its deadline): count it, let the other
-        consumer (loop or TLS threads) use the room within ``concurrency``, hand the result on."""
+        """One attempt ended (``not_sent``: past its deadline; None: the deliverer raised, the
+        outcome unknown): count it, let the other consumer (loop or TLS threads) use the room
+        within ``concurrency``, hand the result on."""
         with self._lock:
             self._in_flight -= 1
-            if result is None:
+            if result is None or result.not_sent:
                 self._expired += 1
             else:
                 self._delivered += 1
@@ -371,6 +377,7 @@ class FirePool:
                     timeout_ms = min(timeout_ms, left)
                 if timeout_ms <= 0:
                     log.warning("fire=%s not sent: deadline passed while queued", req.fire_id)
+                    result = self._expired_result(req)
                 else:
                     result = self._deliverer.deliver(req, timeout_ms)
             finally:

@@ -93,6 +93,10 @@ class ResultItem(msgspec.Struct, frozen=True, array_like=True):
     ``Retry-After``, capped by ``worker.max_retry_after_ms``); 0 when it did not."""
     no_retry: bool = False
     """The response said ``X-Molens-No-Retry: true``: the occurrence is not retried."""
+    not_sent: bool = False
+    """The attempt never left its node (known for certain, never guessed): with ``attempt`` set it is
+    planned again without using up an attempt (docs/architecture.md#not-sent). A replica of the
+    release before this field reads the item without it, as the network error it then was."""
 
 
 class Results(msgspec.Struct, frozen=True, array_like=True, tag=22):

@@ -31,7 +31,9 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   it names (fire id, kind and, when the worker sends it, attempt): duplicates, results for deleted
   tasks and late results of an attempt already given up are answered ``NotFoundError`` and change
   nothing but the history: a late result of a lost attempt is recorded there (``_late_result``). Only the leader of the term that proposed a ``Dispatched`` entry sends its fires (see
-  ``store.EntryResult.term``).
+  ``store.EntryResult.term``). A result marked ``not_sent`` for the attempt in flight (the fire never
+  left its node, known for certain) is no attempt at all: :func:`_not_sent` plans the fire again,
+  free, after :func:`not_sent_wait_ms`, with no history row (docs/architecture.md#not-sent).
 - **Retries** (``_retry_or_end``, docs/architecture.md#retry-policy): at_least_once retries a
   failed attempt by the task's ``retry`` policy (by default after 1 s, 2 s, 4 s ...), measured from
   the result's ``now_ms``, at least until a 429/503's ``retry_after_ms``, while the attempts that
@@ -191,6 +193,9 @@ class Fire:
     worker: str
     deadline_ms: int
     dispatched_ms: int
+    not_before_ms: int = 0
+    """The due time it was planned for (0: not known, a record of the release before it): a fire not
+    sent is planned again no earlier (docs/architecture.md#not-sent)."""
 
 
 class View(Protocol):
@@ -823,7 +828,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         t, due = caught, caught.due_ms or due
     fire = Fire(
         fire_id=it.fire_id, task_id=t.id, kind=kind, attempt=it.attempt, worker=it.worker,
-        deadline_ms=it.deadline_ms, dispatched_ms=now,
+        deadline_ms=it.deadline_ms, dispatched_ms=now, not_before_ms=due,
     )
     tx.w.fires[fire.fire_id] = fire
     if kind is FireKind.ACK:
@@ -920,7 +925,7 @@ def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_
         )
     fire = Fire(
         fire_id=it.fire_id, task_id=t.id, kind=FireKind.CALLBACK, attempt=it.attempt, worker=it.worker,
-        deadline_ms=it.deadline_ms, dispatched_ms=now,
+        deadline_ms=it.deadline_ms, dispatched_ms=now, not_before_ms=r.due_ms,
     )
     tx.w.fires[fire.fire_id] = fire
     nr = _replace(r, attempt=it.attempt, due_ms=None, inflight=True)
@@ -967,7 +972,7 @@ def _result_running(
         if not isinstance(decision, FailureKind):
             nr = _replace(r, due_ms=None if t.status is Status.PAUSED else decision["due_ms"], inflight=False,
                           free_attempts=decision["free_attempts"], throttled_since_ms=decision["throttled_since_ms"],
-                          occ_spec=None)
+                          occ_spec=None, not_sent=0)
         else:
             _dead_letter(tx, occ, it, res, fire, now, decision, head)
             # not while the task's own slot holds an occurrence in progress (a backfilled or
@@ -1058,6 +1063,8 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     t = tx.task(fire.task_id)
     if t is None:
         return None
+    if it.not_sent and it.attempt is not None:  # bound to this very attempt: known never sent
+        return _not_sent(tx, t, fire, now)
     if t.running and fire.kind is FireKind.CALLBACK:
         i = _running_index(t, fire.fire_id)
         if i is not None:
@@ -1092,6 +1099,7 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     changes: dict[str, Any] = {
         "inflight": None,
         "occ_spec": None,
+        "not_sent": 0,
         "last_result": res,
         "last_status_code": it.status_code,
         "last_response": head,
@@ -1118,7 +1126,7 @@ def _late_result(tx: _Tx, it: ResultItem, fire: Fire | None, now: int, cfg: Mach
     again), or, for an at_most_once fire recorded ``unknown``, the unknown attempt itself.
     (A result that arrives twice is recorded twice; the worker sends each once.)"""
     del fire
-    if it.attempt is None or it.outcome is Outcome.LOST:
+    if it.attempt is None or it.outcome is Outcome.LOST or it.not_sent:  # no attempt to record
         return
     task_id, _, seq = it.fire_id.rpartition("-")
     t = tx.task(task_id)
@@ -1146,6 +1154,49 @@ def _late_result(tx: _Tx, it: ResultItem, fire: Fire | None, now: int, cfg: Mach
             scene=spec.scene, fired_ms=now, finished_ms=now, response_head=head,
         )
     )
+
+
+NOT_SENT_WAIT_MS = 200
+"""The wait before a fire not sent is planned again, doubled for each time in a row it was not sent."""
+NOT_SENT_WAIT_MAX_MS = 5_000
+
+
+def not_sent_wait_ms(times: int) -> int:
+    """The wait before planning again a fire not sent ``times`` times in a row (200 ms doubling, at
+    most 5 s): a worker whose queue is full or whose clock stepped is not asked again at once.
+
+    >>> [not_sent_wait_ms(n) for n in (1, 2, 3, 5, 6, 40)]
+    [200, 400, 800, 3200, 5000, 5000]
+    """
+    return min(NOT_SENT_WAIT_MAX_MS, NOT_SENT_WAIT_MS << min(max(times, 1) - 1, 8))
+
+
+def _not_sent(tx: _Tx, t: Task, fire: Fire, now: int) -> ItemResult:
+    """``fire`` never left its node (docs/architecture.md#not-sent): it is planned again, no earlier
+    than the time it was planned for, after :func:`not_sent_wait_ms`, and the attempt number it took
+    is free (``free_attempts`` for a callback, ``ack_base`` for an ACK probe), so it uses up no retry
+    and no probe whatever the reliability; no history row (nothing was delivered, nor tried)."""
+    if t.running and fire.kind is FireKind.CALLBACK:
+        i = _running_index(t, fire.fire_id)
+        if i is not None:
+            r = t.running[i]
+            due = max(now + not_sent_wait_ms(r.not_sent + 1), fire.not_before_ms)
+            nr = _replace(r, due_ms=None if t.status is Status.PAUSED else due, inflight=False,
+                          free_attempts=r.free_attempts + 1, not_sent=r.not_sent + 1, occ_spec=None)
+            tx.put(_replace(t, running=_with_running(t, i, nr), updated_ms=now))
+            return None
+    if t.inflight != fire.fire_id:  # cannot happen with a correct store; keep the task as is
+        log.warning("not-sent result for fire=%s but task=%s has inflight=%s", fire.fire_id, t.id, t.inflight)
+        return None
+    due = max(now + not_sent_wait_ms(t.not_sent + 1), fire.not_before_ms)
+    changes: dict[str, Any] = {"inflight": None, "occ_spec": None, "not_sent": t.not_sent + 1, "updated_ms": now,
+                               "due_ms": None if t.status is Status.PAUSED else due}
+    if fire.kind is FireKind.ACK:
+        changes["ack_base"] = t.ack_base + 1
+    else:
+        changes["free_attempts"] = t.free_attempts + 1
+    tx.put(_replace(t, **changes))
+    return None
 
 
 _DONE: dict[str, Any] = {"status": Status.DONE, "due_ms": None}

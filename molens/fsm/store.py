@@ -187,8 +187,11 @@ def task_from_bytes(raw: bytes | memoryview) -> Task:
 
 
 def fire_to_bytes(f: Fire) -> bytes:
+    """``[task_id, kind, attempt, worker, deadline_ms, dispatched_ms, not_before_ms]`` (a release
+    before ``not_before_ms`` reads the first six and wrote only those)."""
     b: bytes = msgpack.packb(
-        [f.task_id, _KIND_IX[f.kind], f.attempt, f.worker, f.deadline_ms, f.dispatched_ms], use_bin_type=True
+        [f.task_id, _KIND_IX[f.kind], f.attempt, f.worker, f.deadline_ms, f.dispatched_ms, f.not_before_ms],
+        use_bin_type=True,
     )
     return b
 
@@ -197,7 +200,7 @@ def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
     v = msgpack.unpackb(raw, raw=False, use_list=True)
     return Fire(
         fire_id=fid, task_id=v[0], kind=_KINDS[v[1]], attempt=v[2], worker=v[3], deadline_ms=v[4],
-        dispatched_ms=v[5],
+        dispatched_ms=v[5], not_before_ms=v[6] if len(v) > 6 else 0,
     )
 
 

@@ -174,3 +174,43 @@ def test_a_leader_whose_clock_jumps_keeps_periodic_tasks_at_their_pace(
     gaps = [b - a for a, b in itertools.pairwise(firsts)]
     assert max(gaps) <= 6_000, f"a 1 s periodic task waited {max(gaps)} ms (gaps {gaps})"
     client.close()
+
+
+def _not_sent_events(n: NodeProc) -> float:
+    r = _http.request("GET", _base(n) + "/metrics")
+    m = re.search(r'^molens_scheduler_events_total\{event="not_sent"\} (\S+)$', r.data.decode(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+@pytest.mark.timeout(180)
+def test_fires_a_worker_gives_back_when_its_clock_steps_use_up_no_attempt(
+    make_cluster: Any, receiver: RecordingReceiver
+) -> None:
+    """docs/architecture.md#not-sent: a worker's clock steps 15 s back while fires planned a second
+    ahead wait on it for their time; it gives them back unsent, and the leader plans them again
+    without using up an attempt. Every at_least_once task with ``max_retries`` 0 is delivered and
+    none fails (each fire given back used to end its task ``failed``, its one attempt used up by a
+    request that never left the worker)."""
+    c: Cluster = make_cluster(3, extra={"node": {"fault_injection": True}, "scheduler": {"dispatch_lead_ms": 1_000}},
+                              state_machine="tasks")
+    leader = c.leader(timeout=30)
+    worker = next(n for n in c.nodes.values() if n is not leader)
+    wait_for(lambda: _metric(worker, "molens_clock_skewed") == 0, 30, "the worker's clock to be judged fine")
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    start = time.time_ns() // 1_000_000 + 4_000
+    n = 600  # 100 due per second for 6 s: a third of them held by the worker at any time
+    ids = client.create_many_ids([
+        {"type": "delayed", "run_at": start + i * 10, "callback_url": receiver.url(f"/ok/g{i}"),
+         "reliability": "at_least_once", "max_retries": 0}
+        for i in range(n)])
+    wait_for(lambda: time.time_ns() // 1_000_000 >= start + 2_000 or None, 30, "the fires to be under way")
+    worker.call("fault", clock_offset_ms=-15_000)
+    time.sleep(4)  # the fault's own duration
+    worker.call("fault", clock_offset_ms=0)
+    wait_for(lambda: sum(1 for _ in client.list(status=("done", "failed"))) == n or None, 90, "every task to end")
+    failed = [t["id"] for t in client.list(status="failed")]
+    assert failed == [], f"{len(failed)} tasks failed: {[list(client.executions(i)) for i in failed[:3]]}"
+    assert len(ids) == n and all(receiver.by_tag(f"g{i}") for i in range(n))
+    given_back = _not_sent_events(c.leader(timeout=30))
+    assert given_back > 0, "the worker gave no fire back: the test did not exercise what it is for"
+    client.close()

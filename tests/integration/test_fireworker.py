@@ -140,7 +140,9 @@ def test_a_full_pool_refuses_the_excess_in_order(engine: str, server: CallbackSe
     assert pool.stats().refused == 3
 
 
-def test_a_fire_past_its_deadline_is_not_sent(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_a_fire_past_its_deadline_is_not_sent_and_answered_as_not_sent(engine: str, server: CallbackServer,
+                                                                      http: urllib3.PoolManager) -> None:
+    """docs/architecture.md#not-sent: the leader may plan it again without using up an attempt."""
     sink = Sink()
     now = time.time_ns() // 1_000_000
     pool = FirePool(Deliverer(http, "n1"), 1, sink, engine=engine, name="fw-expired")
@@ -148,11 +150,14 @@ def test_a_fire_past_its_deadline_is_not_sent(engine: str, server: CallbackServe
     try:
         pool.submit(_fires(server.url("/ok"), 1, deadline_ms=now - 1, prefix="late")
                     + _fires(server.url("/ok"), 1, deadline_ms=now + 60_000, prefix="fine"))
-        wait_until(lambda: len(sink.results()) == 1)
+        wait_until(lambda: len(sink.results()) == 2)
         wait_until(lambda: pool.stats().expired == 1)
     finally:
         pool.stop()
-    assert [r.fire_id for r in sink.results()] == ["fine-0"]
+    got = {r.fire_id: r for r in sink.results()}
+    assert got["late-0"].not_sent and got["late-0"].worker == "n1" and got["late-0"].status_code is None
+    assert not got["fine-0"].not_sent and got["fine-0"].status_code == 200
+    assert pool.stats().delivered == 1
     assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["fine-0"]
 
 
@@ -254,6 +259,32 @@ def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_lo
     assert _no_pool_threads("fireworker")
 
 
+def test_fires_refused_by_a_full_queue_go_to_a_remote_leader_as_not_sent_in_a_frame_of_their_own(
+    server: CallbackServer,
+) -> None:
+    """docs/architecture.md#not-sent: a leader of the release before reads the results of fires that
+    were sent (10-field items) and refuses only the frame holding the 11-field not-sent ones."""
+    frames: list[tuple[str, bytes]] = []
+    stats_ref = Stats.start()
+    http = make_pool_manager(2)
+    ref = FireWorkerPool.start("n7", ReportingDeliverer(http, "n7", "k"), 1, lambda to, f: frames.append((to, f)) is None,
+                               StatsClient(stats_ref), queue_limit=1)
+    try:
+        ref.tell(LeaderIs("n9", None))
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=3) for f in _fires(server.url("/ok"), 4)]))
+        wait_until(lambda: sum(len(decode_results_frame(f[1:])[2]) for _to, f in frames if f[:1] == b"R") == 4)
+    finally:
+        ref.stop(timeout=10)
+        stats_ref.stop()
+        http.clear()
+    got = [decode_results_frame(f[1:]) for to, f in frames if f[:1] == b"R" and to == "n9"]
+    by_frame = [sorted((r.fire_id, r.not_sent, att[r.fire_id]) for r in rs) for _free, att, rs in got]
+    assert [("t-2", True, 3), ("t-3", True, 3)] in by_frame  # refused at once, together, on their own
+    assert sorted(x for b in by_frame for x in b if not x[1]) == [("t-0", False, 3), ("t-1", False, 3)]
+    assert all(all(x[1] for x in b) or not any(x[1] for x in b) for b in by_frame)
+    assert sorted(r.headers["X-Fire-ID"] for r in server.recorded()) == ["t-0", "t-1"]
+
+
 def test_fires_are_given_back_unsent_while_the_clock_is_suspect(server: CallbackServer) -> None:
     """Held fires were timed on the wall clock before a step: a clock stepped back 15 s held one
     15 s. Once the clock stepped, and until it is judged good again, the worker answers the fires it
@@ -278,8 +309,8 @@ def test_fires_are_given_back_unsent_while_the_clock_is_suspect(server: Callback
                            + [dataclasses.replace(f, attempt=1) for f in _fires(server.url("/ok"), 1, prefix="now")]))
         wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 4)
         items = [it for m in monitor.ask("got") if isinstance(m, FireResults) for it in m.items]
-        assert sorted((it.fire_id, it.attempt, it.status_code) for it in items) == [
-            ("ahead-0", 1, None), ("now-0", 1, 200), ("t-0", 1, None), ("t-1", 1, None)]
+        assert sorted((it.fire_id, it.attempt, it.status_code, it.not_sent) for it in items) == [
+            ("ahead-0", 1, None, True), ("now-0", 1, 200, False), ("t-0", 1, None, True), ("t-1", 1, None, True)]
         assert pool.stats().held == 0 and [r.headers["X-Fire-ID"] for r in server.recorded()] == ["now-0"]
     finally:
         ref.stop(timeout=10)

@@ -89,6 +89,9 @@ MUTANTS = [
     Mutant("worker-death-unnoticed", "the Monitor never counts a silent worker as lost (its alarm spins)",
            "molens.actors.monitor:WorkerWatch.lost", "if w in self._lost or self._silent_until(w) <= now_ms:",
            "if False:"),
+    Mutant("not-sent-counted", "a fire that never left its node (answered not sent) uses up an attempt of its task",
+           "molens.fsm.machine:_not_sent", 'changes["free_attempts"] = t.free_attempts + 1',
+           'changes["free_attempts"] = t.free_attempts'),
     Mutant("boot-trusts-store", "a boot-id check that always trusts the store: a task store left open by an "
            "earlier boot (torn by a power loss) is used as it is",
            "molens.lmdb_snapshot:guard_boot", 'if seen not in (CLOSED_MARK, boot) and (env_dir / "data.mdb").exists():',

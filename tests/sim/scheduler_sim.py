@@ -29,7 +29,8 @@ request they get. Faults per seed: leader crashes (losing its wheel, buffers and
 requests), some of them power losses (a new boot id; the node opens its task store through the product's
 ``guard_boot`` on a :class:`~tests.sim.disk.SimDisk`, and a store it trusts is torn: an earlier prefix of the
 log under the newer applied index, as unsynced lmdb pages may leave it), leader partitions (it steps down, its workers keep going), worker crashes mid-callback,
-lost result messages, clients that retry creates with the same idempotency key, flows with a rate,
+lost result messages, workers that answer a fire not sent (its queue full, its clock stepped:
+docs/architecture.md#not-sent), clients that retry creates with the same idempotency key, flows with a rate,
 a concurrency or a pause (lifted later) and receivers answering 429 with Retry-After
 (docs/architecture.md#flow-control: the leader runs the real ``FlowControl``), leader losses
 right after a slice (often in the middle of a new leader's first fill), creates due at the
@@ -50,7 +51,8 @@ heartbeat (:func:`check_lost_workers`); the Cleaner expiring only terminal tasks
 the retention (:func:`check_expiry`); no alarm spinning in place (a livelock fails the seed). Delivery control (docs/architecture.md#retry-policy, #dead-letters): receivers that
 throttle (429 with Retry-After, a few times per fire) and operators who redrive at_least_once dead
 letters after fixing the receiver; checked: no retry before the Retry-After time on record, throttled
-attempts never use up retries, a failed delayed task has exactly one dead letter and a done one none,
+attempts and attempts not sent never use up retries (an attempt not sent has no history row but
+the one of a lost attempt, when its answer reached no leader in time), a failed delayed task has exactly one dead letter and a done one none,
 every redrive that applied delivered its fire id again with the attempts continuing (or failed for
 good again), and no task is left rewound.
 Backfills: an occurrence whose instant is not after the one before is inside a
@@ -93,9 +95,10 @@ import msgspec
 from molens import lmdb_snapshot
 from molens.actors.cleaner import INTERVAL_MS as EXPIRY_INTERVAL_MS
 from molens.actors.cleaner import ExpiryScan
-from molens.actors.dispatcher import REPORT_INTERVAL_S, DispatchPlan, limits_of
+from molens.actors.dispatcher import REPORT_INTERVAL_S, DispatchPlan, limits_of, with_attempt
 from molens.actors.monitor import HELD_GRACE_MS, FireWatch, WorkerWatch, congested, sweep
 from molens.actors.timewheel import LeaderWheel
+from molens.delivery import FireResult, to_result_item
 from molens.fsm.commands import (
     BackfillTask,
     Command,
@@ -358,6 +361,13 @@ class Sim:
         self.term_start: dict[int, int] = {}
         self.lost_worker_fires = 0
         """Fires on a crashed worker whose early settling ``check_lost_workers`` checked."""
+        self.nrng = random.Random(seed * 7_919 + 13)
+        """The not-sent draws (the rest of a seed's draws stay as they were)."""
+        self.p_not_sent = self.nrng.choice([0.0, 0.0, 0.05, 0.2]) if faults else 0.0
+        """Per fire a worker starts: it answers not sent instead (its queue full, its clock stepped, the
+        deadline passed while queued: docs/architecture.md#not-sent)."""
+        self.not_sent: set[tuple[str, FireKind, int]] = set()
+        """(fire id, kind, attempt) of the fires a worker answered not sent."""
         r = self.rng
         self.p_result_loss = r.choice([0.0, 0.0, 0.02, 0.1])
         self.p_slow_result = r.choice([0.0, 0.0, 0.02, 0.05])
@@ -948,6 +958,9 @@ class Sim:
 
     def start_request(self, w: str, fr: FireRequest) -> None:
         f = fr.fire
+        if self.p_not_sent and self.nrng.random() < self.p_not_sent:
+            self.give_back(w, fr)
+            return
         t = self.replicas[w].get_task(f.task_id) or self.replicas[self.leader.node if self.leader else w].get_task(
             f.task_id
         )
@@ -1026,6 +1039,17 @@ class Sim:
             self.send_to_leader(w, self.to_leader(item))
 
         self.at(finish_at, finished)
+
+    def give_back(self, w: str, fr: FireRequest) -> None:
+        """The worker does not send ``fr`` and says so, through the product's own not-sent result."""
+        f = fr.fire
+        self.log_(f"{f.fire_id} attempt {f.attempt} not sent by {w}")
+        self.faults.append(self.now)
+        self.not_sent.add((f.fire_id, f.kind, f.attempt))
+        self.unhold(w, f.fire_id)
+        self.answered.add((f.fire_id, f.attempt))
+        item = with_attempt(to_result_item(FireResult.unsent(f.fire_id, f.kind, w, "worker queue full")), f.attempt)
+        self.send_to_leader(w, self.to_leader(item))
 
     def unhold(self, w: str, fire_id: str) -> None:
         held = self.holding[w]
@@ -1441,6 +1465,12 @@ def check(sim: Sim) -> None:
                 ExecutionResult.LOST, ExecutionResult.UNKNOWN):
             fail(f"attempt recorded twice: {prev} / {e}")
 
+    # an attempt a worker answered not sent left no history row of an outcome (nothing claims it was
+    # delivered or tried) but the one of a lost attempt, when its answer reached no leader before the
+    # Monitor gave it up
+    for key, e in first_row.items():
+        if key in sim.not_sent and (e.fire_id, e.attempt) not in sim.given_up:
+            fail(f"attempt not sent on record: {e}")
     # a 429 with Retry-After on record: the next attempt of that fire is not due before the time it gave
     due_of = {(d.fire_id, d.attempt): d.due for d in sim.deliveries if d.kind is FireKind.CALLBACK}
     for (fid, kind, attempt), e in first_row.items():
