@@ -16,6 +16,9 @@ every commit fsync'd), in three phases, each read on the leader alone:
   first is due until the last result committed: switches and CPU per fire (the leader's, and the
   three nodes' CPU together).
 
+Each phase also prints the messages each of the leader's actors handled per unit
+(``mailbox_messages`` of its stats), a count the load hardly moves.
+
 ``--before REV`` also runs the ``molens`` package of git revision ``REV`` (``git archive`` into a
 temporary directory; each node's ``PYTHONPATH`` points at one tree or the other), a fresh cluster
 for each side and round, the side that goes first alternating (``--rounds``). It prints one line per
@@ -96,6 +99,12 @@ def _stats(url: str) -> dict[str, Any]:
     return json.loads(_http.request("GET", url + "/api/v1/stats?local=1").data)  # type: ignore[no-any-return]
 
 
+def _mailboxes(url: str) -> dict[str, int]:
+    """Messages each actor of the node has handled (leader actors: this term)."""
+    mm = _stats(url).get("scheduler", {}).get("mailbox_messages", {})
+    return {k: int(v) for k, v in mm.items() if v is not None}
+
+
 def _delivered(urls: list[str]) -> int:
     return sum(int(_stats(u).get("scheduler", {}).get("worker", {}).get("delivered", 0)) for u in urls)
 
@@ -137,6 +146,7 @@ def _phase(side: _Side, unit: str, n: int, timed: Any, wait_fires: int) -> dict[
     """Leader switches and CPU (µs) per ``unit``, and the nodes' CPU, over ``timed()`` and the
     settling; prints the leader's threads."""
     lu = side.leader_url
+    m0 = _mailboxes(lu)
     t0, c0, a0 = read([lu]), _cpu_s(side.pid), sum(_cpu_s(p) for p in side.pids)
     load0 = os.getloadavg()[0]
     d0 = _delivered(side.urls) if wait_fires else 0
@@ -147,11 +157,16 @@ def _phase(side: _Side, unit: str, n: int, timed: Any, wait_fires: int) -> dict[
     _, _, sw0 = t0[lu]
     _, _, sw1 = t1[lu]
     print("\n".join(report(t0, t1, n, unit)), flush=True)
+    m1 = _mailboxes(lu)
+    msgs = {k: (v - m0.get(k, 0)) / n for k, v in m1.items()}
+    print(f"  leader messages/{unit} by actor: total={sum(msgs.values()):.2f} "
+          + " ".join(f"{k}={v:.2f}" for k, v in sorted(msgs.items(), key=lambda kv: -kv[1])), flush=True)
     return {
         "switches": sum(v - sw0.get(k, 0) for k, v in sw1.items()) / n,
         "leader_cpu_us": (c1 - c0) * 1e6 / n,
         "cluster_cpu_us": (a1 - a0) * 1e6 / n,
         "load": (load0 + os.getloadavg()[0]) / 2,
+        "messages": sum(msgs.values()),
     }
 
 
@@ -198,7 +213,8 @@ def _line(name: str, rnd: int, res: dict[str, dict[str, float]]) -> str:
     parts = [f"side={name} round={rnd}"]
     for ph in PHASES:
         r = res[ph]
-        parts.append(f"{ph}_switches={r['switches']:.2f} {ph}_leader_cpu_us={r['leader_cpu_us']:.0f} "
+        parts.append(f"{ph}_switches={r['switches']:.2f} {ph}_messages={r['messages']:.2f} "
+                     f"{ph}_leader_cpu_us={r['leader_cpu_us']:.0f} "
                      f"{ph}_cluster_cpu_us={r['cluster_cpu_us']:.0f} {ph}_load={r['load']:.2f}")
     return "threadcpu: " + " ".join(parts)
 
@@ -253,8 +269,8 @@ def main() -> int:
     med: dict[str, dict[str, float]] = {}
     for name, runs in results.items():
         med[name] = {f"{ph}_{k}": statistics.median(r[ph][k] for r in runs)
-                     for ph in PHASES for k in ("switches", "leader_cpu_us", "cluster_cpu_us", "load")}
-        summary.append(" ".join(f"{name}_{k}={v:.2f}" if "switches" in k or "load" in k else f"{name}_{k}={v:.0f}"
+                     for ph in PHASES for k in ("switches", "messages", "leader_cpu_us", "cluster_cpu_us", "load")}
+        summary.append(" ".join(f"{name}_{k}={v:.2f}" if "switches" in k or "load" in k or "messages" in k else f"{name}_{k}={v:.0f}"
                                 for k, v in med[name].items()))
     if "before" in med:
         a, b = med["after"], med["before"]
