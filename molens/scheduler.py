@@ -34,6 +34,7 @@ from molens.actors.clockprobe import (
 from molens.actors.fireworker import (
     FireWorkerPool,
     ForwardFrame,
+    LocalFires,
     decode_heartbeat,
     decode_results_frame,
     own_results,
@@ -96,6 +97,8 @@ class Scheduler:
         self._pool_ref: pykka.ActorRef[FireWorkerPool] | None = None
         self._firepool: FirePool | None = None
         """The pool engine inside the FireWorkerPool actor (thread-safe: read for capacity and stats)."""
+        self._local_fires: LocalFires | None = None
+        """How this node's Dispatcher hands its own fires to the pool, on its own thread (no mailbox)."""
         self.supervisor: LeaderSupervisor | None = None
         self.stats: StatsClient | None = None
         self.clock = ClockGate(self.node_id, cfg.raft.max_clock_skew_ms)
@@ -129,8 +132,10 @@ class Scheduler:
             fatal=self.fatal, stop_timeout_s=DRAIN_S * 2, engine=w.engine,
             loop_tick_ms=w.loop_tick_ms, clock_suspect=self.clock.suspect,
         )
-        pool: FirePool = self._pool_ref.proxy().pool.get(timeout=5)
+        proxy = self._pool_ref.proxy()
+        pool: FirePool = proxy.pool.get(timeout=5)
         self._firepool = pool
+        self._local_fires = proxy.local_fires.get(timeout=5)
         self.supervisor = LeaderSupervisor(
             node_id=self.node_id, cfg=cfg.scheduler, store=self.store, propose_batch=self.peer.propose_batch,
             stats=self.stats, pool=self._pool_ref, send_fires=self.send_fires, local_free=pool.free_capacity,
@@ -330,14 +335,13 @@ class Scheduler:
         return self.batch_versions.get(worker, FIRE_BATCH_V1)
 
     def send_fires(self, by_worker: dict[str, list[WireFire]], term: int) -> dict[str, list[WireFire]]:
-        """Send fires committed in ``term`` (this node leads it) to their workers, one frame each
-        (the Dispatcher's thread); returns the groups that could not be queued."""
+        """Send fires committed in ``term`` (this node leads it) to their workers, one frame each, this
+        node's own into its pool's queue (the Dispatcher's thread); returns the groups that could not
+        be queued."""
         failed: dict[str, list[WireFire]] = {}
         for wid, fires in by_worker.items():
             if wid == self.node_id:
-                try:
-                    self._tell_pool(FireBatch(fires))
-                except pykka.ActorDeadError:
+                if self._local_fires is None or not self._local_fires.carry_out(fires):
                     failed[wid] = fires
             elif not self.rpc.send(wid, batch_frame(term, encode_fire_batch(fires, self.batch_version(wid)))):
                 failed[wid] = fires

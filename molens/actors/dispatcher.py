@@ -2,13 +2,15 @@
 
 Owns a :class:`DispatchPlan` (worker capacity estimates, smooth weighted round-robin) and the
 backlog of due task ids not yet planned. Receives: ``DueBatch`` (TimeWheel), ``DispatchedBatch``
-(outcome of its own ``Dispatched`` proposals, from the Raft thread), ``Committed`` (TimeWheel: fire
-effects of entries committed in this term), ``WorkerReport`` (workers' free capacity), ``InFlight``
-(Monitor, with the fires that ended), ``FlowsChanged`` (TimeWheel: flow settings applied),
-``Drain``, ``Wake`` (its alarm), ``GetGauges`` and ``GetFlows`` (ask). Sends: ``Dispatched`` proposals
-(up to ``MAX_PROPOSAL_ITEMS`` items, at most ``MAX_DISPATCH_PROPOSALS`` in flight), ``FireBatch``
-frames to workers (one per worker per ``Committed``), ``Requeue`` to TimeWheel for refused
-proposals, and ``FireResults`` to the Monitor for fires it could not send. Runs on its own thread.
+(outcome of its own ``Dispatched`` proposals, from the Raft thread: once applied, it carries the
+entry's fire effects, which are the fires to send; the Dispatcher hears of each of its entries
+once), ``WorkerReport`` (workers' free capacity), ``InFlight`` (Monitor, with the fires that ended),
+``FlowsChanged`` (Raft thread: flow settings applied), ``Drain``, ``Wake`` (its alarm), ``GetGauges``
+and ``GetFlows`` (ask). Sends: ``Dispatched`` proposals (up to ``MAX_PROPOSAL_ITEMS`` items, at most
+``MAX_DISPATCH_PROPOSALS`` in flight), fires to workers (one frame per worker per applied
+``Dispatched`` entry; the local pool's straight into its queue), ``Requeue`` to TimeWheel for
+refused proposals, and ``FireResults`` to the Monitor for fires it could not send. Runs on its own
+thread.
 
 Nothing is sent before the ``Dispatched`` entry that planned it commits under this leader's term
 (``docs/architecture.md#invariants``). *Dispatch ahead*: a task counts as due ``lead_ms``
@@ -53,7 +55,6 @@ import msgspec
 
 from molens.actors.alarm import wall_ms
 from molens.actors.messages import (
-    Committed,
     DispatchedBatch,
     Drain,
     DueBatch,
@@ -308,8 +309,6 @@ class Dispatcher(LeaderActor):
     def handle(self, message: Any) -> Any:
         if isinstance(message, DueBatch):
             self.backlog.extend(message.task_ids)
-        elif isinstance(message, Committed):
-            self._send(message.own)
         elif isinstance(message, DispatchedBatch):
             self._outcome(message)
         elif isinstance(message, InFlight):
@@ -461,13 +460,16 @@ class Dispatcher(LeaderActor):
             if isinstance(m.error, ProposalRefused) and self.refs is not None and not self.ended:
                 self.tell(self.refs.wheel, Requeue([d.task_id for d in m.items], wall_ms() + RETRY_REFUSED_MS))
             return
-        out = m.results[0].results if m.results and isinstance(m.results[0], EntryResult) else []
+        er = m.results[0] if m.results and isinstance(m.results[0], EntryResult) else None
+        out = er.results if er is not None else []
         refused = [it for it, r in zip(m.items, out) if r is not None]
         self.plan.settle(refused)
         for it in refused:
             self.flows.cancel(it.fire_id, it.attempt)
         self.accepted += len(m.items) - len(refused)
         self.stats.add(dispatched_accepted=len(m.items) - len(refused))
+        if er is not None:  # applied in this term (else the outcome is an error): the Monitor already watches these
+            self._send([e for e in er.effects if isinstance(e, FireRequest)])
 
     # ---- sending ---------------------------------------------------------------------------------
     def _send(self, fires: list[FireRequest]) -> None:

@@ -2,12 +2,19 @@
 
 :class:`FireWorkerPool` (a pykka actor, one per node) owns a :class:`FirePool`, the map of fire
 id -> attempt of the fires it took, and the results it could not hand over yet. Receives:
-``FireBatch`` (from this node's Dispatcher, or a leader's over worker RPC), ``PoolResults`` (the
-pool's flusher), ``LeaderIs`` (who leads; the local leader actors when this node does),
+``FireBatch`` (a leader's over worker RPC), ``PoolResults`` (the pool's flusher, while no local
+leader is known), ``LeaderIs`` (who leads; the local leader actors when this node does),
 ``ForwardFrame`` (a results frame that reached this node while it does not lead), ``Wake`` (its
 alarm, every ``REPORT_INTERVAL_S``: heartbeat with the free capacity and the fires held to a remote
 leader, or a ``WorkerReport`` of the fires held to the local Monitor; retry of unsent results), ``GetGauges`` (ask). Sends: ``FireResults`` to the local Monitor, or ``R`` frames
 to the remote leader over worker RPC; ``Delivered`` to Stats.
+
+When this node leads, its fires and their results skip this actor's mailbox: the Dispatcher hands
+the fires to :attr:`FireWorkerPool.local_fires` (into the pool's queue, on the Dispatcher's
+thread) and the pool's flusher tells the local Monitor their results itself. The fire id ->
+attempt map is shared under a lock, and a result leaves it and reaches the Monitor under that
+lock, as a heartbeat's list of fires held does: the Monitor never hears a heartbeat that leaves
+out a fire before that fire's result (``docs/architecture.md#lost-workers``).
 
 The HTTP attempts themselves run on a :class:`~molens.delivery.pool.FirePool` (see there why
 they are not actors of their own).
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +71,14 @@ class ForwardFrame:
     frame: bytes
     frm: str = ""
     """The member that sent it: if this node leads by now, only that member's own results count."""
+
+
+@dataclass(frozen=True, slots=True)
+class LocalFires:
+    """How this node's Dispatcher hands fires to this node's pool, on its own thread:
+    ``carry_out(fires)`` is False when the pool no longer takes any (it is stopping)."""
+
+    carry_out: Callable[[list[WireFire]], bool]
 
 
 MAX_TRACKED_ATTEMPTS = 200_000
@@ -170,6 +186,9 @@ class FireWorkerPool(pykka.ThreadingActor):
             loop_tick_ms=loop_tick_ms,
         )
         self._attempts: dict[str, int] = {}
+        self._att_lock = threading.Lock()
+        """Guards ``_attempts``, and keeps a result's leaving it and its telling the Monitor together."""
+        self.local_fires = LocalFires(self.carry_out)
         self._unsent: collections.deque[tuple[float, bytes, str]] = collections.deque()
         self._leader_id: str | None = None
         self._local: LeaderRefs | None = None
@@ -201,15 +220,26 @@ class FireWorkerPool(pykka.ThreadingActor):
         if self._fatal is not None:
             self._fatal(exception_value if isinstance(exception_value, BaseException) else RuntimeError("fire worker failed"))
 
+    def carry_out(self, fires: list[WireFire]) -> bool:
+        """Fires from this node's Dispatcher, taken on its thread (not through the mailbox)."""
+        if self._stopping:
+            return False
+        self._submit(fires)
+        return True
+
     def _pool_results(self, results: list[FireResult]) -> None:
-        """The pool's flusher thread."""
+        """Results to hand over, from any thread (the pool's flusher, mostly): straight to the local
+        Monitor when this node leads, else through the mailbox to be sent on."""
+        local = self._local
         if self._stopping:
             self._route(results)
-            return
-        try:
-            self.actor_ref.tell(PoolResults(results))
-        except pykka.ActorDeadError:
-            self._route(results)
+        elif local is not None:
+            self._to_monitor(local, results)
+        else:
+            try:
+                self.actor_ref.tell(PoolResults(results))
+            except pykka.ActorDeadError:
+                self._route(results)
 
     # ---- messages --------------------------------------------------------------------------------
     def on_receive(self, message: Any) -> Any:
@@ -236,12 +266,13 @@ class FireWorkerPool(pykka.ThreadingActor):
         return None
 
     def _submit(self, fires: list[WireFire]) -> None:
-        att = self._attempts
-        if len(att) > MAX_TRACKED_ATTEMPTS:  # fires the pool dropped unsent leave entries
-            log.warning("forgetting %d tracked fire attempts", len(att))
-            att.clear()
-        for f in fires:
-            att[f.fire_id] = f.attempt
+        with self._att_lock:
+            att = self._attempts
+            if len(att) > MAX_TRACKED_ATTEMPTS:  # fires the pool dropped unsent leave entries
+                log.warning("forgetting %d tracked fire attempts", len(att))
+                att.clear()
+            for f in fires:
+                att[f.fire_id] = f.attempt
         if self._clock_suspect():  # a fire it would hold for its time, it would time on a stepped clock
             now = wall_ms()
             self._give_back([f for f in fires if f.not_before_ms > now])
@@ -249,7 +280,8 @@ class FireWorkerPool(pykka.ThreadingActor):
         receipt = self.pool.submit(fires)
         if receipt.refused:
             self._stats.add(worker_refused=len(receipt.refused))
-            self._route([FireResult.unsent(f.fire_id, f.kind, self.node_id, "worker queue full") for f in receipt.refused])
+            self._pool_results([FireResult.unsent(f.fire_id, f.kind, self.node_id, "worker queue full")
+                                for f in receipt.refused])
 
     def _give_back(self, fires: list[WireFire]) -> None:
         """Fires this worker must not hold for their time on its wall clock, which stepped (a clock
@@ -258,20 +290,33 @@ class FireWorkerPool(pykka.ThreadingActor):
         if not fires:
             return
         log.warning("clock stepped: %d fires held for their time given back unsent", len(fires))
-        self._route([FireResult.unsent(f.fire_id, f.kind, self.node_id, "clock stepped while held") for f in fires])
+        self._pool_results([FireResult.unsent(f.fire_id, f.kind, self.node_id, "clock stepped while held") for f in fires])
 
-    def _route(self, results: list[FireResult]) -> None:
+    def _report_delivered(self) -> None:
         if isinstance(self._deliverer, ReportingDeliverer):
             now = wall_ms()
             if self._stopping or now >= self._delivered_at:  # one Delivered per STATS_FLUSH_MS
                 self._stats.delivered(self._deliverer.take())
                 self._delivered_at = now + STATS_FLUSH_MS
+
+    def _take_attempts(self, results: list[FireResult]) -> dict[str, int]:
         att = self._attempts
-        attempts = {r.fire_id: att.pop(r.fire_id, 0) for r in results}
+        return {r.fire_id: att.pop(r.fire_id, 0) for r in results}
+
+    def _to_monitor(self, local: LeaderRefs, results: list[FireResult]) -> None:
+        """Results to the local Monitor (any thread)."""
+        self._report_delivered()
+        with self._att_lock:  # after any heartbeat that still listed these fires, before any that does not
+            _tell(local.monitor, FireResults(result_items(self._take_attempts(results), results)))
+
+    def _route(self, results: list[FireResult]) -> None:
         local = self._local
         if local is not None:
-            _tell(local.monitor, FireResults(result_items(attempts, results)))
+            self._to_monitor(local, results)
             return
+        self._report_delivered()
+        with self._att_lock:
+            attempts = self._take_attempts(results)
         # no leader known, or another node leads: keep the results for whoever leads next rather
         # than leave them to the Monitor
         for part in split_unsent(results):
@@ -300,12 +345,14 @@ class FireWorkerPool(pykka.ThreadingActor):
             self._stats.delivered(self._deliverer.take())
         self._flush_unsent()
         leader = self._leader_id
-        att = self._attempts
-        held = list(att) if len(att) <= MAX_HELD_IN_HEARTBEAT else None
-        if self._local is not None:  # this node leads: its Monitor learns which fires it still holds
-            _tell(self._local.monitor, WorkerReport(((self.node_id, self.pool.free_capacity()),),
-                                                    frozenset(held) if held is not None else None))
-        elif leader is not None and leader != self.node_id:
+        local = self._local
+        with self._att_lock:
+            att = self._attempts
+            held = list(att) if len(att) <= MAX_HELD_IN_HEARTBEAT else None
+            if local is not None:  # this node leads: its Monitor learns which fires it still holds
+                _tell(local.monitor, WorkerReport(((self.node_id, self.pool.free_capacity()),),
+                                                  frozenset(held) if held is not None else None))
+        if local is None and leader is not None and leader != self.node_id:
             self._send(leader, heartbeat_frame(self.pool.free_capacity(), held))
         if self._alarm is not None:
             self._alarm.set(mono_ms() + REPORT_INTERVAL_MS)
@@ -337,7 +384,7 @@ def _tell(ref: pykka.ActorRef[Any], msg: Any) -> None:
 
 
 __all__ = [
-    "FireWorkerPool", "ForwardFrame", "WorkerHeartbeat", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "own_results",
+    "FireWorkerPool", "ForwardFrame", "LocalFires", "WorkerHeartbeat", "decode_heartbeat", "decode_results_frame", "heartbeat_frame", "own_results",
     "result_items",
     "results_frame",
 ]

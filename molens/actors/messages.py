@@ -15,8 +15,7 @@ import pykka
 
 from molens.delivery import FireRequest as WireFire
 from molens.fsm.commands import DispatchItem, FlowSettings, ResultItem
-from molens.fsm.machine import FireRequest
-from molens.fsm.store import EntryResult
+from molens.fsm.machine import FireRequest, WheelAdd, WheelRemove
 
 # --- events ----------------------------------------------------------------------------------------
 
@@ -40,17 +39,20 @@ class Rebuild:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaderEffects:
-    """RaftPeer -> TimeWheel: entries applied to the local replica that have leader effects."""
+class WheelEffects:
+    """Raft thread (the supervisor's ``on_applied``) -> TimeWheel: the timer adds and removes of
+    entries applied to the local replica, in log order."""
 
-    entries: list[EntryResult]
+    effects: list[WheelAdd | WheelRemove]
 
 
 @dataclass(frozen=True, slots=True)
 class Committed:
-    """TimeWheel -> Monitor and Dispatcher: the fire effects of applied ``Dispatched`` entries.
+    """Raft thread (the supervisor's ``on_applied``) -> Monitor: the fire effects of applied
+    ``Dispatched`` entries, told before the Dispatcher hears its proposal's outcome.
 
-    ``own`` are those of entries committed in this leader's term (the Dispatcher sends them);
+    ``own`` are those of entries committed in this leader's term (the Dispatcher sends them, from
+    the outcome of its own proposal);
     ``other`` those of an earlier term's entries (never sent by this leader; the Monitor gives
     them up at their deadline)."""
 
@@ -75,7 +77,8 @@ class Requeue:
 
 @dataclass(frozen=True, slots=True)
 class DispatchedBatch:
-    """RaftPeer -> Dispatcher: the outcome of one ``Dispatched`` proposal."""
+    """RaftPeer -> Dispatcher: the outcome of one ``Dispatched`` proposal (applied: its
+    ``EntryResult``, whose fire effects the Dispatcher then sends)."""
 
     items: list[DispatchItem]
     results: list[Any]
@@ -131,8 +134,8 @@ class FireEnd:
 
 @dataclass(frozen=True, slots=True)
 class FlowsChanged:
-    """TimeWheel -> Dispatcher: flow settings changed by applied entries, in log order (``None``:
-    deleted)."""
+    """Raft thread (the supervisor's ``on_applied``) -> Dispatcher: flow settings changed by applied
+    entries, in log order (``None``: deleted)."""
 
     changes: tuple[tuple[str, FlowSettings | None], ...]
 
@@ -275,8 +278,8 @@ class LeaderRefs:
 
 
 __all__ = [
-    "LeaderEffects", "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
+    "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
     "FireEnd", "FireResults", "FlowsChanged", "Gauge", "GetFlows", "GetGauges", "GetStats", "InFlight", "Join",
     "LeaderIs", "LeaderRefs", "NoticesAcked", "PoolResults", "ReadWheel",
-    "Rebuild", "Requeue", "ResultsProposed", "SetObserver", "StatsBatch", "Wake", "WorkerReport",
+    "Rebuild", "Requeue", "ResultsProposed", "SetObserver", "StatsBatch", "Wake", "WheelEffects", "WorkerReport",
 ]

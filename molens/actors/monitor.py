@@ -2,7 +2,8 @@
 
 Owns a :class:`FireWatch` (deadline heap of fires with no result) and the results buffer.
 Receives: ``Rebuild`` (first: watch the fires in ``fires`` when the term began, ``machine.reconcile_on_leadership``),
-``Committed`` (TimeWheel: fire effects of applied ``Dispatched`` entries of any term),
+``Committed`` (Raft thread: fire effects of applied ``Dispatched`` entries of any term, told
+before the Dispatcher can send them),
 ``FireResults`` (workers' results, local or over RPC; the Dispatcher's unsendable fires; those of
 fires not sent are counted, ``not_sent``, and the machine plans them again: docs/architecture.md#not-sent),
 ``ResultsProposed`` (outcome of its ``Results`` proposals, from the Raft thread), ``Drain``,

@@ -10,8 +10,11 @@ actor: its two entry points run on the Raft thread and must be quick.
 - :meth:`on_leader_change` (RaftPeer subscription): a new term led starts a new set; losing
   leadership sets the term's ``ended`` flag at once (nothing more is proposed or sent) and stops
   the set without waiting. The node's FireWorkerPool is told who leads (``LeaderIs``).
-- :meth:`on_applied` (the store's hook, per applied batch with effects): one ``LeaderEffects`` message
-  to the current wheel, which forwards fire effects to the Monitor and Dispatcher.
+- :meth:`on_applied` (the store's hook, per applied batch with effects): each effect goes straight to
+  the one actor that uses it (:func:`route_effects`): ``Committed`` (fire effects) to the Monitor,
+  ``WheelEffects`` (timer adds and removes) to the wheel, ``FlowsChanged`` (flow settings) to the
+  Dispatcher. The Dispatcher learns of its own committed fires from its proposal's outcome, which
+  the Raft thread delivers after this hook: the Monitor watches a fire before it can be sent.
 - :meth:`stop` (graceful stop while leading): the Dispatcher plans nothing new, the Monitor waits
   (bounded) until the fires sent this term have committed results, then the set stops.
 """
@@ -23,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pykka
@@ -30,7 +34,16 @@ import pykka
 from molens.actors.cleaner import Cleaner
 from molens.actors.clockprobe import ClockGate
 from molens.actors.dispatcher import Dispatcher
-from molens.actors.messages import Drain, Join, LeaderEffects, LeaderIs, LeaderRefs, Rebuild
+from molens.actors.messages import (
+    Committed,
+    Drain,
+    FlowsChanged,
+    Join,
+    LeaderIs,
+    LeaderRefs,
+    Rebuild,
+    WheelEffects,
+)
 from molens.actors.monitor import Monitor
 from molens.actors.notifier import Notifier
 from molens.actors.peer_messages import LeaderChange
@@ -38,6 +51,7 @@ from molens.actors.stats import StatsClient
 from molens.actors.term import ProposeCallback, TermContext
 from molens.actors.timewheel import TimeWheel
 from molens.config import AuditConfig, NotificationsConfig, SchedulerConfig
+from molens.fsm.machine import FireRequest, FlowSet, WheelAdd, WheelRemove
 from molens.fsm.store import EntryResult, TaskStore
 from molens.tracing import NO_SPANS, Spans
 
@@ -51,6 +65,42 @@ def _stamped(send: Callable[[dict[str, list[Any]], int], dict[str, list[Any]]], 
              groups: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """The term's ``send_fires``: every batch it sends carries the term (docs/architecture.md#node-ports)."""
     return send(groups, term)
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """The effects of applied entries, split by the actor that uses them (each in log order)."""
+
+    wheel: list[WheelAdd | WheelRemove]
+    own: list[FireRequest]
+    """Fire effects of entries of ``term`` (sent by this leader's Dispatcher)."""
+    other: list[FireRequest]
+    """Fire effects of an earlier term's entries (never sent by this leader)."""
+    flows: tuple[tuple[str, Any], ...]
+
+
+def route_effects(entries: list[EntryResult], term: int) -> Routed:
+    """Split the effects of ``entries`` for the leader actors of ``term``.
+
+    >>> from molens.fsm.machine import WheelAdd
+    >>> r = route_effects([EntryResult(index=1, term=2, results=[], effects=[WheelAdd("t1", 5)])], term=2)
+    >>> r.wheel, r.own, r.flows
+    ([WheelAdd(key='t1', due_ms=5)], [], ())
+    """
+    wheel: list[WheelAdd | WheelRemove] = []
+    own: list[FireRequest] = []
+    other: list[FireRequest] = []
+    flows: list[tuple[str, Any]] = []
+    for er in entries:
+        fires = own if er.term == term else other
+        for e in er.effects:
+            if isinstance(e, (WheelAdd, WheelRemove)):
+                wheel.append(e)
+            elif isinstance(e, FireRequest):
+                fires.append(e)
+            elif isinstance(e, FlowSet):
+                flows.append((e.key, e.settings))
+    return Routed(wheel, own, other, tuple(flows))
 
 
 class _Term:
@@ -125,11 +175,19 @@ class LeaderSupervisor:
 
     def on_applied(self, entries: list[EntryResult]) -> None:
         t = self._term
-        if t is not None and not t.ended.is_set():
-            try:
-                t.refs.wheel.tell(LeaderEffects(entries))
-            except pykka.ActorDeadError:
-                pass
+        if t is None or t.ended.is_set():
+            return
+        refs = t.refs
+        r = route_effects(entries, refs.term)
+        try:
+            if r.own or r.other:  # before the Dispatcher's outcome: the Monitor watches before any result
+                refs.monitor.tell(Committed(r.own, r.other))
+            if r.wheel:
+                refs.wheel.tell(WheelEffects(r.wheel))
+            if r.flows:
+                refs.dispatcher.tell(FlowsChanged(r.flows))
+        except pykka.ActorDeadError:
+            pass
 
     # ---- terms ------------------------------------------------------------------------------------
     def _start(self, term: int, heard_ago_ms: tuple[tuple[str, int], ...] = ()) -> _Term:
@@ -190,4 +248,4 @@ class LeaderSupervisor:
         self._end(t, wait=True)
 
 
-__all__ = ["LeaderSupervisor"]
+__all__ = ["LeaderSupervisor", "Routed", "route_effects"]

@@ -3,19 +3,18 @@
 Owns a :class:`LeaderWheel`: a :class:`~molens.schedule.horizon.HorizonWheel`, which holds only the
 timers due within ``scheduler.wheel_horizon_ms`` and is topped up from the store's ``due`` index in
 slices (``docs/architecture.md#near-term-window``). Receives: ``Rebuild`` (first, after ``Join``: a
-new window, loaded slice by slice), ``LeaderEffects`` (entries applied on this node, from the Raft
-thread), ``Requeue`` (from the Dispatcher), ``Wake`` (its alarm, or itself between two slices),
-``ReadWheel`` / ``GetGauges`` (ask). Sends: ``DueBatch`` to the Dispatcher (tasks due within
-``scheduler.dispatch_lead_ms``), ``Committed`` to the Monitor and the Dispatcher (the fire effects
-of applied ``Dispatched`` entries, split by term), ``FlowsChanged`` to the Dispatcher (flow
-settings of applied ``PutFlow``/``DeleteFlow`` entries). Runs on its own pykka thread, which sleeps until
+new window, loaded slice by slice), ``WheelEffects`` (the timer adds and removes of entries applied
+on this node, from the Raft thread; nothing else: fire effects go to the Monitor and flow settings
+to the Dispatcher straight from there), ``Requeue`` (from the Dispatcher), ``Wake`` (its alarm, or
+itself between two slices), ``ReadWheel`` / ``GetGauges`` (ask). Sends: ``DueBatch`` to the
+Dispatcher (tasks due within ``scheduler.dispatch_lead_ms``). Runs on its own pykka thread, which sleeps until
 the wheel's next deadline minus the lead, or the next top-up of the window (its alarm): never a busy
 tick, and it advances at most once per ``scheduler.tick_ms``, so timers due within one tick go to
 the Dispatcher as one ``DueBatch`` (the workers still hold each fire until its own due time).
 
 The loader stays off the fire path: a turn advances the wheel first and then reads at most one slice
 (one lmdb cursor range, ``DEFAULT_SLICE_LIMIT`` entries); when more is wanted the actor tells itself
-``Wake``, so ``LeaderEffects`` and ``Requeue`` messages and the next advance interleave with the slices. A
+``Wake``, so ``WheelEffects`` and ``Requeue`` messages and the next advance interleave with the slices. A
 new leader therefore fires the earliest timers after one slice, whatever the size of the store.
 """
 
@@ -28,17 +27,15 @@ from typing import Any
 
 from molens.actors.alarm import wall_ms
 from molens.actors.messages import (
-    Committed,
     DueBatch,
-    FlowsChanged,
-    LeaderEffects,
     ReadWheel,
     Rebuild,
     Requeue,
     Wake,
+    WheelEffects,
 )
 from molens.actors.term import LeaderActor, TermContext
-from molens.fsm.machine import Effect, FireRequest, FlowSet, WheelAdd, WheelRemove
+from molens.fsm.machine import Effect, WheelAdd, WheelRemove
 from molens.schedule.horizon import DEFAULT_SLICE_LIMIT, HorizonWheel, ReadSlice
 from molens.schedule.wheel import BucketStat
 from molens.schedule.wheel import HierarchicalWheel as Wheel
@@ -111,8 +108,9 @@ class TimeWheel(LeaderActor):
         self.loading = False
 
     def handle(self, message: Any) -> Any:
-        if isinstance(message, LeaderEffects):
-            self._applied(message)
+        if isinstance(message, WheelEffects):
+            assert self.wheel is not None, "WheelEffects before Rebuild"
+            self.wheel.apply(message.effects)
         elif isinstance(message, Wake):
             pass
         elif isinstance(message, Requeue):
@@ -157,28 +155,6 @@ class TimeWheel(LeaderActor):
             log.info("wheel window loaded term=%d tasks=%d slices=%d until=%d in %.0f ms", self.ctx.term,
                      win.loaded, win.slices, win.loaded_until_ms, wheel.rebuild_ms or 0.0)
         return more
-
-    def _applied(self, msg: LeaderEffects) -> None:
-        wheel = self.wheel
-        assert wheel is not None, "LeaderEffects before Rebuild"
-        own: list[FireRequest] = []
-        other: list[FireRequest] = []
-        flows: list[tuple[str, Any]] = []
-        term = self.ctx.term
-        for er in msg.entries:
-            wheel.apply(er.effects)
-            for e in er.effects:
-                if isinstance(e, FireRequest):
-                    (own if er.term == term else other).append(e)
-                elif isinstance(e, FlowSet):
-                    flows.append((e.key, e.settings))
-        if flows and self.refs is not None:
-            self.tell(self.refs.dispatcher, FlowsChanged(tuple(flows)))
-        if (own or other) and self.refs is not None:
-            c = Committed(own, other)
-            self.tell(self.refs.monitor, c)  # the Monitor first: it watches before any result arrives
-            if own:
-                self.tell(self.refs.dispatcher, c)
 
     def _advance(self) -> None:
         wheel = self.wheel

@@ -1,11 +1,46 @@
+#!/usr/bin/env python3
 """Per-thread CPU of the nodes under a load: two readings of each node's ``threads_cpu_s`` and
 ``threads_switches`` (its local ``/api/v1/stats``), printed per unit of work (µs of CPU and context
 switches per fire, per create, ...) by thread name, busiest first, so a run says which concern the
-load costs and which threads hand it to each other (docs/api.md, ``threads_cpu_s``)."""
+load costs and which threads hand it to each other (docs/api.md, ``threads_cpu_s``). ``ingest.py``
+and ``lateness.py`` import it.
+
+Run as a script it measures the leader's task path on a real 3-node cluster (task state machine,
+every commit fsync'd), in three phases, each read on the leader alone:
+
+- ``create``: ``--creates`` single creates (``MolensClient.create``, ``--threads`` client threads)
+  of delayed tasks due in an hour (the wheel does not hold them): thread switches and CPU per create;
+- ``life``: the same with tasks due 1.5 s after their create, measured until every one has fired
+  and its result has committed: switches and CPU per task, create and fire together;
+- ``fire``: ``--fires`` tasks created in batches beforehand, due over 2 s, measured from before the
+  first is due until the last result committed: switches and CPU per fire (the leader's, and the
+  three nodes' CPU together).
+
+Each phase also prints the messages each of the leader's actors handled per unit
+(``mailbox_messages`` of its stats), a count the load hardly moves.
+
+``--before REV`` also runs the ``molens`` package of git revision ``REV`` (``git archive`` into a
+temporary directory; each node's ``PYTHONPATH`` points at one tree or the other), a fresh cluster
+for each side and round, the side that goes first alternating (``--rounds``). It prints one line per
+side and round, then ``threadcpu: summary ...`` with the medians of both sides and the ratios.
+Callbacks go to ``tests/integration/recording_receiver.py`` in its own process. The load average
+is printed beside every CPU figure: the machine may be shared, and thread switches are the steadier
+figure.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
 
 import urllib3
 
@@ -46,3 +81,203 @@ def report(before: Reading, after: Reading, units: int, unit: str) -> list[str]:
             lines.append(f"  {role} {port} switches/{unit} by thread: total={sum(sw.values()):.2f} "
                          + " ".join(f"{k}={v:.2f}" for v, k in top_sw))
     return lines
+
+
+# ----------------------------------------------------------------------------------------------- A/B bench
+
+ROOT = Path(__file__).resolve().parents[2]
+PHASES = ("create", "life", "fire")
+
+
+def _cpu_s(pid: int) -> float:
+    """User+system CPU seconds of a local process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stats(url: str) -> dict[str, Any]:
+    return json.loads(_http.request("GET", url + "/api/v1/stats?local=1").data)  # type: ignore[no-any-return]
+
+
+def _mailboxes(url: str) -> dict[str, int]:
+    """Messages each actor of the node has handled (leader actors: this term)."""
+    mm = _stats(url).get("scheduler", {}).get("mailbox_messages", {})
+    return {k: int(v) for k, v in mm.items() if v is not None}
+
+
+def _delivered(urls: list[str]) -> int:
+    return sum(int(_stats(u).get("scheduler", {}).get("worker", {}).get("delivered", 0)) for u in urls)
+
+
+def _settled(leader_url: str, urls: list[str], want: int, timeout_s: float) -> None:
+    """Wait until ``want`` fires were delivered and the leader has no fire in flight."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if _delivered(urls) >= want and not _stats(leader_url).get("scheduler", {}).get("fires_in_flight"):
+            time.sleep(0.3)  # the last Results entry's apply and its hand-offs
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"fires not settled in {timeout_s:.0f} s (delivered {_delivered(urls)} of {want})")
+
+
+class _Side:
+    """One cluster running the ``molens`` of ``tree``."""
+
+    def __init__(self, name: str, tree: Path, root: Path) -> None:
+        sys.path.insert(0, str(ROOT))
+        from tests.integration.conftest import Cluster
+
+        self.name = name
+        self.cluster = Cluster(root, 3, extra={"logging": {"level": "WARNING"}}, state_machine="tasks")
+        for node in self.cluster.nodes.values():
+            node.argv = ["env", f"PYTHONPATH={tree}", sys.executable, "-m", "molens.cli"]
+        self.cluster.start()
+        leader = self.cluster.leader(timeout=60)
+        self.pid = leader.pid
+        self.urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in self.cluster.nodes.values()]
+        self.leader_url = f"http://127.0.0.1:{leader.settings['http']['port']}"
+        self.pids = [n.pid for n in self.cluster.nodes.values()]
+
+    def stop(self) -> None:
+        self.cluster.kill_all()
+
+
+def _phase(side: _Side, unit: str, n: int, timed: Any, wait_fires: int) -> dict[str, float]:
+    """Leader switches and CPU (µs) per ``unit``, and the nodes' CPU, over ``timed()`` and the
+    settling; prints the leader's threads."""
+    lu = side.leader_url
+    m0 = _mailboxes(lu)
+    t0, c0, a0 = read([lu]), _cpu_s(side.pid), sum(_cpu_s(p) for p in side.pids)
+    load0 = os.getloadavg()[0]
+    d0 = _delivered(side.urls) if wait_fires else 0
+    timed()
+    if wait_fires:
+        _settled(lu, side.urls, d0 + wait_fires, 120)
+    t1, c1, a1 = read([lu]), _cpu_s(side.pid), sum(_cpu_s(p) for p in side.pids)
+    _, _, sw0 = t0[lu]
+    _, _, sw1 = t1[lu]
+    print("\n".join(report(t0, t1, n, unit)), flush=True)
+    m1 = _mailboxes(lu)
+    msgs = {k: (v - m0.get(k, 0)) / n for k, v in m1.items()}
+    print(f"  leader messages/{unit} by actor: total={sum(msgs.values()):.2f} "
+          + " ".join(f"{k}={v:.2f}" for k, v in sorted(msgs.items(), key=lambda kv: -kv[1])), flush=True)
+    return {
+        "switches": sum(v - sw0.get(k, 0) for k, v in sw1.items()) / n,
+        "leader_cpu_us": (c1 - c0) * 1e6 / n,
+        "cluster_cpu_us": (a1 - a0) * 1e6 / n,
+        "load": (load0 + os.getloadavg()[0]) / 2,
+        "messages": sum(msgs.values()),
+    }
+
+
+def _run(side: _Side, args: argparse.Namespace, receiver: str) -> dict[str, dict[str, float]]:
+    sys.path.insert(0, str(ROOT))
+    from molens.client import MolensClient
+
+    client = MolensClient(side.urls, retry_deadline_s=60)
+    client.create({"type": "delayed", "interval_ms": 3_600_000, "callback_url": receiver})  # warm the path
+    out: dict[str, dict[str, float]] = {}
+
+    def singles(delay_ms: int) -> Any:
+        def go() -> None:
+            per = args.creates // args.threads
+
+            def loop() -> None:
+                for _ in range(per):
+                    client.create({"type": "delayed", "run_at": int(time.time() * 1000) + delay_ms,
+                                   "callback_url": receiver})
+
+            ts = [threading.Thread(target=loop) for _ in range(args.threads)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        return go
+
+    n = args.creates // args.threads * args.threads
+    out["create"] = _phase(side, "create", n, singles(3_600_000), 0)
+    out["life"] = _phase(side, "task", n, singles(1_500), n)
+    due0 = int(time.time() * 1000) + 4_000 + args.fires // 5
+    bodies = [{"type": "delayed", "run_at": due0 + i * 2_000 // args.fires, "callback_url": receiver}
+              for i in range(args.fires)]
+    for i in range(0, len(bodies), 500):
+        client.create_many(bodies[i : i + 500])
+    _settled(side.leader_url, side.urls, 0, 10)  # nothing of the earlier phases still in flight
+    while time.time() * 1000 < due0 - 500:
+        time.sleep(0.05)
+    out["fire"] = _phase(side, "fire", args.fires, lambda: None, args.fires)
+    return out
+
+
+def _line(name: str, rnd: int, res: dict[str, dict[str, float]]) -> str:
+    parts = [f"side={name} round={rnd}"]
+    for ph in PHASES:
+        r = res[ph]
+        parts.append(f"{ph}_switches={r['switches']:.2f} {ph}_messages={r['messages']:.2f} "
+                     f"{ph}_leader_cpu_us={r['leader_cpu_us']:.0f} "
+                     f"{ph}_cluster_cpu_us={r['cluster_cpu_us']:.0f} {ph}_load={r['load']:.2f}")
+    return "threadcpu: " + " ".join(parts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", default="", help="git revision whose molens also runs, alternating (e.g. main)")
+    ap.add_argument("--creates", type=int, default=1_000, help="single creates per phase")
+    ap.add_argument("--threads", type=int, default=8, help="client threads of the single creates")
+    ap.add_argument("--fires", type=int, default=3_000, help="tasks of the fire phase")
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="threadcpu-"))
+    trees = {"after": ROOT}
+    if args.before:
+        old = tmp / "before"
+        old.mkdir()
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.before], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "molens"], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+        static = ROOT / "molens" / "web" / "static"  # built files the archive does not hold
+        if static.exists():
+            (old / "molens" / "web" / "static").symlink_to(static.resolve())
+        trees = {"before": old, "after": ROOT}
+        print(f"threadcpu: before={rev} ({old}) after=working tree ({ROOT})", flush=True)
+    sys.path.insert(0, str(ROOT))
+    from tests.integration.conftest import free_ports
+
+    port_proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.recording_receiver", str(free_ports(1)[0]), str(tmp / "received.jsonl")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert port_proc.stdout is not None
+    receiver = f"http://127.0.0.1:{port_proc.stdout.readline().split()[-1]}/ok/threadcpu"
+    results: dict[str, list[dict[str, dict[str, float]]]] = {k: [] for k in trees}
+    try:
+        for rnd in range(args.rounds):
+            names = list(trees) if rnd % 2 == 0 else list(reversed(trees))
+            for name in names:
+                side = _Side(name, trees[name], tmp / f"{name}-{rnd}")
+                try:
+                    res = _run(side, args, receiver)
+                finally:
+                    side.stop()
+                results[name].append(res)
+                print(_line(name, rnd, res), flush=True)
+    finally:
+        port_proc.kill()
+        port_proc.wait(10)
+    summary = [f"creates={args.creates} threads={args.threads} fires={args.fires} rounds={args.rounds}"]
+    med: dict[str, dict[str, float]] = {}
+    for name, runs in results.items():
+        med[name] = {f"{ph}_{k}": statistics.median(r[ph][k] for r in runs)
+                     for ph in PHASES for k in ("switches", "messages", "leader_cpu_us", "cluster_cpu_us", "load")}
+        summary.append(" ".join(f"{name}_{k}={v:.2f}" if "switches" in k or "load" in k or "messages" in k else f"{name}_{k}={v:.0f}"
+                                for k, v in med[name].items()))
+    if "before" in med:
+        a, b = med["after"], med["before"]
+        summary.append(" ".join(f"{k}_after_vs_before={a[k] / b[k]:.2f}" for k in a if "load" not in k and b[k]))
+    print("threadcpu: summary " + " ".join(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

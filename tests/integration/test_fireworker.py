@@ -285,6 +285,43 @@ def test_fires_refused_by_a_full_queue_go_to_a_remote_leader_as_not_sent_in_a_fr
     assert sorted(r.headers["X-Fire-ID"] for r in server.recorded()) == ["t-0", "t-1"]
 
 
+def test_the_leaders_own_fires_and_their_results_skip_the_worker_actors_mailbox(server: CallbackServer) -> None:
+    """On the leader the Dispatcher hands fires to the local pool itself and the pool's flusher tells
+    the Monitor their results: the worker actor's mailbox sees neither (only who leads, and the
+    asks), and each result still carries the attempt carried out."""
+    class Recording(FireWorkerPool):
+        kinds: list[str] = []
+
+        def on_receive(self, message: Any) -> Any:
+            if message == "kinds":
+                return sorted(set(self.kinds))
+            self.kinds.append(type(message).__name__)
+            return super().on_receive(message)
+
+    stats_ref = Stats.start()
+    http = make_pool_manager(3)
+    ref = Recording.start("n7", ReportingDeliverer(http, "n7", "k"), 3, lambda _to, _f: True, StatsClient(stats_ref))
+    monitor = _Collector.start()
+    try:
+        refs = LeaderRefs(term=3, wheel=monitor, dispatcher=monitor, monitor=monitor, cleaner=monitor, notifier=monitor)
+        ref.tell(LeaderIs("n7", refs))
+        local = ref.proxy().local_fires.get(timeout=5)
+        for k in range(3):  # three batches, three result flushes at least
+            fires = [dataclasses.replace(f, attempt=k + 1) for f in _fires(server.url("/ok"), 2, prefix=f"b{k}")]
+            assert local.carry_out(fires)
+            wait_until(lambda k=k: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 2 * (k + 1))
+        items = [it for m in monitor.ask("got") if isinstance(m, FireResults) for it in m.items]
+        assert sorted((it.fire_id, it.attempt) for it in items) == [
+            (f"b{k}-{i}", k + 1) for k in range(3) for i in range(2)]
+        assert set(ref.ask("kinds", timeout=5)) <= {"LeaderIs", "Wake"}  # Wake: its heartbeat alarm
+    finally:
+        ref.stop(timeout=10)
+        monitor.stop()
+        stats_ref.stop()
+        http.clear()
+    assert not local.carry_out(_fires(server.url("/ok"), 1, prefix="late"))  # stopped: the leader answers them itself
+
+
 def test_fires_are_given_back_unsent_while_the_clock_is_suspect(server: CallbackServer) -> None:
     """Held fires were timed on the wall clock before a step: a clock stepped back 15 s held one
     15 s. Once the clock stepped, and until it is judged good again, the worker answers the fires it

@@ -12,14 +12,14 @@ import pykka
 import pytest
 
 from molens.actors.alarm import wall_ms
-from molens.actors.messages import DueBatch, GetGauges, Join, LeaderEffects, LeaderRefs, Rebuild
+from molens.actors.messages import DueBatch, GetGauges, Join, LeaderRefs, Rebuild, WheelEffects
 from molens.actors.stats import Stats, StatsClient
 from molens.actors.term import TermContext
 from molens.actors.timewheel import TimeWheel
 from molens.config import SchedulerConfig
 from molens.fsm.commands import CreateItem, CreateTasks, encode
-from molens.fsm.machine import WheelAdd
-from molens.fsm.store import EntryResult, TaskStore
+from molens.fsm.machine import WheelAdd, WheelRemove
+from molens.fsm.store import TaskStore
 from molens.model import new_task_id, validate_create
 
 pytestmark = pytest.mark.integration
@@ -57,8 +57,8 @@ def test_timers_due_within_a_tick_travel_as_one_due_batch() -> None:
         wheel.tell(Rebuild())
         start = wall_ms() + 50
         n = 200  # one timer per millisecond for 200 ms: 20 ticks of 10 ms
-        effects = [WheelAdd(key=f"t{i}", due_ms=start + i) for i in range(n)]
-        wheel.tell(LeaderEffects([EntryResult(index=1, term=1, results=[], effects=effects)]))  # type: ignore[list-item]
+        effects: list[WheelAdd | WheelRemove] = [WheelAdd(key=f"t{i}", due_ms=start + i) for i in range(n)]
+        wheel.tell(WheelEffects(effects))
         end = time.monotonic() + 10
         while time.monotonic() < end:
             got = [m for m in sink.ask("got") if isinstance(m, DueBatch)]
@@ -112,7 +112,7 @@ def test_the_wheel_holds_only_the_horizon_and_the_loader_brings_the_rest_in_time
                 for off in (-1, 0, 1):
                     tid = f"late{n_late}{off}"
                     late[tid] = edge + off
-                    wheel.tell(LeaderEffects([EntryResult(index=0, term=1, results=[], effects=[WheelAdd(tid, edge + off)])]))  # type: ignore[list-item]
+                    wheel.tell(WheelEffects([WheelAdd(tid, edge + off)]))
                 n_late += 1
             got = {tid for m in sink.ask("got") if isinstance(m, DueBatch) for tid in m.task_ids}
             if len(got) >= len(due) + 3:

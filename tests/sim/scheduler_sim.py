@@ -765,7 +765,7 @@ class Sim:
         if wheel_effects:
             self.to_wheel(ld, wheel_effects)
         flow_sets = [e for e in out.effects if isinstance(e, FlowSet)]
-        if flow_sets:  # through the TimeWheel's mailbox, as FlowsChanged
+        if flow_sets:  # through the Dispatcher's mailbox, as FlowsChanged
             def configure() -> None:
                 if self.leader is ld:
                     for e in flow_sets:

@@ -1,0 +1,68 @@
+"""Applied entries' effects go from the Raft thread straight to the one leader actor that uses each:
+timer changes to the wheel, fire effects to the Monitor, flow settings to the Dispatcher. Nothing is
+relayed, and the Dispatcher (which learns of its own fires from its proposal's outcome) is not told
+of them a second time."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from molens.actors.messages import Committed, FlowsChanged, LeaderRefs, WheelEffects
+from molens.actors.supervisor import LeaderSupervisor, _Term, route_effects
+from molens.config import SchedulerConfig
+from molens.fsm.machine import Fire, FireRequest, FlowSet, WheelAdd, WheelRemove
+from molens.fsm.store import EntryResult
+from molens.model import FireKind
+from molens.schema import Reliability
+
+
+class Inbox:
+    """Stands in for an actor ref: keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.got: list[Any] = []
+
+    def tell(self, message: Any) -> None:
+        self.got.append(message)
+
+
+def _fire(fid: str, term: int) -> FireRequest:
+    f = Fire(fire_id=fid, task_id=fid, kind=FireKind.CALLBACK, attempt=1, worker="n1", deadline_ms=9, dispatched_ms=1)
+    return FireRequest(fire=f, url="http://127.0.0.1:9/x", body=b"", scene="", timeout_ms=1_000,
+                       reliability=Reliability.AT_LEAST_ONCE)
+
+
+def _entries() -> list[EntryResult]:
+    return [
+        EntryResult(index=7, term=3, results=[], effects=[_fire("old", 3), WheelRemove("t0")]),
+        EntryResult(index=8, term=4, results=[None], effects=[WheelAdd("t1", 5), _fire("new", 4)]),
+        EntryResult(index=9, term=4, results=[], effects=[FlowSet("f1", None), WheelRemove("t1")]),
+    ]
+
+
+def test_effects_are_split_by_the_actor_that_uses_them_in_log_order() -> None:
+    r = route_effects(_entries(), term=4)
+    assert r.wheel == [WheelRemove("t0"), WheelAdd("t1", 5), WheelRemove("t1")]
+    assert [e.fire.fire_id for e in r.own] == ["new"]
+    assert [e.fire.fire_id for e in r.other] == ["old"]
+    assert r.flows == (("f1", None),)
+
+
+def test_each_leader_actor_hears_only_the_effects_it_uses_and_the_dispatcher_no_fire_twice() -> None:
+    wheel, dispatcher, monitor, cleaner, notifier = Inbox(), Inbox(), Inbox(), Inbox(), Inbox()
+    sup = LeaderSupervisor(
+        node_id="n1", cfg=SchedulerConfig(), store=None,  # type: ignore[arg-type]
+        propose_batch=lambda _d, _cb: None, stats=None, pool=None,  # type: ignore[arg-type]
+        send_fires=lambda _g, _t: {}, local_free=lambda: 0, fatal=lambda _e: None,
+    )
+    refs = LeaderRefs(term=4, wheel=wheel, dispatcher=dispatcher, monitor=monitor,  # type: ignore[arg-type]
+                      cleaner=cleaner, notifier=notifier)  # type: ignore[arg-type]
+    sup._term = _Term(refs, threading.Event())
+    sup.on_applied(_entries())
+    assert wheel.got == [WheelEffects([WheelRemove("t0"), WheelAdd("t1", 5), WheelRemove("t1")])]
+    assert [type(m) for m in monitor.got] == [Committed]
+    c = monitor.got[0]
+    assert [e.fire.fire_id for e in c.own] == ["new"] and [e.fire.fire_id for e in c.other] == ["old"]
+    assert dispatcher.got == [FlowsChanged((("f1", None),))]  # its fires come with its proposal's outcome
+    assert cleaner.got == [] and notifier.got == []
