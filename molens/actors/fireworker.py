@@ -44,12 +44,12 @@ from molens.delivery import (
     FIRE_BATCH_VERSION,
     Deliverer,
     DeliveryOutcome,
+    FireRequest,
     FireResult,
     decode_fire_results,
     encode_fire_results,
     to_result_item,
 )
-from molens.delivery import FireRequest as WireFire
 from molens.delivery.pool import FirePool
 from molens.fsm.commands import ResultItem
 
@@ -235,7 +235,7 @@ class FireWorkerPool(pykka.ThreadingActor):
             return super().on_receive(message)
         return None
 
-    def _submit(self, fires: list[WireFire]) -> None:
+    def _submit(self, fires: list[FireRequest]) -> None:
         att = self._attempts
         if len(att) > MAX_TRACKED_ATTEMPTS:  # fires the pool dropped unsent leave entries
             log.warning("forgetting %d tracked fire attempts", len(att))
@@ -257,7 +257,7 @@ class FireWorkerPool(pykka.ThreadingActor):
                 for f in receipt.refused
             ])
 
-    def _give_back(self, fires: list[WireFire]) -> None:
+    def _give_back(self, fires: list[FireRequest]) -> None:
         """Fires this worker must not hold for their time on its wall clock, which stepped (a clock
         stepped back 15 s held one 15 s): answered as not sent, at once, so the leader sends them
         again elsewhere. Fires already due go out as before."""

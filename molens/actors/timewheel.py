@@ -38,7 +38,7 @@ from molens.actors.messages import (
     Wake,
 )
 from molens.actors.term import LeaderActor, TermContext
-from molens.fsm.machine import Effect, FireRequest, FlowSet, WheelAdd, WheelRemove
+from molens.fsm.machine import Effect, FlowSet, SendFire, WheelAdd, WheelRemove
 from molens.schedule.horizon import DEFAULT_SLICE_LIMIT, HorizonWheel, ReadSlice
 from molens.schedule.wheel import BucketStat
 from molens.schedule.wheel import HierarchicalWheel as Wheel
@@ -161,14 +161,14 @@ class TimeWheel(LeaderActor):
     def _applied(self, msg: LeaderEffects) -> None:
         wheel = self.wheel
         assert wheel is not None, "LeaderEffects before Rebuild"
-        own: list[FireRequest] = []
-        other: list[FireRequest] = []
+        own: list[SendFire] = []
+        other: list[SendFire] = []
         flows: list[tuple[str, Any]] = []
         term = self.ctx.term
         for er in msg.entries:
             wheel.apply(er.effects)
             for e in er.effects:
-                if isinstance(e, FireRequest):
+                if isinstance(e, SendFire):
                     (own if er.term == term else other).append(e)
                 elif isinstance(e, FlowSet):
                     flows.append((e.key, e.settings))

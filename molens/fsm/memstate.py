@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from molens.fsm import machine
 from molens.fsm.commands import Command, ExpireItem, FlowSettings
-from molens.fsm.machine import Applied, Fire, MachineConfig
+from molens.fsm.machine import Applied, FireRecord, MachineConfig
 from molens.model import TERMINAL_STATUSES, Execution, Task
 from molens.schema import DeadLetter, Notice
 
@@ -22,7 +22,7 @@ class MemoryState:
     def __init__(self, config: MachineConfig = machine.DEFAULT_CONFIG) -> None:
         self.config = config
         self.tasks: dict[str, Task] = {}
-        self.fires: dict[str, Fire] = {}
+        self.fires: dict[str, FireRecord] = {}
         self.idem: dict[str, str] = {}
         self.meta: dict[str, bytes] = {}
         self.due: set[tuple[int, str]] = set()
@@ -36,7 +36,7 @@ class MemoryState:
     def get_task(self, task_id: str) -> Task | None:
         return self.tasks.get(task_id)
 
-    def get_fire(self, fire_id: str) -> Fire | None:
+    def get_fire(self, fire_id: str) -> FireRecord | None:
         return self.fires.get(fire_id)
 
     def get_idem(self, key: str) -> str | None:
@@ -58,7 +58,7 @@ class MemoryState:
         rows = [r for r in sorted(self.due) if r >= start and r[0] < until_ms]
         return rows[:limit]
 
-    def scan_fires(self) -> Iterator[Fire]:
+    def scan_fires(self) -> Iterator[FireRecord]:
         return iter([self.fires[k] for k in sorted(self.fires)])
 
     def scan_expirable(self, updated_before_ms: int, limit: int) -> list[ExpireItem]:

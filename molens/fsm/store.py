@@ -66,7 +66,7 @@ from molens.fsm import format_v1, machine, search
 from molens.fsm.audit import AuditEntry
 from molens.fsm.commands import Command, CommandCodecError, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
-from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
+from molens.fsm.machine import Applied, Effect, FireRecord, MachineConfig, Writes
 from molens.lmdb_snapshot import (
     boot_id,
     guard_boot,
@@ -127,7 +127,7 @@ class _Pair:
 class EntryResult:
     """What applying one entry produced: per-item results for the proposer, effects for the leader.
 
-    ``term`` is the entry's Raft term. The leader's Dispatcher sends the ``FireRequest`` effects of
+    ``term`` is the entry's Raft term. The leader's Dispatcher sends the ``SendFire`` effects of
     an entry only if ``term`` is its own current term: a ``Dispatched`` entry of an earlier leader
     that commits at the start of a new term was never sent by the new leader, and is left to the
     Monitor (its fires stay in ``fires`` until their deadline, then go ``lost``/``unknown``).
@@ -186,16 +186,16 @@ def task_from_bytes(raw: bytes | memoryview) -> Task:
     return _TASK_DECODER.decode(raw)
 
 
-def fire_to_bytes(f: Fire) -> bytes:
+def fire_to_bytes(f: FireRecord) -> bytes:
     b: bytes = msgpack.packb(
         [f.task_id, _KIND_IX[f.kind], f.attempt, f.worker, f.deadline_ms, f.dispatched_ms], use_bin_type=True
     )
     return b
 
 
-def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
+def fire_from_bytes(fid: str, raw: bytes | memoryview) -> FireRecord:
     v = msgpack.unpackb(raw, raw=False, use_list=True)
-    return Fire(
+    return FireRecord(
         fire_id=fid, task_id=v[0], kind=_KINDS[v[1]], attempt=v[2], worker=v[3], deadline_ms=v[4],
         dispatched_ms=v[5],
     )
@@ -259,7 +259,7 @@ class _TxnView:
         raw = self._txn.get(task_id.encode(), db=self._tasks)
         return None if raw is None else task_from_bytes(raw)
 
-    def get_fire(self, fire_id: str) -> Fire | None:
+    def get_fire(self, fire_id: str) -> FireRecord | None:
         raw = self._txn.get(fire_id.encode(), db=self._fires)
         return None if raw is None else fire_from_bytes(fire_id, raw)
 
@@ -696,7 +696,7 @@ class TaskStore:
             raw = txn.get(task_id.encode(), db=self._tasks)
             return None if raw is None else task_from_bytes(raw)
 
-    def get_fire(self, fire_id: str) -> Fire | None:
+    def get_fire(self, fire_id: str) -> FireRecord | None:
         with self._env.begin() as txn:
             raw = txn.get(fire_id.encode(), db=self._fires)
             return None if raw is None else fire_from_bytes(fire_id, raw)
@@ -958,7 +958,7 @@ class TaskStore:
             n: int = txn.stat(self._dead)["entries"]
             return n
 
-    def scan_fires(self, chunk: int = 4096) -> Iterator[Fire]:
+    def scan_fires(self, chunk: int = 4096) -> Iterator[FireRecord]:
         """Every in-flight fire, in fire id order, streaming."""
         for k, v in self._scan(self._fires, b"", chunk):
             yield fire_from_bytes(k.decode(), v)

@@ -113,8 +113,8 @@ from molens.fsm.commands import (
 from molens.fsm.machine import (
     DEFAULT_CONFIG,
     Applied,
-    FireRequest,
     FlowSet,
+    SendFire,
     WheelAdd,
     WheelRemove,
     jitter,
@@ -221,7 +221,7 @@ class _Job:
     node: str
     incarnation: int
     delivery: Delivery
-    fr: FireRequest
+    fr: SendFire
     done: bool = False
 
 
@@ -767,7 +767,7 @@ class Sim:
             ld.plan.settle(refused)
             for it in refused:
                 ld.flows.cancel(it.fire_id, it.attempt)
-        fires = [e for e in out.effects if isinstance(e, FireRequest)]
+        fires = [e for e in out.effects if isinstance(e, SendFire)]
         if fires:  # Committed: the Monitor watches first, then the Dispatcher sends
             ld.watch.watch((e.fire for e in fires), self.now)
             for e in fires:
@@ -925,7 +925,7 @@ class Sim:
 
     # ---------------------------------------------------------------- workers and receivers
 
-    def send_fire(self, fr: FireRequest, term: int) -> None:
+    def send_fire(self, fr: SendFire, term: int) -> None:
         w = fr.fire.worker
         self.sent.append(Sent(fr.fire.fire_id, fr.fire.attempt, w, self.now, fr.fire.deadline_ms, term))
 
@@ -946,7 +946,7 @@ class Sim:
 
         self.at(self.now + self.rng.randint(*NET_LAT), arrive)
 
-    def start_request(self, w: str, fr: FireRequest) -> None:
+    def start_request(self, w: str, fr: SendFire) -> None:
         f = fr.fire
         t = self.replicas[w].get_task(f.task_id) or self.replicas[self.leader.node if self.leader else w].get_task(
             f.task_id
