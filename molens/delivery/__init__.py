@@ -422,6 +422,9 @@ def _vetted_socket(conn: HTTPConnection, policy: CallbackPolicy) -> socket.socke
 
 
 class _GuardedHTTPConnection(HTTPConnection):
+    """urllib3's connection, its every new socket connected through the callback host policy
+    (:func:`_vetted_socket`)."""
+
     def __init__(self, *args: Any, callback_policy: CallbackPolicy = DEFAULT_POLICY, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.callback_policy = callback_policy
@@ -430,13 +433,8 @@ class _GuardedHTTPConnection(HTTPConnection):
         return _vetted_socket(self, self.callback_policy)
 
 
-class _GuardedHTTPSConnection(HTTPSConnection):
-    def __init__(self, *args: Any, callback_policy: CallbackPolicy = DEFAULT_POLICY, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.callback_policy = callback_policy
-
-    def _new_conn(self) -> socket.socket:
-        return _vetted_socket(self, self.callback_policy)
+class _GuardedHTTPSConnection(_GuardedHTTPConnection, HTTPSConnection):
+    """The same guard over TLS."""
 
 
 class _GuardedHTTPConnectionPool(HTTPConnectionPool):
