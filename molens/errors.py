@@ -6,13 +6,21 @@ answers with, so an error raised deep in validation reaches the client unchanged
     MolensError (500 internal)
     ├── ValidationError (400 invalid_argument)
     │   ├── PayloadTooLargeError (413 payload_too_large)
-    │   └── BatchInvalid (400, molens.web.app: a batch with no valid item)
+    │   ├── BatchInvalid (400, molens.web.app: a batch with no valid item)
+    │   └── ScheduleError (molens.schedule.cron: a bad cron expression, time zone or interval;
+    │       also a ValueError)
     ├── NotFoundError (404 not_found)
     ├── IllegalTransitionError (409 illegal_transition)
     ├── PreconditionFailed (412 precondition_failed: If-Match names another version)
     ├── QuotaExceeded (429 quota_exceeded: a namespace's quota)
     ├── StoreError (molens.fsm.store), CommandCodecError (molens.fsm.commands), DeliveryCodecError
-    ├── ConfigError (molens.config), NodeError (molens.node), AdminError, CliError
+    ├── ConfigError (molens.config), NodeError (molens.node), AdminError, CliError, UsageError
+    │   (molens.ops_cli)
+    ├── molens.delivery: CallbackDenied (the callback host policy refused the address; the attempt
+    │   ends refused); in molens.delivery.loop, NameResolutionError and what a malformed answer
+    │   raises, and in molens.delivery the deadline passing mid-read: each ends an attempt as a
+    │   network error or timeout, never an API answer
+    ├── PermanentFireError (molens.receiver: a handler's "retrying cannot help"; 422 from the receiver)
     ├── RaftPeerError (molens.actors.peer_errors: a proposal's or a Raft operation's outcome)
     │   ├── ProposalRefused (not appended; retrying is safe)
     │   │   ├── NoTransferTarget, MembershipRefused
@@ -31,11 +39,17 @@ answers with, so an error raised deep in validation reaches the client unchanged
         ├── OutcomeUnknownError
         └── ConnectionFailedError
 
+Outside the tree, on purpose: the Raft package's ``RaftError`` tree (``molens/raft/errors.py``; the
+package imports nothing else from Molens) and ``molens.delivery.CallbackHostDenied``, which urllib3
+must see as its own ``NewConnectionError``. ``tests/unit/test_error_tree.py`` checks that every other
+exception class in ``molens/`` is a MolensError.
+
 "Not the leader" is one exception, ``molens.raft.core.NotLeaderError`` (with the known leader id),
 from the Raft core through RaftPeer to the admin socket; the REST API answers it with
 ``LeaderElsewhere`` (a 307 to the leader's URL) or ``NoLeader``.
 
-This module imports nothing: the client and receiver use it without the server's dependencies.
+This module imports nothing and is the lowest layer (``.importlinter``): every package, the client,
+the receiver and ``molens.schedule`` among them, may import it without the server's dependencies.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
@@ -35,12 +35,11 @@ from molens.actors.peer_messages import LeaderChange
 from molens.actors.stats import COUNTERS
 from molens.config import Config
 from molens.errors import MolensError
-from molens.fsm.commands import Command, FlowSettings
+from molens.fsm.commands import Command
 from molens.fsm.history import History
 from molens.fsm.machine import NOT_FIRED
-from molens.fsm.search import TaskIndex
 from molens.fsm.store import EntryResult, TaskStore
-from molens.model import FailureKind, IllegalTransitionError, NotFoundError, Task
+from molens.model import FailureKind, IllegalTransitionError, NotFoundError
 from molens.raft import core as rc
 from molens.schedule.flows import FlowState
 from molens.wallclock import wall_ms
@@ -66,6 +65,7 @@ from molens.web.node_stats import (
     thread_cpu_s,
     thread_switches,
 )
+from molens.web.store_reads import StoreReads
 
 if TYPE_CHECKING:
     from molens.scheduler import Scheduler
@@ -128,7 +128,7 @@ class _Outcome:
         return self._lock.acquire(timeout=max(0.0, timeout_s))
 
 
-class NodeContext:
+class NodeContext(StoreReads):
     """ApiContext of a Raft node (see the module docstring)."""
 
     def __init__(
@@ -182,14 +182,6 @@ class NodeContext:
 
     # ------------------------------------------------------------------ ApiContext
 
-    @property
-    def settings(self) -> ApiSettings:
-        return self._settings
-
-    @property
-    def history(self) -> History:
-        return self._history
-
     def _leader_url(self, leader_id: str | None) -> str | None:
         if not leader_id:
             return None
@@ -231,17 +223,6 @@ class NodeContext:
             raise from_proposal_error(outcome.error, self._leader_url) from outcome.error
         return [r.results if isinstance(r, EntryResult) else [r] for r in outcome.results]
 
-    def get_task(self, task_id: str) -> Task | None:
-        return self.store.get_task(task_id)
-
-    @property
-    def audit(self) -> TaskStore:
-        return self.store
-
-    @property
-    def dead_letters(self) -> TaskStore:
-        return self.store
-
     def read_barrier(self, timeout_s: float) -> None:
         try:
             self.peer.read_index(timeout_s)
@@ -250,41 +231,9 @@ class NodeContext:
         except (FutureTimeout, TimeoutError):
             raise Unavailable(f"the read was not confirmed by a quorum within {timeout_s:g} s") from None
 
-    def scan_tasks(self, after: str = "") -> Iterator[Task]:
-        return self.store.scan_tasks(after, chunk=256)
-
-    def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
-        return self.store.scan_tasks_before(before, chunk=256)
-
-    def scan_tasks_where(
-        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False
-    ) -> Iterator[Task]:
-        return self.store.scan_tasks_where(statuses=statuses, scene=scene, after=after, reverse=reverse)
-
-    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
-        return self.store.scan_due(chunk=256, after=after)
-
-    def task_search(self) -> TaskIndex:
-        return self.store.search
-
-    def task_counts(self) -> dict[str, int]:
-        return self.store.counts()
-
     def flow_states(self) -> list[FlowState] | None:
         sched = self.scheduler
         return None if sched is None else sched.flow_states()
-
-    def scan_flows(self) -> list[tuple[str, FlowSettings]]:
-        return self.store.scan_flows()
-
-    def get_flow(self, key: str) -> FlowSettings | None:
-        return self.store.get_flow(key)
-
-    def get_meta(self, key: str) -> bytes | None:
-        return self.store.get_meta(key)
-
-    def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
-        return self.store.scan_meta(prefix)
 
     def cluster_status(self) -> dict[str, Any]:
         st = self.peer.status()
@@ -412,7 +361,6 @@ class NodeContext:
             }
         return out
 
-
     def wheel_distribution(self) -> WheelDistribution | None:
         sched = self.scheduler
         if sched is None:
@@ -432,10 +380,6 @@ class NodeContext:
 
     def metrics(self) -> NodeMetrics:
         return self._metrics
-
-    def _task_namespace(self, task_id: str) -> str | None:
-        t = self.store.get_task(task_id)
-        return None if t is None else t.namespace
 
     def _metrics_snapshot(self) -> MetricsSnapshot:
         li = self.leader_info()
@@ -523,12 +467,5 @@ class NodeContext:
 
     def now_ms(self) -> int:
         return wall_ms()
-
-    def new_task_id(self) -> str:
-        return self._ids.new(self.now_ms())
-
-    def new_task_ids(self, n: int) -> list[str]:
-        return self._ids.new_many(self.now_ms(), n)
-
 
 __all__ = ["NodeContext", "from_proposal_error"]

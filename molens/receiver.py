@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from molens.errors import MolensError
 from molens.signing import DEFAULT_TOLERANCE_MS, verify_signature
 
 if TYPE_CHECKING:
@@ -53,8 +54,12 @@ _RETRY_AFTER_S = "1"
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
-class PermanentFireError(Exception):
-    """Raise from a handler when retrying cannot help: the fire is recorded as failed for good."""
+class PermanentFireError(MolensError):
+    """Raise from a handler when retrying cannot help: the fire is recorded as failed for good, with
+    ``message`` (the class name when empty) as the reason."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,8 +54,7 @@ from molens.actors.peer_handle import RaftPeerHandle
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
-from molens.delivery import FIRE_BATCH_V1, decode_fire_batch, encode_fire_batch
-from molens.delivery import FireRequest as WireFire
+from molens.delivery import FIRE_BATCH_V1, FireRequest, decode_fire_batch, encode_fire_batch
 from molens.delivery.pool import FirePool, FirePoolStats, make_pool_manager
 from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
@@ -334,11 +333,11 @@ class Scheduler:
         versions until it does (``docs/deploy.md#rolling-upgrade``)."""
         return self.batch_versions.get(worker, FIRE_BATCH_V1)
 
-    def send_fires(self, by_worker: dict[str, list[WireFire]], term: int) -> dict[str, list[WireFire]]:
+    def send_fires(self, by_worker: dict[str, list[FireRequest]], term: int) -> dict[str, list[FireRequest]]:
         """Send fires committed in ``term`` (this node leads it) to their workers, one frame each, this
         node's own into its pool's queue (the Dispatcher's thread); returns the groups that could not
         be queued."""
-        failed: dict[str, list[WireFire]] = {}
+        failed: dict[str, list[FireRequest]] = {}
         for wid, fires in by_worker.items():
             if wid == self.node_id:
                 if self._local_fires is None or not self._local_fires.carry_out(fires):

@@ -68,11 +68,10 @@ from molens.actors.messages import (
 )
 from molens.actors.peer_errors import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
-from molens.delivery import FireRequest as WireFire
-from molens.delivery import FireResult, to_result_item
+from molens.delivery import FireRequest, FireResult, to_result_item
 from molens.fsm import tenancy
 from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSettings, ResultItem
-from molens.fsm.machine import FireRequest
+from molens.fsm.machine import SendFire
 from molens.fsm.store import EntryResult
 from molens.model import Task
 from molens.schedule.flows import FlowControl, FlowLimits, NamespacedFlows
@@ -110,10 +109,10 @@ class _Worker:
     current: int = 0
 
 
-def to_wire(e: FireRequest) -> WireFire:
-    """The worker's FireRequest for a committed fire effect."""
+def to_wire(e: SendFire) -> FireRequest:
+    """The worker's SendFire for a committed fire effect."""
     f = e.fire
-    return WireFire(
+    return FireRequest(
         fire_id=f.fire_id, task_id=f.task_id, attempt=f.attempt, kind=f.kind, url=e.url, body=e.body, scene=e.scene,
         timeout_ms=e.timeout_ms, deadline_ms=f.deadline_ms, not_before_ms=e.not_before_ms,
         scheduled_ms=e.scheduled_ms, traceparent=e.traceparent or "",
@@ -256,9 +255,9 @@ class DispatchPlan:
         return sum(self.live_workers().values())
 
     @staticmethod
-    def group(effects: Iterable[FireRequest]) -> dict[str, list[WireFire]]:
+    def group(effects: Iterable[SendFire]) -> dict[str, list[FireRequest]]:
         """Committed fire effects grouped by the worker they were planned for."""
-        out: dict[str, list[WireFire]] = {}
+        out: dict[str, list[FireRequest]] = {}
         for e in effects:
             out.setdefault(e.fire.worker, []).append(to_wire(e))
         return out
@@ -469,10 +468,10 @@ class Dispatcher(LeaderActor):
         self.accepted += len(m.items) - len(refused)
         self.stats.add(dispatched_accepted=len(m.items) - len(refused))
         if er is not None:  # applied in this term (else the outcome is an error): the Monitor already watches these
-            self._send([e for e in er.effects if isinstance(e, FireRequest)])
+            self._send([e for e in er.effects if isinstance(e, SendFire)])
 
     # ---- sending ---------------------------------------------------------------------------------
-    def _send(self, fires: list[FireRequest]) -> None:
+    def _send(self, fires: list[SendFire]) -> None:
         if self.ended or not fires:
             return
         ctx = self.ctx

@@ -51,13 +51,13 @@ from molens.delivery import (
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
     Deliverer,
+    FireRequest,
     FireResult,
     decode_fire_results,
     encode_fire_results,
     split_unsent,
     to_result_item,
 )
-from molens.delivery import FireRequest as WireFire
 from molens.delivery.pool import FirePool
 from molens.fsm.commands import ResultItem
 
@@ -78,7 +78,7 @@ class LocalFires:
     """How this node's Dispatcher hands fires to this node's pool, on its own thread:
     ``carry_out(fires)`` is False when the pool no longer takes any (it is stopping)."""
 
-    carry_out: Callable[[list[WireFire]], bool]
+    carry_out: Callable[[list[FireRequest]], bool]
 
 
 MAX_TRACKED_ATTEMPTS = 200_000
@@ -220,7 +220,7 @@ class FireWorkerPool(pykka.ThreadingActor):
         if self._fatal is not None:
             self._fatal(exception_value if isinstance(exception_value, BaseException) else RuntimeError("fire worker failed"))
 
-    def carry_out(self, fires: list[WireFire]) -> bool:
+    def carry_out(self, fires: list[FireRequest]) -> bool:
         """Fires from this node's Dispatcher, taken on its thread (not through the mailbox)."""
         if self._stopping:
             return False
@@ -265,7 +265,7 @@ class FireWorkerPool(pykka.ThreadingActor):
             return super().on_receive(message)
         return None
 
-    def _submit(self, fires: list[WireFire]) -> None:
+    def _submit(self, fires: list[FireRequest]) -> None:
         with self._att_lock:
             att = self._attempts
             if len(att) > MAX_TRACKED_ATTEMPTS:  # fires the pool dropped unsent leave entries
@@ -283,7 +283,7 @@ class FireWorkerPool(pykka.ThreadingActor):
             self._pool_results([FireResult.unsent(f.fire_id, f.kind, self.node_id, "worker queue full")
                                 for f in receipt.refused])
 
-    def _give_back(self, fires: list[WireFire]) -> None:
+    def _give_back(self, fires: list[FireRequest]) -> None:
         """Fires this worker must not hold for their time on its wall clock, which stepped (a clock
         stepped back 15 s held one 15 s): answered as not sent, at once, so the leader sends them
         again elsewhere. Fires already due go out as before."""

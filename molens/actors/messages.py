@@ -13,9 +13,9 @@ from typing import Any
 
 import pykka
 
-from molens.delivery import FireRequest as WireFire
+from molens.delivery import FireRequest
 from molens.fsm.commands import DispatchItem, FlowSettings, ResultItem
-from molens.fsm.machine import FireRequest, WheelAdd, WheelRemove
+from molens.fsm.machine import SendFire, WheelAdd, WheelRemove
 
 # --- events ----------------------------------------------------------------------------------------
 
@@ -56,8 +56,8 @@ class Committed:
     ``other`` those of an earlier term's entries (never sent by this leader; the Monitor gives
     them up at their deadline)."""
 
-    own: list[FireRequest]
-    other: list[FireRequest]
+    own: list[SendFire]
+    other: list[SendFire]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +180,7 @@ class Drain:
 class FireBatch:
     """Dispatcher / worker RPC -> FireWorkerPool: fires to carry out on this node."""
 
-    fires: list[WireFire]
+    fires: list[FireRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +224,7 @@ class StatsBatch:
 class Delivered:
     """FireWorkerPool -> Stats: attempts this node carried out, ``(request, result, started_ms)``."""
 
-    attempts: list[tuple[WireFire, Any, float]]
+    attempts: list[tuple[FireRequest, Any, float]]
 
 
 # --- queries (ask) -----------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ from molens.actors.messages import (
 from molens.actors.peer_errors import ProposalRefused
 from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.commands import ResultItem, Results
-from molens.fsm.machine import Fire, lost_result
+from molens.fsm.machine import FireRecord, lost_result
 from molens.model import FireKind, Outcome
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class FireWatch:
     """Deadline heap of in-flight fires, and the open ones by worker (pure apart from the store
     read it is given)."""
 
-    def __init__(self, get_fire: Callable[[str], Fire | None]) -> None:
+    def __init__(self, get_fire: Callable[[str], FireRecord | None]) -> None:
         self._get_fire = get_fire
         self._heap: list[tuple[int, str, int, FireKind]] = []
         self._open: dict[str, int] = {}
@@ -160,7 +160,7 @@ class FireWatch:
         self.lost = 0
         self.lost_on_worker = 0
 
-    def watch(self, fires: Iterable[Fire], now_ms: int = 0) -> None:
+    def watch(self, fires: Iterable[FireRecord], now_ms: int = 0) -> None:
         """Watch ``fires`` from ``now_ms`` on (0: sent before this term, never by this leader)."""
         for f in fires:
             self._forget(f.fire_id)

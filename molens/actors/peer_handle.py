@@ -53,7 +53,7 @@ from molens.actors.peer_state import (
 from molens.actors.raft_peer import RaftPeer
 from molens.config import PeerConfig, RaftSettings, zmq_endpoint
 from molens.raft.clock import ClockVerdict
-from molens.raft.log import Membership
+from molens.raft.log import Membership, PeerLog
 from molens.raft.storage import LmdbLog
 from molens.raft.transport import CurveKeys, RaftTransport, TransportConfig
 
@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 
 
-def lmdb_log(cfg: RaftSettings, data_dir: Path, bootstrap_voters: tuple[str, ...], durable: bool = True) -> LmdbLog:
+def lmdb_log(cfg: RaftSettings, data_dir: Path, bootstrap_voters: tuple[str, ...], durable: bool = True) -> PeerLog:
     """A node's Raft log: lmdb in ``data_dir`` (every save fsync'd unless ``durable`` is False)."""
     return LmdbLog(data_dir, Membership(bootstrap_voters), durable=durable, keep_snapshots=cfg.keep_snapshots)
 

@@ -25,8 +25,8 @@ from molens.actors.peer_state import PeerCounters, PeerTransport, Stall, fail_wa
 from molens.config import PeerConfig, RaftSettings, zmq_endpoint
 from molens.raft import core as rc
 from molens.raft.fsm import StateMachine
-from molens.raft.log import Membership, SnapshotMeta
-from molens.raft.storage import LmdbLog, SnapshotFile, SnapshotReceiver
+from molens.raft.log import Membership, PeerLog, SnapshotMeta
+from molens.raft.storage import SnapshotFile, SnapshotReceiver
 
 log = logging.getLogger("molens.actors.raft_peer")
 
@@ -41,7 +41,7 @@ class SnapshotWork(pykka.ThreadingActor):
     cfg: RaftSettings
     data_dir: Path
     fsm: StateMachine
-    log: LmdbLog
+    log: PeerLog
     core: rc.RaftCore
     book: AddressBook
     transport: PeerTransport

@@ -5,6 +5,7 @@ The actor's own: its counters and a stalled Ready."""
 
 from __future__ import annotations
 
+import abc
 import bisect
 import itertools
 import logging
@@ -132,14 +133,13 @@ class BatchOutcome:
                 log.exception("proposal batch callback failed")
 
 
-class BatchSlot:
-    """One entry of a :class:`BatchOutcome`; quacks like the Future methods the peer uses."""
+class _SettledOnce(abc.ABC):
+    """A waiter that quacks like the Future methods the peer uses: the first outcome, a result or
+    an exception, goes to :meth:`_settle`; any later one is dropped."""
 
-    __slots__ = ("_done", "batch", "i")
+    __slots__ = ("_done",)
 
-    def __init__(self, batch: BatchOutcome, i: int) -> None:
-        self.batch = batch
-        self.i = i
+    def __init__(self) -> None:
         self._done = False
 
     def done(self) -> bool:
@@ -148,40 +148,45 @@ class BatchSlot:
     def set_result(self, value: Any) -> None:
         if not self._done:
             self._done = True
-            self.batch.settle(self.i, value, None)
+            self._settle(value, None)
 
     def set_exception(self, exc: BaseException) -> None:
         if not self._done:
             self._done = True
-            self.batch.settle(self.i, None, exc)
+            self._settle(None, exc)
+
+    @abc.abstractmethod
+    def _settle(self, value: Any, exc: BaseException | None) -> None:
+        """The outcome: ``value`` when ``exc`` is None."""
 
 
-class OneCallback:
+class BatchSlot(_SettledOnce):
+    """One entry of a :class:`BatchOutcome`."""
+
+    __slots__ = ("batch", "i")
+
+    def __init__(self, batch: BatchOutcome, i: int) -> None:
+        super().__init__()
+        self.batch = batch
+        self.i = i
+
+    def _settle(self, value: Any, exc: BaseException | None) -> None:
+        self.batch.settle(self.i, value, exc)
+
+
+class OneCallback(_SettledOnce):
     """The outcome of a one-entry :meth:`RaftPeerHandle.propose_batch`: the callback itself, with
     no per-batch state or lock (a single outcome needs no counting)."""
 
-    __slots__ = ("_done", "on_done")
+    __slots__ = ("on_done",)
 
     def __init__(self, on_done: BatchCallback) -> None:
+        super().__init__()
         self.on_done = on_done
-        self._done = False
 
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, value: Any) -> None:
-        if not self._done:
-            self._done = True
-            self._call([value], None)
-
-    def set_exception(self, exc: BaseException) -> None:
-        if not self._done:
-            self._done = True
-            self._call([None], exc)
-
-    def _call(self, results: list[Any], exc: BaseException | None) -> None:
+    def _settle(self, value: Any, exc: BaseException | None) -> None:
         try:
-            self.on_done(results, exc)
+            self.on_done([value], exc)
         except Exception:
             log.exception("proposal batch callback failed")
 

@@ -1,4 +1,4 @@
-"""RaftPeer: the pykka actor that drives the pure Raft core with lmdb storage, ZeroMQ and an FSM.
+"""RaftPeer: the pykka actor that drives the pure Raft core with its log, its transport and an FSM.
 
 Everything Raft happens on this actor's thread. Inputs arrive as actor messages: ticks (from a
 ticker thread), peer messages (from the transport's I/O thread), proposals and admin requests.
@@ -12,7 +12,7 @@ One cycle, in the order the core's module docstring prescribes::
     receiver.write(rd.snapshot_chunks)                   # a snapshot arriving: to its file (checked
                                                          # when whole, on a thread of its own, which
                                                          # then calls core.snapshot_received)
-    log.save(snapshot, entries, hard_state)              # one durable lmdb transaction
+    log.save(snapshot, entries, hard_state)              # one durable step (lmdb: one transaction)
     send rd.messages_after_persist
     fsm.restore(rd.snapshot); fsm.apply_batch(rd.committed_entries) in batches -> resolve futures
     publish rd.soft_state -> leadership subscribers (and fail proposals whose outcome became unknown)
@@ -23,8 +23,10 @@ node, learn peers, reload keys, snapshot now, read index, subscribe, wait until,
 answered between cycles under the same rule: the proposals taken so far are appended first and a Ready
 cycle runs right after, so what a request changed goes out at once.
 
-The peer is handed its log and its transport (a node: :func:`~molens.actors.peer_handle.lmdb_log`,
-:func:`~molens.actors.peer_handle.zmq_transport`). Beside this module: the thread-safe face
+The peer is handed its log (a :class:`~molens.raft.log.PeerLog`) and its transport (a
+:class:`~molens.actors.peer_state.PeerTransport` factory): a node's are lmdb and ZeroMQ
+(:func:`~molens.actors.peer_handle.lmdb_log`, :func:`~molens.actors.peer_handle.zmq_transport`),
+tests hand in-memory twins (``tests/memory_log.py``, ``tests/memory_transport.py``). Beside this module: the thread-safe face
 (:mod:`~molens.actors.peer_handle`), snapshot work (:mod:`~molens.actors.peer_snapshots`, this
 class's base), what is shared with other threads (:mod:`~molens.actors.peer_state`), the address
 book and its codec (:mod:`~molens.actors.address_book`), the errors (:mod:`~molens.actors.peer_errors`).
@@ -130,9 +132,9 @@ from molens.config import PeerConfig, RaftSettings, zmq_endpoint
 from molens.raft import core as rc
 from molens.raft.errors import CodecError
 from molens.raft.fsm import StateMachine
-from molens.raft.log import Entry, EntryKind, HardState, Membership, SnapshotMeta
+from molens.raft.log import Entry, EntryKind, HardState, Membership, PeerLog, SnapshotMeta
 from molens.raft.messages import ConfChangeOp, RequestVote, decode, decode_conf_change, encode_all
-from molens.raft.storage import LmdbLog, SnapshotFile, SnapshotReceiver
+from molens.raft.storage import SnapshotFile, SnapshotReceiver
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +198,7 @@ class RaftPeer(SnapshotWork):
         peers: tuple[PeerConfig, ...],
         bootstrap_voters: tuple[str, ...],
         *,
-        log: LmdbLog,
+        log: PeerLog,
         transport: TransportFactory,
         lifecycle: Lifecycle | None = None,
         on_peer_change: Callable[[PeerConfig], None] | None = None,

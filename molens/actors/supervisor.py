@@ -51,7 +51,7 @@ from molens.actors.stats import StatsClient
 from molens.actors.term import ProposeCallback, TermContext
 from molens.actors.timewheel import TimeWheel
 from molens.config import AuditConfig, NotificationsConfig, SchedulerConfig
-from molens.fsm.machine import FireRequest, FlowSet, WheelAdd, WheelRemove
+from molens.fsm.machine import FlowSet, SendFire, WheelAdd, WheelRemove
 from molens.fsm.store import EntryResult, TaskStore
 from molens.tracing import NO_SPANS, Spans
 
@@ -72,9 +72,9 @@ class Routed:
     """The effects of applied entries, split by the actor that uses them (each in log order)."""
 
     wheel: list[WheelAdd | WheelRemove]
-    own: list[FireRequest]
+    own: list[SendFire]
     """Fire effects of entries of ``term`` (sent by this leader's Dispatcher)."""
-    other: list[FireRequest]
+    other: list[SendFire]
     """Fire effects of an earlier term's entries (never sent by this leader)."""
     flows: tuple[tuple[str, Any], ...]
 
@@ -88,15 +88,15 @@ def route_effects(entries: list[EntryResult], term: int) -> Routed:
     ([WheelAdd(key='t1', due_ms=5)], [], ())
     """
     wheel: list[WheelAdd | WheelRemove] = []
-    own: list[FireRequest] = []
-    other: list[FireRequest] = []
+    own: list[SendFire] = []
+    other: list[SendFire] = []
     flows: list[tuple[str, Any]] = []
     for er in entries:
         fires = own if er.term == term else other
         for e in er.effects:
             if isinstance(e, (WheelAdd, WheelRemove)):
                 wheel.append(e)
-            elif isinstance(e, FireRequest):
+            elif isinstance(e, SendFire):
                 fires.append(e)
             elif isinstance(e, FlowSet):
                 flows.append((e.key, e.settings))

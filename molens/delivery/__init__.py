@@ -368,16 +368,13 @@ def to_result_item(r: FireResult) -> ResultItem:
     )
 
 
-class _DeadlinePassed(Exception):
-    pass
+class _DeadlinePassed(MolensError):
+    """The attempt's deadline passed while its answer was being read (caught in this module)."""
 
 
-class CallbackDenied(Exception):
-    """The callback host resolved to an address the callback host policy denies (``reason`` says which)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+class CallbackDenied(MolensError):
+    """The callback host resolved to an address the callback host policy denies (``message`` says
+    which); the attempt ends refused, nothing sent. Never an API answer."""
 
 
 class CallbackHostDenied(NewConnectionError):
@@ -440,7 +437,7 @@ def _vetted_socket(conn: HTTPConnection, policy: CallbackPolicy) -> socket.socke
     except socket.gaierror as e:
         raise NameResolutionError(conn.host, conn, e) from e
     except CallbackDenied as e:
-        raise CallbackHostDenied(conn, e.reason) from e
+        raise CallbackHostDenied(conn, e.message) from e
     except TimeoutError as e:
         raise ConnectTimeoutError(
             conn, f"Connection to {conn.host} timed out. (connect timeout={conn.timeout})"
@@ -452,6 +449,9 @@ def _vetted_socket(conn: HTTPConnection, policy: CallbackPolicy) -> socket.socke
 
 
 class _GuardedHTTPConnection(HTTPConnection):
+    """urllib3's connection, its every new socket connected through the callback host policy
+    (:func:`_vetted_socket`)."""
+
     def __init__(self, *args: Any, callback_policy: CallbackPolicy = DEFAULT_POLICY, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.callback_policy = callback_policy
@@ -460,13 +460,8 @@ class _GuardedHTTPConnection(HTTPConnection):
         return _vetted_socket(self, self.callback_policy)
 
 
-class _GuardedHTTPSConnection(HTTPSConnection):
-    def __init__(self, *args: Any, callback_policy: CallbackPolicy = DEFAULT_POLICY, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.callback_policy = callback_policy
-
-    def _new_conn(self) -> socket.socket:
-        return _vetted_socket(self, self.callback_policy)
+class _GuardedHTTPSConnection(_GuardedHTTPConnection, HTTPSConnection):
+    """The same guard over TLS."""
 
 
 class _GuardedHTTPConnectionPool(HTTPConnectionPool):
@@ -697,7 +692,7 @@ class Deliverer:
 def _bound_next_read(resp: urllib3.BaseHTTPResponse, deadline: float) -> None:
     left = deadline - time.monotonic()
     if left <= 0:
-        raise _DeadlinePassed()
+        raise _DeadlinePassed("the attempt's deadline passed before its answer was read")
     sock = getattr(resp.connection, "sock", None)
     if sock is not None:
         sock.settimeout(left)

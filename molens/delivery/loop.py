@@ -69,6 +69,7 @@ from molens.delivery import (
     retry_after_ms,
     vetted_resolve,
 )
+from molens.errors import MolensError
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +142,11 @@ class _Exchange:
         self.done = False
 
 
-class _Malformed(Exception):
-    pass
+class _Malformed(MolensError):
+    """An answer that is not HTTP/1.x as this loop reads it (caught in this module: a network error)."""
 
 
-class NameResolutionError(OSError):
+class NameResolutionError(MolensError):
     """The callback host's name did not resolve (named as urllib3 names it, for the same error text)."""
 
 
@@ -399,7 +400,7 @@ class FireLoop:
     def _unreachable(self, ex: _Exchange, err: BaseException) -> None:
         """No connection for this attempt: the policy refused the host, or it did not resolve or connect."""
         if isinstance(err, CallbackDenied):
-            self._complete(ex, self._d.refused_result(ex.req, ex.start, err.reason))
+            self._complete(ex, self._d.refused_result(ex.req, ex.start, err.message))
             return
         if isinstance(err, socket.gaierror):
             err = NameResolutionError(f"Failed to resolve '{ex.key[0]}' ({err})")

@@ -10,14 +10,14 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
 
 - **Dispatch protocol.** Nothing fires unless planned under the current term: the leader proposes
   ``Dispatched`` for a due task *before* sending, and sends only the items whose result is ``None``
-  (accepted) in the :class:`FireRequest` effects of that committed entry. An item is refused when the
+  (accepted) in the :class:`SendFire` effects of that committed entry. An item is refused when the
   task is not due yet, is paused/terminal, already has a fire in flight (no overlapping
   occurrences but for ``overlap`` allow), or the fire id/attempt is stale. Accepting stores a fire
   record (``fires``) until a result arrives.
 - **Dispatch ahead.** A task counts as due for ``Dispatched`` when its due time is at most
   ``MachineConfig.max_dispatch_lead_ms`` after the entry's ``now_ms``: the leader plans a fire up to
   ``scheduler.dispatch_lead_ms`` (<= that bound) early so the entry's commit is off the fire's
-  critical path, and the ``FireRequest`` carries ``not_before_ms`` (the due time) before which the
+  critical path, and the ``SendFire`` carries ``not_before_ms`` (the due time) before which the
   worker must not send it. The bound is a code constant, not node config, so every replica accepts
   and refuses the same items. ``last_fire_ms`` is the later of the stamp and the due time.
 - **Results.** 2xx is ``success``; 404 on a callback is ``not_found``; any other status ``failed``;
@@ -183,8 +183,8 @@ DEFAULT_CONFIG = MachineConfig()
 
 
 @dataclass(frozen=True, slots=True)
-class Fire:
-    """An in-flight attempt (lmdb ``fires``): planned under some term, no result yet."""
+class FireRecord:
+    """The record of an attempt in flight (lmdb ``fires``): planned under some term, no result yet."""
 
     fire_id: str
     task_id: str
@@ -202,7 +202,7 @@ class View(Protocol):
     """Read access the machine needs (the store's write transaction implements it)."""
 
     def get_task(self, task_id: str) -> Task | None: ...
-    def get_fire(self, fire_id: str) -> Fire | None: ...
+    def get_fire(self, fire_id: str) -> FireRecord | None: ...
     def get_idem(self, key: str) -> str | None: ...
     def get_flow(self, key: str) -> FlowSettings | None: ...
     def get_dead(self, dead_id: str) -> DeadLetter | None: ...
@@ -213,7 +213,7 @@ class ScanView(View, Protocol):
     """What a new leader streams from (the store implements it without loading everything)."""
 
     def scan_due(self) -> Iterator[tuple[int, str]]: ...
-    def scan_fires(self) -> Iterator[Fire]: ...
+    def scan_fires(self) -> Iterator[FireRecord]: ...
 
 
 # -------------------------------------------------------------------------------------------------
@@ -232,11 +232,11 @@ class WheelRemove:
 
 
 @dataclass(frozen=True, slots=True)
-class FireRequest:
-    """Send this attempt (the Dispatched entry that planned it has committed), not before
+class SendFire:
+    """Effect: send this attempt (the Dispatched entry that planned it has committed), not before
     ``not_before_ms`` (the due time it was planned for; it may still be ahead: dispatch ahead)."""
 
-    fire: Fire
+    fire: FireRecord
     url: str
     body: bytes
     scene: str
@@ -257,7 +257,7 @@ class FlowSet:
     settings: FlowSettings | None
 
 
-Effect = WheelAdd | WheelRemove | FireRequest | FlowSet
+Effect = WheelAdd | WheelRemove | SendFire | FlowSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +277,7 @@ class Writes:
     """Final state of everything a command touched (``None`` = delete)."""
 
     tasks: dict[str, Task | None] = field(default_factory=dict)
-    fires: dict[str, Fire | None] = field(default_factory=dict)
+    fires: dict[str, FireRecord | None] = field(default_factory=dict)
     idem: dict[str, str | None] = field(default_factory=dict)
     meta: dict[str, bytes | None] = field(default_factory=dict)
     flows: dict[str, FlowSettings | None] = field(default_factory=dict)
@@ -348,7 +348,7 @@ class _Tx:
             self.orig[t.id] = self.view.get_task(t.id)
         self.w.tasks[t.id] = None
 
-    def fire(self, fid: str) -> Fire | None:
+    def fire(self, fid: str) -> FireRecord | None:
         if fid in self.w.fires:
             return self.w.fires[fid]
         return self.view.get_fire(fid)
@@ -826,7 +826,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         if caught is None:
             return IllegalTransitionError(f"task {t.id}: missed occurrences skipped (catchup)", "task_id")
         t, due = caught, caught.due_ms or due
-    fire = Fire(
+    fire = FireRecord(
         fire_id=it.fire_id, task_id=t.id, kind=kind, attempt=it.attempt, worker=it.worker,
         deadline_ms=it.deadline_ms, dispatched_ms=now, not_before_ms=due,
     )
@@ -853,7 +853,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
         nt = _detach(tx, nt, now)
     tx.put(nt)
     tx.effects.append(
-        FireRequest(
+        SendFire(
             fire=fire, url=url, body=t.spec.payload_json, scene=t.spec.scene, timeout_ms=t.spec.timeout_ms,
             reliability=t.spec.reliability, not_before_ms=due, scheduled_ms=t.sched_ms,
             traceparent=t.spec.traceparent,
@@ -923,7 +923,7 @@ def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_
         return IllegalTransitionError(
             f"stale fire {it.fire_id} attempt {it.attempt}; expected attempt {r.attempt + 1}", "fire_id"
         )
-    fire = Fire(
+    fire = FireRecord(
         fire_id=it.fire_id, task_id=t.id, kind=FireKind.CALLBACK, attempt=it.attempt, worker=it.worker,
         deadline_ms=it.deadline_ms, dispatched_ms=now, not_before_ms=r.due_ms,
     )
@@ -931,7 +931,7 @@ def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_
     nr = _replace(r, attempt=it.attempt, due_ms=None, inflight=True)
     tx.put(_replace(t, running=_with_running(t, i, nr), last_fire_ms=max(now, r.due_ms), updated_ms=now))
     s = t.spec
-    tx.effects.append(FireRequest(
+    tx.effects.append(SendFire(
         fire=fire, url=s.callback_url, body=s.payload_json, scene=s.scene, timeout_ms=s.timeout_ms,
         reliability=s.reliability, not_before_ms=r.due_ms, scheduled_ms=r.sched_ms, traceparent=s.traceparent,
     ))
@@ -945,7 +945,7 @@ def _as_occurrence(t: Task, r: Running) -> Task:
 
 
 def _result_running(
-    tx: _Tx, t: Task, i: int, it: ResultItem, fire: Fire, now: int, cfg: MachineConfig
+    tx: _Tx, t: Task, i: int, it: ResultItem, fire: FireRecord, now: int, cfg: MachineConfig
 ) -> ItemResult:
     """The result of running occurrence ``t.running[i]``'s attempt (overlap allow): it retries by
     the task's policy or ends (success; failed for good: a dead letter, and a failure counted
@@ -1119,7 +1119,7 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     return None
 
 
-def _late_result(tx: _Tx, it: ResultItem, fire: Fire | None, now: int, cfg: MachineConfig) -> None:
+def _late_result(tx: _Tx, it: ResultItem, fire: FireRecord | None, now: int, cfg: MachineConfig) -> None:
     """A worker's result for an attempt already given up as lost (docs/architecture.md#lost-workers):
     recorded in the history, the task left as it is. That is a callback result for the task's current
     occurrence whose attempt is older than the task's latest one (the at_least_once fire was sent
@@ -1171,7 +1171,7 @@ def not_sent_wait_ms(times: int) -> int:
     return min(NOT_SENT_WAIT_MAX_MS, NOT_SENT_WAIT_MS << min(max(times, 1) - 1, 8))
 
 
-def _not_sent(tx: _Tx, t: Task, fire: Fire, now: int) -> ItemResult:
+def _not_sent(tx: _Tx, t: Task, fire: FireRecord, now: int) -> ItemResult:
     """``fire`` never left its node (docs/architecture.md#not-sent): it is planned again, no earlier
     than the time it was planned for, after :func:`not_sent_wait_ms`, and the attempt number it took
     is free (``free_attempts`` for a callback, ``ack_base`` for an ACK probe), so it uses up no retry
@@ -1205,7 +1205,7 @@ _INACTIVE: dict[str, Any] = {"status": Status.INACTIVE, "due_ms": None}
 
 
 def _after_callback(
-    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, sent_as: Reliability,
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: FireRecord, now: int, sent_as: Reliability,
     head: str | None,
 ) -> dict[str, Any]:
     """Changes after a callback attempt's result (``t`` is the task before it; ``sent_as`` the
@@ -1241,7 +1241,7 @@ THROTTLE_STATUSES = frozenset({429, 503})
 
 
 def _retry_or_end(
-    t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, sent_as: Reliability
+    t: Task, it: ResultItem, res: ExecutionResult, fire: FireRecord, now: int, sent_as: Reliability
 ) -> dict[str, Any] | FailureKind:
     """The retry of a failed callback attempt (docs/architecture.md#retry-policy), or why the
     occurrence failed for good.
@@ -1302,7 +1302,7 @@ def _notice(tx: _Tx, t: Task, kind: NoticeType, at: int, detail: str, key: str =
 
 
 def _dead_letter(
-    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, kind: FailureKind,
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: FireRecord, now: int, kind: FailureKind,
     head: str | None,
 ) -> None:
     sent = t.occ_spec or t.spec
@@ -1320,7 +1320,7 @@ def _dead_letter(
 
 
 def _after_ack(
-    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, cfg: MachineConfig,
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: FireRecord, now: int, cfg: MachineConfig,
     head: str | None,
 ) -> dict[str, Any]:
     if res is ExecutionResult.ACK_SUCCESS:
@@ -1379,7 +1379,7 @@ def _end_redrive(t: Task, now: int) -> dict[str, Any]:
 
 
 def _after_redriven(
-    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: Fire, now: int, sent_as: Reliability,
+    tx: _Tx, t: Task, it: ResultItem, res: ExecutionResult, fire: FireRecord, now: int, sent_as: Reliability,
     head: str | None,
 ) -> dict[str, Any]:
     """A redriven periodic occurrence's result: retried by the task's policy; when it ends (success,
@@ -1726,7 +1726,7 @@ class LeadershipPlan:
     """What a new leader streams: every due entry for its wheel, every in-flight fire to watch."""
 
     due: Iterator[tuple[int, str]]
-    inflight: Iterator[Fire]
+    inflight: Iterator[FireRecord]
 
 
 def reconcile_on_leadership(view: ScanView, now_ms: int) -> LeadershipPlan:
@@ -1741,7 +1741,7 @@ def reconcile_on_leadership(view: ScanView, now_ms: int) -> LeadershipPlan:
     return LeadershipPlan(view.scan_due(), view.scan_fires())
 
 
-def lost_result(fire: Fire, worker: str = "") -> ResultItem:
+def lost_result(fire: FireRecord, worker: str = "") -> ResultItem:
     """The Monitor's result for a fire whose deadline passed without an answer."""
     return ResultItem(
         fire_id=fire.fire_id, kind=fire.kind, status_code=None, outcome=Outcome.LOST, response_head=None,
@@ -1749,7 +1749,7 @@ def lost_result(fire: Fire, worker: str = "") -> ResultItem:
     )
 
 
-def expired_fires(fires: Iterator[Fire] | list[Fire], now_ms: int) -> list[ResultItem]:
+def expired_fires(fires: Iterator[FireRecord] | list[FireRecord], now_ms: int) -> list[ResultItem]:
     """``lost_result`` for every fire whose deadline is at or before ``now_ms``."""
     return [lost_result(f) for f in fires if f.deadline_ms <= now_ms]
 
@@ -1759,14 +1759,14 @@ __all__ = [
     "Applied",
     "Created",
     "Effect",
-    "Fire",
-    "FireRequest",
+    "FireRecord",
     "FlowSet",
     "LeadershipPlan",
     "MachineConfig",
     "MAX_BACKFILL",
     "MolensError",
     "ScanView",
+    "SendFire",
     "View",
     "WheelAdd",
     "WheelRemove",

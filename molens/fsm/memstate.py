@@ -7,13 +7,26 @@ keys, meta, execution rows), so a simulated replica's state can be digested and 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TypeVar
 
 from molens.fsm import machine
 from molens.fsm.commands import Command, ExpireItem, FlowSettings
-from molens.fsm.machine import Applied, Fire, MachineConfig
+from molens.fsm.machine import Applied, FireRecord, MachineConfig
 from molens.model import TERMINAL_STATUSES, Execution, Task
 from molens.schema import DeadLetter, Notice
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _put_or_delete(table: dict[K, V], writes: Mapping[K, V | None]) -> None:
+    """Apply a table's writes as the store does: a value is put, None deletes the key."""
+    for k, v in writes.items():
+        if v is None:
+            table.pop(k, None)
+        else:
+            table[k] = v
 
 
 class MemoryState:
@@ -22,7 +35,7 @@ class MemoryState:
     def __init__(self, config: MachineConfig = machine.DEFAULT_CONFIG) -> None:
         self.config = config
         self.tasks: dict[str, Task] = {}
-        self.fires: dict[str, Fire] = {}
+        self.fires: dict[str, FireRecord] = {}
         self.idem: dict[str, str] = {}
         self.meta: dict[str, bytes] = {}
         self.due: set[tuple[int, str]] = set()
@@ -36,7 +49,7 @@ class MemoryState:
     def get_task(self, task_id: str) -> Task | None:
         return self.tasks.get(task_id)
 
-    def get_fire(self, fire_id: str) -> Fire | None:
+    def get_fire(self, fire_id: str) -> FireRecord | None:
         return self.fires.get(fire_id)
 
     def get_idem(self, key: str) -> str | None:
@@ -58,7 +71,7 @@ class MemoryState:
         rows = [r for r in sorted(self.due) if r >= start and r[0] < until_ms]
         return rows[:limit]
 
-    def scan_fires(self) -> Iterator[Fire]:
+    def scan_fires(self) -> Iterator[FireRecord]:
         return iter([self.fires[k] for k in sorted(self.fires)])
 
     def scan_expirable(self, updated_before_ms: int, limit: int) -> list[ExpireItem]:
@@ -86,26 +99,10 @@ class MemoryState:
                 self.tasks[tid] = t
                 if t.wake_ms is not None:
                     self.due.add((t.wake_ms, tid))
-        for fid, f in w.fires.items():
-            if f is None:
-                self.fires.pop(fid, None)
-            else:
-                self.fires[fid] = f
-        for k, v in w.idem.items():
-            if v is None:
-                self.idem.pop(k, None)
-            else:
-                self.idem[k] = v
-        for k, b in w.meta.items():
-            if b is None:
-                self.meta.pop(k, None)
-            else:
-                self.meta[k] = b
-        for fk, fv in w.flows.items():
-            if fv is None:
-                self.flows.pop(fk, None)
-            else:
-                self.flows[fk] = fv
+        _put_or_delete(self.fires, w.fires)
+        _put_or_delete(self.idem, w.idem)
+        _put_or_delete(self.meta, w.meta)
+        _put_or_delete(self.flows, w.flows)
         gone = set(w.history_deletes)
         if gone:
             self.executions = [e for e in self.executions if e.task_id not in gone]
@@ -114,11 +111,7 @@ class MemoryState:
             self.outbox[(n.at_ms, n.id)] = n
         for key in w.notices_acked:
             self.outbox.pop(key, None)
-        for did, dl in w.dead.items():
-            if dl is None:
-                self.dead.pop(did, None)
-            else:
-                self.dead[did] = dl
+        _put_or_delete(self.dead, w.dead)
         self.executions.extend(w.executions)
         for reason, count in w.counts.items():
             self.not_fired[reason] = self.not_fired.get(reason, 0) + count

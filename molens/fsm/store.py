@@ -66,7 +66,7 @@ from molens.fsm import format_v1, machine, search
 from molens.fsm.audit import AuditEntry
 from molens.fsm.commands import Command, CommandCodecError, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
-from molens.fsm.machine import Applied, Effect, Fire, MachineConfig, Writes
+from molens.fsm.machine import Applied, Effect, FireRecord, MachineConfig, Writes
 from molens.lmdb_snapshot import (
     boot_id,
     guard_boot,
@@ -127,7 +127,7 @@ class _Pair:
 class EntryResult:
     """What applying one entry produced: per-item results for the proposer, effects for the leader.
 
-    ``term`` is the entry's Raft term. The leader's Dispatcher sends the ``FireRequest`` effects of
+    ``term`` is the entry's Raft term. The leader's Dispatcher sends the ``SendFire`` effects of
     an entry only if ``term`` is its own current term: a ``Dispatched`` entry of an earlier leader
     that commits at the start of a new term was never sent by the new leader, and is left to the
     Monitor (its fires stay in ``fires`` until their deadline, then go ``lost``/``unknown``).
@@ -186,7 +186,7 @@ def task_from_bytes(raw: bytes | memoryview) -> Task:
     return _TASK_DECODER.decode(raw)
 
 
-def fire_to_bytes(f: Fire) -> bytes:
+def fire_to_bytes(f: FireRecord) -> bytes:
     """``[task_id, kind, attempt, worker, deadline_ms, dispatched_ms, not_before_ms]`` (a release
     before ``not_before_ms`` reads the first six and wrote only those)."""
     b: bytes = msgpack.packb(
@@ -196,9 +196,9 @@ def fire_to_bytes(f: Fire) -> bytes:
     return b
 
 
-def fire_from_bytes(fid: str, raw: bytes | memoryview) -> Fire:
+def fire_from_bytes(fid: str, raw: bytes | memoryview) -> FireRecord:
     v = msgpack.unpackb(raw, raw=False, use_list=True)
-    return Fire(
+    return FireRecord(
         fire_id=fid, task_id=v[0], kind=_KINDS[v[1]], attempt=v[2], worker=v[3], deadline_ms=v[4],
         dispatched_ms=v[5], not_before_ms=v[6] if len(v) > 6 else 0,
     )
@@ -262,7 +262,7 @@ class _TxnView:
         raw = self._txn.get(task_id.encode(), db=self._tasks)
         return None if raw is None else task_from_bytes(raw)
 
-    def get_fire(self, fire_id: str) -> Fire | None:
+    def get_fire(self, fire_id: str) -> FireRecord | None:
         raw = self._txn.get(fire_id.encode(), db=self._fires)
         return None if raw is None else fire_from_bytes(fire_id, raw)
 
@@ -699,7 +699,7 @@ class TaskStore:
             raw = txn.get(task_id.encode(), db=self._tasks)
             return None if raw is None else task_from_bytes(raw)
 
-    def get_fire(self, fire_id: str) -> Fire | None:
+    def get_fire(self, fire_id: str) -> FireRecord | None:
         with self._env.begin() as txn:
             raw = txn.get(fire_id.encode(), db=self._fires)
             return None if raw is None else fire_from_bytes(fire_id, raw)
@@ -961,7 +961,7 @@ class TaskStore:
             n: int = txn.stat(self._dead)["entries"]
             return n
 
-    def scan_fires(self, chunk: int = 4096) -> Iterator[Fire]:
+    def scan_fires(self, chunk: int = 4096) -> Iterator[FireRecord]:
         """Every in-flight fire, in fire id order, streaming."""
         for k, v in self._scan(self._fires, b"", chunk):
             yield fire_from_bytes(k.decode(), v)

@@ -1,9 +1,12 @@
-"""The Raft log contract: entries, hard state, snapshots, and the LogView the core reads.
+"""The Raft log contract: entries, hard state, snapshots, the LogView the core reads and the
+PeerLog a RaftPeer writes.
 
 Shaped like etcd's ``raft.Storage``: the core keeps its own unstable tail in memory and reads the
 *stable* log through :class:`LogView`. The node appends what a ``Ready`` hands it to stable storage,
 then calls ``advance``. :class:`MemoryLog` is the in-memory implementation used by the simulator and
-tests; ``storage.py`` implements the same protocol over lmdb.
+tests; ``storage.py`` implements the same protocol over lmdb. :class:`PeerLog` is what the RaftPeer
+actor needs on top (saving a Ready, snapshot files): ``storage.LmdbLog`` in a node, an in-memory twin
+in tests (``tests/memory_log.py``).
 
 Index conventions (as etcd): the log always has a "dummy" position at ``snapshot.index`` whose term
 is ``snapshot.term``; real entries run ``first_index() .. last_index()`` with
@@ -19,10 +22,15 @@ log, committed or not). So storage need not track membership beyond the snapshot
 from __future__ import annotations
 
 import enum
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from molens.raft.errors import CompactedError, EntryUnavailableError, LogError
+
+if TYPE_CHECKING:
+    from molens.raft.storage import SnapshotFile, SnapshotStore
 
 
 class EntryKind(enum.IntEnum):
@@ -137,6 +145,58 @@ class LogView(Protocol):
     def snapshot_meta(self) -> SnapshotMeta:
         """The latest snapshot's metadata, without its data."""
         ...
+
+
+class PeerLog(LogView, Protocol):
+    """The stable log a RaftPeer is handed and owns (it closes it): the core's :class:`LogView`, the
+    write of a ``Ready`` in one durable step, and the snapshot files (:class:`SnapshotStore`: the
+    state machine snapshots to a file, which the store compresses, checks and streams to followers).
+    Actor thread only, but ``snapshots``, which the peer's snapshot threads also write to."""
+
+    snapshots: SnapshotStore
+    syncs: int
+    """Write transactions committed (the peer's stats)."""
+    cache_hits: int
+    """Entries read back from memory rather than storage (the peer's stats)."""
+
+    @property
+    def snapshot_held(self) -> bool:
+        """Whether :meth:`snapshot` data is held (a file open to stream, or data just received)."""
+        ...
+
+    def hard_state(self) -> HardState: ...
+
+    def save(
+        self,
+        hard_state: HardState | None = None,
+        entries: Sequence[Entry] = (),
+        snapshot: Snapshot | None = None,
+    ) -> None:
+        """Make what a ``Ready`` carries durable in one step: snapshot, then entries (replacing a
+        conflicting suffix), then hard state."""
+        ...
+
+    def snapshot_file(self) -> SnapshotFile | None:
+        """The file of the current snapshot, None when there is none."""
+        ...
+
+    def record_snapshot(self, meta: SnapshotMeta, sf: SnapshotFile) -> SnapshotMeta:
+        """Make ``sf`` (written by ``snapshots``) the current snapshot."""
+        ...
+
+    def export_snapshot(self, dest: str | os.PathLike[str]) -> SnapshotMeta:
+        """Write the current snapshot's uncompressed state-machine data to ``dest`` (to restore from)."""
+        ...
+
+    def release_snapshot_data(self) -> None:
+        """Let go of the data :meth:`snapshot` holds; the file stays."""
+        ...
+
+    def compact(self, index: int) -> None:
+        """Discard entries up to and including ``index`` (at most the snapshot index)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class MemoryLog:

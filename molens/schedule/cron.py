@@ -42,6 +42,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from molens.errors import ValidationError
+
 log = logging.getLogger(__name__)
 
 MACROS = {
@@ -79,8 +81,10 @@ NEVER_FIRES = "never_fires"
 """The ``reason`` of a well-formed cron expression that has no fire time."""
 
 
-class ScheduleError(ValueError):
-    """A bad cron expression, time zone or interval; ``str()`` is a one-line reason.
+class ScheduleError(ValidationError, ValueError):
+    """A bad cron expression, time zone or interval (400 ``invalid_argument``); ``str()`` is a
+    one-line reason. Also a ``ValueError``: the callers that step a schedule catch ``ValueError``,
+    which croniter and zoneinfo raise too.
 
     ``field`` names the request field at fault: ``cron_expr``, ``timezone`` or ``interval_ms``;
     ``reason``, when set, says why in a word that does not change with the language of the message
@@ -88,8 +92,7 @@ class ScheduleError(ValueError):
     """
 
     def __init__(self, message: str, field: str = "cron_expr", reason: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
+        super().__init__(message, field)
         self.reason = reason
 
 

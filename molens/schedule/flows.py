@@ -295,17 +295,10 @@ class FlowControl:
     ) -> None:
         """An admitted fire has its result (or was given up): its flow has one more free slot; a
         ``Retry-After`` throttles the flow until then; congestion backs an adaptive flow off."""
-        got = self._fires.get(fire_id)
-        if got is None or (attempt is not None and got[1] != attempt):
+        freed = self._free_slot(fire_id, attempt)
+        if freed is None:
             return
-        del self._fires[fire_id]
-        self._slots.pop(fire_id, None)
-        self._adopted.pop(fire_id, None)
-        key = got[0]
-        f = self._flows.get(key)
-        if f is None:
-            return
-        f.in_flight = max(0, f.in_flight - 1)
+        key, f = freed
         f.last_active = now_ms
         if retry_after_ms > now_ms:
             self.throttled += 1
@@ -319,15 +312,22 @@ class FlowControl:
 
     def cancel(self, fire_id: str, attempt: int | None) -> None:
         """An admitted fire that will not go (its proposal was refused): its slot is free again."""
+        self._free_slot(fire_id, attempt)
+
+    def _free_slot(self, fire_id: str, attempt: int | None) -> tuple[str, _Flow] | None:
+        """Forget the admitted fire ``fire_id`` (that ``attempt`` of it, when given) and give its flow
+        the slot back: the flow's key and state, None when no such fire was admitted or its flow is gone."""
         got = self._fires.get(fire_id)
         if got is None or (attempt is not None and got[1] != attempt):
-            return
+            return None
         del self._fires[fire_id]
         self._slots.pop(fire_id, None)
         self._adopted.pop(fire_id, None)
         f = self._flows.get(got[0])
-        if f is not None:
-            f.in_flight = max(0, f.in_flight - 1)
+        if f is None:
+            return None
+        f.in_flight = max(0, f.in_flight - 1)
+        return got[0], f
 
     def throttle(self, key: str, until_ms: int) -> None:
         """Flow ``key`` sends nothing before ``until_ms`` (a receiver's ``Retry-After``)."""

@@ -24,9 +24,9 @@ import math
 import os
 import re
 import threading
-from collections import OrderedDict
 
 from molens.fsm.tenancy import ApiKey
+from molens.web.lru import BoundedLru
 
 SECRET_PREFIX = "mlk_"
 _SECRET_RE = re.compile(r"mlk_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")
@@ -70,12 +70,12 @@ class FailureBrake:
         self.burst = burst
         self.refill_s = refill_s
         self.max_addresses = max_addresses
-        self._level: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._level: BoundedLru[str, tuple[float, float]] = BoundedLru(max_addresses)
         """address -> (failures in the bucket, when last drained)."""
         self._lock = threading.Lock()
 
     def _drained(self, addr: str, now: float) -> float:
-        level, at = self._level.get(addr, (0.0, now))
+        level, at = self._level.get(addr) or (0.0, now)
         return max(0.0, level - (now - at) / self.refill_s)
 
     def wait_s(self, addr: str, now: float) -> int:
@@ -90,10 +90,7 @@ class FailureBrake:
         """Count one bad key from ``addr``."""
         with self._lock:
             level = self._drained(addr, now) + 1
-            self._level[addr] = (level, now)
-            self._level.move_to_end(addr)
-            while len(self._level) > self.max_addresses:
-                self._level.popitem(last=False)
+            self._level.put(addr, (level, now))
 
 
 __all__ = ["FAILURE_BURST", "SECRET_PREFIX", "FailureBrake", "digest", "key_id_of", "new_salt", "new_secret",

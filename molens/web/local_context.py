@@ -20,18 +20,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any
 
 from molens import model
-from molens.fsm.commands import Command, FlowSettings, encode
+from molens.fsm.commands import Command, encode
 from molens.fsm.history import History
-from molens.fsm.search import TaskIndex
 from molens.fsm.store import EntryResult, TaskStore
-from molens.model import NotFoundError, Task
+from molens.model import NotFoundError
 from molens.raft.log import Entry
 from molens.schedule.wheel import HierarchicalWheel
 from molens.web.api_context import ApiSettings, LeaderInfo
@@ -40,13 +39,14 @@ from molens.web.fire_series import Span
 from molens.web.heatmap import WheelDistribution, distribution_of
 from molens.web.metrics import MetricsSnapshot, NodeMetrics, pending_by_namespace
 from molens.web.node_stats import DiskUsage, RecentFires, RequestRate, rss_bytes
+from molens.web.store_reads import StoreReads
 
 log = logging.getLogger(__name__)
 
 MAX_GROUP = 1024
 """Most proposals applied in one lmdb transaction."""
 
-class LocalContext:
+class LocalContext(StoreReads):
     """Single-node ApiContext over a real store in ``data_dir`` (see the module docstring)."""
 
     def __init__(
@@ -89,14 +89,6 @@ class LocalContext:
 
     # ------------------------------------------------------------------ ApiContext
 
-    @property
-    def settings(self) -> ApiSettings:
-        return self._settings
-
-    @property
-    def history(self) -> History:
-        return self._history
-
     def leader_info(self) -> LeaderInfo:
         if self.role == "leader":
             return LeaderInfo(self._settings.node_id, None, self.term, "leader")
@@ -129,52 +121,9 @@ class LocalContext:
         except FutureTimeout:
             raise OutcomeUnknown(f"proposal did not apply within {timeout_s:g} s; outcome unknown") from None
 
-    def get_task(self, task_id: str) -> Task | None:
-        return self.store.get_task(task_id)
-
-    @property
-    def audit(self) -> TaskStore:
-        return self.store
-
-    @property
-    def dead_letters(self) -> TaskStore:
-        return self.store
-
-    def scan_tasks(self, after: str = "") -> Iterator[Task]:
-        return self.store.scan_tasks(after, chunk=256)
-
-    def scan_tasks_before(self, before: str = "") -> Iterator[Task]:
-        return self.store.scan_tasks_before(before, chunk=256)
-
-    def scan_tasks_where(
-        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False
-    ) -> Iterator[Task]:
-        return self.store.scan_tasks_where(statuses=statuses, scene=scene, after=after, reverse=reverse)
-
-    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
-        return self.store.scan_due(chunk=256, after=after)
-
-    def task_search(self) -> TaskIndex:
-        return self.store.search
-
-    def task_counts(self) -> dict[str, int]:
-        return self.store.counts()
-
     def flow_states(self) -> None:
         """No scheduler runs here: no live figures."""
         return None
-
-    def scan_flows(self) -> list[tuple[str, FlowSettings]]:
-        return self.store.scan_flows()
-
-    def get_flow(self, key: str) -> FlowSettings | None:
-        return self.store.get_flow(key)
-
-    def get_meta(self, key: str) -> bytes | None:
-        return self.store.get_meta(key)
-
-    def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
-        return self.store.scan_meta(prefix)
 
     def cluster_status(self) -> dict[str, Any]:
         li = self.leader_info()
@@ -264,10 +213,6 @@ class LocalContext:
                 self._metrics = NodeMetrics(self._metrics_snapshot, self._task_namespace)
             return self._metrics
 
-    def _task_namespace(self, task_id: str) -> str | None:
-        t = self.store.get_task(task_id)
-        return None if t is None else t.namespace
-
     def _metrics_snapshot(self) -> MetricsSnapshot:
         li = self.leader_info()
         applied = self.store.applied_index()
@@ -296,12 +241,6 @@ class LocalContext:
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
-
-    def new_task_id(self) -> str:
-        return self._ids.new(self.now_ms())
-
-    def new_task_ids(self, n: int) -> list[str]:
-        return self._ids.new_many(self.now_ms(), n)
 
     # ------------------------------------------------------------------ committer
 

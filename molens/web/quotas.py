@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
+
+from molens.web.lru import BoundedLru
 
 MAX_HOLD_S = 1.0
 """The longest a refused create is held (:class:`Impatience`)."""
@@ -76,7 +77,7 @@ class Impatience:
     def __init__(self, max_hold_s: float = MAX_HOLD_S, max_connections: int = MAX_CONNECTIONS) -> None:
         self.max_hold_s = max_hold_s
         self.max_connections = max_connections
-        self._told: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._told: BoundedLru[tuple[str, str], float] = BoundedLru(max_connections)
         """(connection, namespace) -> when the Retry-After it was last given passes."""
         self._lock = threading.Lock()
 
@@ -88,12 +89,8 @@ class Impatience:
 
     def told(self, conn: str, ns: str, until: float) -> None:
         """``conn`` was answered 429 for ``ns`` with a Retry-After that passes at ``until``."""
-        key = (conn, ns)
         with self._lock:
-            self._told[key] = until
-            self._told.move_to_end(key)
-            while len(self._told) > self.max_connections:
-                self._told.popitem(last=False)
+            self._told.put((conn, ns), until)
 
 
 __all__ = ["MAX_HELD", "MAX_HOLD_S", "CreateRate", "Impatience"]

@@ -116,8 +116,8 @@ from molens.fsm.commands import (
 from molens.fsm.machine import (
     DEFAULT_CONFIG,
     Applied,
-    FireRequest,
     FlowSet,
+    SendFire,
     WheelAdd,
     WheelRemove,
     jitter,
@@ -224,7 +224,7 @@ class _Job:
     node: str
     incarnation: int
     delivery: Delivery
-    fr: FireRequest
+    fr: SendFire
     done: bool = False
 
 
@@ -777,7 +777,7 @@ class Sim:
             ld.plan.settle(refused)
             for it in refused:
                 ld.flows.cancel(it.fire_id, it.attempt)
-        fires = [e for e in out.effects if isinstance(e, FireRequest)]
+        fires = [e for e in out.effects if isinstance(e, SendFire)]
         if fires:  # Committed: the Monitor watches first, then the Dispatcher sends
             ld.watch.watch((e.fire for e in fires), self.now)
             for e in fires:
@@ -935,7 +935,7 @@ class Sim:
 
     # ---------------------------------------------------------------- workers and receivers
 
-    def send_fire(self, fr: FireRequest, term: int) -> None:
+    def send_fire(self, fr: SendFire, term: int) -> None:
         w = fr.fire.worker
         self.sent.append(Sent(fr.fire.fire_id, fr.fire.attempt, w, self.now, fr.fire.deadline_ms, term))
 
@@ -956,7 +956,7 @@ class Sim:
 
         self.at(self.now + self.rng.randint(*NET_LAT), arrive)
 
-    def start_request(self, w: str, fr: FireRequest) -> None:
+    def start_request(self, w: str, fr: SendFire) -> None:
         f = fr.fire
         if self.p_not_sent and self.nrng.random() < self.p_not_sent:
             self.give_back(w, fr)
@@ -1040,7 +1040,7 @@ class Sim:
 
         self.at(finish_at, finished)
 
-    def give_back(self, w: str, fr: FireRequest) -> None:
+    def give_back(self, w: str, fr: SendFire) -> None:
         """The worker does not send ``fr`` and says so, through the product's own not-sent result."""
         f = fr.fire
         self.log_(f"{f.fire_id} attempt {f.attempt} not sent by {w}")

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from molens.errors import ValidationError
 from molens.schedule.cron import (
     ZONES,
     ScheduleError,
@@ -285,6 +286,16 @@ def test_bad_cron_expressions_are_refused_with_the_field(expr: str) -> None:
     assert str(e.value) and "\n" not in str(e.value)
     # only a well-formed expression without a fire time says so in a word (clients branch on it, not on text)
     assert e.value.reason == ("never_fires" if expr == "0 0 30 2 *" else None)
+
+
+def test_a_schedule_error_is_a_validation_error_answered_as_400_and_still_a_value_error() -> None:
+    with pytest.raises(ValidationError) as e:
+        validate_cron("0 0 30 2 *")
+    assert isinstance(e.value, ValueError)
+    assert e.value.http_status == 400
+    assert e.value.to_json()["error"] == {
+        "code": "invalid_argument", "message": str(e.value), "field": "cron_expr", "reason": "never_fires",
+    }
 
 
 @pytest.mark.parametrize("tz", ["", "Mars/Olympus", "../etc/passwd", " UTC", "Europe/Berlin/"])

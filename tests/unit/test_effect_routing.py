@@ -11,7 +11,7 @@ from typing import Any
 from molens.actors.messages import Committed, FlowsChanged, LeaderRefs, WheelEffects
 from molens.actors.supervisor import LeaderSupervisor, _Term, route_effects
 from molens.config import SchedulerConfig
-from molens.fsm.machine import Fire, FireRequest, FlowSet, WheelAdd, WheelRemove
+from molens.fsm.machine import FireRecord, FlowSet, SendFire, WheelAdd, WheelRemove
 from molens.fsm.store import EntryResult
 from molens.model import FireKind
 from molens.schema import Reliability
@@ -27,9 +27,9 @@ class Inbox:
         self.got.append(message)
 
 
-def _fire(fid: str, term: int) -> FireRequest:
-    f = Fire(fire_id=fid, task_id=fid, kind=FireKind.CALLBACK, attempt=1, worker="n1", deadline_ms=9, dispatched_ms=1)
-    return FireRequest(fire=f, url="http://127.0.0.1:9/x", body=b"", scene="", timeout_ms=1_000,
+def _fire(fid: str, term: int) -> SendFire:
+    f = FireRecord(fire_id=fid, task_id=fid, kind=FireKind.CALLBACK, attempt=1, worker="n1", deadline_ms=9, dispatched_ms=1)
+    return SendFire(fire=f, url="http://127.0.0.1:9/x", body=b"", scene="", timeout_ms=1_000,
                        reliability=Reliability.AT_LEAST_ONCE)
 
 

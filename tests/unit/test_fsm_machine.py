@@ -27,7 +27,7 @@ from molens.fsm.machine import (
     DEFAULT_CONFIG,
     Applied,
     Created,
-    FireRequest,
+    SendFire,
     WheelAdd,
     WheelRemove,
     expired_fires,
@@ -88,14 +88,14 @@ class H:
             ),))
         )
 
-    def fire_due(self, tid: str) -> FireRequest:
+    def fire_due(self, tid: str) -> SendFire:
         """Advance to the task's due time, dispatch, and return the fire request."""
         due = self.t(tid).due_ms
         assert due is not None, self.t(tid)
         self.now = max(self.now, due)
         out = self.dispatch(tid)
         assert out.results == [None], out.results
-        reqs = [e for e in out.effects if isinstance(e, FireRequest)]
+        reqs = [e for e in out.effects if isinstance(e, SendFire)]
         assert len(reqs) == 1
         return reqs[0]
 
@@ -114,7 +114,7 @@ class H:
             ),))
         )
 
-    def cycle(self, tid: str, code: int | None = 200, outcome: Outcome = Outcome.RESPONSE) -> FireRequest:
+    def cycle(self, tid: str, code: int | None = 200, outcome: Outcome = Outcome.RESPONSE) -> SendFire:
         fr = self.fire_due(tid)
         self.answer(tid, code, outcome)
         return fr
@@ -181,7 +181,7 @@ def test_dispatch_ahead_within_the_lead_carries_the_due_time_as_not_before(h: H)
     t = h.create(interval_ms=lead)
     out = h.dispatch(t.id)
     assert out.results == [None]
-    fr = next(e for e in out.effects if isinstance(e, FireRequest))
+    fr = next(e for e in out.effects if isinstance(e, SendFire))
     assert t.due_ms == h.now + lead and fr.not_before_ms == t.due_ms
     # the fire counts as made at its due time, not when it was planned
     assert h.t(t.id).last_fire_ms == t.due_ms and fr.fire.dispatched_ms == h.now

@@ -26,7 +26,7 @@ from molens.fsm.commands import (
     encode,
 )
 from molens.fsm.history import History
-from molens.fsm.machine import Created, FireRequest, WheelAdd
+from molens.fsm.machine import Created, SendFire, WheelAdd
 from molens.fsm.memstate import MemoryState
 from molens.fsm.store import DAY_MS, EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
 from molens.model import (
@@ -130,7 +130,7 @@ def test_commands_in_one_batch_see_each_other(store: TaskStore) -> None:
             response_head="ok", latency_ms=20, worker="w",
         ),)),
     )
-    assert res[1].results == [None] and any(isinstance(e, FireRequest) for e in res[1].effects)
+    assert res[1].results == [None] and any(isinstance(e, SendFire) for e in res[1].effects)
     t = store.get_task(tid)
     assert t is not None and t.status is Status.DONE
     assert list(store.scan_due()) == [] and list(store.scan_fires()) == []

@@ -36,7 +36,7 @@ from molens.fsm.commands import (
     Results,
     ResumeTasks,
 )
-from molens.fsm.machine import FireRequest, not_sent_wait_ms
+from molens.fsm.machine import SendFire, not_sent_wait_ms
 from molens.fsm.store import fire_from_bytes, fire_to_bytes
 from molens.model import ExecutionResult, FireKind, Outcome, Status
 from tests.unit.test_fsm_machine import H as MachineDriver
@@ -45,7 +45,7 @@ from tests.unit.test_fsm_machine import H as MachineDriver
 class H(MachineDriver):
     """test_fsm_machine's driver, and: plan the task's next fire (maybe ahead), answer it sent or not."""
 
-    def plan(self, tid: str, ahead_ms: int = 0) -> FireRequest:
+    def plan(self, tid: str, ahead_ms: int = 0) -> SendFire:
         """Dispatch the task's next fire ``ahead_ms`` before its due time (moving the clock there)."""
         t = self.t(tid)
         action = t.next_action()
@@ -55,11 +55,11 @@ class H(MachineDriver):
         out = self.s.apply(Dispatched(self.now, (DispatchItem(
             fire_id=fire_id, task_id=tid, attempt=attempt, worker="w1", deadline_ms=self.now + 10_000),)))
         assert out.results == [None], out.results
-        reqs = [e for e in out.effects if isinstance(e, FireRequest)]
+        reqs = [e for e in out.effects if isinstance(e, SendFire)]
         assert len(reqs) == 1
         return reqs[0]
 
-    def reply(self, fr: FireRequest, code: int | None = 500, not_sent: bool = False, after_ms: int = 10,
+    def reply(self, fr: SendFire, code: int | None = 500, not_sent: bool = False, after_ms: int = 10,
                attempt: int | None = -1) -> Any:
         self.now += after_ms
         f = fr.fire

@@ -26,7 +26,7 @@ from molens.fsm.commands import (
     ResumeTasks,
     UpdateTask,
 )
-from molens.fsm.machine import FireRequest, WheelAdd
+from molens.fsm.machine import SendFire, WheelAdd
 from molens.model import (
     ExecutionResult,
     IllegalTransitionError,
@@ -137,7 +137,7 @@ def test_overlap_is_for_periodic_tasks() -> None:
 # allow: each occurrence runs at its time beside the ones still running
 
 
-def _fire_next(h: H, tid: str, fire_id: str | None = None) -> FireRequest:
+def _fire_next(h: H, tid: str, fire_id: str | None = None) -> SendFire:
     """Advance to the task's next action (its occurrence or a running one's retry; the one of
     ``fire_id`` if given) and send it."""
     t = h.t(tid)
@@ -148,11 +148,11 @@ def _fire_next(h: H, tid: str, fire_id: str | None = None) -> FireRequest:
     out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=fire_id, task_id=tid, attempt=attempt, worker="w1",
                                                   deadline_ms=h.now + 60_000),)))
     assert out.results == [None], out.results
-    (fr,) = [e for e in out.effects if isinstance(e, FireRequest)]
+    (fr,) = [e for e in out.effects if isinstance(e, SendFire)]
     return fr
 
 
-def _answer(h: H, fr: FireRequest, code: int | None = 200, outcome: Outcome = Outcome.RESPONSE,
+def _answer(h: H, fr: SendFire, code: int | None = 200, outcome: Outcome = Outcome.RESPONSE,
             at: int | None = None) -> object:
     if at is not None:
         h.now = at
@@ -285,7 +285,7 @@ def test_allow_runs_at_most_max_running_at_once_and_skips_an_instant_beyond() ->
     out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=t.id, attempt=1, worker="w1",
                                                   deadline_ms=h.now + 1),)))
     assert isinstance(out.results[0], IllegalTransitionError)
-    assert not [e for e in out.effects if isinstance(e, FireRequest)]
+    assert not [e for e in out.effects if isinstance(e, SendFire)]
     v = h.t(t.id)
     assert (v.seq, v.sched_ms, v.due_ms) == (u.seq, u.sched_ms + IV, u.sched_ms + IV)
     lo, hi = c + (MAX_RUNNING + 1) * IV, c + (MAX_RUNNING + 2) * IV
@@ -376,7 +376,7 @@ def _own_slot_waits_while_max_running_run(h: H, tid: str, start: Callable[[int],
     refused = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=tid, attempt=u.attempt + 1,
                                                       worker="w1", deadline_ms=h.now + 60_000),)))
     assert isinstance(refused.results[0], IllegalTransitionError)
-    assert not [e for e in refused.effects if isinstance(e, FireRequest)]
+    assert not [e for e in refused.effects if isinstance(e, SendFire)]
     h.now += 500
     ended = h.apply(Results(h.now, (ResultItem(
         fire_id=running[0].fire.fire_id, kind=running[0].fire.kind, status_code=200, outcome=Outcome.RESPONSE,

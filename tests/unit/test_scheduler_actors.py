@@ -16,7 +16,7 @@ from molens.actors.monitor import FireWatch, WorkerWatch
 from molens.actors.timewheel import LeaderWheel
 from molens.delivery import FIRE_BATCH_VERSION
 from molens.fsm.commands import Expire, ExpireItem, TrimAudit
-from molens.fsm.machine import Fire, WheelAdd, WheelRemove
+from molens.fsm.machine import FireRecord, WheelAdd, WheelRemove
 from molens.model import FireKind, Outcome, Status, Task, validate_create
 from molens.schema import Running
 
@@ -134,8 +134,8 @@ def test_settle_gives_capacity_back() -> None:
     assert d.live_workers()["n2"] == 2
 
 
-def _fire(fid: str, attempt: int = 1, deadline: int = NOW + 100, kind: FireKind = FireKind.CALLBACK) -> Fire:
-    return Fire(
+def _fire(fid: str, attempt: int = 1, deadline: int = NOW + 100, kind: FireKind = FireKind.CALLBACK) -> FireRecord:
+    return FireRecord(
         fire_id=fid, task_id=fid.split("-")[0], kind=kind, attempt=attempt, worker="n2", deadline_ms=deadline,
         dispatched_ms=NOW,
     )

@@ -38,7 +38,7 @@ def _subclasses(c: type) -> set[str]:
 def server_texts() -> dict[str, str]:
     """Every text the API modules raise in an error, write as a history event or give as a skip's
     reason, as template -> where."""
-    raised = _subclasses(MolensError) | {"ScheduleError"}
+    raised = _subclasses(MolensError)
     out: dict[str, str] = {}
     for path in API_MODULES:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
