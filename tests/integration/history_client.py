@@ -19,14 +19,17 @@ It stops by itself after ``max_ops`` calls or ``max_seconds``, or when ``stop`` 
 the :class:`History`; :func:`check` says whether it is linearizable, with the minimal failing
 sub-history when it is not. ``calls_per_s`` bounds each thread's rate; ``calls_per_record`` retires a
 record after that many calls for a fresh one (a new key), so a long recording stays many short
-per-record histories and the check (and the shrinking of a violation) stays cheap::
+per-record histories and the check (and the shrinking of a violation) stays cheap. The chaos soak
+records while its faults run and keeps the :func:`verdict` (counts, ``linearizable=yes|no``, the
+minimal failing sub-history)::
 
     history = record(urls, stop, seed, calls_per_s=5, calls_per_record=200)   # in a thread; stop.set() to end
-    ok, report = check(history)
+    found = verdict(history)                    # found.linearizable, found.line(), found.report
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import json
 import random
@@ -77,6 +80,45 @@ def check(history: History) -> tuple[bool, str]:
     """(True, "") when every record's history is linearizable, else (False, the minimal failing
     sub-history as a table)."""
     return task_linearizability.check(history.ops)
+
+
+class Linearizable(enum.StrEnum):
+    YES = "yes"
+    NO = "no"
+    UNDECIDED = "undecided"
+    """The search for one record passed its step budget (``SearchTooLarge``): neither shown nor refuted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What :func:`verdict` found of a history."""
+
+    counts: dict[str, int]
+    """:meth:`History.counts`."""
+    records: int
+    """How many records (idempotency keys) the calls went to."""
+    linearizable: Linearizable
+    report: str
+    """Why not: the first failing record's minimal failing sub-history as a table ("" when yes)."""
+    check_s: float
+
+    def line(self) -> str:
+        c = self.counts
+        return (f"history: ops={c['size']} records={self.records} linearizable={self.linearizable} ok={c['ok']} "
+                f"fail={c['fail']} unknown={c['unknown']} unknown_writes={c['unknown_writes']} "
+                f"refusals={c['refusals']} redirects={c['redirects']} check_s={self.check_s:.1f}")
+
+
+def verdict(history: History) -> Verdict:
+    """Check ``history`` (:func:`check`) and say what was checked."""
+    started = time.monotonic()
+    try:
+        ok, report = check(history)
+        found = Linearizable.YES if ok else Linearizable.NO
+    except task_linearizability.SearchTooLarge as exc:
+        found, report = Linearizable.UNDECIDED, str(exc)
+    return Verdict(counts=history.counts(), records=len({o.key for o in history.ops}), linearizable=found,
+                   report=report, check_s=time.monotonic() - started)
 
 
 class _Recorder:
