@@ -211,6 +211,8 @@ def netns_unavailable() -> str | None:
         return "network namespaces need root"
     if shutil.which("ip") is None:
         return "no ip command (iproute2)"
+    if shutil.which("iptables") is None:
+        return "no iptables command (a one-way partition drops packets with it)"
     try:
         make_lab()
     except NetnsError as exc:
