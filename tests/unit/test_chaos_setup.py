@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -11,7 +12,7 @@ from tests.integration import chaos
 
 def test_the_soak_names_a_missing_iptables_before_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     real = shutil.which
-    monkeypatch.setattr(chaos.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(chaos.shutil, "which", lambda name: None if name == "iptables" else real(name) or f"/usr/sbin/{name}")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "iptables" else real(name) or f"/usr/sbin/{name}")
     why = chaos.netns_unavailable()
     assert why is not None and "iptables" in why, why
