@@ -6,7 +6,12 @@ a bound and followed by 3-7 s of quiet -- kill -9 and SIGSTOP, graceful restarts
 (minority/majority, bridge, one-way), clock jumps and skew, a full disk and a slow disk on one node --
 a client creates delayed tasks (at_least_once, at_most_once, at_least_once with an ACK URL), due
 0.5-4 s ahead, about ``CREATE_PER_S`` a second, and ``N_PERIODIC`` periodic tasks fire every
-``PERIODIC_MS``. Then the faults stop, every node runs again, and the run checks (:class:`Report`):
+``PERIODIC_MS``; and ``HISTORY_THREADS`` recording clients (:mod:`tests.integration.history_client`)
+send create (by idempotency key), ``GET ?consistency=linearizable``, ``PATCH`` with ``If-Match``,
+pause, resume and delete calls on a few task records of their own to random nodes, at most
+``HISTORY_CALLS_PER_S`` a second each, a ``HISTORY_TIMEOUT_S`` read timeout, and record each call's
+invoke and answer times and outcome (ok, fail, unknown). Then the faults stop, every node runs
+again, and the run checks (:class:`Report`):
 
 - ``lost``: acknowledged at_least_once tasks whose callback was never answered 2xx (the promise:
   never zero), plus ACK tasks never probed;
@@ -16,7 +21,10 @@ a client creates delayed tasks (at_least_once, at_most_once, at_least_once with 
   ``periodic_max_gap_outside_partitions_ms`` the longest of those that overlap no partition (a
   partition's window runs from its start until it healed);
 - ``digests_equal``: every replica's state digest the same at one applied index (each node reads
-  its index and digest in one transaction; the periodic tasks are paused first so the log settles).
+  its index and digest in one transaction; the periodic tasks are paused first so the log settles);
+- ``linearizable``: the recorded history of the task records checked against the sequential model of
+  one record (``tests/sim/task_linearizability.py``, per record); a violation prints the first failing
+  record's minimal failing sub-history (``chaos: history:`` lines, :func:`summary_lines`).
 
 The seed is random unless given, and printed first: ``chaos: seed=S`` (``--seed S`` replays the
 run's choices; the timing of a real cluster is its own). Nodes run in network namespaces of their
@@ -24,9 +32,10 @@ own (``--net netns``, the default where they can be made: root with ``ip netns``
 (``--net loopback``, where partitions cannot be made). A fault the machine cannot make stops the run
 with the reason before it starts. The last line counts each fault kind:
 ``chaos: seed=... faults=N kill=... freeze=... restart=... partition=... clock=... fulldisk=... slowdisk=...
-lost=0 amo_twice=0 periodic_max_gap_ms=... periodic_max_gap_outside_partitions_ms=... digests_equal=yes``;
-the exit status is 1 when a promise is broken. ``tests/integration/test_chaos.py`` runs 120 s of it
-with a random seed and every fault kind.
+lost=0 amo_twice=0 periodic_max_gap_ms=... periodic_max_gap_outside_partitions_ms=... digests_equal=yes
+history_ops=N linearizable=yes``, after ``chaos: history: ops=N records=M linearizable=yes|no ...``;
+the exit status is 1 when a promise is broken or the history is not shown linearizable.
+``tests/integration/test_chaos.py`` runs 120 s of it with a random seed and every fault kind.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from typing import Any
 from molens.client import ApiError, MolensClient
 
 from .conftest import Cluster, NodeProc, wait_for
+from .history_client import History, Linearizable, Verdict, record, verdict
 from .nemesis import Fault, Kind, Nemesis, parse_kinds
 from .netns import NetnsError, NetnsLab, NsCluster, make_lab
 from .recording_receiver import RecordingReceiver
@@ -74,6 +84,14 @@ FAULT_GAP_S = (3.0, 7.0)
 """Quiet time between the end of one fault (cluster serving again) and the next."""
 SETTLE_S = 120.0
 """After the faults: how long every delayed task has to end."""
+HISTORY_THREADS = 3
+HISTORY_RECORDS = 4
+"""Task records in use at a time, shared by the recording threads (so their calls on one record overlap)."""
+HISTORY_CALLS_PER_S = 5.0
+"""At most this many calls a second from each recording thread."""
+HISTORY_CALLS_PER_RECORD = 200
+"""A record is retired for a fresh one after this many calls: the check's cost stays linear in the run."""
+HISTORY_TIMEOUT_S = 3.0
 
 
 @dataclass
@@ -100,10 +118,17 @@ class Report:
     digests_equal: bool = False
     create_errors: int = 0
     deliveries: int = 0
+    history: Verdict | None = None
+    """What the check of the recorded task-record history found (None: nothing was checked)."""
+
+    @property
+    def linearizable(self) -> Linearizable:
+        return Linearizable.UNDECIDED if self.history is None else self.history.linearizable
 
     @property
     def ok(self) -> bool:
-        return not self.lost and not self.amo_twice and not self.stuck and self.digests_equal
+        return (not self.lost and not self.amo_twice and not self.stuck and self.digests_equal
+                and self.linearizable is Linearizable.YES)
 
     def counts(self) -> dict[Kind, int]:
         """How many faults of each chosen kind struck."""
@@ -121,7 +146,8 @@ class Report:
             f"chaos: seed={self.seed} faults={len(self.faults)} {counts} lost={len(self.lost)} "
             f"amo_twice={len(self.amo_twice)} periodic_max_gap_ms={self.periodic_max_gap_ms} "
             f"periodic_max_gap_outside_partitions_ms={self.periodic_max_gap_outside_partitions_ms} "
-            f"digests_equal={'yes' if self.digests_equal else 'no'}"
+            f"digests_equal={'yes' if self.digests_equal else 'no'} "
+            f"history_ops={self.history.counts['size'] if self.history else 0} linearizable={self.linearizable}"
         )
 
 
@@ -185,6 +211,8 @@ def netns_unavailable() -> str | None:
         return "network namespaces need root"
     if shutil.which("ip") is None:
         return "no ip command (iproute2)"
+    if shutil.which("iptables") is None:
+        return "no iptables command (a one-way partition drops packets with it)"
     try:
         make_lab()
     except NetnsError as exc:
@@ -208,6 +236,7 @@ def run(
     rec: RecordingReceiver | None = None
     c: Cluster | None = None
     creator: _Creator | None = None
+    stop_history = threading.Event()
     try:
         if net == "netns":
             lab = make_lab()
@@ -235,6 +264,8 @@ def run(
             report.created[t["id"]] = "periodic"
         creator = _Creator(client, rec, random.Random(rng.random()), report)
         creator.start()
+        history = History()
+        recorder = _start_recording(c, seed, seconds, stop_history, history)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(rng.uniform(*FAULT_GAP_S))  # quiet time between faults
@@ -248,14 +279,21 @@ def run(
                 f"({(fault.end_ms - fault.start_ms) / 1000:.1f} s)")
             _serving(c)
         creator.stop.set()
+        stop_history.set()
         creator.join(30)
+        recorder.join(HISTORY_TIMEOUT_S + 30)
+        if recorder.is_alive():
+            raise RuntimeError("the recording clients did not stop")
         _serving(c)
-        log(f"chaos: faults over; {len(report.created)} tasks created, {report.create_errors} create batches refused")
+        log(f"chaos: faults over; {len(report.created)} tasks created, {report.create_errors} create batches refused, "
+            f"{len(history.ops)} calls recorded")
         _settle(c, client, report)
         _quiesce(c, client, report)
         _check(c, client, rec, report)
         client.close()
+        report.history = verdict(history)
     finally:
+        stop_history.set()
         if creator is not None:
             creator.stop.set()
         if c is not None:
@@ -271,6 +309,41 @@ def run(
         if lab is not None:
             lab.destroy()
     return report
+
+
+def _start_recording(c: Cluster, seed: int, seconds: float, stop: threading.Event, history: History) -> threading.Thread:
+    """The recording clients, in a thread, until ``stop`` is set; they append to ``history``."""
+    urls = {nid: n.http_url for nid, n in c.nodes.items()}
+    kwargs: dict[str, Any] = {
+        "threads": HISTORY_THREADS, "records": HISTORY_RECORDS, "calls_per_s": HISTORY_CALLS_PER_S,
+        "calls_per_record": HISTORY_CALLS_PER_RECORD, "timeout_s": HISTORY_TIMEOUT_S,
+        # bounds the rate already sets; the faults end with stop
+        "max_ops": int(HISTORY_THREADS * HISTORY_CALLS_PER_S * (seconds + 120)), "max_seconds": seconds + 600,
+        "into": history,
+    }
+    recorder = threading.Thread(target=record, args=(urls, stop, seed), kwargs=kwargs, name="chaos-history", daemon=True)
+    recorder.start()
+    return recorder
+
+
+def summary_lines(report: Report) -> list[str]:
+    """What ``scripts/chaos`` prints at the end, the summary line (:meth:`Report.line`) last."""
+    out = [
+        f"chaos: faults={','.join(f.describe(report.t0_ms) for f in report.faults)}",
+        f"chaos: periodic_max_gap_at={report.periodic_max_gap_at}",
+        *(f"chaos:   {line}" for line in report.periodic_gap_detail),
+        f"chaos: tasks={len(report.created)} deliveries={report.deliveries} stuck={len(report.stuck)} "
+        f"create_batches_refused={report.create_errors}",
+    ]
+    for what, ids in (("lost", report.lost), ("amo_twice", report.amo_twice), ("stuck", report.stuck)):
+        if ids:
+            out.append(f"chaos: {what}: {' '.join(ids[:20])}")
+    out += [f"chaos:   {line}" for line in report.lost_detail]
+    if report.history is not None:
+        out.append(f"chaos: {report.history.line()}")
+        out += [f"chaos: history:   {line}" for line in report.history.report.splitlines()]
+    out.append(report.line())
+    return out
 
 
 def _settle(c: Cluster, client: MolensClient, report: Report) -> None:
@@ -410,18 +483,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"chaos: data and logs in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"chaos: faults={','.join(f.describe(report.t0_ms) for f in report.faults)}")
-    print(f"chaos: periodic_max_gap_at={report.periodic_max_gap_at}")
-    for line in report.periodic_gap_detail:
-        print(f"chaos:   {line}")
-    print(f"chaos: tasks={len(report.created)} deliveries={report.deliveries} stuck={len(report.stuck)} "
-          f"create_batches_refused={report.create_errors}")
-    for what, ids in (("lost", report.lost), ("amo_twice", report.amo_twice), ("stuck", report.stuck)):
-        if ids:
-            print(f"chaos: {what}: {' '.join(ids[:20])}")
-    for line in report.lost_detail:
-        print(f"chaos:   {line}")
-    print(report.line(), flush=True)
+    print("\n".join(summary_lines(report)), flush=True)
     return 0 if report.ok else 1
 
 

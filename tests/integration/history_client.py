@@ -17,14 +17,19 @@ time, so every success makes a new version), delete, pause, resume. Every call b
 
 It stops by itself after ``max_ops`` calls or ``max_seconds``, or when ``stop`` is set, and returns
 the :class:`History`; :func:`check` says whether it is linearizable, with the minimal failing
-sub-history when it is not. The chaos soak calls both::
+sub-history when it is not. ``calls_per_s`` bounds each thread's rate; ``calls_per_record`` retires a
+record after that many calls for a fresh one (a new key), so a long recording stays many short
+per-record histories and the check (and the shrinking of a violation) stays cheap. The chaos soak
+records while its faults run and keeps the :func:`verdict` (counts, ``linearizable=yes|no``, the
+minimal failing sub-history)::
 
-    history = record(urls, stop, seed)          # in a thread, while faults run; stop.set() to end
-    ok, report = check(history)
+    history = record(urls, stop, seed, calls_per_s=5, calls_per_record=200)   # in a thread; stop.set() to end
+    found = verdict(history)                    # found.linearizable, found.line(), found.report
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import json
 import random
@@ -77,14 +82,60 @@ def check(history: History) -> tuple[bool, str]:
     return task_linearizability.check(history.ops)
 
 
+class Linearizable(enum.StrEnum):
+    YES = "yes"
+    NO = "no"
+    UNDECIDED = "undecided"
+    """The search for one record passed its step budget (``SearchTooLarge``): neither shown nor refuted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What :func:`verdict` found of a history."""
+
+    counts: dict[str, int]
+    """:meth:`History.counts`."""
+    records: int
+    """How many records (idempotency keys) the calls went to."""
+    linearizable: Linearizable
+    report: str
+    """Why not: the first failing record's minimal failing sub-history as a table ("" when yes)."""
+    check_s: float
+
+    def line(self) -> str:
+        c = self.counts
+        return (f"history: ops={c['size']} records={self.records} linearizable={self.linearizable} ok={c['ok']} "
+                f"fail={c['fail']} unknown={c['unknown']} unknown_writes={c['unknown_writes']} "
+                f"refusals={c['refusals']} redirects={c['redirects']} check_s={self.check_s:.1f}")
+
+
+def verdict(history: History) -> Verdict:
+    """Check ``history`` (:func:`check`) and say what was checked."""
+    started = time.monotonic()
+    try:
+        ok, report = check(history)
+        found = Linearizable.YES if ok else Linearizable.NO
+    except task_linearizability.SearchTooLarge as exc:
+        found, report = Linearizable.UNDECIDED, str(exc)
+    return Verdict(counts=history.counts(), records=len({o.key for o in history.ops}), linearizable=found,
+                   report=report, check_s=time.monotonic() - started)
+
+
 class _Recorder:
     """The shared part of one recording: what the threads learned of each record, and the history."""
 
     def __init__(self, urls: Mapping[str, str] | Sequence[str], seed: int, records: int, max_ops: int, max_seconds: float,
-                 stop: threading.Event, timeout_s: float, history: History) -> None:
+                 stop: threading.Event, timeout_s: float, history: History, calls_per_s: float | None = None,
+                 calls_per_record: int | None = None) -> None:
         self.nodes = list(urls.items()) if isinstance(urls, Mapping) else [(u.rsplit(":", 1)[-1], u) for u in urls]
         """(name, REST base URL) of each node: the name labels the calls sent to it."""
+        self.seed = seed
         self.keys = [f"lin-{seed}-{i}" for i in range(records)]
+        """The records in use, one per slot; a slot's record is retired after ``calls_per_record`` calls."""
+        self.calls_per_record = calls_per_record
+        self.calls_on: Counter[str] = Counter()
+        self.generation = [0] * records
+        self.min_gap_s = 0.0 if calls_per_s is None else 1.0 / calls_per_s
         self.task_id: dict[str, str] = {}
         """key -> the id of the task an answer last named for it."""
         self.version: dict[str, int] = {}
@@ -105,19 +156,32 @@ class _Recorder:
             self.budget -= 1
             return next(self.ids)
 
+    def pick(self, rng: random.Random) -> str:
+        """The record of the next call: one of the slots' at random, counted; a slot whose record has
+        had ``calls_per_record`` calls gets a fresh one (``lin-SEED-SLOT.GENERATION``). Under the lock."""
+        slot = rng.randrange(len(self.keys))
+        key = self.keys[slot]
+        self.calls_on[key] += 1
+        if self.calls_per_record is not None and self.calls_on[key] >= self.calls_per_record:
+            self.generation[slot] += 1
+            self.keys[slot] = f"lin-{self.seed}-{slot}.{self.generation[slot]}"
+        return key
+
     def run(self, thread: int) -> None:
         rng = random.Random(f"{self.history.seed}-{thread}")
         http = urllib3.PoolManager(retries=False, timeout=self.timeout)
         try:
             while (op_id := self.take()) is not None:
+                began = time.monotonic()
                 self.call(http, rng, op_id)
-                self.stop.wait(rng.uniform(0, 0.02))  # pacing between calls, not waiting for an effect
+                # pacing between calls (at most calls_per_s a thread), not waiting for an effect
+                self.stop.wait(max(rng.uniform(0, 0.02), self.min_gap_s - (time.monotonic() - began)))
         finally:
             http.clear()
 
     def call(self, http: urllib3.PoolManager, rng: random.Random, op_id: int) -> None:
-        key = rng.choice(self.keys)
         with self.lock:
+            key = self.pick(rng)
             tid, version = self.task_id.get(key), self.version.get(key, 1)
         call = Call.CREATE if tid is None else rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
         node, base = rng.choice(self.nodes)
@@ -186,13 +250,18 @@ def _error_code(data: bytes) -> str | None:
 
 def record(node_urls: Mapping[str, str] | Sequence[str], stop: threading.Event, seed: int, *, threads: int = 4, records: int = 4,
            max_ops: int = 1500, max_seconds: float = 120.0, timeout_s: float = 3.0,
+           calls_per_s: float | None = None, calls_per_record: int | None = None,
            into: History | None = None) -> History:
     """Record a history of task API calls against the nodes at ``node_urls`` (their REST base URLs, or
-    node name -> URL to label the calls by name)    until ``stop`` is set, ``max_ops`` calls were made or ``max_seconds`` passed; returns it. ``into``:
-    a History to append to as calls are answered (its length shows the progress while it runs)."""
+    node name -> URL to label the calls by name) until ``stop`` is set, ``max_ops`` calls were made or
+    ``max_seconds`` passed; returns it. ``records`` are in use at a time, each retired for a fresh one
+    after ``calls_per_record`` calls (None: never); each thread makes at most ``calls_per_s`` calls a
+    second (None: as fast as answers come). ``into``: a History to append to as calls are answered
+    (its length shows the progress while it runs)."""
     history = into if into is not None else History()
     history.seed = seed
-    rec = _Recorder(node_urls, seed, records, max_ops, max_seconds, stop, timeout_s, history)
+    rec = _Recorder(node_urls, seed, records, max_ops, max_seconds, stop, timeout_s, history,
+                    calls_per_s=calls_per_s, calls_per_record=calls_per_record)
     workers = [threading.Thread(target=rec.run, args=(i,), name=f"history-{i}", daemon=True) for i in range(threads)]
     for t in workers:
         t.start()
