@@ -54,7 +54,7 @@ from molens.actors.peer_handle import RaftPeerHandle
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
-from molens.delivery import FIRE_BATCH_V1, FireRequest, decode_fire_batch, encode_fire_batch
+from molens.delivery import FIRE_BATCH_V1, NOT_SENT_VERSION, FireRequest, decode_fire_batch, encode_fire_batch
 from molens.delivery.pool import FirePool, FirePoolStats, make_pool_manager
 from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
@@ -145,6 +145,7 @@ class Scheduler:
             ),
             spans=self.spans,
             audit=cfg.audit,
+            replicas_read_not_sent=self.replicas_read_not_sent,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
@@ -332,6 +333,15 @@ class Scheduler:
         """The fire batch items ``worker`` reads: what it advertised, or those of the release before
         versions until it does (``docs/deploy.md#rolling-upgrade``)."""
         return self.batch_versions.get(worker, FIRE_BATCH_V1)
+
+    def replicas_read_not_sent(self) -> bool:
+        """Whether every other member's node has advertised a release that applies ``not_sent``
+        results (``NOT_SENT_VERSION``): until then the leader proposes them as ordinary failed
+        attempts, as the release before did, so replicas of both releases apply the same log alike
+        (docs/deploy.md#rolling-upgrade)."""
+        versions = self.batch_versions
+        return all(versions.get(m, FIRE_BATCH_V1) >= NOT_SENT_VERSION
+                   for m in self.peer.standing.members if m != self.node_id)
 
     def send_fires(self, by_worker: dict[str, list[FireRequest]], term: int) -> dict[str, list[FireRequest]]:
         """Send fires committed in ``term`` (this node leads it) to their workers, one frame each, this

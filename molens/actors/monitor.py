@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from molens.actors.alarm import wall_ms
 from molens.actors.dispatcher import MAX_PROPOSAL_ITEMS
 from molens.actors.messages import (
@@ -435,6 +437,9 @@ class Monitor(LeaderActor):
         items, self.results = self.results[:MAX_PROPOSAL_ITEMS], self.results[MAX_PROPOSAL_ITEMS:]
         if self.results:
             self.results_first = now
+        if any(it.not_sent for it in items) and not self.ctx.replicas_read_not_sent():
+            # a replica of the release before would count them as attempts where this one does not
+            items = [msgspec.structs.replace(it, not_sent=False) if it.not_sent else it for it in items]
         self.pending += 1
         self.ctx.propose(Results(now, tuple(items)),
                          self.outcome_to_self(lambda _res, err: ResultsProposed(items, err, now)))

@@ -59,6 +59,9 @@ class TermContext:
     """POSTs a notification batch; None when its target answered 2xx (``molens.actors.notifier``)."""
     spans: Spans = NO_SPANS
     """Where the ``molens.result`` spans of traced tasks go (``molens.tracing``)."""
+    replicas_read_not_sent: Callable[[], bool] = lambda: True
+    """Whether every replica applies a result marked ``not_sent`` as such (the Monitor proposes it as an
+    ordinary failed attempt until then: ``molens.scheduler.Scheduler.replicas_read_not_sent``)."""
 
     def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
         self.propose_batch([self.store.encode_proposal(cmd)], on_done)

@@ -86,6 +86,8 @@ __all__ = [
     "encode_fire_batch",
     "FIRE_BATCH_V1",
     "FIRE_BATCH_VERSION",
+    "FIRE_BATCH_V2",
+    "NOT_SENT_VERSION",
     "decode_fire_batch",
     "encode_fire_results",
     "decode_fire_results",
@@ -189,8 +191,15 @@ _FIRE_BATCH = "fire_batch"
 _FIRE_RESULTS = "fire_results"
 
 
-FIRE_BATCH_VERSION = 2
-"""The fire batch items this release reads: 11 fields, or 12 with the task's ``traceparent``."""
+FIRE_BATCH_VERSION = 3
+"""What this release's node advertises in its heartbeats: it reads fire batch items of 11 fields, or 12
+with the task's ``traceparent`` (since 2), and its state machine applies a result marked ``not_sent``
+as a fire planned again (since 3: docs/architecture.md#not-sent)."""
+FIRE_BATCH_V2 = 2
+"""The first version whose workers read a 12-field item (a ``traceparent``)."""
+NOT_SENT_VERSION = 3
+"""The first version whose replicas apply ``not_sent`` results as such (a replica of an earlier one
+would count them as attempts, and the replicas would differ)."""
 FIRE_BATCH_V1 = 1
 """The items of the release before traces (exactly 11 fields; it refuses a whole batch with one
 12-field item): what a worker that advertises no version is sent (``docs/deploy.md#rolling-upgrade``)."""
@@ -201,7 +210,7 @@ def encode_fire_batch(requests: Iterable[FireRequest], version: int = FIRE_BATCH
     not_before_ms, scheduled_ms(, traceparent)], ...]]``: ``traceparent`` only when the task has one
     and the worker reads ``version`` 2 or later (for :data:`FIRE_BATCH_V1` it is left out: the
     callback goes without it rather than not at all)."""
-    traced = version >= FIRE_BATCH_VERSION
+    traced = version >= FIRE_BATCH_V2
     items = [
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
          r.not_before_ms, r.scheduled_ms, r.traceparent) if r.traceparent and traced else

@@ -5,6 +5,7 @@ the replicated ``Results`` item; the leader's Monitor counts it."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from types import SimpleNamespace
@@ -14,12 +15,16 @@ import msgpack
 import msgspec
 import pytest
 
+from molens.actors.dispatcher import with_attempt
 from molens.actors.messages import FireResults
 from molens.actors.monitor import Monitor
+from molens.actors.peer_state import Standing
 from molens.actors.stats import COUNTERS, Stats, StatsClient
 from molens.actors.term import TermContext
 from molens.config import SchedulerConfig
 from molens.delivery import (
+    FIRE_BATCH_VERSION,
+    NOT_SENT_VERSION,
     DeliveryCodecError,
     DeliveryOutcome,
     FireResult,
@@ -39,6 +44,7 @@ from molens.fsm.commands import (
 from molens.fsm.machine import SendFire, not_sent_wait_ms
 from molens.fsm.store import fire_from_bytes, fire_to_bytes
 from molens.model import ExecutionResult, FireKind, Outcome, Status
+from molens.scheduler import Scheduler
 from tests.unit.test_fsm_machine import H as MachineDriver
 
 
@@ -252,3 +258,47 @@ def test_the_leaders_monitor_counts_not_sent_results_as_a_scheduler_event() -> N
     finally:
         monitor.stop()
         stats_ref.stop()
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_not_sent_results_are_proposed_as_attempts_while_a_replica_of_the_release_before_remains(readable: bool) -> None:
+    """A replica of the release before would apply a ``not_sent`` result as a failed attempt where this
+    release plans the fire again for free, and the replicas would differ: until every member has
+    advertised ``NOT_SENT_VERSION`` the Monitor proposes the flag cleared (an ordinary failed attempt)."""
+    stats_ref = Stats.start()
+    proposed: list[Any] = []
+    ctx = TermContext(
+        node_id="n1", term=1, cfg=SchedulerConfig(),
+        store=SimpleNamespace(get_fire=lambda fid: None, get_task=lambda tid: None,  # type: ignore[arg-type]
+                              encode_proposal=lambda cmd: cmd),
+        propose_batch=lambda cmds, done: proposed.extend(cmds), stats=StatsClient(stats_ref),
+        send_fires=lambda groups: {}, local_free=lambda: 0, fatal=lambda e: None, ended=threading.Event(),
+        replicas_read_not_sent=lambda: readable,
+    )
+    monitor = Monitor.start(ctx)
+    try:
+        unsent = with_attempt(to_result_item(_result(True)), 2)
+        sent = with_attempt(to_result_item(dataclasses.replace(_result(False), fire_id="f-2")), 1)
+        monitor.tell(FireResults([unsent, sent]))
+        deadline = time.monotonic() + 10
+        while not proposed:
+            assert time.monotonic() < deadline, "no Results proposed"
+            time.sleep(0.02)
+    finally:
+        monitor.stop()
+        stats_ref.stop()
+    items = {it.fire_id: it for cmd in proposed for it in cmd.items}
+    assert items["f-1"].not_sent is readable
+    assert items["f-1"] == msgspec.structs.replace(unsent, not_sent=readable)
+    assert items["f-2"] == sent
+
+
+def test_replicas_read_not_sent_once_every_other_member_advertised_the_version() -> None:
+    def sched(versions: dict[str, int]) -> Any:
+        return SimpleNamespace(node_id="n1", batch_versions=versions,
+                               peer=SimpleNamespace(standing=Standing(members=frozenset({"n1", "n2", "n3"}))))
+
+    assert Scheduler.replicas_read_not_sent(sched({"n2": NOT_SENT_VERSION, "n3": NOT_SENT_VERSION}))
+    assert not Scheduler.replicas_read_not_sent(sched({"n2": NOT_SENT_VERSION, "n3": NOT_SENT_VERSION - 1}))
+    assert not Scheduler.replicas_read_not_sent(sched({"n2": NOT_SENT_VERSION}))  # n3 not heard yet
+    assert FIRE_BATCH_VERSION >= NOT_SENT_VERSION  # this release's nodes advertise it
