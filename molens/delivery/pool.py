@@ -21,7 +21,8 @@ Rules:
   one holder thread, in a heap by that time, and queued once it comes: never sent early. The wait is
   read on the wall clock when the fire arrives and then kept on the monotonic clock, so a wall clock
   that steps while a fire is held neither holds it seconds too long (a step back) nor lets it go
-  early (a step ahead). Held fires count against the capacity like queued ones. ``release_held`` takes
+  early (a step ahead); it is held 1 ms past what the two readings say (both are truncated to the
+  ms), so it goes out at most a ms late and never early. Held fires count against the capacity like queued ones. ``release_held`` takes
   them all back unsent (the worker does while its clock is suspect: it stepped).
 - A fire whose ``deadline_ms`` has passed when a thread picks it up is not sent (the leader has
   already counted it lost, or is about to; sending it now could deliver twice); it is counted in
@@ -237,7 +238,9 @@ class FirePool:
                 head = held[0][0] if held else None
                 for f in batch[:n]:
                     if f.not_before_ms > now:
-                        heapq.heappush(held, (mono + f.not_before_ms - now, next(self._seq), f))
+                        # + 1: each reading is truncated to the ms, so ``now`` may be up to 1 ms behind
+                        # the wall clock while ``mono`` is not: without it a fire went out up to 1 ms early
+                        heapq.heappush(held, (mono + f.not_before_ms - now + 1, next(self._seq), f))
                     else:
                         ready.append(f)
                 if ready:

@@ -394,11 +394,14 @@ def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_e
         assert pool.stats().held == 1 and "ahead-0" not in dl.started  # the clock has not reached it
         now[0] = due - 1
         assert "ahead-0" not in dl.started
-        now[0] = due
+        now[0] = due  # the wall reading is truncated to the ms: at ``due`` the wall clock may still be just before it
+        time.sleep(0.05)  # a release now would have been seen by then; the check below is the assertion
+        assert "ahead-0" not in dl.started
+        now[0] = due + 1
         wait_until(lambda: len(sink.results()) == 2)
     finally:
         pool.stop()
-    assert dl.started["ahead-0"] >= due and pool.stats().held == 0
+    assert dl.started["ahead-0"] == due + 1 and pool.stats().held == 0
     assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["now-0", "ahead-0"]
 
 
@@ -422,7 +425,7 @@ def test_a_held_fire_keeps_its_time_when_the_wall_clock_steps_while_it_waits(eng
         pool.submit(fires)
         assert pool.stats().held == 2
         wall[0] -= 10_000  # the wall clock steps back: the fires' times are unchanged
-        mono[0] += 100
+        mono[0] += 101  # its time, and the ms the truncated readings may hide
         wait_until(lambda: [r.fire_id for r in sink.results()] == ["step-0"])
         wall[0] += 60_000  # and ahead: the second still waits for its own time
         assert "step-1" not in dl.started
@@ -430,7 +433,7 @@ def test_a_held_fire_keeps_its_time_when_the_wall_clock_steps_while_it_waits(eng
         wait_until(lambda: len(sink.results()) == 2)
     finally:
         pool.stop()
-    assert dl.started == {"step-0": 5_100, "step-1": 5_200}
+    assert dl.started == {"step-0": 5_101, "step-1": 5_201}
 
 
 def test_stop_returns_held_fires_unsent(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
