@@ -197,9 +197,12 @@ class Access:
         self._token = token.encode() if token else b""
         self.brake = keys.FailureBrake()
         self._last_used: dict[str, int] = {}
-        self._known: dict[str, tuple[bytes, tenancy.ApiKey, Principal]] = {}
-        """key id -> (its record as read, the record, its principal): a record read again unchanged
-        is not decoded again (it is still read on every request: a revoked key is gone at once)."""
+        self._known: dict[str, tuple[bytes, tenancy.ApiKey, Principal, bytes]] = {}
+        """key id -> (its record as read, the record, its principal, the secret last verified against
+        it): a record read again unchanged is not decoded again (it is still read on every request:
+        a revoked key is gone at once), and a secret equal to the one verified is not hashed again
+        (compared in constant time, as the bootstrap token is: the keyed hash was half of what a key
+        cost a busy leader)."""
         self._lock = threading.Lock()
         self.tickets: export.Tickets[Principal] = export.Tickets()
         """One-time export links (:mod:`molens.web.export`): a ticket authenticates as the key that minted it."""
@@ -269,12 +272,14 @@ class Access:
         known = self._known.get(kid)
         if known is None or known[0] != rec:
             k = tenancy.decode_key(rec)
-            known = (rec, k, principal_of(k))
+            known = (rec, k, principal_of(k), b"")
+        if not (known[3] and hmac.compare_digest(raw, known[3])):
+            if not keys.verify(known[1], secret):
+                self.brake.failed(addr, now)
+                raise Unauthorized()
+            known = (*known[:3], raw)
             with self._lock:
                 self._known[kid] = known
-        if not keys.verify(known[1], secret):
-            self.brake.failed(addr, now)
-            raise Unauthorized()
         with self._lock:
             self._last_used[kid] = int(time.time() * 1000)
         return known[2]
