@@ -53,7 +53,7 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -205,6 +205,11 @@ def fire_from_bytes(fid: str, raw: bytes | memoryview) -> FireRecord:
 
 
 _KNOWN_MAX = 512  # proposals in flight at once stay far below this
+_ABSENT = b"\x00absent"
+"""What the cache's ``get`` answers for a key it does not hold (compared by identity)."""
+_META_CACHE_MAX = 4096
+"""Meta records :meth:`TaskStore.get_meta` keeps in memory (keys, namespaces: the records every
+request reads); past it the cache starts again empty (ids nobody made, asked by bad keys, fill it)."""
 TASK_DEAD_MAX = 100_000
 """Most dead letters of one task a filtered list reads and sorts per page (retention keeps fewer,
 unless a task fails every few seconds for days)."""
@@ -311,6 +316,16 @@ class TaskStore:
         self._env_lock = threading.Lock()
         # commands this node proposed, by the id of their encoded bytes (see encode_proposal)
         self._known: dict[int, tuple[bytes, Command]] = {}
+        self._meta_cache: dict[str, bytes | None] = {}
+        """Meta records as last read (None: absent), for :meth:`get_meta`; a record an apply writes
+        leaves it before the apply counts as applied. Every API request reads a key's record and a
+        create its namespace's: each lmdb read transaction lets go of the interpreter lock, which
+        other threads then hold, so three of them cost a busy leader ~50 us of a create."""
+        self._meta_written: set[str] = set()
+        self._meta_gen = 0
+        """Bumped, under ``_meta_lock``, whenever records leave the cache: a read that began before
+        does not put what it read back."""
+        self._meta_lock = threading.Lock()
         self.decodes_skipped = 0
         self.dead_written: dict[str, int] = {}
         """Dead letters this replica's applies wrote since the process started, by kind (metrics)."""
@@ -442,6 +457,7 @@ class TaskStore:
             counts = dict(self._counts)
             days: dict[int, int] = {}
             self._changed = {}
+            self._meta_written = set()
             try:
                 with self._env.begin(write=True) as txn:
                     out, hist = self._apply_in(txn, fresh, counts, days)
@@ -454,6 +470,8 @@ class TaskStore:
                 break
             except lmdb.MapFullError:
                 self._grow()
+        if self._meta_written:
+            self._forget_meta(self._meta_written)
         self._applied = fresh[-1].index
         self._applied_term = fresh[-1].term
         self._counts = counts
@@ -563,6 +581,7 @@ class TaskStore:
                 delete(key.encode(), db=self._idem)
             else:
                 put(key.encode(), v.encode(), db=self._idem)
+        self._meta_written.update(w.meta)
         for mk, mv in w.meta.items():
             if mv is None:
                 delete(b"m:" + mk.encode(), db=self._meta)
@@ -666,6 +685,7 @@ class TaskStore:
             self._env.close()
             swap_env_file(staged, self.dir)
             self._open()
+            self._forget_meta(None)
         self.search.apply(None)
         if self.history is not None:
             with self._env.begin(db=self._tasks) as txn:
@@ -720,9 +740,34 @@ class TaskStore:
             return [(bytes(k).decode(), _FLOW_DECODER.decode(v)) for k, v in txn.cursor(db=self._flows)]
 
     def get_meta(self, key: str) -> bytes | None:
+        """The meta record ``key`` as this replica has applied it (None: absent), from memory when
+        it was read before and no apply has written it since."""
+        cache = self._meta_cache
+        hit = cache.get(key, _ABSENT)
+        if hit is not _ABSENT:
+            return hit
+        gen = self._meta_gen
         with self._env.begin() as txn:
             raw = txn.get(b"m:" + key.encode(), db=self._meta)
-            return None if raw is None else bytes(raw)
+            value = None if raw is None else bytes(raw)
+        with self._meta_lock:
+            if self._meta_gen == gen:  # no apply wrote meta since the read began
+                if len(cache) >= _META_CACHE_MAX:
+                    cache.clear()
+                cache[key] = value
+        return value
+
+    def _forget_meta(self, keys: Iterable[str] | None) -> None:
+        """Drop ``keys`` (None: every record) from :meth:`get_meta`'s cache, after the write
+        transaction that changed them committed: a read that began before cannot cache the old
+        value after this (the generation moved), and one that begins after reads the new."""
+        with self._meta_lock:
+            self._meta_gen += 1
+            if keys is None:
+                self._meta_cache.clear()
+            else:
+                for k in keys:
+                    self._meta_cache.pop(k, None)
 
     def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
         """Every meta record whose key starts with ``prefix``, by key."""

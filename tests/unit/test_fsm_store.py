@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import random
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import molens.lmdb_snapshot as lmdb_snapshot
+from molens.fsm import tenancy
 from molens.fsm.commands import (
     Command,
     CreateItem,
     CreateTasks,
     DeleteDeadLetters,
+    DeleteNamespace,
     DeleteTasks,
     Dispatched,
     DispatchItem,
     Expire,
     PauseTasks,
     PutMeta,
+    PutNamespace,
     ResultItem,
     Results,
     encode,
@@ -29,6 +33,7 @@ from molens.fsm.history import History
 from molens.fsm.machine import Created, SendFire, WheelAdd
 from molens.fsm.memstate import MemoryState
 from molens.fsm.store import DAY_MS, EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
+from molens.fsm.tenancy import Namespace, Quotas
 from molens.model import (
     ExecutionResult,
     FireKind,
@@ -570,3 +575,77 @@ def test_a_tasks_dead_letters_list_newest_first_past_ten_occurrences(store: Task
     assert seen == list(range(12, 0, -1))
     with pytest.raises(ValidationError):
         store.list_dead(task_id=t, cursor="10.1")  # not a cursor this list gives
+
+
+class _CountingEnv:
+    """An lmdb environment that counts read transactions and can hold one open (``hold``: the
+    transaction has begun, then waits for ``release``)."""
+
+    def __init__(self, env: Any) -> None:
+        self.env, self.reads = env, 0
+        self.hold: threading.Event | None = None
+        self.release = threading.Event()
+
+    def begin(self, *a: Any, **kw: Any) -> Any:
+        txn = self.env.begin(*a, **kw)
+        if not kw.get("write"):
+            self.reads += 1
+            if self.hold is not None:
+                self.hold.set()
+                self.release.wait(10)
+        return txn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+
+def test_meta_records_are_read_from_memory_until_an_apply_writes_them(tmp_path: Path) -> None:
+    s = TaskStore(tmp_path, durable=False)
+    ns_key = tenancy.NS_PREFIX + "pay"
+    put = [PutNamespace(T0, Namespace(name="pay"), True)]
+    s.apply_batch([(1, encode(put[0]))])
+    env = _CountingEnv(s._env)
+    s._env = env
+    first = s.get_meta(ns_key)
+    assert first is not None and tenancy.decode_namespace(first).name == "pay"
+    assert s.get_meta(ns_key) == first and s.get_meta("ns:none") is None and s.get_meta("ns:none") is None
+    assert env.reads == 2  # one per record, the absent one too
+    s.apply_batch([(2, encode(PutNamespace(T0, Namespace(name="pay", quotas=Quotas(creates_per_s=5)), False)))])
+    changed = s.get_meta(ns_key)
+    assert changed is not None and tenancy.decode_namespace(changed).quotas.creates_per_s == 5
+    s.apply_batch([(3, encode(DeleteNamespace(T0, "pay")))])
+    assert s.get_meta(ns_key) is None
+    assert env.reads == 4
+    s.close()
+
+
+def test_a_meta_read_that_began_before_an_apply_does_not_keep_the_old_record(tmp_path: Path) -> None:
+    s = TaskStore(tmp_path, durable=False)
+    ns_key = tenancy.NS_PREFIX + "pay"
+    s.apply_batch([(1, encode(PutNamespace(T0, Namespace(name="pay"), True)))])
+    env = _CountingEnv(s._env)
+    s._env = env
+    env.hold = threading.Event()
+    got: list[bytes | None] = []
+    reader = threading.Thread(target=lambda: got.append(s.get_meta(ns_key)))
+    reader.start()
+    assert env.hold.wait(10)  # the reader's transaction sees the namespace
+    env.hold = None
+    s.apply_batch([(2, encode(DeleteNamespace(T0, "pay")))])
+    env.release.set()
+    reader.join(10)
+    assert got and got[0] is not None  # what its transaction saw
+    assert s.get_meta(ns_key) is None  # not what it saw: the apply came after its read began
+    s.close()
+
+
+def test_a_restore_leaves_no_meta_record_read_before_it(tmp_path: Path) -> None:
+    s = TaskStore(tmp_path / "a", durable=False)
+    ns_key = tenancy.NS_PREFIX + "pay"
+    s.apply_batch([(1, encode(PutNamespace(T0, Namespace(name="pay"), True)))])
+    s.snapshot(tmp_path / "snap")
+    s.apply_batch([(2, encode(DeleteNamespace(T0, "pay")))])
+    assert s.get_meta(ns_key) is None
+    s.restore(tmp_path / "snap")
+    assert s.get_meta(ns_key) is not None
+    s.close()
