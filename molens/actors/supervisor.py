@@ -53,6 +53,7 @@ from molens.actors.timewheel import TimeWheel
 from molens.config import AuditConfig, NotificationsConfig, SchedulerConfig
 from molens.fsm.machine import FlowSet, SendFire, WheelAdd, WheelRemove
 from molens.fsm.store import EntryResult, TaskStore
+from molens.schedule.horizon import Reach
 from molens.tracing import NO_SPANS, Spans
 
 log = logging.getLogger(__name__)
@@ -79,14 +80,18 @@ class Routed:
     flows: tuple[tuple[str, Any], ...]
 
 
-def route_effects(entries: list[EntryResult], term: int) -> Routed:
-    """Split the effects of ``entries`` for the leader actors of ``term``.
+def route_effects(entries: list[EntryResult], term: int, reach: Reach | None = None) -> Routed:
+    """Split the effects of ``entries`` for the leader actors of ``term``; the adds of new tasks due
+    beyond the wheel's ``reach`` are left out (a load of the window reads them from the index).
 
     >>> from molens.fsm.machine import WheelAdd
     >>> r = route_effects([EntryResult(index=1, term=2, results=[], effects=[WheelAdd("t1", 5)])], term=2)
     >>> r.wheel, r.own, r.flows
-    ([WheelAdd(key='t1', due_ms=5)], [], ())
+    ([WheelAdd(key='t1', due_ms=5, new=False)], [], ())
     """
+    if reach is None:
+        reach = Reach()
+        reach.ms = 2**63
     wheel: list[WheelAdd | WheelRemove] = []
     own: list[SendFire] = []
     other: list[SendFire] = []
@@ -94,7 +99,10 @@ def route_effects(entries: list[EntryResult], term: int) -> Routed:
     for er in entries:
         fires = own if er.term == term else other
         for e in er.effects:
-            if isinstance(e, (WheelAdd, WheelRemove)):
+            if isinstance(e, WheelAdd):
+                if reach.wants(e.due_ms, e.new):
+                    wheel.append(e)
+            elif isinstance(e, WheelRemove):
                 wheel.append(e)
             elif isinstance(e, SendFire):
                 fires.append(e)
@@ -104,9 +112,10 @@ def route_effects(entries: list[EntryResult], term: int) -> Routed:
 
 
 class _Term:
-    def __init__(self, refs: LeaderRefs, ended: threading.Event) -> None:
+    def __init__(self, refs: LeaderRefs, ended: threading.Event, reach: Reach | None = None) -> None:
         self.refs = refs
         self.ended = ended
+        self.reach = reach if reach is not None else Reach()
 
 
 class LeaderSupervisor:
@@ -180,7 +189,7 @@ class LeaderSupervisor:
         if t is None or t.ended.is_set():
             return
         refs = t.refs
-        r = route_effects(entries, refs.term)
+        r = route_effects(entries, refs.term, t.reach)
         try:
             if r.own or r.other:  # before the Dispatcher's outcome: the Monitor watches before any result
                 refs.monitor.tell(Committed(r.own, r.other))
@@ -198,7 +207,7 @@ class LeaderSupervisor:
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
             stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
             clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms, spans=self.spans,
-            audit=self.audit, replicas_read_not_sent=self._replicas_read_not_sent,
+            audit=self.audit, replicas_read_not_sent=self._replicas_read_not_sent, reach=Reach(),
             **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(
@@ -212,7 +221,7 @@ class LeaderSupervisor:
         refs.monitor.tell(Rebuild())
         self.stats.add(terms_led=1)
         log.info("leader actors started term=%d", term)
-        return _Term(refs, ended)
+        return _Term(refs, ended, ctx.reach)
 
     def _end(self, t: _Term, wait: bool) -> None:
         t.ended.set()

@@ -25,6 +25,7 @@ from molens.actors.stats import StatsBuffer, StatsClient
 from molens.config import AuditConfig, NotificationsConfig, SchedulerConfig
 from molens.fsm.commands import Command
 from molens.fsm.store import TaskStore
+from molens.schedule.horizon import Reach
 from molens.tracing import NO_SPANS, Spans
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ class TermContext:
     """POSTs a notification batch; None when its target answered 2xx (``molens.actors.notifier``)."""
     spans: Spans = NO_SPANS
     """Where the ``molens.result`` spans of traced tasks go (``molens.tracing``)."""
+    reach: Reach = field(default_factory=Reach)
+    """How far the term's wheel has read the due index: the Raft thread leaves new tasks due beyond it
+    out of the wheel's effects (``molens.schedule.horizon``)."""
     replicas_read_not_sent: Callable[[], bool] = lambda: True
     """Whether every replica applies a result marked ``not_sent`` as such (the Monitor proposes it as an
     ordinary failed attempt until then: ``molens.scheduler.Scheduler.replicas_read_not_sent``)."""

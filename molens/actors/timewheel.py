@@ -36,7 +36,7 @@ from molens.actors.messages import (
 )
 from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.machine import Effect, WheelAdd, WheelRemove
-from molens.schedule.horizon import DEFAULT_SLICE_LIMIT, HorizonWheel, ReadSlice
+from molens.schedule.horizon import DEFAULT_SLICE_LIMIT, HorizonWheel, Reach, ReadSlice
 from molens.schedule.wheel import BucketStat
 from molens.schedule.wheel import HierarchicalWheel as Wheel
 
@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 class LeaderWheel:
     """Task ids keyed by their next due time (callback, retry or ACK probe), within the horizon."""
 
-    def __init__(self, tick_ms: int, now_ms: int, horizon_ms: int, slice_limit: int = DEFAULT_SLICE_LIMIT) -> None:
-        self.window = HorizonWheel(tick_ms, now_ms, horizon_ms, slice_limit)
+    def __init__(self, tick_ms: int, now_ms: int, horizon_ms: int, slice_limit: int = DEFAULT_SLICE_LIMIT,
+                 reach: Reach | None = None) -> None:
+        self.window = HorizonWheel(tick_ms, now_ms, horizon_ms, slice_limit, reach)
         self.wheel: Wheel[str] = self.window.wheel
         self.rebuild_ms: float | None = None
         """How long the first fill of the window took (None while it runs)."""
@@ -138,7 +139,7 @@ class TimeWheel(LeaderActor):
         }
 
     def _rebuild(self) -> None:
-        self.wheel = LeaderWheel(self.tick_ms, wall_ms(), self.ctx.cfg.wheel_horizon_ms)
+        self.wheel = LeaderWheel(self.tick_ms, wall_ms(), self.ctx.cfg.wheel_horizon_ms, reach=self.ctx.reach)
         self.loading = True
 
     def _load(self, now: int) -> bool:

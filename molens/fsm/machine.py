@@ -224,6 +224,8 @@ class ScanView(View, Protocol):
 class WheelAdd:
     key: str
     due_ms: int
+    new: bool = False
+    """The entry made the task: no wheel holds the key yet (``molens.schedule.horizon.Reach``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,7 +393,7 @@ class _Tx:
             # even at the same ms (a redrive stamped at the very ms of the occurrence it puts aside).
             if od == nd and (nd is None or _same_actions(old, new)):
                 continue
-            eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd))  # add moves a present key
+            eff.append(WheelRemove(tid) if nd is None else WheelAdd(tid, nd, old is None))  # add moves a present key
         for ns, (held, live) in deltas.items():
             for key, d in ((tenancy.COUNT_PREFIX + ns, held), (tenancy.LIVE_PREFIX + ns, live)):
                 if d:

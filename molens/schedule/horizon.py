@@ -23,6 +23,14 @@ Worked example (horizon 10 s, slices of at most 2)::
     load -> reads c (short slice)   -> start = (10000, "")       wheel: a b c
     add(e, 9000)  -> wheel          add(f, 12000) -> index only (a slice reads it once now + 10 s > 12 s)
 
+A new key (an entry that created its task: no wheel can hold it yet) due at or after the window's
+:class:`Reach` need not be sent to the wheel at all: a load raises the reach to the instant it reads
+up to *before* it reads, and ``start`` never passes the reach, so such a key is either read by a
+load that read the index after its entry committed, or filed behind ``start`` by the rule above,
+where its add would only have taken out a key the wheel does not hold. The thread that routes the
+effects of applied entries reads the reach after they committed (``molens.actors.supervisor``).
+Most tasks are due beyond the horizon, so most creates never reach the wheel's mailbox.
+
 Pure: no clock, no disk; the read is a function the caller passes in.
 """
 
@@ -41,12 +49,28 @@ TOP_UP_PARTS = 16
 """The window is topped up once ``horizon_ms / TOP_UP_PARTS`` of it has passed."""
 
 
+class Reach:
+    """How far a window has read the due index, or is reading it now (see the module doc): shared
+    between the window's thread, which only raises it, and the one that routes applied effects."""
+
+    __slots__ = ("ms",)
+
+    def __init__(self) -> None:
+        self.ms = 0
+
+    def wants(self, due_ms: int, new: bool) -> bool:
+        """Whether an add of a key due at ``due_ms`` must reach the window (``new``: its entry made
+        the key)."""
+        return not new or due_ms < self.ms
+
+
 class HorizonWheel:
     """Timers due within ``horizon_ms`` of now, the rest left in the due index (see the module doc)."""
 
-    __slots__ = ("horizon_ms", "loaded", "max_size", "slice_limit", "slices", "start", "top_up_ms", "wheel")
+    __slots__ = ("horizon_ms", "loaded", "max_size", "reach", "slice_limit", "slices", "start", "top_up_ms", "wheel")
 
-    def __init__(self, tick_ms: int, now_ms: int, horizon_ms: int, slice_limit: int = DEFAULT_SLICE_LIMIT) -> None:
+    def __init__(self, tick_ms: int, now_ms: int, horizon_ms: int, slice_limit: int = DEFAULT_SLICE_LIMIT,
+                 reach: Reach | None = None) -> None:
         if horizon_ms < tick_ms:
             raise ValueError(f"horizon_ms must be >= tick_ms, got {horizon_ms} < {tick_ms}")
         if slice_limit < 1:
@@ -57,6 +81,8 @@ class HorizonWheel:
         self.top_up_ms = max(tick_ms, horizon_ms // TOP_UP_PARTS)
         self.start: tuple[int, str] = (0, "")
         """Entries of the index before this are in the wheel (or handed out); none from it on."""
+        self.reach = reach if reach is not None else Reach()
+        """Never before ``start``; raised before each read of the index to what it reads up to."""
         self.slices = 0
         self.loaded = 0
         self.max_size = 0
@@ -83,6 +109,8 @@ class HorizonWheel:
     def load(self, read: ReadSlice, now_ms: int) -> int:
         """Read one slice of the index into the wheel; returns how many timers it read."""
         until = max(now_ms + self.horizon_ms, self.start[0])
+        if until > self.reach.ms:
+            self.reach.ms = until  # before the read: see the module doc
         rows = read(self.start, until, self.slice_limit)
         add = self.wheel.add
         for due_ms, key in rows:
@@ -127,4 +155,4 @@ class HorizonWheel:
             self.max_size = n
 
 
-__all__ = ["DEFAULT_SLICE_LIMIT", "HorizonWheel", "ReadSlice"]
+__all__ = ["DEFAULT_SLICE_LIMIT", "HorizonWheel", "Reach", "ReadSlice"]

@@ -84,6 +84,10 @@ MUTANTS = [
            "molens.schedule.flows:FlowControl._may_go", "if lim.paused or (", "if ("),
     Mutant("window-edge-skipped", "the loader's window skips timers due exactly at its edge",
            "molens.schedule.horizon:HorizonWheel.load", 'self.start = (until, "")', 'self.start = (until + 1, "")'),
+    Mutant("reach-lags-read", "the wheel's reach says how late it is, not how far its load read: a new task due "
+           "inside the window it loaded is left out of the wheel's effects",
+           "molens.schedule.horizon:HorizonWheel.load", "self.reach.ms = until  # before the read",
+           "self.reach.ms = now_ms  # before the read"),
     Mutant("lost-worker-fires-kept", "a worker counted lost keeps its fires until their deadlines",
            "molens.actors.monitor:FireWatch.on_lost_workers", "out.append(lost_result(cur))", "pass"),
     Mutant("worker-death-unnoticed", "the Monitor never counts a silent worker as lost (its alarm spins)",

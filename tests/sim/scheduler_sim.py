@@ -761,7 +761,9 @@ class Sim:
     def on_applied(self, cmd: Command, out: Applied, dues: dict[str, tuple[int | None, int]]) -> None:
         ld = self.leader
         assert ld is not None
-        wheel_effects = [e for e in out.effects if isinstance(e, (WheelAdd, WheelRemove))]
+        reach = ld.wheel.window.reach  # read after the entry applied, as the Raft thread does
+        wheel_effects = [e for e in out.effects
+                         if isinstance(e, WheelRemove) or (isinstance(e, WheelAdd) and reach.wants(e.due_ms, e.new))]
         if wheel_effects:
             self.to_wheel(ld, wheel_effects)
         flow_sets = [e for e in out.effects if isinstance(e, FlowSet)]

@@ -14,7 +14,7 @@ from tests.sim.mutants import MUTANTS, RAFT_MUTANTS, Mutant, hunt
 SEEDS = {
     "lost-fire-never-redispatched": 1, "amo-resent-after-loss": 1, "stale-result-applied": 6,
     "expiry-skips-one": 1, "held-grace-ignored": 3, "catchup-one-too-many": 1, "deadline-without-timeout": 1,
-    "pause-ignored": 2, "window-edge-skipped": 9, "lost-worker-fires-kept": 2, "worker-death-unnoticed": 2, "not-sent-counted": 3,
+    "pause-ignored": 2, "window-edge-skipped": 9, "reach-lags-read": 2, "lost-worker-fires-kept": 2, "worker-death-unnoticed": 2, "not-sent-counted": 3,
     "boot-trusts-store": 2, "boot-marker-not-durable": 4, "snapshot-dir-not-synced": 3, "snapshot-bytes-not-synced": 3,
 }
 """Seeds tried per mutant: up to the first that caught it (seeds from 0)."""

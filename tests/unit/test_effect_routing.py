@@ -14,6 +14,7 @@ from molens.config import SchedulerConfig
 from molens.fsm.machine import FireRecord, FlowSet, SendFire, WheelAdd, WheelRemove
 from molens.fsm.store import EntryResult
 from molens.model import FireKind
+from molens.schedule.horizon import HorizonWheel, Reach
 from molens.schema import Reliability
 
 
@@ -66,3 +67,34 @@ def test_each_leader_actor_hears_only_the_effects_it_uses_and_the_dispatcher_no_
     assert [e.fire.fire_id for e in c.own] == ["new"] and [e.fire.fire_id for e in c.other] == ["old"]
     assert dispatcher.got == [FlowsChanged((("f1", None),))]  # its fires come with its proposal's outcome
     assert cleaner.got == [] and notifier.got == []
+
+
+def test_a_new_task_due_beyond_what_the_wheel_has_read_is_left_out_of_its_effects() -> None:
+    reach = Reach()
+    reach.ms = 100
+    entries = [EntryResult(index=1, term=4, results=[], effects=[
+        WheelAdd("new-beyond", 100, new=True), WheelAdd("new-within", 99, new=True),
+        WheelAdd("moved-beyond", 5_000), WheelRemove("gone")])]
+    r = route_effects(entries, term=4, reach=reach)
+    # a key the wheel may hold is always told (its add takes it out); a new one only inside the reach
+    assert r.wheel == [WheelAdd("new-within", 99, new=True), WheelAdd("moved-beyond", 5_000), WheelRemove("gone")]
+    assert route_effects(entries, term=4).wheel[0] == WheelAdd("new-beyond", 100, new=True)  # no reach: all
+
+
+def test_a_load_raises_the_reach_before_it_reads_and_start_never_passes_it() -> None:
+    """A new key left out of the effects (due at or past the reach, read after its entry committed)
+    must be read by a load: so the reach is raised to what a load reads up to before it reads."""
+    index = [(500, "a"), (900, "b"), (1_500, "late")]
+    seen: list[tuple[int, int]] = []
+
+    def read(start: tuple[int, str], until: int, limit: int) -> list[tuple[int, str]]:
+        seen.append((w.reach.ms, until))
+        return sorted(e for e in index if e >= start and e[0] < until)[:limit]
+
+    w = HorizonWheel(10, 0, 1_000, slice_limit=1)
+    for now in (0, 0, 0, 600, 600):
+        w.load(read, now)
+        assert w.start <= (w.reach.ms, "")
+    assert seen and all(reach >= until for reach, until in seen)
+    assert not w.reach.wants(1_600, True) and w.reach.wants(1_599, True) and w.reach.wants(9_999, False)
+    assert "late" in w.wheel

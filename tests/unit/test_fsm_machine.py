@@ -134,7 +134,7 @@ def test_create_delayed_schedules_first_occurrence(h: H) -> None:
     t = out.results[0].task
     assert out.results[0].created and t.status is Status.PENDING
     assert t.due_ms == T0 + 5000 and t.seq == 1 and t.fire_id == "A" * 26 + "-1"
-    assert out.effects == [WheelAdd("A" * 26, T0 + 5000)]
+    assert out.effects == [WheelAdd("A" * 26, T0 + 5000, new=True)]
 
 
 def test_create_delayed_run_at_in_the_past_fires_now(h: H) -> None:

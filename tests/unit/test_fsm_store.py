@@ -150,7 +150,7 @@ def test_effects_reach_on_applied_after_commit_with_their_term(tmp_path: Path) -
     s = TaskStore(tmp_path, on_applied=seen.extend)
     tid = new_task_id(T0, 3)
     Log(s).apply(CreateTasks(T0, (CreateItem(tid, spec()),)), PutMeta(T0, "x", b"y"))
-    assert [(r.index, r.term, r.effects) for r in seen] == [(1, 1, [WheelAdd(tid, T0 + 1000)])]
+    assert [(r.index, r.term, r.effects) for r in seen] == [(1, 1, [WheelAdd(tid, T0 + 1000, new=True)])]
     s.close()
 
 
