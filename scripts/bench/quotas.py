@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A namespace's ``creates_per_s`` quota under a create storm, on a real cluster (docs/api.md#namespaces).
 
-Namespace ``storm`` has ``creates_per_s: --limit`` (50); namespace ``calm`` has no quota. Two runs
+Namespace ``storm`` has ``creates_per_s: --limit`` (50); namespace ``calm`` has no quota. Four runs
 of ``--seconds`` (10) each on the same cluster:
 
 - *baseline*: one client thread creates tasks in ``calm``, one after another: its latencies.
@@ -22,7 +22,11 @@ the calm thread then waits for: the ratio measures that too).
     .venv/bin/python scripts/bench/quotas.py
     .venv/bin/python scripts/bench/quotas.py --nodes 1 --limit 20 --seconds 5
 
-Last line: ``quotas: limit_per_s=... achieved_per_s=... rejected=... calm_p99_ms=... baseline_p99_ms=...
+``--rounds N`` runs the four N times each, in an order that turns every round, and the last line
+gives the medians (one 10 s p99 is set by its dozen slowest creates and moves by a quarter from run
+to run on a shared machine).
+
+Last line: ``quotas: limit_per_s=... rounds=... achieved_per_s=... rejected=... calm_p99_ms=... baseline_p99_ms=...
 p99_ratio=... p99_ratio_vs_paced=... polite_achieved_per_s=... polite_p99_ratio=... polite_p99_ratio_vs_paced=...``
 (the first six of the hostile storm).
 """
@@ -32,6 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -101,12 +107,38 @@ def storm_process(url: str, threads: int, until_wall: float, kind: str, every_s:
     out.put(counts)
 
 
+def _run(ctx: Any, http: urllib3.PoolManager, url: str, kind: str, args: argparse.Namespace) -> tuple[float, int, float]:
+    """One run of ``kind`` (``baseline``: the calm thread alone): (storm creates answered 201 per
+    second, answers 429, the calm thread's p99 ms)."""
+    during: list[float] = []
+    t0 = time.monotonic()
+    until = t0 + args.seconds
+    if kind == "baseline":
+        calm(http, url, until, during)
+        print(f"  baseline: {len(during)} calm creates, p99_ms={_p99(during)}", flush=True)
+        return 0.0, 0, _p99(during)
+    answers = ctx.Queue()
+    proc = ctx.Process(target=storm_process, args=(url, args.threads, time.time() + args.seconds, kind,
+                                                   args.threads / args.limit, answers))
+    proc.start()
+    calm(http, url, until, during)
+    counts: dict[int, int] = answers.get(timeout=args.seconds + 60)
+    proc.join(30)
+    span = time.monotonic() - t0
+    achieved = counts.get(201, 0) / span
+    print(f"  {kind} storm: {args.threads} threads for {span:.1f} s: answers {dict(sorted(counts.items()))} "
+          f"({achieved:.1f} created/s); {len(during)} calm creates, p99_ms={_p99(during)}", flush=True)
+    return achieved, counts.get(429, 0), _p99(during)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--limit", type=float, default=50.0, help="creates_per_s of namespace storm")
     ap.add_argument("--threads", type=int, default=10, help="storm threads")
     ap.add_argument("--seconds", type=float, default=10.0, help="per run")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every kind this many times, in a turning order, and compare medians")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="molens-quotas-"))
     cluster = Cluster(tmp / "cluster", args.nodes, extra={"http": {"auth_token": TOKEN}}, state_machine="tasks")
@@ -124,35 +156,25 @@ def main() -> int:
         admin("/api/v1/namespaces", {"name": "calm"})
         url = base + "/api/v1/tasks"
 
-        baseline: list[float] = []
-        calm(http, url, time.monotonic() + args.seconds, baseline)
-        print(f"  baseline: {len(baseline)} calm creates, p99_ms={_p99(baseline)}", flush=True)
-
         ctx = multiprocessing.get_context("fork")
-        ratios = {}
-        for kind in ("paced", "hostile", "polite"):
-            answers = ctx.Queue()
-            t0 = time.monotonic()
-            until = t0 + args.seconds
-            proc = ctx.Process(target=storm_process, args=(url, args.threads, time.time() + args.seconds, kind,
-                                                           args.threads / args.limit, answers))
-            proc.start()
-            during: list[float] = []
-            calm(http, url, until, during)
-            counts: dict[int, int] = answers.get(timeout=args.seconds + 60)
-            proc.join(30)
-            span = time.monotonic() - t0
-            achieved = counts.get(201, 0) / span
-            print(f"  {kind} storm: {args.threads} threads for {span:.1f} s: answers {dict(sorted(counts.items()))} "
-                  f"({achieved:.1f} created/s); {len(during)} calm creates, p99_ms={_p99(during)}", flush=True)
-            ratios[kind] = (achieved, counts.get(429, 0), _p99(during))
-        base_p99 = _p99(baseline)
-        (achieved, rejected, p99), (p_achieved, _, p_p99) = ratios["hostile"], ratios["polite"]
-        paced_p99 = ratios["paced"][2]
-        print(f"quotas: limit_per_s={args.limit:g} achieved_per_s={achieved:.1f} rejected={rejected} "
+        kinds = ("baseline", "paced", "hostile", "polite")
+        runs: dict[str, list[tuple[float, int, float]]] = {k: [] for k in kinds}
+        for rnd in range(args.rounds):
+            # each round in another order, so that no kind always runs first or after the same one
+            order = kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]
+            for kind in order:
+                runs[kind].append(_run(ctx, http, url, kind, args))
+        med = {k: statistics.median(r[2] for r in runs[k]) for k in kinds}
+        base_p99, paced_p99 = med["baseline"], med["paced"]
+        achieved = statistics.median(r[0] for r in runs["hostile"])
+        rejected = int(statistics.median(r[1] for r in runs["hostile"]))
+        p_achieved = statistics.median(r[0] for r in runs["polite"])
+        p99, p_p99 = med["hostile"], med["polite"]
+        print(f"quotas: limit_per_s={args.limit:g} rounds={args.rounds} achieved_per_s={achieved:.1f} rejected={rejected} "
               f"calm_p99_ms={p99} baseline_p99_ms={base_p99} p99_ratio={p99 / base_p99:.2f} "
               f"p99_ratio_vs_paced={p99 / paced_p99:.2f} polite_achieved_per_s={p_achieved:.1f} "
-              f"polite_p99_ratio={p_p99 / base_p99:.2f} polite_p99_ratio_vs_paced={p_p99 / paced_p99:.2f}")
+              f"polite_p99_ratio={p_p99 / base_p99:.2f} polite_p99_ratio_vs_paced={p_p99 / paced_p99:.2f} "
+              f"paced_p99_ms={paced_p99} load1={os.getloadavg()[0]:.1f}")
         return 0
     finally:
         cluster.kill_all()

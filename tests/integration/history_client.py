@@ -9,9 +9,11 @@ time, so every success makes a new version), delete, pause, resume. Every call b
 
 - ``ok``: 200/201 (a read's 404 too: it read "absent").
 - ``fail`` with a code the model checks: 404, 409, 412 (the write was refused for what the record is).
-- ``fail`` that says nothing: a write sent to a follower answers ``307`` to the leader and is *not*
-  followed (the write did not happen there; following it would be a second call, and the recorder
-  simply makes another call later); ``503 no_leader`` and ``507`` (nothing applied); any other 4xx.
+- a write sent to a follower answers ``307`` to the leader, having applied nothing; the call follows
+  it (at most ``MAX_REDIRECTS`` times, as a client does) and is recorded as one call, invoked when
+  its first request was sent and answered by the last answer, so it is checked like any other
+  (``redirects`` counts them). A ``307`` not followed further is a ``fail`` that says nothing.
+- ``fail`` that says nothing: ``503 no_leader`` and ``507`` (nothing applied); any other 4xx.
 - ``unknown``: no answer (timeout, cut connection), ``503 outcome_unknown`` or another 5xx: the
   write may have happened, at any time after it was sent. An unknown read is dropped.
 
@@ -50,6 +52,9 @@ CALLBACK_URL = "http://127.0.0.1:9/never"
 
 INTERVAL_MS = 3_600_000
 
+MAX_REDIRECTS = 2
+"""How many ``307`` answers one call follows (a leader that changed while it was redirected: one more)."""
+
 WEIGHTS = {Call.GET: 35, Call.PATCH: 20, Call.PAUSE: 12, Call.RESUME: 12, Call.CREATE: 12, Call.DELETE: 5}
 """How often each call is made once the record's task is known (before, every call is a create)."""
 
@@ -63,13 +68,13 @@ class History:
 
     def counts(self) -> dict[str, int]:
         """``size`` (all calls), calls by outcome, ``unknown_writes`` (the unknowns the checker keeps),
-        ``refusals`` (404/409/412 of writes: checked), ``redirects`` (307: not followed)."""
+        ``refusals`` (404/409/412 of writes: checked), ``redirects`` (calls that followed a 307)."""
         c = Counter(str(o.outcome) for o in self.ops)
         return {
             "size": len(self.ops), **{k: c.get(k, 0) for k in ("ok", "fail", "unknown")},
             "unknown_writes": sum(o.outcome is Outcome.UNKNOWN and o.call is not Call.GET for o in self.ops),
             "refusals": sum(o.outcome is Outcome.FAIL and o.checked for o in self.ops),
-            "redirects": sum(o.code == 307 for o in self.ops),
+            "redirects": sum("redirects" in o.extra for o in self.ops),
         }
 
     def summary(self) -> str:
@@ -191,6 +196,11 @@ class _Recorder:
         o.invoke = time.monotonic_ns()
         try:
             r = http.request(method, base + path, body=body, headers=headers, redirect=False)
+            hops = 0
+            while r.status == 307 and hops < MAX_REDIRECTS and (location := r.headers.get("Location")):
+                hops += 1  # nothing was applied where it was sent: the same call goes on at the leader
+                o.extra["redirects"] = hops
+                r = http.request(method, location, body=body, headers=headers, redirect=False)
         except (urllib3.exceptions.HTTPError, OSError) as exc:  # no answer: it may have happened
             o.resp, o.outcome = time.monotonic_ns(), Outcome.UNKNOWN
             o.extra["error"] = type(exc).__name__
