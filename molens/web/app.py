@@ -546,10 +546,11 @@ class Api:
         the full check (their answer is 403, not 429)."""
         counts: dict[str, int] = {}
         for ns in namespaces:
-            if ns != DEFAULT_NAMESPACE and (take or access.visible(ns)):
-                counts[ns] = counts.get(ns, 0) + 1
+            counts[ns] = counts.get(ns, 0) + 1
         check = self.create_rate.take if take else self.create_rate.wait
         for ns, n in counts.items():
+            if ns == DEFAULT_NAMESPACE or not (take or access.visible(ns)):
+                continue
             rate = self._create_rate_of(ns)
             if rate is not None and (wait := check(ns, n, rate, time.monotonic())):
                 self._hold_impatient(ns, wait)
