@@ -66,6 +66,9 @@ class MolensError(Exception):
     """Why, as a stable word a client may branch on (``never_fires``), where ``code`` is too coarse."""
     default_message: str | None = None
     """The message of one raised without a message (None: a message is required)."""
+    extra_members: tuple[tuple[str, str], ...] = ()
+    """``(member, attribute)``: what the error body shows after ``code``, ``message``, ``field`` and
+    ``reason``, each the value of an attribute of the error."""
 
     def __init_subclass__(
         cls, *, code: str | None = None, http_status: int | None = None, message: str | None = None, **kw: Any
@@ -99,6 +102,8 @@ class MolensError(Exception):
             err["field"] = self.field
         if self.reason is not None:
             err["reason"] = self.reason
+        for member, attr in self.extra_members:
+            err[member] = getattr(self, attr)
         return {"error": err}
 
     def __eq__(self, other: object) -> bool:
@@ -135,16 +140,13 @@ class QuotaExceeded(MolensError, code="quota_exceeded", http_status=429):
     """A namespace's quota refuses the request (429); ``field`` names the quota, the body says it as
     ``quota``, and ``Retry-After`` says when to try again."""
 
+    extra_members = (("quota", "field"),)
+
     def __init__(self, message: str, quota: str, retry_after_s: int = 1, namespace: str = "") -> None:
         super().__init__(message, quota)
         self.retry_after_s = retry_after_s
         self.namespace = namespace
         """The namespace whose quota refused (counted in ``/metrics``; not in the body)."""
-
-    def to_json(self) -> dict[str, Any]:
-        body = super().to_json()
-        body["error"]["quota"] = self.field
-        return body
 
 
 class PreconditionFailed(MolensError, code="precondition_failed", http_status=412):

@@ -19,23 +19,18 @@ cannot apply a write here:
 
 from __future__ import annotations
 
-from typing import Any
-
 from molens.errors import MolensError
 
 
 class LeaderElsewhere(MolensError, code="not_leader", http_status=307):
     """Not the leader; ``leader_url`` is the leader's HTTP base URL (``http://host:port``) if known."""
 
+    extra_members = (("leader", "leader_url"),)
+
     def __init__(self, leader_url: str | None, leader_id: str | None = None) -> None:
         super().__init__(f"this node is not the leader (leader: {leader_id or leader_url or 'unknown'})")
         self.leader_url = leader_url
         self.leader_id = leader_id
-
-    def to_json(self) -> dict[str, Any]:
-        body = super().to_json()
-        body["error"]["leader"] = self.leader_url
-        return body
 
 
 class NoLeader(MolensError, code="no_leader", http_status=503,
