@@ -84,12 +84,8 @@ class LeaderInfo:
         return self.role == "leader"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "leader_id": self.leader_id,
-            "leader_url": self.leader_url,
-            "term": self.term,
-            "role": self.role,
-        }
+        """Its fields under their names, in order (``LeaderInfo`` in the OpenAPI document)."""
+        return dataclasses.asdict(self)
 
 
 def settings_from_config(cfg: Config) -> ApiSettings:
