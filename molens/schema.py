@@ -40,7 +40,7 @@ import types
 import typing
 import urllib.parse
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import msgspec
 
@@ -687,7 +687,10 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object the REST API returns, as Python values (enums as their values)."""
-        return dict(zip(_json_names(type(self)), map(_plain, msgspec.structs.astuple(self)), strict=True))
+        out = msgspec.to_builtins(self)
+        if isinstance(out, list):  # an array_like record: its values by position
+            return dict(zip(_json_names(type(self)), out, strict=True))
+        return cast(dict[str, Any], out)
 
 
 class Execution(Record, frozen=True, kw_only=True):
