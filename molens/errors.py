@@ -64,8 +64,31 @@ class MolensError(Exception):
     http_status: int = 500
     reason: str | None = None
     """Why, as a stable word a client may branch on (``never_fires``), where ``code`` is too coarse."""
+    default_message: str | None = None
+    """The message of one raised without a message (None: a message is required)."""
+    extra_members: tuple[tuple[str, str], ...] = ()
+    """``(member, attribute)``: what the error body shows after ``code``, ``message``, ``field`` and
+    ``reason``, each the value of an attribute of the error."""
 
-    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
+    def __init_subclass__(
+        cls, *, code: str | None = None, http_status: int | None = None, message: str | None = None, **kw: Any
+    ) -> None:
+        """``class NotFoundError(MolensError, code="not_found", http_status=404)``: the REST error
+        code and HTTP status a subclass answers with, and its ``default_message`` (each its base's
+        where not given)."""
+        super().__init_subclass__(**kw)
+        if code is not None:
+            cls.code = code
+        if http_status is not None:
+            cls.http_status = http_status
+        if message is not None:
+            cls.default_message = message
+
+    def __init__(self, message: str | None = None, field: str | None = None, code: str | None = None) -> None:
+        if message is None:
+            if self.default_message is None:
+                raise TypeError(f"{type(self).__name__} needs a message")
+            message = self.default_message
         super().__init__(message)
         self.message = message
         self.field = field
@@ -79,6 +102,8 @@ class MolensError(Exception):
             err["field"] = self.field
         if self.reason is not None:
             err["reason"] = self.reason
+        for member, attr in self.extra_members:
+            err[member] = getattr(self, attr)
         return {"error": err}
 
     def __eq__(self, other: object) -> bool:
@@ -95,38 +120,27 @@ class MolensError(Exception):
         return f"{type(self).__name__}(code={self.code!r}, field={self.field!r}, message={self.message!r})"
 
 
-class ValidationError(MolensError):
+class ValidationError(MolensError, code="invalid_argument", http_status=400):
     """Bad user input (400): names the field and why."""
 
-    code = "invalid_argument"
-    http_status = 400
 
-
-class PayloadTooLargeError(ValidationError):
+class PayloadTooLargeError(ValidationError, code="payload_too_large", http_status=413):
     """The encoded payload is over ``max_payload_bytes`` (413)."""
 
-    code = "payload_too_large"
-    http_status = 413
+
+class NotFoundError(MolensError, code="not_found", http_status=404):
+    """What the request names does not exist (404)."""
 
 
-class NotFoundError(MolensError):
-    code = "not_found"
-    http_status = 404
-
-
-class IllegalTransitionError(MolensError):
+class IllegalTransitionError(MolensError, code="illegal_transition", http_status=409):
     """The operation is not allowed in the task's current status (409)."""
 
-    code = "illegal_transition"
-    http_status = 409
 
-
-class QuotaExceeded(MolensError):
+class QuotaExceeded(MolensError, code="quota_exceeded", http_status=429):
     """A namespace's quota refuses the request (429); ``field`` names the quota, the body says it as
     ``quota``, and ``Retry-After`` says when to try again."""
 
-    code = "quota_exceeded"
-    http_status = 429
+    extra_members = (("quota", "field"),)
 
     def __init__(self, message: str, quota: str, retry_after_s: int = 1, namespace: str = "") -> None:
         super().__init__(message, quota)
@@ -134,17 +148,9 @@ class QuotaExceeded(MolensError):
         self.namespace = namespace
         """The namespace whose quota refused (counted in ``/metrics``; not in the body)."""
 
-    def to_json(self) -> dict[str, Any]:
-        body = super().to_json()
-        body["error"]["quota"] = self.field
-        return body
 
-
-class PreconditionFailed(MolensError):
+class PreconditionFailed(MolensError, code="precondition_failed", http_status=412):
     """The task's definition is no longer the version the request was based on (412)."""
-
-    code = "precondition_failed"
-    http_status = 412
 
 
 __all__ = [

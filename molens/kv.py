@@ -15,7 +15,6 @@ skips every sync (kill -9 safe, not power-loss safe: tests).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -27,6 +26,7 @@ from typing import Any
 import lmdb
 import msgpack
 
+from molens import lmdb_snapshot
 from molens.lmdb_snapshot import META_APPLIED as _META_APPLIED
 from molens.lmdb_snapshot import U64 as _U64
 from molens.lmdb_snapshot import boot_id, guard_boot, mark_closed, snapshot_env, stage_env_file, swap_env_file
@@ -293,15 +293,7 @@ class KVStateMachine:
 
     def digest_state(self) -> tuple[int, str]:
         """``(applied_index, digest)`` read in one transaction (any thread)."""
-        h = hashlib.sha256()
-        with self._env.begin() as txn:
-            raw = txn.get(_META_APPLIED, db=self._meta)
-            for k, v in txn.cursor(db=self._kv):
-                h.update(_U64.pack(len(k)))
-                h.update(k)
-                h.update(_U64.pack(len(v)))
-                h.update(v)
-        return (_U64.unpack(raw)[0] if raw is not None else 0), h.hexdigest()
+        return lmdb_snapshot.digest_state(self._env, self._meta, ((b"", self._kv),))
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -15,10 +15,11 @@ default; a simulator passes one that can lose what was not synced).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +34,24 @@ META_APPLIED = b"applied_index"
 """Key of the applied index in a state machine's ``meta`` database."""
 
 T = TypeVar("T")
+
+
+def digest_state(
+    env: lmdb.Environment, meta_db: Any, dbs: Sequence[tuple[bytes, Any]], volatile: Collection[bytes] = (),
+) -> tuple[int, str]:
+    """``(applied_index, sha256)`` of a state machine, read in one transaction (any thread): for each
+    ``(name, db)`` in turn its name, then every record in key order as its length-prefixed key and
+    value; the ``volatile`` keys of ``meta_db`` are left out. Replicas with equal state have equal digests."""
+    h = hashlib.sha256()
+    with env.begin() as txn:
+        raw = txn.get(META_APPLIED, db=meta_db)
+        for name, db in dbs:
+            h.update(name)
+            for k, v in txn.cursor(db=db):
+                if db is meta_db and bytes(k) in volatile:
+                    continue
+                h.update(U64.pack(len(k)) + bytes(k) + U64.pack(len(v)) + bytes(v))
+    return (U64.unpack(raw)[0] if raw is not None else 0), h.hexdigest()
 
 
 def snapshot_env(env: lmdb.Environment, meta_db: Any, dest: Path, disk: Disk = OS_DISK) -> int:
@@ -145,6 +164,7 @@ def swap_env_file(staged: Path, env_dir: Path, disk: Disk = OS_DISK) -> None:
 
 
 __all__ = [
-    "BOOT_ID_PATH", "BOOT_MARKER", "CLOSED_MARK", "META_APPLIED", "U64", "boot_id", "fsync_dir", "guard_boot",
+    "BOOT_ID_PATH", "BOOT_MARKER", "CLOSED_MARK", "META_APPLIED", "U64", "boot_id", "digest_state", "fsync_dir",
+    "guard_boot",
     "mark_closed", "snapshot_env", "stage_env_file", "swap_env_file", "write_durably",
 ]

@@ -1,6 +1,6 @@
 """The rules of a task (docs/architecture.md#task-rules): validation of a create request, the
-callback host policy, limits, executions and task ids. The task's fields themselves are declared
-in :mod:`molens.schema` (re-exported here).
+callback host policy, limits and task ids. The task's fields, and the records the API shows (an
+execution, a dead letter), are declared in :mod:`molens.schema` (re-exported here).
 
 Everything here is pure: validation takes ``now_ms`` and the policy/limits as arguments, never reads
 a clock, a config file or DNS. The web layer calls :func:`decode_create` on the request body before
@@ -67,6 +67,7 @@ from molens.schema import (
     SCHEDULE_FIELDS,
     SCHEDULES,
     CatchUp,
+    Execution,
     ExecutionResult,
     FailureKind,
     FireKind,
@@ -148,51 +149,6 @@ def check_epoch_ms(v: int, name: str) -> int:
 
 DEFAULT_POLICY = CallbackPolicy()
 DEFAULT_LIMITS = Limits()
-
-# -------------------------------------------------------------------------------------------------
-# values
-
-
-@dataclass(frozen=True, slots=True)
-class Execution:
-    """One HTTP attempt (callback or ACK probe) as recorded in the history."""
-
-    task_id: str
-    fire_id: str
-    seq: int
-    attempt: int
-    kind: FireKind
-    result: ExecutionResult
-    status_code: int | None
-    latency_ms: int | None
-    worker: str
-    url: str
-    scene: str
-    fired_ms: int
-    finished_ms: int
-    response_head: str | None = None
-    id: int | None = None
-    """History row id (assigned by the history database; ``None`` before insert)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "task_id": self.task_id,
-            "fire_id": self.fire_id,
-            "seq": self.seq,
-            "attempt": self.attempt,
-            "kind": self.kind.value,
-            "result": self.result.value,
-            "status_code": self.status_code,
-            "latency_ms": self.latency_ms,
-            "worker": self.worker,
-            "url": self.url,
-            "scene": self.scene,
-            "fired_at": self.fired_ms,
-            "finished_at": self.finished_ms,
-            "execution_result": self.response_head,
-        }
-
 
 # -------------------------------------------------------------------------------------------------
 # task ids

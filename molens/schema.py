@@ -40,7 +40,7 @@ import types
 import typing
 import urllib.parse
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import msgspec
 
@@ -209,22 +209,24 @@ def rule(
     internal: bool = False,
     format: str | None = None,
     view: str | None = None,
+    nullable: bool = True,
 ) -> msgspec.Meta:
     """A field's description and request bounds. A ``str`` bound or ``default`` names a ``Limits``
     attribute (a node setting), ``default="rule"`` a default that a rule of
     :func:`molens.model.validate_create` decides; ``internal`` keeps the field out of the API's JSON;
     ``view`` names the attribute the JSON shows instead of the stored value (a property resolving a
-    default)."""
+    default); ``nullable=False`` documents a ``T | None`` field of a :class:`Record` as never null in
+    an answer (only its writer sees it unset)."""
     extra = {
         k: v
         for k, v in (
             ("ge", ge), ("le", le), ("min_length", min_length), ("max_length", max_length),
             ("pattern", pattern), ("default", default), ("internal", internal or None), ("format", format),
-            ("view", view),
+            ("view", view), ("nullable", None if nullable else False),
         )
         if v is not None
     }
-    return msgspec.Meta(description=description, extra=extra)
+    return msgspec.Meta(description=description or None, extra=extra)
 
 
 def python_pattern(pattern: str) -> str:
@@ -678,33 +680,70 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         return _from_view(cls, d)
 
 
-class DeadLetter(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
-    """An occurrence that failed for good (docs/architecture.md#dead-letters), replicated."""
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """A record the API shows as it is: its JSON object (:meth:`to_json`) and its OpenAPI schema
+    (:func:`record_schema`) are its fields in order, under their JSON names (``msgspec.field(name=...)``),
+    each described by its :func:`rule`."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object the REST API returns, as Python values (enums as their values)."""
+        out = msgspec.to_builtins(self)
+        if isinstance(out, list):  # an array_like record: its values by position
+            return dict(zip(_json_names(type(self)), out, strict=True))
+        return cast(dict[str, Any], out)
+
+
+class Execution(Record, frozen=True, kw_only=True):
+    """One HTTP attempt (callback or ACK probe) as recorded in the history (an event's row too)."""
+
+    id: Annotated[int | None, rule("", nullable=False)] = None
+    """History row id (assigned by the history database; ``None`` before insert, so never null in an answer)."""
+    task_id: str
+    fire_id: str
+    seq: int
+    attempt: int
+    kind: FireKind
+    result: ExecutionResult
+    status_code: int | None
+    latency_ms: Annotated[int | None, rule("Request sent -> answer read, on the worker (null: no answer)")]
+    worker: Annotated[str, rule("Node id of the worker that made the request (empty for events)")]
+    url: str
+    scene: str
+    fired_ms: Annotated[
+        int,
+        rule("Epoch ms the leader handed the fire to a worker: up to scheduler.dispatch_lead_ms before its due "
+             "time, at which the request leaves (events: when it was recorded)"),
+    ] = msgspec.field(name="fired_at")
+    finished_ms: Annotated[int, rule("Epoch ms the result was recorded")] = msgspec.field(name="finished_at")
+    response_head: Annotated[
+        str | None, rule("The response's first 512 bytes (events: what happened)")
+    ] = msgspec.field(default=None, name="execution_result")
+
+
+class DeadLetter(Record, frozen=True, array_like=True, kw_only=True):
+    """An occurrence that failed for good (docs/architecture.md#dead-letters), replicated (stored by
+    position: the JSON names are the API's only)."""
 
     id: str
     """``{fire_id}.{attempt}`` (``.ack{n}`` for an ACK phase): one per attempt that ended an occurrence."""
     task_id: str
-    fire_id: str
+    fire_id: Annotated[str, rule("X-Fire-ID of the occurrence (a redrive sends it again)")]
     seq: int
     kind: FailureKind
-    attempts: int
+    attempts: Annotated[int, rule("Attempts made (ACK probes for ack_failed)")]
     status_code: int | None
     response_head: str | None
-    at_ms: int
+    at_ms: Annotated[int, rule("When the occurrence failed for good (epoch ms)")] = msgspec.field(name="at")
     flow: str
     scene: str
     url: str
     reliability: Reliability
-    sched_ms: int
+    sched_ms: Annotated[
+        int, rule("The occurrence's nominal instant (X-Molens-Scheduled-At)")
+    ] = msgspec.field(name="scheduled_at")
     result: ExecutionResult
-    namespace: str = DEFAULT_NAMESPACE
+    namespace: Annotated[str, rule("Its task's namespace")] = DEFAULT_NAMESPACE
     """Its task's (dead letters written before namespaces existed read as ``default``)."""
-
-    def to_json(self) -> dict[str, Any]:
-        d = msgspec.structs.asdict(self)
-        d["at"] = d.pop("at_ms")
-        d["scheduled_at"] = d.pop("sched_ms")
-        return {k: v.value if isinstance(v, enum.Enum) else v for k, v in d.items()}
 
 
 class Notice(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
@@ -805,6 +844,41 @@ def _request_type(limits: Any, cls: type[msgspec.Struct], name: str) -> type[msg
 
 def _plain(v: Any) -> Any:
     return v.value if isinstance(v, enum.Enum) else v
+
+
+@functools.cache
+def _json_names(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    return tuple(f.encode_name for f in msgspec.structs.fields(cls))
+
+
+_JSON_TYPES = {str: "string", int: "integer", bool: "boolean"}
+
+
+def record_schema(cls: type[Record], *, closed: bool = False) -> dict[str, Any]:
+    """The OpenAPI schema of a :class:`Record`: every field required, under its JSON name, in order;
+    an enum inline (its values in declaration order), ``T | None`` as ``type: [T, "null"]`` (unless
+    its rule says ``nullable=False``), the rule's description after the type. ``closed`` adds
+    ``additionalProperties: false``."""
+    hints = _hints(cls)
+    props: dict[str, Any] = {}
+    for f in msgspec.structs.fields(cls):
+        bare, extra, desc = _split(hints[f.name])
+        inner = _non_null(bare)
+        p: dict[str, Any]
+        if isinstance(inner, type) and issubclass(inner, enum.Enum):
+            p = {"type": "string", "enum": [e.value for e in inner]}
+        elif inner is not bare and extra.get("nullable", True):
+            p = {"type": [_JSON_TYPES[inner], "null"]}
+        else:
+            p = {"type": _JSON_TYPES[inner]}
+        if desc:
+            p["description"] = desc
+        props[f.encode_name] = p
+    out: dict[str, Any] = {"type": "object", "required": list(props)}
+    if closed:
+        out["additionalProperties"] = False
+    out["properties"] = props
+    return out
 
 
 @functools.cache
@@ -1182,6 +1256,7 @@ __all__ = [
     "Backfill",
     "CatchUp",
     "DeadLetter",
+    "Execution",
     "FailureKind",
     "Notice",
     "NoticeType",
@@ -1189,6 +1264,7 @@ __all__ = [
     "FireKind",
     "Overlap",
     "Outcome",
+    "Record",
     "Reliability",
     "RetryJitter",
     "RetryPolicy",
@@ -1201,6 +1277,7 @@ __all__ = [
     "create_type",
     "flow_of",
     "openapi_components",
+    "record_schema",
     "url_flow",
     "request_error",
     "rule",

@@ -56,18 +56,16 @@ import msgspec
 from molens.actors.alarm import wall_ms
 from molens.actors.messages import (
     DispatchedBatch,
-    Drain,
     DueBatch,
     FireResults,
     FlowsChanged,
     GetFlows,
     InFlight,
     Requeue,
-    Wake,
     WorkerReport,
 )
 from molens.actors.peer_errors import ProposalRefused
-from molens.actors.term import LeaderActor, TermContext
+from molens.actors.term import PumpedActor, TermContext
 from molens.delivery import FireRequest, FireResult, to_result_item
 from molens.fsm import tenancy
 from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSettings, ResultItem
@@ -265,7 +263,7 @@ class DispatchPlan:
 
 
 
-class Dispatcher(LeaderActor):
+class Dispatcher(PumpedActor):
     """The leader's dispatcher actor (see the module docstring)."""
 
     name = "dispatcher"
@@ -290,8 +288,6 @@ class Dispatcher(LeaderActor):
         self.max_inflight = ctx.cfg.max_inflight_fires
         self.lead_ms = ctx.cfg.dispatch_lead_ms
         self.tick_ms = max(10, ctx.cfg.tick_ms)
-        self.drain: Drain | None = None
-        self.drain_answered = False
         self.flows = NamespacedFlows(credit_ms=self.tick_ms)
         self.notify_url = ctx.notifications.url
         """Where flow holds are announced ("" = not announced)."""
@@ -306,6 +302,11 @@ class Dispatcher(LeaderActor):
 
     # ---- messages --------------------------------------------------------------------------------
     def handle(self, message: Any) -> Any:
+        if isinstance(message, GetFlows):
+            return self.flows.state(wall_ms())
+        return super().handle(message)
+
+    def take(self, message: Any) -> bool:
         if isinstance(message, DueBatch):
             self.backlog.extend(message.task_ids)
         elif isinstance(message, DispatchedBatch):
@@ -329,8 +330,6 @@ class Dispatcher(LeaderActor):
             for wid, free in message.free:
                 self.plan.report(wid, free)
             self.backlog_at = 0
-        elif isinstance(message, Wake):
-            pass
         elif isinstance(message, FlowsChanged):
             now = wall_ms()
             for key, fs in message.changes:
@@ -339,14 +338,9 @@ class Dispatcher(LeaderActor):
                     self.flows.configure_namespace(key.removeprefix(tenancy.NAMESPACE_FLOW_PREFIX), rate, now)
                 else:
                     self.flows.configure(key, None if fs is None else limits_of(fs), now)
-        elif isinstance(message, GetFlows):
-            return self.flows.state(wall_ms())
-        elif isinstance(message, Drain):
-            self.drain = message
         else:
-            return super().on_receive(message)
-        self._pump()
-        return None
+            return False
+        return True
 
     def gauges(self) -> dict[str, Any]:
         return {"dispatch_backlog": len(self.backlog), "live_workers": sorted(self.plan.live_workers()),

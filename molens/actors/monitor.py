@@ -51,17 +51,15 @@ from molens.actors.alarm import wall_ms
 from molens.actors.dispatcher import MAX_PROPOSAL_ITEMS
 from molens.actors.messages import (
     Committed,
-    Drain,
     FireEnd,
     FireResults,
     InFlight,
     Rebuild,
     ResultsProposed,
-    Wake,
     WorkerReport,
 )
 from molens.actors.peer_errors import ProposalRefused
-from molens.actors.term import LeaderActor, TermContext
+from molens.actors.term import PumpedActor, TermContext
 from molens.fsm.commands import ResultItem, Results
 from molens.fsm.machine import FireRecord, lost_result
 from molens.model import FireKind, Outcome
@@ -278,7 +276,7 @@ def sweep(watch: FireWatch, workers: WorkerWatch, now_ms: int) -> Sweep:
     return Sweep(lost, on_lost, min(nxt) if nxt else None)
 
 
-class Monitor(LeaderActor):
+class Monitor(PumpedActor):
     """The leader's monitor actor (see the module docstring)."""
 
     name = "monitor"
@@ -305,10 +303,8 @@ class Monitor(LeaderActor):
         """Fires whose result or loss was taken since the last ``InFlight``."""
         self.reports: dict[str, int] = {}
         """Worker -> free capacity reported with results since the last ``InFlight``."""
-        self.drain: Drain | None = None
-        self.drain_answered = False
 
-    def handle(self, message: Any) -> Any:
+    def take(self, message: Any) -> bool:
         if isinstance(message, FireResults):
             self._report(message)
             self._results_in(message.items)
@@ -336,18 +332,13 @@ class Monitor(LeaderActor):
                 self.stats.add(results_proposed=len(message.items))
                 if self.ctx.spans.enabled:
                     self._trace_results(message)
-        elif isinstance(message, Wake):
-            pass
         elif isinstance(message, Rebuild):
             fires = list(self.ctx.store.scan_fires())
             self.watch.watch(fires)
             self.stats.gauge(rebuild_fires=len(fires))
-        elif isinstance(message, Drain):
-            self.drain = message
         else:
-            return super().on_receive(message)
-        self._pump()
-        return None
+            return False
+        return True
 
     def gauges(self) -> dict[str, Any]:
         return {"fires_in_flight": self.watch.in_flight, "results_unproposed": len(self.results),

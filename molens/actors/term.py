@@ -20,7 +20,7 @@ import pykka
 
 from molens.actors.alarm import Alarm, wall_ms
 from molens.actors.clockprobe import ClockGate
-from molens.actors.messages import GetGauges, Join, LeaderRefs
+from molens.actors.messages import Drain, GetGauges, Join, LeaderRefs, Wake
 from molens.actors.stats import StatsBuffer, StatsClient
 from molens.config import AuditConfig, NotificationsConfig, SchedulerConfig
 from molens.fsm.commands import Command
@@ -152,4 +152,30 @@ class LeaderActor(pykka.ThreadingActor):
             pass
 
 
-__all__ = ["LeaderActor", "ProposeCallback", "TermContext"]
+class PumpedActor(LeaderActor):
+    """A leader actor whose every event ends in one :meth:`_pump`, the step that plans, proposes or
+    sends what the event made due (a ``Wake`` is that step alone), and that the supervisor drains
+    when the node stops while it leads (``Drain``, kept for ``_pump`` to answer)."""
+
+    def __init__(self, ctx: TermContext) -> None:
+        super().__init__(ctx)
+        self.drain: Drain | None = None
+        self.drain_answered = False
+
+    def handle(self, message: Any) -> Any:
+        if isinstance(message, Drain):
+            self.drain = message
+        elif not isinstance(message, Wake) and not self.take(message):
+            return super().on_receive(message)
+        self._pump()
+        return None
+
+    def take(self, message: Any) -> bool:
+        """Take the event ``message`` into the actor's state; False when it is none of its events."""
+        return False
+
+    def _pump(self) -> None:
+        raise NotImplementedError
+
+
+__all__ = ["LeaderActor", "ProposeCallback", "PumpedActor", "TermContext"]

@@ -1,7 +1,7 @@
 """Commands of the replicated state machine (docs/architecture.md#state-machine) and their codec.
 
-Every command carries ``now_ms``, stamped by the leader when it proposes, so applying it gives the
-same result on every replica. Batch commands carry tuples of small item records. Commands are
+Every command carries ``now_ms`` (its first field, declared once in ``_Command``), stamped by the
+leader when it proposes, so applying it gives the same result on every replica. Batch commands carry tuples of small item records. Commands are
 msgspec Structs encoded as msgpack arrays (``array_like``: fields by position, no names), the first
 element the command's tag (16 and up); a create item's spec is the schema's ``TaskSpec``
 (:mod:`molens.schema`). Payloads travel as their JSON encoding (``TaskSpec.payload_json``, the
@@ -26,36 +26,49 @@ class CommandCodecError(MolensError, ValueError):
     """Bytes that do not decode to a known command."""
 
 
+class _Command(msgspec.Struct, frozen=True, array_like=True):
+    """What every command is: an ``array_like`` Struct (encoded after its tag, fields by position)
+    whose first field is ``now_ms``, the leader's time when it proposed it."""
+
+    now_ms: int
+
+
 class CreateItem(msgspec.Struct, frozen=True, array_like=True):
     task_id: str
     spec: TaskSpec
 
 
-class CreateTasks(msgspec.Struct, frozen=True, array_like=True, tag=16):
-    now_ms: int
+class CreateTasks(_Command, frozen=True, tag=16):
+    """Create these tasks (their ids chosen by the leader)."""
+
     items: tuple[CreateItem, ...]
 
 
-class DeleteTasks(msgspec.Struct, frozen=True, array_like=True, tag=17):
-    now_ms: int
+class _OnTasks(_Command, frozen=True):
+    """A command on each task of ``task_ids``."""
+
     task_ids: tuple[str, ...]
 
 
-class PauseTasks(msgspec.Struct, frozen=True, array_like=True, tag=18):
-    now_ms: int
-    task_ids: tuple[str, ...]
+class DeleteTasks(_OnTasks, frozen=True, tag=17):
+    """Delete these tasks (each with its fire record, idempotency key and history)."""
 
 
-class ResumeTasks(msgspec.Struct, frozen=True, array_like=True, tag=19):
-    now_ms: int
-    task_ids: tuple[str, ...]
+class PauseTasks(_OnTasks, frozen=True, tag=18):
+    """Pause these tasks: nothing of theirs fires until they are resumed."""
+
+
+class ResumeTasks(_OnTasks, frozen=True, tag=19):
+    """Resume these paused tasks."""
+
     from_schedule: bool = False
     """``resume_from: schedule``: a paused periodic task takes up its schedule where it stopped, and
     what it missed meanwhile follows its ``catchup`` (docs/architecture.md#catch-up)."""
 
 
-class TriggerTask(msgspec.Struct, frozen=True, array_like=True, tag=20):
-    now_ms: int
+class TriggerTask(_Command, frozen=True, tag=20):
+    """Make a pending task's occurrence due now."""
+
     task_id: str
 
 
@@ -69,8 +82,7 @@ class DispatchItem(msgspec.Struct, frozen=True, array_like=True):
     deadline_ms: int
 
 
-class Dispatched(msgspec.Struct, frozen=True, array_like=True, tag=21):
-    now_ms: int
+class Dispatched(_Command, frozen=True, tag=21):
     items: tuple[DispatchItem, ...]
 
 
@@ -99,8 +111,7 @@ class ResultItem(msgspec.Struct, frozen=True, array_like=True):
     release before this field reads the item without it, as the network error it then was."""
 
 
-class Results(msgspec.Struct, frozen=True, array_like=True, tag=22):
-    now_ms: int
+class Results(_Command, frozen=True, tag=22):
     items: tuple[ResultItem, ...]
 
 
@@ -111,66 +122,64 @@ class ExpireItem(msgspec.Struct, frozen=True, array_like=True):
     updated_ms: int
 
 
-class Expire(msgspec.Struct, frozen=True, array_like=True, tag=23):
-    now_ms: int
+class Expire(_Command, frozen=True, tag=23):
     items: tuple[ExpireItem, ...]
 
 
-class PutMeta(msgspec.Struct, frozen=True, array_like=True, tag=24):
+class PutMeta(_Command, frozen=True, tag=24):
     """Node metadata (e.g. membership as seen by the FSM); ``value`` None deletes the key."""
 
-    now_ms: int
     key: str
     value: bytes | None
 
 
-class UpdateTask(msgspec.Struct, frozen=True, array_like=True, tag=25):
+class UpdateTask(_Command, frozen=True, tag=25):
     """Replace the definition of ``task_id`` with ``spec`` (validated like a create), if the task's
     definition is still ``version`` (the one ``spec`` was computed from)."""
 
-    now_ms: int
     task_id: str
     spec: TaskSpec
     version: int
 
 
-class RedriveDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=26):
+class _OnDeadLetters(_Command, frozen=True):
+    """A command on each dead letter of ``ids``."""
+
+    ids: tuple[str, ...]
+
+
+class RedriveDeadLetters(_OnDeadLetters, frozen=True, tag=26):
     """Deliver the occurrences of these dead letters again (docs/architecture.md#dead-letters)."""
 
-    now_ms: int
-    ids: tuple[str, ...]
 
-
-class DeleteDeadLetters(msgspec.Struct, frozen=True, array_like=True, tag=27):
+class DeleteDeadLetters(_OnDeadLetters, frozen=True, tag=27):
     """Delete these dead letters (an operator's delete, or the Cleaner's retention)."""
 
-    now_ms: int
-    ids: tuple[str, ...]
-class FlowNotices(msgspec.Struct, frozen=True, array_like=True, tag=29):
+
+class FlowNotices(_Command, frozen=True, tag=29):
     """Retry-After holds of flows that began ``(flow, until_ms)`` or ended ``(flow, 0)``, for the
     node-wide notification target ``url`` (the leader's ``notifications.url``)."""
 
-    now_ms: int
     url: str
     items: tuple[tuple[str, int], ...]
 
 
-class BackfillTask(msgspec.Struct, frozen=True, array_like=True, tag=32):
+class BackfillTask(_Command, frozen=True, tag=32):
     """Fire the periodic task's occurrences scheduled in ``[start_ms, end_ms)`` now, one after
     another, then resume its schedule (docs/architecture.md#backfill)."""
 
-    now_ms: int
     task_id: str
     start_ms: int
     end_ms: int
 
 
-class AckNotices(msgspec.Struct, frozen=True, array_like=True, tag=28):
+class AckNotices(_Command, frozen=True, tag=28):
     """Notifications their target acknowledged (or past retention): out of the outbox, by
     ``(at_ms, id)``."""
 
-    now_ms: int
     keys: tuple[tuple[int, str], ...]
+
+
 class FlowSettings(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     """The limits of one flow (docs/architecture.md#flow-control); ``None`` is unlimited."""
 
@@ -184,51 +193,47 @@ class FlowSettings(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     updated_ms: int = 0
 
 
-class PutFlow(msgspec.Struct, frozen=True, array_like=True, tag=30):
+class PutFlow(_Command, frozen=True, tag=30):
     """Set the limits of flow ``key``; with ``only_paused`` only its ``paused`` flag changes (pause
     and resume never undo a concurrent edit of the limits)."""
 
-    now_ms: int
     key: str
     settings: FlowSettings
     only_paused: bool = False
 
 
-class DeleteFlow(msgspec.Struct, frozen=True, array_like=True, tag=31):
+class DeleteFlow(_Command, frozen=True, tag=31):
     """Forget the limits of flow ``key`` (its fires go unlimited)."""
 
-    now_ms: int
     key: str
 
 
-class PutNamespace(msgspec.Struct, frozen=True, array_like=True, tag=40):
+class PutNamespace(_Command, frozen=True, tag=40):
     """Create namespace ``namespace.name`` (``create``: refused if it exists) or replace its quotas
     (refused if it does not exist)."""
 
-    now_ms: int
     namespace: Namespace
     create: bool
 
 
-class DeleteNamespace(msgspec.Struct, frozen=True, array_like=True, tag=41):
+class DeleteNamespace(_Command, frozen=True, tag=41):
     """Forget namespace ``name``; refused while it holds tasks, and for ``default``."""
 
-    now_ms: int
     name: str
 
 
-class PutApiKey(msgspec.Struct, frozen=True, array_like=True, tag=42):
+class PutApiKey(_Command, frozen=True, tag=42):
     """Add an API key (its secret's keyed hash only: the secret never enters the log)."""
 
-    now_ms: int
     key: ApiKey
 
 
-class DeleteApiKey(msgspec.Struct, frozen=True, array_like=True, tag=43):
+class DeleteApiKey(_Command, frozen=True, tag=43):
     """Revoke API key ``key_id``: every replica refuses it once it has applied this entry."""
 
-    now_ms: int
     key_id: str
+
+
 # -------------------------------------------------------------------------------------------------
 # audit trail (docs/architecture.md#audit-trail): tags 50..59
 
@@ -250,33 +255,30 @@ AuditedCommand = (
 cluster's own and never audited."""
 
 
-class Audited(msgspec.Struct, frozen=True, array_like=True, tag=50):
+class Audited(_Command, frozen=True, tag=50):
     """``command`` as an API caller asked for it: applying it applies ``command`` and writes one audit
     entry per target it changed, in the same log entry, so a change is never without its entry nor
     an entry without its change (the wrapper rather than a field on every command keeps the
     commands of the cluster's own machinery free of it, and the log of earlier versions decodable)."""
 
-    now_ms: int
     stamp: AuditStamp
     command: AuditedCommand
 
 
-class AuditNote(msgspec.Struct, frozen=True, array_like=True, tag=51):
+class AuditNote(_Command, frozen=True, tag=51):
     """An audit entry of a change that is no state machine command (leadership transfer, membership),
     proposed after the change succeeded."""
 
-    now_ms: int
     stamp: AuditStamp
     action: str
     target: str
     changes: dict[str, dict[str, object]]
 
 
-class TrimAudit(msgspec.Struct, frozen=True, array_like=True, tag=52):
+class TrimAudit(_Command, frozen=True, tag=52):
     """Retention: delete the audit entries of log entries before ``before_index`` (the Cleaner's
     choice from its replica; applied as a key range, so every replica deletes the same entries)."""
 
-    now_ms: int
     before_index: int
 
 

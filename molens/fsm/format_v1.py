@@ -9,6 +9,7 @@ writes format 1 any more.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -47,47 +48,40 @@ _RESULTS = (
 )
 
 
+_SPEC_FIELDS = (
+    "type", "callback_url", "interval_ms", "run_at", "cron_expr", "timezone", "ack_url", "ack_delay_ms",
+    "payload_json", "scene", "timeout_ms", "max_retries", "max_fails", "reliability", "idempotency_key",
+)
+"""A spec list's fields, by position."""
+_TASK_FIELDS = (
+    "status", "created_ms", "updated_ms", "due_ms", "sched_ms", "seq", "attempt", "ack_attempt", "fail_count",
+    "inflight", "last_result", "last_status_code", "last_response", "last_fire_ms",
+)
+"""A task record's fields after its spec list, by position."""
+_ENUMS: dict[str, Callable[[Any], Any]] = {
+    "type": _TYPES.__getitem__, "reliability": _RELS.__getitem__, "status": _STATUSES.__getitem__,
+    "last_result": lambda i: None if i is None else _RESULTS[i],
+}
+"""The fields written as an enum's index: the member of an index."""
+
+
+def _fields(names: tuple[str, ...], v: list[Any]) -> dict[str, Any]:
+    """``names[i]``: ``v[i]``, an enum's index as its member (a shorter list is an IndexError)."""
+    out = {}
+    for i, name in enumerate(names):
+        member = _ENUMS.get(name)
+        out[name] = v[i] if member is None else member(v[i])
+    return out
+
+
 def spec_from_list(v: list[Any]) -> TaskSpec:
-    return TaskSpec(
-        type=_TYPES[v[0]],
-        callback_url=v[1],
-        interval_ms=v[2],
-        run_at=v[3],
-        cron_expr=v[4],
-        timezone=v[5],
-        ack_url=v[6],
-        ack_delay_ms=v[7],
-        payload_json=v[8],
-        scene=v[9],
-        timeout_ms=v[10],
-        max_retries=v[11],
-        max_fails=v[12],
-        reliability=_RELS[v[13]],
-        idempotency_key=v[14],
-    )
+    return TaskSpec(**_fields(_SPEC_FIELDS, v))
 
 
 def task_from_bytes(tid: str, raw: bytes | memoryview) -> Task:
     """A task record of format 1 (the id is the record's key)."""
     v = msgspec.msgpack.decode(raw)
-    return Task(
-        id=tid,
-        spec=spec_from_list(v[0]),
-        status=_STATUSES[v[1]],
-        created_ms=v[2],
-        updated_ms=v[3],
-        due_ms=v[4],
-        sched_ms=v[5],
-        seq=v[6],
-        attempt=v[7],
-        ack_attempt=v[8],
-        fail_count=v[9],
-        inflight=v[10],
-        last_result=None if v[11] is None else _RESULTS[v[11]],
-        last_status_code=v[12],
-        last_response=v[13],
-        last_fire_ms=v[14],
-    )
+    return Task(id=tid, spec=spec_from_list(v[0]), **_fields(_TASK_FIELDS, v[1:]))
 
 
 def decode_command(data: bytes) -> Command:

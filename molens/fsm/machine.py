@@ -92,9 +92,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -311,6 +311,13 @@ class Applied:
 # -------------------------------------------------------------------------------------------------
 # transaction overlay
 
+_V = TypeVar("_V")
+
+
+def _written_or_read(written: dict[str, _V | None], key: str, read: Callable[[str], _V | None]) -> _V | None:
+    """What the transaction wrote under ``key`` (None: deleted), else what ``read`` finds in the store."""
+    return written[key] if key in written else read(key)
+
 
 class _Tx:
     """Reads through the view, sees its own writes, remembers originals to derive wheel effects."""
@@ -351,19 +358,13 @@ class _Tx:
         self.w.tasks[t.id] = None
 
     def fire(self, fid: str) -> FireRecord | None:
-        if fid in self.w.fires:
-            return self.w.fires[fid]
-        return self.view.get_fire(fid)
+        return _written_or_read(self.w.fires, fid, self.view.get_fire)
 
     def idem(self, key: str) -> str | None:
-        if key in self.w.idem:
-            return self.w.idem[key]
-        return self.view.get_idem(key)
+        return _written_or_read(self.w.idem, key, self.view.get_idem)
 
     def dead(self, dead_id: str) -> DeadLetter | None:
-        if dead_id in self.w.dead:
-            return self.w.dead[dead_id]
-        return self.view.get_dead(dead_id)
+        return _written_or_read(self.w.dead, dead_id, self.view.get_dead)
 
     def meta(self, key: str) -> bytes | None:
         if key in self.w.meta:

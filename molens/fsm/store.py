@@ -47,7 +47,6 @@ the commit, to ``on_applied`` (the entries that have effects) if one is set.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import logging
 import os
@@ -69,6 +68,7 @@ from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, FireRecord, MachineConfig, Writes
 from molens.lmdb_snapshot import (
     boot_id,
+    digest_state,
     guard_boot,
     mark_closed,
     snapshot_env,
@@ -1135,10 +1135,8 @@ class TaskStore:
 
     def digest_state(self) -> tuple[int, str]:
         """``(applied_index, digest)`` read in one transaction (any thread)."""
-        h = hashlib.sha256()
-        with self._env.begin() as txn:
-            raw = txn.get(_APPLIED, db=self._meta)
-            for name, db in (
+        return digest_state(
+            self._env, self._meta, (
                 (b"tasks", self._tasks),
                 (b"due", self._due),
                 (b"fires", self._fires),
@@ -1153,13 +1151,9 @@ class TaskStore:
                 (b"outbox", self._outbox),
                 (b"flows", self._flows),
                 (b"audit", self._audit),
-            ):
-                h.update(name)
-                for k, v in txn.cursor(db=db):
-                    if db is self._meta and bytes(k) in (_APPLIED, _APPLIED_TERM, _COUNTS):
-                        continue
-                    h.update(_U64.pack(len(k)) + bytes(k) + _U64.pack(len(v)) + bytes(v))
-        return (_U64.unpack(raw)[0] if raw is not None else 0), h.hexdigest()
+            ),
+            volatile=(_APPLIED, _APPLIED_TERM, _COUNTS),
+        )
 
 
 __all__ = [

@@ -406,13 +406,7 @@ class HierarchicalWheel(Generic[K]):
             return self._advance(now_ms)
         # The busy leader's common case, inlined: a new tick, nothing in the old one, no bucket to
         # open, at most one open run with something due.
-        target = now_ms - now_ms % self._tick
-        self._cur = target
-        self._near_end = target + self._tick
-        if target >= self._rebase_at:
-            self._set_limits()
-        else:
-            self._limits[0] = target + self._window0
+        self._to_tick(now_ms - now_ms % self._tick)
         run = None
         lim = (now_ms + 1) << _SEQ_BITS
         for r in self._runs:
@@ -435,6 +429,15 @@ class HierarchicalWheel(Generic[K]):
             self._drop_used_runs()
         return keys[pos:j]
 
+    def _to_tick(self, target: int) -> None:
+        """Make ``target`` (a tick's start) the current tick, nothing left to open before it."""
+        self._cur = target
+        self._near_end = target + self._tick
+        if target >= self._rebase_at:
+            self._set_limits()
+        else:
+            self._limits[0] = target + self._window0
+
     def _advance(self, now_ms: int) -> list[K]:
         """The general case of :meth:`advance`; ``_take_runs`` counts what it hands out."""
         due_lim = (now_ms + 1) << _SEQ_BITS  # stamp < due_lim  <=>  due <= now_ms
@@ -456,12 +459,7 @@ class HierarchicalWheel(Generic[K]):
                 self._reach(now_ms, target, due_lim, out)
                 merge = True
             else:
-                self._cur = target
-                self._near_end = target + self._tick
-                if target >= self._rebase_at:
-                    self._set_limits()
-                else:
-                    self._limits[0] = target + self._window0
+                self._to_tick(target)
         else:
             heap, near = self._near_heap, self._near
             while heap and heap[0][0] < due_lim:

@@ -31,9 +31,9 @@ from typing import Any, Protocol
 
 from molens.config import Config, callback_policy, parse_addr
 from molens.fsm.commands import Command, FlowSettings
-from molens.fsm.history import Page, TrendPoint, UrlStats
+from molens.fsm.history import History
 from molens.fsm.search import TaskIndex
-from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, ExecutionResult, Limits, Task
+from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, Limits, Task
 from molens.schedule.flows import FlowState
 from molens.schedule.wheel import levels_for
 from molens.tracing import NO_SPANS, Spans
@@ -84,12 +84,8 @@ class LeaderInfo:
         return self.role == "leader"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "leader_id": self.leader_id,
-            "leader_url": self.leader_url,
-            "term": self.term,
-            "role": self.role,
-        }
+        """Its fields under their names, in order (``LeaderInfo`` in the OpenAPI document)."""
+        return dataclasses.asdict(self)
 
 
 def settings_from_config(cfg: Config) -> ApiSettings:
@@ -152,25 +148,6 @@ def cluster_status_from_raft(status: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-class HistoryReader(Protocol):
-    """The read side of :class:`molens.fsm.history.History` the API uses."""
-
-    def list_executions(
-        self,
-        *,
-        task_id: str | None = None,
-        result: ExecutionResult | str | None = None,
-        since_ms: int | None = None,
-        until_ms: int | None = None,
-        cursor: str | None = None,
-        limit: int = 100,
-    ) -> Page: ...
-
-    def url_stats(self, since_ms: int, until_ms: int, url: str | None = None) -> list[UrlStats]: ...
-
-    def url_trend(self, url: str, since_ms: int, until_ms: int, bucket_ms: int = 300_000) -> list[TrendPoint]: ...
-
-
 class ApiContext(Protocol):
     """Everything the REST app needs from a node (see the module docstring for the contract)."""
 
@@ -178,7 +155,7 @@ class ApiContext(Protocol):
     def settings(self) -> ApiSettings: ...
 
     @property
-    def history(self) -> HistoryReader: ...
+    def history(self) -> History: ...
 
     def leader_info(self) -> LeaderInfo: ...
 
@@ -309,4 +286,4 @@ class ApiContext(Protocol):
         ...
 
 
-__all__ = ["ApiContext", "ApiSettings", "HistoryReader", "LeaderInfo", "cluster_status_from_raft", "http_url", "settings_from_config"]
+__all__ = ["ApiContext", "ApiSettings", "LeaderInfo", "cluster_status_from_raft", "http_url", "settings_from_config"]

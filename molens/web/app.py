@@ -741,12 +741,18 @@ def _install_tasks(api: Api) -> None:
         s = ctx.settings
         return model.decode_create(body, s.policy, s.limits, now, idempotency_key=key, whole_body=whole_body)
 
-    @api.route("POST", f"{PREFIX}/tasks", write=True)
-    def create_task() -> tuple[int, Any]:
+    def create_body(batch: bool) -> tuple[int, bytes]:
+        """The create request's start (ns) and body, refused at once (429) when the ``creates_per_s``
+        of a namespace it plainly names would refuse it: before it is decoded and validated."""
         start_ns = time.time_ns()
         body = api.read_body()
-        if (early := quick_namespaces(body, batch=False)) is not None:
+        if (early := quick_namespaces(body, batch=batch)) is not None:
             api.admit_creates(early, take=False)
+        return start_ns, body
+
+    @api.route("POST", f"{PREFIX}/tasks", write=True)
+    def create_task() -> tuple[int, Any]:
+        start_ns, body = create_body(batch=False)
         key = _header_text("Idempotency-Key")
         now = ctx.now_ms()
         spec = _traced(validate(body, now, key), _trace_header())
@@ -764,10 +770,7 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/tasks/batch", write=True)
     def create_batch() -> tuple[int, Any]:
-        start_ns = time.time_ns()
-        body = api.read_body()
-        if (early := quick_namespaces(body, batch=True)) is not None:
-            api.admit_creates(early, take=False)
+        start_ns, body = create_body(batch=True)
         prefer = _header_text("Prefer")
         s = ctx.settings
         reqs = _typed_batch(body, s.limits)

@@ -125,14 +125,15 @@ class LocalContext(StoreReads):
         """No scheduler runs here: no live figures."""
         return None
 
+    def _opening(self, li: LeaderInfo) -> dict[str, Any]:
+        """The members the status and the stats answers open with."""
+        return {"node_id": self._settings.node_id, "role": li.role, "term": li.term, "leader_id": li.leader_id}
+
     def cluster_status(self) -> dict[str, Any]:
         li = self.leader_info()
         applied = self.store.applied_index()
         return {
-            "node_id": self._settings.node_id,
-            "role": li.role,
-            "term": li.term,
-            "leader_id": li.leader_id,
+            **self._opening(li),
             "leader_url": li.leader_url,
             "commit_index": applied,
             "applied_index": applied,
@@ -163,10 +164,7 @@ class LocalContext(StoreReads):
         counts = self.store.counts()
         applied = self.store.applied_index()
         return {
-            "node_id": self._settings.node_id,
-            "role": li.role,
-            "term": li.term,
-            "leader_id": li.leader_id,
+            **self._opening(li),
             "tasks": counts,
             "tasks_total": sum(counts.values()),
             "dead_letters": self.store.dead_count(),

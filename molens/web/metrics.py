@@ -170,11 +170,8 @@ class NamespaceCounters:
             if event == "quota_refusals":
                 q.add_metric([ns, quota], n)
         yield q
-        g = GaugeMetricFamily("molens_namespace_pending_tasks", "Unfinished tasks in the local replica, by namespace",
-                              labels=["namespace"])
-        for ns, n in sorted(pending.items()):
-            g.add_metric([ns], n)
-        yield g
+        yield _by_label(GaugeMetricFamily, "molens_namespace_pending_tasks",
+                        "Unfinished tasks in the local replica, by namespace", "namespace", pending)
 
 
 class LiveCollector(Collector):
@@ -189,10 +186,7 @@ class LiveCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self._snapshot()
-        g = GaugeMetricFamily("molens_tasks", "Tasks in the local replica by status", labels=["status"])
-        for status, n in sorted(s.tasks.items()):
-            g.add_metric([status], n)
-        yield g
+        yield _by_label(GaugeMetricFamily, "molens_tasks", "Tasks in the local replica by status", "status", s.tasks)
         yield GaugeMetricFamily(
             "molens_is_leader", "1 when this node is the Raft leader", value=1 if s.role == "leader" else 0
         )
@@ -205,37 +199,24 @@ class LiveCollector(Collector):
         ):
             if key in s.raft:
                 yield GaugeMetricFamily(f"molens_raft_{key}", help_, value=s.raft[key])
-        if "leader_changes" in s.raft:
-            yield CounterMetricFamily(
-                "molens_raft_leader_changes", "Leader changes this node has seen", value=s.raft["leader_changes"]
-            )
-        if "timers" in s.wheel:
-            yield GaugeMetricFamily("molens_wheel_timers", "Timers in the leader's time wheel", value=s.wheel["timers"])
-        if "overflow" in s.wheel:
-            yield GaugeMetricFamily(
-                "molens_wheel_overflow", "Timers beyond the top wheel level", value=s.wheel["overflow"]
-            )
+        yield from _present(s.raft, "leader_changes", CounterMetricFamily, "molens_raft_leader_changes",
+                            "Leader changes this node has seen")
+        yield from _present(s.wheel, "timers", GaugeMetricFamily, "molens_wheel_timers",
+                            "Timers in the leader's time wheel")
+        yield from _present(s.wheel, "overflow", GaugeMetricFamily, "molens_wheel_overflow",
+                            "Timers beyond the top wheel level")
         if s.queues:
-            q = GaugeMetricFamily("molens_queue_depth", "Items waiting or in flight by queue", labels=["queue"])
-            for name, n in sorted(s.queues.items()):
-                q.add_metric([name], n)
-            yield q
+            yield _by_label(GaugeMetricFamily, "molens_queue_depth", "Items waiting or in flight by queue", "queue",
+                            s.queues)
         if s.history_rows is not None:
             yield GaugeMetricFamily("molens_history_rows", "Execution records in the local history", value=s.history_rows)
         if s.disk_bytes:
-            d = GaugeMetricFamily("molens_disk_bytes", "Disk usage of the data directory by part", labels=["part"])
-            for part, n in sorted(s.disk_bytes.items()):
-                d.add_metric([part], n)
-            yield d
-        if "skew_ms" in s.clock:
-            yield GaugeMetricFamily(
-                "molens_clock_skew_ms", "Median offset of the voters' clocks from this node's (ms)", value=s.clock["skew_ms"]
-            )
-        if "skewed" in s.clock:
-            yield GaugeMetricFamily(
-                "molens_clock_skewed", "1 when this node's clock is off from the majority's (it does not lead)",
-                value=s.clock["skewed"],
-            )
+            yield _by_label(GaugeMetricFamily, "molens_disk_bytes", "Disk usage of the data directory by part", "part",
+                            s.disk_bytes)
+        yield from _present(s.clock, "skew_ms", GaugeMetricFamily, "molens_clock_skew_ms",
+                            "Median offset of the voters' clocks from this node's (ms)")
+        yield from _present(s.clock, "skewed", GaugeMetricFamily, "molens_clock_skewed",
+                            "1 when this node's clock is off from the majority's (it does not lead)")
         if s.refused:
             hs = CounterMetricFamily(
                 "molens_transport_handshake_refused",
@@ -290,31 +271,21 @@ class LiveCollector(Collector):
                 if k.startswith("written:"):
                     dl.add_metric([k.removeprefix("written:")], v)
             yield dl
-        if "outbox" in s.dead_letters:
-            yield GaugeMetricFamily("molens_notifications_outbox", "Failure notifications waiting for their target",
-                                    value=s.dead_letters["outbox"])
+        yield from _present(s.dead_letters, "outbox", GaugeMetricFamily, "molens_notifications_outbox",
+                            "Failure notifications waiting for their target")
         if s.flows:
             yield from _flow_families(s.flows[:MAX_FLOW_SERIES])
-        if "throttled" in s.scheduler:
-            yield CounterMetricFamily(
-                "molens_throttled", "Attempts answered 429/503 with a Retry-After (their flow held until then)",
-                value=s.scheduler["throttled"],
-            )
+        yield from _present(s.scheduler, "throttled", CounterMetricFamily, "molens_throttled",
+                            "Attempts answered 429/503 with a Retry-After (their flow held until then)")
         if s.not_fired:
-            nf = CounterMetricFamily(
-                "molens_occurrences_not_fired",
+            yield _by_label(
+                CounterMetricFamily, "molens_occurrences_not_fired",
                 "Decisions not to fire scheduled occurrences (each one history row, for one or more instants), "
                 "by reason; every replica counts the entries it applies",
-                labels=["reason"],
+                "reason", s.not_fired,
             )
-            for reason, n in sorted(s.not_fired.items()):
-                nf.add_metric([reason], n)
-            yield nf
-        if "flow_held" in s.scheduler:
-            yield CounterMetricFamily(
-                "molens_fires_held_by_flow", "Due fires the leader held back by their flow's limits, pause or Retry-After",
-                value=s.scheduler["flow_held"],
-            )
+        yield from _present(s.scheduler, "flow_held", CounterMetricFamily, "molens_fires_held_by_flow",
+                            "Due fires the leader held back by their flow's limits, pause or Retry-After")
         if s.lateness_p99_s is not None:
             yield GaugeMetricFamily(
                 "molens_fire_lateness_p99_seconds",
@@ -322,18 +293,32 @@ class LiveCollector(Collector):
                 value=s.lateness_p99_s,
             )
         if s.scheduler:
-            c = CounterMetricFamily(
-                "molens_scheduler_events", "Scheduler events on this node by kind (process lifetime)", labels=["event"]
-            )
-            for name, value in sorted(s.scheduler.items()):
-                c.add_metric([name], value)
-            yield c
+            yield _by_label(CounterMetricFamily, "molens_scheduler_events",
+                            "Scheduler events on this node by kind (process lifetime)", "event", s.scheduler)
         if s.namespaces is not None:
             yield from self._namespaces.families(s.namespaces)
 
 
 MAX_FLOW_SERIES = 500
 """Most flows exported per scrape, by key (the leader forgets a flow without settings after a minute idle)."""
+
+
+def _present(
+    source: Mapping[str, float], key: str, kind: type[GaugeMetricFamily | CounterMetricFamily], name: str, help_: str,
+) -> Iterator[Metric]:
+    """The one-value family ``name`` of ``source[key]``, when the snapshot has that value."""
+    if key in source:
+        yield kind(name, help_, value=source[key])
+
+
+def _by_label(
+    kind: type[GaugeMetricFamily | CounterMetricFamily], name: str, help_: str, label: str, values: Mapping[str, float],
+) -> Metric:
+    """The family ``name`` with one sample per entry of ``values``, labelled ``label``, in key order."""
+    fam = kind(name, help_, labels=[label])
+    for key, v in sorted(values.items()):
+        fam.add_metric([key], v)
+    return fam
 
 
 def _flow_families(flows: Sequence[FlowState]) -> Iterator[Metric]:

@@ -22,8 +22,6 @@ from molens.model import (
     TASK_ID_PATTERN,
     ExecutionResult,
     FailureKind,
-    FireKind,
-    Reliability,
     Status,
     TaskType,
 )
@@ -33,8 +31,11 @@ from molens.schema import (
     FLOW_KEY_PATTERN,
     NAMESPACE_PATTERN,
     SCENE_PATTERN,
+    DeadLetter,
+    Execution,
     between_fields,
     openapi_components,
+    record_schema,
 )
 from molens.web.export import EXPORT_URL_PATTERN, TICKET_PATTERN
 from molens.web.fire_series import FIELDS as FIRE_SERIES_FIELDS
@@ -169,27 +170,6 @@ def _schemas() -> dict[str, Any]:
                        "well-formed cron_expr with no fire time)"},
         },
     }
-    execution_props: dict[str, Any] = {
-        "id": {"type": "integer"},
-        "task_id": {"type": "string"},
-        "fire_id": {"type": "string"},
-        "seq": {"type": "integer"},
-        "attempt": {"type": "integer"},
-        "kind": {"type": "string", "enum": [k.value for k in FireKind]},
-        "result": {"type": "string", "enum": [r.value for r in ExecutionResult]},
-        "status_code": _nullable("integer"),
-        "latency_ms": _nullable("integer", description="Request sent -> answer read, on the worker (null: no answer)"),
-        "worker": {"type": "string", "description": "Node id of the worker that made the request (empty for events)"},
-        "url": {"type": "string"},
-        "scene": {"type": "string"},
-        "fired_at": {
-            "type": "integer",
-            "description": "Epoch ms the leader handed the fire to a worker: up to scheduler.dispatch_lead_ms before "
-            "its due time, at which the request leaves (events: when it was recorded)",
-        },
-        "finished_at": {"type": "integer", "description": "Epoch ms the result was recorded"},
-        "execution_result": _nullable("string", description="The response's first 512 bytes (events: what happened)"),
-    }
     percentiles = {
         "count": {"type": "integer"},
         "p50_ms": {"type": "integer"},
@@ -310,12 +290,7 @@ def _schemas() -> dict[str, Any]:
                 "errors": {"type": "array", "items": _ref("BatchItemError")},
             },
         },
-        "Execution": {
-            "type": "object",
-            "required": list(execution_props),
-            "additionalProperties": False,
-            "properties": execution_props,
-        },
+        "Execution": record_schema(Execution, closed=True),
         "ExecutionList": {
             "type": "object",
             "required": ["items", "next_cursor"],
@@ -1124,24 +1099,7 @@ def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dead_letter_schemas() -> dict[str, Any]:
-    props: dict[str, Any] = {
-        "id": {"type": "string"},
-        "task_id": {"type": "string"},
-        "fire_id": {"type": "string", "description": "X-Fire-ID of the occurrence (a redrive sends it again)"},
-        "seq": {"type": "integer"},
-        "kind": {"type": "string", "enum": [k.value for k in FailureKind]},
-        "attempts": {"type": "integer", "description": "Attempts made (ACK probes for ack_failed)"},
-        "status_code": _nullable("integer"),
-        "response_head": _nullable("string"),
-        "at": {"type": "integer", "description": "When the occurrence failed for good (epoch ms)"},
-        "flow": {"type": "string"},
-        "scene": {"type": "string"},
-        "url": {"type": "string"},
-        "reliability": {"type": "string", "enum": [r.value for r in Reliability]},
-        "scheduled_at": {"type": "integer", "description": "The occurrence's nominal instant (X-Molens-Scheduled-At)"},
-        "result": {"type": "string", "enum": [r.value for r in ExecutionResult]},
-        "namespace": {"type": "string", "description": "Its task's namespace"},
-    }
+    dead = record_schema(DeadLetter)
     bulk_props: dict[str, Any] = {
         "matched": {"type": "integer"},
         "redriven": {"type": "integer"},
@@ -1154,10 +1112,11 @@ def _dead_letter_schemas() -> dict[str, Any]:
         "warning": {"type": "string"},
     }
     return {
-        "DeadLetter": {"type": "object", "required": list(props), "properties": props},
+        "DeadLetter": dead,
         "DeadLetterRedriven": {
-            "type": "object", "required": list(props),
-            "properties": {**props, "warning": {"type": "string", "description": "Set for an at_most_once redrive"}},
+            "type": "object", "required": dead["required"],
+            "properties": {**dead["properties"],
+                           "warning": {"type": "string", "description": "Set for an at_most_once redrive"}},
         },
         "DeadLetterList": {
             "type": "object", "required": ["items", "next_cursor"],

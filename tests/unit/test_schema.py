@@ -100,3 +100,26 @@ def test_internal_fields_stay_out_of_the_json() -> None:
     obj = json.loads(schema.task_json(t))
     assert "sched_ms" not in obj and "inflight" not in obj and "sched_at" not in obj
     assert obj["next_run_at"] == t.due_ms and obj["created_at"] == NOW
+
+
+def test_a_record_shows_its_declared_fields_in_the_json_and_the_openapi_document() -> None:
+    """An execution and a dead letter: the answer's members are the documented properties, in order."""
+    from molens.web.openapi import document
+
+    comps = document()["components"]["schemas"]
+    ex = schema.Execution(task_id="t", fire_id="t-1", seq=1, attempt=1, kind=schema.FireKind.CALLBACK,
+                          result=schema.ExecutionResult.SUCCESS, status_code=200, latency_ms=3, worker="n1",
+                          url=URL, scene="default", fired_ms=NOW, finished_ms=NOW + 3, response_head="ok", id=9)
+    dl = schema.DeadLetter(id="t-1.4", task_id="t", fire_id="t-1", seq=1, kind=schema.FailureKind.UNKNOWN,
+                           attempts=4, status_code=None, response_head=None, at_ms=NOW, flow="127.0.0.1:9",
+                           scene="default", url=URL, reliability=schema.Reliability.AT_MOST_ONCE, sched_ms=NOW - 1,
+                           result=schema.ExecutionResult.UNKNOWN)
+    for rec, name in ((ex, "Execution"), (dl, "DeadLetter")):
+        out = rec.to_json()
+        assert list(out) == list(comps[name]["properties"]) == comps[name]["required"]
+        assert json.loads(json.dumps(out)) == out
+    assert ex.to_json()["fired_at"] == NOW and ex.to_json()["execution_result"] == "ok"
+    assert dl.to_json()["at"] == NOW and dl.to_json()["scheduled_at"] == NOW - 1
+    assert dl.to_json()["kind"] == "unknown" and dl.to_json()["reliability"] == "at_most_once"
+    assert comps["Execution"]["properties"]["id"] == {"type": "integer"}
+    assert comps["DeadLetter"]["properties"]["status_code"] == {"type": ["integer", "null"]}
