@@ -115,7 +115,7 @@ class Cleaner(LeaderActor):
             self.scan.done(n)
             self.stats.add(**{"expired" if tasks else "dead_letters_expired": n})
         elif not isinstance(message, Wake):
-            return super().on_receive(message)
+            return self.unexpected(message)
         if self.ended:
             return None
         cmd = self.scan.run(wall_ms())

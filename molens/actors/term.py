@@ -131,6 +131,11 @@ class LeaderActor(pykka.ThreadingActor):
     def handle(self, message: Any) -> Any:
         raise NotImplementedError
 
+    def unexpected(self, message: Any) -> None:
+        """A message none of this actor's handlers takes: logged and dropped, as pykka does (its
+        ``on_receive``: this class's own would hand it to :meth:`handle` again, without end)."""
+        pykka.ThreadingActor.on_receive(self, message)
+
     def outcome_to_self(self, make: Callable[[list[Any], BaseException | None], Any]) -> ProposeCallback:
         """A proposal callback (it runs on the Raft thread) that tells this actor ``make(results,
         error)``; once the actor has stopped (term over) the outcome no longer matters to anyone."""
@@ -166,7 +171,7 @@ class PumpedActor(LeaderActor):
         if isinstance(message, Drain):
             self.drain = message
         elif not isinstance(message, Wake) and not self.take(message):
-            return super().on_receive(message)
+            return self.unexpected(message)
         self._pump()
         return None
 

@@ -123,7 +123,7 @@ class TimeWheel(LeaderActor):
         elif isinstance(message, ReadWheel):
             return None if self.wheel is None else message.fn(self.wheel.wheel)
         else:
-            return super().on_receive(message)
+            return self.unexpected(message)
         self._advance()
         return None
 

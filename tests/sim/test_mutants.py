@@ -12,12 +12,14 @@ from molens.actors.monitor import FireWatch
 from tests.sim.mutants import MUTANTS, RAFT_MUTANTS, Mutant, hunt
 
 SEEDS = {
-    "lost-fire-never-redispatched": 1, "amo-resent-after-loss": 1, "stale-result-applied": 6,
-    "expiry-skips-one": 1, "held-grace-ignored": 3, "catchup-one-too-many": 1, "deadline-without-timeout": 1,
-    "pause-ignored": 2, "window-edge-skipped": 9, "reach-lags-read": 2, "lost-worker-fires-kept": 2, "worker-death-unnoticed": 2, "not-sent-counted": 3,
-    "boot-trusts-store": 2, "boot-marker-not-durable": 4, "snapshot-dir-not-synced": 3, "snapshot-bytes-not-synced": 3,
+    "lost-fire-never-redispatched": 4, "amo-resent-after-loss": 3, "stale-result-applied": 8, "expiry-skips-one": 3,
+    "held-grace-ignored": 5, "catchup-one-too-many": 3, "deadline-without-timeout": 3, "pause-ignored": 4,
+    "window-edge-skipped": 7, "reach-lags-read": 4, "lost-worker-fires-kept": 4, "worker-death-unnoticed": 3,
+    "not-sent-counted": 3, "boot-trusts-store": 4, "boot-marker-not-durable": 6, "snapshot-dir-not-synced": 5,
+    "snapshot-bytes-not-synced": 5,
 }
-"""Seeds tried per mutant: up to the first that caught it (seeds from 0)."""
+"""Seeds tried per mutant: up to the first that caught it (seeds from 0), and two more, so that a change
+that moves the simulation's random draws does not end a budget one seed short."""
 
 
 def test_every_mutant_has_a_budget_and_there_are_at_least_eight() -> None:
