@@ -108,7 +108,8 @@ class Scheduler:
         self._refused_log = RefusalLog(f"rpc {self.node_id}: frame refused", log)
         self.batch_versions: dict[str, int] = {}
         """Worker id -> the fire batch version its latest heartbeat advertised (written on the RPC
-        thread, read on the Dispatcher's: one dict item each, atomic)."""
+        thread, read on the Dispatcher's and, by :meth:`replicas_read_not_sent`, the Monitor's: one dict
+        item each, atomic)."""
         self.spans = open_spans(cfg.tracing.otlp_endpoint, self.node_id)
         """The node's span export (the API's creates use it too); :data:`~molens.tracing.NO_SPANS` without
         ``tracing.otlp_endpoint``."""
