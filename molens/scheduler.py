@@ -1,9 +1,9 @@
 """The scheduler of one node: its actors, wired (``docs/architecture.md#actors``).
 
-Every node runs a :class:`~molens.actors.stats.Stats` actor and a
-:class:`~molens.actors.fireworker.FireWorkerPool` actor; the
-:class:`~molens.actors.supervisor.LeaderSupervisor` runs the leader-only actors (TimeWheel,
-Dispatcher, Monitor, Cleaner) for each term this node leads. :class:`Scheduler` is the seam the
+Every node runs a :class:`~molens.actors.stats.Stats`, a
+:class:`~molens.actors.fireworker.FireWorkerPool` and a :class:`~molens.actors.clockprobe.ClockProbe`
+actor; the :class:`~molens.actors.supervisor.LeaderSupervisor` runs the leader-only actors (TimeWheel,
+Dispatcher, Monitor, Cleaner, Notifier) for each term this node leads. :class:`Scheduler` is the seam the
 node and the HTTP API use: start/stop, the worker RPC handler, and queries answered by the actors.
 
 Worker RPC frames (``Node.set_rpc_handler``): ``b"B" + msgpack(term) + fire_batch`` (leader -> worker),
@@ -108,7 +108,8 @@ class Scheduler:
         self._refused_log = RefusalLog(f"rpc {self.node_id}: frame refused", log)
         self.batch_versions: dict[str, int] = {}
         """Worker id -> the fire batch version its latest heartbeat advertised (written on the RPC
-        thread, read on the Dispatcher's: one dict item each, atomic)."""
+        thread, read on the Dispatcher's and, by :meth:`replicas_read_not_sent`, the Monitor's: one dict
+        item each, atomic)."""
         self.spans = open_spans(cfg.tracing.otlp_endpoint, self.node_id)
         """The node's span export (the API's creates use it too); :data:`~molens.tracing.NO_SPANS` without
         ``tracing.otlp_endpoint``."""

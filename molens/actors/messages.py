@@ -1,8 +1,9 @@
 """The messages the scheduler's actors send each other: frozen, slotted, each carrying a batch.
 
 One message per batch, never one per task: at 3,000 fires/s the mailboxes see hundreds of messages
-per second (``docs/architecture.md#actors``). ``tell`` carries events; ``ask`` is used only for the
-queries at the bottom (stats, the console's wheel view, metrics).
+per second (``docs/architecture.md#actors``). ``tell`` carries events; of these messages ``ask`` is
+used only for the queries at the bottom (stats, gauges, flows, the console's wheel view); the
+RaftPeer's requests (:mod:`molens.actors.peer_messages`) are asked too.
 """
 
 from __future__ import annotations
@@ -178,7 +179,8 @@ class Drain:
 
 @dataclass(frozen=True, slots=True)
 class FireBatch:
-    """Dispatcher / worker RPC -> FireWorkerPool: fires to carry out on this node."""
+    """Worker RPC -> FireWorkerPool: a remote leader's fires to carry out on this node (the local
+    Dispatcher hands its own to the pool directly: ``FireWorkerPool.local_fires``)."""
 
     fires: list[FireRequest]
 

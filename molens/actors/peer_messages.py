@@ -7,8 +7,9 @@ runs right after the request, so what it changed (a transfer, a membership entry
 rather than at the next tick. (Not pykka proxies: a proxy call is handled before ``on_receive`` and
 would skip that rule.)
 
-Events (``tell``, from the peer's own threads): :class:`Tick`, :class:`Inbound`,
-:class:`RemovedNotice`, :class:`ProposalsReady`, :class:`SnapshotChecked`, :class:`SnapshotDone`.
+Events (``tell``, from the peer's own threads, but :class:`ProposalsReady`, which the handle sends
+from the proposer's thread): :class:`Tick`, :class:`Inbound`, :class:`RemovedNotice`,
+:class:`ProposalsReady`, :class:`SnapshotChecked`, :class:`SnapshotDone`.
 
 Published: :class:`LeaderChange`, to subscribers, on every role or leader change.
 """

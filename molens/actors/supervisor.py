@@ -1,9 +1,9 @@
 """LeaderSupervisor: starts the leader-only actors when this node gains leadership, ends them on loss.
 
 Per term led it starts one :class:`~molens.actors.timewheel.TimeWheel`,
-:class:`~molens.actors.dispatcher.Dispatcher`, :class:`~molens.actors.monitor.Monitor` and
-:class:`~molens.actors.cleaner.Cleaner` (pykka actors sharing one
-:class:`~molens.actors.term.TermContext`), tells each ``Join`` with the others' refs, then
+:class:`~molens.actors.dispatcher.Dispatcher`, :class:`~molens.actors.monitor.Monitor`,
+:class:`~molens.actors.cleaner.Cleaner` and :class:`~molens.actors.notifier.Notifier` (pykka actors
+sharing one :class:`~molens.actors.term.TermContext`), tells each ``Join`` with the others' refs, then
 ``Rebuild`` to the wheel (stream ``due``) and the Monitor (watch ``fires``). It is not itself an
 actor: its two entry points run on the Raft thread and must be quick.
 

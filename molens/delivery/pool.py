@@ -14,7 +14,8 @@ Rules:
 
 - At most ``concurrency`` HTTP attempts in flight (loop and TLS threads together); at most ``queue_limit`` more waiting. ``submit``
   accepts fires in order while there is room and returns the rest as ``refused`` (the clear signal:
-  the Dispatcher may send them elsewhere; otherwise the Monitor counts them lost at their deadline).
+  the FireWorkerPool answers them as not sent, so the leader plans them again without using up an
+  attempt: docs/architecture.md#not-sent).
 - ``free_capacity()`` = room left = concurrency + queue_limit - (queued + in flight), for weighted
   dispatch.
 - A fire with ``not_before_ms`` still ahead (planned ahead by the leader: dispatch ahead) is held by
