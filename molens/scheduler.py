@@ -122,6 +122,7 @@ class Scheduler:
         me = self.node_id
         self._probe_ref = ClockProbe.start(
             self.clock, lambda: [p for p in self.rpc.peers() if p != me], self.rpc.send, self._judge_clock,
+            fatal=self.fatal,
         )
         deliverer = ReportingDeliverer(
             self._http, self.node_id, w.signing_secret, w.signing_secret_next, max_retry_after_ms=w.max_retry_after_ms,

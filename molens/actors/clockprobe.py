@@ -65,6 +65,11 @@ def readings() -> tuple[int, int]:
     return wall_ms(), mono_ms()
 
 
+def _stepped_ms(was: tuple[int, int] | None, at: tuple[int, int]) -> int:
+    """How far the wall clock moved apart from the monotonic clock between readings ``was`` and ``at``."""
+    return 0 if was is None else (at[0] - was[0]) - (at[1] - was[1])
+
+
 class ClockGate:
     """The latest verdict on this node's clock, read from any thread. ``None`` before the first
     one: nothing is planned from an unchecked clock. ``ClockGate.always_ok()`` for tests that run
@@ -81,11 +86,15 @@ class ClockGate:
     def __init__(self, node_id: str, max_skew_ms: int, verdict: ClockVerdict | None = None) -> None:
         self.node_id = node_id
         self.max_skew_ms = max_skew_ms
-        self.verdict = verdict
-        self._judged_at: tuple[int, int] | None = None
-        """The readings when :meth:`publish` set the verdict; None: no jump check."""
+        self._judged: tuple[ClockVerdict | None, tuple[int, int] | None] = (verdict, None)
+        """The verdict and the readings when :meth:`publish` set it (None: no jump check), replaced
+        as one reference: a reader on another thread never pairs one verdict with another's readings."""
         self.steps = 0
         """How many steps of the wall clock the probe has seen."""
+
+    @property
+    def verdict(self) -> ClockVerdict | None:
+        return self._judged[0]
 
     @classmethod
     def always_ok(cls) -> ClockGate:
@@ -93,13 +102,11 @@ class ClockGate:
 
     def publish(self, verdict: ClockVerdict, at: tuple[int, int]) -> None:
         """The verdict on the clock as it read ``at``."""
-        self._judged_at = at
-        self.verdict = verdict
+        self._judged = (verdict, at)
 
     def stepped_ms(self, at: tuple[int, int]) -> int:
         """How far the wall clock moved apart from the monotonic clock since the verdict."""
-        was = self._judged_at
-        return 0 if was is None else (at[0] - was[0]) - (at[1] - was[1])
+        return _stepped_ms(self._judged[1], at)
 
     def jumped(self, at: tuple[int, int]) -> bool:
         """The wall clock stepped by more than the bound since the verdict (which then says nothing)."""
@@ -108,15 +115,15 @@ class ClockGate:
     def leading_ok(self, at: tuple[int, int] | None = None) -> bool:
         """This node's clock agrees with a majority and has not jumped since: it may plan fires.
         ``at``: the readings (now unless given)."""
-        v = self.verdict
-        return v is not None and v.ok and not self.jumped(readings() if at is None else at)
+        v, was = self._judged
+        return v is not None and v.ok and abs(_stepped_ms(was, readings() if at is None else at)) <= self.max_skew_ms
 
     def suspect(self, at: tuple[int, int] | None = None) -> bool:
         """This node's wall clock stepped and has not been judged good since: its fire worker must
         not time fires on it (``at``: the readings, now unless given)."""
-        at = readings() if at is None else at
-        v = self.verdict
-        return self.jumped(at) or (self.steps > 0 and (v is None or not v.ok))
+        v, was = self._judged
+        jumped = abs(_stepped_ms(was, readings() if at is None else at)) > self.max_skew_ms
+        return jumped or (self.steps > 0 and (v is None or not v.ok))
 
     def worker_ok(self, worker: str) -> bool:
         """``worker``'s clock is known to agree with this node's (this node's own always does)."""
@@ -143,9 +150,13 @@ class ClockProbe(pykka.ThreadingActor):
         peers: Callable[[], list[str]],
         send: Callable[[str, bytes], bool],
         judge: Callable[[Callable[[list[str]], ClockVerdict]], tuple[list[str], ClockVerdict]],
+        fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         super().__init__()
         self.gate = gate
+        self._fatal = fatal
+        """Stops the node when this actor fails: without its rounds the last verdict would stand for
+        good, and a clock that drifted after it would never be judged."""
         self.watch = ClockWatch(gate.node_id, gate.max_skew_ms)
         self._peers = peers
         self._send = send
@@ -165,6 +176,13 @@ class ClockProbe(pykka.ThreadingActor):
     def on_stop(self) -> None:
         if self._alarm is not None:
             self._alarm.close()
+
+    def on_failure(self, exception_type: object, exception_value: object, traceback: object) -> None:
+        if self._alarm is not None:
+            self._alarm.close()
+        log.error("clock probe actor failed: %r", exception_value)
+        if self._fatal is not None:
+            self._fatal(exception_value if isinstance(exception_value, BaseException) else RuntimeError("clock probe failed"))
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, ProbeReply):

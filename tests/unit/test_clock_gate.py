@@ -113,6 +113,25 @@ def test_the_probe_goes_on_probing_when_the_wall_clock_jumps_back() -> None:
         ref.stop()
 
 
+def test_a_probe_that_fails_stops_the_node() -> None:
+    """Without its rounds the last verdict would stand for good (a clock that drifted after it would
+    never be judged skewed): a failure of the probe is fatal, as a leader actor's is."""
+    peers = _Cluster()
+    gate = ClockGate("n1", max_skew_ms=500)
+    failed: list[BaseException] = []
+
+    def judge(verdict: Callable[[list[str]], ClockVerdict]) -> tuple[list[str], ClockVerdict]:
+        raise RuntimeError("judge broke")
+
+    ref = ClockProbe.start(gate, lambda: ["n2", "n3"], peers.send, judge, fatal=failed.append)
+    try:
+        _poll(lambda: bool(failed), "fatal call")
+        assert str(failed[0]) == "judge broke"
+    finally:
+        if ref.is_alive():
+            ref.stop()
+
+
 def _poll(ok: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not ok():
