@@ -80,6 +80,7 @@ from molens.schema import (
     TaskSpec,
     TaskType,
     create_type,
+    per_value_patterns,
     request_error,
     rule_defaulted,
     spec_defaults,
@@ -560,6 +561,10 @@ def resolve_create(
     ``create_type(limits, spec_type)``) and the defaults."""
     fields = spec_fields(spec_type)
     given: dict[str, Any] = {f.encode_name: getattr(req, f.encode_name) for f in fields}
+    for name, regex, declared in per_value_patterns(spec_type):
+        v = given[name]
+        if v is not None and not regex.match(v):
+            raise ValidationError(f"{name} must match {declared.strip('^$')}", name)
     if given["payload"] is msgspec.UNSET:
         given["payload"] = None
     out = dict(spec_defaults(limits, spec_type))

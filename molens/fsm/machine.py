@@ -90,6 +90,7 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 from collections.abc import Callable, Iterator
@@ -583,8 +584,9 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
     results: list[ItemResult]
     match cmd:
         case CreateTasks():
-            over = _over_quota(tx, cmd.items)
-            results = [over] * len(cmd.items) if over is not None else [_create(tx, it, now) for it in cmd.items]
+            absent: set[str] = set()
+            over = _over_quota(tx, cmd.items, absent)
+            results = [over] * len(cmd.items) if over is not None else [_create(tx, it, now, absent) for it in cmd.items]
         case Dispatched():
             lead = now + config.max_dispatch_lead_ms
             results = [_dispatch(tx, it, now, lead) for it in cmd.items]
@@ -721,17 +723,17 @@ def _count_task(deltas: dict[str, list[int]], ns: str, old: Task | None, new: Ta
             d[1] += live
 
 
-def _over_quota(tx: _Tx, items: tuple[CreateItem, ...]) -> QuotaExceeded | None:
+def _over_quota(tx: _Tx, items: tuple[CreateItem, ...], absent: set[str]) -> QuotaExceeded | None:
     """Why a batch of creates is refused whole by its namespaces' quotas (``max_pending_tasks``,
-    ``max_payload_bytes``); None when it is not (``default`` has none)."""
-    by_ns: dict[str, int] = {}
-    for it in items:
-        if it.spec.namespace != DEFAULT_NAMESPACE:
-            by_ns[it.spec.namespace] = by_ns.get(it.spec.namespace, 0) + 1
+    ``max_payload_bytes``); None when it is not (``default`` has none). Adds the namespaces named
+    that do not exist to ``absent``."""
+    by_ns = collections.Counter([it.spec.namespace for it in items])
+    by_ns.pop(DEFAULT_NAMESPACE, None)
     for ns, n in by_ns.items():
         raw = tx.meta(tenancy.NS_PREFIX + ns)
         if raw is None:
-            continue  # _create answers each item: no such namespace
+            absent.add(ns)  # _create answers each of its items: no such namespace
+            continue
         q = tenancy.decode_namespace(raw).quotas
         if q.max_payload_bytes is not None:
             big = max(len(it.spec.payload_json) for it in items if it.spec.namespace == ns)
@@ -757,7 +759,8 @@ def idem_key(spec: TaskSpec) -> str | None:
     return f"{spec.namespace}\x00{key}"
 
 
-def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
+def _create(tx: _Tx, it: CreateItem, now: int, absent: set[str]) -> ItemResult:
+    """``absent``: the namespaces the batch names that do not exist (:func:`_over_quota`)."""
     spec = it.spec
     key = idem_key(spec)
     if key is not None:
@@ -769,9 +772,8 @@ def _create(tx: _Tx, it: CreateItem, now: int) -> ItemResult:
     existing = tx.task(it.task_id)
     if existing is not None:
         return Created(existing, False)
-    if spec.namespace != DEFAULT_NAMESPACE:
-        if tx.meta(tenancy.NS_PREFIX + spec.namespace) is None:
-            return NotFoundError(f"namespace {spec.namespace} not found", "namespace")
+    if spec.namespace in absent:
+        return NotFoundError(f"namespace {spec.namespace} not found", "namespace")
     if spec.type is TaskType.DELAYED:
         sched = spec.run_at if spec.run_at is not None else now + (spec.interval_ms or 0)
     else:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import functools
 import json
 import logging
@@ -85,6 +86,7 @@ from molens.model import (
 )
 from molens.schema import (
     DEFAULT_NAMESPACE,
+    NAMESPACE_PATTERN,
     SCENE_PATTERN,
     create_type,
     python_pattern,
@@ -137,6 +139,7 @@ _BODY_KEY = "molens.body"
 """Where the body guard leaves the bytes it read (the WSGI environ of the request)."""
 _TYPES = frozenset(t.value for t in TaskType)
 _SCENE = re.compile(python_pattern(SCENE_PATTERN))
+_NAMESPACE = re.compile(python_pattern(NAMESPACE_PATTERN))
 
 
 def _charset(params: str) -> str | None:
@@ -544,13 +547,10 @@ class Api:
         ``take=False`` only asks (:meth:`CreateRate.wait`): a create the bucket would refuse is
         refused before it is parsed and validated; namespaces the key may not act in are left to
         the full check (their answer is 403, not 429)."""
-        counts: dict[str, int] = {}
-        for ns in namespaces:
-            counts[ns] = counts.get(ns, 0) + 1
         check = self.create_rate.take if take else self.create_rate.wait
-        for ns, n in counts.items():
-            if ns == DEFAULT_NAMESPACE or not (take or access.visible(ns)):
-                continue
+        for ns, n in collections.Counter(namespaces).items():
+            if ns == DEFAULT_NAMESPACE or not (take or (_NAMESPACE.match(ns) and access.visible(ns))):
+                continue  # (a name that is not one is refused by the validation that follows)
             rate = self._create_rate_of(ns)
             if rate is not None and (wait := check(ns, n, rate, time.monotonic())):
                 self._hold_impatient(ns, wait)
@@ -741,18 +741,12 @@ def _install_tasks(api: Api) -> None:
         s = ctx.settings
         return model.decode_create(body, s.policy, s.limits, now, idempotency_key=key, whole_body=whole_body)
 
-    def create_body(batch: bool) -> tuple[int, bytes]:
-        """The create request's start (ns) and body, refused at once (429) when the ``creates_per_s``
-        of a namespace it plainly names would refuse it: before it is decoded and validated."""
-        start_ns = time.time_ns()
-        body = api.read_body()
-        if (early := quick_namespaces(body, batch=batch)) is not None:
-            api.admit_creates(early, take=False)
-        return start_ns, body
-
     @api.route("POST", f"{PREFIX}/tasks", write=True)
     def create_task() -> tuple[int, Any]:
-        start_ns, body = create_body(batch=False)
+        start_ns = time.time_ns()
+        body = api.read_body()
+        if (early := quick_namespaces(body, batch=False)) is not None:  # 429 before decoding and validating
+            api.admit_creates(early, take=False)
         key = _header_text("Idempotency-Key")
         now = ctx.now_ms()
         spec = _traced(validate(body, now, key), _trace_header())
@@ -770,10 +764,13 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/tasks/batch", write=True)
     def create_batch() -> tuple[int, Any]:
-        start_ns, body = create_body(batch=True)
+        start_ns = time.time_ns()
+        body = api.read_body()
         prefer = _header_text("Prefer")
         s = ctx.settings
         reqs = _typed_batch(body, s.limits)
+        if reqs is not None:  # 429 before validating (a batch the decoder refused is answered 400 anyway)
+            api.admit_creates([r.namespace or DEFAULT_NAMESPACE for r in reqs], take=False)
         raws = _batch_items(body) if reqs is None else []
         count = len(reqs) if reqs is not None else len(raws)
         if count > s.max_batch:

@@ -89,6 +89,34 @@ def test_a_task_in_a_namespace_that_does_not_exist_is_refused() -> None:
     assert not s.tasks
 
 
+def test_a_batch_naming_a_namespace_that_does_not_exist_refuses_those_items_alone() -> None:
+    s = MemoryState()
+    s.apply(PutNamespace(T0, Namespace(name="pay"), True))
+    items = tuple(CreateItem(model.new_task_id(T0, next(_IDS)), spec(namespace=ns))
+                  for ns in ("pay", "nowhere", "default", "nowhere"))
+    res = s.apply(CreateTasks(T0, items)).results
+    assert [type(r) for r in res] == [Created, NotFoundError, Created, NotFoundError]
+    assert res[1].message == "namespace nowhere not found" and res[1].field == "namespace"
+    assert len(s.tasks) == 2
+
+
+def test_names_a_batch_shares_are_matched_once_per_shape_with_the_decoders_message() -> None:
+    from molens.model import DEFAULT_LIMITS, resolve_creates
+    from molens.web.app import _typed_batch
+
+    good = {"type": "delayed", "callback_url": "http://127.0.0.1:9/cb", "interval_ms": 60_000}
+    for field, bad in (("namespace", "Pay"), ("namespace", "pay\n"), ("scene", "a b"), ("flow_key", "x/y")):
+        body = msgspec.json.encode({"tasks": [{**good, field: "ok"}, {**good, field: bad}]})
+        reqs = _typed_batch(body, DEFAULT_LIMITS)
+        assert reqs is not None  # the decoder leaves the pattern to resolve_create
+        out = resolve_creates(reqs, model.DEFAULT_POLICY, DEFAULT_LIMITS, T0)
+        assert getattr(out[0], field) == "ok"
+        with pytest.raises(ValidationError) as e:
+            model.decode_create(msgspec.json.encode({**good, field: bad}), now_ms=T0)
+        assert isinstance(out[1], ValidationError) and out[1].to_json() == e.value.to_json()
+        assert e.value.field == field and "must match" in e.value.message
+
+
 def test_idempotency_keys_are_per_namespace() -> None:
     s = MemoryState()
     s.apply(PutNamespace(T0, Namespace(name="pay"), True))
