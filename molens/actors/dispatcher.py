@@ -94,7 +94,7 @@ RETRY_REFUSED_MS = 100
 SWEEP_EVERY_MS = 1_000
 """Adopted fires past their deadline and idle flows without settings are let go this often."""
 MAX_PENDING_NOTICES = 1_000
-"""Most flows whose hold (or its end) waits to be announced; past it the oldest is dropped (logged, counted)."""
+"""Most hold changes (a hold, or its end) waiting to be announced; past it the oldest is dropped (logged, counted)."""
 
 
 def limits_of(fs: FlowSettings) -> FlowLimits:
@@ -271,8 +271,9 @@ class HoldNotices:
     """Flow holds (and their ends) on their way into the log as ``FlowNotices``, one proposal at a
     time (docs/architecture.md#notifications). :meth:`FlowControl.holds` hands each change out
     once, so it is kept here until a proposal carrying it applies. A refused proposal's items wait
-    ``RETRY_REFUSED_MS`` and go again, a flow's newest state winning: a change seen since then
-    stands over the refused one. At most ``max_pending`` flows wait (the oldest is dropped first);
+    ``RETRY_REFUSED_MS`` and go again, in the order they happened: a flow's hold and its end both
+    go (a receiver that was paused and resumed is told both), and a newer change of the same kind
+    stands over an older one. At most ``max_pending`` changes wait (the oldest is dropped first);
     the term's end drops them all (a hold lives in the leader's memory only).
 
     >>> hn = HoldNotices()
@@ -284,27 +285,27 @@ class HoldNotices:
     (0, ())
     >>> hn.add([], ["a:80"]), hn.refused(1_010), hn.take(1_050), hn.next_wake()
     (0, 0, (), 1110)
-    >>> hn.take(1_110)  # a:80 ended after the refused proposal: its newest state goes
-    (('b:80', 6000), ('a:80', 0))
+    >>> hn.take(1_110)  # the refused hold of a:80 goes again, before its end
+    (('a:80', 5000), ('b:80', 6000), ('a:80', 0))
     >>> hn.applied(); hn.take(1_111)
     ()
     """
 
     def __init__(self, max_pending: int = MAX_PENDING_NOTICES) -> None:
         self.max_pending = max_pending
-        self._pending: dict[str, int] = {}
-        """Flow -> hold end (0: the hold ended), oldest first, not yet proposed."""
+        self._pending: dict[tuple[str, bool], int] = {}
+        """(flow, whether a hold began) -> hold end (0: the hold ended), oldest first, not yet proposed."""
         self._proposed: tuple[tuple[str, int], ...] | None = None
         """The items of the proposal without an outcome."""
         self._retry_at = 0
 
     def add(self, began: Iterable[tuple[str, int]], ended: Iterable[str]) -> int:
-        """Holds that began ``(flow, until)`` and ended (flow); returns how many waiting flows were
+        """Holds that began ``(flow, until)`` and ended (flow); returns how many waiting changes were
         dropped to stay within ``max_pending``."""
         pending = self._pending
         for key, until in (*began, *((k, 0) for k in ended)):
-            pending.pop(key, None)  # newest last: the oldest is dropped first
-            pending[key] = until
+            pending.pop((key, until > 0), None)  # newest last: the oldest is dropped first
+            pending[(key, until > 0)] = until
         return self._trim()
 
     def take(self, now_ms: int) -> tuple[tuple[str, int], ...]:
@@ -312,7 +313,7 @@ class HoldNotices:
         one's retry is not due)."""
         if self._proposed is not None or not self._pending or now_ms < self._retry_at:
             return ()
-        items = tuple(self._pending.items())
+        items = tuple((key, until) for (key, _), until in self._pending.items())
         self._pending.clear()
         self._proposed = items
         return items
@@ -323,11 +324,11 @@ class HoldNotices:
 
     def refused(self, now_ms: int) -> int:
         """The proposal was refused (nothing appended): its items go again from ``now_ms +
-        RETRY_REFUSED_MS``, behind nothing newer of the same flow; returns how many waiting flows
-        were dropped to stay within ``max_pending``."""
+        RETRY_REFUSED_MS``, before the changes seen since (a newer one of the same kind stands over
+        its refused one); returns how many waiting changes were dropped to stay within ``max_pending``."""
         items, self._proposed = self._proposed or (), None
         later = self._pending
-        self._pending = {k: v for k, v in items if k not in later}
+        self._pending = {(k, v > 0): v for k, v in items if (k, v > 0) not in later}
         self._pending.update(later)
         self._retry_at = now_ms + RETRY_REFUSED_MS
         return self._trim()

@@ -251,14 +251,19 @@ def test_a_flow_notice_refused_because_the_term_is_over_is_not_proposed_again(tm
         rig.close()
 
 
-def test_waiting_flow_notices_are_bounded_the_oldest_dropped_and_a_flows_newest_state_wins() -> None:
+def test_waiting_flow_notices_are_bounded_the_oldest_dropped_and_a_hold_and_its_end_both_go() -> None:
     assert doctest.testmod(dispatcher).failed == 0
     hn = HoldNotices(max_pending=2)
     assert hn.add([("a:80", 5_000), ("b:80", 5_000)], ["c:80"]) == 1
     assert hn.take(1_000) == (("b:80", 5_000), ("c:80", 0))
     assert hn.add([("d:80", 6_000)], ["b:80"]) == 0
-    assert hn.refused(1_000) == 1  # c:80's end is the oldest change waiting
+    assert hn.refused(1_000) == 2  # the refused two are the oldest changes waiting
     assert hn.take(1_099) == () and hn.next_wake() == 1_100
     assert hn.take(1_100) == (("d:80", 6_000), ("b:80", 0))
     hn.add([("e:80", 7_000)], [])
     assert hn.give_up() == 3 and hn.take(2_000) == () and hn.next_wake() is None
+    hn = HoldNotices()  # a receiver paused and resumed before either was announced is told both, in order
+    hn.add([("a:80", 5_000)], [])
+    hn.add([], ["a:80"])
+    hn.add([("a:80", 9_000)], [])  # held again: the newer hold stands over the older one
+    assert hn.take(1_000) == (("a:80", 0), ("a:80", 9_000))
