@@ -190,10 +190,15 @@ class StatsClient:
             self.tell(Delivered(attempts))
 
     def to_json(self, timeout: float = 2.0) -> dict[str, Any]:
-        """Everything Stats holds; ``{}`` when it has stopped or does not answer within ``timeout``."""
+        """Everything Stats holds; ``{}`` when it has stopped, does not answer within ``timeout``, or
+        fails to answer (pykka hands an asker the exception and keeps the actor: logged here, so
+        the stats and ``/metrics`` answer without the counters instead of 500)."""
         try:
             return cast(dict[str, Any], self.ref.ask(GetStats(), timeout=timeout))
         except (pykka.ActorDeadError, pykka.Timeout):
+            return {}
+        except Exception:
+            log.exception("stats actor failed to answer GetStats")
             return {}
 
     def get(self, name: str) -> float:

@@ -127,3 +127,19 @@ def test_stats_and_metrics_answer_without_the_counters_while_a_failed_stats_acto
     assert node.scheduler.stats is not None
     node.scheduler.stats.add(fires_sent=1)  # the other actors' counts are dropped, not an error
     node.scheduler.set_observer(node.ctx.metrics().fires)
+
+
+def test_a_stats_query_that_fails_is_answered_without_the_counters_and_keeps_the_actor() -> None:
+    from molens.actors.messages import StatsBatch
+    from molens.actors.stats import Stats, StatsClient
+
+    ref = Stats.start()
+    try:
+        client = StatsClient(ref)
+        client.tell(StatsBatch((), (("fire_lateness", [1.0]),)))
+        assert client.to_json()["timings"]["fire_lateness"]["n"] == 1
+        client.tell(StatsBatch((), (("fire_lateness", ["late"]),)))  # type: ignore[list-item]  # sorting now raises
+        assert client.to_json() == {}  # pykka hands the asker the TypeError: no 500 above this
+        assert ref.is_alive()
+    finally:
+        ref.stop()
