@@ -396,10 +396,12 @@ class NodeContext(StoreReads):
             flows = sched.flow_states() or []
             ps = sched.pool_stats()
             queues.update(fire_pool_queued=ps.queued, fire_pool_in_flight=ps.in_flight)
-            # counters only: rebuild_* and term are per-term gauges kept under the same names
+            # counters only: rebuild_* and term are per-term gauges kept under the same names; none
+            # when Stats does not answer (stopped, or busy): absent, not zeros that Prometheus would
+            # read as a counter reset (and the next scrape as the whole count again)
             assert sched.stats is not None
             st_json = sched.stats.to_json()
-            counters = {k: float(st_json.get(k, 0)) for k in COUNTERS if not k.startswith("rebuild_")}
+            counters = {k: float(st_json[k]) for k in COUNTERS if k in st_json and not k.startswith("rebuild_")}
             late = st_json.get("timings", {}).get("fire_lateness")
             late_p99 = late["p99_ms"] if late else None
             g = sched.leader_gauges()

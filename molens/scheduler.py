@@ -117,7 +117,7 @@ class Scheduler:
     # ---- lifecycle ------------------------------------------------------------------------------
     def start(self) -> Scheduler:
         cfg, w = self.cfg, self.cfg.worker
-        self._stats_ref = Stats.start()
+        self._stats_ref = Stats.start(fatal=self.fatal)
         self.stats = StatsClient(self._stats_ref)
         me = self.node_id
         self._probe_ref = ClockProbe.start(
@@ -188,8 +188,8 @@ class Scheduler:
         return self.supervisor is not None and self.supervisor.current is not None
 
     def set_observer(self, observer: StatsObserver) -> None:
-        if self._stats_ref is not None:
-            self._stats_ref.tell(SetObserver(observer))
+        if self.stats is not None:
+            self.stats.tell(SetObserver(observer))
 
     def pool_stats(self) -> FirePoolStats:
         assert self._firepool is not None

@@ -5,12 +5,13 @@ backlog of due task ids not yet planned. Receives: ``DueBatch`` (TimeWheel), ``D
 (outcome of its own ``Dispatched`` proposals, from the Raft thread: once applied, it carries the
 entry's fire effects, which are the fires to send; the Dispatcher hears of each of its entries
 once), ``WorkerReport`` (workers' free capacity), ``InFlight`` (Monitor, with the fires that ended),
-``FlowsChanged`` (Raft thread: flow settings applied), ``Drain``, ``Wake`` (its alarm), ``GetGauges``
+``FlowsChanged`` (Raft thread: flow settings applied), ``FlowNoticesProposed`` (outcome of its own
+``FlowNotices`` proposals, from the Raft thread), ``Drain``, ``Wake`` (its alarm), ``GetGauges``
 and ``GetFlows`` (ask). Sends: ``Dispatched`` proposals (up to ``MAX_PROPOSAL_ITEMS`` items, at most
-``MAX_DISPATCH_PROPOSALS`` in flight), fires to workers (one frame per worker per applied
-``Dispatched`` entry; the local pool's straight into its queue), ``Requeue`` to TimeWheel for
-refused proposals, and ``FireResults`` to the Monitor for fires it could not send. Runs on its own
-thread.
+``MAX_DISPATCH_PROPOSALS`` in flight), ``FlowNotices`` proposals (one at a time, a refused one again:
+:class:`HoldNotices`), fires to workers (one frame per worker per applied ``Dispatched`` entry; the
+local pool's straight into its queue), ``Requeue`` to TimeWheel for refused proposals, and
+``FireResults`` to the Monitor for fires it could not send. Runs on its own thread.
 
 Nothing is sent before the ``Dispatched`` entry that planned it commits under this leader's term
 (``docs/architecture.md#invariants``). *Dispatch ahead*: a task counts as due ``lead_ms``
@@ -58,13 +59,14 @@ from molens.actors.messages import (
     DispatchedBatch,
     DueBatch,
     FireResults,
+    FlowNoticesProposed,
     FlowsChanged,
     GetFlows,
     InFlight,
     Requeue,
     WorkerReport,
 )
-from molens.actors.peer_errors import ProposalRefused
+from molens.actors.peer_errors import LeadershipLost, ProposalRefused
 from molens.actors.term import PumpedActor, TermContext
 from molens.delivery import FireRequest, FireResult, to_result_item
 from molens.fsm import tenancy
@@ -72,6 +74,7 @@ from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSetti
 from molens.fsm.machine import SendFire
 from molens.fsm.store import EntryResult
 from molens.model import Task
+from molens.raft.errors import NotLeaderError
 from molens.schedule.flows import FlowControl, FlowLimits, NamespacedFlows
 from molens.schema import flow_of
 
@@ -90,6 +93,8 @@ RETRY_REFUSED_MS = 100
 """A task whose Dispatched proposal was refused (not appended) is due again this much later."""
 SWEEP_EVERY_MS = 1_000
 """Adopted fires past their deadline and idle flows without settings are let go this often."""
+MAX_PENDING_NOTICES = 1_000
+"""Most hold changes (a hold, or its end) waiting to be announced; past it the oldest is dropped (logged, counted)."""
 
 
 def limits_of(fs: FlowSettings) -> FlowLimits:
@@ -262,6 +267,90 @@ class DispatchPlan:
 
 
 
+class HoldNotices:
+    """Flow holds (and their ends) on their way into the log as ``FlowNotices``, one proposal at a
+    time (docs/architecture.md#notifications). :meth:`FlowControl.holds` hands each change out
+    once, so it is kept here until a proposal carrying it applies. A refused proposal's items wait
+    ``RETRY_REFUSED_MS`` and go again, in the order they happened: a flow's hold and its end both
+    go (a receiver that was paused and resumed is told both), and a newer change of the same kind
+    stands over an older one. At most ``max_pending`` changes wait (the oldest is dropped first);
+    the term's end drops them all (a hold lives in the leader's memory only).
+
+    >>> hn = HoldNotices()
+    >>> hn.add([("a:80", 5_000)], [])  # no flow dropped
+    0
+    >>> hn.take(1_000)
+    (('a:80', 5000),)
+    >>> hn.add([("b:80", 6_000)], []), hn.take(1_001)  # one proposal at a time: b:80 waits
+    (0, ())
+    >>> hn.add([], ["a:80"]), hn.refused(1_010), hn.take(1_050), hn.next_wake()
+    (0, 0, (), 1110)
+    >>> hn.take(1_110)  # the refused hold of a:80 goes again, before its end
+    (('a:80', 5000), ('b:80', 6000), ('a:80', 0))
+    >>> hn.applied(); hn.take(1_111)
+    ()
+    """
+
+    def __init__(self, max_pending: int = MAX_PENDING_NOTICES) -> None:
+        self.max_pending = max_pending
+        self._pending: dict[tuple[str, bool], int] = {}
+        """(flow, whether a hold began) -> hold end (0: the hold ended), oldest first, not yet proposed."""
+        self._proposed: tuple[tuple[str, int], ...] | None = None
+        """The items of the proposal without an outcome."""
+        self._retry_at = 0
+
+    def add(self, began: Iterable[tuple[str, int]], ended: Iterable[str]) -> int:
+        """Holds that began ``(flow, until)`` and ended (flow); returns how many waiting changes were
+        dropped to stay within ``max_pending``."""
+        pending = self._pending
+        for key, until in (*began, *((k, 0) for k in ended)):
+            pending.pop((key, until > 0), None)  # newest last: the oldest is dropped first
+            pending[(key, until > 0)] = until
+        return self._trim()
+
+    def take(self, now_ms: int) -> tuple[tuple[str, int], ...]:
+        """The items to propose now (empty: none, or a proposal still has no outcome, or a refused
+        one's retry is not due)."""
+        if self._proposed is not None or not self._pending or now_ms < self._retry_at:
+            return ()
+        items = tuple((key, until) for (key, _), until in self._pending.items())
+        self._pending.clear()
+        self._proposed = items
+        return items
+
+    def applied(self) -> None:
+        """The proposal applied: its items are announced."""
+        self._proposed = None
+
+    def refused(self, now_ms: int) -> int:
+        """The proposal was refused (nothing appended): its items go again from ``now_ms +
+        RETRY_REFUSED_MS``, before the changes seen since (a newer one of the same kind stands over
+        its refused one); returns how many waiting changes were dropped to stay within ``max_pending``."""
+        items, self._proposed = self._proposed or (), None
+        later = self._pending
+        self._pending = {(k, v > 0): v for k, v in items if (k, v > 0) not in later}
+        self._pending.update(later)
+        self._retry_at = now_ms + RETRY_REFUSED_MS
+        return self._trim()
+
+    def give_up(self) -> int:
+        """The term is over: nothing is proposed again; returns how many changes go unannounced."""
+        n = len(self._pending) + len(self._proposed or ())
+        self._pending.clear()
+        self._proposed = None
+        return n
+
+    def next_wake(self) -> int | None:
+        """When a refused proposal's items may go again (None: no wait of their own)."""
+        return self._retry_at if self._pending and self._proposed is None else None
+
+    def _trim(self) -> int:
+        pending = self._pending
+        over = len(pending) - self.max_pending
+        for key in list(pending)[:max(0, over)]:
+            del pending[key]
+        return max(0, over)
+
 
 class Dispatcher(PumpedActor):
     """The leader's dispatcher actor (see the module docstring)."""
@@ -291,6 +380,7 @@ class Dispatcher(PumpedActor):
         self.flows = NamespacedFlows(credit_ms=self.tick_ms)
         self.notify_url = ctx.notifications.url
         """Where flow holds are announced ("" = not announced)."""
+        self.notices = HoldNotices()
         now = wall_ms()
         for key, fs in ctx.store.scan_flows():
             self.flows.configure(key, limits_of(fs), now)
@@ -311,6 +401,8 @@ class Dispatcher(PumpedActor):
             self.backlog.extend(message.task_ids)
         elif isinstance(message, DispatchedBatch):
             self._outcome(message)
+        elif isinstance(message, FlowNoticesProposed):
+            self._notices_outcome(message)
         elif isinstance(message, InFlight):
             self.monitor_open, self.monitor_own_seen = message.open, message.own_seen
             if message.ended:
@@ -390,19 +482,40 @@ class Dispatcher(PumpedActor):
             self.sweep_at = now + SWEEP_EVERY_MS
         if self.notify_url:
             self._announce_holds(now)
-            end = flows.next_hold_end()
-            if end is not None and (at is None or end < at):
-                at = end
+            for end in (flows.next_hold_end(), self.notices.next_wake()):
+                if end is not None and (at is None or end < at):
+                    at = end
         self.set_alarm(at)
 
     def _announce_holds(self, now: int) -> None:
-        """Flows a receiver paused with ``Retry-After``, and resumed: one ``FlowNotices`` for the
-        node's ``notifications.url`` (docs/architecture.md#notifications). A hold that begins or ends
-        while the leader changes may go unannounced: it lives in the leader's memory only."""
+        """Flows a receiver paused with ``Retry-After``, and resumed: ``FlowNotices`` for the node's
+        ``notifications.url`` (docs/architecture.md#notifications), one proposal at a time; a refused
+        one goes again (:class:`HoldNotices`). A hold that begins or ends while the leader changes
+        may go unannounced: it lives in the leader's memory only."""
         began, ended = self.flows.holds(now)
         if began or ended:
-            cmd = FlowNotices(now, self.notify_url, (*began, *((k, 0) for k in ended)))
-            self.ctx.propose(cmd, lambda res, err: None)
+            self._dropped_notices(self.notices.add(began, ended))
+        items = self.notices.take(now)
+        if items:
+            self.ctx.propose(FlowNotices(now, self.notify_url, items),
+                             self.outcome_to_self(lambda _res, err: FlowNoticesProposed(items, err)))
+
+    def _notices_outcome(self, m: FlowNoticesProposed) -> None:
+        if m.error is None:
+            self.notices.applied()
+        elif self.ended or isinstance(m.error, (NotLeaderError, LeadershipLost)):
+            n = self.notices.give_up()
+            log.info("flow notices: term over, %d not announced: %r", n, m.error)
+        else:
+            self.stats.add(proposals_failed=1)
+            log.warning("flow notices refused flows=%d: %r; proposed again in %d ms",
+                        len(m.items), m.error, RETRY_REFUSED_MS)
+            self._dropped_notices(self.notices.refused(wall_ms()))
+
+    def _dropped_notices(self, n: int) -> None:
+        if n:
+            self.stats.add(flow_notices_dropped=n)
+            log.warning("flow notices: %d flows' changes dropped (more than %d waiting)", n, self.notices.max_pending)
 
     # ---- planning --------------------------------------------------------------------------------
     def in_flight(self) -> int:
@@ -497,6 +610,6 @@ def with_attempt(it: ResultItem, attempt: int) -> ResultItem:
 
 
 __all__ = [
-    "MAX_DISPATCH_PROPOSALS", "MAX_PROPOSAL_ITEMS", "REPORT_INTERVAL_S", "DispatchPlan", "Dispatcher", "limits_of",
-    "to_wire", "with_attempt",
+    "MAX_DISPATCH_PROPOSALS", "MAX_PENDING_NOTICES", "MAX_PROPOSAL_ITEMS", "REPORT_INTERVAL_S", "DispatchPlan",
+    "Dispatcher", "HoldNotices", "limits_of", "to_wire", "with_attempt",
 ]

@@ -97,6 +97,15 @@ class FireResults:
 
 
 @dataclass(frozen=True, slots=True)
+class FlowNoticesProposed:
+    """RaftPeer -> Dispatcher: the outcome of one ``FlowNotices`` proposal (its items; a refused one
+    is proposed again)."""
+
+    items: tuple[tuple[str, int], ...]
+    error: BaseException | None
+
+
+@dataclass(frozen=True, slots=True)
 class ResultsProposed:
     """RaftPeer -> Monitor: the outcome of one ``Results`` proposal."""
 
@@ -281,7 +290,8 @@ class LeaderRefs:
 
 __all__ = [
     "Committed", "Count", "Delivered", "DispatchedBatch", "Drain", "DueBatch", "ExpireDone", "FireBatch",
-    "FireEnd", "FireResults", "FlowsChanged", "Gauge", "GetFlows", "GetGauges", "GetStats", "InFlight", "Join",
+    "FireEnd", "FireResults", "FlowNoticesProposed", "FlowsChanged", "Gauge", "GetFlows", "GetGauges", "GetStats",
+    "InFlight", "Join",
     "LeaderIs", "LeaderRefs", "NoticesAcked", "PoolResults", "ReadWheel",
     "Rebuild", "Requeue", "ResultsProposed", "SetObserver", "StatsBatch", "Wake", "WheelEffects", "WorkerReport",
 ]

@@ -4,7 +4,10 @@ Owns a :class:`StatsBook`. Receives ``StatsBatch`` (each actor's counts and samp
 ``STATS_FLUSH_MS``, through its :class:`StatsBuffer`), ``Count``, ``Gauge`` and
 ``Delivered`` (``tell``, through a :class:`StatsClient`) and ``SetObserver``;
 answers ``GetStats`` (``ask``: ``/api/v1/stats``, ``/metrics``). Runs on its own pykka thread, so
-the metrics observer (``molens.web.metrics.FireMetrics``) runs there too, off the HTTP threads.
+the metrics observer (``molens.web.metrics.FireMetrics``) runs there too, off the HTTP threads. A
+message it fails to handle stops the node (``fatal``, as the other node actors do): the counters
+would otherwise stand still while the node runs on. Meanwhile a :class:`StatsClient` drops what it
+is told and answers ``{}``, so the stats and ``/metrics`` go on without the counters.
 
 Timings (ms): ``fire_lateness`` (due -> the HTTP request started on this node's worker, the
 lateness a receiver sees), ``dispatch_lag`` (due -> planned by the leader, negative when planned
@@ -17,6 +20,8 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
+from types import TracebackType
 from typing import Any, Protocol, cast
 
 import pykka
@@ -97,11 +102,22 @@ class StatsBook:
 class Stats(pykka.ThreadingActor):
     """The node's stats actor (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fatal: Callable[[BaseException], None] | None = None) -> None:
         super().__init__()
         self.book = StatsBook()
         self.observer: StatsObserver | None = None
         self.handled = 0
+        self._fatal = fatal
+        """Stops the node when this actor fails: pykka would stop this actor alone, and the node's
+        counters, timings and metrics would stand still while it runs on."""
+
+    def on_failure(
+        self, exception_type: type[BaseException] | None, exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        log.error("stats actor failed: %r", exception_value)
+        if self._fatal is not None:
+            self._fatal(exception_value or RuntimeError("stats actor failed"))
 
     def on_receive(self, message: Any) -> Any:
         self.handled += 1
@@ -151,7 +167,8 @@ class Stats(pykka.ThreadingActor):
 
 
 class StatsClient:
-    """How other actors talk to Stats: one ``tell`` per call, each a batch."""
+    """How other actors talk to Stats: one ``tell`` per call, each a batch. A Stats that has
+    stopped (the node is stopping) is no error: what is told is dropped, :meth:`to_json` answers ``{}``."""
 
     def __init__(self, ref: pykka.ActorRef[Stats]) -> None:
         self.ref = ref
@@ -173,9 +190,15 @@ class StatsClient:
             self.tell(Delivered(attempts))
 
     def to_json(self, timeout: float = 2.0) -> dict[str, Any]:
+        """Everything Stats holds; ``{}`` when it has stopped, does not answer within ``timeout``, or
+        fails to answer (pykka hands an asker the exception and keeps the actor: logged here, so
+        the stats and ``/metrics`` answer without the counters instead of 500)."""
         try:
             return cast(dict[str, Any], self.ref.ask(GetStats(), timeout=timeout))
         except (pykka.ActorDeadError, pykka.Timeout):
+            return {}
+        except Exception:
+            log.exception("stats actor failed to answer GetStats")
             return {}
 
     def get(self, name: str) -> float:

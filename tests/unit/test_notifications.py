@@ -2,20 +2,33 @@
 replicated outbox for a task that fails or goes inactive and for every dead letter, only for tasks
 with a ``notify_url``, with ids every replica agrees on; ``AckNotices`` takes them out. The
 Notifier's plan batches per target, backs a failing target off without holding the others, and
-drops what is past retention; the sender signs like a callback."""
+drops what is past retention; the sender signs like a callback. The Dispatcher announces flow holds
+as ``FlowNotices`` and proposes a refused one again, until its term ends."""
 
 from __future__ import annotations
 
+import doctest
 import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
+from pathlib import Path
+from threading import Condition, Event, Thread
 from typing import Any
 
+from molens.actors import dispatcher
+from molens.actors.alarm import wall_ms
+from molens.actors.dispatcher import Dispatcher, HoldNotices
+from molens.actors.messages import DueBatch, FireEnd, InFlight
 from molens.actors.notifier import NoticeBatch, NoticePlan, NoticeSender
+from molens.actors.peer_errors import StorageFull
+from molens.actors.stats import Stats, StatsClient
+from molens.actors.term import TermContext
+from molens.config import NotificationsConfig, SchedulerConfig
 from molens.delivery.pool import make_pool_manager
-from molens.fsm.commands import AckNotices
-from molens.model import CallbackPolicy
-from molens.schema import Notice, NoticeType
+from molens.fsm.commands import AckNotices, CreateItem, CreateTasks, Dispatched, FlowNotices, decode, encode
+from molens.fsm.store import TaskStore
+from molens.model import CallbackPolicy, new_task_id, validate_create
+from molens.raft.errors import NotLeaderError
+from molens.schema import Notice, NoticeType, flow_of
 from molens.signing import SIGNATURE_HEADER, verify_signature
 from tests.unit.test_fsm_machine import H
 from tests.unit.test_retry_policy import answer
@@ -137,7 +150,6 @@ def test_flow_holds_are_announced_once_when_they_begin_and_once_when_they_end() 
 
 
 def test_flow_notices_go_to_the_nodes_target_and_nothing_without_one() -> None:
-    from molens.fsm.commands import FlowNotices
     h = H()
     h.apply(FlowNotices(h.now, NOTIFY, (("a:80", h.now + 2_000), ("b:80", 0))))
     got = sorted(h.s.outbox.values(), key=lambda n: n.id)
@@ -146,3 +158,112 @@ def test_flow_notices_go_to_the_nodes_target_and_nothing_without_one() -> None:
     assert got[0].to_json()["task_id"] is None and "a:80" in got[0].detail
     h.apply(FlowNotices(h.now + 1, "", (("c:80", h.now + 5_000),)))
     assert len(h.s.outbox) == 2
+
+
+# ---- the Dispatcher's flow notices --------------------------------------------------------------------
+
+
+class DispatcherRig:
+    """A Dispatcher of term 1 over a store of its own, its proposals answered by the test: a
+    ``Dispatched`` entry applies (its fires are not sent), a ``FlowNotices`` one fails with the
+    next error of ``notice_errors`` (applies once none are left)."""
+
+    def __init__(self, tmp_path: Path, urls: list[str], notice_errors: list[BaseException]) -> None:
+        self.store = TaskStore(tmp_path, durable=False)
+        self.now = wall_ms()
+        past = self.now - 10_000
+        self.tasks = {url: new_task_id(past, i) for i, url in enumerate(urls)}
+        specs = {url: validate_create({"type": "delayed", "interval_ms": 1_000, "callback_url": url}, now_ms=past)
+                 for url in urls}
+        self.store.apply_batch([(1, encode(CreateTasks(past, tuple(
+            CreateItem(tid, specs[url]) for url, tid in self.tasks.items()))))])
+        self.flows = {url: flow_of(specs[url]) for url in urls}
+        self.notice_errors = notice_errors
+        self.proposed: list[Any] = []
+        self.cv = Condition()
+        self.failed: list[BaseException] = []
+        self.stats = Stats.start()
+        ctx = TermContext(
+            node_id="n1", term=1, cfg=SchedulerConfig(), store=self.store, propose_batch=self.propose,
+            stats=StatsClient(self.stats), send_fires=lambda groups: {}, local_free=lambda: 10,
+            fatal=self.failed.append, ended=Event(), notifications=NotificationsConfig(url=NOTIFY),
+        )
+        self.ref = Dispatcher.start(ctx)
+
+    def propose(self, datas: list[bytes], done: Any) -> None:  # the Dispatcher's thread
+        cmd = decode(datas[0])
+        err = None
+        if isinstance(cmd, FlowNotices):
+            with self.cv:
+                err = self.notice_errors.pop(0) if self.notice_errors else None
+        done([], err)  # the outcome is queued before the test can see the proposal
+        with self.cv:
+            self.proposed.append(cmd)
+            self.cv.notify_all()
+
+    def wait_for(self, kind: type, n: int) -> list[Any]:
+        with self.cv:
+            assert self.cv.wait_for(lambda: len(self.of(kind)) >= n, timeout=10), self.proposed
+            return self.of(kind)
+
+    def of(self, kind: type) -> list[Any]:
+        return [c for c in self.proposed if isinstance(c, kind)]
+
+    def hold(self, url: str, until_ms: int) -> None:
+        """The task of ``url`` is dispatched and its fire ends with a ``Retry-After`` until ``until_ms``."""
+        n = len(self.of(Dispatched))
+        self.ref.tell(DueBatch([self.tasks[url]]))
+        (item,) = self.wait_for(Dispatched, n + 1)[n].items
+        self.ref.tell(InFlight(0, 0, ended=(FireEnd(item.fire_id, item.attempt, retry_after_ms=until_ms),)))
+
+    def close(self) -> None:
+        self.ref.stop()
+        self.stats.stop()
+        self.store.close()
+
+
+URL_A, URL_B = "http://127.0.0.1:9/a", "http://127.0.0.2:9/b"
+
+
+def test_a_refused_flow_notice_is_proposed_again(tmp_path: Path) -> None:
+    rig = DispatcherRig(tmp_path, [URL_A], [StorageFull("disk full")])
+    try:
+        until = rig.now + 60_000
+        rig.hold(URL_A, until)
+        first, again = rig.wait_for(FlowNotices, 2)[:2]
+        assert first.items == again.items == ((rig.flows[URL_A], until),)
+        assert again.url == NOTIFY and again.now_ms >= first.now_ms
+        assert rig.failed == []
+    finally:
+        rig.close()
+
+
+def test_a_flow_notice_refused_because_the_term_is_over_is_not_proposed_again(tmp_path: Path) -> None:
+    rig = DispatcherRig(tmp_path, [URL_A, URL_B], [NotLeaderError(None)])
+    try:
+        until = rig.now + 60_000
+        rig.hold(URL_A, until)
+        rig.wait_for(FlowNotices, 1)
+        rig.hold(URL_B, until)  # after the refusal's outcome: the next proposal carries B's hold alone
+        assert [c.items for c in rig.wait_for(FlowNotices, 2)] == [((rig.flows[URL_A], until),),
+                                                                   ((rig.flows[URL_B], until),)]
+    finally:
+        rig.close()
+
+
+def test_waiting_flow_notices_are_bounded_the_oldest_dropped_and_a_hold_and_its_end_both_go() -> None:
+    assert doctest.testmod(dispatcher).failed == 0
+    hn = HoldNotices(max_pending=2)
+    assert hn.add([("a:80", 5_000), ("b:80", 5_000)], ["c:80"]) == 1
+    assert hn.take(1_000) == (("b:80", 5_000), ("c:80", 0))
+    assert hn.add([("d:80", 6_000)], ["b:80"]) == 0
+    assert hn.refused(1_000) == 2  # the refused two are the oldest changes waiting
+    assert hn.take(1_099) == () and hn.next_wake() == 1_100
+    assert hn.take(1_100) == (("d:80", 6_000), ("b:80", 0))
+    hn.add([("e:80", 7_000)], [])
+    assert hn.give_up() == 3 and hn.take(2_000) == () and hn.next_wake() is None
+    hn = HoldNotices()  # a receiver paused and resumed before either was announced is told both, in order
+    hn.add([("a:80", 5_000)], [])
+    hn.add([], ["a:80"])
+    hn.add([("a:80", 9_000)], [])  # held again: the newer hold stands over the older one
+    assert hn.take(1_000) == (("a:80", 0), ("a:80", 9_000))
