@@ -40,6 +40,7 @@ from __future__ import annotations
 import base64
 import binascii
 import collections
+import contextlib
 import functools
 import json
 import logging
@@ -116,7 +117,7 @@ from molens.web.fire_series import Span
 from molens.web.flows import install_flows
 from molens.web.observability import install_observability
 from molens.web.openapi import MAX_HEADER_TEXT, MAX_STATS_WINDOW_MS, MAX_URL_FILTER
-from molens.web.quotas import MAX_HELD, CreateRate, Impatience
+from molens.web.quotas import MAX_HELD, MAX_SLOT_WAIT_S, CreateRate, CreateSlots, Impatience
 from molens.web.server_texts import localize, negotiate
 from molens.web.tenancy import install_tenancy
 from molens.web.ui import UI_PREFIX, install_ui
@@ -369,6 +370,7 @@ class Api:
         self.create_rate = CreateRate()
         self.impatience = Impatience()
         self.held = threading.BoundedSemaphore(MAX_HELD)
+        self.slots = CreateSlots()
         self.sleep: Callable[[float], None] = time.sleep
         """How a refused create is held (:meth:`admit_creates`); a test records it instead."""
         self._rates: dict[str, tuple[bytes, float | None]] = {}
@@ -556,6 +558,27 @@ class Api:
                 self._hold_impatient(ns, wait)
                 raise QuotaExceeded(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
                                          "created", "creates_per_s", wait, namespace=ns)
+
+    @contextlib.contextmanager
+    def create_slots(self, namespaces: list[str] | None) -> Iterator[None]:
+        """Hold a slot of each namespace of a create that has a ``creates_per_s`` quota while it is
+        decoded, validated and proposed (:class:`molens.web.quotas.CreateSlots`), waiting for one
+        at most ``MAX_SLOT_WAIT_S`` (then it goes on without). ``None`` (a body that does not
+        plainly name its namespaces): nothing held, the validation refuses it."""
+        held: list[str] = []
+        try:
+            for ns in sorted(set(namespaces or ())):  # one order on every thread
+                if ns == DEFAULT_NAMESPACE or not _NAMESPACE.match(ns) or not access.visible(ns):
+                    continue
+                rate = self._create_rate_of(ns)
+                if rate is None:
+                    continue
+                if self.slots.acquire(ns, rate, MAX_SLOT_WAIT_S):
+                    held.append(ns)
+            yield
+        finally:
+            for ns in held:
+                self.slots.release(ns)
 
     def _hold_impatient(self, ns: str, retry_after_s: int) -> None:
         """Before a create of ``ns`` is refused: hold it if its connection was told to wait and has
@@ -747,6 +770,10 @@ def _install_tasks(api: Api) -> None:
         body = api.read_body()
         if (early := quick_namespaces(body, batch=False)) is not None:  # 429 before decoding and validating
             api.admit_creates(early, take=False)
+        with api.create_slots(early):
+            return create_one(start_ns, body)
+
+    def create_one(start_ns: int, body: bytes) -> tuple[int, Any]:
         key = _header_text("Idempotency-Key")
         now = ctx.now_ms()
         spec = _traced(validate(body, now, key), _trace_header())
@@ -769,8 +796,14 @@ def _install_tasks(api: Api) -> None:
         prefer = _header_text("Prefer")
         s = ctx.settings
         reqs = _typed_batch(body, s.limits)
-        if reqs is not None:  # 429 before validating (a batch the decoder refused is answered 400 anyway)
-            api.admit_creates([r.namespace or DEFAULT_NAMESPACE for r in reqs], take=False)
+        early = None if reqs is None else [r.namespace or DEFAULT_NAMESPACE for r in reqs]
+        if early is not None:  # 429 before validating (a batch the decoder refused is answered 400 anyway)
+            api.admit_creates(early, take=False)
+        with api.create_slots(early):
+            return create_many(start_ns, body, prefer, reqs)
+
+    def create_many(start_ns: int, body: bytes, prefer: str | None, reqs: list[Any] | None) -> tuple[int, Any]:
+        s = ctx.settings
         raws = _batch_items(body) if reqs is None else []
         count = len(reqs) if reqs is not None else len(raws)
         if count > s.max_batch:

@@ -22,6 +22,18 @@ refusal per round trip. A client that waits is never held.
 Example: a connection refused at t=0 with ``Retry-After: 1`` sends again at t=0.01: that refusal is
 held 0.99 s and answered at t=1.0 with ``Retry-After: 1`` again; sent again at t=2.0 after waiting,
 it is answered at once.
+
+:class:`CreateSlots` bounds how many creates of a namespace with the quota a node works on at once
+(``ceil(rate / SLOT_RATE)``, at least one), from before a create is decoded until it is answered.
+The bucket says how many creates go per second; the slots spread them out: the creates a full
+bucket admits at once (a second's worth, from a client that sent many in parallel) take their turns
+instead of all holding the leader's interpreter lock together while other namespaces' creates
+wait for it. A create that finds its namespace's slots busy waits for one, at most
+``MAX_SLOT_WAIT_S`` and only while fewer than ``MAX_SLOT_WAITERS`` creates wait on the node (a
+waiting create holds an API thread); else it goes on without one. Slots never refuse a create:
+the bucket alone decides which go.
+
+Example: ``rate`` 50: two slots; ten creates sent at once go two at a time, the other eight waiting.
 """
 
 from __future__ import annotations
@@ -35,6 +47,14 @@ MAX_HOLD_S = 1.0
 """The longest a refused create is held (:class:`Impatience`)."""
 MAX_HELD = 16
 """The most refused creates a node holds at once (half its 32 API threads; one more is answered at once)."""
+SLOT_RATE = 25.0
+"""Creates per second one slot of :class:`CreateSlots` is sized for: a create that takes 40 ms
+(a loaded node) still lets a namespace reach its rate."""
+MAX_SLOT_WAIT_S = 1.0
+"""The longest a create waits for a slot of its namespace before it goes on without one."""
+MAX_SLOT_WAITERS = 8
+"""The most creates that wait for a slot on a node at once (a quarter of its 32 API threads, which
+:data:`MAX_HELD` and these leave free for other requests); one more goes on without waiting."""
 MAX_CONNECTIONS = 4096
 """The most (connection, namespace) pairs :class:`Impatience` remembers (the least recently refused forgotten first)."""
 
@@ -93,4 +113,63 @@ class Impatience:
             self._told.put((conn, ns), until)
 
 
-__all__ = ["MAX_HELD", "MAX_HOLD_S", "CreateRate", "Impatience"]
+class CreateSlots:
+    """Creates of each namespace with a ``creates_per_s`` quota in progress on this node (see the
+    module docstring).
+
+    >>> slots = CreateSlots()
+    >>> slots.size(50), slots.size(1_000)
+    (2, 40)
+    >>> slots.acquire("pay", 50, 0.0), slots.acquire("pay", 50, 0.0), slots.acquire("pay", 50, 0.0)
+    (True, True, False)
+    >>> slots.release("pay"); slots.acquire("pay", 50, 0.0)
+    True
+    """
+
+    def __init__(self, max_waiters: int = MAX_SLOT_WAITERS) -> None:
+        self.max_waiters = max_waiters
+        self._busy: dict[str, int] = {}
+        """namespace -> its creates holding a slot."""
+        self._waiting = 0
+        self._cond = threading.Condition()
+
+    @staticmethod
+    def size(rate: float) -> int:
+        """The slots of a namespace with ``creates_per_s`` ``rate``."""
+        return max(1, math.ceil(rate / SLOT_RATE))
+
+    def acquire(self, ns: str, rate: float, timeout_s: float) -> bool:
+        """Take a slot of ``ns``, waiting at most ``timeout_s`` for one; False: none came free in
+        time (or too many creates wait already), nothing taken."""
+        n = self.size(rate)
+        with self._cond:
+            busy = self._busy
+            if busy.get(ns, 0) >= n:
+                if self._waiting >= self.max_waiters or timeout_s <= 0:
+                    return False
+                self._waiting += 1
+                try:
+                    if not self._cond.wait_for(lambda: busy.get(ns, 0) < n, timeout_s):
+                        return False
+                finally:
+                    self._waiting -= 1
+            busy[ns] = busy.get(ns, 0) + 1
+            return True
+
+    def release(self, ns: str) -> None:
+        """Give back a slot of ``ns`` taken by :meth:`acquire`."""
+        with self._cond:
+            left = self._busy[ns] - 1
+            if left:
+                self._busy[ns] = left
+            else:
+                del self._busy[ns]
+            self._cond.notify_all()
+
+    def busy(self) -> dict[str, int]:
+        """namespace -> slots taken now (for tests and gauges)."""
+        with self._cond:
+            return dict(self._busy)
+
+
+__all__ = ["MAX_HELD", "MAX_HOLD_S", "MAX_SLOT_WAIT_S", "CreateRate", "CreateSlots", "Impatience"]

@@ -8,6 +8,7 @@ import io
 import json
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -77,3 +78,41 @@ def test_a_connection_sending_again_before_its_retry_after_is_held_and_one_that_
         assert a.held.acquire(blocking=False)
     assert _call(a, "POST", "/api/v1/tasks", TASK)[0] == 429
     assert len(slept) == 1
+
+
+def test_a_namespaces_creates_take_turns_in_its_slots_and_one_that_finds_none_free_in_time_goes_on(
+        api: tuple[Api, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    import doctest
+
+    from molens.web import app as app_module
+    from molens.web import quotas
+
+    assert doctest.testmod(quotas).failed == 0
+    a, _ = api
+    assert _call(a, "POST", "/api/v1/namespaces", {"name": "slow", "quotas": {"creates_per_s": 50}})[0] == 201
+    seen: list[dict[str, int]] = []
+    propose = a.ctx.propose
+
+    def watched(cmds: Any, timeout: float) -> Any:
+        seen.append(a.slots.busy())
+        return propose(cmds, timeout)
+
+    monkeypatch.setattr(a.ctx, "propose", watched)
+    assert _call(a, "POST", "/api/v1/tasks", TASK)[0] == 201
+    assert _call(a, "POST", "/api/v1/tasks/batch", {"tasks": [TASK, TASK]})[0] == 201
+    assert _call(a, "POST", "/api/v1/tasks", TASK | {"namespace": "default"})[0] == 201
+    assert seen == [{"slow": 1}, {"slow": 1}, {}]  # proposed holding a slot; a namespace without the quota none
+    assert a.slots.busy() == {}  # given back after the answer
+    assert _call(a, "POST", "/api/v1/tasks", TASK | {"callback_url": "ftp://x"})[0] == 400
+    assert a.slots.busy() == {}  # and after a refusal
+    monkeypatch.setattr(app_module, "MAX_SLOT_WAIT_S", 0.2)
+    assert a.slots.acquire("slow", 50, 0) and a.slots.acquire("slow", 50, 0)  # both slots of 50/s busy
+    threading.Timer(0.05, a.slots.release, ("slow",)).start()
+    assert _call(a, "POST", "/api/v1/tasks", TASK)[0] == 201  # waited for the slot given back
+    assert seen[-1] == {"slow": 2}
+    assert a.slots.busy() == {"slow": 1} and a.slots.acquire("slow", 50, 0)  # both busy again
+    st = _call(a, "POST", "/api/v1/tasks", TASK)[0]  # none comes free: goes on without one after the wait
+    assert st == 201 and seen[-1] == {"slow": 2}
+    assert a.slots.busy() == {"slow": 2}
+    a.slots.release("slow")
+    a.slots.release("slow")
