@@ -40,7 +40,9 @@ the task was created.
 
 After a quiet period the run checks (:func:`check`): replicas identical; at_most_once fire ids
 delivered at most once; every request at or after its due time, and within tick + latencies of it
-while the cluster is healthy; no overlapping requests per task; every at_least_once occurrence
+while the cluster is healthy (of the end of the occurrence before it, when that came later: under
+``skip``/``buffer_one`` an occurrence starts only when the one before it ended, and catchup all fires
+an instant that passed meanwhile then, its due time still its instant); no overlapping requests per task; every at_least_once occurrence
 delivered with 2xx or ended with its retries exhausted on record; nothing planned for a paused or
 Retry-After-held flow, no window of a flow above its rate, no more requests of a flow at once than its
 concurrency (:func:`check_flows`; fires of an unlimited flow are never late, whatever other flows
@@ -1418,8 +1420,12 @@ def check(sim: Sim) -> None:
         if pl is not None and (pl.flow in sim.flow_limits or pl.flow in throttled_flows):
             continue  # held by its flow on purpose (check_flows); every other flow is never late
         start, bound = d.due, LATENESS_BOUND
-        if d.attempt == 1 and (d.task_id, _seq(d) - 1) in backfilled_seqs:  # could start when the backfill ended
-            start = max(d.due, ends[(d.task_id, _seq(d) - 1)])
+        prev = (d.task_id, _seq(d) - 1)
+        if d.attempt == 1 and prev in ends and (prev in backfilled_seqs or not any(
+                s.overlap is Overlap.ALLOW for s in (sim.created_spec[d.task_id], *sim.specs[d.task_id]))):
+            # could start when the occurrence before it ended: a backfill's, or any under skip and
+            # buffer_one (catchup all fires a passed instant then, its due still its instant)
+            start = max(d.due, ends[prev])
             bound += RESULT_FLUSH + COMMIT_LAT[1]
         redriving = any(r - DISPATCH_SLACK <= d.at <= r + RECOVERY_WINDOW for r in sim.redrive_at.get(d.task_id, ()))
         if _healthy(sim, d.due - 2 * DISPATCH_SLACK, d.at) and d.at - start > bound and not redriving:
