@@ -1422,7 +1422,7 @@ def check(sim: Sim) -> None:
         start, bound = d.due, LATENESS_BOUND
         prev = (d.task_id, _seq(d) - 1)
         if d.attempt == 1 and prev in ends and (prev in backfilled_seqs or not any(
-                s.overlap is Overlap.ALLOW for s in (sim.created_spec[d.task_id], *sim.specs[d.task_id]))):
+                s.overlap is Overlap.ALLOW for s in (sim.created_spec[d.task_id], *sim.specs.get(d.task_id, ())))):
             # could start when the occurrence before it ended: a backfill's, or any under skip and
             # buffer_one (catchup all fires a passed instant then, its due still its instant)
             start = max(d.due, ends[prev])
