@@ -327,6 +327,8 @@ class Sim:
         self.term = 0
         self.leader: Leader | None = None
         self.pending: list[tuple[int, Command]] = []
+        self.survivors: list[Command] = []
+        """Uncommitted entries of a lost leader that the next leader commits before its own (lose_leader)."""
         self.last_commit_at = 0
         self.faults: list[int] = []
         self.deliveries: list[Delivery] = []
@@ -542,6 +544,9 @@ class Sim:
         if not cands:
             self.at(self.now + 200, self.elect)
             return
+        survivors, self.survivors = self.survivors, []
+        for cmd in survivors:  # committed by the next leader, whose term starts after them, whichever
+            self.append(cmd)   # way it is elected (a node's restart may elect it before new_term runs)
         self.term += 1
         node = self.rng.choice(cands)
         rep = self.replicas[node]
@@ -583,7 +588,7 @@ class Sim:
         self.term_end[ld.term] = self.now
         self.leader = None
         keep = self.rng.randint(0, len(self.pending))
-        survivors = [cmd for _, cmd in self.pending[:keep]]
+        self.survivors = [cmd for _, cmd in self.pending[:keep]]
         self.pending = []
         self.log_(f"{'crash' if crash else 'partition'} leader {ld.node}; {keep} uncommitted entries survive")
         if crash:
@@ -593,8 +598,6 @@ class Sim:
 
         def new_term() -> None:
             self.faults.append(self.now)
-            for cmd in survivors:  # committed by the next leader, whose term starts after them
-                self.append(cmd)
             self.elect()
 
         self.at(self.now + delay, new_term)
