@@ -54,7 +54,14 @@ from molens.actors.peer_handle import RaftPeerHandle
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
-from molens.delivery import FIRE_BATCH_V1, NOT_SENT_VERSION, FireRequest, decode_fire_batch, encode_fire_batch
+from molens.delivery import (
+    CATCHUP_WAIT_VERSION,
+    FIRE_BATCH_V1,
+    NOT_SENT_VERSION,
+    FireRequest,
+    decode_fire_batch,
+    encode_fire_batch,
+)
 from molens.delivery.pool import FirePool, FirePoolStats, make_pool_manager
 from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
@@ -108,7 +115,7 @@ class Scheduler:
         self._refused_log = RefusalLog(f"rpc {self.node_id}: frame refused", log)
         self.batch_versions: dict[str, int] = {}
         """Worker id -> the fire batch version its latest heartbeat advertised (written on the RPC
-        thread, read on the Dispatcher's and, by :meth:`replicas_read_not_sent`, the Monitor's: one dict
+        thread, read on the Dispatcher's and, by :meth:`replicas_read`, the Monitor's: one dict
         item each, atomic)."""
         self.spans = open_spans(cfg.tracing.otlp_endpoint, self.node_id)
         """The node's span export (the API's creates use it too); :data:`~molens.tracing.NO_SPANS` without
@@ -148,6 +155,7 @@ class Scheduler:
             spans=self.spans,
             audit=cfg.audit,
             replicas_read_not_sent=self.replicas_read_not_sent,
+            replicas_read_catchup_wait=self.replicas_read_catchup_wait,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
@@ -341,8 +349,19 @@ class Scheduler:
         results (``NOT_SENT_VERSION``): until then the leader proposes them as ordinary failed
         attempts, as the release before did, so replicas of both releases apply the same log alike
         (docs/deploy.md#rolling-upgrade)."""
+        return Scheduler.replicas_read(self, NOT_SENT_VERSION)
+
+    def replicas_read_catchup_wait(self) -> bool:
+        """Whether every other member's node has advertised a release that applies a ``Dispatched``
+        entry's ``catchup_waits`` (``CATCHUP_WAIT_VERSION``): until then the Dispatcher proposes it
+        false, and an allow, catchup all task's instant due with ``MAX_RUNNING`` running is skipped,
+        as the release before did (docs/deploy.md#rolling-upgrade)."""
+        return Scheduler.replicas_read(self, CATCHUP_WAIT_VERSION)
+
+    def replicas_read(self, version: int) -> bool:
+        """Whether every other member's node has advertised fire batch ``version`` or later."""
         versions = self.batch_versions
-        return all(versions.get(m, FIRE_BATCH_V1) >= NOT_SENT_VERSION
+        return all(versions.get(m, FIRE_BATCH_V1) >= version
                    for m in self.peer.standing.members if m != self.node_id)
 
     def send_fires(self, by_worker: dict[str, list[FireRequest]], term: int) -> dict[str, list[FireRequest]]:

@@ -617,6 +617,12 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     not_sent: Annotated[int, rule("Attempts not sent in a row (each waits longer before the next)", internal=True)] = 0
     """The fire's latest attempts that never left their node, in a row: the next waits 200 ms doubled
     for each, at most 5 s (docs/architecture.md#not-sent). Such an attempt is free (``free_attempts``)."""
+    waiting: Annotated[
+        bool, rule("overlap allow, catchup all: its own occurrence waits for one of those running to end", internal=True)
+    ] = False
+    """Set by a ``Dispatched`` entry (``catchup_waits``) that found ``MAX_RUNNING`` running: catchup
+    all fires every instant, so the occurrence waits for a slot (:attr:`held`) rather than being
+    skipped; cleared when it starts or one of them ends (docs/architecture.md#overlap)."""
 
     @property
     def fire_id(self) -> str:
@@ -631,10 +637,11 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     def held(self) -> bool:
         """Its own occurrence waits for one of ``MAX_RUNNING`` running ones to end: it would run in
         the task's own slot beside them (a backfilled or redriven one, or any once the task is no
-        longer allow), not join them, so starting it would make one more than ``MAX_RUNNING``."""
-        return len(self.running) >= MAX_RUNNING and not (
+        longer allow), not join them, so starting it would make one more than ``MAX_RUNNING``; or
+        it would join them, but catchup all fires every instant, so it waits (:attr:`waiting`)."""
+        return len(self.running) >= MAX_RUNNING and (self.waiting or not (
             self.spec.overlap is Overlap.ALLOW and self.rewound is None and self.backfill is None
-        )
+        ))
 
     @property
     def wake_ms(self) -> int | None:

@@ -548,7 +548,7 @@ class Dispatcher(PumpedActor):
                 self.proposals += 1
                 self.items_proposed += len(items)
                 ctx.propose(
-                    Dispatched(now, tuple(items)),
+                    Dispatched(now, tuple(items), catchup_waits=ctx.replicas_read_catchup_wait()),
                     self.outcome_to_self(functools.partial(DispatchedBatch, items)),
                 )
             if later:

@@ -138,9 +138,11 @@ class LeaderSupervisor:
         spans: Spans = NO_SPANS,
         audit: AuditConfig | None = None,
         replicas_read_not_sent: Callable[[], bool] = lambda: True,
+        replicas_read_catchup_wait: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node_id = node_id
         self._replicas_read_not_sent = replicas_read_not_sent
+        self._replicas_read_catchup_wait = replicas_read_catchup_wait
         self.audit = audit if audit is not None else AuditConfig()
         self.spans = spans
         self.notifications = notifications if notifications is not None else NotificationsConfig()
@@ -207,7 +209,8 @@ class LeaderSupervisor:
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
             stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
             clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms, spans=self.spans,
-            audit=self.audit, replicas_read_not_sent=self._replicas_read_not_sent, reach=Reach(),
+            audit=self.audit, replicas_read_not_sent=self._replicas_read_not_sent,
+            replicas_read_catchup_wait=self._replicas_read_catchup_wait, reach=Reach(),
             **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(

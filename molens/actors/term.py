@@ -66,6 +66,9 @@ class TermContext:
     replicas_read_not_sent: Callable[[], bool] = lambda: True
     """Whether every replica applies a result marked ``not_sent`` as such (the Monitor proposes it as an
     ordinary failed attempt until then: ``molens.scheduler.Scheduler.replicas_read_not_sent``)."""
+    replicas_read_catchup_wait: Callable[[], bool] = lambda: True
+    """Whether every replica applies a ``Dispatched`` entry's ``catchup_waits`` (the Dispatcher proposes
+    it false until then: ``molens.scheduler.Scheduler.replicas_read_catchup_wait``)."""
 
     def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
         self.propose_batch([self.store.encode_proposal(cmd)], on_done)

@@ -84,6 +84,12 @@ class DispatchItem(msgspec.Struct, frozen=True, array_like=True):
 
 class Dispatched(_Command, frozen=True, tag=21):
     items: tuple[DispatchItem, ...]
+    catchup_waits: bool = False
+    """An ``overlap: allow``, ``catchup: all`` task's own occurrence that would start while
+    ``MAX_RUNNING`` of its occurrences run waits for one to end (``Task.waiting``) instead of being
+    skipped (docs/architecture.md#overlap). The leader sets it once every member has advertised
+    ``CATCHUP_WAIT_VERSION``; an entry of the release before decodes with it false and is applied
+    as that release did, so replicas of both releases apply the same log alike."""
 
 
 class ResultItem(msgspec.Struct, frozen=True, array_like=True):

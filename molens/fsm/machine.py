@@ -58,7 +58,8 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   for ``Task.running`` when its first attempt is planned (:func:`_detach`) and the task moves on
   to its next occurrence at once; each running one has its own fire id, retries, dead letter and
   result (:func:`_dispatch_running`, :func:`_result_running`); at most ``MAX_RUNNING`` run at
-  once, an instant due beyond that is skipped (:func:`_skip_running_full`), and an occurrence that
+  once, an instant due beyond that is skipped (:func:`_skip_running_full`; with ``catchup`` all it
+  waits, ``Task.waiting``, when the entry says every replica reads ``catchup_waits``), and an occurrence that
   runs in the task's own slot instead (backfilled, redriven) waits while that many run
   (``Task.held``; due when one ends, :func:`_result_running`). The due index and the
   wheel key on ``Task.wake_ms``, the Dispatcher plans ``Task.actions(due_by)``.
@@ -589,7 +590,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             results = [over] * len(cmd.items) if over is not None else [_create(tx, it, now, absent) for it in cmd.items]
         case Dispatched():
             lead = now + config.max_dispatch_lead_ms
-            results = [_dispatch(tx, it, now, lead) for it in cmd.items]
+            results = [_dispatch(tx, it, now, lead, cmd.catchup_waits) for it in cmd.items]
         case Results():
             results = [_result(tx, it, now, config) for it in cmd.items]
         case DeleteTasks():
@@ -793,7 +794,7 @@ def _create(tx: _Tx, it: CreateItem, now: int, absent: set[str]) -> ItemResult:
     return Created(t, True)
 
 
-def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
+def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int, catchup_waits: bool = False) -> ItemResult:
     t = tx.task(it.task_id)
     if t is None:
         return NotFoundError(f"task {it.task_id} not found", "task_id")
@@ -824,6 +825,11 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
     if expected == 1 and kind is FireKind.CALLBACK and t.spec.type is TaskType.PERIODIC:
         allow = t.spec.overlap is Overlap.ALLOW and t.rewound is None and t.backfill is None
         if allow and len(t.running) >= MAX_RUNNING:
+            if catchup_waits and t.spec.catchup is CatchUp.ALL:  # every instant fires: it waits for a slot
+                tx.put(_replace(t, waiting=True, updated_ms=now))
+                return IllegalTransitionError(
+                    f"task {t.id}: {MAX_RUNNING} occurrences still running; its own waits for one to end", "task_id"
+                )
             _skip_running_full(tx, t, now)
             return IllegalTransitionError(f"task {t.id}: {MAX_RUNNING} occurrences still running (overlap allow)",
                                           "task_id")
@@ -852,6 +858,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int) -> ItemResult:
             updated_ms=now,
             started_ms=max(now, due) if it.attempt == 1 else t.started_ms,
             buffered=False,
+            waiting=False,
         )
         url = t.spec.callback_url
     if allow:
@@ -993,7 +1000,7 @@ def _result_running(
                     changes.update(_INACTIVE)
     nt = _replace(t, running=_with_running(t, i, nr), **changes)
     if t.held and not nt.held and nt.due_ms is not None:  # its own occurrence waited for this one: due now
-        nt = _replace(nt, due_ms=max(nt.due_ms, now))
+        nt = _replace(nt, due_ms=max(nt.due_ms, now), waiting=False)
     tx.put(nt)
     return None
 

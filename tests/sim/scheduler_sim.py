@@ -906,7 +906,7 @@ class Sim:
             assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
             self.plan_of[(it.fire_id, it.attempt, kind)] = Planned(self.now, slot, ld.term, flow_of(t.spec))
         if items:
-            self.propose(Dispatched(self.now, tuple(items)))
+            self.propose(Dispatched(self.now, tuple(items), catchup_waits=True))
         self.schedule_load()
 
     def to_leader(self, item: ResultItem) -> Callable[[Leader], None]:

@@ -458,8 +458,10 @@ def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_
     u = h.t(t.id)
     raw = msgspec.msgpack.encode(u)
     assert msgspec.msgpack.decode(raw, type=Task) == u
-    old = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-2])  # a record written before ``running`` (and ``not_sent``)
+    old = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-3])  # written before ``running`` (``not_sent``, ``waiting``)
     assert msgspec.msgpack.decode(old, type=Task).running == ()
+    before_waiting = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-1])
+    assert msgspec.msgpack.decode(before_waiting, type=Task) == u  # a record of the release before ``waiting``
 
 
 def test_allow_a_running_retry_due_at_the_same_ms_as_the_next_occurrence_stays_on_the_wheel() -> None:
@@ -489,3 +491,63 @@ def test_allow_a_schedule_change_never_moves_the_next_occurrence_onto_one_sent_a
     h.apply(UpdateTask(h.now, t.id, spec, 1))  # the first instant after now is 10 s: already sent
     u = h.t(t.id)
     assert (u.seq, u.sched_ms) == (2, c + 20_000)
+
+
+def _catch_up_burst(h: H) -> tuple[Task, list[SendFire]]:
+    """An allow task with ``catchup`` all whose cluster was down for 20 instants: the first
+    ``MAX_RUNNING`` missed ones start back to back, each as soon as the one before was sent."""
+    t = _periodic(h, overlap="allow", catchup="all")
+    h.now = t.created_ms + 20 * IV + 1
+    running = [_fire_next(h, t.id) for _ in range(MAX_RUNNING)]
+    assert [fr.scheduled_ms for fr in running] == [t.created_ms + k * IV for k in range(1, MAX_RUNNING + 1)]
+    return t, running
+
+
+def test_allow_catchup_all_missed_instant_waits_for_one_of_max_running_to_end_instead_of_being_skipped() -> None:
+    h = H()
+    t, running = _catch_up_burst(h)
+    c = t.created_ms
+    u = h.t(t.id)
+    assert (u.sched_ms, u.due_ms) == (c + (MAX_RUNNING + 1) * IV, h.now)
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 60_000),), catchup_waits=True))
+    assert isinstance(out.results[0], IllegalTransitionError)
+    assert not [e for e in out.effects if isinstance(e, SendFire)]
+    v = h.t(t.id)
+    assert _skips(h) == []  # catchup all: every instant within catchup_window_ms fires
+    assert (v.seq, v.sched_ms) == (u.seq, u.sched_ms)
+    assert v.held and (v.actions(), v.wake_ms) == ([], None)  # not planned again while they all run
+    h.now += 20
+    _answer(h, running[0])
+    w = h.t(t.id)
+    assert not w.held and w.next_action() == (u.fire_id, 1, h.now)  # one ended: the waiting one is due at once
+    fired = [_fire_next(h, t.id).scheduled_ms]
+    while h.t(t.id).sched_ms < h.now and len(h.t(t.id).running) < MAX_RUNNING:
+        fired.append(_fire_next(h, t.id).scheduled_ms)
+    assert fired == [c + (MAX_RUNNING + 1) * IV]  # in order, none skipped, never more than MAX_RUNNING at once
+    assert len(h.t(t.id).running) == MAX_RUNNING and not h.t(t.id).waiting
+
+
+def test_allow_catchup_all_instant_is_skipped_with_max_running_when_a_replica_of_the_release_before_may_apply() -> None:
+    """A ``Dispatched`` entry without ``catchup_waits`` (a leader that has not heard every member
+    advertise ``CATCHUP_WAIT_VERSION``) is applied as the release before did: the instant is
+    skipped, so replicas of both releases apply the same log alike."""
+    h = H()
+    t, _ = _catch_up_burst(h)
+    c = t.created_ms
+    u = h.t(t.id)
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 60_000),)))
+    assert isinstance(out.results[0], IllegalTransitionError)
+    v = h.t(t.id)
+    assert not v.held and not v.waiting and v.sched_ms == c + 21 * IV
+    assert _skips(h) == [f"skipped the occurrences scheduled in [{c + (MAX_RUNNING + 1) * IV}, {c + 21 * IV}) ms: "
+                         f"{MAX_RUNNING} occurrences still running (overlap allow)"]
+
+
+def test_dispatched_of_the_release_before_decodes_without_catchup_waits() -> None:
+    old = msgspec.msgpack.encode([21, 5, [["f-1", "f", 1, "w1", 9]]])
+    new = Dispatched(5, (DispatchItem(fire_id="f-1", task_id="f", attempt=1, worker="w1", deadline_ms=9),),
+                     catchup_waits=True)
+    assert msgspec.msgpack.decode(old, type=Command).catchup_waits is False  # type: ignore[union-attr]
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=Command) == new

@@ -6,13 +6,16 @@ advertised no fire batch version is sent items the release before traces reads (
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import msgpack
 import pytest
 
 from molens.actors.fireworker import WorkerHeartbeat, decode_heartbeat, heartbeat_frame
+from molens.actors.peer_state import Standing
 from molens.delivery import (
+    CATCHUP_WAIT_VERSION,
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
     FireRequest,
@@ -20,6 +23,7 @@ from molens.delivery import (
     encode_fire_batch,
 )
 from molens.model import FireKind
+from molens.scheduler import Scheduler
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -82,3 +86,18 @@ def test_a_heartbeat_of_the_previous_release_advertises_version_1_and_one_withou
     assert decode_heartbeat(bytes(msgpack.packb([5, []]))).batch_version == FIRE_BATCH_V1
     assert decode_heartbeat(heartbeat_frame(5, None)[1:]).batch_version is None
     assert _previous_decode_heartbeat(heartbeat_frame(5, None)[1:]) == (5, None)
+
+
+def test_catchup_waits_is_proposed_once_every_other_member_advertised_catchup_wait_version() -> None:
+    """docs/deploy.md#rolling-upgrade: until every other member's node reads ``Dispatched.catchup_waits``
+    (``CATCHUP_WAIT_VERSION``), the Dispatcher proposes it false (the instant is skipped, as before)."""
+    def sched(versions: dict[str, int]) -> Any:
+        return SimpleNamespace(node_id="n1", batch_versions=versions,
+                               peer=SimpleNamespace(standing=Standing(members=frozenset({"n1", "n2", "n3"}))))
+
+    v = CATCHUP_WAIT_VERSION
+    assert Scheduler.replicas_read_catchup_wait(sched({"n2": v, "n3": v}))
+    assert not Scheduler.replicas_read_catchup_wait(sched({"n2": v, "n3": v - 1}))
+    assert not Scheduler.replicas_read_catchup_wait(sched({"n2": v}))  # n3 not heard yet
+    assert Scheduler.replicas_read_not_sent(sched({"n2": v - 1, "n3": v - 1}))  # the release before reads not_sent
+    assert v <= FIRE_BATCH_VERSION  # this release's nodes advertise it
