@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ import msgpack
 from molens import lmdb_snapshot
 from molens.lmdb_snapshot import META_APPLIED as _META_APPLIED
 from molens.lmdb_snapshot import U64 as _U64
-from molens.lmdb_snapshot import boot_id, guard_boot, mark_closed, snapshot_env, stage_env_file, swap_env_file
+from molens.lmdb_snapshot import StateFile
 from molens.raft.fsm import FSMError
 from molens.raft.log import Entry, EntryKind
 
@@ -38,7 +37,6 @@ log = logging.getLogger(__name__)
 _META_APPLIED_TERM = b"applied_term"
 
 DEFAULT_MAP_SIZE = 256 * 1024 * 1024
-MAX_MAP_SIZE = 1 << 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +72,15 @@ def encode_get(key: bytes | str) -> bytes:
     return msgpack.packb(["get", _b(key)], use_bin_type=True)  # type: ignore[no-any-return]
 
 
-class KVStateMachine:
+class KVStateMachine(StateFile):
     """Replicated key-value FSM on lmdb under ``data_dir/fsm/`` (dbs ``kv`` and ``meta``).
 
     Commands are msgpack lists: ``["put", k, v]`` -> ``True``; ``["delete", k]`` -> whether it
     existed; ``["cas", k, expected|None, new|None]`` -> whether it swapped; ``["get", k]`` -> value or
     ``None``. Keys and values are bytes (``encode_*`` accept str and UTF-8 encode it).
     """
+
+    full_error = FSMError
 
     def __init__(
         self,
@@ -90,16 +90,7 @@ class KVStateMachine:
         log_backed: bool = False,
         map_size: int = DEFAULT_MAP_SIZE,
     ) -> None:
-        self.dir = Path(data_dir) / "fsm"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self._boot = boot_id() if durable and log_backed else None
-        self._durable = durable and self._boot is None
-        self.discarded_after_os_stop = False
-        """True when this open found the file left open by an earlier boot and started it empty."""
-        self._map_size = map_size
-        # a snapshot may copy the map on another thread while entries apply: map resize, restore
-        # and close wait for it (lmdb must not remap or close under a live read transaction)
-        self._env_lock = threading.Lock()
+        super().__init__(data_dir, what="kv fsm", durable=durable, log_backed=log_backed, map_size=map_size)
         self.applied_total = 0
         """Entries applied (not skipped) since this object was created: a restart that replays only
         the missing entries shows a small number here, a replay from zero shows the whole log."""
@@ -108,12 +99,7 @@ class KVStateMachine:
         self._open()
 
     def _open(self) -> None:
-        if self._boot is not None and guard_boot(self.dir, self._boot, "kv fsm"):
-            self.discarded_after_os_stop = True
-        self._env = lmdb.open(
-            str(self.dir), map_size=self._map_size, max_dbs=2, sync=self._durable, metasync=False,
-            readahead=False,
-        )
+        self._env = self._open_env(max_dbs=2)
         self._kv = self._env.open_db(b"kv")
         self._meta = self._env.open_db(b"meta")
         with self._env.begin() as txn:
@@ -156,15 +142,6 @@ class KVStateMachine:
         self.skipped_total += skipped
         self.batches_total += 1
         return results + out
-
-    def _grow(self) -> None:
-        size = self._env.info()["map_size"] * 2
-        if size > MAX_MAP_SIZE:
-            raise FSMError("kv fsm map is full")
-        log.info("kv fsm map grows map_size=%d", size)
-        with self._env_lock:  # not while a snapshot reads the map on another thread
-            self._env.set_mapsize(size)
-        self._map_size = size
 
     def _apply_all(self, txn: lmdb.Transaction, entries: Sequence[Entry]) -> list[Any]:
         """Results of ``entries`` in order: the common command (``["put", k, v]``, the same rules as
@@ -241,8 +218,7 @@ class KVStateMachine:
 
     def snapshot(self, path: str | os.PathLike[str]) -> int:
         dest = Path(path)
-        with self._env_lock:
-            index = snapshot_env(self._env, self._meta, dest)
+        index = self._snapshot_to(dest)
         log.info("kv fsm snapshot path=%s applied_index=%d bytes=%d", dest, index, dest.stat().st_size)
         return index
 
@@ -256,21 +232,14 @@ class KVStateMachine:
             return raw
 
         try:
-            staged, raw = stage_env_file(src, self.dir, applied_in)
+            raw = self._swap_in(src, applied_in)
         except lmdb.Error as exc:
             raise FSMError(f"{src}: not a KV FSM snapshot: {exc}") from exc
-        with self._env_lock:
-            self._env.close()
-            swap_env_file(staged, self.dir)
-            self._open()
         log.info("kv fsm restored from=%s applied_index=%d (snapshot says %s)", src, self._applied,
                  _U64.unpack(raw)[0] if raw else 0)
 
     def close(self) -> None:
-        with self._env_lock:
-            if self._boot is not None:  # synced, then marked closed: the next boot may trust it
-                mark_closed(self._env, self.dir)
-            self._env.close()
+        self._close_env()
 
     # --- local reads and test helpers ---------------------------------------------------------
     def get(self, key: bytes | str) -> bytes | None:
@@ -302,7 +271,7 @@ class KVStateMachine:
             "skipped_total": self.skipped_total,
             "batches_total": self.batches_total,
             "keys": len(self),
-            "sync": "log" if self._boot is not None else ("batch" if self._durable else "none"),
+            "sync": self.sync_mode,
             "discarded_after_os_stop": self.discarded_after_os_stop,
         }
 

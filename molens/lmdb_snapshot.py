@@ -11,6 +11,11 @@ id instead: :func:`guard_boot` at open (a store left open by an earlier boot may
 removed, and the node rebuilds it from the snapshot and the log), :func:`mark_closed` after a
 clean close. Every fsync and rename goes through a :class:`~molens.disk.Disk` (the real one by
 default; a simulator passes one that can lose what was not synced).
+
+:class:`StateFile` is what both state machines build on: the file under ``data_dir/fsm/``, its
+sync mode, its boot guard at open, a map that doubles when full, a snapshot out, a checked
+snapshot swapped in and a clean close, all under one lock (a snapshot may copy the map on another
+thread: lmdb must not remap or close under a live read transaction).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import hashlib
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -163,8 +169,90 @@ def swap_env_file(staged: Path, env_dir: Path, disk: Disk = OS_DISK) -> None:
     disk.fsync_dir(env_dir)
 
 
+MAX_MAP_SIZE = 1 << 40
+"""The largest map a state machine grows to (1 TiB)."""
+
+
+class StateFile:
+    """The one lmdb file of a state machine under ``data_dir/fsm/`` (module docstring).
+
+    ``log_backed`` (a Raft node's state machine) with ``durable``: commits are not fsync'd and the
+    file is guarded by the boot id; ``durable`` alone: each commit is fsync'd; neither: no syncs
+    (tests). A subclass opens its databases in :meth:`_open` (called by its own ``__init__`` and
+    after a restore) with :meth:`_open_env`, and keeps its ``meta`` database in ``_meta``."""
+
+    _env: lmdb.Environment
+    _meta: Any
+    full_error: type[Exception] = RuntimeError
+    """What :meth:`_grow` raises when the map is already :data:`MAX_MAP_SIZE`."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, what: str, durable: bool, log_backed: bool,
+                 map_size: int) -> None:
+        self.dir = Path(data_dir) / "fsm"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.what = what
+        """What the logs call it ("task store", "kv fsm")."""
+        self._boot = boot_id() if durable and log_backed else None
+        self._durable = durable and self._boot is None
+        self.discarded_after_os_stop = False
+        """True when this open found the file left open by an earlier boot and started it empty."""
+        self._map_size = map_size
+        self._env_lock = threading.Lock()
+
+    def _open(self) -> None:
+        raise NotImplementedError
+
+    def _open_env(self, max_dbs: int) -> lmdb.Environment:
+        """The environment, after the boot guard (a file an earlier boot left open is removed)."""
+        if self._boot is not None and guard_boot(self.dir, self._boot, self.what):
+            self.discarded_after_os_stop = True
+        return lmdb.open(str(self.dir), map_size=self._map_size, max_dbs=max_dbs, sync=self._durable,
+                         metasync=False, readahead=False)
+
+    @property
+    def sync_mode(self) -> str:
+        """``log`` (guarded by the boot id), ``batch`` (each commit fsync'd) or ``none``."""
+        return "log" if self._boot is not None else "batch" if self._durable else "none"
+
+    def _grow(self) -> None:
+        size = self._env.info()["map_size"] * 2
+        if size > MAX_MAP_SIZE:
+            raise self.full_error(f"{self.what} map is full")
+        log.info("%s map grows map_size=%d", self.what, size)
+        with self._env_lock:
+            self._env.set_mapsize(size)
+        self._map_size = size
+
+    def _snapshot_to(self, dest: Path) -> int:
+        """:func:`snapshot_env` of this file; returns the applied index it holds."""
+        with self._env_lock:
+            return snapshot_env(self._env, self._meta, dest)
+
+    def _swap_in(self, src: Path, check: Callable[[lmdb.Environment], T],
+                 then: Callable[[], None] | None = None) -> T:
+        """Make the snapshot file ``src`` this file (:func:`stage_env_file` with ``check``, then
+        :func:`swap_env_file`), reopen it and run ``then`` under the lock; returns what ``check``
+        returned. A file that is not such a snapshot raises ``lmdb.Error`` (the staged copy removed,
+        this file untouched), for the caller to say what it expected."""
+        staged, found = stage_env_file(src, self.dir, check)
+        with self._env_lock:
+            self._env.close()
+            swap_env_file(staged, self.dir)
+            self._open()
+            if then is not None:
+                then()
+        return found
+
+    def _close_env(self) -> None:
+        with self._env_lock:
+            if self._boot is not None:  # synced, then marked closed: the next boot may trust it
+                mark_closed(self._env, self.dir)
+            self._env.close()
+
+
 __all__ = [
-    "BOOT_ID_PATH", "BOOT_MARKER", "CLOSED_MARK", "META_APPLIED", "U64", "boot_id", "digest_state", "fsync_dir",
+    "BOOT_ID_PATH", "BOOT_MARKER", "CLOSED_MARK", "MAX_MAP_SIZE", "META_APPLIED", "StateFile", "U64", "boot_id",
+    "digest_state", "fsync_dir",
     "guard_boot",
     "mark_closed", "snapshot_env", "stage_env_file", "swap_env_file", "write_durably",
 ]

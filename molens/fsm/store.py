@@ -66,15 +66,7 @@ from molens.fsm.audit import AuditEntry
 from molens.fsm.commands import Command, CommandCodecError, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
 from molens.fsm.machine import Applied, Effect, FireRecord, MachineConfig, Writes
-from molens.lmdb_snapshot import (
-    boot_id,
-    digest_state,
-    guard_boot,
-    mark_closed,
-    snapshot_env,
-    stage_env_file,
-    swap_env_file,
-)
+from molens.lmdb_snapshot import StateFile, digest_state
 from molens.model import TERMINAL_STATUSES, FireKind, MolensError, Status, Task, ValidationError
 from molens.schema import FORMAT, DeadLetter, Notice
 
@@ -90,7 +82,6 @@ DAY_MS = 86_400_000
 # Address space, not disk: the file grows with the data. Large enough never to grow in practice
 # (~140M tasks), because lmdb must not remap while other threads (HTTP reads) hold read transactions.
 DEFAULT_MAP_SIZE = 64 << 30
-MAX_MAP_SIZE = 1 << 40
 
 _KINDS = tuple(FireKind)
 _KIND_IX = {k: i for i, k in enumerate(_KINDS)}
@@ -280,8 +271,10 @@ class _TxnView:
         return None if raw is None else _FLOW_DECODER.decode(raw)
 
 
-class TaskStore:
+class TaskStore(StateFile):
     """The task FSM on lmdb under ``data_dir/fsm/`` plus the node's history database."""
+
+    full_error = StoreError
 
     def __init__(
         self,
@@ -299,21 +292,13 @@ class TaskStore:
         log holds every entry it applies) skips the fsync of each applied batch and guards the file
         with the boot id instead (module docstring); where the system has no boot id to read, the
         store syncs each batch as a plain durable one."""
-        self.dir = Path(data_dir) / "fsm"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        super().__init__(data_dir, what="task store", durable=durable, log_backed=log_backed, map_size=map_size)
         self.history = history
         self.config = config
         self.on_applied = on_applied
         self.search = search.TaskIndex(self.scan_tasks, search_max_bytes)
         """The text-search index over this replica's tasks (fed after each commit, built on first use)."""
         self._changed: dict[str, Task | None] = {}
-        self._boot = boot_id() if durable and log_backed else None
-        self._durable = durable and self._boot is None
-        self.discarded_after_os_stop = False
-        """True when this open found the store left open by an earlier boot and started it empty."""
-        self._map_size = map_size
-        # snapshot() may copy the map on a background thread: resize, restore and close wait for it
-        self._env_lock = threading.Lock()
         # commands this node proposed, by the id of their encoded bytes (see encode_proposal)
         self._known: dict[int, tuple[bytes, Command]] = {}
         self._meta_cache: dict[str, bytes | None] = {}
@@ -336,16 +321,7 @@ class TaskStore:
         self._open()
 
     def _open(self) -> None:
-        if self._boot is not None and guard_boot(self.dir, self._boot, "task store"):
-            self.discarded_after_os_stop = True
-        self._env = lmdb.open(
-            str(self.dir),
-            map_size=self._map_size,
-            max_dbs=16,
-            sync=self._durable,
-            metasync=False,
-            readahead=False,
-        )
+        self._env = self._open_env(max_dbs=16)
         self._tasks = self._env.open_db(b"tasks")
         self._due = self._env.open_db(b"due")
         self._fires = self._env.open_db(b"fires")
@@ -651,20 +627,10 @@ class TaskStore:
             else:
                 txn.delete(key, db=self._due_days)
 
-    def _grow(self) -> None:
-        size = self._env.info()["map_size"] * 2
-        if size > MAX_MAP_SIZE:
-            raise StoreError("task store map is full")
-        log.info("task store map grows map_size=%d", size)
-        with self._env_lock:
-            self._env.set_mapsize(size)
-        self._map_size = size
-
     def snapshot(self, path: str | os.PathLike[str]) -> int:
         """A consistent compacted copy of the store in one file; returns its applied index."""
         dest = Path(path)
-        with self._env_lock:
-            index = snapshot_env(self._env, self._meta, dest)
+        index = self._snapshot_to(dest)
         log.info("task store snapshot path=%s applied_index=%d", dest, index)
         return index
 
@@ -678,14 +644,9 @@ class TaskStore:
             env.open_db(b"meta", create=False)
 
         try:
-            staged, _ = stage_env_file(src, self.dir, is_task_store)
+            self._swap_in(src, is_task_store, then=lambda: self._forget_meta(None))
         except lmdb.Error as exc:
             raise StoreError(f"{src}: not a task store snapshot: {exc}") from exc
-        with self._env_lock:
-            self._env.close()
-            swap_env_file(staged, self.dir)
-            self._open()
-            self._forget_meta(None)
         self.search.apply(None)
         if self.history is not None:
             with self._env.begin(db=self._tasks) as txn:
@@ -693,10 +654,7 @@ class TaskStore:
         log.info("task store restored from=%s applied_index=%d", src, self._applied)
 
     def close(self) -> None:
-        with self._env_lock:
-            if self._boot is not None:  # synced, then marked closed: the next boot may trust it
-                mark_closed(self._env, self.dir)
-            self._env.close()
+        self._close_env()
         if self.history is not None:
             self.history.close()
 
@@ -786,7 +744,7 @@ class TaskStore:
         """Counters for the admin ``stats`` command."""
         return {
             "applied_index": self._applied, "decodes_skipped": self.decodes_skipped,
-            "sync": "log" if self._boot is not None else "batch" if self._durable else "none",
+            "sync": self.sync_mode,
             "discarded_after_os_stop": self.discarded_after_os_stop,
         }
 
