@@ -47,7 +47,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -550,11 +550,8 @@ class Api:
         refused before it is parsed and validated; namespaces the key may not act in are left to
         the full check (their answer is 403, not 429)."""
         check = self.create_rate.take if take else self.create_rate.wait
-        for ns, n in collections.Counter(namespaces).items():
-            if ns == DEFAULT_NAMESPACE or not (take or (_NAMESPACE.match(ns) and access.visible(ns))):
-                continue  # (a name that is not one is refused by the validation that follows)
-            rate = self._create_rate_of(ns)
-            if rate is not None and (wait := check(ns, n, rate, time.monotonic())):
+        for ns, n, rate in self._quota_rates(collections.Counter(namespaces).items(), screen=not take):
+            if wait := check(ns, n, rate, time.monotonic()):
                 self._hold_impatient(ns, wait)
                 raise QuotaExceeded(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
                                          "created", "creates_per_s", wait, namespace=ns)
@@ -567,18 +564,25 @@ class Api:
         plainly name its namespaces): nothing held, the validation refuses it."""
         held: list[str] = []
         try:
-            for ns in sorted(set(namespaces or ())):  # one order on every thread
-                if ns == DEFAULT_NAMESPACE or not _NAMESPACE.match(ns) or not access.visible(ns):
-                    continue
-                rate = self._create_rate_of(ns)
-                if rate is None:
-                    continue
+            ordered = sorted(set(namespaces or ()))  # one order on every thread
+            for ns, _, rate in self._quota_rates(((ns, 1) for ns in ordered), screen=True):
                 if self.slots.acquire(ns, rate, MAX_SLOT_WAIT_S):
                     held.append(ns)
             yield
         finally:
             for ns in held:
                 self.slots.release(ns)
+
+    def _quota_rates(self, counts: Iterable[tuple[str, int]], *, screen: bool) -> Iterator[tuple[str, int, float]]:
+        """``(namespace, count, creates_per_s)`` of each of ``counts`` with a ``creates_per_s`` quota.
+        ``screen``: only names that are namespace names the key may act in (the early checks; the
+        others are refused by the validation or the authorization that follow, 400 or 403, not 429)."""
+        for ns, n in counts:
+            if ns == DEFAULT_NAMESPACE or (screen and not (_NAMESPACE.match(ns) and access.visible(ns))):
+                continue
+            rate = self._create_rate_of(ns)
+            if rate is not None:
+                yield ns, n, rate
 
     def _hold_impatient(self, ns: str, retry_after_s: int) -> None:
         """Before a create of ``ns`` is refused: hold it if its connection was told to wait and has
