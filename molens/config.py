@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from molens import cpus
 from molens.errors import MolensError
 from molens.fsm.machine import DEFAULT_CONFIG as MACHINE_DEFAULTS
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, check_url
@@ -159,10 +160,21 @@ class LogLevel(enum.StrEnum):
     ERROR = "ERROR"
 
 
+def _cpu_list(v: Any) -> str | None:
+    try:
+        cpus.parse(v)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
     id: str = _opt("n1", _node_id)
     data_dir: str = _opt("./data", _nonempty)
+    cpus: str = _opt("", _cpu_list)
+    """CPUs the node's process runs on, as ``taskset -c`` writes them (``0``, ``2-3``); empty: every
+    CPU it is given (docs/deploy.md#cpu-pinning)."""
     stop_timeout_s: float = _opt(30.0, lambda v: None if v > 0 else "must be > 0")
     state_machine: str = _opt("tasks", lambda v: None if v in ("tasks", "kv") else "must be tasks or kv")
     clock_offset_ms: int = _opt(0, _int_range(-86_400_000, 86_400_000))

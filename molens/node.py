@@ -45,7 +45,7 @@ from typing import Any
 
 import pykka
 
-from molens import __version__, disk, wallclock
+from molens import __version__, cpus, disk, wallclock
 from molens.actors.peer_errors import LeadershipLost, ProposalRefused, RaftPeerError
 from molens.actors.peer_handle import RaftPeerHandle, lmdb_log, zmq_transport
 from molens.admin import AdminClient, AdminError, AdminServer
@@ -167,6 +167,12 @@ class Node:
         # stalls for hundreds of ms and followers start elections (the GIL "convoy effect").
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         gc.set_threshold(*GC_THRESHOLDS)
+        if cfg.node.cpus:  # before the node's threads start: they inherit it (molens/cpus.py)
+            try:
+                cpus.pin(cpus.parse(cfg.node.cpus))
+            except ValueError as exc:
+                raise NodeError(f"node.cpus {cfg.node.cpus}: {exc}") from None
+            log.info("node runs on CPUs %s (node.cpus)", cpus.text(cpus.allowed()))
         if cfg.node.clock_offset_ms:
             log.warning("node clock shifted by %+d ms (node.clock_offset_ms: tests only)", cfg.node.clock_offset_ms)
             wallclock.set_offset_ms(cfg.node.clock_offset_ms)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from molens import model
+from molens import cpus, model
 from molens.actors.peer_errors import (
     LeadershipLost,
     NoTransferTarget,
@@ -333,6 +333,7 @@ class NodeContext(StoreReads):
             "rss_bytes": rss_bytes(),
             "threads_cpu_s": thread_cpu_s(),
             "threads_switches": thread_switches(),
+            "cpus": cpus.text(cpus.allowed()),
             "disk": self._disk.get(),
             "api_proposals": self.proposals,
             "dead_letters": self.store.dead_count(),

@@ -424,6 +424,10 @@ def _schemas() -> dict[str, Any]:
                     "additionalProperties": {"type": "integer"},
                     "description": "Context switches (voluntary + involuntary) of this process's live threads by name",
                 },
+                "cpus": {
+                    "type": "string",
+                    "description": "CPUs this node's process may run on, as taskset -c writes them (node.cpus pins it)",
+                },
                 "disk": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "cleanup": {
                     "type": "object",

@@ -37,6 +37,11 @@ ways, and the ratios ``{mode}_keys_on_vs_off`` (rate) and ``{mode}_leader_cpu_on
 ``--rounds N`` each mode runs N times on each side, the side that goes first alternating, and the
 summary gives the medians.
 
+``--pin``: what running each node on one CPU gives (docs/deploy.md#cpu-pinning). The same two
+clusters in turn, one whose nodes may use every CPU ("off") and one whose node ``i`` runs on the
+``i``-th CPU, round-robin (``node.cpus``; "on"); the summary names the ratios ``{mode}_pin_on_vs_off``
+(rate) and ``{mode}_leader_cpu_pin_on_vs_off``, and each side's p99.
+
 ``BENCH_NODE_CONF='{"raft": {...}}'`` (JSON) is merged into every node's config, for experiments.
 
 Prints one line per mode, ``ingest: mode=single creates_per_s=... target=cluster ... vs_hello=...``
@@ -364,33 +369,38 @@ def references(
     return out
 
 
-def start_cluster(root: Path, token: str | None = None) -> tuple[Cluster, int, list[str]]:
-    """A 3-node task cluster under ``root`` (``token``: its ``http.auth_token``); its leader's PID and URLs."""
+def start_cluster(root: Path, token: str | None = None, pin: bool = False) -> tuple[Cluster, int, list[str]]:
+    """A 3-node task cluster under ``root`` (``token``: its ``http.auth_token``; ``pin``: each node on
+    one CPU, docs/deploy.md#cpu-pinning); its leader's PID and URLs."""
     extra: dict[str, object] = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
     if token is not None:
         extra["http"] = {"auth_token": token}
     if os.environ.get("BENCH_NODE_CONF"):  # JSON merged into every node's config, for experiments
         extra.update(json.loads(os.environ["BENCH_NODE_CONF"]))
     cluster = Cluster(root, 3, extra=extra, state_machine="tasks")
+    cpus = cluster.pin_each_to_one_cpu() if pin else []
     cluster.start()
     leader = cluster.leader(timeout=30)
     urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]
     print(f"started a 3-node cluster (task state machine, scheduler, every commit fsync'd"
-          f"{', keys on' if token else ''}): leader {leader.node_id} pid={leader.pid}, urls {','.join(urls)}")
+          f"{', keys on' if token else ''}{', nodes on CPUs ' + ','.join(map(str, cpus)) if cpus else ''}): "
+          f"leader {leader.node_id} pid={leader.pid}, urls {','.join(urls)}")
     return cluster, leader.pid, urls
 
 
-def keys_run(args: argparse.Namespace, modes: list[str]) -> int:
-    """``--keys``: each mode against a cluster with keys off, then against one with a writer key."""
-    summary: dict[str, str] = {"target": "cluster", "keys": "compared"}
+def compare_run(args: argparse.Namespace, modes: list[str], what: str) -> int:
+    """``--keys`` or ``--pin`` (``what``): each mode against a cluster without it ("off"), then
+    against one with it ("on"), both clusters up throughout."""
+    summary: dict[str, str] = {"target": "cluster", what: "compared"}
     runs: dict[tuple[str, str], list[Run]] = {}
     clusters: list[Cluster] = []
-    with tempfile.TemporaryDirectory(prefix="molens-ingest-keys-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"molens-ingest-{what}-") as tmp:
         try:
             sides: dict[str, tuple[MolensClient, Cluster, int, str | None]] = {}
-            for keys in ("off", "on"):
-                bootstrap = os.urandom(16).hex() if keys == "on" else None
-                cluster, leader_pid, urls = start_cluster(Path(tmp) / keys, bootstrap)
+            for side in ("off", "on"):
+                bootstrap = os.urandom(16).hex() if what == "keys" and side == "on" else None
+                cluster, leader_pid, urls = start_cluster(Path(tmp) / side, bootstrap,
+                                                          pin=what == "pin" and side == "on")
                 clusters.append(cluster)
                 token, namespace = None, None
                 if bootstrap is not None:
@@ -401,19 +411,19 @@ def keys_run(args: argparse.Namespace, modes: list[str]) -> int:
                 client = MolensClient(urls, token=token, namespace=namespace,
                                       pool_maxsize=max(args.threads, args.batch_threads))
                 client.create(_task(-1))  # warm up + leader discovery
-                sides[keys] = (client, cluster, leader_pid, bootstrap)
+                sides[side] = (client, cluster, leader_pid, bootstrap)
             for rnd in range(args.rounds):
                 # in turn, both clusters up throughout: a load that comes and goes hits both; each round
                 # starts with the other side, so neither always runs first
                 order = list(sides.items()) if rnd % 2 == 0 else list(reversed(sides.items()))
                 for mode in modes:
-                    for keys, (client, cluster, leader_pid, bootstrap) in order:
+                    for side, (client, cluster, leader_pid, bootstrap) in order:
                         args.node_urls = [f"http://127.0.0.1:{n.settings['http']['port']}"
                                           for n in cluster.nodes.values()]
                         args.token = bootstrap  # the nodes' thread CPU is read with the admin key
                         r = measure(client, mode, args, [n.pid for n in cluster.nodes.values()], leader_pid)
-                        runs.setdefault((mode, keys), []).append(r)
-                        print(f"ingest: round={rnd + 1} mode={mode} keys={keys} creates_per_s={r.rate:.0f} {r.what} "
+                        runs.setdefault((mode, side), []).append(r)
+                        print(f"ingest: round={rnd + 1} mode={mode} {what}={side} creates_per_s={r.rate:.0f} {r.what} "
                               f"p50_ms={r.p50_ms:.2f} p99_ms={r.p99_ms:.2f} "
                               f"leader_cpu_us_per_create={r.leader_us:.1f} server_cpu_us_per_create={r.server_us:.1f} "
                               f"load1={os.getloadavg()[0]:.1f} steal_pct={r.steal:.0f}", flush=True)
@@ -423,17 +433,19 @@ def keys_run(args: argparse.Namespace, modes: list[str]) -> int:
             for cluster in clusters:
                 cluster.kill_all()
     summary["rounds"] = str(args.rounds)
+    cpu_ratio = "leader_cpu_on_vs_off" if what == "keys" else f"leader_cpu_{what}_on_vs_off"
     for mode in modes:  # medians over the rounds
-        off_rate = statistics.median(r.rate for r in runs[(mode, "off")])
-        on_rate = statistics.median(r.rate for r in runs[(mode, "on")])
-        off_us = statistics.median(r.leader_us for r in runs[(mode, "off")])
-        on_us = statistics.median(r.leader_us for r in runs[(mode, "on")])
-        summary[f"{mode}_creates_per_s_keys_off"] = f"{off_rate:.0f}"
-        summary[f"{mode}_creates_per_s_keys_on"] = f"{on_rate:.0f}"
-        summary[f"{mode}_keys_on_vs_off"] = f"{on_rate / off_rate:.3f}"
-        summary[f"{mode}_leader_cpu_us_per_create_keys_off"] = f"{off_us:.1f}"
-        summary[f"{mode}_leader_cpu_us_per_create_keys_on"] = f"{on_us:.1f}"
-        summary[f"{mode}_leader_cpu_on_vs_off"] = f"{on_us / off_us:.3f}"
+        off, on = runs[(mode, "off")], runs[(mode, "on")]
+        off_rate, on_rate = statistics.median(r.rate for r in off), statistics.median(r.rate for r in on)
+        off_us, on_us = statistics.median(r.leader_us for r in off), statistics.median(r.leader_us for r in on)
+        summary[f"{mode}_creates_per_s_{what}_off"] = f"{off_rate:.0f}"
+        summary[f"{mode}_creates_per_s_{what}_on"] = f"{on_rate:.0f}"
+        summary[f"{mode}_{what}_on_vs_off"] = f"{on_rate / off_rate:.3f}"
+        summary[f"{mode}_leader_cpu_us_per_create_{what}_off"] = f"{off_us:.1f}"
+        summary[f"{mode}_leader_cpu_us_per_create_{what}_on"] = f"{on_us:.1f}"
+        summary[f"{mode}_{cpu_ratio}"] = f"{on_us / off_us:.3f}"
+        summary[f"{mode}_p99_ms_{what}_off"] = f"{statistics.median(r.p99_ms for r in off):.2f}"
+        summary[f"{mode}_p99_ms_{what}_on"] = f"{statistics.median(r.p99_ms for r in on):.2f}"
     summary["load1"] = f"{os.getloadavg()[0]:.1f}"
     summary["steal_pct_max"] = f"{max(r.steal for rs in runs.values() for r in rs):.0f}"
     print("ingest: summary " + " ".join(f"{k}={v}" for k, v in summary.items()))
@@ -466,15 +478,19 @@ def main() -> int:
                          "compare medians")
     ap.add_argument("--keys", action="store_true",
                     help="compare keys off (an open cluster) with a writer key of one namespace (a second cluster)")
+    ap.add_argument("--pin", action="store_true",
+                    help="compare a cluster whose nodes may use every CPU with one whose nodes run on one CPU each")
     args = ap.parse_args()
     modes = args.modes.split(",")
     for mode in modes:
         if mode not in ("single", "batch", "batch_ids"):
             raise SystemExit(f"unknown mode {mode!r}")
-    if args.keys:
-        if args.url or args.local:
-            raise SystemExit("--keys starts its own two clusters: give neither --url nor --local")
-        return keys_run(args, modes)
+    if args.keys or args.pin:
+        what = "keys" if args.keys else "pin"
+        if args.url or args.local or (args.keys and args.pin):
+            raise SystemExit(f"--{what} starts its own two clusters: give neither --url nor --local (nor both "
+                             "--keys and --pin)")
+        return compare_run(args, modes, what)
 
     proc = None
     tmp = None

@@ -19,6 +19,19 @@ every commit fsync'd), in three phases, each read on the leader alone:
 Each phase also prints the messages each of the leader's actors handled per unit
 (``mailbox_messages`` of its stats), a count the load hardly moves.
 
+The ``hello`` reference runs in each round before the clusters: a Bottle app on the node's own HTTP
+server (:class:`molens.web.server.ApiServer`, its 32 threads) in a process of its own, answering
+each create with the bytes a real create was answered (captured in the run) after parsing its body
+as JSON, and nothing else; the same client, threads and count as ``create``. Its switches and CPU
+per request are what the HTTP layer alone costs here: the floor under the create figures
+(``hello_switches``, ``create_switches_vs_hello``).
+
+``--pin`` runs each node on one CPU, round-robin over the CPUs this process may use, through
+``node.cpus`` (docs/deploy.md#cpu-pinning; ``taskset`` for a ``--before`` tree that predates it), and
+the hello reference on the first of them. ``--pin-ab`` runs two sides of this tree instead, ``free``
+(every CPU) and ``pinned``, alternating like ``--before`` (the hello reference
+free to use every CPU); the summary's ratios are then ``*_pinned_vs_free``.
+
 ``--before REV`` also runs the ``molens`` package of git revision ``REV`` (``git archive`` into a
 temporary directory; each node's ``PYTHONPATH`` points at one tree or the other), a fresh cluster
 for each side and round, the side that goes first alternating (``--rounds``). It prints one line per
@@ -123,7 +136,7 @@ def _settled(leader_url: str, urls: list[str], want: int, timeout_s: float) -> N
 class _Side:
     """One cluster running the ``molens`` of ``tree``."""
 
-    def __init__(self, name: str, tree: Path, root: Path) -> None:
+    def __init__(self, name: str, tree: Path, root: Path, pin: bool = False) -> None:
         sys.path.insert(0, str(ROOT))
         from tests.integration.conftest import Cluster
 
@@ -131,6 +144,12 @@ class _Side:
         self.cluster = Cluster(root, 3, extra={"logging": {"level": "WARNING"}}, state_machine="tasks")
         for node in self.cluster.nodes.values():
             node.argv = ["env", f"PYTHONPATH={tree}", sys.executable, "-m", "molens.cli"]
+        if pin and (tree / "molens" / "cpus.py").exists():
+            self.cluster.pin_each_to_one_cpu()
+        elif pin:  # a tree from before node.cpus: the same CPUs, given from outside
+            allowed = sorted(os.sched_getaffinity(0))
+            for i, node in enumerate(self.cluster.nodes.values()):
+                node.argv = ["taskset", "-c", str(allowed[i % len(allowed)]), *node.argv]
         self.cluster.start()
         leader = self.cluster.leader(timeout=60)
         self.pid = leader.pid
@@ -209,6 +228,92 @@ def _run(side: _Side, args: argparse.Namespace, receiver: str) -> dict[str, dict
     return out
 
 
+def hello_server(port: int, answer_path: str) -> None:
+    """Child process: the ``hello`` reference (module docstring); serves until killed."""
+    sys.path.insert(0, str(ROOT))
+    import bottle
+
+    from molens.web.node_stats import thread_cpu_s, thread_switches
+    from molens.web.server import ApiServer, ServerOptions
+
+    answer_body = Path(answer_path).read_bytes()
+    app = bottle.Bottle()
+
+    def create() -> bytes:
+        json.loads(bottle.request.body.read())
+        bottle.response.status = 201
+        bottle.response.content_type = "application/json"
+        return answer_body
+
+    def stats() -> dict[str, Any]:
+        return {"role": "hello", "threads_cpu_s": thread_cpu_s(), "threads_switches": thread_switches()}
+
+    app.route("/api/v1/tasks", "POST", create)
+    app.route("/api/v1/stats", "GET", stats)
+    server = ApiServer(app, ServerOptions(port=port, threads=32)).start()
+    print("listening", flush=True)
+    threading.Event().wait()
+    server.stop()
+
+
+def _hello(args: argparse.Namespace, tmp: Path, answer: bytes, receiver: str) -> dict[str, float]:
+    """The ``hello`` reference's switches and CPU per request (module docstring)."""
+    from molens.client import MolensClient
+    from tests.integration.conftest import free_ports
+
+    (tmp / "answer.json").write_bytes(answer)
+    port = free_ports(1)[0]
+    pin = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if args.pin else []
+    proc = subprocess.Popen([*pin, sys.executable, __file__, "--hello-server", str(port), str(tmp / "answer.json")],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "listening":
+            raise SystemExit("hello-world reference server did not start")
+        url = f"http://127.0.0.1:{port}"
+        client = MolensClient([url], retry_deadline_s=60)
+        body = {"type": "delayed", "interval_ms": 3_600_000, "callback_url": receiver}
+        client.create(body)
+        per = args.creates // args.threads
+        r0, c0, load0 = read([url]), _cpu_s(proc.pid), os.getloadavg()[0]
+
+        def loop() -> None:
+            for _ in range(per):
+                client.create(body)
+
+        ts = [threading.Thread(target=loop) for _ in range(args.threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        r1, c1 = read([url]), _cpu_s(proc.pid)
+        n = per * args.threads
+        print("\n".join(report(r0, r1, n, "request")), flush=True)
+        return {"switches": sum(v - r0[url][2].get(k, 0) for k, v in r1[url][2].items()) / n,
+                "cpu_us": (c1 - c0) * 1e6 / n, "load": (load0 + os.getloadavg()[0]) / 2}
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def _answer(receiver: str, tmp: Path) -> bytes:
+    """A real create's answer bytes, from a one-node cluster of this tree (the hello's answer)."""
+    from tests.integration.conftest import Cluster
+
+    cluster = Cluster(tmp / "answer", 1, extra={"logging": {"level": "WARNING"}}, state_machine="tasks")
+    cluster.start()
+    try:
+        leader = cluster.leader(timeout=60)
+        url = f"http://127.0.0.1:{leader.settings['http']['port']}/api/v1/tasks"
+        body = json.dumps({"type": "delayed", "interval_ms": 3_600_000, "callback_url": receiver}).encode()
+        r = _http.request("POST", url, body=body, headers={"Content-Type": "application/json"})
+        if r.status != 201:
+            raise SystemExit(f"create for the hello's answer: {r.status} {r.data[:200]!r}")
+        return bytes(r.data)
+    finally:
+        cluster.kill_all()
+
+
 def _line(name: str, rnd: int, res: dict[str, dict[str, float]]) -> str:
     parts = [f"side={name} round={rnd}"]
     for ph in PHASES:
@@ -226,9 +331,19 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=8, help="client threads of the single creates")
     ap.add_argument("--fires", type=int, default=3_000, help="tasks of the fire phase")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--pin", action="store_true",
+                    help="each node on one CPU, round-robin (node.cpus; taskset for a tree from before it)")
+    ap.add_argument("--pin-ab", action="store_true",
+                    help="two sides of this tree instead: nodes free to use every CPU, and nodes on one CPU each")
+    ap.add_argument("--hello-server", nargs=2, metavar=("PORT", "ANSWER_FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.hello_server:
+        hello_server(int(args.hello_server[0]), args.hello_server[1])
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="threadcpu-"))
-    trees = {"after": ROOT}
+    if args.pin_ab and (args.before or args.pin):
+        raise SystemExit("--pin-ab compares this tree with and without pinning: give neither --before nor --pin")
+    sides = {"free": (ROOT, False), "pinned": (ROOT, True)} if args.pin_ab else {"after": (ROOT, args.pin)}
     if args.before:
         old = tmp / "before"
         old.mkdir()
@@ -239,7 +354,7 @@ def main() -> int:
         static = ROOT / "molens" / "web" / "static"  # built files the archive does not hold
         if static.exists():
             (old / "molens" / "web" / "static").symlink_to(static.resolve())
-        trees = {"before": old, "after": ROOT}
+        sides = {"before": (old, args.pin), "after": (ROOT, args.pin)}
         print(f"threadcpu: before={rev} ({old}) after=working tree ({ROOT})", flush=True)
     sys.path.insert(0, str(ROOT))
     from tests.integration.conftest import free_ports
@@ -250,12 +365,18 @@ def main() -> int:
     )
     assert port_proc.stdout is not None
     receiver = f"http://127.0.0.1:{port_proc.stdout.readline().split()[-1]}/ok/threadcpu"
-    results: dict[str, list[dict[str, dict[str, float]]]] = {k: [] for k in trees}
+    results: dict[str, list[dict[str, dict[str, float]]]] = {k: [] for k in sides}
+    hellos: list[dict[str, float]] = []
     try:
+        answer = _answer(receiver, tmp)
         for rnd in range(args.rounds):
-            names = list(trees) if rnd % 2 == 0 else list(reversed(trees))
+            hello = _hello(args, tmp, answer, receiver)
+            hellos.append(hello)
+            print(f"threadcpu: side=hello round={rnd} hello_switches={hello['switches']:.2f} "
+                  f"hello_cpu_us={hello['cpu_us']:.0f} hello_load={hello['load']:.2f}", flush=True)
+            names = list(sides) if rnd % 2 == 0 else list(reversed(sides))
             for name in names:
-                side = _Side(name, trees[name], tmp / f"{name}-{rnd}")
+                side = _Side(name, sides[name][0], tmp / f"{name}-{rnd}", pin=sides[name][1])
                 try:
                     res = _run(side, args, receiver)
                 finally:
@@ -265,16 +386,23 @@ def main() -> int:
     finally:
         port_proc.kill()
         port_proc.wait(10)
-    summary = [f"creates={args.creates} threads={args.threads} fires={args.fires} rounds={args.rounds}"]
+    summary = [f"creates={args.creates} threads={args.threads} fires={args.fires} rounds={args.rounds} "
+               f"pinned={'compared' if args.pin_ab else 'yes' if args.pin else 'no'}"]
     med: dict[str, dict[str, float]] = {}
     for name, runs in results.items():
         med[name] = {f"{ph}_{k}": statistics.median(r[ph][k] for r in runs)
                      for ph in PHASES for k in ("switches", "messages", "leader_cpu_us", "cluster_cpu_us", "load")}
         summary.append(" ".join(f"{name}_{k}={v:.2f}" if "switches" in k or "load" in k or "messages" in k else f"{name}_{k}={v:.0f}"
                                 for k, v in med[name].items()))
-    if "before" in med:
-        a, b = med["after"], med["before"]
-        summary.append(" ".join(f"{k}_after_vs_before={a[k] / b[k]:.2f}" for k in a if "load" not in k and b[k]))
+    hello_sw = statistics.median(h["switches"] for h in hellos)
+    hello_cpu = statistics.median(h["cpu_us"] for h in hellos)
+    summary.append(f"hello_switches={hello_sw:.2f} hello_cpu_us={hello_cpu:.0f}")
+    summary.append(" ".join(f"{name}_create_switches_vs_hello={med[name]['create_switches'] / hello_sw:.2f} "
+                            f"{name}_create_leader_cpu_vs_hello={med[name]['create_leader_cpu_us'] / hello_cpu:.2f}"
+                            for name in med))
+    if len(med) == 2:  # the second side against the first
+        (first, b), (second, a) = med.items()
+        summary.append(" ".join(f"{k}_{second}_vs_{first}={a[k] / b[k]:.2f}" for k in a if "load" not in k and b[k]))
     print("threadcpu: summary " + " ".join(summary), flush=True)
     return 0
 

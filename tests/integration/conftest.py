@@ -136,6 +136,11 @@ class NodeProc:
         """The command the node runs, the config path appended (another release's code, say)."""
         self._local = threading.local()  # one admin client per thread: ZMQ sockets are not thread-safe
 
+    def configure(self, settings: dict[str, Any]) -> None:
+        """Merge ``settings`` into the node's config file (read at its next start)."""
+        self.settings = _merge(self.settings, settings)
+        self.config_path.write_text(yaml.safe_dump(self.settings, sort_keys=False))
+
     # --- process control -------------------------------------------------------------------------
     def start(self) -> NodeProc:
         assert not self.running, f"{self.node_id} already running"
@@ -278,6 +283,15 @@ class Cluster:
         )
         self.nodes[nid] = node
         return node
+
+    def pin_each_to_one_cpu(self) -> list[int]:
+        """Give node ``i`` the ``i``-th CPU this process may use, round-robin, as ``node.cpus``
+        (docs/deploy.md#cpu-pinning); returns each node's CPU in order."""
+        allowed = sorted(os.sched_getaffinity(0))
+        chosen = [allowed[i % len(allowed)] for i in range(len(self.nodes))]
+        for node, cpu in zip(self.nodes.values(), chosen, strict=True):
+            node.configure({"node": {"cpus": str(cpu)}})
+        return chosen
 
     # --- whole-cluster control -------------------------------------------------------------------
     def start(self) -> Cluster:

@@ -1,0 +1,63 @@
+"""``node.cpus`` on a real node process: every thread runs on the CPUs named, the stats say so, and
+a CPU the process may not use stops the start with the key named (docs/deploy.md#cpu-pinning)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import urllib3
+
+from molens import cpus
+from tests.integration.conftest import Cluster
+
+_http = urllib3.PoolManager(retries=False, timeout=10)
+
+
+def _threads_cpus(pid: int) -> dict[str, str]:
+    """Each live thread of ``pid``: its name -> its ``Cpus_allowed_list``."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        allowed = next(line.split(":", 1)[1].strip() for line in status.splitlines()
+                       if line.startswith("Cpus_allowed_list:"))
+        out[f"{name}/{tid}"] = allowed
+    return out
+
+
+def test_a_pinned_node_runs_every_thread_on_its_cpu_and_says_so(make_cluster: Callable[..., Cluster]) -> None:
+    one = str(max(os.sched_getaffinity(0)))
+    c = make_cluster(1, {"node": {"cpus": one}}, state_machine="tasks")
+    node = c.leader()
+    st = json.loads(_http.request("GET", f"{node.http_url}/api/v1/stats?local=1").data)
+    assert st["cpus"] == one
+    threads = _threads_cpus(node.pid)
+    assert len(threads) > 10  # the actors, the HTTP threads, ZeroMQ's I/O threads ...
+    assert set(threads.values()) == {one}, threads
+    assert f"node runs on CPUs {one} (node.cpus)" in node.tail(200)
+
+
+def test_an_unpinned_node_keeps_every_cpu_it_was_given(make_cluster: Callable[..., Cluster]) -> None:
+    c = make_cluster(1, state_machine="tasks")
+    node = c.leader()
+    st = json.loads(_http.request("GET", f"{node.http_url}/api/v1/stats?local=1").data)
+    assert st["cpus"] == cpus.text(os.sched_getaffinity(0))
+
+
+def test_a_cpu_the_node_may_not_use_stops_its_start_naming_the_key(tmp_path: Path) -> None:
+    c = Cluster(tmp_path, 1, {"node": {"cpus": "4095"}}, state_machine="tasks")
+    node = c.nodes["n1"]
+    try:
+        node.start()
+        assert node.proc is not None
+        assert node.proc.wait(timeout=30) != 0
+        out = node.tail(40)
+        assert "node.cpus 4095: CPU 4095 is not available to this process (it may use " in out, out
+    finally:
+        c.kill_all()

@@ -1,0 +1,74 @@
+"""``node.cpus``: the CPU list syntax, and pinning every thread of a process (molens/cpus.py)."""
+
+from __future__ import annotations
+
+import doctest
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from molens import cpus
+from molens.config import load_dict
+
+
+def test_the_module_examples_hold() -> None:
+    assert doctest.testmod(cpus).failed == 0
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [("0", {0}), ("0,2", {0, 2}), ("0-3,6", {0, 1, 2, 3, 6}), (" 1 , 1-2 ", {1, 2}), ("", set()), (",", set())],
+)
+def test_lists_read_as_taskset_writes_them(spec: str, want: set[int]) -> None:
+    assert cpus.parse(spec) == want
+    assert cpus.parse(cpus.text(want)) == want
+
+
+@pytest.mark.parametrize("spec", ["a", "-1", "1-", "1--2", "2-1", "0-4096", "1.5"])
+def test_anything_else_is_refused_with_the_part_named(spec: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{re.escape(spec)}: (not a CPU number|a range|CPU numbers go up)"):
+        cpus.parse(spec)
+
+
+def test_a_yaml_number_is_a_one_cpu_list() -> None:
+    assert load_dict({"node": {"cpus": 0}}, env={}).node.cpus == "0"
+    assert load_dict({}, env={"MOLENS_NODE__CPUS": "0-1"}).node.cpus == "0-1"
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def test_pin_moves_threads_already_running_and_those_started_after() -> None:
+    one = min(os.sched_getaffinity(0))
+    out = _run(f"""
+        import os, threading
+        from molens import cpus
+        started = threading.Event(); stop = threading.Event()
+        early = threading.Thread(target=lambda: (started.set(), stop.wait())); early.start(); started.wait()
+        cpus.pin(frozenset({{{one}}}))
+        late = threading.Thread(target=stop.wait); late.start()
+        for t in (early, late):
+            print(sorted(os.sched_getaffinity(t.native_id)))
+        stop.set()
+        print(cpus.text(cpus.allowed()))
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == [f"[{one}]", f"[{one}]", str(one)]
+
+
+def test_a_cpu_the_process_may_not_use_is_refused_naming_what_it_may() -> None:
+    allowed = cpus.text(os.sched_getaffinity(0))
+    out = _run("""
+        from molens import cpus
+        try:
+            cpus.pin(frozenset({4095}))
+        except ValueError as exc:
+            print(exc)
+    """)
+    assert out.stdout.strip() == f"CPU 4095 is not available to this process (it may use {allowed})", out.stderr
