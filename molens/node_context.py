@@ -349,17 +349,17 @@ class NodeContext(StoreReads):
             lat = timings.get("callback_latency")  # request -> answer, on this node's worker
             out["callback_latency_p50_ms"] = lat["p50_ms"] if lat else None
             out["callback_latency_p99_ms"] = lat["p99_ms"] if lat else None
-            out["not_fired"]["held_by_flow"] = int(sched.get("flow_held", 0))
-            out["notifications"].update(
-                sent=sched.get("notifications_sent", 0), dropped=sched.get("notifications_dropped", 0),
-                failures=sched.get("notification_failures", 0),
-            )
             out["cleanup"] = {
-                "expired": sched.get("expired", 0),
-                "dead_letters_expired": sched.get("dead_letters_expired", 0),
                 "retention_ms": self.cfg.scheduler.task_retention_minutes * 60_000,
                 "rate_limit_qps": self.cfg.scheduler.expire_rate_limit_qps,
             }
+            if "expired" in sched:  # Stats answered (its counters are absent, not zeros, when it did not)
+                out["not_fired"]["held_by_flow"] = int(sched.get("flow_held", 0))
+                out["notifications"].update(
+                    sent=sched.get("notifications_sent", 0), dropped=sched.get("notifications_dropped", 0),
+                    failures=sched.get("notification_failures", 0),
+                )
+                out["cleanup"].update(expired=sched["expired"], dead_letters_expired=sched.get("dead_letters_expired", 0))
         return out
 
     def wheel_distribution(self) -> WheelDistribution | None:

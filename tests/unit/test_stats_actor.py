@@ -5,6 +5,7 @@ not alone with the node running on and its counters standing still. Until the no
 from __future__ import annotations
 
 import io
+import json
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -120,6 +121,9 @@ def test_stats_and_metrics_answer_without_the_counters_while_a_failed_stats_acto
     status, body = node.get("/api/v1/stats")
     assert status == 200, body
     assert b'"scheduler"' in body and b'"fires_sent"' not in body
+    st = json.loads(body)  # nor Stats' counts elsewhere in the answer: absent, not zeros
+    assert "expired" not in st["cleanup"] and "held_by_flow" not in st["not_fired"], st
+    assert "sent" not in st["notifications"], st
     status, body = node.get("/metrics")
     assert status == 200, body
     assert b"molens_raft_term" in body
