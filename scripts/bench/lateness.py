@@ -26,6 +26,7 @@ The search (both systems) only runs when every listed rate was sustained.
     .venv/bin/python scripts/bench/lateness.py --rates 1000 --no-search --no-apscheduler
     .venv/bin/python scripts/bench/lateness.py --dispatch-lead-ms 0 ...  # plan at the due time (no dispatch ahead)
     .venv/bin/python scripts/bench/lateness.py --traced ...  # every task created with a traceparent
+    .venv/bin/python scripts/bench/lateness.py --pin ...     # each node on one CPU (node.cpus)
 
 Lines: ``lateness: rate=R fires_per_s=... p50_ms=... p99_ms=... max_ms=...`` per rate,
 ``lateness_vs_apscheduler: store=... p99_ratio=... max_fires_ratio=...`` per store,
@@ -367,6 +368,7 @@ def main() -> int:
                     help='JSON merged into every node\'s config, for experiments (e.g. \'{"worker": {"loop_tick_ms": 0}}\')')
     ap.add_argument("--traced", action="store_true",
                     help="create every task with a traceparent (its callbacks carry one: docs/observability.md#traces)")
+    ap.add_argument("--pin", action="store_true", help="each node on one CPU, round-robin (docs/deploy.md#cpu-pinning)")
     ap.add_argument("--dispatch-lead-ms", type=int, default=None,
                     help="the nodes' scheduler.dispatch_lead_ms (default: conf/node.yaml's)")
     args = ap.parse_args()
@@ -386,6 +388,8 @@ def main() -> int:
         summary_lead = SchedulerConfig().dispatch_lead_ms
     print(f"lateness: dispatch_lead_ms={summary_lead} load={os.getloadavg()[0]:.2f}", flush=True)
     cluster = Cluster(tmp / "cluster", 3, extra=extra, state_machine="tasks")
+    if args.pin:
+        print(f"lateness: nodes on CPUs {','.join(map(str, cluster.pin_each_to_one_cpu()))}", flush=True)
     results: dict[float, Result] = {}
     summary: dict[str, Any] = {}
     try:
