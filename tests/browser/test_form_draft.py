@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.browser.conftest import Browsing, serve_ui
 
@@ -75,6 +75,28 @@ def test_a_reload_keeps_the_draft_and_leaving_the_form_drops_it(tmp_path: Path, 
         expect(page.get_by_test_id("task-form")).to_be_visible()
         expect(page.get_by_test_id("f-url")).to_have_value(default_url)
         expect(page.get_by_test_id("draft-restored")).to_have_count(0)
+
+
+def test_what_is_typed_before_the_nodes_rules_arrive_is_part_of_the_draft(tmp_path: Path, page: Page) -> None:
+    # the form can be typed into at once; the node's OpenAPI document (the fields' rules) comes later
+    with serve_ui(tmp_path / "a") as a:
+        held: list[Route] = []
+
+        def hold(route: Route) -> None:
+            held.append(route)
+
+        page.route("**/api/v1/openapi.json", hold)
+        page.goto(a.url + "/ui/tasks/new")
+        expect(page.get_by_test_id("task-form")).to_be_visible()
+        _fill(page, "http://127.0.0.1:9/early")
+        assert held, "the form asked for the node's rules"
+        for route in held:
+            route.continue_()
+        page.unroute("**/api/v1/openapi.json", hold)
+        page.reload()
+        _assert_filled(page, "http://127.0.0.1:9/early")
+        expect(page.get_by_test_id("kind-cron").locator("input")).to_be_checked()
+        assert len(a.ctx.store) == 0
 
 
 def test_an_edit_draft_is_restored_only_on_the_version_it_was_made_on(tmp_path: Path, page: Page) -> None:
