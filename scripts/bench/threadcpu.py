@@ -147,9 +147,8 @@ class _Side:
         if pin and (tree / "molens" / "cpus.py").exists():
             self.cluster.pin_each_to_one_cpu()
         elif pin:  # a tree from before node.cpus: the same CPUs, given from outside
-            allowed = sorted(os.sched_getaffinity(0))
-            for i, node in enumerate(self.cluster.nodes.values()):
-                node.argv = ["taskset", "-c", str(allowed[i % len(allowed)]), *node.argv]
+            for cpu, node in zip(self.cluster.one_cpu_each(), self.cluster.nodes.values(), strict=True):
+                node.argv = ["taskset", "-c", str(cpu), *node.argv]
         self.cluster.start()
         leader = self.cluster.leader(timeout=60)
         self.pid = leader.pid

@@ -284,11 +284,15 @@ class Cluster:
         self.nodes[nid] = node
         return node
 
-    def pin_each_to_one_cpu(self) -> list[int]:
-        """Give node ``i`` the ``i``-th CPU this process may use, round-robin, as ``node.cpus``
-        (docs/deploy.md#cpu-pinning); returns each node's CPU in order."""
+    def one_cpu_each(self) -> list[int]:
+        """Node ``i``'s CPU when each runs on one: the ``i``-th this process may use, round-robin."""
         allowed = sorted(os.sched_getaffinity(0))
-        chosen = [allowed[i % len(allowed)] for i in range(len(self.nodes))]
+        return [allowed[i % len(allowed)] for i in range(len(self.nodes))]
+
+    def pin_each_to_one_cpu(self) -> list[int]:
+        """Give each node its CPU of :meth:`one_cpu_each` as ``node.cpus`` (docs/deploy.md#cpu-pinning);
+        returns each node's CPU in order."""
+        chosen = self.one_cpu_each()
         for node, cpu in zip(self.nodes.values(), chosen, strict=True):
             node.configure({"node": {"cpus": str(cpu)}})
         return chosen
