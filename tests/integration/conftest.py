@@ -86,8 +86,12 @@ def free_ports(n: int) -> list[int]:
     return out
 
 
-def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll ``fn`` until it returns something truthy; fail the test naming ``what`` at the deadline."""
+def wait_for(
+    fn: Callable[[], T | None], timeout: float, what: str, interval: float = 0.02,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Poll ``fn`` until it returns something truthy; fail the test naming ``what`` at the deadline,
+    with what ``explain`` says then (the state behind it: a node's log tail, the objects waited on)."""
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
     while True:
@@ -98,9 +102,15 @@ def wait_for(fn: Callable[[], T | None], timeout: float, what: str, interval: fl
         except (AdminError, OSError) as exc:
             last_exc = exc
         if time.monotonic() >= deadline:
+            context = ""
+            if explain is not None:
+                try:
+                    context = "\n" + explain()
+                except Exception as exc:  # the explanation must not hide the timeout
+                    context = f"\n(explain failed: {exc!r})"
             pytest.fail(
                 f"timed out after {timeout:g} s waiting for {what}"
-                + (f" (last error: {last_exc})" if last_exc else "")
+                + (f" (last error: {last_exc})" if last_exc else "") + context
             )
         time.sleep(interval)
 

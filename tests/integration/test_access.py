@@ -78,7 +78,13 @@ class World:
                 out[d["namespace"]].append(d["id"])
             return out if len(out["inside"]) >= 6 and out["outside"] else None
 
-        self.dead = wait_for(dead, 60, "dead letters in both namespaces")
+        def explain() -> str:
+            tasks = ok(n, "GET", f"{P}/tasks?limit=100")["items"]
+            shown = [{k: t.get(k) for k in ("id", "namespace", "type", "status", "next_run_at", "last_outcome")}
+                     for t in tasks]
+            return f"tasks: {json.dumps(shown)}\nnode log tail:\n{n.tail(120)}"
+
+        self.dead = wait_for(dead, 60, "dead letters in both namespaces", explain=explain)
         ok(n, "PUT", f"{P}/flows/walk.example:80", {"rate_per_s": 100})
 
     def task(self, ns: str, **kw: Any) -> str:
