@@ -417,7 +417,7 @@ def _schemas() -> dict[str, Any]:
                 "threads_cpu_s": {
                     "type": "object",
                     "additionalProperties": {"type": "number"},
-                    "description": "CPU seconds of this process's live threads by name (fire-worker-3 counts as fire-worker)",
+                    "description": "CPU seconds of this process's live threads by name (fire-worker-3 counts as fire-worker; ZeroMQ's native ZMQbg/IO/0 as ZMQbg/IO)",
                 },
                 "threads_switches": {
                     "type": "object",

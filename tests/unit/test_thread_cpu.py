@@ -3,6 +3,8 @@ name without the numeric suffix."""
 
 from __future__ import annotations
 
+import os
+import queue
 import sys
 import threading
 import time
@@ -80,3 +82,61 @@ def test_switches_count_each_time_a_thread_blocks_summed_by_name() -> None:
     assert after["sleepy"] >= 80
     assert after["idle"] - before["idle"] <= 2  # blocked the whole time: no new switches of its own
     assert all(isinstance(v, int) for v in after.values())
+
+
+def test_threads_python_did_not_start_count_by_their_kernel_name() -> None:
+    """ZeroMQ's I/O thread is native: a reading that left it out would miss the CPU and switches of
+    every message a node sends to its peers. A PAIR of sockets over inproc does not touch it, so
+    the messages go over TCP on 127.0.0.1."""
+    import zmq
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        port = a.bind_to_random_port("tcp://127.0.0.1")
+        b.connect(f"tcp://127.0.0.1:{port}")
+        before = thread_switches()
+        for _ in range(200):
+            b.send(b"x" * 64)
+            a.recv()
+        after, cpu = thread_switches(), thread_cpu_s()
+    finally:
+        a.close(linger=0)
+        b.close(linger=0)
+        ctx.term()
+    assert "ZMQbg/IO" in after and "ZMQbg/IO/0" not in after
+    assert after["ZMQbg/IO"] - before.get("ZMQbg/IO", 0) >= 100  # it woke for the messages it carried
+    assert "ZMQbg/IO" in cpu
+
+
+def test_threads_that_run_in_short_bursts_are_charged_what_they_ran() -> None:
+    """32 threads that each run a few microseconds per item and then wait for the next (as waitress
+    workers and I/O loops do): their readings add up to what the process used, which the kernel
+    counts exactly. Clock-tick samples charged such threads about a quarter less."""
+    items: queue.Queue[int | None] = queue.Queue()
+
+    def work() -> None:
+        while items.get() is not None:
+            sum(range(300))
+
+    threads = [threading.Thread(target=work, name=f"burst-{i}") for i in range(32)]
+    for t in threads:
+        t.start()
+    try:
+        before, t0 = thread_cpu_s(), os.times()
+        for i in range(60_000):
+            items.put(i)
+            if i % 4 == 0:
+                time.sleep(0)
+        while not items.empty():
+            time.sleep(0.01)
+        after, t1 = thread_cpu_s(), os.times()
+    finally:
+        for _ in threads:
+            items.put(None)
+        for t in threads:
+            t.join()
+    process = (t1.user + t1.system) - (t0.user + t0.system)
+    counted = sum(v - before.get(k, 0.0) for k, v in after.items() if not k.endswith(".sys"))
+    assert process > 0.3, process
+    assert 0.9 * process <= counted <= 1.1 * process, (counted, process)
