@@ -173,6 +173,12 @@ class Node:
             except ValueError as exc:
                 raise NodeError(f"node.cpus {cfg.node.cpus}: {exc}") from None
             log.info("node runs on CPUs %s (node.cpus)", cpus.text(cpus.allowed()))
+        if cfg.node.os_scheduling != cpus.policy():  # likewise inherited
+            try:
+                cpus.set_policy(cfg.node.os_scheduling)
+            except ValueError as exc:
+                raise NodeError(f"node.os_scheduling {cfg.node.os_scheduling}: {exc}") from None
+            log.info("node threads scheduled as %s (node.os_scheduling)", cfg.node.os_scheduling)
         if cfg.node.clock_offset_ms:
             log.warning("node clock shifted by %+d ms (node.clock_offset_ms: tests only)", cfg.node.clock_offset_ms)
             wallclock.set_offset_ms(cfg.node.clock_offset_ms)

@@ -428,6 +428,10 @@ def _schemas() -> dict[str, Any]:
                     "type": "string",
                     "description": "CPUs this node's process may run on, as taskset -c writes them (node.cpus pins it)",
                 },
+                "os_scheduling": {
+                    "type": "string",
+                    "description": "The kernel's scheduling policy of this node's threads: batch or normal (node.os_scheduling)",
+                },
                 "disk": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "cleanup": {
                     "type": "object",

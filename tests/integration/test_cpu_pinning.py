@@ -1,5 +1,6 @@
 """``node.cpus`` on a real node process: every thread runs on the CPUs named, the stats say so, and
-a CPU the process may not use stops the start with the key named (docs/deploy.md#cpu-pinning)."""
+a CPU the process may not use stops the start with the key named (docs/deploy.md#cpu-pinning).
+``node.os_scheduling``: every thread runs under the policy named (docs/deploy.md#os-scheduling)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,30 @@ def test_a_cpu_the_node_may_not_use_stops_its_start_naming_the_key(tmp_path: Pat
         assert "node.cpus 4095: CPU 4095 is not available to this process (it may use " in out, out
     finally:
         c.kill_all()
+
+
+def _threads_policies(pid: int) -> dict[str, int]:
+    """Each live thread of ``pid``: its name -> its scheduling policy (the kernel's number)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            out[f"{name}/{tid}"] = os.sched_getscheduler(int(tid))
+        except (OSError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+    return out
+
+
+def test_each_thread_runs_under_the_policy_named_and_the_stats_say_which(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    c = make_cluster(2, {"node": {"os_scheduling": "batch"}}, start=False, state_machine="tasks")
+    c.nodes["n2"].configure({"node": {"os_scheduling": "normal"}})
+    c.start()
+    c.leader()
+    for node, want, name in ((c.nodes["n1"], os.SCHED_BATCH, "batch"), (c.nodes["n2"], os.SCHED_OTHER, "normal")):
+        st = json.loads(_http.request("GET", f"{node.http_url}/api/v1/stats?local=1").data)
+        assert st["os_scheduling"] == name
+        policies = _threads_policies(node.pid)
+        assert any(n.startswith("ZMQbg/IO/") for n in policies), policies  # ZeroMQ's threads too
+        assert set(policies.values()) == {want}, policies

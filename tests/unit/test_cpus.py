@@ -72,3 +72,29 @@ def test_a_cpu_the_process_may_not_use_is_refused_naming_what_it_may() -> None:
             print(exc)
     """)
     assert out.stdout.strip() == f"CPU 4095 is not available to this process (it may use {allowed})", out.stderr
+
+
+def test_a_policy_covers_threads_already_running_and_those_started_after() -> None:
+    out = _run("""
+        import os, threading
+        from molens import cpus
+        started = threading.Event(); stop = threading.Event()
+        early = threading.Thread(target=lambda: (started.set(), stop.wait())); early.start(); started.wait()
+        print(cpus.policy())
+        cpus.set_policy("batch")
+        late = threading.Thread(target=stop.wait); late.start()
+        print([os.sched_getscheduler(t.native_id) == os.SCHED_BATCH for t in (early, late)], cpus.policy())
+        cpus.set_policy("normal")
+        print([os.sched_getscheduler(t.native_id) == os.SCHED_OTHER for t in (early, late)], cpus.policy())
+        stop.set()
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:3] == ["normal", "[True, True] batch", "[True, True] normal"]
+
+
+def test_a_policy_must_be_one_the_node_knows() -> None:
+    with pytest.raises(ValueError, match=r"^fifo: must be one of batch, normal$"):
+        cpus.set_policy("fifo")
+    with pytest.raises(ValueError, match=r"node\.os_scheduling: must be one of batch, normal"):
+        load_dict({"node": {"os_scheduling": "fifo"}}, env={})
+    assert load_dict({}, env={"MOLENS_NODE__OS_SCHEDULING": "batch"}).node.os_scheduling == "batch"
