@@ -30,7 +30,10 @@ per request are what the HTTP layer alone costs here: the floor under the create
 ``node.cpus`` (docs/deploy.md#cpu-pinning; ``taskset`` for a ``--before`` tree that predates it), and
 the hello reference on the first of them. ``--pin-ab`` runs two sides of this tree instead, ``free``
 (every CPU) and ``pinned``, alternating like ``--before`` (the hello reference
-free to use every CPU); the summary's ratios are then ``*_pinned_vs_free``.
+free to use every CPU); the summary's ratios are then ``*_pinned_vs_free``. ``--policy-ab`` runs
+the two sides ``normal`` and ``batch`` of ``node.os_scheduling`` (docs/deploy.md#os-scheduling),
+both pinned with ``--pin``; ``--policy`` sets it for every side of a run (not the ``--before`` tree's,
+which may predate it).
 
 ``--before REV`` also runs the ``molens`` package of git revision ``REV`` (``git archive`` into a
 temporary directory; each node's ``PYTHONPATH`` points at one tree or the other), a fresh cluster
@@ -136,12 +139,15 @@ def _settled(leader_url: str, urls: list[str], want: int, timeout_s: float) -> N
 class _Side:
     """One cluster running the ``molens`` of ``tree``."""
 
-    def __init__(self, name: str, tree: Path, root: Path, pin: bool = False) -> None:
+    def __init__(self, name: str, tree: Path, root: Path, pin: bool = False, policy: str = "") -> None:
         sys.path.insert(0, str(ROOT))
         from tests.integration.conftest import Cluster
 
         self.name = name
-        self.cluster = Cluster(root, 3, extra={"logging": {"level": "WARNING"}}, state_machine="tasks")
+        extra: dict[str, Any] = {"logging": {"level": "WARNING"}}
+        if policy:
+            extra["node"] = {"os_scheduling": policy}
+        self.cluster = Cluster(root, 3, extra=extra, state_machine="tasks")
         for node in self.cluster.nodes.values():
             node.argv = ["env", f"PYTHONPATH={tree}", sys.executable, "-m", "molens.cli"]
         if pin and (tree / "molens" / "cpus.py").exists():
@@ -334,15 +340,25 @@ def main() -> int:
                     help="each node on one CPU, round-robin (node.cpus; taskset for a tree from before it)")
     ap.add_argument("--pin-ab", action="store_true",
                     help="two sides of this tree instead: nodes free to use every CPU, and nodes on one CPU each")
+    ap.add_argument("--policy-ab", action="store_true",
+                    help="two sides of this tree instead: node.os_scheduling normal and batch (with --pin, both pinned)")
+    ap.add_argument("--policy", choices=("normal", "batch"), default="",
+                    help="node.os_scheduling of every side (default: the nodes' default)")
     ap.add_argument("--hello-server", nargs=2, metavar=("PORT", "ANSWER_FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.hello_server:
         hello_server(int(args.hello_server[0]), args.hello_server[1])
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="threadcpu-"))
-    if args.pin_ab and (args.before or args.pin):
-        raise SystemExit("--pin-ab compares this tree with and without pinning: give neither --before nor --pin")
-    sides = {"free": (ROOT, False), "pinned": (ROOT, True)} if args.pin_ab else {"after": (ROOT, args.pin)}
+    if args.pin_ab and (args.before or args.pin or args.policy_ab):
+        raise SystemExit("--pin-ab compares this tree with and without pinning: give neither --before, --pin nor --policy-ab")
+    if args.policy_ab and (args.before or args.policy):
+        raise SystemExit("--policy-ab compares this tree's two policies: give neither --before nor --policy")
+    sides: dict[str, tuple[Path, bool, str]] = {"after": (ROOT, args.pin, args.policy)}
+    if args.pin_ab:
+        sides = {"free": (ROOT, False, args.policy), "pinned": (ROOT, True, args.policy)}
+    elif args.policy_ab:
+        sides = {"normal": (ROOT, args.pin, "normal"), "batch": (ROOT, args.pin, "batch")}
     if args.before:
         old = tmp / "before"
         old.mkdir()
@@ -353,7 +369,7 @@ def main() -> int:
         static = ROOT / "molens" / "web" / "static"  # built files the archive does not hold
         if static.exists():
             (old / "molens" / "web" / "static").symlink_to(static.resolve())
-        sides = {"before": (old, args.pin), "after": (ROOT, args.pin)}
+        sides = {"before": (old, args.pin, ""), "after": (ROOT, args.pin, args.policy)}
         print(f"threadcpu: before={rev} ({old}) after=working tree ({ROOT})", flush=True)
     sys.path.insert(0, str(ROOT))
     from tests.integration.conftest import free_ports
@@ -375,7 +391,8 @@ def main() -> int:
                   f"hello_cpu_us={hello['cpu_us']:.0f} hello_load={hello['load']:.2f}", flush=True)
             names = list(sides) if rnd % 2 == 0 else list(reversed(sides))
             for name in names:
-                side = _Side(name, sides[name][0], tmp / f"{name}-{rnd}", pin=sides[name][1])
+                tree, pin, policy = sides[name]
+                side = _Side(name, tree, tmp / f"{name}-{rnd}", pin=pin, policy=policy)
                 try:
                     res = _run(side, args, receiver)
                 finally:
@@ -386,7 +403,8 @@ def main() -> int:
         port_proc.kill()
         port_proc.wait(10)
     summary = [f"creates={args.creates} threads={args.threads} fires={args.fires} rounds={args.rounds} "
-               f"pinned={'compared' if args.pin_ab else 'yes' if args.pin else 'no'}"]
+               f"pinned={'compared' if args.pin_ab else 'yes' if args.pin else 'no'} "
+               f"os_scheduling={'compared' if args.policy_ab else args.policy or 'default'}"]
     med: dict[str, dict[str, float]] = {}
     for name, runs in results.items():
         med[name] = {f"{ph}_{k}": statistics.median(r[ph][k] for r in runs)
