@@ -175,9 +175,10 @@ class NodeConfig:
     cpus: str = _opt("", _cpu_list)
     """CPUs the node's process runs on, as ``taskset -c`` writes them (``0``, ``2-3``); empty: every
     CPU it is given (docs/deploy.md#cpu-pinning)."""
-    os_scheduling: str = _opt("normal", lambda v: None if v in cpus.POLICIES else f"must be one of {', '.join(cpus.POLICIES)}")
-    """The kernel's scheduling policy for the node's threads: ``batch`` or ``normal`` (molens/cpus.py,
-    docs/deploy.md#os-scheduling)."""
+    os_scheduling: str = _opt("http-batch",
+                              lambda v: None if v in cpus.POLICIES else f"must be one of {', '.join(cpus.POLICIES)}")
+    """The kernel's scheduling policy for the node's threads: ``http-batch``, ``batch`` or ``normal``
+    (molens/cpus.py, docs/deploy.md#os-scheduling)."""
     stop_timeout_s: float = _opt(30.0, lambda v: None if v > 0 else "must be > 0")
     state_machine: str = _opt("tasks", lambda v: None if v in ("tasks", "kv") else "must be tasks or kv")
     clock_offset_ms: int = _opt(0, _int_range(-86_400_000, 86_400_000))

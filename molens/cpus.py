@@ -14,17 +14,20 @@ work for the node then shares that core too; batch ingest, bound by lmdb and fsy
 this process (threads started later inherit it from the thread that starts them); :func:`text`
 writes a set back in that syntax.
 
-``node.os_scheduling`` chooses the kernel's scheduling policy for every thread of the process
-(:func:`set_policy`). Under ``batch`` (``SCHED_BATCH``) a thread that wakes does not take the CPU from
-the thread running there; it runs when that one blocks or uses up its slice. A node's threads wake
-each other all the time: a waitress thread hands a create to the Raft actor, the Raft actor hands
-the outcome back, the Raft transport's I/O loop wakes the actor. Under ``normal`` each wake-up
-preempts the waker while it still holds the interpreter lock; the woken thread finds the lock taken
-and sleeps again, and the waker comes back: two switches where none was needed. ``batch`` takes a
-third of the switches per create and per fire away and some CPU with them, and lowers the highest
-sustained fire rate, whose chain of wake-ups now waits at every step; so ``normal`` is the default
-(docs/benchmarks.md#os-scheduling). It only tells the kernel which of the node's own threads may
-preempt which; any other process keeps its priority, and a ``nice`` value still holds.
+``node.os_scheduling`` chooses the kernel's scheduling policy of the node's threads
+(:func:`set_policy`, :func:`threads_started_under`). Under ``batch`` (``SCHED_BATCH``) a thread that
+wakes does not take the CPU from the thread running there; it runs when that one blocks or uses up
+its slice. A node's threads wake each other all the time: a waitress thread hands a create to the
+Raft actor, the Raft actor hands the outcome back, the Raft transport's I/O loop wakes the actor.
+Under ``normal`` each wake-up preempts the waker while it still holds the interpreter lock; the
+woken thread finds the lock taken and sleeps again, and the waker comes back: two switches where
+none was needed. Every thread under ``batch`` takes a third of the switches per create and per fire
+away and some CPU with them, and lowers the highest sustained fire rate, whose chain of wake-ups
+now waits at every step. The default, ``http-batch``, puts only the HTTP API's threads under
+``batch``: the Raft actor's hand-back of an outcome no longer preempts it, and the fire path keeps
+its ceiling (docs/benchmarks.md#os-scheduling). A policy only tells the kernel which of the node's
+own threads may preempt which; any other process keeps its priority, and a ``nice`` value still
+holds.
 
 >>> sorted(parse("0-2,5"))
 [0, 1, 2, 5]
@@ -39,8 +42,9 @@ ValueError: 2-1: a range must go upwards
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 MAX_CPU = 4095
 """The largest CPU number a list may name."""
@@ -101,8 +105,9 @@ def pin(cpus: frozenset[int]) -> None:
     os.sched_setaffinity(0, cpus)
 
 
-POLICIES = ("batch", "normal")
-"""The values of ``node.os_scheduling``."""
+POLICIES = ("http-batch", "batch", "normal")
+"""The values of ``node.os_scheduling``: the HTTP API's threads under ``batch`` and the rest
+``normal`` (the default), every thread ``batch``, every thread ``normal``."""
 
 
 def policy() -> str:
@@ -115,22 +120,44 @@ def policy() -> str:
     return {os.SCHED_BATCH: "batch", os.SCHED_OTHER: "normal"}.get(now, str(now))
 
 
+def process_policy(setting: str) -> str:
+    """The policy of every thread but the HTTP API's under ``node.os_scheduling`` ``setting``."""
+    return "batch" if setting == "batch" else "normal"
+
+
 def set_policy(name: str) -> None:
-    """Every thread of this process under the scheduling policy ``name`` (one of :data:`POLICIES`;
-    threads started later inherit it from the thread that starts them). ValueError when the system
+    """Every thread of this process under the scheduling policy ``name``, ``batch`` or ``normal``
+    (threads started later inherit it from the thread that starts them). ValueError when the system
     refuses (not Linux, or a seccomp profile that forbids it)."""
-    if name not in POLICIES:
-        raise ValueError(f"{name}: must be one of {', '.join(POLICIES)}")
+    for tid in _threads():
+        try:
+            _set(tid, name)
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    _set(0, name)
+
+
+@contextlib.contextmanager
+def threads_started_under(name: str) -> Iterator[None]:
+    """The threads this thread starts inside the block run under the policy ``name`` (they inherit
+    it); this thread goes back to its own policy at the end. ValueError as :func:`set_policy`."""
+    before = policy()
+    _set(0, name)
     try:
-        number = os.SCHED_BATCH if name == "batch" else os.SCHED_OTHER
-        param = os.sched_param(0)
-        for tid in _threads():
-            try:
-                os.sched_setscheduler(tid, number, param)
-            except ProcessLookupError:  # the thread ended meanwhile
-                pass
-        os.sched_setscheduler(0, number, param)
-    except (AttributeError, PermissionError, OSError) as exc:
+        yield
+    finally:
+        if before in ("batch", "normal"):
+            _set(0, before)
+
+
+def _set(tid: int, name: str) -> None:
+    if name not in ("batch", "normal"):
+        raise ValueError(f"{name}: must be batch or normal")
+    try:
+        os.sched_setscheduler(tid, os.SCHED_BATCH if name == "batch" else os.SCHED_OTHER, os.sched_param(0))
+    except ProcessLookupError:
+        raise
+    except (AttributeError, OSError) as exc:
         raise ValueError(f"this system does not let a process choose the policy {name}: {exc}") from None
 
 
@@ -142,4 +169,7 @@ def _threads() -> list[int]:
         return []
 
 
-__all__ = ["MAX_CPU", "POLICIES", "allowed", "parse", "pin", "policy", "set_policy", "text"]
+__all__ = [
+    "MAX_CPU", "POLICIES", "allowed", "parse", "pin", "policy", "process_policy", "set_policy", "text",
+    "threads_started_under",
+]

@@ -28,6 +28,7 @@ tests and benchmarks: it proposes raw entries to the local RaftPeer and answers 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import fcntl
 import gc
@@ -158,6 +159,7 @@ class Node:
         self._stopped = threading.Event()
         self._join_thread: threading.Thread | None = None
         self.started_at = 0.0
+        self._http_batch = False
 
     # --- start ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -173,12 +175,16 @@ class Node:
             except ValueError as exc:
                 raise NodeError(f"node.cpus {cfg.node.cpus}: {exc}") from None
             log.info("node runs on CPUs %s (node.cpus)", cpus.text(cpus.allowed()))
-        if cfg.node.os_scheduling != cpus.policy():  # likewise inherited
-            try:
-                cpus.set_policy(cfg.node.os_scheduling)
-            except ValueError as exc:
-                raise NodeError(f"node.os_scheduling {cfg.node.os_scheduling}: {exc}") from None
-            log.info("node threads scheduled as %s (node.os_scheduling)", cfg.node.os_scheduling)
+        self._http_batch = cfg.node.os_scheduling == "http-batch" and cpus.policy() != "unknown"
+        if cpus.process_policy(cfg.node.os_scheduling) != cpus.policy():  # likewise inherited
+            if cpus.policy() == "unknown" and cfg.node.os_scheduling != "batch":
+                log.info("this system does not say its threads' policy: node.os_scheduling left alone")
+            else:
+                try:
+                    cpus.set_policy(cpus.process_policy(cfg.node.os_scheduling))
+                except ValueError as exc:
+                    raise NodeError(f"node.os_scheduling {cfg.node.os_scheduling}: {exc}") from None
+        log.info("node threads scheduled as %s (node.os_scheduling)", cfg.node.os_scheduling)
         if cfg.node.clock_offset_ms:
             log.warning("node clock shifted by %+d ms (node.clock_offset_ms: tests only)", cfg.node.clock_offset_ms)
             wallclock.set_offset_ms(cfg.node.clock_offset_ms)
@@ -400,10 +406,16 @@ class Node:
             settings=dataclasses.replace(settings_from_config(self.cfg), spans=self.scheduler.spans),
         ).start()
         app = make_app(self.api_ctx)  # the console included (molens.web.ui)
-        try:
-            self.api = ApiServer(app, ServerOptions.from_http_config(self.cfg.http, threads=32)).start()
-        except OSError as exc:
-            raise NodeError(f"http {self.cfg.http.host}:{self.cfg.http.port}: {_port_hint(exc)}") from exc
+        with contextlib.ExitStack() as scope:
+            if self._http_batch:  # the API's threads inherit batch from this one (molens/cpus.py)
+                try:
+                    scope.enter_context(cpus.threads_started_under("batch"))
+                except ValueError as exc:
+                    raise NodeError(f"node.os_scheduling {self.cfg.node.os_scheduling}: {exc}") from None
+            try:
+                self.api = ApiServer(app, ServerOptions.from_http_config(self.cfg.http, threads=32)).start()
+            except OSError as exc:
+                raise NodeError(f"http {self.cfg.http.host}:{self.cfg.http.port}: {_port_hint(exc)}") from exc
         log.info("http api url=%s ui=%s/ui/", self.api.url, self.api.url)
 
     def _stop_front(self) -> None:

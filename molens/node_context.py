@@ -334,7 +334,7 @@ class NodeContext(StoreReads):
             "threads_cpu_s": thread_cpu_s(),
             "threads_switches": thread_switches(),
             "cpus": cpus.text(cpus.allowed()),
-            "os_scheduling": cpus.policy(),
+            "os_scheduling": self.cfg.node.os_scheduling,
             "disk": self._disk.get(),
             "api_proposals": self.proposals,
             "dead_letters": self.store.dead_count(),

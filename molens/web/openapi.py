@@ -430,7 +430,7 @@ def _schemas() -> dict[str, Any]:
                 },
                 "os_scheduling": {
                     "type": "string",
-                    "description": "The kernel's scheduling policy of this node's threads: batch or normal (node.os_scheduling)",
+                    "description": "The kernel's scheduling policy of this node's threads (node.os_scheduling): http-batch, batch or normal",
                 },
                 "disk": {"type": "object", "additionalProperties": {"type": "integer"}},
                 "cleanup": {

@@ -30,9 +30,9 @@ per request are what the HTTP layer alone costs here: the floor under the create
 ``node.cpus`` (docs/deploy.md#cpu-pinning; ``taskset`` for a ``--before`` tree that predates it), and
 the hello reference on the first of them. ``--pin-ab`` runs two sides of this tree instead, ``free``
 (every CPU) and ``pinned``, alternating like ``--before`` (the hello reference
-free to use every CPU); the summary's ratios are then ``*_pinned_vs_free``. ``--policy-ab`` runs
-the two sides ``normal`` and ``batch`` of ``node.os_scheduling`` (docs/deploy.md#os-scheduling),
-both pinned with ``--pin``; ``--policy`` sets it for every side of a run (not the ``--before`` tree's,
+free to use every CPU); the summary's ratios are then ``*_pinned_vs_free``. ``--policy-ab A,B`` runs
+two values of ``node.os_scheduling`` as the sides (``normal,batch`` when not given;
+docs/deploy.md#os-scheduling), both pinned with ``--pin``; ``--policy`` sets it for every side of a run (not the ``--before`` tree's,
 which may predate it).
 
 ``--before REV`` also runs the ``molens`` package of git revision ``REV`` (``git archive`` into a
@@ -340,9 +340,10 @@ def main() -> int:
                     help="each node on one CPU, round-robin (node.cpus; taskset for a tree from before it)")
     ap.add_argument("--pin-ab", action="store_true",
                     help="two sides of this tree instead: nodes free to use every CPU, and nodes on one CPU each")
-    ap.add_argument("--policy-ab", action="store_true",
-                    help="two sides of this tree instead: node.os_scheduling normal and batch (with --pin, both pinned)")
-    ap.add_argument("--policy", choices=("normal", "batch"), default="",
+    ap.add_argument("--policy-ab", nargs="?", const="normal,batch", default="", metavar="A,B",
+                    help="two sides of this tree instead: node.os_scheduling A and B, normal,batch if not given "
+                         "(with --pin, both pinned)")
+    ap.add_argument("--policy", choices=("http-batch", "normal", "batch"), default="",
                     help="node.os_scheduling of every side (default: the nodes' default)")
     ap.add_argument("--hello-server", nargs=2, metavar=("PORT", "ANSWER_FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -358,7 +359,10 @@ def main() -> int:
     if args.pin_ab:
         sides = {"free": (ROOT, False, args.policy), "pinned": (ROOT, True, args.policy)}
     elif args.policy_ab:
-        sides = {"normal": (ROOT, args.pin, "normal"), "batch": (ROOT, args.pin, "batch")}
+        pair = [p.strip() for p in args.policy_ab.split(",")]
+        if len(pair) != 2 or len(set(pair)) != 2 or not set(pair) <= {"http-batch", "normal", "batch"}:
+            raise SystemExit(f"--policy-ab {args.policy_ab}: two different values of http-batch, normal, batch")
+        sides = {name: (ROOT, args.pin, name) for name in pair}
     if args.before:
         old = tmp / "before"
         old.mkdir()

@@ -79,13 +79,25 @@ def _threads_policies(pid: int) -> dict[str, int]:
 def test_each_thread_runs_under_the_policy_named_and_the_stats_say_which(
     make_cluster: Callable[..., Cluster],
 ) -> None:
-    c = make_cluster(2, {"node": {"os_scheduling": "batch"}}, start=False, state_machine="tasks")
+    """n1 ``batch``: every thread; n2 ``normal``: none; n3 the default ``http-batch``: the HTTP API's
+    threads alone (its 32 waitress workers and its I/O loop), ZeroMQ's and the actors' not."""
+    c = make_cluster(3, {"node": {"os_scheduling": "batch"}}, start=False, state_machine="tasks")
     c.nodes["n2"].configure({"node": {"os_scheduling": "normal"}})
+    c.nodes["n3"].configure({"node": {"os_scheduling": "http-batch"}})
     c.start()
     c.leader()
-    for node, want, name in ((c.nodes["n1"], os.SCHED_BATCH, "batch"), (c.nodes["n2"], os.SCHED_OTHER, "normal")):
+    for node, name in ((c.nodes["n1"], "batch"), (c.nodes["n2"], "normal"), (c.nodes["n3"], "http-batch")):
         st = json.loads(_http.request("GET", f"{node.http_url}/api/v1/stats?local=1").data)
         assert st["os_scheduling"] == name
         policies = _threads_policies(node.pid)
-        assert any(n.startswith("ZMQbg/IO/") for n in policies), policies  # ZeroMQ's threads too
-        assert set(policies.values()) == {want}, policies
+        zmq = {n: p for n, p in policies.items() if n.startswith("ZMQbg/")}
+        assert zmq, policies  # ZeroMQ's threads are there, and inherit the process's policy
+        batch = [n for n, p in policies.items() if p == os.SCHED_BATCH]
+        if name == "batch":
+            assert set(policies.values()) == {os.SCHED_BATCH}, policies
+        elif name == "normal":
+            assert set(policies.values()) == {os.SCHED_OTHER}, policies
+        else:
+            assert len(batch) == 33, policies
+            assert set(policies.values()) == {os.SCHED_BATCH, os.SCHED_OTHER}, policies
+            assert set(zmq.values()) == {os.SCHED_OTHER}, zmq

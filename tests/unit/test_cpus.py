@@ -92,9 +92,27 @@ def test_a_policy_covers_threads_already_running_and_those_started_after() -> No
     assert out.stdout.split("\n")[:3] == ["normal", "[True, True] batch", "[True, True] normal"]
 
 
+def test_threads_started_in_the_block_run_under_its_policy_and_the_starter_goes_back() -> None:
+    out = _run("""
+        import os, threading
+        from molens import cpus
+        stop = threading.Event()
+        with cpus.threads_started_under("batch"):
+            inside = threading.Thread(target=stop.wait); inside.start()
+            print(cpus.policy())
+        after = threading.Thread(target=stop.wait); after.start()
+        print(cpus.policy(), [os.sched_getscheduler(t.native_id) == os.SCHED_BATCH for t in (inside, after)])
+        stop.set()
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["batch", "normal [True, False]"]
+
+
 def test_a_policy_must_be_one_the_node_knows() -> None:
-    with pytest.raises(ValueError, match=r"^fifo: must be one of batch, normal$"):
+    with pytest.raises(ValueError, match=r"^fifo: must be batch or normal$"):
         cpus.set_policy("fifo")
-    with pytest.raises(ValueError, match=r"node\.os_scheduling: must be one of batch, normal"):
+    with pytest.raises(ValueError, match=r"node\.os_scheduling: must be one of http-batch, batch, normal"):
         load_dict({"node": {"os_scheduling": "fifo"}}, env={})
+    assert load_dict({}, env={}).node.os_scheduling == "http-batch"
     assert load_dict({}, env={"MOLENS_NODE__OS_SCHEDULING": "batch"}).node.os_scheduling == "batch"
+    assert [cpus.process_policy(v) for v in cpus.POLICIES] == ["normal", "batch", "normal"]
