@@ -161,20 +161,17 @@ class LogLevel(enum.StrEnum):
 
 
 def _cpu_list(v: Any) -> str | None:
-    try:
-        cpus.parse(v)
-    except ValueError as exc:
-        return str(exc)
-    return None
+    return cpus.check_spec(v)
 
 
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
     id: str = _opt("n1", _node_id)
     data_dir: str = _opt("./data", _nonempty)
-    cpus: str = _opt("", _cpu_list)
-    """CPUs the node's process runs on, as ``taskset -c`` writes them (``0``, ``2-3``); empty: every
-    CPU it is given (docs/deploy.md#cpu-pinning)."""
+    cpus: str = _opt(cpus.AUTO, _cpu_list)
+    """CPUs the node's process runs on: ``auto`` (one of those it is given, :func:`molens.cpus.choose`),
+    ``all`` (or empty: every CPU it is given) or a list as ``taskset -c`` writes them (``0``, ``2-3``)
+    (docs/deploy.md#cpu-pinning)."""
     os_scheduling: str = _opt("http-batch",
                               lambda v: None if v in cpus.POLICIES else f"must be one of {', '.join(cpus.POLICIES)}")
     """The kernel's scheduling policy for the node's threads: ``http-batch``, ``batch`` or ``normal``

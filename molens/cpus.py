@@ -7,7 +7,9 @@ the process spread over two or more cores, each hand-off wakes a thread on anoth
 finds the lock taken back and sleeps again: a single create costs the leader about twice the
 context switches and a third more CPU than with the process on one core, where the thread that
 let go of the lock simply carries on (docs/benchmarks.md#cpu-pinning). ZeroMQ's and the kernel's
-work for the node then shares that core too; batch ingest, bound by lmdb and fsync, is unchanged.
+work for the node then shares that core too; batch ingest, bound by lmdb and fsync, gains less
+(1.1 times the rate), and three nodes on two cores, two of which then share one, replicate bulk
+Raft traffic somewhat slower than free (docs/deploy.md#cpu-pinning).
 
 :func:`parse` reads the list syntax of ``taskset -c`` and of ``Cpus_allowed_list`` in
 ``/proc/PID/status`` (``0``, ``0,2``, ``0-3,6``); :func:`pin` applies a list to every thread of
@@ -28,6 +30,9 @@ now waits at every step. The default, ``http-batch``, puts only the HTTP API's t
 its ceiling (docs/benchmarks.md#os-scheduling). A policy only tells the kernel which of the node's
 own threads may preempt which; any other process keeps its priority, and a ``nice`` value still
 holds.
+
+By default (``node.cpus: auto``) a node given more than one CPU pins itself to one of them
+(:func:`choose`); ``all`` leaves it free, a list pins it there.
 
 >>> sorted(parse("0-2,5"))
 [0, 1, 2, 5]
@@ -85,6 +90,40 @@ def allowed() -> frozenset[int]:
         return frozenset(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return frozenset()
+
+
+AUTO = "auto"
+"""``node.cpus``'s default: one CPU of those the process is given, chosen by :func:`choose`."""
+ALL = "all"
+"""``node.cpus``: every CPU the process is given (as does an empty value)."""
+
+
+def check_spec(spec: str) -> str | None:
+    """Why ``spec`` is not a value of ``node.cpus`` (``auto``, ``all``, empty or a CPU list); None when it is."""
+    if spec in (AUTO, ALL):
+        return None
+    try:
+        parse(spec)
+    except ValueError as exc:
+        return f"{exc} (or auto, or all)"
+    return None
+
+
+def choose(place: int, given: frozenset[int]) -> frozenset[int]:
+    """``node.cpus: auto``: the one CPU of ``given`` for the node at ``place`` (its position among
+    the cluster's nodes), counting down from the highest so that nodes sharing a host take CPUs of
+    their own, round-robin, and the first stays off CPU 0, where the host's interrupts and
+    housekeeping tend to land.
+
+    >>> [text(choose(i, frozenset({0, 1}))) for i in range(3)]
+    ['1', '0', '1']
+    >>> choose(5, frozenset())
+    frozenset()
+    """
+    if not given:
+        return given
+    ordered = sorted(given, reverse=True)
+    return frozenset({ordered[place % len(ordered)]})
 
 
 def pin(cpus: frozenset[int]) -> None:

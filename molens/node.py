@@ -38,6 +38,7 @@ import signal
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -76,6 +77,16 @@ MEMBERSHIP_RETRY_S = 10.0
 
 class NodeError(MolensError):
     """The node cannot start (one line for the operator)."""
+
+
+def cpu_place(cfg: Config) -> int:
+    """This node's place for ``node.cpus: auto`` (:func:`molens.cpus.choose`): its position among
+    the ids of ``cluster.peers``, so the nodes of a cluster sharing a host take different CPUs; a
+    node not listed there (one that joins) by a checksum of its id; 0 for a lone node."""
+    ids = sorted(p.id for p in cfg.cluster.peers)
+    if cfg.node.id in ids:
+        return ids.index(cfg.node.id)
+    return zlib.crc32(cfg.node.id.encode()) if ids or cfg.cluster.join_addrs else 0
 
 
 def _default_fsm(data_dir: Path) -> StateMachine:
@@ -162,6 +173,31 @@ class Node:
         self._http_batch = False
 
     # --- start ----------------------------------------------------------------------------------
+    def _place_on_cpus(self) -> None:
+        """Apply ``node.cpus`` (docs/deploy.md#cpu-pinning)."""
+        spec = self.cfg.node.cpus
+        if spec in ("", cpus.ALL):
+            return
+        if spec != cpus.AUTO:
+            try:
+                cpus.pin(cpus.parse(spec))
+            except ValueError as exc:
+                raise NodeError(f"node.cpus {spec}: {exc}") from None
+            log.info("node runs on CPUs %s (node.cpus)", cpus.text(cpus.allowed()))
+            return
+        given = cpus.allowed()
+        if len(given) < 2:
+            return
+        chosen = cpus.choose(cpu_place(self.cfg), given)
+        try:
+            cpus.pin(chosen)
+        except ValueError as exc:  # a system that lists CPUs but will not pin: run free
+            log.warning("node.cpus auto: could not pin to CPU %s (%s); running on %s", cpus.text(chosen), exc,
+                        cpus.text(given))
+            return
+        log.info("node runs on CPU %s of the %s it was given (node.cpus: auto; all leaves it on every one)",
+                 cpus.text(chosen), cpus.text(given))
+
     def start(self) -> None:
         cfg = self.cfg
         # The Raft actor releases the GIL on every lmdb/ZeroMQ call and must win it back from busy
@@ -169,15 +205,11 @@ class Node:
         # stalls for hundreds of ms and followers start elections (the GIL "convoy effect").
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         gc.set_threshold(*GC_THRESHOLDS)
-        if cfg.node.cpus:  # before the node's threads start: they inherit it (molens/cpus.py)
-            try:
-                cpus.pin(cpus.parse(cfg.node.cpus))
-            except ValueError as exc:
-                raise NodeError(f"node.cpus {cfg.node.cpus}: {exc}") from None
-            log.info("node runs on CPUs %s (node.cpus)", cpus.text(cpus.allowed()))
-        self._http_batch = cfg.node.os_scheduling == "http-batch" and cpus.policy() != "unknown"
-        if cpus.process_policy(cfg.node.os_scheduling) != cpus.policy():  # likewise inherited
-            if cpus.policy() == "unknown" and cfg.node.os_scheduling != "batch":
+        self._place_on_cpus()  # before the node's threads start: they inherit it (molens/cpus.py)
+        now = cpus.policy()
+        self._http_batch = cfg.node.os_scheduling == "http-batch" and now != "unknown"
+        if cpus.process_policy(cfg.node.os_scheduling) != now:  # likewise inherited
+            if now == "unknown" and cfg.node.os_scheduling != "batch":
                 log.info("this system does not say its threads' policy: node.os_scheduling left alone")
             else:
                 try:

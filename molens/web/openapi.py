@@ -426,7 +426,7 @@ def _schemas() -> dict[str, Any]:
                 },
                 "cpus": {
                     "type": "string",
-                    "description": "CPUs this node's process may run on, as taskset -c writes them (node.cpus pins it)",
+                    "description": "CPUs this node's process may run on, as taskset -c writes them (node.cpus: by default one, chosen by the node)",
                 },
                 "os_scheduling": {
                     "type": "string",

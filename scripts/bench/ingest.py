@@ -38,7 +38,7 @@ ways, and the ratios ``{mode}_keys_on_vs_off`` (rate) and ``{mode}_leader_cpu_on
 summary gives the medians.
 
 ``--pin``: what running each node on one CPU gives (docs/deploy.md#cpu-pinning). The same two
-clusters in turn, one whose nodes may use every CPU ("off") and one whose node ``i`` runs on the
+clusters in turn, one whose nodes may use every CPU ("off", ``node.cpus: all``) and one whose node ``i`` runs on the
 ``i``-th CPU, round-robin (``node.cpus``; "on"); the summary names the ratios ``{mode}_pin_on_vs_off``
 (rate) and ``{mode}_leader_cpu_pin_on_vs_off``, and each side's p99.
 
@@ -369,9 +369,10 @@ def references(
     return out
 
 
-def start_cluster(root: Path, token: str | None = None, pin: bool = False) -> tuple[Cluster, int, list[str]]:
-    """A 3-node task cluster under ``root`` (``token``: its ``http.auth_token``; ``pin``: each node on
-    one CPU, docs/deploy.md#cpu-pinning); its leader's PID and URLs."""
+def start_cluster(root: Path, token: str | None = None, pin: bool | None = None) -> tuple[Cluster, int, list[str]]:
+    """A 3-node task cluster under ``root`` (``token``: its ``http.auth_token``; ``pin``: True, each
+    node on one CPU, round-robin; False, every node free to use every CPU; None, the nodes' default,
+    one CPU each of their own choosing: docs/deploy.md#cpu-pinning); its leader's PID and URLs."""
     extra: dict[str, object] = {"logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}}
     if token is not None:
         extra["http"] = {"auth_token": token}
@@ -379,6 +380,9 @@ def start_cluster(root: Path, token: str | None = None, pin: bool = False) -> tu
         extra.update(json.loads(os.environ["BENCH_NODE_CONF"]))
     cluster = Cluster(root, 3, extra=extra, state_machine="tasks")
     cpus = cluster.pin_each_to_one_cpu() if pin else []
+    if pin is False:
+        for node in cluster.nodes.values():
+            node.configure({"node": {"cpus": "all"}})
     cluster.start()
     leader = cluster.leader(timeout=30)
     urls = [f"http://127.0.0.1:{n.settings['http']['port']}" for n in cluster.nodes.values()]

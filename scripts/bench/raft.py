@@ -7,7 +7,9 @@ by each call's callback). Molens: ``molens.node.Node`` with its default configur
 fsync'd, group commit) and the KV state machine, proposals through ``RaftPeerHandle.propose_batch``
 with one entry and one callback per call. PySyncObj 0.3.17: a replicated dict, ``put(..., callback=...)``, in its
 default ``SyncObjConf`` and in a tuned one (1 MiB append batches and socket buffers, 1.5-3 s election
-timeouts), in memory with no fsync. Every run starts a fresh cluster, waits 1 s after a leader is known, loads for ``--warmup``
+timeouts), in memory with no fsync; and in the default one with each node on one CPU
+(``taskset``, round-robin from the highest), as Molens nodes place themselves by default
+(``node.cpus: auto``, docs/deploy.md#cpu-pinning). Every run starts a fresh cluster, waits 1 s after a leader is known, loads for ``--warmup``
 seconds uncounted, then counts the commits of ``--seconds``; calls still in flight then drain
 uncounted. Errors and calls never answered (timeouts) are printed for every run. Light-load latency:
 a window of 1. A minimal PySyncObj harness of its own (default conf, 30,000-call window, 1 s warm-up)
@@ -21,7 +23,7 @@ best case. PySyncObj is also measured its own repository's way (``pysyncobj_own.
 open-loop rate, ``--own-rates``), and the peer's figure in ``ratio`` is the best of all its runs.
 
 ``BENCH_RAFT='{"max_proposal_batch": 4096}'`` (JSON) overrides ``raft`` config keys of the Molens
-nodes, for experiments; ``BENCH_KEEP=1`` keeps the data and node logs. ``--threads`` prints each
+nodes, ``BENCH_NODE='{"cpus": "all"}'`` their ``node`` keys, for experiments; ``BENCH_KEEP=1`` keeps the data and node logs. ``--threads`` prints each
 Molens run's CPU per commit by thread, on the leader and the followers, over the measured interval;
 ``BENCH_TRACE=1`` prints the critical path of a light-load commit, step by step (:func:`critical_path`).
 
@@ -122,7 +124,7 @@ class MolensCluster:
         for nid in ids:
             a = self.addrs[nid]
             cfg = {
-                "node": {"id": nid, "data_dir": str(root / nid)},
+                "node": {"id": nid, "data_dir": str(root / nid), **json.loads(os.environ.get("BENCH_NODE", "{}"))},
                 "cluster": {"peers": peers},
                 "raft": {"bind_addr": a["raft_addr"], **json.loads(os.environ.get("BENCH_RAFT", "{}"))},
                 "rpc": {"bind_addr": a["rpc_addr"]},
@@ -358,7 +360,7 @@ class Plan:
     window: int
     warmup: float
     seconds: float
-    conf: str = "default"  # pysyncobj: default | tuned
+    conf: str = "default"  # pysyncobj: default | tuned | pinned (default, each node on one CPU)
     drain_s: float = 30.0
 
 
@@ -807,6 +809,9 @@ def run_plan(plan: Plan, root: Path, n: int) -> dict[str, Any]:
                              str(plan.seconds), result])
             else:
                 cmds.append([sys.executable, __file__, "--pysyncobj-node", a, partners, pj, result])
+        if plan.conf == "pinned":  # as a Molens node places itself by default (node.cpus: auto)
+            given = sorted(os.sched_getaffinity(0), reverse=True)
+            cmds = [["taskset", "-c", str(given[k % len(given)]), *c] for k, c in enumerate(cmds)]
     logs = [open(d / f"node{k}.out", "wb") for k in range(3)]  # noqa: SIM115 - closed below
     procs = [subprocess.Popen(c, cwd=ROOT, stdout=lg, stderr=subprocess.STDOUT) for c, lg in zip(cmds, logs)]
     try:
@@ -897,7 +902,8 @@ def bench_inprocess(args: argparse.Namespace, root: Path) -> dict[str, str]:
     like: list[float] = []  # the default-conf window runs over the reference: the same method, both
     for size in args.payload_sizes:
         runs: dict[str, dict[str, Any]] = {}
-        order = ["molens"] if args.skip_pysyncobj else ["molens", "pysyncobj_default", "reference", "pysyncobj_tuned"]
+        order = ["molens"] if args.skip_pysyncobj else ["molens", "pysyncobj_default", "reference", "pysyncobj_tuned",
+                                                           "pysyncobj_pinned"]
         for rnd in range(args.rounds):  # each system's best run counts: the peer gets its best case
             peers = order[1:]
             for name in order[:1] + peers[rnd % len(peers):] + peers[:rnd % len(peers)] if peers else order:
@@ -931,7 +937,8 @@ def bench_inprocess(args: argparse.Namespace, root: Path) -> dict[str, str]:
             plr = run_plan(plt, root, n)
             print(describe("pysyncobj_light", plt, plr), flush=True)
             own = own_way(args, size)
-            best = max(runs["pysyncobj_default"]["commits_per_s"], runs["pysyncobj_tuned"]["commits_per_s"], own)
+            best = max(runs["pysyncobj_default"]["commits_per_s"], runs["pysyncobj_tuned"]["commits_per_s"],
+                       runs["pysyncobj_pinned"]["commits_per_s"], own)
             ratios[size] = m["commits_per_s"] / best
             check.append(best / runs["reference"]["commits_per_s"])
             like.append(runs["pysyncobj_default"]["commits_per_s"] / runs["reference"]["commits_per_s"])

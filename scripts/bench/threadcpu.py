@@ -26,6 +26,9 @@ as JSON, and nothing else; the same client, threads and count as ``create``. Its
 per request are what the HTTP layer alone costs here: the floor under the create figures
 (``hello_switches``, ``create_switches_vs_hello``).
 
+Without ``--pin`` or ``--free`` each tree's nodes place themselves as that tree does by default
+(``node.cpus: auto`` here: one CPU each, docs/deploy.md#cpu-pinning; free to use every CPU in a
+tree from before it); ``--free`` runs this tree's nodes with ``node.cpus: all``.
 ``--pin`` runs each node on one CPU, round-robin over the CPUs this process may use, through
 ``node.cpus`` (docs/deploy.md#cpu-pinning; ``taskset`` for a ``--before`` tree that predates it), and
 the hello reference on the first of them. ``--pin-ab`` runs two sides of this tree instead, ``free``
@@ -139,7 +142,7 @@ def _settled(leader_url: str, urls: list[str], want: int, timeout_s: float) -> N
 class _Side:
     """One cluster running the ``molens`` of ``tree``."""
 
-    def __init__(self, name: str, tree: Path, root: Path, pin: bool = False, policy: str = "") -> None:
+    def __init__(self, name: str, tree: Path, root: Path, placement: str = "default", policy: str = "") -> None:
         sys.path.insert(0, str(ROOT))
         from tests.integration.conftest import Cluster
 
@@ -150,11 +153,15 @@ class _Side:
         self.cluster = Cluster(root, 3, extra=extra, state_machine="tasks")
         for node in self.cluster.nodes.values():
             node.argv = ["env", f"PYTHONPATH={tree}", sys.executable, "-m", "molens.cli"]
-        if pin and (tree / "molens" / "cpus.py").exists():
+        cpus_py = tree / "molens" / "cpus.py"
+        if placement == "pinned" and cpus_py.exists():
             self.cluster.pin_each_to_one_cpu()
-        elif pin:  # a tree from before node.cpus: the same CPUs, given from outside
+        elif placement == "pinned":  # a tree from before node.cpus: the same CPUs, given from outside
             for cpu, node in zip(self.cluster.one_cpu_each(), self.cluster.nodes.values(), strict=True):
                 node.argv = ["taskset", "-c", str(cpu), *node.argv]
+        elif placement == "free" and cpus_py.exists() and 'ALL = "all"' in cpus_py.read_text():
+            for node in self.cluster.nodes.values():  # a tree whose default places itself (node.cpus: auto)
+                node.configure({"node": {"cpus": "all"}})
         self.cluster.start()
         leader = self.cluster.leader(timeout=60)
         self.pid = leader.pid
@@ -338,6 +345,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--pin", action="store_true",
                     help="each node on one CPU, round-robin (node.cpus; taskset for a tree from before it)")
+    ap.add_argument("--free", action="store_true",
+                    help="every node free to use every CPU (node.cpus: all; a tree from before node.cpus: auto runs so anyway)")
     ap.add_argument("--pin-ab", action="store_true",
                     help="two sides of this tree instead: nodes free to use every CPU, and nodes on one CPU each")
     ap.add_argument("--policy-ab", nargs="?", const="normal,batch", default="", metavar="A,B",
@@ -351,18 +360,22 @@ def main() -> int:
         hello_server(int(args.hello_server[0]), args.hello_server[1])
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="threadcpu-"))
-    if args.pin_ab and (args.before or args.pin or args.policy_ab):
-        raise SystemExit("--pin-ab compares this tree with and without pinning: give neither --before, --pin nor --policy-ab")
+    if args.pin_ab and (args.before or args.pin or args.free or args.policy_ab):
+        raise SystemExit("--pin-ab compares this tree with and without pinning: give neither --before, --pin, --free "
+                         "nor --policy-ab")
+    if args.pin and args.free:
+        raise SystemExit("--pin and --free: give one")
+    placement = "pinned" if args.pin else "free" if args.free else "default"
     if args.policy_ab and (args.before or args.policy):
         raise SystemExit("--policy-ab compares this tree's two policies: give neither --before nor --policy")
-    sides: dict[str, tuple[Path, bool, str]] = {"after": (ROOT, args.pin, args.policy)}
+    sides: dict[str, tuple[Path, str, str]] = {"after": (ROOT, placement, args.policy)}
     if args.pin_ab:
-        sides = {"free": (ROOT, False, args.policy), "pinned": (ROOT, True, args.policy)}
+        sides = {"free": (ROOT, "free", args.policy), "pinned": (ROOT, "pinned", args.policy)}
     elif args.policy_ab:
         pair = [p.strip() for p in args.policy_ab.split(",")]
         if len(pair) != 2 or len(set(pair)) != 2 or not set(pair) <= {"http-batch", "normal", "batch"}:
             raise SystemExit(f"--policy-ab {args.policy_ab}: two different values of http-batch, normal, batch")
-        sides = {name: (ROOT, args.pin, name) for name in pair}
+        sides = {name: (ROOT, placement, name) for name in pair}
     if args.before:
         old = tmp / "before"
         old.mkdir()
@@ -373,7 +386,7 @@ def main() -> int:
         static = ROOT / "molens" / "web" / "static"  # built files the archive does not hold
         if static.exists():
             (old / "molens" / "web" / "static").symlink_to(static.resolve())
-        sides = {"before": (old, args.pin, ""), "after": (ROOT, args.pin, args.policy)}
+        sides = {"before": (old, placement, ""), "after": (ROOT, placement, args.policy)}
         print(f"threadcpu: before={rev} ({old}) after=working tree ({ROOT})", flush=True)
     sys.path.insert(0, str(ROOT))
     from tests.integration.conftest import free_ports
@@ -395,8 +408,8 @@ def main() -> int:
                   f"hello_cpu_us={hello['cpu_us']:.0f} hello_load={hello['load']:.2f}", flush=True)
             names = list(sides) if rnd % 2 == 0 else list(reversed(sides))
             for name in names:
-                tree, pin, policy = sides[name]
-                side = _Side(name, tree, tmp / f"{name}-{rnd}", pin=pin, policy=policy)
+                tree, where, policy = sides[name]
+                side = _Side(name, tree, tmp / f"{name}-{rnd}", placement=where, policy=policy)
                 try:
                     res = _run(side, args, receiver)
                 finally:
@@ -407,7 +420,7 @@ def main() -> int:
         port_proc.kill()
         port_proc.wait(10)
     summary = [f"creates={args.creates} threads={args.threads} fires={args.fires} rounds={args.rounds} "
-               f"pinned={'compared' if args.pin_ab else 'yes' if args.pin else 'no'} "
+               f"pinned={'compared' if args.pin_ab else {'pinned': 'yes', 'free': 'no'}.get(placement, 'default')} "
                f"os_scheduling={'compared' if args.policy_ab else args.policy or 'default'}"]
     med: dict[str, dict[str, float]] = {}
     for name, runs in results.items():

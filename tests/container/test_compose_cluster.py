@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 import yaml
 
 from molens.client import MolensClient
@@ -101,6 +103,12 @@ def test_compose_cluster_survives_a_killed_leader_a_partition_a_restart_and_stop
     c.up()
     leader = wait_for(lambda: _leader(c, list(NODES)), 60, "a leader all three containers agree on")
     wait_for(c.healthy, 60, "the three containers healthy (HEALTHCHECK on /readyz)", interval=0.5)
+    http = urllib3.PoolManager(retries=False, timeout=10)
+    given = sorted(os.sched_getaffinity(0), reverse=True)  # a container without a cpuset is given the host's
+    for rank, name in enumerate(NODES):  # node.cpus: auto, each node on a CPU of its own (docs/deploy.md#cpu-pinning)
+        st = json.loads(http.request("GET", f"http://127.0.0.1:{PORTS[name]}/api/v1/stats?local=1",
+                                     headers={"Authorization": f"Bearer {token}"}).data)
+        assert st["cpus"] == (str(given[rank % len(given)]) if len(given) > 1 else str(given[0])), (name, st["cpus"])
     ph.done("up")
 
     rec = tmp_path / "rec" / "received.jsonl"

@@ -1,5 +1,6 @@
-"""``node.cpus`` on a real node process: every thread runs on the CPUs named, the stats say so, and
-a CPU the process may not use stops the start with the key named (docs/deploy.md#cpu-pinning).
+"""``node.cpus`` on a real node process: every thread runs on the CPUs named (by default one each,
+chosen by the node: ``auto``), the stats say so, and a CPU the process may not use stops the start
+with the key named (docs/deploy.md#cpu-pinning).
 ``node.os_scheduling``: every thread runs under the policy named (docs/deploy.md#os-scheduling)."""
 
 from __future__ import annotations
@@ -44,11 +45,28 @@ def test_a_pinned_node_runs_every_thread_on_its_cpu_and_says_so(make_cluster: Ca
     assert f"node runs on CPUs {one} (node.cpus)" in node.tail(200)
 
 
-def test_an_unpinned_node_keeps_every_cpu_it_was_given(make_cluster: Callable[..., Cluster]) -> None:
-    c = make_cluster(1, state_machine="tasks")
+def test_a_node_told_all_keeps_every_cpu_it_was_given(make_cluster: Callable[..., Cluster]) -> None:
+    c = make_cluster(1, {"node": {"cpus": "all"}}, state_machine="tasks")
     node = c.leader()
     st = json.loads(_http.request("GET", f"{node.http_url}/api/v1/stats?local=1").data)
     assert st["cpus"] == cpus.text(os.sched_getaffinity(0))
+    assert set(_threads_cpus(node.pid).values()) == {cpus.text(os.sched_getaffinity(0))}
+
+
+def test_by_default_each_node_of_a_cluster_sharing_a_host_takes_one_cpu_of_its_own(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    given = sorted(os.sched_getaffinity(0), reverse=True)
+    assert len(given) >= 2, "this test needs a process given two CPUs or more"
+    c = make_cluster(3, state_machine="tasks")
+    for place, nid in enumerate(sorted(c.nodes)):
+        node = c.nodes[nid]
+        want = str(given[place % len(given)])
+        st = json.loads(_http.request("GET", f"{node.http_url}/api/v1/stats?local=1").data)
+        assert st["cpus"] == want, (nid, st["cpus"])
+        threads = _threads_cpus(node.pid)
+        assert set(threads.values()) == {want}, (nid, threads)
+        assert f"node runs on CPU {want} of the {cpus.text(given)} it was given (node.cpus: auto" in node.tail(200)
 
 
 def test_a_cpu_the_node_may_not_use_stops_its_start_naming_the_key(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 from molens import cpus
-from molens.config import load_dict
+from molens.config import ConfigError, load_dict
+from molens.node import cpu_place as node_place
 
 
 def test_the_module_examples_hold() -> None:
@@ -32,6 +33,37 @@ def test_lists_read_as_taskset_writes_them(spec: str, want: set[int]) -> None:
 def test_anything_else_is_refused_with_the_part_named(spec: str) -> None:
     with pytest.raises(ValueError, match=rf"^{re.escape(spec)}: (not a CPU number|a range|CPU numbers go up)"):
         cpus.parse(spec)
+
+
+def test_auto_is_the_default_and_all_or_empty_leave_the_node_free() -> None:
+    assert load_dict({}, env={}).node.cpus == "auto"
+    for spec in ("auto", "all", "", "0-1"):
+        assert cpus.check_spec(spec) is None, spec
+    assert load_dict({"node": {"cpus": "all"}}, env={}).node.cpus == "all"
+    with pytest.raises(ConfigError, match=r"node\.cpus.*Auto: not a CPU number or a range such as 0-3 \(or auto, or all\)"):
+        load_dict({"node": {"cpus": "Auto"}}, env={})
+
+
+def test_auto_gives_nodes_sharing_a_host_cpus_of_their_own_from_the_highest() -> None:
+    four = frozenset({0, 1, 2, 3})
+    assert [cpus.text(cpus.choose(i, four)) for i in range(6)] == ["3", "2", "1", "0", "3", "2"]
+    assert cpus.choose(7, frozenset({5})) == {5}
+    assert cpus.choose(2, frozenset({2, 9, 4})) == {2}  # the third highest, not the CPU numbered 2 by chance
+
+
+def _peers(*ids: str) -> list[dict[str, str]]:
+    return [{"id": nid, "raft_addr": f"127.0.0.1:{10 + i}", "rpc_addr": f"127.0.0.1:{20 + i}",
+             "http_addr": f"127.0.0.1:{30 + i}"} for i, nid in enumerate(ids)]
+
+
+def test_a_nodes_place_is_its_rank_among_the_peers_ids() -> None:
+    peers = _peers("n3", "n1", "n2")  # listed in any order: the place follows the sorted ids
+    places = [node_place(load_dict({"node": {"id": nid}, "cluster": {"peers": peers}}, env={})) for nid in ("n1", "n2", "n3")]
+    assert places == [0, 1, 2]
+    assert node_place(load_dict({}, env={})) == 0  # a lone node
+    joiner = load_dict({"node": {"id": "n9"}, "cluster": {"join_addrs": ["127.0.0.1:1"]}}, env={})
+    other = load_dict({"node": {"id": "n8"}, "cluster": {"join_addrs": ["127.0.0.1:1"]}}, env={})
+    assert node_place(joiner) == node_place(joiner) != node_place(other)  # stable, and not every joiner on one CPU
 
 
 def test_a_yaml_number_is_a_one_cpu_list() -> None:
