@@ -147,14 +147,20 @@ def hello_server(port: int, single_path: str, batch_path: str, ids_path: str) ->
     waitress.serve(app, host="127.0.0.1", port=port, threads=32, _quiet=True)
 
 
+HELLO_ON_ONE_CPU = os.environ.get("BENCH_HELLO_FREE") != "1"
+"""The hello-world reference runs on one CPU (the highest), as a node places itself by default
+(``node.cpus: auto``); ``BENCH_HELLO_FREE=1`` lets it use every CPU."""
+
+
 def start_hello(tmp: Path, single: bytes, batch: bytes, ids: bytes) -> tuple[subprocess.Popen[bytes], str]:
     (tmp / "single.json").write_bytes(single)
     (tmp / "batch.json").write_bytes(batch)
     (tmp / "ids.json").write_bytes(ids)
     port = _free_port()
+    one_cpu = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] if HELLO_ON_ONE_CPU else []
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--hello-server", str(port), str(tmp / "single.json"), str(tmp / "batch.json"),
-         str(tmp / "ids.json")],
+        [*one_cpu, sys.executable, __file__, "--hello-server", str(port), str(tmp / "single.json"),
+         str(tmp / "batch.json"), str(tmp / "ids.json")],
         cwd=ROOT,
     )
     deadline = time.monotonic() + 30

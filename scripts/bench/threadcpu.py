@@ -28,7 +28,8 @@ per request are what the HTTP layer alone costs here: the floor under the create
 
 Without ``--pin`` or ``--free`` each tree's nodes place themselves as that tree does by default
 (``node.cpus: auto`` here: one CPU each, docs/deploy.md#cpu-pinning; free to use every CPU in a
-tree from before it); ``--free`` runs this tree's nodes with ``node.cpus: all``.
+tree from before it), and the hello reference on the highest CPU, as a lone node places itself;
+``--free`` runs this tree's nodes with ``node.cpus: all`` and the hello reference free.
 ``--pin`` runs each node on one CPU, round-robin over the CPUs this process may use, through
 ``node.cpus`` (docs/deploy.md#cpu-pinning; ``taskset`` for a ``--before`` tree that predates it), and
 the hello reference on the first of them. ``--pin-ab`` runs two sides of this tree instead, ``free``
@@ -275,7 +276,12 @@ def _hello(args: argparse.Namespace, tmp: Path, answer: bytes, receiver: str) ->
 
     (tmp / "answer.json").write_bytes(answer)
     port = free_ports(1)[0]
-    pin = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] if args.pin else []
+    if args.pin:
+        pin = ["taskset", "-c", str(min(os.sched_getaffinity(0)))]
+    elif args.free or args.pin_ab:
+        pin = []
+    else:  # the nodes on their default one CPU each: the reference as a lone node would place itself
+        pin = ["taskset", "-c", str(max(os.sched_getaffinity(0)))]
     proc = subprocess.Popen([*pin, sys.executable, __file__, "--hello-server", str(port), str(tmp / "answer.json")],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
