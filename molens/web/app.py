@@ -552,7 +552,10 @@ class Api:
         check = self.create_rate.take if take else self.create_rate.wait
         for ns, n, rate in self._quota_rates(collections.Counter(namespaces).items(), screen=not take):
             if wait := check(ns, n, rate, time.monotonic()):
-                self._hold_impatient(ns, wait)
+                # Only the early check holds: the taking one runs in the namespace's create slot
+                # (create_slots), and a hold there would keep the slot from the creates that wait
+                # for it. An impatient client's next create meets the early check and is held there.
+                self._hold_impatient(ns, wait, hold=not take)
                 raise QuotaExceeded(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
                                          "created", "creates_per_s", wait, namespace=ns)
 
@@ -584,17 +587,17 @@ class Api:
             if rate is not None:
                 yield ns, n, rate
 
-    def _hold_impatient(self, ns: str, retry_after_s: int) -> None:
-        """Before a create of ``ns`` is refused: hold it if its connection was told to wait and has
-        not (:class:`molens.web.quotas.Impatience`; at most ``MAX_HELD`` at once, the rest answered
-        at once), then remember the ``Retry-After`` it is about to be given."""
+    def _hold_impatient(self, ns: str, retry_after_s: int, *, hold: bool = True) -> None:
+        """Before a create of ``ns`` is refused: with ``hold``, hold it if its connection was told
+        to wait and has not (:class:`molens.web.quotas.Impatience`; at most ``MAX_HELD`` at once,
+        the rest answered at once); then remember the ``Retry-After`` it is about to be given."""
         env = bottle.request.environ
         conn = f"{env.get('REMOTE_ADDR', '')}:{env.get('REMOTE_PORT', '')}"
-        hold = self.impatience.hold_s(conn, ns, time.monotonic())
-        if hold and self.held.acquire(blocking=False):
+        wait_s = self.impatience.hold_s(conn, ns, time.monotonic()) if hold else 0.0
+        if wait_s and self.held.acquire(blocking=False):
             try:
                 self.ctx.metrics().namespaces.add("quota_holds", ns)
-                self.sleep(hold)
+                self.sleep(wait_s)
             finally:
                 self.held.release()
         self.impatience.told(conn, ns, time.monotonic() + retry_after_s)

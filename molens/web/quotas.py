@@ -17,7 +17,8 @@ t=0.1 five more go.
 to wait. A connection that sends a create into the empty bucket again before then ignores its
 ``Retry-After``: its refusal is held until the time it was told (at most :data:`MAX_HOLD_S`), so a
 client that does not wait is paced by the Retry-After it ignores instead of costing the node a
-refusal per round trip. A client that waits is never held.
+refusal per round trip. A client that waits is never held, and a create is never held while it
+holds a slot of :class:`CreateSlots` (only the check before decoding holds).
 
 Example: a connection refused at t=0 with ``Retry-After: 1`` sends again at t=0.01: that refusal is
 held 0.99 s and answered at t=1.0 with ``Retry-After: 1`` again; sent again at t=2.0 after waiting,

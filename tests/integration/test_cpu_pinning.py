@@ -69,6 +69,22 @@ def test_by_default_each_node_of_a_cluster_sharing_a_host_takes_one_cpu_of_its_o
         assert f"node runs on CPU {want} of the {cpus.text(given)} it was given (node.cpus: auto" in node.tail(200)
 
 
+def test_by_default_a_node_given_one_cpu_is_left_on_it(tmp_path: Path) -> None:
+    lowest = str(min(os.sched_getaffinity(0)))  # not the CPU auto would choose when it had two
+    c = Cluster(tmp_path, 1, state_machine="tasks")
+    node = c.nodes["n1"]
+    node.argv = ["taskset", "-c", lowest, *node.argv]
+    try:
+        c.start()
+        node = c.leader()
+        st = json.loads(_http.request("GET", f"{node.http_url}/api/v1/stats?local=1").data)
+        assert st["cpus"] == lowest
+        assert set(_threads_cpus(node.pid).values()) == {lowest}
+        assert "node runs on" not in node.tail(200)
+    finally:
+        c.kill_all()
+
+
 def test_a_cpu_the_node_may_not_use_stops_its_start_naming_the_key(tmp_path: Path) -> None:
     c = Cluster(tmp_path, 1, {"node": {"cpus": "4095"}}, state_machine="tasks")
     node = c.nodes["n1"]

@@ -116,3 +116,22 @@ def test_a_namespaces_creates_take_turns_in_its_slots_and_one_that_finds_none_fr
     assert a.slots.busy() == {"slow": 2}
     a.slots.release("slow")
     a.slots.release("slow")
+
+
+def test_a_create_is_never_held_while_it_holds_its_namespaces_create_slot(
+        api: tuple[Api, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    a, slept = api
+    busy_when_held: list[dict[str, int]] = []
+    a.sleep = lambda s: (slept.append(s), busy_when_held.append(a.slots.busy()))  # type: ignore[func-returns-value]
+    assert _call(a, "POST", "/api/v1/namespaces", {"name": "slow", "quotas": {"creates_per_s": 0.001}})[0] == 201
+    assert _call(a, "POST", "/api/v1/tasks", TASK)[0] == 201
+    assert _call(a, "POST", "/api/v1/tasks", TASK)[0] == 429  # told to wait 1,000 s
+    assert _call(a, "POST", "/api/v1/tasks", TASK)[0] == 429  # did not: held by the early check ...
+    assert slept == [MAX_HOLD_S] and busy_when_held == [{}]  # ... before it took a slot
+    # The early check saw room (another create took the last token between the two checks): the
+    # refusal comes from the check made inside the slot, and is answered at once, the slot given back.
+    monkeypatch.setattr(a.create_rate, "wait", lambda *_args: 0)
+    st, headers, out = _call(a, "POST", "/api/v1/tasks", TASK)
+    assert (st, out["error"]["quota"]) == (429, "creates_per_s") and int(headers["Retry-After"]) > 0
+    assert slept == [MAX_HOLD_S]
+    assert a.slots.busy() == {}
