@@ -8,8 +8,7 @@ finds the lock taken back and sleeps again: a single create costs the leader abo
 context switches and a third more CPU than with the process on one core, where the thread that
 let go of the lock simply carries on (docs/benchmarks.md#cpu-pinning). ZeroMQ's and the kernel's
 work for the node then shares that core too; batch ingest, bound by lmdb and fsync, gains less
-(1.1 times the rate), and three nodes on two cores, two of which then share one, replicate bulk
-Raft traffic somewhat slower than free (docs/deploy.md#cpu-pinning).
+(1.1 times the rate), and bulk Raft replication about nothing (docs/deploy.md#cpu-pinning).
 
 :func:`parse` reads the list syntax of ``taskset -c`` and of ``Cpus_allowed_list`` in
 ``/proc/PID/status`` (``0``, ``0,2``, ``0-3,6``); :func:`pin` applies a list to every thread of
