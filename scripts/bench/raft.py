@@ -61,6 +61,7 @@ from typing import Any
 import yaml
 import zmq
 
+from molens import cpus
 from molens.admin import AdminClient, AdminError
 from molens.config import NodeConfig
 from molens.kv import encode_put
@@ -810,8 +811,8 @@ def run_plan(plan: Plan, root: Path, n: int) -> dict[str, Any]:
             else:
                 cmds.append([sys.executable, __file__, "--pysyncobj-node", a, partners, pj, result])
         if plan.conf == "pinned":  # as a Molens node places itself by default (node.cpus: auto)
-            given = sorted(os.sched_getaffinity(0), reverse=True)
-            cmds = [["taskset", "-c", str(given[k % len(given)]), *c] for k, c in enumerate(cmds)]
+            given = frozenset(os.sched_getaffinity(0))
+            cmds = [["taskset", "-c", cpus.text(cpus.choose(k, given)), *c] for k, c in enumerate(cmds)]
     logs = [open(d / f"node{k}.out", "wb") for k in range(3)]  # noqa: SIM115 - closed below
     procs = [subprocess.Popen(c, cwd=ROOT, stdout=lg, stderr=subprocess.STDOUT) for c, lg in zip(cmds, logs)]
     try:
