@@ -145,13 +145,10 @@ class NodeContext(StoreReads):
         self.cfg = cfg
         self._transfer = transfer_leader
         self.peer = peer
-        self.store = store
-        self._history = history
-        self._settings = settings or settings_from_config(cfg)
+        super().__init__(store, history, settings or settings_from_config(cfg))
         self._extra_stats = extra_stats
         self._urls: dict[str, str | None] = {p.id: http_url(p.http_addr) for p in cfg.initial_peers()}
         self._lock = threading.Lock()
-        self._ids = model.TaskIds()
         self._last = LeaderChange(cfg.node.id, "follower", None, 0)
         self.stopping = False
         self.proposals = 0
@@ -160,7 +157,7 @@ class NodeContext(StoreReads):
         self._requests = RequestRate()
         self._disk = DiskUsage(cfg.data_dir)
         self._recent = RecentFires(cfg.data_dir / "history.sqlite")
-        self._peers = PeerStats(self._settings.auth_token)
+        self._peers = PeerStats(self.settings.auth_token)
         self._metrics = NodeMetrics(self._metrics_snapshot, self._task_namespace)
         if scheduler is not None:
             scheduler.set_observer(self._metrics.fires)

@@ -18,27 +18,8 @@ from typing import Any, cast
 
 import pykka
 
+from molens.actors import peer_messages as msg
 from molens.actors.peer_errors import ProposalRefused
-from molens.actors.peer_messages import (
-    AddNode,
-    Condition,
-    JudgeClock,
-    KnownPeers,
-    LeaderChange,
-    LearnPeers,
-    PeerStatus,
-    ProposalsReady,
-    RaftPeerStats,
-    ReadIndex,
-    ReloadKeys,
-    RemoveNode,
-    Request,
-    SnapshotNow,
-    Subscribe,
-    Subscriber,
-    TransferLeadership,
-    WaitUntil,
-)
 from molens.actors.peer_state import (
     BatchCallback,
     BatchOutcome,
@@ -124,65 +105,65 @@ class RaftPeerHandle:
     def _enqueue(self, datas: list[bytes], waiters: list[Waiter]) -> None:
         if self.lifecycle.proposals.put(datas, waiters):
             try:
-                self.ref.tell(ProposalsReady())
+                self.ref.tell(msg.ProposalsReady())
             except pykka.ActorDeadError:
                 for f in self.lifecycle.proposals.close():
                     fail_waiter(f, ProposalRefused("raft peer stopped"))
 
     # --- requests ---------------------------------------------------------------------------------
-    def ask(self, request: Request, timeout: float | None = 10.0) -> Any:
+    def ask(self, request: msg.Request, timeout: float | None = 10.0) -> Any:
         """Ask the actor ``request`` and return its reply (re-raising the exception it raised)."""
         return self.ref.ask(request, timeout=timeout)
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
-        return dict(self.ask(PeerStatus(), timeout))
+        return dict(self.ask(msg.PeerStatus(), timeout))
 
     def stats(self, timeout: float = 10.0) -> dict[str, Any]:
-        return dict(self.ask(RaftPeerStats(), timeout))
+        return dict(self.ask(msg.RaftPeerStats(), timeout))
 
     def known_peers(self, timeout: float = 10.0) -> dict[str, PeerConfig]:
         """The address book: node id -> addresses."""
-        return dict(self.ask(KnownPeers(), timeout))
+        return dict(self.ask(msg.KnownPeers(), timeout))
 
     def transfer_leader(self, to: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
-        return dict(self.ask(TransferLeadership(to), timeout))
+        return dict(self.ask(msg.TransferLeadership(to), timeout))
 
     def add_node(self, peer: PeerConfig, timeout: float = 10.0) -> dict[str, Any]:
-        return dict(self.ask(AddNode(peer), timeout))
+        return dict(self.ask(msg.AddNode(peer), timeout))
 
     def remove_node(self, node_id: str, timeout: float = 10.0) -> dict[str, Any]:
-        return dict(self.ask(RemoveNode(node_id), timeout))
+        return dict(self.ask(msg.RemoveNode(node_id), timeout))
 
     def learn_peers(self, peers: list[PeerConfig], timeout: float = 10.0) -> None:
-        self.ask(LearnPeers(tuple(peers)), timeout)
+        self.ask(msg.LearnPeers(tuple(peers)), timeout)
 
     def reload_keys(self, timeout: float = 10.0) -> Any:
         """Re-read the Raft port's CURVE public keys; the transport's report."""
-        return self.ask(ReloadKeys(), timeout)
+        return self.ask(msg.ReloadKeys(), timeout)
 
     def snapshot_now(self, timeout: float = 10.0) -> Future[Any]:
         """A future of ``{"index": ...}`` once the snapshot taken now (or the one running) is written."""
-        return cast("Future[Any]", self.ask(SnapshotNow(), timeout))
+        return cast("Future[Any]", self.ask(msg.SnapshotNow(), timeout))
 
     def read_index(self, timeout_s: float = 5.0) -> int:
         """Wait until a linearizable read of the local replica is possible; returns the read index.
         ``NotLeaderError(None)`` when no leader is known; ``TimeoutError`` when no quorum confirms."""
-        fut = cast("Future[Any]", self.ask(ReadIndex(timeout_s)))
+        fut = cast("Future[Any]", self.ask(msg.ReadIndex(timeout_s)))
         return int(fut.result(timeout=timeout_s))
 
-    def subscribe(self, fn: Subscriber) -> LeaderChange:
+    def subscribe(self, fn: msg.Subscriber) -> msg.LeaderChange:
         """Call ``fn`` (on the actor thread; keep it quick) on every role/leader change."""
-        return cast(LeaderChange, self.ask(Subscribe(fn)))
+        return cast(msg.LeaderChange, self.ask(msg.Subscribe(fn)))
 
     def wait_until_not_leader(self) -> Future[Any]:
         """A future set once this node is not the leader after a Raft cycle."""
-        return cast("Future[Any]", self.ask(WaitUntil(Condition.NOT_LEADER)))
+        return cast("Future[Any]", self.ask(msg.WaitUntil(msg.Condition.NOT_LEADER)))
 
     def judge_clock(
         self, verdict_of: Callable[[list[str]], ClockVerdict], timeout: float = 10.0
     ) -> tuple[list[str], ClockVerdict]:
         """The clock verdict for the current voters, acted on at once on the Raft thread."""
-        return cast("tuple[list[str], ClockVerdict]", self.ask(JudgeClock(verdict_of), timeout))
+        return cast("tuple[list[str], ClockVerdict]", self.ask(msg.JudgeClock(verdict_of), timeout))
 
     # --- lifecycle --------------------------------------------------------------------------------
     @property

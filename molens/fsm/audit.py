@@ -24,29 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from molens.fsm import tenancy
-from molens.fsm.commands import (
-    Audited,
-    AuditedCommand,
-    AuditNote,
-    AuditStamp,
-    BackfillTask,
-    CreateTasks,
-    DeleteApiKey,
-    DeleteDeadLetters,
-    DeleteFlow,
-    DeleteNamespace,
-    DeleteTasks,
-    FlowSettings,
-    PauseTasks,
-    PutApiKey,
-    PutFlow,
-    PutNamespace,
-    RedriveDeadLetters,
-    ResumeTasks,
-    TriggerTask,
-    UpdateTask,
-)
+from molens.fsm import commands, tenancy
 from molens.model import Task
 from molens.schema import DEFAULT_NAMESPACE, DeadLetter, TaskSpec
 
@@ -119,31 +97,41 @@ class Before(Protocol):
     """The state a command started from (the store's transaction before its writes)."""
 
     def get_task(self, task_id: str) -> Task | None: ...
-    def get_flow(self, key: str) -> FlowSettings | None: ...
+    def get_flow(self, key: str) -> commands.FlowSettings | None: ...
     def get_dead(self, dead_id: str) -> DeadLetter | None: ...
     def get_meta(self, key: str) -> bytes | None: ...
 
 
-def action_of(cmd: AuditedCommand) -> str:
+def action_of(cmd: commands.AuditedCommand) -> str:
     """The audit action name of a command (``task.pause``, ``flow.put``, ...)."""
-    if isinstance(cmd, PutFlow) and cmd.only_paused:
+    if isinstance(cmd, commands.PutFlow) and cmd.only_paused:
         return "flow.pause" if cmd.settings.paused else "flow.resume"
-    if isinstance(cmd, PutNamespace):
+    if isinstance(cmd, commands.PutNamespace):
         return "namespace.create" if cmd.create else "namespace.patch"
     return _ACTIONS[type(cmd)]
 
 
 _ACTIONS: dict[type, str] = {
-    CreateTasks: "task.create", UpdateTask: "task.patch", PauseTasks: "task.pause", ResumeTasks: "task.resume",
-    DeleteTasks: "task.delete", TriggerTask: "task.trigger", BackfillTask: "task.backfill",
-    RedriveDeadLetters: "dead_letter.redrive", DeleteDeadLetters: "dead_letter.delete", PutFlow: "flow.put",
-    DeleteFlow: "flow.delete", PutNamespace: "namespace.patch", DeleteNamespace: "namespace.delete",
-    PutApiKey: "key.create", DeleteApiKey: "key.delete",
+    commands.CreateTasks: "task.create",
+    commands.UpdateTask: "task.patch",
+    commands.PauseTasks: "task.pause",
+    commands.ResumeTasks: "task.resume",
+    commands.DeleteTasks: "task.delete",
+    commands.TriggerTask: "task.trigger",
+    commands.BackfillTask: "task.backfill",
+    commands.RedriveDeadLetters: "dead_letter.redrive",
+    commands.DeleteDeadLetters: "dead_letter.delete",
+    commands.PutFlow: "flow.put",
+    commands.DeleteFlow: "flow.delete",
+    commands.PutNamespace: "namespace.patch",
+    commands.DeleteNamespace: "namespace.delete",
+    commands.PutApiKey: "key.create",
+    commands.DeleteApiKey: "key.delete",
 }
 
 
 
-def is_audited(cmd: object) -> TypeGuard[AuditedCommand]:
+def is_audited(cmd: object) -> TypeGuard[commands.AuditedCommand]:
     """Whether ``cmd`` is a change a caller makes (the API wraps those in ``Audited``)."""
     return type(cmd) in _ACTIONS
 
@@ -196,7 +184,7 @@ class _Payload(NamedTuple):
     crc: int
 
 
-def _flow_fields(f: FlowSettings | None) -> dict[str, Any]:
+def _flow_fields(f: commands.FlowSettings | None) -> dict[str, Any]:
     if f is None:
         return {}
     out: dict[str, Any] = msgspec.structs.asdict(f)
@@ -227,10 +215,13 @@ def _failed(res: Any) -> bool:
 
 
 def entries(
-    cmd: Audited, before: Before, after_task: Callable[[str], Task | None], after_flow: Callable[[str], FlowSettings | None],
+    cmd: commands.Audited,
+    before: Before,
+    after_task: Callable[[str], Task | None],
+    after_flow: Callable[[str], commands.FlowSettings | None],
     results: list[Any],
 ) -> list[AuditEntry]:
-    """The entries of an applied :class:`Audited` command: one per target it changed.
+    """The entries of an applied :class:`~molens.fsm.commands.Audited` command: one per target it changed.
 
     ``before`` reads the state the command started from; ``after_task`` / ``after_flow`` the state it
     left; ``results`` are the command's per-item results (errors changed nothing)."""
@@ -255,47 +246,51 @@ def entries(
         add(t.namespace if t is not None else DEFAULT_NAMESPACE, tid, extra or {}, oi, ni)
 
     match inner:
-        case CreateTasks():
+        case commands.CreateTasks():
             for it, res in zip(inner.items, results, strict=True):
                 if not _failed(res) and res.created:
                     task_change(it.task_id, res)
-        case DeleteTasks() | PauseTasks() | ResumeTasks():
+        case commands.DeleteTasks() | commands.PauseTasks() | commands.ResumeTasks():
             for tid, res in zip(inner.task_ids, results, strict=True):
                 task_change(tid, res)
-        case TriggerTask() | UpdateTask():
+        case commands.TriggerTask() | commands.UpdateTask():
             task_change(inner.task_id, results[0])
-        case BackfillTask():
+        case commands.BackfillTask():
             task_change(inner.task_id, results[0], {"backfill": {"old": None, "new": {
                 "start": inner.start_ms, "end": inner.end_ms}}})
-        case RedriveDeadLetters() | DeleteDeadLetters():
+        case commands.RedriveDeadLetters() | commands.DeleteDeadLetters():
             for did, res in zip(inner.ids, results, strict=True):
                 dl = before.get_dead(did)
                 if _failed(res) or res is False or dl is None:
                     continue
                 add(dl.namespace, did, diff(_dead_fields(dl), {}))
-        case PutFlow() | DeleteFlow():
+        case commands.PutFlow() | commands.DeleteFlow():
             if not _failed(results[0]):
                 add(CLUSTER, inner.key, diff(_flow_fields(before.get_flow(inner.key)),
                                              _flow_fields(after_flow(inner.key))))
-        case PutNamespace() | DeleteNamespace():
-            name = inner.namespace.name if isinstance(inner, PutNamespace) else inner.name
+        case commands.PutNamespace() | commands.DeleteNamespace():
+            name = inner.namespace.name if isinstance(inner, commands.PutNamespace) else inner.name
             if not _failed(results[0]):
                 key = tenancy.NS_PREFIX + name
                 old_ns = _namespace_fields(before.get_meta(key))
-                new_ns = {} if isinstance(inner, DeleteNamespace) else {"quotas": msgspec.to_builtins(inner.namespace.quotas)}
+                new_ns = (
+                    {}
+                    if isinstance(inner, commands.DeleteNamespace)
+                    else {"quotas": msgspec.to_builtins(inner.namespace.quotas)}
+                )
                 add(CLUSTER, name, diff(old_ns, new_ns))
-        case PutApiKey() | DeleteApiKey():
-            kid = inner.key.id if isinstance(inner, PutApiKey) else inner.key_id
+        case commands.PutApiKey() | commands.DeleteApiKey():
+            kid = inner.key.id if isinstance(inner, commands.PutApiKey) else inner.key_id
             if not _failed(results[0]):
                 key = tenancy.KEY_PREFIX + kid
-                new_k = _key_fields(tenancy.encode(inner.key)) if isinstance(inner, PutApiKey) else {}
+                new_k = {} if isinstance(inner, commands.DeleteApiKey) else _key_fields(tenancy.encode(inner.key))
                 add(CLUSTER, kid, diff(_key_fields(before.get_meta(key)), new_k))
     return out
 
 
-def note_entry(cmd: AuditNote) -> AuditEntry:
+def note_entry(cmd: commands.AuditNote) -> AuditEntry:
     """The entry of an audit-only note (a change made outside the state machine)."""
-    st: AuditStamp = cmd.stamp
+    st: commands.AuditStamp = cmd.stamp
     return AuditEntry(
         at_ms=cmd.now_ms, key_id=st.key_id, name=st.name, action=cmd.action, namespace=CLUSTER,
         target=cmd.target, changes={k: dict(v) for k, v in cmd.changes.items()}, remote_addr=st.remote_addr,

@@ -57,12 +57,10 @@ class LocalContext(StoreReads):
         durable: bool = False,
         history_max_records_per_task: int = 200,
     ) -> None:
-        self._settings = settings or ApiSettings()
         self.data_dir = Path(data_dir)
-        self._history = History(
-            self.data_dir / "history.sqlite", max_records_per_task=history_max_records_per_task
-        )
-        self.store = TaskStore(self.data_dir, history=self._history, durable=durable)
+        history = History(self.data_dir / "history.sqlite", max_records_per_task=history_max_records_per_task)
+        store = TaskStore(self.data_dir, history=history, durable=durable)
+        super().__init__(store, history, settings or ApiSettings())
         self.role = "leader"
         """``leader`` applies; anything else refuses writes with LeaderElsewhere/NoLeader."""
         self.leader_url: str | None = None
@@ -76,7 +74,6 @@ class LocalContext(StoreReads):
         )
         self._cv = threading.Condition()
         self._closed = False
-        self._ids = model.TaskIds()
         self.proposals = 0
         self.batches = 0
         self._metrics: NodeMetrics | None = None
@@ -91,7 +88,7 @@ class LocalContext(StoreReads):
 
     def leader_info(self) -> LeaderInfo:
         if self.role == "leader":
-            return LeaderInfo(self._settings.node_id, None, self.term, "leader")
+            return LeaderInfo(self.settings.node_id, None, self.term, "leader")
         return LeaderInfo(self.leader_id, self.leader_url, self.term, self.role)
 
     def inject_fault(self, kind: str) -> None:
@@ -127,7 +124,7 @@ class LocalContext(StoreReads):
 
     def _opening(self, li: LeaderInfo) -> dict[str, Any]:
         """The members the status and the stats answers open with."""
-        return {"node_id": self._settings.node_id, "role": li.role, "term": li.term, "leader_id": li.leader_id}
+        return {"node_id": self.settings.node_id, "role": li.role, "term": li.term, "leader_id": li.leader_id}
 
     def cluster_status(self) -> dict[str, Any]:
         li = self.leader_info()
@@ -139,7 +136,7 @@ class LocalContext(StoreReads):
             "applied_index": applied,
             "nodes": [
                 {
-                    "id": self._settings.node_id,
+                    "id": self.settings.node_id,
                     "role": li.role,
                     "suffrage": "voter",
                     "http_url": None,
@@ -182,11 +179,11 @@ class LocalContext(StoreReads):
         }
 
     def fire_series(self, span: Span, local: bool = False) -> dict[str, Any]:
-        out = {**self.metrics().fires.series.to_json(span, self.now_ms()), "node_id": self._settings.node_id}
-        return out if local else {**out, "nodes": [self._settings.node_id], "missing": []}
+        out = {**self.metrics().fires.series.to_json(span, self.now_ms()), "node_id": self.settings.node_id}
+        return out if local else {**out, "nodes": [self.settings.node_id], "missing": []}
 
     def node_stats(self, node_id: str) -> dict[str, Any]:
-        if node_id == self._settings.node_id:
+        if node_id == self.settings.node_id:
             return self.stats()
         raise NotFoundError(f"node {node_id[:64]} is not in the cluster", "node_id")
 
@@ -215,7 +212,7 @@ class LocalContext(StoreReads):
         li = self.leader_info()
         applied = self.store.applied_index()
         return MetricsSnapshot(
-            node_id=self._settings.node_id,
+            node_id=self.settings.node_id,
             role=li.role,
             tasks=(counts := self.store.counts()),
             namespaces=pending_by_namespace(self.store.scan_meta, counts, model.TERMINAL_STATUSES),

@@ -181,6 +181,12 @@ def _schemas() -> dict[str, Any]:
         "required": [s.value for s in Status],
         "properties": {s.value: {"type": "integer"} for s in Status},
     }
+    node = {  # what a node says of itself first, in its cluster status and in its stats
+        "node_id": {"type": "string"},
+        "role": {"type": "string"},
+        "term": {"type": "integer"},
+        "leader_id": _nullable("string"),
+    }
     return {
         "Error": {
             "type": "object",
@@ -313,10 +319,7 @@ def _schemas() -> dict[str, Any]:
             "type": "object",
             "required": ["node_id", "role", "term", "leader_id", "applied_index", "nodes"],
             "properties": {
-                "node_id": {"type": "string"},
-                "role": {"type": "string"},
-                "term": {"type": "integer"},
-                "leader_id": _nullable("string"),
+                **node,
                 "commit_index": {"type": "integer"},
                 "applied_index": {"type": "integer"},
                 "nodes": {
@@ -377,10 +380,7 @@ def _schemas() -> dict[str, Any]:
             "type": "object",
             "required": ["node_id", "role", "term", "tasks", "tasks_total", "time_ms"],
             "properties": {
-                "node_id": {"type": "string"},
-                "role": {"type": "string"},
-                "leader_id": _nullable("string"),
-                "term": {"type": "integer"},
+                **node,
                 "tasks": _ref("TaskCounts"),
                 "tasks_total": {"type": "integer"},
                 "time_ms": {"type": "integer"},

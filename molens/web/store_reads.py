@@ -22,32 +22,20 @@ SCAN_CHUNK = 256
 
 
 class StoreReads(abc.ABC):
-    """Reads of the local replica; a subclass sets the attributes below and says :meth:`now_ms`."""
+    """Reads of the local replica; a subclass hands :meth:`__init__` its store, history and settings
+    and says :meth:`now_ms`."""
 
-    store: TaskStore
-    _history: History
-    _settings: ApiSettings
-    _ids: model.TaskIds
+    def __init__(self, store: TaskStore, history: History, settings: ApiSettings) -> None:
+        self.store = store
+        self.history = history
+        self.settings = settings
+        self.audit = self.dead_letters = store
+        """The store holds the audit trail and the dead letters too."""
+        self._ids = model.TaskIds()
 
     @abc.abstractmethod
     def now_ms(self) -> int:
         """This node's wall clock, epoch ms (new task ids embed it)."""
-
-    @property
-    def settings(self) -> ApiSettings:
-        return self._settings
-
-    @property
-    def history(self) -> History:
-        return self._history
-
-    @property
-    def audit(self) -> TaskStore:
-        return self.store
-
-    @property
-    def dead_letters(self) -> TaskStore:
-        return self.store
 
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)

@@ -40,13 +40,13 @@ class Behind(LocalContext):
     behind = False
     barriers = 0
 
+    def __init__(self, data_dir: str) -> None:
+        super().__init__(data_dir)
+        self.dead_letters = _Lagging(self)
+
     def read_barrier(self, timeout_s: float) -> None:
         self.barriers += 1
         self.behind = False
-
-    @property
-    def dead_letters(self) -> Any:
-        return _Lagging(self)
 
     def get_flow(self, key: str) -> Any:
         return None if self.behind else super().get_flow(key)
