@@ -129,10 +129,10 @@ class Limits:
     max_idempotency_key: int = 128
     max_cron_length: int = 256
     default_retry: RetryPolicy = DEFAULT_RETRY
-    default_notify_url: str = ""
-    """``notifications.url``: the notification target of a task that gives none ("" = none)."""
     """The node's retry policy for a task that gives none (``scheduler.retry``); its ``max_retries``
     is ``default_max_retries``."""
+    default_notify_url: str = ""
+    """``notifications.url``: the notification target of a task that gives none ("" = none)."""
 
 
 from molens.wallclock import MAX_EPOCH_MS  # noqa: E402 -- re-exported: model.MAX_EPOCH_MS
