@@ -234,8 +234,6 @@ class ConnectionFailedError(ClientError):
 
 
 def _error_class(status: int, code: str) -> type[ApiError]:
-    if status == 400 and code == "invalid_argument":
-        return BadRequestError
     if status in (400, 413, 415):
         return BadRequestError
     if status == 429:
