@@ -45,6 +45,7 @@ from molens.actors.messages import (
     FireResults,
     GetFlows,
     GetGauges,
+    LeaderRefs,
     ReadWheel,
     SetObserver,
     WorkerReport,
@@ -193,7 +194,11 @@ class Scheduler:
     # ---- queries --------------------------------------------------------------------------------
     @property
     def leading(self) -> bool:
-        return self.supervisor is not None and self.supervisor.current is not None
+        return self._leader_refs() is not None
+
+    def _leader_refs(self) -> LeaderRefs | None:
+        """The refs of this term's leader actors; None off the leader."""
+        return self.supervisor.current if self.supervisor is not None else None
 
     def set_observer(self, observer: StatsObserver) -> None:
         if self.stats is not None:
@@ -206,7 +211,7 @@ class Scheduler:
     def leader_gauges(self) -> dict[str, Any]:
         """Gauges of the leader actors (wheel size, fires in flight, backlog...); {} off the leader
         or for an actor too busy to answer within ``ASK_TIMEOUT_S`` (a wheel still rebuilding)."""
-        refs = self.supervisor.current if self.supervisor is not None else None
+        refs = self._leader_refs()
         if refs is None:
             return {}
         futs = []
@@ -225,7 +230,7 @@ class Scheduler:
 
     def flow_states(self) -> list[FlowState] | None:
         """The Dispatcher's live view of its flows; None off the leader or when it is too busy."""
-        refs = self.supervisor.current if self.supervisor is not None else None
+        refs = self._leader_refs()
         if refs is None:
             return None
         try:
@@ -235,7 +240,7 @@ class Scheduler:
 
     def read_wheel(self, fn: Callable[[Any], Any], timeout: float) -> Any:
         """``fn(wheel)`` on the TimeWheel actor; None off the leader; ``pykka.Timeout`` if busy."""
-        refs = self.supervisor.current if self.supervisor is not None else None
+        refs = self._leader_refs()
         if refs is None:
             return None
         try:
@@ -305,7 +310,7 @@ class Scheduler:
             if tag == b"B":
                 self._tell_pool(FireBatch(decode_fire_batch(body)))
             elif tag == b"R":
-                refs = self.supervisor.current if self.supervisor is not None else None
+                refs = self._leader_refs()
                 if refs is None:  # not (or no longer) leading: pass them on to the leader
                     self._tell_pool(ForwardFrame(payload, frm))
                     return
@@ -320,7 +325,7 @@ class Scheduler:
                     sent, peer_ms = decode_reply(body)
                     self._probe_ref.tell(ProbeReply(frm, sent, peer_ms, wall_ms()))
             elif tag == b"H":
-                refs = self.supervisor.current if self.supervisor is not None else None
+                refs = self._leader_refs()
                 beat = decode_heartbeat(body)
                 if beat.batch_version is not None:  # what the batches sent to it may carry
                     self.batch_versions[frm] = beat.batch_version

@@ -122,20 +122,24 @@ class SnapshotWork(pykka.ThreadingActor):
                 self.book.update(p)
         self.log.release_snapshot_data()
         rcv = self._received
-        if rcv is not None and rcv[0] == meta:
-            src = rcv[2]  # the file the chunks were gathered in, checked
-        else:
-            src = self.data_dir / "snapshots" / "install.tmp"
-            self.log.export_snapshot(src)
-        self.fsm.restore(src)
-        src.unlink(missing_ok=True)
-        if rcv is not None and rcv[2] == src:
+        if rcv is not None and rcv[0] == meta:  # restored from the file the chunks were gathered in, checked
+            self.fsm.restore(rcv[2])
+            rcv[2].unlink(missing_ok=True)
             self._received = None
+        else:
+            self._restore_from_log("install.tmp")
         self._last_snapshot_index = meta.index
         self.counters.snapshots_installed += 1
         for p in self._book_from_membership(meta.membership):
             self.transport.add_peer(p.id, zmq_endpoint(p.raft_addr))
         log.info("snapshot installed node=%s index=%d term=%d", self.node_id, meta.index, meta.term)
+
+    def _restore_from_log(self, name: str) -> None:
+        """The FSM restored from the log's snapshot, exported for it to ``snapshots/<name>`` (removed after)."""
+        path = self.data_dir / "snapshots" / name
+        self.log.export_snapshot(path)
+        self.fsm.restore(path)
+        path.unlink(missing_ok=True)
 
     def _book_from_membership(self, m: Membership) -> list[PeerConfig]:
         return [

@@ -279,10 +279,7 @@ class RaftPeer(SnapshotWork):
     def _restore_fsm_if_behind(self) -> None:
         snap = self.log.snapshot_meta()
         if self.fsm.applied_index() < snap.index:
-            path = self.data_dir / "snapshots" / "restore.tmp"
-            self.log.export_snapshot(path)
-            self.fsm.restore(path)
-            path.unlink(missing_ok=True)
+            self._restore_from_log("restore.tmp")
             self.counters.fsm_restored_at_start += 1
             log.info("fsm restored from log snapshot index=%d", snap.index)
 

@@ -753,8 +753,7 @@ class TaskStore(StateFile):
         return {s.value: self._counts.get(s.value, 0) for s in Status}
 
     def __len__(self) -> int:
-        with self._env.begin() as txn:
-            return int(txn.stat(self._tasks)["entries"])
+        return self._entries(self._tasks)
 
     def scan_due(self, chunk: int = 4096, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
         """Every due entry in due order (strictly after ``(due_ms, task_id)`` when given), read in
@@ -929,9 +928,13 @@ class TaskStore(StateFile):
         # whole log entries only: a trim bound is an index (a batch's entries go together)
         return None if last is None else _U64.unpack_from(last)[0] + 1
 
+    def _entries(self, db: Any) -> int:
+        """How many records ``db`` holds."""
+        with self._env.begin() as txn:
+            return int(txn.stat(db)["entries"])
+
     def audit_count(self) -> int:
-        with self._env.begin(db=self._audit) as txn:
-            return int(txn.stat(self._audit)["entries"])
+        return self._entries(self._audit)
 
     def scan_dead_before(self, at_before_ms: int, limit: int) -> list[str]:
         """Ids of up to ``limit`` dead letters written before ``at_before_ms`` (retention), oldest first."""
@@ -955,14 +958,10 @@ class TaskStore(StateFile):
         return out
 
     def outbox_count(self) -> int:
-        with self._env.begin(db=self._outbox) as txn:
-            n: int = txn.stat(self._outbox)["entries"]
-            return n
+        return self._entries(self._outbox)
 
     def dead_count(self) -> int:
-        with self._env.begin(db=self._dead) as txn:
-            n: int = txn.stat(self._dead)["entries"]
-            return n
+        return self._entries(self._dead)
 
     def scan_fires(self, chunk: int = 4096) -> Iterator[FireRecord]:
         """Every in-flight fire, in fire id order, streaming."""
@@ -1066,8 +1065,7 @@ class TaskStore(StateFile):
         return out
 
     def due_count(self) -> int:
-        with self._env.begin() as txn:
-            return int(txn.stat(self._due)["entries"])
+        return self._entries(self._due)
 
     def task_ids(self) -> Iterator[str]:
         for k, _ in self._scan(self._tasks, b"", 4096):

@@ -98,11 +98,15 @@ class LocalContext(StoreReads):
         with self._cv:
             self._faults.append(kind)
 
-    def propose(self, commands: Sequence[Command], timeout_s: float) -> list[list[Any]]:
+    def _leader_only(self) -> None:
+        """Refuse what only a leader does: ``LeaderElsewhere`` when one is known, else ``NoLeader``."""
         if self.role != "leader":
             if self.leader_url:
                 raise LeaderElsewhere(self.leader_url, self.leader_id)
             raise NoLeader()
+
+    def propose(self, commands: Sequence[Command], timeout_s: float) -> list[list[Any]]:
+        self._leader_only()
         datas = [encode(c) for c in commands]
         fut: Future[list[list[Any]]] = Future()
         with self._cv:
@@ -147,10 +151,7 @@ class LocalContext(StoreReads):
         }
 
     def transfer_leader(self, to: str | None) -> dict[str, Any]:
-        if self.role != "leader":
-            if self.leader_url:
-                raise LeaderElsewhere(self.leader_url, self.leader_id)
-            raise NoLeader()
+        self._leader_only()
         raise Unavailable("a single-process node has no other voter to hand leadership to")
 
     def cluster_stats(self) -> dict[str, Any]:
