@@ -135,7 +135,7 @@ def pin(cpus: frozenset[int]) -> None:
     missing = cpus - before
     if missing:
         raise ValueError(f"CPU {text(missing)} is not available to this process (it may use {text(before)})")
-    for tid in _threads():
+    for tid in threads():
         try:
             os.sched_setaffinity(tid, cpus)
         except ProcessLookupError:  # the thread ended meanwhile
@@ -167,7 +167,7 @@ def set_policy(name: str) -> None:
     """Every thread of this process under the scheduling policy ``name``, ``batch`` or ``normal``
     (threads started later inherit it from the thread that starts them). ValueError when the system
     refuses (not Linux, or a seccomp profile that forbids it)."""
-    for tid in _threads():
+    for tid in threads():
         try:
             _set(tid, name)
         except ProcessLookupError:  # the thread ended meanwhile
@@ -199,7 +199,7 @@ def _set(tid: int, name: str) -> None:
         raise ValueError(f"this system does not let a process choose the policy {name}: {exc}") from None
 
 
-def _threads() -> list[int]:
+def threads() -> list[int]:
     """The ids of this process's threads now (Linux ``/proc``; empty elsewhere)."""
     try:
         return [int(t) for t in os.listdir("/proc/self/task")]
@@ -209,5 +209,5 @@ def _threads() -> list[int]:
 
 __all__ = [
     "MAX_CPU", "POLICIES", "allowed", "parse", "pin", "policy", "process_policy", "set_policy", "text",
-    "threads_started_under",
+    "threads", "threads_started_under",
 ]

@@ -31,6 +31,8 @@ from typing import Any, Protocol
 
 import urllib3
 
+from molens import cpus
+
 log = logging.getLogger(__name__)
 
 PEER_TIMEOUT_S = 1.0
@@ -105,12 +107,7 @@ def _live_threads() -> dict[int, str]:
     by their kernel name without a trailing ``/<n>`` (``ZMQbg/IO/0`` is ``ZMQbg/IO``), so that the
     readings cover every thread of the process."""
     out = {t.native_id: _THREAD_SUFFIX.sub("", t.name) for t in threading.enumerate() if t.native_id is not None}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for name in tids:
-        tid = int(name)
+    for tid in cpus.threads():
         if tid in out:
             continue
         try:
