@@ -125,11 +125,12 @@ def choose(place: int, given: frozenset[int]) -> frozenset[int]:
     return frozenset({ordered[place % len(ordered)]})
 
 
-def pin(cpus: frozenset[int]) -> None:
+def pin(cpus: frozenset[int], within: frozenset[int] | None = None) -> None:
     """Run every thread of this process on ``cpus`` alone. ValueError when one of them is not
     available to the process (a container's cpuset, a ``taskset`` around it) or the system cannot
-    pin (not Linux)."""
-    before = allowed()
+    pin (not Linux). ``within``: the CPUs the process may have (default: those it has now; a
+    process pinned before gives the ones it had then, to be widened back to them)."""
+    before = allowed() if within is None else within
     if not before:
         raise ValueError("this system does not let a process choose its CPUs")
     missing = cpus - before

@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 import threadcpu  # noqa: E402  (scripts/bench/threadcpu.py)
 import urllib3  # noqa: E402
 
+from molens import cpus  # noqa: E402
 from molens.client import MolensClient  # noqa: E402
 from tests.integration.conftest import Cluster, free_ports  # noqa: E402
 
@@ -249,21 +250,15 @@ highest), as a Molens node runs by default (``node.cpus: auto``, docs/deploy.md#
 @contextlib.contextmanager
 def _placed(where: str) -> Iterator[None]:
     """Every thread of this process (and those it starts) on one CPU for ``pinned``; back after."""
-    given = os.sched_getaffinity(0)
+    given = cpus.allowed()
     if where == "free" or len(given) < 2:
         yield
         return
-    _affinity({max(given)})
+    cpus.pin(frozenset({max(given)}))
     try:
         yield
     finally:
-        _affinity(given)
-
-
-def _affinity(cpu_set: set[int]) -> None:
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(int(tid), cpu_set)
+        cpus.pin(given, within=given)
 
 
 def apscheduler_run(store: str, rec: Receiver, rate: float, duration: float, workers: int, tmp: Path) -> Result:

@@ -94,6 +94,28 @@ def test_pin_moves_threads_already_running_and_those_started_after() -> None:
     assert out.stdout.split("\n")[:3] == [f"[{one}]", f"[{one}]", str(one)]
 
 
+def test_a_pinned_process_is_widened_back_only_within_what_it_says_it_had() -> None:
+    given = sorted(os.sched_getaffinity(0))
+    assert len(given) >= 2, "narrowing and widening back needs a process given two CPUs (this machine kind has 2)"
+    out = _run(f"""
+        import os, threading
+        from molens import cpus
+        given = frozenset({given})
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait); t.start()
+        cpus.pin(frozenset({{max(given)}}))
+        try:
+            cpus.pin(given)
+        except ValueError as exc:
+            print("refused")
+        cpus.pin(given, within=given)
+        print(sorted(os.sched_getaffinity(0)) == sorted(given), sorted(os.sched_getaffinity(t.native_id)) == sorted(given))
+        stop.set()
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["refused", "True True"], out.stdout
+
+
 def test_a_cpu_the_process_may_not_use_is_refused_naming_what_it_may() -> None:
     allowed = cpus.text(os.sched_getaffinity(0))
     out = _run("""
