@@ -16,7 +16,7 @@
     molens-node CONFIG remove-node ID       remove a node from the cluster (it is told so)
 add-node and remove-node go to this node's admin socket and, when it does not lead, to the leader's.
 
-Errors are one line on stderr and a non-zero exit (2 for config errors, 1 otherwise).
+Errors are one line on stderr and a non-zero exit (2 for config and usage errors, 1 otherwise).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Node configuration: YAML -> frozen dataclasses, with defaults, validation and env overrides.
 
 Every option lives here and is documented in ``conf/node.yaml``. Loading refuses unknown keys and
-bad values with the key path and the reason (``config error: raft.tick_ms: must be an integer >= 1``),
+bad values with the key path and the reason (``config error: raft.tick_ms: must be an integer in 1..10000``),
 so a typo stops the node at start instead of being silently ignored.
 
 Environment overrides: ``MOLENS_<SECTION>__<KEY>=value`` (nested keys joined by ``__``, case
