@@ -1064,7 +1064,7 @@ def _install_tasks(api: Api) -> None:
         now = ctx.now_ms()
         if end > now:
             raise ValidationError(f"end must not be after now ({now}): a backfill fires past occurrences", "end")
-        t = task_or_404(ctx, task_id)
+        t = task_for_write(ctx, task_id)
         if t.spec.type is not TaskType.PERIODIC:
             raise IllegalTransitionError("only a periodic task has a schedule to backfill", "type")
         instants = backfill_instants(t, start, end, MAX_BACKFILL + 1)

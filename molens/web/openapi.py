@@ -73,7 +73,7 @@ def _json(schema: dict[str, Any], description: str, headers: dict[str, Any] | No
     return out
 
 
-_ROLE_HEADER = {"X-Molens-KeyRole": {"$ref": "#/components/headers/X-Molens-KeyRole"}}
+_ROLE_HEADER = {"X-Molens-Role": {"$ref": "#/components/headers/X-Molens-Role"}}
 
 
 def _ok(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
@@ -1220,8 +1220,8 @@ def _audit_paths() -> dict[str, Any]:
         _param("namespace", "query", {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,62}$"}, "Only this namespace"),
         _param("actor", "query", {"type": "string", "maxLength": 200}, "Only this key id or key name"),
         _param("action", "query", {"type": "string", "enum": list(AUDIT_ACTIONS)}, "Only this action"),
-        _param("since", "query", {"type": "integer", "minimum": 0}, "Only entries at or after (epoch ms)"),
-        _param("until", "query", {"type": "integer", "minimum": 0}, "Only entries before (epoch ms)"),
+        _param("since", "query", _EPOCH_MS, "Only entries at or after (epoch ms)"),
+        _param("until", "query", _EPOCH_MS, "Only entries before (epoch ms)"),
         _CURSOR, _LIMIT,
     ]
     return {f"{_P}/audit": {"get": {
@@ -1404,7 +1404,10 @@ def _document(wheel_levels: int) -> dict[str, Any]:
             "schemas": {**_schemas(), **_dead_letter_schemas(), **_tenancy_schemas(), **_audit_schemas()},
             "responses": _responses(),
             "headers": {
-                "X-Molens-KeyRole": {"schema": {"type": "string"}, "description": "KeyRole of the answering node"}
+                "X-Molens-Role": {
+                    "schema": {"type": "string"},
+                    "description": "The answering node's Raft role (leader, follower, candidate, ...)",
+                }
             },
             "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
         },

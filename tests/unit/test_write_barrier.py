@@ -51,6 +51,9 @@ class Behind(LocalContext):
     def get_flow(self, key: str) -> Any:
         return None if self.behind else super().get_flow(key)
 
+    def get_task(self, task_id: str) -> Any:
+        return None if self.behind else super().get_task(task_id)
+
 
 @pytest.fixture()
 def app() -> Iterator[tuple[bottle.Bottle, Behind]]:
@@ -115,3 +118,19 @@ def test_a_flow_resumed_on_a_replica_behind_is_resumed_after_a_barrier(app: tupl
     assert (st, out["paused"]) == (200, False), out
     settings = ctx.store.get_flow(key)
     assert ctx.barriers == 1 and settings is not None and not settings.paused
+
+
+def test_a_backfill_on_a_replica_behind_is_decided_after_a_barrier(app: tuple[bottle.Bottle, Behind]) -> None:
+    a, ctx = app
+    st, t = _call(a, "POST", "/api/v1/tasks",
+                  {"type": "periodic", "interval_ms": 60_000, "callback_url": "http://127.0.0.1:9/x"})
+    assert st == 201, t
+    now = ctx.now_ms()
+    ctx.behind = True
+    st, out = _call(a, "POST", f"/api/v1/tasks/{t['id']}/backfill", {"start": now - 600_000, "end": now})
+    assert st == 200, out
+    assert ctx.barriers == 1
+    ctx.behind = True  # a task that is gone after the barrier too stays a 404
+    missing = t["id"][:-1] + ("0" if t["id"][-1] != "0" else "1")
+    assert _call(a, "POST", f"/api/v1/tasks/{missing}/backfill", {"start": now - 600_000, "end": now})[0] == 404
+    assert ctx.barriers == 2
