@@ -203,30 +203,36 @@ def interleaved_bound_ratio(rounds: int = 12, window_s: float = 0.25) -> list[fl
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def calibrate() -> tuple[float, float]:
+def calibrate() -> tuple[float, float, float]:
     """What this machine's disk and SQLite do right now, without mooncat_checkpoint: the fsync'd
-    replace cost (``fsync_replace_ms``) and bare SQLite WAL/NORMAL commits per second. The file and
-    sqlite figures follow these two numbers."""
-    import sqlite3
-
+    replace cost (``fsync_replace_ms``) and bare SQLite WAL commits per second with
+    ``synchronous=NORMAL`` (the sqlite backend's setting) and with ``FULL`` (an fsync per commit).
+    The file and sqlite figures follow these numbers."""
     replace_ms = fsync_replace_ms()
     tmp = tempfile.mkdtemp(prefix="bench-checkpoint-cal-", dir=os.environ.get("BENCH_TMPDIR"))
     try:
-        db = sqlite3.connect(os.path.join(tmp, "cal.db"), isolation_level=None)
+        return replace_ms, _bare_commits(tmp, "NORMAL", 5000), _bare_commits(tmp, "FULL", 1000)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _bare_commits(tmp: str, synchronous: str, n: int) -> float:
+    """Commits per second of ``n`` one-row ``BEGIN IMMEDIATE`` transactions on a WAL database."""
+    import sqlite3
+
+    db = sqlite3.connect(os.path.join(tmp, f"cal-{synchronous}.db"), isolation_level=None)
+    try:
         db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute(f"PRAGMA synchronous = {synchronous}")
         db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
-        n = 5000
         start = time.perf_counter()
         for i in range(n):
             db.execute("BEGIN IMMEDIATE")
             db.execute("INSERT INTO t VALUES (?, 'x')", (i,))
             db.execute("COMMIT")
-        commits = n / (time.perf_counter() - start)
-        db.close()
-        return replace_ms, commits
+        return n / (time.perf_counter() - start)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        db.close()
 
 
 TS_VERSION = "0.5.1"
@@ -339,11 +345,12 @@ def main() -> None:
         print("checkpoint: " + " ".join(f"{k}={v:.2f}" for k, v in res.items()) + f" loadavg={os.getloadavg()[0]:.2f}")
         return
     backends = args.backends.split(",")
-    replace_ms, commits = calibrate()
+    replace_ms, commits, full_commits = calibrate()
     bound = 1000 / (2 * replace_ms)
     print(
         f"checkpoint: cpus={os.cpu_count()} seconds={args.seconds} loadavg={os.getloadavg()[0]:.2f} "
-        f"fsync_replace_ms={replace_ms:.2f} fsync_bound_pairs_per_s={bound:.0f} sqlite_bare_commits_per_s={commits:.0f}",
+        f"fsync_replace_ms={replace_ms:.2f} fsync_bound_pairs_per_s={bound:.0f} sqlite_bare_commits_per_s={commits:.0f} "
+        f"sqlite_full_commits_per_s={full_commits:.0f}",
         flush=True,
     )
     summary: dict[str, float] = {}
