@@ -575,7 +575,8 @@ class MolensClient:
         ``namespace``: of every task that names none (else the client's).
 
         Raises :class:`BatchRejectedError` (with ``item_errors`` by index within the failing batch)
-        when a batch holds an invalid task; earlier batches stay created.
+        when a batch holds an invalid task or one naming a namespace that does not exist; earlier
+        batches stay created.
         """
         return self._create_all(tasks, minimal=False, namespace=namespace)
 

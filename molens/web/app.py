@@ -162,6 +162,20 @@ def _no_route_message(path_info: str) -> str:
     return f"no route {path[:200]}"
 
 
+def _absent_namespaces(ctx: ApiContext, names: set[str]) -> set[str]:
+    """The namespaces of ``names`` that do not exist (``default`` always does). One this replica
+    does not hold is looked for again after a read barrier: a leader that has not applied its
+    predecessor's last writes would refuse a namespace already acknowledged."""
+    def absent() -> set[str]:
+        return {ns for ns in names if ns != DEFAULT_NAMESPACE and ctx.get_meta(tenancy.NS_PREFIX + ns) is None}
+
+    missing = absent()
+    if missing:
+        ctx.read_barrier(ctx.settings.propose_timeout_s)
+        missing = absent()
+    return missing
+
+
 class BatchInvalid(ValidationError):
     """At least one item of a batch create is invalid; carries every item's error."""
 
@@ -852,6 +866,12 @@ def _install_tasks(api: Api) -> None:
             raise BatchInvalid(count, errors)
         for ns in {it.spec.namespace for it in items}:  # a batch naming a namespace the key may not use: refused whole
             access.require(ns)
+        absent = _absent_namespaces(ctx, {it.spec.namespace for it in items})
+        if absent:  # refused whole, as an invalid item refuses it
+            raise BatchInvalid(count, [
+                (i, NotFoundError(f"namespace {it.spec.namespace} not found", "namespace"))
+                for i, it in enumerate(items) if it.spec.namespace in absent
+            ])
         if not items:
             return 200, {"items": [], "errors": []}
         api.admit_creates([it.spec.namespace for it in items])

@@ -54,6 +54,9 @@ class Behind(LocalContext):
     def get_task(self, task_id: str) -> Any:
         return None if self.behind else super().get_task(task_id)
 
+    def get_meta(self, key: str) -> Any:
+        return None if self.behind else super().get_meta(key)
+
 
 @pytest.fixture()
 def app() -> Iterator[tuple[bottle.Bottle, Behind]]:
@@ -134,3 +137,28 @@ def test_a_backfill_on_a_replica_behind_is_decided_after_a_barrier(app: tuple[bo
     missing = t["id"][:-1] + ("0" if t["id"][-1] != "0" else "1")
     assert _call(a, "POST", f"/api/v1/tasks/{missing}/backfill", {"start": now - 600_000, "end": now})[0] == 404
     assert ctx.barriers == 2
+
+
+def _batch(namespaces: list[str]) -> dict[str, Any]:
+    return {"tasks": [{"type": "delayed", "interval_ms": 60_000, "callback_url": "http://127.0.0.1:9/x",
+                       "namespace": ns} for ns in namespaces]}
+
+
+def test_a_batch_naming_a_namespace_that_does_not_exist_creates_nothing(app: tuple[bottle.Bottle, Behind]) -> None:
+    a, ctx = app
+    assert _call(a, "POST", "/api/v1/namespaces", {"name": "pay"})[0] == 201
+    st, out = _call(a, "POST", "/api/v1/tasks/batch", _batch(["pay", "nowhere", "default", "nowhere"]))
+    assert st == 400, out
+    assert [(e["index"], e["error"]["code"], e["error"]["field"]) for e in out["errors"]] == [
+        (1, "not_found", "namespace"), (3, "not_found", "namespace")]
+    assert out["error"]["message"].endswith("nothing was created"), out
+    assert len(ctx.store) == 0
+
+
+def test_a_batch_on_a_replica_behind_finds_its_namespace_after_a_barrier(app: tuple[bottle.Bottle, Behind]) -> None:
+    a, ctx = app
+    assert _call(a, "POST", "/api/v1/namespaces", {"name": "pay"})[0] == 201
+    ctx.behind = True
+    st, out = _call(a, "POST", "/api/v1/tasks/batch", _batch(["pay", "default"]))
+    assert st == 201, out
+    assert ctx.barriers == 1 and [t["namespace"] for t in out["items"]] == ["pay", "default"]
