@@ -28,9 +28,9 @@ Behaviour:
 
 Thread-safe: one client may be shared by threads (one keep-alive connection pool per node).
 
-The module is the whole SDK (the standard library only), so an application can read or vendor
-one file. Where ``msgspec`` is importable (a Molens server's environment has it) it decodes the answers: the same
-dicts at under half the CPU (a batch create's answer of 500 tasks parses in ~2.2 µs per task
+The module is the whole SDK: the standard library and three leaf modules of the package
+(``molens.errors``, ``molens.wallclock``, its version), no server dependency. Where ``msgspec`` is
+importable (a Molens server's environment has it) it decodes the answers: the same dicts at under half the CPU (a batch create's answer of 500 tasks parses in ~2.2 µs per task
 instead of ~5.0 with the ``json`` module). Bodies are always encoded by the ``json`` module, so
 what a request accepts does not depend on it (msgspec would also encode ``bytes`` as base64 and
 ``datetime`` as text, where ``json`` raises ``TypeError``).
@@ -59,8 +59,9 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from molens import __version__
 from molens.errors import MolensError
+from molens.wallclock import MAX_EPOCH_MS  # the latest instant the API takes (the server's bound)
 
-try:  # optional: see "Size" above
+try:  # optional (see above)
     import msgspec as _msgspec
 except ImportError:  # pragma: no cover - the test environment has it; tests force the fallback
     _msgspec = None  # type: ignore[assignment]
@@ -78,9 +79,6 @@ MAX_PAGE_SIZE = 1_000
 """Items per page the API serves at most (its ``limit``)."""
 MAX_BULK = 10_000
 """Dead letters one bulk redrive or delete acts on at most."""
-from molens.wallclock import MAX_EPOCH_MS  # noqa: E402 -- the client's bound is the server's
-
-"""The end of year 9999: the latest instant the API takes."""
 MAX_FILTER_CHARS = 300
 """The longest ``task_id`` or ``flow`` a dead-letter filter takes."""
 MAX_PREVIEW = 100

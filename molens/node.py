@@ -445,7 +445,7 @@ class Node:
                 except ValueError as exc:
                     raise NodeError(f"node.os_scheduling {self.cfg.node.os_scheduling}: {exc}") from None
             try:
-                self.api = ApiServer(app, ServerOptions.from_http_config(self.cfg.http, threads=32)).start()
+                self.api = ApiServer(app, ServerOptions(self.cfg.http, threads=32)).start()
             except OSError as exc:
                 raise NodeError(f"http {self.cfg.http.host}:{self.cfg.http.port}: {_port_hint(exc)}") from exc
         log.info("http api url=%s ui=%s/ui/", self.api.url, self.api.url)

@@ -60,6 +60,7 @@ class MemoryState:
 
     def get_meta(self, key: str) -> bytes | None:
         return self.meta.get(key)
+
     def get_dead(self, dead_id: str) -> DeadLetter | None:
         return self.dead.get(dead_id)
 

@@ -31,25 +31,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.utilities import BadRequest, Error, RequestEntityTooLarge, RequestHeaderFieldsTooLarge
 
-
-@dataclass(frozen=True, slots=True)
-class EdgeLimits:
-    """The edge's limits (``http`` in ``conf/node.yaml``; docs/deploy.md)."""
-
-    head_timeout_ms: int = 10_000
-    body_idle_timeout_ms: int = 10_000
-    keepalive_timeout_ms: int = 60_000
-    max_connections_per_client: int = 200
-    max_header_count: int = 100
-    max_head_bytes: int = 65_536
-    max_request_line_bytes: int = 32_768
+if TYPE_CHECKING:
+    from molens.config import HttpConfig
 
 
 class UriTooLong(BadRequest):  # type: ignore[misc]
@@ -114,7 +103,7 @@ class EdgeParser(HTTPRequestParser):  # type: ignore[misc]
         return consumed
 
     def _head_problem(self, s: bytes) -> Error | None:
-        lim: EdgeLimits = self.adj.molens_edge
+        lim: HttpConfig = self.adj.molens_edge
         end = s.find(b"\r\n\r\n")
         head = s if end < 0 else s[: end + 2]
         start = len(head) - len(head.lstrip(b"\r\n"))  # blank lines before a request are allowed (RFC 9112 2.2)
@@ -161,7 +150,7 @@ class EdgeChannel(HTTPChannel):  # type: ignore[misc]
         host = str(addr[0]) if isinstance(addr, tuple) else str(addr)
         clients[host] = clients.get(host, 0) + 1
         self._counted = host
-        lim: EdgeLimits = adj.molens_edge
+        lim: HttpConfig = adj.molens_edge
         if clients[host] > lim.max_connections_per_client:
             self.refuse(TooManyConnections(f"more than {lim.max_connections_per_client} connections from {host}"))
 
@@ -192,7 +181,7 @@ class EdgeChannel(HTTPChannel):  # type: ignore[misc]
     def overdue(self, now: float) -> Error | bool | None:
         """What the edge's deadlines say of this connection at ``now``: an error to answer, True to
         close it without a word (idle keep-alive), or None."""
-        lim: EdgeLimits = self.adj.molens_edge
+        lim: HttpConfig = self.adj.molens_edge
         if self.will_close or self.close_when_flushed or self.requests:
             return None
         req = self.request
@@ -243,4 +232,4 @@ def sweep(channels: list[Any], now: float) -> int:
     return ended
 
 
-__all__ = ["EdgeChannel", "EdgeLimits", "EdgeParser", "error_body", "sweep"]
+__all__ = ["EdgeChannel", "EdgeParser", "error_body", "sweep"]

@@ -38,7 +38,7 @@ from waitress.server import create_server
 from waitress.task import ErrorTask, WSGITask
 
 from molens.config import HttpConfig
-from molens.web.edge import SWEEP_MAX, EdgeChannel, EdgeLimits, error_body, sweep
+from molens.web.edge import SWEEP_MAX, EdgeChannel, error_body, sweep
 
 log = logging.getLogger(__name__)
 
@@ -154,28 +154,12 @@ class _StrictChannel(EdgeChannel):
 
 @dataclass(frozen=True, slots=True)
 class ServerOptions:
-    host: str = "127.0.0.1"
-    port: int = 18081
-    threads: int = 16
-    max_body_bytes: int = 8 << 20
-    connection_limit: int = 1000
-    edge: EdgeLimits = field(default_factory=EdgeLimits)
-    stop_grace_s: float = 5.0
+    """A server's ``http`` section (address, body and connection limits, the edge's limits) and how
+    it runs."""
 
-    @classmethod
-    def from_http_config(cls, http: HttpConfig, threads: int = 16) -> ServerOptions:
-        """Options of a node's API server from its ``http`` config section."""
-        edge = EdgeLimits(
-            head_timeout_ms=http.head_timeout_ms,
-            body_idle_timeout_ms=http.body_idle_timeout_ms,
-            keepalive_timeout_ms=http.keepalive_timeout_ms,
-            max_connections_per_client=http.max_connections_per_client,
-            max_header_count=http.max_header_count,
-            max_head_bytes=http.max_head_bytes,
-            max_request_line_bytes=http.max_request_line_bytes,
-        )
-        return cls(host=http.host, port=http.port, threads=threads, max_body_bytes=http.max_body_bytes,
-                   connection_limit=http.max_connections, edge=edge)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    threads: int = 16
+    stop_grace_s: float = 5.0
 
 
 class ApiServer:
@@ -189,29 +173,29 @@ class ApiServer:
         self._server = create_server(
             app,
             map=self._map,
-            host=o.host,
-            port=o.port,
+            host=o.http.host,
+            port=o.http.port,
             threads=o.threads,
             # waitress's own 413 guards chunked bodies; the app answers JSON 413 by Content-Length first
-            max_request_body_size=o.max_body_bytes + 1024,
-            connection_limit=o.connection_limit,
+            max_request_body_size=o.http.max_body_bytes + 1024,
+            connection_limit=o.http.max_connections,
             # the edge's own checks come first (molens/web/edge.py); waitress's are the backstop
-            max_request_header_size=o.edge.max_head_bytes + 1024,
-            channel_timeout=max(1, o.edge.keepalive_timeout_ms // 1000),
+            max_request_header_size=o.http.max_head_bytes + 1024,
+            channel_timeout=max(1, o.http.keepalive_timeout_ms // 1000),
             ident="molens",
             clear_untrusted_proxy_headers=True,
             expose_tracebacks=False,
             asyncore_use_poll=True,
         )
         self._server.channel_class = _StrictChannel
-        self._server.adj.molens_edge = o.edge  # what the edge's parser and channels read
+        self._server.adj.molens_edge = o.http  # what the edge's parser and channels read
         self._server.molens_clients = {}  # open connections per client address
         self._next_sweep = 0.0
-        self._server.molens_max_body = o.max_body_bytes  # what _JsonErrorTask's 413 names
+        self._server.molens_max_body = o.http.max_body_bytes  # what _JsonErrorTask's 413 names
         self._server.pull_trigger = self._pull_trigger  # what waitress's channels call
         self._wake_pending = False
         self.port: int = self._server.effective_port
-        self.host: str = o.host
+        self.host: str = o.http.host
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -308,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = LocalContext(args.data_dir, ApiSettings(auth_token=args.token), durable=args.durable)
     ctx.role = args.role
     ctx.leader_url = args.leader_url
-    server = ApiServer(make_app(ctx), ServerOptions(host=args.host, port=args.port, threads=args.threads))
+    server = ApiServer(make_app(ctx), ServerOptions(HttpConfig(host=args.host, port=args.port), threads=args.threads))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from molens import model  # noqa: E402
+from molens.config import HttpConfig  # noqa: E402
 from molens.fsm.commands import CreateItem, CreateTasks, PauseTasks  # noqa: E402
 from molens.web.api_context import ApiSettings  # noqa: E402
 from molens.web.app import make_app  # noqa: E402
@@ -369,7 +370,7 @@ def main() -> int:
         summary = ["target=local"]
         with tempfile.TemporaryDirectory() as d:
             ctx = LocalContext(d, ApiSettings())
-            server = ApiServer(make_app(ctx), ServerOptions(port=0, threads=4)).start()
+            server = ApiServer(make_app(ctx), ServerOptions(HttpConfig(port=0), threads=4)).start()
             try:
                 secs = load(ctx, args.tasks)
                 counts = ctx.task_counts()

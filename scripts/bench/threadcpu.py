@@ -246,6 +246,7 @@ def hello_server(port: int, answer_path: str) -> None:
     sys.path.insert(0, str(ROOT))
     import bottle
 
+    from molens.config import HttpConfig
     from molens.web.node_stats import thread_cpu_s, thread_switches
     from molens.web.server import ApiServer, ServerOptions
 
@@ -263,7 +264,7 @@ def hello_server(port: int, answer_path: str) -> None:
 
     app.route("/api/v1/tasks", "POST", create)
     app.route("/api/v1/stats", "GET", stats)
-    server = ApiServer(app, ServerOptions(port=port, threads=32)).start()
+    server = ApiServer(app, ServerOptions(HttpConfig(port=port), threads=32)).start()
     print("listening", flush=True)
     threading.Event().wait()
     server.stop()

@@ -25,6 +25,7 @@ import pytest
 import urllib3
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Playwright, sync_playwright
 
+from molens.config import HttpConfig
 from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
 from molens.model import FireKind, Outcome
 from molens.web.api_context import ApiSettings
@@ -114,7 +115,7 @@ def serve_ui(
     server = None
     try:
         app = make_app(ctx, static_dir)
-        server = ApiServer(app, ServerOptions(port=0, threads=8)).start()
+        server = ApiServer(app, ServerOptions(HttpConfig(port=0), threads=8)).start()
         yield Served(ctx, server)
     finally:
         if server is not None:

@@ -11,16 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import urllib3
 
+from molens.config import HttpConfig
 from molens.web.api_context import ApiSettings
 from molens.web.app import make_app
-from molens.web.edge import EdgeLimits
 from molens.web.local_context import LocalContext
 from molens.web.openapi import document
 from molens.web.server import ApiServer, ServerOptions
@@ -87,7 +87,7 @@ def serve(
     threads: int = 8,
     role: str = "leader",
     leader_url: str | None = None,
-    edge: EdgeLimits | None = None,
+    http: HttpConfig | None = None,
 ) -> Iterator[Served]:
     ctx = LocalContext(data_dir, settings)
     ctx.role = role
@@ -96,7 +96,7 @@ def serve(
     try:
         server = ApiServer(
             make_app(ctx),
-            ServerOptions(port=0, threads=threads, max_body_bytes=ctx.settings.max_body_bytes, edge=edge or EdgeLimits()),
+            ServerOptions(replace(http or HttpConfig(), port=0, max_body_bytes=ctx.settings.max_body_bytes), threads=threads),
         ).start()
         http = urllib3.PoolManager(maxsize=16, timeout=urllib3.Timeout(connect=5, read=30))
         yield Served(ctx, server, http)

@@ -14,6 +14,7 @@ import pytest
 import urllib3
 
 from molens.client import ConnectionFailedError, MolensClient
+from molens.config import HttpConfig
 from molens.web.api_context import ApiSettings
 from molens.web.app import make_app
 from molens.web.local_context import LocalContext
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 def test_stop_lets_a_request_in_progress_finish_then_refuses_connections(tmp_path: Path) -> None:
     ctx = LocalContext(tmp_path, ApiSettings(test_endpoint_delay_ms=500))
-    server = ApiServer(make_app(ctx), ServerOptions(port=0, threads=4)).start()
+    server = ApiServer(make_app(ctx), ServerOptions(HttpConfig(port=0), threads=4)).start()
     http = urllib3.PoolManager(retries=False)
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -81,7 +82,7 @@ def test_later_routes_plug_in_with_auth_and_non_json_answers(tmp_path: Path) -> 
     def metrics() -> bottle.HTTPResponse:
         return bottle.HTTPResponse("molens_up 1\n", status=200, headers={"Content-Type": "text/plain; version=0.0.4"})
 
-    server = ApiServer(api.app, ServerOptions(port=0)).start()
+    server = ApiServer(api.app, ServerOptions(HttpConfig(port=0))).start()
     http = urllib3.PoolManager(retries=False)
     try:
         assert http.request("GET", server.url + "/metrics").status == 401
@@ -109,7 +110,7 @@ def _serving_big(tmp_path: Path, big: bytes) -> tuple[LocalContext, ApiServer]:
     def big_answer() -> bottle.HTTPResponse:
         return bottle.HTTPResponse(big, status=200, headers={"Content-Type": "application/octet-stream"})
 
-    return ctx, ApiServer(api.app, ServerOptions(port=0, threads=2)).start()
+    return ctx, ApiServer(api.app, ServerOptions(HttpConfig(port=0), threads=2)).start()
 
 
 def test_answers_larger_than_the_socket_buffers_arrive_whole_and_in_order_on_one_connection(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from molens.config import HttpConfig
 from molens.web.api_context import ApiSettings
-from molens.web.edge import EdgeLimits
 from molens.web.openapi import document
 from tests.integration.api_server import Served, delayed, serve
 
@@ -31,9 +31,9 @@ LIVENESS_S = 15.0
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, str]]:
-    edge = EdgeLimits(head_timeout_ms=1_500, body_idle_timeout_ms=1_500, keepalive_timeout_ms=1_500,
+    http = HttpConfig(head_timeout_ms=1_500, body_idle_timeout_ms=1_500, keepalive_timeout_ms=1_500,
                       max_connections_per_client=20)
-    with serve(tmp_path_factory.mktemp("edge"), ApiSettings(auth_token=TOKEN), edge=edge) as s:
+    with serve(tmp_path_factory.mktemp("edge"), ApiSettings(auth_token=TOKEN), http=http) as s:
         st, _, t = s.call("POST", "/api/v1/tasks", delayed(), headers=AUTH)
         assert st == 201, t
         yield s, t["id"]

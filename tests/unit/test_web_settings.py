@@ -9,7 +9,6 @@ from molens.node_context import from_proposal_error
 from molens.raft.core import NotLeaderError
 from molens.web.api_context import http_url, settings_from_config
 from molens.web.errors import LeaderElsewhere, NoLeader, OutcomeUnknown, Unavailable
-from molens.web.server import ServerOptions
 
 
 def test_settings_come_from_the_http_and_scheduler_sections() -> None:
@@ -36,8 +35,7 @@ def test_settings_come_from_the_http_and_scheduler_sections() -> None:
         except ValidationError:
             continue
         raise AssertionError(f"{bad} was accepted")
-    o = ServerOptions.from_http_config(cfg.http)
-    assert (o.host, o.port, o.max_body_bytes) == ("127.0.0.1", 18090, 4096)
+    assert (cfg.http.host, cfg.http.port, cfg.http.max_body_bytes) == ("127.0.0.1", 18090, 4096)
 
 
 def test_http_url_of_a_peer_address() -> None:
