@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -45,3 +47,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     config.option.loadscopereorder = False
     return FileScheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _cpus_left_as_they_were() -> Iterator[None]:
+    """A test leaves the test process on the CPUs it had: a node started in this process pins it
+    (``node.cpus: auto``) unless its config says ``all``, and every later test of the worker would
+    then run on one CPU. The test that did it errors here, and the CPUs are given back."""
+    before = os.sched_getaffinity(0)
+    yield
+    after = os.sched_getaffinity(0)
+    if after != before:
+        os.sched_setaffinity(0, before)
+        pytest.fail(f"the test left the test process on CPUs {sorted(after)} (it had {sorted(before)}): "
+                    "a node run in the test process needs node.cpus: all")

@@ -625,7 +625,7 @@ def test_in_process_peer_api_futures_not_leader_and_leadership_events(tmp_path: 
     for nid, p in ports.items():
         cfg = load_dict(
             {
-                "node": {"id": nid, "data_dir": str(tmp_path / nid)},
+                "node": {"id": nid, "data_dir": str(tmp_path / nid), "cpus": "all"},  # in pytest's process
                 "cluster": {"peers": peers},
                 "raft": {"bind_addr": f"127.0.0.1:{p[0]}", "snapshot_every_entries": 50, "keep_log_tail": 10},
                 "rpc": {"bind_addr": f"127.0.0.1:{p[1]}"},
@@ -709,7 +709,7 @@ def _solo_config(tmp_path: Path) -> tuple[Any, str]:
     }
     cfg = load_dict(
         {
-            "node": {"id": "solo", "data_dir": str(tmp_path / "solo")},
+            "node": {"id": "solo", "data_dir": str(tmp_path / "solo"), "cpus": "all"},  # in pytest's process
             "cluster": {"peers": [{"id": "solo", **addrs}]},
             "raft": {"bind_addr": addrs["raft_addr"], "snapshot_every_entries": 1_000_000, "keep_log_tail": 5},
             "rpc": {"bind_addr": addrs["rpc_addr"]},
