@@ -569,7 +569,7 @@ class MolensClient:
         return dict(out)
 
     def create_many(self, tasks: Sequence[Mapping[str, Any]], *, namespace: str | None = None) -> builtins.list[Task]:
-        """Create tasks in batches of at most 1,000 (each batch atomic); returns them in order.
+        """Create tasks in batches of at most 1,000 (each one replicated entry); returns them in order.
         ``namespace``: of every task that names none (else the client's).
 
         Raises :class:`BatchRejectedError` (with ``item_errors`` by index within the failing batch)

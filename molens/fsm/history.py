@@ -344,26 +344,16 @@ class History:
         limit: int = 100,
     ) -> Page:
         """Executions newest first; ``since``/``until`` bound ``finished_ms`` (inclusive/exclusive)."""
-        where: list[str] = []
-        args: list[Any] = []
-        if task_id is not None:
-            where.append("task_id = ?")
-            args.append(task_id)
-        if result is not None:
-            where.append("result = ?")
-            args.append(str(result))
-        if since_ms is not None:
-            where.append("finished_ms >= ?")
-            args.append(since_ms)
-        if until_ms is not None:
-            where.append("finished_ms < ?")
-            args.append(until_ms)
-        if cursor:
-            try:
-                where.append("id < ?")
-                args.append(int(cursor))
-            except ValueError:
-                raise ValueError(f"bad cursor {cursor!r}") from None
+        try:
+            before = int(cursor) if cursor else None
+        except ValueError:
+            raise ValueError(f"bad cursor {cursor!r}") from None
+        given = [(cond, value) for cond, value in (
+            ("task_id = ?", task_id), ("result = ?", None if result is None else str(result)),
+            ("finished_ms >= ?", since_ms), ("finished_ms < ?", until_ms), ("id < ?", before),
+        ) if value is not None]
+        where = [cond for cond, _ in given]
+        args: list[Any] = [value for _, value in given]
         sql = f"SELECT {_COLS} FROM executions"
         if where:
             sql += " WHERE " + " AND ".join(where)

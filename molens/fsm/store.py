@@ -83,8 +83,34 @@ DAY_MS = 86_400_000
 # (~140M tasks), because lmdb must not remap while other threads (HTTP reads) hold read transactions.
 DEFAULT_MAP_SIZE = 64 << 30
 
+DATABASES = (
+    b"tasks", b"due", b"fires", b"idem", b"meta", b"expiry", b"by_status", b"by_scene", b"due_days",
+    b"dead", b"dead_at", b"outbox", b"flows", b"audit",
+)
+"""The store's lmdb databases, in the order :meth:`TaskStore.digest_state` reads them: named once, so
+every one opened is in the digest. ``dead`` holds dead letters by id (``{task id}-{seq}.{attempt}``: a
+task's are together), ``dead_at`` the same by time (``at_ms|id``), ``outbox`` the failure
+notifications waiting for their target's 2xx (``at_ms|id`` -> ``Notice``)."""
+
 _KINDS = tuple(FireKind)
 _KIND_IX = {k: i for i, k in enumerate(_KINDS)}
+
+
+def _newest_first(cur: Any, cursor: str | None, until_ms: int | None) -> Iterator[bytes]:
+    """The keys of ``cur``'s database, last first: from ``cursor`` (a key in hex, inclusive: where a
+    page stopped), else from before ``until_ms`` (keys that begin with a time as 8 big-endian bytes),
+    else from the last. ``cur`` stays on the key yielded until the next is asked for."""
+    if cursor:
+        k0 = bytes.fromhex(cursor)
+        found = cur.set_range(k0)
+        ok = True if found and bytes(cur.key()) == k0 else (cur.prev() if found else cur.last())
+    elif until_ms is not None:
+        ok = cur.prev() if cur.set_range(_U64.pack(min(until_ms, 2**64 - 2) + 1)) else cur.last()
+    else:
+        ok = cur.last()
+    while ok:
+        yield bytes(cur.key())
+        ok = cur.prev()
 
 
 class StoreError(MolensError):
@@ -321,23 +347,10 @@ class TaskStore(StateFile):
         self._open()
 
     def _open(self) -> None:
-        self._env = self._open_env(max_dbs=16)
-        self._tasks = self._env.open_db(b"tasks")
-        self._due = self._env.open_db(b"due")
-        self._fires = self._env.open_db(b"fires")
-        self._idem = self._env.open_db(b"idem")
-        self._meta = self._env.open_db(b"meta")
-        self._expiry = self._env.open_db(b"expiry")
-        self._by_status = self._env.open_db(b"by_status")
-        self._by_scene = self._env.open_db(b"by_scene")
-        self._due_days = self._env.open_db(b"due_days")
-        # dead letters by id ({task id}-{seq}.{attempt}: a task's are together) and by time (at_ms|id)
-        self._dead = self._env.open_db(b"dead")
-        self._dead_at = self._env.open_db(b"dead_at")
-        # failure notifications waiting for their target's 2xx (at_ms|id -> Notice)
-        self._outbox = self._env.open_db(b"outbox")
-        self._flows = self._env.open_db(b"flows")
-        self._audit = self._env.open_db(b"audit")
+        self._env = self._open_env(max_dbs=16)  # room for two more than DATABASES
+        self._dbs = {name: self._env.open_db(name) for name in DATABASES}
+        (self._tasks, self._due, self._fires, self._idem, self._meta, self._expiry, self._by_status, self._by_scene,
+         self._due_days, self._dead, self._dead_at, self._outbox, self._flows, self._audit) = self._dbs.values()
         with self._env.begin() as txn:
             raw = txn.get(_APPLIED, db=self._meta)
             raw_term = txn.get(_APPLIED_TERM, db=self._meta)
@@ -856,29 +869,17 @@ class TaskStore(StateFile):
                     nxt = f"{out[-1].at_ms}:{out[-1].id}"
                 return out, nxt
             cur = txn.cursor(db=self._dead_at)
-            if cursor:  # the key to resume at (inclusive)
-                k0 = bytes.fromhex(cursor)
-                found = cur.set_range(k0)
-                ok = True if found and bytes(cur.key()) == k0 else (cur.prev() if found else cur.last())
-            elif until_ms is not None:
-                ok = cur.prev() if cur.set_range(_U64.pack(min(until_ms, 2**64 - 2) + 1)) else cur.last()
-            else:
-                ok = cur.last()
-            scanned = 0
-            while ok:
-                k = bytes(cur.key())
+            for scanned, k in enumerate(_newest_first(cur, cursor, until_ms)):
                 if since_ms is not None and _U64.unpack_from(k)[0] < since_ms:
                     break
                 if scanned >= scan_budget or len(out) == limit:
                     nxt = k.hex()
                     break
-                scanned += 1
                 raw = txn.get(k[8:], db=self._dead)
                 if raw is not None:
                     dl = _DEAD_DECODER.decode(raw)
                     if _dead_matches(dl, flow, kind, since_ms, until_ms):
                         out.append(dl)
-                ok = cur.prev()
         return out, nxt
 
     def list_audit(
@@ -890,23 +891,13 @@ class TaskStore(StateFile):
         nxt: str | None = None
         with self._env.begin(db=self._audit) as txn:
             cur = txn.cursor()
-            if cursor:  # the key to resume at (inclusive)
-                k0 = bytes.fromhex(cursor)
-                found = cur.set_range(k0)
-                ok = True if found and bytes(cur.key()) == k0 else (cur.prev() if found else cur.last())
-            else:
-                ok = cur.last()
-            scanned = 0
-            while ok:
-                k = bytes(cur.key())
+            for scanned, k in enumerate(_newest_first(cur, cursor, None)):
                 if scanned >= scan_budget or len(out) == limit:
                     nxt = k.hex()
                     break
-                scanned += 1
                 a = _audit_from(k, cur.value())
                 if _audit_matches(a, f):
                     out.append(a)
-                ok = cur.prev()
         return out, nxt
 
     def audit_trim_point(self, now_ms: int, max_entries: int, max_age_ms: int, limit: int) -> int | None:
@@ -1092,27 +1083,13 @@ class TaskStore(StateFile):
     def digest_state(self) -> tuple[int, str]:
         """``(applied_index, digest)`` read in one transaction (any thread)."""
         return digest_state(
-            self._env, self._meta, (
-                (b"tasks", self._tasks),
-                (b"due", self._due),
-                (b"fires", self._fires),
-                (b"idem", self._idem),
-                (b"meta", self._meta),
-                (b"expiry", self._expiry),
-                (b"by_status", self._by_status),
-                (b"by_scene", self._by_scene),
-                (b"due_days", self._due_days),
-                (b"dead", self._dead),
-                (b"dead_at", self._dead_at),
-                (b"outbox", self._outbox),
-                (b"flows", self._flows),
-                (b"audit", self._audit),
-            ),
+            self._env, self._meta, tuple(self._dbs.items()),
             volatile=(_APPLIED, _APPLIED_TERM, _COUNTS),
         )
 
 
 __all__ = [
+    "DATABASES",
     "AuditFilter",
     "EntryLike",
     "EntryResult",

@@ -206,46 +206,36 @@ def render_png(dist: WheelDistribution, width: int = DEFAULT_WIDTH, level: int |
     if not levels:
         d.text((8, y), "no level to show", fill=_MUTED, font=font)
         y += line
+    def grid(y: int, head: str, unit: str, labels: list[str], counts: Sequence[int], top: int) -> int:
+        """Draw one band (a head line, column ticks, a row of cells per label) from ``y``; return the
+        ``y`` below it."""
+        d.text((8, y), head, fill=_TEXT, font=font)
+        y += line
+        for c in range(0, COLUMNS, 16):  # column ticks: bucket (or day) index within the row
+            x = margin_l + c * cell
+            d.line([(x, y + line - 4), (x, y + line - 1)], fill=_MUTED)
+            d.text((x + 2, y), f"+{c}{unit}", fill=_MUTED, font=small)
+        y += line
+        for r, label in enumerate(labels):
+            d.text((8, y + (cell - fs) // 2 - 1), label, fill=_MUTED, font=small)
+            for c in range(min(COLUMNS, len(counts) - r * COLUMNS)):
+                x0 = margin_l + c * cell
+                d.rectangle([x0, y, x0 + cell - 2, y + cell - 2], fill=color(counts[r * COLUMNS + c], top))
+            y += cell
+        return y + line
+
     for lv, rows, _band_h in bands:
         head = (
             f"Level {lv.level}: bucket {fmt_duration(lv.span_ms)}, "
             f"window {fmt_duration(lv.span_ms * len(lv.counts))}, {lv.total:,} timers"
         )
-        d.text((8, y), head, fill=_TEXT, font=font)
-        y += line
-        for c in range(0, COLUMNS, 16):  # column ticks: bucket index within the row
-            x = margin_l + c * cell
-            d.line([(x, y + line - 4), (x, y + line - 1)], fill=_MUTED)
-            d.text((x + 2, y), f"+{c}", fill=_MUTED, font=small)
-        y += line
-        for r in range(rows):
-            label = "now" if r == 0 else "+" + fmt_duration(r * COLUMNS * lv.span_ms)
-            d.text((8, y + (cell - fs) // 2 - 1), label, fill=_MUTED, font=small)
-            for c in range(COLUMNS):
-                i = r * COLUMNS + c
-                if i >= len(lv.counts):
-                    break
-                x0, y0 = margin_l + c * cell, y
-                d.rectangle([x0, y0, x0 + cell - 2, y0 + cell - 2], fill=color(lv.counts[i], max_count))
-            y += cell
-        y += line
+        labels = ["now" if r == 0 else "+" + fmt_duration(r * COLUMNS * lv.span_ms) for r in range(rows)]
+        y = grid(y, head, "", labels, lv.counts, max_count)
     if far is not None:  # the due index beyond the window, by day, on its own colour scale
-        far_max = max([1, *far_counts])
-        d.text((8, y), f"Far future (due index, by UTC day from the window's end): {far.total:,} tasks, "
-                       f"busiest day {max(far_counts, default=0):,}", fill=_TEXT, font=font)
-        y += line
-        for c in range(0, COLUMNS, 16):
-            x = margin_l + c * cell
-            d.line([(x, y + line - 4), (x, y + line - 1)], fill=_MUTED)
-            d.text((x + 2, y), f"+{c} d", fill=_MUTED, font=small)
-        y += line
-        for r in range(FAR_DAYS // COLUMNS):
-            d.text((8, y + (cell - fs) // 2 - 1), "window end" if r == 0 else f"+{r * COLUMNS} d", fill=_MUTED, font=small)
-            for c in range(COLUMNS):
-                x0 = margin_l + c * cell
-                d.rectangle([x0, y, x0 + cell - 2, y + cell - 2], fill=color(far_counts[r * COLUMNS + c], far_max))
-            y += cell
-        y += line
+        head = (f"Far future (due index, by UTC day from the window's end): {far.total:,} tasks, "
+                f"busiest day {max(far_counts, default=0):,}")
+        labels = ["window end" if r == 0 else f"+{r * COLUMNS} d" for r in range(FAR_DAYS // COLUMNS)]
+        y = grid(y, head, " d", labels, far_counts, max([1, *far_counts]))
 
     # legend: the log colour scale with its ends, and the overflow set
     d.line([(8, y - line // 2), (width - 8, y - line // 2)], fill=_GRID)

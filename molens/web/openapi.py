@@ -668,7 +668,7 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
         f"{_P}/tasks/batch": {
             "post": {
                 "operationId": "createTasks",
-                "summary": "Create up to 1,000 tasks atomically",
+                "summary": "Create up to 1,000 tasks in one replicated entry",
                 "tags": ["tasks"],
                 "parameters": [
                     _param(

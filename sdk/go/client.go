@@ -157,7 +157,7 @@ func (c *Client) CreateTask(ctx context.Context, r *TaskRequest) (*Task, error) 
 	return &t, nil
 }
 
-// CreateTasks creates tasks in batches of at most 1,000 (each batch atomic) and returns them in
+// CreateTasks creates tasks in batches of at most 1,000 (each one replicated entry) and returns them in
 // order. A batch holding an invalid task is rejected whole: the *APIError has ItemErrors by index
 // within that batch, and the tasks of earlier batches are returned with it.
 func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, error) {

@@ -188,8 +188,8 @@ public final class MolensClient implements AutoCloseable {
     }
 
     /**
-     * Creates tasks in batches of at most 1,000 (each atomic) and returns them in order. A batch holding
-     * an invalid task is rejected whole: {@link ApiException#getItemErrors()} by index within that batch;
+     * Creates tasks in batches of at most 1,000 (each one replicated entry) and returns them in order. A batch
+     * holding an invalid task is rejected whole: {@link ApiException#getItemErrors()} by index within that batch;
      * earlier batches stay created.
      */
     public List<Task> createAll(List<TaskRequest> rs) {
