@@ -127,12 +127,15 @@ def _cidrs(v: Any) -> str | None:
     return None
 
 
+def authority(addr: str) -> str:
+    """``host:port`` as a URL writes it: an IPv6 host in brackets (``::1:18091`` -> ``[::1]:18091``)."""
+    host, port = parse_addr(addr)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def zmq_endpoint(addr: str) -> str:
     """``127.0.0.1:18091`` -> ``tcp://127.0.0.1:18091``."""
-    host, port = parse_addr(addr)
-    if ":" in host:
-        host = f"[{host}]"
-    return f"tcp://{host}:{port}"
+    return f"tcp://{authority(addr)}"
 
 
 def _opt(

@@ -966,9 +966,7 @@ def _result_running(
     occ = _as_occurrence(t, r)
     sent = r.occ_spec or t.spec
     res = _classify(it, fire.kind, sent.reliability)
-    head = it.response_head
-    if head is not None and len(head) > cfg.response_head_chars:
-        head = head[: cfg.response_head_chars]
+    head = _head_of(it, cfg)
     tx.w.executions.append(Execution(
         task_id=t.id, fire_id=fire.fire_id, seq=r.seq, attempt=fire.attempt, kind=fire.kind, result=res,
         status_code=it.status_code, latency_ms=it.latency_ms, worker=it.worker, url=sent.callback_url,
@@ -1083,9 +1081,7 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
             return _result_running(tx, t, i, it, fire, now, cfg)
     sent = t.occ_spec or t.spec  # the definition the fire went out under (docs/architecture.md#update)
     res = _classify(it, fire.kind, sent.reliability)
-    head = it.response_head
-    if head is not None and len(head) > cfg.response_head_chars:
-        head = head[: cfg.response_head_chars]
+    head = _head_of(it, cfg)
     url = sent.ack_url if fire.kind is FireKind.ACK else sent.callback_url
     tx.w.executions.append(
         Execution(
@@ -1131,6 +1127,12 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
     return None
 
 
+def _head_of(it: ResultItem, cfg: MachineConfig) -> str | None:
+    """The result's response head, cut to ``cfg.response_head_chars``."""
+    head = it.response_head
+    return head if head is None or len(head) <= cfg.response_head_chars else head[: cfg.response_head_chars]
+
+
 def _late_result(tx: _Tx, it: ResultItem, fire: FireRecord | None, now: int, cfg: MachineConfig) -> None:
     """A worker's result for an attempt already given up as lost (docs/architecture.md#lost-workers):
     recorded in the history, the task left as it is. That is a callback result for the task's current
@@ -1154,9 +1156,7 @@ def _late_result(tx: _Tx, it: ResultItem, fire: FireRecord | None, now: int, cfg
             it.attempt == t.attempt and t.inflight is None and t.last_result is ExecutionResult.UNKNOWN))
     if not newer:
         return
-    head = it.response_head
-    if head is not None and len(head) > cfg.response_head_chars:
-        head = head[: cfg.response_head_chars]
+    head = _head_of(it, cfg)
     spec = t.spec
     tx.w.executions.append(
         Execution(

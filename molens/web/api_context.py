@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from molens.config import Config, callback_policy, parse_addr
+from molens.config import Config, authority, callback_policy
 from molens.fsm.commands import Command, FlowSettings
 from molens.fsm.history import History
 from molens.fsm.search import TaskIndex
@@ -111,12 +111,7 @@ def settings_from_config(cfg: Config) -> ApiSettings:
 
 def http_url(http_addr: str) -> str | None:
     """``127.0.0.1:18082`` (a peer's ``http_addr``) -> ``http://127.0.0.1:18082``; None if empty."""
-    if not http_addr:
-        return None
-    host, port = parse_addr(http_addr)
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
+    return f"http://{authority(http_addr)}" if http_addr else None
 
 
 def cluster_status_from_raft(status: dict[str, Any]) -> dict[str, Any]:
