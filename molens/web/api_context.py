@@ -202,7 +202,10 @@ class ApiContext(Protocol):
         a request), leader first; an unreachable member is ``{"node_id", "error"}``."""
         ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self) -> dict[str, Any]:
+        """This node's ``Stats`` (OpenAPI): ``node_id``, ``role``, ``term``, ``leader_id``, the task
+        counts (``tasks``, ``tasks_total``), ``time_ms`` and the rest of what it measures."""
+        ...
 
     def fire_series(self, span: Span, local: bool = False) -> dict[str, Any]:
         """Fires, failures, retries and lateness per bucket over ``span``

@@ -1214,18 +1214,7 @@ def _install_cluster(api: Api) -> None:
                 raise NotFoundError(f"node {node_id[:64]!r} is not this node (local=1 answers for this node only)",
                                     "node_id")
             return 200, ctx.node_stats(node_id)  # asked of that node's API (?local=1)
-        counts = ctx.task_counts()
-        li = ctx.leader_info()
-        return 200, {
-            **ctx.stats(),
-            "node_id": ctx.settings.node_id,
-            "role": li.role,
-            "leader_id": li.leader_id,
-            "term": li.term,
-            "tasks": counts,
-            "tasks_total": sum(counts.values()),
-            "time_ms": ctx.now_ms(),
-        }
+        return 200, ctx.stats()
 
     @api.route("GET", f"{PREFIX}/stats/series")
     def stats_series() -> tuple[int, Any]:
