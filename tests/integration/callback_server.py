@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from .recording_receiver import ReceiverServer
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +31,7 @@ class CallbackServer:
         self.gate = threading.Event()
         self.in_gate = 0
         self.max_in_gate = 0
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self.httpd.daemon_threads = True
+        self.httpd = ReceiverServer(("127.0.0.1", 0), _make_handler(self))
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="callback-server", daemon=True)

@@ -61,12 +61,19 @@ def _answer(path: str, counts: collections.Counter[str]) -> tuple[int, bytes]:
     return 200, b"ok"
 
 
-class _Server(ThreadingHTTPServer):
+class ReceiverServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
     """The listen backlog: it is set when the server binds, so it must be a class attribute (a burst
     of new connections from three workers' pools overflowed the default of 5: SYNs dropped, callbacks
     failing as network errors a second later)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection a worker reset (killed, frozen, cut off by a fault) is expected here, not a
+        traceback on the console; anything else is printed as the standard library does."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class RecordingReceiver:
@@ -81,7 +88,7 @@ class RecordingReceiver:
         self._max_open: collections.Counter[str] = collections.Counter()
         self._out = out
         self.host = host
-        self.httpd = _Server((host, port), _handler(self))
+        self.httpd = ReceiverServer((host, port), _handler(self))
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="recv", daemon=True
