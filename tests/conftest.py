@@ -51,13 +51,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.fixture(autouse=True)
 def _cpus_left_as_they_were() -> Iterator[None]:
-    """A test leaves the test process on the CPUs it had: a node started in this process pins it
-    (``node.cpus: auto``) unless its config says ``all``, and every later test of the worker would
-    then run on one CPU. The test that did it errors here, and the CPUs are given back."""
-    before = os.sched_getaffinity(0)
+    """A test leaves the test process on the CPUs and the scheduling policy it had: a node started
+    in this process pins it (``node.cpus: auto``) unless its config says ``all``, and sets the
+    policy ``node.os_scheduling`` names for it; every later test of the worker would run so. The test
+    that did it errors here, and the CPUs and the policy are given back."""
+    before, policy = os.sched_getaffinity(0), os.sched_getscheduler(0)
     yield
-    after = os.sched_getaffinity(0)
+    after, policy_after = os.sched_getaffinity(0), os.sched_getscheduler(0)
     if after != before:
         os.sched_setaffinity(0, before)
         pytest.fail(f"the test left the test process on CPUs {sorted(after)} (it had {sorted(before)}): "
                     "a node run in the test process needs node.cpus: all")
+    if policy_after != policy:
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+        pytest.fail(f"the test left the test process under scheduling policy {policy_after} (it had {policy})")
