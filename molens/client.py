@@ -30,8 +30,9 @@ Thread-safe: one client may be shared by threads (one keep-alive connection pool
 
 The module is the whole SDK: the standard library and three leaf modules of the package
 (``molens.errors``, ``molens.wallclock``, its version), no server dependency. Where ``msgspec`` is
-importable (a Molens server's environment has it) it decodes the answers: the same dicts at under half the CPU (a batch create's answer of 500 tasks parses in ~2.2 µs per task
-instead of ~5.0 with the ``json`` module). Bodies are always encoded by the ``json`` module, so
+importable (a Molens server's environment has it) it decodes the answers: the same dicts at under
+half the CPU (a batch create's answer of 500 tasks parses in ~2.2 µs per task instead of ~5.0 with
+the ``json`` module). Bodies are always encoded by the ``json`` module, so
 what a request accepts does not depend on it (msgspec would also encode ``bytes`` as base64 and
 ``datetime`` as text, where ``json`` raises ``TypeError``).
 """

@@ -77,17 +77,15 @@ def _blocks(tree: ast.Module) -> Iterator[tuple[str, list[ast.stmt]]]:
                 yield from walk(child, qual, in_function)
 
     def _nested(fn: ast.AST, name: str) -> Iterator[tuple[str, list[ast.stmt]]]:
+        """The blocks inside ``fn``: of its compound statements, handlers and nested functions (a
+        class defined in it is declarations: its body is passed over, its methods are not)."""
         for node in ast.walk(fn):
-            if node is fn:
+            if node is fn or isinstance(node, ast.ClassDef):
                 continue
-            for field in ("body", "orelse", "finalbody", "handlers"):
+            for field in ("body", "orelse", "finalbody"):
                 block = getattr(node, field, None)
                 if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                        continue  # a nested def's body is its own function's (walked by ast.walk too)
                     yield name, block
-            if isinstance(node, ast.ExceptHandler):
-                yield name, node.body
 
     yield from walk(tree, "", False)
 
@@ -168,5 +166,11 @@ def test_the_check_finds_a_repeat_and_passes_over_declarations(tmp_path: Path) -
     (pkg / "c.py").write_text("def init(self, a, b, c, d, e, f):\n" + "".join(
         f"    self.{v} = {v}\n" for v in "abcdef") + "\n\ndef init2(self, u, v, w, x, y, z):\n" + "".join(
         f"    self.{v} = {v}\n" for v in "uvwxyz"))
+    nested = "def outer(rows):\n    def inner(items):" + body.replace("\n    ", "\n        ") + "\n    return inner(rows)\n"
+    (pkg / "d.py").write_text(nested)  # a copy inside a nested function is found too
     found = repeated_runs(tmp_path)
-    assert set(found) == {frozenset({"molens/a.py:count", "molens/b.py:tally"})}, found
+    assert set(found) == {
+        frozenset({"molens/a.py:count", "molens/b.py:tally"}),
+        frozenset({"molens/a.py:count", "molens/d.py:outer"}),
+        frozenset({"molens/b.py:tally", "molens/d.py:outer"}),
+    }, found
