@@ -145,7 +145,9 @@ class StreamedSnapshot:
     chunks at rising offsets, each again until it is answered (the last one is kept for that), and
     from 0 again after a failure, so nothing is decompressed twice in a transfer and neither the heap nor the disk holds a second copy, and no step costs more than one
     chunk's work on the Raft thread. The file was checked (checksum, size) when the log recorded
-    or opened it. Owned by the log, which closes it when no transfer needs it."""
+    or opened it. Owned by the log, which closes it when no transfer needs it; the log opens the file
+    as it hands the snapshot out (:meth:`open`), so a transfer goes on reading it after the log has
+    recorded newer snapshots and pruned this file."""
 
     __slots__ = ("_dec", "_f", "_last", "_payload_at", "_pending", "_pos", "file", "path", "size")
 
@@ -166,9 +168,14 @@ class StreamedSnapshot:
     def __len__(self) -> int:
         return self.size
 
-    def _reset(self) -> None:
+    def open(self) -> StreamedSnapshot:
+        """Open the file now (a no-op when open): what is open stays readable after the file is removed."""
         if self._f is None:
             self._f = open(self.path, "rb")  # noqa: SIM115 - kept open across calls, closed by close()
+        return self
+
+    def _reset(self) -> None:
+        self.open()
         self._f.seek(self._payload_at)
         self._dec = zlib.decompressobj()
         self._pending = b""
@@ -566,6 +573,9 @@ class LmdbLog:
         self._meta_db = self._env.open_db(b"meta")
         self._closed = False
         self._snap_data: bytes | SnapshotBytes | None = None
+        self._retired: list[StreamedSnapshot] = []
+        """Streams of snapshots the log has since replaced, left open for a transfer still reading them
+        (:meth:`snapshot`), closed by :meth:`release_snapshot_data` once none is."""
         # the newest entries as they were saved (contiguous, from index _cache_first): apply and
         # replication read them back without an lmdb read and decode, and the leader applies the
         # very data objects it proposed (TaskStore.encode_proposal then skips decoding them)
@@ -752,28 +762,36 @@ class LmdbLog:
 
     def snapshot(self) -> Snapshot:
         """The snapshot with its data: read from its file by slices as they are asked for
-        (:class:`StreamedSnapshot`), held until :meth:`release_snapshot_data`."""
+        (:class:`StreamedSnapshot`), held until :meth:`release_snapshot_data`. Its file is open from
+        here on: a newer snapshot recorded meanwhile prunes the file, not what a transfer reads."""
         if self._snap_data is None and self._snap_file is not None:
             sf = self._snap_file
-            self._snap_data = StreamedSnapshot(sf.path, sf.size, self.snapshots.payload_offset(sf.path))
+            self._snap_data = StreamedSnapshot(sf.path, sf.size, self.snapshots.payload_offset(sf.path)).open()
         return Snapshot(self._snap_meta, self._snap_data or b"")
 
     @property
     def snapshot_held(self) -> bool:
         """Whether the snapshot's data is held: a file open to stream it from (a leader sending),
-        or what a follower just received (until installed)."""
-        return self._snap_data is not None
+        or what a follower just received (until installed), or a replaced one's stream still open."""
+        return self._snap_data is not None or bool(self._retired)
 
     def release_snapshot_data(self) -> None:
         """Let go of what :meth:`snapshot` opened, or of received data now installed (the file stays):
-        a store of millions of tasks must not keep a second copy of itself on the heap."""
+        a store of millions of tasks must not keep a second copy of itself on the heap. Call it only
+        when no transfer is reading any snapshot: replaced ones' streams are closed too."""
+        for stream in self._retired:
+            stream.close()
+        self._retired.clear()
         if self._snap_file is not None:
-            self._close_stream()
+            if isinstance(self._snap_data, StreamedSnapshot):
+                self._snap_data.close()
             self._snap_data = None
 
-    def _close_stream(self) -> None:
+    def _retire_stream(self) -> None:
+        """The snapshot is being replaced: its stream, if one was handed out, stays open for a transfer
+        that may still be reading it (the file itself may be pruned) until :meth:`release_snapshot_data`."""
         if isinstance(self._snap_data, StreamedSnapshot):
-            self._snap_data.close()
+            self._retired.append(self._snap_data)
 
     # --- extras for the node ------------------------------------------------------------------
     def hard_state(self) -> HardState:
@@ -841,7 +859,7 @@ class LmdbLog:
         if membership is not None:
             self._membership = membership
         if sf is not None:
-            self._close_stream()
+            self._retire_stream()
             self._snap_data = snapshot.data if snapshot is not None else None
             self.snapshots.prune(sf.path)
 
@@ -875,7 +893,7 @@ class LmdbLog:
             self._put_snap(txn, meta, sf)
 
         self._write(txn_fn)
-        self._close_stream()
+        self._retire_stream()
         self._snap_meta, self._snap_file, self._snap_data = meta, sf, None
         self.snapshots.prune(sf.path)
         return meta
@@ -942,8 +960,9 @@ class LmdbLog:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._close_stream()
+            self._retire_stream()
             self._snap_data = None
+            self.release_snapshot_data()
             self._env.close()
 
     def __enter__(self) -> LmdbLog:

@@ -1224,9 +1224,10 @@ def run_seed(seed: int, nodes: int = 3, trace: Callable[[str], None] | None = No
         trace(f"seed={seed} nodes={nodes} faults={faults} config={config}")
     try:
         cl.run_swarm(faulty_ticks, heal_ticks)
-    except (Violation, RaftError) as e:
+    except Exception as e:  # a violation, or the product raising where it must not (a crash)
+        what = str(e) if isinstance(e, Violation) else f"{type(e).__name__}: {e}"
         raise Violation(
-            f"seed {seed} ({nodes} nodes) failed at event {cl.event_no}: {e}\n"
+            f"seed {seed} ({nodes} nodes) failed at event {cl.event_no}: {what}\n"
             f"  replay: scripts/sim --nodes {nodes} --seed {seed} --trace"
         ) from e
     return cl

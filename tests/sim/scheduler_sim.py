@@ -1903,10 +1903,11 @@ def _run(args: argparse.Namespace) -> int:
                 power_losses += len(sim.power_losses)
                 discarded += sim.stores_discarded
             check(sim)
-        except Violation as e:
+        except Exception as e:  # a violation, or the product raising where it must not (a crash)
             failures += 1
             mutant = f" --mutant {args.mutant}" if args.mutant else ""
-            print(f"FAIL {e}\n  replay: scripts/sim --scheduler{mutant} --seed {s} --trace", flush=True)
+            what = e if isinstance(e, Violation) else f"seed={s}: {type(e).__name__}: {e}"
+            print(f"FAIL {what}\n  replay: scripts/sim --scheduler{mutant} --seed {s} --trace", flush=True)
     dt = time.monotonic() - t0
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
           f"{fires} callbacks delivered, {settled} fires settled on lost workers, {power_losses} power losses "

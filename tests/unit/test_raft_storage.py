@@ -347,6 +347,33 @@ def test_a_snapshot_is_sent_by_slices_streamed_from_its_file(tmp_path: Path) -> 
         assert not lg.snapshot_held
 
 
+def test_a_snapshot_being_sent_stays_readable_after_newer_ones_prune_its_file(tmp_path: Path) -> None:
+    """A leader sends a follower its snapshot chunk by chunk while it records newer snapshots: the
+    file being sent is pruned (``keep_snapshots``), and the transfer must go on reading it, from
+    where it was and from the start again (a failed transfer), until no transfer needs it.
+    Found by the Raft simulator (seed 7301131, 5 nodes): the next chunk raised FileNotFoundError."""
+    import os
+
+    data = os.urandom(200_000)
+    with LmdbLog(tmp_path, M3, keep_snapshots=2) as lg:
+        lg.append(ents(1, [1] * 10))
+        lg.create_snapshot(3, M3, data)
+        snap = lg.snapshot()
+        assert snap.data[0:1000] == data[0:1000]  # the transfer begins
+        first = lg.snapshots.files()[0]
+        lg.create_snapshot(6, M3, b"newer")
+        lg.create_snapshot(9, M3, b"newest")
+        assert not first.exists(), "the file being sent was pruned"
+        assert snap.data[1000:5000] == data[1000:5000]  # the next chunk
+        assert snap.data[0:1000] == data[0:1000]  # from the start again
+        assert snap.data[len(data) - 10 : len(data)] == data[-10:]
+        assert lg.snapshot_held, "a replaced snapshot's stream is held until released"
+        assert lg.snapshot().data == b"newest"
+        lg.release_snapshot_data()
+        assert not lg.snapshot_held
+        assert snap.data._f is None  # type: ignore[union-attr]  # its file closed
+
+
 def test_a_snapshot_arriving_in_chunks_is_gathered_in_a_file_checked_and_recorded_without_holding_it(
     tmp_path: Path,
 ) -> None:
