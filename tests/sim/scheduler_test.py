@@ -244,3 +244,27 @@ def test_fires_not_sent_are_exercised_and_go_out_on_a_later_attempt() -> None:
     later = sum(1 for sim, (fid, kind, attempt) in not_sent
                 if any(d.fire_id == fid and d.kind is kind and d.attempt > attempt for d in sim.deliveries))
     assert len(not_sent) > 500 and later > len(not_sent) // 2, (len(not_sent), later)
+
+
+def test_a_product_exception_fails_its_seed_with_a_replay_line_and_the_sweep_goes_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seed in which the product raises (a crash, not a promise checked) is a failing seed like
+    any other: printed with its replay line, and the next seed still runs."""
+    from tests.sim import scheduler_sim
+
+    real_run = Sim.run
+    runs = {"n": 0}
+
+    def run(self: Sim) -> None:
+        runs["n"] += 1
+        if runs["n"] == 1:
+            raise OSError("a planted fault")
+        real_run(self)
+
+    monkeypatch.setattr(Sim, "run", run)
+    assert scheduler_sim.main(["--seeds", "2", "--start", "40"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL seed=40: OSError: a planted fault" in out
+    assert "replay: scripts/sim --scheduler --seed 40 --trace" in out
+    assert out.splitlines()[-1] == "sim: seeds=2 failures=1"

@@ -69,3 +69,36 @@ def test_vote_granted_in_a_term_left_before_persisting_is_not_sent(seed: int) ->
     a newer term arrived, so the persisted HardState no longer recorded it. Such grants are dropped
     when the term moves on (``RaftCore._reset``)."""
     run_seed(seed, 5)
+
+
+def test_seed_7301131_a_snapshot_being_sent_outlives_the_pruning_of_its_file() -> None:
+    """Found by a sweep of unseen seeds: the leader recorded newer snapshots while it sent a follower
+    an older one, pruning its file, and the next chunk reopened the file by name
+    (``FileNotFoundError`` on the Raft thread). Fixed in ``LmdbLog`` (a replaced snapshot's stream
+    stays open until no transfer needs it)."""
+    run_seed(7301131, 5)  # raises Violation on the unfixed log
+
+
+def test_a_product_exception_fails_its_seed_with_a_replay_line_and_the_sweep_goes_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seed in which the product raises (not a promise checked, a crash) is a failing seed like
+    any other: printed with its replay line, and the next seed still runs."""
+    from molens.raft.core import RaftCore
+
+    calls = {"n": 0}
+    real_tick = RaftCore.tick
+
+    def tick(self: RaftCore) -> None:
+        calls["n"] += 1
+        if calls["n"] % 500 == 0:
+            raise OSError("a planted fault")
+        real_tick(self)
+
+    monkeypatch.setattr(RaftCore, "tick", tick)
+    assert main(["--seeds", "2", "--start", "100"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("OSError: a planted fault") == 2
+    assert "replay: scripts/sim --nodes 3 --seed 100 --trace" in out
+    assert "replay: scripts/sim --nodes 5 --seed 101 --trace" in out
+    assert out.splitlines()[-1] == "sim: seeds=2 failures=2"
