@@ -556,8 +556,7 @@ class Sim:
             plan=DispatchPlan(node, rep.get_task, lambda: self.free(node), DISPATCH_SLACK,
                               clock=lambda: self.now / 1000, liveness_ms=WORKER_LOST),
             watch=FireWatch(rep.get_fire),
-            workers=WorkerWatch(node, WORKER_LOST, self.now,
-                                heard={w: t for w, t in self.last_beat.items() if w != node}),
+            workers=WorkerWatch(node, WORKER_LOST, self.now, heard=self.heard_by(node)),
             scan=ExpiryScan(rep.scan_expirable, RETENTION_MINUTES, EXPIRE_QPS),
         )
         self.faults.append(self.now)
@@ -601,6 +600,13 @@ class Sim:
             self.elect()
 
         self.at(self.now + delay, new_term)
+
+    def heard_by(self, node: str) -> dict[str, int]:
+        """When ``node``, becoming leader, last heard from each other node (the peer's ``heard_ago_ms``):
+        a worker's last report stands for it, but only one since ``node`` itself last started: a
+        restarted process remembers nothing of before (the node then counts from the term's start)."""
+        since = self.downs[node][-1][1] if self.downs[node] else 0
+        return {w: t for w, t in self.last_beat.items() if w != node and t >= since}
 
     def crash(self, n: str, down: tuple[int, int] = (500, 3_000)) -> None:
         self.faults.append(self.now)
