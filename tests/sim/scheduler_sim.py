@@ -590,6 +590,7 @@ class Sim:
         self.survivors = [cmd for _, cmd in self.pending[:keep]]
         self.pending = []
         self.log_(f"{'crash' if crash else 'partition'} leader {ld.node}; {keep} uncommitted entries survive")
+        self.last_beat[ld.node] = self.now  # its Raft heartbeats reached the others until now
         if crash:
             self.crash(ld.node)
         if delay is None:
@@ -603,8 +604,9 @@ class Sim:
 
     def heard_by(self, node: str) -> dict[str, int]:
         """When ``node``, becoming leader, last heard from each other node (the peer's ``heard_ago_ms``):
-        a worker's last report stands for it, but only one since ``node`` itself last started: a
-        restarted process remembers nothing of before (the node then counts from the term's start)."""
+        a worker's last report stands for it (a deposed leader's last heartbeat, for the leader it
+        was), but only one since ``node`` itself last started: a restarted process remembers nothing of
+        before (the node then counts from the term's start)."""
         since = self.downs[node][-1][1] if self.downs[node] else 0
         return {w: t for w, t in self.last_beat.items() if w != node and t >= since}
 
