@@ -1883,7 +1883,16 @@ def main(argv: list[str] | None = None) -> int:
                         "(--seeds per mutant, default 2,000) until one fails")
     p.add_argument("--mutant", default=None, help="run the seeds with this one mutant applied (replay)")
     args = p.parse_args(argv)
-    logging.getLogger("molens").setLevel(logging.DEBUG if args.trace else logging.CRITICAL)
+    molens_log = logging.getLogger("molens")
+    level = molens_log.level
+    molens_log.setLevel(logging.DEBUG if args.trace else logging.CRITICAL)
+    try:  # given back: a caller in the same process (a test) keeps its logging as it was
+        return _main(args, argv)
+    finally:
+        molens_log.setLevel(level)
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     from tests.sim import mutants
 
     if args.mutants:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -263,7 +264,9 @@ def test_a_product_exception_fails_its_seed_with_a_replay_line_and_the_sweep_goe
         real_run(self)
 
     monkeypatch.setattr(Sim, "run", run)
+    level = logging.getLogger("molens").level
     assert scheduler_sim.main(["--seeds", "2", "--start", "40"]) == 1
+    assert logging.getLogger("molens").level == level, "the CLI gives the logging level back"
     out = capsys.readouterr().out
     assert "FAIL seed=40: OSError: a planted fault" in out
     assert "replay: scripts/sim --scheduler --seed 40 --trace" in out
