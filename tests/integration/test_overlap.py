@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,27 @@ def test_skip_drops_the_instants_due_during_a_slow_callback_and_buffer_one_fires
 SLOW_MS = 2_700
 
 
+def _explain(c: Cluster, client: MolensClient, t: dict[str, Any], receiver: RecordingReceiver, tag: str) -> str:
+    """What a timed-out wait saw: the callbacks received, the task and its executions as the API shows
+    them, each node's role and log tail."""
+    base = t["created_at"]
+    got = [(r.at_ms - base, r.headers.get("X-Fire-ID"), r.headers.get("X-Molens-Attempt"))
+           for r in receiver.by_tag(tag)]
+    out = [f"received (ms after creation, fire id, attempt): {got}"]
+    try:
+        task = client.get(t["id"])
+        out.append(f"task: { {k: task.get(k) for k in ('status', 'seq', 'next_run_at', 'last_outcome')} }")
+        rows = itertools.islice(client.executions(t["id"]), 30)
+        out.append(f"executions (newest 30): {[(e['fire_id'], e['kind'], e['result']) for e in rows]}")
+    except Exception as exc:  # the explanation goes on with what it can see
+        out.append(f"(the API did not answer: {exc!r})")
+    for nid, node in c.nodes.items():
+        st = node.status() or {}
+        out.append(f"--- {nid}: role {st.get('role')}, term {st.get('term')}, leader {st.get('leader_id')}\n"
+                   f"{node.tail(60)}")
+    return "\n".join(out)
+
+
 @pytest.mark.timeout(180)
 def test_allow_runs_occurrences_at_once_on_three_nodes_each_with_its_own_fire_id_and_instant(
     tmp_path: Path, receiver: RecordingReceiver
@@ -85,7 +107,8 @@ def test_allow_runs_occurrences_at_once_on_three_nodes_each_with_its_own_fire_id
         t = client.create(type="periodic", interval_ms=PERIOD, overlap="allow", timeout_ms=10_000,
                           callback_url=receiver.url(f"/slow/{SLOW_MS}/overlap-allow"))
         assert t["overlap"] == "allow"
-        wait_for(lambda: len(receiver.by_tag("overlap-allow")) >= 5, 40, "five callbacks")
+        wait_for(lambda: len(receiver.by_tag("overlap-allow")) >= 5, 40, "five callbacks",
+                 explain=lambda: _explain(c, client, t, receiver, "overlap-allow"))
         client.pause(t["id"])
         rs = _firsts(receiver.by_tag("overlap-allow"))[:5]
         base = t["created_at"]
