@@ -240,12 +240,20 @@ class DispatchPlan:
         best.given += 1
         return best_id
 
-    def settle(self, items: Iterable[DispatchItem]) -> None:
-        """Planned items that will not be sent after all (refused): give their capacity back."""
+    def give_back(self, items: Iterable[DispatchItem], flows: FlowControl | NamespacedFlows) -> None:
+        """Planned items that will not be sent (their proposal failed, or the state machine refused
+        them): their worker capacity and their flow slot go back."""
         for it in items:
             w = self._workers.get(it.worker)
             if w is not None and w.given > 0:
                 w.given -= 1
+            flows.cancel(it.fire_id, it.attempt)
+
+    @staticmethod
+    def refused(items: Iterable[DispatchItem], results: Iterable[Any]) -> list[DispatchItem]:
+        """The items of an applied ``Dispatched`` entry its state machine refused (a result that is
+        not None is that item's error)."""
+        return [it for it, r in zip(items, results) if r is not None]
 
     def sent_local(self, n: int) -> None:
         """``n`` fires went to the local pool: its live free capacity now counts them."""
@@ -559,19 +567,15 @@ class Dispatcher(PumpedActor):
         self.proposals -= 1
         self.items_proposed -= len(m.items)
         if m.error is not None:
-            self.plan.settle(m.items)
-            for it in m.items:
-                self.flows.cancel(it.fire_id, it.attempt)
+            self.plan.give_back(m.items, self.flows)
             self.stats.add(proposals_failed=1)
             if isinstance(m.error, ProposalRefused) and self.refs is not None and not self.ended:
                 self.tell(self.refs.wheel, Requeue([d.task_id for d in m.items], wall_ms() + RETRY_REFUSED_MS))
             return
         er = m.results[0] if m.results and isinstance(m.results[0], EntryResult) else None
         out = er.results if er is not None else []
-        refused = [it for it, r in zip(m.items, out) if r is not None]
-        self.plan.settle(refused)
-        for it in refused:
-            self.flows.cancel(it.fire_id, it.attempt)
+        refused = DispatchPlan.refused(m.items, out)
+        self.plan.give_back(refused, self.flows)
         self.accepted += len(m.items) - len(refused)
         self.stats.add(dispatched_accepted=len(m.items) - len(refused))
         if er is not None:  # applied in this term (else the outcome is an error): the Monitor already watches these

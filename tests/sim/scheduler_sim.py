@@ -788,10 +788,7 @@ class Sim:
                     self.wake()
             self.at(self.now + MAILBOX_LAT[1], configure)
         if isinstance(cmd, Dispatched):  # refused items give their capacity and flow slot back
-            refused = [it for it, res in zip(cmd.items, out.results) if res is not None]
-            ld.plan.settle(refused)
-            for it in refused:
-                ld.flows.cancel(it.fire_id, it.attempt)
+            ld.plan.give_back(DispatchPlan.refused(cmd.items, out.results), ld.flows)
         fires = [e for e in out.effects if isinstance(e, SendFire)]
         if fires:  # Committed: the Monitor watches first, then the Dispatcher sends
             ld.watch.watch((e.fire for e in fires), self.now)

@@ -18,6 +18,7 @@ from molens.delivery import FIRE_BATCH_VERSION
 from molens.fsm.commands import Expire, ExpireItem, TrimAudit
 from molens.fsm.machine import FireRecord, WheelAdd, WheelRemove
 from molens.model import FireKind, Outcome, Status, Task, validate_create
+from molens.schedule.flows import FlowControl
 from molens.schema import Running
 
 NOW = 1_767_225_600_000
@@ -124,14 +125,17 @@ def test_a_worker_silent_for_three_report_intervals_gets_no_new_fires_before_it_
     assert {i.worker for i in items} == {"n2"}  # n1's capacity went to the first plan
 
 
-def test_settle_gives_capacity_back() -> None:
-    tasks = {k: _task(k) for k in "ab"}
+def test_items_given_back_free_their_worker_capacity_and_flow_slot() -> None:
+    tasks = {k: _task(k) for k in "abc"}
     d = _dispatcher(tasks, local_free=0)
-    d.report("n2", 2)
-    items, _ = d.plan(["a", "b"], NOW, limit=10)
-    assert d.live_workers()["n2"] == 0
-    d.settle(items)
-    assert d.live_workers()["n2"] == 2
+    d.report("n2", 3)
+    flows = FlowControl(credit_ms=10)
+    items, _ = d.plan(["a", "b", "c"], NOW, limit=10, flows=flows)
+    assert d.live_workers()["n2"] == 0 and flows.in_flight == 3
+    refused = DispatchPlan.refused(items, [None, "refused", "refused"])  # the entry's results, item by item
+    assert refused == items[1:]
+    d.give_back(refused, flows)
+    assert d.live_workers()["n2"] == 2 and flows.in_flight == 1
 
 
 def _fire(fid: str, attempt: int = 1, deadline: int = NOW + 100, kind: FireKind = FireKind.CALLBACK) -> FireRecord:
