@@ -98,7 +98,9 @@ def test_allow_runs_occurrences_at_once_on_three_nodes_each_with_its_own_fire_id
     """``allow`` on a 3-node cluster: every callback is held 2.7 s, so occurrence k+1 (and k+2) goes
     out at its own instant while k still runs; each has its own fire id and X-Molens-Scheduled-At,
     and each is answered and on record once."""
-    c = Cluster(tmp_path, 3, extra={"raft": {"tick_ms": 20}}, state_machine="tasks")
+    # the default Raft timers: nothing here waits for an election after the first, and 20 ms ticks
+    # (a check-quorum window of 160 ms) let a loaded host move the leadership over and over
+    c = Cluster(tmp_path, 3, state_machine="tasks")
     try:
         c.start()
         n = c.leader(timeout=30)
