@@ -99,6 +99,7 @@ from molens.actors.cleaner import INTERVAL_MS as EXPIRY_INTERVAL_MS
 from molens.actors.cleaner import ExpiryScan
 from molens.actors.dispatcher import REPORT_INTERVAL_S, DispatchPlan, limits_of, with_attempt
 from molens.actors.monitor import HELD_GRACE_MS, FireWatch, WorkerWatch, congested, sweep
+from molens.actors.supervisor import route_effects
 from molens.actors.timewheel import LeaderWheel
 from molens.delivery import FireResult, to_result_item
 from molens.fsm.commands import (
@@ -118,13 +119,11 @@ from molens.fsm.commands import (
 from molens.fsm.machine import (
     DEFAULT_CONFIG,
     Applied,
-    FlowSet,
     SendFire,
-    WheelAdd,
-    WheelRemove,
     jitter,
 )
 from molens.fsm.memstate import MemoryState
+from molens.fsm.store import EntryResult
 from molens.model import (
     TERMINAL_STATUSES,
     CatchUp,
@@ -324,10 +323,12 @@ class Sim:
         for n in self.nodes:
             self.open_store(n)
         self.log: list[Command] = []
+        self.log_terms: list[int] = []
+        """The term each entry of ``log`` was proposed in."""
         self.term = 0
         self.leader: Leader | None = None
         self.pending: list[tuple[int, Command]] = []
-        self.survivors: list[Command] = []
+        self.survivors: list[tuple[int, Command]] = []
         """Uncommitted entries of a lost leader that the next leader commits before its own (lose_leader)."""
         self.last_commit_at = 0
         self.faults: list[int] = []
@@ -488,10 +489,12 @@ class Sim:
         if not self.pending or self.pending[0] is not item or self.leader is None or item[0] != self.term:
             return
         self.pending.pop(0)
-        self.append(item[1])
+        self.append(*item)
 
-    def append(self, cmd: Command) -> None:
+    def append(self, term: int, cmd: Command) -> None:
+        """``cmd``, proposed in ``term``, is committed: the next entry of the log."""
         self.log.append(cmd)
+        self.log_terms.append(term)
         if isinstance(cmd, PutFlow):
             self.flow_set_at.setdefault(cmd.key, self.now)
             self.pauses.append((cmd.key, self.now, cmd.settings.paused))
@@ -502,7 +505,7 @@ class Sim:
     def catch_up(self, n: str) -> None:
         rep = self.replicas[n]
         while self.applied[n] < len(self.log):
-            cmd = self.log[self.applied[n]]
+            cmd, term = self.log[self.applied[n]], self.log_terms[self.applied[n]]
             self.applied[n] += 1
             ld = self.leader
             is_leader = ld is not None and ld.node == n
@@ -533,7 +536,7 @@ class Sim:
                     and not isinstance(out.results[0], Exception):
                 self.backfills[cmd.task_id].append(BackfillAsked(cmd.start_ms, cmd.end_ms, cmd.now_ms, before.seq))
             if is_leader:
-                self.on_applied(cmd, out, dues)
+                self.on_applied(cmd, term, out, dues)
 
     # ---------------------------------------------------------------- leadership
 
@@ -545,8 +548,8 @@ class Sim:
             self.at(self.now + 200, self.elect)
             return
         survivors, self.survivors = self.survivors, []
-        for cmd in survivors:  # committed by the next leader, whose term starts after them, whichever
-            self.append(cmd)   # way it is elected (a node's restart may elect it before new_term runs)
+        for term, cmd in survivors:  # committed by the next leader, whose term starts after them, whichever
+            self.append(term, cmd)   # way it is elected (a node's restart may elect it before new_term runs)
         self.term += 1
         node = self.rng.choice(cands)
         rep = self.replicas[node]
@@ -587,7 +590,7 @@ class Sim:
         self.term_end[ld.term] = self.now
         self.leader = None
         keep = self.rng.randint(0, len(self.pending))
-        self.survivors = [cmd for _, cmd in self.pending[:keep]]
+        self.survivors = self.pending[:keep]
         self.pending = []
         self.log_(f"{'crash' if crash else 'partition'} leader {ld.node}; {keep} uncommitted entries survive")
         self.last_beat[ld.node] = self.now  # its Raft heartbeats reached the others until now
@@ -771,25 +774,28 @@ class Sim:
 
     # ---------------------------------------------------------------- leader shells
 
-    def on_applied(self, cmd: Command, out: Applied, dues: dict[str, tuple[int | None, int]]) -> None:
+    def on_applied(self, cmd: Command, term: int, out: Applied, dues: dict[str, tuple[int | None, int]]) -> None:
+        """The entry ``cmd`` of ``term`` applied on the leader's node: its effects go where the
+        supervisor's ``route_effects`` sends them (the window's reach read after the entry applied,
+        as the Raft thread does)."""
         ld = self.leader
         assert ld is not None
-        reach = ld.wheel.window.reach  # read after the entry applied, as the Raft thread does
-        wheel_effects = [e for e in out.effects
-                         if isinstance(e, WheelRemove) or (isinstance(e, WheelAdd) and reach.wants(e.due_ms, e.new))]
-        if wheel_effects:
-            self.to_wheel(ld, wheel_effects)
-        flow_sets = [e for e in out.effects if isinstance(e, FlowSet)]
-        if flow_sets:  # through the Dispatcher's mailbox, as FlowsChanged
+        routed = route_effects([EntryResult(index=self.applied[ld.node], term=term, results=out.results,
+                                            effects=out.effects)], ld.term, ld.wheel.window.reach)
+        if routed.wheel:
+            self.to_wheel(ld, routed.wheel)
+        if routed.flows:  # through the Dispatcher's mailbox, as FlowsChanged
             def configure() -> None:
                 if self.leader is ld:
-                    for e in flow_sets:
-                        ld.flows.configure(e.key, None if e.settings is None else limits_of(e.settings), self.now)
+                    for key, settings in routed.flows:
+                        ld.flows.configure(key, None if settings is None else limits_of(settings), self.now)
                     self.wake()
             self.at(self.now + MAILBOX_LAT[1], configure)
         if isinstance(cmd, Dispatched):  # refused items give their capacity and flow slot back
             ld.plan.give_back(DispatchPlan.refused(cmd.items, out.results), ld.flows)
-        fires = [e for e in out.effects if isinstance(e, SendFire)]
+        if routed.other:  # Committed: an earlier term's fires, never sent by this leader, watched
+            ld.watch.watch((e.fire for e in routed.other), self.now)
+        fires = routed.own
         if fires:  # Committed: the Monitor watches first, then the Dispatcher sends
             ld.watch.watch((e.fire for e in fires), self.now)
             for e in fires:
