@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +32,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     would fail with "cannot be called from a running event loop".
     """
     items.sort(key=lambda it: "tests/browser/" in it.nodeid.replace("\\", "/"))
+
+
+_CALL_STARTED = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    item.stash[_CALL_STARTED] = time.time()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    """A failed test that ran molens nodes (tests/integration/conftest.py's ``NodeProc``) shows the
+    tail of each node log written while it ran, in a report section of its own: a failure seen once
+    under a full run's load can then be read, not guessed."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when != "call" or not rep.failed:
+        return
+    nodes = sys.modules.get("tests.integration.conftest")
+    t0 = item.stash.get(_CALL_STARTED, None)
+    if nodes is None or t0 is None:
+        return
+    text = nodes.node_logs_since(t0)
+    if text:
+        rep.sections.append(("molens node logs (last lines of each written during the test)", text))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -128,10 +128,32 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+NODES_MADE: list[NodeProc] = []
+"""Every node this test process configured, in order: a failed test's report shows the log tails of
+those that wrote since it began (tests/conftest.py, ``pytest_runtest_makereport``)."""
+
+
+def node_logs_since(t0: float, lines: int = 40, most: int = 9) -> str:
+    """The last ``lines`` lines of each node log written since ``t0`` (epoch s), at most ``most``
+    nodes (the latest made)."""
+    out: list[str] = []
+    for node in NODES_MADE[::-1]:
+        try:
+            written = node.log_path.stat().st_mtime
+        except OSError:
+            continue
+        if written >= t0:
+            out.append(f"--- {node.node_id} ({node.log_path})\n{node.tail(lines)}")
+            if len(out) >= most:
+                break
+    return "\n".join(out[::-1])
+
+
 class NodeProc:
     """One node process and its files. Not started until :meth:`start`."""
 
     def __init__(self, node_id: str, root: Path, settings: dict[str, Any]) -> None:
+        NODES_MADE.append(self)
         self.node_id = node_id
         self.dir = root / node_id
         self.dir.mkdir(parents=True, exist_ok=True)
