@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from molens.actors.alarm import wall_ms
@@ -47,12 +47,13 @@ class LeaderWheel:
     """Task ids keyed by their next due time (callback, retry or ACK probe), within the horizon."""
 
     def __init__(self, tick_ms: int, now_ms: int, horizon_ms: int, slice_limit: int = DEFAULT_SLICE_LIMIT,
-                 reach: Reach | None = None) -> None:
+                 reach: Reach | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.window = HorizonWheel(tick_ms, now_ms, horizon_ms, slice_limit, reach)
         self.wheel: Wheel[str] = self.window.wheel
         self.rebuild_ms: float | None = None
-        """How long the first fill of the window took (None while it runs)."""
-        self._t0 = time.monotonic()
+        """How long the first fill of the window took by ``monotonic`` (None while it runs)."""
+        self._monotonic = monotonic
+        self._t0 = monotonic()
 
     def load(self, read: ReadSlice, now_ms: int) -> bool:
         """One slice into the window; True while more is wanted now."""
@@ -60,7 +61,7 @@ class LeaderWheel:
         w.load(read, now_ms)
         more = w.load_wanted(now_ms)
         if not more and self.rebuild_ms is None:
-            self.rebuild_ms = (time.monotonic() - self._t0) * 1000
+            self.rebuild_ms = (self._monotonic() - self._t0) * 1000
         return more
 
     def fill(self, read: ReadSlice, now_ms: int) -> int:

@@ -555,7 +555,8 @@ class Sim:
         rep = self.replicas[node]
         self.leader = ld = Leader(
             node=node, term=self.term,
-            wheel=LeaderWheel(TICK, self.now, self.horizon, slice_limit=self.slice_limit),
+            wheel=LeaderWheel(TICK, self.now, self.horizon, slice_limit=self.slice_limit,
+                              monotonic=lambda: self.now / 1000),
             plan=DispatchPlan(node, rep.get_task, lambda: self.free(node), DISPATCH_SLACK,
                               clock=lambda: self.now / 1000, liveness_ms=WORKER_LOST),
             watch=FireWatch(rep.get_fire),
