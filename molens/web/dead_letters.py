@@ -28,7 +28,9 @@ MAX_BULK = 10_000
 CHUNK = 500
 """Ids per Raft entry of a bulk request."""
 _ID_RE = re.compile(r"[0-9A-Z]{26}-[0-9]{1,12}\.(?:ack)?[0-9]{1,9}")
-_CURSOR_POS_RE = re.compile(r"(?:[0-9a-f]{2}){9,60}|[0-9]{1,12}\.(?:ack)?[0-9]{1,9}")
+_CURSOR_POS_RE = re.compile(r"(?:[0-9a-f]{2}){9,60}|[0-9]{1,16}:" + _ID_RE.pattern)
+"""The positions ``TaskStore.list_dead`` issues: a key of the time index (hex), or, filtered by task,
+the last dead letter's ``at_ms:id``."""
 _NAMESPACE = re.compile(python_pattern(NAMESPACE_PATTERN))
 _FILTER_KEYS = frozenset({"task_id", "flow", "kind", "since", "until", "limit", "namespace"})
 

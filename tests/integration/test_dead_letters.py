@@ -5,6 +5,7 @@ of the leader. The ``unknown`` kind: a single node killed while its at_most_once
 
 from __future__ import annotations
 
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,21 @@ def test_every_kind_redrive_bulk_redrive_and_kill_9_of_the_leader(tmp_path: Path
                 listed["id"]: ("non_retryable", 1), told["id"]: ("non_retryable", 1), ack["id"]: ("ack_failed", 3)}
         wait_for(lambda: {d["task_id"] for d in _dead(n)} >= set(want), 60, "a dead letter of each task")
         wait_for(lambda: len(_dead(n, f"&task_id={per['id']}")) >= 3, 60, "three dead periodic occurrences")
+        # a task's dead letters page by page, newest first, each once (the task adds more meanwhile)
+        seen_before = [d["id"] for d in _dead(n, f"&task_id={per['id']}")]
+        paged, cursor = [], None
+        while True:
+            more = f"&cursor={urllib.parse.quote(cursor)}" if cursor else ""
+            st, page = call(n, "GET", f"/api/v1/dead-letters?task_id={per['id']}&limit=1{more}")
+            assert st == 200, page
+            paged += [d["id"] for d in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert len(paged) == len(set(paged)) and [i for i in paged if i in seen_before] == seen_before, paged
+        sdk = MolensClient([n.http_url])
+        assert [d["id"] for d in sdk.dead_letters(task_id=per["id"], page_size=1)][-len(seen_before):] == seen_before
+        sdk.close()
         got = {d["task_id"]: (d["kind"], d["attempts"]) for d in _dead(n) if d["task_id"] in want}
         assert got == want
         assert len(receiver.by_tag("told")) == 1 and len(receiver.by_tag("listed")) == 1  # not retried
