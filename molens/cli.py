@@ -313,6 +313,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for wrong, what, only in given:  # an argument the action would ignore is more likely a slip than meant
         if wrong:
             p.error(f"{args.action or 'running in the foreground'}: {what} is for {only} only")
+    if membership and not args.node_id:
+        p.error(f"{args.action}: give the node's id")
+    if args.action == "add-node" and not args.raft_addr:
+        p.error("add-node: --raft-addr is required")
     return args
 
 
@@ -344,13 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_status(cfg, args.json)
         if args.action == "ready":
             return cmd_ready(cfg)
-        if args.action in ("add-node", "remove-node"):
-            if not args.node_id:
-                raise CliError(f"{args.action}: give the node's id")
+        if args.action in ("add-node", "remove-node"):  # parse_args saw to the id and the raft address
             if args.action == "remove-node":
                 return cmd_membership(cfg, {"cmd": "remove_node", "id": args.node_id})
-            if not args.raft_addr:
-                raise CliError("add-node: --raft-addr is required")
             return cmd_membership(cfg, {
                 "cmd": "add_node", "id": args.node_id, "raft_addr": args.raft_addr, "rpc_addr": args.rpc_addr,
                 "http_addr": args.http_addr, "admin_addr": args.admin_addr,

@@ -574,7 +574,10 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         r = run("ready")
         assert r.returncode == 1 and r.stderr.startswith(f"not ready: http://127.0.0.1:{http}/readyz: "), r.stderr
         for args, what in ((("status", "n2"), "status: a node id ('n2') is for add-node and remove-node only"),
-                           (("stats", "--to", "n2"), "stats: --to is for transfer-leader only")):
+                           (("stats", "--to", "n2"), "stats: --to is for transfer-leader only"),
+                           (("add-node",), "add-node: give the node's id"),
+                           (("remove-node",), "remove-node: give the node's id"),
+                           (("add-node", "n4"), "add-node: --raft-addr is required")):
             r = run(*args)  # an argument the action would ignore is refused, not dropped
             assert r.returncode == 2 and r.stderr.strip().endswith(f"error: {what}"), r.stderr
         for action in ("digest", "snapshot", "stats"):  # said at once, not after the command's own wait
