@@ -20,6 +20,7 @@ from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, 
 from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.offload import offload
 from mooncat_checkpoint.step import Step
+from mooncat_checkpoint.urls import shown_url
 
 __all__ = ["CheckpointClient"]
 
@@ -66,7 +67,7 @@ class CheckpointClient:
         return self._engine.backend.durability
 
     def __repr__(self) -> str:
-        return f"CheckpointClient(url={self.url!r})"
+        return f"CheckpointClient(url={shown_url(self.url)!r})"
 
     async def claim(
         self,

@@ -20,7 +20,7 @@ from mooncat_checkpoint.errors import BackendUnavailableError, CorruptRecordErro
 from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, JSONValue
 from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.record import StoredRecord
-from mooncat_checkpoint.urls import open_backend, resolve_url
+from mooncat_checkpoint.urls import open_backend, resolve_url, shown_url
 
 __all__ = ["Clock", "Engine", "wall_clock_ms", "DEFAULT_LEASE_MS"]
 
@@ -70,7 +70,7 @@ class Engine:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise BackendUnavailableError(f"checkpoint client for {self.url!r} is closed")
+            raise BackendUnavailableError(f"checkpoint client for {shown_url(self.url)!r} is closed")
 
     def claim(
         self,

@@ -11,7 +11,8 @@ raises ``CorruptRecordError`` rather than return the other key's record. File na
 case-sensitively: keep the file backend on a case-sensitive filesystem (Linux's are).
 
 ``legacy_storage_name`` is the rule of this library's first on-disk format (``sha256-<64 hex>`` for
-keys longer than 120 characters, starting with ``.`` or with ``sha256-``): records stored under it are
+keys longer than 120 characters, empty, starting with ``.`` or ``sha256-``, or with a character outside
+``[A-Za-z0-9._-]``): records stored under it are
 still read, and move to the current name on their next write.
 """
 

@@ -15,6 +15,7 @@ from mooncat_checkpoint.errors import WaitTimeoutError
 from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, JSONValue
 from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.step import SyncStep
+from mooncat_checkpoint.urls import shown_url
 
 __all__ = ["SyncCheckpointClient"]
 
@@ -46,7 +47,7 @@ class SyncCheckpointClient:
         return self._engine.backend.durability
 
     def __repr__(self) -> str:
-        return f"SyncCheckpointClient(url={self.url!r})"
+        return f"SyncCheckpointClient(url={shown_url(self.url)!r})"
 
     def claim(
         self,

@@ -43,15 +43,15 @@ def split_url(url: str) -> tuple[str, str]:
     scheme, sep, path = url.partition("://")
     if not sep:
         raise BackendUnavailableError(
-            f"checkpoint URL {url!r} has no scheme: {_USE}"
+            f"checkpoint URL {shown_url(url)!r} has no scheme: {_USE}"
         )
     scheme = scheme.lower()
     if scheme not in SCHEMES:
         raise BackendUnavailableError(
-            f"unknown checkpoint URL scheme {scheme!r} in {url!r}: {_USE}"
+            f"unknown checkpoint URL scheme {scheme!r} in {shown_url(url)!r}: {_USE}"
         )
     if scheme in ("file", "sqlite") and not path:
-        raise BackendUnavailableError(f"checkpoint URL {url!r} has no path after {scheme}://")
+        raise BackendUnavailableError(f"checkpoint URL {shown_url(url)!r} has no path after {scheme}://")
     return scheme, path
 
 
@@ -81,6 +81,8 @@ def open_backend(url: str) -> Backend | ServerBackend:
 def shown_url(url: str) -> str:
     """The URL as messages show it: any password (``user:PASSWORD@``, ``?password=...``) as ``***``."""
     scheme, sep, rest = url.partition("://")
+    if not sep:  # no scheme (a slip): the whole of it may still carry user:password@
+        scheme, rest = "", url
     creds, at, host = rest.rpartition("@")
     if at and ":" in creds:
         rest = f"{creds.split(':', 1)[0]}:***@{host}"

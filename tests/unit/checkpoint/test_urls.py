@@ -152,6 +152,8 @@ def test_a_server_that_is_not_there_fails_at_construction_with_one_line(scheme: 
         "postgresql://u:SEC@RETPW@127.0.0.1:1/db",  # the driver takes "RETPW@127.0.0.1" for the host
         "postgresql://u:p%40SECRETPW@127.0.0.1:1/db",
         "redis://:SECRETPW@127.0.0.1:1/0",
+        "postgress://u:SECRETPW@127.0.0.1:1/db",  # a scheme mistyped
+        "u:SECRETPW@127.0.0.1:1/db",  # no scheme at all
     ],
 )
 def test_a_password_never_shows_in_an_error(url: str) -> None:
@@ -171,3 +173,18 @@ def test_the_url_command_shows_a_password_as_stars(
     assert main(["url"]) == 0
     out = capsys.readouterr().out
     assert "SECRET" not in out and '"url": "postgresql://u:***@h/db?password=***"' in out, out
+
+
+def test_a_closed_client_and_its_repr_show_a_password_as_stars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The messages of a client that opened (here a memory store stands in for the server's)."""
+    from mooncat_checkpoint import engine
+    from mooncat_checkpoint.backends.memory import MemoryBackend
+
+    monkeypatch.setattr(engine, "open_backend", lambda url: MemoryBackend())
+    client = SyncCheckpointClient("postgresql://u:SECRETPW@127.0.0.1:1/db")
+    assert repr(client) == "SyncCheckpointClient(url='postgresql://u:***@127.0.0.1:1/db')"
+    assert "SECRET" not in repr(CheckpointClient("redis://:SECRETPW@127.0.0.1:1/0"))
+    client.close()
+    with pytest.raises(BackendUnavailableError) as exc:
+        client.claim("ns", "k")
+    assert "SECRET" not in str(exc.value) and "u:***@" in str(exc.value), exc.value
