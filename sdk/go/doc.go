@@ -18,8 +18,8 @@
 //     Other errors are returned at once as *APIError, carrying the API's code and field.
 //   - Idempotency. CreateTask, CreateTasks and CreateTaskIDs give every task without an IdempotencyKey a fresh,
 //     time-ordered one (NewIdempotencyKey), so a retry after a lost response returns the task the
-//     first attempt created instead of creating a duplicate. Pause, resume, trigger and delete are
-//     retried too; when a retry after an unknown outcome meets 404/409/412, *OutcomeUnknownError is
+//     first attempt created instead of creating a duplicate. Pause, resume and delete are
+//     retried too (a trigger is never sent twice); when a retry after an unknown outcome meets 404/409/412, *OutcomeUnknownError is
 //     returned rather than a misleading not-found, conflict or stale version.
 //   - Reads go to the same node as writes, so a client reads its own writes.
 //

@@ -32,7 +32,8 @@ func (e *APIError) Error() string {
 }
 
 // OutcomeUnknownError: a write may or may not have been applied (its response was lost and a retry
-// could not tell). Creates never return it: their idempotency key makes the retry safe.
+// could not tell). A create returns it only when every attempt was sent and went unanswered (create
+// again with the same idempotency key to find out).
 type OutcomeUnknownError struct {
 	Op  string
 	Err error
