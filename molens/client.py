@@ -10,7 +10,7 @@ Behaviour:
 - **Leader discovery.** Requests go to the node believed to lead (first the first URL). A follower
   answers writes with ``307``; the client re-sends the same request (body included) to
   ``Location`` and remembers that node. On a connection error it moves to the next URL.
-- **Retries** with exponential backoff and full jitter (``backoff_base_s * 2^n``, capped at
+- **Retries** with exponential backoff and jitter (``backoff_base_s * 2^n``, capped at
   ``backoff_max_s``, times a random factor in [0.5, 1]), bounded by ``max_attempts`` and
   ``retry_deadline_s``: on connection errors and on ``503`` (no leader / outcome unknown /
   unavailable). Other errors are raised at once as typed :class:`ApiError` subclasses.
