@@ -50,6 +50,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
+import re
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -227,6 +228,11 @@ _ABSENT = b"\x00absent"
 _META_CACHE_MAX = 4096
 """Meta records :meth:`TaskStore.get_meta` keeps in memory (keys, namespaces: the records every
 request reads); past it the cache starts again empty (ids nobody made, asked by bad keys, fill it)."""
+DEAD_ID = re.compile(r"[0-9A-Z]{26}-[0-9]{1,12}\.(?:ack)?[0-9]{1,9}")
+"""A dead letter's id: its task's id, ``-``, the occurrence, ``.``, the attempt (``ack`` before an ACK probe's)."""
+DEAD_CURSOR = re.compile(r"(?:[0-9a-f]{2}){9,60}|[0-9]{1,16}:" + DEAD_ID.pattern)
+"""The positions :meth:`TaskStore.list_dead` issues (and the API takes back): a key of the time index
+(hex), or, filtered by task, the last dead letter's ``at_ms:id``."""
 TASK_DEAD_MAX = 100_000
 """Most dead letters of one task a filtered list reads and sorts per page (retention keeps fewer,
 unless a task fails every few seconds for days)."""

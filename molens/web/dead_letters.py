@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from molens.errors import NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
+from molens.fsm.store import DEAD_CURSOR, DEAD_ID
 from molens.schema import NAMESPACE_PATTERN, DeadLetter, FailureKind, Reliability, python_pattern
 from molens.wallclock import MAX_EPOCH_MS
 from molens.web import access, export
@@ -27,10 +28,6 @@ MAX_BULK = 10_000
 """Dead letters one bulk redrive or delete request acts on."""
 CHUNK = 500
 """Ids per Raft entry of a bulk request."""
-_ID_RE = re.compile(r"[0-9A-Z]{26}-[0-9]{1,12}\.(?:ack)?[0-9]{1,9}")
-_CURSOR_POS_RE = re.compile(r"(?:[0-9a-f]{2}){9,60}|[0-9]{1,16}:" + _ID_RE.pattern)
-"""The positions ``TaskStore.list_dead`` issues: a key of the time index (hex), or, filtered by task,
-the last dead letter's ``at_ms:id``."""
 _NAMESPACE = re.compile(python_pattern(NAMESPACE_PATTERN))
 _FILTER_KEYS = frozenset({"task_id", "flow", "kind", "since", "until", "limit", "namespace"})
 
@@ -58,7 +55,7 @@ def _kind(v: Any) -> str | None:
 
 
 def _check_id(dead_id: str) -> str:
-    if not _ID_RE.fullmatch(dead_id):
+    if not DEAD_ID.fullmatch(dead_id):
         raise NotFoundError(f"dead letter {dead_id[:80]} not found", "id")
     return dead_id
 
@@ -130,7 +127,7 @@ def install_dead_letters(api: Api) -> None:
                 return [d.to_json() for d in items if namespaces is None or d.namespace in namespaces], nxt
 
             return export.stream("dead-letters", fmt, export.columns("DeadLetter"), export.paged(page))
-        items, nxt = reader().list_dead(**f, cursor=api.q_cursor("d", _CURSOR_POS_RE), limit=api.q_limit())
+        items, nxt = reader().list_dead(**f, cursor=api.q_cursor("d", DEAD_CURSOR), limit=api.q_limit())
         return 200, {"items": [d.to_json() for d in shown(items)],
                      "next_cursor": encode_cursor("d", nxt) if nxt else None}
 

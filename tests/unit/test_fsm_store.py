@@ -32,7 +32,15 @@ from molens.fsm.commands import (
 from molens.fsm.history import History
 from molens.fsm.machine import Created, SendFire, WheelAdd
 from molens.fsm.memstate import MemoryState
-from molens.fsm.store import DAY_MS, EntryResult, StoreError, TaskStore, task_from_bytes, task_to_bytes
+from molens.fsm.store import (
+    DAY_MS,
+    DEAD_CURSOR,
+    EntryResult,
+    StoreError,
+    TaskStore,
+    task_from_bytes,
+    task_to_bytes,
+)
 from molens.fsm.tenancy import Namespace, Quotas
 from molens.model import (
     ExecutionResult,
@@ -44,7 +52,6 @@ from molens.model import (
     validate_create,
 )
 from molens.raft.log import Entry, EntryKind
-from molens.web.dead_letters import _CURSOR_POS_RE as dead_letter_cursor
 
 T0 = 1_700_000_000_000
 URL = "http://127.0.0.1:9/cb"
@@ -571,13 +578,13 @@ def test_a_tasks_dead_letters_list_newest_first_past_ten_occurrences(store: Task
     assert [d.seq for d in page] == [12, 11, 10, 9, 8] and nxt is not None
     seen = [d.seq for d in page]
     while nxt is not None:
-        assert dead_letter_cursor.fullmatch(nxt), nxt  # the API takes back every position the store issues
+        assert DEAD_CURSOR.fullmatch(nxt), nxt  # the API takes back every position the store issues
         page, nxt = store.list_dead(task_id=t, limit=5, cursor=nxt)
         seen += [d.seq for d in page]
     assert seen == list(range(12, 0, -1))
     with pytest.raises(ValidationError):
         store.list_dead(task_id=t, cursor="10.1")  # not a cursor this list gives
-    assert not dead_letter_cursor.fullmatch("10.1")
+    assert not DEAD_CURSOR.fullmatch("10.1")
 
 
 class _CountingEnv:
