@@ -56,8 +56,11 @@ def reply_frame(probe_body: bytes, now_ms: int) -> bytes:
 
 
 def decode_reply(body: bytes) -> tuple[int, int]:
-    sent, peer_ms = msgpack.unpackb(body)
-    return int(sent), int(peer_ms)
+    """A ``t`` answer's body: [the prober's reading, the peer's]; ValueError for anything else."""
+    v = msgpack.unpackb(body)
+    if type(v) is not list or len(v) != 2 or any(type(x) is not int for x in v):
+        raise ValueError("a clock probe reply is two integers")
+    return v[0], v[1]
 
 
 def readings() -> tuple[int, int]:

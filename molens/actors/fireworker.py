@@ -51,6 +51,7 @@ from molens.delivery import (
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
     Deliverer,
+    DeliveryCodecError,
     FireRequest,
     FireResult,
     decode_fire_results,
@@ -121,21 +122,47 @@ class WorkerHeartbeat:
 
 
 def decode_heartbeat(body: bytes) -> WorkerHeartbeat:
-    """A heartbeat body; a bare int (a worker of an older version) holds ``None``."""
-    v = msgpack.unpackb(body)
-    if isinstance(v, int):
-        return WorkerHeartbeat(v, None, None)
+    """A heartbeat body; a bare int (a worker of an older version) holds ``None``. Anything else
+    raises :class:`DeliveryCodecError`: a free capacity that is not a count, a held list that is not
+    a list."""
+    v = _unpack_rpc(body, "heartbeat")
+    if type(v) is int:
+        return WorkerHeartbeat(_count(v, "heartbeat"), None, None)
+    if type(v) is not list or len(v) != 2:
+        raise DeliveryCodecError("heartbeat: not [free, held]")
     free, held = v
     if held is None:
-        return WorkerHeartbeat(int(free), None, None)
-    versions = [x for x in held if isinstance(x, int)]
-    return WorkerHeartbeat(int(free), frozenset(x for x in held if isinstance(x, str)),
+        return WorkerHeartbeat(_count(free, "heartbeat"), None, None)
+    if type(held) is not list:
+        raise DeliveryCodecError("heartbeat: held is not a list")
+    versions = [x for x in held if type(x) is int]
+    return WorkerHeartbeat(_count(free, "heartbeat"), frozenset(x for x in held if type(x) is str),
                      max(versions) if versions else FIRE_BATCH_V1)
 
 
 def decode_results_frame(body: bytes) -> tuple[int, dict[str, int], list[FireResult]]:
-    free, attempts, frame = msgpack.unpackb(body, raw=False)
-    return int(free), attempts, decode_fire_results(frame)
+    """An ``R`` frame's body: [free capacity, fire id -> attempt, fire results]; a frame of any other
+    shape raises :class:`DeliveryCodecError`."""
+    v = _unpack_rpc(body, "results")
+    if type(v) is not list or len(v) != 3 or type(v[1]) is not dict or type(v[2]) is not bytes:
+        raise DeliveryCodecError("results: not [free, attempts, frame]")
+    free, attempts, frame = v
+    if any(type(k) is not str or type(a) is not int for k, a in attempts.items()):
+        raise DeliveryCodecError("results: attempts is not a map of fire id to attempt number")
+    return _count(free, "results"), attempts, decode_fire_results(frame)
+
+
+def _unpack_rpc(body: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(body, raw=False)
+    except Exception as e:  # msgpack raises several types for bytes that are not msgpack
+        raise DeliveryCodecError(f"{what}: not msgpack: {e}") from e
+
+
+def _count(v: Any, what: str) -> int:
+    if type(v) is not int or v < 0:
+        raise DeliveryCodecError(f"{what}: the free capacity is not a count")
+    return v
 
 
 def result_items(attempts: dict[str, int], results: list[FireResult]) -> list[ResultItem]:
@@ -327,7 +354,12 @@ class FireWorkerPool(pykka.ThreadingActor):
     def _forward(self, frame: bytes, frm: str) -> None:
         local = self._local
         if local is not None:
-            _free, attempts, results = decode_results_frame(frame[1:])
+            try:
+                _free, attempts, results = decode_results_frame(frame[1:])
+            except DeliveryCodecError as exc:  # passed on undecoded while this node did not lead
+                self._stats.add(results_malformed=1)
+                log.warning("results frame from %s dropped: %s", frm, exc)
+                return
             own, dropped = own_results(frm, result_items(attempts, results))
             self._stats.add(results_wrong_worker=dropped)
             _tell(local.monitor, FireResults(own))

@@ -3,8 +3,11 @@
 Every message carries ``frm``, ``to`` and ``term``. On the wire a message is one msgpack array
 ``[tag, frm, to, term, field...]`` (tuples, never dicts with long keys); entries are
 ``[index, term, kind, data]`` and snapshot metadata ``[index, term, voters, learners, context]``;
-a snapshot chunk ends with the CRC-32 of its data.
-:func:`encode` / :func:`decode` are exact inverses for every message type.
+a snapshot chunk ends with the CRC-32 of its data. A message's fields travel in the order its class
+declares them, so the codec is one table read from the classes, not code per message type.
+:func:`encode` / :func:`decode` are exact inverses for every message type, and :func:`decode`
+checks every field's type: a peer's message that does not match is a :class:`CodecError`, counted
+and dropped before the core sees it.
 
 Membership changes travel inside log entries of kind ``CONF_CHANGE``; their payload is a
 :class:`ConfChange` encoded with :func:`encode_conf_change`. It carries the *resulting*
@@ -13,8 +16,10 @@ membership, so a node never needs earlier state to interpret it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -181,20 +186,6 @@ Message: TypeAlias = (
     | ReadIndexResponse
 )
 
-MESSAGE_TYPES: tuple[type, ...] = (
-    RequestVote,
-    VoteResponse,
-    AppendEntries,
-    AppendResponse,
-    Heartbeat,
-    HeartbeatResponse,
-    InstallSnapshot,
-    SnapshotResponse,
-    TimeoutNow,
-    ReadIndexRequest,
-    ReadIndexResponse,
-)
-
 
 class ConfChangeOp(enum.IntEnum):
     BOOTSTRAP = 0
@@ -229,7 +220,9 @@ def encode_conf_change(cc: ConfChange) -> bytes:
 def decode_conf_change(data: bytes) -> ConfChange:
     try:
         op, node_id, voters, learners, context = msgpack.unpackb(data, raw=False)
-        return ConfChange(ConfChangeOp(op), node_id, Membership(tuple(voters), tuple(learners)), context)
+        if type(node_id) is not str or type(context) is not bytes:
+            raise CodecError("a conf change's node id is a string and its context bytes")
+        return ConfChange(ConfChangeOp(op), node_id, Membership(_node_ids(voters), _node_ids(learners)), context)
     except (ValueError, TypeError, msgpack.UnpackException) as e:
         raise CodecError(f"bad conf change: {e}") from e
 
@@ -238,54 +231,112 @@ def _enc_entries(entries: tuple[Entry, ...]) -> list[list[Any]]:
     return [[e.index, e.term, int(e.kind), e.data] for e in entries]
 
 
-def _dec_entries(raw: list[list[Any]]) -> tuple[Entry, ...]:
+def _dec_entries(raw: Any) -> tuple[Entry, ...]:
     kinds = ENTRY_KINDS
-    return tuple([make_entry(i, t, kinds[k], d) for i, t, k, d in raw])
+    out = []
+    for i, t, k, d in raw:
+        if type(i) is not int or type(t) is not int or type(d) is not bytes:
+            raise CodecError("an entry is [index, term, kind, data] of int, int, int, bytes")
+        out.append(make_entry(i, t, kinds[k], d))
+    return tuple(out)
 
 
 def _enc_meta(meta: SnapshotMeta) -> list[Any]:
     return [meta.index, meta.term, list(meta.membership.voters), list(meta.membership.learners), meta.context]
 
 
-def _dec_meta(raw: list[Any]) -> SnapshotMeta:
+def _dec_meta(raw: Any) -> SnapshotMeta:
     index, term, voters, learners = raw[:4]
     context = raw[4] if len(raw) > 4 else b""  # a peer of an older version sends four fields
+    if type(index) is not int or type(term) is not int:
+        raise CodecError("snapshot index and term must be integers")
     if not isinstance(context, bytes):
         raise CodecError("snapshot context must be bytes")
-    return SnapshotMeta(index, term, Membership(tuple(voters), tuple(learners)), context)
+    return SnapshotMeta(index, term, Membership(_node_ids(voters), _node_ids(learners)), context)
+
+
+def _node_ids(raw: Any) -> tuple[str, ...]:
+    if type(raw) is not list or any(type(n) is not str for n in raw):
+        raise CodecError("a membership is two lists of node ids (strings)")
+    return tuple(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class _WireForm:
+    """How one message type travels: ``[tag, field...]``, its fields in the order the class declares
+    them. ``checks`` holds, per field, the types a decoded value may have, or the function that
+    decodes it (entries, snapshot metadata); ``encoders`` the fields encoded by a function."""
+
+    tag: MsgTag
+    cls: type
+    names: tuple[str, ...]
+    get: Callable[[Any], tuple[Any, ...]]
+    checks: tuple[tuple[type, ...] | Callable[[Any], Any], ...]
+    encoders: tuple[tuple[int, Callable[[Any], Any]], ...]
+    required: int
+    """Fields without a default: a peer of an older version may send fewer than all, never fewer than these."""
+
+
+_FIELD_WIRE: dict[str, tuple[tuple[type, ...] | Callable[[Any], Any], Callable[[Any], Any] | None]] = {
+    "int": ((int,), None),
+    "str": ((str,), None),
+    "bool": ((bool,), None),
+    "bytes": ((bytes,), None),
+    "int | None": ((int, type(None)), None),
+    "tuple[Entry, ...]": (_dec_entries, _enc_entries),
+    "SnapshotMeta": (_dec_meta, _enc_meta),
+}
+"""A field's declared type -> (its decoded check or decoder, its encoder if it needs one)."""
+
+
+def _wire_form(tag: MsgTag, cls: type) -> _WireForm:
+    fs = dataclasses.fields(cls)
+    wire = [_FIELD_WIRE[str(f.type)] for f in fs]  # KeyError at import: a field type without a wire form
+    return _WireForm(
+        tag=tag,
+        cls=cls,
+        names=tuple(f.name for f in fs),
+        get=operator.attrgetter(*(f.name for f in fs)),
+        checks=tuple(check for check, _ in wire),
+        encoders=tuple((i, enc) for i, (_, enc) in enumerate(wire) if enc is not None),
+        required=sum(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING for f in fs),
+    )
+
+
+_FORMS: dict[int, _WireForm] = {
+    int(tag): _wire_form(tag, cls)
+    for tag, cls in (
+        (MsgTag.VOTE, RequestVote),
+        (MsgTag.VOTE_RESP, VoteResponse),
+        (MsgTag.APP, AppendEntries),
+        (MsgTag.APP_RESP, AppendResponse),
+        (MsgTag.HEARTBEAT, Heartbeat),
+        (MsgTag.HEARTBEAT_RESP, HeartbeatResponse),
+        (MsgTag.SNAP, InstallSnapshot),
+        (MsgTag.SNAP_RESP, SnapshotResponse),
+        (MsgTag.TIMEOUT_NOW, TimeoutNow),
+        (MsgTag.READ_INDEX, ReadIndexRequest),
+        (MsgTag.READ_INDEX_RESP, ReadIndexResponse),
+    )
+}
+_FORM_OF: dict[type, _WireForm] = {form.cls: form for form in _FORMS.values()}
+MESSAGE_TYPES: tuple[type, ...] = tuple(_FORM_OF)
 
 
 def encode(m: Message) -> bytes:
-    """One message to its compact msgpack form."""
-    head: list[Any]
-    if isinstance(m, RequestVote):
-        head = [MsgTag.VOTE, m.last_index, m.last_term, m.pre, m.transfer]
-    elif isinstance(m, VoteResponse):
-        head = [MsgTag.VOTE_RESP, m.granted, m.pre]
-    elif isinstance(m, AppendEntries):
-        head = [MsgTag.APP, m.prev_index, m.prev_term, _enc_entries(m.entries), m.commit]
-    elif isinstance(m, AppendResponse):
-        head = [MsgTag.APP_RESP, m.index, m.reject, m.hint_index, m.hint_term]
-    elif isinstance(m, Heartbeat):
-        head = [MsgTag.HEARTBEAT, m.commit, m.ctx]
-    elif isinstance(m, HeartbeatResponse):
-        head = [MsgTag.HEARTBEAT_RESP, m.ctx]
-    elif isinstance(m, InstallSnapshot):
-        head = [MsgTag.SNAP, _enc_meta(m.meta), m.offset, m.data, m.done]
-        if m.crc is not None:
-            head.append(m.crc)
-    elif isinstance(m, SnapshotResponse):
-        head = [MsgTag.SNAP_RESP, m.index, m.offset]
-    elif isinstance(m, TimeoutNow):
-        head = [MsgTag.TIMEOUT_NOW]
-    elif isinstance(m, ReadIndexRequest):
-        head = [MsgTag.READ_INDEX, m.ctx]
-    elif isinstance(m, ReadIndexResponse):
-        head = [MsgTag.READ_INDEX_RESP, m.ctx, m.index]
-    else:  # pragma: no cover - the union is closed
+    """One message to its compact msgpack form: ``[tag, frm, to, term, field...]`` in the order its
+    class declares its fields; a trailing field that is None and has a default is left off (a peer
+    of an older version sends and expects none)."""
+    form = _FORM_OF.get(type(m))
+    if form is None:
         raise CodecError(f"not a raft message: {type(m).__name__}")
-    tag, *rest = head
-    return bytes(msgpack.packb([int(tag), m.frm, m.to, m.term, *rest], use_bin_type=True))
+    vals = list(form.get(m))
+    for i, enc in form.encoders:
+        vals[i] = enc(vals[i])
+    while len(vals) > form.required and vals[-1] is None:
+        vals.pop()
+    return bytes(msgpack.packb([int(form.tag), *vals], use_bin_type=True))
+
 
 
 def encode_all(msgs: Sequence[Message]) -> list[bytes]:
@@ -311,43 +362,31 @@ def encode_all(msgs: Sequence[Message]) -> list[bytes]:
 
 
 def decode(data: bytes) -> Message:
-    """Inverse of :func:`encode`; raises :class:`CodecError` on anything else."""
+    """Inverse of :func:`encode`; raises :class:`CodecError` on anything else, a field of the wrong
+    type included (a peer's message is checked before the core sees it). Fields after the ones this
+    version knows are ignored (a peer of a newer version)."""
     try:
         raw = msgpack.unpackb(data, raw=False)
-        tag, frm, to, term, *f = raw
-        tag = MsgTag(tag)
-        if tag is MsgTag.VOTE:
-            return RequestVote(
-                frm=frm, to=to, term=term, last_index=f[0], last_term=f[1], pre=f[2], transfer=f[3],
-            )
-        if tag is MsgTag.VOTE_RESP:
-            return VoteResponse(frm=frm, to=to, term=term, granted=f[0], pre=f[1])
-        if tag is MsgTag.APP:
-            return AppendEntries(
-                frm=frm, to=to, term=term, prev_index=f[0], prev_term=f[1], entries=_dec_entries(f[2]),
-                commit=f[3],
-            )
-        if tag is MsgTag.APP_RESP:
-            return AppendResponse(
-                frm=frm, to=to, term=term, index=f[0], reject=f[1], hint_index=f[2], hint_term=f[3],
-            )
-        if tag is MsgTag.HEARTBEAT:
-            return Heartbeat(frm=frm, to=to, term=term, commit=f[0], ctx=f[1])
-        if tag is MsgTag.HEARTBEAT_RESP:
-            return HeartbeatResponse(frm, to, term, f[0])
-        if tag is MsgTag.SNAP:
-            crc = f[4] if len(f) > 4 else None  # a peer of an older version sends no checksum
-            if crc is not None and not isinstance(crc, int):
-                raise CodecError("snapshot chunk crc must be an integer")
-            return InstallSnapshot(
-                frm=frm, to=to, term=term, meta=_dec_meta(f[0]), offset=f[1], data=f[2], done=f[3], crc=crc,
-            )
-        if tag is MsgTag.SNAP_RESP:
-            return SnapshotResponse(frm=frm, to=to, term=term, index=f[0], offset=f[1])
-        if tag is MsgTag.TIMEOUT_NOW:
-            return TimeoutNow(frm, to, term)
-        if tag is MsgTag.READ_INDEX:
-            return ReadIndexRequest(frm, to, term, f[0])
-        return ReadIndexResponse(frm=frm, to=to, term=term, ctx=f[0], index=f[1])
+        if type(raw) is not list or not raw or type(raw[0]) is not int:
+            raise CodecError("a raft message is an array that starts with its integer tag")
+        form = _FORMS.get(raw[0])
+        if form is None:
+            raise CodecError(f"unknown message tag {raw[0]}")
+        vals = raw[1 : 1 + len(form.names)]
+        if len(vals) < form.required:
+            raise CodecError(f"{form.cls.__name__} has {form.required} fields, got {len(vals)}")
+        for i, check in enumerate(form.checks):
+            if i == len(vals):
+                break
+            if isinstance(check, tuple):
+                if type(vals[i]) not in check:
+                    raise CodecError(
+                        f"{form.cls.__name__}.{form.names[i]} must be {' or '.join(t.__name__ for t in check)},"
+                        f" got {type(vals[i]).__name__}"
+                    )
+            else:
+                vals[i] = check(vals[i])
+        msg: Message = form.cls(*vals)
+        return msg
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as e:
         raise CodecError(f"bad raft message: {e}") from e

@@ -8,11 +8,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import msgpack
 import pykka
 import pytest
 import urllib3
 
-from molens.actors.fireworker import FireWorkerPool, decode_results_frame
+from molens.actors.fireworker import FireWorkerPool, ForwardFrame, decode_results_frame, results_frame
 from molens.actors.messages import FireBatch, FireResults, GetGauges, LeaderIs, LeaderRefs
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult
@@ -250,6 +251,16 @@ def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_lo
         pool = ref.proxy().pool.get(timeout=5)
         assert pool.stats().delivered == 5 and pool.free_capacity() == 15
         assert ref.ask(GetGauges(), timeout=5)["fireworker_messages"] >= 4  # LeaderIs x2, FireBatch x2, results
+        # results frames that reached this node while it did not lead, decoded here now that it leads:
+        # a malformed one is dropped and the actor goes on; a member's well-formed one reaches the Monitor
+        ok = FireResult(fire_id="m-1", kind=FireKind.CALLBACK, status_code=200, outcome=DeliveryOutcome.SUCCESS,
+                        response_head=b"", latency_ms=1.0, worker="n8")
+        for bad in (b"R\xc1", b"R" + msgpack.packb([1, {"m-1": "2"}, b""]), b"R" + msgpack.packb([1, [], b""])):
+            ref.tell(ForwardFrame(bad, "n8"))
+        ref.tell(ForwardFrame(results_frame(1, {"m-1": 2}, [ok]), "n8"))
+        wait_until(lambda: any(it.fire_id == "m-1" for m in monitor.ask("got") if isinstance(m, FireResults)
+                               for it in m.items))
+        assert ref.is_alive()
     finally:
         ref.stop(timeout=10)
         monitor.stop()

@@ -276,6 +276,39 @@ def test_without_curve_a_fire_batch_claiming_a_member_that_does_not_lead_fires_n
     _real_fire(c, receiver, "plainreal")
 
 
+def test_without_curve_raft_messages_with_fields_of_the_wrong_type_are_dropped_and_the_leader_leads_on(
+    make_cluster: Callable[..., Cluster], receiver: RecordingReceiver
+) -> None:
+    """A frame that names a member as sender and carries a Raft message whose fields have other
+    types than declared (a term that is a string) is counted and dropped at the codec. Before, it
+    reached the core, whose comparison raised inside the Raft actor and stopped it."""
+    c = _start(make_cluster(3, start=False, state_machine="tasks"))
+    leader = c.leader()
+    follower = c.followers()[0]
+    term = leader.status()["term"]  # type: ignore[index]
+    fid, lid = follower.node_id, leader.node_id
+    bad = [
+        [1, fid, lid, "x", 0, 0, False, False],  # RequestVote, term a string
+        [5, fid, lid, term, "zz", b""],  # Heartbeat, commit a string
+        [4, fid, lid, term, None, False, 0, 0],  # AppendResponse, index nil
+        [6, fid, lid, term, 7],  # HeartbeatResponse, ctx an integer
+    ]
+    before = leader.call("stats")["bad_messages"]
+    plain = Peer(leader.settings["raft"]["bind_addr"], fid)
+    try:
+        def counted() -> bool:
+            for raw in bad:
+                plain.send(fid, msgpack.packb(raw, use_bin_type=True))
+            return bool(leader.call("stats")["bad_messages"] >= before + len(bad))
+        wait_for(counted, 20, "the leader to count the malformed messages", interval=0.2)
+    finally:
+        plain.close()
+    st = leader.status()
+    assert st["role"] == "leader" and st["term"] == term, st  # type: ignore[index]
+    _real_fire(c, receiver, "afterbad")
+    assert leader.status()["term"] == term  # type: ignore[index]
+
+
 def _cli(node: NodeProc, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "molens.cli", str(node.config_path), *args],
                           capture_output=True, text=True, timeout=60)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import pytest
 
@@ -151,3 +153,78 @@ def test_snapshot_chunk_of_an_older_peer_without_crc_decodes() -> None:
     raw[-1] = "x"
     with pytest.raises(CodecError):
         decode(msgpack.packb(raw, use_bin_type=True))
+
+
+def _wrong_values(v: object) -> list[object]:
+    """Values of another type than ``v`` (a bool is not an integer here, nor an integer a bool)."""
+    return [w for w in ("7", 7, True, b"7", None, [7], {"a": 7}, 1.5) if type(w) is not type(v)]
+
+
+def _wire_cases() -> list[tuple[str, list[object]]]:
+    """Each sample's wire array with one field (or one part of an entry or of the snapshot metadata)
+    swapped for a value of another type."""
+    cases = []
+    for m in SAMPLES:
+        raw = msgpack.unpackb(encode(m), raw=False)
+        for pos in range(1, len(raw)):
+            if isinstance(m, InstallSnapshot) and pos == len(raw) - 1 and m.crc is not None:
+                wrong = [w for w in _wrong_values(raw[pos]) if w is not None]  # no crc is an older peer's
+            else:
+                wrong = _wrong_values(raw[pos])
+            for w in wrong:
+                bad = list(raw)
+                bad[pos] = w
+                cases.append((f"{type(m).__name__}[{pos}]={w!r}", bad))
+            if isinstance(raw[pos], list) and raw[pos] and isinstance(raw[pos][0], list):  # entries
+                for part in range(4):
+                    for w in _wrong_values(raw[pos][0][part]):
+                        bad = list(raw)
+                        bad[pos] = [list(raw[pos][0]), *raw[pos][1:]]
+                        bad[pos][0][part] = w
+                        if part == 2 and type(w) is bool:
+                            continue  # True and False are the kinds 1 and 0 to a dict lookup
+                        cases.append((f"{type(m).__name__}[{pos}][0][{part}]={w!r}", bad))
+            if isinstance(m, InstallSnapshot) and pos == 4:  # the snapshot metadata
+                for part in range(5):
+                    for w in _wrong_values(raw[pos][part]):
+                        bad = list(raw)
+                        bad[pos] = list(raw[pos])
+                        bad[pos][part] = w
+                        cases.append((f"InstallSnapshot.meta[{part}]={w!r}", bad))
+                bad = list(raw)
+                bad[pos] = [*raw[pos][:2], ["n1", 2], *raw[pos][3:]]
+                cases.append(("InstallSnapshot.meta voter 2", bad))
+    return cases
+
+
+def test_a_field_of_the_wrong_type_is_a_codec_error_not_a_message() -> None:
+    """A peer's message with a field of another type than declared is refused at the codec, so the
+    core never compares a term with a string (which raised inside the Raft actor and stopped it)."""
+    cases = _wire_cases()
+    assert len(cases) > 400
+    for name, bad in cases:
+        with pytest.raises(CodecError):
+            decode(msgpack.packb(bad, use_bin_type=True))
+            pytest.fail(f"decoded: {name}")
+
+
+def test_a_newer_peers_extra_fields_are_ignored_and_too_few_are_refused() -> None:
+    for m in SAMPLES:
+        raw = msgpack.unpackb(encode(m), raw=False)
+        raw += [None] * (len(dataclasses.fields(m)) + 1 - len(raw))  # a newer peer sends every field it knows
+        assert decode(msgpack.packb([*raw, "from a newer version"], use_bin_type=True)) == m
+    with pytest.raises(CodecError):
+        decode(msgpack.packb([int(MsgTag.VOTE), "n1", "n2", 7, 42], use_bin_type=True))
+    for not_a_message in ([], {"tag": 1}, ["1", "n1", "n2", 1], [99, "n1", "n2", 1], [True, "n1", "n2", 1, 0, 0, 0, 0]):
+        with pytest.raises(CodecError):
+            decode(msgpack.packb(not_a_message, use_bin_type=True))
+
+
+def test_a_conf_change_of_the_wrong_types_is_a_codec_error() -> None:
+    good = [int(ConfChangeOp.PROMOTE), "n4", ["n1", "n4"], [], b""]
+    assert decode_conf_change(msgpack.packb(good, use_bin_type=True)).membership.voters == ("n1", "n4")
+    for pos, w in ((1, 4), (2, ["n1", 4]), (2, "n1"), (3, [None]), (4, "ctx"), (0, 9)):
+        bad = list(good)
+        bad[pos] = w
+        with pytest.raises(CodecError):
+            decode_conf_change(msgpack.packb(bad, use_bin_type=True))
