@@ -257,6 +257,8 @@ SCENE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 """What a task's ``scene`` may be (and the ``scene`` filter of the task list)."""
 FLOW_KEY_PATTERN = r"^[A-Za-z0-9_.:\[\]-]{1,128}$"
 """What a flow key may be (``flow_key``, ``/flows/{key}``); a URL's ``host:port`` fits it."""
+IDEMPOTENCY_KEY_PATTERN = r"^[^\u0000]*$"
+"""No NUL: the store keeps another namespace's keys as ``namespace NUL key`` (``molens.fsm.machine.idem_key``)."""
 NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 """What a namespace name may be (a task's ``namespace``, ``/namespaces/{name}``, ``?namespace=``)."""
 DEFAULT_NAMESPACE = "default"
@@ -360,9 +362,11 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     idempotency_key: Annotated[
         str | None,
         rule(
-            "Same key again returns the first task (200 instead of 201)",
+            "Same key again returns the first task (200 instead of 201); no NUL character (it separates a "
+            "namespace from its keys where they are stored)",
             min_length=1,
             max_length="max_idempotency_key",
+            pattern=IDEMPOTENCY_KEY_PATTERN,
         ),
     ] = None
 

@@ -102,7 +102,10 @@ def _newest_first(cur: Any, cursor: str | None, until_ms: int | None) -> Iterato
     page stopped), else from before ``until_ms`` (keys that begin with a time as 8 big-endian bytes),
     else from the last. ``cur`` stays on the key yielded until the next is asked for."""
     if cursor:
-        k0 = bytes.fromhex(cursor)
+        try:
+            k0 = bytes.fromhex(cursor)
+        except ValueError:  # a position of the other form (a task's dead letters are paged by time and id)
+            raise ValidationError("cursor is not a cursor this API issued", "cursor") from None
         found = cur.set_range(k0)
         ok = True if found and bytes(cur.key()) == k0 else (cur.prev() if found else cur.last())
     elif until_ms is not None:
@@ -176,6 +179,7 @@ def _audit_from(key: bytes, raw: bytes | memoryview) -> AuditEntry:
 def _audit_matches(a: AuditEntry, f: AuditFilter) -> bool:
     return (
         (f.namespace is None or a.namespace == f.namespace)
+        and (f.namespaces is None or a.namespace in f.namespaces)
         and (f.actor is None or f.actor in (a.key_id, a.name))
         and (f.action is None or a.action == f.action)
         and (f.since_ms is None or a.at_ms >= f.since_ms)
@@ -193,6 +197,8 @@ class AuditFilter:
     action: str | None = None
     since_ms: int | None = None
     until_ms: int | None = None
+    namespaces: frozenset[str] | None = None
+    """Only the entries of these namespaces (a key of several): the page is filled with them."""
 
 
 def task_to_bytes(t: Task) -> bytes:
@@ -244,9 +250,11 @@ _DEAD_ENCODER = msgspec.msgpack.Encoder()
 _DEAD_DECODER = msgspec.msgpack.Decoder(DeadLetter)
 
 
-def _dead_matches(dl: DeadLetter, flow: str | None, kind: str | None, since: int | None, until: int | None) -> bool:
+def _dead_matches(dl: DeadLetter, flow: str | None, kind: str | None, since: int | None, until: int | None,
+                  namespaces: frozenset[str] | None) -> bool:
     return (flow is None or dl.flow == flow) and (kind is None or dl.kind == kind) \
-        and (since is None or dl.at_ms >= since) and (until is None or dl.at_ms <= until)
+        and (since is None or dl.at_ms >= since) and (until is None or dl.at_ms <= until) \
+        and (namespaces is None or dl.namespace in namespaces)
 
 
 def due_key(due_ms: int, tid: str) -> bytes:
@@ -841,13 +849,14 @@ class TaskStore(StateFile):
     def list_dead(
         self, *, task_id: str | None = None, flow: str | None = None, kind: str | None = None,
         since_ms: int | None = None, until_ms: int | None = None, cursor: str | None = None, limit: int = 100,
-        scan_budget: int = 20_000,
+        scan_budget: int = 20_000, namespaces: frozenset[str] | None = None,
     ) -> tuple[list[DeadLetter], str | None]:
         """Dead letters newest first, filtered; ``(page, next cursor)``. A filter by task reads that
         task's range (its ids sort as text, ``-10.1`` before ``-2.1``, so it is sorted by time here; at
         most :data:`TASK_DEAD_MAX` of them); the others walk the time index from ``until_ms`` (or the
         cursor) down, at most ``scan_budget`` entries per call: then the page may be short and the
-        cursor says where to go on."""
+        cursor says where to go on. ``namespaces`` (None: all) keeps only their dead letters, so a
+        page of a key of some namespaces is filled with its own."""
         out: list[DeadLetter] = []
         nxt: str | None = None
         with self._env.begin() as txn:
@@ -864,7 +873,7 @@ class TaskStore(StateFile):
                 ok = cur.set_range(prefix)
                 while ok and bytes(cur.key()).startswith(prefix) and len(rows) < TASK_DEAD_MAX:
                     dl = _DEAD_DECODER.decode(cur.value())
-                    if _dead_matches(dl, flow, kind, since_ms, until_ms) and (
+                    if _dead_matches(dl, flow, kind, since_ms, until_ms, namespaces) and (
                         after is None or (dl.at_ms, dl.id) < after
                     ):
                         rows.append(dl)
@@ -884,7 +893,7 @@ class TaskStore(StateFile):
                 raw = txn.get(k[8:], db=self._dead)
                 if raw is not None:
                     dl = _DEAD_DECODER.decode(raw)
-                    if _dead_matches(dl, flow, kind, since_ms, until_ms):
+                    if _dead_matches(dl, flow, kind, since_ms, until_ms, namespaces):
                         out.append(dl)
         return out, nxt
 

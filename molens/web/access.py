@@ -55,6 +55,7 @@ from molens.fsm import tenancy
 from molens.fsm.tenancy import ALL_NAMESPACES, KeyRole
 from molens.schema import NAMESPACE_PATTERN, python_pattern
 from molens.web import export, keys
+from molens.web.cursors import cursor_key
 from molens.web.errors import Forbidden, TooManyRequests, Unauthorized
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,9 @@ class Principal:
     role: KeyRole
     namespaces: frozenset[str] | None
     """The namespaces it may act in; None for all."""
+    cursor_key: bytes = b""
+    """What its list cursors are sealed under (:mod:`molens.web.cursors`): a key of some namespaces
+    must not read another namespace's ids in them; empty (not sealed) for a key of every namespace."""
 
     def may(self, ns: str) -> bool:
         return self.namespaces is None or ns in self.namespaces
@@ -186,7 +190,7 @@ _NEED_RANK = {Need.READ: 0, Need.WRITE: 1, Need.ADMIN: 2}
 
 def principal_of(key: tenancy.ApiKey) -> Principal:
     ns = None if ALL_NAMESPACES in key.namespaces else frozenset(key.namespaces)
-    return Principal(key.id, key.name, key.role, ns)
+    return Principal(key.id, key.name, key.role, ns, b"" if ns is None else cursor_key(key.salt))
 
 
 class Access:

@@ -37,8 +37,6 @@ Other modules (``molens.web.observability``) add routes by calling :meth:`Api.ro
 
 from __future__ import annotations
 
-import base64
-import binascii
 import collections
 import contextlib
 import functools
@@ -101,6 +99,7 @@ from molens.web.api_context import ApiContext
 from molens.web.audit import install_audit, request_stamp
 from molens.web.body import Body, body_refused, depth_error, too_deep, whole_int
 from molens.web.body import decode as body_json
+from molens.web.cursors import decode_cursor, encode_cursor
 from molens.web.dead_letters import install_dead_letters
 from molens.web.errors import (
     BodyTooLarge,
@@ -336,31 +335,6 @@ def _openapi_path(rule: str) -> str:
     return re.sub(r"<(\w+)(?::[^>]*)?>", r"{\1}", rule)
 
 
-# -------------------------------------------------------------------------------------------------
-# cursors (opaque to clients: base64url of "<kind>:<position>")
-
-
-def encode_cursor(kind: str, position: str) -> str:
-    return base64.urlsafe_b64encode(f"{kind}:{position}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(kind: str, cursor: str) -> str:
-    """The position in a cursor of ``kind``; anything this API did not issue is refused (strictly:
-    base64url of ASCII ``kind:position``, a position of printable ASCII)."""
-    bad = ValidationError("cursor is not a cursor this API issued", "cursor")
-    if not _CURSOR_RE.fullmatch(cursor):
-        raise bad
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode("ascii")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise bad from None
-    k, sep, pos = raw.partition(":")
-    if not sep or k != kind or not pos or not pos.isascii() or not pos.isprintable():
-        raise bad
-    return pos
-
-
-_CURSOR_RE = re.compile(r"[A-Za-z0-9_-]{1,200}")
 _INT_RE = re.compile(r"-?([0-9]{1,20})(?:\.0{1,20})?")
 """An integer parameter: ASCII digits, a sign, and a zero fraction (JSON Schema counts ``7.0`` as an integer)."""
 _ROW_ID_RE = re.compile(r"[0-9]{1,18}")
@@ -673,10 +647,15 @@ class Api:
         raw = self.q_raw("cursor")
         if raw is None:
             return None
-        pos = decode_cursor(kind, raw)
+        pos = decode_cursor(kind, raw, access.principal().cursor_key)
         if not position.fullmatch(pos):
             raise ValidationError("cursor is not a cursor this API issued", "cursor")
         return pos
+
+    def next_cursor(self, kind: str, position: str | None) -> str | None:
+        """The cursor of ``position`` for the request's key (sealed for a key of some namespaces:
+        :mod:`molens.web.cursors`), None for None."""
+        return None if position is None else encode_cursor(kind, position, access.principal().cursor_key)
 
     def q_limit(self) -> int:
         v = self.q_int("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
@@ -947,8 +926,11 @@ def _install_tasks(api: Api) -> None:
         index = ctx.task_search() if q else None
 
         def page(position: str, limit: int) -> tuple[list[Task], str | None, int, bool]:
+            """Up to ``limit`` matching tasks after ``position``, where the next page starts, how
+            many of the tasks examined the key may see (``scanned``: another namespace's are not
+            counted, nor told of), and whether the search index is partial."""
             items: list[Task] = []
-            scanned = 0
+            examined = scanned = 0
             last = ""
             more = False
             deadline = time.monotonic() + MAX_SCAN_MS / 1000
@@ -961,15 +943,16 @@ def _install_tasks(api: Api) -> None:
                 found = _ordered(ctx, order, position, statuses, scene)
             for pos, t in found:
                 # a page whose tasks all match costs the page; only a skipping scan stops on time
-                if len(items) >= limit or scanned >= MAX_SCAN or (scanned > limit and time.monotonic() >= deadline):
+                if len(items) >= limit or examined >= MAX_SCAN or (examined > limit and time.monotonic() >= deadline):
                     more = True
                     break
-                scanned += 1
+                examined += 1
                 last = pos
                 if t is None:
                     continue
                 if namespaces is not None and t.spec.namespace not in namespaces:
                     continue
+                scanned += 1
                 if statuses is not None and t.status.value not in statuses:
                     continue
                 if ttype is not None and t.spec.type.value != ttype:
@@ -995,8 +978,9 @@ def _install_tasks(api: Api) -> None:
             return export.stream("tasks", fmt, export.columns("Task"), export.paged(rows))
         kind = _ORDERS[api.q_str("order") or "created"]
         raw_cursor = api.q_raw("cursor")
-        items, last, scanned, partial = page(decode_cursor(kind, raw_cursor) if raw_cursor else "", api.q_limit())
-        nxt = encode_cursor(kind, last) if last is not None else None
+        at = decode_cursor(kind, raw_cursor, access.principal().cursor_key) if raw_cursor else ""
+        items, last, scanned, partial = page(at, api.q_limit())
+        nxt = api.next_cursor(kind, last)
         # {"items": [...], "next_cursor": ..., "scanned": n} as _dumps would write it, payloads spliced in
         return 200, (
             b'{"items":' + model.tasks_json(items) + b',"next_cursor":' + _dumps(nxt)
@@ -1121,7 +1105,7 @@ def _install_executions(api: Api) -> None:
         raw_cursor = api.q_raw("cursor")
         cursor = None
         if raw_cursor:
-            cursor = decode_cursor("e", raw_cursor)
+            cursor = decode_cursor("e", raw_cursor, access.principal().cursor_key)
             if not _ROW_ID_RE.fullmatch(cursor):
                 raise ValidationError("cursor is not a cursor this API issued", "cursor")
         limit = api.q_limit()
@@ -1134,25 +1118,44 @@ def _install_executions(api: Api) -> None:
         def page(at: str | None, n: int) -> tuple[list[dict[str, Any]], str | None]:
             if hidden:
                 return [], None
-            got = ctx.history.list_executions(
-                task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=at, limit=n
-            )
-            items = got.items
-            if namespaces is not None and task_id is None:  # an execution is its task's namespace's
-                seen: dict[str, bool] = {}
-                for e in items:
+            if namespaces is None or task_id is not None:  # every row is one the key may see
+                got = ctx.history.list_executions(
+                    task_id=task_id, result=result, since_ms=since, until_ms=until, cursor=at, limit=n
+                )
+                return [e.to_json() for e in got.items], got.next_cursor
+            return visible_page(at, n, namespaces)
+
+        def visible_page(at: str | None, n: int, namespaces: frozenset[str]) -> tuple[list[dict[str, Any]], str | None]:
+            """A page of the executions of the tasks of ``namespaces`` (an execution is its task's
+            namespace's), read on past other namespaces' rows until it holds ``n``, as the task list
+            does: at most ``MAX_SCAN`` rows, and after ``n`` of them no longer than ``MAX_SCAN_MS``."""
+            out: list[dict[str, Any]] = []
+            seen: dict[str, bool] = {}
+            examined = 0
+            deadline = time.monotonic() + MAX_SCAN_MS / 1000
+            while True:
+                got = ctx.history.list_executions(
+                    task_id=None, result=result, since_ms=since, until_ms=until, cursor=at, limit=max(n, 200)
+                )
+                for e in got.items:
+                    if len(out) >= n or examined >= MAX_SCAN or (examined > n and time.monotonic() >= deadline):
+                        return out, at
+                    examined += 1
+                    at = str(e.id)
                     if e.task_id not in seen:
                         t = ctx.get_task(e.task_id)
                         seen[e.task_id] = t is not None and t.spec.namespace in namespaces
-                items = [e for e in items if seen[e.task_id]]
-            return [e.to_json() for e in items], got.next_cursor
+                    if seen[e.task_id]:
+                        out.append(e.to_json())
+                if got.next_cursor is None:
+                    return out, None
 
         if fmt is not None:
             name = "executions" if task_id is None or not checked else f"task-{task_id}-history"
             return export.stream(name, fmt, export.columns("Execution"),
                                  export.paged(lambda at: page(at, export.PAGE)))
         rows, nxt = page(cursor, limit)
-        return 200, {"items": rows, "next_cursor": encode_cursor("e", nxt) if nxt else None}
+        return 200, {"items": rows, "next_cursor": api.next_cursor("e", nxt)}
 
     @api.route("GET", f"{PREFIX}/tasks/<task_id>/executions")
     def task_executions(task_id: str) -> Any:

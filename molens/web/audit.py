@@ -47,14 +47,14 @@ def request_stamp(has_token: bool) -> AuditStamp:
 
 
 def install_audit(api: Api) -> None:
-    from molens.web.app import PREFIX, encode_cursor
+    from molens.web.app import PREFIX
 
     ctx = api.ctx
 
-    def query_filter() -> tuple[AuditFilter, frozenset[str] | None]:
-        """The store's filter, and the namespaces the key may read when the store cannot filter on
-        them alone (a key of several namespaces, no ``?namespace=``): entries of others are left out.
-        ``?namespace=`` was checked, and refused outside the key's namespaces, by :mod:`molens.web.access`."""
+    def query_filter() -> AuditFilter:
+        """The store's filter, with the namespaces the key may read when one name cannot say them
+        (a key of several namespaces, no ``?namespace=``): entries of others are left out by the store,
+        so a page fills with the key's own. ``?namespace=`` was checked, and refused outside the key's namespaces, by :mod:`molens.web.access`."""
         scope = access.readable()
         ns = api.q_str("namespace")
         if ns is None and scope is not None and len(scope) == 1:
@@ -65,23 +65,21 @@ def install_audit(api: Api) -> None:
         actor = api.q_str("actor")
         if actor is not None and len(actor) > 200:
             raise ValidationError("actor is a key id or name of at most 200 characters", "actor")
-        f = AuditFilter(namespace=ns, actor=actor, action=action, since_ms=api.q_ms("since", None),
-                        until_ms=api.q_ms("until", None))
-        return f, (scope if ns is None else None)
+        return AuditFilter(namespace=ns, actor=actor, action=action, since_ms=api.q_ms("since", None),
+                           until_ms=api.q_ms("until", None), namespaces=scope if ns is None else None)
 
     @api.route("GET", f"{PREFIX}/audit")
     def list_audit() -> Any:
+        f = query_filter()
         fmt = export.export_format(api)
-        f, scope = query_filter()
         if fmt is not None:
             def page(at: str | None) -> tuple[list[dict[str, Any]], str | None]:
                 items, nxt = ctx.audit.list_audit(f, cursor=at, limit=export.PAGE, scan_budget=export.PAGE)
-                return [a.to_json() for a in items if scope is None or a.namespace in scope], nxt
+                return [a.to_json() for a in items], nxt
 
             return export.stream("audit", fmt, export.columns("AuditEntry"), export.paged(page))
         items, nxt = ctx.audit.list_audit(f, cursor=api.q_cursor("a", _CURSOR_POS_RE), limit=api.q_limit())
-        shown = items if scope is None else [a for a in items if a.namespace in scope]
-        return 200, {"items": [a.to_json() for a in shown], "next_cursor": encode_cursor("a", nxt) if nxt else None}
+        return 200, {"items": [a.to_json() for a in items], "next_cursor": api.next_cursor("a", nxt)}
 
 
 __all__ = ["AuditReader", "install_audit", "request_stamp"]

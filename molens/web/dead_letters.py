@@ -40,7 +40,7 @@ class DeadLetterReader(Protocol):
     def list_dead(
         self, *, task_id: str | None = None, flow: str | None = None, kind: str | None = None,
         since_ms: int | None = None, until_ms: int | None = None, cursor: str | None = None, limit: int = 100,
-        scan_budget: int = 20_000,
+        scan_budget: int = 20_000, namespaces: frozenset[str] | None = None,
     ) -> tuple[list[DeadLetter], str | None]: ...
 
 
@@ -70,7 +70,7 @@ def _redrive_json(dl: DeadLetter) -> dict[str, Any]:
 
 def install_dead_letters(api: Api) -> None:
     """Register the routes of this module on ``api``."""
-    from molens.web.app import PREFIX, _item, _quote, encode_cursor  # app installs this module
+    from molens.web.app import PREFIX, _item, _quote  # app installs this module
 
     ctx = api.ctx
 
@@ -110,26 +110,21 @@ def install_dead_letters(api: Api) -> None:
         return {"task_id": body.get("task_id"), "flow": body.get("flow"), "kind": _kind(body.get("kind")),
                 "since_ms": ms["since"], "until_ms": ms["until"]}, limit
 
-    def shown(items: list[DeadLetter]) -> list[DeadLetter]:
-        """The dead letters of the namespaces the request may see."""
-        namespaces = access.readable()
-        return items if namespaces is None else [d for d in items if d.namespace in namespaces]
-
     @api.route("GET", f"{PREFIX}/dead-letters")
     def list_dead_letters() -> Any:
         fmt = export.export_format(api)
         f = query_filter()
+        namespaces = access.readable()
         if fmt is not None:
-            namespaces = access.readable()
-
             def page(at: str | None) -> tuple[list[dict[str, Any]], str | None]:
-                items, nxt = reader().list_dead(**f, cursor=at, limit=export.PAGE, scan_budget=export.PAGE)
-                return [d.to_json() for d in items if namespaces is None or d.namespace in namespaces], nxt
+                items, nxt = reader().list_dead(**f, cursor=at, limit=export.PAGE, scan_budget=export.PAGE,
+                                                namespaces=namespaces)
+                return [d.to_json() for d in items], nxt
 
             return export.stream("dead-letters", fmt, export.columns("DeadLetter"), export.paged(page))
-        items, nxt = reader().list_dead(**f, cursor=api.q_cursor("d", DEAD_CURSOR), limit=api.q_limit())
-        return 200, {"items": [d.to_json() for d in shown(items)],
-                     "next_cursor": encode_cursor("d", nxt) if nxt else None}
+        items, nxt = reader().list_dead(**f, cursor=api.q_cursor("d", DEAD_CURSOR), limit=api.q_limit(),
+                                        namespaces=namespaces)
+        return 200, {"items": [d.to_json() for d in items], "next_cursor": api.next_cursor("d", nxt)}
 
     def dead_or_404(dead_id: str, write: bool = False) -> DeadLetter:
         """The dead letter, if it exists and the request's key may see its namespace; else the same 404.
@@ -169,9 +164,12 @@ def install_dead_letters(api: Api) -> None:
         given), and the cursor of the rest."""
         out: list[DeadLetter] = []
         cursor = None
+        scope = access.readable()
+        if namespace is not None:
+            scope = frozenset({namespace}) if scope is None or namespace in scope else frozenset()
         while len(out) < limit:
-            page, cursor = reader().list_dead(**f, cursor=cursor, limit=min(1_000, limit - len(out)))
-            out.extend(d for d in shown(page) if namespace is None or d.namespace == namespace)
+            page, cursor = reader().list_dead(**f, cursor=cursor, limit=min(1_000, limit - len(out)), namespaces=scope)
+            out.extend(page)
             if cursor is None:
                 break
         return out, cursor

@@ -136,10 +136,14 @@ def install_ui(
     def asset(path: str) -> bottle.HTTPResponse:
         if not (root / "index.html").is_file():
             return _not_built()
-        target = (root / path).resolve()
+        try:
+            target = (root / path).resolve()
+            found = target.is_relative_to(root) and target.is_file()
+        except (OSError, ValueError):  # a NUL in the path, a name longer than the file system takes
+            return _not_found(path)
         if not target.is_relative_to(root):
             return _not_found(path)
-        if target.is_file():
+        if found:
             cache = IMMUTABLE if path.startswith("assets/") else "no-cache"
             return _serve(root, target.relative_to(root).as_posix(), cache)
         last = path.rsplit("/", 1)[-1]

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 import urllib3
 
+from molens.errors import ValidationError
 from molens.web.api_context import ApiSettings
 from molens.web.app import build_api
+from molens.web.cursors import decode_cursor, encode_cursor
 from molens.web.local_context import LocalContext
 
 from .conftest import Cluster, NodeProc, wait_for
@@ -487,3 +489,91 @@ def test_metrics_count_creates_refusals_and_pending_tasks_per_namespace_until_it
     ok(node, "DELETE", f"{P}/tasks/{made['id']}")
     ok(node, "DELETE", f"{P}/namespaces/metered")
     assert not [k for k in series() if ("namespace", "metered") in k[1]]  # its series went with it
+
+
+def test_an_idempotency_key_cannot_name_another_namespaces_stored_key(world: World) -> None:
+    """Another namespace's keys are stored as ``namespace NUL key`` and ``default``'s as they are: a
+    key with a NUL is refused, so a create in ``default`` cannot be answered with an ``outside`` task."""
+    mark = world.fresh("order")
+    outside = world.task("outside", idempotency_key=mark)
+    body = {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb",
+            "idempotency_key": f"outside\u0000{mark}"}
+    for path, sent in ((f"{P}/tasks", body), (f"{P}/tasks/batch", {"tasks": [body]})):
+        st, out, raw = req(world.n, "POST", path, TOKEN, sent)
+        assert st == 400 and outside.encode() not in raw, (path, st, raw[:300])
+        assert "idempotency_key" in json.dumps(out), out
+    again = ok(world.n, "POST", f"{P}/tasks", {**body, "namespace": "outside", "idempotency_key": mark})
+    assert again["id"] == outside  # the key itself still finds its own task in its own namespace
+
+
+def _pages(world: World, path: str, key: str) -> tuple[list[Any], list[str]]:
+    """Every item of a list, following its cursors, and the cursors it was given."""
+    items: list[Any] = []
+    cursors: list[str] = []
+    url = path
+    for _ in range(200):
+        st, out, raw = req(world.n, "GET", url, key)
+        assert st == 200, (url, raw[:300])
+        assert out["items"] or out["next_cursor"] is None, f"an empty page that goes on: {url}"
+        items.extend(out["items"])
+        if out["next_cursor"] is None:
+            return items, cursors
+        cursors.append(out["next_cursor"])
+        url = f"{path}&cursor={out['next_cursor']}"
+    raise AssertionError(f"{path}: more than 200 pages")
+
+
+def _b64(cursor: str) -> bytes:
+    import base64
+
+    return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+
+
+def test_a_key_of_some_namespaces_pages_its_own_objects_and_its_cursors_name_no_other_namespaces(
+    world: World,
+) -> None:
+    """A page of a key of some namespaces is filled with its own objects (no empty page that goes on),
+    and its cursors are sealed: where a page stopped may be another namespace's object, and the
+    cursor must not tell its id or time (a dead letter's page stops on the next one, whatever its
+    namespace). A cursor is the key's own: another key's, or one altered, is a 400."""
+    reader, other = world.keys[("reader", False)], world.keys[("writer", False)]
+    outside_dead = world.dead["outside"]
+    for kind, path in (("d", f"{P}/dead-letters?limit=1"), ("e", f"{P}/executions?limit=1"),
+                       ("t", f"{P}/tasks?limit=1"), ("a", f"{P}/audit?limit=1")):
+        items, cursors = _pages(world, path, reader)
+        assert items, path
+        assert all(x.get("namespace", "inside") == "inside" for x in items), path
+        for c in cursors:
+            plain = _b64(c)
+            assert not any(d.encode() in plain or d.encode().hex().encode() in plain for d in outside_dead), (path, c)
+            with pytest.raises(ValidationError):  # not the text a key of every namespace gets
+                decode_cursor(kind, c)
+        if cursors:
+            for key, cursor in ((other, cursors[0]), (reader, cursors[0][:-2] + ("AA" if cursors[0][-2:] != "AA" else "BB"))):
+                st, out, _ = req(world.n, "GET", f"{path}&cursor={cursor}", key)
+                assert (st, out["error"]["field"]) == (400, "cursor"), (path, key == other)
+    everything, _ = _pages(world, f"{P}/dead-letters?limit=1", TOKEN)
+    mine, _ = _pages(world, f"{P}/dead-letters?limit=1", reader)
+    assert [d["id"] for d in mine] == [d["id"] for d in everything if d["namespace"] == "inside"]
+
+
+def test_scanned_counts_only_tasks_the_key_may_see(world: World) -> None:
+    mark = world.fresh("count")
+    world.task("inside", payload={"m": mark})
+    for _ in range(3):
+        world.task("outside", payload={"m": mark})
+    reader, every = world.keys[("reader", False)], world.keys[("reader", True)]
+    for key, seen in ((reader, 1), (every, 4)):
+        st, out, _ = req(world.n, "GET", f"{P}/tasks?q={mark}&limit=10", key)
+        assert (st, len(out["items"]), out["scanned"]) == (200, seen, seen)
+    st, out, _ = req(world.n, "GET", f"{P}/tasks?status=pending&limit=1000", reader)
+    assert st == 200 and out["next_cursor"] is None and out["scanned"] == len(out["items"])
+
+
+def test_a_dead_letter_cursor_of_the_other_form_is_a_400_not_a_500(world: World) -> None:
+    task_form = encode_cursor("d", f"1:{MISSING_TASK}-1.1")  # how a task's dead letters are paged
+    st, out, _ = req(world.n, "GET", f"{P}/dead-letters?cursor={task_form}", TOKEN)
+    assert (st, out["error"]["field"]) == (400, "cursor")
+    time_form = encode_cursor("d", (b"\x00" * 8 + MISSING_TASK.encode()).hex())
+    st, out, _ = req(world.n, "GET", f"{P}/dead-letters?task_id={MISSING_TASK}&cursor={time_form}", TOKEN)
+    assert (st, out["error"]["field"]) == (400, "cursor")

@@ -251,6 +251,10 @@ def test_a_missing_console_file_is_a_page_for_a_browser_and_json_for_other_clien
     for path in ("/api/v1/nothing", "/api/v2/tasks", "/nothing"):
         st, _, body = s.call("GET", path, headers=AUTH)
         assert st == 404 and body["error"]["code"] == "not_found", (path, body)
+    # paths no file system takes (a NUL; a name past the longest a file name may be) were a 500
+    for path in ("/ui/a%00b", "/ui/assets/%00.js", "/ui/" + "a" * 300, "/ui/x/" + "b" * 300 + ".js"):
+        r = s.http.request("GET", s.url + path, headers={"Accept": "*/*"})
+        assert r.status == 404 and json.loads(r.data)["error"]["code"] == "not_found", (path, r.status, r.data[:200])
 
 
 def test_what_the_document_allows_the_server_takes(api: tuple[Served, str]) -> None:
