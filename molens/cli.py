@@ -265,7 +265,7 @@ def format_status(st: dict[str, Any]) -> str:
 
 
 def cmd_ready(cfg: Config, timeout_s: float = 3.0) -> int:
-    """GET this node's ``/readyz`` over loopback (a wildcard ``http.host`` too); 0 when it answers 200,
+    """GET this node's ``/readyz`` at ``http.host`` (over loopback for a wildcard host); 0 when it answers 200,
     else 1 with the answer or the reason on stderr. The container image's HEALTHCHECK."""
     host = cfg.http.host
     if host in ("0.0.0.0", "::", ""):

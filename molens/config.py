@@ -4,8 +4,8 @@ Every option lives here and is documented in ``conf/node.yaml``. Loading refuses
 bad values with the key path and the reason (``config error: raft.tick_ms: must be an integer in 1..10000``),
 so a typo stops the node at start instead of being silently ignored.
 
-Environment overrides: ``MOLENS_<SECTION>__<KEY>=value`` (nested keys joined by ``__``, case
-insensitive), e.g. ``MOLENS_HTTP__PORT=18090`` or ``MOLENS_RAFT__CURVE__ENABLED=true``. The value is
+Environment overrides: ``MOLENS_<SECTION>__<KEY>=value`` (nested keys joined by ``__``; the keys case
+insensitive, the ``MOLENS_`` prefix upper case), e.g. ``MOLENS_HTTP__PORT=18090`` or ``MOLENS_RAFT__CURVE__ENABLED=true``. The value is
 parsed as a YAML scalar/flow value (so ``[a, b]`` is a list) and validated like the file.
 
 Addresses are ``host:port``; ZeroMQ endpoints are derived with :func:`zmq_endpoint`.
@@ -99,7 +99,8 @@ def _addr(v: Any) -> str | None:
 def peer_problem(fields: dict[str, str]) -> str | None:
     """The first thing wrong with a peer's fields as a request gives them (``id``, ``raft_addr``,
     and the optional ``rpc_addr``, ``http_addr``, ``admin_addr``), as ``"key: reason"``; None when
-    they are fine. The rules of ``cluster.peers`` entries, for ``molens-node add-node``."""
+    they are fine. The format rules of ``cluster.peers`` entries, for ``molens-node add-node`` (where only
+    ``raft_addr`` of the addresses is required)."""
     for key in ("id", "raft_addr", "rpc_addr", "http_addr", "admin_addr"):
         v = fields.get(key, "")
         if not v and key in ("id", "raft_addr"):
@@ -595,8 +596,8 @@ def load_dict(
 
 
 def _with_token_file(cfg: Config) -> Config:
-    """``http.auth_token`` read from ``http.auth_token_file`` (a Docker/compose secret), trailing
-    whitespace stripped; the file must hold a token and the two keys exclude each other."""
+    """``http.auth_token`` read from ``http.auth_token_file`` (a Docker/compose secret), whitespace
+    around it stripped; the file must hold a token and the two keys exclude each other."""
     path = cfg.http.auth_token_file
     if not path:
         return cfg
