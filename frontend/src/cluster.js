@@ -99,22 +99,6 @@ async function refreshMembers() {
   cluster.members = members.map((m) => ({ id: m.id, url: m.url || known.get(m.id) || null }))
 }
 
-/** Who leads as the open /readyz says (for a key that may not read the cluster: no addresses). */
-async function readyLeader(signal) {
-  let r
-  try {
-    r = await fetch('/readyz', { cache: 'no-store', signal })
-  } catch (e) {
-    if (e && e.name === 'AbortError') throw e
-    const err = new Error('network error: the node did not answer')
-    err.status = 0
-    throw err
-  }
-  if (!r.ok) return { role: session.role, leader_id: null, leader_url: null } // 503: no leader known
-  const x = await r.json()
-  return { role: x.role, leader_id: x.leader_id || null, leader_url: null }
-}
-
 /**
  * One heartbeat: who leads as this node sees it. A follower that knows the leader's address moves
  * the tab there; no leader shows the election banner; no answer starts the search.
@@ -125,8 +109,8 @@ export async function checkLeader() {
   const timer = setTimeout(() => ctl.abort(), 3 * HEARTBEAT_MS)
   let li
   try {
-    // the cluster's routes are an admin's: another key's console follows the open /readyz
-    li = isAdmin() ? await get('/cluster/leader', undefined, { signal: ctl.signal }) : await readyLeader(ctl.signal)
+    // any key may ask who leads and where (a follower's 307 tells it as much)
+    li = await get('/cluster/leader', undefined, { signal: ctl.signal })
   } catch (e) {
     if ((e && e.name === 'AbortError') || (e && e.status === 0)) session.offline = true
     return
@@ -155,7 +139,7 @@ export async function checkLeader() {
     }
   }
   session.noLeader = !li.leader_id && !li.leader_url
-  session.leaderUnreachable = !!li.leader_id && !li.leader_url && isAdmin()
+  session.leaderUnreachable = !!li.leader_id && !li.leader_url
 }
 
 let timer = null

@@ -20,7 +20,9 @@ The rules:
   flow also needs ``writer``. Cluster, membership, leadership, namespaces' settings and keys: an
   admin key of every namespace.
 - ``GET /api/v1/whoami`` needs a valid key of any role (on an open node, none): it answers who the
-  key is, so the console can sign in and offer only what the role may do.
+  key is, so the console can sign in and offer only what the role may do. So does
+  ``GET /api/v1/cluster/leader``: who leads and its address, as a follower's ``307`` tells any key
+  that writes to it, so every key's console can move to the leader.
 - Open routes (health, readiness, the OpenAPI document, the test endpoints) need no key.
 
 Keys: ``http.auth_token`` is the bootstrap admin key (id ``bootstrap``, all namespaces, never
@@ -144,7 +146,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", f"{_P}/schedule/preview"): Rule(Need.READ),
     ("GET", f"{_P}/whoami"): Rule(Need.READ),
     ("GET", f"{_P}/cluster/status"): ADMIN,
-    ("GET", f"{_P}/cluster/leader"): ADMIN,
+    ("GET", f"{_P}/cluster/leader"): Rule(Need.READ, Where.NONE),
     ("GET", f"{_P}/cluster/stats"): ADMIN,
     ("POST", f"{_P}/cluster/transfer-leader"): ADMIN,
     ("GET", f"{_P}/namespaces"): Rule(Need.READ, Where.QUERY),

@@ -228,6 +228,7 @@ ZH: dict[str, str] = {
     "flow {} has no settings and no fires now": "流控 {0} 没有设置，当前也没有触发",
     "namespace {} exists": "命名空间 {0} 已存在",
     "namespace {} holds {} tasks; delete them first": "命名空间 {0} 有 {1} 个任务；请先删除",
+    "namespace {} is named by API keys {}; delete them first": "命名空间 {0} 仍被 API 密钥 {1} 使用；请先删除这些密钥",
     "namespace {} holds {} unfinished tasks; {} more would pass its max_pending_tasks {}; nothing was created":
         "命名空间 {0} 有 {1} 个未完成任务；再加 {2} 个会超过其 max_pending_tasks {3}；未创建任何任务",
     "namespace {} takes at most {} creates per second; nothing was created": "命名空间 {0} 每秒最多创建 {1} 个；未创建任何任务",

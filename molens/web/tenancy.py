@@ -3,7 +3,9 @@ Installed by :func:`molens.web.app.build_api`; who may call them is :mod:`molens
 
 - ``POST /api/v1/namespaces`` ``{"name", "quotas"}``, ``GET /api/v1/namespaces`` (those the key may
   read, ``default`` first), ``GET``/``PATCH``/``DELETE /api/v1/namespaces/{name}``; a delete of a
-  namespace that still holds tasks is ``409`` (decided by the state machine, in the log's order).
+  namespace that still holds tasks is ``409`` (decided by the state machine, in the log's order), and
+  so is one that API keys still name (decided by the leader: a namespace made again under the name
+  would be theirs again).
 - ``POST /api/v1/keys`` ``{"name", "role", "namespaces"}`` answers the key with its ``secret``, the
   only time it is shown; ``GET /api/v1/keys``, ``GET``/``DELETE /api/v1/keys/{id}`` show the rest
   (and ``last_used_at``: when this node last admitted it). A delete applies on every replica as it
@@ -140,6 +142,12 @@ def install_tenancy(api: Api) -> None:
     @api.route("DELETE", f"{PREFIX}/namespaces/<name>", write=True)
     def delete_namespace(name: str) -> tuple[int, Any]:
         ns = namespace_or_404(name)
+        naming = sorted(k.id for k in (tenancy.decode_key(v) for _, v in ctx.scan_meta(tenancy.KEY_PREFIX))
+                        if ns.name in k.namespaces)
+        if naming:  # a namespace made again under the same name would be theirs again
+            shown = ", ".join(naming[:10]) + (f" and {len(naming) - 10} more" if len(naming) > 10 else "")
+            raise IllegalTransitionError(f"namespace {ns.name} is named by API keys {shown}; delete them first",
+                                         "name", code="conflict")
         _result(api.propose_one(DeleteNamespace(ctx.now_ms(), ns.name))[0])
         return 200, {"deleted": ns.name}
 

@@ -55,6 +55,21 @@ def test_a_followers_console_moves_to_the_leader_of_a_3_node_cluster(cluster: Cl
     expect(page.locator("tr[data-node]").first).to_contain_text("Leader")
 
 
+def test_a_followers_console_moves_to_the_leader_with_a_key_of_one_namespace_too(cluster: Cluster, page: Page) -> None:
+    """A writer of one namespace may ask who leads (a follower's 307 tells it as much): its console
+    moves to the leader's as an admin's does, with its key, and its writes reach the leader."""
+    leader = _http_url(cluster.leader())
+    follower = _http_url(cluster.followers()[0])
+    r = urllib3.request("POST", f"{leader}/api/v1/keys", json={"name": "ui-writer", "role": "writer",
+                                                               "namespaces": ["default"]}, retries=False, timeout=10)
+    assert r.status == 201, r.data
+    secret = r.json()["secret"]
+    page.add_init_script(f"sessionStorage.setItem('molens.token', {secret!r})")
+    page.goto(follower + "/ui/tasks")
+    page.wait_for_url(leader + "/ui/tasks", timeout=15_000)
+    assert page.evaluate("sessionStorage.getItem('molens.token')") == secret
+
+
 @pytest.mark.parametrize(
     ("kind", "fill"),
     [

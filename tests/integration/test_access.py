@@ -139,7 +139,7 @@ EXPECT: dict[tuple[str, str], tuple[str, str, int]] = {
     ("GET", f"{P}/schedule/preview"): ("none", "reader", 200),
     ("GET", f"{P}/whoami"): ("none", "reader", 200),
     ("GET", f"{P}/cluster/status"): ("node", "admin", 200),
-    ("GET", f"{P}/cluster/leader"): ("node", "admin", 200),
+    ("GET", f"{P}/cluster/leader"): ("none", "reader", 200),
     ("GET", f"{P}/cluster/stats"): ("node", "admin", 200),
     ("POST", f"{P}/cluster/transfer-leader"): ("node", "admin", 409),  # one node: no other voter to hand it to
     ("GET", f"{P}/namespaces"): ("query", "reader", 200),
@@ -577,3 +577,14 @@ def test_a_dead_letter_cursor_of_the_other_form_is_a_400_not_a_500(world: World)
     time_form = encode_cursor("d", (b"\x00" * 8 + MISSING_TASK.encode()).hex())
     st, out, _ = req(world.n, "GET", f"{P}/dead-letters?task_id={MISSING_TASK}&cursor={time_form}", TOKEN)
     assert (st, out["error"]["field"]) == (400, "cursor")
+
+
+def test_a_namespace_named_by_keys_is_not_deleted_so_a_new_one_of_its_name_is_not_theirs(world: World) -> None:
+    name = world.fresh("team")
+    ok(world.n, "POST", f"{P}/namespaces", {"name": name})
+    kid = ok(world.n, "POST", f"{P}/keys", {"name": "team-writer", "role": "writer", "namespaces": [name, "inside"]})["id"]
+    st, out, _ = req(world.n, "DELETE", f"{P}/namespaces/{name}", TOKEN)
+    assert (st, out["error"]["code"]) == (409, "conflict") and kid in out["error"]["message"], out
+    assert ok(world.n, "GET", f"{P}/namespaces/{name}")["name"] == name  # still there
+    ok(world.n, "DELETE", f"{P}/keys/{kid}")
+    assert ok(world.n, "DELETE", f"{P}/namespaces/{name}") == {"deleted": name}
