@@ -11,7 +11,8 @@
     molens-node CONFIG ready                exit 0 when this node's GET /readyz answers 200 (a HEALTHCHECK)
     molens-node CONFIG transfer-leader [--to ID]   this leader hands over (default: best follower)
     molens-node CONFIG reload-keys          re-read raft.curve.public_keys_dir on both node ports
-    molens-node CONFIG add-node ID --raft-addr H:P [--rpc-addr H:P --http-addr H:P --admin-addr H:P]
+    molens-node CONFIG add-node ID --raft-addr H:P [--rpc-addr H:P --http-addr H:P --admin-addr H:P
+                                                     --peer-http-addr H:P]
                                             add a node (as a learner, promoted once caught up)
     molens-node CONFIG remove-node ID       remove a node from the cluster (it is told so)
 add-node and remove-node go to this node's admin socket and, when it does not lead, to the leader's.
@@ -297,7 +298,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="omit to run in the foreground",
     )
     p.add_argument("node_id", nargs="?", help="add-node / remove-node: the node's id")
-    for name in ("raft", "rpc", "http", "admin"):
+    for name in ("raft", "rpc", "http", "admin", "peer-http"):
         p.add_argument(f"--{name}-addr", default="", help=f"add-node: the new node's {name} address (host:port)")
     p.add_argument("--json", action="store_true", help="status: machine-readable output")
     p.add_argument("--to", default=None, help="transfer-leader: the voter to hand leadership to")
@@ -354,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_membership(cfg, {
                 "cmd": "add_node", "id": args.node_id, "raft_addr": args.raft_addr, "rpc_addr": args.rpc_addr,
                 "http_addr": args.http_addr, "admin_addr": args.admin_addr,
+                **({"peer_http_addr": args.peer_http_addr} if args.peer_http_addr else {}),
             })
         return cmd_admin(cfg, args.action, args.to)
     except CliError as exc:

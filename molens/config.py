@@ -98,10 +98,10 @@ def _addr(v: Any) -> str | None:
 
 def peer_problem(fields: dict[str, str]) -> str | None:
     """The first thing wrong with a peer's fields as a request gives them (``id``, ``raft_addr``,
-    and the optional ``rpc_addr``, ``http_addr``, ``admin_addr``), as ``"key: reason"``; None when
+    and the optional ``rpc_addr``, ``http_addr``, ``admin_addr``, ``peer_http_addr``), as ``"key: reason"``; None when
     they are fine. The format rules of ``cluster.peers`` entries, for ``molens-node add-node`` (where only
     ``raft_addr`` of the addresses is required)."""
-    for key in ("id", "raft_addr", "rpc_addr", "http_addr", "admin_addr"):
+    for key in ("id", *PEER_ADDRESSES):
         v = fields.get(key, "")
         if not v and key in ("id", "raft_addr"):
             return f"{key}: is required"
@@ -195,6 +195,14 @@ class PeerConfig:
     rpc_addr: str = _opt("", _addr, required=True)
     http_addr: str = _opt("", _addr, required=True)
     admin_addr: str = _opt("", lambda v: None if v == "" else _addr(v))
+    peer_http_addr: str = _opt("", lambda v: None if v == "" else _addr(v))
+    """Where the other members reach this node's HTTP API (cluster stats), when that is not
+    ``http_addr``, the address clients use (a follower's ``307`` names it): in a compose network, the
+    container's name where ``http_addr`` is the port published on the host."""
+
+
+PEER_ADDRESSES = ("raft_addr", "rpc_addr", "http_addr", "admin_addr", "peer_http_addr")
+"""A peer's addresses, in the order a request or a config entry gives them."""
 
 
 @dataclass(frozen=True, slots=True)

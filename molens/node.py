@@ -51,7 +51,7 @@ from molens import __version__, cpus, disk, wallclock
 from molens.actors.peer_errors import LeadershipLost, ProposalRefused, RaftPeerError
 from molens.actors.peer_handle import RaftPeerHandle, lmdb_log, zmq_transport
 from molens.admin import AdminClient, AdminError, AdminServer
-from molens.config import Config, PeerConfig, peer_problem, zmq_endpoint
+from molens.config import PEER_ADDRESSES, Config, PeerConfig, peer_problem, zmq_endpoint
 from molens.errors import MolensError
 from molens.kv import KVError, KVStateMachine
 from molens.raft import core as rc
@@ -493,6 +493,7 @@ class Node:
             "rpc_addr": me.rpc_addr,
             "http_addr": me.http_addr,
             "admin_addr": me.admin_addr or self.cfg.admin.bind_addr,
+            **({"peer_http_addr": me.peer_http_addr} if me.peer_http_addr else {}),  # an older leader takes no other
         }
         addrs = list(self.cfg.cluster.join_addrs)
         attempt = 0
@@ -702,7 +703,7 @@ class Node:
         assert self.peer is not None
         fields = {
             k: v if isinstance(v := req.get(k), str) else "" if v is None else repr(v)
-            for k in ("id", "raft_addr", "rpc_addr", "http_addr", "admin_addr")
+            for k in ("id", *PEER_ADDRESSES)
         }
         problem = peer_problem(fields)
         if problem is not None:

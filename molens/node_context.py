@@ -148,6 +148,11 @@ class NodeContext(StoreReads):
         super().__init__(store, history, settings or settings_from_config(cfg))
         self._extra_stats = extra_stats
         self._urls: dict[str, str | None] = {p.id: http_url(p.http_addr) for p in cfg.initial_peers()}
+        """Member id -> the HTTP base URL clients use (a follower's 307 names the leader's)."""
+        self._peer_urls: dict[str, str | None] = {
+            p.id: http_url(p.peer_http_addr or p.http_addr) for p in cfg.initial_peers()
+        }
+        """Member id -> the HTTP base URL this node reaches it at (``peer_http_addr``, else ``http_addr``)."""
         self._lock = threading.Lock()
         self._last = LeaderChange(cfg.node.id, "follower", None, 0)
         self.stopping = False
@@ -262,14 +267,15 @@ class NodeContext(StoreReads):
             return {}
 
     def _members(self) -> dict[str, str | None]:
-        """Member id -> HTTP base URL, from Raft's membership (config URLs when Raft does not answer)."""
+        """Member id -> the HTTP base URL this node reaches it at, from Raft's membership (config URLs
+        when Raft does not answer)."""
         st = self._raft_status()
         if not st:
-            return dict(self._urls)
+            return dict(self._peer_urls)
         out: dict[str, str | None] = {}
         for p in st.get("peers", []):
-            url = http_url(p.get("http_addr", "")) or self._urls.get(p["id"])
-            self._urls.setdefault(p["id"], url)
+            url = http_url(p.get("peer_http_addr") or p.get("http_addr", "")) or self._peer_urls.get(p["id"])
+            self._peer_urls.setdefault(p["id"], url)
             out[p["id"]] = url
         return out
 

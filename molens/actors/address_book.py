@@ -57,7 +57,7 @@ class AddressBook:
         member's address) and write it again with the next change."""
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            tmp.write_text(json.dumps({pid: asdict(p) for pid, p in self.peers.items()}, indent=1))
+            tmp.write_text(json.dumps({pid: peer_fields(p) for pid, p in self.peers.items()}, indent=1))
             os.replace(tmp, self.path)
         except OSError as exc:
             if storage_failure(exc) is None:
@@ -67,12 +67,22 @@ class AddressBook:
             log.warning("address book not saved (%s): kept in memory", exc)
 
     def as_wire(self) -> dict[str, dict[str, str]]:
-        return {pid: asdict(p) for pid, p in self.peers.items()}
+        return {pid: peer_fields(p) for pid, p in self.peers.items()}
+
+
+def peer_fields(p: PeerConfig) -> dict[str, str]:
+    """A peer's fields as the book stores and sends them: an optional address left out when unset,
+    so a node of an older version, which knows fewer fields, reads what a newer one writes."""
+    return {k: v for k, v in asdict(p).items() if v or k in _ALWAYS}
+
+
+_ALWAYS = frozenset(("id", "raft_addr", "rpc_addr", "http_addr", "admin_addr"))
+"""The fields every version writes (and reads)."""
 
 
 def peer_context(p: PeerConfig) -> bytes:
     """Conf-change context: the addresses of the node being added."""
-    return bytes(msgpack.packb(asdict(p), use_bin_type=True))
+    return bytes(msgpack.packb(peer_fields(p), use_bin_type=True))
 
 
 def peer_from_context(ctx: bytes) -> PeerConfig | None:

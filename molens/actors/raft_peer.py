@@ -791,6 +791,8 @@ class RaftPeer(SnapshotWork):
                 entry.update(
                     raft_addr=p.raft_addr, rpc_addr=p.rpc_addr, http_addr=p.http_addr, admin_addr=p.admin_addr
                 )
+                if p.peer_http_addr:  # where the members reach its HTTP API, when not at http_addr
+                    entry["peer_http_addr"] = p.peer_http_addr
             pr = core.progress(pid)
             if pr is not None:
                 entry.update(match=pr.match, state=str(pr.state))
@@ -857,6 +859,7 @@ class RaftPeer(SnapshotWork):
                 peer = PeerConfig(
                     id=peer.id, raft_addr=peer.raft_addr, rpc_addr=peer.rpc_addr or known.rpc_addr,
                     http_addr=peer.http_addr or known.http_addr, admin_addr=peer.admin_addr or known.admin_addr,
+                    peer_http_addr=peer.peer_http_addr or known.peer_http_addr,
                 )
             self._dial(peer)
             updated = self.book.update(peer)

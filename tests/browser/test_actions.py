@@ -122,6 +122,19 @@ def test_clone_fills_the_form_from_a_task_and_creates_a_new_one(served: Served, 
     assert {k: got[k] for k in same} == {k: src[k] for k in same}
 
 
+def test_a_clone_keeps_the_bounds_and_jitter_the_form_has_no_inputs_for(served: Served, page: Page) -> None:
+    import time
+
+    end = int(time.time() * 1000) + 86_400_000
+    src = _task(served, type="periodic", interval_ms=3_600_000, end_at=end, max_runs=5, jitter_ms=250)
+    page.goto(f"{served.url}/ui/tasks/new?clone={src['id']}")
+    expect(page.get_by_test_id("clone-of")).to_contain_text("end_at, max_runs, jitter_ms")
+    page.get_by_test_id("submit").click()
+    page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    _, got = served.api("GET", f"/tasks/{page.url.rsplit('/', 1)[-1]}")
+    assert (got["end_at"], got["max_runs"], got["jitter_ms"], got["start_at"]) == (end, 5, 250, None)
+
+
 def test_bulk_pause_of_50_selected_tasks(tmp_path_factory: pytest.TempPathFactory, page: Page) -> None:
     from tests.browser.conftest import serve_ui
 

@@ -137,6 +137,13 @@ def test_compose_cluster_survives_a_killed_leader_a_partition_a_restart_and_stop
         st = json.loads(http.request("GET", f"http://127.0.0.1:{PORTS[name]}/api/v1/stats?local=1",
                                      headers={"Authorization": f"Bearer {token}"}).data)
         assert st["cpus"] == (str(given[rank % len(given)]) if len(given) > 1 else str(given[0])), (name, st["cpus"])
+
+    def every_node_in_cluster_stats() -> bool:  # the members reach each other's HTTP API by container name
+        body = json.loads(http.request("GET", f"http://127.0.0.1:{PORTS[NODES[0]]}/api/v1/cluster/stats",
+                                       headers={"Authorization": f"Bearer {token}"}).data)
+        return sorted(x["node_id"] for x in body["nodes"] if "error" not in x) == ["n1", "n2", "n3"]
+
+    wait_for(every_node_in_cluster_stats, 30, "every node in one node's cluster stats")
     ph.done("up")
 
     rec = tmp_path / "rec" / "received.jsonl"

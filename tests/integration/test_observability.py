@@ -20,7 +20,7 @@ from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
 from .api_server import Served, check_schema, delayed, serve
-from .conftest import Cluster, NodeProc, wait_for
+from .conftest import Cluster, NodeProc, free_ports, wait_for
 
 _http = urllib3.PoolManager(retries=False, timeout=10)
 
@@ -275,6 +275,40 @@ def test_cluster_stats_come_from_every_node_in_one_call_and_a_dead_node_is_marke
         assert dead and "error" in dead[0]
         st, err = _json(_base(leader) + f"/api/v1/stats?node_id={victim.node_id}")
         assert st == 503 and err["error"]["field"] == "node_id"
+    finally:
+        c.kill_all()
+
+
+def test_members_fetch_each_others_stats_at_peer_http_addr_while_clients_are_sent_to_http_addr(
+    tmp_path: Path,
+) -> None:
+    """As in the compose cluster: each peer's ``http_addr`` is what clients use (there, the port
+    published on the host, which a container cannot reach) and ``peer_http_addr`` where the members
+    reach it. Here ``http_addr`` is a port nobody listens on: cluster stats still come from every
+    node, and a follower's 307 still names the leader's ``http_addr``."""
+    c = Cluster(tmp_path, 3, extra={"raft": {"tick_ms": 20}}, state_machine="tasks")
+    unused = dict(zip(c.nodes, free_ports(3), strict=True))
+    for n in c.nodes.values():
+        peers = [{**p, "peer_http_addr": p["http_addr"], "http_addr": f"127.0.0.1:{unused[p['id']]}"}
+                 for p in n.settings["cluster"]["peers"]]
+        n.settings["cluster"]["peers"] = peers
+        n.configure({})
+    try:
+        c.start()
+        leader = c.leader(timeout=30)
+        for n in c.nodes.values():
+            wait_for(lambda n=n: _get(_base(n) + "/readyz")[0] == 200, 30, f"{n.node_id} HTTP ready")
+        follower = c.followers()[0]
+
+        def full() -> Any:
+            st, body = _json(_base(follower) + "/api/v1/cluster/stats")
+            return body if st == 200 and all("error" not in x for x in body["nodes"]) else None
+
+        body = wait_for(full, 20, "every node in cluster stats, reached at peer_http_addr")
+        assert sorted(x["node_id"] for x in body["nodes"]) == ["n1", "n2", "n3"]
+        r = urllib3.request("POST", _base(follower) + "/api/v1/tasks", json={"type": "delayed", "interval_ms": 1000,
+                            "callback_url": "http://127.0.0.1:9/cb"}, redirect=False, retries=False, timeout=10)
+        assert r.status == 307 and r.headers["X-Molens-Leader"] == f"http://127.0.0.1:{unused[leader.node_id]}"
     finally:
         c.kill_all()
 

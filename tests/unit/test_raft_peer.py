@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import json
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from molens.actors.address_book import AddressBook, peer_context, peer_from_context
@@ -76,6 +78,25 @@ def test_conf_change_context_carries_the_addresses() -> None:
     )
     assert peer_from_context(peer_context(p)) == p
     assert peer_from_context(b"\xc1garbage") is None
+
+
+def test_a_peers_http_address_for_members_travels_only_when_set_so_an_older_node_reads_the_rest(tmp_path: Path) -> None:
+    """``peer_http_addr`` is left out of the book's file and of the conf-change context when it is not
+    set: a node of the version before, which builds a PeerConfig from exactly the five fields it
+    knows, reads what this version writes for such a peer."""
+    plain = PeerConfig(id="n4", raft_addr="127.0.0.1:11", rpc_addr="127.0.0.1:12", http_addr="127.0.0.1:13")
+    inner = PeerConfig(id="n5", raft_addr="n5:1", rpc_addr="n5:2", http_addr="127.0.0.1:18085",
+                       peer_http_addr="molens-n5:18081")
+    known = {"id", "raft_addr", "rpc_addr", "http_addr", "admin_addr"}
+    assert set(msgpack.unpackb(peer_context(plain))) == known
+    assert msgpack.unpackb(peer_context(inner))["peer_http_addr"] == "molens-n5:18081"
+    assert peer_from_context(peer_context(inner)) == inner
+    book = AddressBook(tmp_path / "peers.json", ())
+    book.update(plain)
+    book.update(inner)
+    stored = json.loads((tmp_path / "peers.json").read_text())
+    assert set(stored["n4"]) == known and stored["n5"]["peer_http_addr"] == "molens-n5:18081"
+    assert AddressBook(tmp_path / "peers.json", ()).peers == {"n4": plain, "n5": inner}
 
 
 def test_batch_reports_once_and_unknown_outcome_wins_over_refusal() -> None:

@@ -124,6 +124,7 @@ export default {
     callbackUrl: 'Callback URL', flowKey: 'Flow', flowKeyHint: 'Default: the callback URL’s host:port. Tasks of one flow share its limits.', callbackHint: 'POSTed with the payload as JSON. The default is this node’s built-in test endpoint.',
     payload: 'Payload (JSON)', payloadInvalid: 'Payload is not valid JSON: {msg}', advanced: 'More options',
     auto: 'auto', create: 'Create task', cloneTitle: 'New task (clone)', cloneOf: 'Filled in from task {id}; saving creates a new task.',
+    cloneCarried: 'Copied as they are (this form does not edit them): {fields}.',
     errorCount: '{n} fields need attention.', fixSchedule: 'Fix the schedule to see the fire times.',
     editTitle: 'Edit task {id}', editOf: 'Editing version {version}. Saving changes the task in place; a fire in flight finishes as it was sent.',
     save: 'Save changes', saved: 'Task {id} updated.', existing: 'A task with the idempotency key {key} exists already: it is shown, and nothing new was created.', stale: 'The task was changed meanwhile (by someone else, or by the API). Reload this page to edit the current version; nothing was saved.',

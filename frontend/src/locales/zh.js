@@ -113,7 +113,7 @@ export default {
     previewOnce: '触发时间（{tz}）', preview: '接下来的触发时间（{tz}）', noPreview: '填写调度后可预览触发时间。', notifyHint: '任务失败、变为停用以及每条死信时发送签名的 POST。留空：使用节点的默认通知地址。', callbackUrl: '回调地址', flowKey: '流', flowKeyHint: '默认为回调地址的“主机:端口”。同一流的任务共享其限制。',
     callbackHint: '以 JSON 形式 POST 负载。默认是本节点内置的测试端点。', payload: '负载 (JSON)',
     payloadInvalid: '负载不是合法的 JSON：{msg}', advanced: '更多选项', auto: '自动', create: '创建任务', cloneTitle: '新建任务（克隆）',
-    cloneOf: '已按任务 {id} 填写；保存会创建一个新任务。', errorCount: '有 {n} 个字段需要修改。', fixSchedule: '修正调度后可预览触发时间。',
+    cloneOf: '已按任务 {id} 填写；保存会创建一个新任务。', cloneCarried: '以下字段按原样复制（此表单不编辑它们）：{fields}。', errorCount: '有 {n} 个字段需要修改。', fixSchedule: '修正调度后可预览触发时间。',
     editTitle: '编辑任务 {id}', editOf: '正在编辑版本 {version}。保存会原地修改该任务；正在进行的触发按发出时的定义完成。',
     save: '保存修改', saved: '任务 {id} 已更新。', existing: '幂等键 {key} 的任务已存在：显示的是该任务，没有新建任务。', stale: '该任务在此期间已被修改（其他人或 API）。请刷新页面后编辑当前版本；本次未保存任何内容。',
     delayFromCreation: '从任务创建时开始计算。',
