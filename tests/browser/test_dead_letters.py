@@ -198,6 +198,24 @@ def test_delete_one_and_delete_all_matching(node: NodeProc, receiver: RecordingR
     assert {d["id"] for d in _dead(node)} == others
 
 
+def test_without_a_filter_the_confirmation_names_the_namespace_chosen_not_the_cluster(
+    node: NodeProc, receiver: RecordingReceiver, page: Page
+) -> None:
+    d = _dead_of(node, str(_failing(node, receiver, "/status/500/p5-ns")["id"]))
+    page.add_init_script("localStorage.setItem('molens.namespace', 'default')")
+    page.goto(node.http_url + "/ui/dead-letters")
+    expect(_row(page, d["id"])).to_be_visible()
+    for button, words in (("delete-all", "delete every dead letter of namespace default?"),
+                          ("redrive-all", "redrive every dead letter of namespace default?")):
+        page.get_by_test_id(button).click()
+        dialog = page.get_by_test_id("confirm-dialog")
+        expect(dialog).to_contain_text(words)
+        expect(dialog).not_to_contain_text("of the cluster")
+        dialog.get_by_role("button").first.click()  # cancel: nothing changes
+        expect(dialog).to_have_count(0)
+    assert _call(node, "GET", f"/dead-letters/{d['id']}")[0] == 200
+
+
 def test_an_at_most_once_redrive_is_confirmed_and_its_warning_shown(
     node: NodeProc, receiver: RecordingReceiver, page: Page
 ) -> None:
