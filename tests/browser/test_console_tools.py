@@ -95,6 +95,12 @@ def test_shortcuts_go_to_pages_and_never_fire_while_typing(seeded: tuple[Served,
     page.evaluate("document.activeElement.blur()")
     with page.expect_request(lambda r: "/api/v1/tasks" in r.url and r.method == "GET"):
         page.keyboard.press("r")
+    for path, asked in (("/ui/audit", "/api/v1/audit"), ("/ui/admin", "/api/v1/keys")):  # pages that do not poll
+        page.goto(s.url + path)
+        page.wait_for_load_state("networkidle")
+        page.evaluate("document.activeElement.blur()")
+        with page.expect_request(lambda r, asked=asked: asked in r.url and r.method == "GET", timeout=5_000):
+            page.keyboard.press("r")
 
 
 def test_escape_closes_a_dialog_even_when_focus_left_it(seeded: tuple[Served, str, str], page: Page) -> None:
