@@ -1604,6 +1604,8 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
 
 MAX_BACKFILL = 10_000
 """The most occurrences one backfill request fires (docs/api.md#backfill)."""
+TOO_MANY_OCCURRENCES = "too_many_occurrences"
+"""The error ``reason`` of a backfill range holding more than :data:`MAX_BACKFILL` occurrences."""
 
 
 def backfill_instants(t: Task, start_ms: int, end_ms: int, limit: int) -> list[int]:

@@ -69,7 +69,7 @@ from molens.fsm.commands import (
     TriggerTask,
     UpdateTask,
 )
-from molens.fsm.machine import MAX_BACKFILL, Created, backfill_instants
+from molens.fsm.machine import MAX_BACKFILL, TOO_MANY_OCCURRENCES, Created, backfill_instants
 from molens.model import (
     DEFAULT_LIMITS,
     ExecutionResult,
@@ -1073,9 +1073,11 @@ def _install_tasks(api: Api) -> None:
             raise IllegalTransitionError("only a periodic task has a schedule to backfill", "type")
         instants = backfill_instants(t, start, end, MAX_BACKFILL + 1)
         if len(instants) > MAX_BACKFILL:
-            raise ValidationError(
+            err = ValidationError(
                 f"[start, end) holds more than {MAX_BACKFILL:,} occurrences of the schedule; split the range", "end"
             )
+            err.reason = TOO_MANY_OCCURRENCES
+            raise err
         res = _item(api.propose_one(BackfillTask(now, t.id, start, end))[0])
         assert isinstance(res, Task)
         return 200, msgspec.json.encode({

@@ -165,9 +165,10 @@ def _schemas() -> dict[str, Any]:
             "field": {"type": "string", "description": "The request field (or header/parameter) at fault"},
             "leader": _nullable("string", description="Leader's HTTP base URL (not_leader only)"),
             "quota": {"type": "string", "description": "The namespace's quota at fault (quota_exceeded only)"},
-            "reason": {"type": "string", "enum": ["never_fires"],
+            "reason": {"type": "string", "enum": ["never_fires", "too_many_occurrences"],
                        "description": "Why, in a word that stays the same in every language (never_fires: a "
-                       "well-formed cron_expr with no fire time)"},
+                       "well-formed cron_expr with no fire time; too_many_occurrences: a backfill range "
+                       "holding more than 10,000)"},
         },
     }
     percentiles = {

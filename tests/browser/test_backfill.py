@@ -48,6 +48,19 @@ def test_backfill_of_the_last_hour_fires_12_occurrences_of_a_5_minute_cron(
     expect(dialog).to_be_visible()
 
 
+def test_a_range_of_more_than_10000_occurrences_is_refused_in_words(
+    served: Served, page: Page, console: Console
+) -> None:
+    console.allow.append(r"status of 400")
+    tid = _task(served, cron_expr=None, interval_ms=1000)  # a week of seconds
+    page.goto(f"{served.url}/ui/tasks/{tid}")
+    page.get_by_test_id("act-backfill").click()
+    page.get_by_test_id("bf-start").fill(time.strftime("%Y-%m-%d %H:%M", time.localtime(time.time() - 7 * 86_400)))
+    page.get_by_test_id("bf-ok").click()
+    expect(page.get_by_test_id("bf-error")).to_contain_text("10,000")
+    expect(page.get_by_test_id("backfill-dialog")).to_be_visible()
+
+
 def test_the_dialog_checks_the_range_before_sending(served: Served, page: Page) -> None:
     tid = _task(served)
     page.goto(f"{served.url}/ui/tasks/{tid}")

@@ -55,7 +55,7 @@ def test_backfill_of_an_hour_of_a_5_minute_cron_fires_12_occurrences_in_order(
         # refusals
         with pytest.raises(BadRequestError) as e400:
             client.backfill(t["id"], start=now - 20_000 * 300_000, end=now - 1)  # > 10,000 occurrences
-        assert e400.value.field == "end"
+        assert (e400.value.field, e400.value.reason) == ("end", "too_many_occurrences")
         with pytest.raises(BadRequestError):
             client.backfill(t["id"], start=now, end=now + HOUR)  # the future is not backfilled
         d = client.create(type="delayed", interval_ms=600_000, callback_url=receiver.url("/ok/bf-delayed"))
