@@ -96,3 +96,20 @@ def test_the_edit_forms_preview_never_shows_a_time_off_the_tasks_schedule(served
     expect(page.get_by_test_id("preview-list").locator("li")).to_have_count(5)
     seen = page.evaluate("window.__previewSeen")
     assert seen and not any(x.startswith("kind-interval|") and "10:15:37" in x for x in seen), seen
+
+
+def test_a_paused_interval_tasks_next_fires_stay_on_its_grid(served: Served, page: Page) -> None:
+    """A paused task has no next run: its page lists the fires of its grid (start_at + k * interval),
+    not of a grid drawn from the moment the page asked."""
+    import time
+
+    start = int(time.time()) // 60 * 60_000 - 600_000 + 7_000  # on :07 of every minute
+    st, task = served.api("POST", "/tasks", {"type": "periodic", "interval_ms": 60_000, "start_at": start,
+                                             "callback_url": CB})
+    assert st == 201
+    assert served.api("POST", f"/tasks/{task['id']}/pause")[0] == 200
+    page.goto(f"{served.url}/ui/tasks/{task['id']}")
+    fires = page.locator('[data-testid="schedule-next"] li')
+    expect(fires).to_have_count(5)
+    for i in range(5):
+        expect(fires.nth(i)).to_contain_text(":07")
