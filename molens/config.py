@@ -5,8 +5,9 @@ bad values with the key path and the reason (``config error: raft.tick_ms: must 
 so a typo stops the node at start instead of being silently ignored.
 
 Environment overrides: ``MOLENS_<SECTION>__<KEY>=value`` (nested keys joined by ``__``; the keys case
-insensitive, the ``MOLENS_`` prefix upper case), e.g. ``MOLENS_HTTP__PORT=18090`` or ``MOLENS_RAFT__CURVE__ENABLED=true``. The value is
-parsed as a YAML scalar/flow value (so ``[a, b]`` is a list) and validated like the file.
+insensitive, the ``MOLENS_`` prefix upper case), e.g. ``MOLENS_HTTP__PORT=18090`` or ``MOLENS_RAFT__CURVE__ENABLED=true``. A string
+option takes the value as written; any other is parsed as a YAML scalar/flow value (so ``[a, b]`` is
+a list) and validated like the file.
 
 Addresses are ``host:port``; ZeroMQ endpoints are derived with :func:`zmq_endpoint`.
 """
@@ -514,17 +515,37 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
 
 
 def _env_overrides(env: Mapping[str, str]) -> list[tuple[list[str], Any, str]]:
+    """The ``MOLENS_*`` overrides as (key path, value, variable). A string option takes the value as
+    written, but for whitespace around it (a token ``0123`` or ``s3cret #2`` stays that: YAML would
+    read 83 and ``s3cret``); any
+    other is parsed as YAML (``18090``, ``true``, ``[a, b]``) and validated as the file's values are."""
     out = []
     for key, raw in env.items():
         if not key.startswith(ENV_PREFIX) or "__" not in key[len(ENV_PREFIX) :]:
             continue
         parts = [p.lower() for p in key[len(ENV_PREFIX) :].split("__")]
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+        if _option_type(parts) is str:
+            value: Any = raw.strip()
+        else:
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else ""
+            except yaml.YAMLError:
+                value = raw
         out.append((parts, value, key))
     return sorted(out, key=lambda t: t[2])
+
+
+def _option_type(parts: list[str]) -> Any:
+    """The declared type of the option at key path ``parts`` (None: no such option)."""
+    tp: Any = Config
+    for part in parts:
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+            return None
+        hints = _hints(tp)
+        if part not in hints or part == "source":
+            return None
+        tp = hints[part]
+    return tp
 
 
 def _apply_override(data: dict[str, Any], parts: list[str], value: Any, env_key: str) -> None:

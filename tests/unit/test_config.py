@@ -105,6 +105,16 @@ def test_node_must_be_a_listed_peer_unless_it_joins() -> None:
         load_dict({"cluster": {"peers": [_peer(1), _peer(1)]}}, env={})
 
 
+def test_a_string_option_from_the_environment_is_taken_as_written() -> None:
+    """YAML would read ``0123`` as 83, drop `` #2`` as a comment and refuse ``true``: a token set
+    from the environment must be the token written."""
+    for token in ("0123", "s3cret #2", "true", "[a, b]", "0x1F", "  spaced  "):
+        cfg = load_dict({}, env={"MOLENS_HTTP__AUTH_TOKEN": token})
+        assert cfg.http.auth_token == token.strip(), token
+    cfg = load_dict({}, env={"MOLENS_HTTP__PORT": "18090", "MOLENS_NODE__ID": "007", "MOLENS_NODE__CPUS": "0"})
+    assert (cfg.http.port, cfg.node.id, cfg.node.cpus) == (18090, "007", "0")
+
+
 def test_env_overrides_are_parsed_and_validated() -> None:
     env = {
         "MOLENS_HTTP__PORT": "18090",
