@@ -233,6 +233,10 @@ class NodeContext(StoreReads):
         except (FutureTimeout, TimeoutError):
             raise Unavailable(f"the read was not confirmed by a quorum within {timeout_s:g} s") from None
 
+    def replicas_read_last_fire(self) -> bool:
+        sched = self.scheduler
+        return True if sched is None else sched.replicas_read_last_fire()
+
     def flow_states(self) -> list[FlowState] | None:
         sched = self.scheduler
         return None if sched is None else sched.flow_states()

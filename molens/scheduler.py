@@ -58,6 +58,7 @@ from molens.config import Config, callback_policy
 from molens.delivery import (
     CATCHUP_WAIT_VERSION,
     FIRE_BATCH_V1,
+    LAST_FIRE_VERSION,
     NOT_SENT_VERSION,
     FireRequest,
     decode_fire_batch,
@@ -157,6 +158,7 @@ class Scheduler:
             audit=cfg.audit,
             replicas_read_not_sent=self.replicas_read_not_sent,
             replicas_read_catchup_wait=self.replicas_read_catchup_wait,
+            replicas_read_last_fire=self.replicas_read_last_fire,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
@@ -362,6 +364,12 @@ class Scheduler:
         false, and an allow, catchup all task's instant due with ``MAX_RUNNING`` running is skipped,
         as the release before did (docs/deploy.md#rolling-upgrade)."""
         return Scheduler.replicas_read(self, CATCHUP_WAIT_VERSION)
+
+    def replicas_read_last_fire(self) -> bool:
+        """Whether every other member's node has advertised a release that applies a ``Dispatched``
+        entry's ``keeps_last_fire`` and an ``UpdateTask``'s ``after_last_fire`` (``LAST_FIRE_VERSION``):
+        until then both are proposed false, as the release before applied them (docs/deploy.md#rolling-upgrade)."""
+        return Scheduler.replicas_read(self, LAST_FIRE_VERSION)
 
     def replicas_read(self, version: int) -> bool:
         """Whether every other member's node has advertised fire batch ``version`` or later."""

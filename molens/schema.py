@@ -577,7 +577,7 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     last_response: Annotated[
         str | None, rule("The latest callback response: its first 512 bytes (the seed's LastExecutionResult)")
     ] = msgspec.field(default=None, name="last_execution_result")
-    last_fire_ms: Annotated[int | None, rule("epoch ms of the last attempt")] = msgspec.field(
+    last_fire_ms: Annotated[int | None, rule("epoch ms of the last attempt: the latest time one was to be sent")] = msgspec.field(
         default=None, name="last_fire_at"
     )
     version: Annotated[

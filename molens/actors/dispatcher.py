@@ -556,7 +556,8 @@ class Dispatcher(PumpedActor):
                 self.proposals += 1
                 self.items_proposed += len(items)
                 ctx.propose(
-                    Dispatched(now, tuple(items), catchup_waits=ctx.replicas_read_catchup_wait()),
+                    Dispatched(now, tuple(items), catchup_waits=ctx.replicas_read_catchup_wait(),
+                               keeps_last_fire=ctx.replicas_read_last_fire()),
                     self.outcome_to_self(functools.partial(DispatchedBatch, items)),
                 )
             if later:

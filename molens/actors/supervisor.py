@@ -139,10 +139,12 @@ class LeaderSupervisor:
         audit: AuditConfig | None = None,
         replicas_read_not_sent: Callable[[], bool] = lambda: True,
         replicas_read_catchup_wait: Callable[[], bool] = lambda: True,
+        replicas_read_last_fire: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node_id = node_id
         self._replicas_read_not_sent = replicas_read_not_sent
         self._replicas_read_catchup_wait = replicas_read_catchup_wait
+        self._replicas_read_last_fire = replicas_read_last_fire
         self.audit = audit if audit is not None else AuditConfig()
         self.spans = spans
         self.notifications = notifications if notifications is not None else NotificationsConfig()
@@ -210,7 +212,8 @@ class LeaderSupervisor:
             stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
             clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms, spans=self.spans,
             audit=self.audit, replicas_read_not_sent=self._replicas_read_not_sent,
-            replicas_read_catchup_wait=self._replicas_read_catchup_wait, reach=Reach(),
+            replicas_read_catchup_wait=self._replicas_read_catchup_wait,
+            replicas_read_last_fire=self._replicas_read_last_fire, reach=Reach(),
             **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(

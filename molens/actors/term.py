@@ -69,6 +69,9 @@ class TermContext:
     replicas_read_catchup_wait: Callable[[], bool] = lambda: True
     """Whether every replica applies a ``Dispatched`` entry's ``catchup_waits`` (the Dispatcher proposes
     it false until then: ``molens.scheduler.Scheduler.replicas_read_catchup_wait``)."""
+    replicas_read_last_fire: Callable[[], bool] = lambda: True
+    """Whether every replica applies a ``Dispatched`` entry's ``keeps_last_fire`` (the Dispatcher
+    proposes it false until then: ``molens.scheduler.Scheduler.replicas_read_last_fire``)."""
 
     def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
         self.propose_batch([self.store.encode_proposal(cmd)], on_done)

@@ -90,6 +90,10 @@ class Dispatched(_Command, frozen=True, tag=21):
     skipped (docs/architecture.md#overlap). The leader sets it once every member has advertised
     ``CATCHUP_WAIT_VERSION``; an entry of the release before decodes with it false and is applied
     as that release did, so replicas of both releases apply the same log alike."""
+    keeps_last_fire: bool = False
+    """A task's ``last_fire_ms`` never goes back: an attempt settled lost before its due time (its
+    worker lost) may still go out then, and a retry sent earlier must not hide that. Set once every
+    member has advertised ``LAST_FIRE_VERSION``, as ``catchup_waits`` is."""
 
 
 class ResultItem(msgspec.Struct, frozen=True, array_like=True):
@@ -146,6 +150,10 @@ class UpdateTask(_Command, frozen=True, tag=25):
     task_id: str
     spec: TaskSpec
     version: int
+    after_last_fire: bool = False
+    """An occurrence not started yet moves to the new schedule's first instant after now and after
+    the task's ``last_fire_ms`` (a fire planned ahead and settled lost may still go out then), not
+    only after now. Set once every member has advertised ``LAST_FIRE_VERSION``."""
 
 
 class _OnDeadLetters(_Command, frozen=True):

@@ -19,7 +19,9 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   ``scheduler.dispatch_lead_ms`` (<= that bound) early so the entry's commit is off the fire's
   critical path, and the ``SendFire`` carries ``not_before_ms`` (the due time) before which the
   worker must not send it. The bound is a code constant, not node config, so every replica accepts
-  and refuses the same items. ``last_fire_ms`` is the later of the stamp and the due time.
+  and refuses the same items. ``last_fire_ms`` is the later of the stamp and the due time, and
+  with the entry's ``keeps_last_fire`` never earlier than before (an attempt settled lost before
+  its due time may still go out then).
 - **Results.** 2xx is ``success``; 404 on a callback is ``not_found``; any other status ``failed``;
   ``timeout`` and ``network_error`` as reported. ``Outcome.LOST`` is proposed by the Monitor when a
   fire's deadline passes without a result (worker or leader lost): for at_least_once it is a failed
@@ -590,7 +592,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             results = [over] * len(cmd.items) if over is not None else [_create(tx, it, now, absent) for it in cmd.items]
         case Dispatched():
             lead = now + config.max_dispatch_lead_ms
-            results = [_dispatch(tx, it, now, lead, cmd.catchup_waits) for it in cmd.items]
+            results = [_dispatch(tx, it, now, lead, cmd.catchup_waits, cmd.keeps_last_fire) for it in cmd.items]
         case Results():
             results = [_result(tx, it, now, config) for it in cmd.items]
         case DeleteTasks():
@@ -794,14 +796,16 @@ def _create(tx: _Tx, it: CreateItem, now: int, absent: set[str]) -> ItemResult:
     return Created(t, True)
 
 
-def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int, catchup_waits: bool = False) -> ItemResult:
+def _dispatch(
+    tx: _Tx, it: DispatchItem, now: int, due_by: int, catchup_waits: bool = False, keeps_last_fire: bool = False,
+) -> ItemResult:
     t = tx.task(it.task_id)
     if t is None:
         return NotFoundError(f"task {it.task_id} not found", "task_id")
     if t.running:
         i = _running_index(t, it.fire_id)
         if i is not None:
-            return _dispatch_running(tx, t, i, it, now, due_by)
+            return _dispatch_running(tx, t, i, it, now, due_by, keeps_last_fire)
     if t.inflight is not None:
         return IllegalTransitionError(f"task {t.id} already has fire {t.inflight} in flight", "fire_id")
     if t.held:
@@ -854,7 +858,7 @@ def _dispatch(tx: _Tx, it: DispatchItem, now: int, due_by: int, catchup_waits: b
             due_ms=None,
             skipped_to=False,
             inflight=fire.fire_id,
-            last_fire_ms=max(now, due),
+            last_fire_ms=_last_fire(t, now, due, keeps_last_fire),
             updated_ms=now,
             started_ms=max(now, due) if it.attempt == 1 else t.started_ms,
             buffered=False,
@@ -924,7 +928,16 @@ def _skip_running_full(tx: _Tx, t: Task, now: int) -> None:
                     updated_ms=now))
 
 
-def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_by: int) -> ItemResult:
+def _last_fire(t: Task, now: int, due: int, keeps: bool) -> int:
+    """A dispatched attempt's ``last_fire_ms``: the later of the stamp and its due time, and with
+    ``keeps`` (a ``Dispatched`` entry of a cluster whose every replica reads it) never earlier than
+    before: an attempt settled lost before its due time (its worker lost) may still go out then."""
+    return max(now, due, t.last_fire_ms or 0) if keeps else max(now, due)
+
+
+def _dispatch_running(
+    tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_by: int, keeps_last_fire: bool = False,
+) -> ItemResult:
     """A retry of running occurrence ``t.running[i]`` (overlap allow), under the task's definition."""
     r = t.running[i]
     if r.inflight:
@@ -941,7 +954,8 @@ def _dispatch_running(tx: _Tx, t: Task, i: int, it: DispatchItem, now: int, due_
     )
     tx.w.fires[fire.fire_id] = fire
     nr = _replace(r, attempt=it.attempt, due_ms=None, inflight=True)
-    tx.put(_replace(t, running=_with_running(t, i, nr), last_fire_ms=max(now, r.due_ms), updated_ms=now))
+    tx.put(_replace(t, running=_with_running(t, i, nr), last_fire_ms=_last_fire(t, now, r.due_ms, keeps_last_fire),
+                    updated_ms=now))
     s = t.spec
     tx.effects.append(SendFire(
         fire=fire, url=s.callback_url, body=s.payload_json, scene=s.scene, timeout_ms=s.timeout_ms,
@@ -1551,8 +1565,8 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
     ``cmd.version``; a change of nothing keeps the version. A fire in flight finishes as it was
     sent: its result is judged by the reliability it had (``occ_spec``); what follows (retries,
     the ACK probe, the next occurrence) follows the new definition. A schedule change of an
-    occurrence not started yet moves it to the new schedule's first instant after now (a delayed
-    task: to its new time); one started keeps its retries and the next is taken from the new
+    occurrence not started yet moves it to the new schedule's first instant after now and after
+    the last fire's time (a delayed task: to its new time); one started keeps its retries and the next is taken from the new
     schedule, after the instant of the one that ran, so no instant fires twice."""
     t = tx.task(cmd.task_id)
     if t is None:
@@ -1587,8 +1601,10 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
     elif _SCHEDULE_FIELDS.intersection(changed) and not started and t.status in (Status.PENDING, Status.PAUSED):
         if new.type is TaskType.DELAYED:
             sched = new.run_at if new.run_at is not None else t.created_ms + (new.interval_ms or 0)
-        else:  # (allow: and after the instants still running, which may have been sent ahead of now)
-            sched = next_scheduled(nt, max([now, *(r.sched_ms for r in t.running)]))
+        else:  # (allow: and after the instants still running, which may have been sent ahead of now; and
+            # after the last fire's time: one planned ahead and settled lost may still go out then)
+            floor = max(now, t.last_fire_ms or 0) if cmd.after_last_fire else now
+            sched = next_scheduled(nt, max([floor, *(r.sched_ms for r in t.running)]))
         due = sched + jitter(t.id, t.seq, new.jitter_ms)
         nt = _replace(nt, sched_ms=sched, due_ms=due if t.status is Status.PENDING else None)
         if new.type is TaskType.PERIODIC and _ends(tx, nt, t.seq, sched):

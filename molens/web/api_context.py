@@ -248,6 +248,11 @@ class ApiContext(Protocol):
         that does not lead (or whose Dispatcher is too busy to answer)."""
         return None
 
+    def replicas_read_last_fire(self) -> bool:
+        """Whether every replica applies an ``UpdateTask``'s ``after_last_fire``
+        (``molens.delivery.LAST_FIRE_VERSION``): the API proposes it false until then."""
+        ...
+
     def wheel_distribution(self) -> WheelDistribution | None:
         """The leader's time wheel now; None on a node without one (a follower, no scheduler)."""
         ...

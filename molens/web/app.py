@@ -1011,7 +1011,7 @@ def _install_tasks(api: Api) -> None:
                 raise PreconditionFailed(
                     f"task {t.id} is at version {t.version}, not {' or '.join(map(str, sorted(wanted)))}", "If-Match"
                 )
-            res = api.propose_one(UpdateTask(now, t.id, spec, t.version))[0]
+            res = api.propose_one(UpdateTask(now, t.id, spec, t.version, ctx.replicas_read_last_fire()))[0]
             if isinstance(res, PreconditionFailed) and wanted is None:
                 continue
             nt = _item(res)

@@ -918,7 +918,7 @@ class Sim:
             assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
             self.plan_of[(it.fire_id, it.attempt, kind)] = Planned(self.now, slot, ld.term, flow_of(t.spec))
         if items:
-            self.propose(Dispatched(self.now, tuple(items), catchup_waits=True))
+            self.propose(Dispatched(self.now, tuple(items), catchup_waits=True, keeps_last_fire=True))
         self.schedule_load()
 
     def to_leader(self, item: ResultItem) -> Callable[[Leader], None]:
@@ -1329,7 +1329,7 @@ class Sim:
                 spec = decode_update(json.dumps(patch).encode(), t.spec, now_ms=self.now)
                 self.specs[tid].append(spec)
                 self.log_(f"client: update {tid} {patch} at version {t.version}")
-                self.propose(UpdateTask(self.now, tid, spec, t.version))
+                self.propose(UpdateTask(self.now, tid, spec, t.version, after_last_fire=True))
                 after = t.version
         self.at(self.now + 300, lambda: self.client_update(i, patch, after))
 

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from molens.errors import PreconditionFailed, ValidationError
-from molens.fsm.commands import PauseTasks, ResumeTasks, UpdateTask
+from molens.fsm.commands import DispatchItem, Dispatched, PauseTasks, ResumeTasks, UpdateTask
 from molens.model import (
     ExecutionResult,
     FireKind,
@@ -82,6 +82,43 @@ def test_a_schedule_change_moves_an_occurrence_not_started_to_the_new_schedule_a
     instants += [h.cycle(t.id).not_before_ms for _ in range(3)]
     assert len(set(instants)) == len(instants) == 6
     assert instants[3:] == [u.due_ms + k * 60_000 for k in range(3)]
+
+
+@pytest.mark.parametrize("every_replica_reads_it", [True, False])
+def test_a_schedule_change_never_lands_on_the_instant_of_a_fire_settled_lost_before_it_went_out(
+    every_replica_reads_it: bool,
+) -> None:
+    """Occurrence 3 is planned ahead (sent to its worker before its instant), its worker is lost
+    before that instant, a retry delivers it and the task moves on; the worker may still send the
+    first attempt at the instant. A schedule change made before that instant must not put the next
+    occurrence on it (found by the scheduler simulation, seed 33005211). Entries of a leader whose
+    replicas do not all read the flags yet apply as the release before did."""
+    h = H()
+    t = h.create(type="periodic", interval_ms=1000, retry={"backoff": "fixed", "initial_ms": 10})
+    h.cycle(t.id)
+    h.cycle(t.id)
+    p = t.created_ms + 3000  # occurrence 3's instant, on the 1,500 ms grid too
+
+    def dispatch() -> None:
+        u = h.t(t.id)
+        out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=t.id, attempt=u.attempt + 1,
+                                                      worker="w1", deadline_ms=h.now + 10_000),),
+                                 keeps_last_fire=every_replica_reads_it))
+        assert out.results == [None], out.results
+
+    h.now = p - 500
+    dispatch()  # planned 500 ms ahead
+    h.now = p - 450
+    h.answer(t.id, None, Outcome.LOST, after_ms=0)  # its worker lost: settled lost, retried at once
+    h.now = h.t(t.id).due_ms or 0
+    dispatch()
+    h.answer(t.id, 200, after_ms=20)
+    assert h.t(t.id).seq == 4 and h.now < p
+    u = h.t(t.id)
+    spec = decode_update(b'{"interval_ms":1500}', u.spec, now_ms=h.now)
+    h.apply(UpdateTask(h.now, t.id, spec, u.version, after_last_fire=every_replica_reads_it))
+    moved = h.t(t.id).sched_ms
+    assert moved == (t.created_ms + 4500 if every_replica_reads_it else p)  # the grid's first instant after p
 
 
 def test_an_at_most_once_fire_in_flight_changed_to_at_least_once_is_never_sent_again() -> None:
