@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from molens.errors import PreconditionFailed, ValidationError
-from molens.fsm.commands import DispatchItem, Dispatched, PauseTasks, ResumeTasks, UpdateTask
+from molens.fsm.commands import Dispatched, DispatchItem, PauseTasks, ResumeTasks, UpdateTask
 from molens.model import (
     ExecutionResult,
     FireKind,
