@@ -12,13 +12,17 @@ Behaviour:
   ``Location`` and remembers that node. On a connection error it moves to the next URL.
 - **Retries** with exponential backoff and jitter (``backoff_base_s * 2^n``, capped at
   ``backoff_max_s``, times a random factor in [0.5, 1]), bounded by ``max_attempts`` and
-  ``retry_deadline_s``: on connection errors and on ``503`` (no leader / outcome unknown /
-  unavailable). Other errors are raised at once as typed :class:`ApiError` subclasses.
+  ``retry_deadline_s``: on connection errors, on ``503`` (no leader / outcome unknown /
+  unavailable) and on ``507`` (the leader's disk is full; nothing applied). Other errors are raised
+  at once as typed :class:`ApiError` subclasses (a ``429`` carries its ``Retry-After`` as
+  ``retry_after_s`` and is not waited out). A redirect from an ``https://`` node to a plain
+  ``http://`` address is not followed (the token would go unencrypted): the next node is asked.
 - **Idempotency.** :meth:`MolensClient.create` and :meth:`~MolensClient.create_many` give every task
   without an ``idempotency_key`` a fresh one (time-ordered, 80 random bits), so a retry after a lost response returns the
-  task created by the first attempt instead of creating a duplicate. Pause/resume/trigger/delete are
-  retried too; if a retry after an unknown outcome meets ``404``/``409`` (the first attempt may have
-  done it), :class:`OutcomeUnknownError` is raised rather than a misleading not-found/conflict.
+  task created by the first attempt instead of creating a duplicate. Pause/resume/delete are retried
+  too (trigger is not); if a retry after an unknown outcome meets ``404``/``409``/``412``/``429`` (the
+  first attempt may have done it: a create's retry meets a full quota when the first one made the
+  task), :class:`OutcomeUnknownError` is raised rather than a misleading refusal.
 - Reads go to the same node as writes, so a client reads its own writes.
 - **Namespaces.** ``namespace=`` on the client is the namespace its creates name and its lists,
   executions, dead letters and bulk dead-letter actions are limited to; each of those calls takes
@@ -215,6 +219,13 @@ class UnavailableError(ApiError):
     """503 after every retry: no leader, or the cluster is not serving."""
 
 
+class InsufficientStorageError(UnavailableError):
+    """507 after every retry: the leader cannot write its disk (nothing was applied); it retries by
+    itself once space is freed. ``retry_after_s`` is the node's ``Retry-After``."""
+
+    retry_after_s: int | None = None
+
+
 class OutcomeUnknownError(ClientError):
     """A write may or may not have happened (lost response and the retry could not tell).
 
@@ -239,7 +250,7 @@ def _error_class(status: int, code: str) -> type[ApiError]:
         return QuotaExceededError if code == "quota_exceeded" else TooManyRequestsError
     return {
         401: UnauthorizedError, 403: ForbiddenError, 404: TaskNotFoundError, 409: ConflictError,
-        412: PreconditionFailedError, 503: UnavailableError,
+        412: PreconditionFailedError, 503: UnavailableError, 507: InsufficientStorageError,
     }.get(status, ApiError)
 
 
@@ -253,8 +264,10 @@ def _raise_for(status: int, body: Any, path: str, retry_after: str | None = None
     if isinstance(body, dict) and "errors" in body and status == 400:
         raise BatchRejectedError(status, code, message, field, body)
     exc = _error_class(status, code)(status, code, message, field, body)
-    if isinstance(exc, TooManyRequestsError) and retry_after is not None and retry_after.strip().isdigit():
-        exc.retry_after_s = int(retry_after)
+    if isinstance(exc, TooManyRequestsError | InsufficientStorageError) and retry_after is not None:
+        wait = retry_after.strip()
+        if wait.isascii() and wait.isdigit():
+            exc.retry_after_s = int(wait)
     raise exc
 
 
@@ -839,12 +852,15 @@ class MolensClient:
         :data:`MAX_BULK`); ``{"matched", "deleted", "error_count", "errors", "more"}`` (``more``:
         call again). An empty filter deletes every dead letter only with ``all=True``; without it
         the API refuses it (:class:`BadRequestError`, field ``all``). ``namespace`` (else the
-        client's) limits it to that namespace's."""
-        q = self._dead_filter(task_id, flow, kind, since, until, namespace)
-        if limit is not None:
-            q["limit"] = _bounded("limit", limit, 1, MAX_BULK)
+        client's) limits it to that namespace's; the client's own namespace is no filter (so
+        ``all=True`` deletes every one of that namespace's), a ``namespace`` given to the call is."""
         if not isinstance(all, bool):
             raise ValueError(f"all must be a bool, got {all!r}")
+        q = _dead_filter(task_id, flow, kind, since, until)
+        if namespace is not None or q or all:  # the client's namespace alone is no filter: all=True first
+            q = self._dead_filter(task_id, flow, kind, since, until, namespace)
+        if limit is not None:
+            q["limit"] = _bounded("limit", limit, 1, MAX_BULK)
         if all:
             q["all"] = "true"
         path = "/api/v1/dead-letters" + (f"?{urlencode(q)}" if q else "")
@@ -1163,6 +1179,16 @@ class MolensClient:
                 loc = r.headers.get("Location", "")
                 if not loc.startswith(("http://", "https://")):
                     raise UnavailableError(status, "redirect", f"{method} {path}: bad redirect to {loc!r}")
+                if target.startswith("https://") and loc.startswith("http://"):
+                    # the bearer token would go unencrypted (a node behind a TLS proxy names its plain
+                    # address): ask the next configured node instead, as after a failed attempt
+                    if len(self._urls) == 1 or attempt >= self.max_attempts or time.monotonic() >= deadline:
+                        raise UnavailableError(status, "redirect", f"{method} {path}: the leader's address "
+                                               f"{_base(loc)} is plain http; not following it from https "
+                                               "(give the client every node's https URL)")
+                    target = self._next_node(target)
+                    self._backoff(attempt, deadline)
+                    continue
                 if redirects >= MAX_REDIRECTS:
                     # nodes name each other as leader: an election is settling. Back off and ask
                     # again, as after a failed attempt; a loop that outlasts the retries is an error
@@ -1181,14 +1207,18 @@ class MolensClient:
                 with self._lock:
                     self._target = target
                 return status, {"raw": r.data}
+            if 300 <= status < 400:  # not a node's answer: a proxy's or another server's redirect
+                raise ApiError(status, "http_error", f"{method} {path}: unexpected redirect {status} to "
+                               f"{r.headers.get('Location', '')[:200]!r}; is this a molens node?")
             try:
                 parsed = _loads(r.data) if r.data else {}
             except ValueError:
                 parsed = {"error": {"code": "http_error", "message": r.data[:200].decode("utf-8", "replace")}}
+                status = status if status >= 400 else 502  # a 2xx that is not JSON is no node's answer
             if not isinstance(parsed, dict):
                 parsed = {"error": {"code": "http_error", "message": f"unexpected JSON from {path}"}}
                 status = status if status >= 400 else 502
-            if status == 503:
+            if status in (503, 507):  # 507: the leader's disk is full, nothing applied; it recovers by itself
                 answered = parsed
                 code = str((parsed.get("error") or {}).get("code", "unavailable"))
                 unknown = unknown or code == "outcome_unknown"
@@ -1197,16 +1227,18 @@ class MolensClient:
                 if attempt >= self.max_attempts or time.monotonic() >= deadline:
                     if unknown:
                         raise OutcomeUnknownError(f"{method} {path}: leadership changed; it may have been applied")
-                    _raise_for(status, parsed, path)
+                    _raise_for(status, parsed, path, r.headers.get("Retry-After"))
                 retry_after = r.headers.get("Retry-After")
                 if code == "no_leader" and len(self._urls) > 1:
                     target = self._next_node(target)
                 self._backoff(attempt, deadline)
-                if retry_after and retry_after.isdigit() and attempt > 2:
+                if retry_after and retry_after.isascii() and retry_after.isdigit() and attempt > 2:
                     time.sleep(max(0.0, min(float(retry_after), deadline - time.monotonic())))
                 continue
             if status >= 400:
-                if unknown and status in (404, 409, 412) and method != "GET":
+                # after a lost answer a refusal cannot tell whether the first attempt applied: a
+                # keyed create's retry meets a full quota (429) even when the first one made the task
+                if unknown and status in (404, 409, 412, 429) and method != "GET":
                     raise OutcomeUnknownError(
                         f"{method} {path}: answered {status} after a lost response; the first attempt "
                         "may have been applied"

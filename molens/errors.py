@@ -33,9 +33,10 @@ answers with, so an error raised deep in validation reaches the client unchanged
     └── ClientError (molens.client: what the SDK raises)
         ├── ApiError (an error answer, with its code and field)
         │   ├── BadRequestError ── BatchRejectedError
-        │   ├── UnauthorizedError, TaskNotFoundError (every 404)
+        │   ├── UnauthorizedError, ForbiddenError, TaskNotFoundError (every 404)
         │   ├── ConflictError ── PreconditionFailed (412)
-        │   └── UnavailableError
+        │   ├── TooManyRequestsError ── QuotaExceededError
+        │   └── UnavailableError ── InsufficientStorageError (507)
         ├── OutcomeUnknownError
         └── ConnectionFailedError
 

@@ -73,7 +73,8 @@ def _report(p: Printer, status: int | None, code: str, message: str, field: str 
     if p.mode is Mode.TABLE:
         where = f" (field {field})" if field else ""
         head = f"{status} {code}" if status else code
-        p.note(f"molens: error: {head}: {message}{where}")
+        one_line = " ".join(message.split())  # a proxy's HTML error page is several lines
+        p.note(f"molens: error: {head}: {one_line}{where}")
     else:
         err = {"code": code, "message": message, "field": field, "status": status}
         print(json.dumps({"error": err}, ensure_ascii=False), file=p.err, flush=True)

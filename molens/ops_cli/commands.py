@@ -32,6 +32,7 @@ from molens.client import (
     ConnectionFailedError,
     MolensClient,
     OutcomeUnknownError,
+    UnavailableError,
 )
 from molens.errors import MolensError
 from molens.ops_cli.render import Column, Mode, Printer, Row, col, when
@@ -274,6 +275,9 @@ def _each(ids: list[str], act: Callable[[str], Row], p: Printer, action: str, wh
         try:
             act(i)
             r: Row = {"id": i, "result": PAST[action], "detail": None}
+        except UnavailableError:  # no leader after every retry: the next ids would meet the same
+            p.note(f"stopped after {n} of {len(ids)}: the cluster is not serving")
+            raise
         except ApiError as exc:
             r = {"id": i, "result": "error", "code": exc.code, "status": exc.status, "detail": str(exc)}
         except OutcomeUnknownError as exc:

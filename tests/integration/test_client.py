@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from molens.client import (
+    ApiError,
     BadRequestError,
     BatchingClient,
     BatchRejectedError,
@@ -357,3 +358,62 @@ def test_writes_survive_a_dead_leader_until_the_new_one_is_known(tmp_path: Path)
         finally:
             election.cancel()
         assert new_leader.ctx.get_task(t["id"]) is not None
+
+
+def test_a_create_whose_retry_meets_a_full_quota_says_the_outcome_is_unknown_and_gives_its_key(
+    api: Served, client: MolensClient,
+) -> None:
+    """The first attempt fills the namespace's quota and its answer is lost; the retry, with the same
+    key, is refused by the quota before the key is looked up. That refusal cannot tell whether the
+    first attempt made the task: the SDK says so and gives the key, which finds the task."""
+    client.create_namespace("full1", quotas={"max_pending_tasks": 1})
+    api.ctx.inject_fault("unknown_after_apply")
+    with pytest.raises(OutcomeUnknownError) as ei:
+        client.create(delayed(), namespace="full1")
+    (key,) = ei.value.idempotency_keys
+    made = [t for t in client.list(namespace="full1") if t["idempotency_key"] == key]
+    assert len(made) == 1
+
+
+def test_delete_dead_letters_on_a_namespaced_client_needs_all_for_an_empty_filter(api: Served) -> None:
+    with MolensClient([api.url], namespace="default") as c:
+        with pytest.raises(BadRequestError) as ei:
+            c.delete_dead_letters()
+        assert ei.value.field == "all"
+        assert c.delete_dead_letters(all=True)["error_count"] == 0
+
+
+def test_an_answer_that_is_no_nodes_is_an_error_not_data(tmp_path: Path) -> None:
+    """A 2xx that is not JSON, or a redirect other than a follower's 307, comes from something else
+    than a node (a proxy's page, a server at the wrong port): an error, not an empty task."""
+    import http.server
+    import threading
+
+    class Other(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/api/v1/tasks/"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.end_headers()
+                self.wfile.write(b"<html>\n<body>hello</body>\n</html>")
+            else:
+                self.send_response(301)
+                self.send_header("Location", "https://example.invalid/")
+                self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Other)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with MolensClient([f"http://127.0.0.1:{srv.server_address[1]}"], max_attempts=2) as c:
+            with pytest.raises(ApiError) as e1:
+                c.get("01ARZ3NDEKTSV4RRFFQ69G5FAV")
+            assert e1.value.status == 502
+            with pytest.raises(ApiError) as e2:
+                c.stats()
+            assert e2.value.status == 301 and "redirect" in str(e2.value)
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -194,3 +194,56 @@ def test_an_api_error_carries_the_reason_a_client_branches_on() -> None:
     assert (err.code, err.field, err.reason) == ("invalid_argument", "cron_expr", "never_fires")
     assert client_mod.ApiError(404, "not_found", "task X not found", "task_id", {"error": {}}).reason is None
     assert client_mod.ApiError(502, "http_502", "bad gateway", None, b"<html>").reason is None
+
+
+class _FakePool:
+    """A node that answers each request from a script: (status, headers, body)."""
+
+    def __init__(self, answers: list[tuple[int, dict[str, str], bytes]], seen: list[str], name: str) -> None:
+        self.answers, self.seen, self.name = answers, seen, name
+
+    def request(self, method: str, path: str, data: Any, headers: Any, timeout: float) -> Any:
+        import email.message
+
+        self.seen.append(self.name)
+        status, hdrs, body = self.answers.pop(0)
+        msg = email.message.Message()
+        for k, v in hdrs.items():
+            msg[k] = v
+        return client_mod._Answer(status, msg, body)  # type: ignore[arg-type]
+
+
+def _scripted(monkeypatch: pytest.MonkeyPatch, c: MolensClient, script: dict[str, list[Any]]) -> list[str]:
+    seen: list[str] = []
+    pools = {base: _FakePool(answers, seen, base) for base, answers in script.items()}
+    monkeypatch.setattr(c, "_pool", lambda base: pools[base])
+    return seen
+
+
+def test_a_redirect_from_https_to_plain_http_is_not_followed_the_next_node_is_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A follower behind a TLS proxy names its plain address: following it would send the token
+    unencrypted. The SDK asks its next configured node instead, and with one node it says why."""
+    ok = (200, {}, b'{"tasks": {}}')
+    to_plain = (307, {"Location": "http://10.0.0.2:18081/api/v1/stats"}, b"")
+    with MolensClient(["https://a.example", "https://b.example"], token="t0ken", backoff_base_s=0.001,
+                      backoff_max_s=0.001) as c:
+        seen = _scripted(monkeypatch, c, {"https://a.example": [to_plain], "https://b.example": [ok]})
+        assert c.stats() == {"tasks": {}}
+        assert seen == ["https://a.example", "https://b.example"]
+    with MolensClient(["https://a.example"], token="t0ken") as c:
+        _scripted(monkeypatch, c, {"https://a.example": [to_plain]})
+        with pytest.raises(client_mod.UnavailableError, match="plain http") as ei:
+            c.stats()
+        assert "t0ken" not in str(ei.value)
+
+
+def test_a_full_disk_answer_is_retried_and_then_raised_with_its_retry_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    full = (507, {"Retry-After": "7"}, b'{"error": {"code": "insufficient_storage", "message": "disk full"}}')
+    with MolensClient(["http://a.example"], max_attempts=3, backoff_base_s=0.001, backoff_max_s=0.001) as c:
+        seen = _scripted(monkeypatch, c, {"http://a.example": [full, full, full]})
+        with pytest.raises(client_mod.InsufficientStorageError) as ei:
+            c.stats()
+        assert (ei.value.status, ei.value.retry_after_s, len(seen)) == (507, 7, 3)
+        assert isinstance(ei.value, client_mod.UnavailableError)

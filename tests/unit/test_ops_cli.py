@@ -166,3 +166,26 @@ def test_watch_stops_on_a_ctrl_c_that_landed_in_a_finaliser(monkeypatch: pytest.
     assert lost == [KeyboardInterrupt]  # the finaliser's KeyboardInterrupt went nowhere ...
     assert c.polls == 2  # ... and watch stopped before its next poll all the same
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_bulk_action_stops_at_the_first_no_leader_and_exits_as_unreachable() -> None:
+    """A 503 after every retry is the cluster's state, not the task's: the next ids would each take
+    a full round of retries again. The loop stops and the command exits 3 (try again)."""
+    acted: list[str] = []
+
+    def act(i: str) -> None:
+        acted.append(i)
+        raise client.UnavailableError(503, "no_leader", "no leader is known")
+
+    err = io.StringIO()
+    with pytest.raises(client.UnavailableError):
+        commands._each(["A", "B", "C"], act, Printer(Mode.TABLE, io.StringIO(), err=err), "pause", "3 tasks")
+    assert acted == ["A"] and "stopped after 0 of 3" in err.getvalue()
+
+
+def test_an_error_message_of_several_lines_is_reported_on_one() -> None:
+    from molens.ops_cli import _report
+
+    err = io.StringIO()
+    _report(Printer(Mode.TABLE, io.StringIO(), err=err), 502, "http_error", "<html>\n<body>bad gateway</body>\n</html>")
+    assert err.getvalue().count("\n") == 1 and "<html> <body>bad gateway</body> </html>" in err.getvalue()
