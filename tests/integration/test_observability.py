@@ -233,20 +233,26 @@ def test_key_series_move_when_tasks_fire(node: NodeProc) -> None:
 # ------------------------------------------------------------------------------------ 3-node cluster
 
 
+def _full_cluster_stats(c: Cluster, what: str) -> tuple[NodeProc, NodeProc, Any]:
+    """Start ``c``, wait until every node serves HTTP and a follower's cluster stats hold every node
+    without an error; (leader, that follower, the stats)."""
+    c.start()
+    leader = c.leader(timeout=30)
+    for n in c.nodes.values():
+        wait_for(lambda n=n: _get(_base(n) + "/readyz")[0] == 200, 30, f"{n.node_id} HTTP ready")
+    follower = c.followers()[0]
+
+    def full() -> Any:
+        st, body = _json(_base(follower) + "/api/v1/cluster/stats")
+        return body if st == 200 and all("error" not in x for x in body["nodes"]) else None
+
+    return leader, follower, wait_for(full, 20, what)
+
+
 def test_cluster_stats_come_from_every_node_in_one_call_and_a_dead_node_is_marked(tmp_path: Path) -> None:
     c = Cluster(tmp_path, 3, extra={"raft": {"tick_ms": 20}}, state_machine="tasks")
     try:
-        c.start()
-        leader = c.leader(timeout=30)
-        for n in c.nodes.values():
-            wait_for(lambda n=n: _get(_base(n) + "/readyz")[0] == 200, 30, f"{n.node_id} HTTP ready")
-        follower = c.followers()[0]
-
-        def full() -> Any:
-            st, body = _json(_base(follower) + "/api/v1/cluster/stats")
-            return body if st == 200 and all("error" not in x for x in body["nodes"]) else None
-
-        body = wait_for(full, 20, "every node in cluster stats")
+        leader, follower, body = _full_cluster_stats(c, "every node in cluster stats")
         check_schema(body, "ClusterStats")
         nodes = body["nodes"]
         assert nodes[0]["node_id"] == leader.node_id  # leader first
@@ -294,17 +300,7 @@ def test_members_fetch_each_others_stats_at_peer_http_addr_while_clients_are_sen
         n.settings["cluster"]["peers"] = peers
         n.configure({})
     try:
-        c.start()
-        leader = c.leader(timeout=30)
-        for n in c.nodes.values():
-            wait_for(lambda n=n: _get(_base(n) + "/readyz")[0] == 200, 30, f"{n.node_id} HTTP ready")
-        follower = c.followers()[0]
-
-        def full() -> Any:
-            st, body = _json(_base(follower) + "/api/v1/cluster/stats")
-            return body if st == 200 and all("error" not in x for x in body["nodes"]) else None
-
-        body = wait_for(full, 20, "every node in cluster stats, reached at peer_http_addr")
+        leader, follower, body = _full_cluster_stats(c, "every node in cluster stats, reached at peer_http_addr")
         assert sorted(x["node_id"] for x in body["nodes"]) == ["n1", "n2", "n3"]
         r = urllib3.request("POST", _base(follower) + "/api/v1/tasks", json={"type": "delayed", "interval_ms": 1000,
                             "callback_url": "http://127.0.0.1:9/cb"}, redirect=False, retries=False, timeout=10)
