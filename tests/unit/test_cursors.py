@@ -12,14 +12,15 @@ from molens.web.cursors import CURSOR_RE, cursor_key, decode_cursor, encode_curs
 
 KEY, OTHER = cursor_key(b"salt-of-one-key"), cursor_key(b"salt-of-another")
 POSITIONS = ["01ARZ3NDEKTSV4RRFFQ69G5FAV", "1795978283937:01ARZ3NDEKTSV4RRFFQ69G5FAV",
-             ("0" * 16 + "01ARZ3NDEKTSV4RRFFQ69G5FAV-12.3").encode().hex(), "7"]
+             ("0" * 16 + "01ARZ3NDEKTSV4RRFFQ69G5FAV-12.3").encode().hex(), "7", "1234567"]
 
 
 @pytest.mark.parametrize("pos", POSITIONS)
 def test_a_sealed_cursor_opens_under_its_key_only_and_hides_its_position(pos: str) -> None:
     c = encode_cursor("d", pos, KEY)
     assert CURSOR_RE.fullmatch(c) and decode_cursor("d", c, KEY) == pos
-    assert pos.encode() not in base64.urlsafe_b64decode(c + "=" * (-len(c) % 4))
+    if len(pos) >= 6:  # a shorter text turns up in random bytes by chance (one digit: one time in ten)
+        assert pos.encode() not in base64.urlsafe_b64decode(c + "=" * (-len(c) % 4))
     assert encode_cursor("d", pos, KEY) != c  # a fresh nonce each time
     for kind, key in (("d", OTHER), ("d", b""), ("t", KEY)):
         with pytest.raises(ValidationError):
