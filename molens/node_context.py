@@ -237,6 +237,10 @@ class NodeContext(StoreReads):
         sched = self.scheduler
         return True if sched is None else sched.replicas_read_last_fire()
 
+    def replicas_read_keys_first(self) -> bool:
+        sched = self.scheduler
+        return True if sched is None else sched.replicas_read_keys_first()
+
     def flow_states(self) -> list[FlowState] | None:
         sched = self.scheduler
         return None if sched is None else sched.flow_states()

@@ -58,6 +58,7 @@ from molens.config import Config, callback_policy
 from molens.delivery import (
     CATCHUP_WAIT_VERSION,
     FIRE_BATCH_V1,
+    KEYS_FIRST_VERSION,
     LAST_FIRE_VERSION,
     NOT_SENT_VERSION,
     FireRequest,
@@ -370,6 +371,12 @@ class Scheduler:
         entry's ``keeps_last_fire`` and an ``UpdateTask``'s ``after_last_fire`` (``LAST_FIRE_VERSION``):
         until then both are proposed false, as the release before applied them (docs/deploy.md#rolling-upgrade)."""
         return Scheduler.replicas_read(self, LAST_FIRE_VERSION)
+
+    def replicas_read_keys_first(self) -> bool:
+        """Whether every other member's node has advertised a release that applies a ``CreateTasks``
+        entry's ``keys_first`` (``KEYS_FIRST_VERSION``): until then it is proposed false, and a quota
+        is counted before the idempotency keys, as the release before did (docs/deploy.md#rolling-upgrade)."""
+        return Scheduler.replicas_read(self, KEYS_FIRST_VERSION)
 
     def replicas_read(self, version: int) -> bool:
         """Whether every other member's node has advertised fire batch ``version`` or later."""

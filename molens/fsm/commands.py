@@ -42,6 +42,12 @@ class CreateTasks(_Command, frozen=True, tag=16):
     """Create these tasks (their ids chosen by the leader)."""
 
     items: tuple[CreateItem, ...]
+    keys_first: bool = False
+    """A namespace's ``max_pending_tasks`` and ``max_payload_bytes`` count only the items that make
+    a task: one whose idempotency key already names a task answers it, even over the quota (the
+    retry of a create whose answer was lost). Set once every member has advertised
+    ``KEYS_FIRST_VERSION``; an entry of the release before decodes with it false and is applied as
+    that release did, quota first."""
 
 
 class _OnTasks(_Command, frozen=True):

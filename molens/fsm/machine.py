@@ -152,7 +152,6 @@ from molens.model import (
     Reliability,
     Status,
     Task,
-    TaskSpec,
     TaskType,
     ValidationError,
 )
@@ -588,7 +587,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
     match cmd:
         case CreateTasks():
             absent: set[str] = set()
-            over = _over_quota(tx, cmd.items, absent)
+            over = _over_quota(tx, cmd.items, absent, cmd.keys_first)
             results = [over] * len(cmd.items) if over is not None else [_create(tx, it, now, absent) for it in cmd.items]
         case Dispatched():
             lead = now + config.max_dispatch_lead_ms
@@ -726,11 +725,13 @@ def _count_task(deltas: dict[str, list[int]], ns: str, old: Task | None, new: Ta
             d[1] += live
 
 
-def _over_quota(tx: _Tx, items: tuple[CreateItem, ...], absent: set[str]) -> QuotaExceeded | None:
+def _over_quota(tx: _Tx, items: tuple[CreateItem, ...], absent: set[str], keys_first: bool) -> QuotaExceeded | None:
     """Why a batch of creates is refused whole by its namespaces' quotas (``max_pending_tasks``,
     ``max_payload_bytes``); None when it is not (``default`` has none). Adds the namespaces named
-    that do not exist to ``absent``."""
-    by_ns = collections.Counter([it.spec.namespace for it in items])
+    that do not exist to ``absent``. ``keys_first`` (``CreateTasks.keys_first``): an item that
+    finds its task already made (its idempotency key's) creates nothing and is not counted."""
+    new = [it for it in items if not keys_first or _made(tx, it) is None]
+    by_ns = collections.Counter([it.spec.namespace for it in new])
     by_ns.pop(DEFAULT_NAMESPACE, None)
     for ns, n in by_ns.items():
         raw = tx.meta(tenancy.NS_PREFIX + ns)
@@ -739,7 +740,7 @@ def _over_quota(tx: _Tx, items: tuple[CreateItem, ...], absent: set[str]) -> Quo
             continue
         q = tenancy.decode_namespace(raw).quotas
         if q.max_payload_bytes is not None:
-            big = max(len(it.spec.payload_json) for it in items if it.spec.namespace == ns)
+            big = max(len(it.spec.payload_json) for it in new if it.spec.namespace == ns)
             if big > q.max_payload_bytes:
                 return QuotaExceeded(
                     f"namespace {ns}: a payload of {big} bytes, more than its max_payload_bytes "
@@ -753,27 +754,37 @@ def _over_quota(tx: _Tx, items: tuple[CreateItem, ...], absent: set[str]) -> Quo
     return None
 
 
-def idem_key(spec: TaskSpec) -> str | None:
+IDEM_KEY_MAX_BYTES = 511
+"""The longest key, in UTF-8 bytes, the store keeps an idempotency key under as it is (lmdb's bound
+on a key); a longer one (128 characters of four bytes each, or a namespace's prefix on top) is kept
+under its SHA-256 digest instead."""
+
+
+def idem_key(namespace: str, key: str | None) -> str | None:
     """The key a task's ``idempotency_key`` is stored under: one namespace's keys never match another's
-    (``default``'s are stored as they were before namespaces existed)."""
-    key = spec.idempotency_key
-    if key is None or spec.namespace == DEFAULT_NAMESPACE:
-        return key
-    return f"{spec.namespace}\x00{key}"
+    (``default``'s are stored as they were before namespaces existed); one longer than
+    ``IDEM_KEY_MAX_BYTES`` is stored as ``NUL NUL sha256:<hex>`` (a key with a NUL is refused: ``molens.schema.IDEMPOTENCY_KEY_PATTERN``)."""
+    if key is None:
+        return None
+    stored = key if namespace == DEFAULT_NAMESPACE else f"{namespace}\x00{key}"
+    if len(stored) * 4 > IDEM_KEY_MAX_BYTES and len(raw := stored.encode()) > IDEM_KEY_MAX_BYTES:
+        return "\x00\x00sha256:" + hashlib.sha256(raw).hexdigest()
+    return stored
+
+
+def _made(tx: _Tx, it: CreateItem) -> Task | None:
+    """The task a create item finds already made: its idempotency key's, or its own id's (an entry
+    proposed again); None when the item would make one."""
+    key = idem_key(it.spec.namespace, it.spec.idempotency_key)
+    if key is not None and (existing_id := tx.idem(key)) is not None and (t := tx.task(existing_id)) is not None:
+        return t
+    return tx.task(it.task_id)
 
 
 def _create(tx: _Tx, it: CreateItem, now: int, absent: set[str]) -> ItemResult:
     """``absent``: the namespaces the batch names that do not exist (:func:`_over_quota`)."""
     spec = it.spec
-    key = idem_key(spec)
-    if key is not None:
-        existing_id = tx.idem(key)
-        if existing_id is not None:
-            existing = tx.task(existing_id)
-            if existing is not None:
-                return Created(existing, False)
-    existing = tx.task(it.task_id)
-    if existing is not None:
+    if (existing := _made(tx, it)) is not None:
         return Created(existing, False)
     if spec.namespace in absent:
         return NotFoundError(f"namespace {spec.namespace} not found", "namespace")
@@ -791,7 +802,7 @@ def _create(tx: _Tx, it: CreateItem, now: int, absent: set[str]) -> ItemResult:
     if spec.type is TaskType.PERIODIC and _ends(tx, t, 1, sched):  # no occurrence before end_at
         t = _replace(t, status=Status.DONE, due_ms=None)
     tx.put_new(t)
-    if key is not None:
+    if (key := idem_key(spec.namespace, spec.idempotency_key)) is not None:
         tx.w.idem[key] = t.id
     return Created(t, True)
 
@@ -1466,7 +1477,7 @@ def _remove(tx: _Tx, t: Task) -> None:
     for r in t.running:
         if r.inflight:
             tx.w.fires[r.fire_id(t.id)] = None
-    key = idem_key(t.spec)
+    key = idem_key(t.spec.namespace, t.spec.idempotency_key)
     if key is not None and tx.idem(key) == t.id:
         tx.w.idem[key] = None
     tx.w.history_deletes.append(t.id)

@@ -253,6 +253,16 @@ class ApiContext(Protocol):
         (``molens.delivery.LAST_FIRE_VERSION``): the API proposes it false until then."""
         ...
 
+    def replicas_read_keys_first(self) -> bool:
+        """Whether every replica applies a ``CreateTasks`` entry's ``keys_first``
+        (``molens.delivery.KEYS_FIRST_VERSION``): the API proposes it false until then."""
+        ...
+
+    def get_idem(self, key: str) -> str | None:
+        """The id of the task this replica holds under idempotency key ``key`` (as the state machine
+        stores it: ``molens.fsm.machine.idem_key``); None when none."""
+        ...
+
     def wheel_distribution(self) -> WheelDistribution | None:
         """The leader's time wheel now; None on a node without one (a follower, no scheduler)."""
         ...

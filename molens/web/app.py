@@ -69,7 +69,7 @@ from molens.fsm.commands import (
     TriggerTask,
     UpdateTask,
 )
-from molens.fsm.machine import MAX_BACKFILL, TOO_MANY_OCCURRENCES, Created, backfill_instants
+from molens.fsm.machine import MAX_BACKFILL, TOO_MANY_OCCURRENCES, Created, backfill_instants, idem_key
 from molens.model import (
     DEFAULT_LIMITS,
     ExecutionResult,
@@ -238,9 +238,10 @@ def _typed_batch(body: bytes, limits: model.Limits) -> list[Any] | None:
 
 
 class _NamespaceOnly(msgspec.Struct):
-    """A create read for its namespace alone (every other field skipped unread)."""
+    """A create read for its namespace and idempotency key alone (every other field skipped unread)."""
 
     namespace: object = DEFAULT_NAMESPACE
+    idempotency_key: object = None
 
 
 class _NamespacesOnly(msgspec.Struct):
@@ -251,15 +252,16 @@ _NAMESPACE_ONLY = msgspec.json.Decoder(_NamespaceOnly)
 _NAMESPACES_ONLY = msgspec.json.Decoder(_NamespacesOnly)
 
 
-def quick_namespaces(body: bytes, batch: bool) -> list[str] | None:
-    """The namespaces a create (``batch``: a batch create) names, one per task, read without
-    decoding its tasks; None when the body is not plainly that (the full decoding then says why)."""
+def quick_creates(body: bytes, batch: bool) -> list[tuple[str, object]] | None:
+    """The namespace and idempotency key of each task a create (``batch``: a batch create) names,
+    read without decoding its tasks; None when the body is not plainly that (the full decoding then
+    says why)."""
     try:
         items = _NAMESPACES_ONLY.decode(body).tasks if batch else [_NAMESPACE_ONLY.decode(body)]
     except (msgspec.MsgspecError, RecursionError):
         return None
-    out = [it.namespace for it in items]
-    return out if all(isinstance(ns, str) for ns in out) else None  # type: ignore[return-value]
+    out = [(it.namespace, it.idempotency_key) for it in items]
+    return out if all(isinstance(ns, str) for ns, _ in out) else None  # type: ignore[return-value]
 
 
 class _BatchAnswer(msgspec.Struct):
@@ -531,6 +533,14 @@ class Api:
             self._rates[ns] = known
         return known[1]
 
+    def made_already(self, namespace: str, key: object) -> bool:
+        """Whether this node's replica holds a task under idempotency key ``key`` of ``namespace``: a
+        create with it makes nothing (it answers that task), so no ``creates_per_s`` quota counts it."""
+        if not isinstance(key, str) or not 0 < len(key) <= self.ctx.settings.limits.max_idempotency_key or "\x00" in key:
+            return False  # the full decoding refuses it
+        task_id = self.ctx.get_idem(idem_key(namespace, key) or key)
+        return task_id is not None and self.ctx.get_task(task_id) is not None
+
     def admit_creates(self, namespaces: list[str], *, take: bool = True) -> None:
         """The ``creates_per_s`` quota of each namespace of a create (one entry per task): 429
         ``quota_exceeded`` with ``Retry-After`` when one is over (the leader's token buckets).
@@ -768,19 +778,23 @@ def _install_tasks(api: Api) -> None:
     def create_task() -> tuple[int, Any]:
         start_ns = time.time_ns()
         body = api.read_body()
-        if (early := quick_namespaces(body, batch=False)) is not None:  # 429 before decoding and validating
+        key = _header_text("Idempotency-Key")
+        early = None
+        if (quick := quick_creates(body, batch=False)) is not None:  # 429 before decoding and validating
+            early = [ns for ns, k in quick if not api.made_already(ns, key or k)]
             api.admit_creates(early, take=False)
         with api.create_slots(early):
-            return create_one(start_ns, body)
+            return create_one(start_ns, body, key)
 
-    def create_one(start_ns: int, body: bytes) -> tuple[int, Any]:
-        key = _header_text("Idempotency-Key")
+    def create_one(start_ns: int, body: bytes, key: str | None) -> tuple[int, Any]:
         now = ctx.now_ms()
         spec = _traced(validate(body, now, key), _trace_header())
         access.require(spec.namespace)
-        api.admit_creates([spec.namespace])
+        if not api.made_already(spec.namespace, spec.idempotency_key):
+            api.admit_creates([spec.namespace])
         commit_ns = time.time_ns()
-        res = _item(api.propose_one(CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),)))[0])
+        create = CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),), ctx.replicas_read_keys_first())
+        res = _item(api.propose_one(create)[0])
         assert isinstance(res, Created)
         spans = ctx.settings.spans
         if res.created:
@@ -796,7 +810,8 @@ def _install_tasks(api: Api) -> None:
         prefer = _header_text("Prefer")
         s = ctx.settings
         reqs = _typed_batch(body, s.limits)
-        early = None if reqs is None else [r.namespace or DEFAULT_NAMESPACE for r in reqs]
+        early = None if reqs is None else [ns for r in reqs if not api.made_already(
+            ns := r.namespace or DEFAULT_NAMESPACE, r.idempotency_key)]
         if early is not None:  # 429 before validating (a batch the decoder refused is answered 400 anyway)
             api.admit_creates(early, take=False)
         with api.create_slots(early):
@@ -853,9 +868,10 @@ def _install_tasks(api: Api) -> None:
             ])
         if not items:
             return 200, {"items": [], "errors": []}
-        api.admit_creates([it.spec.namespace for it in items])
+        api.admit_creates([it.spec.namespace for it in items
+                           if not api.made_already(it.spec.namespace, it.spec.idempotency_key)])
         commit_ns = time.time_ns()
-        results = api.propose_one(CreateTasks(now, tuple(items)))
+        results = api.propose_one(CreateTasks(now, tuple(items), ctx.replicas_read_keys_first()))
         if len(results) != len(items):  # the whole entry failed (undecodable / apply raised): one error
             _item(results[0] if results else InternalError("no result for the batch"))
             raise InternalError("the state machine answered a batch of the wrong size")

@@ -40,6 +40,9 @@ class StoreReads(abc.ABC):
     def get_task(self, task_id: str) -> Task | None:
         return self.store.get_task(task_id)
 
+    def get_idem(self, key: str) -> str | None:
+        return self.store.get_idem(key)
+
     def scan_tasks(self, after: str = "") -> Iterator[Task]:
         return self.store.scan_tasks(after, chunk=SCAN_CHUNK)
 

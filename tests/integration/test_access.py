@@ -431,6 +431,38 @@ def test_over_a_quota_a_create_is_429_with_retry_after_and_a_batch_is_refused_wh
     assert req(node, "POST", f"{P}/tasks", TOKEN, task("default"))[0] == 201  # other namespaces are not held
 
 
+def test_the_retry_of_a_create_that_filled_a_quota_answers_its_task(node: NodeProc) -> None:
+    """The first attempt's answer was lost after it took the last room (``max_pending_tasks``) or the
+    bucket's last token (``creates_per_s``): the retry, with the same key, finds the task instead of
+    a 429 that says nothing was created, single or batch, key in the body or in the header."""
+    def task(ns: str, key: str, **kw: Any) -> dict[str, Any]:
+        return {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb", "namespace": ns,
+                "idempotency_key": key, **kw}
+
+    ok(node, "POST", f"{P}/namespaces", {"name": "full", "quotas": {"max_pending_tasks": 2}})
+    ok(node, "POST", f"{P}/namespaces", {"name": "paced", "quotas": {"creates_per_s": 0.001}})
+    first = [ok(node, "POST", f"{P}/tasks", task("full", f"order-{i}")) for i in range(2)]
+    assert req(node, "POST", f"{P}/tasks", TOKEN, task("full", "order-2"))[0] == 429  # full indeed
+    st, again, _ = req(node, "POST", f"{P}/tasks", TOKEN, task("full", "order-1"))
+    assert (st, again["id"]) == (200, first[1]["id"]), again
+    st, both, _ = req(node, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [task("full", "order-0"), task("full", "order-1")]})
+    assert (st, [t["id"] for t in both["items"]]) == (200, [t["id"] for t in first]), both
+    st, out, _ = req(node, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [task("full", "order-0"), task("full", "order-3")]})
+    assert (st, out["error"]["quota"]) == (429, "max_pending_tasks")  # one of them would make a task
+    paced = ok(node, "POST", f"{P}/tasks", task("paced", "p-1"))
+    assert req(node, "POST", f"{P}/tasks", TOKEN, task("paced", "p-2"))[0] == 429  # the bucket is empty
+    st, again, _ = req(node, "POST", f"{P}/tasks", TOKEN, task("paced", "p-1"))
+    assert (st, again["id"]) == (200, paced["id"]), again
+    r = _http.request("POST", node.http_url + f"{P}/tasks", body=json.dumps(task("paced", "p-1")).encode(),
+                      headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+                               "Idempotency-Key": "p-1"})
+    assert (r.status, json.loads(r.data)["id"]) == (200, paced["id"])
+    st, both, _ = req(node, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [task("paced", "p-1")]})
+    assert (st, both["items"][0]["id"]) == (200, paced["id"]), both
+    assert len(ok(node, "GET", f"{P}/tasks?namespace=full")["items"]) == 2
+    assert len(ok(node, "GET", f"{P}/tasks?namespace=paced")["items"]) == 1
+
+
 def test_a_create_refused_before_it_is_parsed_answers_as_the_full_check_would(node: NodeProc) -> None:
     """An empty bucket refuses a create before its task is decoded: with the same 429 for a single or
     a batch create, while a key that may not act in the namespace still gets its 403."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -360,19 +361,16 @@ def test_writes_survive_a_dead_leader_until_the_new_one_is_known(tmp_path: Path)
         assert new_leader.ctx.get_task(t["id"]) is not None
 
 
-def test_a_create_whose_retry_meets_a_full_quota_says_the_outcome_is_unknown_and_gives_its_key(
+def test_a_create_whose_answer_was_lost_after_it_filled_a_quota_returns_its_task_on_the_retry(
     api: Served, client: MolensClient,
 ) -> None:
     """The first attempt fills the namespace's quota and its answer is lost; the retry, with the same
-    key, is refused by the quota before the key is looked up. That refusal cannot tell whether the
-    first attempt made the task: the SDK says so and gives the key, which finds the task."""
+    key, finds the task before the quota is counted, so the SDK returns it (a node of the release
+    before answered 429, which the SDK turns into OutcomeUnknownError: test_client_retries.py)."""
     client.create_namespace("full1", quotas={"max_pending_tasks": 1})
     api.ctx.inject_fault("unknown_after_apply")
-    with pytest.raises(OutcomeUnknownError) as ei:
-        client.create(delayed(), namespace="full1")
-    (key,) = ei.value.idempotency_keys
-    made = [t for t in client.list(namespace="full1") if t["idempotency_key"] == key]
-    assert len(made) == 1
+    task = client.create(delayed(), namespace="full1")
+    assert [t["id"] for t in client.list(namespace="full1")] == [task["id"]]
 
 
 def test_delete_dead_letters_on_a_namespaced_client_needs_all_for_an_empty_filter(api: Served) -> None:
@@ -414,6 +412,49 @@ def test_an_answer_that_is_no_nodes_is_an_error_not_data(tmp_path: Path) -> None
             with pytest.raises(ApiError) as e2:
                 c.stats()
             assert e2.value.status == 301 and "redirect" in str(e2.value)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_429_to_the_retry_of_a_create_whose_answer_was_lost_is_an_unknown_outcome_with_its_key() -> None:
+    """A node of the release before counts a quota before the idempotency key: the retry of a create
+    that filled it is refused 429 though the task exists. The SDK says the outcome is unknown and
+    gives the key, instead of QuotaExceededError's "nothing was created"."""
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Before(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"])))["idempotency_key"])
+            if len(seen) == 1:  # applied, and the answer lost with the connection
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            body = json.dumps({"error": {"code": "quota_exceeded", "quota": "max_pending_tasks",
+                                         "field": "max_pending_tasks", "message": "full"}}).encode()
+            self.send_response(429)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Before)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with (MolensClient([f"http://127.0.0.1:{srv.server_address[1]}"], max_attempts=3) as c,
+              pytest.raises(OutcomeUnknownError) as ei):
+            c.create(delayed(), namespace="full")
+        assert seen[0] is not None and set(seen) == {seen[0]}, seen
+        assert list(ei.value.idempotency_keys) == [seen[0]]
     finally:
         srv.shutdown()
         srv.server_close()

@@ -243,6 +243,23 @@ def test_idempotency_key_returns_the_first_task_and_fires_once(node: NodeProc, r
     assert len(receiver.by_tag("idem")) == 1
 
 
+def test_an_idempotency_key_of_128_four_byte_characters_is_kept_and_answered(
+    node: NodeProc, receiver: RecordingReceiver,
+) -> None:
+    """128 characters (the bound) of four UTF-8 bytes each are 512 bytes, one more than lmdb takes as
+    a key: the entry used to fail to apply, and the node's Raft actor stopped on it."""
+    key = "\U0001F600" * 128
+    body = {"type": "delayed", "interval_ms": 200, "callback_url": receiver.url("/ok/wide-key"), "idempotency_key": key}
+    s1, t1 = _post(node, "/api/v1/tasks", body)
+    s2, t2 = _post(node, "/api/v1/tasks", body)
+    assert (s1, s2) == (201, 200), (t1, t2)
+    assert t1["id"] == t2["id"] and t2["idempotency_key"] == key
+    _wait_status(node, t1["id"], "done")
+    assert len(receiver.by_tag("wide-key")) == 1
+    later = _create(node, type="delayed", interval_ms=60_000, callback_url=receiver.url("/ok/after-wide-key"))
+    assert _get(node, f"/api/v1/tasks/{later['id']}")[0] == 200
+
+
 def test_response_head_capture_is_512_bytes(node: NodeProc, receiver: RecordingReceiver) -> None:
     t = _create(node, type="delayed", interval_ms=100, callback_url=receiver.url("/big/5000/big"))
     done = _wait_status(node, t["id"], "done")

@@ -12,7 +12,7 @@ import pytest
 
 from molens import model
 from molens.errors import IllegalTransitionError, NotFoundError, QuotaExceeded, ValidationError
-from molens.fsm import tenancy
+from molens.fsm import machine, tenancy
 from molens.fsm.commands import (
     CreateItem,
     CreateTasks,
@@ -224,6 +224,65 @@ def test_a_batch_over_max_pending_tasks_is_refused_whole_and_finished_tasks_free
     assert tenancy.decode_count(s.meta[tenancy.COUNT_PREFIX + "pay"]) == 3
 
 
+@pytest.mark.parametrize("keys_first", [False, True])
+def test_a_retried_create_finds_its_task_before_the_quota_it_filled_once_every_replica_reads_keys_first(
+    keys_first: bool,
+) -> None:
+    """The answer to a create that filled ``max_pending_tasks`` was lost; its retry (same key) answers
+    the task with ``keys_first``, and is refused by the quota without it, as the release before did."""
+    s = MemoryState()
+    s.apply(PutNamespace(T0, Namespace(name="pay", quotas=Quotas(max_pending_tasks=2, max_payload_bytes=10)), True))
+    made = [create(s, spec(namespace="pay", idempotency_key=f"order-{i}")) for i in range(2)]
+    assert all(isinstance(r, Created) and r.created for r in made)
+
+    def again(*specs: TaskSpec) -> list[object]:
+        items = tuple(CreateItem(model.new_task_id(T0, next(_IDS)), sp) for sp in specs)
+        return list(s.apply(CreateTasks(T0, items, keys_first)).results)
+
+    retried = again(spec(namespace="pay", idempotency_key="order-1"))
+    mixed = again(spec(namespace="pay", idempotency_key="order-0"), spec(namespace="pay", idempotency_key="order-2"))
+    if keys_first:
+        assert isinstance(retried[0], Created) and not retried[0].created
+        assert retried[0].task.id == made[1].task.id  # type: ignore[union-attr]
+    else:
+        assert isinstance(retried[0], QuotaExceeded) and retried[0].field == "max_pending_tasks"
+    assert all(isinstance(r, QuotaExceeded) for r in mixed)  # one of the two would make a task: over it
+    assert len(s.tasks) == 2
+    # max_payload_bytes lowered after the first attempt: the retry of a task already made still answers it
+    big = spec(namespace="pay", idempotency_key="order-0", payload="x" * 20)
+    assert isinstance(again(big)[0], Created if keys_first else QuotaExceeded)
+
+
+def test_an_idempotency_key_too_long_for_an_lmdb_key_is_kept_under_its_digest(tmp_path: Path) -> None:
+    """128 characters of four UTF-8 bytes (512 bytes), or a namespace's prefix on a shorter one: past
+    lmdb's 511-byte key, so the entry failed to apply on every replica."""
+    from molens.fsm.store import EntryResult, TaskStore
+
+    store, mem = TaskStore(tmp_path / "fsm"), MemoryState()
+    ns = "n" * 63
+    cmds = [PutNamespace(T0, Namespace(name=ns), True)]
+    keys = [("default", "\U0001F600" * 128), (ns, "\U0001F600" * 112), (ns, "\U0001F600" * 111), ("default", "x" * 128)]
+    for i, (name, key) in enumerate(keys):
+        sp = spec(namespace=name, idempotency_key=key)
+        cmds += [CreateTasks(T0, (CreateItem(model.new_task_id(T0, 500 + 2 * i), sp),)),
+                 CreateTasks(T0, (CreateItem(model.new_task_id(T0, 501 + 2 * i), sp),))]
+    out = store.apply_batch([(n + 1, encode(c)) for n, c in enumerate(cmds)])
+    assert all(isinstance(r, EntryResult) for r in out), out
+    for n, c in enumerate(cmds):
+        assert decode(encode(c)) == c
+        got, twin = out[n].results[0], mem.apply(c).results[0]  # type: ignore[union-attr]
+        if n:
+            assert isinstance(got, Created) and got.created == (n % 2 == 1) and got.task == twin.task
+    ids = {out[n].results[0].task.id for n in range(1, len(cmds))}  # type: ignore[union-attr]
+    assert len(ids) == len(keys)  # each pair answered one task, each key its own
+    assert store.get_idem("\U0001F600" * 128) is None  # kept under its digest, not as it is
+    assert store.get_idem("x" * 128) in ids  # a key that fits is kept as it always was
+    out = store.apply_batch([(len(cmds) + 1, encode(DeleteTasks(T0, tuple(sorted(ids)))))])
+    assert isinstance(out[0], EntryResult)
+    stored = [machine.idem_key(name, key) for name, key in keys]
+    assert all(k is not None and store.get_idem(k) is None for k in stored)
+
+
 def test_max_payload_bytes_refuses_the_whole_batch() -> None:
     s = MemoryState()
     s.apply(PutNamespace(T0, Namespace(name="pay", quotas=Quotas(max_payload_bytes=10)), True))
@@ -258,15 +317,16 @@ def test_asking_the_create_bucket_takes_nothing() -> None:
     assert rate.wait("pay", 1, 2.0, 0.5) == 1
 
 
-def test_a_creates_namespaces_are_read_without_decoding_its_tasks() -> None:
-    from molens.web.app import quick_namespaces
+def test_a_creates_namespaces_and_keys_are_read_without_decoding_its_tasks() -> None:
+    from molens.web.app import quick_creates
 
-    assert quick_namespaces(b'{"namespace": "pay", "payload": {"namespace": "ops"}}', batch=False) == ["pay"]
-    assert quick_namespaces(b'{"type": "delayed", "payload": {"namespace": "ops"}}', batch=False) == ["default"]
-    assert quick_namespaces(b'{"tasks": [{"namespace": "pay"}, {}]}', batch=True) == ["pay", "default"]
+    assert quick_creates(b'{"namespace": "pay", "payload": {"namespace": "ops"}}', batch=False) == [("pay", None)]
+    assert quick_creates(b'{"type": "delayed", "idempotency_key": "k"}', batch=False) == [("default", "k")]
+    assert quick_creates(b'{"tasks": [{"namespace": "pay", "idempotency_key": 3}, {}]}', batch=True) == [
+        ("pay", 3), ("default", None)]
     for bad in (b'{"namespace": 3}', b"{not json", b"[]"):
-        assert quick_namespaces(bad, batch=False) is None  # left to the full decoding, which says why
-    assert quick_namespaces(b'{"tasks": {}}', batch=True) is None
+        assert quick_creates(bad, batch=False) is None  # left to the full decoding, which says why
+    assert quick_creates(b'{"tasks": {}}', batch=True) is None
 
 
 def test_a_batch_counts_each_of_its_tasks_once_in_its_namespaces() -> None:
