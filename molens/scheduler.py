@@ -307,7 +307,8 @@ class Scheduler:
                 why = refusal(tag, frm, frame_term=frame_term, term=st.term, leader=st.leader, members=st.members,
                               removed=st.removed)
             if why:
-                self.rpc_refused[tag.decode()] += 1
+                if (counted := tag.decode("latin-1")) in self.rpc_refused:  # B, R, H (a removed node refuses any)
+                    self.rpc_refused[counted] += 1
                 self._refused_log.refused(f"from {frm}: {why}")
                 return
             if tag == b"B":

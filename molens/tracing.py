@@ -175,7 +175,10 @@ def open_spans(otlp_endpoint: str, node_id: str) -> Spans:
             f"tracing.otlp_endpoint is set but OpenTelemetry is not installed ({exc}): "
             "pip install 'molens[server,otel]'"
         ) from exc
-    log.info("tracing: spans of traced tasks go to %s (OTLP/HTTP)", otlp_endpoint)
+    scheme, sep, rest = otlp_endpoint.partition("://")
+    host, at, path = rest.partition("/")
+    shown = f"{scheme}{sep}{host.rpartition('@')[2]}{at}{path}"  # any user:password@ left out
+    log.info("tracing: spans of traced tasks go to %s (OTLP/HTTP)", shown)
     return spans
 
 

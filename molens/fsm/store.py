@@ -456,6 +456,8 @@ class TaskStore(StateFile):
         results: list[Any] = [None] * skipped
         if not fresh:
             return results
+        tallies = (self.not_fired, self.dead_written)
+        counted = [dict(t) for t in tallies]  # the tallies as they were: an attempt that fails counts nothing
         while True:
             counts = dict(self._counts)
             days: dict[int, int] = {}
@@ -471,7 +473,12 @@ class TaskStore(StateFile):
                     if self.history is not None and hist:
                         self.history.apply(hist)
                 break
-            except lmdb.MapFullError:
+            except BaseException as exc:
+                for t, was in zip(tallies, counted):
+                    t.clear()
+                    t.update(was)
+                if not isinstance(exc, lmdb.MapFullError):
+                    raise
                 self._grow()
         if self._meta_written:
             self._forget_meta(self._meta_written)

@@ -47,9 +47,9 @@ from molens.web.fire_series import FireSeries
 log = logging.getLogger(__name__)
 
 MAX_HOSTS = 200
+"""Distinct ``host`` label values of the callback latency histogram (then ``other``)."""
 MAX_TASK_NAMESPACES = 65_536
 """Task ids whose namespace the fire counters remember (then they start over)."""
-"""Distinct ``host`` label values of the callback latency histogram (then ``other``)."""
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
@@ -244,11 +244,12 @@ class LiveCollector(Collector):
                 "molens_rpc_results_wrong_worker",
                 "Results dropped by the leader because they name a worker other than the member that sent them",
             )
-            ww.add_metric([], s.refused.get("rpc", {}).get("results_wrong_worker", 0))
             yield hs
             yield fs
             yield rf
-            yield ww
+            if "results_wrong_worker" in s.refused.get("rpc", {}):
+                ww.add_metric([], s.refused["rpc"]["results_wrong_worker"])
+                yield ww
         if "full" in s.storage:
             yield GaugeMetricFamily(
                 "molens_storage_full", "1 while this node cannot write its Raft log, task store or history (writes refused)",
@@ -394,6 +395,9 @@ class FireMetrics:
             registry=registry,
         )
         self._hosts: dict[str, str] = {}
+        """URL -> its ``host`` label: a cache, emptied when it holds ``4 * MAX_HOSTS`` URLs."""
+        self._labelled: set[str] = set()
+        """The hosts given a label of their own, for the process's life (a series once exported stays)."""
         self._lock = threading.Lock()
 
     def _host(self, url: str) -> str:
@@ -403,9 +407,11 @@ class FireMetrics:
             with self._lock:
                 if len(self._hosts) >= 4 * MAX_HOSTS:
                     self._hosts.clear()
-                known = set(self._hosts.values())
-                if h not in known and len(known) >= MAX_HOSTS:
-                    h = "other"
+                if h not in self._labelled:
+                    if len(self._labelled) < MAX_HOSTS:
+                        self._labelled.add(h)
+                    else:
+                        h = "other"
                 self._hosts[url] = h
         return h
 
@@ -483,7 +489,7 @@ def catalogue() -> list[Family]:
         node_id="n1", role="leader", tasks={"pending": 1}, raft=dict.fromkeys(
             ("term", "commit_index", "applied_index", "last_index", "snapshot_index", "leader_changes"), 1),
         wheel={"timers": 1, "overflow": 0}, queues={"fires_in_flight": 1}, history_rows=1, disk_bytes={"free": 1},
-        scheduler={"throttled": 1, "flow_held": 1}, refused={"raft": {"handshake_refused": 0}, "rpc": {"B": 0}},
+        scheduler={"throttled": 1, "flow_held": 1}, refused={"raft": {"handshake_refused": 0}, "rpc": {"B": 0, "results_wrong_worker": 0}},
         clock={"skew_ms": 1, "skewed": 0}, storage={"full": 0}, not_fired={"skipped_overlap": 0}, lateness_p99_s=0.1,
         flows=(FlowState("f", 1, 1, 1, 0, 1.0),), dead_letters={"stored": 0, "outbox": 0, "written:unknown": 0},
         namespaces={"default": 1},

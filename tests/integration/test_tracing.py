@@ -7,6 +7,7 @@ receiver (protobuf over HTTP, decoded with opentelemetry-proto)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,3 +139,15 @@ def test_the_body_traceparent_wins_over_the_header_and_a_bad_header_is_ignored(
         assert "traceparent" not in receiver.by_tag("bad")[0].headers
         st, got = call(n, "GET", f"/api/v1/tasks/{t['id']}")
         assert st == 200 and got["traceparent"] == own
+
+
+def test_the_endpoint_is_logged_without_the_credentials_its_url_holds(caplog: pytest.LogCaptureFixture) -> None:
+    from molens.tracing import open_spans
+
+    with caplog.at_level(logging.INFO, logger="molens.tracing"):
+        spans = open_spans("http://collector:s3cr@t-pw@127.0.0.1:9/v1/traces", "n1")
+    try:
+        assert "http://127.0.0.1:9/v1/traces" in caplog.text
+        assert "s3cr" not in caplog.text and "collector" not in caplog.text
+    finally:
+        spans.shutdown()

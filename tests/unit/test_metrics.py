@@ -165,19 +165,23 @@ class Result:
     latency_ms = 1.0
 
 
-def test_host_labels_are_bounded() -> None:
+@pytest.mark.parametrize("hosts_seen", [MAX_HOSTS + 50, 20 * MAX_HOSTS])
+def test_host_labels_are_bounded(hosts_seen: int) -> None:
+    """However many hosts pass (past the URL cache's emptying too), at most MAX_HOSTS get a label."""
     m = NodeMetrics(_snap)
 
-    for i in range(MAX_HOSTS + 50):
-        req = FireRequest(
-            fire_id="t-1", task_id="t", attempt=1, kind=FireKind.CALLBACK, url=f"http://h{i}.example/",
-            body=b"", scene="default", timeout_ms=1000,
-        )
-        m.fires.delivered(req, Result())
+    for i in range(hosts_seen):
+        for path in ("a", "b"):
+            req = FireRequest(
+                fire_id="t-1", task_id="t", attempt=1, kind=FireKind.CALLBACK, url=f"http://h{i}.example/{path}",
+                body=b"", scene="default", timeout_ms=1000,
+            )
+            m.fires.delivered(req, Result())
     s = _parse(m.render())
     hosts = {dict(k[1])["host"] for k in s if k[0] == "molens_callback_latency_seconds_count"}
     assert len(hosts) == MAX_HOSTS + 1 and "other" in hosts
-    assert s[("molens_callback_latency_seconds_count", (("host", "other"),))] == 50
+    assert hosts - {"other"} == {f"h{i}.example" for i in range(MAX_HOSTS)}
+    assert s[("molens_callback_latency_seconds_count", (("host", "other"),))] == 2 * (hosts_seen - MAX_HOSTS)
 
 
 def test_url_host_keeps_the_port_and_drops_the_rest() -> None:
@@ -280,3 +284,26 @@ def test_pending_tasks_per_namespace_come_from_the_replicas_counts() -> None:
 
     out = pending_by_namespace(scan, {"pending": 6, "running": 1, "done": 9}, {"done"})
     assert out == {"pay": 4, "ops": 0, "default": 3}
+
+
+def test_results_of_the_wrong_worker_count_those_the_pool_dropped_and_go_absent_while_stats_is_silent() -> None:
+    """Results a follower passed on name another worker's fires: dropped by the leader's RPC thread or
+    by its FireWorkerPool (frames that reached this node before it led), both in one counter."""
+    from types import SimpleNamespace
+
+    from molens.node_context import NodeContext
+
+    sched = SimpleNamespace(rpc=SimpleNamespace(stats=lambda: {"handshake_refused": 1, "forged_sender": 0}),
+                            rpc_refused={"B": 0, "R": 2, "H": 0, "results_wrong_worker": 3})
+    ctx = SimpleNamespace(scheduler=sched)
+    both = NodeContext._refused(ctx, {}, {"results_wrong_worker": 4, "fires_sent": 9})  # type: ignore[arg-type]
+    assert both["rpc"]["results_wrong_worker"] == 7 and both["rpc"]["R"] == 2
+    none_passed = NodeContext._refused(ctx, {}, {"fires_sent": 9})  # type: ignore[arg-type]
+    assert none_passed["rpc"]["results_wrong_worker"] == 3
+    silent = NodeContext._refused(ctx, {}, {})  # type: ignore[arg-type]
+    assert "results_wrong_worker" not in silent["rpc"] and silent["rpc"]["R"] == 2
+    s = _parse(NodeMetrics(lambda: _snap(refused=both)).render())
+    assert s[("molens_rpc_results_wrong_worker_total", ())] == 7
+    s = _parse(NodeMetrics(lambda: _snap(refused=silent)).render())
+    assert ("molens_rpc_results_wrong_worker_total", ()) not in s  # absent, not a reset to fewer
+    assert s[("molens_rpc_frames_refused_total", (("tag", "R"),))] == 2
