@@ -105,7 +105,7 @@ def _emit(obj: dict[str, Any]) -> None:
     out = getattr(sys.stdout, "buffer", None)
     if out is not None:
         sys.stdout.flush()
-        out.write(line.encode("utf-8"))
+        out.write(line.encode("utf-8", "backslashreplace"))  # a path of undecodable bytes as \udcXX
         out.flush()
     else:
         sys.stdout.write(line)

@@ -35,6 +35,10 @@ __all__ = ["Decision", "lease_lost", "fingerprint_mismatch", "claim", "touch", "
 
 T = TypeVar("T")
 
+DEFAULT_EXTEND_MS = 60_000
+"""What a ``touch`` without ``extend_ms`` adds to a claim whose record names no lease (one the
+original library wrote: its own ``touch`` default, ``DEFAULT_EXTEND_MS``)."""
+
 _CLAIMED = CheckpointStatus.CLAIMED
 _DONE = CheckpointStatus.DONE
 _FAILED = CheckpointStatus.FAILED
@@ -127,13 +131,16 @@ def claim(
 def touch(
     current: StoredRecord | None, *, namespace: str, key: str, now_ms: int, token: str, extend_ms: int | None
 ) -> Decision[Checkpoint | None]:
-    """Renew the lease to ``now + extend_ms`` (default: the claim's lease). As the contract says, None
-    (nothing changes) when the record is not claimed with ``token``: no record, finished, or another
-    claim's; ``done``/``fail`` raise ``LeaseLostError`` in those cases instead."""
+    """Renew the lease to ``now + extend_ms`` (default: the claim's lease, or ``DEFAULT_EXTEND_MS``
+    when the record names none). As the contract says, None (nothing changes) when the record is not
+    claimed with ``token``: no record, finished, or another claim's; ``done``/``fail`` raise
+    ``LeaseLostError`` in those cases instead."""
     if current is None or current.status is not _CLAIMED or current.lease_token != token:
         return Decision(None)
-    lease = current.lease_ms if extend_ms is None else extend_ms
-    rec = current._replace(lease_until=now_ms + (lease or 0), updated_at=now_ms)
+    lease = extend_ms if extend_ms is not None else current.lease_ms
+    if lease is None:
+        lease = DEFAULT_EXTEND_MS
+    rec = current._replace(lease_until=now_ms + lease, updated_at=now_ms)
     return Decision(rec.public(), write=rec)
 
 

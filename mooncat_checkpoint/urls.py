@@ -98,10 +98,13 @@ def redact(text: str, url: str) -> str:
     if at and ":" in creds:
         secrets.add(creds.split(":", 1)[1])
     secrets.update(m.group(2) for m in _PASSWORD_PARAM.finditer(rest))
-    pieces = {p for s in secrets for p in re.split(r"[@:/?&]", s) if len(p) >= 3}
+    split = {p for s in secrets for p in re.split(r"[@:/?&]", s) if p}
+    pieces = {p for p in split if len(p) >= 3}
     for s in sorted({*secrets, *pieces, *(unquote(s) for s in secrets)}, key=len, reverse=True):
         if s:
             text = text.replace(s, "***")
+    for p in sorted(split - pieces, key=len, reverse=True):  # a short piece: only where it stands alone
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(p)}(?![A-Za-z0-9])", "***", text)
     return text
 
 

@@ -52,6 +52,7 @@ import fcntl
 import itertools
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -74,6 +75,8 @@ STRIPES = 64
 FENCE_BLOCK = 1024  # fences a backend reserves for new records with one write of the high mark
 FORMAT = 2  # 1: this library's first, snake_case format (still read)
 _DEBRIS_AGE_S = 3600.0
+_DEBRIS = re.compile(r"\.tmp-\d+-\d+|.+\.json\.tmp\.\d+")
+"""Temp file names: ours (``.tmp-<pid>-<n>``) and the original library's (``<name>.json.tmp.<pid>``)."""
 _FLOOR_FILE = ".fence-floor"
 _HIGH_LINK = ".fence-high"
 _FLOOR_LOCK = "floor"
@@ -606,8 +609,9 @@ class FileBackend:
                 with os.scandir(os.path.join(self.root, ns)) as it:
                     for entry in it:
                         name = entry.name
-                        # ours (.tmp-<pid>-<n>) and the original library's (<name>.json.tmp.<pid>)
-                        if not (name.startswith(".tmp-") or ".json.tmp." in name):
+                        # ours (.tmp-<pid>-<n>) and the original library's (<name>.json.tmp.<pid>), exactly:
+                        # a record's own name (<key>.json, of a key such as ".tmp-x" or "a.json.tmp.1") is none
+                        if not _DEBRIS.fullmatch(name):
                             continue
                         try:  # a writer renames its temp file away at any moment: gone is fine
                             st = entry.stat(follow_symlinks=False)

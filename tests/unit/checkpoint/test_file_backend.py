@@ -14,9 +14,11 @@ import pytest
 
 from mooncat_checkpoint import (
     BackendUnavailableError,
+    Busy,
     CheckpointStatus,
     Claimed,
     CorruptRecordError,
+    Done,
     LeaseLostError,
     SyncCheckpointClient,
 )
@@ -221,6 +223,46 @@ def test_gc_removes_stale_temp_files(fcp: SyncCheckpointClient, store: Path) -> 
     os.utime(old, (two_hours_ago, two_hours_ago))
     fcp.gc()
     assert not old.exists() and fresh.exists()
+
+
+def test_gc_keeps_the_records_of_keys_named_like_temp_files(
+    fcp: SyncCheckpointClient, store: Path, clock: FakeClock,
+) -> None:
+    """Keys such as ``.tmp-x`` and ``a.json.tmp.1`` are kept as ``<key>.json``: records, not debris,
+    however old (gc once removed them, and their finished steps ran again)."""
+    keys = (".tmp-x", ".tmp-1-1", "a.json.tmp.1", "b.json.tmp.22")
+    for key in keys:
+        c = fcp.claim("ns", key)
+        assert isinstance(c, Claimed)
+        fcp.done("ns", key, c.lease_token)
+    debris = [store / "ns" / ".tmp-7-3", store / "ns" / "k.json.tmp.4242"]
+    for path in debris:
+        path.write_text("partial")
+    two_hours_ago = time.time() - 7200
+    for path in [*debris, *(store / "ns").glob("*.json")]:
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    fcp.gc()
+    assert not any(p.exists() for p in debris)
+    for key in keys:
+        rec = fcp.get("ns", key)
+        assert rec is not None and rec.status is CheckpointStatus.DONE, key
+        assert isinstance(fcp.claim("ns", key), Done)
+
+
+def test_a_touch_without_extend_ms_renews_a_claim_the_original_wrote_by_its_own_default(
+    fcp: SyncCheckpointClient, store: Path, clock: FakeClock,
+) -> None:
+    """The original's records name no lease (``leaseMs``): a touch without ``extend_ms`` adds its
+    ``DEFAULT_EXTEND_MS`` (60 s), as its own touch does, instead of ending the lease now."""
+    (store / "ns").mkdir(parents=True)
+    (store / "ns" / "k.json").write_text(json.dumps({
+        "namespace": "ns", "key": "k", "status": "claimed", "ownerRunId": "node", "leaseToken": "b" * 32,
+        "leaseUntil": clock.now + 600_000, "result": None, "resultRef": None, "attempts": 1,
+        "createdAt": clock.now, "updatedAt": clock.now,
+    }, indent=2))
+    rec = fcp.touch("ns", "k", "b" * 32)
+    assert rec is not None and rec.lease_until == clock.now + 60_000
+    assert isinstance(fcp.claim("ns", "k"), Busy)
 
 
 def test_gc_is_not_upset_by_a_temp_file_renamed_away_under_it_or_a_directory_named_like_one(

@@ -164,6 +164,32 @@ def test_a_password_never_shows_in_an_error(url: str) -> None:
     assert "***" in text, text
 
 
+def test_a_short_piece_of_a_password_never_shows_in_an_error_and_words_that_hold_it_stay() -> None:
+    """A password of ``pw@xq``: the driver takes ``xq@127.0.0.1`` for the host and says so."""
+    from mooncat_checkpoint.urls import redact
+
+    url = "postgresql://u:pw@xq@127.0.0.1:1/db"
+    with pytest.raises(BackendUnavailableError) as exc:
+        SyncCheckpointClient(url)
+    assert "xq@" not in str(exc.value) and "pw@" not in str(exc.value), exc.value
+    said = redact("failed to resolve host 'xq@127.0.0.1' (pw): the xqueue's pwd", url)
+    assert said == "failed to resolve host '***@127.0.0.1' (***): the xqueue's pwd"
+
+
+def test_the_url_command_prints_a_path_of_undecodable_bytes_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+    import os
+
+    from mooncat_checkpoint.cli import main
+
+    url = "file://" + os.fsdecode(bytes(tmp_path) + b"/\xff")
+    assert main(["--url", url, "url"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["url"].endswith("/\udcff") and out["backend"] == "file"
+
+
 def test_the_url_command_shows_a_password_as_stars(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
