@@ -28,7 +28,8 @@ type Pending struct {
 // Done is closed once the task is created or has failed.
 func (p *Pending) Done() <-chan struct{} { return p.done }
 
-// Wait returns the created task, or the task's own error (an invalid task fails only itself).
+// Wait returns the created task, or the task's own error (an invalid task fails only itself). An
+// *OutcomeUnknownError carries the task's idempotency key in IdempotencyKeys.
 func (p *Pending) Wait(ctx context.Context) (*Task, error) {
 	select {
 	case <-p.done:
@@ -228,8 +229,14 @@ func (b *Batcher) sendBatch(batch []batchItem) {
 					continue
 				}
 			}
+			var ou *OutcomeUnknownError
+			unknown := errors.As(err, &ou)
 			for _, it := range batch {
-				b.resolve(it.p, nil, err)
+				if unknown { // each Pending gets its own task's key
+					b.resolve(it.p, nil, &OutcomeUnknownError{Op: ou.Op, Err: ou.Err, IdempotencyKeys: []string{*it.req.IdempotencyKey}})
+				} else {
+					b.resolve(it.p, nil, err)
+				}
 			}
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,10 +13,12 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,12 +26,17 @@ import (
 type Client struct {
 	addrs         []string
 	hc            *http.Client
+	stock         bool // hc's transport is net/http's own (see notSent)
 	token         string
 	maxAttempts   int
 	retryDeadline time.Duration
 	backoffBase   time.Duration
 	backoffMax    time.Duration
 	namespace     string
+	maxAnswer     int64
+
+	given   *http.Client   // WithHTTPClient's, copied by NewClient (never changed)
+	timeout *time.Duration // WithTimeout's, set on the copy
 
 	mu     sync.Mutex
 	target string
@@ -37,7 +45,9 @@ type Client struct {
 // Option configures NewClient.
 type Option func(*Client)
 
-// WithToken sends "Authorization: Bearer <token>" (the nodes' http.auth_token).
+// WithToken sends "Authorization: Bearer <token>" (the nodes' http.auth_token, or an API key's
+// secret). NewClient refuses a token that is not printable ASCII without spaces, as the Python
+// SDK does: it could not travel in a header unchanged.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
 // WithNamespace is the namespace of every create whose request names none, and the one lists
@@ -46,11 +56,14 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 // key may read.
 func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
 
-// WithHTTPClient replaces the http.Client (its CheckRedirect is overridden: the SDK follows 307 itself).
-func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+// WithHTTPClient makes the client's requests with a copy of hc (hc itself is never changed; nil
+// keeps the default). The copy's CheckRedirect is replaced (the SDK follows 307 itself) and
+// WithTimeout, in any order, sets the copy's Timeout.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.given = hc } }
 
-// WithTimeout is the per-request timeout (default 10 s).
-func WithTimeout(d time.Duration) Option { return func(c *Client) { c.hc.Timeout = d } }
+// WithTimeout is the per-request timeout (default 10 s; with WithHTTPClient, that client's own
+// unless this is given).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = &d } }
 
 // WithMaxAttempts bounds the attempts of one call (default 8; redirects to the leader do not count).
 func WithMaxAttempts(n int) Option { return func(c *Client) { c.maxAttempts = n } }
@@ -64,6 +77,20 @@ func WithBackoff(base, max time.Duration) Option {
 	return func(c *Client) { c.backoffBase, c.backoffMax = base, max }
 }
 
+// DefaultMaxResponseBytes bounds the body of one answer the client reads (WithMaxResponseBytes).
+//
+// The largest answer of a node at its default limits is a page of 1,000 tasks
+// (ListTasks, or a batch create's echo) each holding the largest payload, 64 KiB encoded
+// (namespaces.max_payload_bytes), and at most ~12 KiB of other fields (three URLs of up to 2,048
+// characters, the 512-byte response head JSON-escaped, the cron expression, the keys): ~76 MiB.
+// 256 MiB leaves room for a node whose payload bound was raised to ~240 KiB; /metrics, the
+// wheel PNG and every other answer are far smaller.
+const DefaultMaxResponseBytes = 256 << 20
+
+// WithMaxResponseBytes bounds the body of one answer (default DefaultMaxResponseBytes); a 2xx
+// answer beyond it is an error. Raise it for nodes whose max_payload_bytes allow larger pages.
+func WithMaxResponseBytes(n int64) Option { return func(c *Client) { c.maxAnswer = n } }
+
 // NewClient makes a client of the nodes at addrs (HTTP base URLs, any subset of the cluster: the
 // leader is discovered).
 func NewClient(addrs []string, opts ...Option) (*Client, error) {
@@ -71,20 +98,11 @@ func NewClient(addrs []string, opts ...Option) (*Client, error) {
 		return nil, errors.New("molens: give at least one node address")
 	}
 	c := &Client{
-		hc: &http.Client{
-			Timeout: 10 * time.Second,
-			Transport: &http.Transport{
-				Proxy:               nil, // nodes are addressed directly
-				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConns:        64,
-				MaxIdleConnsPerHost: 16,
-				IdleConnTimeout:     90 * time.Second,
-			},
-		},
 		maxAttempts:   8,
 		retryDeadline: 30 * time.Second,
 		backoffBase:   50 * time.Millisecond,
 		backoffMax:    2 * time.Second,
+		maxAnswer:     DefaultMaxResponseBytes,
 	}
 	for _, a := range addrs {
 		b, err := baseURL(a)
@@ -100,8 +118,35 @@ func NewClient(addrs []string, opts ...Option) (*Client, error) {
 	if c.namespace != "" && !namespaceName.MatchString(c.namespace) {
 		return nil, fmt.Errorf("molens: namespace must match %s, got %q", namespaceName, c.namespace)
 	}
-	hc := *c.hc
+	if c.maxAnswer < 1 {
+		return nil, fmt.Errorf("molens: WithMaxResponseBytes must be at least 1, got %d", c.maxAnswer)
+	}
+	for _, r := range c.token {
+		if r <= ' ' || r > '~' { // printable ASCII: no header injection, no mangling
+			return nil, errors.New("molens: the token must be printable ASCII without spaces")
+		}
+	}
+	var hc http.Client
+	if c.given != nil {
+		hc = *c.given
+	} else {
+		hc = http.Client{
+			Timeout: 10 * time.Second,
+			Transport: &http.Transport{
+				Proxy:               nil, // nodes are addressed directly
+				DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConns:        64,
+				MaxIdleConnsPerHost: 16,
+				IdleConnTimeout:     90 * time.Second,
+			},
+		}
+	}
+	if c.timeout != nil {
+		hc.Timeout = *c.timeout
+	}
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	_, isTransport := hc.Transport.(*http.Transport)
+	c.stock = hc.Transport == nil || isTransport
 	c.hc = &hc
 	return c, nil
 }
@@ -148,18 +193,34 @@ func (c *Client) ns(given string) string {
 
 // CreateTask creates one task and returns it. An idempotency key is added when r has none (r is
 // not modified), so retries never create a duplicate; when the key matched an existing task, that
-// task is returned.
+// task is returned. An *OutcomeUnknownError carries the key in IdempotencyKeys.
 func (c *Client) CreateTask(ctx context.Context, r *TaskRequest) (*Task, error) {
 	var t Task
-	if err := c.do(ctx, "POST", "/api/v1/tasks", nil, c.keyed(r), true, &t); err != nil {
-		return nil, err
+	body := c.keyed(r)
+	if err := c.do(ctx, "POST", "/api/v1/tasks", nil, body, true, &t); err != nil {
+		return nil, withKeys(err, []*TaskRequest{body})
 	}
 	return &t, nil
 }
 
+// withKeys is err with the idempotency keys of bodies when it is an *OutcomeUnknownError.
+func withKeys(err error, bodies []*TaskRequest) error {
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) {
+		return err
+	}
+	keys := make([]string, len(bodies))
+	for i, b := range bodies {
+		keys[i] = *b.IdempotencyKey
+	}
+	ou.IdempotencyKeys = keys
+	return err
+}
+
 // CreateTasks creates tasks in batches of at most 1,000 (each one replicated entry) and returns them in
 // order. A batch holding an invalid task is rejected whole: the *APIError has ItemErrors by index
-// within that batch, and the tasks of earlier batches are returned with it.
+// within that batch, and the tasks of earlier batches are returned with it. An
+// *OutcomeUnknownError carries the keys of its batch in IdempotencyKeys.
 func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, error) {
 	return c.createAll(ctx, rs, false)
 }
@@ -207,7 +268,7 @@ func (c *Client) createAll(ctx context.Context, rs []*TaskRequest, minimal bool)
 func (c *Client) createBatch(ctx context.Context, bodies []*TaskRequest) ([]*Task, []*APIError, error) {
 	var resp batchResponse
 	if err := c.do(ctx, "POST", "/api/v1/tasks/batch", nil, batchRequest{Tasks: bodies}, true, &resp); err != nil {
-		return nil, nil, err
+		return nil, nil, withKeys(err, bodies)
 	}
 	errs, err := batchErrors(len(bodies), len(resp.Items), func(i int) bool { return resp.Items[i] == nil }, resp.Errors)
 	if err != nil {
@@ -225,7 +286,7 @@ func (c *Client) createBatchAs(ctx context.Context, bodies []*TaskRequest, minim
 	var resp batchIDsResponse
 	prefer := http.Header{"Prefer": {"return=minimal"}}
 	if err := c.doWith(ctx, "POST", "/api/v1/tasks/batch", nil, batchRequest{Tasks: bodies}, true, &resp, prefer); err != nil {
-		return nil, nil, err
+		return nil, nil, withKeys(err, bodies)
 	}
 	errs, err := batchErrors(len(bodies), len(resp.Items), func(i int) bool { return resp.Items[i] == nil }, resp.Errors)
 	if err != nil {
@@ -622,16 +683,46 @@ func (c *Client) backoff(ctx context.Context, n int, floor time.Duration, deadli
 	}
 }
 
-// notSent: the request certainly never reached a node (it could not connect).
-func notSent(err error) bool {
+// notSent: the request certainly never left the client, so sending it again cannot apply it twice.
+//
+// Sure are: a failed dial (no connection); a failed check of the node's certificate (the TLS
+// handshake comes before any byte of a request, and Go's TLS sends no early data); and, with
+// net/http's own Transport, any error before the transport reported a connection (gotConn):
+// that Transport reports GotConn before it writes on a connection (HTTP/1 in getConn, HTTP/2
+// before its RoundTrip on the client connection), so a TLS handshake that failed or timed out,
+// or a header value it refuses, happened with no connection to write on. A RoundTripper of the
+// caller's (WithHTTPClient) may never report a connection, so only the first two count for it.
+func notSent(err error, gotConn, stockTransport bool) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	var badCert x509.CertificateInvalidError
+	if errors.As(err, &unknownCA) || errors.As(err, &badHost) || errors.As(err, &badCert) {
+		return true
+	}
+	return stockTransport && !gotConn
 }
+
+// maxRedirects is how many consecutive redirects are followed before the client takes them for a
+// loop (nodes naming each other as leader while an election settles) and backs off before asking
+// again, as after a failed attempt.
+const maxRedirects = 5
 
 // do sends with redirects, retries and backoff and decodes a 2xx answer into out (a *[]byte takes
 // the raw body). safe: retrying after an unknown outcome cannot do harm (reads, keyed creates).
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body interface{}, safe bool, out interface{}) error {
 	return c.doWith(ctx, method, path, q, body, safe, out, nil)
+}
+
+// retryAfter is the answer's Retry-After in seconds (0 when it has none or it is a date).
+func retryAfter(resp *http.Response) time.Duration {
+	if s, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	return 0
 }
 
 // doWith is do with extra request headers (If-Match, Prefer).
@@ -652,7 +743,15 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 	attempt, redirects := 0, 0
 	unknown := false // an earlier attempt may have been applied
 	var lastErr error
-	var answered *APIError // a node's last 503: the cluster is there, not serving
+	var answered *APIError // a node's last 503/507: the cluster is there, not serving
+	// giveUp is e, or an unknown outcome when an earlier attempt may have been applied
+	giveUp := func(e error) error {
+		if unknown {
+			return &OutcomeUnknownError{Op: op, Err: e}
+		}
+		return e
+	}
+	spent := func() bool { return attempt >= c.maxAttempts || !time.Now().Before(deadline) }
 	for {
 		attempt++
 		if err := ctx.Err(); err != nil {
@@ -662,7 +761,9 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		if data != nil {
 			rd = bytes.NewReader(data)
 		}
-		req, err := http.NewRequestWithContext(ctx, method, target+path, rd)
+		var gotConn int32
+		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { atomic.StoreInt32(&gotConn, 1) }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, target+path, rd)
 		if err != nil {
 			return err
 		}
@@ -680,20 +781,24 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		}
 		resp, err := c.hc.Do(req)
 		var raw []byte
+		tooBig := false
 		if err == nil {
-			raw, err = io.ReadAll(resp.Body)
+			raw, err = io.ReadAll(io.LimitReader(resp.Body, c.maxAnswer+1))
 			resp.Body.Close()
+			if int64(len(raw)) > c.maxAnswer {
+				raw, tooBig = raw[:c.maxAnswer], true
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			unknown = unknown || (!notSent(err) && method != "GET")
+			unknown = unknown || (!notSent(err, atomic.LoadInt32(&gotConn) == 1, c.stock) && method != "GET")
 			lastErr = err
 			if unknown && !safe { // sending it again could apply it twice (a backfill fires twice)
 				return &OutcomeUnknownError{Op: op, Err: err}
 			}
-			if attempt >= c.maxAttempts || !time.Now().Before(deadline) {
+			if spent() {
 				if unknown { // a keyed create: sent, maybe applied; the same key finds out
 					return &OutcomeUnknownError{Op: op, Err: err}
 				}
@@ -718,8 +823,31 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 			if next == "" {
 				next, _ = baseURL(resp.Header.Get("Location"))
 			}
-			if redirects >= 5 || next == "" {
-				return &APIError{Status: status, Code: "redirect", Message: fmt.Sprintf("%s: bad or looping redirect to %q", op, resp.Header.Get("Location"))}
+			if next == "" {
+				return giveUp(&APIError{Status: status, Code: "redirect", Message: fmt.Sprintf("%s: bad redirect to %q", op, resp.Header.Get("Location"))})
+			}
+			if strings.HasPrefix(target, "https://") && strings.HasPrefix(next, "http://") {
+				// the bearer token would go unencrypted (a node behind a TLS proxy names its plain
+				// address): ask the next configured node instead, as after a failed attempt
+				if len(c.addrs) == 1 || spent() {
+					return giveUp(&APIError{Status: status, Code: "redirect", Message: fmt.Sprintf(
+						"%s: the leader's address %s is plain http; not following it from https (give the client every node's https URL)", op, next)})
+				}
+				target = c.nextNode(target)
+				if err := c.backoff(ctx, attempt, 0, deadline); err != nil {
+					return err
+				}
+				continue
+			}
+			if redirects >= maxRedirects {
+				if spent() {
+					return giveUp(&APIError{Status: status, Code: "redirect", Message: fmt.Sprintf("%s: looping redirect to %q", op, next)})
+				}
+				redirects = 0
+				if err := c.backoff(ctx, attempt, 0, deadline); err != nil {
+					return err
+				}
+				continue
 			}
 			redirects++
 			attempt-- // following the leader is not a failure
@@ -727,25 +855,30 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 			c.setTarget(target)
 			continue
 		}
-		if status == 503 {
+		if status >= 300 && status < 400 { // not a node's answer: a proxy's or another server's redirect
+			loc := resp.Header.Get("Location")
+			if len(loc) > 200 {
+				loc = loc[:200]
+			}
+			return giveUp(&APIError{Status: status, Code: "http_error", Message: fmt.Sprintf("%s: unexpected redirect %d to %q; is this a molens node?", op, status, loc)})
+		}
+		if status == 503 || status == 507 { // 507: the leader's disk is full, nothing applied; it recovers by itself
 			e := parseError(status, raw)
+			e.RetryAfter = retryAfter(resp)
 			answered = e
 			unknown = unknown || e.Code == "outcome_unknown"
 			if unknown && !safe {
 				return &OutcomeUnknownError{Op: op, Err: e}
 			}
-			if attempt >= c.maxAttempts || !time.Now().Before(deadline) {
-				if unknown {
-					return &OutcomeUnknownError{Op: op, Err: e}
-				}
-				return e
+			if spent() {
+				return giveUp(e)
 			}
 			if e.Code == "no_leader" && len(c.addrs) > 1 {
 				target = c.nextNode(target)
 			}
 			var floor time.Duration
-			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && attempt > 2 {
-				floor = time.Duration(s) * time.Second
+			if attempt > 2 {
+				floor = e.RetryAfter
 			}
 			if err := c.backoff(ctx, attempt, floor, deadline); err != nil {
 				return err
@@ -754,26 +887,47 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		}
 		if status >= 400 {
 			e := parseError(status, raw)
-			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && status == 429 {
-				e.RetryAfter = time.Duration(s) * time.Second
-			}
-			if unknown && (status == 404 || status == 409 || status == 412) && method != "GET" {
-				return &OutcomeUnknownError{Op: op, Err: fmt.Errorf("answered %d after a lost response (%v); the first attempt may have been applied", status, lastErr)}
+			e.RetryAfter = retryAfter(resp)
+			// after a lost answer a refusal cannot tell whether the first attempt applied: a keyed
+			// create's retry meets a full quota (429) even when the first one made the task
+			if unknown && (status == 404 || status == 409 || status == 412 || status == 429) && method != "GET" {
+				// e is in the message only: this is not the API's refusal (IsQuotaExceeded must not hold)
+				return &OutcomeUnknownError{Op: op, Err: fmt.Errorf("answered %d after a lost response (%v); the first attempt may have been applied: %v", status, lastErr, e)}
 			}
 			return e
 		}
 		c.setTarget(target)
+		if tooBig {
+			return fmt.Errorf("molens: %s: answered %d with more than %d bytes (WithMaxResponseBytes)", op, status, c.maxAnswer)
+		}
 		if p, ok := out.(*[]byte); ok {
 			*p = raw
 			return nil
 		}
-		if out != nil && len(raw) > 0 {
-			if err := json.Unmarshal(raw, out); err != nil {
-				return fmt.Errorf("molens: %s: decoding the answer: %w", op, err)
-			}
+		if out == nil {
+			return nil
+		}
+		// every answer the SDK decodes is a JSON object: anything else (empty, null, HTML) is no
+		// node's answer, and decoding it would hand back a zero value as if it were one
+		if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+			return &APIError{Status: 502, Code: "http_error", Message: fmt.Sprintf("%s: answered %d with %s where a JSON object was expected", op, status, snippet(raw))}
+		}
+		if err := json.Unmarshal(raw, out); err != nil {
+			return &APIError{Status: 502, Code: "http_error", Message: fmt.Sprintf("%s: answered %d with a body that is not the expected JSON (%v)", op, status, err)}
 		}
 		return nil
 	}
+}
+
+// snippet is the start of an answer's body for an error message.
+func snippet(raw []byte) string {
+	if len(raw) == 0 {
+		return "an empty body"
+	}
+	if len(raw) > 200 {
+		raw = raw[:200]
+	}
+	return strconv.Quote(string(raw))
 }
 
 func parseError(status int, raw []byte) *APIError {

@@ -33,6 +33,7 @@ type DeadLetter struct {
 	Reliability  string         `json:"reliability"`
 	ScheduledAt  int64          `json:"scheduled_at"`
 	Result       string         `json:"result"`
+	Namespace    string         `json:"namespace"`
 	// Set by RedriveDeadLetter for an at_most_once task: the occurrence may already have reached
 	// the receiver.
 	Warning string `json:"warning,omitempty"`
@@ -67,10 +68,11 @@ type DeadLetterFilter struct {
 	Since  int64          `json:"since,omitempty"`
 	Until  int64          `json:"until,omitempty"`
 	Limit  int            `json:"limit,omitempty"`
-	// Namespace: that namespace's alone ("": the client's WithNamespace, else every one the key may change).
+	// Namespace: that namespace's alone ("": the client's WithNamespace, else every one the key may
+	// change). For DeleteDeadLetters a Namespace given here is a filter; the client's is not.
 	Namespace string `json:"namespace,omitempty"`
-	// DeleteDeadLetters only: with no other filter, delete every dead letter (without it an empty
-	// filter is refused).
+	// DeleteDeadLetters only: with no other filter, delete every dead letter (of the client's
+	// namespace with WithNamespace); without it the API refuses an empty filter.
 	All bool `json:"-"`
 }
 
@@ -158,7 +160,9 @@ func (c *Client) DeleteDeadLetter(ctx context.Context, id string) error {
 }
 
 // DeleteDeadLetters deletes the dead letters matching f (at most f.Limit), or every one with
-// f.All; an empty filter without All is a 400.
+// f.All. An empty filter without All is refused by the API (IsBadRequest, Field "all"), also on a
+// client WithNamespace: its namespace limits a filter, it is not one (so with All, every dead
+// letter of that namespace is deleted). A Namespace given in f is a filter, as in the Python SDK.
 func (c *Client) DeleteDeadLetters(ctx context.Context, f DeadLetterFilter) (*BulkResult, error) {
 	q := url.Values{}
 	setStr(q, "task_id", f.TaskID)
@@ -166,8 +170,10 @@ func (c *Client) DeleteDeadLetters(ctx context.Context, f DeadLetterFilter) (*Bu
 	setStr(q, "kind", string(f.Kind))
 	setInt(q, "since", f.Since)
 	setInt(q, "until", f.Until)
+	if len(q) > 0 || f.Namespace != "" || f.All { // the server counts ?namespace= as a filter
+		setStr(q, "namespace", c.ns(f.Namespace))
+	}
 	setInt(q, "limit", int64(f.Limit))
-	setStr(q, "namespace", c.ns(f.Namespace))
 	if f.All {
 		q.Set("all", "true")
 	}

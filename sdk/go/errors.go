@@ -6,22 +6,31 @@ import (
 	"time"
 )
 
-// APIError is an error answer of the API: {"error": {"code", "message", "field"}}.
+// APIError is an error answer of the API: {"error": {"code", "message", "field", "reason"}}.
 //
 //	400 invalid_argument (Field names the culprit), 401 unauthorized, 403 forbidden, 404 not_found,
 //	409 illegal_transition, 412 precondition_failed (UpdateTask), 413 payload_too_large/body_too_large,
 //	415 unsupported_media_type, 429 quota_exceeded (Quota names it)/too_many_requests (RetryAfter: when to try again),
-//	503 no_leader/outcome_unknown/unavailable (after every retry).
+//	503 no_leader/outcome_unknown/unavailable and 507 insufficient_storage (after every retry).
+//
+// The SDK makes some itself: Code "redirect" (Status 307/308: a redirect it would not follow, or
+// one that kept looping), and Code "http_error" for an answer that is no node's: an unexpected
+// 3xx, an error body that is not the API's, or a 2xx whose body is not the JSON object the call
+// expects (Status 502, as in the Python SDK).
 //
 // A rejected batch (400, nothing created) has ItemErrors: the error of each bad item by index.
 type APIError struct {
-	Status     int
-	Code       string
-	Message    string
-	Field      string
+	Status  int
+	Code    string
+	Message string
+	Field   string
+	// Reason refines Code where it is too coarse (never_fires: a cron_expr with no fire time;
+	// too_many_occurrences: a backfill range of more than 10,000). Branch on Code and Reason,
+	// never on Message (it may be translated).
+	Reason     string
 	ItemErrors map[int]*APIError
 	Quota      string        // 429 quota_exceeded: the namespace's quota that refused the request
-	RetryAfter time.Duration // 429: the answer's Retry-After (0 when it had none)
+	RetryAfter time.Duration // the answer's Retry-After (429, 503, 507; 0 when it had none)
 }
 
 func (e *APIError) Error() string {
@@ -32,11 +41,17 @@ func (e *APIError) Error() string {
 }
 
 // OutcomeUnknownError: a write may or may not have been applied (its response was lost and a retry
-// could not tell). A create returns it only when every attempt was sent and went unanswered (create
-// again with the same idempotency key to find out).
+// could not tell). A create returns it when every attempt was sent and went unanswered, or when a
+// retry after a lost answer met a refusal the first attempt may have caused (429: the task it
+// made fills the quota); IdempotencyKeys are the keys it carried, in order (the SDK's own
+// included): create again with them to find out, never making a duplicate.
 type OutcomeUnknownError struct {
 	Op  string
 	Err error
+	// CreateTask: its key. CreateTasks, CreateTaskIDs: the keys of the batch (at most 1,000) whose
+	// outcome is unknown; the tasks of earlier batches are returned with the error, later batches
+	// were not sent. A Batcher's Pending: the key of its own task.
+	IdempotencyKeys []string
 }
 
 func (e *OutcomeUnknownError) Error() string {
@@ -87,20 +102,29 @@ func IsUnauthorized(err error) bool { return hasStatus(err, 401) }
 // the request names a namespace outside the key's.
 func IsForbidden(err error) bool { return hasStatus(err, 403) }
 
-// IsQuotaExceeded reports a 429 quota_exceeded: a namespace's quota refused the request whole
-// (nothing was created); the *APIError's Quota names it and RetryAfter says when to try again.
+// IsQuotaExceeded reports a 429 quota_exceeded: a namespace's quota refused the request whole (that
+// request created nothing; a retry after a lost answer that meets a full quota is an
+// *OutcomeUnknownError instead, since the lost attempt may have made the task). The *APIError's
+// Quota names the quota and RetryAfter says when to try again.
 func IsQuotaExceeded(err error) bool {
 	var e *APIError
 	return errors.As(err, &e) && e.Status == 429 && e.Code == "quota_exceeded"
 }
 
-// IsUnavailable reports a 503 that outlasted every retry.
-func IsUnavailable(err error) bool { return hasStatus(err, 503) }
+// IsUnavailable reports a 503 (no leader, the cluster is not serving) or a 507
+// (IsInsufficientStorage) that outlasted every retry.
+func IsUnavailable(err error) bool { return hasStatus(err, 503) || hasStatus(err, 507) }
+
+// IsInsufficientStorage reports a 507 insufficient_storage that outlasted every retry: the leader
+// cannot write its disk (nothing was applied); it takes writes again by itself once space returns.
+// RetryAfter is the node's Retry-After.
+func IsInsufficientStorage(err error) bool { return hasStatus(err, 507) }
 
 type errorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field"`
+	Reason  string `json:"reason"`
 	Quota   string `json:"quota"`
 }
 
@@ -110,5 +134,5 @@ type errorEnvelope struct {
 }
 
 func (b errorBody) apiError(status int) *APIError {
-	return &APIError{Status: status, Code: b.Code, Message: b.Message, Field: b.Field, Quota: b.Quota}
+	return &APIError{Status: status, Code: b.Code, Message: b.Message, Field: b.Field, Reason: b.Reason, Quota: b.Quota}
 }

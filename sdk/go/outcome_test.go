@@ -4,10 +4,13 @@ package molens
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,6 +98,171 @@ func TestNoLeaderFromOneNodeAndADeadOtherIsUnavailableNotUnreachable(t *testing.
 	c := newClient(t, []string{node.URL, deadURL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(4))
 	_, err := c.GetTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV")
 	if !IsUnavailable(err) {
+		t.Fatalf("got %T %v", err, err)
+	}
+}
+
+// recordingNode drops the connection of its first lose requests unanswered, then answers every
+// request with status, the headers h and body; keys are the idempotency keys of every create it
+// was sent (one body, or a batch's tasks), in order.
+type recordingNode struct {
+	*httptest.Server
+	mu   sync.Mutex
+	keys [][]string
+}
+
+func newRecordingNode(t *testing.T, lose int32, status int, h http.Header, body string) *recordingNode {
+	n := &recordingNode{}
+	var seen int32
+	n.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			IdempotencyKey string `json:"idempotency_key"`
+			Tasks          []struct {
+				IdempotencyKey string `json:"idempotency_key"`
+			} `json:"tasks"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		keys := []string{req.IdempotencyKey}
+		if req.Tasks != nil {
+			keys = keys[:0]
+			for _, tk := range req.Tasks {
+				keys = append(keys, tk.IdempotencyKey)
+			}
+		}
+		n.mu.Lock()
+		n.keys = append(n.keys, keys)
+		n.mu.Unlock()
+		if atomic.AddInt32(&seen, 1) <= lose {
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		for k, vs := range h {
+			w.Header()[k] = vs
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(n.Close)
+	return n
+}
+
+// sent is the keys of every request the node got, each request's once they are all the same.
+func (n *recordingNode) sent(t *testing.T) []string {
+	t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, k := range n.keys {
+		if !reflect.DeepEqual(k, n.keys[0]) {
+			t.Fatalf("a retry carried other keys: %q", n.keys)
+		}
+	}
+	return n.keys[0]
+}
+
+const quotaFull = `{"error": {"code": "quota_exceeded", "message": "m", "field": "max_pending_tasks", "quota": "max_pending_tasks"}}`
+
+func TestACreateWhoseRetryMeetsAFullQuotaAfterALostAnswerIsAnUnknownOutcomeWithItsKeys(t *testing.T) {
+	// the lost first attempt may have made the task that now fills the quota: "nothing was
+	// created" would be a lie, and the caller needs the SDK's keys to find out
+	for _, batch := range []bool{false, true} {
+		node := newRecordingNode(t, 1, 429, http.Header{"Retry-After": {"1"}}, quotaFull)
+		c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond))
+		var err error
+		if batch {
+			_, err = c.CreateTaskIDs(context.Background(), []*TaskRequest{far(node.URL, "a"), far(node.URL, "b")})
+		} else {
+			_, err = c.CreateTask(context.Background(), far(node.URL, "a"))
+		}
+		var ou *OutcomeUnknownError
+		if !errors.As(err, &ou) || IsQuotaExceeded(err) {
+			t.Fatalf("batch %v: got %T %v", batch, err, err)
+		}
+		if sent := node.sent(t); !reflect.DeepEqual(ou.IdempotencyKeys, sent) || len(sent[0]) != 32 {
+			t.Fatalf("batch %v: the error carries keys %q, the requests %q", batch, ou.IdempotencyKeys, sent)
+		}
+	}
+	// answered at once, the same 429 is the API's: nothing was created
+	node := newRecordingNode(t, 0, 429, nil, quotaFull)
+	_, err := newClient(t, []string{node.URL}).CreateTask(context.Background(), far(node.URL, "a"))
+	if !IsQuotaExceeded(err) {
+		t.Fatalf("got %T %v", err, err)
+	}
+}
+
+func TestACreateWhoseEveryAnswerIsLostCarriesItsKeysAndSoDoesEachBatcherPending(t *testing.T) {
+	node := newRecordingNode(t, 1<<30, 200, nil, "")
+	c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	mine := NewIdempotencyKey()
+	_, err := c.CreateTasks(context.Background(), []*TaskRequest{far(node.URL, "a"), far(node.URL, "b").SetIdempotencyKey(mine)})
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) || len(ou.IdempotencyKeys) != 2 || ou.IdempotencyKeys[1] != mine ||
+		!reflect.DeepEqual(ou.IdempotencyKeys, node.sent(t)) {
+		t.Fatalf("got %T %v, keys %q, sent %q", err, err, ou.IdempotencyKeys, node.sent(t))
+	}
+
+	node = newRecordingNode(t, 1<<30, 200, nil, "")
+	c = newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	b := c.NewBatcher(BatcherOptions{MaxBatch: 2, FlushInterval: time.Hour})
+	defer b.Close()
+	var ps []*Pending
+	for _, scene := range []string{"a", "b"} {
+		p, err := b.Submit(context.Background(), far(node.URL, scene))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	sent := []string{}
+	for i, p := range ps {
+		_, err := p.Wait(ctxT(t))
+		if !errors.As(err, &ou) || len(ou.IdempotencyKeys) != 1 {
+			t.Fatalf("pending %d: got %T %v", i, err, err)
+		}
+		sent = append(sent, ou.IdempotencyKeys[0])
+	}
+	if !reflect.DeepEqual(sent, node.sent(t)) {
+		t.Fatalf("the pendings carry keys %q, the batch %q", sent, node.sent(t))
+	}
+}
+
+const diskFull = `{"error": {"code": "insufficient_storage", "message": "storage full"}}`
+
+func TestInsufficientStorageIsRetriedAndReportedAfterTheBudget(t *testing.T) {
+	// the leader's disk is full: nothing was applied, and it takes writes again by itself
+	var n int32
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if atomic.AddInt32(&n, 1) <= 2 {
+			w.WriteHeader(507)
+			_, _ = io.WriteString(w, diskFull)
+			return
+		}
+		_, _ = io.WriteString(w, `{"id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "status": "pending"}`)
+	}))
+	t.Cleanup(node.Close)
+	c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond))
+	if task, err := c.CreateTask(context.Background(), far(node.URL, "a")); err != nil || task.Status != "pending" || atomic.LoadInt32(&n) != 3 {
+		t.Fatalf("got %+v %v after %d requests", task, err, atomic.LoadInt32(&n))
+	}
+
+	full := newRecordingNode(t, 0, 507, http.Header{"Retry-After": {"1"}}, diskFull)
+	c = newClient(t, []string{full.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	_, err := c.PauseTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+	e := mustAPIError(t, err, 507, "insufficient_storage", "")
+	if !IsInsufficientStorage(err) || !IsUnavailable(err) || e.RetryAfter != time.Second || len(full.keys) != 2 {
+		t.Fatalf("got %+v after %d requests", e, len(full.keys))
+	}
+
+	// an earlier attempt was lost: it may have been applied before the disk filled
+	lost := newRecordingNode(t, 1, 507, nil, diskFull)
+	c = newClient(t, []string{lost.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(3))
+	_, err = c.CreateTask(context.Background(), far(lost.URL, "a"))
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) || !reflect.DeepEqual(ou.IdempotencyKeys, lost.sent(t)) {
 		t.Fatalf("got %T %v", err, err)
 	}
 }

@@ -24,6 +24,7 @@ type Quotas struct {
 	MaxPendingTasks *int64   `json:"max_pending_tasks,omitempty"`
 	CreatesPerS     *float64 `json:"creates_per_s,omitempty"`
 	MaxPayloadBytes *int64   `json:"max_payload_bytes,omitempty"`
+	FiresPerS       *float64 `json:"fires_per_s,omitempty"` // fires per second of all its tasks (due fires over it wait)
 }
 
 // Namespace groups tasks, their executions and dead letters.

@@ -24,6 +24,9 @@ type TaskRequest struct {
 	FlowKey        *string       `json:"flow_key,omitempty"`
 	Retry          *RetryRequest `json:"retry,omitempty"`
 	JitterMs       *int64        `json:"jitter_ms,omitempty"`
+	// W3C trace context (00-<32 hex>-<16 hex>-<2 hex>) the task's callbacks, ACK probes and
+	// notifications join; nil: the create request's traceparent header, if any.
+	Traceparent *string `json:"traceparent,omitempty"`
 	// Periodic only.
 	StartAt         *int64   `json:"start_at,omitempty"`
 	EndAt           *int64   `json:"end_at,omitempty"`
@@ -64,6 +67,7 @@ func (r *TaskRequest) SetMaxRuns(v int64) *TaskRequest         { r.MaxRuns = &v;
 func (r *TaskRequest) SetCatchup(v Catchup) *TaskRequest       { r.Catchup = &v; return r }
 func (r *TaskRequest) SetCatchupWindowMs(v int64) *TaskRequest { r.CatchupWindowMs = &v; return r }
 func (r *TaskRequest) SetOverlap(v Overlap) *TaskRequest       { r.Overlap = &v; return r }
+func (r *TaskRequest) SetTraceparent(v string) *TaskRequest    { r.Traceparent = &v; return r }
 
 // Catchup is what a periodic task does with occurrences it missed (docs/api.md, catchup).
 type Catchup string
@@ -189,6 +193,7 @@ type Task struct {
 	LastFireAt          *int64          `json:"last_fire_at"`
 	Version             int64           `json:"version"`
 	Namespace           string          `json:"namespace"`
+	Traceparent         *string         `json:"traceparent"` // the trace its requests join
 }
 
 // Backfill is the answer of BackfillTask: how many occurrences the backfill fires, the first and
@@ -200,10 +205,13 @@ type Backfill struct {
 	Task        Task   `json:"task"`
 }
 
-// TaskList is one page of ListTasks; pass NextCursor back as Cursor until it is nil.
+// TaskList is one page of ListTasks; pass NextCursor back as Cursor until it is nil. Scanned is
+// how many tasks the request examined (of those the key may see): a page can hold fewer than its
+// limit while NextCursor is set.
 type TaskList struct {
 	Items      []Task  `json:"items"`
 	NextCursor *string `json:"next_cursor"`
+	Scanned    int64   `json:"scanned"`
 }
 
 // Execution is one HTTP attempt (a callback or an ACK probe).
@@ -403,11 +411,13 @@ type PreviewRequest struct {
 }
 
 // SchedulePreview lists fire times (epoch ms) and the same instants in Timezone (ISO 8601).
+// Description is a periodic schedule in words by language ("en", "zh"); nil for a delayed task.
 type SchedulePreview struct {
-	Items    []int64  `json:"items"`
-	Local    []string `json:"local"`
-	Timezone string   `json:"timezone"`
-	After    int64    `json:"after"`
+	Items       []int64           `json:"items"`
+	Local       []string          `json:"local"`
+	Timezone    string            `json:"timezone"`
+	After       int64             `json:"after"`
+	Description map[string]string `json:"description"`
 }
 
 // Health is GET /healthz.

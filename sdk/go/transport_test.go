@@ -1,0 +1,308 @@
+package molens
+
+// Against stand-in nodes (no real node needed): redirects, what counts as never sent, answers that
+// are no node's, the client's options and the fields of the answers.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const aTask = `{"id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "status": "paused"}`
+
+// standIn is a stand-in node answering with fn; tls: an https one (srv.Client() trusts every one).
+func standIn(t *testing.T, tls bool, fn http.HandlerFunc) *httptest.Server {
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fn(w, r)
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	s.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes the tests make fail
+	if tls {
+		s.StartTLS()
+	} else {
+		s.Start()
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// redirectTo answers 307 naming leader, as a follower does.
+func redirectTo(leader string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Molens-Leader", leader)
+		w.Header().Set("Location", leader+r.URL.RequestURI())
+		w.WriteHeader(307)
+	}
+}
+
+func TestARedirectFromHTTPSToPlainHTTPIsNotFollowedTheNextNodeIsAsked(t *testing.T) {
+	// a node behind a TLS proxy names its plain address as leader: following it would send the
+	// bearer token unencrypted
+	var plainGot int32
+	plain := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		atomic.AddInt32(&plainGot, 1)
+		_, _ = io.WriteString(w, aTask)
+	})
+	follower := standIn(t, true, redirectTo(plain.URL))
+	leader := standIn(t, true, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, aTask) })
+	ctx := context.Background()
+
+	alone := newClient(t, []string{follower.URL}, WithHTTPClient(follower.Client()), WithToken("s3cret"))
+	_, err := alone.PauseTask(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+	if e := mustAPIError(t, err, 307, "redirect", ""); !strings.Contains(e.Message, "plain http") {
+		t.Fatalf("message %q", e.Message)
+	}
+
+	both := newClient(t, []string{follower.URL, leader.URL}, WithHTTPClient(follower.Client()), WithToken("s3cret"))
+	if task, err := both.PauseTask(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV"); err != nil || task.Status != "paused" {
+		t.Fatalf("got %+v %v", task, err)
+	}
+	if n := atomic.LoadInt32(&plainGot); n != 0 {
+		t.Fatalf("the plain http node got %d requests", n)
+	}
+}
+
+func TestARedirectLoopIsBackedOffWithinTheRetryBudget(t *testing.T) {
+	// nodes name each other as leader while an election settles: after 5 redirects the client
+	// waits and asks again rather than failing at once
+	var n int32
+	var self string
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		if atomic.AddInt32(&n, 1) <= 8 {
+			redirectTo(self)(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, aTask)
+	})
+	self = node.URL
+	c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond))
+	if task, err := c.PauseTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); err != nil || task.Status != "paused" {
+		t.Fatalf("got %+v %v after %d requests", task, err, atomic.LoadInt32(&n))
+	}
+	// a loop that outlasts the budget is an error
+	atomic.StoreInt32(&n, -1<<30)
+	c = newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	_, err := c.PauseTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+	mustAPIError(t, err, 307, "redirect", "")
+}
+
+func TestAnUnexpectedRedirectOrAnAnswerThatIsNotAnObjectIsAnError(t *testing.T) {
+	// a proxy's login redirect or an HTML page is no node's answer: never a zero Task
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/tasks/found":
+			w.Header().Set("Location", "https://login.example/")
+			w.WriteHeader(302)
+		case "/api/v1/tasks/moved":
+			w.Header().Set("Location", "https://elsewhere.example/")
+			w.WriteHeader(301)
+		case "/api/v1/tasks/null":
+			_, _ = io.WriteString(w, "null")
+		case "/api/v1/tasks/html":
+			_, _ = io.WriteString(w, "<html>hello</html>")
+		case "/api/v1/tasks/list":
+			_, _ = io.WriteString(w, `[1, 2]`)
+		case "/api/v1/tasks/empty":
+		default:
+			_, _ = io.WriteString(w, aTask)
+		}
+	})
+	c := newClient(t, []string{node.URL})
+	ctx := context.Background()
+	for id, status := range map[string]int{"found": 302, "moved": 301, "null": 502, "html": 502, "list": 502, "empty": 502} {
+		task, err := c.GetTask(ctx, id)
+		if task != nil {
+			t.Fatalf("%s: a task %+v", id, task)
+		}
+		mustAPIError(t, err, status, "http_error", "")
+	}
+	if task, err := c.GetTask(ctx, "real"); err != nil || task.Status != "paused" {
+		t.Fatalf("got %+v %v", task, err)
+	}
+}
+
+func TestACertificateOrHandshakeFailureIsNeverSentSoAWriteIsNotOfUnknownOutcome(t *testing.T) {
+	// nothing left the client: a trigger (never sent twice) is unreachable, not "maybe applied"
+	var got int32
+	tlsNode := standIn(t, true, func(w http.ResponseWriter, r *http.Request) { atomic.AddInt32(&got, 1) })
+	c := newClient(t, []string{tlsNode.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	var ce *ConnectionError
+	if _, err := c.TriggerTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.As(err, &ce) {
+		t.Fatalf("an untrusted certificate: got %T %v", err, err)
+	}
+	if _, err := c.PauseTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.As(err, &ce) || ce.Attempts != 2 {
+		t.Fatalf("an untrusted certificate: got %T %v", err, err)
+	}
+	if n := atomic.LoadInt32(&got); n != 0 {
+		t.Fatalf("the node got %d requests", n)
+	}
+
+	// a node that hangs up on every connection: over https the handshake fails before the request,
+	// over plain http the request was written and its fate is unknown
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	c = newClient(t, []string{"https://" + l.Addr().String()}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	if _, err := c.TriggerTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.As(err, &ce) {
+		t.Fatalf("a failed handshake: got %T %v", err, err)
+	}
+	c = newClient(t, []string{"http://" + l.Addr().String()}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	var ou *OutcomeUnknownError
+	if _, err := c.TriggerTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.As(err, &ou) {
+		t.Fatalf("a request written, then the connection closed: got %T %v", err, err)
+	}
+}
+
+func TestATokenThatCannotTravelInAHeaderIsRefusedByNewClient(t *testing.T) {
+	for _, token := range []string{"abc\r\nX-Admin: 1", "two words", "caf\u00e9", "tab\there"} {
+		if _, err := NewClient([]string{"http://127.0.0.1:9"}, WithToken(token)); err == nil {
+			t.Fatalf("a client of token %q", token)
+		}
+	}
+	if _, err := NewClient([]string{"http://127.0.0.1:9"}, WithToken("mk_01ARZ3ND.aZ-9_~+/=")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWithHTTPClientIsCopiedWithTimeoutInEitherOrderAndNilKeepsTheDefault(t *testing.T) {
+	mine := &http.Client{Timeout: 7 * time.Second}
+	for _, opts := range [][]Option{
+		{WithHTTPClient(mine), WithTimeout(time.Second)},
+		{WithTimeout(time.Second), WithHTTPClient(mine)},
+	} {
+		c := newClient(t, []string{"http://127.0.0.1:9"}, opts...)
+		if c.hc == mine || c.hc.Timeout != time.Second || c.hc.CheckRedirect == nil {
+			t.Fatalf("the client's http.Client: %+v", c.hc)
+		}
+	}
+	if mine.Timeout != 7*time.Second || mine.CheckRedirect != nil {
+		t.Fatalf("the caller's http.Client was changed: %+v", mine)
+	}
+	if c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(mine)); c.hc.Timeout != 7*time.Second {
+		t.Fatalf("the caller's timeout is kept without WithTimeout: %v", c.hc.Timeout)
+	}
+	if c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(nil)); c.hc.Timeout != 10*time.Second || c.hc.Transport == nil {
+		t.Fatalf("WithHTTPClient(nil): %+v", c.hc)
+	}
+}
+
+func TestAnAnswerLargerThanTheBoundIsAnErrorNotReadWhole(t *testing.T) {
+	big := `{"id": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "status": "paused", "scene": "` + strings.Repeat("x", 2000) + `"}`
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, big) })
+	_, err := newClient(t, []string{node.URL}, WithMaxResponseBytes(1024)).GetTask(context.Background(), "a")
+	if err == nil || !strings.Contains(err.Error(), "WithMaxResponseBytes") {
+		t.Fatalf("got %v", err)
+	}
+	if task, err := newClient(t, []string{node.URL}, WithMaxResponseBytes(int64(len(big)))).GetTask(context.Background(), "a"); err != nil || len(task.Scene) != 2000 {
+		t.Fatalf("an answer of exactly the bound: %v", err)
+	}
+	if _, err := NewClient([]string{node.URL}, WithMaxResponseBytes(0)); err == nil {
+		t.Fatal("a client that can read no answer")
+	}
+	if DefaultMaxResponseBytes < 1000*(64<<10+12<<10) {
+		t.Fatal("the default bound cuts a page of 1,000 tasks of the largest payload")
+	}
+}
+
+func TestAnEmptyDeadLetterFilterIsRefusedOnANamespacedClientToo(t *testing.T) {
+	// the server counts ?namespace= as a filter: the client's own namespace must not turn an
+	// empty filter into "delete every dead letter of the namespace"
+	var mu sync.Mutex
+	var queries []string
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		mu.Lock()
+		queries = append(queries, r.URL.RawQuery)
+		mu.Unlock()
+		filtered := false
+		for _, k := range []string{"task_id", "flow", "kind", "since", "until", "namespace"} {
+			filtered = filtered || q.Has(k)
+		}
+		if !filtered && q.Get("all") != "true" { // molens/web/dead_letters.py delete_matching
+			w.WriteHeader(400)
+			_, _ = io.WriteString(w, `{"error": {"code": "invalid_argument", "message": "give a filter", "field": "all"}}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"matched": 3, "deleted": 3, "error_count": 0, "errors": [], "more": false}`)
+	})
+	c := newClient(t, []string{node.URL}, WithNamespace("payments"))
+	ctx := context.Background()
+	_, err := c.DeleteDeadLetters(ctx, DeadLetterFilter{})
+	mustAPIError(t, err, 400, "invalid_argument", "all")
+	_, err = c.DeleteDeadLetters(ctx, DeadLetterFilter{Limit: 10})
+	mustAPIError(t, err, 400, "invalid_argument", "all")
+	for _, f := range []DeadLetterFilter{{All: true}, {Kind: DeadLetterAckFailed}, {Namespace: "other"}} {
+		if r, err := c.DeleteDeadLetters(ctx, f); err != nil || r.Deleted != 3 {
+			t.Fatalf("%+v: %+v %v", f, r, err)
+		}
+	}
+	want := []string{"", "limit=10", "all=true&namespace=payments", "kind=ack_failed&namespace=payments", "namespace=other"}
+	if !reflect.DeepEqual(queries, want) {
+		t.Fatalf("queries %q, want %q", queries, want)
+	}
+}
+
+func TestAnswersKeepTheFieldsTheServerSends(t *testing.T) {
+	var sent map[string]map[string]interface{}
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/api/v1/tasks":
+			_, _ = io.WriteString(w, `{"items": [{"id": "a", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}], "next_cursor": "c", "scanned": 5000}`)
+		case "/api/v1/dead-letters/f.1":
+			_, _ = io.WriteString(w, `{"id": "f.1", "namespace": "payments", "status_code": null}`)
+		case "/api/v1/schedule/preview":
+			_, _ = io.WriteString(w, `{"items": [1], "local": ["x"], "timezone": "UTC", "after": 0, "description": {"en": "At 02:30", "zh": "在 02:30"}}`)
+		case "/api/v1/namespaces/payments":
+			_ = json.NewDecoder(r.Body).Decode(&sent)
+			_, _ = io.WriteString(w, `{"name": "payments", "quotas": {"fires_per_s": 5.5}, "created_at": 1, "updated_at": 2}`)
+		case "/api/v1/tasks/preview":
+			w.WriteHeader(400)
+			_, _ = io.WriteString(w, `{"error": {"code": "invalid_argument", "message": "m", "field": "cron_expr", "reason": "never_fires"}}`)
+		}
+	})
+	c := newClient(t, []string{node.URL})
+	ctx := context.Background()
+	page, err := c.ListTasks(ctx, ListOptions{})
+	if err != nil || page.Scanned != 5000 || page.Items[0].Traceparent == nil || !strings.HasPrefix(*page.Items[0].Traceparent, "00-0af7") {
+		t.Fatalf("task list %+v %v", page, err)
+	}
+	if d, err := c.GetDeadLetter(ctx, "f.1"); err != nil || d.Namespace != "payments" {
+		t.Fatalf("dead letter %+v %v", d, err)
+	}
+	if p, err := c.SchedulePreview(ctx, PreviewRequest{CronExpr: "30 2 * * *"}); err != nil || p.Description["en"] != "At 02:30" {
+		t.Fatalf("preview %+v %v", p, err)
+	}
+	rate := 5.5
+	ns, err := c.UpdateNamespace(ctx, "payments", Quotas{FiresPerS: &rate})
+	if err != nil || ns.Quotas.FiresPerS == nil || *ns.Quotas.FiresPerS != 5.5 || sent["quotas"]["fires_per_s"] != 5.5 {
+		t.Fatalf("namespace %+v %v, sent %v", ns, err, sent)
+	}
+	_, err = c.GetTask(ctx, "preview")
+	if e := mustAPIError(t, err, 400, "invalid_argument", "cron_expr"); e.Reason != "never_fires" {
+		t.Fatalf("reason %q", e.Reason)
+	}
+}
