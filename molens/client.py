@@ -169,12 +169,8 @@ class BatchRejectedError(BadRequestError):
 
     def __init__(self, status: int, code: str, message: str, field: str | None, body: Any) -> None:
         super().__init__(status, code, message, field, body)
-        self.item_errors: dict[int, ApiError] = {}
-        for e in (body or {}).get("errors", []):
-            err = e.get("error", {})
-            self.item_errors[int(e["index"])] = _error_class(400, err.get("code", ""))(
-                400, err.get("code", ""), err.get("message", ""), err.get("field"), e
-            )
+        self.item_errors: dict[int, ApiError] = {
+            int(e["index"]): _item_error(e) for e in (body or {}).get("errors", [])}
 
 
 class UnauthorizedError(ApiError):
@@ -237,6 +233,23 @@ class OutcomeUnknownError(ClientError):
     idempotency_keys: tuple[str, ...] = ()
 
 
+class BatchPartlyCreatedError(ClientError):
+    """A batch was applied but some of its items were not created (their namespace was deleted
+    while the batch was in flight: docs/api.md#post-apiv1tasksbatch), so
+    :meth:`MolensClient.create_many` stops there. ``tasks`` follows the tasks given, in order: each
+    created task (earlier batches' too), or None (refused, or in a batch never sent);
+    ``item_errors`` maps the index of each refused one to its error."""
+
+    code = "batch_partly_created"
+
+    def __init__(self, tasks: list[Task | None], item_errors: dict[int, ApiError]) -> None:
+        first = min(item_errors)
+        made = sum(t is not None for t in tasks)
+        super().__init__(f"{made} of {len(tasks)} tasks created; task {first} was not: {item_errors[first]}")
+        self.tasks = tasks
+        self.item_errors = item_errors
+
+
 class ConnectionFailedError(ClientError):
     """No node could be reached within the retry budget."""
 
@@ -252,6 +265,15 @@ def _error_class(status: int, code: str) -> type[ApiError]:
         401: UnauthorizedError, 403: ForbiddenError, 404: TaskNotFoundError, 409: ConflictError,
         412: PreconditionFailedError, 503: UnavailableError, 507: InsufficientStorageError,
     }.get(status, ApiError)
+
+
+def _item_error(entry: Mapping[str, Any]) -> ApiError:
+    """One item's error of a batch answer, ``{"index", "error": {"code", "message", "field"}}``: a
+    ``not_found`` (the item's namespace) is the 404 the API lists it as, any other a 400."""
+    err = entry.get("error", {})
+    code = str(err.get("code", "internal"))
+    status = 404 if code == "not_found" else 400
+    return _error_class(status, code)(status, code, str(err.get("message", "")), err.get("field"), entry)
 
 
 def _raise_for(status: int, body: Any, path: str, retry_after: str | None = None) -> None:
@@ -588,7 +610,8 @@ class MolensClient:
 
         Raises :class:`BatchRejectedError` (with ``item_errors`` by index within the failing batch)
         when a batch holds an invalid task or one naming a namespace that does not exist; earlier
-        batches stay created.
+        batches stay created. Raises :class:`BatchPartlyCreatedError` (every task created so far,
+        and the errors, by index among ``tasks``) when a batch was applied without some of its items.
         """
         return self._create_all(tasks, minimal=False, namespace=namespace)
 
@@ -605,7 +628,12 @@ class MolensClient:
         namespace = self._ns(namespace)  # checked even when there is no task to carry it
         bodies = [self._keyed(t, namespace) for t in tasks]
         for i in range(0, len(bodies), 1000):
-            out.extend(self._create_batch(bodies[i : i + 1000], minimal))
+            items = self._create_batch_items(bodies[i : i + 1000], minimal)
+            refused = {i + j: it for j, it in enumerate(items) if isinstance(it, ApiError)}
+            if refused:
+                made: builtins.list[Task | None] = [*out, *(None if isinstance(it, ApiError) else it for it in items)]
+                raise BatchPartlyCreatedError(made + [None] * (len(bodies) - len(made)), refused)
+            out.extend(it for it in items if not isinstance(it, ApiError))
         return out
 
     def _keyed(self, t: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
@@ -626,13 +654,6 @@ class MolensClient:
         """The namespace a call acts in: its own, else the client's (None: the server decides)."""
         return self.namespace if namespace is None else _namespace("namespace", namespace)
 
-    def _create_batch(self, bodies: Sequence[Mapping[str, Any]], minimal: bool = False) -> builtins.list[Task]:
-        items = self._create_batch_items(bodies, minimal)
-        for it in items:
-            if isinstance(it, ApiError):
-                raise it
-        return [t for t in items if not isinstance(t, ApiError)]
-
     def _create_batch_items(
         self, bodies: Sequence[Mapping[str, Any]], minimal: bool = False
     ) -> builtins.list[Task | ApiError]:
@@ -647,9 +668,7 @@ class MolensClient:
         missing = ApiError(500, "internal", "the server returned no task for this item")
         items: builtins.list[Task | ApiError] = [dict(t) if t is not None else missing for t in out["items"]]
         for e in out.get("errors", []):
-            err = e.get("error", {})
-            code = str(err.get("code", "internal"))
-            items[int(e["index"])] = _error_class(400, code)(400, code, str(err.get("message", "")), err.get("field"), e)
+            items[int(e["index"])] = _item_error(e)
         return items
 
     def get(self, task_id: str, *, consistency: str = "local") -> Task:
@@ -1403,6 +1422,7 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "ApiError",
     "BadRequestError",
+    "BatchPartlyCreatedError",
     "BatchRejectedError",
     "BatchingClient",
     "ClientError",

@@ -13,6 +13,7 @@ from molens.client import (
     ApiError,
     BadRequestError,
     BatchingClient,
+    BatchPartlyCreatedError,
     BatchRejectedError,
     ConflictError,
     ConnectionFailedError,
@@ -455,6 +456,52 @@ def test_a_429_to_the_retry_of_a_create_whose_answer_was_lost_is_an_unknown_outc
             c.create(delayed(), namespace="full")
         assert seen[0] is not None and set(seen) == {seen[0]}, seen
         assert list(ei.value.idempotency_keys) == [seen[0]]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_batch_applied_without_some_of_its_items_raises_with_every_task_created_so_far() -> None:
+    """A namespace deleted while a batch was in flight: the node answers 201 with those items null
+    and listed in ``errors`` (404), the others created. create_many says which were made, by index
+    among all the tasks given, instead of one item's error that hides them."""
+    import http.server
+    import threading
+
+    class Node(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            sent = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["tasks"]
+            items: list[dict[str, object] | None] = [{"id": t["idempotency_key"], **t} for t in sent]
+            errors = []
+            if len(sent) < 1000:  # the second batch: its first item's namespace went meanwhile
+                items[0] = None
+                errors = [{"index": 0, "error": {"code": "not_found", "message": "namespace gone not found",
+                                                 "field": "namespace"}}]
+            body = json.dumps({"items": items, "errors": errors}).encode()
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Node)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        tasks = [delayed(payload=i) for i in range(1002)]
+        with (MolensClient([f"http://127.0.0.1:{srv.server_address[1]}"]) as c,
+              pytest.raises(BatchPartlyCreatedError) as ei):
+            c.create_many(tasks)
+        made = ei.value.tasks
+        assert len(made) == 1002 and made[1000] is None
+        assert [t["payload"] for t in made if t is not None] == [*range(1000), 1001]
+        (err,) = ei.value.item_errors.items()
+        assert err[0] == 1000 and isinstance(err[1], TaskNotFoundError) and err[1].field == "namespace"
+        assert "1001 of 1002 tasks created" in str(ei.value)
     finally:
         srv.shutdown()
         srv.server_close()
