@@ -4,14 +4,17 @@ import java.util.Collections;
 import java.util.Map;
 
 /**
- * The API answered {@code {"error": {"code", "message", "field"}}}: 400 {@code invalid_argument}
- * ({@link #getField()} names the culprit), 401 {@code unauthorized}, 403 {@code forbidden}
+ * The API answered {@code {"error": {"code", "message", "field", "reason"}}}: 400 {@code invalid_argument}
+ * ({@link #getField()} names the culprit, {@link #getReason()} refines some codes), 401 {@code unauthorized}
+ * (also to a write, whose answer's body {@link java.net.HttpURLConnection} drops), 403 {@code forbidden}
  * ({@link ForbiddenException}), 404 {@code not_found}
  * ({@link NotFoundException}), 409 {@code illegal_transition} ({@link ConflictException}), 412
  * {@code precondition_failed} ({@link PreconditionFailedException}), 413, 415, 429
- * ({@link TooManyRequestsException}, {@link QuotaExceededException}), or 503 after every
- * retry. A rejected batch (nothing was created) carries {@link #getItemErrors()}: each bad item's
- * error by its index.
+ * ({@link TooManyRequestsException}, {@link QuotaExceededException}), or 503 and 507
+ * ({@link InsufficientStorageException}) after every retry. A rejected batch (nothing was created) carries
+ * {@link #getItemErrors()}: each bad item's error by its index. An answer that is no node's is one too: an
+ * unexpected redirect (its status, code {@code http_error}), a redirect the client will not follow (code
+ * {@code redirect}), a 2xx whose body is not a JSON object (502 {@code http_error}).
  */
 public class ApiException extends MolensException {
     private static final long serialVersionUID = 1L;
@@ -20,6 +23,7 @@ public class ApiException extends MolensException {
     private final String code;
     private final String field;
     private final Map<Integer, ApiException> itemErrors;
+    String reason;
 
     public ApiException(int status, String code, String message, String field, Map<Integer, ApiException> itemErrors) {
         super(status + " " + code + ": " + message + (field != null ? " (field " + field + ")" : ""));
@@ -35,6 +39,12 @@ public class ApiException extends MolensException {
 
     /** The request field (or parameter) at fault, or null. */
     public String getField() { return field; }
+
+    /**
+     * What refines {@link #getCode()} where it is too coarse ({@code never_fires}: a cron expression with no fire
+     * time; {@code too_many_occurrences}: a backfill range over 10,000), or null.
+     */
+    public String getReason() { return reason; }
 
     public Map<Integer, ApiException> getItemErrors() { return itemErrors; }
 

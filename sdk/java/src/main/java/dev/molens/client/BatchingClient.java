@@ -84,7 +84,10 @@ public final class BatchingClient implements AutoCloseable {
         }
     }
 
-    /** Queues one task (a copy of r) for creation; the future completes with the created task (idsOnly: its id alone). */
+    /**
+     * Queues one task (a copy of r) for creation; the future completes with the created task (idsOnly: its id alone),
+     * or fails with its error: an {@link OutcomeUnknownException} carries the idempotency keys of the whole batch.
+     */
     public CompletableFuture<Task> submit(TaskRequest r) {
         Item it = new Item(client.keyed(r));
         slots.acquireUninterruptibly();

@@ -3,6 +3,9 @@ package dev.molens.client;
 import com.fasterxml.jackson.annotation.JsonAutoDetect;
 import com.fasterxml.jackson.annotation.JsonInclude;
 import com.fasterxml.jackson.annotation.PropertyAccessor;
+import com.fasterxml.jackson.core.JsonParseException;
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JavaType;
 import com.fasterxml.jackson.databind.JsonNode;
@@ -40,19 +43,26 @@ import java.util.concurrent.ThreadLocalRandom;
  * <ul>
  * <li><b>Leader discovery.</b> Requests go to the node believed to lead (first the first address). A
  * follower answers writes with 307; the client re-sends the same request (body included) to the leader
- * named by {@code X-Molens-Leader} (or {@code Location}) and remembers it. On a connection error it
- * moves to the next address.</li>
+ * named by {@code X-Molens-Leader} (or {@code Location}) and remembers it. After 5 redirects in a row
+ * (nodes naming each other while an election settles) it backs off and asks again, within its attempts.
+ * A redirect from an {@code https://} node to a plain {@code http://} address is not followed (the token
+ * would go unencrypted): the next configured node is asked. On a connection error it moves to the next
+ * address.</li>
  * <li><b>Retries</b> with exponential backoff and full jitter (a random delay in
- * [0, min(max, base * 2^n)]), bounded by attempts and a deadline: on connection errors and on 503,
- * waiting at least {@code Retry-After} once a few attempts have failed. Other errors are thrown at once
- * as {@link ApiException} with the API's code and field.</li>
+ * [0, min(max, base * 2^n)]), bounded by attempts and a deadline (an attempt's read timeout is cut to
+ * what is left of it): on connection errors, on 503 and on 507 (the leader's disk is full; nothing was
+ * applied), waiting at least {@code Retry-After} once a few attempts have failed. Other errors are
+ * thrown at once as {@link ApiException} with the API's code, field and reason; so is an answer that
+ * is no node's (an unexpected 3xx, a 2xx whose body is not one JSON object).</li>
  * <li><b>Idempotency.</b> {@link #create}, {@link #createAll} and {@link #createAllIds} give every task without an
  * idempotency key a fresh, time-ordered one ({@link #newIdempotencyKey()}), so a retry after a lost
  * response returns the task the first attempt created; when every attempt of a create was sent and went
- * unanswered, {@link OutcomeUnknownException} says so (create again with the same key to find out). A trigger,
+ * unanswered, or its retry met 404/409/412/429, {@link OutcomeUnknownException} says so and carries the
+ * keys ({@link OutcomeUnknownException#getIdempotencyKeys()}: create again with them to find out). A trigger,
  * backfill, redrive, flow deletion or versioned update is never sent twice: its first lost answer throws
- * {@link OutcomeUnknownException}. When a retried pause/resume/delete meets 404/409/412 after an unknown
- * outcome, {@link OutcomeUnknownException} is thrown instead.</li>
+ * {@link OutcomeUnknownException}. When a retried pause/resume/delete meets 404/409/412/429 after an unknown
+ * outcome, {@link OutcomeUnknownException} is thrown instead. A request that never left (the connection,
+ * name lookup or TLS handshake failed) is not a lost answer: it is sent again, to the next node.</li>
  * <li>Reads go to the same node as writes, so a client reads its own writes.</li>
  * </ul>
  */
@@ -70,6 +80,11 @@ public final class MolensClient implements AutoCloseable {
     /** RFC 7240: a batch create answers each item with the task's id alone. */
     private static final Map<String, String> PREFER_MINIMAL = Collections.singletonMap("Prefer", "return=minimal");
     private static final char[] HEX = "0123456789abcdef".toCharArray();
+    /**
+     * Consecutive redirects followed before the client takes them for a loop (nodes naming each other as
+     * leader while an election settles) and backs off before asking again.
+     */
+    static final int MAX_REDIRECTS = 5;
 
     private final List<String> addrs;
     private final String token;
@@ -106,9 +121,12 @@ public final class MolensClient implements AutoCloseable {
         /** Sends {@code Authorization: Bearer <token>} (the nodes' http.auth_token). */
         public Builder token(String v) { token = v; return this; }
         public Builder connectTimeoutMs(int v) { connectTimeoutMs = v; return this; }
-        /** Per-request read timeout (default 10 s). */
+        /** Per-request read timeout (default 10 s), cut to what is left of {@link #retryDeadlineMs}. */
         public Builder readTimeoutMs(int v) { readTimeoutMs = v; return this; }
-        /** Attempts of one call (default 8; redirects to the leader do not count). */
+        /**
+         * Attempts of one call (default 8). Following a redirect to the leader does not count; asking again after
+         * 5 redirects in a row, or another node after one to plain http, does.
+         */
         public Builder maxAttempts(int v) { maxAttempts = v; return this; }
         /** Time one call spends retrying (default 30 s). */
         public Builder retryDeadlineMs(long v) { retryDeadlineMs = v; return this; }
@@ -182,15 +200,25 @@ public final class MolensClient implements AutoCloseable {
 
     // ------------------------------------------------------------------------------------- tasks
 
-    /** Creates one task (an idempotency key is added to a copy when unset); the existing task when the key is known. */
+    /**
+     * Creates one task (an idempotency key is added to a copy when unset); the existing task when the key is known.
+     * {@link OutcomeUnknownException} carries the key when the outcome could not be learnt: create again with it.
+     */
     public Task create(TaskRequest r) {
-        return call("POST", "/api/v1/tasks", keyed(r), true, type(Task.class));
+        TaskRequest body = keyed(r);
+        try {
+            return call("POST", "/api/v1/tasks", body, true, type(Task.class));
+        } catch (OutcomeUnknownException e) {
+            e.idempotencyKeys = Collections.singletonList(body.getIdempotencyKey());
+            throw e;
+        }
     }
 
     /**
      * Creates tasks in batches of at most 1,000 (each one replicated entry) and returns them in order. A batch
      * holding an invalid task is rejected whole: {@link ApiException#getItemErrors()} by index within that batch;
-     * earlier batches stay created.
+     * earlier batches stay created. {@link OutcomeUnknownException} carries the keys of the batch whose outcome
+     * could not be learnt, in order.
      */
     public List<Task> createAll(List<TaskRequest> rs) {
         return createAll(rs, false);
@@ -236,7 +264,10 @@ public final class MolensClient implements AutoCloseable {
         }
     }
 
-    /** One batch request: per item the task, or the error the state machine gave it. */
+    /**
+     * One batch request: per item the task, or the error the state machine gave it. {@link OutcomeUnknownException}
+     * carries the batch's idempotency keys, in order.
+     */
     BatchResult createBatch(List<TaskRequest> bodies) { return createBatch(bodies, false); }
 
     /**
@@ -244,7 +275,17 @@ public final class MolensClient implements AutoCloseable {
      * task holds only its id.
      */
     BatchResult createBatch(List<TaskRequest> bodies, boolean minimal) {
-        JsonNode out = postBatch(bodies, minimal ? PREFER_MINIMAL : Collections.<String, String>emptyMap());
+        JsonNode out;
+        try {
+            out = postBatch(bodies, minimal ? PREFER_MINIMAL : Collections.<String, String>emptyMap());
+        } catch (OutcomeUnknownException e) {
+            List<String> keys = new ArrayList<String>(bodies.size());
+            for (TaskRequest b : bodies) {
+                keys.add(b.getIdempotencyKey());
+            }
+            e.idempotencyKeys = Collections.unmodifiableList(keys);
+            throw e;
+        }
         List<ApiException> errors = batchErrors(bodies.size(), out);
         List<Task> tasks = new ArrayList<Task>();
         for (JsonNode it : out.path("items")) {
@@ -309,12 +350,7 @@ public final class MolensClient implements AutoCloseable {
         } catch (IOException e) {
             throw new MolensException("encoding the request: " + e.getMessage(), e);
         }
-        byte[] raw = send("POST", "/api/v1/tasks/" + enc(id), body, ifVersion == null, h);
-        try {
-            return JSON.readValue(raw, Task.class);
-        } catch (IOException e) {
-            throw new MolensException("PATCH /api/v1/tasks/" + id + ": decoding the answer: " + e.getMessage(), e);
-        }
+        return call("POST", "/api/v1/tasks/" + enc(id), body, ifVersion == null, type(Task.class), h);
     }
 
     /** Deletes the task and its history; returns it as it was. */
@@ -514,9 +550,14 @@ public final class MolensClient implements AutoCloseable {
     }
 
     /** Deletes one dead letter; {@link NotFoundException} when there is none. */
-    public void deleteDeadLetter(String id) { send("DELETE", deadPath(id), null, true); }
+    public void deleteDeadLetter(String id) { call("DELETE", deadPath(id), null, true, type(JsonNode.class)); }
 
-    /** Deletes the dead letters matching the filter (at most its limit), or every one with {@code setAll(true)}. */
+    /**
+     * Deletes the dead letters matching the filter (at most its limit), or every one with {@code setAll(true)}.
+     * An empty filter is the API's to refuse ({@link ApiException} 400, field {@code all}). The client's
+     * {@link Builder#namespace} is no filter: it limits a filter that names something else, or {@code setAll(true)}
+     * (every dead letter of that namespace); a {@link DeadLetterFilter#setNamespace} is a filter of its own.
+     */
     public BulkResult deleteDeadLetters(DeadLetterFilter f) {
         Map<String, Object> q = new LinkedHashMap<String, Object>();
         q.put("task_id", f.taskId);
@@ -524,9 +565,11 @@ public final class MolensClient implements AutoCloseable {
         q.put("kind", f.kind);
         q.put("since", f.since);
         q.put("until", f.until);
+        boolean filtered = f.namespace != null || f.all || f.taskId != null || f.flow != null || f.kind != null
+                || f.since != null || f.until != null;
         q.put("limit", f.limit);
         q.put("all", f.all ? "true" : null);
-        q.put("namespace", ns(f.namespace));
+        q.put("namespace", filtered ? ns(f.namespace) : null);
         return call("DELETE", "/api/v1/dead-letters" + query(q), null, true, type(BulkResult.class));
     }
 
@@ -551,7 +594,8 @@ public final class MolensClient implements AutoCloseable {
     }
 
     /**
-     * Admin: replaces the namespace's quotas whole; {@link ConflictException} for {@code default}. Sent as
+     * Admin: replaces the namespace's quotas whole (a quota left null is unlimited: to change one, start from
+     * {@link #getNamespace}'s); {@link ConflictException} for {@code default}. Sent as
      * {@code POST} with {@code X-HTTP-Method-Override: PATCH}, as {@link #update}.
      */
     public Tenancy.Namespace updateNamespace(String name, Tenancy.Quotas quotas) {
@@ -561,7 +605,7 @@ public final class MolensClient implements AutoCloseable {
     }
 
     /** Admin: deletes an empty namespace; {@link ConflictException} while it holds tasks, and for {@code default}. */
-    public void deleteNamespace(String name) { send("DELETE", namespacePath(name), null, true); }
+    public void deleteNamespace(String name) { call("DELETE", namespacePath(name), null, true, type(JsonNode.class)); }
 
     /**
      * Admin: makes an API key of {@code role} for {@code namespaces} (names, or {@code "*"} for every one).
@@ -585,7 +629,7 @@ public final class MolensClient implements AutoCloseable {
     public Tenancy.ApiKey getApiKey(String id) { return get("/api/v1/keys/" + enc(id), Tenancy.ApiKey.class); }
 
     /** Admin: revokes a key on every node; {@link ConflictException} for {@code bootstrap}. */
-    public void deleteApiKey(String id) { send("DELETE", "/api/v1/keys/" + enc(id), null, true); }
+    public void deleteApiKey(String id) { call("DELETE", "/api/v1/keys/" + enc(id), null, true, type(JsonNode.class)); }
 
     private static String namespacePath(String name) { return "/api/v1/namespaces/" + Tenancy.checkedName("name", name); }
 
@@ -676,12 +720,35 @@ public final class MolensClient implements AutoCloseable {
     }
 
     private <T> T call(String method, String path, Object body, boolean safe, JavaType type, Map<String, String> extra) {
-        byte[] raw = send(method, path, body, safe, extra);
-        try {
-            return JSON.readValue(raw, type);
+        return decode(method + " " + path, send(method, path, body, safe, extra), type);
+    }
+
+    /**
+     * A 2xx answer's body as {@code type}. One that is not a single JSON object (not JSON, {@code null}, trailing
+     * bytes) is no node's answer: {@link ApiException} 502 {@code http_error}, as in the Python SDK. An object that
+     * does not fit the type is a {@link MolensException}. (Trailing tokens are checked here rather than by
+     * {@code FAIL_ON_TRAILING_TOKENS}, whose error cannot be told from a misfit.)
+     */
+    static <T> T decode(String op, byte[] raw, JavaType type) {
+        try (JsonParser p = JSON.getFactory().createParser(raw)) {
+            if (p.nextToken() != JsonToken.START_OBJECT) {
+                throw notAnAnswer(op, raw);
+            }
+            T out = JSON.readValue(p, type);
+            if (p.nextToken() != null) {
+                throw notAnAnswer(op, raw);
+            }
+            return out;
+        } catch (JsonParseException e) {
+            throw notAnAnswer(op, raw);
         } catch (IOException e) {
-            throw new MolensException(method + " " + path + ": decoding the answer: " + e.getMessage(), e);
+            throw new MolensException(op + ": decoding the answer: " + e.getMessage(), e);
         }
+    }
+
+    private static ApiException notAnAnswer(String op, byte[] raw) {
+        String text = new String(raw, 0, Math.min(200, raw.length), java.nio.charset.StandardCharsets.UTF_8);
+        return new ApiException(502, "http_error", op + ": the answer is not a JSON object: " + text, null, null);
     }
 
     private static String base(String raw) {
@@ -754,6 +821,8 @@ public final class MolensClient implements AutoCloseable {
     private static final class Answer {
         int status;
         byte[] body;
+        /** An error answer whose body {@link HttpURLConnection} dropped (a 401 to a streamed request). */
+        boolean bodyUnread;
         Map<String, List<String>> headers;
 
         String header(String name) {
@@ -764,14 +833,31 @@ public final class MolensClient implements AutoCloseable {
             }
             return null;
         }
+
+        /** {@code Retry-After} in whole seconds, or null when absent or not a number. */
+        Integer retryAfter() {
+            String ra = header("Retry-After");
+            return ra != null && ra.trim().matches("\\d{1,6}") ? Integer.valueOf(ra.trim()) : null;
+        }
     }
 
-    private Answer exchange(String base, String method, String path, byte[] data, Map<String, String> extra)
+    /** The request never left: the connection, its name lookup or its TLS handshake failed. */
+    private static final class NotSentException extends IOException {
+        private static final long serialVersionUID = 1L;
+
+        NotSentException(IOException cause) { super(cause.toString(), cause); }
+
+        @Override
+        public String toString() { return "not sent: " + getMessage(); }
+    }
+
+    private Answer exchange(String base, String method, String path, byte[] data, Map<String, String> extra, long deadline)
             throws IOException {
         HttpURLConnection conn = (HttpURLConnection) new URL(base + path).openConnection(java.net.Proxy.NO_PROXY);
         conn.setInstanceFollowRedirects(false);
         conn.setConnectTimeout(connectTimeoutMs);
-        conn.setReadTimeout(readTimeoutMs);
+        // 0 would be no timeout at all: a deadline already passed still gets a millisecond
+        conn.setReadTimeout((int) Math.max(1, Math.min(readTimeoutMs, deadline - System.currentTimeMillis())));
         conn.setRequestMethod(method);
         conn.setRequestProperty("Accept", "application/json");
         for (Map.Entry<String, String> e : extra.entrySet()) {
@@ -784,24 +870,39 @@ public final class MolensClient implements AutoCloseable {
             conn.setDoOutput(true);
             conn.setRequestProperty("Content-Type", "application/json");
             conn.setFixedLengthStreamingMode(data.length);
-            OutputStream os = conn.getOutputStream();
-            try {
-                os.write(data);
-            } finally {
-                os.close();
-            }
         } else if (!method.equals("GET")) {
             // A streamed request is never re-sent by HttpURLConnection itself: without it, a POST whose
             // connection closed unanswered is silently sent again (sun.net.http.retryPost), and a
             // trigger would fire twice behind this client's back.
             conn.setDoOutput(true);
             conn.setFixedLengthStreamingMode(0);
-            conn.getOutputStream().close();
+        }
+        try {
+            conn.connect(); // TCP connect, name lookup and TLS handshake: nothing of the request is sent yet
+        } catch (IOException e) {
+            throw new NotSentException(e);
+        }
+        if (conn.getDoOutput()) {
+            OutputStream os = conn.getOutputStream();
+            try {
+                if (data != null) {
+                    os.write(data);
+                }
+            } finally {
+                os.close();
+            }
         }
         Answer a = new Answer();
         a.status = conn.getResponseCode();
         a.headers = conn.getHeaderFields();
         InputStream in = a.status >= 400 ? conn.getErrorStream() : conn.getInputStream();
+        if (in == null && a.status >= 400) {
+            // A 401 to a streamed request: HttpURLConnection cannot retry it with credentials, so it closes
+            // the connection unread. The status was answered all the same: the request was refused, not lost.
+            a.body = new byte[0];
+            a.bodyUnread = true;
+            return a;
+        }
         a.body = in == null ? new byte[0] : readAll(in); // read to the end and closed: the connection is reused
         // HttpURLConnection ends a fixed-length body at the connection's end without an error; a node killed
         // after its headers went out leaves a 2xx with a short (even empty) body, which is a lost answer.
@@ -848,15 +949,16 @@ public final class MolensClient implements AutoCloseable {
         int attempt = 0;
         int redirects = 0;
         boolean unknown = false; // an earlier attempt may have been applied
-        ApiException answered = null; // a node's last 503: the cluster is there, not serving
+        ApiException answered = null; // a node's last 503/507: the cluster is there, not serving
         IOException last = null;
         while (true) {
             attempt++;
             Answer a;
             try {
-                a = exchange(node, method, path, data, extra);
+                a = exchange(node, method, path, data, extra, deadline);
             } catch (IOException e) {
-                unknown = unknown || (!(e instanceof ConnectException) && !method.equals("GET"));
+                boolean sent = !(e instanceof NotSentException || e instanceof ConnectException);
+                unknown = unknown || (sent && !method.equals("GET"));
                 last = e;
                 if (unknown && !safe) { // sending it again could apply it twice (a backfill fires twice)
                     throw new OutcomeUnknownException(op + ": no answer; it may have been applied", e);
@@ -881,8 +983,32 @@ public final class MolensClient implements AutoCloseable {
                 if (next == null) {
                     next = a.header("Location");
                 }
-                if (redirects >= 5 || next == null || !(next.startsWith("http://") || next.startsWith("https://"))) {
-                    throw new ApiException(a.status, "redirect", op + ": bad or looping redirect to " + next, null, null);
+                if (next == null || !(next.startsWith("http://") || next.startsWith("https://"))) {
+                    throw new ApiException(a.status, "redirect", op + ": bad redirect to " + next, null, null);
+                }
+                boolean outOfBudget = attempt >= maxAttempts || System.currentTimeMillis() >= deadline;
+                if (node.startsWith("https://") && next.startsWith("http://")) {
+                    // the bearer token would go unencrypted (a node behind a TLS proxy names its plain
+                    // address): ask the next configured node instead, as after a failed attempt
+                    if (addrs.size() == 1 || outOfBudget) {
+                        throw new ApiException(a.status, "redirect", op + ": the leader's address " + next
+                                + " is plain http; not following it from https (give the client every node's https URL)",
+                                null, null);
+                    }
+                    node = nextNode(node);
+                    redirects = 0;
+                    backoff(attempt, 0, deadline);
+                    continue;
+                }
+                if (redirects >= MAX_REDIRECTS) {
+                    // nodes name each other as leader: an election is settling. Back off and ask again, as
+                    // after a failed attempt; a loop that outlasts the retries is an error
+                    if (outOfBudget) {
+                        throw new ApiException(a.status, "redirect", op + ": looping redirect to " + next, null, null);
+                    }
+                    redirects = 0;
+                    backoff(attempt, 0, deadline);
+                    continue;
                 }
                 redirects++;
                 attempt--; // following the leader is not a failure
@@ -890,8 +1016,14 @@ public final class MolensClient implements AutoCloseable {
                 target = node;
                 continue;
             }
-            if (a.status == 503) {
-                ApiException e = parseError(a.status, a.body);
+            if (a.status >= 300 && a.status < 400) { // not a node's answer: a proxy's or another server's
+                String to = a.header("Location");
+                throw new ApiException(a.status, "http_error", op + ": unexpected redirect " + a.status + " to "
+                        + (to == null ? null : to.substring(0, Math.min(200, to.length()))) + "; is this a molens node?",
+                        null, null);
+            }
+            if (a.status == 503 || a.status == 507) { // 507: the leader's disk is full, nothing applied; it recovers by itself
+                ApiException e = answerError(a);
                 answered = e;
                 unknown = unknown || "outcome_unknown".equals(e.getCode());
                 if (unknown && !safe) {
@@ -899,28 +1031,24 @@ public final class MolensClient implements AutoCloseable {
                 }
                 if (attempt >= maxAttempts || System.currentTimeMillis() >= deadline) {
                     if (unknown) {
-                        throw new OutcomeUnknownException(op + ": leadership changed; it may have been applied", e);
+                        throw new OutcomeUnknownException(op + ": answered " + a.status + " after an unknown outcome;"
+                                + " it may have been applied", e);
                     }
                     throw e;
                 }
                 if ("no_leader".equals(e.getCode()) && addrs.size() > 1) {
                     node = nextNode(node);
                 }
-                long floor = 0;
-                String ra = a.header("Retry-After");
-                if (ra != null && ra.matches("\\d{1,6}") && attempt > 2) {
-                    floor = Long.parseLong(ra) * 1000;
-                }
-                backoff(attempt, floor, deadline);
+                Integer ra = a.retryAfter();
+                backoff(attempt, ra != null && attempt > 2 ? ra * 1000L : 0, deadline);
                 continue;
             }
             if (a.status >= 400) {
-                ApiException e = parseError(a.status, a.body);
-                String ra = a.header("Retry-After");
-                if (e instanceof TooManyRequestsException && ra != null && ra.matches("\\d{1,6}")) {
-                    ((TooManyRequestsException) e).retryAfterSeconds = Integer.valueOf(ra);
-                }
-                if (unknown && (a.status == 404 || a.status == 409 || a.status == 412) && !method.equals("GET")) {
+                ApiException e = answerError(a);
+                // after a lost answer a refusal cannot tell whether the first attempt applied: a keyed
+                // create's retry meets a full quota (429) even when the first one made the task
+                if (unknown && (a.status == 404 || a.status == 409 || a.status == 412 || a.status == 429)
+                        && !method.equals("GET")) {
                     throw new OutcomeUnknownException(op + ": answered " + a.status
                             + " after a lost response; the first attempt may have been applied", last);
                 }
@@ -929,6 +1057,20 @@ public final class MolensClient implements AutoCloseable {
             target = node;
             return a.body;
         }
+    }
+
+    /** The error an answer of status 400 and above gives, with its {@code Retry-After} where it has one. */
+    private static ApiException answerError(Answer a) {
+        ApiException e = a.bodyUnread
+                ? typed(a.status, a.status == 401 ? "unauthorized" : "http_error",
+                        "HTTP " + a.status + " (the answer's body could not be read)", null, null)
+                : parseError(a.status, a.body);
+        if (e instanceof TooManyRequestsException) {
+            ((TooManyRequestsException) e).retryAfterSeconds = a.retryAfter();
+        } else if (e instanceof InsufficientStorageException) {
+            ((InsufficientStorageException) e).retryAfterSeconds = a.retryAfter();
+        }
+        return e;
     }
 
     static ApiException parseError(int status, byte[] raw) {
@@ -957,13 +1099,16 @@ public final class MolensClient implements AutoCloseable {
         String code = err.path("code").asText("http_error");
         String message = err.path("message").asText("");
         ApiException e = typed(status, code, message, f.isTextual() ? f.asText() : null, items);
+        if (err.path("reason").isTextual()) {
+            e.reason = err.path("reason").asText();
+        }
         if (e instanceof QuotaExceededException && err.path("quota").isTextual()) {
             ((QuotaExceededException) e).quota = err.path("quota").asText();
         }
         return e;
     }
 
-    /** The {@link ApiException} subclass of the status: 403, 404, 409, 412 and 429 have their own. */
+    /** The {@link ApiException} subclass of the status: 403, 404, 409, 412, 429 and 507 have their own. */
     private static ApiException typed(int status, String code, String message, String field, Map<Integer, ApiException> items) {
         switch (status) {
             case 403: return new ForbiddenException(status, code, message, field, items);
@@ -972,6 +1117,7 @@ public final class MolensClient implements AutoCloseable {
             case 404: return new NotFoundException(status, code, message, field, items);
             case 409: return new ConflictException(status, code, message, field, items);
             case 412: return new PreconditionFailedException(status, code, message, field, items);
+            case 507: return new InsufficientStorageException(status, code, message, field, items);
             default: return new ApiException(status, code, message, field, items);
         }
     }

@@ -45,10 +45,13 @@ public final class Tenancy {
         public Long maxPendingTasks;
         public Double createsPerS;
         public Long maxPayloadBytes;
+        /** Fires per second of all the namespace's tasks, evenly spaced; due fires over it wait, they are not refused. */
+        public Double firesPerS;
 
         public Quotas setMaxPendingTasks(Long v) { maxPendingTasks = v; return this; }
         public Quotas setCreatesPerS(Double v) { createsPerS = v; return this; }
         public Quotas setMaxPayloadBytes(Long v) { maxPayloadBytes = v; return this; }
+        public Quotas setFiresPerS(Double v) { firesPerS = v; return this; }
     }
 
     /** A namespace: it groups tasks, their executions and dead letters. */

@@ -128,6 +128,10 @@ public class DeadLettersTest {
         thrown(NotFoundException.class, new Runnable() { public void run() { c.deleteDeadLetter(d2); } }, "not_found", "id");
         thrown(ApiException.class, new Runnable() { public void run() { c.deleteDeadLetters(new DeadLetterFilter()); } },
                 "invalid_argument", "all");
+        // the client's namespace is no filter: an empty filter is refused all the same, nothing is deleted
+        final MolensClient inDefault = MolensClient.builder(NodeEnv.require("MOLENS_NODE_URL")).namespace("default").build();
+        thrown(ApiException.class, new Runnable() { public void run() { inDefault.deleteDeadLetters(new DeadLetterFilter()); } },
+                "invalid_argument", "all");
         BulkResult del = c.deleteDeadLetters(new DeadLetterFilter().setFlow(flow));
         assertEquals(1, del.matched);
         assertEquals(1, del.deleted);

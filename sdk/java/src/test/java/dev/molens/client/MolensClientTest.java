@@ -642,7 +642,7 @@ public class MolensClientTest {
     }
 
     /** A stand-in node on a free port of 127.0.0.1 answering every request with {@code h}, started. */
-    private static com.sun.net.httpserver.HttpServer stubNode(com.sun.net.httpserver.HttpHandler h) throws java.io.IOException {
+    static com.sun.net.httpserver.HttpServer stubNode(com.sun.net.httpserver.HttpHandler h) throws java.io.IOException {
         com.sun.net.httpserver.HttpServer s = com.sun.net.httpserver.HttpServer.create(
                 new java.net.InetSocketAddress("127.0.0.1", 0), 0);
         s.createContext("/", h);

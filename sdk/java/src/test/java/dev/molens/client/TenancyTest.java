@@ -41,10 +41,15 @@ public class TenancyTest {
     @Test
     public void anAdminMakesANamespaceAndAWriterKeyThatCreatesAndListsInIt() {
         final String ns = unique("java-pay");
-        Tenancy.Namespace made = admin.createNamespace(ns, new Tenancy.Quotas().setMaxPendingTasks(100L));
+        Tenancy.Namespace made = admin.createNamespace(ns, new Tenancy.Quotas().setMaxPendingTasks(100L).setFiresPerS(5.0));
         assertEquals(ns, made.name);
         assertEquals(Long.valueOf(100), made.quotas.maxPendingTasks);
-        assertEquals(Long.valueOf(50), admin.updateNamespace(ns, new Tenancy.Quotas().setMaxPendingTasks(50L)).quotas.maxPendingTasks);
+        assertEquals(Double.valueOf(5.0), made.quotas.firesPerS);
+        // quotas are replaced whole: a change made from the namespace's own keeps the others, fires_per_s included
+        Tenancy.Namespace updated = admin.updateNamespace(ns, admin.getNamespace(ns).quotas.setMaxPendingTasks(50L));
+        assertEquals(Long.valueOf(50), updated.quotas.maxPendingTasks);
+        assertEquals(Double.valueOf(5.0), updated.quotas.firesPerS);
+        assertEquals(Double.valueOf(5.0), admin.getNamespace(ns).quotas.firesPerS);
         List<Tenancy.Namespace> all = admin.listNamespaces();
         assertEquals("default", all.get(0).name);
         assertEquals(ns, admin.getNamespace(ns).name);
@@ -83,6 +88,9 @@ public class TenancyTest {
         admin.deleteApiKey(key.id);
         ApiException revoked = MolensClientTest.apiError(() -> w.get(one.id), 401, "unauthorized", null);
         assertTrue(revoked.isUnauthorized());
+        // a write's 401 is a refusal, not a lost answer (HttpURLConnection drops its body)
+        MolensClientTest.apiError(() -> w.pause(one.id), 401, "unauthorized", null);
+        MolensClientTest.apiError(() -> w.create(far()), 401, "unauthorized", null);
     }
 
     @Test

@@ -1,0 +1,522 @@
+package dev.molens.client;
+
+import static dev.molens.client.MolensClientTest.thrown;
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertNull;
+import static org.junit.Assert.assertTrue;
+import static org.junit.Assert.fail;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.sun.net.httpserver.HttpExchange;
+import com.sun.net.httpserver.HttpHandler;
+import com.sun.net.httpserver.HttpServer;
+import com.sun.net.httpserver.HttpsConfigurator;
+import com.sun.net.httpserver.HttpsServer;
+import java.io.ByteArrayOutputStream;
+import java.io.Closeable;
+import java.io.File;
+import java.io.FileInputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.security.KeyStore;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.net.ssl.HttpsURLConnection;
+import javax.net.ssl.KeyManagerFactory;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLSocketFactory;
+import javax.net.ssl.TrustManagerFactory;
+import org.junit.After;
+import org.junit.Test;
+
+/** The client's transport rules against stand-in nodes on 127.0.0.1: no Molens node is needed. */
+public class TransportTest {
+    static final String ID = "01ARZ3NDEKTSV4RRFFQ69G5FAV";
+    static final String TASK = "{\"id\": \"" + ID + "\", \"status\": \"pending\"}";
+
+    final List<HttpServer> servers = new ArrayList<HttpServer>();
+    final List<Closeable> sockets = new ArrayList<Closeable>();
+    final CountDownLatch release = new CountDownLatch(1); // lets a stand-in that holds its answer go
+    SSLSocketFactory defaultTls;
+
+    @After
+    public void tearDown() throws IOException {
+        release.countDown();
+        for (HttpServer s : servers) {
+            s.stop(0);
+        }
+        for (Closeable c : sockets) {
+            c.close();
+        }
+        if (defaultTls != null) {
+            HttpsURLConnection.setDefaultSSLSocketFactory(defaultTls);
+        }
+    }
+
+    /** A stand-in node on a free port answering every request with {@code h}, started and stopped after the test. */
+    HttpServer node(HttpHandler h) throws IOException {
+        HttpServer s = MolensClientTest.stubNode(h);
+        servers.add(s);
+        return s;
+    }
+
+    static String url(HttpServer s) {
+        return (s instanceof HttpsServer ? "https" : "http") + "://127.0.0.1:" + s.getAddress().getPort();
+    }
+
+    static String body(HttpExchange ex) throws IOException {
+        return new String(readAllOf(ex.getRequestBody()), StandardCharsets.UTF_8);
+    }
+
+    /** Answers {@code status} with {@code text} (null: no body) and the header name/value pairs given. */
+    static void answer(HttpExchange ex, int status, String text, String... headers) throws IOException {
+        body(ex);
+        for (int i = 0; i < headers.length; i += 2) {
+            ex.getResponseHeaders().set(headers[i], headers[i + 1]);
+        }
+        byte[] data = text == null ? new byte[0] : text.getBytes(StandardCharsets.UTF_8);
+        if (text != null) {
+            ex.getResponseHeaders().set("Content-Type", "application/json");
+        }
+        ex.sendResponseHeaders(status, data.length == 0 ? -1 : data.length);
+        ex.getResponseBody().write(data);
+        ex.close();
+    }
+
+    static String error(String code, String message) {
+        return "{\"error\": {\"code\": \"" + code + "\", \"message\": \"" + message + "\"}}";
+    }
+
+    /** Reads the request and closes the connection unanswered: a node killed mid-request. */
+    static void drop(HttpExchange ex) throws IOException {
+        body(ex);
+        ex.close();
+    }
+
+    /** A client of these nodes that retries fast. */
+    static MolensClient.Builder client(String... addrs) { return MolensClient.builder(addrs).backoffMs(1, 2); }
+
+    static TaskRequest far() {
+        return new TaskRequest().setType("delayed").setIntervalMs(3600000L).setCallbackUrl("http://127.0.0.1:9/cb");
+    }
+
+    // ------------------------------------------------------------------------------- redirects
+
+    @Test
+    public void aRedirectFromHttpsToPlainHttpIsNotFollowedTheNextNodeIsAsked() throws Exception {
+        final List<String> plainTokens = Collections.synchronizedList(new ArrayList<String>());
+        HttpServer plain = node(ex -> {
+            plainTokens.add(String.valueOf(ex.getRequestHeaders().getFirst("Authorization")));
+            answer(ex, 200, TASK);
+        });
+        final String leader = url(plain);
+        HttpsServer tls = httpsNode(ex -> answer(ex, 307, error("not_leader", "ask the leader"),
+                "X-Molens-Leader", leader, "Location", leader + ex.getRequestURI()));
+        final AtomicInteger other = new AtomicInteger();
+        HttpServer next = node(ex -> {
+            other.incrementAndGet();
+            answer(ex, 200, TASK);
+        });
+
+        MolensClient c = client(url(tls), url(next)).token("s3cret").build();
+        assertEquals(ID, c.pause(ID).id);
+        assertEquals("the next configured node answered", 1, other.get());
+        final MolensClient alone = client(url(tls)).token("s3cret").build();
+        ApiException e = thrown(ApiException.class, () -> alone.pause(ID), "redirect", null);
+        assertEquals(307, e.getStatus());
+        assertTrue(e.getMessage(), e.getMessage().contains("plain http"));
+        assertEquals("the token never went to a plain http address", Collections.<String>emptyList(), plainTokens);
+    }
+
+    @Test
+    public void redirectsLoopingWhileAnElectionSettlesAreAskedAgainWithinTheAttempts() throws Exception {
+        // two nodes name each other as leader for a while (an election settling), then one leads
+        final AtomicInteger askedA = new AtomicInteger();
+        final String[] b = new String[1];
+        HttpServer a = node(ex -> {
+            if (askedA.incrementAndGet() <= 6) {
+                answer(ex, 307, null, "X-Molens-Leader", b[0]);
+            } else {
+                answer(ex, 200, TASK);
+            }
+        });
+        final String aUrl = url(a);
+        b[0] = url(node(ex -> answer(ex, 307, null, "X-Molens-Leader", aUrl)));
+        assertEquals(ID, client(aUrl).maxAttempts(8).build().pause(ID).id);
+        assertEquals(7, askedA.get());
+
+        // a loop that outlasts the attempts is an error
+        final MolensClient looping = client(b[0]).maxAttempts(2).build();
+        askedA.set(-1000);
+        ApiException e = thrown(ApiException.class, () -> looping.pause(ID), "redirect", null);
+        assertEquals(307, e.getStatus());
+        assertTrue(e.getMessage(), e.getMessage().contains("looping"));
+    }
+
+    @Test
+    public void anUnexpectedRedirectIsAnErrorNotAnAnswer() throws Exception {
+        final AtomicInteger status = new AtomicInteger();
+        HttpServer s = node(ex -> answer(ex, status.get(), status.get() == 304 ? null : TASK, "Location", "http://login.example/"));
+        final MolensClient c = client(url(s)).build();
+        for (int st : new int[] {301, 302, 303, 304}) {
+            status.set(st);
+            ApiException e = thrown(ApiException.class, () -> c.get(ID), "http_error", null);
+            assertEquals(st, e.getStatus());
+            e = thrown(ApiException.class, () -> c.pause(ID), "http_error", null);
+            assertEquals(st, e.getStatus());
+        }
+    }
+
+    @Test
+    public void a2xxWhoseBodyIsNotOneJsonObjectIsAnError() throws Exception {
+        final String[] text = new String[1];
+        HttpServer s = node(ex -> answer(ex, 200, text[0]));
+        final MolensClient c = client(url(s)).build();
+        for (String bad : Arrays.asList("null", TASK + " trailing", TASK + TASK, "not json", "[" + TASK + "]", "\"text\"", null)) {
+            text[0] = bad;
+            ApiException e = thrown(ApiException.class, () -> c.get(ID), "http_error", null);
+            assertEquals(bad, 502, e.getStatus());
+            thrown(ApiException.class, () -> c.listFlows(), "http_error", null);
+        }
+        text[0] = "{\"items\": []}";
+        assertEquals(Collections.emptyList(), c.listFlows());
+        text[0] = "\n " + TASK + " \n";
+        assertEquals("whitespace around the object is JSON", ID, c.get(ID).id);
+    }
+
+    // ------------------------------------------------------------------- refused, lost, not sent
+
+    @Test
+    public void a401ToAWriteIsUnauthorizedNotALostAnswer() throws Exception {
+        // HttpURLConnection drops the body of a 401 to a streamed request: the status alone says "refused"
+        final AtomicInteger asked = new AtomicInteger();
+        final AtomicInteger status = new AtomicInteger(401);
+        HttpServer s = node(ex -> {
+            asked.incrementAndGet();
+            String code = status.get() == 401 ? "unauthorized" : "forbidden";
+            answer(ex, status.get(), error(code, "the key is " + code), "WWW-Authenticate", "Bearer realm=\"molens\"");
+        });
+        final MolensClient c = client(url(s)).token("revoked").build();
+        ApiException e = MolensClientTest.apiError(() -> c.pause(ID), 401, "unauthorized", null);
+        assertTrue(e.isUnauthorized());
+        assertEquals("a refusal is not retried", 1, asked.get());
+        MolensClientTest.apiError(() -> c.create(far()), 401, "unauthorized", null);
+        MolensClientTest.apiError(() -> c.trigger(ID), 401, "unauthorized", null);
+        MolensClientTest.apiError(() -> c.createAll(Collections.singletonList(far())), 401, "unauthorized", null);
+        e = MolensClientTest.apiError(() -> c.get(ID), 401, "unauthorized", null);
+        assertTrue("a read's body is kept: " + e.getMessage(), e.getMessage().contains("the key is unauthorized"));
+        assertEquals(5, asked.get());
+        status.set(403);
+        thrown(ForbiddenException.class, () -> c.pause(ID), "forbidden", null);
+        assertEquals(6, asked.get());
+    }
+
+    @Test
+    public void aRequestThatNeverLeftIsSentToTheNextNode() throws Exception {
+        // no byte of these reached a node: a trigger (never sent twice) goes on to the next one
+        final AtomicInteger triggered = new AtomicInteger();
+        HttpServer good = node(ex -> {
+            triggered.incrementAndGet();
+            answer(ex, 200, TASK);
+        });
+        List<String> neverSent = Arrays.asList(
+                "http://molens-no-such-node.invalid:1", // the name does not resolve
+                "http://127.0.0.1:" + fullBacklog(), // the connect times out
+                "https://127.0.0.1:" + hangingUp()); // the TLS handshake fails
+        for (String first : neverSent) {
+            MolensClient c = client(first, url(good)).connectTimeoutMs(300).build();
+            assertEquals(first, ID, c.trigger(ID).id);
+            assertEquals(url(good), c.currentNode());
+        }
+        assertEquals(neverSent.size(), triggered.get());
+    }
+
+    @Test
+    public void aReadTimeoutAfterSendingIsAnUnknownOutcome() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        HttpServer slow = node(ex -> {
+            body(ex);
+            asked.incrementAndGet();
+            awaitRelease();
+            answer(ex, 200, TASK);
+        });
+        final MolensClient c = client(url(slow)).readTimeoutMs(200).build();
+        try {
+            c.trigger(ID);
+            fail("no error");
+        } catch (OutcomeUnknownException expected) {
+            assertEquals("a trigger is not sent twice", 1, asked.get());
+        }
+    }
+
+    @Test
+    public void theReadTimeoutIsCutToWhatIsLeftOfTheRetryDeadline() throws Exception {
+        HttpServer slow = node(ex -> {
+            awaitRelease();
+            answer(ex, 200, TASK);
+        });
+        final MolensClient c = client(url(slow)).readTimeoutMs(10000).retryDeadlineMs(300).build();
+        long t0 = System.nanoTime();
+        try {
+            c.get(ID);
+            fail("answered after the deadline");
+        } catch (ConnectionFailedException expected) {
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+            assertTrue("gave up after " + ms + " ms, deadline 300 ms", ms < 3000);
+        }
+    }
+
+    // ------------------------------------------------------------------- outcome unknown: the keys
+
+    @Test
+    public void aKeyedCreateWhoseRetryMeets429IsAnUnknownOutcomeCarryingItsKeys() throws Exception {
+        // a quota the lost first attempt filled refuses the retry: the task may exist
+        final AtomicInteger asked = new AtomicInteger();
+        final List<String> bodies = Collections.synchronizedList(new ArrayList<String>());
+        HttpServer s = node(ex -> {
+            String b = body(ex);
+            if (asked.incrementAndGet() % 2 == 1) {
+                bodies.add(b);
+                ex.close(); // the first attempt's answer is lost
+            } else {
+                answer(ex, 429, "{\"error\": {\"code\": \"quota_exceeded\", \"quota\": \"max_pending_tasks\", "
+                        + "\"field\": \"max_pending_tasks\", \"message\": \"full\"}}", "Retry-After", "1");
+            }
+        });
+        final MolensClient c = client(url(s)).build();
+        OutcomeUnknownException e = outcomeUnknown(() -> c.create(far()));
+        assertEquals(Collections.singletonList(keyOf(MolensClient.JSON.readTree(bodies.get(0)))), e.getIdempotencyKeys());
+        assertTrue(e.getIdempotencyKeys().get(0).matches("[0-9a-f]{32}"));
+
+        e = outcomeUnknown(() -> c.createAll(Arrays.asList(far(), far().setIdempotencyKey("mine"))));
+        JsonNode tasks = MolensClient.JSON.readTree(bodies.get(1)).path("tasks");
+        assertEquals(Arrays.asList(keyOf(tasks.get(0)), "mine"), e.getIdempotencyKeys());
+
+        BatchingClient b = new BatchingClient(c, 10, 3600000, 100, 1);
+        CompletableFuture<Task> f;
+        try {
+            f = b.submit(far().setIdempotencyKey("submitted"));
+        } finally {
+            b.close();
+        }
+        try {
+            f.get();
+            fail("no error");
+        } catch (ExecutionException x) {
+            assertTrue(String.valueOf(x.getCause()), x.getCause() instanceof OutcomeUnknownException);
+            assertEquals(Collections.singletonList("submitted"), ((OutcomeUnknownException) x.getCause()).getIdempotencyKeys());
+        }
+        assertEquals(6, asked.get());
+    }
+
+    @Test
+    public void aCreateWhoseEveryAnswerIsLostCarriesItsKey() throws Exception {
+        HttpServer s = node(TransportTest::drop);
+        final MolensClient c = client(url(s)).maxAttempts(2).build();
+        OutcomeUnknownException e = outcomeUnknown(() -> c.create(far().setIdempotencyKey("k1")));
+        assertEquals(Collections.singletonList("k1"), e.getIdempotencyKeys());
+        e = outcomeUnknown(() -> c.createAllIds(Arrays.asList(far().setIdempotencyKey("k2"), far().setIdempotencyKey("k3"))));
+        assertEquals(Arrays.asList("k2", "k3"), e.getIdempotencyKeys());
+        e = outcomeUnknown(() -> c.trigger(ID));
+        assertEquals("not a create: no keys", Collections.<String>emptyList(), e.getIdempotencyKeys());
+    }
+
+    // ----------------------------------------------------------------------------------- 507
+
+    @Test
+    public void a507IsRetriedThenThrownAsInsufficientStorageWithItsRetryAfter() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        final AtomicInteger full = new AtomicInteger(2); // answers 507 this many times, then 200
+        HttpServer s = node(ex -> {
+            asked.incrementAndGet();
+            if (full.getAndDecrement() > 0) {
+                answer(ex, 507, error("insufficient_storage", "storage full: 0 bytes free"), "Retry-After", "1");
+            } else {
+                answer(ex, 200, TASK);
+            }
+        });
+        final MolensClient c = client(url(s)).maxAttempts(3).build();
+        assertEquals(ID, c.pause(ID).id);
+        assertEquals(3, asked.get());
+
+        full.set(1000);
+        asked.set(0);
+        InsufficientStorageException e = thrown(InsufficientStorageException.class, () -> c.pause(ID), "insufficient_storage", null);
+        assertEquals(507, e.getStatus());
+        assertEquals(Integer.valueOf(1), e.getRetryAfterSeconds());
+        assertEquals(3, asked.get());
+    }
+
+    @Test
+    public void a507AfterALostAnswerIsAnUnknownOutcome() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        HttpServer s = node(ex -> {
+            if (asked.incrementAndGet() == 1) {
+                drop(ex);
+            } else {
+                answer(ex, 507, error("insufficient_storage", "storage full"), "Retry-After", "1");
+            }
+        });
+        final MolensClient c = client(url(s)).maxAttempts(3).build();
+        OutcomeUnknownException e = outcomeUnknown(() -> c.create(far().setIdempotencyKey("k")));
+        assertEquals(Collections.singletonList("k"), e.getIdempotencyKeys());
+        assertEquals(3, asked.get());
+    }
+
+    // ------------------------------------------------------------------------- what is sent
+
+    @Test
+    public void deleteDeadLettersSendsTheClientsNamespaceOnlyWithAFilterOrAll() throws Exception {
+        // the server counts ?namespace= as a filter: alone, it would delete the namespace's every dead letter
+        final List<String> queries = Collections.synchronizedList(new ArrayList<String>());
+        HttpServer s = node(ex -> {
+            queries.add(String.valueOf(ex.getRequestURI().getRawQuery()));
+            answer(ex, 200, "{\"matched\": 0, \"deleted\": 0, \"error_count\": 0, \"errors\": [], \"more\": false}");
+        });
+        MolensClient c = client(url(s)).namespace("pay").build();
+        c.deleteDeadLetters(new DeadLetterFilter());
+        c.deleteDeadLetters(new DeadLetterFilter().setLimit(5));
+        c.deleteDeadLetters(new DeadLetterFilter().setAll(true));
+        c.deleteDeadLetters(new DeadLetterFilter().setFlow("f"));
+        c.deleteDeadLetters(new DeadLetterFilter().setNamespace("other"));
+        assertEquals(Arrays.asList("null", "limit=5", "all=true&namespace=pay", "flow=f&namespace=pay", "namespace=other"), queries);
+    }
+
+    @Test
+    public void anErrorKeepsItsReason() throws Exception {
+        final String[] text = new String[1];
+        HttpServer s = node(ex -> answer(ex, 400, text[0]));
+        final MolensClient c = client(url(s)).build();
+        text[0] = "{\"error\": {\"code\": \"invalid_argument\", \"message\": \"it never fires\", \"field\": \"cron_expr\", "
+                + "\"reason\": \"never_fires\"}}";
+        assertEquals("never_fires", MolensClientTest.apiError(() -> c.create(far()), 400, "invalid_argument", "cron_expr").getReason());
+        text[0] = "{\"error\": {\"code\": \"invalid_argument\", \"message\": \"tasks[0]\", \"field\": \"tasks[0].cron_expr\"}, "
+                + "\"errors\": [{\"index\": 0, \"error\": {\"code\": \"invalid_argument\", \"message\": \"it never fires\", "
+                + "\"field\": \"cron_expr\", \"reason\": \"never_fires\"}}]}";
+        ApiException e = MolensClientTest.apiError(() -> c.createAll(Collections.singletonList(far())), 400, "invalid_argument",
+                "tasks[0].cron_expr");
+        assertNull(e.getReason());
+        assertEquals("never_fires", e.getItemErrors().get(0).getReason());
+    }
+
+    // ----------------------------------------------------------------------------------- helpers
+
+    static String keyOf(JsonNode task) { return task.path("idempotency_key").asText(); }
+
+    static OutcomeUnknownException outcomeUnknown(Runnable r) {
+        try {
+            r.run();
+        } catch (OutcomeUnknownException e) {
+            return e;
+        } catch (RuntimeException e) {
+            throw new AssertionError("want OutcomeUnknownException, got " + e, e);
+        }
+        throw new AssertionError("want OutcomeUnknownException, got an answer");
+    }
+
+    void awaitRelease() {
+        try {
+            release.await(5, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /**
+     * A port whose listen queue is full (a socket that never accepts, its backlog taken by connections held
+     * open): a connect to it times out, as to a host that drops the SYN.
+     */
+    int fullBacklog() throws IOException {
+        ServerSocket ss = new ServerSocket(0, 1, InetAddress.getByName("127.0.0.1"));
+        sockets.add(ss);
+        for (int i = 0; i < 64; i++) {
+            Socket probe = new Socket();
+            sockets.add(probe);
+            try {
+                probe.connect(new InetSocketAddress("127.0.0.1", ss.getLocalPort()), 200);
+            } catch (java.net.SocketTimeoutException full) {
+                return ss.getLocalPort();
+            }
+        }
+        throw new AssertionError("the listen queue of a socket with backlog 1 never filled: connect timeouts cannot be shown here");
+    }
+
+    /** A port that accepts every connection and closes it at once: a TLS handshake with it fails. */
+    int hangingUp() throws IOException {
+        final ServerSocket ss = new ServerSocket(0, 50, InetAddress.getByName("127.0.0.1"));
+        sockets.add(ss);
+        Thread t = new Thread(() -> {
+            while (true) {
+                try {
+                    ss.accept().close();
+                } catch (IOException closed) {
+                    return; // the test ended
+                }
+            }
+        }, "hanging-up");
+        t.setDaemon(true);
+        t.start();
+        return ss.getLocalPort();
+    }
+
+    /**
+     * A stand-in node over TLS, with a self-signed certificate for 127.0.0.1 (made by the JDK's keytool) that
+     * this JVM's HTTPS connections trust until the test ends.
+     */
+    HttpsServer httpsNode(HttpHandler h) throws Exception {
+        File dir = Files.createTempDirectory("molens-tls").toFile();
+        File store = new File(dir, "node.p12");
+        char[] pass = "molens".toCharArray();
+        Process p = new ProcessBuilder(System.getProperty("java.home") + "/bin/keytool", "-genkeypair", "-keystore", store.getPath(),
+                "-storetype", "PKCS12", "-storepass", "molens", "-keypass", "molens", "-alias", "node", "-keyalg", "RSA",
+                "-keysize", "2048", "-dname", "CN=127.0.0.1", "-ext", "SAN=ip:127.0.0.1", "-validity", "2")
+                .redirectErrorStream(true).start();
+        String out = new String(readAllOf(p.getInputStream()), StandardCharsets.UTF_8);
+        assertEquals("keytool: " + out, 0, p.waitFor());
+        KeyStore ks = KeyStore.getInstance("PKCS12");
+        try (FileInputStream in = new FileInputStream(store)) {
+            ks.load(in, pass);
+        }
+        store.delete();
+        dir.delete();
+        KeyManagerFactory kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
+        kmf.init(ks, pass);
+        TrustManagerFactory tmf = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+        tmf.init(ks);
+        SSLContext ctx = SSLContext.getInstance("TLS");
+        ctx.init(kmf.getKeyManagers(), tmf.getTrustManagers(), null);
+        HttpsServer s = HttpsServer.create(new InetSocketAddress("127.0.0.1", 0), 0);
+        s.setHttpsConfigurator(new HttpsConfigurator(ctx));
+        s.createContext("/", h);
+        s.start();
+        servers.add(s);
+        if (defaultTls == null) {
+            defaultTls = HttpsURLConnection.getDefaultSSLSocketFactory();
+        }
+        HttpsURLConnection.setDefaultSSLSocketFactory(ctx.getSocketFactory());
+        return s;
+    }
+
+    static byte[] readAllOf(InputStream in) throws IOException {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        byte[] buf = new byte[8192];
+        int n;
+        while ((n = in.read(buf)) >= 0) {
+            out.write(buf, 0, n);
+        }
+        return out.toByteArray();
+    }
+}
