@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from mooncat_checkpoint import rules
@@ -141,8 +142,10 @@ class PostgresBackend:
         self.url = url
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
         self._lock = threading.Lock()
+        self._connect: Callable[[], Any] = lambda: psycopg.connect(url, autocommit=True, connect_timeout=5)
+        self._closing = False
         try:
-            self._conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
+            self._conn = self._connect()
         except psycopg.Error as e:
             raise BackendUnavailableError(f"postgresql backend: cannot reach {shown_url(url)}: {redact(_first_line(e), url)}") from None
         try:
@@ -155,8 +158,15 @@ class PostgresBackend:
             raise BackendUnavailableError(f"postgresql backend {shown_url(url)}: cannot create {TABLE}: {redact(_first_line(e), url)}") from None
 
     def _run(self, what: str, sql: str, params: dict[str, Any]) -> builtins.list[tuple[Any, ...]]:
+        """One statement. A connection found lost (the server restarted, a proxy dropped it) fails
+        the call that found it, whose statement may or may not have run; the next call connects
+        again, as redis-py does."""
         with self._lock:
             try:
+                if self._conn.broken:
+                    self._conn.close()
+                if self._conn.closed and not self._closing:
+                    self._conn = self._connect()
                 return self._conn.execute(sql, params).fetchall()
             except CheckpointError:
                 raise
@@ -236,6 +246,7 @@ class PostgresBackend:
 
     def close(self) -> None:
         with self._lock:
+            self._closing = True
             self._conn.close()
 
 

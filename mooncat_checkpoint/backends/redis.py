@@ -3,7 +3,9 @@
 Every change is one Lua script (one round trip, atomic on the server): ``claim``, ``touch``, ``done``,
 ``fail``, ``reset`` and gc's per-key ``collect`` run the state machine of ``rules`` where the record
 lives, and read the time with ``TIME`` there, so clients on hosts whose clocks disagree still agree
-on leases. Keys of a namespace share one hash tag (``{ns}``), so a cluster keeps them on one slot::
+on leases. Keys of a namespace share one hash tag (``{ns}``); a claim's script also adds to
+``mooncat:namespaces``, another slot, so the store is one server (with its replicas), not a Redis
+Cluster. A connection the server dropped is opened again by redis-py on the next call::
 
     mooncat:{<ns>}:r:<key>    hash: the record (absent fields are None)
     mooncat:{<ns>}:f:<key>    the key's fence counter: INCR on every successful claim, never deleted,

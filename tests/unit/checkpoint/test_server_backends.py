@@ -123,3 +123,36 @@ def test_postgresql_keeps_one_row_per_key_that_reset_empties(servers: object) ->
         assert rows == [(key.encode(), None, 1)]
         again = cp.claim("ns", key)
         assert isinstance(again, Claimed) and again.fence == 2 and again.checkpoint.key == key
+
+
+def test_a_client_whose_connection_the_server_dropped_connects_again(server_url: str) -> None:
+    """The server ended the client's connection (a restart, an idle proxy): the call that finds it
+    lost fails (its statement may have run), and the next one connects again, for both servers."""
+    from mooncat_checkpoint import BackendUnavailableError
+
+    with SyncCheckpointClient(server_url) as cp:
+        c = cp.claim("ns", "before")
+        assert isinstance(c, Claimed)
+        if server_url.startswith("redis"):
+            import redis
+
+            with redis.Redis.from_url(server_url) as r:
+                assert r.execute_command("CLIENT", "KILL", "SKIPME", "yes") >= 1
+        else:
+            import psycopg
+
+            with psycopg.connect(server_url, autocommit=True) as conn:
+                ended = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                     "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()
+            assert ended and all(ok for (ok,) in ended)
+        after: object = None
+        for _ in range(2):  # redis-py connects again at once; psycopg's connection fails once first
+            try:
+                after = cp.claim("ns", "after")
+                break
+            except BackendUnavailableError:
+                continue
+        assert isinstance(after, Claimed)
+        cp.done("ns", "before", c.lease_token)
+        rec = cp.get("ns", "before")
+        assert rec is not None and rec.status.value == "done"
