@@ -870,7 +870,9 @@ class MolensClient:
         """Delete the dead letters matching the filter, at most ``limit`` (default and most
         :data:`MAX_BULK`); ``{"matched", "deleted", "error_count", "errors", "more"}`` (``more``:
         call again). An empty filter deletes every dead letter only with ``all=True``; without it
-        the API refuses it (:class:`BadRequestError`, field ``all``). ``namespace`` (else the
+        the API refuses it (:class:`BadRequestError`, field ``all``). With ``limit`` it is not sent
+        twice after a lost answer (:class:`OutcomeUnknownError`): a second one could delete ``limit``
+        more. ``namespace`` (else the
         client's) limits it to that namespace's; the client's own namespace is no filter (so
         ``all=True`` deletes every one of that namespace's), a ``namespace`` given to the call is."""
         if not isinstance(all, bool):
@@ -883,8 +885,9 @@ class MolensClient:
         if all:
             q["all"] = "true"
         path = "/api/v1/dead-letters" + (f"?{urlencode(q)}" if q else "")
-        # deleting what still matches again does no harm: safe to retry after a lost answer
-        return dict(self._request("DELETE", path, None)[1])
+        # deleting what still matches again does no harm, unless a limit bounds how many may go: sent
+        # again after a lost answer, it could delete up to ``limit`` more
+        return dict(self._request("DELETE", path, None, safe_retry=limit is None)[1])
 
     # ------------------------------------------------------------------ flows
 

@@ -266,17 +266,34 @@ def _confirmed(a: argparse.Namespace, p: Printer, what: str) -> bool:
 
 
 def _each(ids: list[str], act: Callable[[str], Row], p: Printer, action: str, what: str) -> int:
-    """Acts on each id in turn; prints a row per id (a table) or a summary (JSON)."""
+    """Acts on each id in turn; prints a row per id (a table) or a summary (JSON), also when the
+    cluster stops serving part way (then the error follows). A warning an answer carries (a redrive
+    of an at_most_once fire) is kept in its row and said once at the end."""
     results: list[Row] = []
     if p.mode is Mode.TABLE and ids:
         p.stream_header(RESULT_COLUMNS)
     unknown = 0
+
+    def summary() -> None:
+        done = sum(r["result"] == PAST[action] for r in results)
+        errors = [r for r in results if r["result"] != PAST[action]]
+        p.note(f"{done} of {what} {PAST[action]}" + (f", {len(errors)} failed" if errors else ""))
+        if warned := [r for r in results if r.get("warning")]:
+            p.note(f"warning ({len(warned)} of them): {warned[0]['warning']}")
+        if p.mode is not Mode.TABLE:
+            p.obj({"action": action, "matched": len(ids), PAST[action]: done, "error_count": len(errors),
+                   "errors": errors, "ids": [r["id"] for r in results if r["result"] == PAST[action]]}
+                  | ({"warnings": [{"id": r["id"], "warning": r["warning"]} for r in warned]} if warned else {}))
+
     for n, i in enumerate(ids):
         try:
-            act(i)
+            out = act(i)
             r: Row = {"id": i, "result": PAST[action], "detail": None}
+            if isinstance(out, dict) and out.get("warning"):
+                r["detail"] = r["warning"] = out["warning"]
         except UnavailableError:  # no leader after every retry: the next ids would meet the same
             p.note(f"stopped after {n} of {len(ids)}: the cluster is not serving")
+            summary()
             raise
         except ApiError as exc:
             r = {"id": i, "result": "error", "code": exc.code, "status": exc.status, "detail": str(exc)}
@@ -285,16 +302,13 @@ def _each(ids: list[str], act: Callable[[str], Row], p: Printer, action: str, wh
             r = {"id": i, "result": "unknown", "code": exc.code, "detail": str(exc)}
         except ConnectionFailedError:
             p.note(f"stopped after {n} of {len(ids)}: no node answers")
+            summary()
             raise
         results.append(r)
         if p.mode is Mode.TABLE:
             p.stream_row(r, RESULT_COLUMNS)
-    done = sum(r["result"] == PAST[action] for r in results)
+    summary()
     errors = [r for r in results if r["result"] != PAST[action]]
-    p.note(f"{done} of {what} {PAST[action]}" + (f", {len(errors)} failed" if errors else ""))
-    if p.mode is not Mode.TABLE:
-        p.obj({"action": action, "matched": len(ids), PAST[action]: done, "error_count": len(errors),
-               "errors": errors, "ids": [r["id"] for r in results if r["result"] == PAST[action]]})
     return UNREACHABLE if unknown else FAILED if errors else OK
 
 
@@ -451,10 +465,14 @@ def dead_action(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
         return stop
     while total["matched"] < len(matched):  # at most what was confirmed; the API acts on MAX_BULK a call
         limit = min(MAX_BULK, len(matched) - total["matched"])
-        if a.action == "redrive":
-            out = c.redrive_matching(**filt, limit=limit)
-        else:
-            out = c.delete_dead_letters(**filt, limit=limit, all=not filt)
+        try:
+            if a.action == "redrive":
+                out = c.redrive_matching(**filt, limit=limit)
+            else:
+                out = c.delete_dead_letters(**filt, limit=limit, all=not filt)
+        except ClientError:  # what the calls before this one did, then the error
+            p.obj(total)
+            raise
         for k in ("matched", PAST[a.action], "error_count"):
             total[k] += out.get(k, 0)
         total["errors"].extend(out.get("errors", []))

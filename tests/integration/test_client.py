@@ -505,3 +505,32 @@ def test_a_batch_applied_without_some_of_its_items_raises_with_every_task_create
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_limited_dead_letter_delete_is_not_sent_twice_after_a_lost_answer(api: Served, client: MolensClient) -> None:
+    """Sent again, a delete of at most ``limit`` would delete up to ``limit`` more: after a lost
+    answer it is an unknown outcome instead. Without a limit it is retried (it deletes what matches)."""
+    now = int(time.time() * 1000)
+    made = [client.create(delayed(interval_ms=0, scene="lost-delete", retry={"max_retries": 0})) for _ in range(3)]
+    for t in made:
+        fid = f"{t['id']}-1"
+        api.ctx.propose([Dispatched(now, (DispatchItem(
+            fire_id=fid, task_id=t["id"], attempt=1, worker="n1", deadline_ms=now + 5000,
+        ),))], 5)
+        api.ctx.propose([Results(now, (ResultItem(
+            fire_id=fid, kind=FireKind.CALLBACK, status_code=500, outcome=Outcome.RESPONSE, response_head="no",
+            latency_ms=3, worker="n1",
+        ),))], 5)
+    mine = {t["id"] for t in made}
+
+    def left() -> int:
+        return sum(d["task_id"] in mine for d in client.dead_letters())
+
+    assert left() == 3
+    api.ctx.inject_fault("unknown_after_apply")
+    with pytest.raises(OutcomeUnknownError):
+        client.delete_dead_letters(kind="retries_exhausted", limit=1)
+    assert left() == 2  # applied once, not sent again
+    api.ctx.inject_fault("unknown_after_apply")
+    assert client.delete_dead_letters(kind="retries_exhausted")["more"] is False
+    assert left() == 0

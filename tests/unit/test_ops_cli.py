@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import shutil
 import signal
@@ -181,6 +182,39 @@ def test_a_bulk_action_stops_at_the_first_no_leader_and_exits_as_unreachable() -
     with pytest.raises(client.UnavailableError):
         commands._each(["A", "B", "C"], act, Printer(Mode.TABLE, io.StringIO(), err=err), "pause", "3 tasks")
     assert acted == ["A"] and "stopped after 0 of 3" in err.getvalue()
+
+
+def test_a_bulk_action_stopped_part_way_still_prints_its_json_summary() -> None:
+    """``--json``: what was done before the cluster stopped serving is on stdout, the error after."""
+    def act(i: str) -> dict[str, object]:
+        if i == "C":
+            raise client.UnavailableError(503, "no_leader", "no leader is known")
+        return {"id": i}
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(client.UnavailableError):
+        commands._each(["A", "B", "C", "D"], act, Printer(Mode.JSON, out, err=err), "pause", "4 tasks")
+    summary = json.loads(out.getvalue())
+    assert summary["ids"] == ["A", "B"] and summary["paused"] == 2 and summary["matched"] == 4
+    assert "stopped after 2 of 4" in err.getvalue()
+
+
+def test_a_redrive_by_ids_keeps_each_answers_warning() -> None:
+    """A redriven at_most_once fire's answer warns that it may have reached its receiver already:
+    kept per id (JSON) and said once (stderr), as the single-id command says it."""
+    warning = "this at_most_once fire may have been delivered before its node was lost"
+
+    def act(i: str) -> dict[str, object]:
+        return {"id": i, "warning": warning} if i == "B" else {"id": i}
+
+    for mode in (Mode.JSON, Mode.TABLE):
+        out, err = io.StringIO(), io.StringIO()
+        assert commands._each(["A", "B"], act, Printer(mode, out, err=err), "redrive", "2 dead letters") == commands.OK
+        assert f"warning (1 of them): {warning}" in err.getvalue()
+        if mode is Mode.JSON:
+            assert json.loads(out.getvalue())["warnings"] == [{"id": "B", "warning": warning}]
+        else:
+            assert warning in out.getvalue()
 
 
 def test_an_error_message_of_several_lines_is_reported_on_one() -> None:
