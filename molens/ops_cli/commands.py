@@ -375,9 +375,12 @@ def watch(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
     latest = list(itertools.islice(c.executions(a.id, page_size=max(1, min(a.last, 1000))), max(1, a.last)))
     since = max((e["finished_at"] for e in latest), default=None)
     seen = {_execution_key(e) for e in latest}
+    fresh: list[Row] = []  # finished between the two reads: new, not old news
     if since is not None:  # what the first poll's overlap reads again is old news
-        seen.update(_execution_key(e) for e in c.executions(a.id, since=max(0, since - WATCH_OVERLAP_MS),
-                                                             page_size=1000))
+        for e in c.executions(a.id, since=max(0, since - WATCH_OVERLAP_MS), page_size=1000):
+            if (k := _execution_key(e)) not in seen and e["finished_at"] > since:
+                fresh.append(e)
+            seen.add(k)
     printed: list[Row] = []
 
     def show(e: Row) -> None:
@@ -393,6 +396,11 @@ def watch(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
         for e in reversed(latest[: a.last]):
             show(e)
         earlier = len(printed)  # --last's: they do not count towards --count
+        for e in reversed(fresh):  # oldest first
+            if a.count is None or len(printed) - earlier < a.count:
+                show(e)
+        if fresh:
+            since = max(e["finished_at"] for e in fresh)
         while True:
             if INTERRUPT.is_set():  # a Ctrl-C whose KeyboardInterrupt a finaliser swallowed
                 raise KeyboardInterrupt

@@ -169,6 +169,32 @@ def test_watch_stops_on_a_ctrl_c_that_landed_in_a_finaliser(monkeypatch: pytest.
     assert signal.getsignal(signal.SIGINT) is before
 
 
+def test_watch_shows_an_execution_that_finished_between_its_two_start_up_reads() -> None:
+    """Start-up reads the last executions, then what the first poll's overlap would read again (old
+    news). One that finished in between is in the second read only: it is new, and shown."""
+    def ex(attempt: int, at: int) -> dict[str, object]:
+        return {"fire_id": "F-1", "kind": "callback", "attempt": attempt, "result": "failed", "finished_at": at,
+                "execution_result": "", "task_id": "T"}
+
+    old, older, new = ex(2, 1_000), ex(1, 990), ex(3, 1_500)
+
+    class Client:
+        reads = 0
+
+        def get(self, task_id: str) -> dict[str, object]:
+            return {"id": task_id, "type": "delayed", "status": "pending", "interval_ms": 1000}
+
+        def executions(self, task_id: str, **kw: object) -> list[dict[str, object]]:
+            self.reads += 1
+            return [old] if self.reads == 1 else [new, old, older]  # newest first, as the API lists
+
+    a = parser.build().parse_args(["watch", "01M917RR6Z3PWE1E76AWAPXS6X", "--last", "1", "--count", "1",
+                                   "--interval", "0.01", "--json"])
+    out = io.StringIO()
+    assert commands.watch(Client(), a, Printer(Mode.JSON, out, err=io.StringIO())) == commands.OK  # type: ignore[arg-type]
+    assert [e["attempt"] for e in json.loads(out.getvalue())] == [2, 3]  # older is old news; new counts
+
+
 def test_a_bulk_action_stops_at_the_first_no_leader_and_exits_as_unreachable() -> None:
     """A 503 after every retry is the cluster's state, not the task's: the next ids would each take
     a full round of retries again. The loop stops and the command exits 3 (try again)."""
