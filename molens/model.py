@@ -104,7 +104,8 @@ class CallbackPolicy:
     allow_hosts: tuple[str, ...] = ()
     allow_cidrs: tuple[str, ...] = ()
     deny_hosts: tuple[str, ...] = ("metadata.google.internal",)
-    deny_cidrs: tuple[str, ...] = ("169.254.0.0/16", "fd00:ec2::254/128", "fe80::/10")
+    deny_cidrs: tuple[str, ...] = ("169.254.0.0/16", "fd00:ec2::254/128", "fe80::/10", "100.100.100.200/32",
+                                   "168.63.129.16/32")
     schemes: tuple[str, ...] = ("http", "https")
 
     def __post_init__(self) -> None:
@@ -424,12 +425,20 @@ def _check_url_str(url: str, name: str, policy: CallbackPolicy, limits: Limits) 
     return url
 
 
+_THIS_HOST = (ipaddress.IPv4Address("0.0.0.0"), ipaddress.IPv6Address("::"))
+"""Addresses a connect() reaches this host at (Linux and the BSDs take them for loopback)."""
+_LOOPBACK = {4: ipaddress.IPv4Address("127.0.0.1"), 6: ipaddress.IPv6Address("::1")}
+
+
 def _host_verdict(
     host: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None, policy: CallbackPolicy
 ) -> str | None:
     """The host policy rule, shared by validation and the fire worker: None when ``host`` (lower
     case, no trailing dot), reached at ``ip`` (None: a name, address unknown), passes; else why not.
-    Deny wins; a non-empty allow list admits the host by name or by address."""
+    Deny wins; a non-empty allow list admits the host by name or by address. The unspecified
+    address (``0.0.0.0``, ``0``, ``::``) reaches this host: it is matched as loopback."""
+    if ip is not None and ip in _THIS_HOST:
+        ip = _LOOPBACK[ip.version]
     if _host_matches(host, policy.deny_hosts) or (ip is not None and _ip_in(ip, policy.deny_cidrs)):
         return "denied by the callback host policy"
     if policy.allow_hosts or policy.allow_cidrs:

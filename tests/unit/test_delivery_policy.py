@@ -23,6 +23,7 @@ import urllib3
 
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult, to_result_item
 from molens.delivery.pool import make_pool_manager
+from molens.errors import ValidationError
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, Outcome, check_url
 from tests.carrier import Carrier
 
@@ -173,6 +174,28 @@ def test_ip_literal_hosts_are_checked_again_at_fire_time(server: Server) -> None
     _assert_refused(_fire(url, DENY_LOOPBACK),
                     "callback host 127.0.0.1 resolves to 127.0.0.1, denied by the callback host policy")
     assert server.connections == 1
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "0", "[::]", "[0:0::0]"])
+def test_the_unspecified_address_is_loopback_to_the_policy(
+    server: Server, resolver: dict[str, Callable[[], list[str]]], host: str,
+) -> None:
+    """A connect() to 0.0.0.0 (or ::) reaches this host: a policy that denies loopback denies it too,
+    written in the URL or resolved from a name (it used to reach the listener on 127.0.0.1)."""
+    url = f"http://{host}:{server.port}/cb"
+    with pytest.raises(ValidationError, match="denied by the callback host policy"):
+        check_url(url, "callback_url", DENY_LOOPBACK, DEFAULT_LIMITS)
+    assert _fire(url, DENY_LOOPBACK).outcome is DeliveryOutcome.NETWORK_ERROR
+    resolver["here.example"] = lambda: ["0.0.0.0"]
+    _assert_refused(_fire(f"http://here.example:{server.port}/cb", DENY_LOOPBACK),
+                    "callback host here.example resolves to 0.0.0.0, denied by the callback host policy")
+    assert server.connections == 0
+
+
+@pytest.mark.parametrize("address", ["100.100.100.200", "168.63.129.16"])
+def test_other_clouds_metadata_addresses_are_denied_by_default(address: str) -> None:
+    with pytest.raises(ValidationError, match="denied by the callback host policy"):
+        check_url(f"http://{address}/latest/meta-data/", "callback_url", DEFAULT_POLICY, DEFAULT_LIMITS)
 
 
 def test_name_resolving_to_cloud_metadata_is_refused(resolver: dict[str, Callable[[], list[str]]]) -> None:
