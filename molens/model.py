@@ -427,7 +427,8 @@ def _check_url_str(url: str, name: str, policy: CallbackPolicy, limits: Limits) 
 
 _THIS_HOST = (ipaddress.IPv4Address("0.0.0.0"), ipaddress.IPv6Address("::"))
 """Addresses a connect() reaches this host at (Linux and the BSDs take them for loopback)."""
-_LOOPBACK = {4: ipaddress.IPv4Address("127.0.0.1"), 6: ipaddress.IPv6Address("::1")}
+_LOOPBACK: dict[int, ipaddress.IPv4Address | ipaddress.IPv6Address] = {
+    4: ipaddress.IPv4Address("127.0.0.1"), 6: ipaddress.IPv6Address("::1")}
 
 
 def _host_verdict(

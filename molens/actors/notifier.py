@@ -129,11 +129,16 @@ class NoticeSender:
         if self._secrets:
             headers[SIGNATURE_HEADER] = signature_header(self._secrets, batch.id, body, self._wall())
         try:
+            # the head within the timeout (the guarded connection's watchdog), the body not read at
+            # all: a target that trickles or streams its answer holds the Notifier no longer
             r = self._pool.request("POST", batch.url, body=body, headers=headers, redirect=False, retries=False,
-                                   timeout=urllib3.Timeout(total=self._timeout_s))
+                                   timeout=urllib3.Timeout(total=self._timeout_s), preload_content=False)
         except Exception as e:  # a target that cannot be reached: try again later, never raise
             return f"{type(e).__name__}: {str(e)[:200]}"
-        return None if 200 <= r.status < 300 else f"status {r.status}"
+        status = r.status
+        r.close()  # the body is not wanted: the connection goes with it
+        r.release_conn()
+        return None if 200 <= status < 300 else f"status {status}"
 
 
 class Notifier(LeaderActor):

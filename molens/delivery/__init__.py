@@ -68,6 +68,7 @@ from urllib3.util.connection import allowed_gai_family
 from urllib3.util.timeout import _DEFAULT_TIMEOUT
 
 from molens import __version__, wallclock
+from molens.delivery.deadline import WATCHDOG
 from molens.errors import MolensError
 from molens.fsm.commands import ResultItem
 from molens.model import DEFAULT_POLICY, CallbackPolicy, FireKind, Outcome, address_denial
@@ -486,6 +487,20 @@ class _GuardedHTTPConnection(HTTPConnection):
     def _new_conn(self) -> socket.socket:
         return _vetted_socket(self, self.callback_policy)
 
+    def getresponse(self) -> Any:
+        """The answer's status line and headers, read within the time left of the request's timeout
+        (urllib3 sets ``timeout`` to it just before): a socket timeout bounds each read, not the
+        head, so the socket is under :data:`molens.delivery.deadline.WATCHDOG` while it is read."""
+        left, sock = self.timeout, self.sock
+        if sock is None or not isinstance(left, int | float) or left <= 0:
+            return super().getresponse()
+        with WATCHDOG.cut_at(time.monotonic() + left, sock) as cut:
+            resp = super().getresponse()
+        if cut.done:  # the head was still coming in: whatever parsed of it is no answer
+            resp.close()
+            raise TimeoutError(f"the answer's status line and headers did not arrive within {left:.3g} s")
+        return resp
+
 
 class _GuardedHTTPSConnection(_GuardedHTTPConnection, HTTPSConnection):
     """The same guard over TLS."""
@@ -628,7 +643,9 @@ class Deliverer:
         except (TimeoutError, Urllib3TimeoutError) as e:
             return self.failed_result(req, start, DeliveryOutcome.TIMEOUT, e)
         except (HTTPError, OSError, ValueError) as e:  # ProtocolError, SSLError, bad URL (LocationValueError)
-            return self.failed_result(req, start, DeliveryOutcome.NETWORK_ERROR, e)
+            # a head still coming in at the deadline: the watchdog cut its socket (molens.delivery.deadline)
+            late = time.monotonic() >= deadline
+            return self.failed_result(req, start, DeliveryOutcome.TIMEOUT if late else DeliveryOutcome.NETWORK_ERROR, e)
         except Exception as e:  # a bug must not kill the worker thread; say so loudly
             log.exception("unexpected error delivering fire=%s url=%s", req.fire_id, req.url)
             return self.failed_result(req, start, DeliveryOutcome.NETWORK_ERROR, e)

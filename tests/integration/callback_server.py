@@ -1,7 +1,8 @@
 """A real HTTP/1.1 keep-alive server on 127.0.0.1 for delivery tests; behaviour picked by path.
 
 Paths: ``/ok`` (200 "ok"), ``/status/N``, ``/bytes/N`` (200 with N bytes), ``/endless`` (chunked body
-that never ends), ``/trickle`` (declares 1 MB, sends a byte at a time forever), ``/hang`` (answers only
+that never ends), ``/trickle`` (declares 1 MB, sends a byte at a time forever), ``/trickle-head``
+(a status line, then a header a byte at a time forever), ``/hang`` (answers only
 when released), ``/redirect`` (302 to /ok), ``/gate`` (counts concurrent requests, waits for the gate).
 Every request is recorded (path, headers, body, client port). ``stop()`` releases everything.
 """
@@ -109,6 +110,12 @@ def _make_handler(srv: CallbackServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
                 while not srv.stopping.wait(0.02):
                     self.wfile.write(b"y")
+                    self.wfile.flush()
+            elif p == "/trickle-head":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                self.wfile.flush()
+                while not srv.stopping.wait(0.02):
+                    self.wfile.write(b"z")
                     self.wfile.flush()
             elif p == "/hang":
                 srv.gate.wait(30)

@@ -21,6 +21,7 @@ from molens.delivery import (
     encode_fire_results,
     to_result_item,
 )
+from molens.delivery.pool import make_pool_manager
 from molens.fsm.commands import ResultItem
 from molens.model import Outcome
 from molens.receiver import verify_signature
@@ -129,6 +130,16 @@ def test_no_answer_within_timeout_is_a_timeout(carrier: Carrier, server: Callbac
     assert (res.status_code, res.outcome) == (None, DeliveryOutcome.TIMEOUT)
     assert "Timeout" in res.error
     assert res.latency_ms >= 200
+
+
+def test_a_head_that_never_ends_is_a_timeout_at_the_attempts_deadline(carrier: Carrier, server: CallbackServer) -> None:
+    """A socket timeout bounds each read, not the head: a header sent a byte every 20 ms held the
+    urllib3 path (TLS fires, the threads engine) for as long as the receiver liked. Reaching the
+    asserts is the check (the receiver never ends it)."""
+    pm = make_pool_manager(2)
+    res = carrier.deliver(Deliverer(pm, "n1"), _req(server.url("/trickle-head"), timeout_ms=300))
+    assert (res.status_code, res.outcome) == (None, DeliveryOutcome.TIMEOUT), res
+    assert carrier.deliver(Deliverer(pm, "n1"), _req(server.url("/ok"))).outcome is DeliveryOutcome.SUCCESS
 
 
 def test_connection_refused_is_a_network_error(carrier: Carrier, pool: urllib3.PoolManager) -> None:

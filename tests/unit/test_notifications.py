@@ -267,3 +267,59 @@ def test_waiting_flow_notices_are_bounded_the_oldest_dropped_and_a_hold_and_its_
     hn.add([], ["a:80"])
     hn.add([("a:80", 9_000)], [])  # held again: the newer hold stands over the older one
     assert hn.take(1_000) == (("a:80", 0), ("a:80", 9_000))
+
+
+class _Endless:
+    """A raw HTTP target that never finishes its answer: ``head`` trickles the status line and
+    headers one byte at a time, ``body`` sends a whole head then streams its body. It stops by
+    itself after ``limit`` bytes (or when the client hangs up: ``hung_up``)."""
+
+    def __init__(self, mode: str, limit: int) -> None:
+        import socket
+
+        self.mode, self.limit = mode, limit
+        self.sent = 0
+        self.hung_up = Event()
+        self.finished = Event()
+        self._srv = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._srv.getsockname()[1]}/n"
+        Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import time
+
+        conn, _ = self._srv.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                if self.mode == "head":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                    while self.sent < self.limit:
+                        conn.sendall(b"X")  # a header line that never ends
+                        self.sent += 1
+                        time.sleep(0.005)
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n")
+                    chunk = b"x" * 65536
+                    while self.sent < self.limit:
+                        conn.sendall(chunk)
+                        self.sent += len(chunk)
+            except OSError:
+                self.hung_up.set()
+        self.finished.set()
+        self._srv.close()
+
+
+def test_a_target_that_never_finishes_its_answer_does_not_hold_the_notifier() -> None:
+    """One tenant's notify_url must not stall the others' notifications: the head must come within
+    the timeout and the body is not read (the Notifier sends one batch at a time)."""
+    for mode, limit in (("head", 10_000), ("body", 64 << 20)):
+        target = _Endless(mode, limit)
+        send = NoticeSender(make_pool_manager(1, CallbackPolicy()), 500, ())
+        why = send(NoticeBatch(target.url, (_n(0, target.url),)))
+        assert target.finished.wait(60) and target.hung_up.is_set(), (mode, target.sent)
+        assert target.sent < limit
+        if mode == "head":
+            assert why is not None  # no head within the timeout: tried again later
+        else:
+            assert why is None  # a 200 head: delivered, the body left unread
