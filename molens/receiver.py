@@ -1,8 +1,9 @@
 """The recommended callback receiver: signature check, exactly-once processing, a truthful ACK probe.
 
 ``make_receiver_app(handler, checkpoint_url, secrets)`` returns a WSGI app that answers both Molens
-requests of a fire on any path, telling them apart by ``X-Molens-Kind``. Each fire id
-(``X-Fire-ID``) is a ``mooncat_checkpoint`` step in namespace ``molens-fires``:
+requests of a fire on any path, telling them apart by ``X-Molens-Kind``. ``secrets`` is a list of
+signing secrets or one secret as a ``str``/``bytes``; none (``None``, ``[]``) accepts unsigned requests.
+Each fire id (``X-Fire-ID``) is a ``mooncat_checkpoint`` step in namespace ``molens-fires``:
 
 callback (``X-Molens-Kind: callback``)
     bad/missing signature -> 401 (handler not called); otherwise ``claim``:
@@ -11,17 +12,23 @@ callback (``X-Molens-Kind: callback``)
       answered with 200. Molens keeps the first 512 bytes of that answer on the execution record.
     - ``done`` -> 200 with the stored result; the handler is *not* called again (a retry after a lost
       response, a re-fire after a failover, an at-least-once duplicate).
-    - ``busy`` (another delivery of the same fire holds the lease) -> 409 + ``Retry-After``, so Molens
-      retries later and the answer then reflects the outcome of the run in progress.
-    - handler raised ``PermanentFireError`` -> ``fail`` (terminal) and 422; later deliveries of that
-      fire get 422 too without calling the handler (``mooncat-checkpoint reset molens-fires FIRE_ID``
-      makes it runnable again).
+    - ``busy`` (another delivery of the same fire holds the lease) -> 503 + ``Retry-After: 1``: Molens
+      takes it as a throttle (the wait does not use up ``max_retries`` for up to the task's
+      ``retry.max_throttle_ms``) and the later answer reflects the outcome of the run in progress.
+    - handler raised ``PermanentFireError`` -> ``fail`` (terminal) and 422 + ``X-Molens-No-Retry:
+      true``, so Molens ends the occurrence (``non_retryable``); later deliveries of that fire get the
+      same without calling the handler (``mooncat-checkpoint reset molens-fires FIRE_ID`` makes it
+      runnable again).
     - handler raised anything else -> the lease is released (``touch`` to 1 ms, fenced) and 500, so
       the retry Molens makes runs the handler again: a fire counts as processed only once it succeeds.
 
 ACK probe (``X-Molens-Kind: ack``, same headers and body)
     bad signature -> 401; the fire's checkpoint is ``done`` -> 200, anything else (running, failed,
     never seen) -> 409. So a 2xx ACK means the work is durably recorded as done, never earlier.
+
+notification (``X-Molens-Kind: notification``: a task's ``notify_url`` or the node's ``notifications.url``)
+    bad signature -> 401; otherwise 200 and ignored: the handler is not called. Point notification
+    targets at an endpoint of their own to act on them. Any other kind -> 400.
 
 Exactly once holds while the handler finishes within ``lease_ms`` (default 60 s): past it another
 delivery may claim the fire; ``fire.fence`` grows with every claim, so a store written by the
@@ -50,6 +57,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "molens-fires"
 _RETRY_AFTER_S = "1"
+_BUSY = 503
+"""A busy or superseded fire: a status Molens reads ``Retry-After`` on (a throttle, not a spent retry)."""
+_NO_RETRY = ("X-Molens-No-Retry", "true")
+"""Ends the occurrence at once (``molens.delivery.NO_RETRY_HEADER``; any other value is ignored)."""
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
@@ -91,7 +102,7 @@ class ReceiverApp:
         self,
         handler: Callable[[Fire], Any],
         checkpoints: SyncCheckpointClient,
-        secrets: Sequence[str | bytes] | None,
+        secrets: str | bytes | Sequence[str | bytes] | None,
         namespace: str = DEFAULT_NAMESPACE,
         tolerance_ms: int = DEFAULT_TOLERANCE_MS,
         lease_ms: int = 60_000,
@@ -100,6 +111,8 @@ class ReceiverApp:
     ) -> None:
         self.handler = handler
         self.checkpoints = checkpoints
+        if isinstance(secrets, str | bytes | bytearray):
+            secrets = (secrets,)  # one secret, not one per character (or per byte: all-zero keys)
         self.secrets = tuple(s for s in (secrets or ()) if s)
         self.namespace = namespace
         self.tolerance_ms = tolerance_ms
@@ -136,16 +149,22 @@ class ReceiverApp:
         if self.secrets and not verify_signature(headers, body, self.secrets, self.tolerance_ms):
             log.warning("fire=%s rejected: bad signature", fire_id)
             return _answer(401, {"error": "bad signature", "fire_id": fire_id})
-        if headers.get("x-molens-kind", "callback") == "ack":
+        kind = headers.get("x-molens-kind", "callback")
+        if kind == "callback":
+            return self._callback(fire_id, headers, body)
+        if kind == "ack":
             return self._ack(fire_id)
-        return self._callback(fire_id, headers, body)
+        if kind == "notification":
+            log.info("notification batch=%s ignored: the receiver runs its handler for callbacks only", fire_id)
+            return _answer(200, {"batch_id": fire_id, "ignored": "notification"}, [("X-Receiver-Outcome", "ignored")])
+        return _answer(400, {"error": f"unknown X-Molens-Kind {kind[:40]!r}", "fire_id": fire_id})
 
     def _ack(self, fire_id: str) -> tuple[int, bytes, list[tuple[str, str]]]:
         cp = self.checkpoints.get(self.namespace, fire_id)
         state = "none" if cp is None else cp.status.value
         if state == "done":
             return _answer(200, {"fire_id": fire_id, "state": state})
-        return _answer(409, {"fire_id": fire_id, "state": state}, [("Retry-After", _RETRY_AFTER_S)])
+        return _answer(409, {"fire_id": fire_id, "state": state})
 
     def _callback(self, fire_id: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes, list[tuple[str, str]]]:
         from mooncat_checkpoint import (
@@ -159,9 +178,9 @@ class ReceiverApp:
             return _answer(200, c.checkpoint.result, [("X-Receiver-Outcome", "duplicate")])
         if c.kind == "failed":
             return _answer(422, {"fire_id": fire_id, "state": "failed", "error": c.checkpoint.error},
-                           [("X-Receiver-Outcome", "failed-earlier")])
+                           [_NO_RETRY, ("X-Receiver-Outcome", "failed-earlier")])
         if c.kind == "busy":
-            return _answer(409, {"fire_id": fire_id, "state": "claimed"},
+            return _answer(_BUSY, {"fire_id": fire_id, "state": "claimed"},
                            [("Retry-After", _RETRY_AFTER_S), ("X-Receiver-Outcome", "busy")])
         token = c.lease_token
         fire = Fire(fire_id=fire_id, task_id=headers.get("x-task-id", ""), scene=headers.get("x-scene", ""),
@@ -175,7 +194,7 @@ class ReceiverApp:
             self._settle(lambda: self.checkpoints.fail(self.namespace, fire_id, reason, lease_token=token),
                          LeaseLostError, fire_id)
             return _answer(422, {"fire_id": fire_id, "state": "failed", "error": reason},
-                           [("X-Receiver-Outcome", "failed")])
+                           [_NO_RETRY, ("X-Receiver-Outcome", "failed")])
         except Exception as e:
             log.exception("fire=%s handler raised; releasing it for a retry", fire_id)
             self._settle(lambda: self.checkpoints.touch(self.namespace, fire_id, lease_token=token, extend_ms=1),
@@ -193,7 +212,8 @@ class ReceiverApp:
         except LeaseLostError:
             log.error("fire=%s handler outlived its %d ms lease (%.0f ms); another delivery owns it now",
                       fire_id, self.lease_ms, (time.monotonic() - started) * 1000)
-            return _answer(409, {"fire_id": fire_id, "error": "lease lost"}, [("Retry-After", _RETRY_AFTER_S)])
+            return _answer(_BUSY, {"fire_id": fire_id, "error": "lease lost"},
+                           [("Retry-After", _RETRY_AFTER_S), ("X-Receiver-Outcome", "lease-lost")])
         return _answer(200, result, [("X-Receiver-Outcome", "processed")])
 
     @staticmethod
@@ -225,7 +245,7 @@ def _int(v: str | None) -> int:
 def make_receiver_app(
     handler: Callable[[Fire], Any],
     checkpoint_url: str | None,
-    secrets: Sequence[str | bytes] | None,
+    secrets: str | bytes | Sequence[str | bytes] | None,
     namespace: str = DEFAULT_NAMESPACE,
     tolerance_ms: int = DEFAULT_TOLERANCE_MS,
     lease_ms: int = 60_000,
@@ -233,7 +253,8 @@ def make_receiver_app(
     client: SyncCheckpointClient | None = None,
 ) -> ReceiverApp:
     """A WSGI callback + ACK endpoint backed by mooncat_checkpoint at ``checkpoint_url``
-    (``None``: ``$MOONCAT_CHECKPOINT_URL`` or ``file://./.mooncat/checkpoints``), or an open ``client``."""
+    (``None``: ``$MOONCAT_CHECKPOINT_URL`` or ``file://./.mooncat/checkpoints``), or an open ``client``.
+    ``secrets``: the signing secrets (a list, or one ``str``/``bytes``); none accepts unsigned requests."""
     owns = client is None
     if client is None:
         try:

@@ -44,6 +44,12 @@ def _key(secret: bytes | str) -> bytes:
     return secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
 
 
+def _secret_list(secrets: str | bytes | Iterable[str | bytes]) -> Iterable[str | bytes]:
+    """``secrets`` as secrets: one ``str``/``bytes`` is one secret. Iterating it instead would make
+    each character (or each byte, as an int: an all-zero key) a secret of its own."""
+    return (secrets,) if isinstance(secrets, str | bytes | bytearray) else secrets
+
+
 def compute_v1(secret: bytes | str, fire_id: str, body: bytes, t_ms: int) -> str:
     """The hex HMAC-SHA256 of ``"<t>.<fire id>.<body>"`` under ``secret``."""
     msg = b"%d.%s.%s" % (t_ms, fire_id.encode("utf-8"), body)
@@ -55,10 +61,11 @@ def sign(secret: bytes | str, fire_id: str, body: bytes, t_ms: int) -> str:
     return signature_header([secret], fire_id, body, t_ms)
 
 
-def signature_header(secrets: Iterable[bytes | str], fire_id: str, body: bytes, t_ms: int) -> str:
-    """The header value with one ``v1`` per secret (empty secrets skipped), e.g. during rotation."""
+def signature_header(secrets: str | bytes | Iterable[bytes | str], fire_id: str, body: bytes, t_ms: int) -> str:
+    """The header value with one ``v1`` per secret (empty secrets skipped), e.g. during rotation;
+    a single ``str``/``bytes`` is one secret."""
     parts = [f"t={int(t_ms)}"]
-    parts.extend(f"v1={compute_v1(s, fire_id, body, t_ms)}" for s in secrets if s)
+    parts.extend(f"v1={compute_v1(s, fire_id, body, t_ms)}" for s in _secret_list(secrets) if s)
     if len(parts) == 1:
         raise ValueError("signature_header needs at least one non-empty secret")
     return ",".join(parts)
@@ -104,11 +111,12 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 def verify_signature(
     headers: Mapping[str, str],
     body: bytes,
-    secrets: Sequence[str | bytes],
+    secrets: str | bytes | Sequence[str | bytes],
     tolerance_ms: int = DEFAULT_TOLERANCE_MS,
     now_ms: int | None = None,
 ) -> bool:
-    """True when ``X-Molens-Signature`` carries a ``v1`` matching one of ``secrets``.
+    """True when ``X-Molens-Signature`` carries a ``v1`` matching one of ``secrets`` (a list, or one
+    secret as a ``str``/``bytes``).
 
     The fire id is taken from ``X-Fire-ID``; header names are matched case-insensitively.
     False (never an exception) for a missing/malformed header, a timestamp more than
@@ -128,7 +136,7 @@ def verify_signature(
         if abs(now - t_ms) > tolerance_ms:
             return False
         ok = False
-        for secret in secrets:
+        for secret in _secret_list(secrets):
             if not secret:
                 continue
             expected = compute_v1(secret, fire_id, bytes(body), t_ms)

@@ -17,9 +17,13 @@ import urllib3
 import waitress
 from waitress import wasyncore
 
+from molens.actors.notifier import NoticeBatch, NoticeSender
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult
+from molens.delivery.pool import make_pool_manager
+from molens.model import CallbackPolicy
 from molens.receiver import Fire, PermanentFireError, ReceiverApp, make_receiver_app
-from molens.signing import sign
+from molens.schema import Notice, NoticeType
+from molens.signing import compute_v1, sign
 
 pytestmark = pytest.mark.integration
 
@@ -150,14 +154,14 @@ def test_concurrent_duplicates_run_the_handler_once_and_the_others_are_told_to_r
     for t in threads:
         t.start()
     wait_until(lambda: len(results) == 7)  # all but the one holding the claim
-    assert {r.status_code for r in results} == {409}
+    assert {r.status_code for r in results} == {503}
     assert h.calls == ["task9-1"]
     # while it runs the ACK says "not yet"
     assert d.deliver(_fire(srv.url(), kind=FireKind.ACK)).status_code == 409
     h.gate.set()
     for t in threads:
         t.join(10)
-    assert sorted(r.status_code or 0 for r in results) == [200] + [409] * 7
+    assert sorted(r.status_code or 0 for r in results) == [200] + [503] * 7
     assert d.deliver(_fire(srv.url())).status_code == 200
     assert h.calls == ["task9-1"]
 
@@ -340,7 +344,7 @@ def test_a_result_that_cannot_be_stored_is_a_500_and_the_fire_stays_runnable(
         srv.stop()
 
 
-def test_a_handler_outliving_its_lease_loses_to_the_next_claim_and_gets_409(
+def test_a_handler_outliving_its_lease_loses_to_the_next_claim_and_is_told_to_retry(
     tmp_path: Path, http: urllib3.PoolManager
 ) -> None:
     h = CountingHandler()
@@ -361,13 +365,101 @@ def test_a_handler_outliving_its_lease_loses_to_the_next_claim_and_gets_409(
         t = threading.Thread(target=lambda: slow.append(d.deliver(_fire(srv.url()))))
         t.start()
         wait_until(lambda: h.calls == ["slow"])
-        # 409 while the slow run's lease is live, then the next delivery claims and runs the handler
+        # 503 while the slow run's lease is live, then the next delivery claims and runs the handler
         wait_until(lambda: d.deliver(_fire(srv.url(), attempt=1)).status_code == 200)
         gate.set()
         t.join(10)
-        assert slow[0].status_code == 409  # its done() was refused: the lease had moved on
+        # its done() was refused (the lease had moved on): a throttle, so Molens asks again for the stored answer
+        assert (slow[0].status_code, slow[0].retry_after_ms > 0) == (503, True)
         assert d.deliver(_fire(srv.url(), attempt=2)).response_head == b'{"run":"fast"}'
         assert h.calls == ["slow", "fast"]
     finally:
         gate.set()
         srv.stop()
+
+
+@pytest.mark.parametrize("secret", ["s3cret", b"s3cret"], ids=["str", "bytes"])
+def test_a_single_secret_given_as_str_or_bytes_is_one_secret(
+    secret: str | bytes, tmp_path: Path, http: urllib3.PoolManager
+) -> None:
+    h = CountingHandler()
+    srv = Served(make_receiver_app(h, f"file://{tmp_path / 'cp'}", secret))
+    try:
+        body = b'{"amount": 5}'
+        now = time.time_ns() // 1_000_000
+        base = {"X-Fire-ID": "task9-1", "X-Molens-Kind": "callback", "Content-Type": "application/json"}
+        # a str iterated gave one-letter secrets; bytes iterated gave ints, i.e. all-zero keys, which
+        # HMAC pads into the empty key
+        for forged in (sign("s", "task9-1", body, now), f"t={now},v1={compute_v1(b'', 'task9-1', body, now)}"):
+            r = http.request("POST", srv.url(), body=body, headers={**base, "X-Molens-Signature": forged})
+            assert r.status == 401
+        assert h.calls == []
+        assert Deliverer(http, "n1", signing_secret="s3cret").deliver(_fire(srv.url())).status_code == 200
+        assert h.calls == ["task9-1"]
+    finally:
+        srv.stop()
+
+
+def test_a_busy_fire_is_a_throttle_molens_does_not_count_against_max_retries(
+    serve: Callable[..., Served], http: urllib3.PoolManager
+) -> None:
+    h = CountingHandler()
+    h.gate = threading.Event()
+    srv = serve(h)
+    d = Deliverer(http, "n1", signing_secret=SECRET)
+    first: list[FireResult] = []
+    t = threading.Thread(target=lambda: first.append(d.deliver(_fire(srv.url()))))
+    t.start()
+    try:
+        wait_until(lambda: h.calls == ["task9-1"])
+        busy = d.deliver(_fire(srv.url(), attempt=1))
+        # molens reads Retry-After on 429/503 only (a 409's is ignored and the attempt counts)
+        assert (busy.status_code, busy.retry_after_ms > 0, busy.no_retry) == (503, True, False)
+    finally:
+        h.gate.set()
+        t.join(10)
+    assert first[0].status_code == 200
+    assert d.deliver(_fire(srv.url(), attempt=2)).response_head == first[0].response_head
+    assert h.calls == ["task9-1"]
+
+
+def test_a_permanent_failure_tells_molens_not_to_retry_now_and_on_every_later_delivery(
+    serve: Callable[..., Served], http: urllib3.PoolManager
+) -> None:
+    h = CountingHandler()
+    h.fail_first = PermanentFireError
+    srv = serve(h)
+    d = Deliverer(http, "n1", signing_secret=SECRET)
+    results = [d.deliver(_fire(srv.url(), attempt=a)) for a in range(2)]
+    assert [(r.status_code, r.no_retry) for r in results] == [(422, True), (422, True)]
+    assert h.calls == ["task9-1"]
+
+
+def test_a_notification_is_answered_without_running_the_handler(
+    serve: Callable[..., Served], http: urllib3.PoolManager
+) -> None:
+    h = CountingHandler()
+    srv = serve(h)
+    url = srv.url("/notify")
+    notice = Notice(id="task9-1.3", type=NoticeType.DEAD_LETTER, task_id="task9", fire_id="task9-1",
+                    at_ms=time.time_ns() // 1_000_000, detail="callback: failed", url=url)
+    batch = NoticeBatch(url, (notice,))
+    assert NoticeSender(make_pool_manager(1, CallbackPolicy()), 5_000, ("wrong",))(batch) == "status 401"
+    assert NoticeSender(make_pool_manager(1, CallbackPolicy()), 5_000, (SECRET,))(batch) is None  # 2xx: acknowledged
+    assert h.calls == []
+    # the notification left no record: the fire id it named is still runnable
+    d = Deliverer(http, "n1", signing_secret=SECRET)
+    assert d.deliver(_fire(srv.url(), fire_id="task9-1.3", kind=FireKind.ACK)).status_code == 409
+
+
+def test_only_callbacks_run_the_handler_and_an_unknown_kind_is_refused(
+    serve: Callable[..., Served], http: urllib3.PoolManager
+) -> None:
+    h = CountingHandler()
+    srv = serve(h, secrets=[])
+    odd = http.request("POST", srv.url(), body=b"{}", headers={"X-Fire-ID": "task9-1", "X-Molens-Kind": "event"})
+    assert odd.status == 400
+    assert h.calls == []
+    no_kind = http.request("POST", srv.url(), body=b"{}", headers={"X-Fire-ID": "task9-1"})
+    assert no_kind.status == 200  # no X-Molens-Kind: a callback, as before
+    assert h.calls == ["task9-1"]

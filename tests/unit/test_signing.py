@@ -112,3 +112,17 @@ def test_missing_headers_or_wrong_types_never_raise() -> None:
 def test_parse_signature_returns_all_v1s() -> None:
     a, b = "a" * 64, "B" * 64
     assert parse_signature(f"t=5, v1={a}, v1={b}") == (5, [a, b.lower()])
+
+
+def test_a_single_str_or_bytes_secret_is_one_secret_not_one_per_character() -> None:
+    genuine = _headers(sign("s3cret", FIRE, BODY, T))
+    one_letter = _headers(sign("s", FIRE, BODY, T))
+    # iterating b"s3cret" gave ints: all-zero keys, which HMAC pads into the empty key
+    empty_key = _headers(f"t={T},v1={compute_v1(b'', FIRE, BODY, T)}")
+    for secrets in ("s3cret", b"s3cret"):
+        assert verify_signature(genuine, BODY, secrets, now_ms=T)
+        assert not verify_signature(one_letter, BODY, secrets, now_ms=T)
+        assert not verify_signature(empty_key, BODY, secrets, now_ms=T)
+    assert signature_header("s3cret", FIRE, BODY, T) == signature_header(b"s3cret", FIRE, BODY, T) == sign(
+        "s3cret", FIRE, BODY, T
+    )
