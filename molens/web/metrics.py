@@ -275,7 +275,10 @@ class LiveCollector(Collector):
         yield from _present(s.dead_letters, "outbox", GaugeMetricFamily, "molens_notifications_outbox",
                             "Failure notifications waiting for their target")
         if s.flows:
-            yield from _flow_families(s.flows[:MAX_FLOW_SERIES])
+            # past the bound, the flows that hold fires go first: MolensFlowHeldLong must see them
+            # whatever keys a tenant gave its other flows
+            held = sorted(s.flows, key=lambda f: (not (f.queued or f.throttled_until_ms), f.key))
+            yield from _flow_families(held[:MAX_FLOW_SERIES])
         yield from _present(s.scheduler, "throttled", CounterMetricFamily, "molens_throttled",
                             "Attempts answered 429/503 with a Retry-After (their flow held until then)")
         if s.not_fired:
@@ -301,7 +304,8 @@ class LiveCollector(Collector):
 
 
 MAX_FLOW_SERIES = 500
-"""Most flows exported per scrape, by key (the leader forgets a flow without settings after a minute idle)."""
+"""Most flows exported per scrape: those holding fires (queued or throttled) first, then by key (the
+leader forgets a flow without settings after a minute idle)."""
 
 
 def _present(

@@ -165,6 +165,23 @@ class Result:
     latency_ms = 1.0
 
 
+def test_past_the_bound_the_flows_holding_fires_are_exported_first() -> None:
+    """A tenant's many idle flows with early keys cannot push a held flow out of the series that
+    MolensFlowHeldLong reads."""
+    from molens.schedule.flows import FlowState
+    from molens.web.metrics import MAX_FLOW_SERIES
+
+    idle = [FlowState(key=f"a{i:04}", rate=1, in_flight=0, queued=0, throttled_until_ms=0, effective_rate_per_s=None)
+            for i in range(MAX_FLOW_SERIES + 100)]
+    held = [FlowState(key="zz-held", rate=0, in_flight=0, queued=7, throttled_until_ms=0, effective_rate_per_s=5.0),
+            FlowState(key="zz-throttled", rate=0, in_flight=0, queued=0, throttled_until_ms=1_800_000_000_000,
+                      effective_rate_per_s=None)]
+    s = _parse(NodeMetrics(lambda: _snap(flows=[*idle, *held])).render())
+    flows = {dict(k[1])["flow"] for k in s if k[0] == "molens_flow_rate"}
+    assert len(flows) == MAX_FLOW_SERIES and {"zz-held", "zz-throttled"} <= flows
+    assert s[("molens_flow_queued", (("flow", "zz-held"),))] == 7
+
+
 @pytest.mark.parametrize("hosts_seen", [MAX_HOSTS + 50, 20 * MAX_HOSTS])
 def test_host_labels_are_bounded(hosts_seen: int) -> None:
     """However many hosts pass (past the URL cache's emptying too), at most MAX_HOSTS get a label."""
