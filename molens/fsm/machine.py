@@ -730,27 +730,36 @@ def _over_quota(tx: _Tx, items: tuple[CreateItem, ...], absent: set[str], keys_f
     ``max_payload_bytes``); None when it is not (``default`` has none). Adds the namespaces named
     that do not exist to ``absent``. ``keys_first`` (``CreateTasks.keys_first``): an item that
     finds its task already made (its idempotency key's) creates nothing and is not counted."""
-    new = [it for it in items if not keys_first or _made(tx, it) is None]
-    by_ns = collections.Counter([it.spec.namespace for it in new])
+    by_ns = collections.Counter([it.spec.namespace for it in items])
     by_ns.pop(DEFAULT_NAMESPACE, None)
-    for ns, n in by_ns.items():
+    quotas: dict[str, tenancy.Quotas] = {}
+    for ns in by_ns:
         raw = tx.meta(tenancy.NS_PREFIX + ns)
         if raw is None:
             absent.add(ns)  # _create answers each of its items: no such namespace
             continue
         q = tenancy.decode_namespace(raw).quotas
+        if q.max_payload_bytes is not None or q.max_pending_tasks is not None:
+            quotas[ns] = q
+    if not quotas:
+        return None
+    new = [it for it in items if it.spec.namespace in quotas and (not keys_first or _made(tx, it) is None)]
+    for ns, q in quotas.items():
+        mine = [it for it in new if it.spec.namespace == ns]
+        if not mine:
+            continue
         if q.max_payload_bytes is not None:
-            big = max(len(it.spec.payload_json) for it in new if it.spec.namespace == ns)
+            big = max(len(it.spec.payload_json) for it in mine)
             if big > q.max_payload_bytes:
                 return QuotaExceeded(
                     f"namespace {ns}: a payload of {big} bytes, more than its max_payload_bytes "
                     f"{q.max_payload_bytes}; nothing was created", "max_payload_bytes", namespace=ns)
         if q.max_pending_tasks is not None:
             live = tenancy.decode_count(tx.meta(tenancy.LIVE_PREFIX + ns))
-            if live + n > q.max_pending_tasks:
+            if live + len(mine) > q.max_pending_tasks:
                 return QuotaExceeded(
-                    f"namespace {ns} holds {live} unfinished tasks; {n} more would pass its max_pending_tasks "
-                    f"{q.max_pending_tasks}; nothing was created", "max_pending_tasks", namespace=ns)
+                    f"namespace {ns} holds {live} unfinished tasks; {len(mine)} more would pass its "
+                    f"max_pending_tasks {q.max_pending_tasks}; nothing was created", "max_pending_tasks", namespace=ns)
     return None
 
 
