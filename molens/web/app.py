@@ -534,10 +534,16 @@ class Api:
         return known[1]
 
     def made_already(self, namespace: str, key: object) -> bool:
-        """Whether this node's replica holds a task under idempotency key ``key`` of ``namespace``: a
-        create with it makes nothing (it answers that task), so no ``creates_per_s`` quota counts it."""
+        """Whether a create with idempotency key ``key`` in ``namespace`` is spared its
+        ``creates_per_s`` token: the namespace has the quota and this node's replica holds the key's
+        task (the create makes nothing; it answers that task). A namespace without the quota costs
+        no lookup."""
         if not isinstance(key, str) or not 0 < len(key) <= self.ctx.settings.limits.max_idempotency_key or "\x00" in key:
             return False  # the full decoding refuses it
+        if namespace == DEFAULT_NAMESPACE or not (_NAMESPACE.match(namespace) and access.visible(namespace)):
+            return False  # no quota, or a name the validation or the authorization refuses next
+        if self._create_rate_of(namespace) is None:
+            return False
         task_id = self.ctx.get_idem(idem_key(namespace, key) or key)
         return task_id is not None and self.ctx.get_task(task_id) is not None
 
