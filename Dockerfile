@@ -7,7 +7,11 @@
 #                    proxy); used in the build stage only: the image holds neither the file nor the value
 # The image is one layer copied from the finished build stage: no compilers, no pip, no apt lists or
 # caches, and no trace of the build arguments. Config: /etc/molens/node.yaml (mount your own) plus
-# MOLENS_* variables; data: the volume /var/lib/molens. docs/deploy.md#containers.
+# MOLENS_* variables; data: the volume /var/lib/molens. The default config reads the API token from
+# /run/secrets/api_token (mount a file readable by uid 10001; the node refuses to start without it) and
+# its graceful stop takes up to 40 s, beyond docker's default 10 s:
+#   docker run -d --stop-timeout 60 -p 127.0.0.1:18081:18081 -v "$PWD/api_token:/run/secrets/api_token:ro" molens
+# docs/deploy.md#containers.
 ARG BASE=debian:bookworm-slim
 
 FROM ${BASE} AS build

@@ -5,7 +5,8 @@ node's public certificate). Existing files are kept, so re-running changes nothi
     python scripts/compose_secrets.py OUT [--owner UID:GID] [n1 n2 n3]
 
 ``scripts/cluster up --docker`` runs it inside the image (which has pyzmq) as root with ``--owner
-10001:10001``: the files are then readable by the image's user alone (0600, directories 0700)."""
+10001:10001``: the files are then readable by the image's user alone (0600, directories 0700). Every
+file and directory is created with those modes (umask 077), never readable by others even briefly."""
 
 from __future__ import annotations
 
@@ -18,24 +19,33 @@ from pathlib import Path
 import zmq.auth
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``path`` created with mode 0600 (replacing a file left by an interrupted run)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
     p.add_argument("--owner", default="", help="UID:GID to own the files (needs root)")
     p.add_argument("nodes", nargs="*", default=["n1", "n2", "n3"])
     args = p.parse_args()
+    os.umask(0o077)  # the token and secret keys (and zmq's temporary copies) are born 0600, directories 0700
     out: Path = args.out
     (out / "public").mkdir(parents=True, exist_ok=True)
     token = out / "api_token"
     if not token.exists():
-        token.write_text(secrets.token_urlsafe(32) + "\n")
+        _write_private(token, (secrets.token_urlsafe(32) + "\n").encode())
     for node in args.nodes:
         if (out / f"{node}.key_secret").exists() and (out / "public" / f"{node}.key").exists():
             continue
         with tempfile.TemporaryDirectory() as tmp:
             public, secret = zmq.auth.create_certificates(tmp, node)
-            (out / "public" / f"{node}.key").write_bytes(Path(public).read_bytes())
-            (out / f"{node}.key_secret").write_bytes(Path(secret).read_bytes())
+            _write_private(out / "public" / f"{node}.key", Path(public).read_bytes())
+            _write_private(out / f"{node}.key_secret", Path(secret).read_bytes())
     for path in [out, *out.rglob("*")]:
         path.chmod(0o700 if path.is_dir() else 0o600)
         if args.owner:

@@ -78,7 +78,7 @@ def docker_engine() -> Iterator[Engine]:
         pytest.fail(f"no Docker engine for the container tests: {exc}")
     try:
         try:
-            base = engine.ensure_base_image(engine.BASE_IMAGE, engine.LOCAL_BASE_IMAGE)
+            base = engine.ensure_base_image(engine.BASE_IMAGE, engine.LOCAL_BASE_IMAGE, engine.DEBIAN_RELEASE)
         except engine.EngineUnavailable as exc:
             pytest.fail(f"no base image for the Molens image: {exc}")
         print(f"container engine: {' '.join(compose)}, dockerd {'started here' if daemon.started_here else 'running'}, "

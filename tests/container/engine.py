@@ -1,13 +1,14 @@
 """A real Docker engine for the container tests, made ready on this machine when it is not.
 
-* :func:`ensure_tools` installs Debian's ``docker.io`` (daemon, CLI, containerd, runc) when ``dockerd``
-  is missing and Debian's ``docker-compose`` when no compose implementation answers; without root or
-  apt-get it fails with what is missing and how to install it (never a skip).
+* :func:`ensure_tools` installs Debian's ``docker.io`` package (daemon, CLI, containerd, runc) when
+  ``dockerd`` is missing and Debian's ``docker-compose`` package when no compose implementation
+  answers; without root or apt-get it fails with what is missing and how to install it (never a skip).
 * :class:`Daemon` starts ``dockerd`` when no daemon answers and stops only the daemon it started.
   Images and layers stay in the daemon's data root between runs, so a second run builds from cache.
-* :func:`ensure_base_image` builds ``debian:bookworm``-like base images locally with ``debootstrap``
-  from the Debian mirror this machine's apt sources name (read at run time), when the image cannot
-  be pulled; the result is kept under its tag, so it is built once.
+* :func:`ensure_base_image` builds the base image locally with ``debootstrap`` when it cannot be
+  pulled: the Debian release the image's tag names (``bookworm``, whatever release this machine runs),
+  from the Debian mirror this machine's apt sources name (read at run time); the result is kept under
+  its tag, so it is built once.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _apt_install(packages: list[str]) -> None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise EngineUnavailable(
             f"the container tests need a Docker engine: {' '.join(packages)} missing, and this user cannot "
-            "install them (needs root and apt-get); install Debian's docker.io and docker-compose"
+            "install them (needs root and apt-get); install Debian's docker.io and docker-compose packages"
         )
     lock = ["-o", "DPkg::Lock::Timeout=600"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -167,6 +168,19 @@ def apt_mirrors(codename: str, sources: Path = Path("/etc/apt")) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def debootstrap_mirror(release: str, sources: Path = Path("/etc/apt")) -> str:
+    """The mirror to debootstrap ``release`` from: one this machine's apt sources list for ``release``,
+    else one they list for the machine's own release (a Debian archive serves every release)."""
+    mirrors = apt_mirrors(release, sources)
+    if not mirrors:
+        own = debian_codename()
+        mirrors = apt_mirrors(own, sources)
+        if not mirrors:
+            raise EngineUnavailable(f"no Debian mirror for {release!r} or {own!r} in {sources}/sources.list(.d); "
+                                    "cannot debootstrap")
+    return mirrors[0]
+
+
 def debian_codename() -> str:
     for line in Path("/etc/os-release").read_text().splitlines():
         if line.startswith("VERSION_CODENAME="):
@@ -179,10 +193,10 @@ def debian_codename() -> str:
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 
 
-def ensure_base_image(pull_tag: str, local_tag: str, pull_timeout_s: float = 30) -> str:
+def ensure_base_image(pull_tag: str, local_tag: str, release: str, pull_timeout_s: float = 30) -> str:
     """A base image tag that exists in the daemon: ``pull_tag`` when present or pullable, else
-    ``local_tag``, built here with debootstrap (minbase plus :data:`BASE_PACKAGES`) from this
-    machine's Debian mirror when it does not exist yet."""
+    ``local_tag``, built here with debootstrap (Debian ``release``, minbase plus :data:`BASE_PACKAGES`)
+    from this machine's Debian mirror when it does not exist yet."""
     if image_exists(pull_tag):
         return pull_tag
     if image_exists(local_tag):
@@ -192,16 +206,13 @@ def ensure_base_image(pull_tag: str, local_tag: str, pull_timeout_s: float = 30)
             return pull_tag
     except subprocess.TimeoutExpired:
         pass
-    codename = debian_codename()
-    mirrors = apt_mirrors(codename)
-    if not mirrors:
-        raise EngineUnavailable(f"no Debian mirror for {codename!r} in /etc/apt/sources.list(.d); cannot debootstrap")
+    mirror = debootstrap_mirror(release)
     if shutil.which("debootstrap") is None:
         _apt_install(["debootstrap"])
     with tempfile.TemporaryDirectory(prefix="molens-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", codename, str(rootfs),
-              mirrors[0]], timeout=900)
+        _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", release, str(rootfs),
+              mirror], timeout=900)
         # an image, not a machine: no package lists or downloaded packages, no logs
         for sub in ("var/lib/apt/lists", "var/cache/apt/archives", "var/log"):
             for p in (rootfs / sub).glob("*"):
@@ -216,12 +227,14 @@ def ensure_base_image(pull_tag: str, local_tag: str, pull_timeout_s: float = 30)
         tar.stdout.close()
         tar.wait(60)
         if imp.returncode != 0 or tar.returncode != 0:
-            raise EngineUnavailable(f"docker import of the debootstrapped {codename} failed: {imp.stderr.strip()}")
+            raise EngineUnavailable(f"docker import of the debootstrapped {release} failed: {imp.stderr.strip()}")
     return local_tag
 
 
-BASE_IMAGE = "debian:bookworm-slim"
-LOCAL_BASE_IMAGE = "molens-base/debian-python:bookworm"
+DEBIAN_RELEASE = "bookworm"
+"""The Debian release of the image's default base (the Dockerfile's ``BASE``), pulled or debootstrapped."""
+BASE_IMAGE = f"debian:{DEBIAN_RELEASE}-slim"
+LOCAL_BASE_IMAGE = f"molens-base/debian-python:{DEBIAN_RELEASE}"
 
 
 def extra_ca_certs() -> str:
@@ -235,16 +248,17 @@ DAEMON_PID = CACHE / "dockerd.pid"
 
 
 def main(argv: list[str]) -> int:
-    """``scripts/cluster up|down --docker``'s engine steps: ``up`` installs what is missing, starts
+    """``scripts/cluster up|down --docker``'s engine steps: ``up [BASE]`` installs what is missing, starts
     dockerd when no daemon answers (its pid in .cache/container/dockerd.pid) and prints the base image
-    to build on; ``down`` stops the dockerd that ``up`` started, if any."""
-    if argv == ["up"]:
+    to build on: ``BASE`` as given (``$MOLENS_BASE_IMAGE``; the build pulls it), else the default one,
+    pulled or debootstrapped; ``down`` stops the dockerd that ``up`` started, if any."""
+    if argv[:1] == ["up"] and len(argv) <= 2:
         ensure_tools()
         daemon = Daemon.ensure()
         if daemon.proc is not None:
             DAEMON_PID.write_text(f"{daemon.proc.pid}\n")
             print(f"engine: started dockerd (pid {daemon.proc.pid}, log {CACHE / 'dockerd.log'})", file=sys.stderr)
-        print(ensure_base_image(BASE_IMAGE, LOCAL_BASE_IMAGE))
+        print(argv[1] if len(argv) == 2 and argv[1] else ensure_base_image(BASE_IMAGE, LOCAL_BASE_IMAGE, DEBIAN_RELEASE))
         return 0
     if argv == ["down"]:
         try:
@@ -263,7 +277,7 @@ def main(argv: list[str]) -> int:
             time.sleep(0.1)
         print(f"engine: stopped dockerd (pid {pid})", file=sys.stderr)
         return 0
-    print("usage: python -m tests.container.engine up|down", file=sys.stderr)
+    print("usage: python -m tests.container.engine up [BASE] | down", file=sys.stderr)
     return 2
 
 
