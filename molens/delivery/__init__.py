@@ -201,7 +201,7 @@ with the task's ``traceparent`` (since 2), its state machine applies a result ma
 as a fire planned again (since 3: docs/architecture.md#not-sent), a ``Dispatched`` entry's
 ``catchup_waits`` (since 4: docs/architecture.md#overlap), a ``Dispatched`` entry's
 ``keeps_last_fire`` and an ``UpdateTask``'s ``after_last_fire`` (since 5: docs/architecture.md#update),
-and a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/api.md#idempotency)."""
+and a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrade)."""
 FIRE_BATCH_V2 = 2
 """The first version whose workers read a 12-field item (a ``traceparent``)."""
 NOT_SENT_VERSION = 3

@@ -1,4 +1,4 @@
-"""Namespaces and API keys as replicated records (docs/architecture.md#tenancy).
+"""Namespaces and API keys as replicated records (docs/architecture.md#authorization).
 
 Both live in the state machine's meta records, so every replica enforces the same set and a
 snapshot carries them: ``ns:<name>`` holds a :class:`Namespace`, ``key:<id>`` an :class:`ApiKey`,
