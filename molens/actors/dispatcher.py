@@ -73,7 +73,7 @@ from molens.fsm import tenancy
 from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSettings, ResultItem
 from molens.fsm.machine import SendFire
 from molens.fsm.store import EntryResult
-from molens.model import Task
+from molens.model import Status, Task
 from molens.raft.errors import NotLeaderError
 from molens.schedule.flows import FlowControl, FlowLimits, NamespacedFlows
 from molens.schema import flow_of
@@ -147,6 +147,8 @@ class DispatchPlan:
         self._workers: dict[str, _Worker] = {}
         self.planned = 0
         self.skipped = 0
+        self.ackless: set[str] = set()
+        """Tasks awaiting their ACK without an ``ack_url``, already logged (:meth:`plan`)."""
         self.held = 0
         """Due fires their flow held back (docs/architecture.md#flow-control)."""
         self.lags: list[float] = []
@@ -198,6 +200,16 @@ class DispatchPlan:
                 continue
             t = get(tid)
             actions = t.actions(due_by) if t is not None else []  # an allow task: maybe several occurrences
+            if t is not None and t.status is Status.AWAITING_ACK and t.spec.ack_url is None:
+                # its ack_url was removed in its ACK phase (a PATCH racing the callback's answer): no
+                # probe can go, and the entry would fail whole for every task in it. It waits for
+                # an ack_url again, or its deletion (the API refuses the removal otherwise)
+                if tid not in self.ackless:  # said once per task (forgotten past 10,000)
+                    if len(self.ackless) >= 10_000:
+                        self.ackless.clear()
+                    self.ackless.add(tid)
+                    log.warning("task %s awaits its ACK but has no ack_url: not planned", tid)
+                actions = []
             if t is None or not actions:
                 self.skipped += 1
                 if flows is not None:

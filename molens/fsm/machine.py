@@ -1384,6 +1384,15 @@ MAX_QUEUED_REDRIVES = 1_000
 """Redriven occurrences one periodic task may have waiting (a bulk redrive beyond it is refused per item)."""
 
 
+def acking(t: Task) -> bool:
+    """Whether the delayed task is in its ACK phase (its callback answered 2xx; ACK probes to come),
+    paused there or not: what it does next needs its ``ack_url`` (docs/api.md#patch-apiv1taskstask_id)."""
+    if t.status is Status.AWAITING_ACK:
+        return True
+    return t.status is Status.PAUSED and t.spec.type is TaskType.DELAYED and (
+        t.ack_attempt > t.ack_base or t.last_result is ExecutionResult.SUCCESS)
+
+
 def _idle(t: Task) -> bool:
     """Nothing of the task's own is running or retrying: a redrive may start."""
     return t.inflight is None and t.status in (Status.PENDING, Status.INACTIVE, Status.DONE, Status.FAILED)

@@ -69,7 +69,14 @@ from molens.fsm.commands import (
     TriggerTask,
     UpdateTask,
 )
-from molens.fsm.machine import MAX_BACKFILL, TOO_MANY_OCCURRENCES, Created, backfill_instants, idem_key
+from molens.fsm.machine import (
+    MAX_BACKFILL,
+    TOO_MANY_OCCURRENCES,
+    Created,
+    acking,
+    backfill_instants,
+    idem_key,
+)
 from molens.model import (
     DEFAULT_LIMITS,
     ExecutionResult,
@@ -1033,6 +1040,10 @@ def _install_tasks(api: Api) -> None:
                 raise PreconditionFailed(
                     f"task {t.id} is at version {t.version}, not {' or '.join(map(str, sorted(wanted)))}", "If-Match"
                 )
+            if spec.ack_url is None and t.spec.ack_url is not None and acking(t):
+                raise IllegalTransitionError(
+                    f"task {t.id} is waiting for its ACK: ack_url cannot be removed until that ends "
+                    "(the callback was answered 2xx and would not be sent again)", "ack_url")
             res = api.propose_one(UpdateTask(now, t.id, spec, t.version, ctx.replicas_read_last_fire()))[0]
             if isinstance(res, PreconditionFailed) and wanted is None:
                 continue

@@ -417,3 +417,28 @@ def test_status_and_scene_filters_read_their_index_so_a_page_costs_a_page(
     assert found == [want[1]] and pages == 1
     found, pages = _pages(api, "scene=index-b&limit=1")
     assert found == want and pages == 3  # a page of one, and the cursor goes on from it
+
+
+def test_ack_url_cannot_be_removed_while_the_task_waits_for_its_ack(api: Served) -> None:
+    """Its callback answered 2xx, the task waits for its ACK (paused there or not): without an
+    ack_url no probe could go, and a resume would send the callback again. 409, nothing changed."""
+    t = create(api, interval_ms=0, ack_url="http://127.0.0.1:9/ack", ack_delay_ms=3_600_000)
+    now = int(time.time() * 1000)
+    fid = f"{t['id']}-1"
+    api.ctx.propose([Dispatched(now, (DispatchItem(
+        fire_id=fid, task_id=t["id"], attempt=1, worker="n1", deadline_ms=now + 5000),))], 5)
+    api.ctx.propose([Results(now, (ResultItem(
+        fire_id=fid, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE, response_head="ok",
+        latency_ms=3, worker="n1"),))], 5)
+    path = f"/api/v1/tasks/{t['id']}"
+    assert api.call("GET", path)[2]["status"] == "awaiting_ack"
+    for step in ("awaiting", "paused"):
+        st, _, out = api.call("PATCH", path, {"ack_url": None})
+        assert (st, out["error"]["code"], out["error"]["field"]) == (409, "illegal_transition", "ack_url"), (step, out)
+        st, _, out = api.call("PATCH", path, {"reliability": "at_most_once", "ack_url": None})
+        assert st == 409, (step, out)
+        if step == "awaiting":
+            assert api.call("POST", f"{path}/pause")[0] == 200
+    got = api.call("GET", path)[2]
+    assert got["ack_url"] == "http://127.0.0.1:9/ack" and got["version"] == t["version"]
+    assert api.call("PATCH", path, {"ack_url": "http://127.0.0.1:9/ack2"})[0] == 200  # changing it is fine

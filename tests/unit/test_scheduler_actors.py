@@ -8,6 +8,7 @@ import dataclasses
 
 import msgpack
 import msgspec
+import pytest
 
 from molens.actors.cleaner import ExpiryScan
 from molens.actors.dispatcher import DispatchPlan
@@ -50,7 +51,8 @@ def test_plan_skips_tasks_not_due_in_flight_or_gone_and_numbers_the_next_attempt
         "b": _task("b", due=NOW + 1),
         "c": _task("c", inflight="c-1"),
         "d": msgspec.structs.replace(_task("d"), attempt=2, status=Status.FIRING),
-        "e": msgspec.structs.replace(_task("e"), status=Status.AWAITING_ACK, ack_attempt=1),
+        "e": msgspec.structs.replace(_task("e"), status=Status.AWAITING_ACK, ack_attempt=1, spec=msgspec.structs.replace(
+            _task("e").spec, ack_url="http://127.0.0.1:9/ack")),
         "f": _task("f", status=Status.PAUSED),
     }
     d = _dispatcher(tasks)
@@ -59,6 +61,18 @@ def test_plan_skips_tasks_not_due_in_flight_or_gone_and_numbers_the_next_attempt
     assert [(i.task_id, i.fire_id, i.attempt) for i in items] == [("a", "a-1", 1), ("d", "d-1", 3), ("e", "e-1", 2)]
     assert all(i.deadline_ms == NOW + 5_000 + 1_000 for i in items)  # timeout_ms + dispatch_timeout_ms
     assert d.lags == [0, 0, 0]
+
+
+def test_a_task_awaiting_its_ack_without_an_ack_url_is_not_planned(caplog: pytest.LogCaptureFixture) -> None:
+    """Its ack_url removed while the ACK phase began (a PATCH racing the callback's answer): a
+    Dispatched entry with its item would fail to apply whole, every other task's fire with it."""
+    ackless = msgspec.structs.replace(_task("e"), status=Status.AWAITING_ACK, ack_attempt=1)
+    assert ackless.spec.ack_url is None
+    d = _dispatcher({"a": _task("a"), "e": ackless})
+    for _ in range(2):
+        items, later = d.plan(["e", "a"], NOW, limit=100)
+        assert [i.task_id for i in items] == ["a"] and later == []
+    assert caplog.text.count("task e awaits its ACK but has no ack_url") == 1
 
 
 def test_plan_with_a_lead_takes_tasks_due_within_it_and_counts_the_deadline_from_the_due_time() -> None:
