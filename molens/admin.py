@@ -2,7 +2,10 @@
 
 Request ``{"cmd": "status" | "stop" | "transfer_leader" | "snapshot" | "digest" | "add_node" | "remove_node" |
 "reload_keys" | "stats" | "actors" | "propose" | "fault", ...}``; reply ``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``. A
-request carrying ``"id"`` gets it echoed in the reply.
+request carrying ``"id"`` gets it echoed in the reply. A request that does not decode to such an object
+(malformed, or nested deeper than the decoder goes) is answered ``"bad request: ..."``; one over
+:data:`MAX_REQUEST_BYTES` has its connection dropped by ZeroMQ. The socket has no authentication: a
+bind off loopback is logged as a warning.
 
 The server binds a ROUTER, which is wire-compatible with REQ clients (a REQ client sees exactly REP
 behaviour) but lets a handler answer later: a handler returns a dict, or a
@@ -15,6 +18,7 @@ not hold up ``status``, and DEALER clients may pipeline many requests (benchmark
 from __future__ import annotations
 
 import collections
+import ipaddress
 import json
 import logging
 import os
@@ -39,6 +43,11 @@ MAX_DEFERRED = 5_000
 """Requests waiting for a deferred answer (e.g. proposals) before the server stops reading more."""
 RECV_BATCH = 64
 """Requests read per loop turn, so finished answers go out between bursts."""
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+"""Largest request frame read (``zmq.MAXMSGSIZE``; ZeroMQ drops the connection of a larger one).
+The largest legitimate request is a ``propose`` of raw entries (base64); this is the Raft
+transport's own bound on a message (``TransportConfig.max_message_bytes``), so no entry the
+cluster could replicate is refused here. Every other command is a few hundred bytes."""
 Handler = Callable[[dict[str, Any]], "Reply | Future[Reply]"]
 
 
@@ -66,12 +75,20 @@ class AdminServer:
         # silently, so allow plenty and make a drop visible (ROUTER_MANDATORY raises instead)
         self._sock.setsockopt(zmq.SNDHWM, REPLY_HWM)
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
         try:
             self._sock.bind(zmq_endpoint(bind_addr))
         except zmq.ZMQError as exc:
             self._sock.close()
             raise AdminError(f"cannot bind admin socket {bind_addr}: {exc}") from exc
         self.bind_addr = bind_addr
+        bound = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        if not _is_loopback(bound):
+            log.warning(
+                "admin socket bound off loopback addr=%s: it has no authentication, and anyone who reaches it "
+                "can stop this node and change the cluster's membership; keep it on 127.0.0.1 or a trusted network",
+                bound,
+            )
         self._done: collections.deque[tuple[list[bytes], Reply]] = collections.deque()
         self._wake_r, self._wake_w = os.pipe()
         self._signaled = False
@@ -137,7 +154,10 @@ class AdminServer:
                         frames = self._sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._on_request(frames)
+                    try:
+                        self._on_request(frames)
+                    except Exception:  # one request must never end the thread (the socket would stay bound, mute)
+                        log.exception("admin request failed")
                 time.sleep(0)  # yield the GIL: a request flood must not starve the Raft actor
         # answer what finished while stopping (e.g. the reply to "stop")
         while self._done:
@@ -147,6 +167,9 @@ class AdminServer:
     def _send(self, envelope: list[bytes], reply: Reply) -> None:
         try:
             body = json.dumps(reply, separators=(",", ":"), default=str).encode()
+        except (ValueError, TypeError, RecursionError) as exc:  # e.g. an echoed "id" nested too deep to encode
+            body = json.dumps({"ok": False, "error": f"bad request: reply not encodable: {exc}"}).encode()
+        try:
             self._sock.send_multipart([*envelope, body], zmq.NOBLOCK)
         except zmq.Again:
             log.warning("admin reply dropped: client is not reading (%d replies queued)", REPLY_HWM)
@@ -161,7 +184,7 @@ class AdminServer:
             req = json.loads(body)
             if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
                 raise ValueError('expected a JSON object with a string "cmd"')
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the decoder's stack
             self._send(envelope, {"ok": False, "error": f"bad request: {exc}"})
             return
         rid = req.get("id")
@@ -189,6 +212,15 @@ def _with_id(reply: Reply, rid: Any) -> Reply:
     if rid is None:
         return reply
     return {**reply, "id": rid}
+
+
+def _is_loopback(endpoint: str) -> bool:
+    """Whether a bound ZeroMQ endpoint (``tcp://127.0.0.1:18111``, ``tcp://[::1]:18111``) is on loopback."""
+    host = endpoint.removeprefix("tcp://").rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class AdminClient:

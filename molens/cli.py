@@ -23,6 +23,7 @@ Errors are one line on stderr and a non-zero exit (2 for config and usage errors
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import logging
 import os
@@ -73,12 +74,41 @@ def _alive(pid: int) -> bool:
 
 
 def read_pid(cfg: Config) -> int | None:
-    """The pid of the node running on this data_dir, or None."""
+    """The pid of the node running on this data_dir, or None.
+
+    The pid file alone does not say so: after a kill -9 or a crash it stays, and its pid may since
+    belong to another process. A running node holds an flock on ``data_dir/node.lock``
+    (``molens.node``); when a non-blocking flock takes it, no node runs there and the pid file is
+    stale: it is removed (under the lock, so a node starting meanwhile keeps its own), with a note on
+    stderr. When the lock file cannot be opened (another user's data_dir), a live pid is trusted."""
+    path = _pid_path(cfg)
     try:
-        pid = int(_pid_path(cfg).read_text().strip())
+        pid = int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _alive(pid) else None
+    lock = cfg.data_dir / "node.lock"
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = None  # no node ever locked this data_dir
+    except OSError:
+        return pid if _alive(pid) else None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # BlockingIOError: a node holds it, so the pid file is its own
+                return pid if _alive(pid) else None
+        try:
+            path.unlink(missing_ok=True)
+            done = "removed"
+        except OSError as exc:
+            done = f"not removed: {exc.strerror or exc}"
+        print(f"{cfg.node.id}: stale pid file {path} (pid {pid}; no node holds {lock}): {done}", file=sys.stderr)
+        return None
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the probe's lock
 
 
 def _admin(cfg: Config, timeout_s: float = 5.0) -> AdminClient:
@@ -86,10 +116,13 @@ def _admin(cfg: Config, timeout_s: float = 5.0) -> AdminClient:
 
 
 def cmd_foreground(cfg: Config) -> int:
+    caught: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):  # a stop asked for while molens.node loads (Node.run reads it)
+        signal.signal(sig, lambda signum, _frame: caught.append(signum))
     from molens.node import Node, NodeError  # imported late: the CLI's other commands stay light
 
     try:
-        return Node(cfg).run()
+        return Node(cfg).run(caught)
     except NodeError as exc:
         raise CliError(f"{cfg.node.id}: {exc}") from exc
 
@@ -98,8 +131,14 @@ def cmd_start(cfg: Config, config_path: str) -> int:
     pid = read_pid(cfg)
     if pid is not None:
         raise CliError(f"{cfg.node.id}: already running (pid {pid}, data_dir {cfg.data_dir})")
-    cfg.data_dir.mkdir(parents=True, exist_ok=True)
     logfile = _log_path(cfg)
+    try:
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(logfile, "ab"):
+            pass
+    except OSError as exc:
+        what = f"write {logfile}" if cfg.data_dir.is_dir() else f"create {cfg.data_dir}"
+        raise ConfigError("node.data_dir", f"cannot {what}: {exc.strerror or exc}") from None
     with open(logfile, "ab") as out, open(os.devnull, "rb") as devnull:
         proc = subprocess.Popen(
             [sys.executable, "-m", "molens.cli", str(Path(config_path).resolve())],
@@ -155,7 +194,15 @@ def cmd_stop(cfg: Config) -> int:
             admin.call("stop")
     except AdminError as exc:
         log.debug("admin stop failed (%s); sending SIGTERM", exc)
-        os.kill(pid, signal.SIGTERM)
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass  # it ended meanwhile: the wait below sees it gone
+        except PermissionError:
+            raise CliError(
+                f"{cfg.node.id}: the admin socket did not answer ({exc}), and pid {pid} may not be signalled by "
+                "this user (run stop as the node's user)"
+            ) from None
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if not _alive(pid):
@@ -189,7 +236,7 @@ def cmd_status(cfg: Config, as_json: bool) -> int:
         if as_json:
             print(json.dumps({"node_id": cfg.node.id, "running": pid is not None, "error": state}))
         else:
-            print(f"{cfg.node.id}: {state}")
+            print(f"{cfg.node.id}: {state}", file=sys.stderr)
         return 1
     st.pop("ok", None)
     if as_json:
@@ -306,7 +353,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     membership = args.action in ("add-node", "remove-node")
     given = [
         (args.node_id is not None and not membership, f"a node id ({args.node_id!r})", "add-node and remove-node"),
-        (any(getattr(args, f"{n}_addr") for n in ("raft", "rpc", "http", "admin")) and args.action != "add-node",
+        (any(getattr(args, f"{n}_addr") for n in ("raft", "rpc", "http", "admin", "peer_http"))
+         and args.action != "add-node",
          "--*-addr", "add-node"),
         (args.json and args.action != "status", "--json", "status"),
         (args.to is not None and args.action != "transfer-leader", "--to", "transfer-leader"),
@@ -358,6 +406,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 **({"peer_http_addr": args.peer_http_addr} if args.peer_http_addr else {}),
             })
         return cmd_admin(cfg, args.action, args.to)
+    except ConfigError as exc:  # found only now: a data_dir that cannot be created or written
+        print(str(exc), file=sys.stderr)
+        return 2
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

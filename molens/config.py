@@ -254,6 +254,7 @@ class HttpConfig:
     max_json_depth: int = _opt(64, _int_range(8, 512))
     head_timeout_ms: int = _opt(10_000, _int_range(100, 600_000))
     body_idle_timeout_ms: int = _opt(10_000, _int_range(100, 600_000))
+    send_idle_timeout_ms: int = _opt(30_000, _int_range(1_000, 3_600_000))
     keepalive_timeout_ms: int = _opt(60_000, _int_range(1_000, 3_600_000))
     max_connections: int = _opt(1_000, _int_range(1, 100_000))
     max_connections_per_client: int = _opt(200, _int_range(1, 100_000))

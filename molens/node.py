@@ -21,8 +21,10 @@ then lets the worker pool finish its in-flight fires and hand their results to t
 
 Admin command ``propose`` (``{"cmd": "propose", "data": "<base64>"}`` or ``"datas": [...]``) is for
 tests and benchmarks: it proposes raw entries to the local RaftPeer and answers when they apply
-(``{"ok": true, "results": [...]}``) or with ``{"ok": false, "error": "not_leader" |
-"leadership_lost" | "refused", "outcome": "not_applied" | "unknown", "leader_id": ...}``.
+(``{"ok": true, "results": [...]}``; at once for an empty ``datas``) or with ``{"ok": false, "error":
+"not_leader" | "leadership_lost" | "refused", "outcome": "not_applied" | "unknown", "leader_id": ...}``.
+A node running the scheduler's state machine refuses it: a raw entry there would skip the API's
+authorization and the audit trail (the admin socket has no authentication of its own).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -51,7 +53,7 @@ from molens import __version__, cpus, disk, wallclock
 from molens.actors.peer_errors import LeadershipLost, ProposalRefused, RaftPeerError
 from molens.actors.peer_handle import RaftPeerHandle, lmdb_log, zmq_transport
 from molens.admin import AdminClient, AdminError, AdminServer
-from molens.config import PEER_ADDRESSES, Config, PeerConfig, peer_problem, zmq_endpoint
+from molens.config import PEER_ADDRESSES, Config, ConfigError, PeerConfig, peer_problem, zmq_endpoint
 from molens.errors import MolensError
 from molens.kv import KVError, KVStateMachine
 from molens.raft import core as rc
@@ -65,6 +67,8 @@ FsmFactory = Callable[[Path], StateMachine]
 RpcHandler = Callable[[str, bytes], None]
 
 SWITCH_INTERVAL_S = 0.0005
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""Signals that stop the node gracefully (:meth:`Node.run`)."""
 
 GC_THRESHOLDS = (50_000, 20, 10)
 """``gc.set_threshold`` for the node process (CPython's default: 700, 10, 10). Every proposal in
@@ -220,7 +224,10 @@ class Node:
         if cfg.node.clock_offset_ms:
             log.warning("node clock shifted by %+d ms (node.clock_offset_ms: tests only)", cfg.node.clock_offset_ms)
             wallclock.set_offset_ms(cfg.node.clock_offset_ms)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError("node.data_dir", f"cannot create {self.data_dir}: {exc.strerror or exc}") from None
         self._lock_data_dir()
         try:
             self.fsm = self._fsm_factory(self.data_dir)
@@ -279,30 +286,45 @@ class Node:
             self._join_thread.start()
 
     def _lock_data_dir(self) -> None:
+        """Hold ``node.lock`` (flock) while the node runs, and write ``node.pid``; ``molens-node`` probes
+        the lock to tell a live node from a stale pid file."""
         path = self.data_dir / "node.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        pid_path = self.data_dir / "node.pid"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError("node.data_dir", f"cannot write {path}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            pid = (
-                (self.data_dir / "node.pid").read_text().strip()
-                if (self.data_dir / "node.pid").exists()
-                else "?"
-            )
+            try:
+                pid = pid_path.read_text().strip() or "?"
+            except OSError:
+                pid = "?"
             raise NodeError(f"already running: data_dir {self.data_dir} is locked by pid {pid}") from None
+        try:
+            pid_path.write_text(f"{os.getpid()}\n")
+        except OSError as exc:
+            os.close(fd)
+            raise ConfigError("node.data_dir", f"cannot write {pid_path}: {exc.strerror or exc}") from None
         self._lock_fd = fd
-        pid_path = self.data_dir / "node.pid"
-        pid_path.write_text(f"{os.getpid()}\n")
 
     # --- run (foreground) -----------------------------------------------------------------------
-    def run(self) -> int:
+    def run(self, caught: Sequence[int] = ()) -> int:
         """Start, wait for SIGTERM/SIGINT or an admin ``stop``, stop gracefully. Exit code.
 
-        Raises :class:`NodeError` when the node cannot start."""
+        The signal handlers go in before the start: a SIGTERM while starting (a container's PID 1
+        ignores one it has no handler for) is a stop request, honoured once the start is done.
+        ``caught``: stop signals the caller's own handlers caught before (the CLI's, while this
+        module loaded), read after these are in place; any is a stop request too.
+        Raises :class:`NodeError` (:class:`ConfigError` for a data_dir it cannot write) when the
+        node cannot start."""
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, lambda *_: self.request_stop())
+        if caught:
+            self.request_stop()
         self.start()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._stop_requested.set())
         assert self.peer is not None
         while not self._stop_requested.wait(0.2):
             if self.peer.stopped.is_set():
@@ -712,16 +734,27 @@ class Node:
         return {"ok": True, **self.peer.add_node(p)}
 
     def _propose(self, req: dict[str, Any]) -> dict[str, Any] | Future[dict[str, Any]]:
+        """Raw entries for tests and benchmarks (module docstring); refused on a task node."""
+        from molens.fsm.store import TaskStore
+
         assert self.peer is not None
+        if isinstance(self.fsm, TaskStore):
+            return {"ok": False, "error": "propose is refused on a node running the scheduler (node.state_machine: "
+                    "tasks): raw entries would bypass the API's authorization and audit trail; it is for key-value "
+                    "test and benchmark nodes", "outcome": "not_applied"}
         if self._stopping:
             return {"ok": False, "error": "refused", "outcome": "not_applied", "detail": "node is stopping"}
         try:
             if "datas" in req:
+                if not isinstance(req["datas"], list):
+                    raise TypeError("'datas' must be a list")
                 datas = [base64.b64decode(d, validate=True) for d in req["datas"]]
             else:
                 datas = [base64.b64decode(req["data"], validate=True)]
         except (KeyError, TypeError, ValueError) as exc:
             return {"ok": False, "error": f"propose: need base64 'data' or 'datas' ({exc})"}
+        if not datas:  # nothing to wait for: no entry would ever complete a reply future
+            return {"ok": True, "results": []}
         out: Future[dict[str, Any]] = Future()
 
         def done(results: list[Any], error: BaseException | None) -> None:

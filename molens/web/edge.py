@@ -16,7 +16,10 @@ route has to think about it:
 - **Deadlines** (checked by :func:`sweep`, which the server runs a few times a second): the request
   head must be complete ``head_timeout_ms`` after its first byte (a new connection: after it was
   accepted); a body may pause at most ``body_idle_timeout_ms`` between bytes; both answer ``408``
-  and close. A connection idle between requests is closed after ``keepalive_timeout_ms``.
+  and close. A connection idle between requests is closed after ``keepalive_timeout_ms``. A
+  connection with an answer waiting of which no byte could be sent for ``send_idle_timeout_ms``
+  (a client that stopped reading) is closed, output and all: the thread writing that answer, held
+  once more than waitress's high watermark is waiting, is let go.
 - **Connections per client address**: at most ``max_connections_per_client`` at once; one more is
   answered ``429`` and closed.
 
@@ -178,10 +181,13 @@ class EdgeChannel(HTTPChannel):  # type: ignore[misc]
             self.will_close = True
         self.close_when_flushed = True
 
-    def overdue(self, now: float) -> Error | bool | None:
+    def overdue(self, now: float) -> Error | bool | Abort | None:
         """What the edge's deadlines say of this connection at ``now``: an error to answer, True to
-        close it without a word (idle keep-alive), or None."""
+        close it without a word (idle keep-alive), :data:`ABORT` to close it at once, output and
+        all (an answer no byte of which left for ``send_idle_timeout_ms``), or None."""
         lim: HttpConfig = self.adj.molens_edge
+        if self.total_outbufs_len and time.time() - float(self.last_activity) > lim.send_idle_timeout_ms / 1000:
+            return ABORT  # an answer waiting on a client that reads nothing: its thread may be held
         if self.will_close or self.close_when_flushed or self.requests:
             return None
         req = self.request
@@ -207,6 +213,13 @@ class EdgeChannel(HTTPChannel):  # type: ignore[misc]
         super().del_channel(map)
 
 
+class Abort:
+    """:meth:`EdgeChannel.overdue`'s verdict for a connection to close at once."""
+
+
+ABORT = Abort()
+
+
 SWEEP_MAX = 32
 """Most connections one sweep ends: 500 slow clients whose deadlines pass together are answered over
 several loop passes, with other connections' requests served between them."""
@@ -225,11 +238,15 @@ def sweep(channels: list[Any], now: float) -> int:
         if verdict is None or verdict is False:
             continue
         ended += 1
-        if verdict is True:
+        if verdict is ABORT:
+            # the socket takes no more: a close left to the loop's write would never come. Closing
+            # here wakes a task thread waiting for the output to drain (waitress's high watermark)
+            ch.handle_close()
+        elif verdict is True:
             ch.will_close = True
         else:
             ch.refuse(verdict)
     return ended
 
 
-__all__ = ["EdgeChannel", "EdgeParser", "error_body", "sweep"]
+__all__ = ["ABORT", "Abort", "EdgeChannel", "EdgeParser", "error_body", "sweep"]

@@ -285,3 +285,41 @@ def test_a_patch_body_is_checked_before_its_if_match(api: tuple[Served, str]) ->
     s, tid = api
     st, _, got = s.call("PATCH", f"/api/v1/tasks/{tid}", [None, None], headers={**AUTH, "If-Match": '"999"'})
     assert (st, got["error"]["field"]) == (400, "body"), got
+
+
+def test_clients_that_stop_reading_large_answers_do_not_hold_the_servers_threads(tmp_path: Any) -> None:
+    """Two clients ask for an export of big tasks and read nothing: past waitress's high watermark
+    their threads wait for the output to drain, which never happens. With two threads the server
+    answered nothing else, for as long as those clients stayed (a reader key suffices). After
+    ``send_idle_timeout_ms`` with no byte taken, their connections are closed and the threads go."""
+    http = HttpConfig(send_idle_timeout_ms=1_000)
+    with serve(tmp_path / "stall", threads=2, http=http) as s:
+        big = {"blob": "x" * 60_000}
+        st, _, _ = s.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(payload=big) for _ in range(100)]})
+        assert st == 201
+        for _ in range(4):  # 400 tasks of 60 KB: 24 MB of export, past the 16 MiB high watermark
+            assert s.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(payload=big) for _ in range(100)]})[0] == 201
+        stalled = []
+        for _ in range(2):
+            c = socket.socket()
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            c.connect(("127.0.0.1", int(s.server.port)))
+            c.sendall(b"GET /api/v1/tasks?format=jsonl HTTP/1.1\r\nHost: x\r\n\r\n")
+            stalled.append(c)
+        try:
+            for _ in range(int(LIVENESS_S * 100)):  # both threads writing the exports, held
+                if s.server.requests_in_progress() == 2:
+                    break
+                time.sleep(0.01)
+            st, _, body = s.call("GET", "/healthz")  # waits, at most the client's 30 s, for a thread
+            assert st == 200, body
+            for c in stalled:  # closed by the server: the reads end (after what the buffers held)
+                c.settimeout(LIVENESS_S)
+                try:
+                    while c.recv(1 << 20):
+                        pass
+                except ConnectionResetError:
+                    pass  # closed with output unsent: a reset ends it as well
+        finally:
+            for c in stalled:
+                c.close()

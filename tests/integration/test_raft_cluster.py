@@ -570,7 +570,7 @@ def test_molens_node_start_status_stop_as_a_user_types_them(tmp_path: Path) -> N
         assert r.returncode == 0 and "stopped" in r.stdout
         assert not (data / "node.pid").exists()
         r = run("status")
-        assert r.returncode == 1 and "not running" in r.stdout
+        assert r.returncode == 1 and r.stdout == "" and r.stderr == "n1: not running\n", r.stdout + r.stderr
         r = run("ready")
         assert r.returncode == 1 and r.stderr.startswith(f"not ready: http://127.0.0.1:{http}/readyz: "), r.stderr
         for args, what in ((("status", "n2"), "status: a node id ('n2') is for add-node and remove-node only"),

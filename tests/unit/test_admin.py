@@ -97,3 +97,68 @@ def test_bind_conflict_is_a_clear_error(server: tuple[AdminServer, Handler]) -> 
     srv, _ = server
     with pytest.raises(AdminError, match="cannot bind admin socket"):
         AdminServer(srv.bind_addr, Handler())
+
+
+def test_a_request_nested_too_deep_is_a_bad_request_and_the_server_keeps_answering(
+    server: tuple[AdminServer, Handler],
+) -> None:
+    """``json.loads`` of ~1,000 '[' raises RecursionError, not ValueError: it ended the admin thread,
+    and every later command timed out on a socket still bound."""
+    srv, _ = server
+    ctx = zmq.Context.instance()
+    with ctx.socket(zmq.REQ) as s:
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(f"tcp://{srv.bind_addr}")
+        deep = b"[" * 5_000 + b"]" * 5_000
+        for body in (b"[" * 100_000, deep, b'{"cmd": "status", "x": ' + deep + b"}"):
+            s.send(body)
+            assert s.poll(5000), "no answer to a deeply nested request"
+            reply = json.loads(s.recv())
+            assert reply["ok"] is False and reply["error"].startswith("bad request: "), reply
+        # an "id" that decodes but is too deep to encode again in the reply (a depth just under the
+        # decoder's limit: where exactly depends on the stack, so every depth around it)
+        errors = set()
+        for depth in range(900, 1_001):
+            s.send(b'{"cmd": "status", "id": ' + b"[" * depth + b"]" * depth + b"}")
+            assert s.poll(5000), f"no answer to a request with an id nested {depth} deep"
+            body = s.recv()  # an echoed id this deep is not decoded here: this stack is deeper still
+            if not body.startswith(b'{"ok":true,"role":"leader","id":[['):
+                error = json.loads(body)["error"]
+                assert error.startswith("bad request: "), error
+                errors.add("encoding" if "reply not encodable" in error else "decoding" if "decoding" in error else error)
+        assert errors == {"encoding", "decoding"}, errors  # both limits met: decoded but not encodable, and deeper
+    with AdminClient(srv.bind_addr, timeout_s=5) as client:
+        assert client.call("status") == {"ok": True, "role": "leader"}
+
+
+def test_a_request_over_max_request_bytes_is_not_read_and_the_server_keeps_answering(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``zmq.MAXMSGSIZE``: ZeroMQ drops the connection of a larger frame before it is buffered whole."""
+    import molens.admin as admin_mod
+
+    monkeypatch.setattr(admin_mod, "MAX_REQUEST_BYTES", 4096)
+    srv = AdminServer(_free_addr(), Handler()).start()
+    try:
+        ctx = zmq.Context.instance()
+        with ctx.socket(zmq.REQ) as big, AdminClient(srv.bind_addr, timeout_s=5) as client:
+            big.setsockopt(zmq.LINGER, 0)
+            big.connect(f"tcp://{srv.bind_addr}")
+            big.send(json.dumps({"cmd": "status", "pad": "x" * 8192}).encode())
+            assert client.call("status")["role"] == "leader"  # answered after the big frame was sent
+            assert not big.poll(200), "a request over MAX_REQUEST_BYTES was read and answered"
+            with AdminClient(srv.bind_addr, timeout_s=5) as small:
+                assert small.request({"cmd": "status", "pad": "x" * 2048})["ok"] is True
+    finally:
+        srv.close()
+
+
+def test_an_admin_socket_bound_off_loopback_logs_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    port = _free_addr().rsplit(":", 1)[1]  # another for each bind: ZeroMQ unbinds on close in the background
+    with caplog.at_level("WARNING", logger="molens.admin"):
+        AdminServer(_free_addr(), Handler()).close()
+        assert not caplog.records
+        AdminServer(f"0.0.0.0:{port}", Handler()).close()
+    [rec] = caplog.records
+    assert rec.levelname == "WARNING" and f"addr=tcp://0.0.0.0:{port}" in rec.getMessage()
+    assert "no authentication" in rec.getMessage()

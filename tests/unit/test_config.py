@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib.abc
+import re
 import sys
 from pathlib import Path
 
@@ -167,16 +168,22 @@ def test_api_token_can_come_from_a_file_such_as_a_compose_secret(tmp_path: Path)
 
 
 def test_container_configs_load(tmp_path: Path) -> None:
-    image = load(ROOT / "conf" / "container" / "node.yaml", env={})
-    assert image.http.addr == "0.0.0.0:18081" and str(image.data_dir) == "/var/lib/molens/data"
     token = tmp_path / "api_token"
     token.write_text("t0ken\n")
+    with pytest.raises(ConfigError, match="auth_token_file"):  # the image does not start open by default
+        load(ROOT / "conf" / "container" / "node.yaml", env={})
+    image = load(ROOT / "conf" / "container" / "node.yaml", env={"MOLENS_HTTP__AUTH_TOKEN_FILE": str(token)})
+    assert image.http.addr == "0.0.0.0:18081" and str(image.data_dir) == "/var/lib/molens/data"
+    assert image.http.auth_token == "t0ken"
     env = {"MOLENS_NODE__ID": "n2", "MOLENS_HTTP__AUTH_TOKEN_FILE": str(token)}
     c = load(ROOT / "conf" / "compose" / "cluster.yaml", env=env)
     assert c.node.id == "n2" and c.http.auth_token == "t0ken"
     assert c.bootstrap_voters() == ("n1", "n2", "n3")
     assert c.self_peer().raft_addr == "molens-n2:18091" and c.self_peer().http_addr == "127.0.0.1:18082"
-    assert c.node.stop_timeout_s < 30  # compose.yaml's stop_grace_period
+    grace = re.search(r"stop_grace_period: (\d+)s", (ROOT / "compose.yaml").read_text())
+    assert grace is not None
+    # the hand-over's bound, then HTTP 5 s, the term 5 s, fires 10 s and Raft 10 s (docs/deploy.md#stopping)
+    assert c.node.stop_timeout_s + 30 <= int(grace.group(1))
 
 
 class _NoOtel(importlib.abc.MetaPathFinder):
