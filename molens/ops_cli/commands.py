@@ -348,7 +348,10 @@ def interruptible() -> Iterator[None]:
     """SIGINT both sets :data:`INTERRUPT` and raises ``KeyboardInterrupt``, for the block (main thread only)."""
     INTERRUPT.clear()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        try:
+            yield
+        finally:
+            INTERRUPT.clear()
         return
 
     def on_sigint(signum: int, frame: object) -> None:
@@ -360,6 +363,7 @@ def interruptible() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, before)
+        INTERRUPT.clear()  # a Ctrl-C of this block is not one of the next
 
 
 WATCH_OVERLAP_MS = 10_000

@@ -191,7 +191,8 @@ def test_watch_shows_an_execution_that_finished_between_its_two_start_up_reads()
     a = parser.build().parse_args(["watch", "01M917RR6Z3PWE1E76AWAPXS6X", "--last", "1", "--count", "1",
                                    "--interval", "0.01", "--json"])
     out = io.StringIO()
-    assert commands.watch(Client(), a, Printer(Mode.JSON, out, err=io.StringIO())) == commands.OK  # type: ignore[arg-type]
+    with commands.interruptible():
+        assert commands.watch(Client(), a, Printer(Mode.JSON, out, err=io.StringIO())) == commands.OK  # type: ignore[arg-type]
     assert [e["attempt"] for e in json.loads(out.getvalue())] == [2, 3]  # older is old news; new counts
 
 
