@@ -417,6 +417,8 @@ class Api:
             self.ctx.request_seen()
             li = self.ctx.leader_info()
             resp.set_header("X-Molens-Role", li.role)
+            # a namespace's data, a key's secret, an export's ticket: never kept by a cache on the way
+            resp.set_header("Cache-Control", "no-store")
             open_ = needs.need is access.Need.OPEN
             self.access.admit(needs)
             if li.role == "removed" and not open_:  # stale replica: answers nothing (docs/architecture.md#node-ports)
@@ -508,6 +510,8 @@ class Api:
         ctype = ctype.strip().lower()
         json_type = not ctype or ctype == _JSON_CT or ctype.endswith("+json")
         if takes is not Body.ANY:
+            if not ctype:  # a web page's fetch or form can send a body without one, and needs no consent
+                raise UnsupportedMediaType("a request body needs Content-Type: application/json", "Content-Type")
             if not json_type:
                 raise UnsupportedMediaType(f"Content-Type must be application/json, got {ctype[:80]}", "Content-Type")
             charset = _charset(params)

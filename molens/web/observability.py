@@ -196,7 +196,12 @@ def preview(
     for ms in items:
         check_epoch_ms(ms, "run_at" if run_at is not None else "after")
     zone = ZoneInfo(tz)
-    local = [datetime.fromtimestamp(ms / 1000, UTC).astimezone(zone).isoformat(timespec="milliseconds") for ms in items]
+    try:  # whole seconds then ms: a float of ms / 1000 rounds the last millisecond of year 9999 down
+        local = [datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=ms % 1000 * 1000).astimezone(zone)
+                 .isoformat(timespec="milliseconds") for ms in items]
+    except OverflowError:  # an instant of 9999-12-31 UTC is already the year 10000 in a zone ahead of UTC
+        raise ValidationError(f"the times are past the year 9999 in {tz}: no local time can show them",
+                              "timezone") from None
     description = describe_cron(cron_expr) if cron_expr is not None else (
         describe_interval(interval_ms) if ttype is TaskType.PERIODIC and interval_ms is not None else None
     )

@@ -78,7 +78,7 @@ class CreateRate:
         """The seconds a create of ``n`` tasks of ``ns`` must wait (0: it may go now); takes nothing."""
         with self._lock:
             short = self._short(ns, n, rate, now)[1]
-        return max(1, math.ceil(short / rate)) if short else 0
+        return _retry_after_s(short, rate) if short else 0
 
     def take(self, ns: str, n: int, rate: float, now: float) -> int:
         """Take ``n`` tokens of namespace ``ns`` (quota ``rate`` per second): 0 when the creates
@@ -87,9 +87,19 @@ class CreateRate:
             tokens, short = self._short(ns, n, rate, now)
             if short:
                 self._buckets[ns] = (tokens, now)
-                return max(1, math.ceil(short / rate))
+                return _retry_after_s(short, rate)
             self._buckets[ns] = (tokens - n, now)
             return 0
+
+
+MAX_RETRY_AFTER_S = 86_400
+"""The longest ``Retry-After`` a refused create is given: a quota of a create a year still says a
+day (and a rate of 1e-300 a number, not 301 digits)."""
+
+
+def _retry_after_s(short: float, rate: float) -> int:
+    """Whole seconds until ``short`` tokens come back at ``rate`` a second: 1 to MAX_RETRY_AFTER_S."""
+    return max(1, math.ceil(min(short / rate, MAX_RETRY_AFTER_S)))
 
 
 class Impatience:

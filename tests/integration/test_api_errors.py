@@ -100,6 +100,9 @@ CASES: list[Any] = [
     ("deeply nested json", "POST", T, b"[" * 100_000 + b"]" * 100_000, JSON, 400, "body"),
     ("form content type", "POST", T, b"type=delayed", {"Content-Type": "application/x-www-form-urlencoded"}, 415, "Content-Type"),
     ("text content type", "POST", T, json.dumps(delayed()).encode(), {"Content-Type": "text/plain"}, 415, "Content-Type"),
+    # what a web page's fetch(..., {mode: "no-cors", body: new Blob([json])}) sends: no preflight asked
+    ("no content type", "POST", T, json.dumps(delayed()).encode(), {}, 415, "Content-Type"),
+    ("no content type, key", "POST", "/api/v1/keys", b'{"name": "k", "role": "admin", "namespaces": ["*"]}', {}, 415, "Content-Type"),
     ("charset other than utf-8", "POST", T, json.dumps(delayed()).encode(), {"Content-Type": "application/json; charset=latin-1"}, 415, "Content-Type"),
     ("idempotency key in body and header differ", "POST", T, json.dumps(delayed(idempotency_key="a-1")).encode(), {"Content-Type": "application/json", "Idempotency-Key": "a-2"}, 400, "Idempotency-Key"),
     ("body over the limit", "POST", T, b" " * (MAX_BODY + 1), JSON, 413, "body"),

@@ -442,3 +442,14 @@ def test_ack_url_cannot_be_removed_while_the_task_waits_for_its_ack(api: Served)
     got = api.call("GET", path)[2]
     assert got["ack_url"] == "http://127.0.0.1:9/ack" and got["version"] == t["version"]
     assert api.call("PATCH", path, {"ack_url": "http://127.0.0.1:9/ack2"})[0] == 200  # changing it is fine
+
+
+def test_api_answers_are_not_kept_by_caches(api: Served) -> None:
+    """A key's secret is in its creation's answer, an export's ticket in its link's: no answer of the
+    API may be stored by a proxy or the browser's cache."""
+    st, h, key = api.call("POST", "/api/v1/keys", {"name": "cache-check", "role": "reader", "namespaces": ["*"]})
+    assert st == 201 and key["secret"] and h["Cache-Control"] == "no-store"
+    st, h, ticket = api.call("POST", "/api/v1/exports", {"url": "/api/v1/tasks?format=csv"})
+    assert st == 201 and "ticket=" in ticket["url"] and h["Cache-Control"] == "no-store"
+    for path in ("/api/v1/tasks", "/api/v1/cluster/leader", "/healthz"):
+        assert api.call("GET", path)[1]["Cache-Control"] == "no-store", path

@@ -136,6 +136,17 @@ def test_schedule_preview_cron_in_a_dst_zone_and_errors_name_the_field(served: S
         assert st == 400 and err["error"]["field"] == field, (query, err)
 
 
+def test_schedule_preview_at_the_end_of_year_9999(served: Served) -> None:
+    """The last millisecond the API takes: shown to the millisecond in UTC; in a zone ahead of UTC
+    it is the year 10000, which no local time shows: a 400 naming the zone, not a 500."""
+    last = 253_402_300_799_999
+    st, _, body = served.call("GET", f"/api/v1/schedule/preview?type=delayed&run_at={last}&timezone=UTC")
+    assert st == 200 and body["local"] == ["9999-12-31T23:59:59.999+00:00"], body
+    for query in (f"type=delayed&run_at={last}", "interval_ms=1000&after=253402300790000"):
+        st, _, err = served.call("GET", f"/api/v1/schedule/preview?{query}&timezone=Etc/GMT-14")
+        assert (st, err["error"]["field"]) == (400, "timezone"), (query, err)
+
+
 def test_stats_and_cluster_stats_of_a_single_node(served: Served) -> None:
     st, _, body = served.call("GET", "/api/v1/stats?node_id=n1")
     assert st == 200 and body["node_id"] == "n1"

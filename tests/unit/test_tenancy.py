@@ -360,3 +360,13 @@ def test_a_connection_that_ignores_its_retry_after_is_held_until_it_passes() -> 
     imp.told("c", "pay", 6.0)
     assert imp.hold_s("a", "pay", 2.0) == 0  # the least recently refused is forgotten past max_connections
     assert imp.hold_s("c", "pay", 2.0) == 1.0
+
+
+def test_the_retry_after_of_a_tiny_creates_per_s_is_at_most_a_day() -> None:
+    from molens.web.quotas import MAX_RETRY_AFTER_S
+
+    rate = CreateRate()
+    assert rate.take("pay", 1, 1e-300, 0.0) == 0
+    assert rate.take("pay", 1, 1e-300, 1.0) == rate.wait("pay", 1, 1e-300, 1.0) == MAX_RETRY_AFTER_S == 86_400
+    assert rate.take("ops", 1, 1 / 3600, 0.0) == 0
+    assert rate.take("ops", 1, 1 / 3600, 0.0) == 3600  # below the bound: as it was
