@@ -98,6 +98,10 @@ ZH: dict[str, str] = {
     'If-Match must be a task version such as "3", got {}': 'If-Match 必须是任务版本号，例如 "3"，收到 {0}',
     "Content-Type must be application/json, got {}": "Content-Type 必须是 application/json，收到 {0}",
     "JSON bodies are UTF-8, got charset={}": "JSON 请求体必须是 UTF-8，收到 charset={0}",
+    "a request body needs Content-Type: application/json": "请求体需要 Content-Type: application/json",
+    "task {} is waiting for its ACK: ack_url cannot be removed until that ends (the callback was answered 2xx "
+    "and would not be sent again)": "任务 {0} 正在等待 ACK：在此结束前不能删除 ack_url（回调已得到 2xx 应答，不会再次发送）",
+    "the times are past the year 9999 in {}: no local time can show them": "这些时间在 {0} 已超过 9999 年：无法以本地时间显示",
     "request body is empty; expected JSON": "请求体为空；应为 JSON",
     "request body is more than {} bytes": "请求体超过 {0} 字节",
     "request body is {} bytes, more than {}": "请求体有 {0} 字节，超过 {1}",
