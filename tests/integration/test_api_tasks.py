@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
+from molens.fsm.commands import DeleteApiKey, Dispatched, DispatchItem, ResultItem, Results
 from molens.model import FireKind, Outcome
 from molens.web.api_context import ApiSettings
 from tests.integration.api_server import Served, check_schema, delayed, serve
@@ -453,3 +453,29 @@ def test_api_answers_are_not_kept_by_caches(api: Served) -> None:
     assert st == 201 and "ticket=" in ticket["url"] and h["Cache-Control"] == "no-store"
     for path in ("/api/v1/tasks", "/api/v1/cluster/leader", "/healthz"):
         assert api.call("GET", path)[1]["Cache-Control"] == "no-store", path
+
+
+def test_a_key_already_accepted_is_not_held_back_with_the_guesses_from_its_address(tmp_path: Path) -> None:
+    """After 10 bad keys from 127.0.0.1 every request from there got 429 before its key was looked
+    at, the valid ones too (behind a proxy: everyone's). A key the node accepted before goes on;
+    the bootstrap token and a key not seen yet are still held back (checking them first would
+    answer guesses at full speed)."""
+    token = "brake-token"
+    admin = {"Authorization": f"Bearer {token}"}
+    with serve(tmp_path / "brake", ApiSettings(auth_token=token)) as s:
+        st, _, used = s.call("POST", "/api/v1/keys", {"name": "used", "role": "reader", "namespaces": ["*"]},
+                             headers=admin)
+        st2, _, fresh = s.call("POST", "/api/v1/keys", {"name": "fresh", "role": "reader", "namespaces": ["*"]},
+                               headers=admin)
+        assert (st, st2) == (201, 201)
+        used_h = {"Authorization": f"Bearer {used['secret']}"}
+        assert s.call("GET", "/api/v1/tasks", headers=used_h)[0] == 200  # accepted once
+        for _ in range(12):
+            s.call("GET", "/api/v1/tasks", headers={"Authorization": "Bearer nope"})
+        assert s.call("GET", "/api/v1/tasks", headers={"Authorization": "Bearer nope"})[0] == 429
+        assert s.call("GET", "/api/v1/tasks", headers=used_h)[0] == 200
+        assert s.call("GET", "/api/v1/tasks", headers=admin)[0] == 429
+        assert s.call("GET", "/api/v1/tasks", headers={"Authorization": f"Bearer {fresh['secret']}"})[0] == 429
+        assert s.call("DELETE", f"/api/v1/keys/{used['id']}", headers=admin)[0] == 429  # braked as well
+        s.ctx.propose([DeleteApiKey(int(time.time() * 1000), used["id"])], 5)  # revoked: no longer let through
+        assert s.call("GET", "/api/v1/tasks", headers=used_h)[0] == 429
