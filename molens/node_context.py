@@ -241,6 +241,10 @@ class NodeContext(StoreReads):
         sched = self.scheduler
         return True if sched is None else sched.replicas_read_keys_first()
 
+    def replicas_read_resume(self) -> bool:
+        sched = self.scheduler
+        return True if sched is None else sched.replicas_read_resume()
+
     def flow_states(self) -> list[FlowState] | None:
         sched = self.scheduler
         return None if sched is None else sched.flow_states()

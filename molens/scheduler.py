@@ -61,6 +61,7 @@ from molens.delivery import (
     KEYS_FIRST_VERSION,
     LAST_FIRE_VERSION,
     NOT_SENT_VERSION,
+    RESUME_VERSION,
     FireRequest,
     decode_fire_batch,
     encode_fire_batch,
@@ -378,6 +379,12 @@ class Scheduler:
         entry's ``keys_first`` (``KEYS_FIRST_VERSION``): until then it is proposed false, and a quota
         is counted before the idempotency keys, as the release before did (docs/deploy.md#rolling-upgrade)."""
         return Scheduler.replicas_read(self, KEYS_FIRST_VERSION)
+
+    def replicas_read_resume(self) -> bool:
+        """Whether every other member's node has advertised a release that applies a ``ResumeTasks``
+        entry's ``drops_paused`` (``RESUME_VERSION``): until then it is proposed false, as the release
+        before applied resumes (docs/deploy.md#rolling-upgrade)."""
+        return Scheduler.replicas_read(self, RESUME_VERSION)
 
     def replicas_read(self, version: int) -> bool:
         """Whether every other member's node has advertised fire batch ``version`` or later."""

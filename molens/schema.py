@@ -627,6 +627,13 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     """Set by a ``Dispatched`` entry (``catchup_waits``) that found ``MAX_RUNNING`` running: catchup
     all fires every instant, so the occurrence waits for a slot (:attr:`held`) rather than being
     skipped; cleared when it starts or one of them ends (docs/architecture.md#overlap)."""
+    resumed_ms: Annotated[
+        int | None, rule("resume_from now of a periodic occurrence paused mid-retry: instants before it are dropped",
+                         internal=True)
+    ] = None
+    """Set by a ``ResumeTasks`` entry with ``drops_paused``: when the occurrence ends, its next one is
+    the first instant at or after this time, whatever ``catchup`` and ``overlap`` say of the instants
+    that came due while it was paused; cleared when the next occurrence starts."""
 
     @property
     def fire_id(self) -> str:

@@ -92,6 +92,7 @@ __all__ = [
     "CATCHUP_WAIT_VERSION",
     "KEYS_FIRST_VERSION",
     "LAST_FIRE_VERSION",
+    "RESUME_VERSION",
     "decode_fire_batch",
     "encode_fire_results",
     "decode_fire_results",
@@ -195,13 +196,14 @@ _FIRE_BATCH = "fire_batch"
 _FIRE_RESULTS = "fire_results"
 
 
-FIRE_BATCH_VERSION = 6
+FIRE_BATCH_VERSION = 7
 """What this release's node advertises in its heartbeats: it reads fire batch items of 11 fields, or 12
 with the task's ``traceparent`` (since 2), its state machine applies a result marked ``not_sent``
 as a fire planned again (since 3: docs/architecture.md#not-sent), a ``Dispatched`` entry's
 ``catchup_waits`` (since 4: docs/architecture.md#overlap), a ``Dispatched`` entry's
 ``keeps_last_fire`` and an ``UpdateTask``'s ``after_last_fire`` (since 5: docs/architecture.md#update),
-and a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrade)."""
+a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrade), and a
+``ResumeTasks`` entry's ``drops_paused`` (since 7: docs/deploy.md#rolling-upgrade)."""
 FIRE_BATCH_V2 = 2
 """The first version whose workers read a 12-field item (a ``traceparent``)."""
 NOT_SENT_VERSION = 3
@@ -219,6 +221,10 @@ KEYS_FIRST_VERSION = 6
 """The first version whose replicas apply a ``CreateTasks`` entry's ``keys_first`` (a create whose
 idempotency key names a task answers it before a namespace's quota is counted; a replica of an
 earlier one would refuse the batch over the quota, and the replicas would differ)."""
+RESUME_VERSION = 7
+"""The first version whose replicas apply a ``ResumeTasks`` entry's ``drops_paused`` (a periodic task
+resumed from now mid-occurrence drops what came due while it was paused; a delayed task keeps its
+jitter offset; a replica of an earlier one would fire those instants, and the replicas would differ)."""
 FIRE_BATCH_V1 = 1
 """The items of the release before traces (exactly 11 fields; it refuses a whole batch with one
 12-field item): what a worker that advertises no version is sent (``docs/deploy.md#rolling-upgrade``)."""

@@ -70,6 +70,13 @@ class ResumeTasks(_OnTasks, frozen=True, tag=19):
     from_schedule: bool = False
     """``resume_from: schedule``: a paused periodic task takes up its schedule where it stopped, and
     what it missed meanwhile follows its ``catchup`` (docs/architecture.md#catch-up)."""
+    drops_paused: bool = False
+    """Without ``from_schedule``: a periodic task paused in the middle of an occurrence (retrying)
+    drops the instants that came due while it was paused once that occurrence ends (``Task.resumed_ms``),
+    as one paused between occurrences does, whatever its ``catchup`` and ``overlap``; and a delayed
+    task's occurrence keeps its ``jitter_ms`` offset. Set once every member has advertised
+    ``RESUME_VERSION``; an entry of the release before decodes with it false and is applied as that
+    release did."""
 
 
 class TriggerTask(_Command, frozen=True, tag=20):

@@ -523,6 +523,12 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
     buffered = False
     try:
         first = next_scheduled(t, t.sched_ms)
+        if t.resumed_ms is not None:  # resumed from now mid-occurrence: what came due while paused is dropped
+            after = next_scheduled(t, t.resumed_ms - 1)
+            if after > first:
+                _skipped(tx, t, first, after, now, "came due while the task was paused (resume_from now)",
+                         _catchup_key(spec.catchup))
+                first = after
         if spec.catchup is CatchUp.ALL:
             floor = now - spec.catchup_window_ms
             nxt = first if first >= floor else next_scheduled(t, floor - 1)
@@ -559,6 +565,7 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
         "due_ms": max(now, nxt + jitter(t.id, t.seq + 1, t.spec.jitter_ms)),  # catchup all, buffer_one: at once
         "sched_ms": nxt,
         "buffered": buffered,
+        "resumed_ms": None,
     }
 
 
@@ -571,7 +578,7 @@ def _came_due_while_running(t: Task, now: int) -> int | None:
     ending now started (docs/architecture.md#overlap); None when none did, or for another policy."""
     if t.spec.overlap is not Overlap.BUFFER_ONE or t.started_ms is None:
         return None
-    nxt = next_scheduled(t, max(t.started_ms, t.sched_ms))
+    nxt = next_scheduled(t, max(t.started_ms, t.resumed_ms or 0, t.sched_ms))
     return nxt if nxt < now else None
 
 
@@ -599,7 +606,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case PauseTasks():
             results = [_pause(tx, tid, now) for tid in cmd.task_ids]
         case ResumeTasks():
-            results = [_resume(tx, tid, now, cmd.from_schedule) for tid in cmd.task_ids]
+            results = [_resume(tx, tid, now, cmd.from_schedule, cmd.drops_paused) for tid in cmd.task_ids]
         case TriggerTask():
             results = [_trigger(tx, cmd.task_id, now)]
         case Expire():
@@ -1521,7 +1528,7 @@ def _pause(tx: _Tx, tid: str, now: int) -> ItemResult:
     return nt
 
 
-def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemResult:
+def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False, drops_paused: bool = False) -> ItemResult:
     t = tx.task(tid)
     if t is None:
         return NotFoundError(f"task {tid} not found", "task_id")
@@ -1550,6 +1557,8 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
         nt = _replace(t, status=Status.AWAITING_ACK, due_ms=now, updated_ms=now)
     elif t.attempt > 0:
         nt = _replace(t, status=Status.FIRING, due_ms=max(now, t.sched_ms), updated_ms=now)
+        if drops_paused and periodic and not from_schedule:  # what came due while paused is dropped
+            nt = _replace(nt, resumed_ms=now)
     elif t.backfill is not None and t.backfill.current:  # a backfill occurrence fires now (docs: #backfill)
         nt = _replace(t, status=Status.PENDING, due_ms=now, updated_ms=now)
     elif periodic:
@@ -1560,8 +1569,9 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False) -> ItemRes
         )
         if _ends(tx, t, t.seq, nxt):
             nt = _replace(nt, status=Status.DONE, due_ms=None)
-    else:
-        nt = _replace(t, status=Status.PENDING, due_ms=max(now, t.sched_ms), updated_ms=now)
+    else:  # a delayed task: its occurrence at its time (and its jitter offset: drops_paused)
+        offset = jitter(t.id, t.seq, t.spec.jitter_ms) if drops_paused else 0
+        nt = _replace(t, status=Status.PENDING, due_ms=max(now, t.sched_ms + offset), updated_ms=now)
     if nt.redrives and nt.rewound is None and _idle(nt):
         nt = _start_redrive(nt, now, _own(nt))
     if t.status is Status.PAUSED and t.running:  # running occurrences' retries held by the pause go on now

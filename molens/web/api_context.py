@@ -258,6 +258,11 @@ class ApiContext(Protocol):
         (``molens.delivery.KEYS_FIRST_VERSION``): the API proposes it false until then."""
         ...
 
+    def replicas_read_resume(self) -> bool:
+        """Whether every replica applies a ``ResumeTasks`` entry's ``drops_paused``
+        (``molens.delivery.RESUME_VERSION``): the API proposes it false until then."""
+        ...
+
     def get_idem(self, key: str) -> str | None:
         """The id of the task this replica holds under idempotency key ``key`` (as the state machine
         stores it: ``molens.fsm.machine.idem_key``); None when none."""

@@ -1083,7 +1083,8 @@ def _install_tasks(api: Api) -> None:
                 raise ValidationError(f"resume_from must be 'now' or 'schedule', got {_quote(str(where))}",
                                       "resume_from")
             from_schedule = where == "schedule"
-        return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule), task_id)
+        drops = ctx.replicas_read_resume()
+        return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule, drops), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True, body=Body.NONE)
     def trigger_task(task_id: str) -> tuple[int, Any]:

@@ -30,6 +30,7 @@ ZH: dict[str, str] = {
     "backfill of the occurrences scheduled in [{}, {}) ms, the first at {}": "回填计划在 [{0}, {1}) ms 内的执行，第一次在 {2}",
     # why occurrences were skipped (the last group of the event above)
     "more than catchup_window_ms ago (catchup all)": "早于 catchup_window_ms（catchup all）",
+    "came due while the task was paused (resume_from now)": "在任务暂停期间到期（resume_from now）",
     "missed (catchup none)": "已错过（catchup none）",
     "before the backfilled range, after which the schedule resumes": "在回填范围之前，回填之后按计划继续",
     "due before the occurrence started (catchup {})": "在本次执行开始之前到期（catchup {0}）",

@@ -171,3 +171,61 @@ def test_none_fires_the_occurrence_it_skipped_to_even_if_that_one_is_late_too() 
     h.answer(t.id, 200)
     h.now = c + 75_000
     assert isinstance(h.dispatch(t.id).results[0], IllegalTransitionError)  # a new occurrence: missed again
+
+
+@pytest.mark.parametrize("drops_paused", [False, True])
+@pytest.mark.parametrize(("catchup", "overlap"), [("one", "skip"), ("all", "skip"), ("one", "buffer_one"),
+                                                  ("none", "buffer_one")])
+def test_resume_from_now_in_the_middle_of_a_retry_drops_what_came_due_while_paused(
+    catchup: str, overlap: str, drops_paused: bool,
+) -> None:
+    """Paused while an occurrence waits for its retry, resumed from now much later: the retry goes,
+    then the next occurrence is the first instant after the resume, as for a task paused between
+    occurrences (docs/api.md: now "drops what a periodic task missed while paused"). Without
+    ``drops_paused`` (a member of the release before) the entry applies as that release did:
+    catchup all fired every paused instant, buffer_one the first of them."""
+    h = H()
+    t = _periodic(h, catchup=catchup, overlap=overlap, retry={"max_retries": 3, "initial_ms": 1_000})
+    c = t.created_ms
+    h.fire_due(t.id)
+    h.answer(t.id, 500)  # the occurrence at 10 s fails: its retry waits
+    h.apply(PauseTasks(h.now, (t.id,)))
+    h.now = c + 65_000  # paused over the instants at 20 .. 60 s
+    h.apply(ResumeTasks(h.now, (t.id,), False, drops_paused))
+    fired = []
+    for _ in range(3):
+        fr = h.cycle(t.id)
+        fired.append((fr.scheduled_ms - c, fr.fire.attempt))
+    paused = [(at, 1) for at in range(20_000, 61_000, 10_000)]
+    if drops_paused:
+        assert fired == [(10_000, 2), (70_000, 1), (80_000, 1)]
+    elif catchup == "all":
+        assert fired == [(10_000, 2), *paused[:2]]
+    elif overlap == "buffer_one":
+        assert fired == [(10_000, 2), (20_000, 1), (70_000, 1)]
+    else:
+        assert fired == [(10_000, 2), (70_000, 1), (80_000, 1)]
+
+
+@pytest.mark.parametrize("drops_paused", [False, True])
+def test_a_paused_delayed_task_resumed_before_its_time_keeps_its_jitter_offset(drops_paused: bool) -> None:
+    h = H()
+    t = h.create(type="delayed", interval_ms=600_000, jitter_ms=300_000)
+    assert t.due_ms is not None and t.due_ms > t.sched_ms  # this id's offset is not 0
+    h.apply(PauseTasks(h.now, (t.id,)))
+    h.apply(ResumeTasks(h.now + 1_000, (t.id,), False, drops_paused))
+    assert h.t(t.id).due_ms == (t.due_ms if drops_paused else t.sched_ms)
+
+
+def test_the_instants_a_resume_from_now_drops_mid_retry_are_one_skipped_row() -> None:
+    h = H()
+    t = _periodic(h, catchup="all", retry={"max_retries": 3, "initial_ms": 1_000})
+    c = t.created_ms
+    h.fire_due(t.id)
+    h.answer(t.id, 500)
+    h.apply(PauseTasks(h.now, (t.id,)))
+    h.now = c + 65_000
+    h.apply(ResumeTasks(h.now, (t.id,), False, True))
+    h.cycle(t.id)
+    assert _skips(h) == [f"skipped the occurrences scheduled in [{c + 20_000}, {c + 70_000}) ms: came due while the "
+                         "task was paused (resume_from now)"]

@@ -458,10 +458,13 @@ def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_
     u = h.t(t.id)
     raw = msgspec.msgpack.encode(u)
     assert msgspec.msgpack.decode(raw, type=Task) == u
-    old = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-3])  # written before ``running`` (``not_sent``, ``waiting``)
+    # written before ``running`` (and ``not_sent``, ``waiting``, ``resumed_ms``)
+    old = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-4])
     assert msgspec.msgpack.decode(old, type=Task).running == ()
-    before_waiting = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-1])
+    before_waiting = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-2])
     assert msgspec.msgpack.decode(before_waiting, type=Task) == u  # a record of the release before ``waiting``
+    before_resumed = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-1])
+    assert msgspec.msgpack.decode(before_resumed, type=Task) == u  # ... and before ``resumed_ms``
 
 
 def test_allow_a_running_retry_due_at_the_same_ms_as_the_next_occurrence_stays_on_the_wheel() -> None:
