@@ -167,6 +167,11 @@ class UpdateTask(_Command, frozen=True, tag=25):
     """An occurrence not started yet moves to the new schedule's first instant after now and after
     the task's ``last_fire_ms`` (a fire planned ahead and settled lost may still go out then), not
     only after now. Set once every member has advertised ``LAST_FIRE_VERSION``."""
+    moves_waiting: bool = False
+    """What waits behind a running occurrence follows the new schedule too: the task's own
+    occurrence put aside while a redrive runs moves (or the task ends, when the new bounds exclude
+    it), and a backfill the new schedule leaves no instant in is dropped. Set once every member has
+    advertised ``RESUME_VERSION``; without it both keep what the old schedule gave them."""
 
 
 class _OnDeadLetters(_Command, frozen=True):

@@ -1648,6 +1648,8 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
         nt = _replace(nt, sched_ms=sched, due_ms=due if t.status is Status.PENDING else None)
         if new.type is TaskType.PERIODIC and _ends(tx, nt, t.seq, sched):
             nt = _replace(nt, status=Status.DONE, due_ms=None)
+    if cmd.moves_waiting and _SCHEDULE_FIELDS.intersection(changed):
+        nt = _move_waiting(tx, nt, cmd, now)
     tx.put(nt)
     tx.w.executions.append(Execution(
         task_id=t.id, fire_id=t.fire_id, seq=t.seq, attempt=0, kind=FireKind.EVENT, result=ExecutionResult.UPDATED,
@@ -1655,6 +1657,26 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
         finished_ms=now, response_head=f"version {nt.version}: {', '.join(changed)}",
     ))
     return nt
+
+
+def _move_waiting(tx: _Tx, t: Task, cmd: UpdateTask, now: int) -> Task:
+    """``t`` (already at its new definition) with what waits behind its running occurrence moved to
+    the new schedule (``UpdateTask.moves_waiting``): its own occurrence put aside by a redrive, not
+    started, to the first instant after now (and the last fire's time), or the task's end when the
+    new bounds exclude it; a backfill waiting its turn dropped when its range holds no instant of
+    the new schedule any more."""
+    own = t.rewound
+    if own is not None and own.status is Status.PENDING and own.attempt == 0 and t.spec.type is TaskType.PERIODIC:
+        floor = max(now, t.last_fire_ms or 0) if cmd.after_last_fire else now
+        sched = next_scheduled(t, floor)
+        moved = _replace(own, sched_ms=sched, due_ms=sched + jitter(t.id, own.seq, t.spec.jitter_ms))
+        if _ends(tx, t, own.seq, sched):
+            moved = _replace(moved, status=Status.DONE, due_ms=None)
+        t = _replace(t, rewound=moved)
+    bf = t.backfill
+    if bf is not None and not bf.current and not backfill_instants(t, bf.next_ms, bf.end_ms, 1):
+        t = _replace(t, backfill=None)
+    return t
 
 
 MAX_BACKFILL = 10_000

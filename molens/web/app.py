@@ -1048,7 +1048,8 @@ def _install_tasks(api: Api) -> None:
                 raise IllegalTransitionError(
                     f"task {t.id} is waiting for its ACK: ack_url cannot be removed until that ends "
                     "(the callback was answered 2xx and would not be sent again)", "ack_url")
-            res = api.propose_one(UpdateTask(now, t.id, spec, t.version, ctx.replicas_read_last_fire()))[0]
+            res = api.propose_one(UpdateTask(now, t.id, spec, t.version, ctx.replicas_read_last_fire(),
+                                             ctx.replicas_read_resume()))[0]
             if isinstance(res, PreconditionFailed) and wanted is None:
                 continue
             nt = _item(res)

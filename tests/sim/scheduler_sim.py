@@ -1329,7 +1329,7 @@ class Sim:
                 spec = decode_update(json.dumps(patch).encode(), t.spec, now_ms=self.now)
                 self.specs[tid].append(spec)
                 self.log_(f"client: update {tid} {patch} at version {t.version}")
-                self.propose(UpdateTask(self.now, tid, spec, t.version, after_last_fire=True))
+                self.propose(UpdateTask(self.now, tid, spec, t.version, after_last_fire=True, moves_waiting=True))
                 after = t.version
         self.at(self.now + 300, lambda: self.client_update(i, patch, after))
 

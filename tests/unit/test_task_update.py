@@ -228,3 +228,79 @@ def test_an_end_at_that_has_passed_does_not_block_other_changes() -> None:
     with pytest.raises(ValidationError) as e:
         decode_update(b'{"end_at":6000000}', s, now_ms=9_000_000)
     assert e.value.field == "end_at"
+
+
+@pytest.mark.parametrize("moves_waiting", [False, True])
+def test_an_update_during_a_redrive_moves_the_tasks_own_occurrence_and_its_new_bounds_end_it(
+    moves_waiting: bool,
+) -> None:
+    """The task's own next occurrence waits aside while a redriven one runs: a PATCH of its schedule
+    and end_at applies to it too (it fired at 120 s, off the new 90 s grid, and the bound went unheeded)."""
+    from molens.fsm.commands import RedriveDeadLetters
+
+    h = H()
+    t = h.create(type="periodic", interval_ms=60_000, retry={"max_retries": 0})
+    c = t.created_ms
+    h.fire_due(t.id)
+    h.answer(t.id, 500)  # occurrence 1 (60 s) fails for good: a dead letter; the task waits for 120 s
+    (dead,) = h.s.dead.values()
+    h.apply(RedriveDeadLetters(h.now, (dead.id,)))
+    body = msgspec.json.encode({"end_at": c + 100_000, "interval_ms": 90_000})
+    u = h.t(t.id)
+    spec = decode_update(body, u.spec, now_ms=h.now)
+    h.apply(UpdateTask(h.now, t.id, spec, u.version, True, moves_waiting))
+    h.cycle(t.id)  # the redriven occurrence succeeds: the task's own comes back
+    own = h.t(t.id)
+    if moves_waiting:
+        assert (own.status, own.sched_ms - c) == (Status.PENDING, 90_000)  # the new grid's first after now
+        h.cycle(t.id)
+        assert h.t(t.id).status is Status.DONE  # the next, 180 s, is past end_at
+    else:
+        assert (own.status, own.sched_ms - c) == (Status.PENDING, 120_000)  # as the release before did
+
+
+@pytest.mark.parametrize("moves_waiting", [False, True])
+def test_a_backfill_waiting_behind_a_running_occurrence_is_dropped_when_the_new_schedule_leaves_it_empty(
+    moves_waiting: bool,
+) -> None:
+    """The range held one instant of the old 10 s grid and none of the new 15 s one: kept, it turned
+    the running occurrence's end into a late fire of an instant that came due while it ran."""
+    from molens.fsm.commands import BackfillTask
+
+    h = H()
+    t = h.create(type="periodic", interval_ms=10_000, retry={"max_retries": 3, "initial_ms": 30_000})
+    c = t.created_ms
+    h.fire_due(t.id)  # occurrence 1 (10 s) in flight
+    h.apply(BackfillTask(h.now, t.id, c - 12_000, c - 8_000))  # holds c - 10 s of the 10 s grid, none of 15 s'
+    assert h.t(t.id).backfill is not None
+    u = h.t(t.id)
+    spec = decode_update(msgspec.json.encode({"interval_ms": 15_000}), u.spec, now_ms=h.now)
+    h.apply(UpdateTask(h.now, t.id, spec, u.version, True, moves_waiting))
+    assert (h.t(t.id).backfill is None) is moves_waiting
+    h.answer(t.id, 500)
+    for _ in range(3):  # the retries fail too, late, over several of the new grid's instants
+        h.now = h.t(t.id).due_ms or h.now
+        h.cycle(t.id, 500)
+    nxt = h.t(t.id)
+    assert nxt.seq == 2
+    if moves_waiting:
+        assert nxt.sched_ms > h.now  # the instants that came due while it ran are skipped (overlap skip)
+    else:
+        assert nxt.sched_ms < h.now and nxt.due_ms == h.now  # one of them fired late, as the release before did
+
+
+def test_an_update_during_a_redrive_whose_bounds_exclude_the_tasks_own_occurrence_ends_the_task() -> None:
+    from molens.fsm.commands import RedriveDeadLetters
+
+    h = H()
+    t = h.create(type="periodic", interval_ms=60_000, retry={"max_retries": 0})
+    c = t.created_ms
+    h.fire_due(t.id)
+    h.answer(t.id, 500)
+    (dead,) = h.s.dead.values()
+    h.apply(RedriveDeadLetters(h.now, (dead.id,)))
+    u = h.t(t.id)
+    spec = decode_update(msgspec.json.encode({"end_at": c + 80_000, "interval_ms": 90_000}), u.spec, now_ms=h.now)
+    h.apply(UpdateTask(h.now, t.id, spec, u.version, True, True))
+    h.cycle(t.id)  # the redriven occurrence succeeds
+    assert h.t(t.id).status is Status.DONE  # its own, at 90 s, is past end_at: none fires
