@@ -274,16 +274,22 @@ def cmd_admin(cfg: Config, action: str, to: str | None) -> int:
     return 0
 
 
+MEMBERSHIP_WAIT_S = 40.0
+"""How long ``add-node`` / ``remove-node`` wait for the node's answer (its retries and the commit)."""
+
+
 def cmd_membership(cfg: Config, req: dict[str, Any]) -> int:
     """``add_node`` / ``remove_node`` through this node's admin socket, then the leader's if it
     answers ``not_leader`` with the leader's admin address."""
     addr = cfg.admin.bind_addr
     for _hop in range(2):
         try:
-            with AdminClient(addr, timeout_s=15.0) as admin:
+            # the node retries a refused change for 10 s and waits 10 s for it to commit
+            with AdminClient(addr, timeout_s=MEMBERSHIP_WAIT_S) as admin:
                 reply = admin.request(req)
         except AdminError as exc:
-            raise CliError(f"{req['cmd']} via {addr}: {exc}") from None
+            raise CliError(f"{req['cmd']} via {addr}: {exc} (the change may or may not have been made: "
+                           "status shows the members)") from None
         if reply.get("ok"):
             index = reply.get("index")
             if reply.get("already_member"):

@@ -76,6 +76,9 @@ flight holds a few tracked objects (entry, waiter, callback) for longer than sev
 collections, so with the default a loaded leader spent about a third of its CPU in the collector
 (docs/benchmarks.md, the Raft section)."""
 MEMBERSHIP_RETRY_S = 10.0
+MEMBERSHIP_COMMIT_S = 10.0
+"""How long a membership change's reply waits for its entry to commit before it says the outcome
+is unknown (a quorum of the new membership may be down: the change is then neither done nor undone)."""
 """How long an admin add/remove-node is asked again while the leader refuses it only for now."""
 
 
@@ -638,6 +641,7 @@ class Node:
 
         def run() -> None:
             deadline = time.monotonic() + MEMBERSHIP_RETRY_S
+            reply: dict[str, Any] = {}
             while True:
                 try:
                     reply = change()
@@ -655,12 +659,34 @@ class Node:
                 except Exception as exc:
                     reply = error_reply(exc)
                 break
+            if reply.get("ok") and isinstance(reply.get("index"), int):
+                reply = self._committed(reply, action)
             if reply.get("ok"):
                 self._audit_membership(action, node_id, changes)
             out.set_result(reply)
 
         threading.Thread(target=run, name="admin-membership", daemon=True).start()
         return out
+
+    def _committed(self, reply: dict[str, Any], action: str) -> dict[str, Any]:
+        """``reply`` once its membership entry has committed (within ``MEMBERSHIP_COMMIT_S``, while
+        this node leads); else an ``ok: false`` reply whose ``outcome`` is ``unknown``."""
+        assert self.peer is not None
+        index = int(reply["index"])
+        deadline = time.monotonic() + MEMBERSHIP_COMMIT_S
+        while True:
+            try:
+                st = self.peer.status()
+            except Exception:
+                break
+            if int(st.get("commit_index") or 0) >= index:
+                return reply
+            if st.get("role") != "leader" or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        return {"ok": False, "outcome": "unknown", "index": index,
+                "error": f"{action}: the change is in the log at index {index} but did not commit within "
+                         f"{MEMBERSHIP_COMMIT_S:g} s (is a quorum of the new membership up? status tells once it does)"}
 
     def _audit_membership(self, action: str, node_id: str, changes: dict[str, dict[str, object]]) -> None:
         """Put a membership change made on the admin socket on the audit trail (a task node's; the

@@ -845,3 +845,20 @@ def test_a_snapshot_overtaken_by_a_newer_one_is_dropped_not_counted_as_failed(tm
         assert peer.snapshot_now().result(30)["index"] > index
     finally:
         node.stop()
+
+
+def test_a_removal_that_cannot_commit_is_reported_as_of_unknown_outcome(tmp_path: Path) -> None:
+    """Both followers down: removing one leaves a membership whose quorum is down, so the entry
+    cannot commit. The reply said ok ("n3: removed"); it says the outcome is unknown, and why."""
+    c = Cluster(tmp_path, 3)
+    try:
+        c.start()
+        lead = c.leader(timeout=30)
+        others = [n for n in c.nodes.values() if n is not lead]
+        for n in others:
+            n.kill()
+        reply = lead.admin().request({"cmd": "remove_node", "id": others[1].node_id}, timeout_s=40)
+        assert reply.get("ok") is False and reply.get("outcome") == "unknown", reply
+        assert "did not commit" in reply["error"] and isinstance(reply.get("index"), int)
+    finally:
+        c.kill_all()
