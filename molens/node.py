@@ -665,18 +665,28 @@ class Node:
                 self._audit_membership(action, node_id, changes)
             out.set_result(reply)
 
-        threading.Thread(target=run, name="admin-membership", daemon=True).start()
+        def guarded() -> None:  # whatever happens, the admin socket's reply slot is answered
+            try:
+                run()
+            except Exception as exc:
+                log.exception("membership change %s %s failed", action, node_id)
+                if not out.done():
+                    out.set_result(error_reply(exc))
+
+        threading.Thread(target=guarded, name="admin-membership", daemon=True).start()
         return out
 
     def _committed(self, reply: dict[str, Any], action: str) -> dict[str, Any]:
         """``reply`` once its membership entry has committed (within ``MEMBERSHIP_COMMIT_S``, while
         this node leads); else an ``ok: false`` reply whose ``outcome`` is ``unknown``."""
-        assert self.peer is not None
+        peer = self.peer
+        if peer is None:
+            return reply
         index = int(reply["index"])
         deadline = time.monotonic() + MEMBERSHIP_COMMIT_S
         while True:
             try:
-                st = self.peer.status()
+                st = peer.status()
             except Exception:
                 break
             if int(st.get("commit_index") or 0) >= index:
