@@ -301,8 +301,12 @@ def cmd_membership(cfg: Config, req: dict[str, Any]) -> int:
         nxt = reply.get("leader_admin_addr")
         if reply.get("error") != "not_leader" or not nxt:
             break
+        if nxt == addr:  # the leader's admin address is this host's (loopback everywhere): asking it again loops
+            raise CliError(f"{req['cmd']} {req['id']}: the leader is {reply.get('leader_id')}, whose admin socket "
+                           f"is at {nxt} on its own host; run the command there")
         addr = nxt
-    raise CliError(f"{req['cmd']} {req['id']}: {reply.get('error')} {reply.get('detail', '')}".rstrip())
+    leader = f" (the leader is {reply['leader_id']})" if reply.get("leader_id") else ""
+    raise CliError(f"{req['cmd']} {req['id']}: {reply.get('error')} {reply.get('detail', '')}".rstrip() + leader)
 
 
 def format_status(st: dict[str, Any]) -> str:

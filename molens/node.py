@@ -391,6 +391,8 @@ class Node:
         election timeout), so the caller never mistakes "asked" for "done"."""
         assert self.peer is not None
         peer = self.peer
+        if to == self.cfg.node.id:  # Raft takes it as done at once: the wait below would report a timeout
+            return {"ok": False, "error": f"{to} is this node: it leads already; name another voter, or none"}
         moved = peer.transfer_leader(to)
         if not wait:
             return {"ok": True, **moved}

@@ -74,6 +74,10 @@ _SCOPE_KEY = "molens.namespaces"
 _NAMESPACE_RE = re.compile(python_pattern(NAMESPACE_PATTERN))
 
 
+MIN_TOKEN_CHARS = 16
+"""A bootstrap token shorter than this is warned about at start (it is still taken)."""
+
+
 class Need(enum.Enum):
     """What a route needs of the key."""
 
@@ -214,6 +218,9 @@ class Access:
         """One-time export links (:mod:`molens.web.export`): a ticket authenticates as the key that minted it."""
         if not token:
             log.warning("http.auth_token is not set: the API is open, a request without a key acts as an admin")
+        elif len(token) < MIN_TOKEN_CHARS:
+            log.warning("http.auth_token is %d characters: the bootstrap token is an admin key that can be guessed "
+                        "from any address; use %d or more random characters", len(token), MIN_TOKEN_CHARS)
 
     @property
     def open(self) -> bool:

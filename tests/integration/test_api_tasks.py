@@ -479,3 +479,16 @@ def test_a_key_already_accepted_is_not_held_back_with_the_guesses_from_its_addre
         assert s.call("DELETE", f"/api/v1/keys/{used['id']}", headers=admin)[0] == 429  # braked as well
         s.ctx.propose([DeleteApiKey(int(time.time() * 1000), used["id"])], 5)  # revoked: no longer let through
         assert s.call("GET", "/api/v1/tasks", headers=used_h)[0] == 429
+
+
+def test_a_short_bootstrap_token_is_warned_about_and_a_long_one_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="molens.web.access"):
+        with serve(tmp_path / "short", ApiSettings(auth_token="hunter2")):
+            pass
+        assert "http.auth_token is 7 characters" in caplog.text
+        caplog.clear()
+        with serve(tmp_path / "long", ApiSettings(auth_token="x" * 32)):
+            pass
+        assert "http.auth_token" not in caplog.text

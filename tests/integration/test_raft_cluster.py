@@ -862,3 +862,12 @@ def test_a_removal_that_cannot_commit_is_reported_as_of_unknown_outcome(tmp_path
         assert "did not commit" in reply["error"] and isinstance(reply.get("index"), int)
     finally:
         c.kill_all()
+
+
+def test_transfer_leader_to_the_leader_itself_is_refused_at_once(cluster: Cluster) -> None:
+    """Raft takes a transfer to itself as done: the command waited its election timeouts and then
+    said the transfer did not complete (is it caught up and reachable?)."""
+    lead = cluster.leader(timeout=30)
+    reply = lead.admin().request({"cmd": "transfer_leader", "to": lead.node_id}, timeout_s=10)
+    assert reply["ok"] is False and "leads already" in reply["error"], reply
+    assert cluster.leader(timeout=30).node_id == lead.node_id

@@ -162,3 +162,26 @@ def test_an_admin_socket_bound_off_loopback_logs_a_warning(caplog: pytest.LogCap
     [rec] = caplog.records
     assert rec.levelname == "WARNING" and f"addr=tcp://0.0.0.0:{port}" in rec.getMessage()
     assert "no authentication" in rec.getMessage()
+
+
+def test_membership_forwarding_to_the_same_admin_address_names_the_leader_instead_of_looping() -> None:
+    """Every node's admin_addr is 127.0.0.1:18111 on its own host (deploy.md's real-hosts example):
+    the leader's address, as this node knows it, is this node's own socket."""
+    from molens.cli import CliError, cmd_membership
+    from molens.config import load_dict
+
+    addr = _free_addr()
+    asked: list[dict[str, Any]] = []
+
+    def follower(req: dict[str, Any]) -> dict[str, Any]:
+        asked.append(req)
+        return {"ok": False, "error": "not_leader", "leader_id": "n2", "leader_admin_addr": addr}
+
+    srv = AdminServer(addr, follower).start()
+    try:
+        cfg = load_dict({"node": {"id": "n1"}, "admin": {"bind_addr": addr}})
+        with pytest.raises(CliError, match=r"the leader is n2, whose admin socket is at .* run the command there"):
+            cmd_membership(cfg, {"cmd": "remove_node", "id": "n3"})
+        assert len(asked) == 1
+    finally:
+        srv.close()
