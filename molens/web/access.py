@@ -270,11 +270,18 @@ class Access:
         now = time.monotonic()
         raw = secret.encode("latin-1")  # the header's bytes as sent, never decoded as UTF-8
         kid = keys.key_id_of(secret)
-        if not self._seen_before(kid, raw):  # a key this node accepted before is never held back
-            self._braked(addr, now)
+        rec = self.ctx.get_meta(tenancy.KEY_PREFIX + kid) if kid is not None else None
+        known = self._known.get(kid) if kid is not None and rec is not None else None
+        if kid is not None and known is not None and known[0] == rec and known[3] and hmac.compare_digest(raw, known[3]):
+            # exactly a secret this node verified, of a key that still stands: not held back with the
+            # guesses from its address (behind one proxy or NAT), which never match one. The
+            # bootstrap token is always braked: comparing it first would answer guesses unbraked
+            with self._lock:
+                self._last_used[kid] = int(time.time() * 1000)
+            return known[2]
+        self._braked(addr, now)
         if self._token and hmac.compare_digest(raw, self._token):
             return BOOTSTRAP
-        rec = self.ctx.get_meta(tenancy.KEY_PREFIX + kid) if kid is not None else None
         if kid is not None and rec is None and kid not in self._known:
             rec = self._after_barrier(kid, addr, now)
         if kid is None or rec is None:
@@ -310,18 +317,6 @@ class Access:
             self.brake.failed(addr, now)
             raise
         return self.ctx.get_meta(tenancy.KEY_PREFIX + kid)
-
-    def _seen_before(self, kid: str | None, raw: bytes) -> bool:
-        """Whether ``raw`` is exactly the secret of key ``kid`` as this node verified it before (and
-        the key still stands): such a request skips the bad-key brake, so a client sharing an address
-        with a guesser (behind one proxy, one NAT) keeps working. A guess never matches one, and
-        the bootstrap token is always braked (comparing it first would answer guesses unbraked)."""
-        if kid is None:
-            return False
-        known = self._known.get(kid)
-        if known is None or not known[3] or not hmac.compare_digest(raw, known[3]):
-            return False
-        return self.ctx.get_meta(tenancy.KEY_PREFIX + kid) == known[0]
 
     def _braked(self, addr: str, now: float) -> None:
         wait = self.brake.wait_s(addr, now)
