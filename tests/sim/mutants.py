@@ -82,6 +82,12 @@ MUTANTS = [
            "deadline = at + t.spec.timeout_ms + self.dispatch_timeout_ms", "deadline = at + self.dispatch_timeout_ms"),
     Mutant("pause-ignored", "a paused flow's fires are planned",
            "molens.schedule.flows:FlowControl._may_go", "if lim.paused or (", "if ("),
+    Mutant("resume-keeps-missed", "a paused periodic task resumed from now fires the instant it was waiting "
+           "for, though that came due while it was paused", "molens.fsm.machine:_resume",
+           "nxt = t.sched_ms if t.sched_ms >= now or from_schedule else next_scheduled(t, now)", "nxt = t.sched_ms"),
+    Mutant("resume-mid-occurrence-keeps-missed", "a periodic task paused while it retried and resumed from now "
+           "follows its catch-up for what came due while it was paused", "molens.fsm.machine:_resume",
+           "if drops_paused and periodic and not from_schedule:", "if False:"),
     Mutant("window-edge-skipped", "the loader's window skips timers due exactly at its edge",
            "molens.schedule.horizon:HorizonWheel.load", 'self.start = (until, "")', 'self.start = (until + 1, "")'),
     Mutant("reach-lags-read", "the wheel's reach says how late it is, not how far its load read: a new task due "

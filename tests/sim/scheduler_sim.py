@@ -34,9 +34,10 @@ docs/architecture.md#not-sent), clients that retry creates with the same idempot
 a concurrency or a pause (lifted later) and receivers answering 429 with Retry-After
 (docs/architecture.md#flow-control: the leader runs the real ``FlowControl``), leader losses
 right after a slice (often in the middle of a new leader's first fill), creates due at the
-window's edge, one ms before and one after it, while the loader moves it, and clients asking once for
+window's edge, one ms before and one after it, while the loader moves it, clients asking once for
 a backfill of a past range of a periodic task (docs/architecture.md#backfill), often starting before
-the task was created.
+the task was created, and clients pausing and resuming tasks of their own (delayed and periodic, before,
+between or in the middle of an occurrence, resumed from now or from their schedule, some twice).
 
 After a quiet period the run checks (:func:`check`): replicas identical; at_most_once fire ids
 delivered at most once; every request at or after its due time, and within tick + latencies of it
@@ -66,7 +67,9 @@ occurrences too; every instant of an accepted range fires on an at_least_once ta
 backfill ended. Overlap (docs/architecture.md#overlap): after an occurrence of an at_least_once
 task that ran over an instant (its first attempt reached the receiver before it, its result was
 applied after it), ``skip``'s next occurrence is not before the result and ``buffer_one``'s is the
-first instant after the start, due when the result was applied.
+first instant after the start, due when the result was applied. Pauses (:func:`check_pauses`): nothing
+sent from a ``Dispatched`` entry applied while the task was paused, no instant that came due while it
+was paused fired after a resume from now, and a periodic task fires again after its resume.
 
     .venv/bin/python -m tests.sim.scheduler_sim --seeds 5000        # ends with: sim: seeds=N failures=F
     .venv/bin/python -m tests.sim.scheduler_sim --seed 17 --trace   # replay one seed
@@ -110,10 +113,12 @@ from molens.fsm.commands import (
     Dispatched,
     Expire,
     FlowSettings,
+    PauseTasks,
     PutFlow,
     RedriveDeadLetters,
     ResultItem,
     Results,
+    ResumeTasks,
     UpdateTask,
 )
 from molens.fsm.machine import (
@@ -435,6 +440,18 @@ class Sim:
         """The overlap-allow workload's own draws."""
         self.allow_concurrent = 0
         """Requests of an allow task that reached the receiver while another occurrence of it ran."""
+        self.trng = random.Random(seed * 3_000_017 + 23)
+        """The pause workload's own draws."""
+        self.commit_at: list[int] = []
+        """When each entry of ``log`` committed."""
+        self.task_pauses: dict[str, list[tuple[int, int, bool, bool, int]]] = defaultdict(list)
+        """Task id -> its pauses and resumes that applied, in log order: (log index, commit time, paused,
+        from_schedule, the command's ``now_ms``); an entry that ended a pause otherwise (a result: the task
+        went inactive or done) counts as a resume from schedule (nothing it missed is dropped)."""
+        self.paused_firing: set[tuple[str, int]] = set()
+        """(task id, log index) of the pauses that applied in the middle of an occurrence (an attempt made)."""
+        self.dispatch_index: dict[tuple[str, FireKind, int], int] = {}
+        """(fire id, kind, attempt) -> the log index of the ``Dispatched`` entry that sent it."""
 
     # ---------------------------------------------------------------- event loop
 
@@ -495,6 +512,7 @@ class Sim:
         """``cmd``, proposed in ``term``, is committed: the next entry of the log."""
         self.log.append(cmd)
         self.log_terms.append(term)
+        self.commit_at.append(self.now)
         if isinstance(cmd, PutFlow):
             self.flow_set_at.setdefault(cmd.key, self.now)
             self.pauses.append((cmd.key, self.now, cmd.settings.paused))
@@ -522,7 +540,14 @@ class Sim:
             if isinstance(cmd, Expire) and first:
                 gone = {it.task_id: rep.get_task(it.task_id) for it in cmd.items}
                 execs = [e for e in rep.executions if e.task_id in gone]
+            was_paused = {tid for tid in self.task_pauses if (t := rep.get_task(tid)) is not None
+                          and t.status is Status.PAUSED} if first else set()
             out = rep.apply(cmd)
+            for tid in was_paused:  # left paused by a result (max_fails reached, a delayed task done)
+                t = rep.get_task(tid)
+                if not isinstance(cmd, ResumeTasks) and (t is None or t.status is not Status.PAUSED):
+                    idx = self.applied[n]
+                    self.task_pauses[tid].append((idx, self.commit_at[idx - 1], False, True, cmd.now_ms))
             if isinstance(cmd, Expire) and first:
                 for it, res in zip(cmd.items, out.results):
                     if res is True:
@@ -532,6 +557,14 @@ class Sim:
                 who, then = self.outcomes.pop(id(cmd))
                 if who is ld:
                     then(out)
+            if isinstance(cmd, PauseTasks | ResumeTasks) and first:
+                paused, fs = isinstance(cmd, PauseTasks), isinstance(cmd, ResumeTasks) and cmd.from_schedule
+                for tid, res in zip(cmd.task_ids, out.results):
+                    if not isinstance(res, Exception):
+                        idx = self.applied[n]
+                        self.task_pauses[tid].append((idx, self.commit_at[idx - 1], paused, fs, cmd.now_ms))
+                        if paused and res.attempt > 0:
+                            self.paused_firing.add((tid, idx))
             if isinstance(cmd, BackfillTask) and first and before is not None \
                     and not isinstance(out.results[0], Exception):
                 self.backfills[cmd.task_id].append(BackfillAsked(cmd.start_ms, cmd.end_ms, cmd.now_ms, before.seq))
@@ -809,6 +842,7 @@ class Sim:
                 if wid == ld.node:
                     ld.plan.sent_local(len(group))
             for e in fires:
+                self.dispatch_index[(e.fire.fire_id, e.fire.kind, e.fire.attempt)] = self.applied[ld.node]
                 self.send_fire(e, ld.term)
             self.monitor()
         self.wake()
@@ -1152,6 +1186,7 @@ class Sim:
             self.at(self.t0 + r.randint(0, 20_000), self.edge_creates)
         if r.random() < 0.7:
             self.flow_workload()
+        self.pause_workload()
         self.allow_workload(kinds)
         for i, (req, plan) in enumerate(kinds):
             req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
@@ -1235,6 +1270,79 @@ class Sim:
                                        "reliability": r.choice(["at_least_once", "at_least_once", "at_most_once"])}
                 self.create_at(self.t0 + start + r.randint(0, 1_000), req, beh, throttle=r.randint(1, 3))
 
+    def pause_workload(self) -> None:
+        """Tasks a client pauses and resumes (docs/architecture.md#task-rules): delayed ones paused before
+        their time, while they retry or while their ACK is awaited; periodic ones between or in the middle
+        of an occurrence, resumed from now or from their schedule, some paused again later. Each stays
+        paused for up to 6 s once the pause is on record."""
+        p = self.trng
+        for _ in range(p.choice([0, 1, 2, 3, 4])):
+            ack = None
+            rel = p.choice(["at_least_once", "at_least_once", "at_most_once"])
+            if p.random() < 0.4:
+                req: dict[str, Any] = {"type": "delayed", "interval_ms": p.randint(500, 12_000),
+                                       "max_retries": p.randint(0, 3), "reliability": rel}
+                beh = p.choice(["ok", "ok", "flaky", "err", "slow"])
+                if p.random() < 0.3 and rel == "at_least_once":
+                    ack = p.choice(["ok", "flaky"])
+                    req["ack_url"] = f"http://127.0.0.1/ack/{ack}"
+                    req["ack_delay_ms"] = p.choice([100, 500])
+            else:
+                req = {"type": "periodic", "interval_ms": p.choice([1_000, 1_500, 2_000]), "max_fails": 3,
+                       "max_retries": p.randint(0, 2), "reliability": rel,
+                       "catchup": p.choice(["one", "none", "all"]), "overlap": p.choice(["skip", "buffer_one", "allow"])}
+                if p.random() < 0.3:
+                    req["jitter_ms"] = p.choice([200, 400])
+                beh = p.choice(["ok", "ok", "flaky", "slow", "err"])
+            when = self.t0 + p.randint(0, 10_000)
+            idem = self.create_at(when, req, beh, ack=ack)
+            cycles = p.choice([1, 1, 2])
+            wait = 5_000 if p.random() < 0.5 else 0  # paused in the middle of an occurrence when it can be
+            self.at(when + p.randint(200, 15_000),
+                    lambda idem=idem, cycles=cycles, wait=wait: self.client_pause(idem, cycles, self.now + wait))
+
+    def client_pause(self, idem: str, cycles: int, firing_until: int = 0) -> None:
+        """A client pausing the task of ``idem``, again until the leader's replica shows it paused (then
+        resumed a little later), finished or gone; until ``firing_until`` it waits for the task to be
+        firing (an attempt out or a retry waiting)."""
+        ld = self.leader
+        if ld is not None:
+            rep = self.replicas[ld.node]
+            tid = rep.get_idem(idem)
+            t = rep.get_task(tid) if tid is not None else None
+            if tid is not None and (t is None or t.status in TERMINAL_STATUSES):
+                return  # gone (expired), or nothing left to pause
+            if t is not None:
+                if t.status is Status.PAUSED:
+                    p = self.trng
+                    fs = t.spec.type is TaskType.PERIODIC and p.random() < 0.4
+                    self.at(self.now + p.randint(100, 6_000), lambda: self.client_resume(idem, fs, cycles - 1))
+                    return
+                if t.status is not Status.FIRING and self.now < firing_until:
+                    self.at(self.now + 20, lambda: self.client_pause(idem, cycles, firing_until))
+                    return
+                self.log_(f"client: pause {tid} ({t.status}, attempt {t.attempt})")
+                self.propose(PauseTasks(self.now, (tid,)))
+        self.at(self.now + 300, lambda: self.client_pause(idem, cycles))
+
+    def client_resume(self, idem: str, from_schedule: bool, cycles: int) -> None:
+        """A client resuming the task of ``idem`` (from its schedule or from now), again until the leader's
+        replica shows it no longer paused; ``cycles`` more pauses follow."""
+        ld = self.leader
+        if ld is not None:
+            rep = self.replicas[ld.node]
+            tid = rep.get_idem(idem)
+            t = rep.get_task(tid) if tid is not None else None
+            if t is None:
+                return
+            if t.status is not Status.PAUSED:
+                if cycles > 0:
+                    self.at(self.now + self.trng.randint(300, 5_000), lambda: self.client_pause(idem, cycles))
+                return
+            self.log_(f"client: resume {tid} from {'schedule' if from_schedule else 'now'}")
+            self.propose(ResumeTasks(self.now, (tid,), from_schedule=from_schedule, drops_paused=True))
+        self.at(self.now + 300, lambda: self.client_resume(idem, from_schedule, cycles))
+
     def client_put_flow(
         self, key: str, fs: FlowSettings | None, paused: bool = False, then: Callable[[], None] | None = None
     ) -> None:
@@ -1285,11 +1393,12 @@ class Sim:
         for off in (-1, 0, 1):
             self.edge_tasks.append(self.create_at(self.now, {"type": "delayed", "run_at": edge + off, "reliability": rel}))
 
-    def create_at(self, when: int, req: dict[str, Any], behaviour: str = "ok", throttle: int = 0) -> str:
-        """Schedule a client create of ``req`` (callback answered per ``behaviour``, ``throttle`` as
-        :class:`Plan`'s); returns its idempotency key."""
+    def create_at(self, when: int, req: dict[str, Any], behaviour: str = "ok", throttle: int = 0,
+                  ack: str | None = None) -> str:
+        """Schedule a client create of ``req`` (callback answered per ``behaviour``, ``throttle`` and
+        ``ack`` as :class:`Plan`'s); returns its idempotency key."""
         self.client_n += 1
-        plan = Plan(behaviour, idem=f"client-{self.client_n}", throttle=throttle)
+        plan = Plan(behaviour, ack=ack, idem=f"client-{self.client_n}", throttle=throttle)
         req = {"callback_url": f"http://127.0.0.1/cb/{behaviour}", "timeout_ms": 1_000, **req,
                "idempotency_key": plan.idem}
         self.at(when, lambda: self.client_create(req, plan))
@@ -1418,6 +1527,7 @@ def check(sim: Sim) -> None:
             fail(f"delivery for a task that does not exist: {d}")
 
     check_flows(sim, fail)
+    check_pauses(sim, tasks, fail)
     throttled_flows = {flow for _, flow, _, _ in sim.throttles}
     ends: dict[tuple[str, int], int] = defaultdict(int)
     backfilled_seqs = set()
@@ -1443,6 +1553,8 @@ def check(sim: Sim) -> None:
             start = max(d.due, ends[prev])
             bound += RESULT_FLUSH + COMMIT_LAT[1]
         redriving = any(r - DISPATCH_SLACK <= d.at <= r + RECOVERY_WINDOW for r in sim.redrive_at.get(d.task_id, ()))
+        if held_by_pause(sim, d):
+            continue  # due while its task was paused, sent once resumed (check_pauses)
         if _healthy(sim, d.due - 2 * DISPATCH_SLACK, d.at) and d.at - start > bound and not redriving:
             fail(f"late by {d.at - start} ms on a healthy cluster: {d}")
 
@@ -1679,6 +1791,8 @@ def check(sim: Sim) -> None:
                     if nxt is None or k not in ended or f"{tid}-{k}" in sim.redriven_fires or any(
                             firsts[k].at <= r <= nxt.at for r in sim.redrive_at.get(tid, ())):
                         continue  # a redriven occurrence ran again later, or ran between: the next one waited
+                    if paused_between(sim, tid, firsts[k].at, nxt.at):
+                        continue  # the next one waited for a resume (check_pauses)
                     began, end = firsts[k].at, ended[k]  # the first attempt reached the receiver; the result applied
                     hi, lo = after(began), after(began - 2 * LATENESS_BOUND)
                     if hi >= end:
@@ -1717,7 +1831,7 @@ def check(sim: Sim) -> None:
                             and not backfilled(d) and spec.overlap is not Overlap.BUFFER_ONE:
                         fail(f"catchup none fired a missed occurrence: {d} (interval {spec.interval_ms})")
             if (spec.catchup is CatchUp.ALL and spec.interval_ms and tid not in sim.specs
-                    and spec.catchup_window_ms >= END and not bfs):
+                    and spec.catchup_window_ms >= END and not bfs and tid not in sim.task_pauses):
                 got = sorted({(_seq(d), d.scheduled) for d in cbs})  # occurrence n is instant n: none skipped
                 for (sa, a), (sb, b) in itertools.pairwise(got):  # (one may never arrive: lost, no retries left)
                     if b - a != (sb - sa) * spec.interval_ms:
@@ -1757,8 +1871,84 @@ def check(sim: Sim) -> None:
                     if (due - anchor) % iv:
                         fail(f"periodic occurrence off its fixed-rate grid: task {tid} due {due}")
                 for a, b in itertools.pairwise(on_grid if not bfs else []):  # (a backfill holds the schedule up)
-                    if b - a != iv and _healthy(sim, a - RECOVERY_WINDOW, b):
+                    if b - a != iv and _healthy(sim, a - RECOVERY_WINDOW, b) and not paused_between(sim, tid, a, b):
                         fail(f"periodic instant skipped between {a} and {b} on a healthy cluster (interval {iv})")
+
+
+@dataclass(frozen=True)
+class PausedSpan:
+    """A task's pause and the resume that ended it, as applied (docs/architecture.md#task-rules)."""
+
+    paused_index: int
+    paused_at: int
+    """When the pause committed."""
+    resumed_index: int
+    resumed_now: int
+    """The resume's ``now_ms`` (its commit time is later): what came due before it was missed."""
+    from_schedule: bool
+    mid_occurrence: bool
+    """Paused with an attempt of its occurrence made (retrying, or its ACK awaited)."""
+
+
+def paused_spans(sim: Sim, tid: str) -> list[PausedSpan]:
+    """The pauses of task ``tid`` that applied, each with the resume that ended it (none: open to the end)."""
+    spans: list[PausedSpan] = []
+    start: tuple[int, int] | None = None
+    for idx, at, paused, from_schedule, now_ms in sim.task_pauses.get(tid, ()):
+        if paused and start is None:
+            start = (idx, at)
+        elif not paused and start is not None:
+            spans.append(PausedSpan(start[0], start[1], idx, now_ms, from_schedule, (tid, start[0]) in sim.paused_firing))
+            start = None
+    if start is not None:
+        spans.append(PausedSpan(start[0], start[1], 1 << 62, 1 << 62, False, (tid, start[0]) in sim.paused_firing))
+    return spans
+
+
+def held_by_pause(sim: Sim, d: Delivery) -> bool:
+    """Whether ``d`` was due before a resume of its task and sent after it (held by the pause)."""
+    di = sim.dispatch_index.get((d.fire_id, d.kind, d.attempt), 0)
+    return any(d.due < sp.resumed_now and di > sp.resumed_index for sp in paused_spans(sim, d.task_id))
+
+
+def paused_between(sim: Sim, tid: str, a: int, b: int) -> bool:
+    """Whether task ``tid`` was paused at some time in ``[a, b]``."""
+    return any(s.paused_at <= b and s.resumed_now >= a for s in paused_spans(sim, tid))
+
+
+def check_pauses(sim: Sim, tasks: dict[str, Any], fail: Callable[[str], None]) -> None:
+    """Paused tasks (docs/architecture.md#task-rules): no attempt of a paused task is sent from a
+    ``Dispatched`` entry after its pause and before its resume (one planned ahead and committed before
+    the pause may still go); after a resume from now, no occurrence starts at an instant that came due
+    while it was paused; a periodic task that answers 2xx fires again after its last resume."""
+    by_task: dict[str, list[Delivery]] = defaultdict(list)
+    for d in sim.deliveries:
+        by_task[d.task_id].append(d)
+    for tid in sim.task_pauses:
+        t = tasks.get(tid)
+        if t is None:
+            continue
+        spans = paused_spans(sim, tid)
+        periodic = t.spec.type is TaskType.PERIODIC
+        for d in by_task.get(tid, ()):
+            di = sim.dispatch_index.get((d.fire_id, d.kind, d.attempt))
+            if di is None:
+                fail(f"{tid}: delivery without a Dispatched entry on record: {d}")
+            for sp in spans:
+                if sp.paused_index < di < sp.resumed_index:
+                    fail(f"{tid}: attempt {d.attempt} of {d.fire_id} sent from entry {di}, while paused "
+                         f"(entries {sp.paused_index}..{sp.resumed_index}): {d}")
+                if (periodic and not sp.from_schedule and d.kind is FireKind.CALLBACK and d.attempt == 1
+                        and di > sp.resumed_index and sp.paused_at <= d.scheduled < sp.resumed_now):
+                    fail(f"{tid}: instant {d.scheduled} came due while paused ({sp.paused_at}..{sp.resumed_now}) "
+                         f"and fired after a resume from now: {d}")
+        last = spans[-1] if spans else None
+        if (periodic and last is not None and last.resumed_index < (1 << 62) and sim.plans[tid].behaviour == "ok"
+                and t.status is Status.PENDING
+                and last.resumed_now + t.spec.interval_ms + t.spec.jitter_ms + RECOVERY_WINDOW < sim.t0 + sim.end_ms
+                and not any((sim.dispatch_index.get((d.fire_id, d.kind, d.attempt)) or 0) > last.resumed_index
+                            for d in by_task.get(tid, ()))):
+            fail(f"{tid}: periodic task never fired after its resume at {last.resumed_now}: {t}")
 
 
 def check_lost_workers(sim: Sim, fail: Callable[[str], None]) -> None:
@@ -1912,7 +2102,7 @@ def _run(args: argparse.Namespace) -> int:
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     failures = 0
     t0 = time.monotonic()
-    fires = settled = power_losses = discarded = 0
+    fires = settled = power_losses = discarded = paused = mid = 0
     for s in seeds:
         sim = Sim(s, 3, print if args.trace else None)
         try:
@@ -1923,6 +2113,9 @@ def _run(args: argparse.Namespace) -> int:
                 settled += sim.settled_on_lost
                 power_losses += len(sim.power_losses)
                 discarded += sim.stores_discarded
+                spans = [sp for tid in sim.task_pauses for sp in paused_spans(sim, tid)]
+                paused += len(spans)
+                mid += sum(sp.mid_occurrence for sp in spans)
             check(sim)
         except Exception as e:  # a violation, or the product raising where it must not (a crash)
             failures += 1
@@ -1932,7 +2125,8 @@ def _run(args: argparse.Namespace) -> int:
     dt = time.monotonic() - t0
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
           f"{fires} callbacks delivered, {settled} fires settled on lost workers, {power_losses} power losses "
-          f"({discarded} task stores discarded by the boot guard)")
+          f"({discarded} task stores discarded by the boot guard), {paused} task pauses ({mid} in the middle "
+          f"of an occurrence)")
     print(f"sim: seeds={len(seeds)} failures={failures}")
     return 1 if failures else 0
 

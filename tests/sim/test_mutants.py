@@ -12,10 +12,11 @@ from molens.actors.monitor import FireWatch
 from tests.sim.mutants import MUTANTS, RAFT_MUTANTS, Mutant, hunt
 
 SEEDS = {
-    "lost-fire-never-redispatched": 4, "amo-resent-after-loss": 3, "stale-result-applied": 8, "expiry-skips-one": 3,
+    "lost-fire-never-redispatched": 4, "amo-resent-after-loss": 3, "stale-result-applied": 56, "expiry-skips-one": 3,
     "held-grace-ignored": 5, "catchup-one-too-many": 3, "deadline-without-timeout": 3, "pause-ignored": 4,
-    "window-edge-skipped": 7, "reach-lags-read": 4, "lost-worker-fires-kept": 4, "worker-death-unnoticed": 3,
-    "not-sent-counted": 3, "boot-trusts-store": 4, "boot-marker-not-durable": 6, "snapshot-dir-not-synced": 5,
+    "resume-keeps-missed": 4, "resume-mid-occurrence-keeps-missed": 7, "window-edge-skipped": 11,
+    "reach-lags-read": 4, "lost-worker-fires-kept": 4, "worker-death-unnoticed": 4, "not-sent-counted": 5,
+    "boot-trusts-store": 4, "boot-marker-not-durable": 6, "snapshot-dir-not-synced": 5,
     "snapshot-bytes-not-synced": 5,
 }
 """Seeds tried per mutant: up to the first that caught it (seeds from 0), and two more, so that a change
