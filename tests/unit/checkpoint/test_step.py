@@ -145,14 +145,21 @@ async def test_losing_the_lease_cancels_the_body_with_lease_lost(real_url: str) 
     cp = CheckpointClient(real_url)
     finished = False
     started = time.monotonic()
+
+    async def take_over() -> object:  # an operator resets it and another run takes over
+        assert await cp.reset(NS, "k")
+        return await cp.claim(NS, "k", "run-2", 60_000)
+
+    takeover: asyncio.Future[object] | None = None
     with pytest.raises(LeaseLostError):
         async with cp.step(NS, "k", lease_ms=300, owner_run_id="run-1"):
-            assert await cp.reset(NS, "k")  # an operator resets it and another run takes over
-            thief = await cp.claim(NS, "k", "run-2", 60_000)
-            assert isinstance(thief, Claimed)
+            # shielded: the renewal that finds the lease gone may cancel the body before the claim is in
+            takeover = asyncio.ensure_future(take_over())
+            assert isinstance(await asyncio.shield(takeover), Claimed)
             await asyncio.sleep(30)  # interrupted by the next renewal, ~0.1 s away
             finished = True
     assert not finished and time.monotonic() - started < 10
+    assert takeover is not None and isinstance(await takeover, Claimed)
     rec = await cp.get(NS, "k")
     assert rec is not None and rec.status is CheckpointStatus.CLAIMED and rec.owner_run_id == "run-2"
     task = asyncio.current_task()
