@@ -58,6 +58,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -137,9 +138,17 @@ class SeriesRange(StrEnum):
 
 
 class ClientError(MolensError):
-    """Base of every error the SDK raises."""
+    """Base of every error the SDK raises.
+
+    Raised by :meth:`MolensClient.create_many` / ``create_many_ids``, it also says how far the call
+    got: ``created``, the tasks created by the batches before the one that failed (``created[i]`` is
+    the ``i``-th task given), and ``idempotency_keys``, the key of every task given, in order (the
+    ones the client made up included): create again with them and the tasks that exist are
+    returned, the others created, never a duplicate."""
 
     code = "client_error"
+    idempotency_keys: tuple[str, ...] = ()
+    created: tuple[dict[str, Any], ...] = ()
 
 
 class ApiError(ClientError):
@@ -230,7 +239,6 @@ class OutcomeUnknownError(ClientError):
     keys returns the tasks that were created and creates the others, never a duplicate."""
 
     code = "outcome_unknown"
-    idempotency_keys: tuple[str, ...] = ()
 
 
 class BatchPartlyCreatedError(ClientError):
@@ -366,15 +374,20 @@ def _dead_filter(
 _LIST_ORDERS = ("created", "-created", "next_run")
 
 
-def _base(url: str) -> str:
-    """A node's base URL (``scheme://host[:port]``), refused with ValueError unless it is one."""
+def _base(url: str, *, path_ok: bool = False) -> str:
+    """A node's base URL (``scheme://host[:port]``), refused with ValueError unless it is one (a path
+    but ``/``, a query, a fragment or credentials included: the API is served at the root, and a
+    path-prefixed proxy would answer every route 404). ``path_ok``: the URL of a redirect, whose
+    path is the route's (its base alone is kept)."""
     try:
         p = urlsplit(url)
         p.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
     except (ValueError, AttributeError, TypeError):
         raise ValueError(f"a node URL must be http://HOST[:PORT] or https://..., got {url!r:.120}") from None
-    if p.scheme not in ("http", "https") or not p.hostname:
-        raise ValueError(f"a node URL must be http://HOST[:PORT] or https://..., got {url!r:.120}")
+    if p.scheme not in ("http", "https") or not p.hostname or p.username is not None or p.password is not None or (
+            not path_ok and (p.path not in ("", "/") or p.query or p.fragment)):
+        raise ValueError(f"a node URL must be http://HOST[:PORT] or https://... (no path: the API is served at "
+                         f"the root), got {url!r:.120}")
     return f"{p.scheme}://{p.netloc}"
 
 
@@ -612,6 +625,9 @@ class MolensClient:
         when a batch holds an invalid task or one naming a namespace that does not exist; earlier
         batches stay created. Raises :class:`BatchPartlyCreatedError` (every task created so far,
         and the errors, by index among ``tasks``) when a batch was applied without some of its items.
+        Whatever it raises carries ``created`` (the earlier batches' tasks) and ``idempotency_keys``
+        (every task's key, in order: :class:`ClientError`), so that the call can be made again
+        without creating a task twice.
         """
         return self._create_all(tasks, minimal=False, namespace=namespace)
 
@@ -627,13 +643,19 @@ class MolensClient:
         out: builtins.list[Task] = []
         namespace = self._ns(namespace)  # checked even when there is no task to carry it
         bodies = [self._keyed(t, namespace) for t in tasks]
-        for i in range(0, len(bodies), 1000):
-            items = self._create_batch_items(bodies[i : i + 1000], minimal)
-            refused = {i + j: it for j, it in enumerate(items) if isinstance(it, ApiError)}
-            if refused:
-                made: builtins.list[Task | None] = [*out, *(None if isinstance(it, ApiError) else it for it in items)]
-                raise BatchPartlyCreatedError(made + [None] * (len(bodies) - len(made)), refused)
-            out.extend(it for it in items if not isinstance(it, ApiError))
+        try:
+            for i in range(0, len(bodies), 1000):
+                items = self._create_batch_items(bodies[i : i + 1000], minimal)
+                refused = {i + j: it for j, it in enumerate(items) if isinstance(it, ApiError)}
+                if refused:
+                    made: builtins.list[Task | None] = [*out, *(None if isinstance(it, ApiError) else it
+                                                                for it in items)]
+                    raise BatchPartlyCreatedError(made + [None] * (len(bodies) - len(made)), refused)
+                out.extend(it for it in items if not isinstance(it, ApiError))
+        except ClientError as exc:  # how far it got, and the keys to go on with
+            exc.created = tuple(out)
+            exc.idempotency_keys = tuple(str(b["idempotency_key"]) for b in bodies)
+            raise
         return out
 
     def _keyed(self, t: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
@@ -1199,14 +1221,16 @@ class MolensClient:
             status = r.status
             if status in (307, 308):
                 loc = r.headers.get("Location", "")
-                if not loc.startswith(("http://", "https://")):
-                    raise UnavailableError(status, "redirect", f"{method} {path}: bad redirect to {loc!r}")
+                try:
+                    _base(loc, path_ok=True)
+                except ValueError:
+                    raise UnavailableError(status, "redirect", f"{method} {path}: bad redirect to {loc!r:.200}") from None
                 if target.startswith("https://") and loc.startswith("http://"):
                     # the bearer token would go unencrypted (a node behind a TLS proxy names its plain
                     # address): ask the next configured node instead, as after a failed attempt
                     if len(self._urls) == 1 or attempt >= self.max_attempts or time.monotonic() >= deadline:
                         raise UnavailableError(status, "redirect", f"{method} {path}: the leader's address "
-                                               f"{_base(loc)} is plain http; not following it from https "
+                                               f"{_base(loc, path_ok=True)} is plain http; not following it from https "
                                                "(give the client every node's https URL)")
                     target = self._next_node(target)
                     self._backoff(attempt, deadline)
@@ -1221,7 +1245,7 @@ class MolensClient:
                     continue
                 redirects += 1
                 attempt -= 1  # following the leader is not a failure
-                target = _base(loc)
+                target = _base(loc, path_ok=True)
                 with self._lock:
                     self._target = target
                 continue
@@ -1307,10 +1331,15 @@ class BatchingClient:
         self.max_pending = max_pending
         self._queue: deque[tuple[dict[str, Any], Future[Task]]] = deque()
         self._cv = threading.Condition()
-        self._inflight = 0
+        self._sending: set[Future[Task]] = set()
+        """The futures of the batches being sent."""
         self._closing = False
         self._oldest = 0.0
-        self._flush_now = False
+        self._submitted = 0
+        """Tasks submitted so far; ``_taken`` of them have left the queue."""
+        self._taken = 0
+        self._flush_upto = 0
+        """A flush wants every task up to this count sent without waiting for a full batch."""
         self._threads = [
             threading.Thread(target=self._run, name=f"molens-batcher-{i}", daemon=True) for i in range(max(1, senders))
         ]
@@ -1318,33 +1347,36 @@ class BatchingClient:
             t.start()
 
     def submit(self, task: Mapping[str, Any] | None = None, /, **fields: Any) -> Future[Task]:
-        """Queue one task for creation; the future resolves with the created task."""
+        """Queue one task for creation; the future resolves with the created task. A future cancelled
+        before its batch is sent is left out of it (never created); once sent it cannot be cancelled.
+        Raises :class:`ClientError` once :meth:`close` has begun, also for a call that was waiting
+        for room in the queue then."""
         body = self.client._keyed({**(task or {}), **fields})
         fut: Future[Task] = Future()
         with self._cv:
+            while not self._closing and len(self._queue) >= self.max_pending:
+                self._cv.wait()
             if self._closing:
                 raise ClientError("the batching client is closed")
-            while len(self._queue) >= self.max_pending:
-                self._cv.wait()
             first = not self._queue
             if first:
                 self._oldest = time.monotonic()
             self._queue.append((body, fut))
+            self._submitted += 1
             if first or len(self._queue) >= self.max_batch:
                 self._cv.notify_all()  # start the interval clock, or send a full batch now
         return fut
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send everything submitted so far and wait until it has been answered."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Send everything submitted so far and wait until it has been answered (what other threads
+        submit meanwhile is not waited for, and batches as usual)."""
         with self._cv:
-            self._flush_now = True
+            waiting = [f for _, f in self._queue] + list(self._sending)
+            self._flush_upto = self._submitted
             self._cv.notify_all()
-            while self._queue or self._inflight:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError("flush timed out")
-                self._cv.wait(left)
+        _, not_done = futures_wait(waiting, timeout)
+        if not_done:
+            raise TimeoutError(f"flush timed out: {len(not_done)} of {len(waiting)} tasks not answered yet")
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the background thread."""
@@ -1366,10 +1398,9 @@ class BatchingClient:
             with self._cv:
                 while True:
                     n = len(self._queue)
-                    if n >= self.max_batch or (n and (self._closing or self._flush_now)):
+                    if n >= self.max_batch or (n and (self._closing or self._taken < self._flush_upto)):
                         break
                     if not n:
-                        self._flush_now = False
                         if self._closing:
                             return
                         self._cv.wait()
@@ -1378,16 +1409,19 @@ class BatchingClient:
                     if left <= 0:
                         break
                     self._cv.wait(left)
-                batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                taken = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                self._taken += len(taken)
                 if self._queue:
                     self._oldest = time.monotonic()
-                self._inflight += len(batch)
+                # a future cancelled meanwhile is left out; the others can no longer be cancelled
+                batch = [(b, f) for b, f in taken if f.set_running_or_notify_cancel()]
+                self._sending.update(f for _, f in batch)
                 self._cv.notify_all()
             try:
                 self._send(batch)
             finally:
                 with self._cv:
-                    self._inflight -= len(batch)
+                    self._sending.difference_update(f for _, f in batch)
                     self._cv.notify_all()
 
     def _send(self, batch: builtins.list[tuple[dict[str, Any], Future[Task]]]) -> None:

@@ -1245,7 +1245,11 @@ def _install_cluster(api: Api) -> None:
         me = ctx.settings.node_id
         api.propose_one(AuditNote(ctx.now_ms(), api.stamp(), "cluster.transfer_leader", me,
                                   {"leader": {"old": me, "new": to}}))
-        return 200, ctx.transfer_leader(to)
+        try:
+            return 200, ctx.transfer_leader(to)
+        except (LeaderElsewhere, NoLeader) as exc:  # it moved meanwhile: a 307 would have the new leader hand over too
+            raise IllegalTransitionError(f"leadership moved before this node handed it over ({exc}); this "
+                                         "request transferred nothing", "to") from exc
 
     @api.route("GET", f"{PREFIX}/stats")
     def stats() -> tuple[int, Any]:

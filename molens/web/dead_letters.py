@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Protocol
 
-from molens.errors import NotFoundError, ValidationError
+from molens.errors import MolensError, NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
 from molens.fsm.store import DEAD_CURSOR, DEAD_ID
 from molens.schema import NAMESPACE_PATTERN, DeadLetter, FailureKind, Reliability, python_pattern
 from molens.wallclock import MAX_EPOCH_MS
 from molens.web import access, export
 from molens.web.body import Body, whole_int
+from molens.web.errors import InsufficientStorage, LeaderElsewhere, NoLeader, Unavailable
 
 if TYPE_CHECKING:
     from molens.web.app import Api
@@ -180,9 +181,17 @@ def install_dead_letters(api: Api) -> None:
         ids = [d.id for d in found]
         done, errors = 0, []
         at_most_once = 0
+        interrupted: MolensError | None = None
         for i in range(0, len(ids), CHUNK):
             chunk = tuple(ids[i:i + CHUNK])
-            for did, res in zip(chunk, api.propose_one(cmd(ctx.now_ms(), chunk)), strict=True):
+            try:
+                results = api.propose_one(cmd(ctx.now_ms(), chunk))
+            except (LeaderElsewhere, NoLeader, Unavailable, InsufficientStorage) as exc:
+                if i == 0:
+                    raise  # nothing applied: the request may go again, to the leader
+                interrupted = exc  # the chunks before applied, this one and the rest did not: say so
+                break
+            for did, res in zip(chunk, results, strict=True):
                 if isinstance(res, BaseException):
                     errors.append({"id": did, "error": getattr(res, "code", "internal"), "message": str(res)[:300]})
                 elif res is False:
@@ -192,7 +201,9 @@ def install_dead_letters(api: Api) -> None:
                     if isinstance(res, DeadLetter) and res.reliability is Reliability.AT_MOST_ONCE:
                         at_most_once += 1
         out: dict[str, Any] = {"matched": len(ids), "errors": errors[:100], "error_count": len(errors),
-                               "more": rest is not None}
+                               "more": rest is not None or interrupted is not None}
+        if interrupted is not None:
+            out["interrupted"] = {"code": interrupted.code, "message": str(interrupted)[:300]}
         if cmd is RedriveDeadLetters:
             out["redriven"] = done
             if at_most_once:

@@ -1116,7 +1116,11 @@ def _dead_letter_schemas() -> dict[str, Any]:
         "error_count": {"type": "integer"},
         "errors": {"type": "array", "items": {"type": "object", "properties": {
             "id": {"type": "string"}, "error": {"type": "string"}, "message": {"type": "string"}}}},
-        "more": {"type": "boolean", "description": "More matched than limit: send the request again"},
+        "more": {"type": "boolean", "description": "More matched than limit, or the request was interrupted: "
+                                                   "send it again"},
+        "interrupted": {"type": "object", "description": "Leadership moved (or the node stopped taking writes) "
+                        "after part of the request applied: what the counts say applied, the rest did not",
+                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}}},
         "at_most_once": {"type": "integer"},
         "warning": {"type": "string"},
     }

@@ -188,6 +188,8 @@ ZH: dict[str, str] = {
     "resume_from must be 'now' or 'schedule', got {}": "resume_from 必须是 'now' 或 'schedule'，收到 {0}",
     "to must be a node id (a string) or null": "to 必须是节点 ID（字符串）或 null",
     "{} is not another voter of the cluster": "{0} 不是集群中的另一个投票成员",
+    "leadership moved before this node handed it over ({}); this request transferred nothing":
+        "在本节点移交领导权之前，领导权已转移（{0}）；本请求没有转移领导权",
     "a flow key must match {}, got {}": "流控键必须符合 {0}，收到 {1}",
     "{} needs rate_per_s{}": "{0} 需要 rate_per_s{1}",
     'namespaces must hold namespace names or "*", got {}': 'namespaces 只能包含命名空间名称或 "*"，收到 {0}',

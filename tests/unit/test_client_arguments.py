@@ -89,6 +89,9 @@ BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
         ("node URL", lambda: MolensClient("ftp://127.0.0.1:18081")),
         ("node URL", lambda: MolensClient("http://127.0.0.1:99999")),
         ("node URL", lambda: MolensClient(["http://127.0.0.1:1", "http://"])),
+        ("node URL", lambda: MolensClient("https://gw.example/molens")),  # every route would answer 404
+        ("node URL", lambda: MolensClient("http://127.0.0.1:1/?x=1")),
+        ("node URL", lambda: MolensClient("http://user:secret@127.0.0.1:1")),
         ("timeout", lambda: MolensClient("http://127.0.0.1:1", timeout=-1)),
         ("retry_deadline_s", lambda: MolensClient("http://127.0.0.1:1", retry_deadline_s=0)),
         ("max_attempts", lambda: MolensClient("http://127.0.0.1:1", max_attempts=0)),

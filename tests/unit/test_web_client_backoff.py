@@ -32,8 +32,10 @@ def test_backoff_never_sleeps_past_the_deadline(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_urls_are_reduced_to_base_urls_and_rotated() -> None:
-    c = MolensClient(["http://a:1/x/", "http://b:2"])
+    c = MolensClient(["http://a:1/", "http://b:2"])
     assert c._urls == ["http://a:1", "http://b:2"]
+    with pytest.raises(ValueError, match="no path"):  # the API is at the root: a path prefix would answer 404
+        MolensClient(["http://a:1/x/"])
     assert c._next_node("http://a:1") == "http://b:2"
     assert c._next_node("http://b:2") == "http://a:1"
     assert c._next_node("http://leader-not-listed:3") == "http://a:1"

@@ -68,10 +68,10 @@ def app() -> Iterator[tuple[bottle.Bottle, Behind]]:
             ctx.close()
 
 
-def _call(app: bottle.Bottle, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+def _call(app: bottle.Bottle, method: str, path: str, body: Any = None, query: str = "") -> tuple[int, Any]:
     raw = b"" if body is None else json.dumps(body).encode()
     env = {
-        "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": "", "CONTENT_TYPE": "application/json",
+        "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": str(len(raw)), "wsgi.input": io.BytesIO(raw), "SERVER_NAME": "127.0.0.1",
         "SERVER_PORT": "80", "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
     }
@@ -93,7 +93,7 @@ def _dead_letter(app: bottle.Bottle, ctx: Behind) -> str:
     ctx.propose([Results(due + 5, (ResultItem(
         fire_id=fire_id, kind=FireKind.CALLBACK, status_code=404, outcome=Outcome.RESPONSE, response_head="",
         latency_ms=5, worker="w1", attempt=1),))], 5)
-    [dl] = ctx.store.list_dead(limit=10)[0]
+    [dl] = [d for d in ctx.store.list_dead(limit=1_000)[0] if d.task_id == t["id"]]
     return dl.id
 
 

@@ -217,8 +217,9 @@ public final class MolensClient implements AutoCloseable {
     /**
      * Creates tasks in batches of at most 1,000 (each one replicated entry) and returns them in order. A batch
      * holding an invalid task is rejected whole: {@link ApiException#getItemErrors()} by index within that batch;
-     * earlier batches stay created. {@link OutcomeUnknownException} carries the keys of the batch whose outcome
-     * could not be learnt, in order.
+     * earlier batches stay created, and every exception it throws names them ({@link MolensException#getCreated()}:
+     * the failing batch starts at their count). {@link OutcomeUnknownException} carries the keys of the batch
+     * whose outcome could not be learnt, in order.
      */
     public List<Task> createAll(List<TaskRequest> rs) {
         return createAll(rs, false);
@@ -242,14 +243,19 @@ public final class MolensClient implements AutoCloseable {
             bodies.add(keyed(r));
         }
         List<Task> out = new ArrayList<Task>(rs.size());
-        for (int i = 0; i < bodies.size(); i += 1000) {
-            BatchResult res = createBatch(bodies.subList(i, Math.min(bodies.size(), i + 1000)), minimal);
-            for (int k = 0; k < res.tasks.size(); k++) {
-                if (res.errors.get(k) != null) {
-                    throw res.errors.get(k);
+        try {
+            for (int i = 0; i < bodies.size(); i += 1000) {
+                BatchResult res = createBatch(bodies.subList(i, Math.min(bodies.size(), i + 1000)), minimal);
+                for (int k = 0; k < res.tasks.size(); k++) {
+                    if (res.errors.get(k) != null) {
+                        throw res.errors.get(k);
+                    }
+                    out.add(res.tasks.get(k));
                 }
-                out.add(res.tasks.get(k));
             }
+        } catch (MolensException e) { // how far it got: the failing batch starts at getCreated().size()
+            e.created = Collections.unmodifiableList(new ArrayList<Task>(out));
+            throw e;
         }
         return out;
     }

@@ -8,6 +8,17 @@ package dev.molens.client;
 public class MolensException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
+    transient java.util.List<Task> created = java.util.Collections.emptyList();
+
+    /**
+     * Thrown by {@link MolensClient#createAll} or {@link MolensClient#createAllIds}: the tasks the batches before
+     * the failing one created, in the order given (they are the first {@code getCreated().size()} tasks; with
+     * {@code createAllIds} each holds only its id). Empty for every other call.
+     */
+    public java.util.List<Task> getCreated() {
+        return created;
+    }
+
     public MolensException(String message) {
         super(message);
     }

@@ -334,6 +334,35 @@ public class TransportTest {
         assertEquals("not a create: no keys", Collections.<String>emptyList(), e.getIdempotencyKeys());
     }
 
+    @Test
+    public void aCreateAllWhoseSecondBatchIsLostNamesTheTasksTheFirstCreated() throws Exception {
+        final AtomicInteger batches = new AtomicInteger();
+        HttpServer s = node(ex -> {
+            JsonNode tasks = MolensClient.JSON.readTree(body(ex)).path("tasks");
+            if (batches.incrementAndGet() > 1) {
+                drop(ex);
+                return;
+            }
+            StringBuilder items = new StringBuilder();
+            for (int i = 0; i < tasks.size(); i++) {
+                items.append(i == 0 ? "" : ", ").append("{\"id\": \"t").append(i).append("\"}");
+            }
+            answer(ex, 201, "{\"items\": [" + items + "]}");
+        });
+        final MolensClient c = client(url(s)).maxAttempts(1).build();
+        final List<TaskRequest> reqs = new ArrayList<TaskRequest>();
+        for (int i = 0; i < 1500; i++) {
+            reqs.add(far().setIdempotencyKey("k" + i));
+        }
+        OutcomeUnknownException e = outcomeUnknown(() -> c.createAllIds(reqs));
+        assertEquals(1000, e.getCreated().size());
+        assertEquals("t999", e.getCreated().get(999).id);
+        assertEquals(500, e.getIdempotencyKeys().size());
+        assertEquals("k1000", e.getIdempotencyKeys().get(0));
+        assertEquals("not a bulk create: nothing created", 0,
+                outcomeUnknown(() -> c.create(far().setIdempotencyKey("one"))).getCreated().size());
+    }
+
     // ----------------------------------------------------------------------------------- 507
 
     @Test
