@@ -485,8 +485,12 @@ def dead_action(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
         except ClientError:  # what the calls before this one did, then the error
             p.obj(total)
             raise
-        for k in ("matched", PAST[a.action], "error_count"):
+        for k in (PAST[a.action], "error_count"):
             total[k] += out.get(k, 0)
+        cut = out.get("interrupted")  # a leader change after part of it applied: the rest goes in the next call
+        total["matched"] += out.get(PAST[a.action], 0) + out.get("error_count", 0) if cut else out.get("matched", 0)
+        if cut:
+            p.note(f"interrupted after {out.get(PAST[a.action], 0)} ({cut.get('message', '')}); going on")
         total["errors"].extend(out.get("errors", []))
         for k in ("warning", "at_most_once"):
             if k in out:

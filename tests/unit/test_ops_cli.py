@@ -250,3 +250,32 @@ def test_an_error_message_of_several_lines_is_reported_on_one() -> None:
     err = io.StringIO()
     _report(Printer(Mode.TABLE, io.StringIO(), err=err), 502, "http_error", "<html>\n<body>bad gateway</body>\n</html>")
     assert err.getvalue().count("\n") == 1 and "<html> <body>bad gateway</body> </html>" in err.getvalue()
+
+
+def test_a_bulk_delete_interrupted_by_a_leader_change_goes_on_with_the_rest() -> None:
+    """The API answers what applied before a leader change, with ``interrupted`` and ``more``: the
+    command counts what applied (not what matched), says so and sends the rest."""
+    calls: list[int] = []
+
+    class Client:
+        def dead_letters(self, **_: object) -> list[dict[str, object]]:
+            return [{"id": f"D{i}"} for i in range(5)]
+
+        def delete_dead_letter(self, dead_id: str) -> None:
+            raise AssertionError("a filter is sent, not the ids one by one")
+
+        def delete_dead_letters(self, *, limit: int, **_: object) -> dict[str, object]:
+            calls.append(limit)
+            if len(calls) == 1:
+                return {"matched": 5, "deleted": 2, "error_count": 0, "errors": [], "more": True,
+                        "interrupted": {"code": "not_leader", "message": "this node is not the leader (leader: n2)"}}
+            return {"matched": limit, "deleted": limit, "error_count": 0, "errors": [], "more": False}
+
+    a = argparse.Namespace(task="T", flow=None, kind=None, since=None, until=None, ids=[], every=False,
+                           action="delete", dry_run=False, yes=True)
+    out, err = io.StringIO(), io.StringIO()
+    assert commands.dead_action(Client(), a, Printer(Mode.JSON, out, err=err)) == commands.OK  # type: ignore[arg-type]
+    assert calls == [5, 3]
+    summary = json.loads(out.getvalue())
+    assert (summary["matched"], summary["deleted"]) == (5, 5)
+    assert "interrupted after 2 (this node is not the leader (leader: n2)); going on" in err.getvalue()
