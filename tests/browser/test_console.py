@@ -256,3 +256,13 @@ def test_cluster_page_lists_every_node_leader_first(served: Served, page: Page) 
     # lag = leader commit - match index
     expect(page.locator('tr[data-node="n3"] td').nth(6)).to_have_text("600")
     expect(page.locator('tr[data-node="n3"]')).to_have_class(re.compile("unreachable"))
+
+
+def test_a_removed_nodes_role_is_named_in_both_languages(tmp_path: Path, page: Page, console: Console) -> None:
+    """A node removed from the cluster answers 503 with X-Molens-Role: removed; the pill names the role."""
+    console.allow.append(r"status of 503")
+    with serve_ui(tmp_path / "r", role="removed", node_id="n4") as node:
+        page.goto(node.url + "/ui/tasks")
+        expect(page.get_by_test_id("role")).to_have_text("Removed")
+        page.get_by_test_id("lang").select_option("zh")
+        expect(page.get_by_test_id("role")).to_have_text("已移除")

@@ -147,3 +147,61 @@ def test_editing_a_task_that_is_gone_says_so_and_offers_no_form(served: Served, 
     expect(page.locator("h1")).to_contain_text(gone)
     page.get_by_role("link", name="Back").click()
     expect(page).to_have_url(f"{served.url}/ui/tasks/{gone}")
+
+
+def test_the_new_task_shortcut_on_an_edit_page_opens_a_new_form_that_creates(served: Served, page: Page) -> None:
+    """The new-task and edit routes share one component: moving from an edit to /tasks/new (the `n`
+    shortcut) must open the new form, not keep the edit's task under a "New task" title and PATCH it."""
+    tid = str(_task(served, scene="kept")["id"])
+    page.goto(f"{served.url}/ui/tasks/{tid}/edit")
+    expect(page.get_by_test_id("edit-of")).to_contain_text("version 1")
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("n")
+    page.wait_for_url(f"{served.url}/ui/tasks/new")
+    expect(page.locator("h1")).to_have_text("New task")
+    expect(page.get_by_test_id("edit-of")).to_have_count(0)
+    expect(page.get_by_test_id("kind-delayed")).to_be_visible()  # a new task may be of any type
+    expect(page.get_by_test_id("submit")).to_have_text("Create task")
+    page.get_by_test_id("kind-interval").click()
+    page.get_by_test_id("f-interval").fill("3")
+    page.get_by_test_id("f-url").fill(CB)
+    page.get_by_test_id("f-scene").fill("fresh")
+    page.get_by_test_id("submit").click()
+    page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    new_id = page.url.rsplit("/", 1)[1]
+    assert new_id != tid
+    st, task = served.api("GET", f"/tasks/{tid}")
+    assert (st, task["scene"], task["version"]) == (200, "kept", 1)  # the edited task is untouched
+    st, task = served.api("GET", f"/tasks/{new_id}")
+    assert (st, task["scene"], task["interval_ms"]) == (200, "fresh", 180_000)
+
+
+def test_a_clone_form_left_for_a_new_one_and_back_shows_each_its_own(served: Served, page: Page) -> None:
+    """/tasks/new?clone=X and /tasks/new are one route: moving between them inside the console (the
+    `n` shortcut, the browser's Back) fills the form for each afresh."""
+    a = str(_task(served, scene="task-a")["id"])
+    b = str(_task(served, scene="task-b", interval_ms=120_000)["id"])
+    page.goto(f"{served.url}/ui/tasks/new?clone={b}")
+    expect(page.get_by_test_id("clone-of")).to_contain_text(b)
+    expect(page.get_by_test_id("f-scene")).to_have_value("task-b")
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("n")
+    page.wait_for_url(f"{served.url}/ui/tasks/new")
+    expect(page.locator("h1")).to_have_text("New task")
+    expect(page.get_by_test_id("clone-of")).to_have_count(0)
+    expect(page.get_by_test_id("f-scene")).to_have_value("")
+    page.go_back()
+    page.wait_for_url(f"{served.url}/ui/tasks/new?clone={b}")
+    expect(page.get_by_test_id("clone-of")).to_contain_text(b)
+    expect(page.get_by_test_id("f-scene")).to_have_value("task-b")
+    # and from an edit back to it: the edit's own task again
+    page.goto(f"{served.url}/ui/tasks/{a}/edit")
+    expect(page.get_by_test_id("f-scene")).to_have_value("task-a")
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("n")
+    page.wait_for_url(f"{served.url}/ui/tasks/new")
+    expect(page.get_by_test_id("edit-of")).to_have_count(0)
+    page.go_back()
+    page.wait_for_url(f"{served.url}/ui/tasks/{a}/edit")
+    expect(page.get_by_test_id("edit-of")).to_contain_text("version 1")
+    expect(page.get_by_test_id("f-scene")).to_have_value("task-a")

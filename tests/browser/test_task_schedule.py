@@ -3,6 +3,9 @@ language) and its next five fire times; a delayed task's page shows neither."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -113,3 +116,47 @@ def test_a_paused_interval_tasks_next_fires_stay_on_its_grid(served: Served, pag
     expect(fires).to_have_count(5)
     for i in range(5):
         expect(fires.nth(i)).to_contain_text(":07")
+
+
+def _utc(ms: int) -> str:
+    """A time as the task page shows it in this browser (UTC)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _fires(page: Page) -> list[str]:
+    items = page.locator('[data-testid="schedule-next"] li')
+    expect(items.first).to_be_visible()
+    return [str(x).strip() for x in items.all_inner_texts()]
+
+
+def test_the_next_fires_start_at_start_at_and_stop_before_end_at(served: Served, page: Page) -> None:
+    """An interval task starting in two days fires first at start_at, on its grid, and never at or after end_at."""
+    start = (int(time.time() * 1000) // 60_000 + 2 * 1440) * 60_000
+    st, task = served.api("POST", "/tasks", {"type": "periodic", "interval_ms": 60_000, "callback_url": CB,
+                                             "start_at": start, "end_at": start + 3 * 60_000})
+    assert st == 201, task
+    assert task["next_run_at"] == start
+    page.goto(f"{served.url}/ui/tasks/{task['id']}")
+    expect(page.locator('[data-testid="schedule-next"] li')).to_have_count(3)
+    assert _fires(page) == [_utc(start + k * 60_000) for k in range(3)]
+
+
+def test_a_cron_task_starting_later_previews_from_its_start(served: Served, page: Page) -> None:
+    start = (int(time.time() * 1000) // 3_600_000 + 72) * 3_600_000 + 30 * 60_000  # half past, three days on
+    st, task = served.api("POST", "/tasks", {"type": "periodic", "cron_expr": "0 * * * *", "timezone": "UTC",
+                                             "callback_url": CB, "start_at": start})
+    assert st == 201, task
+    page.goto(f"{served.url}/ui/tasks/{task['id']}")
+    expect(page.locator('[data-testid="schedule-next"] li')).to_have_count(5)
+    first = start + 30 * 60_000  # the first full hour after start_at
+    assert task["next_run_at"] == first
+    assert _fires(page) == [_utc(first + k * 3_600_000) for k in range(5)]
+
+
+def test_the_next_fires_are_no_more_than_max_runs_leaves(served: Served, page: Page) -> None:
+    st, task = served.api("POST", "/tasks", {"type": "periodic", "interval_ms": 60_000, "callback_url": CB,
+                                             "max_runs": 2})
+    assert st == 201, task
+    page.goto(f"{served.url}/ui/tasks/{task['id']}")
+    expect(page.locator('[data-testid="schedule-next"] li')).to_have_count(2)
+    assert _fires(page)[0] == _utc(task["next_run_at"])

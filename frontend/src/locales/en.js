@@ -30,7 +30,7 @@ export default {
   role: {
     leader: 'Leader', follower: 'Follower', candidate: 'Candidate', learner: 'Learner', joining: 'Joining',
     precandidate: 'Pre-candidate', 'pre-candidate': 'Pre-candidate', stopping: 'Stopping', unreachable: 'Unreachable',
-    down: 'Down',
+    down: 'Down', removed: 'Removed',
   },
   status: {
     pending: 'Pending', firing: 'Firing', awaiting_ack: 'Awaiting ACK', paused: 'Paused', done: 'Done',
@@ -102,6 +102,7 @@ export default {
     searchedOf: 'Searched {n} of {of} tasks so far, {m} found for this page; the search pauses here to keep the console responsive.',
     searched: 'Searched {n} tasks so far, {m} found for this page; the search pauses here to keep the console responsive.',
     searchFurther: 'Search further', noMatchYet: 'No match in the tasks searched so far.',
+    searchIncomplete: 'Results may be incomplete: this node’s search index is full and leaves some tasks out.',
   },
   task: {
     version: 'Version',
@@ -277,6 +278,7 @@ export default {
     confirmDeleteEveryMine: 'No filter: delete every dead letter of your key’s namespaces? This cannot be undone.',
     bulkRedriven: '{n} of {matched} matching dead letters redriven.', bulkDeleted: '{n} of {matched} matching dead letters deleted.',
     bulkErrors: '{n} failed, e.g. {id}: {msg}',
+    bulkInterrupted: 'Interrupted ({code}): leadership moved while this ran. What is counted above was done, the rest was not: run it again for the rest.',
   },
   bulk: {
     selected: '{n} selected', selectAll: 'Select every task on this page',

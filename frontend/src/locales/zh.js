@@ -28,7 +28,7 @@ export default {
   },
   role: {
     leader: '主节点', follower: '从节点', candidate: '候选者', learner: '学习者', joining: '加入中',
-    precandidate: '预候选者', 'pre-candidate': '预候选者', stopping: '停止中', unreachable: '无法连接', down: '宕机',
+    precandidate: '预候选者', 'pre-candidate': '预候选者', stopping: '停止中', unreachable: '无法连接', down: '宕机', removed: '已移除',
   },
   status: {
     pending: '等待中', firing: '执行中', awaiting_ack: '等待确认', paused: '已暂停', done: '已完成', failed: '已失败', inactive: '已停用',
@@ -92,6 +92,7 @@ export default {
     searchedOf: '已搜索 {n} / {of} 个任务，本页找到 {m} 个；为保持控制台响应迅速，搜索在此暂停。',
     searched: '已搜索 {n} 个任务，本页找到 {m} 个；为保持控制台响应迅速，搜索在此暂停。',
     searchFurther: '继续搜索', noMatchYet: '已搜索的任务中暂无匹配。',
+    searchIncomplete: '结果可能不完整：此节点的搜索索引已满，部分任务未被收录。',
   },
   task: {
     describeIn: '{text}（{tz} 时间）',
@@ -258,6 +259,7 @@ export default {
     confirmDeleteEveryMine: '没有筛选条件：删除此密钥所属命名空间中的全部死信？此操作无法撤销。',
     bulkRedriven: '匹配的 {matched} 个死信中已重新投递 {n} 个。', bulkDeleted: '匹配的 {matched} 个死信中已删除 {n} 个。',
     bulkErrors: '{n} 个失败，例如 {id}：{msg}',
+    bulkInterrupted: '已中断（{code}）：执行期间主节点发生了变化。上面统计的已经完成，其余未执行：请再次执行以处理剩余部分。',
   },
   bulk: {
     selected: '已选 {n} 个', selectAll: '选择本页所有任务',
