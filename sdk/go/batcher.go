@@ -29,7 +29,9 @@ type Pending struct {
 func (p *Pending) Done() <-chan struct{} { return p.done }
 
 // Wait returns the created task, or the task's own error (an invalid task fails only itself). An
-// *OutcomeUnknownError carries the task's idempotency key in IdempotencyKeys.
+// *OutcomeUnknownError carries the task's idempotency key in IdempotencyKeys. ctx bounds only this
+// wait: a submitted task is sent whatever becomes of ctx (a Pending cannot be withdrawn), and
+// Wait may be called again.
 func (p *Pending) Wait(ctx context.Context) (*Task, error) {
 	select {
 	case <-p.done:
@@ -49,20 +51,20 @@ type batchItem struct {
 // is submitted, so a batch retried after a lost response (a leader killed mid-request) creates each
 // task exactly once. Safe for concurrent use.
 type Batcher struct {
-	c     *Client
-	opts  BatcherOptions
-	in    chan batchItem
-	flush chan struct{}
-	work  chan []batchItem
-	slots chan struct{}
-	wg    sync.WaitGroup
+	c       *Client
+	opts    BatcherOptions
+	in      chan batchItem
+	flush   chan struct{}
+	work    chan []batchItem
+	slots   chan struct{}
+	closing chan struct{} // closed when Close begins: a Submit waiting for room is refused
+	wg      sync.WaitGroup
 
 	mu     sync.RWMutex // closed, and Submit's send on in against Close's close(in)
 	closed bool
 
-	idleMu      sync.Mutex
-	outstanding int           // submitted, not yet answered
-	idle        chan struct{} // closed while outstanding == 0
+	pendMu     sync.Mutex
+	unanswered map[*Pending]struct{} // submitted and not yet answered: what a Flush waits for
 }
 
 // NewBatcher starts a batcher over c.
@@ -81,13 +83,13 @@ func (c *Client) NewBatcher(o BatcherOptions) *Batcher {
 	}
 	b := &Batcher{
 		c: c, opts: o,
-		in:    make(chan batchItem),
-		flush: make(chan struct{}),
-		work:  make(chan []batchItem),
-		slots: make(chan struct{}, o.MaxPending),
-		idle:  make(chan struct{}),
+		in:         make(chan batchItem),
+		flush:      make(chan struct{}),
+		work:       make(chan []batchItem),
+		slots:      make(chan struct{}, o.MaxPending),
+		closing:    make(chan struct{}),
+		unanswered: map[*Pending]struct{}{},
 	}
-	close(b.idle)
 	b.wg.Add(1 + o.Senders)
 	go b.collect()
 	for i := 0; i < o.Senders; i++ {
@@ -96,10 +98,14 @@ func (c *Client) NewBatcher(o BatcherOptions) *Batcher {
 	return b
 }
 
-// Submit queues one task for creation (r is copied). It blocks while MaxPending tasks are unanswered.
+// Submit queues one task for creation (r is copied). It blocks while MaxPending tasks are
+// unanswered, until ctx ends (ctx.Err()) or Close begins (ErrBatcherClosed); once it has returned a
+// Pending, the task is sent whatever becomes of ctx.
 func (b *Batcher) Submit(ctx context.Context, r *TaskRequest) (*Pending, error) {
 	select {
 	case b.slots <- struct{}{}:
+	case <-b.closing:
+		return nil, ErrBatcherClosed
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -110,35 +116,48 @@ func (b *Batcher) Submit(ctx context.Context, r *TaskRequest) (*Pending, error) 
 		<-b.slots
 		return nil, ErrBatcherClosed
 	}
-	b.track(1)
-	b.in <- batchItem{req: b.c.keyed(r), p: p} // the collector always receives: it never waits on us
+	b.in <- batchItem{req: b.c.keyed(r), p: p} // the collector always receives at once: it never waits on a sender
+	b.pendMu.Lock()
+	select {
+	case <-p.done: // answered already
+	default:
+		b.unanswered[p] = struct{}{}
+	}
+	b.pendMu.Unlock()
 	return p, nil
 }
 
-// Flush sends everything queued now and waits until every submitted task has been answered.
+// Flush sends everything queued now and waits until every task submitted before it has been
+// answered (tasks other goroutines submit meanwhile are not waited for: they go as usual).
 func (b *Batcher) Flush(ctx context.Context) error {
+	b.pendMu.Lock()
+	waiting := make([]*Pending, 0, len(b.unanswered))
+	for p := range b.unanswered {
+		waiting = append(waiting, p)
+	}
+	b.pendMu.Unlock()
 	b.mu.RLock()
-	closed := b.closed
-	if !closed {
+	if !b.closed {
 		b.flush <- struct{}{}
 	}
 	b.mu.RUnlock()
-	b.idleMu.Lock()
-	idle := b.idle
-	b.idleMu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for _, p := range waiting {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return nil
 }
 
-// Close sends everything queued, waits for the answers and stops the batcher.
+// Close sends everything queued, waits for the answers and stops the batcher. A Submit from then
+// on, also one waiting for room when Close begins, returns ErrBatcherClosed.
 func (b *Batcher) Close() error {
 	b.mu.Lock()
 	if !b.closed {
 		b.closed = true
+		close(b.closing)
 		close(b.in)
 	}
 	b.mu.Unlock()
@@ -146,22 +165,11 @@ func (b *Batcher) Close() error {
 	return nil
 }
 
-func (b *Batcher) track(delta int) {
-	b.idleMu.Lock()
-	defer b.idleMu.Unlock()
-	if b.outstanding == 0 && delta > 0 {
-		b.idle = make(chan struct{})
-	}
-	b.outstanding += delta
-	if b.outstanding == 0 {
-		close(b.idle)
-	}
-}
-
 func (b *Batcher) collect() {
 	defer b.wg.Done()
 	defer close(b.work)
 	var batch []batchItem
+	var ready [][]batchItem // batches waiting for a sender: queued here so that Submit never waits on one
 	var timer *time.Timer
 	var timeout <-chan time.Time
 	emit := func() {
@@ -170,16 +178,23 @@ func (b *Batcher) collect() {
 			timer, timeout = nil, nil
 		}
 		if len(batch) > 0 {
-			b.work <- batch
+			ready = append(ready, batch)
 			batch = nil
 		}
 	}
-	for {
+	in := b.in
+	for in != nil || len(ready) > 0 {
+		var work chan<- []batchItem // nil (never chosen) while no batch is ready
+		var next []batchItem
+		if len(ready) > 0 {
+			work, next = b.work, ready[0]
+		}
 		select {
-		case it, ok := <-b.in:
-			if !ok {
+		case it, ok := <-in:
+			if !ok { // Close: what is queued goes, then the senders stop
 				emit()
-				return
+				in = nil
+				continue
 			}
 			batch = append(batch, it)
 			if len(batch) == 1 {
@@ -189,6 +204,9 @@ func (b *Batcher) collect() {
 			if len(batch) >= b.opts.MaxBatch {
 				emit()
 			}
+		case work <- next:
+			ready[0] = nil
+			ready = ready[1:]
 		case <-timeout:
 			timer, timeout = nil, nil
 			emit()
@@ -253,7 +271,9 @@ func (b *Batcher) sendBatch(batch []batchItem) {
 
 func (b *Batcher) resolve(p *Pending, t *Task, err error) {
 	p.task, p.err = t, err
+	b.pendMu.Lock()
+	delete(b.unanswered, p)
 	close(p.done)
+	b.pendMu.Unlock()
 	<-b.slots
-	b.track(-1)
 }

@@ -219,8 +219,10 @@ func withKeys(err error, bodies []*TaskRequest) error {
 
 // CreateTasks creates tasks in batches of at most 1,000 (each one replicated entry) and returns them in
 // order. A batch holding an invalid task is rejected whole: the *APIError has ItemErrors by index
-// within that batch, and the tasks of earlier batches are returned with it. An
-// *OutcomeUnknownError carries the keys of its batch in IdempotencyKeys.
+// within that batch, and the tasks of earlier batches are returned with it, so the failing batch
+// starts at rs[len(tasks)]. An *OutcomeUnknownError carries the keys of that batch in
+// IdempotencyKeys, in order, the ones the client made up included: IdempotencyKeys[k] is the key of
+// rs[len(tasks)+k]; call again with the tasks from there on, given those keys, to create each once.
 func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, error) {
 	return c.createAll(ctx, rs, false)
 }
@@ -755,7 +757,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 	for {
 		attempt++
 		if err := ctx.Err(); err != nil {
-			return err
+			return giveUp(err) // after a lost answer the call ends in an unknown outcome, whatever ends it
 		}
 		var rd io.Reader
 		if data != nil {
@@ -790,10 +792,10 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 			}
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
 			unknown = unknown || (!notSent(err, atomic.LoadInt32(&gotConn) == 1, c.stock) && method != "GET")
+			if ctx.Err() != nil { // a write cancelled once it may have been sent may have been applied
+				return giveUp(ctx.Err())
+			}
 			lastErr = err
 			if unknown && !safe { // sending it again could apply it twice (a backfill fires twice)
 				return &OutcomeUnknownError{Op: op, Err: err}
@@ -810,7 +812,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 			target = c.nextNode(target)
 			redirects = 0 // loop detection counts consecutive redirects only (a dead leader is not a loop)
 			if err := c.backoff(ctx, attempt, 0, deadline); err != nil {
-				return err
+				return giveUp(err)
 			}
 			continue
 		}
@@ -835,7 +837,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 				}
 				target = c.nextNode(target)
 				if err := c.backoff(ctx, attempt, 0, deadline); err != nil {
-					return err
+					return giveUp(err)
 				}
 				continue
 			}
@@ -845,7 +847,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 				}
 				redirects = 0
 				if err := c.backoff(ctx, attempt, 0, deadline); err != nil {
-					return err
+					return giveUp(err)
 				}
 				continue
 			}
@@ -881,7 +883,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 				floor = e.RetryAfter
 			}
 			if err := c.backoff(ctx, attempt, floor, deadline); err != nil {
-				return err
+				return giveUp(err)
 			}
 			continue
 		}

@@ -83,8 +83,17 @@ type BulkError struct {
 	Message string `json:"message"`
 }
 
+// BulkInterruption is why a bulk request stopped part-way (BulkResult.Interrupted): the API error
+// code (no_leader, unavailable, insufficient_storage, ...) and its message.
+type BulkInterruption struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
 // BulkResult is the answer of RedriveDeadLetters and DeleteDeadLetters. More: some matching
-// dead letters were left for another request.
+// dead letters were left for another request. Interrupted (nil otherwise): a leader change, or a
+// leader that stopped taking writes, cut the request short after some of its entries applied; the
+// counts are what applied, More is set, and sending the request again acts on the rest.
 type BulkResult struct {
 	Matched    int         `json:"matched"`
 	Redriven   int         `json:"redriven"`
@@ -94,6 +103,8 @@ type BulkResult struct {
 	More       bool        `json:"more"`
 	AtMostOnce int         `json:"at_most_once"` // redriven at_most_once occurrences (with Warning)
 	Warning    string      `json:"warning"`
+	// Interrupted: the request stopped part-way (see above); send it again for the rest.
+	Interrupted *BulkInterruption `json:"interrupted,omitempty"`
 }
 
 func deadPath(id string) string { return "/api/v1/dead-letters/" + url.PathEscape(id) }
@@ -144,7 +155,8 @@ func (c *Client) RedriveDeadLetter(ctx context.Context, id string) (*DeadLetter,
 }
 
 // RedriveDeadLetters redrives every dead letter matching f (at most f.Limit); send it again while
-// the result has More. Not retried after an unknown outcome. f.All is not used.
+// the result has More (also when it was Interrupted). Not retried after an unknown outcome. f.All
+// is not used.
 func (c *Client) RedriveDeadLetters(ctx context.Context, f DeadLetterFilter) (*BulkResult, error) {
 	var r BulkResult
 	f.Namespace = c.ns(f.Namespace)
@@ -160,9 +172,12 @@ func (c *Client) DeleteDeadLetter(ctx context.Context, id string) error {
 }
 
 // DeleteDeadLetters deletes the dead letters matching f (at most f.Limit), or every one with
-// f.All. An empty filter without All is refused by the API (IsBadRequest, Field "all"), also on a
-// client WithNamespace: its namespace limits a filter, it is not one (so with All, every dead
-// letter of that namespace is deleted). A Namespace given in f is a filter, as in the Python SDK.
+// f.All; send it again while the result has More (also when it was Interrupted). With a Limit it
+// is not sent twice after a lost answer (*OutcomeUnknownError): a second request could delete up
+// to Limit more; without one, deleting what still matches again does no harm, and it is retried.
+// An empty filter without All is refused by the API (IsBadRequest, Field "all"), also on a client
+// WithNamespace: its namespace limits a filter, it is not one (so with All, every dead letter of
+// that namespace is deleted). A Namespace given in f is a filter, as in the Python SDK.
 func (c *Client) DeleteDeadLetters(ctx context.Context, f DeadLetterFilter) (*BulkResult, error) {
 	q := url.Values{}
 	setStr(q, "task_id", f.TaskID)
@@ -178,7 +193,7 @@ func (c *Client) DeleteDeadLetters(ctx context.Context, f DeadLetterFilter) (*Bu
 		q.Set("all", "true")
 	}
 	var r BulkResult
-	if err := c.do(ctx, "DELETE", "/api/v1/dead-letters", q, nil, true, &r); err != nil {
+	if err := c.do(ctx, "DELETE", "/api/v1/dead-letters", q, nil, f.Limit == 0, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil

@@ -28,7 +28,8 @@
 //     never sent twice); when a retry after an unknown outcome meets 404/409/412/429, or the retry
 //     budget ends in 503/507, *OutcomeUnknownError is returned rather than a misleading
 //     not-found, conflict, stale version or full quota. A request that certainly never left the
-//     client (no connection, a failed TLS handshake) is not an unknown outcome.
+//     client (no connection, a failed TLS handshake) is not an unknown outcome; a write whose
+//     context ends once it may have been sent is one (wrapping ctx.Err()).
 //   - Reads go to the same node as writes, so a client reads its own writes.
 //
 // A Client is safe for concurrent use. Batcher collects single creates into batch requests.

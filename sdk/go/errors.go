@@ -44,13 +44,16 @@ func (e *APIError) Error() string {
 // could not tell). A create returns it when every attempt was sent and went unanswered, or when a
 // retry after a lost answer met a refusal the first attempt may have caused (429: the task it
 // made fills the quota); IdempotencyKeys are the keys it carried, in order (the SDK's own
-// included): create again with them to find out, never making a duplicate.
+// included): create again with them to find out, never making a duplicate. A write whose context
+// ends once it may have been sent returns it too, wrapping ctx.Err() (errors.Is(err,
+// context.Canceled) holds).
 type OutcomeUnknownError struct {
 	Op  string
 	Err error
 	// CreateTask: its key. CreateTasks, CreateTaskIDs: the keys of the batch (at most 1,000) whose
-	// outcome is unknown; the tasks of earlier batches are returned with the error, later batches
-	// were not sent. A Batcher's Pending: the key of its own task.
+	// outcome is unknown, in order; the tasks (ids) of earlier batches are returned with the error,
+	// so that batch starts at the given tasks[len(returned)], and later batches were not sent. A
+	// Batcher's Pending: the key of its own task.
 	IdempotencyKeys []string
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -264,5 +265,158 @@ func TestInsufficientStorageIsRetriedAndReportedAfterTheBudget(t *testing.T) {
 	var ou *OutcomeUnknownError
 	if !errors.As(err, &ou) || !reflect.DeepEqual(ou.IdempotencyKeys, lost.sent(t)) {
 		t.Fatalf("got %T %v", err, err)
+	}
+}
+
+func TestADeadLetterDeleteWithALimitIsNeverSentTwiceWithoutOneItIsRetried(t *testing.T) {
+	// sent again after a lost answer, a delete with a limit could delete up to limit more
+	for _, limit := range []int{50, 0} {
+		var n int32
+		node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if atomic.AddInt32(&n, 1) == 1 {
+				if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+					conn.Close()
+				}
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"matched": 3, "deleted": 3, "error_count": 0, "errors": [], "more": false}`)
+		}))
+		t.Cleanup(node.Close)
+		c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond))
+		r, err := c.DeleteDeadLetters(context.Background(), DeadLetterFilter{Kind: DeadLetterAckFailed, Limit: limit})
+		var ou *OutcomeUnknownError
+		if limit > 0 && (!errors.As(err, &ou) || atomic.LoadInt32(&n) != 1) {
+			t.Fatalf("limit %d: got %+v %T %v after %d requests", limit, r, err, err, atomic.LoadInt32(&n))
+		}
+		if limit == 0 && (err != nil || r.Deleted != 3 || atomic.LoadInt32(&n) != 2) {
+			t.Fatalf("no limit: got %+v %v after %d requests", r, err, atomic.LoadInt32(&n))
+		}
+	}
+}
+
+func TestABulkDeadLetterActionInterruptedPartWayShowsItAndWhatApplied(t *testing.T) {
+	const answer = `{"matched": 1200, "%s": 500, "error_count": 0, "errors": [], "more": true,
+		"interrupted": {"code": "no_leader", "message": "leadership moved"}}`
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		field := "deleted"
+		if r.Method == "POST" {
+			field = "redriven"
+		}
+		_, _ = io.WriteString(w, fmt.Sprintf(answer, field))
+	})
+	c := newClient(t, []string{node.URL})
+	red, err := c.RedriveDeadLetters(context.Background(), DeadLetterFilter{Flow: "f"})
+	if err != nil || red.Redriven != 500 || !red.More || red.Interrupted == nil ||
+		*red.Interrupted != (BulkInterruption{Code: "no_leader", Message: "leadership moved"}) {
+		t.Fatalf("redrive: %+v %v", red, err)
+	}
+	del, err := c.DeleteDeadLetters(context.Background(), DeadLetterFilter{Flow: "f", Limit: 1200})
+	if err != nil || del.Deleted != 500 || !del.More || del.Interrupted == nil || del.Interrupted.Code != "no_leader" {
+		t.Fatalf("delete: %+v %v", del, err)
+	}
+	node = standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"matched": 1, "deleted": 1, "error_count": 0, "errors": [], "more": false}`)
+	})
+	if del, err := newClient(t, []string{node.URL}).DeleteDeadLetters(context.Background(), DeadLetterFilter{All: true}); err != nil || del.Interrupted != nil {
+		t.Fatalf("not interrupted: %+v %v", del, err)
+	}
+}
+
+func TestAWriteWhoseContextEndsOnceSentIsAnUnknownOutcomeWithItsKeys(t *testing.T) {
+	// the caller's deadline cut the wait for the answer, not the write: the task may exist, and a
+	// create made again without the SDK's keys would duplicate it
+	node := newRecordingNode(t, 0, 200, nil, `{"id": "01ARZ3NDEKTSV4RRFFQ69G5FAV"}`)
+	slow := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		node.Config.Handler.ServeHTTP(httptest.NewRecorder(), r) // records the keys
+		<-r.Context().Done()
+	})
+	c := newClient(t, []string{slow.URL})
+	short := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	_, err := c.CreateTask(short(), far(slow.URL, "a"))
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) || !errors.Is(err, context.DeadlineExceeded) || !reflect.DeepEqual(ou.IdempotencyKeys, node.sent(t)) {
+		t.Fatalf("create: got %T %v", err, err)
+	}
+	node.mu.Lock()
+	node.keys = nil
+	node.mu.Unlock()
+	_, err = c.CreateTaskIDs(short(), []*TaskRequest{far(slow.URL, "a"), far(slow.URL, "b")})
+	if !errors.As(err, &ou) || !errors.Is(err, context.DeadlineExceeded) || len(ou.IdempotencyKeys) != 2 ||
+		!reflect.DeepEqual(ou.IdempotencyKeys, node.sent(t)) {
+		t.Fatalf("batch: got %T %v", err, err)
+	}
+	if _, err = c.TriggerTask(short(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.As(err, &ou) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("trigger: got %T %v", err, err)
+	}
+	// a read is no write, and a call cancelled before it was sent applied nothing
+	if _, err = c.GetTask(short(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); errors.As(err, &ou) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("get: got %T %v", err, err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err = c.CreateTask(done, far(slow.URL, "a")); errors.As(err, &ou) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("create cancelled before it was sent: got %T %v", err, err)
+	}
+}
+
+func TestCreateTasksNamesTheFailingBatchByWhereItStartsAndItsKeysInOrder(t *testing.T) {
+	// the first batch of 1,000 is answered, the second's every answer is lost
+	var mu sync.Mutex
+	var sent [][]string
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Tasks []struct {
+				IdempotencyKey string `json:"idempotency_key"`
+			} `json:"tasks"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		keys := []string{}
+		for _, tk := range req.Tasks {
+			keys = append(keys, tk.IdempotencyKey)
+		}
+		mu.Lock()
+		sent = append(sent, keys)
+		mu.Unlock()
+		if len(keys) != 1000 {
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		items := make([]map[string]string, len(keys))
+		for i := range items {
+			items[i] = map[string]string{"id": fmt.Sprintf("t%d", i)}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]interface{}{"items": items, "errors": []interface{}{}})
+	}))
+	t.Cleanup(node.Close)
+	c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(2))
+	rs := make([]*TaskRequest, 1003)
+	for i := range rs {
+		rs[i] = far(node.URL, "a")
+	}
+	mine := NewIdempotencyKey()
+	rs[1001].SetIdempotencyKey(mine)
+	ids, err := c.CreateTaskIDs(context.Background(), rs)
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) || len(ids) != 1000 || ids[999] != "t999" {
+		t.Fatalf("got %d ids, %T %v", len(ids), err, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != 3 || !reflect.DeepEqual(sent[1], sent[2]) || !reflect.DeepEqual(ou.IdempotencyKeys, sent[1]) ||
+		len(ou.IdempotencyKeys) != 3 || ou.IdempotencyKeys[1001-len(ids)] != mine {
+		t.Fatalf("the error carries keys %q; sent %d requests", ou.IdempotencyKeys, len(sent))
+	}
+	for _, k := range ou.IdempotencyKeys {
+		if len(k) != 32 {
+			t.Fatalf("key %q", k)
+		}
 	}
 }
