@@ -448,6 +448,9 @@ class Sim:
         """Task id -> its pauses and resumes that applied, in log order: (log index, commit time, paused,
         from_schedule, the command's ``now_ms``); an entry that ended a pause otherwise (a result: the task
         went inactive or done) counts as a resume from schedule (nothing it missed is dropped)."""
+        self.resumed_in_redrive: set[tuple[str, int]] = set()
+        """(task id, log index) of the resumes that applied while a redrive of the task's ran (its own
+        occurrence, put aside, waits for the redrive: docs/architecture.md#dead-letters)."""
         self.paused_firing: set[tuple[str, int]] = set()
         """(task id, log index) of the pauses that applied in the middle of an occurrence (an attempt made)."""
         self.dispatch_index: dict[tuple[str, FireKind, int], int] = {}
@@ -565,6 +568,8 @@ class Sim:
                         self.task_pauses[tid].append((idx, self.commit_at[idx - 1], paused, fs, cmd.now_ms))
                         if paused and res.attempt > 0:
                             self.paused_firing.add((tid, idx))
+                        if not paused and res.rewound is not None:
+                            self.resumed_in_redrive.add((tid, idx))
             if isinstance(cmd, BackfillTask) and first and before is not None \
                     and not isinstance(out.results[0], Exception):
                 self.backfills[cmd.task_id].append(BackfillAsked(cmd.start_ms, cmd.end_ms, cmd.now_ms, before.seq))
@@ -1888,6 +1893,9 @@ class PausedSpan:
     from_schedule: bool
     mid_occurrence: bool
     """Paused with an attempt of its occurrence made (retrying, or its ACK awaited)."""
+    in_redrive: bool
+    """Resumed while a redrive of the task's ran: its own occurrence, put aside, is taken up after the
+    redrive as the redrive left it (it waited for the redrive, not for the pause)."""
 
 
 def paused_spans(sim: Sim, tid: str) -> list[PausedSpan]:
@@ -1898,10 +1906,12 @@ def paused_spans(sim: Sim, tid: str) -> list[PausedSpan]:
         if paused and start is None:
             start = (idx, at)
         elif not paused and start is not None:
-            spans.append(PausedSpan(start[0], start[1], idx, now_ms, from_schedule, (tid, start[0]) in sim.paused_firing))
+            spans.append(PausedSpan(start[0], start[1], idx, now_ms, from_schedule, (tid, start[0]) in sim.paused_firing,
+                                    (tid, idx) in sim.resumed_in_redrive))
             start = None
     if start is not None:
-        spans.append(PausedSpan(start[0], start[1], 1 << 62, 1 << 62, False, (tid, start[0]) in sim.paused_firing))
+        spans.append(PausedSpan(start[0], start[1], 1 << 62, 1 << 62, False, (tid, start[0]) in sim.paused_firing,
+                                False))
     return spans
 
 
@@ -1938,7 +1948,8 @@ def check_pauses(sim: Sim, tasks: dict[str, Any], fail: Callable[[str], None]) -
                 if sp.paused_index < di < sp.resumed_index:
                     fail(f"{tid}: attempt {d.attempt} of {d.fire_id} sent from entry {di}, while paused "
                          f"(entries {sp.paused_index}..{sp.resumed_index}): {d}")
-                if (periodic and not sp.from_schedule and d.kind is FireKind.CALLBACK and d.attempt == 1
+                if (periodic and not sp.from_schedule and not sp.in_redrive and d.kind is FireKind.CALLBACK
+                        and d.attempt == 1
                         and di > sp.resumed_index and sp.paused_at <= d.scheduled < sp.resumed_now):
                     fail(f"{tid}: instant {d.scheduled} came due while paused ({sp.paused_at}..{sp.resumed_now}) "
                          f"and fired after a resume from now: {d}")
