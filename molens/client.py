@@ -866,8 +866,9 @@ class MolensClient:
     ) -> dict[str, Any]:
         """Redrive every dead letter matching the filter (none: every dead letter the key may change),
         at most ``limit`` (default and most :data:`MAX_BULK`); ``{"matched", "redriven", "error_count",
-        "errors", "more"}`` (``more``: call again). ``namespace`` (else the client's) limits it to that
-        namespace's. Not retried after an unknown outcome."""
+        "errors", "more"}`` (``more``: call again; with ``interrupted``, a leader change stopped it after
+        ``redriven`` of them, and calling again does the rest). ``namespace`` (else the client's) limits
+        it to that namespace's. Not retried after an unknown outcome."""
         body = self._dead_filter(task_id, flow, kind, since, until, namespace)
         if limit is not None:
             body["limit"] = _bounded("limit", limit, 1, MAX_BULK)
@@ -891,7 +892,7 @@ class MolensClient:
     ) -> dict[str, Any]:
         """Delete the dead letters matching the filter, at most ``limit`` (default and most
         :data:`MAX_BULK`); ``{"matched", "deleted", "error_count", "errors", "more"}`` (``more``:
-        call again). An empty filter deletes every dead letter only with ``all=True``; without it
+        call again; ``interrupted`` as for :meth:`redrive_matching`). An empty filter deletes every dead letter only with ``all=True``; without it
         the API refuses it (:class:`BadRequestError`, field ``all``). With ``limit`` it is not sent
         twice after a lost answer (:class:`OutcomeUnknownError`): a second one could delete ``limit``
         more. ``namespace`` (else the

@@ -2,7 +2,8 @@
 // from /cluster/status, a heartbeat on this node, and when it stops answering, a search for the
 // new leader among the others (their open /readyz) and a move to that leader's console, same path
 // and query. The bearer token travels in the URL fragment (never sent to a server) and only to an
-// address the authenticated cluster status named; the new console stores it and drops the fragment.
+// address the authenticated cluster status named; the new console drops the fragment and, once the
+// user accepts the hand-off (consumeHandoff says why it asks), stores it.
 // Unsaved form drafts (draft.js) travel the same way.
 import { reactive } from 'vue'
 import { get, getToken, session, setToken, tokenRemembered } from './api.js'
@@ -21,6 +22,7 @@ export const cluster = reactive({
   searching: false, // this node does not answer: looking for the leader among the others
   tried: [], // ids asked in the last search round
   moved: null, // {from, to, why: 'down' | 'follower'} after this tab moved here
+  handoff: null, // a hand-off waiting for the user's word: {from, src, tok, rem, replaces, drafts, count, moved}
 })
 
 function encode(obj) {
@@ -35,19 +37,64 @@ function decode(s) {
   return JSON.parse(new TextDecoder().decode(Uint8Array.from(bin, (c) => c.charCodeAt(0))))
 }
 
-/** On load: take over the token and the move notice a previous node's console handed over. */
+/**
+ * On load: read what a previous node's console handed over (moveTo) and drop it from the address bar.
+ *
+ * Nothing in it is applied unasked. Any page can link here with a fragment of its own making:
+ * applied on arrival, it would sign the tab in with someone else's key (the user then works in that
+ * key's namespaces unawares, a login CSRF) or fill the task form with someone else's callback URL
+ * under the "values are back" notice. Where a hand-off came from cannot be checked here: nodes answer
+ * Referrer-Policy: same-origin (another node's page leaves no referrer), the members' addresses need
+ * an admin key, and the hand-off's key cannot vouch for itself (an attacker's key is a key of this
+ * cluster too). So one that would change anything (a key other than the stored one, form drafts)
+ * waits in `cluster.handoff` until the user accepts it (App.vue asks before any page loads, naming
+ * the node and address it says it comes from, and whether it replaces the key signed in here); one
+ * refused is dropped whole. A hand-off with nothing to apply only brings the move notice.
+ */
 export function consumeHandoff() {
   const h = window.location.hash
   if (!h.startsWith(`#${HANDOFF}`)) return
   try {
     const x = decode(h.slice(HANDOFF.length + 1))
-    if (x.tok) setToken(x.tok, !!x.rem)
-    if (x.drafts) restoreDrafts(x.drafts)
-    if (x.from) cluster.moved = { from: x.from, to: x.to || null, why: x.why || 'down' }
+    const moved = x.from ? { from: String(x.from), to: x.to ? String(x.to) : null, why: x.why || 'down' } : null
+    const stored = getToken()
+    const tok = typeof x.tok === 'string' && x.tok && x.tok !== stored ? x.tok : ''
+    const drafts = {}
+    if (x.drafts && typeof x.drafts === 'object') for (const [k, v] of Object.entries(x.drafts)) if (typeof v === 'string') drafts[k] = v
+    const count = Object.keys(drafts).length
+    if (tok || count) {
+      cluster.handoff = { from: moved ? moved.from : '', src: typeof x.src === 'string' ? x.src : '', tok, rem: !!x.rem,
+        replaces: !!(tok && stored), drafts, count, moved }
+    } else cluster.moved = moved
   } catch {
     // a garbled fragment: ignore it, the login form asks for the token if one is needed
   }
   window.history.replaceState(window.history.state, '', window.location.pathname + window.location.search)
+}
+
+let settle = null
+const settled = new Promise((resolve) => (settle = resolve))
+
+/** Resolves once no hand-off waits for the user's word (at once when none came). */
+export function handoffSettled() {
+  return cluster.handoff ? settled : Promise.resolve()
+}
+
+/** The user accepted the hand-off: its key and drafts are this console's now. */
+export function acceptHandoff() {
+  const x = cluster.handoff
+  if (!x) return
+  if (x.tok) setToken(x.tok, x.rem)
+  restoreDrafts(x.drafts)
+  cluster.moved = x.moved
+  cluster.handoff = null
+  settle()
+}
+
+/** The user refused the hand-off: nothing of it is kept (the sign-in asks for a key if one is needed). */
+export function refuseHandoff() {
+  cluster.handoff = null
+  settle()
 }
 
 let currentPath = () => window.location.pathname.replace(/^\/ui/, '') + window.location.search
@@ -64,7 +111,8 @@ export function moveTo(base, why, toId) {
   if (moving) return
   moving = true
   const path = currentPath().split('#')[0]
-  const frag = encode({ tok: getToken(), rem: tokenRemembered(), from: cluster.selfId || '', to: toId || '', why, drafts: allDrafts() })
+  const frag = encode({ tok: getToken(), rem: tokenRemembered(), from: cluster.selfId || '', src: window.location.origin,
+    to: toId || '', why, drafts: allDrafts() })
   window.location.replace(`${base.replace(/\/+$/, '')}/ui${path}#${HANDOFF}${frag}`)
 }
 

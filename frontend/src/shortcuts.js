@@ -24,6 +24,15 @@ export const shortcutKey = (what) => `keys.${{ '/': 'dashboard', '/tasks': 'task
 
 export const helpOpen = ref(false)
 
+let mayGo = () => true
+/**
+ * The shortcuts this key may use, in the help's order: a page's only when the key may see the page
+ * (`mayGo`, the menu's check that installShortcuts was given); the others always.
+ */
+export function availableShortcuts() {
+  return SHORTCUTS.filter(([, what]) => !what.startsWith('/') || mayGo(what))
+}
+
 /** The event pages' pollers listen to: `r` asks every list and chart on the page to reload now. */
 export const REFRESH_EVENT = 'molens:refresh'
 
@@ -41,8 +50,13 @@ function focusSearch() {
   }
 }
 
-/** Installs the key handler on `window`; `go(path)` navigates. Returns the function that removes it. */
-export function installShortcuts(go) {
+/**
+ * Installs the key handler on `window`; `go(path)` navigates, `may(path)` says whether the signed-in
+ * key may see that page (a page's shortcut is neither listed nor handled for a key it would refuse).
+ * Returns the function that removes it.
+ */
+export function installShortcuts(go, may = () => true) {
+  mayGo = may
   let prefix = null
   let prefixTimer = null
   function onKey(e) {
@@ -65,7 +79,7 @@ export function installShortcuts(go) {
       prefixTimer = setTimeout(() => (prefix = null), 1500)
       return
     }
-    const hit = SHORTCUTS.find(([k]) => k === key)
+    const hit = availableShortcuts().find(([k]) => k === key)
     if (!hit) return
     e.preventDefault()
     const what = hit[1]

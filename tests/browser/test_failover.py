@@ -90,6 +90,10 @@ def test_the_tab_follows_the_leader_through_kill_9_with_the_half_filled_form(clu
     )
     expect(page).not_to_have_url(re.compile("molens-handoff"))  # the token's fragment leaves the address bar
     new = next(nid for nid, o in others.items() if page.url.startswith(o))
+    # the key and the draft are taken over once the user accepts the hand-off from the killed node
+    expect(page.get_by_test_id("confirm-dialog")).to_contain_text(f"{leader.node_id} ({_url(leader)})")
+    expect(page.get_by_test_id("handoff-key")).to_be_visible()
+    page.get_by_test_id("confirm-ok").click()
     expect(pill).to_have_text("Leader · this node")
     expect(page.get_by_test_id("moved")).to_contain_text(f"{leader.node_id} stopped answering")
     expect(page.get_by_test_id("moved")).to_contain_text(new)
@@ -121,6 +125,8 @@ def test_the_cluster_page_hands_leadership_over_and_the_tab_follows(cluster: Clu
     row.get_by_test_id("transfer").click()
     page.get_by_test_id("confirm-ok").click()
     page.wait_for_url(_url(target) + "/ui/cluster")
+    expect(page.get_by_test_id("confirm-dialog")).to_contain_text(f"{leader.node_id} ({_url(leader)})")
+    page.get_by_test_id("confirm-ok").click()
     expect(page.get_by_test_id("role")).to_have_text("Leader · this node")
     expect(page.get_by_test_id("moved")).to_contain_text(f"{leader.node_id} is a follower")
     assert cluster.leader(exclude=(leader.node_id,)).node_id == target.node_id

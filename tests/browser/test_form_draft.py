@@ -44,6 +44,11 @@ def test_a_half_filled_form_follows_the_tab_to_the_new_leader(tmp_path: Path, de
         # leadership moves to n2: n1's console hands the tab over to n2's (another origin)
         a.ctx.role, a.ctx.leader_url, a.ctx.leader_id = "follower", b.url, "n2"
         page.wait_for_url(b.url + "/ui/tasks/new?from=draft")
+        # the hand-off is applied once the user accepts it, the dialog naming the node it comes from
+        expect(page.get_by_test_id("confirm-dialog")).to_contain_text(f"n1 ({a.url})")
+        expect(page.get_by_test_id("handoff-drafts")).to_be_visible()
+        expect(page.get_by_test_id("handoff-key")).to_have_count(0)  # an open node: no key to hand over
+        page.get_by_test_id("confirm-ok").click()
         expect(page.get_by_test_id("moved")).to_contain_text("n1 is a follower")
         _assert_filled(page, "http://127.0.0.1:9/hook")
         assert len(a.ctx.store) == 0 and len(b.ctx.store) == 0  # nothing created until Save

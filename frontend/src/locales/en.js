@@ -11,6 +11,16 @@ export default {
     movedDown: '{from} stopped answering: this tab moved to the console of the new leader, {to}.',
     movedFollower: '{from} is a follower: this tab moved to the console of the leader, {to}.',
   },
+  handoff: {
+    title: 'Continue here with what the other console handed over?',
+    message: 'This page was opened with a hand-over that says it comes from the console of node {node}.',
+    unknown: 'an unknown node',
+    key: 'It signs this console in with the key that console used.',
+    keyReplaces: 'It replaces the key this console is signed in with by the key that console used.',
+    drafts: 'It brings back the values of {n} unsaved form(s).',
+    warn: 'Accept only if this tab just moved here from your own console of this cluster: a link from anywhere else can carry someone else\'s key or values. Cancel drops it all.',
+    accept: 'Continue with it',
+  },
   nav: {
     menu: 'Menu', dashboard: 'Dashboard', tasks: 'Tasks', executions: 'Executions', latency: 'Latency',
     timewheel: 'Time wheel', flows: 'Flows', workers: 'Workers', cluster: 'Cluster', deadLetters: 'Dead letters',

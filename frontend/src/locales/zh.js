@@ -11,6 +11,16 @@ export default {
     movedDown: '{from} 已无响应：本标签页已转到新主节点 {to} 的控制台。',
     movedFollower: '{from} 是从节点：本标签页已转到主节点 {to} 的控制台。',
   },
+  handoff: {
+    title: '在此继续使用另一控制台交接的内容？',
+    message: '本页面打开时附带了一份交接，声称来自节点 {node} 的控制台。',
+    unknown: '未知节点',
+    key: '它会用那个控制台所用的密钥登录本控制台。',
+    keyReplaces: '它会把本控制台当前登录的密钥替换为那个控制台所用的密钥。',
+    drafts: '它会恢复 {n} 个未保存表单中填写的内容。',
+    warn: '仅当本标签页刚从您自己在本集群的控制台转到这里时才接受：来自其他任何地方的链接都可能带有他人的密钥或内容。取消则全部丢弃。',
+    accept: '继续使用',
+  },
   nav: {
     menu: '菜单', dashboard: '概览', tasks: '任务', executions: '执行记录', latency: '延迟', timewheel: '时间轮', flows: '流控', workers: '工作节点', cluster: '集群',
     deadLetters: '死信', audit: '审计', admin: '密钥与命名空间',
