@@ -277,10 +277,11 @@ def _error_class(status: int, code: str) -> type[ApiError]:
 
 def _item_error(entry: Mapping[str, Any]) -> ApiError:
     """One item's error of a batch answer, ``{"index", "error": {"code", "message", "field"}}``: a
-    ``not_found`` (the item's namespace) is the 404 the API lists it as, any other a 400."""
+    ``not_found`` (the item's namespace) is the 404 the API lists it as, an ``internal`` a 500, any
+    other a 400 (as the Go and Java SDKs label them)."""
     err = entry.get("error", {})
     code = str(err.get("code", "internal"))
-    status = 404 if code == "not_found" else 400
+    status = 404 if code == "not_found" else 500 if code == "internal" else 400
     return _error_class(status, code)(status, code, str(err.get("message", "")), err.get("field"), entry)
 
 

@@ -218,18 +218,22 @@ func withKeys(err error, bodies []*TaskRequest) error {
 }
 
 // CreateTasks creates tasks in batches of at most 1,000 (each one replicated entry) and returns them in
-// order. A batch holding an invalid task is rejected whole: the *APIError has ItemErrors by index
-// within that batch, and the tasks of earlier batches are returned with it, so the failing batch
-// starts at rs[len(tasks)]. An *OutcomeUnknownError carries the keys of that batch in
-// IdempotencyKeys, in order, the ones the client made up included: IdempotencyKeys[k] is the key of
-// rs[len(tasks)+k]; call again with the tasks from there on, given those keys, to create each once.
+// order. On an error the tasks of earlier batches are returned with it, so the failing batch starts
+// at rs[len(tasks)], and later batches are not sent. A batch holding an invalid task is rejected
+// whole: the *APIError has ItemErrors by index within that batch. A batch applied without some of
+// its items (their namespace deleted meanwhile) is a *BatchPartlyCreatedError: its Tasks has every
+// task created, this batch's too, at its position in rs, and its ItemErrors are by index in rs. An
+// *OutcomeUnknownError carries the keys of the failing batch in IdempotencyKeys, in order, the ones
+// the client made up included: IdempotencyKeys[k] is the key of rs[len(tasks)+k]; call again with
+// the tasks from there on, given those keys, to create each once.
 func (c *Client) CreateTasks(ctx context.Context, rs []*TaskRequest) ([]*Task, error) {
 	return c.createAll(ctx, rs, false)
 }
 
 // CreateTaskIDs is CreateTasks answered with the tasks' ids alone ("Prefer: return=minimal"): the
 // server spares the echo of every task and the client the decoding of it. Same batches, keys and
-// errors as CreateTasks; the ids of earlier batches are returned with an error.
+// errors as CreateTasks; the ids of earlier batches are returned with an error (a
+// *BatchPartlyCreatedError's Tasks hold only their ID).
 func (c *Client) CreateTaskIDs(ctx context.Context, rs []*TaskRequest) ([]string, error) {
 	made, err := c.createAll(ctx, rs, true)
 	ids := make([]string, len(made))
@@ -240,7 +244,8 @@ func (c *Client) CreateTaskIDs(ctx context.Context, rs []*TaskRequest) ([]string
 }
 
 // createAll sends rs, keyed, in batches of at most 1,000 (createBatchAs); the tasks of the batches
-// before a failing one are returned with its error.
+// before a failing one are returned with its error. A batch answered with per-item errors stops it:
+// a *BatchPartlyCreatedError with every task created so far, at its position in rs.
 func (c *Client) createAll(ctx context.Context, rs []*TaskRequest, minimal bool) ([]*Task, error) {
 	bodies := make([]*TaskRequest, len(rs))
 	for i, r := range rs {
@@ -256,12 +261,30 @@ func (c *Client) createAll(ctx context.Context, rs []*TaskRequest, minimal bool)
 		if err != nil {
 			return out, err
 		}
-		for k, t := range items {
-			if errs[k] != nil {
-				return out, errs[k]
+		var refused map[int]*APIError
+		for k, e := range errs {
+			if e != nil {
+				if refused == nil {
+					refused = map[int]*APIError{}
+				}
+				refused[i+k] = e
 			}
-			out = append(out, t)
 		}
+		if refused != nil {
+			tasks := make([]*Task, len(bodies))
+			copy(tasks, out)
+			for k, t := range items {
+				if errs[k] == nil {
+					tasks[i+k] = t
+				}
+			}
+			keys := make([]string, len(bodies))
+			for k, b := range bodies {
+				keys[k] = *b.IdempotencyKey
+			}
+			return out, &BatchPartlyCreatedError{Tasks: tasks, ItemErrors: refused, IdempotencyKeys: keys}
+		}
+		out = append(out, items...)
 	}
 	return out, nil
 }
@@ -303,13 +326,14 @@ func (c *Client) createBatchAs(ctx context.Context, bodies []*TaskRequest, minim
 	return tasks, errs, nil
 }
 
-// batchErrors: per item of a batch of n, the error the answer lists for it, or a 500 for an item
-// answered with neither a task nor an error (missing(i)); an error when it answered another count.
+// batchErrors: per item of a batch of n, the error the answer lists for it (its status by its code:
+// a 404 for not_found), or a 500 for an item answered with neither a task nor an error
+// (missing(i)); an error when it answered another count.
 func batchErrors(n, answered int, missing func(int) bool, listed []batchItemError) ([]*APIError, error) {
 	errs := make([]*APIError, n)
 	for _, e := range listed {
 		if e.Index >= 0 && e.Index < len(errs) {
-			errs[e.Index] = e.Error.apiError(400)
+			errs[e.Index] = e.Error.itemError()
 		}
 	}
 	if answered != n {
@@ -945,7 +969,7 @@ func parseError(status int, raw []byte) *APIError {
 	if len(env.Errors) > 0 {
 		e.ItemErrors = map[int]*APIError{}
 		for _, it := range env.Errors {
-			e.ItemErrors[it.Index] = it.Error.apiError(status)
+			e.ItemErrors[it.Index] = it.Error.itemError()
 		}
 	}
 	return e

@@ -3,6 +3,7 @@ package molens
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -18,7 +19,9 @@ import (
 // 3xx, an error body that is not the API's, or a 2xx whose body is not the JSON object the call
 // expects (Status 502, as in the Python SDK).
 //
-// A rejected batch (400, nothing created) has ItemErrors: the error of each bad item by index.
+// A rejected batch (400, nothing created) has ItemErrors: the error of each bad item by index
+// (an item naming a namespace that does not exist is a 404 not_found, IsNotFound; an invalid one a
+// 400). A batch applied without some of its items is a *BatchPartlyCreatedError instead.
 type APIError struct {
 	Status  int
 	Code    string
@@ -62,6 +65,42 @@ func (e *OutcomeUnknownError) Error() string {
 }
 
 func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// BatchPartlyCreatedError: CreateTasks or CreateTaskIDs sent a batch that was applied without some
+// of its items (their namespace was deleted while the batch was in flight; see docs/api.md), so it
+// stopped there: later batches were not sent. As with every error of theirs, the tasks of the
+// earlier batches are returned with it (that batch starts at rs[len(returned)]).
+type BatchPartlyCreatedError struct {
+	// Tasks follows the tasks given, in order (len(rs)): each one created, by this batch or an
+	// earlier one, or nil (refused, or in a batch never sent). From CreateTaskIDs each holds only
+	// its ID.
+	Tasks []*Task
+	// ItemErrors: the error of each refused task by its index among the tasks given (rs[i]); an
+	// item whose namespace no longer exists is a 404 not_found (IsNotFound).
+	ItemErrors map[int]*APIError
+	// IdempotencyKeys: the key of every task given, in order, the client's own included; creating
+	// again with them answers the tasks that exist and never makes a duplicate.
+	IdempotencyKeys []string
+}
+
+func (e *BatchPartlyCreatedError) Error() string {
+	made, first := 0, -1
+	for _, t := range e.Tasks {
+		if t != nil {
+			made++
+		}
+	}
+	for i := range e.ItemErrors {
+		if first < 0 || i < first {
+			first = i
+		}
+	}
+	if first < 0 {
+		return fmt.Sprintf("molens: %d of %d tasks created", made, len(e.Tasks))
+	}
+	return fmt.Sprintf("molens: %d of %d tasks created; task %d was not: %s", made, len(e.Tasks), first,
+		strings.TrimPrefix(e.ItemErrors[first].Error(), "molens: "))
+}
 
 // ConnectionError: no node answered within the retry budget.
 type ConnectionError struct {
@@ -134,6 +173,19 @@ type errorBody struct {
 type errorEnvelope struct {
 	Error  *errorBody       `json:"error"`
 	Errors []batchItemError `json:"errors"`
+}
+
+// itemError is one item's error in a batch answer, with the status the server gives its code: an
+// item refused because its namespace does not exist is not_found (404), one the state machine
+// failed internal (500), an invalid one invalid_argument (400; any other code too).
+func (b errorBody) itemError() *APIError {
+	switch b.Code {
+	case "not_found":
+		return b.apiError(404)
+	case "internal":
+		return b.apiError(500)
+	}
+	return b.apiError(400)
 }
 
 func (b errorBody) apiError(status int) *APIError {

@@ -250,3 +250,11 @@ def test_a_full_disk_answer_is_retried_and_then_raised_with_its_retry_after(monk
             c.stats()
         assert (ei.value.status, ei.value.retry_after_s, len(seen)) == (507, 7, 3)
         assert isinstance(ei.value, client_mod.UnavailableError)
+
+
+def test_a_batch_items_error_is_labelled_by_its_code_as_the_go_and_java_sdks_do() -> None:
+    def item(code: str) -> client_mod.ApiError:
+        return client_mod._item_error({"index": 0, "error": {"code": code, "message": "m", "field": None}})
+
+    assert [(e.status, type(e).__name__) for e in (item("not_found"), item("internal"), item("invalid_argument"))] == [
+        (404, "TaskNotFoundError"), (500, "ApiError"), (400, "BadRequestError")]

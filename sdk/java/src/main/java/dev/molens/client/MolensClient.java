@@ -27,6 +27,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.ThreadLocalRandom;
 
 /**
@@ -218,8 +219,10 @@ public final class MolensClient implements AutoCloseable {
      * Creates tasks in batches of at most 1,000 (each one replicated entry) and returns them in order. A batch
      * holding an invalid task is rejected whole: {@link ApiException#getItemErrors()} by index within that batch;
      * earlier batches stay created, and every exception it throws names them ({@link MolensException#getCreated()}:
-     * the failing batch starts at their count). {@link OutcomeUnknownException} carries the keys of the batch
-     * whose outcome could not be learnt, in order.
+     * the failing batch starts at their count); later batches are not sent. A batch applied without some of its
+     * items (their namespace deleted meanwhile) throws {@link BatchPartlyCreatedException}: every task created, that
+     * batch's too, at its position among the tasks given, and the errors by that index.
+     * {@link OutcomeUnknownException} carries the keys of the batch whose outcome could not be learnt, in order.
      */
     public List<Task> createAll(List<TaskRequest> rs) {
         return createAll(rs, false);
@@ -227,7 +230,8 @@ public final class MolensClient implements AutoCloseable {
 
     /**
      * {@link #createAll} answered with the tasks' ids alone ({@code Prefer: return=minimal}): the server
-     * spares the echo of every task and the client the decoding of it. Same batches, keys and errors.
+     * spares the echo of every task and the client the decoding of it. Same batches, keys and errors (the tasks of
+     * {@link MolensException#getCreated()} and {@link BatchPartlyCreatedException#getTasks()} hold only their id).
      */
     public List<String> createAllIds(List<TaskRequest> rs) {
         List<String> ids = new ArrayList<String>(rs.size());
@@ -246,12 +250,27 @@ public final class MolensClient implements AutoCloseable {
         try {
             for (int i = 0; i < bodies.size(); i += 1000) {
                 BatchResult res = createBatch(bodies.subList(i, Math.min(bodies.size(), i + 1000)), minimal);
-                for (int k = 0; k < res.tasks.size(); k++) {
+                Map<Integer, ApiException> refused = new TreeMap<Integer, ApiException>();
+                for (int k = 0; k < res.errors.size(); k++) {
                     if (res.errors.get(k) != null) {
-                        throw res.errors.get(k);
+                        refused.put(i + k, res.errors.get(k));
                     }
-                    out.add(res.tasks.get(k));
                 }
+                if (!refused.isEmpty()) { // applied without some items: report what it created, and stop
+                    List<Task> tasks = new ArrayList<Task>(out);
+                    for (int k = 0; k < res.tasks.size(); k++) {
+                        tasks.add(res.errors.get(k) == null ? res.tasks.get(k) : null);
+                    }
+                    while (tasks.size() < bodies.size()) {
+                        tasks.add(null);
+                    }
+                    List<String> keys = new ArrayList<String>(bodies.size());
+                    for (TaskRequest b : bodies) {
+                        keys.add(b.getIdempotencyKey());
+                    }
+                    throw new BatchPartlyCreatedException(tasks, refused, keys);
+                }
+                out.addAll(res.tasks);
             }
         } catch (MolensException e) { // how far it got: the failing batch starts at getCreated().size()
             e.created = Collections.unmodifiableList(new ArrayList<Task>(out));
@@ -313,7 +332,10 @@ public final class MolensClient implements AutoCloseable {
         return call("POST", "/api/v1/tasks/batch", body, true, type(JsonNode.class), extra);
     }
 
-    /** Per item of a batch of {@code n}, the error the answer gave it (a 500 for an item answered with nothing), or null. */
+    /**
+     * Per item of a batch of {@code n}, the error the answer gave it (its status by its code: {@link #itemStatus}),
+     * a 500 for an item answered with nothing, or null.
+     */
     private static List<ApiException> batchErrors(int n, JsonNode out) {
         List<ApiException> errors = new ArrayList<ApiException>();
         JsonNode items = out.path("items");
@@ -326,7 +348,7 @@ public final class MolensClient implements AutoCloseable {
         for (JsonNode e : out.path("errors")) {
             int i = e.path("index").asInt(-1);
             if (i >= 0 && i < errors.size()) {
-                errors.set(i, errorOf(400, e.path("error"), null));
+                errors.set(i, itemError(e));
             }
         }
         return errors;
@@ -1094,10 +1116,28 @@ public final class MolensClient implements AutoCloseable {
         if (root.path("errors").size() > 0) {
             items = new HashMap<Integer, ApiException>();
             for (JsonNode e : root.path("errors")) {
-                items.put(e.path("index").asInt(), errorOf(status, e.path("error"), null));
+                items.put(e.path("index").asInt(), itemError(e));
             }
         }
         return errorOf(status, root.path("error"), items);
+    }
+
+    /**
+     * One item's error of a batch answer, {@code {"index", "error": {"code", "message", "field"}}}, with the status
+     * the server gives its code: an item refused because its namespace does not exist is {@code not_found} (404, a
+     * {@link NotFoundException}), one the state machine failed {@code internal} (500), an invalid one (any other
+     * code too) 400.
+     */
+    private static ApiException itemError(JsonNode entry) {
+        JsonNode err = entry.path("error");
+        return errorOf(itemStatus(err.path("code").asText("")), err, null);
+    }
+
+    static int itemStatus(String code) {
+        if ("not_found".equals(code)) {
+            return 404;
+        }
+        return "internal".equals(code) ? 500 : 400;
     }
 
     private static ApiException errorOf(int status, JsonNode err, Map<Integer, ApiException> items) {

@@ -363,6 +363,92 @@ public class TransportTest {
                 outcomeUnknown(() -> c.create(far().setIdempotencyKey("one"))).getCreated().size());
     }
 
+    // ------------------------------------------------------------- a batch applied without some items
+
+    @Test
+    public void aBatchAppliedWithoutSomeItemsReportsEveryTaskItCreatedAndTheErrorsByIndex() throws Exception {
+        // 2,003 tasks: the first batch is created whole, the second is applied without its item 1 (listed:
+        // not_found, its namespace deleted meanwhile) and its item 5 (null, listed nowhere); the third is never sent
+        for (final boolean ids : new boolean[] {false, true}) {
+            final List<List<String>> sent = Collections.synchronizedList(new ArrayList<List<String>>());
+            HttpServer s = node(ex -> {
+                JsonNode tasks = MolensClient.JSON.readTree(body(ex)).path("tasks");
+                List<String> keys = new ArrayList<String>();
+                for (JsonNode t : tasks) {
+                    keys.add(keyOf(t));
+                }
+                int batch;
+                synchronized (sent) {
+                    batch = sent.size();
+                    sent.add(keys);
+                }
+                StringBuilder items = new StringBuilder();
+                for (int i = 0; i < tasks.size(); i++) {
+                    items.append(i == 0 ? "" : ", ");
+                    if (batch == 1 && (i == 1 || i == 5)) {
+                        items.append("null");
+                    } else {
+                        items.append("{\"id\": \"b").append(batch).append('-').append(i).append("\", \"status\": \"pending\"}");
+                    }
+                }
+                String errors = batch != 1 ? "[]" : "[{\"index\": 1, \"error\": {\"code\": \"not_found\", "
+                        + "\"message\": \"namespace gone not found\", \"field\": \"namespace\"}}]";
+                answer(ex, 201, "{\"items\": [" + items + "], \"errors\": " + errors + "}");
+            });
+            final MolensClient c = client(url(s)).build();
+            final List<TaskRequest> reqs = new ArrayList<TaskRequest>();
+            for (int i = 0; i < 2003; i++) {
+                reqs.add(far());
+            }
+            BatchPartlyCreatedException e = null;
+            try {
+                if (ids) {
+                    c.createAllIds(reqs);
+                } else {
+                    c.createAll(reqs);
+                }
+                fail("no error");
+            } catch (BatchPartlyCreatedException x) {
+                e = x;
+            }
+            assertEquals("the earlier batches' tasks", 1000, e.getCreated().size());
+            assertEquals("b0-999", e.getCreated().get(999).id);
+            assertEquals("one per task given", 2003, e.getTasks().size());
+            for (int i = 0; i < 2003; i++) {
+                String want = i < 1000 ? "b0-" + i : i < 2000 && i != 1001 && i != 1005 ? "b1-" + (i - 1000) : null;
+                Task t = e.getTasks().get(i);
+                assertEquals("tasks[" + i + "]", want, t == null ? null : t.id);
+            }
+            assertEquals(Arrays.asList(1001, 1005), new ArrayList<Integer>(e.getItemErrors().keySet()));
+            ApiException gone = e.getItemErrors().get(1001);
+            assertTrue(String.valueOf(gone), gone instanceof NotFoundException && gone.isNotFound());
+            assertEquals("not_found", gone.getCode());
+            assertEquals("namespace", gone.getField());
+            assertEquals(500, e.getItemErrors().get(1005).getStatus());
+            assertEquals("internal", e.getItemErrors().get(1005).getCode());
+            assertEquals("the third batch is not sent", 2, sent.size());
+            assertEquals(2003, e.getIdempotencyKeys().size());
+            assertEquals(sent.get(0), e.getIdempotencyKeys().subList(0, 1000));
+            assertEquals(sent.get(1), e.getIdempotencyKeys().subList(1000, 2000));
+            assertEquals("1998 of 2003 tasks created; task 1001 was not: 404 not_found: namespace gone not found (field namespace)",
+                    e.getMessage());
+        }
+    }
+
+    @Test
+    public void aBatchRejectedForANamespaceThatDoesNotExistListsItsItemsAsNotFound() throws Exception {
+        HttpServer s = node(ex -> answer(ex, 400, "{\"error\": {\"code\": \"invalid_argument\", \"field\": \"tasks[0].interval_ms\", "
+                + "\"message\": \"2 of 2 tasks are invalid; nothing was created\"}, \"items\": [null, null], \"errors\": ["
+                + "{\"index\": 0, \"error\": {\"code\": \"invalid_argument\", \"field\": \"interval_ms\", \"message\": \"bad\"}}, "
+                + "{\"index\": 1, \"error\": {\"code\": \"not_found\", \"field\": \"namespace\", \"message\": \"namespace x not found\"}}]}"));
+        final MolensClient c = client(url(s)).build();
+        ApiException e = MolensClientTest.apiError(() -> c.createAll(Arrays.asList(far(), far())), 400, "invalid_argument",
+                "tasks[0].interval_ms");
+        assertEquals(0, e.getCreated().size());
+        assertTrue(e.getItemErrors().get(0).isBadRequest());
+        assertTrue(String.valueOf(e.getItemErrors().get(1)), e.getItemErrors().get(1) instanceof NotFoundException);
+    }
+
     // ----------------------------------------------------------------------------------- 507
 
     @Test
