@@ -58,7 +58,6 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from concurrent.futures import wait as futures_wait
 from enum import StrEnum
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -1333,8 +1332,8 @@ class BatchingClient:
         self.max_pending = max_pending
         self._queue: deque[tuple[dict[str, Any], Future[Task]]] = deque()
         self._cv = threading.Condition()
-        self._sending: set[Future[Task]] = set()
-        """The futures of the batches being sent."""
+        self._sending: dict[int, int] = {}
+        """The batches being sent, each a run of submits: first -> end (submit numbers, from 0)."""
         self._closing = False
         self._oldest = 0.0
         self._submitted = 0
@@ -1372,13 +1371,15 @@ class BatchingClient:
     def flush(self, timeout: float | None = None) -> None:
         """Send everything submitted so far and wait until it has been answered (what other threads
         submit meanwhile is not waited for, and batches as usual)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
-            waiting = [f for _, f in self._queue] + list(self._sending)
-            self._flush_upto = self._submitted
+            upto = self._flush_upto = max(self._flush_upto, self._submitted)
             self._cv.notify_all()
-        _, not_done = futures_wait(waiting, timeout)
-        if not_done:
-            raise TimeoutError(f"flush timed out: {len(not_done)} of {len(waiting)} tasks not answered yet")
+            while self._taken < upto or any(first < upto for first in self._sending):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError("flush timed out: tasks submitted before it are not answered yet")
+                self._cv.wait(left)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the background thread."""
@@ -1412,18 +1413,19 @@ class BatchingClient:
                         break
                     self._cv.wait(left)
                 taken = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                first = self._taken
                 self._taken += len(taken)
                 if self._queue:
                     self._oldest = time.monotonic()
                 # a future cancelled meanwhile is left out; the others can no longer be cancelled
                 batch = [(b, f) for b, f in taken if f.set_running_or_notify_cancel()]
-                self._sending.update(f for _, f in batch)
+                self._sending[first] = self._taken
                 self._cv.notify_all()
             try:
                 self._send(batch)
             finally:
                 with self._cv:
-                    self._sending.difference_update(f for _, f in batch)
+                    del self._sending[first]
                     self._cv.notify_all()
 
     def _send(self, batch: builtins.list[tuple[dict[str, Any], Future[Task]]]) -> None:
