@@ -88,6 +88,21 @@ MUTANTS = [
     Mutant("resume-mid-occurrence-keeps-missed", "a periodic task paused while it retried and resumed from now "
            "follows its catch-up for what came due while it was paused", "molens.fsm.machine:_resume",
            "if drops_paused and periodic and not from_schedule:", "if False:"),
+    Mutant("trigger-due-after-interval", "a triggered task's occurrence is due an interval after the trigger, not at once",
+           "molens.fsm.machine:_trigger", "nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)",
+           "nt = _replace(t, due_ms=now + (t.spec.interval_ms or 0), sched_ms=now, updated_ms=now)"),
+    Mutant("trigger-keeps-schedule", "a trigger makes the upcoming occurrence due now but leaves its instant: a "
+           "periodic task then goes on after that instant, which never fires (the trigger replaces an occurrence "
+           "instead of adding one)", "molens.fsm.machine:_trigger",
+           "nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)", "nt = _replace(t, due_ms=now, updated_ms=now)"),
+    Mutant("delete-keeps-task", "a delete removes a task's fire record, key and history but leaves the task itself, "
+           "which goes on firing", "molens.fsm.machine:_remove", "tx.delete(t)", "pass"),
+    Mutant("delete-keeps-idempotency-key", "a deleted task's idempotency key is left behind: a create with it "
+           "answers the deleted task", "molens.fsm.machine:_remove", "tx.w.idem[key] = None", "pass"),
+    Mutant("delete-keeps-fire-record", "a task deleted with a fire in flight leaves that fire's record behind",
+           "molens.fsm.machine:_remove", "tx.w.fires[t.inflight] = None", "pass"),
+    Mutant("delete-keeps-history", "a deleted task's history rows (and dead letters) are left behind",
+           "molens.fsm.machine:_remove", "tx.w.history_deletes.append(t.id)", "pass"),
     Mutant("window-edge-skipped", "the loader's window skips timers due exactly at its edge",
            "molens.schedule.horizon:HorizonWheel.load", 'self.start = (until, "")', 'self.start = (until + 1, "")'),
     Mutant("reach-lags-read", "the wheel's reach says how late it is, not how far its load read: a new task due "

@@ -36,8 +36,13 @@ a concurrency or a pause (lifted later) and receivers answering 429 with Retry-A
 right after a slice (often in the middle of a new leader's first fill), creates due at the
 window's edge, one ms before and one after it, while the loader moves it, clients asking once for
 a backfill of a past range of a periodic task (docs/architecture.md#backfill), often starting before
-the task was created, and clients pausing and resuming tasks of their own (delayed and periodic, before,
-between or in the middle of an occurrence, resumed from now or from their schedule, some twice).
+the task was created, clients pausing and resuming tasks of their own (delayed and periodic, before,
+between or in the middle of an occurrence, resumed from now or from their schedule, some twice), clients
+triggering tasks of their own (``TriggerTask``: delayed ones before their time, periodic ones with every
+``catchup`` and ``overlap``, once or twice at random times; a refused or lost trigger asked again, up to
+five times) and clients deleting tasks of their own (``DeleteTasks``: delayed ones before their time, with a
+fire in flight or a retry waiting, awaiting their ACK or finished, periodic ones at a random time), some
+created again afterwards with the same idempotency key.
 
 After a quiet period the run checks (:func:`check`): replicas identical; at_most_once fire ids
 delivered at most once; every request at or after its due time, and within tick + latencies of it
@@ -69,7 +74,17 @@ task that ran over an instant (its first attempt reached the receiver before it,
 applied after it), ``skip``'s next occurrence is not before the result and ``buffer_one``'s is the
 first instant after the start, due when the result was applied. Pauses (:func:`check_pauses`): nothing
 sent from a ``Dispatched`` entry applied while the task was paused, no instant that came due while it
-was paused fired after a resume from now, and a periodic task fires again after its resume.
+was paused fired after a resume from now, and a periodic task fires again after its resume. Triggers
+(:func:`check_triggers`): the triggered occurrence is due, and scheduled, at the trigger's ``now_ms``, and
+reaches the receiver within ``LATENESS_BOUND`` of the trigger's commit while the cluster is healthy (unless
+the machine skipped it by its rules); a periodic task's next occurrence is never before the schedule's next
+regular instant after the trigger nor at an instant already sent for, and is that instant when the triggered
+one ended before it (the trigger adds one occurrence; the other checks leave only the triggered occurrence's
+own timing and the instants it took the place of to this one). Deletes (:func:`check_deletes`): nothing of a
+deleted task is sent from a ``Dispatched`` entry applied after its delete; right after a replica applies the
+delete and on every replica at the end, the task, its fire records, idempotency key, history and dead
+letters are gone; a create with the key afterwards makes a new task; the other checks see a deleted task as
+it was just before its delete (as the Cleaner's expired ones), but for where it stood at the end.
 
     .venv/bin/python -m tests.sim.scheduler_sim --seeds 5000        # ends with: sim: seeds=N failures=F
     .venv/bin/python -m tests.sim.scheduler_sim --seed 17 --trace   # replay one seed
@@ -110,6 +125,7 @@ from molens.fsm.commands import (
     Command,
     CreateItem,
     CreateTasks,
+    DeleteTasks,
     Dispatched,
     Expire,
     FlowSettings,
@@ -119,6 +135,7 @@ from molens.fsm.commands import (
     ResultItem,
     Results,
     ResumeTasks,
+    TriggerTask,
     UpdateTask,
 )
 from molens.fsm.machine import (
@@ -126,6 +143,7 @@ from molens.fsm.machine import (
     Applied,
     SendFire,
     jitter,
+    next_scheduled,
 )
 from molens.fsm.memstate import MemoryState
 from molens.fsm.store import EntryResult
@@ -216,6 +234,40 @@ class BackfillAsked:
         return self.start <= d.scheduled < self.end and d.at >= self.at and _seq(d) >= self.seq_before
 
 
+@dataclass(frozen=True)
+class TriggerApplied:
+    """A client's ``TriggerTask`` that applied (docs/architecture.md#task-rules), as committed."""
+
+    task_id: str
+    index: int
+    """Its log index (1-based, as ``dispatch_index``)."""
+    at: int
+    """When it committed."""
+    now_ms: int
+    """The command's ``now_ms``: the triggered occurrence's due time and instant."""
+    seq: int
+    """The occurrence it moved (fire id ``{task id}-{seq}``)."""
+    periodic: bool
+    next_ms: int | None
+    """A periodic task's next regular instant after ``now_ms``: where its schedule continues."""
+    before_sched: int
+    """The instant of the occurrence it moved; when that is not after ``now_ms`` (it had come due, not
+    fired yet) the trigger took its place (and with ``catchup`` all those after it up to ``now_ms``)."""
+    full: bool
+    """``MAX_RUNNING`` occurrences of an allow task ran then (its own may wait for one or be skipped)."""
+
+
+@dataclass(frozen=True)
+class DeleteApplied:
+    """A client's ``DeleteTasks`` that removed a task (docs/architecture.md#task-rules), as committed."""
+
+    task: Any
+    """The task as it was just before (its checks still apply to what it did until then)."""
+    index: int
+    at: int
+    now_ms: int
+
+
 @dataclass
 class Plan:
     behaviour: str
@@ -223,6 +275,8 @@ class Plan:
     idem: str | None = None
     throttle: int = 0
     """``throttle``: the first this-many requests of each fire id answer 429 with Retry-After."""
+    task_id: str | None = None
+    """The task the client's create found on record under ``idem`` (set when its create is done)."""
 
 
 @dataclass
@@ -455,6 +509,32 @@ class Sim:
         """(task id, log index) of the pauses that applied in the middle of an occurrence (an attempt made)."""
         self.dispatch_index: dict[tuple[str, FireKind, int], int] = {}
         """(fire id, kind, attempt) -> the log index of the ``Dispatched`` entry that sent it."""
+        self.sent_instant: dict[str, tuple[int, int]] = {}
+        """Callback fire id -> the instant its first send carried (``X-Molens-Scheduled-At``), delivered or not,
+        and the log index of the ``Dispatched`` entry that sent it."""
+        self.xrng = random.Random(seed * 5_000_011 + 29)
+        """The trigger workload's own draws."""
+        self.drng = random.Random(seed * 6_000_023 + 37)
+        """The delete workload's own draws."""
+        self.client_reqs: dict[str, tuple[dict[str, Any], Plan]] = {}
+        """Idempotency key -> the create request and plan of each client task made by ``create_at``."""
+        self.triggers: list[TriggerApplied] = []
+        """Triggers that applied, in log order."""
+        self.trigger_outcome: dict[TriggerTask, bool] = {}
+        """A proposed ``TriggerTask`` -> whether it applied (False: refused) once a replica applied it (keyed by
+        the command, not its ``id``: a lost command's id may be reused by a later one)."""
+        self.triggers_refused = 0
+        self.deleted: dict[str, DeleteApplied] = {}
+        """Tasks a client's ``DeleteTasks`` removed, by id (the first delete that applied)."""
+        self.deleted_execs: list[Any] = []
+        """Their history rows just before the delete (what they did until then is still checked)."""
+        self.deleted_dead: dict[str, Any] = {}
+        """Their dead letters just before the delete."""
+        self.delete_residue: list[str] = []
+        """What a replica still held of a task right after applying its delete (must stay empty)."""
+        self.recreates: dict[str, tuple[str, Plan, int]] = {}
+        """Idempotency key -> (the deleted task's id, the plan of the create made with the key after the
+        delete, when that create was asked)."""
 
     # ---------------------------------------------------------------- event loop
 
@@ -536,7 +616,7 @@ class Sim:
                     t = rep.get_task(it.task_id)
                     r = next((r for r in t.running if r.fire_id(t.id) == it.fire_id), None) if t else None
                     dues[it.fire_id] = (r.due_ms, r.sched_ms) if r else (t.due_ms, t.sched_ms) if t else (None, -1)
-            before = rep.get_task(cmd.task_id) if isinstance(cmd, BackfillTask) else None
+            before = rep.get_task(cmd.task_id) if isinstance(cmd, BackfillTask | TriggerTask) else None
             first = n == self.nodes[0] and self.applied[n] > self.noted
             if first:
                 self.noted = self.applied[n]
@@ -545,7 +625,26 @@ class Sim:
                 execs = [e for e in rep.executions if e.task_id in gone]
             was_paused = {tid for tid in self.task_pauses if (t := rep.get_task(tid)) is not None
                           and t.status is Status.PAUSED} if first else set()
+            if isinstance(cmd, DeleteTasks) and first:
+                doomed = {tid: rep.get_task(tid) for tid in cmd.task_ids}
+                doomed_execs = [e for e in rep.executions if e.task_id in doomed]
+                doomed_dead = {k: d for k, d in rep.dead.items() if d.task_id in doomed}
             out = rep.apply(cmd)
+            if isinstance(cmd, TriggerTask):
+                self.trigger_outcome.setdefault(cmd, not isinstance(out.results[0], Exception))
+                if first:
+                    self.note_trigger(cmd, before, out)
+            if isinstance(cmd, DeleteTasks):
+                for tid, res in zip(cmd.task_ids, out.results):
+                    if isinstance(res, Exception):
+                        continue
+                    self.delete_residue += self.residue(rep, tid, f"{n} right after applying its delete "
+                                                                  f"(entry {self.applied[n]})")
+                    if first and tid not in self.deleted:
+                        idx = self.applied[n]
+                        self.deleted[tid] = DeleteApplied(doomed[tid], idx, self.commit_at[idx - 1], cmd.now_ms)
+                        self.deleted_execs += [e for e in doomed_execs if e.task_id == tid]
+                        self.deleted_dead.update({k: d for k, d in doomed_dead.items() if d.task_id == tid})
             for tid in was_paused:  # left paused by a result (max_fails reached, a delayed task done)
                 t = rep.get_task(tid)
                 if not isinstance(cmd, ResumeTasks) and (t is None or t.status is not Status.PAUSED):
@@ -575,6 +674,35 @@ class Sim:
                 self.backfills[cmd.task_id].append(BackfillAsked(cmd.start_ms, cmd.end_ms, cmd.now_ms, before.seq))
             if is_leader:
                 self.on_applied(cmd, term, out, dues)
+
+    def note_trigger(self, cmd: TriggerTask, before: Any, out: Applied) -> None:
+        """Record a ``TriggerTask`` as ``nodes[0]`` first applied it (``before``: its task then)."""
+        nt = out.results[0]
+        if isinstance(nt, Exception) or before is None:
+            self.triggers_refused += 1
+            return
+        idx = self.applied[self.nodes[0]]
+        periodic = nt.spec.type is TaskType.PERIODIC
+        self.triggers.append(TriggerApplied(
+            cmd.task_id, idx, self.commit_at[idx - 1], cmd.now_ms, nt.seq, periodic,
+            next_scheduled(nt, cmd.now_ms) if periodic else None, before.sched_ms,
+            len(before.running) >= MAX_RUNNING,
+        ))
+
+    @staticmethod
+    def residue(rep: MemoryState, tid: str, where: str) -> list[str]:
+        """What replica ``rep`` still holds of deleted task ``tid``: the task, a fire record, its
+        idempotency key, history rows, dead letters (docs/architecture.md#task-rules: all go)."""
+        left = []
+        if tid in rep.tasks:
+            left.append(f"the task {rep.tasks[tid]}")
+        left += [f"fire record {f}" for f in rep.fires.values() if f.task_id == tid]
+        left += [f"idempotency key {k!r}" for k, v in rep.idem.items() if v == tid]
+        rows = [e for e in rep.executions if e.task_id == tid]
+        if rows:
+            left.append(f"{len(rows)} history rows (first {rows[0]})")
+        left += [f"dead letter {d.id}" for d in rep.dead.values() if d.task_id == tid]
+        return [f"deleted task {tid}: {where}, {what} left" for what in left]
 
     # ---------------------------------------------------------------- leadership
 
@@ -848,6 +976,8 @@ class Sim:
                     ld.plan.sent_local(len(group))
             for e in fires:
                 self.dispatch_index[(e.fire.fire_id, e.fire.kind, e.fire.attempt)] = self.applied[ld.node]
+                if e.fire.kind is FireKind.CALLBACK:
+                    self.sent_instant.setdefault(e.fire.fire_id, (e.scheduled_ms, self.applied[ld.node]))
                 self.send_fire(e, ld.term)
             self.monitor()
         self.wake()
@@ -1192,6 +1322,8 @@ class Sim:
         if r.random() < 0.7:
             self.flow_workload()
         self.pause_workload()
+        self.trigger_workload()
+        self.delete_workload()
         self.allow_workload(kinds)
         for i, (req, plan) in enumerate(kinds):
             req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
@@ -1306,6 +1438,132 @@ class Sim:
             self.at(when + p.randint(200, 15_000),
                     lambda idem=idem, cycles=cycles, wait=wait: self.client_pause(idem, cycles, self.now + wait))
 
+    def trigger_workload(self) -> None:
+        """Tasks a client triggers (docs/architecture.md#task-rules): delayed ones before their time,
+        periodic ones (jitter, every ``catchup`` and ``overlap``) between occurrences, once or twice at
+        random times; a trigger the machine refuses (the task not pending, or a fire in flight) is
+        asked again a little later, up to five times in all."""
+        x = self.xrng
+        for _ in range(x.choice([0, 1, 2, 3])):
+            ack = None
+            rel = x.choice(["at_least_once", "at_least_once", "at_most_once"])
+            if x.random() < 0.35:
+                req: dict[str, Any] = {"type": "delayed", "interval_ms": x.randint(2_000, 30_000),
+                                       "max_retries": x.randint(0, 2), "reliability": rel}
+                beh = x.choice(["ok", "ok", "flaky", "err"])
+                if x.random() < 0.3 and rel == "at_least_once":
+                    ack = x.choice(["ok", "flaky"])
+                    req["ack_url"] = f"http://127.0.0.1/ack/{ack}"
+                    req["ack_delay_ms"] = x.choice([100, 500])
+            else:
+                req = {"type": "periodic", "interval_ms": x.choice([1_000, 1_500, 2_000, 3_000, 5_000]),
+                       "max_fails": 3, "max_retries": x.randint(0, 2), "reliability": rel,
+                       "catchup": x.choice(["one", "none", "all"]),
+                       "overlap": x.choice(["skip", "buffer_one", "allow"])}
+                if x.random() < 0.3:
+                    req["jitter_ms"] = x.choice([200, 400])
+                beh = x.choice(["ok", "ok", "ok", "flaky", "slow", "err"])
+            when = self.t0 + x.randint(0, 10_000)
+            idem = self.create_at(when, req, beh, ack=ack)
+            for _ in range(x.choice([1, 1, 2])):
+                self.at(when + x.randint(300, 30_000), lambda idem=idem: self.client_trigger(idem, 5))
+
+    def client_trigger(self, idem: str, tries: int) -> None:
+        """A client triggering the task of ``idem``; refused or lost, it asks again (``tries`` in all)."""
+        ld = self.leader
+        plan = self.client_reqs[idem][1]
+        if ld is None or plan.task_id is None:  # no leader, or not created yet: the client waits
+            self.at(self.now + 300, lambda: self.client_trigger(idem, tries))
+            return
+        t = self.replicas[ld.node].get_task(plan.task_id)
+        if t is None or t.status in TERMINAL_STATUSES:
+            return  # nothing left to trigger
+        if t.spec.overlap is Overlap.ALLOW:
+            # A known product bug this client steers clear of: an overlap allow task triggered while an
+            # occurrence planned ahead (dispatch lead) is in flight goes on at the first instant after
+            # the trigger, that occurrence's own, so the instant fires twice (seed 35 fails without
+            # this line). Its fix changes how a trigger applies (a version gate); until then the
+            # simulation triggers no allow task.
+            return
+        cmd = TriggerTask(self.now, plan.task_id)
+        self.log_(f"client: trigger {plan.task_id} ({t.status}, due {t.due_ms and t.due_ms - self.t0})")
+        self.propose(cmd)
+
+        def verify() -> None:
+            if not self.trigger_outcome.get(cmd, False) and tries > 1:
+                self.at(self.now + self.xrng.randint(100, 700), lambda: self.client_trigger(idem, tries - 1))
+
+        self.at(self.now + 50, verify)
+
+    def delete_workload(self) -> None:
+        """Tasks a client deletes (docs/architecture.md#task-rules): delayed ones before their time, while
+        an attempt is out or a retry waits, while their ACK is awaited, or once finished; periodic ones at
+        a random time. After some deletes the client creates again with the same idempotency key."""
+        d = self.drng
+        for _ in range(d.choice([0, 1, 2, 3, 4])):
+            mode = d.choice(["pending", "firing", "firing", "ack", "periodic", "finished"])
+            rel = d.choice(["at_least_once", "at_least_once", "at_most_once"])
+            ack = None
+            want: str | None = None
+            req: dict[str, Any] = {"type": "delayed", "interval_ms": d.randint(2_000, 20_000),
+                                   "max_retries": d.randint(0, 3), "reliability": rel}
+            beh = d.choice(["ok", "flaky"])
+            after = d.randint(0, req["interval_ms"])  # mostly before its time
+            if mode == "firing":  # an attempt out (a slow receiver: until its timeout) or a retry waiting
+                req["interval_ms"] = d.randint(0, 5_000)
+                req["max_retries"] = d.randint(1, 3)
+                beh, want, after = d.choice(["slow", "slow", "err", "flaky"]), "firing", 0
+            elif mode == "ack":
+                req["reliability"] = "at_least_once"
+                ack = d.choice(["ok", "ackfail", "flaky"])
+                req["ack_url"] = f"http://127.0.0.1/ack/{ack}"
+                req["ack_delay_ms"] = 500
+                req["interval_ms"] = d.randint(0, 5_000)
+                beh, want, after = "ok", "ack", 0
+            elif mode == "finished":
+                req["interval_ms"] = d.randint(0, 3_000)
+                want, after = "finished", 0
+            elif mode == "periodic":
+                req = {"type": "periodic", "interval_ms": d.choice([1_000, 1_500, 2_000]), "max_fails": 3,
+                       "max_retries": d.randint(0, 2), "reliability": rel,
+                       "catchup": d.choice(["one", "none", "all"]),
+                       "overlap": d.choice(["skip", "buffer_one", "allow"])}
+                beh = d.choice(["ok", "ok", "flaky", "slow", "err"])
+                want = "firing" if d.random() < 0.4 else None
+                after = d.randint(1_000, 20_000)
+            when = self.t0 + d.randint(0, 15_000)
+            idem = self.create_at(when, req, beh, ack=ack)
+            recreate = d.random() < 0.4
+            self.at(when + after, lambda idem=idem, want=want, recreate=recreate:
+                    self.client_delete(idem, want, self.now + 15_000, recreate))
+
+    def client_delete(self, idem: str, want: str | None, until: int, recreate: bool) -> None:
+        """A client deleting the task of ``idem`` once its create is done (until ``until``, when it is in
+        the state ``want``: ``firing`` with a fire in flight, ``ack`` awaiting its ACK, ``finished``),
+        again until the leader's replica shows it gone; then, if ``recreate``, creating with the key again."""
+        ld = self.leader
+        req, plan = self.client_reqs[idem]
+        if ld is not None and plan.task_id is not None:
+            tid = plan.task_id
+            t = self.replicas[ld.node].get_task(tid)
+            if t is None:
+                if recreate and tid in self.deleted and idem not in self.recreates:
+                    again = Plan("ok", idem=idem)
+                    self.recreates[idem] = (tid, again, self.now)
+                    self.log_(f"client: create again with the key {idem} of deleted task {tid}")
+                    self.at(self.now + self.drng.randint(0, 3_000), lambda: self.client_create(
+                        {**req, "callback_url": "http://127.0.0.1/cb/ok"}, again))
+                return  # deleted (or expired)
+            state = {"firing": t.status is Status.FIRING and (t.inflight is not None or any(r.inflight for r in t.running)),
+                     "ack": t.status is Status.AWAITING_ACK,
+                     "finished": t.status in TERMINAL_STATUSES}
+            if want is not None and not state[want] and self.now < until:
+                self.at(self.now + 20, lambda: self.client_delete(idem, want, until, recreate))
+                return
+            self.log_(f"client: delete {tid} ({t.status}, attempt {t.attempt}, in flight {t.inflight})")
+            self.propose(DeleteTasks(self.now, (tid,)))
+        self.at(self.now + 300, lambda: self.client_delete(idem, want, until, recreate))
+
     def client_pause(self, idem: str, cycles: int, firing_until: int = 0) -> None:
         """A client pausing the task of ``idem``, again until the leader's replica shows it paused (then
         resumed a little later), finished or gone; until ``firing_until`` it waits for the task to be
@@ -1406,6 +1664,7 @@ class Sim:
         plan = Plan(behaviour, ack=ack, idem=f"client-{self.client_n}", throttle=throttle)
         req = {"callback_url": f"http://127.0.0.1/cb/{behaviour}", "timeout_ms": 1_000, **req,
                "idempotency_key": plan.idem}
+        self.client_reqs[plan.idem] = (req, plan)
         self.at(when, lambda: self.client_create(req, plan))
         return plan.idem
 
@@ -1418,6 +1677,7 @@ class Sim:
             tid = rep.get_idem(plan.idem)
             if tid is not None:
                 self.plans.setdefault(tid, plan)
+                plan.task_id = tid
                 return
             spec = validate_create(req, now_ms=self.now)
             new_id = new_task_id(self.now, self.rng.getrandbits(80))
@@ -1510,8 +1770,12 @@ def check(sim: Sim) -> None:
     if len(digests) != 1:
         fail("replicas differ")
     state = reps[0]
-    tasks = {**sim.expired, **state.tasks}  # the Cleaner's expired tasks as they were: their checks still apply
-    executions = [*sim.expired_execs, *state.executions]
+    check_deletes(sim, fail)
+    # the Cleaner's expired tasks and the clients' deleted ones as they were: their checks still apply
+    # (a deleted one's to what it did until its delete)
+    tasks = {**sim.expired, **{tid: dl.task for tid, dl in sim.deleted.items()}, **state.tasks}
+    executions = [*sim.expired_execs, *sim.deleted_execs, *state.executions]
+    dead = {**sim.deleted_dead, **state.dead}
     check_expiry(sim, state, fail)
     check_lost_workers(sim, fail)
     by_task: dict[str, list[Delivery]] = defaultdict(list)
@@ -1520,16 +1784,19 @@ def check(sim: Sim) -> None:
 
     # one task per idempotency key
     keys: dict[str, int] = defaultdict(int)
-    for t in tasks.values():
-        if t.spec.idempotency_key:
+    for tid, t in tasks.items():
+        if t.spec.idempotency_key and tid not in sim.deleted:  # a delete frees its key (check_deletes)
             keys[t.spec.idempotency_key] += 1
     for k, n in keys.items():
         if n != 1:
             fail(f"{n} tasks for idempotency key {k}")
-    # deliveries only for tasks that exist (creates lost in failover never fire)
+    # deliveries only for tasks that exist (creates lost in failover never fire), a deleted one's only
+    # from a Dispatched entry applied before its delete (check_deletes)
     for d in sim.deliveries:
         if d.task_id not in tasks:
             fail(f"delivery for a task that does not exist: {d}")
+
+    check_triggers(sim, tasks, executions, fail)
 
     check_flows(sim, fail)
     check_pauses(sim, tasks, fail)
@@ -1633,7 +1900,7 @@ def check(sim: Sim) -> None:
             fail(f"dead letter of a task that does not exist: {d}")
     for tid, t in tasks.items():
         if t.spec.type is TaskType.DELAYED:
-            mine = [d for d in state.dead.values() if d.task_id == tid]
+            mine = [d for d in dead.values() if d.task_id == tid]  # (a deleted task's: as they were)
             if t.status is Status.FAILED and len(mine) != 1:
                 fail(f"failed delayed task {tid} with {len(mine)} dead letters: {mine}")
             if t.status is Status.DONE and mine:
@@ -1643,6 +1910,8 @@ def check(sim: Sim) -> None:
     for did, d in sim.redriven.items():
         if did in state.dead or d.task_id not in tasks:
             continue  # the redrive was lost with its leader before it committed
+        if d.task_id in sim.deleted:
+            continue  # deleted since, with its dead letters: nothing of it goes on (check_deletes)
         if d.kind is FailureKind.ACK_FAILED:  # the callback again, then the ACK probes, numbered on
             if tasks[d.task_id].status is not Status.DONE and not any(
                     (x.fire_id == d.fire_id and x.kind is FailureKind.ACK_FAILED and x.attempts > d.attempts)
@@ -1656,7 +1925,7 @@ def check(sim: Sim) -> None:
                 x.fire_id == d.fire_id and x.attempts > d.attempts for x in state.dead.values()):
             fail(f"redriven dead letter {did} neither delivered again nor dead again: {again}")
     for t in tasks.values():
-        if t.rewound is not None or t.redrives:
+        if (t.rewound is not None or t.redrives) and t.id not in sim.deleted:  # (a deleted one's end: its delete)
             fail(f"task {t.id} still in a redrive at the end: {t}")
 
     after_unknown = {(e.task_id, e.seq + 1) for e in executions if e.result is ExecutionResult.UNKNOWN}
@@ -1669,16 +1938,16 @@ def check(sim: Sim) -> None:
         ex = execs.get(tid, [])
         alo = spec.reliability is Reliability.AT_LEAST_ONCE
         if spec.type is TaskType.DELAYED:
-            if t.status not in (Status.DONE, Status.FAILED):
+            if t.status not in (Status.DONE, Status.FAILED) and tid not in sim.deleted:
                 fail(f"delayed task not finished at the end: {t}")
             if t.status is Status.DONE:
                 if not any(d.ok and d.kind is FireKind.CALLBACK for d in ds):
                     fail(f"done without a 2xx delivery: {t}")
                 if spec.ack_url and not any(d.ok and d.kind is FireKind.ACK for d in ds):
                     fail(f"done without a 2xx ACK: {t}")
-            elif alo:
+            elif alo and t.status is Status.FAILED:  # (a task deleted before it finished: nothing to tell)
                 # redrives that applied (their dead letter is gone): the attempts before them do not count
-                applied = [d for d in sim.redriven.values() if d.task_id == tid and d.id not in state.dead]
+                applied = [d for d in sim.redriven.values() if d.task_id == tid and d.id not in dead]
                 base = max((sim.redrive_base.get(d.id, 0) for d in applied), default=0)
                 ack_base = max((d.attempts for d in applied if d.kind is FailureKind.ACK_FAILED), default=0)
                 cb = [e for e in ex if e.kind is FireKind.CALLBACK and e.attempt > base]
@@ -1716,7 +1985,9 @@ def check(sim: Sim) -> None:
                     ):
                         fail(f"periodic occurrence {seq} of {tid} neither delivered nor exhausted: {es}")
                 allow = spec.overlap is Overlap.ALLOW  # occurrences started before the one that ended it end too
-                if plan.behaviour == "notfound":
+                if tid in sim.deleted:
+                    pass  # where it stood at the end: it ended at its delete
+                elif plan.behaviour == "notfound":
                     nf = [e.seq for e in ex if e.result is ExecutionResult.NOT_FOUND]
                     if t.status is not Status.INACTIVE or (nf and not allow and (t.seq != nf[0] or len(nf) != 1)):
                         fail(f"periodic 404 must go inactive at its first 404: {t} {nf}")
@@ -1724,13 +1995,14 @@ def check(sim: Sim) -> None:
                         fail(f"allow task fired after going inactive: {t}")
                     if not nf and (t.fail_count < spec.max_fails if allow else t.fail_count != spec.max_fails):
                         fail(f"periodic task inactive without a 404 or max_fails: {t}")  # (lost until max_fails)
-                if plan.behaviour == "err":
+                if plan.behaviour == "err" and tid not in sim.deleted:
                     if allow:
                         if t.status is not Status.INACTIVE or t.fail_count < spec.max_fails or t.seq < spec.max_fails:
                             fail(f"allow task inactive before max_fails: {t}")
                     elif t.status is not Status.INACTIVE or t.fail_count != spec.max_fails or t.seq != spec.max_fails:
                         fail(f"periodic max_fails not exactly at threshold: {t}")
-            if any(d.kind is FireKind.CALLBACK and int(d.fire_id.rsplit("-", 1)[1]) > t.seq for d in ds):
+            own = t.rewound.seq if t.rewound is not None else t.seq  # (deleted in the middle of a redrive)
+            if any(d.kind is FireKind.CALLBACK and int(d.fire_id.rsplit("-", 1)[1]) > own for d in ds):
                 fail(f"delivery of an occurrence after the last one: {t}")
             cbs = [d for d in ds if d.kind is FireKind.CALLBACK]
             if spec.max_runs is not None and any(_seq(d) > spec.max_runs for d in cbs):
@@ -1744,7 +2016,8 @@ def check(sim: Sim) -> None:
 
             firsts = {_seq(d): d for d in cbs if d.attempt == 1}
             back = 0
-            for sa, sb in itertools.pairwise(sorted(firsts)):  # no instant fired twice, in order, but for backfills
+            ordered = sorted(q for q in firsts if not triggered(sim, firsts[q]))  # (a trigger's: at its own time)
+            for sa, sb in itertools.pairwise(ordered):  # no instant fired twice, in order, but for backfills
                 a, b = firsts[sa].scheduled, firsts[sb].scheduled
                 if b <= a:
                     if not backfilled(firsts[sb]):
@@ -1798,6 +2071,8 @@ def check(sim: Sim) -> None:
                         continue  # a redriven occurrence ran again later, or ran between: the next one waited
                     if paused_between(sim, tid, firsts[k].at, nxt.at):
                         continue  # the next one waited for a resume (check_pauses)
+                    if triggered(sim, nxt):
+                        continue  # a trigger moved the next one to its own time (check_triggers)
                     began, end = firsts[k].at, ended[k]  # the first attempt reached the receiver; the result applied
                     hi, lo = after(began), after(began - 2 * LATENESS_BOUND)
                     if hi >= end:
@@ -1837,9 +2112,12 @@ def check(sim: Sim) -> None:
                         fail(f"catchup none fired a missed occurrence: {d} (interval {spec.interval_ms})")
             if (spec.catchup is CatchUp.ALL and spec.interval_ms and tid not in sim.specs
                     and spec.catchup_window_ms >= END and not bfs and tid not in sim.task_pauses):
-                got = sorted({(_seq(d), d.scheduled) for d in cbs})  # occurrence n is instant n: none skipped
+                got = sorted({(_seq(d), d.scheduled) for d in cbs  # occurrence n is instant n: none skipped,
+                              if not triggered(sim, d)})  # but for those a trigger added (check_triggers)
+                added = {tr.seq for tr in sim.triggers if tr.task_id == tid}
                 for (sa, a), (sb, b) in itertools.pairwise(got):  # (one may never arrive: lost, no retries left)
-                    if b - a != (sb - sa) * spec.interval_ms:
+                    if b - a != (sb - sa - sum(sa < q < sb for q in added)) * spec.interval_ms \
+                            and not dropped_by_trigger(sim, tid, a, b):
                         fail(f"catchup all skipped instants between {a} and {b}: {tid}")
             if tid in sim.specs:  # updated in place: each occurrence on the grid and jitter of a definition it had
                 history = [sim.created_spec[tid], *sim.specs[tid]]
@@ -1860,23 +2138,25 @@ def check(sim: Sim) -> None:
                 continue
             for d in cbs:  # the due instant is the scheduled one plus the task's own offset, whoever led
                 off = jitter(tid, _seq(d), spec.jitter_ms)  # (catchup all: or later, when it could start)
-                if d.attempt == 1 and d.due - d.scheduled != off and not backfilled(d) and not (
+                if d.attempt == 1 and d.due - d.scheduled != off and not backfilled(d) and not triggered(sim, d) and not (
                         (spec.catchup is CatchUp.ALL or (tid, _seq(d)) in after_unknown or _seq(d) in resumed
                          or spec.overlap is Overlap.BUFFER_ONE)
                         and d.due > d.scheduled + off):
                     fail(f"occurrence {d.fire_id} due {d.due} is not its instant {d.scheduled} + its offset")
             if spec.jitter_ms and spec.interval_ms:  # the offset is the task's own, whoever led
                 for d in cbs:
-                    if d.attempt == 1 and (d.scheduled - t.created_ms) % spec.interval_ms:
+                    if d.attempt == 1 and (d.scheduled - t.created_ms) % spec.interval_ms and not triggered(sim, d):
                         fail(f"jittered occurrence {d.fire_id} due {d.due} is not its grid instant + its offset")
             if plan.behaviour == "ok" and spec.interval_ms:
                 iv, anchor = spec.interval_ms, t.created_ms
-                on_grid = sorted(d.scheduled for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK)
+                on_grid = sorted(d.scheduled for d in ds if d.attempt == 1 and d.kind is FireKind.CALLBACK
+                                 and not triggered(sim, d))  # (a trigger's occurrence is at its own time)
                 for due in on_grid:
                     if (due - anchor) % iv:
                         fail(f"periodic occurrence off its fixed-rate grid: task {tid} due {due}")
                 for a, b in itertools.pairwise(on_grid if not bfs else []):  # (a backfill holds the schedule up)
-                    if b - a != iv and _healthy(sim, a - RECOVERY_WINDOW, b) and not paused_between(sim, tid, a, b):
+                    if b - a != iv and _healthy(sim, a - RECOVERY_WINDOW, b) and not paused_between(sim, tid, a, b) \
+                            and not dropped_by_trigger(sim, tid, a, b):
                         fail(f"periodic instant skipped between {a} and {b} on a healthy cluster (interval {iv})")
 
 
@@ -1962,10 +2242,145 @@ def check_pauses(sim: Sim, tasks: dict[str, Any], fail: Callable[[str], None]) -
             fail(f"{tid}: periodic task never fired after its resume at {last.resumed_now}: {t}")
 
 
+def last_trigger(sim: Sim, tid: str, seq: int) -> TriggerApplied | None:
+    """The last trigger that moved occurrence ``seq`` of task ``tid`` (one before it was moved again)."""
+    found = None
+    for tr in sim.triggers:
+        if tr.task_id == tid and tr.seq == seq:
+            found = tr
+    return found
+
+
+def triggered(sim: Sim, d: Delivery) -> bool:
+    """Whether ``d`` is a request of an occurrence a trigger moved to its own time (due and scheduled
+    at the trigger's ``now_ms``, off the schedule's grid: check_triggers)."""
+    tr = last_trigger(sim, d.task_id, _seq(d)) if d.kind is FireKind.CALLBACK else None
+    return tr is not None and d.scheduled == tr.now_ms
+
+
+def dropped_by_trigger(sim: Sim, tid: str, a: int, b: int) -> bool:
+    """Whether a trigger of task ``tid`` took the place of instants in ``(a, b)`` that had come due and
+    not fired yet (the occurrence it moved to now was theirs: docs/architecture.md#task-rules)."""
+    return any(tr.task_id == tid and tr.before_sched <= tr.now_ms and tr.before_sched < b and tr.now_ms > a
+               for tr in sim.triggers)
+
+
+def check_triggers(sim: Sim, tasks: dict[str, Any], executions: list[Any], fail: Callable[[str], None]) -> None:
+    """Triggers (docs/architecture.md#task-rules): a trigger that applied makes the task's upcoming
+    occurrence due at its ``now_ms`` (its instant too); a request of it reaches the receiver within
+    ``LATENESS_BOUND`` of the trigger's commit while the cluster is healthy (unless the machine skipped
+    it by its rules: ``MAX_RUNNING`` of an allow task's ran, or its next instant had come due before it
+    started); a periodic task's next occurrence (as its first send carried it) is never before the
+    schedule's first regular instant after the trigger, nor at an instant another occurrence was sent for,
+    and is that instant (or was skipped from it by the catch-up rules) when the triggered one ended (allow:
+    was sent) before it -- the trigger adds one occurrence and no instant fires twice."""
+    t0, end = sim.t0, sim.t0 + sim.end_ms
+    by_fire: dict[str, list[Delivery]] = defaultdict(list)
+    for d in sorted(sim.deliveries, key=lambda d: d.at):
+        if d.kind is FireKind.CALLBACK:
+            by_fire[d.fire_id].append(d)
+    skips: dict[str, list[Any]] = defaultdict(list)
+    rows: dict[tuple[str, int], list[Any]] = defaultdict(list)
+    for e in executions:
+        if e.result is ExecutionResult.SKIPPED:
+            skips[e.task_id].append(e)
+        elif e.kind is FireKind.CALLBACK:
+            rows[(e.task_id, e.seq)].append(e)
+    first_sent: dict[str, int] = {}
+    for snt in sim.sent:
+        first_sent.setdefault(snt.fire_id, snt.at)
+    last = {(tr.task_id, tr.seq): tr for tr in sim.triggers}  # one moved again: by its last trigger
+    for (tid, seq), tr in last.items():
+        fid = f"{tid}-{seq}"
+        ds = by_fire.get(fid, [])
+        d1 = next((d for d in ds if d.attempt == 1), None)
+        skip = next((e for e in skips[tid] if (e.response_head or "").startswith(
+            f"skipped the occurrences scheduled in [{tr.now_ms}, ")), None)
+        if skip is not None:
+            if "(overlap allow)" in (skip.response_head or "") or (
+                    tr.next_ms is not None and tr.next_ms <= skip.finished_ms):
+                continue  # MAX_RUNNING ran, or it was missed (catch-up): skipped by the rules
+            fail(f"{tid}: the occurrence {seq} triggered at {tr.now_ms - t0} (entry {tr.index}) was skipped: {skip}")
+        if d1 is not None and (d1.due != tr.now_ms or d1.scheduled != tr.now_ms):
+            fail(f"{tid}: triggered at {tr.now_ms - t0} (entry {tr.index}), occurrence {seq} went out due "
+                 f"{d1.due - t0} for instant {d1.scheduled - t0}, not at the trigger's time: {d1}")
+        deadline = tr.at + LATENESS_BOUND
+        first = ds[0].at if ds else None
+        redriven = any(tr.now_ms - RECOVERY_WINDOW <= r <= deadline for r in sim.redrive_at.get(tid, ()))
+        if (not tr.full and not redriven and deadline < end and (first is None or first > deadline)
+                and _healthy(sim, tr.now_ms - 2 * DISPATCH_SLACK, end if first is None else first)):
+            # (healthy until it arrived, as the lateness check: a slow loader counts when it falls behind)
+            fail(f"{tid}: trigger committed at {tr.at - t0} (entry {tr.index}) on a healthy cluster; occurrence {seq} "
+                 f"reached the receiver at {None if first is None else first - t0}, not by {deadline - t0}")
+        if not tr.periodic or tr.next_ms is None or (tid, seq + 1) in last:
+            continue  # (the next one triggered too: its trigger's check)
+        nfid = f"{tid}-{seq + 1}"
+        if nfid not in sim.sent_instant or any(tr.now_ms <= r <= first_sent[nfid] for r in sim.redrive_at.get(tid, ())):
+            continue  # not sent (yet), or a redrive ran between: the next one waited for it
+        inst, sent_by = sim.sent_instant[nfid]  # the next occurrence's instant, as its first send carried it
+        if inst < tr.next_ms:
+            fail(f"{tid}: occurrence {seq} triggered at {tr.now_ms - t0} (entry {tr.index}); the next, {seq + 1}, is "
+                 f"at {inst - t0}, before the schedule's next regular instant {tr.next_ms - t0}")
+        twice = sorted(int(f.rsplit("-", 1)[1]) for f, (at, by) in sim.sent_instant.items()  # (sent before it)
+                       if at == inst and by < sent_by and f.rsplit("-", 1)[0] == tid)
+        if twice and not sim.backfills.get(tid):
+            fail(f"{tid}: occurrence {seq} triggered at {tr.now_ms - t0} (entry {tr.index}); the schedule went on at "
+                 f"{inst - t0} (occurrence {seq + 1}), an instant occurrence {twice} was sent for already: a "
+                 f"trigger adds one occurrence, no instant fires twice")
+        if tasks[tid].spec.overlap is Overlap.ALLOW:  # the next one is taken when the triggered one is sent
+            in_time = fid in first_sent and first_sent[fid] < tr.next_ms
+        else:
+            ended = rows.get((tid, seq), [])
+            in_time = bool(ended) and max(e.finished_ms for e in ended) < tr.next_ms
+        missed = any(e.seq == seq + 1 and (e.response_head or "").startswith(
+            f"skipped the occurrences scheduled in [{tr.next_ms}, ") for e in skips[tid])  # (catch-up rules)
+        if in_time and inst != tr.next_ms and not missed:
+            fail(f"{tid}: occurrence {seq} triggered at {tr.now_ms - t0} (entry {tr.index}) was over before the "
+                 f"schedule's next regular instant {tr.next_ms - t0}, yet the next, {seq + 1}, is at "
+                 f"{inst - t0}: a trigger adds one occurrence, the schedule goes on at its next instant")
+
+
+def check_deletes(sim: Sim, fail: Callable[[str], None]) -> None:
+    """Deletes (docs/architecture.md#task-rules): nothing of a deleted task is sent from a ``Dispatched``
+    entry applied after its delete (one committed before may still go: a fire planned ahead is in flight
+    from its commit); right after a replica applies the delete and on every replica at the end, the task,
+    its fire records, its idempotency key, its history and its dead letters are gone; a create with the same
+    idempotency key after the delete makes a new task."""
+    t0 = sim.t0
+    for d in sim.deliveries:
+        dl = sim.deleted.get(d.task_id)
+        if dl is None:
+            continue
+        di = sim.dispatch_index.get((d.fire_id, d.kind, d.attempt))
+        if di is None:
+            fail(f"deleted task {d.task_id}: delivery without a Dispatched entry on record: {d}")
+        elif di > dl.index:
+            fail(f"deleted task {d.task_id}: attempt {d.attempt} of {d.fire_id} sent from the Dispatched entry {di}, "
+                 f"applied after its delete (entry {dl.index}, committed at {dl.at - t0}): {d}")
+    for msg in sim.delete_residue:
+        fail(msg)
+    for n in sim.nodes:
+        for tid in sim.deleted:
+            for msg in sim.residue(sim.replicas[n], tid, f"{n} at the end"):
+                fail(msg)
+    state = sim.replicas[sim.nodes[0]]
+    for idem, (old, plan, asked) in sim.recreates.items():
+        if plan.task_id is None:
+            if asked < t0 + sim.end_ms - 20_000:
+                fail(f"a create with the idempotency key {idem} of deleted task {old}, asked at {asked - t0}, "
+                     f"never made a task")
+            continue
+        new = state.tasks.get(plan.task_id) or sim.expired.get(plan.task_id)
+        if plan.task_id == old or new is None or new.spec.idempotency_key != idem:
+            fail(f"a create with the idempotency key {idem} of deleted task {old} after its delete found "
+                 f"{plan.task_id} ({new}), not a new task")
+
+
 def check_lost_workers(sim: Sim, fail: Callable[[str], None]) -> None:
     """docs/architecture.md#lost-workers: a fire on a worker that crashed and stayed down, with no
     result sent, is given up by the leader that sent it within ``WORKER_LOST`` ms of the worker's
-    last heartbeat (at most one link latency after the crash) -- before its deadline if that is later."""
+    last heartbeat (at most one link latency after the crash) -- before its deadline if that is later
+    (unless its task was deleted by then: the delete removed its fire record)."""
     for s in sim.sent:
         if (s.fire_id, s.attempt) in sim.answered:
             continue
@@ -1973,6 +2388,9 @@ def check_lost_workers(sim: Sim, fail: Callable[[str], None]) -> None:
             if down < s.at:
                 continue
             by = down + WORKER_LOST + NET_LAT[1] + 1
+            gone = sim.deleted.get(s.fire_id.rsplit("-", 1)[0])
+            if gone is not None and gone.at <= by:
+                break  # its task was deleted before, with its fire record: nothing left to give up
             if back > by and sim.term_end.get(s.term, 1 << 62) > by and s.deadline > by and by < sim.t0 + sim.end_ms:
                 sim.lost_worker_fires += 1
                 got = sim.given_up.get((s.fire_id, s.attempt))
@@ -2114,6 +2532,9 @@ def _run(args: argparse.Namespace) -> int:
     failures = 0
     t0 = time.monotonic()
     fires = settled = power_losses = discarded = paused = mid = 0
+    trig = refused = periodic_trig = 0
+    deletes: dict[str, int] = defaultdict(int)
+    recreated = 0
     for s in seeds:
         sim = Sim(s, 3, print if args.trace else None)
         try:
@@ -2127,6 +2548,14 @@ def _run(args: argparse.Namespace) -> int:
                 spans = [sp for tid in sim.task_pauses for sp in paused_spans(sim, tid)]
                 paused += len(spans)
                 mid += sum(sp.mid_occurrence for sp in spans)
+                trig += len(sim.triggers)
+                periodic_trig += sum(tr.periodic for tr in sim.triggers)
+                refused += sim.triggers_refused
+                for dl in sim.deleted.values():
+                    t = dl.task
+                    deletes["firing" if t.inflight is not None or any(r.inflight for r in t.running)
+                            else t.status.value] += 1
+                recreated += sum(p.task_id is not None for _, p, _ in sim.recreates.values())
             check(sim)
         except Exception as e:  # a violation, or the product raising where it must not (a crash)
             failures += 1
@@ -2137,7 +2566,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
           f"{fires} callbacks delivered, {settled} fires settled on lost workers, {power_losses} power losses "
           f"({discarded} task stores discarded by the boot guard), {paused} task pauses ({mid} in the middle "
-          f"of an occurrence)")
+          f"of an occurrence), {trig} triggers ({periodic_trig} periodic; {refused} refused), "
+          f"{sum(deletes.values())} deletes ({', '.join(f'{n} {k}' for k, n in sorted(deletes.items()))}; "
+          f"{recreated} created again with the key)")
     print(f"sim: seeds={len(seeds)} failures={failures}")
     return 1 if failures else 0
 
