@@ -22,16 +22,7 @@ func TestABatchAppliedWithoutSomeItemsReportsEveryTaskItCreatedAndTheErrorsByInd
 		var mu sync.Mutex
 		var sent [][]string
 		node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
-			var req struct {
-				Tasks []struct {
-					IdempotencyKey string `json:"idempotency_key"`
-				} `json:"tasks"`
-			}
-			_ = json.NewDecoder(r.Body).Decode(&req)
-			keys := []string{}
-			for _, tk := range req.Tasks {
-				keys = append(keys, tk.IdempotencyKey)
-			}
+			keys := requestKeys(r)
 			mu.Lock()
 			batch := len(sent)
 			sent = append(sent, keys)

@@ -112,24 +112,30 @@ type recordingNode struct {
 	keys [][]string
 }
 
+// requestKeys are the idempotency keys a create carried: a batch's, in order, or the one task's.
+func requestKeys(r *http.Request) []string {
+	var req struct {
+		IdempotencyKey string `json:"idempotency_key"`
+		Tasks          []struct {
+			IdempotencyKey string `json:"idempotency_key"`
+		} `json:"tasks"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	if req.Tasks == nil {
+		return []string{req.IdempotencyKey}
+	}
+	keys := []string{}
+	for _, tk := range req.Tasks {
+		keys = append(keys, tk.IdempotencyKey)
+	}
+	return keys
+}
+
 func newRecordingNode(t *testing.T, lose int32, status int, h http.Header, body string) *recordingNode {
 	n := &recordingNode{}
 	var seen int32
 	n.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			IdempotencyKey string `json:"idempotency_key"`
-			Tasks          []struct {
-				IdempotencyKey string `json:"idempotency_key"`
-			} `json:"tasks"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		keys := []string{req.IdempotencyKey}
-		if req.Tasks != nil {
-			keys = keys[:0]
-			for _, tk := range req.Tasks {
-				keys = append(keys, tk.IdempotencyKey)
-			}
-		}
+		keys := requestKeys(r)
 		n.mu.Lock()
 		n.keys = append(n.keys, keys)
 		n.mu.Unlock()
@@ -369,16 +375,7 @@ func TestCreateTasksNamesTheFailingBatchByWhereItStartsAndItsKeysInOrder(t *test
 	var mu sync.Mutex
 	var sent [][]string
 	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Tasks []struct {
-				IdempotencyKey string `json:"idempotency_key"`
-			} `json:"tasks"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&req)
-		keys := []string{}
-		for _, tk := range req.Tasks {
-			keys = append(keys, tk.IdempotencyKey)
-		}
+		keys := requestKeys(r)
 		mu.Lock()
 		sent = append(sent, keys)
 		mu.Unlock()
