@@ -245,6 +245,10 @@ class NodeContext(StoreReads):
         sched = self.scheduler
         return True if sched is None else sched.replicas_read_resume()
 
+    def replicas_read_trigger_ack(self) -> bool:
+        sched = self.scheduler
+        return True if sched is None else sched.replicas_read_trigger_ack()
+
     def flow_states(self) -> list[FlowState] | None:
         sched = self.scheduler
         return None if sched is None else sched.flow_states()

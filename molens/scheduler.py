@@ -62,6 +62,7 @@ from molens.delivery import (
     LAST_FIRE_VERSION,
     NOT_SENT_VERSION,
     RESUME_VERSION,
+    TRIGGER_ACK_VERSION,
     FireRequest,
     decode_fire_batch,
     encode_fire_batch,
@@ -161,6 +162,7 @@ class Scheduler:
             replicas_read_not_sent=self.replicas_read_not_sent,
             replicas_read_catchup_wait=self.replicas_read_catchup_wait,
             replicas_read_last_fire=self.replicas_read_last_fire,
+            replicas_read_trigger_ack=self.replicas_read_trigger_ack,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
@@ -385,6 +387,12 @@ class Scheduler:
         entry's ``drops_paused`` (``RESUME_VERSION``): until then it is proposed false, as the release
         before applied resumes (docs/deploy.md#rolling-upgrade)."""
         return Scheduler.replicas_read(self, RESUME_VERSION)
+
+    def replicas_read_trigger_ack(self) -> bool:
+        """Whether every other member's node has advertised a release that applies a ``TriggerTask``'s
+        ``refuses_planned`` and a ``Results`` entry's ``ack_from`` (``TRIGGER_ACK_VERSION``): until then
+        both are proposed false, as the release before applied them (docs/deploy.md#rolling-upgrade)."""
+        return Scheduler.replicas_read(self, TRIGGER_ACK_VERSION)
 
     def replicas_read(self, version: int) -> bool:
         """Whether every other member's node has advertised fire batch ``version`` or later."""

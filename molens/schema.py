@@ -634,6 +634,12 @@ class Task(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
     """Set by a ``ResumeTasks`` entry with ``drops_paused``: when the occurrence ends, its next one is
     the first instant at or after this time, whatever ``catchup`` and ``overlap`` say of the instants
     that came due while it was paused; cleared when the next occurrence starts."""
+    ack_from_ms: Annotated[
+        int | None, rule("When the task's wait for its next ACK probe began (a 2xx, a failed probe)", internal=True)
+    ] = None
+    """Set by a ``Results`` entry with ``ack_from`` whose result makes the task wait for an ACK probe
+    (its callback's 2xx, a failed probe): a resume after a pause in the ACK phase sends the probe no
+    sooner than ``ack_delay_ms`` after it (docs/api.md#post-apiv1taskstask_idresume)."""
 
     @property
     def fire_id(self) -> str:

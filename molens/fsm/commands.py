@@ -83,6 +83,11 @@ class TriggerTask(_Command, frozen=True, tag=20):
     """Make a pending task's occurrence due now."""
 
     task_id: str
+    refuses_planned: bool = False
+    """An ``overlap`` allow task is not triggered while one of its running occurrences is planned
+    for a later instant (sent ahead of its time): the schedule after the triggered occurrence would
+    take that instant again. Set once every member has advertised ``TRIGGER_ACK_VERSION``; an entry
+    of the release before decodes with it false and is applied as that release did."""
 
 
 class DispatchItem(msgspec.Struct, frozen=True, array_like=True):
@@ -136,6 +141,11 @@ class ResultItem(msgspec.Struct, frozen=True, array_like=True):
 
 class Results(_Command, frozen=True, tag=22):
     items: tuple[ResultItem, ...]
+    ack_from: bool = False
+    """A result that makes the task wait for an ACK probe (its callback's 2xx, a failed probe)
+    records when (``Task.ack_from_ms``), so a resume sends the probe no sooner than ``ack_delay_ms``
+    after it. Set once every member has advertised ``TRIGGER_ACK_VERSION``; an entry of the release
+    before decodes with it false and is applied as that release did."""
 
 
 class ExpireItem(msgspec.Struct, frozen=True, array_like=True):

@@ -46,7 +46,8 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
 - **ACK phase** (delayed tasks with ``ack_url``): after the callback's 2xx the task is
   ``awaiting_ack`` and the probe is due ``ack_delay_ms`` later; it reuses the fire id, with
   ``X-Molens-Kind: ack``. 2xx -> ``done``; anything else retries after ``ack_delay_ms`` until
-  ``ack_ttl`` (3) probes were made -> ``failed`` (result ``ack_failed``).
+  ``ack_ttl`` (3) probes were made -> ``failed`` (result ``ack_failed``). A pause holds the probe;
+  a resume sends it no sooner than ``ack_delay_ms`` after the wait began (``Task.ack_from_ms``).
 - **Catch-up** (``catchup``): an occurrence is *missed* when its next instant is already due as it
   is about to start. ``one`` (default) fires it at once and it stands for the others; ``none``
   skips it and every passed instant (the task moves to its next instant not in the past); ``all``
@@ -83,9 +84,11 @@ Rules and timings decided here (all replicas must run the same :class:`MachineCo
   recomputes the next run: a delayed task fires at its time or now if that has passed; a periodic
   task that was between occurrences skips what it missed while paused and continues at its next
   scheduled instant (``resume_from: schedule``: it takes up the instant it was waiting for, and
-  what it missed follows its ``catchup``); a retry chain or ACK phase in progress continues now. **Trigger** (from
-  pending, with nothing in flight) moves the upcoming occurrence to now; for a periodic task the
-  schedule then continues at the next regular instant, so the trigger adds one occurrence.
+  what it missed follows its ``catchup``); a retry chain continues now, an ACK phase now but not
+  before ``ack_delay_ms`` after its wait began. **Trigger** (from pending, with nothing in flight;
+  an overlap allow task: none of its running occurrences sent ahead of its instant) moves the
+  upcoming occurrence to now; for a periodic task the schedule then continues at the next regular
+  instant, so the trigger adds one occurrence.
   **Delete** removes the task, its fire record, idempotency key and history.
 - **Idempotency keys**: a create whose key is already known answers the existing task (200).
 - **Expire** deletes a task only if it is still terminal and unchanged since the Cleaner looked.
@@ -600,7 +603,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             lead = now + config.max_dispatch_lead_ms
             results = [_dispatch(tx, it, now, lead, cmd.catchup_waits, cmd.keeps_last_fire) for it in cmd.items]
         case Results():
-            results = [_result(tx, it, now, config) for it in cmd.items]
+            results = [_result(tx, it, now, config, cmd.ack_from) for it in cmd.items]
         case DeleteTasks():
             results = [_delete(tx, tid) for tid in cmd.task_ids]
         case PauseTasks():
@@ -608,7 +611,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case ResumeTasks():
             results = [_resume(tx, tid, now, cmd.from_schedule, cmd.drops_paused) for tid in cmd.task_ids]
         case TriggerTask():
-            results = [_trigger(tx, cmd.task_id, now)]
+            results = [_trigger(tx, cmd.task_id, now, cmd.refuses_planned)]
         case Expire():
             results = [_expire(tx, it) for it in cmd.items]
         case PutMeta():
@@ -1099,7 +1102,7 @@ def _classify(it: ResultItem, kind: FireKind, reliability: Reliability) -> Execu
     return ExecutionResult.NETWORK_ERROR
 
 
-def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult:
+def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig, ack_from: bool = False) -> ItemResult:
     fire = tx.fire(it.fire_id)
     if fire is None or fire.kind is not it.kind or (it.attempt is not None and it.attempt != fire.attempt):
         _late_result(tx, it, fire, now, cfg)
@@ -1158,6 +1161,8 @@ def _result(tx: _Tx, it: ResultItem, now: int, cfg: MachineConfig) -> ItemResult
         changes.update(_after_ack(tx, t, it, res, fire, now, cfg, head))
     else:
         changes.update(_after_callback(tx, t, it, res, fire, now, sent.reliability, head))
+    if ack_from and changes["status"] is Status.AWAITING_ACK:  # the next probe waits ack_delay_ms from now
+        changes["ack_from_ms"] = now
     if t.status is Status.PAUSED and changes["status"] not in TERMINAL_STATUSES:
         changes["status"] = Status.PAUSED
         changes["due_ms"] = None
@@ -1554,7 +1559,9 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False, drops_paus
     elif t.status is not Status.PAUSED:
         return IllegalTransitionError(f"cannot resume a task that is {t.status}", "status")
     elif t.ack_attempt > t.ack_base or (t.last_result is ExecutionResult.SUCCESS and t.spec.ack_url and not periodic):
-        nt = _replace(t, status=Status.AWAITING_ACK, due_ms=now, updated_ms=now)
+        # the probe the pause held: no sooner than ack_delay_ms after its wait began (when that is known)
+        due = now if t.ack_from_ms is None else max(now, t.ack_from_ms + t.spec.ack_delay_ms)
+        nt = _replace(t, status=Status.AWAITING_ACK, due_ms=due, updated_ms=now)
     elif t.attempt > 0:
         nt = _replace(t, status=Status.FIRING, due_ms=max(now, t.sched_ms), updated_ms=now)
         if drops_paused and periodic and not from_schedule:  # what came due while paused is dropped
@@ -1581,7 +1588,7 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False, drops_paus
     return nt
 
 
-def _trigger(tx: _Tx, tid: str, now: int) -> ItemResult:
+def _trigger(tx: _Tx, tid: str, now: int, refuses_planned: bool = False) -> ItemResult:
     t = tx.task(tid)
     if t is None:
         return NotFoundError(f"task {tid} not found", "task_id")
@@ -1589,6 +1596,10 @@ def _trigger(tx: _Tx, tid: str, now: int) -> ItemResult:
         return IllegalTransitionError(f"cannot trigger a task that is {t.status}", "status")
     if t.backfill is not None and t.backfill.current:
         return IllegalTransitionError("cannot trigger a task while a backfill runs", "status")
+    if refuses_planned and any(r.sched_ms > now for r in t.running):
+        # (overlap allow) the schedule after the triggered occurrence would take that instant again
+        return IllegalTransitionError("cannot trigger a task while an occurrence planned for a later instant "
+                                      "is on its way", "status")
     nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)
     tx.put(nt)
     return nt

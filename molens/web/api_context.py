@@ -263,6 +263,11 @@ class ApiContext(Protocol):
         (``molens.delivery.RESUME_VERSION``): the API proposes it false until then."""
         ...
 
+    def replicas_read_trigger_ack(self) -> bool:
+        """Whether every replica applies a ``TriggerTask``'s ``refuses_planned``
+        (``molens.delivery.TRIGGER_ACK_VERSION``): the API proposes it false until then."""
+        ...
+
     def get_idem(self, key: str) -> str | None:
         """The id of the task this replica holds under idempotency key ``key`` (as the state machine
         stores it: ``molens.fsm.machine.idem_key``); None when none."""

@@ -1089,7 +1089,8 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True, body=Body.NONE)
     def trigger_task(task_id: str) -> tuple[int, Any]:
-        return by_id(TriggerTask, task_id)
+        refuses = ctx.replicas_read_trigger_ack()
+        return by_id(lambda now, tid: TriggerTask(now, tid, refuses), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/backfill", write=True)
     def backfill_task(task_id: str) -> tuple[int, Any]:

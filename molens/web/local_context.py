@@ -138,6 +138,10 @@ class LocalContext(StoreReads):
         """One replica, of this release."""
         return True
 
+    def replicas_read_trigger_ack(self) -> bool:
+        """One replica, of this release."""
+        return True
+
     def _opening(self, li: LeaderInfo) -> dict[str, Any]:
         """The members the status and the stats answers open with."""
         return {"node_id": self.settings.node_id, "role": li.role, "term": li.term, "leader_id": li.leader_id}

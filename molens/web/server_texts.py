@@ -213,6 +213,8 @@ ZH: dict[str, str] = {
     "cannot resume a task that is {}": "无法恢复状态为 {0} 的任务",
     "cannot trigger a task that is {}": "无法触发状态为 {0} 的任务",
     "cannot trigger a task while a backfill runs": "回填进行期间无法触发任务",
+    "cannot trigger a task while an occurrence planned for a later instant is on its way":
+        "计划在更晚时刻的一次执行正在发送中，暂时无法触发任务",
     "task {} is {}, nothing to fire": "任务 {0} 的状态是 {1}，没有可触发的",
     "task {} is not due (due {}, now {})": "任务 {0} 未到期（到期 {1}，现在 {2}）",
     "task {} already has fire {} in flight": "任务 {0} 已有触发 {1} 在进行",

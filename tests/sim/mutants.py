@@ -88,6 +88,13 @@ MUTANTS = [
     Mutant("resume-mid-occurrence-keeps-missed", "a periodic task paused while it retried and resumed from now "
            "follows its catch-up for what came due while it was paused", "molens.fsm.machine:_resume",
            "if drops_paused and periodic and not from_schedule:", "if False:"),
+    Mutant("resume-probes-ack-at-once", "a task paused in its ACK phase and resumed probes at once, before "
+           "ack_delay_ms after the callback's 2xx", "molens.fsm.machine:_resume",
+           "due = now if t.ack_from_ms is None else max(now, t.ack_from_ms + t.spec.ack_delay_ms)", "due = now"),
+    Mutant("trigger-allow-planned", "an overlap allow task is triggered while an occurrence planned for a later "
+           "instant is on its way: the schedule after the triggered one takes that instant again",
+           "molens.fsm.machine:_trigger", "if refuses_planned and any(r.sched_ms > now for r in t.running):",
+           "if False:"),
     Mutant("trigger-due-after-interval", "a triggered task's occurrence is due an interval after the trigger, not at once",
            "molens.fsm.machine:_trigger", "nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)",
            "nt = _replace(t, due_ms=now + (t.spec.interval_ms or 0), sched_ms=now, updated_ms=now)"),

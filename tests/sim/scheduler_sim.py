@@ -1117,7 +1117,7 @@ class Sim:
                 if self.leader is not ld:
                     return
                 items, ld.results, ld.flush_at = ld.results, [], None
-                self.propose(Results(self.now, tuple(items)))
+                self.propose(Results(self.now, tuple(items), ack_from=True))
 
             self.at(ld.flush_at, flush)
 
@@ -1411,7 +1411,7 @@ class Sim:
         """Tasks a client pauses and resumes (docs/architecture.md#task-rules): delayed ones paused before
         their time, while they retry or while their ACK is awaited; periodic ones between or in the middle
         of an occurrence, resumed from now or from their schedule, some paused again later. Each stays
-        paused for up to 6 s once the pause is on record."""
+        paused for up to 6 s once the pause is on record (one with an ACK: 2.5 s, mostly within its delay)."""
         p = self.trng
         for _ in range(p.choice([0, 1, 2, 3, 4])):
             ack = None
@@ -1420,10 +1420,10 @@ class Sim:
                 req: dict[str, Any] = {"type": "delayed", "interval_ms": p.randint(500, 12_000),
                                        "max_retries": p.randint(0, 3), "reliability": rel}
                 beh = p.choice(["ok", "ok", "flaky", "err", "slow"])
-                if p.random() < 0.3 and rel == "at_least_once":
+                if p.random() < 0.5 and rel == "at_least_once":
                     ack = p.choice(["ok", "flaky"])
                     req["ack_url"] = f"http://127.0.0.1/ack/{ack}"
-                    req["ack_delay_ms"] = p.choice([100, 500])
+                    req["ack_delay_ms"] = p.choice([100, 500, 3_000, 3_000])  # (3 s: resumed before the probe is due)
             else:
                 req = {"type": "periodic", "interval_ms": p.choice([1_000, 1_500, 2_000]), "max_fails": 3,
                        "max_retries": p.randint(0, 2), "reliability": rel,
@@ -1434,8 +1434,11 @@ class Sim:
             when = self.t0 + p.randint(0, 10_000)
             idem = self.create_at(when, req, beh, ack=ack)
             cycles = p.choice([1, 1, 2])
-            wait = 5_000 if p.random() < 0.5 else 0  # paused in the middle of an occurrence when it can be
-            self.at(when + p.randint(200, 15_000),
+            # paused in the middle of an occurrence when it can be (a task with an ACK: always, from just
+            # before its time, and soon resumed: the probe the pause held is due ack_delay_ms after the 2xx)
+            wait = 5_000 if p.random() < 0.5 or ack else 0
+            pause_at = when + p.randint(200, 15_000) if ack is None else when + req["interval_ms"] - p.randint(0, 300)
+            self.at(pause_at,
                     lambda idem=idem, cycles=cycles, wait=wait: self.client_pause(idem, cycles, self.now + wait))
 
     def trigger_workload(self) -> None:
@@ -1478,14 +1481,7 @@ class Sim:
         t = self.replicas[ld.node].get_task(plan.task_id)
         if t is None or t.status in TERMINAL_STATUSES:
             return  # nothing left to trigger
-        if t.spec.overlap is Overlap.ALLOW:
-            # A known product bug this client steers clear of: an overlap allow task triggered while an
-            # occurrence planned ahead (dispatch lead) is in flight goes on at the first instant after
-            # the trigger, that occurrence's own, so the instant fires twice (seed 35 fails without
-            # this line). Its fix changes how a trigger applies (a version gate); until then the
-            # simulation triggers no allow task.
-            return
-        cmd = TriggerTask(self.now, plan.task_id)
+        cmd = TriggerTask(self.now, plan.task_id, refuses_planned=True)
         self.log_(f"client: trigger {plan.task_id} ({t.status}, due {t.due_ms and t.due_ms - self.t0})")
         self.propose(cmd)
 
@@ -1567,7 +1563,7 @@ class Sim:
     def client_pause(self, idem: str, cycles: int, firing_until: int = 0) -> None:
         """A client pausing the task of ``idem``, again until the leader's replica shows it paused (then
         resumed a little later), finished or gone; until ``firing_until`` it waits for the task to be
-        firing (an attempt out or a retry waiting)."""
+        firing (an attempt out or a retry waiting) or, with an ``ack_url``, waiting for its ACK."""
         ld = self.leader
         if ld is not None:
             rep = self.replicas[ld.node]
@@ -1579,9 +1575,11 @@ class Sim:
                 if t.status is Status.PAUSED:
                     p = self.trng
                     fs = t.spec.type is TaskType.PERIODIC and p.random() < 0.4
-                    self.at(self.now + p.randint(100, 6_000), lambda: self.client_resume(idem, fs, cycles - 1))
+                    paused_for = p.randint(100, 6_000 if t.spec.ack_url is None else 2_500)  # (ACK: within its delay)
+                    self.at(self.now + paused_for, lambda: self.client_resume(idem, fs, cycles - 1))
                     return
-                if t.status is not Status.FIRING and self.now < firing_until:
+                mid = (Status.FIRING,) if t.spec.ack_url is None else (Status.FIRING, Status.AWAITING_ACK)
+                if t.status not in mid and self.now < firing_until:
                     self.at(self.now + 20, lambda: self.client_pause(idem, cycles, firing_until))
                     return
                 self.log_(f"client: pause {tid} ({t.status}, attempt {t.attempt})")

@@ -640,6 +640,58 @@ def test_pause_during_ack_phase_resumes_ack_phase(h: H) -> None:
     assert h.fire_due(t.id).fire.kind is FireKind.ACK
 
 
+@pytest.mark.parametrize("ack_from", [True, False])
+@pytest.mark.parametrize("paused_first", [True, False])
+def test_resume_in_the_ack_phase_keeps_ack_delay(h: H, ack_from: bool, paused_first: bool) -> None:
+    """Paused while the callback is out (its 2xx applied while paused) or after it (waiting for the
+    probe), then resumed soon after: the probe goes ``ack_delay_ms`` after the 2xx, not at the
+    resume. A ``Results`` entry of the release before (no ``ack_from``) leaves no time to wait from,
+    and the probe goes at the resume, as that release did."""
+    t = h.create(ack_url=ACK, ack_delay_ms=10_000)
+    h.fire_due(t.id)
+    if paused_first:
+        h.apply(PauseTasks(h.now, (t.id,)))
+    r = h.t(t.id)
+    f = h.s.get_fire(r.inflight or "")
+    assert f is not None
+    h.now += 50
+    h.apply(Results(h.now, (ResultItem(
+        fire_id=f.fire_id, kind=f.kind, status_code=200, outcome=Outcome.RESPONSE, response_head="",
+        latency_ms=50, worker="w1", attempt=f.attempt,
+    ),), ack_from))
+    ok_at = h.now
+    assert h.t(t.id).ack_from_ms == (ok_at if ack_from else None)
+    if not paused_first:
+        assert h.t(t.id).due_ms == ok_at + 10_000
+        h.now += 1_000
+        h.apply(PauseTasks(h.now, (t.id,)))
+    h.now += 2_000
+    h.apply(ResumeTasks(h.now, (t.id,)))
+    nt = h.t(t.id)
+    assert nt.status is Status.AWAITING_ACK and nt.due_ms == (ok_at + 10_000 if ack_from else h.now)
+    h.now = ok_at + 20_000  # resumed after the delay: the probe is due at once
+    h.apply(PauseTasks(h.now, (t.id,)))
+    h.apply(ResumeTasks(h.now, (t.id,)))
+    assert h.t(t.id).due_ms == h.now
+
+
+def test_a_failed_probe_held_by_a_pause_waits_ack_delay_from_the_failure(h: H) -> None:
+    t = h.create(ack_url=ACK, ack_delay_ms=10_000)
+    h.cycle(t.id, 200)
+    fr = h.fire_due(t.id)
+    assert fr.fire.kind is FireKind.ACK
+    h.now += 50
+    h.apply(Results(h.now, (ResultItem(
+        fire_id=fr.fire.fire_id, kind=FireKind.ACK, status_code=500, outcome=Outcome.RESPONSE, response_head="",
+        latency_ms=50, worker="w1", attempt=fr.fire.attempt,
+    ),), ack_from=True))
+    failed_at = h.now
+    h.apply(PauseTasks(h.now, (t.id,)))
+    h.now += 3_000
+    h.apply(ResumeTasks(h.now, (t.id,)))
+    assert h.t(t.id).due_ms == failed_at + 10_000 and h.t(t.id).ack_attempt == 1
+
+
 def test_resume_inactive_periodic_resets_fail_count(h: H) -> None:
     t = h.create(type="periodic", interval_ms=1000, max_retries=0, max_fails=1)
     h.cycle(t.id, 500)

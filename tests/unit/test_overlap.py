@@ -24,6 +24,7 @@ from molens.fsm.commands import (
     ResultItem,
     Results,
     ResumeTasks,
+    TriggerTask,
     UpdateTask,
 )
 from molens.fsm.machine import SendFire, WheelAdd
@@ -458,13 +459,15 @@ def test_allow_snapshot_record_round_trips_and_an_old_record_reads_with_nothing_
     u = h.t(t.id)
     raw = msgspec.msgpack.encode(u)
     assert msgspec.msgpack.decode(raw, type=Task) == u
-    # written before ``running`` (and ``not_sent``, ``waiting``, ``resumed_ms``)
-    old = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-4])
+    # written before ``running`` (and ``not_sent``, ``waiting``, ``resumed_ms``, ``ack_from_ms``)
+    old = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-5])
     assert msgspec.msgpack.decode(old, type=Task).running == ()
-    before_waiting = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-2])
+    before_waiting = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-3])
     assert msgspec.msgpack.decode(before_waiting, type=Task) == u  # a record of the release before ``waiting``
-    before_resumed = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-1])
+    before_resumed = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-2])
     assert msgspec.msgpack.decode(before_resumed, type=Task) == u  # ... and before ``resumed_ms``
+    before_ack_from = msgspec.msgpack.encode(msgspec.msgpack.decode(raw)[:-1])
+    assert msgspec.msgpack.decode(before_ack_from, type=Task) == u  # ... and before ``ack_from_ms``
 
 
 def test_allow_a_running_retry_due_at_the_same_ms_as_the_next_occurrence_stays_on_the_wheel() -> None:
@@ -554,3 +557,32 @@ def test_dispatched_of_the_release_before_decodes_without_catchup_waits() -> Non
                      catchup_waits=True)
     assert msgspec.msgpack.decode(old, type=Command).catchup_waits is False  # type: ignore[union-attr]
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(new), type=Command) == new
+
+
+@pytest.mark.parametrize("refuses_planned", [True, False])
+def test_allow_trigger_while_an_occurrence_planned_ahead_is_on_its_way(refuses_planned: bool) -> None:
+    """An allow task's occurrence sent ahead of its instant (the dispatch lead) runs beside the task;
+    a trigger then would make the schedule go on at the first instant after it, that occurrence's
+    own, so the instant would fire twice. With ``refuses_planned`` (every replica of version 8) it is
+    refused, as a trigger while a fire is in flight is; an entry of the release before applies as
+    that release did (the instant fires twice: the reason for the flag)."""
+    h = H()
+    t = _periodic(h, overlap="allow")
+    u = h.t(t.id)
+    h.now = (u.due_ms or 0) - 300  # the leader plans the fire 300 ms ahead of its instant
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 60_000),)))
+    (planned,) = [e for e in out.effects if isinstance(e, SendFire)]
+    assert planned.scheduled_ms > h.now and len(h.t(t.id).running) == 1
+    res = h.apply(TriggerTask(h.now, t.id, refuses_planned)).results[0]
+    if refuses_planned:
+        assert isinstance(res, IllegalTransitionError) and res.http_status == 409
+        assert h.t(t.id).sched_ms == planned.scheduled_ms + IV  # untouched
+        h.now = planned.scheduled_ms  # once its instant has come, a trigger applies
+        assert h.apply(TriggerTask(h.now, t.id, refuses_planned)).results[0].due_ms == h.now
+        triggered = _fire_next(h, t.id)
+        assert triggered.scheduled_ms == h.now and h.t(t.id).sched_ms == planned.scheduled_ms + IV
+    else:
+        assert res.due_ms == h.now
+        _fire_next(h, t.id)
+        assert h.t(t.id).sched_ms == planned.scheduled_ms  # the planned instant taken again

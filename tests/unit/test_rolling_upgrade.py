@@ -6,6 +6,9 @@ advertised no fire batch version is sent items the release before traces reads (
 
 from __future__ import annotations
 
+import tempfile
+import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,17 +16,27 @@ import msgpack
 import pytest
 
 from molens.actors.fireworker import WorkerHeartbeat, decode_heartbeat, heartbeat_frame
+from molens.actors.messages import FireResults
+from molens.actors.monitor import Monitor
 from molens.actors.peer_state import Standing
+from molens.actors.stats import Stats, StatsClient
+from molens.actors.term import TermContext
+from molens.config import SchedulerConfig
 from molens.delivery import (
     CATCHUP_WAIT_VERSION,
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
+    TRIGGER_ACK_VERSION,
     FireRequest,
     decode_fire_batch,
     encode_fire_batch,
 )
-from molens.model import FireKind
+from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
+from molens.model import FireKind, Outcome
 from molens.scheduler import Scheduler
+from molens.web.app import make_app
+from molens.web.local_context import LocalContext
+from tests.unit.test_write_barrier import _call
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -101,3 +114,82 @@ def test_catchup_waits_is_proposed_once_every_other_member_advertised_catchup_wa
     assert not Scheduler.replicas_read_catchup_wait(sched({"n2": v}))  # n3 not heard yet
     assert Scheduler.replicas_read_not_sent(sched({"n2": v - 1, "n3": v - 1}))  # the release before reads not_sent
     assert v <= FIRE_BATCH_VERSION  # this release's nodes advertise it
+
+
+def test_refuses_planned_and_ack_from_are_proposed_once_every_other_member_advertised_version_8() -> None:
+    def sched(versions: dict[str, int]) -> Any:
+        return SimpleNamespace(node_id="n1", batch_versions=versions,
+                               peer=SimpleNamespace(standing=Standing(members=frozenset({"n1", "n2", "n3"}))))
+
+    v = TRIGGER_ACK_VERSION
+    assert Scheduler.replicas_read_trigger_ack(sched({"n2": v, "n3": v}))
+    assert not Scheduler.replicas_read_trigger_ack(sched({"n2": v, "n3": v - 1}))
+    assert not Scheduler.replicas_read_trigger_ack(sched({"n2": v}))  # n3 not heard yet
+    assert Scheduler.replicas_read_resume(sched({"n2": v - 1, "n3": v - 1}))  # the release before reads drops_paused
+    assert v <= FIRE_BATCH_VERSION
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_the_monitor_proposes_results_with_ack_from_as_the_replicas_read_it(readable: bool) -> None:
+    """A replica of the release before would not keep when a task's ACK wait began, and a resume would
+    then probe at once where this release waits ``ack_delay_ms``: the replicas would differ."""
+    stats_ref = Stats.start()
+    proposed: list[Any] = []
+    ctx = TermContext(
+        node_id="n1", term=1, cfg=SchedulerConfig(),
+        store=SimpleNamespace(get_fire=lambda fid: None, get_task=lambda tid: None,  # type: ignore[arg-type]
+                              encode_proposal=lambda cmd: cmd),
+        propose_batch=lambda cmds, done: proposed.extend(cmds), stats=StatsClient(stats_ref),
+        send_fires=lambda groups: {}, local_free=lambda: 0, fatal=lambda e: None, ended=threading.Event(),
+        replicas_read_trigger_ack=lambda: readable,
+    )
+    monitor = Monitor.start(ctx)
+    try:
+        monitor.tell(FireResults([ResultItem(fire_id="f-1", kind=FireKind.CALLBACK, status_code=200,
+                                             outcome=Outcome.RESPONSE, response_head="", latency_ms=3, worker="n2",
+                                             attempt=1)]))
+        deadline = time.monotonic() + 10
+        while not proposed:
+            assert time.monotonic() < deadline, "no Results proposed"
+            time.sleep(0.02)
+    finally:
+        monitor.stop()
+        stats_ref.stop()
+    assert [type(c) for c in proposed] == [Results] and proposed[0].ack_from is readable
+
+
+class _Before(LocalContext):
+    """One replica whose cluster still has a member of the release before version 8."""
+
+    def replicas_read_trigger_ack(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("all_read_it", [True, False])
+def test_the_api_refuses_an_allow_trigger_beside_an_occurrence_sent_ahead_once_every_replica_reads_it(
+    all_read_it: bool,
+) -> None:
+    """``POST /tasks/{id}/trigger`` proposes ``refuses_planned`` as the replicas read it: 409 while an
+    overlap allow task's occurrence sent ahead of its instant is on its way; with a member of the
+    release before, the trigger applies as that release applied it."""
+    with tempfile.TemporaryDirectory() as d:
+        ctx = LocalContext(d) if all_read_it else _Before(d)
+        try:
+            app = make_app(ctx)
+            st, t = _call(app, "POST", "/api/v1/tasks", {"type": "periodic", "interval_ms": 60_000,
+                                                          "overlap": "allow", "callback_url": "http://127.0.0.1:9/x"})
+            assert st == 201, t
+            task = ctx.store.get_task(t["id"])
+            assert task is not None and task.due_ms is not None
+            planned_at = task.due_ms - 300  # the leader sends it 300 ms ahead of its instant, a minute from now
+            sent = ctx.propose([Dispatched(planned_at, (DispatchItem(
+                fire_id=task.fire_id, task_id=task.id, attempt=1, worker="w1", deadline_ms=planned_at + 60_000),))], 5)
+            assert sent == [[None]], sent
+            st, out = _call(app, "POST", f"/api/v1/tasks/{t['id']}/trigger")
+            if all_read_it:
+                assert st == 409 and out["error"]["code"] == "illegal_transition", out
+                assert "planned for a later instant" in out["error"]["message"]
+            else:
+                assert st == 200 and out["status"] == "pending", out
+        finally:
+            ctx.close()
