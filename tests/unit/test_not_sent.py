@@ -260,11 +260,8 @@ def test_the_leaders_monitor_counts_not_sent_results_as_a_scheduler_event() -> N
         stats_ref.stop()
 
 
-@pytest.mark.parametrize("readable", [True, False])
-def test_not_sent_results_are_proposed_as_attempts_while_a_replica_of_the_release_before_remains(readable: bool) -> None:
-    """A replica of the release before would apply a ``not_sent`` result as a failed attempt where this
-    release plans the fire again for free, and the replicas would differ: until every member has
-    advertised ``NOT_SENT_VERSION`` the Monitor proposes the flag cleared (an ordinary failed attempt)."""
+def monitor_proposals(results: list[ResultItem], **ctx_kw: Any) -> list[Any]:
+    """What a leader's Monitor proposes for these results (``ctx_kw``: the term's ``replicas_read_*``)."""
     stats_ref = Stats.start()
     proposed: list[Any] = []
     ctx = TermContext(
@@ -273,13 +270,11 @@ def test_not_sent_results_are_proposed_as_attempts_while_a_replica_of_the_releas
                               encode_proposal=lambda cmd: cmd),
         propose_batch=lambda cmds, done: proposed.extend(cmds), stats=StatsClient(stats_ref),
         send_fires=lambda groups: {}, local_free=lambda: 0, fatal=lambda e: None, ended=threading.Event(),
-        replicas_read_not_sent=lambda: readable,
+        **ctx_kw,
     )
     monitor = Monitor.start(ctx)
     try:
-        unsent = with_attempt(to_result_item(_result(True)), 2)
-        sent = with_attempt(to_result_item(dataclasses.replace(_result(False), fire_id="f-2")), 1)
-        monitor.tell(FireResults([unsent, sent]))
+        monitor.tell(FireResults(results))
         deadline = time.monotonic() + 10
         while not proposed:
             assert time.monotonic() < deadline, "no Results proposed"
@@ -287,6 +282,17 @@ def test_not_sent_results_are_proposed_as_attempts_while_a_replica_of_the_releas
     finally:
         monitor.stop()
         stats_ref.stop()
+    return proposed
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_not_sent_results_are_proposed_as_attempts_while_a_replica_of_the_release_before_remains(readable: bool) -> None:
+    """A replica of the release before would apply a ``not_sent`` result as a failed attempt where this
+    release plans the fire again for free, and the replicas would differ: until every member has
+    advertised ``NOT_SENT_VERSION`` the Monitor proposes the flag cleared (an ordinary failed attempt)."""
+    unsent = with_attempt(to_result_item(_result(True)), 2)
+    sent = with_attempt(to_result_item(dataclasses.replace(_result(False), fire_id="f-2")), 1)
+    proposed = monitor_proposals([unsent, sent], replicas_read_not_sent=lambda: readable)
     items = {it.fire_id: it for cmd in proposed for it in cmd.items}
     assert items["f-1"].not_sent is readable
     assert items["f-1"] == msgspec.structs.replace(unsent, not_sent=readable)

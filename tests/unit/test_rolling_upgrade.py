@@ -7,8 +7,6 @@ advertised no fire batch version is sent items the release before traces reads (
 from __future__ import annotations
 
 import tempfile
-import threading
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,12 +14,7 @@ import msgpack
 import pytest
 
 from molens.actors.fireworker import WorkerHeartbeat, decode_heartbeat, heartbeat_frame
-from molens.actors.messages import FireResults
-from molens.actors.monitor import Monitor
 from molens.actors.peer_state import Standing
-from molens.actors.stats import Stats, StatsClient
-from molens.actors.term import TermContext
-from molens.config import SchedulerConfig
 from molens.delivery import (
     CATCHUP_WAIT_VERSION,
     FIRE_BATCH_V1,
@@ -36,6 +29,7 @@ from molens.model import FireKind, Outcome
 from molens.scheduler import Scheduler
 from molens.web.app import make_app
 from molens.web.local_context import LocalContext
+from tests.unit.test_not_sent import monitor_proposals
 from tests.unit.test_write_barrier import _call
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -101,31 +95,29 @@ def test_a_heartbeat_of_the_previous_release_advertises_version_1_and_one_withou
     assert _previous_decode_heartbeat(heartbeat_frame(5, None)[1:]) == (5, None)
 
 
+def _sched(versions: dict[str, int]) -> Any:
+    """A leader's scheduler (n1 of three members) that heard these fire batch versions advertised."""
+    return SimpleNamespace(node_id="n1", batch_versions=versions,
+                           peer=SimpleNamespace(standing=Standing(members=frozenset({"n1", "n2", "n3"}))))
+
+
 def test_catchup_waits_is_proposed_once_every_other_member_advertised_catchup_wait_version() -> None:
     """docs/deploy.md#rolling-upgrade: until every other member's node reads ``Dispatched.catchup_waits``
     (``CATCHUP_WAIT_VERSION``), the Dispatcher proposes it false (the instant is skipped, as before)."""
-    def sched(versions: dict[str, int]) -> Any:
-        return SimpleNamespace(node_id="n1", batch_versions=versions,
-                               peer=SimpleNamespace(standing=Standing(members=frozenset({"n1", "n2", "n3"}))))
-
     v = CATCHUP_WAIT_VERSION
-    assert Scheduler.replicas_read_catchup_wait(sched({"n2": v, "n3": v}))
-    assert not Scheduler.replicas_read_catchup_wait(sched({"n2": v, "n3": v - 1}))
-    assert not Scheduler.replicas_read_catchup_wait(sched({"n2": v}))  # n3 not heard yet
-    assert Scheduler.replicas_read_not_sent(sched({"n2": v - 1, "n3": v - 1}))  # the release before reads not_sent
+    assert Scheduler.replicas_read_catchup_wait(_sched({"n2": v, "n3": v}))
+    assert not Scheduler.replicas_read_catchup_wait(_sched({"n2": v, "n3": v - 1}))
+    assert not Scheduler.replicas_read_catchup_wait(_sched({"n2": v}))  # n3 not heard yet
+    assert Scheduler.replicas_read_not_sent(_sched({"n2": v - 1, "n3": v - 1}))  # the release before reads not_sent
     assert v <= FIRE_BATCH_VERSION  # this release's nodes advertise it
 
 
 def test_refuses_planned_and_ack_from_are_proposed_once_every_other_member_advertised_version_8() -> None:
-    def sched(versions: dict[str, int]) -> Any:
-        return SimpleNamespace(node_id="n1", batch_versions=versions,
-                               peer=SimpleNamespace(standing=Standing(members=frozenset({"n1", "n2", "n3"}))))
-
     v = TRIGGER_ACK_VERSION
-    assert Scheduler.replicas_read_trigger_ack(sched({"n2": v, "n3": v}))
-    assert not Scheduler.replicas_read_trigger_ack(sched({"n2": v, "n3": v - 1}))
-    assert not Scheduler.replicas_read_trigger_ack(sched({"n2": v}))  # n3 not heard yet
-    assert Scheduler.replicas_read_resume(sched({"n2": v - 1, "n3": v - 1}))  # the release before reads drops_paused
+    assert Scheduler.replicas_read_trigger_ack(_sched({"n2": v, "n3": v}))
+    assert not Scheduler.replicas_read_trigger_ack(_sched({"n2": v, "n3": v - 1}))
+    assert not Scheduler.replicas_read_trigger_ack(_sched({"n2": v}))  # n3 not heard yet
+    assert Scheduler.replicas_read_resume(_sched({"n2": v - 1, "n3": v - 1}))  # the release before reads drops_paused
     assert v <= FIRE_BATCH_VERSION
 
 
@@ -133,28 +125,9 @@ def test_refuses_planned_and_ack_from_are_proposed_once_every_other_member_adver
 def test_the_monitor_proposes_results_with_ack_from_as_the_replicas_read_it(readable: bool) -> None:
     """A replica of the release before would not keep when a task's ACK wait began, and a resume would
     then probe at once where this release waits ``ack_delay_ms``: the replicas would differ."""
-    stats_ref = Stats.start()
-    proposed: list[Any] = []
-    ctx = TermContext(
-        node_id="n1", term=1, cfg=SchedulerConfig(),
-        store=SimpleNamespace(get_fire=lambda fid: None, get_task=lambda tid: None,  # type: ignore[arg-type]
-                              encode_proposal=lambda cmd: cmd),
-        propose_batch=lambda cmds, done: proposed.extend(cmds), stats=StatsClient(stats_ref),
-        send_fires=lambda groups: {}, local_free=lambda: 0, fatal=lambda e: None, ended=threading.Event(),
-        replicas_read_trigger_ack=lambda: readable,
-    )
-    monitor = Monitor.start(ctx)
-    try:
-        monitor.tell(FireResults([ResultItem(fire_id="f-1", kind=FireKind.CALLBACK, status_code=200,
-                                             outcome=Outcome.RESPONSE, response_head="", latency_ms=3, worker="n2",
-                                             attempt=1)]))
-        deadline = time.monotonic() + 10
-        while not proposed:
-            assert time.monotonic() < deadline, "no Results proposed"
-            time.sleep(0.02)
-    finally:
-        monitor.stop()
-        stats_ref.stop()
+    proposed = monitor_proposals([ResultItem(
+        fire_id="f-1", kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE, response_head="",
+        latency_ms=3, worker="n2", attempt=1)], replicas_read_trigger_ack=lambda: readable)
     assert [type(c) for c in proposed] == [Results] and proposed[0].ack_from is readable
 
 
