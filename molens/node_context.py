@@ -245,9 +245,9 @@ class NodeContext(StoreReads):
         sched = self.scheduler
         return True if sched is None else sched.replicas_read_resume()
 
-    def replicas_read_trigger_ack(self) -> bool:
+    def replicas_read_resume_trigger(self) -> bool:
         sched = self.scheduler
-        return True if sched is None else sched.replicas_read_trigger_ack()
+        return True if sched is None else sched.replicas_read_resume_trigger()
 
     def flow_states(self) -> list[FlowState] | None:
         sched = self.scheduler

@@ -61,8 +61,8 @@ from molens.delivery import (
     KEYS_FIRST_VERSION,
     LAST_FIRE_VERSION,
     NOT_SENT_VERSION,
+    RESUME_TRIGGER_VERSION,
     RESUME_VERSION,
-    TRIGGER_ACK_VERSION,
     FireRequest,
     decode_fire_batch,
     encode_fire_batch,
@@ -162,7 +162,7 @@ class Scheduler:
             replicas_read_not_sent=self.replicas_read_not_sent,
             replicas_read_catchup_wait=self.replicas_read_catchup_wait,
             replicas_read_last_fire=self.replicas_read_last_fire,
-            replicas_read_trigger_ack=self.replicas_read_trigger_ack,
+            replicas_read_resume_trigger=self.replicas_read_resume_trigger,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
@@ -388,11 +388,11 @@ class Scheduler:
         before applied resumes (docs/deploy.md#rolling-upgrade)."""
         return Scheduler.replicas_read(self, RESUME_VERSION)
 
-    def replicas_read_trigger_ack(self) -> bool:
+    def replicas_read_resume_trigger(self) -> bool:
         """Whether every other member's node has advertised a release that applies a ``TriggerTask``'s
-        ``refuses_planned`` and a ``Results`` entry's ``ack_from`` (``TRIGGER_ACK_VERSION``): until then
+        ``refuses_planned`` and a ``Results`` entry's ``ack_from`` (``RESUME_TRIGGER_VERSION``): until then
         both are proposed false, as the release before applied them (docs/deploy.md#rolling-upgrade)."""
-        return Scheduler.replicas_read(self, TRIGGER_ACK_VERSION)
+        return Scheduler.replicas_read(self, RESUME_TRIGGER_VERSION)
 
     def replicas_read(self, version: int) -> bool:
         """Whether every other member's node has advertised fire batch ``version`` or later."""

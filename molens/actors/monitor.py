@@ -432,7 +432,7 @@ class Monitor(PumpedActor):
             # a replica of the release before would count them as attempts where this one does not
             items = [msgspec.structs.replace(it, not_sent=False) if it.not_sent else it for it in items]
         self.pending += 1
-        self.ctx.propose(Results(now, tuple(items), self.ctx.replicas_read_trigger_ack()),
+        self.ctx.propose(Results(now, tuple(items), self.ctx.replicas_read_resume_trigger()),
                          self.outcome_to_self(lambda _res, err: ResultsProposed(items, err, now)))
 
     def _trace_results(self, m: ResultsProposed) -> None:

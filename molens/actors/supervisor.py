@@ -140,13 +140,13 @@ class LeaderSupervisor:
         replicas_read_not_sent: Callable[[], bool] = lambda: True,
         replicas_read_catchup_wait: Callable[[], bool] = lambda: True,
         replicas_read_last_fire: Callable[[], bool] = lambda: True,
-        replicas_read_trigger_ack: Callable[[], bool] = lambda: True,
+        replicas_read_resume_trigger: Callable[[], bool] = lambda: True,
     ) -> None:
         self.node_id = node_id
         self._replicas_read_not_sent = replicas_read_not_sent
         self._replicas_read_catchup_wait = replicas_read_catchup_wait
         self._replicas_read_last_fire = replicas_read_last_fire
-        self._replicas_read_trigger_ack = replicas_read_trigger_ack
+        self._replicas_read_resume_trigger = replicas_read_resume_trigger
         self.audit = audit if audit is not None else AuditConfig()
         self.spans = spans
         self.notifications = notifications if notifications is not None else NotificationsConfig()
@@ -216,7 +216,7 @@ class LeaderSupervisor:
             audit=self.audit, replicas_read_not_sent=self._replicas_read_not_sent,
             replicas_read_catchup_wait=self._replicas_read_catchup_wait,
             replicas_read_last_fire=self._replicas_read_last_fire,
-            replicas_read_trigger_ack=self._replicas_read_trigger_ack, reach=Reach(),
+            replicas_read_resume_trigger=self._replicas_read_resume_trigger, reach=Reach(),
             **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(

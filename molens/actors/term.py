@@ -72,9 +72,9 @@ class TermContext:
     replicas_read_last_fire: Callable[[], bool] = lambda: True
     """Whether every replica applies a ``Dispatched`` entry's ``keeps_last_fire`` (the Dispatcher
     proposes it false until then: ``molens.scheduler.Scheduler.replicas_read_last_fire``)."""
-    replicas_read_trigger_ack: Callable[[], bool] = lambda: True
+    replicas_read_resume_trigger: Callable[[], bool] = lambda: True
     """Whether every replica applies a ``Results`` entry's ``ack_from`` (the Monitor proposes it false
-    until then: ``molens.scheduler.Scheduler.replicas_read_trigger_ack``)."""
+    until then: ``molens.scheduler.Scheduler.replicas_read_resume_trigger``)."""
 
     def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
         self.propose_batch([self.store.encode_proposal(cmd)], on_done)

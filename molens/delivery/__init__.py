@@ -93,7 +93,7 @@ __all__ = [
     "KEYS_FIRST_VERSION",
     "LAST_FIRE_VERSION",
     "RESUME_VERSION",
-    "TRIGGER_ACK_VERSION",
+    "RESUME_TRIGGER_VERSION",
     "decode_fire_batch",
     "encode_fire_results",
     "decode_fire_results",
@@ -205,7 +205,8 @@ as a fire planned again (since 3: docs/architecture.md#not-sent), a ``Dispatched
 ``keeps_last_fire`` and an ``UpdateTask``'s ``after_last_fire`` (since 5: docs/architecture.md#update),
 a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrade), a
 ``ResumeTasks`` entry's ``drops_paused`` (since 7: docs/deploy.md#rolling-upgrade), and a
-``TriggerTask``'s ``refuses_planned`` and a ``Results`` entry's ``ack_from`` (since 8: the same)."""
+``TriggerTask``'s ``refuses_planned``, a ``Results`` entry's ``ack_from`` and a ``ResumeTasks`` entry's
+``records_dropped`` (since 8: the same)."""
 FIRE_BATCH_V2 = 2
 """The first version whose workers read a 12-field item (a ``traceparent``)."""
 NOT_SENT_VERSION = 3
@@ -227,12 +228,14 @@ RESUME_VERSION = 7
 """The first version whose replicas apply a ``ResumeTasks`` entry's ``drops_paused`` (a periodic task
 resumed from now mid-occurrence drops what came due while it was paused; a delayed task keeps its
 jitter offset; a replica of an earlier one would fire those instants, and the replicas would differ)."""
-TRIGGER_ACK_VERSION = 8
+RESUME_TRIGGER_VERSION = 8
 """The first version whose replicas apply a ``TriggerTask``'s ``refuses_planned`` (an overlap allow
 task with an occurrence planned for a later instant on its way is not triggered: the trigger would
-fire that instant twice) and a ``Results`` entry's ``ack_from`` (the task record keeps when its ACK
-wait began, so a resume never probes before ``ack_delay_ms`` after it); a replica of an earlier one
-would apply the trigger, or resume the probe at once, and the replicas would differ."""
+fire that instant twice), a ``Results`` entry's ``ack_from`` (the task record keeps when its ACK
+wait began, so a resume never probes before ``ack_delay_ms`` after it) and a ``ResumeTasks``
+entry's ``records_dropped`` (a periodic task resumed from now between occurrences writes the
+instants it drops as one ``skipped`` row); a replica of an earlier one would apply the trigger,
+resume the probe at once or write no row, and the replicas would differ."""
 FIRE_BATCH_V1 = 1
 """The items of the release before traces (exactly 11 fields; it refuses a whole batch with one
 12-field item): what a worker that advertises no version is sent (``docs/deploy.md#rolling-upgrade``)."""

@@ -77,6 +77,11 @@ class ResumeTasks(_OnTasks, frozen=True, tag=19):
     task's occurrence keeps its ``jitter_ms`` offset. Set once every member has advertised
     ``RESUME_VERSION``; an entry of the release before decodes with it false and is applied as that
     release did."""
+    records_dropped: bool = False
+    """Without ``from_schedule``: a periodic task paused between occurrences writes the instants that
+    came due while it was paused, which the resume drops, as one ``skipped`` history row (as one
+    paused in the middle of an occurrence does when that occurrence ends). Set once every member has
+    advertised ``RESUME_TRIGGER_VERSION``, as ``drops_paused`` is set for ``RESUME_VERSION``."""
 
 
 class TriggerTask(_Command, frozen=True, tag=20):
@@ -86,7 +91,7 @@ class TriggerTask(_Command, frozen=True, tag=20):
     refuses_planned: bool = False
     """An ``overlap`` allow task is not triggered while one of its running occurrences is planned
     for a later instant (sent ahead of its time): the schedule after the triggered occurrence would
-    take that instant again. Set once every member has advertised ``TRIGGER_ACK_VERSION``; an entry
+    take that instant again. Set once every member has advertised ``RESUME_TRIGGER_VERSION``; an entry
     of the release before decodes with it false and is applied as that release did."""
 
 
@@ -144,7 +149,7 @@ class Results(_Command, frozen=True, tag=22):
     ack_from: bool = False
     """A result that makes the task wait for an ACK probe (its callback's 2xx, a failed probe)
     records when (``Task.ack_from_ms``), so a resume sends the probe no sooner than ``ack_delay_ms``
-    after it. Set once every member has advertised ``TRIGGER_ACK_VERSION``; an entry of the release
+    after it. Set once every member has advertised ``RESUME_TRIGGER_VERSION``; an entry of the release
     before decodes with it false and is applied as that release did."""
 
 

@@ -469,10 +469,15 @@ NOT_FIRED = {
     "collapsed_catchup_one": "missed instants one fire stood for (catchup one)",
     "skipped_catchup_window": "missed instants older than catchup_window_ms (catchup all)",
     "skipped_backfill": "regular instants a backfill's range replaced",
+    "dropped_paused": "instants that came due while a periodic task was paused, dropped by its resume from now",
     "dropped_end_at": "a periodic task's next occurrence fell at or after end_at: the task ended",
     "dropped_max_runs": "a periodic task had run max_runs occurrences: the task ended",
 }
 """What :attr:`Writes.counts` counts: each a decision (one history row, for one or more instants)."""
+
+
+PAUSED_DROP = "came due while the task was paused (resume_from now)"
+"""Why a resume from now's dropped instants were not fired (their ``skipped`` row)."""
 
 
 def _count(tx: _Tx, key: str) -> None:
@@ -529,8 +534,7 @@ def _next_occurrence(tx: _Tx, t: Task, now: int, lost: bool = False) -> dict[str
         if t.resumed_ms is not None:  # resumed from now mid-occurrence: what came due while paused is dropped
             after = next_scheduled(t, t.resumed_ms - 1)
             if after > first:
-                _skipped(tx, t, first, after, now, "came due while the task was paused (resume_from now)",
-                         _catchup_key(spec.catchup))
+                _skipped(tx, t, first, after, now, PAUSED_DROP, "dropped_paused")
                 first = after
         if spec.catchup is CatchUp.ALL:
             floor = now - spec.catchup_window_ms
@@ -609,7 +613,8 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case PauseTasks():
             results = [_pause(tx, tid, now) for tid in cmd.task_ids]
         case ResumeTasks():
-            results = [_resume(tx, tid, now, cmd.from_schedule, cmd.drops_paused) for tid in cmd.task_ids]
+            results = [_resume(tx, tid, now, cmd.from_schedule, cmd.drops_paused, cmd.records_dropped)
+                       for tid in cmd.task_ids]
         case TriggerTask():
             results = [_trigger(tx, cmd.task_id, now, cmd.refuses_planned)]
         case Expire():
@@ -1533,7 +1538,9 @@ def _pause(tx: _Tx, tid: str, now: int) -> ItemResult:
     return nt
 
 
-def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False, drops_paused: bool = False) -> ItemResult:
+def _resume(
+    tx: _Tx, tid: str, now: int, from_schedule: bool = False, drops_paused: bool = False, records_dropped: bool = False,
+) -> ItemResult:
     t = tx.task(tid)
     if t is None:
         return NotFoundError(f"task {tid} not found", "task_id")
@@ -1571,6 +1578,8 @@ def _resume(tx: _Tx, tid: str, now: int, from_schedule: bool = False, drops_paus
     elif periodic:
         # resume_from now: what passed while paused is dropped; schedule: it is missed (catch-up rule)
         nxt = t.sched_ms if t.sched_ms >= now or from_schedule else next_scheduled(t, now)
+        if records_dropped and nxt > t.sched_ms:
+            _skipped(tx, t, t.sched_ms, nxt, now, PAUSED_DROP, "dropped_paused")
         nt = _replace(
             t, status=Status.PENDING, due_ms=nxt + jitter(t.id, t.seq, t.spec.jitter_ms), sched_ms=nxt, updated_ms=now
         )

@@ -263,9 +263,9 @@ class ApiContext(Protocol):
         (``molens.delivery.RESUME_VERSION``): the API proposes it false until then."""
         ...
 
-    def replicas_read_trigger_ack(self) -> bool:
+    def replicas_read_resume_trigger(self) -> bool:
         """Whether every replica applies a ``TriggerTask``'s ``refuses_planned``
-        (``molens.delivery.TRIGGER_ACK_VERSION``): the API proposes it false until then."""
+        (``molens.delivery.RESUME_TRIGGER_VERSION``): the API proposes it false until then."""
         ...
 
     def get_idem(self, key: str) -> str | None:

@@ -1084,12 +1084,12 @@ def _install_tasks(api: Api) -> None:
                 raise ValidationError(f"resume_from must be 'now' or 'schedule', got {_quote(str(where))}",
                                       "resume_from")
             from_schedule = where == "schedule"
-        drops = ctx.replicas_read_resume()
-        return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule, drops), task_id)
+        drops, records = ctx.replicas_read_resume(), ctx.replicas_read_resume_trigger()
+        return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule, drops, records), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True, body=Body.NONE)
     def trigger_task(task_id: str) -> tuple[int, Any]:
-        refuses = ctx.replicas_read_trigger_ack()
+        refuses = ctx.replicas_read_resume_trigger()
         return by_id(lambda now, tid: TriggerTask(now, tid, refuses), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/backfill", write=True)

@@ -138,7 +138,7 @@ class LocalContext(StoreReads):
         """One replica, of this release."""
         return True
 
-    def replicas_read_trigger_ack(self) -> bool:
+    def replicas_read_resume_trigger(self) -> bool:
         """One replica, of this release."""
         return True
 

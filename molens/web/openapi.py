@@ -410,7 +410,8 @@ def _schemas() -> dict[str, Any]:
                     "additionalProperties": {"type": "integer"},
                     "description": "Occurrences not fired since this process started, by reason: skipped_overlap, "
                                    "skipped_catchup_none, collapsed_catchup_one, skipped_catchup_window, "
-                                   "skipped_backfill, dropped_end_at, dropped_max_runs (decisions this replica "
+                                   "skipped_backfill, dropped_paused, dropped_end_at, dropped_max_runs (decisions "
+                                   "this replica "
                                    "applied) and held_by_flow (due fires this node's leader held back)",
                 },
                 "qps": {"type": "number", "description": "HTTP API requests per second"},

@@ -91,6 +91,9 @@ MUTANTS = [
     Mutant("resume-probes-ack-at-once", "a task paused in its ACK phase and resumed probes at once, before "
            "ack_delay_ms after the callback's 2xx", "molens.fsm.machine:_resume",
            "due = now if t.ack_from_ms is None else max(now, t.ack_from_ms + t.spec.ack_delay_ms)", "due = now"),
+    Mutant("resume-drops-silently", "a periodic task resumed from now between occurrences drops the instants that "
+           "came due while it was paused without their skipped row", "molens.fsm.machine:_resume",
+           "if records_dropped and nxt > t.sched_ms:", "if False:"),
     Mutant("trigger-allow-planned", "an overlap allow task is triggered while an occurrence planned for a later "
            "instant is on its way: the schedule after the triggered one takes that instant again",
            "molens.fsm.machine:_trigger", "if refuses_planned and any(r.sched_ms > now for r in t.running):",

@@ -140,6 +140,7 @@ from molens.fsm.commands import (
 )
 from molens.fsm.machine import (
     DEFAULT_CONFIG,
+    PAUSED_DROP,
     Applied,
     SendFire,
     jitter,
@@ -157,6 +158,7 @@ from molens.model import (
     Overlap,
     Reliability,
     Status,
+    Task,
     TaskSpec,
     TaskType,
     decode_update,
@@ -532,6 +534,10 @@ class Sim:
         """Their dead letters just before the delete."""
         self.delete_residue: list[str] = []
         """What a replica still held of a task right after applying its delete (must stay empty)."""
+        self.unrecorded_drops: list[str] = []
+        """Resumes from now that dropped instants without their ``skipped`` row (must stay empty)."""
+        self.recorded_drops = 0
+        """Resumes from now between occurrences that dropped instants, each with its row."""
         self.recreates: dict[str, tuple[str, Plan, int]] = {}
         """Idempotency key -> (the deleted task's id, the plan of the create made with the key after the
         delete, when that create was asked)."""
@@ -625,6 +631,8 @@ class Sim:
                 execs = [e for e in rep.executions if e.task_id in gone]
             was_paused = {tid for tid in self.task_pauses if (t := rep.get_task(tid)) is not None
                           and t.status is Status.PAUSED} if first else set()
+            resumed_from = {tid: rep.get_task(tid) for tid in cmd.task_ids} \
+                if isinstance(cmd, ResumeTasks) and first else {}
             if isinstance(cmd, DeleteTasks) and first:
                 doomed = {tid: rep.get_task(tid) for tid in cmd.task_ids}
                 doomed_execs = [e for e in rep.executions if e.task_id in doomed]
@@ -659,6 +667,8 @@ class Sim:
                 who, then = self.outcomes.pop(id(cmd))
                 if who is ld:
                     then(out)
+            if isinstance(cmd, ResumeTasks) and first:
+                self.note_dropped(cmd, resumed_from, out)
             if isinstance(cmd, PauseTasks | ResumeTasks) and first:
                 paused, fs = isinstance(cmd, PauseTasks), isinstance(cmd, ResumeTasks) and cmd.from_schedule
                 for tid, res in zip(cmd.task_ids, out.results):
@@ -674,6 +684,24 @@ class Sim:
                 self.backfills[cmd.task_id].append(BackfillAsked(cmd.start_ms, cmd.end_ms, cmd.now_ms, before.seq))
             if is_leader:
                 self.on_applied(cmd, term, out, dues)
+
+    def note_dropped(self, cmd: ResumeTasks, before: dict[str, Task | None], out: Applied) -> None:
+        """A resume from now of a periodic task paused between occurrences whose instant came due while
+        it was paused: the instants it drops, ``[before.sched_ms, nt.sched_ms)``, are one ``skipped``
+        row of the entry (docs/architecture.md#catch-up)."""
+        for tid, nt in zip(cmd.task_ids, out.results):
+            t = before.get(tid)
+            if cmd.from_schedule or isinstance(nt, Exception) or t is None or t.status is not Status.PAUSED \
+                    or t.spec.type is not TaskType.PERIODIC or t.attempt > 0 or t.ack_attempt > t.ack_base \
+                    or t.backfill is not None or nt.sched_ms <= t.sched_ms:
+                continue
+            want = f"skipped the occurrences scheduled in [{t.sched_ms}, {nt.sched_ms}) ms: {PAUSED_DROP}"
+            if [e.response_head for e in out.writes.executions if e.task_id == tid] != [want]:
+                self.unrecorded_drops.append(f"{tid}: resumed from now at {cmd.now_ms - self.t0}, its instants "
+                                             f"[{t.sched_ms - self.t0}, {nt.sched_ms - self.t0}) dropped without "
+                                             f"their skipped row: {out.writes.executions}")
+            else:
+                self.recorded_drops += 1
 
     def note_trigger(self, cmd: TriggerTask, before: Any, out: Applied) -> None:
         """Record a ``TriggerTask`` as ``nodes[0]`` first applied it (``before``: its task then)."""
@@ -1601,7 +1629,8 @@ class Sim:
                     self.at(self.now + self.trng.randint(300, 5_000), lambda: self.client_pause(idem, cycles))
                 return
             self.log_(f"client: resume {tid} from {'schedule' if from_schedule else 'now'}")
-            self.propose(ResumeTasks(self.now, (tid,), from_schedule=from_schedule, drops_paused=True))
+            self.propose(ResumeTasks(self.now, (tid,), from_schedule=from_schedule, drops_paused=True,
+                                     records_dropped=True))
         self.at(self.now + 300, lambda: self.client_resume(idem, from_schedule, cycles))
 
     def client_put_flow(
@@ -2355,7 +2384,7 @@ def check_deletes(sim: Sim, fail: Callable[[str], None]) -> None:
         elif di > dl.index:
             fail(f"deleted task {d.task_id}: attempt {d.attempt} of {d.fire_id} sent from the Dispatched entry {di}, "
                  f"applied after its delete (entry {dl.index}, committed at {dl.at - t0}): {d}")
-    for msg in sim.delete_residue:
+    for msg in sim.delete_residue + sim.unrecorded_drops:
         fail(msg)
     for n in sim.nodes:
         for tid in sim.deleted:
@@ -2529,7 +2558,7 @@ def _run(args: argparse.Namespace) -> int:
     seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
     failures = 0
     t0 = time.monotonic()
-    fires = settled = power_losses = discarded = paused = mid = 0
+    fires = settled = power_losses = discarded = paused = mid = drops = 0
     trig = refused = periodic_trig = 0
     deletes: dict[str, int] = defaultdict(int)
     recreated = 0
@@ -2546,6 +2575,7 @@ def _run(args: argparse.Namespace) -> int:
                 spans = [sp for tid in sim.task_pauses for sp in paused_spans(sim, tid)]
                 paused += len(spans)
                 mid += sum(sp.mid_occurrence for sp in spans)
+                drops += sim.recorded_drops
                 trig += len(sim.triggers)
                 periodic_trig += sum(tr.periodic for tr in sim.triggers)
                 refused += sim.triggers_refused
@@ -2564,7 +2594,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"ran {len(seeds)} scheduler seeds in {dt:.1f}s ({len(seeds) / dt if dt else 0:.1f} seeds/s), "
           f"{fires} callbacks delivered, {settled} fires settled on lost workers, {power_losses} power losses "
           f"({discarded} task stores discarded by the boot guard), {paused} task pauses ({mid} in the middle "
-          f"of an occurrence), {trig} triggers ({periodic_trig} periodic; {refused} refused), "
+          f"of an occurrence; {drops} resumes from now that dropped instants), {trig} triggers ({periodic_trig} periodic; {refused} refused), "
           f"{sum(deletes.values())} deletes ({', '.join(f'{n} {k}' for k, n in sorted(deletes.items()))}; "
           f"{recreated} created again with the key)")
     print(f"sim: seeds={len(seeds)} failures={failures}")

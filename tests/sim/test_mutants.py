@@ -14,7 +14,7 @@ from tests.sim.mutants import MUTANTS, RAFT_MUTANTS, Mutant, hunt
 SEEDS = {
     "lost-fire-never-redispatched": 4, "amo-resent-after-loss": 3, "stale-result-applied": 56, "expiry-skips-one": 3,
     "held-grace-ignored": 4, "catchup-one-too-many": 3, "deadline-without-timeout": 3, "pause-ignored": 4,
-    "resume-keeps-missed": 4, "resume-mid-occurrence-keeps-missed": 42, "resume-probes-ack-at-once": 21,
+    "resume-keeps-missed": 4, "resume-mid-occurrence-keeps-missed": 42, "resume-probes-ack-at-once": 21, "resume-drops-silently": 4,
     "trigger-allow-planned": 38, "trigger-due-after-interval": 4, "trigger-keeps-schedule": 4, "delete-keeps-task": 3,
     "delete-keeps-idempotency-key": 3, "delete-keeps-fire-record": 4, "delete-keeps-history": 3,
     "window-edge-skipped": 11, "reach-lags-read": 4, "lost-worker-fires-kept": 4, "worker-death-unnoticed": 4,

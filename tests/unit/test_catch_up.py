@@ -113,6 +113,29 @@ def test_resume_from_now_drops_what_passed_while_paused_whatever_the_catchup() -
     assert h.t(t.id).due_ms == t.created_ms + 40_000 and _skips(h) == []
 
 
+@pytest.mark.parametrize("records_dropped", [True, False])
+def test_the_instants_a_resume_from_now_drops_between_occurrences_are_one_skipped_row(records_dropped: bool) -> None:
+    """With ``records_dropped`` (every replica of version 8) the instants a resume from now drops are
+    written as one ``skipped`` row and counted ``dropped_paused``, as those dropped mid-retry are; an
+    entry of the release before writes none, as that release did."""
+    h = H()
+    t = _periodic(h, catchup="one")
+    c = t.created_ms
+    h.apply(PauseTasks(h.now, (t.id,)))
+    h.now = c + 35_000
+    out = h.apply(ResumeTasks(h.now, (t.id,), False, True, records_dropped))
+    assert h.t(t.id).due_ms == c + 40_000
+    if records_dropped:
+        assert _skips(h) == [f"skipped the occurrences scheduled in [{c + 10_000}, {c + 40_000}) ms: came due while "
+                             "the task was paused (resume_from now)"]
+        assert out.writes.counts == {"dropped_paused": 1}
+    else:
+        assert _skips(h) == [] and out.writes.counts == {}
+    h.apply(PauseTasks(h.now, (t.id,)))  # resumed before its next instant: nothing dropped, no row
+    h.apply(ResumeTasks(h.now + 1_000, (t.id,), False, True, records_dropped))
+    assert len(_skips(h)) == (1 if records_dropped else 0)
+
+
 def test_instants_that_come_due_while_an_occurrence_runs_are_recorded_as_skipped() -> None:
     h = H()
     t = _periodic(h)
@@ -226,6 +249,7 @@ def test_the_instants_a_resume_from_now_drops_mid_retry_are_one_skipped_row() ->
     h.apply(PauseTasks(h.now, (t.id,)))
     h.now = c + 65_000
     h.apply(ResumeTasks(h.now, (t.id,), False, True))
-    h.cycle(t.id)
+    h.fire_due(t.id)
+    assert h.answer(t.id, 200).writes.counts == {"dropped_paused": 1}
     assert _skips(h) == [f"skipped the occurrences scheduled in [{c + 20_000}, {c + 70_000}) ms: came due while the "
                          "task was paused (resume_from now)"]

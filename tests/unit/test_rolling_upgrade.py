@@ -19,13 +19,21 @@ from molens.delivery import (
     CATCHUP_WAIT_VERSION,
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
-    TRIGGER_ACK_VERSION,
+    RESUME_TRIGGER_VERSION,
     FireRequest,
     decode_fire_batch,
     encode_fire_batch,
 )
-from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
-from molens.model import FireKind, Outcome
+from molens.fsm.commands import (
+    CreateItem,
+    CreateTasks,
+    Dispatched,
+    DispatchItem,
+    PauseTasks,
+    ResultItem,
+    Results,
+)
+from molens.model import FireKind, Outcome, new_task_id, validate_create
 from molens.scheduler import Scheduler
 from molens.web.app import make_app
 from molens.web.local_context import LocalContext
@@ -113,10 +121,10 @@ def test_catchup_waits_is_proposed_once_every_other_member_advertised_catchup_wa
 
 
 def test_refuses_planned_and_ack_from_are_proposed_once_every_other_member_advertised_version_8() -> None:
-    v = TRIGGER_ACK_VERSION
-    assert Scheduler.replicas_read_trigger_ack(_sched({"n2": v, "n3": v}))
-    assert not Scheduler.replicas_read_trigger_ack(_sched({"n2": v, "n3": v - 1}))
-    assert not Scheduler.replicas_read_trigger_ack(_sched({"n2": v}))  # n3 not heard yet
+    v = RESUME_TRIGGER_VERSION
+    assert Scheduler.replicas_read_resume_trigger(_sched({"n2": v, "n3": v}))
+    assert not Scheduler.replicas_read_resume_trigger(_sched({"n2": v, "n3": v - 1}))
+    assert not Scheduler.replicas_read_resume_trigger(_sched({"n2": v}))  # n3 not heard yet
     assert Scheduler.replicas_read_resume(_sched({"n2": v - 1, "n3": v - 1}))  # the release before reads drops_paused
     assert v <= FIRE_BATCH_VERSION
 
@@ -127,14 +135,14 @@ def test_the_monitor_proposes_results_with_ack_from_as_the_replicas_read_it(read
     then probe at once where this release waits ``ack_delay_ms``: the replicas would differ."""
     proposed = monitor_proposals([ResultItem(
         fire_id="f-1", kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE, response_head="",
-        latency_ms=3, worker="n2", attempt=1)], replicas_read_trigger_ack=lambda: readable)
+        latency_ms=3, worker="n2", attempt=1)], replicas_read_resume_trigger=lambda: readable)
     assert [type(c) for c in proposed] == [Results] and proposed[0].ack_from is readable
 
 
 class _Before(LocalContext):
     """One replica whose cluster still has a member of the release before version 8."""
 
-    def replicas_read_trigger_ack(self) -> bool:
+    def replicas_read_resume_trigger(self) -> bool:
         return False
 
 
@@ -164,5 +172,30 @@ def test_the_api_refuses_an_allow_trigger_beside_an_occurrence_sent_ahead_once_e
                 assert "planned for a later instant" in out["error"]["message"]
             else:
                 assert st == 200 and out["status"] == "pending", out
+        finally:
+            ctx.close()
+
+
+@pytest.mark.parametrize("all_read_it", [True, False])
+def test_the_api_resumes_with_records_dropped_once_every_replica_reads_it(all_read_it: bool) -> None:
+    """``POST /tasks/{id}/resume`` proposes ``records_dropped`` as the replicas read it: the instants a
+    resume from now drops are one ``skipped`` row; with a member of the release before, none."""
+    with tempfile.TemporaryDirectory() as d:
+        ctx = LocalContext(d) if all_read_it else _Before(d)
+        try:
+            app = make_app(ctx)
+            created = ctx.now_ms() - 600_000  # created ten minutes ago, paused ever since
+            spec = validate_create({"type": "periodic", "interval_ms": 60_000, "callback_url": "http://127.0.0.1:9/x"},
+                                   now_ms=created)
+            tid = new_task_id(created, 1)
+            assert ctx.propose([CreateTasks(created, (CreateItem(tid, spec),)), PauseTasks(created, (tid,))], 5)
+            st, out = _call(app, "POST", f"/api/v1/tasks/{tid}/resume")
+            assert st == 200 and out["status"] == "pending", out
+            st, rows = _call(app, "GET", f"/api/v1/tasks/{tid}/executions")
+            assert st == 200, rows
+            skipped = [r for r in rows["items"] if r["result"] == "skipped"]
+            assert len(skipped) == (1 if all_read_it else 0), rows
+            if all_read_it:
+                assert "came due while the task was paused" in skipped[0]["execution_result"], skipped
         finally:
             ctx.close()
