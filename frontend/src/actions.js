@@ -28,7 +28,8 @@ export const BULK_CONCURRENCY = 4
 
 /**
  * Run `action` on every task of `tasks` it is allowed for, at most BULK_CONCURRENCY at a time.
- * `progress(done, total)` after each; resolves {ok: [task], failed: [{id, error}], skipped: [id]}.
+ * `progress(done, total)` after each; resolves {ok: [task], failed: [{id, error}], skipped: [id],
+ * left: [id]}: `left` were not attempted (every worker stopped on a 307 or a node that did not answer).
  */
 export async function runBulk(action, tasks, progress = () => {}) {
   const todo = tasks.filter((x) => allowed(x, action))
@@ -52,5 +53,5 @@ export async function runBulk(action, tasks, progress = () => {}) {
     }
   }
   await Promise.all(Array.from({ length: Math.min(BULK_CONCURRENCY, todo.length) }, worker))
-  return { ok, failed, skipped }
+  return { ok, failed, skipped, left: todo.slice(next).map((x) => x.id) }
 }

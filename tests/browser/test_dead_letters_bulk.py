@@ -1,8 +1,10 @@
 """Redrive / delete all matching dead letters when a later round fails or leadership moves midway:
 the console loops over requests of at most 10,000 each and always says what was done so far, and
 an answer ``interrupted`` (docs/api.md: part of the request applied, ``more`` true) is asked again,
-its interruption said too if asking again fails. The node's answers are replaced here (page.route):
-10,000 dead letters and a leadership move are not what a browser test can make."""
+its interruption said too if asking again fails. One click sends at most 50 requests: stopped there
+while the node still says ``more``, the console says more remain and offers to continue. The node's
+answers are replaced here (page.route): 10,000 dead letters and a leadership move are not what a
+browser test can make."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from tests.browser.conftest import Console, Served, fail_for_good
 pytestmark = pytest.mark.browser
 
 CB = "http://127.0.0.1:9/dl-bulk"
+MAX_ROUNDS = 50  # the requests one click sends (DeadLettersView.vue)
 UNAVAILABLE = {"error": {"code": "unavailable", "message": "the node cannot take writes right now"}}
 
 
@@ -113,3 +116,46 @@ def test_the_interruption_is_said_in_chinese(served: Served, dead: str, page: Pa
     toasts = page.get_by_test_id("toast")
     expect(toasts.filter(has_text="匹配的 7 个死信中已重新投递 7 个。")).to_be_visible()
     expect(toasts.filter(has_text="已中断")).to_contain_text("not_leader")
+
+
+def test_a_redrive_stopped_at_its_request_limit_says_more_remain_and_continues(
+    served: Served, dead: str, page: Page
+) -> None:
+    last = {"matched": 3, "redriven": 3, "error_count": 0, "errors": [], "more": False}
+    asked = _answers(page, "POST", "/dead-letters/redrive",
+                     [(200, _round(10_000, "redriven"))] * MAX_ROUNDS + [(200, last)])
+    _bulk(page, served, dead, "redrive-all")
+    toasts = page.get_by_test_id("toast")
+    expect(toasts.filter(has_text="500,000 dead letters redriven in 50 requests")).to_contain_text(
+        "More still match the filter and were not redriven")
+    rest = page.get_by_test_id("bulk-rest")
+    expect(rest).to_contain_text("stopped at its request limit after redriving 500,000")
+    assert len(asked) == MAX_ROUNDS  # the bound holds: nothing more is sent until asked
+    expect(page.get_by_test_id("redrive-all")).to_have_text("Redrive all matching")
+    page.get_by_test_id("bulk-continue").click()  # the same filter, already confirmed: no dialog
+    expect(toasts.filter(has_text="3 of 3 matching dead letters redriven.")).to_be_visible()
+    expect(rest).to_have_count(0)
+    assert len(asked) == MAX_ROUNDS + 1
+
+
+def test_a_delete_stopped_at_the_limit_says_so_in_chinese_and_the_offer_goes_with_the_filter(
+    served: Served, dead: str, page: Page
+) -> None:
+    moved = {"code": "not_leader", "message": "leadership moved to n2"}
+    asked = _answers(page, "DELETE", "/dead-letters",
+                     [(200, _round(7, "deleted"))] * (MAX_ROUNDS - 1) + [(200, _round(7, "deleted", interrupted=moved))])
+    page.add_init_script("localStorage.setItem('molens.lang', 'zh')")
+    _bulk(page, served, dead, "delete-all")
+    toasts = page.get_by_test_id("toast")
+    done = toasts.filter(has_text="已用 50 次请求")
+    expect(done).to_contain_text("删除 350 个死信。仍有更多死信匹配筛选条件")
+    expect(done).to_contain_text("继续删除")
+    expect(toasts.filter(has_text="已中断")).to_contain_text("not_leader")  # the last round's interruption is said too
+    rest = page.get_by_test_id("bulk-rest")
+    expect(rest).to_contain_text("删除 350 个后达到请求上限而停止")
+    expect(page.get_by_test_id("bulk-continue")).to_have_text("继续删除")
+    assert len(asked) == MAX_ROUNDS and all("task_id=" in u for u in asked)
+    page.get_by_test_id("filter-task").fill("")
+    page.get_by_test_id("filter-apply").click()  # another filter: the offer was about the one before
+    page.wait_for_url(f"{served.url}/ui/dead-letters")
+    expect(rest).to_have_count(0)
