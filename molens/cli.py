@@ -15,6 +15,8 @@
                                                      --peer-http-addr H:P]
                                             add a node (as a learner, promoted once caught up)
     molens-node CONFIG remove-node ID       remove a node from the cluster (it is told so)
+    molens-node CONFIG signing-key --namespace NS   the namespace's callback signing key(s), one a line,
+                                            for its receivers (docs/receiver.md); reads only CONFIG
 add-node and remove-node go to this node's admin socket and, when it does not lead, to the leader's.
 
 Errors are one line on stderr and a non-zero exit (2 for config and usage errors, 1 otherwise).
@@ -27,6 +29,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +43,8 @@ from typing import Any
 from molens.admin import AdminClient, AdminError
 from molens.config import Config, ConfigError, load
 from molens.errors import MolensError
+from molens.schema import NAMESPACE_PATTERN
+from molens.signing import namespace_secret
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +349,26 @@ def cmd_ready(cfg: Config, timeout_s: float = 3.0) -> int:
     return 0
 
 
+def cmd_signing_key(cfg: Config, namespace: str) -> int:
+    """Print namespace ``namespace``'s callback signing keys, one a line: the one derived from
+    ``worker.signing_secret``, then from ``worker.signing_secret_next`` when set (a rotation: give the
+    receivers both). 2 when the node signs nothing or the name is no namespace name."""
+    w = cfg.worker
+    if not w.signing_secret:
+        print("signing-key: worker.signing_secret is not set: this node signs no callback", file=sys.stderr)
+        return 2
+    if not re.fullmatch(NAMESPACE_PATTERN, namespace):
+        print(f"signing-key: {namespace!r} is not a namespace name ({NAMESPACE_PATTERN})", file=sys.stderr)
+        return 2
+    if w.signing_scope == "cluster":
+        print("signing-key: note: worker.signing_scope is cluster: callbacks carry no namespace key until it is "
+              "both or namespace", file=sys.stderr)
+    for secret in (w.signing_secret, w.signing_secret_next):
+        if secret:
+            print(namespace_secret(secret, namespace))
+    return 0
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="molens-node", description="Run or control a Molens node.")
     p.add_argument("config", help="path to the node's YAML config (e.g. conf/node.yaml)")
@@ -351,7 +376,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "action",
         nargs="?",
         choices=["start", "stop", "restart", "status", "stats", "actors", "snapshot", "digest", "transfer-leader",
-                 "reload-keys", "add-node", "remove-node", "ready"],
+                 "reload-keys", "add-node", "remove-node", "ready", "signing-key"],
         help="omit to run in the foreground",
     )
     p.add_argument("node_id", nargs="?", help="add-node / remove-node: the node's id")
@@ -359,6 +384,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.add_argument(f"--{name}-addr", default="", help=f"add-node: the new node's {name} address (host:port)")
     p.add_argument("--json", action="store_true", help="status: machine-readable output")
     p.add_argument("--to", default=None, help="transfer-leader: the voter to hand leadership to")
+    p.add_argument("--namespace", default=None,
+                   help="signing-key: the namespace whose callback signing key to print (its receivers verify with it)")
     args = p.parse_args(argv)
     membership = args.action in ("add-node", "remove-node")
     given = [
@@ -368,6 +395,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
          "--*-addr", "add-node"),
         (args.json and args.action != "status", "--json", "status"),
         (args.to is not None and args.action != "transfer-leader", "--to", "transfer-leader"),
+        (args.namespace is not None and args.action != "signing-key", "--namespace", "signing-key"),
     ]
     for wrong, what, only in given:  # an argument the action would ignore is more likely a slip than meant
         if wrong:
@@ -376,6 +404,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error(f"{args.action}: give the node's id")
     if args.action == "add-node" and not args.raft_addr:
         p.error("add-node: --raft-addr is required")
+    if args.action == "signing-key" and not args.namespace:
+        p.error("signing-key: --namespace is required")
     return args
 
 
@@ -407,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_status(cfg, args.json)
         if args.action == "ready":
             return cmd_ready(cfg)
+        if args.action == "signing-key":
+            return cmd_signing_key(cfg, args.namespace)
         if args.action in ("add-node", "remove-node"):  # parse_args saw to the id and the raft address
             if args.action == "remove-node":
                 return cmd_membership(cfg, {"cmd": "remove_node", "id": args.node_id})

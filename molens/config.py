@@ -279,6 +279,8 @@ class WorkerConfig:
     loop_tick_ms: int = _opt(2, _int_range(0, 50))
     signing_secret: str = ""
     signing_secret_next: str = ""
+    signing_scope: str = _opt("both", lambda v: None if v in ("cluster", "both", "namespace")
+                              else "must be cluster, both or namespace")
     max_retry_after_ms: int = _opt(3_600_000, _int_range(0, 86_400_000))
 
 

@@ -137,7 +137,8 @@ class Scheduler:
             fatal=self.fatal,
         )
         deliverer = ReportingDeliverer(
-            self._http, self.node_id, w.signing_secret, w.signing_secret_next, max_retry_after_ms=w.max_retry_after_ms,
+            self._http, self.node_id, w.signing_secret, w.signing_secret_next, signing_scope=w.signing_scope,
+            max_retry_after_ms=w.max_retry_after_ms,
         )
         deliverer.spans = self.spans
         self._pool_ref = FireWorkerPool.start(

@@ -10,6 +10,11 @@ then ``signing_secret_next``), all over the same ``t``; a receiver accepts the r
 matches any of the secrets it knows. So the order of a rotation is: configure ``signing_secret_next``
 on the nodes, give the new secret to receivers, promote it to ``signing_secret``, drop the old one.
 
+Per namespace: a receiver of one namespace's callbacks verifies them with that namespace's key,
+:func:`namespace_secret` of the cluster's secret (the node's ``worker.signing_scope`` says whether
+it signs with the cluster's secret, the namespace's key, or both), so a callback another namespace's
+task made the cluster send (a payload of its choosing, to any URL) does not verify there.
+
 Pure: no clocks unless ``now_ms`` is omitted, no I/O, and verification never raises on bad input.
 """
 
@@ -26,6 +31,7 @@ __all__ = [
     "FIRE_ID_HEADER",
     "DEFAULT_TOLERANCE_MS",
     "compute_v1",
+    "namespace_secret",
     "sign",
     "signature_header",
     "parse_signature",
@@ -48,6 +54,17 @@ def _secret_list(secrets: str | bytes | Iterable[str | bytes]) -> Iterable[str |
     """``secrets`` as secrets: one ``str``/``bytes`` is one secret. Iterating it instead would make
     each character (or each byte, as an int: an all-zero key) a secret of its own."""
     return (secrets,) if isinstance(secrets, str | bytes | bytearray) else secrets
+
+
+_NAMESPACE_LABEL = b"molens namespace signing key v1\0"
+
+
+def namespace_secret(secret: bytes | str, namespace: str) -> str:
+    """Namespace ``namespace``'s signing key under the cluster's ``secret``: 64 lowercase hex digits,
+    ``HMAC-SHA256(secret, "molens namespace signing key v1\\0" + namespace)``, used as a secret of
+    its own (its UTF-8 text is the HMAC key). Knowing it tells nothing of the cluster's secret or of
+    another namespace's key; ``molens-node <config> signing-key --namespace <ns>`` prints it."""
+    return hmac.new(_key(secret), _NAMESPACE_LABEL + namespace.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def compute_v1(secret: bytes | str, fire_id: str, body: bytes, t_ms: int) -> str:

@@ -118,7 +118,7 @@ def to_wire(e: SendFire) -> FireRequest:
     return FireRequest(
         fire_id=f.fire_id, task_id=f.task_id, attempt=f.attempt, kind=f.kind, url=e.url, body=e.body, scene=e.scene,
         timeout_ms=e.timeout_ms, deadline_ms=f.deadline_ms, not_before_ms=e.not_before_ms,
-        scheduled_ms=e.scheduled_ms, traceparent=e.traceparent or "",
+        scheduled_ms=e.scheduled_ms, traceparent=e.traceparent or "", namespace=e.namespace,
     )
 
 

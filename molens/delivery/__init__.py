@@ -72,7 +72,8 @@ from molens.delivery.deadline import WATCHDOG
 from molens.errors import MolensError
 from molens.fsm.commands import ResultItem
 from molens.model import DEFAULT_POLICY, CallbackPolicy, FireKind, Outcome, address_denial
-from molens.signing import SIGNATURE_HEADER, signature_header
+from molens.schema import DEFAULT_NAMESPACE
+from molens.signing import SIGNATURE_HEADER, namespace_secret, signature_header
 from molens.tracing import attempt_traceparent
 from molens.tracing import is_valid as is_valid_traceparent
 
@@ -88,6 +89,7 @@ __all__ = [
     "FIRE_BATCH_V1",
     "FIRE_BATCH_VERSION",
     "FIRE_BATCH_V2",
+    "NAMESPACE_ITEM_VERSION",
     "NOT_SENT_VERSION",
     "CATCHUP_WAIT_VERSION",
     "KEYS_FIRST_VERSION",
@@ -152,6 +154,8 @@ class FireRequest:
     traceparent: str = ""
     """The task's ``traceparent`` ("" = none): the attempt sends one in that trace
     (:func:`molens.tracing.attempt_traceparent`)."""
+    namespace: str = DEFAULT_NAMESPACE
+    """The task's namespace: the attempt is signed with its key too, or only (``worker.signing_scope``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,9 +210,12 @@ as a fire planned again (since 3: docs/architecture.md#not-sent), a ``Dispatched
 a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrade), a
 ``ResumeTasks`` entry's ``drops_paused`` (since 7: docs/deploy.md#rolling-upgrade), and a
 ``TriggerTask``'s ``refuses_planned``, a ``Results`` entry's ``ack_from`` and a ``ResumeTasks`` entry's
-``records_dropped`` (since 8: the same)."""
+``records_dropped``, and a 13-field item, the task's namespace (since 8: the same)."""
 FIRE_BATCH_V2 = 2
 """The first version whose workers read a 12-field item (a ``traceparent``)."""
+NAMESPACE_ITEM_VERSION = 8
+"""The first version whose workers read a 13-field item (the task's namespace, whose key signs the
+attempt: ``worker.signing_scope``); a worker of an earlier one refuses a whole batch with one."""
 NOT_SENT_VERSION = 3
 """The first version whose replicas apply ``not_sent`` results as such (a replica of an earlier one
 would count them as attempts, and the replicas would differ)."""
@@ -243,11 +250,15 @@ FIRE_BATCH_V1 = 1
 
 def encode_fire_batch(requests: Iterable[FireRequest], version: int = FIRE_BATCH_VERSION) -> bytes:
     """``[b"fire_batch", [[fire_id, task_id, attempt, kind, url, body, scene, timeout_ms, deadline_ms,
-    not_before_ms, scheduled_ms(, traceparent)], ...]]``: ``traceparent`` only when the task has one
-    and the worker reads ``version`` 2 or later (for :data:`FIRE_BATCH_V1` it is left out: the
-    callback goes without it rather than not at all)."""
-    traced = version >= FIRE_BATCH_V2
+    not_before_ms, scheduled_ms(, traceparent(, namespace))], ...]]``: ``traceparent`` only when the
+    task has one and the worker reads ``version`` 2 or later (for :data:`FIRE_BATCH_V1` it is left
+    out: the callback goes without it rather than not at all); ``namespace`` only for a task of a
+    namespace other than the default and a worker that reads :data:`NAMESPACE_ITEM_VERSION` (a worker
+    of an earlier one signs with the cluster's secret alone, as it always did)."""
+    traced, named = version >= FIRE_BATCH_V2, version >= NAMESPACE_ITEM_VERSION
     items = [
+        (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
+         r.not_before_ms, r.scheduled_ms, r.traceparent, r.namespace) if named and r.namespace != DEFAULT_NAMESPACE else
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
          r.not_before_ms, r.scheduled_ms, r.traceparent) if r.traceparent and traced else
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
@@ -287,20 +298,24 @@ def _unpack(frame: bytes, tag: str, width: int, min_width: int = 0) -> list[Any]
 
 def decode_fire_batch(frame: bytes) -> list[FireRequest]:
     out = []
-    for i, item in enumerate(_unpack(frame, _FIRE_BATCH, 12, min_width=11)):
+    for i, item in enumerate(_unpack(frame, _FIRE_BATCH, 13, min_width=11)):
         fid, tid, att, kind, url, body, scene, tmo, dl, nb, sch = item[:11]
         tp = item[11] if len(item) > 11 else ""
+        ns = item[12] if len(item) > 12 else DEFAULT_NAMESPACE
         try:
             if not (isinstance(fid, str) and isinstance(tid, str) and isinstance(url, str)
-                    and isinstance(scene, str) and isinstance(body, bytes) and isinstance(tp, str)):
+                    and isinstance(scene, str) and isinstance(body, bytes) and isinstance(tp, str)
+                    and isinstance(ns, str)):
                 raise TypeError("wrong field type")
+            if not ns or len(ns) > 200:
+                raise ValueError("namespace is empty or too long")
             if tp and not is_valid_traceparent(tp):
                 raise ValueError("traceparent is not a W3C traceparent")
             out.append(
                 FireRequest(
                     fire_id=fid, task_id=tid, attempt=_int(att), kind=FireKind(kind), url=url, body=body,
                     scene=scene, timeout_ms=_int(tmo), deadline_ms=_int(dl), not_before_ms=_int(nb),
-                    scheduled_ms=_int(sch), traceparent=tp,
+                    scheduled_ms=_int(sch), traceparent=tp, namespace=ns,
                 )
             )
         except (TypeError, ValueError) as e:
@@ -562,6 +577,7 @@ class Deliverer:
         node_id: str,
         signing_secret: str | bytes = "",
         signing_secret_next: str | bytes = "",
+        signing_scope: str = "both",
         user_agent: str = f"molens/{__version__}",
         head_limit: int = HEAD_LIMIT,
         drain_limit: int = DRAIN_LIMIT,
@@ -572,6 +588,8 @@ class Deliverer:
         self.max_retry_after_ms = max_retry_after_ms
         self.node_id = node_id
         self._secrets = tuple(s for s in (signing_secret, signing_secret_next) if s)
+        self._scope = signing_scope
+        self._keys: dict[str, tuple[str | bytes, ...]] = {}  # namespace -> what signs its attempts
         self._user_agent = user_agent
         self.head_limit = self._head_limit = head_limit
         self.drain_limit = self._drain_limit = drain_limit
@@ -624,8 +642,22 @@ class Deliverer:
         if req.traceparent:
             h["traceparent"] = attempt_traceparent(req.traceparent, req.fire_id, req.kind.value, req.attempt)
         if self._secrets:
-            h[SIGNATURE_HEADER] = signature_header(self._secrets, req.fire_id, req.body, self._wall_ms())
+            h[SIGNATURE_HEADER] = signature_header(self.signing_keys(req.namespace), req.fire_id, req.body,
+                                                   self._wall_ms())
         return h
+
+    def signing_keys(self, namespace: str) -> tuple[str | bytes, ...]:
+        """What signs an attempt of a task of ``namespace``, one ``v1`` each (``worker.signing_scope``):
+        the cluster's secrets (``cluster``), the namespace's keys derived from them (``namespace``), or
+        both, the cluster's first (``both``). Derived once per namespace (a bounded cache)."""
+        keys = self._keys.get(namespace)
+        if keys is None:
+            derived = tuple(namespace_secret(s, namespace) for s in self._secrets)
+            keys = {"cluster": self._secrets, "namespace": derived}.get(self._scope, self._secrets + derived)
+            if len(self._keys) >= _ROUTE_CACHE_SIZE:
+                self._keys.clear()
+            self._keys[namespace] = keys
+        return keys
 
     def deliver(self, req: FireRequest, timeout_ms: int | None = None) -> FireResult:
         """POST one fire and classify the answer. Never raises. ``timeout_ms`` overrides the request's

@@ -255,6 +255,8 @@ class SendFire:
     """The occurrence's nominal instant (before jitter; the same for every retry and ACK probe)."""
     traceparent: str | None = None
     """The task's (``TaskSpec.traceparent``): the attempt joins its trace."""
+    namespace: str = DEFAULT_NAMESPACE
+    """The task's namespace: the worker signs the attempt with its key (``molens.signing.namespace_secret``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -907,7 +909,7 @@ def _dispatch(
         SendFire(
             fire=fire, url=url, body=t.spec.payload_json, scene=t.spec.scene, timeout_ms=t.spec.timeout_ms,
             reliability=t.spec.reliability, not_before_ms=due, scheduled_ms=t.sched_ms,
-            traceparent=t.spec.traceparent,
+            traceparent=t.spec.traceparent, namespace=t.spec.namespace,
         )
     )
     return None
@@ -995,6 +997,7 @@ def _dispatch_running(
     tx.effects.append(SendFire(
         fire=fire, url=s.callback_url, body=s.payload_json, scene=s.scene, timeout_ms=s.timeout_ms,
         reliability=s.reliability, not_before_ms=r.due_ms, scheduled_ms=r.sched_ms, traceparent=s.traceparent,
+        namespace=s.namespace,
     ))
     return None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Iterator
 
@@ -25,6 +26,7 @@ from molens.delivery.pool import make_pool_manager
 from molens.fsm.commands import ResultItem
 from molens.model import Outcome
 from molens.receiver import verify_signature
+from molens.signing import namespace_secret
 from tests.carrier import Carrier
 from tests.integration.callback_server import CallbackServer
 
@@ -90,11 +92,33 @@ def test_no_signature_header_without_a_secret(carrier: Carrier, server: Callback
 
 
 def test_rotation_signs_with_both_secrets(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
-    carrier.deliver(Deliverer(pool, "n1", signing_secret="old", signing_secret_next="new"), _req(server.url("/ok")))
+    d = Deliverer(pool, "n1", signing_secret="old", signing_secret_next="new", signing_scope="cluster")
+    carrier.deliver(d, _req(server.url("/ok")))
     [got] = server.recorded("/ok")
     assert got.headers["X-Molens-Signature"].count("v1=") == 2
     assert verify_signature(got.headers, got.body, ["old"])
     assert verify_signature(got.headers, got.body, ["new"])
+
+
+@pytest.mark.parametrize("scope", ["cluster", "both", "namespace"])
+def test_an_attempt_is_signed_with_its_namespaces_key_by_the_signing_scope(
+    carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager, scope: str,
+) -> None:
+    """docs/receiver.md: a receiver of namespace ``team-a`` verifies with ``team-a``'s key; a callback a
+    task of ``team-b`` made the cluster send does not verify with it, whatever the scope (``cluster``:
+    nor with any namespace's key, only the cluster's secret)."""
+    d = Deliverer(pool, "n1", signing_secret="old", signing_secret_next="new", signing_scope=scope)
+    carrier.deliver(d, dataclasses.replace(_req(server.url("/ok")), namespace="team-a"))
+    carrier.deliver(d, dataclasses.replace(_req(server.url("/ok"), fire_id="task2-1"), namespace="team-b"))
+    a, b = server.recorded("/ok")
+    assert a.headers["X-Molens-Signature"].count("v1=") == {"cluster": 2, "both": 4, "namespace": 2}[scope]
+    a_keys = [namespace_secret("old", "team-a"), namespace_secret("new", "team-a")]
+    for key in a_keys:
+        assert verify_signature(a.headers, a.body, [key]) is (scope != "cluster")
+        assert not verify_signature(b.headers, b.body, [key])  # team-b's callback at team-a's receiver
+    for secret in ("old", "new"):
+        assert verify_signature(a.headers, a.body, [secret]) is (scope != "namespace")
+    assert namespace_secret("old", "team-a") != namespace_secret("old", "team-b") != "old"
 
 
 @pytest.mark.parametrize("n", [0, 100, 512, 513, 4000, 60_000])

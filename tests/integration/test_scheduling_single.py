@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import urllib3
 
-from molens.signing import verify_signature
+from molens.signing import namespace_secret, verify_signature
 
 from .conftest import ROOT, Cluster, NodeProc, wait_for
 from .recording_receiver import Received, RecordingReceiver
@@ -129,6 +129,23 @@ def test_delayed_task_fires_once_at_its_time_with_headers_and_signature(node: No
     done = _wait_status(node, t["id"], "done")
     assert done["last_outcome"] == "success"
     assert len(receiver.by_tag("delayed")) == 1
+
+
+def test_a_task_of_a_namespace_is_signed_with_that_namespaces_key_too(node: NodeProc, receiver: RecordingReceiver) -> None:
+    """docs/receiver.md#one-key-per-namespace: with ``worker.signing_scope`` both (the default) a
+    callback verifies with the cluster's secret and with its namespace's key, not another's."""
+    status, ns = _post(node, "/api/v1/namespaces", {"name": "team-a"})
+    assert status == 201, ns
+    t = _create(node, type="delayed", interval_ms=200, callback_url=receiver.url("/ok/team-a"), namespace="team-a")
+    (r,) = _wait_requests(receiver, "team-a", 1)
+    assert r.headers["X-Task-ID"] == t["id"]
+    assert verify_signature(r.headers, r.body, [namespace_secret(SECRET, "team-a")])
+    assert verify_signature(r.headers, r.body, [SECRET])
+    assert not verify_signature(r.headers, r.body, [namespace_secret(SECRET, "default")])
+    _create(node, type="delayed", interval_ms=200, callback_url=receiver.url("/ok/default-ns"))
+    (d,) = _wait_requests(receiver, "default-ns", 1)  # a task of the default namespace, signed with its key
+    assert verify_signature(d.headers, d.body, [namespace_secret(SECRET, "default")])
+    assert not verify_signature(d.headers, d.body, [namespace_secret(SECRET, "team-a")])
 
 
 def test_periodic_interval_task_fires_at_a_fixed_rate(node: NodeProc, receiver: RecordingReceiver) -> None:

@@ -6,6 +6,9 @@ advertised no fire batch version is sent items the release before traces reads (
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import hmac
 import tempfile
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +22,7 @@ from molens.delivery import (
     CATCHUP_WAIT_VERSION,
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
+    NAMESPACE_ITEM_VERSION,
     RESUME_TRIGGER_VERSION,
     FireRequest,
     decode_fire_batch,
@@ -35,6 +39,7 @@ from molens.fsm.commands import (
 )
 from molens.model import FireKind, Outcome, new_task_id, validate_create
 from molens.scheduler import Scheduler
+from molens.signing import namespace_secret
 from molens.web.app import make_app
 from molens.web.local_context import LocalContext
 from tests.unit.test_not_sent import monitor_proposals
@@ -199,3 +204,27 @@ def test_the_api_resumes_with_records_dropped_once_every_replica_reads_it(all_re
                 assert "came due while the task was paused" in skipped[0]["execution_result"], skipped
         finally:
             ctx.close()
+
+
+def test_a_tasks_namespace_travels_in_a_13th_field_to_workers_of_version_8_only() -> None:
+    """A worker of version 8 signs with the namespace's key and so needs the namespace: a 13th field,
+    only for a namespace other than the default; a worker of an earlier version refuses a 13-field
+    item (a whole batch), so it is sent the 11 or 12 it reads and signs with the cluster's secret."""
+    named = dataclasses.replace(_req("A-1"), namespace="team-a")
+    traced_named = dataclasses.replace(_req("B-1", TP), namespace="team-a")
+    plain = _req("C-1")
+    frame = encode_fire_batch([named, traced_named, plain], NAMESPACE_ITEM_VERSION)
+    raw = msgpack.unpackb(frame, raw=False)[1]
+    assert [len(it) for it in raw] == [13, 13, 11]
+    assert decode_fire_batch(frame) == [named, traced_named, plain]
+    before = encode_fire_batch([named, traced_named, plain], NAMESPACE_ITEM_VERSION - 1)
+    assert [len(it) for it in msgpack.unpackb(before, raw=False)[1]] == [11, 12, 11]
+    assert [r.namespace for r in decode_fire_batch(before)] == ["default"] * 3
+    assert NAMESPACE_ITEM_VERSION <= FIRE_BATCH_VERSION
+
+
+def test_a_namespaces_key_is_the_hmac_of_its_name_under_the_clusters_secret() -> None:
+    """The derivation a receiver's operator can redo with any HMAC-SHA256 (docs/receiver.md)."""
+    want = hmac.new(b"cluster-secret", b"molens namespace signing key v1\0team-a", hashlib.sha256).hexdigest()
+    assert namespace_secret("cluster-secret", "team-a") == want == namespace_secret(b"cluster-secret", "team-a")
+    assert namespace_secret("cluster-secret", "team-b") != want
