@@ -34,6 +34,7 @@ from molens.errors import MolensError
 from molens.fsm.machine import DEFAULT_CONFIG as MACHINE_DEFAULTS
 from molens.model import DEFAULT_LIMITS, DEFAULT_POLICY, CallbackPolicy, check_url
 from molens.schema import Backoff, RetryJitter, RetryPolicy
+from molens.signing import SCOPES
 
 ENV_PREFIX = "MOLENS_"
 
@@ -279,8 +280,7 @@ class WorkerConfig:
     loop_tick_ms: int = _opt(2, _int_range(0, 50))
     signing_secret: str = ""
     signing_secret_next: str = ""
-    signing_scope: str = _opt("both", lambda v: None if v in ("cluster", "both", "namespace")
-                              else "must be cluster, both or namespace")
+    signing_scope: str = _opt("both", lambda v: None if v in SCOPES else "must be cluster, both or namespace")
     max_retry_after_ms: int = _opt(3_600_000, _int_range(0, 86_400_000))
 
 

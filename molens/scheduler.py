@@ -156,7 +156,7 @@ class Scheduler:
             fatal=self.fatal, clock=self.clock, notifications=cfg.notifications,
             send_notices=NoticeSender(
                 make_pool_manager(4, callback_policy(cfg)), cfg.notifications.timeout_ms,
-                (w.signing_secret, w.signing_secret_next),
+                (w.signing_secret, w.signing_secret_next), signing_scope=w.signing_scope,
             ),
             spans=self.spans,
             audit=cfg.audit,

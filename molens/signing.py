@@ -10,10 +10,11 @@ then ``signing_secret_next``), all over the same ``t``; a receiver accepts the r
 matches any of the secrets it knows. So the order of a rotation is: configure ``signing_secret_next``
 on the nodes, give the new secret to receivers, promote it to ``signing_secret``, drop the old one.
 
-Per namespace: a receiver of one namespace's callbacks verifies them with that namespace's key,
-:func:`namespace_secret` of the cluster's secret (the node's ``worker.signing_scope`` says whether
-it signs with the cluster's secret, the namespace's key, or both), so a callback another namespace's
-task made the cluster send (a payload of its choosing, to any URL) does not verify there.
+Per namespace: a receiver of one namespace's callbacks and notifications verifies them with that
+namespace's key, :func:`namespace_secret` of the cluster's secret (the node's ``worker.signing_scope``
+says whether it signs with the cluster's secret, the namespace's key, or both: :func:`signing_keys`),
+so a callback another namespace's task made the cluster send (a payload of its choosing, to any URL)
+does not verify there.
 
 Pure: no clocks unless ``now_ms`` is omitted, no I/O, and verification never raises on bad input.
 """
@@ -32,6 +33,8 @@ __all__ = [
     "DEFAULT_TOLERANCE_MS",
     "compute_v1",
     "namespace_secret",
+    "signing_keys",
+    "SCOPES",
     "sign",
     "signature_header",
     "parse_signature",
@@ -65,6 +68,22 @@ def namespace_secret(secret: bytes | str, namespace: str) -> str:
     its own (its UTF-8 text is the HMAC key). Knowing it tells nothing of the cluster's secret or of
     another namespace's key; ``molens-node <config> signing-key --namespace <ns>`` prints it."""
     return hmac.new(_key(secret), _NAMESPACE_LABEL + namespace.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+SCOPES = ("cluster", "both", "namespace")
+"""``worker.signing_scope``: what signs a request of a namespace's task."""
+
+
+def signing_keys(
+    secrets: Sequence[str | bytes], scope: str, namespace: str | None,
+) -> tuple[str | bytes, ...]:
+    """What signs a request (one ``v1`` each): the cluster's ``secrets`` for scope ``cluster`` or a
+    request of no namespace (``None``: a flow's notification, a task that is gone), the namespace's
+    keys derived from them for ``namespace``, both (the cluster's first) for ``both``."""
+    if namespace is None or scope == "cluster":
+        return tuple(secrets)
+    derived = tuple(namespace_secret(s, namespace) for s in secrets)
+    return derived if scope == "namespace" else (*secrets, *derived)
 
 
 def compute_v1(secret: bytes | str, fire_id: str, body: bytes, t_ms: int) -> str:

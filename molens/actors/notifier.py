@@ -31,7 +31,7 @@ from molens.actors.messages import NoticesAcked, Wake
 from molens.actors.term import LeaderActor, TermContext
 from molens.fsm.commands import AckNotices
 from molens.schema import Notice
-from molens.signing import FIRE_ID_HEADER, SIGNATURE_HEADER, signature_header
+from molens.signing import FIRE_ID_HEADER, SIGNATURE_HEADER, signature_header, signing_keys
 from molens.tracing import fresh_traceparent
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,10 @@ class NoticeBatch:
     notices: tuple[Notice, ...]
     traceparent: str | None = None
     """The trace of every notice in the batch (a batch holds the notices of one trace, or untraced ones)."""
+    namespace: str | None = None
+    """The namespace of the tasks whose notices it holds (a batch holds one namespace's): its key signs
+    the batch as ``worker.signing_scope`` says; None (a flow's notices, a task that is gone): the
+    cluster's secret alone."""
 
     @property
     def id(self) -> str:
@@ -74,10 +78,13 @@ class NoticePlan:
         self.acking: set[tuple[int, str]] = set()
         self.dropped = 0
 
-    def plan(self, now_ms: int, notices: list[Notice]) -> tuple[list[NoticeBatch], list[tuple[int, str]]]:
-        """Batches to POST now (at most one per target and trace, oldest first: a POST carries one
-        ``traceparent``) and the keys of notices past retention (to drop)."""
-        per_url: dict[tuple[str, str | None], list[Notice]] = {}
+    def plan(
+        self, now_ms: int, notices: list[Notice], namespace_of: Callable[[Notice], str | None] = lambda n: None,
+    ) -> tuple[list[NoticeBatch], list[tuple[int, str]]]:
+        """Batches to POST now (at most one per target, trace and namespace, oldest first: a POST carries
+        one ``traceparent`` and is signed with one namespace's key) and the keys of notices past
+        retention (to drop). ``namespace_of``: the namespace of a notice's task (None: none)."""
+        per_url: dict[tuple[str, str | None, str | None], list[Notice]] = {}
         expired: list[tuple[int, str]] = []
         for n in notices:
             key = (n.at_ms, n.id)
@@ -89,10 +96,10 @@ class NoticePlan:
             until = self._backoff.get(n.url, (0, 0))[0]
             if until > now_ms:
                 continue
-            group = per_url.setdefault((n.url, n.traceparent), [])
+            group = per_url.setdefault((n.url, n.traceparent, namespace_of(n)), [])
             if len(group) < self.batch_max:
                 group.append(n)
-        return [NoticeBatch(u, tuple(g), tp) for (u, tp), g in per_url.items()], expired
+        return [NoticeBatch(u, tuple(g), tp, ns) for (u, tp, ns), g in per_url.items()], expired
 
     def sent(self, url: str, ok: bool, now_ms: int) -> None:
         if ok:
@@ -114,10 +121,11 @@ class NoticeSender:
     else why not."""
 
     def __init__(self, pool: urllib3.PoolManager, timeout_ms: int, secrets: tuple[str, ...],
-                 wall: Callable[[], int] = wall_ms) -> None:
+                 wall: Callable[[], int] = wall_ms, signing_scope: str = "both") -> None:
         self._pool = pool
         self._timeout_s = timeout_ms / 1000
         self._secrets = tuple(s for s in secrets if s)
+        self._scope = signing_scope
         self._wall = wall
 
     def __call__(self, batch: NoticeBatch) -> str | None:
@@ -127,7 +135,8 @@ class NoticeSender:
         if batch.traceparent:
             headers["traceparent"] = fresh_traceparent(batch.traceparent)
         if self._secrets:
-            headers[SIGNATURE_HEADER] = signature_header(self._secrets, batch.id, body, self._wall())
+            keys = signing_keys(self._secrets, self._scope, batch.namespace)
+            headers[SIGNATURE_HEADER] = signature_header(keys, batch.id, body, self._wall())
         try:
             # the head within the timeout (the guarded connection's watchdog), the body not read at
             # all: a target that trickles or streams its answer holds the Notifier no longer
@@ -176,9 +185,15 @@ class Notifier(LeaderActor):
         self.set_alarm(wall_ms() + INTERVAL_MS)
         return None
 
+    def _namespace_of(self, n: Notice) -> str | None:
+        """The namespace of the task notice ``n`` is about (its key signs it); None for a flow's notice
+        or a task that is gone."""
+        t = self.ctx.store.get_task(n.task_id) if n.task_id else None
+        return None if t is None else t.spec.namespace
+
     def _run(self) -> None:
         now = wall_ms()
-        batches, expired = self.plan.plan(now, self.ctx.store.read_outbox(SCAN_MAX))
+        batches, expired = self.plan.plan(now, self.ctx.store.read_outbox(SCAN_MAX), self._namespace_of)
         done: list[tuple[int, str]] = list(expired)
         if expired:
             self.plan.dropped += len(expired)

@@ -73,7 +73,7 @@ from molens.errors import MolensError
 from molens.fsm.commands import ResultItem
 from molens.model import DEFAULT_POLICY, CallbackPolicy, FireKind, Outcome, address_denial
 from molens.schema import DEFAULT_NAMESPACE
-from molens.signing import SIGNATURE_HEADER, namespace_secret, signature_header
+from molens.signing import SIGNATURE_HEADER, signature_header, signing_keys
 from molens.tracing import attempt_traceparent
 from molens.tracing import is_valid as is_valid_traceparent
 
@@ -652,8 +652,7 @@ class Deliverer:
         both, the cluster's first (``both``). Derived once per namespace (a bounded cache)."""
         keys = self._keys.get(namespace)
         if keys is None:
-            derived = tuple(namespace_secret(s, namespace) for s in self._secrets)
-            keys = {"cluster": self._secrets, "namespace": derived}.get(self._scope, self._secrets + derived)
+            keys = signing_keys(self._secrets, self._scope, namespace)
             if len(self._keys) >= _ROUTE_CACHE_SIZE:
                 self._keys.clear()
             self._keys[namespace] = keys

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from molens.signing import verify_signature
+from molens.signing import namespace_secret, verify_signature
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
@@ -52,6 +52,8 @@ def test_notifications_arrive_signed_and_at_least_once_across_a_leader_kill_9(
         delivered = own[2]  # /flaky/2: the third request is the first answered 2xx
         assert delivered.headers["X-Molens-Kind"] == "notification"
         assert verify_signature(delivered.headers, delivered.body, [SECRET])
+        # the task's namespace's key signs its notifications too (docs/receiver.md#one-key-per-namespace)
+        assert verify_signature(delivered.headers, delivered.body, [namespace_secret(SECRET, "default")])
         events = json.loads(delivered.body)["events"]
         assert sorted(e["type"] for e in events) == ["dead_letter", "task_failed"]
         assert {e["task_id"] for e in events} == {t["id"]} and all(e["fire_id"] == f"{t['id']}-1" for e in events)
@@ -107,6 +109,9 @@ def test_a_flow_its_receiver_holds_with_retry_after_is_announced_paused_then_res
         assert flow in paused["detail"] and flow in resumed["detail"] and paused["at"] <= resumed["at"]
         assert paused["task_id"] is None and paused["fire_id"] is None
         assert all(verify_signature(r.headers, r.body, [SECRET]) for r in receiver.by_tag("node"))
+        # a flow's notices belong to no namespace: the cluster's secret alone signs them
+        assert not any(verify_signature(r.headers, r.body, [namespace_secret(SECRET, "default")])
+                       for r in receiver.by_tag("node"))
         wait_for(lambda: call(n, "GET", f"/api/v1/tasks/{t['id']}")[1]["status"] == "done", 30, "the task done")
     finally:
         c.stop_all()

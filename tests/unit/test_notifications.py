@@ -7,12 +7,17 @@ as ``FlowNotices`` and proposes a refused one again, until its term ends."""
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import json
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Condition, Event, Thread
 from typing import Any
+
+import msgspec
+import pytest
 
 from molens.actors import dispatcher
 from molens.actors.alarm import wall_ms
@@ -29,7 +34,7 @@ from molens.fsm.store import TaskStore
 from molens.model import CallbackPolicy, new_task_id, validate_create
 from molens.raft.errors import NotLeaderError
 from molens.schema import Notice, NoticeType, flow_of
-from molens.signing import SIGNATURE_HEADER, verify_signature
+from molens.signing import SIGNATURE_HEADER, namespace_secret, verify_signature
 from tests.unit.test_fsm_machine import H
 from tests.unit.test_retry_policy import answer
 
@@ -96,9 +101,10 @@ def test_the_plan_batches_per_target_backs_off_a_failing_one_and_drops_what_is_t
     assert expired == [(1_002, "n2"), (1_003, "n3")]
 
 
-def test_the_sender_posts_the_batch_signed_like_a_callback_and_reports_a_refusal() -> None:
+@contextlib.contextmanager
+def _target(codes: list[int]) -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
+    """A notification target on 127.0.0.1 answering ``codes`` in turn: its URL and what it received."""
     got: list[tuple[dict[str, str], bytes]] = []
-    codes = [500, 200]
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -114,7 +120,14 @@ def test_the_sender_posts_the_batch_signed_like_a_callback_and_reports_a_refusal
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        url = f"http://127.0.0.1:{srv.server_address[1]}/n"
+        yield f"http://127.0.0.1:{srv.server_address[1]}/n", got
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_the_sender_posts_the_batch_signed_like_a_callback_and_reports_a_refusal() -> None:
+    with _target([500, 200]) as (url, got):
         send = NoticeSender(make_pool_manager(1, CallbackPolicy()), 2_000, ("s3cret",), wall=lambda: 1_700_000_000_000)
         b = NoticeBatch(url, (_n(0, url), _n(1, url)))
         assert send(b) == "status 500"
@@ -129,9 +142,34 @@ def test_the_sender_posts_the_batch_signed_like_a_callback_and_reports_a_refusal
         assert not verify_signature(headers, body + b" ", ["s3cret"], now_ms=1_700_000_000_000)
         denied = NoticeSender(make_pool_manager(1, CallbackPolicy(deny_cidrs=("127.0.0.0/8",))), 2_000, ())
         assert denied(b) is not None and len(got) == 2  # the host policy applies to notifications too
-    finally:
-        srv.shutdown()
-        srv.server_close()
+
+
+def test_the_plan_keeps_each_namespaces_notices_in_batches_of_their_own() -> None:
+    plan = NoticePlan(batch_max=10, retention_ms=60_000)
+    a, b, flow = _n(0, "A"), msgspec.structs.replace(_n(1, "A"), task_id="U"), msgspec.structs.replace(
+        _n(2, "A"), task_id="")
+    ns = {"T": "team-a", "U": "team-b"}
+    batches, _ = plan.plan(10_000, [a, b, flow], lambda n: ns.get(n.task_id))
+    assert [(bt.namespace, [n.id for n in bt.notices]) for bt in batches] == [
+        ("team-a", ["n0"]), ("team-b", ["n1"]), (None, ["n2"])]
+
+
+@pytest.mark.parametrize("scope", ["cluster", "both", "namespace"])
+def test_a_namespaces_notices_are_signed_with_its_key_by_the_signing_scope(scope: str) -> None:
+    """docs/receiver.md#one-key-per-namespace: a notify_url receiver of ``team-a`` verifies with its
+    key; a batch of no namespace (a flow's notice) is signed with the cluster's secret whatever the scope."""
+    now = 1_700_000_000_000
+    with _target([200, 200]) as (url, got):
+        send = NoticeSender(make_pool_manager(1, CallbackPolicy()), 2_000, ("s3cret",), wall=lambda: now,
+                            signing_scope=scope)
+        assert send(NoticeBatch(url, (_n(0, url),), namespace="team-a")) is None
+        assert send(NoticeBatch(url, (_n(1, url),))) is None
+    (named, nb), (plain, pb) = got
+    key = namespace_secret("s3cret", "team-a")
+    assert verify_signature(named, nb, [key], now_ms=now) is (scope != "cluster")
+    assert verify_signature(named, nb, ["s3cret"], now_ms=now) is (scope != "namespace")
+    assert not verify_signature(named, nb, [namespace_secret("s3cret", "team-b")], now_ms=now)
+    assert verify_signature(plain, pb, ["s3cret"], now_ms=now) and not verify_signature(plain, pb, [key], now_ms=now)
 
 
 def test_flow_holds_are_announced_once_when_they_begin_and_once_when_they_end() -> None:
