@@ -72,7 +72,6 @@ from molens.delivery.deadline import WATCHDOG
 from molens.errors import MolensError
 from molens.fsm.commands import ResultItem
 from molens.model import DEFAULT_POLICY, CallbackPolicy, FireKind, Outcome, address_denial
-from molens.schema import DEFAULT_NAMESPACE
 from molens.signing import SIGNATURE_HEADER, signature_header, signing_keys
 from molens.tracing import attempt_traceparent
 from molens.tracing import is_valid as is_valid_traceparent
@@ -154,8 +153,9 @@ class FireRequest:
     traceparent: str = ""
     """The task's ``traceparent`` ("" = none): the attempt sends one in that trace
     (:func:`molens.tracing.attempt_traceparent`)."""
-    namespace: str = DEFAULT_NAMESPACE
-    """The task's namespace: the attempt is signed with its key too, or only (``worker.signing_scope``)."""
+    namespace: str = ""
+    """The task's namespace: the attempt is signed with its key too, or only (``worker.signing_scope``);
+    "" when it is not known (a batch from a leader of version 7 or earlier): the cluster's secret alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,13 +252,14 @@ def encode_fire_batch(requests: Iterable[FireRequest], version: int = FIRE_BATCH
     """``[b"fire_batch", [[fire_id, task_id, attempt, kind, url, body, scene, timeout_ms, deadline_ms,
     not_before_ms, scheduled_ms(, traceparent(, namespace))], ...]]``: ``traceparent`` only when the
     task has one and the worker reads ``version`` 2 or later (for :data:`FIRE_BATCH_V1` it is left
-    out: the callback goes without it rather than not at all); ``namespace`` only for a task of a
-    namespace other than the default and a worker that reads :data:`NAMESPACE_ITEM_VERSION` (a worker
-    of an earlier one signs with the cluster's secret alone, as it always did)."""
+    out: the callback goes without it rather than not at all); ``namespace`` (every task's, the default
+    one's too: an item without it is of a leader that does not know it) for a worker that reads
+    :data:`NAMESPACE_ITEM_VERSION` (a worker of an earlier one signs with the cluster's secret alone,
+    as it always did)."""
     traced, named = version >= FIRE_BATCH_V2, version >= NAMESPACE_ITEM_VERSION
     items = [
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
-         r.not_before_ms, r.scheduled_ms, r.traceparent, r.namespace) if named and r.namespace != DEFAULT_NAMESPACE else
+         r.not_before_ms, r.scheduled_ms, r.traceparent, r.namespace) if named and r.namespace else
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
          r.not_before_ms, r.scheduled_ms, r.traceparent) if r.traceparent and traced else
         (r.fire_id, r.task_id, r.attempt, r.kind.value, r.url, r.body, r.scene, r.timeout_ms, r.deadline_ms,
@@ -301,13 +302,13 @@ def decode_fire_batch(frame: bytes) -> list[FireRequest]:
     for i, item in enumerate(_unpack(frame, _FIRE_BATCH, 13, min_width=11)):
         fid, tid, att, kind, url, body, scene, tmo, dl, nb, sch = item[:11]
         tp = item[11] if len(item) > 11 else ""
-        ns = item[12] if len(item) > 12 else DEFAULT_NAMESPACE
+        ns = item[12] if len(item) > 12 else ""  # (a leader of version 7 or earlier: not known)
         try:
             if not (isinstance(fid, str) and isinstance(tid, str) and isinstance(url, str)
                     and isinstance(scene, str) and isinstance(body, bytes) and isinstance(tp, str)
                     and isinstance(ns, str)):
                 raise TypeError("wrong field type")
-            if not ns or len(ns) > 200:
+            if len(item) > 12 and not 0 < len(ns) <= 200:
                 raise ValueError("namespace is empty or too long")
             if tp and not is_valid_traceparent(tp):
                 raise ValueError("traceparent is not a W3C traceparent")
@@ -589,7 +590,7 @@ class Deliverer:
         self.node_id = node_id
         self._secrets = tuple(s for s in (signing_secret, signing_secret_next) if s)
         self._scope = signing_scope
-        self._keys: dict[str, tuple[str | bytes, ...]] = {}  # namespace -> what signs its attempts
+        self._keys: dict[str | None, tuple[str | bytes, ...]] = {}  # namespace -> what signs its attempts
         self._user_agent = user_agent
         self.head_limit = self._head_limit = head_limit
         self.drain_limit = self._drain_limit = drain_limit
@@ -642,14 +643,15 @@ class Deliverer:
         if req.traceparent:
             h["traceparent"] = attempt_traceparent(req.traceparent, req.fire_id, req.kind.value, req.attempt)
         if self._secrets:
-            h[SIGNATURE_HEADER] = signature_header(self.signing_keys(req.namespace), req.fire_id, req.body,
+            h[SIGNATURE_HEADER] = signature_header(self.signing_keys(req.namespace or None), req.fire_id, req.body,
                                                    self._wall_ms())
         return h
 
-    def signing_keys(self, namespace: str) -> tuple[str | bytes, ...]:
+    def signing_keys(self, namespace: str | None) -> tuple[str | bytes, ...]:
         """What signs an attempt of a task of ``namespace``, one ``v1`` each (``worker.signing_scope``):
-        the cluster's secrets (``cluster``), the namespace's keys derived from them (``namespace``), or
-        both, the cluster's first (``both``). Derived once per namespace (a bounded cache)."""
+        the cluster's secrets (``cluster``, or a namespace not known: None), the namespace's keys derived
+        from them (``namespace``), or both, the cluster's first (``both``). Derived once per namespace
+        (a bounded cache)."""
         keys = self._keys.get(namespace)
         if keys is None:
             keys = signing_keys(self._secrets, self._scope, namespace)

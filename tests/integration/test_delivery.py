@@ -119,6 +119,10 @@ def test_an_attempt_is_signed_with_its_namespaces_key_by_the_signing_scope(
     for secret in ("old", "new"):
         assert verify_signature(a.headers, a.body, [secret]) is (scope != "namespace")
     assert namespace_secret("old", "team-a") != namespace_secret("old", "team-b") != "old"
+    carrier.deliver(d, _req(server.url("/unknown")))  # a batch of an earlier leader names no namespace
+    [u] = server.recorded("/unknown")
+    assert verify_signature(u.headers, u.body, ["old"]) and verify_signature(u.headers, u.body, ["new"])
+    assert not verify_signature(u.headers, u.body, [namespace_secret("old", "default")])
 
 
 @pytest.mark.parametrize("n", [0, 100, 512, 513, 4000, 60_000])

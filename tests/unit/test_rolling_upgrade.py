@@ -208,18 +208,20 @@ def test_the_api_resumes_with_records_dropped_once_every_replica_reads_it(all_re
 
 def test_a_tasks_namespace_travels_in_a_13th_field_to_workers_of_version_8_only() -> None:
     """A worker of version 8 signs with the namespace's key and so needs the namespace: a 13th field,
-    only for a namespace other than the default; a worker of an earlier version refuses a 13-field
-    item (a whole batch), so it is sent the 11 or 12 it reads and signs with the cluster's secret."""
+    the default namespace's too; a worker of an earlier version refuses a 13-field item (a whole
+    batch), so it is sent the 11 or 12 it reads and signs with the cluster's secret. An item without
+    it (a leader of an earlier version) names no namespace: a worker of version 8 then signs with the
+    cluster's secret alone, never with the default namespace's key."""
     named = dataclasses.replace(_req("A-1"), namespace="team-a")
     traced_named = dataclasses.replace(_req("B-1", TP), namespace="team-a")
-    plain = _req("C-1")
+    plain = dataclasses.replace(_req("C-1"), namespace="default")
     frame = encode_fire_batch([named, traced_named, plain], NAMESPACE_ITEM_VERSION)
     raw = msgpack.unpackb(frame, raw=False)[1]
-    assert [len(it) for it in raw] == [13, 13, 11]
+    assert [len(it) for it in raw] == [13, 13, 13]
     assert decode_fire_batch(frame) == [named, traced_named, plain]
     before = encode_fire_batch([named, traced_named, plain], NAMESPACE_ITEM_VERSION - 1)
     assert [len(it) for it in msgpack.unpackb(before, raw=False)[1]] == [11, 12, 11]
-    assert [r.namespace for r in decode_fire_batch(before)] == ["default"] * 3
+    assert [r.namespace for r in decode_fire_batch(before)] == ["", "", ""]
     assert NAMESPACE_ITEM_VERSION <= FIRE_BATCH_VERSION
 
 
