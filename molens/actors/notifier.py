@@ -162,6 +162,8 @@ class Notifier(LeaderActor):
         self.send: Callable[[NoticeBatch], str | None] = ctx.send_notices
         self.busy = False
         self.sent = 0
+        self._namespaces: dict[str, str | None] = {}
+        """task id -> its namespace (None: gone): a task's never changes, nor does an id come back."""
 
     def on_start(self) -> None:
         super().on_start()
@@ -188,8 +190,14 @@ class Notifier(LeaderActor):
     def _namespace_of(self, n: Notice) -> str | None:
         """The namespace of the task notice ``n`` is about (its key signs it); None for a flow's notice
         or a task that is gone."""
-        t = self.ctx.store.get_task(n.task_id) if n.task_id else None
-        return None if t is None else t.spec.namespace
+        if not n.task_id:
+            return None
+        if n.task_id not in self._namespaces:
+            if len(self._namespaces) >= SCAN_MAX * 2:
+                self._namespaces.clear()
+            t = self.ctx.store.get_task(n.task_id)
+            self._namespaces[n.task_id] = None if t is None else t.spec.namespace
+        return self._namespaces[n.task_id]
 
     def _run(self) -> None:
         now = wall_ms()
