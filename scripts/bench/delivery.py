@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from molens.delivery import Deliverer, DeliveryOutcome, FireKind, FireRequest, FireResult
 from molens.delivery.pool import FirePool, make_pool_manager
+from molens.signing import SCOPES
 
 _RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nContent-Type: application/json\r\n\r\n{\"ok\":true}"
 
@@ -75,7 +77,8 @@ def _serve_waitress() -> None:
     srv.run()
 
 
-def _run(port: int, concurrency: int, fires: int, profile: bool, engine: str = "loop") -> tuple[float, float, float, float]:
+def _run(port: int, concurrency: int, fires: int, profile: bool, engine: str = "loop",
+         scope: str = "both") -> tuple[float, float, float, float]:
     url = f"http://127.0.0.1:{port}/callback"
     done = threading.Event()
     results: list[FireResult] = []
@@ -86,11 +89,12 @@ def _run(port: int, concurrency: int, fires: int, profile: bool, engine: str = "
             done.set()
 
     http = make_pool_manager(concurrency)
-    pool = FirePool(Deliverer(http, "bench", signing_secret="bench-secret"), concurrency, collect, engine=engine)
+    pool = FirePool(Deliverer(http, "bench", signing_secret="bench-secret", signing_scope=scope), concurrency, collect,
+                    engine=engine)
     body = b'{"order": 12345, "note": "benchmark payload"}'
     reqs = [FireRequest(
         fire_id=f"b{concurrency}-{i}", task_id=f"b{concurrency}", attempt=0, kind=FireKind.CALLBACK, url=url,
-        body=body, scene="bench", timeout_ms=5000, deadline_ms=0,
+        body=body, scene="bench", timeout_ms=5000, deadline_ms=0, namespace="bench",
     )
             for i in range(fires)]
     pool.start()
@@ -133,6 +137,11 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--receiver", choices=["asyncio", "waitress"], default="asyncio")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--signing-scope", choices=SCOPES, nargs="+", default=["both"],
+                    help="worker.signing_scope of the runs (several: after the runs of the first, --rounds rounds of "
+                         "each in turn, the order rotated every round, on the first engine and concurrency; the "
+                         "median CPU per POST of each against the first's)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the signing scopes' comparison")
     ap.add_argument("--engine", choices=["loop", "threads"], nargs="+", default=["loop", "threads"],
                     help="FirePool engines to run, in turn (default both; the summary is the first's best run)")
     ap.add_argument("--serve", choices=["asyncio", "waitress"], help=argparse.SUPPRESS)
@@ -149,16 +158,28 @@ def main() -> int:
     try:
         assert child.stdout is not None
         port = int(child.stdout.readline())
-        print(f"receiver: {args.receiver} pid={child.pid} port={port}; {args.fires} signed POSTs per run")
+        print(f"receiver: {args.receiver} pid={child.pid} port={port}; {args.fires} signed POSTs per run "
+              f"(signing_scope {args.signing_scope[0]} first)")
         runs = []
         by_engine: dict[str, list[tuple[int, float, float, float, float]]] = {}
         for engine in args.engine:
             for i, c in enumerate(args.concurrency):
-                rate, p50, p99, cpu_us = _run(port, c, args.fires, args.profile and i == 0, engine)
+                rate, p50, p99, cpu_us = _run(port, c, args.fires, args.profile and i == 0, engine,
+                                              args.signing_scope[0])
                 by_engine.setdefault(engine, []).append((c, rate, p50, p99, cpu_us))
                 print(f"delivery_run: engine={engine} concurrency={c} posts_per_s={rate:.0f} p50_ms={p50:.2f} "
                       f"p99_ms={p99:.2f} client_cpu_us_per_post={cpu_us:.0f}", flush=True)
         runs = [(c, rate, p50, p99) for c, rate, p50, p99, _ in by_engine[args.engine[0]]]
+        scopes = list(dict.fromkeys(args.signing_scope))
+        by_scope: dict[str, list[float]] = {s: [] for s in scopes}
+        for r in range(args.rounds if len(scopes) > 1 else 0):
+            for scope in scopes[r % len(scopes):] + scopes[:r % len(scopes)]:
+                c = args.concurrency[0]
+                rate, p50, p99, cpu_us = _run(port, c, args.fires, False, args.engine[0], scope)
+                print(f"delivery_run: round={r} engine={args.engine[0]} signing_scope={scope} concurrency={c} "
+                      f"posts_per_s={rate:.0f} p50_ms={p50:.2f} p99_ms={p99:.2f} client_cpu_us_per_post={cpu_us:.1f}",
+                      flush=True)
+                by_scope[scope].append(cpu_us)
     finally:
         assert child.stdin is not None
         child.stdin.close()
@@ -172,8 +193,13 @@ def main() -> int:
     for engine, er in by_engine.items():
         top = max(er, key=lambda r: r[1])
         extra += f" {engine}_posts_per_s={top[1]:.0f} {engine}_cpu_us_per_post={top[4]:.0f}"
-    print(f"delivery: engine={args.engine[0]} posts_per_s={best[1]:.0f} p50_ms={best[2]:.2f} p99_ms={best[3]:.2f} "
-          f"concurrency={best[0]} receiver={args.receiver} {extra}")
+    if any(by_scope.values()):
+        med = {s: statistics.median(v) for s, v in by_scope.items()}
+        ref = scopes[0]
+        extra += "".join(f" {s}_cpu_us_per_post={u:.1f}" + (f" {s}_vs_{ref}_cpu={u / med[ref]:.3f}" if s != ref else "")
+                         for s, u in med.items())
+    print(f"delivery: engine={args.engine[0]} signing_scope={args.signing_scope[0]} posts_per_s={best[1]:.0f} "
+          f"p50_ms={best[2]:.2f} p99_ms={best[3]:.2f} concurrency={best[0]} receiver={args.receiver} {extra}")
     return 0
 
 
