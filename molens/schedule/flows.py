@@ -113,8 +113,9 @@ class FlowControl:
         """Task id -> flow of every held fire."""
         self._released: dict[str, tuple[str, int]] = {}
         """Task id -> (fire id, attempt) of held fires handed back, admitted, not planned yet."""
-        self._waiting: set[str] = set()
-        """Flows with held fires."""
+        self._waiting: dict[str, None] = {}
+        """Flows with held fires, in the order they began to hold one (a dict, not a set: the order
+        :meth:`release` lets flows go in is the same in every process, whatever its string hash seed)."""
         self._adopted: dict[str, int] = {}
         """Fire id -> deadline of the fires adopted from an earlier term (:meth:`adopt`)."""
         self._slots: dict[str, float] = {}
@@ -168,7 +169,7 @@ class FlowControl:
         if f.queue or not self._may_go(f, at_ms, now_ms):
             f.queue.append((task_id, fire_id, attempt, at_ms))
             self._held[task_id] = flow
-            self._waiting.add(flow)
+            self._waiting[flow] = None
             return False
         self._take(f, flow, fire_id, attempt, float(at_ms), now_ms)
         return True
@@ -193,7 +194,7 @@ class FlowControl:
                 self._released[tid] = (fid, att)
                 out.append(tid)
             if not q:
-                self._waiting.discard(key)
+                self._waiting.pop(key, None)
         return out
 
     def can_release(self, now_ms: int) -> bool:

@@ -113,6 +113,16 @@ MUTANTS = [
            "molens.fsm.machine:_remove", "tx.w.fires[t.inflight] = None", "pass"),
     Mutant("delete-keeps-history", "a deleted task's history rows (and dead letters) are left behind",
            "molens.fsm.machine:_remove", "tx.w.history_deletes.append(t.id)", "pass"),
+    Mutant("update-delayed-keeps-time", "a delayed task whose time an update changes before its first attempt "
+           "keeps its old time", "molens.fsm.machine:_update",
+           "sched = new.run_at if new.run_at is not None else t.created_ms + (new.interval_ms or 0)",
+           "sched = t.sched_ms"),
+    Mutant("update-of-nothing-bumps-version", "an update that changes nothing counts as a change: a new version "
+           "and an updated history row", "molens.fsm.machine:_update", "if not changed:", "if False:"),
+    Mutant("update-restarts-attempts", "an update of a task whose occurrence started counts its attempts from "
+           "zero again: the occurrence gets its retries anew", "molens.fsm.machine:_update",
+           "t, spec=new, version=t.version + 1, updated_ms=now,",
+           "t, spec=new, version=t.version + 1, updated_ms=now, attempt=0,"),
     Mutant("window-edge-skipped", "the loader's window skips timers due exactly at its edge",
            "molens.schedule.horizon:HorizonWheel.load", 'self.start = (until, "")', 'self.start = (until + 1, "")'),
     Mutant("reach-lags-read", "the wheel's reach says how late it is, not how far its load read: a new task due "

@@ -40,9 +40,11 @@ the task was created, clients pausing and resuming tasks of their own (delayed a
 between or in the middle of an occurrence, resumed from now or from their schedule, some twice), clients
 triggering tasks of their own (``TriggerTask``: delayed ones before their time, periodic ones with every
 ``catchup`` and ``overlap``, once or twice at random times; a refused or lost trigger asked again, up to
-five times) and clients deleting tasks of their own (``DeleteTasks``: delayed ones before their time, with a
+five times), clients deleting tasks of their own (``DeleteTasks``: delayed ones before their time, with a
 fire in flight or a retry waiting, awaiting their ACK or finished, periodic ones at a random time), some
-created again afterwards with the same idempotency key.
+created again afterwards with the same idempotency key, and clients updating delayed tasks of their own
+(``UpdateTask``: before their time, moved earlier or later, some into the past; while an attempt is out, a
+retry waits or their ACK is awaited; some twice; some with a patch that changes nothing).
 
 After a quiet period the run checks (:func:`check`): replicas identical; at_most_once fire ids
 delivered at most once; every request at or after its due time, and within tick + latencies of it
@@ -84,7 +86,12 @@ own timing and the instants it took the place of to this one). Deletes (:func:`c
 deleted task is sent from a ``Dispatched`` entry applied after its delete; right after a replica applies the
 delete and on every replica at the end, the task, its fire records, idempotency key, history and dead
 letters are gone; a create with the key afterwards makes a new task; the other checks see a deleted task as
-it was just before its delete (as the Cleaner's expired ones), but for where it stood at the end.
+it was just before its delete (as the Cleaner's expired ones), but for where it stood at the end. Updates of
+delayed tasks (:func:`check_delayed_updates`): a change adds one version and one ``updated`` row, a change of
+nothing neither; a schedule change before the first attempt moves the task to its new time (every first
+attempt sent after it due then, never at the old time, and sent in time on a healthy cluster: a time already
+past is due when the update applied); a change after it starts no second occurrence, the attempts go on and a
+waiting retry keeps its time.
 
     .venv/bin/python -m tests.sim.scheduler_sim --seeds 5000        # ends with: sim: seeds=N failures=F
     .venv/bin/python -m tests.sim.scheduler_sim --seed 17 --trace   # replay one seed
@@ -268,6 +275,38 @@ class DeleteApplied:
     index: int
     at: int
     now_ms: int
+
+
+@dataclass(frozen=True)
+class UpdateApplied:
+    """A client's ``UpdateTask`` of a delayed task that applied (docs/architecture.md#update), as committed."""
+
+    index: int
+    at: int
+    """When it committed."""
+    spec: TaskSpec
+    """The definition it carried."""
+    before: Task
+    after: Task
+
+    @property
+    def before_first_attempt(self) -> bool:
+        """The task had sent nothing of its occurrence yet (pending, no attempt made, nothing in flight)."""
+        b = self.before
+        return b.status is Status.PENDING and b.attempt == 0 and b.inflight is None and b.ack_attempt == 0
+
+    @property
+    def moves(self) -> bool:
+        """A schedule change of an occurrence not started yet: the task goes to its new time."""
+        old = self.before.spec
+        return self.before_first_attempt and (old.run_at, old.interval_ms, old.jitter_ms) != (
+            self.spec.run_at, self.spec.interval_ms, self.spec.jitter_ms)
+
+    def new_due(self) -> int:
+        """The new time (``run_at``, or created + ``interval_ms``) plus the task's offset."""
+        s, b = self.spec, self.before
+        at = s.run_at if s.run_at is not None else b.created_ms + (s.interval_ms or 0)
+        return at + jitter(b.id, b.seq, s.jitter_ms)
 
 
 @dataclass
@@ -541,6 +580,12 @@ class Sim:
         self.recreates: dict[str, tuple[str, Plan, int]] = {}
         """Idempotency key -> (the deleted task's id, the plan of the create made with the key after the
         delete, when that create was asked)."""
+        self.urng = random.Random(seed * 7_000_003 + 41)
+        """The delayed-update workload's own draws."""
+        self.delayed_updates: dict[str, list[UpdateApplied]] = defaultdict(list)
+        """Task id -> the updates of a delayed task that applied, in log order."""
+        self.delayed_updates_refused = 0
+        """Updates of a delayed task the machine refused (a client's retry at a version since changed)."""
 
     # ---------------------------------------------------------------- event loop
 
@@ -622,7 +667,7 @@ class Sim:
                     t = rep.get_task(it.task_id)
                     r = next((r for r in t.running if r.fire_id(t.id) == it.fire_id), None) if t else None
                     dues[it.fire_id] = (r.due_ms, r.sched_ms) if r else (t.due_ms, t.sched_ms) if t else (None, -1)
-            before = rep.get_task(cmd.task_id) if isinstance(cmd, BackfillTask | TriggerTask) else None
+            before = rep.get_task(cmd.task_id) if isinstance(cmd, BackfillTask | TriggerTask | UpdateTask) else None
             first = n == self.nodes[0] and self.applied[n] > self.noted
             if first:
                 self.noted = self.applied[n]
@@ -642,6 +687,8 @@ class Sim:
                 self.trigger_outcome.setdefault(cmd, not isinstance(out.results[0], Exception))
                 if first:
                     self.note_trigger(cmd, before, out)
+            if isinstance(cmd, UpdateTask) and first:
+                self.note_update(cmd, before, out)
             if isinstance(cmd, DeleteTasks):
                 for tid, res in zip(cmd.task_ids, out.results):
                     if isinstance(res, Exception):
@@ -716,6 +763,17 @@ class Sim:
             next_scheduled(nt, cmd.now_ms) if periodic else None, before.sched_ms,
             len(before.running) >= MAX_RUNNING,
         ))
+
+    def note_update(self, cmd: UpdateTask, before: Task | None, out: Applied) -> None:
+        """Record an ``UpdateTask`` of a delayed task as ``nodes[0]`` first applied it (``before``: its task then)."""
+        if before is None or before.spec.type is not TaskType.DELAYED:
+            return
+        nt = out.results[0]
+        if isinstance(nt, Exception):
+            self.delayed_updates_refused += 1
+            return
+        idx = self.applied[self.nodes[0]]
+        self.delayed_updates[cmd.task_id].append(UpdateApplied(idx, self.commit_at[idx - 1], cmd.spec, before, nt))
 
     @staticmethod
     def residue(rep: MemoryState, tid: str, where: str) -> list[str]:
@@ -1329,7 +1387,7 @@ class Sim:
             for _ in range(r.choice([0, 0, 1, 2])):  # updated in place while it runs: a new period and jitter
                 patch = {"interval_ms": r.choice([1_000, 1_500, 2_000]), "jitter_ms": r.choice([0, 200, 400])}
                 k = len(kinds) - 1
-                self.at(self.t0 + r.randint(1_000, 25_000), lambda k=k, p=patch: self.client_update(k, p))
+                self.at(self.t0 + r.randint(1_000, 25_000), lambda k=k, p=patch: self.client_update(f"k{k}", p))
         for req, _ in kinds:  # catch-up of missed occurrences (docs/architecture.md#catch-up)
             if req["type"] == "periodic" and r.random() < 0.6:
                 req["catchup"] = r.choice(["one", "none", "all", "all"])
@@ -1352,6 +1410,7 @@ class Sim:
         self.pause_workload()
         self.trigger_workload()
         self.delete_workload()
+        self.delayed_update_workload()
         self.allow_workload(kinds)
         for i, (req, plan) in enumerate(kinds):
             req["callback_url"] = f"http://127.0.0.1/cb/{plan.behaviour}"
@@ -1396,7 +1455,7 @@ class Sim:
             if a.random() < 0.2:
                 patch = {"jitter_ms": a.choice([0, 200])}
                 k = len(kinds) - 1
-                self.at(self.t0 + a.randint(2_000, 20_000), lambda k=k, p=patch: self.client_update(k, p))
+                self.at(self.t0 + a.randint(2_000, 20_000), lambda k=k, p=patch: self.client_update(f"k{k}", p))
         if a.random() < 0.3:
             kinds.append(({"type": "periodic", "interval_ms": 1_000, "overlap": "allow", "timeout_ms": 10_000,
                            "max_fails": 3, "reliability": a.choice(["at_least_once", "at_most_once"])},
@@ -1588,6 +1647,78 @@ class Sim:
             self.propose(DeleteTasks(self.now, (tid,)))
         self.at(self.now + 300, lambda: self.client_delete(idem, want, until, recreate))
 
+    def delayed_update_workload(self) -> None:
+        """Delayed tasks a client updates in place (docs/architecture.md#update), created with ``run_at`` or
+        ``interval_ms``, with retries or an ACK, at_least_once and at_most_once: before their time (moved
+        earlier or later, some into the past: due now), while an attempt is out, while a retry waits or while
+        their ACK is awaited; some changed again a little later, some patched with what they already have."""
+        u = self.urng
+        for _ in range(u.choice([0, 1, 2, 3, 4, 5])):
+            mode = u.choice(["pending", "pending", "pending", "firing", "retry", "ack"])
+            rel = u.choice(["at_least_once", "at_least_once", "at_most_once"])
+            when = self.t0 + u.randint(0, 15_000)
+            delay = u.randint(1_000, 15_000)
+            beh = u.choice(["ok", "ok", "flaky", "err", "slow"])
+            ack = None
+            want, after = "pending", u.randint(0, delay)  # mostly before its time
+            if mode == "firing":  # an attempt out (a slow receiver: until its timeout)
+                delay, beh, want, after = u.randint(0, 3_000), u.choice(["slow", "slow", "flaky"]), "firing", 0
+            elif mode == "retry":  # a failed attempt's retry waiting (1, 2, 4 s by the default policy)
+                rel, delay, beh, want, after = "at_least_once", u.randint(0, 3_000), u.choice(["err", "err", "flaky"]), "retry", 0
+            elif mode == "ack":
+                rel, delay, beh, want, after = "at_least_once", u.randint(0, 5_000), "ok", "ack", 0
+                ack = u.choice(["ok", "ackfail", "flaky"])
+            req: dict[str, Any] = {"type": "delayed", "reliability": rel, "max_retries": u.randint(0, 3)}
+            if mode in ("firing", "retry"):
+                req["max_retries"] = u.randint(1, 3)
+            if ack is not None:
+                req["ack_url"] = f"http://127.0.0.1/ack/{ack}"
+                req["ack_delay_ms"] = u.choice([500, 2_000])
+            if u.random() < 0.3:
+                req["run_at"] = when + delay  # (a create retried later keeps the time it asked for)
+            else:
+                req["interval_ms"] = delay
+            idem = self.create_at(when, req, beh, ack=ack)
+            again = u.random() < 0.3
+            self.at(when + after, lambda idem=idem, want=want, again=again:
+                    self.client_reschedule(idem, want, self.now + 15_000, again))
+
+    def client_reschedule(self, idem: str, want: str | None, until: int, again: bool) -> None:
+        """A client updating the delayed task of ``idem`` once its create is done (until ``until``, when it is
+        in the state ``want``: ``pending`` before its first attempt, ``firing`` with an attempt out, ``retry``
+        with a retry waiting, ``ack`` awaiting its ACK): to a new time near its current one or now, earlier or
+        later (in the past: due now), by ``run_at`` or ``interval_ms``, or with the schedule it already has (a
+        change of nothing); ``again``: once more, in whatever state it is then, a little later."""
+        ld = self.leader
+        plan = self.client_reqs[idem][1]
+        if ld is None or plan.task_id is None:  # no leader, or not created yet: the client waits
+            self.at(self.now + 300, lambda: self.client_reschedule(idem, want, until, again))
+            return
+        t = self.replicas[ld.node].get_task(plan.task_id)
+        if t is None:
+            return
+        state = {"pending": t.status is Status.PENDING and t.attempt == 0 and t.inflight is None,
+                 "firing": t.status is Status.FIRING and t.inflight is not None,
+                 "retry": t.status is Status.FIRING and t.inflight is None and t.attempt > 0,
+                 "ack": t.status is Status.AWAITING_ACK}
+        if want is not None and not state[want] and self.now < until:
+            self.at(self.now + 20, lambda: self.client_reschedule(idem, want, until, again))
+            return
+        u = self.urng
+        how = u.choice(["run_at", "run_at", "interval_ms", "interval_ms", "same"])
+        if how == "same":
+            patch: dict[str, Any] = ({"interval_ms": t.spec.interval_ms} if t.spec.interval_ms is not None
+                                     else {"run_at": t.spec.run_at})
+        else:
+            target = u.choice([self.now, t.sched_ms + u.randint(-10_000, -1), t.sched_ms + u.randint(1, 10_000),
+                               self.now + u.randint(-5_000, 8_000)])
+            target = min(target, self.now + 15_000)
+            patch = {"run_at": target} if how == "run_at" else {"interval_ms": max(0, target - t.created_ms)}
+        self.log_(f"client: reschedule {t.id} ({t.status}, attempt {t.attempt}, due {t.due_ms and t.due_ms - self.t0})")
+        self.client_update(idem, patch, once=how == "same")
+        if again:
+            self.at(self.now + u.randint(100, 6_000), lambda: self.client_reschedule(idem, None, self.now, False))
+
     def client_pause(self, idem: str, cycles: int, firing_until: int = 0) -> None:
         """A client pausing the task of ``idem``, again until the leader's replica shows it paused (then
         resumed a little later), finished or gone; until ``firing_until`` it waits for the task to be
@@ -1713,26 +1844,29 @@ class Sim:
             self.propose(CreateTasks(self.now, (CreateItem(new_id, spec),)))
         self.at(self.now + 300, lambda: self.client_create(req, plan))
 
-    def client_update(self, i: int, patch: dict[str, Any], after: int = 0) -> None:
-        """A client changing task ``k{i}`` (the workload's idempotency key) without If-Match, again
-        until the leader's replica shows the change or a version after the one it proposed from
-        (its change applied, maybe then changed again by another client)."""
+    def client_update(self, idem: str, patch: dict[str, Any], after: int = 0, once: bool = False) -> None:
+        """A client changing the task of idempotency key ``idem`` without If-Match, again until the
+        leader's replica shows the change or a version after the one it proposed from (its change
+        applied, maybe then changed again by another client); ``once``: asked once, whatever the
+        replica shows (a patch that may change nothing)."""
         ld = self.leader
         if ld is not None:
             rep = self.replicas[ld.node]
-            tid = rep.get_idem(f"k{i}")
+            tid = rep.get_idem(idem)
             t = rep.get_task(tid) if tid is not None else None
             if tid is not None and t is None:
                 return  # gone (expired)
             if t is not None:
-                if all(getattr(t.spec, k) == v for k, v in patch.items()) or (after and t.version > after):
+                if not once and (all(getattr(t.spec, k) == v for k, v in patch.items()) or (after and t.version > after)):
                     return
                 spec = decode_update(json.dumps(patch).encode(), t.spec, now_ms=self.now)
                 self.specs[tid].append(spec)
                 self.log_(f"client: update {tid} {patch} at version {t.version}")
                 self.propose(UpdateTask(self.now, tid, spec, t.version, after_last_fire=True, moves_waiting=True))
+                if once:
+                    return
                 after = t.version
-        self.at(self.now + 300, lambda: self.client_update(i, patch, after))
+        self.at(self.now + 300, lambda: self.client_update(idem, patch, after, once))
 
     def client_backfill(self, i: int) -> None:
         """A client asking once for a backfill of task ``k{i}``: a past range of up to eight periods,
@@ -1827,6 +1961,7 @@ def check(sim: Sim) -> None:
 
     check_flows(sim, fail)
     check_pauses(sim, tasks, fail)
+    check_delayed_updates(sim, tasks, executions, fail)
     throttled_flows = {flow for _, flow, _, _ in sim.throttles}
     ends: dict[tuple[str, int], int] = defaultdict(int)
     backfilled_seqs = set()
@@ -1851,6 +1986,9 @@ def check(sim: Sim) -> None:
             # buffer_one (catchup all fires a passed instant then, its due still its instant)
             start = max(d.due, ends[prev])
             bound += RESULT_FLUSH + COMMIT_LAT[1]
+        mv = moved_by(sim, d)
+        if mv is not None:  # a delayed task moved to a time already past: due when its update applied
+            start = max(start, mv.at)
         redriving = any(r - DISPATCH_SLACK <= d.at <= r + RECOVERY_WINDOW for r in sim.redrive_at.get(d.task_id, ()))
         if held_by_pause(sim, d):
             continue  # due while its task was paused, sent once resumed (check_pauses)
@@ -2053,8 +2191,9 @@ def check(sim: Sim) -> None:
             if back > len(bfs):  # each backfill goes back once, then oldest first
                 fail(f"{tid}: instants went back {back} times with {len(bfs)} backfills: {sorted(firsts.items())}")
             fired_at: dict[int, set[int]] = defaultdict(set)
-            for d in cbs:
-                fired_at[d.scheduled].add(_seq(d))
+            for d in cbs:  # (a triggered occurrence is at the trigger's time, not at an instant, also when an
+                if not triggered(sim, d):  # allow task is triggered in the very ms one of its instants goes)
+                    fired_at[d.scheduled].add(_seq(d))
             for inst, seqs in fired_at.items():  # an instant fires once, and once more per backfill of it
                 if len(seqs) > 1 + sum(b.start <= inst < b.end for b in bfs):
                     fail(f"{tid}: instant {inst} fired as occurrences {sorted(seqs)} ({len(bfs)} backfills)")
@@ -2403,6 +2542,95 @@ def check_deletes(sim: Sim, fail: Callable[[str], None]) -> None:
                  f"{plan.task_id} ({new}), not a new task")
 
 
+def moved_by(sim: Sim, d: Delivery) -> UpdateApplied | None:
+    """The update that last moved ``d``'s delayed occurrence before its first attempt (applied before the
+    ``Dispatched`` entry that sent ``d``; None: none did): ``d`` goes at the time it set (check_delayed_updates)."""
+    if d.kind is not FireKind.CALLBACK or d.attempt != 1:
+        return None
+    di = sim.dispatch_index.get((d.fire_id, d.kind, d.attempt), 0)
+    found = None
+    for u in sim.delayed_updates.get(d.task_id, ()):
+        if u.moves and u.index < di:
+            found = u
+    return found
+
+
+def check_delayed_updates(sim: Sim, tasks: dict[str, Any], executions: list[Any], fail: Callable[[str], None]) -> None:
+    """Updates of delayed tasks (docs/architecture.md#update): an update that applied puts its definition in
+    place, one more version for a change and the same for a change of nothing, and one ``updated`` history
+    row per change; a schedule change before the first attempt was sent moves the task to its new time
+    (``run_at``, or created + ``interval_ms``): every first attempt sent from a ``Dispatched`` entry applied
+    after it is due then, never at the old time, and one is sent by ``LATENESS_BOUND`` after that time (or
+    after the update's commit, for a time already past) while the cluster is healthy (a send's own lateness:
+    ``check``); an update once the first attempt was sent starts no second occurrence (fire id
+    ``{task}-1``), the attempts go on from where they were, and a retry waiting keeps its time. (An
+    at_most_once fire is delivered once at most, an at_least_once task ends with a 2xx or its retries
+    exhausted: ``check``, for these tasks as for the others.)"""
+    t0, end = sim.t0, sim.t0 + sim.end_ms
+    by_task: dict[str, list[Delivery]] = defaultdict(list)
+    for d in sorted(sim.deliveries, key=lambda d: d.at):
+        if d.kind is FireKind.CALLBACK:
+            by_task[d.task_id].append(d)
+    rows: dict[str, int] = defaultdict(int)
+    for e in executions:
+        if e.kind is FireKind.EVENT and e.result is ExecutionResult.UPDATED:
+            rows[e.task_id] += 1
+
+    def di(d: Delivery) -> int:
+        got = sim.dispatch_index.get((d.fire_id, d.kind, d.attempt))
+        if got is None:
+            fail(f"{d.task_id}: delivery without a Dispatched entry on record: {d}")
+        assert got is not None
+        return got
+
+    for tid, ups in sim.delayed_updates.items():
+        if tid not in tasks or tid in sim.deleted:
+            continue  # (a create lost in failover never fires; a deleted task's rows went with it)
+        ds = by_task.get(tid, [])
+        changes = 0
+        for u in ups:
+            changed = u.spec != u.before.spec
+            changes += changed
+            if u.after.spec != u.spec or u.after.version != u.before.version + changed:
+                fail(f"{tid}: update at entry {u.index} ({'a change' if changed else 'a change of nothing'}) left "
+                     f"version {u.after.version} after {u.before.version}, definition in place "
+                     f"{u.after.spec == u.spec}")
+        if rows[tid] != changes:
+            fail(f"{tid}: {rows[tid]} updated history rows for {changes} changes of its definition")
+        for d in ds:
+            if d.fire_id != f"{tid}-1":
+                fail(f"updated delayed task {tid} sent another occurrence than its one: {d}")
+        moving = [u for u in ups if u.moves]
+        for u, nxt in zip(moving, [*moving[1:], None]):
+            until = nxt.index if nxt is not None else 1 << 62
+            want = u.new_due()
+            sent = [d for d in ds if u.index < di(d) < until]
+            for d in sent:
+                if d.attempt == 1 and (d.due != want or d.at < want):
+                    fail(f"{tid}: updated at {u.at - t0} (entry {u.index}) before its first attempt, to be due at "
+                         f"{want - t0} (was {u.before.due_ms and u.before.due_ms - t0}); its first attempt, sent from "
+                         f"entry {di(d)}, went out due {d.due - t0} and reached the receiver at {d.at - t0}: {d}")
+            start = max(want, u.at)
+            upto = nxt.at if nxt is not None else end
+            if not sent and start + LATENESS_BOUND < min(upto, end) and _healthy(sim, start - 2 * DISPATCH_SLACK, upto):
+                fail(f"{tid}: updated at {u.at - t0} (entry {u.index}) to be due at {want - t0} on a healthy cluster; "
+                     f"nothing sent by {upto - t0}")
+        for u in ups:
+            if u.before_first_attempt:
+                continue
+            b = u.before
+            later = [d for d in ds if di(d) > u.index]
+            for d in later:
+                if d.attempt <= b.attempt:
+                    fail(f"{tid}: updated at {u.at - t0} (entry {u.index}) after attempt {b.attempt} of its "
+                         f"occurrence; attempt {d.attempt} sent from entry {di(d)} after it: {d}")
+            if b.status is Status.FIRING and b.inflight is None and b.due_ms is not None:
+                nxt_try = next((d for d in later if d.attempt == b.attempt + 1), None)
+                if nxt_try is not None and nxt_try.due != b.due_ms:
+                    fail(f"{tid}: updated at {u.at - t0} (entry {u.index}) while retry {b.attempt + 1} waited for "
+                         f"{b.due_ms - t0}; it went out due {nxt_try.due - t0}: {nxt_try}")
+
+
 def check_lost_workers(sim: Sim, fail: Callable[[str], None]) -> None:
     """docs/architecture.md#lost-workers: a fire on a worker that crashed and stayed down, with no
     result sent, is given up by the leader that sent it within ``WORKER_LOST`` ms of the worker's
@@ -2562,6 +2790,7 @@ def _run(args: argparse.Namespace) -> int:
     trig = refused = periodic_trig = 0
     deletes: dict[str, int] = defaultdict(int)
     recreated = 0
+    upd = upd_moved = upd_started = upd_same = upd_refused = 0
     for s in seeds:
         sim = Sim(s, 3, print if args.trace else None)
         try:
@@ -2584,6 +2813,12 @@ def _run(args: argparse.Namespace) -> int:
                     deletes["firing" if t.inflight is not None or any(r.inflight for r in t.running)
                             else t.status.value] += 1
                 recreated += sum(p.task_id is not None for _, p, _ in sim.recreates.values())
+                ups = [u for us in sim.delayed_updates.values() for u in us]
+                upd += len(ups)
+                upd_moved += sum(u.moves for u in ups)
+                upd_started += sum(not u.before_first_attempt for u in ups)
+                upd_same += sum(u.spec == u.before.spec for u in ups)
+                upd_refused += sim.delayed_updates_refused
             check(sim)
         except Exception as e:  # a violation, or the product raising where it must not (a crash)
             failures += 1
@@ -2596,7 +2831,8 @@ def _run(args: argparse.Namespace) -> int:
           f"({discarded} task stores discarded by the boot guard), {paused} task pauses ({mid} in the middle "
           f"of an occurrence; {drops} resumes from now that dropped instants), {trig} triggers ({periodic_trig} periodic; {refused} refused), "
           f"{sum(deletes.values())} deletes ({', '.join(f'{n} {k}' for k, n in sorted(deletes.items()))}; "
-          f"{recreated} created again with the key)")
+          f"{recreated} created again with the key), {upd} delayed-task updates ({upd_moved} moved before their "
+          f"first attempt, {upd_started} after it started, {upd_same} that changed nothing; {upd_refused} refused)")
     print(f"sim: seeds={len(seeds)} failures={failures}")
     return 1 if failures else 0
 

@@ -12,13 +12,15 @@ from molens.actors.monitor import FireWatch
 from tests.sim.mutants import MUTANTS, RAFT_MUTANTS, Mutant, hunt
 
 SEEDS = {
-    "lost-fire-never-redispatched": 4, "amo-resent-after-loss": 3, "stale-result-applied": 56, "expiry-skips-one": 3,
-    "held-grace-ignored": 4, "catchup-one-too-many": 3, "deadline-without-timeout": 3, "pause-ignored": 4,
-    "resume-keeps-missed": 4, "resume-mid-occurrence-keeps-missed": 42, "resume-probes-ack-at-once": 21, "resume-drops-silently": 4,
-    "trigger-allow-planned": 38, "trigger-due-after-interval": 4, "trigger-keeps-schedule": 4, "delete-keeps-task": 3,
-    "delete-keeps-idempotency-key": 3, "delete-keeps-fire-record": 4, "delete-keeps-history": 3,
-    "window-edge-skipped": 11, "reach-lags-read": 4, "lost-worker-fires-kept": 4, "worker-death-unnoticed": 4,
-    "not-sent-counted": 3, "boot-trusts-store": 4, "boot-marker-not-durable": 6, "snapshot-dir-not-synced": 5,
+    "lost-fire-never-redispatched": 5, "amo-resent-after-loss": 3, "stale-result-applied": 56, "expiry-skips-one": 3,
+    "held-grace-ignored": 10, "catchup-one-too-many": 3, "deadline-without-timeout": 3, "pause-ignored": 4,
+    "resume-keeps-missed": 4, "resume-mid-occurrence-keeps-missed": 7, "resume-probes-ack-at-once": 3,
+    "resume-drops-silently": 4, "trigger-allow-planned": 38, "trigger-due-after-interval": 4,
+    "trigger-keeps-schedule": 4, "delete-keeps-task": 3, "delete-keeps-idempotency-key": 3,
+    "delete-keeps-fire-record": 4, "delete-keeps-history": 3, "update-delayed-keeps-time": 3,
+    "update-of-nothing-bumps-version": 7, "update-restarts-attempts": 12, "window-edge-skipped": 11,
+    "reach-lags-read": 4, "lost-worker-fires-kept": 9, "worker-death-unnoticed": 6, "not-sent-counted": 5,
+    "boot-trusts-store": 4, "boot-marker-not-durable": 6, "snapshot-dir-not-synced": 5,
     "snapshot-bytes-not-synced": 5,
 }
 """Seeds tried per mutant: up to the first that caught it (seeds from 0), and two more, so that a change
