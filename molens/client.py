@@ -895,7 +895,8 @@ class MolensClient:
         call again; ``interrupted`` as for :meth:`redrive_matching`). An empty filter deletes every dead letter only with ``all=True``; without it
         the API refuses it (:class:`BadRequestError`, field ``all``). With ``limit`` it is not sent
         twice after a lost answer (:class:`OutcomeUnknownError`): a second one could delete ``limit``
-        more. ``namespace`` (else the
+        more. Without it, it is sent again, and the answer counts what that second request deleted
+        (not what the lost one did); ``more`` is still right. ``namespace`` (else the
         client's) limits it to that namespace's; the client's own namespace is no filter (so
         ``all=True`` deletes every one of that namespace's), a ``namespace`` given to the call is."""
         if not isinstance(all, bool):

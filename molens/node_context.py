@@ -233,21 +233,9 @@ class NodeContext(StoreReads):
         except (FutureTimeout, TimeoutError):
             raise Unavailable(f"the read was not confirmed by a quorum within {timeout_s:g} s") from None
 
-    def replicas_read_last_fire(self) -> bool:
+    def replicas_read(self, version: int) -> bool:
         sched = self.scheduler
-        return True if sched is None else sched.replicas_read_last_fire()
-
-    def replicas_read_keys_first(self) -> bool:
-        sched = self.scheduler
-        return True if sched is None else sched.replicas_read_keys_first()
-
-    def replicas_read_resume(self) -> bool:
-        sched = self.scheduler
-        return True if sched is None else sched.replicas_read_resume()
-
-    def replicas_read_resume_trigger(self) -> bool:
-        sched = self.scheduler
-        return True if sched is None else sched.replicas_read_resume_trigger()
+        return True if sched is None else sched.replicas_read(version)
 
     def flow_states(self) -> list[FlowState] | None:
         sched = self.scheduler

@@ -55,18 +55,7 @@ from molens.actors.peer_handle import RaftPeerHandle
 from molens.actors.stats import ReportingDeliverer, Stats, StatsClient, StatsObserver
 from molens.actors.supervisor import LeaderSupervisor
 from molens.config import Config, callback_policy
-from molens.delivery import (
-    CATCHUP_WAIT_VERSION,
-    FIRE_BATCH_V1,
-    KEYS_FIRST_VERSION,
-    LAST_FIRE_VERSION,
-    NOT_SENT_VERSION,
-    RESUME_TRIGGER_VERSION,
-    RESUME_VERSION,
-    FireRequest,
-    decode_fire_batch,
-    encode_fire_batch,
-)
+from molens.delivery import FIRE_BATCH_V1, FireRequest, decode_fire_batch, encode_fire_batch
 from molens.delivery.pool import FirePool, FirePoolStats, make_pool_manager
 from molens.fsm.store import TaskStore
 from molens.raft.clock import ClockVerdict
@@ -160,10 +149,7 @@ class Scheduler:
             ),
             spans=self.spans,
             audit=cfg.audit,
-            replicas_read_not_sent=self.replicas_read_not_sent,
-            replicas_read_catchup_wait=self.replicas_read_catchup_wait,
-            replicas_read_last_fire=self.replicas_read_last_fire,
-            replicas_read_resume_trigger=self.replicas_read_resume_trigger,
+            replicas_read=self.replicas_read,
         )
         self.store.on_applied = self.supervisor.on_applied
         last = self.peer.subscribe(self.supervisor.on_leader_change)
@@ -357,46 +343,12 @@ class Scheduler:
         versions until it does (``docs/deploy.md#rolling-upgrade``)."""
         return self.batch_versions.get(worker, FIRE_BATCH_V1)
 
-    def replicas_read_not_sent(self) -> bool:
-        """Whether every other member's node has advertised a release that applies ``not_sent``
-        results (``NOT_SENT_VERSION``): until then the leader proposes them as ordinary failed
-        attempts, as the release before did, so replicas of both releases apply the same log alike
-        (docs/deploy.md#rolling-upgrade)."""
-        return Scheduler.replicas_read(self, NOT_SENT_VERSION)
-
-    def replicas_read_catchup_wait(self) -> bool:
-        """Whether every other member's node has advertised a release that applies a ``Dispatched``
-        entry's ``catchup_waits`` (``CATCHUP_WAIT_VERSION``): until then the Dispatcher proposes it
-        false, and an allow, catchup all task's instant due with ``MAX_RUNNING`` running is skipped,
-        as the release before did (docs/deploy.md#rolling-upgrade)."""
-        return Scheduler.replicas_read(self, CATCHUP_WAIT_VERSION)
-
-    def replicas_read_last_fire(self) -> bool:
-        """Whether every other member's node has advertised a release that applies a ``Dispatched``
-        entry's ``keeps_last_fire`` and an ``UpdateTask``'s ``after_last_fire`` (``LAST_FIRE_VERSION``):
-        until then both are proposed false, as the release before applied them (docs/deploy.md#rolling-upgrade)."""
-        return Scheduler.replicas_read(self, LAST_FIRE_VERSION)
-
-    def replicas_read_keys_first(self) -> bool:
-        """Whether every other member's node has advertised a release that applies a ``CreateTasks``
-        entry's ``keys_first`` (``KEYS_FIRST_VERSION``): until then it is proposed false, and a quota
-        is counted before the idempotency keys, as the release before did (docs/deploy.md#rolling-upgrade)."""
-        return Scheduler.replicas_read(self, KEYS_FIRST_VERSION)
-
-    def replicas_read_resume(self) -> bool:
-        """Whether every other member's node has advertised a release that applies a ``ResumeTasks``
-        entry's ``drops_paused`` (``RESUME_VERSION``): until then it is proposed false, as the release
-        before applied resumes (docs/deploy.md#rolling-upgrade)."""
-        return Scheduler.replicas_read(self, RESUME_VERSION)
-
-    def replicas_read_resume_trigger(self) -> bool:
-        """Whether every other member's node has advertised a release that applies a ``TriggerTask``'s
-        ``refuses_planned`` and a ``Results`` entry's ``ack_from`` (``RESUME_TRIGGER_VERSION``): until then
-        both are proposed false, as the release before applied them (docs/deploy.md#rolling-upgrade)."""
-        return Scheduler.replicas_read(self, RESUME_TRIGGER_VERSION)
-
     def replicas_read(self, version: int) -> bool:
-        """Whether every other member's node has advertised fire batch ``version`` or later."""
+        """Whether every other member's node has advertised fire batch ``version`` or later, so every
+        replica applies the entry fields that version added (``molens.delivery``: ``NOT_SENT_VERSION``,
+        ``RESUME_TRIGGER_VERSION``...). Until then the leader proposes them as the release before
+        applied them, so replicas of both releases apply the same log alike
+        (docs/deploy.md#rolling-upgrade)."""
         versions = self.batch_versions
         return all(versions.get(m, FIRE_BATCH_V1) >= version
                    for m in self.peer.standing.members if m != self.node_id)

@@ -68,7 +68,7 @@ from molens.actors.messages import (
 )
 from molens.actors.peer_errors import LeadershipLost, ProposalRefused
 from molens.actors.term import PumpedActor, TermContext
-from molens.delivery import FireRequest, FireResult, to_result_item
+from molens.delivery import CATCHUP_WAIT_VERSION, LAST_FIRE_VERSION, FireRequest, FireResult, to_result_item
 from molens.fsm import tenancy
 from molens.fsm.commands import Dispatched, DispatchItem, FlowNotices, FlowSettings, ResultItem
 from molens.fsm.machine import SendFire
@@ -568,8 +568,8 @@ class Dispatcher(PumpedActor):
                 self.proposals += 1
                 self.items_proposed += len(items)
                 ctx.propose(
-                    Dispatched(now, tuple(items), catchup_waits=ctx.replicas_read_catchup_wait(),
-                               keeps_last_fire=ctx.replicas_read_last_fire()),
+                    Dispatched(now, tuple(items), catchup_waits=ctx.replicas_read(CATCHUP_WAIT_VERSION),
+                               keeps_last_fire=ctx.replicas_read(LAST_FIRE_VERSION)),
                     self.outcome_to_self(functools.partial(DispatchedBatch, items)),
                 )
             if later:

@@ -60,6 +60,7 @@ from molens.actors.messages import (
 )
 from molens.actors.peer_errors import ProposalRefused
 from molens.actors.term import PumpedActor, TermContext
+from molens.delivery import NOT_SENT_VERSION, RESUME_TRIGGER_VERSION
 from molens.fsm.commands import ResultItem, Results
 from molens.fsm.machine import FireRecord, lost_result
 from molens.model import FireKind, Outcome
@@ -428,11 +429,11 @@ class Monitor(PumpedActor):
         items, self.results = self.results[:MAX_PROPOSAL_ITEMS], self.results[MAX_PROPOSAL_ITEMS:]
         if self.results:
             self.results_first = now
-        if any(it.not_sent for it in items) and not self.ctx.replicas_read_not_sent():
+        if any(it.not_sent for it in items) and not self.ctx.replicas_read(NOT_SENT_VERSION):
             # a replica of the release before would count them as attempts where this one does not
             items = [msgspec.structs.replace(it, not_sent=False) if it.not_sent else it for it in items]
         self.pending += 1
-        self.ctx.propose(Results(now, tuple(items), self.ctx.replicas_read_resume_trigger()),
+        self.ctx.propose(Results(now, tuple(items), self.ctx.replicas_read(RESUME_TRIGGER_VERSION)),
                          self.outcome_to_self(lambda _res, err: ResultsProposed(items, err, now)))
 
     def _trace_results(self, m: ResultsProposed) -> None:

@@ -48,7 +48,7 @@ from molens.actors.monitor import Monitor
 from molens.actors.notifier import Notifier
 from molens.actors.peer_messages import LeaderChange
 from molens.actors.stats import StatsClient
-from molens.actors.term import ProposeCallback, TermContext
+from molens.actors.term import ProposeCallback, TermContext, every_replica_reads
 from molens.actors.timewheel import TimeWheel
 from molens.config import AuditConfig, NotificationsConfig, SchedulerConfig
 from molens.fsm.machine import FlowSet, SendFire, WheelAdd, WheelRemove
@@ -137,16 +137,10 @@ class LeaderSupervisor:
         send_notices: Callable[[Any], str | None] | None = None,
         spans: Spans = NO_SPANS,
         audit: AuditConfig | None = None,
-        replicas_read_not_sent: Callable[[], bool] = lambda: True,
-        replicas_read_catchup_wait: Callable[[], bool] = lambda: True,
-        replicas_read_last_fire: Callable[[], bool] = lambda: True,
-        replicas_read_resume_trigger: Callable[[], bool] = lambda: True,
+        replicas_read: Callable[[int], bool] = every_replica_reads,
     ) -> None:
         self.node_id = node_id
-        self._replicas_read_not_sent = replicas_read_not_sent
-        self._replicas_read_catchup_wait = replicas_read_catchup_wait
-        self._replicas_read_last_fire = replicas_read_last_fire
-        self._replicas_read_resume_trigger = replicas_read_resume_trigger
+        self._replicas_read = replicas_read
         self.audit = audit if audit is not None else AuditConfig()
         self.spans = spans
         self.notifications = notifications if notifications is not None else NotificationsConfig()
@@ -213,10 +207,7 @@ class LeaderSupervisor:
             node_id=self.node_id, term=term, cfg=self.cfg, store=self.store, propose_batch=self._propose_batch,
             stats=self.stats, send_fires=functools.partial(_stamped, self._send_fires, term), local_free=self._local_free, fatal=self._fatal, ended=ended,
             clock=self.clock, notifications=self.notifications, heard_ago_ms=heard_ago_ms, spans=self.spans,
-            audit=self.audit, replicas_read_not_sent=self._replicas_read_not_sent,
-            replicas_read_catchup_wait=self._replicas_read_catchup_wait,
-            replicas_read_last_fire=self._replicas_read_last_fire,
-            replicas_read_resume_trigger=self._replicas_read_resume_trigger, reach=Reach(),
+            audit=self.audit, replicas_read=self._replicas_read, reach=Reach(),
             **({"send_notices": self._send_notices} if self._send_notices is not None else {}),
         )
         refs = LeaderRefs(

@@ -33,6 +33,12 @@ log = logging.getLogger(__name__)
 ProposeCallback = Callable[[list[Any], BaseException | None], None]
 
 
+def every_replica_reads(version: int) -> bool:
+    """A term's ``replicas_read`` where no member of an earlier release can be (a single node, a
+    test): every replica applies the entries of every version."""
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class TermContext:
     """The world of one term's leader actors (read-only after start)."""
@@ -63,18 +69,11 @@ class TermContext:
     reach: Reach = field(default_factory=Reach)
     """How far the term's wheel has read the due index: the Raft thread leaves new tasks due beyond it
     out of the wheel's effects (``molens.schedule.horizon``)."""
-    replicas_read_not_sent: Callable[[], bool] = lambda: True
-    """Whether every replica applies a result marked ``not_sent`` as such (the Monitor proposes it as an
-    ordinary failed attempt until then: ``molens.scheduler.Scheduler.replicas_read_not_sent``)."""
-    replicas_read_catchup_wait: Callable[[], bool] = lambda: True
-    """Whether every replica applies a ``Dispatched`` entry's ``catchup_waits`` (the Dispatcher proposes
-    it false until then: ``molens.scheduler.Scheduler.replicas_read_catchup_wait``)."""
-    replicas_read_last_fire: Callable[[], bool] = lambda: True
-    """Whether every replica applies a ``Dispatched`` entry's ``keeps_last_fire`` (the Dispatcher
-    proposes it false until then: ``molens.scheduler.Scheduler.replicas_read_last_fire``)."""
-    replicas_read_resume_trigger: Callable[[], bool] = lambda: True
-    """Whether every replica applies a ``Results`` entry's ``ack_from`` (the Monitor proposes it false
-    until then: ``molens.scheduler.Scheduler.replicas_read_resume_trigger``)."""
+    replicas_read: Callable[[int], bool] = every_replica_reads
+    """Whether every replica applies the entry fields of fire batch version ``v``
+    (``molens.scheduler.Scheduler.replicas_read``): the Dispatcher and the Monitor propose them as the
+    release before applied them until then (``catchup_waits``, ``keeps_last_fire``, ``not_sent``,
+    ``ack_from``)."""
 
     def propose(self, cmd: Command, on_done: ProposeCallback) -> None:
         self.propose_batch([self.store.encode_proposal(cmd)], on_done)
@@ -192,4 +191,4 @@ class PumpedActor(LeaderActor):
         raise NotImplementedError
 
 
-__all__ = ["LeaderActor", "ProposeCallback", "PumpedActor", "TermContext"]
+__all__ = ["LeaderActor", "ProposeCallback", "PumpedActor", "TermContext", "every_replica_reads"]

@@ -248,24 +248,11 @@ class ApiContext(Protocol):
         that does not lead (or whose Dispatcher is too busy to answer)."""
         return None
 
-    def replicas_read_last_fire(self) -> bool:
-        """Whether every replica applies an ``UpdateTask``'s ``after_last_fire``
-        (``molens.delivery.LAST_FIRE_VERSION``): the API proposes it false until then."""
-        ...
-
-    def replicas_read_keys_first(self) -> bool:
-        """Whether every replica applies a ``CreateTasks`` entry's ``keys_first``
-        (``molens.delivery.KEYS_FIRST_VERSION``): the API proposes it false until then."""
-        ...
-
-    def replicas_read_resume(self) -> bool:
-        """Whether every replica applies a ``ResumeTasks`` entry's ``drops_paused``
-        (``molens.delivery.RESUME_VERSION``): the API proposes it false until then."""
-        ...
-
-    def replicas_read_resume_trigger(self) -> bool:
-        """Whether every replica applies a ``TriggerTask``'s ``refuses_planned``
-        (``molens.delivery.RESUME_TRIGGER_VERSION``): the API proposes it false until then."""
+    def replicas_read(self, version: int) -> bool:
+        """Whether every replica applies the entry fields of fire batch version ``version``
+        (``molens.delivery``: ``KEYS_FIRST_VERSION``, ``LAST_FIRE_VERSION``, ``RESUME_VERSION``,
+        ``RESUME_TRIGGER_VERSION``): the API proposes them as the release before applied them until
+        then (docs/deploy.md#rolling-upgrade)."""
         ...
 
     def get_idem(self, key: str) -> str | None:

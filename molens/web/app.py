@@ -53,6 +53,7 @@ import bottle
 import msgspec
 
 from molens import model, tracing
+from molens.delivery import KEYS_FIRST_VERSION, LAST_FIRE_VERSION, RESUME_TRIGGER_VERSION, RESUME_VERSION
 from molens.fsm import tenancy
 from molens.fsm.audit import is_audited
 from molens.fsm.commands import (
@@ -810,7 +811,7 @@ def _install_tasks(api: Api) -> None:
         if not api.made_already(spec.namespace, spec.idempotency_key):
             api.admit_creates([spec.namespace])
         commit_ns = time.time_ns()
-        create = CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),), ctx.replicas_read_keys_first())
+        create = CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),), ctx.replicas_read(KEYS_FIRST_VERSION))
         res = _item(api.propose_one(create)[0])
         assert isinstance(res, Created)
         spans = ctx.settings.spans
@@ -888,7 +889,7 @@ def _install_tasks(api: Api) -> None:
         api.admit_creates([it.spec.namespace for it in items
                            if not api.made_already(it.spec.namespace, it.spec.idempotency_key)])
         commit_ns = time.time_ns()
-        results = api.propose_one(CreateTasks(now, tuple(items), ctx.replicas_read_keys_first()))
+        results = api.propose_one(CreateTasks(now, tuple(items), ctx.replicas_read(KEYS_FIRST_VERSION)))
         if len(results) != len(items):  # the whole entry failed (undecodable / apply raised): one error
             _item(results[0] if results else InternalError("no result for the batch"))
             raise InternalError("the state machine answered a batch of the wrong size")
@@ -1048,8 +1049,8 @@ def _install_tasks(api: Api) -> None:
                 raise IllegalTransitionError(
                     f"task {t.id} is waiting for its ACK: ack_url cannot be removed until that ends "
                     "(the callback was answered 2xx and would not be sent again)", "ack_url")
-            res = api.propose_one(UpdateTask(now, t.id, spec, t.version, ctx.replicas_read_last_fire(),
-                                             ctx.replicas_read_resume()))[0]
+            res = api.propose_one(UpdateTask(now, t.id, spec, t.version, ctx.replicas_read(LAST_FIRE_VERSION),
+                                             ctx.replicas_read(RESUME_VERSION)))[0]
             if isinstance(res, PreconditionFailed) and wanted is None:
                 continue
             nt = _item(res)
@@ -1084,12 +1085,12 @@ def _install_tasks(api: Api) -> None:
                 raise ValidationError(f"resume_from must be 'now' or 'schedule', got {_quote(str(where))}",
                                       "resume_from")
             from_schedule = where == "schedule"
-        drops, records = ctx.replicas_read_resume(), ctx.replicas_read_resume_trigger()
+        drops, records = ctx.replicas_read(RESUME_VERSION), ctx.replicas_read(RESUME_TRIGGER_VERSION)
         return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule, drops, records), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True, body=Body.NONE)
     def trigger_task(task_id: str) -> tuple[int, Any]:
-        refuses = ctx.replicas_read_resume_trigger()
+        refuses = ctx.replicas_read(RESUME_TRIGGER_VERSION)
         return by_id(lambda now, tid: TriggerTask(now, tid, refuses), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/backfill", write=True)

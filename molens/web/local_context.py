@@ -126,19 +126,7 @@ class LocalContext(StoreReads):
         """No scheduler runs here: no live figures."""
         return None
 
-    def replicas_read_last_fire(self) -> bool:
-        """One replica, of this release."""
-        return True
-
-    def replicas_read_keys_first(self) -> bool:
-        """One replica, of this release."""
-        return True
-
-    def replicas_read_resume(self) -> bool:
-        """One replica, of this release."""
-        return True
-
-    def replicas_read_resume_trigger(self) -> bool:
+    def replicas_read(self, version: int) -> bool:
         """One replica, of this release."""
         return True
 

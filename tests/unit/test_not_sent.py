@@ -261,7 +261,7 @@ def test_the_leaders_monitor_counts_not_sent_results_as_a_scheduler_event() -> N
 
 
 def monitor_proposals(results: list[ResultItem], **ctx_kw: Any) -> list[Any]:
-    """What a leader's Monitor proposes for these results (``ctx_kw``: the term's ``replicas_read_*``)."""
+    """What a leader's Monitor proposes for these results (``ctx_kw``: e.g. the term's ``replicas_read``)."""
     stats_ref = Stats.start()
     proposed: list[Any] = []
     ctx = TermContext(
@@ -292,7 +292,7 @@ def test_not_sent_results_are_proposed_as_attempts_while_a_replica_of_the_releas
     advertised ``NOT_SENT_VERSION`` the Monitor proposes the flag cleared (an ordinary failed attempt)."""
     unsent = with_attempt(to_result_item(_result(True)), 2)
     sent = with_attempt(to_result_item(dataclasses.replace(_result(False), fire_id="f-2")), 1)
-    proposed = monitor_proposals([unsent, sent], replicas_read_not_sent=lambda: readable)
+    proposed = monitor_proposals([unsent, sent], replicas_read=lambda v: readable or v < NOT_SENT_VERSION)
     items = {it.fire_id: it for cmd in proposed for it in cmd.items}
     assert items["f-1"].not_sent is readable
     assert items["f-1"] == msgspec.structs.replace(unsent, not_sent=readable)
@@ -304,7 +304,7 @@ def test_replicas_read_not_sent_once_every_other_member_advertised_the_version()
         return SimpleNamespace(node_id="n1", batch_versions=versions,
                                peer=SimpleNamespace(standing=Standing(members=frozenset({"n1", "n2", "n3"}))))
 
-    assert Scheduler.replicas_read_not_sent(sched({"n2": NOT_SENT_VERSION, "n3": NOT_SENT_VERSION}))
-    assert not Scheduler.replicas_read_not_sent(sched({"n2": NOT_SENT_VERSION, "n3": NOT_SENT_VERSION - 1}))
-    assert not Scheduler.replicas_read_not_sent(sched({"n2": NOT_SENT_VERSION}))  # n3 not heard yet
+    assert Scheduler.replicas_read(sched({"n2": NOT_SENT_VERSION, "n3": NOT_SENT_VERSION}), NOT_SENT_VERSION)
+    assert not Scheduler.replicas_read(sched({"n2": NOT_SENT_VERSION, "n3": NOT_SENT_VERSION - 1}), NOT_SENT_VERSION)
+    assert not Scheduler.replicas_read(sched({"n2": NOT_SENT_VERSION}), NOT_SENT_VERSION)  # n3 not heard yet
     assert FIRE_BATCH_VERSION >= NOT_SENT_VERSION  # this release's nodes advertise it

@@ -23,7 +23,9 @@ from molens.delivery import (
     FIRE_BATCH_V1,
     FIRE_BATCH_VERSION,
     NAMESPACE_ITEM_VERSION,
+    NOT_SENT_VERSION,
     RESUME_TRIGGER_VERSION,
+    RESUME_VERSION,
     FireRequest,
     decode_fire_batch,
     encode_fire_batch,
@@ -118,19 +120,19 @@ def test_catchup_waits_is_proposed_once_every_other_member_advertised_catchup_wa
     """docs/deploy.md#rolling-upgrade: until every other member's node reads ``Dispatched.catchup_waits``
     (``CATCHUP_WAIT_VERSION``), the Dispatcher proposes it false (the instant is skipped, as before)."""
     v = CATCHUP_WAIT_VERSION
-    assert Scheduler.replicas_read_catchup_wait(_sched({"n2": v, "n3": v}))
-    assert not Scheduler.replicas_read_catchup_wait(_sched({"n2": v, "n3": v - 1}))
-    assert not Scheduler.replicas_read_catchup_wait(_sched({"n2": v}))  # n3 not heard yet
-    assert Scheduler.replicas_read_not_sent(_sched({"n2": v - 1, "n3": v - 1}))  # the release before reads not_sent
+    assert Scheduler.replicas_read(_sched({"n2": v, "n3": v}), v)
+    assert not Scheduler.replicas_read(_sched({"n2": v, "n3": v - 1}), v)
+    assert not Scheduler.replicas_read(_sched({"n2": v}), v)  # n3 not heard yet
+    assert Scheduler.replicas_read(_sched({"n2": v - 1, "n3": v - 1}), NOT_SENT_VERSION)  # the release before reads not_sent
     assert v <= FIRE_BATCH_VERSION  # this release's nodes advertise it
 
 
 def test_refuses_planned_and_ack_from_are_proposed_once_every_other_member_advertised_version_8() -> None:
     v = RESUME_TRIGGER_VERSION
-    assert Scheduler.replicas_read_resume_trigger(_sched({"n2": v, "n3": v}))
-    assert not Scheduler.replicas_read_resume_trigger(_sched({"n2": v, "n3": v - 1}))
-    assert not Scheduler.replicas_read_resume_trigger(_sched({"n2": v}))  # n3 not heard yet
-    assert Scheduler.replicas_read_resume(_sched({"n2": v - 1, "n3": v - 1}))  # the release before reads drops_paused
+    assert Scheduler.replicas_read(_sched({"n2": v, "n3": v}), v)
+    assert not Scheduler.replicas_read(_sched({"n2": v, "n3": v - 1}), v)
+    assert not Scheduler.replicas_read(_sched({"n2": v}), v)  # n3 not heard yet
+    assert Scheduler.replicas_read(_sched({"n2": v - 1, "n3": v - 1}), RESUME_VERSION)  # the release before reads drops_paused
     assert v <= FIRE_BATCH_VERSION
 
 
@@ -140,15 +142,15 @@ def test_the_monitor_proposes_results_with_ack_from_as_the_replicas_read_it(read
     then probe at once where this release waits ``ack_delay_ms``: the replicas would differ."""
     proposed = monitor_proposals([ResultItem(
         fire_id="f-1", kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE, response_head="",
-        latency_ms=3, worker="n2", attempt=1)], replicas_read_resume_trigger=lambda: readable)
+        latency_ms=3, worker="n2", attempt=1)], replicas_read=lambda v: readable or v < RESUME_TRIGGER_VERSION)
     assert [type(c) for c in proposed] == [Results] and proposed[0].ack_from is readable
 
 
 class _Before(LocalContext):
     """One replica whose cluster still has a member of the release before version 8."""
 
-    def replicas_read_resume_trigger(self) -> bool:
-        return False
+    def replicas_read(self, version: int) -> bool:
+        return version < RESUME_TRIGGER_VERSION
 
 
 @pytest.mark.parametrize("all_read_it", [True, False])
