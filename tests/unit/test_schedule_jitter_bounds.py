@@ -68,6 +68,32 @@ def test_start_at_is_the_first_occurrence_of_an_interval_task_and_bounds_a_cron_
     assert c.sched_ms >= T0 + 5 * 3_600_000 and c.sched_ms % 3_600_000 == 0
 
 
+@pytest.mark.parametrize("back", [0, 1, 3 * MIN + 5])
+def test_a_start_at_not_after_the_create_places_the_grid_and_its_first_instant_after_the_create_runs(
+    h: H, back: int,
+) -> None:
+    """docs/api.md, ``start_at``: only instants after the create's time are the schedule's; a
+    ``start_at`` at that very ms or before it places the grid (``start_at + k * interval_ms``)."""
+    t = h.create(type="periodic", interval_ms=MIN, start_at=T0 - back)
+    first = T0 - back + (back // MIN + 1) * MIN
+    assert t.sched_ms == first and first > T0 and (first - (T0 - back)) % MIN == 0
+
+
+def test_a_trigger_before_start_at_runs_one_now_and_start_at_still_runs(h: H) -> None:
+    """docs/api.md, trigger: a manual run is not one of the schedule's instants, so it may come
+    before ``start_at``; the schedule then begins at ``start_at`` as created."""
+    from molens.fsm.commands import TriggerTask
+
+    t = h.create(type="periodic", interval_ms=MIN, start_at=T0 + 10 * MIN)
+    h.now = T0 + MIN
+    out = h.apply(TriggerTask(h.now, t.id, True))
+    assert out.results[0].status is Status.PENDING and h.t(t.id).due_ms == T0 + MIN
+    h.cycle(t.id)
+    assert h.t(t.id).sched_ms == T0 + 10 * MIN and h.t(t.id).due_ms == T0 + 10 * MIN
+    h.cycle(t.id)
+    assert h.t(t.id).sched_ms == T0 + 11 * MIN
+
+
 def test_a_schedule_with_no_occurrence_before_end_at_is_done_at_once(h: H) -> None:
     t = h.create(type="periodic", interval_ms=10 * MIN, end_at=T0 + MIN)
     assert t.status is Status.DONE and t.due_ms is None
