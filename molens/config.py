@@ -585,6 +585,11 @@ def _cross_checks(cfg: Config) -> None:
         )
     if cfg.raft.heartbeat_ticks >= cfg.raft.election_ticks:
         raise ConfigError("raft.heartbeat_ticks", "must be smaller than raft.election_ticks")
+    if cfg.worker.signing_secret_next and not cfg.worker.signing_secret:
+        # a rotation goes from a secret to the next one: alone, the next one would sign every request
+        # while the node's signing-key command (and the docs) say it signs none
+        raise ConfigError("worker.signing_secret_next", "is set without worker.signing_secret (a rotation "
+                                                        "needs the secret it rotates from)")
     if cfg.raft.curve.enabled:
         for name in ("secret_key_file", "public_keys_dir"):
             if not getattr(cfg.raft.curve, name):

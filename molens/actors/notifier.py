@@ -52,8 +52,8 @@ class NoticeBatch:
     """The trace of every notice in the batch (a batch holds the notices of one trace, or untraced ones)."""
     namespace: str | None = None
     """The namespace of the tasks whose notices it holds (a batch holds one namespace's): its key signs
-    the batch as ``worker.signing_scope`` says; None (a flow's notices, a task that is gone): the
-    cluster's secret alone."""
+    the batch as ``worker.signing_scope`` says; None (a flow's notices, those to the operator's
+    ``notifications.url``, a task that is gone): the cluster's secret alone."""
 
     @property
     def id(self) -> str:
@@ -70,9 +70,14 @@ class NoticePlan:
     Example: notices a1, a2 (for A), b1 (for B), A failed at 10 s: at 10.5 s only ``[B: b1]`` is
     due; A again after 11 s with ``[a1, a2]``; once A answered 2xx, a1 and a2 are acknowledged."""
 
-    def __init__(self, batch_max: int, retention_ms: int) -> None:
+    def __init__(self, batch_max: int, retention_ms: int, operator_url: str = "") -> None:
         self.batch_max = batch_max
         self.retention_ms = retention_ms
+        self.operator_url = operator_url
+        """The node's ``notifications.url``: the operator's receiver, which hears the flows' notices and
+        those of every task without a ``notify_url`` of its own. What goes there is signed with the
+        cluster's secret alone, whatever the scope: one key verifies all it hears, and no namespace's
+        key is sent to a URL that namespace did not choose."""
         self._backoff: dict[str, tuple[int, int]] = {}
         """url -> (not before ms, failures in a row)."""
         self.acking: set[tuple[int, str]] = set()
@@ -83,7 +88,8 @@ class NoticePlan:
     ) -> tuple[list[NoticeBatch], list[tuple[int, str]]]:
         """Batches to POST now (at most one per target, trace and namespace, oldest first: a POST carries
         one ``traceparent`` and is signed with one namespace's key) and the keys of notices past
-        retention (to drop). ``namespace_of``: the namespace of a notice's task (None: none)."""
+        retention (to drop). ``namespace_of``: the namespace of a notice's task (None: none); a notice
+        to the operator's URL counts as of none."""
         per_url: dict[tuple[str, str | None, str | None], list[Notice]] = {}
         expired: list[tuple[int, str]] = []
         for n in notices:
@@ -96,7 +102,8 @@ class NoticePlan:
             until = self._backoff.get(n.url, (0, 0))[0]
             if until > now_ms:
                 continue
-            group = per_url.setdefault((n.url, n.traceparent, namespace_of(n)), [])
+            ns = None if n.url == self.operator_url else namespace_of(n)
+            group = per_url.setdefault((n.url, n.traceparent, ns), [])
             if len(group) < self.batch_max:
                 group.append(n)
         return [NoticeBatch(u, tuple(g), tp, ns) for (u, tp, ns), g in per_url.items()], expired
@@ -158,7 +165,7 @@ class Notifier(LeaderActor):
     def __init__(self, ctx: TermContext) -> None:
         super().__init__(ctx)
         n = ctx.notifications
-        self.plan = NoticePlan(n.batch_max, n.retention_minutes * 60_000)
+        self.plan = NoticePlan(n.batch_max, n.retention_minutes * 60_000, n.url)
         self.send: Callable[[NoticeBatch], str | None] = ctx.send_notices
         self.busy = False
         self.sent = 0

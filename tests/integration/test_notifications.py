@@ -71,6 +71,10 @@ def test_notifications_arrive_signed_and_at_least_once_across_a_leader_kill_9(
         refused = json.loads(receiver.by_tag("default")[-1].body)["events"]
         assert sorted(e["type"] for e in refused) == ["dead_letter", "task_failed"]
         assert {e["task_id"] for e in refused} == {d["id"]}
+        # the node's notifications.url is the operator's: the cluster's secret alone signs what goes there
+        ops = receiver.by_tag("default")
+        assert all(verify_signature(r.headers, r.body, [SECRET]) for r in ops)
+        assert not any(verify_signature(r.headers, r.body, [namespace_secret(SECRET, "default")]) for r in ops)
         assert n2.running
     finally:
         c.stop_all()

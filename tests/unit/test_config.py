@@ -62,6 +62,8 @@ def test_defaults_cover_the_whole_product() -> None:
         ({"logging": {"level": "LOUD"}}, "config error: logging.level: must be one of"),
         ({"worker": {"concurrency": True}}, "config error: worker.concurrency: must be an integer"),
         ({"worker": {"engine": "asyncio"}}, "config error: worker.engine: must be loop or threads"),
+        ({"worker": {"signing_secret_next": "s2"}}, "config error: worker.signing_secret_next: is set without "
+                                                    "worker.signing_secret"),
         ({"tracing": {"otlp_endpoint": "127.0.0.1:4318"}}, "config error: tracing.otlp_endpoint: must be an http(s) URL"),
         (
             {"scheduler": {"callback_policy": {"deny_cidrs": ["10.0.0.0/33"]}}},

@@ -154,6 +154,17 @@ def test_the_plan_keeps_each_namespaces_notices_in_batches_of_their_own() -> Non
         ("team-a", ["n0"]), ("team-b", ["n1"]), (None, ["n2"])]
 
 
+def test_notices_to_the_operators_url_are_of_no_namespace_whoever_sent_them() -> None:
+    """docs/receiver.md#one-key-per-namespace: the node's ``notifications.url`` (the operator's, the
+    target of every task without a ``notify_url``) verifies all it hears with the cluster's secret."""
+    plan = NoticePlan(batch_max=10, retention_ms=60_000, operator_url="OPS")
+    own, ops = _n(0, "A"), _n(1, "OPS")
+    other = msgspec.structs.replace(_n(2, "OPS"), task_id="U")
+    batches, _ = plan.plan(10_000, [own, ops, other], lambda n: {"T": "team-a", "U": "team-b"}[n.task_id])
+    assert [(bt.url, bt.namespace, [n.id for n in bt.notices]) for bt in batches] == [
+        ("A", "team-a", ["n0"]), ("OPS", None, ["n1", "n2"])]
+
+
 @pytest.mark.parametrize("scope", ["cluster", "both", "namespace"])
 def test_a_namespaces_notices_are_signed_with_its_key_by_the_signing_scope(scope: str) -> None:
     """docs/receiver.md#one-key-per-namespace: a notify_url receiver of ``team-a`` verifies with its
