@@ -174,7 +174,8 @@ func (c *Client) DeleteDeadLetter(ctx context.Context, id string) error {
 // DeleteDeadLetters deletes the dead letters matching f (at most f.Limit), or every one with
 // f.All; send it again while the result has More (also when it was Interrupted). With a Limit it
 // is not sent twice after a lost answer (*OutcomeUnknownError): a second request could delete up
-// to Limit more; without one, deleting what still matches again does no harm, and it is retried.
+// to Limit more; without one, deleting what still matches again does no harm, and it is retried
+// (the result then counts what the retry deleted, not what the lost request did).
 // An empty filter without All is refused by the API (IsBadRequest, Field "all"), also on a client
 // WithNamespace: its namespace limits a filter, it is not one (so with All, every dead letter of
 // that namespace is deleted). A Namespace given in f is a filter, as in the Python SDK.

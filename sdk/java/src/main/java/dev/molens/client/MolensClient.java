@@ -585,6 +585,9 @@ public final class MolensClient implements AutoCloseable {
      * An empty filter is the API's to refuse ({@link ApiException} 400, field {@code all}). The client's
      * {@link Builder#namespace} is no filter: it limits a filter that names something else, or {@code setAll(true)}
      * (every dead letter of that namespace); a {@link DeadLetterFilter#setNamespace} is a filter of its own.
+     * With a limit it is not sent twice after a lost answer ({@link OutcomeUnknownException}): a second
+     * request could delete up to the limit more. Without one it is sent again (deleting what still matches
+     * does no harm), and the result then counts what the retry deleted.
      */
     public BulkResult deleteDeadLetters(DeadLetterFilter f) {
         Map<String, Object> q = new LinkedHashMap<String, Object>();
@@ -598,7 +601,7 @@ public final class MolensClient implements AutoCloseable {
         q.put("limit", f.limit);
         q.put("all", f.all ? "true" : null);
         q.put("namespace", filtered ? ns(f.namespace) : null);
-        return call("DELETE", "/api/v1/dead-letters" + query(q), null, true, type(BulkResult.class));
+        return call("DELETE", "/api/v1/dead-letters" + query(q), null, f.limit == null, type(BulkResult.class));
     }
 
     private static String deadPath(String id) { return "/api/v1/dead-letters/" + enc(id); }

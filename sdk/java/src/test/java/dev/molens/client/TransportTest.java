@@ -335,6 +335,24 @@ public class TransportTest {
     }
 
     @Test
+    public void aDeadLetterDeleteWithALimitIsNotSentTwiceAfterALostAnswer() throws Exception {
+        // sent again, it could delete up to the limit more; without a limit, deleting what still matches is harmless
+        final AtomicInteger asked = new AtomicInteger();
+        HttpServer s = node(ex -> {
+            if (asked.incrementAndGet() <= 2) { // the first request of each call
+                drop(ex);
+            } else {
+                answer(ex, 200, "{\"matched\": 3, \"deleted\": 3, \"error_count\": 0, \"errors\": [], \"more\": false}");
+            }
+        });
+        final MolensClient c = client(url(s)).maxAttempts(3).build();
+        outcomeUnknown(() -> c.deleteDeadLetters(new DeadLetterFilter().setFlow("f").setLimit(5)));
+        assertEquals(1, asked.get());
+        assertEquals(3, c.deleteDeadLetters(new DeadLetterFilter().setFlow("f")).deleted);
+        assertEquals(3, asked.get());
+    }
+
+    @Test
     public void aCreateAllWhoseSecondBatchIsLostNamesTheTasksTheFirstCreated() throws Exception {
         final AtomicInteger batches = new AtomicInteger();
         HttpServer s = node(ex -> {
