@@ -49,6 +49,10 @@ from molens.signing import namespace_secret
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
+STOP_STEPS_S = 30.0
+"""What a graceful stop takes beyond its leadership hand-over (``node.stop_timeout_s``) at most: the
+HTTP API 5 s, a leader's term 5 s, the fires in flight 10 s, Raft 10 s (docs/deploy.md#stopping);
+``stop`` waits that long and 5 s more before it says the node still runs."""
 
 
 class CliError(MolensError):
@@ -193,7 +197,7 @@ def cmd_stop(cfg: Config) -> int:
     if pid is None:
         print(f"{cfg.node.id}: not running")
         return 0
-    wait_s = cfg.node.stop_timeout_s + 10
+    wait_s = cfg.node.stop_timeout_s + STOP_STEPS_S + 5
     try:
         with _admin(cfg, timeout_s=5.0) as admin:
             admin.call("stop")

@@ -358,7 +358,8 @@ class AuditConfig:
     max_age_minutes: int = _opt(129_600, _int_min(1))
     """Entries older than this are deleted (default 90 days)."""
     trim_batch: int = _opt(10_000, _int_range(1, 1_000_000))
-    """At most this many entries deleted per trim (one a second)."""
+    """About this many entries deleted per trim (whole log entries: a trim may pass it); at most one
+    trim a second."""
 
 
 @dataclass(frozen=True, slots=True)
