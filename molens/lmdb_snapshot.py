@@ -44,10 +44,13 @@ T = TypeVar("T")
 
 def digest_state(
     env: lmdb.Environment, meta_db: Any, dbs: Sequence[tuple[bytes, Any]], volatile: Collection[bytes] = (),
+    canonical: Callable[[bytes, bytes, bytes], bytes] | None = None,
 ) -> tuple[int, str]:
     """``(applied_index, sha256)`` of a state machine, read in one transaction (any thread): for each
     ``(name, db)`` in turn its name, then every record in key order as its length-prefixed key and
-    value; the ``volatile`` keys of ``meta_db`` are left out. Replicas with equal state have equal digests."""
+    value; the ``volatile`` keys of ``meta_db`` are left out. Replicas with equal state have equal
+    digests. ``canonical(name, key, value)``: the value to hash in place of the stored one (a record
+    an earlier release wrote, in this release's layout)."""
     h = hashlib.sha256()
     with env.begin() as txn:
         raw = txn.get(META_APPLIED, db=meta_db)
@@ -56,7 +59,10 @@ def digest_state(
             for k, v in txn.cursor(db=db):
                 if db is meta_db and bytes(k) in volatile:
                     continue
-                h.update(U64.pack(len(k)) + bytes(k) + U64.pack(len(v)) + bytes(v))
+                key, value = bytes(k), bytes(v)
+                if canonical is not None:
+                    value = canonical(name, key, value)
+                h.update(U64.pack(len(key)) + key + U64.pack(len(value)) + value)
     return (U64.unpack(raw)[0] if raw is not None else 0), h.hexdigest()
 
 

@@ -102,6 +102,18 @@ class Before(Protocol):
     def get_meta(self, key: str) -> bytes | None: ...
 
 
+_ENTRY_DECODER = msgspec.msgpack.Decoder(AuditEntry)
+
+
+def canonical(raw: bytes) -> bytes:
+    """An encoded audit entry as this release writes it: its task images too (an earlier release's
+    lack the fields appended since)."""
+    a = _ENTRY_DECODER.decode(raw)
+    old = None if a.old is None else _IMAGE_ENCODER.encode(_IMAGE_DECODER.decode(a.old))
+    new = None if a.new is None else _IMAGE_ENCODER.encode(_IMAGE_DECODER.decode(a.new))
+    return _IMAGE_ENCODER.encode(msgspec.structs.replace(a, old=old, new=new))
+
+
 def action_of(cmd: commands.AuditedCommand) -> str:
     """The audit action name of a command (``task.pause``, ``flow.put``, ...)."""
     if isinstance(cmd, commands.PutFlow) and cmd.only_paused:
@@ -303,6 +315,7 @@ __all__ = [
     "AuditEntry",
     "TaskImage",
     "action_of",
+    "canonical",
     "diff",
     "elide",
     "entries",

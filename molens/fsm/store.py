@@ -62,7 +62,7 @@ import lmdb
 import msgpack
 import msgspec
 
-from molens.fsm import format_v1, machine, search
+from molens.fsm import audit, format_v1, machine, search, tenancy
 from molens.fsm.audit import AuditEntry
 from molens.fsm.commands import Command, CommandCodecError, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
@@ -248,6 +248,34 @@ _NOTICE_ENCODER = msgspec.msgpack.Encoder()
 _NOTICE_DECODER = msgspec.msgpack.Decoder(Notice)
 _DEAD_ENCODER = msgspec.msgpack.Encoder()
 _DEAD_DECODER = msgspec.msgpack.Decoder(DeadLetter)
+
+
+_META_NS = b"m:" + tenancy.NS_PREFIX.encode()
+_META_KEY = b"m:" + tenancy.KEY_PREFIX.encode()
+
+
+def canonical_record(db: bytes, key: bytes, raw: bytes) -> bytes:
+    """Record ``key`` of database ``db`` as this release writes it: a record an earlier release wrote
+    (fields appended since absent, read as their defaults) decoded and encoded again, so that a replica
+    that applied the same log under an earlier release hashes alike in :meth:`TaskStore.digest_state`
+    (docs/deploy.md#rolling-upgrade); a record of this release comes out as it is."""
+    if db == b"tasks":
+        return _TASK_ENCODER.encode(_TASK_DECODER.decode(raw))
+    if db == b"fires":
+        return fire_to_bytes(fire_from_bytes(key.decode(), raw))
+    if db == b"dead":
+        return _DEAD_ENCODER.encode(_DEAD_DECODER.decode(raw))
+    if db == b"outbox":
+        return _NOTICE_ENCODER.encode(_NOTICE_DECODER.decode(raw))
+    if db == b"flows":
+        return _TASK_ENCODER.encode(_FLOW_DECODER.decode(raw))
+    if db == b"audit":
+        return audit.canonical(raw)
+    if db == b"meta" and key.startswith(_META_NS):
+        return tenancy.encode(tenancy.decode_namespace(raw))
+    if db == b"meta" and key.startswith(_META_KEY):
+        return tenancy.encode(tenancy.decode_key(raw))
+    return raw
 
 
 def _dead_matches(dl: DeadLetter, flow: str | None, kind: str | None, since: int | None, until: int | None,
@@ -1103,10 +1131,11 @@ class TaskStore(StateFile):
         return self.digest_state()[1]
 
     def digest_state(self) -> tuple[int, str]:
-        """``(applied_index, digest)`` read in one transaction (any thread)."""
+        """``(applied_index, digest)`` read in one transaction (any thread); every record hashed as
+        this release writes it (:func:`canonical_record`)."""
         return digest_state(
             self._env, self._meta, tuple(self._dbs.items()),
-            volatile=(_APPLIED, _APPLIED_TERM, _COUNTS),
+            volatile=(_APPLIED, _APPLIED_TERM, _COUNTS), canonical=canonical_record,
         )
 
 
@@ -1117,6 +1146,7 @@ __all__ = [
     "EntryResult",
     "StoreError",
     "TaskStore",
+    "canonical_record",
     "due_key",
     "fire_from_bytes",
     "fire_to_bytes",
