@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import urllib3
 
 from molens import cpus
+from molens.schema import FireKind
 
 log = logging.getLogger(__name__)
 
@@ -226,21 +227,26 @@ class RecentFires:
         return db
 
     def summary(self, now_ms: int) -> dict[str, Any]:
-        """``{"fires_per_s", "success_rate" (None without fires), "window_ms", "by_result"}``."""
+        """``{"fires_per_s", "success_rate" (None without fires), "window_ms", "by_result"}``: the
+        history rows finished in the window by result; the rate and the success rate of the attempts
+        among them (a history event, ``skipped``, ``updated``, ``backfill``, is no fire)."""
         c = self._cache
         if c is not None and time.monotonic() - c[0] < RECENT_CACHE_S:
             return c[1]
         by: dict[str, int] = {}
+        total = ok = 0
         try:
             rows = self._db().execute(
-                "SELECT result, COUNT(*) FROM executions WHERE finished_ms >= ? GROUP BY result",
+                "SELECT kind, result, COUNT(*) FROM executions WHERE finished_ms >= ? GROUP BY kind, result",
                 (now_ms - self.window_ms,),
             ).fetchall()
-            by = {str(r): int(n) for r, n in rows}
+            for kind, result, n in rows:
+                by[str(result)] = by.get(str(result), 0) + int(n)
+                if kind != FireKind.EVENT:
+                    total += int(n)
+                    ok += int(n) if result in _SUCCESS else 0
         except sqlite3.Error as exc:  # no table yet on a fresh node, or the file is being created
             log.debug("recent fires unavailable: %s", exc)
-        total = sum(by.values())
-        ok = sum(n for r, n in by.items() if r in _SUCCESS)
         out = {
             "fires_per_s": round(total * 1000 / self.window_ms, 2),
             "success_rate": round(ok / total, 4) if total else None,

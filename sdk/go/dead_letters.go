@@ -47,7 +47,7 @@ type DeadLetterList struct {
 
 // DeadLetterOptions filters ListDeadLetters. Zero values are left out.
 type DeadLetterOptions struct {
-	TaskID string // one task's (in id order rather than newest first)
+	TaskID string // one task's (newest first, as every list)
 	Flow   string
 	Kind   DeadLetterKind
 	Since  int64 // at >= Since (epoch ms)

@@ -16,7 +16,7 @@
 //     row (nodes naming each other while an election settles) it backs off and asks again. Any
 //     other 3xx, and a 2xx whose body is not the JSON object the call expects, is an *APIError
 //     (Code "http_error"): no node answers so.
-//   - Retries with exponential backoff and full jitter (a random delay in [0, min(max, base*2^n)]),
+//   - Retries with exponential backoff and full jitter (a random delay in [0, min(max, base*2^(n-1))] before retry n),
 //     bounded by WithMaxAttempts and WithRetryDeadline: on connection errors, on 503 (no leader,
 //     outcome unknown, unavailable) and on 507 (the leader's disk is full; nothing applied),
 //     waiting at least Retry-After once a few attempts have failed. Other errors are returned at
