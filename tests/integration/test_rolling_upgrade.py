@@ -43,17 +43,22 @@ LAUNCH = (
 )
 
 
-@pytest.fixture(scope="module")
-def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's ``molens`` package, extracted from this repository's history."""
-    out = tmp_path_factory.mktemp("previous-release")
-    got = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", PREVIOUS_RELEASE, "molens"],
-                         capture_output=True)
+def release_tree(tmp_path_factory: pytest.TempPathFactory, commit: str) -> Path:
+    """Commit ``commit``'s ``molens`` package, extracted from this repository's history into a new
+    folder (the folder to put first on a node's path: ``LAUNCH``)."""
+    out = tmp_path_factory.mktemp(f"release-{commit}")
+    got = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", commit, "molens"], capture_output=True)
     if got.returncode:
-        pytest.fail(f"the previous release ({PREVIOUS_RELEASE}) cannot be read from git: {got.stderr.decode()}")
+        pytest.fail(f"the release {commit} cannot be read from git: {got.stderr.decode()}")
     with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
         tar.extractall(out, filter="data")
     return out
+
+
+@pytest.fixture(scope="module")
+def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The previous release's ``molens`` package, extracted from this repository's history."""
+    return release_tree(tmp_path_factory, PREVIOUS_RELEASE)
 
 
 @pytest.fixture

@@ -29,11 +29,8 @@ is compared row by row through each node's API.
 from __future__ import annotations
 
 import hashlib
-import io
 import re
-import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,7 +44,7 @@ from molens.fsm.store import DATABASES, canonical_record
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import Received, RecordingReceiver
 from .rest import call, wait_serving
-from .test_rolling_upgrade import LAUNCH, ROOT
+from .test_rolling_upgrade import LAUNCH, ROOT, release_tree
 
 pytestmark = pytest.mark.slow
 
@@ -69,13 +66,7 @@ VOLATILE_META = (b"applied_index", b"applied_term", b"counts")
 @pytest.fixture(scope="module")
 def release_before(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``molens`` package of the release before version 8, extracted from this repository's history."""
-    out = tmp_path_factory.mktemp("release-before")
-    got = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", RELEASE_BEFORE, "molens"],
-                         capture_output=True)
-    if got.returncode:
-        pytest.fail(f"the release before ({RELEASE_BEFORE}) cannot be read from git: {got.stderr.decode()}")
-    with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
-        tar.extractall(out, filter="data")
+    out = release_tree(tmp_path_factory, RELEASE_BEFORE)
     if "\nFIRE_BATCH_VERSION = 7\n" not in (out / "molens" / "delivery" / "__init__.py").read_text():
         pytest.fail(f"{RELEASE_BEFORE} does not advertise fire batch version 7")
     return out
