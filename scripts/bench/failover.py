@@ -11,7 +11,7 @@
    code) is filled through ``apply_batch`` with CreateTasks batches (due over the next hour), then
    timed as a new leader does it: fill a fresh wheel's window (``scheduler.wheel_horizon_ms``, the
    default) slice by slice from ``due`` (``LeaderWheel.fill``) and read ``fires``.
-3. ``--full``: the issue-6 load scenario at full size (20,000 at_least_once + 2,000 at_most_once
+3. ``--full``: the failover load scenario at full size (20,000 at_least_once + 2,000 at_most_once
    delayed tasks due over 60 s, the leader kill -9'd twice) -- the CI test runs it scaled down.
 
 Prints ``failover: gap_s=... first_fire_s=... rebuild_s=... rebuild_tasks=...`` last.

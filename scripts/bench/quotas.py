@@ -22,7 +22,8 @@ the calm thread then waits for: the ratio measures that too).
     .venv/bin/python scripts/bench/quotas.py
     .venv/bin/python scripts/bench/quotas.py --nodes 1 --limit 20 --seconds 5
 
-``--pin`` runs each node on one CPU, round-robin (``node.cpus``, docs/deploy.md#cpu-pinning).
+``--pin`` runs each node on one CPU, round-robin (``node.cpus``, docs/deploy.md#cpu-pinning); ``--free``
+lets every node use every CPU (``node.cpus: all``); neither: the default, ``node.cpus: auto``.
 
 ``--rounds N`` runs the four N times each, in an order that turns every round, and the last line
 gives the medians (one 10 s p99 is set by its dozen slowest creates and moves by a quarter from run
@@ -138,13 +139,18 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--limit", type=float, default=50.0, help="creates_per_s of namespace storm")
     ap.add_argument("--threads", type=int, default=10, help="storm threads")
-    ap.add_argument("--pin", action="store_true", help="each node on one CPU, round-robin (docs/deploy.md#cpu-pinning)")
+    place = ap.add_mutually_exclusive_group()
+    place.add_argument("--pin", action="store_true", help="each node on one CPU, round-robin (docs/deploy.md#cpu-pinning)")
+    place.add_argument("--free", action="store_true", help="every node free to use every CPU (node.cpus: all)")
     ap.add_argument("--seconds", type=float, default=10.0, help="per run")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run every kind this many times, in a turning order, and compare medians")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="molens-quotas-"))
-    cluster = Cluster(tmp / "cluster", args.nodes, extra={"http": {"auth_token": TOKEN}}, state_machine="tasks")
+    extra: dict[str, Any] = {"http": {"auth_token": TOKEN}}
+    if args.free:
+        extra["node"] = {"cpus": "all"}
+    cluster = Cluster(tmp / "cluster", args.nodes, extra=extra, state_machine="tasks")
     if args.pin:
         print(f"quotas: nodes on CPUs {','.join(map(str, cluster.pin_each_to_one_cpu()))}", flush=True)
     try:

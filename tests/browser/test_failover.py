@@ -23,7 +23,7 @@ pytestmark = pytest.mark.browser
 
 TOKEN = "failover-s3cret"
 FOLLOW_S = 5.0
-"""The issue's bound: the tab is on the new leader's console this long after the kill."""
+"""The bound the console keeps: the tab is on the new leader's console this long after the kill."""
 
 
 def _url(node: Any) -> str:

@@ -9,7 +9,7 @@
   on failure), ``cluster3`` (one 3-node cluster shared by a module: cheap to reuse) and ``lab``
   (network namespaces, ``netns.py``).
 
-Later issues reuse this: pass ``extra`` settings (dict merged into each node's YAML) to configure
+Other tests reuse this: pass ``extra`` settings (dict merged into each node's YAML) to configure
 the scheduler, HTTP, etc. Clusters run the key-value FSM (``node.state_machine: kv``) the Raft tests
 drive unless made with ``state_machine="tasks"`` (the scheduler, its HTTP API and UI).
 """

@@ -2,7 +2,7 @@
 
 Writes go through the admin ``propose`` command (documented in molens/node.py as the test/benchmark
 path) with KV commands. One cluster is shared by the module; tests run in file order and each
-leaves three nodes running. Durations that the issue quotes (failover, graceful hand-over) are
+leaves three nodes running. Durations docs/benchmarks.md quotes (failover, graceful hand-over) are
 measured and printed, never asserted.
 """
 
