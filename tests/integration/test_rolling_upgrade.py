@@ -55,6 +55,17 @@ def release_tree(tmp_path_factory: pytest.TempPathFactory, commit: str) -> Path:
     return out
 
 
+def start_beside(c: Cluster, old: NodeProc) -> None:
+    """Start every node of ``c`` but ``old`` (this release's), wait for them to elect a leader, then
+    start ``old`` (another release's) beside them and wait until it is ready."""
+    for n in c.nodes.values():
+        if n is not old:
+            n.start()
+    c.leader(timeout=60)  # elected by this release's nodes
+    old.start()
+    old.wait_ready(timeout=60)
+
+
 @pytest.fixture(scope="module")
 def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The previous release's ``molens`` package, extracted from this repository's history."""
@@ -76,11 +87,7 @@ def test_traced_fires_given_to_a_worker_of_the_previous_release_are_delivered(
     old = c.nodes["n3"]
     old.argv = [sys.executable, "-c", LAUNCH, str(previous_release)]
     try:
-        for n in (c.nodes["n1"], c.nodes["n2"]):
-            n.start()
-        c.leader(timeout=60)  # elected by this release's two nodes
-        old.start()
-        old.wait_ready(timeout=60)
+        start_beside(c, old)
         leader = c.leader(timeout=60)
         assert leader is not old
         wait_serving(leader)

@@ -44,7 +44,7 @@ from molens.fsm.store import DATABASES, canonical_record
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import Received, RecordingReceiver
 from .rest import call, wait_serving
-from .test_rolling_upgrade import LAUNCH, ROOT, release_tree
+from .test_rolling_upgrade import LAUNCH, ROOT, release_tree, start_beside
 
 pytestmark = pytest.mark.slow
 
@@ -252,11 +252,7 @@ def test_version_8_rules_apply_alike_on_every_replica_before_and_after_the_upgra
         n.argv = _this_release()
     old.argv = [sys.executable, "-c", LAUNCH, str(release_before)]
     try:
-        for n in (c.nodes["n1"], c.nodes["n2"]):
-            n.start()
-        c.leader(timeout=60)  # elected by this release's two nodes
-        old.start()
-        old.wait_ready(timeout=60)
+        start_beside(c, old)
         leader = _leader(c, mixed=True)
 
         # --- mixed: every rule as version 7 applied it -------------------------------------------
