@@ -51,22 +51,25 @@ class _Pool:
 
     def submit(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.jobs.put((loop, fut, fn, args))
-        # `idle` is read without the lock: at worst one thread too many is started, never too few
-        # for long (a busy worker takes the job when it is done with the one it has).
-        if self.idle == 0 and self.threads < MAX_WORKERS:
-            with self.lock:
-                if self.threads < MAX_WORKERS:
-                    self.threads += 1
-                    threading.Thread(target=self._work, name=f"mooncat-checkpoint-io-{self.threads}", daemon=True).start()
+        with self.lock:
+            if self.idle:  # a waiting worker takes it: claimed, so the next call cannot count on it too
+                self.idle -= 1
+                return
+            if self.threads >= MAX_WORKERS:  # every worker busy: it waits for the first that is done
+                return
+            self.threads += 1
+            name = f"mooncat-checkpoint-io-{self.threads}"
+        threading.Thread(target=self._work, name=name, daemon=True).start()
 
     def _work(self) -> None:
+        """Take jobs for good. ``idle`` counts the workers waiting that no call has claimed yet: a
+        worker adds itself once it is done with a job; ``submit`` claims one (a new worker starts for
+        the job it was started for). Counting a worker idle until it has taken a job instead let two
+        calls submitted at once both count on one worker: the second waited behind the first, though
+        the pool had room for a thread of its own (a call that waits for the other never finished)."""
         jobs, lock = self.jobs, self.lock
         while True:
-            with lock:
-                self.idle += 1
             loop, fut, fn, args = jobs.get()
-            with lock:
-                self.idle -= 1
             try:
                 result, error = fn(*args), None
             except BaseException as e:  # handed to the awaiting task, which re-raises it
@@ -76,6 +79,8 @@ class _Pool:
             except RuntimeError:  # the loop closed while we worked: nobody is waiting any more
                 pass
             del loop, fut, fn, args, result, error
+            with lock:
+                self.idle += 1
 
 
 _pool = _Pool()

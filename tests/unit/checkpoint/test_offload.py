@@ -50,6 +50,26 @@ async def test_many_concurrent_calls_finish_on_a_bounded_pool() -> None:
     assert 2 <= len(workers) <= MAX_WORKERS
 
 
+async def test_calls_submitted_together_beside_one_idle_worker_each_get_a_worker() -> None:
+    """One worker waits idle; two calls that must overlap are submitted back to back: each gets a
+    worker (the second used to count on the same idle one and wait behind the first)."""
+    pool = offload_module._Pool()
+    loop = asyncio.get_running_loop()
+    warm = loop.create_future()
+    pool.submit(loop, warm, len, ("ab",))
+    assert await warm == 2
+    deadline = time.monotonic() + 10
+    while pool.idle != 1:  # the worker is back, waiting
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.001)
+    gate = threading.Barrier(2)
+    futs = [loop.create_future() for _ in range(2)]
+    for f in futs:
+        pool.submit(loop, f, gate.wait, (5,))
+    assert sorted(await asyncio.gather(*futs)) == [0, 1]
+    assert pool.threads == 2
+
+
 async def test_a_cancelled_wait_does_not_disturb_later_calls() -> None:
     slow = asyncio.ensure_future(offload(time.sleep, 0.1))
     await asyncio.sleep(0)
