@@ -445,8 +445,8 @@ class RaftPeer(SnapshotWork):
         ms = (time.monotonic() - t0) * 1000
         if ms > self.counters.max_cycle_ms:
             self.counters.max_cycle_ms = ms
-            if ms > SLOW_CYCLE_MS:
-                log.warning("slow raft cycle node=%s ms=%.0f", self.node_id, ms)
+        if ms > SLOW_CYCLE_MS:
+            log.warning("slow raft cycle node=%s ms=%.0f", self.node_id, ms)
 
     def _cycle_once(self) -> None:
         core = self.core

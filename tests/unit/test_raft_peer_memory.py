@@ -5,8 +5,10 @@ They elect a leader, replicate what it is proposed, and go on without it once it
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from molens.actors.peer_handle import RaftPeerHandle
+from molens.actors.raft_peer import SLOW_CYCLE_MS
 from molens.config import PeerConfig, RaftSettings
 from molens.raft.log import Entry, EntryKind, Membership
 from tests.memory_log import MemoryPeerLog
@@ -139,3 +142,37 @@ def test_after_the_leader_stops_the_other_two_elect_another_and_keep_every_entry
     second = _elected(rest)
     after = _applied(handles[second], b"after", 10)
     wait_until(lambda: all(fsms[i].data() == before + after for i in rest), "both survivors to hold every entry")
+
+
+class SlowFSM(ListFSM):
+    """Applies an entry whose data starts with ``slow:`` only after sleeping its milliseconds."""
+
+    def apply_batch(self, entries: Sequence[Entry]) -> list[Any]:
+        for e in entries:
+            if e.kind is EntryKind.NORMAL and e.data.startswith(b"slow:"):
+                time.sleep(int(e.data[5:]) / 1000)
+        return super().apply_batch(entries)
+
+
+def _slow(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("slow raft cycle")]
+
+
+def test_every_cycle_over_the_bound_is_logged_not_only_the_longest_so_far(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    one = PEERS[:1]
+    fsm = SlowFSM()
+    cfg = RaftSettings(bind_addr=one[0].raft_addr, tick_ms=10)
+    log = MemoryPeerLog(Membership(("n1",)), tmp_path / "snapshots")
+    h = RaftPeerHandle.start("n1", cfg, tmp_path, fsm, one, ("n1",), log=log, transport=MemoryNet().transport("n1"))
+    try:
+        _elected({"n1": h})
+        with caplog.at_level(logging.WARNING, logger="molens.actors.raft_peer"):
+            for ms in (SLOW_CYCLE_MS * 2, SLOW_CYCLE_MS * 1.25):  # the second is slow, and shorter than the first
+                assert h.propose_many([b"slow:%d" % ms])[0].result(10) > 0
+            # a cycle is timed (and logged) after it has published its results: wait for the second line
+            wait_until(lambda: len(_slow(caplog)) >= 2, "a line for each slow cycle", timeout=5.0)
+        assert len(_slow(caplog)) == 2, _slow(caplog)
+    finally:
+        h.stop()
