@@ -231,11 +231,17 @@ class FireWorkerPool(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         """In-flight fires finish; their results are routed from the flusher thread directly (this
-        thread waits in ``pool.stop``, so nothing else touches the actor's state meanwhile)."""
+        thread waits in ``pool.stop``, so nothing else touches the actor's state meanwhile). Fires not
+        started (queued, or held for their time) are answered as not sent, so the leader plans them
+        again at once (docs/architecture.md#not-sent) instead of settling them at their deadline: an
+        at_most_once fire held ahead by a worker that stopped went ``unknown`` though it never left."""
         self._stopping = True
         if self._alarm is not None:
             self._alarm.close()
-        self.pool.stop(self._stop_timeout_s)
+        unstarted = self.pool.stop(self._stop_timeout_s)
+        if unstarted:
+            log.info("stopping: %d fires not started answered as not sent", len(unstarted))
+            self._route([FireResult.unsent(f.fire_id, f.kind, self.node_id, "worker stopped") for f in unstarted])
         self._flush_unsent()
 
     def on_failure(self, exception_type: object, exception_value: object, traceback: object) -> None:

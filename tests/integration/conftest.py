@@ -6,8 +6,8 @@
 * :class:`Cluster` builds ``conf/cluster``-style configs for N nodes, starts/stops/kills them, and
   polls (never sleeps blindly) for a leader or any condition with a deadline.
 * Fixtures: ``make_cluster`` (function scope: any number of clusters, all stopped at teardown, even
-  on failure), ``cluster3`` (one 3-node cluster shared by a module: cheap to reuse) and ``lab``
-  (network namespaces, ``netns.py``).
+  on failure), ``cluster3`` (one 3-node cluster shared by a module: cheap to reuse), ``receiver`` and
+  ``callback_server`` (in-process HTTP receivers) and ``lab`` (network namespaces, ``netns.py``).
 
 Other tests reuse this: pass ``extra`` settings (dict merged into each node's YAML) to configure
 the scheduler, HTTP, etc. Clusters run the key-value FSM (``node.state_machine: kv``) the Raft tests
@@ -35,6 +35,7 @@ import yaml
 
 from molens.admin import AdminClient, AdminError
 
+from .callback_server import CallbackServer
 from .recording_receiver import RecordingReceiver
 
 if TYPE_CHECKING:
@@ -418,6 +419,16 @@ def receiver() -> Iterator[RecordingReceiver]:
     rec = RecordingReceiver()
     yield rec
     rec.close()
+
+
+@pytest.fixture
+def callback_server() -> Iterator[CallbackServer]:
+    """A started in-process :class:`CallbackServer` (behaviour picked by path), stopped at teardown."""
+    srv = CallbackServer()
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 @pytest.fixture

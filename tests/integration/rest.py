@@ -48,6 +48,21 @@ def wait_serving(n: NodeProc, timeout: float = 60) -> None:
 
 
 @contextlib.contextmanager
+def task_cluster(root: Path, n: int = 3, extra: dict[str, Any] | None = None) -> Iterator[Cluster]:
+    """A started ``n``-node task cluster under ``root`` (``extra``: config merged into each node's),
+    every node serving its REST API; every node killed on leaving the block, also on failure."""
+    c = Cluster(root, n, extra=extra, state_machine="tasks")
+    try:
+        c.start()
+        c.leader(timeout=30)
+        for node in c.nodes.values():
+            wait_serving(node, 30)
+        yield c
+    finally:
+        c.kill_all()
+
+
+@contextlib.contextmanager
 def one_task_node(root: Path, extra: dict[str, Any] | None = None) -> Iterator[NodeProc]:
     """A 1-node task cluster under ``root`` (Raft tick 20 ms; ``extra``'s config sections beside it),
     serving its REST API; stopped on leaving the block, also on failure."""

@@ -34,15 +34,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def server() -> Iterator[CallbackServer]:
-    srv = CallbackServer()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
 def pool() -> Iterator[urllib3.PoolManager]:
     pm = urllib3.PoolManager(num_pools=8, maxsize=4)
     try:
@@ -60,16 +51,16 @@ def _req(url: str, *, fire_id: str = "task1-7", kind: FireKind = FireKind.CALLBA
 
 
 def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(carrier: Carrier,
-    server: CallbackServer, pool: urllib3.PoolManager
+    callback_server: CallbackServer, pool: urllib3.PoolManager
 ) -> None:
     d = Deliverer(pool, "n1", signing_secret="s1")
-    res = carrier.deliver(d, _req(server.url("/ok")))
+    res = carrier.deliver(d, _req(callback_server.url("/ok")))
     assert res == FireResult(
         fire_id="task1-7", kind=FireKind.CALLBACK, status_code=200, outcome=DeliveryOutcome.SUCCESS,
         response_head=b"ok", latency_ms=res.latency_ms, worker="n1",
     )
     assert res.latency_ms >= 0
-    [got] = server.recorded("/ok")
+    [got] = callback_server.recorded("/ok")
     assert got.body == b'{"hello": "world"}'
     h = {k.lower(): v for k, v in got.headers.items()}
     assert h["content-type"] == "application/json"
@@ -84,17 +75,17 @@ def test_callback_carries_headers_body_and_a_signature_the_receiver_accepts(carr
     assert not verify_signature(got.headers, got.body, ["other"])
 
 
-def test_no_signature_header_without_a_secret(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
-    carrier.deliver(Deliverer(pool, "n1"), _req(server.url("/ok"), kind=FireKind.ACK))
-    [got] = server.recorded("/ok")
+def test_no_signature_header_without_a_secret(carrier: Carrier, callback_server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    carrier.deliver(Deliverer(pool, "n1"), _req(callback_server.url("/ok"), kind=FireKind.ACK))
+    [got] = callback_server.recorded("/ok")
     assert "x-molens-signature" not in {k.lower() for k in got.headers}
     assert got.headers["X-Molens-Kind"] == "ack"
 
 
-def test_rotation_signs_with_both_secrets(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
+def test_rotation_signs_with_both_secrets(carrier: Carrier, callback_server: CallbackServer, pool: urllib3.PoolManager) -> None:
     d = Deliverer(pool, "n1", signing_secret="old", signing_secret_next="new", signing_scope="cluster")
-    carrier.deliver(d, _req(server.url("/ok")))
-    [got] = server.recorded("/ok")
+    carrier.deliver(d, _req(callback_server.url("/ok")))
+    [got] = callback_server.recorded("/ok")
     assert got.headers["X-Molens-Signature"].count("v1=") == 2
     assert verify_signature(got.headers, got.body, ["old"])
     assert verify_signature(got.headers, got.body, ["new"])
@@ -102,15 +93,15 @@ def test_rotation_signs_with_both_secrets(carrier: Carrier, server: CallbackServ
 
 @pytest.mark.parametrize("scope", ["cluster", "both", "namespace"])
 def test_an_attempt_is_signed_with_its_namespaces_key_by_the_signing_scope(
-    carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager, scope: str,
+    carrier: Carrier, callback_server: CallbackServer, pool: urllib3.PoolManager, scope: str,
 ) -> None:
     """docs/receiver.md: a receiver of namespace ``team-a`` verifies with ``team-a``'s key; a callback a
     task of ``team-b`` made the cluster send does not verify with it, whatever the scope (``cluster``:
     nor with any namespace's key, only the cluster's secret)."""
     d = Deliverer(pool, "n1", signing_secret="old", signing_secret_next="new", signing_scope=scope)
-    carrier.deliver(d, dataclasses.replace(_req(server.url("/ok")), namespace="team-a"))
-    carrier.deliver(d, dataclasses.replace(_req(server.url("/ok"), fire_id="task2-1"), namespace="team-b"))
-    a, b = server.recorded("/ok")
+    carrier.deliver(d, dataclasses.replace(_req(callback_server.url("/ok")), namespace="team-a"))
+    carrier.deliver(d, dataclasses.replace(_req(callback_server.url("/ok"), fire_id="task2-1"), namespace="team-b"))
+    a, b = callback_server.recorded("/ok")
     assert a.headers["X-Molens-Signature"].count("v1=") == {"cluster": 2, "both": 4, "namespace": 2}[scope]
     a_keys = [namespace_secret("old", "team-a"), namespace_secret("new", "team-a")]
     for key in a_keys:
@@ -119,17 +110,17 @@ def test_an_attempt_is_signed_with_its_namespaces_key_by_the_signing_scope(
     for secret in ("old", "new"):
         assert verify_signature(a.headers, a.body, [secret]) is (scope != "namespace")
     assert namespace_secret("old", "team-a") != namespace_secret("old", "team-b") != "old"
-    carrier.deliver(d, _req(server.url("/unknown")))  # a batch of an earlier leader names no namespace
-    [u] = server.recorded("/unknown")
+    carrier.deliver(d, _req(callback_server.url("/unknown")))  # a batch of an earlier leader names no namespace
+    [u] = callback_server.recorded("/unknown")
     assert verify_signature(u.headers, u.body, ["old"]) and verify_signature(u.headers, u.body, ["new"])
     assert not verify_signature(u.headers, u.body, [namespace_secret("old", "default")])
 
 
 @pytest.mark.parametrize("n", [0, 100, 512, 513, 4000, 60_000])
 def test_at_most_512_bytes_of_the_response_are_kept(carrier: Carrier,
-    n: int, server: CallbackServer, pool: urllib3.PoolManager
+    n: int, callback_server: CallbackServer, pool: urllib3.PoolManager
 ) -> None:
-    res = carrier.deliver(Deliverer(pool, "n1"), _req(server.url(f"/bytes/{n}")))
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(callback_server.url(f"/bytes/{n}")))
     assert res.outcome is DeliveryOutcome.SUCCESS
     assert res.response_head == (bytes(range(256)) * 256)[: min(n, 512)]
 
@@ -140,34 +131,34 @@ def test_at_most_512_bytes_of_the_response_are_kept(carrier: Carrier,
      (404, DeliveryOutcome.NOT_FOUND), (400, DeliveryOutcome.HTTP_ERROR), (410, DeliveryOutcome.HTTP_ERROR),
      (500, DeliveryOutcome.HTTP_ERROR), (503, DeliveryOutcome.HTTP_ERROR)],
 )
-def test_status_maps_to_outcome(carrier: Carrier, status: int, outcome: DeliveryOutcome, server: CallbackServer,
+def test_status_maps_to_outcome(carrier: Carrier, status: int, outcome: DeliveryOutcome, callback_server: CallbackServer,
                                 pool: urllib3.PoolManager) -> None:
-    res = carrier.deliver(Deliverer(pool, "n1"), _req(server.url(f"/status/{status}")))
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(callback_server.url(f"/status/{status}")))
     assert (res.status_code, res.outcome) == (status, outcome)
     assert res.response_head == (b"" if status == 204 else b"status body")
 
 
-def test_redirect_is_not_followed_and_is_an_http_error(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
-    res = carrier.deliver(Deliverer(pool, "n1"), _req(server.url("/redirect")))
+def test_redirect_is_not_followed_and_is_an_http_error(carrier: Carrier, callback_server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(callback_server.url("/redirect")))
     assert (res.status_code, res.outcome) == (302, DeliveryOutcome.HTTP_ERROR)
-    assert server.recorded("/ok") == []
+    assert callback_server.recorded("/ok") == []
 
 
-def test_no_answer_within_timeout_is_a_timeout(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
-    res = carrier.deliver(Deliverer(pool, "n1"), _req(server.url("/hang"), timeout_ms=200))
+def test_no_answer_within_timeout_is_a_timeout(carrier: Carrier, callback_server: CallbackServer, pool: urllib3.PoolManager) -> None:
+    res = carrier.deliver(Deliverer(pool, "n1"), _req(callback_server.url("/hang"), timeout_ms=200))
     assert (res.status_code, res.outcome) == (None, DeliveryOutcome.TIMEOUT)
     assert "Timeout" in res.error
     assert res.latency_ms >= 200
 
 
-def test_a_head_that_never_ends_is_a_timeout_at_the_attempts_deadline(carrier: Carrier, server: CallbackServer) -> None:
+def test_a_head_that_never_ends_is_a_timeout_at_the_attempts_deadline(carrier: Carrier, callback_server: CallbackServer) -> None:
     """A socket timeout bounds each read, not the head: a header sent a byte every 20 ms held the
     urllib3 path (TLS fires, the threads engine) for as long as the receiver liked. Reaching the
     asserts is the check (the receiver never ends it)."""
     pm = make_pool_manager(2)
-    res = carrier.deliver(Deliverer(pm, "n1"), _req(server.url("/trickle-head"), timeout_ms=300))
+    res = carrier.deliver(Deliverer(pm, "n1"), _req(callback_server.url("/trickle-head"), timeout_ms=300))
     assert (res.status_code, res.outcome) == (None, DeliveryOutcome.TIMEOUT), res
-    assert carrier.deliver(Deliverer(pm, "n1"), _req(server.url("/ok"))).outcome is DeliveryOutcome.SUCCESS
+    assert carrier.deliver(Deliverer(pm, "n1"), _req(callback_server.url("/ok"))).outcome is DeliveryOutcome.SUCCESS
 
 
 def test_connection_refused_is_a_network_error(carrier: Carrier, pool: urllib3.PoolManager) -> None:
@@ -185,25 +176,25 @@ def test_bad_url_is_a_network_error_not_an_exception(carrier: Carrier, url: str,
     assert res.outcome is DeliveryOutcome.NETWORK_ERROR
 
 
-def test_small_responses_reuse_the_keep_alive_connection(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
+def test_small_responses_reuse_the_keep_alive_connection(carrier: Carrier, callback_server: CallbackServer, pool: urllib3.PoolManager) -> None:
     d = Deliverer(pool, "n1")
     for path in ["/ok", "/bytes/600", "/status/500", "/bytes/60000", "/status/404", "/ok"]:
-        carrier.deliver(d, _req(server.url(path)))
-    assert len({r.client_port for r in server.recorded()}) == 1
+        carrier.deliver(d, _req(callback_server.url(path)))
+    assert len({r.client_port for r in callback_server.recorded()}) == 1
 
 
 @pytest.mark.parametrize("path", ["/bytes/10000000", "/endless", "/trickle"])
 def test_huge_or_endless_response_does_not_stall_and_the_connection_is_replaced(carrier: Carrier,
-    path: str, server: CallbackServer, pool: urllib3.PoolManager
+    path: str, callback_server: CallbackServer, pool: urllib3.PoolManager
 ) -> None:
     # An unbounded read would never return from /endless or /trickle: reaching the asserts is the check.
     d = Deliverer(pool, "n1")
-    carrier.deliver(d, _req(server.url("/ok")))
-    res = carrier.deliver(d, _req(server.url(path), timeout_ms=500))
+    carrier.deliver(d, _req(callback_server.url("/ok")))
+    res = carrier.deliver(d, _req(callback_server.url(path), timeout_ms=500))
     assert (res.status_code, res.outcome) == (200, DeliveryOutcome.SUCCESS)
     assert len(res.response_head) == 512 or path == "/trickle"
-    carrier.deliver(d, _req(server.url("/ok")))
-    ports = [r.client_port for r in server.recorded()]
+    carrier.deliver(d, _req(callback_server.url("/ok")))
+    ports = [r.client_port for r in callback_server.recorded()]
     assert ports[0] == ports[1] != ports[2]
 
 
@@ -272,8 +263,8 @@ def test_results_convert_to_fsm_result_items() -> None:
     )
 
 
-def test_query_string_and_default_path_reach_the_server(carrier: Carrier, server: CallbackServer, pool: urllib3.PoolManager) -> None:
+def test_query_string_and_default_path_reach_the_server(carrier: Carrier, callback_server: CallbackServer, pool: urllib3.PoolManager) -> None:
     d = Deliverer(pool, "n1")
-    assert carrier.deliver(d, _req(server.url("/ok?x=1&y=%20"))).status_code == 404
-    assert carrier.deliver(d, _req(f"http://127.0.0.1:{server.port}")).status_code == 404
-    assert [r.path for r in server.recorded()] == ["/ok?x=1&y=%20", "/"]
+    assert carrier.deliver(d, _req(callback_server.url("/ok?x=1&y=%20"))).status_code == 404
+    assert carrier.deliver(d, _req(f"http://127.0.0.1:{callback_server.port}")).status_code == 404
+    assert [r.path for r in callback_server.recorded()] == ["/ok?x=1&y=%20", "/"]

@@ -52,15 +52,6 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def server() -> Iterator[CallbackServer]:
-    srv = CallbackServer()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
 def http() -> Iterator[urllib3.PoolManager]:
     pm = urllib3.PoolManager(num_pools=8, maxsize=16)
     try:
@@ -82,13 +73,13 @@ def _no_pool_threads(name: str) -> bool:
 
 
 def test_every_fire_is_delivered_once_and_results_come_back_in_bounded_batches(engine: str,
-    server: CallbackServer, http: urllib3.PoolManager
+    callback_server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     sink = Sink()
     pool = FirePool(Deliverer(http, "n1"), 4, sink, queue_limit=40, flush_count=5, engine=engine, name="fw-batch")
     pool.start()
     try:
-        receipt = pool.submit(_fires(server.url("/ok"), 40))
+        receipt = pool.submit(_fires(callback_server.url("/ok"), 40))
         assert (receipt.accepted, receipt.refused) == (40, ())
         wait_until(lambda: len(sink.results()) == 40)
     finally:
@@ -96,44 +87,44 @@ def test_every_fire_is_delivered_once_and_results_come_back_in_bounded_batches(e
     assert sorted(r.fire_id for r in sink.results()) == sorted(f"t-{i}" for i in range(40))
     assert all(r.outcome is DeliveryOutcome.SUCCESS and r.worker == "n1" for r in sink.results())
     assert all(1 <= len(b) <= 5 for b in sink.batches)
-    assert len(server.recorded("/ok")) == 40
+    assert len(callback_server.recorded("/ok")) == 40
     assert pool.stats().delivered == 40
     assert _no_pool_threads("fw-batch")
 
 
 def test_concurrency_bound_is_respected_and_free_capacity_reflects_outstanding_fires(engine: str,
-    server: CallbackServer, http: urllib3.PoolManager
+    callback_server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     sink = Sink()
     pool = FirePool(Deliverer(http, "n1"), 4, sink, queue_limit=20, engine=engine, name="fw-bound")
     pool.start()
     try:
         assert pool.free_capacity() == 24
-        assert pool.submit(_fires(server.url("/gate"), 12)).accepted == 12
-        wait_until(lambda: server.in_gate == 4)
+        assert pool.submit(_fires(callback_server.url("/gate"), 12)).accepted == 12
+        wait_until(lambda: callback_server.in_gate == 4)
         assert pool.free_capacity() == 12
         st = pool.stats()
         assert (st.in_flight, st.queued) == (4, 8)
-        server.gate.set()
+        callback_server.gate.set()
         wait_until(lambda: len(sink.results()) == 12)
         assert pool.free_capacity() == 24
     finally:
         pool.stop()
-    assert server.max_in_gate == 4
+    assert callback_server.max_in_gate == 4
 
 
-def test_a_full_pool_refuses_the_excess_in_order(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_a_full_pool_refuses_the_excess_in_order(engine: str, callback_server: CallbackServer, http: urllib3.PoolManager) -> None:
     sink = Sink()
     pool = FirePool(Deliverer(http, "n1"), 2, sink, queue_limit=2, engine=engine, name="fw-full")
     pool.start()
     try:
-        fires = _fires(server.url("/gate"), 6)
+        fires = _fires(callback_server.url("/gate"), 6)
         receipt = pool.submit(fires)
         assert receipt.accepted == 4
         assert receipt.refused == tuple(fires[4:])
         assert pool.free_capacity() == 0
-        assert pool.submit(_fires(server.url("/ok"), 1, prefix="u")).refused != ()
-        server.gate.set()
+        assert pool.submit(_fires(callback_server.url("/ok"), 1, prefix="u")).refused != ()
+        callback_server.gate.set()
         wait_until(lambda: len(sink.results()) == 4)
     finally:
         pool.stop()
@@ -141,7 +132,7 @@ def test_a_full_pool_refuses_the_excess_in_order(engine: str, server: CallbackSe
     assert pool.stats().refused == 3
 
 
-def test_a_fire_past_its_deadline_is_not_sent_and_answered_as_not_sent(engine: str, server: CallbackServer,
+def test_a_fire_past_its_deadline_is_not_sent_and_answered_as_not_sent(engine: str, callback_server: CallbackServer,
                                                                       http: urllib3.PoolManager) -> None:
     """docs/architecture.md#not-sent: the leader may plan it again without using up an attempt."""
     sink = Sink()
@@ -149,8 +140,8 @@ def test_a_fire_past_its_deadline_is_not_sent_and_answered_as_not_sent(engine: s
     pool = FirePool(Deliverer(http, "n1"), 1, sink, engine=engine, name="fw-expired")
     pool.start()
     try:
-        pool.submit(_fires(server.url("/ok"), 1, deadline_ms=now - 1, prefix="late")
-                    + _fires(server.url("/ok"), 1, deadline_ms=now + 60_000, prefix="fine"))
+        pool.submit(_fires(callback_server.url("/ok"), 1, deadline_ms=now - 1, prefix="late")
+                    + _fires(callback_server.url("/ok"), 1, deadline_ms=now + 60_000, prefix="fine"))
         wait_until(lambda: len(sink.results()) == 2)
         wait_until(lambda: pool.stats().expired == 1)
     finally:
@@ -159,16 +150,16 @@ def test_a_fire_past_its_deadline_is_not_sent_and_answered_as_not_sent(engine: s
     assert got["late-0"].not_sent and got["late-0"].worker == "n1" and got["late-0"].status_code is None
     assert not got["fine-0"].not_sent and got["fine-0"].status_code == 200
     assert pool.stats().delivered == 1
-    assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["fine-0"]
+    assert [r.headers["X-Fire-ID"] for r in callback_server.recorded()] == ["fine-0"]
 
 
-def test_a_fire_gets_no_more_time_than_its_deadline_leaves(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_a_fire_gets_no_more_time_than_its_deadline_leaves(engine: str, callback_server: CallbackServer, http: urllib3.PoolManager) -> None:
     sink = Sink()
     pool = FirePool(Deliverer(http, "n1"), 1, sink, engine=engine, name="fw-capped")
     pool.start()
     try:
         # a 60 s HTTP timeout but a deadline 300 ms away: /hang must end as a timeout well before 60 s
-        pool.submit(_fires(server.url("/hang"), 1, timeout_ms=60_000,
+        pool.submit(_fires(callback_server.url("/hang"), 1, timeout_ms=60_000,
                            deadline_ms=time.time_ns() // 1_000_000 + 300))
         wait_until(lambda: len(sink.results()) == 1)
     finally:
@@ -177,12 +168,12 @@ def test_a_fire_gets_no_more_time_than_its_deadline_leaves(engine: str, server: 
 
 
 def test_stop_lets_in_flight_fires_finish_returns_unstarted_ones_and_leaves_no_threads(engine: str,
-    server: CallbackServer, http: urllib3.PoolManager
+    callback_server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     sink = Sink()
     pool = FirePool(Deliverer(http, "n1"), 2, sink, engine=engine, name="fw-stop")
     pool.start()
-    fires = _fires(server.url("/hang"), 5, timeout_ms=300)
+    fires = _fires(callback_server.url("/hang"), 5, timeout_ms=300)
     pool.submit(fires)
     wait_until(lambda: pool.stats().in_flight == 2)
     dropped = pool.stop()
@@ -194,7 +185,7 @@ def test_stop_lets_in_flight_fires_finish_returns_unstarted_ones_and_leaves_no_t
     assert _no_pool_threads("fw-stop")
 
 
-def test_a_failing_results_callback_does_not_stop_deliveries(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_a_failing_results_callback_does_not_stop_deliveries(engine: str, callback_server: CallbackServer, http: urllib3.PoolManager) -> None:
     seen: list[str] = []
 
     def flaky(results: list[FireResult]) -> None:
@@ -205,7 +196,7 @@ def test_a_failing_results_callback_does_not_stop_deliveries(engine: str, server
     pool = FirePool(Deliverer(http, "n1"), 1, flaky, flush_count=1, engine=engine, name="fw-flaky")
     pool.start()
     try:
-        pool.submit(_fires(server.url("/ok"), 3))
+        pool.submit(_fires(callback_server.url("/ok"), 3))
         wait_until(lambda: len(seen) == 3)
     finally:
         pool.stop()
@@ -226,7 +217,7 @@ class _Collector(pykka.ThreadingActor):
 
 
 def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_local_monitor(
-    server: CallbackServer,
+    callback_server: CallbackServer,
 ) -> None:
     frames: list[tuple[str, bytes]] = []
     stats_ref = Stats.start()
@@ -236,7 +227,7 @@ def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_lo
     monitor = _Collector.start()
     try:
         ref.tell(LeaderIs("n9", None))  # another node leads: results go there as one R frame
-        ref.tell(FireBatch([dataclasses.replace(f, attempt=2) for f in _fires(server.url("/ok"), 3)]))
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=2) for f in _fires(callback_server.url("/ok"), 3)]))
         wait_until(lambda: sum(len(decode_results_frame(f[1:])[2]) for _to, f in frames if f[:1] == b"R") == 3)
         got = [decode_results_frame(f[1:]) for to, f in frames if f[:1] == b"R" and to == "n9"]
         assert {fid: a for _free, att, _r in got for fid, a in att.items()} == {"t-0": 2, "t-1": 2, "t-2": 2}
@@ -244,7 +235,7 @@ def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_lo
         # this node leads: results go to its Monitor as FireResults, each for the attempt carried out
         refs = LeaderRefs(term=3, wheel=monitor, dispatcher=monitor, monitor=monitor, cleaner=monitor, notifier=monitor)
         ref.tell(LeaderIs("n7", refs))
-        ref.tell(FireBatch([dataclasses.replace(f, attempt=4) for f in _fires(server.url("/ok"), 2, prefix="f")]))
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=4) for f in _fires(callback_server.url("/ok"), 2, prefix="f")]))
         wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 2)
         items = [it for m in monitor.ask("got") if isinstance(m, FireResults) for it in m.items]
         assert sorted((it.fire_id, it.attempt, it.status_code) for it in items) == [("f-0", 4, 200), ("f-1", 4, 200)]
@@ -266,12 +257,12 @@ def test_fire_worker_pool_actor_routes_results_to_a_remote_leader_then_to_the_lo
         monitor.stop()
         stats_ref.stop()
         http.clear()
-    assert all("X-Molens-Signature" in r.headers for r in server.recorded())
+    assert all("X-Molens-Signature" in r.headers for r in callback_server.recorded())
     assert _no_pool_threads("fireworker")
 
 
 def test_fires_refused_by_a_full_queue_go_to_a_remote_leader_as_not_sent_in_a_frame_of_their_own(
-    server: CallbackServer,
+    callback_server: CallbackServer,
 ) -> None:
     """docs/architecture.md#not-sent: a leader of the release before reads the results of fires that
     were sent (10-field items) and refuses only the frame holding the 11-field not-sent ones."""
@@ -282,7 +273,7 @@ def test_fires_refused_by_a_full_queue_go_to_a_remote_leader_as_not_sent_in_a_fr
                                StatsClient(stats_ref), queue_limit=1)
     try:
         ref.tell(LeaderIs("n9", None))
-        ref.tell(FireBatch([dataclasses.replace(f, attempt=3) for f in _fires(server.url("/ok"), 4)]))
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=3) for f in _fires(callback_server.url("/ok"), 4)]))
         wait_until(lambda: sum(len(decode_results_frame(f[1:])[2]) for _to, f in frames if f[:1] == b"R") == 4)
     finally:
         ref.stop(timeout=10)
@@ -293,10 +284,35 @@ def test_fires_refused_by_a_full_queue_go_to_a_remote_leader_as_not_sent_in_a_fr
     assert [("t-2", True, 3), ("t-3", True, 3)] in by_frame  # refused at once, together, on their own
     assert sorted(x for b in by_frame for x in b if not x[1]) == [("t-0", False, 3), ("t-1", False, 3)]
     assert all(all(x[1] for x in b) or not any(x[1] for x in b) for b in by_frame)
-    assert sorted(r.headers["X-Fire-ID"] for r in server.recorded()) == ["t-0", "t-1"]
+    assert sorted(r.headers["X-Fire-ID"] for r in callback_server.recorded()) == ["t-0", "t-1"]
 
 
-def test_the_leaders_own_fires_and_their_results_skip_the_worker_actors_mailbox(server: CallbackServer) -> None:
+def test_fires_not_started_when_the_worker_stops_go_to_the_leader_as_not_sent(callback_server: CallbackServer) -> None:
+    """A worker that stops answers the fires it had not started (held for their time, or queued) as
+    not sent, so the leader plans them again at once: settled at their deadline instead, an
+    at_most_once one would read ``unknown`` though it never left (docs/architecture.md#not-sent)."""
+    frames: list[tuple[str, bytes]] = []
+    stats_ref = Stats.start()
+    http = make_pool_manager(2)
+    ref = FireWorkerPool.start("n7", ReportingDeliverer(http, "n7", "k"), 1, lambda to, f: frames.append((to, f)) is None,
+                               StatsClient(stats_ref))
+    far = time.time_ns() // 1_000_000 + 3_600_000
+    held = [dataclasses.replace(f, attempt=2, not_before_ms=far) for f in _fires(callback_server.url("/ok"), 3, prefix="h")]
+    try:
+        ref.tell(LeaderIs("n9", None))
+        ref.tell(FireBatch(held))
+        wait_until(lambda: ref.proxy().pool.get(timeout=5).stats().held == 3)
+    finally:
+        ref.stop(timeout=10)
+        stats_ref.stop()
+        http.clear()
+    got = [decode_results_frame(f[1:]) for to, f in frames if f[:1] == b"R" and to == "n9"]
+    items = sorted((r.fire_id, r.not_sent, r.worker, att[r.fire_id]) for _free, att, rs in got for r in rs)
+    assert items == [("h-0", True, "n7", 2), ("h-1", True, "n7", 2), ("h-2", True, "n7", 2)]
+    assert callback_server.recorded() == []
+
+
+def test_the_leaders_own_fires_and_their_results_skip_the_worker_actors_mailbox(callback_server: CallbackServer) -> None:
     """On the leader the Dispatcher hands fires to the local pool itself and the pool's flusher tells
     the Monitor their results: the worker actor's mailbox sees neither (only who leads, and the
     asks), and each result still carries the attempt carried out."""
@@ -318,7 +334,7 @@ def test_the_leaders_own_fires_and_their_results_skip_the_worker_actors_mailbox(
         ref.tell(LeaderIs("n7", refs))
         local = ref.proxy().local_fires.get(timeout=5)
         for k in range(3):  # three batches, three result flushes at least
-            fires = [dataclasses.replace(f, attempt=k + 1) for f in _fires(server.url("/ok"), 2, prefix=f"b{k}")]
+            fires = [dataclasses.replace(f, attempt=k + 1) for f in _fires(callback_server.url("/ok"), 2, prefix=f"b{k}")]
             assert local.carry_out(fires)
             wait_until(lambda k=k: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 2 * (k + 1))
         items = [it for m in monitor.ask("got") if isinstance(m, FireResults) for it in m.items]
@@ -330,10 +346,10 @@ def test_the_leaders_own_fires_and_their_results_skip_the_worker_actors_mailbox(
         monitor.stop()
         stats_ref.stop()
         http.clear()
-    assert not local.carry_out(_fires(server.url("/ok"), 1, prefix="late"))  # stopped: the leader answers them itself
+    assert not local.carry_out(_fires(callback_server.url("/ok"), 1, prefix="late"))  # stopped: the leader answers them itself
 
 
-def test_fires_are_given_back_unsent_while_the_clock_is_suspect(server: CallbackServer) -> None:
+def test_fires_are_given_back_unsent_while_the_clock_is_suspect(callback_server: CallbackServer) -> None:
     """Held fires were timed on the wall clock before a step: a clock stepped back 15 s held one
     15 s. Once the clock stepped, and until it is judged good again, the worker answers the fires it
     holds, and those it is given to hold, as not sent, so the leader sends them elsewhere; fires
@@ -348,18 +364,18 @@ def test_fires_are_given_back_unsent_while_the_clock_is_suspect(server: Callback
         ref.tell(LeaderIs("n7", LeaderRefs(term=3, wheel=monitor, dispatcher=monitor, monitor=monitor,
                                            cleaner=monitor, notifier=monitor)))
         later = time.time_ns() // 1_000_000 + 3_600_000
-        ref.tell(FireBatch([dataclasses.replace(f, attempt=1, not_before_ms=later) for f in _fires(server.url("/ok"), 2)]))
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=1, not_before_ms=later) for f in _fires(callback_server.url("/ok"), 2)]))
         pool = ref.proxy().pool.get(timeout=5)
         wait_until(lambda: pool.stats().held == 2)
         suspect[0] = True  # the clock probe saw the wall clock step
         wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 2)
-        ref.tell(FireBatch([dataclasses.replace(f, attempt=1, not_before_ms=later) for f in _fires(server.url("/ok"), 1, prefix="ahead")]
-                           + [dataclasses.replace(f, attempt=1) for f in _fires(server.url("/ok"), 1, prefix="now")]))
+        ref.tell(FireBatch([dataclasses.replace(f, attempt=1, not_before_ms=later) for f in _fires(callback_server.url("/ok"), 1, prefix="ahead")]
+                           + [dataclasses.replace(f, attempt=1) for f in _fires(callback_server.url("/ok"), 1, prefix="now")]))
         wait_until(lambda: sum(len(m.items) for m in monitor.ask("got") if isinstance(m, FireResults)) == 4)
         items = [it for m in monitor.ask("got") if isinstance(m, FireResults) for it in m.items]
         assert sorted((it.fire_id, it.attempt, it.status_code, it.not_sent) for it in items) == [
             ("ahead-0", 1, None, True), ("now-0", 1, 200, False), ("t-0", 1, None, True), ("t-1", 1, None, True)]
-        assert pool.stats().held == 0 and [r.headers["X-Fire-ID"] for r in server.recorded()] == ["now-0"]
+        assert pool.stats().held == 0 and [r.headers["X-Fire-ID"] for r in callback_server.recorded()] == ["now-0"]
     finally:
         ref.stop(timeout=10)
         monitor.stop()
@@ -385,7 +401,7 @@ class _Deliveries(Deliverer):
 
 
 def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_early(engine: str,
-    server: CallbackServer, http: urllib3.PoolManager
+    callback_server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     now = [1_767_225_600_000]
     clock = lambda: now[0]  # noqa: E731 -- the pool's wall clock, moved by the test
@@ -396,10 +412,10 @@ def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_e
     try:
         due = now[0] + 50
         held = FireRequest(
-            fire_id="ahead-0", task_id="ahead", attempt=1, kind=FireKind.CALLBACK, url=server.url("/ok"),
+            fire_id="ahead-0", task_id="ahead", attempt=1, kind=FireKind.CALLBACK, url=callback_server.url("/ok"),
             body=b"{}", scene="default", timeout_ms=5000, deadline_ms=0, not_before_ms=due,
         )
-        pool.submit([held, *_fires(server.url("/ok"), 1, prefix="now")])
+        pool.submit([held, *_fires(callback_server.url("/ok"), 1, prefix="now")])
         assert pool.stats().held == 1 and pool.free_capacity() <= pool.capacity - 1  # held fires take room
         wait_until(lambda: [r.fire_id for r in sink.results()] == ["now-0"])
         assert pool.stats().held == 1 and "ahead-0" not in dl.started  # the clock has not reached it
@@ -413,11 +429,11 @@ def test_a_fire_planned_ahead_is_held_until_its_not_before_time_and_never_sent_e
     finally:
         pool.stop()
     assert dl.started["ahead-0"] == due + 1 and pool.stats().held == 0
-    assert [r.headers["X-Fire-ID"] for r in server.recorded()] == ["now-0", "ahead-0"]
+    assert [r.headers["X-Fire-ID"] for r in callback_server.recorded()] == ["now-0", "ahead-0"]
 
 
 def test_a_held_fire_keeps_its_time_when_the_wall_clock_steps_while_it_waits(engine: str,
-    server: CallbackServer, http: urllib3.PoolManager
+    callback_server: CallbackServer, http: urllib3.PoolManager
 ) -> None:
     """The wait is read on the wall clock when the fire arrives, then kept on the monotonic clock: a
     wall clock stepping back 10 s while a fire is held does not hold it 10 s longer, and one stepping
@@ -430,7 +446,7 @@ def test_a_held_fire_keeps_its_time_when_the_wall_clock_steps_while_it_waits(eng
     pool.start()
     try:
         fires = [FireRequest(
-            fire_id=f"step-{i}", task_id="step", attempt=1, kind=FireKind.CALLBACK, url=server.url("/ok"),
+            fire_id=f"step-{i}", task_id="step", attempt=1, kind=FireKind.CALLBACK, url=callback_server.url("/ok"),
             body=b"{}", scene="default", timeout_ms=5000, deadline_ms=0, not_before_ms=wall[0] + 100 * (i + 1),
         ) for i in range(2)]
         pool.submit(fires)
@@ -447,17 +463,17 @@ def test_a_held_fire_keeps_its_time_when_the_wall_clock_steps_while_it_waits(eng
     assert dl.started == {"step-0": 5_101, "step-1": 5_201}
 
 
-def test_stop_returns_held_fires_unsent(engine: str, server: CallbackServer, http: urllib3.PoolManager) -> None:
+def test_stop_returns_held_fires_unsent(engine: str, callback_server: CallbackServer, http: urllib3.PoolManager) -> None:
     sink = Sink()
     pool = FirePool(Deliverer(http, "n1"), 1, sink, engine=engine, name="fw-hold-stop")
     pool.start()
     far = time.time_ns() // 1_000_000 + 3_600_000
     fires = [FireRequest(
-        fire_id=f"h-{i}", task_id="h", attempt=1, kind=FireKind.CALLBACK, url=server.url("/ok"), body=b"{}",
+        fire_id=f"h-{i}", task_id="h", attempt=1, kind=FireKind.CALLBACK, url=callback_server.url("/ok"), body=b"{}",
         scene="default", timeout_ms=5000, deadline_ms=0, not_before_ms=far + i,
     )
              for i in range(3)]
     assert pool.submit(fires).accepted == 3 and pool.stats().held == 3
     assert pool.stop() == fires
-    assert sink.results() == [] and server.recorded() == []
+    assert sink.results() == [] and callback_server.recorded() == []
     assert _no_pool_threads("fw-hold-stop")

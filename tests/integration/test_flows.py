@@ -16,7 +16,7 @@ import pytest
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import send, send_json, wait_serving
+from .rest import send, send_json, task_cluster, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,15 +33,8 @@ def receiver() -> Iterator[RecordingReceiver]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("flows3"), 3, state_machine="tasks")
-    try:
-        c.start()
-        c.leader(timeout=30)
-        for n in c.nodes.values():
-            wait_serving(n, 30)
+    with task_cluster(tmp_path_factory.mktemp("flows3")) as c:
         yield c
-    finally:
-        c.kill_all()
 
 
 def _leader(c: Cluster) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from .conftest import Cluster, NodeProc, wait_for
 from .recording_receiver import RecordingReceiver
-from .rest import send, wait_serving
+from .rest import send, task_cluster, wait_serving
 
 
 def _base(n: NodeProc) -> str:
@@ -28,15 +28,8 @@ def receiver() -> Iterator[RecordingReceiver]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("sched3"), 3, state_machine="tasks")
-    try:
-        c.start()
-        c.leader(timeout=30)
-        for n in c.nodes.values():
-            wait_serving(n, 30)
+    with task_cluster(tmp_path_factory.mktemp("sched3")) as c:
         yield c
-    finally:
-        c.kill_all()
 
 
 def test_a_write_to_a_follower_answers_307_to_the_leader_and_reads_are_served_locally(
