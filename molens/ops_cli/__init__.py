@@ -83,7 +83,17 @@ def _report(p: Printer, status: int | None, code: str, message: str, field: str 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command line; returns the exit code."""
     top = parser.build()
-    a = top.parse_args(argv)  # exits 2 with the usage on a bad command line
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        a = top.parse_args(args)
+    except parser.CommandLineError as exc:
+        mode = Mode(parser.output_asked(args))
+        if mode is Mode.TABLE:  # as argparse itself: the usage, then the line
+            exc.parser.print_usage(sys.stderr)
+            print(f"{exc.parser.prog}: error: {exc.message}", file=sys.stderr, flush=True)
+        else:
+            _report(Printer(mode), None, "usage", exc.message)
+        return commands.USAGE
     p = Printer(Mode(getattr(a, "output", "table")))
     if a.func == "completion":
         print(completion.script(top, a.shell), end="")

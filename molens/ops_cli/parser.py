@@ -13,8 +13,10 @@ The connection and output options (``--url``, ``--token-file``, ``--namespace``,
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
+from molens.errors import MolensError
 from molens.ops_cli import values as v
 
 PROG = "molens"
@@ -24,13 +26,42 @@ EXIT_CODES = """exit codes:
   1   the API refused (its error code is printed), a bulk operation had failures,
       a watch --count was not reached before --timeout, or a confirmation was declined
   2   usage: a bad option or value, or a bulk operation that needs --yes without a terminal
-  3   no node reachable, no leader after every retry, or the outcome of a write is unknown
+  3   no node reachable, no leader after every retry, the leader's disk full (507),
+      or the outcome of a write is unknown
   130 interrupted (Ctrl-C)"""
 
 ENV = """environment:
   MOLENS_URL    nodes, comma-separated (when no --url is given)
   MOLENS_TOKEN  the API's bearer token (when no --token-file is given)
   MOLENS_NAMESPACE  the namespace to act in (when no --namespace is given)"""
+
+
+class CommandLineError(MolensError, code="usage"):
+    """A command line the parser refuses (exit 2): ``parser`` is the (sub)command's, for its usage."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class Parser(argparse.ArgumentParser):
+    """Raises :class:`CommandLineError` instead of printing and exiting, so that the caller reports it
+    in the output mode asked for (``--json``: ``{"error": ...}`` on stderr, as every other error)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandLineError(self, message)
+
+
+def output_asked(argv: Sequence[str]) -> str:
+    """The output mode a command line asks for, read without parsing it (it may not parse): the last
+    ``--json`` or ``--jsonl`` before any ``--``, else ``table``."""
+    mode = "table"
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg in ("--json", "--jsonl"):
+            mode = arg[2:]
+    return mode
 
 
 def _common() -> argparse.ArgumentParser:
@@ -147,7 +178,7 @@ def _limit(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def build() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog=PROG, parents=[COMMON], formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Operate a Molens cluster through its REST API: tasks, executions, dead letters, flows, "
                     "namespaces and API keys.",

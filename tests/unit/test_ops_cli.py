@@ -17,7 +17,7 @@ from enum import StrEnum
 
 import pytest
 
-from molens import client, schema
+from molens import client, ops_cli, schema
 from molens.fsm import tenancy
 from molens.ops_cli import commands, completion, parser, values
 from molens.ops_cli.render import Mode, Printer, col, when
@@ -69,9 +69,35 @@ def test_connection_and_output_options_go_before_or_after_the_command() -> None:
     assert a.url == ["http://b:2"]  # after the command: replaces
     a = p.parse_args(["tasks", "list"])
     assert not hasattr(a, "output") and not hasattr(a, "url")
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(parser.CommandLineError, match="not allowed with"):
         p.parse_args(["tasks", "list", "--json", "--jsonl"])
-    assert e.value.code == 2
+
+
+@pytest.mark.parametrize("argv", [
+    ["--json", "tasks", "create", "--run-at", "yesterday"],
+    ["tasks", "list", "--jsonl", "--bogus"],
+    ["--json"],
+])
+def test_a_command_line_the_parser_refuses_is_a_json_error_in_the_json_modes(
+    argv: list[str], capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A script that asked for JSON reads every error as JSON on stderr, a bad option's too."""
+    assert ops_cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    got = json.loads(err)
+    assert got["error"]["code"] == "usage" and got["error"]["status"] is None
+    assert got["error"]["message"].split(":")[0] in ("argument --run-at", "unrecognized arguments",
+                                                     "the following arguments are required")
+
+
+def test_a_command_line_the_parser_refuses_prints_the_usage_then_one_line_for_people(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert ops_cli.main(["tasks", "create", "--run-at", "yesterday", "--", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: molens tasks create")
+    assert err.splitlines()[-1].startswith("molens tasks create: error: argument --run-at: not a time: 'yesterday'")
 
 
 def test_a_table_pads_columns_and_reads_times_as_utc() -> None:
