@@ -7,8 +7,9 @@
     mooncat-checkpoint [--url URL] gc [--older-than MS] [--prune-finished-older-than MS]
 
 Output is JSON on stdout: one object per line for ``list``, one object otherwise. Exit status: 0 done;
-1 nothing there (``get`` of a missing key, ``reset`` that deleted nothing); 2 bad usage or arguments,
-or an unusable backend. Errors are one line on stderr. ``--url`` may also follow the command.
+1 nothing there (``get`` of a missing key, ``reset`` that deleted nothing, a ``file://`` or ``sqlite://``
+store that does not exist); 2 bad usage or arguments, an unusable backend, or a record that does not read
+(``CorruptRecordError``); 130 interrupted. Errors are one line on stderr. ``--url`` may also follow the command.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Inspect and repair mooncat_checkpoint stores (file://DIR, sqlite://PATH, memory://, "
         "redis://HOST:PORT/DB, postgresql://USER@HOST:PORT/DB).",
-        epilog="Output is JSON. Exit status: 0 ok, 1 nothing there, 2 usage or backend error.",
+        epilog="Output is JSON. Exit status: 0 ok, 1 nothing there (no record, nothing reset, no store at that "
+        "path), 2 usage, argument or backend error or a record that does not read, 130 interrupted.",
     )
     parser.add_argument("--url", default=None, help=url_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
