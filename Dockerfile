@@ -9,7 +9,7 @@
 # caches, and no trace of the build arguments. Config: /etc/molens/node.yaml (mount your own) plus
 # MOLENS_* variables; data: the volume /var/lib/molens. The default config reads the API token from
 # /run/secrets/api_token (mount a file readable by uid 10001; the node refuses to start without it) and
-# its graceful stop takes up to 40 s, beyond docker's default 10 s:
+# its graceful stop takes up to 42 s, beyond docker's default 10 s:
 #   docker run -d --stop-timeout 60 -p 127.0.0.1:18081:18081 -v "$PWD/api_token:/run/secrets/api_token:ro" molens
 # docs/deploy.md#containers.
 ARG BASE=debian:bookworm-slim

@@ -49,9 +49,9 @@ from molens.signing import namespace_secret
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
-STOP_STEPS_S = 30.0
+STOP_STEPS_S = 32.0
 """What a graceful stop takes beyond its leadership hand-over (``node.stop_timeout_s``) at most: the
-HTTP API 5 s, a leader's term 5 s, the fires in flight 10 s, Raft 10 s (docs/deploy.md#stopping);
+HTTP API 5 s, a leader's term 5 s, the fires in flight 10 s and their last results 2 s, Raft 10 s (docs/deploy.md#stopping);
 ``stop`` waits that long and 5 s more before it says the node still runs."""
 
 

@@ -76,10 +76,14 @@ flight holds a few tracked objects (entry, waiter, callback) for longer than sev
 collections, so with the default a loaded leader spent about a third of its CPU in the collector
 (docs/benchmarks.md, the Raft section)."""
 MEMBERSHIP_RETRY_S = 10.0
+"""How long an admin add/remove-node is asked again while the leader refuses it only for now."""
 MEMBERSHIP_COMMIT_S = 10.0
 """How long a membership change's reply waits for its entry to commit before it says the outcome
 is unknown (a quorum of the new membership may be down: the change is then neither done nor undone)."""
-"""How long an admin add/remove-node is asked again while the leader refuses it only for now."""
+RESULTS_FLUSH_MS = 1_000
+"""How long a stopping node's last fire results (of the attempts that finished during the stop, and
+the fires it answers as not sent) get to leave for the leader when the worker RPC endpoint closes;
+other queued messages are dropped (a peer that is down would hold the stop for nothing)."""
 
 
 class NodeError(MolensError):
@@ -493,8 +497,10 @@ class Node:
             self.scheduler.stop(timeout=10)
             self.scheduler = None
         self.set_rpc_handler(None)
-        if self.rpc is not None:  # stop accepting worker traffic first
-            self.rpc.close()
+        if self.rpc is not None:  # stop accepting worker traffic first; the last results leave
+            leader = self.peer.standing.leader if self.peer is not None else None
+            self.rpc.close(flush_to=(leader,) if leader and leader != self.cfg.node.id else (),
+                           flush_ms=RESULTS_FLUSH_MS)
             self.rpc = None
         if self.peer is not None:
             self.peer.stop(timeout=10)

@@ -133,7 +133,7 @@ class Scheduler:
         self._pool_ref = FireWorkerPool.start(
             self.node_id, deliverer, w.concurrency, self.rpc.send, self.stats, flush_interval_ms=POOL_FLUSH_MS,
             fatal=self.fatal, stop_timeout_s=DRAIN_S * 2, engine=w.engine,
-            loop_tick_ms=w.loop_tick_ms, clock_suspect=self.clock.suspect,
+            loop_tick_ms=w.loop_tick_ms, clock_suspect=self.clock.suspect, leader_now=lambda: self.peer.standing.leader,
         )
         proxy = self._pool_ref.proxy()
         pool: FirePool = proxy.pool.get(timeout=5)

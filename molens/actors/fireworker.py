@@ -24,6 +24,7 @@ they are not actors of their own).
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -86,6 +87,9 @@ MAX_TRACKED_ATTEMPTS = 200_000
 """Bound of the fire id -> attempt map (results then go without an attempt: still valid)."""
 UNSENT_RESULTS_TTL_S = 30.0
 """Results with no known leader to go to are kept this long, then dropped (the Monitor covers them)."""
+LEADER_WAIT_S = 1.0
+"""How long a stopping worker with results to hand over waits for a leader to be known (an election
+after its hand-over) before it gives up on them."""
 REPORT_INTERVAL_MS = 500
 """WorkerHeartbeat to a remote leader with this worker's free capacity and the fires it holds."""
 MAX_HELD_IN_HEARTBEAT = 5_000
@@ -197,8 +201,13 @@ class FireWorkerPool(pykka.ThreadingActor):
         engine: str = "loop",
         loop_tick_ms: float = 0.0,
         clock_suspect: Callable[[], bool] = lambda: False,
+        leader_now: Callable[[], str | None] = lambda: None,
     ) -> None:
         super().__init__()
+        self._leader_now = leader_now
+        """The leader as Raft knows it now (any thread). A stopping actor reads it: the ``LeaderIs`` of
+        a leader elected after this node handed leadership over waits behind the stop in the mailbox,
+        never handled, and the last results would go nowhere."""
         self._clock_suspect = clock_suspect
         """This node's wall clock stepped and is not judged good since (``ClockGate.suspect``)."""
         self._stop_timeout_s = stop_timeout_s
@@ -238,11 +247,42 @@ class FireWorkerPool(pykka.ThreadingActor):
         self._stopping = True
         if self._alarm is not None:
             self._alarm.close()
+        self._learn_leader(0.0)
         unstarted = self.pool.stop(self._stop_timeout_s)
         if unstarted:
             log.info("stopping: %d fires not started answered as not sent", len(unstarted))
             self._route([FireResult.unsent(f.fire_id, f.kind, self.node_id, "worker stopped") for f in unstarted])
+        if self._unsent:
+            self._learn_leader(LEADER_WAIT_S)
+        self._goodbye()
         self._flush_unsent()
+
+    def _goodbye(self) -> None:
+        """(stopping) A last heartbeat to a remote leader, ahead of the last results: no room left
+        (free 0: it sends this worker nothing more), the fires whose results follow listed as held
+        (not judged lost meanwhile), and this release's version. A leader elected after this node
+        handed leadership over has never heard from it: without the version it would take the
+        results as of the release before, each fire answered not sent as an attempt used up."""
+        leader = self._leader_id
+        if leader is None or leader == self.node_id or self._local is not None:
+            return
+        with self._att_lock:
+            held = list(self._attempts)
+        for _at, frame, _frm in self._unsent:
+            with contextlib.suppress(DeliveryCodecError):
+                held.extend(r.fire_id for r in decode_results_frame(frame[1:])[2])
+        self._send(leader, heartbeat_frame(0, held if len(held) <= MAX_HELD_IN_HEARTBEAT else None))
+
+    def _learn_leader(self, wait_s: float) -> None:
+        """(stopping) The leader Raft knows now, waited for up to ``wait_s`` while there is none (an
+        election after the hand-over)."""
+        end = time.monotonic() + wait_s
+        while (leader := self._leader_now()) is None and time.monotonic() < end:
+            time.sleep(0.02)
+        if leader is not None and leader != self._leader_id:
+            self._leader_id = leader
+            if leader != self.node_id:
+                self._local = None
 
     def on_failure(self, exception_type: object, exception_value: object, traceback: object) -> None:
         self._stopping = True

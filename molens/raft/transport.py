@@ -53,7 +53,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,6 +255,8 @@ class Endpoint:
         self._on_message = on_message
         self._peers: dict[str, str] = dict(peers or {})
         self._pending: collections.deque[tuple[int, str, Any]] = collections.deque()
+        self._flush: tuple[frozenset[str], int] = (frozenset(), 0)
+        """Set by :meth:`close`: the peers whose queued messages get time to leave, and how long (ms)."""
         self._signaled = False
         self._stop = False
         self._started = False
@@ -414,14 +416,17 @@ class Endpoint:
         out["pending"] = len(self._pending)
         return out
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Stop the I/O thread and close every socket (LINGER=0: queued messages are dropped)."""
+    def close(self, timeout: float = 5.0, flush_to: Collection[str] = (), flush_ms: int = 0) -> None:
+        """Stop the I/O thread and close every socket. Messages still queued are dropped (LINGER=0),
+        but for those to the peers in ``flush_to``, which get up to ``flush_ms`` to leave (a worker's
+        last results to its leader: dropped, the leader settles their fires as lost)."""
         if self._thread is not None and threading.current_thread() is self._thread:
             raise TransportError("close() called from on_message: hand it to another thread")
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            self._flush = (frozenset(flush_to), flush_ms) if flush_ms > 0 else (frozenset(), 0)
             self._stop = True
         if self._thread is not None:
             self._wake()
@@ -562,6 +567,7 @@ class Endpoint:
             self._stop = True
         finally:
             with self._sock_lock:
+                self._flush_last()
                 self._close_sockets()
 
     def _receive(self, router: zmq.Socket[bytes]) -> None:
@@ -681,7 +687,7 @@ class Endpoint:
                 s.disable_monitor()
             mon.close(0)
         if s is not None:
-            s.close(0)
+            s.close()  # LINGER as set: 0 (at open), or the flush time (_flush_last)
         return s is not None
 
     def _check_monitors(self, events: dict[Any, int]) -> None:
@@ -718,6 +724,21 @@ class Endpoint:
                 self._counters["handshake_refused"] += 1
                 why = "plaintext or bad protocol" if ev["event"] & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL else "authentication"
                 self._refused_log.refused(f"an incoming connection failed the CURVE handshake ({why})")
+
+    def _flush_last(self) -> None:
+        """(I/O thread, ``_sock_lock`` held, stopping) What is queued for the peers to flush goes to
+        their DEALERs, which then linger up to the flush time (``_teardown``'s ``ctx.term`` waits)."""
+        peers, ms = self._flush
+        if not ms:
+            return
+        for cmd, peer, arg in self._pending:
+            if cmd == _CMD_SEND and peer in peers:
+                self._send_frame(peer, arg)
+        self._pending.clear()
+        for peer in peers:
+            s = self._dealers.get(peer)
+            if s is not None:
+                s.setsockopt(zmq.LINGER, ms)
 
     def _close_sockets(self) -> None:
         for peer in list(self._dealers):

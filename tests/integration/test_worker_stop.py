@@ -34,7 +34,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
 
 
-def test_fires_queued_at_a_stopping_worker_are_sent_elsewhere_not_lost(cluster: Cluster, callback_server: CallbackServer) -> None:
+@pytest.mark.parametrize("who", ["follower", "leader"])
+def test_fires_queued_at_a_stopping_worker_are_sent_elsewhere_not_lost(
+    cluster: Cluster, callback_server: CallbackServer, who: str,
+) -> None:
     leader = cluster.leader()
     run_at = int(time.time() * 1000) + 1_500
     ids = []
@@ -49,23 +52,25 @@ def test_fires_queued_at_a_stopping_worker_are_sent_elsewhere_not_lost(cluster: 
     wait_for(lambda: callback_server.in_gate == 3, 20, "an attempt in flight at each of the three workers")
     wait_for(lambda: all(call(leader, "GET", f"/api/v1/tasks/{i}")[1]["status"] == "firing" for i in ids),
              20, "every task to be firing")
-    follower = cluster.followers()[0]
-    assert follower.proc is not None
-    follower.proc.send_signal(signal.SIGTERM)
-    # its HTTP API stops first, then its fire pool (which drops its queue at once and waits for the
-    # attempt in flight): let the held requests go only once the pool has begun to stop
-    wait_for(lambda: call(follower, "GET", "/healthz")[0] == 0, 20, f"{follower.node_id}'s HTTP API to stop")
+    stopped = leader if who == "leader" else cluster.followers()[0]
+    assert stopped.proc is not None
+    stopped.proc.send_signal(signal.SIGTERM)
+    # its HTTP API stops first (a leader's term then waits up to 5 s for its fires' results, and it
+    # hands leadership over), then its fire pool, which drops its queue at once and waits for the
+    # attempt in flight: let the held requests go only once the pool has begun to stop
+    wait_for(lambda: call(stopped, "GET", "/healthz")[0] == 0, 20, f"{stopped.node_id}'s HTTP API to stop")
+    reader = cluster.leader(timeout=30, exclude=(stopped.node_id,)) if who == "leader" else leader
     time.sleep(1.0)
     callback_server.gate.set()
-    assert follower.proc.wait(60) == 0
+    assert stopped.proc.wait(60) == 0
 
     def settled() -> dict[str, str] | None:
-        st = {i: call(leader, "GET", f"/api/v1/tasks/{i}")[1]["status"] for i in ids}
+        st = {i: call(reader, "GET", f"/api/v1/tasks/{i}")[1]["status"] for i in ids}
         return st if all(s in ("done", "failed") for s in st.values()) else None
 
     statuses = wait_for(settled, 60, "every task to end")
     assert Counter(statuses.values()) == {"done": TASKS}, statuses
     sent = Counter(json.loads(r.body)["n"] for r in callback_server.recorded("/gate"))
     assert sent == dict.fromkeys(range(TASKS), 1), "each at_most_once task's callback was sent once"
-    log = follower.log_path.read_text(errors="replace")
+    log = stopped.log_path.read_text(errors="replace")
     assert "fires not started answered as not sent" in log, "the stopped worker held no queued fire: nothing was tested"
