@@ -922,14 +922,20 @@ class TaskStore(StateFile):
             for scanned, k in enumerate(_newest_first(cur, cursor, until_ms)):
                 if since_ms is not None and _U64.unpack_from(k)[0] < since_ms:
                     break
-                if scanned >= scan_budget or len(out) == limit:
+                if scanned >= scan_budget:
                     nxt = k.hex()
                     break
                 raw = txn.get(k[8:], db=self._dead)
-                if raw is not None:
-                    dl = _DEAD_DECODER.decode(raw)
-                    if _dead_matches(dl, flow, kind, since_ms, until_ms, namespaces):
-                        out.append(dl)
+                if raw is None:
+                    continue
+                dl = _DEAD_DECODER.decode(raw)
+                if namespaces is not None and dl.namespace not in namespaces:
+                    continue  # a full page does not go on for it: the cursor would tell it is there
+                if len(out) == limit:
+                    nxt = k.hex()
+                    break
+                if _dead_matches(dl, flow, kind, since_ms, until_ms, None):
+                    out.append(dl)
         return out, nxt
 
     def list_audit(
@@ -942,10 +948,17 @@ class TaskStore(StateFile):
         with self._env.begin(db=self._audit) as txn:
             cur = txn.cursor()
             for scanned, k in enumerate(_newest_first(cur, cursor, None)):
-                if scanned >= scan_budget or len(out) == limit:
+                if scanned >= scan_budget:
                     nxt = k.hex()
                     break
                 a = _audit_from(k, cur.value())
+                if (f.namespace is not None and a.namespace != f.namespace) or (
+                    f.namespaces is not None and a.namespace not in f.namespaces
+                ):
+                    continue  # a full page does not go on for it: the cursor would tell it is there
+                if len(out) == limit:
+                    nxt = k.hex()
+                    break
                 if _audit_matches(a, f):
                     out.append(a)
         return out, nxt

@@ -855,7 +855,8 @@ def _install_tasks(api: Api) -> None:
         items: list[CreateItem] = []
         errors: list[tuple[int, MolensError]] = []
         ids = ctx.new_task_ids(count)
-        keys: dict[str, int] = {}
+        keys: dict[tuple[str, str], int] = {}
+        """(namespace, idempotency key) -> item: a key is its namespace's (two namespaces may each use it)."""
         trace_header = _trace_header()
         for i, spec in enumerate(specs):
             if isinstance(spec, ValidationError):
@@ -865,12 +866,12 @@ def _install_tasks(api: Api) -> None:
             try:
                 k = spec.idempotency_key
                 if k is not None:
-                    if k in keys:
+                    if (spec.namespace, k) in keys:
                         raise ValidationError(
-                            f"idempotency_key {_quote(k)} is also the key of item {keys[k]} of this batch",
-                            "idempotency_key",
+                            f"idempotency_key {_quote(k)} is also the key of item {keys[spec.namespace, k]} of "
+                            "this batch", "idempotency_key",
                         )
-                    keys[k] = i
+                    keys[spec.namespace, k] = i
                 items.append(CreateItem(ids[i], spec))
             except ValidationError as exc:
                 errors.append((i, exc))
@@ -962,7 +963,10 @@ def _install_tasks(api: Api) -> None:
         def page(position: str, limit: int) -> tuple[list[Task], str | None, int, bool]:
             """Up to ``limit`` matching tasks after ``position``, where the next page starts, how
             many of the tasks examined the key may see (``scanned``: another namespace's are not
-            counted, nor told of), and whether the search index is partial."""
+            counted, nor told of), and whether the search index is partial. A full page has a next
+            one only when a task the key may see follows: read on past other namespaces' tasks, the
+            cursor would say that one of them matched (with ``limit=1``, letter by letter, what
+            another namespace's payloads hold)."""
             items: list[Task] = []
             examined = scanned = 0
             last = ""
@@ -977,14 +981,16 @@ def _install_tasks(api: Api) -> None:
                 found = _ordered(ctx, order, position, statuses, scene)
             for pos, t in found:
                 # a page whose tasks all match costs the page; only a skipping scan stops on time
-                if len(items) >= limit or examined >= MAX_SCAN or (examined > limit and time.monotonic() >= deadline):
+                if examined >= MAX_SCAN or (examined > limit and time.monotonic() >= deadline):
+                    more = True
+                    break
+                visible = t is not None and (namespaces is None or t.spec.namespace in namespaces)
+                if visible and len(items) >= limit:
                     more = True
                     break
                 examined += 1
                 last = pos
-                if t is None:
-                    continue
-                if namespaces is not None and t.spec.namespace not in namespaces:
+                if t is None or not visible:
                     continue
                 scanned += 1
                 if statuses is not None and t.status.value not in statuses:
@@ -1181,13 +1187,15 @@ def _install_executions(api: Api) -> None:
                     task_id=None, result=result, since_ms=since, until_ms=until, cursor=at, limit=max(n, 200)
                 )
                 for e in got.items:
-                    if len(out) >= n or examined >= MAX_SCAN or (examined > n and time.monotonic() >= deadline):
+                    if examined >= MAX_SCAN or (examined > n and time.monotonic() >= deadline):
                         return out, at
-                    examined += 1
-                    at = str(e.id)
                     if e.task_id not in seen:
                         t = ctx.get_task(e.task_id)
                         seen[e.task_id] = t is not None and t.spec.namespace in namespaces
+                    if seen[e.task_id] and len(out) >= n:  # a next page only for a row it may see
+                        return out, at
+                    examined += 1
+                    at = str(e.id)
                     if seen[e.task_id]:
                         out.append(e.to_json())
                 if got.next_cursor is None:

@@ -538,6 +538,18 @@ def test_an_idempotency_key_cannot_name_another_namespaces_stored_key(world: Wor
     assert again["id"] == outside  # the key itself still finds its own task in its own namespace
 
 
+def test_one_batch_may_use_one_idempotency_key_in_two_namespaces(world: World) -> None:
+    """A key is its namespace's: a batch giving it to an item of each of two namespaces makes both
+    tasks (it was refused as a key given twice); twice in one namespace it is still refused."""
+    mark = world.fresh("batch-key")
+    item = {"type": "delayed", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb", "idempotency_key": mark}
+    made = ok(world.n, "POST", f"{P}/tasks/batch", {"tasks": [{**item, "namespace": ns} for ns in ("inside", "outside")]})
+    tasks = [ok(world.n, "GET", f"{P}/tasks/{t['id']}") for t in made["items"]]
+    assert [(t["namespace"], t["idempotency_key"]) for t in tasks] == [("inside", mark), ("outside", mark)]
+    st, out, _ = req(world.n, "POST", f"{P}/tasks/batch", TOKEN, {"tasks": [{**item, "namespace": "inside"}] * 2})
+    assert st == 400 and "also the key of item 0" in json.dumps(out), out
+
+
 def _pages(world: World, path: str, key: str) -> tuple[list[Any], list[str]]:
     """Every item of a list, following its cursors, and the cursors it was given."""
     items: list[Any] = []
@@ -620,3 +632,46 @@ def test_a_namespace_named_by_keys_is_not_deleted_so_a_new_one_of_its_name_is_no
     assert ok(world.n, "GET", f"{P}/namespaces/{name}")["name"] == name  # still there
     ok(world.n, "DELETE", f"{P}/keys/{kid}")
     assert ok(world.n, "DELETE", f"{P}/namespaces/{name}") == {"deleted": name}
+
+
+def test_a_full_page_goes_on_only_to_an_object_the_key_may_see(world: World) -> None:
+    """A cursor after a full page says that more follows: only when something the key may see does.
+    Read on past another namespace's objects, a key of one namespace asked ``?q=GUESS&limit=1`` behind
+    a task of its own holding the guess and learnt from the cursor whether another namespace's
+    payloads held it, a letter at a time; the dead letters, executions and audit trail paged alike.
+    Two namespaces of their own, so that nothing of the key's lies outside the window read."""
+    since = int(time.time() * 1000) - 1
+    mark = world.fresh("probe")
+    mine_ns, other_ns = world.fresh("probe-in"), world.fresh("probe-out")
+    made: dict[str, str] = {}
+    for ns in (other_ns, mine_ns):  # the other namespace's first: it follows in every newest-first list
+        ok(world.n, "POST", f"{P}/namespaces", {"name": ns})
+    reader = ok(world.n, "POST", f"{P}/keys", {"name": mine_ns, "role": "reader", "namespaces": [mine_ns]})["secret"]
+    for ns in (other_ns, mine_ns):
+        made[ns] = world.task(ns, type="delayed", interval_ms=0, max_retries=0, reliability="at_most_once",
+                              payload={"m": mark})
+        wait_for(lambda ns=ns: ok(world.n, "GET", f"{P}/dead-letters?task_id={made[ns]}")["items"], 60,
+                 f"the {ns} task's dead letter")
+    window = f"since={since}&until={int(time.time() * 1000) + 1}"
+    lists = {
+        "tasks": f"{P}/tasks?q={mark}&order=-created",
+        "dead letters": f"{P}/dead-letters?{window}",
+        "executions": f"{P}/executions?{window}",
+        "audit": f"{P}/audit?{window}",
+    }
+
+    def other(x: dict[str, Any]) -> bool:
+        return x.get("namespace") == other_ns or x.get("task_id") == made[other_ns]
+
+    for what, path in lists.items():
+        everything, _ = _pages(world, f"{path}&limit=1000", TOKEN)
+        mine, _ = _pages(world, f"{path}&limit=1000", reader)
+        assert mine and not any(other(x) for x in mine), what
+        assert any(other(x) for x in everything[everything.index(mine[-1]) + 1:]), \
+            f"{what}: nothing of the other namespace follows the key's last object: the test shows nothing"
+        st, out, raw = req(world.n, "GET", f"{path}&limit={len(mine)}", reader)
+        assert st == 200 and out["items"] == mine, (what, raw[:300])
+        assert out["next_cursor"] is None, f"{what}: a full page went on to another namespace's object"
+    one_more = world.task(mine_ns, payload={"m": mark})  # one it may see: the page goes on
+    st, out, _ = req(world.n, "GET", f"{lists['tasks']}&limit=1", reader)
+    assert [t["id"] for t in out["items"]] == [one_more] and out["next_cursor"] is not None
