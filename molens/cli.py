@@ -128,11 +128,11 @@ def cmd_foreground(cfg: Config) -> int:
     caught: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):  # a stop asked for while molens.node loads (Node.run reads it)
         signal.signal(sig, lambda signum, _frame: caught.append(signum))
-    from molens.node import Node, NodeError  # imported late: the CLI's other commands stay light
+    from molens.node import Node  # imported late: the CLI's other commands stay light
 
     try:
         return Node(cfg).run(caught)
-    except NodeError as exc:
+    except MolensError as exc:  # the node cannot start (NodeError), a store it cannot read (StoreError)...
         raise CliError(f"{cfg.node.id}: {exc}") from exc
 
 
