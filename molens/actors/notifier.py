@@ -186,7 +186,7 @@ class Notifier(LeaderActor):
             # committed: they are out of the outbox; refused: read them again next time
             self.plan.acking.difference_update(message.keys)
         elif not isinstance(message, Wake):
-            return None
+            return self.unexpected(message)
         if self.ended:
             return None
         if not self.busy:

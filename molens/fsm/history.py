@@ -171,6 +171,10 @@ class History:
         self.latency_retention_ms = latency_retention_ms
         self._db = self._connect()
         self._db.executescript(_SCHEMA)
+        if "log_index" not in {r[1] for r in self._db.execute("PRAGMA table_info(executions)")}:
+            # the entry that wrote each row: a restore from an older snapshot drops the rows written
+            # after it, which the replay writes again (rows of an earlier release have none: kept)
+            self._db.execute("ALTER TABLE executions ADD COLUMN log_index INTEGER")
         row = self._db.execute("SELECT v FROM hmeta WHERE k = 'applied_index'").fetchone()
         self._applied = int(row[0]) if row else 0
         self._counts: dict[str, int] = {}
@@ -206,15 +210,15 @@ class History:
         counts = self._counts
         db.execute("BEGIN IMMEDIATE")
         try:
-            pending: list[Execution] = []
-            for _, w in fresh:
+            pending: list[tuple[int, Execution]] = []
+            for i, w in fresh:
                 if w.history_deletes:
                     self._insert(db, pending)  # rows before a deletion belong before it
                     pending = []
                     for tid in w.history_deletes:
                         db.execute("DELETE FROM executions WHERE task_id = ?", (tid,))
                         counts.pop(tid, None)
-                pending.extend(w.executions)
+                pending.extend((i, e) for e in w.executions)
             self._insert(db, pending)
             db.execute(
                 "INSERT INTO hmeta (k, v) VALUES ('applied_index', ?) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
@@ -227,13 +231,15 @@ class History:
             raise
         self._applied = fresh[-1][0]
 
-    def _insert(self, db: sqlite3.Connection, execs: list[Execution]) -> None:
-        if not execs:
+    def _insert(self, db: sqlite3.Connection, rows: list[tuple[int, Execution]]) -> None:
+        """``rows``: each execution with the index of the entry that wrote it."""
+        if not rows:
             return
+        execs = [e for _, e in rows]
         db.executemany(
             "INSERT INTO executions (task_id, fire_id, seq, attempt, kind, result, status_code, "
-            "latency_ms, worker, url, scene, fired_ms, finished_ms, response_head) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "latency_ms, worker, url, scene, fired_ms, finished_ms, response_head, log_index) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     e.task_id,
@@ -250,8 +256,9 @@ class History:
                     e.fired_ms,
                     e.finished_ms,
                     e.response_head,
+                    i,
                 )
-                for e in execs
+                for i, e in rows
             ],
         )
         self._trim(db, Counter(e.task_id for e in execs))
@@ -306,12 +313,15 @@ class History:
             self._oldest_bucket = horizon + LATENCY_BUCKET_MS * 10  # re-check every ten minutes
 
     def retain_tasks(self, exists: Callable[[str], bool], applied_index: int) -> None:
-        """After a snapshot restore: drop rows of tasks that no longer exist, adopt its index. The
-        restored store is asked about each task this history holds (``exists``), never listed
-        whole: a snapshot of millions of tasks costs no set of their ids in memory."""
+        """After a snapshot restore: drop the rows of entries after its index (the replay of the log
+        writes them again: a store rebuilt from a snapshot older than this history after a power
+        loss) and of tasks that no longer exist, adopt its index. The restored store is asked about
+        each task this history holds (``exists``), never listed whole: a snapshot of millions of
+        tasks costs no set of their ids in memory."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("DELETE FROM executions WHERE log_index > ?", (applied_index,))
             gone = [(t,) for (t,) in db.execute("SELECT DISTINCT task_id FROM executions") if not exists(t)]
             db.executemany("DELETE FROM executions WHERE task_id = ?", gone)
             db.execute(

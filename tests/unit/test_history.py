@@ -72,6 +72,22 @@ def test_entries_already_recorded_are_skipped(hist: History) -> None:
     assert [e.seq for e in hist.list_executions().items] == [3, 2, 1]
 
 
+def test_a_restore_from_an_older_snapshot_records_the_entries_after_it_once(tmp_path: Path) -> None:
+    """After a power loss the task store is rebuilt from a snapshot older than the history, which kept
+    its rows, and the log after the snapshot is applied again: each of its rows is recorded once (the
+    rows of entries 7 to 10 were there twice). The rows of the entries the snapshot holds stay."""
+    h = History(tmp_path / "h.sqlite", max_records_per_task=100)
+    for n in range(1, 11):
+        h.apply([(n, w([ex("a", n)]))])
+    h.retain_tasks(lambda t: True, 6)
+    assert h.applied_index() == 6
+    for n in range(7, 11):
+        h.apply([(n, w([ex("a", n)]))])
+    assert [e.seq for e in h.list_executions(task_id="a").items] == list(range(10, 0, -1))
+    assert h.count("a") == 10
+    h.close()
+
+
 def test_delete_task_history(hist: History) -> None:
     hist.apply([(1, w([ex("a", 1), ex("b", 1)])), (2, w(deletes=["a"]))])
     assert hist.count("a") == 0 and hist.count("b") == 1
