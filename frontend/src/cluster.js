@@ -106,6 +106,23 @@ export function setPathSource(fn) {
 
 let moving = false
 
+/**
+ * The origin of `url` if the tab may move there with its key: http or https only (a `javascript:`
+ * or `data:` URL's origin is "null"), and never from https to plain http (the key would reach a page
+ * an on-path attacker can change). Null: stay here.
+ */
+export function movableOrigin(url) {
+  let u
+  try {
+    u = new URL(url)
+  } catch {
+    return null
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') return null
+  if (window.location.protocol === 'https:' && u.protocol !== 'https:') return null
+  return u.origin
+}
+
 /** Move the whole tab to the console of the member at `base`, keeping path and query. */
 export function moveTo(base, why, toId) {
   if (moving) return
@@ -131,7 +148,7 @@ async function probe(url) {
 
 /** The member whose own /readyz says it leads, or null. */
 async function findLeader() {
-  const others = cluster.members.filter((m) => m.url && m.id !== cluster.selfId)
+  const others = cluster.members.filter((m) => m.url && movableOrigin(m.url) && m.id !== cluster.selfId)
   cluster.tried = others.map((m) => m.id)
   const answers = await Promise.all(others.map(async (m) => [m, await probe(m.url)]))
   const hit = answers.find(([, r]) => r && r.role === 'leader')
@@ -174,20 +191,15 @@ export async function checkLeader() {
     session.leaderUnreachable = false
     return
   }
-  if (li.leader_url) {
-    let origin = ''
-    try {
-      origin = new URL(li.leader_url).origin
-    } catch {
-      origin = ''
-    }
-    if (origin && origin !== window.location.origin) {
-      moveTo(origin, 'follower', li.leader_id)
-      return
-    }
+  const origin = li.leader_url ? movableOrigin(li.leader_url) : null
+  if (origin && origin !== window.location.origin) {
+    moveTo(origin, 'follower', li.leader_id)
+    return
   }
   session.noLeader = !li.leader_id && !li.leader_url
-  session.leaderUnreachable = !!li.leader_id && !li.leader_url
+  // a leader whose address this tab may not move to (not http(s), or plain http from https) is one
+  // it cannot reach
+  session.leaderUnreachable = !!li.leader_id && (!li.leader_url || !origin)
 }
 
 let timer = null
@@ -205,7 +217,7 @@ async function beat() {
     if (session.offline && !moving) {
       cluster.searching = true
       const leader = await findLeader()
-      if (leader) moveTo(leader.url, 'down', leader.id)
+      if (leader) moveTo(movableOrigin(leader.url), 'down', leader.id)
     }
   } finally {
     running = false

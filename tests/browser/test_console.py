@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from molens.model import Execution, ExecutionResult, FireKind
 from tests.browser.conftest import Browsing, Console, Served, serve_ui
+from tests.browser.tls_proxy import https_front
 
 pytestmark = pytest.mark.browser
 
@@ -266,3 +267,45 @@ def test_a_removed_nodes_role_is_named_in_both_languages(tmp_path: Path, page: P
         expect(page.get_by_test_id("role")).to_have_text("Removed")
         page.get_by_test_id("lang").select_option("zh")
         expect(page.get_by_test_id("role")).to_have_text("已移除")
+
+
+@pytest.mark.parametrize("leader_url", ["javascript:alert(document.domain)", "data:text/html,<b>x</b>", "ftp://127.0.0.1/"])
+def test_a_follower_does_not_move_the_tab_and_its_key_to_a_leader_address_that_is_not_http(
+    tmp_path: Path, page: Page, leader_url: str,
+) -> None:
+    """A leader_url that is no web address (a javascript: or data: URL's origin is "null") is not
+    followed: the tab stays, says where the leader is, and its key goes nowhere."""
+    with serve_ui(tmp_path / "f", role="follower", leader_url=leader_url, leader_id="n1", node_id="n2") as follower:
+        page.goto(follower.url + "/ui/tasks?scene=abc")
+        banner = page.get_by_test_id("leader-unreachable")
+        expect(banner).to_contain_text("The leader is n1 at " + leader_url)
+        for _ in range(2):  # two more heartbeats: still here
+            with page.expect_request(lambda r: r.url.endswith("/api/v1/cluster/leader")):
+                pass
+        assert page.url == follower.url + "/ui/tasks?scene=abc"
+        expect(banner).to_be_visible()
+
+
+def test_a_console_on_https_does_not_move_its_key_to_a_leader_on_plain_http(
+    served: Served, tmp_path: Path, browser: Browser,
+) -> None:
+    """Behind a TLS front, a follower's console is not moved to the leader's plain http address: the
+    key in the hand-off would reach a page an on-path attacker can change. It says where the leader
+    is instead; the leader's address on https is followed as before."""
+    with serve_ui(tmp_path / "f", role="follower", leader_url=served.url, leader_id="n1", node_id="n2") as follower, \
+            https_front(follower.url, tmp_path / "tls") as front:
+        context = browser.new_context(ignore_https_errors=True, locale="en-GB", timezone_id="UTC")
+        try:
+            page = context.new_page()
+            page.goto(front + "/ui/tasks?scene=abc")
+            expect(page.get_by_test_id("leader-unreachable")).to_contain_text(f"The leader is n1 at {served.url}")
+            for _ in range(2):  # two more heartbeats: still here
+                with page.expect_request(lambda r: r.url.endswith("/api/v1/cluster/leader")):
+                    pass
+            assert page.url == front + "/ui/tasks?scene=abc"
+            with https_front(served.url, tmp_path / "tls-leader") as leader_front:
+                follower.ctx.leader_url = leader_front
+                page.wait_for_url(leader_front + "/ui/tasks?scene=abc")
+                expect(page.get_by_test_id("role")).to_contain_text("Leader")
+        finally:
+            context.close()

@@ -5,6 +5,7 @@ export default {
     offline: 'The node does not answer. Retrying…',
     noLeader: 'No leader: waiting for an election. Writes are refused until a leader is elected; this page retries by itself.',
     leaderUnknownAddr: 'The leader is {id}, but its HTTP address is not known yet; retrying.',
+    leaderNotFollowed: 'The leader is {id} at {url}; this console does not move there with your key (not an https address while this page is https, or not a web address). Open it yourself, or serve every node over https.',
     members: 'Cluster members: {ids}',
     leaderIs: 'leader {id}',
     searching: '{id} does not answer. Looking for the leader among {others}…',

@@ -5,6 +5,7 @@ export default {
     offline: '节点无响应，正在重试…',
     noLeader: '没有 Leader：正在等待选举。选出 Leader 之前写操作会被拒绝；本页会自动重试。',
     leaderUnknownAddr: 'Leader 是 {id}，但还不知道它的 HTTP 地址；正在重试。',
+    leaderNotFollowed: 'Leader 是 {id}（{url}）；本控制台不会带着你的密钥跳转过去（本页是 https 而它不是 https 地址，或它不是网页地址）。请自行打开，或让每个节点都经 https 提供服务。',
     members: '集群成员：{ids}',
     leaderIs: '主节点 {id}',
     searching: '{id} 无响应。正在其余节点（{others}）中查找主节点…',
