@@ -6,7 +6,7 @@
 // user accepts the hand-off (consumeHandoff says why it asks), stores it.
 // Unsaved form drafts (draft.js) travel the same way.
 import { reactive } from 'vue'
-import { get, getToken, session, setToken, tokenRemembered } from './api.js'
+import { apiUrl, get, getToken, session, setToken, tokenRemembered } from './api.js'
 import { isAdmin } from './access.js'
 import { allDrafts, restoreDrafts } from './draft.js'
 
@@ -64,12 +64,43 @@ export function consumeHandoff() {
     const count = Object.keys(drafts).length
     if (tok || count) {
       cluster.handoff = { from: moved ? moved.from : '', src: typeof x.src === 'string' ? x.src : '', tok, rem: !!x.rem,
-        replaces: !!(tok && stored), drafts, count, moved }
+        replaces: !!(tok && stored), drafts, count, moved, key: null, urls: draftUrls(drafts) }
+      if (tok) describeKey(tok)
     } else cluster.moved = moved
   } catch {
     // a garbled fragment: ignore it, the login form asks for the token if one is needed
   }
   window.history.replaceState(window.history.state, '', window.location.pathname + window.location.search)
+}
+
+/** The callback URLs the hand-off's task-form drafts would fill in (the dialog shows them). */
+function draftUrls(drafts) {
+  const urls = new Set()
+  for (const raw of Object.values(drafts)) {
+    try {
+      const f = JSON.parse(raw).fields || {}
+      for (const k of ['callback_url', 'ack_url', 'notify_url']) if (typeof f[k] === 'string' && f[k]) urls.add(f[k])
+    } catch {
+      // not a draft this console wrote: draft.js ignores it too
+    }
+  }
+  return [...urls]
+}
+
+/**
+ * Who the hand-off's key is, as this node says (`/whoami` asked with that key alone, never stored):
+ * the dialog names it, so the user can tell their own key from one a link planted. `{invalid: true}`
+ * when this node refuses it.
+ */
+async function describeKey(tok) {
+  try {
+    const r = await fetch(apiUrl('/whoami'), { headers: { Accept: 'application/json', Authorization: `Bearer ${tok}` },
+      cache: 'no-store', credentials: 'omit' })
+    const key = r.ok ? await r.json() : r.status === 401 ? { invalid: true } : null
+    if (cluster.handoff && cluster.handoff.tok === tok) cluster.handoff.key = key
+  } catch {
+    // the node did not answer: the dialog says nothing of the key
+  }
 }
 
 let settle = null

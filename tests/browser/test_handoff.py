@@ -1,7 +1,8 @@
 """A hand-off (``#molens-handoff=...``: the key and the form drafts a node's console hands the tab over
 with when it moves to another node) can come from any link: it is applied only once the user accepts
-it in a dialog that names the node it says it comes from. Refused, nothing of it is kept: the key
-signed in here stays, the task form opens on its defaults."""
+it in a dialog that names the node it says it comes from, the key as this node knows it (its
+``/whoami``) and where the forms would send. Refused, nothing of it is kept: the key signed in here
+stays, the task form opens on its defaults."""
 
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def test_a_crafted_hand_off_waits_for_the_user_and_refused_changes_nothing(node:
     expect(dialog).to_contain_text("n7 (http://attacker.invalid)")
     expect(page.get_by_test_id("handoff-key")).to_contain_text("replaces the key this console is signed in with")
     expect(page.get_by_test_id("handoff-drafts")).to_contain_text("1 unsaved form")
+    # what it would plant, as this node knows it: whose key, and where the forms would send
+    expect(page.get_by_test_id("handoff-key-who")).to_have_text("This node knows it as mallory (writer; namespaces evil).")
+    expect(page.get_by_test_id("handoff-urls")).to_have_text(f"They send to {EVIL_URL}.")
     expect(page).to_have_url(s.url + "/ui/tasks/new")  # the fragment leaves the address bar at once
     assert _stored_token(page) == TOKEN  # nothing applied before the answer
     expect(page.get_by_test_id("task-form")).to_have_count(0)  # no page loads before the answer
@@ -86,7 +90,7 @@ def test_a_crafted_hand_off_waits_for_the_user_and_refused_changes_nothing(node:
 def test_a_hand_off_to_a_console_without_a_key_is_applied_once_accepted(node: tuple[Served, str], page: Page) -> None:
     s, secret = node
     page.goto(s.url + "/ui/tasks/new" + _crafted(secret))
-    expect(page.get_by_test_id("handoff-key")).to_have_text("It signs this console in with the key that console used.")
+    expect(page.get_by_test_id("handoff-key")).to_contain_text("It signs this console in with the key that console used.")
     expect(page.get_by_test_id("login-form")).to_have_count(0)  # the question comes first
     assert _stored_token(page) == ""
     page.get_by_test_id("confirm-ok").click()
@@ -104,5 +108,15 @@ def test_a_hand_off_with_nothing_to_apply_asks_nothing(node: tuple[Served, str],
                                                   **{"from": "n2"}))
     expect(page.get_by_test_id("moved")).to_contain_text("n2 stopped answering")
     expect(page.get_by_test_id("confirm-dialog")).to_have_count(0)
+    expect(page.get_by_test_id("exec-filters")).to_be_visible()
+    assert _stored_token(page) == TOKEN
+
+
+def test_a_hand_off_of_a_key_this_node_refuses_says_so(node: tuple[Served, str], page: Page) -> None:
+    s, _ = node
+    _sign_in(page, s)
+    page.goto(s.url + "/ui/executions" + _crafted("not-a-key-of-this-cluster"))  # another page: a new load
+    expect(page.get_by_test_id("handoff-key-who")).to_have_text("This node does not accept that key.")
+    page.get_by_role("button", name="Cancel").click()
     expect(page.get_by_test_id("exec-filters")).to_be_visible()
     assert _stored_token(page) == TOKEN
