@@ -161,6 +161,7 @@ def test_redrive_all_matching_confirms_the_filter_and_redelivers_each(
     expect(page.locator("tr[data-dl-id]")).to_have_count(3)
     page.get_by_test_id("redrive-all").click()
     expect(page.get_by_test_id("confirm-filter")).to_contain_text("From")
+    expect(page.get_by_test_id("confirm-filter").locator("dd").first).to_have_text("All namespaces")  # the scope, named
     page.get_by_test_id("confirm-ok").click()
     expect(page.get_by_test_id("toast")).to_contain_text("3 of 3 matching dead letters redriven.")
     expect(page.get_by_test_id("dl-empty")).to_be_visible()
