@@ -132,6 +132,8 @@ def cmd_foreground(cfg: Config) -> int:
 
     try:
         return Node(cfg).run(caught)
+    except ConfigError:  # found only now (a data_dir that cannot be made): a config error, exit 2
+        raise
     except MolensError as exc:  # the node cannot start (NodeError), a store it cannot read (StoreError)...
         raise CliError(f"{cfg.node.id}: {exc}") from exc
 
