@@ -733,10 +733,11 @@ def task_for_write(ctx: ApiContext, task_id: str, refuses: Callable[[Task], bool
     again after a read barrier: a deposed leader that has not noticed yet, or a new one that has not
     applied its predecessor's last writes, would refuse from an older state than one already
     acknowledged (a 412 after the version it names was answered). The barrier costs a quorum round
-    on refusals only; a write that goes ahead is checked again where it applies."""
+    on refusals only; a write that goes ahead is checked again where it applies. A task the key may
+    not see pays it too: its 404 is a missing task's, and must not come sooner."""
     if model.is_task_id(task_id):
         t = ctx.get_task(task_id)
-        if t is None or (refuses is not None and refuses(t)):
+        if t is None or not access.visible(t.namespace) or (refuses is not None and refuses(t)):
             ctx.read_barrier(ctx.settings.propose_timeout_s)
     return task_or_404(ctx, task_id)
 

@@ -130,10 +130,11 @@ def install_dead_letters(api: Api) -> None:
     def dead_or_404(dead_id: str, write: bool = False) -> DeadLetter:
         """The dead letter, if it exists and the request's key may see its namespace; else the same 404.
         A write's 404 is decided again after a read barrier (a deposed leader, or a new one that has not
-        applied its predecessor's last writes, would refuse from an older state)."""
+        applied its predecessor's last writes, would refuse from an older state); one the key may not see
+        pays it too, so that its 404 is a missing one's, no sooner."""
         missing = NotFoundError(f"dead letter {dead_id[:80]} not found", "id")
         dl = reader().get_dead(_check_id(dead_id))
-        if dl is None and write:
+        if write and (dl is None or not access.visible(dl.namespace)):
             ctx.read_barrier(ctx.settings.propose_timeout_s)
             dl = reader().get_dead(dead_id)
         if dl is None:

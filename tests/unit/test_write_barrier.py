@@ -17,6 +17,7 @@ import pytest
 from molens.fsm.commands import Dispatched, DispatchItem, ResultItem, Results
 from molens.model import Outcome
 from molens.schema import DeadLetter, FireKind
+from molens.web.api_context import ApiSettings
 from molens.web.app import make_app
 from molens.web.local_context import LocalContext
 
@@ -40,8 +41,8 @@ class Behind(LocalContext):
     behind = False
     barriers = 0
 
-    def __init__(self, data_dir: str) -> None:
-        super().__init__(data_dir)
+    def __init__(self, data_dir: str, settings: ApiSettings | None = None) -> None:
+        super().__init__(data_dir, settings)
         self.dead_letters = _Lagging(self)
 
     def read_barrier(self, timeout_s: float) -> None:
@@ -68,22 +69,24 @@ def app() -> Iterator[tuple[bottle.Bottle, Behind]]:
             ctx.close()
 
 
-def _call(app: bottle.Bottle, method: str, path: str, body: Any = None, query: str = "") -> tuple[int, Any]:
+def _call(app: bottle.Bottle, method: str, path: str, body: Any = None, query: str = "",
+          token: str | None = None) -> tuple[int, Any]:
     raw = b"" if body is None else json.dumps(body).encode()
     env = {
         "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": str(len(raw)), "wsgi.input": io.BytesIO(raw), "SERVER_NAME": "127.0.0.1",
-        "SERVER_PORT": "80", "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr,
+        "SERVER_PORT": "80", "wsgi.url_scheme": "http", "wsgi.errors": sys.stderr, "REMOTE_ADDR": "127.0.0.1",
+        **({"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}),
     }
     status: list[str] = []
     out = b"".join(app(env, lambda s, h, e=None: status.append(s)))
     return int(status[0].split()[0]), json.loads(out) if out else None
 
 
-def _dead_letter(app: bottle.Bottle, ctx: Behind) -> str:
+def _dead_letter(app: bottle.Bottle, ctx: Behind, token: str | None = None) -> str:
     """A real dead letter: a task fired once and answered 404 (not retried)."""
     st, t = _call(app, "POST", "/api/v1/tasks",
-                  {"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x"})
+                  {"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x"}, token=token)
     assert st == 201, t
     due = t["next_run_at"]
     fire_id = ctx.store.get_task(t["id"]).fire_id  # type: ignore[union-attr]
@@ -162,3 +165,33 @@ def test_a_batch_on_a_replica_behind_finds_its_namespace_after_a_barrier(app: tu
     st, out = _call(a, "POST", "/api/v1/tasks/batch", _batch(["pay", "default"]))
     assert st == 201, out
     assert ctx.barriers == 1 and [t["namespace"] for t in out["items"]] == ["pay", "default"]
+
+
+def test_another_namespaces_object_costs_a_write_the_barrier_a_missing_one_costs() -> None:
+    """A write to another namespace's task or dead letter answers the 404 of a missing one, and after
+    the same read barrier: answered without it, the quicker 404 told that the id exists elsewhere."""
+    token = "write-barrier-bootstrap-token"
+    with tempfile.TemporaryDirectory() as d:
+        ctx = Behind(d, ApiSettings(auth_token=token))
+        try:
+            a = make_app(ctx)
+            for ns in ("a", "b"):
+                assert _call(a, "POST", "/api/v1/namespaces", {"name": ns}, token=token)[0] == 201
+            st, key = _call(a, "POST", "/api/v1/keys", {"name": "ka", "role": "writer", "namespaces": ["a"]}, token=token)
+            assert st == 201, key
+            st, other = _call(a, "POST", "/api/v1/tasks", {"type": "periodic", "interval_ms": 60_000, "namespace": "b",
+                                                            "callback_url": "http://127.0.0.1:9/x"}, token=token)
+            assert st == 201, other
+            missing = other["id"][:-1] + ("0" if other["id"][-1] != "0" else "1")
+            dead_id = _dead_letter(a, ctx, token)  # in the default namespace, which the key may not see
+            for method, path in (("DELETE", f"/api/v1/tasks/{other['id']}"), ("POST", f"/api/v1/tasks/{other['id']}/pause"),
+                                 ("DELETE", f"/api/v1/tasks/{missing}"), ("POST", f"/api/v1/dead-letters/{dead_id}/redrive"),
+                                 ("DELETE", f"/api/v1/dead-letters/{dead_id}"),
+                                 ("DELETE", f"/api/v1/dead-letters/{dead_id[:-1]}9")):
+                before = ctx.barriers
+                st, out = _call(a, method, path, token=key["secret"])
+                assert st == 404, (path, out)
+                assert ctx.barriers == before + 1, path
+            assert ctx.get_task(other["id"]) is not None and ctx.store.get_dead(dead_id) is not None
+        finally:
+            ctx.close()
