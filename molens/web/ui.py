@@ -32,7 +32,7 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 UI_PREFIX = "/ui"
 IMMUTABLE = "public, max-age=31536000, immutable"
 CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; font-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; "
     "frame-ancestors 'none'"
 )

@@ -33,6 +33,9 @@ def test_built_console_files_fallback_and_cache_headers(tmp_path: Path) -> None:
         assert r.headers["Cache-Control"] == "no-cache"
         assert "default-src 'self'" in r.headers["Content-Security-Policy"]
         assert "form-action 'self'" in r.headers["Content-Security-Policy"]  # no form posts elsewhere
+        # no inline styles either: every browser test fails on a console error, which a CSP violation is
+        assert "style-src 'self';" in r.headers["Content-Security-Policy"]
+        assert "unsafe-inline" not in r.headers["Content-Security-Policy"]
         r = _get(s.url + "/ui/assets/app-abc123.js")
         assert r.status == 200 and r.headers["Cache-Control"] == IMMUTABLE
         assert r.headers["Content-Type"].startswith("text/javascript")
