@@ -95,6 +95,7 @@ __all__ = [
     "LAST_FIRE_VERSION",
     "RESUME_VERSION",
     "RESUME_TRIGGER_VERSION",
+    "TENANCY_VERSION",
     "decode_fire_batch",
     "encode_fire_results",
     "decode_fire_results",
@@ -201,7 +202,7 @@ _FIRE_BATCH = "fire_batch"
 _FIRE_RESULTS = "fire_results"
 
 
-FIRE_BATCH_VERSION = 8
+FIRE_BATCH_VERSION = 9
 """What this release's node advertises in its heartbeats: it reads fire batch items of 11 fields, or 12
 with the task's ``traceparent`` (since 2), its state machine applies a result marked ``not_sent``
 as a fire planned again (since 3: docs/architecture.md#not-sent), a ``Dispatched`` entry's
@@ -210,7 +211,8 @@ as a fire planned again (since 3: docs/architecture.md#not-sent), a ``Dispatched
 a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrade), a
 ``ResumeTasks`` entry's ``drops_paused`` (since 7: docs/deploy.md#rolling-upgrade), and a
 ``TriggerTask``'s ``refuses_planned``, a ``Results`` entry's ``ack_from`` and a ``ResumeTasks`` entry's
-``records_dropped``, and a 13-field item, the task's namespace (since 8: the same)."""
+``records_dropped``, and a 13-field item, the task's namespace (since 8: the same), and a
+``PutApiKey``'s ``checks_namespaces`` and a ``DeleteNamespace``'s ``checks_keys`` (since 9: the same)."""
 FIRE_BATCH_V2 = 2
 """The first version whose workers read a 12-field item (a ``traceparent``)."""
 NAMESPACE_ITEM_VERSION = 8
@@ -243,6 +245,11 @@ wait began, so a resume never probes before ``ack_delay_ms`` after it) and a ``R
 entry's ``records_dropped`` (a periodic task resumed from now between occurrences writes the
 instants it drops as one ``skipped`` row); a replica of an earlier one would apply the trigger,
 resume the probe at once or write no row, and the replicas would differ."""
+TENANCY_VERSION = 9
+"""The first version whose replicas apply a ``PutApiKey``'s ``checks_namespaces`` (a key naming a
+namespace that no longer exists is refused) and a ``DeleteNamespace``'s ``checks_keys`` (a namespace
+an API key names is not deleted); a replica of an earlier one would apply both, and the replicas
+would differ."""
 FIRE_BATCH_V1 = 1
 """The items of the release before traces (exactly 11 fields; it refuses a whole batch with one
 12-field item): what a worker that advertises no version is sent (``docs/deploy.md#rolling-upgrade``)."""

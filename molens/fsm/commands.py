@@ -267,12 +267,22 @@ class DeleteNamespace(_Command, frozen=True, tag=41):
     """Forget namespace ``name``; refused while it holds tasks, and for ``default``."""
 
     name: str
+    checks_keys: bool = False
+    """Refused too while an API key names it (a namespace made again under the same name would be
+    that key's again): decided here, in the log's order, so a key created while the delete was on
+    its way cannot be left naming a deleted namespace. Set once every member has advertised
+    ``TENANCY_VERSION``; an entry of the release before decodes with it false and is applied as that
+    release did (the API checked the keys it had applied before proposing)."""
 
 
 class PutApiKey(_Command, frozen=True, tag=42):
     """Add an API key (its secret's keyed hash only: the secret never enters the log)."""
 
     key: ApiKey
+    checks_namespaces: bool = False
+    """Refused unless every namespace the key names exists when the entry applies (a namespace
+    deleted while the create was on its way would otherwise be named by the key, and be its again
+    if made anew). Set once every member has advertised ``TENANCY_VERSION``, as ``checks_keys`` is."""
 
 
 class DeleteApiKey(_Command, frozen=True, tag=43):

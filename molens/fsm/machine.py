@@ -213,6 +213,7 @@ class View(Protocol):
     def get_flow(self, key: str) -> FlowSettings | None: ...
     def get_dead(self, dead_id: str) -> DeadLetter | None: ...
     def get_meta(self, key: str) -> bytes | None: ...
+    def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]: ...
 
 
 class ScanView(View, Protocol):
@@ -381,6 +382,17 @@ class _Tx:
         if key not in read:
             read[key] = self.view.get_meta(key)
         return read[key]
+
+    def keys(self) -> list[tenancy.ApiKey]:
+        """Every API key, this entry's writes included."""
+        found = dict(self.view.scan_meta(tenancy.KEY_PREFIX))
+        for k, v in self.w.meta.items():
+            if k.startswith(tenancy.KEY_PREFIX):
+                if v is None:
+                    found.pop(k, None)
+                else:
+                    found[k] = v
+        return [tenancy.decode_key(v) for v in found.values()]
 
     def finish(self, results: list[ItemResult]) -> Applied:
         eff: list[Effect] = []
@@ -644,10 +656,9 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case PutNamespace():
             results = [_put_namespace(tx, cmd, now)]
         case DeleteNamespace():
-            results = [_delete_namespace(tx, cmd.name)]
+            results = [_delete_namespace(tx, cmd)]
         case PutApiKey():
-            tx.w.meta[tenancy.KEY_PREFIX + cmd.key.id] = tenancy.encode(cmd.key)
-            results = [cmd.key]
+            results = [_put_key(tx, cmd)]
         case DeleteApiKey():
             found = tx.meta(tenancy.KEY_PREFIX + cmd.key_id) is not None
             tx.w.meta[tenancy.KEY_PREFIX + cmd.key_id] = None
@@ -709,7 +720,8 @@ def _put_namespace(tx: _Tx, cmd: PutNamespace, now: int) -> ItemResult:
     return new
 
 
-def _delete_namespace(tx: _Tx, name: str) -> ItemResult:
+def _delete_namespace(tx: _Tx, cmd: DeleteNamespace) -> ItemResult:
+    name = cmd.name
     if name == DEFAULT_NAMESPACE:
         return IllegalTransitionError("the default namespace always exists", "name")
     if tx.meta(tenancy.NS_PREFIX + name) is None:
@@ -718,11 +730,22 @@ def _delete_namespace(tx: _Tx, name: str) -> ItemResult:
     if held:
         return IllegalTransitionError(f"namespace {name} holds {held} tasks; delete them first", "name",
                                       code="conflict")
+    if cmd.checks_keys and (named := tenancy.named_by_keys(name, tx.keys())) is not None:
+        return named
     tx.w.meta[tenancy.NS_PREFIX + name] = None
     tx.w.meta[tenancy.COUNT_PREFIX + name] = None
     tx.w.meta[tenancy.LIVE_PREFIX + name] = None
     tx.effects.append(FlowSet(tenancy.NAMESPACE_FLOW_PREFIX + name, None))
     return None
+
+
+def _put_key(tx: _Tx, cmd: PutApiKey) -> ItemResult:
+    if cmd.checks_namespaces:
+        for n in cmd.key.namespaces:
+            if n not in (tenancy.ALL_NAMESPACES, DEFAULT_NAMESPACE) and tx.meta(tenancy.NS_PREFIX + n) is None:
+                return NotFoundError(f"namespace {n} not found", "namespaces")
+    tx.w.meta[tenancy.KEY_PREFIX + cmd.key.id] = tenancy.encode(cmd.key)
+    return cmd.key
 
 
 def _count_task(deltas: dict[str, list[int]], ns: str, old: Task | None, new: Task | None) -> None:

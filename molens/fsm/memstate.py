@@ -61,6 +61,9 @@ class MemoryState:
     def get_meta(self, key: str) -> bytes | None:
         return self.meta.get(key)
 
+    def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
+        return sorted((k, v) for k, v in self.meta.items() if k.startswith(prefix))
+
     def get_dead(self, dead_id: str) -> DeadLetter | None:
         return self.dead.get(dead_id)
 

@@ -338,6 +338,22 @@ class _TxnView:
         raw = self._txn.get(key.encode(), db=self._flows)
         return None if raw is None else _FLOW_DECODER.decode(raw)
 
+    def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
+        return _scan_meta(self._txn, self._meta, prefix)
+
+
+def _scan_meta(txn: lmdb.Transaction, db: Any, prefix: str) -> list[tuple[str, bytes]]:
+    """Every meta record whose key starts with ``prefix``, by key."""
+    start = b"m:" + prefix.encode()
+    out = []
+    cur = txn.cursor(db=db)
+    if cur.set_range(start):
+        for k, v in cur:
+            if not bytes(k).startswith(start):
+                break
+            out.append((bytes(k)[2:].decode(), bytes(v)))
+    return out
+
 
 class TaskStore(StateFile):
     """The task FSM on lmdb under ``data_dir/fsm/`` plus the node's history database."""
@@ -791,16 +807,8 @@ class TaskStore(StateFile):
 
     def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
         """Every meta record whose key starts with ``prefix``, by key."""
-        start = b"m:" + prefix.encode()
-        out = []
         with self._env.begin() as txn:
-            cur = txn.cursor(db=self._meta)
-            if cur.set_range(start):
-                for k, v in cur:
-                    if not bytes(k).startswith(start):
-                        break
-                    out.append((bytes(k)[2:].decode(), bytes(v)))
-        return out
+            return _scan_meta(txn, self._meta, prefix)
 
     def stats(self) -> dict[str, Any]:
         """Counters for the admin ``stats`` command."""

@@ -15,9 +15,11 @@ Raft log, a snapshot or a follower (:mod:`molens.web.keys`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 import msgspec
 
+from molens.errors import IllegalTransitionError
 from molens.schema import DEFAULT_NAMESPACE
 
 NS_PREFIX = "ns:"
@@ -105,6 +107,17 @@ def decode_key(raw: bytes) -> ApiKey:
     return _KEY.decode(raw)
 
 
+def named_by_keys(name: str, keys: Iterable[ApiKey]) -> IllegalTransitionError | None:
+    """Why namespace ``name`` may not be deleted: API keys name it (a namespace made again under the
+    same name would be theirs again); None when none does."""
+    naming = sorted(k.id for k in keys if name in k.namespaces)
+    if not naming:
+        return None
+    shown = ", ".join(naming[:10]) + (f" and {len(naming) - 10} more" if len(naming) > 10 else "")
+    return IllegalTransitionError(f"namespace {name} is named by API keys {shown}; delete them first", "name",
+                                  code="conflict")
+
+
 def encode_count(n: int) -> bytes:
     return str(n).encode()
 
@@ -128,6 +141,7 @@ __all__ = [
     "decode_count",
     "decode_key",
     "decode_namespace",
+    "named_by_keys",
     "encode",
     "encode_count",
 ]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
+from molens.delivery import TENANCY_VERSION
 from molens.errors import IllegalTransitionError, MolensError, NotFoundError, ValidationError
 from molens.fsm import tenancy
 from molens.fsm.commands import DeleteApiKey, DeleteNamespace, PutApiKey, PutNamespace
@@ -142,13 +143,10 @@ def install_tenancy(api: Api) -> None:
     @api.route("DELETE", f"{PREFIX}/namespaces/<name>", write=True)
     def delete_namespace(name: str) -> tuple[int, Any]:
         ns = namespace_or_404(name)
-        naming = sorted(k.id for k in (tenancy.decode_key(v) for _, v in ctx.scan_meta(tenancy.KEY_PREFIX))
-                        if ns.name in k.namespaces)
-        if naming:  # a namespace made again under the same name would be theirs again
-            shown = ", ".join(naming[:10]) + (f" and {len(naming) - 10} more" if len(naming) > 10 else "")
-            raise IllegalTransitionError(f"namespace {ns.name} is named by API keys {shown}; delete them first",
-                                         "name", code="conflict")
-        _result(api.propose_one(DeleteNamespace(ctx.now_ms(), ns.name))[0])
+        named = tenancy.named_by_keys(ns.name, (tenancy.decode_key(v) for _, v in ctx.scan_meta(tenancy.KEY_PREFIX)))
+        if named is not None:  # the answer at once; the state machine decides again in the log's order
+            raise named
+        _result(api.propose_one(DeleteNamespace(ctx.now_ms(), ns.name, ctx.replicas_read(TENANCY_VERSION)))[0])
         return 200, {"deleted": ns.name}
 
     @api.route("GET", f"{PREFIX}/whoami")
@@ -181,7 +179,7 @@ def install_tenancy(api: Api) -> None:
         now = ctx.now_ms()
         rec = ApiKey(id=kid, name=b.name, role=b.role, namespaces=tuple(names), salt=salt,
                      digest=keys.digest(salt, secret), created_ms=now)
-        res = _result(api.propose_one(PutApiKey(now, rec))[0])
+        res = _result(api.propose_one(PutApiKey(now, rec, ctx.replicas_read(TENANCY_VERSION)))[0])
         return 201, {**key_json(res), "secret": secret}
 
     @api.route("GET", f"{PREFIX}/keys/<key_id>")

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import hmac
 import tempfile
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,22 +27,29 @@ from molens.delivery import (
     NOT_SENT_VERSION,
     RESUME_TRIGGER_VERSION,
     RESUME_VERSION,
+    TENANCY_VERSION,
     FireRequest,
     decode_fire_batch,
     encode_fire_batch,
 )
 from molens.fsm.commands import (
+    Audited,
+    Command,
     CreateItem,
     CreateTasks,
+    DeleteNamespace,
     Dispatched,
     DispatchItem,
     PauseTasks,
+    PutApiKey,
     ResultItem,
     Results,
 )
+from molens.fsm.tenancy import ApiKey, KeyRole
 from molens.model import FireKind, Outcome, new_task_id, validate_create
 from molens.scheduler import Scheduler
 from molens.signing import namespace_secret
+from molens.web.api_context import ApiSettings
 from molens.web.app import make_app
 from molens.web.local_context import LocalContext
 from tests.unit.test_not_sent import monitor_proposals
@@ -204,6 +212,73 @@ def test_the_api_resumes_with_records_dropped_once_every_replica_reads_it(all_re
             assert len(skipped) == (1 if all_read_it else 0), rows
             if all_read_it:
                 assert "came due while the task was paused" in skipped[0]["execution_result"], skipped
+        finally:
+            ctx.close()
+
+
+class _Racing(LocalContext):
+    """A replica where another admin's entry lands between this request's checks and its own entry;
+    ``all_read``: every member has advertised ``TENANCY_VERSION``."""
+
+    def __init__(self, data_dir: str, token: str, all_read: bool) -> None:
+        super().__init__(data_dir, ApiSettings(auth_token=token))
+        self.all_read = all_read
+        self.racing: Command | None = None
+        self.proposed: list[Command] = []
+
+    def replicas_read(self, version: int) -> bool:
+        return self.all_read or version < TENANCY_VERSION
+
+    def propose(self, commands: Sequence[Command], timeout_s: float) -> list[list[Any]]:
+        if self.racing is not None:
+            first, self.racing = self.racing, None
+            [[applied]] = super().propose([first], timeout_s)
+            assert not isinstance(applied, Exception), applied
+        self.proposed.extend(c.command if isinstance(c, Audited) else c for c in commands)
+        return super().propose(commands, timeout_s)
+
+
+@pytest.mark.parametrize("all_read_it", [True, False])
+def test_a_key_create_and_a_namespace_delete_racing_leave_no_key_naming_a_deleted_namespace_once_every_replica_checks(
+    all_read_it: bool,
+) -> None:
+    """``POST /keys`` and ``DELETE /namespaces/{name}`` check each other's records before proposing,
+    and propose ``checks_namespaces`` / ``checks_keys`` as the replicas read them: then the state
+    machine decides again in the log's order, and the request whose entry lands second is refused
+    (404 / 409) though its own check passed. With a member of the release before, both apply, as
+    that release applied them: a key is left naming a deleted namespace."""
+    token = "racing-bootstrap-token"
+    with tempfile.TemporaryDirectory() as d:
+        ctx = _Racing(d, token, all_read_it)
+        try:
+            app = make_app(ctx)
+            for ns in ("pay", "ops"):
+                assert _call(app, "POST", "/api/v1/namespaces", {"name": ns}, token=token)[0] == 201
+            ctx.racing = DeleteNamespace(ctx.now_ms(), "pay", True)  # its API check ran before the key's entry
+            st, out = _call(app, "POST", "/api/v1/keys", {"name": "k", "role": "writer", "namespaces": ["pay"]},
+                            token=token)
+            assert isinstance(ctx.proposed[-1], PutApiKey) and ctx.proposed[-1].checks_namespaces is all_read_it
+            assert _call(app, "GET", "/api/v1/namespaces/pay", token=token)[0] == 404  # the delete applied
+            keys_left = [k["name"] for k in _call(app, "GET", "/api/v1/keys", token=token)[1]["items"]]
+            if all_read_it:
+                assert st == 404 and out["error"] == {"code": "not_found", "message": "namespace pay not found",
+                                                      "field": "namespaces"}, out
+                assert keys_left == []
+            else:
+                assert st == 201 and out["namespaces"] == ["pay"], out
+                assert keys_left == ["k"]
+            other = ApiKey(id="00000000000000aa", name="other", role=KeyRole.READER, namespaces=("ops",),
+                           salt=b"s" * 16, digest=b"d" * 32, created_ms=ctx.now_ms())
+            ctx.racing = PutApiKey(ctx.now_ms(), other, True)  # created while the delete was on its way
+            st, out = _call(app, "DELETE", "/api/v1/namespaces/ops", token=token)
+            assert isinstance(ctx.proposed[-1], DeleteNamespace) and ctx.proposed[-1].checks_keys is all_read_it
+            if all_read_it:
+                assert st == 409 and out["error"]["code"] == "conflict", out
+                assert out["error"]["message"] == "namespace ops is named by API keys 00000000000000aa; delete them first"
+                assert _call(app, "GET", "/api/v1/namespaces/ops", token=token)[0] == 200
+            else:
+                assert st == 200 and out == {"deleted": "ops"}, out
+                assert _call(app, "GET", "/api/v1/namespaces/ops", token=token)[0] == 404
         finally:
             ctx.close()
 

@@ -14,6 +14,7 @@ from molens import model
 from molens.errors import IllegalTransitionError, NotFoundError, QuotaExceeded, ValidationError
 from molens.fsm import machine, tenancy
 from molens.fsm.commands import (
+    Command,
     CreateItem,
     CreateTasks,
     DeleteApiKey,
@@ -28,6 +29,7 @@ from molens.fsm.commands import (
 )
 from molens.fsm.machine import Created
 from molens.fsm.memstate import MemoryState
+from molens.fsm.store import EntryResult, TaskStore
 from molens.fsm.tenancy import ApiKey, KeyRole, Namespace, Quotas
 from molens.schema import DeadLetter, Task, TaskSpec
 from molens.web import keys
@@ -146,6 +148,76 @@ def test_a_namespace_holding_tasks_cannot_be_deleted_and_default_always_exists()
     assert isinstance(s.apply(DeleteNamespace(T0, "gone")).results[0], NotFoundError)
 
 
+def _key(kid: str, *namespaces: str) -> ApiKey:
+    return ApiKey(id=kid, name=kid, role=KeyRole.WRITER, namespaces=namespaces, salt=b"s" * 16, digest=b"d" * 32,
+                  created_ms=T0)
+
+
+@pytest.mark.parametrize("checks", [True, False])
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_a_key_and_the_delete_of_its_namespace_cannot_both_apply_once_every_replica_checks(
+    checks: bool, on_disk: bool, tmp_path: Path,
+) -> None:
+    """Two admins: one creates a key naming ``pay`` while the other deletes ``pay``; each request's
+    check passed before the other's entry applied. With ``checks_namespaces`` / ``checks_keys`` the
+    entry that applies second is refused, whichever it is, so no key is left naming a deleted
+    namespace (which a namespace made again under the same name would hand back to it); without
+    them (the release before), both apply, as that release applied them. The lmdb store and the
+    in-memory state (the simulator's) apply alike."""
+    s: MemoryState | TaskStore = TaskStore(tmp_path / "fsm", durable=False) if on_disk else MemoryState()
+    index = itertools.count(1)
+
+    def apply_all(*cmds: Command) -> list[object]:
+        """One batch of entries: the store applies them in one write transaction, each seeing those before."""
+        if isinstance(s, TaskStore):
+            out = s.apply_batch([(next(index), encode(c)) for c in cmds])
+            assert all(isinstance(r, EntryResult) for r in out), out
+            return [r.results[0] for r in out]
+        return [s.apply(c).results[0] for c in cmds]
+
+    def apply(cmd: Command) -> object:
+        return apply_all(cmd)[0]
+
+    try:
+        for ns in ("pay", "ops"):
+            assert isinstance(apply(PutNamespace(T0, Namespace(name=ns), True)), Namespace)
+        # the delete lands first: the key's entry finds its namespace gone
+        assert apply(DeleteNamespace(T0, "pay", checks)) is None
+        late = apply(PutApiKey(T0, _key("k1", "ops", "pay", "default"), checks))
+        if checks:
+            assert isinstance(late, NotFoundError) and late.field == "namespaces", late
+            assert late.message == "namespace pay not found"
+            assert s.get_meta(tenancy.KEY_PREFIX + "k1") is None
+        else:
+            assert isinstance(late, ApiKey)
+        # the key lands first: the delete's entry finds a key naming its namespace
+        k2, k3, refused = apply_all(PutApiKey(T0, _key("k2", "ops"), checks),
+                                    PutApiKey(T0, _key("k3", "*"), checks),  # every namespace: names none
+                                    DeleteNamespace(T0, "ops", checks))
+        assert isinstance(k2, ApiKey) and isinstance(k3, ApiKey)
+        if checks:
+            assert isinstance(refused, IllegalTransitionError) and refused.code == "conflict", refused
+            assert refused.message == "namespace ops is named by API keys k2; delete them first"
+            assert s.get_meta(tenancy.NS_PREFIX + "ops") is not None
+            assert apply(DeleteApiKey(T0, "k2")) is None
+            assert apply(DeleteNamespace(T0, "ops", checks)) is None  # revoked: the delete goes through
+        else:
+            assert refused is None
+        assert s.get_meta(tenancy.NS_PREFIX + "ops") is None
+    finally:
+        if isinstance(s, TaskStore):
+            s.close()
+
+
+def test_the_key_and_namespace_checks_are_trailing_fields_an_entry_of_the_release_before_lacks() -> None:
+    key = _key("k1", "pay")
+    for cmd, before in ((PutApiKey(T0, key, True), PutApiKey(T0, key)), (DeleteNamespace(T0, "pay", True),
+                                                                            DeleteNamespace(T0, "pay"))):
+        raw = msgspec.msgpack.decode(encode(cmd))
+        assert raw[-1] is True
+        assert decode(msgspec.msgpack.encode(raw[:-1])) == before  # as the release before wrote it
+
+
 def test_quotas_are_replaced_and_the_creation_time_kept() -> None:
     s = MemoryState()
     s.apply(PutNamespace(T0, Namespace(name="pay"), True))
@@ -256,7 +328,6 @@ def test_a_retried_create_finds_its_task_before_the_quota_it_filled_once_every_r
 def test_an_idempotency_key_too_long_for_an_lmdb_key_is_kept_under_its_digest(tmp_path: Path) -> None:
     """128 characters of four UTF-8 bytes (512 bytes), or a namespace's prefix on a shorter one: past
     lmdb's 511-byte key, so the entry failed to apply on every replica."""
-    from molens.fsm.store import EntryResult, TaskStore
 
     store, mem = TaskStore(tmp_path / "fsm"), MemoryState()
     ns = "n" * 63
