@@ -833,6 +833,7 @@ class RaftPeer(SnapshotWork):
         out["log_syncs"] = self.log.syncs
         out["log_cache_hits"] = self.log.cache_hits
         out["snapshot_held"] = self.log.snapshot_held
+        out["conflicting_appends"] = self.core.conflicting_appends
         out["transport"] = self.transport.stats()
         fsm_stats = getattr(self.fsm, "stats", None)
         if callable(fsm_stats):

@@ -563,6 +563,9 @@ class RaftCore:
         self._prs: dict[str, Progress] = {}
         self._votes: dict[str, bool] = {}
         self._transferee: str | None = None
+        self.conflicting_appends = 0
+        """Appends dropped because an entry of theirs contradicted this node's committed log: a sender
+        that is not a correct member of the cluster (the simulator counts any as a violation)."""
         self.no_campaign = ""
         """Why this node must not campaign now (the shell sets it, e.g. its clock is off from the
         majority's: docs/architecture.md#clock-skew); "" when it may. Votes are not affected."""
@@ -922,8 +925,11 @@ class RaftCore:
             if ents:
                 ci = lg.find_conflict(ents)
                 if ci:
-                    if ci <= lg.committed:
-                        raise RaftError(f"entry {ci} conflicts with committed {lg.committed}")
+                    if ci <= lg.committed:  # no leader of a correct cluster sends it: never rewrite what is committed
+                        self.conflicting_appends += 1
+                        log.error("raft append dropped node=%s from=%s term=%d: entry %d conflicts with committed %d",
+                                  self.id, m.frm, m.term, ci, lg.committed)
+                        return
                     self._append(ents[ci - m.prev_index - 1 :])
             lg.commit_to(min(m.commit, last_new))
             self._send(AppendResponse(frm=self.id, to=m.frm, term=self.term, index=last_new))

@@ -237,8 +237,26 @@ def _dec_entries(raw: Any) -> tuple[Entry, ...]:
     for i, t, k, d in raw:
         if type(i) is not int or type(t) is not int or type(d) is not bytes:
             raise CodecError("an entry is [index, term, kind, data] of int, int, int, bytes")
+        if i < 1 or t < 0:
+            raise CodecError(f"an entry's index is positive and its term not negative, got {i}, {t}")
         out.append(make_entry(i, t, kinds[k], d))
     return tuple(out)
+
+
+def _check_append(m: AppendEntries) -> None:
+    """What a leader's append always is: entries that follow ``prev_index`` one by one, their terms
+    never going down from ``prev_term`` nor past the message's. Anything else is refused here, so the
+    core never meets an append it cannot place (a gap, an overlap out of order)."""
+    prev_index, prev_term = m.prev_index, m.prev_term
+    if prev_term > m.term:
+        raise CodecError(f"AppendEntries: prev_term {prev_term} is past the message's term {m.term}")
+    for e in m.entries:
+        if e.index != prev_index + 1 or not prev_term <= e.term <= m.term:
+            raise CodecError(
+                f"AppendEntries: entry {e.index} (term {e.term}) does not follow {prev_index} (term {prev_term})"
+                f" in term {m.term}"
+            )
+        prev_index, prev_term = e.index, e.term
 
 
 def _enc_meta(meta: SnapshotMeta) -> list[Any]:
@@ -248,8 +266,8 @@ def _enc_meta(meta: SnapshotMeta) -> list[Any]:
 def _dec_meta(raw: Any) -> SnapshotMeta:
     index, term, voters, learners = raw[:4]
     context = raw[4] if len(raw) > 4 else b""  # a peer of an older version sends four fields
-    if type(index) is not int or type(term) is not int:
-        raise CodecError("snapshot index and term must be integers")
+    if type(index) is not int or type(term) is not int or index < 0 or term < 0:
+        raise CodecError("snapshot index and term must be integers, not negative")
     if not isinstance(context, bytes):
         raise CodecError("snapshot context must be bytes")
     return SnapshotMeta(index, term, Membership(_node_ids(voters), _node_ids(learners)), context)
@@ -384,9 +402,13 @@ def decode(data: bytes) -> Message:
                         f"{form.cls.__name__}.{form.names[i]} must be {' or '.join(t.__name__ for t in check)},"
                         f" got {type(vals[i]).__name__}"
                     )
+                if type(vals[i]) is int and vals[i] < 0:  # terms, indexes, offsets, a crc: none is negative
+                    raise CodecError(f"{form.cls.__name__}.{form.names[i]} must not be negative, got {vals[i]}")
             else:
                 vals[i] = check(vals[i])
         msg: Message = form.cls(*vals)
+        if isinstance(msg, AppendEntries):
+            _check_append(msg)
         return msg
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as e:
         raise CodecError(f"bad raft message: {e}") from e

@@ -606,7 +606,8 @@ class Endpoint:
             except (ValueError, TypeError, msgpack.UnpackException):
                 counters["malformed"] += 1
                 continue
-            if routing != from_id.encode() or (bound and (user != from_id or user not in self._listed)):
+            if routing != from_id.encode() or from_id == self.node_id \
+                    or (bound and (user != from_id or user not in self._listed)):  # no node sends to itself
                 counters["forged_sender"] += 1
                 self._forged_log.refused(
                     f"sender {from_id!r} does not match its connection (routing id "

@@ -309,6 +309,53 @@ def test_without_curve_raft_messages_with_fields_of_the_wrong_type_are_dropped_a
     assert leader.status()["term"] == term  # type: ignore[index]
 
 
+def test_without_curve_appends_out_of_order_and_frames_claiming_the_receiver_itself_are_dropped(
+    make_cluster: Callable[..., Cluster], receiver: RecordingReceiver
+) -> None:
+    """Appends that name the leader and are well typed but cannot be placed (an entry that
+    does not follow ``prev_index``, one before it, terms past the message's or going down, a negative
+    index) are counted and dropped at the codec. Before, the core met them: an entry at or before
+    the committed index raised inside the Raft actor and an entry past a gap raised IndexError; either
+    stopped the actor, and the node exited. A frame that claims to be from the receiving node
+    itself is dropped at the port (``forged_sender``)."""
+    c = _start(make_cluster(3, start=False, state_machine="tasks"))
+    leader = c.leader()
+    follower, other = c.followers()
+    st = follower.status()
+    term, commit = st["term"], st["commit_index"]  # type: ignore[index]
+    lid, fid, oid = leader.node_id, follower.node_id, other.node_id
+    app = 3  # MsgTag.APP: [tag, frm, to, term, prev_index, prev_term, entries, commit]
+    bad = [
+        [app, lid, fid, term, commit, term, [[commit + 5, term, 0, b""]], commit],  # a gap
+        [app, lid, fid, term, commit, term, [[commit, term, 0, b""]], commit],  # at the committed index
+        [app, lid, fid, term, commit, term, [[commit + 1, term + 1, 0, b""]], commit],  # a term past the message's
+        [app, lid, fid, term, commit, term, [[commit + 1, term, 0, b""], [commit + 2, term - 1, 0, b""]], commit],
+        [app, lid, fid, term, -1, 0, [], commit],  # a negative index
+    ]
+    before = follower.call("stats")["bad_messages"]
+    forged_before = follower.call("status")["refused"]["forged_sender"]
+    # sent on a connection of the other follower's id, which the follower takes over from it
+    # (ROUTER_HANDOVER), rather than the leader's: the leader's appends must still reach it after
+    plain = Peer(follower.settings["raft"]["bind_addr"], oid)
+    itself = Peer(follower.settings["raft"]["bind_addr"], fid)
+    try:
+        def counted() -> bool:
+            for raw in bad:
+                plain.send(oid, msgpack.packb(raw, use_bin_type=True))
+            itself.send(fid, msgpack.packb(bad[1], use_bin_type=True))
+            return bool(follower.call("stats")["bad_messages"] >= before + len(bad)
+                        and follower.call("status")["refused"]["forged_sender"] > forged_before)
+        wait_for(counted, 20, "the follower to count the appends it cannot place", interval=0.2)
+    finally:
+        plain.close()
+        itself.close()
+    assert follower.proc is not None and follower.proc.poll() is None, "the follower exited"
+    _real_fire(c, receiver, "afterappends")
+    st = follower.status()
+    assert st["role"] == "follower" and st["term"] == term and st["commit_index"] > commit, st  # type: ignore[index]
+    assert follower.call("stats")["conflicting_appends"] == 0
+
+
 def _cli(node: NodeProc, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "molens.cli", str(node.config_path), *args],
                           capture_output=True, text=True, timeout=60)

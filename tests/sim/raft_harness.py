@@ -455,6 +455,8 @@ class Cluster:
         if self.trace is not None:
             self.log(f"deliver {_short(m)}")
         node.core.step(m)
+        if node.core.conflicting_appends:
+            raise Violation(f"{node.id} was sent an append that contradicts its committed log: {_short(m)}")
         self._drain(node)
 
     # --- the node shell -------------------------------------------------------------------------

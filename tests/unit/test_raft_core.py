@@ -19,7 +19,7 @@ from molens.raft.core import (
     Ready,
     SnapshotChunk,
 )
-from molens.raft.log import Entry, HardState, Membership, MemoryLog, Snapshot, SnapshotMeta
+from molens.raft.log import Entry, EntryKind, HardState, Membership, MemoryLog, Snapshot, SnapshotMeta
 from molens.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -403,7 +403,6 @@ def test_leader_restarts_a_transfer_when_the_follower_holds_none_of_it() -> None
 def test_acks_for_entries_replaced_before_they_were_persisted_are_not_sent() -> None:
     """Two appends stepped before one Ready: the term-2 ack for 1..5 must not go out after a
     term-3 leader replaced 2..5, or that old leader could commit entries never stored here."""
-    from molens.raft.log import EntryKind
 
     mem = Membership(("a", "b", "c"))
     c = RaftCore("c", mem, MemoryLog(mem), RaftConfig(), random.Random(1))
@@ -480,3 +479,25 @@ def test_a_voter_heard_in_the_last_check_quorum_window_is_still_a_transferee_rig
         leader.tick()
     assert not any(leader.progress(v).recent_active for v in ("b", "c"))  # type: ignore[union-attr]
     assert RaftPeer.best_transferee(peer) in ("b", "c")  # type: ignore[arg-type]
+
+
+def test_an_append_that_would_rewrite_a_committed_entry_is_dropped_and_counted_not_raised() -> None:
+    """The codec refuses such an append from the wire; one that reaches the core anyway (no leader
+    of a correct cluster sends it) is dropped and counted, and the node keeps its log and serves on:
+    before, the core raised, which stopped the Raft actor."""
+    net = Net(["a", "b", "c"])
+    a = net.elect("a")
+    a.propose(b"one")
+    net.pump()
+    b = net.cores["b"]
+    committed, last = b.commit, b.last_index
+    assert committed == last >= 2
+    # past prev_index a well-formed append cannot reach the committed log: this one overlaps it
+    rewrite = AppendEntries(frm="a", to="b", term=a.term, prev_index=committed, prev_term=a.term,
+                            entries=(Entry(committed, a.term + 1, EntryKind.NORMAL, b"other"),), commit=committed)
+    b.step(rewrite)
+    assert b.conflicting_appends == 1
+    assert (b.commit, b.last_index) == (committed, last)
+    a.propose(b"two")
+    net.pump()
+    assert b.commit == committed + 1 and net.applied["b"][-1].data == b"two"

@@ -97,6 +97,42 @@ def test_garbage_is_a_codec_error() -> None:
             decode(bad)
 
 
+def _append(prev: tuple[int, int], *entries: tuple[int, int], term: int = 9) -> bytes:
+    """An AppendEntries as a peer could write it, entries as (index, term), without the encoder."""
+    ents = [[i, t, 0, b""] for i, t in entries]
+    return msgpack.packb([int(MsgTag.APP), "n1", "n3", term, prev[0], prev[1], ents, 0], use_bin_type=True)
+
+
+@pytest.mark.parametrize("raw", [
+    _append((10, 8), (12, 9)),  # a gap after prev_index
+    _append((10, 8), (10, 9)),  # the entry at prev_index itself (would rewrite it)
+    _append((10, 8), (11, 9), (11, 9)),  # the same index twice
+    _append((10, 8), (11, 9), (13, 9)),  # a gap between entries
+    _append((10, 8), (11, 7)),  # a term before prev_term
+    _append((10, 8), (11, 9), (12, 8)),  # terms going down
+    _append((10, 8), (11, 10)),  # a term past the message's
+    _append((10, 10)),  # prev_term past the message's
+    _append((-1, 0)),  # a negative index
+    _append((10, 8), (0, 9)),
+    msgpack.packb([int(MsgTag.HEARTBEAT), "n1", "n2", 3, -5, b""], use_bin_type=True),  # a negative commit
+    msgpack.packb([int(MsgTag.APP_RESP), "n3", "n1", -1, 4], use_bin_type=True),  # a negative term
+    msgpack.packb([int(MsgTag.SNAP), "n1", "n4", 5, [-1, 4, ["n1"], []], 0, b"", True], use_bin_type=True),
+], ids=["gap", "at-prev", "twice", "inner-gap", "before-prev-term", "terms-down", "term-past", "prev-term-past",
+        "negative-index", "index-0", "negative-commit", "negative-term", "negative-snapshot-index"])
+def test_a_message_no_correct_peer_writes_is_a_codec_error(raw: bytes) -> None:
+    """Checked before the core sees it: an append it could not place (a gap, an entry at or before
+    ``prev_index``) made the core raise, which stopped the Raft actor and the node."""
+    with pytest.raises(CodecError):
+        decode(raw)
+
+
+def test_a_well_formed_append_written_by_hand_decodes() -> None:
+    """The other side of the refusals above: the same writer, entries that follow one by one."""
+    m = decode(_append((10, 8), (11, 8), (12, 9), (13, 9)))
+    assert isinstance(m, AppendEntries) and [e.index for e in m.entries] == [11, 12, 13]
+    assert isinstance(decode(_append((0, 0))), AppendEntries)
+
+
 def test_conf_change_round_trips() -> None:
     cc = ConfChange(ConfChangeOp.PROMOTE, "n4", Membership(("n1", "n2", "n4"), ()), b"addr")
     assert decode_conf_change(encode_conf_change(cc)) == cc
