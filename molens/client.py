@@ -1195,7 +1195,8 @@ class MolensClient:
         redirects = 0
         unknown = False  # an earlier attempt may have been applied
         last_exc: BaseException | None = None
-        answered: dict[str, Any] | None = None  # a node's last 503 answer: the cluster is there, not serving
+        answered: tuple[int, dict[str, Any], str | None] | None = None
+        """A node's last 503 / 507 answer (status, body, ``Retry-After``): the cluster is there, not serving."""
         while True:
             attempt += 1
             try:
@@ -1211,8 +1212,8 @@ class MolensClient:
                         raise OutcomeUnknownError(
                             f"{method} {path}: no answer after {attempt} attempts ({exc}); it may have been applied"
                         ) from exc
-                    if answered is not None:  # some node answered "no leader": say that, not "unreachable"
-                        _raise_for(503, answered, path)
+                    if answered is not None:  # some node answered "no leader" or "disk full": say that, not "unreachable"
+                        _raise_for(*answered[:2], path, answered[2])
                     raise ConnectionFailedError(
                         f"{method} {path}: no node answered after {attempt} attempts ({exc})"
                     ) from exc
@@ -1267,7 +1268,7 @@ class MolensClient:
                 parsed = {"error": {"code": "http_error", "message": f"unexpected JSON from {path}"}}
                 status = status if status >= 400 else 502
             if status in (503, 507):  # 507: the leader's disk is full, nothing applied; it recovers by itself
-                answered = parsed
+                answered = (status, parsed, r.headers.get("Retry-After"))
                 code = str((parsed.get("error") or {}).get("code", "unavailable"))
                 unknown = unknown or code == "outcome_unknown"
                 if unknown and not safe_retry:

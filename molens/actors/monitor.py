@@ -188,6 +188,15 @@ class FireWatch:
         if attempt is None or self._open.get(fire_id) == attempt:
             self._forget(fire_id)
 
+    def from_their_workers(self, items: list[ResultItem]) -> tuple[list[ResultItem], list[ResultItem]]:
+        """``items`` split into those this watch may take and those from a worker other than the one
+        the fire's open attempt was planned for (a worker speaks only for itself, checked before;
+        this is a member speaking for a fire that is not its own). A fire not watched is the state
+        machine's to judge."""
+        where = self._where
+        wrong = [it for it in items if where.get(it.fire_id, it.worker) != it.worker]
+        return ([it for it in items if where.get(it.fire_id, it.worker) == it.worker] if wrong else items), wrong
+
     @property
     def in_flight(self) -> int:
         return len(self._open)
@@ -360,6 +369,11 @@ class Monitor(PumpedActor):
 
     def _results_in(self, items: list[ResultItem]) -> None:
         w, sent = self.watch, self.sent
+        items, wrong = w.from_their_workers(items)
+        if wrong:  # a member reporting a fire planned for another: it must not end that fire's watch or free its flow
+            self.stats.add(results_wrong_worker=len(wrong))
+            log.warning("monitor: %d results for fires planned for other workers dropped (first: fire=%s from %s)",
+                        len(wrong), wrong[0].fire_id, wrong[0].worker)
         for it in items:
             w.answered(it.fire_id, it.attempt)
             if it.attempt is None or sent.get(it.fire_id) == it.attempt:

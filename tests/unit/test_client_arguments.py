@@ -202,14 +202,17 @@ def test_an_api_error_carries_the_reason_a_client_branches_on() -> None:
 class _FakePool:
     """A node that answers each request from a script: (status, headers, body)."""
 
-    def __init__(self, answers: list[tuple[int, dict[str, str], bytes]], seen: list[str], name: str) -> None:
+    def __init__(self, answers: list[Any], seen: list[str], name: str) -> None:
         self.answers, self.seen, self.name = answers, seen, name
 
     def request(self, method: str, path: str, data: Any, headers: Any, timeout: float) -> Any:
         import email.message
 
         self.seen.append(self.name)
-        status, hdrs, body = self.answers.pop(0)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        status, hdrs, body = answer
         msg = email.message.Message()
         for k, v in hdrs.items():
             msg[k] = v
@@ -250,6 +253,27 @@ def test_a_full_disk_answer_is_retried_and_then_raised_with_its_retry_after(monk
             c.stats()
         assert (ei.value.status, ei.value.retry_after_s, len(seen)) == (507, 7, 3)
         assert isinstance(ei.value, client_mod.UnavailableError)
+
+
+def test_a_full_disk_answer_before_a_node_that_cannot_be_reached_is_raised_as_the_full_disk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The last attempt finds no node: the error is the answer a node gave before (507 with its
+    ``Retry-After``, as the Go and Java SDKs raise it), not "unreachable" nor a 503."""
+    full = (507, {"Retry-After": "7"}, b'{"error": {"code": "insufficient_storage", "message": "disk full"}}')
+    refused = client_mod._TransportError("connection refused", sent=False)
+    with MolensClient(["http://a.example"], max_attempts=2, backoff_base_s=0.001, backoff_max_s=0.001) as c:
+        _scripted(monkeypatch, c, {"http://a.example": [full, refused]})
+        with pytest.raises(client_mod.InsufficientStorageError) as ei:
+            c.stats()
+        assert (ei.value.status, ei.value.code, ei.value.retry_after_s) == (507, "insufficient_storage", 7)
+    no_leader = (503, {}, b'{"error": {"code": "no_leader", "message": "no leader"}}')
+    with MolensClient(["http://a.example"], max_attempts=2, backoff_base_s=0.001, backoff_max_s=0.001) as c:
+        _scripted(monkeypatch, c, {"http://a.example": [no_leader, refused]})
+        with pytest.raises(client_mod.UnavailableError) as eu:
+            c.stats()
+        assert (eu.value.status, eu.value.code) == (503, "no_leader")
+        assert not isinstance(eu.value, client_mod.InsufficientStorageError)
 
 
 def test_a_batch_items_error_is_labelled_by_its_code_as_the_go_and_java_sdks_do() -> None:

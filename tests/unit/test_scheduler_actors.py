@@ -16,7 +16,7 @@ from molens.actors.fireworker import WorkerHeartbeat, decode_heartbeat, heartbea
 from molens.actors.monitor import FireWatch, WorkerWatch
 from molens.actors.timewheel import LeaderWheel
 from molens.delivery import FIRE_BATCH_VERSION
-from molens.fsm.commands import Expire, ExpireItem, TrimAudit
+from molens.fsm.commands import Expire, ExpireItem, ResultItem, TrimAudit
 from molens.fsm.machine import FireRecord, WheelAdd, WheelRemove
 from molens.model import FireKind, Outcome, Status, Task, validate_create
 from molens.schedule.flows import FlowControl
@@ -185,6 +185,25 @@ def test_a_late_result_of_an_earlier_attempt_leaves_the_open_attempt_in_flight()
     assert m.in_flight == 1
     m.answered("a-1", attempt=2)
     assert m.in_flight == 0
+
+
+def test_a_member_speaking_for_a_fire_planned_for_another_worker_is_not_taken() -> None:
+    """A worker's results name itself (checked at the port); one that reports a fire whose open
+    attempt was planned for another worker is dropped here: taken, it ended the fire's watch (no
+    deadline any more) and freed its flow slot, though the state machine refuses it."""
+    m = FireWatch(lambda _fid: None)
+    m.watch([_fire("a-1"), _fire("b-1")])  # both planned for n2
+
+    def result(fid: str, worker: str) -> ResultItem:
+        return ResultItem(fire_id=fid, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+                          response_head="", latency_ms=1, worker=worker, attempt=1)
+
+    ok, wrong = m.from_their_workers([result("a-1", "n3"), result("b-1", "n2"), result("z-1", "n3")])
+    assert [it.fire_id for it in ok] == ["b-1", "z-1"]  # z-1 is not watched: the state machine judges it
+    assert [(it.fire_id, it.worker) for it in wrong] == [("a-1", "n3")]
+    assert m.in_flight == 2 and m.workers() == ["n2"]
+    everything = [result("b-1", "n2")]
+    assert m.from_their_workers(everything) == (everything, [])
 
 
 def test_fires_on_a_worker_silent_for_worker_lost_ms_are_settled_at_once_not_at_their_deadline() -> None:
