@@ -177,11 +177,15 @@ def test_container_configs_load(tmp_path: Path) -> None:
     image = load(ROOT / "conf" / "container" / "node.yaml", env={"MOLENS_HTTP__AUTH_TOKEN_FILE": str(token)})
     assert image.http.addr == "0.0.0.0:18081" and str(image.data_dir) == "/var/lib/molens/data"
     assert image.http.auth_token == "t0ken"
+    # a lone node has no peers: no node port on the container's network without CURVE
+    assert (image.raft.bind_addr, image.rpc.bind_addr) == ("127.0.0.1:18091", "127.0.0.1:18101")
+    assert not image.raft.curve.enabled
     env = {"MOLENS_NODE__ID": "n2", "MOLENS_HTTP__AUTH_TOKEN_FILE": str(token)}
     c = load(ROOT / "conf" / "compose" / "cluster.yaml", env=env)
     assert c.node.id == "n2" and c.http.auth_token == "t0ken"
     assert c.bootstrap_voters() == ("n1", "n2", "n3")
     assert c.self_peer().raft_addr == "molens-n2:18091" and c.self_peer().http_addr == "127.0.0.1:18082"
+    assert c.raft.bind_addr == "0.0.0.0:18091" and c.raft.curve.enabled  # the cluster's ports: every interface, CURVE
     grace = re.search(r"stop_grace_period: (\d+)s", (ROOT / "compose.yaml").read_text())
     assert grace is not None
     # the hand-over's bound, then HTTP 5 s, the term 5 s, fires 10 s and Raft 10 s (docs/deploy.md#stopping)
