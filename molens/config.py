@@ -249,7 +249,7 @@ class RpcConfig:
 class HttpConfig:
     host: str = _opt("127.0.0.1", _nonempty)
     port: int = _opt(18081, _int_range(1, 65535))
-    auth_token: str = ""
+    auth_token: str = field(default="", repr=False)  # a secret: never in a repr, so never in a log line
     auth_token_file: str = ""
     max_body_bytes: int = _opt(8 << 20, _int_min(1024))
     max_json_depth: int = _opt(64, _int_range(8, 512))
@@ -278,8 +278,8 @@ class WorkerConfig:
     concurrency: int = _opt(32, _int_range(1, 10_000))
     engine: str = _opt("loop", lambda v: None if v in ("loop", "threads") else "must be loop or threads")
     loop_tick_ms: int = _opt(2, _int_range(0, 50))
-    signing_secret: str = ""
-    signing_secret_next: str = ""
+    signing_secret: str = field(default="", repr=False)  # secrets: never in a repr
+    signing_secret_next: str = field(default="", repr=False)
     signing_scope: str = _opt("both", lambda v: None if v in SCOPES else "must be cluster, both or namespace")
     max_retry_after_ms: int = _opt(3_600_000, _int_range(0, 86_400_000))
 

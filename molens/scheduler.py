@@ -328,11 +328,11 @@ class Scheduler:
                     refs.dispatcher.tell(report)
                     refs.monitor.tell(report)
             else:
-                log.warning("rpc from=%s: unknown frame tag %r", frm, tag)
+                self._refused_log.refused(f"from {frm}: unknown frame tag {tag!r}")
         except pykka.ActorDeadError:
             pass  # the term (or the node) ended meanwhile; the next leader's Monitor covers it
-        except Exception:
-            log.exception("rpc from=%s: bad frame (%d bytes)", frm, len(payload))
+        except Exception as exc:  # a peer's frame this node cannot read: one line per 10 s, not one per frame
+            self._refused_log.refused(f"from {frm}: bad frame ({len(payload)} bytes): {type(exc).__name__}: {exc}")
 
     def _tell_pool(self, msg: Any) -> None:
         if self._pool_ref is not None:

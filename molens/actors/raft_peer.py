@@ -135,6 +135,7 @@ from molens.raft.fsm import StateMachine
 from molens.raft.log import Entry, EntryKind, HardState, Membership, PeerLog, SnapshotMeta
 from molens.raft.messages import ConfChangeOp, RequestVote, decode, decode_conf_change, encode_all
 from molens.raft.storage import SnapshotFile, SnapshotReceiver
+from molens.raft.transport import RefusalLog
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,8 @@ class RaftPeer(SnapshotWork):
         self.data_dir = data_dir
         self.fsm = fsm
         self.counters = PeerCounters()
+        self._dropped_log = RefusalLog(f"raft {self.node_id}: message dropped", logging.getLogger(__name__))
+        """Messages a peer sent that this node cannot take: one line per 10 s, not one per message."""
         self._heard: dict[str, float] = {}
         """Monotonic time of the last Raft message from each peer (``last_contact_ms`` in status)."""
         self.book = AddressBook(data_dir / "peers.json", peers, on_peer_change)
@@ -350,11 +353,11 @@ class RaftPeer(SnapshotWork):
                 m = decode(message.payload)
             except CodecError as exc:
                 self.counters.bad_messages += 1
-                log.warning("bad raft message dropped: %s", exc)
+                self._dropped_log.refused(f"from {message.frm}: {exc}")
             else:
                 if m.frm != message.frm:  # the transport bound message.frm to the sender's key
                     self.counters.forged_messages += 1
-                    log.warning("raft message dropped: claims to be from %s, sent by %s", m.frm, message.frm)
+                    self._dropped_log.refused(f"claims to be from {m.frm}, sent by {message.frm}")
                 else:
                     self._heard[m.frm] = time.monotonic()
                     if isinstance(m, RequestVote) and not self._is_member(m.frm):

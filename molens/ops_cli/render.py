@@ -39,14 +39,25 @@ def when(ms: Any) -> str:
         return str(ms)
 
 
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
+_CONTROLS[0x0A] = _CONTROLS[0x09] = " "
+"""C0 and C1 control characters as ``\\xNN``, a newline or a tab as a space: text a callback receiver
+wrote (``last_response``) must not reach the terminal as an escape sequence."""
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters shown, not sent to the terminal."""
+    return text.translate(_CONTROLS)
+
+
 def cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return str(value).replace("\n", " ")
+        return printable(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    return printable(str(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,7 @@ class Printer:
             text = cell(v)
             if k.endswith("_at") and isinstance(v, int) and not isinstance(v, bool):
                 text = f"{v} ({when(v)})"
-            print(f"{k.ljust(width)}  {text}", file=self.out)
+            print(f"{printable(k).ljust(width)}  {text}", file=self.out)
         self.out.flush()
 
     def items(self, rows: Iterable[Row], columns: Sequence[Column]) -> int:

@@ -54,7 +54,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ class CurveKeys:
     """This node's CURVE keypair and the directory of every node's public key (``<id>.key``)."""
 
     public_key: bytes
-    secret_key: bytes
+    secret_key: bytes = field(repr=False)  # never in a repr, so never in a log line
     public_keys_dir: Path
 
     @classmethod
@@ -589,7 +589,12 @@ class Endpoint:
                         pass
                     counters["malformed"] += 1
                     continue
-                user, body = frame.get("User-Id"), frame.buffer
+                try:
+                    user = frame.get("User-Id")
+                except zmq.ZMQError:  # no ZAP user id on this connection (keys reloaded meanwhile): no sender
+                    counters["forged_sender"] += 1
+                    continue
+                body = frame.buffer
             else:
                 try:
                     frames = router.recv_multipart(zmq.NOBLOCK)

@@ -108,6 +108,19 @@ def test_a_table_pads_columns_and_reads_times_as_utc() -> None:
     assert when(1796374800000) == "2026-12-04 09:00:00.000Z"
 
 
+def test_what_a_receiver_wrote_reaches_the_terminal_as_text_never_as_control_characters() -> None:
+    """A task's ``last_response`` is the callback receiver's text: an escape sequence in it (ESC, a
+    C1 CSI) is shown as ``\\xNN`` in a table and in ``get``'s fields, a newline or tab as a space."""
+    hostile = "ok\x1b]0;owned\x07\x1b[2J\nnext\x9b31m\tend"
+    out = io.StringIO()
+    Printer(Mode.TABLE, out).table([{"r": hostile}], [col("R", "r", max_width=200)])
+    Printer(Mode.TABLE, out).obj({"last_response": hostile, "k\x1b": 1})
+    text = out.getvalue()
+    assert not any((ord(ch) < 0x20 and ch != "\n") or 0x7F <= ord(ch) < 0xA0 for ch in text), repr(text)
+    assert "ok\\x1b]0;owned\\x07\\x1b[2J next\\x9b31m end" in text
+    assert "k\\x1b" in text
+
+
 def _bash(script: str, words: list[str]) -> list[str]:
     quoted = " ".join(f"'{w}'" for w in words)
     cmd = f'source /dev/stdin <<<"$S"; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; _molens; ' \
