@@ -22,6 +22,8 @@ public final class DeadLetter {
     public String reliability;
     public long scheduledAt;
     public String result;
+    /** The namespace of its task. */
+    public String namespace;
     /**
      * Set by {@link MolensClient#redriveDeadLetter} for an at_most_once task: the occurrence may already
      * have reached the receiver.

@@ -52,4 +52,6 @@ public final class Task {
     public long version;
     /** The namespace it belongs to (never changes). */
     public String namespace;
+    /** The W3C trace context its requests join, or null. */
+    public String traceparent;
 }

@@ -32,6 +32,7 @@ public final class TaskRequest {
     private Long catchupWindowMs;
     private Overlap overlap;
     private String namespace;
+    private String traceparent;
 
     public TaskRequest() {}
 
@@ -44,7 +45,7 @@ public final class TaskRequest {
         r.maxFails = maxFails; r.reliability = reliability; r.idempotencyKey = idempotencyKey;
         r.notifyUrl = notifyUrl; r.flowKey = flowKey; r.retry = retry; r.jitterMs = jitterMs; r.startAt = startAt;
         r.endAt = endAt; r.maxRuns = maxRuns; r.catchup = catchup; r.catchupWindowMs = catchupWindowMs; r.overlap = overlap;
-        r.namespace = namespace;
+        r.namespace = namespace; r.traceparent = traceparent;
         return r;
     }
 
@@ -92,6 +93,11 @@ public final class TaskRequest {
     public TaskRequest setCatchupWindowMs(Long v) { catchupWindowMs = v; return this; }
     /** periodic only: what to do with instants that come due while an occurrence runs. */
     public TaskRequest setOverlap(Overlap v) { overlap = v; return this; }
+    /**
+     * W3C trace context ({@code 00-<32 hex>-<16 hex>-<2 hex>}) the task's callbacks, ACK probes and
+     * notifications join (docs/observability.md#traces); unset: none.
+     */
+    public TaskRequest setTraceparent(String v) { traceparent = v; return this; }
 
     public String getType() { return type; }
     public String getCallbackUrl() { return callbackUrl; }
@@ -119,4 +125,5 @@ public final class TaskRequest {
     public Catchup getCatchup() { return catchup; }
     public Long getCatchupWindowMs() { return catchupWindowMs; }
     public Overlap getOverlap() { return overlap; }
+    public String getTraceparent() { return traceparent; }
 }

@@ -88,6 +88,7 @@ public class DeadLettersTest {
         assertTrue(a.at > 0 && a.scheduledAt > 0);
         DeadLetter got = c.getDeadLetter(a.id);
         assertEquals(a.id, got.id);
+        assertEquals("default", got.namespace);
         assertEquals(a.kind, got.kind);
         assertEquals(a.at, got.at);
         Page<DeadLetter> page = c.listDeadLetters(new DeadLetterOptions().setFlow(flow).setLimit(2));

@@ -66,9 +66,13 @@ public class MolensClientTest {
 
     @Test
     public void taskLifecycle() {
-        TaskRequest req = far(scene("life")).setPayload(Collections.singletonMap("order_id", 42)).setMaxRetries(2);
+        String tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        TaskRequest req = far(scene("life")).setPayload(Collections.singletonMap("order_id", 42)).setMaxRetries(2)
+                .setTraceparent(tp);
         final Task t = c.create(req);
         assertEquals("pending", t.status);
+        assertEquals(tp, t.traceparent);
+        assertEquals(tp, req.copy().getTraceparent());
         assertEquals("{\"order_id\":42}", t.payload.toString());
         assertEquals(2, t.maxRetries);
         assertNotNull(t.nextRunAt);

@@ -2,6 +2,7 @@ package dev.molens.client;
 
 import static dev.molens.client.MolensClientTest.thrown;
 import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertNotNull;
 import static org.junit.Assert.assertNull;
 import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
@@ -526,6 +527,18 @@ public class TransportTest {
         c.deleteDeadLetters(new DeadLetterFilter().setFlow("f"));
         c.deleteDeadLetters(new DeadLetterFilter().setNamespace("other"));
         assertEquals(Arrays.asList("null", "limit=5", "all=true&namespace=pay", "flow=f&namespace=pay", "namespace=other"), queries);
+    }
+
+    @Test
+    public void aBulkRequestStoppedPartWaySaysWhyAndWhatApplied() throws Exception {
+        HttpServer s = node(ex -> answer(ex, 200, "{\"matched\": 9, \"redriven\": 4, \"error_count\": 0, \"errors\": [], "
+                + "\"more\": true, \"interrupted\": {\"code\": \"no_leader\", \"message\": \"leadership changed\"}}"));
+        BulkResult r = client(url(s)).build().redriveDeadLetters(new DeadLetterFilter().setFlow("f"));
+        assertEquals(4, r.redriven);
+        assertTrue(r.more);
+        assertNotNull(r.interrupted);
+        assertEquals("no_leader", r.interrupted.code);
+        assertEquals("leadership changed", r.interrupted.message);
     }
 
     @Test
