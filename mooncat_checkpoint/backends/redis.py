@@ -270,8 +270,10 @@ class RedisBackend:
         return bool(n)
 
     def _keys(self, namespace: str) -> builtins.list[bytes]:
-        return list(self._call(f"cannot list {namespace}", self._r.sscan_iter, self._index_key(namespace),
-                               count=_SCAN_COUNT))
+        """The namespace's keys, each once: SSCAN may return a member twice while the set is
+        rehashed under it (keys added meanwhile), and a record listed twice would be read twice."""
+        return list(dict.fromkeys(self._call(f"cannot list {namespace}", self._r.sscan_iter,
+                                             self._index_key(namespace), count=_SCAN_COUNT)))
 
     def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> int:
         removed = 0

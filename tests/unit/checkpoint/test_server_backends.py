@@ -156,3 +156,27 @@ def test_a_client_whose_connection_the_server_dropped_connects_again(server_url:
         cp.done("ns", "before", c.lease_token)
         rec = cp.get("ns", "before")
         assert rec is not None and rec.status.value == "done"
+
+
+def test_redis_lists_a_key_once_when_its_scan_returns_it_twice(servers: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SSCAN may return a member more than once while the set is rehashed under it (keys added
+    during the scan); ``list`` still gives each record once, sorted by key, and ``gc`` counts each
+    once."""
+    from mooncat_checkpoint.backends.redis import RedisBackend
+
+    from .conftest import empty_server_store
+
+    url: str = servers.url("redis")  # type: ignore[attr-defined]
+    empty_server_store(url)
+    with SyncCheckpointClient(url) as cp:
+        for k in ("a", "b", "c"):
+            assert isinstance(cp.claim("ns", k, lease_ms=1), Claimed)
+    backend = RedisBackend(url)
+    try:
+        scan = backend._r.sscan_iter
+        monkeypatch.setattr(backend._r, "sscan_iter", lambda *a, **kw: [m for m in scan(*a, **kw) for _ in (1, 2)])
+        assert [r.key for r in backend.list("ns")] == ["a", "b", "c"]
+        time.sleep(0.01)  # the 1 ms leases are over
+        assert backend.gc(None, None, None) == 3
+    finally:
+        backend.close()
