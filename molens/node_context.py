@@ -128,6 +128,23 @@ class _Outcome:
         return self._lock.acquire(timeout=max(0.0, timeout_s))
 
 
+class LeaderChanges:
+    """The leader changes a node has seen (``molens_raft_leader_changes_total``): from one leader to
+    another. The first leader a node learns of after it starts is none, nor is the same node
+    elected again after a spell without a leader."""
+
+    __slots__ = ("_known", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._known: str | None = None
+
+    def seen(self, leader_id: str | None) -> None:
+        if leader_id is not None and leader_id != self._known:
+            self.count += self._known is not None
+            self._known = leader_id
+
+
 class NodeContext(StoreReads):
     """ApiContext of a Raft node (see the module docstring)."""
 
@@ -158,7 +175,7 @@ class NodeContext(StoreReads):
         self.stopping = False
         self.proposals = 0
         self.scheduler = scheduler
-        self.leader_changes = 0
+        self._leader_changes = LeaderChanges()
         self._requests = RequestRate()
         self._disk = DiskUsage(cfg.data_dir)
         self._recent = RecentFires(cfg.data_dir / "history.sqlite")
@@ -174,8 +191,7 @@ class NodeContext(StoreReads):
     def _on_change(self, ch: LeaderChange) -> None:
         with self._lock:
             if ch.term >= self._last.term:
-                if ch.leader_id != self._last.leader_id and ch.leader_id is not None:
-                    self.leader_changes += 1
+                self._leader_changes.seen(ch.leader_id)
                 if ch.is_leader and (not self._last.is_leader or ch.term != self._last.term):
                     # ids above every task this replica holds: a new leader's clock may be behind the
                     # old one's (docs/api.md, GET /api/v1/tasks)
@@ -332,7 +348,7 @@ class NodeContext(StoreReads):
             "commit_index": st.get("commit_index"),
             "applied_index": self.store.applied_index(),
             "last_index": st.get("last_index"),
-            "leader_changes": self.leader_changes,
+            "leader_changes": self._leader_changes.count,
             **self._recent.summary(now),
             "fires_total": attempts(self._metrics.fires.fires),
             "fires_failed": attempts(self._metrics.fires.fires, failed=True),
@@ -394,7 +410,7 @@ class NodeContext(StoreReads):
         li = self.leader_info()
         st = self._raft_status()
         raft = {k: int(st[k]) for k in ("term", "commit_index", "applied_index", "last_index", "snapshot_index") if st.get(k) is not None}
-        raft["leader_changes"] = self.leader_changes
+        raft["leader_changes"] = self._leader_changes.count
         wheel: dict[str, int] = {}
         queues: dict[str, int] = {}
         counters: dict[str, float] = {}
@@ -487,4 +503,4 @@ class NodeContext(StoreReads):
     def now_ms(self) -> int:
         return wall_ms()
 
-__all__ = ["NodeContext", "from_proposal_error"]
+__all__ = ["LeaderChanges", "NodeContext", "from_proposal_error"]

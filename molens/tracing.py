@@ -72,6 +72,19 @@ def attempt_traceparent(tp: str, fire_id: str, kind: str, attempt: int) -> str:
     return f"00-{tp[3:35]}-{attempt_span_id(fire_id, kind, attempt)}-{tp[53:55]}"
 
 
+def span_url(url: str) -> str:
+    """A callback URL as a span carries it (``url.full``): the value of every query parameter
+    replaced by ``REDACTED`` (OpenTelemetry's HTTP conventions: a query often carries a token, and
+    a trace backend is read more widely than the task); user info never reaches here (the API
+    refuses it). The path goes as it is."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url
+    query = query.partition("#")[0]
+    parts = [p.partition("=")[0] + "=REDACTED" if "=" in p else p for p in query.split("&")]
+    return base + "?" + "&".join(parts)
+
+
 def fresh_traceparent(tp: str) -> str:
     """``tp``'s trace with a new random span id (a notification POST)."""
     return f"00-{tp[3:35]}-{random.getrandbits(64) or 1:016x}-{tp[53:55]}"
@@ -184,5 +197,5 @@ def open_spans(otlp_endpoint: str, node_id: str) -> Spans:
 
 __all__ = [
     "NO_SPANS", "TRACEPARENT_PATTERN", "ZERO_TRACEPARENT", "OtlpSpans", "Spans", "attempt_span_id", "attempt_traceparent",
-    "commit_span_id", "create_span_id", "fresh_traceparent", "is_valid", "open_spans", "span_id",
+    "commit_span_id", "create_span_id", "fresh_traceparent", "is_valid", "open_spans", "span_id", "span_url",
 ]

@@ -28,7 +28,7 @@ import pykka
 
 from molens.actors.messages import Count, Delivered, Gauge, GetStats, SetObserver, StatsBatch
 from molens.delivery import Deliverer, FireRequest, FireResult
-from molens.tracing import NO_SPANS, Spans
+from molens.tracing import NO_SPANS, Spans, span_url
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class ReportingDeliverer(Deliverer):
         attrs: dict[str, Any] = {"molens.task_id": req.task_id, "molens.fire_id": req.fire_id,
                                  "molens.attempt": req.attempt, "molens.kind": req.kind.value,
                                  "molens.outcome": result.outcome.value, "molens.worker": self.node_id,
-                                 "url.full": req.url}
+                                 "url.full": span_url(req.url)}
         if result.status_code is not None:
             attrs["http.response.status_code"] = result.status_code
         start_ns = int(started_ms * 1_000_000)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
@@ -45,6 +45,8 @@ from molens.wallclock import wall_ms
 from molens.web.fire_series import FireSeries
 
 log = logging.getLogger(__name__)
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``*_created`` series beside each counter and histogram: nothing reads them
 
 MAX_HOSTS = 200
 """Distinct ``host`` label values of the callback latency histogram (then ``other``)."""
@@ -200,7 +202,8 @@ class LiveCollector(Collector):
             if key in s.raft:
                 yield GaugeMetricFamily(f"molens_raft_{key}", help_, value=s.raft[key])
         yield from _present(s.raft, "leader_changes", CounterMetricFamily, "molens_raft_leader_changes",
-                            "Leader changes this node has seen")
+                            "Leader changes this node has seen: from one leader to another (not the first it learns of after it "
+                            "starts, nor the same node elected again)")
         yield from _present(s.wheel, "timers", GaugeMetricFamily, "molens_wheel_timers",
                             "Timers in the leader's time wheel")
         yield from _present(s.wheel, "overflow", GaugeMetricFamily, "molens_wheel_overflow",

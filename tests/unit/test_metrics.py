@@ -18,6 +18,7 @@ from molens.actors.messages import SetObserver
 from molens.actors.stats import ReportingDeliverer, Stats, StatsBuffer, StatsClient
 from molens.delivery import Deliverer, FireRequest
 from molens.model import FireKind
+from molens.node_context import LeaderChanges
 from molens.web.metrics import MAX_HOSTS, MetricsSnapshot, NodeMetrics, url_host
 from molens.web.node_stats import attempts
 
@@ -324,3 +325,13 @@ def test_results_of_the_wrong_worker_count_those_the_pool_dropped_and_go_absent_
     s = _parse(NodeMetrics(lambda: _snap(refused=silent)).render())
     assert ("molens_rpc_results_wrong_worker_total", ()) not in s  # absent, not a reset to fewer
     assert s[("molens_rpc_frames_refused_total", (("tag", "R"),))] == 2
+
+
+def test_a_leader_change_is_from_one_leader_to_another() -> None:
+    """The first leader a node learns of after it starts is no change (a rolling restart would count
+    one per node), nor the same leader elected again after a spell without one; each move to
+    another node is one."""
+    seen = LeaderChanges()
+    for leader in (None, "n1", None, "n1", "n1", "n2", None, "n3", "n1"):
+        seen.seen(leader)
+    assert seen.count == 3
