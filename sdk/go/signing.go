@@ -25,18 +25,19 @@ const (
 
 // VerifySignature reports whether the X-Molens-Signature header of a callback carries a v1 that
 // matches one of secrets for this body and X-Fire-ID, with a timestamp within tolerance of now
-// (either direction). It is false, never a panic, for a missing or malformed header, a tampered
-// body or fire id, or no secrets. Comparisons are constant-time.
+// (either direction). It is false, never a panic, for a missing, repeated or malformed header, a
+// tampered body or fire id, or no secrets. Comparisons are constant-time.
 func VerifySignature(headers http.Header, body []byte, secrets []string, tolerance time.Duration) bool {
 	return VerifySignatureAt(headers, body, secrets, tolerance, time.Now())
 }
 
 // VerifySignatureAt is VerifySignature with the clock given.
 func VerifySignatureAt(headers http.Header, body []byte, secrets []string, tolerance time.Duration, now time.Time) bool {
-	raw, fireID := headerValue(headers, SignatureHeader), headerValue(headers, FireIDHeader)
-	if raw == "" || fireID == "" && len(headers.Values(FireIDHeader)) == 0 {
-		return false
+	sigs, fireIDs := headerValues(headers, SignatureHeader), headerValues(headers, FireIDHeader)
+	if len(sigs) != 1 || sigs[0] == "" || len(fireIDs) != 1 {
+		return false // missing, or sent twice: refused (as the Python helper, which reads them joined)
 	}
+	raw, fireID := sigs[0], fireIDs[0]
 	tMs, v1s, ok := parseSignature(raw)
 	if !ok {
 		return false
@@ -83,16 +84,16 @@ func SignatureHeaderValue(secrets []string, fireID string, body []byte, tMs int6
 	return strings.Join(parts, ",")
 }
 
-func headerValue(h http.Header, name string) string {
-	if v := h.Get(name); v != "" {
-		return v
-	}
-	for k, vs := range h { // a map filled by hand may not use canonical keys
-		if strings.EqualFold(k, name) && len(vs) > 0 {
-			return vs[0]
+// headerValues is every value of the header name, under any spelling of it (a map filled by hand
+// may not use canonical keys).
+func headerValues(h http.Header, name string) []string {
+	var out []string
+	for k, vs := range h {
+		if strings.EqualFold(k, name) {
+			out = append(out, vs...)
 		}
 	}
-	return ""
+	return out
 }
 
 // parseSignature returns t and the v1 values; unknown schemes (v0=, v2=) are ignored.

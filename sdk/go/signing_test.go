@@ -66,6 +66,9 @@ func TestVerifySignatureRejectsTamperingReplayAndJunk(t *testing.T) {
 		"item without =":    {signed(pyHeader+",junk", pyFireID), body, []string{"s3cret"}, now},
 		"negative t":        {signed("t=-5,v1="+ComputeV1("s3cret", pyFireID, body, -5), pyFireID), body, []string{"s3cret"}, time.UnixMilli(-5)},
 		"only unknown v2":   {signed("t=1795978278937,v2="+ComputeV1("s3cret", pyFireID, body, pyT), pyFireID), body, []string{"s3cret"}, now},
+		"signature twice":   {http.Header{SignatureHeader: {pyHeader, "t=1,v1=00"}, FireIDHeader: {pyFireID}}, body, []string{"s3cret"}, now},
+		"two spellings":     {http.Header{SignatureHeader: {pyHeader}, "x-molens-signature": {pyHeader}, FireIDHeader: {pyFireID}}, body, []string{"s3cret"}, now},
+		"fire id twice":     {http.Header{SignatureHeader: {pyHeader}, FireIDHeader: {pyFireID, "other-1"}}, body, []string{"s3cret"}, now},
 	}
 	for name, c := range cases {
 		if VerifySignatureAt(c.h, c.body, c.secrets, DefaultTolerance, c.now) {
