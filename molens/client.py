@@ -379,16 +379,24 @@ def _base(url: str, *, path_ok: bool = False) -> str:
     but ``/``, a query, a fragment or credentials included: the API is served at the root, and a
     path-prefixed proxy would answer every route 404). ``path_ok``: the URL of a redirect, whose
     path is the route's (its base alone is kept)."""
+    shown = _USERINFO.sub(r"\1***@", url) if isinstance(url, str) else url  # a password is never echoed
     try:
         p = urlsplit(url)
         p.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
     except (ValueError, AttributeError, TypeError):
-        raise ValueError(f"a node URL must be http://HOST[:PORT] or https://..., got {url!r:.120}") from None
-    if p.scheme not in ("http", "https") or not p.hostname or p.username is not None or p.password is not None or (
+        raise ValueError(f"a node URL must be http://HOST[:PORT] or https://..., got {shown!r:.120}") from None
+    if p.username is not None or p.password is not None:
+        raise ValueError(f"a node URL takes no user or password (a token is given on its own), "
+                         f"got {shown!r:.120}")
+    if p.scheme not in ("http", "https") or not p.hostname or (
             not path_ok and (p.path not in ("", "/") or p.query or p.fragment)):
         raise ValueError(f"a node URL must be http://HOST[:PORT] or https://... (no path: the API is served at "
-                         f"the root), got {url!r:.120}")
+                         f"the root), got {shown!r:.120}")
     return f"{p.scheme}://{p.netloc}"
+
+
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+"""The user info of a URL (``user:password@``), replaced before a URL is shown."""
 
 
 _PREFER_MINIMAL = {"Prefer": "return=minimal"}

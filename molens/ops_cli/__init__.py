@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from molens.client import (
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     top = parser.build()
     args = sys.argv[1:] if argv is None else list(argv)
     try:
+        parser.refuse_token(top, args)
         a = top.parse_args(args)
     except parser.CommandLineError as exc:
         mode = Mode(parser.output_asked(args))
@@ -111,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return commands.UNREACHABLE
     except ApiError as exc:
         _report(p, exc.status, exc.code, exc.message, exc.field)
-        return commands.FAILED
+        # a server's error (a node's 500, a proxy's 502 / 504) is no refusal of the request: try again
+        return commands.UNREACHABLE if exc.status >= 500 else commands.FAILED
     except (OutcomeUnknownError, ConnectionFailedError) as exc:
         _report(p, None, exc.code, str(exc))
         return commands.UNREACHABLE
@@ -121,6 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `molens tasks list --all | head`: the reader has had enough
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return commands.OK
+    except Exception as exc:  # an answer this CLI cannot read (a proxy's page...): one line, not a traceback
+        if os.environ.get("MOLENS_DEBUG"):
+            traceback.print_exc()
+        _report(p, None, "internal", f"{type(exc).__name__}: {exc} (MOLENS_DEBUG=1 shows where)")
+        return commands.FAILED
 
 
 __all__ = ["main"]

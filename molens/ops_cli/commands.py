@@ -296,6 +296,10 @@ def _each(ids: list[str], act: Callable[[str], Row], p: Printer, action: str, wh
             summary()
             raise
         except ApiError as exc:
+            if exc.status in (401, 403):  # the key, not the item: every next id would meet the same
+                p.note(f"stopped after {n} of {len(ids)}: {exc.code}")
+                summary()
+                raise
             r = {"id": i, "result": "error", "code": exc.code, "status": exc.status, "detail": str(exc)}
         except OutcomeUnknownError as exc:
             unknown += 1

@@ -27,7 +27,7 @@ EXIT_CODES = """exit codes:
       a watch --count was not reached before --timeout, or a confirmation was declined
   2   usage: a bad option or value, or a bulk operation that needs --yes without a terminal
   3   no node reachable, no leader after every retry, the leader's disk full (507),
-      or the outcome of a write is unknown
+      another server error (500, a proxy's 502/504), or the outcome of a write is unknown
   130 interrupted (Ctrl-C)"""
 
 ENV = """environment:
@@ -46,10 +46,47 @@ class CommandLineError(MolensError, code="usage"):
 
 class Parser(argparse.ArgumentParser):
     """Raises :class:`CommandLineError` instead of printing and exiting, so that the caller reports it
-    in the output mode asked for (``--json``: ``{"error": ...}`` on stderr, as every other error)."""
+    in the output mode asked for (``--json``: ``{"error": ...}`` on stderr, as every other error).
+    No abbreviated options (its sub-command parsers are of this class too): ``--token`` would be read
+    as ``--token-file`` and its value, a secret, echoed in the error."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        kw.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kw)
 
     def error(self, message: str) -> NoReturn:
+        head, sep, words = message.partition("unrecognized arguments: ")
+        if sep:  # name the options alone: a value beside a mistyped option may be a secret (--tok=...)
+            shown = [w.partition("=")[0] for w in words.split() if w.startswith("-")]
+            rest = len(words.split()) - len(shown)
+            if rest:
+                shown.append(f"{rest} {'more ' if shown else ''}word{'s' if rest > 1 else ''} (not shown)")
+            message = head + sep + ", ".join(shown)
         raise CommandLineError(self, message)
+
+
+NO_TOKEN = ("there is no --token option (a command line is visible to every user of this machine): use "
+            "--token-file PATH or $MOLENS_TOKEN")
+
+
+def refuse_token(top: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Refuses a command line that gives a token (``--token``, or a misspelling of it: ``--tok``,
+    ``--tokn``) before it is parsed, so that no error message shows the word after it."""
+    for arg in argv:
+        if arg == "--":
+            return
+        name = arg.partition("=")[0]
+        if name.startswith("--tok") and name != "--token-file":
+            raise CommandLineError(top, NO_TOKEN)
+
+
+class _NoToken(argparse.Action):
+    """``--token``: refused without its value ever being shown (a command line is visible to every
+    user of the machine, so the token is read from a file or the environment)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        raise CommandLineError(parser, NO_TOKEN)
 
 
 def output_asked(argv: Sequence[str]) -> str:
@@ -66,13 +103,14 @@ def output_asked(argv: Sequence[str]) -> str:
 
 def _common() -> argparse.ArgumentParser:
     """The connection and output options, accepted at every level (defaults applied after parsing)."""
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     g = p.add_argument_group("connection and output")
     g.add_argument("--url", action="append", metavar="URL", default=argparse.SUPPRESS,
                    help="a node's base URL, http://HOST:PORT (repeat for more nodes; the leader is found). "
                         "Default: $MOLENS_URL, else http://127.0.0.1:18081")
     g.add_argument("--token-file", metavar="PATH", default=argparse.SUPPRESS,
                    help="read the bearer token from PATH (default: $MOLENS_TOKEN)")
+    g.add_argument("--token", nargs="?", action=_NoToken, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     g.add_argument("--namespace", metavar="NAME", default=argparse.SUPPRESS,
                    help="create tasks in NAME and limit lists and dead-letter actions to it "
                         "(default: $MOLENS_NAMESPACE, else creates go to default and lists show every "
@@ -251,7 +289,7 @@ def build() -> argparse.ArgumentParser:
         p.add_argument("key", metavar="KEY")
     p = _leaf(flows, "put", "flow_put", "set a flow's limits, replaced whole (an option left out: unlimited)")
     p.add_argument("key", metavar="KEY")
-    p.add_argument("--rate-per-s", type=float, metavar="N")
+    p.add_argument("--rate-per-s", type=v.rate, metavar="N")
     p.add_argument("--burst", type=v.positive_int, metavar="N")
     p.add_argument("--concurrency", type=v.positive_int, metavar="N")
     p.add_argument("--paused", action="store_true")

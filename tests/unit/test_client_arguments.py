@@ -100,8 +100,9 @@ BAD: list[tuple[str, Callable[[MolensClient], Any]]] = [
     ],
 )
 def test_bad_client_settings_are_a_value_error_at_construction(name: str, make: Callable[[], Any]) -> None:
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ValueError, match=name) as ei:
         make()
+    assert "secret" not in str(ei.value)  # a URL's password is never echoed
 
 
 @pytest.mark.parametrize(("name", "call"), BAD, ids=[f"{i}-{n}" for i, (n, _) in enumerate(BAD)])

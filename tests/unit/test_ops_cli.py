@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from enum import StrEnum
+from typing import Any
 
 import pytest
 
@@ -248,6 +249,67 @@ def test_a_bulk_action_stops_at_the_first_no_leader_and_exits_as_unreachable() -
     with pytest.raises(client.UnavailableError):
         commands._each(["A", "B", "C"], act, Printer(Mode.TABLE, io.StringIO(), err=err), "pause", "3 tasks")
     assert acted == ["A"] and "stopped after 0 of 3" in err.getvalue()
+
+
+@pytest.mark.parametrize("argv", [
+    ["--token", "s3cr3t-TOKEN", "tasks", "list"],
+    ["tasks", "list", "--token=s3cr3t-TOKEN"],
+    ["--tok=s3cr3t-TOKEN", "tasks", "list"],  # argparse read --tok as --token-file and echoed the value
+    ["--json", "--tok", "s3cr3t-TOKEN", "tasks", "list"],
+    ["tasks", "list", "--tokn", "s3cr3t-TOKEN"],
+])
+def test_a_token_on_the_command_line_is_refused_and_never_echoed(
+    argv: list[str], capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert ops_cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "s3cr3t" not in out + err, err
+    assert "there is no --token option" in err, err
+
+
+def test_options_are_never_abbreviated_and_a_rate_is_a_positive_number(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ops_cli.main(["--url", "http://127.0.0.1:9", "--token-f", "/nonexistent", "tasks", "list"]) == 2
+    assert ops_cli.main(["--url", "http://127.0.0.1:9", "flows", "put", "f", "--rate-per-s", "nan"]) == 2
+    err = capsys.readouterr().err
+    assert "Errno" not in err and "expected a number > 0, got 'nan'" in err
+
+
+def test_a_server_error_exits_as_try_again_and_an_unreadable_answer_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A node's 500 or a proxy's 502 / 504 is no refusal of the request (exit 3, try again, as a
+    503); an answer the CLI cannot read is one ``internal`` line, exit 1, not a traceback."""
+    def failing(exc: BaseException) -> Any:
+        def handler(c: object, a: object, p: object) -> int:
+            raise exc
+        return handler
+
+    monkeypatch.setitem(commands.HANDLERS, "task_list", failing(client.ApiError(504, "http_error", "gateway timeout")))
+    assert ops_cli.main(["--url", "http://127.0.0.1:9", "tasks", "list"]) == 3
+    monkeypatch.setitem(commands.HANDLERS, "task_list", failing(client.ApiError(404, "not_found", "no such")))
+    assert ops_cli.main(["--url", "http://127.0.0.1:9", "tasks", "list"]) == 1
+    monkeypatch.setitem(commands.HANDLERS, "task_list", failing(KeyError("items")))
+    assert ops_cli.main(["--url", "http://127.0.0.1:9", "tasks", "list"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.splitlines()[-1] == (
+        "molens: error: internal: KeyError: 'items' (MOLENS_DEBUG=1 shows where)")
+
+
+def test_a_bulk_action_stops_when_the_key_is_refused() -> None:
+    """A 401 / 403 is the key's, not the task's: every next id would meet it."""
+    acted: list[str] = []
+
+    def act(i: str) -> dict[str, object]:
+        acted.append(i)
+        if i == "B":
+            raise client.ForbiddenError(403, "forbidden", "a reader may not write")
+        return {"id": i}
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(client.ForbiddenError):
+        commands._each(["A", "B", "C"], act, Printer(Mode.JSON, out, err=err), "pause", "3 tasks")
+    assert acted == ["A", "B"] and "stopped after 1 of 3: forbidden" in err.getvalue()
+    assert json.loads(out.getvalue())["ids"] == ["A"]
 
 
 def test_a_bulk_action_stopped_part_way_still_prints_its_json_summary() -> None:
