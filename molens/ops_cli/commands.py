@@ -308,6 +308,11 @@ def _each(ids: list[str], act: Callable[[str], Row], p: Printer, action: str, wh
             p.note(f"stopped after {n} of {len(ids)}: no node answers")
             summary()
             raise
+        except KeyboardInterrupt:  # what was done is said, and the one in flight named
+            p.note(f"interrupted after {n} of {len(ids)}: {i} may or may not have been {PAST[action]}")
+            results.append({"id": i, "result": "unknown", "code": "interrupted", "detail": "interrupted"})
+            summary()
+            raise
         results.append(r)
         if p.mode is Mode.TABLE:
             p.stream_row(r, RESULT_COLUMNS)
@@ -486,7 +491,10 @@ def dead_action(c: MolensClient, a: argparse.Namespace, p: Printer) -> int:
                 out = c.redrive_matching(**filt, limit=limit)
             else:
                 out = c.delete_dead_letters(**filt, limit=limit, all=not filt)
-        except ClientError:  # what the calls before this one did, then the error
+        except (ClientError, KeyboardInterrupt) as exc:  # what the calls before this one did, then the error
+            if isinstance(exc, KeyboardInterrupt):
+                p.note(f"interrupted: the request in flight (up to {limit} dead letters) may or may not have applied")
+                total["interrupted"] = True
             p.obj(total)
             raise
         for k in (PAST[a.action], "error_count"):

@@ -49,11 +49,12 @@ def script(top: argparse.ArgumentParser, shell: str) -> str:
     for path, p in _walk(top, ()):
         subs = _subparsers(p)
         words = list(subs.choices) if subs is not None else []
-        opts = sorted({o for a in p._actions for o in a.option_strings if o.startswith("--")} | {"--help"})
-        for a in p._actions:
+        shown = [a for a in p._actions if a.help is not argparse.SUPPRESS]  # not the --token that refuses
+        opts = sorted({o for a in shown for o in a.option_strings if o.startswith("--")} | {"--help"})
+        for a in shown:
             if a.choices is not None and a.option_strings and not isinstance(a, argparse._SubParsersAction):
-                for o in a.option_strings:
-                    choices.setdefault(o, set()).update(str(c) for c in a.choices)
+                for o in a.option_strings:  # a word starting with "-" would be read as an option after a space
+                    choices.setdefault(o, set()).update(str(c) for c in a.choices if not str(c).startswith("-"))
         key = " ".join(path)
         paths.append(key)
         cases.append(f"        {shlex.quote(key)}) subs={_words(words)}; opts={_words(opts)};;")

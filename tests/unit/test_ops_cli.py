@@ -144,6 +144,9 @@ def test_bash_completion_completes_commands_options_and_their_words() -> None:
     assert _bash(s, ["molens", "dead-letters", "list", "--kind", "a"]) == ["ack_failed"]
     assert _bash(s, ["molens", "completion", ""]) == ["bash", "zsh"]
     assert _bash(s, ["molens", "tasks", "create", ""]) == []  # no word to offer: none made up
+    # every word offered after a space works there: not "-created" (an option), not the refusing --token
+    assert _bash(s, ["molens", "tasks", "list", "--order", ""]) == ["created", "newest", "next_run"]
+    assert _bash(s, ["molens", "tasks", "list", "--tok"]) == ["--token-file"]
 
 
 def test_zsh_completion_offers_the_same_words_through_bashcompinit() -> None:
@@ -293,6 +296,23 @@ def test_a_server_error_exits_as_try_again_and_an_unreadable_answer_is_one_line(
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.splitlines()[-1] == (
         "molens: error: internal: KeyError: 'items' (MOLENS_DEBUG=1 shows where)")
+
+
+def test_a_bulk_action_interrupted_says_what_it_did_and_names_the_one_in_flight() -> None:
+    """Ctrl-C: the summary of what was done (``--json``: on stdout, so a script knows which ids were
+    acted on) and the id whose request was in flight, whose outcome is unknown; then exit 130."""
+    def act(i: str) -> dict[str, object]:
+        if i == "C":
+            raise KeyboardInterrupt
+        return {"id": i}
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(KeyboardInterrupt):
+        commands._each(["A", "B", "C", "D"], act, Printer(Mode.JSON, out, err=err), "pause", "4 tasks")
+    summary = json.loads(out.getvalue())
+    assert summary["ids"] == ["A", "B"] and summary["paused"] == 2
+    assert [e["id"] for e in summary["errors"]] == ["C"] and summary["errors"][0]["result"] == "unknown"
+    assert "interrupted after 2 of 4: C may or may not have been paused" in err.getvalue()
 
 
 def test_a_bulk_action_stops_when_the_key_is_refused() -> None:
