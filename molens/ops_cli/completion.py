@@ -49,9 +49,8 @@ def script(top: argparse.ArgumentParser, shell: str) -> str:
     for path, p in _walk(top, ()):
         subs = _subparsers(p)
         words = list(subs.choices) if subs is not None else []
-        shown = [a for a in p._actions if a.help is not argparse.SUPPRESS]  # not the --token that refuses
-        opts = sorted({o for a in shown for o in a.option_strings if o.startswith("--")} | {"--help"})
-        for a in shown:
+        opts = sorted({o for a in p._actions for o in a.option_strings if o.startswith("--")} | {"--help"})
+        for a in p._actions:
             if a.choices is not None and a.option_strings and not isinstance(a, argparse._SubParsersAction):
                 for o in a.option_strings:  # a word starting with "-" would be read as an option after a space
                     choices.setdefault(o, set()).update(str(c) for c in a.choices if not str(c).startswith("-"))

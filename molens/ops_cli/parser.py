@@ -80,15 +80,6 @@ def refuse_token(top: argparse.ArgumentParser, argv: Sequence[str]) -> None:
             raise CommandLineError(top, NO_TOKEN)
 
 
-class _NoToken(argparse.Action):
-    """``--token``: refused without its value ever being shown (a command line is visible to every
-    user of the machine, so the token is read from a file or the environment)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        raise CommandLineError(parser, NO_TOKEN)
-
-
 def output_asked(argv: Sequence[str]) -> str:
     """The output mode a command line asks for, read without parsing it (it may not parse): the last
     ``--json`` or ``--jsonl`` before any ``--``, else ``table``."""
@@ -110,7 +101,6 @@ def _common() -> argparse.ArgumentParser:
                         "Default: $MOLENS_URL, else http://127.0.0.1:18081")
     g.add_argument("--token-file", metavar="PATH", default=argparse.SUPPRESS,
                    help="read the bearer token from PATH (default: $MOLENS_TOKEN)")
-    g.add_argument("--token", nargs="?", action=_NoToken, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     g.add_argument("--namespace", metavar="NAME", default=argparse.SUPPRESS,
                    help="create tasks in NAME and limit lists and dead-letter actions to it "
                         "(default: $MOLENS_NAMESPACE, else creates go to default and lists show every "
