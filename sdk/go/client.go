@@ -24,19 +24,20 @@ import (
 
 // Client is a client of one Molens cluster (see the package doc for routing and retries).
 type Client struct {
-	addrs         []string
-	hc            *http.Client
-	stock         bool // hc's transport is net/http's own (see notSent)
-	token         string
-	maxAttempts   int
-	retryDeadline time.Duration
-	backoffBase   time.Duration
-	backoffMax    time.Duration
-	namespace     string
-	maxAnswer     int64
+	addrs          []string
+	hc             *http.Client // without a Timeout: attemptTimeout bounds each attempt instead
+	stock          bool         // hc's transport is net/http's own (see notSent)
+	token          string
+	attemptTimeout time.Duration // 0: none but the retry deadline
+	maxAttempts    int
+	retryDeadline  time.Duration
+	backoffBase    time.Duration
+	backoffMax     time.Duration
+	namespace      string
+	maxAnswer      int64
 
 	given   *http.Client   // WithHTTPClient's, copied by NewClient (never changed)
-	timeout *time.Duration // WithTimeout's, set on the copy
+	timeout *time.Duration // WithTimeout's: replaces the copy's Timeout, then attemptTimeout
 
 	mu     sync.Mutex
 	target string
@@ -57,18 +58,21 @@ func WithToken(token string) Option { return func(c *Client) { c.token = token }
 func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
 
 // WithHTTPClient makes the client's requests with a copy of hc (hc itself is never changed; nil
-// keeps the default). The copy's CheckRedirect is replaced (the SDK follows 307 itself) and
-// WithTimeout, in any order, sets the copy's Timeout.
+// keeps the default). The copy's CheckRedirect is replaced (the SDK follows 307 itself), and its
+// Timeout becomes the per-attempt timeout (WithTimeout, in any order, replaces it).
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.given = hc } }
 
-// WithTimeout is the per-request timeout (default 10 s; with WithHTTPClient, that client's own
-// unless this is given).
+// WithTimeout is the per-attempt timeout (default 10 s; with WithHTTPClient, that client's own
+// Timeout unless this is given; 0: none but the retry deadline). It covers the whole attempt,
+// answer body included, and is cut to what is left of WithRetryDeadline, as the Python and Java
+// SDKs cut their read timeout: an attempt never outlasts the call's retry deadline.
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = &d } }
 
 // WithMaxAttempts bounds the attempts of one call (default 8; redirects to the leader do not count).
 func WithMaxAttempts(n int) Option { return func(c *Client) { c.maxAttempts = n } }
 
-// WithRetryDeadline bounds the time one call spends retrying (default 30 s).
+// WithRetryDeadline bounds the time one call spends, retries included (default 30 s; it must be
+// positive). An attempt's timeout is cut to what is left of it.
 func WithRetryDeadline(d time.Duration) Option { return func(c *Client) { c.retryDeadline = d } }
 
 // WithBackoff sets the backoff: attempt n waits a random time in [0, min(max, base*2^(n-1))]
@@ -121,6 +125,9 @@ func NewClient(addrs []string, opts ...Option) (*Client, error) {
 	if c.maxAnswer < 1 {
 		return nil, fmt.Errorf("molens: WithMaxResponseBytes must be at least 1, got %d", c.maxAnswer)
 	}
+	if c.retryDeadline <= 0 { // every attempt would be cut to nothing
+		return nil, fmt.Errorf("molens: WithRetryDeadline must be positive, got %v", c.retryDeadline)
+	}
 	for _, r := range c.token {
 		if r <= ' ' || r > '~' { // printable ASCII: no header injection, no mangling
 			return nil, errors.New("molens: the token must be printable ASCII without spaces")
@@ -144,6 +151,8 @@ func NewClient(addrs []string, opts ...Option) (*Client, error) {
 	if c.timeout != nil {
 		hc.Timeout = *c.timeout
 	}
+	// the attempt's context bounds it instead (exchange), cut to what is left of the retry deadline
+	c.attemptTimeout, hc.Timeout = hc.Timeout, 0
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	_, isTransport := hc.Transport.(*http.Transport)
 	c.stock = hc.Transport == nil || isTransport
@@ -751,6 +760,38 @@ func retryAfter(resp *http.Response) time.Duration {
 	return 0
 }
 
+// exchange is one attempt: it sends req and reads the answer (resp's Body read into raw and
+// closed; tooBig: raw is the first maxAnswer bytes of a longer body) within req's context and the
+// attempt timeout cut to what is left of the retry deadline. A deadline already spent still gets a
+// millisecond, as in the Python and Java SDKs (the attempt fails and the budget is spent).
+// gotConn: net/http's Transport had a connection for it (see notSent).
+func (c *Client) exchange(req *http.Request, deadline time.Time) (resp *http.Response, raw []byte, tooBig, gotConn bool, err error) {
+	within := time.Until(deadline)
+	if c.attemptTimeout > 0 && c.attemptTimeout < within {
+		within = c.attemptTimeout
+	}
+	if within < time.Millisecond {
+		within = time.Millisecond
+	}
+	ctx := req.Context()
+	actx, cancel := context.WithTimeout(ctx, within)
+	defer cancel() // only once the body is read: the attempt's time bounds the reading too
+	var got int32
+	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { atomic.StoreInt32(&got, 1) }}
+	resp, err = c.hc.Do(req.WithContext(httptrace.WithClientTrace(actx, trace)))
+	if err == nil {
+		raw, err = io.ReadAll(io.LimitReader(resp.Body, c.maxAnswer+1))
+		resp.Body.Close()
+		if int64(len(raw)) > c.maxAnswer {
+			raw, tooBig = raw[:c.maxAnswer], true
+		}
+	}
+	if err != nil && ctx.Err() == nil && actx.Err() != nil { // the attempt's time ran out, not the caller's
+		err = fmt.Errorf("no answer within %v (the attempt's timeout, cut to the retry deadline): %w", within, err)
+	}
+	return resp, raw, tooBig, atomic.LoadInt32(&got) == 1, err
+}
+
 // doWith is do with extra request headers (If-Match, Prefer).
 func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, body interface{}, safe bool, out interface{}, extra http.Header) error {
 	var data []byte
@@ -787,9 +828,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		if data != nil {
 			rd = bytes.NewReader(data)
 		}
-		var gotConn int32
-		trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { atomic.StoreInt32(&gotConn, 1) }}
-		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), method, target+path, rd)
+		req, err := http.NewRequestWithContext(ctx, method, target+path, rd)
 		if err != nil {
 			return err
 		}
@@ -805,18 +844,9 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		if c.token != "" {
 			req.Header.Set("Authorization", "Bearer "+c.token)
 		}
-		resp, err := c.hc.Do(req)
-		var raw []byte
-		tooBig := false
-		if err == nil {
-			raw, err = io.ReadAll(io.LimitReader(resp.Body, c.maxAnswer+1))
-			resp.Body.Close()
-			if int64(len(raw)) > c.maxAnswer {
-				raw, tooBig = raw[:c.maxAnswer], true
-			}
-		}
+		resp, raw, tooBig, gotConn, err := c.exchange(req, deadline)
 		if err != nil {
-			unknown = unknown || (!notSent(err, atomic.LoadInt32(&gotConn) == 1, c.stock) && method != "GET")
+			unknown = unknown || (!notSent(err, gotConn, c.stock) && method != "GET")
 			if ctx.Err() != nil { // a write cancelled once it may have been sent may have been applied
 				return giveUp(ctx.Err())
 			}

@@ -17,7 +17,8 @@
 //     other 3xx, and a 2xx whose body is not the JSON object the call expects, is an *APIError
 //     (Code "http_error"): no node answers so.
 //   - Retries with exponential backoff and full jitter (a random delay in [0, min(max, base*2^(n-1))] before retry n),
-//     bounded by WithMaxAttempts and WithRetryDeadline: on connection errors, on 503 (no leader,
+//     bounded by WithMaxAttempts and WithRetryDeadline (each attempt's WithTimeout is cut to what is
+//     left of it): on connection errors, on 503 (no leader,
 //     outcome unknown, unavailable) and on 507 (the leader's disk is full; nothing applied),
 //     waiting at least Retry-After once a few attempts have failed. Other errors are returned at
 //     once as *APIError, carrying the API's code, field and reason.

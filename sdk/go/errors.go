@@ -126,8 +126,10 @@ func hasStatus(err error, status int) bool {
 // IsNotFound reports a 404 (unknown task).
 func IsNotFound(err error) bool { return hasStatus(err, 404) }
 
-// IsConflict reports a 409 (illegal transition for the task's status).
-func IsConflict(err error) bool { return hasStatus(err, 409) }
+// IsConflict reports a 409 (illegal transition for the task's status) or a 412
+// (IsPreconditionFailed): a stale version is a conflict, as in the Python SDK, whose
+// PreconditionFailedError is a ConflictError.
+func IsConflict(err error) bool { return hasStatus(err, 409) || hasStatus(err, 412) }
 
 // IsPreconditionFailed reports a 412 (UpdateTask's ifVersion is no longer the task's version).
 func IsPreconditionFailed(err error) bool { return hasStatus(err, 412) }

@@ -195,18 +195,134 @@ func TestWithHTTPClientIsCopiedWithTimeoutInEitherOrderAndNilKeepsTheDefault(t *
 		{WithTimeout(time.Second), WithHTTPClient(mine)},
 	} {
 		c := newClient(t, []string{"http://127.0.0.1:9"}, opts...)
-		if c.hc == mine || c.hc.Timeout != time.Second || c.hc.CheckRedirect == nil {
-			t.Fatalf("the client's http.Client: %+v", c.hc)
+		if c.hc == mine || c.attemptTimeout != time.Second || c.hc.Timeout != 0 || c.hc.CheckRedirect == nil {
+			t.Fatalf("the client's http.Client: %+v, attempt timeout %v", c.hc, c.attemptTimeout)
 		}
 	}
 	if mine.Timeout != 7*time.Second || mine.CheckRedirect != nil {
 		t.Fatalf("the caller's http.Client was changed: %+v", mine)
 	}
-	if c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(mine)); c.hc.Timeout != 7*time.Second {
-		t.Fatalf("the caller's timeout is kept without WithTimeout: %v", c.hc.Timeout)
+	if c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(mine)); c.attemptTimeout != 7*time.Second {
+		t.Fatalf("the caller's timeout is kept without WithTimeout: %v", c.attemptTimeout)
 	}
-	if c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(nil)); c.hc.Timeout != 10*time.Second || c.hc.Transport == nil {
-		t.Fatalf("WithHTTPClient(nil): %+v", c.hc)
+	if c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(nil)); c.attemptTimeout != 10*time.Second || c.hc.Transport == nil {
+		t.Fatalf("WithHTTPClient(nil): %+v, attempt timeout %v", c.hc, c.attemptTimeout)
+	}
+}
+
+// attemptRecorder is a RoundTripper noting each attempt's context deadline and when it was sent,
+// then answering with answer (nil: an error, as a connection that failed).
+type attemptRecorder struct {
+	answer func(*http.Request) *http.Response
+
+	mu        sync.Mutex
+	sent      []time.Time
+	deadlines []time.Time // zero: the attempt had no deadline
+}
+
+func (a *attemptRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	d, _ := req.Context().Deadline()
+	a.mu.Lock()
+	a.sent, a.deadlines = append(a.sent, time.Now()), append(a.deadlines, d)
+	a.mu.Unlock()
+	if a.answer == nil {
+		return nil, errors.New("refused by the test")
+	}
+	return a.answer(req), nil
+}
+
+func TestAnAttemptsTimeoutIsCutToWhatIsLeftOfTheRetryDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		timeout, retry time.Duration
+		callerDeadline time.Duration // 0: none
+		bound          func(sent, called, returned time.Time) time.Time
+	}{
+		{"the retry deadline is nearer", time.Hour, time.Minute, 0,
+			func(sent, called, returned time.Time) time.Time { return returned.Add(time.Minute) }},
+		{"the attempt timeout is nearer", 2 * time.Second, time.Hour, 0,
+			func(sent, called, returned time.Time) time.Time { return sent.Add(2 * time.Second) }},
+		{"the caller's deadline is nearer", time.Hour, time.Hour, time.Minute,
+			func(sent, called, returned time.Time) time.Time { return called.Add(time.Minute) }},
+	} {
+		rec := &attemptRecorder{}
+		c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(&http.Client{Transport: rec}),
+			WithTimeout(tc.timeout), WithRetryDeadline(tc.retry), WithMaxAttempts(3), WithBackoff(time.Millisecond, time.Millisecond))
+		ctx := context.Background()
+		called := time.Now()
+		if tc.callerDeadline > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, called.Add(tc.callerDeadline))
+			defer cancel()
+		}
+		_, err := c.GetTask(ctx, "a")
+		returned := time.Now()
+		var ce *ConnectionError
+		if !errors.As(err, &ce) || len(rec.sent) != 3 {
+			t.Fatalf("%s: %T %v after %d attempts", tc.name, err, err, len(rec.sent))
+		}
+		for i, d := range rec.deadlines {
+			if bound := tc.bound(rec.sent[i], called, returned); d.IsZero() || d.After(bound) {
+				t.Fatalf("%s: attempt %d's deadline is %v, after %v", tc.name, i+1, d, bound)
+			}
+		}
+	}
+}
+
+func TestAnAttemptAfterTheRetryDeadlineGetsAMillisecondAndTheLastAnswerIsReturned(t *testing.T) {
+	// from the third attempt on the backoff waits Retry-After (60 s), cut to the retry deadline:
+	// the fourth attempt starts with the deadline spent, as in the Python and Java SDKs
+	rec := &attemptRecorder{answer: func(req *http.Request) *http.Response {
+		return &http.Response{StatusCode: 503, Request: req, Header: http.Header{"Retry-After": {"60"}},
+			Body: io.NopCloser(strings.NewReader(`{"error": {"code": "unavailable", "message": "not serving"}}`))}
+	}}
+	c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(&http.Client{Transport: rec}),
+		WithRetryDeadline(time.Second), WithMaxAttempts(10), WithBackoff(time.Millisecond, time.Millisecond))
+	_, err := c.GetTask(context.Background(), "a")
+	if mustAPIError(t, err, 503, "unavailable", ""); !IsUnavailable(err) || len(rec.sent) != 4 {
+		t.Fatalf("got %v after %d attempts", err, len(rec.sent))
+	}
+	if d := rec.deadlines[3]; d.IsZero() || d.After(rec.sent[3].Add(time.Millisecond)) {
+		t.Fatalf("the attempt after the deadline had until %v, sent at %v", d, rec.sent[3])
+	}
+}
+
+func TestAStalledNodeEndsTheCallAtTheRetryDeadlineNotTheAttemptTimeout(t *testing.T) {
+	// the attempt timeout is the default 10 s; the retry deadline of 1 s cuts it
+	release := make(chan struct{})
+	var asked int32
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		atomic.AddInt32(&asked, 1)
+		select {
+		case <-r.Context().Done(): // the client gave up and closed the connection
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before the node's Close, which waits for its handlers
+	c := newClient(t, []string{node.URL}, WithRetryDeadline(time.Second))
+	ctx := context.Background()
+
+	t0 := time.Now()
+	_, err := c.GetTask(ctx, "a")
+	var ce *ConnectionError
+	if took := time.Since(t0); !errors.As(err, &ce) || took > 5*time.Second || atomic.LoadInt32(&asked) != 1 {
+		t.Fatalf("a read: %T %v after %v and %d requests", err, err, took, atomic.LoadInt32(&asked))
+	}
+
+	t0 = time.Now()
+	_, err = c.PauseTask(ctx, "a") // sent, never answered: it may have been applied
+	var ou *OutcomeUnknownError
+	if took := time.Since(t0); !errors.As(err, &ou) || took > 5*time.Second {
+		t.Fatalf("a write: %T %v after %v", err, err, took)
+	}
+}
+
+func TestNewClientRefusesARetryDeadlineThatIsNotPositive(t *testing.T) {
+	// as the Python SDK's retry_deadline_s: every attempt would be cut to nothing
+	for _, d := range []time.Duration{0, -time.Second} {
+		if _, err := NewClient([]string{"http://127.0.0.1:9"}, WithRetryDeadline(d)); err == nil {
+			t.Fatalf("a client of retry deadline %v", d)
+		}
 	}
 }
 

@@ -50,7 +50,11 @@ public class ApiException extends MolensException {
 
     public boolean isNotFound() { return status == 404; }
 
-    public boolean isConflict() { return status == 409; }
+    /**
+     * 409, or 412 ({@link #isPreconditionFailed()}): a stale version is a conflict, as {@link PreconditionFailedException}
+     * is a {@link ConflictException} (and the Python SDK's PreconditionFailedError a ConflictError).
+     */
+    public boolean isConflict() { return status == 409 || status == 412; }
 
     /** 412: {@link MolensClient#update}'s {@code ifVersion} is no longer the task's version. */
     public boolean isPreconditionFailed() { return status == 412; }
@@ -61,5 +65,9 @@ public class ApiException extends MolensException {
 
     public boolean isForbidden() { return status == 403; }
 
-    public boolean isUnavailable() { return status == 503; }
+    /**
+     * 503 (no leader, the cluster is not serving), or 507 ({@link InsufficientStorageException}: the leader's disk is
+     * full), after every retry; the Python SDK's InsufficientStorageError is an UnavailableError.
+     */
+    public boolean isUnavailable() { return status == 503 || status == 507; }
 }

@@ -29,12 +29,15 @@ import java.security.KeyStore;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Predicate;
 import javax.net.ssl.HttpsURLConnection;
 import javax.net.ssl.KeyManagerFactory;
 import javax.net.ssl.SSLContext;
@@ -508,6 +511,43 @@ public class TransportTest {
         OutcomeUnknownException e = outcomeUnknown(() -> c.create(far().setIdempotencyKey("k")));
         assertEquals(Collections.singletonList("k"), e.getIdempotencyKeys());
         assertEquals(3, asked.get());
+    }
+
+    @Test
+    public void thePredicatesFollowThePythonSdksExceptionTree() throws Exception {
+        // molens/client.py: PreconditionFailedError (412) is a ConflictError, InsufficientStorageError (507) an
+        // UnavailableError, BadRequestError covers 400, 413 and 415
+        Map<String, Predicate<ApiException>> predicates = new LinkedHashMap<String, Predicate<ApiException>>();
+        predicates.put("isBadRequest", ApiException::isBadRequest);
+        predicates.put("isUnauthorized", ApiException::isUnauthorized);
+        predicates.put("isForbidden", ApiException::isForbidden);
+        predicates.put("isNotFound", ApiException::isNotFound);
+        predicates.put("isConflict", ApiException::isConflict);
+        predicates.put("isPreconditionFailed", ApiException::isPreconditionFailed);
+        predicates.put("isUnavailable", ApiException::isUnavailable);
+        String[][] cases = { // status, code, the predicates that hold
+            {"400", "invalid_argument", "isBadRequest"}, {"413", "payload_too_large", "isBadRequest"},
+            {"415", "unsupported_media_type", "isBadRequest"}, {"401", "unauthorized", "isUnauthorized"},
+            {"403", "forbidden", "isForbidden"}, {"404", "not_found", "isNotFound"},
+            {"409", "illegal_transition", "isConflict"}, {"412", "precondition_failed", "isConflict isPreconditionFailed"},
+            {"429", "too_many_requests", ""}, {"503", "no_leader", "isUnavailable"},
+            {"507", "insufficient_storage", "isUnavailable"}, {"500", "internal", ""},
+        };
+        final String[] answer = new String[2]; // the stand-in's status and code
+        HttpServer s = node(ex -> answer(ex, Integer.parseInt(answer[0]), error(answer[1], "refused")));
+        final MolensClient c = client(url(s)).maxAttempts(1).build();
+        for (String[] k : cases) {
+            answer[0] = k[0];
+            answer[1] = k[1];
+            ApiException e = MolensClientTest.apiError(() -> c.get(ID), Integer.parseInt(k[0]), k[1], null);
+            List<String> holds = new ArrayList<String>();
+            for (Map.Entry<String, Predicate<ApiException>> p : predicates.entrySet()) {
+                if (p.getValue().test(e)) {
+                    holds.add(p.getKey());
+                }
+            }
+            assertEquals(k[0] + " " + k[1], k[2], String.join(" ", holds));
+        }
     }
 
     // ------------------------------------------------------------------------- what is sent
