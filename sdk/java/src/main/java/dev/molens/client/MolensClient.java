@@ -150,6 +150,13 @@ public final class MolensClient implements AutoCloseable {
         for (String a : b.addrs) {
             bases.add(base(a));
         }
+        // as the Python SDK: a bound that is not positive would fail (or never end) every call
+        positive("connectTimeoutMs", b.connectTimeoutMs);
+        positive("readTimeoutMs", b.readTimeoutMs);
+        positive("retryDeadlineMs", b.retryDeadlineMs);
+        positive("backoffMs base", b.backoffBaseMs);
+        positive("backoffMs max", b.backoffMaxMs);
+        positive("maxAttempts", b.maxAttempts);
         addrs = Collections.unmodifiableList(bases);
         target = addrs.get(0);
         token = b.token;
@@ -160,6 +167,12 @@ public final class MolensClient implements AutoCloseable {
         backoffBaseMs = b.backoffBaseMs;
         backoffMaxMs = b.backoffMaxMs;
         namespace = b.namespace == null ? null : Tenancy.checkedName("namespace", b.namespace);
+    }
+
+    private static void positive(String name, long v) {
+        if (v <= 0) {
+            throw new IllegalArgumentException(name + " must be positive, got " + v);
+        }
     }
 
     /** The node requests go to now (the leader, once discovered). */

@@ -550,6 +550,28 @@ public class TransportTest {
         }
     }
 
+    @Test
+    public void aBoundThatIsNotPositiveIsRefusedByBuild() {
+        // as the Python SDK's MolensClient: 0 would cut every attempt to nothing or (a 0 timeout) wait forever
+        List<String> refused = new ArrayList<String>();
+        List<java.util.function.Consumer<MolensClient.Builder>> bad = Arrays.asList(
+            b -> b.retryDeadlineMs(0), b -> b.readTimeoutMs(0), b -> b.connectTimeoutMs(-1), b -> b.maxAttempts(0),
+            b -> b.backoffMs(0, 2000), b -> b.backoffMs(50, 0));
+        for (java.util.function.Consumer<MolensClient.Builder> set : bad) {
+            MolensClient.Builder b = MolensClient.builder("http://127.0.0.1:9");
+            set.accept(b);
+            try {
+                b.build();
+            } catch (IllegalArgumentException e) {
+                refused.add(e.getMessage());
+            }
+        }
+        assertEquals(Arrays.asList("retryDeadlineMs must be positive, got 0", "readTimeoutMs must be positive, got 0",
+            "connectTimeoutMs must be positive, got -1", "maxAttempts must be positive, got 0",
+            "backoffMs base must be positive, got 0", "backoffMs max must be positive, got 0"), refused);
+        MolensClient.builder("http://127.0.0.1:9").retryDeadlineMs(1).maxAttempts(1).build(); // the least accepted
+    }
+
     // ------------------------------------------------------------------------- what is sent
 
     @Test
