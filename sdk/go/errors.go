@@ -146,6 +146,12 @@ func IsUnauthorized(err error) bool { return hasStatus(err, 401) }
 // the request names a namespace outside the key's.
 func IsForbidden(err error) bool { return hasStatus(err, 403) }
 
+// IsTooManyRequests reports any 429 (not retried by the client): a namespace's quota
+// (IsQuotaExceeded), or a node's limit of connections from one address or of bad keys; the
+// *APIError's RetryAfter says when to try again. Python's TooManyRequestsError, Java's
+// TooManyRequestsException.
+func IsTooManyRequests(err error) bool { return hasStatus(err, 429) }
+
 // IsQuotaExceeded reports a 429 quota_exceeded: a namespace's quota refused the request whole (that
 // request created nothing; a retry after a lost answer that meets a full quota is an
 // *OutcomeUnknownError instead, since the lost attempt may have made the task). The *APIError's

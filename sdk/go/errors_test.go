@@ -7,13 +7,13 @@ import (
 
 // TestPredicatesFollowThePythonExceptionTree: each predicate holds for the statuses whose Python
 // SDK error is that class or a subclass of it (molens/client.py): PreconditionFailedError (412) is
-// a ConflictError, QuotaExceededError a TooManyRequestsError, InsufficientStorageError (507) an
+// a ConflictError, QuotaExceededError a TooManyRequestsError (IsTooManyRequests: any 429), InsufficientStorageError (507) an
 // UnavailableError, and BadRequestError covers 400, 413 and 415.
 func TestPredicatesFollowThePythonExceptionTree(t *testing.T) {
 	predicates := map[string]func(error) bool{
 		"IsBadRequest": IsBadRequest, "IsUnauthorized": IsUnauthorized, "IsForbidden": IsForbidden,
 		"IsNotFound": IsNotFound, "IsConflict": IsConflict, "IsPreconditionFailed": IsPreconditionFailed,
-		"IsQuotaExceeded": IsQuotaExceeded, "IsUnavailable": IsUnavailable, "IsInsufficientStorage": IsInsufficientStorage,
+		"IsTooManyRequests": IsTooManyRequests, "IsQuotaExceeded": IsQuotaExceeded, "IsUnavailable": IsUnavailable, "IsInsufficientStorage": IsInsufficientStorage,
 	}
 	for _, tc := range []struct {
 		status int
@@ -28,8 +28,8 @@ func TestPredicatesFollowThePythonExceptionTree(t *testing.T) {
 		{404, "not_found", []string{"IsNotFound"}},
 		{409, "illegal_transition", []string{"IsConflict"}},
 		{412, "precondition_failed", []string{"IsConflict", "IsPreconditionFailed"}},
-		{429, "too_many_requests", nil},
-		{429, "quota_exceeded", []string{"IsQuotaExceeded"}},
+		{429, "too_many_requests", []string{"IsTooManyRequests"}},
+		{429, "quota_exceeded", []string{"IsTooManyRequests", "IsQuotaExceeded"}},
 		{503, "no_leader", []string{"IsUnavailable"}},
 		{507, "insufficient_storage", []string{"IsUnavailable", "IsInsufficientStorage"}},
 		{500, "internal", nil},
