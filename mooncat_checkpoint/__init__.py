@@ -45,7 +45,9 @@ from mooncat_checkpoint.model import (
     ClaimResult,
     Done,
     Failed,
+    GcResult,
     JSONValue,
+    UnreadableRecord,
 )
 from mooncat_checkpoint.step import Step, SyncStep
 from mooncat_checkpoint.sync_client import SyncCheckpointClient
@@ -65,6 +67,8 @@ __all__ = [
     "Claimed",
     "Busy",
     "Failed",
+    "GcResult",
+    "UnreadableRecord",
     "JSONValue",
     "Clock",
     "wall_clock_ms",

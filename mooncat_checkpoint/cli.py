@@ -6,7 +6,9 @@
     mooncat-checkpoint [--url URL] reset NS KEY [--if-expired]
     mooncat-checkpoint [--url URL] gc [--older-than MS] [--prune-finished-older-than MS]
 
-Output is JSON on stdout: one object per line for ``list``, one object otherwise. Exit status: 0 done;
+Output is JSON on stdout: one object per line for ``list``, one object otherwise (``gc``: ``removed``,
+and the ``unreadable`` records it left in place, counted and listed in ``unreadable_records``, also
+named in one line on stderr). Exit status: 0 done;
 1 nothing there (``get`` of a missing key, ``reset`` that deleted nothing, a ``file://`` or ``sqlite://``
 store that does not exist); 2 bad usage or arguments, an unusable backend, or a record that does not read
 (``CorruptRecordError``); 130 interrupted. Errors are one line on stderr. ``--url`` may also follow the command.
@@ -89,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "gc", parents=[common],
-        help="delete expired claims (done/failed records only with --prune-finished-older-than)",
+        help="delete expired claims (done/failed records only with --prune-finished-older-than); "
+        "records that do not read are left and reported",
     )
     p.add_argument(
         "--older-than", type=_ms, default=None, metavar="MS",
@@ -151,7 +154,14 @@ def _run(args: argparse.Namespace) -> int:
             _emit({"namespace": args.namespace, "key": args.key, "reset": True})
             return EXIT_OK
         if args.command == "gc":
-            _emit({"removed": cp.gc(args.older_than, prune_finished_older_than_ms=args.prune_finished_older_than)})
+            result = cp.gc(args.older_than, prune_finished_older_than_ms=args.prune_finished_older_than)
+            _emit(result.to_dict())
+            if result.unreadable:  # collected the rest; say on stderr what needs a look
+                shown = ", ".join(
+                    f"{u.namespace}/{'?' if u.key is None else _key(u.key)}" for u in result.unreadable[:5]
+                ) + (", ..." if len(result.unreadable) > 5 else "")
+                print(f"{PROG}: gc left {len(result.unreadable)} record(s) that do not read: {shown} "
+                      "(see unreadable_records: reset a key to remove its record, or repair it)", file=sys.stderr)
             return EXIT_OK
     raise InvalidArgumentError(f"unknown command {args.command!r}")  # argparse prevents this
 

@@ -16,7 +16,7 @@ from types import TracebackType
 
 from mooncat_checkpoint.engine import DEFAULT_LEASE_MS, Clock, Engine
 from mooncat_checkpoint.errors import WaitTimeoutError, WouldBlock
-from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, JSONValue
+from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, GcResult, JSONValue
 from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.offload import offload
 from mooncat_checkpoint.step import Step
@@ -164,11 +164,14 @@ class CheckpointClient:
             return await offload(self._engine.list, namespace, status, expired)
         return self._engine.list(namespace, status, expired)
 
-    async def gc(self, older_than_ms: int | None = None, *, prune_finished_older_than_ms: int | None = None) -> int:
+    async def gc(
+        self, older_than_ms: int | None = None, *, prune_finished_older_than_ms: int | None = None
+    ) -> GcResult:
         """Delete, in every namespace, claims whose lease ended at least ``older_than_ms`` ago (None:
         every expired claim), as the original library's ``gc({ olderThan })`` does. Done and failed
         records stay, unless ``prune_finished_older_than_ms`` is given: then those not updated for
-        that long go too (their steps would run again). Returns how many records went."""
+        that long go too (their steps would run again). Returns how many records went (an ``int``);
+        a record that does not read is left in place and listed in its ``unreadable``."""
         if self._blocking:
             return await offload(self._engine.gc, older_than_ms, prune_finished_older_than_ms)
         return self._engine.gc(older_than_ms, prune_finished_older_than_ms)

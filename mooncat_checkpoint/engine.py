@@ -17,7 +17,14 @@ from typing import cast
 from mooncat_checkpoint import codec, rules
 from mooncat_checkpoint.backends.base import Backend, ServerBackend
 from mooncat_checkpoint.errors import BackendUnavailableError, CorruptRecordError, InvalidArgumentError
-from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, JSONValue
+from mooncat_checkpoint.model import (
+    Checkpoint,
+    CheckpointStatus,
+    ClaimResult,
+    GcResult,
+    JSONValue,
+    UnreadableRecord,
+)
 from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.urls import open_backend, resolve_url, shown_url
@@ -182,10 +189,11 @@ class Engine:
             r.public() for r in self.backend.list(ns) if rules.matches(r, status=want, expired=expired, now_ms=now)
         ]
 
-    def gc(self, older_than_ms: int | None = None, prune_finished_older_than_ms: int | None = None) -> int:
+    def gc(self, older_than_ms: int | None = None, prune_finished_older_than_ms: int | None = None) -> GcResult:
         """Delete claims whose lease ended at least ``older_than_ms`` ago (None: every expired claim) in
         every namespace; done/failed records only when ``prune_finished_older_than_ms`` is given, those
-        not updated for that long. How many records went."""
+        not updated for that long. How many records went; a record that does not read is left where
+        it is and reported in ``GcResult.unreadable``, and everything else is still collected."""
         self._check_open()
         older = None if older_than_ms is None else codec.check_ms("older_than_ms", older_than_ms, minimum=0)
         prune = (
@@ -198,29 +206,24 @@ class Engine:
         backend.clean_debris()
         clock = self.clock
         removed = 0
-        skipped: builtins.list[tuple[str, CorruptRecordError]] = []
+        unreadable: builtins.list[UnreadableRecord] = []
         for ns in backend.namespaces():
+            records, bad = backend.list_readable(ns)
+            unreadable.extend(bad)
             now = clock()
-            try:
-                doomed = [r for r in backend.list(ns) if rules.collectable(r, now, older, prune)]
-            except CorruptRecordError as e:  # the other namespaces are still collected; said below
-                skipped.append((ns, e))
-                continue
+            doomed = [r for r in records if rules.collectable(r, now, older, prune)]
             if not doomed:
                 continue
             # One floor write for the batch, instead of one per deleted record.
             backend.raise_floor(ns, max(r.fence for r in doomed))
             decide = partial(_gc_decide, clock, older, prune)
             for r in doomed:
-                if backend.transact(ns, r.key, decide):
-                    removed += 1
-        if skipped:
-            names = ", ".join(ns for ns, _ in skipped)
-            raise CorruptRecordError(
-                f"gc removed {removed} records but skipped the namespaces {names}, which hold a record that "
-                f"does not read ({skipped[0][1]}); reset that key to remove it"
-            )
-        return removed
+                try:
+                    if backend.transact(ns, r.key, decide):
+                        removed += 1
+                except CorruptRecordError as e:  # it stopped reading since it was listed: leave it too
+                    unreadable.append(UnreadableRecord(ns, r.key, str(e)))
+        return GcResult(removed, unreadable)
 
     def close(self) -> None:
         if not self.closed:

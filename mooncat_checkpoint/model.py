@@ -7,6 +7,7 @@ never carries the lease token: only the ``Claimed`` result of the claim that cre
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -19,6 +20,8 @@ __all__ = [
     "Busy",
     "Failed",
     "ClaimResult",
+    "UnreadableRecord",
+    "GcResult",
 ]
 
 JSONValue: TypeAlias = Any
@@ -50,8 +53,9 @@ class Checkpoint:
     fingerprint: str | None = None
 
     def expired(self, now_ms: int) -> bool:
-        """True for a claimed record whose lease ran out at ``now_ms`` (it can be claimed again)."""
-        return self.status is CheckpointStatus.CLAIMED and self.lease_until is not None and now_ms >= self.lease_until
+        """True for a claimed record whose lease ran out at ``now_ms``, or that names no lease (written
+        by hand or by another writer): it can be claimed again, as the original library claims it."""
+        return self.status is CheckpointStatus.CLAIMED and (self.lease_until is None or now_ms >= self.lease_until)
 
     def to_dict(self) -> dict[str, JSONValue]:
         """A JSON-ready dict (the CLI prints exactly this)."""
@@ -111,3 +115,50 @@ class Failed:
 
 
 ClaimResult: TypeAlias = Done | Claimed | Busy | Failed
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableRecord:
+    """A stored record that does not read back (a hand-edited file that no longer parses, a status
+    this library does not know): ``gc`` leaves it where it is and reports it. ``key`` is None when
+    the store no longer says which key it is (a file under a hashed name); ``error`` names the file,
+    row or Redis key and what is wrong with it."""
+
+    namespace: str
+    key: str | None
+    error: str
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {"namespace": self.namespace, "key": self.key, "error": self.error}
+
+
+class GcResult(int):
+    """What ``gc`` returns: the number of records it removed (an ``int``, as the contract's ``gc``
+    returns a number), carrying in ``unreadable`` the records it could not read and left alone.
+
+    >>> r = GcResult(2, [UnreadableRecord("ns", "broken", "unreadable checkpoint file ...")])
+    >>> r == 2, r.removed, [u.key for u in r.unreadable]
+    (True, 2, ['broken'])
+    """
+
+    unreadable: tuple[UnreadableRecord, ...]
+
+    def __new__(cls, removed: int, unreadable: Iterable[UnreadableRecord] = ()) -> GcResult:
+        self = super().__new__(cls, removed)
+        self.unreadable = tuple(unreadable)
+        return self
+
+    @property
+    def removed(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"GcResult(removed={int(self)}, unreadable={self.unreadable!r})"
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        """What the CLI prints: ``removed``, the ``unreadable`` count and the ``unreadable_records``."""
+        return {
+            "removed": int(self),
+            "unreadable": len(self.unreadable),
+            "unreadable_records": [u.to_dict() for u in self.unreadable],
+        }

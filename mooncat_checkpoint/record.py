@@ -35,7 +35,10 @@ class StoredRecord(NamedTuple):
     error: str | None = None
 
     def expired(self, now_ms: int) -> bool:
-        return self.status is CheckpointStatus.CLAIMED and self.lease_until is not None and now_ms >= self.lease_until
+        """The claim can be taken over: its lease ran out (``now >= lease_until``), or it names no
+        lease at all (written by hand or by another writer), which the original library claims too.
+        Every backend decides by this rule (Redis and PostgreSQL in their scripts, the same test)."""
+        return self.status is CheckpointStatus.CLAIMED and (self.lease_until is None or now_ms >= self.lease_until)
 
     def public(self) -> Checkpoint:
         """The record without its lease token, result decoded."""

@@ -6,6 +6,10 @@
                       |   \\--fail--> failed    (terminal until reset)
                       \\-- lease expired: claim again -> claimed (new token, fence + 1, attempts + 1)
 
+* "expired" is ``StoredRecord.expired``: the lease ran out (``now >= lease_until``) or the claim names
+  no lease at all (a record written by hand or by another writer): the original library claims such a
+  record too (its busy test is ``leaseUntil && leaseUntil > now``), so it is never busy forever. Its
+  re-claim is like any other: new token, fence + 1, attempts + 1.
 * ``done``/``fail`` need the current token of a claimed record, else ``LeaseLostError``; ``touch``
   returns None then (the contract's ``Checkpoint | null``). The
   token stays current after the lease expires until somebody claims again, so a late but unchallenged
@@ -183,7 +187,8 @@ def reset(current: StoredRecord | None, *, now_ms: int, if_expired: bool) -> Dec
 def collectable(record: StoredRecord, now_ms: int, older_than_ms: int | None, prune_finished_ms: int | None) -> bool:
     """gc removes claims whose lease ended at least ``older_than_ms`` ago (the original library's grace
     period; None or 0: every expired claim) and, only when ``prune_finished_ms`` is given, done/failed
-    records not updated for at least that long."""
+    records not updated for at least that long. A claim that names no lease has no end to count the
+    grace from: gc leaves it, as the original's gc does (a claim, or ``reset --if-expired``, takes it)."""
     if record.status is _CLAIMED:
         return record.lease_until is not None and now_ms - record.lease_until >= (older_than_ms or 0)
     return prune_finished_ms is not None and now_ms - record.updated_at >= prune_finished_ms

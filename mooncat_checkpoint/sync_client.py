@@ -12,7 +12,7 @@ from types import TracebackType
 
 from mooncat_checkpoint.engine import DEFAULT_LEASE_MS, Clock, Engine
 from mooncat_checkpoint.errors import WaitTimeoutError
-from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, JSONValue
+from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, GcResult, JSONValue
 from mooncat_checkpoint.naming import check_key, check_namespace
 from mooncat_checkpoint.step import SyncStep
 from mooncat_checkpoint.urls import shown_url
@@ -87,9 +87,10 @@ class SyncCheckpointClient:
     ) -> builtins.list[Checkpoint]:
         return self._engine.list(namespace, status, expired)
 
-    def gc(self, older_than_ms: int | None = None, *, prune_finished_older_than_ms: int | None = None) -> int:
+    def gc(self, older_than_ms: int | None = None, *, prune_finished_older_than_ms: int | None = None) -> GcResult:
         """As ``CheckpointClient.gc``: expired claims (with a grace of ``older_than_ms``); done/failed
-        records only with ``prune_finished_older_than_ms``."""
+        records only with ``prune_finished_older_than_ms``; records that do not read are left and
+        listed in the result's ``unreadable``."""
         return self._engine.gc(older_than_ms, prune_finished_older_than_ms)
 
     def wait_done(self, namespace: str, key: str, timeout_s: float | None, *, poll_s: float = 0.25) -> Checkpoint:

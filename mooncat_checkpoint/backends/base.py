@@ -17,7 +17,16 @@ import builtins
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from mooncat_checkpoint.model import Busy, Checkpoint, Claimed, ClaimResult, Done, Failed
+from mooncat_checkpoint.model import (
+    Busy,
+    Checkpoint,
+    Claimed,
+    ClaimResult,
+    Done,
+    Failed,
+    GcResult,
+    UnreadableRecord,
+)
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.rules import Decision
 
@@ -42,7 +51,13 @@ class Backend(Protocol):
     def get(self, namespace: str, key: str) -> StoredRecord | None: ...
 
     def list(self, namespace: str) -> builtins.list[StoredRecord]:
-        """Every record of the namespace, sorted by key (code point order)."""
+        """Every record of the namespace, sorted by key (code point order); ``CorruptRecordError`` if
+        one does not read."""
+        ...
+
+    def list_readable(self, namespace: str) -> tuple[builtins.list[StoredRecord], builtins.list[UnreadableRecord]]:
+        """As ``list``, but a record that does not read is put in the second list instead of raising
+        (``gc`` collects the others and reports those)."""
         ...
 
     def namespaces(self) -> builtins.list[str]: ...
@@ -90,9 +105,10 @@ class ServerBackend(Protocol):
 
     def reset(self, namespace: str, key: str, now_ms: int | None, if_expired: bool) -> bool: ...
 
-    def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> int:
+    def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> GcResult:
         """Delete claims whose lease ended ``older_than_ms`` (None: 0) ago or more, and with
-        ``prune_finished_ms`` done/failed records not updated for that long; how many went."""
+        ``prune_finished_ms`` done/failed records not updated for that long; how many went, and the
+        records that do not read (left in place)."""
         ...
 
     def get(self, namespace: str, key: str) -> StoredRecord | None: ...

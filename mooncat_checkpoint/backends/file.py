@@ -62,7 +62,7 @@ from typing import Any, TypeVar
 
 from mooncat_checkpoint.codec import encode_json
 from mooncat_checkpoint.errors import BackendUnavailableError, CorruptRecordError
-from mooncat_checkpoint.model import CheckpointStatus
+from mooncat_checkpoint.model import CheckpointStatus, UnreadableRecord
 from mooncat_checkpoint.naming import check_namespace, legacy_storage_name, storage_name
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.rules import Decision
@@ -231,6 +231,17 @@ def _decode(data: bytes, path: str, key: str | None) -> StoredRecord:
             f"checkpoint file {path} holds key {rec.key!r}, not {key!r} (two keys share one file name)"
         )
     return rec
+
+
+_HASHED_NAME = re.compile(r"sha256-(?:[0-9a-f]{32}|[0-9a-f]{64})")
+
+
+def _key_of_name(stem: str) -> str | None:
+    """The key whose record a file named ``stem.json`` is, when the name says: a key stored under its
+    own name (``reset`` of that key removes the file). None for a hashed name, which names no key."""
+    if storage_name(stem) != stem or _HASHED_NAME.fullmatch(stem):
+        return None
+    return stem
 
 
 class FileBackend:
@@ -454,10 +465,14 @@ class FileBackend:
         if make:
             return self._make_high(ns_dir)
         floor, old_high = self._read_fences(ns_dir)  # a read (get, list) does not write the store
-        return max([floor, old_high or 0, *(r.fence for r in self._scan(ns_dir))])
+        # A file that does not read is left out of this shown value (its record reports itself).
+        return max([floor, old_high or 0, *(r.fence for r in self._scan(ns_dir, []))])
 
-    def _scan(self, ns_dir: str) -> builtins.list[StoredRecord]:
-        """Every record in the directory, one per key (a current-format name wins over a legacy one)."""
+    def _scan(
+        self, ns_dir: str, unreadable: builtins.list[UnreadableRecord] | None = None
+    ) -> builtins.list[StoredRecord]:
+        """Every record in the directory, one per key (a current-format name wins over a legacy one).
+        A file that does not read raises ``CorruptRecordError``, or, given ``unreadable``, goes there."""
         found: dict[str, tuple[bool, StoredRecord]] = {}
         try:
             entries = list(os.scandir(ns_dir))
@@ -467,7 +482,13 @@ class FileBackend:
             name = entry.name
             if not name.endswith(".json") or not entry.is_file(follow_symlinks=False):
                 continue
-            rec = self._read(entry.path, None)
+            try:
+                rec = self._read(entry.path, None)
+            except CorruptRecordError as e:
+                if unreadable is None:
+                    raise
+                unreadable.append(UnreadableRecord(os.path.basename(ns_dir), _key_of_name(name[:-5]), str(e)))
+                continue
             if rec is None:
                 continue
             current = storage_name(rec.key) + ".json" == name
@@ -578,9 +599,18 @@ class FileBackend:
             return rec
 
     def list(self, namespace: str) -> builtins.list[StoredRecord]:
+        return self._list(namespace, None)
+
+    def list_readable(self, namespace: str) -> tuple[builtins.list[StoredRecord], builtins.list[UnreadableRecord]]:
+        unreadable: builtins.list[UnreadableRecord] = []
+        records = self._list(namespace, unreadable)
+        unreadable.sort(key=lambda u: u.error)  # the error names the file
+        return records, unreadable
+
+    def _list(self, namespace: str, unreadable: builtins.list[UnreadableRecord] | None) -> builtins.list[StoredRecord]:
         ns_dir = os.path.join(self.root, namespace)
         with self._io(f"cannot list {namespace}"):
-            records = self._scan(ns_dir)
+            records = self._scan(ns_dir, unreadable)
             if any(r.fence == 0 for r in records):
                 base = self._fence_base(ns_dir, make=False)
                 records = [r._replace(fence=base) if r.fence == 0 else r for r in records]

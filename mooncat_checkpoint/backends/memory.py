@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from mooncat_checkpoint.model import UnreadableRecord
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.rules import Decision
 
@@ -50,6 +51,9 @@ class MemoryBackend:
             records = [] if space is None else list(space.values())
         records.sort(key=lambda r: r.key)
         return records
+
+    def list_readable(self, namespace: str) -> tuple[builtins.list[StoredRecord], builtins.list[UnreadableRecord]]:
+        return self.list(namespace), []  # a record here always reads
 
     def namespaces(self) -> builtins.list[str]:
         with self._lock:

@@ -2,7 +2,8 @@
 
 One table, one statement per change (autocommit, so each is its own transaction):
 
-* ``claim`` is ``INSERT ... ON CONFLICT (namespace, key) DO UPDATE ... WHERE <claimable>``: PostgreSQL
+* ``claim`` is ``INSERT ... ON CONFLICT (namespace, key) DO UPDATE ... WHERE <claimable>`` (``rules``:
+  free, or a claim whose lease ended or that names none, ``lease_until IS NULL``): PostgreSQL
   locks the conflicting row and re-checks the WHERE on its latest version, so of many concurrent
   claims exactly one takes a free or expired record; the others read the record and report it.
 * ``touch``/``done``/``fail`` are ``UPDATE ... WHERE status = 'claimed' AND lease_token = $token``.
@@ -26,7 +27,7 @@ from typing import Any
 from mooncat_checkpoint import rules
 from mooncat_checkpoint.backends.base import kind_result
 from mooncat_checkpoint.errors import BackendUnavailableError, CheckpointError, CorruptRecordError
-from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult
+from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, GcResult
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.urls import redact, shown_url
 
@@ -80,7 +81,7 @@ ON CONFLICT (namespace, key) DO UPDATE SET
     created_at = CASE WHEN c.status IS NULL THEN excluded.created_at ELSE c.created_at END,
     updated_at = excluded.updated_at, result = NULL, result_ref = NULL, error = NULL
 WHERE c.status IS NULL
-   OR (c.status = 'claimed' AND c.lease_until <= excluded.updated_at
+   OR (c.status = 'claimed' AND (c.lease_until IS NULL OR c.lease_until <= excluded.updated_at)
        AND (excluded.fingerprint IS NULL OR c.fingerprint IS NULL OR c.fingerprint = excluded.fingerprint))
 RETURNING {_C_COLS}"""
 _CURRENT = f"SELECT {_COLS}, {_NOW} FROM {TABLE} WHERE namespace = %(ns)s AND key = %(key)s AND status IS NOT NULL"
@@ -101,7 +102,7 @@ RETURNING {_C_COLS}"""
 _RESET = f"""WITH t AS (SELECT {_NOW} AS now)
 UPDATE {TABLE} AS c SET {_EMPTY} FROM t
 WHERE c.namespace = %(ns)s AND c.key = %(key)s AND c.status IS NOT NULL
-  AND (NOT %(if_expired)s OR (c.status = 'claimed' AND c.lease_until <= t.now))
+  AND (NOT %(if_expired)s OR (c.status = 'claimed' AND (c.lease_until IS NULL OR c.lease_until <= t.now)))
 RETURNING 1"""
 _GC = f"""WITH t AS (SELECT {_NOW} AS now)
 UPDATE {TABLE} AS c SET {_EMPTY} FROM t
@@ -234,8 +235,10 @@ class PostgresBackend:
                          {"ns": namespace, "key": key.encode("utf-8"), "now": now_ms, "if_expired": if_expired})
         return bool(rows)
 
-    def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> int:
-        return len(self._run("cannot collect", _GC, {"now": now_ms, "older": older_than_ms, "prune": prune_finished_ms}))
+    def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> GcResult:
+        """One statement over typed columns: every row reads (the status is CHECKed), so none is skipped."""
+        return GcResult(len(self._run("cannot collect", _GC,
+                                      {"now": now_ms, "older": older_than_ms, "prune": prune_finished_ms})))
 
     def get(self, namespace: str, key: str) -> StoredRecord | None:
         rows = self._run(f"cannot read {namespace}", _GET, {"ns": namespace, "key": key.encode("utf-8")})

@@ -27,7 +27,7 @@ from typing import Any
 from mooncat_checkpoint import rules
 from mooncat_checkpoint.backends.base import kind_result
 from mooncat_checkpoint.errors import BackendUnavailableError, CheckpointError, CorruptRecordError
-from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult
+from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, GcResult, UnreadableRecord
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.urls import redact, shown_url
 
@@ -70,9 +70,17 @@ if r ~= nil then
   if fp ~= nil and r.fingerprint ~= nil and fp ~= r.fingerprint then return {'fingerprint', now, flat} end
   if r.status == 'done' then return {'done', now, flat} end
   if r.status == 'failed' then return {'failed', now, flat} end
-  if tonumber(r.lease_until) > now then return {'busy', now, flat} end
-  attempts, created = tonumber(r.attempts) + 1, r.created_at
+  -- rules: expired when now >= lease_until, or when the claim names no lease (written by hand or by
+  -- another writer). Another status, or a lease that is no number: the client reports the record
+  -- as unreadable (CorruptRecordError), as the other backends do; nothing changes.
+  local lease_until = tonumber(r.lease_until)
+  if r.status ~= 'claimed' or (r.lease_until ~= nil and lease_until == nil) then return {'unreadable', now, flat} end
+  if lease_until ~= nil and lease_until > now then return {'busy', now, flat} end
+  attempts, created = (tonumber(r.attempts) or 0) + 1, r.created_at or now
   if fp == nil then fp = r.fingerprint end
+  -- a record written without our counter (by hand) still gets a fence above its own
+  local held = tonumber(r.fence)
+  if held ~= nil and held > (tonumber(redis.call('GET', KEYS[2])) or 0) then redis.call('SET', KEYS[2], held) end
   redis.call('DEL', KEYS[1])
 else
   redis.call('SADD', KEYS[3], ARGV[3])
@@ -121,22 +129,37 @@ redis.call('HSET', KEYS[1], 'status', 'failed', 'updated_at', now, 'error', ARGV
 return {'ok', now, redis.call('HGETALL', KEYS[1])}
 """
 
-# KEYS: record, index. ARGV: now, key, mode ('reset', 'expired' or 'gc'), older_than_ms (grace on expired
-# claims, '' = none), prune_finished_older_than_ms ('' = keep done/failed records).
-# The record goes, its fence counter stays.
+# KEYS: record, index, fence counter. ARGV: now, key, mode ('reset', 'expired' or 'gc'), older_than_ms
+# (grace on expired claims, '' = none), prune_finished_older_than_ms ('' = keep done/failed records).
+# The record goes (1), its fence counter stays (raised to the record's fence first: a record written
+# by hand has none); 0: nothing to delete; -1: the record does not read (a time that is no number),
+# left alone. As ``rules``: 'expired' takes a claim that names no lease, 'gc' leaves it (it has no
+# lease end to count the grace from).
 _DELETE = _PRELUDE + """
 local now = now_ms(ARGV[1])
 local r = load(KEYS[1])
 if r == nil then return 0 end
 local mode = ARGV[3]
 if mode ~= 'reset' then
-  local grace = 0
-  if mode == 'gc' then grace = tonumber(opt(ARGV[4]) or '0') end
-  local expired = r.status == 'claimed' and now - tonumber(r.lease_until) >= grace
+  local lease_until, updated = tonumber(r.lease_until), tonumber(r.updated_at or '0')
+  if (r.lease_until ~= nil and lease_until == nil) or updated == nil then return -1 end
+  local expired = false
+  if r.status == 'claimed' then
+    if lease_until == nil then
+      expired = mode == 'expired'
+    else
+      local grace = 0
+      if mode == 'gc' then grace = tonumber(opt(ARGV[4]) or '0') end
+      expired = now - lease_until >= grace
+    end
+  end
   local prune = opt(ARGV[5])
-  local idle = mode == 'gc' and prune ~= nil and r.status ~= 'claimed' and now - tonumber(r.updated_at) >= tonumber(prune)
+  local idle = mode == 'gc' and prune ~= nil and (r.status == 'done' or r.status == 'failed')
+    and now - updated >= tonumber(prune)
   if not (expired or idle) then return 0 end
 end
+local held = tonumber(r.fence)
+if held ~= nil and held > (tonumber(redis.call('GET', KEYS[3])) or 0) then redis.call('SET', KEYS[3], held) end
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[2])
 return 1
@@ -228,6 +251,8 @@ class RedisBackend:
         kind = kind.decode()
         rec = self._record(flat)
         assert rec is not None
+        if kind == "unreadable":  # (``_record`` raised already, unless Python reads what Lua cannot)
+            raise CorruptRecordError(f"unreadable redis checkpoint record {key!r}: lease_until {rec.lease_until!r}")
         if kind == "fingerprint":
             assert fingerprint is not None
             raise rules.fingerprint_mismatch(rec, namespace, key, fingerprint)
@@ -264,10 +289,14 @@ class RedisBackend:
     def reset(self, namespace: str, key: str, now_ms: int | None, if_expired: bool) -> bool:
         n = self._call(
             f"cannot reset in {namespace}", self._delete,
-            keys=[self._record_key(namespace, key), self._index_key(namespace)],
+            keys=[self._record_key(namespace, key), self._index_key(namespace), self._fence_key(namespace, key)],
             args=[_now_arg(now_ms), key.encode("utf-8"), "expired" if if_expired else "reset", "", ""],
         )
-        return bool(n)
+        if n < 0:  # whether it expired cannot be read: leave it, as the other backends do
+            raise CorruptRecordError(
+                f"unreadable redis checkpoint record {key!r}: a lease or update time that is not a number"
+            )
+        return int(n) > 0
 
     def _keys(self, namespace: str) -> builtins.list[bytes]:
         """The namespace's keys, each once: SSCAN may return a member twice while the set is
@@ -275,18 +304,44 @@ class RedisBackend:
         return list(dict.fromkeys(self._call(f"cannot list {namespace}", self._r.sscan_iter,
                                              self._index_key(namespace), count=_SCAN_COUNT)))
 
-    def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> int:
+    def gc(self, now_ms: int | None, older_than_ms: int | None, prune_finished_ms: int | None) -> GcResult:
+        """Per batch of keys: read the records (one that does not read is reported and left alone),
+        then one delete script per readable record, which decides on the server's clock."""
         removed = 0
+        unreadable: builtins.list[UnreadableRecord] = []
         older, prune = (_opt(None if v is None else str(v)) for v in (older_than_ms, prune_finished_ms))
         for ns in self._namespaces():
             keys = self._keys(ns)
             for start in range(0, len(keys), _SCAN_COUNT):
+                batch = keys[start:start + _SCAN_COUNT]
+                readable = []
+                for k, flat in zip(batch, self._hgetall("cannot collect", ns, batch), strict=True):
+                    try:
+                        if self._record(flat) is not None:
+                            readable.append(k)
+                    except CorruptRecordError as e:
+                        unreadable.append(UnreadableRecord(ns, k.decode("utf-8"), str(e)))
                 pipe = self._r.pipeline(transaction=False)
-                for k in keys[start:start + _SCAN_COUNT]:
-                    self._delete(keys=[self._record_key(ns, k.decode("utf-8")), self._index_key(ns)],
+                for k in readable:
+                    key = k.decode("utf-8")
+                    self._delete(keys=[self._record_key(ns, key), self._index_key(ns), self._fence_key(ns, key)],
                                  args=[_now_arg(now_ms), k, "gc", older, prune], client=pipe)
-                removed += sum(self._call("cannot collect", pipe.execute))
-        return removed
+                for k, n in zip(readable, self._call("cannot collect", pipe.execute), strict=True):
+                    if n < 0:  # it stopped reading since it was read: leave it too
+                        unreadable.append(UnreadableRecord(
+                            ns, k.decode("utf-8"), f"unreadable redis checkpoint record {k.decode('utf-8')!r}: "
+                            "a lease or update time that is not a number"))
+                    else:
+                        removed += n
+        return GcResult(removed, unreadable)
+
+    def _hgetall(self, what: str, namespace: str, keys: builtins.list[bytes]) -> builtins.list[Any]:
+        """The flat records of ``keys`` in one round trip (empty for a key whose record went)."""
+        pipe = self._r.pipeline(transaction=False)
+        for k in keys:
+            pipe.hgetall(self._record_key(namespace, k.decode("utf-8")))
+        result: builtins.list[Any] = self._call(what, pipe.execute)
+        return result
 
     def _namespaces(self) -> builtins.list[str]:
         return sorted(m.decode() for m in self._call("cannot list namespaces", self._r.smembers, _NAMESPACES))
@@ -298,10 +353,7 @@ class RedisBackend:
         keys = self._keys(namespace)
         records = []
         for start in range(0, len(keys), _SCAN_COUNT):
-            pipe = self._r.pipeline(transaction=False)
-            for k in keys[start:start + _SCAN_COUNT]:
-                pipe.hgetall(self._record_key(namespace, k.decode("utf-8")))
-            for flat in self._call(f"cannot list {namespace}", pipe.execute):
+            for flat in self._hgetall(f"cannot list {namespace}", namespace, keys[start:start + _SCAN_COUNT]):
                 rec = self._record(flat)
                 if rec is not None:
                     records.append(rec)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from mooncat_checkpoint.errors import BackendUnavailableError, CorruptRecordError, WouldBlock
-from mooncat_checkpoint.model import CheckpointStatus
+from mooncat_checkpoint.model import CheckpointStatus, UnreadableRecord
 from mooncat_checkpoint.naming import storage_name
 from mooncat_checkpoint.record import StoredRecord
 from mooncat_checkpoint.rules import Decision
@@ -426,12 +426,25 @@ class SqliteBackend:
         return _record(row, key, self._fence_base(conn, namespace) if row[8] is None else 0)
 
     def list(self, namespace: str) -> builtins.list[StoredRecord]:
+        records, unreadable = self.list_readable(namespace)
+        if unreadable:
+            raise CorruptRecordError(unreadable[0].error)
+        return records
+
+    def list_readable(self, namespace: str) -> tuple[builtins.list[StoredRecord], builtins.list[UnreadableRecord]]:
         with self._use(f"cannot list {namespace}") as conn:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM checkpoints WHERE namespace = ? ORDER BY key", (namespace,)
             ).fetchall()
             base = self._fence_base(conn, namespace) if any(row[8] is None for row in rows) else 0
-        return [_record(row, None, base) for row in rows]
+        records: builtins.list[StoredRecord] = []
+        unreadable: builtins.list[UnreadableRecord] = []
+        for row in rows:
+            try:
+                records.append(_record(row, None, base))
+            except CorruptRecordError as e:
+                unreadable.append(UnreadableRecord(namespace, row[1] if isinstance(row[1], str) else None, str(e)))
+        return records, unreadable
 
     def namespaces(self) -> builtins.list[str]:
         with self._use("cannot list namespaces") as conn:

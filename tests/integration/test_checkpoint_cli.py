@@ -95,12 +95,35 @@ def test_list_get_reset_and_gc_on_a_real_store(backend: str, tmp_path: Path) -> 
     assert_one_line_error(run_cli("--url", url, "reset", "vision", "stale", cwd=tmp_path), 1, "no record")
     assert cp.get("vision", "ünï 😀/../x") is None
 
-    assert lines(run_cli("--url", url, "gc", cwd=tmp_path)) == [{"removed": 0}]
-    assert lines(run_cli("--url", url, "gc", "--older-than", "0", cwd=tmp_path)) == [{"removed": 0}]  # claims only
+    nothing = {"removed": 0, "unreadable": 0, "unreadable_records": []}
+    assert lines(run_cli("--url", url, "gc", cwd=tmp_path)) == [nothing]
+    assert lines(run_cli("--url", url, "gc", "--older-than", "0", cwd=tmp_path)) == [nothing]  # claims only
     pruned = run_cli("--url", url, "gc", "--prune-finished-older-than", "0", cwd=tmp_path)
-    assert lines(pruned) == [{"removed": 1}]  # the done record
+    assert lines(pruned) == [{**nothing, "removed": 1}]  # the done record
     assert [r.key for r in cp.list("vision")] == ["live"]
     cp.close()
+
+
+def test_gc_collects_around_a_record_that_does_not_read_and_names_it(tmp_path: Path) -> None:
+    """gc removes what it can, leaves the file that does not read, and reports it: counted and
+    listed on stdout, named in one line on stderr; exit 0 (everything else was collected)."""
+    url = f"file://{tmp_path}/store"
+    cp = SyncCheckpointClient(url)
+    stale = cp.claim("ns", "stale", lease_ms=1)
+    assert isinstance(stale, Claimed) and isinstance(cp.claim("ns", "broken"), Claimed)
+    cp.close()
+    broken = tmp_path / "store" / "ns" / "broken.json"
+    broken.write_text("{ not json")
+    while time.time() * 1000 < stale.checkpoint.lease_until + 1:  # type: ignore[operator]
+        time.sleep(0.001)
+    out = run_cli("--url", url, "gc", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (report,) = lines(out)
+    assert report["removed"] == 1 and report["unreadable"] == 1
+    (bad,) = report["unreadable_records"]
+    assert bad["namespace"] == "ns" and bad["key"] == "broken" and "broken.json" in bad["error"]
+    assert out.stderr.count("\n") == 1 and "gc left 1 record(s) that do not read: ns/'broken'" in out.stderr
+    assert broken.read_text() == "{ not json"
 
 
 def test_errors_are_one_line_with_exit_2(tmp_path: Path) -> None:

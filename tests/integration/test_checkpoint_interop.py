@@ -11,7 +11,9 @@ one, unicode, ``..``, one that looks like the original's hashed names, one with 
 * Fences never go backwards for a key when the original's ``reset`` or ``gc`` deletes its record
   in between (file; the SQLite store with the original's DELETE statements, copied verbatim).
 * ``mooncat-checkpoint gc --older-than 0`` removes exactly what the original's CLI removes on a copy
-  of the same store: the expired claims, never a done or failed record or a live claim.
+  of the same store: the expired claims, never a done or failed record or a live claim; both leave a
+  file that does not read and a claim that names no lease.
+* Both claim a claimed record that names no lease (``leaseUntil`` absent or null).
 """
 
 from __future__ import annotations
@@ -222,6 +224,9 @@ def _store_for_gc(url: str) -> None:
 def test_gc_older_than_0_removes_what_the_originals_cli_removes(original: Path, tmp_path: Path) -> None:
     ours_dir, theirs_dir = tmp_path / "ours", tmp_path / "theirs"
     _store_for_gc(f"file://{ours_dir}")
+    # a file that does not read, and a claim that names no lease: both libraries' gc leave them
+    (ours_dir / "a" / "broken.json").write_text("{ not json")
+    (ours_dir / "b" / "no-lease.json").write_text(json.dumps(_claim_without_lease("b", "no-lease", "absent")))
     shutil.copytree(ours_dir, theirs_dir, symlinks=True)
     theirs = subprocess.run(
         ["node", str(original / "dist" / "cli.js"), "gc", "--older-than", "0", "--url", f"file://{theirs_dir}"],
@@ -233,11 +238,62 @@ def test_gc_older_than_0_removes_what_the_originals_cli_removes(original: Path, 
         capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
     )
     assert ours.returncode == 0, ours.stderr
-    assert json.loads(ours.stdout) == {"removed": 2 * len(KEYS)}
+    report = json.loads(ours.stdout)
+    assert report["removed"] == 2 * len(KEYS) and report["unreadable"] == 1
+    assert [(u["namespace"], u["key"]) for u in report["unreadable_records"]] == [("a", "broken")]
     assert f"清理了 {2 * len(KEYS)} 条" in theirs.stdout, theirs.stdout  # the original's count, the same
     left = {d: sorted(str(p.relative_to(d)) for p in d.rglob("*.json")) for d in (ours_dir, theirs_dir)}
     assert left[ours_dir] == left[theirs_dir]
     cp = SyncCheckpointClient(f"file://{ours_dir}")
-    for ns in ("a", "b"):
-        assert sorted(r.key for r in cp.list(ns)) == sorted(p + k for p in ("done-", "failed-", "live-") for k in KEYS)
+    (ours_dir / "a" / "broken.json").unlink()
+    assert sorted(r.key for r in cp.list("a")) == sorted(p + k for p in ("done-", "failed-", "live-") for k in KEYS)
+    assert sorted(r.key for r in cp.list("b")) == sorted(
+        ["no-lease", *(p + k for p in ("done-", "failed-", "live-") for k in KEYS)]
+    )
+    cp.close()
+
+
+def _claim_without_lease(ns: str, key: str, lease: str) -> dict[str, Any]:
+    """A claimed record in the original's format that names no lease: ``leaseUntil`` absent or null."""
+    doc: dict[str, Any] = {
+        "namespace": ns, "key": key, "status": "claimed", "ownerRunId": "by-hand", "leaseToken": "f" * 32,
+        "leaseUntil": None, "result": None, "resultRef": None, "attempts": 1, "createdAt": 1_000, "updatedAt": 1_000,
+    }
+    if lease == "absent":
+        del doc["leaseUntil"]
+    return doc
+
+
+def test_both_libraries_claim_a_record_that_names_no_lease(original: Path, tmp_path: Path) -> None:
+    """The original's claim is busy only while ``leaseUntil && leaseUntil > now``, so it takes over a
+    claimed record without a lease (absent or null); ours takes it over the same way."""
+    keys = {"absent": "lease-absent", "null": "lease-null"}
+    for side in ("ours", "theirs"):
+        ns_dir = tmp_path / side / "ns"
+        ns_dir.mkdir(parents=True)
+        for lease, key in keys.items():
+            (ns_dir / f"{key}.json").write_text(json.dumps(_claim_without_lease("ns", key, lease)))
+    code = (
+        "const { CheckpointClient } = await import(process.argv[1]);"
+        "const cp = new CheckpointClient({ url: process.argv[2] });"
+        "const out = {};"
+        "for (const k of JSON.parse(process.argv[3])) {"
+        "  const c = await cp.claim('ns', k, { ownerRunId: 'node' });"
+        "  out[k] = { kind: c.kind, attempts: c.checkpoint.attempts, token: c.leaseToken };"
+        "}"
+        "await cp.close(); console.log(JSON.stringify(out));"
+    )
+    theirs = subprocess.run(
+        ["node", "--input-type=module", "-e", code, (original / "dist" / "index.js").as_uri(),
+         f"file://{tmp_path / 'theirs'}", json.dumps(sorted(keys.values()))],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert theirs.returncode == 0, theirs.stderr
+    for got in json.loads(theirs.stdout).values():
+        assert got["kind"] == "claimed" and got["attempts"] == 2 and got["token"] != "f" * 32
+    cp = SyncCheckpointClient(f"file://{tmp_path / 'ours'}")
+    for key in keys.values():
+        c = cp.claim("ns", key, "py")
+        assert isinstance(c, Claimed), c
+        assert c.checkpoint.attempts == 2 and c.lease_token != "f" * 32
     cp.close()

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import re
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from mooncat_checkpoint import (
     CheckpointStatus,
     Claimed,
     ClaimResult,
+    CorruptRecordError,
     Done,
     Failed,
     FingerprintMismatchError,
@@ -33,6 +35,8 @@ from mooncat_checkpoint import (
     WaitTimeoutError,
 )
 from mooncat_checkpoint.codec import MAX_DURATION_MS
+from mooncat_checkpoint.record import StoredRecord
+from mooncat_checkpoint.rules import Decision
 
 from .conftest import START_MS, FakeClock
 
@@ -493,6 +497,142 @@ async def test_gc_older_than_is_a_grace_period_on_expired_claims_only(cp: Checkp
     assert await cp.gc(older_than_ms=5_001) == 0
     assert await cp.gc(older_than_ms=0) == 1  # the original's gc --older-than 0: the expired claim
     assert [r.key for r in await cp.list(NS)] == ["done"]
+
+
+# -- records this library did not write: a claim without a lease, records that do not read ------------
+
+HAND_TOKEN = "f" * 32
+
+
+def _write_claim_without_lease(cp: CheckpointClient, backend: str, url: str, key: str = "hand") -> None:
+    """A claimed record with fence 4 that names no lease, as a hand or another writer leaves it in each
+    store (the field absent where the store allows, else NULL)."""
+    created = START_MS - 5_000
+    if backend == "memory":
+        rec = StoredRecord(NS, key, CheckpointStatus.CLAIMED, "by-hand", None, None, HAND_TOKEN, 1, 4, None, created,
+                           created)
+        cp._engine._local().transact(NS, key, lambda _cur, _base: Decision(None, write=rec))
+    elif backend == "file":
+        ns_dir = Path(url.removeprefix("file://")) / NS
+        ns_dir.mkdir(parents=True, exist_ok=True)
+        (ns_dir / f"{key}.json").write_text(json.dumps({  # no "leaseUntil" at all
+            "namespace": NS, "key": key, "status": "claimed", "ownerRunId": "by-hand", "leaseToken": HAND_TOKEN,
+            "result": None, "resultRef": None, "attempts": 1, "createdAt": created, "updatedAt": created, "fence": 4,
+        }))
+    elif backend == "sqlite":
+        db = sqlite3.connect(url.removeprefix("sqlite://"))
+        with db:
+            db.execute(
+                "INSERT INTO checkpoints (namespace, storage_key, key, status, owner_run_id, lease_token, lease_until, "
+                "attempts, created_at, updated_at, fence) VALUES (?, ?, ?, 'claimed', 'by-hand', ?, NULL, 1, ?, ?, 4)",
+                (NS, key, key, HAND_TOKEN, created, created),
+            )
+        db.close()
+    elif backend == "redis":
+        import redis
+
+        with redis.Redis.from_url(url) as r:  # no lease_until field, and no fence counter
+            r.hset(f"mooncat:{{{NS}}}:r:{key}", mapping={
+                "namespace": NS, "key": key, "status": "claimed", "owner_run_id": "by-hand",
+                "lease_token": HAND_TOKEN, "attempts": 1, "fence": 4, "created_at": created, "updated_at": created,
+            })
+            r.sadd(f"mooncat:{{{NS}}}:i", key)
+            r.sadd("mooncat:namespaces", NS)
+    else:
+        import psycopg
+
+        from mooncat_checkpoint.backends.postgres import TABLE
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                f"INSERT INTO {TABLE} (namespace, key, status, owner_run_id, lease_until, lease_token, attempts, "
+                "fence, created_at, updated_at) VALUES (%s, %s, 'claimed', 'by-hand', NULL, %s, 1, 4, %s, %s)",
+                (NS, key.encode(), HAND_TOKEN, created, created),
+            )
+
+
+async def test_a_claim_that_names_no_lease_is_taken_over_like_an_expired_one(
+    cp: CheckpointClient, backend: str, url: str, clock: FakeClock
+) -> None:
+    """The original library's claim is busy only while ``leaseUntil && leaseUntil > now``, so a claim
+    without a lease (by hand, or by another writer) is claimable rather than busy forever: new token,
+    fence + 1, attempts + 1, and the old token refused from then on. gc leaves it: it has no lease end
+    to count the grace from (the original's gc skips it too)."""
+    _write_claim_without_lease(cp, backend, url)
+    rec = await cp.get(NS, "hand")
+    assert rec is not None and rec.status is CheckpointStatus.CLAIMED and rec.lease_until is None and rec.fence == 4
+    assert rec.expired(clock.now)
+    assert [r.key for r in await cp.list(NS, expired=True)] == ["hand"]
+    assert await cp.gc() == 0 and await cp.get(NS, "hand") == rec
+    c = await cp.claim(NS, "hand", "run-2", LEASE)
+    assert isinstance(c, Claimed), c
+    assert c.lease_token != HAND_TOKEN and c.fence == 5 and c.checkpoint.fence == 5
+    got = c.checkpoint
+    assert (got.attempts, got.owner_run_id, got.created_at) == (2, "run-2", START_MS - 5_000)
+    assert got.lease_until == clock.now + LEASE
+    assert isinstance(await cp.claim(NS, "hand", "run-3"), Busy)
+    with pytest.raises(LeaseLostError):
+        await cp.done(NS, "hand", HAND_TOKEN)
+    assert (await cp.done(NS, "hand", c.lease_token, "ok")).status is CheckpointStatus.DONE
+
+
+async def test_reset_if_expired_removes_a_claim_that_names_no_lease(
+    cp: CheckpointClient, backend: str, url: str
+) -> None:
+    _write_claim_without_lease(cp, backend, url)
+    assert await cp.reset(NS, "hand", if_expired=True) is True
+    assert await cp.get(NS, "hand") is None
+    assert (await claimed(cp, "hand")).fence > 4  # above the fence of the record it replaced
+
+
+def _break_records(backend: str, url: str) -> None:
+    """Make "broken" unreadable (bad JSON; a status nobody knows; a lease that is no number) and
+    "other-writer" a record of a status this library does not know."""
+    if backend == "file":
+        ns_dir = Path(url.removeprefix("file://")) / NS
+        (ns_dir / "broken.json").write_text("{ not json")
+        other = ns_dir / "other-writer.json"
+        other.write_text(other.read_text().replace('"claimed"', '"running"'))
+    elif backend == "sqlite":
+        db = sqlite3.connect(url.removeprefix("sqlite://"))
+        with db:
+            db.execute("UPDATE checkpoints SET status = 'weird' WHERE key = 'broken'")
+            db.execute("UPDATE checkpoints SET status = 'running' WHERE key = 'other-writer'")
+        db.close()
+    else:
+        import redis
+
+        with redis.Redis.from_url(url) as r:
+            r.hset(f"mooncat:{{{NS}}}:r:broken", "lease_until", "soon")
+            r.hset(f"mooncat:{{{NS}}}:r:other-writer", "status", "running")
+
+
+@pytest.mark.parametrize("backend", ["file", "sqlite", "redis"])  # memory and PostgreSQL rows always read
+async def test_gc_collects_around_records_that_do_not_read_and_reports_them(
+    cp: CheckpointClient, backend: str, url: str, clock: FakeClock
+) -> None:
+    """A record that does not read costs gc that record only: every other record is collected, its
+    namespace's included, and gc's result names it; it stays in place (reset removes it)."""
+    for ns in ("aaa", NS, "zzz"):
+        assert isinstance(await cp.claim(ns, "expired", lease_ms=10), Claimed)
+    for key in ("broken", "live", "other-writer"):
+        await claimed(cp, key)
+    _break_records(backend, url)
+    clock.advance(20)
+    result = await cp.gc(prune_finished_older_than_ms=0)
+    assert result == 3 and result.removed == 3
+    assert sorted((u.namespace, u.key) for u in result.unreadable) == [(NS, "broken"), (NS, "other-writer")]
+    assert all("broken" in u.error or "other-writer" in u.error for u in result.unreadable)
+    for ns in ("aaa", NS, "zzz"):
+        assert await cp.get(ns, "expired") is None
+    with pytest.raises(CorruptRecordError):
+        await cp.get(NS, "broken")  # left where it was
+    with pytest.raises(CorruptRecordError):
+        await cp.get(NS, "other-writer")
+    assert await cp.reset(NS, "broken") is True and await cp.reset(NS, "other-writer") is True
+    again = await cp.gc()
+    assert again == 0 and again.unreadable == ()
+    assert [r.key for r in await cp.list(NS)] == ["live"]
 
 
 async def test_wait_done_returns_the_finished_record(cp: CheckpointClient) -> None:

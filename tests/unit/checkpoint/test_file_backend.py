@@ -477,16 +477,26 @@ def test_reset_removes_a_record_that_no_longer_reads_and_the_next_fence_is_still
     cp.close()
 
 
-def test_gc_collects_every_other_namespace_and_then_names_the_one_with_a_record_that_does_not_read(
+def test_gc_collects_around_files_that_do_not_read_and_reports_them_by_key_or_file_name(
     fcp: SyncCheckpointClient, store: Path, clock: FakeClock
 ) -> None:
+    """A file that no longer parses, or of a status this library does not know, costs gc that file
+    only: every namespace is collected, that one's too, and the result names the key whose reset
+    removes the file, or None for a hashed name (its error names the file)."""
     for ns in ("aaa", "bad", "zzz"):
         fcp.claim(ns, "expired", lease_ms=10)
     fcp.claim("bad", "broken")
+    fcp.claim("bad", "a/b")  # stored under a hashed name
     (store / "bad" / "broken.json").write_text("{ not json")
+    hashed = store / "bad" / ("sha256-" + hashlib.sha256(b"a/b").hexdigest()[:32] + ".json")
+    hashed.write_text(hashed.read_text(encoding="utf-8").replace('"claimed"', '"running"'), encoding="utf-8")
     clock.advance(20)
-    with pytest.raises(CorruptRecordError, match=r"gc removed 2 records but skipped the namespaces bad, .*broken\.json"):
-        fcp.gc()
-    assert fcp.get("aaa", "expired") is None and fcp.get("zzz", "expired") is None  # both sides of it
+    result = fcp.gc()
+    assert result == 3  # the expired claim of every namespace, "bad" included
+    assert [(u.namespace, u.key) for u in result.unreadable] == [("bad", "broken"), ("bad", None)]
+    assert "broken.json" in result.unreadable[0].error and hashed.name in result.unreadable[1].error
+    assert all(fcp.get(ns, "expired") is None for ns in ("aaa", "bad", "zzz"))
+    assert (store / "bad" / "broken.json").read_text() == "{ not json" and hashed.exists()  # left in place
     assert fcp.reset("bad", "broken") is True
-    assert fcp.gc() == 1  # the rest of "bad" now
+    again = fcp.gc()
+    assert again == 0 and [u.key for u in again.unreadable] == [None]

@@ -65,7 +65,7 @@ class Model:
         )
 
     def expired(self, now: int) -> bool:
-        return self.status is CheckpointStatus.CLAIMED and self.lease_until is not None and now >= self.lease_until
+        return self.status is CheckpointStatus.CLAIMED and (self.lease_until is None or now >= self.lease_until)
 
 
 class CheckpointMachine(RuleBasedStateMachine):
