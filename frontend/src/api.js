@@ -5,7 +5,7 @@ import { locale } from './i18n.js'
 const TOKEN_KEY = 'molens.token'
 
 export const session = reactive({
-  needLogin: false, // the API answered 401
+  needLogin: false, // the API answered 401 to the stored key (forgotten) or to none
   role: null, // X-Molens-Role of the last answer
   leader: null, // last /cluster/leader answer
   noLeader: false, // no leader known (election in progress)
@@ -116,7 +116,13 @@ export async function api(method, path, { query, body, signal, headers: extra, w
       data = null
     }
   }
-  if (res.status === 401) session.needLogin = true
+  // a refused key is forgotten at once: sent again (the heartbeat asks every second) each one counts
+  // against this address as a bad key, and after ten the node answers even a good one 429 (the brake
+  // of docs/api.md#keys-and-roles). A late answer to a key replaced since changes nothing.
+  if (res.status === 401 && getToken() === token) {
+    if (token) setToken('', false)
+    session.needLogin = true
+  }
   if (res.status === 503 && data && data.error && data.error.code === 'no_leader') session.noLeader = true
   if (!res.ok) throw new ApiError(res.status, data)
   return withStatus ? { status: res.status, data } : data // withStatus: e.g. 201 created against 200 existing

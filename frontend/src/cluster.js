@@ -7,7 +7,7 @@
 // Unsaved form drafts (draft.js) travel the same way.
 import { reactive } from 'vue'
 import { apiUrl, get, getToken, session, setToken, tokenRemembered } from './api.js'
-import { isAdmin } from './access.js'
+import { isAdmin, me } from './access.js'
 import { allDrafts, restoreDrafts } from './draft.js'
 
 const HANDOFF = 'molens-handoff='
@@ -234,14 +234,26 @@ export async function checkLeader() {
 }
 
 let timer = null
+let started = false
 let beats = 0
 let running = false
+let identify = null
 
+/**
+ * One beat, then the next one scheduled. While the sign-in screen shows there is none: the key was
+ * refused (api.js forgot it) or there is none, and asking every second would only be refused again;
+ * `beatNow` after a sign-in starts them again.
+ */
 async function beat() {
   if (running) return // the running beat schedules the next
+  clearTimeout(timer)
+  timer = null
+  if (session.needLogin) return
   running = true
   try {
     await checkLeader()
+    // a first /whoami that failed (no answer, no leader) leaves the console read-only: ask until it answered
+    if (!session.offline && !session.needLogin && !me.loaded && identify) await identify()
     if (!session.offline && !session.needLogin && isAdmin() && (beats++ % STATUS_EVERY === 0 || !cluster.members.length)) {
       await refreshMembers().catch(() => {})
     }
@@ -253,16 +265,22 @@ async function beat() {
   } finally {
     running = false
     clearTimeout(timer)
-    if (!moving) timer = setTimeout(beat, session.offline ? SEARCH_MS : HEARTBEAT_MS)
+    if (!moving && !session.needLogin) timer = setTimeout(beat, session.offline ? SEARCH_MS : HEARTBEAT_MS)
   }
 }
 
-/** Start the heartbeat (once, for the life of the tab). */
-export function startHeartbeat() {
-  if (timer === null) beat()
+/**
+ * Start the heartbeat (once, for the life of the tab). `identifyKey` asks who the key is (never
+ * throws); each beat calls it again while that is not known.
+ */
+export function startHeartbeat(identifyKey) {
+  if (started) return
+  started = true
+  identify = identifyKey || null
+  beat()
 }
 
-/** Run one heartbeat now (after a redirect answer or a leadership change asked from this tab). */
+/** Run one heartbeat now (after a sign-in, a redirect answer or a leadership change asked from this tab). */
 export function beatNow() {
   beat()
 }

@@ -29,6 +29,11 @@ export function dropDraft(route) {
   sessionStorage.removeItem(keyOf(route))
 }
 
+/** Forget every draft of this tab (sign-out: the next key to sign in here is not handed them). */
+export function dropAllDrafts() {
+  for (const route of Object.keys(allDrafts())) dropDraft(route)
+}
+
 /** Every draft of this tab, {route: draft}, for a move to another node's console. */
 export function allDrafts() {
   const out = {}

@@ -1,11 +1,18 @@
-// Which optional endpoints this node serves, read once from its OpenAPI document (an open route).
+// Which optional endpoints this node serves, read from its OpenAPI document (an open route): once it
+// was read, for the life of the tab; a failed read is not kept, the next question asks again.
 let doc = null
 
 function load() {
   if (!doc) {
     doc = fetch('/api/v1/openapi.json', { headers: { Accept: 'application/json' } })
-      .then((r) => (r.ok ? r.json() : { paths: {} }))
-      .catch(() => ({ paths: {} }))
+      .then((r) => {
+        if (!r.ok) throw new Error(`HTTP ${r.status}`)
+        return r.json()
+      })
+      .catch(() => {
+        doc = null
+        return { paths: {} }
+      })
   }
   return doc
 }

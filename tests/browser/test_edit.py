@@ -205,3 +205,35 @@ def test_a_clone_form_left_for_a_new_one_and_back_shows_each_its_own(served: Ser
     page.wait_for_url(f"{served.url}/ui/tasks/{a}/edit")
     expect(page.get_by_test_id("edit-of")).to_contain_text("version 1")
     expect(page.get_by_test_id("f-scene")).to_have_value("task-a")
+
+
+def test_an_edit_that_leaves_the_payload_alone_keeps_its_bytes(served: Served, page: Page) -> None:
+    """The node keeps a payload as the bytes it was sent (numbers of any size, escapes as written);
+    the form shows JSON.parse's reading of them, which a number past 2^53 does not survive, so an edit
+    of another field must not send that reading back."""
+    raw = (b'{"type": "periodic", "interval_ms": 60000, "callback_url": "' + CB.encode()
+           + b'", "payload": {"id": 12345678901234567891, "s": "caf\\u00e9"}}')
+    r = served.http.request("POST", f"{served.url}/api/v1/tasks", body=raw,
+                            headers={"Content-Type": "application/json"})
+    assert r.status == 201, r.data
+    tid = r.json()["id"]
+    kept = b'"payload":{"id":12345678901234567891,"s":"caf\\u00e9"}'
+    assert kept in r.data
+    page.goto(f"{served.url}/ui/tasks/{tid}/edit")
+    expect(page.get_by_test_id("edit-of")).to_contain_text("version 1")
+    page.locator("details.advanced summary").click()
+    page.get_by_test_id("f-timeout").fill("9")
+    page.get_by_test_id("submit").click()
+    expect(page).to_have_url(f"{served.url}/ui/tasks/{tid}")
+    expect(page.locator('[data-field="version"]')).to_have_text("2")
+    r = served.http.request("GET", f"{served.url}/api/v1/tasks/{tid}")
+    assert r.status == 200 and r.json()["timeout_ms"] == 9_000
+    assert kept in r.data, r.data
+
+    # a payload whose text is changed is sent as typed
+    page.get_by_test_id("act-edit").click()
+    page.get_by_test_id("f-payload").fill('{"id": 7}')
+    page.get_by_test_id("submit").click()
+    expect(page.locator('[data-field="version"]')).to_have_text("3")
+    st, task = served.api("GET", f"/tasks/{tid}")
+    assert (st, task["payload"], task["timeout_ms"]) == (200, {"id": 7}, 9_000)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Browser, Page, Request, expect
+from playwright.sync_api import Browser, Page, Request, Route, expect
 
 from tests.browser.conftest import DESKTOP, Console, Served
 
@@ -144,6 +144,76 @@ def test_a_create_whose_idempotency_key_exists_says_nothing_new_was_made(
         expect(page).to_have_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
     expect(page.get_by_test_id("toast")).to_contain_text("idempotency key ui-idem-twice exists already")
     assert len(served.ctx.store) == before + 1
+
+
+def test_save_again_after_an_answer_that_never_came_makes_no_second_task(
+    served: Served, page: Page, console: Console
+) -> None:
+    """The create reached the node but its answer was lost (a dropped connection, a 503
+    outcome_unknown): the user presses Save again. The form sends a key of its own when the
+    idempotency field is blank, the same for each Save of it, so the second finds the first's task."""
+    console.allow.append(r"ERR_FAILED")
+    before = len(served.ctx.store)
+    answered: list[int] = []
+
+    def lose_the_first_answer(route: Route) -> None:
+        if route.request.method == "POST" and not answered:
+            answered.append(route.fetch().status)  # the node made the task...
+            route.abort()  # ...and the browser never hears of it
+        else:
+            route.continue_()
+
+    page.route("**/api/v1/tasks", lose_the_first_answer)
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("f-delay").fill("600")
+    page.get_by_test_id("f-scene").fill("answer-lost")
+    page.get_by_test_id("submit").click()
+    expect(page.get_by_test_id("form-error")).to_contain_text("did not answer")
+    assert answered == [201] and len(served.ctx.store) == before + 1
+    page.get_by_test_id("submit").click()
+    expect(page).to_have_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    assert len(served.ctx.store) == before + 1
+    expect(page.get_by_test_id("toast")).to_contain_text("An earlier Save of this form had created the task already")
+    task = served.api("GET", "/tasks/" + page.url.rsplit("/", 1)[-1])[1]
+    assert task["scene"] == "answer-lost" and re.fullmatch(r"[0-9a-f]{32}", task["idempotency_key"])
+
+    # a new form, a new key: the same values make a second task
+    page.goto(served.url + "/ui/tasks/new")
+    page.get_by_test_id("f-delay").fill("600")
+    page.get_by_test_id("f-scene").fill("answer-lost")
+    page.get_by_test_id("submit").click()
+    expect(page).to_have_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+    assert page.url.rsplit("/", 1)[-1] != task["id"]
+    assert len(served.ctx.store) == before + 2
+
+
+def test_a_failed_read_of_the_nodes_openapi_document_is_not_kept_for_the_life_of_the_tab(
+    served: Served, page: Page, console: Console
+) -> None:
+    """Which optional endpoints the node serves (the schedule preview) comes from its openapi.json,
+    read once per tab: a read that failed is read again when next asked, not kept as "none"."""
+    console.allow.append(r"status of 502")
+    reads: list[int] = []
+
+    def first_fails(route: Route) -> None:
+        reads.append(1)
+        if len(reads) == 1:
+            route.fulfill(status=502, body="bad gateway")
+        else:
+            route.continue_()
+
+    page.route("**/api/v1/openapi.json", first_fails)
+    page.goto(served.url + "/ui/tasks/new")
+    expect(page.get_by_test_id("task-form")).to_be_visible()
+    for _ in range(100):  # the form asks as it opens (the handler runs in Playwright's calls)
+        if reads:
+            break
+        page.wait_for_timeout(50)
+    assert reads, "the form never asked for the node's rules"
+    page.get_by_test_id("kind-interval").click()
+    page.get_by_test_id("f-interval").fill("5")
+    expect(page.get_by_test_id("preview-list").locator("li")).to_have_count(5)
+    assert len(reads) == 2
 
 
 def test_a_server_error_is_shown_by_field_in_the_users_language(served: Served, page: Page, console: Console) -> None:

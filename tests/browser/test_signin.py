@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.browser.conftest import Browsing, Console, Served, serve_ui
 
@@ -291,3 +291,111 @@ def test_the_admin_page_makes_a_key_shows_its_secret_once_revokes_it_and_manages
         page.get_by_test_id("confirm-ok").click()
         expect(ledger).to_have_count(0)
         assert s.api("GET", "/namespaces/ledger", token=TOKEN)[0] == 404
+
+
+def _sign_in_here(page: Page, secret: str) -> None:
+    """Sign in on the sign-in screen the page shows now (no reload: the tab keeps what it holds)."""
+    page.get_by_test_id("f-token").fill(secret)
+    page.get_by_test_id("login-submit").click()
+    expect(page.get_by_test_id("login-form")).to_have_count(0)
+
+
+def _revocable(k: Keys) -> tuple[str, str]:
+    """A writer key of namespace pay made for one test: (its id, its secret)."""
+    made = k.call("POST", "/keys", {"name": "soon-revoked", "role": "writer", "namespaces": ["pay"]})
+    return made["id"], made["secret"]
+
+
+def test_a_refused_key_is_forgotten_and_never_sent_again_so_the_next_sign_in_is_not_braked(
+    tmp_path: Path, page: Page
+) -> None:
+    """The node counts each refused key against the client's address (ten, then one a second; the
+    address's other requests are answered 429, a good key's too). A console that went on sending a
+    revoked key with its heartbeat every second braked its own user within ten seconds."""
+    with serve_ui(tmp_path / "revoked", token=TOKEN) as s:
+        k = seed(s)
+        kid, secret = _revocable(k)
+        with_key: list[str] = []
+        beats: list[str] = []  # the heartbeat's questions, with the key each carried
+        page.on("request", lambda r: with_key.append(r.url)
+                if r.headers.get("authorization") == f"Bearer {secret}" else None)
+        page.on("request", lambda r: beats.append(r.headers.get("authorization", ""))
+                if r.url.endswith("/api/v1/cluster/leader") else None)
+        sign_in(page, k, secret)
+        expect(page.locator("tr[data-task-id]")).to_have_count(1)
+        assert with_key, "the console sends the signed-in key"
+        k.call("DELETE", f"/keys/{kid}")
+        expect(page.get_by_test_id("login-form")).to_be_visible()  # the heartbeat's 401
+        refused = len(with_key)
+        for _ in range(30):  # three heartbeats' time: none may carry the refused key
+            page.wait_for_timeout(100)
+            assert len(with_key) == refused, f"the refused key was sent again: {with_key[refused:]}"
+        assert page.evaluate("sessionStorage.getItem('molens.token')") is None
+        expect(page.get_by_test_id("who")).to_have_count(0)  # the header names nobody
+        _sign_in_here(page, k.secrets["wes-writer"])
+        expect(page.get_by_test_id("who")).to_contain_text("wes-writer")
+        expect(page.locator("tr[data-task-id]")).to_have_count(1)
+        assert len(with_key) == refused
+        good = f"Bearer {k.secrets['wes-writer']}"
+        for _ in range(60):  # the heartbeat goes on with the new key
+            if beats.count(good) >= 2:
+                break
+            page.wait_for_timeout(100)
+        assert beats.count(good) >= 2, beats
+
+
+def test_a_task_form_being_typed_when_the_key_is_refused_comes_back_after_signing_in(
+    tmp_path: Path, page: Page
+) -> None:
+    """The sign-in screen of a 401 replaces the page; what was typed in the task form is back once
+    signed in again (a sign-out, though, forgets it)."""
+    with serve_ui(tmp_path / "form", token=TOKEN) as s:
+        k = seed(s)
+        kid, secret = _revocable(k)
+        sign_in(page, k, secret, path="/ui/tasks/new")
+        expect(page.get_by_test_id("task-form")).to_be_visible()
+        page.get_by_test_id("f-scene").fill("typed-before-401")
+        page.get_by_test_id("f-payload").fill('{"half": "typed"}')
+        k.call("DELETE", f"/keys/{kid}")
+        expect(page.get_by_test_id("login-form")).to_be_visible()
+        _sign_in_here(page, k.secrets["wes-writer"])
+        expect(page.get_by_test_id("draft-restored")).to_be_visible()
+        expect(page.get_by_test_id("f-scene")).to_have_value("typed-before-401")
+        expect(page.get_by_test_id("f-payload")).to_have_value('{"half": "typed"}')
+        page.get_by_test_id("submit").click()
+        page.wait_for_url(re.compile(r"/ui/tasks/[0-9A-Z]{26}$"))
+        task = k.call("GET", "/tasks/" + page.url.rsplit("/", 1)[-1])
+        assert (task["scene"], task["payload"], task["namespace"]) == ("typed-before-401", {"half": "typed"}, "pay")
+
+        page.goto(s.url + "/ui/tasks/new")
+        page.get_by_test_id("f-scene").fill("typed-before-sign-out")
+        page.get_by_test_id("sign-out").click()
+        _sign_in_here(page, k.secrets["wes-writer"])
+        expect(page.get_by_test_id("task-form")).to_be_visible()
+        expect(page.get_by_test_id("f-scene")).to_have_value("")
+        expect(page.get_by_test_id("draft-restored")).to_have_count(0)
+
+
+def test_a_first_whoami_that_failed_is_asked_again_until_the_console_knows_the_key(
+    tmp_path: Path, page: Page, console: Console
+) -> None:
+    """Until /whoami answers the console offers no change (it does not know what the key may do);
+    one failed answer at the start must not leave it read-only until a reload."""
+    console.allow.append(r"status of 503")
+    with serve_ui(tmp_path / "open") as s:
+        asked: list[int] = []
+
+        def first_fails(route: Route) -> None:
+            asked.append(1)
+            if len(asked) == 1:
+                route.fulfill(status=503, content_type="application/json",
+                              body='{"error": {"code": "unavailable", "message": "try again"}}')
+            else:
+                route.continue_()
+
+        page.route("**/api/v1/whoami", first_fails)
+        page.goto(s.url + "/ui/tasks")
+        expect(page.get_by_test_id("tasks-table")).to_be_visible()
+        expect(page.get_by_test_id("who")).to_contain_text("open node")
+        expect(page.get_by_test_id("new-task")).to_be_visible()
+        assert len(asked) >= 2

@@ -122,8 +122,12 @@ def test_pause_resume_trigger_and_delete_with_confirmation(served: Served, page:
     assert served.api("GET", f"/tasks/{tid}")[1]["status"] == "pending"
 
     page.get_by_test_id("act-trigger").click()
+    # true of both kinds: a delayed task's trigger is its only occurrence, not an extra one
+    expect(page.get_by_test_id("confirm-dialog")).to_contain_text(
+        "A delayed task fires its one occurrence now, not again at its time; "
+        "a periodic task fires once more now and keeps its schedule.")
     page.get_by_test_id("confirm-ok").click()
-    expect(page.get_by_test_id("toast").filter(has_text="Extra occurrence triggered.")).to_be_visible()
+    expect(page.get_by_test_id("toast").filter(has_text="Triggered: the task fires now.")).to_be_visible()
 
     page.get_by_test_id("act-delete").click()
     expect(page.get_by_test_id("confirm-dialog")).to_contain_text("cannot be undone")
