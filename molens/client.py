@@ -59,7 +59,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from enum import StrEnum
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote, urlencode, urlsplit
 
 from molens import __version__
@@ -88,6 +88,9 @@ MAX_FILTER_CHARS = 300
 """The longest ``task_id`` or ``flow`` a dead-letter filter takes."""
 MAX_PREVIEW = 100
 """Fire times one schedule preview gives at most."""
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+"""The longest answer body read (``max_response_bytes``), as the Go SDK's: a page of 1,000 tasks of
+the largest default payload is about 76 MiB; a longer one is no node's answer."""
 _NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 """What a namespace name may be (docs/api.md#namespaces)."""
 
@@ -379,7 +382,7 @@ def _base(url: str, *, path_ok: bool = False) -> str:
     but ``/``, a query, a fragment or credentials included: the API is served at the root, and a
     path-prefixed proxy would answer every route 404). ``path_ok``: the URL of a redirect, whose
     path is the route's (its base alone is kept)."""
-    shown = _USERINFO.sub(r"\1***@", url) if isinstance(url, str) else url  # a password is never echoed
+    shown = _shown_url(url) if isinstance(url, str) else url
     try:
         p = urlsplit(url)
         p.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
@@ -397,6 +400,21 @@ def _base(url: str, *, path_ok: bool = False) -> str:
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 """The user info of a URL (``user:password@``), replaced before a URL is shown."""
+
+
+def _shown_url(url: str) -> str:
+    """``url`` as an error may quote it: a password in it is never echoed."""
+    return _USERINFO.sub(r"\1***@", url)
+
+
+def _give_up(unknown: bool, cause: BaseException | None, exc: ApiError) -> NoReturn:
+    """Raise ``exc``, the answer that ended a request's retries, unless an earlier attempt of the
+    write may have been applied (``unknown``): then that is what the caller must know (a create's
+    key finds out), whatever ended the retries."""
+    if unknown:
+        raise OutcomeUnknownError(f"{exc.message} after a lost response; the first attempt may have been "
+                                  "applied") from cause
+    raise exc
 
 
 _PREFER_MINIMAL = {"Prefer": "return=minimal"}
@@ -433,6 +451,14 @@ class _TransportError(ConnectionError):
     def __init__(self, message: str, *, sent: bool) -> None:
         super().__init__(message)
         self.sent = sent
+
+
+class _AnswerTooLarge(Exception):
+    """An answer whose body is longer than the client's ``max_response_bytes``: no node's answer."""
+
+    def __init__(self, status: int, max_bytes: int) -> None:
+        super().__init__(f"an answer ({status}) longer than max_response_bytes ({max_bytes:,}); is this a molens node?")
+        self.status = status
 
 
 class _Answer:
@@ -474,7 +500,10 @@ class _NodePool:
     per request than this on the project's 2-core test machine, for the same socket work
     (docs/architecture.md#the-python-sdks-transport)."""
 
-    def __init__(self, scheme: str, host: str, port: int | None, maxsize: int, connect_s: float, read_s: float) -> None:
+    def __init__(
+        self, scheme: str, host: str, port: int | None, maxsize: int, connect_s: float, read_s: float,
+        max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    ) -> None:
         https = scheme == "https"
         self._host = host
         self._port = port or (443 if https else 80)
@@ -484,18 +513,21 @@ class _NodePool:
         self._maxsize = maxsize
         self._connect_s = connect_s
         self._read_s = read_s
+        self._max_bytes = max_bytes
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
 
-    def _connect(self) -> socket.socket:
+    def _connect(self, within_s: float | None) -> socket.socket:
+        connect_s = self._connect_s if within_s is None else max(min(self._connect_s, within_s), 0.001)
         try:
-            sock = socket.create_connection((self._host, self._port), timeout=self._connect_s)
+            sock = socket.create_connection((self._host, self._port), timeout=connect_s)
         except OSError as exc:
             raise _TransportError(f"cannot connect to {self._host_header}: {exc}", sent=False) from exc
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._tls is not None:
+                sock.settimeout(connect_s)  # the handshake too
                 sock = self._tls.wrap_socket(sock, server_hostname=self._host)
             sock.settimeout(self._read_s)
         except OSError as exc:  # TLS handshake (certificate) failures are OSErrors too
@@ -503,12 +535,12 @@ class _NodePool:
             raise _TransportError(f"cannot connect to {self._host_header}: {exc}", sent=False) from exc
         return sock
 
-    def _take(self) -> socket.socket:
+    def _take(self, within_s: float | None) -> socket.socket:
         while True:
             with self._lock:
                 sock = self._idle.pop() if self._idle else None
             if sock is None:
-                return self._connect()
+                return self._connect(within_s)
             if not _dropped(sock):
                 return sock
             sock.close()
@@ -523,8 +555,9 @@ class _NodePool:
     def request(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str], within_s: float | None = None
     ) -> _Answer:
-        """One request; ``within_s`` shortens the read timeout (what is left of a retry deadline)."""
-        sock = self._take()
+        """One request; ``within_s`` shortens the connect and read timeouts (what is left of a retry
+        deadline). An answer body longer than ``max_bytes`` raises :class:`_AnswerTooLarge`."""
+        sock = self._take(within_s)
         shortened = within_s is not None and within_s < self._read_s
         if shortened:
             sock.settimeout(max(within_s or 0.0, 0.001))
@@ -534,7 +567,10 @@ class _NodePool:
             sock.sendall(head.encode("latin-1") + body if body else head.encode("latin-1"))
             r = http.client.HTTPResponse(sock, method=method)
             r.begin()
-            data = r.read()
+            data = r.read(self._max_bytes + 1)
+            if len(data) > self._max_bytes:
+                sock.close()  # the rest is never read
+                raise _AnswerTooLarge(r.status, self._max_bytes)
         except (OSError, http.client.HTTPException) as exc:
             sock.close()
             raise _TransportError(f"{method} {path} to {self._host_header}: {type(exc).__name__}: {exc}", sent=True) from exc
@@ -575,6 +611,7 @@ class MolensClient:
         backoff_max_s: float = 2.0,
         pool_maxsize: int = 16,
         namespace: str | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.namespace = None if namespace is None else _namespace("namespace", namespace)
         if isinstance(urls, str):
@@ -585,7 +622,8 @@ class MolensClient:
                         ("backoff_base_s", backoff_base_s), ("backoff_max_s", backoff_max_s)):
             if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
                 raise ValueError(f"{name} must be a number > 0, got {v!r}")
-        for name, n in (("max_attempts", max_attempts), ("pool_maxsize", pool_maxsize)):
+        for name, n in (("max_attempts", max_attempts), ("pool_maxsize", pool_maxsize),
+                        ("max_response_bytes", max_response_bytes)):
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {n!r}")
         self._urls = [_base(u) for u in urls]
@@ -599,6 +637,7 @@ class MolensClient:
         self._pool_maxsize = pool_maxsize
         self._connect_s = min(timeout, 5.0)
         self._read_s = timeout
+        self._max_response_bytes = max_response_bytes
         self._pools: dict[str, _NodePool] = {}
         """One keep-alive pool per node base URL (the given ones and those redirects named)."""
         self.max_attempts = max_attempts
@@ -1161,7 +1200,8 @@ class MolensClient:
                 return
 
     def _backoff(self, n: int, deadline: float) -> None:
-        delay = min(self.backoff_max_s, self.backoff_base_s * (2 ** (n - 1))) * self._rng.uniform(0.5, 1.0)
+        # the exponent capped: 2 ** 1100 is past a float (max_attempts may be large)
+        delay = min(self.backoff_max_s, self.backoff_base_s * (2 ** min(n - 1, 64))) * self._rng.uniform(0.5, 1.0)
         time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
 
     def _pool(self, base: str) -> _NodePool:
@@ -1173,7 +1213,8 @@ class MolensClient:
                 if pool is None:
                     p = urlsplit(base)
                     pool = _NodePool(
-                        p.scheme, p.hostname or "", p.port, self._pool_maxsize, self._connect_s, self._read_s
+                        p.scheme, p.hostname or "", p.port, self._pool_maxsize, self._connect_s, self._read_s,
+                        self._max_response_bytes,
                     )
                     self._pools[base] = pool
         return pool
@@ -1209,6 +1250,8 @@ class MolensClient:
             attempt += 1
             try:
                 r = self._pool(target).request(method, path, data, headers, deadline - time.monotonic())
+            except _AnswerTooLarge as exc:  # a write answered at all may have been applied
+                _give_up(unknown or method != "GET", exc, ApiError(502, "http_error", f"{method} {path}: {exc}"))
             except _TransportError as exc:
                 unknown = unknown or (exc.sent and method != "GET")
                 last_exc = exc
@@ -1232,17 +1275,20 @@ class MolensClient:
             status = r.status
             if status in (307, 308):
                 loc = r.headers.get("Location", "")
+                shown = _shown_url(loc)
                 try:
-                    _base(loc, path_ok=True)
+                    leader = _base(loc, path_ok=True)
                 except ValueError:
-                    raise UnavailableError(status, "redirect", f"{method} {path}: bad redirect to {loc!r:.200}") from None
-                if target.startswith("https://") and loc.startswith("http://"):
+                    _give_up(unknown, last_exc, UnavailableError(
+                        status, "redirect", f"{method} {path}: bad redirect to {shown!r:.200}"))
+                if target.startswith("https://") and leader.startswith("http://"):
                     # the bearer token would go unencrypted (a node behind a TLS proxy names its plain
-                    # address): ask the next configured node instead, as after a failed attempt
+                    # address): ask the next configured node instead, as after a failed attempt. The
+                    # parsed scheme is compared (``HTTP://`` is plain http too)
                     if len(self._urls) == 1 or attempt >= self.max_attempts or time.monotonic() >= deadline:
-                        raise UnavailableError(status, "redirect", f"{method} {path}: the leader's address "
-                                               f"{_base(loc, path_ok=True)} is plain http; not following it from https "
-                                               "(give the client every node's https URL)")
+                        _give_up(unknown, last_exc, UnavailableError(
+                            status, "redirect", f"{method} {path}: the leader's address {leader} is plain http; "
+                            "not following it from https (give the client every node's https URL)"))
                     target = self._next_node(target)
                     self._backoff(attempt, deadline)
                     continue
@@ -1250,13 +1296,14 @@ class MolensClient:
                     # nodes name each other as leader: an election is settling. Back off and ask
                     # again, as after a failed attempt; a loop that outlasts the retries is an error
                     if attempt >= self.max_attempts or time.monotonic() >= deadline:
-                        raise UnavailableError(status, "redirect", f"{method} {path}: looping redirect to {loc!r}")
+                        _give_up(unknown, last_exc, UnavailableError(
+                            status, "redirect", f"{method} {path}: looping redirect to {shown!r:.200}"))
                     redirects = 0
                     self._backoff(attempt, deadline)
                     continue
                 redirects += 1
                 attempt -= 1  # following the leader is not a failure
-                target = _base(loc, path_ok=True)
+                target = leader
                 with self._lock:
                     self._target = target
                 continue
@@ -1265,8 +1312,9 @@ class MolensClient:
                     self._target = target
                 return status, {"raw": r.data}
             if 300 <= status < 400:  # not a node's answer: a proxy's or another server's redirect
-                raise ApiError(status, "http_error", f"{method} {path}: unexpected redirect {status} to "
-                               f"{r.headers.get('Location', '')[:200]!r}; is this a molens node?")
+                _give_up(unknown, last_exc, ApiError(
+                    status, "http_error", f"{method} {path}: unexpected redirect {status} to "
+                    f"{_shown_url(r.headers.get('Location', ''))[:200]!r}; is this a molens node?"))
             try:
                 parsed = _loads(r.data) if r.data else {}
             except ValueError:
@@ -1392,13 +1440,19 @@ class BatchingClient:
                 self._cv.wait(left)
 
     def close(self, timeout: float | None = None) -> None:
-        """Flush, then stop the background thread."""
+        """Flush, then stop the sender threads. ``TimeoutError`` when ``timeout`` ends first: tasks
+        submitted are not all answered yet (they are still sent, and their futures resolve, while the
+        process lives; the threads are daemons, so an exit drops what is left)."""
         with self._cv:
             self._closing = True
             self._cv.notify_all()
         deadline = None if timeout is None else time.monotonic() + timeout
         for t in self._threads:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self._threads):
+            with self._cv:
+                left = len(self._queue) + sum(end - first for first, end in self._sending.items())
+            raise TimeoutError(f"close timed out: {left} submitted tasks are not answered yet")
 
     def __enter__(self) -> BatchingClient:
         return self
@@ -1456,6 +1510,13 @@ class BatchingClient:
                     return
                 batch = keep
                 continue
+            except OutcomeUnknownError as exc:  # each future gets its own task's key to create again with
+                for body, fut in batch:
+                    own = OutcomeUnknownError(str(exc))
+                    own.idempotency_keys = (str(body["idempotency_key"]),)
+                    own.__cause__ = exc
+                    fut.set_exception(own)
+                return
             except BaseException as exc:
                 for _, fut in batch:
                     fut.set_exception(exc)
@@ -1469,6 +1530,7 @@ class BatchingClient:
 
 
 __all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "MAX_BULK",
     "MAX_PAGE_SIZE",
     "ApiError",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from molens.client import ConnectionFailedError, MolensClient, OutcomeUnknownError
+from molens.client import ApiError, ConnectionFailedError, MolensClient, OutcomeUnknownError, UnavailableError
 from tests.integration.conftest import free_ports
 from tests.integration.raw_server import RawServer
 
@@ -162,3 +162,92 @@ def test_https_checks_the_certificate_and_sends_nothing_to_an_untrusted_server(t
 def test_a_token_that_could_break_the_request_head_is_refused(token: str) -> None:
     with pytest.raises(ValueError, match="token"):
         MolensClient(["http://127.0.0.1:9"], token=token)
+
+
+def _redirect(location: str, status: int = 307) -> bytes:
+    return f"HTTP/1.1 {status} Redirect\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n".encode()
+
+
+@pytest.mark.parametrize("then", ["bad", "loop", "proxy"])
+def test_a_create_whose_retry_ends_on_a_redirect_after_a_lost_answer_is_an_unknown_outcome(then: str) -> None:
+    """The first attempt reached a node and got no answer (it may have made the task); the retries
+    then meet a bad redirect, nodes naming each other as leader until the budget ends, or a proxy's
+    302: the caller must learn that the first may have been applied, with the key to find out, not
+    a plain error after which it would create again under a new key."""
+    here: list[int] = []
+
+    def answer(n: int, req: bytes) -> bytes | None:
+        if n == 1:
+            return None  # read, then closed without an answer
+        if then == "bad":
+            return _redirect("ftp://user:s3cret@elsewhere/x")
+        if then == "loop":
+            return _redirect(f"http://127.0.0.1:{here[0]}/api/v1/tasks")
+        return _redirect("http://login.example/", 302)
+
+    with scripted(answer) as st:
+        here.append(st.port)
+        with _client(st.port, max_attempts=3, retry_deadline_s=5) as c, pytest.raises(OutcomeUnknownError) as ei:
+            c.create({"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x",
+                      "idempotency_key": "k-1"})
+    assert ei.value.idempotency_keys == ("k-1",)
+    assert "s3cret" not in str(ei.value)
+
+
+def test_a_redirect_error_never_echoes_a_password_in_its_location() -> None:
+    with scripted(lambda n, req: _redirect("ftp://user:s3cret@elsewhere/x")) as st, _client(st.port) as c, \
+            pytest.raises(UnavailableError, match="bad redirect") as ei:
+        c.get("01TESTTASK")
+    assert "s3cret" not in str(ei.value) and "***@" in str(ei.value)
+
+
+def test_an_answer_longer_than_max_response_bytes_is_refused() -> None:
+    big = {"id": "01TESTTASK", "payload": "x" * 5_000}
+    with scripted(lambda n, req: _json(big)) as st, _client(st.port, max_response_bytes=4_096) as c:
+        with pytest.raises(ApiError, match="longer than max_response_bytes") as ei:
+            c.get("01TESTTASK")
+        assert ei.value.status == 502
+        # a write answered at all may have been applied: its key finds out
+        with pytest.raises(OutcomeUnknownError) as eu:
+            c.create({"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x",
+                      "idempotency_key": "k-2"})
+        assert eu.value.idempotency_keys == ("k-2",)
+    with scripted(lambda n, req: _json(big)) as st, _client(st.port, max_response_bytes=len(_json(big))) as c:
+        assert c.get("01TESTTASK") == big  # the bound counts the body, not the head
+
+
+def test_many_attempts_back_off_without_overflowing() -> None:
+    with MolensClient(["http://127.0.0.1:9"], max_attempts=5_000) as c:
+        c._backoff(2_000, deadline=0.0)  # 2 ** 1999 is past a float: capped, no OverflowError
+
+
+@pytest.mark.parametrize("scheme", ["http", "HTTP", "Http"])
+def test_a_redirect_from_https_to_plain_http_is_not_followed_whatever_the_case_of_its_scheme(
+    scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bearer token would go unencrypted: ``HTTP://`` is plain http too (the redirect is parsed
+    before it is compared). The pools are stand-ins: what matters is where the client sends."""
+    import http.client
+
+    from molens import client as client_mod
+
+    asked: list[str] = []
+
+    class Pool:
+        def __init__(self, base: str) -> None:
+            self.base = base
+
+        def request(self, method: str, path: str, *args: object) -> client_mod._Answer:
+            asked.append(self.base)
+            head = http.client.HTTPMessage()
+            head["Location"] = f"{scheme}://10.0.0.2:8080{path}"
+            return client_mod._Answer(307, head, b"")
+
+        def close(self) -> None:
+            pass
+
+    with MolensClient(["https://node-1.example"], token="t0ken", max_attempts=2) as c:
+        monkeypatch.setattr(c, "_pool", Pool)
+        with pytest.raises(UnavailableError, match="is plain http; not following it from https"):
+            c.get("01TESTTASK")
+    assert asked == ["https://node-1.example"]

@@ -143,3 +143,31 @@ def test_an_error_out_of_create_many_names_the_tasks_created_and_carries_every_k
     again = c.create_many_ids([{**t, "idempotency_key": k} for t, k in zip(tasks, keys, strict=True)])
     assert again == list(keys)
     assert client_mod.ClientError.created == () and client_mod.ClientError.idempotency_keys == ()
+
+
+def test_a_lost_batch_answer_gives_each_future_its_own_tasks_key(server: tuple[MolensClient, Server]) -> None:
+    """An unknown outcome is settled by creating again with the task's key: each future's error
+    carries its own task's key (the one the client made up included), not the whole batch's."""
+    c, s = server
+    s.fail_at = 0
+    with BatchingClient(c, flush_interval_s=60) as b:
+        futures = [b.submit(idempotency_key="given"), b.submit({"type": "delayed"})]
+        b.flush(timeout=30)
+    (sent,) = s.batches
+    errors = [f.exception(timeout=5) for f in futures]
+    assert all(isinstance(e, OutcomeUnknownError) for e in errors), errors
+    assert [e.idempotency_keys for e in errors if isinstance(e, OutcomeUnknownError)] == [(k,) for k in sent]
+    assert sent[0] == "given" and len(sent[1]) == 32
+
+
+def test_a_close_that_times_out_says_so(server: tuple[MolensClient, Server]) -> None:
+    c, s = server
+    s.gate.clear()  # the first batch is held by the server
+    b = BatchingClient(c, flush_interval_s=0.01)
+    fut = b.submit(idempotency_key="held")
+    assert s.entered.wait(30)
+    with pytest.raises(TimeoutError, match="1 submitted tasks are not answered yet"):
+        b.close(timeout=0.05)
+    s.gate.set()
+    assert fut.result(timeout=30) == {"id": "held"}
+    b.close(timeout=30)  # done now: nothing left, no error
