@@ -62,7 +62,9 @@ class InvalidKeyError(InvalidArgumentError):
 
 
 class BackendUnavailableError(CheckpointError):
-    """The backend cannot be opened or used: unknown URL scheme, unwritable directory, locked database."""
+    """The backend cannot be opened or used: unknown URL scheme, unwritable directory, locked database, a
+    server lost or not answering within its ``socket_timeout``. A change whose answer was lost that way
+    may or may not have been applied (a claim may hold the key, under a token nobody has): read it back."""
 
 
 class CorruptRecordError(CheckpointError):

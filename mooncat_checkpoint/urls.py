@@ -5,11 +5,14 @@ A URL is ``scheme://path`` and the path is everything after ``://``, taken liter
 relative to the working directory (resolved once, when the client is made). ``memory://`` takes no
 path (anything after it is ignored, e.g. ``memory://tests`` as a label). ``redis://host:port/db`` and
 ``postgresql://user:password@host:port/db`` (also ``postgres://``) are passed whole to redis-py and
-psycopg, which are imported only when such a URL is opened.
+psycopg, which are imported only when such a URL is opened; the one exception is ``socket_timeout``,
+which a ``postgresql://`` URL may carry for this library (``url_option`` takes it out) since libpq has no
+such parameter.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -18,7 +21,10 @@ from urllib.parse import unquote
 from mooncat_checkpoint.backends.base import Backend, ServerBackend
 from mooncat_checkpoint.errors import BackendUnavailableError
 
-__all__ = ["shown_url", "redact", "ENV_VAR", "DEFAULT_URL", "SCHEMES", "resolve_url", "split_url", "open_backend"]
+__all__ = [
+    "shown_url", "redact", "ENV_VAR", "DEFAULT_URL", "SCHEMES", "resolve_url", "split_url", "open_backend", "url_option",
+    "seconds_option",
+]
 
 ENV_VAR = "MOONCAT_CHECKPOINT_URL"
 DEFAULT_URL = "file://./.mooncat/checkpoints"
@@ -76,6 +82,35 @@ def open_backend(url: str) -> Backend | ServerBackend:
     from mooncat_checkpoint.backends.file import FileBackend
 
     return FileBackend(path)
+
+
+def url_option(url: str, name: str) -> tuple[str, str | None]:
+    """``url`` without its query parameter ``name`` (every other character kept as it was), and that
+    parameter's value (the last one if repeated; None when absent)."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, None
+    kept, value = [], None
+    for item in query.split("&"):
+        field, _, raw = item.partition("=")
+        if unquote(field) == name:
+            value = unquote(raw)
+        else:
+            kept.append(item)
+    return (base + "?" + "&".join(kept) if kept else base), value
+
+
+def seconds_option(url: str, name: str, value: str | None, default: float) -> float:
+    """A URL's duration parameter: a finite number of seconds above 0, ``default`` when absent."""
+    if value is None:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise BackendUnavailableError(f"{shown_url(url)}: {name} must be a number of seconds above 0, not {value!r}")
+    return seconds
 
 
 def shown_url(url: str) -> str:

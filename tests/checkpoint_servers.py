@@ -3,12 +3,15 @@ on 127.0.0.1 on free ports in temp directories, stopped by PID.
 
 scripts/test installs ``redis-server`` and ``postgresql``; a missing binary fails the test that
 needs it (it is never skipped). PostgreSQL refuses to run as root, so it runs as the ``postgres``
-system user (``Popen(user=...)``: the PID we keep is the server's own).
+system user (``Popen(user=...)``: the PID we keep is the server's own). ``running_redis`` and
+``running_postgres`` also give that PID, and ``frozen`` stops a server with SIGSTOP (PostgreSQL's
+postmaster and every process it forked) and always continues it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
 import pwd
@@ -21,7 +24,8 @@ from collections.abc import Iterator
 
 from tests.integration.conftest import free_ports
 
-__all__ = ["redis_server", "postgres_server", "ServerMissing"]
+__all__ = ["redis_server", "postgres_server", "running_redis", "running_postgres", "RunningServer", "frozen",
+           "ServerMissing"]
 
 _START_TIMEOUT_S = 30.0
 
@@ -48,9 +52,66 @@ def _log_tail(path: str) -> str:
         return "(no log)"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunningServer:
+    url: str
+    pid: int
+
+
 @contextlib.contextmanager
 def redis_server() -> Iterator[str]:
     """A throwaway redis-server; yields ``redis://127.0.0.1:PORT/0``."""
+    with running_redis() as server:
+        yield server.url
+
+
+@contextlib.contextmanager
+def postgres_server(*, fsync: bool = False) -> Iterator[str]:
+    """A throwaway PostgreSQL cluster; yields ``postgresql://mooncat@127.0.0.1:PORT/postgres`` (see ``running_postgres``)."""
+    with running_postgres(fsync=fsync) as server:
+        yield server.url
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes ``pid`` forked (and theirs), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat, encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+@contextlib.contextmanager
+def frozen(server: RunningServer) -> Iterator[None]:
+    """The server and every process it forked stopped (SIGSTOP): it accepts TCP connections (the
+    kernel does) and answers nothing. Continued (SIGCONT) on the way out, whatever happens."""
+    stopped: list[int] = []
+    try:
+        for pid in [server.pid, *_descendants(server.pid)]:  # the parent first: it forks no more
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue  # a child that ended meanwhile
+            stopped.append(pid)
+        yield
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def running_redis() -> Iterator[RunningServer]:
+    """A throwaway redis-server: its URL (``redis://127.0.0.1:PORT/0``) and PID."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise ServerMissing("redis-server is not installed: scripts/test installs it (apt-get install redis-server)")
@@ -75,7 +136,7 @@ def redis_server() -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server did not start on port {port}:\n{_log_tail(log)}") from None
                 time.sleep(0.02)
-        yield url
+        yield RunningServer(url, proc.pid)
     finally:
         _stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -89,10 +150,10 @@ def _pg_bin(name: str) -> str:
 
 
 @contextlib.contextmanager
-def postgres_server(*, fsync: bool = False) -> Iterator[str]:
+def running_postgres(*, fsync: bool = False) -> Iterator[RunningServer]:
     """A throwaway PostgreSQL cluster (initdb in a temp dir, run as the ``postgres`` user when we are
-    root); yields ``postgresql://mooncat@127.0.0.1:PORT/postgres``. ``fsync=False`` for tests: a crash
-    of the machine is not what they check."""
+    root): its URL, ``postgresql://mooncat@127.0.0.1:PORT/postgres``, and the postmaster's PID.
+    ``fsync=False`` for tests: a crash of the machine is not what they check."""
     initdb, postgres = _pg_bin("initdb"), _pg_bin("postgres")
     user: str | None = None
     if os.geteuid() == 0:
@@ -135,7 +196,7 @@ def postgres_server(*, fsync: bool = False) -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"postgres did not start on port {port}:\n{_log_tail(log)}") from None
                 time.sleep(0.05)
-        yield url
+        yield RunningServer(url, proc.pid)
     finally:
         if proc is not None:
             _stop(proc, signal.SIGINT)  # "fast" shutdown

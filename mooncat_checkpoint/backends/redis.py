@@ -5,7 +5,11 @@ Every change is one Lua script (one round trip, atomic on the server): ``claim``
 lives, and read the time with ``TIME`` there, so clients on hosts whose clocks disagree still agree
 on leases. Keys of a namespace share one hash tag (``{ns}``); a claim's script also adds to
 ``mooncat:namespaces``, another slot, so the store is one server (with its replicas), not a Redis
-Cluster. A connection the server dropped is opened again by redis-py on the next call::
+Cluster. A connection the server dropped is opened again by redis-py on the next call. A call the
+server does not answer within ``socket_timeout`` seconds (redis-py's URL parameter, ``?socket_timeout=S``;
+default 30; ``socket_connect_timeout`` 5) fails with ``BackendUnavailableError``, and is never sent again
+by redis-py: a script re-sent after its answer was lost could meet its own change (a claim would see
+its own lease as busy). Whether such a call changed the record is unknown::
 
     mooncat:{<ns>}:r:<key>    hash: the record (absent fields are None)
     mooncat:{<ns>}:f:<key>    the key's fence counter: INCR on every successful claim, never deleted,
@@ -29,11 +33,13 @@ from mooncat_checkpoint.backends.base import kind_result
 from mooncat_checkpoint.errors import BackendUnavailableError, CheckpointError, CorruptRecordError
 from mooncat_checkpoint.model import Checkpoint, CheckpointStatus, ClaimResult, GcResult, UnreadableRecord
 from mooncat_checkpoint.record import StoredRecord
-from mooncat_checkpoint.urls import redact, shown_url
+from mooncat_checkpoint.urls import redact, seconds_option, shown_url, url_option
 
-__all__ = ["RedisBackend"]
+__all__ = ["RedisBackend", "DEFAULT_SOCKET_TIMEOUT_S", "DEFAULT_CONNECT_TIMEOUT_S"]
 
 _SCAN_COUNT = 500
+DEFAULT_SOCKET_TIMEOUT_S = 30.0
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
 _NAMESPACES = "mooncat:namespaces"
 
 # Shared by every script: the clock, optional arguments ('' is None, else '=' .. value), the record.
@@ -188,10 +194,19 @@ class RedisBackend:
             raise BackendUnavailableError(
                 f"{shown_url(url)}: the redis backend needs the redis package: pip install 'molens[redis]' (or: pip install redis)"
             ) from None
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         self.url = url
+        for option in ("socket_timeout", "socket_connect_timeout"):  # redis-py takes 0 as "do not wait at all"
+            seconds_option(url, option, url_option(url, option)[1], 1.0)
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError,)
+        self._timeout: type[BaseException] = redis.TimeoutError
         try:
-            self._r = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+            # The URL's own socket_timeout / socket_connect_timeout win over these defaults (redis-py's rule).
+            self._r = redis.Redis.from_url(url, socket_connect_timeout=DEFAULT_CONNECT_TIMEOUT_S,
+                                           socket_timeout=DEFAULT_SOCKET_TIMEOUT_S, retry=Retry(NoBackoff(), 0))
+            self.socket_timeout_s = float(self._r.connection_pool.connection_kwargs["socket_timeout"])
             self._r.ping()
         except (redis.RedisError, ValueError) as e:
             raise BackendUnavailableError(f"redis backend: cannot reach {shown_url(url)}: {redact(str(e), url)}") from None
@@ -221,7 +236,11 @@ class RedisBackend:
         except CheckpointError:
             raise
         except self._errors as e:
-            raise BackendUnavailableError(f"redis backend {shown_url(self.url)}: {what}: {redact(str(e), self.url)}") from e
+            reason = redact(str(e), self.url)
+            if isinstance(e, self._timeout):
+                reason = (f"no answer within {self.socket_timeout_s:g} s (socket_timeout: {reason}): the server is "
+                          "stopped or cut off; a change the call asked for may or may not have been applied")
+            raise BackendUnavailableError(f"redis backend {shown_url(self.url)}: {what}: {reason}") from e
 
     @staticmethod
     def _record(found: builtins.list[bytes] | dict[bytes, bytes]) -> StoredRecord | None:

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import random
 import re
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -378,6 +379,42 @@ async def test_unsafe_keys_round_trip_and_never_escape_the_store(
                 assert Path(dirpath, f).resolve().is_relative_to(store.resolve())
     for key in UNSAFE_KEYS:
         assert await cp.reset(NS, key)
+
+
+def four_byte_key(chars: int, seed: int) -> str:
+    """``chars`` random characters of 4 UTF-8 bytes each (U+10000 to U+10FFFF): text no compression shrinks."""
+    rng = random.Random(seed)
+    return "".join(chr(rng.randrange(0x10000, 0x110000)) for _ in range(chars))
+
+
+# Over what a PostgreSQL btree row holds (about 2,700 bytes, after compression): just over, and the
+# docs' 10,000 characters, each of 4 bytes.
+LONG_KEYS = [four_byte_key(700, 1), four_byte_key(10_000, 2)]
+
+
+async def test_a_key_longer_than_an_index_row_works_like_any_other(
+    cp: CheckpointClient, make_client: Callable[[], CheckpointClient], clock: FakeClock
+) -> None:
+    assert [len(k.encode()) for k in LONG_KEYS] == [2_800, 40_000]
+    for key in LONG_KEYS:
+        first = await claimed(cp, key, lease_ms=LEASE)
+        assert first.checkpoint.key == key and await cp.get(NS, key) == first.checkpoint
+        assert isinstance(await make_client().claim(NS, key), Busy)
+        touched = await cp.touch(NS, key, first.lease_token)
+        assert touched is not None and touched.key == key
+        clock.advance(LEASE)
+        second = await claimed(make_client(), key)  # the expired lease, taken over from another client
+        assert second.fence == first.fence + 1 and second.checkpoint.attempts == 2
+        with pytest.raises(LeaseLostError):
+            await cp.done(NS, key, first.lease_token)
+        done = await cp.done(NS, key, second.lease_token, {"bytes": len(key.encode())})
+        assert done.key == key and isinstance(await cp.claim(NS, key), Done)
+        assert await cp.reset(NS, key) and await cp.get(NS, key) is None
+        third = await claimed(cp, key)
+        assert third.fence > second.fence
+    assert [r.key for r in await cp.list(NS)] == sorted(LONG_KEYS)
+    clock.advance(LEASE)
+    assert await cp.gc() == len(LONG_KEYS) and await cp.list(NS) == []
     assert await cp.list(NS) == []
 
 

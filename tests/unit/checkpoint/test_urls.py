@@ -70,6 +70,11 @@ def test_a_relative_store_stays_put_when_the_working_directory_changes(
         ("./just/a/path", "has no scheme"),
         ("file://", "has no path"),
         ("sqlite://", "has no path"),
+        ("postgresql://u@127.0.0.1:1/db?socket_timeout=0", "socket_timeout must be a number of seconds above 0, not '0'"),
+        ("postgres://u@127.0.0.1:1/db?connect_timeout=2&socket_timeout=soon", "socket_timeout must be a number of seconds"),
+        ("postgresql://u@127.0.0.1:1/db?connect_timeout=0", "connect_timeout must be a number of seconds above 0"),
+        ("redis://127.0.0.1:1/0?socket_timeout=-1", "socket_timeout must be a number of seconds above 0, not '-1'"),
+        ("redis://127.0.0.1:1/0?socket_connect_timeout=inf", "socket_connect_timeout must be a number of seconds"),
     ],
 )
 def test_bad_urls_fail_at_construction_with_one_line(url: str, message: str) -> None:
@@ -214,3 +219,14 @@ def test_a_closed_client_and_its_repr_show_a_password_as_stars(monkeypatch: pyte
     with pytest.raises(BackendUnavailableError) as exc:
         client.claim("ns", "k")
     assert "SECRET" not in str(exc.value) and "u:***@" in str(exc.value), exc.value
+
+
+def test_url_option_takes_out_one_parameter_and_keeps_the_rest_as_written() -> None:
+    from mooncat_checkpoint.urls import url_option
+
+    assert url_option("postgresql://u@h/db?sslmode=require&socket_timeout=1.5&application_name=a%20b", "socket_timeout") == (
+        "postgresql://u@h/db?sslmode=require&application_name=a%20b", "1.5")
+    assert url_option("postgresql://u@h/db?socket_timeout=2", "socket_timeout") == ("postgresql://u@h/db", "2")
+    assert url_option("postgresql://u@h/db?connect_timeout=2", "socket_timeout") == (
+        "postgresql://u@h/db?connect_timeout=2", None)
+    assert url_option("postgresql://u@h/db", "socket_timeout") == ("postgresql://u@h/db", None)
