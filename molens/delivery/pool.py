@@ -8,7 +8,8 @@ bounded queue lets any free thread take the next fire, and a batch enters with o
 non-blocking sockets and a few threads (``tls_threads``) carry out ``https://`` ones with the
 blocking ``Deliverer.deliver``; with ``engine="threads"`` ``concurrency`` plain threads call
 ``Deliverer.deliver`` for every fire (the engine before the loop; 10-20x the CPU per attempt).
-Either way: one holder thread for fires planned ahead, one flusher handing results back in batches.
+Fires planned ahead are held by the FireLoop thread itself with ``loop``, by one holder thread with
+``threads``; either way one flusher thread hands results back in batches.
 
 Rules:
 
@@ -18,8 +19,9 @@ Rules:
   attempt: docs/architecture.md#not-sent).
 - ``free_capacity()`` = room left = concurrency + queue_limit - (queued + in flight), for weighted
   dispatch.
-- A fire with ``not_before_ms`` still ahead (planned ahead by the leader: dispatch ahead) is held by
-  one holder thread, in a heap by that time, and queued once it comes: never sent early. The wait is
+- A fire with ``not_before_ms`` still ahead (planned ahead by the leader: dispatch ahead) is held in
+  a heap by that time (by the FireLoop thread, or the holder thread with ``threads``) and queued
+  once it comes: never sent early. The wait is
   read on the wall clock when the fire arrives and then kept on the monotonic clock, so a wall clock
   that steps while a fire is held neither holds it seconds too long (a step back) nor lets it go
   early (a step ahead); it is held 1 ms past what the two readings say (both are truncated to the

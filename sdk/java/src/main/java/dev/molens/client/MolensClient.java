@@ -26,9 +26,12 @@ import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * A client of one Molens cluster over {@link HttpURLConnection} (JDK 8 and later). Thread-safe.
@@ -46,8 +49,8 @@ import java.util.concurrent.ThreadLocalRandom;
  * follower answers writes with 307; the client re-sends the same request (body included) to the leader
  * named by {@code X-Molens-Leader} (or {@code Location}) and remembers it. After 5 redirects in a row
  * (nodes naming each other while an election settles) it backs off and asks again, within its attempts.
- * A redirect from an {@code https://} node to a plain {@code http://} address is not followed (the token
- * would go unencrypted): the next configured node is asked. On a connection error it moves to the next
+ * A redirect from an {@code https://} node to a plain {@code http://} address (any case) is not followed (the
+ * token would go unencrypted): the next configured node is asked. On a connection error it moves to the next
  * address.</li>
  * <li><b>Retries</b> with exponential backoff and full jitter (a random delay in
  * [0, min(max, base * 2^n)]), bounded by attempts and a deadline (an attempt's read timeout is cut to
@@ -58,7 +61,7 @@ import java.util.concurrent.ThreadLocalRandom;
  * <li><b>Idempotency.</b> {@link #create}, {@link #createAll} and {@link #createAllIds} give every task without an
  * idempotency key a fresh, time-ordered one ({@link #newIdempotencyKey()}), so a retry after a lost
  * response returns the task the first attempt created; when every attempt of a create was sent and went
- * unanswered, or its retry met 404/409/412/429, {@link OutcomeUnknownException} says so and carries the
+ * unanswered, or its retry met 404/409/412/429 or a redirect it will not follow, {@link OutcomeUnknownException} says so and carries the
  * keys ({@link OutcomeUnknownException#getIdempotencyKeys()}: create again with them to find out). A trigger,
  * backfill, redrive, flow deletion or versioned update is never sent twice: its first lost answer throws
  * {@link OutcomeUnknownException}. When a retried pause/resume/delete meets 404/409/412/429 after an unknown
@@ -1023,21 +1026,23 @@ public final class MolensClient implements AutoCloseable {
                 continue;
             }
             if (a.status == 307 || a.status == 308) {
-                String next = a.header("X-Molens-Leader");
+                // the parsed address (scheme lower-cased, no user info), as the Go SDK: "HTTP://" is plain http too
+                String next = redirectBase(a.header("X-Molens-Leader"));
                 if (next == null) {
-                    next = a.header("Location");
+                    next = redirectBase(a.header("Location"));
                 }
-                if (next == null || !(next.startsWith("http://") || next.startsWith("https://"))) {
-                    throw new ApiException(a.status, "redirect", op + ": bad redirect to " + next, null, null);
+                if (next == null) {
+                    throw giveUp(unknown, op, new ApiException(a.status, "redirect", op + ": bad redirect to "
+                            + shown(a.header("Location")), null, null));
                 }
                 boolean outOfBudget = attempt >= maxAttempts || System.currentTimeMillis() >= deadline;
                 if (node.startsWith("https://") && next.startsWith("http://")) {
                     // the bearer token would go unencrypted (a node behind a TLS proxy names its plain
                     // address): ask the next configured node instead, as after a failed attempt
                     if (addrs.size() == 1 || outOfBudget) {
-                        throw new ApiException(a.status, "redirect", op + ": the leader's address " + next
+                        throw giveUp(unknown, op, new ApiException(a.status, "redirect", op + ": the leader's address " + next
                                 + " is plain http; not following it from https (give the client every node's https URL)",
-                                null, null);
+                                null, null));
                     }
                     node = nextNode(node);
                     redirects = 0;
@@ -1048,7 +1053,8 @@ public final class MolensClient implements AutoCloseable {
                     // nodes name each other as leader: an election is settling. Back off and ask again, as
                     // after a failed attempt; a loop that outlasts the retries is an error
                     if (outOfBudget) {
-                        throw new ApiException(a.status, "redirect", op + ": looping redirect to " + next, null, null);
+                        throw giveUp(unknown, op, new ApiException(a.status, "redirect", op + ": looping redirect to " + next,
+                                null, null));
                     }
                     redirects = 0;
                     backoff(attempt, 0, deadline);
@@ -1056,15 +1062,15 @@ public final class MolensClient implements AutoCloseable {
                 }
                 redirects++;
                 attempt--; // following the leader is not a failure
-                node = base(next);
+                node = next;
                 target = node;
                 continue;
             }
             if (a.status >= 300 && a.status < 400) { // not a node's answer: a proxy's or another server's
-                String to = a.header("Location");
-                throw new ApiException(a.status, "http_error", op + ": unexpected redirect " + a.status + " to "
-                        + (to == null ? null : to.substring(0, Math.min(200, to.length()))) + "; is this a molens node?",
-                        null, null);
+                String to = shown(a.header("Location"));
+                throw giveUp(unknown, op, new ApiException(a.status, "http_error", op + ": unexpected redirect " + a.status
+                        + " to " + (to == null ? null : to.substring(0, Math.min(200, to.length()))) + "; is this a molens node?",
+                        null, null));
             }
             if (a.status == 503 || a.status == 507) { // 507: the leader's disk is full, nothing applied; it recovers by itself
                 ApiException e = answerError(a);
@@ -1101,6 +1107,58 @@ public final class MolensClient implements AutoCloseable {
             target = node;
             return a.body;
         }
+    }
+
+    /**
+     * {@code e}, or, when an earlier attempt of the same write may have been applied ({@code unknown}), an
+     * {@link OutcomeUnknownException} caused by it: the caller must not take the write for refused (a create
+     * made again without its keys would be a duplicate). The Go SDK's {@code giveUp}.
+     */
+    private static MolensException giveUp(boolean unknown, String op, ApiException e) {
+        if (!unknown) {
+            return e;
+        }
+        return new OutcomeUnknownException(op + ": an earlier attempt may have been applied; then " + e.getMessage(), e);
+    }
+
+    /**
+     * A redirect's target as the client follows it: scheme (lower-cased) and host[:port], without user info
+     * or path; null when it is no http(s) URL with a host.
+     */
+    private static String redirectBase(String raw) {
+        if (raw == null) {
+            return null;
+        }
+        try {
+            URL u = new URL(raw.trim());
+            String scheme = u.getProtocol().toLowerCase(Locale.ROOT);
+            if (!scheme.equals("http") && !scheme.equals("https") || u.getHost().isEmpty()) {
+                return null;
+            }
+            return scheme + "://" + u.getHost() + (u.getPort() >= 0 ? ":" + u.getPort() : "");
+        } catch (java.net.MalformedURLException e) {
+            return null;
+        }
+    }
+
+    /** A URL's scheme (or none: {@code //host}), then its user info (up to the authority's last {@code @}). */
+    private static final Pattern USER_INFO = Pattern.compile("^(\\s*(?:[A-Za-z][A-Za-z0-9+.-]*:)?//)([^/?#]*)@");
+
+    /**
+     * A server-sent address as messages show it: {@code user:password@} as {@code user:***@}, user info without
+     * a password (often a token) as {@code ***@}.
+     */
+    private static String shown(String url) {
+        if (url == null) {
+            return null;
+        }
+        Matcher m = USER_INFO.matcher(url);
+        if (!m.find()) {
+            return url;
+        }
+        String user = m.group(2);
+        int colon = user.indexOf(':');
+        return m.group(1) + (colon >= 0 ? user.substring(0, colon) + ":***" : "***") + "@" + url.substring(m.end());
     }
 
     /** The error an answer of status 400 and above gives, with its {@code Retry-After} where it has one. */

@@ -8,7 +8,8 @@ import java.util.List;
  * backfill, redrive, flow deletion, API key creation or versioned update throws it at its first lost
  * answer (it is never sent twice); a retried pause, resume or delete when its retry meets 404/409/412/429;
  * a create (single, batch or {@link BatchingClient}) when every attempt went unanswered or its retry met
- * 404/409/412/429 (a quota the first attempt filled refuses the retry). A create's exception carries its
+ * 404/409/412/429 (a quota the first attempt filled refuses the retry), 503/507 or a redirect it will not follow
+ * (its {@link ApiException} is the cause). A create's exception carries its
  * {@link #getIdempotencyKeys()}: creating again with them returns the tasks that exist and creates the
  * others, never a duplicate.
  */

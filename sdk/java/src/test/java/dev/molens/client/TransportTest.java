@@ -185,6 +185,135 @@ public class TransportTest {
     }
 
     @Test
+    public void aRedirectToAnUpperCaseHttpSchemeIsPlainHttpAndIsNotFollowedFromHttps() throws Exception {
+        // the scheme is case-insensitive (RFC 3986): HTTP:// is plain http, and the token must not go there
+        final List<String> plainTokens = Collections.synchronizedList(new ArrayList<String>());
+        HttpServer plain = node(ex -> {
+            plainTokens.add(String.valueOf(ex.getRequestHeaders().getFirst("Authorization")));
+            answer(ex, 200, TASK);
+        });
+        final String upper = "HTTP://127.0.0.1:" + plain.getAddress().getPort();
+        final String[] leader = {null};
+        HttpsServer tls = httpsNode(ex -> {
+            if (leader[0] != null) {
+                answer(ex, 307, error("not_leader", "ask the leader"), "X-Molens-Leader", leader[0]);
+            } else {
+                answer(ex, 307, error("not_leader", "ask the leader"), "Location", upper + ex.getRequestURI());
+            }
+        });
+        final AtomicInteger other = new AtomicInteger();
+        HttpServer next = node(ex -> {
+            other.incrementAndGet();
+            answer(ex, 200, TASK);
+        });
+        for (String named : new String[] {null, upper, " Http://127.0.0.1:" + plain.getAddress().getPort() + " "}) {
+            leader[0] = named;
+            other.set(0);
+            MolensClient c = client(url(tls), url(next)).token("s3cret").build();
+            assertEquals(ID, c.pause(ID).id);
+            assertEquals("the next configured node answered (" + named + ")", 1, other.get());
+            final MolensClient alone = client(url(tls)).token("s3cret").build();
+            ApiException e = thrown(ApiException.class, () -> alone.pause(ID), "redirect", null);
+            assertTrue(e.getMessage(), e.getMessage().contains("plain http"));
+        }
+        assertEquals("the token never went to a plain http address", Collections.<String>emptyList(), plainTokens);
+
+        // from a plain http node such an address is followed, as a lower-case one is
+        HttpServer follower = node(ex -> answer(ex, 307, null, "X-Molens-Leader", upper));
+        MolensClient c = client(url(follower)).build();
+        assertEquals(ID, c.pause(ID).id);
+        assertEquals(url(plain), c.currentNode());
+        assertEquals(1, plainTokens.size());
+    }
+
+    @Test
+    public void aRedirectWithNoUsableAddressIsABadRedirect() throws Exception {
+        final String[] location = new String[1];
+        HttpServer s = node(ex -> answer(ex, 307, null, "Location", location[0]));
+        final MolensClient c = client(url(s)).build();
+        for (String bad : new String[] {"http://", "ftp://127.0.0.1/", "/api/v1/tasks", "not a url"}) {
+            location[0] = bad;
+            ApiException e = thrown(ApiException.class, () -> c.pause(ID), "redirect", null);
+            assertTrue(e.getMessage(), e.getMessage().contains("bad redirect"));
+        }
+    }
+
+    @Test
+    public void aRedirectsAddressIsQuotedWithoutItsPassword() throws Exception {
+        // a server-sent Location may carry user:password@; an error message (a log line) must not
+        final String[] headers = new String[3];
+        HttpServer s = node(ex -> answer(ex, Integer.parseInt(headers[0]), null, headers[1], headers[2]));
+        final MolensClient c = client(url(s)).build();
+        String[][] cases = {
+            {"302", "Location", "http://alice:s3cret@login.example/", "http_error", "alice:***@login.example"},
+            {"301", "Location", "//alice:s3cret@login.example/", "http_error", "alice:***@login.example"},
+            {"303", "Location", "https://tok3n-s3cret@login.example/", "http_error", "***@login.example"},
+            {"307", "Location", "ftp://alice:s3cret@files.example/", "redirect", "alice:***@files.example"},
+        };
+        for (String[] k : cases) {
+            System.arraycopy(k, 0, headers, 0, 3);
+            ApiException e = thrown(ApiException.class, () -> c.pause(ID), k[3], null);
+            assertTrue(e.getMessage(), e.getMessage().contains(k[4]));
+            assertTrue(e.getMessage(), !e.getMessage().contains("s3cret"));
+        }
+        HttpsServer tls = httpsNode(ex -> answer(ex, 307, null, "X-Molens-Leader", "http://alice:s3cret@127.0.0.1:9"));
+        final MolensClient alone = client(url(tls)).build();
+        ApiException e = thrown(ApiException.class, () -> alone.pause(ID), "redirect", null);
+        assertTrue(e.getMessage(), e.getMessage().contains("plain http") && !e.getMessage().contains("s3cret"));
+        final String self = url(s);
+        headers[0] = "307";
+        headers[1] = "X-Molens-Leader";
+        headers[2] = "http://alice:s3cret@" + self.substring("http://".length());
+        e = thrown(ApiException.class, () -> client(self).maxAttempts(1).build().pause(ID), "redirect", null);
+        assertTrue(e.getMessage(), e.getMessage().contains("looping") && !e.getMessage().contains("s3cret"));
+    }
+
+    @Test
+    public void aCreateWhoseAnswerWasLostThenMeetsARedirectItWillNotFollowIsAnUnknownOutcomeCarryingItsKey() throws Exception {
+        // a plain error here would let the caller create again without the key: a duplicate task
+        final AtomicInteger asked = new AtomicInteger();
+        final String[] then = new String[3];
+        HttpServer s = node(ex -> {
+            if (asked.incrementAndGet() == 1) {
+                drop(ex); // the first attempt was sent, and may have been applied
+            } else {
+                answer(ex, Integer.parseInt(then[0]), null, then[1], then[2]);
+            }
+        });
+        final String self = url(s);
+        String[][] cases = {
+            {"307", "Location", "ftp://127.0.0.1/"}, // bad redirect
+            {"307", "X-Molens-Leader", self}, // looping until the attempts are spent
+            {"302", "Location", "http://login.example/"}, // unexpected redirect
+        };
+        for (String[] k : cases) {
+            System.arraycopy(k, 0, then, 0, 3);
+            asked.set(0);
+            final MolensClient c = client(self).maxAttempts(2).build();
+            OutcomeUnknownException e = outcomeUnknown(() -> c.create(far().setIdempotencyKey("k-" + k[0] + k[1])));
+            assertEquals(Collections.singletonList("k-" + k[0] + k[1]), e.getIdempotencyKeys());
+            assertTrue(String.valueOf(e.getCause()), e.getCause() instanceof ApiException);
+            // without a lost answer before it, the same redirect is the plain error it was
+            asked.set(1);
+            thrown(ApiException.class, () -> c.create(far()), k[0].equals("302") ? "http_error" : "redirect", null);
+        }
+
+        // the https node's redirect to plain http, met after a lost answer
+        final AtomicInteger tlsAsked = new AtomicInteger();
+        HttpsServer tls = httpsNode(ex -> {
+            if (tlsAsked.incrementAndGet() == 1) {
+                drop(ex);
+            } else {
+                answer(ex, 307, null, "X-Molens-Leader", "http://127.0.0.1:9");
+            }
+        });
+        final MolensClient alone = client(url(tls)).build();
+        OutcomeUnknownException e = outcomeUnknown(() -> alone.create(far().setIdempotencyKey("k-tls")));
+        assertEquals(Collections.singletonList("k-tls"), e.getIdempotencyKeys());
+        assertTrue(e.getMessage(), e.getMessage().contains("plain http"));
+    }
+
+    @Test
     public void a2xxWhoseBodyIsNotOneJsonObjectIsAnError() throws Exception {
         final String[] text = new String[1];
         HttpServer s = node(ex -> answer(ex, 200, text[0]));
