@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -656,9 +657,21 @@ func setInt(q url.Values, k string, v int64) {
 func baseURL(raw string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("molens: %q is not an http(s) URL", raw)
+		return "", fmt.Errorf("molens: %q is not an http(s) URL", shownURL(raw))
 	}
 	return u.Scheme + "://" + u.Host, nil
+}
+
+// userinfo is a URL's "user:password@", which an error never echoes.
+var userinfo = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@`)
+
+// shownURL is raw as an error may quote it: its user info (a password) as ***, at most 200 bytes.
+func shownURL(raw string) string {
+	s := userinfo.ReplaceAllString(raw, "${1}***@")
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
 }
 
 func (c *Client) currentTarget() string {
@@ -880,7 +893,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 				next, _ = baseURL(resp.Header.Get("Location"))
 			}
 			if next == "" {
-				return giveUp(&APIError{Status: status, Code: "redirect", Message: fmt.Sprintf("%s: bad redirect to %q", op, resp.Header.Get("Location"))})
+				return giveUp(&APIError{Status: status, Code: "redirect", Message: fmt.Sprintf("%s: bad redirect to %q", op, shownURL(resp.Header.Get("Location")))})
 			}
 			if strings.HasPrefix(target, "https://") && strings.HasPrefix(next, "http://") {
 				// the bearer token would go unencrypted (a node behind a TLS proxy names its plain
@@ -912,10 +925,7 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 			continue
 		}
 		if status >= 300 && status < 400 { // not a node's answer: a proxy's or another server's redirect
-			loc := resp.Header.Get("Location")
-			if len(loc) > 200 {
-				loc = loc[:200]
-			}
+			loc := shownURL(resp.Header.Get("Location"))
 			return giveUp(&APIError{Status: status, Code: "http_error", Message: fmt.Sprintf("%s: unexpected redirect %d to %q; is this a molens node?", op, status, loc)})
 		}
 		if status == 503 || status == 507 { // 507: the leader's disk is full, nothing applied; it recovers by itself

@@ -422,3 +422,30 @@ func TestAnswersKeepTheFieldsTheServerSends(t *testing.T) {
 		t.Fatalf("reason %q", e.Reason)
 	}
 }
+
+// TestARedirectsPasswordIsNeverQuotedInAnError: a Location is the server's text; a user:password@
+// in it is shown as ***@ (as the Python and Java SDKs do).
+func TestARedirectsPasswordIsNeverQuotedInAnError(t *testing.T) {
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/tasks/bad" {
+			w.Header().Set("Location", "ftp://alice:s3cret@elsewhere.example/x")
+			w.WriteHeader(307)
+			return
+		}
+		w.Header().Set("Location", "https://alice:s3cret@login.example/")
+		w.WriteHeader(302)
+	})
+	c := newClient(t, []string{node.URL}, WithMaxAttempts(1))
+	for _, id := range []string{"bad", "proxy"} {
+		_, err := c.GetTask(context.Background(), id)
+		if err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if !strings.Contains(err.Error(), "***@") {
+			t.Fatalf("%s: the address is not shown redacted: %v", id, err)
+		}
+	}
+	if _, err := NewClient([]string{"http://bob:s3cret@[::1"}); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("NewClient: %v", err)
+	}
+}
