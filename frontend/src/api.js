@@ -28,16 +28,34 @@ export function setToken(token, remember) {
   if (token) (remember ? localStorage : sessionStorage).setItem(TOKEN_KEY, token)
 }
 
+/**
+ * A refused or failed request: `status`, the body's `code`, `field`, `reason` and `quota` (the
+ * namespace's quota at fault of a 429 quota_exceeded), the request's `method` (a read's no_leader
+ * reads differently from a write's) and `retryAfter`, the seconds the `Retry-After` header asks to
+ * wait (null without one).
+ */
 export class ApiError extends Error {
-  constructor(status, body, fallback) {
+  constructor(status, body, fallback, { method = null, retryAfter = null } = {}) {
     const err = (body && body.error) || {}
     super(err.message || fallback || `HTTP ${status}`)
     this.status = status
     this.code = err.code || (status ? `http_${status}` : 'network')
     this.field = err.field || null
     this.reason = err.reason || null
+    this.quota = err.quota || null
+    this.method = method
+    this.retryAfter = retryAfter
     this.body = body
   }
+}
+
+/** A `Retry-After` header (seconds, or an HTTP date) as seconds from now; null when there is none. */
+export function retryAfterSeconds(header, now = Date.now()) {
+  if (!header) return null
+  const v = header.trim()
+  if (/^\d+$/.test(v)) return Number(v)
+  const at = Date.parse(v)
+  return Number.isNaN(at) ? null : Math.max(0, Math.ceil((at - now) / 1000))
 }
 
 function qs(query) {
@@ -124,7 +142,7 @@ export async function api(method, path, { query, body, signal, headers: extra, w
     session.needLogin = true
   }
   if (res.status === 503 && data && data.error && data.error.code === 'no_leader') session.noLeader = true
-  if (!res.ok) throw new ApiError(res.status, data)
+  if (!res.ok) throw new ApiError(res.status, data, '', { method, retryAfter: retryAfterSeconds(res.headers.get('Retry-After')) })
   return withStatus ? { status: res.status, data } : data // withStatus: e.g. 201 created against 200 existing
 }
 

@@ -1,5 +1,5 @@
 // Display helpers: times (epoch ms), durations, bytes, numbers. Everything returns plain text.
-import { ref } from 'vue'
+import { ref, watch } from 'vue'
 import { locale, t } from './i18n.js'
 
 const ZONE_KEY = 'molens.zone'
@@ -165,25 +165,64 @@ export function scheduleText(task, t) {
   return t('task.after', { d: fmtDuration(task.interval_ms) })
 }
 
+/** The zone typed times of no task are read and written in: UTC when the zone switch says so, else the browser's (undefined). */
+export function inputZone() {
+  return zoneFor(undefined)
+}
+
+/** What the wall time in `zone` is ahead of UTC at instant `ms`, in ms (whole seconds). */
+function offsetAt(ms, zone) {
+  const p = Object.fromEntries(new Intl.DateTimeFormat('en-CA', {
+    year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit', second: '2-digit',
+    hourCycle: 'h23', timeZone: zone,
+  }).formatToParts(new Date(ms)).map((x) => [x.type, Number(x.value)]))
+  return Date.UTC(p.year, p.month - 1, p.day, p.hour, p.minute, p.second) - Math.floor(ms / 1000) * 1000
+}
+
 /**
  * Parse `2026-12-01 09:30` or `2026-12-01 09:30:00` (the console's own format; a `T` also works)
- * as a time in the browser's zone, or in UTC when `utc`; epoch ms, or null when it is not one.
+ * as a wall time in `zone`: an IANA name, 'UTC', or none for the browser's (`true` means UTC); epoch
+ * ms, or null when it is not one. A wall time a zone skips (a DST gap) reads as the browser does:
+ * shifted by the gap.
  */
-export function parseTime(v, utc = false) {
+export function parseTime(v, zone) {
   const m = /^\s*(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\s*$/.exec(v || '')
   if (!m) return null
   const [y, mo, d, h, mi, s] = m.slice(1).map((x) => Number(x || 0))
   if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 59) return null
-  const ms = utc ? Date.UTC(y, mo - 1, d, h, mi, s) : new Date(y, mo - 1, d, h, mi, s).getTime()
-  const back = new Date(ms)
-  const day = utc ? back.getUTCDate() : back.getDate()
-  return day === d ? ms : null // 2026-02-31 is not a day
+  if (new Date(Date.UTC(y, mo - 1, d)).getUTCDate() !== d) return null // 2026-02-31 is not a day
+  const tz = zone === true ? 'UTC' : zone || undefined
+  if (!tz) return new Date(y, mo - 1, d, h, mi, s).getTime()
+  const wall = Date.UTC(y, mo - 1, d, h, mi, s)
+  if (tz === 'UTC') return wall
+  try {
+    const guess = wall - offsetAt(wall, tz)
+    return wall - offsetAt(guess, tz) // the offset in force at the instant itself (near a DST change)
+  } catch {
+    return null // a zone this browser does not know
+  }
 }
 
-/** `ms` in the format parseTime reads (no zone), in the browser's zone or UTC. */
-export function formatInput(ms, utc = false) {
+/** `ms` in the format parseTime reads (no zone), in `zone` as parseTime takes it. */
+export function formatInput(ms, zone) {
   if (ms === null || ms === undefined) return ''
-  return fmtTime(ms, utc ? 'UTC' : browserZone, { zone: false })
+  const tz = zone === true ? 'UTC' : zone || browserZone
+  return fmtTime(ms, tz, { zone: false })
+}
+
+/**
+ * Keep the instants the time fields `keys` of `form` stand for when the zone they are read in
+ * (`zoneOf()`, as parseTime takes it) changes: each is read in the zone it was written in and
+ * written again in the new one, so Apply or Save sends the same instant. A text that is no time stays.
+ * Synchronous: text assigned after the change (a form filled in) is already in the new zone.
+ */
+export function keepInstants(form, keys, zoneOf = inputZone) {
+  watch(zoneOf, (now, before) => {
+    for (const k of keys) {
+      const ms = parseTime(form[k], before)
+      if (ms !== null) form[k] = formatInput(ms, now)
+    }
+  }, { flush: 'sync' })
 }
 
 /** The waits before retries 1..n of `policy` (ms), as the node computes them without jitter. */

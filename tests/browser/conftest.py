@@ -192,9 +192,9 @@ class Browsing:
 
 
 def _open_context(
-    browser: Browser, request: pytest.FixtureRequest, viewport: dict[str, int]
+    browser: Browser, request: pytest.FixtureRequest, viewport: dict[str, int], timezone_id: str = "UTC"
 ) -> Iterator[Browsing]:
-    context = browser.new_context(viewport=viewport, locale="en-GB", timezone_id="UTC")  # type: ignore[arg-type]
+    context = browser.new_context(viewport=viewport, locale="en-GB", timezone_id=timezone_id)  # type: ignore[arg-type]
     context.set_default_timeout(TIMEOUT_MS)
     console = Console()
     b = Browsing(context, console)

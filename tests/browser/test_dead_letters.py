@@ -244,5 +244,5 @@ def test_the_task_page_shows_its_dead_letters_and_links_to_the_filtered_page(
     expect(card.locator(f'tr[data-dl-id="{d["id"]}"]')).to_contain_text("Retries exhausted")
     expect(page.locator('[data-field="retry"]')).to_contain_text("No retries")
     card.get_by_test_id("task-dead-link").click()
-    expect(page).to_have_url(f"{node.http_url}/ui/dead-letters?task_id={x['id']}")
+    expect(page).to_have_url(f"{node.http_url}/ui/dead-letters?task_id={x['id']}&ns=default")  # in the task's namespace
     expect(page.locator("tr[data-dl-id]")).to_have_count(1)

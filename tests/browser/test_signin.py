@@ -225,6 +225,35 @@ def test_the_audit_page_shows_who_changed_what_newest_first_with_filters_and_mor
         expect(page.get_by_test_id("audit-action-cell")).to_have_text(["Task paused", "Task created"])
 
 
+def test_a_new_keys_secret_stays_until_the_admin_says_it_was_copied(tmp_path: Path, page: Page) -> None:
+    """The secret is shown once: Esc, a click beside the dialog and Enter (the first focus) leave it
+    open; only "I have copied it" closes it."""
+    with serve_ui(tmp_path / "secret", token=TOKEN) as s:
+        k = seed(s)
+        sign_in(page, k, "ada-admin", path="/ui/admin")
+        page.get_by_test_id("k-name").fill("kept-ci")
+        page.get_by_test_id("k-ns-pay").check()
+        page.get_by_test_id("k-create").click()
+        dialog = page.get_by_test_id("secret-dialog")
+        shown = page.get_by_test_id("new-secret")
+        expect(shown).to_have_text(re.compile(r"^mlk_[0-9a-f]{16}_\S+$"))
+        secret = shown.inner_text()
+        page.keyboard.press("Escape")
+        expect(shown).to_have_text(secret)
+        page.mouse.click(5, 5)  # the backdrop, beside the dialog
+        expect(shown).to_have_text(secret)
+        page.keyboard.press("Enter")  # on the first focus
+        expect(shown).to_have_text(secret)
+        page.get_by_test_id("secret-done").focus()
+        page.keyboard.press("Enter")  # not even on the button that closes it: a click is asked for
+        expect(dialog).to_be_visible()
+        expect(shown).to_have_text(secret)
+        page.get_by_test_id("secret-done").click()
+        expect(dialog).to_have_count(0)
+        assert secret not in page.content()
+        assert k.call("GET", "/whoami", key=secret)["name"] == "kept-ci"
+
+
 def test_the_admin_page_makes_a_key_shows_its_secret_once_revokes_it_and_manages_namespaces(
     tmp_path: Path, desk: Browsing, page: Page
 ) -> None:
@@ -253,8 +282,8 @@ def test_the_admin_page_makes_a_key_shows_its_secret_once_revokes_it_and_manages
         page.get_by_test_id("copy-secret").click()
         expect(page.get_by_test_id("toast").filter(has_text="Secret copied.")).to_be_visible()
         assert page.evaluate("navigator.clipboard.readText()") == secret
-        page.get_by_test_id("confirm-ok").click()
-        expect(page.get_by_test_id("confirm-dialog")).to_have_count(0)
+        page.get_by_test_id("secret-done").click()
+        expect(page.get_by_test_id("secret-dialog")).to_have_count(0)
         assert secret not in page.content()  # shown once: gone with the dialog
         made = page.locator('tr[data-key-name="new-ci"]')
         expect(made.get_by_test_id("key-role")).to_have_text("writer")
