@@ -256,7 +256,13 @@ def _declared_patterns(node: Any) -> None:
 SCENE_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 """What a task's ``scene`` may be (and the ``scene`` filter of the task list)."""
 FLOW_KEY_PATTERN = r"^[A-Za-z0-9_.:\[\]-]{1,128}$"
-"""What a flow key may be (``flow_key``, ``/flows/{key}``); a URL's ``host:port`` fits it."""
+"""What a task's ``flow_key`` may be; a URL's ``host:port`` fits it."""
+FLOW_NAMESPACE_SEPARATOR = "~"
+"""Between a namespace and its own flow key in the key of that namespace's flow (``payments~batch``):
+no flow key and no namespace name holds it, and a URL path carries it as it is."""
+FLOW_ID_PATTERN = r"^([a-z0-9][a-z0-9_-]{0,62}~)?[A-Za-z0-9_.:\[\]-]{1,128}$"
+"""What the key of a flow may be (``/flows/{key}``, the ``flow`` metrics label): a ``host:port``, a
+``flow_key`` of the default namespace, or ``<namespace>~<flow_key>`` (:func:`flow_id`)."""
 IDEMPOTENCY_KEY_PATTERN = r"^[^\u0000]*$"
 """No NUL: the store keeps another namespace's keys as ``namespace NUL key`` (``molens.fsm.machine.idem_key``)."""
 NAMESPACE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -432,7 +438,8 @@ class TaskSpec(msgspec.Struct, frozen=True, array_like=True, kw_only=True):
         str | None,
         rule(
             "Flow the task's fires belong to (limits set with PUT /flows/{key}); default: the callback "
-            "URL's host:port",
+            "URL's host:port. A flow key of a namespace other than default is that namespace's own: its "
+            "flow's key is <namespace>~<flow_key>",
             pattern=FLOW_KEY_PATTERN, pattern_per_value=True,
         ),
     ] = None
@@ -1041,8 +1048,29 @@ def url_flow(url: str) -> str:
 
 
 def flow_of(spec: TaskSpec) -> str:
-    """The flow a task's fires count against: ``flow_key``, else the callback URL's ``host:port``."""
+    """The flow as the task names it: its ``flow_key``, else the callback URL's ``host:port`` (what a
+    dead letter records; the flow its fires count against is :func:`flow_id`)."""
     return spec.flow_key if spec.flow_key is not None else url_flow(spec.callback_url)
+
+
+def flow_id(spec: TaskSpec) -> str:
+    """The key of the flow a task's fires count against (docs/api.md#flows): the callback URL's
+    ``host:port`` (every namespace's tasks to that receiver share it: its capacity is one); a
+    ``flow_key`` of the default namespace as it is; a ``flow_key`` of another namespace is that
+    namespace's alone, ``<namespace>~<flow_key>``, so a writer of one namespace cannot put its tasks
+    (and its receiver's ``Retry-After``) in a flow of another's.
+
+    >>> spec = TaskSpec(type=TaskType.DELAYED, callback_url="https://API.example.com/hook", interval_ms=1)
+    >>> flow_id(spec), flow_id(msgspec.structs.replace(spec, flow_key="batch"))
+    ('api.example.com:443', 'batch')
+    >>> flow_id(msgspec.structs.replace(spec, flow_key="batch", namespace="payments"))
+    'payments~batch'
+    """
+    if spec.flow_key is None:
+        return url_flow(spec.callback_url)
+    if spec.namespace == DEFAULT_NAMESPACE:
+        return spec.flow_key
+    return f"{spec.namespace}{FLOW_NAMESPACE_SEPARATOR}{spec.flow_key}"
 
 
 _JSON = msgspec.json.Encoder()
@@ -1295,7 +1323,9 @@ __all__ = [
     "PERIODIC_ONLY",
     "SCHEDULES",
     "SCHEDULE_FIELDS",
+    "FLOW_ID_PATTERN",
     "FLOW_KEY_PATTERN",
+    "FLOW_NAMESPACE_SEPARATOR",
     "NAMESPACE_PATTERN",
     "SCENE_PATTERN",
     "python_pattern",
@@ -1324,6 +1354,7 @@ __all__ = [
     "TaskType",
     "between_fields",
     "create_type",
+    "flow_id",
     "flow_of",
     "openapi_components",
     "record_schema",

@@ -76,7 +76,7 @@ from molens.fsm.store import EntryResult
 from molens.model import Status, Task
 from molens.raft.errors import NotLeaderError
 from molens.schedule.flows import FlowControl, FlowLimits, NamespacedFlows
-from molens.schema import flow_of
+from molens.schema import flow_id
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class DispatchPlan:
                 if n and (len(items) >= limit or total <= 0):
                     break  # the rest wait for the wheel: the entry that plans these re-arms it
                 at = max(now_ms, due)
-                if flows is not None and not flows.gate(tid, fire_id, attempt, flow_of(t.spec), at, now_ms,
+                if flows is not None and not flows.gate(tid, fire_id, attempt, flow_id(t.spec), at, now_ms,
                                                         namespace=t.spec.namespace):
                     self.held += 1
                     break
@@ -468,7 +468,7 @@ class Dispatcher(PumpedActor):
         for f in self.ctx.store.scan_fires():
             t = get(f.task_id)
             if t is not None:
-                self.flows.adopt(f.fire_id, f.attempt, flow_of(t.spec), f.deadline_ms, now)
+                self.flows.adopt(f.fire_id, f.attempt, flow_id(t.spec), f.deadline_ms, now)
                 n += 1
         if n:
             log.info("flows: %d fires in flight from an earlier term count against their flows", n)

@@ -23,7 +23,7 @@ import msgspec
 from molens.fsm.commands import DeleteFlow, FlowSettings, PutFlow
 from molens.model import MolensError, NotFoundError, ValidationError
 from molens.schedule.flows import FlowState
-from molens.schema import FLOW_KEY_PATTERN, whole_numbers
+from molens.schema import FLOW_ID_PATTERN, whole_numbers
 from molens.web.body import Body
 from molens.web.errors import InternalError
 from molens.web.observability import from_leader
@@ -35,7 +35,7 @@ PREFIX = "/api/v1"
 MAX_RATE_PER_S = 1_000_000
 MAX_BURST = 1_000_000
 MAX_CONCURRENCY = 1_000_000
-_KEY = re.compile(FLOW_KEY_PATTERN)
+_KEY = re.compile(FLOW_ID_PATTERN)
 
 
 class FlowLimitsBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -112,7 +112,7 @@ _FIELDS = tuple(f.encode_name for f in msgspec.structs.fields(FlowLimitsBody))
 
 def check_key(key: str) -> str:
     if not _KEY.fullmatch(key):
-        raise ValidationError(f"a flow key must match {FLOW_KEY_PATTERN}, got {key[:64]!a}", "key")
+        raise ValidationError(f"a flow key must match {FLOW_ID_PATTERN}, got {key[:64]!a}", "key")
     return key
 
 

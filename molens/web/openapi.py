@@ -28,7 +28,7 @@ from molens.model import (
 from molens.schedule.cron import ZONES
 from molens.schedule.wheel import levels_for
 from molens.schema import (
-    FLOW_KEY_PATTERN,
+    FLOW_ID_PATTERN,
     NAMESPACE_PATTERN,
     SCENE_PATTERN,
     DeadLetter,
@@ -117,7 +117,8 @@ _STATUS_LIST = f"^({_STATUS_WORD})(,({_STATUS_WORD}))*$"
 """The task list's status filter: statuses joined by commas (what the server reads, word for word)."""
 _IF_MATCH = r'^\s*(\*|(W/)?"?[0-9]{1,18}"?(\s*,\s*(W/)?"?[0-9]{1,18}"?)*)\s*$'
 """If-Match as the server reads it: ``*``, or versions such as ``"3"``, ``W/"3"``, ``3``, comma-separated."""
-_FLOW_KEY = _param("key", "path", {"type": "string", "pattern": FLOW_KEY_PATTERN}, "Flow key (a task's flow_key, or a callback host:port)")
+_FLOW_KEY = _param("key", "path", {"type": "string", "pattern": FLOW_ID_PATTERN},
+                   "Flow key: a callback host:port, a default-namespace task's flow_key, or <namespace>~<flow_key>")
 _CURSOR = _param("cursor", "query", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,200}$"},
                  "Opaque cursor from a previous page's next_cursor")
 _LIMIT = _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}, "Page size")

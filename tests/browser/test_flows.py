@@ -126,3 +126,19 @@ def test_the_task_form_sets_and_edits_flow_key_and_shows_the_default(served: Ser
     page.get_by_test_id("submit").click()
     page.wait_for_url(f"**/ui/tasks/{tid}")
     assert served.api("GET", f"/tasks/{tid}")[1]["flow_key"] is None
+
+
+def test_a_namespaces_own_flow_is_set_by_its_key_with_the_namespace(served: Served, page: Page) -> None:
+    """Outside the default namespace a task's flow_key names that namespace's own flow, whose key is
+    ``<namespace>~<flow_key>`` (docs/api.md#flows): the page takes that key and the node keeps it."""
+    page.goto(f"{served.url}/ui/flows")
+    page.get_by_test_id("fl-key").fill("Team~batch")  # no namespace name has capitals
+    page.get_by_test_id("fl-rate").fill("5")
+    page.get_by_test_id("fl-save").click()
+    expect(page.get_by_test_id("err-key")).to_contain_text("namespace~flow key")
+    page.get_by_test_id("fl-key").fill("team-a~batch")
+    page.get_by_test_id("fl-save").click()
+    row = page.locator('tr[data-flow="team-a~batch"]')
+    expect(row.get_by_test_id("flow-limits")).to_contain_text("5/s")
+    got = _flow(served, "team-a~batch")
+    assert got is not None and got["rate_per_s"] == 5

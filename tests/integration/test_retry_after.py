@@ -49,3 +49,41 @@ def test_429_with_retry_after_waits_that_long_and_does_not_use_up_max_retries(
         assert all(g >= 300 for g in gaps), gaps
     finally:
         c.stop_all()
+
+
+@pytest.mark.timeout(120)
+def test_a_namespaces_flow_key_is_its_own_so_its_receivers_retry_after_holds_no_other_namespace(
+        tmp_path: Path, receiver: RecordingReceiver) -> None:
+    """Two namespaces name the same flow_key: each gets its own flow (``<namespace>~<flow_key>``). One
+    namespace's receiver answering ``429 Retry-After: 3600`` holds that namespace's flow for the hour,
+    and the other namespace's task in a flow of the same name fires at once (one flow for both let
+    a writer of one namespace hold another's fires with its own receiver's answer)."""
+    c = Cluster(tmp_path, 1, extra={"raft": {"tick_ms": 20}}, state_machine="tasks")
+    try:
+        c.start()
+        n = c.leader(timeout=30)
+        wait_serving(n)
+        for ns in ("team-a", "team-b"):
+            st, out = call(n, "POST", "/api/v1/namespaces", {"name": ns})
+            assert st == 201, out
+        st, a = call(n, "POST", "/api/v1/tasks", {
+            "type": "delayed", "interval_ms": 100, "namespace": "team-a", "flow_key": "shared",
+            "callback_url": receiver.url("/throttle/3600/1/team-a")})
+        assert st == 201, a
+        wait_for(lambda: receiver.by_tag("team-a"), 30, "team-a's first attempt (answered 429, Retry-After: 3600)")
+        flows = wait_for(lambda: {f["key"]: f for f in call(n, "GET", "/api/v1/flows")[1]["items"]
+                                  if f["throttled_until"]} or None, 30, "team-a's flow to be held")
+        assert set(flows) == {"team-a~shared"}, flows  # not "shared", not team-b's
+        st, b = call(n, "POST", "/api/v1/tasks", {
+            "type": "delayed", "interval_ms": 100, "namespace": "team-b", "flow_key": "shared",
+            "callback_url": receiver.url("/ok/team-b")})
+        assert st == 201, b
+        wait_for(lambda: receiver.by_tag("team-b"), 30, "team-b's task in its own flow named shared")
+        assert len(receiver.by_tag("team-a")) == 1  # still held, for the hour its receiver asked
+        # a namespace's flow is set by that key; a key of no namespace's form is refused
+        st, out = call(n, "PUT", "/api/v1/flows/team-b~shared", {"rate_per_s": 5})
+        assert st == 200 and out["key"] == "team-b~shared" and out["rate_per_s"] == 5, out
+        st, out = call(n, "PUT", "/api/v1/flows/Team-B~shared", {"rate_per_s": 5})
+        assert st == 400 and out["error"]["field"] == "key", out
+    finally:
+        c.stop_all()

@@ -173,7 +173,7 @@ from molens.model import (
     validate_create,
 )
 from molens.schedule.flows import FlowControl
-from molens.schema import MAX_RUNNING, flow_of
+from molens.schema import MAX_RUNNING, flow_id
 from tests.sim.disk import SIM_ROOT, SimDisk
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -828,7 +828,7 @@ class Sim:
         for f in fires:
             t = rep.get_task(f.task_id)
             if t is not None:  # the Dispatcher's adopt: an earlier term's fires count against their flows
-                ld.flows.adopt(f.fire_id, f.attempt, flow_of(t.spec), f.deadline_ms, self.now)
+                ld.flows.adopt(f.fire_id, f.attempt, flow_id(t.spec), f.deadline_ms, self.now)
         self.monitor()
         self.clean()
         self.wake()
@@ -1171,7 +1171,7 @@ class Sim:
             go = max(self.now, self.now - int(lag))
             slot = fc.fire_slot(it.fire_id)
             assert slot is not None and slot <= go, (slot, go)  # it goes at ``go``: never before its slot
-            self.plan_of[(it.fire_id, it.attempt, kind)] = Planned(self.now, slot, ld.term, flow_of(t.spec))
+            self.plan_of[(it.fire_id, it.attempt, kind)] = Planned(self.now, slot, ld.term, flow_id(t.spec))
         if items:
             self.propose(Dispatched(self.now, tuple(items), catchup_waits=True, keeps_last_fire=True))
         self.schedule_load()

@@ -4,6 +4,8 @@ flow of a URL and the worker's reading of Retry-After."""
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -17,7 +19,7 @@ from molens.fsm.memstate import MemoryState
 from molens.fsm.store import TaskStore
 from molens.model import NotFoundError, Outcome, Status, Task, validate_create
 from molens.schedule.flows import ADAPTIVE_DECREASE, ADAPTIVE_INCREASE_FRACTION, FlowControl, FlowLimits
-from molens.schema import FireKind, TaskSpec, flow_of, url_flow
+from molens.schema import FLOW_ID_PATTERN, FireKind, TaskSpec, flow_id, flow_of, url_flow
 
 NOW = 1_767_225_600_000
 
@@ -266,6 +268,22 @@ def test_the_default_flow_is_the_callback_hosts_lower_case_name_and_port() -> No
     spec = _task("a", flow_key="payments").spec
     assert flow_of(spec) == "payments"
     assert flow_of(msgspec.structs.replace(spec, flow_key=None)) == "127.0.0.1:9"
+
+
+def test_a_flow_key_outside_the_default_namespace_is_that_namespaces_own_flow() -> None:
+    """The receiver's host:port is every namespace's; a flow_key names the default namespace's flow
+    as it is, and another namespace's as ``<namespace>~<flow_key>``: no namespace can name a flow of
+    another (the flow a dead letter records, ``flow_of``, is the name the task gave)."""
+    spec = _task("a", flow_key="payments").spec
+    assert flow_id(spec) == "payments"
+    team = msgspec.structs.replace(spec, namespace="team-a")
+    assert flow_id(team) == "team-a~payments" and flow_of(team) == "payments"
+    assert flow_id(msgspec.structs.replace(team, flow_key="127.0.0.1:9")) == "team-a~127.0.0.1:9"
+    assert flow_id(msgspec.structs.replace(team, flow_key=None)) == "127.0.0.1:9" == flow_id(
+        msgspec.structs.replace(spec, flow_key=None))
+    ids = re.compile(FLOW_ID_PATTERN)
+    assert all(ids.fullmatch(k) for k in ("team-a~payments", "payments", "[::1]:9000", "a~[::1]:9000"))
+    assert not any(ids.fullmatch(k) for k in ("Team~x", "a~b~c", "~x", "a~", "x" * 129, "a b"))
 
 
 def test_the_task_spec_ends_with_flow_key_then_traceparent_then_namespace() -> None:

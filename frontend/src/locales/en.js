@@ -137,7 +137,7 @@ export default {
     cron: 'Cron expression', cronHint: '5 fields (min hour day month weekday), or 6 with seconds first.',
     previewOnce: 'Fires at ({tz})', timezone: 'Time zone', preview: 'Next fire times ({tz})', noPreview: 'Fill in the schedule to see the next fire times.',
     notifyHint: 'Signed POSTs when the task fails or goes inactive and for each dead letter. Blank: the node’s default (notifications.url).',
-    callbackUrl: 'Callback URL', flowKey: 'Flow', flowKeyHint: 'Default: the callback URL’s host:port. Tasks of one flow share its limits.', callbackHint: 'POSTed with the payload as JSON. The default is this node’s built-in test endpoint.',
+    callbackUrl: 'Callback URL', flowKey: 'Flow', flowKeyHint: 'Default: the callback URL’s host:port. Tasks of one flow share its limits; outside the default namespace a flow key is the namespace’s own (namespace~key on the Flows page).', callbackHint: 'POSTed with the payload as JSON. The default is this node’s built-in test endpoint.',
     payload: 'Payload (JSON)', payloadInvalid: 'Payload is not valid JSON: {msg}', advanced: 'More options',
     auto: 'auto', create: 'Create task', cloneTitle: 'New task (clone)', cloneOf: 'Filled in from task {id}; saving creates a new task.',
     cloneCarried: 'Copied as they are (this form does not edit them): {fields}.',
@@ -190,8 +190,8 @@ export default {
     window: 'In memory: what is due within {h}', far: 'Far future (on disk)', tasks: 'tasks', perDay: 'one cell per UTC day',
   },
   flows: {
-    intro: 'Limits per receiver: a task’s fires count against its flow_key, else its callback URL’s host:port.',
-    key: 'Flow', keyHint: 'A task’s flow_key, or a callback host:port such as api.example.com:443.',
+    intro: 'Limits per receiver: a task’s fires count against its callback URL’s host:port, or its flow_key, which outside the default namespace is that namespace’s own flow: namespace~flow_key.',
+    key: 'Flow', keyHint: 'A callback host:port such as api.example.com:443, a default-namespace task’s flow_key, or namespace~flow_key.',
     rate: 'Rate (fires/s)', burst: 'Burst', burstHint: 'Fires at once after a quiet spell (default 1: evenly spaced).',
     concurrency: 'Concurrency', pausedBox: 'Paused (hold every due fire)', adaptiveBox: 'Adaptive: back off on 429/503/timeouts, ramp back',
     save: 'Save limits', newTitle: 'Set a flow’s limits', editTitle: 'Edit {key}', limits: 'Limits', state: 'State',
@@ -213,6 +213,7 @@ export default {
   v: {
     cronNever: 'This expression never fires (a day that does not exist, such as 30 February).',
     flowKey: 'Letters, digits, “_”, “.”, “:”, “-”, “[”, “]” only (at most 128).',
+    flowId: 'A host:port, a flow key (letters, digits, “_”, “.”, “:”, “-”, “[”, “]”, at most 128), or namespace~flow key.',
     required: 'Required.', number: 'Enter a number.', integer: 'Enter a whole number.',
     wholeMs: 'Must be a whole number of milliseconds.', positive: 'Must be more than 0.', min: 'Must be at least {min}.', max: 'Must be at most {max}.',
     range: 'Must be between {min} and {max}.', maxLength: 'At most {n} characters.', minLength: 'At least {n} characters.',

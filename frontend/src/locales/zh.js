@@ -126,7 +126,7 @@ export default {
     timeIn: '年-月-日 时:分(:秒)，时区为 {tz}（见顶部的时区切换）。',
     timeInTask: '年-月-日 时:分(:秒)，时区为 {tz}：任务自己的时区（顶部的时区切换选的是“任务时区”）。', interval: '间隔', intervalHint: '固定速率；至少 1 秒。',
     cron: 'Cron 表达式', cronHint: '5 个字段（分 时 日 月 周），或 6 个字段（秒在最前）。', timezone: '时区',
-    previewOnce: '触发时间（{tz}）', preview: '接下来的触发时间（{tz}）', noPreview: '填写调度后可预览触发时间。', notifyHint: '任务失败、变为停用以及每条死信时发送签名的 POST。留空：使用节点的默认通知地址。', callbackUrl: '回调地址', flowKey: '流', flowKeyHint: '默认为回调地址的“主机:端口”。同一流的任务共享其限制。',
+    previewOnce: '触发时间（{tz}）', preview: '接下来的触发时间（{tz}）', noPreview: '填写调度后可预览触发时间。', notifyHint: '任务失败、变为停用以及每条死信时发送签名的 POST。留空：使用节点的默认通知地址。', callbackUrl: '回调地址', flowKey: '流', flowKeyHint: '默认为回调地址的“主机:端口”。同一流的任务共享其限制；默认命名空间以外，流键属于该命名空间（在“流”页面上为 命名空间~流键）。',
     callbackHint: '以 JSON 形式 POST 负载。默认是本节点内置的测试端点。', payload: '负载 (JSON)',
     payloadInvalid: '负载不是合法的 JSON：{msg}', advanced: '更多选项', auto: '自动', create: '创建任务', cloneTitle: '新建任务（克隆）',
     cloneOf: '已按任务 {id} 填写；保存会创建一个新任务。', cloneCarried: '以下字段按原样复制（此表单不编辑它们）：{fields}。', errorCount: '有 {n} 个字段需要修改。', fixSchedule: '修正调度后可预览触发时间。',
@@ -173,8 +173,8 @@ export default {
     window: '内存中：{h} 内到期的定时器', far: '远期（磁盘上）', tasks: '个任务', perDay: '每格一个 UTC 日',
   },
   flows: {
-    intro: '按接收方限流：任务的触发计入其流键，未设置时计入回调地址的主机和端口。',
-    key: '流', keyHint: '任务的流键，或回调地址的“主机:端口”。',
+    intro: '按接收方限流：任务的触发计入回调地址的主机和端口，或计入其流键；默认命名空间以外，流键是该命名空间自己的流：命名空间~流键。',
+    key: '流', keyHint: '回调地址的“主机:端口”、默认命名空间任务的流键，或“命名空间~流键”。',
     rate: '速率（次/秒）', burst: '突发', burstHint: '空闲后可同时放行的次数（默认 1：均匀间隔）。',
     concurrency: '并发', pausedBox: '暂停（扣住所有到期的触发）', adaptiveBox: '自适应：遇到 429/503/超时降速，之后逐步恢复',
     save: '保存限制', newTitle: '设置流的限制', editTitle: '编辑 {key}', limits: '限制', state: '状态',
@@ -196,6 +196,7 @@ export default {
   v: {
     cronNever: '该表达式永远不会触发（指定了不存在的日期，例如 2 月 30 日）。',
     flowKey: '只能包含字母、数字以及 “_”、“.”、“:”、“-”、“[”、“]”（最多 128 个）。',
+    flowId: '“主机:端口”、流键（字母、数字以及 “_”、“.”、“:”、“-”、“[”、“]”，最多 128 个），或“命名空间~流键”。',
     required: '必填。', number: '请输入数字。', integer: '请输入整数。', wholeMs: '必须是整数毫秒。', positive: '必须大于 0。',
     min: '不能小于 {min}。', max: '不能大于 {max}。', range: '必须在 {min} 到 {max} 之间。',
     maxLength: '最多 {n} 个字符。', minLength: '至少 {n} 个字符。', pattern: '格式不正确。',
