@@ -8,6 +8,11 @@ tokenising, any substring matches. The store feeds it every task write after the
 first search, so a node that is never searched pays nothing. The build reads the store without
 holding up the apply thread: writes that commit meanwhile are kept aside and applied after it.
 
+**Namespaces**: the index keeps each task's namespace (those of the default namespace implied), and a
+search for a key of some namespaces yields only theirs: what another namespace's tasks hold never
+decides what such a search walks, counts or stops on (``GET /api/v1/tasks?q=`` with ``limit=1`` must
+not tell, by its cursor, whether another namespace's payload holds a text).
+
 **Bounded**: the texts held never exceed ``max_bytes`` characters. A task whose text would go past
 the cap is not indexed and the index turns *partial* (:attr:`TaskIndex.partial`): the API answers a
 search with ``"partial": true`` from then on (until a restore or restart rebuilds it), meaning tasks
@@ -17,10 +22,12 @@ may be missing from the answer. Deletes free their space.
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from molens.model import Task
+from molens.schema import DEFAULT_NAMESPACE
 
 MAX_TASK_TEXT = 4096
 """Characters of one task's payload text that are indexed (a longer payload is searched in its head)."""
@@ -51,6 +58,8 @@ class TaskIndex:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._texts: dict[str, str] = {}
+        self._ns: dict[str, str] = {}
+        """The namespace of each indexed task outside the default namespace."""
         self._ids: list[str] = []
         self._blocks: list[str | None] = []  # joined texts of ids[b*BLOCK:(b+1)*BLOCK], built on demand
         self._bytes = 0
@@ -80,11 +89,12 @@ class TaskIndex:
         i = bisect.bisect_left(self._ids, tid)
         del self._ids[i]
         self._changed_at(i, True)
+        self._ns.pop(tid, None)
 
-    def _put(self, tid: str, text: str | None) -> None:
+    def _put(self, tid: str, text: str | None, namespace: str = DEFAULT_NAMESPACE) -> None:
         old = self._texts.get(tid)
         if old == text:
-            return  # a status change: the text is the same
+            return  # a status change: the text is the same (and a task never changes namespace)
         if old is not None:
             del self._texts[tid]
             self._bytes -= len(old)
@@ -99,6 +109,8 @@ class TaskIndex:
             return
         self._texts[tid] = text
         self._bytes += len(text)
+        if namespace != DEFAULT_NAMESPACE:
+            self._ns[tid] = sys.intern(namespace)
         ids = self._ids
         if old is not None:
             self._changed_at(bisect.bisect_left(ids, tid), False)
@@ -114,7 +126,7 @@ class TaskIndex:
         """Task writes that committed (None = deleted); ``changed=None`` (a restore): forget all."""
         with self._lock:
             if changed is None:
-                self._texts, self._ids, self._blocks, self._bytes = {}, [], [], 0
+                self._texts, self._ns, self._ids, self._blocks, self._bytes = {}, {}, [], [], 0
                 self._built = self.partial = False
                 self._pending = None
                 self._epoch += 1
@@ -125,7 +137,7 @@ class TaskIndex:
             if not self._built:
                 return
             for tid, t in changed.items():
-                self._put(tid, None if t is None else task_text(t))
+                self._put_task(tid, t)
 
     def _ensure_built(self) -> None:
         """Builds the index from the store unless built. The store is read without holding the lock the
@@ -140,20 +152,23 @@ class TaskIndex:
                     epoch, self._pending = self._epoch, {}
                 fresh = TaskIndex(self._load, self.max_bytes)
                 for task in self._load():
-                    fresh._put(task.id, task_text(task))
+                    fresh._put_task(task.id, task)
                 with self._lock:
                     pending, self._pending = self._pending, None
                     if self._epoch != epoch or pending is None:  # a restore came in between: read again
                         continue
-                    self._texts, self._ids, self._blocks = fresh._texts, fresh._ids, fresh._blocks
+                    self._texts, self._ns, self._ids, self._blocks = fresh._texts, fresh._ns, fresh._ids, fresh._blocks
                     self._bytes, self.partial = fresh._bytes, fresh.partial
                     for tid, t in pending.items():
-                        self._put(tid, None if t is None else task_text(t))
+                        self._put_task(tid, t)
                     self._built = True
                     return
 
-    def _block_hits(self, b: int, needle: str) -> list[str]:
-        """Ids in block ``b`` whose text holds ``needle`` (under the lock)."""
+    def _put_task(self, tid: str, t: Task | None) -> None:
+        self._put(tid, None, DEFAULT_NAMESPACE) if t is None else self._put(tid, task_text(t), t.spec.namespace)
+
+    def _block_hits(self, b: int, needle: str, namespaces: frozenset[str] | None) -> list[str]:
+        """Ids in block ``b`` whose text holds ``needle``, of ``namespaces`` only unless None (under the lock)."""
         blocks, ids, texts = self._blocks, self._ids, self._texts
         members = ids[b * BLOCK:(b + 1) * BLOCK]
         while len(blocks) <= b:
@@ -163,11 +178,18 @@ class TaskIndex:
             joined = blocks[b] = _SEP.join(texts[tid] for tid in members)
         if needle not in joined:
             return []
-        return [tid for tid in members if needle in texts[tid]]
+        if namespaces is None:
+            return [tid for tid in members if needle in texts[tid]]
+        ns = self._ns
+        return [tid for tid in members if ns.get(tid, DEFAULT_NAMESPACE) in namespaces and needle in texts[tid]]
 
-    def matches(self, text: str, after: str = "", reverse: bool = False) -> Iterator[str]:
+    def matches(
+        self, text: str, after: str = "", reverse: bool = False, namespaces: Iterable[str] | None = None
+    ) -> Iterator[str]:
         """Ids of tasks whose text contains ``text`` (case-insensitive), in id order strictly after
-        ``after`` (newest first strictly before it with ``reverse``; ``""`` = from the end)."""
+        ``after`` (newest first strictly before it with ``reverse``; ``""`` = from the end); of
+        ``namespaces`` only, unless None (every namespace)."""
+        only = None if namespaces is None else frozenset(namespaces)
         self._ensure_built()
         needle = text.lower()
         if _SEP in needle:
@@ -179,7 +201,8 @@ class TaskIndex:
                     stop = bisect.bisect_left(ids, after) if after else len(ids)
                     if stop == 0:
                         return
-                    hits = [tid for tid in self._block_hits((stop - 1) // BLOCK, needle) if not after or tid < after]
+                    hits = [tid for tid in self._block_hits((stop - 1) // BLOCK, needle, only)
+                            if not after or tid < after]
                     hits.reverse()
                     after = ids[((stop - 1) // BLOCK) * BLOCK]
                 else:
@@ -187,7 +210,7 @@ class TaskIndex:
                     if start >= len(ids):
                         return
                     b = start // BLOCK
-                    hits = [tid for tid in self._block_hits(b, needle) if tid > after]
+                    hits = [tid for tid in self._block_hits(b, needle, only) if tid > after]
                     after = ids[min(len(ids), (b + 1) * BLOCK) - 1]
             yield from hits
 

@@ -977,7 +977,10 @@ def _install_tasks(api: Api) -> None:
             if index is not None and q:
                 if position and not model.is_task_id(position):
                     raise ValidationError("cursor is not a cursor this API issued", "cursor")
-                found = ((tid, ctx.get_task(tid)) for tid in index.matches(q, position, reverse=order != "created"))
+                # the index yields only the key's namespaces' tasks: another namespace's that hold the
+                # text are not walked, counted or stopped on, so the cursor does not tell of them
+                found = ((tid, ctx.get_task(tid))
+                         for tid in index.matches(q, position, reverse=order != "created", namespaces=namespaces))
             else:
                 found = _ordered(ctx, order, position, statuses, scene)
             for pos, t in found:

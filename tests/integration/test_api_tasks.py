@@ -495,3 +495,31 @@ def test_a_short_bootstrap_token_is_warned_about_and_a_long_one_is_not(
         with serve(tmp_path / "long", ApiSettings(auth_token="x" * 32)):
             pass
         assert "http.auth_token" not in caplog.text
+
+
+def test_a_search_of_some_namespaces_neither_walks_nor_counts_another_namespaces_tasks(
+    api: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``?q=GUESS&limit=1`` for a key of one namespace: whether a cursor comes back must not depend on
+    what another namespace's payloads hold. When the search counted every task holding the text
+    toward its bound (``MAX_SCAN``, then the time bound), a page without one item of the key's own
+    came back with a cursor exactly when another namespace's tasks held the guess, a letter at a time."""
+    import molens.web.app as web_app
+
+    monkeypatch.setattr(web_app, "MAX_SCAN", 3)
+    monkeypatch.setattr(web_app, "MAX_SCAN_MS", 60_000)
+    for ns in ("search-mine", "search-other"):
+        st, _, out = api.call("POST", "/api/v1/namespaces", {"name": ns})
+        assert st == 201, out
+    st, _, out = api.call("POST", "/api/v1/tasks/batch", {"tasks": [delayed(
+        namespace="search-other", payload={"token": "bearer s3cret"}) for _ in range(5)]})
+    assert st == 201, out
+    mine = create(api, namespace="search-mine", payload={"note": "nothing to find"})["id"]
+    for guess in ("bearer s3", "bearer x"):  # held by the other namespace's tasks, and by nobody's
+        st, _, page = api.call("GET", f"/api/v1/tasks?q={guess.replace(' ', '%20')}&limit=1&namespace=search-mine")
+        assert st == 200 and page["items"] == [] and page["scanned"] == 0, page
+        assert page["next_cursor"] is None, f"{guess!r}: the cursor tells of another namespace's payloads"
+    st, _, page = api.call("GET", "/api/v1/tasks?q=nothing%20to&namespace=search-mine")
+    assert st == 200 and [t["id"] for t in page["items"]] == [mine]
+    st, _, page = api.call("GET", "/api/v1/tasks?q=bearer%20s3&limit=10")  # a key of every namespace finds them
+    assert st == 200 and len(page["items"]) == 3 and page["next_cursor"] is not None  # 3: MAX_SCAN

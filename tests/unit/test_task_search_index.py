@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import msgspec
 import pytest
 
 from molens.fsm import search
@@ -108,3 +109,22 @@ def test_a_restore_during_the_build_makes_it_read_the_store_again() -> None:
     ix._load = load  # type: ignore[method-assign]
     assert list(ix.matches("after")) == ["t5"] and list(ix.matches("before")) == []
     assert reads == [0, 1]
+
+
+def test_a_search_of_some_namespaces_yields_only_their_tasks_built_updated_and_deleted() -> None:
+    def in_ns(tid: str, ns: str, payload: Any) -> Task:
+        t = _task(tid, payload)
+        return msgspec.structs.replace(t, spec=msgspec.structs.replace(t.spec, namespace=ns))
+
+    tasks = [in_ns("t0", "default", "cat"), in_ns("t1", "pay", "cat"), in_ns("t2", "ops", "cat")]
+    ix = TaskIndex(lambda: iter(tasks))
+    assert list(ix.matches("cat")) == ["t0", "t1", "t2"]
+    assert list(ix.matches("cat", namespaces={"pay"})) == ["t1"]
+    assert list(ix.matches("cat", namespaces={"default", "ops"}, reverse=True)) == ["t2", "t0"]
+    assert list(ix.matches("cat", namespaces=frozenset())) == []
+    ix.apply({"t3": in_ns("t3", "pay", "cat"), "t1": None, "t0": in_ns("t0", "default", "dog")})
+    assert list(ix.matches("cat", namespaces={"pay"})) == ["t3"]
+    assert list(ix.matches("cat", namespaces={"default"})) == []
+    ix.apply({"t1": in_ns("t1", "ops", "cat")})  # an id deleted from one namespace and made in another
+    assert list(ix.matches("cat", namespaces={"ops"})) == ["t1", "t2"]
+    assert list(ix.matches("cat", namespaces={"pay"})) == ["t3"]
