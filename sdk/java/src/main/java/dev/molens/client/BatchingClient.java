@@ -2,14 +2,17 @@ package dev.molens.client;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 
 /**
  * Collects {@link #submit} calls into batch creates, sent when {@code maxBatch} tasks are queued, when
- * the oldest has waited {@code flushIntervalMs}, on {@link #flush()} and on {@link #close()}. Every task
+ * the oldest has waited {@code flushIntervalMs}, on {@link #flush()} and on {@link #close()} (or
+ * {@link #close(long, TimeUnit)}, which says when it gave up waiting). Every task
  * gets its idempotency key when submitted, so a batch retried after a lost response (a leader killed
  * mid-request) creates each task exactly once. An invalid task fails only its own future; the valid
  * rest of its batch is re-sent at once. With {@code idsOnly} the batches ask for {@code Prefer: return=minimal}
@@ -86,7 +89,8 @@ public final class BatchingClient implements AutoCloseable {
 
     /**
      * Queues one task (a copy of r) for creation; the future completes with the created task (idsOnly: its id alone),
-     * or fails with its error: an {@link OutcomeUnknownException} carries the idempotency keys of the whole batch.
+     * or fails with its error: an {@link OutcomeUnknownException} carries this task's own idempotency key (create
+     * it again with that key to learn whether it exists); its cause is the batch's, with every key of the batch.
      */
     public CompletableFuture<Task> submit(TaskRequest r) {
         Item it = new Item(client.keyed(r));
@@ -117,7 +121,7 @@ public final class BatchingClient implements AutoCloseable {
         }
     }
 
-    /** Flushes, then stops the sender threads. */
+    /** Flushes, then stops the sender threads; waits as long as that takes. */
     @Override
     public void close() {
         synchronized (this) {
@@ -136,6 +140,35 @@ public final class BatchingClient implements AutoCloseable {
         }
         if (interrupted) {
             Thread.currentThread().interrupt();
+        }
+    }
+
+    /**
+     * Flushes, then stops the sender threads, waiting at most {@code timeout}. {@link TimeoutException} when the
+     * time ends first: its message counts the submitted tasks not answered yet. They are still sent, and their
+     * futures complete, while the JVM lives (the sender threads are daemons: an exit drops what is left). Either
+     * way {@link #submit} refuses new tasks from the call on.
+     */
+    public void close(long timeout, TimeUnit unit) throws InterruptedException, TimeoutException {
+        synchronized (this) {
+            closing = true;
+            notifyAll();
+        }
+        long deadline = System.nanoTime() + unit.toNanos(timeout);
+        for (Thread t : senders) {
+            long left = deadline - System.nanoTime();
+            if (left > 0) {
+                TimeUnit.NANOSECONDS.timedJoin(t, left);
+            }
+        }
+        for (Thread t : senders) {
+            if (t.isAlive()) {
+                int unanswered;
+                synchronized (this) {
+                    unanswered = queue.size() + inflight;
+                }
+                throw new TimeoutException("close timed out: " + unanswered + " submitted tasks are not answered yet");
+            }
         }
     }
 
@@ -212,6 +245,13 @@ public final class BatchingClient implements AutoCloseable {
                     }
                 }
                 failAll(batch, e);
+                return;
+            } catch (OutcomeUnknownException e) { // each future gets its own task's key to create it again with
+                for (Item it : batch) {
+                    OutcomeUnknownException own = new OutcomeUnknownException(e.getMessage(), e);
+                    own.idempotencyKeys = Collections.singletonList(it.req.getIdempotencyKey());
+                    complete(it, null, own);
+                }
                 return;
             } catch (RuntimeException e) {
                 failAll(batch, e);

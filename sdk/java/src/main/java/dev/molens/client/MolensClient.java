@@ -53,11 +53,12 @@ import java.util.regex.Pattern;
  * token would go unencrypted): the next configured node is asked. On a connection error it moves to the next
  * address.</li>
  * <li><b>Retries</b> with exponential backoff and full jitter (a random delay in
- * [0, min(max, base * 2^n)]), bounded by attempts and a deadline (an attempt's read timeout is cut to
- * what is left of it): on connection errors, on 503 and on 507 (the leader's disk is full; nothing was
- * applied), waiting at least {@code Retry-After} once a few attempts have failed. Other errors are
- * thrown at once as {@link ApiException} with the API's code, field and reason; so is an answer that
- * is no node's (an unexpected 3xx, a 2xx whose body is not one JSON object).</li>
+ * [0, min(max, base * 2^n)]), bounded by attempts and a deadline (an attempt's connect and read timeouts
+ * are cut to what is left of it): on connection errors, on 503 and on 507 (the leader's disk is full;
+ * nothing was applied), waiting at least {@code Retry-After} once a few attempts have failed. Other errors
+ * are thrown at once as {@link ApiException} with the API's code, field and reason; so is an answer that
+ * is no node's (an unexpected 3xx, a 2xx whose body is not one JSON object, a body longer than
+ * {@link Builder#maxResponseBytes}).</li>
  * <li><b>Idempotency.</b> {@link #create}, {@link #createAll} and {@link #createAllIds} give every task without an
  * idempotency key a fresh, time-ordered one ({@link #newIdempotencyKey()}), so a retry after a lost
  * response returns the task the first attempt created; when every attempt of a create was sent and went
@@ -89,6 +90,13 @@ public final class MolensClient implements AutoCloseable {
      * leader while an election settles) and backs off before asking again.
      */
     static final int MAX_REDIRECTS = 5;
+    /**
+     * The longest answer body the client reads ({@link Builder#maxResponseBytes}), as the Go and Python SDKs': a
+     * page of 1,000 tasks of the largest default payload is about 76 MiB; a longer one is no node's answer.
+     */
+    public static final int DEFAULT_MAX_RESPONSE_BYTES = 256 << 20;
+    /** The most {@link Builder#maxResponseBytes} takes: one more byte is read, and a Java array holds a little under 2^31. */
+    static final int MAX_RESPONSE_BYTES_LIMIT = Integer.MAX_VALUE - 16;
 
     private final List<String> addrs;
     private final String token;
@@ -98,6 +106,7 @@ public final class MolensClient implements AutoCloseable {
     private final long retryDeadlineMs;
     private final long backoffBaseMs;
     private final long backoffMaxMs;
+    private final int maxResponseBytes;
     private final String namespace;
     private volatile String target;
 
@@ -111,6 +120,7 @@ public final class MolensClient implements AutoCloseable {
         private long retryDeadlineMs = 30000;
         private long backoffBaseMs = 50;
         private long backoffMaxMs = 2000;
+        private int maxResponseBytes = DEFAULT_MAX_RESPONSE_BYTES;
         private String namespace;
 
         Builder(List<String> addrs) { this.addrs = addrs; }
@@ -124,6 +134,7 @@ public final class MolensClient implements AutoCloseable {
 
         /** Sends {@code Authorization: Bearer <token>} (the nodes' http.auth_token). */
         public Builder token(String v) { token = v; return this; }
+        /** Per-attempt TCP connect (and TLS handshake) timeout (default 5 s), cut to what is left of {@link #retryDeadlineMs}. */
         public Builder connectTimeoutMs(int v) { connectTimeoutMs = v; return this; }
         /** Per-request read timeout (default 10 s), cut to what is left of {@link #retryDeadlineMs}. */
         public Builder readTimeoutMs(int v) { readTimeoutMs = v; return this; }
@@ -136,6 +147,12 @@ public final class MolensClient implements AutoCloseable {
         public Builder retryDeadlineMs(long v) { retryDeadlineMs = v; return this; }
         /** Attempt n waits a random time in [0, min(max, base * 2^(n-1))] (defaults 50 ms, 2 s). */
         public Builder backoffMs(long base, long max) { backoffBaseMs = base; backoffMaxMs = max; return this; }
+        /**
+         * The longest answer body read (default {@link #DEFAULT_MAX_RESPONSE_BYTES}, 256 MiB; at most 2^31 - 17). A
+         * longer answer is not read further: for a GET an {@link ApiException} 502 {@code http_error}, for a write an
+         * {@link OutcomeUnknownException} (it was answered, so it may have been applied; a create's carries its keys).
+         */
+        public Builder maxResponseBytes(int v) { maxResponseBytes = v; return this; }
 
         public MolensClient build() { return new MolensClient(this); }
     }
@@ -160,6 +177,11 @@ public final class MolensClient implements AutoCloseable {
         positive("backoffMs base", b.backoffBaseMs);
         positive("backoffMs max", b.backoffMaxMs);
         positive("maxAttempts", b.maxAttempts);
+        positive("maxResponseBytes", b.maxResponseBytes);
+        if (b.maxResponseBytes > MAX_RESPONSE_BYTES_LIMIT) {
+            throw new IllegalArgumentException("maxResponseBytes must be at most " + MAX_RESPONSE_BYTES_LIMIT + ", got "
+                    + b.maxResponseBytes);
+        }
         addrs = Collections.unmodifiableList(bases);
         target = addrs.get(0);
         token = b.token;
@@ -169,6 +191,7 @@ public final class MolensClient implements AutoCloseable {
         retryDeadlineMs = b.retryDeadlineMs;
         backoffBaseMs = b.backoffBaseMs;
         backoffMaxMs = b.backoffMaxMs;
+        maxResponseBytes = b.maxResponseBytes;
         namespace = b.namespace == null ? null : Tenancy.checkedName("namespace", b.namespace);
     }
 
@@ -846,12 +869,19 @@ public final class MolensClient implements AutoCloseable {
         return target;
     }
 
+    /**
+     * The longest wait before attempt {@code n + 1}: {@code min(max, base * 2^(n-1))}, saturating: no attempt count
+     * or base overflows it (a shift past 63 bits would wrap to a negative or a smaller delay).
+     */
+    static long backoffCeilingMs(int n, long baseMs, long maxMs) {
+        int shift = Math.min(Math.max(n - 1, 0), 63);
+        return baseMs > maxMs >> shift ? maxMs : baseMs << shift; // base <= max / 2^shift: base * 2^shift <= max
+    }
+
     private void backoff(int n, long floorMs, long deadline) {
-        long ceil = backoffBaseMs << Math.min(n - 1, 30);
-        if (ceil > backoffMaxMs || ceil <= 0) {
-            ceil = backoffMaxMs;
-        }
-        long d = ceil > 0 ? ThreadLocalRandom.current().nextLong(ceil + 1) : 0;
+        long ceil = backoffCeilingMs(n, backoffBaseMs, backoffMaxMs);
+        // nextLong's bound is exclusive: ceil + 1, unless that is past a long
+        long d = ThreadLocalRandom.current().nextLong(ceil == Long.MAX_VALUE ? ceil : ceil + 1);
         d = Math.max(d, floorMs);
         d = Math.min(d, deadline - System.currentTimeMillis());
         if (d <= 0) {
@@ -870,6 +900,8 @@ public final class MolensClient implements AutoCloseable {
         byte[] body;
         /** An error answer whose body {@link HttpURLConnection} dropped (a 401 to a streamed request). */
         boolean bodyUnread;
+        /** The body was longer than {@link #maxResponseBytes}: only its start was read ({@link #body}). */
+        boolean tooLarge;
         Map<String, List<String>> headers;
 
         String header(String name) {
@@ -902,9 +934,11 @@ public final class MolensClient implements AutoCloseable {
             throws IOException {
         HttpURLConnection conn = (HttpURLConnection) new URL(base + path).openConnection(java.net.Proxy.NO_PROXY);
         conn.setInstanceFollowRedirects(false);
-        conn.setConnectTimeout(connectTimeoutMs);
-        // 0 would be no timeout at all: a deadline already passed still gets a millisecond
-        conn.setReadTimeout((int) Math.max(1, Math.min(readTimeoutMs, deadline - System.currentTimeMillis())));
+        // both cut to what is left of the deadline; 0 would be no timeout at all: a deadline already passed
+        // still gets a millisecond
+        long left = deadline - System.currentTimeMillis();
+        conn.setConnectTimeout((int) Math.max(1, Math.min(connectTimeoutMs, left)));
+        conn.setReadTimeout((int) Math.max(1, Math.min(readTimeoutMs, left)));
         conn.setRequestMethod(method);
         conn.setRequestProperty("Accept", "application/json");
         for (Map.Entry<String, String> e : extra.entrySet()) {
@@ -950,7 +984,22 @@ public final class MolensClient implements AutoCloseable {
             a.bodyUnread = true;
             return a;
         }
-        a.body = in == null ? new byte[0] : readAll(in); // read to the end and closed: the connection is reused
+        if (in == null) {
+            a.body = new byte[0];
+        } else {
+            try {
+                a.body = readAtMost(in, maxResponseBytes + 1);
+            } catch (IOException e) {
+                in.close();
+                throw e;
+            }
+            if (a.body.length > maxResponseBytes) {
+                conn.disconnect(); // the rest is never read: the connection is closed, not reused
+                a.tooLarge = true;
+                return a;
+            }
+            in.close(); // read to the end and closed: the connection is reused
+        }
         // HttpURLConnection ends a fixed-length body at the connection's end without an error; a node killed
         // after its headers went out leaves a 2xx with a short (even empty) body, which is a lost answer.
         String length = conn.getHeaderField("Content-Length");
@@ -960,18 +1009,15 @@ public final class MolensClient implements AutoCloseable {
         return a;
     }
 
-    private static byte[] readAll(InputStream in) throws IOException {
-        try {
-            ByteArrayOutputStream out = new ByteArrayOutputStream();
-            byte[] buf = new byte[8192];
-            int n;
-            while ((n = in.read(buf)) >= 0) {
-                out.write(buf, 0, n);
-            }
-            return out.toByteArray();
-        } finally {
-            in.close();
+    /** The stream's bytes up to its end or {@code limit}, whichever comes first; the stream is left open. */
+    private static byte[] readAtMost(InputStream in, int limit) throws IOException {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        byte[] buf = new byte[8192];
+        int n;
+        while (out.size() < limit && (n = in.read(buf, 0, Math.min(buf.length, limit - out.size()))) >= 0) {
+            out.write(buf, 0, n);
         }
+        return out.toByteArray();
     }
 
     /**
@@ -1024,6 +1070,15 @@ public final class MolensClient implements AutoCloseable {
                 redirects = 0; // loop detection counts consecutive redirects only (a dead leader is not a loop)
                 backoff(attempt, 0, deadline);
                 continue;
+            }
+            if (a.tooLarge) {
+                ApiException e = new ApiException(502, "http_error", op + ": an answer (" + a.status
+                        + ") longer than maxResponseBytes (" + maxResponseBytes + "); is this a molens node?", null, null);
+                if (unknown || !method.equals("GET")) { // a write answered at all may have been applied
+                    throw new OutcomeUnknownException(op + ": answered " + a.status + " with a body longer than maxResponseBytes ("
+                            + maxResponseBytes + "); it may have been applied", e);
+                }
+                throw e;
             }
             if (a.status == 307 || a.status == 308) {
                 // the parsed address (scheme lower-cased, no user info), as the Go SDK: "HTTP://" is plain http too

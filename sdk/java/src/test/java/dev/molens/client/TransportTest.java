@@ -412,6 +412,104 @@ public class TransportTest {
         }
     }
 
+    @Test
+    public void theConnectTimeoutIsCutToWhatIsLeftOfTheRetryDeadline() throws Exception {
+        // a node that drops the SYN: the connect, like the read, must end with the deadline, not 20 s later
+        final MolensClient c = client("http://127.0.0.1:" + fullBacklog()).connectTimeoutMs(20000).retryDeadlineMs(300).build();
+        long t0 = System.nanoTime();
+        try {
+            c.get(ID);
+            fail("connected to a full listen queue");
+        } catch (ConnectionFailedException expected) {
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+            assertTrue("gave up after " + ms + " ms, deadline 300 ms", ms < 3000);
+        }
+    }
+
+    @Test
+    public void anAnswerLongerThanMaxResponseBytesIsRefused() throws Exception {
+        final String big = "{\"id\": \"" + ID + "\", \"status\": \"pending\", \"payload\": \"" + repeat('x', 5000) + "\"}";
+        final int length = big.getBytes(StandardCharsets.UTF_8).length;
+        final AtomicInteger chunked = new AtomicInteger(); // 1: the answer has no Content-Length
+        HttpServer s = node(ex -> {
+            if (ex.getRequestURI().getPath().endsWith("/small")) {
+                answer(ex, 200, TASK);
+            } else if (chunked.get() == 1) {
+                body(ex);
+                ex.sendResponseHeaders(200, 0);
+                ex.getResponseBody().write(big.getBytes(StandardCharsets.UTF_8));
+                ex.close();
+            } else {
+                answer(ex, 200, big);
+            }
+        });
+        final MolensClient c = client(url(s)).maxResponseBytes(4096).build();
+        for (int k = 0; k < 2; k++) {
+            chunked.set(k);
+            ApiException e = thrown(ApiException.class, () -> c.get(ID), "http_error", null);
+            assertEquals(502, e.getStatus());
+            assertTrue(e.getMessage(), e.getMessage().contains("longer than maxResponseBytes (4096)"));
+            assertEquals("the connection left unread is not reused", ID, c.get("small").id);
+            // a write answered at all may have been applied: a create's keys find out
+            OutcomeUnknownException u = outcomeUnknown(() -> c.create(far().setIdempotencyKey("k-2")));
+            assertEquals(Collections.singletonList("k-2"), u.getIdempotencyKeys());
+            assertEquals(502, ((ApiException) u.getCause()).getStatus());
+            u = outcomeUnknown(() -> c.createAll(Arrays.asList(far().setIdempotencyKey("k-3"), far().setIdempotencyKey("k-4"))));
+            assertEquals(Arrays.asList("k-3", "k-4"), u.getIdempotencyKeys());
+            outcomeUnknown(() -> c.pause(ID));
+        }
+        chunked.set(0);
+        assertEquals("the bound counts the body, not the head", ID, client(url(s)).maxResponseBytes(length).build().get(ID).id);
+        assertEquals(ID, client(url(s)).build().get(ID).id);
+        assertEquals(256 << 20, MolensClient.DEFAULT_MAX_RESPONSE_BYTES);
+        for (int bad : new int[] {0, -1, Integer.MAX_VALUE}) {
+            try {
+                MolensClient.builder(url(s)).maxResponseBytes(bad).build();
+                fail("maxResponseBytes " + bad + " accepted");
+            } catch (IllegalArgumentException expected) {
+                assertTrue(expected.getMessage(), expected.getMessage().startsWith("maxResponseBytes must be"));
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------- backoff
+
+    @Test
+    public void theBackoffCeilingSaturatesForAnyAttemptCountAndBase() {
+        // min(max, base * 2^(n-1)) without overflow: a shifted long wraps to a negative or to a smaller delay
+        assertEquals(50, MolensClient.backoffCeilingMs(1, 50, 2000));
+        assertEquals(1600, MolensClient.backoffCeilingMs(6, 50, 2000));
+        assertEquals(2000, MolensClient.backoffCeilingMs(7, 50, 2000));
+        assertEquals(2000, MolensClient.backoffCeilingMs(Integer.MAX_VALUE, 50, 2000));
+        assertEquals(50L << 40, MolensClient.backoffCeilingMs(41, 50, Long.MAX_VALUE));
+        assertEquals(Long.MAX_VALUE, MolensClient.backoffCeilingMs(31, (1L << 34) + 1, Long.MAX_VALUE));
+        assertEquals(Long.MAX_VALUE, MolensClient.backoffCeilingMs(1000, 1, Long.MAX_VALUE));
+        for (long base : new long[] {1, 50, (1L << 33) + 1, (1L << 34) + 1, Long.MAX_VALUE / 3, Long.MAX_VALUE}) {
+            for (long max : new long[] {2000, 1L << 40, Long.MAX_VALUE}) {
+                long before = 0;
+                for (int n = 1; n <= 200; n++) {
+                    long ceil = MolensClient.backoffCeilingMs(n, base, max);
+                    String at = "base " + base + " max " + max + " attempt " + n + ": " + ceil;
+                    assertTrue(at, ceil > 0 && ceil <= max && ceil >= before);
+                    before = ceil;
+                }
+                assertEquals(max, before);
+            }
+        }
+    }
+
+    @Test
+    public void aBackoffAsLongAsALongStillEndsAtTheDeadline() throws Exception {
+        // the jitter's bound is ceiling + 1: at Long.MAX_VALUE that wrapped to a negative bound (IllegalArgumentException)
+        HttpServer s = node(ex -> answer(ex, 503, error("no_leader", "no leader")));
+        final MolensClient c = client(url(s)).backoffMs(Long.MAX_VALUE, Long.MAX_VALUE).retryDeadlineMs(300).build();
+        long t0 = System.nanoTime();
+        ApiException e = thrown(ApiException.class, () -> c.get(ID), "no_leader", null);
+        assertEquals(503, e.getStatus());
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue("gave up after " + ms + " ms, deadline 300 ms", ms < 3000);
+    }
+
     // ------------------------------------------------------------------- outcome unknown: the keys
 
     @Test
@@ -512,6 +610,74 @@ public class TransportTest {
         assertEquals("k1000", e.getIdempotencyKeys().get(0));
         assertEquals("not a bulk create: nothing created", 0,
                 outcomeUnknown(() -> c.create(far().setIdempotencyKey("one"))).getCreated().size());
+    }
+
+    // ------------------------------------------------------------------------- batching client
+
+    @Test
+    public void aBatchingClientsUnknownOutcomeGivesEachFutureItsOwnTasksKey() throws Exception {
+        // with the whole batch's keys, a caller creating "its" task again would create the batch's others too
+        HttpServer s = node(ex -> answer(ex, 503, error("outcome_unknown", "leadership changed")));
+        MolensClient c = client(url(s)).maxAttempts(1).build();
+        List<CompletableFuture<Task>> fs = new ArrayList<CompletableFuture<Task>>();
+        try (BatchingClient b = new BatchingClient(c, 3, 3600000, 100, 1)) {
+            for (int i = 0; i < 3; i++) {
+                fs.add(b.submit(far().setIdempotencyKey("k" + i)));
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            try {
+                fs.get(i).get();
+                fail("no error");
+            } catch (ExecutionException x) {
+                assertTrue(String.valueOf(x.getCause()), x.getCause() instanceof OutcomeUnknownException);
+                OutcomeUnknownException e = (OutcomeUnknownException) x.getCause();
+                assertEquals(Collections.singletonList("k" + i), e.getIdempotencyKeys());
+                assertTrue(String.valueOf(e.getCause()), e.getCause() instanceof OutcomeUnknownException);
+                assertEquals("the batch's own exception, as its cause", Arrays.asList("k0", "k1", "k2"),
+                        ((OutcomeUnknownException) e.getCause()).getIdempotencyKeys());
+            }
+        }
+    }
+
+    @Test
+    public void aBatchingClientsCloseWithATimeoutSaysWhenTasksAreStillUnanswered() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        HttpServer s = node(ex -> {
+            int n = MolensClient.JSON.readTree(body(ex)).path("tasks").size();
+            asked.incrementAndGet();
+            awaitRelease();
+            StringBuilder items = new StringBuilder();
+            for (int i = 0; i < n; i++) {
+                items.append(i == 0 ? "" : ", ").append("{\"id\": \"t").append(i).append("\"}");
+            }
+            answer(ex, 201, "{\"items\": [" + items + "]}");
+        });
+        MolensClient c = client(url(s)).build();
+        BatchingClient b = new BatchingClient(c, 10, 3600000, 100, 1);
+        CompletableFuture<Task> f0 = b.submit(far());
+        CompletableFuture<Task> f1 = b.submit(far());
+        long t0 = System.nanoTime();
+        try {
+            b.close(200, TimeUnit.MILLISECONDS);
+            fail("close returned with 2 tasks unanswered");
+        } catch (java.util.concurrent.TimeoutException e) {
+            assertEquals("close timed out: 2 submitted tasks are not answered yet", e.getMessage());
+        }
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue("close waited " + ms + " ms, timeout 200 ms", ms < 3000);
+        try {
+            b.submit(far());
+            fail("a closed batching client took a task");
+        } catch (MolensException expected) {
+            assertEquals("the batching client is closed", expected.getMessage());
+        }
+        // the tasks are still sent, and their futures complete
+        release.countDown();
+        assertEquals("t0", f0.get(5, TimeUnit.SECONDS).id);
+        assertEquals("t1", f1.get(5, TimeUnit.SECONDS).id);
+        b.close(5, TimeUnit.SECONDS); // everything answered: returns
+        assertEquals(1, asked.get());
     }
 
     // ------------------------------------------------------------- a batch applied without some items
@@ -752,6 +918,12 @@ public class TransportTest {
     // ----------------------------------------------------------------------------------- helpers
 
     static String keyOf(JsonNode task) { return task.path("idempotency_key").asText(); }
+
+    static String repeat(char ch, int n) {
+        char[] cs = new char[n];
+        Arrays.fill(cs, ch);
+        return new String(cs);
+    }
 
     static OutcomeUnknownException outcomeUnknown(Runnable r) {
         try {
