@@ -589,6 +589,8 @@ def resolve_create(
             raise ValidationError(
                 f"Idempotency-Key must be 1..{limits.max_idempotency_key} characters", "Idempotency-Key"
             )
+        if "\x00" in idempotency_key:  # the store keeps another namespace's keys as "namespace NUL key"
+            raise ValidationError("Idempotency-Key must not hold a NUL character", "Idempotency-Key")
         out["idempotency_key"] = idempotency_key
     _apply_rules(out, given, policy, limits, now_ms, carried)
     return spec_type(**out)

@@ -335,6 +335,20 @@ def test_idempotency_key_accepted() -> None:
     assert validate_create(ok(idempotency_key="k" * 128), now_ms=NOW).idempotency_key == "k" * 128
 
 
+def test_an_idempotency_key_header_with_a_nul_is_refused_as_the_body_field_is() -> None:
+    """The store keeps another namespace's keys as ``namespace NUL key``: a default-namespace create
+    whose header key held a NUL would find another namespace's task by its key."""
+    import json
+
+    from molens.model import decode_create
+
+    body = json.dumps(ok()).encode()
+    with pytest.raises(ValidationError) as ei:
+        decode_create(body, now_ms=NOW, idempotency_key="pay\x00k")
+    assert ei.value.field == "Idempotency-Key"
+    assert decode_create(body, now_ms=NOW, idempotency_key="pay-k").idempotency_key == "pay-k"
+
+
 def test_timezone_must_be_string() -> None:
     bad(ok(timezone=5), "timezone")
 
