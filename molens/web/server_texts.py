@@ -93,6 +93,7 @@ ZH: dict[str, str] = {
     "a batch holds at most {} tasks, got {}": "一批最多 {0} 个任务，收到 {1}",
     "idempotency_key {} is also the key of item {} of this batch": "idempotency_key {0} 也是本批第 {1} 项的键",
     "Idempotency-Key must be 1..{} characters": "Idempotency-Key 必须是 1 到 {0} 个字符",
+    "Idempotency-Key must not hold a NUL character": "Idempotency-Key 不能包含 NUL 字符",
     "the Idempotency-Key header and the body's idempotency_key differ; give one, or both the same":
         "Idempotency-Key 请求头与请求体的 idempotency_key 不同；只给一个，或两者相同",
     "If-Match is longer than {} characters": "If-Match 长于 {0} 个字符",
