@@ -1323,6 +1323,24 @@ class MolensClient:
             if not isinstance(parsed, dict):
                 parsed = {"error": {"code": "http_error", "message": f"unexpected JSON from {path}"}}
                 status = status if status >= 400 else 502
+            if r.status in (502, 504):
+                # a proxy's: no node answers these, so the node behind it did not answer in time and
+                # may have had the request: as a lost answer (a write's outcome is unknown), the next node
+                unknown = unknown or method != "GET"
+                last_exc = ApiError(status, "http_error", f"{method} {path}: {status} from a proxy")
+                log.debug("proxy answered %d node=%s attempt=%d", status, target, attempt)
+                if unknown and not safe_retry:
+                    raise OutcomeUnknownError(f"{method} {path}: a proxy answered {status}; it may have been "
+                                              "applied") from last_exc
+                if attempt >= self.max_attempts or time.monotonic() >= deadline:
+                    if unknown:
+                        raise OutcomeUnknownError(f"{method} {path}: a proxy answered {status} after {attempt} "
+                                                  "attempts; it may have been applied") from last_exc
+                    _raise_for(status, parsed, path)
+                target = self._next_node(target)
+                redirects = 0
+                self._backoff(attempt, deadline)
+                continue
             if status in (503, 507):  # 507: the leader's disk is full, nothing applied; it recovers by itself
                 answered = (status, parsed, r.headers.get("Retry-After"))
                 code = str((parsed.get("error") or {}).get("code", "unavailable"))

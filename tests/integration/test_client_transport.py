@@ -251,3 +251,31 @@ def test_a_redirect_from_https_to_plain_http_is_not_followed_whatever_the_case_o
         with pytest.raises(UnavailableError, match="is plain http; not following it from https"):
             c.get("01TESTTASK")
     assert asked == ["https://node-1.example"]
+
+
+def _proxy(status: int) -> bytes:
+    return (f"HTTP/1.1 {status} Gateway\r\nContent-Type: text/html\r\nContent-Length: 13\r\n\r\n"
+            "<html></html>").encode()
+
+
+def test_a_proxys_502_or_504_is_a_lost_answer_retried_when_safe_and_unknown_for_a_write() -> None:
+    """No node answers 502 or 504: a proxy in front of it does when the node behind it did not answer,
+    which may have had the request. A read is asked again; a keyed create too, and it ends unknown
+    with its key; a write that is never sent twice ends unknown at once (a plain error made a caller
+    create again under a new key, or trigger again)."""
+    with scripted(lambda n, req: _proxy(502) if n == 1 else _json(TASK)) as st, _client(st.port) as c:
+        assert c.get("01TESTTASK") == TASK
+        assert len(st.requests) == 2
+    with scripted(lambda n, req: _proxy(504)) as st, _client(st.port, max_attempts=3) as c:
+        with pytest.raises(OutcomeUnknownError) as ei:
+            c.create({"type": "delayed", "interval_ms": 1000, "callback_url": "http://127.0.0.1:9/x",
+                      "idempotency_key": "k-3"})
+        assert ei.value.idempotency_keys == ("k-3",) and len(st.requests) == 3
+    with scripted(lambda n, req: _proxy(502)) as st, _client(st.port, max_attempts=3) as c:
+        with pytest.raises(OutcomeUnknownError):
+            c.trigger("01TESTTASK")
+        assert len(st.requests) == 1
+    with scripted(lambda n, req: _proxy(502)) as st, _client(st.port, max_attempts=2) as c:
+        with pytest.raises(ApiError) as eg:
+            c.get("01TESTTASK")
+        assert eg.value.status == 502 and len(st.requests) == 2
