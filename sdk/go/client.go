@@ -858,8 +858,13 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 			req.Header.Set("Authorization", "Bearer "+c.token)
 		}
 		resp, raw, tooBig, gotConn, err := c.exchange(req, deadline)
+		var proxied *APIError // a proxy's 502/504: no node answers so; the node behind it did not answer
+		if err == nil && (resp.StatusCode == 502 || resp.StatusCode == 504) {
+			proxied = parseError(resp.StatusCode, raw)
+			err = proxied // as a lost answer: the request may have reached the node
+		}
 		if err != nil {
-			unknown = unknown || (!notSent(err, gotConn, c.stock) && method != "GET")
+			unknown = unknown || ((proxied != nil || !notSent(err, gotConn, c.stock)) && method != "GET")
 			if ctx.Err() != nil { // a write cancelled once it may have been sent may have been applied
 				return giveUp(ctx.Err())
 			}
@@ -870,6 +875,9 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 			if spent() {
 				if unknown { // a keyed create: sent, maybe applied; the same key finds out
 					return &OutcomeUnknownError{Op: op, Err: err}
+				}
+				if proxied != nil { // the last answer was the proxy's: say that, not "unreachable"
+					return proxied
 				}
 				if answered != nil { // some node answered "no leader": say that, not "unreachable"
 					return answered

@@ -20,7 +20,10 @@
 //     bounded by WithMaxAttempts and WithRetryDeadline (each attempt's WithTimeout is cut to what is
 //     left of it): on connection errors, on 503 (no leader,
 //     outcome unknown, unavailable) and on 507 (the leader's disk is full; nothing applied),
-//     waiting at least Retry-After once a few attempts have failed. Other errors are returned at
+//     waiting at least Retry-After once a few attempts have failed. A 502 or 504 comes from a
+//     proxy whose node did not answer (no node answers so) and is taken as a lost answer: a
+//     write's outcome is unknown, and the next address is tried as after a connection error;
+//     a GET whose budget ends so returns that *APIError. Other errors are returned at
 //     once as *APIError, carrying the API's code, field and reason.
 //   - Idempotency. CreateTask, CreateTasks and CreateTaskIDs give every task without an IdempotencyKey a fresh,
 //     time-ordered one (NewIdempotencyKey), so a retry after a lost response returns the task the

@@ -449,3 +449,74 @@ func TestARedirectsPasswordIsNeverQuotedInAnError(t *testing.T) {
 		t.Fatalf("NewClient: %v", err)
 	}
 }
+
+const proxyPage = "<html><body>upstream did not answer</body></html>"
+
+// A 502 or 504 is a proxy's (no node answers so): the node behind it did not answer and may have
+// had the request, so it is a lost answer, retried on the next node only when resending is safe.
+
+func TestAGETAnsweredByAProxys502IsRetriedAndEndsInThatAnswer(t *testing.T) {
+	ctx := context.Background()
+	fast := WithBackoff(time.Millisecond, time.Millisecond)
+	var gets int32
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		if atomic.AddInt32(&gets, 1) == 1 || r.URL.Path == "/api/v1/tasks/gone" {
+			w.WriteHeader(502)
+			_, _ = io.WriteString(w, proxyPage)
+			return
+		}
+		_, _ = io.WriteString(w, aTask)
+	})
+	c := newClient(t, []string{node.URL}, fast)
+	if task, err := c.GetTask(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV"); err != nil || task.Status != "paused" {
+		t.Fatalf("a GET answered 502 then 200: got %+v %v", task, err)
+	}
+	if n := atomic.LoadInt32(&gets); n != 2 {
+		t.Fatalf("a GET answered 502 then 200 was sent %d times", n)
+	}
+	c = newClient(t, []string{node.URL}, fast, WithMaxAttempts(2))
+	mustAPIError(t, func() error { _, err := c.GetTask(ctx, "gone"); return err }(), 502, "http_error", "")
+}
+
+func TestAKeyedCreateAnsweredByAProxys504IsRetriedThenAnUnknownOutcomeWithItsKey(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var keys []string
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, requestKeys(r)...)
+		mu.Unlock()
+		w.WriteHeader(504)
+		_, _ = io.WriteString(w, proxyPage)
+	})
+	c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond), WithMaxAttempts(3))
+	_, err := c.CreateTask(ctx, NewTaskRequest("delayed", "http://127.0.0.1:9/").SetIntervalMs(1000))
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) || len(ou.IdempotencyKeys) != 1 {
+		t.Fatalf("a keyed create answered 504 every time: got %T %v", err, err)
+	}
+	mu.Lock()
+	sent := keys
+	mu.Unlock()
+	if len(sent) != 3 || sent[0] != ou.IdempotencyKeys[0] || sent[1] != sent[0] || sent[2] != sent[0] {
+		t.Fatalf("sent keys %q, the error carries %q", sent, ou.IdempotencyKeys)
+	}
+}
+
+func TestATriggerAnsweredByAProxys502IsAnUnknownOutcomeNeverSentTwice(t *testing.T) {
+	var triggers int32
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		atomic.AddInt32(&triggers, 1)
+		w.WriteHeader(502)
+		_, _ = io.WriteString(w, proxyPage)
+	})
+	c := newClient(t, []string{node.URL}, WithBackoff(time.Millisecond, time.Millisecond))
+	_, err := c.TriggerTask(context.Background(), "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+	var ou *OutcomeUnknownError
+	if !errors.As(err, &ou) {
+		t.Fatalf("a trigger answered 502: got %T %v", err, err)
+	}
+	if n := atomic.LoadInt32(&triggers); n != 1 {
+		t.Fatalf("a trigger answered 502 was sent %d times", n)
+	}
+}
