@@ -54,8 +54,9 @@ import java.util.regex.Pattern;
  * address.</li>
  * <li><b>Retries</b> with exponential backoff and full jitter (a random delay in
  * [0, min(max, base * 2^n)]), bounded by attempts and a deadline (an attempt's connect and read timeouts
- * are cut to what is left of it): on connection errors, on 503 and on 507 (the leader's disk is full;
- * nothing was applied), waiting at least {@code Retry-After} once a few attempts have failed. Other errors
+ * are cut to what is left of it): on connection errors, on a proxy's 502/504 (as a lost answer: no node
+ * answers these), on 503 and on 507 (the leader's disk is full; nothing was applied), waiting at least
+ * {@code Retry-After} once a few attempts have failed. Other errors
  * are thrown at once as {@link ApiException} with the API's code, field and reason; so is an answer that
  * is no node's (an unexpected 3xx, a 2xx whose body is not one JSON object, a body longer than
  * {@link Builder#maxResponseBytes}).</li>
@@ -920,6 +921,20 @@ public final class MolensClient implements AutoCloseable {
         }
     }
 
+    /**
+     * A proxy's 502/504 (no node answers these): the node behind it did not answer, and may have had the
+     * request. {@link #send} takes it as a lost answer, as an {@link IOException} after sending.
+     */
+    private static final class ProxyGaveUpException extends IOException {
+        private static final long serialVersionUID = 1L;
+        final ApiException answer;
+
+        ProxyGaveUpException(ApiException answer) {
+            super(answer.getMessage(), answer);
+            this.answer = answer;
+        }
+    }
+
     /** The request never left: the connection, its name lookup or its TLS handshake failed. */
     private static final class NotSentException extends IOException {
         private static final long serialVersionUID = 1L;
@@ -1049,17 +1064,26 @@ public final class MolensClient implements AutoCloseable {
             Answer a;
             try {
                 a = exchange(node, method, path, data, extra, deadline);
+                if (!a.tooLarge && (a.status == 502 || a.status == 504)) {
+                    throw new ProxyGaveUpException(answerError(a));
+                }
             } catch (IOException e) {
                 boolean sent = !(e instanceof NotSentException || e instanceof ConnectException);
                 unknown = unknown || (sent && !method.equals("GET"));
                 last = e;
+                ApiException proxy = e instanceof ProxyGaveUpException ? ((ProxyGaveUpException) e).answer : null;
+                String lost = proxy != null ? "a proxy answered " + proxy.getStatus() : "no answer";
+                Throwable cause = proxy != null ? proxy : e;
                 if (unknown && !safe) { // sending it again could apply it twice (a backfill fires twice)
-                    throw new OutcomeUnknownException(op + ": no answer; it may have been applied", e);
+                    throw new OutcomeUnknownException(op + ": " + lost + "; it may have been applied", cause);
                 }
                 if (attempt >= maxAttempts || System.currentTimeMillis() >= deadline) {
                     if (unknown) { // a keyed create: sent, maybe applied; the same key finds out
-                        throw new OutcomeUnknownException(op + ": no answer after " + attempt
-                                + " attempts; it may have been applied", e);
+                        throw new OutcomeUnknownException(op + ": " + lost + " after " + attempt
+                                + " attempts; it may have been applied", cause);
+                    }
+                    if (proxy != null) { // a GET: the proxy's last answer
+                        throw proxy;
                     }
                     if (answered != null) { // some node answered "no leader": say that, not "unreachable"
                         throw answered;

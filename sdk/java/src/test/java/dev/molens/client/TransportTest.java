@@ -565,6 +565,54 @@ public class TransportTest {
         assertEquals("not a create: no keys", Collections.<String>emptyList(), e.getIdempotencyKeys());
     }
 
+    // a proxy's 502/504: the node behind it did not answer and may have had the request (a lost answer)
+
+    @Test
+    public void aGetAnswered502ByAProxyIsRetried() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        HttpServer s = node(ex -> {
+            if (asked.incrementAndGet() == 1) {
+                answer(ex, 502, "<html>Bad Gateway</html>");
+            } else {
+                answer(ex, 200, TASK);
+            }
+        });
+        assertEquals(ID, client(url(s)).maxAttempts(3).build().get(ID).id);
+        assertEquals(2, asked.get());
+        // when every attempt meets the proxy, the last 502/504 is thrown
+        HttpServer gw = node(ex -> answer(ex, 504, null));
+        final MolensClient c = client(url(gw)).maxAttempts(2).build();
+        ApiException e = thrown(ApiException.class, () -> c.get(ID), "http_error", null);
+        assertEquals(504, e.getStatus());
+    }
+
+    @Test
+    public void aKeyedCreateAnswered504EveryTimeIsAnUnknownOutcomeCarryingItsKey() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        HttpServer s = node(ex -> {
+            asked.incrementAndGet();
+            answer(ex, 504, "<html>Gateway Timeout</html>");
+        });
+        final MolensClient c = client(url(s)).maxAttempts(3).build();
+        OutcomeUnknownException e = outcomeUnknown(() -> c.create(far().setIdempotencyKey("k-504")));
+        assertEquals(Collections.singletonList("k-504"), e.getIdempotencyKeys());
+        assertEquals("retried as after a lost answer", 3, asked.get());
+        assertTrue(String.valueOf(e.getCause()), e.getCause() instanceof ApiException);
+        assertEquals(504, ((ApiException) e.getCause()).getStatus());
+    }
+
+    @Test
+    public void aTriggerAnswered502ByAProxyIsNotSentTwice() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        HttpServer s = node(ex -> {
+            asked.incrementAndGet();
+            answer(ex, 502, null);
+        });
+        final MolensClient c = client(url(s)).maxAttempts(3).build();
+        outcomeUnknown(() -> c.trigger(ID));
+        assertEquals("a trigger is not sent twice", 1, asked.get());
+    }
+
     @Test
     public void aDeadLetterDeleteWithALimitIsNotSentTwiceAfterALostAnswer() throws Exception {
         // sent again, it could delete up to the limit more; without a limit, deleting what still matches is harmless
