@@ -786,6 +786,20 @@ def _ordered(
         yield t.id, t
 
 
+def _check_payload_quota(ctx: ApiContext, spec: model.TaskSpec) -> None:
+    """A changed payload within its namespace's ``max_payload_bytes``, as a create's is (429
+    ``quota_exceeded``): read from this node's replica, as the create quotas' early screens are."""
+    ns = spec.namespace
+    if ns == DEFAULT_NAMESPACE:
+        return
+    raw = ctx.get_meta(tenancy.NS_PREFIX + ns)
+    limit = None if raw is None else tenancy.decode_namespace(raw).quotas.max_payload_bytes
+    size = len(spec.payload_json or b"")
+    if limit is not None and size > limit:
+        raise QuotaExceeded(f"namespace {ns}: a payload of {size} bytes, more than its max_payload_bytes "
+                            f"{limit}; nothing was changed", "max_payload_bytes", namespace=ns)
+
+
 def _install_tasks(api: Api) -> None:
     ctx = api.ctx
 
@@ -1055,6 +1069,8 @@ def _install_tasks(api: Api) -> None:
                 raise PreconditionFailed(
                     f"task {t.id} is at version {t.version}, not {' or '.join(map(str, sorted(wanted)))}", "If-Match"
                 )
+            if spec.payload_json != t.spec.payload_json:
+                _check_payload_quota(ctx, spec)
             if spec.ack_url is None and t.spec.ack_url is not None and acking(t):
                 raise IllegalTransitionError(
                     f"task {t.id} is waiting for its ACK: ack_url cannot be removed until that ends "

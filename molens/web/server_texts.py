@@ -244,6 +244,8 @@ ZH: dict[str, str] = {
     "namespace {} takes at most {} creates per second; nothing was created": "命名空间 {0} 每秒最多创建 {1} 个；未创建任何任务",
     "namespace {}: a payload of {} bytes, more than its max_payload_bytes {}; nothing was created":
         "命名空间 {0}：payload 有 {1} 字节，超过其 max_payload_bytes {2}；未创建任何任务",
+    "namespace {}: a payload of {} bytes, more than its max_payload_bytes {}; nothing was changed":
+        "命名空间 {0}：payload 有 {1} 字节，超过其 max_payload_bytes {2}；未作任何更改",
     "the default namespace always exists": "默认命名空间始终存在",
     "the default namespace has no settings to change": "默认命名空间没有可修改的设置",
     "the bootstrap key is http.auth_token: change the config to rotate it": "引导密钥是 http.auth_token：请修改配置来轮换",

@@ -523,3 +523,19 @@ def test_a_search_of_some_namespaces_neither_walks_nor_counts_another_namespaces
     assert st == 200 and [t["id"] for t in page["items"]] == [mine]
     st, _, page = api.call("GET", "/api/v1/tasks?q=bearer%20s3&limit=10")  # a key of every namespace finds them
     assert st == 200 and len(page["items"]) == 3 and page["next_cursor"] is not None  # 3: MAX_SCAN
+
+
+def test_a_patch_cannot_grow_a_payload_past_its_namespaces_max_payload_bytes(api: Served) -> None:
+    """The quota holds a create's payload; a PATCH of the payload is held to it the same way (it could
+    grow every task of the namespace to the node's own limit)."""
+    st, _, out = api.call("POST", "/api/v1/namespaces", {"name": "small", "quotas": {"max_payload_bytes": 64}})
+    assert st == 201, out
+    t = create(api, namespace="small", payload={"n": 1})
+    st, _, out = api.call("PATCH", f"/api/v1/tasks/{t['id']}", {"payload": {"blob": "x" * 200}})
+    assert st == 429 and out["error"]["code"] == "quota_exceeded" and out["error"]["quota"] == "max_payload_bytes", out
+    st, _, now = api.call("GET", f"/api/v1/tasks/{t['id']}")
+    assert now["payload"] == {"n": 1} and now["version"] == t["version"]  # nothing changed
+    st, _, out = api.call("PATCH", f"/api/v1/tasks/{t['id']}", {"payload": {"n": 2}, "timeout_ms": 2_000})
+    assert st == 200 and out["payload"] == {"n": 2}, out
+    st, _, out = api.call("PATCH", f"/api/v1/tasks/{t['id']}", {"timeout_ms": 3_000})  # the payload left alone
+    assert st == 200, out
