@@ -148,7 +148,8 @@ def test_compose_cluster_survives_a_killed_leader_a_partition_a_restart_and_stop
 
     rec = tmp_path / "rec" / "received.jsonl"
     url = start_receiver(rec)
-    client = MolensClient([f"http://127.0.0.1:{p}" for p in PORTS.values()], token=token, retry_deadline_s=60)
+    client = MolensClient([f"http://127.0.0.1:{p}" for p in PORTS.values()], token=token, retry_deadline_s=60,
+                          max_attempts=1_000)
     created: dict[str, dict[str, Any]] = {}
 
     def create(tag: str, **fields: Any) -> None:

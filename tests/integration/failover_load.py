@@ -78,7 +78,7 @@ def _kill_leader(c: Cluster, report: Report) -> NodeProc:
 
 def run(c: Cluster, rec: RecordingReceiver, n_alo: int, n_amo: int, spread_s: float, log: Any = print) -> Report:
     report = Report(n_alo=n_alo, n_amo=n_amo)
-    client = MolensClient(_urls(c), retry_deadline_s=60)
+    client = MolensClient(_urls(c), retry_deadline_s=60, max_attempts=1_000)
     t0 = int(time.time() * 1000 + LEAD_S * 1000)
     bodies = []
     n = n_alo + n_amo

@@ -196,7 +196,7 @@ def test_fires_a_worker_gives_back_when_its_clock_steps_use_up_no_attempt(
     leader = c.leader(timeout=30)
     worker = next(n for n in c.nodes.values() if n is not leader)
     wait_for(lambda: _metric(worker, "molens_clock_skewed") == 0, 30, "the worker's clock to be judged fine")
-    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60, max_attempts=1_000)
     start = time.time_ns() // 1_000_000 + 4_000
     n = 600  # 100 due per second for 6 s: a third of them held by the worker at any time
     ids = client.create_many_ids([

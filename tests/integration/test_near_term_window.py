@@ -105,7 +105,7 @@ def _run(make_cluster: object, receiver: RecordingReceiver) -> None:
     _post_batches(_base(leader), far)
     print(f"created {FAR} far tasks in {time.monotonic() - t:.1f} s")
 
-    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60)
+    client = MolensClient([_base(n) for n in c.nodes.values()], retry_deadline_s=60, max_attempts=1_000)
     due: dict[str, tuple[int, str]] = {}
 
     def create(bodies: list[dict[str, Any]]) -> None:

@@ -142,7 +142,7 @@ def test_allow_occurrences_in_flight_when_the_leader_is_killed_are_each_delivere
         c.start()
         n = c.leader(timeout=30)
         client = MolensClient([f"http://127.0.0.1:{m.settings['http']['port']}" for m in c.nodes.values()],
-                              retry_deadline_s=60)
+                              retry_deadline_s=60, max_attempts=1_000)
         wait_for(lambda: client.stats(), 60, "the node to serve")
         tag = "overlap-allow-failover"
         t = client.create(type="periodic", interval_ms=PERIOD, overlap="allow", timeout_ms=10_000,
