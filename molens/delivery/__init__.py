@@ -202,7 +202,7 @@ _FIRE_BATCH = "fire_batch"
 _FIRE_RESULTS = "fire_results"
 
 
-FIRE_BATCH_VERSION = 9
+FIRE_BATCH_VERSION = 10
 """What this release's node advertises in its heartbeats: it reads fire batch items of 11 fields, or 12
 with the task's ``traceparent`` (since 2), its state machine applies a result marked ``not_sent``
 as a fire planned again (since 3: docs/architecture.md#not-sent), a ``Dispatched`` entry's
@@ -212,7 +212,9 @@ a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrad
 ``ResumeTasks`` entry's ``drops_paused`` (since 7: docs/deploy.md#rolling-upgrade), and a
 ``TriggerTask``'s ``refuses_planned``, a ``Results`` entry's ``ack_from`` and a ``ResumeTasks`` entry's
 ``records_dropped``, and a 13-field item, the task's namespace (since 8: the same), and a
-``PutApiKey``'s ``checks_namespaces`` and a ``DeleteNamespace``'s ``checks_keys`` (since 9: the same)."""
+``PutApiKey``'s ``checks_namespaces`` and a ``DeleteNamespace``'s ``checks_keys`` (since 9: the same), and
+a ``RedriveDeadLetters``' and a ``ResumeTasks``' ``counts_quota`` and an ``UpdateTask``'s
+``checks_payload_quota`` (since 10: the same)."""
 FIRE_BATCH_V2 = 2
 """The first version whose workers read a 12-field item (a ``traceparent``)."""
 NAMESPACE_ITEM_VERSION = 8
@@ -250,6 +252,12 @@ TENANCY_VERSION = 9
 namespace that no longer exists is refused) and a ``DeleteNamespace``'s ``checks_keys`` (a namespace
 an API key names is not deleted); a replica of an earlier one would apply both, and the replicas
 would differ."""
+QUOTA_VERSION = 10
+"""The first version whose replicas apply a ``RedriveDeadLetters``' and a ``ResumeTasks``' ``counts_quota``
+(a redrive or a resume that would make a finished task unfinished again is refused over its
+namespace's ``max_pending_tasks``) and an ``UpdateTask``'s ``checks_payload_quota`` (a payload
+changed past the namespace's ``max_payload_bytes`` is refused); a replica of an earlier one would
+apply them, and the replicas would differ."""
 FIRE_BATCH_V1 = 1
 """The items of the release before traces (exactly 11 fields; it refuses a whole batch with one
 12-field item): what a worker that advertises no version is sent (``docs/deploy.md#rolling-upgrade``)."""

@@ -82,6 +82,11 @@ class ResumeTasks(_OnTasks, frozen=True, tag=19):
     came due while it was paused, which the resume drops, as one ``skipped`` history row (as one
     paused in the middle of an occurrence does when that occurrence ends). Set once every member has
     advertised ``RESUME_TRIGGER_VERSION``, as ``drops_paused`` is set for ``RESUME_VERSION``."""
+    counts_quota: bool = False
+    """A resume that makes a finished task unfinished again (an inactive periodic task) is refused
+    when its namespace holds ``max_pending_tasks`` unfinished tasks already, as a create is. Set once
+    every member has advertised ``QUOTA_VERSION``; an entry of the release before decodes with it
+    false and is applied as that release did (the quota not counted)."""
 
 
 class TriggerTask(_Command, frozen=True, tag=20):
@@ -187,6 +192,10 @@ class UpdateTask(_Command, frozen=True, tag=25):
     occurrence put aside while a redrive runs moves (or the task ends, when the new bounds exclude
     it), and a backfill the new schedule leaves no instant in is dropped. Set once every member has
     advertised ``RESUME_VERSION``; without it both keep what the old schedule gave them."""
+    checks_payload_quota: bool = False
+    """A changed payload longer than the namespace's ``max_payload_bytes`` is refused, as a create's
+    is, in the log's order (a quota lowered while the update was on its way counts). Set once every
+    member has advertised ``QUOTA_VERSION``; without it the API's screen on its replica is the only check."""
 
 
 class _OnDeadLetters(_Command, frozen=True):
@@ -197,6 +206,13 @@ class _OnDeadLetters(_Command, frozen=True):
 
 class RedriveDeadLetters(_OnDeadLetters, frozen=True, tag=26):
     """Deliver the occurrences of these dead letters again (docs/architecture.md#dead-letters)."""
+
+    counts_quota: bool = False
+    """A redrive that makes a finished task unfinished again (a failed delayed task, an ended
+    periodic one) is refused when its namespace holds ``max_pending_tasks`` unfinished tasks
+    already, as a create is (the dead letter stays). Set once every member has advertised
+    ``QUOTA_VERSION``; an entry of the release before decodes with it false and is applied as that
+    release did."""
 
 
 class DeleteDeadLetters(_OnDeadLetters, frozen=True, tag=27):

@@ -331,7 +331,7 @@ def _written_or_read(written: dict[str, _V | None], key: str, read: Callable[[st
 class _Tx:
     """Reads through the view, sees its own writes, remembers originals to derive wheel effects."""
 
-    __slots__ = ("effects", "meta_read", "orig", "view", "w")
+    __slots__ = ("effects", "live_added", "meta_read", "orig", "view", "w")
 
     def __init__(self, view: View) -> None:
         self.view = view
@@ -340,6 +340,9 @@ class _Tx:
         self.effects: list[Effect] = []
         self.meta_read: dict[str, bytes | None] = {}
         """Meta records read from the view (a batch's tasks of one namespace read its record once)."""
+        self.live_added: dict[str, int] = {}
+        """Finished tasks this entry made unfinished again, by namespace (:func:`_revive_over_quota`):
+        the stored counts are written by :meth:`finish`, so a bulk redrive counts its own items here."""
 
     def task(self, tid: str) -> Task | None:
         tasks = self.w.tasks
@@ -627,8 +630,8 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case PauseTasks():
             results = [_pause(tx, tid, now) for tid in cmd.task_ids]
         case ResumeTasks():
-            results = [_resume(tx, tid, now, cmd.from_schedule, cmd.drops_paused, cmd.records_dropped)
-                       for tid in cmd.task_ids]
+            results = [_resume(tx, tid, now, cmd.from_schedule, cmd.drops_paused, cmd.records_dropped,
+                               cmd.counts_quota) for tid in cmd.task_ids]
         case TriggerTask():
             results = [_trigger(tx, cmd.task_id, now, cmd.refuses_planned)]
         case Expire():
@@ -639,7 +642,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
         case UpdateTask():
             results = [_update(tx, cmd, now)]
         case RedriveDeadLetters():
-            results = [_redrive(tx, dead_id, now) for dead_id in cmd.ids]
+            results = [_redrive(tx, dead_id, now, cmd.counts_quota) for dead_id in cmd.ids]
         case DeleteDeadLetters():
             results = [_delete_dead(tx, dead_id) for dead_id in cmd.ids]
         case AckNotices():
@@ -800,6 +803,34 @@ def _over_quota(tx: _Tx, items: tuple[CreateItem, ...], absent: set[str], keys_f
                 return QuotaExceeded(
                     f"namespace {ns} holds {live} unfinished tasks; {len(mine)} more would pass its "
                     f"max_pending_tasks {q.max_pending_tasks}; nothing was created", "max_pending_tasks", namespace=ns)
+    return None
+
+
+def _quotas(tx: _Tx, ns: str) -> tenancy.Quotas | None:
+    """The quotas of namespace ``ns``; None for ``default`` (it has none) and a namespace that does not exist."""
+    if ns == DEFAULT_NAMESPACE:
+        return None
+    raw = tx.meta(tenancy.NS_PREFIX + ns)
+    return None if raw is None else tenancy.decode_namespace(raw).quotas
+
+
+def _revive_over_quota(tx: _Tx, t: Task, nt: Task) -> QuotaExceeded | None:
+    """Why a change that makes finished task ``t`` unfinished again (``nt``: a redrive of its dead
+    letter, a resume of an inactive periodic task) is refused by its namespace's
+    ``max_pending_tasks``, as a create would be; None when it is not, and then it is counted in
+    ``tx.live_added``."""
+    if t.status not in TERMINAL_STATUSES or nt.status in TERMINAL_STATUSES:
+        return None
+    ns = t.spec.namespace
+    q = _quotas(tx, ns)
+    if q is None or q.max_pending_tasks is None:
+        return None
+    live = tenancy.decode_count(tx.meta(tenancy.LIVE_PREFIX + ns)) + tx.live_added.get(ns, 0)
+    if live + 1 > q.max_pending_tasks:
+        return QuotaExceeded(
+            f"namespace {ns} holds {live} unfinished tasks, its max_pending_tasks {q.max_pending_tasks}: "
+            f"task {t.id} ({t.status}) would be one more; nothing was changed", "max_pending_tasks", namespace=ns)
+    tx.live_added[ns] = tx.live_added.get(ns, 0) + 1
     return None
 
 
@@ -1490,9 +1521,11 @@ def _after_redriven(
     return _end_redrive(t, now)
 
 
-def _redrive(tx: _Tx, dead_id: str, now: int) -> ItemResult:
+def _redrive(tx: _Tx, dead_id: str, now: int, counts_quota: bool = False) -> ItemResult:
     """Deliver a dead letter's occurrence again, same fire id, its attempts continuing, with a full
-    retry budget; the dead letter is removed (a new one is written if it fails for good again)."""
+    retry budget; the dead letter is removed (a new one is written if it fails for good again).
+    ``counts_quota`` (``RedriveDeadLetters.counts_quota``): refused, the dead letter kept, when it
+    would make a finished task unfinished past its namespace's ``max_pending_tasks``."""
     dl = tx.dead(dead_id)
     if dl is None:
         return NotFoundError(f"dead letter {dead_id} not found", "id")
@@ -1519,6 +1552,8 @@ def _redrive(tx: _Tx, dead_id: str, now: int) -> ItemResult:
         nt = _replace(t, redrives=(*t.redrives, (dl.seq, dl.sched_ms, dl.attempts)), updated_ms=now)
         if nt.rewound is None and _idle(nt):
             nt = _start_redrive(nt, now, _own(nt))
+    if counts_quota and (over := _revive_over_quota(tx, t, nt)) is not None:
+        return over
     tx.put(nt)
     tx.w.dead[dead_id] = None
     return dl
@@ -1566,6 +1601,7 @@ def _pause(tx: _Tx, tid: str, now: int) -> ItemResult:
 
 def _resume(
     tx: _Tx, tid: str, now: int, from_schedule: bool = False, drops_paused: bool = False, records_dropped: bool = False,
+    counts_quota: bool = False,
 ) -> ItemResult:
     t = tx.task(tid)
     if t is None:
@@ -1589,6 +1625,8 @@ def _resume(
         )
         if _ends(tx, t, t.seq + 1, nxt):
             nt = _replace(nt, status=Status.DONE, due_ms=None)
+        if counts_quota and (over := _revive_over_quota(tx, t, nt)) is not None:
+            return over
     elif t.status is not Status.PAUSED:
         return IllegalTransitionError(f"cannot resume a task that is {t.status}", "status")
     elif t.ack_attempt > t.ack_base or (t.last_result is ExecutionResult.SUCCESS and t.spec.ack_url and not periodic):
@@ -1670,6 +1708,13 @@ def _update(tx: _Tx, cmd: UpdateTask, now: int) -> ItemResult:
     changed = [f.encode_name for f in msgspec.structs.fields(old) if getattr(old, f.name) != getattr(new, f.name)]
     if not changed:
         return t
+    if cmd.checks_payload_quota and new.payload_json != old.payload_json:
+        q = _quotas(tx, new.namespace)
+        if q is not None and q.max_payload_bytes is not None and len(new.payload_json) > q.max_payload_bytes:
+            return QuotaExceeded(
+                f"namespace {new.namespace}: a payload of {len(new.payload_json)} bytes, more than its "
+                f"max_payload_bytes {q.max_payload_bytes}; nothing was changed", "max_payload_bytes",
+                namespace=new.namespace)
     nt = _replace(
         t, spec=new, version=t.version + 1, updated_ms=now,
         occ_spec=(t.occ_spec or old) if t.inflight is not None else None,

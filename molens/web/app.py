@@ -53,7 +53,13 @@ import bottle
 import msgspec
 
 from molens import model, tracing
-from molens.delivery import KEYS_FIRST_VERSION, LAST_FIRE_VERSION, RESUME_TRIGGER_VERSION, RESUME_VERSION
+from molens.delivery import (
+    KEYS_FIRST_VERSION,
+    LAST_FIRE_VERSION,
+    QUOTA_VERSION,
+    RESUME_TRIGGER_VERSION,
+    RESUME_VERSION,
+)
 from molens.fsm import tenancy
 from molens.fsm.audit import is_audited
 from molens.fsm.commands import (
@@ -575,6 +581,13 @@ class Api:
                 raise QuotaExceeded(f"namespace {ns} takes at most {rate:g} creates per second; nothing was "
                                          "created", "creates_per_s", wait, namespace=ns)
 
+    def charge_creates(self, namespaces: list[str]) -> None:
+        """Charge the ``creates_per_s`` bucket of each namespace of creates that :meth:`made_already`
+        spared their token and that made a task after all: the task their key named was deleted
+        before the create applied (a delete and a keyed create again, raced, made tasks at any rate)."""
+        for ns, n, rate in self._quota_rates(collections.Counter(namespaces).items(), screen=False):
+            self.create_rate.charge(ns, n, rate, time.monotonic())
+
     @contextlib.contextmanager
     def create_slots(self, namespaces: list[str] | None) -> Iterator[None]:
         """Hold a slot of each namespace of a create that has a ``creates_per_s`` quota while it is
@@ -823,7 +836,8 @@ def _install_tasks(api: Api) -> None:
         now = ctx.now_ms()
         spec = _traced(validate(body, now, key), _trace_header())
         access.require(spec.namespace)
-        if not api.made_already(spec.namespace, spec.idempotency_key):
+        spared = api.made_already(spec.namespace, spec.idempotency_key)
+        if not spared:
             api.admit_creates([spec.namespace])
         commit_ns = time.time_ns()
         create = CreateTasks(now, (CreateItem(ctx.new_task_id(), spec),), ctx.replicas_read(KEYS_FIRST_VERSION))
@@ -831,6 +845,8 @@ def _install_tasks(api: Api) -> None:
         assert isinstance(res, Created)
         spans = ctx.settings.spans
         if res.created:
+            if spared:
+                api.charge_creates([spec.namespace])
             ctx.metrics().namespaces.add("creates", spec.namespace)
             if spans.enabled:
                 _trace_create(spans, res.task, start_ns, commit_ns)
@@ -902,8 +918,8 @@ def _install_tasks(api: Api) -> None:
             ])
         if not items:
             return 200, {"items": [], "errors": []}
-        api.admit_creates([it.spec.namespace for it in items
-                           if not api.made_already(it.spec.namespace, it.spec.idempotency_key)])
+        spared = [api.made_already(it.spec.namespace, it.spec.idempotency_key) for it in items]
+        api.admit_creates([it.spec.namespace for it, sp in zip(items, spared, strict=True) if not sp])
         commit_ns = time.time_ns()
         results = api.propose_one(CreateTasks(now, tuple(items), ctx.replicas_read(KEYS_FIRST_VERSION)))
         if len(results) != len(items):  # the whole entry failed (undecodable / apply raised): one error
@@ -916,18 +932,23 @@ def _install_tasks(api: Api) -> None:
         created = False
         made: dict[str, int] = {}
         spans = ctx.settings.spans
+        owed: list[str] = []
         for i, r in enumerate(results):
             if isinstance(r, Created):
                 out.append(r.task)
                 created = created or r.created
                 if r.created:
                     made[r.task.namespace] = made.get(r.task.namespace, 0) + 1
+                    if spared[i]:
+                        owed.append(r.task.namespace)
                     if spans.enabled:
                         _trace_create(spans, r.task, start_ns, commit_ns)
             else:
                 out.append(None)
                 err = r if isinstance(r, MolensError) else InternalError(type(r).__name__)
                 errs.append({"index": i, **err.to_json()})
+        if owed:
+            api.charge_creates(owed)
         counters = ctx.metrics().namespaces
         for ns, n in made.items():
             counters.add("creates", ns, n)
@@ -1076,7 +1097,7 @@ def _install_tasks(api: Api) -> None:
                     f"task {t.id} is waiting for its ACK: ack_url cannot be removed until that ends "
                     "(the callback was answered 2xx and would not be sent again)", "ack_url")
             res = api.propose_one(UpdateTask(now, t.id, spec, t.version, ctx.replicas_read(LAST_FIRE_VERSION),
-                                             ctx.replicas_read(RESUME_VERSION)))[0]
+                                             ctx.replicas_read(RESUME_VERSION), ctx.replicas_read(QUOTA_VERSION)))[0]
             if isinstance(res, PreconditionFailed) and wanted is None:
                 continue
             nt = _item(res)
@@ -1112,7 +1133,8 @@ def _install_tasks(api: Api) -> None:
                                       "resume_from")
             from_schedule = where == "schedule"
         drops, records = ctx.replicas_read(RESUME_VERSION), ctx.replicas_read(RESUME_TRIGGER_VERSION)
-        return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule, drops, records), task_id)
+        quota = ctx.replicas_read(QUOTA_VERSION)
+        return by_id(lambda now, tid: ResumeTasks(now, (tid,), from_schedule, drops, records, quota), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True, body=Body.NONE)
     def trigger_task(task_id: str) -> tuple[int, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Protocol
 
+from molens.delivery import QUOTA_VERSION
 from molens.errors import MolensError, NotFoundError, ValidationError
 from molens.fsm.commands import DeleteDeadLetters, RedriveDeadLetters
 from molens.fsm.store import DEAD_CURSOR, DEAD_ID
@@ -149,7 +150,7 @@ def install_dead_letters(api: Api) -> None:
     @api.route("POST", f"{PREFIX}/dead-letters/<dead_id>/redrive", write=True, body=Body.NONE)
     def redrive_one(dead_id: str) -> tuple[int, Any]:
         dead_or_404(dead_id, write=True)
-        res = _item(api.propose_one(RedriveDeadLetters(ctx.now_ms(), (dead_id,)))[0])
+        res = _item(api.propose_one(RedriveDeadLetters(ctx.now_ms(), (dead_id,), ctx.replicas_read(QUOTA_VERSION)))[0])
         assert isinstance(res, DeadLetter)
         return 200, _redrive_json(res)
 
@@ -186,7 +187,8 @@ def install_dead_letters(api: Api) -> None:
         for i in range(0, len(ids), CHUNK):
             chunk = tuple(ids[i:i + CHUNK])
             try:
-                results = api.propose_one(cmd(ctx.now_ms(), chunk))
+                results = api.propose_one(RedriveDeadLetters(ctx.now_ms(), chunk, ctx.replicas_read(QUOTA_VERSION))
+                                          if cmd is RedriveDeadLetters else cmd(ctx.now_ms(), chunk))
             except (LeaderElsewhere, NoLeader, Unavailable, InsufficientStorage) as exc:
                 if i == 0:
                     raise  # nothing applied: the request may go again, to the leader

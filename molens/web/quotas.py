@@ -91,6 +91,15 @@ class CreateRate:
             self._buckets[ns] = (tokens - n, now)
             return 0
 
+    def charge(self, ns: str, n: int, rate: float, now: float) -> None:
+        """Take ``n`` tokens of namespace ``ns`` whatever its bucket holds: it may go below zero, and
+        the creates after wait until it has refilled (at most a day's worth of debt). For creates
+        that were spared their token because their idempotency key named a task, and made one
+        after all (the task was deleted while they were on their way)."""
+        with self._lock:
+            tokens = self._short(ns, n, rate, now)[0]
+            self._buckets[ns] = (max(tokens - n, -rate * MAX_RETRY_AFTER_S), now)
+
 
 MAX_RETRY_AFTER_S = 86_400
 """The longest ``Retry-After`` a refused create is given: a quota of a create a year still says a

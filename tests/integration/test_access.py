@@ -675,3 +675,36 @@ def test_a_full_page_goes_on_only_to_an_object_the_key_may_see(world: World) -> 
     one_more = world.task(mine_ns, payload={"m": mark})  # one it may see: the page goes on
     st, out, _ = req(world.n, "GET", f"{lists['tasks']}&limit=1", reader)
     assert [t["id"] for t in out["items"]] == [one_more] and out["next_cursor"] is not None
+
+
+def test_a_redrive_or_resume_that_makes_a_finished_task_unfinished_counts_against_max_pending_tasks(
+    node: NodeProc,
+) -> None:
+    """A namespace full to its ``max_pending_tasks`` took more through the back door: a redrive of a
+    failed task's dead letter (single or by filter) and a resume of an inactive periodic task each
+    made one more unfinished task. Now 429 ``quota_exceeded`` as a create is, the dead letter kept."""
+    ok(node, "POST", f"{P}/namespaces", {"name": "revive", "quotas": {"max_pending_tasks": 2}})
+    dead_cb = "http://127.0.0.1:9/refused"  # nothing listens: the one attempt fails
+    failed = ok(node, "POST", f"{P}/tasks", {"type": "delayed", "interval_ms": 1, "callback_url": dead_cb,
+                                             "namespace": "revive", "max_retries": 0})
+    ended = ok(node, "POST", f"{P}/tasks", {"type": "periodic", "interval_ms": 1_000, "callback_url": dead_cb,
+                                            "namespace": "revive", "max_retries": 0, "max_fails": 1})
+    wait_for(lambda: ok(node, "GET", f"{P}/tasks/{failed['id']}")["status"] == "failed"
+             and ok(node, "GET", f"{P}/tasks/{ended['id']}")["status"] == "inactive", 30, "both tasks to end")
+    holder = [ok(node, "POST", f"{P}/tasks", {"type": "delayed", "interval_ms": 3_600_000, "callback_url": dead_cb,
+                                              "namespace": "revive"}) for _ in range(2)]  # the namespace is full now
+    [dl] = [d for d in ok(node, "GET", f"{P}/dead-letters?namespace=revive&limit=100")["items"]
+            if d["task_id"] == failed["id"]]
+    st, out, _ = req(node, "POST", f"{P}/dead-letters/{dl['id']}/redrive", TOKEN)
+    assert (st, out["error"]["quota"]) == (429, "max_pending_tasks"), out
+    st, out, _ = req(node, "POST", f"{P}/dead-letters/redrive", TOKEN, {"namespace": "revive", "task_id": failed["id"]})
+    assert st == 200 and (out["redriven"], out["error_count"], out["errors"][0]["error"]) == (0, 1, "quota_exceeded")
+    st, out, _ = req(node, "POST", f"{P}/tasks/{ended['id']}/resume", TOKEN)
+    assert (st, out["error"]["quota"]) == (429, "max_pending_tasks"), out
+    assert ok(node, "GET", f"{P}/tasks/{failed['id']}")["status"] == "failed"
+    assert ok(node, "GET", f"{P}/tasks/{ended['id']}")["status"] == "inactive"
+    assert ok(node, "GET", f"{P}/dead-letters/{dl['id']}")["id"] == dl["id"]  # kept
+    ok(node, "DELETE", f"{P}/tasks/{holder[0]['id']}")  # room for one again
+    assert ok(node, "POST", f"{P}/tasks/{ended['id']}/resume")["status"] == "pending"
+    st, out, _ = req(node, "POST", f"{P}/dead-letters/{dl['id']}/redrive", TOKEN)
+    assert (st, out["error"]["quota"]) == (429, "max_pending_tasks"), out  # the resume took the room

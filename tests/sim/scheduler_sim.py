@@ -1761,7 +1761,7 @@ class Sim:
                 return
             self.log_(f"client: resume {tid} from {'schedule' if from_schedule else 'now'}")
             self.propose(ResumeTasks(self.now, (tid,), from_schedule=from_schedule, drops_paused=True,
-                                     records_dropped=True))
+                                     records_dropped=True, counts_quota=True))
         self.at(self.now + 300, lambda: self.client_resume(idem, from_schedule, cycles))
 
     def client_put_flow(
@@ -1803,7 +1803,7 @@ class Sim:
         for d in picked:
             self.redrive_at[d.task_id].append(self.now)
         self.log_(f"operator: redrive {[d.id for d in picked]}")
-        self.propose(RedriveDeadLetters(self.now, tuple(d.id for d in picked)))
+        self.propose(RedriveDeadLetters(self.now, tuple(d.id for d in picked), counts_quota=True))
 
     def edge_creates(self) -> None:
         """Three delayed tasks due one ms before the leader's window ends, at its end and one after."""

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from molens.fsm.commands import CreateTasks, DeleteTasks
 from molens.web.app import Api, build_api
 from molens.web.local_context import LocalContext
 from molens.web.quotas import MAX_HELD, MAX_HOLD_S
@@ -135,3 +136,33 @@ def test_a_create_is_never_held_while_it_holds_its_namespaces_create_slot(
     assert (st, out["error"]["quota"]) == (429, "creates_per_s") and int(headers["Retry-After"]) > 0
     assert slept == [MAX_HOLD_S]
     assert a.slots.busy() == {}
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_keyed_create_spared_its_token_that_makes_a_task_after_all_is_charged(
+        api: tuple[Api, list[float]], batch: bool) -> None:
+    """A create whose idempotency key names a task takes no ``creates_per_s`` token (it makes
+    nothing). When that task is deleted while the create is on its way, the create makes a task:
+    a delete and a keyed create again, raced, made tasks at any rate. Now the bucket is charged
+    after the fact, so the next create waits for that token too (one per 1,000 s: 2,000 s for two)."""
+    a, _ = api
+    assert _call(a, "POST", "/api/v1/namespaces", {"name": "slow", "quotas": {"creates_per_s": 0.001}})[0] == 201
+    st, _, first = _call(a, "POST", "/api/v1/tasks", TASK | {"idempotency_key": "k1"})
+    assert st == 201
+    real = a.propose_one
+
+    def delete_lands_first(cmd: Any) -> Any:
+        if isinstance(cmd, CreateTasks):  # the delete of the key's task is ordered before the create
+            assert real(DeleteTasks(cmd.now_ms, (first["id"],)))[0] is not None
+        return real(cmd)
+
+    a.propose_one = delete_lands_first  # type: ignore[method-assign]
+    if batch:
+        st, _, out = _call(a, "POST", "/api/v1/tasks/batch", {"tasks": [TASK | {"idempotency_key": "k1"}]})
+        made = out["items"][0]
+    else:
+        st, _, made = _call(a, "POST", "/api/v1/tasks", TASK | {"idempotency_key": "k1"})
+    a.propose_one = real  # type: ignore[method-assign]
+    assert st == 201 and made["id"] != first["id"]  # a task was made: spared at first, it owes its token
+    st, headers, out = _call(a, "POST", "/api/v1/tasks", TASK | {"idempotency_key": "k2"}, port=40002)
+    assert (st, out["error"]["quota"], headers["Retry-After"]) == (429, "creates_per_s", "2000")
