@@ -213,8 +213,8 @@ a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrad
 ``TriggerTask``'s ``refuses_planned``, a ``Results`` entry's ``ack_from`` and a ``ResumeTasks`` entry's
 ``records_dropped``, and a 13-field item, the task's namespace (since 8: the same), and a
 ``PutApiKey``'s ``checks_namespaces`` and a ``DeleteNamespace``'s ``checks_keys`` (since 9: the same), and
-a ``RedriveDeadLetters``' and a ``ResumeTasks``' ``counts_quota`` and an ``UpdateTask``'s
-``checks_payload_quota`` (since 10: the same)."""
+a ``RedriveDeadLetters``' and a ``ResumeTasks``' ``counts_quota``, an ``UpdateTask``'s
+``checks_payload_quota`` and a ``TriggerTask``'s ``refuses_sent_ahead`` (since 10: the same)."""
 FIRE_BATCH_V2 = 2
 """The first version whose workers read a 12-field item (a ``traceparent``)."""
 NAMESPACE_ITEM_VERSION = 8
@@ -258,6 +258,11 @@ QUOTA_VERSION = 10
 namespace's ``max_pending_tasks``) and an ``UpdateTask``'s ``checks_payload_quota`` (a payload
 changed past the namespace's ``max_payload_bytes`` is refused); a replica of an earlier one would
 apply them, and the replicas would differ."""
+TRIGGER_AHEAD_VERSION = 10
+"""The first version whose replicas apply a ``TriggerTask``'s ``refuses_sent_ahead`` (a task whose
+last attempt was sent ahead for a later instant and settled lost is not triggered before that
+instant: the schedule after the triggered occurrence would take it again, while that attempt may
+still go out); a replica of an earlier one would apply the trigger, and the replicas would differ."""
 FIRE_BATCH_V1 = 1
 """The items of the release before traces (exactly 11 fields; it refuses a whole batch with one
 12-field item): what a worker that advertises no version is sent (``docs/deploy.md#rolling-upgrade``)."""

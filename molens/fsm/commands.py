@@ -98,6 +98,11 @@ class TriggerTask(_Command, frozen=True, tag=20):
     for a later instant (sent ahead of its time): the schedule after the triggered occurrence would
     take that instant again. Set once every member has advertised ``RESUME_TRIGGER_VERSION``; an entry
     of the release before decodes with it false and is applied as that release did."""
+    refuses_sent_ahead: bool = False
+    """Nor is a task triggered before its ``last_fire_ms`` (an attempt sent ahead for a later instant
+    and settled lost, its worker gone, may still go out then): the schedule after the triggered
+    occurrence would take that instant again. Set once every member has advertised
+    ``TRIGGER_AHEAD_VERSION``, as ``refuses_planned`` is for ``RESUME_TRIGGER_VERSION``."""
 
 
 class DispatchItem(msgspec.Struct, frozen=True, array_like=True):

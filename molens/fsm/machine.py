@@ -633,7 +633,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
             results = [_resume(tx, tid, now, cmd.from_schedule, cmd.drops_paused, cmd.records_dropped,
                                cmd.counts_quota) for tid in cmd.task_ids]
         case TriggerTask():
-            results = [_trigger(tx, cmd.task_id, now, cmd.refuses_planned)]
+            results = [_trigger(tx, cmd.task_id, now, cmd.refuses_planned, cmd.refuses_sent_ahead)]
         case Expire():
             results = [_expire(tx, it) for it in cmd.items]
         case PutMeta():
@@ -1661,7 +1661,7 @@ def _resume(
     return nt
 
 
-def _trigger(tx: _Tx, tid: str, now: int, refuses_planned: bool = False) -> ItemResult:
+def _trigger(tx: _Tx, tid: str, now: int, refuses_planned: bool = False, refuses_sent_ahead: bool = False) -> ItemResult:
     t = tx.task(tid)
     if t is None:
         return NotFoundError(f"task {tid} not found", "task_id")
@@ -1673,6 +1673,12 @@ def _trigger(tx: _Tx, tid: str, now: int, refuses_planned: bool = False) -> Item
         # (overlap allow) the schedule after the triggered occurrence would take that instant again
         return IllegalTransitionError("cannot trigger a task while an occurrence planned for a later instant "
                                       "is on its way", "status")
+    if refuses_sent_ahead and t.last_fire_ms is not None and t.last_fire_ms > now:
+        # an attempt sent ahead for that instant was settled lost; its worker may still send it then,
+        # and the schedule after the triggered occurrence would take the instant again
+        return IllegalTransitionError(
+            f"cannot trigger a task before {t.last_fire_ms} (epoch ms): an attempt sent ahead for that instant "
+            "may still go out", "status")
     nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)
     tx.put(nt)
     return nt

@@ -59,6 +59,7 @@ from molens.delivery import (
     QUOTA_VERSION,
     RESUME_TRIGGER_VERSION,
     RESUME_VERSION,
+    TRIGGER_AHEAD_VERSION,
 )
 from molens.fsm import tenancy
 from molens.fsm.audit import is_audited
@@ -1138,8 +1139,8 @@ def _install_tasks(api: Api) -> None:
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/trigger", write=True, body=Body.NONE)
     def trigger_task(task_id: str) -> tuple[int, Any]:
-        refuses = ctx.replicas_read(RESUME_TRIGGER_VERSION)
-        return by_id(lambda now, tid: TriggerTask(now, tid, refuses), task_id)
+        refuses, ahead = ctx.replicas_read(RESUME_TRIGGER_VERSION), ctx.replicas_read(TRIGGER_AHEAD_VERSION)
+        return by_id(lambda now, tid: TriggerTask(now, tid, refuses, ahead), task_id)
 
     @api.route("POST", f"{PREFIX}/tasks/<task_id>/backfill", write=True)
     def backfill_task(task_id: str) -> tuple[int, Any]:

@@ -1568,7 +1568,7 @@ class Sim:
         t = self.replicas[ld.node].get_task(plan.task_id)
         if t is None or t.status in TERMINAL_STATUSES:
             return  # nothing left to trigger
-        cmd = TriggerTask(self.now, plan.task_id, refuses_planned=True)
+        cmd = TriggerTask(self.now, plan.task_id, refuses_planned=True, refuses_sent_ahead=True)
         self.log_(f"client: trigger {plan.task_id} ({t.status}, due {t.due_ms and t.due_ms - self.t0})")
         self.propose(cmd)
 

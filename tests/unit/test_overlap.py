@@ -34,6 +34,7 @@ from molens.model import (
     NotFoundError,
     Outcome,
     Reliability,
+    Status,
     Task,
     validate_create,
 )
@@ -586,3 +587,38 @@ def test_allow_trigger_while_an_occurrence_planned_ahead_is_on_its_way(refuses_p
         assert res.due_ms == h.now
         _fire_next(h, t.id)
         assert h.t(t.id).sched_ms == planned.scheduled_ms  # the planned instant taken again
+
+
+@pytest.mark.parametrize("refuses_sent_ahead", [True, False])
+def test_a_trigger_before_the_instant_of_an_attempt_sent_ahead_and_settled_lost(refuses_sent_ahead: bool) -> None:
+    """An at_most_once occurrence sent ahead of its instant, its worker lost before the instant: the
+    occurrence is settled lost and the task waits for its next instant, but the lost worker may still
+    send the attempt at its instant. A trigger then would make the schedule go on at the first instant
+    after it, that one, so it would fire twice (found by the scheduler simulation, seed 58000205).
+    With ``refuses_sent_ahead`` (every replica of version 10) it is refused until that instant; an
+    entry of the release before applies as that release did."""
+    h = H()
+    t = _periodic(h, reliability="at_most_once")
+    u = h.t(t.id)
+    h.now = (u.due_ms or 0) - 300  # planned 300 ms ahead of its instant
+    out = h.apply(Dispatched(h.now, (DispatchItem(fire_id=u.fire_id, task_id=t.id, attempt=1, worker="w1",
+                                                  deadline_ms=h.now + 60_000),), keeps_last_fire=True))
+    (planned,) = [e for e in out.effects if isinstance(e, SendFire)]
+    h.answer(t.id, None, Outcome.LOST, after_ms=50)  # its worker lost: the occurrence ends, unknown
+    after = h.t(t.id)
+    assert after.status is Status.PENDING and after.sched_ms == planned.scheduled_ms + IV and h.now < planned.scheduled_ms
+    res = h.apply(TriggerTask(h.now, t.id, True, refuses_sent_ahead)).results[0]
+    if refuses_sent_ahead:
+        assert isinstance(res, IllegalTransitionError) and res.http_status == 409
+        assert h.t(t.id) == after  # untouched
+        h.now = planned.scheduled_ms  # once its instant has come, a trigger applies
+        assert h.apply(TriggerTask(h.now, t.id, True, True)).results[0].due_ms == h.now
+        _fire_next(h, t.id)
+        assert h.t(t.id).sched_ms == planned.scheduled_ms  # the triggered one, at that instant (now)
+        h.answer(t.id, 200)
+        assert h.t(t.id).sched_ms == planned.scheduled_ms + IV
+    else:
+        assert res.due_ms == h.now
+        _fire_next(h, t.id)
+        h.answer(t.id, 200)
+        assert h.t(t.id).sched_ms == planned.scheduled_ms  # the lost attempt's instant taken again
