@@ -13,7 +13,9 @@ Behaviour:
 - **Retries** with exponential backoff and jitter (``backoff_base_s * 2^n``, capped at
   ``backoff_max_s``, times a random factor in [0.5, 1]), bounded by ``max_attempts`` and
   ``retry_deadline_s``: on connection errors, on ``503`` (no leader / outcome unknown /
-  unavailable) and on ``507`` (the leader's disk is full; nothing applied). Other errors are raised
+  unavailable) and on ``507`` (the leader's disk is full; nothing applied); a retry goes only with
+  at least ``MIN_ATTEMPT_S`` (0.1 s) of the deadline left (a backoff leaves that much), else the
+  client gives up as at the deadline. Other errors are raised
   at once as typed :class:`ApiError` subclasses (a ``429`` carries its ``Retry-After`` as
   ``retry_after_s`` and is not waited out). A redirect from an ``https://`` node to a plain
   ``http://`` address is not followed (the token would go unencrypted): the next node is asked.
@@ -88,6 +90,17 @@ MAX_FILTER_CHARS = 300
 """The longest ``task_id`` or ``flow`` a dead-letter filter takes."""
 MAX_PREVIEW = 100
 """Fire times one schedule preview gives at most."""
+MIN_ATTEMPT_S = 0.1
+"""The least of the retry deadline a retry is sent with: a backoff leaves it this much, and with less
+left the client gives up as at the deadline. An attempt sent with a millisecond cannot be answered,
+and for a write it made a clean failure (every node answered 503, nothing applied) an unknown outcome."""
+
+
+def _no_time_for_another(deadline: float) -> bool:
+    """Whether too little of the retry deadline is left to send another attempt (:data:`MIN_ATTEMPT_S`)."""
+    return deadline - time.monotonic() < MIN_ATTEMPT_S
+
+
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 """The longest answer body read (``max_response_bytes``), as the Go SDK's: a page of 1,000 tasks of
 the largest default payload is about 76 MiB; a longer one is no node's answer."""
@@ -1200,9 +1213,10 @@ class MolensClient:
                 return
 
     def _backoff(self, n: int, deadline: float) -> None:
+        """Sleep before attempt ``n + 1``, leaving it at least :data:`MIN_ATTEMPT_S` of the deadline."""
         # the exponent capped: 2 ** 1100 is past a float (max_attempts may be large)
         delay = min(self.backoff_max_s, self.backoff_base_s * (2 ** min(n - 1, 64))) * self._rng.uniform(0.5, 1.0)
-        time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+        time.sleep(max(0.0, min(delay, deadline - time.monotonic() - MIN_ATTEMPT_S)))
 
     def _pool(self, base: str) -> _NodePool:
         """The keep-alive pool of a node (a dict lookup)."""
@@ -1258,7 +1272,7 @@ class MolensClient:
                 log.debug("request failed node=%s attempt=%d: %s", target, attempt, type(exc).__name__)
                 if unknown and not safe_retry:  # sending it again could apply it twice (a backfill fires twice)
                     raise OutcomeUnknownError(f"{method} {path}: no answer; it may have been applied") from exc
-                if attempt >= self.max_attempts or time.monotonic() >= deadline:
+                if attempt >= self.max_attempts or _no_time_for_another(deadline):
                     if unknown:  # a keyed create: sent, maybe applied; the same key finds out
                         raise OutcomeUnknownError(
                             f"{method} {path}: no answer after {attempt} attempts ({exc}); it may have been applied"
@@ -1285,7 +1299,7 @@ class MolensClient:
                     # the bearer token would go unencrypted (a node behind a TLS proxy names its plain
                     # address): ask the next configured node instead, as after a failed attempt. The
                     # parsed scheme is compared (``HTTP://`` is plain http too)
-                    if len(self._urls) == 1 or attempt >= self.max_attempts or time.monotonic() >= deadline:
+                    if len(self._urls) == 1 or attempt >= self.max_attempts or _no_time_for_another(deadline):
                         _give_up(unknown, last_exc, UnavailableError(
                             status, "redirect", f"{method} {path}: the leader's address {leader} is plain http; "
                             "not following it from https (give the client every node's https URL)"))
@@ -1295,7 +1309,7 @@ class MolensClient:
                 if redirects >= MAX_REDIRECTS:
                     # nodes name each other as leader: an election is settling. Back off and ask
                     # again, as after a failed attempt; a loop that outlasts the retries is an error
-                    if attempt >= self.max_attempts or time.monotonic() >= deadline:
+                    if attempt >= self.max_attempts or _no_time_for_another(deadline):
                         _give_up(unknown, last_exc, UnavailableError(
                             status, "redirect", f"{method} {path}: looping redirect to {shown!r:.200}"))
                     redirects = 0
@@ -1332,7 +1346,7 @@ class MolensClient:
                 if unknown and not safe_retry:
                     raise OutcomeUnknownError(f"{method} {path}: a proxy answered {status}; it may have been "
                                               "applied") from last_exc
-                if attempt >= self.max_attempts or time.monotonic() >= deadline:
+                if attempt >= self.max_attempts or _no_time_for_another(deadline):
                     if unknown:
                         raise OutcomeUnknownError(f"{method} {path}: a proxy answered {status} after {attempt} "
                                                   "attempts; it may have been applied") from last_exc
@@ -1347,7 +1361,7 @@ class MolensClient:
                 unknown = unknown or code == "outcome_unknown"
                 if unknown and not safe_retry:
                     raise OutcomeUnknownError(f"{method} {path}: leadership changed; it may have been applied")
-                if attempt >= self.max_attempts or time.monotonic() >= deadline:
+                if attempt >= self.max_attempts or _no_time_for_another(deadline):
                     if unknown:
                         raise OutcomeUnknownError(f"{method} {path}: leadership changed; it may have been applied")
                     _raise_for(status, parsed, path, r.headers.get("Retry-After"))
@@ -1356,7 +1370,7 @@ class MolensClient:
                     target = self._next_node(target)
                 self._backoff(attempt, deadline)
                 if retry_after and retry_after.isascii() and retry_after.isdigit() and attempt > 2:
-                    time.sleep(max(0.0, min(float(retry_after), deadline - time.monotonic())))
+                    time.sleep(max(0.0, min(float(retry_after), deadline - time.monotonic() - MIN_ATTEMPT_S)))
                 continue
             if status >= 400:
                 # after a lost answer a refusal cannot tell whether the first attempt applied: a
