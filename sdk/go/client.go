@@ -73,11 +73,13 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 func WithMaxAttempts(n int) Option { return func(c *Client) { c.maxAttempts = n } }
 
 // WithRetryDeadline bounds the time one call spends, retries included (default 30 s; it must be
-// positive). An attempt's timeout is cut to what is left of it.
+// positive). An attempt's timeout is cut to what is left of it. The first attempt always goes; a
+// retry goes only while at least MinAttempt (100 ms) of it is left (the backoff before it ends that
+// long before the deadline), so a deadline under MinAttempt allows no retry.
 func WithRetryDeadline(d time.Duration) Option { return func(c *Client) { c.retryDeadline = d } }
 
 // WithBackoff sets the backoff: attempt n waits a random time in [0, min(max, base*2^(n-1))]
-// (defaults 50 ms and 2 s).
+// (defaults 50 ms and 2 s), cut to end MinAttempt before the retry deadline.
 func WithBackoff(base, max time.Duration) Option {
 	return func(c *Client) { c.backoffBase, c.backoffMax = base, max }
 }
@@ -699,7 +701,19 @@ func (c *Client) nextNode(failed string) string {
 	return c.target
 }
 
-// backoff waits a full-jitter delay for attempt n (at least floor), within the deadline and ctx.
+// MinAttempt is the least time a retry is sent with: a retry goes only while at least this much of
+// the retry deadline is left, and the backoff before it ends this long before the deadline (as in
+// the Python and Java SDKs). An attempt cut to a few milliseconds could not get an answer, and a
+// write sent so could turn a clean failure (every node answered 503, nothing applied) into an
+// unknown outcome. The first attempt always goes, however short the retry deadline.
+const MinAttempt = 100 * time.Millisecond
+
+// minAttempt is MinAttempt, a variable so that the tests can widen it (a loaded machine's timers
+// wake late; a wider window keeps their checks about the rule, not about the scheduler).
+var minAttempt = MinAttempt
+
+// backoff waits a full-jitter delay for attempt n (at least floor), within ctx and ending at least
+// MinAttempt before the deadline, so that the retry after it has MinAttempt (see spent in doWith).
 func (c *Client) backoff(ctx context.Context, n int, floor time.Duration, deadline time.Time) error {
 	ceil := c.backoffBase << uint(n-1)
 	if ceil > c.backoffMax || ceil <= 0 {
@@ -715,8 +729,8 @@ func (c *Client) backoff(ctx context.Context, n int, floor time.Duration, deadli
 	if d < floor {
 		d = floor
 	}
-	if left := time.Until(deadline); d > left {
-		d = left
+	if left := time.Until(deadline) - minAttempt; d > left {
+		d = left // left < 0 (the caller checked spent just before): no wait
 	}
 	if d <= 0 {
 		return ctx.Err()
@@ -775,8 +789,10 @@ func retryAfter(resp *http.Response) time.Duration {
 
 // exchange is one attempt: it sends req and reads the answer (resp's Body read into raw and
 // closed; tooBig: raw is the first maxAnswer bytes of a longer body) within req's context and the
-// attempt timeout cut to what is left of the retry deadline. A deadline already spent still gets a
-// millisecond, as in the Python and Java SDKs (the attempt fails and the budget is spent).
+// attempt timeout cut to what is left of the retry deadline. A retry is sent only with at least
+// MinAttempt left (spent in doWith, and backoff ends that long before the deadline); a deadline
+// already spent (the first attempt of a call whose ctx stalled it, say, or a retry whose backoff
+// woke late) still gets a millisecond, as in the Python and Java SDKs.
 // gotConn: net/http's Transport had a connection for it (see notSent).
 func (c *Client) exchange(req *http.Request, deadline time.Time) (resp *http.Response, raw []byte, tooBig, gotConn bool, err error) {
 	within := time.Until(deadline)
@@ -831,7 +847,11 @@ func (c *Client) doWith(ctx context.Context, method, path string, q url.Values, 
 		}
 		return e
 	}
-	spent := func() bool { return attempt >= c.maxAttempts || !time.Now().Before(deadline) }
+	// spent: no retry may follow (every place that would retry asks it first). A retry goes only
+	// with at least MinAttempt of the deadline left: one cut to less could not get an answer, and a
+	// write sent so could only turn a clean failure into an unknown outcome. The first attempt
+	// always goes; a redirect to the leader is part of the attempt it answered, not a retry.
+	spent := func() bool { return attempt >= c.maxAttempts || time.Until(deadline) < minAttempt }
 	for {
 		attempt++
 		if err := ctx.Err(); err != nil {

@@ -18,7 +18,8 @@
 //     (Code "http_error"): no node answers so.
 //   - Retries with exponential backoff and full jitter (a random delay in [0, min(max, base*2^(n-1))] before retry n),
 //     bounded by WithMaxAttempts and WithRetryDeadline (each attempt's WithTimeout is cut to what is
-//     left of it): on connection errors, on 503 (no leader,
+//     left of it; a retry goes only with at least MinAttempt, 100 ms, of it left, and a backoff
+//     ends that long before it): on connection errors, on 503 (no leader,
 //     outcome unknown, unavailable) and on 507 (the leader's disk is full; nothing applied),
 //     waiting at least Retry-After once a few attempts have failed. A 502 or 504 comes from a
 //     proxy whose node did not answer (no node answers so) and is taken as a lost answer: a

@@ -269,9 +269,12 @@ func TestAnAttemptsTimeoutIsCutToWhatIsLeftOfTheRetryDeadline(t *testing.T) {
 	}
 }
 
-func TestAnAttemptAfterTheRetryDeadlineGetsAMillisecondAndTheLastAnswerIsReturned(t *testing.T) {
-	// from the third attempt on the backoff waits Retry-After (60 s), cut to the retry deadline:
-	// the fourth attempt starts with the deadline spent, as in the Python and Java SDKs
+func TestARetryAfterABackoffCutToTheRetryDeadlineGetsMinAttemptAndTheLastAnswerIsReturned(t *testing.T) {
+	// from the third attempt on the backoff waits Retry-After (60 s), cut to end MinAttempt before
+	// the retry deadline: the fourth attempt goes with about MinAttempt left, still within the
+	// deadline, and is the last (as in the Python and Java SDKs). The window is widened to 400 ms
+	// so that a timer waking late on a loaded machine does not eat it
+	widenMinAttempt(t, 400*time.Millisecond)
 	rec := &attemptRecorder{answer: func(req *http.Request) *http.Response {
 		return &http.Response{StatusCode: 503, Request: req, Header: http.Header{"Retry-After": {"60"}},
 			Body: io.NopCloser(strings.NewReader(`{"error": {"code": "unavailable", "message": "not serving"}}`))}
@@ -279,11 +282,108 @@ func TestAnAttemptAfterTheRetryDeadlineGetsAMillisecondAndTheLastAnswerIsReturne
 	c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(&http.Client{Transport: rec}),
 		WithRetryDeadline(time.Second), WithMaxAttempts(10), WithBackoff(time.Millisecond, time.Millisecond))
 	_, err := c.GetTask(context.Background(), "a")
-	if mustAPIError(t, err, 503, "unavailable", ""); !IsUnavailable(err) || len(rec.sent) != 4 {
+	if e := mustAPIError(t, err, 503, "unavailable", ""); !IsUnavailable(err) || e.RetryAfter != time.Minute || len(rec.sent) != 4 {
 		t.Fatalf("got %v after %d attempts", err, len(rec.sent))
 	}
-	if d := rec.deadlines[3]; d.IsZero() || d.After(rec.sent[3].Add(time.Millisecond)) {
-		t.Fatalf("the attempt after the deadline had until %v, sent at %v", d, rec.sent[3])
+	if waited := rec.sent[3].Sub(rec.sent[2]); waited < 500*time.Millisecond {
+		t.Fatalf("the backoff honouring Retry-After waited %v only", waited)
+	}
+	d := rec.deadlines[3]
+	if d.IsZero() || d.Sub(rec.sent[3]) < 200*time.Millisecond {
+		t.Fatalf("the last retry had until %v, sent at %v (%v)", d, rec.sent[3], d.Sub(rec.sent[3]))
+	}
+	// still cut to the retry deadline (the attempt timeout is the default 10 s)
+	if bound := rec.sent[0].Add(time.Second + 50*time.Millisecond); d.After(bound) {
+		t.Fatalf("the last retry had until %v, after the retry deadline (about %v)", d, bound)
+	}
+}
+
+// widenMinAttempt sets the least time a retry is sent with to d for one test.
+func widenMinAttempt(t *testing.T, d time.Duration) {
+	old := minAttempt
+	minAttempt = d
+	t.Cleanup(func() { minAttempt = old })
+}
+
+// noLeader answers as a node that knows of no leader.
+func noLeader(req *http.Request) *http.Response {
+	return &http.Response{StatusCode: 503, Request: req, Header: http.Header{},
+		Body: io.NopCloser(strings.NewReader(`{"error": {"code": "no_leader", "message": "no leader"}}`))}
+}
+
+func TestEveryRetryIsSentWithAtLeastMinAttemptOfTheRetryDeadlineLeft(t *testing.T) {
+	// a backoff of an hour is cut to end MinAttempt before the deadline, not at it: the retry after
+	// it has time to be answered, and no retry follows it (the window widened to 1 s of 3 s: a
+	// timer waking late on a loaded machine does not eat it)
+	widenMinAttempt(t, time.Second)
+	rec := &attemptRecorder{answer: noLeader}
+	c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(&http.Client{Transport: rec}),
+		WithRetryDeadline(3*time.Second), WithMaxAttempts(100), WithBackoff(time.Hour, time.Hour))
+	_, err := c.GetTask(context.Background(), "a")
+	mustAPIError(t, err, 503, "no_leader", "")
+	if len(rec.sent) != 2 {
+		t.Fatalf("%d attempts, want the first and one retry", len(rec.sent))
+	}
+	for i := 1; i < len(rec.sent); i++ {
+		if d := rec.deadlines[i]; d.IsZero() || d.Sub(rec.sent[i]) < 500*time.Millisecond {
+			t.Fatalf("attempt %d was sent with %v left", i+1, d.Sub(rec.sent[i]))
+		}
+	}
+}
+
+func TestAKeyedCreateThatMeetsNoLeaderUntilTheRetryDeadlineIsUnavailableNotAnUnknownOutcome(t *testing.T) {
+	// every node answered 503 no_leader: nothing was applied. A retry sent with a millisecond left
+	// would time out after it was written, and the create would end as "maybe applied" (the window
+	// widened to 1 s of 3 s, so that the retry is answered on a loaded machine too)
+	widenMinAttempt(t, time.Second)
+	var mu sync.Mutex
+	var keys []string
+	node := standIn(t, false, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, requestKeys(r)...)
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond) // a node takes a moment to answer
+		w.WriteHeader(503)
+		_, _ = io.WriteString(w, `{"error": {"code": "no_leader", "message": "no leader"}}`)
+	})
+	c := newClient(t, []string{node.URL}, WithRetryDeadline(3*time.Second), WithMaxAttempts(100), WithBackoff(time.Hour, time.Hour))
+	_, err := c.CreateTask(context.Background(), NewTaskRequest("delayed", "http://127.0.0.1:9/").SetIntervalMs(1000))
+	var ou *OutcomeUnknownError
+	if errors.As(err, &ou) {
+		t.Fatalf("an unknown outcome where every attempt was answered 503: %v", err)
+	}
+	if mustAPIError(t, err, 503, "no_leader", ""); !IsUnavailable(err) {
+		t.Fatalf("got %v", err)
+	}
+	mu.Lock()
+	sent := keys
+	mu.Unlock()
+	if len(sent) != 2 || sent[0] == "" || sent[1] != sent[0] {
+		t.Fatalf("sent keys %q, want the first attempt and one retry with the same key", sent)
+	}
+}
+
+func TestARetryDeadlineUnderMinAttemptAllowsTheFirstAttemptOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(*http.Request) *http.Response
+	}{{"no leader", noLeader}, {"a connection error", nil}} {
+		rec := &attemptRecorder{answer: tc.answer}
+		c := newClient(t, []string{"http://127.0.0.1:9"}, WithHTTPClient(&http.Client{Transport: rec}),
+			WithRetryDeadline(50*time.Millisecond), WithMaxAttempts(100), WithBackoff(time.Millisecond, time.Millisecond))
+		_, err := c.GetTask(context.Background(), "a")
+		var ce *ConnectionError
+		if tc.answer != nil {
+			mustAPIError(t, err, 503, "no_leader", "")
+		} else if !errors.As(err, &ce) || ce.Attempts != 1 {
+			t.Fatalf("%s: got %T %v", tc.name, err, err)
+		}
+		if len(rec.sent) != 1 {
+			t.Fatalf("%s: %d attempts, want 1", tc.name, len(rec.sent))
+		}
+		if d := rec.deadlines[0]; d.IsZero() || d.After(rec.sent[0].Add(50*time.Millisecond)) {
+			t.Fatalf("%s: the first attempt had until %v, sent at %v", tc.name, d, rec.sent[0])
+		}
 	}
 }
 

@@ -54,12 +54,14 @@ import java.util.regex.Pattern;
  * address.</li>
  * <li><b>Retries</b> with exponential backoff and full jitter (a random delay in
  * [0, min(max, base * 2^n)]), bounded by attempts and a deadline (an attempt's connect and read timeouts
- * are cut to what is left of it): on connection errors, on a proxy's 502/504 (as a lost answer: no node
- * answers these), on 503 and on 507 (the leader's disk is full; nothing was applied), waiting at least
- * {@code Retry-After} once a few attempts have failed. Other errors
- * are thrown at once as {@link ApiException} with the API's code, field and reason; so is an answer that
- * is no node's (an unexpected 3xx, a 2xx whose body is not one JSON object, a body longer than
- * {@link Builder#maxResponseBytes}).</li>
+ * are cut to what is left of it). The first attempt always goes; a retry only when at least 100 ms of the
+ * deadline are left, and the backoff before it ends that long before the deadline: with less left the call
+ * gives up as when the deadline is spent (a retry sent with a millisecond could not succeed, and would turn a
+ * write's clean refusal into an unknown outcome). Retried: on connection errors, on a proxy's 502/504 (as a
+ * lost answer: no node answers these), on 503 and on 507 (the leader's disk is full; nothing was applied),
+ * waiting at least {@code Retry-After} once a few attempts have failed. Other errors are thrown at once as
+ * {@link ApiException} with the API's code, field and reason; so is an answer that is no node's (an unexpected
+ * 3xx, a 2xx whose body is not one JSON object, a body longer than {@link Builder#maxResponseBytes}).</li>
  * <li><b>Idempotency.</b> {@link #create}, {@link #createAll} and {@link #createAllIds} give every task without an
  * idempotency key a fresh, time-ordered one ({@link #newIdempotencyKey()}), so a retry after a lost
  * response returns the task the first attempt created; when every attempt of a create was sent and went
@@ -91,6 +93,17 @@ public final class MolensClient implements AutoCloseable {
      * leader while an election settles) and backs off before asking again.
      */
     static final int MAX_REDIRECTS = 5;
+    /**
+     * The least time of the retry deadline a retry (attempt 2 and later) is sent with: with less left the call gives
+     * up, and the backoff before a retry ends this long before the deadline. The Python and Go SDKs' MIN_ATTEMPT.
+     */
+    static final long MIN_ATTEMPT_MS = 100;
+
+    /**
+     * {@link #MIN_ATTEMPT_MS}, a field so that the tests can widen it (a loaded machine's timers wake late; a wider
+     * window keeps their checks about the rule, not about the scheduler).
+     */
+    static volatile long minAttemptMs = MIN_ATTEMPT_MS;
     /**
      * The longest answer body the client reads ({@link Builder#maxResponseBytes}), as the Go and Python SDKs': a
      * page of 1,000 tasks of the largest default payload is about 76 MiB; a longer one is no node's answer.
@@ -144,9 +157,16 @@ public final class MolensClient implements AutoCloseable {
          * 5 redirects in a row, or another node after one to plain http, does.
          */
         public Builder maxAttempts(int v) { maxAttempts = v; return this; }
-        /** Time one call spends retrying (default 30 s). */
+        /**
+         * Time one call spends retrying (default 30 s). The first attempt always goes, however short this is; a
+         * retry only with at least 100 ms of it left (with less, the call gives up as when it is spent), and the
+         * backoff before a retry ends 100 ms before it.
+         */
         public Builder retryDeadlineMs(long v) { retryDeadlineMs = v; return this; }
-        /** Attempt n waits a random time in [0, min(max, base * 2^(n-1))] (defaults 50 ms, 2 s). */
+        /**
+         * Attempt n waits a random time in [0, min(max, base * 2^(n-1))] (defaults 50 ms, 2 s), at most until
+         * 100 ms before the retry deadline (a retry gets at least that long).
+         */
         public Builder backoffMs(long base, long max) { backoffBaseMs = base; backoffMaxMs = max; return this; }
         /**
          * The longest answer body read (default {@link #DEFAULT_MAX_RESPONSE_BYTES}, 256 MiB; at most 2^31 - 17). A
@@ -879,12 +899,24 @@ public final class MolensClient implements AutoCloseable {
         return baseMs > maxMs >> shift ? maxMs : baseMs << shift; // base <= max / 2^shift: base * 2^shift <= max
     }
 
+    /**
+     * Whether a retry may be sent: at least {@link #MIN_ATTEMPT_MS} of the retry deadline is left (with less, it could
+     * not succeed, and a write sent with a millisecond would turn a clean refusal into an unknown outcome).
+     */
+    private static boolean retryFits(long deadline) {
+        return deadline - System.currentTimeMillis() >= minAttemptMs;
+    }
+
+    /**
+     * Sleeps before attempt {@code n + 1}: a random time in [0, ceiling], at least {@code floorMs} ({@code Retry-After}),
+     * at most until {@link #MIN_ATTEMPT_MS} before the deadline, so that the retry still has that long.
+     */
     private void backoff(int n, long floorMs, long deadline) {
         long ceil = backoffCeilingMs(n, backoffBaseMs, backoffMaxMs);
         // nextLong's bound is exclusive: ceil + 1, unless that is past a long
         long d = ThreadLocalRandom.current().nextLong(ceil == Long.MAX_VALUE ? ceil : ceil + 1);
         d = Math.max(d, floorMs);
-        d = Math.min(d, deadline - System.currentTimeMillis());
+        d = Math.min(d, deadline - System.currentTimeMillis() - minAttemptMs);
         if (d <= 0) {
             return;
         }
@@ -950,7 +982,8 @@ public final class MolensClient implements AutoCloseable {
         HttpURLConnection conn = (HttpURLConnection) new URL(base + path).openConnection(java.net.Proxy.NO_PROXY);
         conn.setInstanceFollowRedirects(false);
         // both cut to what is left of the deadline; 0 would be no timeout at all: a deadline already passed
-        // still gets a millisecond
+        // still gets a millisecond (only the first attempt, or a redirect followed within an attempt: a retry is
+        // sent with at least MIN_ATTEMPT_MS left)
         long left = deadline - System.currentTimeMillis();
         conn.setConnectTimeout((int) Math.max(1, Math.min(connectTimeoutMs, left)));
         conn.setReadTimeout((int) Math.max(1, Math.min(readTimeoutMs, left)));
@@ -1077,7 +1110,7 @@ public final class MolensClient implements AutoCloseable {
                 if (unknown && !safe) { // sending it again could apply it twice (a backfill fires twice)
                     throw new OutcomeUnknownException(op + ": " + lost + "; it may have been applied", cause);
                 }
-                if (attempt >= maxAttempts || System.currentTimeMillis() >= deadline) {
+                if (attempt >= maxAttempts || !retryFits(deadline)) {
                     if (unknown) { // a keyed create: sent, maybe applied; the same key finds out
                         throw new OutcomeUnknownException(op + ": " + lost + " after " + attempt
                                 + " attempts; it may have been applied", cause);
@@ -1114,7 +1147,7 @@ public final class MolensClient implements AutoCloseable {
                     throw giveUp(unknown, op, new ApiException(a.status, "redirect", op + ": bad redirect to "
                             + shown(a.header("Location")), null, null));
                 }
-                boolean outOfBudget = attempt >= maxAttempts || System.currentTimeMillis() >= deadline;
+                boolean outOfBudget = attempt >= maxAttempts || !retryFits(deadline);
                 if (node.startsWith("https://") && next.startsWith("http://")) {
                     // the bearer token would go unencrypted (a node behind a TLS proxy names its plain
                     // address): ask the next configured node instead, as after a failed attempt
@@ -1158,7 +1191,7 @@ public final class MolensClient implements AutoCloseable {
                 if (unknown && !safe) {
                     throw new OutcomeUnknownException(op + ": leadership changed; it may have been applied", e);
                 }
-                if (attempt >= maxAttempts || System.currentTimeMillis() >= deadline) {
+                if (attempt >= maxAttempts || !retryFits(deadline)) {
                     if (unknown) {
                         throw new OutcomeUnknownException(op + ": answered " + a.status + " after an unknown outcome;"
                                 + " it may have been applied", e);

@@ -510,6 +510,86 @@ public class TransportTest {
         assertTrue("gave up after " + ms + " ms, deadline 300 ms", ms < 3000);
     }
 
+    /** The least time of the retry deadline a retry is sent with, as in every SDK (MolensClient.MIN_ATTEMPT_MS). */
+    static final long MIN_ATTEMPT_MS = 100;
+
+    @Test
+    public void aRetryIsOnlySentWithAtLeastMinAttemptOfTheDeadlineLeft() throws Exception {
+        // a backoff that would sleep to the deadline: the retry after it went with a millisecond, could not be
+        // answered, and turned a create every node refused (503 no_leader, nothing applied) into an unknown
+        // outcome. The window is widened to 1 s of 3 s here, so that a timer waking late on a loaded machine
+        // does not eat it; a node takes 20 ms to answer
+        final List<Long> arrivals = Collections.synchronizedList(new ArrayList<Long>());
+        HttpServer s = node(ex -> {
+            arrivals.add(System.nanoTime());
+            try {
+                Thread.sleep(20);
+            } catch (InterruptedException ie) {
+                Thread.currentThread().interrupt();
+            }
+            answer(ex, 503, error("no_leader", "x"));
+        });
+        long was = MolensClient.minAttemptMs;
+        MolensClient.minAttemptMs = 1000;
+        try {
+            final MolensClient c = client(url(s)).maxAttempts(100).backoffMs(Long.MAX_VALUE, Long.MAX_VALUE)
+                    .retryDeadlineMs(3000).build();
+            for (String call : new String[] {"get", "create"}) {
+                arrivals.clear();
+                long t0 = System.nanoTime();
+                ApiException e;
+                try {
+                    if (call.equals("get")) {
+                        c.get(ID);
+                    } else {
+                        c.create(far().setIdempotencyKey("k-min-attempt"));
+                    }
+                    fail(call + ": answered");
+                    return;
+                } catch (OutcomeUnknownException u) {
+                    throw new AssertionError(call + ": every node answered 503 no_leader, nothing was applied: want the "
+                            + "no_leader ApiException, got " + u + " (arrivals " + sinceMs(t0, arrivals) + " ms)", u);
+                } catch (ApiException x) {
+                    e = x;
+                }
+                assertEquals(call + ": " + e, "no_leader", e.getCode());
+                assertEquals(503, e.getStatus());
+                assertTrue(call + ": " + e, e.isUnavailable());
+                assertTrue(call + ": the first attempt and the retry the backoff left its time, arrivals "
+                        + sinceMs(t0, arrivals) + " ms", arrivals.size() >= 2);
+            }
+        } finally {
+            MolensClient.minAttemptMs = was;
+        }
+    }
+
+    @Test
+    public void aRetryDeadlineShorterThanMinAttemptStillSendsTheFirstAttemptAndNoRetry() throws Exception {
+        final List<Long> arrivals = Collections.synchronizedList(new ArrayList<Long>());
+        HttpServer s = node(ex -> {
+            arrivals.add(System.nanoTime());
+            answer(ex, 503, error("no_leader", "x"));
+        });
+        thrown(ApiException.class, () -> client(url(s)).maxAttempts(1).build().get(ID), "no_leader", null); // warm up
+        arrivals.clear();
+        final MolensClient c = client(url(s)).maxAttempts(100).retryDeadlineMs(MIN_ATTEMPT_MS - 10).build();
+        ApiException e = thrown(ApiException.class, () -> c.get(ID), "no_leader", null);
+        assertEquals(503, e.getStatus());
+        Thread.sleep(200); // a late retry has arrived by now
+        assertEquals("the first attempt goes, no retry", 1, arrivals.size());
+    }
+
+    /** The times in {@code arrivals} (nanoTime) as ms since {@code t0}. */
+    static List<Long> sinceMs(long t0, List<Long> arrivals) {
+        List<Long> ms = new ArrayList<Long>();
+        synchronized (arrivals) {
+            for (long t : arrivals) {
+                ms.add(TimeUnit.NANOSECONDS.toMillis(t - t0));
+            }
+        }
+        return ms;
+    }
+
     // ------------------------------------------------------------------- outcome unknown: the keys
 
     @Test
