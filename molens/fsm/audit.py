@@ -222,6 +222,16 @@ def _dead_fields(d: DeadLetter) -> dict[str, Any]:
     return {"dead_letter": {"task_id": d.task_id, "fire_id": d.fire_id, "kind": d.kind.value, "at": d.at_ms}}
 
 
+def flow_namespace(a: AuditEntry) -> str | None:
+    """The namespace whose own flow a flow change on record is about (``<namespace>~<flow_key>``):
+    written as the cluster's (``CLUSTER``) by every release, read as that namespace's; None for
+    any other entry."""
+    if a.namespace != CLUSTER or not a.action.startswith("flow."):
+        return None
+    ns, sep, _ = a.target.partition("~")
+    return ns if sep and ns else None
+
+
 def _failed(res: Any) -> bool:
     return isinstance(res, BaseException)
 
@@ -319,6 +329,7 @@ __all__ = [
     "diff",
     "elide",
     "entries",
+    "flow_namespace",
     "is_audited",
     "note_entry",
     "task_image",

@@ -172,8 +172,14 @@ _AUDIT_DECODER = msgspec.msgpack.Decoder(AuditEntry)
 
 
 def _audit_from(key: bytes, raw: bytes | memoryview) -> AuditEntry:
+    """The entry stored under ``key``, with its id; a change of a namespace's own flow
+    (``<namespace>~<flow_key>``, stored as the cluster's) read as that namespace's, so the keys that
+    may change the flow see it on record (:func:`molens.fsm.audit.flow_namespace`)."""
     index, n = _U64.unpack_from(key)[0], _U32.unpack_from(key, 8)[0]
-    return msgspec.structs.replace(_AUDIT_DECODER.decode(raw), id=f"{index}.{n}")
+    a = _AUDIT_DECODER.decode(raw)
+    ns = audit.flow_namespace(a)
+    return msgspec.structs.replace(a, id=f"{index}.{n}", namespace=ns) if ns is not None else \
+        msgspec.structs.replace(a, id=f"{index}.{n}")
 
 
 def _audit_matches(a: AuditEntry, f: AuditFilter) -> bool:

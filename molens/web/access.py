@@ -15,9 +15,11 @@ The rules:
 - A named object (task, dead letter, namespace) outside the key's namespaces is ``404`` with the
   very body a missing one gets; a namespace-level request (a create naming the namespace, a list's
   ``?namespace=``) outside them is ``403 forbidden``. Lists leave out other namespaces' objects.
-- Node-wide views (``/stats``, ``/stats/urls``, ``/metrics``, the time wheel, flows: a flow is a
-  receiver's host, shared by every namespace) need a key of all namespaces (``["*"]``); changing a
-  flow also needs ``writer``. Cluster, membership, leadership, namespaces' settings and keys: an
+- Node-wide views (``/stats``, ``/stats/urls``, ``/metrics``, the time wheel) need a key of all
+  namespaces (``["*"]``). A flow of a namespace (``<namespace>~<flow_key>``, the flow its tasks'
+  ``flow_key`` names) is that namespace's object: a key of it reads it (``GET /api/v1/flows`` lists
+  the key's namespaces' flows) and a writer of it changes it; any other flow (a receiver's
+  ``host:port``, a default-namespace ``flow_key``) is shared by every namespace, so node-wide. Cluster, membership, leadership, namespaces' settings and keys: an
   admin key of every namespace.
 - ``GET /api/v1/whoami`` needs a valid key of any role (on an open node, none): it answers who the
   key is, so the console can sign in and offer only what the role may do. So does
@@ -72,6 +74,7 @@ if TYPE_CHECKING:
 _PRINCIPAL_KEY = "molens.principal"
 _SCOPE_KEY = "molens.namespaces"
 _NAMESPACE_RE = re.compile(python_pattern(NAMESPACE_PATTERN))
+_NODE_WIDE = "node-wide: only a key of every namespace (\"*\") may do this"
 
 
 MIN_TOKEN_CHARS = 16
@@ -100,6 +103,10 @@ class Where(enum.Enum):
     """A named object's: its loader answers 404 unless :func:`visible`."""
     NODE = "node"
     """Node-wide: only a key of all namespaces."""
+    FLOW = "flow"
+    """A flow: one of a namespace (``<namespace>~<flow_key>``) is that namespace's object, any other
+    is node-wide; the handler calls :func:`see_flow` / :func:`change_flow`, and a list shows a key
+    of some namespaces only their flows (:func:`flow_namespace`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +142,12 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", f"{_P}/dead-letters"): Rule(Need.WRITE, Where.QUERY),
     ("GET", f"{_P}/audit"): Rule(Need.READ, Where.QUERY),
     ("POST", f"{_P}/exports"): Rule(Need.READ),
-    ("GET", f"{_P}/flows"): Rule(Need.READ, Where.NODE),
-    ("GET", f"{_P}/flows/{{key}}"): Rule(Need.READ, Where.NODE),
-    ("PUT", f"{_P}/flows/{{key}}"): Rule(Need.WRITE, Where.NODE),
-    ("DELETE", f"{_P}/flows/{{key}}"): Rule(Need.WRITE, Where.NODE),
-    ("POST", f"{_P}/flows/{{key}}/pause"): Rule(Need.WRITE, Where.NODE),
-    ("POST", f"{_P}/flows/{{key}}/resume"): Rule(Need.WRITE, Where.NODE),
+    ("GET", f"{_P}/flows"): Rule(Need.READ, Where.FLOW),
+    ("GET", f"{_P}/flows/{{key}}"): Rule(Need.READ, Where.FLOW),
+    ("PUT", f"{_P}/flows/{{key}}"): Rule(Need.WRITE, Where.FLOW),
+    ("DELETE", f"{_P}/flows/{{key}}"): Rule(Need.WRITE, Where.FLOW),
+    ("POST", f"{_P}/flows/{{key}}/pause"): Rule(Need.WRITE, Where.FLOW),
+    ("POST", f"{_P}/flows/{{key}}/resume"): Rule(Need.WRITE, Where.FLOW),
     ("GET", f"{_P}/stats"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/stats/urls"): Rule(Need.READ, Where.NODE),
     ("GET", f"{_P}/stats/series"): Rule(Need.READ, Where.NODE),
@@ -243,7 +250,7 @@ class Access:
         if _RANK[p.role] < _NEED_RANK[rule.need]:
             raise Forbidden(f"a {p.role.value} key may not do this")
         if rule.where is Where.NODE and p.namespaces is not None:
-            raise Forbidden("node-wide: only a key of every namespace (\"*\") may do this")
+            raise Forbidden(_NODE_WIDE)
         if rule.where is Where.QUERY:
             raw = bottle.request.query.get("namespace")
             if raw is not None:
@@ -364,6 +371,38 @@ def require(ns: str) -> None:
         raise Forbidden(f"this key may not act in namespace {ns}")
 
 
+def flow_namespace(key: str) -> str | None:
+    """The namespace whose own flow ``key`` is (``<namespace>~<flow_key>``: ``molens.schema.flow_id``);
+    None for a flow every namespace shares (a receiver's ``host:port``, a default-namespace ``flow_key``)."""
+    ns, sep, _ = key.partition("~")
+    return ns if sep else None
+
+
+def see_flow(key: str, missing: NotFoundError) -> None:
+    """A read of flow ``key``: a namespace's flow is that namespace's object (``missing``, the very
+    answer of an absent one, for a key of others); a shared flow needs a key of every namespace (403)."""
+    ns = flow_namespace(key)
+    if ns is None:
+        _node_wide()
+    else:
+        hide(ns, missing)
+
+
+def change_flow(key: str) -> None:
+    """A change of flow ``key``: a namespace's flow needs a key of that namespace (403 otherwise, as a
+    create in another namespace); a shared flow a key of every namespace."""
+    ns = flow_namespace(key)
+    if ns is None:
+        _node_wide()
+    else:
+        require(ns)
+
+
+def _node_wide() -> None:
+    if principal().namespaces is not None:
+        raise Forbidden(_NODE_WIDE)
+
+
 def hide(ns: str, missing: NotFoundError) -> None:
     """A named object of namespace ``ns``: raise ``missing`` (the very error of an absent one)
     unless the key may see it."""
@@ -371,5 +410,5 @@ def hide(ns: str, missing: NotFoundError) -> None:
         raise missing
 
 
-__all__ = ["ACTOR_KEY", "ANONYMOUS", "RULES", "Access", "Need", "Principal", "Rule", "Where", "hide", "principal", "readable",
-           "require", "visible"]
+__all__ = ["ACTOR_KEY", "ANONYMOUS", "RULES", "Access", "Need", "Principal", "Rule", "Where", "change_flow",
+           "flow_namespace", "hide", "principal", "readable", "require", "see_flow", "visible"]

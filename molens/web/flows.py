@@ -10,6 +10,10 @@
   with no leader it answers from its replica, live figures ``null``.
 - ``GET``/``DELETE /api/v1/flows/{key}``, ``POST /api/v1/flows/{key}/pause|resume`` (only the
   ``paused`` flag changes, in the state machine: a concurrent edit of the limits is never undone).
+
+A flow of a namespace (``<namespace>~<flow_key>``) is that namespace's: a key of some namespaces
+lists, reads and (a writer) changes those of its namespaces; a shared flow needs a key of every
+namespace (:mod:`molens.web.access`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from molens.fsm.commands import DeleteFlow, FlowSettings, PutFlow
 from molens.model import MolensError, NotFoundError, ValidationError
 from molens.schedule.flows import FlowState
 from molens.schema import FLOW_ID_PATTERN, whole_numbers
+from molens.web import access
 from molens.web.body import Body
 from molens.web.errors import InternalError
 from molens.web.observability import from_leader
@@ -198,24 +203,30 @@ def install_flows(api: Api) -> None:
         configured = dict(ctx.scan_flows())
         live = {s.key: s for s in states or ()}
         keys = sorted(set(configured) | set(live))
+        mine = access.principal().namespaces
+        if mine is not None:  # a key of some namespaces: their own flows
+            keys = [k for k in keys if access.flow_namespace(k) in mine]
         items = [view(k, configured.get(k), live.get(k), states is not None) for k in keys]
         return 200, msgspec.json.encode(FlowList(items))
 
     @api.route("GET", f"{PREFIX}/flows/<key>")
     def get_flow(key: str) -> tuple[int, Any] | bottle.HTTPResponse:
         check_key(key)
+        missing = NotFoundError(f"flow {key} has no settings and no fires now", "key")
+        access.see_flow(key, missing)
         li = ctx.leader_info()
         if ctx.flow_states() is None and li.leader_url and not li.is_leader:
             return from_leader(li.leader_url)
         fs = ctx.get_flow(key)
         v = one(key, fs)
         if fs is None and not v.in_flight and not v.queued and not v.throttled_until:
-            raise NotFoundError(f"flow {key} has no settings and no fires now", "key")
+            raise missing
         return 200, msgspec.json.encode(v)
 
     @api.route("PUT", f"{PREFIX}/flows/<key>", write=True)
     def put_flow(key: str) -> tuple[int, Any]:
         check_key(key)
+        access.change_flow(key)
         fs = decode_limits(api.read_body())
         res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, fs))[0])
         return 200, msgspec.json.encode(one(key, res))
@@ -223,6 +234,7 @@ def install_flows(api: Api) -> None:
     @api.route("DELETE", f"{PREFIX}/flows/<key>", write=True)
     def delete_flow(key: str) -> tuple[int, Any]:
         check_key(key)
+        access.change_flow(key)
         res = api.propose_one(DeleteFlow(ctx.now_ms(), key))[0]
         if isinstance(res, MolensError):
             raise res
@@ -230,6 +242,7 @@ def install_flows(api: Api) -> None:
 
     def set_paused(key: str, paused: bool) -> tuple[int, Any]:
         check_key(key)
+        access.change_flow(key)
         res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, FlowSettings(paused=paused), only_paused=True))[0])
         return 200, msgspec.json.encode(one(key, res))
 
@@ -240,6 +253,7 @@ def install_flows(api: Api) -> None:
     @api.route("POST", f"{PREFIX}/flows/<key>/resume", write=True, body=Body.NONE)
     def resume_flow(key: str) -> tuple[int, Any]:
         check_key(key)
+        access.change_flow(key)
         if ctx.get_flow(key) is None:  # nothing paused it: no settings to write (pause makes some) ...
             ctx.read_barrier(ctx.settings.propose_timeout_s)  # ... unless this replica is behind
             if ctx.get_flow(key) is None:

@@ -87,7 +87,8 @@ class World:
             return f"tasks: {json.dumps(shown)}\nnode log tail:\n{n.tail(120)}"
 
         self.dead = wait_for(dead, 60, "dead letters in both namespaces", explain=explain)
-        ok(n, "PUT", f"{P}/flows/walk.example:80", {"rate_per_s": 100})
+        for ns in ("inside", "outside"):  # each namespace's own flow: that namespace's object
+            ok(n, "PUT", f"{P}/flows/{ns}~walk", {"rate_per_s": 100})
 
     def task(self, ns: str, **kw: Any) -> str:
         body = {"type": "periodic", "interval_ms": 3_600_000, "callback_url": "http://127.0.0.1:9/cb",
@@ -124,12 +125,14 @@ EXPECT: dict[tuple[str, str], tuple[str, str, int]] = {
     ("DELETE", f"{P}/dead-letters"): ("query", "writer", 200),
     ("GET", f"{P}/audit"): ("query", "reader", 200),
     ("POST", f"{P}/exports"): ("none", "reader", 201),
-    ("GET", f"{P}/flows"): ("node", "reader", 200),
-    ("GET", f"{P}/flows/{{key}}"): ("node", "reader", 200),
-    ("PUT", f"{P}/flows/{{key}}"): ("node", "writer", 200),
-    ("DELETE", f"{P}/flows/{{key}}"): ("node", "writer", 200),
-    ("POST", f"{P}/flows/{{key}}/pause"): ("node", "writer", 200),
-    ("POST", f"{P}/flows/{{key}}/resume"): ("node", "writer", 200),
+    ("GET", f"{P}/flows"): ("none", "reader", 200),  # a key of some namespaces: their flows
+    # a namespace's own flow, <namespace>~<flow_key>; a shared one (host:port) is node-wide, see
+    # test_a_key_of_some_namespaces_lists_reads_and_changes_their_flows_only
+    ("GET", f"{P}/flows/{{key}}"): ("object", "reader", 200),
+    ("PUT", f"{P}/flows/{{key}}"): ("body", "writer", 200),
+    ("DELETE", f"{P}/flows/{{key}}"): ("body", "writer", 200),
+    ("POST", f"{P}/flows/{{key}}/pause"): ("body", "writer", 200),
+    ("POST", f"{P}/flows/{{key}}/resume"): ("body", "writer", 200),
     ("GET", f"{P}/stats"): ("node", "reader", 200),
     ("GET", f"{P}/stats/urls"): ("node", "reader", 200),
     ("GET", f"{P}/stats/series"): ("node", "reader", 200),
@@ -190,9 +193,8 @@ def request_for(w: World, method: str, path: str, ns: str) -> tuple[str, Any]:
         did = pool.pop() if method != "GET" and ns == "inside" else pool[0]
         return path.replace("{dead_id}", did), None
     if "{key}" in path:
-        if method == "DELETE":
-            ok(n, "PUT", f"{P}/flows/walk.example:80", {"rate_per_s": 100})
-        return path.replace("{key}", "walk.example:80"), {"rate_per_s": 50} if method == "PUT" else None
+        ok(n, "PUT", f"{P}/flows/{ns}~walk", {"rate_per_s": 100})  # there (a DELETE before may have removed it)
+        return path.replace("{key}", f"{ns}~walk"), {"rate_per_s": 50} if method == "PUT" else None
     if "{name}" in path:
         if method == "DELETE":
             name = w.fresh("gone")
@@ -708,3 +710,42 @@ def test_a_redrive_or_resume_that_makes_a_finished_task_unfinished_counts_agains
     assert ok(node, "POST", f"{P}/tasks/{ended['id']}/resume")["status"] == "pending"
     st, out, _ = req(node, "POST", f"{P}/dead-letters/{dl['id']}/redrive", TOKEN)
     assert (st, out["error"]["quota"]) == (429, "max_pending_tasks"), out  # the resume took the room
+
+
+def test_a_key_of_some_namespaces_lists_reads_and_changes_their_flows_only(world: World) -> None:
+    """A team's key manages its namespace's flows (``<namespace>~<flow_key>``, what its tasks'
+    ``flow_key`` names) without an admin; another namespace's flow is as absent to it (404 to a
+    read, 403 to a change, left out of the list), and a flow every namespace shares (a receiver's
+    ``host:port``, a default-namespace ``flow_key``) stays node-wide."""
+    n = world.n
+    writer, reader = world.keys[("writer", False)], world.keys[("reader", False)]  # keys of "inside"
+    ok(n, "PUT", f"{P}/flows/shared.example:80", {"rate_per_s": 7})
+    ok(n, "PUT", f"{P}/flows/outside~team", {"rate_per_s": 3})
+    st, made, _ = req(n, "PUT", f"{P}/flows/inside~team", writer, {"rate_per_s": 5, "concurrency": 2})
+    assert (st, made["key"], made["rate_per_s"]) == (200, "inside~team", 5), made
+    for key in (writer, reader):
+        st, listed, _ = req(n, "GET", f"{P}/flows", key)
+        assert st == 200 and {f["key"] for f in listed["items"]} >= {"inside~team"}, listed
+        assert all(f["key"].startswith("inside~") for f in listed["items"]), listed
+        assert req(n, "GET", f"{P}/flows/inside~team", key)[0] == 200
+        st, gone, _ = req(n, "GET", f"{P}/flows/outside~team", key)
+        st_missing, missing, _ = req(n, "GET", f"{P}/flows/outside~nothing-here", TOKEN)
+        assert (st, st_missing) == (404, 404)
+        assert gone["error"]["code"] == missing["error"]["code"] == "not_found"
+        assert req(n, "GET", f"{P}/flows/shared.example:80", key)[0] == 403
+    assert {f["key"] for f in ok(n, "GET", f"{P}/flows")["items"]} >= {"shared.example:80", "outside~team", "inside~team"}
+    for method, path, body in (("PUT", "outside~team", {"rate_per_s": 1}), ("DELETE", "outside~team", None),
+                               ("POST", "outside~team/pause", None), ("PUT", "shared.example:80", {"rate_per_s": 1}),
+                               ("POST", "shared.example:80/pause", None)):
+        assert req(n, method, f"{P}/flows/{path}", writer, body)[0] == 403, (method, path)
+    assert req(n, "PUT", f"{P}/flows/inside~team", reader, {"rate_per_s": 1})[0] == 403  # a reader reads
+    assert ok(n, "POST", f"{P}/flows/inside~team/pause", key=writer)["paused"] is True
+    assert ok(n, "DELETE", f"{P}/flows/inside~team", key=writer)["key"] == "inside~team"
+    assert ok(n, "GET", f"{P}/flows/outside~team")["rate_per_s"] == 3  # untouched
+    assert ok(n, "GET", f"{P}/flows/shared.example:80")["rate_per_s"] == 7
+    # the changes are on record as the namespace's: its keys see them, not another namespace's
+    seen = [(a["action"], a["target"], a["namespace"]) for a in ok(n, "GET", f"{P}/audit?limit=1000", key=reader)["items"]
+            if a["action"].startswith("flow.")]
+    assert {("flow.put", "inside~team", "inside"), ("flow.pause", "inside~team", "inside"),
+            ("flow.delete", "inside~team", "inside")} <= set(seen), seen
+    assert all(ns == "inside" for _, _, ns in seen), seen
