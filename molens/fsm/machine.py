@@ -1669,13 +1669,14 @@ def _trigger(tx: _Tx, tid: str, now: int, refuses_planned: bool = False, refuses
         return IllegalTransitionError(f"cannot trigger a task that is {t.status}", "status")
     if t.backfill is not None and t.backfill.current:
         return IllegalTransitionError("cannot trigger a task while a backfill runs", "status")
-    if refuses_planned and any(r.sched_ms > now for r in t.running):
-        # (overlap allow) the schedule after the triggered occurrence would take that instant again
-        return IllegalTransitionError("cannot trigger a task while an occurrence planned for a later instant "
-                                      "is on its way", "status")
-    if refuses_sent_ahead and t.last_fire_ms is not None and t.last_fire_ms > now:
-        # an attempt sent ahead for that instant was settled lost; its worker may still send it then,
-        # and the schedule after the triggered occurrence would take the instant again
+    planned = refuses_planned and any(r.sched_ms > now for r in t.running)
+    if planned or (refuses_sent_ahead and t.last_fire_ms is not None and t.last_fire_ms > now):
+        # the schedule after the triggered occurrence would take a later instant a fire was sent for
+        # again: an occurrence planned for it is on its way (overlap allow), or an attempt sent ahead
+        # for it was settled lost and its worker may still send it then
+        if planned:
+            return IllegalTransitionError("cannot trigger a task while an occurrence planned for a later instant "
+                                          "is on its way", "status")
         return IllegalTransitionError(
             f"cannot trigger a task before {t.last_fire_ms} (epoch ms): an attempt sent ahead for that instant "
             "may still go out", "status")

@@ -94,9 +94,11 @@ MUTANTS = [
     Mutant("resume-drops-silently", "a periodic task resumed from now between occurrences drops the instants that "
            "came due while it was paused without their skipped row", "molens.fsm.machine:_resume",
            "if records_dropped and nxt > t.sched_ms:", "if False:"),
-    Mutant("trigger-allow-planned", "an overlap allow task is triggered while an occurrence planned for a later "
-           "instant is on its way: the schedule after the triggered one takes that instant again",
-           "molens.fsm.machine:_trigger", "if refuses_planned and any(r.sched_ms > now for r in t.running):",
+    Mutant("trigger-allow-planned", "a task is triggered while a fire for a later instant is on its way (an overlap "
+           "allow occurrence planned ahead, or an attempt sent ahead and settled lost): the schedule after the "
+           "triggered one takes that instant again",
+           "molens.fsm.machine:_trigger",
+           "if planned or (refuses_sent_ahead and t.last_fire_ms is not None and t.last_fire_ms > now):",
            "if False:"),
     Mutant("trigger-due-after-interval", "a triggered task's occurrence is due an interval after the trigger, not at once",
            "molens.fsm.machine:_trigger", "nt = _replace(t, due_ms=now, sched_ms=now, updated_ms=now)",
