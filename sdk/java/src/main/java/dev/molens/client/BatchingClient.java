@@ -4,6 +4,7 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
@@ -11,8 +12,8 @@ import java.util.concurrent.TimeoutException;
 
 /**
  * Collects {@link #submit} calls into batch creates, sent when {@code maxBatch} tasks are queued, when
- * the oldest has waited {@code flushIntervalMs}, on {@link #flush()} and on {@link #close()} (or
- * {@link #close(long, TimeUnit)}, which says when it gave up waiting). Every task
+ * the oldest has waited {@code flushIntervalMs}, on {@link #flush()} (or {@link #flush(long, TimeUnit)}) and on
+ * {@link #close()} (or {@link #close(long, TimeUnit)}); the timed forms say when they gave up waiting. Every task
  * gets its idempotency key when submitted, so a batch retried after a lost response (a leader killed
  * mid-request) creates each task exactly once. An invalid task fails only its own future; the valid
  * rest of its batch is re-sent at once. With {@code idsOnly} the batches ask for {@code Prefer: return=minimal}
@@ -44,7 +45,12 @@ public final class BatchingClient implements AutoCloseable {
     private long oldest;
     private int inflight;
     private boolean closing;
-    private boolean flushNow;
+    // tasks are numbered in submit order: submitted so far, taken into batches so far, flushed up to (the senders
+    // send at once while taken < flushUpto), and the first number of each batch being sent
+    private long submitted;
+    private long taken;
+    private long flushUpto;
+    private final TreeSet<Long> sending = new TreeSet<Long>();
 
     /** Batches of 500, a 50 ms interval, 100,000 pending at most, one sender. */
     public BatchingClient(MolensClient client) { this(client, 500, 50, 100000, 1); }
@@ -105,6 +111,7 @@ public final class BatchingClient implements AutoCloseable {
                 oldest = System.nanoTime();
             }
             queue.add(it);
+            submitted++;
             if (first || queue.size() >= maxBatch) {
                 notifyAll(); // start the interval clock, or send a full batch now
             }
@@ -112,13 +119,53 @@ public final class BatchingClient implements AutoCloseable {
         return it.future;
     }
 
-    /** Sends everything submitted so far and waits until it has been answered. */
-    public synchronized void flush() throws InterruptedException {
-        flushNow = true;
-        notifyAll();
-        while (!queue.isEmpty() || inflight > 0) {
-            wait();
+    /**
+     * Sends everything submitted so far and waits until it has been answered (its futures completed); waits as long
+     * as that takes. What other threads submit meanwhile is not waited for, and batches as usual.
+     */
+    public void flush() throws InterruptedException {
+        awaitFlushed(-1);
+    }
+
+    /**
+     * Sends everything submitted so far and waits until it has been answered (its futures completed), at most
+     * {@code timeout} (0: only checks). What other threads submit meanwhile is not waited for, and batches as usual.
+     * {@link TimeoutException} when the time ends first: those tasks are still sent, and their futures complete,
+     * while the JVM lives. The wait holds no lock: {@link #submit} and the senders go on meanwhile.
+     *
+     * @throws IllegalArgumentException when {@code timeout} is negative
+     * @throws NullPointerException when {@code unit} is null
+     */
+    public void flush(long timeout, TimeUnit unit) throws InterruptedException, TimeoutException {
+        if (timeout < 0) {
+            throw new IllegalArgumentException("timeout must not be negative, got " + timeout);
         }
+        if (unit == null) {
+            throw new NullPointerException("unit");
+        }
+        if (!awaitFlushed(unit.toNanos(timeout))) {
+            throw new TimeoutException("flush timed out: tasks submitted before it are not answered yet");
+        }
+    }
+
+    /** Flushes what was submitted before the call; waits at most {@code nanos} (negative: no bound). */
+    private synchronized boolean awaitFlushed(long nanos) throws InterruptedException {
+        long start = System.nanoTime();
+        long upto = flushUpto = Math.max(flushUpto, submitted);
+        notifyAll();
+        // wait() and timedWait release the monitor: submit and the senders are not held up
+        while (taken < upto || (!sending.isEmpty() && sending.first() < upto)) {
+            if (nanos < 0) {
+                wait();
+                continue;
+            }
+            long left = nanos - (System.nanoTime() - start);
+            if (left <= 0) {
+                return false;
+            }
+            TimeUnit.NANOSECONDS.timedWait(this, left);
+        }
+        return true;
     }
 
     /** Flushes, then stops the sender threads; waits as long as that takes. */
@@ -175,15 +222,15 @@ public final class BatchingClient implements AutoCloseable {
     private void loop() {
         while (true) {
             List<Item> batch = new ArrayList<Item>();
+            long first;
             synchronized (this) {
                 try {
                     while (true) {
                         int n = queue.size();
-                        if (n >= maxBatch || (n > 0 && (closing || flushNow))) {
+                        if (n >= maxBatch || (n > 0 && (closing || taken < flushUpto))) {
                             break;
                         }
                         if (n == 0) {
-                            flushNow = false;
                             if (closing) {
                                 return;
                             }
@@ -205,13 +252,17 @@ public final class BatchingClient implements AutoCloseable {
                 if (!queue.isEmpty()) {
                     oldest = System.nanoTime();
                 }
+                first = taken;
+                taken += batch.size();
+                sending.add(first);
                 inflight += batch.size();
                 notifyAll();
             }
             try {
-                send(batch);
+                send(batch); // completes every future of the batch
             } finally {
                 synchronized (this) {
+                    sending.remove(first);
                     inflight -= batch.size();
                     notifyAll();
                 }

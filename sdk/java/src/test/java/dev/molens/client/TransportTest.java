@@ -2,6 +2,7 @@ package dev.molens.client;
 
 import static dev.molens.client.MolensClientTest.thrown;
 import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
 import static org.junit.Assert.assertNotNull;
 import static org.junit.Assert.assertNull;
 import static org.junit.Assert.assertTrue;
@@ -36,6 +37,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Predicate;
 import javax.net.ssl.HttpsURLConnection;
@@ -806,6 +808,162 @@ public class TransportTest {
         assertEquals("t1", f1.get(5, TimeUnit.SECONDS).id);
         b.close(5, TimeUnit.SECONDS); // everything answered: returns
         assertEquals(1, asked.get());
+    }
+
+    /** The answer of a batch create of {@code n} tasks, created as {@code prefix0}, {@code prefix1}, ... */
+    static String created(int n, String prefix) {
+        StringBuilder items = new StringBuilder();
+        for (int i = 0; i < n; i++) {
+            items.append(i == 0 ? "" : ", ").append("{\"id\": \"").append(prefix).append(i).append("\"}");
+        }
+        return "{\"items\": [" + items + "]}";
+    }
+
+    @Test
+    public void aBatchingClientsFlushWithATimeoutSaysWhenTasksAreStillUnansweredAndTheyStillComplete() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        HttpServer s = node(ex -> {
+            int n = MolensClient.JSON.readTree(body(ex)).path("tasks").size();
+            asked.incrementAndGet();
+            try {
+                release.await(60, TimeUnit.SECONDS); // held until the test lets it go
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            answer(ex, 201, created(n, "t"));
+        });
+        MolensClient c = client(url(s)).build();
+        BatchingClient b = new BatchingClient(c, 10, 3600000, 100, 1);
+        try {
+            CompletableFuture<Task> f0 = b.submit(far());
+            CompletableFuture<Task> f1 = b.submit(far());
+            for (long ms : new long[] {200, 0}) {
+                try {
+                    b.flush(ms, TimeUnit.MILLISECONDS);
+                    fail("flush(" + ms + " ms) returned with 2 tasks unanswered");
+                } catch (TimeoutException e) {
+                    assertEquals("flush timed out: tasks submitted before it are not answered yet", e.getMessage());
+                }
+            }
+            assertFalse(f0.isDone() || f1.isDone());
+            // the tasks are still sent, and their futures complete
+            release.countDown();
+            assertEquals("t0", f0.get(30, TimeUnit.SECONDS).id);
+            assertEquals("t1", f1.get(30, TimeUnit.SECONDS).id);
+            b.flush(30, TimeUnit.SECONDS); // everything answered: returns (once the sender has let go of the batch)
+            assertEquals("one batch: the timed-out flushes sent nothing twice", 1, asked.get());
+        } finally {
+            b.close();
+        }
+    }
+
+    @Test
+    public void aBatchingClientsFlushWithTimeEnoughReturnsOnceEveryEarlierTaskIsAnswered() throws Exception {
+        final AtomicInteger asked = new AtomicInteger();
+        final CountDownLatch received = new CountDownLatch(1);
+        HttpServer s = node(ex -> {
+            int n = MolensClient.JSON.readTree(body(ex)).path("tasks").size();
+            int batch = asked.getAndIncrement();
+            received.countDown();
+            try {
+                release.await(60, TimeUnit.SECONDS); // held until the test lets it go
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            answer(ex, 201, created(n, "b" + batch + "-"));
+        });
+        MolensClient c = client(url(s)).build();
+        // batches of 2 with 2 senders: two full batches go at once, the fifth task on the flush
+        BatchingClient b = new BatchingClient(c, 2, 3600000, 100, 2);
+        try {
+            List<CompletableFuture<Task>> fs = new ArrayList<CompletableFuture<Task>>();
+            for (int i = 0; i < 5; i++) {
+                fs.add(b.submit(far()));
+            }
+            Thread releaser = new Thread(() -> {
+                try {
+                    received.await(60, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                release.countDown(); // once a batch is held, while the flush waits
+            });
+            releaser.start();
+            b.flush(60, TimeUnit.SECONDS);
+            for (CompletableFuture<Task> f : fs) {
+                assertTrue("flush returned before every earlier future was done", f.isDone());
+                assertTrue(f.get().id, f.get().id.matches("b[0-2]-[01]"));
+            }
+            assertEquals(3, asked.get());
+            releaser.join();
+        } finally {
+            b.close();
+        }
+    }
+
+    @Test
+    public void aBatchingClientsFlushDoesNotWaitForTasksSubmittedAfterIt() throws Exception {
+        // as Python's flush: what is submitted meanwhile batches as usual, and is not waited for
+        final AtomicInteger asked = new AtomicInteger();
+        final CountDownLatch received = new CountDownLatch(1);
+        HttpServer s = node(ex -> {
+            int n = MolensClient.JSON.readTree(body(ex)).path("tasks").size();
+            int batch = asked.getAndIncrement();
+            if (batch == 0) {
+                received.countDown();
+                try {
+                    release.await(60, TimeUnit.SECONDS); // the flushed batch, held until the test lets it go
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            answer(ex, 201, created(n, "b" + batch + "-"));
+        });
+        MolensClient c = client(url(s)).build();
+        final BatchingClient b = new BatchingClient(c, 10, 3600000, 100, 1);
+        try {
+            CompletableFuture<Task> f0 = b.submit(far());
+            java.util.concurrent.FutureTask<Void> flushed = new java.util.concurrent.FutureTask<Void>(() -> {
+                b.flush(); // the unbounded form: the same rule
+                return null;
+            });
+            new Thread(flushed).start();
+            // the interval is an hour: only the flush sends f0's batch, so the flush has begun once it arrives
+            assertTrue("the flush sent nothing", received.await(60, TimeUnit.SECONDS));
+            CompletableFuture<Task> f1 = b.submit(far());
+            release.countDown();
+            flushed.get(60, TimeUnit.SECONDS);
+            assertEquals("b0-0", f0.getNow(null).id);
+            assertFalse("the flush waited for a task submitted after it", f1.isDone());
+            assertEquals("the later task waits for its batch's interval", 1, asked.get());
+            b.close();
+            assertEquals("b1-0", f1.get(30, TimeUnit.SECONDS).id);
+        } finally {
+            b.close();
+        }
+    }
+
+    @Test
+    public void aBatchingClientsFlushRefusesANegativeTimeoutOrNoUnit() throws Exception {
+        BatchingClient b = new BatchingClient(client("http://127.0.0.1:9").build());
+        try {
+            try {
+                b.flush(-1, TimeUnit.SECONDS);
+                fail("a negative timeout was taken");
+            } catch (IllegalArgumentException e) {
+                assertEquals("timeout must not be negative, got -1", e.getMessage());
+            }
+            try {
+                b.flush(1, null);
+                fail("no unit was taken");
+            } catch (NullPointerException e) {
+                assertEquals("unit", e.getMessage());
+            }
+            b.flush(0, TimeUnit.NANOSECONDS); // nothing submitted: nothing to wait for
+            b.flush(Long.MAX_VALUE, TimeUnit.DAYS);
+        } finally {
+            b.close();
+        }
     }
 
     // ------------------------------------------------------------- a batch applied without some items
