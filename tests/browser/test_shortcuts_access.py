@@ -1,6 +1,7 @@
 """A page's keyboard shortcut is listed and handled only for a key that may see the page (the
 menu's rule, docs/api.md#keys-and-roles): a reader has no `n`, only an admin of every namespace has
-`g w` and `g c`, and none of them lands on the "Not for this key" page."""
+`g w` and `g c`, every key has `g f` (its namespaces' own flows, docs/api.md#flows), and none of them
+lands on the "Not for this key" page."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def _help(page: Page) -> str:
     return text
 
 
-@pytest.mark.parametrize(("name", "usable"), [("rea-reader", set()), ("wes-writer", {"n"}), ("ada-admin", set(PAGES))])
+@pytest.mark.parametrize(("name", "usable"), [("rea-reader", {"g f"}), ("wes-writer", {"n", "g f"}), ("ada-admin", set(PAGES))])
 def test_only_the_pages_the_key_may_see_have_a_shortcut(keys: Keys, page: Page, name: str, usable: set[str]) -> None:
     sign_in(page, keys, name)
     expect(page.get_by_test_id("tasks-table")).to_be_visible()
