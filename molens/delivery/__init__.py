@@ -214,7 +214,8 @@ a ``CreateTasks`` entry's ``keys_first`` (since 6: docs/deploy.md#rolling-upgrad
 ``records_dropped``, and a 13-field item, the task's namespace (since 8: the same), and a
 ``PutApiKey``'s ``checks_namespaces`` and a ``DeleteNamespace``'s ``checks_keys`` (since 9: the same), and
 a ``RedriveDeadLetters``' and a ``ResumeTasks``' ``counts_quota``, an ``UpdateTask``'s
-``checks_payload_quota`` and a ``TriggerTask``'s ``refuses_sent_ahead`` (since 10: the same)."""
+``checks_payload_quota``, a ``TriggerTask``'s ``refuses_sent_ahead``, a ``PutFlow``'s
+``checks_namespace`` and a ``DeleteNamespace``'s ``drops_flows`` (since 10: the same)."""
 FIRE_BATCH_V2 = 2
 """The first version whose workers read a 12-field item (a ``traceparent``)."""
 NAMESPACE_ITEM_VERSION = 8
@@ -258,6 +259,10 @@ QUOTA_VERSION = 10
 namespace's ``max_pending_tasks``) and an ``UpdateTask``'s ``checks_payload_quota`` (a payload
 changed past the namespace's ``max_payload_bytes`` is refused); a replica of an earlier one would
 apply them, and the replicas would differ."""
+NAMESPACE_FLOWS_VERSION = 10
+"""The first version whose replicas apply a ``PutFlow``'s ``checks_namespace`` (a namespace's own flow
+of a namespace that does not exist is refused) and a ``DeleteNamespace``'s ``drops_flows`` (its own
+flows' settings go with it); a replica of an earlier one would keep them, and the replicas would differ."""
 TRIGGER_AHEAD_VERSION = 10
 """The first version whose replicas apply a ``TriggerTask``'s ``refuses_sent_ahead`` (a task whose
 last attempt was sent ahead for a later instant and settled lost is not triggered before that

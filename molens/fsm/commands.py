@@ -268,6 +268,10 @@ class PutFlow(_Command, frozen=True, tag=30):
     key: str
     settings: FlowSettings
     only_paused: bool = False
+    checks_namespace: bool = False
+    """A namespace's own flow (``<namespace>~<flow_key>``) is refused unless the namespace exists when
+    the entry applies (deleted while the request was on its way, its flow would hold a namespace
+    made again under the name). Set once every member has advertised ``NAMESPACE_FLOWS_VERSION``."""
 
 
 class DeleteFlow(_Command, frozen=True, tag=31):
@@ -294,6 +298,10 @@ class DeleteNamespace(_Command, frozen=True, tag=41):
     its way cannot be left naming a deleted namespace. Set once every member has advertised
     ``TENANCY_VERSION``; an entry of the release before decodes with it false and is applied as that
     release did (the API checked the keys it had applied before proposing)."""
+    drops_flows: bool = False
+    """The settings of the namespace's own flows (``<name>~<flow_key>``) go with it, so a namespace
+    made again under the name starts without them. Set once every member has advertised
+    ``NAMESPACE_FLOWS_VERSION``."""
 
 
 class PutApiKey(_Command, frozen=True, tag=42):

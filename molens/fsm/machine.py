@@ -214,6 +214,7 @@ class View(Protocol):
     def get_dead(self, dead_id: str) -> DeadLetter | None: ...
     def get_meta(self, key: str) -> bytes | None: ...
     def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]: ...
+    def scan_flow_keys(self, prefix: str) -> list[str]: ...
 
 
 class ScanView(View, Protocol):
@@ -686,6 +687,11 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
 
 
 def _put_flow(tx: _Tx, cmd: PutFlow, now: int) -> ItemResult:
+    ns, sep, _ = cmd.key.partition("~")
+    if cmd.checks_namespace and sep and tx.meta(tenancy.NS_PREFIX + ns) is None:
+        # a namespace's own flow, of a namespace that does not exist (deleted while the request was on
+        # its way): it would hold a namespace made again under that name
+        return NotFoundError(f"namespace {ns} not found", "key")
     if cmd.only_paused:
         cur = tx.view.get_flow(cmd.key) or FlowSettings()
         new = _replace(cur, paused=cmd.settings.paused, updated_ms=now)
@@ -739,6 +745,10 @@ def _delete_namespace(tx: _Tx, cmd: DeleteNamespace) -> ItemResult:
     tx.w.meta[tenancy.COUNT_PREFIX + name] = None
     tx.w.meta[tenancy.LIVE_PREFIX + name] = None
     tx.effects.append(FlowSet(tenancy.NAMESPACE_FLOW_PREFIX + name, None))
+    if cmd.drops_flows:  # its own flows' settings go with it: a namespace made again starts without them
+        for key in tx.view.scan_flow_keys(name + "~"):
+            tx.w.flows[key] = None
+            tx.effects.append(FlowSet(key, None))
     return None
 
 

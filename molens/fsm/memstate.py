@@ -64,6 +64,9 @@ class MemoryState:
     def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
         return sorted((k, v) for k, v in self.meta.items() if k.startswith(prefix))
 
+    def scan_flow_keys(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.flows if k.startswith(prefix))
+
     def get_dead(self, dead_id: str) -> DeadLetter | None:
         return self.dead.get(dead_id)
 

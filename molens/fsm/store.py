@@ -347,6 +347,18 @@ class _TxnView:
     def scan_meta(self, prefix: str) -> list[tuple[str, bytes]]:
         return _scan_meta(self._txn, self._meta, prefix)
 
+    def scan_flow_keys(self, prefix: str) -> list[str]:
+        """The keys of the flows with settings whose key starts with ``prefix``, by key."""
+        start = prefix.encode()
+        out = []
+        cur = self._txn.cursor(db=self._flows)
+        if cur.set_range(start):
+            for k in cur.iternext(values=False):
+                if not bytes(k).startswith(start):
+                    break
+                out.append(bytes(k).decode())
+        return out
+
 
 def _scan_meta(txn: lmdb.Transaction, db: Any, prefix: str) -> list[tuple[str, bytes]]:
     """Every meta record whose key starts with ``prefix``, by key."""

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import bottle
 import msgspec
 
+from molens.delivery import NAMESPACE_FLOWS_VERSION
 from molens.fsm.commands import DeleteFlow, FlowSettings, PutFlow
-from molens.model import MolensError, NotFoundError, ValidationError
+from molens.model import IllegalTransitionError, MolensError, NotFoundError, ValidationError
 from molens.schedule.flows import FlowState
-from molens.schema import FLOW_ID_PATTERN, whole_numbers
+from molens.schema import DEFAULT_NAMESPACE, FLOW_ID_PATTERN, whole_numbers
 from molens.web import access
 from molens.web.body import Body
 from molens.web.errors import InternalError
@@ -115,6 +116,12 @@ _BODY = msgspec.json.Decoder(FlowLimitsBody)
 _FIELDS = tuple(f.encode_name for f in msgspec.structs.fields(FlowLimitsBody))
 
 
+MAX_NAMESPACE_FLOWS = 1_000
+"""The most flows with settings one namespace's own flows (``<namespace>~<flow_key>``) may have: a
+writer of a namespace sets them, and every setting is replicated and held by the leader's flow
+control, so one namespace cannot fill either."""
+
+
 def check_key(key: str) -> str:
     if not _KEY.fullmatch(key):
         raise ValidationError(f"a flow key must match {FLOW_ID_PATTERN}, got {key[:64]!a}", "key")
@@ -194,6 +201,23 @@ def install_flows(api: Api) -> None:
         live = next((s for s in states or () if s.key == key), None)
         return view(key, fs, live, states is not None)
 
+    def room_for(key: str) -> None:
+        """A namespace's own flow that has no settings yet: refused (409) when the namespace has
+        :data:`MAX_NAMESPACE_FLOWS` with settings already (read from this node's replica), and
+        ``default~`` (400: no task's flow is named so, the default namespace's keys are bare; one
+        set before this check can still be read and deleted)."""
+        ns = access.flow_namespace(key)
+        if ns is None or ctx.get_flow(key) is not None:
+            return
+        if ns == DEFAULT_NAMESPACE:
+            raise ValidationError(f"the default namespace's flows have bare keys (its tasks' flow_key): "
+                                  f"{key[len(ns) + 1:]!a}, not {key!a}", "key")
+        prefix = ns + "~"
+        held = sum(1 for k, _ in ctx.scan_flows() if k.startswith(prefix))
+        if held >= MAX_NAMESPACE_FLOWS:
+            raise IllegalTransitionError(f"namespace {ns} has {held} flows with settings, the most it may have; "
+                                         "delete one first", "key", code="conflict")
+
     @api.route("GET", f"{PREFIX}/flows")
     def list_flows() -> tuple[int, Any] | bottle.HTTPResponse:
         states = ctx.flow_states()
@@ -228,7 +252,8 @@ def install_flows(api: Api) -> None:
         check_key(key)
         access.change_flow(key)
         fs = decode_limits(api.read_body())
-        res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, fs))[0])
+        room_for(key)
+        res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, fs, False, ctx.replicas_read(NAMESPACE_FLOWS_VERSION)))[0])
         return 200, msgspec.json.encode(one(key, res))
 
     @api.route("DELETE", f"{PREFIX}/flows/<key>", write=True)
@@ -243,7 +268,9 @@ def install_flows(api: Api) -> None:
     def set_paused(key: str, paused: bool) -> tuple[int, Any]:
         check_key(key)
         access.change_flow(key)
-        res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, FlowSettings(paused=paused), only_paused=True))[0])
+        room_for(key)
+        res = _settings(api.propose_one(PutFlow(ctx.now_ms(), key, FlowSettings(paused=paused), True,
+                                                ctx.replicas_read(NAMESPACE_FLOWS_VERSION)))[0])
         return 200, msgspec.json.encode(one(key, res))
 
     @api.route("POST", f"{PREFIX}/flows/<key>/pause", write=True, body=Body.NONE)

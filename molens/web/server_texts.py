@@ -245,6 +245,10 @@ ZH: dict[str, str] = {
         "命名空间 {0} 有 {1} 个未完成任务，即其 max_pending_tasks {2}：任务 {3}（{4}）会再多一个；未作任何更改",
     "cannot trigger a task before {} (epoch ms): an attempt sent ahead for that instant may still go out":
         "{0}（epoch 毫秒）之前不能触发该任务：为该时刻提前发出的尝试仍可能送达",
+    "namespace {} has {} flows with settings, the most it may have; delete one first":
+        "命名空间 {0} 已有 {1} 个设置了限制的流，已达上限；请先删除一个",
+    "the default namespace's flows have bare keys (its tasks' flow_key): {}, not {}":
+        "默认命名空间的流键不带前缀（即其任务的流键）：应为 {0}，而非 {1}",
     "namespace {} takes at most {} creates per second; nothing was created": "命名空间 {0} 每秒最多创建 {1} 个；未创建任何任务",
     "namespace {}: a payload of {} bytes, more than its max_payload_bytes {}; nothing was created":
         "命名空间 {0}：payload 有 {1} 字节，超过其 max_payload_bytes {2}；未创建任何任务",

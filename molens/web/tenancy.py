@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
-from molens.delivery import TENANCY_VERSION
+from molens.delivery import NAMESPACE_FLOWS_VERSION, TENANCY_VERSION
 from molens.errors import IllegalTransitionError, MolensError, NotFoundError, ValidationError
 from molens.fsm import tenancy
 from molens.fsm.commands import DeleteApiKey, DeleteNamespace, PutApiKey, PutNamespace
@@ -146,7 +146,8 @@ def install_tenancy(api: Api) -> None:
         named = tenancy.named_by_keys(ns.name, (tenancy.decode_key(v) for _, v in ctx.scan_meta(tenancy.KEY_PREFIX)))
         if named is not None:  # the answer at once; the state machine decides again in the log's order
             raise named
-        _result(api.propose_one(DeleteNamespace(ctx.now_ms(), ns.name, ctx.replicas_read(TENANCY_VERSION)))[0])
+        _result(api.propose_one(DeleteNamespace(ctx.now_ms(), ns.name, ctx.replicas_read(TENANCY_VERSION),
+                                                ctx.replicas_read(NAMESPACE_FLOWS_VERSION)))[0])
         return 200, {"deleted": ns.name}
 
     @api.route("GET", f"{PREFIX}/whoami")

@@ -130,7 +130,9 @@ def test_the_task_form_sets_and_edits_flow_key_and_shows_the_default(served: Ser
 
 def test_a_namespaces_own_flow_is_set_by_its_key_with_the_namespace(served: Served, page: Page) -> None:
     """Outside the default namespace a task's flow_key names that namespace's own flow, whose key is
-    ``<namespace>~<flow_key>`` (docs/api.md#flows): the page takes that key and the node keeps it."""
+    ``<namespace>~<flow_key>`` (docs/api.md#flows): the page takes that key and the node keeps it
+    (the namespace exists: a flow of one that does not is not set)."""
+    assert served.api("POST", "/namespaces", {"name": "team-a"})[0] in (201, 409)
     page.goto(f"{served.url}/ui/flows")
     page.get_by_test_id("fl-key").fill("Team~batch")  # no namespace name has capitals
     page.get_by_test_id("fl-rate").fill("5")

@@ -97,7 +97,7 @@ public final class MolensClient implements AutoCloseable {
      * The least time of the retry deadline a retry (attempt 2 and later) is sent with: with less left the call gives
      * up, and the backoff before a retry ends this long before the deadline. The Python and Go SDKs' MIN_ATTEMPT.
      */
-    static final long MIN_ATTEMPT_MS = 100;
+    public static final long MIN_ATTEMPT_MS = 100;
 
     /**
      * {@link #MIN_ATTEMPT_MS}, a field so that the tests can widen it (a loaded machine's timers wake late; a wider
