@@ -100,6 +100,7 @@ class Before(Protocol):
     def get_flow(self, key: str) -> commands.FlowSettings | None: ...
     def get_dead(self, dead_id: str) -> DeadLetter | None: ...
     def get_meta(self, key: str) -> bytes | None: ...
+    def scan_flow_keys(self, prefix: str) -> list[str]: ...
 
 
 _ENTRY_DECODER = msgspec.msgpack.Decoder(AuditEntry)
@@ -251,9 +252,10 @@ def entries(
     action = action_of(inner)
     out: list[AuditEntry] = []
 
-    def add(ns: str, target: str, changes: Changes, old: bytes | None = None, new: bytes | None = None) -> None:
+    def add(ns: str, target: str, changes: Changes, old: bytes | None = None, new: bytes | None = None,
+            what: str | None = None) -> None:
         out.append(AuditEntry(
-            at_ms=now, key_id=st.key_id, name=st.name, action=action, namespace=ns, target=target,
+            at_ms=now, key_id=st.key_id, name=st.name, action=what or action, namespace=ns, target=target,
             changes=changes, remote_addr=st.remote_addr, old=old, new=new,
         ))
 
@@ -301,6 +303,11 @@ def entries(
                     else {"quotas": msgspec.to_builtins(inner.namespace.quotas)}
                 )
                 add(CLUSTER, name, diff(old_ns, new_ns))
+                if isinstance(inner, commands.DeleteNamespace) and inner.drops_flows:
+                    # its own flows' settings went with it: each on record as deleted (read as the
+                    # namespace's, as every change of them is: flow_namespace)
+                    for fk in before.scan_flow_keys(name + "~"):
+                        add(CLUSTER, fk, diff(_flow_fields(before.get_flow(fk)), {}), what="flow.delete")
         case commands.PutApiKey() | commands.DeleteApiKey():
             kid = inner.key.id if isinstance(inner, commands.PutApiKey) else inner.key_id
             if not _failed(results[0]):

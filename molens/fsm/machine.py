@@ -688,7 +688,7 @@ def apply(view: View, cmd: Command, now_ms: int | None = None, config: MachineCo
 
 def _put_flow(tx: _Tx, cmd: PutFlow, now: int) -> ItemResult:
     ns, sep, _ = cmd.key.partition("~")
-    if cmd.checks_namespace and sep and tx.meta(tenancy.NS_PREFIX + ns) is None:
+    if cmd.checks_namespace and sep and ns != DEFAULT_NAMESPACE and tx.meta(tenancy.NS_PREFIX + ns) is None:
         # a namespace's own flow, of a namespace that does not exist (deleted while the request was on
         # its way): it would hold a namespace made again under that name
         return NotFoundError(f"namespace {ns} not found", "key")

@@ -205,7 +205,8 @@ def install_flows(api: Api) -> None:
         """A namespace's own flow that has no settings yet: refused (409) when the namespace has
         :data:`MAX_NAMESPACE_FLOWS` with settings already (read from this node's replica), and
         ``default~`` (400: no task's flow is named so, the default namespace's keys are bare; one
-        set before this check can still be read and deleted)."""
+        set before this check can still be read, changed and deleted). The count is this node's
+        replica's, not the log's: requests racing each other may pass it by a few."""
         ns = access.flow_namespace(key)
         if ns is None or ctx.get_flow(key) is not None:
             return

@@ -12,10 +12,20 @@ import msgspec
 import pytest
 
 from molens.errors import NotFoundError
-from molens.fsm.commands import Command, DeleteNamespace, FlowSettings, PutFlow, PutNamespace, decode, encode
+from molens.fsm.commands import (
+    Audited,
+    AuditStamp,
+    Command,
+    DeleteNamespace,
+    FlowSettings,
+    PutFlow,
+    PutNamespace,
+    decode,
+    encode,
+)
 from molens.fsm.machine import FlowSet
 from molens.fsm.memstate import MemoryState
-from molens.fsm.store import EntryResult, TaskStore
+from molens.fsm.store import AuditFilter, EntryResult, TaskStore
 from molens.fsm.tenancy import Namespace
 from molens.web import flows
 from molens.web.app import Api
@@ -51,6 +61,9 @@ def test_a_namespaces_own_flow_is_not_set_while_the_namespace_does_not_exist(che
         assert "gone~orders" in s.flows
     assert isinstance(s.apply(PutFlow(T0, "api.example:443", FlowSettings(), False, checks)).results[0],
                       FlowSettings)  # a shared flow names no namespace
+    # a default~ flow set by an earlier release (the API makes none now) can still be changed
+    assert isinstance(s.apply(PutFlow(T0, "default~x", FlowSettings(paused=True), True, checks)).results[0],
+                      FlowSettings)
 
 
 def test_the_flags_are_trailing_fields_an_entry_of_the_release_before_lacks() -> None:
@@ -90,5 +103,19 @@ def test_the_lmdb_store_drops_the_namespaces_flows_as_the_memory_twin_does(tmp_p
         for c in cmds:
             mem.apply(c)
         assert [k for k, _ in store.scan_flows()] == sorted(mem.flows) == ["pay-eu~a", "payx:80"]
+    finally:
+        store.close()
+
+
+def test_the_dropped_flows_are_on_record_as_deleted_and_read_as_the_namespaces(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "fsm")
+    try:
+        stamp = AuditStamp("k1", "alice", "10.0.0.1")
+        cmds: list[Command] = [PutNamespace(T0, Namespace(name="pay"), True),
+                               PutFlow(T0, "pay~a", FlowSettings(rate_per_s=1)),
+                               Audited(T0, stamp, DeleteNamespace(T0, "pay", True, True))]
+        store.apply_batch([(n + 1, encode(c)) for n, c in enumerate(cmds)])
+        got = [(a.action, a.namespace, a.target) for a in store.list_audit(AuditFilter())[0]]
+        assert got == [("flow.delete", "pay", "pay~a"), ("namespace.delete", "*", "pay")], got
     finally:
         store.close()
