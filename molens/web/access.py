@@ -221,7 +221,7 @@ class Access:
         (compared in constant time, as the bootstrap token is: the keyed hash was half of what a key
         cost a busy leader)."""
         self._lock = threading.Lock()
-        self.tickets: export.Tickets[Principal] = export.Tickets()
+        self.tickets: export.Tickets[Principal] = export.Tickets(owner=lambda p: p.key_id)
         """One-time export links (:mod:`molens.web.export`): a ticket authenticates as the key that minted it."""
         if not token:
             log.warning("http.auth_token is not set: the API is open, a request without a key acts as an admin")

@@ -50,6 +50,9 @@ PAGE = 500
 TICKET_TTL_S = 60.0
 MAX_TICKETS = 1024
 """Unused tickets kept per node at most: a client minting more pushes out the oldest."""
+MAX_TICKETS_PER_KEY = 32
+"""Unused tickets kept per key at most: a key minting more pushes out its own oldest, never another
+key's (a key of one namespace cannot make another team's download links fail by minting)."""
 MAX_EXPORT_URL = 4096
 _CT = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -166,8 +169,9 @@ class Tickets(Generic[P]):
     bound to the path and query they were minted for, used once, gone after :data:`TICKET_TTL_S`."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, ttl_s: float = TICKET_TTL_S,
-                 capacity: int = MAX_TICKETS) -> None:
-        self._clock, self._ttl, self._cap = clock, ttl_s, capacity
+                 capacity: int = MAX_TICKETS, per_holder: int = MAX_TICKETS_PER_KEY,
+                 owner: Callable[[P], object] = lambda p: p) -> None:
+        self._clock, self._ttl, self._cap, self._per_holder, self._owner = clock, ttl_s, capacity, per_holder, owner
         self._live: dict[str, _Ticket[P]] = {}
         self._lock = threading.Lock()
 
@@ -179,6 +183,10 @@ class Tickets(Generic[P]):
         now = self._clock()
         with self._lock:
             for k in [k for k, v in self._live.items() if v.expires <= now]:
+                del self._live[k]
+            who = self._owner(holder)
+            own = [k for k, v in self._live.items() if self._owner(v.holder) == who]  # oldest first
+            for k in own[:max(0, len(own) - self._per_holder + 1)]:
                 del self._live[k]
             while len(self._live) >= self._cap:
                 del self._live[next(iter(self._live))]
@@ -227,5 +235,5 @@ def install_exports(api: Api) -> None:
         return 201, {"url": url + ("&" if "?" in url else "?") + "ticket=" + ticket, "expires_in_s": ttl}
 
 
-__all__ = ["FORMATS", "PAGE", "TICKET_TTL_S", "Tickets", "cell", "columns", "export_format", "export_target", "paged",
+__all__ = ["FORMATS", "MAX_TICKETS_PER_KEY", "PAGE", "TICKET_TTL_S", "Tickets", "cell", "columns", "export_format", "export_target", "paged",
            "install_exports", "stream"]

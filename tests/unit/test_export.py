@@ -62,6 +62,17 @@ def test_the_oldest_unused_tickets_make_room() -> None:
     assert [book.take(t, "/api/v1/tasks", "status=failed&format=csv") for t in made[1:]] == ["k1", "k2", "k3"]
 
 
+def test_a_key_minting_many_tickets_pushes_out_its_own_oldest_never_another_keys() -> None:
+    """A key of one namespace minting past its bound made room by pushing out the node's oldest
+    tickets: another team's download links failed. Now it pushes out its own."""
+    book: Tickets[tuple[str, int]] = Tickets(Clock(), capacity=4, per_holder=3, owner=lambda h: h[0])
+    theirs = book.mint(("bob", 0), URL)[0]
+    mine = [book.mint(("eve", i), URL)[0] for i in range(8)]
+    assert book.take(theirs, "/api/v1/tasks", "status=failed&format=csv") == ("bob", 0)
+    got = [book.take(t, "/api/v1/tasks", "status=failed&format=csv") for t in mine]
+    assert got == [None] * 5 + [("eve", 5), ("eve", 6), ("eve", 7)]  # its three newest
+
+
 @pytest.mark.parametrize("url", [
     "/api/v1/tasks", "/api/v1/tasks?format=json", "/api/v1/keys?format=csv", "//evil/api/v1/tasks?format=csv",
     "http://x/api/v1/tasks?format=csv", "/api/v1/tasks?format=csv#x", "/api/v1/tasks?format=csv&ticket=a",
