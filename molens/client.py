@@ -114,9 +114,10 @@ class Role(StrEnum):
     ADMIN = "admin"
     """Everything: tasks, flows, dead letters, namespaces, keys, cluster membership."""
     WRITER = "writer"
-    """Create and change tasks and dead letters in its namespaces, and read them."""
+    """Create and change tasks, dead letters and the own flows (``<namespace>~<flow_key>``) of its
+    namespaces, and read them."""
     READER = "reader"
-    """Read tasks, executions and dead letters of its namespaces."""
+    """Read tasks, executions, dead letters and the own flows of its namespaces."""
 
 
 class ResumeFrom(StrEnum):
@@ -1564,6 +1565,7 @@ class BatchingClient:
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "MAX_BULK",
+    "MIN_ATTEMPT_S",
     "MAX_PAGE_SIZE",
     "ApiError",
     "BadRequestError",

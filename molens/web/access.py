@@ -10,8 +10,8 @@ named objects and the list filters ask :func:`visible` / :func:`readable` / :fun
 
 The rules:
 
-- ``admin`` does everything; ``writer`` creates and changes tasks and dead letters in its
-  namespaces and reads them; ``reader`` reads them. A write by a reader is ``403``.
+- ``admin`` does everything; ``writer`` creates and changes tasks, dead letters and the own flows
+  of its namespaces and reads them; ``reader`` reads them. A write by a reader is ``403``.
 - A named object (task, dead letter, namespace) outside the key's namespaces is ``404`` with the
   very body a missing one gets; a namespace-level request (a create naming the namespace, a list's
   ``?namespace=``) outside them is ``403 forbidden``. Lists leave out other namespaces' objects.

@@ -289,4 +289,4 @@ def install_flows(api: Api) -> None:
         return set_paused(key, False)
 
 
-__all__ = ["NEED_RATE", "FlowLimitsBody", "FlowList", "FlowView", "check_key", "decode_limits", "flow_schemas", "install_flows"]
+__all__ = ["MAX_NAMESPACE_FLOWS", "NEED_RATE", "FlowLimitsBody", "FlowList", "FlowView", "check_key", "decode_limits", "flow_schemas", "install_flows"]

@@ -15,8 +15,8 @@ type Role string
 
 const (
 	RoleAdmin  Role = "admin"  // everything: tasks, flows, dead letters, namespaces, keys, membership
-	RoleWriter Role = "writer" // create and change tasks and dead letters in its namespaces, and read them
-	RoleReader Role = "reader" // read tasks, executions and dead letters of its namespaces
+	RoleWriter Role = "writer" // create and change tasks, dead letters and its namespaces' own flows, and read them
+	RoleReader Role = "reader" // read tasks, executions, dead letters and its namespaces' own flows
 )
 
 // Quotas bound a namespace; nil is unlimited.

@@ -192,7 +192,7 @@ export default {
   flows: {
     intro: 'Limits per receiver: a task’s fires count against its callback URL’s host:port, or its flow_key, which outside the default namespace is that namespace’s own flow: namespace~flow_key.',
     key: 'Flow', keyHint: 'A callback host:port such as api.example.com:443, a default-namespace task’s flow_key, or namespace~flow_key.',
-    mine: 'This key sees and sets the own flows of its namespaces ({list}): namespace~flow_key. Shared flows (a receiver’s host:port, a default-namespace flow_key) need a key of every namespace.',
+    mine: 'This key sees (and a writer key sets) the own flows of its namespaces ({list}): namespace~flow_key. Shared flows (a receiver’s host:port, a default-namespace flow_key) need a key of every namespace.',
     rate: 'Rate (fires/s)', burst: 'Burst', burstHint: 'Fires at once after a quiet spell (default 1: evenly spaced).',
     concurrency: 'Concurrency', pausedBox: 'Paused (hold every due fire)', adaptiveBox: 'Adaptive: back off on 429/503/timeouts, ramp back',
     save: 'Save limits', newTitle: 'Set a flow’s limits', editTitle: 'Edit {key}', limits: 'Limits', state: 'State',

@@ -95,7 +95,8 @@ public final class MolensClient implements AutoCloseable {
     static final int MAX_REDIRECTS = 5;
     /**
      * The least time of the retry deadline a retry (attempt 2 and later) is sent with: with less left the call gives
-     * up, and the backoff before a retry ends this long before the deadline. The Python and Go SDKs' MIN_ATTEMPT.
+     * up, and the backoff before a retry ends this long before the deadline. The Python SDK's {@code MIN_ATTEMPT_S}, the Go
+     * SDK's {@code MinAttempt}.
      */
     public static final long MIN_ATTEMPT_MS = 100;
 

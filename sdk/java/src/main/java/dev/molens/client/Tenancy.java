@@ -23,9 +23,12 @@ public final class Tenancy {
     public enum Role {
         /** Everything: tasks, flows, dead letters, namespaces, keys, cluster membership. */
         ADMIN("admin"),
-        /** Create and change tasks and dead letters in its namespaces, and read them. */
+        /**
+         * Create and change tasks, dead letters and the own flows ({@code <namespace>~<flow_key>}) of its namespaces,
+         * and read them.
+         */
         WRITER("writer"),
-        /** Read tasks, executions and dead letters of its namespaces. */
+        /** Read tasks, executions, dead letters and the own flows of its namespaces. */
         READER("reader");
 
         private final String wire;
