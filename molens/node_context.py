@@ -190,7 +190,7 @@ class NodeContext(StoreReads):
 
     def _on_change(self, ch: LeaderChange) -> None:
         with self._lock:
-            if ch.term >= self._last.term:
+            if ch.term >= self._last.term and ch.seq >= self._last.seq:  # not a stale subscription answer
                 self._leader_changes.seen(ch.leader_id)
                 if ch.is_leader and (not self._last.is_leader or ch.term != self._last.term):
                     # ids above every task this replica holds: a new leader's clock may be behind the

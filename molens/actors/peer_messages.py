@@ -40,6 +40,10 @@ class LeaderChange:
     heard_ago_ms: tuple[tuple[str, int], ...] = field(default=(), compare=False)
     """When this node becomes leader: how long ago it last heard a Raft message from each peer (a
     deposed leader's worker may be gone: docs/architecture.md#lost-workers)."""
+    seq: int = field(default=0, compare=False)
+    """Which change this is, counted by the publishing peer from 1 (0: the state before the first):
+    a subscriber that also acts on :class:`Subscribe`'s answer, on another thread, tells a stale
+    one from a newer change already delivered (an election between the two)."""
 
     @property
     def is_leader(self) -> bool:
@@ -121,7 +125,8 @@ class ReadIndex:
 @dataclass(frozen=True, slots=True)
 class Subscribe:
     """Call ``fn`` (on the actor thread; keep it quick) on every role or leader change. Reply: the
-    current :class:`LeaderChange`."""
+    current :class:`LeaderChange` (a caller acting on it on its own thread may do so after ``fn``
+    heard a newer change: compare ``seq``)."""
 
     fn: Subscriber
 

@@ -662,6 +662,7 @@ class RaftPeer(SnapshotWork):
             now = replace(now, heard_ago_ms=tuple(
                 sorted((p, int((mono - t) * 1000)) for p, t in self._heard.items() if p != self.node_id)))
         was_leader = self._last.is_leader
+        now = replace(now, seq=self._last.seq + 1)
         self._last = now
         self.counters.leader_changes += 1
         log.info(

@@ -9,7 +9,9 @@ actor: its two entry points run on the Raft thread and must be quick.
 
 - :meth:`on_leader_change` (RaftPeer subscription): a new term led starts a new set; losing
   leadership sets the term's ``ended`` flag at once (nothing more is proposed or sent) and stops
-  the set without waiting. The node's FireWorkerPool is told who leads (``LeaderIs``).
+  the set without waiting. The node's FireWorkerPool is told who leads (``LeaderIs``). A change
+  older than one acted on (``LeaderChange.seq``: the subscription's answer, acted on by the starting
+  thread after the Raft thread delivered a newer change) is ignored.
 - :meth:`on_applied` (the store's hook, per applied batch with effects): each effect goes straight to
   the one actor that uses it (:func:`route_effects`): ``Committed`` (fire effects) to the Monitor,
   ``WheelEffects`` (timer adds and removes) to the wheel, ``FlowsChanged`` (flow settings) to the
@@ -158,6 +160,9 @@ class LeaderSupervisor:
         self._term: _Term | None = None
         self._allowed = True
         self.leader_id: str | None = None
+        self._seen = 0
+        """The newest :attr:`LeaderChange.seq` acted on: the answer to the subscription, acted on
+        from the starting thread, may arrive after a newer change the Raft thread delivered."""
 
     @property
     def current(self) -> LeaderRefs | None:
@@ -169,6 +174,9 @@ class LeaderSupervisor:
     def on_leader_change(self, ch: LeaderChange) -> None:
         old: _Term | None = None
         with self._lock:
+            if ch.seq < self._seen:  # stale: a newer change was acted on (it stopped a term just led)
+                return
+            self._seen = ch.seq
             self.leader_id = ch.leader_id
             cur = self._term
             if ch.is_leader and self._allowed:

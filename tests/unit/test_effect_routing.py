@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from molens.actors.messages import Committed, FlowsChanged, LeaderRefs, WheelEffects
+from molens.actors.peer_messages import LeaderChange
 from molens.actors.supervisor import LeaderSupervisor, _Term, route_effects
 from molens.config import SchedulerConfig
 from molens.fsm.machine import FireRecord, FlowSet, SendFire, WheelAdd, WheelRemove
@@ -98,3 +99,41 @@ def test_a_load_raises_the_reach_before_it_reads_and_start_never_passes_it() -> 
     assert seen and all(reach >= until for reach, until in seen)
     assert not w.reach.wants(1_600, True) and w.reach.wants(1_599, True) and w.reach.wants(9_999, False)
     assert "late" in w.wheel
+
+
+class Stoppable(Inbox):
+    """An actor ref that also records its stop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stopped = False
+
+    def stop(self, block: bool = True) -> None:
+        self.stopped = True
+
+
+def test_a_stale_subscription_answer_does_not_stop_the_term_a_newer_change_started() -> None:
+    """The scheduler subscribes while the node is a candidate and acts on the answer on its own
+    thread; meanwhile the Raft thread delivers "leader" and the term's actors start. The stale
+    "candidate" answer, acted on after, stopped them while the node still led: a leader that
+    scheduled nothing (found by CI: no dead letter in 60 s). Changes carry their sequence now."""
+    refs: list[LeaderRefs] = []
+
+    def start(term: int, heard: Any = ()) -> _Term:
+        r = LeaderRefs(term=term, wheel=Stoppable(), dispatcher=Stoppable(), monitor=Stoppable(),  # type: ignore[arg-type]
+                       cleaner=Stoppable(), notifier=Stoppable())  # type: ignore[arg-type]
+        refs.append(r)
+        return _Term(r, threading.Event())
+
+    sup = LeaderSupervisor(
+        node_id="n1", cfg=SchedulerConfig(), store=None,  # type: ignore[arg-type]
+        propose_batch=lambda _d, _cb: None, stats=None, pool=Inbox(),  # type: ignore[arg-type]
+        send_fires=lambda _g, _t: {}, local_free=lambda: 0, fatal=lambda _e: None,
+    )
+    sup._start = start  # type: ignore[method-assign]
+    answer = LeaderChange("n1", "candidate", None, 2, seq=2)  # what Subscribe answered
+    sup.on_leader_change(LeaderChange("n1", "leader", "n1", 2, seq=3))  # delivered first, on the Raft thread
+    sup.on_leader_change(answer)  # then the starting thread acts on the answer
+    assert sup.current is refs[0] and not refs[0].wheel.stopped  # type: ignore[attr-defined]
+    sup.on_leader_change(LeaderChange("n1", "follower", "n2", 3, seq=4))  # a real change still ends the term
+    assert sup.current is None and refs[0].wheel.stopped  # type: ignore[attr-defined]

@@ -78,6 +78,8 @@ def test_a_transfer_hands_leadership_to_the_named_voter_and_the_old_leader_hears
     assert stepped_down.result(20) is True
     wait_until(lambda: _leader(cluster) == to, f"{to} to lead", timeout=20.0)
     wait_until(lambda: any(c.leader_id == to for c in changes), "the old leader's subscriber to hear of the new one", timeout=20.0)
+    seqs = [now.seq, *(c.seq for c in list(changes))]  # counted: a stale answer is told from a newer change
+    assert now.seq >= 1 and seqs == sorted(set(seqs)), seqs
     assert cluster[to].propose(encode_put("k", "v")).result(20) is True
     assert cluster[to].propose(encode_get("k")).result(20) == b"v"
 
