@@ -869,7 +869,9 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                 "tags": ["flows"],
                 "parameters": [_FLOW_KEY],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("FlowLimitsBody")}}},
-                "responses": {"200": _ok(_ref("FlowView")), **_err(400, 413, 415, *_WRITE_ERRORS)},
+                # 404: a namespace's own flow of a namespace that does not exist; 409: the namespace's
+                # flows are at MAX_NAMESPACE_FLOWS
+                "responses": {"200": _ok(_ref("FlowView")), **_err(400, 404, 409, 413, 415, *_WRITE_ERRORS)},
             },
             "delete": {
                 "operationId": "deleteFlow",
@@ -885,7 +887,7 @@ def _paths(wheel_levels: int) -> dict[str, Any]:
                 "summary": "Hold every fire of the flow (only the paused flag changes)",
                 "tags": ["flows"],
                 "parameters": [_FLOW_KEY],
-                "responses": {"200": _ok(_ref("FlowView")), **_err(400, *_WRITE_ERRORS)},
+                "responses": {"200": _ok(_ref("FlowView")), **_err(400, 404, 409, *_WRITE_ERRORS)},
             }
         },
         f"{_P}/flows/{{key}}/resume": {
