@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +144,10 @@ class WorkerWatch:
         return tuple(sorted(self._lost))
 
 
+SETTLED_MAX = 65_536
+"""Attempts settled lost whose worker the watch remembers (the oldest forgotten first)."""
+
+
 class FireWatch:
     """Deadline heap of in-flight fires, and the open ones by worker (pure apart from the store
     read it is given)."""
@@ -158,6 +163,9 @@ class FireWatch:
         """fire id -> the worker of its open attempt."""
         self._since: dict[str, int] = {}
         """fire id -> when this leader began to watch its open attempt (ms)."""
+        self._settled: OrderedDict[tuple[str, int], str] = OrderedDict()
+        """(fire id, attempt) -> its worker, of the attempts this leader settled lost (at most
+        :data:`SETTLED_MAX`): a late result of one is that worker's to send, no other member's."""
         self.lost = 0
         self.lost_on_worker = 0
 
@@ -190,12 +198,27 @@ class FireWatch:
 
     def from_their_workers(self, items: list[ResultItem]) -> tuple[list[ResultItem], list[ResultItem]]:
         """``items`` split into those this watch may take and those from a worker other than the one
-        the fire's open attempt was planned for (a worker speaks only for itself, checked before;
-        this is a member speaking for a fire that is not its own). A fire not watched is the state
-        machine's to judge."""
-        where = self._where
-        wrong = [it for it in items if where.get(it.fire_id, it.worker) != it.worker]
-        return ([it for it in items if where.get(it.fire_id, it.worker) == it.worker] if wrong else items), wrong
+        the fire's open attempt was planned for, or, for a fire not open, the one its attempt was
+        planned for when this leader settled it lost (a worker speaks only for itself, checked
+        before; this is a member speaking for a fire that is not its own: taken, a late result of
+        another worker's attempt went on record as if it had been sent). Any other fire not watched
+        is the state machine's to judge."""
+        wrong = [it for it in items if self._planned_for(it) != it.worker]
+        return ([it for it in items if self._planned_for(it) == it.worker] if wrong else items), wrong
+
+    def _planned_for(self, it: ResultItem) -> str:
+        """The worker ``it`` may come from (its own when the watch knows of none)."""
+        w = self._where.get(it.fire_id)
+        if w is None and it.attempt is not None:
+            w = self._settled.get((it.fire_id, it.attempt))
+        return it.worker if w is None else w
+
+    def _remember_settled(self, fire_id: str, attempt: int, worker: str) -> None:
+        """Remember that this leader settled ``attempt`` of ``fire_id`` lost on ``worker``."""
+        settled = self._settled
+        settled[(fire_id, attempt)] = worker
+        if len(settled) > SETTLED_MAX:
+            settled.popitem(last=False)
 
     @property
     def in_flight(self) -> int:
@@ -221,6 +244,7 @@ class FireWatch:
                 continue
             self._forget(fid)
             log.warning("monitor: fire=%s attempt=%d kind=%s worker=%s lost", fid, attempt, kind, cur.worker)
+            self._remember_settled(fid, attempt, cur.worker)
             out.append(lost_result(cur))
         self.lost += len(out)
         return out
@@ -240,6 +264,7 @@ class FireWatch:
                 cur = self._get_fire(fid)
                 if cur is None or cur.attempt != attempt or cur.worker != w:
                     continue
+                self._remember_settled(fid, attempt, w)
                 out.append(lost_result(cur))
             log.warning("monitor: worker=%s lost; settling %d fires in flight on it", w, len(out))
         self.lost_on_worker += len(out)
@@ -258,6 +283,7 @@ class FireWatch:
             cur = self._get_fire(fid)
             if cur is None or cur.attempt != attempt or cur.worker != worker:
                 continue
+            self._remember_settled(fid, attempt, worker)
             out.append(lost_result(cur))
         if out:
             log.warning("monitor: worker=%s no longer holds %d fires in flight on it; settling them", worker, len(out))

@@ -206,6 +206,26 @@ def test_a_member_speaking_for_a_fire_planned_for_another_worker_is_not_taken() 
     assert m.from_their_workers(everything) == (everything, [])
 
 
+def test_a_late_result_of_an_attempt_settled_lost_is_taken_only_from_the_worker_it_was_planned_for() -> None:
+    """An attempt settled lost (its deadline passed, its worker silent, or gone from the worker's
+    heartbeat) is no longer watched; its worker may still answer it, and that late result goes on
+    record. Another member reporting it was taken too, so a result of an attempt it never had went
+    on record as if sent. Now the watch remembers who each settled attempt was planned for."""
+    store = {"a-1": _fire("a-1"), "b-1": _fire("b-1"), "c-1": _fire("c-1")}
+    m = FireWatch(store.get)
+    m.watch(store.values())
+    assert [r.fire_id for r in m.due(NOW + 100)] == ["a-1", "b-1", "c-1"]  # all three on n2, past their deadline
+
+    def result(fid: str, worker: str, attempt: int = 1) -> ResultItem:
+        return ResultItem(fire_id=fid, kind=FireKind.CALLBACK, status_code=200, outcome=Outcome.RESPONSE,
+                          response_head="", latency_ms=1, worker=worker, attempt=attempt)
+
+    ok, wrong = m.from_their_workers([result("a-1", "n2"), result("b-1", "n3"), result("c-1", "n3", attempt=2),
+                                      result("z-1", "n3")])
+    assert [(it.fire_id, it.worker) for it in ok] == [("a-1", "n2"), ("c-1", "n3"), ("z-1", "n3")]
+    assert [(it.fire_id, it.worker) for it in wrong] == [("b-1", "n3")]  # n2's attempt, reported by n3
+
+
 def test_fires_on_a_worker_silent_for_worker_lost_ms_are_settled_at_once_not_at_their_deadline() -> None:
     far = NOW + 60_000
     store = {
