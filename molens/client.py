@@ -142,15 +142,16 @@ class DeadLetterKind(StrEnum):
     ACK_FAILED = "ack_failed"
     UNKNOWN = "unknown"
 
-# -------------------------------------------------------------------------------------------------
-# errors
-
 
 class SeriesRange(StrEnum):
     """The windows of :meth:`MolensClient.stats_series` (the server's ``molens.web.fire_series.Span``)."""
 
     HOUR = "hour"
     DAY = "day"
+
+
+# -------------------------------------------------------------------------------------------------
+# errors
 
 
 class ClientError(MolensError):

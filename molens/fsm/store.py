@@ -20,6 +20,9 @@ the result and finally ``applied_index`` -- all in ONE lmdb write transaction. D
 - ``flows``  flow key -> its limits (``FlowSettings``, msgpack array; docs/architecture.md#flow-control)
 - ``audit``  ``raft index (u64) | n (u32)`` -> :class:`~molens.fsm.audit.AuditEntry` (docs/architecture.md#audit-trail):
   written in the transaction of the change it records, so it is in every snapshot and replica
+- ``by_namespace`` each namespace's tasks, due entries, dead letters and audit entries
+  (:mod:`molens.fsm.ns_index`): derived and local, not in the digest; rebuilt when it opens unless
+  current
 
 The secondary indexes and ``counts`` are written in the same transaction as the records they
 describe (data format 3; a store of format 1 or 2 gets them built when it opens).
@@ -62,7 +65,7 @@ import lmdb
 import msgpack
 import msgspec
 
-from molens.fsm import audit, format_v1, machine, search, tenancy
+from molens.fsm import audit, format_v1, machine, ns_index, search, tenancy
 from molens.fsm.audit import AuditEntry
 from molens.fsm.commands import Command, CommandCodecError, ExpireItem, FlowSettings, decode, encode
 from molens.fsm.history import History
@@ -401,6 +404,8 @@ class TaskStore(StateFile):
         self.search = search.TaskIndex(self.scan_tasks, search_max_bytes)
         """The text-search index over this replica's tasks (fed after each commit, built on first use)."""
         self._changed: dict[str, Task | None] = {}
+        self._ns_ops: dict[bytes, bool] = {}
+        """The batch being applied: each task key of the namespace index it changed, True to put."""
         # commands this node proposed, by the id of their encoded bytes (see encode_proposal)
         self._known: dict[int, tuple[bytes, Command]] = {}
         self._meta_cache: dict[str, bytes | None] = {}
@@ -423,8 +428,9 @@ class TaskStore(StateFile):
         self._open()
 
     def _open(self) -> None:
-        self._env = self._open_env(max_dbs=16)  # room for two more than DATABASES
+        self._env = self._open_env(max_dbs=24)  # room for more than DATABASES and the local index
         self._dbs = {name: self._env.open_db(name) for name in DATABASES}
+        self._by_ns = self._env.open_db(ns_index.DB_NAME)
         (self._tasks, self._due, self._fires, self._idem, self._meta, self._expiry, self._by_status, self._by_scene,
          self._due_days, self._dead, self._dead_at, self._outbox, self._flows, self._audit) = self._dbs.values()
         with self._env.begin() as txn:
@@ -435,7 +441,37 @@ class TaskStore(StateFile):
         self._applied_term = _U64.unpack(raw_term)[0] if raw_term is not None else 0
         self._counts: dict[str, int] = dict(msgpack.unpackb(raw_counts, raw=False)) if raw_counts else {}
         self._check_format()
+        self._check_ns_index()
         log.info("task store opened dir=%s applied_index=%d", self.dir, self._applied)
+
+    def _check_ns_index(self) -> None:
+        """Rebuild the namespace index unless it is current (:mod:`molens.fsm.ns_index`)."""
+        with self._env.begin() as txn:
+            at = ns_index.marked_at(txn, self._by_ns)
+            empty = txn.stat(self._tasks)["entries"] == 0 and txn.stat(self._dead)["entries"] == 0 \
+                and txn.stat(self._audit)["entries"] == 0
+        if at == self._applied:
+            return
+        if empty:
+            with self._env.begin(write=True) as txn:
+                txn.drop(self._by_ns, delete=False)
+                ns_index.mark(txn, self._by_ns, self._applied)
+            return
+        log.warning("namespace index rebuild dir=%s applied_index=%d index_at=%s", self.dir, self._applied, at)
+
+        def task_keys(k: bytes, v: bytes) -> list[bytes]:
+            return ns_index.task_entries(_TASK_DECODER.decode(v), k)
+
+        def dead_keys(k: bytes, v: bytes) -> list[bytes]:
+            dl = _DEAD_DECODER.decode(v)
+            return [ns_index.dead_key(dl, _U64.pack(dl.at_ms) + k)]
+
+        def audit_keys(k: bytes, v: bytes) -> list[bytes]:
+            return [ns_index.audit_key(_AUDIT_DECODER.decode(v), k)]
+
+        n = ns_index.rebuild(self._env, self._by_ns, self._applied,
+                             [(self._tasks, task_keys), (self._dead, dead_keys), (self._audit, audit_keys)])
+        log.warning("namespace index rebuilt dir=%s records=%d", self.dir, n)
 
     def _check_format(self) -> None:
         """Write :data:`molens.schema.FORMAT` into a new store, migrate a store of format 1 (the
@@ -525,11 +561,14 @@ class TaskStore(StateFile):
             days: dict[int, int] = {}
             self._changed = {}
             self._meta_written = set()
+            self._ns_ops = {}
             try:
                 with self._env.begin(write=True) as txn:
                     out, hist = self._apply_in(txn, fresh, counts, days)
                     self._write_days(txn, days)
+                    self._write_ns_ops(txn)
                     txn.put(_APPLIED, _U64.pack(fresh[-1].index), db=self._meta)
+                    ns_index.mark(txn, self._by_ns, fresh[-1].index)
                     txn.put(_APPLIED_TERM, _U64.pack(fresh[-1].term), db=self._meta)
                     txn.put(_COUNTS, msgpack.packb(counts, use_bin_type=True), db=self._meta)
                     if self.history is not None and hist:
@@ -602,6 +641,7 @@ class TaskStore(StateFile):
         put, delete = txn.put, txn.delete
         tasks_db, due_db = self._tasks, self._due
         exp_db, st_db, sc_db = self._expiry, self._by_status, self._by_scene
+        ns_changes, ns_ops = ns_index.task_changes, self._ns_ops
         pack_u64 = _U64.pack
         delta: dict[Status, int] = {}  # status count changes of this command, folded in below
         status_prefix = _STATUS_PREFIX
@@ -609,6 +649,11 @@ class TaskStore(StateFile):
         for tid, t in w.tasks.items():
             old = before.get(tid)
             k = tid.encode()
+            gone, fresh = ns_changes(old, t, k)
+            for ik in gone:
+                ns_ops[ik] = False
+            for ik in fresh:
+                ns_ops[ik] = True
             nd = None if t is None else t.wake_ms  # its next action: own occurrence or a running one's retry
             od = None
             if old is not None:
@@ -678,9 +723,12 @@ class TaskStore(StateFile):
             cur = txn.cursor(db=self._audit)
             ok = cur.first()
             while ok and bytes(cur.key()) < bound:
+                txn.delete(ns_index.audit_key(_AUDIT_DECODER.decode(cur.value()), bytes(cur.key())), db=self._by_ns)
                 ok = cur.delete()
         for n, a in enumerate(w.audit):
-            txn.put(_U64.pack(index) + _U32.pack(n), _AUDIT_ENCODER.encode(a), db=self._audit)
+            k = _U64.pack(index) + _U32.pack(n)
+            txn.put(k, _AUDIT_ENCODER.encode(a), db=self._audit)
+            txn.put(ns_index.audit_key(a, k), b"", db=self._by_ns)
 
     def _write_dead(self, txn: lmdb.Transaction, w: Writes) -> None:
         """Dead letters written, deleted, and those of deleted tasks (they go with their history)."""
@@ -703,12 +751,26 @@ class TaskStore(StateFile):
                     self.dead_written[dl.kind.value] = self.dead_written.get(dl.kind.value, 0) + 1
                 txn.put(k, _DEAD_ENCODER.encode(dl), db=dead)
                 txn.put(_U64.pack(dl.at_ms) + k, b"", db=dead_at)
+                txn.put(ns_index.dead_key(dl, _U64.pack(dl.at_ms) + k), b"", db=self._by_ns)
         for k, old in gone:
             if k.decode() not in w.dead or w.dead[k.decode()] is None:
                 txn.delete(k, db=dead)
             new = w.dead.get(k.decode())
             if new is None or new.at_ms != old.at_ms:
                 txn.delete(_U64.pack(old.at_ms) + k, db=dead_at)
+            if new is None or new.at_ms != old.at_ms or new.namespace != old.namespace:
+                txn.delete(ns_index.dead_key(old, _U64.pack(old.at_ms) + k), db=self._by_ns)
+
+    def _write_ns_ops(self, txn: lmdb.Transaction) -> None:
+        """The batch's task keys of the namespace index, each key's last change: deletes, then the
+        puts in key order in one call (about half the cost of a put per key from here)."""
+        ops, db = self._ns_ops, self._by_ns
+        for k, keep in ops.items():
+            if not keep:
+                txn.delete(k, db=db)
+        puts = sorted(k for k, keep in ops.items() if keep)
+        if puts:
+            txn.cursor(db=db).putmulti([(k, b"") for k in puts])
 
     def _write_days(self, txn: lmdb.Transaction, days: dict[int, int]) -> None:
         """Fold a batch's changes of due entries per day into ``due_days``."""
@@ -843,9 +905,17 @@ class TaskStore(StateFile):
     def __len__(self) -> int:
         return self._entries(self._tasks)
 
-    def scan_due(self, chunk: int = 4096, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
+    def scan_due(
+        self, chunk: int = 4096, after: tuple[int, str] | None = None, namespaces: Iterable[str] | None = None,
+    ) -> Iterator[tuple[int, str]]:
         """Every due entry in due order (strictly after ``(due_ms, task_id)`` when given), read in
-        chunks of short read transactions (streaming)."""
+        chunks of short read transactions (streaming); of ``namespaces`` only unless None, read
+        from the namespace index (a page costs their entries only)."""
+        if namespaces is not None:
+            prefixes = [ns_index.head(ns) + ns_index.DUE for ns in sorted(set(namespaces))]
+            for k in self._ns_ids(prefixes, due_key(*after) if after else b"", False, chunk):
+                yield _U64.unpack_from(k)[0], k[8:].decode()
+            return
         start = due_key(*after) + b"\x00" if after else b""
         while True:
             rows: list[bytes] = []
@@ -944,8 +1014,9 @@ class TaskStore(StateFile):
                 if len(rows) > limit:
                     nxt = f"{out[-1].at_ms}:{out[-1].id}"
                 return out, nxt
-            cur = txn.cursor(db=self._dead_at)
-            for scanned, k in enumerate(_newest_first(cur, cursor, until_ms)):
+            keys = _newest_first(txn.cursor(db=self._dead_at), cursor, until_ms) if namespaces is None \
+                else self._ns_newest(namespaces, ns_index.DEAD, cursor, until_ms)
+            for scanned, k in enumerate(keys):
                 if since_ms is not None and _U64.unpack_from(k)[0] < since_ms:
                     break
                 if scanned >= scan_budget:
@@ -956,7 +1027,7 @@ class TaskStore(StateFile):
                     continue
                 dl = _DEAD_DECODER.decode(raw)
                 if namespaces is not None and dl.namespace not in namespaces:
-                    continue  # a full page does not go on for it: the cursor would tell it is there
+                    continue  # the index said otherwise: never shown
                 if len(out) == limit:
                     nxt = k.hex()
                     break
@@ -968,20 +1039,27 @@ class TaskStore(StateFile):
         self, f: AuditFilter, *, cursor: str | None = None, limit: int = 100, scan_budget: int = 20_000,
     ) -> tuple[list[AuditEntry], str | None]:
         """Audit entries newest first, filtered; ``(page, next cursor)``: at most ``scan_budget``
-        entries are read per call, so a rare filter gives short pages and a cursor to go on from."""
+        entries are read per call, so a rare filter gives short pages and a cursor to go on from. A
+        filter by namespace reads the namespace index: only that namespace's entries are read (and
+        counted), so nothing of another shapes a page of a key of some namespaces."""
         out: list[AuditEntry] = []
         nxt: str | None = None
+        nss = f.namespaces
+        if f.namespace is not None:
+            nss = frozenset((f.namespace,)) if nss is None or f.namespace in nss else frozenset()
         with self._env.begin(db=self._audit) as txn:
-            cur = txn.cursor()
-            for scanned, k in enumerate(_newest_first(cur, cursor, None)):
+            keys = _newest_first(txn.cursor(), cursor, None) if nss is None \
+                else self._ns_newest(nss, ns_index.AUDIT, cursor, None)
+            for scanned, k in enumerate(keys):
                 if scanned >= scan_budget:
                     nxt = k.hex()
                     break
-                a = _audit_from(k, cur.value())
-                if (f.namespace is not None and a.namespace != f.namespace) or (
-                    f.namespaces is not None and a.namespace not in f.namespaces
-                ):
-                    continue  # a full page does not go on for it: the cursor would tell it is there
+                raw = txn.get(k)
+                if raw is None:  # trimmed since the index was read
+                    continue
+                a = _audit_from(k, raw)
+                if nss is not None and a.namespace not in nss:
+                    continue  # the index said otherwise: never shown
                 if len(out) == limit:
                     nxt = k.hex()
                     break
@@ -1077,21 +1155,27 @@ class TaskStore(StateFile):
 
     def scan_tasks_where(
         self, *, statuses: Sequence[str] = (), scene: str | None = None, after: str = "", reverse: bool = False,
-        chunk: int = 256,
+        chunk: int = 256, namespaces: Iterable[str] | None = None,
     ) -> Iterator[Task]:
         """Tasks of any of ``statuses`` (or of ``scene`` when no status is given) in id order (newest
         first with ``reverse``), strictly after (before) task id ``after``, read from the
         ``by_status`` / ``by_scene`` index: a page costs its own rows, not the store's. With both
-        filters the status index is read and the scene checked per task."""
-        if statuses:
+        filters the status index is read and the scene checked per task. ``namespaces`` (None: all)
+        reads their part of the namespace index instead, where no filter is needed either."""
+        if namespaces is not None:
+            nss = sorted(set(namespaces))
+            db = self._by_ns
+            if scene is not None and not statuses:
+                prefixes = [ns_index.scene_prefix(ns, scene) for ns in nss]
+            else:  # no filter: every status's, merged
+                prefixes = [ns_index.status_prefix(ns, s) for ns in nss for s in sorted(set(statuses or Status))]
+        elif statuses:
             db, prefixes = self._by_status, [s.encode() + b"\x00" for s in sorted(set(statuses))]
         elif scene is not None:
             db, prefixes = self._by_scene, [scene.encode() + b"\x00"]
         else:
-            raise ValueError("scan_tasks_where needs statuses or a scene")
-        ids = [self._index_ids(db, p, after.encode(), reverse, chunk) for p in prefixes]
-        merged = ids[0] if len(ids) == 1 else heapq.merge(*ids, reverse=reverse)
-        for tid in merged:
+            raise ValueError("scan_tasks_where needs statuses, a scene or namespaces")
+        for tid in self._merged_ids(db, prefixes, after.encode(), reverse, chunk):
             with self._env.begin(db=self._tasks) as txn:
                 raw = txn.get(tid)
             if raw is None:  # deleted between the index read and this one
@@ -1100,6 +1184,30 @@ class TaskStore(StateFile):
             if statuses and scene is not None and t.spec.scene != scene:
                 continue
             yield t
+
+    def _merged_ids(self, db: Any, prefixes: list[bytes], after: bytes, reverse: bool, chunk: int) -> Iterator[bytes]:
+        """:meth:`_index_ids` of each prefix, merged in order (or reversed)."""
+        each = max(16, chunk // max(1, len(prefixes)))  # a page of a merge reads about one chunk in all
+        ids = [self._index_ids(db, p, after, reverse, each) for p in prefixes]
+        return iter(()) if not ids else ids[0] if len(ids) == 1 else heapq.merge(*ids, reverse=reverse)
+
+    def _ns_ids(self, prefixes: list[bytes], after: bytes, reverse: bool, chunk: int) -> Iterator[bytes]:
+        return self._merged_ids(self._by_ns, prefixes, after, reverse, chunk)
+
+    def _ns_newest(self, namespaces: Iterable[str], kind: bytes, cursor: str | None, until_ms: int | None) -> Iterator[bytes]:
+        """The keys of ``namespaces``' dead letters (``kind`` :data:`ns_index.DEAD`: ``dead_at``
+        keys) or audit entries (``AUDIT``: ``audit`` keys), newest first, from where
+        :func:`_newest_first` would start."""
+        if cursor:
+            try:
+                after = bytes.fromhex(cursor) + b"\x00"  # inclusive: strictly before its successor
+            except ValueError:
+                raise ValidationError("cursor is not a cursor this API issued", "cursor") from None
+        elif until_ms is not None:
+            after = _U64.pack(min(until_ms, 2**64 - 2) + 1)
+        else:
+            after = b""
+        return self._ns_ids([ns_index.head(ns) + kind for ns in sorted(set(namespaces))], after, True, 256)
 
     def _index_ids(self, db: Any, prefix: bytes, after: bytes, reverse: bool, chunk: int) -> Iterator[bytes]:
         """Task ids under ``prefix`` of an index, in order (or reversed), strictly after (before) ``after``."""

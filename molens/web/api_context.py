@@ -25,7 +25,7 @@ Contract for implementers:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -177,18 +177,23 @@ class ApiContext(Protocol):
         ...
 
     def scan_tasks_where(
-        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False
+        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False,
+        namespaces: Iterable[str] | None = None,
     ) -> Iterator[Task]:
         """Tasks of any of ``statuses`` (or, with none, of ``scene``) in id order (newest first with
-        ``reverse``) strictly after (before) ``after``, from the store's secondary indexes."""
+        ``reverse``) strictly after (before) ``after``, from the store's secondary indexes; of
+        ``namespaces`` only unless None (then a filter is optional), from the namespace index."""
         ...
 
     def task_search(self) -> TaskIndex:
         """The text-search index over this node's tasks (``GET /api/v1/tasks?q=``)."""
         ...
 
-    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
-        """``(due_ms, task_id)`` of every scheduled task, soonest first, strictly after ``after``."""
+    def scan_due(
+        self, after: tuple[int, str] | None = None, namespaces: Iterable[str] | None = None,
+    ) -> Iterator[tuple[int, str]]:
+        """``(due_ms, task_id)`` of every scheduled task (of ``namespaces`` only unless None),
+        soonest first, strictly after ``after``."""
         ...
 
     def task_counts(self) -> dict[str, int]:

@@ -774,10 +774,13 @@ _ORDERS = {"created": "t", "-created": "r", "next_run": "n"}
 
 def _ordered(
     ctx: ApiContext, order: str, position: str, statuses: set[str] | None = None, scene: str | None = None,
+    namespaces: frozenset[str] | None = None,
 ) -> Iterator[tuple[str, Task | None]]:
     """``(cursor position, task)`` in ``order`` after ``position``; None for a due entry whose
     task moved on meanwhile (it still counts toward the scan bound). In id order with a status or
-    scene filter, only the matching tasks, read from the store's index (a page costs a page)."""
+    scene filter, only the matching tasks, read from the store's index (a page costs a page).
+    ``namespaces`` (None: every one) reads only theirs, from the store's namespace index: another
+    namespace's tasks are never walked, so they neither cost a page nor shape it."""
     bad = ValidationError("cursor is not a cursor this API issued", "cursor")
     if order == "next_run":
         after = None
@@ -786,14 +789,15 @@ def _ordered(
             if not _ROW_ID_RE.fullmatch(ms) or int(ms) > model.MAX_EPOCH_MS or not model.is_task_id(tid):
                 raise bad
             after = (int(ms), tid)
-        for due_ms, tid in ctx.scan_due(after):
+        for due_ms, tid in ctx.scan_due(after, namespaces):
             t = ctx.get_task(tid)
             yield f"{due_ms}:{tid}", (t if t is not None and t.wake_ms == due_ms else None)
         return
     if position and not model.is_task_id(position):
         raise bad
-    if statuses or scene is not None:
-        tasks = ctx.scan_tasks_where(sorted(statuses or ()), scene, position, reverse=order != "created")
+    if statuses or scene is not None or namespaces is not None:
+        tasks = ctx.scan_tasks_where(sorted(statuses or ()), scene, position, reverse=order != "created",
+                                     namespaces=namespaces)
     else:
         tasks = ctx.scan_tasks(position) if order == "created" else ctx.scan_tasks_before(position)
     for t in tasks:
@@ -1018,7 +1022,7 @@ def _install_tasks(api: Api) -> None:
                 found = ((tid, ctx.get_task(tid))
                          for tid in index.matches(q, position, reverse=order != "created", namespaces=namespaces))
             else:
-                found = _ordered(ctx, order, position, statuses, scene)
+                found = _ordered(ctx, order, position, statuses, scene, namespaces)
             for pos, t in found:
                 # a page whose tasks all match costs the page; only a skipping scan stops on time
                 if examined >= MAX_SCAN or (examined > limit and time.monotonic() >= deadline):

@@ -7,7 +7,7 @@ proposes, leads and reports."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from molens import model
 from molens.fsm.commands import FlowSettings
@@ -50,12 +50,16 @@ class StoreReads(abc.ABC):
         return self.store.scan_tasks_before(before, chunk=SCAN_CHUNK)
 
     def scan_tasks_where(
-        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False
+        self, statuses: Sequence[str], scene: str | None, after: str = "", reverse: bool = False,
+        namespaces: Iterable[str] | None = None,
     ) -> Iterator[Task]:
-        return self.store.scan_tasks_where(statuses=statuses, scene=scene, after=after, reverse=reverse)
+        return self.store.scan_tasks_where(statuses=statuses, scene=scene, after=after, reverse=reverse,
+                                           namespaces=namespaces)
 
-    def scan_due(self, after: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
-        return self.store.scan_due(chunk=SCAN_CHUNK, after=after)
+    def scan_due(
+        self, after: tuple[int, str] | None = None, namespaces: Iterable[str] | None = None,
+    ) -> Iterator[tuple[int, str]]:
+        return self.store.scan_due(chunk=SCAN_CHUNK, after=after, namespaces=namespaces)
 
     def task_search(self) -> TaskIndex:
         return self.store.search

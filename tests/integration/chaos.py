@@ -22,6 +22,9 @@ again, and the run checks (:class:`Report`):
   partition's window runs from its start until it healed);
 - ``digests_equal``: every replica's state digest the same at one applied index (each node reads
   its index and digest in one transaction; the periodic tasks are paused first so the log settles);
+- ``ns_index_ok``: every replica's namespace index (``molens.fsm.ns_index``) holds exactly the keys
+  its records imply, marked at its applied index (``tests/ns_index_check.py``, read from each
+  node's store file beside the running node);
 - ``linearizable``: the recorded history of the task records checked against the sequential model of
   one record (``tests/sim/task_linearizability.py``, per record); a violation prints the first failing
   record's minimal failing sub-history (``chaos: history:`` lines, :func:`summary_lines`).
@@ -33,7 +36,7 @@ own (``--net netns``, the default where they can be made: root with ``ip netns``
 with the reason before it starts. The last line counts each fault kind:
 ``chaos: seed=... faults=N kill=... freeze=... restart=... partition=... clock=... fulldisk=... slowdisk=...
 lost=0 amo_twice=0 periodic_max_gap_ms=... periodic_max_gap_outside_partitions_ms=... digests_equal=yes
-history_ops=N linearizable=yes``, after ``chaos: history: ops=N records=M linearizable=yes|no ...``;
+ns_index_ok=yes history_ops=N linearizable=yes``, after ``chaos: history: ops=N records=M linearizable=yes|no ...``;
 the exit status is 1 when a promise is broken or the history is not shown linearizable.
 ``tests/integration/test_chaos.py`` runs 120 s of it with a random seed and every fault kind.
 """
@@ -57,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from molens.client import ApiError, MolensClient
+from tests.ns_index_check import mismatches
 
 from .conftest import Cluster, NodeProc, wait_for
 from .history_client import History, Linearizable, Verdict, record, verdict
@@ -116,6 +120,8 @@ class Report:
     """That task's executions around the gap (seconds into the run), to tell which fault made it."""
     t0_ms: int = 0
     digests_equal: bool = False
+    ns_index: list[str] = field(default_factory=["not checked"].copy)
+    """What is wrong with each replica's namespace index (``tests/ns_index_check.py``); empty: nothing."""
     create_errors: int = 0
     deliveries: int = 0
     history: Verdict | None = None
@@ -128,7 +134,7 @@ class Report:
     @property
     def ok(self) -> bool:
         return (not self.lost and not self.amo_twice and not self.stuck and self.digests_equal
-                and self.linearizable is Linearizable.YES)
+                and not self.ns_index and self.linearizable is Linearizable.YES)
 
     def counts(self) -> dict[Kind, int]:
         """How many faults of each chosen kind struck."""
@@ -147,6 +153,7 @@ class Report:
             f"amo_twice={len(self.amo_twice)} periodic_max_gap_ms={self.periodic_max_gap_ms} "
             f"periodic_max_gap_outside_partitions_ms={self.periodic_max_gap_outside_partitions_ms} "
             f"digests_equal={'yes' if self.digests_equal else 'no'} "
+            f"ns_index_ok={'no' if self.ns_index else 'yes'} "
             f"history_ops={self.history.counts['size'] if self.history else 0} linearizable={self.linearizable}"
         )
 
@@ -339,6 +346,7 @@ def summary_lines(report: Report) -> list[str]:
         if ids:
             out.append(f"chaos: {what}: {' '.join(ids[:20])}")
     out += [f"chaos:   {line}" for line in report.lost_detail]
+    out += [f"chaos: ns_index: {line}" for line in report.ns_index[:20]]
     if report.history is not None:
         out.append(f"chaos: {report.history.line()}")
         out += [f"chaos: history:   {line}" for line in report.history.report.splitlines()]
@@ -418,6 +426,7 @@ def _check(c: Cluster, client: MolensClient, rec: RecordingReceiver, report: Rep
     c.wait_converged(timeout=60)
     digests = wait_for(lambda: _digests(c), 60, "every replica at one applied index")
     report.digests_equal = len(digests) == 1 and len(c.running()) == 3
+    report.ns_index = [f"{n.node_id}: {m}" for n in c.running() for m in mismatches(n.data_dir / "fsm")]
 
 
 def _task_detail(client: MolensClient, report: Report, tid: str, reqs: list[Any]) -> list[str]:

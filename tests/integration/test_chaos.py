@@ -55,6 +55,7 @@ def test_a_120_s_nemesis_run_with_a_random_seed_keeps_every_delivery_promise_and
     assert report.amo_twice == [], f"{replay}: at_most_once tasks delivered twice: {report.amo_twice[:10]}"
     assert report.stuck == [], f"{replay}: tasks stuck in pending/firing/awaiting_ack: {report.stuck[:10]}"
     assert report.digests_equal, replay
+    assert report.ns_index == [], f"{replay}: namespace index: {report.ns_index[:10]}"
     assert report.periodic_max_gap_outside_partitions_ms <= 6_000, (
         f"{replay}: a 2 s periodic task waited {report.periodic_max_gap_outside_partitions_ms} ms outside partitions "
         f"(at {report.periodic_max_gap_at}; {report.periodic_gap_detail})"

@@ -53,7 +53,7 @@ class _Calls:
 
 def _soak_report(history: History) -> chaos.Report:
     """A soak whose delivery checks all passed, with ``history`` checked as the soak checks it."""
-    report = chaos.Report(seed=7, digests_equal=True)
+    report = chaos.Report(seed=7, digests_equal=True, ns_index=[])
     report.history = verdict(history)
     return report
 
@@ -75,7 +75,7 @@ def test_the_soak_passes_a_linearizable_history() -> None:
     history, _, _ = _history()
     report = _soak_report(history)
     assert report.linearizable is Linearizable.YES and report.ok
-    assert report.line().endswith(f"digests_equal=yes history_ops={len(history.ops)} linearizable=yes")
+    assert report.line().endswith(f"digests_equal=yes ns_index_ok=yes history_ops={len(history.ops)} linearizable=yes")
     assert f"chaos: history: ops={len(history.ops)} records=3 linearizable=yes" in "\n".join(chaos.summary_lines(report))
     assert _table(report) == []
 
@@ -105,5 +105,5 @@ def test_a_read_of_a_version_never_written_fails_the_soak() -> None:
 
 
 def test_the_soak_fails_when_no_history_was_checked() -> None:
-    report = chaos.Report(seed=7, digests_equal=True)
+    report = chaos.Report(seed=7, digests_equal=True, ns_index=[])
     assert report.linearizable is Linearizable.UNDECIDED and not report.ok
