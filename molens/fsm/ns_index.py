@@ -8,8 +8,9 @@ namespace held. Read from this index, a page costs the key's own rows and nothin
 
 One lmdb database, ``by_namespace``, keys ``namespace | 0x00 | kind | rest`` -> ``b""``:
 
-- ``s`` status ``| 0x00 |`` task id, ``c`` scene ``| 0x00 |`` task id: the filtered lists, and
-  (every task has a status) the whole list in id (= creation) order, the statuses merged
+- ``s`` status ``| 0x00 |`` task id: a status filter's list, and (every task has a status) the
+  whole list in id (= creation) order, the statuses merged; a scene filter is checked per task
+  among them (a scene key too would cost every create a third put for a filter seldom used)
 - ``d`` ``Task.wake_ms`` (u64 big-endian) ``|`` task id: ``order=next_run``
 - ``x`` ``at_ms`` (u64) ``|`` dead letter id: the store's ``dead_at`` key
 - ``a`` raft index (u64) ``|`` n (u32): the store's ``audit`` key, under the namespace the entry
@@ -46,7 +47,7 @@ REBUILD_CHUNK = 50_000
 """Records read and indexed per write transaction of a rebuild (one transaction of a large store's
 every record would outgrow lmdb's dirty-page bound)."""
 
-STATUS, SCENE, DUE, DEAD, AUDIT = b"s", b"c", b"d", b"x", b"a"
+STATUS, DUE, DEAD, AUDIT = b"s", b"d", b"x", b"a"
 
 _U64 = struct.Struct(">Q")
 _STATUS_SUB = {s: s.value.encode() + b"\x00" for s in Status}
@@ -62,29 +63,25 @@ def status_prefix(namespace: str, status: Status | str) -> bytes:
     return head(namespace) + STATUS + _STATUS_SUB[Status(status)]
 
 
-def scene_prefix(namespace: str, scene: str) -> bytes:
-    return head(namespace) + SCENE + scene.encode() + b"\x00"
+_PREFIXES: dict[str, tuple[dict[Status, bytes], bytes]] = {}
 
 
-_PREFIXES: dict[str, tuple[dict[Status, bytes], bytes, bytes]] = {}
-
-
-def _prefixes(namespace: str) -> tuple[dict[Status, bytes], bytes, bytes]:
-    """``namespace``'s key prefixes: by status, the scene index's, the due index's (remembered:
-    every write of a task needs them)."""
+def _prefixes(namespace: str) -> tuple[dict[Status, bytes], bytes]:
+    """``namespace``'s key prefixes: by status, and the due index's (remembered: every write of a
+    task needs them)."""
     p = _PREFIXES.get(namespace)
     if p is None:
         if len(_PREFIXES) >= 4096:
             _PREFIXES.clear()
         h = head(namespace)
-        p = _PREFIXES[namespace] = ({st: h + STATUS + sub for st, sub in _STATUS_SUB.items()}, h + SCENE, h + DUE)
+        p = _PREFIXES[namespace] = ({st: h + STATUS + sub for st, sub in _STATUS_SUB.items()}, h + DUE)
     return p
 
 
 def task_entries(t: Task, k: bytes) -> list[bytes]:
     """The keys task ``t`` (id ``k``) has in the index."""
-    by_status, scene, due = _prefixes(t.spec.namespace)
-    keys = [by_status[t.status] + k, scene + t.spec.scene.encode() + b"\x00" + k]
+    by_status, due = _prefixes(t.spec.namespace)
+    keys = [by_status[t.status] + k]
     if t.wake_ms is not None:
         keys.append(due + _U64.pack(t.wake_ms) + k)
     return keys
@@ -97,21 +94,39 @@ def task_changes(old: Task | None, new: Task | None, k: bytes) -> tuple[list[byt
         return [], ([] if new is None else task_entries(new, k))
     if new is None:
         return task_entries(old, k), []
-    by_status, scene, due = _prefixes(new.spec.namespace)
+    by_status, due = _prefixes(new.spec.namespace)
     gone: list[bytes] = []
     put: list[bytes] = []
     if new.status is not old.status:
         gone.append(by_status[old.status] + k)
         put.append(by_status[new.status] + k)
-    if new.spec.scene != old.spec.scene:
-        gone.append(scene + old.spec.scene.encode() + b"\x00" + k)
-        put.append(scene + new.spec.scene.encode() + b"\x00" + k)
     if new.wake_ms != old.wake_ms:
         if old.wake_ms is not None:
             gone.append(due + _U64.pack(old.wake_ms) + k)
         if new.wake_ms is not None:
             put.append(due + _U64.pack(new.wake_ms) + k)
     return gone, put
+
+
+def record(ops: dict[bytes, bool], old: Task | None, new: Task | None, k: bytes) -> None:
+    """:func:`task_changes` into ``ops`` (key -> True to put, False to delete; a later change of a
+    key replaces an earlier one), without a list per task: the apply of a batch create makes one
+    call per task."""
+    if old is None or new is None:
+        t = new if old is None else old
+        if t is None:
+            return
+        keep = old is None
+        by_status, due = _prefixes(t.spec.namespace)
+        ops[by_status[t.status] + k] = keep
+        if t.wake_ms is not None:
+            ops[due + _U64.pack(t.wake_ms) + k] = keep
+        return
+    gone, put = task_changes(old, new, k)
+    for ik in gone:
+        ops[ik] = False
+    for ik in put:
+        ops[ik] = True
 
 
 def dead_key(dl: DeadLetter, at_key: bytes) -> bytes:
@@ -168,6 +183,6 @@ def marked_at(txn: lmdb.Transaction, index_db: Any) -> int | None:
 
 
 __all__ = [
-    "AUDIT", "DB_NAME", "DEAD", "DUE", "MARK", "REBUILD_CHUNK", "SCENE", "STATUS", "audit_key", "dead_key",
-    "head", "mark", "marked_at", "rebuild", "scene_prefix", "status_prefix", "task_changes", "task_entries",
+    "AUDIT", "DB_NAME", "DEAD", "DUE", "MARK", "REBUILD_CHUNK", "STATUS", "audit_key", "dead_key", "head", "mark",
+    "marked_at", "rebuild", "record", "status_prefix", "task_changes", "task_entries",
 ]

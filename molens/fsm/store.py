@@ -641,7 +641,7 @@ class TaskStore(StateFile):
         put, delete = txn.put, txn.delete
         tasks_db, due_db = self._tasks, self._due
         exp_db, st_db, sc_db = self._expiry, self._by_status, self._by_scene
-        ns_changes, ns_ops = ns_index.task_changes, self._ns_ops
+        ns_record, ns_ops = ns_index.record, self._ns_ops
         pack_u64 = _U64.pack
         delta: dict[Status, int] = {}  # status count changes of this command, folded in below
         status_prefix = _STATUS_PREFIX
@@ -649,11 +649,7 @@ class TaskStore(StateFile):
         for tid, t in w.tasks.items():
             old = before.get(tid)
             k = tid.encode()
-            gone, fresh = ns_changes(old, t, k)
-            for ik in gone:
-                ns_ops[ik] = False
-            for ik in fresh:
-                ns_ops[ik] = True
+            ns_record(ns_ops, old, t, k)
             nd = None if t is None else t.wake_ms  # its next action: own occurrence or a running one's retry
             od = None
             if old is not None:
@@ -762,15 +758,17 @@ class TaskStore(StateFile):
                 txn.delete(ns_index.dead_key(old, _U64.pack(old.at_ms) + k), db=self._by_ns)
 
     def _write_ns_ops(self, txn: lmdb.Transaction) -> None:
-        """The batch's task keys of the namespace index, each key's last change: deletes, then the
-        puts in key order in one call (about half the cost of a put per key from here)."""
+        """The batch's task keys of the namespace index, each key's last change: the deletes, then
+        the puts in one call (cheaper than a put per key from here)."""
         ops, db = self._ns_ops, self._by_ns
+        puts = []
         for k, keep in ops.items():
-            if not keep:
+            if keep:
+                puts.append((k, b""))
+            else:
                 txn.delete(k, db=db)
-        puts = sorted(k for k, keep in ops.items() if keep)
         if puts:
-            txn.cursor(db=db).putmulti([(k, b"") for k in puts])
+            txn.cursor(db=db).putmulti(puts)
 
     def _write_days(self, txn: lmdb.Transaction, days: dict[int, int]) -> None:
         """Fold a batch's changes of due entries per day into ``due_days``."""
@@ -1161,14 +1159,12 @@ class TaskStore(StateFile):
         first with ``reverse``), strictly after (before) task id ``after``, read from the
         ``by_status`` / ``by_scene`` index: a page costs its own rows, not the store's. With both
         filters the status index is read and the scene checked per task. ``namespaces`` (None: all)
-        reads their part of the namespace index instead, where no filter is needed either."""
+        reads their part of the namespace index instead (every status's, merged, without a status
+        filter; a scene checked per task), so another namespace's tasks are never read."""
         if namespaces is not None:
-            nss = sorted(set(namespaces))
             db = self._by_ns
-            if scene is not None and not statuses:
-                prefixes = [ns_index.scene_prefix(ns, scene) for ns in nss]
-            else:  # no filter: every status's, merged
-                prefixes = [ns_index.status_prefix(ns, s) for ns in nss for s in sorted(set(statuses or Status))]
+            prefixes = [ns_index.status_prefix(ns, s) for ns in sorted(set(namespaces))
+                        for s in sorted(set(statuses or Status))]
         elif statuses:
             db, prefixes = self._by_status, [s.encode() + b"\x00" for s in sorted(set(statuses))]
         elif scene is not None:
@@ -1181,7 +1177,7 @@ class TaskStore(StateFile):
             if raw is None:  # deleted between the index read and this one
                 continue
             t = task_from_bytes(raw)
-            if statuses and scene is not None and t.spec.scene != scene:
+            if scene is not None and db is not self._by_scene and t.spec.scene != scene:
                 continue
             yield t
 
