@@ -312,6 +312,18 @@ def _scene_key(scene: str, tid: bytes) -> bytes:
 # -------------------------------------------------------------------------------------------------
 
 
+class _Desc:
+    """Bytes ordered backwards (a newest-first merge's heap key)."""
+
+    __slots__ = ("b",)
+
+    def __init__(self, b: bytes) -> None:
+        self.b = b
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.b > other.b
+
+
 class _TxnView:
     """machine.View over an lmdb transaction."""
 
@@ -718,8 +730,8 @@ class TaskStore(StateFile):
             bound = _U64.pack(w.audit_trim)
             cur = txn.cursor(db=self._audit)
             ok = cur.first()
-            while ok and bytes(cur.key()) < bound:
-                txn.delete(ns_index.audit_key(_AUDIT_DECODER.decode(cur.value()), bytes(cur.key())), db=self._by_ns)
+            while ok and (k := bytes(cur.key())) and k < bound:  # b"": the last record went, the cursor stands nowhere
+                txn.delete(ns_index.audit_key(_AUDIT_DECODER.decode(cur.value()), k), db=self._by_ns)
                 ok = cur.delete()
         for n, a in enumerate(w.audit):
             k = _U64.pack(index) + _U32.pack(n)
@@ -1024,8 +1036,8 @@ class TaskStore(StateFile):
                 if raw is None:
                     continue
                 dl = _DEAD_DECODER.decode(raw)
-                if namespaces is not None and dl.namespace not in namespaces:
-                    continue  # the index said otherwise: never shown
+                if namespaces is not None and (dl.namespace not in namespaces or _U64.unpack_from(k)[0] != dl.at_ms):
+                    continue  # the index, read after, says otherwise: never shown; a restamped one is where it went
                 if len(out) == limit:
                     nxt = k.hex()
                     break
@@ -1182,10 +1194,43 @@ class TaskStore(StateFile):
             yield t
 
     def _merged_ids(self, db: Any, prefixes: list[bytes], after: bytes, reverse: bool, chunk: int) -> Iterator[bytes]:
-        """:meth:`_index_ids` of each prefix, merged in order (or reversed)."""
-        each = max(16, chunk // max(1, len(prefixes)))  # a page of a merge reads about one chunk in all
-        ids = [self._index_ids(db, p, after, reverse, each) for p in prefixes]
-        return iter(()) if not ids else ids[0] if len(ids) == 1 else heapq.merge(*ids, reverse=reverse)
+        """What follows each prefix of an index (a task id, a ``due | id`` or a time key), merged in
+        order (newest first with ``reverse``), strictly after (before) ``after`` (``b""``: from the
+        start, or the end). Read in rounds of ``chunk`` rows, each round one read transaction over
+        every prefix: a task that changes status between rounds is not yielded twice nor missed,
+        as the prefixes read lazily each in transactions of their own could (the merge yields a
+        position once, and the next round starts past the last position yielded)."""
+        if not prefixes:
+            return
+        pos = after
+        while True:
+            rows: list[bytes] = []
+            with self._env.begin(db=db) as txn:
+                heap: list[tuple[Any, int, bytes, Any]] = []  # (order, prefix number, rest, cursor) of each next row
+                for n, p in enumerate(prefixes):
+                    cur = txn.cursor()
+                    if not reverse:
+                        ok = cur.set_range(p + pos + b"\x00" if pos else p)
+                    else:
+                        ok = cur.set_range(p + pos if pos else p + b"\xff")
+                        ok = cur.prev() if ok else cur.last()
+                    if ok and (k := bytes(cur.key())).startswith(p):
+                        rest = k[len(p):]
+                        heap.append((_Desc(rest) if reverse else rest, n, rest, (cur, p)))
+                heapq.heapify(heap)
+                while heap and len(rows) < chunk:
+                    _, n, rest, (cur, p) = heap[0]
+                    rows.append(rest)
+                    ok = cur.prev() if reverse else cur.next()
+                    if ok and (k := bytes(cur.key())).startswith(p):
+                        nxt = k[len(p):]
+                        heapq.heapreplace(heap, (_Desc(nxt) if reverse else nxt, n, nxt, (cur, p)))
+                    else:
+                        heapq.heappop(heap)
+            yield from rows
+            if len(rows) < chunk:
+                return
+            pos = rows[-1]
 
     def _ns_ids(self, prefixes: list[bytes], after: bytes, reverse: bool, chunk: int) -> Iterator[bytes]:
         return self._merged_ids(self._by_ns, prefixes, after, reverse, chunk)
@@ -1204,33 +1249,6 @@ class TaskStore(StateFile):
         else:
             after = b""
         return self._ns_ids([ns_index.head(ns) + kind for ns in sorted(set(namespaces))], after, True, 256)
-
-    def _index_ids(self, db: Any, prefix: bytes, after: bytes, reverse: bool, chunk: int) -> Iterator[bytes]:
-        """Task ids under ``prefix`` of an index, in order (or reversed), strictly after (before) ``after``."""
-        n = len(prefix)
-        pos: bytes | None = prefix + after if after else None
-        while True:
-            rows: list[bytes] = []
-            with self._env.begin(db=db) as txn:
-                cur = txn.cursor()
-                if not reverse:
-                    ok = cur.set_range(pos + b"\x00" if pos is not None else prefix)
-                    step = cur.next
-                else:
-                    ok = cur.set_range(pos if pos is not None else prefix + b"\xff")
-                    ok = cur.prev() if ok else cur.last()
-                    step = cur.prev
-                while ok and len(rows) < chunk:
-                    k = cur.key()
-                    if not k.startswith(prefix):
-                        break
-                    rows.append(k)
-                    ok = step()
-            for k in rows:
-                yield k[n:]
-            if len(rows) < chunk:
-                return
-            pos = rows[-1]
 
     def due_by_day(self, from_ms: int, days: int) -> list[tuple[int, int]]:
         """``(day start ms, due entries that day)`` for the ``days`` days from ``from_ms``'s day

@@ -32,6 +32,7 @@ from molens.fsm.memstate import MemoryState
 from molens.fsm.store import AuditFilter, TaskStore
 from molens.model import new_task_id, validate_create
 from molens.raft.log import Entry, EntryKind
+from tests.ns_index_check import mismatches
 
 T0 = 1_700_000_000_000
 URL = "http://127.0.0.1:9/cb"
@@ -233,3 +234,18 @@ def test_trim_deletes_by_count_and_age_as_a_key_range(store: TaskStore) -> None:
     assert store.audit_trim_point(T0 + 10, max_entries=100, max_age_ms=2, limit=1000) is None
     point = store.audit_trim_point(T0 + 10, max_entries=0, max_age_ms=10**9, limit=1)  # one at a time
     assert point == 10
+
+
+def test_a_trim_of_every_entry_empties_the_trail_and_its_index(tmp_path: Path, store: TaskStore) -> None:
+    """A trim whose bound is past the last entry (a quiet cluster past ``max_age``): the cursor that
+    deleted the last record stands nowhere, and the namespace index's keys of the entries it deletes
+    were read from it -- an empty record that failed to decode, on every replica alike."""
+    lg = Log(store)
+    _fill(lg, 4)
+    point = store.audit_trim_point(T0 + 10**9, max_entries=100, max_age_ms=1, limit=1000)
+    assert point is not None
+    lg.apply(TrimAudit(T0 + 10**9, point))
+    assert store.audit_count() == 0 and scan(store, AuditFilter(namespaces=frozenset({"default"}))) == []
+    path = store.dir.parent
+    store.close()
+    assert mismatches(path / "fsm") == []

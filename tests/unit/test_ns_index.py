@@ -24,6 +24,7 @@ from molens.fsm.commands import (
     PutNamespace,
     ResultItem,
     Results,
+    ResumeTasks,
     TrimAudit,
     encode,
 )
@@ -193,3 +194,22 @@ def test_a_snapshot_without_the_index_gets_it_built_when_restored(
         assert other.digest() == store.digest()
     finally:
         other.close()
+
+
+def test_a_task_that_changes_status_while_a_list_reads_on_is_listed_once(store: TaskStore) -> None:
+    """The list of a namespace merges its statuses' keys. Read lazily, each status in transactions
+    of its own, a task that turned paused after the paused keys had been read (none past the page)
+    and before the pending ones were read again was in neither: the list skipped it."""
+    lg = Log(store)
+    lg.apply(Audited(T0, ALICE, PutNamespace(T0, Namespace(name="ta"), True)))
+    ids = [new_task_id(T0, i) for i in range(60)]
+    s = validate_create({"type": "delayed", "interval_ms": 1000, "callback_url": URL, "namespace": "ta"}, now_ms=T0)
+    lg.apply(CreateTasks(T0, tuple(CreateItem(tid, s) for tid in ids)))
+    for reverse in (False, True):
+        order = ids[::-1] if reverse else ids
+        walk = store.scan_tasks_where(namespaces=["ta"], reverse=reverse, chunk=7)
+        seen = [next(walk).id for _ in range(20)]
+        moved = order[45]
+        lg.apply(PauseTasks(T0 + 1, (moved,)) if not reverse else ResumeTasks(T0 + 2, (moved,)))
+        seen += [t.id for t in walk]
+        assert seen == order, f"reverse={reverse}"
