@@ -16,7 +16,7 @@ One lmdb database, ``by_namespace``, keys ``namespace | 0x00 | kind | rest`` -> 
 - ``a`` raft index (u64) ``|`` n (u32): the store's ``audit`` key, under the namespace the entry
   is read as (:func:`molens.fsm.audit.flow_namespace`)
 
-It is derived, local and not in the digest: each apply writes it in the transaction of the records
+It is derived and not in the digest (snapshots carry it): each apply writes it in the transaction of the records
 it describes, with :data:`MARK`, the applied index it is current at. A store whose mark is not its
 applied index (written by a release without this index, or a snapshot of one) has it rebuilt when
 it opens (:func:`rebuild`), in transactions of :data:`REBUILD_CHUNK` records.

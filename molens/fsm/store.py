@@ -21,8 +21,8 @@ the result and finally ``applied_index`` -- all in ONE lmdb write transaction. D
 - ``audit``  ``raft index (u64) | n (u32)`` -> :class:`~molens.fsm.audit.AuditEntry` (docs/architecture.md#audit-trail):
   written in the transaction of the change it records, so it is in every snapshot and replica
 - ``by_namespace`` each namespace's tasks, due entries, dead letters and audit entries
-  (:mod:`molens.fsm.ns_index`): derived and local, not in the digest; rebuilt when it opens unless
-  current
+  (:mod:`molens.fsm.ns_index`): derived, not in the digest (snapshots carry it); rebuilt when the
+  store opens unless current
 
 The secondary indexes and ``counts`` are written in the same transaction as the records they
 describe (data format 3; a store of format 1 or 2 gets them built when it opens).
