@@ -87,46 +87,26 @@ def task_entries(t: Task, k: bytes) -> list[bytes]:
     return keys
 
 
-def task_changes(old: Task | None, new: Task | None, k: bytes) -> tuple[list[bytes], list[bytes]]:
-    """``(keys to delete, keys to put)`` for a task written from ``old`` to ``new`` (None: absent).
-    A task never changes namespace."""
-    if old is None:
-        return [], ([] if new is None else task_entries(new, k))
-    if new is None:
-        return task_entries(old, k), []
-    by_status, due = _prefixes(new.spec.namespace)
-    gone: list[bytes] = []
-    put: list[bytes] = []
-    if new.status is not old.status:
-        gone.append(by_status[old.status] + k)
-        put.append(by_status[new.status] + k)
-    if new.wake_ms != old.wake_ms:
-        if old.wake_ms is not None:
-            gone.append(due + _U64.pack(old.wake_ms) + k)
-        if new.wake_ms is not None:
-            put.append(due + _U64.pack(new.wake_ms) + k)
-    return gone, put
-
-
 def record(ops: dict[bytes, bool], old: Task | None, new: Task | None, k: bytes) -> None:
-    """:func:`task_changes` into ``ops`` (key -> True to put, False to delete; a later change of a
-    key replaces an earlier one), without a list per task: the apply of a batch create makes one
-    call per task."""
+    """The index's changes for a task (id ``k``) written from ``old`` to ``new`` (None: absent), into
+    ``ops`` (key -> True to put, False to delete; a later change of a key replaces an earlier one).
+    A task never changes namespace."""
     if old is None or new is None:
         t = new if old is None else old
-        if t is None:
-            return
-        keep = old is None
-        by_status, due = _prefixes(t.spec.namespace)
-        ops[by_status[t.status] + k] = keep
-        if t.wake_ms is not None:
-            ops[due + _U64.pack(t.wake_ms) + k] = keep
+        if t is not None:
+            keep = old is None
+            for ik in task_entries(t, k):
+                ops[ik] = keep
         return
-    gone, put = task_changes(old, new, k)
-    for ik in gone:
-        ops[ik] = False
-    for ik in put:
-        ops[ik] = True
+    by_status, due = _prefixes(new.spec.namespace)
+    if new.status is not old.status:
+        ops[by_status[old.status] + k] = False
+        ops[by_status[new.status] + k] = True
+    if new.wake_ms != old.wake_ms:
+        if old.wake_ms is not None:
+            ops[due + _U64.pack(old.wake_ms) + k] = False
+        if new.wake_ms is not None:
+            ops[due + _U64.pack(new.wake_ms) + k] = True
 
 
 def dead_key(dl: DeadLetter, at_key: bytes) -> bytes:
@@ -184,5 +164,5 @@ def marked_at(txn: lmdb.Transaction, index_db: Any) -> int | None:
 
 __all__ = [
     "AUDIT", "DB_NAME", "DEAD", "DUE", "MARK", "REBUILD_CHUNK", "STATUS", "audit_key", "dead_key", "head", "mark",
-    "marked_at", "rebuild", "record", "status_prefix", "task_changes", "task_entries",
+    "marked_at", "rebuild", "record", "status_prefix", "task_entries",
 ]
